@@ -1,0 +1,110 @@
+//! The config file exactly as written: serde structs that mirror the TOML, with every key
+//! optional and unknown keys refused. Units and enumerations stay as text here so that
+//! [`super::validate`] can say precisely what is wrong and how to fix it.
+//!
+//! Owns: the key names. Must not touch: defaults or meaning (that is `validate`).
+
+use serde::Deserialize;
+
+/// A value users may write as a string or a number (`processes = 4` or `"auto"`,
+/// `interval = 90` or `"90s"`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Scalar {
+    Int(i64),
+    Float(f64),
+    Text(String),
+    Bool(bool),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub server: Option<RawServer>,
+    #[serde(default)]
+    pub pool: Vec<RawPool>,
+    #[serde(default)]
+    pub site: Vec<RawSite>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub admin: Option<String>,
+    pub worker_header: Option<bool>,
+    pub backlog: Option<i64>,
+    pub shutdown_timeout: Option<Scalar>,
+    pub limits: Option<RawLimits>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_request_line: Option<Scalar>,
+    pub max_header_size: Option<Scalar>,
+    pub max_headers: Option<i64>,
+    pub max_body_size: Option<Scalar>,
+    pub header_timeout: Option<Scalar>,
+    pub body_timeout: Option<Scalar>,
+    pub keepalive_timeout: Option<Scalar>,
+    pub max_connections: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPool {
+    pub name: Option<String>,
+    pub processes: Option<Scalar>,
+    pub placement: Option<String>,
+    pub affinity: Option<String>,
+    pub unit: Option<String>,
+    pub cpus: Option<Scalar>,
+    pub memory_policy: Option<String>,
+    pub cpu_limit: Option<Scalar>,
+    pub load_balancer: Option<String>,
+    pub startup_time_limit: Option<Scalar>,
+    pub shutdown_time_limit: Option<Scalar>,
+    pub ping_interval: Option<Scalar>,
+    pub ping_response_time: Option<Scalar>,
+    pub recycle: Option<RawRecycle>,
+    pub rapid_fail: Option<RawRapidFail>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRecycle {
+    pub requests: Option<i64>,
+    pub interval: Option<Scalar>,
+    pub schedule: Option<Vec<String>>,
+    pub memory: Option<Scalar>,
+    pub overlap: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRapidFail {
+    pub enabled: Option<bool>,
+    pub max_crashes: Option<i64>,
+    pub interval: Option<Scalar>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSite {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub bindings: Vec<String>,
+    pub root: Option<String>,
+    pub index: Option<Vec<String>>,
+    pub follow_symlinks: Option<bool>,
+    #[serde(default)]
+    pub app: Vec<RawApp>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApp {
+    pub path: Option<String>,
+    pub pool: Option<String>,
+    pub handler: Option<String>,
+}

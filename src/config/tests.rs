@@ -1,0 +1,285 @@
+use super::*;
+use crate::testutil::fixture;
+
+fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    Config::parse(
+        text,
+        Path::new("/etc/espalier/test.toml"),
+        &fixture("dl980"),
+    )
+}
+
+/// The single error a config gives, as printed.
+fn error(text: &str) -> String {
+    let errs = parse(text).expect_err("config should be refused");
+    assert_eq!(errs.0.len(), 1, "expected one error, got: {errs}");
+    errs.to_string()
+}
+
+const SITE: &str = "\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n";
+
+#[test]
+fn minimal_config_gets_documented_defaults() {
+    let c = parse(&format!("[[pool]]\nname = \"p\"\n{SITE}")).unwrap();
+    let p = &c.pools[0];
+    assert_eq!(p.processes, Processes::Count(1));
+    assert_eq!(p.placement, Placement::MostFreeMemory);
+    assert_eq!(p.affinity, Affinity::Soft);
+    assert_eq!(p.unit, Unit::Node);
+    assert_eq!(p.memory_policy, MemoryPolicy::Preferred);
+    assert_eq!(
+        p.rapid_fail,
+        RapidFail {
+            enabled: true,
+            max_crashes: 5,
+            interval: Duration::from_secs(300)
+        }
+    );
+    assert!(p.recycle.overlap);
+    assert_eq!(c.server, ServerSettings::default());
+    let s = &c.sites[0];
+    assert_eq!(s.apps[0].handler, HandlerKind::Static);
+    assert_eq!(s.apps[0].path, "/");
+    assert_eq!(s.index, vec!["index.html".to_string()]);
+    assert_eq!(s.root, None);
+}
+
+#[test]
+fn the_design_sketch_parses() {
+    let text = r#"
+[server]
+admin = "127.0.0.1:9180"
+
+[[pool]]
+name = "shop"
+processes = "auto"
+placement = "most-free-memory"
+affinity = "hard"
+cpus = "1-63"
+[pool.recycle]
+requests = 5_000_000
+interval = "29h"
+memory = "2GiB"
+schedule = ["03:00", "15:30"]
+[pool.rapid_fail]
+max_crashes = 5
+interval = "5m"
+
+[[site]]
+name = "shop"
+bindings = ["http://0.0.0.0:8080", "http://[::1]:8081:shop.example"]
+root = "./www"
+[[site.app]]
+path = "/"
+pool = "shop"
+handler = "static"
+"#;
+    let c = parse(text).unwrap();
+    let p = &c.pools[0];
+    assert_eq!(p.processes, Processes::Auto);
+    assert_eq!(p.affinity, Affinity::Hard);
+    assert_eq!(
+        p.memory_policy,
+        MemoryPolicy::Bind,
+        "hard affinity binds memory by default"
+    );
+    assert_eq!(p.cpus.as_ref().unwrap().to_string(), "1-63");
+    assert_eq!(p.recycle.requests, Some(5_000_000));
+    assert_eq!(p.recycle.interval, Some(Duration::from_secs(29 * 3600)));
+    assert_eq!(p.recycle.memory, Some(2 << 30));
+    assert_eq!(p.recycle.schedule, vec![(3, 0), (15, 30)]);
+    let s = &c.sites[0];
+    assert_eq!(
+        s.root.as_deref(),
+        Some(Path::new("/etc/espalier/./www")),
+        "root is relative to the config file"
+    );
+    assert_eq!(s.bindings[1].addr, "[::1]:8081".parse().unwrap());
+    assert_eq!(s.bindings[1].host.as_deref(), Some("shop.example"));
+}
+
+#[test]
+fn processes_zero_means_auto_like_iis() {
+    let c = parse(&format!("[[pool]]\nname = \"p\"\nprocesses = 0\n{SITE}")).unwrap();
+    assert_eq!(c.pools[0].processes, Processes::Auto);
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let e = error(&format!("[[pool]]\nname = \"p\"\nprocceses = 4\n{SITE}"));
+    assert!(
+        e.starts_with("/etc/espalier/test.toml:3: key `pool.procceses`: unknown field `procceses`"),
+        "{e}"
+    );
+    assert!(e.contains("correct its spelling"), "{e}");
+}
+
+#[test]
+fn syntax_error_names_the_line() {
+    let e = error("[[pool]]\nname = \"p\n");
+    assert!(e.starts_with("/etc/espalier/test.toml:2"), "{e}");
+}
+
+#[test]
+fn site_naming_unknown_pool() {
+    let e = error("[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:80\"]\n[[site.app]]\npool = \"shop\"\n");
+    assert_eq!(e, "/etc/espalier/test.toml:6: key `site[0].app[0].pool`: no pool is named `shop`; use one of: p");
+}
+
+#[test]
+fn cpus_the_machine_does_not_have() {
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\ncpus = \"150-170\"\n{SITE}"
+    ));
+    assert_eq!(
+        e,
+        "/etc/espalier/test.toml:3: key `pool[0].cpus`: CPU(s) 160-170 do not exist on this machine (it has 0-159); remove them from the list"
+    );
+}
+
+#[test]
+fn cpus_mask_leaving_no_online_cpu() {
+    let text = format!("[[pool]]\nname = \"p\"\ncpus = \"6-7\"\n{SITE}");
+    let errs = Config::parse(&text, Path::new("a.toml"), &fixture("awkward"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        errs.starts_with("a.toml:3: key `pool[0].cpus`: leaves the pool no online CPU"),
+        "{errs}"
+    );
+    let e = error(&format!("[[pool]]\nname = \"p\"\ncpus = \"0-\"\n{SITE}"));
+    assert!(
+        e.contains("key `pool[0].cpus`: `0-` is not a CPU id or range"),
+        "{e}"
+    );
+}
+
+#[test]
+fn duplicate_bindings() {
+    let text = "[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n[[site]]\nname = \"b\"\nbindings = [\"http://0.0.0.0:8080\"]\n[[site.app]]\npool = \"p\"\n";
+    let e = error(text);
+    assert_eq!(e, "/etc/espalier/test.toml:10: key `site[1].bindings[0]`: duplicate binding: `http://0.0.0.0:8080` is already bound by site `a`; remove one or give it a host name");
+    // Different host names on one address are fine when one pool serves both.
+    let ok = text.replace(
+        "\"http://0.0.0.0:8080\"",
+        "\"http://0.0.0.0:8080:b.example\"",
+    );
+    parse(&ok).unwrap();
+}
+
+#[test]
+fn one_port_two_pools_is_refused() {
+    let text = "[[pool]]\nname = \"p\"\n[[pool]]\nname = \"q\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:8080:a\"]\n[[site.app]]\npool = \"p\"\n[[site]]\nname = \"b\"\nbindings = [\"http://127.0.0.1:8080:b\"]\n[[site.app]]\npool = \"q\"\n";
+    assert!(error(text).contains("served by another pool; give it its own port"));
+}
+
+#[test]
+fn bad_durations_and_sizes() {
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\n[pool.recycle]\ninterval = \"29 hours\"\n{SITE}"
+    ));
+    assert!(e.starts_with("/etc/espalier/test.toml:4: key `pool[0].recycle.interval`: `29 hours` is not a duration"), "{e}");
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\n[pool.recycle]\nmemory = \"2 gallons\"\n{SITE}"
+    ));
+    assert!(
+        e.starts_with(
+            "/etc/espalier/test.toml:4: key `pool[0].recycle.memory`: `2 gallons` is not a size"
+        ),
+        "{e}"
+    );
+    let e = error(&format!(
+        "[server.limits]\nmax_body_size = \"lots\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    ));
+    assert!(
+        e.starts_with("/etc/espalier/test.toml:2: key `server.limits.max_body_size`"),
+        "{e}"
+    );
+    let e = error(&format!("[[pool]]\nname = \"p\"\ncpu_limit = 50\n{SITE}"));
+    assert!(
+        e.contains("key `pool[0].cpu_limit`: 50 is not a percentage"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_choices_list_the_options() {
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\naffinity = \"sticky\"\n{SITE}"
+    ));
+    assert_eq!(e, "/etc/espalier/test.toml:3: key `pool[0].affinity`: `sticky` is not one of \"soft\", \"hard\"");
+    let e = error(&format!("[[pool]]\nname = \"p\"\nprocesses = -2\n{SITE}"));
+    assert!(e.contains("-2 is not a process count"), "{e}");
+    let e = error("[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:80\"]\n[[site.app]]\nhandler = \"php\"\n");
+    assert!(
+        e.contains(
+            "key `site[0].app[0].handler`: `php` is not one of \"static\", \"dynamic\", \"cpu\""
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_bindings() {
+    for (b, want) in [
+        ("127.0.0.1:80", "has no protocol"),
+        (
+            "https://127.0.0.1:443",
+            "https bindings are not supported yet",
+        ),
+        ("http://localhost:80", "`localhost` is not an IP address"),
+        ("http://127.0.0.1:99999", "`99999` is not a port number"),
+        ("http://127.0.0.1", "has no port"),
+    ] {
+        let e = error(&format!(
+            "[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"{b}\"]\n[[site.app]]\npool = \"p\"\n"
+        ));
+        assert!(
+            e.contains("key `site[0].bindings[0]`") && e.contains(want),
+            "{b}: {e}"
+        );
+    }
+    assert_eq!(
+        parse_binding("http://*:80").unwrap().addr,
+        "0.0.0.0:80".parse().unwrap()
+    );
+}
+
+#[test]
+fn several_errors_each_on_a_line() {
+    let errs =
+        parse("[[pool]]\nname = \"p\"\naffinity = \"x\"\nunit = \"y\"\n[[site]]\nbindings = []\n")
+            .unwrap_err();
+    assert_eq!(errs.0.len(), 4, "{errs}");
+    assert_eq!(errs.to_string().lines().count(), 4);
+}
+
+#[test]
+fn duplicate_pool_names_and_mixed_pool_sites() {
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    ));
+    assert!(
+        e.contains("key `pool[1].name`: a pool named `p` is already defined"),
+        "{e}"
+    );
+    let text = "[[pool]]\nname = \"p\"\n[[pool]]\nname = \"q\"\n[[site]]\nbindings = [\"http://127.0.0.1:80\"]\n[[site.app]]\npool = \"p\"\n[[site.app]]\npath = \"/api\"\npool = \"q\"\n";
+    assert!(error(text).contains("one site is served by one pool"));
+}
+
+#[test]
+fn examples_all_validate() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Config::load(&path, &fixture("dl980")).unwrap_or_else(|e| panic!("{e}"));
+            n += 1;
+        }
+    }
+    assert!(
+        n >= 3,
+        "examples/ should hold the three case-study configurations"
+    );
+}

@@ -1,0 +1,150 @@
+//! The real binary, run the way a user runs it: topology, check and serve --dry-run.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn espalier(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run espalier")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "stderr: {}", stderr(o));
+    serde_json::from_slice(&o.stdout).expect("valid JSON")
+}
+
+#[test]
+fn topology_json_has_the_documented_shape() {
+    let v = json(&espalier(&["topology", "--json", "--sysfs", "tests/fixtures/dl980/sys"]));
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 8);
+    let n0 = &v["nodes"][0];
+    for k in ["id", "cpus", "memory_total_bytes", "memory_free_bytes", "distances"] {
+        assert!(!n0[k].is_null(), "nodes[0].{k}");
+    }
+    let c = &v["cpus"][0];
+    assert_eq!(c["id"], 0);
+    assert_eq!(c["online"], true);
+    assert_eq!(c["node"], 0);
+    assert_eq!(c["package"], 0);
+    assert_eq!(c["core"], 0);
+    assert_eq!(c["siblings"], serde_json::json!([0, 80]));
+    assert_eq!(c["l3"], 0);
+    let nic = &v["nics"][0];
+    for k in ["name", "node", "rx_queues", "tx_queues"] {
+        assert!(nic.get(k).is_some(), "nics[0].{k}");
+    }
+}
+
+/// `espalier topology` on this machine agrees with the kernel's own summary (what lscpu reads).
+#[test]
+fn topology_on_this_machine_agrees_with_the_kernel() {
+    let v = json(&espalier(&["topology", "--json"]));
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let want = espalier::cpuset::CpuSet::parse(&online).unwrap();
+    let got: Vec<u32> = v["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["online"] == true)
+        .map(|c| c["id"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(got, want.as_slice());
+    let node_dirs = std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| d.filter_map(|e| e.ok()).filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n.starts_with("node") && n[4..].parse::<u32>().is_ok()
+        }).count())
+        .unwrap_or(1);
+    assert_eq!(v["nodes"].as_array().unwrap().len(), node_dirs.max(1));
+    let table = stdout(&espalier(&["topology"]));
+    assert!(table.contains("NUMA node(s)") && table.contains("NODE") && table.contains("CPU"));
+}
+
+#[test]
+fn dry_run_on_dl980_prints_one_worker_per_node() {
+    let v = json(&espalier(&["serve", "--dry-run", "--json", "--sysfs", "tests/fixtures/dl980/sys"]));
+    let workers = v["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 8);
+    let mut nodes: Vec<u64> = workers.iter().map(|w| w["node"].as_u64().unwrap()).collect();
+    nodes.sort();
+    assert_eq!(nodes, (0..8).collect::<Vec<_>>());
+    for w in workers {
+        assert_eq!(w["cpus"].as_array().unwrap().len(), 20);
+        assert_eq!(w["threads"], 20);
+        assert_eq!(w["affinity"], "soft");
+        assert_eq!(w["pool"], "default");
+    }
+    let table = stdout(&espalier(&["serve", "--dry-run", "--sysfs", "tests/fixtures/dl980/sys"]));
+    assert_eq!(table.lines().count(), 9, "a header and one row per worker:\n{table}");
+    assert!(table.contains("30-39,110-119"));
+}
+
+#[test]
+fn examples_dry_run_on_the_case_study_machine() {
+    let garden = json(&espalier(&["serve", "--dry-run", "--json", "-c", "examples/web-garden.toml", "--sysfs", "tests/fixtures/dl980/sys"]));
+    assert_eq!(garden["workers"].as_array().unwrap().len(), 8);
+    let hosting = json(&espalier(&["serve", "--dry-run", "--json", "-c", "examples/hosting.toml", "--sysfs", "tests/fixtures/dl980/sys"]));
+    let nodes: Vec<u64> = hosting["workers"].as_array().unwrap().iter().map(|w| w["node"].as_u64().unwrap()).collect();
+    assert_eq!(nodes.len(), 4);
+    let mut unique = nodes.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 4, "four pools on four different nodes: {nodes:?}");
+    let default = json(&espalier(&["serve", "--dry-run", "--json", "-c", "examples/default.toml", "--sysfs", "tests/fixtures/dl980/sys"]));
+    assert_eq!(default["workers"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn check_accepts_good_and_refuses_bad_configs_in_one_line() {
+    let ok = espalier(&["check", "-c", "examples/web-garden.toml"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(stdout(&ok).contains("ok"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[[pool]]\nname = \"p\"\ncpus = \"0-4095\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\n").unwrap();
+    let out = espalier(&["check", "-c", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad.toml:3: key `pool[0].cpus`: CPU(s)") && err.contains("do not exist on this machine"), "{err}");
+    assert!(!err.contains("panicked"));
+
+    let missing = espalier(&["check", "-c", "/nonexistent/espalier.toml"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("/nonexistent/espalier.toml: cannot read the config file"));
+
+    let bad_sysfs = espalier(&["topology", "--sysfs", "/nonexistent"]);
+    assert_eq!(bad_sysfs.status.code(), Some(1));
+    assert_eq!(stderr(&bad_sysfs).lines().count(), 1);
+}
+
+#[test]
+fn fixtures_are_what_the_generator_writes() {
+    // The generator is the source of truth; a hand edit of a fixture shows up here.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new("python3")
+        .arg(root.join("generate.py"))
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("python3 runs the fixture generator");
+    assert!(status.success());
+    for name in ["dl980", "epyc2s", "laptop", "awkward", "nonuma"] {
+        let diff = Command::new("diff").args(["-r", "--no-dereference"]).arg(root.join(name)).arg(out.path().join(name)).output().unwrap();
+        assert!(diff.status.success(), "fixture {name} differs from the generator:\n{}", stdout(&diff));
+    }
+}
