@@ -18,7 +18,11 @@
 pub mod cli;
 pub mod config;
 pub mod cpuset;
+pub mod handlers;
+pub mod http;
+pub mod os;
 pub mod placement;
+pub mod server;
 pub mod topology;
 pub mod units;
 

@@ -26,10 +26,21 @@ fn json(o: &Output) -> serde_json::Value {
 
 #[test]
 fn topology_json_has_the_documented_shape() {
-    let v = json(&espalier(&["topology", "--json", "--sysfs", "tests/fixtures/dl980/sys"]));
+    let v = json(&espalier(&[
+        "topology",
+        "--json",
+        "--sysfs",
+        "tests/fixtures/dl980/sys",
+    ]));
     assert_eq!(v["nodes"].as_array().unwrap().len(), 8);
     let n0 = &v["nodes"][0];
-    for k in ["id", "cpus", "memory_total_bytes", "memory_free_bytes", "distances"] {
+    for k in [
+        "id",
+        "cpus",
+        "memory_total_bytes",
+        "memory_free_bytes",
+        "distances",
+    ] {
         assert!(!n0[k].is_null(), "nodes[0].{k}");
     }
     let c = &v["cpus"][0];
@@ -61,11 +72,15 @@ fn topology_on_this_machine_agrees_with_the_kernel() {
         .collect();
     assert_eq!(got, want.as_slice());
     let node_dirs = std::fs::read_dir("/sys/devices/system/node")
-        .map(|d| d.filter_map(|e| e.ok()).filter(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            n.starts_with("node") && n[4..].parse::<u32>().is_ok()
-        }).count())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.starts_with("node") && n[4..].parse::<u32>().is_ok()
+                })
+                .count()
+        })
         .unwrap_or(1);
     assert_eq!(v["nodes"].as_array().unwrap().len(), node_dirs.max(1));
     let table = stdout(&espalier(&["topology"]));
@@ -74,10 +89,19 @@ fn topology_on_this_machine_agrees_with_the_kernel() {
 
 #[test]
 fn dry_run_on_dl980_prints_one_worker_per_node() {
-    let v = json(&espalier(&["serve", "--dry-run", "--json", "--sysfs", "tests/fixtures/dl980/sys"]));
+    let v = json(&espalier(&[
+        "serve",
+        "--dry-run",
+        "--json",
+        "--sysfs",
+        "tests/fixtures/dl980/sys",
+    ]));
     let workers = v["workers"].as_array().unwrap();
     assert_eq!(workers.len(), 8);
-    let mut nodes: Vec<u64> = workers.iter().map(|w| w["node"].as_u64().unwrap()).collect();
+    let mut nodes: Vec<u64> = workers
+        .iter()
+        .map(|w| w["node"].as_u64().unwrap())
+        .collect();
     nodes.sort();
     assert_eq!(nodes, (0..8).collect::<Vec<_>>());
     for w in workers {
@@ -86,23 +110,65 @@ fn dry_run_on_dl980_prints_one_worker_per_node() {
         assert_eq!(w["affinity"], "soft");
         assert_eq!(w["pool"], "default");
     }
-    let table = stdout(&espalier(&["serve", "--dry-run", "--sysfs", "tests/fixtures/dl980/sys"]));
-    assert_eq!(table.lines().count(), 9, "a header and one row per worker:\n{table}");
+    let table = stdout(&espalier(&[
+        "serve",
+        "--dry-run",
+        "--sysfs",
+        "tests/fixtures/dl980/sys",
+    ]));
+    assert_eq!(
+        table.lines().count(),
+        9,
+        "a header and one row per worker:\n{table}"
+    );
     assert!(table.contains("30-39,110-119"));
 }
 
 #[test]
 fn examples_dry_run_on_the_case_study_machine() {
-    let garden = json(&espalier(&["serve", "--dry-run", "--json", "-c", "examples/web-garden.toml", "--sysfs", "tests/fixtures/dl980/sys"]));
+    let garden = json(&espalier(&[
+        "serve",
+        "--dry-run",
+        "--json",
+        "-c",
+        "examples/web-garden.toml",
+        "--sysfs",
+        "tests/fixtures/dl980/sys",
+    ]));
     assert_eq!(garden["workers"].as_array().unwrap().len(), 8);
-    let hosting = json(&espalier(&["serve", "--dry-run", "--json", "-c", "examples/hosting.toml", "--sysfs", "tests/fixtures/dl980/sys"]));
-    let nodes: Vec<u64> = hosting["workers"].as_array().unwrap().iter().map(|w| w["node"].as_u64().unwrap()).collect();
+    let hosting = json(&espalier(&[
+        "serve",
+        "--dry-run",
+        "--json",
+        "-c",
+        "examples/hosting.toml",
+        "--sysfs",
+        "tests/fixtures/dl980/sys",
+    ]));
+    let nodes: Vec<u64> = hosting["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["node"].as_u64().unwrap())
+        .collect();
     assert_eq!(nodes.len(), 4);
     let mut unique = nodes.clone();
     unique.sort();
     unique.dedup();
-    assert_eq!(unique.len(), 4, "four pools on four different nodes: {nodes:?}");
-    let default = json(&espalier(&["serve", "--dry-run", "--json", "-c", "examples/default.toml", "--sysfs", "tests/fixtures/dl980/sys"]));
+    assert_eq!(
+        unique.len(),
+        4,
+        "four pools on four different nodes: {nodes:?}"
+    );
+    let default = json(&espalier(&[
+        "serve",
+        "--dry-run",
+        "--json",
+        "-c",
+        "examples/default.toml",
+        "--sysfs",
+        "tests/fixtures/dl980/sys",
+    ]));
     assert_eq!(default["workers"].as_array().unwrap().len(), 1);
 }
 
@@ -119,7 +185,11 @@ fn check_accepts_good_and_refuses_bad_configs_in_one_line() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("bad.toml:3: key `pool[0].cpus`: CPU(s)") && err.contains("do not exist on this machine"), "{err}");
+    assert!(
+        err.contains("bad.toml:3: key `pool[0].cpus`: CPU(s)")
+            && err.contains("do not exist on this machine"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"));
 
     let missing = espalier(&["check", "-c", "/nonexistent/espalier.toml"]);
@@ -144,7 +214,16 @@ fn fixtures_are_what_the_generator_writes() {
         .expect("python3 runs the fixture generator");
     assert!(status.success());
     for name in ["dl980", "epyc2s", "laptop", "awkward", "nonuma"] {
-        let diff = Command::new("diff").args(["-r", "--no-dereference"]).arg(root.join(name)).arg(out.path().join(name)).output().unwrap();
-        assert!(diff.status.success(), "fixture {name} differs from the generator:\n{}", stdout(&diff));
+        let diff = Command::new("diff")
+            .args(["-r", "--no-dereference"])
+            .arg(root.join(name))
+            .arg(out.path().join(name))
+            .output()
+            .unwrap();
+        assert!(
+            diff.status.success(),
+            "fixture {name} differs from the generator:\n{}",
+            stdout(&diff)
+        );
     }
 }

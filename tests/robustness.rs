@@ -8,37 +8,84 @@ use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name).join("sys")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .join("sys")
 }
 
 /// TOML built from the config's own vocabulary, so random documents reach validation.
 fn config_text() -> impl Strategy<Value = String> {
     let key = prop::sample::select(vec![
-        "name", "processes", "placement", "affinity", "unit", "cpus", "memory_policy", "cpu_limit",
-        "bindings", "pool", "path", "handler", "root", "requests", "interval", "memory", "admin",
-        "max_body_size", "bogus",
+        "name",
+        "processes",
+        "placement",
+        "affinity",
+        "unit",
+        "cpus",
+        "memory_policy",
+        "cpu_limit",
+        "bindings",
+        "pool",
+        "path",
+        "handler",
+        "root",
+        "requests",
+        "interval",
+        "memory",
+        "admin",
+        "max_body_size",
+        "bogus",
     ]);
     let value = prop::sample::select(vec![
-        "\"p\"", "\"auto\"", "0", "-1", "4", "99999999999", "\"0-3\"", "\"3-1\"", "\"1-63\"",
-        "\"most-free-memory\"", "\"hard\"", "\"l3\"", "\"50%\"", "[\"http://127.0.0.1:8080\"]",
-        "[\"http://[::1]:80:h\"]", "\"/\"", "\"static\"", "\"5m\"", "\"2GiB\"", "true", "1.5",
-        "[]", "{}", "\"\"",
+        "\"p\"",
+        "\"auto\"",
+        "0",
+        "-1",
+        "4",
+        "99999999999",
+        "\"0-3\"",
+        "\"3-1\"",
+        "\"1-63\"",
+        "\"most-free-memory\"",
+        "\"hard\"",
+        "\"l3\"",
+        "\"50%\"",
+        "[\"http://127.0.0.1:8080\"]",
+        "[\"http://[::1]:80:h\"]",
+        "\"/\"",
+        "\"static\"",
+        "\"5m\"",
+        "\"2GiB\"",
+        "true",
+        "1.5",
+        "[]",
+        "{}",
+        "\"\"",
     ]);
     let header = prop::sample::select(vec![
-        "[[pool]]", "[[site]]", "[[site.app]]", "[server]", "[server.limits]", "[pool.recycle]",
-        "[pool.rapid_fail]", "",
+        "[[pool]]",
+        "[[site]]",
+        "[[site.app]]",
+        "[server]",
+        "[server.limits]",
+        "[pool.recycle]",
+        "[pool.rapid_fail]",
+        "",
     ]);
-    prop::collection::vec((header, prop::collection::vec((key, value), 0..5)), 0..8).prop_map(|sections| {
-        let mut out = String::new();
-        for (h, kvs) in sections {
-            out.push_str(h);
-            out.push('\n');
-            for (k, v) in kvs {
-                out.push_str(&format!("{k} = {v}\n"));
+    prop::collection::vec((header, prop::collection::vec((key, value), 0..5)), 0..8).prop_map(
+        |sections| {
+            let mut out = String::new();
+            for (h, kvs) in sections {
+                out.push_str(h);
+                out.push('\n');
+                for (k, v) in kvs {
+                    out.push_str(&format!("{k} = {v}\n"));
+                }
             }
-        }
-        out
-    })
+            out
+        },
+    )
 }
 
 proptest! {

@@ -70,6 +70,9 @@ pub enum Command {
     },
     /// Run the server: a master and NUMA-placed worker processes.
     Serve(ServeArgs),
+    /// Internal: a worker process, started by `espalier serve`.
+    #[command(hide = true)]
+    Worker,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -135,6 +138,7 @@ fn run(cli: Cli) -> Result<i32, String> {
             Ok(0)
         }
         Command::Serve(args) => serve(args),
+        Command::Worker => Ok(crate::server::worker::main()),
     }
 }
 
@@ -176,5 +180,5 @@ fn serve(args: ServeArgs) -> Result<i32, String> {
         }
         return Ok(0);
     }
-    Err("serving is not built yet; use --dry-run to see the placement plan".into())
+    crate::server::master::run(&config, &t, &plan)
 }

@@ -14,6 +14,7 @@ use crate::topology::Topology;
 use crate::units::{parse_duration, parse_percent, parse_size};
 use locate::{path_to_string, Locator, Seg};
 use raw::{RawConfig, Scalar};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -58,7 +59,7 @@ pub enum Unit {
 }
 
 /// The NUMA memory policy applied to a worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MemoryPolicy {
     /// `MPOL_BIND` to the home node: memory never comes from elsewhere (may fail under
     /// memory pressure instead of going remote). The default for hard affinity.
@@ -134,7 +135,7 @@ pub struct PoolSpec {
 }
 
 /// The request handlers a site's application can use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HandlerKind {
     /// Files under the site's `root` (or the built-in welcome page when it has none).
     Static,
@@ -157,7 +158,7 @@ impl HandlerKind {
 }
 
 /// An application: a URL path prefix served by one pool with one handler.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppSpec {
     pub path: String,
     pub pool: String,
@@ -165,7 +166,7 @@ pub struct AppSpec {
 }
 
 /// Where a site listens: `http://IP:PORT[:HOST]`, IIS's `protocol://ip:port:host`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Binding {
     pub addr: SocketAddr,
     /// Host header this binding answers; `None` answers any.
@@ -182,7 +183,7 @@ impl fmt::Display for Binding {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SiteSpec {
     pub name: String,
     pub bindings: Vec<Binding>,
@@ -203,7 +204,7 @@ impl SiteSpec {
 }
 
 /// Per-connection protocol limits (`[server.limits]`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     /// Longest request line; longer → 414… we answer 431/400 as documented. Default 8 KiB.
     pub max_request_line: usize,

@@ -1,0 +1,163 @@
+//! Request handlers and the router in front of them.
+//!
+//! Owns: routing a request to a site (by listener group and `Host`) and to an app (by path
+//! prefix), and the handlers: [`static_files`], [`dynamic`], [`cpu`]. One [`ThreadService`]
+//! per worker thread; nothing in it is shared with another thread.
+//! Must not touch: sockets or the protocol (that is [`crate::http`]).
+
+pub mod cpu;
+pub mod dynamic;
+pub mod mime;
+pub mod static_files;
+
+use crate::config::{HandlerKind, SiteSpec};
+use crate::http::clock::Clock;
+use crate::http::conn::{Reply, Service};
+use crate::http::{Request, Responder};
+use static_files::StaticFiles;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+enum AppHandler {
+    Static(StaticFiles),
+    Dynamic,
+    Cpu,
+}
+
+struct App {
+    path: String,
+    handler: AppHandler,
+}
+
+struct Site {
+    apps: Vec<App>,
+}
+
+/// Which sites a listener group answers for: `(host, site)`; a `None` host answers any.
+pub type GroupRoutes = Vec<(Option<String>, usize)>;
+
+/// Everything one worker thread needs to answer requests.
+pub struct ThreadService {
+    sites: Vec<Site>,
+    groups: Vec<GroupRoutes>,
+    clock: Rc<Clock>,
+    /// `<pool>/<index>/cpu<N>`, shown by the dynamic page.
+    identity: String,
+    served: Cell<u64>,
+    page: RefCell<String>,
+}
+
+impl ThreadService {
+    pub fn new(
+        sites: &[SiteSpec],
+        groups: Vec<GroupRoutes>,
+        clock: Rc<Clock>,
+        identity: String,
+    ) -> Self {
+        let sites = sites
+            .iter()
+            .map(|s| {
+                let mut apps: Vec<App> = s
+                    .apps
+                    .iter()
+                    .map(|a| App {
+                        path: a.path.trim_end_matches('/').to_string(),
+                        handler: match a.handler {
+                            HandlerKind::Static => AppHandler::Static(StaticFiles::new(
+                                s.root.clone(),
+                                s.index.clone(),
+                                s.follow_symlinks,
+                            )),
+                            HandlerKind::Dynamic => AppHandler::Dynamic,
+                            HandlerKind::Cpu => AppHandler::Cpu,
+                        },
+                    })
+                    .collect();
+                // Longest prefix first.
+                apps.sort_by_key(|a| std::cmp::Reverse(a.path.len()));
+                Site { apps }
+            })
+            .collect();
+        ThreadService {
+            sites,
+            groups,
+            clock,
+            identity,
+            served: Cell::new(0),
+            page: RefCell::new(String::with_capacity(2048)),
+        }
+    }
+
+    /// Requests answered by this thread so far.
+    pub fn served(&self) -> u64 {
+        self.served.get()
+    }
+
+    fn route_site(&self, group: usize, req: &Request<'_>) -> Option<&Site> {
+        let routes = self.groups.get(group)?;
+        if let [(None, site)] = routes.as_slice() {
+            return self.sites.get(*site);
+        }
+        let host = req.host();
+        let by_host = host.and_then(|h| {
+            routes
+                .iter()
+                .find(|(rh, _)| rh.as_deref().is_some_and(|rh| rh.eq_ignore_ascii_case(h)))
+        });
+        let (_, site) = by_host.or_else(|| routes.iter().find(|(rh, _)| rh.is_none()))?;
+        self.sites.get(*site)
+    }
+}
+
+/// Whether `path` lies under the app prefix `prefix` (given without a trailing slash).
+fn under(path: &str, prefix: &str) -> bool {
+    prefix.is_empty()
+        || (path.starts_with(prefix)
+            && matches!(path.as_bytes().get(prefix.len()), None | Some(b'/')))
+}
+
+impl Service for ThreadService {
+    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
+        self.served.set(self.served.get() + 1);
+        let Some(site) = self.route_site(group, req) else {
+            // HTTP.sys answers an unknown host the same way.
+            resp.simple(
+                400,
+                "text/plain; charset=utf-8",
+                b"400 Bad Request - Invalid Hostname\n",
+            );
+            return Reply::Done;
+        };
+        let Some(app) = site.apps.iter().find(|a| under(req.path, &a.path)) else {
+            resp.error(404);
+            return Reply::Done;
+        };
+        match &app.handler {
+            AppHandler::Static(files) => files.serve(req, resp, &self.clock),
+            AppHandler::Dynamic => {
+                let ctx = dynamic::PageContext {
+                    worker: &self.identity,
+                    served: self.served.get(),
+                    unix_seconds: self.clock.unix_seconds(),
+                };
+                dynamic::respond(req, &ctx, &mut self.page.borrow_mut(), resp);
+                Reply::Done
+            }
+            AppHandler::Cpu => {
+                cpu::respond(req.query, resp);
+                Reply::Done
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prefixes_match_on_segment_boundaries() {
+        assert!(super::under("/api/x", "/api"));
+        assert!(super::under("/api", "/api"));
+        assert!(!super::under("/apix", "/api"));
+        assert!(super::under("/anything", ""));
+    }
+}

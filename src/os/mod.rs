@@ -1,0 +1,9 @@
+//! The platform layer: every syscall espalier makes, each wrapped in a small function named
+//! for the one kernel facility it wraps (like nginx's `src/os/unix`).
+//!
+//! Owns: all `unsafe` in the crate. Must not touch: policy — callers decide what to apply;
+//! these functions only apply it and report the kernel's answer as an `io::Error`.
+
+pub mod net;
+pub mod numa;
+pub mod process;

@@ -1,0 +1,101 @@
+//! Listener sockets: SO_REUSEPORT groups and the CPU-steering BPF program.
+
+use crate::server::steering::BpfInsn;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+/// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic/socket.h); not exported by the libc crate.
+const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+
+/// A listening TCP socket that joins the reuseport group of `addr`. Non-blocking, close-on-exec
+/// (the master clears that flag only for the worker it hands the socket to).
+pub fn reuseport_listener(addr: SocketAddr, backlog: u32) -> io::Result<Socket> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// Attaches a classic-BPF program to the reuseport group `socket` belongs to; it picks the
+/// socket (by index in the group) for each new connection.
+pub fn attach_reuseport_cbpf(socket: &Socket, prog: &[BpfInsn]) -> io::Result<()> {
+    let filters: Vec<libc::sock_filter> = prog
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let fprog = libc::sock_fprog {
+        len: filters.len() as u16,
+        filter: filters.as_ptr() as *mut _,
+    };
+    // SAFETY: fprog points at `filters`, alive for the call; the kernel copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The CPU that processed a connection's packets (`SO_INCOMING_CPU`), for diagnostics.
+pub fn incoming_cpu(fd: &impl AsRawFd) -> io::Result<u32> {
+    let mut cpu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: cpu and len are valid for the kernel to write.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_INCOMING_CPU,
+            &mut cpu as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(cpu as u32)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `sendfile(out, in, offset, len)`: bytes sent, or `WouldBlock` when the socket is full.
+pub fn sendfile(
+    out: &impl AsRawFd,
+    file: &impl AsRawFd,
+    offset: &mut u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut off = *offset as libc::off_t;
+    // SAFETY: both fds are open for the call; off is a valid pointer.
+    let n = unsafe { libc::sendfile(out.as_raw_fd(), file.as_raw_fd(), &mut off, len) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    *offset = off as u64;
+    Ok(n as usize)
+}

@@ -1,0 +1,139 @@
+//! CPU affinity and NUMA memory policy of the calling thread or a process.
+
+use crate::cpuset::CpuSet;
+use std::io;
+
+fn to_cpu_set(cpus: &CpuSet) -> io::Result<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain bits; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let capacity = std::mem::size_of::<libc::cpu_set_t>() * 8;
+    for cpu in cpus.iter() {
+        if cpu as usize >= capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {cpu} is beyond cpu_set_t"),
+            ));
+        }
+        // SAFETY: the index is within the set's capacity, checked above.
+        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    }
+    Ok(set)
+}
+
+/// `sched_setaffinity(tid, cpus)`; `tid` 0 is the calling thread.
+pub fn set_thread_affinity(tid: libc::pid_t, cpus: &CpuSet) -> io::Result<()> {
+    let set = to_cpu_set(cpus)?;
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `sched_getaffinity(tid)`; `tid` 0 is the calling thread.
+pub fn thread_affinity(tid: libc::pid_t) -> io::Result<CpuSet> {
+    // SAFETY: zeroed cpu_set_t is valid; the kernel fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let rc =
+        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let capacity = std::mem::size_of::<libc::cpu_set_t>() * 8;
+    // SAFETY: indices are within the set's capacity.
+    Ok((0..capacity)
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .map(|i| i as u32)
+        .collect())
+}
+
+/// The NUMA memory policies espalier applies (`MPOL_*` in linux/mempolicy.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemPolicyMode {
+    Default,
+    Preferred,
+    Bind,
+}
+
+/// `set_mempolicy(mode, nodes)` for the calling thread; threads it creates afterwards inherit
+/// it. Called before the worker's threads start, so the whole worker allocates on its node.
+pub fn set_memory_policy(mode: MemPolicyMode, nodes: &[u32]) -> io::Result<()> {
+    let (mode, nodes) = match mode {
+        MemPolicyMode::Default => (libc::MPOL_DEFAULT, &[][..]),
+        MemPolicyMode::Preferred => (libc::MPOL_PREFERRED, nodes),
+        MemPolicyMode::Bind => (libc::MPOL_BIND, nodes),
+    };
+    let bits = std::mem::size_of::<libc::c_ulong>() * 8;
+    let max = nodes.iter().copied().max().map_or(0, |m| m as usize + 1);
+    let mut mask = vec![0 as libc::c_ulong; max.div_ceil(bits).max(1)];
+    for &n in nodes {
+        mask[n as usize / bits] |= 1 << (n as usize % bits);
+    }
+    // maxnode is the number of bits the kernel may read, plus one (a historic off-by-one).
+    let maxnode = (mask.len() * bits + 1) as libc::c_ulong;
+    let mask_ptr = if nodes.is_empty() {
+        std::ptr::null()
+    } else {
+        mask.as_ptr()
+    };
+    // SAFETY: mask holds maxnode-1 bits and outlives the call; a null mask with MPOL_DEFAULT
+    // is what the man page asks for.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            mode,
+            mask_ptr,
+            if nodes.is_empty() { 0 } else { maxnode },
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's kernel id.
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid cannot fail.
+    unsafe { libc::gettid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_round_trips_on_this_thread() {
+        let before = thread_affinity(0).unwrap();
+        let first = CpuSet::from_ids([before.first().unwrap()]);
+        std::thread::spawn(move || {
+            set_thread_affinity(0, &first).unwrap();
+            assert_eq!(thread_affinity(0).unwrap(), first);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(
+            thread_affinity(0).unwrap(),
+            before,
+            "other threads are untouched"
+        );
+    }
+
+    #[test]
+    fn memory_policy_applies_to_node_zero() {
+        std::thread::spawn(|| {
+            set_memory_policy(MemPolicyMode::Preferred, &[0]).unwrap();
+            set_memory_policy(MemPolicyMode::Bind, &[0]).unwrap();
+            set_memory_policy(MemPolicyMode::Default, &[]).unwrap();
+            assert!(
+                set_memory_policy(MemPolicyMode::Bind, &[200]).is_err(),
+                "a node that does not exist"
+            );
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -1,0 +1,94 @@
+//! Processes: handing file descriptors to a child, signals, reaping, and reading /proc.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Clears close-on-exec on `fd`, so a child started after this (in `pre_exec`) inherits it.
+pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd the caller owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends `signal` to process `pid`. A process that is already gone is not an error.
+pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill takes plain integers.
+    if unsafe { libc::kill(pid as libc::pid_t, signal) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+/// How a reaped child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExitStatus::Code(c) => write!(f, "exit code {c}"),
+            ExitStatus::Signal(s) => write!(
+                f,
+                "signal {s}{}",
+                signal_name(*s)
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+}
+
+fn signal_name(s: i32) -> Option<&'static str> {
+    Some(match s {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGINT => "SIGINT",
+        libc::SIGBUS => "SIGBUS",
+        _ => return None,
+    })
+}
+
+/// Reaps one exited child without blocking: `Some((pid, status))`, or `None` when no child
+/// has exited.
+pub fn reap_child() -> Option<(u32, ExitStatus)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: status is a valid pointer.
+    let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+    if pid <= 0 {
+        return None;
+    }
+    let st = if libc::WIFEXITED(status) {
+        ExitStatus::Code(libc::WEXITSTATUS(status))
+    } else {
+        ExitStatus::Signal(libc::WTERMSIG(status))
+    };
+    Some((pid as u32, st))
+}
+
+/// Asks the kernel to send SIGTERM to this process when its parent dies, so a worker never
+/// outlives a master that was killed with SIGKILL.
+pub fn die_with_parent() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -1,0 +1,421 @@
+//! The master (`espalier serve`): the WAS + HTTP.sys of espalier. It opens every listener
+//! itself, starts one worker process per planned slot with its sockets and placement, logs each
+//! start, keeps running when a worker dies, and stops everything gracefully on SIGTERM/SIGINT.
+//!
+//! Owns: the listener sockets (they outlive any worker, like HTTP.sys request queues: a worker
+//! that dies leaves its sockets open in the master, so new connections queue instead of being
+//! refused) and the worker processes. Must not touch: requests — the master never serves one.
+
+use super::log;
+use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
+use super::steering;
+use crate::config::{Affinity, Config, SiteSpec};
+use crate::handlers::GroupRoutes;
+use crate::os;
+use crate::placement::Plan;
+use crate::topology::Topology;
+use socket2::Socket;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+
+/// One reuseport group: every thread of a pool listening on one address.
+struct ListenerGroup {
+    pool: String,
+    addr: SocketAddr,
+    routes: GroupRoutes,
+    /// Sockets in group order; `owners[i]` = (worker index in the plan, thread index).
+    sockets: Vec<Socket>,
+    owners: Vec<(usize, usize)>,
+}
+
+/// A worker the master started.
+struct Child {
+    name: String,
+    pid: u32,
+    node: Option<u32>,
+    cpus: String,
+    alive: bool,
+}
+
+/// Runs the server until it is stopped. Returns the exit code.
+pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, String> {
+    let file = config
+        .source
+        .as_ref()
+        .map_or("the command line".to_string(), |p| p.display().to_string());
+    let groups = open_listeners(config, topology, plan, &file)?;
+    let specs = worker_specs(config, plan, &groups);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(supervise(config, groups, specs))
+}
+
+/// Opens every listener group, in CPU order, and attaches the steering program.
+fn open_listeners(
+    config: &Config,
+    topology: &Topology,
+    plan: &Plan,
+    file: &str,
+) -> Result<Vec<ListenerGroup>, String> {
+    let mut groups: Vec<ListenerGroup> = Vec::new();
+    for pool in &config.pools {
+        let pool_sites: Vec<(usize, &SiteSpec)> = config
+            .sites
+            .iter()
+            .filter(|s| s.pool() == pool.name)
+            .enumerate()
+            .collect();
+        for (site_idx, site) in &pool_sites {
+            for b in &site.bindings {
+                match groups
+                    .iter_mut()
+                    .find(|g| g.pool == pool.name && g.addr == b.addr)
+                {
+                    Some(g) => g.routes.push((b.host.clone(), *site_idx)),
+                    None => groups.push(ListenerGroup {
+                        pool: pool.name.clone(),
+                        addr: b.addr,
+                        routes: vec![(b.host.clone(), *site_idx)],
+                        sockets: Vec::new(),
+                        owners: Vec::new(),
+                    }),
+                }
+            }
+        }
+    }
+    let online = topology.online_cpus();
+    let mut steering_failed = false;
+    for g in &mut groups {
+        // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
+        // silently join another server's group.
+        if let Err(e) = std::net::TcpListener::bind(g.addr) {
+            let site = config
+                .sites
+                .iter()
+                .find(|s| s.bindings.iter().any(|b| b.addr == g.addr))
+                .map_or("?", |s| s.name.as_str());
+            return Err(bind_error(site, g.addr, &e, file));
+        }
+        let mut owners: Vec<(usize, usize, u32)> = Vec::new();
+        for (w, worker) in plan
+            .workers
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.pool == g.pool)
+        {
+            for (t, cpu) in worker.cpus.iter().enumerate() {
+                owners.push((w, t, cpu));
+            }
+        }
+        owners.sort_by_key(|&(w, t, cpu)| (cpu, w, t));
+        for _ in &owners {
+            let socket = os::net::reuseport_listener(g.addr, config.server.backlog)
+                .map_err(|e| bind_error(&g.pool, g.addr, &e, file))?;
+            g.sockets.push(socket);
+        }
+        g.owners = owners.iter().map(|&(w, t, _)| (w, t)).collect();
+        let thread_cpus: Vec<u32> = owners.iter().map(|&(_, _, cpu)| cpu).collect();
+        let table = steering::steering_table(&thread_cpus, &online, |c| topology.node_of_cpu(c));
+        let prog = steering::steering_program(&table, thread_cpus.len() as u32);
+        if let Some(first) = g.sockets.first() {
+            if let Err(e) = os::net::attach_reuseport_cbpf(first, &prog) {
+                if !steering_failed {
+                    log("master", format!("cannot attach the CPU-steering program ({e}); connections are spread by the kernel's reuseport hash instead"));
+                    steering_failed = true;
+                }
+            }
+        }
+    }
+    Ok(groups)
+}
+
+fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file: &str) -> String {
+    let fix = match e.raw_os_error() {
+        Some(libc::EADDRINUSE) => "another program holds it: stop it or change the port in `bindings`".to_string(),
+        Some(libc::EACCES) => "ports below 1024 need root or CAP_NET_BIND_SERVICE: run as root or use a port ≥ 1024 in `bindings`".to_string(),
+        Some(libc::EADDRNOTAVAIL) => "no interface has that address: use 127.0.0.1, 0.0.0.0 or one of this machine's addresses".to_string(),
+        _ => "check `bindings`".to_string(),
+    };
+    format!("{file}: site `{site}`: cannot listen on http://{addr}: {e}; {fix}")
+}
+
+fn worker_specs(config: &Config, plan: &Plan, groups: &[ListenerGroup]) -> Vec<WorkerSpec> {
+    plan.workers
+        .iter()
+        .enumerate()
+        .map(|(w, worker)| {
+            let pool = config
+                .pool(&worker.pool)
+                .expect("plan names configured pools");
+            let sites: Vec<SiteSpec> = config
+                .sites
+                .iter()
+                .filter(|s| s.pool() == pool.name)
+                .cloned()
+                .collect();
+            let my_groups: Vec<usize> = (0..groups.len())
+                .filter(|&g| groups[g].pool == pool.name)
+                .collect();
+            let threads = worker
+                .cpus
+                .iter()
+                .enumerate()
+                .map(|(t, cpu)| ThreadSpec {
+                    cpu,
+                    listeners: my_groups
+                        .iter()
+                        .enumerate()
+                        .map(|(local_g, &g)| {
+                            let i = groups[g]
+                                .owners
+                                .iter()
+                                .position(|&o| o == (w, t))
+                                .expect("every thread has a socket");
+                            (groups[g].sockets[i].as_raw_fd(), local_g)
+                        })
+                        .collect(),
+                })
+                .collect();
+            WorkerSpec {
+                pool: pool.name.clone(),
+                index: worker.index,
+                node: worker.node,
+                hard: worker.affinity == Affinity::Hard,
+                cpus: worker.cpus.as_slice().to_vec(),
+                memory_policy: worker.memory_policy,
+                memory_nodes: worker.memory_nodes.clone(),
+                control_fd: -1,
+                threads,
+                groups: my_groups
+                    .iter()
+                    .map(|&g| groups[g].routes.clone())
+                    .collect(),
+                sites,
+                limits: config.server.limits.clone(),
+                worker_header: config.server.worker_header,
+                shutdown_timeout: config.server.shutdown_timeout,
+            }
+        })
+        .collect()
+}
+
+/// Starts a worker process with its sockets and spec; returns its pid and control socket.
+fn spawn_worker(mut spec: WorkerSpec) -> Result<(u32, tokio::net::UnixStream), String> {
+    let (master_end, worker_end) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    spec.control_fd = worker_end.as_raw_fd();
+    let mut fds: Vec<RawFd> = spec
+        .threads
+        .iter()
+        .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd))
+        .collect();
+    fds.push(worker_end.as_raw_fd());
+    let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("worker").env(ENV_VAR, json);
+    // SAFETY: between fork and exec only async-signal-safe calls (fcntl, prctl) run.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                os::process::clear_cloexec(fd)?;
+            }
+            os::process::die_with_parent()
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start worker {}: {e}", spec.name()))?;
+    drop(worker_end);
+    master_end
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    let control = tokio::net::UnixStream::from_std(master_end).map_err(|e| e.to_string())?;
+    Ok((child.id(), control))
+}
+
+async fn supervise(
+    config: &Config,
+    groups: Vec<ListenerGroup>,
+    specs: Vec<WorkerSpec>,
+) -> Result<i32, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut sigchld = signal(SignalKind::child()).map_err(|e| e.to_string())?;
+
+    for g in &groups {
+        let hosts: Vec<String> = g
+            .routes
+            .iter()
+            .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
+            .collect();
+        log(
+            "master",
+            format!(
+                "listening on http://{} for pool {} ({} sockets, hosts {})",
+                g.addr,
+                g.pool,
+                g.sockets.len(),
+                hosts.join(",")
+            ),
+        );
+    }
+    let mut children: Vec<Child> = Vec::new();
+    let mut controls = Vec::new();
+    for spec in &specs {
+        let name = spec.name();
+        let (pid, control) = match spawn_worker(spec.clone()) {
+            Ok(x) => x,
+            Err(e) => {
+                stop_all(&mut children, Duration::from_secs(1)).await;
+                return Err(e);
+            }
+        };
+        let cpus = crate::cpuset::CpuSet::from_ids(spec.cpus.iter().copied()).to_string();
+        children.push(Child {
+            name,
+            pid,
+            node: spec.node,
+            cpus,
+            alive: true,
+        });
+        controls.push(tokio::io::BufReader::new(control));
+    }
+    // Wait for every worker to report ready (or an error), within the pools' startup limit.
+    let startup = config
+        .pools
+        .iter()
+        .map(|p| p.startup_time_limit)
+        .max()
+        .unwrap_or(Duration::from_secs(90));
+    for (i, control) in controls.iter_mut().enumerate() {
+        let mut line = String::new();
+        let read = tokio::time::timeout(startup, control.read_line(&mut line)).await;
+        let c = &children[i];
+        match (read, line.trim()) {
+            (Ok(Ok(_)), l) if l.starts_with("ready") => {
+                let node = c.node.map_or("-".into(), |n| n.to_string());
+                log(
+                    "master",
+                    format!(
+                        "worker {} started: pid {} node {} cpus {}",
+                        c.name, c.pid, node, c.cpus
+                    ),
+                );
+            }
+            (Ok(_), l) => {
+                let why = l
+                    .strip_prefix("error ")
+                    .unwrap_or("it exited before it was ready")
+                    .to_string();
+                let name = c.name.clone();
+                stop_all(&mut children, Duration::from_secs(2)).await;
+                return Err(format!("worker {name} could not start: {why}"));
+            }
+            (Err(_), _) => {
+                let name = c.name.clone();
+                stop_all(&mut children, Duration::from_secs(2)).await;
+                return Err(format!(
+                    "worker {name} did not report ready within {}s (startup_time_limit)",
+                    startup.as_secs()
+                ));
+            }
+        }
+    }
+    log(
+        "master",
+        format!(
+            "{} worker(s) serving; SIGTERM or Ctrl-C stops them gracefully",
+            children.len()
+        ),
+    );
+
+    loop {
+        tokio::select! {
+            _ = sigchld.recv() => reap(&mut children),
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+        }
+    }
+    log(
+        "master",
+        format!(
+            "stopping: in-flight requests have {}s to finish (a second signal stops at once)",
+            config.server.shutdown_timeout.as_secs()
+        ),
+    );
+    let bound = config.server.shutdown_timeout + Duration::from_secs(1);
+    for c in children.iter().filter(|c| c.alive) {
+        let _ = os::process::kill(c.pid, libc::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + bound;
+    while children.iter().any(|c| c.alive) {
+        tokio::select! {
+            _ = sigchld.recv() => reap(&mut children),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => reap(&mut children),
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    stop_all(&mut children, Duration::from_millis(500)).await;
+    drop(controls);
+    drop(groups);
+    log("master", "stopped");
+    Ok(0)
+}
+
+/// Reaps exited workers and says so. The pool keeps its listeners, so new connections wait
+/// in the accept queue of the dead worker's sockets.
+fn reap(children: &mut [Child]) {
+    while let Some((pid, status)) = os::process::reap_child() {
+        if let Some(c) = children.iter_mut().find(|c| c.pid == pid && c.alive) {
+            c.alive = false;
+            log(
+                "master",
+                format!(
+                    "worker {} (pid {pid}) exited: {status}; its listeners stay open in the master",
+                    c.name
+                ),
+            );
+        }
+    }
+}
+
+/// Kills the workers still alive after `grace`, and reaps them.
+async fn stop_all(children: &mut [Child], grace: Duration) {
+    for c in children.iter().filter(|c| c.alive) {
+        let _ = os::process::kill(c.pid, libc::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    while children.iter().any(|c| c.alive) && tokio::time::Instant::now() < deadline {
+        reap(children);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for c in children.iter_mut().filter(|c| c.alive) {
+        let _ = os::process::kill(c.pid, libc::SIGKILL);
+        log(
+            "master",
+            format!(
+                "worker {} (pid {}) did not stop in time: killed",
+                c.name, c.pid
+            ),
+        );
+    }
+    for _ in 0..50 {
+        reap(children);
+        if children.iter().all(|c| !c.alive) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,17 @@
+//! The running server: the master process that owns listeners and starts placed workers, and
+//! the worker processes that answer requests.
+//!
+//! Owns: process structure and life cycle. Must not touch: placement decisions (it applies a
+//! [`crate::placement::Plan`]), protocol details ([`crate::http`]) or syscalls beyond calling
+//! [`crate::os`].
+
+pub mod master;
+pub mod spec;
+pub mod steering;
+pub mod worker;
+
+/// A lifecycle log line on stderr: `espalier[<who>]: <message>`. Requests are never logged
+/// here; this is for starts, exits and decisions an operator must see.
+pub fn log(who: &str, message: impl std::fmt::Display) {
+    eprintln!("espalier[{who}]: {message}");
+}

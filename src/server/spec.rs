@@ -1,0 +1,47 @@
+//! What the master tells a worker process: its placement, its inherited sockets, its sites.
+//!
+//! Owns: the hand-over format (JSON in the `ESPALIER_WORKER_SPEC` environment variable, read
+//! once at start). Must not touch: how the values were decided.
+
+use crate::config::{Limits, MemoryPolicy, SiteSpec};
+use crate::handlers::GroupRoutes;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+pub const ENV_VAR: &str = "ESPALIER_WORKER_SPEC";
+
+/// One worker thread: the CPU it serves and its listener socket in each group.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ThreadSpec {
+    pub cpu: u32,
+    /// (inherited fd, group index).
+    pub listeners: Vec<(i32, usize)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub pool: String,
+    pub index: u32,
+    pub node: Option<u32>,
+    /// Hard affinity pins each thread to its CPU; soft lets threads use all the worker's CPUs.
+    pub hard: bool,
+    pub cpus: Vec<u32>,
+    pub memory_policy: MemoryPolicy,
+    pub memory_nodes: Vec<u32>,
+    /// The worker's end of its control socket with the master.
+    pub control_fd: i32,
+    pub threads: Vec<ThreadSpec>,
+    /// Per listener group: which of `sites` it answers for, by host.
+    pub groups: Vec<GroupRoutes>,
+    pub sites: Vec<SiteSpec>,
+    pub limits: Limits,
+    pub worker_header: bool,
+    pub shutdown_timeout: Duration,
+}
+
+impl WorkerSpec {
+    /// `<pool>/<index>`, as logs and headers name a worker.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.pool, self.index)
+    }
+}

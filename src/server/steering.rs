@@ -1,0 +1,209 @@
+//! Connection steering: which listener socket of a reuseport group accepts a connection that
+//! the kernel received on CPU k — the case study's "traffic received on a NIC is processed by
+//! a core on the same node", end to end.
+//!
+//! Owns: the pure part — the CPU → socket table and the classic-BPF program that encodes it.
+//! Must not touch: sockets (attaching the program is [`crate::os::net::attach_reuseport_cbpf`]).
+//!
+//! The master creates one socket per worker thread, sorted by the thread's CPU, so a socket's
+//! index in the group is its position in that order, and threads sharing a CPU (workers of a
+//! pool with `placement = "none"`) sit next to each other. The table maps every CPU to a run
+//! `[start, start + count)` of sockets:
+//! - a CPU owned by threads → those threads' sockets (a random one among several);
+//! - a CPU owned by no thread → the sockets of threads on the same node, spread by CPU id;
+//! - a node with no thread at all → every socket, spread by CPU id.
+
+use crate::cpuset::CpuSet;
+
+/// One classic-BPF instruction, as `struct sock_filter` lays it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BpfInsn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
+
+// Classic BPF opcodes and ancillary offsets (linux/filter.h, linux/bpf_common.h).
+/// BPF_LD | BPF_W | BPF_ABS (BPF_LD and BPF_W are 0).
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+const BPF_RET_K: u16 = 0x06;
+const BPF_RET_A: u16 = 0x06 | 0x10;
+const BPF_ALU_MOD_K: u16 = 0x04 | 0x90;
+const BPF_ALU_ADD_K: u16 = 0x04;
+const SKF_AD_OFF: i32 = -0x1000;
+const SKF_AD_CPU: i32 = 36;
+const SKF_AD_RANDOM: i32 = 56;
+/// The kernel refuses classic programs longer than this (BPF_MAXINSNS).
+const MAX_INSNS: usize = 4096;
+
+/// A run of socket indices in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketRun {
+    pub start: u32,
+    pub count: u32,
+}
+
+/// CPU → socket run, for every online CPU of the machine.
+pub fn steering_table(
+    thread_cpus: &[u32],
+    online: &CpuSet,
+    node_of: impl Fn(u32) -> Option<u32>,
+) -> Vec<(u32, SocketRun)> {
+    let n = thread_cpus.len() as u32;
+    debug_assert!(
+        thread_cpus.windows(2).all(|w| w[0] <= w[1]),
+        "sockets are created in CPU order"
+    );
+    let mut table = Vec::new();
+    for cpu in online.iter() {
+        let owned: Vec<u32> = (0..n).filter(|&i| thread_cpus[i as usize] == cpu).collect();
+        let run = if let Some(&start) = owned.first() {
+            SocketRun {
+                start,
+                count: owned.len() as u32,
+            }
+        } else {
+            let node = node_of(cpu);
+            let same_node: Vec<u32> = (0..n)
+                .filter(|&i| node.is_some() && node_of(thread_cpus[i as usize]) == node)
+                .collect();
+            let pool = if same_node.is_empty() {
+                (0..n).collect()
+            } else {
+                same_node
+            };
+            SocketRun {
+                start: pool[cpu as usize % pool.len()],
+                count: 1,
+            }
+        };
+        table.push((cpu, run));
+    }
+    table
+}
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
+    BpfInsn { code, jt, jf, k }
+}
+
+/// The program: load the receiving CPU, find its run, return a socket index in it.
+/// Falls back to `cpu % sockets` when the table would not fit in one program.
+pub fn steering_program(table: &[(u32, SocketRun)], sockets: u32) -> Vec<BpfInsn> {
+    let load_cpu = insn(BPF_LD_W_ABS, 0, 0, (SKF_AD_OFF + SKF_AD_CPU) as u32);
+    let modulo = [
+        insn(BPF_ALU_MOD_K, 0, 0, sockets.max(1)),
+        insn(BPF_RET_A, 0, 0, 0),
+    ];
+    let mut prog = vec![load_cpu];
+    for &(cpu, run) in table {
+        if run.count <= 1 {
+            prog.push(insn(BPF_JMP_JEQ_K, 0, 1, cpu));
+            prog.push(insn(BPF_RET_K, 0, 0, run.start));
+        } else {
+            prog.push(insn(BPF_JMP_JEQ_K, 0, 4, cpu));
+            prog.push(insn(
+                BPF_LD_W_ABS,
+                0,
+                0,
+                (SKF_AD_OFF + SKF_AD_RANDOM) as u32,
+            ));
+            prog.push(insn(BPF_ALU_MOD_K, 0, 0, run.count));
+            prog.push(insn(BPF_ALU_ADD_K, 0, 0, run.start));
+            prog.push(insn(BPF_RET_A, 0, 0, 0));
+        }
+    }
+    prog.extend(modulo);
+    if prog.len() > MAX_INSNS {
+        let mut short = vec![load_cpu];
+        short.extend(modulo);
+        return short;
+    }
+    prog
+}
+
+/// Runs a program the way the kernel would for a packet received on `cpu`, with `random` as
+/// the random number; used by the tests to check programs without a kernel.
+pub fn interpret(prog: &[BpfInsn], cpu: u32, random: u32) -> u32 {
+    let mut a: u32 = 0;
+    let mut pc = 0;
+    while pc < prog.len() {
+        let i = prog[pc];
+        match i.code {
+            BPF_LD_W_ABS if i.k == (SKF_AD_OFF + SKF_AD_CPU) as u32 => a = cpu,
+            BPF_LD_W_ABS if i.k == (SKF_AD_OFF + SKF_AD_RANDOM) as u32 => a = random,
+            BPF_JMP_JEQ_K => {
+                pc += 1 + if a == i.k {
+                    i.jt as usize
+                } else {
+                    i.jf as usize
+                };
+                continue;
+            }
+            BPF_RET_K => return i.k,
+            BPF_RET_A => return a,
+            BPF_ALU_MOD_K => a %= i.k,
+            BPF_ALU_ADD_K => a = a.wrapping_add(i.k),
+            other => panic!("unexpected opcode {other:#x}"),
+        }
+        pc += 1;
+    }
+    panic!("program fell off its end")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_of_8x2(cpu: u32) -> Option<u32> {
+        Some(cpu / 2)
+    }
+
+    #[test]
+    fn owned_cpus_go_to_their_thread() {
+        let online = CpuSet::parse("0-3").unwrap();
+        let table = steering_table(&[0, 1, 2, 3], &online, |_| Some(0));
+        let prog = steering_program(&table, 4);
+        for cpu in 0..4 {
+            assert_eq!(interpret(&prog, cpu, 12345), cpu);
+        }
+    }
+
+    #[test]
+    fn unowned_cpus_stay_on_their_node() {
+        // Threads on CPUs 2 and 3 (node 1) and 4 (node 2); CPUs 0-1 (node 0) have none.
+        let online = CpuSet::parse("0-5").unwrap();
+        let threads = [2, 3, 4];
+        let table = steering_table(&threads, &online, node_of_8x2);
+        let prog = steering_program(&table, 3);
+        assert_eq!(interpret(&prog, 2, 0), 0);
+        assert_eq!(interpret(&prog, 4, 0), 2);
+        // CPU 5 is on node 2 with the thread of CPU 4 → socket 2.
+        assert_eq!(interpret(&prog, 5, 0), 2);
+        // CPUs 0 and 1: node 0 has no thread → spread over all sockets.
+        assert!(interpret(&prog, 0, 0) < 3 && interpret(&prog, 1, 0) < 3);
+    }
+
+    #[test]
+    fn shared_cpus_spread_randomly_over_their_run() {
+        // Two workers with placement none: each has threads on CPUs 0 and 1.
+        let online = CpuSet::parse("0-1").unwrap();
+        let table = steering_table(&[0, 0, 1, 1], &online, |_| Some(0));
+        let prog = steering_program(&table, 4);
+        assert_eq!(interpret(&prog, 0, 0), 0);
+        assert_eq!(interpret(&prog, 0, 1), 1);
+        assert_eq!(interpret(&prog, 1, 6), 2);
+        assert_eq!(interpret(&prog, 1, 7), 3);
+    }
+
+    #[test]
+    fn huge_machines_fall_back_to_modulo() {
+        let online: CpuSet = (0..3000).collect();
+        let threads: Vec<u32> = (0..3000).collect();
+        let table = steering_table(&threads, &online, |c| Some(c / 100));
+        let prog = steering_program(&table, 3000);
+        assert!(prog.len() <= MAX_INSNS);
+        assert_eq!(interpret(&prog, 2999, 0), 2999);
+    }
+}

@@ -1,0 +1,261 @@
+//! A worker process: applies its placement, then runs one thread per CPU it owns, each with
+//! its own single-threaded event loop, its own listener sockets, caches and counters.
+//!
+//! Owns: the worker's threads and its graceful stop. Must not touch: other workers or the
+//! listeners' life (the master owns the sockets; a worker only uses its inherited copies).
+//!
+//! Affinity: the main thread and, for soft affinity, every engine thread may run on all of
+//! the worker's CPUs (its home node); with hard affinity each engine thread is pinned to its
+//! one CPU. Memory policy is set on the main thread before any other thread starts, so every
+//! thread inherits it.
+
+use super::log;
+use super::spec::{WorkerSpec, ENV_VAR};
+use crate::config::MemoryPolicy;
+use crate::cpuset::CpuSet;
+use crate::handlers::ThreadService;
+use crate::http::clock::Clock;
+use crate::http::conn::{self, ConnEnv, Shutdown, Timeouts};
+use crate::http::HeadLimits;
+use crate::os::{self, numa::MemPolicyMode};
+use std::cell::Cell;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+/// Entry point of `espalier worker` (started only by the master).
+pub fn main() -> i32 {
+    let spec: WorkerSpec = match std::env::var(ENV_VAR)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("espalier: `espalier worker` is started by `espalier serve`, not by hand ({ENV_VAR}: {e})");
+            return 2;
+        }
+    };
+    let name = spec.name();
+    // SAFETY: the master handed us this fd for our exclusive use.
+    let mut control = unsafe { UnixStream::from_raw_fd(spec.control_fd) };
+    match run(&spec, &mut control) {
+        Ok(()) => 0,
+        Err(message) => {
+            let _ = writeln!(control, "error {message}");
+            log(&name, &message);
+            1
+        }
+    }
+}
+
+fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
+    let _ = os::process::die_with_parent();
+    let cpus = CpuSet::from_ids(spec.cpus.iter().copied());
+    let mode = match spec.memory_policy {
+        MemoryPolicy::Bind => MemPolicyMode::Bind,
+        MemoryPolicy::Preferred => MemPolicyMode::Preferred,
+        MemoryPolicy::Default => MemPolicyMode::Default,
+    };
+    os::numa::set_memory_policy(mode, &spec.memory_nodes).map_err(|e| {
+        format!(
+            "cannot set memory policy {:?} on node(s) {:?}: {e}",
+            spec.memory_policy, spec.memory_nodes
+        )
+    })?;
+    os::numa::set_thread_affinity(0, &cpus)
+        .map_err(|e| format!("cannot run on CPUs {cpus}: {e} (are they outside this process's allowed CPUs, e.g. a container's cpuset?)"))?;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let mut threads = Vec::new();
+    for (t, thread) in spec.threads.iter().enumerate() {
+        let spec = spec.clone();
+        let stop_rx = stop_rx.clone();
+        let started_tx = started_tx.clone();
+        let cpu = thread.cpu;
+        let handle = std::thread::Builder::new()
+            .name(format!("{}-cpu{cpu}", spec.pool))
+            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx))
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        threads.push(handle);
+    }
+    drop(started_tx);
+    for _ in 0..spec.threads.len() {
+        match started_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err("a worker thread died while starting".into()),
+        }
+    }
+    writeln!(control, "ready {}", std::process::id())
+        .map_err(|e| format!("lost the master: {e}"))?;
+
+    // Wait for SIGTERM/SIGINT (or the master going away), then drain.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("signal handler");
+        let mut int = signal(SignalKind::interrupt()).expect("signal handler");
+        let control = control.try_clone().expect("clone control socket");
+        control.set_nonblocking(true).expect("nonblocking control socket");
+        let mut control = tokio::net::UnixStream::from_std(control).expect("register control socket");
+        let mut buf = [0u8; 64];
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            // The master closed the control socket (it is gone): stop too.
+            _ = async { loop { match tokio::io::AsyncReadExt::read(&mut control, &mut buf).await { Ok(0) | Err(_) => break, Ok(_) => {} } } } => {}
+        }
+        let _ = control.shutdown().await;
+    });
+    let _ = stop_tx.send(true);
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
+/// One engine thread: its own runtime, its listeners, its connections.
+fn engine_thread(
+    spec: &WorkerSpec,
+    t: usize,
+    mut stop_rx: watch::Receiver<bool>,
+    started: std::sync::mpsc::Sender<Result<(), String>>,
+) {
+    let thread = &spec.threads[t];
+    let affinity = if spec.hard {
+        CpuSet::from_ids([thread.cpu])
+    } else {
+        CpuSet::from_ids(spec.cpus.iter().copied())
+    };
+    if let Err(e) = os::numa::set_thread_affinity(0, &affinity) {
+        let _ = started.send(Err(format!("cannot pin thread to CPUs {affinity}: {e}")));
+        return;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = started.send(Err(format!("cannot start an event loop: {e}")));
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let identity = format!("{}/{}/cpu{}", spec.pool, spec.index, thread.cpu);
+        let extra = if spec.worker_header {
+            format!("X-Espalier-Worker: {identity}\r\n")
+        } else {
+            String::new()
+        };
+        let clock = Rc::new(Clock::new(extra));
+        tokio::task::spawn_local(Rc::clone(&clock).run());
+        let l = &spec.limits;
+        let env = Rc::new(ConnEnv {
+            service: ThreadService::new(
+                &spec.sites,
+                spec.groups.clone(),
+                Rc::clone(&clock),
+                identity,
+            ),
+            clock,
+            limits: HeadLimits {
+                max_request_line: l.max_request_line,
+                max_header_size: l.max_header_size,
+                max_headers: l.max_headers,
+                max_body_size: l.max_body_size,
+            },
+            timeouts: Timeouts {
+                header: l.header_timeout,
+                body: l.body_timeout,
+                keepalive: l.keepalive_timeout,
+            },
+            shutdown: Rc::new(Shutdown::default()),
+        });
+        // The worker's connection limit, divided among its threads (no shared counter).
+        let max_conns = l.max_connections.div_ceil(spec.threads.len().max(1));
+        let open = Rc::new(Cell::new(0usize));
+        let mut listeners = Vec::new();
+        for &(fd, group) in &thread.listeners {
+            // SAFETY: the master handed this listening socket to this thread alone.
+            let std_listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+            match tokio::net::TcpListener::from_std(std_listener) {
+                Ok(l) => listeners.push((l, group)),
+                Err(e) => {
+                    let _ = started.send(Err(format!("cannot use listener fd {fd}: {e}")));
+                    return;
+                }
+            }
+        }
+        for (listener, group) in listeners {
+            tokio::task::spawn_local(accept_loop(
+                listener,
+                group,
+                Rc::clone(&env),
+                Rc::clone(&open),
+                max_conns,
+            ));
+        }
+        let _ = started.send(Ok(()));
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+        env.shutdown.begin();
+        // Let in-flight requests finish, within the shutdown bound.
+        let deadline = tokio::time::Instant::now() + spec.shutdown_timeout;
+        while open.get() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    group: usize,
+    env: Rc<ConnEnv<ThreadService>>,
+    open: Rc<Cell<usize>>,
+    max_conns: usize,
+) {
+    loop {
+        if env.shutdown.started.get() {
+            return;
+        }
+        let accepted = tokio::select! {
+            biased;
+            _ = env.shutdown.notify.notified() => return,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                if open.get() >= max_conns {
+                    tokio::task::spawn_local(reject_busy(stream));
+                    continue;
+                }
+                open.set(open.get() + 1);
+                let env = Rc::clone(&env);
+                let open = Rc::clone(&open);
+                tokio::task::spawn_local(async move {
+                    conn::serve(stream, group, env).await;
+                    open.set(open.get() - 1);
+                });
+            }
+            // Out of descriptors or memory: back off briefly rather than spin.
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// Over the connection limit: a canned 503 and close.
+async fn reject_busy(mut stream: tokio::net::TcpStream) {
+    const BODY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nServer: espalier\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 24\r\n\r\n503 Service Unavailable\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BODY)).await;
+    let _ = stream.shutdown().await;
+}
