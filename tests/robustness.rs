@@ -111,6 +111,12 @@ proptest! {
         }
     }
 
+}
+
+proptest! {
+    // Each case copies a fixture tree; fewer cases keep the suite quick.
+    #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
+
     #[test]
     fn sysfs_reader_never_panics_on_any_contents(
         picks in prop::collection::vec((0usize..10_000, prop::collection::vec(any::<u8>(), 0..40)), 1..25)

@@ -154,7 +154,13 @@ pub fn parse_head<'a>(
         .parse_request_with_uninit_headers(&mut req, buf, &mut headers[..n])
         .map_err(|e| match e {
             httparse::Error::TooManyHeaders => ProtocolError::HeadersTooLarge,
-            httparse::Error::Version => ProtocolError::VersionNotSupported,
+            // 505 only for a real but unsupported version (HTTP/2.0 in HTTP/1 framing); garbage is 400.
+            httparse::Error::Version
+                if line_end
+                    .is_some_and(|e| memchr::memmem::find(&buf[..e], b" HTTP/").is_some()) =>
+            {
+                ProtocolError::VersionNotSupported
+            }
             _ => ProtocolError::BadRequest,
         })?;
     let len = match status {

@@ -114,6 +114,13 @@ fn limits_map_to_statuses() {
         "HTTP/1.1 needs Host"
     );
     assert_eq!(parse(b"GARBAGE\r\n\r\n").unwrap_err().status(), 400);
+    assert_eq!(parse(b"NOT HTTP AT ALL\r\n\r\n").unwrap_err().status(), 400);
+    assert_eq!(
+        parse(b"GET / HTTP/2.0\r\nHost: x\r\n\r\n")
+            .unwrap_err()
+            .status(),
+        505
+    );
     assert_eq!(
         parse(b"GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap_err()

@@ -1,0 +1,262 @@
+//! Test harness: start the real `espalier serve` on loopback, talk raw HTTP to it, stop it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A free loopback port (bound and released; the race with other tests is acceptable).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `espalier serve`. Dropping it stops the server (SIGTERM, then SIGKILL) and waits.
+pub struct Server {
+    pub child: Child,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// Starts `espalier serve ARGS` in `cwd` and waits until every worker reports ready.
+    pub fn start(args: &[&str], cwd: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_espalier"))
+            .arg("serve")
+            .args(args)
+            .current_dir(cwd)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start espalier");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let server = Server { child, log };
+        server.wait_for_log("serving", Duration::from_secs(20));
+        server
+    }
+
+    /// Starts with a config file written into `dir`.
+    pub fn with_config(dir: &Path, config: &str) -> Server {
+        let path = dir.join("espalier.toml");
+        std::fs::write(&path, config).unwrap();
+        Server::start(&["-c", path.to_str().unwrap()], dir)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Waits for a log line containing `needle`; panics with the log on timeout.
+    pub fn wait_for_log(&self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(l) = self.log.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return l.clone();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "no log line with {needle:?} within {within:?}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// (name, pid, cpus) of each worker, from the master's start lines.
+    pub fn workers(&self) -> Vec<(String, u32, String)> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                // espalier[master]: worker POOL/I started: pid N node X cpus Y
+                let rest = l.strip_prefix("espalier[master]: worker ")?;
+                let (name, rest) = rest.split_once(" started: pid ")?;
+                let mut f = rest.split_whitespace();
+                let pid = f.next()?.parse().ok()?;
+                let cpus = f.nth(3)?.to_string();
+                Some((name.to_string(), pid, cpus))
+            })
+            .collect()
+    }
+
+    /// Sends a signal to the master.
+    pub fn signal(&self, sig: i32) {
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Waits for the master to exit; returns its exit code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.signal(libc::SIGTERM);
+            if self.wait_exit(Duration::from_secs(5)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+pub fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+/// A parsed response.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A keep-alive connection with a read buffer.
+pub struct Conn {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.stream.write_all(raw).unwrap();
+    }
+
+    /// Reads one response; `head_only` for responses to HEAD (no body despite Content-Length).
+    pub fn read_response(&mut self, head_only: bool) -> Option<Response> {
+        let head_end = loop {
+            if let Some(i) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            if !self.fill() {
+                return None;
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status: u16 = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+            .collect();
+        self.buf.drain(..head_end);
+        let mut r = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        if head_only || status == 304 || status == 100 {
+            return Some(r);
+        }
+        match r
+            .header("content-length")
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            Some(len) => {
+                while self.buf.len() < len {
+                    if !self.fill() {
+                        return None;
+                    }
+                }
+                r.body = self.buf.drain(..len).collect();
+            }
+            None => {
+                while self.fill() {}
+                r.body = std::mem::take(&mut self.buf);
+            }
+        }
+        Some(r)
+    }
+
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 65536];
+        match self.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
+    /// True when the server has closed the connection (EOF, no more bytes).
+    pub fn closed(&mut self) -> bool {
+        self.buf.is_empty() && !self.fill()
+    }
+}
+
+/// One request on a fresh connection.
+pub fn get(addr: SocketAddr, path: &str, extra_headers: &str) -> Response {
+    let mut c = Conn::open(addr);
+    c.send(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\n{extra_headers}Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    c.read_response(false).expect("a response")
+}
+
+/// The value of a `Key:\t value` line in /proc/PID/task/TID/status.
+pub fn status_field(path: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(path.join("status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim_start_matches(':').trim().to_string())
+        .unwrap_or_default()
+}
