@@ -553,6 +553,10 @@ fn graceful_stop_finishes_in_flight_requests_and_leaves_no_process() {
     let mut server = Server::with_config(dir.path(), &site_config(port, "", "processes = 2"));
     let pids: Vec<u32> = server.workers().iter().map(|w| w.1).collect();
     assert_eq!(pids.len(), 2);
+    // An idle keep-alive connection is closed at once, not kept until a timeout.
+    let mut idle = Conn::open(addr(port));
+    idle.send(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(idle.read_response(false).unwrap().status, 200);
     // A request half sent when the stop begins still gets its answer (with Connection: close).
     let mut c = Conn::open(addr(port));
     c.send(b"GET /hello.txt HTTP/1.1\r\n");

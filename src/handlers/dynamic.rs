@@ -5,20 +5,27 @@
 //! Owns: that page. Must not touch: I/O.
 
 use crate::http::{Request, Responder};
-use std::fmt::Write;
 
 /// Escapes text for HTML (the page reflects request data, which is attacker-controlled).
-pub fn escape_html(s: &str, out: &mut String) {
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
+/// Copies runs of safe bytes whole: the five special characters are ASCII, so cutting the
+/// string at them never splits a UTF-8 sequence.
+pub fn escape_html(s: &str, out: &mut Vec<u8>) {
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let replacement: &[u8] = match b {
+            b'&' => b"&amp;",
+            b'<' => b"&lt;",
+            b'>' => b"&gt;",
+            b'"' => b"&quot;",
+            b'\'' => b"&#39;",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(replacement);
+        start = i + 1;
     }
+    out.extend_from_slice(&bytes[start..]);
 }
 
 /// Who is answering: shown on the page.
@@ -28,62 +35,91 @@ pub struct PageContext<'a> {
     pub unix_seconds: u64,
 }
 
+/// The page's fixed text between the values, so each value costs two copies.
+const PIECES: [&str; 11] = [
+    "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>espalier dynamic page</title></head><body>\n<h1>Hello from ",
+    "</h1>\n<table>\n<tr><th>method</th><td>",
+    "</td></tr>\n<tr><th>path</th><td>",
+    "</td></tr>\n<tr><th>query</th><td>",
+    "</td></tr>\n<tr><th>host</th><td>",
+    "</td></tr>\n<tr><th>user-agent</th><td>",
+    "</td></tr>\n<tr><th>accept</th><td>",
+    "</td></tr>\n<tr><th>body bytes</th><td>",
+    "</td></tr>\n<tr><th>requests served by this thread</th><td>",
+    "</td></tr>\n<tr><th>unix time</th><td>",
+    "</td></tr>\n</table>\n</body></html>\n",
+];
+
 /// Builds the page into `page` (reused between requests) and answers with it.
 pub fn respond(
     req: &Request<'_>,
     ctx: &PageContext<'_>,
-    page: &mut String,
+    page: &mut Vec<u8>,
     resp: &mut Responder<'_>,
 ) {
-    page.clear();
-    page.push_str("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>espalier dynamic page</title></head><body>\n<h1>Hello from ");
-    escape_html(ctx.worker, page);
-    page.push_str("</h1>\n<table>\n");
-    row(page, "method", req.method_text);
-    row(page, "path", req.path);
-    row(page, "query", req.query);
-    for name in ["host", "user-agent", "accept"] {
-        row(page, name, req.header(name).unwrap_or(""));
+    let (mut host, mut agent, mut accept) = ("", "", "");
+    // One pass over the headers for the three the page shows.
+    for h in req.headers {
+        let slot = if h.name.eq_ignore_ascii_case("host") {
+            &mut host
+        } else if h.name.eq_ignore_ascii_case("user-agent") {
+            &mut agent
+        } else if h.name.eq_ignore_ascii_case("accept") {
+            &mut accept
+        } else {
+            continue;
+        };
+        if slot.is_empty() {
+            *slot = std::str::from_utf8(h.value).unwrap_or("");
+        }
     }
-    let _ = writeln!(
-        page,
-        "<tr><th>body bytes</th><td>{}</td></tr>",
-        req.body.len()
+    let (mut n1, mut n2, mut n3) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
     );
-    let _ = writeln!(
-        page,
-        "<tr><th>requests served by this thread</th><td>{}</td></tr>",
-        ctx.served
-    );
-    let _ = writeln!(
-        page,
-        "<tr><th>unix time</th><td>{}</td></tr>",
-        ctx.unix_seconds
-    );
-    page.push_str("</table>\n</body></html>\n");
+    // (value, whether it comes from the request and must be escaped). The worker's name is
+    // made of validated pool-name characters and a number; the counters are digits.
+    let values = [
+        (ctx.worker, false),
+        (req.method_text, true),
+        (req.path, true),
+        (req.query, true),
+        (host, true),
+        (agent, true),
+        (accept, true),
+        (n1.format(req.body.len()), false),
+        (n2.format(ctx.served), false),
+        (n3.format(ctx.unix_seconds), false),
+    ];
+    page.clear();
+    for (piece, (value, from_request)) in PIECES.iter().zip(values) {
+        page.extend_from_slice(piece.as_bytes());
+        if from_request {
+            escape_html(value, page);
+        } else {
+            page.extend_from_slice(value.as_bytes());
+        }
+    }
+    page.extend_from_slice(PIECES[PIECES.len() - 1].as_bytes());
     resp.status(200)
         .header("Content-Type", "text/html; charset=utf-8")
         .header("Cache-Control", "no-store")
-        .body(page.as_bytes());
-}
-
-fn row(page: &mut String, name: &str, value: &str) {
-    page.push_str("<tr><th>");
-    page.push_str(name);
-    page.push_str("</th><td>");
-    escape_html(value, page);
-    page.push_str("</td></tr>\n");
+        .body(page);
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn escapes() {
-        let mut s = String::new();
+        let mut s = Vec::new();
         super::escape_html("<script>alert('x')&\"</script>", &mut s);
         assert_eq!(
             s,
-            "&lt;script&gt;alert(&#39;x&#39;)&amp;&quot;&lt;/script&gt;"
+            b"&lt;script&gt;alert(&#39;x&#39;)&amp;&quot;&lt;/script&gt;"
         );
+        s.clear();
+        super::escape_html("plain ünïcödé & more", &mut s);
+        assert_eq!(String::from_utf8(s).unwrap(), "plain ünïcödé &amp; more");
     }
 }

@@ -44,7 +44,7 @@ pub struct ThreadService {
     /// `<pool>/<index>/cpu<N>`, shown by the dynamic page.
     identity: String,
     served: Cell<u64>,
-    page: RefCell<String>,
+    page: RefCell<Vec<u8>>,
 }
 
 impl ThreadService {
@@ -84,7 +84,7 @@ impl ThreadService {
             clock,
             identity,
             served: Cell::new(0),
-            page: RefCell::new(String::with_capacity(2048)),
+            page: RefCell::new(Vec::with_capacity(2048)),
         }
     }
 

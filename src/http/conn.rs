@@ -12,8 +12,10 @@ use super::{
     Responder, MAX_HEADERS,
 };
 use crate::http::clock::Clock;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -52,16 +54,50 @@ pub struct Timeouts {
 
 /// The thread's graceful-shutdown signal: once set, idle connections close and busy ones close
 /// after their current response.
+///
+/// Idle connections are found through a registry rather than each one waiting on a `Notify`:
+/// registering a waiter on every keep-alive wait would cost a lock per request, while the
+/// registry costs a `Cell` write. At shutdown, each idle connection's read side is shut, so its
+/// pending read ends at once.
 #[derive(Default)]
 pub struct Shutdown {
     pub started: Cell<bool>,
+    /// Wakes the accept loops.
     pub notify: Notify,
+    idle: RefCell<HashMap<RawFd, Rc<Cell<bool>>>>,
 }
 
 impl Shutdown {
     pub fn begin(&self) {
         self.started.set(true);
         self.notify.notify_waiters();
+        for (&fd, idle) in self.idle.borrow().iter() {
+            if idle.get() {
+                crate::os::net::shutdown_read(fd);
+            }
+        }
+    }
+
+    fn register(&self, fd: RawFd) -> Rc<Cell<bool>> {
+        let flag = Rc::new(Cell::new(false));
+        self.idle.borrow_mut().insert(fd, Rc::clone(&flag));
+        flag
+    }
+
+    fn unregister(&self, fd: RawFd) {
+        self.idle.borrow_mut().remove(&fd);
+    }
+}
+
+/// Removes a connection from the shutdown registry however its task ends.
+struct Registered<'a> {
+    shutdown: &'a Shutdown,
+    fd: RawFd,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.shutdown.unregister(self.fd);
     }
 }
 
@@ -86,6 +122,12 @@ enum Wait {
 
 /// Serves one connection until it closes.
 pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<ConnEnv<S>>) {
+    let fd = stream.as_raw_fd();
+    let idle = env.shutdown.register(fd);
+    let _registered = Registered {
+        shutdown: &env.shutdown,
+        fd,
+    };
     let mut rbuf: Vec<u8> = Vec::with_capacity(READ_RESERVE);
     let mut wbuf: Vec<u8> = Vec::with_capacity(READ_RESERVE);
     let sleep = tokio::time::sleep_until(env.clock.now() + env.timeouts.keepalive);
@@ -240,11 +282,13 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
         if rbuf.capacity() - rbuf.len() < READ_RESERVE / 4 {
             rbuf.reserve(READ_RESERVE);
         }
+        idle.set(was_empty);
         tokio::select! {
             biased;
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {
+                    idle.set(false);
                     if was_empty {
                         request_started = env.clock.now();
                     }
@@ -259,14 +303,22 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 }
                 return;
             }
-            _ = env.shutdown.notify.notified(), if was_empty => return,
         }
     }
 }
 
-/// Writes `buf` whole, or fails when the peer stops reading for the body timeout.
+/// Writes `buf` whole, or fails when the peer stops reading for the body timeout. The first
+/// attempt needs no timer: the socket buffer almost always takes a whole response.
 async fn write_all<S>(stream: &mut TcpStream, buf: &[u8], env: &ConnEnv<S>) -> std::io::Result<()> {
-    match tokio::time::timeout(env.timeouts.body, stream.write_all(buf)).await {
+    let written = match stream.try_write(buf) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Err(e) => return Err(e),
+    };
+    if written == buf.len() {
+        return Ok(());
+    }
+    match tokio::time::timeout(env.timeouts.body, stream.write_all(&buf[written..])).await {
         Ok(r) => r,
         Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
     }

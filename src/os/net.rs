@@ -99,3 +99,10 @@ pub fn sendfile(
     *offset = off as u64;
     Ok(n as usize)
 }
+
+/// `shutdown(fd, SHUT_RD)`: ends a pending read on a connection with end-of-file. Errors (the
+/// connection is already gone) do not matter to the caller.
+pub fn shutdown_read(fd: std::os::fd::RawFd) {
+    // SAFETY: shutdown on an fd the caller's connection owns; no memory is passed.
+    unsafe { libc::shutdown(fd, libc::SHUT_RD) };
+}

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# bench/static.sh — espalier against nginx on the static-benchmark seed's 100-byte page.
+#
+# In one run, interleaved: keep-alive load from wrk (50 connections, pinned to CPU 1) against
+# nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0), and against
+# espalier's dynamic page. Prints, per server: best requests/s of several runs, syscalls per
+# request, instructions per request, and espalier/nginx ratios.
+#
+# Instructions: `perf stat -e instructions` over the server's processes when the machine
+# exposes hardware counters (kernel + user); otherwise valgrind's callgrind, which counts user
+# space exactly (the kernel's share then shows in syscalls per request). The method used is
+# printed. Installs nginx, wrk, linux-perf and valgrind from Debian if they are missing.
+#
+#   bench/static.sh                 # DURATION=10 RUNS=3 by default
+#   DURATION=5 RUNS=2 bench/static.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DURATION=${DURATION:-10}
+RUNS=${RUNS:-3}
+CONNS=${CONNS:-50}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+
+need=()
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v wrk >/dev/null || need+=(wrk)
+command -v perf >/dev/null || need+=(linux-perf)
+command -v valgrind >/dev/null || need+=(valgrind)
+command -v python3 >/dev/null || need+=(python3)
+if ((${#need[@]})); then
+  echo "installing ${need[*]} from Debian…" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq "${need[@]}" >&2
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+echo "building espalier (release)…" >&2
+(cd "$ROOT" && cargo build --release --quiet)
+ESPALIER="$ROOT/target/release/espalier"
+
+WORK=$(mktemp -d /tmp/espalier-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.5
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+mkdir -p "$WORK/www" "$WORK/nginx"
+python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'
+NGINX_PORT=$(free_port)
+ESP_PORT=$(free_port)
+
+cat > "$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+worker_cpu_affinity $(python3 -c "print(format(1<<$SERVER_CPU,'b'))");
+daemon off;
+error_log $WORK/nginx/error.log;
+pid $WORK/nginx/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 1000000;
+  open_file_cache max=1000;
+  default_type text/html;
+  server { listen 127.0.0.1:$NGINX_PORT; root $WORK/www; }
+}
+CONF
+
+cat > "$WORK/espalier.toml" <<CONF
+[[pool]]
+name = "bench"
+processes = 1
+cpus = "$SERVER_CPU"
+affinity = "hard"
+memory_policy = "default"   # valgrind does not model set_mempolicy; on one node it changes nothing
+[[site]]
+bindings = ["http://127.0.0.1:$ESP_PORT"]
+root = "www"
+[[site.app]]
+path = "/"
+pool = "bench"
+[[site.app]]
+path = "/dynamic"
+pool = "bench"
+handler = "dynamic"
+CONF
+
+# start_nginx WRAPPER [nginx args…] — WRAPPER is "" or a valgrind command line.
+start_nginx() { local wrap=$1; shift; taskset -c "$SERVER_CPU" $wrap "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" "$@" >"$WORK/nginx.out" 2>&1 & PIDS+=($!); wait_port "$NGINX_PORT"; }
+start_espalier() { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$ESPALIER" serve -c espalier.toml) >"$WORK/espalier.out" 2>&1 & PIDS+=($!); wait_port "$ESP_PORT"; }
+stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; PIDS=(); sleep 0.3; }
+
+# wrk → "requests rps"
+load() {
+  local out
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" "$1")
+  echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out")"
+}
+server_pids() { # the serving processes: nginx's worker, espalier's worker
+  case $1 in
+    nginx) pgrep -f "nginx: worker process" | tr '\n' ',' | sed 's/,$//' ;;
+    *) pgrep -f "$ESPALIER worker" | tr '\n' ',' | sed 's/,$//' ;;
+  esac
+}
+url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; esac; }
+declare -A BEST SYSCALLS INSNS INSNS_USER
+TARGETS=(nginx espalier dynamic)
+
+echo "phase 1: requests/s and syscalls (native, $RUNS interleaved runs of ${DURATION}s)…" >&2
+start_nginx ""
+start_espalier ""
+for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 >/dev/null; BEST[$t]=0; done   # warm-up
+for run in $(seq "$RUNS"); do
+  for t in "${TARGETS[@]}"; do
+    read -r _ rps < <(load "$(url_of "$t")" "$DURATION")
+    BEST[$t]=$(python3 -c "print(max(${BEST[$t]}, $rps))")
+  done
+done
+HW=no
+perf stat -e instructions true 2>&1 | grep -q "not supported" || HW=yes
+for t in "${TARGETS[@]}"; do
+  pids=$(server_pids "$t")
+  events=raw_syscalls:sys_enter
+  [ "$HW" = yes ] && events="$events,instructions,instructions:u"
+  perf stat -x, -e "$events" -p "$pids" -o "$WORK/perf.$t" -- sleep $((DURATION + 1)) &
+  perfpid=$!
+  sleep 0.3
+  read -r reqs _ < <(load "$(url_of "$t")" "$DURATION")
+  wait $perfpid
+  SYSCALLS[$t]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/perf.$t")/$reqs, 2))")
+  if [ "$HW" = yes ]; then
+    INSNS[$t]=$(python3 -c "print(round($(awk -F, '$3=="instructions" {print $1}' "$WORK/perf.$t")/$reqs))")
+    INSNS_USER[$t]=$(python3 -c "print(round($(awk -F, '$3=="instructions:u" {print $1}' "$WORK/perf.$t")/$reqs))")
+  fi
+done
+stop_all
+
+if [ "$HW" = no ]; then
+  echo "phase 2: user-space instructions per request (callgrind; no hardware counters here)…" >&2
+  cg_measure() { # $1 target, $2 pid to measure
+    callgrind_control -z "$2" >/dev/null 2>&1
+    read -r reqs _ < <(load "$(url_of "$1")" 5)
+    callgrind_control -d "$2" >/dev/null 2>&1
+    sleep 0.5
+    local total
+    total=$(grep -h '^summary:' "$WORK"/cg."$2".* | awk '{s+=$2} END {print s}')
+    rm -f "$WORK"/cg."$2".*
+    INSNS_USER[$1]=$(python3 -c "print(round($total/$reqs))")
+  }
+  start_nginx "valgrind --tool=callgrind --callgrind-out-file=$WORK/cg.%p" -g "master_process off;"
+  sleep 1
+  cg_measure nginx "${PIDS[0]}"
+  stop_all
+  start_espalier "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
+  sleep 2
+  wpid=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1)
+  cg_measure espalier "$wpid"
+  cg_measure dynamic "$wpid"
+  stop_all
+fi
+
+ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
+echo
+echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
+printf '%-22s %12s %14s %14s %16s\n' "server" "requests/s" "syscalls/req" "insns/req" "user insns/req"
+for t in "${TARGETS[@]}"; do
+  name=$t; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"
+  printf '%-22s %12.0f %14s %14s %16s\n' "$name" "${BEST[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
+done
+echo
+echo "ratios (espalier / nginx, static):"
+echo "  requests/s:            $(ratio "${BEST[espalier]}" "${BEST[nginx]}")"
+echo "  syscalls per request:  $(ratio "${SYSCALLS[espalier]}" "${SYSCALLS[nginx]}")"
+[ "$HW" = yes ] && echo "  instructions/request:  $(ratio "${INSNS[espalier]}" "${INSNS[nginx]}")   (target ≤ 0.55)"
+echo "  user insns/request:    $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[nginx]}")"
+echo "dynamic / static (espalier, user insns/request): $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}")   (target ≤ 1.3)"
+[ "$HW" = no ] && echo "(no hardware counters on this machine: instructions are callgrind's user-space counts; kernel work shows as syscalls/req)"
