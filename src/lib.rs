@@ -15,6 +15,7 @@
 //! | [`server`] | the master and the worker processes | no |
 //! | [`cli`] | subcommands: argument handling and output | no |
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod cpuset;

@@ -70,6 +70,8 @@ pub enum Command {
     },
     /// Run the server: a master and NUMA-placed worker processes.
     Serve(ServeArgs),
+    /// Load an HTTP server and measure it (WCAT / weighttp / wrk for espalier).
+    Bench(Box<BenchArgs>),
     /// Internal: a worker process, started by `espalier serve`.
     #[command(hide = true)]
     Worker,
@@ -95,6 +97,77 @@ pub struct ServeArgs {
     pub json: bool,
     #[command(flatten)]
     pub machine: MachineArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub action: Option<BenchAction>,
+    /// URLs to load (http:// only). Connections are spread over them by --weights.
+    #[arg(required = true, value_name = "URL")]
+    pub urls: Vec<String>,
+    /// Exactly this many measured requests (instead of --duration).
+    #[arg(short = 'n', long, value_name = "N", conflicts_with = "duration")]
+    pub requests: Option<u64>,
+    /// How long to measure.
+    #[arg(short, long, value_name = "DURATION", default_value = "10s")]
+    pub duration: String,
+    /// Open connections in all.
+    #[arg(short, long, value_name = "N", default_value_t = 50)]
+    pub connections: usize,
+    /// Client threads, each with its own event loop.
+    #[arg(short, long, value_name = "N", default_value_t = 1)]
+    pub threads: usize,
+    /// Pin client threads to these CPUs (cpu-list syntax), one thread per CPU in turn.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+    /// A new connection for every request.
+    #[arg(long)]
+    pub no_keepalive: bool,
+    /// Requests in flight per connection.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub pipeline: usize,
+    /// Relative share of connections per URL, in URL order (`3,1`).
+    #[arg(long, value_name = "W,W,…")]
+    pub weights: Option<String>,
+    /// Step the connection count FROM:TO:STEP, one result row per step.
+    #[arg(long, value_name = "FROM:TO:STEP")]
+    pub sweep: Option<String>,
+    /// Open loop: this many requests per second in all, latency corrected for coordinated omission.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Load before the measured window, not counted.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub warmup: String,
+    /// Load after the measured window, not counted.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub cooldown: String,
+    /// A request without a response for this long is a timeout error.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub timeout: String,
+    #[arg(short, long, default_value = "GET")]
+    pub method: String,
+    /// A request header (`Name: value`); repeatable.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long, value_name = "TEXT")]
+    pub body: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchAction {
+    /// Merge results (JSON from --json) of runs started together on several machines.
+    Merge {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs the command line; returns the exit code.
@@ -138,6 +211,7 @@ fn run(cli: Cli) -> Result<i32, String> {
             Ok(0)
         }
         Command::Serve(args) => serve(args),
+        Command::Bench(args) => bench(*args),
         Command::Worker => Ok(crate::server::worker::main()),
     }
 }
@@ -181,4 +255,158 @@ fn serve(args: ServeArgs) -> Result<i32, String> {
         return Ok(0);
     }
     crate::server::master::run(&config, &t, &plan)
+}
+
+fn duration_arg(flag: &str, text: &str) -> Result<std::time::Duration, String> {
+    crate::units::parse_duration(text).map_err(|e| format!("{flag}: {e}"))
+}
+
+/// Builds bench options from the command line.
+pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String> {
+    use crate::bench::{BenchOptions, Target};
+    let weights: Vec<u32> = match &a.weights {
+        None => vec![1; a.urls.len()],
+        Some(w) => {
+            let w: Vec<u32> = w
+                .split(',')
+                .map(|x| x.trim().parse::<u32>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| format!("--weights `{w}`: write whole numbers like 3,1"))?;
+            if w.len() != a.urls.len() || w.contains(&0) {
+                return Err(format!(
+                    "--weights: give one weight above 0 per URL ({} URLs)",
+                    a.urls.len()
+                ));
+            }
+            w
+        }
+    };
+    let targets = a
+        .urls
+        .iter()
+        .zip(weights)
+        .map(|(u, w)| Target::parse(u, w))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut o = BenchOptions::new(targets);
+    if a.connections == 0 || a.threads == 0 || a.pipeline == 0 {
+        return Err("-c, -t and --pipeline must be at least 1".into());
+    }
+    o.connections = a.connections;
+    o.threads = a.threads;
+    o.cpus = a
+        .cpus
+        .as_deref()
+        .map(|c| crate::cpuset::CpuSet::parse(c).map_err(|e| format!("--cpus: {e}")))
+        .transpose()?;
+    o.requests = a.requests;
+    o.duration = duration_arg("--duration", &a.duration)?;
+    o.warmup = duration_arg("--warmup", &a.warmup)?;
+    o.cooldown = duration_arg("--cooldown", &a.cooldown)?;
+    o.timeout = duration_arg("--timeout", &a.timeout)?;
+    o.keepalive = !a.no_keepalive;
+    o.pipeline = a.pipeline;
+    if let Some(r) = a.rate {
+        if !(r.is_finite() && r > 0.0) {
+            return Err("--rate must be a number of requests per second above 0".into());
+        }
+        if a.pipeline > 1 {
+            return Err(
+                "--rate sends one request at a time per connection; drop --pipeline".into(),
+            );
+        }
+    }
+    o.rate = a.rate;
+    o.method = a.method.clone();
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .ok_or_else(|| format!("--header `{h}`: write it as `Name: value`"))?;
+        o.headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    o.body = a.body.clone().unwrap_or_default().into_bytes();
+    o.progress = !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    Ok(o)
+}
+
+fn bench(a: BenchArgs) -> Result<i32, String> {
+    use crate::bench::result::{BenchJson, BenchResult};
+    if let Some(BenchAction::Merge { files, json }) = &a.action {
+        let mut total: Option<BenchResult> = None;
+        for f in files {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let j: BenchJson = serde_json::from_str(&text).map_err(|e| {
+                format!(
+                    "{}: not a result of `espalier bench --json`: {e}",
+                    f.display()
+                )
+            })?;
+            let r = BenchResult::from_json(&j).map_err(|e| format!("{}: {e}", f.display()))?;
+            match &mut total {
+                None => total = Some(r),
+                Some(t) => t.merge(&r),
+            }
+        }
+        let total = total.expect("at least one file");
+        if *json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&total.to_json()).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{}", total.render());
+        }
+        return Ok(0);
+    }
+    let opts = bench_options(&a)?;
+    match &a.sweep {
+        None => {
+            let r = crate::bench::run(&opts)?;
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r.to_json()).map_err(|e| e.to_string())?
+                );
+            } else {
+                print!("{}", r.render());
+            }
+        }
+        Some(sweep) => {
+            let steps = crate::bench::parse_sweep(sweep)?;
+            let mut rows = Vec::new();
+            if !a.json {
+                println!(
+                    "{:>11} {:>12} {:>10} {:>10} {:>10} {:>8}",
+                    "connections", "requests/s", "p50 ms", "p99 ms", "max ms", "errors"
+                );
+            }
+            for c in steps {
+                let mut o = opts.clone();
+                o.connections = c;
+                let r = crate::bench::run(&o)?;
+                let l = r.latency();
+                if !a.json {
+                    println!(
+                        "{:>11} {:>12.1} {:>10.3} {:>10.3} {:>10.3} {:>8}",
+                        c,
+                        r.rps(),
+                        l.p50,
+                        l.p99,
+                        l.max,
+                        r.errors.total()
+                    );
+                }
+                let mut v = serde_json::to_value(r.to_json()).map_err(|e| e.to_string())?;
+                v["connections"] = c.into();
+                rows.push(v);
+            }
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "steps": rows }))
+                        .map_err(|e| e.to_string())?
+                );
+            }
+        }
+    }
+    Ok(0)
 }

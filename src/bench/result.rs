@@ -1,0 +1,244 @@
+//! A load run's result: counts, bytes, errors by kind and the latency histogram — printed as
+//! text, written as JSON, and merged exactly (histograms included), so runs from several client
+//! machines started together combine the way WCAT's controller combines its clients.
+//!
+//! Owns: the result format. Must not touch: how load is generated.
+
+use base64::Engine;
+use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Latencies are recorded in microseconds, from 1 µs to 1 hour, with 3 significant figures.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Errors by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorCounts {
+    /// Could not connect.
+    pub connect: u64,
+    /// The connection failed or closed before a whole response arrived, or the response was
+    /// not HTTP.
+    pub read: u64,
+    /// No response within the request timeout.
+    pub timeout: u64,
+    #[serde(rename = "4xx")]
+    pub status_4xx: u64,
+    #[serde(rename = "5xx")]
+    pub status_5xx: u64,
+}
+
+impl ErrorCounts {
+    pub fn total(&self) -> u64 {
+        self.connect + self.read + self.timeout + self.status_4xx + self.status_5xx
+    }
+
+    pub fn add(&mut self, o: &ErrorCounts) {
+        self.connect += o.connect;
+        self.read += o.read;
+        self.timeout += o.timeout;
+        self.status_4xx += o.status_4xx;
+        self.status_5xx += o.status_5xx;
+    }
+}
+
+/// The measured part of a run.
+#[derive(Debug, Clone)]
+pub struct BenchResult {
+    /// Responses received (any status).
+    pub requests: u64,
+    /// Response bytes received (heads and bodies).
+    pub bytes: u64,
+    pub errors: ErrorCounts,
+    /// Length of the measured window.
+    pub duration: Duration,
+    pub latency_us: Histogram<u64>,
+}
+
+/// The JSON form: the documented fields plus the serialized histogram.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BenchJson {
+    pub requests: u64,
+    pub errors: u64,
+    pub duration_s: f64,
+    pub rps: f64,
+    pub bytes: u64,
+    pub bytes_per_s: f64,
+    pub latency_ms: Latency,
+    pub errors_by_kind: ErrorCounts,
+    /// HdrHistogram V2 (deflate) of latencies in microseconds, base64.
+    pub histogram: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl BenchResult {
+    pub fn empty() -> Self {
+        BenchResult {
+            requests: 0,
+            bytes: 0,
+            errors: ErrorCounts::default(),
+            duration: Duration::ZERO,
+            latency_us: new_histogram(),
+        }
+    }
+
+    pub fn rps(&self) -> f64 {
+        let s = self.duration.as_secs_f64();
+        if s > 0.0 {
+            self.requests as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    pub fn latency(&self) -> Latency {
+        let h = &self.latency_us;
+        let ms = |us: u64| us as f64 / 1000.0;
+        if h.is_empty() {
+            return Latency {
+                p50: 0.0,
+                p90: 0.0,
+                p99: 0.0,
+                p999: 0.0,
+                max: 0.0,
+            };
+        }
+        Latency {
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+        }
+    }
+
+    /// Adds another thread's (or machine's) counts. Durations of runs that were started together
+    /// overlap, so the merged window is the longest, not the sum.
+    pub fn merge(&mut self, other: &BenchResult) {
+        self.requests += other.requests;
+        self.bytes += other.bytes;
+        self.errors.add(&other.errors);
+        self.duration = self.duration.max(other.duration);
+        self.latency_us
+            .add(&other.latency_us)
+            .expect("histograms with the same bounds");
+    }
+
+    pub fn to_json(&self) -> BenchJson {
+        let mut raw = Vec::new();
+        V2DeflateSerializer::new()
+            .serialize(&self.latency_us, &mut raw)
+            .expect("serialize histogram");
+        let secs = self.duration.as_secs_f64();
+        BenchJson {
+            requests: self.requests,
+            errors: self.errors.total(),
+            duration_s: secs,
+            rps: self.rps(),
+            bytes: self.bytes,
+            bytes_per_s: if secs > 0.0 {
+                self.bytes as f64 / secs
+            } else {
+                0.0
+            },
+            latency_ms: self.latency(),
+            errors_by_kind: self.errors,
+            histogram: base64::engine::general_purpose::STANDARD.encode(raw),
+        }
+    }
+
+    pub fn from_json(j: &BenchJson) -> Result<BenchResult, String> {
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(&j.histogram)
+            .map_err(|e| format!("histogram is not base64: {e}"))?;
+        let h: Histogram<u64> = Deserializer::new()
+            .deserialize(&mut &raw[..])
+            .map_err(|e| format!("histogram does not decode: {e:?}"))?;
+        let mut latency_us = new_histogram();
+        latency_us
+            .add(&h)
+            .map_err(|e| format!("histogram out of range: {e:?}"))?;
+        Ok(BenchResult {
+            requests: j.requests,
+            bytes: j.bytes,
+            errors: j.errors_by_kind,
+            duration: Duration::from_secs_f64(j.duration_s.max(0.0)),
+            latency_us,
+        })
+    }
+
+    /// The human-readable summary.
+    pub fn render(&self) -> String {
+        let l = self.latency();
+        let e = &self.errors;
+        format!(
+            "{} requests in {:.2}s, {} read\n\
+             requests/s: {:.1}   transfer/s: {}\n\
+             latency ms: p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n\
+             errors: {} (connect {}, read {}, timeout {}, 4xx {}, 5xx {})\n",
+            self.requests,
+            self.duration.as_secs_f64(),
+            crate::units::format_bytes(self.bytes),
+            self.rps(),
+            crate::units::format_bytes(self.to_json().bytes_per_s as u64),
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.max,
+            e.total(),
+            e.connect,
+            e.read,
+            e.timeout,
+            e.status_4xx,
+            e.status_5xx
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(requests: u64, latencies: &[u64]) -> BenchResult {
+        let mut r = BenchResult::empty();
+        r.requests = requests;
+        r.bytes = requests * 100;
+        r.duration = Duration::from_secs(2);
+        r.errors.status_5xx = 1;
+        for &l in latencies {
+            r.latency_us.record(l).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn json_round_trips_and_merges_exactly() {
+        let a = result(3, &[100, 200, 300]);
+        let b = result(2, &[5000, 7000]);
+        let a2 = BenchResult::from_json(
+            &serde_json::from_str(&serde_json::to_string(&a.to_json()).unwrap()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(a2.latency_us, a.latency_us);
+        let mut m = a2;
+        m.merge(&b);
+        assert_eq!(m.requests, 5);
+        assert_eq!(m.errors.status_5xx, 2);
+        assert_eq!(m.latency_us.len(), 5);
+        assert_eq!(m.latency_us.max(), b.latency_us.max());
+        assert_eq!(m.duration, Duration::from_secs(2));
+        assert_eq!(m.to_json().rps, 2.5);
+    }
+}
