@@ -23,6 +23,7 @@ pub mod handlers;
 pub mod http;
 pub mod os;
 pub mod placement;
+pub mod scale;
 pub mod server;
 pub mod topology;
 pub mod units;

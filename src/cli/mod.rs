@@ -72,6 +72,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Load an HTTP server and measure it (WCAT / weighttp / wrk for espalier).
     Bench(Box<BenchArgs>),
+    /// The case study's scaling experiment on this machine: table, chart and report.
+    Scale(ScaleArgs),
     /// Internal: a worker process, started by `espalier serve`.
     #[command(hide = true)]
     Worker,
@@ -159,6 +161,40 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// Static page only, short runs: finishes in under two minutes on a 2-core machine.
+    #[arg(long)]
+    pub quick: bool,
+    /// Folder for results.json, report.md, chart.svg and report.html.
+    #[arg(short, long, value_name = "DIR", default_value = "scale-report")]
+    pub out: PathBuf,
+    /// Workloads, in order: static, dynamic, cpu.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub workloads: Option<Vec<String>>,
+    /// Configurations: hosting, garden, default.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub configs: Option<Vec<String>>,
+    /// CPUs for the load generator (default: the machine's last unit).
+    #[arg(long, value_name = "LIST")]
+    pub load_cpus: Option<String>,
+    /// Use at most this many units for the server.
+    #[arg(long, value_name = "N")]
+    pub max_units: Option<usize>,
+    /// Measured time per run.
+    #[arg(short, long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Warm-up per run.
+    #[arg(long, value_name = "DURATION")]
+    pub warmup: Option<String>,
+    /// Load generator connections.
+    #[arg(short, long, value_name = "N")]
+    pub connections: Option<usize>,
+    /// Also run the isolation experiment (a saturated pool beside a masked one).
+    #[arg(long)]
+    pub isolation: bool,
+}
+
 #[derive(Subcommand, Debug, Clone)]
 pub enum BenchAction {
     /// Merge results (JSON from --json) of runs started together on several machines.
@@ -212,6 +248,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         }
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(*args),
+        Command::Scale(args) => scale(args),
         Command::Worker => Ok(crate::server::worker::main()),
     }
 }
@@ -408,5 +445,60 @@ fn bench(a: BenchArgs) -> Result<i32, String> {
             }
         }
     }
+    Ok(0)
+}
+
+fn scale(a: ScaleArgs) -> Result<i32, String> {
+    use crate::scale::plan::{Configuration, Workload};
+    use crate::scale::{self, ScaleOptions};
+    let mut o = if a.quick {
+        ScaleOptions::quick(a.out.clone())
+    } else {
+        ScaleOptions::full(a.out.clone())
+    };
+    if let Some(w) = &a.workloads {
+        o.workloads = w
+            .iter()
+            .map(|x| {
+                Workload::parse(x)
+                    .ok_or_else(|| format!("--workloads: `{x}` is not static, dynamic or cpu"))
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(c) = &a.configs {
+        o.configurations = c
+            .iter()
+            .map(|x| {
+                Configuration::parse(x)
+                    .ok_or_else(|| format!("--configs: `{x}` is not hosting, garden or default"))
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    o.load_cpus = a
+        .load_cpus
+        .as_deref()
+        .map(|c| crate::cpuset::CpuSet::parse(c).map_err(|e| format!("--load-cpus: {e}")))
+        .transpose()?;
+    o.max_units = a.max_units;
+    if let Some(d) = &a.duration {
+        o.duration = duration_arg("--duration", d)?;
+    }
+    if let Some(d) = &a.warmup {
+        o.warmup = duration_arg("--warmup", d)?;
+    }
+    if let Some(c) = a.connections {
+        o.connections = c.max(1);
+    }
+    o.isolation = a.isolation;
+    let t = MachineArgs::default().read()?;
+    scale::run(&o, &t)?;
+    println!(
+        "{}",
+        std::fs::read_to_string(o.out.join("report.md")).map_err(|e| e.to_string())?
+    );
+    eprintln!(
+        "scale: wrote {}/results.json, report.md, chart.svg and report.html",
+        o.out.display()
+    );
     Ok(0)
 }

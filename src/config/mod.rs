@@ -239,6 +239,16 @@ impl Default for Limits {
     }
 }
 
+/// How a new connection picks the worker thread that accepts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steering {
+    /// The thread on the CPU that received the connection (or on its node): a BPF program on
+    /// each reuseport group.
+    Cpu,
+    /// The kernel's reuseport hash of the connection's addresses.
+    Hash,
+}
+
 /// `[server]`: settings of the master and all workers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
@@ -246,6 +256,8 @@ pub struct ServerSettings {
     pub admin: SocketAddr,
     /// Add `X-Espalier-Worker: <pool>/<index>/cpu<N>` to responses. Default false.
     pub worker_header: bool,
+    /// Default `cpu`.
+    pub steering: Steering,
     /// Listen backlog per socket. Default 1024 (capped by `net.core.somaxconn`).
     pub backlog: u32,
     /// How long in-flight requests may run after SIGTERM. Default 10 s.
@@ -258,6 +270,7 @@ impl Default for ServerSettings {
         ServerSettings {
             admin: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9180),
             worker_header: false,
+            steering: Steering::Cpu,
             backlog: 1024,
             shutdown_timeout: Duration::from_secs(10),
             limits: Limits::default(),
@@ -647,9 +660,16 @@ impl Validator {
         if limits.max_request_line > limits.max_header_size {
             self.err(&p("max_request_line"), "is larger than server.limits.max_header_size, which includes the request line; raise max_header_size");
         }
+        let steering = self.choice(
+            &[Seg::Key("server"), Seg::Key("steering")],
+            raw.steering,
+            d.steering,
+            &[("cpu", Steering::Cpu), ("hash", Steering::Hash)],
+        );
         ServerSettings {
             admin,
             worker_header: raw.worker_header.unwrap_or(d.worker_header),
+            steering,
             backlog,
             shutdown_timeout,
             limits,

@@ -32,6 +32,7 @@ pub struct RawConfig {
 pub struct RawServer {
     pub admin: Option<String>,
     pub worker_header: Option<bool>,
+    pub steering: Option<String>,
     pub backlog: Option<i64>,
     pub shutdown_timeout: Option<Scalar>,
     pub limits: Option<RawLimits>,

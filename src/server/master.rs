@@ -9,7 +9,7 @@
 use super::log;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
 use super::steering;
-use crate::config::{Affinity, Config, SiteSpec};
+use crate::config::{Affinity, Config, SiteSpec, Steering};
 use crate::handlers::GroupRoutes;
 use crate::os;
 use crate::placement::Plan;
@@ -114,7 +114,13 @@ fn open_listeners(
                 owners.push((w, t, cpu));
             }
         }
-        owners.sort_by_key(|&(w, t, cpu)| (cpu, w, t));
+        owners.sort_by_key(|&(w, t, cpu)| {
+            (
+                steering::socket_order_key(cpu, |c| topology.node_of_cpu(c)),
+                w,
+                t,
+            )
+        });
         for _ in &owners {
             let socket = os::net::reuseport_listener(g.addr, config.server.backlog)
                 .map_err(|e| bind_error(&g.pool, g.addr, &e, file))?;
@@ -124,6 +130,9 @@ fn open_listeners(
         let thread_cpus: Vec<u32> = owners.iter().map(|&(_, _, cpu)| cpu).collect();
         let table = steering::steering_table(&thread_cpus, &online, |c| topology.node_of_cpu(c));
         let prog = steering::steering_program(&table, thread_cpus.len() as u32);
+        if config.server.steering == Steering::Hash {
+            continue;
+        }
         if let Some(first) = g.sockets.first() {
             if let Err(e) = os::net::attach_reuseport_cbpf(first, &prog) {
                 if !steering_failed {

@@ -5,13 +5,16 @@
 //! Owns: the pure part — the CPU → socket table and the classic-BPF program that encodes it.
 //! Must not touch: sockets (attaching the program is [`crate::os::net::attach_reuseport_cbpf`]).
 //!
-//! The master creates one socket per worker thread, sorted by the thread's CPU, so a socket's
-//! index in the group is its position in that order, and threads sharing a CPU (workers of a
-//! pool with `placement = "none"`) sit next to each other. The table maps every CPU to a run
-//! `[start, start + count)` of sockets:
-//! - a CPU owned by threads → those threads' sockets (a random one among several);
-//! - a CPU owned by no thread → the sockets of threads on the same node, spread by CPU id;
-//! - a node with no thread at all → every socket, spread by CPU id.
+//! The master creates one socket per worker thread, sorted by the thread's node and then its
+//! CPU, so a socket's index in the group is its position in that order, a node's sockets sit
+//! together, and threads sharing a CPU (workers of a pool with `placement = "none"`) sit next
+//! to each other. The table maps every CPU to a run `[start, start + count)` of sockets, one of
+//! which is picked at random:
+//! - a CPU owned by threads → those threads' sockets;
+//! - a CPU owned by no thread → every socket of its node — traffic that lands on a CPU the pool
+//!   does not use (a NIC queue outside the pool's `cpus`, or a loopback client) is spread over
+//!   the node's threads as RSS would spread it, never piled on one;
+//! - a node with no thread at all → every socket.
 
 use crate::cpuset::CpuSet;
 
@@ -45,7 +48,30 @@ pub struct SocketRun {
     pub count: u32,
 }
 
-/// CPU → socket run, for every online CPU of the machine.
+/// The order sockets are created in: by node, then CPU.
+pub fn socket_order_key(cpu: u32, node_of: impl Fn(u32) -> Option<u32>) -> (u32, u32) {
+    (node_of(cpu).unwrap_or(u32::MAX), cpu)
+}
+
+/// The contiguous run of socket indices `members` forms (they are sorted and adjacent by
+/// construction; if not, the first alone).
+fn run_of(members: &[u32]) -> Option<SocketRun> {
+    let (&first, &last) = (members.first()?, members.last()?);
+    if last - first + 1 == members.len() as u32 {
+        Some(SocketRun {
+            start: first,
+            count: members.len() as u32,
+        })
+    } else {
+        Some(SocketRun {
+            start: first,
+            count: 1,
+        })
+    }
+}
+
+/// CPU → socket run, for every online CPU of the machine. `thread_cpus[i]` is the CPU of the
+/// thread owning socket `i`, in [`socket_order_key`] order.
 pub fn steering_table(
     thread_cpus: &[u32],
     online: &CpuSet,
@@ -53,32 +79,24 @@ pub fn steering_table(
 ) -> Vec<(u32, SocketRun)> {
     let n = thread_cpus.len() as u32;
     debug_assert!(
-        thread_cpus.windows(2).all(|w| w[0] <= w[1]),
-        "sockets are created in CPU order"
+        thread_cpus
+            .windows(2)
+            .all(|w| socket_order_key(w[0], &node_of) <= socket_order_key(w[1], &node_of)),
+        "sockets are created in (node, CPU) order"
     );
     let mut table = Vec::new();
     for cpu in online.iter() {
         let owned: Vec<u32> = (0..n).filter(|&i| thread_cpus[i as usize] == cpu).collect();
-        let run = if let Some(&start) = owned.first() {
-            SocketRun {
-                start,
-                count: owned.len() as u32,
-            }
-        } else {
-            let node = node_of(cpu);
-            let same_node: Vec<u32> = (0..n)
-                .filter(|&i| node.is_some() && node_of(thread_cpus[i as usize]) == node)
-                .collect();
-            let pool = if same_node.is_empty() {
-                (0..n).collect()
-            } else {
-                same_node
-            };
-            SocketRun {
-                start: pool[cpu as usize % pool.len()],
-                count: 1,
-            }
-        };
+        let node = node_of(cpu);
+        let same_node: Vec<u32> = (0..n)
+            .filter(|&i| node.is_some() && node_of(thread_cpus[i as usize]) == node)
+            .collect();
+        let run = run_of(&owned)
+            .or_else(|| run_of(&same_node))
+            .unwrap_or(SocketRun {
+                start: 0,
+                count: n.max(1),
+            });
         table.push((cpu, run));
     }
     table
@@ -171,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn unowned_cpus_stay_on_their_node() {
+    fn unowned_cpus_spread_over_their_node() {
         // Threads on CPUs 2 and 3 (node 1) and 4 (node 2); CPUs 0-1 (node 0) have none.
         let online = CpuSet::parse("0-5").unwrap();
         let threads = [2, 3, 4];
@@ -180,9 +198,28 @@ mod tests {
         assert_eq!(interpret(&prog, 2, 0), 0);
         assert_eq!(interpret(&prog, 4, 0), 2);
         // CPU 5 is on node 2 with the thread of CPU 4 → socket 2.
-        assert_eq!(interpret(&prog, 5, 0), 2);
+        assert_eq!(interpret(&prog, 5, 7), 2);
         // CPUs 0 and 1: node 0 has no thread → spread over all sockets.
-        assert!(interpret(&prog, 0, 0) < 3 && interpret(&prog, 1, 0) < 3);
+        let picked: std::collections::BTreeSet<u32> =
+            (0..6).map(|r| interpret(&prog, 0, r)).collect();
+        assert_eq!(picked.into_iter().collect::<Vec<_>>(), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_node_with_unowned_cpus_shares_them_among_its_threads() {
+        // One node, threads on CPUs 0-2; the load generator's CPU 3 is owned by none: its
+        // connections go to all three threads, not one.
+        let online = CpuSet::parse("0-3").unwrap();
+        let table = steering_table(&[0, 1, 2], &online, |_| Some(0));
+        let prog = steering_program(&table, 3);
+        let picked: std::collections::BTreeSet<u32> =
+            (0..9).map(|r| interpret(&prog, 3, r)).collect();
+        assert_eq!(picked.len(), 3);
+        assert_eq!(
+            interpret(&prog, 1, 5),
+            1,
+            "owned CPUs still go to their own thread"
+        );
     }
 
     #[test]

@@ -1,0 +1,382 @@
+//! `espalier scale`: the case study's experiment on the machine at hand. For each workload,
+//! each step (1, 2, 4, … units of the machine) and each configuration (hosting, web garden,
+//! default), it starts `espalier serve` restricted to the step's CPUs, loads it with the
+//! built-in load generator on CPUs the server does not use, and writes the results as JSON, a
+//! Markdown table in the case study's form, an SVG chart and an HTML page.
+//!
+//! With `--isolation` it also runs the web-gardening seed's second experiment: pool A
+//! saturated with CPU-heavy work, pool B serving light requests, with and without a `cpus`
+//! mask that gives B its own CPU — and reports B's latency both ways.
+//!
+//! Owns: running the experiment. Must not touch: the machine's CPUs beyond starting servers
+//! with configs that restrict them (the design is in [`plan`], the output in [`report`]).
+
+pub mod plan;
+pub mod report;
+
+use crate::bench::result::Latency;
+use crate::bench::{self, BenchOptions, Target};
+use crate::cpuset::CpuSet;
+use crate::topology::Topology;
+use plan::{Configuration, ScalePlan, Workload};
+use serde::Serialize;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How to run the experiment.
+#[derive(Debug, Clone)]
+pub struct ScaleOptions {
+    pub out: PathBuf,
+    pub workloads: Vec<Workload>,
+    pub configurations: Vec<Configuration>,
+    pub load_cpus: Option<CpuSet>,
+    pub max_units: Option<usize>,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub connections: usize,
+    pub isolation: bool,
+}
+
+impl ScaleOptions {
+    /// `--quick`: the static page only, short runs — under two minutes on a 2-core machine.
+    pub fn quick(out: PathBuf) -> Self {
+        ScaleOptions {
+            out,
+            workloads: vec![Workload::Static],
+            configurations: Configuration::ALL.to_vec(),
+            load_cpus: None,
+            max_units: None,
+            duration: Duration::from_secs(2),
+            warmup: Duration::from_millis(500),
+            connections: 32,
+            isolation: false,
+        }
+    }
+
+    pub fn full(out: PathBuf) -> Self {
+        ScaleOptions {
+            workloads: Workload::ALL.to_vec(),
+            duration: Duration::from_secs(10),
+            warmup: Duration::from_secs(2),
+            connections: 64,
+            ..ScaleOptions::quick(out)
+        }
+    }
+}
+
+/// One measurement: a configuration at a step under a workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub workload: Workload,
+    pub configuration: Configuration,
+    pub units: usize,
+    pub cpus: String,
+    pub cpu_count: usize,
+    pub workers: usize,
+    pub rps: f64,
+    pub latency_ms: Latency,
+    pub errors: u64,
+}
+
+/// The isolation experiment's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Isolation {
+    pub pool_a_cpus_masked: String,
+    pub pool_b_cpus_masked: String,
+    pub pool_b_rate: f64,
+    pub pool_a_rps_unmasked: f64,
+    pub pool_a_rps_masked: f64,
+    pub pool_b_unmasked: Latency,
+    pub pool_b_masked: Latency,
+}
+
+/// Everything the report shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleResults {
+    pub date: String,
+    pub machine: String,
+    pub plan: ScalePlan,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub connections: usize,
+    pub rows: Vec<Row>,
+    pub isolation: Option<Isolation>,
+}
+
+/// A server started for one measurement; stopped on drop.
+struct RunningServer {
+    child: Child,
+    workers: usize,
+}
+
+impl RunningServer {
+    fn start(config: &Path, cwd: &Path) -> Result<RunningServer, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut child = Command::new(exe)
+            .args(["serve", "-c"])
+            .arg(config)
+            .current_dir(cwd)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start espalier serve: {e}"))?;
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, rx) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut log = Vec::new();
+        let mut workers = 0;
+        loop {
+            match rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) if line.contains(" worker(s) serving") => break,
+                Ok(line) => {
+                    if line.contains("]: worker ") && line.contains(" started:") {
+                        workers += 1;
+                    }
+                    log.push(line);
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("the server did not start:\n{}", log.join("\n")));
+                }
+            }
+        }
+        Ok(RunningServer { child, workers })
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = crate::os::process::kill(self.child.id(), libc::SIGTERM);
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_ports(n: usize) -> Result<Vec<u16>, String> {
+    // Hold them all at once so they differ, then release for the server.
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("no free port: {e}"))?;
+    Ok(held
+        .iter()
+        .map(|l| l.local_addr().expect("bound").port())
+        .collect())
+}
+
+fn load_options(
+    opts: &ScaleOptions,
+    plan: &ScalePlan,
+    urls: &[String],
+) -> Result<BenchOptions, String> {
+    let targets = urls
+        .iter()
+        .map(|u| Target::parse(u, 1))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut b = BenchOptions::new(targets);
+    b.connections = opts.connections.max(urls.len());
+    b.threads = plan.load_cpus.len().max(1);
+    b.cpus = Some(plan.load_cpus.clone());
+    b.duration = opts.duration;
+    b.warmup = opts.warmup;
+    b.timeout = Duration::from_secs(10);
+    Ok(b)
+}
+
+/// Runs the experiment and writes its report into `opts.out`.
+pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, String> {
+    let plan = plan::plan(topology, opts.load_cpus.clone(), opts.max_units)?;
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let work = tempfile_dir()?;
+    std::fs::create_dir_all(work.join("www")).map_err(|e| e.to_string())?;
+    std::fs::write(work.join("www/100.html"), format!("{}\n", "x".repeat(99)))
+        .map_err(|e| e.to_string())?;
+    let units_text: Vec<String> = plan
+        .steps
+        .iter()
+        .map(|&s| format!("{} (CPUs {})", plan.unit_kind.noun(s), plan.step_cpus(s)))
+        .collect();
+    eprintln!(
+        "scale: server steps {}; load generator on CPUs {}{}",
+        units_text.join(", "),
+        plan.load_cpus,
+        if plan.shared_load {
+            " (shared with the server: this machine is too small to keep them apart)"
+        } else {
+            ""
+        }
+    );
+    let mut rows = Vec::new();
+    for &workload in &opts.workloads {
+        for &step in &plan.steps {
+            for &configuration in &opts.configurations {
+                let ports = free_ports(step)?;
+                let config = work.join("espalier.toml");
+                std::fs::write(
+                    &config,
+                    plan::config_text(&plan, configuration, step, &ports),
+                )
+                .map_err(|e| e.to_string())?;
+                let server = RunningServer::start(&config, &work)?;
+                let urls: Vec<String> = match configuration {
+                    Configuration::Hosting => ports
+                        .iter()
+                        .map(|p| format!("http://127.0.0.1:{p}{}", workload.path()))
+                        .collect(),
+                    _ => vec![format!("http://127.0.0.1:{}{}", ports[0], workload.path())],
+                };
+                let result = bench::run(&load_options(opts, &plan, &urls)?)?;
+                let workers = server.workers;
+                drop(server);
+                let cpus = plan.step_cpus(step);
+                eprintln!(
+                    "scale: {:<7} {:<13} {:<8} {:>10.0} requests/s  p99 {:.2} ms  errors {}",
+                    workload.name(),
+                    plan.unit_kind.noun(step),
+                    configuration.name(),
+                    result.rps(),
+                    result.latency().p99,
+                    result.errors.total()
+                );
+                rows.push(Row {
+                    workload,
+                    configuration,
+                    units: step,
+                    cpu_count: cpus.len(),
+                    cpus: cpus.to_string(),
+                    workers,
+                    rps: result.rps(),
+                    latency_ms: result.latency(),
+                    errors: result.errors.total(),
+                });
+            }
+        }
+    }
+    let isolation = if opts.isolation {
+        Some(isolation(opts, &plan, &work)?)
+    } else {
+        None
+    };
+    let _ = std::fs::remove_dir_all(&work);
+    let results = ScaleResults {
+        date: httpdate::fmt_http_date(std::time::SystemTime::now()),
+        machine: machine_summary(topology),
+        plan,
+        duration_s: opts.duration.as_secs_f64(),
+        warmup_s: opts.warmup.as_secs_f64(),
+        connections: opts.connections,
+        rows,
+        isolation,
+    };
+    report::write_all(&results, &opts.out)?;
+    Ok(results)
+}
+
+fn tempfile_dir() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("espalier-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn machine_summary(t: &Topology) -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!(
+        "{} online CPUs, {} NUMA node(s), {} L3 domain(s){}, {model}",
+        t.online_cpus().len(),
+        t.nodes.iter().filter(|n| !n.cpus.is_empty()).count(),
+        t.l3_domains().len(),
+        if t.smt() { ", SMT on" } else { "" }
+    )
+}
+
+/// The web-gardening seed's isolation experiment.
+fn isolation(opts: &ScaleOptions, plan: &ScalePlan, work: &Path) -> Result<Isolation, String> {
+    let all = plan.step_cpus(plan.units.len());
+    if all.len() < 2 {
+        return Err("--isolation needs at least two CPUs for the server".into());
+    }
+    let b_cpu = CpuSet::from_ids([all.as_slice()[all.len() - 1]]);
+    let a_cpus = all.difference(&b_cpu);
+    let rate = 50.0;
+    let mut measured = Vec::new();
+    for masked in [false, true] {
+        let ports = free_ports(2)?;
+        let (a, b) = if masked {
+            (a_cpus.to_string(), b_cpu.to_string())
+        } else {
+            (all.to_string(), all.to_string())
+        };
+        let text = format!(
+            "# Generated by espalier scale --isolation.\n\
+             [[pool]]\nname = \"a\"\nprocesses = 1\ncpus = \"{a}\"\n\
+             [[pool]]\nname = \"b\"\nprocesses = 1\ncpus = \"{b}\"\n\
+             [[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{}\"]\n[[site.app]]\npool = \"a\"\nhandler = \"cpu\"\n\
+             [[site]]\nname = \"b\"\nbindings = [\"http://127.0.0.1:{}\"]\nroot = \"www\"\n[[site.app]]\npool = \"b\"\n",
+            ports[0], ports[1]
+        );
+        let config = work.join("isolation.toml");
+        std::fs::write(&config, text).map_err(|e| e.to_string())?;
+        let _server = RunningServer::start(&config, work)?;
+        let mut heavy = load_options(
+            opts,
+            plan,
+            &[format!("http://127.0.0.1:{}/cpu?ms=50", ports[0])],
+        )?;
+        heavy.connections = 4 * all.len();
+        let mut light = load_options(
+            opts,
+            plan,
+            &[format!("http://127.0.0.1:{}/100.html", ports[1])],
+        )?;
+        light.connections = 2;
+        light.threads = 1;
+        light.rate = Some(rate);
+        let heavy_run = std::thread::spawn(move || bench::run(&heavy));
+        let light_result = bench::run(&light)?;
+        let heavy_result = heavy_run
+            .join()
+            .map_err(|_| "load thread panicked".to_string())??;
+        eprintln!(
+            "scale: isolation {}: pool A {:.0} requests/s of CPU work; pool B p50 {:.2} ms p99 {:.2} ms max {:.2} ms",
+            if masked { "with the mask   " } else { "without the mask" },
+            heavy_result.rps(),
+            light_result.latency().p50,
+            light_result.latency().p99,
+            light_result.latency().max
+        );
+        measured.push((heavy_result.rps(), light_result.latency()));
+    }
+    Ok(Isolation {
+        pool_a_cpus_masked: a_cpus.to_string(),
+        pool_b_cpus_masked: b_cpu.to_string(),
+        pool_b_rate: rate,
+        pool_a_rps_unmasked: measured[0].0,
+        pool_a_rps_masked: measured[1].0,
+        pool_b_unmasked: measured[0].1,
+        pool_b_masked: measured[1].1,
+    })
+}
