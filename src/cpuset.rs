@@ -225,6 +225,12 @@ impl serde::Serialize for CpuSet {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for CpuSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(CpuSet::from_ids(Vec::<u32>::deserialize(d)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,7 @@
 //! `espalier scale --quick` end to end with tiny durations: every output file, sane contents.
 
+mod common;
+
 use std::process::Command;
 
 #[test]
@@ -87,4 +89,67 @@ fn quick_scale_writes_every_output() {
     );
     // Balanced tags: the SVG is well formed enough for a browser.
     assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count());
+}
+
+#[test]
+fn target_mode_merges_steps_measured_against_servers_started_by_hand() {
+    let out = tempfile::tempdir().unwrap();
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("100.html"), "x".repeat(100)).unwrap();
+    for (units, cpus) in [(1, "0"), (2, "0-1")] {
+        // The "remote" server for this step, started by hand with its CPUs restricted.
+        let port = common::free_port();
+        let config = format!(
+            "[[pool]]\nname = \"garden\"\nprocesses = {units}\ncpus = \"{cpus}\"\n\
+             [[site]]\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"{}\"\n[[site.app]]\npool = \"garden\"\n",
+            www.path().display()
+        );
+        let _server = common::Server::with_config(www.path(), &config);
+        let run = Command::new(env!("CARGO_BIN_EXE_espalier"))
+            .args([
+                "scale",
+                "--quick",
+                "--duration",
+                "200ms",
+                "--warmup",
+                "0s",
+                "--configuration",
+                "garden",
+                "--unit-kind",
+                "core",
+            ])
+            .args([
+                "--units",
+                &units.to_string(),
+                "--server-cpus",
+                &units.to_string(),
+                "--target",
+                &format!("http://127.0.0.1:{port}"),
+                "--out",
+            ])
+            .arg(out.path())
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(results["plan"]["steps"], serde_json::json!([1, 2]));
+    let rows = results["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["configuration"] == "garden"
+        && r["rps"].as_f64().unwrap() > 0.0
+        && r["errors"] == 0));
+    let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(
+        md.contains("`--target` mode")
+            && md.contains("| Web garden (1 pool × N processes) |")
+            && md.contains("1 → 2"),
+        "{md}"
+    );
 }

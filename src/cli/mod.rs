@@ -193,6 +193,22 @@ pub struct ScaleArgs {
     /// Also run the isolation experiment (a saturated pool beside a masked one).
     #[arg(long)]
     pub isolation: bool,
+    /// Measure a server started by hand elsewhere (base URL; repeat for hosting's sites)
+    /// instead of starting one here; the results join the report in --out.
+    #[arg(long, value_name = "URL", requires_all = ["configuration", "units", "server_cpus"])]
+    pub target: Vec<String>,
+    /// With --target: the configuration that server runs (hosting, garden, default).
+    #[arg(long, value_name = "NAME")]
+    pub configuration: Option<String>,
+    /// With --target: the step, in units the server was given.
+    #[arg(long, value_name = "N")]
+    pub units: Option<usize>,
+    /// With --target: how many CPUs the server had at this step.
+    #[arg(long, value_name = "N")]
+    pub server_cpus: Option<usize>,
+    /// With --target: what a unit is (node, l3, core).
+    #[arg(long, value_name = "KIND", default_value = "node")]
+    pub unit_kind: String,
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -491,7 +507,29 @@ fn scale(a: ScaleArgs) -> Result<i32, String> {
     }
     o.isolation = a.isolation;
     let t = MachineArgs::default().read()?;
-    scale::run(&o, &t)?;
+    if a.target.is_empty() {
+        scale::run(&o, &t)?;
+    } else {
+        let step = scale::TargetStep {
+            targets: a.target.clone(),
+            configuration: a
+                .configuration
+                .as_deref()
+                .and_then(Configuration::parse)
+                .ok_or("--configuration: give hosting, garden or default")?,
+            unit_kind: crate::scale::plan::UnitKind::parse(&a.unit_kind)
+                .ok_or("--unit-kind: give node, l3 or core")?,
+            units: a
+                .units
+                .filter(|&u| u > 0)
+                .ok_or("--units: give the step's number of units, 1 or more")?,
+            server_cpus: a
+                .server_cpus
+                .filter(|&c| c > 0)
+                .ok_or("--server-cpus: give the server's CPU count, 1 or more")?,
+        };
+        scale::run_target(&o, &step, &t)?;
+    }
     println!(
         "{}",
         std::fs::read_to_string(o.out.join("report.md")).map_err(|e| e.to_string())?

@@ -19,7 +19,7 @@ use crate::bench::{self, BenchOptions, Target};
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;
 use plan::{Configuration, ScalePlan, Workload};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -68,7 +68,7 @@ impl ScaleOptions {
 }
 
 /// One measurement: a configuration at a step under a workload.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     pub workload: Workload,
     pub configuration: Configuration,
@@ -82,7 +82,7 @@ pub struct Row {
 }
 
 /// The isolation experiment's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Isolation {
     pub pool_a_cpus_masked: String,
     pub pool_b_cpus_masked: String,
@@ -94,7 +94,7 @@ pub struct Isolation {
 }
 
 /// Everything the report shows.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScaleResults {
     pub date: String,
     pub machine: String,
@@ -284,6 +284,111 @@ pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, Str
         rows,
         isolation,
     };
+    report::write_all(&results, &opts.out)?;
+    Ok(results)
+}
+
+/// `--target` mode: the server runs elsewhere, started by hand for each step (for example
+/// `espalier serve -c garden.toml` restricted with `cpus` to the step's nodes). One call
+/// measures one configuration at one step against `targets` (base URLs; several for hosting)
+/// and merges the rows into the report already in `opts.out`, replacing any earlier
+/// measurement of the same configuration and step.
+pub struct TargetStep {
+    pub targets: Vec<String>,
+    pub configuration: Configuration,
+    pub unit_kind: plan::UnitKind,
+    pub units: usize,
+    pub server_cpus: usize,
+}
+
+pub fn run_target(
+    opts: &ScaleOptions,
+    step: &TargetStep,
+    topology: &Topology,
+) -> Result<ScaleResults, String> {
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let load_cpus = opts
+        .load_cpus
+        .clone()
+        .unwrap_or_else(|| topology.online_cpus());
+    let existing = opts.out.join("results.json");
+    let mut results = match std::fs::read_to_string(&existing) {
+        Ok(text) => {
+            let r: ScaleResults = serde_json::from_str(&text).map_err(|e| {
+                format!(
+                    "{}: not a report of espalier scale: {e}",
+                    existing.display()
+                )
+            })?;
+            if r.plan.unit_kind != step.unit_kind {
+                return Err(format!(
+                    "{} measures {:?} steps; use --unit-kind {:?} or another --out",
+                    existing.display(),
+                    r.plan.unit_kind,
+                    r.plan.unit_kind
+                ));
+            }
+            r
+        }
+        Err(_) => ScaleResults {
+            date: String::new(),
+            machine: format!("remote server at {}", step.targets.join(", ")),
+            plan: ScalePlan {
+                unit_kind: step.unit_kind,
+                units: Vec::new(),
+                load_cpus: load_cpus.clone(),
+                shared_load: false,
+                steps: Vec::new(),
+            },
+            duration_s: opts.duration.as_secs_f64(),
+            warmup_s: opts.warmup.as_secs_f64(),
+            connections: opts.connections,
+            rows: Vec::new(),
+            isolation: None,
+        },
+    };
+    let plan = ScalePlan {
+        load_cpus,
+        ..results.plan.clone()
+    };
+    for &workload in &opts.workloads {
+        let urls: Vec<String> = step
+            .targets
+            .iter()
+            .map(|t| format!("{}{}", t.trim_end_matches('/'), workload.path()))
+            .collect();
+        let r = bench::run(&load_options(opts, &plan, &urls)?)?;
+        eprintln!(
+            "scale: {:<7} {:<13} {:<8} {:>10.0} requests/s  p99 {:.2} ms  errors {}",
+            workload.name(),
+            step.unit_kind.noun(step.units),
+            step.configuration.name(),
+            r.rps(),
+            r.latency().p99,
+            r.errors.total()
+        );
+        results.rows.retain(|x| {
+            !(x.workload == workload
+                && x.configuration == step.configuration
+                && x.units == step.units)
+        });
+        results.rows.push(Row {
+            workload,
+            configuration: step.configuration,
+            units: step.units,
+            cpus: format!("{} remote", step.server_cpus),
+            cpu_count: step.server_cpus,
+            workers: 0,
+            rps: r.rps(),
+            latency_ms: r.latency(),
+            errors: r.errors.total(),
+        });
+    }
+    let mut steps: Vec<usize> = results.rows.iter().map(|r| r.units).collect();
+    steps.sort_unstable();
+    steps.dedup();
+    results.plan.steps = steps;
+    results.date = httpdate::fmt_http_date(std::time::SystemTime::now());
     report::write_all(&results, &opts.out)?;
     Ok(results)
 }

@@ -7,10 +7,10 @@
 
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What the server grows over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum UnitKind {
     Node,
@@ -19,6 +19,15 @@ pub enum UnitKind {
 }
 
 impl UnitKind {
+    pub fn parse(s: &str) -> Option<UnitKind> {
+        match s {
+            "node" => Some(UnitKind::Node),
+            "l3" => Some(UnitKind::L3),
+            "core" => Some(UnitKind::Core),
+            _ => None,
+        }
+    }
+
     pub fn noun(self, n: usize) -> String {
         let s = match self {
             UnitKind::Node => "node",
@@ -34,7 +43,7 @@ impl UnitKind {
 }
 
 /// The three configurations of the case study.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Configuration {
     /// 1 pool × 1 worker.
@@ -75,7 +84,7 @@ impl Configuration {
 
 /// The workloads: the static-benchmark seed's 100-byte page, the case study's dynamic page,
 /// and the web-gardening seed's CPU-heavy work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
     Static,
@@ -109,7 +118,7 @@ impl Workload {
 }
 
 /// The experiment's layout on this machine.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ScalePlan {
     pub unit_kind: UnitKind,
     /// The units the server may use, in order; step k uses the first k.
@@ -123,9 +132,9 @@ pub struct ScalePlan {
 }
 
 impl ScalePlan {
-    /// The server's CPUs at a step.
+    /// The server's CPUs at a step (empty when the server is remote: `--target`).
     pub fn step_cpus(&self, units: usize) -> CpuSet {
-        self.units[..units]
+        self.units[..units.min(self.units.len())]
             .iter()
             .fold(CpuSet::new(), |a, u| a.union(u))
     }

@@ -29,6 +29,16 @@ fn rps_of(rows: &[Row], w: Workload, c: Configuration, units: usize) -> Option<&
         .find(|r| r.workload == w && r.configuration == c && r.units == units)
 }
 
+/// The server's CPU count at a step: from the rows (which also covers remote targets), else
+/// from the plan.
+fn step_cpu_count(r: &ScaleResults, units: usize) -> usize {
+    r.rows
+        .iter()
+        .find(|x| x.units == units)
+        .map(|x| x.cpu_count)
+        .unwrap_or_else(|| r.plan.step_cpus(units).len())
+}
+
 fn change(from: f64, to: f64) -> String {
     if from <= 0.0 {
         return "–".into();
@@ -77,10 +87,11 @@ fn table(r: &ScaleResults, w: Workload) -> (Vec<String>, Vec<Vec<String>>) {
     let kind = r.plan.unit_kind;
     let mut header = vec!["configuration".to_string()];
     for &s in steps {
+        let n = step_cpu_count(r, s);
         header.push(format!(
-            "{} ({} CPUs)",
+            "{} ({n} CPU{})",
             kind.noun(s),
-            r.plan.step_cpus(s).len()
+            if n == 1 { "" } else { "s" }
         ));
     }
     for pair in steps.windows(2) {
@@ -111,6 +122,18 @@ fn markdown_table(header: &[String], body: &[Vec<String>]) -> String {
 
 fn setup_text(r: &ScaleResults) -> String {
     let p = &r.plan;
+    if p.units.is_empty() {
+        return format!(
+            "Server: {}, started by hand at each step (`--target` mode); steps: {}. Load generator (`espalier bench`, {} keep-alive connections) on this machine's CPUs {}. \
+             Each cell is requests/s over {} s after {} s of warm-up.",
+            r.machine,
+            p.steps.iter().map(|&s| format!("{} = {} CPUs", p.unit_kind.noun(s), step_cpu_count(r, s))).collect::<Vec<_>>().join("; "),
+            r.connections,
+            p.load_cpus,
+            r.duration_s,
+            r.warmup_s
+        );
+    }
     format!(
         "Machine: {}. The server grows over {}s ({}); the load generator (`espalier bench`, {} keep-alive connections) runs on CPUs {}{}. \
          Each cell is requests/s over {} s after {} s of warm-up.",
@@ -175,12 +198,7 @@ pub fn svg(r: &ScaleResults, w: Workload) -> String {
     let (width, height) = (720.0, 420.0);
     let (left, right, top, bottom) = (80.0, 220.0, 40.0, 60.0);
     let (pw, ph) = (width - left - right, height - top - bottom);
-    let xs: Vec<usize> = r
-        .plan
-        .steps
-        .iter()
-        .map(|&s| r.plan.step_cpus(s).len())
-        .collect();
+    let xs: Vec<usize> = r.plan.steps.iter().map(|&s| step_cpu_count(r, s)).collect();
     let xmax = *xs.iter().max().unwrap_or(&1) as f64;
     let ymax = nice_ceiling(
         r.rows
