@@ -35,6 +35,16 @@ pub struct MachineArgs {
 }
 
 impl MachineArgs {
+    /// The sysfs and procfs roots these arguments name.
+    pub fn roots(&self) -> (PathBuf, PathBuf) {
+        let sysfs = self.sysfs.clone().unwrap_or_else(|| "/sys".into());
+        let procfs = self.procfs.clone().or_else(|| {
+            let sibling = self.sysfs.as_ref()?.parent()?.join("proc");
+            sibling.is_dir().then_some(sibling)
+        });
+        (sysfs, procfs.unwrap_or_else(|| "/proc".into()))
+    }
+
     pub fn read(&self) -> Result<Topology, String> {
         let paths = match &self.sysfs {
             None => match &self.procfs {
@@ -74,6 +84,21 @@ pub enum Command {
     Bench(Box<BenchArgs>),
     /// The case study's scaling experiment on this machine: table, chart and report.
     Scale(ScaleArgs),
+    /// Plan or apply NIC queue placement: interrupts, XPS and RPS on the NIC's own node.
+    Nic {
+        #[command(subcommand)]
+        action: NicAction,
+    },
+    /// Check the machine's settings against what serving needs, and say how to fix them.
+    Doctor {
+        /// Also check against this config (backlogs, connections, hard affinity, pool CPUs).
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        machine: MachineArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: a worker process, started by `espalier serve`.
     #[command(hide = true)]
     Worker,
@@ -157,6 +182,35 @@ pub struct BenchArgs {
     #[arg(long, value_name = "TEXT")]
     pub body: Option<String>,
     /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum NicAction {
+    /// Print the plan (nothing is changed).
+    Plan(NicArgs),
+    /// Write the plan to /proc/irq and the queues' rps_cpus/xps_cpus (needs root); prints each
+    /// change and the command that undoes it.
+    Apply {
+        #[command(flatten)]
+        nic: NicArgs,
+        /// Print the changes without making them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NicArgs {
+    /// Interfaces to plan (default: every physical NIC).
+    #[arg(value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+    /// Keep interrupts off the CPUs this config's pools reserve with `cpus`.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub machine: MachineArgs,
     #[arg(long)]
     pub json: bool,
 }
@@ -265,6 +319,12 @@ fn run(cli: Cli) -> Result<i32, String> {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench(*args),
         Command::Scale(args) => scale(args),
+        Command::Nic { action } => nic(action),
+        Command::Doctor {
+            config,
+            machine,
+            json,
+        } => doctor(config, machine, json),
         Command::Worker => Ok(crate::server::worker::main()),
     }
 }
@@ -539,4 +599,97 @@ fn scale(a: ScaleArgs) -> Result<i32, String> {
         o.out.display()
     );
     Ok(0)
+}
+
+fn nic(action: NicAction) -> Result<i32, String> {
+    let (args, apply, dry_run) = match &action {
+        NicAction::Plan(a) => (a, false, true),
+        NicAction::Apply { nic, dry_run } => (nic, true, *dry_run),
+    };
+    let t = args.machine.read()?;
+    let reserved = match &args.config {
+        Some(path) => {
+            let c = Config::load(path, &t).map_err(|e| e.to_string())?;
+            c.pools
+                .iter()
+                .filter_map(|p| p.cpus.clone())
+                .fold(crate::cpuset::CpuSet::new(), |a, m| a.union(&m))
+        }
+        None => crate::cpuset::CpuSet::new(),
+    };
+    let plans = crate::nic::plan(&t, &args.interfaces, &reserved)?;
+    let (sysfs, procfs) = args.machine.roots();
+    let irqbalance = crate::nic::irqbalance_running(&procfs);
+    if irqbalance {
+        eprintln!("espalier: warning: irqbalance is running and will move these interrupts again; stop it (systemctl disable --now irqbalance) before applying");
+    }
+    if !apply {
+        if args.json {
+            let v = serde_json::json!({ "nics": plans, "irqbalance_running": irqbalance });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{}", crate::nic::render(&plans));
+        }
+        return Ok(0);
+    }
+    let changes = crate::nic::changes(&plans, &sysfs, &procfs);
+    let applied = crate::nic::apply(&changes, dry_run);
+    let failed = applied.iter().filter(|a| a.error.is_some()).count();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "dry_run": dry_run, "changes": applied })
+            )
+            .map_err(|e| e.to_string())?
+        );
+    } else {
+        for a in &applied {
+            match &a.error {
+                None => println!(
+                    "{}{}: {} -> {}    # undo: {}",
+                    if dry_run { "would set " } else { "" },
+                    a.path.display(),
+                    a.old,
+                    a.new,
+                    a.undo
+                ),
+                Some(e) => println!("FAILED {}: {e}", a.path.display()),
+            }
+        }
+        if applied.is_empty() {
+            println!("nothing to change");
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} of {} change(s) failed (see FAILED above; writing /proc/irq and queue masks needs root)", applied.len()));
+    }
+    Ok(0)
+}
+
+fn doctor(config: Option<PathBuf>, machine: MachineArgs, json: bool) -> Result<i32, String> {
+    let t = machine.read()?;
+    let c = config
+        .as_ref()
+        .map(|p| Config::load(p, &t).map_err(|e| e.to_string()))
+        .transpose()?;
+    let (sysfs, procfs) = machine.roots();
+    let inputs = crate::doctor::read_inputs(&sysfs, &procfs);
+    let findings = crate::doctor::check(&inputs, &t, c.as_ref());
+    let warn = findings
+        .iter()
+        .any(|f| f.status == crate::doctor::Status::Warn);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "ok": !warn, "findings": findings }))
+                .map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", crate::doctor::render(&findings));
+    }
+    Ok(if warn { 1 } else { 0 })
 }

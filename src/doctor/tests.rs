@@ -1,0 +1,105 @@
+use super::*;
+use crate::testutil::{fixture, fixture_dir};
+
+fn inputs(name: &str) -> Inputs {
+    let sys = fixture_dir(name);
+    read_inputs(&sys, &sys.parent().unwrap().join("proc"))
+}
+
+fn status_of<'a>(f: &'a [Finding], check: &str) -> Vec<&'a Finding> {
+    f.iter().filter(|x| x.check == check).collect()
+}
+
+#[test]
+fn reads_every_input_from_the_fixture() {
+    let i = inputs("dl980");
+    assert_eq!(i.somaxconn, Some(128));
+    assert_eq!(i.tcp_max_syn_backlog, Some(512));
+    assert_eq!(i.ip_local_port_range, Some((32768, 60999)));
+    assert_eq!(i.tcp_tw_reuse, Some(2));
+    assert_eq!(i.nofile, Some((1024, 4096)));
+    assert_eq!(i.numa_balancing, Some(1));
+    assert!(i.irqbalance_running);
+    assert_eq!(i.governors.len(), 160);
+    assert_eq!(i.thp.as_deref(), Some("always"));
+    let l = inputs("laptop");
+    assert!(!l.irqbalance_running);
+    assert_eq!(
+        l.deepest_idle,
+        Some(("C1".to_string(), 2)),
+        "C6 is disabled"
+    );
+    assert_eq!(l.thp.as_deref(), Some("madvise"));
+}
+
+#[test]
+fn a_badly_tuned_case_study_machine_gets_every_warning() {
+    let t = fixture("dl980");
+    let text = "[[pool]]\nname = \"shop\"\naffinity = \"hard\"\ncpus = \"0-39\"\n[[site]]\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"shop\"\n";
+    let config = Config::parse(text, Path::new("shop.toml"), &t).unwrap();
+    let f = check(&inputs("dl980"), &t, Some(&config));
+    for name in [
+        "somaxconn",
+        "tcp_max_syn_backlog",
+        "open files",
+        "numa_balancing",
+        "irqbalance",
+        "cpu governor",
+        "transparent huge pages",
+        "pool cpus",
+    ] {
+        let found = status_of(&f, name);
+        assert!(
+            found.iter().any(|x| x.status == Status::Warn),
+            "{name} should warn: {found:?}"
+        );
+        assert!(
+            found.iter().all(|x| !x.advice.is_empty()),
+            "{name} says how to fix it"
+        );
+    }
+    assert_eq!(
+        status_of(&f, "somaxconn")[0].advice,
+        "sysctl -w net.core.somaxconn=1024"
+    );
+    // ens2f0 sits on node 2 with its IRQs on CPU 0; ens1f0 is on node 0 but has all 16 of
+    // its IRQs piled on CPU 0.
+    let nic = status_of(&f, "nic irqs");
+    assert!(
+        nic.iter().any(|x| x.status == Status::Warn
+            && x.found.starts_with("ens2f0 (node 2)")
+            && x.found.contains("off its node")
+            && x.advice == "espalier nic apply ens2f0"),
+        "{nic:?}"
+    );
+    assert!(
+        nic.iter().any(|x| x.status == Status::Warn
+            && x.found
+                .starts_with("ens1f0 (node 0): all 16 IRQs are piled on CPU 0")),
+        "{nic:?}"
+    );
+    assert_eq!(status_of(&f, "ip_local_port_range")[0].status, Status::Info);
+    assert!(render(&f).ends_with("thing(s) should change\n"));
+}
+
+#[test]
+fn a_well_tuned_laptop_is_all_well() {
+    let f = check(&inputs("laptop"), &fixture("laptop"), None);
+    let warns: Vec<&Finding> = f.iter().filter(|x| x.status == Status::Warn).collect();
+    assert!(warns.is_empty(), "{warns:?}");
+    assert!(render(&f).ends_with("all well\n"));
+    assert_eq!(status_of(&f, "idle states")[0].status, Status::Ok);
+}
+
+#[test]
+fn nofile_lines_parse() {
+    assert_eq!(
+        parse_nofile("Max open files            1024                 524288               files"),
+        Some((1024, 524288))
+    );
+    assert_eq!(
+        parse_nofile("Max open files            unlimited            unlimited            files"),
+        Some((u64::MAX, u64::MAX))
+    );
+    assert_eq!(parse_nofile("nothing here"), None);
+}
