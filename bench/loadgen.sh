@@ -13,16 +13,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DURATION=${DURATION:-5}
 RUNS=${RUNS:-3}
-need=()
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-command -v wrk >/dev/null || need+=(wrk)
-command -v perf >/dev/null || need+=(linux-perf)
-command -v valgrind >/dev/null || need+=(valgrind)
-if ((${#need[@]})); then
-  echo "installing ${need[*]} from Debian…" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2 && apt-get install -y -qq "${need[@]}" >&2
-fi
+. "$ROOT/bench/common.sh"
+need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 (cd "$ROOT" && cargo build --release --quiet)
 ESPALIER="$ROOT/target/release/espalier"
@@ -31,7 +23,7 @@ WORK=$(mktemp -d /tmp/espalier-loadgen.XXXXXX)
 NGINX_PID=
 cleanup() { [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 mkdir -p "$WORK/www"
 python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'
 cat > "$WORK/nginx.conf" <<CONF
@@ -46,7 +38,7 @@ http { access_log off; keepalive_requests 10000000; open_file_cache max=100; def
 CONF
 taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" >/dev/null 2>&1 &
 NGINX_PID=$!
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.05; done
+wait_port "$PORT"
 URL="http://127.0.0.1:$PORT/100.html"
 
 # client NAME SECONDS [wrapper…] → "requests rps"

@@ -22,18 +22,8 @@ CONNS=${CONNS:-50}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 
-need=()
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-command -v wrk >/dev/null || need+=(wrk)
-command -v perf >/dev/null || need+=(linux-perf)
-command -v valgrind >/dev/null || need+=(valgrind)
-command -v python3 >/dev/null || need+=(python3)
-if ((${#need[@]})); then
-  echo "installing ${need[*]} from Debian…" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq "${need[@]}" >&2
-fi
+. "$ROOT/bench/common.sh"
+need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 echo "building espalier (release)…" >&2
@@ -50,8 +40,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 mkdir -p "$WORK/www" "$WORK/nginx"
 python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'

@@ -2,7 +2,9 @@
 //! machine, and — for `nic apply` — for real inside a network namespace the test creates and
 //! removes, reading back what was written and undoing it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn espalier(args: &[&str]) -> Output {
@@ -70,26 +72,10 @@ fn nic_plan_json_has_the_documented_shape() {
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        let ft = e.file_type().unwrap();
-        if ft.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), target).unwrap();
-        } else if ft.is_dir() {
-            copy_tree(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 #[test]
 fn nic_apply_writes_a_fixture_copy_and_dry_run_does_not() {
     let dir = tempfile::tempdir().unwrap();
-    copy_tree(
+    common::copy_tree(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/epyc2s"),
         dir.path(),
     );

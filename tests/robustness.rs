@@ -1,6 +1,8 @@
 //! No panic on random input: arbitrary TOML into the config loader, arbitrary file contents
 //! into the sysfs reader, and whatever comes out of either into the planner.
 
+mod common;
+
 use espalier::config::Config;
 use espalier::placement;
 use espalier::topology::{self, SysfsPaths};
@@ -123,7 +125,7 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("sys");
-        copy_tree(&fixture("awkward"), &root);
+        common::copy_tree(&fixture("awkward"), &root);
         let mut files = Vec::new();
         list_files(&root, &mut files);
         files.sort();
@@ -134,22 +136,6 @@ proptest! {
             let _ = topology::render::table(&t);
             let pool = espalier::config::PoolSpec::with_defaults("p");
             let _ = placement::plan(&t, &[pool], &[]);
-        }
-    }
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        let ft = e.file_type().unwrap();
-        if ft.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), target).unwrap();
-        } else if ft.is_dir() {
-            copy_tree(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
         }
     }
 }

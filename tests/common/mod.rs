@@ -260,3 +260,20 @@ pub fn status_field(path: &Path, key: &str) -> String {
         .map(|v| v.trim_start_matches(':').trim().to_string())
         .unwrap_or_default()
 }
+
+/// Copies a directory tree, symlinks as symlinks (fixture trees hold `cpuN/nodeK` links).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        let ft = e.file_type().unwrap();
+        if ft.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), target).unwrap();
+        } else if ft.is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
