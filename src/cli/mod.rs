@@ -99,6 +99,25 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the running server's pools and workers (from its admin endpoint).
+    Status {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop or start a pool of the running server.
+    Pool {
+        #[command(subcommand)]
+        action: PoolAction,
+    },
+    /// Recycle a pool's workers (overlapped unless the pool says otherwise).
+    Recycle {
+        /// The pool.
+        pool: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Internal: a worker process, started by `espalier serve`.
     #[command(hide = true)]
     Worker,
@@ -184,6 +203,33 @@ pub struct BenchArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Where the running server's admin endpoint is.
+#[derive(Args, Debug, Clone)]
+pub struct AdminArgs {
+    /// Read the admin address from this config's `[server] admin`.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The admin address (default 127.0.0.1:9180).
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    pub admin: Option<SocketAddr>,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum PoolAction {
+    /// Stop a pool: its workers drain and its sites answer 503 (or reset, with load_balancer = "tcp").
+    Stop {
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Start a stopped pool (also after rapid-fail protection stopped it).
+    Start {
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 #[derive(Subcommand, Debug, Clone)]
@@ -320,6 +366,14 @@ fn run(cli: Cli) -> Result<i32, String> {
         Command::Bench(args) => bench(*args),
         Command::Scale(args) => scale(args),
         Command::Nic { action } => nic(action),
+        Command::Status { admin, json } => status(&admin, json),
+        Command::Pool { action } => match action {
+            PoolAction::Stop { name, admin } => admin_post(&admin, &format!("/pools/{name}/stop")),
+            PoolAction::Start { name, admin } => {
+                admin_post(&admin, &format!("/pools/{name}/start"))
+            }
+        },
+        Command::Recycle { pool, admin } => admin_post(&admin, &format!("/pools/{pool}/recycle")),
         Command::Doctor {
             config,
             machine,
@@ -692,4 +746,118 @@ fn doctor(config: Option<PathBuf>, machine: MachineArgs, json: bool) -> Result<i
         print!("{}", crate::doctor::render(&findings));
     }
     Ok(if warn { 1 } else { 0 })
+}
+
+impl AdminArgs {
+    fn address(&self) -> Result<SocketAddr, String> {
+        if let Some(a) = self.admin {
+            return Ok(a);
+        }
+        match &self.config {
+            Some(path) => {
+                let t = MachineArgs::default().read()?;
+                Ok(Config::load(path, &t)
+                    .map_err(|e| e.to_string())?
+                    .server
+                    .admin)
+            }
+            None => Ok(crate::config::ServerSettings::default().admin),
+        }
+    }
+}
+
+/// One request to the admin endpoint: (status, body).
+fn admin_request(args: &AdminArgs, method: &str, path: &str) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let addr = args.address()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3))
+        .map_err(|e| format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)"))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{addr} did not answer HTTP"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
+fn admin_post(args: &AdminArgs, path: &str) -> Result<i32, String> {
+    let (status, body) = admin_request(args, "POST", path)?;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    let message = v["message"].as_str().unwrap_or(body.trim());
+    if status == 200 {
+        println!("{message}");
+        Ok(0)
+    } else {
+        Err(message.to_string())
+    }
+}
+
+fn status(args: &AdminArgs, json: bool) -> Result<i32, String> {
+    let (code, body) = admin_request(args, "GET", "/status")?;
+    if code != 200 {
+        return Err(format!(
+            "the admin endpoint answered {code}: {}",
+            body.trim()
+        ));
+    }
+    if json {
+        print!("{body}");
+        return Ok(0);
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+    println!(
+        "{:<14} {:>5} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  LAST EXIT",
+        "POOL", "INDEX", "PID", "NODE", "CPUS", "STATE", "UPTIME", "REQUESTS", "RSS", "RECYCLED"
+    );
+    for p in v["pools"].as_array().into_iter().flatten() {
+        if let Some(why) = p["stopped_because"].as_str() {
+            println!("{} is STOPPED ({why})", p["name"].as_str().unwrap_or(""));
+        }
+        for w in p["workers"].as_array().into_iter().flatten() {
+            let cpus: crate::cpuset::CpuSet = w["cpus"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.as_u64())
+                .map(|c| c as u32)
+                .collect();
+            let opt = |x: &serde_json::Value| {
+                if x.is_null() {
+                    "-".to_string()
+                } else {
+                    x.to_string()
+                }
+            };
+            println!(
+                "{:<14} {:>5} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  {}",
+                p["name"].as_str().unwrap_or(""),
+                w["index"].to_string(),
+                opt(&w["pid"]),
+                opt(&w["node"]),
+                cpus.to_string(),
+                w["state"].as_str().unwrap_or(""),
+                w["uptime_s"]
+                    .as_f64()
+                    .map_or("-".into(), |s| crate::units::format_duration(
+                        std::time::Duration::from_secs(s as u64)
+                    )),
+                w["requests"].to_string(),
+                w["resident_bytes"]
+                    .as_u64()
+                    .map_or("-".into(), crate::units::format_bytes),
+                w["recycles"].to_string(),
+                w["last_exit"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    Ok(0)
 }

@@ -68,9 +68,16 @@ pub struct Shutdown {
 }
 
 impl Shutdown {
+    /// Stops accepting; every response from now on says `Connection: close`.
     pub fn begin(&self) {
         self.started.set(true);
         self.notify.notify_waiters();
+    }
+
+    /// Ends the connections that are waiting for a request. A client may be sending one at
+    /// that very moment and see the close instead of an answer — HTTP/1.1's keep-alive race —
+    /// so the drain first gives busy clients a moment to get a `Connection: close` answer.
+    pub fn close_idle(&self) {
         for (&fd, idle) in self.idle.borrow().iter() {
             if idle.get() {
                 crate::os::net::shutdown_read(fd);

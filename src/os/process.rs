@@ -92,3 +92,25 @@ pub fn die_with_parent() -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Resident memory of a process, from `/proc/PID/statm`.
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf takes an integer.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(4096) as u64)
+}
+
+/// Minutes since local midnight (for recycle schedules).
+pub fn local_minute_of_day() -> u32 {
+    // SAFETY: time and localtime_r write only into the values passed.
+    unsafe {
+        let now = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&now, &mut tm).is_null() {
+            return 0;
+        }
+        (tm.tm_hour * 60 + tm.tm_min) as u32
+    }
+}

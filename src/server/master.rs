@@ -19,26 +19,15 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 
 /// One reuseport group: every thread of a pool listening on one address.
-struct ListenerGroup {
-    pool: String,
-    addr: SocketAddr,
-    routes: GroupRoutes,
+pub(super) struct ListenerGroup {
+    pub(super) pool: String,
+    pub(super) addr: SocketAddr,
+    pub(super) routes: GroupRoutes,
     /// Sockets in group order; `owners[i]` = (worker index in the plan, thread index).
-    sockets: Vec<Socket>,
+    pub(super) sockets: Vec<Socket>,
     owners: Vec<(usize, usize)>,
-}
-
-/// A worker the master started.
-struct Child {
-    name: String,
-    pid: u32,
-    node: Option<u32>,
-    cpus: String,
-    alive: bool,
 }
 
 /// Runs the server until it is stopped. Returns the exit code.
@@ -54,7 +43,7 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(supervise(config, groups, specs))
+    rt.block_on(super::supervisor::run(config, groups, specs))
 }
 
 /// Opens every listener group, in CPU order, and attaches the steering program.
@@ -216,7 +205,11 @@ fn worker_specs(config: &Config, plan: &Plan, groups: &[ListenerGroup]) -> Vec<W
 }
 
 /// Starts a worker process with its sockets and spec; returns its pid and control socket.
-fn spawn_worker(mut spec: WorkerSpec) -> Result<(u32, tokio::net::UnixStream), String> {
+/// `fail_at_start` asks the worker to fail right after starting (fault injection for tests).
+pub(super) fn spawn_worker(
+    mut spec: WorkerSpec,
+    fail_at_start: bool,
+) -> Result<(u32, tokio::net::UnixStream), String> {
     let (master_end, worker_end) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     spec.control_fd = worker_end.as_raw_fd();
@@ -231,6 +224,11 @@ fn spawn_worker(mut spec: WorkerSpec) -> Result<(u32, tokio::net::UnixStream), S
         std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("worker").env(ENV_VAR, json);
+    if fail_at_start {
+        cmd.env(super::worker::FAIL_AT_START_VAR, &spec.pool);
+    } else {
+        cmd.env_remove(super::worker::FAIL_AT_START_VAR);
+    }
     // SAFETY: between fork and exec only async-signal-safe calls (fcntl, prctl) run.
     unsafe {
         cmd.pre_exec(move || {
@@ -249,182 +247,4 @@ fn spawn_worker(mut spec: WorkerSpec) -> Result<(u32, tokio::net::UnixStream), S
         .map_err(|e| e.to_string())?;
     let control = tokio::net::UnixStream::from_std(master_end).map_err(|e| e.to_string())?;
     Ok((child.id(), control))
-}
-
-async fn supervise(
-    config: &Config,
-    groups: Vec<ListenerGroup>,
-    specs: Vec<WorkerSpec>,
-) -> Result<i32, String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    let mut sigchld = signal(SignalKind::child()).map_err(|e| e.to_string())?;
-
-    for g in &groups {
-        let hosts: Vec<String> = g
-            .routes
-            .iter()
-            .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
-            .collect();
-        log(
-            "master",
-            format!(
-                "listening on http://{} for pool {} ({} sockets, hosts {})",
-                g.addr,
-                g.pool,
-                g.sockets.len(),
-                hosts.join(",")
-            ),
-        );
-    }
-    let mut children: Vec<Child> = Vec::new();
-    let mut controls = Vec::new();
-    for spec in &specs {
-        let name = spec.name();
-        let (pid, control) = match spawn_worker(spec.clone()) {
-            Ok(x) => x,
-            Err(e) => {
-                stop_all(&mut children, Duration::from_secs(1)).await;
-                return Err(e);
-            }
-        };
-        let cpus = crate::cpuset::CpuSet::from_ids(spec.cpus.iter().copied()).to_string();
-        children.push(Child {
-            name,
-            pid,
-            node: spec.node,
-            cpus,
-            alive: true,
-        });
-        controls.push(tokio::io::BufReader::new(control));
-    }
-    // Wait for every worker to report ready (or an error), within the pools' startup limit.
-    let startup = config
-        .pools
-        .iter()
-        .map(|p| p.startup_time_limit)
-        .max()
-        .unwrap_or(Duration::from_secs(90));
-    for (i, control) in controls.iter_mut().enumerate() {
-        let mut line = String::new();
-        let read = tokio::time::timeout(startup, control.read_line(&mut line)).await;
-        let c = &children[i];
-        match (read, line.trim()) {
-            (Ok(Ok(_)), l) if l.starts_with("ready") => {
-                let node = c.node.map_or("-".into(), |n| n.to_string());
-                log(
-                    "master",
-                    format!(
-                        "worker {} started: pid {} node {} cpus {}",
-                        c.name, c.pid, node, c.cpus
-                    ),
-                );
-            }
-            (Ok(_), l) => {
-                let why = l
-                    .strip_prefix("error ")
-                    .unwrap_or("it exited before it was ready")
-                    .to_string();
-                let name = c.name.clone();
-                stop_all(&mut children, Duration::from_secs(2)).await;
-                return Err(format!("worker {name} could not start: {why}"));
-            }
-            (Err(_), _) => {
-                let name = c.name.clone();
-                stop_all(&mut children, Duration::from_secs(2)).await;
-                return Err(format!(
-                    "worker {name} did not report ready within {}s (startup_time_limit)",
-                    startup.as_secs()
-                ));
-            }
-        }
-    }
-    log(
-        "master",
-        format!(
-            "{} worker(s) serving; SIGTERM or Ctrl-C stops them gracefully",
-            children.len()
-        ),
-    );
-
-    loop {
-        tokio::select! {
-            _ = sigchld.recv() => reap(&mut children),
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-        }
-    }
-    log(
-        "master",
-        format!(
-            "stopping: in-flight requests have {}s to finish (a second signal stops at once)",
-            config.server.shutdown_timeout.as_secs()
-        ),
-    );
-    let bound = config.server.shutdown_timeout + Duration::from_secs(1);
-    for c in children.iter().filter(|c| c.alive) {
-        let _ = os::process::kill(c.pid, libc::SIGTERM);
-    }
-    let deadline = tokio::time::Instant::now() + bound;
-    while children.iter().any(|c| c.alive) {
-        tokio::select! {
-            _ = sigchld.recv() => reap(&mut children),
-            _ = tokio::time::sleep(Duration::from_millis(50)) => reap(&mut children),
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = tokio::time::sleep_until(deadline) => break,
-        }
-    }
-    stop_all(&mut children, Duration::from_millis(500)).await;
-    drop(controls);
-    drop(groups);
-    log("master", "stopped");
-    Ok(0)
-}
-
-/// Reaps exited workers and says so. The pool keeps its listeners, so new connections wait
-/// in the accept queue of the dead worker's sockets.
-fn reap(children: &mut [Child]) {
-    while let Some((pid, status)) = os::process::reap_child() {
-        if let Some(c) = children.iter_mut().find(|c| c.pid == pid && c.alive) {
-            c.alive = false;
-            log(
-                "master",
-                format!(
-                    "worker {} (pid {pid}) exited: {status}; its listeners stay open in the master",
-                    c.name
-                ),
-            );
-        }
-    }
-}
-
-/// Kills the workers still alive after `grace`, and reaps them.
-async fn stop_all(children: &mut [Child], grace: Duration) {
-    for c in children.iter().filter(|c| c.alive) {
-        let _ = os::process::kill(c.pid, libc::SIGTERM);
-    }
-    let deadline = tokio::time::Instant::now() + grace;
-    while children.iter().any(|c| c.alive) && tokio::time::Instant::now() < deadline {
-        reap(children);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    for c in children.iter_mut().filter(|c| c.alive) {
-        let _ = os::process::kill(c.pid, libc::SIGKILL);
-        log(
-            "master",
-            format!(
-                "worker {} (pid {}) did not stop in time: killed",
-                c.name, c.pid
-            ),
-        );
-    }
-    for _ in 0..50 {
-        reap(children);
-        if children.iter().all(|c| !c.alive) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }

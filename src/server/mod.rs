@@ -5,9 +5,12 @@
 //! [`crate::placement::Plan`]), protocol details ([`crate::http`]) or syscalls beyond calling
 //! [`crate::os`].
 
+pub mod admin;
+pub mod lifecycle;
 pub mod master;
 pub mod spec;
 pub mod steering;
+pub mod supervisor;
 pub mod worker;
 
 /// A lifecycle log line on stderr: `espalier[<who>]: <message>`. Requests are never logged

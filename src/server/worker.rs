@@ -23,9 +23,26 @@ use std::io::Write;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
+
+/// How long a draining worker lets keep-alive clients send one more request (answered with
+/// `Connection: close`) before it closes the connections still idle.
+const IDLE_GRACE: Duration = Duration::from_millis(500);
+
+/// Fault injection for the pool tests: a worker of the named pool fails right after start.
+/// The master sets it for a number of starts (`ESPALIER_FAIL_AT_START=POOL:COUNT` in the
+/// master's environment); nothing else reads it.
+pub const FAIL_AT_START_VAR: &str = "ESPALIER_WORKER_FAIL_AT_START";
+
+fn fail_at_start() -> Option<String> {
+    std::env::var(FAIL_AT_START_VAR)
+        .ok()
+        .filter(|v| !v.is_empty())
+}
 
 /// Entry point of `espalier worker` (started only by the master).
 pub fn main() -> i32 {
@@ -72,14 +89,21 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::new();
+    // Each thread publishes its request count here a few times a second, for the master's pings.
+    let served: Vec<Arc<AtomicU64>> = spec
+        .threads
+        .iter()
+        .map(|_| Arc::new(AtomicU64::new(0)))
+        .collect();
     for (t, thread) in spec.threads.iter().enumerate() {
         let spec = spec.clone();
         let stop_rx = stop_rx.clone();
         let started_tx = started_tx.clone();
         let cpu = thread.cpu;
+        let counter = Arc::clone(&served[t]);
         let handle = std::thread::Builder::new()
             .name(format!("{}-cpu{cpu}", spec.pool))
-            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx))
+            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, counter))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         threads.push(handle);
     }
@@ -91,10 +115,18 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             Err(_) => return Err("a worker thread died while starting".into()),
         }
     }
+    if let Some(pool) = fail_at_start() {
+        if pool == spec.pool {
+            return Err(format!(
+                "failing at start on purpose ({FAIL_AT_START_VAR}={pool})"
+            ));
+        }
+    }
     writeln!(control, "ready {}", std::process::id())
         .map_err(|e| format!("lost the master: {e}"))?;
 
-    // Wait for SIGTERM/SIGINT (or the master going away), then drain.
+    // Answer the master's pings with the requests served; on SIGTERM/SIGINT (or the master
+    // going away), drain.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -105,15 +137,28 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let mut int = signal(SignalKind::interrupt()).expect("signal handler");
         let control = control.try_clone().expect("clone control socket");
         control.set_nonblocking(true).expect("nonblocking control socket");
-        let mut control = tokio::net::UnixStream::from_std(control).expect("register control socket");
-        let mut buf = [0u8; 64];
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-            // The master closed the control socket (it is gone): stop too.
-            _ = async { loop { match tokio::io::AsyncReadExt::read(&mut control, &mut buf).await { Ok(0) | Err(_) => break, Ok(_) => {} } } } => {}
+        let control = tokio::net::UnixStream::from_std(control).expect("register control socket");
+        let (read_half, mut write_half) = control.into_split();
+        let mut lines = tokio::io::BufReader::new(read_half);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            tokio::select! {
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                r = tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line) => match r {
+                    // The master closed the control socket (it is gone): stop too.
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if line.trim() == "ping" => {
+                        let total: u64 = served.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+                        if write_half.write_all(format!("pong {total}\n").as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(_) => {}
+                },
+            }
         }
-        let _ = control.shutdown().await;
     });
     let _ = stop_tx.send(true);
     for t in threads {
@@ -128,6 +173,7 @@ fn engine_thread(
     t: usize,
     mut stop_rx: watch::Receiver<bool>,
     started: std::sync::mpsc::Sender<Result<(), String>>,
+    served: Arc<AtomicU64>,
 ) {
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -206,10 +252,26 @@ fn engine_thread(
             ));
         }
         let _ = started.send(Ok(()));
+        {
+            let env = Rc::clone(&env);
+            tokio::task::spawn_local(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(200));
+                loop {
+                    tick.tick().await;
+                    served.store(env.service.served(), Ordering::Relaxed);
+                }
+            });
+        }
         let _ = stop_rx.wait_for(|stop| *stop).await;
         env.shutdown.begin();
-        // Let in-flight requests finish, within the shutdown bound.
+        // Busy connections get `Connection: close` on their next answer; after a short grace
+        // the ones still idle are closed; in-flight requests finish within the shutdown bound.
         let deadline = tokio::time::Instant::now() + spec.shutdown_timeout;
+        let grace = tokio::time::Instant::now() + IDLE_GRACE.min(spec.shutdown_timeout);
+        while open.get() > 0 && tokio::time::Instant::now() < grace {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        env.shutdown.close_idle();
         while open.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

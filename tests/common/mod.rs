@@ -26,9 +26,15 @@ pub struct Server {
 impl Server {
     /// Starts `espalier serve ARGS` in `cwd` and waits until every worker reports ready.
     pub fn start(args: &[&str], cwd: &Path) -> Server {
+        Server::start_env(args, cwd, &[])
+    }
+
+    /// As [`Server::start`], with extra environment variables for the server alone.
+    pub fn start_env(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_espalier"))
             .arg("serve")
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(cwd)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,920 @@
+//! The pool supervisor: the master's event loop after start-up — IIS's WAS keeping application
+//! pools alive without an operator.
+//!
+//! Owns: the life of every worker process — start, readiness, pings, crash restart with
+//! backoff, rapid-fail protection (a stopped pool's sites are answered by a small responder the
+//! master keeps: 503, or a reset with `load_balancer = "tcp"`), overlapped recycling (by
+//! requests, uptime, memory, schedule or on demand), graceful stop — and the admin endpoint's
+//! commands. Decisions come from [`super::lifecycle`]; syscalls from [`crate::os`].
+//! Must not touch: requests (it answers none except a stopped pool's 503) or the listeners'
+//! sockets beyond accepting on copies of them while a pool is stopped.
+
+use super::lifecycle;
+use super::log;
+use super::master::{spawn_worker, ListenerGroup};
+use super::spec::WorkerSpec;
+use crate::config::{Config, LoadBalancer, PoolSpec};
+use crate::os;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// How often stats pings go out (pings also count as the health check).
+const STATS_PING: Duration = Duration::from_secs(1);
+
+/// What the admin endpoint asks of the supervisor.
+#[derive(Debug)]
+pub enum AdminCommand {
+    Status,
+    StopPool(String),
+    StartPool(String),
+    Recycle(String),
+}
+
+/// The supervisor's answer: (HTTP status, JSON body).
+pub type AdminReply = (u16, serde_json::Value);
+
+pub(super) enum Event {
+    Ready {
+        slot: usize,
+        generation: u64,
+    },
+    Failed {
+        slot: usize,
+        generation: u64,
+        why: String,
+    },
+    Pong {
+        slot: usize,
+        generation: u64,
+        requests: u64,
+    },
+    Admin(AdminCommand, oneshot::Sender<AdminReply>),
+}
+
+impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {
+    fn from((cmd, reply): (AdminCommand, oneshot::Sender<AdminReply>)) -> Self {
+        Event::Admin(cmd, reply)
+    }
+}
+
+/// One running worker process.
+struct Proc {
+    pid: u32,
+    generation: u64,
+    started: Instant,
+    started_unix: u64,
+    ready: bool,
+    /// Asked to stop (recycle, pool stop, shutdown): its exit is no crash.
+    stopping: bool,
+    requests: u64,
+    last_pong: Instant,
+    control: OwnedWriteHalf,
+    reader: JoinHandle<()>,
+}
+
+/// One planned worker position: a pool's index-th worker.
+struct Slot {
+    spec: WorkerSpec,
+    pool: usize,
+    current: Option<Proc>,
+    /// The replacement started by an overlapped recycle, not yet ready.
+    replacing: Option<Proc>,
+    /// Old workers finishing their requests.
+    draining: Vec<Proc>,
+    respawn_at: Option<Instant>,
+    young_deaths: u32,
+    restarts: u32,
+    recycles: u32,
+    last_exit: Option<String>,
+    /// A non-overlapped recycle: start again when the old one has exited.
+    restart_after_exit: bool,
+}
+
+struct PoolRt {
+    spec: PoolSpec,
+    /// Why it is stopped (rapid-fail, or by command).
+    stopped: Option<String>,
+    crashes: VecDeque<Instant>,
+    responders: Vec<JoinHandle<()>>,
+    /// Fault injection for tests (`ESPALIER_FAIL_AT_START=POOL:N` in the master's
+    /// environment): the next N *restarts* of the pool's workers fail. First starts never do:
+    /// a worker that cannot start at launch stops `espalier serve` with its error instead.
+    fail_starts: u32,
+}
+
+struct Supervisor {
+    groups: Vec<ListenerGroup>,
+    slots: Vec<Slot>,
+    pools: Vec<PoolRt>,
+    events: mpsc::UnboundedSender<Event>,
+    next_generation: u64,
+    last_minute_of_day: u32,
+}
+
+pub(super) async fn run(
+    config: &Config,
+    groups: Vec<ListenerGroup>,
+    specs: Vec<WorkerSpec>,
+) -> Result<i32, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut sigchld = signal(SignalKind::child()).map_err(|e| e.to_string())?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let fail_injection = std::env::var("ESPALIER_FAIL_AT_START").ok();
+    let pools: Vec<PoolRt> = config
+        .pools
+        .iter()
+        .map(|p| PoolRt {
+            spec: p.clone(),
+            stopped: None,
+            crashes: VecDeque::new(),
+            responders: Vec::new(),
+            fail_starts: fail_injection
+                .as_deref()
+                .and_then(|v| v.split_once(':'))
+                .filter(|(pool, _)| *pool == p.name)
+                .and_then(|(_, n)| n.parse().ok())
+                .unwrap_or(0),
+        })
+        .collect();
+    let slots: Vec<Slot> = specs
+        .into_iter()
+        .map(|spec| {
+            let pool = config
+                .pools
+                .iter()
+                .position(|p| p.name == spec.pool)
+                .expect("spec of a configured pool");
+            Slot {
+                spec,
+                pool,
+                current: None,
+                replacing: None,
+                draining: Vec::new(),
+                respawn_at: None,
+                young_deaths: 0,
+                restarts: 0,
+                recycles: 0,
+                last_exit: None,
+                restart_after_exit: false,
+            }
+        })
+        .collect();
+    let mut sv = Supervisor {
+        groups,
+        slots,
+        pools,
+        events: tx.clone(),
+        next_generation: 1,
+        last_minute_of_day: os::process::local_minute_of_day(),
+    };
+
+    for g in &sv.groups {
+        let hosts: Vec<String> = g
+            .routes
+            .iter()
+            .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
+            .collect();
+        log(
+            "master",
+            format!(
+                "listening on http://{} for pool {} ({} sockets, hosts {})",
+                g.addr,
+                g.pool,
+                g.sockets.len(),
+                hosts.join(",")
+            ),
+        );
+    }
+    // Start every worker, then wait until each is ready or has failed.
+    for i in 0..sv.slots.len() {
+        if let Err(e) = sv.start(i, false) {
+            sv.stop_everything(Duration::from_secs(1)).await;
+            return Err(e);
+        }
+    }
+    let startup = config
+        .pools
+        .iter()
+        .map(|p| p.startup_time_limit)
+        .max()
+        .unwrap_or(Duration::from_secs(90));
+    let deadline = tokio::time::Instant::now() + startup;
+    while sv
+        .slots
+        .iter()
+        .any(|s| s.current.as_ref().is_some_and(|p| !p.ready))
+    {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = tokio::time::sleep_until(deadline) => None,
+        };
+        match ev {
+            Some(Event::Ready { slot, generation }) => sv.on_ready(slot, generation),
+            Some(Event::Failed { slot, why, .. }) => {
+                let name = sv.slots[slot].spec.name();
+                sv.stop_everything(Duration::from_secs(2)).await;
+                return Err(format!("worker {name} could not start: {why}"));
+            }
+            Some(Event::Admin(_, reply)) => {
+                let _ = reply.send((503, serde_json::json!({"error": "starting"})));
+            }
+            Some(Event::Pong { .. }) => {}
+            None => {
+                let late: Vec<String> = sv
+                    .slots
+                    .iter()
+                    .filter(|s| s.current.as_ref().is_some_and(|p| !p.ready))
+                    .map(|s| s.spec.name())
+                    .collect();
+                sv.stop_everything(Duration::from_secs(2)).await;
+                return Err(format!(
+                    "worker(s) {} did not report ready within {}s (startup_time_limit)",
+                    late.join(", "),
+                    startup.as_secs()
+                ));
+            }
+        }
+    }
+    super::admin::start(config, tx.clone());
+    log(
+        "master",
+        format!(
+            "{} worker(s) serving; SIGTERM or Ctrl-C stops them gracefully",
+            sv.slots.len()
+        ),
+    );
+
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => sv.on_event(ev),
+            _ = sigchld.recv() => sv.reap(),
+            _ = tick.tick() => sv.on_tick(),
+            _ = sighup.recv() => log("master", "SIGHUP: reloading the configuration is not supported yet; restart espalier serve to apply changes"),
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+        }
+    }
+    log(
+        "master",
+        format!(
+            "stopping: in-flight requests have {}s to finish (a second signal stops at once)",
+            config.server.shutdown_timeout.as_secs()
+        ),
+    );
+    for s in &mut sv.slots {
+        s.respawn_at = None;
+        s.restart_after_exit = false;
+    }
+    sv.signal_all(libc::SIGTERM);
+    let deadline =
+        tokio::time::Instant::now() + config.server.shutdown_timeout + Duration::from_secs(1);
+    while sv.any_alive() {
+        tokio::select! {
+            _ = sigchld.recv() => sv.reap(),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => sv.reap(),
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    sv.stop_everything(Duration::from_millis(300)).await;
+    log("master", "stopped");
+    Ok(0)
+}
+
+impl Supervisor {
+    fn procs(&self) -> impl Iterator<Item = &Proc> {
+        self.slots.iter().flat_map(|s| {
+            s.current
+                .iter()
+                .chain(s.replacing.iter())
+                .chain(s.draining.iter())
+        })
+    }
+
+    fn any_alive(&self) -> bool {
+        self.procs().next().is_some()
+    }
+
+    fn signal_all(&mut self, sig: i32) {
+        for s in &mut self.slots {
+            for p in s
+                .current
+                .iter_mut()
+                .chain(s.replacing.iter_mut())
+                .chain(s.draining.iter_mut())
+            {
+                p.stopping = true;
+                let _ = os::process::kill(p.pid, sig);
+            }
+        }
+    }
+
+    /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them.
+    async fn stop_everything(&mut self, grace: Duration) {
+        for s in &mut self.slots {
+            s.respawn_at = None;
+            s.restart_after_exit = false;
+        }
+        self.signal_all(libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while self.any_alive() && Instant::now() < deadline {
+            self.reap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.any_alive() {
+            for p in self.procs() {
+                log(
+                    "master",
+                    format!("worker pid {} did not stop in time: killed", p.pid),
+                );
+            }
+            self.signal_all(libc::SIGKILL);
+            for _ in 0..50 {
+                self.reap();
+                if !self.any_alive() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
+    /// Starts a process for slot `i` (as its replacement when `replacing`).
+    fn start(&mut self, i: usize, replacing: bool) -> Result<(), String> {
+        let first_start = self.slots[i].restarts == 0
+            && self.slots[i].recycles == 0
+            && !replacing
+            && self.slots[i].last_exit.is_none();
+        let pool = &mut self.pools[self.slots[i].pool];
+        let fail = pool.fail_starts > 0 && !first_start;
+        if fail {
+            pool.fail_starts -= 1;
+        }
+        let (pid, control) = spawn_worker(self.slots[i].spec.clone(), fail)?;
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        let (read_half, write_half) = control.into_split();
+        let events = self.events.clone();
+        // Lines from the worker become events.
+        let reader = tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(read_half);
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match lines.read_line(&mut line).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let l = line.trim();
+                        let ev = if l.starts_with("ready") {
+                            Event::Ready {
+                                slot: i,
+                                generation,
+                            }
+                        } else if let Some(n) = l.strip_prefix("pong ") {
+                            Event::Pong {
+                                slot: i,
+                                generation,
+                                requests: n.parse().unwrap_or(0),
+                            }
+                        } else if let Some(why) = l.strip_prefix("error ") {
+                            Event::Failed {
+                                slot: i,
+                                generation,
+                                why: why.to_string(),
+                            }
+                        } else {
+                            continue;
+                        };
+                        if events.send(ev).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        let p = Proc {
+            pid,
+            generation,
+            started: Instant::now(),
+            started_unix: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            ready: false,
+            stopping: false,
+            requests: 0,
+            last_pong: Instant::now(),
+            control: write_half,
+            reader,
+        };
+        let slot = &mut self.slots[i];
+        if replacing {
+            slot.replacing = Some(p);
+        } else {
+            slot.current = Some(p);
+        }
+        Ok(())
+    }
+
+    fn on_ready(&mut self, i: usize, generation: u64) {
+        let slot = &mut self.slots[i];
+        let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
+        let node = slot.spec.node.map_or("-".into(), |n| n.to_string());
+        if let Some(p) = slot.current.as_mut().filter(|p| p.generation == generation) {
+            p.ready = true;
+            log(
+                "master",
+                format!(
+                    "worker {} started: pid {} node {node} cpus {cpus}",
+                    slot.spec.name(),
+                    p.pid
+                ),
+            );
+        } else if slot
+            .replacing
+            .as_ref()
+            .is_some_and(|p| p.generation == generation)
+        {
+            // Overlapped recycle: the new worker accepts; the old one drains.
+            let mut new = slot.replacing.take().expect("checked");
+            new.ready = true;
+            if let Some(mut old) = slot.current.take() {
+                old.stopping = true;
+                let _ = os::process::kill(old.pid, libc::SIGTERM);
+                slot.draining.push(old);
+            }
+            log(
+                "master",
+                format!(
+                    "worker {} started: pid {} node {node} cpus {cpus} (recycled)",
+                    slot.spec.name(),
+                    new.pid
+                ),
+            );
+            slot.current = Some(new);
+            slot.recycles += 1;
+        }
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Ready { slot, generation } => self.on_ready(slot, generation),
+            Event::Failed {
+                slot,
+                generation,
+                why,
+            } => {
+                let s = &mut self.slots[slot];
+                if s.current
+                    .iter()
+                    .chain(s.replacing.iter())
+                    .any(|p| p.generation == generation)
+                {
+                    log(
+                        "master",
+                        format!("worker {} failed to start: {why}", s.spec.name()),
+                    );
+                    s.last_exit = Some(why);
+                }
+            }
+            Event::Pong {
+                slot,
+                generation,
+                requests,
+            } => {
+                let s = &mut self.slots[slot];
+                if let Some(p) = s
+                    .current
+                    .iter_mut()
+                    .chain(s.replacing.iter_mut())
+                    .chain(s.draining.iter_mut())
+                    .find(|p| p.generation == generation)
+                {
+                    p.requests = requests;
+                    p.last_pong = Instant::now();
+                }
+            }
+            Event::Admin(cmd, reply) => {
+                let answer = self.admin(cmd);
+                let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// Reaps every exited worker: expected exits are logged; crashes are restarted with
+    /// backoff or stop the pool (rapid-fail protection).
+    fn reap(&mut self) {
+        while let Some((pid, status)) = os::process::reap_child() {
+            let now = Instant::now();
+            let Some(i) = self.slots.iter().position(|s| {
+                s.current
+                    .iter()
+                    .chain(s.replacing.iter())
+                    .chain(s.draining.iter())
+                    .any(|p| p.pid == pid)
+            }) else {
+                continue;
+            };
+            let slot = &mut self.slots[i];
+            let proc_ = if slot.current.as_ref().is_some_and(|p| p.pid == pid) {
+                slot.current.take()
+            } else if slot.replacing.as_ref().is_some_and(|p| p.pid == pid) {
+                slot.replacing.take()
+            } else {
+                let k = slot
+                    .draining
+                    .iter()
+                    .position(|p| p.pid == pid)
+                    .expect("found above");
+                Some(slot.draining.remove(k))
+            }
+            .expect("found above");
+            proc_.reader.abort();
+            let name = slot.spec.name();
+            if proc_.stopping {
+                log(
+                    "master",
+                    format!("worker {name} (pid {pid}) exited: {status}"),
+                );
+                if slot.restart_after_exit && slot.current.is_none() {
+                    slot.restart_after_exit = false;
+                    slot.respawn_at = Some(now);
+                }
+                continue;
+            }
+            slot.restarts += 1;
+            slot.last_exit = Some(status.to_string());
+            let uptime = proc_.ready.then(|| now.duration_since(proc_.started));
+            let (delay, young) = lifecycle::restart_delay(uptime, slot.young_deaths);
+            slot.young_deaths = young;
+            let pool = &mut self.pools[slot.pool];
+            if pool.stopped.is_some() {
+                continue;
+            }
+            if lifecycle::record_crash(&mut pool.crashes, now, &pool.spec.rapid_fail) {
+                let rf = &pool.spec.rapid_fail;
+                let why = format!(
+                    "{} crashes within {}",
+                    rf.max_crashes,
+                    crate::units::format_duration(rf.interval)
+                );
+                log(
+                    "master",
+                    format!("worker {name} (pid {pid}) exited: {status}"),
+                );
+                let pool_name = pool.spec.name.clone();
+                self.stop_pool(&pool_name, &format!("rapid-fail protection: {why}"));
+                continue;
+            }
+            log(
+                "master",
+                format!(
+                    "worker {name} (pid {pid}) exited: {status}; restarting it in {}",
+                    crate::units::format_duration(delay)
+                ),
+            );
+            slot.respawn_at = Some(now + delay);
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let now = Instant::now();
+        let minute = os::process::local_minute_of_day();
+        let crossed_minute = (self.last_minute_of_day, minute);
+        self.last_minute_of_day = minute;
+        for i in 0..self.slots.len() {
+            let pool = &self.pools[self.slots[i].pool];
+            if pool.stopped.is_some() {
+                continue;
+            }
+            let (startup_limit, ping_response, recycle) = (
+                pool.spec.startup_time_limit,
+                pool.spec.ping_response_time,
+                pool.spec.recycle.clone(),
+            );
+            let ping_every = pool.spec.ping_interval.min(STATS_PING);
+            let slot = &mut self.slots[i];
+            if slot.respawn_at.is_some_and(|t| t <= now) && slot.current.is_none() {
+                slot.respawn_at = None;
+                if let Err(e) = self.start(i, false) {
+                    log("master", format!("{e}; trying again"));
+                    self.slots[i].respawn_at = Some(now + lifecycle::MAX_BACKOFF);
+                }
+                continue;
+            }
+            let Some(p) = slot.current.as_mut() else {
+                continue;
+            };
+            if !p.ready {
+                if now.duration_since(p.started) > startup_limit {
+                    log("master", format!("worker {} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", slot.spec.name(), p.pid, startup_limit.as_secs()));
+                    let _ = os::process::kill(p.pid, libc::SIGKILL);
+                }
+                continue;
+            }
+            // Pings: stats, and the health check.
+            if now.duration_since(p.last_pong) > ping_response.max(ping_every * 3) {
+                log("master", format!("worker {} (pid {}) missed its pings for {}s (ping_response_time): replacing it", slot.spec.name(), p.pid, ping_response.as_secs()));
+                let _ = os::process::kill(p.pid, libc::SIGKILL);
+                continue;
+            }
+            if now.duration_since(p.last_pong) >= ping_every {
+                let _ = p.control.try_write(b"ping\n");
+            }
+            if slot.replacing.is_none() && !slot.restart_after_exit {
+                let uptime = now.duration_since(p.started);
+                let crossed =
+                    lifecycle::crossed(&recycle.schedule, crossed_minute.0, crossed_minute.1);
+                let resident = if recycle.memory.is_some() {
+                    os::process::resident_bytes(p.pid)
+                } else {
+                    None
+                };
+                if let Some(why) =
+                    lifecycle::recycle_due(&recycle, uptime, p.requests, resident, crossed)
+                {
+                    log(
+                        "master",
+                        format!(
+                            "recycling worker {} (pid {}): {why}",
+                            slot.spec.name(),
+                            p.pid
+                        ),
+                    );
+                    self.recycle_slot(i);
+                }
+            }
+        }
+    }
+
+    /// Recycles one worker: overlapped (new one first) unless the pool says otherwise.
+    fn recycle_slot(&mut self, i: usize) {
+        let overlap = self.pools[self.slots[i].pool].spec.recycle.overlap;
+        if self.slots[i].replacing.is_some() {
+            return;
+        }
+        if overlap && self.slots[i].current.is_some() {
+            if let Err(e) = self.start(i, true) {
+                log(
+                    "master",
+                    format!(
+                        "cannot start a replacement for {}: {e}",
+                        self.slots[i].spec.name()
+                    ),
+                );
+            }
+            return;
+        }
+        let slot = &mut self.slots[i];
+        match slot.current.take() {
+            Some(mut old) => {
+                old.stopping = true;
+                let _ = os::process::kill(old.pid, libc::SIGTERM);
+                slot.draining.push(old);
+                slot.recycles += 1;
+                slot.restart_after_exit = true;
+            }
+            None => slot.respawn_at = Some(Instant::now()),
+        }
+    }
+
+    fn stop_pool(&mut self, name: &str, why: &str) {
+        let Some(p) = self.pools.iter().position(|p| p.spec.name == name) else {
+            return;
+        };
+        self.pools[p].stopped = Some(why.to_string());
+        for s in self.slots.iter_mut().filter(|s| s.pool == p) {
+            s.respawn_at = None;
+            s.restart_after_exit = false;
+            for proc_ in s.current.take().into_iter().chain(s.replacing.take()) {
+                let _ = os::process::kill(proc_.pid, libc::SIGTERM);
+                let mut proc_ = proc_;
+                proc_.stopping = true;
+                s.draining.push(proc_);
+            }
+        }
+        let lb = self.pools[p].spec.load_balancer;
+        let mut responders = Vec::new();
+        for g in self.groups.iter().filter(|g| g.pool == name) {
+            for socket in &g.sockets {
+                match socket
+                    .try_clone()
+                    .map(std::net::TcpListener::from)
+                    .and_then(tokio::net::TcpListener::from_std)
+                {
+                    Ok(l) => responders.push(tokio::spawn(respond_stopped(l, lb))),
+                    Err(e) => log(
+                        "master",
+                        format!("cannot answer for stopped pool {name} on {}: {e}", g.addr),
+                    ),
+                }
+            }
+        }
+        self.pools[p].responders = responders;
+        let answer = match lb {
+            LoadBalancer::Http => "answer 503 Service Unavailable",
+            LoadBalancer::Tcp => "reset connections (load_balancer = \"tcp\")",
+        };
+        log("master", format!("POOL {name} STOPPED by {why}: its sites {answer}; `espalier pool start {name}` brings it back"));
+    }
+
+    fn start_pool(&mut self, name: &str) -> bool {
+        let Some(p) = self.pools.iter().position(|p| p.spec.name == name) else {
+            return false;
+        };
+        let pool = &mut self.pools[p];
+        if pool.stopped.take().is_none() {
+            return true;
+        }
+        for r in pool.responders.drain(..) {
+            r.abort();
+        }
+        pool.crashes.clear();
+        let now = Instant::now();
+        for s in self.slots.iter_mut().filter(|s| s.pool == p) {
+            s.young_deaths = 0;
+            s.respawn_at = Some(now);
+        }
+        log("master", format!("pool {name} started"));
+        true
+    }
+
+    fn admin(&mut self, cmd: AdminCommand) -> AdminReply {
+        let known = |sv: &Self, name: &str| sv.pools.iter().any(|p| p.spec.name == name);
+        match cmd {
+            AdminCommand::Status => (200, serde_json::to_value(self.status()).unwrap_or_default()),
+            AdminCommand::StopPool(name) if known(self, &name) => {
+                if self
+                    .pools
+                    .iter()
+                    .any(|p| p.spec.name == name && p.stopped.is_none())
+                {
+                    self.stop_pool(&name, "command");
+                }
+                (
+                    200,
+                    serde_json::json!({ "ok": true, "message": format!("pool {name} stopped") }),
+                )
+            }
+            AdminCommand::StartPool(name) if known(self, &name) => {
+                self.start_pool(&name);
+                (
+                    200,
+                    serde_json::json!({ "ok": true, "message": format!("pool {name} starting") }),
+                )
+            }
+            AdminCommand::Recycle(name) if known(self, &name) => {
+                if self
+                    .pools
+                    .iter()
+                    .any(|p| p.spec.name == name && p.stopped.is_some())
+                {
+                    return (
+                        409,
+                        serde_json::json!({ "ok": false, "message": format!("pool {name} is stopped; start it first") }),
+                    );
+                }
+                let slots: Vec<usize> = (0..self.slots.len())
+                    .filter(|&i| self.pools[self.slots[i].pool].spec.name == name)
+                    .collect();
+                for i in &slots {
+                    log(
+                        "master",
+                        format!("recycling worker {} on request", self.slots[*i].spec.name()),
+                    );
+                    self.recycle_slot(*i);
+                }
+                (
+                    200,
+                    serde_json::json!({ "ok": true, "message": format!("recycling {} worker(s) of pool {name}", slots.len()) }),
+                )
+            }
+            AdminCommand::StopPool(name)
+            | AdminCommand::StartPool(name)
+            | AdminCommand::Recycle(name) => {
+                let names: Vec<&str> = self.pools.iter().map(|p| p.spec.name.as_str()).collect();
+                (
+                    404,
+                    serde_json::json!({ "ok": false, "message": format!("no pool is named `{name}` (pools: {})", names.join(", ")) }),
+                )
+            }
+        }
+    }
+
+    fn status(&self) -> Status {
+        let now = Instant::now();
+        Status {
+            pools: self
+                .pools
+                .iter()
+                .enumerate()
+                .map(|(p, pool)| PoolStatus {
+                    name: pool.spec.name.clone(),
+                    state: if pool.stopped.is_some() {
+                        "stopped"
+                    } else {
+                        "running"
+                    },
+                    stopped_because: pool.stopped.clone(),
+                    workers: self
+                        .slots
+                        .iter()
+                        .filter(|s| s.pool == p)
+                        .map(|s| {
+                            let cur = s.current.as_ref();
+                            WorkerStatus {
+                                index: s.spec.index,
+                                pid: cur.map(|c| c.pid),
+                                node: s.spec.node,
+                                cpus: s.spec.cpus.clone(),
+                                state: match (cur, s.respawn_at.is_some() || s.restart_after_exit) {
+                                    (Some(c), _) if c.ready => "running",
+                                    (Some(_), _) => "starting",
+                                    (None, true) => "restarting",
+                                    (None, false) => "stopped",
+                                },
+                                started_unix: cur.map(|c| c.started_unix),
+                                uptime_s: cur.map(|c| now.duration_since(c.started).as_secs_f64()),
+                                requests: cur.map_or(0, |c| c.requests),
+                                resident_bytes: cur
+                                    .and_then(|c| os::process::resident_bytes(c.pid)),
+                                recycles: s.recycles,
+                                restarts: s.restarts,
+                                last_exit: s.last_exit.clone(),
+                                draining: s.draining.iter().map(|d| d.pid).collect(),
+                            }
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct Status {
+    pub pools: Vec<PoolStatus>,
+}
+
+#[derive(Serialize)]
+pub struct PoolStatus {
+    pub name: String,
+    pub state: &'static str,
+    pub stopped_because: Option<String>,
+    pub workers: Vec<WorkerStatus>,
+}
+
+#[derive(Serialize)]
+pub struct WorkerStatus {
+    pub index: u32,
+    pub pid: Option<u32>,
+    pub node: Option<u32>,
+    pub cpus: Vec<u32>,
+    pub state: &'static str,
+    pub started_unix: Option<u64>,
+    pub uptime_s: Option<f64>,
+    pub requests: u64,
+    pub resident_bytes: Option<u64>,
+    pub recycles: u32,
+    pub restarts: u32,
+    pub last_exit: Option<String>,
+    /// Old processes of this slot still finishing their requests.
+    pub draining: Vec<u32>,
+}
+
+/// Answers a stopped pool's connections on a copy of one of its listener sockets.
+async fn respond_stopped(listener: tokio::net::TcpListener, lb: LoadBalancer) {
+    const BODY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nServer: espalier\r\nConnection: close\r\nRetry-After: 5\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 24\r\n\r\n503 Service Unavailable\n";
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        tokio::spawn(async move {
+            match lb {
+                LoadBalancer::Tcp => {
+                    // A reset, so a load balancer in front fails over at once.
+                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                }
+                LoadBalancer::Http => {
+                    // Read the request head (bounded) so the answer is not overtaken by a reset.
+                    let mut buf = [0u8; 4096];
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await;
+                    let _ = stream.write_all(BODY).await;
+                    let _ = stream.shutdown().await;
+                }
+            }
+        });
+    }
+}

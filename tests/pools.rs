@@ -1,0 +1,325 @@
+//! Pools that run themselves, on loopback with the real binary: crash restarts under load,
+//! rapid-fail protection with its 503 and TCP answers, overlapped recycles losing no request,
+//! recycling by requests and by uptime, missed pings, and the admin endpoint with its CLI.
+
+mod common;
+
+use common::*;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn espalier(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    port: u16,
+    admin: String,
+}
+
+fn setup(pool_extra: &str, server_extra: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), "hello\n").unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let config = format!(
+        "[server]\nadmin = \"127.0.0.1:{admin_port}\"\n{server_extra}\n\
+         [[pool]]\nname = \"web\"\nprocesses = 2\n{pool_extra}\n\
+         [[site]]\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n"
+    );
+    std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
+    Setup {
+        dir,
+        port,
+        admin: format!("127.0.0.1:{admin_port}"),
+    }
+}
+
+impl Setup {
+    fn start(&self) -> Server {
+        Server::start(&["-c", "espalier.toml"], self.dir.path())
+    }
+
+    fn start_with_env(&self, key: &str, value: &str) -> Server {
+        Server::start_env(&["-c", "espalier.toml"], self.dir.path(), &[(key, value)])
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let out = espalier(&["status", "--json", "--admin", &self.admin]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    fn workers(&self) -> Vec<serde_json::Value> {
+        self.status()["pools"][0]["workers"]
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    fn running(&self) -> usize {
+        self.workers()
+            .iter()
+            .filter(|w| w["state"] == "running")
+            .count()
+    }
+
+    fn wait_until(&self, what: &str, within: Duration, ok: impl Fn(&Setup) -> bool) {
+        let deadline = Instant::now() + within;
+        while !ok(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{what} not within {within:?}; status: {}",
+                self.status()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// `espalier bench` against the site in the background; returns its JSON when it ends.
+    fn load(&self, secs: &str) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_espalier"))
+            .args([
+                "bench",
+                "-d",
+                secs,
+                "-c",
+                "16",
+                "--json",
+                &format!("http://127.0.0.1:{}/", self.port),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+}
+
+fn load_result(child: std::process::Child) -> serde_json::Value {
+    let out = child.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn killed_workers_are_replaced_within_a_second_under_load() {
+    let s = setup("[pool.rapid_fail]\nmax_crashes = 100\n", "");
+    let server = s.start();
+    let load = s.load("6s");
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..5 {
+        let victim = s.workers()[0]["pid"].as_u64().unwrap() as i32;
+        let killed = Instant::now();
+        unsafe { libc::kill(victim, libc::SIGKILL) };
+        s.wait_until(
+            "the pool back at full strength",
+            Duration::from_secs(1),
+            |s| {
+                let w = s.workers();
+                w[0]["pid"].as_u64() != Some(victim as u64) && s.running() == 2
+            },
+        );
+        assert!(killed.elapsed() < Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    let r = load_result(load);
+    assert!(r["requests"].as_u64().unwrap() > 1000, "{r}");
+    // Only requests in flight on a killed worker may fail: at most its connections, each time.
+    assert!(r["errors"].as_u64().unwrap() <= 5 * 16, "{r}");
+    assert_eq!(s.workers()[0]["restarts"], 5);
+    assert!(server
+        .log_text()
+        .contains("exited: signal 9 (SIGKILL); restarting it in"));
+}
+
+#[test]
+fn rapid_fail_stops_the_pool_which_answers_503_until_started() {
+    let s = setup(
+        "[pool.rapid_fail]\nmax_crashes = 3\ninterval = \"1m\"\n",
+        "",
+    );
+    // The pool's next three restarts fail (fault injection; first starts never do).
+    let server = s.start_with_env("ESPALIER_FAIL_AT_START", "web:3");
+    let victim = s.workers()[0]["pid"].as_u64().unwrap() as i32;
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    s.wait_until("the pool stopped", Duration::from_secs(5), |s| {
+        s.status()["pools"][0]["state"] == "stopped"
+    });
+    server.wait_for_log(
+        "POOL web STOPPED by rapid-fail protection: 3 crashes within 1m",
+        Duration::from_secs(2),
+    );
+    assert!(server.log_text().contains("failing at start on purpose"));
+    let r = get(s.addr(), "/", "");
+    assert_eq!((r.status, r.header("retry-after")), (503, Some("5")));
+    // `espalier pool start` brings it back (after the one injected failure left).
+    let out = espalier(&["pool", "start", "web", "--admin", &s.admin]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.wait_until("the pool serving again", Duration::from_secs(5), |s| {
+        s.running() == 2
+    });
+    assert_eq!(get(s.addr(), "/", "").status, 200);
+}
+
+#[test]
+fn a_stopped_tcp_level_pool_resets_connections() {
+    let s = setup("load_balancer = \"tcp\"\n", "");
+    let _server = s.start();
+    let out = espalier(&["pool", "stop", "web", "--admin", &s.admin]);
+    assert!(out.status.success());
+    s.wait_until("workers gone", Duration::from_secs(5), |s| {
+        s.workers()
+            .iter()
+            .all(|w| w["pid"].is_null() && w["draining"].as_array().unwrap().is_empty())
+    });
+    // The reset may come before the request is written or after: either way, no answer.
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(s.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut buf = [0u8; 64];
+    match c.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        Ok(n) => panic!(
+            "a TCP-level stopped pool answered: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
+    }
+    let bad = espalier(&["pool", "stop", "nope", "--admin", &s.admin]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("no pool is named `nope` (pools: web)"));
+}
+
+#[test]
+fn twenty_overlapped_recycles_under_keep_alive_load_lose_no_request() {
+    let s = setup("", "");
+    let server = s.start();
+    let load = s.load("8s");
+    std::thread::sleep(Duration::from_millis(300));
+    for k in 1..=20u64 {
+        let out = espalier(&["recycle", "web", "--admin", &s.admin]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        s.wait_until("the recycle done", Duration::from_secs(5), |s| {
+            s.workers()
+                .iter()
+                .all(|w| w["recycles"].as_u64() == Some(k) && w["state"] == "running")
+        });
+    }
+    let r = load_result(load);
+    assert!(r["requests"].as_u64().unwrap() > 1000, "{r}");
+    assert_eq!(r["errors"], 0, "no failed request across 20 recycles: {r}");
+    assert!(server.log_text().contains("(recycled)"));
+}
+
+#[test]
+fn recycling_by_requests_and_by_uptime() {
+    let s = setup("[pool.recycle]\nrequests = 300\n", "");
+    let _server = s.start();
+    let out = espalier(&[
+        "bench",
+        "-n",
+        "2000",
+        "-c",
+        "8",
+        &format!("http://127.0.0.1:{}/", s.port),
+    ]);
+    assert!(out.status.success());
+    s.wait_until(
+        "a recycle after 300 requests",
+        Duration::from_secs(5),
+        |s| {
+            s.workers()
+                .iter()
+                .any(|w| w["recycles"].as_u64() >= Some(1))
+        },
+    );
+
+    let s = setup("[pool.recycle]\ninterval = \"1s\"\n", "");
+    let _server = s.start();
+    let first = s.workers()[0]["pid"].clone();
+    s.wait_until(
+        "a recycle after 1s of uptime",
+        Duration::from_secs(5),
+        |s| s.workers()[0]["pid"] != first && s.workers()[0]["recycles"].as_u64() >= Some(1),
+    );
+}
+
+#[test]
+fn a_worker_that_stops_answering_pings_is_replaced() {
+    let s = setup(
+        "ping_interval = \"200ms\"\nping_response_time = \"1s\"\n",
+        "",
+    );
+    let server = s.start();
+    let victim = s.workers()[1]["pid"].as_u64().unwrap() as i32;
+    unsafe { libc::kill(victim, libc::SIGSTOP) };
+    s.wait_until("the hung worker replaced", Duration::from_secs(5), |s| {
+        s.workers()[1]["pid"].as_u64() != Some(victim as u64) && s.running() == 2
+    });
+    assert!(server.log_text().contains("missed its pings"));
+}
+
+#[test]
+fn status_and_metrics_describe_every_worker() {
+    let s = setup("", "");
+    let _server = s.start();
+    for _ in 0..50 {
+        get(s.addr(), "/", "");
+    }
+    s.wait_until("request counts reported", Duration::from_secs(4), |s| {
+        s.workers()
+            .iter()
+            .map(|w| w["requests"].as_u64().unwrap())
+            .sum::<u64>()
+            >= 50
+    });
+    for w in s.workers() {
+        for key in [
+            "pid",
+            "node",
+            "cpus",
+            "state",
+            "started_unix",
+            "requests",
+            "resident_bytes",
+            "recycles",
+            "last_exit",
+        ] {
+            assert!(w.get(key).is_some(), "status lacks {key}: {w}");
+        }
+        assert!(w["resident_bytes"].as_u64().unwrap() > 1 << 20);
+    }
+    let table = espalier(&["status", "--admin", &s.admin]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.lines().count() == 3 && text.contains("running"),
+        "{text}"
+    );
+    let mut c = Conn::open(s.admin.parse().unwrap());
+    c.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let m = c.read_response(false).unwrap().text();
+    assert!(m.contains("# TYPE espalier_worker_requests_total counter"));
+    assert!(m.contains("espalier_worker_up{pool=\"web\",index=\"0\"} 1"));
+    assert!(m.contains("espalier_pool_running{pool=\"web\"} 1"));
+}
