@@ -323,3 +323,84 @@ fn status_and_metrics_describe_every_worker() {
     assert!(m.contains("espalier_worker_up{pool=\"web\",index=\"0\"} 1"));
     assert!(m.contains("espalier_pool_running{pool=\"web\"} 1"));
 }
+
+#[test]
+fn a_cpu_limited_pool_stays_under_its_cap() {
+    let s = setup("cpu_limit = \"25%\"\n", "");
+    let dir = s.dir.path();
+    // The cpu handler on the same pool.
+    let config = std::fs::read_to_string(dir.join("espalier.toml")).unwrap()
+        + "[[site.app]]\npath = \"/cpu\"\npool = \"web\"\nhandler = \"cpu\"\n";
+    std::fs::write(dir.join("espalier.toml"), config).unwrap();
+    let server = s.start();
+    server.wait_for_log("CPU capped at 25% of one CPU", Duration::from_secs(2));
+    let used = |s: &Setup| {
+        s.status()["pools"][0]["cpu_used_s"]
+            .as_f64()
+            .expect("the cgroup's own accounting")
+    };
+    // Saturate it for a while, then measure over a window in the middle of the load.
+    let load = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args([
+            "bench",
+            "-d",
+            "4s",
+            "-c",
+            "8",
+            "--json",
+            &format!("http://127.0.0.1:{}/cpu?ms=200", s.port),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let (t0, u0) = (Instant::now(), used(&s));
+    std::thread::sleep(Duration::from_secs(2));
+    let (t1, u1) = (Instant::now(), used(&s));
+    let share = (u1 - u0) / (t1 - t0).as_secs_f64();
+    let r = load_result(load);
+    assert!(r["requests"].as_u64().unwrap() > 0);
+    eprintln!("cpu-limited pool used {:.1}% of a CPU", share * 100.0);
+    assert!(share > 0.05, "the pool did work: {share:.3} of a CPU");
+    assert!(
+        share <= 0.30,
+        "a 25% cap used {:.1}% of a CPU",
+        share * 100.0
+    );
+}
+
+#[test]
+fn hard_affinity_workers_sit_in_their_own_cpuset() {
+    let s = setup("affinity = \"hard\"\n", "");
+    let server = s.start();
+    for w in s.workers() {
+        let pid = w["pid"].as_u64().unwrap();
+        let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let want = format!(":cpuset:/espalier-{}/web-{}", server.pid(), w["index"]);
+        assert!(
+            groups.lines().any(|l| l.ends_with(&want)),
+            "worker {pid} is not in {want}:\n{groups}"
+        );
+        // The cpuset holds exactly the worker's CPUs; its threads keep their own pinning.
+        let cpus: Vec<u64> = w["cpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .collect();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let allowed = espalier::cpuset::CpuSet::parse(&status_field(
+                &task.unwrap().path(),
+                "Cpus_allowed_list",
+            ))
+            .unwrap();
+            assert!(allowed.iter().all(|c| cpus.contains(&(c as u64))));
+        }
+    }
+    let master = server.pid();
+    drop(server);
+    assert!(
+        !std::path::Path::new(&format!("/sys/fs/cgroup/cpuset/espalier-{master}")).exists(),
+        "groups are removed at exit"
+    );
+}

@@ -70,9 +70,13 @@ fn placement_is_applied_to_every_thread_and_matches_the_plan() {
     let server = Server::with_config(dir.path(), &config);
     let workers = server.workers();
     assert_eq!(workers.len(), n, "{}", server.log_text());
-    for (i, (name, pid, cpus)) in workers.iter().enumerate() {
-        let planned = &plan["workers"][i];
-        assert_eq!(name, &format!("web/{}", planned["index"]));
+    for (name, pid, cpus) in &workers {
+        let planned = plan["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| name == &format!("web/{}", w["index"]))
+            .expect("a planned worker");
         let planned_cpus: CpuSet = planned["cpus"]
             .as_array()
             .unwrap()

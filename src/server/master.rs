@@ -199,6 +199,7 @@ fn worker_specs(config: &Config, plan: &Plan, groups: &[ListenerGroup]) -> Vec<W
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 shutdown_timeout: config.server.shutdown_timeout,
+                cgroups: Vec::new(),
             }
         })
         .collect()

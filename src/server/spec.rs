@@ -37,6 +37,10 @@ pub struct WorkerSpec {
     pub limits: Limits,
     pub worker_header: bool,
     pub shutdown_timeout: Duration,
+    /// Control-group directories the worker joins first thing (CPU cap, cpuset), before any
+    /// thread is pinned: joining a v1 cpuset later would reset the threads' affinity.
+    #[serde(default)]
+    pub cgroups: Vec<std::path::PathBuf>,
 }
 
 impl WorkerSpec {

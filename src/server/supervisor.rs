@@ -101,6 +101,8 @@ struct PoolRt {
     stopped: Option<String>,
     crashes: VecDeque<Instant>,
     responders: Vec<JoinHandle<()>>,
+    /// The CPU-capped control group of a pool with `cpu_limit`.
+    cpu_group: Option<os::cgroup::Group>,
     /// Fault injection for tests (`ESPALIER_FAIL_AT_START=POOL:N` in the master's
     /// environment): the next N *restarts* of the pool's workers fail. First starts never do:
     /// a worker that cannot start at launch stops `espalier serve` with its error instead.
@@ -109,6 +111,9 @@ struct PoolRt {
 
 struct Supervisor {
     groups: Vec<ListenerGroup>,
+    cgroups: Option<os::cgroup::Hierarchy>,
+    /// Per-worker cpusets of hard-affinity pools, removed at exit.
+    cpusets: Vec<os::cgroup::Group>,
     slots: Vec<Slot>,
     pools: Vec<PoolRt>,
     events: mpsc::UnboundedSender<Event>,
@@ -136,6 +141,7 @@ pub(super) async fn run(
             stopped: None,
             crashes: VecDeque::new(),
             responders: Vec::new(),
+            cpu_group: None,
             fail_starts: fail_injection
                 .as_deref()
                 .and_then(|v| v.split_once(':'))
@@ -169,6 +175,8 @@ pub(super) async fn run(
         .collect();
     let mut sv = Supervisor {
         groups,
+        cgroups: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
+        cpusets: Vec::new(),
         slots,
         pools,
         events: tx.clone(),
@@ -193,6 +201,7 @@ pub(super) async fn run(
             ),
         );
     }
+    sv.make_cgroups();
     // Start every worker, then wait until each is ready or has failed.
     for i in 0..sv.slots.len() {
         if let Err(e) = sv.start(i, false) {
@@ -288,11 +297,82 @@ pub(super) async fn run(
         }
     }
     sv.stop_everything(Duration::from_millis(300)).await;
+    sv.remove_cgroups();
     log("master", "stopped");
     Ok(0)
 }
 
 impl Supervisor {
+    /// Control groups: a CPU cap per pool with `cpu_limit`, a cpuset per hard-affinity worker.
+    /// Where they cannot be made, one warning says why and the pool runs without.
+    fn make_cgroups(&mut self) {
+        let Some(h) = self.cgroups.clone() else {
+            if self.pools.iter().any(|p| p.spec.cpu_limit.is_some()) {
+                log("master", "warning: no cgroup cpu controller is mounted (neither v2 cpu.max nor v1 cpu.cfs_quota_us): cpu_limit is not applied");
+            }
+            return;
+        };
+        for p in 0..self.pools.len() {
+            let Some(limit) = self.pools[p].spec.cpu_limit else {
+                continue;
+            };
+            let name = self.pools[p].spec.name.clone();
+            match os::cgroup::cpu_limited(&h, &name, limit) {
+                Ok(g) => {
+                    log("master", format!("pool {name}: CPU capped at {:.0}% of one CPU over all its workers ({})", limit * 100.0, g.dirs[0].display()));
+                    for s in self.slots.iter_mut().filter(|s| s.pool == p) {
+                        s.spec.cgroups.extend(g.dirs.iter().cloned());
+                    }
+                    self.pools[p].cpu_group = Some(g);
+                }
+                Err(e) => log("master", format!("warning: pool {name}: cpu_limit not applied: {e}; the pool runs without a cap")),
+            }
+        }
+        let mut warned = false;
+        for s in self
+            .slots
+            .iter_mut()
+            .filter(|s| s.spec.hard && s.spec.node.is_some())
+        {
+            let cpus = crate::cpuset::CpuSet::from_ids(s.spec.cpus.iter().copied());
+            let nodes = if s.spec.memory_nodes.is_empty() {
+                vec![s.spec.node.unwrap_or(0)]
+            } else {
+                s.spec.memory_nodes.clone()
+            };
+            match os::cgroup::cpuset(
+                &h,
+                &format!("{}-{}", s.spec.pool, s.spec.index),
+                &cpus,
+                &nodes,
+            ) {
+                Ok(g) => {
+                    s.spec.cgroups.extend(g.dirs.iter().cloned());
+                    self.cpusets.push(g);
+                }
+                Err(e) if !warned => {
+                    warned = true;
+                    log("master", format!("warning: hard-affinity workers get no cpuset cgroup: {e}; CPU affinity and memory policy still apply"));
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn remove_cgroups(&mut self) {
+        for g in self.cpusets.drain(..) {
+            g.remove();
+        }
+        for p in &self.pools {
+            if let Some(g) = &p.cpu_group {
+                g.remove();
+            }
+        }
+        if let Some(h) = &self.cgroups {
+            os::cgroup::remove_parents(h);
+        }
+    }
+
     fn procs(&self) -> impl Iterator<Item = &Proc> {
         self.slots.iter().flat_map(|s| {
             s.current
@@ -820,6 +900,16 @@ impl Supervisor {
                 .enumerate()
                 .map(|(p, pool)| PoolStatus {
                     name: pool.spec.name.clone(),
+                    cpu_limit: pool.spec.cpu_limit,
+                    cgroup: pool
+                        .cpu_group
+                        .as_ref()
+                        .map(|g| g.dirs[0].display().to_string()),
+                    cpu_used_s: pool
+                        .cpu_group
+                        .as_ref()
+                        .and_then(|g| g.usage_ns())
+                        .map(|ns| ns as f64 / 1e9),
                     state: if pool.stopped.is_some() {
                         "stopped"
                     } else {
@@ -870,6 +960,12 @@ pub struct Status {
 pub struct PoolStatus {
     pub name: String,
     pub state: &'static str,
+    /// The cap, as a fraction of one CPU.
+    pub cpu_limit: Option<f64>,
+    /// The CPU-capped control group, when the cap is applied.
+    pub cgroup: Option<String>,
+    /// CPU time used by the pool's group so far (the cgroup's own accounting).
+    pub cpu_used_s: Option<f64>,
     pub stopped_because: Option<String>,
     pub workers: Vec<WorkerStatus>,
 }

@@ -71,6 +71,19 @@ pub fn main() -> i32 {
 
 fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     let _ = os::process::die_with_parent();
+    // Join the pool's control groups before anything is pinned (see WorkerSpec::cgroups).
+    for dir in &spec.cgroups {
+        let group = os::cgroup::Group {
+            dirs: vec![dir.clone()],
+            accounting: None,
+        };
+        if let Err(e) = group.attach(std::process::id()) {
+            log(
+                &spec.name(),
+                format!("warning: {e}; running outside that control group"),
+            );
+        }
+    }
     let cpus = CpuSet::from_ids(spec.cpus.iter().copied());
     let mode = match spec.memory_policy {
         MemoryPolicy::Bind => MemPolicyMode::Bind,
