@@ -404,3 +404,71 @@ fn hard_affinity_workers_sit_in_their_own_cpuset() {
         "groups are removed at exit"
     );
 }
+
+#[test]
+fn a_worker_past_its_memory_limit_is_recycled() {
+    let s = setup("[pool.recycle]\nmemory = \"64MiB\"\n", "");
+    // First starts allocate 96 MiB (fault injection); the replacements do not.
+    let server = Server::start_env(
+        &["-c", "espalier.toml"],
+        s.dir.path(),
+        &[("ESPALIER_ALLOCATE_AT_START", "web:96")],
+    );
+    s.wait_until("both workers recycled", Duration::from_secs(5), |s| {
+        s.workers()
+            .iter()
+            .all(|w| w["recycles"].as_u64() == Some(1) && w["state"] == "running")
+    });
+    assert!(server.log_text().contains("resident memory"));
+    for w in s.workers() {
+        assert!(
+            w["resident_bytes"].as_u64().unwrap() < 64 << 20,
+            "the replacement is small: {w}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        s.workers()
+            .iter()
+            .all(|w| w["recycles"].as_u64() == Some(1)),
+        "and is not recycled again"
+    );
+}
+
+#[test]
+fn hard_affinity_threads_never_leave_their_cpu_under_load() {
+    let s = setup("affinity = \"hard\"\n", "");
+    let _server = s.start();
+    let pins: Vec<(u32, Vec<(String, String)>)> = s
+        .workers()
+        .iter()
+        .map(|w| {
+            let pid = w["pid"].as_u64().unwrap() as u32;
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .map(|t| {
+                    let p = t.unwrap().path();
+                    (
+                        p.display().to_string(),
+                        status_field(&p, "Cpus_allowed_list"),
+                    )
+                })
+                .collect();
+            (pid, tasks)
+        })
+        .collect();
+    let load = s.load("2s");
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(250));
+        for (_, tasks) in &pins {
+            for (path, allowed) in tasks {
+                assert_eq!(
+                    &status_field(std::path::Path::new(path), "Cpus_allowed_list"),
+                    allowed,
+                    "{path} moved under load"
+                );
+            }
+        }
+    }
+    assert_eq!(load_result(load)["errors"], 0);
+}

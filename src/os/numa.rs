@@ -101,6 +101,19 @@ pub fn gettid() -> libc::pid_t {
     unsafe { libc::gettid() }
 }
 
+/// Sets the CPU affinity of every thread of process `pid` (read from `/proc/PID/task`).
+pub fn set_process_affinity(pid: u32, cpus: &CpuSet) -> io::Result<()> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let tid: libc::pid_t = task?
+            .file_name()
+            .to_string_lossy()
+            .parse()
+            .map_err(|_| io::Error::other("bad task id"))?;
+        set_thread_affinity(tid, cpus)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

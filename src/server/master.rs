@@ -43,7 +43,7 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(super::supervisor::run(config, groups, specs))
+    rt.block_on(super::supervisor::run(config, topology, groups, specs))
 }
 
 /// Opens every listener group, in CPU order, and attaches the steering program.
@@ -206,10 +206,12 @@ fn worker_specs(config: &Config, plan: &Plan, groups: &[ListenerGroup]) -> Vec<W
 }
 
 /// Starts a worker process with its sockets and spec; returns its pid and control socket.
-/// `fail_at_start` asks the worker to fail right after starting (fault injection for tests).
+/// `fail_at_start` asks the worker to fail right after starting, and `allocate_mib` to allocate
+/// that much at start (fault injection for tests).
 pub(super) fn spawn_worker(
     mut spec: WorkerSpec,
     fail_at_start: bool,
+    allocate_mib: Option<u64>,
 ) -> Result<(u32, tokio::net::UnixStream), String> {
     let (master_end, worker_end) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
@@ -230,6 +232,10 @@ pub(super) fn spawn_worker(
     } else {
         cmd.env_remove(super::worker::FAIL_AT_START_VAR);
     }
+    match allocate_mib {
+        Some(mib) => cmd.env(super::worker::ALLOCATE_VAR, mib.to_string()),
+        None => cmd.env_remove(super::worker::ALLOCATE_VAR),
+    };
     // SAFETY: between fork and exec only async-signal-safe calls (fcntl, prctl) run.
     unsafe {
         cmd.pre_exec(move || {

@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod lifecycle;
 pub mod master;
+pub mod soft;
 pub mod spec;
 pub mod steering;
 pub mod supervisor;

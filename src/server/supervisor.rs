@@ -93,6 +93,8 @@ struct Slot {
     last_exit: Option<String>,
     /// A non-overlapped recycle: start again when the old one has exited.
     restart_after_exit: bool,
+    /// Soft affinity: where the worker has been widened to.
+    soft: super::soft::SoftState,
 }
 
 struct PoolRt {
@@ -101,6 +103,9 @@ struct PoolRt {
     stopped: Option<String>,
     crashes: VecDeque<Instant>,
     responders: Vec<JoinHandle<()>>,
+    /// Fault injection for tests (`ESPALIER_ALLOCATE_AT_START=POOL:MIB`): first starts of the
+    /// pool's workers allocate this much, to push them past a memory recycle limit.
+    allocate_mib: Option<u64>,
     /// The CPU-capped control group of a pool with `cpu_limit`.
     cpu_group: Option<os::cgroup::Group>,
     /// Fault injection for tests (`ESPALIER_FAIL_AT_START=POOL:N` in the master's
@@ -111,6 +116,11 @@ struct PoolRt {
 
 struct Supervisor {
     groups: Vec<ListenerGroup>,
+    /// Each node's online CPUs, for soft affinity.
+    nodes: Vec<(u32, crate::cpuset::CpuSet)>,
+    online: crate::cpuset::CpuSet,
+    /// The last `/proc/stat` sample and when it was taken.
+    load_sample: (Instant, Vec<(u32, u64, u64)>),
     cgroups: Option<os::cgroup::Hierarchy>,
     /// Per-worker cpusets of hard-affinity pools, removed at exit.
     cpusets: Vec<os::cgroup::Group>,
@@ -123,6 +133,7 @@ struct Supervisor {
 
 pub(super) async fn run(
     config: &Config,
+    topology: &crate::topology::Topology,
     groups: Vec<ListenerGroup>,
     specs: Vec<WorkerSpec>,
 ) -> Result<i32, String> {
@@ -142,6 +153,13 @@ pub(super) async fn run(
             crashes: VecDeque::new(),
             responders: Vec::new(),
             cpu_group: None,
+            allocate_mib: std::env::var("ESPALIER_ALLOCATE_AT_START")
+                .ok()
+                .and_then(|v| {
+                    v.split_once(':')
+                        .filter(|(pool, _)| *pool == p.name)
+                        .and_then(|(_, m)| m.parse().ok())
+                }),
             fail_starts: fail_injection
                 .as_deref()
                 .and_then(|v| v.split_once(':'))
@@ -170,11 +188,20 @@ pub(super) async fn run(
                 recycles: 0,
                 last_exit: None,
                 restart_after_exit: false,
+                soft: Default::default(),
             }
         })
         .collect();
     let mut sv = Supervisor {
         groups,
+        nodes: topology
+            .nodes
+            .iter()
+            .filter(|n| !n.cpus.is_empty())
+            .map(|n| (n.id, n.cpus.clone()))
+            .collect(),
+        online: topology.online_cpus(),
+        load_sample: (Instant::now(), read_proc_stat()),
         cgroups: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
         cpusets: Vec::new(),
         slots,
@@ -441,7 +468,8 @@ impl Supervisor {
         if fail {
             pool.fail_starts -= 1;
         }
-        let (pid, control) = spawn_worker(self.slots[i].spec.clone(), fail)?;
+        let allocate = if first_start { pool.allocate_mib } else { None };
+        let (pid, control) = spawn_worker(self.slots[i].spec.clone(), fail, allocate)?;
         let generation = self.next_generation;
         self.next_generation += 1;
         let (read_half, write_half) = control.into_split();
@@ -667,8 +695,71 @@ impl Supervisor {
         }
     }
 
+    /// Once a second: per-node load, and soft-affinity workers widened or narrowed.
+    fn soft_affinity(&mut self, now: Instant) {
+        if now.duration_since(self.load_sample.0) < Duration::from_secs(1) || self.nodes.len() < 2 {
+            return;
+        }
+        let sample = read_proc_stat();
+        let nodes = self.nodes.clone();
+        let node_of = |cpu: u32| nodes.iter().find(|(_, c)| c.contains(cpu)).map(|(n, _)| *n);
+        let load = super::soft::node_load(&self.load_sample.1, &sample, node_of);
+        self.load_sample = (now, sample);
+        for slot in &mut self.slots {
+            let pool = &self.pools[slot.pool];
+            let (Some(home), Some(p)) = (slot.spec.node, slot.current.as_ref().filter(|p| p.ready))
+            else {
+                continue;
+            };
+            if slot.spec.hard || pool.stopped.is_some() {
+                continue;
+            }
+            let allowed = pool
+                .spec
+                .cpus
+                .clone()
+                .unwrap_or_else(|| self.online.clone());
+            let candidates: Vec<u32> = nodes
+                .iter()
+                .filter(|(_, c)| !c.intersection(&allowed).is_empty())
+                .map(|(n, _)| *n)
+                .collect();
+            let own = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
+            let (cpus, what) = match super::soft::decide(&mut slot.soft, home, &load, &candidates) {
+                super::soft::Decision::Keep => continue,
+                super::soft::Decision::Widen(to) => {
+                    let extra = nodes
+                        .iter()
+                        .filter(|(n, _)| to.contains(n))
+                        .fold(crate::cpuset::CpuSet::new(), |a, (_, c)| {
+                            a.union(&c.intersection(&allowed))
+                        });
+                    (own.union(&extra), format!("widened to nodes {to:?}: node {home} is saturated and they have idle cycles"))
+                }
+                super::soft::Decision::Narrow => (own, format!("narrowed back to node {home}")),
+            };
+            match os::numa::set_process_affinity(p.pid, &cpus) {
+                Ok(()) => log(
+                    "master",
+                    format!(
+                        "worker {} (soft affinity) {what}: cpus {cpus}",
+                        slot.spec.name()
+                    ),
+                ),
+                Err(e) => log(
+                    "master",
+                    format!(
+                        "worker {}: cannot change its CPUs to {cpus}: {e}",
+                        slot.spec.name()
+                    ),
+                ),
+            }
+        }
+    }
+
     fn on_tick(&mut self) {
         let now = Instant::now();
+        self.soft_affinity(now);
         let minute = os::process::local_minute_of_day();
         let crossed_minute = (self.last_minute_of_day, minute);
         self.last_minute_of_day = minute;
@@ -942,6 +1033,7 @@ impl Supervisor {
                                 restarts: s.restarts,
                                 last_exit: s.last_exit.clone(),
                                 draining: s.draining.iter().map(|d| d.pid).collect(),
+                                widened_to: s.soft.widened_to.clone(),
                             }
                         })
                         .collect(),
@@ -986,6 +1078,14 @@ pub struct WorkerStatus {
     pub last_exit: Option<String>,
     /// Old processes of this slot still finishing their requests.
     pub draining: Vec<u32>,
+    /// Soft affinity: the nodes the worker may use besides its home, now.
+    pub widened_to: Vec<u32>,
+}
+
+fn read_proc_stat() -> Vec<(u32, u64, u64)> {
+    std::fs::read_to_string("/proc/stat")
+        .map(|t| super::soft::parse_proc_stat(&t))
+        .unwrap_or_default()
 }
 
 /// Answers a stopped pool's connections on a copy of one of its listener sockets.

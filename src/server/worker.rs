@@ -38,6 +38,11 @@ const IDLE_GRACE: Duration = Duration::from_millis(500);
 /// master's environment); nothing else reads it.
 pub const FAIL_AT_START_VAR: &str = "ESPALIER_WORKER_FAIL_AT_START";
 
+/// Fault injection for the memory-recycle test: the worker allocates and touches this many
+/// MiB at start (the master sets it for first starts only, from
+/// `ESPALIER_ALLOCATE_AT_START=POOL:MIB` in its environment).
+pub const ALLOCATE_VAR: &str = "ESPALIER_WORKER_ALLOCATE_MIB";
+
 fn fail_at_start() -> Option<String> {
     std::env::var(FAIL_AT_START_VAR)
         .ok()
@@ -127,6 +132,14 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err("a worker thread died while starting".into()),
         }
+    }
+    if let Some(mib) = std::env::var(ALLOCATE_VAR)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        // Resident on purpose: every page written, and kept for the worker's life.
+        let ballast = vec![1u8; mib << 20];
+        std::mem::forget(std::hint::black_box(ballast));
     }
     if let Some(pool) = fail_at_start() {
         if pool == spec.pool {
