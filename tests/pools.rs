@@ -472,3 +472,121 @@ fn hard_affinity_threads_never_leave_their_cpu_under_load() {
     }
     assert_eq!(load_result(load)["errors"], 0);
 }
+
+#[test]
+fn reload_keeps_unchanged_pools_replaces_changed_ones_and_refuses_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), "hello\n").unwrap();
+    let (keep_port, web_port, extra_port, admin_port) =
+        (free_port(), free_port(), free_port(), free_port());
+    let config = |web_processes: u32, extra: bool| {
+        let mut c = format!(
+            "[server]\nadmin = \"127.0.0.1:{admin_port}\"\n\
+             [[pool]]\nname = \"keep\"\n[[pool]]\nname = \"web\"\nprocesses = {web_processes}\n\
+             [[site]]\nname = \"keep\"\nbindings = [\"http://127.0.0.1:{keep_port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"keep\"\n\
+             [[site]]\nname = \"web\"\nbindings = [\"http://127.0.0.1:{web_port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n"
+        );
+        if extra {
+            c += &format!("[[pool]]\nname = \"extra\"\n[[site]]\nname = \"extra\"\nbindings = [\"http://127.0.0.1:{extra_port}\"]\n[[site.app]]\npool = \"extra\"\nhandler = \"dynamic\"\n");
+        }
+        c
+    };
+    std::fs::write(dir.path().join("espalier.toml"), config(2, false)).unwrap();
+    let server = Server::start(&["-c", "espalier.toml"], dir.path());
+    let admin = format!("127.0.0.1:{admin_port}");
+    let status = || -> serde_json::Value {
+        serde_json::from_slice(&espalier(&["status", "--json", "--admin", &admin]).stdout).unwrap()
+    };
+    let pids = |pool: &str| -> Vec<u64> {
+        status()["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == pool)
+            .map_or(vec![], |p| {
+                p["workers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|w| w["pid"].as_u64())
+                    .collect()
+            })
+    };
+    let keep_before = pids("keep");
+    let web_before = pids("web");
+    assert_eq!(web_before.len(), 2);
+
+    // Change `web` (2 workers → 1) and add `extra`, under load on `web`.
+    let load = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args([
+            "bench",
+            "-d",
+            "3s",
+            "-c",
+            "16",
+            "--json",
+            &format!("http://127.0.0.1:{web_port}/"),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(dir.path().join("espalier.toml"), config(1, true)).unwrap();
+    server.signal(libc::SIGHUP);
+    server.wait_for_log("reloaded", Duration::from_secs(5));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pids("web").len() != 1 || pids("extra").len() != 1 {
+        assert!(Instant::now() < deadline, "{}", server.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = load_result(load);
+    assert_eq!(r["errors"], 0, "no failed request across the reload: {r}");
+    assert_eq!(pids("keep"), keep_before, "an unchanged pool is untouched");
+    assert!(
+        pids("web").iter().all(|p| !web_before.contains(p)),
+        "the changed pool has new workers"
+    );
+    assert!(
+        get(SocketAddr::from(([127, 0, 0, 1], extra_port)), "/", "")
+            .text()
+            .contains("Hello from extra/0/"),
+        "the new binding serves"
+    );
+
+    // A config with errors is refused; everything keeps serving.
+    std::fs::write(
+        dir.path().join("espalier.toml"),
+        "[[pool]]\nname = \"web\"\nprocesses = \"many\"\n",
+    )
+    .unwrap();
+    let out = espalier(&["reload", "--admin", &admin]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("reload refused") && err.contains("espalier.toml:3: key `pool[0].processes`"),
+        "{err}"
+    );
+    assert_eq!(
+        get(SocketAddr::from(([127, 0, 0, 1], web_port)), "/", "").status,
+        200
+    );
+
+    // Removing `extra` closes its binding once its worker has drained.
+    std::fs::write(dir.path().join("espalier.toml"), config(1, false)).unwrap();
+    let out = espalier(&["reload", "--admin", &admin]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], extra_port))).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the removed binding still accepts"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(pids("keep"), keep_before);
+}

@@ -111,6 +111,12 @@ pub enum Command {
         #[command(subcommand)]
         action: PoolAction,
     },
+    /// Re-read the running server's config file: unchanged pools keep running, changed ones are
+    /// recycled overlapped; a config with errors is refused (also: SIGHUP to the master).
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Recycle a pool's workers (overlapped unless the pool says otherwise).
     Recycle {
         /// The pool.
@@ -374,6 +380,7 @@ fn run(cli: Cli) -> Result<i32, String> {
             }
         },
         Command::Recycle { pool, admin } => admin_post(&admin, &format!("/pools/{pool}/recycle")),
+        Command::Reload { admin } => admin_post(&admin, "/reload"),
         Command::Doctor {
             config,
             machine,

@@ -78,13 +78,14 @@ async fn handle<E: From<(AdminCommand, oneshot::Sender<AdminReply>)>>(
         ("POST", ["pools", name, "stop"]) => Some(AdminCommand::StopPool(name.to_string())),
         ("POST", ["pools", name, "start"]) => Some(AdminCommand::StartPool(name.to_string())),
         ("POST", ["pools", name, "recycle"]) => Some(AdminCommand::Recycle(name.to_string())),
+        ("POST", ["reload"]) => Some(AdminCommand::Reload),
         _ => None,
     };
     let (status, content_type, body) = match command {
         None => (
             404,
             "text/plain",
-            "not found: GET /status, GET /metrics, POST /pools/NAME/stop|start|recycle\n"
+            "not found: GET /status, GET /metrics, POST /reload, POST /pools/NAME/stop|start|recycle\n"
                 .to_string(),
         ),
         Some(cmd) => {

@@ -27,7 +27,7 @@ pub(super) struct ListenerGroup {
     pub(super) routes: GroupRoutes,
     /// Sockets in group order; `owners[i]` = (worker index in the plan, thread index).
     pub(super) sockets: Vec<Socket>,
-    owners: Vec<(usize, usize)>,
+    pub(super) owners: Vec<(usize, usize)>,
 }
 
 /// Runs the server until it is stopped. Returns the exit code.
@@ -46,13 +46,9 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
     rt.block_on(super::supervisor::run(config, topology, groups, specs))
 }
 
-/// Opens every listener group, in CPU order, and attaches the steering program.
-fn open_listeners(
-    config: &Config,
-    topology: &Topology,
-    plan: &Plan,
-    file: &str,
-) -> Result<Vec<ListenerGroup>, String> {
+/// The listener groups a config wants: one per pool and address, with the sites it routes to
+/// by host (site indices among the pool's own sites).
+pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
     let mut groups: Vec<ListenerGroup> = Vec::new();
     for pool in &config.pools {
         let pool_sites: Vec<(usize, &SiteSpec)> = config
@@ -79,7 +75,66 @@ fn open_listeners(
             }
         }
     }
-    let online = topology.online_cpus();
+    groups
+}
+
+/// Gives a group one socket per thread of its pool's planned workers, in (node, CPU) order —
+/// reusing the sockets it already has (a reload keeps them, so no connection is refused) and
+/// opening the missing ones — and attaches the steering program. Returns whether the program
+/// could be attached.
+pub(super) fn fill_group(
+    g: &mut ListenerGroup,
+    config: &Config,
+    topology: &Topology,
+    plan: &Plan,
+    file: &str,
+) -> Result<bool, String> {
+    let mut owners: Vec<(usize, usize, u32)> = Vec::new();
+    for (w, worker) in plan
+        .workers
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.pool == g.pool)
+    {
+        for (t, cpu) in worker.cpus.iter().enumerate() {
+            owners.push((w, t, cpu));
+        }
+    }
+    owners.sort_by_key(|&(w, t, cpu)| {
+        (
+            steering::socket_order_key(cpu, |c| topology.node_of_cpu(c)),
+            w,
+            t,
+        )
+    });
+    while g.sockets.len() < owners.len() {
+        let socket = os::net::reuseport_listener(g.addr, config.server.backlog)
+            .map_err(|e| bind_error(&g.pool, g.addr, &e, file))?;
+        g.sockets.push(socket);
+    }
+    g.owners = owners.iter().map(|&(w, t, _)| (w, t)).collect();
+    if config.server.steering == Steering::Hash {
+        return Ok(true);
+    }
+    // Sockets beyond the threads (a reload that shrank the pool) are never chosen.
+    let thread_cpus: Vec<u32> = owners.iter().map(|&(_, _, cpu)| cpu).collect();
+    let table = steering::steering_table(&thread_cpus, &topology.online_cpus(), |c| {
+        topology.node_of_cpu(c)
+    });
+    let prog = steering::steering_program(&table, thread_cpus.len() as u32);
+    Ok(g.sockets
+        .first()
+        .is_none_or(|first| os::net::attach_reuseport_cbpf(first, &prog).is_ok()))
+}
+
+/// Opens every listener group, in (node, CPU) order, and attaches the steering programs.
+fn open_listeners(
+    config: &Config,
+    topology: &Topology,
+    plan: &Plan,
+    file: &str,
+) -> Result<Vec<ListenerGroup>, String> {
+    let mut groups = wanted_groups(config);
     let mut steering_failed = false;
     for g in &mut groups {
         // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
@@ -92,49 +147,15 @@ fn open_listeners(
                 .map_or("?", |s| s.name.as_str());
             return Err(bind_error(site, g.addr, &e, file));
         }
-        let mut owners: Vec<(usize, usize, u32)> = Vec::new();
-        for (w, worker) in plan
-            .workers
-            .iter()
-            .enumerate()
-            .filter(|(_, w)| w.pool == g.pool)
-        {
-            for (t, cpu) in worker.cpus.iter().enumerate() {
-                owners.push((w, t, cpu));
-            }
-        }
-        owners.sort_by_key(|&(w, t, cpu)| {
-            (
-                steering::socket_order_key(cpu, |c| topology.node_of_cpu(c)),
-                w,
-                t,
-            )
-        });
-        for _ in &owners {
-            let socket = os::net::reuseport_listener(g.addr, config.server.backlog)
-                .map_err(|e| bind_error(&g.pool, g.addr, &e, file))?;
-            g.sockets.push(socket);
-        }
-        g.owners = owners.iter().map(|&(w, t, _)| (w, t)).collect();
-        let thread_cpus: Vec<u32> = owners.iter().map(|&(_, _, cpu)| cpu).collect();
-        let table = steering::steering_table(&thread_cpus, &online, |c| topology.node_of_cpu(c));
-        let prog = steering::steering_program(&table, thread_cpus.len() as u32);
-        if config.server.steering == Steering::Hash {
-            continue;
-        }
-        if let Some(first) = g.sockets.first() {
-            if let Err(e) = os::net::attach_reuseport_cbpf(first, &prog) {
-                if !steering_failed {
-                    log("master", format!("cannot attach the CPU-steering program ({e}); connections are spread by the kernel's reuseport hash instead"));
-                    steering_failed = true;
-                }
-            }
+        if !fill_group(g, config, topology, plan, file)? && !steering_failed {
+            log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
+            steering_failed = true;
         }
     }
     Ok(groups)
 }
 
-fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file: &str) -> String {
+pub(super) fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file: &str) -> String {
     let fix = match e.raw_os_error() {
         Some(libc::EADDRINUSE) => "another program holds it: stop it or change the port in `bindings`".to_string(),
         Some(libc::EACCES) => "ports below 1024 need root or CAP_NET_BIND_SERVICE: run as root or use a port ≥ 1024 in `bindings`".to_string(),
@@ -144,7 +165,11 @@ fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file: &str) -> S
     format!("{file}: site `{site}`: cannot listen on http://{addr}: {e}; {fix}")
 }
 
-fn worker_specs(config: &Config, plan: &Plan, groups: &[ListenerGroup]) -> Vec<WorkerSpec> {
+pub(super) fn worker_specs(
+    config: &Config,
+    plan: &Plan,
+    groups: &[ListenerGroup],
+) -> Vec<WorkerSpec> {
     plan.workers
         .iter()
         .enumerate()

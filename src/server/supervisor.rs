@@ -33,26 +33,18 @@ pub enum AdminCommand {
     StopPool(String),
     StartPool(String),
     Recycle(String),
+    Reload,
 }
 
 /// The supervisor's answer: (HTTP status, JSON body).
 pub type AdminReply = (u16, serde_json::Value);
 
+/// Worker processes are named by generation (unique for the master's life), not by slot:
+/// a reload adds and removes slots.
 pub(super) enum Event {
-    Ready {
-        slot: usize,
-        generation: u64,
-    },
-    Failed {
-        slot: usize,
-        generation: u64,
-        why: String,
-    },
-    Pong {
-        slot: usize,
-        generation: u64,
-        requests: u64,
-    },
+    Ready { generation: u64 },
+    Failed { generation: u64, why: String },
+    Pong { generation: u64, requests: u64 },
     Admin(AdminCommand, oneshot::Sender<AdminReply>),
 }
 
@@ -115,7 +107,13 @@ struct PoolRt {
 }
 
 struct Supervisor {
+    /// The configuration running now (replaced by a reload).
+    config: Config,
+    topology: crate::topology::Topology,
     groups: Vec<ListenerGroup>,
+    /// Workers of a reloaded or removed pool: they serve until the pool's new workers are all
+    /// ready (or at once, for a removed pool), then drain.
+    retiring: Vec<(String, Proc)>,
     /// Each node's online CPUs, for soft affinity.
     nodes: Vec<(u32, crate::cpuset::CpuSet)>,
     online: crate::cpuset::CpuSet,
@@ -193,6 +191,9 @@ pub(super) async fn run(
         })
         .collect();
     let mut sv = Supervisor {
+        config: config.clone(),
+        topology: topology.clone(),
+        retiring: Vec::new(),
         groups,
         nodes: topology
             .nodes
@@ -253,9 +254,11 @@ pub(super) async fn run(
             _ = tokio::time::sleep_until(deadline) => None,
         };
         match ev {
-            Some(Event::Ready { slot, generation }) => sv.on_ready(slot, generation),
-            Some(Event::Failed { slot, why, .. }) => {
-                let name = sv.slots[slot].spec.name();
+            Some(Event::Ready { generation }) => sv.on_ready(generation),
+            Some(Event::Failed { generation, why }) => {
+                let name = sv
+                    .slot_of(generation)
+                    .map_or("?".to_string(), |i| sv.slots[i].spec.name());
                 sv.stop_everything(Duration::from_secs(2)).await;
                 return Err(format!("worker {name} could not start: {why}"));
             }
@@ -295,7 +298,10 @@ pub(super) async fn run(
             Some(ev) = rx.recv() => sv.on_event(ev),
             _ = sigchld.recv() => sv.reap(),
             _ = tick.tick() => sv.on_tick(),
-            _ = sighup.recv() => log("master", "SIGHUP: reloading the configuration is not supported yet; restart espalier serve to apply changes"),
+            _ = sighup.recv() => match sv.reload() {
+                Ok(summary) => log("master", summary),
+                Err(e) => log("master", format!("reload refused, the running configuration keeps serving: {e}")),
+            },
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
         }
@@ -333,6 +339,11 @@ impl Supervisor {
     /// Control groups: a CPU cap per pool with `cpu_limit`, a cpuset per hard-affinity worker.
     /// Where they cannot be made, one warning says why and the pool runs without.
     fn make_cgroups(&mut self) {
+        self.make_cgroups_for(0);
+    }
+
+    /// Control groups for the slots from `first` on (all at start; a reload's new ones).
+    fn make_cgroups_for(&mut self, first: usize) {
         let Some(h) = self.cgroups.clone() else {
             if self.pools.iter().any(|p| p.spec.cpu_limit.is_some()) {
                 log("master", "warning: no cgroup cpu controller is mounted (neither v2 cpu.max nor v1 cpu.cfs_quota_us): cpu_limit is not applied");
@@ -343,11 +354,14 @@ impl Supervisor {
             let Some(limit) = self.pools[p].spec.cpu_limit else {
                 continue;
             };
+            if !self.slots[first..].iter().any(|s| s.pool == p) {
+                continue;
+            }
             let name = self.pools[p].spec.name.clone();
             match os::cgroup::cpu_limited(&h, &name, limit) {
                 Ok(g) => {
                     log("master", format!("pool {name}: CPU capped at {:.0}% of one CPU over all its workers ({})", limit * 100.0, g.dirs[0].display()));
-                    for s in self.slots.iter_mut().filter(|s| s.pool == p) {
+                    for s in self.slots[first..].iter_mut().filter(|s| s.pool == p) {
                         s.spec.cgroups.extend(g.dirs.iter().cloned());
                     }
                     self.pools[p].cpu_group = Some(g);
@@ -356,8 +370,7 @@ impl Supervisor {
             }
         }
         let mut warned = false;
-        for s in self
-            .slots
+        for s in self.slots[first..]
             .iter_mut()
             .filter(|s| s.spec.hard && s.spec.node.is_some())
         {
@@ -401,12 +414,15 @@ impl Supervisor {
     }
 
     fn procs(&self) -> impl Iterator<Item = &Proc> {
-        self.slots.iter().flat_map(|s| {
-            s.current
-                .iter()
-                .chain(s.replacing.iter())
-                .chain(s.draining.iter())
-        })
+        self.slots
+            .iter()
+            .flat_map(|s| {
+                s.current
+                    .iter()
+                    .chain(s.replacing.iter())
+                    .chain(s.draining.iter())
+            })
+            .chain(self.retiring.iter().map(|(_, p)| p))
     }
 
     fn any_alive(&self) -> bool {
@@ -424,6 +440,10 @@ impl Supervisor {
                 p.stopping = true;
                 let _ = os::process::kill(p.pid, sig);
             }
+        }
+        for (_, p) in &mut self.retiring {
+            p.stopping = true;
+            let _ = os::process::kill(p.pid, sig);
         }
     }
 
@@ -485,19 +505,14 @@ impl Supervisor {
                     Ok(_) => {
                         let l = line.trim();
                         let ev = if l.starts_with("ready") {
-                            Event::Ready {
-                                slot: i,
-                                generation,
-                            }
+                            Event::Ready { generation }
                         } else if let Some(n) = l.strip_prefix("pong ") {
                             Event::Pong {
-                                slot: i,
                                 generation,
                                 requests: n.parse().unwrap_or(0),
                             }
                         } else if let Some(why) = l.strip_prefix("error ") {
                             Event::Failed {
-                                slot: i,
                                 generation,
                                 why: why.to_string(),
                             }
@@ -534,7 +549,21 @@ impl Supervisor {
         Ok(())
     }
 
-    fn on_ready(&mut self, i: usize, generation: u64) {
+    /// The slot a worker process (by generation) belongs to now.
+    fn slot_of(&self, generation: u64) -> Option<usize> {
+        self.slots.iter().position(|s| {
+            s.current
+                .iter()
+                .chain(s.replacing.iter())
+                .chain(s.draining.iter())
+                .any(|p| p.generation == generation)
+        })
+    }
+
+    fn on_ready(&mut self, generation: u64) {
+        let Some(i) = self.slot_of(generation) else {
+            return;
+        };
         let slot = &mut self.slots[i];
         let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
         let node = slot.spec.node.map_or("-".into(), |n| n.to_string());
@@ -576,12 +605,11 @@ impl Supervisor {
 
     fn on_event(&mut self, ev: Event) {
         match ev {
-            Event::Ready { slot, generation } => self.on_ready(slot, generation),
-            Event::Failed {
-                slot,
-                generation,
-                why,
-            } => {
+            Event::Ready { generation } => self.on_ready(generation),
+            Event::Failed { generation, why } => {
+                let Some(slot) = self.slot_of(generation) else {
+                    return;
+                };
                 let s = &mut self.slots[slot];
                 if s.current
                     .iter()
@@ -596,10 +624,12 @@ impl Supervisor {
                 }
             }
             Event::Pong {
-                slot,
                 generation,
                 requests,
             } => {
+                let Some(slot) = self.slot_of(generation) else {
+                    return;
+                };
                 let s = &mut self.slots[slot];
                 if let Some(p) = s
                     .current
@@ -624,6 +654,12 @@ impl Supervisor {
     fn reap(&mut self) {
         while let Some((pid, status)) = os::process::reap_child() {
             let now = Instant::now();
+            if let Some(k) = self.retiring.iter().position(|(_, p)| p.pid == pid) {
+                let (pool, p) = self.retiring.remove(k);
+                p.reader.abort();
+                log("master", format!("worker of the previous configuration of pool {pool} (pid {pid}) exited: {status}"));
+                continue;
+            }
             let Some(i) = self.slots.iter().position(|s| {
                 s.current
                     .iter()
@@ -757,8 +793,254 @@ impl Supervisor {
         }
     }
 
+    /// Re-reads the config file and applies it: unchanged pools keep running untouched; a
+    /// changed pool gets new workers on its existing sockets (more opened if it grew) and its
+    /// old workers drain once the new ones are all ready; a new pool starts; a removed pool's
+    /// workers drain and its listeners close with them. A config with errors changes nothing.
+    fn reload(&mut self) -> Result<String, String> {
+        let path = self
+            .config
+            .source
+            .clone()
+            .ok_or("espalier serve was started without -c FILE: there is no file to reload")?;
+        let file = path.display().to_string();
+        let new = Config::load(&path, &self.topology).map_err(|e| e.to_string())?;
+        let plan = crate::placement::plan(&self.topology, &new.pools, &[])
+            .map_err(|e| format!("{file}: {e}"))?;
+        let mut notes = Vec::new();
+        if new.server.admin != self.config.server.admin {
+            notes.push(format!(
+                "the admin address stays {} until a restart",
+                self.config.server.admin
+            ));
+        }
+        let mut old_server = self.config.server.clone();
+        old_server.admin = new.server.admin;
+        let server_changed = old_server != new.server;
+        let mut wanted = super::master::wanted_groups(&new);
+        // An address may not move between pools while the old pool's workers still hold it.
+        for w in &wanted {
+            if let Some(g) = self
+                .groups
+                .iter()
+                .find(|g| g.addr == w.addr && g.pool != w.pool)
+            {
+                return Err(format!("{file}: http://{} moves from pool {} to pool {}: restart espalier serve to apply that", w.addr, g.pool, w.pool));
+            }
+        }
+        let sites_of = |c: &Config, pool: &str| {
+            c.sites
+                .iter()
+                .filter(|s| s.pool() == pool)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let planned = |pool: &str| {
+            plan.workers
+                .iter()
+                .filter(|w| w.pool == pool)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let old_plan = crate::placement::plan(&self.topology, &self.config.pools, &[])
+            .map_err(|e| e.to_string())?;
+        let was_planned = |pool: &str| {
+            old_plan
+                .workers
+                .iter()
+                .filter(|w| w.pool == pool)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let changed: Vec<String> = new
+            .pools
+            .iter()
+            .filter(|p| {
+                server_changed
+                    || self.config.pool(&p.name) != Some(*p)
+                    || sites_of(&self.config, &p.name) != sites_of(&new, &p.name)
+                    || was_planned(&p.name) != planned(&p.name)
+            })
+            .map(|p| p.name.clone())
+            .collect();
+        let removed: Vec<String> = self
+            .config
+            .pools
+            .iter()
+            .filter(|p| new.pool(&p.name).is_none())
+            .map(|p| p.name.clone())
+            .collect();
+
+        // Listener groups: keep unchanged pools' groups as they are; for changed pools reuse
+        // the sockets of each address they keep, open new addresses, close dropped ones.
+        let mut groups: Vec<ListenerGroup> = Vec::new();
+        let mut closed = 0;
+        for g in std::mem::take(&mut self.groups) {
+            let keep_as_is = !changed.contains(&g.pool) && !removed.contains(&g.pool);
+            let still_wanted = wanted.iter().any(|w| w.pool == g.pool && w.addr == g.addr);
+            if keep_as_is || still_wanted {
+                groups.push(g);
+            } else {
+                closed += 1; // the master's copies close now; the sockets with the old workers
+            }
+        }
+        for w in wanted.iter_mut().filter(|w| changed.contains(&w.pool)) {
+            let existing = groups
+                .iter_mut()
+                .find(|g| g.pool == w.pool && g.addr == w.addr);
+            let g = match existing {
+                Some(g) => {
+                    g.routes = std::mem::take(&mut w.routes);
+                    g
+                }
+                None => {
+                    if let Err(e) = std::net::TcpListener::bind(w.addr) {
+                        self.groups = groups;
+                        return Err(super::master::bind_error(&w.pool, w.addr, &e, &file));
+                    }
+                    groups.push(ListenerGroup {
+                        pool: w.pool.clone(),
+                        addr: w.addr,
+                        routes: std::mem::take(&mut w.routes),
+                        sockets: Vec::new(),
+                        owners: Vec::new(),
+                    });
+                    groups.last_mut().expect("pushed")
+                }
+            };
+            if let Err(e) = super::master::fill_group(g, &new, &self.topology, &plan, &file) {
+                self.groups = groups;
+                return Err(e);
+            }
+        }
+        self.groups = groups;
+
+        // Workers: changed and removed pools' processes retire; changed and new pools get slots.
+        let specs = super::master::worker_specs(&new, &plan, &self.groups);
+        let mut slots = Vec::new();
+        for mut slot in std::mem::take(&mut self.slots) {
+            let pool = slot.spec.pool.clone();
+            if changed.contains(&pool) || removed.contains(&pool) {
+                let gone = removed.contains(&pool);
+                for mut p in slot
+                    .current
+                    .take()
+                    .into_iter()
+                    .chain(slot.replacing.take())
+                    .chain(slot.draining.drain(..))
+                {
+                    if gone || p.stopping {
+                        p.stopping = true;
+                        let _ = os::process::kill(p.pid, libc::SIGTERM);
+                    }
+                    self.retiring.push((pool.clone(), p));
+                }
+            } else {
+                slots.push(slot);
+            }
+        }
+        let mut pools: Vec<PoolRt> = Vec::new();
+        for p in &new.pools {
+            let old = self
+                .pools
+                .iter()
+                .position(|x| x.spec.name == p.name)
+                .map(|i| self.pools.remove(i));
+            let mut rt = old.unwrap_or(PoolRt {
+                spec: p.clone(),
+                stopped: None,
+                crashes: VecDeque::new(),
+                responders: Vec::new(),
+                allocate_mib: None,
+                cpu_group: None,
+                fail_starts: 0,
+            });
+            rt.spec = p.clone();
+            pools.push(rt);
+        }
+        for gone in self.pools.drain(..) {
+            for r in gone.responders {
+                r.abort();
+            }
+            // Its control group is removed at exit, once its workers are gone.
+            if let Some(g) = gone.cpu_group {
+                self.cpusets.push(g);
+            }
+        }
+        self.pools = pools;
+        let first_new = slots.len();
+        for spec in specs.into_iter().filter(|s| changed.contains(&s.pool)) {
+            slots.push(Slot {
+                spec,
+                pool: 0,
+                current: None,
+                replacing: None,
+                draining: Vec::new(),
+                respawn_at: None,
+                young_deaths: 0,
+                restarts: 0,
+                recycles: 0,
+                last_exit: None,
+                restart_after_exit: false,
+                soft: Default::default(),
+            });
+        }
+        for s in &mut slots {
+            s.pool = self
+                .pools
+                .iter()
+                .position(|p| p.spec.name == s.spec.pool)
+                .expect("slot of a configured pool");
+        }
+        self.slots = slots;
+        self.config = new;
+        self.make_cgroups_for(first_new);
+        for i in first_new..self.slots.len() {
+            if self.pools[self.slots[i].pool].stopped.is_some() {
+                continue;
+            }
+            if let Err(e) = self.start(i, false) {
+                log("master", format!("{e}; trying again shortly"));
+                self.slots[i].respawn_at = Some(Instant::now() + lifecycle::MAX_BACKOFF);
+            }
+        }
+        let kept = self.pools.len() - changed.len();
+        let mut summary = format!(
+            "reloaded {file}: {kept} pool(s) unchanged, {} changed or new (their workers replaced, overlapped), {} removed, {closed} listener group(s) closed",
+            changed.len(),
+            removed.len()
+        );
+        for n in notes {
+            summary.push_str("; ");
+            summary.push_str(&n);
+        }
+        Ok(summary)
+    }
+
+    /// Retiring workers drain once their pool's new workers are all ready.
+    fn retire_when_replaced(&mut self) {
+        for (pool, p) in &mut self.retiring {
+            if p.stopping {
+                continue;
+            }
+            let slots: Vec<&Slot> = self.slots.iter().filter(|s| &s.spec.pool == pool).collect();
+            let replaced = slots
+                .iter()
+                .all(|s| s.current.as_ref().is_some_and(|c| c.ready));
+            let pool_stopped = self
+                .pools
+                .iter()
+                .any(|x| &x.spec.name == pool && x.stopped.is_some());
+            if replaced || pool_stopped {
+                p.stopping = true;
+                let _ = os::process::kill(p.pid, libc::SIGTERM);
+            }
+        }
+    }
+
     fn on_tick(&mut self) {
         let now = Instant::now();
+        self.retire_when_replaced();
         self.soft_affinity(now);
         let minute = os::process::local_minute_of_day();
         let crossed_minute = (self.last_minute_of_day, minute);
@@ -924,6 +1206,22 @@ impl Supervisor {
         let known = |sv: &Self, name: &str| sv.pools.iter().any(|p| p.spec.name == name);
         match cmd {
             AdminCommand::Status => (200, serde_json::to_value(self.status()).unwrap_or_default()),
+            AdminCommand::Reload => match self.reload() {
+                Ok(summary) => {
+                    log("master", &summary);
+                    (200, serde_json::json!({ "ok": true, "message": summary }))
+                }
+                Err(e) => {
+                    log(
+                        "master",
+                        format!("reload refused, the running configuration keeps serving: {e}"),
+                    );
+                    (
+                        400,
+                        serde_json::json!({ "ok": false, "message": format!("reload refused, the running configuration keeps serving: {e}") }),
+                    )
+                }
+            },
             AdminCommand::StopPool(name) if known(self, &name) => {
                 if self
                     .pools
