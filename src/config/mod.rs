@@ -87,8 +87,9 @@ pub struct Recycle {
     pub requests: Option<u64>,
     /// After this much uptime; IIS's default is 29 hours (`1740` minutes). `None` = never.
     pub interval: Option<Duration>,
-    /// At these times of day (`"03:00"`), local time.
-    pub schedule: Vec<(u8, u8)>,
+    /// At these local times of day (`"03:00"`, or with seconds `"03:00:30"`), as seconds
+    /// since midnight.
+    pub schedule: Vec<u32>,
     /// When a worker's resident memory exceeds this many bytes. `None` = never.
     pub memory: Option<u64>,
     /// Start the replacement before stopping the old worker (IIS `disallowOverlappingRotation
@@ -810,7 +811,9 @@ impl Validator {
                             Seg::Key("schedule"),
                             Seg::Index(k),
                         ],
-                        format!("`{t}` is not a time of day; write it like \"03:00\""),
+                        format!(
+                            "`{t}` is not a time of day; write it like \"03:00\" or \"03:00:30\""
+                        ),
                     ),
                 }
             }
@@ -1042,10 +1045,18 @@ fn valid_name(n: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-fn parse_time_of_day(t: &str) -> Option<(u8, u8)> {
-    let (h, m) = t.trim().split_once(':')?;
-    let (h, m): (u8, u8) = (h.parse().ok()?, m.parse().ok()?);
-    (h < 24 && m < 60).then_some((h, m))
+/// `HH:MM` or `HH:MM:SS` → seconds since midnight.
+fn parse_time_of_day(t: &str) -> Option<u32> {
+    let parts: Vec<u32> = t
+        .trim()
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [h, m] if *h < 24 && *m < 60 => Some(h * 3600 + m * 60),
+        [h, m, s] if *h < 24 && *m < 60 && *s < 60 => Some(h * 3600 + m * 60 + s),
+        _ => None,
+    }
 }
 
 /// Parses `http://IP:PORT[:HOST]`; `*` stands for every IPv4 address, as in IIS.

@@ -60,7 +60,7 @@ cpus = "1-63"
 requests = 5_000_000
 interval = "29h"
 memory = "2GiB"
-schedule = ["03:00", "15:30"]
+schedule = ["03:00", "15:30:05"]
 [pool.rapid_fail]
 max_crashes = 5
 interval = "5m"
@@ -87,7 +87,7 @@ handler = "static"
     assert_eq!(p.recycle.requests, Some(5_000_000));
     assert_eq!(p.recycle.interval, Some(Duration::from_secs(29 * 3600)));
     assert_eq!(p.recycle.memory, Some(2 << 30));
-    assert_eq!(p.recycle.schedule, vec![(3, 0), (15, 30)]);
+    assert_eq!(p.recycle.schedule, vec![3 * 3600, 15 * 3600 + 30 * 60 + 5]);
     let s = &c.sites[0];
     assert_eq!(
         s.root.as_deref(),

@@ -102,8 +102,8 @@ pub fn resident_bytes(pid: u32) -> Option<u64> {
     Some(pages * page.max(4096) as u64)
 }
 
-/// Minutes since local midnight (for recycle schedules).
-pub fn local_minute_of_day() -> u32 {
+/// Seconds since local midnight (for recycle schedules).
+pub fn local_second_of_day() -> u32 {
     // SAFETY: time and localtime_r write only into the values passed.
     unsafe {
         let now = libc::time(std::ptr::null_mut());
@@ -111,6 +111,6 @@ pub fn local_minute_of_day() -> u32 {
         if libc::localtime_r(&now, &mut tm).is_null() {
             return 0;
         }
-        (tm.tm_hour * 60 + tm.tm_min) as u32
+        (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) as u32
     }
 }

@@ -7,8 +7,9 @@ use crate::config::{RapidFail, Recycle};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// A worker that ran at least this long before dying was healthy: it is replaced at once.
-pub const HEALTHY_UPTIME: Duration = Duration::from_secs(1);
+/// A worker that was ready and ran at least this long before dying was healthy — killed from
+/// outside, say — and is replaced at once. A crash loop dies before it is ready or right after.
+pub const HEALTHY_UPTIME: Duration = Duration::from_millis(250);
 /// The first delay for a worker that keeps dying young, doubled each time…
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// … up to this.
@@ -80,10 +81,9 @@ pub fn recycle_due(
 }
 
 /// Whether the local time of day moved past one of `schedule`'s times between `before` and
-/// `now` (minutes since midnight; `now < before` means midnight passed).
-pub fn crossed(schedule: &[(u8, u8)], before: u32, now: u32) -> bool {
-    schedule.iter().any(|&(h, m)| {
-        let t = h as u32 * 60 + m as u32;
+/// `now` (seconds since midnight; `now < before` means midnight passed).
+pub fn crossed(schedule: &[u32], before: u32, now: u32) -> bool {
+    schedule.iter().any(|&t| {
         if now >= before {
             before < t && t <= now
         } else {
@@ -160,10 +160,10 @@ mod tests {
 
     #[test]
     fn schedule_crossings() {
-        let at3 = [(3u8, 0u8)];
-        assert!(crossed(&at3, 179, 180));
-        assert!(!crossed(&at3, 180, 181));
-        assert!(crossed(&[(0, 5)], 1439, 10), "past midnight");
+        let at3 = [3 * 3600];
+        assert!(crossed(&at3, 3 * 3600 - 1, 3 * 3600));
+        assert!(!crossed(&at3, 3 * 3600, 3 * 3600 + 1));
+        assert!(crossed(&[300], 86_399, 400), "past midnight");
         assert!(!crossed(&at3, 10, 20));
     }
 }

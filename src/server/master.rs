@@ -223,7 +223,9 @@ pub(super) fn worker_specs(
                 sites,
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
-                shutdown_timeout: config.server.shutdown_timeout,
+                // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
+                // server is bounded by [server] shutdown_timeout in the master.
+                shutdown_timeout: pool.shutdown_time_limit,
                 cgroups: Vec::new(),
             }
         })

@@ -57,12 +57,16 @@ impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {
 /// One running worker process.
 struct Proc {
     pid: u32,
+    /// Its pool's name.
+    pool: String,
     generation: u64,
     started: Instant,
     started_unix: u64,
     ready: bool,
     /// Asked to stop (recycle, pool stop, shutdown): its exit is no crash.
     stopping: bool,
+    /// When a draining worker was told to stop, for `shutdown_time_limit`.
+    stop_sent: Option<Instant>,
     requests: u64,
     last_pong: Instant,
     control: OwnedWriteHalf,
@@ -126,7 +130,7 @@ struct Supervisor {
     pools: Vec<PoolRt>,
     events: mpsc::UnboundedSender<Event>,
     next_generation: u64,
-    last_minute_of_day: u32,
+    last_second_of_day: u32,
 }
 
 pub(super) async fn run(
@@ -209,7 +213,7 @@ pub(super) async fn run(
         pools,
         events: tx.clone(),
         next_generation: 1,
-        last_minute_of_day: os::process::local_minute_of_day(),
+        last_second_of_day: os::process::local_second_of_day(),
     };
 
     for g in &sv.groups {
@@ -528,6 +532,7 @@ impl Supervisor {
         });
         let p = Proc {
             pid,
+            pool: self.slots[i].spec.pool.clone(),
             generation,
             started: Instant::now(),
             started_unix: SystemTime::now()
@@ -535,6 +540,7 @@ impl Supervisor {
                 .map_or(0, |d| d.as_secs()),
             ready: false,
             stopping: false,
+            stop_sent: None,
             requests: 0,
             last_pong: Instant::now(),
             control: write_half,
@@ -1038,13 +1044,46 @@ impl Supervisor {
         }
     }
 
+    /// Draining workers past their pool's `shutdown_time_limit` are killed.
+    fn enforce_shutdown_limits(&mut self, now: Instant) {
+        let limit_of = |pools: &[PoolRt], name: &str| {
+            pools
+                .iter()
+                .find(|p| p.spec.name == name)
+                .map_or(Duration::from_secs(90), |p| p.spec.shutdown_time_limit)
+        };
+        let pools = &self.pools;
+        let drainers = self
+            .slots
+            .iter_mut()
+            .flat_map(|s| s.draining.iter_mut())
+            .chain(self.retiring.iter_mut().map(|(_, p)| p));
+        for p in drainers.filter(|p| p.stopping) {
+            let sent = *p.stop_sent.get_or_insert(now);
+            let limit = limit_of(pools, &p.pool);
+            if now.duration_since(sent) > limit {
+                log(
+                    "master",
+                    format!(
+                        "worker pid {} still draining after {}s (shutdown_time_limit): killed",
+                        p.pid,
+                        limit.as_secs()
+                    ),
+                );
+                let _ = os::process::kill(p.pid, libc::SIGKILL);
+                p.stop_sent = Some(now + Duration::from_secs(3600));
+            }
+        }
+    }
+
     fn on_tick(&mut self) {
         let now = Instant::now();
         self.retire_when_replaced();
+        self.enforce_shutdown_limits(now);
         self.soft_affinity(now);
-        let minute = os::process::local_minute_of_day();
-        let crossed_minute = (self.last_minute_of_day, minute);
-        self.last_minute_of_day = minute;
+        let second = os::process::local_second_of_day();
+        let crossed_window = (self.last_second_of_day, second);
+        self.last_second_of_day = second;
         for i in 0..self.slots.len() {
             let pool = &self.pools[self.slots[i].pool];
             if pool.stopped.is_some() {
@@ -1087,7 +1126,7 @@ impl Supervisor {
             if slot.replacing.is_none() && !slot.restart_after_exit {
                 let uptime = now.duration_since(p.started);
                 let crossed =
-                    lifecycle::crossed(&recycle.schedule, crossed_minute.0, crossed_minute.1);
+                    lifecycle::crossed(&recycle.schedule, crossed_window.0, crossed_window.1);
                 let resident = if recycle.memory.is_some() {
                     os::process::resident_bytes(p.pid)
                 } else {
