@@ -655,3 +655,27 @@ fn a_second_signal_stops_at_once() {
     assert_eq!(server.wait_exit(Duration::from_secs(3)), Some(0));
     assert!(second.elapsed() < Duration::from_secs(2));
 }
+
+#[test]
+fn recycling_without_overlap_stops_first() {
+    let s = setup("[pool.recycle]\noverlap = false\n", "");
+    let server = s.start();
+    let old = s.workers()[0]["pid"].as_u64().unwrap();
+    assert!(espalier(&["recycle", "web", "--admin", &s.admin])
+        .status
+        .success());
+    s.wait_until("the replacement running", Duration::from_secs(5), |s| {
+        s.workers()[0]["pid"].as_u64().is_some_and(|p| p != old) && s.running() == 2
+    });
+    let log = server.log_text();
+    let exited = log
+        .find(&format!("(pid {old}) exited"))
+        .expect("the old worker exited");
+    let restarted = log[exited..]
+        .find("worker web/0 started")
+        .map(|i| i + exited);
+    assert!(
+        restarted.is_some(),
+        "web/0 started again only after the old one exited:\n{log}"
+    );
+}
