@@ -93,6 +93,39 @@ struct Slot {
     soft: super::soft::SoftState,
 }
 
+impl PoolRt {
+    fn new(spec: PoolSpec) -> Self {
+        PoolRt {
+            spec,
+            stopped: None,
+            crashes: VecDeque::new(),
+            responders: Vec::new(),
+            allocate_mib: None,
+            cpu_group: None,
+            fail_starts: 0,
+        }
+    }
+}
+
+impl Slot {
+    fn new(spec: WorkerSpec, pool: usize) -> Self {
+        Slot {
+            spec,
+            pool,
+            current: None,
+            replacing: None,
+            draining: Vec::new(),
+            respawn_at: None,
+            young_deaths: 0,
+            restarts: 0,
+            recycles: 0,
+            last_exit: None,
+            restart_after_exit: false,
+            soft: Default::default(),
+        }
+    }
+}
+
 struct PoolRt {
     spec: PoolSpec,
     /// Why it is stopped (rapid-fail, or by command).
@@ -145,29 +178,25 @@ pub(super) async fn run(
     let mut sigchld = signal(SignalKind::child()).map_err(|e| e.to_string())?;
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let fail_injection = std::env::var("ESPALIER_FAIL_AT_START").ok();
     let pools: Vec<PoolRt> = config
         .pools
         .iter()
-        .map(|p| PoolRt {
-            spec: p.clone(),
-            stopped: None,
-            crashes: VecDeque::new(),
-            responders: Vec::new(),
-            cpu_group: None,
-            allocate_mib: std::env::var("ESPALIER_ALLOCATE_AT_START")
-                .ok()
-                .and_then(|v| {
-                    v.split_once(':')
-                        .filter(|(pool, _)| *pool == p.name)
-                        .and_then(|(_, m)| m.parse().ok())
-                }),
-            fail_starts: fail_injection
-                .as_deref()
-                .and_then(|v| v.split_once(':'))
-                .filter(|(pool, _)| *pool == p.name)
-                .and_then(|(_, n)| n.parse().ok())
-                .unwrap_or(0),
+        .map(|p| {
+            // Fault injection for tests, from the master's environment (`POOL:N`).
+            let injected = |var: &str| -> Option<u64> {
+                std::env::var(var)
+                    .ok()?
+                    .split_once(':')
+                    .filter(|(pool, _)| *pool == p.name)?
+                    .1
+                    .parse()
+                    .ok()
+            };
+            PoolRt {
+                allocate_mib: injected("ESPALIER_ALLOCATE_AT_START"),
+                fail_starts: injected("ESPALIER_FAIL_AT_START").unwrap_or(0) as u32,
+                ..PoolRt::new(p.clone())
+            }
         })
         .collect();
     let slots: Vec<Slot> = specs
@@ -178,20 +207,7 @@ pub(super) async fn run(
                 .iter()
                 .position(|p| p.name == spec.pool)
                 .expect("spec of a configured pool");
-            Slot {
-                spec,
-                pool,
-                current: None,
-                replacing: None,
-                draining: Vec::new(),
-                respawn_at: None,
-                young_deaths: 0,
-                restarts: 0,
-                recycles: 0,
-                last_exit: None,
-                restart_after_exit: false,
-                soft: Default::default(),
-            }
+            Slot::new(spec, pool)
         })
         .collect();
     let mut sv = Supervisor {
@@ -952,15 +968,7 @@ impl Supervisor {
                 .iter()
                 .position(|x| x.spec.name == p.name)
                 .map(|i| self.pools.remove(i));
-            let mut rt = old.unwrap_or(PoolRt {
-                spec: p.clone(),
-                stopped: None,
-                crashes: VecDeque::new(),
-                responders: Vec::new(),
-                allocate_mib: None,
-                cpu_group: None,
-                fail_starts: 0,
-            });
+            let mut rt = old.unwrap_or_else(|| PoolRt::new(p.clone()));
             rt.spec = p.clone();
             pools.push(rt);
         }
@@ -976,20 +984,7 @@ impl Supervisor {
         self.pools = pools;
         let first_new = slots.len();
         for spec in specs.into_iter().filter(|s| changed.contains(&s.pool)) {
-            slots.push(Slot {
-                spec,
-                pool: 0,
-                current: None,
-                replacing: None,
-                draining: Vec::new(),
-                respawn_at: None,
-                young_deaths: 0,
-                restarts: 0,
-                recycles: 0,
-                last_exit: None,
-                restart_after_exit: false,
-                soft: Default::default(),
-            });
+            slots.push(Slot::new(spec, 0));
         }
         for s in &mut slots {
             s.pool = self
