@@ -60,38 +60,81 @@ pub enum MemPolicyMode {
 /// `set_mempolicy(mode, nodes)` for the calling thread; threads it creates afterwards inherit
 /// it. Called before the worker's threads start, so the whole worker allocates on its node.
 pub fn set_memory_policy(mode: MemPolicyMode, nodes: &[u32]) -> io::Result<()> {
-    let (mode, nodes) = match mode {
-        MemPolicyMode::Default => (libc::MPOL_DEFAULT, &[][..]),
-        MemPolicyMode::Preferred => (libc::MPOL_PREFERRED, nodes),
-        MemPolicyMode::Bind => (libc::MPOL_BIND, nodes),
-    };
-    let bits = std::mem::size_of::<libc::c_ulong>() * 8;
-    let max = nodes.iter().copied().max().map_or(0, |m| m as usize + 1);
-    let mut mask = vec![0 as libc::c_ulong; max.div_ceil(bits).max(1)];
-    for &n in nodes {
-        mask[n as usize / bits] |= 1 << (n as usize % bits);
-    }
-    // maxnode is the number of bits the kernel may read, plus one (a historic off-by-one).
-    let maxnode = (mask.len() * bits + 1) as libc::c_ulong;
-    let mask_ptr = if nodes.is_empty() {
-        std::ptr::null()
-    } else {
-        mask.as_ptr()
-    };
-    // SAFETY: mask holds maxnode-1 bits and outlives the call; a null mask with MPOL_DEFAULT
-    // is what the man page asks for.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_set_mempolicy,
+    PreparedMemPolicy::new(mode, nodes).apply()
+}
+
+/// A memory policy built ahead of time, so that applying it is one system call and no
+/// allocation — safe between `fork` and `exec`, where the master applies it so that even the
+/// worker's first pages (before its own code runs) come from its node. The policy survives
+/// `exec`.
+pub struct PreparedMemPolicy {
+    mode: libc::c_int,
+    mask: Vec<libc::c_ulong>,
+    maxnode: libc::c_ulong,
+}
+
+impl PreparedMemPolicy {
+    pub fn new(mode: MemPolicyMode, nodes: &[u32]) -> Self {
+        let (mode, nodes) = match mode {
+            MemPolicyMode::Default => (libc::MPOL_DEFAULT, &[][..]),
+            MemPolicyMode::Preferred => (libc::MPOL_PREFERRED, nodes),
+            MemPolicyMode::Bind => (libc::MPOL_BIND, nodes),
+        };
+        let bits = std::mem::size_of::<libc::c_ulong>() * 8;
+        let max = nodes.iter().copied().max().map_or(0, |m| m as usize + 1);
+        let mut mask = vec![0 as libc::c_ulong; max.div_ceil(bits).max(1)];
+        for &n in nodes {
+            mask[n as usize / bits] |= 1 << (n as usize % bits);
+        }
+        // maxnode is the number of bits the kernel may read, plus one (a historic off-by-one).
+        let maxnode = if nodes.is_empty() {
+            0
+        } else {
+            (mask.len() * bits + 1) as libc::c_ulong
+        };
+        PreparedMemPolicy {
             mode,
-            mask_ptr,
-            if nodes.is_empty() { 0 } else { maxnode },
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
+            mask,
+            maxnode,
+        }
+    }
+
+    pub fn apply(&self) -> io::Result<()> {
+        let mask_ptr = if self.maxnode == 0 {
+            std::ptr::null()
+        } else {
+            self.mask.as_ptr()
+        };
+        // SAFETY: mask holds maxnode-1 bits and outlives the call; a null mask with
+        // MPOL_DEFAULT is what the man page asks for.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_set_mempolicy, self.mode, mask_ptr, self.maxnode) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// A CPU affinity built ahead of time, applied without allocating (see [`PreparedMemPolicy`]).
+pub struct PreparedAffinity(libc::cpu_set_t);
+
+impl PreparedAffinity {
+    pub fn new(cpus: &CpuSet) -> io::Result<Self> {
+        Ok(PreparedAffinity(to_cpu_set(cpus)?))
+    }
+
+    /// Applies to the calling thread (and, before `exec`, to the process it becomes).
+    pub fn apply(&self) -> io::Result<()> {
+        // SAFETY: a valid cpu_set_t of the size passed.
+        let rc =
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 }
 

@@ -263,11 +263,31 @@ pub(super) fn spawn_worker(
         Some(mib) => cmd.env(super::worker::ALLOCATE_VAR, mib.to_string()),
         None => cmd.env_remove(super::worker::ALLOCATE_VAR),
     };
-    // SAFETY: between fork and exec only async-signal-safe calls (fcntl, prctl) run.
+    // The worker's placement, applied before exec as well as by the worker itself, so that the
+    // pages touched while the new program starts come from its node too.
+    let policy = os::numa::PreparedMemPolicy::new(
+        match spec.memory_policy {
+            crate::config::MemoryPolicy::Bind => os::numa::MemPolicyMode::Bind,
+            crate::config::MemoryPolicy::Preferred => os::numa::MemPolicyMode::Preferred,
+            crate::config::MemoryPolicy::Default => os::numa::MemPolicyMode::Default,
+        },
+        &spec.memory_nodes,
+    );
+    let affinity = os::numa::PreparedAffinity::new(&crate::cpuset::CpuSet::from_ids(
+        spec.cpus.iter().copied(),
+    ))
+    .ok();
+    // SAFETY: between fork and exec only async-signal-safe system calls run (fcntl, prctl,
+    // set_mempolicy, sched_setaffinity), on data prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
             for &fd in &fds {
                 os::process::clear_cloexec(fd)?;
+            }
+            // Failures here are reported by the worker, which applies both again.
+            let _ = policy.apply();
+            if let Some(a) = &affinity {
+                let _ = a.apply();
             }
             os::process::die_with_parent()
         });

@@ -1,0 +1,125 @@
+#!/bin/busybox sh
+# /init of the QEMU guest built by tests/qemu/run.sh: a 4-node machine (CPUs 0-1, 2-3, 4-5, 6-7;
+# node 1 has the most memory). Runs espalier for real and prints one line per check,
+#   ESPALIER-CHECK <name> PASS|FAIL <detail>
+# then ESPALIER-GUEST-DONE, and powers the guest off.
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t tmpfs tmp /tmp
+mount -t tmpfs cgroup /sys/fs/cgroup
+for c in cpuset cpu cpuacct; do mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c $c /sys/fs/cgroup/$c; done
+ip link set lo up
+cd /guest
+export PATH=/bin
+ulimit -n 65536
+
+verdict() { # name ok detail
+  if [ "$2" = 0 ]; then echo "ESPALIER-CHECK $1 PASS $3"; else echo "ESPALIER-CHECK $1 FAIL $3"; fi
+}
+node_cpus() { cat /sys/devices/system/node/node$1/cpulist; }
+# Whether cpu-list $1 (like 2-3, 2 or 3) lies within the two-CPU node list $2 (like 2-3).
+within() {
+  lo=${2%-*}; hi=${2#*-}
+  for part in $(echo "$1" | tr ',' ' '); do
+    a=${part%-*}; b=${part#*-}
+    [ "$a" -ge "$lo" ] && [ "$b" -le "$hi" ] || return 1
+  done
+}
+wait_for() { # file pattern seconds
+  i=0
+  while ! grep -q "$2" "$1" 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt $(($3 * 10)) ] && return 1; sleep 0.1
+  done
+}
+
+# 1. The topology espalier reads is the machine QEMU emulates.
+espalier topology > /tmp/topo.txt 2>&1
+ok=0; detail=""
+grep -q "^machine: 4 NUMA node(s)" /tmp/topo.txt || ok=1
+for n in 0 1 2 3; do
+  grep -qE "^$n +$(node_cpus $n) " /tmp/topo.txt || ok=1
+  want=$(awk '/MemTotal/ {print $4 * 1024}' /sys/devices/system/node/node$n/meminfo)
+  espalier topology --json | tr -d ' \n' | grep -q "\"id\":$n,\"cpus\":\[[0-9,]*\],\"memory_total_bytes\":$want," || { ok=1; detail="$detail node$n-memory"; }
+  detail="$detail node$n=$(node_cpus $n)"
+done
+verdict topology $ok "$detail"
+
+# 2. most-free-memory: the first worker goes to the node with the most free memory.
+most=$(for n in 0 1 2 3; do awk -v n=$n '/MemFree/ {print $4, n}' /sys/devices/system/node/node$n/meminfo; done | sort -n | tail -1 | cut -d' ' -f2)
+first=$(espalier serve --dry-run -c garden.toml | awk 'NR == 2 {print $3}')
+[ "$first" = "$most" ]; verdict most-free-memory $? "most free memory on node $most, first worker on node $first"
+
+# 3. Hosting: four single-worker pools, one per node.
+nodes=$(espalier serve --dry-run -c hosting.toml | awk 'NR > 1 {print $3}' | sort -u | wc -l)
+[ "$nodes" = 4 ]; verdict hosting-spreads $? "4 pools on $nodes distinct nodes"
+
+# 4. A hard-affinity web garden: one worker per node, every thread on its node's CPUs, memory
+#    allowed and placed on its node.
+espalier serve -c garden.toml > /tmp/garden.log 2>&1 &
+garden=$!
+if wait_for /tmp/garden.log "worker(s) serving" 60; then
+  workers=$(grep -c "started: pid" /tmp/garden.log)
+  [ "$workers" = 4 ]; verdict garden-workers $? "$workers workers for 4 nodes"
+  grep "started: pid" /tmp/garden.log | while read -r _ _ name _ _ pid _ node _ cpus; do
+    ok=0; detail="$name pid $pid node $node cpus $cpus"
+    [ "$cpus" = "$(node_cpus $node)" ] || ok=1
+    for t in /proc/$pid/task/*; do
+      allowed=$(awk '/^Cpus_allowed_list/ {print $2}' $t/status)
+      mems=$(awk '/^Mems_allowed_list/ {print $2}' $t/status)
+      within "$allowed" "$(node_cpus $node)" || { ok=1; detail="$detail; thread cpus $allowed"; }
+      [ "$mems" = "$node" ] || { ok=1; detail="$detail; mems $mems"; }
+    done
+    # Anonymous memory (heap, stacks) sits on the home node.
+    pages=$(awk -v n="N$node=" '/anon=/ { for (i = 1; i <= NF; i++) if ($i ~ /^N[0-9]+=/) { split($i, kv, "="); all += kv[2]; if (index($i, n) == 1) home += kv[2] } } END { printf "%d %d", home, all }' /proc/$pid/numa_maps)
+    home=${pages% *}; all=${pages#* }
+    [ "$all" -gt 0 ] && [ $((home * 100 / all)) -ge 90 ] || ok=1
+    verdict "garden-placement-$name" $ok "$detail; anon pages on node $node: $home of $all"
+  done
+
+  # 5. Steering: a client on CPU k is answered by the worker thread on CPU k.
+  ok=0; detail=""
+  for k in 0 1 2 3 4 5 6 7; do
+    who=$(taskset -c $k wget -S -O /dev/null http://127.0.0.1:8080/ 2>&1 | awk -F': ' 'tolower($1) ~ /x-espalier-worker/ {print $2}' | tr -d '\r')
+    case "$who" in *"/cpu$k") ;; *) ok=1 ;; esac
+    detail="$detail cpu$k->$who"
+  done
+  verdict steering $ok "$detail"
+
+  # 6. Under load, hard-affinity threads never leave their CPUs.
+  before=$(for p in $(grep "started: pid" /tmp/garden.log | awk '{print $6}'); do cat /proc/$p/task/*/status | grep Cpus_allowed_list; done | md5sum)
+  espalier bench -d 3s -c 16 -t 2 http://127.0.0.1:8080/ > /tmp/garden-bench.txt 2>&1
+  after=$(for p in $(grep "started: pid" /tmp/garden.log | awk '{print $6}'); do cat /proc/$p/task/*/status | grep Cpus_allowed_list; done | md5sum)
+  [ "$before" = "$after" ] && grep -q "errors: 0 " /tmp/garden-bench.txt; verdict hard-under-load $? "$(head -1 /tmp/garden-bench.txt)"
+else
+  verdict garden-workers 1 "the server did not start: $(tail -3 /tmp/garden.log)"
+fi
+kill $garden; wait $garden 2>/dev/null
+
+# 7. Soft affinity: a worker whose node is saturated while others idle is widened, and
+#    narrowed back when the load stops.
+espalier serve -c soft.toml > /tmp/soft.log 2>&1 &
+soft=$!
+if wait_for /tmp/soft.log "worker(s) serving" 60; then
+  home=$(awk '/started: pid/ {print $8; exit}' /tmp/soft.log)
+  # Emulated CPUs get uneven time from the host, so a second round of load is allowed.
+  for attempt in 1 2; do
+    espalier bench -d 15s -c 16 -t 2 --cpus 6-7 "http://127.0.0.1:8081/cpu?ms=200" > /tmp/soft-bench.txt 2>&1 &
+    load=$!
+    wait_for /tmp/soft.log "widened to nodes" 25; widened=$?
+    wait $load
+    [ $widened = 0 ] && break
+  done
+  verdict soft-widens $widened "home node $home: $(grep -o 'widened to nodes.*' /tmp/soft.log | head -1)"
+  if [ $widened != 0 ]; then
+    sed 's/^/  soft.log: /' /tmp/soft.log | tail -8
+  fi
+  wait_for /tmp/soft.log "narrowed back to node $home" 20; verdict soft-narrows $? "$(grep -o 'narrowed back.*' /tmp/soft.log | head -1)"
+else
+  verdict soft-widens 1 "the server did not start: $(tail -3 /tmp/soft.log)"
+fi
+kill $soft; wait $soft 2>/dev/null
+
+echo ESPALIER-GUEST-DONE
+poweroff -f
