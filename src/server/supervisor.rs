@@ -318,10 +318,9 @@ pub(super) async fn run(
             Some(ev) = rx.recv() => sv.on_event(ev),
             _ = sigchld.recv() => sv.reap(),
             _ = tick.tick() => sv.on_tick(),
-            _ = sighup.recv() => match sv.reload() {
-                Ok(summary) => log("master", summary),
-                Err(e) => log("master", format!("reload refused, the running configuration keeps serving: {e}")),
-            },
+            _ = sighup.recv() => {
+                let _ = sv.reload_logged();
+            }
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
         }
@@ -1018,6 +1017,16 @@ impl Supervisor {
         Ok(summary)
     }
 
+    /// Reloads (SIGHUP or `espalier reload`) and logs the outcome; the message is the log line.
+    fn reload_logged(&mut self) -> Result<String, String> {
+        let outcome = self
+            .reload()
+            .map_err(|e| format!("reload refused, the running configuration keeps serving: {e}"));
+        let (Ok(line) | Err(line)) = &outcome;
+        log("master", line);
+        outcome
+    }
+
     /// Retiring workers drain once their pool's new workers are all ready.
     fn retire_when_replaced(&mut self) {
         for (pool, p) in &mut self.retiring {
@@ -1240,21 +1249,9 @@ impl Supervisor {
         let known = |sv: &Self, name: &str| sv.pools.iter().any(|p| p.spec.name == name);
         match cmd {
             AdminCommand::Status => (200, serde_json::to_value(self.status()).unwrap_or_default()),
-            AdminCommand::Reload => match self.reload() {
-                Ok(summary) => {
-                    log("master", &summary);
-                    (200, serde_json::json!({ "ok": true, "message": summary }))
-                }
-                Err(e) => {
-                    log(
-                        "master",
-                        format!("reload refused, the running configuration keeps serving: {e}"),
-                    );
-                    (
-                        400,
-                        serde_json::json!({ "ok": false, "message": format!("reload refused, the running configuration keeps serving: {e}") }),
-                    )
-                }
+            AdminCommand::Reload => match self.reload_logged() {
+                Ok(summary) => (200, serde_json::json!({ "ok": true, "message": summary })),
+                Err(message) => (400, serde_json::json!({ "ok": false, "message": message })),
             },
             AdminCommand::StopPool(name) if known(self, &name) => {
                 if self
