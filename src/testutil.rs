@@ -1,4 +1,5 @@
 //! Helpers shared by the unit tests: loading the sysfs fixtures under `tests/fixtures/`.
+//! Owns: fixture paths. Must not touch: anything outside tests.
 
 use crate::topology::{self, SysfsPaths, Topology};
 use std::path::PathBuf;

@@ -1,3 +1,6 @@
+//! Tests of the config loader: documented defaults, the design sketch, and one test per
+//! error message (file, line, key, fix). Uses the DL980 fixture as the machine.
+
 use super::*;
 use crate::testutil::fixture;
 

@@ -1,3 +1,6 @@
+//! Tests of the doctor: inputs read from the fixture trees, every warning on the untuned DL980,
+//! nothing to change on the tuned laptop.
+
 use super::*;
 use crate::testutil::{fixture, fixture_dir};
 

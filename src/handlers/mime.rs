@@ -1,4 +1,6 @@
 //! MIME types by file extension, for the static handler.
+//!
+//! Owns: the extension → `Content-Type` table. Must not touch: anything else.
 
 /// The `Content-Type` for a file name; `application/octet-stream` when unknown.
 pub fn content_type(name: &str) -> &'static str {

@@ -1,3 +1,6 @@
+//! Tests of the HTTP/1.1 parser and response writer: framing, keep-alive, limits and the
+//! status each violation gets.
+
 use super::*;
 
 const LIMITS: HeadLimits = HeadLimits {

@@ -1,3 +1,6 @@
+//! Tests of the NIC planner on the fixtures: 1, 8, 16 and 64 queues, reserved CPUs, unknown
+//! nodes, and applying changes (with undo) to a copy of the files.
+
 use super::*;
 use crate::testutil::fixture;
 

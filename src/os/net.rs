@@ -1,4 +1,7 @@
 //! Listener sockets: SO_REUSEPORT groups and the CPU-steering BPF program.
+//!
+//! Owns: the socket syscalls (socket options, attaching programs, sendfile, shutdown). Must not
+//! touch: which sockets exist or what the program says (the master and `server::steering` decide).
 
 use crate::server::steering::BpfInsn;
 use socket2::{Domain, Protocol, Socket, Type};

@@ -1,4 +1,7 @@
 //! CPU affinity and NUMA memory policy of the calling thread or a process.
+//!
+//! Owns: `sched_setaffinity`/`sched_getaffinity` and `set_mempolicy`. Must not touch: which
+//! CPUs or nodes (the placement plan decides).
 
 use crate::cpuset::CpuSet;
 use std::io;

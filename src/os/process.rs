@@ -1,4 +1,7 @@
 //! Processes: handing file descriptors to a child, signals, reaping, and reading /proc.
+//!
+//! Owns: those syscalls and small /proc readers. Must not touch: when to start or stop a
+//! worker (the supervisor decides).
 
 use std::io;
 use std::os::fd::RawFd;

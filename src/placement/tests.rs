@@ -1,3 +1,6 @@
+//! Tests of the placement rules on the fixture machines: the case study's three
+//! configurations at 2, 4 and 8 sockets, most-free-memory, hosting spread, L3 units, core splits.
+
 use super::*;
 use crate::config::{LoadBalancer, PoolSpec};
 use crate::testutil::fixture;

@@ -1,3 +1,5 @@
+//! Every fixture tree parses to what it holds, and this machine's sysfs reads consistently.
+
 use crate::cpuset::CpuSet;
 use crate::testutil::fixture;
 
