@@ -679,3 +679,33 @@ fn recycling_without_overlap_stops_first() {
         "web/0 started again only after the old one exited:\n{log}"
     );
 }
+
+#[test]
+fn a_master_whose_log_reader_went_away_still_stops_cleanly() {
+    let s = setup("affinity = \"hard\"\n", "");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["serve", "-c", "espalier.toml"])
+        .current_dir(s.dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read until the server is up, then close our end of its stderr.
+    {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        assert!(lines.any(|l| l.unwrap().contains("worker(s) serving")));
+    }
+    let master = child.id();
+    unsafe { libc::kill(master as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the master exits normally, not by a panic on its log"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/sys/fs/cgroup/cpuset/espalier-{master}")).exists(),
+        "and removes its groups"
+    );
+}

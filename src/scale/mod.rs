@@ -125,11 +125,11 @@ impl RunningServer {
             .map_err(|e| format!("cannot start espalier serve: {e}"))?;
         let stderr = child.stderr.take().expect("piped");
         let (tx, rx) = mpsc::channel::<String>();
+        // Keep reading the server's log for its whole life (the lines are dropped once it is
+        // ready), so the server never writes into a closed pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
+                let _ = tx.send(line);
             }
         });
         let mut log = Vec::new();
