@@ -36,26 +36,25 @@ pub struct MachineArgs {
 
 impl MachineArgs {
     /// The sysfs and procfs roots these arguments name.
+    pub fn paths(&self) -> SysfsPaths {
+        match &self.sysfs {
+            None => SysfsPaths {
+                sysfs: "/sys".into(),
+                procfs: Some(self.procfs.clone().unwrap_or_else(|| "/proc".into())),
+            },
+            Some(s) => SysfsPaths::at(s.clone(), self.procfs.clone()),
+        }
+    }
+
+    /// (sysfs, procfs) for commands that read more than the topology; a fixture without a
+    /// `proc` folder reads the live /proc.
     pub fn roots(&self) -> (PathBuf, PathBuf) {
-        let sysfs = self.sysfs.clone().unwrap_or_else(|| "/sys".into());
-        let procfs = self.procfs.clone().or_else(|| {
-            let sibling = self.sysfs.as_ref()?.parent()?.join("proc");
-            sibling.is_dir().then_some(sibling)
-        });
-        (sysfs, procfs.unwrap_or_else(|| "/proc".into()))
+        let p = self.paths();
+        (p.sysfs, p.procfs.unwrap_or_else(|| "/proc".into()))
     }
 
     pub fn read(&self) -> Result<Topology, String> {
-        let paths = match &self.sysfs {
-            None => match &self.procfs {
-                None => SysfsPaths::live(),
-                Some(p) => SysfsPaths {
-                    sysfs: "/sys".into(),
-                    procfs: Some(p.clone()),
-                },
-            },
-            Some(s) => SysfsPaths::at(s.clone(), self.procfs.clone()),
-        };
+        let paths = self.paths();
         topology::read(&paths).map_err(|e| e.to_string())
     }
 }

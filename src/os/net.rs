@@ -65,27 +65,6 @@ pub fn attach_reuseport_cbpf(socket: &Socket, prog: &[BpfInsn]) -> io::Result<()
     }
 }
 
-/// The CPU that processed a connection's packets (`SO_INCOMING_CPU`), for diagnostics.
-pub fn incoming_cpu(fd: &impl AsRawFd) -> io::Result<u32> {
-    let mut cpu: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: cpu and len are valid for the kernel to write.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_INCOMING_CPU,
-            &mut cpu as *mut _ as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(cpu as u32)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 /// `sendfile(out, in, offset, len)`: bytes sent, or `WouldBlock` when the socket is full.
 pub fn sendfile(
     out: &impl AsRawFd,

@@ -141,12 +141,6 @@ impl PreparedAffinity {
     }
 }
 
-/// The calling thread's kernel id.
-pub fn gettid() -> libc::pid_t {
-    // SAFETY: gettid cannot fail.
-    unsafe { libc::gettid() }
-}
-
 /// Sets the CPU affinity of every thread of process `pid` (read from `/proc/PID/task`).
 pub fn set_process_affinity(pid: u32, cpus: &CpuSet) -> io::Result<()> {
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {

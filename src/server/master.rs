@@ -265,14 +265,7 @@ pub(super) fn spawn_worker(
     };
     // The worker's placement, applied before exec as well as by the worker itself, so that the
     // pages touched while the new program starts come from its node too.
-    let policy = os::numa::PreparedMemPolicy::new(
-        match spec.memory_policy {
-            crate::config::MemoryPolicy::Bind => os::numa::MemPolicyMode::Bind,
-            crate::config::MemoryPolicy::Preferred => os::numa::MemPolicyMode::Preferred,
-            crate::config::MemoryPolicy::Default => os::numa::MemPolicyMode::Default,
-        },
-        &spec.memory_nodes,
-    );
+    let policy = os::numa::PreparedMemPolicy::new(spec.memory_mode(), &spec.memory_nodes);
     let affinity = os::numa::PreparedAffinity::new(&crate::cpuset::CpuSet::from_ids(
         spec.cpus.iter().copied(),
     ))

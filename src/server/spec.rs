@@ -44,6 +44,16 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
+    /// The memory policy as the kernel takes it.
+    pub fn memory_mode(&self) -> crate::os::numa::MemPolicyMode {
+        use crate::os::numa::MemPolicyMode;
+        match self.memory_policy {
+            MemoryPolicy::Bind => MemPolicyMode::Bind,
+            MemoryPolicy::Preferred => MemPolicyMode::Preferred,
+            MemoryPolicy::Default => MemPolicyMode::Default,
+        }
+    }
+
     /// `<pool>/<index>`, as logs and headers name a worker.
     pub fn name(&self) -> String {
         format!("{}/{}", self.pool, self.index)

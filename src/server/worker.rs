@@ -11,7 +11,6 @@
 
 use super::log;
 use super::spec::{WorkerSpec, ENV_VAR};
-use crate::config::MemoryPolicy;
 use crate::cpuset::CpuSet;
 use crate::handlers::ThreadService;
 use crate::http::clock::Clock;
@@ -90,17 +89,17 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         }
     }
     let cpus = CpuSet::from_ids(spec.cpus.iter().copied());
-    let mode = match spec.memory_policy {
-        MemoryPolicy::Bind => MemPolicyMode::Bind,
-        MemoryPolicy::Preferred => MemPolicyMode::Preferred,
-        MemoryPolicy::Default => MemPolicyMode::Default,
-    };
-    os::numa::set_memory_policy(mode, &spec.memory_nodes).map_err(|e| {
-        format!(
-            "cannot set memory policy {:?} on node(s) {:?}: {e}",
-            spec.memory_policy, spec.memory_nodes
-        )
-    })?;
+    // The master set the policy before exec; setting it again reports a failure here, with
+    // the worker's name. The default policy is what a new process has, so it needs no call.
+    let mode = spec.memory_mode();
+    if mode != MemPolicyMode::Default {
+        os::numa::set_memory_policy(mode, &spec.memory_nodes).map_err(|e| {
+            format!(
+                "cannot set memory policy {:?} on node(s) {:?}: {e}",
+                spec.memory_policy, spec.memory_nodes
+            )
+        })?;
+    }
     os::numa::set_thread_affinity(0, &cpus)
         .map_err(|e| format!("cannot run on CPUs {cpus}: {e} (are they outside this process's allowed CPUs, e.g. a container's cpuset?)"))?;
 
