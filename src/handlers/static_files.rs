@@ -101,51 +101,50 @@ impl StaticFiles {
         }
         let now = clock.unix_seconds();
         let mut cache = self.cache.borrow_mut();
-        // A hit that is over a second old is re-checked with one stat.
-        if let Some(e) = cache.get_mut(req.path) {
-            if e.checked != now {
-                if still_valid(e) {
-                    e.checked = now;
-                } else {
-                    let e = cache.remove(req.path).expect("entry present");
-                    self.cached_bytes
-                        .set(self.cached_bytes.get().saturating_sub(e.memory()));
+        // A hit is one lookup; an entry checked in an earlier second is re-checked with one stat.
+        match cache.get_mut(req.path) {
+            Some(e) if e.checked == now => return respond(e, req, resp),
+            Some(e) if still_valid(e) => {
+                e.checked = now;
+                return respond(e, req, resp);
+            }
+            Some(_) => {
+                let gone = cache.remove(req.path).expect("entry present");
+                self.cached_bytes
+                    .set(self.cached_bytes.get().saturating_sub(gone.memory()));
+            }
+            None => {}
+        }
+        match self.resolve(req.path) {
+            Resolved::Status(s) => {
+                resp.error(s);
+                Reply::Done
+            }
+            Resolved::Redirect(mut location) => {
+                if !req.query.is_empty() {
+                    location.push('?');
+                    location.push_str(req.query);
                 }
+                resp.status(301)
+                    .header("Location", &location)
+                    .header("Content-Type", "text/plain; charset=utf-8")
+                    .body(b"301 Moved Permanently\n");
+                Reply::Done
+            }
+            Resolved::File(mut entry) => {
+                entry.checked = now;
+                if cache.len() >= CACHE_ENTRIES
+                    || self.cached_bytes.get() + entry.memory() > CACHE_BUDGET
+                {
+                    cache.clear();
+                    self.cached_bytes.set(0);
+                }
+                self.cached_bytes
+                    .set(self.cached_bytes.get() + entry.memory());
+                let entry = cache.entry(req.path.into()).or_insert(entry);
+                respond(entry, req, resp)
             }
         }
-        if !cache.contains_key(req.path) {
-            match self.resolve(req.path) {
-                Resolved::Status(s) => {
-                    resp.error(s);
-                    return Reply::Done;
-                }
-                Resolved::Redirect(mut location) => {
-                    if !req.query.is_empty() {
-                        location.push('?');
-                        location.push_str(req.query);
-                    }
-                    resp.status(301)
-                        .header("Location", &location)
-                        .header("Content-Type", "text/plain; charset=utf-8")
-                        .body(b"301 Moved Permanently\n");
-                    return Reply::Done;
-                }
-                Resolved::File(mut entry) => {
-                    entry.checked = now;
-                    if cache.len() >= CACHE_ENTRIES
-                        || self.cached_bytes.get() + entry.memory() > CACHE_BUDGET
-                    {
-                        cache.clear();
-                        self.cached_bytes.set(0);
-                    }
-                    self.cached_bytes
-                        .set(self.cached_bytes.get() + entry.memory());
-                    cache.insert(req.path.into(), entry);
-                }
-            }
-        }
-        let entry = cache.get(req.path).expect("just inserted");
-        respond(entry, req, resp)
     }
 
     /// Maps a URL path to a file, refusing anything that could leave the root.
