@@ -8,8 +8,8 @@
 //! EAGAIN after a short read) and one `write` per batch of pipelined responses.
 
 use super::{
-    decode_chunked, parse_head, Framing, Head, HeadLimits, Method, ProtocolError, Request,
-    Responder, MAX_HEADERS,
+    head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, HeadLimits, Method,
+    ProtocolError, Request, Responder, MAX_HEADERS,
 };
 use crate::http::clock::Clock;
 use std::cell::{Cell, RefCell};
@@ -127,6 +127,66 @@ enum Wait {
     Body,
 }
 
+/// A request whose head is parsed but whose body is still arriving. It is always the first
+/// request in the read buffer, so offsets are from the buffer's start.
+enum Pending {
+    /// A sized body: the request is complete once the buffer holds `end` bytes.
+    Length { end: usize, expect_continue: bool },
+    /// A chunked body: `body_len` decoded bytes follow the `head_len` bytes of the head (the
+    /// framing already decoded is dropped from the buffer as it goes).
+    Chunked {
+        head_len: usize,
+        body_len: usize,
+        decoder: ChunkedDecoder,
+        done: bool,
+        expect_continue: bool,
+    },
+}
+
+impl Pending {
+    fn expect_continue(&self) -> bool {
+        match self {
+            Pending::Length {
+                expect_continue, ..
+            }
+            | Pending::Chunked {
+                expect_continue, ..
+            } => *expect_continue,
+        }
+    }
+}
+
+/// Moves a pending body forward with what the buffer holds: `Ok(true)` when the request at
+/// the start of the buffer can be answered (or nothing is pending), `Ok(false)` when more
+/// bytes are needed.
+fn advance_body(pending: &mut Option<Pending>, rbuf: &mut Vec<u8>) -> Result<bool, ProtocolError> {
+    match pending {
+        None => Ok(true),
+        Some(Pending::Length { end, .. }) => Ok(rbuf.len() >= *end),
+        Some(Pending::Chunked { done: true, .. }) => Ok(true),
+        Some(Pending::Chunked {
+            head_len,
+            body_len,
+            decoder,
+            done,
+            ..
+        }) => {
+            let start = *head_len + *body_len;
+            let d = decoder.decode(&mut rbuf[start..])?;
+            // The framing just decoded is dropped, so the buffer holds head + body + the rest.
+            rbuf.drain(start + d.produced..start + d.consumed);
+            *body_len += d.produced;
+            *done = d.done;
+            Ok(d.done)
+        }
+    }
+}
+
+/// Whether a request that failed to parse was a HEAD request (its error has no body).
+fn is_head(buf: &[u8]) -> bool {
+    buf.starts_with(b"HEAD ")
+}
+
 /// Serves one connection until it closes.
 pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<ConnEnv<S>>) {
     let fd = stream.as_raw_fd();
@@ -143,6 +203,9 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
     // When the request now in the buffer began arriving.
     let mut request_started = env.clock.now();
     let mut continue_sent = false;
+    let mut pending: Option<Pending> = None;
+    // Bytes of a partial head (at the buffer's start) already parsed without completing it.
+    let mut head_scanned = 0;
 
     loop {
         // Answer every complete request already received.
@@ -150,7 +213,24 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
         let mut close = false;
         let mut file = None;
         let mut wait = Wait::Idle;
+        // A chunked head was just parsed: decode its body before reading more.
+        let mut decode_now = false;
+        match advance_body(&mut pending, &mut rbuf) {
+            Ok(true) => {}
+            Ok(false) => wait = Wait::Body,
+            Err(e) => {
+                let common = env.clock.common();
+                Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf)).error(e.status());
+                close = true;
+            }
+        }
+        if pending.is_none()
+            && head_scanned > 0
+            && !head_may_be_complete(&rbuf, head_scanned, &env.limits)
         {
+            wait = Wait::Head;
+        }
+        if matches!(wait, Wait::Idle) && !close {
             let common = env.clock.common();
             while consumed < rbuf.len() {
                 let mut headers: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
@@ -158,7 +238,8 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 let head = match parse_head(&rbuf[consumed..], &env.limits, &mut headers) {
                     Ok(h) => h,
                     Err(e) => {
-                        Responder::new(&mut wbuf, &common, false, 1, false).error(e.status());
+                        let head_only = is_head(&rbuf[consumed..]);
+                        Responder::new(&mut wbuf, &common, false, 1, head_only).error(e.status());
                         close = true;
                         break;
                     }
@@ -172,54 +253,55 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 } = head
                 else {
                     wait = Wait::Head;
+                    head_scanned = rbuf.len() - consumed;
                     break;
                 };
+                head_scanned = 0;
                 let body_start = consumed + len;
-                let chunked_body;
                 let body_end = match framing {
                     Framing::None => body_start,
                     Framing::Length(n) => {
-                        let end = body_start as u64 + n;
-                        if (rbuf.len() as u64) < end {
+                        // n is within max_body_size; the sum is checked all the same.
+                        let Some(end) = usize::try_from(n)
+                            .ok()
+                            .and_then(|n| body_start.checked_add(n))
+                        else {
+                            Responder::new(&mut wbuf, &common, false, 1, false)
+                                .error(ProtocolError::BodyTooLarge.status());
+                            close = true;
+                            break;
+                        };
+                        if rbuf.len() < end {
+                            pending = Some(Pending::Length {
+                                end: end - consumed,
+                                expect_continue,
+                            });
                             wait = Wait::Body;
-                        } else {
-                            request.body = &rbuf[body_start..end as usize];
+                            break;
                         }
-                        end as usize
+                        end
                     }
-                    Framing::Chunked => {
-                        match decode_chunked(&rbuf[body_start..], env.limits.max_body_size) {
-                            Ok(Some((used, body))) => {
-                                chunked_body = body;
-                                request.body = &chunked_body;
-                                body_start + used
-                            }
-                            Ok(None) => {
-                                wait = Wait::Body;
-                                body_start
-                            }
-                            Err(e) => {
-                                Responder::new(
-                                    &mut wbuf,
-                                    &common,
-                                    false,
-                                    request.minor_version,
-                                    false,
-                                )
-                                .error(e.status());
-                                close = true;
-                                break;
-                            }
+                    Framing::Chunked => match &pending {
+                        Some(Pending::Chunked {
+                            done: true,
+                            body_len,
+                            ..
+                        }) => body_start + body_len,
+                        _ => {
+                            pending = Some(Pending::Chunked {
+                                head_len: len,
+                                body_len: 0,
+                                decoder: ChunkedDecoder::new(&env.limits),
+                                done: false,
+                                expect_continue,
+                            });
+                            decode_now = true;
+                            break;
                         }
-                    }
+                    },
                 };
-                if matches!(wait, Wait::Body) {
-                    if expect_continue && !continue_sent {
-                        wbuf.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-                        continue_sent = true;
-                    }
-                    break;
-                }
+                pending = None;
+                request.body = &rbuf[body_start..body_end];
                 let keep = keep_alive && !env.shutdown.started.get();
                 let mut resp = Responder::new(
                     &mut wbuf,
@@ -244,6 +326,14 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 }
             }
         }
+        if matches!(wait, Wait::Body)
+            && !close
+            && !continue_sent
+            && pending.as_ref().is_some_and(Pending::expect_continue)
+        {
+            wbuf.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            continue_sent = true;
+        }
         if consumed > 0 {
             rbuf.drain(..consumed);
         }
@@ -265,12 +355,12 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
             linger_close(stream, &env).await;
             return;
         }
-        if consumed > 0 && !rbuf.is_empty() && matches!(wait, Wait::Idle) {
+        if decode_now || (consumed > 0 && !rbuf.is_empty() && matches!(wait, Wait::Idle)) {
             continue;
         }
 
         // Wait for more bytes, bounded by the timeout of the state we are in.
-        if rbuf.is_empty() {
+        if rbuf.is_empty() && pending.is_none() {
             wait = Wait::Idle;
             if env.shutdown.started.get() {
                 return;
@@ -285,7 +375,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
             sleep.as_mut().reset(deadline);
             armed = deadline;
         }
-        let was_empty = rbuf.is_empty();
+        let was_empty = rbuf.is_empty() && pending.is_none();
         if rbuf.capacity() - rbuf.len() < READ_RESERVE / 4 {
             rbuf.reserve(READ_RESERVE);
         }
@@ -302,7 +392,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 }
             },
             _ = &mut sleep => {
-                if !rbuf.is_empty() {
+                if !rbuf.is_empty() || pending.is_some() {
                     let common = env.clock.common().clone();
                     Responder::new(&mut wbuf, &common, false, 1, false).error(ProtocolError::Timeout.status());
                     let _ = write_all(&mut stream, &wbuf, &env).await;

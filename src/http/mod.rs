@@ -11,8 +11,11 @@
 //! read buffer, a `memcpy` of a cached response and one `write` per batch of pipelined requests
 //! is what lets a worker thread beat nginx. HTTP/2 (h2c) is therefore not offered.
 
+pub mod chunked;
 pub mod clock;
 pub mod conn;
+
+pub use chunked::{decode_chunked, ChunkedDecoder};
 
 use std::mem::MaybeUninit;
 
@@ -185,31 +188,40 @@ pub fn parse_head<'a>(
     let mut framing = Framing::None;
     let mut keep_alive = minor_version == 1;
     let mut expect_continue = false;
-    let mut has_host = false;
+    let mut host_seen = false;
     let mut content_length: Option<u64> = None;
     for h in headers {
         let name = h.name;
+        let framing_header = name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("host");
+        if framing_header && !spaces_only_around_value(buf, h) {
+            return Err(ProtocolError::BadRequest);
+        }
         if name.eq_ignore_ascii_case("content-length") {
-            let v = std::str::from_utf8(h.value)
-                .ok()
-                .map(str::trim)
-                .and_then(|v| {
-                    (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                        .then(|| v.parse::<u64>().ok())
-                        .flatten()
-                });
-            match (v, content_length) {
-                (None, _) => return Err(ProtocolError::BadRequest),
-                (Some(v), Some(prev)) if v != prev => return Err(ProtocolError::BadRequest),
-                (Some(v), _) => content_length = Some(v),
+            // One Content-Length, digits only (RFC 9110 §8.6). A repeated one is refused even
+            // when the values agree, as nginx does: two framings are one too many.
+            let v = h.value.trim_ascii();
+            if content_length.is_some() || v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+                return Err(ProtocolError::BadRequest);
             }
+            let v = std::str::from_utf8(v)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                // More digits than a u64 holds: no body can be that large.
+                .ok_or(ProtocolError::BodyTooLarge)?;
+            content_length = Some(v);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            // Only `chunked` alone is understood; anything else cannot be framed safely.
-            if h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                framing = Framing::Chunked;
-            } else {
+            // HTTP/1.0 has no transfer codings (RFC 9112 §6.1: a 1.0 request with one is
+            // faulty framing); a second Transfer-Encoding line is refused rather than merged;
+            // only `chunked` alone is understood, anything else cannot be framed safely.
+            if minor_version == 0 || framing == Framing::Chunked {
+                return Err(ProtocolError::BadRequest);
+            }
+            if !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
                 return Err(ProtocolError::NotImplemented);
             }
+            framing = Framing::Chunked;
         } else if name.eq_ignore_ascii_case("connection") {
             for token in h.value.split(|&b| b == b',') {
                 let t = token.trim_ascii();
@@ -220,7 +232,12 @@ pub fn parse_head<'a>(
                 }
             }
         } else if name.eq_ignore_ascii_case("host") {
-            has_host = true;
+            // Exactly one, and a real host[:port]: which site (and later which pool) serves
+            // the request depends on it, so nothing ambiguous may pass.
+            if host_seen || !valid_host(h.value.trim_ascii()) {
+                return Err(ProtocolError::BadRequest);
+            }
+            host_seen = true;
         } else if name.eq_ignore_ascii_case("expect")
             && h.value.trim_ascii().eq_ignore_ascii_case(b"100-continue")
         {
@@ -240,7 +257,7 @@ pub fn parse_head<'a>(
         }
     }
     // HTTP/1.1 requires Host (RFC 9112 §3.2).
-    if minor_version == 1 && !has_host {
+    if minor_version == 1 && !host_seen {
         return Err(ProtocolError::BadRequest);
     }
     if !target.starts_with('/') && target != "*" {
@@ -268,48 +285,103 @@ pub fn parse_head<'a>(
     })
 }
 
-/// Decodes a chunked body at the start of `buf`: `Ok(Some((consumed, body)))` when complete,
-/// `Ok(None)` when more bytes are needed.
-pub fn decode_chunked(
-    buf: &[u8],
-    max_body: u64,
-) -> Result<Option<(usize, Vec<u8>)>, ProtocolError> {
-    let mut pos = 0;
-    let mut body = Vec::new();
-    loop {
-        let (used, size) = match httparse::parse_chunk_size(&buf[pos..]) {
-            Ok(httparse::Status::Complete(x)) => x,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(_) => return Err(ProtocolError::BadRequest),
-        };
-        pos += used;
-        if size == 0 {
-            // Trailers: skip header lines until an empty line.
-            loop {
-                let Some(end) = memchr::memchr(b'\n', &buf[pos..]) else {
-                    return Ok(None);
-                };
-                let line = &buf[pos..pos + end];
-                pos += end + 1;
-                if line == b"\r" || line.is_empty() {
-                    return Ok(Some((pos, body)));
-                }
-            }
-        }
-        if body.len() as u64 + size > max_body {
-            return Err(ProtocolError::BodyTooLarge);
-        }
-        let size = size as usize;
-        if buf.len() < pos + size + 2 {
-            return Ok(None);
-        }
-        body.extend_from_slice(&buf[pos..pos + size]);
-        pos += size;
-        if &buf[pos..pos + 2] != b"\r\n" {
-            return Err(ProtocolError::BadRequest);
-        }
-        pos += 2;
+/// Whether the whitespace around a header's value, in the raw bytes, is plain spaces. The
+/// parser strips tabs and other whitespace too; for the headers that decide framing and
+/// routing that is a known smuggling gadget (`Transfer-Encoding:\tchunked` is chunked here,
+/// refused by nginx, and ignored by some proxies), so anything but spaces is refused.
+fn spaces_only_around_value(buf: &[u8], h: &httparse::Header<'_>) -> bool {
+    let base = buf.as_ptr() as usize;
+    let offset = |p: *const u8| (p as usize).checked_sub(base).filter(|&o| o <= buf.len());
+    let (Some(name_start), Some(value_start)) = (offset(h.name.as_ptr()), offset(h.value.as_ptr()))
+    else {
+        return h.value.is_empty();
+    };
+    let name_end = name_start + h.name.len();
+    let value_end = value_start + h.value.len();
+    if h.value.is_empty() || name_end >= value_start || value_end > buf.len() {
+        return h.value.is_empty();
     }
+    // Between the colon and the value; then the value's own tail and what follows it up to
+    // the line end.
+    let before = &buf[name_end + 1..value_start];
+    let line_end =
+        memchr::memchr2(b'\r', b'\n', &buf[value_end..]).map_or(buf.len(), |i| value_end + i);
+    let after = &buf[value_end..line_end];
+    let tail = h.value.iter().rev().take_while(|b| b.is_ascii_whitespace());
+    before.iter().all(|&b| b == b' ')
+        && after.iter().all(|&b| b == b' ')
+        && tail.into_iter().all(|&b| b == b' ')
+}
+
+/// Whether a Host value is `host[:port]` as RFC 3986 spells it: an IP literal in brackets,
+/// or a reg-name (letters, digits, `-._~`, sub-delims, `%XX`) with no empty label between
+/// dots; then an optional `:` and digits. Stricter than nginx in what a name may hold, as
+/// strict in refusing `..`, `/`, `\\` and NUL: a Host picks the site and the pool.
+pub fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = if value.first() == Some(&b'[') {
+        let Some(close) = memchr::memchr(b']', value) else {
+            return false;
+        };
+        let literal = &value[1..close];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
+            return false;
+        }
+        match &value[close + 1..] {
+            [] => return true,
+            [b':', port @ ..] => (&value[..=close], port),
+            _ => return false,
+        }
+    } else {
+        match memchr::memrchr(b':', value) {
+            Some(i) => (&value[..i], &value[i + 1..]),
+            None => (value, &[][..]),
+        }
+    };
+    if !port.iter().all(u8::is_ascii_digit) || port.len() > 5 {
+        return false;
+    }
+    if host.first() == Some(&b'[') {
+        return true;
+    }
+    if host.is_empty() || host[0] == b'.' || memchr::memmem::find(host, b"..").is_some() {
+        return false;
+    }
+    let mut i = 0;
+    while i < host.len() {
+        match host[i] {
+            b'%' => {
+                if !host
+                    .get(i + 1..i + 3)
+                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+                {
+                    return false;
+                }
+                i += 3;
+                continue;
+            }
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {}
+            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => {}
+            _ => return false,
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Whether a partial head in `buf` may have become complete since `scanned` bytes of it were
+/// parsed: a head ends with an empty line, so only new bytes holding a line end can finish
+/// it. Re-parsing only then keeps a head sent one byte at a time linear in its size.
+/// Past a limit, parse anyway: the parser is what answers 414 or 431.
+pub fn head_may_be_complete(buf: &[u8], scanned: usize, limits: &HeadLimits) -> bool {
+    if buf.len() > limits.max_request_line.min(limits.max_header_size) {
+        return true;
+    }
+    let from = scanned.min(buf.len());
+    memchr::memchr(b'\n', &buf[from..]).is_some()
 }
 
 /// The reason phrase of a status code.
