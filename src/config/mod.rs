@@ -4,7 +4,9 @@
 //! Owns: what every key means and defaults to (documented on each field and in the README),
 //! and the one-line error messages (`FILE:LINE: key: what is wrong; how to fix it`).
 //! Must not touch: placement decisions (that is [`crate::placement`]) or any syscall; the
-//! topology it validates against is passed in.
+//! topology it validates against is passed in. The one look at the file system beyond reading
+//! the file itself: each site's `root` must be a directory, checked here so that `check`
+//! refuses what `serve` could not use, with the key's line.
 
 mod locate;
 mod raw;
@@ -527,6 +529,19 @@ impl Validator {
         }
     }
 
+    /// A duration that must not be zero: a zero timeout would close every connection at once.
+    fn nonzero_duration(&mut self, path: &[Seg], v: Option<Scalar>, default: Duration) -> Duration {
+        let d = self.duration(path, v, default);
+        if d.is_zero() {
+            self.err(
+                path,
+                "must be above 0 (a zero timeout closes every connection at once); remove the key for the default",
+            );
+            return default;
+        }
+        d
+    }
+
     fn positive(&mut self, path: &[Seg], v: Option<i64>, default: u64) -> u64 {
         match v {
             None => default,
@@ -641,13 +656,17 @@ impl Validator {
             max_headers: self.positive(&p("max_headers"), l.max_headers, dl.max_headers as u64)
                 as usize,
             max_body_size: self.size(&p("max_body_size"), l.max_body_size, dl.max_body_size),
-            header_timeout: self.duration(
+            header_timeout: self.nonzero_duration(
                 &p("header_timeout"),
                 l.header_timeout,
                 dl.header_timeout,
             ),
-            body_timeout: self.duration(&p("body_timeout"), l.body_timeout, dl.body_timeout),
-            keepalive_timeout: self.duration(
+            body_timeout: self.nonzero_duration(
+                &p("body_timeout"),
+                l.body_timeout,
+                dl.body_timeout,
+            ),
+            keepalive_timeout: self.nonzero_duration(
                 &p("keepalive_timeout"),
                 l.keepalive_timeout,
                 dl.keepalive_timeout,
@@ -658,6 +677,16 @@ impl Validator {
                 dl.max_connections as u64,
             ) as usize,
         };
+        if limits.max_headers > crate::http::MAX_HEADERS {
+            self.err(
+                &p("max_headers"),
+                format!(
+                    "{} is more than the HTTP engine can hold; use at most {}",
+                    limits.max_headers,
+                    crate::http::MAX_HEADERS
+                ),
+            );
+        }
         if limits.max_request_line > limits.max_header_size {
             self.err(&p("max_request_line"), "is larger than server.limits.max_header_size, which includes the request line; raise max_header_size");
         }
@@ -906,6 +935,14 @@ impl Validator {
                 base.join(p)
             }
         });
+        if let Some(dir) = &root {
+            let at = [Seg::Key("site"), Seg::Index(i), Seg::Key("root")];
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => self.err(&at, format!("{} is a file, not a directory; name the directory that holds the site's files", dir.display())),
+                Err(e) => self.err(&at, format!("{} cannot be used ({e}); create it, or fix the path (relative paths are from the config file's directory)", dir.display())),
+            }
+        }
         let mut apps = Vec::new();
         if raw.app.is_empty() {
             self.err(&[Seg::Key("site"), Seg::Index(i)], format!("site `{name}` has no [[site.app]]; add one with path = \"/\" and pool = \"...\""));

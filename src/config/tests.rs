@@ -77,7 +77,9 @@ path = "/"
 pool = "shop"
 handler = "static"
 "#;
-    let c = parse(text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    let c = Config::parse(text, &dir.path().join("test.toml"), &fixture("dl980")).unwrap();
     let p = &c.pools[0];
     assert_eq!(p.processes, Processes::Auto);
     assert_eq!(p.affinity, Affinity::Hard);
@@ -94,7 +96,7 @@ handler = "static"
     let s = &c.sites[0];
     assert_eq!(
         s.root.as_deref(),
-        Some(Path::new("/etc/espalier/./www")),
+        Some(dir.path().join("./www").as_path()),
         "root is relative to the config file"
     );
     assert_eq!(s.bindings[1].addr, "[::1]:8081".parse().unwrap());
@@ -245,6 +247,45 @@ fn bad_bindings() {
     assert_eq!(
         parse_binding("http://*:80").unwrap().addr,
         "0.0.0.0:80".parse().unwrap()
+    );
+}
+
+#[test]
+fn configs_that_cannot_work_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("index.html");
+    std::fs::write(&file, "x").unwrap();
+    for (root, want) in [
+        ("/nonexistent/espalier-www".to_string(), "cannot be used"),
+        (file.display().to_string(), "is a file, not a directory"),
+    ] {
+        let e = error(&format!(
+            "[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:8080\"]\nroot = \"{root}\"\n[[site.app]]\npool = \"p\"\n"
+        ));
+        assert!(
+            e.contains(":5: key `site[0].root`") && e.contains(want),
+            "{e}"
+        );
+    }
+    for (key, value) in [
+        ("header_timeout", "0"),
+        ("keepalive_timeout", "\"0s\""),
+        ("body_timeout", "\"0ms\""),
+    ] {
+        let e = error(&format!(
+            "[server.limits]\n{key} = {value}\n[[pool]]\nname = \"p\"\n{SITE}"
+        ));
+        assert!(
+            e.contains(&format!("key `server.limits.{key}`: must be above 0")),
+            "{e}"
+        );
+    }
+    let e = error(&format!(
+        "[server.limits]\nmax_headers = 300\n[[pool]]\nname = \"p\"\n{SITE}"
+    ));
+    assert!(
+        e.contains("key `server.limits.max_headers`: 300 is more than the HTTP engine can hold; use at most 256"),
+        "{e}"
     );
 }
 
