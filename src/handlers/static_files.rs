@@ -7,22 +7,38 @@
 //!
 //! The cache is per worker thread (shared-nothing: no lock on the request path). Small files
 //! are kept whole with their response headers preformatted, so a hit is a hash lookup and a
-//! `memcpy`; large files keep an open descriptor and go out with `sendfile`. An entry is
-//! re-checked with one `stat` at most once a second, so a changed file is noticed within a
-//! second. The price, as the web-gardening seed says of web gardens, is one copy per thread.
+//! `memcpy`; large files keep an open descriptor and go out with `sendfile`. The price, as the
+//! web-gardening seed says of web gardens, is one copy per thread.
+//!
+//! What a client cannot do to the cache, as nginx's `open_file_cache` also guards:
+//! - grow it by spelling one file many ways: entries are keyed by the normalized path (`//a`,
+//!   `/./a` and `/%61` are one entry), and a thread holds at most [`MAX_OPEN_FILES`]
+//!   descriptors (past that, large files are opened afresh for the one response);
+//! - get stale content: an entry is re-checked with one `stat` at most once a second, against
+//!   inode, device, size and the nanosecond modification *and* change times, so a file
+//!   rewritten in place with the same size within the same second is noticed;
+//! - block a thread on a FIFO swapped in for a file: files are opened `O_NONBLOCK`, and what
+//!   is checked is the opened descriptor (its type, and with `follow_symlinks = false` the path
+//!   the kernel resolved it to), never the path looked at before the open;
+//! - make a server fault look like a missing file: a file that exists but cannot be opened
+//!   (out of descriptors, I/O error) answers 503 or 500, never a 404 that caches downstream.
+//!
+//! The handler does blocking `stat`/`open`/`read` on the event loop, as nginx does without
+//! thread pools: they wait on the disk (or page cache) only, never on a peer.
 //! Must not touch: the connection (it writes into a [`Responder`]).
 
 use super::mime;
 use crate::http::clock::Clock;
 use crate::http::conn::{FileBody, Reply};
 use crate::http::{Method, Request, Responder};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{File, Metadata};
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -32,6 +48,9 @@ pub const SMALL_FILE: u64 = 256 << 10;
 /// Memory a thread's cache may hold before it is emptied.
 const CACHE_BUDGET: usize = 32 << 20;
 const CACHE_ENTRIES: usize = 8192;
+/// Descriptors a thread's cache may keep open (large files); past this a large file is opened
+/// for its one response and closed after it.
+pub const MAX_OPEN_FILES: usize = 128;
 
 /// The welcome page served when a site has no root.
 const WELCOME: &str = include_str!("welcome.html");
@@ -41,12 +60,35 @@ struct Entry {
     /// Formatted `Content-Type`, `ETag`, `Last-Modified`, `Accept-Ranges` lines.
     head: Vec<u8>,
     etag: String,
+    /// Whole seconds, as HTTP dates carry them.
     mtime: SystemTime,
     size: u64,
-    ino: u64,
+    identity: FileIdentity,
     body: Body,
     /// The second (clock time) this entry was last checked against the file system.
     checked: u64,
+}
+
+/// What must be unchanged for a cached file to still be the file on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileIdentity {
+    fn of(m: &Metadata) -> Self {
+        FileIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
 }
 
 enum Body {
@@ -66,8 +108,11 @@ pub struct StaticFiles {
     canonical_root: Option<PathBuf>,
     index: Vec<String>,
     follow_symlinks: bool,
-    cache: RefCell<HashMap<Box<str>, Entry>>,
-    cached_bytes: std::cell::Cell<usize>,
+    /// Keyed by the normalized, decoded path (see [`cache_key`]).
+    cache: RefCell<HashMap<Box<[u8]>, Entry>>,
+    cached_bytes: Cell<usize>,
+    /// Entries holding an open descriptor.
+    open_files: Cell<usize>,
 }
 
 impl StaticFiles {
@@ -80,6 +125,7 @@ impl StaticFiles {
             follow_symlinks,
             cache: RefCell::new(HashMap::new()),
             cached_bytes: Default::default(),
+            open_files: Default::default(),
         }
     }
 
@@ -99,23 +145,46 @@ impl StaticFiles {
             }
             return Reply::Done;
         }
+        // The key of a path already in normal form is the path itself: a hit costs no
+        // normalizing and no allocation. Other spellings are normalized to the same key.
+        let normalized;
+        let key: &[u8] = if is_plain(req.path) {
+            req.path.as_bytes()
+        } else {
+            match normalize(req.path) {
+                Ok(segments) => {
+                    normalized = joined_key(req.path, &segments);
+                    &normalized
+                }
+                Err(status) => {
+                    resp.error(status);
+                    return Reply::Done;
+                }
+            }
+        };
         let now = clock.unix_seconds();
         let mut cache = self.cache.borrow_mut();
         // A hit is one lookup; an entry checked in an earlier second is re-checked with one stat.
-        match cache.get_mut(req.path) {
+        match cache.get_mut(key) {
             Some(e) if e.checked == now => return respond(e, req, resp),
             Some(e) if still_valid(e) => {
                 e.checked = now;
                 return respond(e, req, resp);
             }
             Some(_) => {
-                let gone = cache.remove(req.path).expect("entry present");
-                self.cached_bytes
-                    .set(self.cached_bytes.get().saturating_sub(gone.memory()));
+                let gone = cache.remove(key).expect("entry present");
+                self.forget(&gone);
             }
             None => {}
         }
-        match self.resolve(req.path) {
+        let segments = match normalize(req.path) {
+            Ok(s) => s,
+            Err(status) => {
+                resp.error(status);
+                return Reply::Done;
+            }
+        };
+        match self.resolve(req.path, &segments) {
             Resolved::Status(s) => {
                 resp.error(s);
                 Reply::Done
@@ -133,31 +202,45 @@ impl StaticFiles {
             }
             Resolved::File(mut entry) => {
                 entry.checked = now;
+                let holds_fd = matches!(entry.body, Body::Open(_));
+                if holds_fd && self.open_files.get() >= MAX_OPEN_FILES {
+                    // Served once, not kept: its descriptor closes after the response.
+                    return respond(&entry, req, resp);
+                }
                 if cache.len() >= CACHE_ENTRIES
                     || self.cached_bytes.get() + entry.memory() > CACHE_BUDGET
                 {
                     cache.clear();
                     self.cached_bytes.set(0);
+                    self.open_files.set(0);
                 }
                 self.cached_bytes
                     .set(self.cached_bytes.get() + entry.memory());
-                let entry = cache.entry(req.path.into()).or_insert(entry);
+                self.open_files
+                    .set(self.open_files.get() + usize::from(holds_fd));
+                let entry = cache.entry(key.into()).or_insert(entry);
                 respond(entry, req, resp)
             }
         }
     }
 
-    /// Maps a URL path to a file, refusing anything that could leave the root.
-    fn resolve(&self, raw_path: &str) -> Resolved {
+    /// Takes a removed entry off the cache's accounts.
+    fn forget(&self, gone: &Entry) {
+        self.cached_bytes
+            .set(self.cached_bytes.get().saturating_sub(gone.memory()));
+        if matches!(gone.body, Body::Open(_)) {
+            self.open_files.set(self.open_files.get().saturating_sub(1));
+        }
+    }
+
+    /// Maps a URL path (already normalized into `segments`) to a file, refusing anything
+    /// that could leave the root.
+    fn resolve(&self, raw_path: &str, segments: &[Vec<u8>]) -> Resolved {
         let (Some(root), Some(canonical_root)) = (&self.root, &self.canonical_root) else {
             return Resolved::Status(404);
         };
-        let segments = match normalize(raw_path) {
-            Ok(s) => s,
-            Err(status) => return Resolved::Status(status),
-        };
         let mut path = root.clone();
-        for s in &segments {
+        for s in segments {
             path.push(OsStr::from_bytes(s));
         }
         let meta = match std::fs::metadata(&path) {
@@ -165,6 +248,11 @@ impl StaticFiles {
             Err(e) => return Resolved::Status(io_status(&e)),
         };
         if meta.is_dir() {
+            // A directory reached through a symlink out of the root is as absent as a
+            // missing one: a 301 or 403 would tell what exists outside.
+            if !self.follow_symlinks && !self.inside_root(&path, canonical_root) {
+                return Resolved::Status(404);
+            }
             if !raw_path.ends_with('/') {
                 return Resolved::Redirect(format!("{raw_path}/"));
             }
@@ -188,16 +276,18 @@ impl StaticFiles {
         self.open(path, canonical_root, &name)
     }
 
+    fn inside_root(&self, path: &Path, canonical_root: &Path) -> bool {
+        std::fs::canonicalize(path).is_ok_and(|real| real.starts_with(canonical_root))
+    }
+
     fn open(&self, path: PathBuf, canonical_root: &Path, name: &str) -> Resolved {
-        if !self.follow_symlinks {
-            // Symlinks may point anywhere; only what really lies under the root is served.
-            match std::fs::canonicalize(&path) {
-                Ok(real) if real.starts_with(canonical_root) => {}
-                Ok(_) => return Resolved::Status(404),
-                Err(e) => return Resolved::Status(io_status(&e)),
-            }
-        }
-        let mut file = match File::open(&path) {
+        // O_NONBLOCK: a FIFO swapped in for the file opens at once instead of blocking the
+        // thread until a writer comes; everything below checks the opened descriptor.
+        let mut file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+        {
             Ok(f) => f,
             Err(e) => return Resolved::Status(io_status(&e)),
         };
@@ -206,6 +296,10 @@ impl StaticFiles {
             Ok(_) => return Resolved::Status(404),
             Err(e) => return Resolved::Status(io_status(&e)),
         };
+        if !self.follow_symlinks && !opened_inside(&file, &path, canonical_root) {
+            // Symlinks may point anywhere; only what really lies under the root is served.
+            return Resolved::Status(404);
+        }
         let body = if meta.len() <= SMALL_FILE {
             let mut data = Vec::with_capacity(meta.len() as usize);
             if let Err(e) = file.read_to_end(&mut data) {
@@ -229,14 +323,53 @@ impl StaticFiles {
     }
 }
 
+/// Whether the file behind an open descriptor lies under the root: the kernel's own name for
+/// the descriptor (`/proc/self/fd/N`), so a path swapped after the open changes nothing.
+/// Without /proc, the path is resolved instead.
+fn opened_inside(file: &File, path: &Path, canonical_root: &Path) -> bool {
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    match std::fs::read_link(by_fd) {
+        Ok(real) => real.starts_with(canonical_root),
+        Err(_) => std::fs::canonicalize(path).is_ok_and(|real| real.starts_with(canonical_root)),
+    }
+}
+
+/// Whether a request path is already in normal form: no escapes, empty segments or dot
+/// segments. Its cache key is then the path itself.
+fn is_plain(raw: &str) -> bool {
+    memchr::memchr(b'%', raw.as_bytes()).is_none()
+        && memchr::memmem::find(raw.as_bytes(), b"//").is_none()
+        && memchr::memmem::find(raw.as_bytes(), b"/.").is_none()
+}
+
+/// The cache key of a path not in normal form: its decoded segments joined by `/`, with the
+/// trailing slash kept (`/dir/` is the index, `/dir` the redirect) — the key the plain
+/// spelling of the same path has.
+fn joined_key(raw: &str, segments: &[Vec<u8>]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(raw.len());
+    for s in segments {
+        key.push(b'/');
+        key.extend_from_slice(s);
+    }
+    if key.is_empty() || raw.ends_with('/') {
+        key.push(b'/');
+    }
+    key
+}
+
 impl Entry {
     fn new(fs_path: PathBuf, meta: &Metadata, size: u64, content_type: &str, body: Body) -> Self {
-        let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
-        let secs = mtime.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        // nginx's form: "<mtime hex>-<size hex>".
-        let etag = format!("\"{secs:x}-{size:x}\"");
+        let identity = FileIdentity::of(meta);
+        let (secs, nanos) = identity.mtime;
+        // nginx's form, "<mtime hex>-<size hex>", with the nanoseconds when the file system
+        // has them: two versions written within one second must not share an ETag.
+        let etag = if nanos == 0 {
+            format!("\"{secs:x}-{size:x}\"")
+        } else {
+            format!("\"{secs:x}.{nanos:x}-{size:x}\"")
+        };
         // HTTP dates have whole seconds; compare and print the truncated time.
-        let mtime = UNIX_EPOCH + Duration::from_secs(secs);
+        let mtime = UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64);
         let mut head = Vec::with_capacity(160);
         for (name, value) in [
             ("Content-Type", content_type),
@@ -255,7 +388,7 @@ impl Entry {
             etag,
             mtime,
             size,
-            ino: meta.ino(),
+            identity,
             body,
             checked: 0,
         }
@@ -271,27 +404,20 @@ impl Entry {
     }
 }
 
-/// Whether the file behind an entry is unchanged (same inode, size and modification time).
+/// Whether the file behind an entry is unchanged (see [`FileIdentity`]).
 fn still_valid(e: &Entry) -> bool {
-    match std::fs::metadata(&e.fs_path) {
-        Ok(m) => {
-            let secs = m
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs());
-            m.ino() == e.ino
-                && m.len() == e.size
-                && UNIX_EPOCH + Duration::from_secs(secs) == e.mtime
-        }
-        Err(_) => false,
-    }
+    std::fs::metadata(&e.fs_path).is_ok_and(|m| FileIdentity::of(&m) == e.identity)
 }
 
+/// The status for a file that could not be looked at or opened: absent is 404, forbidden 403;
+/// a file that exists but cannot be served now (out of descriptors or memory) is 503, and any
+/// other failure 500 — never a 404 that would cache downstream.
 fn io_status(e: &std::io::Error) -> u16 {
-    match e.kind() {
-        std::io::ErrorKind::PermissionDenied => 403,
-        _ => 404,
+    match e.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG | libc::ELOOP) => 404,
+        Some(libc::EACCES | libc::EPERM) => 403,
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EAGAIN) => 503,
+        _ => 500,
     }
 }
 
@@ -427,7 +553,13 @@ fn parse_range(header: &str, size: u64) -> RangeRequest {
         return RangeRequest::Full;
     };
     let (a, b) = (a.trim(), b.trim());
-    let num = |s: &str| s.parse::<u64>().ok();
+    // Positions past 64 bits are past any file: as RFC 9110 §14.1.2 reads, a last position
+    // beyond the end means "to the end" (206), a first one beyond it is unsatisfiable (416).
+    // nginx answers 416 to both; see the README.
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().unwrap_or(u64::MAX))
+    };
     let (start, end) = match (a.is_empty(), b.is_empty()) {
         (true, true) => return RangeRequest::Full,
         (true, false) => {
@@ -495,6 +627,30 @@ mod tests {
     }
 
     #[test]
+    fn every_spelling_of_a_path_has_one_key() {
+        let key = |raw: &str| {
+            if is_plain(raw) {
+                raw.as_bytes().to_vec()
+            } else {
+                joined_key(raw, &normalize(raw).unwrap())
+            }
+        };
+        for spelling in [
+            "//big.bin",
+            "///big.bin",
+            "/./big.bin",
+            "/%62ig.bin",
+            "/a/../big.bin",
+        ] {
+            assert_eq!(key(spelling), b"/big.bin", "{spelling}");
+        }
+        assert_eq!(key("/dir//"), b"/dir/");
+        assert_eq!(key("/dir/./"), key("/dir/"));
+        assert_eq!(key("//"), b"/");
+        assert_eq!(key("/%2e/"), b"/");
+    }
+
+    #[test]
     fn ranges() {
         assert_eq!(parse_range("bytes=0-9", 100), RangeRequest::Partial(0, 9));
         assert_eq!(parse_range("bytes=90-", 100), RangeRequest::Partial(90, 99));
@@ -508,5 +664,19 @@ mod tests {
         assert_eq!(parse_range("bytes=0-1,5-6", 100), RangeRequest::Full);
         assert_eq!(parse_range("items=0-1", 100), RangeRequest::Full);
         assert_eq!(parse_range("bytes=5-1", 100), RangeRequest::Full);
+        assert_eq!(
+            parse_range("bytes=0-99999999999999999999999", 100),
+            RangeRequest::Partial(0, 99),
+            "an end past 64 bits is the end of the file"
+        );
+        assert_eq!(
+            parse_range("bytes=99999999999999999999999-", 100),
+            RangeRequest::Unsatisfiable
+        );
+        assert_eq!(
+            parse_range("bytes=-99999999999999999999999", 100),
+            RangeRequest::Partial(0, 99)
+        );
+        assert_eq!(parse_range("bytes=+1-2", 100), RangeRequest::Full);
     }
 }
