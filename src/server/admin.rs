@@ -140,6 +140,11 @@ pub fn metrics(status: &serde_json::Value) -> String {
             "requests served by the worker process now in the slot",
         ),
         (
+            "espalier_worker_connection_panics_total",
+            "counter",
+            "connections closed because their task panicked (a bug: please report it)",
+        ),
+        (
             "espalier_worker_resident_bytes",
             "gauge",
             "resident memory of the worker",
@@ -172,6 +177,9 @@ pub fn metrics(status: &serde_json::Value) -> String {
                 let value = match name {
                     "espalier_worker_up" => u64::from(w["state"] == "running"),
                     "espalier_worker_requests_total" => w["requests"].as_u64().unwrap_or(0),
+                    "espalier_worker_connection_panics_total" => {
+                        w["connection_panics"].as_u64().unwrap_or(0)
+                    }
                     "espalier_worker_resident_bytes" => w["resident_bytes"].as_u64().unwrap_or(0),
                     "espalier_worker_restarts_total" => w["restarts"].as_u64().unwrap_or(0),
                     _ => w["recycles"].as_u64().unwrap_or(0),

@@ -78,23 +78,18 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
     groups
 }
 
-/// Gives a group one socket per thread of its pool's planned workers, in (node, CPU) order —
-/// reusing the sockets it already has (a reload keeps them, so no connection is refused) and
-/// opening the missing ones — and attaches the steering program. Returns whether the program
-/// could be attached.
-pub(super) fn fill_group(
-    g: &mut ListenerGroup,
-    config: &Config,
-    topology: &Topology,
-    plan: &Plan,
-    file: &str,
-) -> Result<bool, String> {
-    let mut owners: Vec<(usize, usize, u32)> = Vec::new();
+/// The threads that own a group's sockets, in socket order: (worker index in the plan,
+/// thread index, CPU).
+pub(super) type SocketOwners = Vec<(usize, usize, u32)>;
+
+/// The threads that own a pool's sockets on one address, in (node, CPU) order.
+pub(super) fn group_owners(pool: &str, topology: &Topology, plan: &Plan) -> SocketOwners {
+    let mut owners: SocketOwners = Vec::new();
     for (w, worker) in plan
         .workers
         .iter()
         .enumerate()
-        .filter(|(_, w)| w.pool == g.pool)
+        .filter(|(_, w)| w.pool == pool)
     {
         for (t, cpu) in worker.cpus.iter().enumerate() {
             owners.push((w, t, cpu));
@@ -107,14 +102,36 @@ pub(super) fn fill_group(
             t,
         )
     });
-    while g.sockets.len() < owners.len() {
-        let socket = os::net::reuseport_listener(g.addr, config.server.backlog)
-            .map_err(|e| bind_error(&g.pool, g.addr, &e, file))?;
-        g.sockets.push(socket);
-    }
+    owners
+}
+
+/// Opens the sockets a group lacks to have `wanted` of them. The group itself is not changed,
+/// so a failure (port taken, no descriptors) leaves it as it was: the caller adds them.
+pub(super) fn open_missing(
+    g: &ListenerGroup,
+    wanted: usize,
+    config: &Config,
+    file: &str,
+) -> Result<Vec<Socket>, String> {
+    (g.sockets.len()..wanted)
+        .map(|_| {
+            os::net::reuseport_listener(g.addr, config.server.backlog)
+                .map_err(|e| bind_error(site_of(config, g.addr), g.addr, &e, file))
+        })
+        .collect()
+}
+
+/// Records which thread owns each socket and attaches the steering program. Nothing here can
+/// fail in a way that changes what is served: returns whether the program could be attached.
+pub(super) fn arm_group(
+    g: &mut ListenerGroup,
+    owners: &[(usize, usize, u32)],
+    config: &Config,
+    topology: &Topology,
+) -> bool {
     g.owners = owners.iter().map(|&(w, t, _)| (w, t)).collect();
     if config.server.steering == Steering::Hash {
-        return Ok(true);
+        return true;
     }
     // Sockets beyond the threads (a reload that shrank the pool) are never chosen.
     let thread_cpus: Vec<u32> = owners.iter().map(|&(_, _, cpu)| cpu).collect();
@@ -122,9 +139,33 @@ pub(super) fn fill_group(
         topology.node_of_cpu(c)
     });
     let prog = steering::steering_program(&table, thread_cpus.len() as u32);
-    Ok(g.sockets
+    g.sockets
         .first()
-        .is_none_or(|first| os::net::attach_reuseport_cbpf(first, &prog).is_ok()))
+        .is_none_or(|first| os::net::attach_reuseport_cbpf(first, &prog).is_ok())
+}
+
+/// Gives a new group one socket per thread of its pool's planned workers and arms it.
+/// Returns whether the steering program could be attached.
+pub(super) fn fill_group(
+    g: &mut ListenerGroup,
+    config: &Config,
+    topology: &Topology,
+    plan: &Plan,
+    file: &str,
+) -> Result<bool, String> {
+    let owners = group_owners(&g.pool, topology, plan);
+    let sockets = open_missing(g, owners.len(), config, file)?;
+    g.sockets.extend(sockets);
+    Ok(arm_group(g, &owners, config, topology))
+}
+
+/// The name of the (first) site bound to `addr`, for messages about that address.
+pub(super) fn site_of(config: &Config, addr: SocketAddr) -> &str {
+    config
+        .sites
+        .iter()
+        .find(|s| s.bindings.iter().any(|b| b.addr == addr))
+        .map_or("?", |s| s.name.as_str())
 }
 
 /// Opens every listener group, in (node, CPU) order, and attaches the steering programs.
@@ -140,12 +181,7 @@ fn open_listeners(
         // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
         // silently join another server's group.
         if let Err(e) = std::net::TcpListener::bind(g.addr) {
-            let site = config
-                .sites
-                .iter()
-                .find(|s| s.bindings.iter().any(|b| b.addr == g.addr))
-                .map_or("?", |s| s.name.as_str());
-            return Err(bind_error(site, g.addr, &e, file));
+            return Err(bind_error(site_of(config, g.addr), g.addr, &e, file));
         }
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");

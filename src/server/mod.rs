@@ -6,6 +6,7 @@
 //! [`crate::os`].
 
 pub mod admin;
+pub mod conn_task;
 pub mod lifecycle;
 pub mod master;
 pub mod soft;

@@ -42,9 +42,23 @@ pub type AdminReply = (u16, serde_json::Value);
 /// Worker processes are named by generation (unique for the master's life), not by slot:
 /// a reload adds and removes slots.
 pub(super) enum Event {
-    Ready { generation: u64 },
-    Failed { generation: u64, why: String },
-    Pong { generation: u64, requests: u64 },
+    Ready {
+        generation: u64,
+    },
+    Failed {
+        generation: u64,
+        why: String,
+    },
+    Pong {
+        generation: u64,
+        requests: u64,
+        panics: u64,
+    },
+    /// The worker answers, but these engine threads of it are not turning.
+    Stuck {
+        generation: u64,
+        threads: String,
+    },
     Admin(AdminCommand, oneshot::Sender<AdminReply>),
 }
 
@@ -68,7 +82,11 @@ struct Proc {
     /// When a draining worker was told to stop, for `shutdown_time_limit`.
     stop_sent: Option<Instant>,
     requests: u64,
+    /// Connection tasks that panicked and were contained (see `server::conn_task`).
+    panics: u64,
     last_pong: Instant,
+    /// Whether the last ping found stuck threads (logged once per episode).
+    stuck: bool,
     control: OwnedWriteHalf,
     reader: JoinHandle<()>,
 }
@@ -285,7 +303,7 @@ pub(super) async fn run(
             Some(Event::Admin(_, reply)) => {
                 let _ = reply.send((503, serde_json::json!({"error": "starting"})));
             }
-            Some(Event::Pong { .. }) => {}
+            Some(Event::Pong { .. } | Event::Stuck { .. }) => {}
             None => {
                 let late: Vec<String> = sv
                     .slots
@@ -525,10 +543,17 @@ impl Supervisor {
                         let l = line.trim();
                         let ev = if l.starts_with("ready") {
                             Event::Ready { generation }
-                        } else if let Some(n) = l.strip_prefix("pong ") {
+                        } else if let Some(figures) = l.strip_prefix("pong ") {
+                            let mut n = figures.split(' ').map(|n| n.parse().unwrap_or(0));
                             Event::Pong {
                                 generation,
-                                requests: n.parse().unwrap_or(0),
+                                requests: n.next().unwrap_or(0),
+                                panics: n.next().unwrap_or(0),
+                            }
+                        } else if let Some(threads) = l.strip_prefix("stuck ") {
+                            Event::Stuck {
+                                generation,
+                                threads: threads.to_string(),
                             }
                         } else if let Some(why) = l.strip_prefix("error ") {
                             Event::Failed {
@@ -557,7 +582,9 @@ impl Supervisor {
             stopping: false,
             stop_sent: None,
             requests: 0,
+            panics: 0,
             last_pong: Instant::now(),
+            stuck: false,
             control: write_half,
             reader,
         };
@@ -579,6 +606,19 @@ impl Supervisor {
                 .chain(s.draining.iter())
                 .any(|p| p.generation == generation)
         })
+    }
+
+    /// The process of `generation`, wherever it is in its slot, with the slot's name.
+    fn proc_of(&mut self, generation: u64) -> Option<(String, &mut Proc)> {
+        let slot = self.slot_of(generation)?;
+        let s = &mut self.slots[slot];
+        let name = s.spec.name();
+        s.current
+            .iter_mut()
+            .chain(s.replacing.iter_mut())
+            .chain(s.draining.iter_mut())
+            .find(|p| p.generation == generation)
+            .map(|p| (name, p))
     }
 
     fn on_ready(&mut self, generation: u64) {
@@ -647,20 +687,31 @@ impl Supervisor {
             Event::Pong {
                 generation,
                 requests,
+                panics,
             } => {
-                let Some(slot) = self.slot_of(generation) else {
-                    return;
-                };
-                let s = &mut self.slots[slot];
-                if let Some(p) = s
-                    .current
-                    .iter_mut()
-                    .chain(s.replacing.iter_mut())
-                    .chain(s.draining.iter_mut())
-                    .find(|p| p.generation == generation)
-                {
+                if let Some((name, p)) = self.proc_of(generation) {
+                    if p.stuck {
+                        log(
+                            "master",
+                            format!("worker {name} (pid {}) is turning again", p.pid),
+                        );
+                    }
                     p.requests = requests;
+                    p.panics = panics;
                     p.last_pong = Instant::now();
+                    p.stuck = false;
+                }
+            }
+            Event::Stuck {
+                generation,
+                threads,
+            } => {
+                // Not a pong: `ping_response_time` replaces the worker if this goes on.
+                if let Some((name, p)) = self.proc_of(generation) {
+                    if !p.stuck {
+                        log("master", format!("worker {name} (pid {}): engine thread(s) {threads} have not turned for 2s; replacing it if this lasts ping_response_time", p.pid));
+                    }
+                    p.stuck = true;
                 }
             }
             Event::Admin(cmd, reply) => {
@@ -892,48 +943,66 @@ impl Supervisor {
             .map(|p| p.name.clone())
             .collect();
 
-        // Listener groups: keep unchanged pools' groups as they are; for changed pools reuse
-        // the sockets of each address they keep, open new addresses, close dropped ones.
-        let mut groups: Vec<ListenerGroup> = Vec::new();
+        // Listener groups, in two phases, like nginx's reload building its new cycle beside
+        // the old one: first everything that can fail — binding new addresses, opening the
+        // sockets a grown pool needs — into new sockets only; then, when all of it succeeded,
+        // the switch, which cannot fail. A refused reload changes nothing that serves.
+        let mut fresh: Vec<ListenerGroup> = Vec::new();
+        let mut grown: Vec<(usize, Vec<socket2::Socket>, super::master::SocketOwners)> = Vec::new();
+        for w in wanted.iter_mut().filter(|w| changed.contains(&w.pool)) {
+            let owners = super::master::group_owners(&w.pool, &self.topology, &plan);
+            match self
+                .groups
+                .iter()
+                .position(|g| g.pool == w.pool && g.addr == w.addr)
+            {
+                Some(i) => {
+                    let sockets =
+                        super::master::open_missing(&self.groups[i], owners.len(), &new, &file)?;
+                    grown.push((i, sockets, owners));
+                }
+                None => {
+                    if let Err(e) = std::net::TcpListener::bind(w.addr) {
+                        let site = super::master::site_of(&new, w.addr);
+                        return Err(super::master::bind_error(site, w.addr, &e, &file));
+                    }
+                    let mut g = ListenerGroup {
+                        pool: w.pool.clone(),
+                        addr: w.addr,
+                        routes: std::mem::take(&mut w.routes),
+                        sockets: Vec::new(),
+                        owners: Vec::new(),
+                    };
+                    super::master::fill_group(&mut g, &new, &self.topology, &plan, &file)?;
+                    fresh.push(g);
+                }
+            }
+        }
+        // The switch: grown groups take their new sockets, routes and owners; groups no pool
+        // wants any more close (the master's copies now; the old workers' with them).
+        for (i, sockets, owners) in grown {
+            let g = &mut self.groups[i];
+            g.sockets.extend(sockets);
+            if let Some(w) = wanted
+                .iter_mut()
+                .find(|w| w.pool == g.pool && w.addr == g.addr)
+            {
+                g.routes = std::mem::take(&mut w.routes);
+            }
+            super::master::arm_group(g, &owners, &new, &self.topology);
+        }
         let mut closed = 0;
+        let mut groups: Vec<ListenerGroup> = Vec::new();
         for g in std::mem::take(&mut self.groups) {
             let keep_as_is = !changed.contains(&g.pool) && !removed.contains(&g.pool);
             let still_wanted = wanted.iter().any(|w| w.pool == g.pool && w.addr == g.addr);
             if keep_as_is || still_wanted {
                 groups.push(g);
             } else {
-                closed += 1; // the master's copies close now; the sockets with the old workers
+                closed += 1;
             }
         }
-        for w in wanted.iter_mut().filter(|w| changed.contains(&w.pool)) {
-            let existing = groups
-                .iter_mut()
-                .find(|g| g.pool == w.pool && g.addr == w.addr);
-            let g = match existing {
-                Some(g) => {
-                    g.routes = std::mem::take(&mut w.routes);
-                    g
-                }
-                None => {
-                    if let Err(e) = std::net::TcpListener::bind(w.addr) {
-                        self.groups = groups;
-                        return Err(super::master::bind_error(&w.pool, w.addr, &e, &file));
-                    }
-                    groups.push(ListenerGroup {
-                        pool: w.pool.clone(),
-                        addr: w.addr,
-                        routes: std::mem::take(&mut w.routes),
-                        sockets: Vec::new(),
-                        owners: Vec::new(),
-                    });
-                    groups.last_mut().expect("pushed")
-                }
-            };
-            if let Err(e) = super::master::fill_group(g, &new, &self.topology, &plan, &file) {
-                self.groups = groups;
-                return Err(e);
-            }
-        }
+        groups.extend(fresh);
         self.groups = groups;
 
         // Workers: changed and removed pools' processes retire; changed and new pools get slots.
@@ -1356,6 +1425,7 @@ impl Supervisor {
                                 started_unix: cur.map(|c| c.started_unix),
                                 uptime_s: cur.map(|c| now.duration_since(c.started).as_secs_f64()),
                                 requests: cur.map_or(0, |c| c.requests),
+                                connection_panics: cur.map_or(0, |c| c.panics),
                                 resident_bytes: cur
                                     .and_then(|c| os::process::resident_bytes(c.pid)),
                                 recycles: s.recycles,
@@ -1401,6 +1471,8 @@ pub struct WorkerStatus {
     pub started_unix: Option<u64>,
     pub uptime_s: Option<f64>,
     pub requests: u64,
+    /// Connection tasks that panicked and were closed (each one a bug worth reporting).
+    pub connection_panics: u64,
     pub resident_bytes: Option<u64>,
     pub recycles: u32,
     pub restarts: u32,

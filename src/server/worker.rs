@@ -9,12 +9,13 @@
 //! one CPU. Memory policy is set on the main thread before any other thread starts, so every
 //! thread inherits it.
 
+use super::conn_task::{self, Slot};
 use super::log;
 use super::spec::{WorkerSpec, ENV_VAR};
 use crate::cpuset::CpuSet;
 use crate::handlers::ThreadService;
 use crate::http::clock::Clock;
-use crate::http::conn::{self, ConnEnv, Shutdown, Timeouts};
+use crate::http::conn::{ConnEnv, Shutdown, Timeouts};
 use crate::http::HeadLimits;
 use crate::os::{self, numa::MemPolicyMode};
 use std::cell::Cell;
@@ -61,6 +62,7 @@ pub fn main() -> i32 {
         }
     };
     let name = spec.name();
+    super::conn_task::install_panic_hook();
     // SAFETY: the master handed us this fd for our exclusive use.
     let mut control = unsafe { UnixStream::from_raw_fd(spec.control_fd) };
     match run(&spec, &mut control) {
@@ -106,21 +108,22 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::new();
-    // Each thread publishes its request count here a few times a second, for the master's pings.
-    let served: Vec<Arc<AtomicU64>> = spec
+    // Each thread publishes its figures and a heartbeat here, for the master's pings.
+    let epoch = std::time::Instant::now();
+    let health: Vec<Arc<ThreadHealth>> = spec
         .threads
         .iter()
-        .map(|_| Arc::new(AtomicU64::new(0)))
+        .map(|_| Arc::new(ThreadHealth::new(epoch)))
         .collect();
     for (t, thread) in spec.threads.iter().enumerate() {
         let spec = spec.clone();
         let stop_rx = stop_rx.clone();
         let started_tx = started_tx.clone();
         let cpu = thread.cpu;
-        let counter = Arc::clone(&served[t]);
+        let health = Arc::clone(&health[t]);
         let handle = std::thread::Builder::new()
             .name(format!("{}-cpu{cpu}", spec.pool))
-            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, counter))
+            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         threads.push(handle);
     }
@@ -161,7 +164,9 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let mut term = signal(SignalKind::terminate()).expect("signal handler");
         let mut int = signal(SignalKind::interrupt()).expect("signal handler");
         let control = control.try_clone().expect("clone control socket");
-        control.set_nonblocking(true).expect("nonblocking control socket");
+        control
+            .set_nonblocking(true)
+            .expect("nonblocking control socket");
         let control = tokio::net::UnixStream::from_std(control).expect("register control socket");
         let (read_half, mut write_half) = control.into_split();
         let mut lines = tokio::io::BufReader::new(read_half);
@@ -175,8 +180,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                     // The master closed the control socket (it is gone): stop too.
                     Ok(0) | Err(_) => break,
                     Ok(_) if line.trim() == "ping" => {
-                        let total: u64 = served.iter().map(|c| c.load(Ordering::Relaxed)).sum();
-                        if write_half.write_all(format!("pong {total}\n").as_bytes()).await.is_err() {
+                        if write_half.write_all(pong(spec, &health).as_bytes()).await.is_err() {
                             break;
                         }
                     }
@@ -192,13 +196,78 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     Ok(())
 }
 
+/// How often an engine thread publishes its figures and heartbeat.
+const HEARTBEAT: Duration = Duration::from_millis(200);
+
+/// An engine thread whose heartbeat is older than this is not turning (blocked in a syscall,
+/// spinning, or its event loop gone): the worker stops answering pings for it.
+const STUCK_AFTER: Duration = Duration::from_secs(2);
+
+/// What an engine thread publishes for the master's pings. Written by its thread a few times
+/// a second, read by the worker's main thread at a ping: off the request path.
+pub struct ThreadHealth {
+    epoch: std::time::Instant,
+    served: AtomicU64,
+    /// Milliseconds since `epoch` at the thread's last turn of its event loop.
+    heartbeat_ms: AtomicU64,
+    pub panics: Arc<AtomicU64>,
+}
+
+impl ThreadHealth {
+    fn new(epoch: std::time::Instant) -> Self {
+        ThreadHealth {
+            epoch,
+            served: AtomicU64::new(0),
+            heartbeat_ms: AtomicU64::new(0),
+            panics: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn beat(&self, served: u64) {
+        self.served.store(served, Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_millis() as u64;
+        self.heartbeat_ms.store(now, Ordering::Relaxed);
+    }
+
+    fn stuck(&self) -> bool {
+        let now = self.epoch.elapsed().as_millis() as u64;
+        now.saturating_sub(self.heartbeat_ms.load(Ordering::Relaxed))
+            > STUCK_AFTER.as_millis() as u64
+    }
+}
+
+/// The answer to a ping: `pong <requests> <panics>` when every engine thread is turning, else
+/// `stuck <cpu>,…` — which the master counts as a missed ping, so `ping_response_time` replaces
+/// a worker whose threads no longer serve even though its main thread still answers.
+fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
+    let stuck: Vec<String> = spec
+        .threads
+        .iter()
+        .zip(health)
+        .filter(|(_, h)| h.stuck())
+        .map(|(t, _)| format!("cpu{}", t.cpu))
+        .collect();
+    if !stuck.is_empty() {
+        return format!("stuck {}\n", stuck.join(","));
+    }
+    let served: u64 = health
+        .iter()
+        .map(|h| h.served.load(Ordering::Relaxed))
+        .sum();
+    let panics: u64 = health
+        .iter()
+        .map(|h| h.panics.load(Ordering::Relaxed))
+        .sum();
+    format!("pong {served} {panics}\n")
+}
+
 /// One engine thread: its own runtime, its listeners, its connections.
 fn engine_thread(
     spec: &WorkerSpec,
     t: usize,
     mut stop_rx: watch::Receiver<bool>,
     started: std::sync::mpsc::Sender<Result<(), String>>,
-    served: Arc<AtomicU64>,
+    health: Arc<ThreadHealth>,
 ) {
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -267,6 +336,7 @@ fn engine_thread(
                 }
             }
         }
+        let who: Rc<str> = format!("{}/{}/cpu{}", spec.pool, spec.index, thread.cpu).into();
         for (listener, group) in listeners {
             tokio::task::spawn_local(accept_loop(
                 listener,
@@ -274,19 +344,23 @@ fn engine_thread(
                 Rc::clone(&env),
                 Rc::clone(&open),
                 max_conns,
+                Arc::clone(&health.panics),
+                Rc::clone(&who),
             ));
         }
-        let _ = started.send(Ok(()));
         {
             let env = Rc::clone(&env);
+            let health = Arc::clone(&health);
+            health.beat(0);
             tokio::task::spawn_local(async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(200));
+                let mut tick = tokio::time::interval(HEARTBEAT);
                 loop {
                     tick.tick().await;
-                    served.store(env.service.served(), Ordering::Relaxed);
+                    health.beat(env.service.served());
                 }
             });
         }
+        let _ = started.send(Ok(()));
         let _ = stop_rx.wait_for(|stop| *stop).await;
         env.shutdown.begin();
         // Busy connections get `Connection: close` on their next answer; after a short grace
@@ -309,6 +383,8 @@ async fn accept_loop(
     env: Rc<ConnEnv<ThreadService>>,
     open: Rc<Cell<usize>>,
     max_conns: usize,
+    panics: Arc<AtomicU64>,
+    who: Rc<str>,
 ) {
     loop {
         if env.shutdown.started.get() {
@@ -326,13 +402,15 @@ async fn accept_loop(
                     tokio::task::spawn_local(reject_busy(stream));
                     continue;
                 }
-                open.set(open.get() + 1);
-                let env = Rc::clone(&env);
-                let open = Rc::clone(&open);
-                tokio::task::spawn_local(async move {
-                    conn::serve(stream, group, env).await;
-                    open.set(open.get() - 1);
-                });
+                let slot = Slot::take(&open);
+                tokio::task::spawn_local(conn_task::serve(
+                    stream,
+                    group,
+                    Rc::clone(&env),
+                    slot,
+                    Arc::clone(&panics),
+                    Rc::clone(&who),
+                ));
             }
             // Out of descriptors or memory: back off briefly rather than spin.
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
