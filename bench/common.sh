@@ -1,19 +1,27 @@
-# Shared by the bench/ scripts: installing the peers from Debian and port helpers.
-# Source it; it expects nothing and defines need_tools, free_port and wait_port.
+# Shared by the bench/ scripts and the tests that need a real peer: installing the peers from
+# Debian and port helpers. Source it; it expects nothing and defines need_tools, free_port and
+# wait_port. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
 
 # need_tools CMD:PACKAGE… — installs the packages whose command is missing (apt-get update once).
+# Serialized with a lock, since tests running in parallel may ask at once; says in one line
+# on stderr, and with exit 3, when it cannot.
 need_tools() {
   local missing=() pair cmd pkg
   for pair in "$@"; do
     cmd=${pair%%:*} pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
   done
-  if ((${#missing[@]})); then
-    echo "installing ${missing[*]} from Debian…" >&2
+  ((${#missing[@]})) || return 0
+  (
+    flock 9
+    local still=() p
+    for p in "${missing[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || still+=("$p"); done
+    ((${#still[@]})) || exit 0
+    echo "installing ${still[*]} from Debian…" >&2
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq "${missing[@]}" >&2
-  fi
+    { apt-get update -qq && apt-get install -y -qq "${still[@]}"; } >&2 ||
+      { echo "cannot install ${still[*]} from Debian's packages (apt-get failed)" >&2; exit 3; }
+  ) 9>/tmp/espalier-need-tools.lock
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
