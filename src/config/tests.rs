@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::testutil::fixture;
+use std::path::PathBuf;
+use std::time::Duration;
 
 fn parse(text: &str) -> Result<Config, ConfigErrors> {
     Config::parse(

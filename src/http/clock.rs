@@ -9,6 +9,21 @@ use std::cell::{Cell, Ref, RefCell};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
+/// Writes the lines every response carries: `Server`, `Date` for `wall`, then `extra`.
+pub fn common_lines(wall: SystemTime, extra: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"Server: espalier\r\nDate: ");
+    out.extend_from_slice(httpdate::fmt_http_date(wall).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(extra.as_bytes());
+}
+
+/// The common lines formatted now, for code without a per-thread [`Clock`] (the master).
+pub fn common_now() -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    common_lines(SystemTime::now(), "", &mut out);
+    out
+}
+
 /// How often the clock is refreshed: the precision of every timeout.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -45,10 +60,7 @@ impl Clock {
             self.second.set(secs);
             let mut c = self.common.borrow_mut();
             c.clear();
-            c.extend_from_slice(b"Server: espalier\r\nDate: ");
-            c.extend_from_slice(httpdate::fmt_http_date(wall).as_bytes());
-            c.extend_from_slice(b"\r\n");
-            c.extend_from_slice(self.extra.as_bytes());
+            common_lines(wall, &self.extra, &mut c);
         }
     }
 

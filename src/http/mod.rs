@@ -411,6 +411,13 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
+/// [`Responder::unavailable`] as bytes, with the common lines formatted now (for the master).
+pub fn unavailable_now() -> Vec<u8> {
+    let mut out = Vec::with_capacity(200);
+    Responder::new(&mut out, &clock::common_now(), false, 1, false).unavailable();
+    out
+}
+
 /// Writes one response into a connection's output buffer. Every response carries `Server`,
 /// `Date`, the worker header when enabled, and `Connection` when it differs from the default.
 pub struct Responder<'a> {
@@ -515,6 +522,15 @@ impl<'a> Responder<'a> {
         self.status(status)
             .header("Content-Type", content_type)
             .body(body);
+    }
+
+    /// The one 503 espalier sends outside a handler — a worker over its connection limit, a
+    /// stopped pool — with `Retry-After` (the responder should say `Connection: close`).
+    pub fn unavailable(&mut self) {
+        self.status(503)
+            .header("Retry-After", "5")
+            .header("Content-Type", "text/plain; charset=utf-8")
+            .body(b"503 Service Unavailable\n");
     }
 
     /// A plain-text error page for `status`.

@@ -3,11 +3,20 @@
 //! Owns: the socket syscalls (socket options, attaching programs, sendfile, shutdown). Must not
 //! touch: which sockets exist or what the program says (the master and `server::steering` decide).
 
-use crate::server::steering::BpfInsn;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+
+/// One classic-BPF instruction, as the kernel's `struct sock_filter` lays it out (the
+/// steering program is a list of them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BpfInsn {
+    pub code: u16,
+    pub jt: u8,
+    pub jf: u8,
+    pub k: u32,
+}
 
 /// `SO_ATTACH_REUSEPORT_CBPF` (asm-generic/socket.h); not exported by the libc crate.
 const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
@@ -87,4 +96,14 @@ pub fn sendfile(
 pub fn shutdown_read(fd: std::os::fd::RawFd) {
     // SAFETY: shutdown on an fd the caller's connection owns; no memory is passed.
     unsafe { libc::shutdown(fd, libc::SHUT_RD) };
+}
+
+/// Takes ownership of a listening TCP socket this process inherited.
+///
+/// The fd must be an open listening socket handed to this thread alone (the master gives each
+/// worker thread its own socket of every reuseport group).
+pub fn adopt_listener(fd: std::os::fd::RawFd) -> std::net::TcpListener {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the master handed this listening socket to this thread alone.
+    unsafe { std::net::TcpListener::from_raw_fd(fd) }
 }

@@ -117,3 +117,48 @@ pub fn local_second_of_day() -> u32 {
         (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) as u32
     }
 }
+
+/// Spawns `cmd` with placement applied between fork and exec: the fds in `inherit` lose
+/// close-on-exec, the memory policy and CPU affinity prepared before the fork are applied
+/// (failures are left for the child to report: it applies both again), and the child gets
+/// SIGTERM when its parent dies.
+pub fn spawn_placed(
+    cmd: &mut std::process::Command,
+    inherit: Vec<RawFd>,
+    policy: super::numa::PreparedMemPolicy,
+    affinity: Option<super::numa::PreparedAffinity>,
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only async-signal-safe system calls run (fcntl, prctl,
+    // set_mempolicy, sched_setaffinity), on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &inherit {
+                clear_cloexec(fd)?;
+            }
+            let _ = policy.apply();
+            if let Some(a) = &affinity {
+                let _ = a.apply();
+            }
+            die_with_parent()
+        });
+    }
+    cmd.spawn()
+}
+
+/// Takes ownership of a Unix stream socket this process inherited.
+///
+/// # Safety contract (checked by the caller's protocol, not here)
+/// `fd` must be an open socket handed to this process for its exclusive use; the worker gets
+/// its control socket's number from the master, which created it for that worker alone.
+pub fn adopt_unix_stream(fd: RawFd) -> std::os::unix::net::UnixStream {
+    use std::os::fd::FromRawFd;
+    // SAFETY: see the contract above: the fd is open, a socket, and owned by no one else.
+    unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) }
+}
+
+/// The text of `/proc/stat` (per-CPU times, for soft affinity's load sample), or "" where it
+/// cannot be read.
+pub fn proc_stat() -> String {
+    std::fs::read_to_string("/proc/stat").unwrap_or_default()
+}

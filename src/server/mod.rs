@@ -7,10 +7,14 @@
 
 pub mod admin;
 pub mod conn_task;
+pub mod control;
 pub mod lifecycle;
+pub mod listeners;
 pub mod master;
 pub mod soft;
+pub mod spawn;
 pub mod spec;
+pub mod status;
 pub mod steering;
 pub mod supervisor;
 pub mod worker;

@@ -18,14 +18,7 @@
 
 use crate::cpuset::CpuSet;
 
-/// One classic-BPF instruction, as `struct sock_filter` lays it out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BpfInsn {
-    pub code: u16,
-    pub jt: u8,
-    pub jf: u8,
-    pub k: u32,
-}
+pub use crate::os::net::BpfInsn;
 
 // Classic BPF opcodes and ancillary offsets (linux/filter.h, linux/bpf_common.h).
 /// BPF_LD | BPF_W | BPF_ABS (BPF_LD and BPF_W are 0).

@@ -10,17 +10,17 @@
 //! thread inherits it.
 
 use super::conn_task::{self, Slot};
+use super::control::Message;
 use super::log;
 use super::spec::{WorkerSpec, ENV_VAR};
 use crate::cpuset::CpuSet;
 use crate::handlers::ThreadService;
 use crate::http::clock::Clock;
 use crate::http::conn::{ConnEnv, Shutdown, Timeouts};
-use crate::http::HeadLimits;
+use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
 use std::cell::Cell;
 use std::io::Write;
-use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,12 +63,12 @@ pub fn main() -> i32 {
     };
     let name = spec.name();
     super::conn_task::install_panic_hook();
-    // SAFETY: the master handed us this fd for our exclusive use.
-    let mut control = unsafe { UnixStream::from_raw_fd(spec.control_fd) };
+    // The master handed us this fd for our exclusive use.
+    let mut control = os::process::adopt_unix_stream(spec.control_fd);
     match run(&spec, &mut control) {
         Ok(()) => 0,
         Err(message) => {
-            let _ = writeln!(control, "error {message}");
+            let _ = control.write_all(Message::Error(message.clone()).line().as_bytes());
             log(&name, &message);
             1
         }
@@ -150,7 +150,11 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             ));
         }
     }
-    writeln!(control, "ready {}", std::process::id())
+    let ready = Message::Ready {
+        pid: std::process::id(),
+    };
+    control
+        .write_all(ready.line().as_bytes())
         .map_err(|e| format!("lost the master: {e}"))?;
 
     // Answer the master's pings with the requests served; on SIGTERM/SIGINT (or the master
@@ -179,7 +183,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                 r = tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line) => match r {
                     // The master closed the control socket (it is gone): stop too.
                     Ok(0) | Err(_) => break,
-                    Ok(_) if line.trim() == "ping" => {
+                    Ok(_) if Message::parse(&line) == Some(Message::Ping) => {
                         if write_half.write_all(pong(spec, &health).as_bytes()).await.is_err() {
                             break;
                         }
@@ -248,7 +252,7 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
         .map(|(t, _)| format!("cpu{}", t.cpu))
         .collect();
     if !stuck.is_empty() {
-        return format!("stuck {}\n", stuck.join(","));
+        return Message::Stuck(stuck.join(",")).line();
     }
     let served: u64 = health
         .iter()
@@ -258,7 +262,11 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
         .iter()
         .map(|h| h.panics.load(Ordering::Relaxed))
         .sum();
-    format!("pong {served} {panics}\n")
+    Message::Pong {
+        requests: served,
+        panics,
+    }
+    .line()
 }
 
 /// One engine thread: its own runtime, its listeners, its connections.
@@ -326,8 +334,7 @@ fn engine_thread(
         let open = Rc::new(Cell::new(0usize));
         let mut listeners = Vec::new();
         for &(fd, group) in &thread.listeners {
-            // SAFETY: the master handed this listening socket to this thread alone.
-            let std_listener = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+            let std_listener = os::net::adopt_listener(fd);
             match tokio::net::TcpListener::from_std(std_listener) {
                 Ok(l) => listeners.push((l, group)),
                 Err(e) => {
@@ -399,7 +406,9 @@ async fn accept_loop(
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
                 if open.get() >= max_conns {
-                    tokio::task::spawn_local(reject_busy(stream));
+                    let mut answer = Vec::with_capacity(256);
+                    Responder::new(&mut answer, &env.clock.common(), false, 1, false).unavailable();
+                    tokio::task::spawn_local(reject_busy(stream, answer));
                     continue;
                 }
                 let slot = Slot::take(&open);
@@ -418,9 +427,8 @@ async fn accept_loop(
     }
 }
 
-/// Over the connection limit: a canned 503 and close.
-async fn reject_busy(mut stream: tokio::net::TcpStream) {
-    const BODY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nServer: espalier\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 24\r\n\r\n503 Service Unavailable\n";
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BODY)).await;
+/// Over the connection limit: the 503 and close.
+async fn reject_busy(mut stream: tokio::net::TcpStream, answer: Vec<u8>) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&answer)).await;
     let _ = stream.shutdown().await;
 }

@@ -1,0 +1,104 @@
+//! `espalier status`, `pool stop|start`, `recycle` and `reload`: the running server, through
+//! its admin endpoint.
+//!
+//! Owns: finding the endpoint (`--admin`, or `[server] admin` of `-c FILE`) and printing its
+//! answers. Must not touch: HTTP (the client is [`crate::server::admin::request`]) or the
+//! status's shape (it reads the typed [`Status`]).
+
+use super::{AdminArgs, MachineArgs};
+use crate::config::Config;
+use crate::server::admin;
+use crate::server::status::Status;
+use std::net::SocketAddr;
+
+impl AdminArgs {
+    fn address(&self) -> Result<SocketAddr, String> {
+        if let Some(a) = self.admin {
+            return Ok(a);
+        }
+        match &self.config {
+            Some(path) => {
+                let t = MachineArgs::default().read()?;
+                Ok(Config::load(path, &t)
+                    .map_err(|e| e.to_string())?
+                    .server
+                    .admin)
+            }
+            None => Ok(crate::config::ServerSettings::default().admin),
+        }
+    }
+}
+
+/// A command (`POST path`): prints the server's one-line answer, or returns it as the error.
+pub(super) fn post(args: &AdminArgs, path: &str) -> Result<i32, String> {
+    let (status, body) = admin::request(args.address()?, "POST", path)?;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let text = String::from_utf8_lossy(&body);
+    let message = v["message"].as_str().unwrap_or(text.trim());
+    if status == 200 {
+        println!("{message}");
+        Ok(0)
+    } else {
+        Err(message.to_string())
+    }
+}
+
+/// `espalier status`: the pools and workers as a table, or the JSON as served.
+pub(super) fn status(args: &AdminArgs, json: bool) -> Result<i32, String> {
+    let (code, body) = admin::request(args.address()?, "GET", "/status")?;
+    let text = String::from_utf8_lossy(&body);
+    if code != 200 {
+        return Err(format!(
+            "the admin endpoint answered {code}: {}",
+            text.trim()
+        ));
+    }
+    if json {
+        print!("{text}");
+        return Ok(0);
+    }
+    let status: Status = serde_json::from_slice(&body)
+        .map_err(|e| format!("the admin endpoint's status is not espalier's: {e}"))?;
+    print!("{}", render(&status));
+    Ok(0)
+}
+
+/// The status as the table `espalier status` prints.
+fn render(status: &Status) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<14} {:>5} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  LAST EXIT",
+        "POOL", "INDEX", "PID", "NODE", "CPUS", "STATE", "UPTIME", "REQUESTS", "RSS", "RECYCLED"
+    );
+    let opt = |x: Option<u32>| x.map_or("-".to_string(), |v| v.to_string());
+    for p in &status.pools {
+        if let Some(why) = &p.stopped_because {
+            let _ = writeln!(out, "{} is STOPPED ({why})", p.name);
+        }
+        for w in &p.workers {
+            let cpus = crate::cpuset::CpuSet::from_ids(w.cpus.iter().copied());
+            let _ = writeln!(
+                out,
+                "{:<14} {:>5} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  {}",
+                p.name,
+                w.index,
+                opt(w.pid),
+                opt(w.node),
+                cpus.to_string(),
+                w.state.as_str(),
+                w.uptime_s
+                    .map_or("-".into(), |s| crate::units::format_duration(
+                        std::time::Duration::from_secs(s as u64)
+                    )),
+                w.requests,
+                w.resident_bytes
+                    .map_or("-".into(), crate::units::format_bytes),
+                w.recycles,
+                w.last_exit.as_deref().unwrap_or("-")
+            );
+        }
+    }
+    out
+}

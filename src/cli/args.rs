@@ -1,0 +1,324 @@
+//! The command line's definitions (clap): every subcommand and flag, with its help text.
+//!
+//! Owns: names, defaults and help of flags. Must not touch: what a command does with them.
+
+use crate::topology::{self, SysfsPaths, Topology};
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "espalier",
+    version,
+    about = "A NUMA-aware web server and application-pool host for Linux"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where to read the machine from: the live system, or a fixture tree.
+#[derive(Args, Debug, Clone, Default)]
+pub struct MachineArgs {
+    /// Read the topology from this sysfs root instead of /sys (a fixture or another machine's copy).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs: Option<PathBuf>,
+    /// Read interrupts and IRQ affinity from this procfs root (default: /proc, or a `proc`
+    /// folder beside --sysfs).
+    #[arg(long, value_name = "DIR")]
+    pub procfs: Option<PathBuf>,
+}
+
+impl MachineArgs {
+    /// The sysfs and procfs roots these arguments name.
+    pub fn paths(&self) -> SysfsPaths {
+        match &self.sysfs {
+            None => SysfsPaths {
+                sysfs: "/sys".into(),
+                procfs: Some(self.procfs.clone().unwrap_or_else(|| "/proc".into())),
+            },
+            Some(s) => SysfsPaths::at(s.clone(), self.procfs.clone()),
+        }
+    }
+
+    /// (sysfs, procfs) for commands that read more than the topology; a fixture without a
+    /// `proc` folder reads the live /proc.
+    pub fn roots(&self) -> (PathBuf, PathBuf) {
+        let p = self.paths();
+        (p.sysfs, p.procfs.unwrap_or_else(|| "/proc".into()))
+    }
+
+    pub fn read(&self) -> Result<Topology, String> {
+        let paths = self.paths();
+        topology::read(&paths).map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show NUMA nodes, CPUs, L3 domains and NICs (the case study's Get-Numa / Get-Device).
+    Topology {
+        #[command(flatten)]
+        machine: MachineArgs,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a config file without running it (like `nginx -t`).
+    Check {
+        /// The config file.
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+        #[command(flatten)]
+        machine: MachineArgs,
+    },
+    /// Run the server: a master and NUMA-placed worker processes.
+    Serve(ServeArgs),
+    /// Load an HTTP server and measure it (WCAT / weighttp / wrk for espalier).
+    Bench(Box<BenchArgs>),
+    /// The case study's scaling experiment on this machine: table, chart and report.
+    Scale(ScaleArgs),
+    /// Plan or apply NIC queue placement: interrupts, XPS and RPS on the NIC's own node.
+    Nic {
+        #[command(subcommand)]
+        action: NicAction,
+    },
+    /// Check the machine's settings against what serving needs, and say how to fix them.
+    Doctor {
+        /// Also check against this config (backlogs, connections, hard affinity, pool CPUs).
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        machine: MachineArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the running server's pools and workers (from its admin endpoint).
+    Status {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop or start a pool of the running server.
+    Pool {
+        #[command(subcommand)]
+        action: PoolAction,
+    },
+    /// Re-read the running server's config file: unchanged pools keep running, changed ones are
+    /// recycled overlapped; a config with errors is refused (also: SIGHUP to the master).
+    Reload {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Recycle a pool's workers (overlapped unless the pool says otherwise).
+    Recycle {
+        /// The pool.
+        pool: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Internal: a worker process, started by `espalier serve`.
+    #[command(hide = true)]
+    Worker,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The config file; without one, serve ./www (or a welcome page) on 127.0.0.1:8080 with
+    /// one worker per NUMA node.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Without a config file: the address to listen on.
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    pub listen: Option<SocketAddr>,
+    /// Without a config file: the folder to serve.
+    #[arg(long, value_name = "DIR", conflicts_with = "config")]
+    pub root: Option<PathBuf>,
+    /// Print the placement plan and exit.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: print JSON.
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
+    #[command(flatten)]
+    pub machine: MachineArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub action: Option<BenchAction>,
+    /// URLs to load (http:// only). Connections are spread over them by --weights.
+    #[arg(required = true, value_name = "URL")]
+    pub urls: Vec<String>,
+    /// Exactly this many measured requests (instead of --duration).
+    #[arg(short = 'n', long, value_name = "N", conflicts_with = "duration")]
+    pub requests: Option<u64>,
+    /// How long to measure.
+    #[arg(short, long, value_name = "DURATION", default_value = "10s")]
+    pub duration: String,
+    /// Open connections in all.
+    #[arg(short, long, value_name = "N", default_value_t = 50)]
+    pub connections: usize,
+    /// Client threads, each with its own event loop.
+    #[arg(short, long, value_name = "N", default_value_t = 1)]
+    pub threads: usize,
+    /// Pin client threads to these CPUs (cpu-list syntax), one thread per CPU in turn.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+    /// A new connection for every request.
+    #[arg(long)]
+    pub no_keepalive: bool,
+    /// Requests in flight per connection.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub pipeline: usize,
+    /// Relative share of connections per URL, in URL order (`3,1`).
+    #[arg(long, value_name = "W,W,…")]
+    pub weights: Option<String>,
+    /// Step the connection count FROM:TO:STEP, one result row per step.
+    #[arg(long, value_name = "FROM:TO:STEP")]
+    pub sweep: Option<String>,
+    /// Open loop: this many requests per second in all, latency corrected for coordinated omission.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Load before the measured window, not counted.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub warmup: String,
+    /// Load after the measured window, not counted.
+    #[arg(long, value_name = "DURATION", default_value = "0s")]
+    pub cooldown: String,
+    /// A request without a response for this long is a timeout error.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub timeout: String,
+    #[arg(short, long, default_value = "GET")]
+    pub method: String,
+    /// A request header (`Name: value`); repeatable.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
+    /// Request body.
+    #[arg(long, value_name = "TEXT")]
+    pub body: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where the running server's admin endpoint is.
+#[derive(Args, Debug, Clone)]
+pub struct AdminArgs {
+    /// Read the admin address from this config's `[server] admin`.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The admin address (default 127.0.0.1:9180).
+    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    pub admin: Option<SocketAddr>,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum PoolAction {
+    /// Stop a pool: its workers drain and its sites answer 503 (or reset, with load_balancer = "tcp").
+    Stop {
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Start a stopped pool (also after rapid-fail protection stopped it).
+    Start {
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum NicAction {
+    /// Print the plan (nothing is changed).
+    Plan(NicArgs),
+    /// Write the plan to /proc/irq and the queues' rps_cpus/xps_cpus (needs root); prints each
+    /// change and the command that undoes it.
+    Apply {
+        #[command(flatten)]
+        nic: NicArgs,
+        /// Print the changes without making them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NicArgs {
+    /// Interfaces to plan (default: every physical NIC).
+    #[arg(value_name = "IFACE")]
+    pub interfaces: Vec<String>,
+    /// Keep interrupts off the CPUs this config's pools reserve with `cpus`.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub machine: MachineArgs,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ScaleArgs {
+    /// Static page only, short runs: finishes in under two minutes on a 2-core machine.
+    #[arg(long)]
+    pub quick: bool,
+    /// Folder for results.json, report.md, chart.svg and report.html.
+    #[arg(short, long, value_name = "DIR", default_value = "scale-report")]
+    pub out: PathBuf,
+    /// Workloads, in order: static, dynamic, cpu.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub workloads: Option<Vec<String>>,
+    /// Configurations: hosting, garden, default.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub configs: Option<Vec<String>>,
+    /// CPUs for the load generator (default: the machine's last unit).
+    #[arg(long, value_name = "LIST")]
+    pub load_cpus: Option<String>,
+    /// Use at most this many units for the server.
+    #[arg(long, value_name = "N")]
+    pub max_units: Option<usize>,
+    /// Measured time per run.
+    #[arg(short, long, value_name = "DURATION")]
+    pub duration: Option<String>,
+    /// Warm-up per run.
+    #[arg(long, value_name = "DURATION")]
+    pub warmup: Option<String>,
+    /// Load generator connections.
+    #[arg(short, long, value_name = "N")]
+    pub connections: Option<usize>,
+    /// Also run the isolation experiment (a saturated pool beside a masked one).
+    #[arg(long)]
+    pub isolation: bool,
+    /// Measure a server started by hand elsewhere (base URL; repeat for hosting's sites)
+    /// instead of starting one here; the results join the report in --out.
+    #[arg(long, value_name = "URL", requires_all = ["configuration", "units", "server_cpus"])]
+    pub target: Vec<String>,
+    /// With --target: the configuration that server runs (hosting, garden, default).
+    #[arg(long, value_name = "NAME")]
+    pub configuration: Option<String>,
+    /// With --target: the step, in units the server was given.
+    #[arg(long, value_name = "N")]
+    pub units: Option<usize>,
+    /// With --target: how many CPUs the server had at this step.
+    #[arg(long, value_name = "N")]
+    pub server_cpus: Option<usize>,
+    /// With --target: what a unit is (node, l3, core).
+    #[arg(long, value_name = "KIND", default_value = "node")]
+    pub unit_kind: String,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum BenchAction {
+    /// Merge results (JSON from --json) of runs started together on several machines.
+    Merge {
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}

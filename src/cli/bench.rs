@@ -1,0 +1,237 @@
+//! `espalier bench` and `espalier scale`: measuring, from the command line.
+//!
+//! Owns: turning flags into [`crate::bench::BenchOptions`] and [`crate::scale::ScaleOptions`],
+//! and printing results. Must not touch: load generation itself.
+
+use super::{BenchAction, BenchArgs, MachineArgs, ScaleArgs};
+
+fn duration_arg(flag: &str, text: &str) -> Result<std::time::Duration, String> {
+    crate::units::parse_duration(text).map_err(|e| format!("{flag}: {e}"))
+}
+
+/// Builds bench options from the command line.
+pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String> {
+    use crate::bench::{BenchOptions, Target};
+    let weights: Vec<u32> = match &a.weights {
+        None => vec![1; a.urls.len()],
+        Some(w) => {
+            let w: Vec<u32> = w
+                .split(',')
+                .map(|x| x.trim().parse::<u32>())
+                .collect::<Result<_, _>>()
+                .map_err(|_| format!("--weights `{w}`: write whole numbers like 3,1"))?;
+            if w.len() != a.urls.len() || w.contains(&0) {
+                return Err(format!(
+                    "--weights: give one weight above 0 per URL ({} URLs)",
+                    a.urls.len()
+                ));
+            }
+            w
+        }
+    };
+    let targets = a
+        .urls
+        .iter()
+        .zip(weights)
+        .map(|(u, w)| Target::parse(u, w))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut o = BenchOptions::new(targets);
+    if a.connections == 0 || a.threads == 0 || a.pipeline == 0 {
+        return Err("-c, -t and --pipeline must be at least 1".into());
+    }
+    o.connections = a.connections;
+    o.threads = a.threads;
+    o.cpus = a
+        .cpus
+        .as_deref()
+        .map(|c| crate::cpuset::CpuSet::parse(c).map_err(|e| format!("--cpus: {e}")))
+        .transpose()?;
+    o.requests = a.requests;
+    o.duration = duration_arg("--duration", &a.duration)?;
+    o.warmup = duration_arg("--warmup", &a.warmup)?;
+    o.cooldown = duration_arg("--cooldown", &a.cooldown)?;
+    o.timeout = duration_arg("--timeout", &a.timeout)?;
+    o.keepalive = !a.no_keepalive;
+    o.pipeline = a.pipeline;
+    if let Some(r) = a.rate {
+        if !(r.is_finite() && r > 0.0) {
+            return Err("--rate must be a number of requests per second above 0".into());
+        }
+        if a.pipeline > 1 {
+            return Err(
+                "--rate sends one request at a time per connection; drop --pipeline".into(),
+            );
+        }
+    }
+    o.rate = a.rate;
+    o.method = a.method.clone();
+    for h in &a.headers {
+        let (n, v) = h
+            .split_once(':')
+            .ok_or_else(|| format!("--header `{h}`: write it as `Name: value`"))?;
+        o.headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    o.body = a.body.clone().unwrap_or_default().into_bytes();
+    o.progress = !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    Ok(o)
+}
+
+pub(super) fn bench(a: BenchArgs) -> Result<i32, String> {
+    use crate::bench::result::{BenchJson, BenchResult};
+    if let Some(BenchAction::Merge { files, json }) = &a.action {
+        let mut total: Option<BenchResult> = None;
+        for f in files {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let j: BenchJson = serde_json::from_str(&text).map_err(|e| {
+                format!(
+                    "{}: not a result of `espalier bench --json`: {e}",
+                    f.display()
+                )
+            })?;
+            let r = BenchResult::from_json(&j).map_err(|e| format!("{}: {e}", f.display()))?;
+            match &mut total {
+                None => total = Some(r),
+                Some(t) => t.merge(&r),
+            }
+        }
+        let total = total.expect("at least one file");
+        if *json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&total.to_json()).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{}", total.render());
+        }
+        return Ok(0);
+    }
+    let opts = bench_options(&a)?;
+    match &a.sweep {
+        None => {
+            let r = crate::bench::run(&opts)?;
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&r.to_json()).map_err(|e| e.to_string())?
+                );
+            } else {
+                print!("{}", r.render());
+            }
+        }
+        Some(sweep) => {
+            let steps = crate::bench::parse_sweep(sweep)?;
+            let mut rows = Vec::new();
+            if !a.json {
+                println!(
+                    "{:>11} {:>12} {:>10} {:>10} {:>10} {:>8}",
+                    "connections", "requests/s", "p50 ms", "p99 ms", "max ms", "errors"
+                );
+            }
+            for c in steps {
+                let mut o = opts.clone();
+                o.connections = c;
+                let r = crate::bench::run(&o)?;
+                let l = r.latency();
+                if !a.json {
+                    println!(
+                        "{:>11} {:>12.1} {:>10.3} {:>10.3} {:>10.3} {:>8}",
+                        c,
+                        r.rps(),
+                        l.p50,
+                        l.p99,
+                        l.max,
+                        r.errors.total()
+                    );
+                }
+                let mut v = serde_json::to_value(r.to_json()).map_err(|e| e.to_string())?;
+                v["connections"] = c.into();
+                rows.push(v);
+            }
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "steps": rows }))
+                        .map_err(|e| e.to_string())?
+                );
+            }
+        }
+    }
+    Ok(0)
+}
+
+pub(super) fn scale(a: ScaleArgs) -> Result<i32, String> {
+    use crate::scale::plan::{Configuration, Workload};
+    use crate::scale::{self, ScaleOptions};
+    let mut o = if a.quick {
+        ScaleOptions::quick(a.out.clone())
+    } else {
+        ScaleOptions::full(a.out.clone())
+    };
+    if let Some(w) = &a.workloads {
+        o.workloads = w
+            .iter()
+            .map(|x| {
+                Workload::parse(x)
+                    .ok_or_else(|| format!("--workloads: `{x}` is not static, dynamic or cpu"))
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(c) = &a.configs {
+        o.configurations = c
+            .iter()
+            .map(|x| {
+                Configuration::parse(x)
+                    .ok_or_else(|| format!("--configs: `{x}` is not hosting, garden or default"))
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    o.load_cpus = a
+        .load_cpus
+        .as_deref()
+        .map(|c| crate::cpuset::CpuSet::parse(c).map_err(|e| format!("--load-cpus: {e}")))
+        .transpose()?;
+    o.max_units = a.max_units;
+    if let Some(d) = &a.duration {
+        o.duration = duration_arg("--duration", d)?;
+    }
+    if let Some(d) = &a.warmup {
+        o.warmup = duration_arg("--warmup", d)?;
+    }
+    if let Some(c) = a.connections {
+        o.connections = c.max(1);
+    }
+    o.isolation = a.isolation;
+    let t = MachineArgs::default().read()?;
+    if a.target.is_empty() {
+        scale::run(&o, &t)?;
+    } else {
+        let step = scale::TargetStep {
+            targets: a.target.clone(),
+            configuration: a
+                .configuration
+                .as_deref()
+                .and_then(Configuration::parse)
+                .ok_or("--configuration: give hosting, garden or default")?,
+            unit_kind: crate::scale::plan::UnitKind::parse(&a.unit_kind)
+                .ok_or("--unit-kind: give node, l3 or core")?,
+            units: a
+                .units
+                .filter(|&u| u > 0)
+                .ok_or("--units: give the step's number of units, 1 or more")?,
+            server_cpus: a
+                .server_cpus
+                .filter(|&c| c > 0)
+                .ok_or("--server-cpus: give the server's CPU count, 1 or more")?,
+        };
+        scale::run_target(&o, &step, &t)?;
+    }
+    println!(
+        "{}",
+        std::fs::read_to_string(o.out.join("report.md")).map_err(|e| e.to_string())?
+    );
+    eprintln!(
+        "scale: wrote {}/results.json, report.md, chart.svg and report.html",
+        o.out.display()
+    );
+    Ok(0)
+}

@@ -1,0 +1,136 @@
+//! `espalier topology`, `check`, `nic` and `doctor`: the machine and a config, inspected.
+//!
+//! Owns: printing what the library modules found. Must not touch: the findings themselves.
+
+use super::{MachineArgs, NicAction};
+use crate::config::Config;
+use crate::placement;
+use crate::topology::render;
+use std::path::{Path, PathBuf};
+
+/// `espalier topology`: the machine as a table or JSON.
+pub(super) fn topology(machine: &MachineArgs, json: bool) -> Result<i32, String> {
+    let t = machine.read()?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&t).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", render::table(&t));
+    }
+    Ok(0)
+}
+
+/// `espalier check`: a config validated and planned, without running it.
+pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String> {
+    let t = machine.read()?;
+    let c = Config::load(config, &t).map_err(|e| e.to_string())?;
+    let plan =
+        placement::plan(&t, &c.pools, &[]).map_err(|e| format!("{}: {e}", config.display()))?;
+    println!(
+        "{}: ok — {} pool(s), {} site(s), {} worker(s) planned",
+        config.display(),
+        c.pools.len(),
+        c.sites.len(),
+        plan.workers.len()
+    );
+    Ok(0)
+}
+
+pub(super) fn nic(action: NicAction) -> Result<i32, String> {
+    let (args, apply, dry_run) = match &action {
+        NicAction::Plan(a) => (a, false, true),
+        NicAction::Apply { nic, dry_run } => (nic, true, *dry_run),
+    };
+    let t = args.machine.read()?;
+    let reserved = match &args.config {
+        Some(path) => {
+            let c = Config::load(path, &t).map_err(|e| e.to_string())?;
+            c.pools
+                .iter()
+                .filter_map(|p| p.cpus.clone())
+                .fold(crate::cpuset::CpuSet::new(), |a, m| a.union(&m))
+        }
+        None => crate::cpuset::CpuSet::new(),
+    };
+    let plans = crate::nic::plan(&t, &args.interfaces, &reserved)?;
+    let (sysfs, procfs) = args.machine.roots();
+    let irqbalance = crate::nic::irqbalance_running(&procfs);
+    if irqbalance {
+        eprintln!("espalier: warning: irqbalance is running and will move these interrupts again; stop it (systemctl disable --now irqbalance) before applying");
+    }
+    if !apply {
+        if args.json {
+            let v = serde_json::json!({ "nics": plans, "irqbalance_running": irqbalance });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{}", crate::nic::render(&plans));
+        }
+        return Ok(0);
+    }
+    let changes = crate::nic::changes(&plans, &sysfs, &procfs);
+    let applied = crate::nic::apply(&changes, dry_run);
+    let failed = applied.iter().filter(|a| a.error.is_some()).count();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "dry_run": dry_run, "changes": applied })
+            )
+            .map_err(|e| e.to_string())?
+        );
+    } else {
+        for a in &applied {
+            match &a.error {
+                None => println!(
+                    "{}{}: {} -> {}    # undo: {}",
+                    if dry_run { "would set " } else { "" },
+                    a.path.display(),
+                    a.old,
+                    a.new,
+                    a.undo
+                ),
+                Some(e) => println!("FAILED {}: {e}", a.path.display()),
+            }
+        }
+        if applied.is_empty() {
+            println!("nothing to change");
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} of {} change(s) failed (see FAILED above; writing /proc/irq and queue masks needs root)", applied.len()));
+    }
+    Ok(0)
+}
+
+pub(super) fn doctor(
+    config: Option<PathBuf>,
+    machine: MachineArgs,
+    json: bool,
+) -> Result<i32, String> {
+    let t = machine.read()?;
+    let c = config
+        .as_ref()
+        .map(|p| Config::load(p, &t).map_err(|e| e.to_string()))
+        .transpose()?;
+    let (sysfs, procfs) = machine.roots();
+    let inputs = crate::doctor::read_inputs(&sysfs, &procfs);
+    let findings = crate::doctor::check(&inputs, &t, c.as_ref());
+    let warn = findings
+        .iter()
+        .any(|f| f.status == crate::doctor::Status::Warn);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "ok": !warn, "findings": findings }))
+                .map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{}", crate::doctor::render(&findings));
+    }
+    Ok(if warn { 1 } else { 0 })
+}

@@ -1,0 +1,52 @@
+//! `espalier serve`: the config it runs (a file, or the built-in default) and the plan, printed
+//! with `--dry-run` or handed to the master.
+//!
+//! Owns: the default configuration's arguments. Must not touch: serving (see
+//! [`crate::server`]).
+
+use super::ServeArgs;
+use crate::config::Config;
+use crate::placement;
+use crate::topology::Topology;
+use std::path::PathBuf;
+
+/// The config `serve` runs: the file, or the built-in default.
+pub fn serve_config(args: &ServeArgs, t: &Topology) -> Result<Config, String> {
+    match &args.config {
+        Some(path) => Config::load(path, t).map_err(|e| e.to_string()),
+        None => {
+            let listen = args
+                .listen
+                .unwrap_or_else(|| "127.0.0.1:8080".parse().expect("valid address"));
+            let root = match &args.root {
+                Some(r) if !r.is_dir() => {
+                    return Err(format!(
+                        "--root {}: no such folder; give a folder to serve",
+                        r.display()
+                    ))
+                }
+                Some(r) => Some(r.clone()),
+                None => Some(PathBuf::from("www")).filter(|p| p.is_dir()),
+            };
+            Ok(Config::builtin(listen, root))
+        }
+    }
+}
+
+pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
+    let t = args.machine.read()?;
+    let config = serve_config(&args, &t)?;
+    let plan = placement::plan(&t, &config.pools, &[]).map_err(|e| e.to_string())?;
+    if args.dry_run {
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&plan).map_err(|e| e.to_string())?
+            );
+        } else {
+            print!("{}", placement::render(&plan));
+        }
+        return Ok(0);
+    }
+    crate::server::master::run(&config, &t, &plan)
+}

@@ -1,0 +1,314 @@
+//! The typed configuration: every setting of `[server]`, `[[pool]]` and `[[site]]`, with the
+//! defaults the README documents (IIS's, where IIS has one).
+//!
+//! Owns: the settings' types and defaults. Must not touch: how TOML becomes them (see
+//! [`super::validate`]).
+
+use crate::cpuset::CpuSet;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How many worker processes a pool runs (IIS `maxProcesses`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Processes {
+    /// One per NUMA node (or L3 domain with `unit = "l3"`) that has CPUs in the pool's `cpus`;
+    /// written `"auto"` or `0`, like IIS's `maxProcesses = 0`.
+    Auto,
+    Count(u32),
+}
+
+/// How a worker's home node is chosen (IIS `numaNodeAssignment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// IIS 8's default: the first worker on the node with the most free memory, the following
+    /// ones round-robin in node order from there.
+    MostFreeMemory,
+    /// The OS-scheduling analogue: next node in order, continuing across all pools.
+    RoundRobin,
+    /// No home node: every worker may use all of the pool's CPUs.
+    None,
+}
+
+/// How strictly a worker keeps to its home node (IIS `numaNodeAffinityMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Affinity {
+    /// Starts on its home node; may be widened to other nodes when its home is saturated.
+    Soft,
+    /// Never leaves its home node's CPUs.
+    Hard,
+}
+
+/// The unit a worker is placed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Node,
+    /// An L3 cache domain: several per node on modern CPUs.
+    L3,
+}
+
+/// The NUMA memory policy applied to a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemoryPolicy {
+    /// `MPOL_BIND` to the home node: memory never comes from elsewhere (may fail under
+    /// memory pressure instead of going remote). The default for hard affinity.
+    Bind,
+    /// `MPOL_PREFERRED` for the home node: local when possible, remote rather than fail. The
+    /// default for soft affinity, whose threads may run elsewhere anyway.
+    Preferred,
+    /// Leave the kernel's default (local to whichever CPU allocates).
+    Default,
+}
+
+/// What a pool's sites do when the pool is stopped (IIS `loadBalancerCapabilities`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadBalancer {
+    /// Answer `503 Service Unavailable` (IIS `HttpLevel`).
+    Http,
+    /// Reset connections (IIS `TcpLevel`), so a load balancer in front fails over.
+    Tcp,
+}
+
+/// Periodic recycling of a pool's workers (IIS `periodicRestart`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recycle {
+    /// After this many requests per worker; `None` = never (IIS default 0).
+    pub requests: Option<u64>,
+    /// After this much uptime; IIS's default is 29 hours (`1740` minutes). `None` = never.
+    pub interval: Option<Duration>,
+    /// At these local times of day (`"03:00"`, or with seconds `"03:00:30"`), as seconds
+    /// since midnight.
+    pub schedule: Vec<u32>,
+    /// When a worker's resident memory exceeds this many bytes. `None` = never.
+    pub memory: Option<u64>,
+    /// Start the replacement before stopping the old worker (IIS `disallowOverlappingRotation
+    /// = false`, the default).
+    pub overlap: bool,
+}
+
+/// Rapid-fail protection (IIS `failure.rapidFailProtection`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RapidFail {
+    pub enabled: bool,
+    /// IIS default: 5 crashes …
+    pub max_crashes: u32,
+    /// … within 5 minutes.
+    pub interval: Duration,
+}
+
+/// One application pool: a group of workers and how they are placed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolSpec {
+    pub name: String,
+    /// Default 1, as IIS; `"auto"`/`0` = one per node.
+    pub processes: Processes,
+    pub placement: Placement,
+    pub affinity: Affinity,
+    pub unit: Unit,
+    /// The CPUs the pool may use (IIS `smpProcessorAffinityMask`); default all online CPUs.
+    pub cpus: Option<CpuSet>,
+    pub memory_policy: MemoryPolicy,
+    /// Cap on the pool's CPU use, as a fraction of one CPU (`"50%"` = half of one CPU,
+    /// `"200%"` = two CPUs), summed over all of its workers.
+    pub cpu_limit: Option<f64>,
+    pub load_balancer: LoadBalancer,
+    /// IIS `startupTimeLimit`, default 90 s.
+    pub startup_time_limit: Duration,
+    /// IIS `shutdownTimeLimit`, default 90 s.
+    pub shutdown_time_limit: Duration,
+    /// IIS `pingInterval`, default 30 s.
+    pub ping_interval: Duration,
+    /// IIS `pingResponseTime`, default 90 s.
+    pub ping_response_time: Duration,
+    pub recycle: Recycle,
+    pub rapid_fail: RapidFail,
+}
+
+/// The request handlers a site's application can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandlerKind {
+    /// Files under the site's `root` (or the built-in welcome page when it has none).
+    Static,
+    /// The case study's "simple dynamic page", built per request.
+    Dynamic,
+    /// CPU-heavy work (audio synthesis and encoding), like the web-gardening seed's service.
+    Cpu,
+}
+
+impl HandlerKind {
+    pub const NAMES: &'static str = "\"static\", \"dynamic\" or \"cpu\"";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HandlerKind::Static => "static",
+            HandlerKind::Dynamic => "dynamic",
+            HandlerKind::Cpu => "cpu",
+        }
+    }
+}
+
+/// An application: a URL path prefix served by one pool with one handler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppSpec {
+    pub path: String,
+    pub pool: String,
+    pub handler: HandlerKind,
+}
+
+/// Where a site listens: `http://IP:PORT[:HOST]`, IIS's `protocol://ip:port:host`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Binding {
+    pub addr: SocketAddr,
+    /// Host header this binding answers; `None` answers any.
+    pub host: Option<String>,
+}
+
+impl fmt::Display for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}", self.addr)?;
+        if let Some(h) = &self.host {
+            write!(f, ":{h}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteSpec {
+    pub name: String,
+    pub bindings: Vec<Binding>,
+    /// Document root, resolved against the config file's folder; `None` = built-in page.
+    pub root: Option<PathBuf>,
+    /// Index files tried for a directory, in order. Default `["index.html"]`.
+    pub index: Vec<String>,
+    /// Serve symlinks that lead outside `root`. Default false.
+    pub follow_symlinks: bool,
+    pub apps: Vec<AppSpec>,
+}
+
+impl SiteSpec {
+    /// The pool serving this site (validation guarantees all its apps share one).
+    pub fn pool(&self) -> &str {
+        &self.apps[0].pool
+    }
+}
+
+/// Per-connection protocol limits (`[server.limits]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Longest request line; longer → 414… we answer 431/400 as documented. Default 8 KiB.
+    pub max_request_line: usize,
+    /// All request headers together; larger → 431. Default 16 KiB.
+    pub max_header_size: usize,
+    /// Number of header fields; more → 431. Default 100.
+    pub max_headers: usize,
+    /// Request body; larger → 413. Default 1 MiB.
+    pub max_body_size: u64,
+    /// Time to receive a whole request head; slower → 408. Default 10 s.
+    pub header_timeout: Duration,
+    /// Time to receive a request body; slower → 408. Default 30 s.
+    pub body_timeout: Duration,
+    /// Idle keep-alive connections are closed after this. Default 75 s (nginx's).
+    pub keepalive_timeout: Duration,
+    /// Open connections per worker; more → 503 and close. Default 16384.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_line: 8 << 10,
+            max_header_size: 16 << 10,
+            max_headers: 100,
+            max_body_size: 1 << 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(75),
+            max_connections: 16384,
+        }
+    }
+}
+
+/// How a new connection picks the worker thread that accepts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steering {
+    /// The thread on the CPU that received the connection (or on its node): a BPF program on
+    /// each reuseport group.
+    Cpu,
+    /// The kernel's reuseport hash of the connection's addresses.
+    Hash,
+}
+
+/// `[server]`: settings of the master and all workers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSettings {
+    /// Admin endpoint for status and metrics. Default 127.0.0.1:9180.
+    pub admin: SocketAddr,
+    /// Add `X-Espalier-Worker: <pool>/<index>/cpu<N>` to responses. Default false.
+    pub worker_header: bool,
+    /// Default `cpu`.
+    pub steering: Steering,
+    /// Listen backlog per socket. Default 1024 (capped by `net.core.somaxconn`).
+    pub backlog: u32,
+    /// How long in-flight requests may run after SIGTERM. Default 10 s.
+    pub shutdown_timeout: Duration,
+    pub limits: Limits,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            admin: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9180),
+            worker_header: false,
+            steering: Steering::Cpu,
+            backlog: 1024,
+            shutdown_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A whole, validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from; `None` for the built-in default.
+    pub source: Option<PathBuf>,
+    pub server: ServerSettings,
+    pub pools: Vec<PoolSpec>,
+    pub sites: Vec<SiteSpec>,
+}
+
+impl PoolSpec {
+    /// A pool with every default, named `name`.
+    pub fn with_defaults(name: &str) -> Self {
+        PoolSpec {
+            name: name.to_string(),
+            processes: Processes::Count(1),
+            placement: Placement::MostFreeMemory,
+            affinity: Affinity::Soft,
+            unit: Unit::Node,
+            cpus: None,
+            memory_policy: MemoryPolicy::Preferred,
+            cpu_limit: None,
+            load_balancer: LoadBalancer::Http,
+            startup_time_limit: Duration::from_secs(90),
+            shutdown_time_limit: Duration::from_secs(90),
+            ping_interval: Duration::from_secs(30),
+            ping_response_time: Duration::from_secs(90),
+            recycle: Recycle {
+                requests: None,
+                interval: None,
+                schedule: Vec::new(),
+                memory: None,
+                overlap: true,
+            },
+            rapid_fail: RapidFail {
+                enabled: true,
+                max_crashes: 5,
+                interval: Duration::from_secs(300),
+            },
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Validation: the raw TOML turned into the typed [`Config`], every error collected with its
+//! line and key (the user fixes a file in one pass, not one error per run).
+//!
+//! Owns: what is valid and the fix each error suggests. The validator's core, `[server]`
+//! and cross-checks are here; pools in [`pool`], sites in [`site`].
+//! Must not touch: defaults (see [`super::model`]) or placement.
+
+mod pool;
+mod site;
+
+use super::locate::{path_to_string, Locator, Seg};
+use super::raw::{self, RawConfig, Scalar};
+use super::*;
+use crate::topology::Topology;
+use crate::units::{parse_duration, parse_size};
+use std::path::Path;
+use std::time::Duration;
+
+/// Collects every error while turning raw values into typed ones.
+pub(super) struct Validator {
+    pub(super) file: String,
+    pub(super) locator: Locator,
+    pub(super) errors: Vec<ConfigError>,
+}
+
+impl Validator {
+    fn err(&mut self, path: &[Seg], message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.clone(),
+            line: self.locator.line(path),
+            key: path_to_string(path),
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, path: &[Seg], v: Option<Scalar>, default: Duration) -> Duration {
+        match v {
+            None => default,
+            Some(Scalar::Int(n)) if n >= 0 => Duration::from_secs(n as u64),
+            Some(Scalar::Text(t)) => parse_duration(&t).unwrap_or_else(|m| {
+                self.err(path, m);
+                default
+            }),
+            Some(other) => {
+                self.err(
+                    path,
+                    format!("{other:?} is not a duration; write it like \"30s\" or \"5m\""),
+                );
+                default
+            }
+        }
+    }
+
+    fn size(&mut self, path: &[Seg], v: Option<Scalar>, default: u64) -> u64 {
+        match v {
+            None => default,
+            Some(Scalar::Int(n)) if n >= 0 => n as u64,
+            Some(Scalar::Text(t)) => parse_size(&t).unwrap_or_else(|m| {
+                self.err(path, m);
+                default
+            }),
+            Some(other) => {
+                self.err(
+                    path,
+                    format!("{other:?} is not a size; write it like \"16KiB\" or \"2GiB\""),
+                );
+                default
+            }
+        }
+    }
+
+    /// A duration that must not be zero: a zero timeout would close every connection at once.
+    fn nonzero_duration(&mut self, path: &[Seg], v: Option<Scalar>, default: Duration) -> Duration {
+        let d = self.duration(path, v, default);
+        if d.is_zero() {
+            self.err(
+                path,
+                "must be above 0 (a zero timeout closes every connection at once); remove the key for the default",
+            );
+            return default;
+        }
+        d
+    }
+
+    fn positive(&mut self, path: &[Seg], v: Option<i64>, default: u64) -> u64 {
+        match v {
+            None => default,
+            Some(n) if n > 0 => n as u64,
+            Some(n) => {
+                self.err(path, format!("{n} must be a whole number above 0"));
+                default
+            }
+        }
+    }
+
+    fn choice<T: Copy>(
+        &mut self,
+        path: &[Seg],
+        v: Option<String>,
+        default: T,
+        options: &[(&str, T)],
+    ) -> T {
+        let Some(text) = v else { return default };
+        match options.iter().find(|(n, _)| *n == text) {
+            Some((_, t)) => *t,
+            None => {
+                let names: Vec<String> = options.iter().map(|(n, _)| format!("\"{n}\"")).collect();
+                self.err(path, format!("`{text}` is not one of {}", names.join(", ")));
+                default
+            }
+        }
+    }
+
+    pub(super) fn config(&mut self, raw: RawConfig, base: &Path, topo: &Topology) -> Config {
+        let server = self.server(raw.server.unwrap_or_default());
+        let mut pools: Vec<PoolSpec> = Vec::new();
+        for (i, rp) in raw.pool.into_iter().enumerate() {
+            let pool = self.pool(i, rp, topo);
+            if pools.iter().any(|p| p.name == pool.name) {
+                self.err(
+                    &[Seg::Key("pool"), Seg::Index(i), Seg::Key("name")],
+                    format!(
+                        "a pool named `{}` is already defined; give each pool its own name",
+                        pool.name
+                    ),
+                );
+            }
+            pools.push(pool);
+        }
+        let mut sites: Vec<SiteSpec> = Vec::new();
+        for (i, rs) in raw.site.into_iter().enumerate() {
+            let site = self.site(i, rs, base, &pools);
+            if sites.iter().any(|s| s.name == site.name) {
+                self.err(
+                    &[Seg::Key("site"), Seg::Index(i), Seg::Key("name")],
+                    format!(
+                        "a site named `{}` is already defined; give each site its own name",
+                        site.name
+                    ),
+                );
+            }
+            sites.push(site);
+        }
+        self.check_bindings(&sites);
+        if sites.is_empty() {
+            self.err(
+                &[Seg::Key("site")],
+                "the config defines no [[site]]; add one with `bindings` and a `[[site.app]]`",
+            );
+        }
+        Config {
+            source: None,
+            server,
+            pools,
+            sites,
+        }
+    }
+
+    fn server(&mut self, raw: raw::RawServer) -> ServerSettings {
+        let d = ServerSettings::default();
+        let admin = match raw.admin {
+            None => d.admin,
+            Some(a) => a.parse().unwrap_or_else(|_| {
+                self.err(
+                    &[Seg::Key("server"), Seg::Key("admin")],
+                    format!("`{a}` is not an address; write it like \"127.0.0.1:9180\""),
+                );
+                d.admin
+            }),
+        };
+        let backlog = self.positive(
+            &[Seg::Key("server"), Seg::Key("backlog")],
+            raw.backlog,
+            d.backlog as u64,
+        );
+        let backlog = u32::try_from(backlog).unwrap_or(u32::MAX);
+        let shutdown_timeout = self.duration(
+            &[Seg::Key("server"), Seg::Key("shutdown_timeout")],
+            raw.shutdown_timeout,
+            d.shutdown_timeout,
+        );
+        let l = raw.limits.unwrap_or_default();
+        let dl = Limits::default();
+        let p = |k: &'static str| [Seg::Key("server"), Seg::Key("limits"), Seg::Key(k)];
+        let limits = Limits {
+            max_request_line: self.size(
+                &p("max_request_line"),
+                l.max_request_line,
+                dl.max_request_line as u64,
+            ) as usize,
+            max_header_size: self.size(
+                &p("max_header_size"),
+                l.max_header_size,
+                dl.max_header_size as u64,
+            ) as usize,
+            max_headers: self.positive(&p("max_headers"), l.max_headers, dl.max_headers as u64)
+                as usize,
+            max_body_size: self.size(&p("max_body_size"), l.max_body_size, dl.max_body_size),
+            header_timeout: self.nonzero_duration(
+                &p("header_timeout"),
+                l.header_timeout,
+                dl.header_timeout,
+            ),
+            body_timeout: self.nonzero_duration(
+                &p("body_timeout"),
+                l.body_timeout,
+                dl.body_timeout,
+            ),
+            keepalive_timeout: self.nonzero_duration(
+                &p("keepalive_timeout"),
+                l.keepalive_timeout,
+                dl.keepalive_timeout,
+            ),
+            max_connections: self.positive(
+                &p("max_connections"),
+                l.max_connections,
+                dl.max_connections as u64,
+            ) as usize,
+        };
+        if limits.max_headers > crate::http::MAX_HEADERS {
+            self.err(
+                &p("max_headers"),
+                format!(
+                    "{} is more than the HTTP engine can hold; use at most {}",
+                    limits.max_headers,
+                    crate::http::MAX_HEADERS
+                ),
+            );
+        }
+        if limits.max_request_line > limits.max_header_size {
+            self.err(&p("max_request_line"), "is larger than server.limits.max_header_size, which includes the request line; raise max_header_size");
+        }
+        let steering = self.choice(
+            &[Seg::Key("server"), Seg::Key("steering")],
+            raw.steering,
+            d.steering,
+            &[("cpu", Steering::Cpu), ("hash", Steering::Hash)],
+        );
+        ServerSettings {
+            admin,
+            worker_header: raw.worker_header.unwrap_or(d.worker_header),
+            steering,
+            backlog,
+            shutdown_timeout,
+            limits,
+        }
+    }
+}
+
+pub(super) fn scalar_text(s: &Scalar) -> String {
+    match s {
+        Scalar::Int(n) => n.to_string(),
+        Scalar::Float(f) => f.to_string(),
+        Scalar::Text(t) => format!("`{t}`"),
+        Scalar::Bool(b) => b.to_string(),
+    }
+}

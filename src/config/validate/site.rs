@@ -1,0 +1,180 @@
+//! Validation of a `[[site]]` and its `[[site.app]]`s: bindings, root, apps and their pools,
+//! and addresses shared between sites.
+//!
+//! Owns: the site keys' rules. Must not touch: pools beyond looking their names up.
+
+use super::super::locate::Seg;
+use super::super::raw;
+use super::super::*;
+use super::Validator;
+use std::path::Path;
+
+impl Validator {
+    pub(super) fn site(
+        &mut self,
+        i: usize,
+        raw: raw::RawSite,
+        base: &Path,
+        pools: &[PoolSpec],
+    ) -> SiteSpec {
+        let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
+        let name = raw.name.unwrap_or_else(|| format!("site{i}"));
+        let mut bindings = Vec::new();
+        if raw.bindings.is_empty() {
+            self.err(
+                &at("bindings"),
+                "the site has no bindings; add bindings = [\"http://127.0.0.1:8080\"]",
+            );
+        }
+        for (k, b) in raw.bindings.iter().enumerate() {
+            match parse_binding(b) {
+                Ok(binding) => bindings.push(binding),
+                Err(m) => self.err(
+                    &[
+                        Seg::Key("site"),
+                        Seg::Index(i),
+                        Seg::Key("bindings"),
+                        Seg::Index(k),
+                    ],
+                    m,
+                ),
+            }
+        }
+        let root = raw.root.map(|r| {
+            let p = PathBuf::from(&r);
+            if p.is_absolute() {
+                p
+            } else {
+                base.join(p)
+            }
+        });
+        if let Some(dir) = &root {
+            let at = [Seg::Key("site"), Seg::Index(i), Seg::Key("root")];
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => self.err(&at, format!("{} is a file, not a directory; name the directory that holds the site's files", dir.display())),
+                Err(e) => self.err(&at, format!("{} cannot be used ({e}); create it, or fix the path (relative paths are from the config file's directory)", dir.display())),
+            }
+        }
+        let mut apps = Vec::new();
+        if raw.app.is_empty() {
+            self.err(&[Seg::Key("site"), Seg::Index(i)], format!("site `{name}` has no [[site.app]]; add one with path = \"/\" and pool = \"...\""));
+        }
+        for (k, ra) in raw.app.into_iter().enumerate() {
+            let ap = |key: &'static str| {
+                [
+                    Seg::Key("site"),
+                    Seg::Index(i),
+                    Seg::Key("app"),
+                    Seg::Index(k),
+                    Seg::Key(key),
+                ]
+            };
+            let path = ra.path.unwrap_or_else(|| "/".into());
+            if !path.starts_with('/') {
+                self.err(&ap("path"), format!("`{path}` must start with `/`"));
+            }
+            let pool = match ra.pool {
+                Some(p) => p,
+                None if pools.len() == 1 => pools[0].name.clone(),
+                None => {
+                    self.err(
+                        &[
+                            Seg::Key("site"),
+                            Seg::Index(i),
+                            Seg::Key("app"),
+                            Seg::Index(k),
+                        ],
+                        "this app names no `pool`; add pool = \"...\"",
+                    );
+                    String::new()
+                }
+            };
+            if !pool.is_empty() && !pools.iter().any(|p| p.name == pool) {
+                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+                let hint = if names.is_empty() {
+                    "define a [[pool]] with that name".to_string()
+                } else {
+                    format!("use one of: {}", names.join(", "))
+                };
+                self.err(&ap("pool"), format!("no pool is named `{pool}`; {hint}"));
+            }
+            let handler = self.choice(
+                &ap("handler"),
+                ra.handler,
+                HandlerKind::Static,
+                &[
+                    ("static", HandlerKind::Static),
+                    ("dynamic", HandlerKind::Dynamic),
+                    ("cpu", HandlerKind::Cpu),
+                ],
+            );
+            if apps.iter().any(|a: &AppSpec| a.path == path) {
+                self.err(
+                    &ap("path"),
+                    format!("site `{name}` already has an app at `{path}`"),
+                );
+            }
+            apps.push(AppSpec {
+                path,
+                pool,
+                handler,
+            });
+        }
+        // Path routing across pools needs a dispatcher in front of the workers (DESIGN.md:
+        // "a later step"); until then one site is served by one pool.
+        if let Some(other) = apps.iter().find(|a| a.pool != apps[0].pool) {
+            let msg = format!(
+                "site `{name}` sends apps to pools `{}` and `{}`; one site is served by one pool — give the other pool its own [[site]] on its own port",
+                apps[0].pool, other.pool
+            );
+            self.err(&[Seg::Key("site"), Seg::Index(i), Seg::Key("app")], msg);
+        }
+        SiteSpec {
+            name,
+            bindings,
+            root,
+            index: raw.index.unwrap_or_else(|| vec!["index.html".into()]),
+            follow_symlinks: raw.follow_symlinks.unwrap_or(false),
+            apps,
+        }
+    }
+
+    /// One address may be bound by several sites only with different host names, and only
+    /// when the same pool serves them (its workers route by `Host`).
+    pub(super) fn check_bindings(&mut self, sites: &[SiteSpec]) {
+        for (i, s) in sites.iter().enumerate() {
+            for (k, b) in s.bindings.iter().enumerate() {
+                let path = [
+                    Seg::Key("site"),
+                    Seg::Index(i),
+                    Seg::Key("bindings"),
+                    Seg::Index(k),
+                ];
+                let earlier = sites[..=i].iter().enumerate().flat_map(|(j, t)| {
+                    let upto = if j == i { k } else { t.bindings.len() };
+                    t.bindings[..upto].iter().map(move |c| (t, c))
+                });
+                for (t, c) in earlier.collect::<Vec<_>>() {
+                    if c.addr.port() != b.addr.port() {
+                        continue;
+                    }
+                    let same_addr = c.addr == b.addr
+                        || c.addr.ip().is_unspecified()
+                        || b.addr.ip().is_unspecified();
+                    if !same_addr {
+                        continue;
+                    }
+                    if c.host == b.host {
+                        self.err(&path, format!("duplicate binding: `{b}` is already bound by site `{}`; remove one or give it a host name", t.name));
+                    } else if !s.apps.is_empty() && !t.apps.is_empty() && t.pool() != s.pool() {
+                        self.err(&path, format!(
+                            "`{b}` shares port {} with site `{}` but is served by another pool; give it its own port (routing one port to several pools is not supported yet)",
+                            b.addr.port(), t.name
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The master↔worker control protocol: one line of text per message on the socket pair each
+//! worker inherits. The master sends `ping`; a worker sends `ready`, `error`, `pong` and
+//! `stuck`.
+//!
+//! Owns: the messages and their one spelling (written with [`Message::line`], read with
+//! [`Message::parse`]). Must not touch: what either side does about a message.
+//!
+//! Why lines of text rather than a binary format: an operator can read them with `strace`,
+//! and there are a handful a second at most.
+
+/// One control message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// Master → worker: report your figures (also the health check).
+    Ping,
+    /// Worker → master: every engine thread is serving.
+    Ready { pid: u32 },
+    /// Worker → master: it cannot start, and why (its last words).
+    Error(String),
+    /// Worker → master: every engine thread is turning; requests served and connection tasks
+    /// that panicked, over the worker's life.
+    Pong { requests: u64, panics: u64 },
+    /// Worker → master: these engine threads (`cpuN,…`) have not turned lately; not a pong.
+    Stuck(String),
+}
+
+impl Message {
+    /// The message as one line, newline included.
+    pub fn line(&self) -> String {
+        match self {
+            Message::Ping => "ping\n".into(),
+            Message::Ready { pid } => format!("ready {pid}\n"),
+            // A newline inside would end the message early.
+            Message::Error(why) => format!("error {}\n", why.replace('\n', " ")),
+            Message::Pong { requests, panics } => format!("pong {requests} {panics}\n"),
+            Message::Stuck(threads) => format!("stuck {threads}\n"),
+        }
+    }
+
+    /// Reads one line (with or without its newline); `None` for anything else.
+    pub fn parse(line: &str) -> Option<Message> {
+        let line = line.trim_end();
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        Some(match word {
+            "ping" => Message::Ping,
+            "ready" => Message::Ready {
+                pid: rest.parse().unwrap_or(0),
+            },
+            "error" => Message::Error(rest.to_string()),
+            "pong" => {
+                let mut n = rest.split(' ').map(|n| n.parse().unwrap_or(0));
+                Message::Pong {
+                    requests: n.next().unwrap_or(0),
+                    panics: n.next().unwrap_or(0),
+                }
+            }
+            "stuck" => Message::Stuck(rest.to_string()),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Message;
+
+    #[test]
+    fn every_message_reads_back_as_written() {
+        for m in [
+            Message::Ping,
+            Message::Ready { pid: 42 },
+            Message::Error("cannot pin thread to CPUs 3: EINVAL".into()),
+            Message::Pong {
+                requests: 123456,
+                panics: 2,
+            },
+            Message::Stuck("cpu0,cpu3".into()),
+        ] {
+            assert_eq!(Message::parse(&m.line()), Some(m));
+        }
+        assert_eq!(
+            Message::parse(&Message::Error("two\nlines".into()).line()),
+            Some(Message::Error("two lines".into()))
+        );
+        assert_eq!(Message::parse("hello"), None);
+        assert_eq!(Message::parse(""), None);
+    }
+}

@@ -1,0 +1,183 @@
+//! The listener sockets: one reuseport group per pool and address, one socket per worker
+//! thread in (node, CPU) order, with the CPU-steering program attached.
+//!
+//! Owns: opening, growing and arming listener groups, and the message when a port cannot be
+//! had. The master keeps every socket for its whole life (like HTTP.sys request queues: a
+//! worker that dies leaves its sockets open in the master, so new connections queue instead
+//! of being refused). Must not touch: workers (the supervisor hands them the sockets) or
+//! requests.
+
+use super::log;
+use super::steering;
+use crate::config::{Config, SiteSpec, Steering};
+use crate::handlers::GroupRoutes;
+use crate::os;
+use crate::placement::Plan;
+use crate::topology::Topology;
+use socket2::Socket;
+use std::net::SocketAddr;
+
+/// One reuseport group: every thread of a pool listening on one address.
+pub struct ListenerGroup {
+    pub(super) pool: String,
+    pub(super) addr: SocketAddr,
+    pub(super) routes: GroupRoutes,
+    /// Sockets in group order; `owners[i]` = (worker index in the plan, thread index).
+    pub(super) sockets: Vec<Socket>,
+    pub(super) owners: Vec<(usize, usize)>,
+}
+
+/// The listener groups a config wants: one per pool and address, with the sites it routes to
+/// by host (site indices among the pool's own sites).
+pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
+    let mut groups: Vec<ListenerGroup> = Vec::new();
+    for pool in &config.pools {
+        let pool_sites: Vec<(usize, &SiteSpec)> = config
+            .sites
+            .iter()
+            .filter(|s| s.pool() == pool.name)
+            .enumerate()
+            .collect();
+        for (site_idx, site) in &pool_sites {
+            for b in &site.bindings {
+                match groups
+                    .iter_mut()
+                    .find(|g| g.pool == pool.name && g.addr == b.addr)
+                {
+                    Some(g) => g.routes.push((b.host.clone(), *site_idx)),
+                    None => groups.push(ListenerGroup {
+                        pool: pool.name.clone(),
+                        addr: b.addr,
+                        routes: vec![(b.host.clone(), *site_idx)],
+                        sockets: Vec::new(),
+                        owners: Vec::new(),
+                    }),
+                }
+            }
+        }
+    }
+    groups
+}
+
+/// The threads that own a group's sockets, in socket order: (worker index in the plan,
+/// thread index, CPU).
+pub(super) type SocketOwners = Vec<(usize, usize, u32)>;
+
+/// The threads that own a pool's sockets on one address, in (node, CPU) order.
+pub(super) fn group_owners(pool: &str, topology: &Topology, plan: &Plan) -> SocketOwners {
+    let mut owners: SocketOwners = Vec::new();
+    for (w, worker) in plan
+        .workers
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.pool == pool)
+    {
+        for (t, cpu) in worker.cpus.iter().enumerate() {
+            owners.push((w, t, cpu));
+        }
+    }
+    owners.sort_by_key(|&(w, t, cpu)| {
+        (
+            steering::socket_order_key(cpu, |c| topology.node_of_cpu(c)),
+            w,
+            t,
+        )
+    });
+    owners
+}
+
+/// Opens the sockets a group lacks to have `wanted` of them. The group itself is not changed,
+/// so a failure (port taken, no descriptors) leaves it as it was: the caller adds them.
+pub(super) fn open_missing(
+    g: &ListenerGroup,
+    wanted: usize,
+    config: &Config,
+    file: &str,
+) -> Result<Vec<Socket>, String> {
+    (g.sockets.len()..wanted)
+        .map(|_| {
+            os::net::reuseport_listener(g.addr, config.server.backlog)
+                .map_err(|e| bind_error(site_of(config, g.addr), g.addr, &e, file))
+        })
+        .collect()
+}
+
+/// Records which thread owns each socket and attaches the steering program. Nothing here can
+/// fail in a way that changes what is served: returns whether the program could be attached.
+pub(super) fn arm_group(
+    g: &mut ListenerGroup,
+    owners: &[(usize, usize, u32)],
+    config: &Config,
+    topology: &Topology,
+) -> bool {
+    g.owners = owners.iter().map(|&(w, t, _)| (w, t)).collect();
+    if config.server.steering == Steering::Hash {
+        return true;
+    }
+    // Sockets beyond the threads (a reload that shrank the pool) are never chosen.
+    let thread_cpus: Vec<u32> = owners.iter().map(|&(_, _, cpu)| cpu).collect();
+    let table = steering::steering_table(&thread_cpus, &topology.online_cpus(), |c| {
+        topology.node_of_cpu(c)
+    });
+    let prog = steering::steering_program(&table, thread_cpus.len() as u32);
+    g.sockets
+        .first()
+        .is_none_or(|first| os::net::attach_reuseport_cbpf(first, &prog).is_ok())
+}
+
+/// Gives a new group one socket per thread of its pool's planned workers and arms it.
+/// Returns whether the steering program could be attached.
+pub(super) fn fill_group(
+    g: &mut ListenerGroup,
+    config: &Config,
+    topology: &Topology,
+    plan: &Plan,
+    file: &str,
+) -> Result<bool, String> {
+    let owners = group_owners(&g.pool, topology, plan);
+    let sockets = open_missing(g, owners.len(), config, file)?;
+    g.sockets.extend(sockets);
+    Ok(arm_group(g, &owners, config, topology))
+}
+
+/// The name of the (first) site bound to `addr`, for messages about that address.
+pub(super) fn site_of(config: &Config, addr: SocketAddr) -> &str {
+    config
+        .sites
+        .iter()
+        .find(|s| s.bindings.iter().any(|b| b.addr == addr))
+        .map_or("?", |s| s.name.as_str())
+}
+
+/// Opens every listener group, in (node, CPU) order, and attaches the steering programs.
+pub(super) fn open_listeners(
+    config: &Config,
+    topology: &Topology,
+    plan: &Plan,
+    file: &str,
+) -> Result<Vec<ListenerGroup>, String> {
+    let mut groups = wanted_groups(config);
+    let mut steering_failed = false;
+    for g in &mut groups {
+        // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
+        // silently join another server's group.
+        if let Err(e) = std::net::TcpListener::bind(g.addr) {
+            return Err(bind_error(site_of(config, g.addr), g.addr, &e, file));
+        }
+        if !fill_group(g, config, topology, plan, file)? && !steering_failed {
+            log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
+            steering_failed = true;
+        }
+    }
+    Ok(groups)
+}
+
+pub(super) fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file: &str) -> String {
+    let fix = match e.raw_os_error() {
+        Some(libc::EADDRINUSE) => "another program holds it: stop it or change the port in `bindings`".to_string(),
+        Some(libc::EACCES) => "ports below 1024 need root or CAP_NET_BIND_SERVICE: run as root or use a port ≥ 1024 in `bindings`".to_string(),
+        Some(libc::EADDRNOTAVAIL) => "no interface has that address: use 127.0.0.1, 0.0.0.0 or one of this machine's addresses".to_string(),
+        _ => "check `bindings`".to_string(),
+    };
+    format!("{file}: site `{site}`: cannot listen on http://{addr}: {e}; {fix}")
+}

@@ -1,0 +1,130 @@
+//! Starting worker processes: the spec each worker is handed (its placement, its inherited
+//! sockets, its sites), and the fork/exec that applies the placement before the new program
+//! runs.
+//!
+//! Owns: turning a plan and the listener groups into [`WorkerSpec`]s, and spawning one.
+//! Must not touch: when a worker starts or stops (the supervisor decides) or the sockets'
+//! life (the listener groups own them).
+
+use super::listeners::ListenerGroup;
+use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
+use crate::config::{Affinity, Config, SiteSpec};
+use crate::os;
+use crate::placement::Plan;
+use std::os::fd::{AsRawFd, RawFd};
+use std::process::Command;
+
+pub(super) fn worker_specs(
+    config: &Config,
+    plan: &Plan,
+    groups: &[ListenerGroup],
+) -> Vec<WorkerSpec> {
+    plan.workers
+        .iter()
+        .enumerate()
+        .map(|(w, worker)| {
+            let pool = config
+                .pool(&worker.pool)
+                .expect("plan names configured pools");
+            let sites: Vec<SiteSpec> = config
+                .sites
+                .iter()
+                .filter(|s| s.pool() == pool.name)
+                .cloned()
+                .collect();
+            let my_groups: Vec<usize> = (0..groups.len())
+                .filter(|&g| groups[g].pool == pool.name)
+                .collect();
+            let threads = worker
+                .cpus
+                .iter()
+                .enumerate()
+                .map(|(t, cpu)| ThreadSpec {
+                    cpu,
+                    listeners: my_groups
+                        .iter()
+                        .enumerate()
+                        .map(|(local_g, &g)| {
+                            let i = groups[g]
+                                .owners
+                                .iter()
+                                .position(|&o| o == (w, t))
+                                .expect("every thread has a socket");
+                            (groups[g].sockets[i].as_raw_fd(), local_g)
+                        })
+                        .collect(),
+                })
+                .collect();
+            WorkerSpec {
+                pool: pool.name.clone(),
+                index: worker.index,
+                node: worker.node,
+                hard: worker.affinity == Affinity::Hard,
+                cpus: worker.cpus.as_slice().to_vec(),
+                memory_policy: worker.memory_policy,
+                memory_nodes: worker.memory_nodes.clone(),
+                control_fd: -1,
+                threads,
+                groups: my_groups
+                    .iter()
+                    .map(|&g| groups[g].routes.clone())
+                    .collect(),
+                sites,
+                limits: config.server.limits.clone(),
+                worker_header: config.server.worker_header,
+                // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
+                // server is bounded by [server] shutdown_timeout in the master.
+                shutdown_timeout: pool.shutdown_time_limit,
+                cgroups: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+/// Starts a worker process with its sockets and spec; returns its pid and control socket.
+/// `fail_at_start` asks the worker to fail right after starting, and `allocate_mib` to allocate
+/// that much at start (fault injection for tests).
+pub(super) fn spawn_worker(
+    mut spec: WorkerSpec,
+    fail_at_start: bool,
+    allocate_mib: Option<u64>,
+) -> Result<(u32, tokio::net::UnixStream), String> {
+    let (master_end, worker_end) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    spec.control_fd = worker_end.as_raw_fd();
+    let mut fds: Vec<RawFd> = spec
+        .threads
+        .iter()
+        .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd))
+        .collect();
+    fds.push(worker_end.as_raw_fd());
+    let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("worker").env(ENV_VAR, json);
+    if fail_at_start {
+        cmd.env(super::worker::FAIL_AT_START_VAR, &spec.pool);
+    } else {
+        cmd.env_remove(super::worker::FAIL_AT_START_VAR);
+    }
+    match allocate_mib {
+        Some(mib) => cmd.env(super::worker::ALLOCATE_VAR, mib.to_string()),
+        None => cmd.env_remove(super::worker::ALLOCATE_VAR),
+    };
+    // The worker's placement, applied before exec as well as by the worker itself, so that the
+    // pages touched while the new program starts come from its node too.
+    let policy = os::numa::PreparedMemPolicy::new(spec.memory_mode(), &spec.memory_nodes);
+    let affinity = os::numa::PreparedAffinity::new(&crate::cpuset::CpuSet::from_ids(
+        spec.cpus.iter().copied(),
+    ))
+    .ok();
+    let child = os::process::spawn_placed(&mut cmd, fds, policy, affinity)
+        .map_err(|e| format!("cannot start worker {}: {e}", spec.name()))?;
+    drop(worker_end);
+    master_end
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    let control = tokio::net::UnixStream::from_std(master_end).map_err(|e| e.to_string())?;
+    Ok((child.id(), control))
+}

@@ -1,0 +1,216 @@
+//! The running server's status, as one typed value: what `GET /status` serves as JSON, what
+//! `GET /metrics` renders for Prometheus, and what `espalier status` reads back and prints.
+//!
+//! Owns: the status types (Serialize and Deserialize, so the CLI reads fields, not string
+//! keys) and the metric names. Must not touch: pool state (the supervisor fills these in).
+
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Status {
+    pub pools: Vec<PoolStatus>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolState {
+    Running,
+    /// By rapid-fail protection or by command: its sites get 503 or a reset.
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkerState {
+    Running,
+    /// Started, not ready yet.
+    Starting,
+    /// Exited; a new process is due (crash backoff, or a recycle without overlap).
+    Restarting,
+    /// Its pool is stopped.
+    Stopped,
+}
+
+impl PoolState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolState::Running => "running",
+            PoolState::Stopped => "stopped",
+        }
+    }
+}
+
+impl WorkerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Running => "running",
+            WorkerState::Starting => "starting",
+            WorkerState::Restarting => "restarting",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PoolStatus {
+    pub name: String,
+    pub state: PoolState,
+    /// The cap, as a fraction of one CPU.
+    pub cpu_limit: Option<f64>,
+    /// The CPU-capped control group, when the cap is applied.
+    pub cgroup: Option<String>,
+    /// CPU time used by the pool's group so far (the cgroup's own accounting).
+    pub cpu_used_s: Option<f64>,
+    pub stopped_because: Option<String>,
+    pub workers: Vec<WorkerStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkerStatus {
+    pub index: u32,
+    pub pid: Option<u32>,
+    pub node: Option<u32>,
+    pub cpus: Vec<u32>,
+    pub state: WorkerState,
+    pub started_unix: Option<u64>,
+    pub uptime_s: Option<f64>,
+    pub requests: u64,
+    /// Connection tasks that panicked and were closed (each one a bug worth reporting).
+    #[serde(default)]
+    pub connection_panics: u64,
+    pub resident_bytes: Option<u64>,
+    pub recycles: u32,
+    pub restarts: u32,
+    pub last_exit: Option<String>,
+    /// Old processes of this slot still finishing their requests.
+    pub draining: Vec<u32>,
+    /// Soft affinity: the nodes the worker may use besides its home, now.
+    pub widened_to: Vec<u32>,
+}
+
+/// A worker metric: name, help, and how to read it off a worker.
+type WorkerMetric = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&WorkerStatus) -> u64,
+);
+
+/// Every per-worker metric family: one row each.
+const WORKER_METRICS: &[WorkerMetric] = &[
+    (
+        "espalier_worker_up",
+        "gauge",
+        "1 when the worker is running and ready",
+        |w| u64::from(w.state == WorkerState::Running),
+    ),
+    (
+        "espalier_worker_requests_total",
+        "counter",
+        "requests served by the worker process now in the slot",
+        |w| w.requests,
+    ),
+    (
+        "espalier_worker_connection_panics_total",
+        "counter",
+        "connections closed because their task panicked (a bug: please report it)",
+        |w| w.connection_panics,
+    ),
+    (
+        "espalier_worker_resident_bytes",
+        "gauge",
+        "resident memory of the worker",
+        |w| w.resident_bytes.unwrap_or(0),
+    ),
+    (
+        "espalier_worker_restarts_total",
+        "counter",
+        "crash restarts of the slot",
+        |w| u64::from(w.restarts),
+    ),
+    (
+        "espalier_worker_recycles_total",
+        "counter",
+        "recycles of the slot",
+        |w| u64::from(w.recycles),
+    ),
+];
+
+impl Status {
+    /// The Prometheus text exposition of the status.
+    pub fn metrics(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP espalier_pool_running 1 when the pool runs, 0 when stopped\n# TYPE espalier_pool_running gauge"
+        );
+        for p in &self.pools {
+            let _ = writeln!(
+                out,
+                "espalier_pool_running{{pool=\"{}\"}} {}",
+                p.name,
+                u8::from(p.state == PoolState::Running)
+            );
+        }
+        for (name, kind, help, value) in WORKER_METRICS {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for p in &self.pools {
+                for w in &p.workers {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{pool=\"{}\",index=\"{}\"}} {}",
+                        p.name,
+                        w.index,
+                        value(w)
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_reads_back_what_it_writes_and_renders_metrics() {
+        let s = Status {
+            pools: vec![PoolStatus {
+                name: "web".into(),
+                state: PoolState::Running,
+                cpu_limit: None,
+                cgroup: None,
+                cpu_used_s: None,
+                stopped_because: None,
+                workers: vec![WorkerStatus {
+                    index: 0,
+                    pid: Some(42),
+                    node: Some(0),
+                    cpus: vec![0, 1],
+                    state: WorkerState::Running,
+                    started_unix: Some(1),
+                    uptime_s: Some(2.0),
+                    requests: 7,
+                    connection_panics: 0,
+                    resident_bytes: Some(4096),
+                    recycles: 1,
+                    restarts: 2,
+                    last_exit: None,
+                    draining: vec![],
+                    widened_to: vec![],
+                }],
+            }],
+        };
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"state\":\"running\""));
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), s);
+        let m = s.metrics();
+        assert!(m.contains("espalier_pool_running{pool=\"web\"} 1"));
+        assert!(m.contains("espalier_worker_requests_total{pool=\"web\",index=\"0\"} 7"));
+        assert!(m.contains("espalier_worker_restarts_total{pool=\"web\",index=\"0\"} 2"));
+        assert_eq!(m.matches("# TYPE").count(), 1 + WORKER_METRICS.len());
+    }
+}

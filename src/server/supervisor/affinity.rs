@@ -1,0 +1,82 @@
+//! Soft affinity, applied: once a second the per-node load from `/proc/stat`, and each
+//! soft-affinity worker widened to idle nodes or narrowed back home as
+//! [`crate::server::soft::decide`] says.
+//!
+//! Owns: sampling and applying. Must not touch: the decision's thresholds (they are pure, in
+//! [`crate::server::soft`]).
+
+use super::Supervisor;
+use crate::os;
+use crate::server::log;
+use std::time::{Duration, Instant};
+
+impl Supervisor {
+    /// Once a second: per-node load, and soft-affinity workers widened or narrowed.
+    pub(super) fn soft_affinity(&mut self, now: Instant) {
+        if now.duration_since(self.load_sample.0) < Duration::from_secs(1) || self.nodes.len() < 2 {
+            return;
+        }
+        let sample = crate::server::soft::parse_proc_stat(&os::process::proc_stat());
+        let nodes = self.nodes.clone();
+        let node_of = |cpu: u32| nodes.iter().find(|(_, c)| c.contains(cpu)).map(|(n, _)| *n);
+        let load = crate::server::soft::node_load(&self.load_sample.1, &sample, node_of);
+        self.load_sample = (now, sample);
+        for slot in &mut self.slots {
+            let pool = &self.pools[slot.pool];
+            let (Some(home), Some(p)) = (slot.spec.node, slot.current.as_ref().filter(|p| p.ready))
+            else {
+                continue;
+            };
+            if slot.spec.hard || pool.stopped.is_some() {
+                continue;
+            }
+            let allowed = pool
+                .spec
+                .cpus
+                .clone()
+                .unwrap_or_else(|| self.online.clone());
+            let candidates: Vec<u32> = nodes
+                .iter()
+                .filter(|(_, c)| !c.intersection(&allowed).is_empty())
+                .map(|(n, _)| *n)
+                .collect();
+            let own = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
+            let (cpus, what) = match crate::server::soft::decide(
+                &mut slot.soft,
+                home,
+                &load,
+                &candidates,
+            ) {
+                crate::server::soft::Decision::Keep => continue,
+                crate::server::soft::Decision::Widen(to) => {
+                    let extra = nodes
+                        .iter()
+                        .filter(|(n, _)| to.contains(n))
+                        .fold(crate::cpuset::CpuSet::new(), |a, (_, c)| {
+                            a.union(&c.intersection(&allowed))
+                        });
+                    (own.union(&extra), format!("widened to nodes {to:?}: node {home} is saturated and they have idle cycles"))
+                }
+                crate::server::soft::Decision::Narrow => {
+                    (own, format!("narrowed back to node {home}"))
+                }
+            };
+            match os::numa::set_process_affinity(p.pid, &cpus) {
+                Ok(()) => log(
+                    "master",
+                    format!(
+                        "worker {} (soft affinity) {what}: cpus {cpus}",
+                        slot.spec.name()
+                    ),
+                ),
+                Err(e) => log(
+                    "master",
+                    format!(
+                        "worker {}: cannot change its CPUs to {cpus}: {e}",
+                        slot.spec.name()
+                    ),
+                ),
+            }
+        }
+    }
+}

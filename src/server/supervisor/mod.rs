@@ -1,0 +1,444 @@
+//! The pool supervisor: the master's event loop after start-up — IIS's WAS keeping application
+//! pools alive without an operator.
+//!
+//! Owns: the loop itself — start-up (every worker started and ready, or `serve` fails with
+//! the reason), signals (SIGCHLD reaps, SIGHUP reloads, SIGTERM/SIGINT stop gracefully), the
+//! tick (respawns, readiness and ping deadlines, recycling by limits, soft affinity), and
+//! events from workers and the admin endpoint. The rest lives beside it:
+//! - [`slots`]: a slot's processes — start, ready, recycle, reap, crash restart, rapid-fail;
+//! - [`pools`]: stopping and starting pools, admin commands, the status report;
+//! - [`reload`]: applying a changed config, transactionally;
+//! - [`cgroups`]: CPU caps and cpusets;
+//! - [`affinity`]: soft affinity, applied.
+//!
+//! Decisions come from [`super::lifecycle`] and [`super::soft`]; syscalls from [`crate::os`].
+//! Must not touch: requests (it answers none except a stopped pool's 503) or the listeners'
+//! sockets beyond accepting on copies of them while a pool is stopped.
+
+mod affinity;
+mod cgroups;
+mod pools;
+mod reload;
+mod slots;
+
+use super::admin::{AdminCommand, AdminReply};
+use super::control::Message;
+use super::lifecycle;
+use super::listeners::ListenerGroup;
+use super::log;
+use super::spec::WorkerSpec;
+use crate::config::Config;
+use crate::os;
+use slots::{PoolRt, Proc, Slot};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// How often stats pings go out (pings also count as the health check).
+const STATS_PING: Duration = Duration::from_secs(1);
+
+/// What the supervisor's loop reacts to besides signals and its tick. Worker processes are
+/// named by generation (unique for the master's life), not by slot: a reload adds and removes
+/// slots.
+pub(super) enum Event {
+    /// A control message from a worker.
+    Worker {
+        generation: u64,
+        message: Message,
+    },
+    Admin(AdminCommand, oneshot::Sender<AdminReply>),
+}
+
+impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {
+    fn from((cmd, reply): (AdminCommand, oneshot::Sender<AdminReply>)) -> Self {
+        Event::Admin(cmd, reply)
+    }
+}
+
+struct Supervisor {
+    /// The configuration running now (replaced by a reload).
+    config: Config,
+    topology: crate::topology::Topology,
+    groups: Vec<ListenerGroup>,
+    /// Workers of a reloaded or removed pool: they serve until the pool's new workers are all
+    /// ready (or at once, for a removed pool), then drain.
+    retiring: Vec<(String, Proc)>,
+    /// Each node's online CPUs, for soft affinity.
+    nodes: Vec<(u32, crate::cpuset::CpuSet)>,
+    online: crate::cpuset::CpuSet,
+    /// The last `/proc/stat` sample and when it was taken.
+    load_sample: (Instant, Vec<(u32, u64, u64)>),
+    cgroups: Option<os::cgroup::Hierarchy>,
+    /// Per-worker cpusets of hard-affinity pools, removed at exit.
+    cpusets: Vec<os::cgroup::Group>,
+    slots: Vec<Slot>,
+    pools: Vec<PoolRt>,
+    events: mpsc::UnboundedSender<Event>,
+    next_generation: u64,
+    last_second_of_day: u32,
+}
+
+pub(super) async fn run(
+    config: &Config,
+    topology: &crate::topology::Topology,
+    groups: Vec<ListenerGroup>,
+    specs: Vec<WorkerSpec>,
+) -> Result<i32, String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut sigchld = signal(SignalKind::child()).map_err(|e| e.to_string())?;
+    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let pools: Vec<PoolRt> = config
+        .pools
+        .iter()
+        .map(|p| {
+            // Fault injection for tests, from the master's environment (`POOL:N`).
+            let injected = |var: &str| -> Option<u64> {
+                std::env::var(var)
+                    .ok()?
+                    .split_once(':')
+                    .filter(|(pool, _)| *pool == p.name)?
+                    .1
+                    .parse()
+                    .ok()
+            };
+            PoolRt {
+                allocate_mib: injected("ESPALIER_ALLOCATE_AT_START"),
+                fail_starts: injected("ESPALIER_FAIL_AT_START").unwrap_or(0) as u32,
+                ..PoolRt::new(p.clone())
+            }
+        })
+        .collect();
+    let slots: Vec<Slot> = specs
+        .into_iter()
+        .map(|spec| {
+            let pool = config
+                .pools
+                .iter()
+                .position(|p| p.name == spec.pool)
+                .expect("spec of a configured pool");
+            Slot::new(spec, pool)
+        })
+        .collect();
+    let mut sv = Supervisor {
+        config: config.clone(),
+        topology: topology.clone(),
+        retiring: Vec::new(),
+        groups,
+        nodes: topology
+            .nodes
+            .iter()
+            .filter(|n| !n.cpus.is_empty())
+            .map(|n| (n.id, n.cpus.clone()))
+            .collect(),
+        online: topology.online_cpus(),
+        load_sample: (
+            Instant::now(),
+            super::soft::parse_proc_stat(&os::process::proc_stat()),
+        ),
+        cgroups: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
+        cpusets: Vec::new(),
+        slots,
+        pools,
+        events: tx.clone(),
+        next_generation: 1,
+        last_second_of_day: os::process::local_second_of_day(),
+    };
+
+    for g in &sv.groups {
+        let hosts: Vec<String> = g
+            .routes
+            .iter()
+            .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
+            .collect();
+        log(
+            "master",
+            format!(
+                "listening on http://{} for pool {} ({} sockets, hosts {})",
+                g.addr,
+                g.pool,
+                g.sockets.len(),
+                hosts.join(",")
+            ),
+        );
+    }
+    sv.make_cgroups();
+    // Start every worker, then wait until each is ready or has failed.
+    for i in 0..sv.slots.len() {
+        if let Err(e) = sv.start(i, false) {
+            sv.stop_everything(Duration::from_secs(1)).await;
+            return Err(e);
+        }
+    }
+    let startup = config
+        .pools
+        .iter()
+        .map(|p| p.startup_time_limit)
+        .max()
+        .unwrap_or(Duration::from_secs(90));
+    let deadline = tokio::time::Instant::now() + startup;
+    while sv
+        .slots
+        .iter()
+        .any(|s| s.current.as_ref().is_some_and(|p| !p.ready))
+    {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = tokio::time::sleep_until(deadline) => None,
+        };
+        match ev {
+            Some(Event::Worker {
+                generation,
+                message: Message::Ready { .. },
+            }) => sv.on_ready(generation),
+            Some(Event::Worker {
+                generation,
+                message: Message::Error(why),
+            }) => {
+                let name = sv
+                    .slot_of(generation)
+                    .map_or("?".to_string(), |i| sv.slots[i].spec.name());
+                sv.stop_everything(Duration::from_secs(2)).await;
+                return Err(format!("worker {name} could not start: {why}"));
+            }
+            Some(Event::Admin(_, reply)) => {
+                let _ = reply.send(AdminReply::Done {
+                    status: 503,
+                    message: "starting".into(),
+                });
+            }
+            Some(Event::Worker { .. }) => {}
+            None => {
+                let late: Vec<String> = sv
+                    .slots
+                    .iter()
+                    .filter(|s| s.current.as_ref().is_some_and(|p| !p.ready))
+                    .map(|s| s.spec.name())
+                    .collect();
+                sv.stop_everything(Duration::from_secs(2)).await;
+                return Err(format!(
+                    "worker(s) {} did not report ready within {}s (startup_time_limit)",
+                    late.join(", "),
+                    startup.as_secs()
+                ));
+            }
+        }
+    }
+    super::admin::start(config, tx.clone());
+    log(
+        "master",
+        format!(
+            "{} worker(s) serving; SIGTERM or Ctrl-C stops them gracefully",
+            sv.slots.len()
+        ),
+    );
+
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => sv.on_event(ev),
+            _ = sigchld.recv() => sv.reap(),
+            _ = tick.tick() => sv.on_tick(),
+            _ = sighup.recv() => {
+                let _ = sv.reload_logged();
+            }
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+        }
+    }
+    log(
+        "master",
+        format!(
+            "stopping: in-flight requests have {}s to finish (a second signal stops at once)",
+            config.server.shutdown_timeout.as_secs()
+        ),
+    );
+    for s in &mut sv.slots {
+        s.respawn_at = None;
+        s.restart_after_exit = false;
+    }
+    sv.signal_all(libc::SIGTERM);
+    let deadline =
+        tokio::time::Instant::now() + config.server.shutdown_timeout + Duration::from_secs(1);
+    while sv.any_alive() {
+        tokio::select! {
+            _ = sigchld.recv() => sv.reap(),
+            _ = tokio::time::sleep(Duration::from_millis(50)) => sv.reap(),
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = tokio::time::sleep_until(deadline) => break,
+        }
+    }
+    sv.stop_everything(Duration::from_millis(300)).await;
+    sv.remove_cgroups();
+    log("master", "stopped");
+    Ok(0)
+}
+
+impl Supervisor {
+    /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them.
+    async fn stop_everything(&mut self, grace: Duration) {
+        for s in &mut self.slots {
+            s.respawn_at = None;
+            s.restart_after_exit = false;
+        }
+        self.signal_all(libc::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while self.any_alive() && Instant::now() < deadline {
+            self.reap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if self.any_alive() {
+            for p in self.procs() {
+                log(
+                    "master",
+                    format!("worker pid {} did not stop in time: killed", p.pid),
+                );
+            }
+            self.signal_all(libc::SIGKILL);
+            for _ in 0..50 {
+                self.reap();
+                if !self.any_alive() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Worker {
+                generation,
+                message,
+            } => self.on_message(generation, message),
+            Event::Admin(cmd, reply) => {
+                let answer = self.admin(cmd);
+                let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// A control message from the worker process of `generation`.
+    fn on_message(&mut self, generation: u64, message: Message) {
+        match message {
+            Message::Ready { .. } => self.on_ready(generation),
+            Message::Error(why) => {
+                let Some(slot) = self.slot_of(generation) else {
+                    return;
+                };
+                let s = &mut self.slots[slot];
+                if s.current
+                    .iter()
+                    .chain(s.replacing.iter())
+                    .any(|p| p.generation == generation)
+                {
+                    log(
+                        "master",
+                        format!("worker {} failed to start: {why}", s.spec.name()),
+                    );
+                    s.last_exit = Some(why);
+                }
+            }
+            Message::Pong { requests, panics } => {
+                if let Some((name, p)) = self.proc_of(generation) {
+                    if p.stuck {
+                        log(
+                            "master",
+                            format!("worker {name} (pid {}) is turning again", p.pid),
+                        );
+                    }
+                    p.requests = requests;
+                    p.panics = panics;
+                    p.last_pong = Instant::now();
+                    p.stuck = false;
+                }
+            }
+            Message::Stuck(threads) => {
+                // Not a pong: `ping_response_time` replaces the worker if this goes on.
+                if let Some((name, p)) = self.proc_of(generation) {
+                    if !p.stuck {
+                        log("master", format!("worker {name} (pid {}): engine thread(s) {threads} have not turned for 2s; replacing it if this lasts ping_response_time", p.pid));
+                    }
+                    p.stuck = true;
+                }
+            }
+            Message::Ping => {}
+        }
+    }
+
+    fn on_tick(&mut self) {
+        let now = Instant::now();
+        self.retire_when_replaced();
+        self.enforce_shutdown_limits(now);
+        self.soft_affinity(now);
+        let second = os::process::local_second_of_day();
+        let crossed_window = (self.last_second_of_day, second);
+        self.last_second_of_day = second;
+        for i in 0..self.slots.len() {
+            let pool = &self.pools[self.slots[i].pool];
+            if pool.stopped.is_some() {
+                continue;
+            }
+            let (startup_limit, ping_response, recycle) = (
+                pool.spec.startup_time_limit,
+                pool.spec.ping_response_time,
+                pool.spec.recycle.clone(),
+            );
+            let ping_every = pool.spec.ping_interval.min(STATS_PING);
+            let slot = &mut self.slots[i];
+            if slot.respawn_at.is_some_and(|t| t <= now) && slot.current.is_none() {
+                slot.respawn_at = None;
+                if let Err(e) = self.start(i, false) {
+                    log("master", format!("{e}; trying again"));
+                    self.slots[i].respawn_at = Some(now + lifecycle::MAX_BACKOFF);
+                }
+                continue;
+            }
+            let Some(p) = slot.current.as_mut() else {
+                continue;
+            };
+            if !p.ready {
+                if now.duration_since(p.started) > startup_limit {
+                    log("master", format!("worker {} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", slot.spec.name(), p.pid, startup_limit.as_secs()));
+                    let _ = os::process::kill(p.pid, libc::SIGKILL);
+                }
+                continue;
+            }
+            // Pings: stats, and the health check.
+            if now.duration_since(p.last_pong) > ping_response.max(ping_every * 3) {
+                log("master", format!("worker {} (pid {}) missed its pings for {}s (ping_response_time): replacing it", slot.spec.name(), p.pid, ping_response.as_secs()));
+                let _ = os::process::kill(p.pid, libc::SIGKILL);
+                continue;
+            }
+            if now.duration_since(p.last_pong) >= ping_every {
+                let _ = p.control.try_write(Message::Ping.line().as_bytes());
+            }
+            if slot.replacing.is_none() && !slot.restart_after_exit {
+                let uptime = now.duration_since(p.started);
+                let crossed =
+                    lifecycle::crossed(&recycle.schedule, crossed_window.0, crossed_window.1);
+                let resident = if recycle.memory.is_some() {
+                    os::process::resident_bytes(p.pid)
+                } else {
+                    None
+                };
+                if let Some(why) =
+                    lifecycle::recycle_due(&recycle, uptime, p.requests, resident, crossed)
+                {
+                    log(
+                        "master",
+                        format!(
+                            "recycling worker {} (pid {}): {why}",
+                            slot.spec.name(),
+                            p.pid
+                        ),
+                    );
+                    self.recycle_slot(i);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Pools as a whole: stopping one (by rapid-fail protection or by command) and starting it
+//! again, the admin endpoint's commands, and the status report.
+//!
+//! Owns: what a stopped pool's sites get (a 503 with `Retry-After`, or a reset with
+//! `load_balancer = "tcp"`, answered by the master on copies of the pool's sockets) and the
+//! [`Status`] built from the supervisor's state. Must not touch: a slot's process state
+//! machine (see [`super::slots`]).
+
+use super::Supervisor;
+use crate::config::LoadBalancer;
+use crate::os;
+use crate::server::admin::{AdminCommand, AdminReply};
+use crate::server::log;
+use crate::server::status::{PoolState, PoolStatus, Status, WorkerState, WorkerStatus};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn done(status: u16, message: impl Into<String>) -> AdminReply {
+    AdminReply::Done {
+        status,
+        message: message.into(),
+    }
+}
+
+impl Supervisor {
+    pub(super) fn stop_pool(&mut self, name: &str, why: &str) {
+        let Some(p) = self.pools.iter().position(|p| p.spec.name == name) else {
+            return;
+        };
+        self.pools[p].stopped = Some(why.to_string());
+        for s in self.slots.iter_mut().filter(|s| s.pool == p) {
+            s.respawn_at = None;
+            s.restart_after_exit = false;
+            for proc_ in s.current.take().into_iter().chain(s.replacing.take()) {
+                let _ = os::process::kill(proc_.pid, libc::SIGTERM);
+                let mut proc_ = proc_;
+                proc_.stopping = true;
+                s.draining.push(proc_);
+            }
+        }
+        let lb = self.pools[p].spec.load_balancer;
+        let mut responders = Vec::new();
+        for g in self.groups.iter().filter(|g| g.pool == name) {
+            for socket in &g.sockets {
+                match socket
+                    .try_clone()
+                    .map(std::net::TcpListener::from)
+                    .and_then(tokio::net::TcpListener::from_std)
+                {
+                    Ok(l) => responders.push(tokio::spawn(answer_stopped(l, lb))),
+                    Err(e) => log(
+                        "master",
+                        format!("cannot answer for stopped pool {name} on {}: {e}", g.addr),
+                    ),
+                }
+            }
+        }
+        self.pools[p].responders = responders;
+        let answer = match lb {
+            LoadBalancer::Http => "answer 503 Service Unavailable",
+            LoadBalancer::Tcp => "reset connections (load_balancer = \"tcp\")",
+        };
+        log("master", format!("POOL {name} STOPPED by {why}: its sites {answer}; `espalier pool start {name}` brings it back"));
+    }
+
+    pub(super) fn start_pool(&mut self, name: &str) -> bool {
+        let Some(p) = self.pools.iter().position(|p| p.spec.name == name) else {
+            return false;
+        };
+        let pool = &mut self.pools[p];
+        if pool.stopped.take().is_none() {
+            return true;
+        }
+        for r in pool.responders.drain(..) {
+            r.abort();
+        }
+        pool.crashes.clear();
+        let now = Instant::now();
+        for s in self.slots.iter_mut().filter(|s| s.pool == p) {
+            s.young_deaths = 0;
+            s.respawn_at = Some(now);
+        }
+        log("master", format!("pool {name} started"));
+        true
+    }
+
+    pub(super) fn admin(&mut self, cmd: AdminCommand) -> AdminReply {
+        let known = |sv: &Self, name: &str| sv.pools.iter().any(|p| p.spec.name == name);
+        match cmd {
+            AdminCommand::Status => AdminReply::Status(Box::new(self.status())),
+            AdminCommand::Reload => match self.reload_logged() {
+                Ok(summary) => done(200, summary),
+                Err(message) => done(400, message),
+            },
+            AdminCommand::StopPool(name) if known(self, &name) => {
+                if self
+                    .pools
+                    .iter()
+                    .any(|p| p.spec.name == name && p.stopped.is_none())
+                {
+                    self.stop_pool(&name, "command");
+                }
+                done(200, format!("pool {name} stopped"))
+            }
+            AdminCommand::StartPool(name) if known(self, &name) => {
+                self.start_pool(&name);
+                done(200, format!("pool {name} starting"))
+            }
+            AdminCommand::Recycle(name) if known(self, &name) => {
+                if self
+                    .pools
+                    .iter()
+                    .any(|p| p.spec.name == name && p.stopped.is_some())
+                {
+                    return done(409, format!("pool {name} is stopped; start it first"));
+                }
+                let slots: Vec<usize> = (0..self.slots.len())
+                    .filter(|&i| self.pools[self.slots[i].pool].spec.name == name)
+                    .collect();
+                for i in &slots {
+                    log(
+                        "master",
+                        format!("recycling worker {} on request", self.slots[*i].spec.name()),
+                    );
+                    self.recycle_slot(*i);
+                }
+                done(
+                    200,
+                    format!("recycling {} worker(s) of pool {name}", slots.len()),
+                )
+            }
+            AdminCommand::StopPool(name)
+            | AdminCommand::StartPool(name)
+            | AdminCommand::Recycle(name) => {
+                let names: Vec<&str> = self.pools.iter().map(|p| p.spec.name.as_str()).collect();
+                done(
+                    404,
+                    format!("no pool is named `{name}` (pools: {})", names.join(", ")),
+                )
+            }
+        }
+    }
+
+    pub(super) fn status(&self) -> Status {
+        let now = Instant::now();
+        Status {
+            pools: self
+                .pools
+                .iter()
+                .enumerate()
+                .map(|(p, pool)| PoolStatus {
+                    name: pool.spec.name.clone(),
+                    cpu_limit: pool.spec.cpu_limit,
+                    cgroup: pool
+                        .cpu_group
+                        .as_ref()
+                        .map(|g| g.dirs[0].display().to_string()),
+                    cpu_used_s: pool
+                        .cpu_group
+                        .as_ref()
+                        .and_then(|g| g.usage_ns())
+                        .map(|ns| ns as f64 / 1e9),
+                    state: if pool.stopped.is_some() {
+                        PoolState::Stopped
+                    } else {
+                        PoolState::Running
+                    },
+                    stopped_because: pool.stopped.clone(),
+                    workers: self
+                        .slots
+                        .iter()
+                        .filter(|s| s.pool == p)
+                        .map(|s| {
+                            let cur = s.current.as_ref();
+                            WorkerStatus {
+                                index: s.spec.index,
+                                pid: cur.map(|c| c.pid),
+                                node: s.spec.node,
+                                cpus: s.spec.cpus.clone(),
+                                state: match (cur, s.respawn_at.is_some() || s.restart_after_exit) {
+                                    (Some(c), _) if c.ready => WorkerState::Running,
+                                    (Some(_), _) => WorkerState::Starting,
+                                    (None, true) => WorkerState::Restarting,
+                                    (None, false) => WorkerState::Stopped,
+                                },
+                                started_unix: cur.map(|c| c.started_unix),
+                                uptime_s: cur.map(|c| now.duration_since(c.started).as_secs_f64()),
+                                requests: cur.map_or(0, |c| c.requests),
+                                connection_panics: cur.map_or(0, |c| c.panics),
+                                resident_bytes: cur
+                                    .and_then(|c| os::process::resident_bytes(c.pid)),
+                                recycles: s.recycles,
+                                restarts: s.restarts,
+                                last_exit: s.last_exit.clone(),
+                                draining: s.draining.iter().map(|d| d.pid).collect(),
+                                widened_to: s.soft.widened_to.clone(),
+                            }
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Answers a stopped pool's connections on a copy of one of its listener sockets.
+async fn answer_stopped(listener: tokio::net::TcpListener, lb: LoadBalancer) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        tokio::spawn(async move {
+            match lb {
+                LoadBalancer::Tcp => {
+                    // A reset, so a load balancer in front fails over at once.
+                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                }
+                LoadBalancer::Http => {
+                    // Read the request head (bounded) so the answer is not overtaken by a reset.
+                    let mut buf = [0u8; 4096];
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await;
+                    let _ = stream.write_all(&crate::http::unavailable_now()).await;
+                    let _ = stream.shutdown().await;
+                }
+            }
+        });
+    }
+}
