@@ -4,10 +4,10 @@
 //! never a panic. Must not touch: policy — every subcommand is a few lines over the library
 //! modules. Laid out as ripgrep lays out its flags: the clap definitions in [`args`], then one
 //! file per group of subcommands:
-//! - [`machine`]: `topology`, `check`, `nic`, `doctor` — the machine and the config, inspected;
-//! - [`serve`]: `serve` (and `--dry-run`);
-//! - [`bench`]: `bench` and `scale` — measuring;
-//! - [`admin`]: `status`, `pool`, `recycle`, `reload` — the running server, through its admin
+//! - `machine`: `topology`, `check`, `nic`, `doctor` — the machine and the config, inspected;
+//! - `serve`: `serve` (and `--dry-run`);
+//! - `bench`: `bench` and `scale` — measuring;
+//! - `admin`: `status`, `pool`, `recycle`, `reload` — the running server, through its admin
 //!   endpoint.
 
 mod admin;

@@ -8,10 +8,10 @@
 //! the file itself: each site's `root` must be a directory, checked here so that `check`
 //! refuses what `serve` could not use, with the key's line.
 //!
-//! The files: [`model`] (the typed settings and their defaults), [`raw`] (the TOML as written,
-//! untyped), [`validate`] (raw → typed, collecting every error), [`error`] (the one-line
-//! errors), [`parse`] (small grammars: bindings, names, times of day), `locate` (key → line).
-//! The design notes the config follows are `shared/DESIGN.md`'s, summarized in the README.
+//! The files: `model` (the typed settings and their defaults), `raw` (the TOML as written,
+//! untyped), `validate` (raw → typed, collecting every error), `error` (the one-line
+//! errors), `parse` (small grammars: bindings, names, times of day), `locate` (key → line).
+//! The README's configuration reference documents every key.
 
 mod error;
 mod locate;

@@ -3,7 +3,9 @@
 //! Owns: routing a request to a site (by listener group and `Host`) and to an app (by path
 //! prefix), and the handlers: [`static_files`], [`dynamic`], [`cpu`]. One [`ThreadService`]
 //! per worker thread; nothing in it is shared with another thread.
-//! Must not touch: sockets or the protocol (that is [`crate::http`]).
+//! Must not touch: sockets or the protocol (that is [`crate::http`]). Not pure: the static
+//! handler does blocking `stat`/`open`/`read` on the thread's event loop, as nginx does
+//! without thread pools (they wait on the disk or page cache only, never on a peer).
 
 pub mod cpu;
 pub mod dynamic;

@@ -111,6 +111,80 @@ struct PlacementUnit {
     workers: usize,
 }
 
+/// The units of both kinds, with the workers each holds so far (all pools, and the workers
+/// already placed).
+struct Units {
+    nodes: Vec<PlacementUnit>,
+    l3s: Vec<PlacementUnit>,
+}
+
+impl Units {
+    fn of(topology: &Topology, already: &[PlacedWorker]) -> Self {
+        let mut u = Units {
+            nodes: units(topology, Unit::Node),
+            l3s: units(topology, Unit::L3),
+        };
+        for w in already {
+            u.count(w.node, w.l3);
+        }
+        u
+    }
+
+    fn list(&self, unit: Unit) -> &[PlacementUnit] {
+        match unit {
+            Unit::Node => &self.nodes,
+            Unit::L3 => &self.l3s,
+        }
+    }
+
+    fn count(&mut self, node: Option<u32>, l3: Option<u32>) {
+        count_worker(&mut self.nodes, &mut self.l3s, node, l3);
+    }
+
+    /// Workers on a node, over all its units.
+    fn node_load(&self, node: u32) -> usize {
+        self.nodes
+            .iter()
+            .filter(|u| u.node == node)
+            .map(|u| u.workers)
+            .sum()
+    }
+}
+
+/// A homing policy (`placement = …`): after the fewest-workers rule, how the next worker's
+/// unit is chosen among equals. One row per policy, one small function each; `none` homes no
+/// one and is handled before the table ([`place_unhomed`]).
+struct Policy {
+    placement: Placement,
+    /// Whether the round-robin cursor is shared by all pools (else each pool has its own).
+    shared_cursor: bool,
+    /// The rank of a unit for the pool's next worker, lower first; `cursor` is the unit the
+    /// cursor points at (the last handed out), `None` for a pool's first worker.
+    rank: fn(unit: &PlacementUnit, cursor: Option<usize>) -> u64,
+}
+
+const POLICIES: &[Policy] = &[
+    Policy {
+        placement: Placement::MostFreeMemory,
+        shared_cursor: false,
+        rank: most_free_memory_first,
+    },
+    Policy {
+        placement: Placement::RoundRobin,
+        shared_cursor: true,
+        rank: |_, _| 0,
+    },
+];
+
+/// IIS 8's `MostAvailableMemory`: a pool's first worker goes where memory is most free; the
+/// rest continue in unit order from there.
+fn most_free_memory_first(unit: &PlacementUnit, cursor: Option<usize>) -> u64 {
+    match cursor {
+        None => u64::MAX - unit.free_memory,
+        Some(_) => 0,
+    }
+}
+
 /// Plans every pool in order. Pure: the same inputs always give the same plan.
 pub fn plan(
     topology: &Topology,
@@ -118,123 +192,157 @@ pub fn plan(
     already: &[PlacedWorker],
 ) -> Result<Plan, PlacementError> {
     let online = topology.online_cpus();
-    let mut node_units = units(topology, Unit::Node);
-    let mut l3_units = units(topology, Unit::L3);
-    for w in already {
-        count_worker(&mut node_units, &mut l3_units, w.node, w.l3);
-    }
+    let mut units = Units::of(topology, already);
     // The round-robin cursor shared by all pools: the position of the last unit handed out.
-    let mut rr_cursor: Option<usize> = None;
+    let mut shared_cursor: Option<usize> = None;
     let mut workers = Vec::new();
-
     for pool in pools {
-        let allowed = match &pool.cpus {
-            Some(mask) => mask.intersection(&online),
-            None => online.clone(),
-        };
-        if allowed.is_empty() {
-            return Err(PlacementError(format!(
-                "pool `{}` has no online CPU to run on",
-                pool.name
-            )));
-        }
-        let unit_list = match pool.unit {
-            Unit::Node => &node_units,
-            Unit::L3 => &l3_units,
-        };
-        // Candidate units: positions in unit order whose CPUs meet the pool's mask.
-        let candidates: Vec<usize> = (0..unit_list.len())
-            .filter(|&i| !unit_list[i].cpus.intersection(&allowed).is_empty())
-            .collect();
-        if candidates.is_empty() {
-            return Err(PlacementError(format!(
-                "pool `{}`: no {} has CPUs in {allowed}",
-                pool.name,
-                if pool.unit == Unit::L3 {
-                    "L3 domain"
-                } else {
-                    "NUMA node"
-                }
-            )));
-        }
+        let allowed = allowed_cpus(pool, &online)?;
+        let candidates = candidates(pool, units.list(pool.unit), &allowed)?;
         let count = match pool.processes {
             Processes::Auto => candidates.len() as u32,
             Processes::Count(n) => n,
         };
-
-        if pool.placement == Placement::None {
-            for index in 0..count {
-                workers.push(WorkerPlan {
-                    pool: pool.name.clone(),
-                    index,
-                    node: None,
-                    l3: None,
-                    cpus: allowed.clone(),
-                    threads: allowed.len() as u32,
-                    affinity: pool.affinity,
-                    may_widen: false,
-                    memory_policy: MemoryPolicy::Default,
-                    memory_nodes: Vec::new(),
-                });
-            }
+        let Some(policy) = POLICIES.iter().find(|p| p.placement == pool.placement) else {
+            workers.extend(place_unhomed(pool, &allowed, count));
             continue;
-        }
-
-        // Choose a unit for each worker of the pool.
-        let mut chosen: Vec<usize> = Vec::with_capacity(count as usize);
-        let mut pool_cursor: Option<usize> = None;
-        for _ in 0..count {
-            let (units_now, nodes_now) = match pool.unit {
-                Unit::Node => (&node_units, &node_units),
-                Unit::L3 => (&l3_units, &node_units),
-            };
-            let node_load = |node: u32| {
-                nodes_now
-                    .iter()
-                    .filter(|u| u.node == node)
-                    .map(|u| u.workers)
-                    .sum::<usize>()
-            };
-            let cursor = match pool.placement {
-                Placement::RoundRobin => rr_cursor,
-                _ => pool_cursor,
-            };
-            let n = units_now.len();
-            let best = candidates
-                .iter()
-                .copied()
-                .min_by_key(|&i| {
-                    let u = &units_now[i];
-                    let order = match cursor {
-                        // Continue in unit order after the cursor, wrapping around.
-                        Some(c) => (i + n - c - 1) % n,
-                        None => i,
-                    };
-                    // The first worker of a most-free-memory pool: most free memory first.
-                    let memory_rank = match (pool.placement, cursor) {
-                        (Placement::MostFreeMemory, None) => u64::MAX - u.free_memory,
-                        _ => 0,
-                    };
-                    (u.workers, node_load(u.node), memory_rank, order)
-                })
-                .expect("candidates is not empty");
-            let (node, l3) = (units_now[best].node, units_now[best].l3);
-            count_worker(&mut node_units, &mut l3_units, Some(node), l3);
-            chosen.push(best);
-            pool_cursor = Some(best);
-            if pool.placement == Placement::RoundRobin {
-                rr_cursor = Some(best);
-            }
-        }
-
-        let unit_list = match pool.unit {
-            Unit::Node => &node_units,
-            Unit::L3 => &l3_units,
         };
-        for (index, &u) in chosen.iter().enumerate() {
+        let chosen = choose_units(
+            pool,
+            policy,
+            &candidates,
+            count,
+            &mut units,
+            &mut shared_cursor,
+        );
+        workers.extend(worker_plans(
+            topology,
+            pool,
+            units.list(pool.unit),
+            &chosen,
+            &allowed,
+        ));
+    }
+    Ok(Plan { workers })
+}
+
+/// The pool's `cpus` that are online (all online CPUs without a mask).
+fn allowed_cpus(pool: &PoolSpec, online: &CpuSet) -> Result<CpuSet, PlacementError> {
+    let allowed = match &pool.cpus {
+        Some(mask) => mask.intersection(online),
+        None => online.clone(),
+    };
+    if allowed.is_empty() {
+        return Err(PlacementError(format!(
+            "pool `{}` has no online CPU to run on",
+            pool.name
+        )));
+    }
+    Ok(allowed)
+}
+
+/// The units (positions in unit order) whose CPUs meet the pool's allowed CPUs.
+fn candidates(
+    pool: &PoolSpec,
+    unit_list: &[PlacementUnit],
+    allowed: &CpuSet,
+) -> Result<Vec<usize>, PlacementError> {
+    let candidates: Vec<usize> = (0..unit_list.len())
+        .filter(|&i| !unit_list[i].cpus.intersection(allowed).is_empty())
+        .collect();
+    if candidates.is_empty() {
+        let what = match pool.unit {
+            Unit::L3 => "L3 domain",
+            Unit::Node => "NUMA node",
+        };
+        return Err(PlacementError(format!(
+            "pool `{}`: no {what} has CPUs in {allowed}",
+            pool.name
+        )));
+    }
+    Ok(candidates)
+}
+
+/// `placement = "none"`: no home; every worker may use all of the pool's CPUs.
+fn place_unhomed(pool: &PoolSpec, allowed: &CpuSet, count: u32) -> Vec<WorkerPlan> {
+    (0..count)
+        .map(|index| WorkerPlan {
+            pool: pool.name.clone(),
+            index,
+            node: None,
+            l3: None,
+            cpus: allowed.clone(),
+            threads: allowed.len() as u32,
+            affinity: pool.affinity,
+            may_widen: false,
+            memory_policy: MemoryPolicy::Default,
+            memory_nodes: Vec::new(),
+        })
+        .collect()
+}
+
+/// A unit for each of the pool's `count` workers: the fewest workers first (then, for L3
+/// units, the fewest on their node), then the policy's rank, then unit order after the cursor.
+/// Each choice is counted at once, so the next worker sees it.
+fn choose_units(
+    pool: &PoolSpec,
+    policy: &Policy,
+    candidates: &[usize],
+    count: u32,
+    units: &mut Units,
+    shared_cursor: &mut Option<usize>,
+) -> Vec<usize> {
+    let mut chosen: Vec<usize> = Vec::with_capacity(count as usize);
+    let mut pool_cursor: Option<usize> = None;
+    for _ in 0..count {
+        let cursor = if policy.shared_cursor {
+            *shared_cursor
+        } else {
+            pool_cursor
+        };
+        let unit_list = units.list(pool.unit);
+        let n = unit_list.len();
+        let best = candidates
+            .iter()
+            .copied()
+            .min_by_key(|&i| {
+                let u = &unit_list[i];
+                // Continue in unit order after the cursor, wrapping around.
+                let order = cursor.map_or(i, |c| (i + n - c - 1) % n);
+                (
+                    u.workers,
+                    units.node_load(u.node),
+                    (policy.rank)(u, cursor),
+                    order,
+                )
+            })
+            .expect("candidates is not empty");
+        let (node, l3) = (unit_list[best].node, unit_list[best].l3);
+        units.count(Some(node), l3);
+        chosen.push(best);
+        pool_cursor = Some(best);
+        if policy.shared_cursor {
+            *shared_cursor = Some(best);
+        }
+    }
+    chosen
+}
+
+/// The plan of each worker on its chosen unit: the unit's allowed CPUs, split by whole cores
+/// among this pool's workers that share the unit, and the memory policy on the unit's node.
+fn worker_plans(
+    topology: &Topology,
+    pool: &PoolSpec,
+    unit_list: &[PlacementUnit],
+    chosen: &[usize],
+    allowed: &CpuSet,
+) -> Vec<WorkerPlan> {
+    chosen
+        .iter()
+        .enumerate()
+        .map(|(index, &u)| {
             let unit = &unit_list[u];
-            let unit_cpus = unit.cpus.intersection(&allowed);
-            // Split the unit by whole cores among this pool's workers that share it.
+            let unit_cpus = unit.cpus.intersection(allowed);
             let sharing: Vec<usize> = chosen
                 .iter()
                 .enumerate()
@@ -244,7 +352,7 @@ pub fn plan(
             let slot = sharing.iter().position(|&k| k == index).unwrap_or(0);
             let cpus = split_by_core(topology, &unit_cpus, sharing.len(), slot);
             let policy = pool.memory_policy;
-            workers.push(WorkerPlan {
+            WorkerPlan {
                 pool: pool.name.clone(),
                 index: index as u32,
                 node: Some(unit.node),
@@ -259,10 +367,9 @@ pub fn plan(
                 } else {
                     vec![unit.node]
                 },
-            });
-        }
-    }
-    Ok(Plan { workers })
+            }
+        })
+        .collect()
 }
 
 /// The units of a topology, in order: nodes by id; L3 domains by domain number. Memory-only

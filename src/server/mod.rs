@@ -4,6 +4,13 @@
 //! Owns: process structure and life cycle. Must not touch: placement decisions (it applies a
 //! [`crate::placement::Plan`]), protocol details ([`crate::http`]) or syscalls beyond calling
 //! [`crate::os`].
+//!
+//! The master's side: [`master`] (start-up order) → [`listeners`] (the sockets it keeps) and
+//! [`spawn`] (worker specs, fork/exec with placement) → [`supervisor`] (the event loop that
+//! keeps pools alive) with [`admin`] (the endpoint and its client) and [`status`] (what it
+//! reports). The worker's side: [`worker`] (threads, pings) and [`conn_task`] (one contained
+//! connection). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
+//! line protocol after). Pure decisions: [`lifecycle`], [`soft`], [`steering`].
 
 pub mod admin;
 pub mod conn_task;

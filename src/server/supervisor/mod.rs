@@ -5,11 +5,11 @@
 //! the reason), signals (SIGCHLD reaps, SIGHUP reloads, SIGTERM/SIGINT stop gracefully), the
 //! tick (respawns, readiness and ping deadlines, recycling by limits, soft affinity), and
 //! events from workers and the admin endpoint. The rest lives beside it:
-//! - [`slots`]: a slot's processes — start, ready, recycle, reap, crash restart, rapid-fail;
-//! - [`pools`]: stopping and starting pools, admin commands, the status report;
-//! - [`reload`]: applying a changed config, transactionally;
-//! - [`cgroups`]: CPU caps and cpusets;
-//! - [`affinity`]: soft affinity, applied.
+//! - `slots`: a slot's processes — start, ready, recycle, reap, crash restart, rapid-fail;
+//! - `pools`: stopping and starting pools, admin commands, the status report;
+//! - `reload`: applying a changed config, transactionally;
+//! - `cgroups`: CPU caps and cpusets;
+//! - `affinity`: soft affinity, applied.
 //!
 //! Decisions come from [`super::lifecycle`] and [`super::soft`]; syscalls from [`crate::os`].
 //! Must not touch: requests (it answers none except a stopped pool's 503) or the listeners'

@@ -1,0 +1,142 @@
+//! What `espalier bench` loads and how: targets (resolved URLs with weights), connections,
+//! threads, duration or count, open or closed loop — and the sweep syntax.
+//!
+//! Owns: the options and their validation. Must not touch: running the load.
+
+use crate::cpuset::CpuSet;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// What to load and how.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub targets: Vec<Target>,
+    /// Connections in all, spread over targets by weight and over threads evenly.
+    pub connections: usize,
+    pub threads: usize,
+    /// CPUs to pin client threads to (thread i on the i-th CPU, cycling).
+    pub cpus: Option<CpuSet>,
+    pub requests: Option<u64>,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub cooldown: Duration,
+    pub keepalive: bool,
+    pub pipeline: usize,
+    /// Open-loop requests per second over all connections.
+    pub rate: Option<f64>,
+    pub timeout: Duration,
+    pub method: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Print a live progress line to stderr.
+    pub progress: bool,
+}
+
+/// One URL to load, resolved.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub host_header: String,
+    pub path: String,
+    pub weight: u32,
+}
+
+impl Target {
+    /// Parses `http://host[:port]/path` and resolves the host once.
+    pub fn parse(url: &str, weight: u32) -> Result<Target, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("`{url}`: only http:// URLs are supported"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if authority.is_empty() {
+            return Err(format!("`{url}` has no host"));
+        }
+        // Add the default port unless one is given (`[v6]:port` or `host:port`).
+        let has_port = match authority.strip_prefix('[') {
+            Some(v6) => v6.contains("]:"),
+            None => authority.contains(':'),
+        };
+        let with_port = if has_port {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        let addr = with_port
+            .to_socket_addrs()
+            .map_err(|e| format!("`{url}`: cannot resolve `{authority}`: {e}"))?
+            .next()
+            .ok_or_else(|| format!("`{url}`: `{authority}` has no address"))?;
+        Ok(Target {
+            url: url.to_string(),
+            addr,
+            host_header: authority.to_string(),
+            path: path.to_string(),
+            weight: weight.max(1),
+        })
+    }
+}
+
+impl BenchOptions {
+    /// Options with the defaults of the command line.
+    pub fn new(targets: Vec<Target>) -> Self {
+        BenchOptions {
+            targets,
+            connections: 50,
+            threads: 1,
+            cpus: None,
+            requests: None,
+            duration: Duration::from_secs(10),
+            warmup: Duration::ZERO,
+            cooldown: Duration::ZERO,
+            keepalive: true,
+            pipeline: 1,
+            rate: None,
+            timeout: Duration::from_secs(10),
+            method: "GET".into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            progress: false,
+        }
+    }
+
+    /// The request bytes for a target, built once.
+    pub(super) fn request_bytes(&self, t: &Target) -> Vec<u8> {
+        let mut r = format!(
+            "{} {} HTTP/1.1\r\nHost: {}\r\n",
+            self.method, t.path, t.host_header
+        );
+        if !self.keepalive {
+            r.push_str("Connection: close\r\n");
+        }
+        for (n, v) in &self.headers {
+            r.push_str(&format!("{n}: {v}\r\n"));
+        }
+        if !self.body.is_empty() || self.method == "POST" || self.method == "PUT" {
+            r.push_str(&format!("Content-Length: {}\r\n", self.body.len()));
+        }
+        r.push_str("\r\n");
+        let mut bytes = r.into_bytes();
+        bytes.extend_from_slice(&self.body);
+        bytes
+    }
+}
+
+/// Parses a sweep `FROM:TO:STEP` into the concurrency levels.
+pub fn parse_sweep(text: &str) -> Result<Vec<usize>, String> {
+    let bad = || format!("--sweep `{text}`: write it as FROM:TO:STEP, like 10:1000:10");
+    let parts: Vec<usize> = text
+        .split(':')
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| bad())?;
+    match parts.as_slice() {
+        [from, to, step] if *from >= 1 && to >= from && *step >= 1 => {
+            Ok((*from..=*to).step_by(*step).collect())
+        }
+        _ => Err(bad()),
+    }
+}

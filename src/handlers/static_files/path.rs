@@ -1,0 +1,128 @@
+//! URL paths of static files: decoding and normalizing a request path into segments that
+//! cannot leave the root, and the cache key every spelling of one path shares.
+//!
+//! Owns: path grammar (percent-decoding, `.` and `..`, refused bytes). Must not touch: the
+//! file system.
+
+/// Whether a request path is already in normal form: no escapes, empty segments or dot
+/// segments. Its cache key is then the path itself.
+pub(super) fn is_plain(raw: &str) -> bool {
+    memchr::memchr(b'%', raw.as_bytes()).is_none()
+        && memchr::memmem::find(raw.as_bytes(), b"//").is_none()
+        && memchr::memmem::find(raw.as_bytes(), b"/.").is_none()
+}
+
+/// The cache key of a path not in normal form: its decoded segments joined by `/`, with the
+/// trailing slash kept (`/dir/` is the index, `/dir` the redirect) — the key the plain
+/// spelling of the same path has.
+pub(super) fn joined_key(raw: &str, segments: &[Vec<u8>]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(raw.len());
+    for s in segments {
+        key.push(b'/');
+        key.extend_from_slice(s);
+    }
+    if key.is_empty() || raw.ends_with('/') {
+        key.push(b'/');
+    }
+    key
+}
+
+/// Splits a URL path into decoded segments, resolving `.` and `..`. Refuses (400) NUL bytes,
+/// encoded slashes, malformed escapes and any `..` that would climb above the root.
+pub fn normalize(raw: &str) -> Result<Vec<Vec<u8>>, u16> {
+    if !raw.starts_with('/') {
+        return Err(400);
+    }
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for seg in raw.split('/') {
+        let decoded = percent_decode(seg.as_bytes()).ok_or(400u16)?;
+        if decoded.contains(&0) || decoded.contains(&b'/') || decoded.contains(&b'\\') {
+            return Err(400);
+        }
+        match decoded.as_slice() {
+            b"" | b"." => {}
+            b".." => {
+                if out.pop().is_none() {
+                    return Err(400);
+                }
+            }
+            _ => out.push(decoded),
+        }
+    }
+    Ok(out)
+}
+
+fn percent_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_refuses_escapes() {
+        assert_eq!(
+            normalize("/a/./b/../c").unwrap(),
+            vec![b"a".to_vec(), b"c".to_vec()]
+        );
+        assert_eq!(normalize("/a%20b").unwrap(), vec![b"a b".to_vec()]);
+        for bad in [
+            "/..",
+            "/../etc/passwd",
+            "/a/../../b",
+            "/%2e%2e/x",
+            "/%2E%2e/",
+            "/a%2fb",
+            "/a%00b",
+            "/a%5cb",
+            "/%zz",
+            "/%2",
+            "x",
+        ] {
+            assert!(normalize(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            normalize("/a/%2e%2e/b").unwrap(),
+            vec![b"b".to_vec()],
+            "decoded dots that stay inside are fine"
+        );
+    }
+
+    #[test]
+    fn every_spelling_of_a_path_has_one_key() {
+        let key = |raw: &str| {
+            if is_plain(raw) {
+                raw.as_bytes().to_vec()
+            } else {
+                joined_key(raw, &normalize(raw).unwrap())
+            }
+        };
+        for spelling in [
+            "//big.bin",
+            "///big.bin",
+            "/./big.bin",
+            "/%62ig.bin",
+            "/a/../big.bin",
+        ] {
+            assert_eq!(key(spelling), b"/big.bin", "{spelling}");
+        }
+        assert_eq!(key("/dir//"), b"/dir/");
+        assert_eq!(key("/dir/./"), key("/dir/"));
+        assert_eq!(key("//"), b"/");
+        assert_eq!(key("/%2e/"), b"/");
+    }
+}
