@@ -36,36 +36,30 @@ async def answer(reader, limit=1 << 16):
         return "reset"
 
 
-async def slow_head(port, end):
+async def trickle(port, end, head, byte, label):
+    """Sends `head`, then one byte a second until the server answers (or closes)."""
     while time.time() < end:
         try:
             r, w = await asyncio.open_connection("127.0.0.1", port)
-            w.write(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            w.write(head)
             reading = asyncio.ensure_future(answer(r))
             while not reading.done() and time.time() < end:
-                w.write(b"X")
+                w.write(byte)
                 await asyncio.sleep(1)
-            counts[f"slowloris {await reading}"] += 1
+            counts[f"{label} {await reading}"] += 1
             w.close()
         except ConnectionError:
-            counts["slowloris refused"] += 1
+            counts[f"{label} refused"] += 1
             await asyncio.sleep(1)
 
 
-async def slow_body(port, end):
-    while time.time() < end:
-        try:
-            r, w = await asyncio.open_connection("127.0.0.1", port)
-            w.write(b"POST /dyn HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
-            reading = asyncio.ensure_future(answer(r))
-            while not reading.done() and time.time() < end:
-                w.write(b"b")
-                await asyncio.sleep(1)
-            counts[f"slow body {await reading}"] += 1
-            w.close()
-        except ConnectionError:
-            counts["slow body refused"] += 1
-            await asyncio.sleep(1)
+def slow_head(port, end):
+    return trickle(port, end, b"GET / HTTP/1.1\r\nHost: x\r\n", b"X", "slowloris")
+
+
+def slow_body(port, end):
+    head = b"POST /dyn HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"
+    return trickle(port, end, head, b"b", "slow body")
 
 
 async def one_shot(port, data, label):

@@ -20,12 +20,15 @@ fn sites(dir: &Path) -> Vec<SiteSpec> {
     std::fs::create_dir_all(dir.join("www/sub")).unwrap();
     std::fs::write(dir.join("www/index.html"), "hello\n").unwrap();
     std::fs::write(dir.join("www/sub/a.txt"), "a".repeat(3000)).unwrap();
-    let text = "[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\nroot = \"www\"\n\
+    let text =
+        "[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\nroot = \"www\"\n\
                 [[site.app]]\npool = \"p\"\n\
                 [[site.app]]\npath = \"/dyn\"\npool = \"p\"\nhandler = \"dynamic\"\n\
                 [[site.app]]\npath = \"/cpu\"\npool = \"p\"\nhandler = \"cpu\"\n";
     let topo = espalier::topology::read(&espalier::topology::SysfsPaths::live()).unwrap();
-    Config::parse(text, &dir.join("c.toml"), &topo).unwrap().sites
+    Config::parse(text, &dir.join("c.toml"), &topo)
+        .unwrap()
+        .sites
 }
 
 fn request_bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -80,10 +83,16 @@ fn well_formed(mut out: &[u8]) -> Result<usize, String> {
         let len: usize = lines
             .filter_map(|l| l.split_once(": "))
             .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-            .map_or(Ok(0), |(_, v)| v.parse().map_err(|_| format!("bad length {v}")))?;
+            .map_or(Ok(0), |(_, v)| {
+                v.parse().map_err(|_| format!("bad length {v}"))
+            })?;
         // Bodies of HEAD answers are absent; the cases mix methods, so accept either.
         let rest = &out[end + 4..];
-        let body = if status == 100 || status == 304 || rest.len() < len || looks_like_head(&rest[..len.min(rest.len())]) {
+        let body = if status == 100
+            || status == 304
+            || rest.len() < len
+            || looks_like_head(&rest[..len.min(rest.len())])
+        {
             0
         } else {
             len

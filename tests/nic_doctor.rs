@@ -4,16 +4,10 @@
 
 mod common;
 
+use common::espalier;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
-
-fn espalier(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_espalier"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap()
-}
 
 fn json(o: &Output) -> serde_json::Value {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -9,13 +9,6 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn espalier(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_espalier"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 struct Setup {
     dir: tempfile::TempDir,
     port: u16,
@@ -90,6 +83,17 @@ impl Setup {
     }
 
     /// `espalier bench` against the site in the background; returns its JSON when it ends.
+    /// Waits until the load has reached the workers (their request counts move).
+    fn wait_for_load(&self) {
+        self.wait_until("load reaching the workers", Duration::from_secs(10), |s| {
+            s.workers()
+                .iter()
+                .map(|w| w["requests"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+                > 0
+        });
+    }
+
     fn load(&self, secs: &str) -> std::process::Child {
         Command::new(env!("CARGO_BIN_EXE_espalier"))
             .args([
@@ -108,6 +112,14 @@ impl Setup {
     }
 }
 
+/// Whether no control group of the master `pid` is left, in whichever hierarchy the host has
+/// (v1 controllers, or the unified v2 tree).
+fn no_groups_left(pid: u32) -> bool {
+    ["", "cpuset/", "cpu/", "cpu,cpuacct/", "unified/"]
+        .iter()
+        .all(|h| !std::path::Path::new(&format!("/sys/fs/cgroup/{h}espalier-{pid}")).exists())
+}
+
 fn load_result(child: std::process::Child) -> serde_json::Value {
     let out = child.wait_with_output().unwrap();
     serde_json::from_slice(&out.stdout).unwrap()
@@ -118,7 +130,7 @@ fn killed_workers_are_replaced_within_a_second_under_load() {
     let s = setup("[pool.rapid_fail]\nmax_crashes = 100\n", "");
     let server = s.start();
     let load = s.load("11s");
-    std::thread::sleep(Duration::from_millis(500));
+    s.wait_for_load();
     // A worker SIGKILLed once a second for ten seconds.
     for _ in 0..10 {
         let victim = s.workers()[0]["pid"].as_u64().unwrap() as i32;
@@ -213,7 +225,7 @@ fn twenty_overlapped_recycles_under_keep_alive_load_lose_no_request() {
     let s = setup("", "");
     let server = s.start();
     let load = s.load("8s");
-    std::thread::sleep(Duration::from_millis(300));
+    s.wait_for_load();
     for k in 1..=20u64 {
         let out = espalier(&["recycle", "web", "--admin", &s.admin]);
         assert!(
@@ -354,7 +366,12 @@ fn a_cpu_limited_pool_stays_under_its_cap() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    // The window starts once the pool is busy (its group has used CPU), and lasts 2 s: a
+    // measuring interval, not a wait for an event.
+    let start = used(&s);
+    s.wait_until("the pool busy", Duration::from_secs(5), |s| {
+        used(s) > start + 0.05
+    });
     let (t0, u0) = (Instant::now(), used(&s));
     std::thread::sleep(Duration::from_secs(2));
     let (t1, u1) = (Instant::now(), used(&s));
@@ -377,9 +394,12 @@ fn hard_affinity_workers_sit_in_their_own_cpuset() {
     for w in s.workers() {
         let pid = w["pid"].as_u64().unwrap();
         let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-        let want = format!(":cpuset:/espalier-{}/web-{}", server.pid(), w["index"]);
+        // v1: the cpuset controller's line; v2: the unified hierarchy's `0::` line.
+        let want = format!("/espalier-{}/web-{}", server.pid(), w["index"]);
         assert!(
-            groups.lines().any(|l| l.ends_with(&want)),
+            groups
+                .lines()
+                .any(|l| l.ends_with(&want) && (l.contains(":cpuset:") || l.starts_with("0::"))),
             "worker {pid} is not in {want}:\n{groups}"
         );
         // The cpuset holds exactly the worker's CPUs; its threads keep their own pinning.
@@ -400,10 +420,7 @@ fn hard_affinity_workers_sit_in_their_own_cpuset() {
     }
     let master = server.pid();
     drop(server);
-    assert!(
-        !std::path::Path::new(&format!("/sys/fs/cgroup/cpuset/espalier-{master}")).exists(),
-        "groups are removed at exit"
-    );
+    assert!(no_groups_left(master), "groups are removed at exit");
 }
 
 #[test]
@@ -532,7 +549,19 @@ fn reload_keeps_unchanged_pools_replaces_changed_ones_and_refuses_errors() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    let web_requests = || -> u64 {
+        status()["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["name"] == "web")
+            .flat_map(|p| p["workers"].as_array().unwrap().clone())
+            .map(|w| w["requests"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    server.wait_until("load reaching pool web", Duration::from_secs(10), |_| {
+        web_requests() > 0
+    });
     std::fs::write(dir.path().join("espalier.toml"), config(1, true)).unwrap();
     server.signal(libc::SIGHUP);
     server.wait_for_log("reloaded", Duration::from_secs(5));
@@ -647,7 +676,7 @@ fn a_second_signal_stops_at_once() {
     c.send(b"GET / HTTP/1.1\r\n");
     std::thread::sleep(Duration::from_millis(100));
     server.signal(libc::SIGTERM);
-    std::thread::sleep(Duration::from_millis(300));
+    server.wait_for_log("stopping: in-flight requests", Duration::from_secs(5));
     assert!(pid_alive(server.pid()), "still draining");
     // … a second signal ends it at once.
     let second = Instant::now();
@@ -704,8 +733,5 @@ fn a_master_whose_log_reader_went_away_still_stops_cleanly() {
         Some(0),
         "the master exits normally, not by a panic on its log"
     );
-    assert!(
-        !std::path::Path::new(&format!("/sys/fs/cgroup/cpuset/espalier-{master}")).exists(),
-        "and removes its groups"
-    );
+    assert!(no_groups_left(master), "and removes its groups");
 }

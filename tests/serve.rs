@@ -564,9 +564,12 @@ fn graceful_stop_finishes_in_flight_requests_and_leaves_no_process() {
     // A request half sent when the stop begins still gets its answer (with Connection: close).
     let mut c = Conn::open(addr(port));
     c.send(b"GET /hello.txt HTTP/1.1\r\n");
+    // The one wait with no event to poll: that the worker has read those bytes (a connection
+    // with nothing read yet counts as idle and would be closed by the stop).
     std::thread::sleep(Duration::from_millis(200));
     server.signal(libc::SIGTERM);
-    std::thread::sleep(Duration::from_millis(300));
+    // The stop has begun in the worker once it closes the idle connection.
+    assert!(idle.closed(), "the idle connection is closed by the stop");
     c.send(b"Host: x\r\n\r\n");
     let r = c
         .read_response(false)
@@ -595,7 +598,10 @@ fn a_killed_worker_does_not_take_the_master_down() {
     unsafe { libc::kill(workers[0].1 as i32, libc::SIGKILL) };
     let line = server.wait_for_log("exited: signal 9 (SIGKILL)", Duration::from_secs(5));
     assert!(line.contains(&workers[0].0));
-    std::thread::sleep(Duration::from_millis(200));
+    server.wait_until("the killed worker replaced", Duration::from_secs(10), |s| {
+        let now = s.workers();
+        now.len() == 2 && now.iter().all(|w| w.1 != workers[0].1)
+    });
     assert!(pid_alive(server.pid()), "the master is still running");
     assert!(pid_alive(workers[1].1), "the other worker is still running");
 }

@@ -8,19 +8,59 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A free loopback port (bound and released; the race with other tests is acceptable).
+/// Runs the real binary with `args`, from the repository's root, and waits for it.
+pub fn espalier(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+/// A loopback port for a server a test starts. Probing with port 0 and releasing would race:
+/// the kernel hands the same ephemeral port to the next `bind(0)` or to a client's `connect`
+/// before the server binds it. So ports come from below the ephemeral range
+/// (`ip_local_port_range` starts at 32768 by default), each handed out once per test binary
+/// (an atomic counter; cargo runs test binaries one at a time), starting at an offset of the
+/// binary's pid, and checked free.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20000;
+    const SPAN: u32 = 12000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id() * 97 % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < SPAN, "no free port left below the ephemeral range");
+        let port = (FIRST + (base + n) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// `config` with `[server] admin` on a port of its own, unless it names one: the default
+/// admin address would be shared by every server of a test binary.
+pub fn with_own_admin(config: &str) -> (String, String) {
+    if let Some(line) = config.lines().find(|l| l.trim_start().starts_with("admin")) {
+        let addr = line.split('"').nth(1).unwrap_or_default().to_string();
+        return (config.to_string(), addr);
+    }
+    let addr = format!("127.0.0.1:{}", free_port());
+    let line = format!("admin = \"{addr}\"\n");
+    let config = match config.find("[server]\n") {
+        Some(i) => format!("{}{line}{}", &config[..i + 9], &config[i + 9..]),
+        None => format!("[server]\n{line}{config}"),
+    };
+    (config, addr)
 }
 
 /// A running `espalier serve`. Dropping it stops the server (SIGTERM, then SIGKILL) and waits.
 pub struct Server {
     pub child: Child,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// The admin endpoint, for servers started from a config.
+    pub admin: Option<String>,
 }
 
 impl Server {
@@ -48,16 +88,32 @@ impl Server {
                 sink.lock().unwrap().push(line);
             }
         });
-        let server = Server { child, log };
+        let server = Server {
+            child,
+            log,
+            admin: None,
+        };
         server.wait_for_log("serving", Duration::from_secs(20));
         server
     }
 
-    /// Starts with a config file written into `dir`.
+    /// Starts with a config file written into `dir` (given its own admin address).
     pub fn with_config(dir: &Path, config: &str) -> Server {
+        let (config, admin) = with_own_admin(config);
         let path = dir.join("espalier.toml");
         std::fs::write(&path, config).unwrap();
-        Server::start(&["-c", path.to_str().unwrap()], dir)
+        let mut server = Server::start(&["-c", path.to_str().unwrap()], dir);
+        server.admin = Some(admin);
+        server
+    }
+
+    /// The running server's status, from its admin endpoint.
+    pub fn status(&self) -> espalier::server::status::Status {
+        let addr = self.admin.as_ref().expect("a server started from a config");
+        let (code, body) =
+            espalier::server::admin::request(addr.parse().unwrap(), "GET", "/status").unwrap();
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
     }
 
     pub fn pid(&self) -> u32 {
@@ -85,22 +141,39 @@ impl Server {
         }
     }
 
-    /// (name, pid, cpus) of each worker, from the master's start lines.
+    /// (name, pid, cpus) of each running worker, from the admin endpoint's status.
     pub fn workers(&self) -> Vec<(String, u32, String)> {
-        self.log
-            .lock()
-            .unwrap()
+        use espalier::server::status::WorkerState;
+        self.status()
+            .pools
             .iter()
-            .filter_map(|l| {
-                // espalier[master]: worker POOL/I started: pid N node X cpus Y
-                let rest = l.strip_prefix("espalier[master]: worker ")?;
-                let (name, rest) = rest.split_once(" started: pid ")?;
-                let mut f = rest.split_whitespace();
-                let pid = f.next()?.parse().ok()?;
-                let cpus = f.nth(3)?.to_string();
-                Some((name.to_string(), pid, cpus))
+            .flat_map(|p| {
+                p.workers
+                    .iter()
+                    .filter(|w| w.state == WorkerState::Running)
+                    .map(|w| {
+                        let cpus = espalier::cpuset::CpuSet::from_ids(w.cpus.iter().copied());
+                        (
+                            format!("{}/{}", p.name, w.index),
+                            w.pid.unwrap_or(0),
+                            cpus.to_string(),
+                        )
+                    })
             })
             .collect()
+    }
+
+    /// Polls `ok` until it holds, for at most `within`; panics with the log otherwise.
+    pub fn wait_until(&self, what: &str, within: Duration, mut ok: impl FnMut(&Server) -> bool) {
+        let deadline = Instant::now() + within;
+        while !ok(self) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {within:?}; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Sends a signal to the master.
