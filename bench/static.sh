@@ -13,6 +13,7 @@
 #
 #   bench/static.sh                 # DURATION=10 RUNS=3 by default
 #   DURATION=5 RUNS=2 bench/static.sh
+#   ESPALIER_BIN=/path/to/other/espalier bench/static.sh   # measure another build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,9 +27,13 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-echo "building espalier (release)…" >&2
-(cd "$ROOT" && cargo build --release --quiet)
-ESPALIER="$ROOT/target/release/espalier"
+if [ -n "${ESPALIER_BIN:-}" ]; then
+  ESPALIER=$ESPALIER_BIN   # another build, for an A/B comparison of two commits
+else
+  echo "building espalier (release)…" >&2
+  (cd "$ROOT" && cargo build --release --quiet)
+  ESPALIER="$ROOT/target/release/espalier"
+fi
 
 WORK=$(mktemp -d /tmp/espalier-bench.XXXXXX)
 PIDS=()

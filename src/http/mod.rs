@@ -192,17 +192,18 @@ pub fn parse_head<'a>(
     let mut content_length: Option<u64> = None;
     for h in headers {
         let name = h.name;
-        let framing_header = name.eq_ignore_ascii_case("content-length")
-            || name.eq_ignore_ascii_case("transfer-encoding")
-            || name.eq_ignore_ascii_case("host");
-        if framing_header && !spaces_only_around_value(buf, h) {
-            return Err(ProtocolError::BadRequest);
-        }
+        // Content-Length, Transfer-Encoding and Host decide framing and routing: only spaces
+        // may surround their values (see `spaces_only_around_value`).
+        let plain = || spaces_only_around_value(buf, h);
         if name.eq_ignore_ascii_case("content-length") {
             // One Content-Length, digits only (RFC 9110 §8.6). A repeated one is refused even
             // when the values agree, as nginx does: two framings are one too many.
             let v = h.value.trim_ascii();
-            if content_length.is_some() || v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+            if content_length.is_some()
+                || v.is_empty()
+                || !v.iter().all(u8::is_ascii_digit)
+                || !plain()
+            {
                 return Err(ProtocolError::BadRequest);
             }
             let v = std::str::from_utf8(v)
@@ -215,7 +216,7 @@ pub fn parse_head<'a>(
             // HTTP/1.0 has no transfer codings (RFC 9112 §6.1: a 1.0 request with one is
             // faulty framing); a second Transfer-Encoding line is refused rather than merged;
             // only `chunked` alone is understood, anything else cannot be framed safely.
-            if minor_version == 0 || framing == Framing::Chunked {
+            if minor_version == 0 || framing == Framing::Chunked || !plain() {
                 return Err(ProtocolError::BadRequest);
             }
             if !h.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
@@ -234,7 +235,7 @@ pub fn parse_head<'a>(
         } else if name.eq_ignore_ascii_case("host") {
             // Exactly one, and a real host[:port]: which site (and later which pool) serves
             // the request depends on it, so nothing ambiguous may pass.
-            if host_seen || !valid_host(h.value.trim_ascii()) {
+            if host_seen || !valid_host(h.value.trim_ascii()) || !plain() {
                 return Err(ProtocolError::BadRequest);
             }
             host_seen = true;
@@ -289,87 +290,141 @@ pub fn parse_head<'a>(
 /// parser strips tabs and other whitespace too; for the headers that decide framing and
 /// routing that is a known smuggling gadget (`Transfer-Encoding:\tchunked` is chunked here,
 /// refused by nginx, and ignored by some proxies), so anything but spaces is refused.
+/// Runs for `Host` on every request: plain loops over the few bytes concerned, no searcher.
 fn spaces_only_around_value(buf: &[u8], h: &httparse::Header<'_>) -> bool {
+    if h.value.is_empty() {
+        return true;
+    }
     let base = buf.as_ptr() as usize;
     let offset = |p: *const u8| (p as usize).checked_sub(base).filter(|&o| o <= buf.len());
     let (Some(name_start), Some(value_start)) = (offset(h.name.as_ptr()), offset(h.value.as_ptr()))
     else {
-        return h.value.is_empty();
+        return false;
     };
     let name_end = name_start + h.name.len();
     let value_end = value_start + h.value.len();
-    if h.value.is_empty() || name_end >= value_start || value_end > buf.len() {
-        return h.value.is_empty();
+    if name_end >= value_start || value_end > buf.len() {
+        return false;
     }
-    // Between the colon and the value; then the value's own tail and what follows it up to
-    // the line end.
-    let before = &buf[name_end + 1..value_start];
-    let line_end =
-        memchr::memchr2(b'\r', b'\n', &buf[value_end..]).map_or(buf.len(), |i| value_end + i);
-    let after = &buf[value_end..line_end];
-    let tail = h.value.iter().rev().take_while(|b| b.is_ascii_whitespace());
-    before.iter().all(|&b| b == b' ')
-        && after.iter().all(|&b| b == b' ')
-        && tail.into_iter().all(|&b| b == b' ')
+    // Between the colon and the value.
+    if buf[name_end + 1..value_start].iter().any(|&b| b != b' ') {
+        return false;
+    }
+    // The value's own trailing whitespace, then what follows it up to the line end.
+    if h.value
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_whitespace())
+        .any(|&b| b != b' ')
+    {
+        return false;
+    }
+    for &b in &buf[value_end..] {
+        match b {
+            b' ' => {}
+            b'\r' | b'\n' => return true,
+            _ => return false,
+        }
+    }
+    true
 }
+
+/// The class of each byte in a Host value: what the one-pass check does with it.
+const HOST_OTHER: u8 = 0;
+const HOST_NAME: u8 = 1;
+const HOST_DOT: u8 = 2;
+const HOST_COLON: u8 = 3;
+const HOST_PERCENT: u8 = 4;
+const HOST_CLASS: [u8; 256] = {
+    let mut t = [HOST_OTHER; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        // RFC 3986 reg-name: unreserved and sub-delims (the dot apart).
+        if b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+            )
+        {
+            t[c] = HOST_NAME;
+        }
+        c += 1;
+    }
+    t[b'.' as usize] = HOST_DOT;
+    t[b':' as usize] = HOST_COLON;
+    t[b'%' as usize] = HOST_PERCENT;
+    t
+};
 
 /// Whether a Host value is `host[:port]` as RFC 3986 spells it: an IP literal in brackets,
 /// or a reg-name (letters, digits, `-._~`, sub-delims, `%XX`) with no empty label between
-/// dots; then an optional `:` and digits. Stricter than nginx in what a name may hold, as
-/// strict in refusing `..`, `/`, `\\` and NUL: a Host picks the site and the pool.
+/// dots; then an optional `:` and at most five digits. Stricter than nginx in what a name may
+/// hold, as strict in refusing `..`, `/`, `\\` and NUL: a Host picks the site and the pool.
+/// One pass with a byte-class table: it runs on every request.
 pub fn valid_host(value: &[u8]) -> bool {
-    let (host, port) = if value.first() == Some(&b'[') {
-        let Some(close) = memchr::memchr(b']', value) else {
-            return false;
-        };
-        let literal = &value[1..close];
-        if literal.is_empty()
-            || !literal
-                .iter()
-                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-        {
-            return false;
-        }
-        match &value[close + 1..] {
-            [] => return true,
-            [b':', port @ ..] => (&value[..=close], port),
-            _ => return false,
-        }
-    } else {
-        match memchr::memrchr(b':', value) {
-            Some(i) => (&value[..i], &value[i + 1..]),
-            None => (value, &[][..]),
-        }
-    };
-    if !port.iter().all(u8::is_ascii_digit) || port.len() > 5 {
-        return false;
+    if value.first() == Some(&b'[') {
+        return valid_ip_literal_host(value);
     }
-    if host.first() == Some(&b'[') {
-        return true;
-    }
-    if host.is_empty() || host[0] == b'.' || memchr::memmem::find(host, b"..").is_some() {
-        return false;
-    }
+    // A leading dot counts as following an empty label.
+    let mut after_dot = true;
     let mut i = 0;
-    while i < host.len() {
-        match host[i] {
-            b'%' => {
-                if !host
-                    .get(i + 1..i + 3)
-                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
-                {
+    while i < value.len() {
+        match HOST_CLASS[value[i] as usize] {
+            HOST_NAME => after_dot = false,
+            HOST_DOT if after_dot => return false,
+            HOST_DOT => after_dot = true,
+            HOST_COLON => return i > 0 && valid_port(&value[i + 1..]),
+            HOST_PERCENT => {
+                let hex = |k: usize| value.get(k).is_some_and(u8::is_ascii_hexdigit);
+                if !(hex(i + 1) && hex(i + 2)) {
                     return false;
                 }
-                i += 3;
-                continue;
+                after_dot = false;
+                i += 2;
             }
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {}
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' => {}
             _ => return false,
         }
         i += 1;
     }
-    true
+    !value.is_empty() && !(value.len() == 1 && value[0] == b'.')
+}
+
+/// `[v6 or future literal]` then an optional port.
+fn valid_ip_literal_host(value: &[u8]) -> bool {
+    let Some(close) = value.iter().position(|&b| b == b']') else {
+        return false;
+    };
+    let literal = &value[1..close];
+    if literal.is_empty()
+        || !literal
+            .iter()
+            .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+    {
+        return false;
+    }
+    match &value[close + 1..] {
+        [] => true,
+        [b':', port @ ..] => valid_port(port),
+        _ => false,
+    }
+}
+
+/// A port after `:`: up to five digits (none is allowed, as RFC 3986's `*DIGIT` says).
+fn valid_port(port: &[u8]) -> bool {
+    port.len() <= 5 && port.iter().all(u8::is_ascii_digit)
 }
 
 /// Whether a partial head in `buf` may have become complete since `scanned` bytes of it were

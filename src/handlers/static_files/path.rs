@@ -7,9 +7,11 @@
 /// Whether a request path is already in normal form: no escapes, empty segments or dot
 /// segments. Its cache key is then the path itself.
 pub(super) fn is_plain(raw: &str) -> bool {
-    memchr::memchr(b'%', raw.as_bytes()).is_none()
-        && memchr::memmem::find(raw.as_bytes(), b"//").is_none()
-        && memchr::memmem::find(raw.as_bytes(), b"/.").is_none()
+    // One pass, no searcher to build: this runs on every request, cache hit or not.
+    let b = raw.as_bytes();
+    !b.iter()
+        .enumerate()
+        .any(|(i, &c)| c == b'%' || (c == b'/' && matches!(b.get(i + 1), Some(b'/' | b'.'))))
 }
 
 /// The cache key of a path not in normal form: its decoded segments joined by `/`, with the
