@@ -399,7 +399,7 @@ pub fn valid_host(value: &[u8]) -> bool {
         }
         i += 1;
     }
-    !value.is_empty() && !(value.len() == 1 && value[0] == b'.')
+    !value.is_empty()
 }
 
 /// `[v6 or future literal]` then an optional port.
