@@ -400,10 +400,14 @@ impl Supervisor {
             let Some(p) = slot.current.as_mut() else {
                 continue;
             };
+            if p.killed {
+                continue; // dying; its exit is reaped like any other
+            }
             if !p.ready {
                 if now.duration_since(p.started) > startup_limit {
                     log("master", format!("worker {} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", slot.spec.name(), p.pid, startup_limit.as_secs()));
                     let _ = os::process::kill(p.pid, libc::SIGKILL);
+                    p.killed = true;
                 }
                 continue;
             }
@@ -411,6 +415,7 @@ impl Supervisor {
             if now.duration_since(p.last_pong) > ping_response.max(ping_every * 3) {
                 log("master", format!("worker {} (pid {}) missed its pings for {}s (ping_response_time): replacing it", slot.spec.name(), p.pid, ping_response.as_secs()));
                 let _ = os::process::kill(p.pid, libc::SIGKILL);
+                p.killed = true;
                 continue;
             }
             if now.duration_since(p.last_pong) >= ping_every {

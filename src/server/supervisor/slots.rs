@@ -40,6 +40,9 @@ pub(super) struct Proc {
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,
+    /// The supervisor sent SIGKILL (a startup or ping deadline): said and done once, while
+    /// the process is dying.
+    pub(super) killed: bool,
     pub(super) control: OwnedWriteHalf,
     pub(super) reader: JoinHandle<()>,
 }
@@ -219,6 +222,7 @@ impl Supervisor {
             panics: 0,
             last_pong: Instant::now(),
             stuck: false,
+            killed: false,
             control: write_half,
             reader,
         };
