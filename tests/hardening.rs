@@ -27,13 +27,7 @@ impl Site {
     }
 
     fn status(&self) -> serde_json::Value {
-        let out = espalier(&["status", "--json", "--admin", &self.admin]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        status_json(&self.admin)
     }
 
     /// The pid of the pool's one worker, from the admin endpoint.

@@ -47,13 +47,7 @@ impl Setup {
     }
 
     fn status(&self) -> serde_json::Value {
-        let out = espalier(&["status", "--json", "--admin", &self.admin]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        status_json(&self.admin)
     }
 
     fn workers(&self) -> Vec<serde_json::Value> {

@@ -17,6 +17,17 @@ pub fn espalier(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `espalier status --json` of the server whose admin endpoint is `admin`, as the CLI prints it.
+pub fn status_json(admin: &str) -> serde_json::Value {
+    let out = espalier(&["status", "--json", "--admin", admin]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// A loopback port for a server a test starts. Probing with port 0 and releasing would race:
 /// the kernel hands the same ephemeral port to the next `bind(0)` or to a client's `connect`
 /// before the server binds it. So ports come from below the ephemeral range
