@@ -403,3 +403,22 @@ fn io_status(e: &std::io::Error) -> u16 {
         _ => 500,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::io_status;
+    use std::io::Error;
+
+    #[test]
+    fn a_file_that_exists_but_cannot_be_opened_is_never_a_404() {
+        let status = |errno| io_status(&Error::from_raw_os_error(errno));
+        assert_eq!(status(libc::ENOENT), 404);
+        assert_eq!(status(libc::ENOTDIR), 404);
+        assert_eq!(status(libc::EACCES), 403);
+        assert_eq!(status(libc::EMFILE), 503, "out of descriptors");
+        assert_eq!(status(libc::ENFILE), 503);
+        assert_eq!(status(libc::ENOMEM), 503);
+        assert_eq!(status(libc::EIO), 500);
+        assert_eq!(io_status(&Error::other("no errno")), 500);
+    }
+}
