@@ -483,3 +483,22 @@ fn overflowing_ranges_and_symlinked_directories() {
     }
     assert!(!Path::new("/nonexistent-dir-for-espalier").exists());
 }
+
+#[test]
+fn apps_are_chosen_on_the_normalized_path() {
+    let (site, _server) = one_thread_site("", "");
+    let dynamic = get(site.addr(), "/dyn", "");
+    assert_eq!(dynamic.status, 200);
+    assert!(dynamic.text().contains("<th>"), "the dynamic page");
+    // Other spellings of /dyn reach the same app, not the static files of `/` (which has no
+    // file named `dyn`: it would answer 404).
+    for spelling in ["/%64yn", "//dyn", "/./dyn", "/x/../dyn"] {
+        let r = get(site.addr(), spelling, "");
+        assert_eq!(r.status, 200, "{spelling}");
+        assert!(r.text().contains("<th>"), "{spelling}: {}", r.text());
+    }
+    // And a path that leaves /dyn is not served by it.
+    let r = get(site.addr(), "/dyn/../index.html", "");
+    assert_eq!((r.status, r.text()), (200, "hello\n".to_string()));
+    assert_eq!(get(site.addr(), "/dyn/%2e%2e/%2e%2e/x", "").status, 400);
+}

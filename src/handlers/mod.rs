@@ -112,10 +112,10 @@ impl ThreadService {
 }
 
 /// Whether `path` lies under the app prefix `prefix` (given without a trailing slash).
-fn under(path: &str, prefix: &str) -> bool {
+fn under(path: &[u8], prefix: &str) -> bool {
     prefix.is_empty()
-        || (path.starts_with(prefix)
-            && matches!(path.as_bytes().get(prefix.len()), None | Some(b'/')))
+        || (path.starts_with(prefix.as_bytes())
+            && matches!(path.get(prefix.len()), None | Some(b'/')))
 }
 
 impl Service for ThreadService {
@@ -130,7 +130,16 @@ impl Service for ThreadService {
             );
             return Reply::Done;
         };
-        let Some(app) = site.apps.iter().find(|a| under(req.path, &a.path)) else {
+        // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
+        // `/api`), as nginx chooses locations: a spelling must not pick another app.
+        let path = match static_files::normal_form(req.path) {
+            Ok(p) => p,
+            Err(status) => {
+                resp.error(status);
+                return Reply::Done;
+            }
+        };
+        let Some(app) = site.apps.iter().find(|a| under(&path, &a.path)) else {
             resp.error(404);
             return Reply::Done;
         };
@@ -157,9 +166,9 @@ impl Service for ThreadService {
 mod tests {
     #[test]
     fn prefixes_match_on_segment_boundaries() {
-        assert!(super::under("/api/x", "/api"));
-        assert!(super::under("/api", "/api"));
-        assert!(!super::under("/apix", "/api"));
-        assert!(super::under("/anything", ""));
+        assert!(super::under(b"/api/x", "/api"));
+        assert!(super::under(b"/api", "/api"));
+        assert!(!super::under(b"/apix", "/api"));
+        assert!(super::under(b"/anything", ""));
     }
 }

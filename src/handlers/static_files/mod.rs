@@ -34,8 +34,7 @@ use super::mime;
 use crate::http::clock::Clock;
 use crate::http::conn::Reply;
 use crate::http::{Method, Request, Responder};
-pub use path::normalize;
-use path::{is_plain, joined_key};
+pub use path::{normal_form, normalize};
 use respond::respond;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -153,21 +152,14 @@ impl StaticFiles {
         }
         // The key of a path already in normal form is the path itself: a hit costs no
         // normalizing and no allocation. Other spellings are normalized to the same key.
-        let normalized;
-        let key: &[u8] = if is_plain(req.path) {
-            req.path.as_bytes()
-        } else {
-            match normalize(req.path) {
-                Ok(segments) => {
-                    normalized = joined_key(req.path, &segments);
-                    &normalized
-                }
-                Err(status) => {
-                    resp.error(status);
-                    return Reply::Done;
-                }
+        let key = match normal_form(req.path) {
+            Ok(k) => k,
+            Err(status) => {
+                resp.error(status);
+                return Reply::Done;
             }
         };
+        let key: &[u8] = &key;
         let now = clock.unix_seconds();
         let mut cache = self.cache.borrow_mut();
         // A hit is one lookup; an entry checked in an earlier second is re-checked with one stat.

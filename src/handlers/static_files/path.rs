@@ -6,7 +6,7 @@
 
 /// Whether a request path is already in normal form: no escapes, empty segments or dot
 /// segments. Its cache key is then the path itself.
-pub(super) fn is_plain(raw: &str) -> bool {
+pub fn is_plain(raw: &str) -> bool {
     // One pass, no searcher to build: this runs on every request, cache hit or not.
     let b = raw.as_bytes();
     !b.iter()
@@ -17,7 +17,7 @@ pub(super) fn is_plain(raw: &str) -> bool {
 /// The cache key of a path not in normal form: its decoded segments joined by `/`, with the
 /// trailing slash kept (`/dir/` is the index, `/dir` the redirect) — the key the plain
 /// spelling of the same path has.
-pub(super) fn joined_key(raw: &str, segments: &[Vec<u8>]) -> Vec<u8> {
+pub fn joined_key(raw: &str, segments: &[Vec<u8>]) -> Vec<u8> {
     let mut key = Vec::with_capacity(raw.len());
     for s in segments {
         key.push(b'/');
@@ -27,6 +27,17 @@ pub(super) fn joined_key(raw: &str, segments: &[Vec<u8>]) -> Vec<u8> {
         key.push(b'/');
     }
     key
+}
+
+/// A request path in normal form, decoded: the path itself when it already is (no
+/// allocation), else its normalized spelling (see [`joined_key`]); an error status for a path
+/// that cannot be normalized. What routing and the file cache both key on, so that `/%61pi`
+/// is `/api` to both, as nginx matches locations on the normalized URI.
+pub fn normal_form(raw: &str) -> Result<std::borrow::Cow<'_, [u8]>, u16> {
+    if is_plain(raw) {
+        return Ok(std::borrow::Cow::Borrowed(raw.as_bytes()));
+    }
+    normalize(raw).map(|segments| std::borrow::Cow::Owned(joined_key(raw, &segments)))
 }
 
 /// Splits a URL path into decoded segments, resolving `.` and `..`. Refuses (400) NUL bytes,
