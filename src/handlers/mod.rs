@@ -144,7 +144,7 @@ impl Service for ThreadService {
             return Reply::Done;
         };
         match &app.handler {
-            AppHandler::Static(files) => files.serve(req, resp, &self.clock),
+            AppHandler::Static(files) => files.serve(req, &path, resp, &self.clock),
             AppHandler::Dynamic => {
                 let ctx = dynamic::PageContext {
                     worker: &self.identity,

@@ -113,7 +113,7 @@ pub struct StaticFiles {
     canonical_root: Option<PathBuf>,
     index: Vec<String>,
     follow_symlinks: bool,
-    /// Keyed by the normalized, decoded path (see [`cache_key`]).
+    /// Keyed by the normalized, decoded path (see [`normal_form`]).
     cache: RefCell<HashMap<Box<[u8]>, Entry>>,
     cached_bytes: Cell<usize>,
     /// Entries holding an open descriptor.
@@ -134,7 +134,15 @@ impl StaticFiles {
         }
     }
 
-    pub fn serve(&self, req: &Request<'_>, resp: &mut Responder<'_>, clock: &Clock) -> Reply {
+    /// Answers `req`, whose path in normal form (see [`normal_form`]) is `key`: the router
+    /// has computed it already, and it is the cache's key — a hit costs one lookup.
+    pub fn serve(
+        &self,
+        req: &Request<'_>,
+        key: &[u8],
+        resp: &mut Responder<'_>,
+        clock: &Clock,
+    ) -> Reply {
         if !matches!(req.method, Method::Get | Method::Head) {
             resp.status(405)
                 .header("Allow", "GET, HEAD")
@@ -150,16 +158,6 @@ impl StaticFiles {
             }
             return Reply::Done;
         }
-        // The key of a path already in normal form is the path itself: a hit costs no
-        // normalizing and no allocation. Other spellings are normalized to the same key.
-        let key = match normal_form(req.path) {
-            Ok(k) => k,
-            Err(status) => {
-                resp.error(status);
-                return Reply::Done;
-            }
-        };
-        let key: &[u8] = &key;
         let now = clock.unix_seconds();
         let mut cache = self.cache.borrow_mut();
         // A hit is one lookup; an entry checked in an earlier second is re-checked with one stat.

@@ -7,11 +7,15 @@
 /// Whether a request path is already in normal form: no escapes, empty segments or dot
 /// segments. Its cache key is then the path itself.
 pub fn is_plain(raw: &str) -> bool {
-    // One pass, no searcher to build: this runs on every request, cache hit or not.
-    let b = raw.as_bytes();
-    !b.iter()
-        .enumerate()
-        .any(|(i, &c)| c == b'%' || (c == b'/' && matches!(b.get(i + 1), Some(b'/' | b'.'))))
+    // One tight pass, no searcher to build: this runs on every request.
+    let mut after_slash = false;
+    for &c in raw.as_bytes() {
+        if c == b'%' || (after_slash && (c == b'/' || c == b'.')) {
+            return false;
+        }
+        after_slash = c == b'/';
+    }
+    true
 }
 
 /// The cache key of a path not in normal form: its decoded segments joined by `/`, with the
@@ -33,6 +37,7 @@ pub fn joined_key(raw: &str, segments: &[Vec<u8>]) -> Vec<u8> {
 /// allocation), else its normalized spelling (see [`joined_key`]); an error status for a path
 /// that cannot be normalized. What routing and the file cache both key on, so that `/%61pi`
 /// is `/api` to both, as nginx matches locations on the normalized URI.
+#[inline]
 pub fn normal_form(raw: &str) -> Result<std::borrow::Cow<'_, [u8]>, u16> {
     if is_plain(raw) {
         return Ok(std::borrow::Cow::Borrowed(raw.as_bytes()));
