@@ -3,8 +3,10 @@
 #
 # In one run, interleaved: keep-alive load from wrk (50 connections, pinned to CPU 1) against
 # nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0), and against
-# espalier's dynamic page. Prints, per server: best requests/s of several runs, syscalls per
-# request, instructions per request, and espalier/nginx ratios.
+# espalier's dynamic page. Prints, per server: best requests/s of several runs, CPU time per
+# request (user + system of every server process and thread, from /proc/<pid>/stat, over all
+# the measured runs), syscalls per request, instructions per request, and espalier/nginx
+# ratios.
 #
 # Instructions: `perf stat -e instructions` over the server's processes when the machine
 # exposes hardware counters (kernel + user); otherwise valgrind's callgrind, which counts user
@@ -105,19 +107,41 @@ server_pids() { # the serving processes: nginx's worker, espalier's worker
     *) pgrep -f "$ESPALIER worker" | tr '\n' ',' | sed 's/,$//' ;;
   esac
 }
+all_server_pids() { # every process of the server, master included, for its CPU time
+  case $1 in
+    nginx) pgrep -f "nginx: (master|worker)" ;;
+    *) pgrep -f "$ESPALIER (serve|worker)" ;;
+  esac
+}
+cpu_ticks() { # user + system clock ticks of every process (all its threads) of target $1
+  local total=0 p f
+  for p in $(all_server_pids "$1"); do
+    # Fields after the command name: state is 1st, utime the 12th, stime the 13th.
+    read -r -a f < <(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    total=$((total + f[11] + f[12]))
+  done
+  echo "$total"
+}
 url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; esac; }
-declare -A BEST SYSCALLS INSNS INSNS_USER
+declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
 TARGETS=(nginx espalier dynamic)
 
 echo "phase 1: requests/s and syscalls (native, $RUNS interleaved runs of ${DURATION}s)…" >&2
 start_nginx ""
 start_espalier ""
-for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 >/dev/null; BEST[$t]=0; done   # warm-up
+for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 >/dev/null; BEST[$t]=0; TICKS[$t]=0; REQS[$t]=0; done   # warm-up
 for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
-    read -r _ rps < <(load "$(url_of "$t")" "$DURATION")
+    before=$(cpu_ticks "$t")
+    read -r reqs rps < <(load "$(url_of "$t")" "$DURATION")
+    TICKS[$t]=$((TICKS[$t] + $(cpu_ticks "$t") - before))
+    REQS[$t]=$((REQS[$t] + reqs))
     BEST[$t]=$(python3 -c "print(max(${BEST[$t]}, $rps))")
   done
+done
+HZ=$(getconf CLK_TCK)
+for t in "${TARGETS[@]}"; do
+  CPU_US[$t]=$(python3 -c "print(round(${TICKS[$t]} / $HZ * 1e6 / max(${REQS[$t]}, 1), 2))")
 done
 HW=no
 perf stat -e instructions true 2>&1 | grep -q "not supported" || HW=yes
@@ -165,14 +189,15 @@ fi
 ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
-printf '%-22s %12s %14s %14s %16s\n' "server" "requests/s" "syscalls/req" "insns/req" "user insns/req"
+printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
   name=$t; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"
-  printf '%-22s %12.0f %14s %14s %16s\n' "$name" "${BEST[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
+  printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo
 echo "ratios (espalier / nginx, static):"
 echo "  requests/s:            $(ratio "${BEST[espalier]}" "${BEST[nginx]}")"
+echo "  CPU time per request:  $(ratio "${CPU_US[espalier]}" "${CPU_US[nginx]}")   (user + system of every server process, from /proc)"
 echo "  syscalls per request:  $(ratio "${SYSCALLS[espalier]}" "${SYSCALLS[nginx]}")"
 [ "$HW" = yes ] && echo "  instructions/request:  $(ratio "${INSNS[espalier]}" "${INSNS[nginx]}")   (target ≤ 0.55)"
 echo "  user insns/request:    $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[nginx]}")"
