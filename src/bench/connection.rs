@@ -6,7 +6,7 @@
 
 use super::options::BenchOptions;
 use super::response::{close_delimited, parse_response, ReadOutcome};
-use super::run::ThreadState;
+use super::state::ThreadState;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::time::Duration;

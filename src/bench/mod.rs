@@ -20,7 +20,8 @@
 //! threads (`--cpus`).
 
 //!
-//! The files: [`options`] (what to load), `run` (the threads and the measured window),
+//! The files: [`options`] (what to load), `run` (the threads and the measured window), `state`
+//! (what a thread's connections share),
 //! `connection` (one connection's loop), `response` (the response scanner), [`result`]
 //! (counts, errors and the histogram, printable and mergeable).
 
@@ -29,6 +30,7 @@ pub mod options;
 mod response;
 pub mod result;
 mod run;
+mod state;
 
 pub use options::{parse_sweep, BenchOptions, Target};
 pub use run::run;

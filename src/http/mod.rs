@@ -14,8 +14,11 @@
 pub mod chunked;
 pub mod clock;
 pub mod conn;
+mod fields;
 
 pub use chunked::{decode_chunked, ChunkedDecoder};
+use fields::spaces_only_around_value;
+pub use fields::valid_host;
 
 use std::mem::MaybeUninit;
 
@@ -284,147 +287,6 @@ pub fn parse_head<'a>(
         keep_alive,
         expect_continue,
     })
-}
-
-/// Whether the whitespace around a header's value, in the raw bytes, is plain spaces. The
-/// parser strips tabs and other whitespace too; for the headers that decide framing and
-/// routing that is a known smuggling gadget (`Transfer-Encoding:\tchunked` is chunked here,
-/// refused by nginx, and ignored by some proxies), so anything but spaces is refused.
-/// Runs for `Host` on every request: plain loops over the few bytes concerned, no searcher.
-fn spaces_only_around_value(buf: &[u8], h: &httparse::Header<'_>) -> bool {
-    if h.value.is_empty() {
-        return true;
-    }
-    let base = buf.as_ptr() as usize;
-    let offset = |p: *const u8| (p as usize).checked_sub(base).filter(|&o| o <= buf.len());
-    let (Some(name_start), Some(value_start)) = (offset(h.name.as_ptr()), offset(h.value.as_ptr()))
-    else {
-        return false;
-    };
-    let name_end = name_start + h.name.len();
-    let value_end = value_start + h.value.len();
-    if name_end >= value_start || value_end > buf.len() {
-        return false;
-    }
-    // Between the colon and the value.
-    if buf[name_end + 1..value_start].iter().any(|&b| b != b' ') {
-        return false;
-    }
-    // The value's own trailing whitespace, then what follows it up to the line end.
-    if h.value
-        .iter()
-        .rev()
-        .take_while(|b| b.is_ascii_whitespace())
-        .any(|&b| b != b' ')
-    {
-        return false;
-    }
-    for &b in &buf[value_end..] {
-        match b {
-            b' ' => {}
-            b'\r' | b'\n' => return true,
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// The class of each byte in a Host value: what the one-pass check does with it.
-const HOST_OTHER: u8 = 0;
-const HOST_NAME: u8 = 1;
-const HOST_DOT: u8 = 2;
-const HOST_COLON: u8 = 3;
-const HOST_PERCENT: u8 = 4;
-const HOST_CLASS: [u8; 256] = {
-    let mut t = [HOST_OTHER; 256];
-    let mut c = 0;
-    while c < 256 {
-        let b = c as u8;
-        // RFC 3986 reg-name: unreserved and sub-delims (the dot apart).
-        if b.is_ascii_alphanumeric()
-            || matches!(
-                b,
-                b'-' | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            )
-        {
-            t[c] = HOST_NAME;
-        }
-        c += 1;
-    }
-    t[b'.' as usize] = HOST_DOT;
-    t[b':' as usize] = HOST_COLON;
-    t[b'%' as usize] = HOST_PERCENT;
-    t
-};
-
-/// Whether a Host value is `host[:port]` as RFC 3986 spells it: an IP literal in brackets,
-/// or a reg-name (letters, digits, `-._~`, sub-delims, `%XX`) with no empty label between
-/// dots; then an optional `:` and at most five digits. Stricter than nginx in what a name may
-/// hold, as strict in refusing `..`, `/`, `\\` and NUL: a Host picks the site and the pool.
-/// One pass with a byte-class table: it runs on every request.
-pub fn valid_host(value: &[u8]) -> bool {
-    if value.first() == Some(&b'[') {
-        return valid_ip_literal_host(value);
-    }
-    // A leading dot counts as following an empty label.
-    let mut after_dot = true;
-    let mut i = 0;
-    while i < value.len() {
-        match HOST_CLASS[value[i] as usize] {
-            HOST_NAME => after_dot = false,
-            HOST_DOT if after_dot => return false,
-            HOST_DOT => after_dot = true,
-            HOST_COLON => return i > 0 && valid_port(&value[i + 1..]),
-            HOST_PERCENT => {
-                let hex = |k: usize| value.get(k).is_some_and(u8::is_ascii_hexdigit);
-                if !(hex(i + 1) && hex(i + 2)) {
-                    return false;
-                }
-                after_dot = false;
-                i += 2;
-            }
-            _ => return false,
-        }
-        i += 1;
-    }
-    !value.is_empty()
-}
-
-/// `[v6 or future literal]` then an optional port.
-fn valid_ip_literal_host(value: &[u8]) -> bool {
-    let Some(close) = value.iter().position(|&b| b == b']') else {
-        return false;
-    };
-    let literal = &value[1..close];
-    if literal.is_empty()
-        || !literal
-            .iter()
-            .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-    {
-        return false;
-    }
-    match &value[close + 1..] {
-        [] => true,
-        [b':', port @ ..] => valid_port(port),
-        _ => false,
-    }
-}
-
-/// A port after `:`: up to five digits (none is allowed, as RFC 3986's `*DIGIT` says).
-fn valid_port(port: &[u8]) -> bool {
-    port.len() <= 5 && port.iter().all(u8::is_ascii_digit)
 }
 
 /// Whether a partial head in `buf` may have become complete since `scanned` bytes of it were
