@@ -165,8 +165,8 @@ pub(super) fn parse_response(buf: &mut Vec<u8>) -> Option<ReadOutcome> {
     let total = if (100..200).contains(&status) || status == 204 || status == 304 {
         head.len
     } else if head.chunked {
-        match crate::http::decode_chunked(&buf[head.len..], u64::MAX, usize::MAX) {
-            Ok(Some((used, _))) => head.len + used,
+        match crate::http::chunked_len(&buf[head.len..], u64::MAX, usize::MAX) {
+            Ok(Some(used)) => head.len + used,
             Ok(None) => return None,
             Err(_) => return Some(ReadOutcome::Failed),
         }

@@ -97,40 +97,62 @@ impl ChunkedDecoder {
         }
     }
 
-    /// Body bytes decoded so far, over all calls.
-    pub fn body_len(&self) -> u64 {
-        self.body_len
-    }
-
     /// Decodes what `buf` holds, moving data bytes to the front of `buf`. Bytes after the end
     /// of the body (a pipelined request) are left alone: `consumed` stops at the end.
     pub fn decode(&mut self, buf: &mut [u8]) -> Result<Decoded, ProtocolError> {
-        let mut read = 0;
-        let mut write = 0;
-        while read < buf.len() && self.state != State::Done {
+        let (mut read, mut write) = (0, 0);
+        while let Some((start, n)) = self.next_data(buf, &mut read)? {
+            buf.copy_within(start..start + n, write);
+            write += n;
+        }
+        Ok(self.decoded(read, write))
+    }
+
+    /// As [`Self::decode`], but only measures: nothing is moved, so `buf` may be shared (a
+    /// load generator finding where a response's body ends).
+    pub fn skip(&mut self, buf: &[u8]) -> Result<Decoded, ProtocolError> {
+        let (mut read, mut produced) = (0, 0);
+        while let Some((_, n)) = self.next_data(buf, &mut read)? {
+            produced += n;
+        }
+        Ok(self.decoded(read, produced))
+    }
+
+    fn decoded(&self, consumed: usize, produced: usize) -> Decoded {
+        Decoded {
+            consumed,
+            produced,
+            done: self.state == State::Done,
+        }
+    }
+
+    /// Walks `buf` from `*read`: framing bytes are consumed one at a time; the next run of
+    /// chunk data is consumed whole and returned as (start, length). `None` at the end of
+    /// `buf` or of the body. Every byte is looked at once, whatever the split across reads.
+    fn next_data(
+        &mut self,
+        buf: &[u8],
+        read: &mut usize,
+    ) -> Result<Option<(usize, usize)>, ProtocolError> {
+        while *read < buf.len() && self.state != State::Done {
             if let State::Data { left } = self.state {
-                // Bulk: as much of this chunk as has arrived.
-                let n = left.min((buf.len() - read) as u64) as usize;
-                buf.copy_within(read..read + n, write);
-                read += n;
-                write += n;
-                let left = left - n as u64;
-                self.state = if left == 0 {
+                let n = left.min((buf.len() - *read) as u64) as usize;
+                let start = *read;
+                *read += n;
+                self.state = if n as u64 == left {
                     State::DataCr
                 } else {
-                    State::Data { left }
+                    State::Data {
+                        left: left - n as u64,
+                    }
                 };
-                continue;
+                return Ok(Some((start, n)));
             }
-            let b = buf[read];
-            read += 1;
+            let b = buf[*read];
+            *read += 1;
             self.state = self.step(b)?;
         }
-        Ok(Decoded {
-            consumed: read,
-            produced: write,
-            done: self.state == State::Done,
-        })
+        Ok(None)
     }
 
     /// One framing byte (anything but chunk data).
@@ -243,7 +265,7 @@ fn hex_value(b: u8) -> Option<u8> {
 
 /// Decodes a whole chunked body at the start of `buf` (a copy is decoded; `buf` is left as
 /// it is): `Ok(Some((consumed, body)))` when complete, `Ok(None)` when more bytes are needed.
-/// For callers that see the whole body at once (tests, the load generator's responses).
+/// For callers that want the body of bytes they hold whole (tests, the fuzz target).
 pub fn decode_chunked(
     buf: &[u8],
     max_body: u64,
@@ -257,4 +279,15 @@ pub fn decode_chunked(
     }
     copy.truncate(d.produced);
     Ok(Some((d.consumed, copy)))
+}
+
+/// The length of a whole chunked body at the start of `buf`, framing included, without
+/// copying it: `Ok(Some(len))` when complete, `Ok(None)` when more bytes are needed.
+pub fn chunked_len(
+    buf: &[u8],
+    max_body: u64,
+    max_framing: usize,
+) -> Result<Option<usize>, ProtocolError> {
+    let d = ChunkedDecoder::with_bounds(max_body, max_framing).skip(buf)?;
+    Ok(d.done.then_some(d.consumed))
 }

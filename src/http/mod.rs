@@ -16,7 +16,7 @@ pub mod clock;
 pub mod conn;
 mod fields;
 
-pub use chunked::{decode_chunked, ChunkedDecoder};
+pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};
 use fields::spaces_only_around_value;
 pub use fields::valid_host;
 

@@ -469,6 +469,12 @@ mod fuzz {
             let whole = decode_chunked(&buf, 100, 64);
             let pieces = decode_in_pieces(&buf, &cuts, 100, 64);
             prop_assert_eq!(&whole, &pieces);
+            // Measuring without copying agrees with decoding.
+            let measured = chunked_len(&buf, 100, 64);
+            prop_assert_eq!(
+                measured,
+                whole.clone().map(|o| o.map(|(used, _)| used))
+            );
             if let Ok(Some((used, body))) = whole {
                 prop_assert!(used <= buf.len());
                 prop_assert!(body.len() <= 100);

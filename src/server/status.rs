@@ -32,15 +32,6 @@ pub enum WorkerState {
     Stopped,
 }
 
-impl PoolState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PoolState::Running => "running",
-            PoolState::Stopped => "stopped",
-        }
-    }
-}
-
 impl WorkerState {
     pub fn as_str(self) -> &'static str {
         match self {
