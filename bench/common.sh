@@ -1,6 +1,6 @@
 # Shared by the bench/ scripts and the tests that need a real peer: installing the peers from
-# Debian and port helpers. Source it; it expects nothing and defines need_tools, free_port and
-# wait_port. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
+# Debian and port helpers. Source it; it expects nothing and defines need_tools, free_port,
+# wait_port and espalier_binary. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
 
 # need_tools CMD:PACKAGE… — installs the packages whose command is missing (apt-get update once).
 # Serialized with a lock, since tests running in parallel may ask at once; says in one line
@@ -30,4 +30,16 @@ wait_port() {
   for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
   echo "port $1 never opened" >&2
   return 1
+}
+
+# espalier_binary ROOT — prints the espalier to measure: $ESPALIER_BIN when set (another build,
+# for an A/B comparison of two commits), else the release build of ROOT, built first.
+espalier_binary() {
+  if [ -n "${ESPALIER_BIN:-}" ]; then
+    echo "$ESPALIER_BIN"
+  else
+    echo "building espalier (release)…" >&2
+    (cd "$1" && cargo build --release --quiet) >&2
+    echo "$1/target/release/espalier"
+  fi
 }

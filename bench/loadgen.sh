@@ -16,8 +16,7 @@ RUNS=${RUNS:-3}
 . "$ROOT/bench/common.sh"
 need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-(cd "$ROOT" && cargo build --release --quiet)
-ESPALIER="$ROOT/target/release/espalier"
+ESPALIER=$(espalier_binary "$ROOT")
 
 WORK=$(mktemp -d /tmp/espalier-loadgen.XXXXXX)
 NGINX_PID=

@@ -31,9 +31,7 @@ SAMPLE_EVERY=${SAMPLE_EVERY:-30}
 . "$ROOT/bench/common.sh"
 need_tools python3:python3
 
-echo "building espalier (release)…" >&2
-(cd "$ROOT" && cargo build --release --quiet)
-ESPALIER="$ROOT/target/release/espalier"
+ESPALIER=$(espalier_binary "$ROOT")
 
 WORK=$(mktemp -d /tmp/espalier-soak.XXXXXX)
 PIDS=()

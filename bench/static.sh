@@ -29,13 +29,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-if [ -n "${ESPALIER_BIN:-}" ]; then
-  ESPALIER=$ESPALIER_BIN   # another build, for an A/B comparison of two commits
-else
-  echo "building espalier (release)…" >&2
-  (cd "$ROOT" && cargo build --release --quiet)
-  ESPALIER="$ROOT/target/release/espalier"
-fi
+ESPALIER=$(espalier_binary "$ROOT")
 
 WORK=$(mktemp -d /tmp/espalier-bench.XXXXXX)
 PIDS=()
