@@ -48,6 +48,7 @@ pub mod http;
 pub mod nic;
 pub mod os;
 pub mod placement;
+pub mod proxy;
 pub mod scale;
 pub mod server;
 pub mod topology;

@@ -147,7 +147,7 @@ proptest! {
             let clock = Rc::new(Clock::new(String::new()));
             tokio::task::spawn_local(Rc::clone(&clock).run());
             let env = Rc::new(ConnEnv {
-                service: ThreadService::new(&sites, vec![vec![(None, 0)]], Rc::clone(&clock), "p/0/cpu0".into()),
+                service: ThreadService::new(&sites, vec![vec![(None, 0)]], Rc::clone(&clock), "p/0/cpu0".into(), None),
                 clock,
                 limits: HeadLimits { max_request_line: 256, max_header_size: 1024, max_headers: 16, max_body_size: 4096 },
                 timeouts: Timeouts {

@@ -69,8 +69,18 @@ fn render(status: &Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:>5} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  LAST EXIT",
-        "POOL", "INDEX", "PID", "NODE", "CPUS", "STATE", "UPTIME", "REQUESTS", "RSS", "RECYCLED"
+        "{:<14} {:>5} {:<6} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  LAST EXIT",
+        "POOL",
+        "INDEX",
+        "ROLE",
+        "PID",
+        "NODE",
+        "CPUS",
+        "STATE",
+        "UPTIME",
+        "REQUESTS",
+        "RSS",
+        "RECYCLED"
     );
     let opt = |x: Option<u32>| x.map_or("-".to_string(), |v| v.to_string());
     for p in &status.pools {
@@ -81,9 +91,10 @@ fn render(status: &Status) -> String {
             let cpus = crate::cpuset::CpuSet::from_ids(w.cpus.iter().copied());
             let _ = writeln!(
                 out,
-                "{:<14} {:>5} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  {}",
+                "{:<14} {:>5} {:<6} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  {}",
                 p.name,
                 w.index,
+                w.role.as_str(),
                 opt(w.pid),
                 opt(w.node),
                 cpus.to_string(),

@@ -122,6 +122,12 @@ pub enum Command {
     /// Internal: a worker process, started by `espalier serve`.
     #[command(hide = true)]
     Worker,
+    /// Internal: hands a pool's sockets to its application and runs it (`espalier serve`).
+    #[command(hide = true, name = "app-exec")]
+    AppExec {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        argv: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Args, Debug, Clone)]

@@ -56,5 +56,6 @@ fn run(cli: Cli) -> Result<i32, String> {
             json,
         } => machine::doctor(config, machine, json),
         Command::Worker => Ok(crate::server::worker::main()),
+        Command::AppExec { argv } => Ok(crate::server::app_exec::main(argv)),
     }
 }

@@ -124,6 +124,55 @@ pub struct PoolSpec {
     pub ping_response_time: Duration,
     pub recycle: Recycle,
     pub rapid_fail: RapidFail,
+    /// The user's application the pool runs instead of espalier's own workers (`command`).
+    pub app: Option<AppCommand>,
+}
+
+/// How requests reach a pool's application processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Transport {
+    /// systemd socket activation: the app accepts on the pool's listeners itself (zero hops).
+    Activation,
+    /// espalier's workers accept and forward each request to an app process on their node.
+    Proxy,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Activation => "activation",
+            Transport::Proxy => "proxy",
+        }
+    }
+}
+
+/// Where a proxied app process listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UpstreamKind {
+    /// A free loopback port, in `PORT` and `{port}`.
+    Tcp,
+    /// A unix socket path, in `ESPALIER_SOCKET` and `{socket}`.
+    Unix,
+}
+
+/// A pool's application: the program each of its processes runs, and how it is reached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppCommand {
+    /// argv, no shell; `{port}` and `{socket}` are replaced per process.
+    pub command: Vec<String>,
+    /// Working directory (resolved against the config file's folder; default that folder).
+    pub directory: PathBuf,
+    /// Added to the environment espalier was started with.
+    pub environment: Vec<(String, String)>,
+    pub transport: Transport,
+    /// A path that must answer 2xx before a process counts as ready, and at every ping.
+    pub health: Option<String>,
+    pub upstream: UpstreamKind,
+    /// Proxy: connecting to an app process. Default 5 s.
+    pub connect_timeout: Duration,
+    /// Proxy: waiting for the app's response head, or for more of its body. Default 60 s
+    /// (nginx's `proxy_read_timeout`).
+    pub response_timeout: Duration,
 }
 
 /// The request handlers a site's application can use.
@@ -135,6 +184,9 @@ pub enum HandlerKind {
     Dynamic,
     /// CPU-heavy work (audio synthesis and encoding), like the web-gardening seed's service.
     Cpu,
+    /// Forwarded to the pool's application processes (a pool with `command` and
+    /// `transport = "proxy"`); set by validation, never written in a config.
+    Proxy,
 }
 
 impl HandlerKind {
@@ -145,6 +197,7 @@ impl HandlerKind {
             HandlerKind::Static => "static",
             HandlerKind::Dynamic => "dynamic",
             HandlerKind::Cpu => "cpu",
+            HandlerKind::Proxy => "proxy",
         }
     }
 }
@@ -281,6 +334,13 @@ pub struct Config {
 }
 
 impl PoolSpec {
+    /// Whether the pool's application accepts on the pool's sockets itself.
+    pub fn activated(&self) -> bool {
+        self.app
+            .as_ref()
+            .is_some_and(|a| a.transport == Transport::Activation)
+    }
+
     /// A pool with every default, named `name`.
     pub fn with_defaults(name: &str) -> Self {
         PoolSpec {
@@ -309,6 +369,7 @@ impl PoolSpec {
                 max_crashes: 5,
                 interval: Duration::from_secs(300),
             },
+            app: None,
         }
     }
 }

@@ -69,6 +69,14 @@ pub struct RawPool {
     pub ping_response_time: Option<Scalar>,
     pub recycle: Option<RawRecycle>,
     pub rapid_fail: Option<RawRapidFail>,
+    pub command: Option<Vec<String>>,
+    pub directory: Option<String>,
+    pub environment: Option<std::collections::BTreeMap<String, String>>,
+    pub transport: Option<String>,
+    pub health: Option<String>,
+    pub upstream: Option<String>,
+    pub connect_timeout: Option<Scalar>,
+    pub response_timeout: Option<Scalar>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -16,6 +16,7 @@ use crate::config::{HandlerKind, SiteSpec};
 use crate::http::clock::Clock;
 use crate::http::conn::{Reply, Service};
 use crate::http::{Request, Responder};
+use crate::proxy::ProxyRoute;
 use static_files::StaticFiles;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -24,6 +25,11 @@ enum AppHandler {
     Static(StaticFiles),
     Dynamic,
     Cpu,
+    /// Forwarded to the pool's application (handed back to the connection as a whole, see
+    /// [`Service::proxy_route`]).
+    Proxy(Rc<ProxyRoute>),
+    /// An application pool's app in a worker that was given no route to it: 502.
+    Unreachable,
 }
 
 struct App {
@@ -47,6 +53,9 @@ pub struct ThreadService {
     identity: String,
     served: Cell<u64>,
     page: RefCell<Vec<u8>>,
+    /// Whether any app forwards to an application: only then does a request's head go
+    /// through [`Service::proxy_route`]'s routing before the engine's own.
+    proxies: bool,
 }
 
 impl ThreadService {
@@ -55,6 +64,7 @@ impl ThreadService {
         groups: Vec<GroupRoutes>,
         clock: Rc<Clock>,
         identity: String,
+        proxy: Option<Rc<ProxyRoute>>,
     ) -> Self {
         let sites = sites
             .iter()
@@ -72,6 +82,12 @@ impl ThreadService {
                             )),
                             HandlerKind::Dynamic => AppHandler::Dynamic,
                             HandlerKind::Cpu => AppHandler::Cpu,
+                            HandlerKind::Proxy => match &proxy {
+                                Some(route) => AppHandler::Proxy(Rc::clone(route)),
+                                // The master gives every front worker its route; without one
+                                // the app has no process to reach.
+                                None => AppHandler::Unreachable,
+                            },
                         },
                     })
                     .collect();
@@ -87,6 +103,7 @@ impl ThreadService {
             identity,
             served: Cell::new(0),
             page: RefCell::new(Vec::with_capacity(2048)),
+            proxies: proxy.is_some(),
         }
     }
 
@@ -118,30 +135,68 @@ fn under(path: &[u8], prefix: &str) -> bool {
             && matches!(path.get(prefix.len()), None | Some(b'/')))
 }
 
-impl Service for ThreadService {
-    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
-        self.served.set(self.served.get() + 1);
+/// Where a request goes: an app, with the normalized path it was chosen on; or an answer.
+enum Routed<'s, 'p> {
+    App(&'s App, std::borrow::Cow<'p, [u8]>),
+    Answer(u16),
+    UnknownHost,
+}
+
+impl ThreadService {
+    fn route<'p>(&self, group: usize, req: &Request<'p>) -> Routed<'_, 'p> {
         let Some(site) = self.route_site(group, req) else {
-            // HTTP.sys answers an unknown host the same way.
-            resp.simple(
-                400,
-                "text/plain; charset=utf-8",
-                b"400 Bad Request - Invalid Hostname\n",
-            );
-            return Reply::Done;
+            return Routed::UnknownHost;
         };
         // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
         // `/api`), as nginx chooses locations: a spelling must not pick another app.
         let path = match static_files::normal_form(req.path) {
             Ok(p) => p,
-            Err(status) => {
+            Err(status) => return Routed::Answer(status),
+        };
+        match site.apps.iter().find(|a| under(&path, &a.path)) {
+            Some(app) => Routed::App(app, path),
+            None => Routed::Answer(404),
+        }
+    }
+}
+
+impl Service for ThreadService {
+    fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<Rc<ProxyRoute>> {
+        if !self.proxies {
+            return None;
+        }
+        match self.route(group, req) {
+            Routed::App(
+                App {
+                    handler: AppHandler::Proxy(route),
+                    ..
+                },
+                _,
+            ) => {
+                self.served.set(self.served.get() + 1);
+                Some(Rc::clone(route))
+            }
+            _ => None,
+        }
+    }
+
+    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
+        self.served.set(self.served.get() + 1);
+        let (app, path) = match self.route(group, req) {
+            Routed::App(app, path) => (app, path),
+            Routed::UnknownHost => {
+                // HTTP.sys answers an unknown host the same way.
+                resp.simple(
+                    400,
+                    "text/plain; charset=utf-8",
+                    b"400 Bad Request - Invalid Hostname\n",
+                );
+                return Reply::Done;
+            }
+            Routed::Answer(status) => {
                 resp.error(status);
                 return Reply::Done;
             }
-        };
-        let Some(app) = site.apps.iter().find(|a| under(&path, &a.path)) else {
-            resp.error(404);
-            return Reply::Done;
         };
         match &app.handler {
             AppHandler::Static(files) => files.serve(req, &path, resp, &self.clock),
@@ -156,6 +211,11 @@ impl Service for ThreadService {
             }
             AppHandler::Cpu => {
                 cpu::respond(req.query, resp);
+                Reply::Done
+            }
+            // Reached only when the route was not taken whole (see `proxy_route`).
+            AppHandler::Proxy(_) | AppHandler::Unreachable => {
+                resp.error(502);
                 Reply::Done
             }
         }

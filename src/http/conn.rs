@@ -12,6 +12,7 @@ use super::{
     ProtocolError, Request, Responder, MAX_HEADERS,
 };
 use crate::http::clock::Clock;
+use crate::proxy::{forward, ForwardRequest, Outcome, ProxyRoute};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -42,6 +43,12 @@ pub enum Reply {
 pub trait Service {
     /// Answers `req`, received on a listener of `group`, into `resp`.
     fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply;
+
+    /// Called when a request's head is complete, before its body is read: `Some` takes the
+    /// request (body and answer, streamed) to an application process instead of [`Self::call`].
+    fn proxy_route(&self, _group: usize, _req: &Request<'_>) -> Option<Rc<ProxyRoute>> {
+        None
+    }
 }
 
 /// Timeouts of a connection.
@@ -215,6 +222,8 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
         let mut wait = Wait::Idle;
         // A chunked head was just parsed: decode its body before reading more.
         let mut decode_now = false;
+        // A request taken by a proxied app: its head is consumed, its body follows.
+        let mut proxied: Option<(Rc<ProxyRoute>, ForwardRequest)> = None;
         match advance_body(&mut pending, &mut rbuf) {
             Ok(true) => {}
             Ok(false) => wait = Wait::Body,
@@ -257,6 +266,15 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                     break;
                 };
                 head_scanned = 0;
+                if let Some(route) = env.service.proxy_route(group, &request) {
+                    let keep = keep_alive && !env.shutdown.started.get();
+                    let peer = stream.peer_addr().ok().map(|a| a.ip());
+                    let fwd =
+                        ForwardRequest::new(&request, framing, keep, expect_continue, peer, "http");
+                    proxied = Some((route, fwd));
+                    consumed += len;
+                    break;
+                }
                 let body_start = consumed + len;
                 let body_end = match framing {
                     Framing::None => body_start,
@@ -342,6 +360,22 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 return;
             }
             wbuf.clear();
+        }
+        if let Some((route, fwd)) = proxied {
+            let client = crate::proxy::Client {
+                stream: &mut stream,
+                rbuf: &mut rbuf,
+                common: env.clock.common().clone(),
+                max_body: env.limits.max_body_size,
+                max_framing: env.limits.max_header_size,
+                body_timeout: env.timeouts.body,
+            };
+            if forward(client, fwd, &route).await == Outcome::Close {
+                linger_close(stream, &env).await;
+                return;
+            }
+            request_started = env.clock.now();
+            continue;
         }
         if let Some(f) = file {
             if send_file(&stream, f, &env).await.is_err() {

@@ -162,3 +162,56 @@ pub fn adopt_unix_stream(fd: RawFd) -> std::os::unix::net::UnixStream {
 pub fn proc_stat() -> String {
     std::fs::read_to_string("/proc/stat").unwrap_or_default()
 }
+
+/// Moves the descriptors `fds` to `first`, `first + 1`, … in order, without close-on-exec, as
+/// socket activation hands them over (fd 3 onwards). A descriptor already at a target number
+/// is handled: all are first duplicated above every target, then put in place. The
+/// duplicates and originals outside the targets keep close-on-exec.
+pub fn place_fds(fds: &[RawFd], first: RawFd) -> io::Result<()> {
+    let above = first + fds.len() as RawFd;
+    let mut high = Vec::with_capacity(fds.len());
+    for &fd in fds {
+        // SAFETY: fcntl duplicates an fd this process owns; no memory is passed.
+        let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above) };
+        if d < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        high.push(d);
+    }
+    for (k, &d) in high.iter().enumerate() {
+        // SAFETY: dup2 onto a number this process reserves for the handed-over sockets;
+        // the new descriptor has close-on-exec cleared, as the exec'd program needs.
+        if unsafe { libc::dup2(d, first + k as RawFd) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: closes our own duplicate.
+        unsafe { libc::close(d) };
+    }
+    Ok(())
+}
+
+/// Makes this process the leader of a new process group, so that the whole tree an
+/// application starts (gunicorn's workers, say) can be killed with one signal.
+pub fn own_process_group() -> io::Result<()> {
+    // SAFETY: setpgid with integer arguments.
+    if unsafe { libc::setpgid(0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sends `signal` to every process of the group led by `pgid`. A group that is gone is not
+/// an error.
+pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill takes plain integers; a negative pid names a process group.
+    if unsafe { libc::kill(-(pgid as libc::pid_t), signal) } == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}

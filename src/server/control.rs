@@ -22,6 +22,11 @@ pub enum Message {
     Pong { requests: u64, panics: u64 },
     /// Worker → master: these engine threads (`cpuN,…`) have not turned lately; not a pong.
     Stuck(String),
+    /// App → master (sd_notify `STOPPING=1`): it is stopping by itself.
+    Stopping,
+    /// Master → front worker: the app processes its threads forward to, nearest first (JSON
+    /// of [`crate::proxy::Tiers`]).
+    Upstreams(String),
 }
 
 impl Message {
@@ -34,6 +39,8 @@ impl Message {
             Message::Error(why) => format!("error {}\n", why.replace('\n', " ")),
             Message::Pong { requests, panics } => format!("pong {requests} {panics}\n"),
             Message::Stuck(threads) => format!("stuck {threads}\n"),
+            Message::Stopping => "stopping\n".into(),
+            Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
         }
     }
 
@@ -55,6 +62,8 @@ impl Message {
                 }
             }
             "stuck" => Message::Stuck(rest.to_string()),
+            "stopping" => Message::Stopping,
+            "upstreams" => Message::Upstreams(rest.to_string()),
             _ => return None,
         })
     }

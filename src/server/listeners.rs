@@ -9,7 +9,7 @@
 
 use super::log;
 use super::steering;
-use crate::config::{Config, SiteSpec, Steering};
+use crate::config::{Config, PoolSpec, SiteSpec, Steering};
 use crate::handlers::GroupRoutes;
 use crate::os;
 use crate::placement::Plan;
@@ -63,16 +63,24 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
 /// thread index, CPU).
 pub(super) type SocketOwners = Vec<(usize, usize, u32)>;
 
-/// The threads that own a pool's sockets on one address, in (node, CPU) order.
-pub(super) fn group_owners(pool: &str, topology: &Topology, plan: &Plan) -> SocketOwners {
+/// The threads that own a pool's sockets on one address, in (node, CPU) order. An activated
+/// application has one socket per process (on its first CPU; the steering table sends the
+/// node's other CPUs to the node's sockets), since it accepts with one socket per address.
+pub(super) fn group_owners(
+    pool: &str,
+    config: &Config,
+    topology: &Topology,
+    plan: &Plan,
+) -> SocketOwners {
     let mut owners: SocketOwners = Vec::new();
+    let activated = config.pool(pool).is_some_and(PoolSpec::activated);
     for (w, worker) in plan
         .workers
         .iter()
         .enumerate()
         .filter(|(_, w)| w.pool == pool)
     {
-        for (t, cpu) in worker.cpus.iter().enumerate() {
+        for (t, cpu) in listening_cpus(worker, activated).into_iter().enumerate() {
             owners.push((w, t, cpu));
         }
     }
@@ -84,6 +92,16 @@ pub(super) fn group_owners(pool: &str, topology: &Topology, plan: &Plan) -> Sock
         )
     });
     owners
+}
+
+/// The CPUs of a planned process that listen: every one (a thread each) for espalier's
+/// workers; the first alone for an activated application.
+pub(super) fn listening_cpus(worker: &crate::placement::WorkerPlan, activated: bool) -> Vec<u32> {
+    if activated {
+        worker.cpus.iter().take(1).collect()
+    } else {
+        worker.cpus.iter().collect()
+    }
 }
 
 /// Opens the sockets a group lacks to have `wanted` of them. The group itself is not changed,
@@ -134,7 +152,7 @@ pub(super) fn fill_group(
     plan: &Plan,
     file: &str,
 ) -> Result<bool, String> {
-    let owners = group_owners(&g.pool, topology, plan);
+    let owners = group_owners(&g.pool, config, topology, plan);
     let sockets = open_missing(g, owners.len(), config, file)?;
     g.sockets.extend(sockets);
     Ok(arm_group(g, &owners, config, topology))

@@ -13,6 +13,8 @@
 //! line protocol after). Pure decisions: [`lifecycle`], [`soft`], [`steering`].
 
 pub mod admin;
+pub mod app;
+pub mod app_exec;
 pub mod conn_task;
 pub mod control;
 pub mod lifecycle;

@@ -35,9 +35,9 @@ pub(super) fn worker_specs(
             let my_groups: Vec<usize> = (0..groups.len())
                 .filter(|&g| groups[g].pool == pool.name)
                 .collect();
-            let threads = worker
-                .cpus
-                .iter()
+            let activated = pool.activated();
+            let threads = super::listeners::listening_cpus(worker, activated)
+                .into_iter()
                 .enumerate()
                 .map(|(t, cpu)| ThreadSpec {
                     cpu,
@@ -76,6 +76,10 @@ pub(super) fn worker_specs(
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,
                 cgroups: Vec::new(),
+                proxy: pool.app.as_ref().map(|a| crate::proxy::ProxySettings {
+                    connect_timeout: a.connect_timeout,
+                    response_timeout: a.response_timeout,
+                }),
             }
         })
         .collect()

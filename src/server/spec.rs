@@ -41,6 +41,10 @@ pub struct WorkerSpec {
     /// thread is pinned: joining a v1 cpuset later would reset the threads' affinity.
     #[serde(default)]
     pub cgroups: Vec<std::path::PathBuf>,
+    /// A front worker of a `transport = "proxy"` pool: its timeouts. Its app processes'
+    /// endpoints arrive later, on the control socket (`upstreams`).
+    #[serde(default)]
+    pub proxy: Option<crate::proxy::ProxySettings>,
 }
 
 impl WorkerSpec {

@@ -57,9 +57,37 @@ pub struct PoolStatus {
     pub workers: Vec<WorkerStatus>,
 }
 
+/// What a slot's process is.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// An espalier worker serving the pool's sites itself.
+    #[default]
+    Worker,
+    /// The pool's application (a pool with `command`).
+    App,
+    /// An espalier worker forwarding to the pool's application (`transport = "proxy"`).
+    Front,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Worker => "worker",
+            Role::App => "app",
+            Role::Front => "front",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct WorkerStatus {
     pub index: u32,
+    #[serde(default)]
+    pub role: Role,
+    /// Where a proxied app process listens.
+    #[serde(default)]
+    pub endpoint: Option<String>,
     pub pid: Option<u32>,
     pub node: Option<u32>,
     pub cpus: Vec<u32>,
@@ -177,6 +205,8 @@ mod tests {
                 cpu_used_s: None,
                 stopped_because: None,
                 workers: vec![WorkerStatus {
+                    role: Role::App,
+                    endpoint: Some("http://127.0.0.1:3000".into()),
                     index: 0,
                     pid: Some(42),
                     node: Some(0),

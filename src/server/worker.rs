@@ -19,6 +19,7 @@ use crate::http::clock::Clock;
 use crate::http::conn::{ConnEnv, Shutdown, Timeouts};
 use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
+use crate::proxy::{ProxyRoute, SharedTiers};
 use std::cell::Cell;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -115,15 +116,18 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         .iter()
         .map(|_| Arc::new(ThreadHealth::new(epoch)))
         .collect();
+    // The app processes a front worker forwards to, replaced at each `upstreams` message.
+    let tiers = Arc::new(SharedTiers::default());
     for (t, thread) in spec.threads.iter().enumerate() {
         let spec = spec.clone();
+        let tiers = Arc::clone(&tiers);
         let stop_rx = stop_rx.clone();
         let started_tx = started_tx.clone();
         let cpu = thread.cpu;
         let health = Arc::clone(&health[t]);
         let handle = std::thread::Builder::new()
             .name(format!("{}-cpu{cpu}", spec.pool))
-            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health))
+            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health, tiers))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         threads.push(handle);
     }
@@ -183,12 +187,18 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                 r = tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line) => match r {
                     // The master closed the control socket (it is gone): stop too.
                     Ok(0) | Err(_) => break,
-                    Ok(_) if Message::parse(&line) == Some(Message::Ping) => {
-                        if write_half.write_all(pong(spec, &health).as_bytes()).await.is_err() {
+                    Ok(_) => match Message::parse(&line) {
+                        Some(Message::Ping)
+                            if write_half.write_all(pong(spec, &health).as_bytes()).await.is_err() =>
+                        {
                             break;
                         }
-                    }
-                    Ok(_) => {}
+                        Some(Message::Upstreams(json)) => match serde_json::from_str(&json) {
+                            Ok(t) => tiers.publish(t),
+                            Err(e) => log(&spec.name(), format!("unreadable upstreams from the master: {e}")),
+                        },
+                        _ => {}
+                    },
                 },
             }
         }
@@ -276,6 +286,7 @@ fn engine_thread(
     mut stop_rx: watch::Receiver<bool>,
     started: std::sync::mpsc::Sender<Result<(), String>>,
     health: Arc<ThreadHealth>,
+    tiers: Arc<SharedTiers>,
 ) {
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -305,6 +316,10 @@ fn engine_thread(
         } else {
             String::new()
         };
+        let route = spec.proxy.map(|settings| {
+            let line = spec.worker_header.then(|| extra.clone());
+            Rc::new(ProxyRoute::new(settings, tiers, line))
+        });
         let clock = Rc::new(Clock::new(extra));
         tokio::task::spawn_local(Rc::clone(&clock).run());
         let l = &spec.limits;
@@ -314,6 +329,7 @@ fn engine_thread(
                 spec.groups.clone(),
                 Rc::clone(&clock),
                 identity,
+                route,
             ),
             clock,
             limits: HeadLimits {

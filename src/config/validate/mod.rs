@@ -5,6 +5,7 @@
 //! and cross-checks are here; pools in [`pool`], sites in [`site`].
 //! Must not touch: defaults (see [`super::model`]) or placement.
 
+mod app;
 mod pool;
 mod site;
 
@@ -115,7 +116,7 @@ impl Validator {
         let server = self.server(raw.server.unwrap_or_default());
         let mut pools: Vec<PoolSpec> = Vec::new();
         for (i, rp) in raw.pool.into_iter().enumerate() {
-            let pool = self.pool(i, rp, topo);
+            let pool = self.pool(i, rp, topo, base);
             if pools.iter().any(|p| p.name == pool.name) {
                 self.err(
                     &[Seg::Key("pool"), Seg::Index(i), Seg::Key("name")],
@@ -141,7 +142,7 @@ impl Validator {
             }
             sites.push(site);
         }
-        self.check_bindings(&sites);
+        self.check_bindings(&sites, &pools);
         if sites.is_empty() {
             self.err(
                 &[Seg::Key("site")],

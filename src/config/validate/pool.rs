@@ -14,8 +14,15 @@ use crate::units::parse_percent;
 use std::time::Duration;
 
 impl Validator {
-    pub(super) fn pool(&mut self, i: usize, raw: raw::RawPool, topo: &Topology) -> PoolSpec {
+    pub(super) fn pool(
+        &mut self,
+        i: usize,
+        mut raw: raw::RawPool,
+        topo: &Topology,
+        base: &std::path::Path,
+    ) -> PoolSpec {
         let at = |k: &'static str| [Seg::Key("pool"), Seg::Index(i), Seg::Key(k)];
+        let app = self.app_command(i, &mut raw, base);
         let name = match raw.name {
             Some(n) if valid_name(&n) => n,
             Some(n) => {
@@ -34,6 +41,7 @@ impl Validator {
             }
         };
         let mut p = PoolSpec::with_defaults(&name);
+        p.app = app;
         p.processes = match raw.processes {
             None => p.processes,
             Some(Scalar::Int(0)) => Processes::Auto,

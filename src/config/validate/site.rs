@@ -99,16 +99,32 @@ impl Validator {
                 };
                 self.err(&ap("pool"), format!("no pool is named `{pool}`; {hint}"));
             }
-            let handler = self.choice(
-                &ap("handler"),
-                ra.handler,
-                HandlerKind::Static,
-                &[
-                    ("static", HandlerKind::Static),
-                    ("dynamic", HandlerKind::Dynamic),
-                    ("cpu", HandlerKind::Cpu),
-                ],
-            );
+            let app_pool = pools
+                .iter()
+                .find(|p| p.name == pool)
+                .and_then(|p| p.app.as_ref());
+            if let Some(app) = app_pool {
+                if ra.handler.is_some() {
+                    self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler`"));
+                }
+                if app.transport == Transport::Activation && path != "/" {
+                    self.err(&ap("path"), format!("pool `{pool}` uses transport = \"activation\": its application accepts every connection of the site's bindings itself, so it cannot be given only `{path}`; use path = \"/\", or transport = \"proxy\""));
+                }
+            }
+            let handler = if app_pool.is_some() {
+                HandlerKind::Proxy
+            } else {
+                self.choice(
+                    &ap("handler"),
+                    ra.handler,
+                    HandlerKind::Static,
+                    &[
+                        ("static", HandlerKind::Static),
+                        ("dynamic", HandlerKind::Dynamic),
+                        ("cpu", HandlerKind::Cpu),
+                    ],
+                )
+            };
             if apps.iter().any(|a: &AppSpec| a.path == path) {
                 self.err(
                     &ap("path"),
@@ -142,7 +158,16 @@ impl Validator {
 
     /// One address may be bound by several sites only with different host names, and only
     /// when the same pool serves them (its workers route by `Host`).
-    pub(super) fn check_bindings(&mut self, sites: &[SiteSpec]) {
+    pub(super) fn check_bindings(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
+        let activation = |site: &SiteSpec| {
+            pools.iter().any(|p| {
+                !site.apps.is_empty()
+                    && p.name == site.pool()
+                    && p.app
+                        .as_ref()
+                        .is_some_and(|a| a.transport == Transport::Activation)
+            })
+        };
         for (i, s) in sites.iter().enumerate() {
             for (k, b) in s.bindings.iter().enumerate() {
                 let path = [
@@ -168,6 +193,14 @@ impl Validator {
                     if c.host == b.host {
                         self.err(&path, format!("duplicate binding: `{b}` is already bound by site `{}`; remove one or give it a host name", t.name));
                     } else if !s.apps.is_empty() && !t.apps.is_empty() && t.pool() != s.pool() {
+                        if activation(s) || activation(t) {
+                            let (a, other) = if activation(s) { (s, t) } else { (t, s) };
+                            self.err(&path, format!(
+                                "`{b}` is shared by site `{}` of pool `{}` (transport = \"activation\") and site `{}` of pool `{}`; an activated application accepts every connection on its address itself, so its pool must serve that address alone: give one of them its own port, or use transport = \"proxy\"",
+                                a.name, a.pool(), other.name, other.pool()
+                            ));
+                            continue;
+                        }
                         self.err(&path, format!(
                             "`{b}` shares port {} with site `{}` but is served by another pool; give it its own port (routing one port to several pools is not supported yet)",
                             b.addr.port(), t.name

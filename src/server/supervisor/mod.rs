@@ -16,6 +16,7 @@
 //! sockets beyond accepting on copies of them while a pool is stopped.
 
 mod affinity;
+mod apps;
 mod cgroups;
 mod pools;
 mod reload;
@@ -46,6 +47,11 @@ pub(super) enum Event {
         message: Message,
     },
     Admin(AdminCommand, oneshot::Sender<AdminReply>),
+    /// A readiness or health probe of an app process ended.
+    Probed {
+        generation: u64,
+        healthy: bool,
+    },
 }
 
 impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {
@@ -75,6 +81,8 @@ struct Supervisor {
     events: mpsc::UnboundedSender<Event>,
     next_generation: u64,
     last_second_of_day: u32,
+    /// Proxied pools whose front workers have not all been told their app processes yet.
+    upstreams_unsent: Vec<usize>,
 }
 
 pub(super) async fn run(
@@ -112,13 +120,13 @@ pub(super) async fn run(
         .collect();
     let slots: Vec<Slot> = specs
         .into_iter()
-        .map(|spec| {
+        .flat_map(|spec| {
             let pool = config
                 .pools
                 .iter()
                 .position(|p| p.name == spec.pool)
                 .expect("spec of a configured pool");
-            Slot::new(spec, pool)
+            Slot::for_spec(spec, pool, config)
         })
         .collect();
     let mut sv = Supervisor {
@@ -143,6 +151,7 @@ pub(super) async fn run(
         pools,
         events: tx.clone(),
         next_generation: 1,
+        upstreams_unsent: Vec::new(),
         last_second_of_day: os::process::local_second_of_day(),
     };
 
@@ -185,6 +194,14 @@ pub(super) async fn run(
     {
         let ev = tokio::select! {
             ev = rx.recv() => ev,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                // Apps become ready by probes and settle time, and may die before that.
+                if let Err(e) = sv.startup_tick() {
+                    sv.stop_everything(Duration::from_secs(2)).await;
+                    return Err(e);
+                }
+                continue;
+            }
             _ = tokio::time::sleep_until(deadline) => None,
         };
         match ev {
@@ -208,6 +225,10 @@ pub(super) async fn run(
                     message: "starting".into(),
                 });
             }
+            Some(Event::Probed {
+                generation,
+                healthy,
+            }) => sv.on_probed(generation, healthy),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -318,6 +339,10 @@ impl Supervisor {
                 let answer = self.admin(cmd);
                 let _ = reply.send(answer);
             }
+            Event::Probed {
+                generation,
+                healthy,
+            } => self.on_probed(generation, healthy),
         }
     }
 
@@ -340,6 +365,19 @@ impl Supervisor {
                         format!("worker {} failed to start: {why}", s.spec.name()),
                     );
                     s.last_exit = Some(why);
+                }
+            }
+            Message::Pong { .. }
+                if self
+                    .proc_of(generation)
+                    .is_some_and(|(_, p)| p.app.is_some()) =>
+            {
+                // sd_notify `WATCHDOG=1`: the app pings by itself from now on.
+                if let Some((_, p)) = self.proc_of(generation) {
+                    p.last_pong = Instant::now();
+                    if let Some(app) = p.app.as_mut() {
+                        app.watchdog = true;
+                    }
                 }
             }
             Message::Pong { requests, panics } => {
@@ -365,12 +403,25 @@ impl Supervisor {
                     p.stuck = true;
                 }
             }
-            Message::Ping => {}
+            Message::Stopping => {
+                if let Some((name, p)) = self.proc_of(generation) {
+                    if !p.stopping {
+                        log(
+                            "master",
+                            format!("app {name} (pid {}) says it is stopping", p.pid),
+                        );
+                    }
+                }
+            }
+            Message::Ping | Message::Upstreams(_) => {}
         }
     }
 
     fn on_tick(&mut self) {
         let now = Instant::now();
+        for pool in std::mem::take(&mut self.upstreams_unsent) {
+            self.publish_upstreams(pool);
+        }
         self.retire_when_replaced();
         self.enforce_shutdown_limits(now);
         self.soft_affinity(now);
@@ -406,21 +457,34 @@ impl Supervisor {
             if !p.ready {
                 if now.duration_since(p.started) > startup_limit {
                     log("master", format!("worker {} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", slot.spec.name(), p.pid, startup_limit.as_secs()));
-                    let _ = os::process::kill(p.pid, libc::SIGKILL);
+                    p.signal(libc::SIGKILL);
                     p.killed = true;
+                    continue;
+                }
+                if slot.app.is_some() {
+                    self.app_readiness(i, now);
                 }
                 continue;
             }
             // Pings: stats, and the health check.
             if now.duration_since(p.last_pong) > ping_response.max(ping_every * 3) {
                 log("master", format!("worker {} (pid {}) missed its pings for {}s (ping_response_time): replacing it", slot.spec.name(), p.pid, ping_response.as_secs()));
-                let _ = os::process::kill(p.pid, libc::SIGKILL);
+                p.signal(libc::SIGKILL);
                 p.killed = true;
                 continue;
             }
             if now.duration_since(p.last_pong) >= ping_every {
-                let _ = p.control.try_write(Message::Ping.line().as_bytes());
+                match &p.control {
+                    Some(control) => {
+                        let _ = control.try_write(Message::Ping.line().as_bytes());
+                    }
+                    None => self.app_ping(i, now),
+                }
             }
+            let slot = &mut self.slots[i];
+            let Some(p) = slot.current.as_mut() else {
+                continue;
+            };
             if slot.replacing.is_none() && !slot.restart_after_exit {
                 let uptime = now.duration_since(p.started);
                 let crossed =

@@ -11,7 +11,7 @@ use crate::config::LoadBalancer;
 use crate::os;
 use crate::server::admin::{AdminCommand, AdminReply};
 use crate::server::log;
-use crate::server::status::{PoolState, PoolStatus, Status, WorkerState, WorkerStatus};
+use crate::server::status::{PoolState, PoolStatus, Role, Status, WorkerState, WorkerStatus};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -174,6 +174,15 @@ impl Supervisor {
                             let cur = s.current.as_ref();
                             WorkerStatus {
                                 index: s.spec.index,
+                                role: match (&s.app, &s.spec.proxy) {
+                                    (Some(_), _) => Role::App,
+                                    (None, Some(_)) => Role::Front,
+                                    (None, None) => Role::Worker,
+                                },
+                                endpoint: cur
+                                    .and_then(|c| c.app.as_ref())
+                                    .and_then(|a| a.endpoint.as_ref())
+                                    .map(|e| e.to_string()),
                                 pid: cur.map(|c| c.pid),
                                 node: s.spec.node,
                                 cpus: s.spec.cpus.clone(),

@@ -108,7 +108,8 @@ impl Supervisor {
             crate::server::listeners::SocketOwners,
         )> = Vec::new();
         for w in wanted.iter_mut().filter(|w| changed.contains(&w.pool)) {
-            let owners = crate::server::listeners::group_owners(&w.pool, &self.topology, &plan);
+            let owners =
+                crate::server::listeners::group_owners(&w.pool, &new, &self.topology, &plan);
             match self
                 .groups
                 .iter()
@@ -222,7 +223,7 @@ impl Supervisor {
         self.pools = pools;
         let first_new = slots.len();
         for spec in specs.into_iter().filter(|s| changed.contains(&s.pool)) {
-            slots.push(Slot::new(spec, 0));
+            slots.extend(Slot::for_spec(spec, 0, &new));
         }
         for s in &mut slots {
             s.pool = self
@@ -233,6 +234,8 @@ impl Supervisor {
         }
         self.slots = slots;
         self.config = new;
+        // Pool indices moved: every proxied pool's fronts hear again where its apps are.
+        self.upstreams_unsent = (0..self.pools.len()).collect();
         self.make_cgroups_for(first_new);
         for i in first_new..self.slots.len() {
             if self.pools[self.slots[i].pool].stopped.is_some() {

@@ -8,7 +8,7 @@
 //! (see [`super::cgroups`]) or the decisions themselves ([`crate::server::lifecycle`]).
 
 use super::{Event, Supervisor};
-use crate::config::PoolSpec;
+use crate::config::{AppCommand, Config, PoolSpec, Transport};
 use crate::os;
 use crate::server::control::Message;
 use crate::server::lifecycle;
@@ -17,6 +17,10 @@ use crate::server::spawn::spawn_worker;
 use crate::server::spec::WorkerSpec;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime};
+
+/// How long a replaced proxied app process keeps serving new requests after its successor is
+/// ready: the front workers' switch to the successor is one control message away.
+const UPSTREAM_HANDOVER: Duration = Duration::from_millis(500);
 use tokio::io::AsyncBufReadExt;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::task::JoinHandle;
@@ -43,14 +47,49 @@ pub(super) struct Proc {
     /// The supervisor sent SIGKILL (a startup or ping deadline): said and done once, while
     /// the process is dying.
     pub(super) killed: bool,
-    pub(super) control: OwnedWriteHalf,
+    /// An espalier worker's control socket; `None` for an app process (it has no such
+    /// channel: sd_notify, probes and its exit tell about it).
+    pub(super) control: Option<OwnedWriteHalf>,
+    /// Reads the worker's control lines, or an app's `NOTIFY_SOCKET`.
     pub(super) reader: JoinHandle<()>,
+    /// What only an app process has.
+    pub(super) app: Option<AppProc>,
+}
+
+/// The state of one application process (a pool with `command`).
+pub(super) struct AppProc {
+    /// Where a proxied process listens.
+    pub(super) endpoint: Option<crate::proxy::Endpoint>,
+    /// Its last lines of output, for the log when it dies.
+    pub(super) output: crate::server::app::OutputTail,
+    /// It has sent `WATCHDOG=1`: its pings come by themselves.
+    pub(super) watchdog: bool,
+    /// A readiness or health probe is under way.
+    pub(super) probing: bool,
+    /// When the next readiness probe may go out.
+    pub(super) probe_at: Instant,
+    /// A replaced proxied process gets SIGTERM this late, once the front workers forward to
+    /// its successor.
+    pub(super) term_at: Option<Instant>,
+}
+
+impl Proc {
+    /// Sends `sig`. SIGKILL reaches an app's whole process group (gunicorn's workers with
+    /// their arbiter); any other signal goes to the process, which passes it on as it sees fit.
+    pub(super) fn signal(&self, sig: i32) {
+        if self.app.is_some() && sig == libc::SIGKILL {
+            let _ = os::process::kill_group(self.pid, sig);
+        }
+        let _ = os::process::kill(self.pid, sig);
+    }
 }
 
 /// One planned worker position: a pool's index-th worker.
 pub(super) struct Slot {
     pub(super) spec: WorkerSpec,
     pub(super) pool: usize,
+    /// The application this slot runs; `None` for an espalier worker.
+    pub(super) app: Option<AppCommand>,
     pub(super) current: Option<Proc>,
     /// The replacement started by an overlapped recycle, not yet ready.
     pub(super) replacing: Option<Proc>,
@@ -86,6 +125,7 @@ impl Slot {
         Slot {
             spec,
             pool,
+            app: None,
             current: None,
             replacing: None,
             draining: Vec::new(),
@@ -118,6 +158,29 @@ pub(super) struct PoolRt {
 }
 
 impl Slot {
+    /// The slots of one planned process of `config`: an espalier worker; an activated
+    /// application; or, for a proxied application, the app process and the front worker
+    /// that forwards to it (the app first, so it is starting when the front is ready).
+    pub(super) fn for_spec(spec: WorkerSpec, pool: usize, config: &Config) -> Vec<Slot> {
+        let app = config.pool(&spec.pool).and_then(|p| p.app.clone());
+        match app {
+            None => vec![Slot::new(spec, pool)],
+            Some(app) if app.transport == Transport::Activation => {
+                let mut s = Slot::new(spec, pool);
+                s.app = Some(app);
+                vec![s]
+            }
+            Some(app) => {
+                let mut app_spec = spec.clone();
+                app_spec.threads.clear();
+                app_spec.proxy = None;
+                let mut s = Slot::new(app_spec, pool);
+                s.app = Some(app);
+                vec![s, Slot::new(spec, pool)]
+            }
+        }
+    }
+
     /// Every process of the slot: the current one, its replacement, and the ones draining.
     pub(super) fn procs(&self) -> impl Iterator<Item = &Proc> {
         self.current
@@ -146,6 +209,38 @@ impl Slot {
     }
 }
 
+/// Turns a worker's control lines into events, until it closes the socket.
+fn read_lines(
+    read_half: tokio::net::unix::OwnedReadHalf,
+    generation: u64,
+    events: tokio::sync::mpsc::UnboundedSender<Event>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(read_half);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match lines.read_line(&mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let Some(message) = Message::parse(&line) else {
+                        continue;
+                    };
+                    if events
+                        .send(Event::Worker {
+                            generation,
+                            message,
+                        })
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+}
+
 impl Supervisor {
     /// Every process of every slot, and the retiring ones of a previous configuration.
     pub(super) fn procs(&self) -> impl Iterator<Item = &Proc> {
@@ -163,7 +258,7 @@ impl Supervisor {
         let slots = self.slots.iter_mut().flat_map(Slot::procs_mut);
         for p in slots.chain(self.retiring.iter_mut().map(|(_, p)| p)) {
             p.stopping = true;
-            let _ = os::process::kill(p.pid, sig);
+            p.signal(sig);
         }
     }
 
@@ -179,34 +274,41 @@ impl Supervisor {
             pool.fail_starts -= 1;
         }
         let allocate = if first_start { pool.allocate_mib } else { None };
-        let (pid, control) = spawn_worker(self.slots[i].spec.clone(), fail, allocate)?;
+        let watchdog = pool.spec.ping_response_time;
         let generation = self.next_generation;
         self.next_generation += 1;
-        let (read_half, write_half) = control.into_split();
-        let events = self.events.clone();
-        // Lines from the worker become events.
-        let reader = tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(read_half);
-            let mut line = String::new();
-            loop {
-                line.clear();
-                match lines.read_line(&mut line).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let Some(message) = Message::parse(&line) else {
-                            continue;
-                        };
-                        let ev = Event::Worker {
-                            generation,
-                            message,
-                        };
-                        if events.send(ev).is_err() {
-                            break;
-                        }
-                    }
-                }
+        let (pid, control, reader, app) = match &self.slots[i].app {
+            Some(app) => {
+                let spec = &self.slots[i].spec;
+                let started = crate::server::app::spawn_app(
+                    spec,
+                    app,
+                    &crate::server::app::fd_names(spec),
+                    generation,
+                    Some(watchdog),
+                    self.events.clone(),
+                )?;
+                let state = AppProc {
+                    endpoint: started.endpoint,
+                    output: started.output,
+                    watchdog: false,
+                    probing: false,
+                    probe_at: Instant::now(),
+                    term_at: None,
+                };
+                (started.pid, None, started.notify, Some(state))
             }
-        });
+            None => {
+                let (pid, control) = spawn_worker(self.slots[i].spec.clone(), fail, allocate)?;
+                let (read_half, write_half) = control.into_split();
+                (
+                    pid,
+                    Some(write_half),
+                    read_lines(read_half, generation, self.events.clone()),
+                    None,
+                )
+            }
+        };
         let p = Proc {
             pid,
             pool: self.slots[i].spec.pool.clone(),
@@ -223,14 +325,19 @@ impl Supervisor {
             last_pong: Instant::now(),
             stuck: false,
             killed: false,
-            control: write_half,
+            control,
             reader,
+            app,
         };
         let slot = &mut self.slots[i];
         if replacing {
             slot.replacing = Some(p);
         } else {
             slot.current = Some(p);
+        }
+        if slot.app.is_none() && slot.spec.proxy.is_some() {
+            // A new front worker learns where its pool's app processes are.
+            self.publish_upstreams(self.slots[i].pool);
         }
         Ok(())
     }
@@ -259,12 +366,13 @@ impl Supervisor {
         let slot = &mut self.slots[i];
         let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
         let node = slot.spec.node.map_or("-".into(), |n| n.to_string());
+        let what = if slot.app.is_some() { "app" } else { "worker" };
         if let Some(p) = slot.current.as_mut().filter(|p| p.generation == generation) {
             p.ready = true;
             log(
                 "master",
                 format!(
-                    "worker {} started: pid {} node {node} cpus {cpus}",
+                    "{what} {} started: pid {} node {node} cpus {cpus}",
                     slot.spec.name(),
                     p.pid
                 ),
@@ -279,13 +387,17 @@ impl Supervisor {
             new.ready = true;
             if let Some(mut old) = slot.current.take() {
                 old.stopping = true;
-                let _ = os::process::kill(old.pid, libc::SIGTERM);
+                match old.app.as_mut().filter(|a| a.endpoint.is_some()) {
+                    // The front workers first learn of the new process (below).
+                    Some(app) => app.term_at = Some(Instant::now() + UPSTREAM_HANDOVER),
+                    None => old.signal(libc::SIGTERM),
+                }
                 slot.draining.push(old);
             }
             log(
                 "master",
                 format!(
-                    "worker {} started: pid {} node {node} cpus {cpus} (recycled)",
+                    "{what} {} started: pid {} node {node} cpus {cpus} (recycled)",
                     slot.spec.name(),
                     new.pid
                 ),
@@ -293,11 +405,23 @@ impl Supervisor {
             slot.current = Some(new);
             slot.recycles += 1;
         }
+        if self.slots[i].app.is_some() {
+            self.publish_upstreams(self.slots[i].pool);
+        }
     }
 
     /// Reaps every exited worker: expected exits are logged; crashes are restarted with
     /// backoff or stop the pool (rapid-fail protection).
     pub(super) fn reap(&mut self) {
+        let mut republish: Vec<usize> = Vec::new();
+        self.reap_each(&mut republish);
+        republish.dedup();
+        for pool in republish {
+            self.publish_upstreams(pool);
+        }
+    }
+
+    fn reap_each(&mut self, republish: &mut Vec<usize>) {
         while let Some((pid, status)) = os::process::reap_child() {
             let now = Instant::now();
             if let Some(k) = self.retiring.iter().position(|(_, p)| p.pid == pid) {
@@ -317,6 +441,21 @@ impl Supervisor {
             let proc_ = slot.take_pid(pid).expect("found above");
             proc_.reader.abort();
             let name = slot.spec.name();
+            if let Some(app) = &proc_.app {
+                if app.endpoint.is_some() {
+                    republish.push(slot.pool);
+                }
+                if !proc_.stopping {
+                    let tail = app.output.lock().unwrap_or_else(|e| e.into_inner());
+                    if !tail.is_empty() {
+                        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+                        log(
+                            "master",
+                            format!("app {name} (pid {pid}) said last: {}", lines.join(" | ")),
+                        );
+                    }
+                }
+            }
             if proc_.stopping {
                 log(
                     "master",
@@ -430,6 +569,16 @@ impl Supervisor {
             .flat_map(|s| s.draining.iter_mut())
             .chain(self.retiring.iter_mut().map(|(_, p)| p));
         for p in drainers.filter(|p| p.stopping) {
+            if let Some(app) = p.app.as_mut() {
+                match app.term_at {
+                    Some(t) if t > now => continue,
+                    Some(_) => {
+                        app.term_at = None;
+                        let _ = os::process::kill(p.pid, libc::SIGTERM);
+                    }
+                    None => {}
+                }
+            }
             let sent = *p.stop_sent.get_or_insert(now);
             let limit = limit_of(pools, &p.pool);
             if now.duration_since(sent) > limit {
@@ -441,7 +590,7 @@ impl Supervisor {
                         limit.as_secs()
                     ),
                 );
-                let _ = os::process::kill(p.pid, libc::SIGKILL);
+                p.signal(libc::SIGKILL);
                 p.stop_sent = Some(now + Duration::from_secs(3600));
             }
         }

@@ -1,0 +1,170 @@
+//! Validation of a pool's application keys: `command`, `directory`, `environment`,
+//! `transport`, `health`, `upstream` and the proxy timeouts.
+//!
+//! Owns: those keys' rules, including the one look at the file system they need — that the
+//! program and the directory exist and can be used — so that `check` refuses what `serve`
+//! could not start, with the key's line. Must not touch: sites (whether a site may use an
+//! activation pool is decided in [`super::site`]).
+
+use super::super::locate::Seg;
+use super::super::raw::RawPool;
+use super::super::*;
+use super::Validator;
+use std::path::Path;
+use std::time::Duration;
+
+impl Validator {
+    /// The pool's application, when it has a `command`; errors for app keys without one.
+    pub(super) fn app_command(
+        &mut self,
+        i: usize,
+        raw: &mut RawPool,
+        base: &Path,
+    ) -> Option<AppCommand> {
+        let at = |k: &'static str| [Seg::Key("pool"), Seg::Index(i), Seg::Key(k)];
+        let Some(command) = raw.command.take() else {
+            let stray = [
+                ("directory", raw.directory.is_some()),
+                ("environment", raw.environment.is_some()),
+                ("transport", raw.transport.is_some()),
+                ("health", raw.health.is_some()),
+                ("upstream", raw.upstream.is_some()),
+                ("connect_timeout", raw.connect_timeout.is_some()),
+                ("response_timeout", raw.response_timeout.is_some()),
+            ];
+            for (key, set) in stray {
+                if set {
+                    self.err(&at(key), "applies only to a pool that runs an application; add command = [\"program\", \"arg\", …] or remove this key");
+                }
+            }
+            return None;
+        };
+        let directory = match raw.directory.take() {
+            None => base.to_path_buf(),
+            Some(d) => {
+                let p = Path::new(&d);
+                let dir = if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    base.join(p)
+                };
+                match std::fs::metadata(&dir) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => self.err(&at("directory"), format!("{} is a file, not a directory; name the directory the application runs in", dir.display())),
+                    Err(e) => self.err(&at("directory"), format!("{} cannot be used ({e}); create it, or fix the path (relative paths are from the config file's directory)", dir.display())),
+                }
+                dir
+            }
+        };
+        let mut environment = Vec::new();
+        for (k, v) in raw.environment.take().unwrap_or_default() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                self.err(&at("environment"), format!("`{k}` cannot be an environment variable (no `=`, no NUL, not empty); rename it"));
+            } else {
+                environment.push((k, v));
+            }
+        }
+        match command.first() {
+            None => self.err(&at("command"), "is empty; write the program and its arguments, like [\"gunicorn\", \"--bind\", \"fd://3\", \"app:app\"]"),
+            Some(program) => {
+                let path = environment
+                    .iter()
+                    .find(|(k, _)| k == "PATH")
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| std::env::var("PATH").ok())
+                    .unwrap_or_default();
+                if let Err(why) = find_program(program, &directory, &path) {
+                    self.err(&at("command"), why);
+                }
+            }
+        }
+        let transport = self.choice(
+            &at("transport"),
+            raw.transport.take(),
+            Transport::Proxy,
+            &[
+                ("activation", Transport::Activation),
+                ("proxy", Transport::Proxy),
+            ],
+        );
+        let health = raw.health.take();
+        if let Some(h) = &health {
+            if !h.starts_with('/') || h.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                self.err(
+                    &at("health"),
+                    format!("`{h}` is not a URL path; write it like \"/healthz\""),
+                );
+            }
+        }
+        let proxy_keys = [
+            ("upstream", raw.upstream.is_some()),
+            ("connect_timeout", raw.connect_timeout.is_some()),
+            ("response_timeout", raw.response_timeout.is_some()),
+        ];
+        if transport == Transport::Activation {
+            for (key, set) in proxy_keys {
+                if set {
+                    self.err(&at(key), "applies only to transport = \"proxy\" (with activation the application accepts the connections itself); remove it");
+                }
+            }
+        }
+        let upstream = self.choice(
+            &at("upstream"),
+            raw.upstream.take(),
+            UpstreamKind::Tcp,
+            &[("tcp", UpstreamKind::Tcp), ("unix", UpstreamKind::Unix)],
+        );
+        let connect_timeout = self.nonzero_duration(
+            &at("connect_timeout"),
+            raw.connect_timeout.take(),
+            Duration::from_secs(5),
+        );
+        let response_timeout = self.nonzero_duration(
+            &at("response_timeout"),
+            raw.response_timeout.take(),
+            Duration::from_secs(60),
+        );
+        Some(AppCommand {
+            command,
+            directory,
+            environment,
+            transport,
+            health,
+            upstream,
+            connect_timeout,
+            response_timeout,
+        })
+    }
+}
+
+/// Finds `program` as `execvp` would: a name with a `/` relative to the app's directory, else
+/// on `path`. Says why it cannot be run, with the fix.
+pub(crate) fn find_program(program: &str, directory: &Path, path: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| -> Result<(), String> {
+        let m = std::fs::metadata(p).map_err(|e| e.to_string())?;
+        if !m.is_file() {
+            return Err("not a file".into());
+        }
+        if m.permissions().mode() & 0o111 == 0 {
+            return Err("not executable; chmod +x it".into());
+        }
+        Ok(())
+    };
+    if program.contains('/') {
+        let p = directory.join(program);
+        return runnable(&p).map(|()| p.clone()).map_err(|e| {
+            format!(
+                "`{program}` cannot be run ({}: {e}); fix the path (relative to the pool's `directory`)",
+                p.display()
+            )
+        });
+    }
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let p = Path::new(dir).join(program);
+        if runnable(&p).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(format!("`{program}` is not an executable program on PATH; install it, or give its full path as the first item of `command`"))
+}

@@ -1,0 +1,124 @@
+//! The reverse proxy of `transport = "proxy"` pools: espalier's worker threads forward each
+//! request to an application process on their own NUMA node — no maintained proxy chooses its
+//! upstream by node.
+//!
+//! Owns: where an app process listens ([`Endpoint`]), which processes a thread may use, nearest
+//! first ([`Tiers`], decided by the master in [`tiers_for`], pure), and the forwarding itself
+//! ([`forward`]: the upstream connection pools, request and response bodies streamed both
+//! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry).
+//! Must not touch: the client connection's own protocol loop (that is [`crate::http::conn`],
+//! which hands a request over here and takes the connection back) or app processes' lives.
+
+pub mod forward;
+mod upstream;
+
+pub use forward::{
+    forward, Client, ForwardRequest, Outcome, ProxyRoute, ProxySettings, SharedTiers,
+};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Where an app process accepts connections.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Endpoint {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "http://{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The app processes a front worker may forward to, grouped by distance from its node:
+/// `tiers[0]` the nearest (its own node), then the next nearest, … A thread uses the first
+/// tier that has a process and counts anything beyond the first as a remote forward.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tiers(pub Vec<Vec<Endpoint>>);
+
+/// The tiers for a front worker on `front_node`, from the ready app processes `(node,
+/// endpoint)`, by the kernel's distance table (`distance(a, b)`). A front or app with no home
+/// node (`placement = "none"`) is equally near to all.
+pub fn tiers_for(
+    front_node: Option<u32>,
+    apps: &[(Option<u32>, Endpoint)],
+    distance: impl Fn(u32, u32) -> u32,
+) -> Tiers {
+    let mut ranked: Vec<(u32, &Endpoint)> = apps
+        .iter()
+        .map(|(node, e)| {
+            let d = match (front_node, node) {
+                (Some(f), Some(a)) => distance(f, *a),
+                _ => 0,
+            };
+            (d, e)
+        })
+        .collect();
+    ranked.sort_by_key(|&(d, _)| d);
+    let mut tiers: Vec<Vec<Endpoint>> = Vec::new();
+    let mut last = None;
+    for (d, e) in ranked {
+        if last != Some(d) {
+            tiers.push(Vec::new());
+            last = Some(d);
+        }
+        tiers.last_mut().expect("pushed above").push(e.clone());
+    }
+    Tiers(tiers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(port: u16) -> Endpoint {
+        Endpoint::Tcp(SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    /// A 4-node ring: 10 to itself, 20 to its neighbours, 30 across.
+    fn ring(a: u32, b: u32) -> u32 {
+        match (a as i32 - b as i32).rem_euclid(4) {
+            0 => 10,
+            1 | 3 => 20,
+            _ => 30,
+        }
+    }
+
+    #[test]
+    fn own_node_first_then_by_distance() {
+        let apps = vec![
+            (Some(0), ep(1)),
+            (Some(1), ep(2)),
+            (Some(2), ep(3)),
+            (Some(3), ep(4)),
+            (Some(1), ep(5)),
+        ];
+        let t = tiers_for(Some(1), &apps, ring);
+        assert_eq!(
+            t.0,
+            vec![vec![ep(2), ep(5)], vec![ep(1), ep(3)], vec![ep(4)]]
+        );
+    }
+
+    #[test]
+    fn a_node_without_its_app_falls_back_to_the_nearest() {
+        let apps = vec![(Some(0), ep(1)), (Some(2), ep(3))];
+        let t = tiers_for(Some(3), &apps, ring);
+        // Node 3: node 0 is a neighbour (20), node 2 too (20): one tier of both.
+        assert_eq!(t.0, vec![vec![ep(1), ep(3)]]);
+        let t = tiers_for(Some(1), &[(Some(3), ep(4)), (Some(0), ep(1))], ring);
+        assert_eq!(t.0, vec![vec![ep(1)], vec![ep(4)]]);
+    }
+
+    #[test]
+    fn no_home_node_means_one_tier() {
+        let apps = vec![(None, ep(1)), (None, ep(2))];
+        assert_eq!(tiers_for(Some(0), &apps, ring).0, vec![vec![ep(1), ep(2)]]);
+        assert_eq!(tiers_for(None, &[], ring).0, Vec::<Vec<Endpoint>>::new());
+    }
+}

@@ -1,0 +1,139 @@
+//! Connections to app processes: a TCP or unix stream behind one type, and each thread's
+//! pool of idle keep-alive connections per endpoint.
+//!
+//! Owns: connecting (bounded by `connect_timeout`), keeping idle connections and handing out
+//! only live ones. Must not touch: what is sent on them (see [`super::forward`]).
+
+use super::Endpoint;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+use tokio::time::Instant;
+
+/// An idle connection is closed after this. Below the 5 s keep-alive that uvicorn, Node and
+/// gunicorn's threaded workers default to, so espalier lets go first and rarely sends on a
+/// connection the app is closing (a request that meets one anyway is retried, see
+/// [`super::forward`]).
+const IDLE_FOR: Duration = Duration::from_secs(4);
+
+/// Idle connections kept per endpoint and thread.
+const MAX_IDLE: usize = 64;
+
+/// One connection to an app process.
+pub enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Conn {
+    pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Conn> {
+        let connect = async {
+            match endpoint {
+                Endpoint::Tcp(a) => {
+                    let s = TcpStream::connect(a).await?;
+                    // Heads and small bodies go out at once, as on the client side.
+                    s.set_nodelay(true)?;
+                    Ok(Conn::Tcp(s))
+                }
+                Endpoint::Unix(p) => Ok(Conn::Unix(UnixStream::connect(p).await?)),
+            }
+        };
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(r) => r,
+            Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        }
+    }
+
+    /// Whether an idle connection is still open and quiet: the app has neither closed it nor
+    /// sent anything unasked (either makes it unusable).
+    fn quiet(&self) -> bool {
+        let mut probe = [0u8; 1];
+        let r = match self {
+            Conn::Tcp(s) => s.try_read(&mut probe),
+            Conn::Unix(s) => s.try_read(&mut probe),
+        };
+        matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Conn::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Conn::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A thread's idle connections, per endpoint (single-threaded: no lock).
+#[derive(Default)]
+pub struct Pool {
+    idle: RefCell<HashMap<Endpoint, Vec<(Conn, Instant)>>>,
+}
+
+impl Pool {
+    /// A live idle connection to `endpoint`, most recently used first; `None` when there is
+    /// none. Stale and closed ones are dropped on the way.
+    pub fn take(&self, endpoint: &Endpoint) -> Option<Conn> {
+        let mut idle = self.idle.borrow_mut();
+        let list = idle.get_mut(endpoint)?;
+        let now = Instant::now();
+        while let Some((conn, since)) = list.pop() {
+            if now.duration_since(since) < IDLE_FOR && conn.quiet() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection whose last response was read whole, for the next request.
+    pub fn put(&self, endpoint: &Endpoint, conn: Conn) {
+        let mut idle = self.idle.borrow_mut();
+        let list = idle.entry(endpoint.clone()).or_default();
+        if list.len() >= MAX_IDLE {
+            list.remove(0);
+        }
+        list.push((conn, Instant::now()));
+    }
+
+    /// Drops the idle connections to endpoints no longer in use.
+    pub fn retain(&self, live: impl Fn(&Endpoint) -> bool) {
+        self.idle.borrow_mut().retain(|e, _| live(e));
+    }
+}

@@ -1,0 +1,277 @@
+//! Starting a pool's application processes (pools with `command`): the private endpoint of a
+//! proxied process, the `sd_notify` socket it may speak, its output captured into the
+//! master's log, and the placed spawn through [`super::app_exec`].
+//!
+//! Owns: one app process's start and the channels it reports on. Must not touch: when a
+//! process starts or stops (the supervisor decides) or the listener sockets' life.
+//!
+//! Readiness, in the order: `READY=1` on `NOTIFY_SOCKET` when the app speaks
+//! sd_notify; else the pool's `health` URL answering 2xx; else, for a proxied app, its
+//! endpoint accepting a connection; else (activation) being alive for [`SETTLE`] — its
+//! sockets already queue connections, so a premature "ready" costs nothing but a wait.
+
+use super::app_exec::{ExecSpec, ENV_VAR};
+use super::control::Message;
+use super::log;
+use super::spec::WorkerSpec;
+use super::supervisor::Event;
+use crate::config::{AppCommand, Transport, UpstreamKind};
+use crate::os;
+use crate::proxy::Endpoint;
+use std::collections::VecDeque;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// How long an activated app without sd_notify or `health` must stay alive to count as ready.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// How many of an app's last output lines are kept, to explain a crash.
+const TAIL_LINES: usize = 8;
+
+/// An app process's last lines of output (stdout and stderr), newest last.
+pub type OutputTail = Arc<Mutex<VecDeque<String>>>;
+
+/// A running app process's channels to the master.
+pub(super) struct StartedApp {
+    pub pid: u32,
+    pub endpoint: Option<Endpoint>,
+    /// Reads its `NOTIFY_SOCKET` datagrams (aborted when it exits).
+    pub notify: tokio::task::JoinHandle<()>,
+    pub output: OutputTail,
+}
+
+/// The master's private directory for notify and unix upstream sockets (mode 0700).
+pub fn runtime_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("espalier-{}", std::process::id()))
+}
+
+fn ensure_runtime_dir() -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = runtime_dir();
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => Ok(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(dir),
+        Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
+    }
+}
+
+/// A free loopback port for a proxied process. Bound and released: the app binds it a moment
+/// later, as every platform handler that passes `PORT` does.
+fn free_loopback_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| format!("cannot find a free loopback port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// `argv` with `{port}` and `{socket}` replaced.
+pub fn substitute(argv: &[String], port: Option<u16>, socket: Option<&Path>) -> Vec<String> {
+    argv.iter()
+        .map(|a| {
+            let mut a = a.clone();
+            if let Some(p) = port {
+                a = a.replace("{port}", &p.to_string());
+            }
+            if let Some(s) = socket {
+                a = a.replace("{socket}", &s.to_string_lossy());
+            }
+            a
+        })
+        .collect()
+}
+
+/// Starts one app process for the slot `spec` (its placement, and for activation its
+/// listener sockets) of a pool running `app`. `names` are the `LISTEN_FDNAMES` of the
+/// sockets, in order.
+pub(super) fn spawn_app(
+    spec: &WorkerSpec,
+    app: &AppCommand,
+    names: &[String],
+    generation: u64,
+    watchdog: Option<Duration>,
+    events: UnboundedSender<Event>,
+) -> Result<StartedApp, String> {
+    let who = spec.name();
+    let dir = ensure_runtime_dir()?;
+    let fds: Vec<i32> = match app.transport {
+        Transport::Activation => spec
+            .threads
+            .iter()
+            .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd))
+            .collect(),
+        Transport::Proxy => Vec::new(),
+    };
+    let (port, socket, endpoint) = match app.transport {
+        Transport::Activation => (None, None, None),
+        Transport::Proxy => match app.upstream {
+            UpstreamKind::Tcp => {
+                let port = free_loopback_port()?;
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                (Some(port), None, Some(Endpoint::Tcp(addr)))
+            }
+            UpstreamKind::Unix => {
+                let path = dir.join(format!("{}-{}-{generation}.sock", spec.pool, spec.index));
+                let _ = std::fs::remove_file(&path);
+                (None, Some(path.clone()), Some(Endpoint::Unix(path)))
+            }
+        },
+    };
+    let notify_path = dir.join(format!("notify-{generation}"));
+    let _ = std::fs::remove_file(&notify_path);
+    let notify_sock = std::os::unix::net::UnixDatagram::bind(&notify_path)
+        .map_err(|e| format!("cannot create {}: {e}", notify_path.display()))?;
+    notify_sock
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    let argv = substitute(&app.command, port, socket.as_deref());
+    let exec = ExecSpec {
+        name: who.clone(),
+        fds: fds.clone(),
+        names: names.to_vec(),
+        cgroups: spec.cgroups.clone(),
+        cpus: spec.cpus.clone(),
+        memory_policy: spec.memory_policy,
+        memory_nodes: spec.memory_nodes.clone(),
+        watchdog: watchdog.is_some(),
+    };
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("app-exec")
+        .arg("--")
+        .args(&argv)
+        .current_dir(&app.directory)
+        .env(
+            ENV_VAR,
+            serde_json::to_string(&exec).map_err(|e| e.to_string())?,
+        )
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("ESPALIER_POOL", &spec.pool)
+        .env("ESPALIER_WORKER", &who)
+        .env(
+            "ESPALIER_NODE",
+            spec.node.map_or(String::new(), |n| n.to_string()),
+        )
+        .env_remove(super::spec::ENV_VAR)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in &app.environment {
+        cmd.env(k, v);
+    }
+    match (port, &socket) {
+        (Some(p), _) => cmd.env("PORT", p.to_string()),
+        (None, Some(s)) => cmd.env("ESPALIER_SOCKET", s),
+        _ => cmd.env_remove("PORT"),
+    };
+    match watchdog {
+        Some(d) => cmd.env("WATCHDOG_USEC", d.as_micros().to_string()),
+        None => cmd.env_remove("WATCHDOG_USEC"),
+    };
+    let policy = os::numa::PreparedMemPolicy::new(spec.memory_mode(), &spec.memory_nodes);
+    let affinity = os::numa::PreparedAffinity::new(&crate::cpuset::CpuSet::from_ids(
+        spec.cpus.iter().copied(),
+    ))
+    .ok();
+    let mut child = os::process::spawn_placed(&mut cmd, fds, policy, affinity)
+        .map_err(|e| format!("cannot start {who} (`{}`): {e}", argv.join(" ")))?;
+    let pid = child.id();
+    let output: OutputTail = Arc::new(Mutex::new(VecDeque::new()));
+    let prefix = format!("{who} pid {pid}");
+    if let Some(out) = child.stdout.take() {
+        capture(out, prefix.clone(), Arc::clone(&output));
+    }
+    if let Some(err) = child.stderr.take() {
+        capture(err, prefix, Arc::clone(&output));
+    }
+    // The child is reaped by the supervisor's waitpid loop, not through `child`.
+    drop(child);
+    let notify_sock = tokio::net::UnixDatagram::from_std(notify_sock).map_err(|e| e.to_string())?;
+    let notify = tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        while let Ok(n) = notify_sock.recv(&mut buf).await {
+            for message in notify_messages(&String::from_utf8_lossy(&buf[..n])) {
+                if events
+                    .send(Event::Worker {
+                        generation,
+                        message,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&notify_path);
+    });
+    Ok(StartedApp {
+        pid,
+        endpoint,
+        notify,
+        output,
+    })
+}
+
+/// Copies an app's output into the master's log, line by line with its name, keeping the
+/// last lines. A thread per stream: it blocks only on the pipe, and ends with the app.
+fn capture(stream: impl std::io::Read + Send + 'static, prefix: String, tail: OutputTail) {
+    let _ = std::thread::Builder::new()
+        .name("app-output".into())
+        .spawn(move || {
+            let mut reader = std::io::BufReader::new(stream);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match reader.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line);
+                        let text = text.trim_end();
+                        log(&prefix, text);
+                        let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+                        if t.len() == TAIL_LINES {
+                            t.pop_front();
+                        }
+                        t.push_back(text.to_string());
+                    }
+                }
+            }
+        });
+}
+
+/// The control messages an sd_notify datagram carries (`KEY=VALUE` lines): `READY=1` is
+/// readiness, `WATCHDOG=1` a pong, `STOPPING=1` the app stopping by itself.
+pub fn notify_messages(datagram: &str) -> Vec<Message> {
+    datagram
+        .lines()
+        .filter_map(|l| match l.trim() {
+            "READY=1" => Some(Message::Ready { pid: 0 }),
+            "WATCHDOG=1" => Some(Message::Pong {
+                requests: 0,
+                panics: 0,
+            }),
+            "WATCHDOG=trigger" => Some(Message::Stuck("watchdog=trigger".into())),
+            "STOPPING=1" => Some(Message::Stopping),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `LISTEN_FDNAMES` of a slot's sockets: the name of the site each group serves first.
+pub fn fd_names(spec: &WorkerSpec) -> Vec<String> {
+    spec.threads
+        .iter()
+        .flat_map(|t| t.listeners.iter().map(|&(_, g)| g))
+        .map(|g| {
+            spec.groups
+                .get(g)
+                .and_then(|routes| routes.first())
+                .and_then(|&(_, site)| spec.sites.get(site))
+                .map_or_else(|| format!("espalier{g}"), |s| s.name.clone())
+                .replace(':', "_")
+        })
+        .collect()
+}

@@ -1,0 +1,116 @@
+//! `espalier app-exec`: the last step between the master and a user's application. The
+//! master starts it, placed (CPU affinity and memory policy applied between fork and exec);
+//! it joins the pool's control groups, places itself again (joining a v1 cpuset resets
+//! affinity), moves the pool's listener sockets to fds 3… and execs the application with
+//! `LISTEN_FDS`, `LISTEN_PID` and `LISTEN_FDNAMES` exactly as systemd passes them.
+//!
+//! Owns: that hand-over. Must not touch: which sockets or placement (the master decided).
+//!
+//! Why a separate step rather than a `pre_exec` hook in the master: `LISTEN_PID` must be the
+//! application's own pid, known only after the fork, and setting an environment variable
+//! between fork and exec is not async-signal-safe. Here, a single-threaded process before
+//! exec, it is an ordinary `Command` environment; exec keeps the pid.
+
+use crate::config::MemoryPolicy;
+use crate::cpuset::CpuSet;
+use crate::os;
+use serde::{Deserialize, Serialize};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+
+pub const ENV_VAR: &str = "ESPALIER_APP_EXEC";
+
+/// What the master hands `app-exec`, as JSON in [`ENV_VAR`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecSpec {
+    /// `pool/index`, for messages.
+    pub name: String,
+    /// Inherited listener sockets, in the order they become fds 3, 4, ….
+    pub fds: Vec<i32>,
+    /// `LISTEN_FDNAMES`, one per fd.
+    pub names: Vec<String>,
+    pub cgroups: Vec<PathBuf>,
+    pub cpus: Vec<u32>,
+    pub memory_policy: MemoryPolicy,
+    pub memory_nodes: Vec<u32>,
+    /// Set `WATCHDOG_PID` to the application's pid (the master set `WATCHDOG_USEC`).
+    pub watchdog: bool,
+}
+
+/// Entry point of `espalier app-exec -- PROGRAM ARGS…` (started only by the master).
+pub fn main(argv: Vec<OsString>) -> i32 {
+    let spec: ExecSpec = match std::env::var(ENV_VAR)
+        .map_err(|e| e.to_string())
+        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("espalier: `espalier app-exec` is started by `espalier serve`, not by hand ({ENV_VAR}: {e})");
+            return 2;
+        }
+    };
+    let Some(program) = argv.first() else {
+        eprintln!("espalier[{}]: no program to run", spec.name);
+        return 2;
+    };
+    let warn = |m: String| super::log(&spec.name, format!("warning: {m}"));
+    if let Err(e) = os::process::own_process_group() {
+        warn(format!("cannot start a process group: {e}"));
+    }
+    for dir in &spec.cgroups {
+        let group = os::cgroup::Group {
+            dirs: vec![dir.clone()],
+            accounting: None,
+        };
+        if let Err(e) = group.attach(std::process::id()) {
+            warn(format!("{e}; running outside that control group"));
+        }
+    }
+    let mode = match spec.memory_policy {
+        MemoryPolicy::Bind => os::numa::MemPolicyMode::Bind,
+        MemoryPolicy::Preferred => os::numa::MemPolicyMode::Preferred,
+        MemoryPolicy::Default => os::numa::MemPolicyMode::Default,
+    };
+    if mode != os::numa::MemPolicyMode::Default {
+        if let Err(e) = os::numa::set_memory_policy(mode, &spec.memory_nodes) {
+            warn(format!(
+                "cannot set memory policy {:?} on node(s) {:?}: {e}",
+                spec.memory_policy, spec.memory_nodes
+            ));
+        }
+    }
+    let cpus = CpuSet::from_ids(spec.cpus.iter().copied());
+    if !cpus.is_empty() {
+        if let Err(e) = os::numa::set_thread_affinity(0, &cpus) {
+            warn(format!("cannot run on CPUs {cpus}: {e}"));
+        }
+    }
+    if let Err(e) = os::process::place_fds(&spec.fds, 3) {
+        super::log(
+            &spec.name,
+            format!("cannot hand over the listener sockets: {e}"),
+        );
+        return 1;
+    }
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(&argv[1..]).env_remove(ENV_VAR);
+    if spec.fds.is_empty() {
+        cmd.env_remove("LISTEN_FDS")
+            .env_remove("LISTEN_PID")
+            .env_remove("LISTEN_FDNAMES");
+    } else {
+        cmd.env("LISTEN_FDS", spec.fds.len().to_string())
+            .env("LISTEN_PID", std::process::id().to_string())
+            .env("LISTEN_FDNAMES", spec.names.join(":"));
+    }
+    if spec.watchdog {
+        cmd.env("WATCHDOG_PID", std::process::id().to_string());
+    }
+    let e = cmd.exec();
+    super::log(
+        &spec.name,
+        format!("cannot run `{}`: {e}", program.to_string_lossy()),
+    );
+    127
+}

@@ -1,0 +1,282 @@
+//! Application processes in the supervisor: when one counts as ready, how it is pinged, and
+//! telling the front workers of a proxied pool where its ready processes are.
+//!
+//! Owns: the app side of readiness (probes, settle time; `READY=1` arrives as an ordinary
+//! ready message), pings by probe or liveness, and the `upstreams` messages. Must not touch:
+//! starting or reaping (see [`super::slots`]) — an app process is a slot's process like any.
+
+use super::Supervisor;
+use crate::proxy::{tiers_for, Endpoint};
+use crate::server::app::SETTLE;
+use crate::server::control::Message;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// How often a starting app process is probed.
+const PROBE_EVERY: Duration = Duration::from_millis(200);
+/// Bound on one probe: connect, and for `health` the answer's status line.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a probe connects to.
+#[derive(Clone)]
+enum Target {
+    /// A proxied process's own endpoint.
+    Own(Endpoint),
+    /// An activated process's node, through the pool's address: the probing thread runs on
+    /// the process's CPUs, so the steering program picks that node's socket.
+    Through(SocketAddr, crate::cpuset::CpuSet),
+}
+
+impl Supervisor {
+    /// Start-up: readiness of the apps, and an app or worker that died before being ready
+    /// stops `serve` with the reason (as a worker that reports an error does).
+    pub(super) fn startup_tick(&mut self) -> Result<(), String> {
+        while let Some((pid, status)) = crate::os::process::reap_child() {
+            let Some(slot) = self.slots.iter().find(|s| s.procs().any(|p| p.pid == pid)) else {
+                continue;
+            };
+            let said = slot
+                .procs()
+                .find(|p| p.pid == pid)
+                .and_then(|p| p.app.as_ref())
+                .map(|a| {
+                    let tail = a.output.lock().unwrap_or_else(|e| e.into_inner());
+                    tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+                })
+                .filter(|t| !t.is_empty())
+                .map_or(String::new(), |t| format!("; it said: {t}"));
+            let what = if slot.app.is_some() { "app" } else { "worker" };
+            return Err(format!(
+                "{what} {} (pid {pid}) exited while starting: {status}{said}",
+                slot.spec.name()
+            ));
+        }
+        for pool in std::mem::take(&mut self.upstreams_unsent) {
+            self.publish_upstreams(pool);
+        }
+        let now = Instant::now();
+        for i in 0..self.slots.len() {
+            if self.slots[i].app.is_some()
+                && self.slots[i].current.as_ref().is_some_and(|p| !p.ready)
+            {
+                self.app_readiness(i, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// A starting app process of slot `i` (current or replacing): ready after a probe
+    /// succeeds, or, for an activated app without `health`, after the settle time.
+    pub(super) fn app_readiness(&mut self, i: usize, now: Instant) {
+        let health = self.pools[self.slots[i].pool]
+            .spec
+            .app
+            .as_ref()
+            .and_then(|a| a.health.clone());
+        let target_addr = self.activation_address(i);
+        let events = self.events.clone();
+        let slot = &mut self.slots[i];
+        let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
+        let mut settled = Vec::new();
+        for p in slot.current.iter_mut().chain(slot.replacing.iter_mut()) {
+            let Some(app) = p.app.as_mut() else { continue };
+            if p.ready || app.probing || app.probe_at > now {
+                continue;
+            }
+            let target = match (&app.endpoint, target_addr) {
+                (Some(e), _) => Target::Own(e.clone()),
+                (None, Some(addr)) if health.is_some() => Target::Through(addr, cpus.clone()),
+                _ => {
+                    if now.duration_since(p.started) >= SETTLE {
+                        settled.push(p.generation);
+                    }
+                    continue;
+                }
+            };
+            app.probing = true;
+            app.probe_at = now + PROBE_EVERY;
+            probe(target, health.clone(), p.generation, events.clone());
+        }
+        for g in settled {
+            self.on_ready(g);
+        }
+    }
+
+    /// A ready app process's ping: a probe (its `health`, or its endpoint accepting), unless
+    /// it pings by itself with `WATCHDOG=1`; an activated app with neither is alive or not.
+    pub(super) fn app_ping(&mut self, i: usize, now: Instant) {
+        let health = self.pools[self.slots[i].pool]
+            .spec
+            .app
+            .as_ref()
+            .and_then(|a| a.health.clone());
+        let target_addr = self.activation_address(i);
+        let events = self.events.clone();
+        let slot = &mut self.slots[i];
+        let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
+        let Some(p) = slot.current.as_mut() else {
+            return;
+        };
+        let Some(app) = p.app.as_mut() else { return };
+        if app.watchdog || app.probing {
+            return;
+        }
+        let target = match (&app.endpoint, target_addr) {
+            (Some(e), _) => Target::Own(e.clone()),
+            (None, Some(addr)) if health.is_some() => Target::Through(addr, cpus),
+            _ => {
+                p.last_pong = now;
+                return;
+            }
+        };
+        app.probing = true;
+        probe(target, health, p.generation, events);
+    }
+
+    pub(super) fn on_probed(&mut self, generation: u64, healthy: bool) {
+        let Some((_, p)) = self.proc_of(generation) else {
+            return;
+        };
+        if let Some(app) = p.app.as_mut() {
+            app.probing = false;
+        }
+        if !healthy {
+            return;
+        }
+        if p.ready {
+            p.last_pong = Instant::now();
+        } else {
+            self.on_ready(generation);
+        }
+    }
+
+    /// The address an activated slot's health probe goes through: its pool's first listener
+    /// group, the unspecified address replaced by loopback.
+    fn activation_address(&self, i: usize) -> Option<SocketAddr> {
+        let pool = &self.slots[i].spec.pool;
+        let g = self.groups.iter().find(|g| &g.pool == pool)?;
+        let mut addr = g.addr;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        Some(addr)
+    }
+
+    /// Tells every front worker of pool `pool` which of its app processes are ready, nearest
+    /// to the worker's node first.
+    pub(super) fn publish_upstreams(&mut self, pool: usize) {
+        let ready: Vec<(Option<u32>, Endpoint)> = self
+            .slots
+            .iter()
+            .filter(|s| s.pool == pool && s.app.is_some())
+            .filter_map(|s| {
+                let p = s.current.as_ref().filter(|p| p.ready)?;
+                Some((s.spec.node, p.app.as_ref()?.endpoint.clone()?))
+            })
+            .collect();
+        let topology = &self.topology;
+        let distance = |a: u32, b: u32| {
+            let from = topology.nodes.iter().find(|n| n.id == a);
+            let to = topology.nodes.iter().position(|n| n.id == b);
+            match (from, to) {
+                (Some(n), Some(k)) => n.distances.get(k).copied().unwrap_or(20),
+                _ if a == b => 10,
+                _ => 20,
+            }
+        };
+        let mut unsent = false;
+        for s in self
+            .slots
+            .iter()
+            .filter(|s| s.pool == pool && s.app.is_none() && s.spec.proxy.is_some())
+        {
+            let tiers = tiers_for(s.spec.node, &ready, distance);
+            let Ok(json) = serde_json::to_string(&tiers) else {
+                continue;
+            };
+            let line = Message::Upstreams(json).line();
+            for p in s.current.iter().chain(s.replacing.iter()) {
+                // A socket just created may not be known writable yet: the tick retries.
+                if let Some(control) = &p.control {
+                    unsent |= control.try_write(line.as_bytes()).is_err();
+                }
+            }
+        }
+        self.upstreams_unsent.retain(|&p| p != pool);
+        if unsent {
+            self.upstreams_unsent.push(pool);
+        }
+    }
+}
+
+/// Probes `target` on a thread of its own (blocking connect and read, bounded), and reports
+/// the outcome as an event.
+fn probe(
+    target: Target,
+    health: Option<String>,
+    generation: u64,
+    events: tokio::sync::mpsc::UnboundedSender<super::Event>,
+) {
+    let _ = std::thread::Builder::new()
+        .name("app-probe".into())
+        .spawn(move || {
+            let healthy = probe_now(&target, health.as_deref()).is_ok();
+            let _ = events.send(super::Event::Probed {
+                generation,
+                healthy,
+            });
+        });
+}
+
+fn probe_now(target: &Target, health: Option<&str>) -> std::io::Result<()> {
+    let mut stream: Box<dyn ReadWrite> = match target {
+        Target::Own(Endpoint::Tcp(addr)) => Box::new(tcp(*addr)?),
+        Target::Own(Endpoint::Unix(path)) => {
+            let s = std::os::unix::net::UnixStream::connect(path)?;
+            s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+            s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+            Box::new(s)
+        }
+        Target::Through(addr, cpus) => {
+            // Connections are steered by the CPU that sends the SYN: run on the process's.
+            let _ = crate::os::numa::set_thread_affinity(0, cpus);
+            Box::new(tcp(*addr)?)
+        }
+    };
+    let Some(path) = health else {
+        return Ok(());
+    };
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: espalier-health\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut head = [0u8; 16];
+    let mut got = 0;
+    while got < 12 {
+        let n = stream.read(&mut head[got..])?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    let line = std::str::from_utf8(&head[..got]).unwrap_or("");
+    if line.starts_with("HTTP/1.") && line.get(9..10) == Some("2") {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("health answered {line:?}")))
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+fn tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpStream> {
+    let s = std::net::TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+    s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    Ok(s)
+}
