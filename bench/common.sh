@@ -2,7 +2,8 @@
 # Debian and port helpers. Source it; it expects nothing and defines need_tools, free_port,
 # wait_port and espalier_binary. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
 
-# need_tools CMD:PACKAGE… — installs the packages whose command is missing (apt-get update once).
+# need_tools CMD:PACKAGE… — installs the packages whose command is missing (apt-get update once);
+# a package with no command of its own (a Python module) is written `-:PACKAGE`.
 # Serialized with a lock, since tests running in parallel may ask at once; says in one line
 # on stderr, and with exit 3, when it cannot.
 need_tools() {

@@ -439,6 +439,12 @@ impl Supervisor {
                 pool.spec.recycle.clone(),
             );
             let ping_every = pool.spec.ping_interval.min(STATS_PING);
+            if self.slots[i].app.is_some()
+                && self.slots[i].replacing.as_ref().is_some_and(|p| !p.ready)
+            {
+                // An overlapped recycle's new app process becomes ready as a first one does.
+                self.app_readiness(i, now);
+            }
             let slot = &mut self.slots[i];
             if slot.respawn_at.is_some_and(|t| t <= now) && slot.current.is_none() {
                 slot.respawn_at = None;

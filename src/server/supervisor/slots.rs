@@ -441,6 +441,7 @@ impl Supervisor {
             let proc_ = slot.take_pid(pid).expect("found above");
             proc_.reader.abort();
             let name = slot.spec.name();
+            let what = if proc_.app.is_some() { "app" } else { "worker" };
             if let Some(app) = &proc_.app {
                 if app.endpoint.is_some() {
                     republish.push(slot.pool);
@@ -459,7 +460,7 @@ impl Supervisor {
             if proc_.stopping {
                 log(
                     "master",
-                    format!("worker {name} (pid {pid}) exited: {status}"),
+                    format!("{what} {name} (pid {pid}) exited: {status}"),
                 );
                 if slot.restart_after_exit && slot.current.is_none() {
                     slot.restart_after_exit = false;
@@ -485,7 +486,7 @@ impl Supervisor {
                 );
                 log(
                     "master",
-                    format!("worker {name} (pid {pid}) exited: {status}"),
+                    format!("{what} {name} (pid {pid}) exited: {status}"),
                 );
                 let pool_name = pool.spec.name.clone();
                 self.stop_pool(&pool_name, &format!("rapid-fail protection: {why}"));
@@ -494,7 +495,7 @@ impl Supervisor {
             log(
                 "master",
                 format!(
-                    "worker {name} (pid {pid}) exited: {status}; restarting it in {}",
+                    "{what} {name} (pid {pid}) exited: {status}; restarting it in {}",
                     crate::units::format_duration(delay)
                 ),
             );

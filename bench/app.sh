@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# bench/app.sh — the user's application in an espalier pool, measured.
+#
+# Part 1, a small app (the Node example, examples/apps/node/server.js, `/who`), in one run,
+# interleaved, keep-alive load from wrk pinned to CPU 1, every server on CPU 0:
+#   (a) the app alone, on its own port;
+#   (b) behind espalier with transport = "activation" (the app accepts on espalier's socket);
+#   (c) behind espalier with transport = "proxy" (a front worker forwards to the app);
+#   (d) behind nginx as a reverse proxy with upstream keep-alive.
+# Prints requests/s, latency p50/p99 and, for (c) and (d), the proxy tier's CPU time per request
+# (user + system of every process of the proxy — master and workers — from /proc/<pid>/stat,
+# summed over all runs), and the app's.
+#
+# Part 2, the web-gardening seed for real: the CPU-heavy Python app (examples/apps/audio, pure
+# Python audio synthesis and encoding) under gunicorn by activation, `processes = 1` against a
+# web garden of one process per CPU: throughput ratio.
+#
+# Part 3, isolation: the audio app in pool A saturated (32 connections) beside pool B (the same
+# app, short requests at a fixed 20/s): B's p99 when both pools share every CPU, and when B has
+# a CPU of its own.
+#
+# Installs nginx, wrk, gunicorn and nodejs from Debian when missing.
+#   bench/app.sh                     # DURATION=5 RUNS=3
+#   ESPALIER_BIN=/path/to/espalier bench/app.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DURATION=${DURATION:-5}
+RUNS=${RUNS:-3}
+CONNS=${CONNS:-32}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+
+. "$ROOT/bench/common.sh"
+need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:python3
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+ESPALIER=$(espalier_binary "$ROOT")
+
+WORK=$(mktemp -d /tmp/espalier-app-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 1
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cp -r "$ROOT/examples/apps/node" "$ROOT/examples/apps/audio" "$WORK/"
+mkdir -p "$WORK/nginx"
+
+ALONE=$(free_port); NGINX_APP=$(free_port); NGINX_PORT=$(free_port)
+ACT=$(free_port); PROXY=$(free_port)
+ADMIN1=$(free_port); ADMIN2=$(free_port)
+
+pool() { # name port admin transport
+  cat <<CONF
+[server]
+admin = "127.0.0.1:$3"
+[[pool]]
+name = "$1"
+processes = 1
+cpus = "$SERVER_CPU"
+affinity = "hard"
+command = ["node", "server.js"]
+directory = "node"
+transport = "$4"
+health = "/healthz"
+[[site]]
+name = "$1"
+bindings = ["http://127.0.0.1:$2"]
+[[site.app]]
+pool = "$1"
+CONF
+}
+pool act "$ACT" "$ADMIN1" activation >"$WORK/act.toml"
+pool proxy "$PROXY" "$ADMIN2" proxy >"$WORK/proxy.toml"
+
+cat > "$WORK/nginx/nginx.conf" <<CONF
+worker_processes 1;
+worker_cpu_affinity $(python3 -c "print(format(1<<$SERVER_CPU,'b'))");
+daemon off;
+error_log $WORK/nginx/error.log;
+pid $WORK/nginx/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream app { server 127.0.0.1:$NGINX_APP; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGINX_PORT;
+    location / {
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+    }
+  }
+}
+CONF
+
+start() { # name command… — started in the background, on the server CPU
+  (cd "$WORK" && exec taskset -c "$SERVER_CPU" "${@:2}") >"$WORK/$1.out" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$1=$!"
+}
+start alone env PORT="$ALONE" node node/server.js
+start nginxapp env PORT="$NGINX_APP" node node/server.js
+start nginx "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
+start act "$ESPALIER" serve -c act.toml
+start proxy "$ESPALIER" serve -c proxy.toml
+for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY"; do wait_port "$p"; done
+sleep 1.5   # the apps behind espalier become ready (health probe)
+
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
+ticks() { # user + system clock ticks of the given pids (every thread)
+  local total=0 p f
+  for p in "$@"; do
+    read -r -a f < <(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    total=$((total + f[11] + f[12]))
+  done
+  echo "$total"
+}
+# The proxy tier: the proxy's own processes. The app: the node processes serving the target.
+tier_pids() {
+  case $1 in
+    proxy) echo "$PID_proxy"; for p in $(descendants "$PID_proxy"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
+    nginx) echo "$PID_nginx"; descendants "$PID_nginx" ;;
+    *) ;;
+  esac
+}
+app_pids() {
+  case $1 in
+    alone) echo "$PID_alone" ;;
+    nginx) echo "$PID_nginxapp" ;;
+    act|proxy) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
+  esac
+}
+port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; nginx) echo "$NGINX_PORT" ;; esac; }
+
+load() { # url seconds → "requests rps p50_ms p99_ms"
+  local out
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" --latency "$1")
+  local ms='function ms(v){ if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }'
+  echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out") \
+$(awk "$ms"' $1=="50%" {print ms($2)}' <<<"$out") $(awk "$ms"' $1=="99%" {print ms($2)}' <<<"$out")"
+}
+
+TARGETS=(alone act proxy nginx)
+declare -A BEST P50 P99 REQS TIER APP
+for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
+echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
+for run in $(seq "$RUNS"); do
+  for t in "${TARGETS[@]}"; do
+    mapfile -t tier < <(tier_pids "$t"); mapfile -t app < <(app_pids "$t")
+    tb=$(ticks "${tier[@]}"); ab=$(ticks "${app[@]}")
+    read -r reqs rps p50 p99 < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
+    TIER[$t]=$((TIER[$t] + $(ticks "${tier[@]}") - tb)); APP[$t]=$((APP[$t] + $(ticks "${app[@]}") - ab))
+    REQS[$t]=$((REQS[$t] + reqs))
+    if python3 -c "import sys; sys.exit(0 if $rps > ${BEST[$t]} else 1)"; then BEST[$t]=$rps; P50[$t]=$p50; P99[$t]=$p99; fi
+  done
+done
+HZ=$(getconf CLK_TCK)
+us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
+ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
+
+echo
+echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), node $(node --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'); servers on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
+printf '%-28s %12s %9s %9s %18s %16s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "app CPU µs/req"
+for t in "${TARGETS[@]}"; do
+  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy" ;; nginx) name="(d) nginx proxy_pass" ;; esac
+  tier=-; [ "$t" = proxy ] || [ "$t" = nginx ] && tier=$(us "${TIER[$t]}" "${REQS[$t]}")
+  printf '%-28s %12.0f %9s %9s %18s %16s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "$(us "${APP[$t]}" "${REQS[$t]}")"
+done
+echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[alone]}")   (target ≥ 0.95)"
+echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
+echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
+for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+PIDS=()
+
+# Part 2: the web garden.
+garden() { # processes port admin → requests/s of the CPU-heavy app at ms=50
+  cat > "$WORK/garden.toml" <<CONF
+[server]
+admin = "127.0.0.1:$3"
+[[pool]]
+name = "audio"
+processes = $1
+affinity = "hard"
+command = ["gunicorn", "--workers", "1", "app:app"]
+directory = "audio"
+transport = "activation"
+[[site]]
+name = "audio"
+bindings = ["http://127.0.0.1:$2"]
+[[site.app]]
+pool = "audio"
+CONF
+  (cd "$WORK" && exec "$ESPALIER" serve -c garden.toml) >"$WORK/garden.out" 2>&1 &
+  local pid=$!
+  wait_port "$2"; sleep 1.5
+  "$ESPALIER" bench -d 2s -c 8 "http://127.0.0.1:$2/?ms=50" >/dev/null
+  "$ESPALIER" bench -d "${DURATION}s" -c 8 --json "http://127.0.0.1:$2/?ms=50" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["rps"], d["errors"])'
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+echo >&2; echo "part 2: the CPU-heavy Python app, 1 process against a web garden of $(nproc)…" >&2
+read -r one one_err < <(garden 1 "$(free_port)" "$(free_port)")
+read -r many many_err < <(garden "$(nproc)" "$(free_port)" "$(free_port)")
+echo
+echo "web garden (pure-Python audio synthesis + IMA ADPCM, ms=50, gunicorn by activation, espalier bench -c 8):"
+printf '  processes = 1:        %8.1f requests/s (%s errors)\n' "$one" "$one_err"
+printf '  processes = %-2s        %8.1f requests/s (%s errors)\n' "$(nproc):" "$many" "$many_err"
+echo "  garden / single:      $(ratio "$many" "$one")   (the seed: 2x on 4 cores)"
+
+# Part 3: isolation.
+isolation() { # masked(0|1) → B's "p50 p99" while A is saturated
+  local a_cpus b_cpus last=$(( $(nproc) - 1 ))
+  if [ "$1" = 1 ]; then a_cpus="0-$((last - 1))"; b_cpus="$last"; else a_cpus="0-$last"; b_cpus="0-$last"; fi
+  local pa pb
+  pa=$(free_port); pb=$(free_port)
+  cat > "$WORK/iso.toml" <<CONF
+[server]
+admin = "127.0.0.1:$(free_port)"
+[[pool]]
+name = "a"
+cpus = "$a_cpus"
+command = ["gunicorn", "--workers", "1", "app:app"]
+directory = "audio"
+transport = "activation"
+[[pool]]
+name = "b"
+cpus = "$b_cpus"
+command = ["gunicorn", "--workers", "1", "app:app"]
+directory = "audio"
+transport = "activation"
+[[site]]
+name = "a"
+bindings = ["http://127.0.0.1:$pa"]
+[[site.app]]
+pool = "a"
+[[site]]
+name = "b"
+bindings = ["http://127.0.0.1:$pb"]
+[[site.app]]
+pool = "b"
+CONF
+  (cd "$WORK" && exec "$ESPALIER" serve -c iso.toml) >"$WORK/iso.out" 2>&1 &
+  local pid=$!
+  wait_port "$pa"; wait_port "$pb"; sleep 1.5
+  "$ESPALIER" bench -d "$((DURATION + 4))s" -c 32 "http://127.0.0.1:$pa/?ms=50" >/dev/null 2>&1 &
+  local heavy=$!
+  sleep 2
+  "$ESPALIER" bench -d "${DURATION}s" -c 4 --rate 20 --json "http://127.0.0.1:$pb/?ms=2" |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); l=d["latency_ms"]; print(l["p50"], l["p99"])'
+  wait "$heavy" 2>/dev/null || true
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+}
+if [ "$(nproc)" -ge 2 ]; then
+  echo >&2; echo "part 3: isolation — pool B's latency beside a saturated pool A…" >&2
+  read -r s50 s99 < <(isolation 0)
+  read -r m50 m99 < <(isolation 1)
+  echo
+  echo "isolation (pool A: audio app saturated by 32 connections; pool B: ms=2 at 20 requests/s):"
+  echo "  B shares every CPU with A:   p50 ${s50} ms, p99 ${s99} ms"
+  echo "  B has CPU $(( $(nproc) - 1 )) to itself:      p50 ${m50} ms, p99 ${m99} ms"
+  echo "  p99 shared / own CPU:        $(ratio "$s99" "$m99")"
+fi
