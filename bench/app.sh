@@ -15,12 +15,13 @@
 # Python audio synthesis and encoding) under gunicorn by activation, `processes = 1` against a
 # web garden of one process per CPU: throughput ratio.
 #
-# Part 3, isolation: the audio app in pool A saturated (32 connections) beside pool B (the same
-# app, short requests at a fixed 20/s): B's p99 when both pools share every CPU, and when B has
-# a CPU of its own.
+# Part 3, isolation: the audio app in pool A (gunicorn with one worker per CPU) saturated by 32
+# connections beside pool B (the same app, short requests at a fixed 20/s): B's p99 when both
+# pools share every CPU, and when B has a CPU of its own.
 #
 # Installs nginx, wrk, gunicorn and nodejs from Debian when missing.
-#   bench/app.sh                     # DURATION=5 RUNS=3
+#   bench/app.sh                     # DURATION=5 RUNS=3 PARTS=123
+#   PARTS=1 bench/app.sh             # only part 1
 #   ESPALIER_BIN=/path/to/espalier bench/app.sh
 set -euo pipefail
 
@@ -30,6 +31,7 @@ RUNS=${RUNS:-3}
 CONNS=${CONNS:-32}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
+PARTS=${PARTS:-123}
 
 . "$ROOT/bench/common.sh"
 need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:python3
@@ -146,6 +148,11 @@ load() { # url seconds → "requests rps p50_ms p99_ms"
 $(awk "$ms"' $1=="50%" {print ms($2)}' <<<"$out") $(awk "$ms"' $1=="99%" {print ms($2)}' <<<"$out")"
 }
 
+HZ=$(getconf CLK_TCK)
+us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
+ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
+
+part1() {
 TARGETS=(alone act proxy nginx)
 declare -A BEST P50 P99 REQS TIER APP
 for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
@@ -160,9 +167,6 @@ for run in $(seq "$RUNS"); do
     if python3 -c "import sys; sys.exit(0 if $rps > ${BEST[$t]} else 1)"; then BEST[$t]=$rps; P50[$t]=$p50; P99[$t]=$p99; fi
   done
 done
-HZ=$(getconf CLK_TCK)
-us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
-ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 
 echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), node $(node --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'); servers on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
@@ -175,6 +179,8 @@ done
 echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[alone]}")   (target ≥ 0.95)"
 echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
+}
+[[ $PARTS == *1* ]] && part1
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 PIDS=()
@@ -204,14 +210,16 @@ CONF
   "$ESPALIER" bench -d "${DURATION}s" -c 8 --json "http://127.0.0.1:$2/?ms=50" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["rps"], d["errors"])'
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
-echo >&2; echo "part 2: the CPU-heavy Python app, 1 process against a web garden of $(nproc)…" >&2
-read -r one one_err < <(garden 1 "$(free_port)" "$(free_port)")
-read -r many many_err < <(garden "$(nproc)" "$(free_port)" "$(free_port)")
-echo
-echo "web garden (pure-Python audio synthesis + IMA ADPCM, ms=50, gunicorn by activation, espalier bench -c 8):"
-printf '  processes = 1:        %8.1f requests/s (%s errors)\n' "$one" "$one_err"
-printf '  processes = %-2s        %8.1f requests/s (%s errors)\n' "$(nproc):" "$many" "$many_err"
-echo "  garden / single:      $(ratio "$many" "$one")   (the seed: 2x on 4 cores)"
+if [[ $PARTS == *2* ]]; then
+  echo >&2; echo "part 2: the CPU-heavy Python app, 1 process against a web garden of $(nproc)…" >&2
+  read -r one one_err < <(garden 1 "$(free_port)" "$(free_port)")
+  read -r many many_err < <(garden "$(nproc)" "$(free_port)" "$(free_port)")
+  echo
+  echo "web garden (pure-Python audio synthesis + IMA ADPCM, ms=50, gunicorn by activation, espalier bench -c 8):"
+  printf '  processes = 1:        %8.1f requests/s (%s errors)\n' "$one" "$one_err"
+  printf '  processes = %-2s        %8.1f requests/s (%s errors)\n' "$(nproc):" "$many" "$many_err"
+  echo "  garden / single:      $(ratio "$many" "$one")   (the seed: 2x on 4 cores)"
+fi
 
 # Part 3: isolation.
 isolation() { # masked(0|1) → B's "p50 p99" while A is saturated
@@ -225,7 +233,7 @@ admin = "127.0.0.1:$(free_port)"
 [[pool]]
 name = "a"
 cpus = "$a_cpus"
-command = ["gunicorn", "--workers", "1", "app:app"]
+command = ["gunicorn", "--workers", "$(nproc)", "app:app"]
 directory = "audio"
 transport = "activation"
 [[pool]]
@@ -256,7 +264,7 @@ CONF
   wait "$heavy" 2>/dev/null || true
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
-if [ "$(nproc)" -ge 2 ]; then
+if [[ $PARTS == *3* ]] && [ "$(nproc)" -ge 2 ]; then
   echo >&2; echo "part 3: isolation — pool B's latency beside a saturated pool A…" >&2
   read -r s50 s99 < <(isolation 0)
   read -r m50 m99 < <(isolation 1)

@@ -213,6 +213,8 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
     let mut pending: Option<Pending> = None;
     // Bytes of a partial head (at the buffer's start) already parsed without completing it.
     let mut head_scanned = 0;
+    // The client's address, asked of the kernel once, when a request is first forwarded.
+    let mut peer: Option<Option<std::net::IpAddr>> = None;
 
     loop {
         // Answer every complete request already received.
@@ -268,7 +270,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 head_scanned = 0;
                 if let Some(route) = env.service.proxy_route(group, &request) {
                     let keep = keep_alive && !env.shutdown.started.get();
-                    let peer = stream.peer_addr().ok().map(|a| a.ip());
+                    let peer = *peer.get_or_insert_with(|| stream.peer_addr().ok().map(|a| a.ip()));
                     let fwd =
                         ForwardRequest::new(&request, framing, keep, expect_continue, peer, "http");
                     proxied = Some((route, fwd));
@@ -365,7 +367,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
             let client = crate::proxy::Client {
                 stream: &mut stream,
                 rbuf: &mut rbuf,
-                common: env.clock.common().clone(),
+                clock: &env.clock,
                 max_body: env.limits.max_body_size,
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,

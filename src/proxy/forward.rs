@@ -119,11 +119,15 @@ impl ProxyRoute {
             .or_else(|| tiers.0.iter().enumerate().find(|(_, t)| !t.is_empty()))?;
         let n = self.next.get();
         self.next.set(n.wrapping_add(1));
-        let candidates: Vec<&Endpoint> = tier.iter().filter(|e| Some(*e) != avoid).collect();
-        let chosen = if candidates.is_empty() {
+        let others = tier.iter().filter(|e| Some(*e) != avoid).count();
+        let chosen = if others == 0 {
             tier[n % tier.len()].clone()
         } else {
-            candidates[n % candidates.len()].clone()
+            tier.iter()
+                .filter(|e| Some(*e) != avoid)
+                .nth(n % others)
+                .expect("counted above")
+                .clone()
         };
         if k > 0 {
             self.remote.set(self.remote.get() + 1);
@@ -288,8 +292,8 @@ pub struct Client<'a> {
     /// Bytes received after the request head: the body's start, perhaps the next request.
     /// On return it holds only what follows the body.
     pub rbuf: &'a mut Vec<u8>,
-    /// The connection's `Server`/`Date` lines, for espalier's own error answers.
-    pub common: Vec<u8>,
+    /// The thread's clock: its `Server`/`Date` lines head espalier's own error answers.
+    pub clock: &'a crate::http::clock::Clock,
     pub max_body: u64,
     pub max_framing: usize,
     /// Between reads of the body, and for writes to the client.
@@ -333,7 +337,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
     let Client {
         stream,
         rbuf,
-        common,
+        clock,
         max_body,
         max_framing,
         body_timeout,
@@ -353,7 +357,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
     let (endpoint, mut conn, mut ubuf, head_len) = loop {
         tries += 1;
         let Some(endpoint) = route.pick_waiting(avoid.as_ref()).await else {
-            return answer(stream, &common, 503, &req).await;
+            return answer(stream, clock, 503, &req).await;
         };
         let conn = match route.pool.take(&endpoint) {
             Some(c) => Ok(c),
@@ -367,9 +371,9 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return answer(stream, &common, 504, &req).await
+                return answer(stream, clock, 504, &req).await
             }
-            Err(_) => return answer(stream, &common, 502, &req).await,
+            Err(_) => return answer(stream, clock, 502, &req).await,
         };
         if write_timeout(&mut conn, &req.head, settings.response_timeout)
             .await
@@ -379,7 +383,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 avoid = Some(endpoint);
                 continue;
             }
-            return answer(stream, &common, 502, &req).await;
+            return answer(stream, clock, 502, &req).await;
         }
         let sent = send_body(
             stream,
@@ -393,7 +397,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         .await;
         match sent {
             Ok(()) => {}
-            Err(Failure::Answer(status)) => return answer(stream, &common, status, &req).await,
+            Err(Failure::Answer(status)) => return answer(stream, clock, status, &req).await,
             Err(Failure::Drop) => return Outcome::Close,
         }
         let mut ubuf = Vec::with_capacity(8 << 10);
@@ -403,8 +407,8 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 avoid = Some(endpoint);
                 continue;
             }
-            Err(HeadError::Timeout) => return answer(stream, &common, 504, &req).await,
-            Err(_) => return answer(stream, &common, 502, &req).await,
+            Err(HeadError::Timeout) => return answer(stream, clock, 504, &req).await,
+            Err(_) => return answer(stream, clock, 502, &req).await,
         }
     };
     // The response head, parsed again for its fields (the buffer is ours now).
@@ -414,7 +418,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         resp.parse(&ubuf[..head_len]),
         Ok(httparse::Status::Complete(_))
     ) {
-        return answer(stream, &common, 502, &req).await;
+        return answer(stream, clock, 502, &req).await;
     }
     let status = resp.code.unwrap_or(502);
     let reason = resp.reason.unwrap_or("").to_string();
@@ -426,11 +430,11 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
     let upstream_closes = listed.iter().any(|t| t == "close") || upstream_minor == 0;
     let kind = match body_kind(status, req.head_only, resp.headers) {
         Some(k) => k,
-        None => return answer(stream, &common, 502, &req).await,
+        None => return answer(stream, clock, 502, &req).await,
     };
     let switching = status == 101 && req.upgrade;
     if status == 101 && !req.upgrade {
-        return answer(stream, &common, 502, &req).await;
+        return answer(stream, clock, 502, &req).await;
     }
     // To the client: HTTP/1.1 chunked when the length is unknown, else close-delimited for
     // an HTTP/1.0 client.
@@ -483,6 +487,15 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
     }
     out.extend_from_slice(b"\r\n");
     ubuf.drain(..head_len);
+    // A small answer read whole goes out with its head in one write; nothing is left to relay.
+    let mut kind = kind;
+    if let BodyKind::Length(n) = kind {
+        if ubuf.len() as u64 == n {
+            out.extend_from_slice(&ubuf);
+            ubuf.clear();
+            kind = BodyKind::None;
+        }
+    }
     if write_timeout(stream, &out, body_timeout).await.is_err() {
         return Outcome::Close;
     }
@@ -519,13 +532,16 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
 /// since a body may be left half-read.
 async fn answer(
     stream: &mut TcpStream,
-    common: &[u8],
+    clock: &crate::http::clock::Clock,
     status: u16,
     req: &ForwardRequest,
 ) -> Outcome {
     let mut out = Vec::with_capacity(256);
-    let mut r = Responder::new(&mut out, common, false, req.client_minor, req.head_only);
-    r.error(status);
+    {
+        // Borrowed and let go before the write: the clock's own task refreshes the lines.
+        let common = clock.common();
+        Responder::new(&mut out, &common, false, req.client_minor, req.head_only).error(status);
+    }
     let _ = write_timeout(stream, &out, Duration::from_secs(5)).await;
     Outcome::Close
 }
@@ -703,16 +719,22 @@ async fn relay_body(
     upstream_timeout: Duration,
     client_timeout: Duration,
 ) -> Result<bool, ()> {
-    let mut buf = vec![0u8; BUF];
+    // The transfer buffer, only for a body that did not come with the head.
+    let mut buf = Vec::new();
     match kind {
         BodyKind::None => Ok(ubuf.is_empty()),
         BodyKind::Length(total) => {
             let have = (ubuf.len() as u64).min(total) as usize;
             let extra = ubuf.len() > have;
-            write_timeout(client, &ubuf[..have], client_timeout)
-                .await
-                .map_err(|_| ())?;
+            if have > 0 {
+                write_timeout(client, &ubuf[..have], client_timeout)
+                    .await
+                    .map_err(|_| ())?;
+            }
             let mut left = total - have as u64;
+            if left > 0 {
+                buf.resize(BUF, 0);
+            }
             while left > 0 {
                 let want = (left as usize).min(BUF);
                 let n = match read_timeout(conn, &mut buf[..want], upstream_timeout).await {
@@ -730,6 +752,7 @@ async fn relay_body(
             // Responses are not bounded by the client's request limits.
             let mut decoder = ChunkedDecoder::with_bounds(u64::MAX, 64 << 10);
             let mut pending = std::mem::take(&mut ubuf);
+            buf.resize(BUF, 0);
             loop {
                 let d = if dechunk {
                     let d = decoder.decode(&mut pending).map_err(|_| ())?;
@@ -757,6 +780,7 @@ async fn relay_body(
         }
         BodyKind::UntilClose => {
             let mut pending = ubuf;
+            buf.resize(BUF, 0);
             loop {
                 if !pending.is_empty() {
                     if rechunk {

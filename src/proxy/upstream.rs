@@ -24,6 +24,16 @@ const IDLE_FOR: Duration = Duration::from_secs(4);
 /// Idle connections kept per endpoint and thread.
 const MAX_IDLE: usize = 64;
 
+/// A waker that does nothing, for asking the event loop about readiness without waiting
+/// (`Waker::noop` needs Rust 1.85; the crate's MSRV is 1.82).
+static NOOP_WAKER: std::sync::LazyLock<std::task::Waker> = std::sync::LazyLock::new(|| {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    std::task::Waker::from(std::sync::Arc::new(Noop))
+});
+
 /// One connection to an app process.
 pub enum Conn {
     Tcp(TcpStream),
@@ -50,8 +60,18 @@ impl Conn {
     }
 
     /// Whether an idle connection is still open and quiet: the app has neither closed it nor
-    /// sent anything unasked (either makes it unusable).
+    /// sent anything unasked (either makes it unusable). The event loop knows without a
+    /// syscall when nothing arrived (a response read short clears the readiness); only when
+    /// something did is the socket asked what it was.
     fn quiet(&self) -> bool {
+        let mut cx = Context::from_waker(&NOOP_WAKER);
+        let ready = match self {
+            Conn::Tcp(s) => s.poll_read_ready(&mut cx),
+            Conn::Unix(s) => s.poll_read_ready(&mut cx),
+        };
+        if ready.is_pending() {
+            return true;
+        }
         let mut probe = [0u8; 1];
         let r = match self {
             Conn::Tcp(s) => s.try_read(&mut probe),
