@@ -675,3 +675,104 @@ handler = "cpu"
         assert_eq!(py.text(), rs.text(), "ms={ms}");
     }
 }
+
+/// Debian's php-fpm binary (`php-fpm8.2` on Debian 12), installed when missing.
+fn php_fpm() -> String {
+    let out = Command::new("bash")
+        .args(["-c", ". bench/common.sh; need_tools -:php-fpm"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "this test needs php-fpm: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut found: Vec<String> = std::fs::read_dir("/usr/sbin")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("php-fpm"))
+        .map(|n| format!("/usr/sbin/{n}"))
+        .collect();
+    found.sort();
+    found.pop().expect("php-fpm installed in /usr/sbin")
+}
+
+#[test]
+fn php_fpm_by_fastcgi_answers_with_cgi_semantics() {
+    let fpm = php_fpm();
+    let app = serve(
+        &r#"
+[server.limits]
+max_body_size = "8MiB"
+
+[[pool]]
+name = "php"
+command = ["{fpm}", "--nodaemonize", "--allow-to-run-as-root", "--fpm-config", "php-fpm.conf"]
+directory = "php"
+transport = "fastcgi"
+
+[[site]]
+name = "php"
+bindings = ["http://{listen}"]
+root = "php/www"
+[[site.app]]
+pool = "php"
+"#
+        .replace("{fpm}", &fpm),
+    );
+    let mut c = Conn::open(app.addr);
+    for _ in 0..5 {
+        c.send(b"GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n");
+        let r = c.read_response(false).expect("answer");
+        assert_eq!(r.status, 200, "{}", app.server.log_text());
+        let text = r.text();
+        assert!(text.starts_with("hello from PHP"), "{text}");
+        assert!(text.contains("espalier worker php/0"), "{text}");
+        assert!(
+            text.contains("script /index.php, path info , host shop.example"),
+            "{text}"
+        );
+    }
+    c.send(b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = c.read_response(true).expect("answer to HEAD");
+    assert_eq!(r.status, 200);
+    c.send(b"GET /index.php/a/b HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = c
+        .read_response(false)
+        .expect("answer after HEAD on the same connection");
+    assert!(r.text().contains("path info /a/b"), "{}", r.text());
+    let r = get(app.addr, "/?missing=1", "");
+    assert_eq!((r.status, r.text().as_str()), (404, "nothing here\n"));
+    let r = get(app.addr, "/?away=1", "");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/elsewhere"));
+    assert_eq!(get(app.addr, "/nope.php", "").status, 404);
+    // A traversal is normalized before the script is looked for: never outside the root.
+    assert_ne!(get(app.addr, "/../../../etc/passwd", "").status, 200);
+    let r = get(app.addr, "/?big=1", "");
+    assert_eq!(r.body.len(), 1 << 20);
+    // A body streams in as STDIN records; a chunked one is refused (FastCGI needs its length).
+    let body = vec![b'b'; 3 << 20];
+    let mut c = Conn::open(app.addr);
+    c.send(
+        format!(
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&body);
+    let r = c.read_response(false).expect("answer to POST");
+    assert_eq!(r.text(), format!("posted {} bytes\n", body.len()));
+    let mut c = Conn::open(app.addr);
+    c.send(
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    );
+    assert_eq!(c.read_response(false).expect("411").status, 411);
+    // The PHP process runs where the plan put it.
+    let apps = procs(&app.server.status(), Role::App);
+    assert_eq!(apps.len(), 1);
+    let p = Path::new("/proc").join(apps[0].1.to_string());
+    assert_eq!(status_field(&p, "Cpus_allowed_list"), apps[0].3);
+}

@@ -135,6 +135,8 @@ pub enum Transport {
     Activation,
     /// espalier's workers accept and forward each request to an app process on their node.
     Proxy,
+    /// As `Proxy`, in FastCGI (php-fpm, php-cgi), with scripts under the site's `root`.
+    FastCgi,
 }
 
 impl Transport {
@@ -142,6 +144,7 @@ impl Transport {
         match self {
             Transport::Activation => "activation",
             Transport::Proxy => "proxy",
+            Transport::FastCgi => "fastcgi",
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::config::{HandlerKind, SiteSpec};
 use crate::http::clock::Clock;
 use crate::http::conn::{Reply, Service};
 use crate::http::{Request, Responder};
-use crate::proxy::ProxyRoute;
+use crate::proxy::{ProxyRoute, ProxyTarget};
 use static_files::StaticFiles;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -28,6 +28,8 @@ enum AppHandler {
     /// Forwarded to the pool's application (handed back to the connection as a whole, see
     /// [`Service::proxy_route`]).
     Proxy(Rc<ProxyRoute>),
+    /// Forwarded in FastCGI, scripts under the site's document root.
+    FastCgi(Rc<ProxyRoute>, Rc<std::path::Path>),
     /// An application pool's app in a worker that was given no route to it: 502.
     Unreachable,
 }
@@ -82,11 +84,18 @@ impl ThreadService {
                             )),
                             HandlerKind::Dynamic => AppHandler::Dynamic,
                             HandlerKind::Cpu => AppHandler::Cpu,
-                            HandlerKind::Proxy => match &proxy {
-                                Some(route) => AppHandler::Proxy(Rc::clone(route)),
+                            HandlerKind::Proxy => match (&proxy, &s.root) {
+                                (Some(route), Some(root)) if route.fastcgi() => {
+                                    // The app runs in its own directory: it needs the
+                                    // root's absolute path (from the cwd both share).
+                                    let root =
+                                        std::path::absolute(root).unwrap_or_else(|_| root.clone());
+                                    AppHandler::FastCgi(Rc::clone(route), Rc::from(root.as_path()))
+                                }
+                                (Some(route), _) => AppHandler::Proxy(Rc::clone(route)),
                                 // The master gives every front worker its route; without one
                                 // the app has no process to reach.
-                                None => AppHandler::Unreachable,
+                                (None, _) => AppHandler::Unreachable,
                             },
                         },
                     })
@@ -161,23 +170,22 @@ impl ThreadService {
 }
 
 impl Service for ThreadService {
-    fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<Rc<ProxyRoute>> {
+    fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<ProxyTarget> {
         if !self.proxies {
             return None;
         }
-        match self.route(group, req) {
-            Routed::App(
-                App {
-                    handler: AppHandler::Proxy(route),
-                    ..
-                },
-                _,
-            ) => {
-                self.served.set(self.served.get() + 1);
-                Some(Rc::clone(route))
-            }
-            _ => None,
-        }
+        let target = match self.route(group, req) {
+            Routed::App(app, path) => match &app.handler {
+                AppHandler::Proxy(route) => ProxyTarget::Http(Rc::clone(route)),
+                AppHandler::FastCgi(route, root) => {
+                    ProxyTarget::FastCgi(Rc::clone(route), Rc::clone(root), path.into_owned())
+                }
+                _ => return None,
+            },
+            _ => return None,
+        };
+        self.served.set(self.served.get() + 1);
+        Some(target)
     }
 
     fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
@@ -214,7 +222,7 @@ impl Service for ThreadService {
                 Reply::Done
             }
             // Reached only when the route was not taken whole (see `proxy_route`).
-            AppHandler::Proxy(_) | AppHandler::Unreachable => {
+            AppHandler::Proxy(_) | AppHandler::FastCgi(..) | AppHandler::Unreachable => {
                 resp.error(502);
                 Reply::Done
             }

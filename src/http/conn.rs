@@ -12,7 +12,8 @@ use super::{
     ProtocolError, Request, Responder, MAX_HEADERS,
 };
 use crate::http::clock::Clock;
-use crate::proxy::{forward, ForwardRequest, Outcome, ProxyRoute};
+use crate::proxy::fastcgi::{Addresses, FastCgiRequest};
+use crate::proxy::{forward, ForwardRequest, Outcome, ProxyRoute, ProxyTarget};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -46,7 +47,7 @@ pub trait Service {
 
     /// Called when a request's head is complete, before its body is read: `Some` takes the
     /// request (body and answer, streamed) to an application process instead of [`Self::call`].
-    fn proxy_route(&self, _group: usize, _req: &Request<'_>) -> Option<Rc<ProxyRoute>> {
+    fn proxy_route(&self, _group: usize, _req: &Request<'_>) -> Option<ProxyTarget> {
         None
     }
 }
@@ -189,6 +190,12 @@ fn advance_body(pending: &mut Option<Pending>, rbuf: &mut Vec<u8>) -> Result<boo
     }
 }
 
+/// A request taken by an application pool: its head consumed, its body still to come.
+enum Proxied {
+    Http(Rc<ProxyRoute>, ForwardRequest),
+    FastCgi(Rc<ProxyRoute>, FastCgiRequest),
+}
+
 /// Whether a request that failed to parse was a HEAD request (its error has no body).
 fn is_head(buf: &[u8]) -> bool {
     buf.starts_with(b"HEAD ")
@@ -213,8 +220,9 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
     let mut pending: Option<Pending> = None;
     // Bytes of a partial head (at the buffer's start) already parsed without completing it.
     let mut head_scanned = 0;
-    // The client's address, asked of the kernel once, when a request is first forwarded.
-    let mut peer: Option<Option<std::net::IpAddr>> = None;
+    // The connection's addresses, asked of the kernel once, when a request is first forwarded.
+    let mut peer: Option<Option<std::net::SocketAddr>> = None;
+    let mut local: Option<Option<std::net::SocketAddr>> = None;
 
     loop {
         // Answer every complete request already received.
@@ -225,7 +233,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
         // A chunked head was just parsed: decode its body before reading more.
         let mut decode_now = false;
         // A request taken by a proxied app: its head is consumed, its body follows.
-        let mut proxied: Option<(Rc<ProxyRoute>, ForwardRequest)> = None;
+        let mut proxied: Option<Proxied> = None;
         match advance_body(&mut pending, &mut rbuf) {
             Ok(true) => {}
             Ok(false) => wait = Wait::Body,
@@ -268,12 +276,37 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                     break;
                 };
                 head_scanned = 0;
-                if let Some(route) = env.service.proxy_route(group, &request) {
+                if let Some(target) = env.service.proxy_route(group, &request) {
                     let keep = keep_alive && !env.shutdown.started.get();
-                    let peer = *peer.get_or_insert_with(|| stream.peer_addr().ok().map(|a| a.ip()));
-                    let fwd =
-                        ForwardRequest::new(&request, framing, keep, expect_continue, peer, "http");
-                    proxied = Some((route, fwd));
+                    let peer = *peer.get_or_insert_with(|| stream.peer_addr().ok());
+                    proxied = Some(match target {
+                        ProxyTarget::Http(route) => Proxied::Http(
+                            route,
+                            ForwardRequest::new(
+                                &request,
+                                framing,
+                                keep,
+                                expect_continue,
+                                peer.map(|a| a.ip()),
+                                "http",
+                            ),
+                        ),
+                        ProxyTarget::FastCgi(route, root, path) => {
+                            let local = *local.get_or_insert_with(|| stream.local_addr().ok());
+                            Proxied::FastCgi(
+                                route,
+                                FastCgiRequest::new(
+                                    &request,
+                                    &path,
+                                    &root,
+                                    framing,
+                                    keep,
+                                    expect_continue,
+                                    &Addresses { peer, local },
+                                ),
+                            )
+                        }
+                    });
                     consumed += len;
                     break;
                 }
@@ -363,7 +396,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
             }
             wbuf.clear();
         }
-        if let Some((route, fwd)) = proxied {
+        if let Some(proxied) = proxied {
             let client = crate::proxy::Client {
                 stream: &mut stream,
                 rbuf: &mut rbuf,
@@ -372,7 +405,13 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
             };
-            if forward(client, fwd, &route).await == Outcome::Close {
+            let outcome = match proxied {
+                Proxied::Http(route, fwd) => forward(client, fwd, &route).await,
+                Proxied::FastCgi(route, fwd) => {
+                    crate::proxy::fastcgi::forward(client, fwd, &route).await
+                }
+            };
+            if outcome == Outcome::Close {
                 linger_close(stream, &env).await;
                 return;
             }

@@ -43,6 +43,9 @@ const WAIT_FOR_READY: Duration = Duration::from_secs(5);
 pub struct ProxySettings {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// Speak FastCGI to the app processes instead of HTTP/1.1.
+    #[serde(default)]
+    pub fastcgi: bool,
 }
 
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
@@ -133,6 +136,50 @@ impl ProxyRoute {
             self.remote.set(self.remote.get() + 1);
         }
         Some(chosen)
+    }
+
+    /// Whether the app speaks FastCGI.
+    pub fn fastcgi(&self) -> bool {
+        self.settings.fastcgi
+    }
+
+    pub(super) fn count_forward(&self) {
+        self.forwarded.set(self.forwarded.get() + 1);
+    }
+
+    pub(super) fn settings(&self) -> ProxySettings {
+        self.settings
+    }
+
+    pub(super) fn keep(&self, endpoint: &Endpoint, conn: Conn) {
+        self.pool.put(endpoint, conn);
+    }
+
+    /// A connection to a ready process other than `avoid` when there is one: an idle one, or
+    /// a new one (three processes tried before giving up). Fails with the status to answer:
+    /// 503 none ready, 504 connecting timed out, 502 refused.
+    pub(super) async fn connection(
+        &self,
+        avoid: Option<Endpoint>,
+    ) -> Result<(Endpoint, Conn), u16> {
+        let mut avoid = avoid;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let Some(endpoint) = self.pick_waiting(avoid.as_ref()).await else {
+                return Err(503);
+            };
+            if let Some(c) = self.pool.take(&endpoint) {
+                return Ok((endpoint, c));
+            }
+            match Conn::connect(&endpoint, self.settings.connect_timeout).await {
+                Ok(c) => return Ok((endpoint, c)),
+                // Nothing was sent: another process may take it.
+                Err(_) if tries < 3 => avoid = Some(endpoint),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(504),
+                Err(_) => return Err(502),
+            }
+        }
     }
 
     async fn pick_waiting(&self, avoid: Option<&Endpoint>) -> Option<Endpoint> {
@@ -307,7 +354,7 @@ pub enum Outcome {
     Close,
 }
 
-enum Failure {
+pub(super) enum Failure {
     /// Nothing was answered yet: answer this status and close.
     Answer(u16),
     /// A response was under way (or the client is gone): just close.
@@ -333,7 +380,7 @@ enum BodyKind {
 
 /// Forwards the request to an app process and relays its answer to the client.
 pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute) -> Outcome {
-    route.forwarded.set(route.forwarded.get() + 1);
+    route.count_forward();
     let Client {
         stream,
         rbuf,
@@ -356,24 +403,11 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
     let mut tries = 0;
     let (endpoint, mut conn, mut ubuf, head_len) = loop {
         tries += 1;
-        let Some(endpoint) = route.pick_waiting(avoid.as_ref()).await else {
-            return answer(stream, clock, 503, &req).await;
-        };
-        let conn = match route.pool.take(&endpoint) {
-            Some(c) => Ok(c),
-            None => Conn::connect(&endpoint, settings.connect_timeout).await,
-        };
-        let mut conn = match conn {
+        let (endpoint, mut conn) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            // Nothing was sent: another process may take it.
-            Err(_) if tries < 3 => {
-                avoid = Some(endpoint);
-                continue;
+            Err(status) => {
+                return answer(stream, clock, status, req.client_minor, req.head_only).await
             }
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                return answer(stream, clock, 504, &req).await
-            }
-            Err(_) => return answer(stream, clock, 502, &req).await,
         };
         if write_timeout(&mut conn, &req.head, settings.response_timeout)
             .await
@@ -383,7 +417,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 avoid = Some(endpoint);
                 continue;
             }
-            return answer(stream, clock, 502, &req).await;
+            return answer(stream, clock, 502, req.client_minor, req.head_only).await;
         }
         let sent = send_body(
             stream,
@@ -397,7 +431,9 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         .await;
         match sent {
             Ok(()) => {}
-            Err(Failure::Answer(status)) => return answer(stream, clock, status, &req).await,
+            Err(Failure::Answer(status)) => {
+                return answer(stream, clock, status, req.client_minor, req.head_only).await
+            }
             Err(Failure::Drop) => return Outcome::Close,
         }
         let mut ubuf = Vec::with_capacity(8 << 10);
@@ -407,8 +443,10 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 avoid = Some(endpoint);
                 continue;
             }
-            Err(HeadError::Timeout) => return answer(stream, clock, 504, &req).await,
-            Err(_) => return answer(stream, clock, 502, &req).await,
+            Err(HeadError::Timeout) => {
+                return answer(stream, clock, 504, req.client_minor, req.head_only).await
+            }
+            Err(_) => return answer(stream, clock, 502, req.client_minor, req.head_only).await,
         }
     };
     // The response head, parsed again for its fields (the buffer is ours now).
@@ -418,7 +456,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         resp.parse(&ubuf[..head_len]),
         Ok(httparse::Status::Complete(_))
     ) {
-        return answer(stream, clock, 502, &req).await;
+        return answer(stream, clock, 502, req.client_minor, req.head_only).await;
     }
     let status = resp.code.unwrap_or(502);
     let reason = resp.reason.unwrap_or("").to_string();
@@ -430,11 +468,11 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
     let upstream_closes = listed.iter().any(|t| t == "close") || upstream_minor == 0;
     let kind = match body_kind(status, req.head_only, resp.headers) {
         Some(k) => k,
-        None => return answer(stream, clock, 502, &req).await,
+        None => return answer(stream, clock, 502, req.client_minor, req.head_only).await,
     };
     let switching = status == 101 && req.upgrade;
     if status == 101 && !req.upgrade {
-        return answer(stream, clock, 502, &req).await;
+        return answer(stream, clock, 502, req.client_minor, req.head_only).await;
     }
     // To the client: HTTP/1.1 chunked when the length is unknown, else close-delimited for
     // an HTTP/1.0 client.
@@ -530,23 +568,24 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
 
 /// espalier's own answer (no byte of a response was sent yet); the connection then closes,
 /// since a body may be left half-read.
-async fn answer(
+pub(super) async fn answer(
     stream: &mut TcpStream,
     clock: &crate::http::clock::Clock,
     status: u16,
-    req: &ForwardRequest,
+    client_minor: u8,
+    head_only: bool,
 ) -> Outcome {
     let mut out = Vec::with_capacity(256);
     {
         // Borrowed and let go before the write: the clock's own task refreshes the lines.
         let common = clock.common();
-        Responder::new(&mut out, &common, false, req.client_minor, req.head_only).error(status);
+        Responder::new(&mut out, &common, false, client_minor, head_only).error(status);
     }
     let _ = write_timeout(stream, &out, Duration::from_secs(5)).await;
     Outcome::Close
 }
 
-async fn write_timeout<W: AsyncWriteExt + Unpin>(
+pub(super) async fn write_timeout<W: AsyncWriteExt + Unpin>(
     w: &mut W,
     buf: &[u8],
     d: Duration,
@@ -557,7 +596,7 @@ async fn write_timeout<W: AsyncWriteExt + Unpin>(
     }
 }
 
-async fn read_timeout<R: AsyncReadExt + Unpin>(
+pub(super) async fn read_timeout<R: AsyncReadExt + Unpin>(
     r: &mut R,
     buf: &mut [u8],
     d: Duration,

@@ -5,12 +5,25 @@
 //! Owns: where an app process listens ([`Endpoint`]), which processes a thread may use, nearest
 //! first ([`Tiers`], decided by the master in [`tiers_for`], pure), and the forwarding itself
 //! ([`forward`]: the upstream connection pools, request and response bodies streamed both
-//! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry).
+//! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry), in HTTP/1.1 or, for
+//! `transport = "fastcgi"`, in FastCGI records ([`fastcgi`]).
 //! Must not touch: the client connection's own protocol loop (that is [`crate::http::conn`],
 //! which hands a request over here and takes the connection back) or app processes' lives.
 
+pub mod fastcgi;
 pub mod forward;
 mod upstream;
+
+/// What a request is handed to: an HTTP app, or a FastCGI app with the site's document root
+/// and the normalized path the script is found by.
+pub enum ProxyTarget {
+    Http(std::rc::Rc<ProxyRoute>),
+    FastCgi(
+        std::rc::Rc<ProxyRoute>,
+        std::rc::Rc<std::path::Path>,
+        Vec<u8>,
+    ),
+}
 
 pub use forward::{
     forward, Client, ForwardRequest, Outcome, ProxyRoute, ProxySettings, SharedTiers,

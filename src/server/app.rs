@@ -102,11 +102,11 @@ pub(super) fn spawn_app(
             .iter()
             .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd))
             .collect(),
-        Transport::Proxy => Vec::new(),
+        Transport::Proxy | Transport::FastCgi => Vec::new(),
     };
     let (port, socket, endpoint) = match app.transport {
         Transport::Activation => (None, None, None),
-        Transport::Proxy => match app.upstream {
+        Transport::Proxy | Transport::FastCgi => match app.upstream {
             UpstreamKind::Tcp => {
                 let port = free_loopback_port()?;
                 let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));

@@ -76,10 +76,15 @@ pub(super) fn worker_specs(
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,
                 cgroups: Vec::new(),
-                proxy: pool.app.as_ref().map(|a| crate::proxy::ProxySettings {
-                    connect_timeout: a.connect_timeout,
-                    response_timeout: a.response_timeout,
-                }),
+                proxy: pool
+                    .app
+                    .as_ref()
+                    .filter(|a| a.transport != crate::config::Transport::Activation)
+                    .map(|a| crate::proxy::ProxySettings {
+                        connect_timeout: a.connect_timeout,
+                        response_timeout: a.response_timeout,
+                        fastcgi: a.transport == crate::config::Transport::FastCgi,
+                    }),
             }
         })
         .collect()

@@ -293,6 +293,12 @@ impl Conn {
         if head_only || status == 304 || status == 100 {
             return Some(r);
         }
+        if r.header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            r.body = self.read_chunked()?;
+            return Some(r);
+        }
         match r
             .header("content-length")
             .and_then(|v| v.parse::<usize>().ok())
@@ -311,6 +317,48 @@ impl Conn {
             }
         }
         Some(r)
+    }
+
+    /// A chunked body, decoded (extensions and trailers skipped).
+    fn read_chunked(&mut self) -> Option<Vec<u8>> {
+        let mut body = Vec::new();
+        loop {
+            let line_end = loop {
+                if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                    break i;
+                }
+                if !self.fill() {
+                    return None;
+                }
+            };
+            let line = String::from_utf8_lossy(&self.buf[..line_end]).into_owned();
+            let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+            self.buf.drain(..line_end + 2);
+            if size == 0 {
+                // Trailers, then the empty line.
+                loop {
+                    let end = loop {
+                        if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                            break i;
+                        }
+                        if !self.fill() {
+                            return None;
+                        }
+                    };
+                    self.buf.drain(..end + 2);
+                    if end == 0 {
+                        return Some(body);
+                    }
+                }
+            }
+            while self.buf.len() < size + 2 {
+                if !self.fill() {
+                    return None;
+                }
+            }
+            body.extend_from_slice(&self.buf[..size]);
+            self.buf.drain(..size + 2);
+        }
     }
 
     fn fill(&mut self) -> bool {

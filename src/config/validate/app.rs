@@ -85,6 +85,7 @@ impl Validator {
             &[
                 ("activation", Transport::Activation),
                 ("proxy", Transport::Proxy),
+                ("fastcgi", Transport::FastCgi),
             ],
         );
         let health = raw.health.take();
@@ -95,6 +96,9 @@ impl Validator {
                     format!("`{h}` is not a URL path; write it like \"/healthz\""),
                 );
             }
+        }
+        if transport == Transport::FastCgi && health.is_some() {
+            self.err(&at("health"), "a FastCGI app answers FastCGI, not HTTP, so an HTTP health URL cannot reach it; remove `health` (a process is ready when it accepts connections)");
         }
         let proxy_keys = [
             ("upstream", raw.upstream.is_some()),

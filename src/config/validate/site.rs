@@ -107,6 +107,9 @@ impl Validator {
                 if ra.handler.is_some() {
                     self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler`"));
                 }
+                if app.transport == Transport::FastCgi && root.is_none() {
+                    self.err(&ap("pool"), format!("pool `{pool}` uses transport = \"fastcgi\", whose scripts are found under the site's `root`; add root = \"…\" to site `{name}`"));
+                }
                 if app.transport == Transport::Activation && path != "/" {
                     self.err(&ap("path"), format!("pool `{pool}` uses transport = \"activation\": its application accepts every connection of the site's bindings itself, so it cannot be given only `{path}`; use path = \"/\", or transport = \"proxy\""));
                 }

@@ -367,7 +367,11 @@ impl Supervisor {
         let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
         let node = slot.spec.node.map_or("-".into(), |n| n.to_string());
         let what = if slot.app.is_some() { "app" } else { "worker" };
-        if let Some(p) = slot.current.as_mut().filter(|p| p.generation == generation) {
+        if let Some(p) = slot
+            .current
+            .as_mut()
+            .filter(|p| p.generation == generation && !p.ready)
+        {
             p.ready = true;
             log(
                 "master",
