@@ -776,3 +776,116 @@ pool = "php"
     let p = Path::new("/proc").join(apps[0].1.to_string());
     assert_eq!(status_field(&p, "Cpus_allowed_list"), apps[0].3);
 }
+
+#[test]
+fn a_unix_socket_upstream_carries_the_requests() {
+    let app = serve(&NODE_POOL.replace(
+        "response_timeout = \"1s\"",
+        "response_timeout = \"1s\"\nupstream = \"unix\"",
+    ));
+    let status = app.server.status();
+    let endpoints: Vec<String> = status
+        .pools
+        .iter()
+        .flat_map(|p| &p.workers)
+        .filter_map(|w| w.endpoint.clone())
+        .collect();
+    assert_eq!(endpoints.len(), 2, "{status:?}");
+    assert!(
+        endpoints.iter().all(|e| e.starts_with("unix:")),
+        "{endpoints:?}"
+    );
+    for _ in 0..10 {
+        let r = get(app.addr, "/who", "");
+        assert_eq!(r.status, 200);
+        assert!(r.text().starts_with("hello from node"), "{}", r.text());
+    }
+}
+
+#[test]
+fn reload_with_a_changed_environment_replaces_the_app_processes() {
+    let app = serve(
+        r#"
+[[pool]]
+name = "wsgi"
+command = ["gunicorn", "--workers", "1", "app:app"]
+directory = "wsgi"
+transport = "activation"
+health = "/healthz"
+environment = { STAGE = "one" }
+
+[[site]]
+name = "wsgi"
+bindings = ["http://{listen}"]
+[[site.app]]
+pool = "wsgi"
+"#,
+    );
+    let before = procs(&app.server.status(), Role::App)[0].1;
+    assert!(environ(before).contains(&"STAGE=one".to_string()));
+    let path = app._dir.path().join("espalier.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("STAGE = \"one\"", "STAGE = \"two\"")).unwrap();
+    app.server.signal(libc::SIGHUP);
+    app.server.wait_until(
+        "the reloaded app is running",
+        Duration::from_secs(20),
+        |s| {
+            procs(&s.status(), Role::App)
+                .first()
+                .is_some_and(|a| a.1 != before && environ(a.1).contains(&"STAGE=two".to_string()))
+        },
+    );
+    assert_eq!(get(app.addr, "/", "").status, 200);
+    app.server
+        .wait_until("the old app is gone", Duration::from_secs(10), |_| {
+            !pid_alive(before)
+        });
+}
+
+#[test]
+fn a_cpu_limit_and_hard_affinity_reach_the_app_and_its_children() {
+    let app = serve(
+        r#"
+[[pool]]
+name = "capped"
+affinity = "hard"
+cpu_limit = "50%"
+command = ["gunicorn", "--workers", "2", "app:app"]
+directory = "wsgi"
+transport = "activation"
+health = "/healthz"
+
+[[site]]
+name = "capped"
+bindings = ["http://{listen}"]
+[[site.app]]
+pool = "capped"
+"#,
+    );
+    let status = app.server.status();
+    let pool = &status.pools[0];
+    let Some(group) = pool.cgroup.clone() else {
+        // No writable cpu controller here: the one-line warning says so; nothing to check.
+        assert!(app.server.log_text().contains("cpu_limit is not applied"));
+        return;
+    };
+    let (_, arbiter, _, cpus) = procs(&status, Role::App)[0].clone();
+    let worker: u32 = get(app.addr, "/", "")
+        .header("x-app-pid")
+        .unwrap()
+        .parse()
+        .unwrap();
+    for pid in [arbiter, worker] {
+        let p = Path::new("/proc").join(pid.to_string());
+        assert_eq!(status_field(&p, "Cpus_allowed_list"), cpus, "pid {pid}");
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        // `…/espalier-<master pid>/capped`, under whichever hierarchy holds the cpu controller.
+        let tail: Vec<&str> = group.rsplitn(3, '/').take(2).collect();
+        let leaf = format!("/{}/{}", tail[1], tail[0]);
+        assert!(
+            cgroup.lines().any(|l| l.ends_with(&leaf)),
+            "pid {pid} is not in {group}: {cgroup}"
+        );
+    }
+}

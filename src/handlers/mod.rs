@@ -58,6 +58,8 @@ pub struct ThreadService {
     /// Whether any app forwards to an application: only then does a request's head go
     /// through [`Service::proxy_route`]'s routing before the engine's own.
     proxies: bool,
+    /// This thread's way to its pool's application, for its counters.
+    route: Option<Rc<ProxyRoute>>,
 }
 
 impl ThreadService {
@@ -113,12 +115,19 @@ impl ThreadService {
             served: Cell::new(0),
             page: RefCell::new(Vec::with_capacity(2048)),
             proxies: proxy.is_some(),
+            route: proxy,
         }
     }
 
     /// Requests answered by this thread so far.
     pub fn served(&self) -> u64 {
         self.served.get()
+    }
+
+    /// Requests this thread forwarded to an app process on another node (none of its own
+    /// node's was ready).
+    pub fn remote_forwards(&self) -> u64 {
+        self.route.as_ref().map_or(0, |r| r.remote.get())
     }
 
     fn route_site(&self, group: usize, req: &Request<'_>) -> Option<&Site> {

@@ -252,6 +252,7 @@ pub fn notify_messages(datagram: &str) -> Vec<Message> {
             "WATCHDOG=1" => Some(Message::Pong {
                 requests: 0,
                 panics: 0,
+                remote: 0,
             }),
             "WATCHDOG=trigger" => Some(Message::Stuck("watchdog=trigger".into())),
             "STOPPING=1" => Some(Message::Stopping),

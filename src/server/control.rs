@@ -19,7 +19,12 @@ pub enum Message {
     Error(String),
     /// Worker → master: every engine thread is turning; requests served and connection tasks
     /// that panicked, over the worker's life.
-    Pong { requests: u64, panics: u64 },
+    Pong {
+        requests: u64,
+        panics: u64,
+        /// Requests a front worker forwarded to an app process off its own node.
+        remote: u64,
+    },
     /// Worker → master: these engine threads (`cpuN,…`) have not turned lately; not a pong.
     Stuck(String),
     /// App → master (sd_notify `STOPPING=1`): it is stopping by itself.
@@ -37,7 +42,11 @@ impl Message {
             Message::Ready { pid } => format!("ready {pid}\n"),
             // A newline inside would end the message early.
             Message::Error(why) => format!("error {}\n", why.replace('\n', " ")),
-            Message::Pong { requests, panics } => format!("pong {requests} {panics}\n"),
+            Message::Pong {
+                requests,
+                panics,
+                remote,
+            } => format!("pong {requests} {panics} {remote}\n"),
             Message::Stuck(threads) => format!("stuck {threads}\n"),
             Message::Stopping => "stopping\n".into(),
             Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
@@ -59,6 +68,7 @@ impl Message {
                 Message::Pong {
                     requests: n.next().unwrap_or(0),
                     panics: n.next().unwrap_or(0),
+                    remote: n.next().unwrap_or(0),
                 }
             }
             "stuck" => Message::Stuck(rest.to_string()),
@@ -82,6 +92,7 @@ mod tests {
             Message::Pong {
                 requests: 123456,
                 panics: 2,
+                remote: 7,
             },
             Message::Stuck("cpu0,cpu3".into()),
         ] {

@@ -98,6 +98,10 @@ pub struct WorkerStatus {
     /// Connection tasks that panicked and were closed (each one a bug worth reporting).
     #[serde(default)]
     pub connection_panics: u64,
+    /// A front worker's requests forwarded to an app process off its node (none of its own
+    /// node's was ready).
+    #[serde(default)]
+    pub remote_forwards: u64,
     pub resident_bytes: Option<u64>,
     pub recycles: u32,
     pub restarts: u32,
@@ -135,6 +139,12 @@ const WORKER_METRICS: &[WorkerMetric] = &[
         "counter",
         "connections closed because their task panicked (a bug: please report it)",
         |w| w.connection_panics,
+    ),
+    (
+        "espalier_worker_remote_forwards_total",
+        "counter",
+        "requests a front worker forwarded to an app process on another node",
+        |w| w.remote_forwards,
     ),
     (
         "espalier_worker_resident_bytes",
@@ -206,6 +216,7 @@ mod tests {
                 stopped_because: None,
                 workers: vec![WorkerStatus {
                     role: Role::App,
+                    remote_forwards: 0,
                     endpoint: Some("http://127.0.0.1:3000".into()),
                     index: 0,
                     pid: Some(42),

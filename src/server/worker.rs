@@ -222,6 +222,8 @@ const STUCK_AFTER: Duration = Duration::from_secs(2);
 pub struct ThreadHealth {
     epoch: std::time::Instant,
     served: AtomicU64,
+    /// Requests forwarded to an app process off the thread's node.
+    remote: AtomicU64,
     /// Milliseconds since `epoch` at the thread's last turn of its event loop.
     heartbeat_ms: AtomicU64,
     pub panics: Arc<AtomicU64>,
@@ -232,13 +234,15 @@ impl ThreadHealth {
         ThreadHealth {
             epoch,
             served: AtomicU64::new(0),
+            remote: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(0),
             panics: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    fn beat(&self, served: u64) {
+    fn beat(&self, served: u64, remote: u64) {
         self.served.store(served, Ordering::Relaxed);
+        self.remote.store(remote, Ordering::Relaxed);
         let now = self.epoch.elapsed().as_millis() as u64;
         self.heartbeat_ms.store(now, Ordering::Relaxed);
     }
@@ -272,9 +276,14 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
         .iter()
         .map(|h| h.panics.load(Ordering::Relaxed))
         .sum();
+    let remote: u64 = health
+        .iter()
+        .map(|h| h.remote.load(Ordering::Relaxed))
+        .sum();
     Message::Pong {
         requests: served,
         panics,
+        remote,
     }
     .line()
 }
@@ -374,12 +383,12 @@ fn engine_thread(
         {
             let env = Rc::clone(&env);
             let health = Arc::clone(&health);
-            health.beat(0);
+            health.beat(0, 0);
             tokio::task::spawn_local(async move {
                 let mut tick = tokio::time::interval(HEARTBEAT);
                 loop {
                     tick.tick().await;
-                    health.beat(env.service.served());
+                    health.beat(env.service.served(), env.service.remote_forwards());
                 }
             });
         }

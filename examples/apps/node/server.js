@@ -1,5 +1,6 @@
 // A Node app for espalier: behind the proxy it listens on the loopback port espalier gives it
-// in PORT; started by socket activation (LISTEN_FDS) it accepts on fd 3 instead. Routes: / (who answered), /healthz, /upload (counts a streamed body), /download?mb=N
+// in PORT (or on the unix socket in ESPALIER_SOCKET, with `upstream = "unix"`); started by
+// socket activation (LISTEN_FDS) it accepts on fd 3 instead. Routes: / (who answered), /healthz, /upload (counts a streamed body), /download?mb=N
 // (streams N MiB), /slow?ms=N (answers late), /ws (WebSocket echo, no packages needed).
 'use strict';
 const http = require('http');
@@ -61,6 +62,8 @@ server.on('upgrade', (req, socket) => {
 server.keepAliveTimeout = 5000;
 if (process.env.LISTEN_FDS && process.env.LISTEN_PID === String(process.pid)) {
   server.listen({ fd: 3 });
+} else if (process.env.ESPALIER_SOCKET) {
+  server.listen(process.env.ESPALIER_SOCKET);
 } else {
   server.listen(parseInt(process.env.PORT, 10), '127.0.0.1');
 }

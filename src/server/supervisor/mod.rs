@@ -380,8 +380,13 @@ impl Supervisor {
                     }
                 }
             }
-            Message::Pong { requests, panics } => {
+            Message::Pong {
+                requests,
+                panics,
+                remote,
+            } => {
                 if let Some((name, p)) = self.proc_of(generation) {
+                    p.remote = remote;
                     if p.stuck {
                         log(
                             "master",

@@ -196,6 +196,7 @@ impl Supervisor {
                                 uptime_s: cur.map(|c| now.duration_since(c.started).as_secs_f64()),
                                 requests: cur.map_or(0, |c| c.requests),
                                 connection_panics: cur.map_or(0, |c| c.panics),
+                                remote_forwards: cur.map_or(0, |c| c.remote),
                                 resident_bytes: cur
                                     .and_then(|c| os::process::resident_bytes(c.pid)),
                                 recycles: s.recycles,

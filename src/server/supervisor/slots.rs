@@ -41,6 +41,8 @@ pub(super) struct Proc {
     pub(super) requests: u64,
     /// Connection tasks that panicked and were contained (see `server::conn_task`).
     pub(super) panics: u64,
+    /// A front worker's requests forwarded off its node.
+    pub(super) remote: u64,
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,
@@ -322,6 +324,7 @@ impl Supervisor {
             stop_sent: None,
             requests: 0,
             panics: 0,
+            remote: 0,
             last_pong: Instant::now(),
             stuck: false,
             killed: false,
