@@ -123,6 +123,14 @@ ticks() { # user + system clock ticks of the given pids (every thread)
   done
   echo "$total"
 }
+user_ticks() { # user clock ticks alone
+  local total=0 p f
+  for p in "$@"; do
+    read -r -a f < <(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    total=$((total + f[11]))
+  done
+  echo "$total"
+}
 # The proxy tier: the proxy's own processes. The app: the node processes serving the target.
 tier_pids() {
   case $1 in
@@ -154,15 +162,16 @@ ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 
 part1() {
 TARGETS=(alone act proxy nginx)
-declare -A BEST P50 P99 REQS TIER APP
-for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
+declare -A BEST P50 P99 REQS TIER TIER_USER APP
+for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
 echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
 for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
     mapfile -t tier < <(tier_pids "$t"); mapfile -t app < <(app_pids "$t")
-    tb=$(ticks "${tier[@]}"); ab=$(ticks "${app[@]}")
+    tb=$(ticks "${tier[@]}"); tub=$(user_ticks "${tier[@]}"); ab=$(ticks "${app[@]}")
     read -r reqs rps p50 p99 < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
     TIER[$t]=$((TIER[$t] + $(ticks "${tier[@]}") - tb)); APP[$t]=$((APP[$t] + $(ticks "${app[@]}") - ab))
+    TIER_USER[$t]=$((TIER_USER[$t] + $(user_ticks "${tier[@]}") - tub))
     REQS[$t]=$((REQS[$t] + reqs))
     if python3 -c "import sys; sys.exit(0 if $rps > ${BEST[$t]} else 1)"; then BEST[$t]=$rps; P50[$t]=$p50; P99[$t]=$p99; fi
   done
@@ -179,6 +188,7 @@ done
 echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[alone]}")   (target ≥ 0.95)"
 echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
+echo "  proxy CPU split, user + system µs/req:   espalier $(us "${TIER_USER[proxy]}" "${REQS[proxy]}") + $(us "$((TIER[proxy] - TIER_USER[proxy]))" "${REQS[proxy]}"), nginx $(us "${TIER_USER[nginx]}" "${REQS[nginx]}") + $(us "$((TIER[nginx] - TIER_USER[nginx]))" "${REQS[nginx]}")"
 }
 [[ $PARTS == *1* ]] && part1
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

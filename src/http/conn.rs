@@ -223,6 +223,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
     // The connection's addresses, asked of the kernel once, when a request is first forwarded.
     let mut peer: Option<Option<std::net::SocketAddr>> = None;
     let mut local: Option<Option<std::net::SocketAddr>> = None;
+    let mut peer_text: Option<String> = None;
 
     loop {
         // Answer every complete request already received.
@@ -279,6 +280,18 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 if let Some(target) = env.service.proxy_route(group, &request) {
                     let keep = keep_alive && !env.shutdown.started.get();
                     let peer = *peer.get_or_insert_with(|| stream.peer_addr().ok());
+                    // Formatted once per connection, not per request.
+                    let peer_ip: &str = peer_text.get_or_insert_with(|| {
+                        peer.map_or_else(String::new, |a| {
+                            let ip = match a.ip() {
+                                std::net::IpAddr::V6(v6) => v6
+                                    .to_ipv4_mapped()
+                                    .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+                                v4 => v4,
+                            };
+                            ip.to_string()
+                        })
+                    });
                     proxied = Some(match target {
                         ProxyTarget::Http(route) => Proxied::Http(
                             route,
@@ -287,7 +300,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                                 framing,
                                 keep,
                                 expect_continue,
-                                peer.map(|a| a.ip()),
+                                Some(peer_ip).filter(|p| !p.is_empty()),
                                 "http",
                             ),
                         ),

@@ -23,7 +23,6 @@ use super::{Endpoint, Tiers};
 use crate::http::{ChunkedDecoder, Framing, Method, ProtocolError, Request, Responder};
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -247,7 +246,7 @@ impl ForwardRequest {
         framing: Framing,
         keep_alive: bool,
         expect_continue: bool,
-        peer: Option<IpAddr>,
+        peer: Option<&str>,
         proto: &str,
     ) -> Self {
         let fields = || req.headers.iter().map(|h| (h.name, h.value));
@@ -264,15 +263,7 @@ impl ForwardRequest {
             head.extend_from_slice(req.query.as_bytes());
         }
         head.extend_from_slice(b" HTTP/1.1\r\n");
-        let mut forwarded_for: Option<String> = None;
         for h in req.headers {
-            if h.name.eq_ignore_ascii_case("x-forwarded-for") {
-                let v = String::from_utf8_lossy(h.value);
-                forwarded_for = Some(match forwarded_for {
-                    Some(f) => format!("{f}, {v}"),
-                    None => v.into_owned(),
-                });
-            }
             if dropped_on_the_way(h.name, &listed) {
                 continue;
             }
@@ -281,16 +272,32 @@ impl ForwardRequest {
             head.extend_from_slice(h.value);
             head.extend_from_slice(b"\r\n");
         }
+        // X-Forwarded-For: the client's own list, then the client.
+        let mut forwarded_for = false;
+        for h in req
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
+        {
+            head.extend_from_slice(if forwarded_for {
+                b", "
+            } else {
+                b"X-Forwarded-For: "
+            });
+            head.extend_from_slice(h.value);
+            forwarded_for = true;
+        }
         if let Some(ip) = peer {
-            let ip = match ip {
-                IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-                v4 => v4,
-            };
-            let all = match forwarded_for {
-                Some(f) => format!("{f}, {ip}"),
-                None => ip.to_string(),
-            };
-            push_field(&mut head, "X-Forwarded-For", &all);
+            head.extend_from_slice(if forwarded_for {
+                b", "
+            } else {
+                b"X-Forwarded-For: "
+            });
+            head.extend_from_slice(ip.as_bytes());
+            forwarded_for = true;
+        }
+        if forwarded_for {
+            head.extend_from_slice(b"\r\n");
         }
         push_field(&mut head, "X-Forwarded-Proto", proto);
         if let Some(host) = req.host() {
@@ -298,7 +305,9 @@ impl ForwardRequest {
         }
         match framing {
             Framing::None => {}
-            Framing::Length(n) => push_field(&mut head, "Content-Length", &n.to_string()),
+            Framing::Length(n) => {
+                push_field(&mut head, "Content-Length", itoa::Buffer::new().format(n))
+            }
             Framing::Chunked => push_field(&mut head, "Transfer-Encoding", "chunked"),
         }
         if upgrade {
@@ -459,13 +468,11 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         return answer(stream, clock, 502, req.client_minor, req.head_only).await;
     }
     let status = resp.code.unwrap_or(502);
-    let reason = resp.reason.unwrap_or("").to_string();
+    let reason = resp.reason.unwrap_or("");
     let upstream_minor = resp.version.unwrap_or(0);
-    let listed: Vec<String> = connection_tokens(resp.headers.iter().map(|h| (h.name, h.value)))
-        .into_iter()
-        .map(str::to_ascii_lowercase)
-        .collect();
-    let upstream_closes = listed.iter().any(|t| t == "close") || upstream_minor == 0;
+    let listed = connection_tokens(resp.headers.iter().map(|h| (h.name, h.value)));
+    let upstream_closes =
+        listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || upstream_minor == 0;
     let kind = match body_kind(status, req.head_only, resp.headers) {
         Some(k) => k,
         None => return answer(stream, clock, 502, req.client_minor, req.head_only).await,
@@ -484,11 +491,10 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         && !plain_for_old_client;
     let mut out = Vec::with_capacity(head_len + 128);
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.to_string().as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
     out.push(b' ');
     out.extend_from_slice(reason.as_bytes());
     out.extend_from_slice(b"\r\n");
-    let listed_refs: Vec<&str> = listed.iter().map(String::as_str).collect();
     for h in resp.headers.iter() {
         let copy = if h.name.eq_ignore_ascii_case("content-length") {
             // A HEAD or 304 answer keeps the length it describes; a body's length is ours.
@@ -496,7 +502,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         } else if switching && h.name.eq_ignore_ascii_case("upgrade") {
             true
         } else {
-            !dropped_on_the_way(h.name, &listed_refs)
+            !dropped_on_the_way(h.name, &listed)
         };
         if copy {
             out.extend_from_slice(h.name.as_bytes());
@@ -509,7 +515,9 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         out.extend_from_slice(line.as_bytes());
     }
     match kind {
-        BodyKind::Length(n) => push_field(&mut out, "Content-Length", &n.to_string()),
+        BodyKind::Length(n) => {
+            push_field(&mut out, "Content-Length", itoa::Buffer::new().format(n))
+        }
         BodyKind::Chunked if !plain_for_old_client => {
             push_field(&mut out, "Transfer-Encoding", "chunked")
         }
@@ -686,21 +694,19 @@ async fn read_head(
 ) -> Result<usize, HeadError> {
     let mut received_any = false;
     loop {
-        if !ubuf.is_empty() {
-            let mut fields = [httparse::EMPTY_HEADER; 100];
-            let mut resp = httparse::Response::new(&mut fields);
-            match resp.parse(ubuf) {
-                Ok(httparse::Status::Complete(len)) => {
-                    let code = resp.code.unwrap_or(0);
-                    if (100..200).contains(&code) && code != 101 {
-                        ubuf.drain(..len);
-                        continue;
-                    }
-                    return Ok(len);
-                }
-                Ok(httparse::Status::Partial) if ubuf.len() < MAX_RESPONSE_HEAD => {}
-                _ => return Err(HeadError::Garbage),
+        // Only the end of the head is looked for here; the caller parses it once.
+        if let Some(len) = head_end(ubuf) {
+            let interim = ubuf.starts_with(b"HTTP/1.")
+                && ubuf.get(9) == Some(&b'1')
+                && ubuf.get(9..12) != Some(b"101");
+            if interim {
+                ubuf.drain(..len);
+                continue;
             }
+            return Ok(len);
+        }
+        if ubuf.len() >= MAX_RESPONSE_HEAD {
+            return Err(HeadError::Garbage);
         }
         if ubuf.capacity() - ubuf.len() < 4096 {
             ubuf.reserve(8 << 10);
@@ -713,6 +719,21 @@ async fn read_head(
             Ok(Ok(_)) => received_any = true,
         }
     }
+}
+
+/// The length of a response head at the start of `buf` (through its empty line, CRLF or a
+/// bare LF), when the whole head is there.
+fn head_end(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
+        let at = from + i;
+        match buf.get(at + 1) {
+            Some(b'\n') => return Some(at + 2),
+            Some(b'\r') if buf.get(at + 2) == Some(&b'\n') => return Some(at + 3),
+            _ => from = at + 1,
+        }
+    }
+    None
 }
 
 /// How the app's response is framed (RFC 9112 §6.3); `None` when it cannot be told.
@@ -867,7 +888,7 @@ mod tests {
     use super::*;
     use std::mem::MaybeUninit;
 
-    fn forwarded(raw: &[u8], peer: Option<IpAddr>) -> String {
+    fn forwarded(raw: &[u8], peer: Option<&str>) -> String {
         let limits = crate::http::HeadLimits {
             max_request_line: 8192,
             max_header_size: 16384,
@@ -895,7 +916,7 @@ mod tests {
     fn hop_by_hop_fields_are_dropped_and_forwarded_ones_set() {
         let head = forwarded(
             b"GET /a?b=1 HTTP/1.1\r\nHost: shop.example\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n",
-            Some("192.0.2.7".parse().unwrap()),
+            Some("192.0.2.7"),
         );
         assert!(
             head.starts_with("GET /a?b=1 HTTP/1.1\r\nHost: shop.example\r\n"),

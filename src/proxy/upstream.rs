@@ -6,7 +6,6 @@
 
 use super::Endpoint;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -121,18 +120,23 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// A thread's idle connections, per endpoint (single-threaded: no lock).
+/// A thread's idle connections, per endpoint (single-threaded: no lock). A list, not a hash
+/// map: a thread talks to a handful of processes, and comparing a few addresses costs less
+/// than hashing one.
 #[derive(Default)]
 pub struct Pool {
-    idle: RefCell<HashMap<Endpoint, Vec<(Conn, Instant)>>>,
+    idle: RefCell<Vec<(Endpoint, IdleList)>>,
 }
+
+/// One endpoint's idle connections with when each was last used, most recent last.
+type IdleList = Vec<(Conn, Instant)>;
 
 impl Pool {
     /// A live idle connection to `endpoint`, most recently used first; `None` when there is
     /// none. Stale and closed ones are dropped on the way.
     pub fn take(&self, endpoint: &Endpoint) -> Option<Conn> {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.get_mut(endpoint)?;
+        let list = &mut idle.iter_mut().find(|(e, _)| e == endpoint)?.1;
         let now = Instant::now();
         while let Some((conn, since)) = list.pop() {
             if now.duration_since(since) < IDLE_FOR && conn.quiet() {
@@ -145,7 +149,14 @@ impl Pool {
     /// Keeps a connection whose last response was read whole, for the next request.
     pub fn put(&self, endpoint: &Endpoint, conn: Conn) {
         let mut idle = self.idle.borrow_mut();
-        let list = idle.entry(endpoint.clone()).or_default();
+        let k = match idle.iter().position(|(e, _)| e == endpoint) {
+            Some(k) => k,
+            None => {
+                idle.push((endpoint.clone(), Vec::new()));
+                idle.len() - 1
+            }
+        };
+        let list = &mut idle[k].1;
         if list.len() >= MAX_IDLE {
             list.remove(0);
         }
@@ -154,6 +165,6 @@ impl Pool {
 
     /// Drops the idle connections to endpoints no longer in use.
     pub fn retain(&self, live: impl Fn(&Endpoint) -> bool) {
-        self.idle.borrow_mut().retain(|e, _| live(e));
+        self.idle.borrow_mut().retain(|(e, _)| live(e));
     }
 }
