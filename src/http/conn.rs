@@ -12,8 +12,9 @@ use super::{
     ProtocolError, Request, Responder, MAX_HEADERS,
 };
 use crate::http::clock::Clock;
-use crate::proxy::fastcgi::{Addresses, FastCgiRequest};
-use crate::proxy::{forward, ForwardRequest, Outcome, ProxyRoute, ProxyTarget};
+use crate::proxy::{
+    forward, Addresses, FastCgiRequest, ForwardRequest, Outcome, ProxyRoute, ProxyTarget,
+};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::mem::MaybeUninit;

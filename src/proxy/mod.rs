@@ -10,8 +10,11 @@
 //! Must not touch: the client connection's own protocol loop (that is [`crate::http::conn`],
 //! which hands a request over here and takes the connection back) or app processes' lives.
 
+mod cgi;
 pub mod fastcgi;
 pub mod forward;
+mod request;
+mod route;
 mod upstream;
 
 /// What a request is handed to: an HTTP app, or a FastCGI app with the site's document root
@@ -25,9 +28,10 @@ pub enum ProxyTarget {
     ),
 }
 
-pub use forward::{
-    forward, Client, ForwardRequest, Outcome, ProxyRoute, ProxySettings, SharedTiers,
-};
+pub use cgi::{Addresses, FastCgiRequest};
+pub use forward::{forward, Client, Outcome};
+pub use request::ForwardRequest;
+pub use route::{ProxyRoute, ProxySettings, SharedTiers};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! Test harness: start the real `espalier serve` on loopback, talk raw HTTP to it, stop it.
 #![allow(dead_code)]
 
+pub mod apps;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;

@@ -1,0 +1,257 @@
+//! A request in FastCGI records: the CGI variables (RFC 3875) and the record framing
+//! (FastCGI 1.0 §3–§5) — eight-byte headers, length-prefixed name-value pairs.
+//!
+//! Owns: [`FastCgiRequest::new`] (`SCRIPT_FILENAME` from the site's `root` and the normalized
+//! path, `PATH_INFO`, `HTTP_*` without `HTTP_PROXY`) and the record constants. Must not touch:
+//! sockets (see [`super::fastcgi`]).
+
+use crate::http::{Framing, Method, Request};
+use std::net::SocketAddr;
+use std::path::Path;
+
+pub(super) const VERSION: u8 = 1;
+pub(super) const BEGIN_REQUEST: u8 = 1;
+pub(super) const END_REQUEST: u8 = 3;
+pub(super) const PARAMS: u8 = 4;
+pub(super) const STDIN: u8 = 5;
+pub(super) const STDOUT: u8 = 6;
+pub(super) const STDERR: u8 = 7;
+pub(super) const RESPONDER: u16 = 1;
+pub(super) const KEEP_CONN: u8 = 1;
+/// Every request on a connection is request 1, one at a time (as nginx does).
+pub(super) const REQUEST_ID: u16 = 1;
+pub(super) const MAX_RECORD: usize = 65535;
+/// Largest CGI header block accepted from an app.
+pub(super) const MAX_CGI_HEAD: usize = 64 << 10;
+
+/// A request as FastCGI records, ready to send (its body follows from the client).
+pub struct FastCgiRequest {
+    /// BEGIN_REQUEST and every PARAMS record, the empty one included.
+    pub(super) records: Vec<u8>,
+    pub(super) body_len: u64,
+    pub(super) head_only: bool,
+    pub(super) client_minor: u8,
+    pub(super) keep_alive: bool,
+    pub(super) retryable: bool,
+    pub(super) expect_continue: bool,
+    pub(super) chunked: bool,
+}
+
+pub(super) fn record(out: &mut Vec<u8>, kind: u8, content: &[u8]) {
+    debug_assert!(content.len() <= MAX_RECORD);
+    let len = content.len() as u16;
+    let padding = (8 - content.len() % 8) % 8;
+    out.extend_from_slice(&[
+        VERSION,
+        kind,
+        (REQUEST_ID >> 8) as u8,
+        REQUEST_ID as u8,
+        (len >> 8) as u8,
+        len as u8,
+        padding as u8,
+        0,
+    ]);
+    out.extend_from_slice(content);
+    out.extend_from_slice(&[0u8; 8][..padding]);
+}
+
+fn pair_len(out: &mut Vec<u8>, n: usize) {
+    if n < 128 {
+        out.push(n as u8);
+    } else {
+        out.extend_from_slice(&((n as u32) | 0x8000_0000).to_be_bytes());
+    }
+}
+
+fn pair(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    pair_len(out, name.len());
+    pair_len(out, value.len());
+    out.extend_from_slice(name);
+    out.extend_from_slice(value);
+}
+
+/// The script a normalized path names under the document root: `(SCRIPT_NAME, PATH_INFO)`.
+/// `/a/b.php/x/y` → (`/a/b.php`, `/x/y`); `/dir/` → (`/dir/index.php`, ``).
+pub fn split_script(path: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut from = 0;
+    while let Some(i) = memchr::memmem::find(&path[from..], b".php") {
+        let end = from + i + 4;
+        if end == path.len() || path[end] == b'/' {
+            return (path[..end].to_vec(), path[end..].to_vec());
+        }
+        from = end;
+    }
+    if path.ends_with(b"/") {
+        let mut script = path.to_vec();
+        script.extend_from_slice(b"index.php");
+        return (script, Vec::new());
+    }
+    (path.to_vec(), Vec::new())
+}
+
+/// Where the connection came from and arrived, for the CGI variables.
+pub struct Addresses {
+    pub peer: Option<SocketAddr>,
+    pub local: Option<SocketAddr>,
+}
+
+impl FastCgiRequest {
+    /// `req` as FastCGI records; `path` is its normalized path (the app was chosen on it),
+    /// `root` the site's document root.
+    pub fn new(
+        req: &Request<'_>,
+        path: &[u8],
+        root: &Path,
+        framing: Framing,
+        keep_alive: bool,
+        expect_continue: bool,
+        addresses: &Addresses,
+    ) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let (script, path_info) = split_script(path);
+        let root_bytes = root.as_os_str().as_bytes();
+        let mut filename = root_bytes.trim_ascii_end().to_vec();
+        while filename.ends_with(b"/") {
+            filename.pop();
+        }
+        filename.extend_from_slice(&script);
+        let mut params = Vec::with_capacity(1024);
+        let mut uri = req.path.as_bytes().to_vec();
+        if !req.query.is_empty() {
+            uri.push(b'?');
+            uri.extend_from_slice(req.query.as_bytes());
+        }
+        let body_len = match framing {
+            Framing::Length(n) => n,
+            _ => 0,
+        };
+        let protocol: &[u8] = if req.minor_version == 0 {
+            b"HTTP/1.0"
+        } else {
+            b"HTTP/1.1"
+        };
+        let host = req.host().unwrap_or("");
+        let server_name = host.rsplit_once(':').map_or(host, |(h, p)| {
+            if p.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        });
+        let fixed: [(&[u8], &[u8]); 11] = [
+            (b"GATEWAY_INTERFACE", b"CGI/1.1"),
+            (b"SERVER_SOFTWARE", b"espalier"),
+            (b"SERVER_PROTOCOL", protocol),
+            (b"REQUEST_METHOD", req.method_text.as_bytes()),
+            (b"REQUEST_URI", &uri),
+            (b"DOCUMENT_URI", path),
+            (b"QUERY_STRING", req.query.as_bytes()),
+            (b"DOCUMENT_ROOT", root_bytes),
+            (b"SCRIPT_NAME", &script),
+            (b"SCRIPT_FILENAME", &filename),
+            // php-cgi's cgi.force_redirect wants it; php-fpm ignores it.
+            (b"REDIRECT_STATUS", b"200"),
+        ];
+        for (n, v) in fixed {
+            pair(&mut params, n, v);
+        }
+        pair(&mut params, b"PATH_INFO", &path_info);
+        pair(&mut params, b"SERVER_NAME", server_name.as_bytes());
+        if let Some(a) = addresses.peer {
+            pair(&mut params, b"REMOTE_ADDR", a.ip().to_string().as_bytes());
+            pair(&mut params, b"REMOTE_PORT", a.port().to_string().as_bytes());
+        }
+        if let Some(a) = addresses.local {
+            pair(&mut params, b"SERVER_ADDR", a.ip().to_string().as_bytes());
+            pair(&mut params, b"SERVER_PORT", a.port().to_string().as_bytes());
+        }
+        if !matches!(framing, Framing::None) {
+            pair(
+                &mut params,
+                b"CONTENT_LENGTH",
+                body_len.to_string().as_bytes(),
+            );
+        }
+        let mut name = Vec::with_capacity(64);
+        for h in req.headers {
+            if h.name.eq_ignore_ascii_case("content-type") {
+                pair(&mut params, b"CONTENT_TYPE", h.value);
+                continue;
+            }
+            // httpoxy: a client's `Proxy:` must never become HTTP_PROXY in the app.
+            if h.name.eq_ignore_ascii_case("content-length")
+                || h.name.eq_ignore_ascii_case("proxy")
+                || h.name.contains('_')
+            {
+                continue;
+            }
+            name.clear();
+            name.extend_from_slice(b"HTTP_");
+            name.extend(h.name.bytes().map(|b| match b {
+                b'-' => b'_',
+                b => b.to_ascii_uppercase(),
+            }));
+            pair(&mut params, &name, h.value);
+        }
+        let mut records = Vec::with_capacity(params.len() + 64);
+        record(
+            &mut records,
+            BEGIN_REQUEST,
+            &[
+                (RESPONDER >> 8) as u8,
+                RESPONDER as u8,
+                KEEP_CONN,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ],
+        );
+        for part in params.chunks(MAX_RECORD) {
+            record(&mut records, PARAMS, part);
+        }
+        record(&mut records, PARAMS, &[]);
+        let idempotent = matches!(req.method_text, "GET" | "HEAD" | "OPTIONS");
+        FastCgiRequest {
+            records,
+            body_len,
+            head_only: req.method == Method::Head,
+            client_minor: req.minor_version,
+            keep_alive,
+            retryable: idempotent && matches!(framing, Framing::None),
+            expect_continue,
+            chunked: matches!(framing, Framing::Chunked),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_and_path_info_are_split_at_php() {
+        let s = |p: &str| {
+            let (a, b) = split_script(p.as_bytes());
+            (String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap())
+        };
+        assert_eq!(s("/index.php"), ("/index.php".into(), "".into()));
+        assert_eq!(s("/a/b.php/x/y"), ("/a/b.php".into(), "/x/y".into()));
+        assert_eq!(s("/a.phpx/b.php"), ("/a.phpx/b.php".into(), "".into()));
+        assert_eq!(s("/dir/"), ("/dir/index.php".into(), "".into()));
+        assert_eq!(s("/style.css"), ("/style.css".into(), "".into()));
+    }
+
+    #[test]
+    fn records_are_padded_to_eight_bytes_and_pairs_take_long_lengths() {
+        let mut out = Vec::new();
+        record(&mut out, STDIN, b"hello");
+        assert_eq!(&out[..8], &[1, STDIN, 0, 1, 0, 5, 3, 0]);
+        assert_eq!(out.len(), 16);
+        let mut p = Vec::new();
+        pair(&mut p, b"A", &[b'x'; 200]);
+        assert_eq!(&p[..5], &[1, 0x80, 0, 0, 200]);
+        assert_eq!(p.len(), 1 + 4 + 1 + 200);
+    }
+}

@@ -1,0 +1,228 @@
+//! The request as it goes to an HTTP application: the head rewritten for the hop (hop-by-hop
+//! fields dropped, `X-Forwarded-For/-Proto/-Host` set by espalier, the body re-framed by
+//! length or chunks), and what forwarding it needs to know (retry, upgrade, keep-alive).
+//!
+//! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`]).
+
+use crate::http::{Framing, Method, Request};
+
+/// A request as it goes to the app: its head rewritten, and what the forwarding needs to know.
+pub struct ForwardRequest {
+    pub(super) head: Vec<u8>,
+    pub(super) body: Framing,
+    pub(super) retryable: bool,
+    pub(super) head_only: bool,
+    pub(super) upgrade: bool,
+    pub(super) client_minor: u8,
+    pub(super) keep_alive: bool,
+    pub(super) expect_continue: bool,
+}
+
+/// Fields that describe one connection, not the message (RFC 9110 §7.6.1), and the ones
+/// espalier sets itself.
+pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
+    const OWN: [&str; 12] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "expect",
+        "x-forwarded-for",
+        "x-forwarded-proto",
+        "x-forwarded-host",
+    ];
+    OWN.iter().any(|o| name.eq_ignore_ascii_case(o))
+        || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
+}
+
+/// The tokens of every `Connection` field.
+pub(super) fn connection_tokens<'a>(
+    headers: impl Iterator<Item = (&'a str, &'a [u8])>,
+) -> Vec<&'a str> {
+    headers
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .filter_map(|(_, v)| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+impl ForwardRequest {
+    /// The request `req` (framed by `framing`, from `peer`) as it goes to the app.
+    pub fn new(
+        req: &Request<'_>,
+        framing: Framing,
+        keep_alive: bool,
+        expect_continue: bool,
+        peer: Option<&str>,
+        proto: &str,
+    ) -> Self {
+        let fields = || req.headers.iter().map(|h| (h.name, h.value));
+        let listed = connection_tokens(fields());
+        let upgrade = listed.iter().any(|t| t.eq_ignore_ascii_case("upgrade"))
+            && req.header("upgrade").is_some()
+            && req.minor_version == 1;
+        let mut head = Vec::with_capacity(512);
+        head.extend_from_slice(req.method_text.as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(req.path.as_bytes());
+        if !req.query.is_empty() {
+            head.push(b'?');
+            head.extend_from_slice(req.query.as_bytes());
+        }
+        head.extend_from_slice(b" HTTP/1.1\r\n");
+        for h in req.headers {
+            if dropped_on_the_way(h.name, &listed) {
+                continue;
+            }
+            head.extend_from_slice(h.name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(h.value);
+            head.extend_from_slice(b"\r\n");
+        }
+        // X-Forwarded-For: the client's own list, then the client.
+        let mut forwarded_for = false;
+        for h in req
+            .headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
+        {
+            head.extend_from_slice(if forwarded_for {
+                b", "
+            } else {
+                b"X-Forwarded-For: "
+            });
+            head.extend_from_slice(h.value);
+            forwarded_for = true;
+        }
+        if let Some(ip) = peer {
+            head.extend_from_slice(if forwarded_for {
+                b", "
+            } else {
+                b"X-Forwarded-For: "
+            });
+            head.extend_from_slice(ip.as_bytes());
+            forwarded_for = true;
+        }
+        if forwarded_for {
+            head.extend_from_slice(b"\r\n");
+        }
+        push_field(&mut head, "X-Forwarded-Proto", proto);
+        if let Some(host) = req.host() {
+            push_field(&mut head, "X-Forwarded-Host", host);
+        }
+        match framing {
+            Framing::None => {}
+            Framing::Length(n) => {
+                push_field(&mut head, "Content-Length", itoa::Buffer::new().format(n))
+            }
+            Framing::Chunked => push_field(&mut head, "Transfer-Encoding", "chunked"),
+        }
+        if upgrade {
+            let protocol = req.header("upgrade").unwrap_or_default();
+            push_field(&mut head, "Upgrade", protocol);
+            push_field(&mut head, "Connection", "upgrade");
+        } else {
+            push_field(&mut head, "Connection", "keep-alive");
+        }
+        head.extend_from_slice(b"\r\n");
+        let idempotent = matches!(
+            req.method_text,
+            "GET" | "HEAD" | "OPTIONS" | "PUT" | "DELETE" | "TRACE"
+        );
+        ForwardRequest {
+            head,
+            body: framing,
+            retryable: idempotent && matches!(framing, Framing::None) && !upgrade,
+            head_only: req.method == Method::Head,
+            upgrade,
+            client_minor: req.minor_version,
+            keep_alive,
+            expect_continue,
+        }
+    }
+}
+
+pub(super) fn push_field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::MaybeUninit;
+
+    fn forwarded(raw: &[u8], peer: Option<&str>) -> String {
+        let limits = crate::http::HeadLimits {
+            max_request_line: 8192,
+            max_header_size: 16384,
+            max_headers: 100,
+            max_body_size: 1 << 20,
+        };
+        let mut headers: [MaybeUninit<httparse::Header<'_>>; crate::http::MAX_HEADERS] =
+            [const { MaybeUninit::uninit() }; crate::http::MAX_HEADERS];
+        let head = crate::http::parse_head(raw, &limits, &mut headers).expect("parses");
+        let crate::http::Head::Complete {
+            request,
+            framing,
+            keep_alive,
+            expect_continue,
+            ..
+        } = head
+        else {
+            panic!("complete head")
+        };
+        let f = ForwardRequest::new(&request, framing, keep_alive, expect_continue, peer, "http");
+        String::from_utf8(f.head).expect("text")
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_dropped_and_forwarded_ones_set() {
+        let head = forwarded(
+            b"GET /a?b=1 HTTP/1.1\r\nHost: shop.example\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n",
+            Some("192.0.2.7"),
+        );
+        assert!(
+            head.starts_with("GET /a?b=1 HTTP/1.1\r\nHost: shop.example\r\n"),
+            "{head}"
+        );
+        for gone in ["X-Secret", "Keep-Alive", "TE:", "https"] {
+            assert!(!head.contains(gone), "{gone} in {head}");
+        }
+        assert!(head.contains("Accept: */*\r\n"));
+        assert!(
+            head.contains("X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("X-Forwarded-Proto: http\r\n"));
+        assert!(head.contains("X-Forwarded-Host: shop.example\r\n"));
+        assert!(head.ends_with("Connection: keep-alive\r\n\r\n"));
+    }
+
+    #[test]
+    fn bodies_are_reframed_and_upgrades_kept() {
+        let head = forwarded(
+            b"POST /u HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+            None,
+        );
+        assert!(head.contains("Transfer-Encoding: chunked\r\n"));
+        assert!(!head.contains("Expect"));
+        let head = forwarded(
+            b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\n",
+            None,
+        );
+        assert!(
+            head.contains("Upgrade: websocket\r\nConnection: upgrade\r\n\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("Sec-WebSocket-Key: x\r\n"));
+    }
+}

@@ -1,0 +1,176 @@
+//! A front worker thread's way to its pool's application processes: the pool's proxy
+//! settings, the tiers of processes the master publishes (nearest node first), and the
+//! thread's own view of them — round-robin position, idle connections, counters.
+//!
+//! Owns: choosing a process for a request and getting a connection to it. Must not touch:
+//! what is sent on the connection (see [`super::forward`] and [`super::fastcgi`]).
+
+use super::upstream::{Conn, Pool};
+use super::{Endpoint, Tiers};
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a request waits for a first app process to be ready (start-up, a restart)
+/// before it is answered 503, at most.
+const WAIT_FOR_READY: Duration = Duration::from_secs(5);
+
+/// A pool's proxy timeouts.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct ProxySettings {
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    /// Speak FastCGI to the app processes instead of HTTP/1.1.
+    #[serde(default)]
+    pub fastcgi: bool,
+}
+
+/// The tiers of a front worker, replaced by its main thread when the master sends new ones
+/// and read by its engine threads: a version check (one atomic load) per request, the lock
+/// only when the version moved.
+#[derive(Default)]
+pub struct SharedTiers {
+    version: AtomicU64,
+    tiers: Mutex<Arc<Tiers>>,
+}
+
+impl SharedTiers {
+    pub fn publish(&self, tiers: Tiers) {
+        *self.tiers.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(tiers);
+        self.version.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// One engine thread's way to a proxied pool: its view of the tiers, its idle connections,
+/// its round-robin position and counters. Never shared with another thread.
+pub struct ProxyRoute {
+    pub(super) settings: ProxySettings,
+    pub(super) shared: Arc<SharedTiers>,
+    pub(super) seen: RefCell<(u64, Arc<Tiers>)>,
+    pub(super) pool: Pool,
+    pub(super) next: Cell<usize>,
+    /// `X-Espalier-Worker: …\r\n` when `worker_header` is on.
+    pub(super) worker_line: Option<String>,
+    /// Requests forwarded beyond the nearest tier (no ready process on this node).
+    pub remote: Cell<u64>,
+    pub forwarded: Cell<u64>,
+}
+
+impl ProxyRoute {
+    pub fn new(
+        settings: ProxySettings,
+        shared: Arc<SharedTiers>,
+        worker_line: Option<String>,
+    ) -> Self {
+        ProxyRoute {
+            settings,
+            shared,
+            seen: RefCell::new((u64::MAX, Arc::new(Tiers::default()))),
+            pool: Pool::default(),
+            next: Cell::new(0),
+            worker_line,
+            remote: Cell::new(0),
+            forwarded: Cell::new(0),
+        }
+    }
+
+    fn tiers(&self) -> Arc<Tiers> {
+        let version = self.shared.version.load(Ordering::Acquire);
+        let mut seen = self.seen.borrow_mut();
+        if seen.0 != version {
+            let tiers = Arc::clone(&self.shared.tiers.lock().unwrap_or_else(|e| e.into_inner()));
+            self.pool
+                .retain(|e| tiers.0.iter().flatten().any(|t| t == e));
+            *seen = (version, tiers);
+        }
+        Arc::clone(&seen.1)
+    }
+
+    /// The next process to use, round-robin within the nearest tier that has one other than
+    /// `avoid` (a retry goes elsewhere when it can). `None` when none is ready.
+    fn pick(&self, avoid: Option<&Endpoint>) -> Option<Endpoint> {
+        let tiers = self.tiers();
+        let usable = |tier: &Vec<Endpoint>| tier.iter().any(|e| Some(e) != avoid);
+        let (k, tier) = tiers
+            .0
+            .iter()
+            .enumerate()
+            .find(|(_, t)| usable(t))
+            .or_else(|| tiers.0.iter().enumerate().find(|(_, t)| !t.is_empty()))?;
+        let n = self.next.get();
+        self.next.set(n.wrapping_add(1));
+        let others = tier.iter().filter(|e| Some(*e) != avoid).count();
+        let chosen = if others == 0 {
+            tier[n % tier.len()].clone()
+        } else {
+            tier.iter()
+                .filter(|e| Some(*e) != avoid)
+                .nth(n % others)
+                .expect("counted above")
+                .clone()
+        };
+        if k > 0 {
+            self.remote.set(self.remote.get() + 1);
+        }
+        Some(chosen)
+    }
+
+    /// Whether the app speaks FastCGI.
+    pub fn fastcgi(&self) -> bool {
+        self.settings.fastcgi
+    }
+
+    pub(super) fn count_forward(&self) {
+        self.forwarded.set(self.forwarded.get() + 1);
+    }
+
+    pub(super) fn settings(&self) -> ProxySettings {
+        self.settings
+    }
+
+    pub(super) fn keep(&self, endpoint: &Endpoint, conn: Conn) {
+        self.pool.put(endpoint, conn);
+    }
+
+    /// A connection to a ready process other than `avoid` when there is one: an idle one, or
+    /// a new one (three processes tried before giving up). Fails with the status to answer:
+    /// 503 none ready, 504 connecting timed out, 502 refused.
+    pub(super) async fn connection(
+        &self,
+        avoid: Option<Endpoint>,
+    ) -> Result<(Endpoint, Conn), u16> {
+        let mut avoid = avoid;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let Some(endpoint) = self.pick_waiting(avoid.as_ref()).await else {
+                return Err(503);
+            };
+            if let Some(c) = self.pool.take(&endpoint) {
+                return Ok((endpoint, c));
+            }
+            match Conn::connect(&endpoint, self.settings.connect_timeout).await {
+                Ok(c) => return Ok((endpoint, c)),
+                // Nothing was sent: another process may take it.
+                Err(_) if tries < 3 => avoid = Some(endpoint),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(504),
+                Err(_) => return Err(502),
+            }
+        }
+    }
+
+    async fn pick_waiting(&self, avoid: Option<&Endpoint>) -> Option<Endpoint> {
+        let until = tokio::time::Instant::now() + WAIT_FOR_READY.min(self.settings.connect_timeout);
+        loop {
+            if let Some(e) = self.pick(avoid) {
+                return Some(e);
+            }
+            if tokio::time::Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! Application pools reached through espalier's proxy: Node behind the HTTP/1.1 proxy (TCP
+//! and unix upstreams), php-fpm behind FastCGI, all from Debian's packages. Every server and
+//! app a test starts, the test stops.
+
+mod common;
+
+use common::apps::*;
+use common::*;
+use espalier::server::status::Role;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn node_behind_the_proxy_is_reached_on_the_threads_node() {
+    let app = serve(NODE_POOL);
+    let status = app.server.status();
+    let apps = procs(&status, Role::App);
+    let fronts = procs(&status, Role::Front);
+    assert_eq!((apps.len(), fronts.len()), (2, 2), "{status:?}");
+    for (_, pid, _, _) in &apps {
+        let env = environ(*pid);
+        assert!(env.iter().any(|v| v.starts_with("PORT=")), "{env:?}");
+    }
+    let mut c = Conn::open(app.addr);
+    for _ in 0..40 {
+        c.send(b"GET /who HTTP/1.1\r\nHost: shop.example\r\n\r\n");
+        let r = c.read_response(false).expect("answer");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains("forwarded for 127.0.0.1"), "{}", r.text());
+        // `node/<index>/cpu<N>`: the front thread that forwarded it …
+        let worker = r.header("x-espalier-worker").expect("worker header");
+        let index: u32 = worker.split('/').nth(1).unwrap().parse().unwrap();
+        let front_node = fronts.iter().find(|f| f.0 == index).unwrap().2;
+        // … and the app process that answered: on the same node.
+        let pid: u32 = r.header("x-app-pid").unwrap().parse().unwrap();
+        let app_node = apps
+            .iter()
+            .find(|a| a.1 == pid)
+            .unwrap_or_else(|| panic!("pid {pid} is no app of {apps:?}"))
+            .2;
+        assert_eq!(front_node, app_node, "{worker} forwarded to pid {pid}");
+    }
+}
+
+#[test]
+fn fifty_megabytes_stream_both_ways_without_the_worker_growing() {
+    let app = serve(NODE_POOL);
+    let fronts = procs(&app.server.status(), Role::Front);
+    let before: Vec<u64> = fronts.iter().map(|f| rss_kib(f.1)).collect();
+    const SIZE: usize = 50 << 20;
+    // Upload, sized.
+    let mut s = TcpStream::connect(app.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(
+        format!("POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: {SIZE}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let block = vec![b'u'; 1 << 16];
+    for _ in 0..SIZE / block.len() {
+        s.write_all(&block).unwrap();
+    }
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.contains(&format!("received {SIZE} bytes")),
+        "{answer}"
+    );
+    // Upload, chunked (10 MiB in 64 KiB chunks).
+    let mut s = TcpStream::connect(app.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"POST /upload HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    for _ in 0..160 {
+        s.write_all(format!("{:x}\r\n", block.len()).as_bytes())
+            .unwrap();
+        s.write_all(&block).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.contains(&format!("received {} bytes", 160 << 16)),
+        "{answer}"
+    );
+    // Download: the app sends chunked; an HTTP/1.0 client gets it plain, to the close.
+    let mut s = TcpStream::connect(app.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(b"GET /download?mb=50 HTTP/1.0\r\nHost: a\r\n\r\n")
+        .unwrap();
+    let mut got = 0usize;
+    let mut head = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        if head.len() < 4 || !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            head.extend_from_slice(&buf[..n]);
+            if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                got += head.len() - (i + 4);
+                head.truncate(i + 4);
+            }
+        } else {
+            got += n;
+        }
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    assert_eq!(got, SIZE);
+    // And with curl over HTTP/1.1, chunked as the app sent it.
+    let curl = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{size_download}"])
+        .arg(format!("http://{}/download?mb=50", app.addr))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), SIZE.to_string());
+    for (f, b) in fronts.iter().zip(before) {
+        let grown = rss_kib(f.1).saturating_sub(b);
+        assert!(grown < 8 << 10, "front {} grew by {grown} KiB", f.0);
+    }
+}
+
+#[test]
+fn websocket_echo_through_the_proxy() {
+    let app = serve(NODE_POOL);
+    let mut c = Conn::open(app.addr);
+    c.send(b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+    let r = c.read_response(true).expect("101");
+    assert_eq!(r.status, 101);
+    assert_eq!(r.header("upgrade"), Some("websocket"));
+    // The RFC 6455 example key's accept value.
+    assert_eq!(
+        r.header("sec-websocket-accept"),
+        Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+    );
+    for text in ["hello espalier", "second frame"] {
+        let mask = [1u8, 2, 3, 4];
+        let mut frame = vec![0x81, 0x80 | text.len() as u8];
+        frame.extend_from_slice(&mask);
+        frame.extend(text.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        c.stream.write_all(&frame).unwrap();
+        let mut echo = vec![0u8; 2 + text.len()];
+        c.stream.read_exact(&mut echo).unwrap();
+        assert_eq!(&echo[..2], &[0x81, text.len() as u8]);
+        assert_eq!(&echo[2..], text.as_bytes());
+    }
+}
+
+#[test]
+fn a_hanging_app_gets_504_and_others_are_served_meanwhile() {
+    let app = serve(NODE_POOL);
+    let addr = app.addr;
+    let slow = std::thread::spawn(move || get(addr, "/slow?ms=3000", ""));
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let r = get(app.addr, "/who", "");
+    assert_eq!(r.status, 200);
+    assert!(started.elapsed() < Duration::from_millis(900));
+    let r = slow.join().unwrap();
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(get(app.addr, "/who", "").status, 200);
+}
+
+#[test]
+fn ten_overlapped_recycles_under_load_fail_no_request_with_the_proxy() {
+    recycles_under_load(NODE_POOL, "node");
+}
+
+#[test]
+fn a_killed_app_process_is_replaced_and_requests_go_on() {
+    let app = serve(NODE_POOL);
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicU64::new(0));
+    let answered = Arc::new(AtomicU64::new(0));
+    let client = {
+        let (addr, stop, failures, answered) = (
+            app.addr,
+            Arc::clone(&stop),
+            Arc::clone(&failures),
+            Arc::clone(&answered),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut c = Conn::open(addr);
+                c.send(b"GET /who HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+                match c.read_response(false) {
+                    Some(r) if r.status == 200 => answered.fetch_add(1, Ordering::Relaxed),
+                    _ => failures.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let victim = procs(&app.server.status(), Role::App)[0].clone();
+    unsafe { libc::kill(victim.1 as i32, libc::SIGKILL) };
+    app.server.wait_until(
+        "the slot runs a new app process",
+        Duration::from_secs(15),
+        |s| {
+            procs(&s.status(), Role::App)
+                .iter()
+                .any(|a| a.0 == victim.0 && a.1 != victim.1)
+        },
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    client.join().unwrap();
+    assert_eq!(
+        failures.load(Ordering::Relaxed),
+        0,
+        "{}",
+        app.server.log_text()
+    );
+    assert!(answered.load(Ordering::Relaxed) > 10);
+    app.server.wait_for_log(
+        &format!("app node/{} (pid {}) exited: signal 9", victim.0, victim.1),
+        Duration::from_secs(1),
+    );
+}
+
+#[test]
+fn php_fpm_by_fastcgi_answers_with_cgi_semantics() {
+    let fpm = php_fpm();
+    let app = serve(
+        &r#"
+[server.limits]
+max_body_size = "8MiB"
+
+[[pool]]
+name = "php"
+command = ["{fpm}", "--nodaemonize", "--allow-to-run-as-root", "--fpm-config", "php-fpm.conf"]
+directory = "php"
+transport = "fastcgi"
+
+[[site]]
+name = "php"
+bindings = ["http://{listen}"]
+root = "php/www"
+[[site.app]]
+pool = "php"
+"#
+        .replace("{fpm}", &fpm),
+    );
+    let mut c = Conn::open(app.addr);
+    for _ in 0..5 {
+        c.send(b"GET / HTTP/1.1\r\nHost: shop.example\r\n\r\n");
+        let r = c.read_response(false).expect("answer");
+        assert_eq!(r.status, 200, "{}", app.server.log_text());
+        let text = r.text();
+        assert!(text.starts_with("hello from PHP"), "{text}");
+        assert!(text.contains("espalier worker php/0"), "{text}");
+        assert!(
+            text.contains("script /index.php, path info , host shop.example"),
+            "{text}"
+        );
+    }
+    c.send(b"HEAD / HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = c.read_response(true).expect("answer to HEAD");
+    assert_eq!(r.status, 200);
+    c.send(b"GET /index.php/a/b HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = c
+        .read_response(false)
+        .expect("answer after HEAD on the same connection");
+    assert!(r.text().contains("path info /a/b"), "{}", r.text());
+    let r = get(app.addr, "/?missing=1", "");
+    assert_eq!((r.status, r.text().as_str()), (404, "nothing here\n"));
+    let r = get(app.addr, "/?away=1", "");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/elsewhere"));
+    assert_eq!(get(app.addr, "/nope.php", "").status, 404);
+    // A traversal is normalized before the script is looked for: never outside the root.
+    assert_ne!(get(app.addr, "/../../../etc/passwd", "").status, 200);
+    let r = get(app.addr, "/?big=1", "");
+    assert_eq!(r.body.len(), 1 << 20);
+    // A body streams in as STDIN records; a chunked one is refused (FastCGI needs its length).
+    let body = vec![b'b'; 3 << 20];
+    let mut c = Conn::open(app.addr);
+    c.send(
+        format!(
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&body);
+    let r = c.read_response(false).expect("answer to POST");
+    assert_eq!(r.text(), format!("posted {} bytes\n", body.len()));
+    let mut c = Conn::open(app.addr);
+    c.send(
+        b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    );
+    assert_eq!(c.read_response(false).expect("411").status, 411);
+    // The PHP process runs where the plan put it.
+    let apps = procs(&app.server.status(), Role::App);
+    assert_eq!(apps.len(), 1);
+    let p = Path::new("/proc").join(apps[0].1.to_string());
+    assert_eq!(status_field(&p, "Cpus_allowed_list"), apps[0].3);
+}
+
+#[test]
+fn a_unix_socket_upstream_carries_the_requests() {
+    let app = serve(&NODE_POOL.replace(
+        "response_timeout = \"1s\"",
+        "response_timeout = \"1s\"\nupstream = \"unix\"",
+    ));
+    let status = app.server.status();
+    let endpoints: Vec<String> = status
+        .pools
+        .iter()
+        .flat_map(|p| &p.workers)
+        .filter_map(|w| w.endpoint.clone())
+        .collect();
+    assert_eq!(endpoints.len(), 2, "{status:?}");
+    assert!(
+        endpoints.iter().all(|e| e.starts_with("unix:")),
+        "{endpoints:?}"
+    );
+    for _ in 0..10 {
+        let r = get(app.addr, "/who", "");
+        assert_eq!(r.status, 200);
+        assert!(r.text().starts_with("hello from node"), "{}", r.text());
+    }
+}
