@@ -50,6 +50,8 @@ fn placement_on_an_emulated_four_node_machine() {
         "hard-under-load",
         "soft-widens",
         "soft-narrows",
+        "proxy-apps",
+        "proxy-same-node",
     ];
     for name in expected {
         let v = verdicts

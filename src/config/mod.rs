@@ -83,7 +83,12 @@ impl Config {
                 )]))
             }
         };
-        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        // A bare file name's folder is the current one: "" would be no path at all (an app's
+        // working directory of "" cannot be entered).
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         let mut v = validate::Validator {
             file,
             locator,

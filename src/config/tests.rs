@@ -329,3 +329,45 @@ fn examples_all_validate() {
         "examples/ should hold the three case-study configurations"
     );
 }
+
+#[test]
+fn app_keys_are_validated_and_a_bare_file_name_runs_apps_in_the_current_folder() {
+    let text = format!(
+        "[[pool]]\nname = \"p\"\ncommand = [\"sh\", \"-c\", \"exec true\"]\ntransport = \"activation\"\nenvironment = {{ A = \"1\" }}\n{SITE}"
+    );
+    let c = Config::parse(&text, Path::new("app.toml"), &fixture("dl980")).unwrap();
+    let app = c.pools[0].app.as_ref().expect("an app pool");
+    assert_eq!(app.directory, PathBuf::from("."));
+    assert_eq!(app.transport, Transport::Activation);
+    assert_eq!(app.environment, vec![("A".to_string(), "1".to_string())]);
+    assert_eq!(c.sites[0].apps[0].handler, HandlerKind::Proxy);
+    // The default transport is the proxy; its timeouts default to nginx's.
+    let c = parse(&format!(
+        "[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\n{SITE}"
+    ))
+    .unwrap();
+    let app = c.pools[0].app.as_ref().unwrap();
+    assert_eq!(app.transport, Transport::Proxy);
+    assert_eq!(app.response_timeout, Duration::from_secs(60));
+    for (extra, key, says) in [
+        ("health = \"/h\"", "pool[0].health", "applies only to a pool that runs an application"),
+        ("command = [\"sh\"]\ntransport = \"activation\"\nupstream = \"unix\"", "pool[0].upstream", "applies only to transport = \"proxy\""),
+        ("command = [\"sh\"]\nhealth = \"healthz\"", "pool[0].health", "is not a URL path"),
+        ("command = [\"sh\"]\ntransport = \"fastcgi\"\nhealth = \"/h\"\n[[site]]\nname = \"s\"\nroot = \"/\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n#", "pool[0].health", "answers FastCGI, not HTTP"),
+        ("command = [\"sh\"]\ntransport = \"fastcgi\"", "site[0].app[0].pool", "found under the site's `root`"),
+        ("command = [\"sh\"]\ndirectory = \"/no/such/dir\"", "pool[0].directory", "cannot be used"),
+    ] {
+        // An `extra` ending in `#` brings its own site and comments out the default one.
+        let site = if extra.ends_with('#') { SITE.replace('\n', "\n#") } else { SITE.to_string() };
+        let e = error(&format!("[[pool]]\nname = \"p\"\n{extra}\n{site}"));
+        assert!(e.contains(&format!("key `{key}`")) && e.contains(says), "{extra}: {e}");
+    }
+    // An activated app takes every connection of its address: no path of its own, no handler.
+    let e = error("[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\ntransport = \"activation\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npath = \"/api\"\npool = \"p\"\n");
+    assert!(e.contains("cannot be given only `/api`"), "{e}");
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\n{}",
+        SITE.replace("pool = \"p\"", "pool = \"p\"\nhandler = \"static\"")
+    ));
+    assert!(e.contains("remove `handler`"), "{e}");
+}

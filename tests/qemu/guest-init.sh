@@ -121,5 +121,34 @@ else
 fi
 kill $soft; wait $soft 2>/dev/null
 
+# 8. An application pool behind the proxy: one app process per node, placed on its node, and a
+#    request received on CPU k is forwarded by the thread on CPU k to the app on k's node.
+espalier serve -c app.toml > /tmp/app.log 2>&1 &
+app=$!
+if wait_for /tmp/app.log "worker(s) serving" 60; then
+  apps=$(grep -c "app app/[0-9]* started: pid" /tmp/app.log)
+  ok=0; detail="$apps app processes"
+  [ "$apps" = 4 ] || ok=1
+  grep "app app/[0-9]* started: pid" /tmp/app.log | while read -r _ _ name _ _ pid _ node _ cpus; do
+    allowed=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/$pid/status)
+    [ "$allowed" = "$(node_cpus $node)" ] || echo "ESPALIER-CHECK proxy-apps FAIL $name pid $pid node $node allowed $allowed"
+  done
+  verdict proxy-apps $ok "$detail"
+  ok=0; detail=""
+  for k in 0 1 2 3 4 5 6 7; do
+    taskset -c $k wget -S -O /tmp/where http://127.0.0.1:8082/cgi-bin/where 2> /tmp/where.h
+    who=$(awk -F': ' 'tolower($1) ~ /x-espalier-worker/ {print $2}' /tmp/where.h | tr -d '\r')
+    where=$(cat /tmp/where)
+    node=$(for n in 0 1 2 3; do within "$k" "$(node_cpus $n)" && echo $n; done)
+    case "$who" in *"/cpu$k") ;; *) ok=1 ;; esac
+    within "$where" "$(node_cpus $node)" || ok=1
+    detail="$detail cpu$k->$who->app-on-$where"
+  done
+  verdict proxy-same-node $ok "$detail"
+else
+  verdict proxy-apps 1 "the server did not start: $(tail -3 /tmp/app.log)"
+fi
+kill $app; wait $app 2>/dev/null
+
 echo ESPALIER-GUEST-DONE
 poweroff -f

@@ -54,6 +54,10 @@ cp "$BIN" "$GUEST/bin/espalier"
 cp "$ROOT/tests/qemu/guest-init.sh" "$GUEST/init" && chmod +x "$GUEST/init"
 cp "$ROOT"/tests/qemu/*.toml "$GUEST/guest/"
 echo "hello from a 4-node guest" > "$GUEST/guest/www/index.html"
+# The app pool's CGI: the CPUs the app process (and so this script) may run on.
+mkdir -p "$GUEST/guest/app-www/cgi-bin"
+printf '#!/bin/sh\necho "Content-Type: text/plain"\necho\nawk '"'"'/^Cpus_allowed_list/ {print $2}'"'"' /proc/self/status\n' > "$GUEST/guest/app-www/cgi-bin/where"
+chmod +x "$GUEST/guest/app-www/cgi-bin/where"
 python3 "$ROOT/tests/qemu/mkinitramfs.py" "$GUEST" "$CACHE/initrd.gz"
 
 mem=(512 768 384 384)
