@@ -1,7 +1,8 @@
 //! Request handlers and the router in front of them.
 //!
 //! Owns: routing a request to a site (by listener group and `Host`) and to an app (by path
-//! prefix), and the handlers: [`static_files`], [`dynamic`], [`cpu`]. One [`ThreadService`]
+//! prefix), and the handlers: [`static_files`], [`dynamic`], [`cpu`]; an app of a pool that
+//! runs an application is handed whole to [`crate::proxy`] (see `Service::proxy_route`). One [`ThreadService`]
 //! per worker thread; nothing in it is shared with another thread.
 //! Must not touch: sockets or the protocol (that is [`crate::http`]). Not pure: the static
 //! handler does blocking `stat`/`open`/`read` on the thread's event loop, as nginx does

@@ -2,7 +2,10 @@
 //! in one write, repeat — with the head, body, idle and send timeouts and a clean close.
 //!
 //! Owns: the connection's buffers and life cycle. Must not touch: routing and content (the
-//! [`Service`] decides), or other connections (nothing here is shared across threads).
+//! [`Service`] decides), or other connections (nothing here is shared across threads). A
+//! request the service routes to an application pool is lent, with the connection, to
+//! [`crate::proxy`] as soon as its head is parsed (its body streams there), and the connection
+//! comes back when the answer allows another request.
 //!
 //! Syscalls per keep-alive request: one `read` (tokio skips the extra read that would return
 //! EAGAIN after a short read) and one `write` per batch of pipelined responses.

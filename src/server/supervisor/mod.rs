@@ -5,7 +5,10 @@
 //! the reason), signals (SIGCHLD reaps, SIGHUP reloads, SIGTERM/SIGINT stop gracefully), the
 //! tick (respawns, readiness and ping deadlines, recycling by limits, soft affinity), and
 //! events from workers and the admin endpoint. The rest lives beside it:
-//! - `slots`: a slot's processes — start, ready, recycle, reap, crash restart, rapid-fail;
+//! - `slots`: a slot's processes — start, ready, recycle, reap, crash restart, rapid-fail —
+//!   whether espalier workers or the processes of a pool's application;
+//! - `apps`: an application process's readiness and pings (probes, settle time) and telling
+//!   a proxied pool's front workers where its ready processes are;
 //! - `pools`: stopping and starting pools, admin commands, the status report;
 //! - `reload`: applying a changed config, transactionally;
 //! - `cgroups`: CPU caps and cpusets;
