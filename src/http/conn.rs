@@ -422,10 +422,12 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
             };
+            // Boxed: the forwarding state lives on the heap only while a request is proxied,
+            // so a connection that serves files keeps a small future.
             let outcome = match proxied {
-                Proxied::Http(route, fwd) => forward(client, fwd, &route).await,
+                Proxied::Http(route, fwd) => Box::pin(forward(client, fwd, &route)).await,
                 Proxied::FastCgi(route, fwd) => {
-                    crate::proxy::fastcgi::forward(client, fwd, &route).await
+                    Box::pin(crate::proxy::fastcgi::forward(client, fwd, &route)).await
                 }
             };
             if outcome == Outcome::Close {
