@@ -8,7 +8,7 @@ use common::apps::*;
 use common::*;
 use espalier::server::status::Role;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,6 +25,18 @@ fn node_behind_the_proxy_is_reached_on_the_threads_node() {
     for (_, pid, _, _) in &apps {
         let env = environ(*pid);
         assert!(env.iter().any(|v| v.starts_with("PORT=")), "{env:?}");
+    }
+    // Each process of a slot has its own series: the app and its front worker.
+    let admin: SocketAddr = app.server.admin.as_ref().unwrap().parse().unwrap();
+    let (_, metrics) = espalier::server::admin::request(admin, "GET", "/metrics").unwrap();
+    let metrics = String::from_utf8_lossy(&metrics);
+    for role in ["app", "front"] {
+        assert!(
+            metrics.contains(&format!(
+                "espalier_worker_up{{pool=\"node\",index=\"0\",role=\"{role}\"}} 1"
+            )),
+            "{metrics}"
+        );
     }
     let mut c = Conn::open(app.addr);
     for _ in 0..40 {

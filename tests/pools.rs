@@ -327,7 +327,7 @@ fn status_and_metrics_describe_every_worker() {
     c.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
     let m = c.read_response(false).unwrap().text();
     assert!(m.contains("# TYPE espalier_worker_requests_total counter"));
-    assert!(m.contains("espalier_worker_up{pool=\"web\",index=\"0\"} 1"));
+    assert!(m.contains("espalier_worker_up{pool=\"web\",index=\"0\",role=\"worker\"} 1"));
     assert!(m.contains("espalier_pool_running{pool=\"web\"} 1"));
 }
 

@@ -186,11 +186,14 @@ impl Status {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for p in &self.pools {
                 for w in &p.workers {
+                    // An app pool's slot has two processes (the app and its front worker):
+                    // the role keeps their series apart.
                     let _ = writeln!(
                         out,
-                        "{name}{{pool=\"{}\",index=\"{}\"}} {}",
+                        "{name}{{pool=\"{}\",index=\"{}\",role=\"{}\"}} {}",
                         p.name,
                         w.index,
+                        w.role.as_str(),
                         value(w)
                     );
                 }
@@ -241,8 +244,12 @@ mod tests {
         assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), s);
         let m = s.metrics();
         assert!(m.contains("espalier_pool_running{pool=\"web\"} 1"));
-        assert!(m.contains("espalier_worker_requests_total{pool=\"web\",index=\"0\"} 7"));
-        assert!(m.contains("espalier_worker_restarts_total{pool=\"web\",index=\"0\"} 2"));
+        assert!(
+            m.contains("espalier_worker_requests_total{pool=\"web\",index=\"0\",role=\"app\"} 7")
+        );
+        assert!(
+            m.contains("espalier_worker_restarts_total{pool=\"web\",index=\"0\",role=\"app\"} 2")
+        );
         assert_eq!(m.matches("# TYPE").count(), 1 + WORKER_METRICS.len());
     }
 }
