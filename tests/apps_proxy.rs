@@ -345,3 +345,59 @@ fn a_unix_socket_upstream_carries_the_requests() {
         assert!(r.text().starts_with("hello from node"), "{}", r.text());
     }
 }
+
+#[test]
+fn what_an_app_sends_is_framed_for_the_client_and_garbage_is_a_502() {
+    let raw_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/raw_app.py");
+    let app = serve(&format!(
+        r#"
+[[pool]]
+name = "raw"
+command = ["python3", "{}"]
+health = "/healthz"
+response_timeout = "2s"
+
+[[site]]
+name = "raw"
+bindings = ["http://{{listen}}"]
+[[site.app]]
+pool = "raw"
+"#,
+        raw_app.display()
+    ));
+    let raw = |path: &str| {
+        let mut s = TcpStream::connect(app.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    // Codings other than chunked stay with the body they describe.
+    let r = raw("/gzip-chunked");
+    assert!(
+        r.contains("\r\nTransfer-Encoding: gzip, chunked\r\n"),
+        "{r}"
+    );
+    assert!(r.ends_with("5\r\nhello\r\n0\r\n\r\n"), "{r}");
+    // Chunked wins over a length (RFC 9112 §6.3); the length is not passed on.
+    let r = raw("/chunked-and-length");
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(!r.contains("Content-Length"), "{r}");
+    // Lengths that disagree, or no HTTP at all: 502, never a guess.
+    assert!(raw("/two-lengths").starts_with("HTTP/1.1 502"));
+    assert!(raw("/garbage").starts_with("HTTP/1.1 502"));
+    // A body ended by the close goes to an HTTP/1.1 client in chunks.
+    let r = get(app.addr, "/until-close", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "hello until close"));
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    // Interim answers are the app's business: the client gets the final one.
+    let r = get(app.addr, "/interim", "");
+    assert_eq!((r.status, r.text().as_str()), (200, "final"));
+    // Fields the app lists in Connection describe its hop only.
+    let r = raw("/hop");
+    assert!(!r.contains("X-Private") && !r.contains("Keep-Alive"), "{r}");
+}

@@ -209,7 +209,14 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
             push_field(&mut out, "Content-Length", itoa::Buffer::new().format(n))
         }
         BodyKind::Chunked if !plain_for_old_client => {
-            push_field(&mut out, "Transfer-Encoding", "chunked")
+            // The body passes as the app framed it: its codings too (`gzip, chunked`).
+            let codings: Vec<&str> = resp
+                .headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+                .filter_map(|h| std::str::from_utf8(h.value).ok())
+                .collect();
+            push_field(&mut out, "Transfer-Encoding", &codings.join(", "))
         }
         BodyKind::UntilClose if rechunk => push_field(&mut out, "Transfer-Encoding", "chunked"),
         _ => {}

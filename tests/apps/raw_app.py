@@ -1,0 +1,33 @@
+"""A test app that answers each path with a canned raw HTTP response, framing mistakes
+included, so the proxy's handling of what apps send can be checked byte for byte.
+Listens on 127.0.0.1:$PORT; one request per connection is enough for every case."""
+import os
+import socketserver
+
+CASES = {
+    b"/gzip-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"/chunked-and-length": b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"/two-lengths": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+    b"/garbage": b"this is not http\r\n\r\n",
+    b"/until-close": b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello until close",
+    b"/interim": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal",
+    b"/hop": b"HTTP/1.1 200 OK\r\nConnection: X-Private\r\nX-Private: secret\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok",
+    b"/healthz": b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n",
+}
+
+
+class Handler(socketserver.BaseRequestHandler):
+    def handle(self):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        path = data.split(b" ", 2)[1]
+        self.request.sendall(CASES.get(path, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"))
+
+
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+with socketserver.ThreadingTCPServer(("127.0.0.1", int(os.environ["PORT"])), Handler) as server:
+    server.serve_forever()
