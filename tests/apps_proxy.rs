@@ -344,6 +344,14 @@ fn a_unix_socket_upstream_carries_the_requests() {
         assert_eq!(r.status, 200);
         assert!(r.text().starts_with("hello from node"), "{}", r.text());
     }
+    // The sockets live in the master's private folder, which goes when the master stops.
+    let runtime = std::env::temp_dir().join(format!("espalier-{}", app.server.pid()));
+    let path = endpoints[0].trim_start_matches("unix:");
+    assert!(Path::new(path).starts_with(&runtime), "{path}");
+    let mut app = app;
+    app.server.signal(libc::SIGTERM);
+    assert_eq!(app.server.wait_exit(Duration::from_secs(15)), Some(0));
+    assert!(!runtime.exists(), "{} is left behind", runtime.display());
 }
 
 #[test]

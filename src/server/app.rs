@@ -49,6 +49,20 @@ pub fn runtime_dir() -> PathBuf {
     std::env::temp_dir().join(format!("espalier-{}", std::process::id()))
 }
 
+/// Removes what an exited app process left in the runtime folder: its notify socket and, for
+/// `upstream = "unix"`, its listening socket.
+pub fn forget(generation: u64, endpoint: Option<&Endpoint>) {
+    let _ = std::fs::remove_file(runtime_dir().join(format!("notify-{generation}")));
+    if let Some(Endpoint::Unix(path)) = endpoint {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Removes the runtime folder when the master stops.
+pub fn remove_runtime_dir() {
+    let _ = std::fs::remove_dir_all(runtime_dir());
+}
+
 fn ensure_runtime_dir() -> Result<PathBuf, String> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = runtime_dir();

@@ -297,13 +297,20 @@ pub(super) async fn run(
     }
     sv.stop_everything(Duration::from_millis(300)).await;
     sv.remove_cgroups();
+    crate::server::app::remove_runtime_dir();
     log("master", "stopped");
     Ok(0)
 }
 
 impl Supervisor {
-    /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them.
+    /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them. The app
+    /// processes' runtime folder goes with them.
     async fn stop_everything(&mut self, grace: Duration) {
+        self.stop_all(grace).await;
+        crate::server::app::remove_runtime_dir();
+    }
+
+    async fn stop_all(&mut self, grace: Duration) {
         for s in &mut self.slots {
             s.respawn_at = None;
             s.restart_after_exit = false;

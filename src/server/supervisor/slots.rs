@@ -434,7 +434,14 @@ impl Supervisor {
             if let Some(k) = self.retiring.iter().position(|(_, p)| p.pid == pid) {
                 let (pool, p) = self.retiring.remove(k);
                 p.reader.abort();
-                log("master", format!("worker of the previous configuration of pool {pool} (pid {pid}) exited: {status}"));
+                let what = match &p.app {
+                    Some(app) => {
+                        crate::server::app::forget(p.generation, app.endpoint.as_ref());
+                        "app"
+                    }
+                    None => "worker",
+                };
+                log("master", format!("{what} of the previous configuration of pool {pool} (pid {pid}) exited: {status}"));
                 continue;
             }
             let Some(i) = self
@@ -450,6 +457,7 @@ impl Supervisor {
             let name = slot.spec.name();
             let what = if proc_.app.is_some() { "app" } else { "worker" };
             if let Some(app) = &proc_.app {
+                crate::server::app::forget(proc_.generation, app.endpoint.as_ref());
                 if app.endpoint.is_some() {
                     republish.push(slot.pool);
                 }
