@@ -96,6 +96,33 @@ pub fn die_with_parent() -> io::Result<()> {
     }
 }
 
+/// A process and all its descendants (from every thread's `/proc/PID/task/TID/children`),
+/// parents first: an application's whole tree — gunicorn's arbiter and its workers.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut tree = vec![pid];
+    let mut k = 0;
+    while k < tree.len() {
+        let p = tree[k];
+        k += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for c in children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                if !tree.contains(&c) {
+                    tree.push(c);
+                }
+            }
+        }
+    }
+    tree
+}
+
 /// Resident memory of a process, from `/proc/PID/statm`.
 pub fn resident_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
@@ -213,5 +240,31 @@ pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
         Ok(())
     } else {
         Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_process_tree_holds_the_children_and_theirs() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & wait"])
+            .spawn()
+            .unwrap();
+        let sh = child.id();
+        let mut tree = Vec::new();
+        for _ in 0..100 {
+            tree = super::process_tree(std::process::id());
+            if tree.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = super::kill_group(sh, libc::SIGKILL);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(tree[0], std::process::id());
+        assert!(tree.contains(&sh), "{tree:?}");
+        assert!(tree.len() >= 3, "the sleep under sh: {tree:?}");
     }
 }

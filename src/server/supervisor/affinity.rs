@@ -61,7 +61,16 @@ impl Supervisor {
                     (own, format!("narrowed back to node {home}"))
                 }
             };
-            match os::numa::set_process_affinity(p.pid, &cpus) {
+            // An application's whole tree moves (gunicorn's workers do its work).
+            let pids = if slot.app.is_some() {
+                os::process::process_tree(p.pid)
+            } else {
+                vec![p.pid]
+            };
+            let applied = pids
+                .iter()
+                .try_for_each(|&pid| os::numa::set_process_affinity(pid, &cpus));
+            match applied {
                 Ok(()) => log(
                     "master",
                     format!(

@@ -511,7 +511,7 @@ impl Supervisor {
                 let crossed =
                     lifecycle::crossed(&recycle.schedule, crossed_window.0, crossed_window.1);
                 let resident = if recycle.memory.is_some() {
-                    os::process::resident_bytes(p.pid)
+                    p.resident_bytes()
                 } else {
                     None
                 };

@@ -197,8 +197,7 @@ impl Supervisor {
                                 requests: cur.map_or(0, |c| c.requests),
                                 connection_panics: cur.map_or(0, |c| c.panics),
                                 remote_forwards: cur.map_or(0, |c| c.remote),
-                                resident_bytes: cur
-                                    .and_then(|c| os::process::resident_bytes(c.pid)),
+                                resident_bytes: cur.and_then(|c| c.resident_bytes()),
                                 recycles: s.recycles,
                                 restarts: s.restarts,
                                 last_exit: s.last_exit.clone(),

@@ -76,6 +76,19 @@ pub(super) struct AppProc {
 }
 
 impl Proc {
+    /// Resident memory: an application's whole process tree, an espalier worker's own.
+    pub(super) fn resident_bytes(&self) -> Option<u64> {
+        if self.app.is_none() {
+            return os::process::resident_bytes(self.pid);
+        }
+        let tree = os::process::process_tree(self.pid);
+        let sizes: Vec<u64> = tree
+            .iter()
+            .filter_map(|&pid| os::process::resident_bytes(pid))
+            .collect();
+        (!sizes.is_empty()).then(|| sizes.iter().sum())
+    }
+
     /// Sends `sig`. SIGKILL reaches an app's whole process group (gunicorn's workers with
     /// their arbiter); any other signal goes to the process, which passes it on as it sees fit.
     pub(super) fn signal(&self, sig: i32) {
