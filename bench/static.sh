@@ -2,8 +2,9 @@
 # bench/static.sh — espalier against nginx on the static-benchmark seed's 100-byte page.
 #
 # In one run, interleaved: keep-alive load from wrk (50 connections, pinned to CPU 1) against
-# nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0), and against
-# espalier's dynamic page. Prints, per server: best requests/s of several runs, CPU time per
+# nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0), against
+# espalier's dynamic page, and against the same static page on a site with an access log
+# (combined format) — logging's cost. Prints, per server: best requests/s of several runs, CPU time per
 # request (user + system of every server process and thread, from /proc/<pid>/stat, over all
 # the measured runs), syscalls per request, instructions per request, and espalier/nginx
 # ratios.
@@ -46,6 +47,8 @@ mkdir -p "$WORK/www" "$WORK/nginx"
 python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'
 NGINX_PORT=$(free_port)
 ESP_PORT=$(free_port)
+LOG_PORT=$(free_port)
+mkdir -p "$WORK/logs"
 
 cat > "$WORK/nginx/nginx.conf" <<CONF
 worker_processes 1;
@@ -82,6 +85,14 @@ pool = "bench"
 path = "/dynamic"
 pool = "bench"
 handler = "dynamic"
+[[site]]
+name = "logged"
+bindings = ["http://127.0.0.1:$LOG_PORT"]
+root = "www"
+access_log = { path = "logs/access.log", format = "combined" }
+[[site.app]]
+path = "/"
+pool = "bench"
 CONF
 
 # start_nginx WRAPPER [nginx args…] — WRAPPER is "" or a valgrind command line.
@@ -116,9 +127,9 @@ cpu_ticks() { # user + system clock ticks of every process (all its threads) of 
   done
   echo "$total"
 }
-url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; esac; }
+url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; esac; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
-TARGETS=(nginx espalier dynamic)
+TARGETS=(nginx espalier dynamic logged)
 
 echo "phase 1: requests/s and syscalls (native, $RUNS interleaved runs of ${DURATION}s)…" >&2
 start_nginx ""
@@ -177,6 +188,7 @@ if [ "$HW" = no ]; then
   wpid=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1)
   cg_measure espalier "$wpid"
   cg_measure dynamic "$wpid"
+  cg_measure logged "$wpid"
   stop_all
 fi
 
@@ -185,7 +197,7 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"
+  name=$t; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo
@@ -196,4 +208,5 @@ echo "  syscalls per request:  $(ratio "${SYSCALLS[espalier]}" "${SYSCALLS[nginx
 [ "$HW" = yes ] && echo "  instructions/request:  $(ratio "${INSNS[espalier]}" "${INSNS[nginx]}")   (target ≤ 0.55)"
 echo "  user insns/request:    $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[nginx]}")"
 echo "dynamic / static (espalier, user insns/request): $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}")   (target ≤ 1.3)"
+echo "access log on / off (espalier static, combined format): CPU time per request $(ratio "${CPU_US[logged]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
 [ "$HW" = no ] && echo "(no hardware counters on this machine: instructions are callgrind's user-space counts; kernel work shows as syscalls/req)"

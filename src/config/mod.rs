@@ -50,6 +50,7 @@ impl Config {
                 root,
                 index: vec!["index.html".into()],
                 follow_symlinks: false,
+                access_log: None,
                 apps: vec![AppSpec {
                     path: "/".into(),
                     pool: "default".into(),

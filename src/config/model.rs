@@ -242,6 +242,29 @@ pub struct SiteSpec {
     /// Serve symlinks that lead outside `root`. Default false.
     pub follow_symlinks: bool,
     pub apps: Vec<AppSpec>,
+    /// Where and how the site's requests are logged; `None` = not logged.
+    #[serde(default)]
+    pub access_log: Option<AccessLogSpec>,
+}
+
+/// The line format of an access log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogFormat {
+    /// The Common Log Format (NCSA), as every log tool reads it.
+    Common,
+    /// Common plus referer and user agent (Apache/nginx `combined`), then espalier's request
+    /// time in microseconds, the worker and the upstream time of a proxied app.
+    Combined,
+    /// One JSON object per line, every field named.
+    Json,
+}
+
+/// A site's access log (`access_log = { path = "…", format = "…" }`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccessLogSpec {
+    /// Resolved against the config file's folder.
+    pub path: PathBuf,
+    pub format: LogFormat,
 }
 
 impl SiteSpec {

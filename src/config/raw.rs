@@ -106,6 +106,7 @@ pub struct RawSite {
     pub root: Option<String>,
     pub index: Option<Vec<String>>,
     pub follow_symlinks: Option<bool>,
+    pub access_log: Option<RawAccessLog>,
     #[serde(default)]
     pub app: Vec<RawApp>,
 }
@@ -116,4 +117,11 @@ pub struct RawApp {
     pub path: Option<String>,
     pub pool: Option<String>,
     pub handler: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAccessLog {
+    pub path: Option<String>,
+    pub format: Option<String>,
 }

@@ -14,6 +14,7 @@ pub mod mime;
 pub mod static_files;
 
 use crate::config::{HandlerKind, SiteSpec};
+use crate::http::access_log;
 use crate::http::clock::Clock;
 use crate::http::conn::{Reply, Service};
 use crate::http::{Request, Responder};
@@ -42,6 +43,8 @@ struct App {
 
 struct Site {
     apps: Vec<App>,
+    /// This thread's writer of the site's access log.
+    log: Option<access_log::AccessLog>,
 }
 
 /// Which sites a listener group answers for: `(host, site)`; a `None` host answers any.
@@ -61,6 +64,10 @@ pub struct ThreadService {
     proxies: bool,
     /// This thread's way to its pool's application, for its counters.
     route: Option<Rc<ProxyRoute>>,
+    /// Whether any site logs its requests: only then does the engine measure them.
+    logging: bool,
+    /// The site the last request was routed to, for its log line.
+    last_site: Cell<usize>,
 }
 
 impl ThreadService {
@@ -71,7 +78,7 @@ impl ThreadService {
         identity: String,
         proxy: Option<Rc<ProxyRoute>>,
     ) -> Self {
-        let sites = sites
+        let sites: Vec<Site> = sites
             .iter()
             .map(|s| {
                 let mut apps: Vec<App> = s
@@ -105,11 +112,22 @@ impl ThreadService {
                     .collect();
                 // Longest prefix first.
                 apps.sort_by_key(|a| std::cmp::Reverse(a.path.len()));
-                Site { apps }
+                // The master opened every log once at start (a log it cannot open stops
+                // `serve` with the reason); a later failure costs the lines, not the site.
+                let log = s.access_log.as_ref().and_then(|spec| {
+                    access_log::AccessLog::open(spec)
+                        .map_err(|e| {
+                            crate::server::log(
+                                &identity,
+                                format!("cannot open access log {}: {e}", spec.path.display()),
+                            )
+                        })
+                        .ok()
+                });
+                Site { apps, log }
             })
             .collect();
         ThreadService {
-            sites,
             groups,
             clock,
             identity,
@@ -117,6 +135,16 @@ impl ThreadService {
             page: RefCell::new(Vec::with_capacity(2048)),
             proxies: proxy.is_some(),
             route: proxy,
+            logging: sites.iter().any(|s: &Site| s.log.is_some()),
+            last_site: Cell::new(usize::MAX),
+            sites,
+        }
+    }
+
+    /// Writes every log's buffer (the thread's heartbeat, and its last act).
+    pub fn flush_logs(&self) {
+        for log in self.sites.iter().filter_map(|s| s.log.as_ref()) {
+            log.flush();
         }
     }
 
@@ -134,6 +162,7 @@ impl ThreadService {
     fn route_site(&self, group: usize, req: &Request<'_>) -> Option<&Site> {
         let routes = self.groups.get(group)?;
         if let [(None, site)] = routes.as_slice() {
+            self.last_site.set(*site);
             return self.sites.get(*site);
         }
         let host = req.host();
@@ -142,7 +171,12 @@ impl ThreadService {
                 .iter()
                 .find(|(rh, _)| rh.as_deref().is_some_and(|rh| rh.eq_ignore_ascii_case(h)))
         });
-        let (_, site) = by_host.or_else(|| routes.iter().find(|(rh, _)| rh.is_none()))?;
+        let Some((_, site)) = by_host.or_else(|| routes.iter().find(|(rh, _)| rh.is_none())) else {
+            // No site: nothing of this request goes into a site's log.
+            self.last_site.set(usize::MAX);
+            return None;
+        };
+        self.last_site.set(*site);
         self.sites.get(*site)
     }
 }
@@ -180,6 +214,26 @@ impl ThreadService {
 }
 
 impl Service for ThreadService {
+    fn logging(&self) -> bool {
+        self.logging
+    }
+
+    fn wants_log(&self) -> bool {
+        self.sites
+            .get(self.last_site.get())
+            .is_some_and(|s| s.log.is_some())
+    }
+
+    fn log(&self, entry: &access_log::Entry<'_>) {
+        if let Some(log) = self
+            .sites
+            .get(self.last_site.get())
+            .and_then(|s| s.log.as_ref())
+        {
+            log.record(entry, &self.clock, &self.identity);
+        }
+    }
+
     fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<ProxyTarget> {
         if !self.proxies {
             return None;

@@ -24,6 +24,24 @@ pub fn common_now() -> Vec<u8> {
     out
 }
 
+/// The log forms of an IMF-fixdate (`Sun, 22 Nov 2026 18:18:42 GMT`), which is UTC.
+fn log_times(imf: &str) -> (String, String) {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (day, mon, year, time) = (
+        imf.get(5..7).unwrap_or("01"),
+        imf.get(8..11).unwrap_or("Jan"),
+        imf.get(12..16).unwrap_or("1970"),
+        imf.get(17..25).unwrap_or("00:00:00"),
+    );
+    let month = MONTHS.iter().position(|m| *m == mon).map_or(1, |k| k + 1);
+    (
+        format!("{day}/{mon}/{year}:{time} +0000"),
+        format!("{year}-{month:02}-{day}T{time}Z"),
+    )
+}
+
 /// How often the clock is refreshed: the precision of every timeout.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -34,6 +52,8 @@ pub struct Clock {
     extra: String,
     /// `Server: espalier\r\nDate: <IMF-fixdate>\r\n<extra>`.
     common: RefCell<Vec<u8>>,
+    /// The second as access logs write it: Common Log Format and ISO 8601 (UTC).
+    log_time: RefCell<(String, String)>,
 }
 
 impl Clock {
@@ -44,6 +64,7 @@ impl Clock {
             second: Cell::new(u64::MAX),
             extra,
             common: RefCell::new(Vec::new()),
+            log_time: RefCell::new((String::new(), String::new())),
         };
         c.refresh();
         c
@@ -61,6 +82,7 @@ impl Clock {
             let mut c = self.common.borrow_mut();
             c.clear();
             common_lines(wall, &self.extra, &mut c);
+            *self.log_time.borrow_mut() = log_times(&httpdate::fmt_http_date(wall));
         }
     }
 
@@ -72,6 +94,12 @@ impl Clock {
     /// Seconds since the epoch, to within [`TICK`].
     pub fn unix_seconds(&self) -> u64 {
         self.second.get()
+    }
+
+    /// This second as `22/Nov/2026:18:18:42 +0000` (Common Log Format) and
+    /// `2026-11-22T18:18:42Z`. Do not hold across an `.await`.
+    pub fn log_time(&self) -> Ref<'_, (String, String)> {
+        self.log_time.borrow()
     }
 
     /// The lines every response carries. Do not hold across an `.await`.
@@ -87,5 +115,15 @@ impl Clock {
             tick.tick().await;
             self.refresh();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log_times_come_from_the_imf_date() {
+        let (clf, iso) = super::log_times("Sun, 22 Nov 2026 18:18:42 GMT");
+        assert_eq!(clf, "22/Nov/2026:18:18:42 +0000");
+        assert_eq!(iso, "2026-11-22T18:18:42Z");
     }
 }

@@ -14,9 +14,10 @@ use super::{
     head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, HeadLimits, Method,
     ProtocolError, Request, Responder, MAX_HEADERS,
 };
+use crate::http::access_log::{Entry, Facts, OwnedFacts};
 use crate::http::clock::Clock;
 use crate::proxy::{
-    forward, Addresses, FastCgiRequest, ForwardRequest, Outcome, ProxyRoute, ProxyTarget,
+    forward, Addresses, FastCgiRequest, ForwardRequest, Outcome, ProxyRoute, ProxyTarget, Report,
 };
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -54,6 +55,19 @@ pub trait Service {
     fn proxy_route(&self, _group: usize, _req: &Request<'_>) -> Option<ProxyTarget> {
         None
     }
+
+    /// Whether some site logs its requests: only then does the loop measure them.
+    fn logging(&self) -> bool {
+        false
+    }
+
+    /// Whether the site the last request was routed to logs it (only then is its line built).
+    fn wants_log(&self) -> bool {
+        false
+    }
+
+    /// Logs the request just answered (in the site it was routed to).
+    fn log(&self, _entry: &Entry<'_>) {}
 }
 
 /// Timeouts of a connection.
@@ -194,6 +208,28 @@ fn advance_body(pending: &mut Option<Pending>, rbuf: &mut Vec<u8>) -> Result<boo
     }
 }
 
+/// A client's address as logs and `X-Forwarded-For` write it (an IPv4-mapped IPv6 address as
+/// IPv4), formatted once per connection.
+fn ip_text(peer: Option<std::net::SocketAddr>) -> String {
+    peer.map_or_else(String::new, |a| {
+        let ip = match a.ip() {
+            std::net::IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        ip.to_string()
+    })
+}
+
+/// The status code of a response written at the start of `out` (`HTTP/1.1 200 …`).
+fn status_of(out: &[u8]) -> u16 {
+    out.get(9..12)
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A request taken by an application pool: its head consumed, its body still to come.
 enum Proxied {
     Http(Rc<ProxyRoute>, ForwardRequest),
@@ -228,6 +264,9 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
     let mut peer: Option<Option<std::net::SocketAddr>> = None;
     let mut local: Option<Option<std::net::SocketAddr>> = None;
     let mut peer_text: Option<String> = None;
+    // Access logs: measured only when a site of this thread logs.
+    let logging = env.service.logging();
+    let mut arrived: Option<std::time::Instant> = None;
 
     loop {
         // Answer every complete request already received.
@@ -239,6 +278,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
         let mut decode_now = false;
         // A request taken by a proxied app: its head is consumed, its body follows.
         let mut proxied: Option<Proxied> = None;
+        let mut proxied_facts: Option<OwnedFacts> = None;
         match advance_body(&mut pending, &mut rbuf) {
             Ok(true) => {}
             Ok(false) => wait = Wait::Body,
@@ -282,20 +322,13 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 };
                 head_scanned = 0;
                 if let Some(target) = env.service.proxy_route(group, &request) {
+                    if logging && env.service.wants_log() {
+                        proxied_facts = Some(OwnedFacts::of(&request));
+                    }
                     let keep = keep_alive && !env.shutdown.started.get();
                     let peer = *peer.get_or_insert_with(|| stream.peer_addr().ok());
                     // Formatted once per connection, not per request.
-                    let peer_ip: &str = peer_text.get_or_insert_with(|| {
-                        peer.map_or_else(String::new, |a| {
-                            let ip = match a.ip() {
-                                std::net::IpAddr::V6(v6) => v6
-                                    .to_ipv4_mapped()
-                                    .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
-                                v4 => v4,
-                            };
-                            ip.to_string()
-                        })
-                    });
+                    let peer_ip: &str = peer_text.get_or_insert_with(|| ip_text(peer));
                     proxied = Some(match target {
                         ProxyTarget::Http(route) => Proxied::Http(
                             route,
@@ -373,6 +406,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 pending = None;
                 request.body = &rbuf[body_start..body_end];
                 let keep = keep_alive && !env.shutdown.started.get();
+                let answer_start = wbuf.len();
                 let mut resp = Responder::new(
                     &mut wbuf,
                     &common,
@@ -381,6 +415,21 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                     request.method == Method::Head,
                 );
                 let reply = env.service.call(group, &request, &mut resp);
+                if logging && env.service.wants_log() {
+                    let file_len = match &reply {
+                        Reply::File(f) => f.len,
+                        Reply::Done => 0,
+                    };
+                    let peer = peer_text.get_or_insert_with(|| ip_text(stream.peer_addr().ok()));
+                    env.service.log(&Entry {
+                        req: Facts::of(&request),
+                        status: status_of(&wbuf[answer_start..]),
+                        bytes: (wbuf.len() - answer_start) as u64 + file_len,
+                        micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
+                        upstream_micros: None,
+                        peer,
+                    });
+                }
                 consumed = body_end;
                 continue_sent = false;
                 request_started = env.clock.now();
@@ -414,6 +463,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
             wbuf.clear();
         }
         if let Some(proxied) = proxied {
+            let report = Report::default();
             let client = crate::proxy::Client {
                 stream: &mut stream,
                 rbuf: &mut rbuf,
@@ -421,6 +471,7 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 max_body: env.limits.max_body_size,
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
+                report: &report,
             };
             // Boxed: the forwarding state lives on the heap only while a request is proxied,
             // so a connection that serves files keeps a small future.
@@ -430,6 +481,17 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                     Box::pin(crate::proxy::fastcgi::forward(client, fwd, &route)).await
                 }
             };
+            if let Some(facts) = &proxied_facts {
+                let peer = peer_text.get_or_insert_with(|| ip_text(stream.peer_addr().ok()));
+                env.service.log(&Entry {
+                    req: facts.facts(),
+                    status: report.status.get(),
+                    bytes: report.bytes.get(),
+                    micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
+                    upstream_micros: report.upstream_micros.get(),
+                    peer,
+                });
+            }
             if outcome == Outcome::Close {
                 linger_close(stream, &env).await;
                 return;
@@ -482,6 +544,9 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                     idle.set(false);
                     if was_empty {
                         request_started = env.clock.now();
+                        if logging {
+                            arrived = Some(std::time::Instant::now());
+                        }
                     }
                 }
             },

@@ -11,6 +11,7 @@
 //! read buffer, a `memcpy` of a cached response and one `write` per batch of pipelined requests
 //! is what lets a worker thread beat nginx. HTTP/2 (h2c) is therefore not offered.
 
+pub mod access_log;
 pub mod chunked;
 pub mod clock;
 pub mod conn;

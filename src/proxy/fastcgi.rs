@@ -16,7 +16,7 @@
 //! before the body, and espalier does not buffer bodies to learn it (nginx before 1.3.9 did
 //! the same).
 use super::cgi::*;
-use super::forward::{answer, read_timeout, write_timeout, Client, Failure, Outcome};
+use super::forward::{answer, read_timeout, to_client, write_timeout, Client, Failure, Outcome};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
@@ -168,17 +168,23 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
         rbuf,
         clock,
         body_timeout,
+        report,
         ..
     } = client;
     let (minor, head_only) = (req.client_minor, req.head_only);
     if req.chunked {
-        return answer(stream, clock, 411, minor, head_only).await;
+        return answer(stream, report, clock, 411, minor, head_only).await;
     }
     let timeout = route.settings().response_timeout;
     if req.expect_continue
-        && write_timeout(stream, b"HTTP/1.1 100 Continue\r\n\r\n", body_timeout)
-            .await
-            .is_err()
+        && to_client(
+            stream,
+            report,
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            body_timeout,
+        )
+        .await
+        .is_err()
     {
         return Outcome::Close;
     }
@@ -188,7 +194,7 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
         tries += 1;
         let (endpoint, mut conn) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            Err(status) => return answer(stream, clock, status, minor, head_only).await,
+            Err(status) => return answer(stream, report, clock, status, minor, head_only).await,
         };
         if write_timeout(&mut conn, &req.records, timeout)
             .await
@@ -198,31 +204,37 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
                 avoid = Some(endpoint);
                 continue;
             }
-            return answer(stream, clock, 502, minor, head_only).await;
+            return answer(stream, report, clock, 502, minor, head_only).await;
         }
         match send_stdin(stream, rbuf, &mut conn, req.body_len, body_timeout, timeout).await {
             Ok(()) => {}
             Err(Failure::Answer(status)) => {
-                return answer(stream, clock, status, minor, head_only).await
+                return answer(stream, report, clock, status, minor, head_only).await
             }
             Err(Failure::Drop) => return Outcome::Close,
         }
+        let asked = std::time::Instant::now();
         match read_record(&mut conn, timeout).await {
-            Ok(r) => break (endpoint, conn, r),
+            Ok(r) => {
+                report
+                    .upstream_micros
+                    .set(Some(asked.elapsed().as_micros() as u64));
+                break (endpoint, conn, r);
+            }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && req.retryable && tries < 2 => {
                 avoid = Some(endpoint);
             }
-            Err(e) => return answer(stream, clock, status_of(e), minor, head_only).await,
+            Err(e) => return answer(stream, report, clock, status_of(e), minor, head_only).await,
         }
     };
     let (head, head_len) = match read_cgi_head(&mut conn, first, timeout, &endpoint).await {
         Ok(h) => h,
-        Err(status) => return answer(stream, clock, status, minor, head_only).await,
+        Err(status) => return answer(stream, report, clock, status, minor, head_only).await,
     };
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let Ok(httparse::Status::Complete((_, fields))) = httparse::parse_headers(&head, &mut fields)
     else {
-        return answer(stream, clock, 502, minor, head_only).await;
+        return answer(stream, report, clock, 502, minor, head_only).await;
     };
     // CGI: `Status: 404 Not Found`; a `Location` alone is a redirect (RFC 3875 §6.2).
     let mut status = 200u16;
@@ -236,7 +248,7 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
                 .and_then(|c| c.parse().ok());
             match code {
                 Some(c) if (200..600).contains(&c) => status = c,
-                _ => return answer(stream, clock, 502, minor, head_only).await,
+                _ => return answer(stream, report, clock, 502, minor, head_only).await,
             }
         } else if f.name.eq_ignore_ascii_case("location") {
             located = true;
@@ -249,6 +261,7 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
     if located && !fields.iter().any(|f| f.name.eq_ignore_ascii_case("status")) {
         status = 302;
     }
+    report.status.set(status);
     let bodiless = head_only || status == 204 || status == 304;
     let framing = match (bodiless, length, minor) {
         (true, _, _) => ClientFraming::None,
@@ -327,7 +340,7 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
         }
         // Write when a record's worth is waiting; small answers go out once, at the end.
         if out.len() >= MAX_RECORD {
-            if write_timeout(stream, &out, body_timeout).await.is_err() {
+            if to_client(stream, report, &out, body_timeout).await.is_err() {
                 return Outcome::Close;
             }
             out.clear();
@@ -336,7 +349,7 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
             Ok(r) => r,
             Err(_) => {
                 // The head may be out already: the client sees the close.
-                let _ = write_timeout(stream, &out, body_timeout).await;
+                let _ = to_client(stream, report, &out, body_timeout).await;
                 return Outcome::Close;
             }
         };
@@ -354,7 +367,7 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
         ClientFraming::Length(n) => sent == n,
         _ => true,
     };
-    if write_timeout(stream, &out, body_timeout).await.is_err() {
+    if to_client(stream, report, &out, body_timeout).await.is_err() {
         return Outcome::Close;
     }
     if clean {

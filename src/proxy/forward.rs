@@ -22,6 +22,7 @@ use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
 use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
+use std::cell::Cell;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -44,6 +45,30 @@ pub struct Client<'a> {
     pub max_framing: usize,
     /// Between reads of the body, and for writes to the client.
     pub body_timeout: Duration,
+    /// What was answered, for the access log.
+    pub report: &'a Report,
+}
+
+/// What a forwarded request was answered: filled in as the answer goes out.
+#[derive(Default)]
+pub struct Report {
+    pub status: Cell<u16>,
+    /// Bytes written to the client (head and body).
+    pub bytes: Cell<u64>,
+    /// From the request sent to the app's answer head received.
+    pub upstream_micros: Cell<Option<u64>>,
+}
+
+/// A write to the client, counted for the access log.
+pub(super) async fn to_client(
+    stream: &mut TcpStream,
+    report: &Report,
+    buf: &[u8],
+    timeout: Duration,
+) -> io::Result<()> {
+    write_timeout(stream, buf, timeout).await?;
+    report.bytes.set(report.bytes.get() + buf.len() as u64);
+    Ok(())
 }
 
 /// Whether the client connection may carry another request.
@@ -87,13 +112,19 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         max_body,
         max_framing,
         body_timeout,
+        report,
     } = client;
     let settings = route.settings;
     if req.expect_continue {
         // The app never sees `Expect` (a hop's business); the client may send its body now.
-        if write_timeout(stream, b"HTTP/1.1 100 Continue\r\n\r\n", body_timeout)
-            .await
-            .is_err()
+        if to_client(
+            stream,
+            report,
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            body_timeout,
+        )
+        .await
+        .is_err()
         {
             return Outcome::Close;
         }
@@ -105,7 +136,15 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         let (endpoint, mut conn) = match route.connection(avoid.take()).await {
             Ok(c) => c,
             Err(status) => {
-                return answer(stream, clock, status, req.client_minor, req.head_only).await
+                return answer(
+                    stream,
+                    report,
+                    clock,
+                    status,
+                    req.client_minor,
+                    req.head_only,
+                )
+                .await
             }
         };
         if write_timeout(&mut conn, &req.head, settings.response_timeout)
@@ -116,7 +155,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 avoid = Some(endpoint);
                 continue;
             }
-            return answer(stream, clock, 502, req.client_minor, req.head_only).await;
+            return answer(stream, report, clock, 502, req.client_minor, req.head_only).await;
         }
         let sent = send_body(
             stream,
@@ -131,21 +170,37 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         match sent {
             Ok(()) => {}
             Err(Failure::Answer(status)) => {
-                return answer(stream, clock, status, req.client_minor, req.head_only).await
+                return answer(
+                    stream,
+                    report,
+                    clock,
+                    status,
+                    req.client_minor,
+                    req.head_only,
+                )
+                .await
             }
             Err(Failure::Drop) => return Outcome::Close,
         }
         let mut ubuf = Vec::with_capacity(8 << 10);
+        let asked = std::time::Instant::now();
         match read_head(&mut conn, &mut ubuf, settings.response_timeout).await {
-            Ok(len) => break (endpoint, conn, ubuf, len),
+            Ok(len) => {
+                report
+                    .upstream_micros
+                    .set(Some(asked.elapsed().as_micros() as u64));
+                break (endpoint, conn, ubuf, len);
+            }
             Err(HeadError::ClosedEarly) if req.retryable && tries < 2 => {
                 avoid = Some(endpoint);
                 continue;
             }
             Err(HeadError::Timeout) => {
-                return answer(stream, clock, 504, req.client_minor, req.head_only).await
+                return answer(stream, report, clock, 504, req.client_minor, req.head_only).await
             }
-            Err(_) => return answer(stream, clock, 502, req.client_minor, req.head_only).await,
+            Err(_) => {
+                return answer(stream, report, clock, 502, req.client_minor, req.head_only).await
+            }
         }
     };
     // The response head, parsed again for its fields (the buffer is ours now).
@@ -155,7 +210,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         resp.parse(&ubuf[..head_len]),
         Ok(httparse::Status::Complete(_))
     ) {
-        return answer(stream, clock, 502, req.client_minor, req.head_only).await;
+        return answer(stream, report, clock, 502, req.client_minor, req.head_only).await;
     }
     let status = resp.code.unwrap_or(502);
     let reason = resp.reason.unwrap_or("");
@@ -165,11 +220,12 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || upstream_minor == 0;
     let kind = match body_kind(status, req.head_only, resp.headers) {
         Some(k) => k,
-        None => return answer(stream, clock, 502, req.client_minor, req.head_only).await,
+        None => return answer(stream, report, clock, 502, req.client_minor, req.head_only).await,
     };
+    report.status.set(status);
     let switching = status == 101 && req.upgrade;
     if status == 101 && !req.upgrade {
-        return answer(stream, clock, 502, req.client_minor, req.head_only).await;
+        return answer(stream, report, clock, 502, req.client_minor, req.head_only).await;
     }
     // To the client: HTTP/1.1 chunked when the length is unknown, else close-delimited for
     // an HTTP/1.0 client.
@@ -239,21 +295,21 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
             kind = BodyKind::None;
         }
     }
-    if write_timeout(stream, &out, body_timeout).await.is_err() {
+    if to_client(stream, report, &out, body_timeout).await.is_err() {
         return Outcome::Close;
     }
     if switching {
-        tunnel(stream, rbuf, conn, ubuf).await;
+        tunnel(stream, report, rbuf, conn, ubuf).await;
         return Outcome::Close;
     }
     let relayed = relay_body(
         &mut conn,
         stream,
+        report,
         ubuf,
         kind,
         (rechunk, plain_for_old_client),
-        settings.response_timeout,
-        body_timeout,
+        (settings.response_timeout, body_timeout),
     )
     .await;
     match relayed {
@@ -275,18 +331,20 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
 /// since a body may be left half-read.
 pub(super) async fn answer(
     stream: &mut TcpStream,
+    report: &Report,
     clock: &crate::http::clock::Clock,
     status: u16,
     client_minor: u8,
     head_only: bool,
 ) -> Outcome {
+    report.status.set(status);
     let mut out = Vec::with_capacity(256);
     {
         // Borrowed and let go before the write: the clock's own task refreshes the lines.
         let common = clock.common();
         Responder::new(&mut out, &common, false, client_minor, head_only).error(status);
     }
-    let _ = write_timeout(stream, &out, Duration::from_secs(5)).await;
+    let _ = to_client(stream, report, &out, Duration::from_secs(5)).await;
     Outcome::Close
 }
 
@@ -470,11 +528,11 @@ fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> O
 async fn relay_body(
     conn: &mut Conn,
     client: &mut TcpStream,
+    report: &Report,
     mut ubuf: Vec<u8>,
     kind: BodyKind,
     (rechunk, dechunk): (bool, bool),
-    upstream_timeout: Duration,
-    client_timeout: Duration,
+    (upstream_timeout, client_timeout): (Duration, Duration),
 ) -> Result<bool, ()> {
     // The transfer buffer, only for a body that did not come with the head.
     let mut buf = Vec::new();
@@ -484,7 +542,7 @@ async fn relay_body(
             let have = (ubuf.len() as u64).min(total) as usize;
             let extra = ubuf.len() > have;
             if have > 0 {
-                write_timeout(client, &ubuf[..have], client_timeout)
+                to_client(client, report, &ubuf[..have], client_timeout)
                     .await
                     .map_err(|_| ())?;
             }
@@ -498,7 +556,7 @@ async fn relay_body(
                     Ok(0) | Err(_) => return Err(()),
                     Ok(n) => n,
                 };
-                write_timeout(client, &buf[..n], client_timeout)
+                to_client(client, report, &buf[..n], client_timeout)
                     .await
                     .map_err(|_| ())?;
                 left -= n as u64;
@@ -513,13 +571,13 @@ async fn relay_body(
             loop {
                 let d = if dechunk {
                     let d = decoder.decode(&mut pending).map_err(|_| ())?;
-                    write_timeout(client, &pending[..d.produced], client_timeout)
+                    to_client(client, report, &pending[..d.produced], client_timeout)
                         .await
                         .map_err(|_| ())?;
                     d
                 } else {
                     let d = decoder.skip(&pending).map_err(|_| ())?;
-                    write_timeout(client, &pending[..d.consumed], client_timeout)
+                    to_client(client, report, &pending[..d.consumed], client_timeout)
                         .await
                         .map_err(|_| ())?;
                     d
@@ -542,12 +600,12 @@ async fn relay_body(
                 if !pending.is_empty() {
                     if rechunk {
                         let size = format!("{:x}\r\n", pending.len());
-                        write_timeout(client, size.as_bytes(), client_timeout)
+                        to_client(client, report, size.as_bytes(), client_timeout)
                             .await
                             .map_err(|_| ())?;
                         pending.extend_from_slice(b"\r\n");
                     }
-                    write_timeout(client, &pending, client_timeout)
+                    to_client(client, report, &pending, client_timeout)
                         .await
                         .map_err(|_| ())?;
                 }
@@ -559,7 +617,7 @@ async fn relay_body(
                 }
             }
             if rechunk {
-                write_timeout(client, b"0\r\n\r\n", client_timeout)
+                to_client(client, report, b"0\r\n\r\n", client_timeout)
                     .await
                     .map_err(|_| ())?;
             }
@@ -569,7 +627,13 @@ async fn relay_body(
 }
 
 /// After `101 Switching Protocols`: bytes both ways until either side closes.
-async fn tunnel(client: &mut TcpStream, rbuf: &mut Vec<u8>, mut conn: Conn, ubuf: Vec<u8>) {
+async fn tunnel(
+    client: &mut TcpStream,
+    report: &Report,
+    rbuf: &mut Vec<u8>,
+    mut conn: Conn,
+    ubuf: Vec<u8>,
+) {
     if !rbuf.is_empty() && conn.write_all(rbuf).await.is_err() {
         return;
     }
@@ -577,7 +641,10 @@ async fn tunnel(client: &mut TcpStream, rbuf: &mut Vec<u8>, mut conn: Conn, ubuf
     if !ubuf.is_empty() && client.write_all(&ubuf).await.is_err() {
         return;
     }
-    let _ = tokio::io::copy_bidirectional(client, &mut conn).await;
+    report.bytes.set(report.bytes.get() + ubuf.len() as u64);
+    if let Ok((_, to_client)) = tokio::io::copy_bidirectional(client, &mut conn).await {
+        report.bytes.set(report.bytes.get() + to_client);
+    }
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub enum ProxyTarget {
 }
 
 pub use cgi::{Addresses, FastCgiRequest};
-pub use forward::{forward, Client, Outcome};
+pub use forward::{forward, Client, Outcome, Report};
 pub use request::ForwardRequest;
 pub use route::{ProxyRoute, ProxySettings, SharedTiers};
 use serde::{Deserialize, Serialize};

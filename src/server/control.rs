@@ -29,6 +29,8 @@ pub enum Message {
     Stuck(String),
     /// App → master (sd_notify `STOPPING=1`): it is stopping by itself.
     Stopping,
+    /// Master → worker: reopen the access logs (SIGUSR1, logrotate's convention).
+    Reopen,
     /// Master → front worker: the app processes its threads forward to, nearest first (JSON
     /// of [`crate::proxy::Tiers`]).
     Upstreams(String),
@@ -49,6 +51,7 @@ impl Message {
             } => format!("pong {requests} {panics} {remote}\n"),
             Message::Stuck(threads) => format!("stuck {threads}\n"),
             Message::Stopping => "stopping\n".into(),
+            Message::Reopen => "reopen\n".into(),
             Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
         }
     }
@@ -73,6 +76,7 @@ impl Message {
             }
             "stuck" => Message::Stuck(rest.to_string()),
             "stopping" => Message::Stopping,
+            "reopen" => Message::Reopen,
             "upstreams" => Message::Upstreams(rest.to_string()),
             _ => return None,
         })

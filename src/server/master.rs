@@ -15,6 +15,19 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
         .source
         .as_ref()
         .map_or("the command line".to_string(), |p| p.display().to_string());
+    // Every access log can be written, or `serve` says which cannot and why, before anything
+    // starts (workers open their own descriptors of them).
+    for site in &config.sites {
+        if let Some(spec) = &site.access_log {
+            crate::http::access_log::open(&spec.path).map_err(|e| {
+                format!(
+                    "{file}: site `{}`: cannot open access log {}: {e}; fix access_log.path or the folder's permissions",
+                    site.name,
+                    spec.path.display()
+                )
+            })?;
+        }
+    }
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
     let specs = super::spawn::worker_specs(config, plan, &groups);
 

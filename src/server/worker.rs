@@ -193,6 +193,9 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                         {
                             break;
                         }
+                        Some(Message::Reopen) => {
+                            crate::http::access_log::REOPEN.fetch_add(1, Ordering::Relaxed);
+                        }
                         Some(Message::Upstreams(json)) => match serde_json::from_str(&json) {
                             Ok(t) => tiers.publish(t),
                             Err(e) => log(&spec.name(), format!("unreadable upstreams from the master: {e}")),
@@ -389,6 +392,8 @@ fn engine_thread(
                 loop {
                     tick.tick().await;
                     health.beat(env.service.served(), env.service.remote_forwards());
+                    // Access log lines are written at least this often.
+                    env.service.flush_logs();
                 }
             });
         }
@@ -406,6 +411,7 @@ fn engine_thread(
         while open.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        env.service.flush_logs();
     });
 }
 

@@ -155,8 +155,63 @@ impl Validator {
             root,
             index: raw.index.unwrap_or_else(|| vec!["index.html".into()]),
             follow_symlinks: raw.follow_symlinks.unwrap_or(false),
+            access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
             apps,
         }
+    }
+
+    /// A site's `access_log`: its folder must exist (the file is created at start).
+    fn access_log(
+        &mut self,
+        i: usize,
+        raw: raw::RawAccessLog,
+        base: &Path,
+    ) -> Option<AccessLogSpec> {
+        let at = |k: &'static str| {
+            [
+                Seg::Key("site"),
+                Seg::Index(i),
+                Seg::Key("access_log"),
+                Seg::Key(k),
+            ]
+        };
+        let format = self.choice(
+            &at("format"),
+            raw.format,
+            LogFormat::Combined,
+            &[
+                ("common", LogFormat::Common),
+                ("combined", LogFormat::Combined),
+                ("json", LogFormat::Json),
+            ],
+        );
+        let Some(path) = raw.path else {
+            self.err(
+                &[Seg::Key("site"), Seg::Index(i), Seg::Key("access_log")],
+                "has no `path`; write access_log = { path = \"logs/site.log\" }",
+            );
+            return None;
+        };
+        let path = if Path::new(&path).is_absolute() {
+            PathBuf::from(&path)
+        } else {
+            base.join(&path)
+        };
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(folder) = folder {
+            if !folder.is_dir() {
+                self.err(&at("path"), format!("the folder {} does not exist; create it, or fix the path (relative paths are from the config file's directory)", folder.display()));
+                return None;
+            }
+        }
+        if path.is_dir() {
+            self.err(
+                &at("path"),
+                format!("{} is a directory; name a file in it", path.display()),
+            );
+            return None;
+        }
+        Some(AccessLogSpec { path, format })
     }
 
     /// One address may be bound by several sites only with different host names, and only

@@ -99,6 +99,7 @@ pub(super) async fn run(
     let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut sigchld = signal(SignalKind::child()).map_err(|e| e.to_string())?;
     let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let pools: Vec<PoolRt> = config
         .pools
@@ -268,6 +269,7 @@ pub(super) async fn run(
             _ = sighup.recv() => {
                 let _ = sv.reload_logged();
             }
+            _ = sigusr1.recv() => sv.reopen_logs(),
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
         }
@@ -428,8 +430,23 @@ impl Supervisor {
                     }
                 }
             }
-            Message::Ping | Message::Upstreams(_) => {}
+            Message::Ping | Message::Upstreams(_) | Message::Reopen => {}
         }
+    }
+
+    /// SIGUSR1: every worker reopens its access logs (after logrotate moved them).
+    pub(super) fn reopen_logs(&mut self) {
+        let line = Message::Reopen.line();
+        let mut told = 0;
+        for p in self.procs() {
+            if let Some(control) = &p.control {
+                told += usize::from(control.try_write(line.as_bytes()).is_ok());
+            }
+        }
+        log(
+            "master",
+            format!("SIGUSR1: {told} worker(s) reopen their access logs"),
+        );
     }
 
     fn on_tick(&mut self) {

@@ -266,6 +266,10 @@ impl Supervisor {
             .map_err(|e| format!("reload refused, the running configuration keeps serving: {e}"));
         let (Ok(line) | Err(line)) = &outcome;
         log("master", line);
+        if outcome.is_ok() {
+            // As nginx's reload: logs moved away are reopened by the workers that stay.
+            self.reopen_logs();
+        }
         outcome
     }
 }

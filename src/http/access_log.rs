@@ -1,0 +1,343 @@
+//! Access logs: one line per request in the Common, combined or JSON format, written by each
+//! worker thread through its own buffer into its own descriptor of the site's file (opened
+//! with `O_APPEND`, so the threads' and workers' writes never interleave within a line and no
+//! lock is shared across cores). A buffer is written when it passes [`FLUSH_AT`], at every
+//! heartbeat of its thread (a few times a second) and when the thread stops.
+//!
+//! Reopening (SIGUSR1 to the master, logrotate's convention): the worker bumps [`REOPEN`]
+//! and each thread reopens its files at its next flush — nothing is checked per request.
+//!
+//! Owns: the line formats, escaping and the buffers. Must not touch: what a request was
+//! answered (the connection loop measures it and hands it here).
+
+use crate::config::{AccessLogSpec, LogFormat};
+use crate::http::clock::Clock;
+use crate::http::Request;
+use std::cell::{Cell, RefCell};
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bumped to have every thread of this process reopen its logs.
+pub static REOPEN: AtomicU64 = AtomicU64::new(0);
+
+/// A thread's buffer is written once it holds this much.
+const FLUSH_AT: usize = 32 << 10;
+
+/// What the log line says of the request itself, borrowed from it (or from a copy kept while
+/// a proxied request's buffer is reused).
+#[derive(Clone, Copy)]
+pub struct Facts<'a> {
+    pub method: &'a [u8],
+    pub path: &'a [u8],
+    pub query: &'a [u8],
+    pub minor_version: u8,
+    pub host: Option<&'a [u8]>,
+    pub referer: Option<&'a [u8]>,
+    pub user_agent: Option<&'a [u8]>,
+}
+
+impl<'a> Facts<'a> {
+    pub fn of(req: &Request<'a>) -> Self {
+        Facts {
+            method: req.method_text.as_bytes(),
+            path: req.path.as_bytes(),
+            query: req.query.as_bytes(),
+            minor_version: req.minor_version,
+            host: req.host().map(str::as_bytes),
+            referer: req.header("referer").map(str::as_bytes),
+            user_agent: req.header("user-agent").map(str::as_bytes),
+        }
+    }
+}
+
+/// [`Facts`] owned: a proxied request's, kept across the forwarding.
+pub struct OwnedFacts {
+    bytes: Vec<u8>,
+    /// (start, len) of method, path, query, host, referer, user agent in `bytes`.
+    spans: [(usize, usize); 6],
+    present: [bool; 3],
+    minor_version: u8,
+}
+
+impl OwnedFacts {
+    pub fn of(req: &Request<'_>) -> Self {
+        let f = Facts::of(req);
+        let mut bytes = Vec::with_capacity(256);
+        let mut spans = [(0, 0); 6];
+        let parts = [
+            Some(f.method),
+            Some(f.path),
+            Some(f.query),
+            f.host,
+            f.referer,
+            f.user_agent,
+        ];
+        for (k, part) in parts.iter().enumerate() {
+            let p = part.unwrap_or(b"");
+            spans[k] = (bytes.len(), p.len());
+            bytes.extend_from_slice(p);
+        }
+        OwnedFacts {
+            bytes,
+            spans,
+            present: [
+                f.host.is_some(),
+                f.referer.is_some(),
+                f.user_agent.is_some(),
+            ],
+            minor_version: f.minor_version,
+        }
+    }
+
+    pub fn facts(&self) -> Facts<'_> {
+        let part = |k: usize| &self.bytes[self.spans[k].0..self.spans[k].0 + self.spans[k].1];
+        Facts {
+            method: part(0),
+            path: part(1),
+            query: part(2),
+            minor_version: self.minor_version,
+            host: self.present[0].then(|| part(3)),
+            referer: self.present[1].then(|| part(4)),
+            user_agent: self.present[2].then(|| part(5)),
+        }
+    }
+}
+
+/// What a request was answered, as the log line needs it.
+pub struct Entry<'a> {
+    pub req: Facts<'a>,
+    pub status: u16,
+    /// Response bytes sent (head and body).
+    pub bytes: u64,
+    /// From the request's first byte to its last answer byte queued.
+    pub micros: u64,
+    /// A proxied app's time to its answer's head.
+    pub upstream_micros: Option<u64>,
+    /// The client's address, formatted.
+    pub peer: &'a str,
+}
+
+/// One site's log in one thread.
+pub struct AccessLog {
+    spec: AccessLogSpec,
+    file: RefCell<Option<File>>,
+    buf: RefCell<Vec<u8>>,
+    reopened: Cell<u64>,
+}
+
+/// Opens `path` for appending, creating it (mode 0644).
+pub fn open(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+}
+
+impl AccessLog {
+    pub fn open(spec: &AccessLogSpec) -> std::io::Result<Self> {
+        Ok(AccessLog {
+            file: RefCell::new(Some(open(&spec.path)?)),
+            spec: spec.clone(),
+            buf: RefCell::new(Vec::with_capacity(FLUSH_AT + 1024)),
+            reopened: Cell::new(REOPEN.load(Ordering::Relaxed)),
+        })
+    }
+
+    /// Adds one request's line.
+    pub fn record(&self, e: &Entry<'_>, clock: &Clock, worker: &str) {
+        let mut buf = self.buf.borrow_mut();
+        let times = clock.log_time();
+        match self.spec.format {
+            LogFormat::Common | LogFormat::Combined => {
+                clf_line(&mut buf, e, &times.0);
+                if self.spec.format == LogFormat::Combined {
+                    buf.extend_from_slice(b" \"");
+                    escaped(&mut buf, e.req.referer.unwrap_or(b"-"));
+                    buf.extend_from_slice(b"\" \"");
+                    escaped(&mut buf, e.req.user_agent.unwrap_or(b"-"));
+                    buf.extend_from_slice(b"\" ");
+                    buf.extend_from_slice(itoa::Buffer::new().format(e.micros).as_bytes());
+                    buf.push(b' ');
+                    buf.extend_from_slice(worker.as_bytes());
+                    buf.push(b' ');
+                    match e.upstream_micros {
+                        Some(u) => buf.extend_from_slice(itoa::Buffer::new().format(u).as_bytes()),
+                        None => buf.push(b'-'),
+                    }
+                }
+            }
+            LogFormat::Json => json_line(&mut buf, e, &times.1, worker),
+        }
+        buf.push(b'\n');
+        drop(times);
+        if buf.len() >= FLUSH_AT {
+            drop(buf);
+            self.flush();
+        }
+    }
+
+    /// Writes what is buffered (reopening the file first when asked to).
+    pub fn flush(&self) {
+        let generation = REOPEN.load(Ordering::Relaxed);
+        if generation != self.reopened.get() {
+            self.reopened.set(generation);
+            let reopened = open(&self.spec.path);
+            if let Err(e) = &reopened {
+                eprintln!(
+                    "espalier[access log]: cannot reopen {}: {e}; its lines are lost until it can be",
+                    self.spec.path.display()
+                );
+            }
+            *self.file.borrow_mut() = reopened.ok();
+        }
+        let mut buf = self.buf.borrow_mut();
+        if buf.is_empty() {
+            return;
+        }
+        if let Some(f) = self.file.borrow_mut().as_mut() {
+            // One write per buffer: O_APPEND places it whole at the end.
+            let _ = f.write_all(&buf);
+        }
+        buf.clear();
+    }
+}
+
+/// `peer - - [time] "METHOD target HTTP/1.x" status bytes`.
+fn clf_line(buf: &mut Vec<u8>, e: &Entry<'_>, time: &str) {
+    buf.extend_from_slice(if e.peer.is_empty() { "-" } else { e.peer }.as_bytes());
+    buf.extend_from_slice(b" - - [");
+    buf.extend_from_slice(time.as_bytes());
+    buf.extend_from_slice(b"] \"");
+    request_line(buf, &e.req);
+    buf.extend_from_slice(b"\" ");
+    buf.extend_from_slice(itoa::Buffer::new().format(e.status).as_bytes());
+    buf.push(b' ');
+    buf.extend_from_slice(itoa::Buffer::new().format(e.bytes).as_bytes());
+}
+
+fn request_line(buf: &mut Vec<u8>, req: &Facts<'_>) {
+    escaped(buf, req.method);
+    buf.push(b' ');
+    escaped(buf, req.path);
+    if !req.query.is_empty() {
+        buf.push(b'?');
+        escaped(buf, req.query);
+    }
+    buf.extend_from_slice(if req.minor_version == 0 {
+        b" HTTP/1.0"
+    } else {
+        b" HTTP/1.1"
+    });
+}
+
+/// A client's bytes in a quoted CLF field: `"`, `\`, controls and non-ASCII as `\xHH`, as
+/// nginx writes them, so a line can never be forged or broken by what a client sends.
+fn escaped(buf: &mut Vec<u8>, bytes: &[u8]) {
+    let plain = |b: &u8| *b != b'"' && *b != b'\\' && (0x20..0x7f).contains(b);
+    if bytes.iter().all(plain) {
+        buf.extend_from_slice(bytes);
+        return;
+    }
+    for &b in bytes {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            buf.extend_from_slice(format!("\\x{b:02X}").as_bytes());
+        } else {
+            buf.push(b);
+        }
+    }
+}
+
+/// A client's bytes in a JSON string: `"`, `\` and controls escaped; bytes that are not
+/// UTF-8 as `\u00HH`, so every line is valid JSON whatever was sent.
+fn json_escaped(buf: &mut Vec<u8>, bytes: &[u8]) {
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => buf.extend_from_slice(b"\\\""),
+                '\\' => buf.extend_from_slice(b"\\\\"),
+                c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                    buf.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes())
+                }
+                c => {
+                    let mut tmp = [0u8; 4];
+                    buf.extend_from_slice(c.encode_utf8(&mut tmp).as_bytes());
+                }
+            }
+        }
+        for &b in chunk.invalid() {
+            buf.extend_from_slice(format!("\\u00{b:02x}").as_bytes());
+        }
+    }
+}
+
+fn json_field(buf: &mut Vec<u8>, name: &str, value: Option<&[u8]>) {
+    buf.extend_from_slice(b",\"");
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b"\":");
+    match value {
+        Some(v) => {
+            buf.push(b'"');
+            json_escaped(buf, v);
+            buf.push(b'"');
+        }
+        None => buf.extend_from_slice(b"null"),
+    }
+}
+
+fn json_number(buf: &mut Vec<u8>, name: &str, value: Option<u64>) {
+    buf.extend_from_slice(b",\"");
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b"\":");
+    match value {
+        Some(v) => buf.extend_from_slice(itoa::Buffer::new().format(v).as_bytes()),
+        None => buf.extend_from_slice(b"null"),
+    }
+}
+
+fn json_line(buf: &mut Vec<u8>, e: &Entry<'_>, time: &str, worker: &str) {
+    buf.extend_from_slice(b"{\"time\":\"");
+    buf.extend_from_slice(time.as_bytes());
+    buf.push(b'"');
+    json_field(buf, "remote", Some(e.peer.as_bytes()));
+    json_field(buf, "method", Some(e.req.method));
+    json_field(buf, "path", Some(e.req.path));
+    json_field(buf, "query", Some(e.req.query));
+    json_field(
+        buf,
+        "protocol",
+        Some(if e.req.minor_version == 0 {
+            b"HTTP/1.0"
+        } else {
+            b"HTTP/1.1"
+        }),
+    );
+    json_field(buf, "host", e.req.host);
+    json_number(buf, "status", Some(u64::from(e.status)));
+    json_number(buf, "bytes", Some(e.bytes));
+    json_field(buf, "referer", e.req.referer);
+    json_field(buf, "user_agent", e.req.user_agent);
+    json_number(buf, "request_us", Some(e.micros));
+    json_number(buf, "upstream_us", e.upstream_micros);
+    json_field(buf, "worker", Some(worker.as_bytes()));
+    buf.push(b'}');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_bytes_cannot_break_a_line() {
+        let mut b = Vec::new();
+        escaped(&mut b, b"a\"b\\c\nd\xffe");
+        assert_eq!(b, b"a\\x22b\\x5Cc\\x0Ad\\xFFe");
+        let mut j = Vec::new();
+        json_escaped(&mut j, b"a\"b\\c\nd\xffe\xc3\xa9");
+        assert_eq!(
+            String::from_utf8(j).unwrap(),
+            "a\\\"b\\\\c\\u000ad\\u00ffeé"
+        );
+    }
+}

@@ -1,0 +1,164 @@
+//! Access logs on the real binary: the three formats, hostile client bytes, a proxied app's
+//! upstream time, logrotate's SIGUSR1 and the flush at exit.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn every_format_logs_every_request_and_logrotate_is_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("www")).unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), "hi\n").unwrap();
+    let raw_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/raw_app.py");
+    let (p1, p2, p3, p4) = (free_port(), free_port(), free_port(), free_port());
+    let config = format!(
+        r#"
+[server]
+worker_header = true
+[[pool]]
+name = "web"
+[[pool]]
+name = "app"
+command = ["python3", "{app}"]
+health = "/healthz"
+[[site]]
+name = "common"
+bindings = ["http://127.0.0.1:{p1}"]
+root = "www"
+access_log = {{ path = "logs/common.log", format = "common" }}
+[[site.app]]
+pool = "web"
+[[site]]
+name = "combined"
+bindings = ["http://127.0.0.1:{p2}"]
+root = "www"
+access_log = {{ path = "logs/combined.log" }}
+[[site.app]]
+pool = "web"
+[[site]]
+name = "json"
+bindings = ["http://127.0.0.1:{p3}"]
+root = "www"
+access_log = {{ path = "logs/json.log", format = "json" }}
+[[site.app]]
+pool = "web"
+[[site]]
+name = "proxied"
+bindings = ["http://127.0.0.1:{p4}"]
+access_log = {{ path = "logs/proxied.log", format = "json" }}
+[[site.app]]
+pool = "app"
+"#,
+        app = raw_app.display()
+    );
+    let mut server = Server::with_config(dir.path(), &config);
+    let addr = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+    let logs = dir.path().join("logs");
+    assert_eq!(get(addr(p1), "/", "").status, 200);
+    assert_eq!(get(addr(p1), "/missing", "").status, 404);
+    // What a client sends cannot forge or break a line.
+    let hostile = "User-Agent: evil\" 200 \\x é\r\nReferer: http://r/\r\n";
+    assert_eq!(get(addr(p2), "/index.html?q=1", hostile).status, 200);
+    assert_eq!(
+        get(addr(p3), "/?a=\"b\"", "User-Agent: é\"\r\n").status,
+        200
+    );
+    assert_eq!(get(addr(p4), "/until-close", "").status, 200);
+    server.wait_until("the lines are written", Duration::from_secs(5), |_| {
+        lines(&logs.join("common.log")).len() == 2
+            && lines(&logs.join("combined.log")).len() == 1
+            && lines(&logs.join("json.log")).len() == 1
+            && lines(&logs.join("proxied.log")).len() == 1
+    });
+    let common = lines(&logs.join("common.log"));
+    for (line, status) in common.iter().zip(["200", "404"]) {
+        let fields: Vec<&str> = line.split(' ').collect();
+        assert_eq!(fields[..3], ["127.0.0.1", "-", "-"], "{line}");
+        assert!(
+            fields[3].starts_with('[') && fields[4] == "+0000]",
+            "{line}"
+        );
+        assert_eq!(fields[8], status, "{line}");
+        assert!(fields[9].parse::<u64>().unwrap() > 0, "{line}");
+        assert_eq!(fields.len(), 10, "CLF has ten fields: {line}");
+    }
+    let combined = &lines(&logs.join("combined.log"))[0];
+    assert!(
+        combined.contains(r#""GET /index.html?q=1 HTTP/1.1" 200 "#),
+        "{combined}"
+    );
+    assert!(
+        combined.contains(r#" "http://r/" "evil\x22 200 \x5Cx \xC3\xA9" "#),
+        "{combined}"
+    );
+    let tail: Vec<&str> = combined.rsplitn(4, ' ').collect();
+    assert!(
+        tail[2].parse::<u64>().is_ok(),
+        "request time in µs: {combined}"
+    );
+    assert!(tail[1].starts_with("web/0/cpu"), "worker: {combined}");
+    assert_eq!(tail[0], "-", "no upstream: {combined}");
+    let json: serde_json::Value = serde_json::from_str(&lines(&logs.join("json.log"))[0]).unwrap();
+    assert_eq!(json["status"], 200);
+    assert_eq!(json["query"], "a=\"b\"");
+    assert_eq!(json["user_agent"], "é\"");
+    assert!(json["request_us"].as_u64().is_some());
+    assert!(json["upstream_us"].is_null());
+    let proxied: serde_json::Value =
+        serde_json::from_str(&lines(&logs.join("proxied.log"))[0]).unwrap();
+    assert_eq!(proxied["status"], 200);
+    assert_eq!(proxied["path"], "/until-close");
+    assert!(proxied["upstream_us"].as_u64().is_some(), "{proxied}");
+    assert!(proxied["bytes"].as_u64().unwrap() > 17, "{proxied}");
+    assert!(proxied["worker"].as_str().unwrap().starts_with("app/0/cpu"));
+
+    // logrotate: the file is moved, SIGUSR1 reopens, new lines go to the new file.
+    std::fs::rename(logs.join("common.log"), logs.join("common.log.1")).unwrap();
+    server.signal(libc::SIGUSR1);
+    server.wait_for_log("reopen their access logs", Duration::from_secs(5));
+    // The workers reopen at their next flush, a fraction of a second away.
+    server.wait_until("the reopened log is used", Duration::from_secs(10), |_| {
+        get(addr(p1), "/", "");
+        std::thread::sleep(Duration::from_millis(250));
+        !lines(&logs.join("common.log")).is_empty()
+    });
+    assert_eq!(lines(&logs.join("common.log.1")).len(), 2);
+
+    // Stopping flushes what is buffered.
+    let before = lines(&logs.join("combined.log")).len();
+    for _ in 0..5 {
+        get(addr(p2), "/", "");
+    }
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.wait_exit(Duration::from_secs(15)), Some(0));
+    assert_eq!(lines(&logs.join("combined.log")).len(), before + 5);
+}
+
+#[test]
+fn a_log_folder_that_does_not_exist_is_one_line_at_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("e.toml");
+    std::fs::write(
+        &path,
+        "[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\naccess_log = { path = \"nowhere/s.log\" }\n[[site.app]]\npool = \"p\"\n",
+    )
+    .unwrap();
+    let out = espalier(&["check", "-c", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(":6: key `site[0].access_log.path`"), "{err}");
+    assert!(err.contains("does not exist; create it"), "{err}");
+}
