@@ -6,5 +6,6 @@
 
 pub mod cgroup;
 pub mod net;
+pub mod notify;
 pub mod numa;
 pub mod process;

@@ -111,7 +111,10 @@ pub(super) fn spawn_worker(
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("worker").env(ENV_VAR, json);
+    // The master alone speaks to systemd (a worker's READY=1 would be taken for the service's).
+    cmd.arg("worker")
+        .env(ENV_VAR, json)
+        .env_remove(crate::os::notify::NOTIFY_SOCKET);
     if fail_at_start {
         cmd.env(super::worker::FAIL_AT_START_VAR, &spec.pool);
     } else {

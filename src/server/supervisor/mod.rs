@@ -258,6 +258,7 @@ pub(super) async fn run(
             sv.slots.len()
         ),
     );
+    sv.notify_ready();
 
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -267,13 +268,20 @@ pub(super) async fn run(
             _ = sigchld.recv() => sv.reap(),
             _ = tick.tick() => sv.on_tick(),
             _ = sighup.recv() => {
+                // systemd's reload protocol: RELOADING=1 with the time, READY=1 when done.
+                let _ = os::notify::notify(&format!(
+                    "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading",
+                    os::notify::monotonic_usec()
+                ));
                 let _ = sv.reload_logged();
+                sv.notify_ready();
             }
             _ = sigusr1.recv() => sv.reopen_logs(),
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
         }
     }
+    let _ = os::notify::notify("STOPPING=1\nSTATUS=stopping: in-flight requests finish");
     log(
         "master",
         format!(
@@ -432,6 +440,21 @@ impl Supervisor {
             }
             Message::Ping | Message::Upstreams(_) | Message::Reopen => {}
         }
+    }
+
+    /// READY=1 for systemd (`Type=notify`), with a status line of what serves.
+    fn notify_ready(&self) {
+        let running = self.procs().filter(|p| p.ready).count();
+        let stopped = self.pools.iter().filter(|p| p.stopped.is_some()).count();
+        let _ = os::notify::notify(&format!(
+            "READY=1\nSTATUS={running} process(es) serving in {} pool(s){}",
+            self.pools.len(),
+            if stopped > 0 {
+                format!(", {stopped} stopped")
+            } else {
+                String::new()
+            }
+        ));
     }
 
     /// SIGUSR1: every worker reopens its access logs (after logrotate moved them).
