@@ -107,3 +107,48 @@ pub fn adopt_listener(fd: std::os::fd::RawFd) -> std::net::TcpListener {
     // SAFETY: the master handed this listening socket to this thread alone.
     unsafe { std::net::TcpListener::from_raw_fd(fd) }
 }
+
+/// The listening sockets a service manager passed (systemd socket activation: `LISTEN_FDS`
+/// sockets from fd 3, for this process when `LISTEN_PID` is its pid), each with its address
+/// and whether it has `SO_REUSEPORT`. The variables are removed, so no child sees them. Call
+/// it once, before any thread starts.
+pub fn inherited_listeners() -> Vec<(SocketAddr, bool, Socket)> {
+    let ours = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|p| p == std::process::id());
+    let count: i32 = std::env::var("LISTEN_FDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(var);
+    }
+    if !ours {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    for fd in 3..3 + count.clamp(0, 1024) {
+        use std::os::fd::FromRawFd;
+        // Only a socket is taken: a manager that passed fewer descriptors than it said must
+        // not make espalier close one it opened itself.
+        // SAFETY: fstat writes only into `st`.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+            continue;
+        }
+        // SAFETY: systemd's protocol hands fds 3..3+LISTEN_FDS to this process, once; each is
+        // taken here exactly once.
+        let socket = unsafe { Socket::from_raw_fd(fd) };
+        let _ = crate::os::process::set_cloexec(fd);
+        let listening = socket.is_listener().unwrap_or(false);
+        let addr = socket.local_addr().ok().and_then(|a| a.as_socket());
+        // Anything but a TCP listener is closed when `socket` goes.
+        if let (true, Some(addr)) = (listening, addr) {
+            let reuse = socket.reuse_port().unwrap_or(false);
+            let _ = socket.set_nonblocking(true);
+            found.push((addr, reuse, socket));
+        }
+    }
+    found
+}

@@ -20,6 +20,20 @@ pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets close-on-exec on `fd`.
+pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd the caller owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sends `signal` to process `pid`. A process that is already gone is not an error.
 pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: kill takes plain integers.

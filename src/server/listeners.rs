@@ -176,16 +176,35 @@ pub(super) fn open_listeners(
 ) -> Result<Vec<ListenerGroup>, String> {
     let mut groups = wanted_groups(config);
     let mut steering_failed = false;
+    // Sockets systemd passed (socket activation of the master): each becomes the first
+    // socket of the group of its address, and the group's other sockets join it.
+    let mut inherited = os::net::inherited_listeners();
     for g in &mut groups {
-        // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
-        // silently join another server's group.
-        if let Err(e) = std::net::TcpListener::bind(g.addr) {
+        if let Some(k) = inherited.iter().position(|(a, _, _)| *a == g.addr) {
+            let (addr, reuse_port, socket) = inherited.remove(k);
+            if !reuse_port {
+                return Err(format!("{file}: site `{}`: the socket passed for http://{addr} (LISTEN_FDS) has no SO_REUSEPORT, so espalier cannot give each worker thread its own socket beside it; add ReusePort=yes to the socket unit", site_of(config, addr)));
+            }
+            log(
+                "master",
+                format!("http://{addr}: using the socket the service manager passed"),
+            );
+            g.sockets.push(socket);
+        } else if let Err(e) = std::net::TcpListener::bind(g.addr) {
+            // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
+            // silently join another server's group.
             return Err(bind_error(site_of(config, g.addr), g.addr, &e, file));
         }
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
             steering_failed = true;
         }
+    }
+    for (addr, _, _) in inherited {
+        log(
+            "master",
+            format!("warning: the socket passed for http://{addr} matches no binding of {file}; it is closed"),
+        );
     }
     Ok(groups)
 }
