@@ -115,22 +115,8 @@ for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY"; do wait_port "$p";
 sleep 1.5   # the apps behind espalier become ready (health probe)
 
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
-ticks() { # user + system clock ticks of the given pids (every thread)
-  local total=0 p f
-  for p in "$@"; do
-    read -r -a f < <(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
-    total=$((total + f[11] + f[12]))
-  done
-  echo "$total"
-}
-user_ticks() { # user clock ticks alone
-  local total=0 p f
-  for p in "$@"; do
-    read -r -a f < <(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
-    total=$((total + f[11]))
-  done
-  echo "$total"
-}
+ticks() { proc_ticks "$@"; }
+user_ticks() { proc_ticks --user "$@"; }
 # The proxy tier: the proxy's own processes. The app: the node processes serving the target.
 tier_pids() {
   case $1 in

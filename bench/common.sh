@@ -1,6 +1,6 @@
 # Shared by the bench/ scripts and the tests that need a real peer: installing the peers from
 # Debian and port helpers. Source it; it expects nothing and defines need_tools, free_port,
-# wait_port and espalier_binary. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
+# wait_port, proc_ticks and espalier_binary. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
 
 # need_tools CMD:PACKAGE… — installs the packages whose command is missing (apt-get update once);
 # a package with no command of its own (a Python module) is written `-:PACKAGE`.
@@ -31,6 +31,19 @@ wait_port() {
   for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
   echo "port $1 never opened" >&2
   return 1
+}
+
+# proc_ticks [--user] PID… — clock ticks of CPU time (user + system, or user alone) of the
+# given processes, every thread included, from /proc/PID/stat (fields after the command
+# name: state is the 1st, utime the 12th, stime the 13th). Gone processes count 0.
+proc_ticks() {
+  local user_only=0 total=0 p f
+  [ "${1:-}" = --user ] && { user_only=1; shift; }
+  for p in "$@"; do
+    read -r -a f < <(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
+    total=$((total + f[11] + (user_only ? 0 : f[12])))
+  done
+  echo "$total"
 }
 
 # espalier_binary ROOT — prints the espalier to measure: $ESPALIER_BIN when set (another build,

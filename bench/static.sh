@@ -118,15 +118,7 @@ all_server_pids() { # every process of the server, master included, for its CPU 
     *) pgrep -f "$ESPALIER (serve|worker)" ;;
   esac
 }
-cpu_ticks() { # user + system clock ticks of every process (all its threads) of target $1
-  local total=0 p f
-  for p in $(all_server_pids "$1"); do
-    # Fields after the command name: state is 1st, utime the 12th, stime the 13th.
-    read -r -a f < <(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null) || continue
-    total=$((total + f[11] + f[12]))
-  done
-  echo "$total"
-}
+cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
 url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; esac; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
 TARGETS=(nginx espalier dynamic logged)

@@ -38,7 +38,9 @@ pub struct AppServer {
     pub _dir: tempfile::TempDir,
 }
 
-pub fn serve(config: &str) -> AppServer {
+/// A folder holding copies of the example apps, a port for the site, and `config` with
+/// `{listen}` replaced by its address.
+fn prepare(config: &str) -> (tempfile::TempDir, u16, String) {
     need_runtimes();
     let dir = tempfile::tempdir().unwrap();
     copy_tree(
@@ -46,10 +48,13 @@ pub fn serve(config: &str) -> AppServer {
         dir.path(),
     );
     let port = free_port();
-    let server = Server::with_config(
-        dir.path(),
-        &config.replace("{listen}", &format!("127.0.0.1:{port}")),
-    );
+    let config = config.replace("{listen}", &format!("127.0.0.1:{port}"));
+    (dir, port, config)
+}
+
+pub fn serve(config: &str) -> AppServer {
+    let (dir, port, config) = prepare(config);
+    let server = Server::with_config(dir.path(), &config);
     AppServer {
         server,
         addr: SocketAddr::from(([127, 0, 0, 1], port)),
@@ -158,14 +163,8 @@ pub fn keep_alive_load(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, Vec<Str
 }
 
 pub fn serve_fails(config: &str) -> String {
-    need_runtimes();
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps"),
-        dir.path(),
-    );
-    let port = free_port();
-    let (config, _) = with_own_admin(&config.replace("{listen}", &format!("127.0.0.1:{port}")));
+    let (dir, _, config) = prepare(config);
+    let (config, _) = with_own_admin(&config);
     let path = dir.path().join("espalier.toml");
     std::fs::write(&path, config).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_espalier"))

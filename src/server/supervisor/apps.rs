@@ -28,6 +28,26 @@ enum Target {
     Through(SocketAddr, crate::cpuset::CpuSet),
 }
 
+/// How a slot's app processes are probed.
+struct ProbeSetup {
+    health: Option<String>,
+    through: Option<(SocketAddr, crate::cpuset::CpuSet)>,
+}
+
+impl ProbeSetup {
+    /// What to probe for a process: its own endpoint (proxied), or with `health` the pool's
+    /// address from the process's CPUs (activated); `None` when there is nothing to ask.
+    fn target(&self, endpoint: Option<&Endpoint>) -> Option<Target> {
+        match (endpoint, &self.through) {
+            (Some(e), _) => Some(Target::Own(e.clone())),
+            (None, Some((addr, cpus))) if self.health.is_some() => {
+                Some(Target::Through(*addr, cpus.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
 impl Supervisor {
     /// Start-up: readiness of the apps, and an app or worker that died before being ready
     /// stops `serve` with the reason (as a worker that reports an error does).
@@ -66,37 +86,42 @@ impl Supervisor {
         Ok(())
     }
 
-    /// A starting app process of slot `i` (current or replacing): ready after a probe
-    /// succeeds, or, for an activated app without `health`, after the settle time.
-    pub(super) fn app_readiness(&mut self, i: usize, now: Instant) {
+    /// How slot `i`'s processes are probed: its pool's `health`, and for an activated app the
+    /// pool's address with the slot's CPUs (the probe goes through its node's socket).
+    fn probe_setup(&self, i: usize) -> ProbeSetup {
         let health = self.pools[self.slots[i].pool]
             .spec
             .app
             .as_ref()
             .and_then(|a| a.health.clone());
-        let target_addr = self.activation_address(i);
+        let cpus = crate::cpuset::CpuSet::from_ids(self.slots[i].spec.cpus.iter().copied());
+        ProbeSetup {
+            through: self.activation_address(i).map(|a| (a, cpus)),
+            health,
+        }
+    }
+
+    /// A starting app process of slot `i` (current or replacing): ready after a probe
+    /// succeeds, or, for an activated app without `health`, after the settle time.
+    pub(super) fn app_readiness(&mut self, i: usize, now: Instant) {
+        let setup = self.probe_setup(i);
         let events = self.events.clone();
         let slot = &mut self.slots[i];
-        let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
         let mut settled = Vec::new();
         for p in slot.current.iter_mut().chain(slot.replacing.iter_mut()) {
             let Some(app) = p.app.as_mut() else { continue };
             if p.ready || app.probing || app.probe_at > now {
                 continue;
             }
-            let target = match (&app.endpoint, target_addr) {
-                (Some(e), _) => Target::Own(e.clone()),
-                (None, Some(addr)) if health.is_some() => Target::Through(addr, cpus.clone()),
-                _ => {
-                    if now.duration_since(p.started) >= SETTLE {
-                        settled.push(p.generation);
-                    }
-                    continue;
+            let Some(target) = setup.target(app.endpoint.as_ref()) else {
+                if now.duration_since(p.started) >= SETTLE {
+                    settled.push(p.generation);
                 }
+                continue;
             };
             app.probing = true;
             app.probe_at = now + PROBE_EVERY;
-            probe(target, health.clone(), p.generation, events.clone());
+            probe(target, setup.health.clone(), p.generation, events.clone());
         }
         for g in settled {
             self.on_ready(g);
@@ -106,32 +131,21 @@ impl Supervisor {
     /// A ready app process's ping: a probe (its `health`, or its endpoint accepting), unless
     /// it pings by itself with `WATCHDOG=1`; an activated app with neither is alive or not.
     pub(super) fn app_ping(&mut self, i: usize, now: Instant) {
-        let health = self.pools[self.slots[i].pool]
-            .spec
-            .app
-            .as_ref()
-            .and_then(|a| a.health.clone());
-        let target_addr = self.activation_address(i);
+        let setup = self.probe_setup(i);
         let events = self.events.clone();
-        let slot = &mut self.slots[i];
-        let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
-        let Some(p) = slot.current.as_mut() else {
+        let Some(p) = self.slots[i].current.as_mut() else {
             return;
         };
         let Some(app) = p.app.as_mut() else { return };
         if app.watchdog || app.probing {
             return;
         }
-        let target = match (&app.endpoint, target_addr) {
-            (Some(e), _) => Target::Own(e.clone()),
-            (None, Some(addr)) if health.is_some() => Target::Through(addr, cpus),
-            _ => {
-                p.last_pong = now;
-                return;
-            }
+        let Some(target) = setup.target(app.endpoint.as_ref()) else {
+            p.last_pong = now;
+            return;
         };
         app.probing = true;
-        probe(target, health, p.generation, events);
+        probe(target, setup.health, p.generation, events);
     }
 
     pub(super) fn on_probed(&mut self, generation: u64, healthy: bool) {
