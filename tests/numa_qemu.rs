@@ -52,6 +52,7 @@ fn placement_on_an_emulated_four_node_machine() {
         "soft-narrows",
         "proxy-apps",
         "proxy-same-node",
+        "proxy-fallback",
     ];
     for name in expected {
         let v = verdicts

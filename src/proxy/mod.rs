@@ -53,10 +53,24 @@ impl std::fmt::Display for Endpoint {
 }
 
 /// The app processes a front worker may forward to, grouped by distance from its node:
-/// `tiers[0]` the nearest (its own node), then the next nearest, … A thread uses the first
-/// tier that has a process and counts anything beyond the first as a remote forward.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tiers(pub Vec<Vec<Endpoint>>);
+/// `tiers[0]` the nearest (its own node, when it has a ready process), then the next
+/// nearest, … A thread uses the first tier that has a process; a forward off its own node is
+/// counted as remote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tiers {
+    pub tiers: Vec<Vec<Endpoint>>,
+    /// Whether `tiers[0]` is the front's own node (or locality is unknown: no home node).
+    pub local: bool,
+}
+
+impl Default for Tiers {
+    fn default() -> Self {
+        Tiers {
+            tiers: Vec::new(),
+            local: true,
+        }
+    }
+}
 
 /// The tiers for a front worker on `front_node`, from the ready app processes `(node,
 /// endpoint)`, by the kernel's distance table (`distance(a, b)`). A front or app with no home
@@ -86,7 +100,8 @@ pub fn tiers_for(
         }
         tiers.last_mut().expect("pushed above").push(e.clone());
     }
-    Tiers(tiers)
+    let local = front_node.is_none_or(|f| apps.iter().any(|(n, _)| n.is_none_or(|n| n == f)));
+    Tiers { tiers, local }
 }
 
 #[cfg(test)]
@@ -116,8 +131,9 @@ mod tests {
             (Some(1), ep(5)),
         ];
         let t = tiers_for(Some(1), &apps, ring);
+        assert!(t.local);
         assert_eq!(
-            t.0,
+            t.tiers,
             vec![vec![ep(2), ep(5)], vec![ep(1), ep(3)], vec![ep(4)]]
         );
     }
@@ -127,15 +143,27 @@ mod tests {
         let apps = vec![(Some(0), ep(1)), (Some(2), ep(3))];
         let t = tiers_for(Some(3), &apps, ring);
         // Node 3: node 0 is a neighbour (20), node 2 too (20): one tier of both.
-        assert_eq!(t.0, vec![vec![ep(1), ep(3)]]);
+        assert_eq!(t.tiers, vec![vec![ep(1), ep(3)]]);
+        assert!(
+            !t.local,
+            "node 3 has no process of its own: every forward is remote"
+        );
         let t = tiers_for(Some(1), &[(Some(3), ep(4)), (Some(0), ep(1))], ring);
-        assert_eq!(t.0, vec![vec![ep(1)], vec![ep(4)]]);
+        assert_eq!(t.tiers, vec![vec![ep(1)], vec![ep(4)]]);
+        assert!(!t.local);
     }
 
     #[test]
     fn no_home_node_means_one_tier() {
         let apps = vec![(None, ep(1)), (None, ep(2))];
-        assert_eq!(tiers_for(Some(0), &apps, ring).0, vec![vec![ep(1), ep(2)]]);
-        assert_eq!(tiers_for(None, &[], ring).0, Vec::<Vec<Endpoint>>::new());
+        assert_eq!(
+            tiers_for(Some(0), &apps, ring).tiers,
+            vec![vec![ep(1), ep(2)]]
+        );
+        assert!(tiers_for(Some(0), &apps, ring).local);
+        assert_eq!(
+            tiers_for(None, &[], ring).tiers,
+            Vec::<Vec<Endpoint>>::new()
+        );
     }
 }

@@ -82,7 +82,7 @@ impl ProxyRoute {
         if seen.0 != version {
             let tiers = Arc::clone(&self.shared.tiers.lock().unwrap_or_else(|e| e.into_inner()));
             self.pool
-                .retain(|e| tiers.0.iter().flatten().any(|t| t == e));
+                .retain(|e| tiers.tiers.iter().flatten().any(|t| t == e));
             *seen = (version, tiers);
         }
         Arc::clone(&seen.1)
@@ -94,11 +94,11 @@ impl ProxyRoute {
         let tiers = self.tiers();
         let usable = |tier: &Vec<Endpoint>| tier.iter().any(|e| Some(e) != avoid);
         let (k, tier) = tiers
-            .0
+            .tiers
             .iter()
             .enumerate()
             .find(|(_, t)| usable(t))
-            .or_else(|| tiers.0.iter().enumerate().find(|(_, t)| !t.is_empty()))?;
+            .or_else(|| tiers.tiers.iter().enumerate().find(|(_, t)| !t.is_empty()))?;
         let n = self.next.get();
         self.next.set(n.wrapping_add(1));
         let others = tier.iter().filter(|e| Some(*e) != avoid).count();
@@ -111,7 +111,7 @@ impl ProxyRoute {
                 .expect("counted above")
                 .clone()
         };
-        if k > 0 {
+        if k > 0 || !tiers.local {
             self.remote.set(self.remote.get() + 1);
         }
         Some(chosen)

@@ -145,6 +145,20 @@ if wait_for /tmp/app.log "worker(s) serving" 60; then
     detail="$detail cpu$k->$who->app-on-$where"
   done
   verdict proxy-same-node $ok "$detail"
+
+  # 9. While node 3's app restarts, CPU 6's thread forwards to the nearest node and counts it.
+  app3=$(awk '/app app\/[0-9]* started: pid/ && $8 == 3 {print $6; exit}' /tmp/app.log)
+  kill -9 "$app3"
+  wait_for /tmp/app.log "(pid $app3) exited" 10
+  sleep 0.5
+  taskset -c 6 wget -S -O /tmp/where http://127.0.0.1:8082/cgi-bin/where 2> /tmp/where.h
+  where=$(cat /tmp/where)
+  remote=$(espalier status --admin 127.0.0.1:9182 --json | tr -d ' \n' | grep -o '"remote_forwards":[0-9]*' | cut -d: -f2 | sort -n | tail -1)
+  ok=0
+  [ -n "$where" ] || ok=1
+  within "$where" "$(node_cpus 3)" && ok=1
+  [ "${remote:-0}" -ge 1 ] || ok=1
+  verdict proxy-fallback $ok "node 3's app $app3 killed: cpu6 answered by the app on $where; remote forwards counted: ${remote:-0}"
 else
   verdict proxy-apps 1 "the server did not start: $(tail -3 /tmp/app.log)"
 fi
