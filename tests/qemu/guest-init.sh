@@ -153,7 +153,12 @@ if wait_for /tmp/app.log "worker(s) serving" 60; then
   sleep 0.5
   taskset -c 6 wget -S -O /tmp/where http://127.0.0.1:8082/cgi-bin/where 2> /tmp/where.h
   where=$(cat /tmp/where)
-  remote=$(espalier status --admin 127.0.0.1:9182 --json | tr -d ' \n' | grep -o '"remote_forwards":[0-9]*' | cut -d: -f2 | sort -n | tail -1)
+  # The count reaches the master with the worker's next pong (once a second).
+  for _ in $(seq 40); do
+    remote=$(espalier status --admin 127.0.0.1:9182 --json | tr -d ' \n' | grep -o '"remote_forwards":[0-9]*' | cut -d: -f2 | sort -n | tail -1)
+    [ "${remote:-0}" -ge 1 ] && break
+    sleep 0.25
+  done
   ok=0
   [ -n "$where" ] || ok=1
   within "$where" "$(node_cpus 3)" && ok=1
