@@ -85,12 +85,14 @@ impl Config {
                 )]))
             }
         };
-        // A bare file name's folder is the current one: "" would be no path at all (an app's
-        // working directory of "" cannot be entered).
-        let base = path
+        // Paths in the file are relative to its folder, and made absolute here: an app runs
+        // in its own working directory (a FastCGI script's path, an access log, a root must
+        // mean the same there), and a bare file name's folder is the current one.
+        let folder = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let base = std::path::absolute(&folder).unwrap_or(folder);
         let mut v = validate::Validator {
             file,
             locator,

@@ -337,7 +337,7 @@ fn app_keys_are_validated_and_a_bare_file_name_runs_apps_in_the_current_folder()
     );
     let c = Config::parse(&text, Path::new("app.toml"), &fixture("dl980")).unwrap();
     let app = c.pools[0].app.as_ref().expect("an app pool");
-    assert_eq!(app.directory, PathBuf::from("."));
+    assert_eq!(app.directory, std::env::current_dir().unwrap());
     assert_eq!(app.transport, Transport::Activation);
     assert_eq!(app.environment, vec![("A".to_string(), "1".to_string())]);
     assert_eq!(c.sites[0].apps[0].handler, HandlerKind::Proxy);

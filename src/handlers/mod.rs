@@ -95,11 +95,9 @@ impl ThreadService {
                             HandlerKind::Dynamic => AppHandler::Dynamic,
                             HandlerKind::Cpu => AppHandler::Cpu,
                             HandlerKind::Proxy => match (&proxy, &s.root) {
+                                // The root is absolute (see `Config::parse`): the app
+                                // finds scripts by it from its own working directory.
                                 (Some(route), Some(root)) if route.fastcgi() => {
-                                    // The app runs in its own directory: it needs the
-                                    // root's absolute path (from the cwd both share).
-                                    let root =
-                                        std::path::absolute(root).unwrap_or_else(|_| root.clone());
                                     AppHandler::FastCgi(Rc::clone(route), Rc::from(root.as_path()))
                                 }
                                 (Some(route), _) => AppHandler::Proxy(Rc::clone(route)),
