@@ -400,6 +400,8 @@ pool = "raw"
     assert!(raw("/garbage").starts_with("HTTP/1.1 502"));
     // A head past 64 KiB is not held: 502.
     assert!(raw("/huge-head").starts_with("HTTP/1.1 502"));
+    // So is one with more fields than a head may have (100).
+    assert!(raw("/many-headers").starts_with("HTTP/1.1 502"));
     // A body ended by the close goes to an HTTP/1.1 client in chunks.
     let r = get(app.addr, "/until-close", "");
     assert_eq!((r.status, r.text().as_str()), (200, "hello until close"));

@@ -13,6 +13,7 @@ CASES = {
     b"/interim": b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal",
     b"/hop": b"HTTP/1.1 200 OK\r\nConnection: X-Private\r\nX-Private: secret\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok",
     b"/huge-head": b"HTTP/1.1 200 OK\r\n" + b"X-Big: " + b"b" * (80 << 10) + b"\r\nContent-Length: 2\r\n\r\nok",
+    b"/many-headers": b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(150)) + b"Content-Length: 2\r\n\r\nok",
     b"/healthz": b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n",
 }
 
