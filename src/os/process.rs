@@ -8,27 +8,27 @@ use std::os::fd::RawFd;
 
 /// Clears close-on-exec on `fd`, so a child started after this (in `pre_exec`) inherits it.
 pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on an fd the caller owns; no memory is passed.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_cloexec_flag(fd, false)
 }
 
 /// Sets close-on-exec on `fd`.
 pub fn set_cloexec(fd: RawFd) -> io::Result<()> {
+    set_cloexec_flag(fd, true)
+}
+
+fn set_cloexec_flag(fd: RawFd, on: bool) -> io::Result<()> {
     // SAFETY: fcntl on an fd the caller owns; no memory is passed.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
     if flags < 0 {
         return Err(io::Error::last_os_error());
     }
+    let flags = if on {
+        flags | libc::FD_CLOEXEC
+    } else {
+        flags & !libc::FD_CLOEXEC
+    };
     // SAFETY: as above.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) } < 0 {
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, flags) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -16,7 +16,10 @@
 //! before the body, and espalier does not buffer bodies to learn it (nginx before 1.3.9 did
 //! the same).
 use super::cgi::*;
-use super::forward::{answer, read_timeout, to_client, write_timeout, Client, Failure, Outcome};
+use super::forward::{
+    answer, read_timeout, send_continue, to_client, write_timeout, Client, Failure, Outcome,
+};
+use super::request::HOP_BY_HOP;
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
@@ -68,7 +71,13 @@ async fn send_stdin(
     client_timeout: Duration,
     upstream_timeout: Duration,
 ) -> Result<(), Failure> {
-    let mut out = Vec::with_capacity(MAX_RECORD.min(total as usize + 64) + 16);
+    let mut out = Vec::with_capacity(
+        MAX_RECORD.min(
+            usize::try_from(total)
+                .unwrap_or(usize::MAX)
+                .saturating_add(64),
+        ) + 16,
+    );
     let have = (rbuf.len() as u64).min(total) as usize;
     for part in rbuf[..have].chunks(MAX_RECORD) {
         record(&mut out, STDIN, part);
@@ -162,7 +171,6 @@ fn log_stderr(who: &Endpoint, text: &[u8]) {
 
 /// Forwards a request to a FastCGI app process and relays its answer.
 pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute) -> Outcome {
-    route.count_forward();
     let Client {
         stream,
         rbuf,
@@ -176,16 +184,7 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
         return answer(stream, report, clock, 411, minor, head_only).await;
     }
     let timeout = route.settings().response_timeout;
-    if req.expect_continue
-        && to_client(
-            stream,
-            report,
-            b"HTTP/1.1 100 Continue\r\n\r\n",
-            body_timeout,
-        )
-        .await
-        .is_err()
-    {
+    if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
     let mut avoid = None;
@@ -281,18 +280,9 @@ pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute
     out.extend_from_slice(crate::http::reason(status).as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&clock.common());
-    const DROPPED: [&str; 8] = [
-        "status",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-connection",
-    ];
     for f in fields.iter() {
-        if DROPPED.iter().any(|d| f.name.eq_ignore_ascii_case(d))
+        if f.name.eq_ignore_ascii_case("status")
+            || HOP_BY_HOP.iter().any(|d| f.name.eq_ignore_ascii_case(d))
             || (f.name.eq_ignore_ascii_case("content-length") && !bodiless)
         {
             continue;

@@ -102,9 +102,21 @@ enum BodyKind {
     UntilClose,
 }
 
+/// `100 Continue` to a client that expects it, before its body is forwarded: the app never
+/// sees `Expect` (a hop's business). False when the client is gone.
+pub(super) async fn send_continue(
+    stream: &mut TcpStream,
+    expected: bool,
+    timeout: Duration,
+) -> bool {
+    !expected
+        || write_timeout(stream, b"HTTP/1.1 100 Continue\r\n\r\n", timeout)
+            .await
+            .is_ok()
+}
+
 /// Forwards the request to an app process and relays its answer to the client.
 pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute) -> Outcome {
-    route.count_forward();
     let Client {
         stream,
         rbuf,
@@ -115,19 +127,9 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         report,
     } = client;
     let settings = route.settings;
-    if req.expect_continue {
-        // The app never sees `Expect` (a hop's business); the client may send its body now.
-        if to_client(
-            stream,
-            report,
-            b"HTTP/1.1 100 Continue\r\n\r\n",
-            body_timeout,
-        )
-        .await
-        .is_err()
-        {
-            return Outcome::Close;
-        }
+    let (minor, head_only) = (req.client_minor, req.head_only);
+    if !send_continue(stream, req.expect_continue, body_timeout).await {
+        return Outcome::Close;
     }
     let mut avoid: Option<Endpoint> = None;
     let mut tries = 0;
@@ -135,17 +137,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         tries += 1;
         let (endpoint, mut conn) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            Err(status) => {
-                return answer(
-                    stream,
-                    report,
-                    clock,
-                    status,
-                    req.client_minor,
-                    req.head_only,
-                )
-                .await
-            }
+            Err(status) => return answer(stream, report, clock, status, minor, head_only).await,
         };
         if write_timeout(&mut conn, &req.head, settings.response_timeout)
             .await
@@ -155,7 +147,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 avoid = Some(endpoint);
                 continue;
             }
-            return answer(stream, report, clock, 502, req.client_minor, req.head_only).await;
+            return answer(stream, report, clock, 502, minor, head_only).await;
         }
         let sent = send_body(
             stream,
@@ -170,15 +162,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         match sent {
             Ok(()) => {}
             Err(Failure::Answer(status)) => {
-                return answer(
-                    stream,
-                    report,
-                    clock,
-                    status,
-                    req.client_minor,
-                    req.head_only,
-                )
-                .await
+                return answer(stream, report, clock, status, minor, head_only).await
             }
             Err(Failure::Drop) => return Outcome::Close,
         }
@@ -196,11 +180,9 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
                 continue;
             }
             Err(HeadError::Timeout) => {
-                return answer(stream, report, clock, 504, req.client_minor, req.head_only).await
+                return answer(stream, report, clock, 504, minor, head_only).await
             }
-            Err(_) => {
-                return answer(stream, report, clock, 502, req.client_minor, req.head_only).await
-            }
+            Err(_) => return answer(stream, report, clock, 502, minor, head_only).await,
         }
     };
     // The response head, parsed again for its fields (the buffer is ours now).
@@ -210,7 +192,7 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         resp.parse(&ubuf[..head_len]),
         Ok(httparse::Status::Complete(_))
     ) {
-        return answer(stream, report, clock, 502, req.client_minor, req.head_only).await;
+        return answer(stream, report, clock, 502, minor, head_only).await;
     }
     let status = resp.code.unwrap_or(502);
     let reason = resp.reason.unwrap_or("");
@@ -220,12 +202,12 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
         listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || upstream_minor == 0;
     let kind = match body_kind(status, req.head_only, resp.headers) {
         Some(k) => k,
-        None => return answer(stream, report, clock, 502, req.client_minor, req.head_only).await,
+        None => return answer(stream, report, clock, 502, minor, head_only).await,
     };
     report.status.set(status);
     let switching = status == 101 && req.upgrade;
     if status == 101 && !req.upgrade {
-        return answer(stream, report, clock, 502, req.client_minor, req.head_only).await;
+        return answer(stream, report, clock, 502, minor, head_only).await;
     }
     // To the client: HTTP/1.1 chunked when the length is unknown, else close-delimited for
     // an HTTP/1.0 client.

@@ -18,25 +18,32 @@ pub struct ForwardRequest {
     pub(super) expect_continue: bool,
 }
 
-/// Fields that describe one connection, not the message (RFC 9110 §7.6.1), and the ones
-/// espalier sets itself.
+/// Fields that describe one connection, not the message (RFC 9110 §7.6.1).
+pub(super) const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether a request field stays behind: hop-by-hop, named in `Connection` (`listed`), or one
+/// espalier sets itself (framing, `Expect`, `X-Forwarded-*`).
 pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
-    const OWN: [&str; 12] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
+    const OWN: [&str; 5] = [
         "content-length",
         "expect",
         "x-forwarded-for",
         "x-forwarded-proto",
         "x-forwarded-host",
     ];
-    OWN.iter().any(|o| name.eq_ignore_ascii_case(o))
-        || listed.iter().any(|l| name.eq_ignore_ascii_case(l))
+    HOP_BY_HOP
+        .iter()
+        .chain(OWN.iter())
+        .chain(listed.iter())
+        .any(|h| name.eq_ignore_ascii_case(h))
 }
 
 /// The tokens of every `Connection` field.

@@ -53,9 +53,8 @@ pub struct ProxyRoute {
     pub(super) next: Cell<usize>,
     /// `X-Espalier-Worker: …\r\n` when `worker_header` is on.
     pub(super) worker_line: Option<String>,
-    /// Requests forwarded beyond the nearest tier (no ready process on this node).
+    /// Requests forwarded to a process off this thread's node (none of its own was ready).
     pub remote: Cell<u64>,
-    pub forwarded: Cell<u64>,
 }
 
 impl ProxyRoute {
@@ -72,7 +71,6 @@ impl ProxyRoute {
             next: Cell::new(0),
             worker_line,
             remote: Cell::new(0),
-            forwarded: Cell::new(0),
         }
     }
 
@@ -120,10 +118,6 @@ impl ProxyRoute {
     /// Whether the app speaks FastCGI.
     pub fn fastcgi(&self) -> bool {
         self.settings.fastcgi
-    }
-
-    pub(super) fn count_forward(&self) {
-        self.forwarded.set(self.forwarded.get() + 1);
     }
 
     pub(super) fn settings(&self) -> ProxySettings {

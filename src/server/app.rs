@@ -16,7 +16,6 @@ use super::log;
 use super::spec::WorkerSpec;
 use super::supervisor::Event;
 use crate::config::{AppCommand, Transport, UpstreamKind};
-use crate::os;
 use crate::proxy::Endpoint;
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -185,12 +184,7 @@ pub(super) fn spawn_app(
         Some(d) => cmd.env("WATCHDOG_USEC", d.as_micros().to_string()),
         None => cmd.env_remove("WATCHDOG_USEC"),
     };
-    let policy = os::numa::PreparedMemPolicy::new(spec.memory_mode(), &spec.memory_nodes);
-    let affinity = os::numa::PreparedAffinity::new(&crate::cpuset::CpuSet::from_ids(
-        spec.cpus.iter().copied(),
-    ))
-    .ok();
-    let mut child = os::process::spawn_placed(&mut cmd, fds, policy, affinity)
+    let mut child = super::spawn::spawn_placed(spec, &mut cmd, fds)
         .map_err(|e| format!("cannot start {who} (`{}`): {e}", argv.join(" ")))?;
     let pid = child.id();
     let output: OutputTail = Arc::new(Mutex::new(VecDeque::new()));

@@ -90,6 +90,22 @@ pub(super) fn worker_specs(
         .collect()
 }
 
+/// Spawns `cmd` with the slot's placement applied between fork and exec (as well as by the
+/// program itself, for espalier's workers), so the pages touched while the new program starts
+/// come from its node too; `fds` are inherited.
+pub(super) fn spawn_placed(
+    spec: &WorkerSpec,
+    cmd: &mut Command,
+    fds: Vec<RawFd>,
+) -> std::io::Result<std::process::Child> {
+    let policy = os::numa::PreparedMemPolicy::new(spec.memory_mode(), &spec.memory_nodes);
+    let affinity = os::numa::PreparedAffinity::new(&crate::cpuset::CpuSet::from_ids(
+        spec.cpus.iter().copied(),
+    ))
+    .ok();
+    os::process::spawn_placed(cmd, fds, policy, affinity)
+}
+
 /// Starts a worker process with its sockets and spec; returns its pid and control socket.
 /// `fail_at_start` asks the worker to fail right after starting, and `allocate_mib` to allocate
 /// that much at start (fault injection for tests).
@@ -124,14 +140,7 @@ pub(super) fn spawn_worker(
         Some(mib) => cmd.env(super::worker::ALLOCATE_VAR, mib.to_string()),
         None => cmd.env_remove(super::worker::ALLOCATE_VAR),
     };
-    // The worker's placement, applied before exec as well as by the worker itself, so that the
-    // pages touched while the new program starts come from its node too.
-    let policy = os::numa::PreparedMemPolicy::new(spec.memory_mode(), &spec.memory_nodes);
-    let affinity = os::numa::PreparedAffinity::new(&crate::cpuset::CpuSet::from_ids(
-        spec.cpus.iter().copied(),
-    ))
-    .ok();
-    let child = os::process::spawn_placed(&mut cmd, fds, policy, affinity)
+    let child = spawn_placed(&spec, &mut cmd, fds)
         .map_err(|e| format!("cannot start worker {}: {e}", spec.name()))?;
     drop(worker_end);
     master_end
