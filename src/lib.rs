@@ -15,7 +15,8 @@
 //!    ([`http::parse_head`]) and body ([`http::chunked`]), and asks the thread's service.
 //! 4. The service ([`handlers`]) picks the site by listener and `Host`, the app by path, and
 //!    the handler answers into a [`http::Responder`]: [`handlers::static_files`],
-//!    [`handlers::dynamic`] or [`handlers::cpu`].
+//!    [`handlers::dynamic`] or [`handlers::cpu`]. On an address several pools share, a
+//!    request of another pool's app has its connection handed to that pool ([`handoff`]).
 //! 5. The answers of every request in the buffer go out in one `write` (or `sendfile` for a
 //!    large file), back in [`http::conn`].
 //!
@@ -30,6 +31,7 @@
 //! | [`placement`] | which worker goes where | yes |
 //! | [`os`] | every syscall: affinity, memory policy, sockets, processes, cgroups | no — the only `unsafe` |
 //! | [`http`] | the HTTP/1.1 engine: parsing, chunked bodies, responses, limits, the connection loop | parsing yes; I/O in `http::conn` |
+//! | [`handoff`] | passing a connection to another pool's thread on a shared address | no |
 //! | [`handlers`] | routing, static files, the dynamic page, the CPU-heavy page | no: static files stat, open and read on the event loop, as nginx does |
 //! | [`server`] | the master, the supervisor, the workers, the admin endpoint | decisions yes (`lifecycle`, `soft`, `steering`); the rest no |
 //! | [`bench`](mod@bench) | the load generator and its mergeable results | no |
@@ -44,6 +46,7 @@ pub mod config;
 pub mod cpuset;
 pub mod doctor;
 pub mod handlers;
+pub mod handoff;
 pub mod http;
 pub mod nic;
 pub mod os;

@@ -6,7 +6,7 @@
 //! every `cargo test`; `fuzz/` holds a libFuzzer target for longer runs on nightly.
 
 use espalier::config::{Config, SiteSpec};
-use espalier::handlers::ThreadService;
+use espalier::handlers::{GroupRoutes, ThreadService};
 use espalier::http::clock::Clock;
 use espalier::http::conn::{self, ConnEnv, Shutdown, Timeouts};
 use espalier::http::HeadLimits;
@@ -147,7 +147,15 @@ proptest! {
             let clock = Rc::new(Clock::new(String::new()));
             tokio::task::spawn_local(Rc::clone(&clock).run());
             let env = Rc::new(ConnEnv {
-                service: ThreadService::new(&sites, vec![vec![(None, 0)]], Rc::clone(&clock), "p/0/cpu0".into(), None),
+                service: ThreadService::new(
+                    "p",
+                    &sites,
+                    vec![GroupRoutes { addr: "127.0.0.1:1".parse().unwrap(), hosts: vec![(None, 0)] }],
+                    Rc::clone(&clock),
+                    "p/0/cpu0".into(),
+                    None,
+                    Vec::new(),
+                ),
                 clock,
                 limits: HeadLimits { max_request_line: 256, max_header_size: 1024, max_headers: 16, max_body_size: 4096 },
                 timeouts: Timeouts {
@@ -158,7 +166,7 @@ proptest! {
                 shutdown: Rc::new(Shutdown::default()),
             });
             let stream = tokio::net::TcpStream::from_std(stream).unwrap();
-            tokio::time::timeout(Duration::from_secs(5), conn::serve(stream, 0, env))
+            tokio::time::timeout(Duration::from_secs(5), conn::serve(stream, 0, env, Vec::new()))
                 .await
                 .expect("the connection ends by itself");
         });

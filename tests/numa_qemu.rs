@@ -53,6 +53,7 @@ fn placement_on_an_emulated_four_node_machine() {
         "proxy-apps",
         "proxy-same-node",
         "proxy-fallback",
+        "shared-port-locality",
     ];
     for name in expected {
         let v = verdicts

@@ -547,7 +547,11 @@ fn host_header_routing_on_one_port() {
     c.send(b"GET /hello.txt HTTP/1.1\r\nHost: OTHER.test:8080\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: main.test\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: nobody.test\r\n\r\n");
     assert_eq!(c.read_response(false).unwrap().text(), "other site\n");
     assert_eq!(c.read_response(false).unwrap().text(), "hello, world\n");
-    assert_eq!(c.read_response(false).unwrap().status, 400);
+    assert_eq!(
+        c.read_response(false).unwrap().status,
+        421,
+        "no site of the address names it and none is its default"
+    );
 }
 
 #[test]

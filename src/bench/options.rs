@@ -105,10 +105,15 @@ impl BenchOptions {
 
     /// The request bytes for a target, built once.
     pub(super) fn request_bytes(&self, t: &Target) -> Vec<u8> {
-        let mut r = format!(
-            "{} {} HTTP/1.1\r\nHost: {}\r\n",
-            self.method, t.path, t.host_header
-        );
+        let mut r = format!("{} {} HTTP/1.1\r\n", self.method, t.path);
+        // A `-H 'Host: …'` names the site (as with wrk and curl): one Host header, not two.
+        if !self
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("host"))
+        {
+            r.push_str(&format!("Host: {}\r\n", t.host_header));
+        }
         if !self.keepalive {
             r.push_str("Connection: close\r\n");
         }

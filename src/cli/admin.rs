@@ -111,5 +111,23 @@ fn render(status: &Status) -> String {
             );
         }
     }
+    if status.addresses.iter().any(|a| a.shared) {
+        let _ = writeln!(
+            out,
+            "\nSHARED ADDRESSES (routed by host and path to each site's pools)"
+        );
+        for a in status.addresses.iter().filter(|a| a.shared) {
+            for site in &a.sites {
+                let _ = writeln!(
+                    out,
+                    "{:<28} {:<28} {:<16} {}",
+                    a.address,
+                    site.host.as_deref().unwrap_or("(default)"),
+                    site.site,
+                    site.pools.join(", ")
+                );
+            }
+        }
+    }
     out
 }

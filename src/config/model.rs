@@ -268,9 +268,10 @@ pub struct AccessLogSpec {
 }
 
 impl SiteSpec {
-    /// The pool serving this site (validation guarantees all its apps share one).
-    pub fn pool(&self) -> &str {
-        &self.apps[0].pool
+    /// Whether `pool` serves any of the site's apps (a site's apps may be spread over pools by
+    /// path, as IIS applications are).
+    pub fn served_by(&self, pool: &str) -> bool {
+        self.apps.iter().any(|a| a.pool == pool)
     }
 }
 

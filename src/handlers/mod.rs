@@ -1,7 +1,8 @@
 //! Request handlers and the router in front of them.
 //!
-//! Owns: routing a request to a site (by listener group and `Host`) and to an app (by path
-//! prefix), and the handlers: [`static_files`], [`dynamic`], [`cpu`]; an app of a pool that
+//! Owns: routing a request to a site (by listener group and `Host`, see [`hosts`]) and to an
+//! app (by path prefix) — on an address shared with other pools, an app of another pool is
+//! handed there whole (see [`crate::handoff`]) — and the handlers: [`static_files`], [`dynamic`], [`cpu`]; an app of a pool that
 //! runs an application is handed whole to [`crate::proxy`] (see `Service::proxy_route`). One [`ThreadService`]
 //! per worker thread; nothing in it is shared with another thread.
 //! Must not touch: sockets or the protocol (that is [`crate::http`]). Not pure: the static
@@ -10,15 +11,18 @@
 
 pub mod cpu;
 pub mod dynamic;
+pub mod hosts;
 pub mod mime;
 pub mod static_files;
 
 use crate::config::{HandlerKind, SiteSpec};
+use crate::handoff::{Handoff, PoolTargets};
 use crate::http::access_log;
 use crate::http::clock::Clock;
 use crate::http::conn::{Reply, Service};
 use crate::http::{Request, Responder};
 use crate::proxy::{ProxyRoute, ProxyTarget};
+use hosts::HostTable;
 use static_files::StaticFiles;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -34,6 +38,9 @@ enum AppHandler {
     FastCgi(Rc<ProxyRoute>, Rc<std::path::Path>),
     /// An application pool's app in a worker that was given no route to it: 502.
     Unreachable,
+    /// An app of another pool on a shared address: the connection is handed there (the
+    /// index is into the thread's hand-off targets; `None` when it has none: 503).
+    Elsewhere(Option<usize>),
 }
 
 struct App {
@@ -47,13 +54,31 @@ struct Site {
     log: Option<access_log::AccessLog>,
 }
 
-/// Which sites a listener group answers for: `(host, site)`; a `None` host answers any.
-pub type GroupRoutes = Vec<(Option<String>, usize)>;
+/// One address a worker listens on: which sites it answers for, `(host, site)` with `site` an
+/// index into the config's sites; a `None` host answers any (the default site).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GroupRoutes {
+    pub addr: std::net::SocketAddr,
+    pub hosts: Vec<(Option<String>, usize)>,
+}
+
+/// A listener group as a thread routes on it.
+struct Group {
+    addr: std::net::SocketAddr,
+    hosts: HostTable,
+    /// The one site when the address has nothing but a default site.
+    only: Option<usize>,
+    /// Whether another pool serves some of its sites' apps (only then is a request's
+    /// route checked for a hand-off).
+    shared: bool,
+}
 
 /// Everything one worker thread needs to answer requests.
 pub struct ThreadService {
     sites: Vec<Site>,
-    groups: Vec<GroupRoutes>,
+    groups: Vec<Group>,
+    /// Per other pool this thread may hand connections to: its threads, nearest first.
+    handoff: Vec<std::rc::Rc<PoolTargets>>,
     clock: Rc<Clock>,
     /// `<pool>/<index>/cpu<N>`, shown by the dynamic page.
     identity: String,
@@ -71,13 +96,35 @@ pub struct ThreadService {
 }
 
 impl ThreadService {
+    /// The service of a thread of pool `pool`: `sites` are all the config's sites (routes
+    /// name them by index); the apps of other pools are reached through `handoff`, by pool
+    /// name.
     pub fn new(
+        pool: &str,
         sites: &[SiteSpec],
         groups: Vec<GroupRoutes>,
         clock: Rc<Clock>,
         identity: String,
         proxy: Option<Rc<ProxyRoute>>,
+        handoff: Vec<(String, Rc<PoolTargets>)>,
     ) -> Self {
+        let groups: Vec<Group> = groups
+            .into_iter()
+            .map(|g| {
+                let hosts = HostTable::new(&g.hosts);
+                let shared = g.hosts.iter().any(|(_, site)| {
+                    sites
+                        .get(*site)
+                        .is_some_and(|s| s.apps.iter().any(|a| a.pool != pool))
+                });
+                Group {
+                    addr: g.addr,
+                    only: hosts.only_default(),
+                    hosts,
+                    shared,
+                }
+            })
+            .collect();
         let sites: Vec<Site> = sites
             .iter()
             .map(|s| {
@@ -86,25 +133,32 @@ impl ThreadService {
                     .iter()
                     .map(|a| App {
                         path: a.path.trim_end_matches('/').to_string(),
-                        handler: match a.handler {
-                            HandlerKind::Static => AppHandler::Static(StaticFiles::new(
-                                s.root.clone(),
-                                s.index.clone(),
-                                s.follow_symlinks,
-                            )),
-                            HandlerKind::Dynamic => AppHandler::Dynamic,
-                            HandlerKind::Cpu => AppHandler::Cpu,
-                            HandlerKind::Proxy => match (&proxy, &s.root) {
-                                // The root is absolute (see `Config::parse`): the app
-                                // finds scripts by it from its own working directory.
-                                (Some(route), Some(root)) if route.fastcgi() => {
-                                    AppHandler::FastCgi(Rc::clone(route), Rc::from(root.as_path()))
-                                }
-                                (Some(route), _) => AppHandler::Proxy(Rc::clone(route)),
-                                // The master gives every front worker its route; without one
-                                // the app has no process to reach.
-                                (None, _) => AppHandler::Unreachable,
-                            },
+                        handler: if a.pool != pool {
+                            AppHandler::Elsewhere(handoff.iter().position(|(p, _)| *p == a.pool))
+                        } else {
+                            match a.handler {
+                                HandlerKind::Static => AppHandler::Static(StaticFiles::new(
+                                    s.root.clone(),
+                                    s.index.clone(),
+                                    s.follow_symlinks,
+                                )),
+                                HandlerKind::Dynamic => AppHandler::Dynamic,
+                                HandlerKind::Cpu => AppHandler::Cpu,
+                                HandlerKind::Proxy => match (&proxy, &s.root) {
+                                    // The root is absolute (see `Config::parse`): the app
+                                    // finds scripts by it from its own working directory.
+                                    (Some(route), Some(root)) if route.fastcgi() => {
+                                        AppHandler::FastCgi(
+                                            Rc::clone(route),
+                                            Rc::from(root.as_path()),
+                                        )
+                                    }
+                                    (Some(route), _) => AppHandler::Proxy(Rc::clone(route)),
+                                    // The master gives every front worker its route; without one
+                                    // the app has no process to reach.
+                                    (None, _) => AppHandler::Unreachable,
+                                },
+                            }
                         },
                     })
                     .collect();
@@ -112,7 +166,9 @@ impl ThreadService {
                 apps.sort_by_key(|a| std::cmp::Reverse(a.path.len()));
                 // The master opened every log once at start (a log it cannot open stops
                 // `serve` with the reason); a later failure costs the lines, not the site.
-                let log = s.access_log.as_ref().and_then(|spec| {
+                // A site is logged by the pools that serve it, each its own requests.
+                let serves = s.apps.iter().any(|a| a.pool == pool);
+                let log = s.access_log.as_ref().filter(|_| serves).and_then(|spec| {
                     access_log::AccessLog::open(spec)
                         .map_err(|e| {
                             crate::server::log(
@@ -127,6 +183,7 @@ impl ThreadService {
             .collect();
         ThreadService {
             groups,
+            handoff: handoff.into_iter().map(|(_, t)| t).collect(),
             clock,
             identity,
             served: Cell::new(0),
@@ -158,24 +215,14 @@ impl ThreadService {
     }
 
     fn route_site(&self, group: usize, req: &Request<'_>) -> Option<&Site> {
-        let routes = self.groups.get(group)?;
-        if let [(None, site)] = routes.as_slice() {
-            self.last_site.set(*site);
-            return self.sites.get(*site);
-        }
-        let host = req.host();
-        let by_host = host.and_then(|h| {
-            routes
-                .iter()
-                .find(|(rh, _)| rh.as_deref().is_some_and(|rh| rh.eq_ignore_ascii_case(h)))
-        });
-        let Some((_, site)) = by_host.or_else(|| routes.iter().find(|(rh, _)| rh.is_none())) else {
-            // No site: nothing of this request goes into a site's log.
-            self.last_site.set(usize::MAX);
-            return None;
+        let g = self.groups.get(group)?;
+        let site = match g.only {
+            Some(site) => Some(site),
+            None => g.hosts.site(req.host()),
         };
-        self.last_site.set(*site);
-        self.sites.get(*site)
+        // No site: nothing of this request goes into a site's log.
+        self.last_site.set(site.unwrap_or(usize::MAX));
+        self.sites.get(site?)
     }
 }
 
@@ -212,6 +259,27 @@ impl ThreadService {
 }
 
 impl Service for ThreadService {
+    fn shared(&self, group: usize) -> bool {
+        self.groups.get(group).is_some_and(|g| g.shared)
+    }
+
+    fn hand_off(&self, group: usize, req: &Request<'_>) -> Option<Handoff> {
+        let Routed::App(app, _) = self.route(group, req) else {
+            return None;
+        };
+        let AppHandler::Elsewhere(Some(k)) = app.handler else {
+            return None;
+        };
+        Some(Handoff {
+            targets: Rc::clone(self.handoff.get(k)?),
+            addr: self.groups.get(group)?.addr,
+        })
+    }
+
+    fn group_of(&self, addr: std::net::SocketAddr) -> Option<usize> {
+        self.groups.iter().position(|g| g.addr == addr)
+    }
+
     fn logging(&self) -> bool {
         self.logging
     }
@@ -255,12 +323,9 @@ impl Service for ThreadService {
         let (app, path) = match self.route(group, req) {
             Routed::App(app, path) => (app, path),
             Routed::UnknownHost => {
-                // HTTP.sys answers an unknown host the same way.
-                resp.simple(
-                    400,
-                    "text/plain; charset=utf-8",
-                    b"400 Bad Request - Invalid Hostname\n",
-                );
+                // No site of this address has that name and none is its default: 421, the
+                // status RFC 9110 gives a request sent to a server that does not serve it.
+                resp.error(421);
                 return Reply::Done;
             }
             Routed::Answer(status) => {
@@ -286,6 +351,11 @@ impl Service for ThreadService {
             // Reached only when the route was not taken whole (see `proxy_route`).
             AppHandler::Proxy(_) | AppHandler::FastCgi(..) | AppHandler::Unreachable => {
                 resp.error(502);
+                Reply::Done
+            }
+            // Reached only when no thread of the app's pool took the connection.
+            AppHandler::Elsewhere(_) => {
+                resp.unavailable();
                 Reply::Done
             }
         }

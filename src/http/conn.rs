@@ -56,6 +56,23 @@ pub trait Service {
         None
     }
 
+    /// Whether requests on `group` may belong to another pool (a shared address): only then
+    /// is [`Self::hand_off`] asked.
+    fn shared(&self, _group: usize) -> bool {
+        false
+    }
+
+    /// Called when a request's head is complete on a shared address: `Some` when another
+    /// pool serves it, and the connection goes there from this request on.
+    fn hand_off(&self, _group: usize, _req: &Request<'_>) -> Option<crate::handoff::Handoff> {
+        None
+    }
+
+    /// The group of the address a handed-over connection was accepted on.
+    fn group_of(&self, _addr: std::net::SocketAddr) -> Option<usize> {
+        None
+    }
+
     /// Whether some site logs its requests: only then does the loop measure them.
     fn logging(&self) -> bool {
         false
@@ -241,15 +258,26 @@ fn is_head(buf: &[u8]) -> bool {
     buf.starts_with(b"HEAD ")
 }
 
-/// Serves one connection until it closes.
-pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<ConnEnv<S>>) {
+/// Serves one connection until it closes (or is handed to another pool). `unread` holds
+/// bytes already read from it (by the thread that handed it over), served first.
+pub async fn serve<S: Service>(
+    mut stream: TcpStream,
+    group: usize,
+    env: Rc<ConnEnv<S>>,
+    unread: Vec<u8>,
+) {
     let fd = stream.as_raw_fd();
     let idle = env.shutdown.register(fd);
     let _registered = Registered {
         shutdown: &env.shutdown,
         fd,
     };
-    let mut rbuf: Vec<u8> = Vec::with_capacity(READ_RESERVE);
+    let mut rbuf: Vec<u8> = unread;
+    if rbuf.capacity() < READ_RESERVE {
+        rbuf.reserve(READ_RESERVE - rbuf.len());
+    }
+    // Decided once per connection: an address served by one pool never looks for a hand-off.
+    let shared = env.service.shared(group);
     let mut wbuf: Vec<u8> = Vec::with_capacity(READ_RESERVE);
     let sleep = tokio::time::sleep_until(env.clock.now() + env.timeouts.keepalive);
     tokio::pin!(sleep);
@@ -266,7 +294,8 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
     let mut peer_text: Option<String> = None;
     // Access logs: measured only when a site of this thread logs.
     let logging = env.service.logging();
-    let mut arrived: Option<std::time::Instant> = None;
+    let mut arrived: Option<std::time::Instant> =
+        (logging && !rbuf.is_empty()).then(std::time::Instant::now);
 
     loop {
         // Answer every complete request already received.
@@ -279,6 +308,8 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
         // A request taken by a proxied app: its head is consumed, its body follows.
         let mut proxied: Option<Proxied> = None;
         let mut proxied_facts: Option<OwnedFacts> = None;
+        // The request at `consumed` belongs to another pool: the connection goes there.
+        let mut handoff: Option<crate::handoff::Handoff> = None;
         match advance_body(&mut pending, &mut rbuf) {
             Ok(true) => {}
             Ok(false) => wait = Wait::Body,
@@ -321,6 +352,12 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                     break;
                 };
                 head_scanned = 0;
+                if shared {
+                    if let Some(h) = env.service.hand_off(group, &request) {
+                        handoff = Some(h);
+                        break;
+                    }
+                }
                 if let Some(target) = env.service.proxy_route(group, &request) {
                     if logging && env.service.wants_log() {
                         proxied_facts = Some(OwnedFacts::of(&request));
@@ -461,6 +498,19 @@ pub async fn serve<S: Service>(mut stream: TcpStream, group: usize, env: Rc<Conn
                 return;
             }
             wbuf.clear();
+        }
+        if let Some(handoff) = handoff {
+            // Answers to the requests before it are written; the rest of the buffer starts
+            // with its head. Our descriptor closes on return, without a shutdown: the
+            // connection lives on in the receiver.
+            if handoff.send(&stream, &rbuf).await {
+                return;
+            }
+            let common = env.clock.common().clone();
+            Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf)).unavailable();
+            let _ = write_all(&mut stream, &wbuf, &env).await;
+            linger_close(stream, &env).await;
+            return;
         }
         if let Some(proxied) = proxied {
             let report = Report::default();

@@ -5,6 +5,7 @@
 //! these functions only apply it and report the kernel's answer as an `io::Error`.
 
 pub mod cgroup;
+pub mod fdpass;
 pub mod net;
 pub mod notify;
 pub mod numa;

@@ -57,13 +57,13 @@ impl std::fmt::Display for Endpoint {
 /// nearest, … A thread uses the first tier that has a process; a forward off its own node is
 /// counted as remote.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tiers {
-    pub tiers: Vec<Vec<Endpoint>>,
+pub struct Tiers<E = Endpoint> {
+    pub tiers: Vec<Vec<E>>,
     /// Whether `tiers[0]` is the front's own node (or locality is unknown: no home node).
     pub local: bool,
 }
 
-impl Default for Tiers {
+impl<E> Default for Tiers<E> {
     fn default() -> Self {
         Tiers {
             tiers: Vec::new(),
@@ -74,13 +74,14 @@ impl Default for Tiers {
 
 /// The tiers for a front worker on `front_node`, from the ready app processes `(node,
 /// endpoint)`, by the kernel's distance table (`distance(a, b)`). A front or app with no home
-/// node (`placement = "none"`) is equally near to all.
-pub fn tiers_for(
+/// node (`placement = "none"`) is equally near to all. The same ranking places a connection
+/// handed to another pool (see [`crate::handoff`]), with hand-off sockets as the endpoints.
+pub fn tiers_for<E: Clone>(
     front_node: Option<u32>,
-    apps: &[(Option<u32>, Endpoint)],
+    apps: &[(Option<u32>, E)],
     distance: impl Fn(u32, u32) -> u32,
-) -> Tiers {
-    let mut ranked: Vec<(u32, &Endpoint)> = apps
+) -> Tiers<E> {
+    let mut ranked: Vec<(u32, &E)> = apps
         .iter()
         .map(|(node, e)| {
             let d = match (front_node, node) {
@@ -91,7 +92,7 @@ pub fn tiers_for(
         })
         .collect();
     ranked.sort_by_key(|&(d, _)| d);
-    let mut tiers: Vec<Vec<Endpoint>> = Vec::new();
+    let mut tiers: Vec<Vec<E>> = Vec::new();
     let mut last = None;
     for (d, e) in ranked {
         if last != Some(d) {
@@ -162,7 +163,7 @@ mod tests {
         );
         assert!(tiers_for(Some(0), &apps, ring).local);
         assert_eq!(
-            tiers_for(None, &[], ring).tiers,
+            tiers_for::<Endpoint>(None, &[], ring).tiers,
             Vec::<Vec<Endpoint>>::new()
         );
     }

@@ -62,7 +62,7 @@ pub fn remove_runtime_dir() {
     let _ = std::fs::remove_dir_all(runtime_dir());
 }
 
-fn ensure_runtime_dir() -> Result<PathBuf, String> {
+pub(super) fn ensure_runtime_dir() -> Result<PathBuf, String> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = runtime_dir();
     match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
@@ -277,7 +277,7 @@ pub fn fd_names(spec: &WorkerSpec) -> Vec<String> {
         .map(|g| {
             spec.groups
                 .get(g)
-                .and_then(|routes| routes.first())
+                .and_then(|routes| routes.hosts.first())
                 .and_then(|&(_, site)| spec.sites.get(site))
                 .map_or_else(|| format!("espalier{g}"), |s| s.name.clone())
                 .replace(':', "_")

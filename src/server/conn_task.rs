@@ -88,17 +88,19 @@ fn worth_logging(n: u64) -> bool {
     n <= 10 || n.is_power_of_two()
 }
 
-/// Serves one connection in its slot; a panic is contained here (see the module docs).
+/// Serves one connection in its slot, `unread` its bytes already read (by the thread that
+/// handed it over); a panic is contained here (see the module docs).
 pub async fn serve(
     stream: tokio::net::TcpStream,
     group: usize,
+    unread: Vec<u8>,
     env: Rc<ConnEnv<ThreadService>>,
     slot: Slot,
     panics: Arc<AtomicU64>,
     who: Rc<str>,
 ) {
     let peer = stream.peer_addr().ok();
-    let outcome = catch_panic(conn::serve(stream, group, env)).await;
+    let outcome = catch_panic(conn::serve(stream, group, env, unread)).await;
     drop(slot);
     if outcome.is_err() {
         let n = panics.fetch_add(1, Ordering::Relaxed) + 1;

@@ -1,15 +1,19 @@
-//! The listener sockets: one reuseport group per pool and address, one socket per worker
-//! thread in (node, CPU) order, with the CPU-steering program attached.
+//! The listener sockets: one reuseport group per address, one socket per worker thread of
+//! every pool serving a site there, in (node, CPU) order, with the CPU-steering program
+//! attached.
 //!
 //! Owns: opening, growing and arming listener groups, and the message when a port cannot be
 //! had. The master keeps every socket for its whole life (like HTTP.sys request queues: a
 //! worker that dies leaves its sockets open in the master, so new connections queue instead
-//! of being refused). Must not touch: workers (the supervisor hands them the sockets) or
-//! requests.
+//! of being refused). An address served by several pools (sites told apart by host, or one
+//! site's apps by path) is one group with the threads of all of them: a connection goes to a
+//! thread on the receiving CPU, whichever pool it is of, and is handed to the right pool
+//! from there (see [`crate::handoff`]). Must not touch: workers (the supervisor hands them
+//! the sockets) or requests.
 
 use super::log;
 use super::steering;
-use crate::config::{Config, PoolSpec, SiteSpec, Steering};
+use crate::config::{Config, PoolSpec, Steering};
 use crate::handlers::GroupRoutes;
 use crate::os;
 use crate::placement::Plan;
@@ -17,78 +21,113 @@ use crate::topology::Topology;
 use socket2::Socket;
 use std::net::SocketAddr;
 
-/// One reuseport group: every thread of a pool listening on one address.
+/// One reuseport group: every thread of the pools serving one address.
 pub struct ListenerGroup {
-    pub(super) pool: String,
+    /// The pools serving the address's sites, in config order.
+    pub(super) pools: Vec<String>,
     pub(super) addr: SocketAddr,
     pub(super) routes: GroupRoutes,
     /// Sockets in group order; `owners[i]` = (worker index in the plan, thread index).
     pub(super) sockets: Vec<Socket>,
     pub(super) owners: Vec<(usize, usize)>,
+    /// `(CPU, pool)` of each socket's owner, for steering around a stopped pool.
+    pub(super) owner_pools: Vec<(u32, String)>,
 }
 
-/// The listener groups a config wants: one per pool and address, with the sites it routes to
-/// by host (site indices among the pool's own sites).
+impl ListenerGroup {
+    /// Whether several pools share the address (its workers hand connections over).
+    pub(super) fn shared(&self) -> bool {
+        self.pools.len() > 1
+    }
+
+    pub(super) fn serves(&self, pool: &str) -> bool {
+        self.pools.iter().any(|p| p == pool)
+    }
+}
+
+/// The listener groups a config wants: one per address, with the sites it routes to by host
+/// (indices into the config's sites) and the pools serving them.
 pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
     let mut groups: Vec<ListenerGroup> = Vec::new();
-    for pool in &config.pools {
-        let pool_sites: Vec<(usize, &SiteSpec)> = config
-            .sites
-            .iter()
-            .filter(|s| s.pool() == pool.name)
-            .enumerate()
-            .collect();
-        for (site_idx, site) in &pool_sites {
-            for b in &site.bindings {
-                match groups
-                    .iter_mut()
-                    .find(|g| g.pool == pool.name && g.addr == b.addr)
-                {
-                    Some(g) => g.routes.push((b.host.clone(), *site_idx)),
-                    None => groups.push(ListenerGroup {
-                        pool: pool.name.clone(),
+    for (site_idx, site) in config.sites.iter().enumerate() {
+        for b in &site.bindings {
+            let g = match groups.iter().position(|g| g.addr == b.addr) {
+                Some(k) => &mut groups[k],
+                None => {
+                    groups.push(ListenerGroup {
+                        pools: Vec::new(),
                         addr: b.addr,
-                        routes: vec![(b.host.clone(), *site_idx)],
+                        routes: GroupRoutes {
+                            addr: b.addr,
+                            hosts: Vec::new(),
+                        },
                         sockets: Vec::new(),
                         owners: Vec::new(),
-                    }),
+                        owner_pools: Vec::new(),
+                    });
+                    groups.last_mut().expect("pushed above")
+                }
+            };
+            g.routes.hosts.push((b.host.clone(), site_idx));
+            for a in &site.apps {
+                if !g.pools.contains(&a.pool) {
+                    g.pools.push(a.pool.clone());
                 }
             }
         }
     }
+    let rank = |p: &String| config.pools.iter().position(|c| &c.name == p);
+    for g in &mut groups {
+        g.pools.sort_by_key(rank);
+    }
     groups
 }
 
-/// The threads that own a group's sockets, in socket order: (worker index in the plan,
-/// thread index, CPU).
-pub(super) type SocketOwners = Vec<(usize, usize, u32)>;
+/// The thread that owns one socket of a group.
+#[derive(Debug, Clone)]
+pub(super) struct SocketOwner {
+    /// The worker's index in the plan, and the thread's index in the worker.
+    pub worker: usize,
+    pub thread: usize,
+    pub cpu: u32,
+    pub pool: String,
+}
 
-/// The threads that own a pool's sockets on one address, in (node, CPU) order. An activated
-/// application has one socket per process (on its first CPU; the steering table sends the
-/// node's other CPUs to the node's sockets), since it accepts with one socket per address.
+/// The threads that own a group's sockets, in socket order.
+pub(super) type SocketOwners = Vec<SocketOwner>;
+
+/// The threads that own the sockets of an address served by `pools`, in (node, CPU) order.
+/// An activated application has one socket per process (on its first CPU; the steering
+/// table sends the node's other CPUs to the node's sockets), since it accepts with one socket
+/// per address.
 pub(super) fn group_owners(
-    pool: &str,
+    pools: &[String],
     config: &Config,
     topology: &Topology,
     plan: &Plan,
 ) -> SocketOwners {
     let mut owners: SocketOwners = Vec::new();
-    let activated = config.pool(pool).is_some_and(PoolSpec::activated);
     for (w, worker) in plan
         .workers
         .iter()
         .enumerate()
-        .filter(|(_, w)| w.pool == pool)
+        .filter(|(_, w)| pools.contains(&w.pool))
     {
+        let activated = config.pool(&worker.pool).is_some_and(PoolSpec::activated);
         for (t, cpu) in listening_cpus(worker, activated).into_iter().enumerate() {
-            owners.push((w, t, cpu));
+            owners.push(SocketOwner {
+                worker: w,
+                thread: t,
+                cpu,
+                pool: worker.pool.clone(),
+            });
         }
     }
-    owners.sort_by_key(|&(w, t, cpu)| {
+    owners.sort_by_key(|o| {
         (
-            steering::socket_order_key(cpu, |c| topology.node_of_cpu(c)),
-            w,
-            t,
+            steering::socket_order_key(o.cpu, |c| topology.node_of_cpu(c)),
+            o.worker,
+            o.thread,
         )
     });
     owners
@@ -124,17 +163,38 @@ pub(super) fn open_missing(
 /// fail in a way that changes what is served: returns whether the program could be attached.
 pub(super) fn arm_group(
     g: &mut ListenerGroup,
-    owners: &[(usize, usize, u32)],
+    owners: &[SocketOwner],
     config: &Config,
     topology: &Topology,
 ) -> bool {
-    g.owners = owners.iter().map(|&(w, t, _)| (w, t)).collect();
+    g.owners = owners.iter().map(|o| (o.worker, o.thread)).collect();
+    g.owner_pools = owners.iter().map(|o| (o.cpu, o.pool.clone())).collect();
+    steer(g, config, topology, &[])
+}
+
+/// Attaches the steering program for the group's owners, leaving out the sockets of the
+/// `stopped` pools: on a shared address, their CPUs' connections go to the other pools'
+/// threads (nearest first, as for a CPU no thread owns), which hand them on.
+pub(super) fn steer(
+    g: &ListenerGroup,
+    config: &Config,
+    topology: &Topology,
+    stopped: &[String],
+) -> bool {
     if config.server.steering == Steering::Hash {
         return true;
     }
     // Sockets beyond the threads (a reload that shrank the pool) are never chosen.
-    let thread_cpus: Vec<u32> = owners.iter().map(|&(_, _, cpu)| cpu).collect();
-    let table = steering::steering_table(&thread_cpus, &topology.online_cpus(), |c| {
+    let thread_cpus: Vec<Option<u32>> = g
+        .owner_pools
+        .iter()
+        .map(|(cpu, pool)| (!stopped.contains(pool)).then_some(*cpu))
+        .collect();
+    if thread_cpus.iter().all(Option::is_none) {
+        // Every pool of the address is stopped: the master answers on all its sockets.
+        return true;
+    }
+    let table = steering::steering_table_of(&thread_cpus, &topology.online_cpus(), |c| {
         topology.node_of_cpu(c)
     });
     let prog = steering::steering_program(&table, thread_cpus.len() as u32);
@@ -152,7 +212,7 @@ pub(super) fn fill_group(
     plan: &Plan,
     file: &str,
 ) -> Result<bool, String> {
-    let owners = group_owners(&g.pool, config, topology, plan);
+    let owners = group_owners(&g.pools, config, topology, plan);
     let sockets = open_missing(g, owners.len(), config, file)?;
     g.sockets.extend(sockets);
     Ok(arm_group(g, &owners, config, topology))

@@ -1,6 +1,7 @@
 //! The master (`espalier serve`): the WAS + HTTP.sys of espalier. It opens every listener
 //! itself ([`super::listeners`]), builds one worker spec per planned slot
-//! ([`super::spawn`]), and hands both to the supervisor, which starts the workers, keeps them
+//! ([`super::spawn`]) with its hand-off sockets on shared addresses ([`super::handoffs`]),
+//! and hands them to the supervisor, which starts the workers, keeps them
 //! alive and stops everything gracefully on SIGTERM/SIGINT.
 //!
 //! Owns: the order of start-up. Must not touch: requests — the master never serves one.
@@ -29,11 +30,15 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
         }
     }
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
-    let specs = super::spawn::worker_specs(config, plan, &groups);
+    let mut handoffs = super::handoffs::Handoffs::default();
+    handoffs.ensure(&groups, &config.pools, plan)?;
+    let specs = super::spawn::worker_specs(config, plan, &groups, &handoffs, topology);
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(super::supervisor::run(config, topology, groups, specs))
+    rt.block_on(super::supervisor::run(
+        config, topology, groups, handoffs, specs,
+    ))
 }

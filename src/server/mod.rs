@@ -17,6 +17,7 @@ pub mod app;
 pub mod app_exec;
 pub mod conn_task;
 pub mod control;
+pub mod handoffs;
 pub mod lifecycle;
 pub mod listeners;
 pub mod master;

@@ -6,11 +6,13 @@
 //! Must not touch: when a worker starts or stops (the supervisor decides) or the sockets'
 //! life (the listener groups own them).
 
+use super::handoffs::Handoffs;
 use super::listeners::ListenerGroup;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
-use crate::config::{Affinity, Config, SiteSpec};
+use crate::config::{Affinity, Config};
 use crate::os;
 use crate::placement::Plan;
+use crate::topology::Topology;
 use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
 
@@ -18,6 +20,8 @@ pub(super) fn worker_specs(
     config: &Config,
     plan: &Plan,
     groups: &[ListenerGroup],
+    handoffs: &Handoffs,
+    topology: &Topology,
 ) -> Vec<WorkerSpec> {
     plan.workers
         .iter()
@@ -26,14 +30,8 @@ pub(super) fn worker_specs(
             let pool = config
                 .pool(&worker.pool)
                 .expect("plan names configured pools");
-            let sites: Vec<SiteSpec> = config
-                .sites
-                .iter()
-                .filter(|s| s.pool() == pool.name)
-                .cloned()
-                .collect();
             let my_groups: Vec<usize> = (0..groups.len())
-                .filter(|&g| groups[g].pool == pool.name)
+                .filter(|&g| groups[g].serves(&pool.name))
                 .collect();
             let activated = pool.activated();
             let threads = super::listeners::listening_cpus(worker, activated)
@@ -53,6 +51,15 @@ pub(super) fn worker_specs(
                             (groups[g].sockets[i].as_raw_fd(), local_g)
                         })
                         .collect(),
+                    handoff_fd: handoffs.fd_of(&pool.name, worker.index, cpu),
+                    handoff: handoffs.targets_for(
+                        &pool.name,
+                        cpu,
+                        groups,
+                        &config.pools,
+                        plan,
+                        topology,
+                    ),
                 })
                 .collect();
             WorkerSpec {
@@ -69,7 +76,7 @@ pub(super) fn worker_specs(
                     .iter()
                     .map(|&g| groups[g].routes.clone())
                     .collect(),
-                sites,
+                sites: config.sites.clone(),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
@@ -120,7 +127,7 @@ pub(super) fn spawn_worker(
     let mut fds: Vec<RawFd> = spec
         .threads
         .iter()
-        .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd))
+        .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
         .collect();
     fds.push(worker_end.as_raw_fd());
     let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;

@@ -16,6 +16,12 @@ pub struct ThreadSpec {
     pub cpu: u32,
     /// (inherited fd, group index).
     pub listeners: Vec<(i32, usize)>,
+    /// On a shared address: the inherited socket connections are handed to this thread on.
+    #[serde(default)]
+    pub handoff_fd: Option<i32>,
+    /// On a shared address: per other pool, where this thread hands its connections.
+    #[serde(default)]
+    pub handoff: Vec<(String, crate::proxy::Tiers<std::path::PathBuf>)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,8 +37,10 @@ pub struct WorkerSpec {
     /// The worker's end of its control socket with the master.
     pub control_fd: i32,
     pub threads: Vec<ThreadSpec>,
-    /// Per listener group: which of `sites` it answers for, by host.
+    /// Per listener group: its address, and which of `sites` it answers for, by host.
     pub groups: Vec<GroupRoutes>,
+    /// Every site of the config (the groups name them by index); the worker serves the apps
+    /// of its own pool and hands the others' requests over.
     pub sites: Vec<SiteSpec>,
     pub limits: Limits,
     pub worker_header: bool,

@@ -10,6 +10,27 @@ use std::fmt::Write;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
     pub pools: Vec<PoolStatus>,
+    /// Every address listened on, with the sites it routes to and the pools serving them.
+    #[serde(default)]
+    pub addresses: Vec<AddressStatus>,
+}
+
+/// One listening address and who answers on it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AddressStatus {
+    pub address: String,
+    /// More than one pool serves it: connections are handed to the right pool by host and
+    /// path.
+    pub shared: bool,
+    pub sites: Vec<AddressSite>,
+}
+
+/// A site on an address: its host name (`None`: the default site) and the pools of its apps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AddressSite {
+    pub host: Option<String>,
+    pub site: String,
+    pub pools: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -210,6 +231,7 @@ mod tests {
     #[test]
     fn status_reads_back_what_it_writes_and_renders_metrics() {
         let s = Status {
+            addresses: Vec::new(),
             pools: vec![PoolStatus {
                 name: "web".into(),
                 state: PoolState::Running,

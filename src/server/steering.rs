@@ -46,21 +46,26 @@ pub fn socket_order_key(cpu: u32, node_of: impl Fn(u32) -> Option<u32>) -> (u32,
     (node_of(cpu).unwrap_or(u32::MAX), cpu)
 }
 
-/// The contiguous run of socket indices `members` forms (they are sorted and adjacent by
-/// construction; if not, the first alone).
+/// The run of socket indices `members` (sorted) forms; where they have holes (sockets of a
+/// stopped pool left out), the longest contiguous part of them.
 fn run_of(members: &[u32]) -> Option<SocketRun> {
-    let (&first, &last) = (members.first()?, members.last()?);
-    if last - first + 1 == members.len() as u32 {
-        Some(SocketRun {
-            start: first,
-            count: members.len() as u32,
-        })
-    } else {
-        Some(SocketRun {
-            start: first,
-            count: 1,
-        })
+    let mut best: Option<SocketRun> = None;
+    let mut k = 0;
+    while k < members.len() {
+        let mut end = k + 1;
+        while end < members.len() && members[end] == members[end - 1] + 1 {
+            end += 1;
+        }
+        let run = SocketRun {
+            start: members[k],
+            count: (end - k) as u32,
+        };
+        if best.is_none_or(|b| run.count > b.count) {
+            best = Some(run);
+        }
+        k = end;
     }
+    best
 }
 
 /// CPU → socket run, for every online CPU of the machine. `thread_cpus[i]` is the CPU of the
@@ -70,26 +75,44 @@ pub fn steering_table(
     online: &CpuSet,
     node_of: impl Fn(u32) -> Option<u32>,
 ) -> Vec<(u32, SocketRun)> {
-    let n = thread_cpus.len() as u32;
+    let cpus: Vec<Option<u32>> = thread_cpus.iter().map(|&c| Some(c)).collect();
+    steering_table_of(&cpus, online, node_of)
+}
+
+/// As [`steering_table`], where a `None` socket is never chosen (its pool is stopped).
+pub fn steering_table_of(
+    thread_cpus: &[Option<u32>],
+    online: &CpuSet,
+    node_of: impl Fn(u32) -> Option<u32>,
+) -> Vec<(u32, SocketRun)> {
+    let live: Vec<(u32, u32)> = thread_cpus
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| Some((i as u32, (*c)?)))
+        .collect();
     debug_assert!(
-        thread_cpus
-            .windows(2)
-            .all(|w| socket_order_key(w[0], &node_of) <= socket_order_key(w[1], &node_of)),
+        live.windows(2)
+            .all(|w| socket_order_key(w[0].1, &node_of) <= socket_order_key(w[1].1, &node_of)),
         "sockets are created in (node, CPU) order"
     );
+    let all: Vec<u32> = live.iter().map(|&(i, _)| i).collect();
     let mut table = Vec::new();
     for cpu in online.iter() {
-        let owned: Vec<u32> = (0..n).filter(|&i| thread_cpus[i as usize] == cpu).collect();
+        let owned: Vec<u32> = live
+            .iter()
+            .filter(|&&(_, c)| c == cpu)
+            .map(|&(i, _)| i)
+            .collect();
         let node = node_of(cpu);
-        let same_node: Vec<u32> = (0..n)
-            .filter(|&i| node.is_some() && node_of(thread_cpus[i as usize]) == node)
+        let same_node: Vec<u32> = live
+            .iter()
+            .filter(|&&(_, c)| node.is_some() && node_of(c) == node)
+            .map(|&(i, _)| i)
             .collect();
         let run = run_of(&owned)
             .or_else(|| run_of(&same_node))
-            .unwrap_or(SocketRun {
-                start: 0,
-                count: n.max(1),
-            });
+            .or_else(|| run_of(&all))
+            .unwrap_or(SocketRun { start: 0, count: 1 });
         table.push((cpu, run));
     }
     table
@@ -225,6 +248,20 @@ mod tests {
         assert_eq!(interpret(&prog, 0, 1), 1);
         assert_eq!(interpret(&prog, 1, 6), 2);
         assert_eq!(interpret(&prog, 1, 7), 3);
+    }
+
+    #[test]
+    fn a_stopped_pools_sockets_are_never_chosen() {
+        // Sockets 0-3: CPUs 0,0,1,1 (pools a and b on each CPU); pool b (sockets 1 and 3)
+        // is stopped; CPUs 2-3 own nothing.
+        let online = CpuSet::parse("0-3").unwrap();
+        let table = steering_table_of(&[Some(0), None, Some(1), None], &online, |_| Some(0));
+        let prog = steering_program(&table, 4);
+        for r in 0..8 {
+            assert_eq!(interpret(&prog, 0, r), 0);
+            assert_eq!(interpret(&prog, 1, r), 2);
+            assert!([0, 2].contains(&interpret(&prog, 3, r)));
+        }
     }
 
     #[test]

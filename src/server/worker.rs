@@ -15,6 +15,7 @@ use super::log;
 use super::spec::{WorkerSpec, ENV_VAR};
 use crate::cpuset::CpuSet;
 use crate::handlers::ThreadService;
+use crate::handoff::PoolTargets;
 use crate::http::clock::Clock;
 use crate::http::conn::{ConnEnv, Shutdown, Timeouts};
 use crate::http::{HeadLimits, Responder};
@@ -22,6 +23,7 @@ use crate::os::{self, numa::MemPolicyMode};
 use crate::proxy::{ProxyRoute, SharedTiers};
 use std::cell::Cell;
 use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -337,11 +339,17 @@ fn engine_thread(
         let l = &spec.limits;
         let env = Rc::new(ConnEnv {
             service: ThreadService::new(
+                &spec.pool,
                 &spec.sites,
                 spec.groups.clone(),
                 Rc::clone(&clock),
                 identity,
                 route,
+                thread
+                    .handoff
+                    .iter()
+                    .map(|(pool, tiers)| (pool.clone(), Rc::new(PoolTargets::new(tiers.clone()))))
+                    .collect(),
             ),
             clock,
             limits: HeadLimits {
@@ -371,7 +379,29 @@ fn engine_thread(
                 }
             }
         }
+        // Connections other pools hand to this thread on a shared address.
+        let receiver = match thread.handoff_fd.map(|fd| {
+            // SAFETY: the master handed us this fd for this thread's exclusive use.
+            crate::handoff::Receiver::new(unsafe { OwnedFd::from_raw_fd(fd) })
+        }) {
+            Some(Err(e)) => {
+                let _ = started.send(Err(format!("cannot use hand-off socket: {e}")));
+                return;
+            }
+            Some(Ok(r)) => Some(r),
+            None => None,
+        };
         let who: Rc<str> = format!("{}/{}/cpu{}", spec.pool, spec.index, thread.cpu).into();
+        if let Some(receiver) = receiver {
+            tokio::task::spawn_local(receive_loop(
+                receiver,
+                Rc::clone(&env),
+                Rc::clone(&open),
+                max_conns,
+                Arc::clone(&health.panics),
+                Rc::clone(&who),
+            ));
+        }
         for (listener, group) in listeners {
             tokio::task::spawn_local(accept_loop(
                 listener,
@@ -446,6 +476,7 @@ async fn accept_loop(
                 tokio::task::spawn_local(conn_task::serve(
                     stream,
                     group,
+                    Vec::new(),
                     Rc::clone(&env),
                     slot,
                     Arc::clone(&panics),
@@ -455,6 +486,57 @@ async fn accept_loop(
             // Out of descriptors or memory: back off briefly rather than spin.
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
+    }
+}
+
+/// Serves the connections other pools' threads hand to this one, as if accepted here; stops
+/// taking them when the worker drains (its successor in the slot takes the rest).
+async fn receive_loop(
+    mut receiver: crate::handoff::Receiver,
+    env: Rc<ConnEnv<ThreadService>>,
+    open: Rc<Cell<usize>>,
+    max_conns: usize,
+    panics: Arc<AtomicU64>,
+    who: Rc<str>,
+) {
+    use crate::http::conn::Service;
+    loop {
+        if env.shutdown.started.get() {
+            return;
+        }
+        let received = tokio::select! {
+            biased;
+            _ = env.shutdown.notify.notified() => return,
+            r = receiver.next() => r,
+        };
+        let Ok(got) = received else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = got.stream.set_nodelay(true);
+        let Some(group) = env.service.group_of(got.addr) else {
+            // Not an address of ours (a reload moved it): nothing here can answer it.
+            let mut answer = Vec::with_capacity(256);
+            Responder::new(&mut answer, &env.clock.common(), false, 1, false).unavailable();
+            tokio::task::spawn_local(reject_busy(got.stream, answer));
+            continue;
+        };
+        if open.get() >= max_conns {
+            let mut answer = Vec::with_capacity(256);
+            Responder::new(&mut answer, &env.clock.common(), false, 1, false).unavailable();
+            tokio::task::spawn_local(reject_busy(got.stream, answer));
+            continue;
+        }
+        let slot = Slot::take(&open);
+        tokio::task::spawn_local(conn_task::serve(
+            got.stream,
+            group,
+            got.unread,
+            Rc::clone(&env),
+            slot,
+            Arc::clone(&panics),
+            Rc::clone(&who),
+        ));
     }
 }
 

@@ -94,6 +94,17 @@ impl Topology {
         self.cpus.iter().find(|c| c.id == id)
     }
 
+    /// The kernel's distance from node `a` to node `b` (10 = local); without a table, 10 to
+    /// itself and 20 to any other.
+    pub fn distance(&self, a: u32, b: u32) -> u32 {
+        let to = self.nodes.iter().position(|n| n.id == b);
+        match (self.node(a), to) {
+            (Some(n), Some(k)) => n.distances.get(k).copied().unwrap_or(20),
+            _ if a == b => 10,
+            _ => 20,
+        }
+    }
+
     /// The node a CPU belongs to, if known.
     pub fn node_of_cpu(&self, cpu: u32) -> Option<u32> {
         self.cpu(cpu).and_then(|c| c.node)

@@ -131,16 +131,23 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// a request whose reused connection was closed before any answer byte is sent again on a new
 /// connection. Returns (answered, failed).
 pub fn keep_alive_load(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
+    keep_alive_load_host(addr, "a", stop)
+}
+
+/// As [`keep_alive_load`], naming `host`.
+pub fn keep_alive_load_host(
+    addr: SocketAddr,
+    host: &str,
+    stop: Arc<AtomicBool>,
+) -> (u64, Vec<String>) {
+    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
     let mut answered = 0;
     let mut failed = Vec::new();
     let mut conn: Option<Conn> = None;
     while !stop.load(Ordering::Relaxed) {
         let reused = conn.is_some();
         let c = conn.get_or_insert_with(|| Conn::open(addr));
-        let sent = c
-            .stream
-            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-            .is_ok();
+        let sent = c.stream.write_all(request.as_bytes()).is_ok();
         match sent.then(|| c.read_response(false)).flatten() {
             Some(r) if r.status == 200 => {
                 answered += 1;

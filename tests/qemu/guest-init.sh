@@ -169,5 +169,29 @@ else
 fi
 kill $app; wait $app 2>/dev/null
 
+# 10. One port, two pools by host: a connection received on CPU k, whichever pool's thread
+#     accepts it, is served by the garden's thread on CPU k, or by the single-worker pool's
+#     thread on its own node (the only one it has), and on CPU k itself when k is there.
+espalier serve -c shared.toml > /tmp/shared.log 2>&1 &
+shared=$!
+if wait_for /tmp/shared.log "worker(s) serving" 60; then
+  solo_node=$(awk '/worker solo\/0 started: pid/ {print $8; exit}' /tmp/shared.log)
+  ok=0; detail="solo on node $solo_node:"
+  for k in 0 1 2 3 4 5 6 7; do
+    g=$(taskset -c $k wget -S -O /dev/null --header "Host: garden.example" http://127.0.0.1:8095/ 2>&1 | awk -F': ' 'tolower($1) ~ /x-espalier-worker/ {print $2}' | tr -d '\r')
+    s=$(taskset -c $k wget -S -O /dev/null --header "Host: solo.example" http://127.0.0.1:8095/ 2>&1 | awk -F': ' 'tolower($1) ~ /x-espalier-worker/ {print $2}' | tr -d '\r')
+    case "$g" in garden/*"/cpu$k") ;; *) ok=1 ;; esac
+    scpu=${s##*/cpu}
+    case "$s" in solo/*) ;; *) ok=1 ;; esac
+    within "$scpu" "$(node_cpus $solo_node)" || ok=1
+    if within "$k" "$(node_cpus $solo_node)"; then [ "$scpu" = "$k" ] || ok=1; fi
+    detail="$detail cpu$k->$g,$s"
+  done
+  verdict shared-port-locality $ok "$detail"
+else
+  verdict shared-port-locality 1 "the server did not start: $(tail -3 /tmp/shared.log)"
+fi
+kill $shared; wait $shared 2>/dev/null
+
 echo ESPALIER-GUEST-DONE
 poweroff -f

@@ -27,7 +27,16 @@ impl Validator {
             );
         }
         for (k, b) in raw.bindings.iter().enumerate() {
-            match parse_binding(b) {
+            let host_problem = parse_binding(b).ok().and_then(|binding| {
+                binding
+                    .host
+                    .as_deref()
+                    .and_then(crate::handlers::hosts::host_name_problem)
+            });
+            match parse_binding(b).and_then(|binding| match host_problem {
+                Some(problem) => Err(problem),
+                None => Ok(binding),
+            }) {
                 Ok(binding) => bindings.push(binding),
                 Err(m) => self.err(
                     &[
@@ -140,14 +149,24 @@ impl Validator {
                 handler,
             });
         }
-        // Path routing across pools needs a dispatcher in front of the workers (DESIGN.md:
-        // "a later step"); until then one site is served by one pool.
-        if let Some(other) = apps.iter().find(|a| a.pool != apps[0].pool) {
-            let msg = format!(
-                "site `{name}` sends apps to pools `{}` and `{}`; one site is served by one pool — give the other pool its own [[site]] on its own port",
-                apps[0].pool, other.pool
-            );
-            self.err(&[Seg::Key("site"), Seg::Index(i), Seg::Key("app")], msg);
+        // An activated application accepts the site's connections itself: no other pool
+        // can be given a path of the same site.
+        let activated = |pool: &str| {
+            pools.iter().any(|p| {
+                p.name == pool
+                    && p.app
+                        .as_ref()
+                        .is_some_and(|a| a.transport == Transport::Activation)
+            })
+        };
+        if let Some(a) = apps.iter().find(|a| activated(&a.pool)) {
+            if let Some(other) = apps.iter().find(|o| o.pool != a.pool) {
+                let msg = format!(
+                    "site `{name}` sends `{}` to pool `{}` and `{}` to pool `{}`, but pool `{}` uses transport = \"activation\": its application accepts every connection of the site itself; use transport = \"proxy\", or give the other pool its own site",
+                    a.path, a.pool, other.path, other.pool, a.pool
+                );
+                self.err(&[Seg::Key("site"), Seg::Index(i), Seg::Key("app")], msg);
+            }
         }
         SiteSpec {
             name,
@@ -214,18 +233,25 @@ impl Validator {
         Some(AccessLogSpec { path, format })
     }
 
-    /// One address may be bound by several sites only with different host names, and only
-    /// when the same pool serves them (its workers route by `Host`).
+    /// One address may be bound by several sites only with different host names; they may be
+    /// served by different pools (the workers hand a connection to the right pool, see
+    /// [`crate::handoff`]) unless one of them is an activated application, which accepts every
+    /// connection of its address itself.
     pub(super) fn check_bindings(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
-        let activation = |site: &SiteSpec| {
-            pools.iter().any(|p| {
-                !site.apps.is_empty()
-                    && p.name == site.pool()
-                    && p.app
-                        .as_ref()
-                        .is_some_and(|a| a.transport == Transport::Activation)
+        let activated = |site: &SiteSpec| {
+            site.apps.iter().find_map(|a| {
+                pools
+                    .iter()
+                    .find(|p| p.name == a.pool)
+                    .filter(|p| {
+                        p.app
+                            .as_ref()
+                            .is_some_and(|c| c.transport == Transport::Activation)
+                    })
+                    .map(|p| p.name.as_str())
             })
         };
+        let host_key = |b: &Binding| b.host.as_deref().map(crate::handlers::hosts::normal_host);
         for (i, s) in sites.iter().enumerate() {
             for (k, b) in s.bindings.iter().enumerate() {
                 let path = [
@@ -248,20 +274,24 @@ impl Validator {
                     if !same_addr {
                         continue;
                     }
-                    if c.host == b.host {
-                        self.err(&path, format!("duplicate binding: `{b}` is already bound by site `{}`; remove one or give it a host name", t.name));
-                    } else if !s.apps.is_empty() && !t.apps.is_empty() && t.pool() != s.pool() {
-                        if activation(s) || activation(t) {
-                            let (a, other) = if activation(s) { (s, t) } else { (t, s) };
-                            self.err(&path, format!(
-                                "`{b}` is shared by site `{}` of pool `{}` (transport = \"activation\") and site `{}` of pool `{}`; an activated application accepts every connection on its address itself, so its pool must serve that address alone: give one of them its own port, or use transport = \"proxy\"",
-                                a.name, a.pool(), other.name, other.pool()
-                            ));
-                            continue;
-                        }
+                    if host_key(c) == host_key(b) {
+                        let what = match &b.host {
+                            Some(h) => format!("host `{h}`"),
+                            None => "no host name (the default site)".to_string(),
+                        };
+                        self.err(&path, format!("duplicate binding: `{b}` is already bound with {what} by site `{}`; remove one or give each its own host name", t.name));
+                        continue;
+                    }
+                    let (a, other) = match (activated(s), activated(t)) {
+                        (Some(_), _) => (s, t),
+                        (None, Some(_)) => (t, s),
+                        (None, None) => continue,
+                    };
+                    let pool = activated(a).unwrap_or_default();
+                    if other.apps.iter().any(|x| x.pool != pool) {
                         self.err(&path, format!(
-                            "`{b}` shares port {} with site `{}` but is served by another pool; give it its own port (routing one port to several pools is not supported yet)",
-                            b.addr.port(), t.name
+                            "`{b}` is shared by site `{}` of pool `{pool}` (transport = \"activation\") and site `{}`; an activated application accepts every connection on its address itself, so its pool must serve that address alone: give one of them its own port, or use transport = \"proxy\"",
+                            a.name, other.name
                         ));
                     }
                 }

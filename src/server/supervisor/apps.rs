@@ -169,7 +169,7 @@ impl Supervisor {
     /// group, the unspecified address replaced by loopback.
     fn activation_address(&self, i: usize) -> Option<SocketAddr> {
         let pool = &self.slots[i].spec.pool;
-        let g = self.groups.iter().find(|g| &g.pool == pool)?;
+        let g = self.groups.iter().find(|g| g.serves(pool))?;
         let mut addr = g.addr;
         if addr.ip().is_unspecified() {
             addr.set_ip(match addr {
@@ -192,16 +192,7 @@ impl Supervisor {
                 Some((s.spec.node, p.app.as_ref()?.endpoint.clone()?))
             })
             .collect();
-        let topology = &self.topology;
-        let distance = |a: u32, b: u32| {
-            let from = topology.nodes.iter().find(|n| n.id == a);
-            let to = topology.nodes.iter().position(|n| n.id == b);
-            match (from, to) {
-                (Some(n), Some(k)) => n.distances.get(k).copied().unwrap_or(20),
-                _ if a == b => 10,
-                _ => 20,
-            }
-        };
+        let distance = |a, b| self.topology.distance(a, b);
         let mut unsent = false;
         for s in self
             .slots

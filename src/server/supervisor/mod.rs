@@ -68,6 +68,8 @@ struct Supervisor {
     config: Config,
     topology: crate::topology::Topology,
     groups: Vec<ListenerGroup>,
+    /// The hand-off sockets of pools on shared addresses (one per thread slot).
+    handoffs: super::handoffs::Handoffs,
     /// Workers of a reloaded or removed pool: they serve until the pool's new workers are all
     /// ready (or at once, for a removed pool), then drain.
     retiring: Vec<(String, Proc)>,
@@ -92,6 +94,7 @@ pub(super) async fn run(
     config: &Config,
     topology: &crate::topology::Topology,
     groups: Vec<ListenerGroup>,
+    handoffs: super::handoffs::Handoffs,
     specs: Vec<WorkerSpec>,
 ) -> Result<i32, String> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -138,6 +141,7 @@ pub(super) async fn run(
         topology: topology.clone(),
         retiring: Vec::new(),
         groups,
+        handoffs,
         nodes: topology
             .nodes
             .iter()
@@ -162,15 +166,20 @@ pub(super) async fn run(
     for g in &sv.groups {
         let hosts: Vec<String> = g
             .routes
+            .hosts
             .iter()
             .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
             .collect();
+        let whose = if g.shared() {
+            format!("pools {} (shared by host and path)", g.pools.join(", "))
+        } else {
+            format!("pool {}", g.pools.join(", "))
+        };
         log(
             "master",
             format!(
-                "listening on http://{} for pool {} ({} sockets, hosts {})",
+                "listening on http://{} for {whose} ({} sockets, hosts {})",
                 g.addr,
-                g.pool,
                 g.sockets.len(),
                 hosts.join(",")
             ),

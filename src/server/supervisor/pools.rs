@@ -2,7 +2,9 @@
 //! again, the admin endpoint's commands, and the status report.
 //!
 //! Owns: what a stopped pool's sites get (a 503 with `Retry-After`, or a reset with
-//! `load_balancer = "tcp"`, answered by the master on copies of the pool's sockets) and the
+//! `load_balancer = "tcp"`, answered by the master on copies of the pool's sockets and its
+//! hand-off sockets; on an address other pools still serve, the stopped pool's sockets are
+//! steered around and what reaches them is passed on to a pool that serves) and the
 //! [`Status`] built from the supervisor's state. Must not touch: a slot's process state
 //! machine (see [`super::slots`]).
 
@@ -11,7 +13,11 @@ use crate::config::LoadBalancer;
 use crate::os;
 use crate::server::admin::{AdminCommand, AdminReply};
 use crate::server::log;
-use crate::server::status::{PoolState, PoolStatus, Role, Status, WorkerState, WorkerStatus};
+use crate::server::status::{
+    AddressSite, AddressStatus, PoolState, PoolStatus, Role, Status, WorkerState, WorkerStatus,
+};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -39,20 +45,64 @@ impl Supervisor {
             }
         }
         let lb = self.pools[p].spec.load_balancer;
+        let stopped = self.stopped_pools();
         let mut responders = Vec::new();
-        for g in self.groups.iter().filter(|g| g.pool == name) {
-            for socket in &g.sockets {
-                match socket
+        for g in self.groups.iter().filter(|g| g.serves(name)) {
+            let everyone_stopped = g.pools.iter().all(|p| stopped.contains(p));
+            // On a shared address whose other pools serve on, the stopped pool's sockets
+            // are steered around; what they still get (already queued, or steering off) is
+            // passed to a pool that serves, which routes it — back to us if it is ours.
+            let pass_to = (!everyone_stopped)
+                .then(|| {
+                    crate::server::listeners::steer(g, &self.config, &self.topology, &stopped);
+                    self.handoffs
+                        .sockets
+                        .iter()
+                        .find(|h| g.serves(&h.pool) && !stopped.contains(&h.pool))
+                        .map(|h| h.path.clone())
+                })
+                .flatten();
+            for (k, socket) in g.sockets.iter().enumerate() {
+                let ours = g.owner_pools.get(k).is_none_or(|(_, p)| p == name);
+                if !everyone_stopped && !ours {
+                    continue;
+                }
+                let listener = match socket
                     .try_clone()
                     .map(std::net::TcpListener::from)
                     .and_then(tokio::net::TcpListener::from_std)
                 {
-                    Ok(l) => responders.push(tokio::spawn(answer_stopped(l, lb))),
-                    Err(e) => log(
-                        "master",
-                        format!("cannot answer for stopped pool {name} on {}: {e}", g.addr),
+                    Ok(l) => l,
+                    Err(e) => {
+                        log(
+                            "master",
+                            format!("cannot answer for stopped pool {name} on {}: {e}", g.addr),
+                        );
+                        continue;
+                    }
+                };
+                responders.push(match &pass_to {
+                    Some(path) => tokio::spawn(pass_on(listener, g.addr, path.clone())),
+                    None => tokio::spawn(answer_stopped(listener, lb)),
+                });
+            }
+        }
+        // Connections other pools hand to the stopped one are answered here.
+        for h in self.handoffs.sockets.iter().filter(|h| h.pool == name) {
+            match h
+                .socket
+                .try_clone()
+                .map(std::os::fd::OwnedFd::from)
+                .and_then(crate::handoff::Receiver::new)
+            {
+                Ok(receiver) => responders.push(tokio::spawn(answer_handed(receiver, lb))),
+                Err(e) => log(
+                    "master",
+                    format!(
+                        "cannot answer for stopped pool {name} on {}: {e}",
+                        h.path.display()
                     ),
-                }
+                ),
             }
         }
         self.pools[p].responders = responders;
@@ -75,6 +125,11 @@ impl Supervisor {
             r.abort();
         }
         pool.crashes.clear();
+        // Its sockets on shared addresses take connections again.
+        let stopped = self.stopped_pools();
+        for g in self.groups.iter().filter(|g| g.shared() && g.serves(name)) {
+            crate::server::listeners::steer(g, &self.config, &self.topology, &stopped);
+        }
         let now = Instant::now();
         for s in self.slots.iter_mut().filter(|s| s.pool == p) {
             s.young_deaths = 0;
@@ -144,6 +199,33 @@ impl Supervisor {
     pub(super) fn status(&self) -> Status {
         let now = Instant::now();
         Status {
+            addresses: self
+                .groups
+                .iter()
+                .map(|g| AddressStatus {
+                    address: format!("http://{}", g.addr),
+                    shared: g.shared(),
+                    sites: g
+                        .routes
+                        .hosts
+                        .iter()
+                        .filter_map(|(host, i)| {
+                            let site = self.config.sites.get(*i)?;
+                            let mut pools: Vec<String> = Vec::new();
+                            for a in &site.apps {
+                                if !pools.contains(&a.pool) {
+                                    pools.push(a.pool.clone());
+                                }
+                            }
+                            Some(AddressSite {
+                                host: host.clone(),
+                                site: site.name.clone(),
+                                pools,
+                            })
+                        })
+                        .collect(),
+                })
+                .collect(),
             pools: self
                 .pools
                 .iter()
@@ -212,28 +294,77 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// The names of the pools stopped now.
+    pub(super) fn stopped_pools(&self) -> Vec<String> {
+        self.pools
+            .iter()
+            .filter(|p| p.stopped.is_some())
+            .map(|p| p.spec.name.clone())
+            .collect()
+    }
+}
+
 /// Answers a stopped pool's connections on a copy of one of its listener sockets.
 async fn answer_stopped(listener: tokio::net::TcpListener, lb: LoadBalancer) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
+        let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        tokio::spawn(async move {
-            match lb {
-                LoadBalancer::Tcp => {
-                    // A reset, so a load balancer in front fails over at once.
-                    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-                }
-                LoadBalancer::Http => {
-                    // Read the request head (bounded) so the answer is not overtaken by a reset.
-                    let mut buf = [0u8; 4096];
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await;
-                    let _ = stream.write_all(&crate::http::unavailable_now()).await;
-                    let _ = stream.shutdown().await;
-                }
+        tokio::spawn(answer_one(stream, lb, false));
+    }
+}
+
+/// Answers the connections other pools hand to a stopped pool (their request head is read).
+async fn answer_handed(mut receiver: crate::handoff::Receiver, lb: LoadBalancer) {
+    while let Ok(got) = receiver.next().await {
+        tokio::spawn(answer_one(got.stream, lb, true));
+    }
+}
+
+/// A stopped pool's answer: a 503 and close, or a reset with `load_balancer = "tcp"`.
+async fn answer_one(mut stream: tokio::net::TcpStream, lb: LoadBalancer, head_read: bool) {
+    match lb {
+        LoadBalancer::Tcp => {
+            // A reset, so a load balancer in front fails over at once.
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+        }
+        LoadBalancer::Http => {
+            if !head_read {
+                // Read the request head (bounded) so the answer is not overtaken by a reset.
+                let mut buf = [0u8; 4096];
+                let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await;
             }
-        });
+            let _ = stream.write_all(&crate::http::unavailable_now()).await;
+            let _ = stream.shutdown().await;
+        }
+    }
+}
+
+/// Passes the connections still arriving on a stopped pool's socket of a shared address to a
+/// pool that serves there (unread: it routes them as if it had accepted them).
+async fn pass_on(listener: tokio::net::TcpListener, addr: std::net::SocketAddr, to: PathBuf) {
+    let header = crate::handoff::header(addr);
+    let socket = std::os::unix::net::UnixDatagram::unbound()
+        .and_then(|s| s.connect(&to).map(|()| s))
+        .and_then(|s| s.set_nonblocking(true).map(|()| s));
+    let Ok(socket) = socket else {
+        return answer_stopped(listener, LoadBalancer::Http).await;
+    };
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        // A full queue: wait for room, bounded; the connection closes if there is none.
+        for _ in 0..400 {
+            match os::fdpass::send_with_fd(socket.as_raw_fd(), stream.as_raw_fd(), &[&header]) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                _ => break,
+            }
+        }
     }
 }

@@ -44,24 +44,7 @@ impl Supervisor {
         old_server.admin = new.server.admin;
         let server_changed = old_server != new.server;
         let mut wanted = crate::server::listeners::wanted_groups(&new);
-        // An address may not move between pools while the old pool's workers still hold it.
-        for w in &wanted {
-            if let Some(g) = self
-                .groups
-                .iter()
-                .find(|g| g.addr == w.addr && g.pool != w.pool)
-            {
-                return Err(format!("{file}: http://{} moves from pool {} to pool {}: restart espalier serve to apply that", w.addr, g.pool, w.pool));
-            }
-        }
-        let sites_of = |c: &Config, pool: &str| {
-            c.sites
-                .iter()
-                .filter(|s| s.pool() == pool)
-                .cloned()
-                .collect::<Vec<_>>()
-        };
-        let planned = |pool: &str| {
+        let planned = |plan: &crate::placement::Plan, pool: &str| {
             plan.workers
                 .iter()
                 .filter(|w| w.pool == pool)
@@ -70,22 +53,34 @@ impl Supervisor {
         };
         let old_plan = crate::placement::plan(&self.topology, &self.config.pools, &[])
             .map_err(|e| e.to_string())?;
-        let was_planned = |pool: &str| {
-            old_plan
-                .workers
-                .iter()
-                .filter(|w| w.pool == pool)
-                .cloned()
-                .collect::<Vec<_>>()
-        };
+        // What a pool's workers are given: for each address it serves, the pools there, the
+        // sites by host, and where the other pools' threads are (hand-off targets).
+        let view =
+            |c: &Config, groups: &[ListenerGroup], plan: &crate::placement::Plan, pool: &str| {
+                groups
+                    .iter()
+                    .filter(|g| g.serves(pool))
+                    .map(|g| {
+                        let sites: Vec<_> = g
+                            .routes
+                            .hosts
+                            .iter()
+                            .map(|(h, i)| (h.clone(), c.sites.get(*i).cloned()))
+                            .collect();
+                        let plans: Vec<_> = g.pools.iter().map(|p| planned(plan, p)).collect();
+                        (g.addr, g.pools.clone(), sites, plans)
+                    })
+                    .collect::<Vec<_>>()
+            };
         let changed: Vec<String> = new
             .pools
             .iter()
             .filter(|p| {
                 server_changed
                     || self.config.pool(&p.name) != Some(*p)
-                    || sites_of(&self.config, &p.name) != sites_of(&new, &p.name)
-                    || was_planned(&p.name) != planned(&p.name)
+                    || view(&self.config, &self.groups, &old_plan, &p.name)
+                        != view(&new, &wanted, &plan, &p.name)
+                    || planned(&old_plan, &p.name) != planned(&plan, &p.name)
             })
             .map(|p| p.name.clone())
             .collect();
@@ -99,22 +94,24 @@ impl Supervisor {
 
         // Listener groups, in two phases, like nginx's reload building its new cycle beside
         // the old one: first everything that can fail — binding new addresses, opening the
-        // sockets a grown pool needs — into new sockets only; then, when all of it succeeded,
-        // the switch, which cannot fail. A refused reload changes nothing that serves.
+        // sockets a grown group needs, hand-off sockets — into new sockets only; then, when
+        // all of it succeeded, the switch, which cannot fail. A refused reload changes
+        // nothing that serves. An address whose pools change (a site added on a shared port,
+        // a host moved to another pool) keeps its group: its sockets are shared out again
+        // among the new workers of every pool there, and the old ones drain.
         let mut fresh: Vec<ListenerGroup> = Vec::new();
         let mut grown: Vec<(
             usize,
             Vec<socket2::Socket>,
             crate::server::listeners::SocketOwners,
         )> = Vec::new();
-        for w in wanted.iter_mut().filter(|w| changed.contains(&w.pool)) {
+        for w in wanted.iter_mut() {
+            if !w.pools.iter().any(|p| changed.contains(p)) {
+                continue;
+            }
             let owners =
-                crate::server::listeners::group_owners(&w.pool, &new, &self.topology, &plan);
-            match self
-                .groups
-                .iter()
-                .position(|g| g.pool == w.pool && g.addr == w.addr)
-            {
+                crate::server::listeners::group_owners(&w.pools, &new, &self.topology, &plan);
+            match self.groups.iter().position(|g| g.addr == w.addr) {
                 Some(i) => {
                     let sockets = crate::server::listeners::open_missing(
                         &self.groups[i],
@@ -132,11 +129,12 @@ impl Supervisor {
                         ));
                     }
                     let mut g = ListenerGroup {
-                        pool: w.pool.clone(),
+                        pools: w.pools.clone(),
                         addr: w.addr,
-                        routes: std::mem::take(&mut w.routes),
+                        routes: w.routes.clone(),
                         sockets: Vec::new(),
                         owners: Vec::new(),
+                        owner_pools: Vec::new(),
                     };
                     crate::server::listeners::fill_group(
                         &mut g,
@@ -149,35 +147,36 @@ impl Supervisor {
                 }
             }
         }
-        // The switch: grown groups take their new sockets, routes and owners; groups no pool
-        // wants any more close (the master's copies now; the old workers' with them).
+        self.handoffs
+            .ensure(&wanted, &new.pools, &plan)
+            .map_err(|e| format!("{file}: {e}"))?;
+        // The switch: grown groups take their new sockets, pools, routes and owners; groups
+        // no site wants any more close (the master's copies now; the old workers' with them).
         for (i, sockets, owners) in grown {
             let g = &mut self.groups[i];
             g.sockets.extend(sockets);
-            if let Some(w) = wanted
-                .iter_mut()
-                .find(|w| w.pool == g.pool && w.addr == g.addr)
-            {
-                g.routes = std::mem::take(&mut w.routes);
+            if let Some(w) = wanted.iter().find(|w| w.addr == g.addr) {
+                g.routes = w.routes.clone();
+                g.pools = w.pools.clone();
             }
             crate::server::listeners::arm_group(g, &owners, &new, &self.topology);
         }
-        let mut closed = 0;
-        let mut groups: Vec<ListenerGroup> = Vec::new();
-        for g in std::mem::take(&mut self.groups) {
-            let keep_as_is = !changed.contains(&g.pool) && !removed.contains(&g.pool);
-            let still_wanted = wanted.iter().any(|w| w.pool == g.pool && w.addr == g.addr);
-            if keep_as_is || still_wanted {
-                groups.push(g);
-            } else {
-                closed += 1;
-            }
-        }
-        groups.extend(fresh);
-        self.groups = groups;
+        let before = self.groups.len();
+        self.groups
+            .retain(|g| wanted.iter().any(|w| w.addr == g.addr));
+        let closed = before - self.groups.len();
+        self.groups.extend(fresh);
+        self.handoffs
+            .retain_planned(&self.groups, &new.pools, &plan);
 
         // Workers: changed and removed pools' processes retire; changed and new pools get slots.
-        let specs = crate::server::spawn::worker_specs(&new, &plan, &self.groups);
+        let specs = crate::server::spawn::worker_specs(
+            &new,
+            &plan,
+            &self.groups,
+            &self.handoffs,
+            &self.topology,
+        );
         let mut slots = Vec::new();
         for mut slot in std::mem::take(&mut self.slots) {
             let pool = slot.spec.pool.clone();
@@ -234,6 +233,13 @@ impl Supervisor {
         }
         self.slots = slots;
         self.config = new;
+        // A stopped pool stays stopped: shared addresses keep steering around it.
+        let stopped = self.stopped_pools();
+        if !stopped.is_empty() {
+            for g in self.groups.iter().filter(|g| g.shared()) {
+                crate::server::listeners::steer(g, &self.config, &self.topology, &stopped);
+            }
+        }
         // Pool indices moved: every proxied pool's fronts hear again where its apps are.
         self.upstreams_unsent = (0..self.pools.len()).collect();
         self.make_cgroups_for(first_new);

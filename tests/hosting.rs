@@ -1,0 +1,435 @@
+//! One address, many pools (HTTP.sys's routing of a port to application pools by host and
+//! path), on loopback with the real binary: every request answered by its site's pool, mixed
+//! hosts on one keep-alive connection, the default site, 421, the same-CPU rule with pinned
+//! clients, a rapid-failed pool's sites answering 503 while the others serve, and reloads
+//! that move, add and remove sites under load without a failed request on the other hosts.
+
+mod common;
+
+use common::apps::need_runtimes;
+use common::*;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The worker that answered: `pool/index/cpuN`.
+fn worker(r: &Response) -> String {
+    r.header("x-espalier-worker").unwrap_or("-").to_string()
+}
+
+fn pool_of(r: &Response) -> String {
+    worker(r).split('/').next().unwrap_or("-").to_string()
+}
+
+fn host(addr: SocketAddr, host: &str, path: &str) -> Response {
+    let mut c = Conn::open(addr);
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
+    c.read_response(false).expect("an answer")
+}
+
+/// Four sites on one port by host, each with its own pool (static, dynamic, cpu, and a
+/// gunicorn app behind the proxy), a fifth split by path over two pools, and a second address
+/// without a default site.
+fn hosting_config(www: &str, port: u16, other: u16) -> String {
+    format!(
+        r#"[server]
+worker_header = true
+
+[[pool]]
+name = "files"
+[[pool]]
+name = "pages"
+processes = 2
+[[pool]]
+name = "calc"
+[[pool]]
+name = "wsgi"
+command = ["gunicorn", "--workers", "1", "--bind", "127.0.0.1:{{port}}", "app:app"]
+directory = "wsgi"
+health = "/healthz"
+
+[[site]]
+name = "shop"
+bindings = ["http://127.0.0.1:{port}:shop.example", "http://127.0.0.1:{other}:shop.example"]
+root = "{www}"
+[[site.app]]
+pool = "files"
+
+[[site]]
+name = "blog"
+bindings = ["http://127.0.0.1:{port}:blog.example", "http://127.0.0.1:{port}:*.blog.example"]
+[[site.app]]
+pool = "pages"
+handler = "dynamic"
+
+[[site]]
+name = "math"
+bindings = ["http://127.0.0.1:{port}:math.example"]
+[[site.app]]
+pool = "calc"
+handler = "cpu"
+
+[[site]]
+name = "py"
+bindings = ["http://127.0.0.1:{port}:py.example"]
+[[site.app]]
+pool = "wsgi"
+
+[[site]]
+name = "portal"
+bindings = ["http://127.0.0.1:{port}"]
+root = "{www}"
+[[site.app]]
+pool = "files"
+[[site.app]]
+path = "/api"
+pool = "pages"
+handler = "dynamic"
+"#
+    )
+}
+
+struct Hosting {
+    server: Server,
+    addr: SocketAddr,
+    other: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+fn start_hosting() -> Hosting {
+    need_runtimes();
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps"),
+        dir.path(),
+    );
+    std::fs::create_dir_all(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), "hello\n").unwrap();
+    let (port, other) = (free_port(), free_port());
+    let config = hosting_config(dir.path().join("www").to_str().unwrap(), port, other);
+    let server = Server::with_config(dir.path(), &config);
+    Hosting {
+        server,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        other: SocketAddr::from(([127, 0, 0, 1], other)),
+        dir,
+    }
+}
+
+#[test]
+fn each_host_and_path_is_answered_by_its_own_pool() {
+    let h = start_hosting();
+    let cases = [
+        ("shop.example", "/", "files", 200),
+        ("SHOP.Example.:8080", "/", "files", 200),
+        ("blog.example", "/", "pages", 200),
+        ("www.blog.example", "/x", "pages", 200),
+        ("a.b.blog.example", "/", "pages", 200),
+        ("math.example", "/cpu?n=1000", "calc", 200),
+        ("py.example", "/", "wsgi", 200),
+        // The default site, by path: its files in one pool, its /api in another.
+        ("nobody.example", "/", "files", 200),
+        ("nobody.example", "/api/v1", "pages", 200),
+        ("blog.example.example", "/api", "pages", 200),
+    ];
+    for (name, path, pool, status) in cases {
+        let r = host(h.addr, name, path);
+        assert_eq!(
+            (r.status, pool_of(&r)),
+            (status, pool.to_string()),
+            "Host: {name} {path}: {:?}",
+            r.headers
+        );
+    }
+    // The second address has no default site: 421, from whichever pool accepted it.
+    let r = host(h.other, "blog.example", "/");
+    assert_eq!(r.status, 421, "{:?}", r.headers);
+    assert_eq!(pool_of(&host(h.other, "shop.example", "/")), "files");
+
+    // Mixed hosts on one keep-alive connection, one at a time and pipelined: each request
+    // is answered by its own pool, in order, on the same connection.
+    let mut c = Conn::open(h.addr);
+    for name in [
+        "shop.example",
+        "blog.example",
+        "math.example",
+        "py.example",
+        "shop.example",
+    ] {
+        c.send(format!("GET / HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes());
+        let r = c
+            .read_response(false)
+            .expect("an answer on the same connection");
+        let want = match name {
+            "shop.example" => "files",
+            "blog.example" => "pages",
+            "math.example" => "calc",
+            _ => "wsgi",
+        };
+        assert_eq!(pool_of(&r), want, "{name}");
+    }
+    let mut pipelined = Vec::new();
+    for name in [
+        "blog.example",
+        "shop.example",
+        "blog.example",
+        "math.example",
+    ] {
+        pipelined.extend_from_slice(format!("GET / HTTP/1.1\r\nHost: {name}\r\n\r\n").as_bytes());
+    }
+    c.send(&pipelined);
+    let pools: Vec<String> = (0..4)
+        .map(|_| pool_of(&c.read_response(false).expect("a pipelined answer")))
+        .collect();
+    assert_eq!(pools, ["pages", "files", "pages", "calc"]);
+
+    // The status says which sites share which address.
+    let status = h.server.status();
+    let shared = status
+        .addresses
+        .iter()
+        .find(|a| a.address == format!("http://{}", h.addr))
+        .expect("the shared address in the status");
+    assert!(shared.shared);
+    let portal = shared.sites.iter().find(|s| s.site == "portal").unwrap();
+    assert_eq!(
+        (portal.host.as_deref(), portal.pools.clone()),
+        (None, vec!["files".to_string(), "pages".to_string()])
+    );
+    let out = espalier(&["status", "--admin", h.server.admin.as_deref().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("SHARED ADDRESSES") && text.contains("*.blog.example"),
+        "{text}"
+    );
+    drop(h.dir);
+}
+
+/// Runs `f` on a thread pinned to `cpu` (its connections are received on that CPU).
+fn on_cpu<T: Send + 'static>(cpu: usize, f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0
+            );
+        }
+        f()
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn a_connection_is_served_on_the_cpu_that_received_it() {
+    // Pool `one` has a thread on every CPU; pool `each` one process per CPU. Whichever pool's
+    // thread accepts, the request is served by its pool's thread on the client's CPU.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        r#"[server]
+worker_header = true
+[[pool]]
+name = "one"
+[[pool]]
+name = "each"
+processes = 2
+affinity = "hard"
+[[site]]
+bindings = ["http://127.0.0.1:{port}:one.example"]
+[[site.app]]
+pool = "one"
+handler = "dynamic"
+[[site]]
+bindings = ["http://127.0.0.1:{port}:each.example"]
+[[site.app]]
+pool = "each"
+handler = "dynamic"
+"#
+    );
+    let _server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let cpus = std::thread::available_parallelism().unwrap().get().min(8);
+    for cpu in 0..cpus {
+        for name in ["one.example", "each.example"] {
+            let answered: Vec<String> = on_cpu(cpu, move || {
+                (0..20).map(|_| worker(&host(addr, name, "/"))).collect()
+            });
+            for w in answered {
+                assert!(
+                    w.ends_with(&format!("/cpu{cpu}")) && w.starts_with(&name[..name.len() - 8]),
+                    "Host {name} from CPU {cpu} was answered by {w}"
+                );
+            }
+        }
+    }
+}
+
+/// A keep-alive client of one host until `stop`: (answered, failures).
+fn load(
+    addr: SocketAddr,
+    name: &'static str,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(u64, Vec<String>)> {
+    std::thread::spawn(move || common::apps::keep_alive_load_host(addr, name, stop))
+}
+
+#[test]
+fn a_stopped_pools_sites_answer_503_while_the_others_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        r#"[server]
+worker_header = true
+[[pool]]
+name = "good"
+processes = 2
+[[pool]]
+name = "bad"
+processes = 2
+[pool.rapid_fail]
+max_crashes = 2
+interval = "1m"
+[[site]]
+bindings = ["http://127.0.0.1:{port}:good.example"]
+[[site.app]]
+pool = "good"
+handler = "dynamic"
+[[site]]
+bindings = ["http://127.0.0.1:{port}:bad.example"]
+[[site.app]]
+pool = "bad"
+handler = "dynamic"
+"#
+    );
+    let (config, admin) = with_own_admin(&config);
+    std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
+    // The bad pool's restarts fail (fault injection; first starts never do).
+    let mut server = Server::start_env(
+        &["-c", "espalier.toml"],
+        dir.path(),
+        &[("ESPALIER_FAIL_AT_START", "bad:10")],
+    );
+    server.admin = Some(admin);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stop = Arc::new(AtomicBool::new(false));
+    let good = load(addr, "good.example", Arc::clone(&stop));
+    std::thread::sleep(Duration::from_millis(300));
+    for (_, pid, _) in server
+        .workers()
+        .into_iter()
+        .filter(|(n, _, _)| n.starts_with("bad/"))
+    {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    server.wait_for_log(
+        "POOL bad STOPPED by rapid-fail protection",
+        Duration::from_secs(10),
+    );
+    // Connections from every CPU: those the stopped pool's sockets would have taken are
+    // steered to the good pool's threads.
+    let cpus = std::thread::available_parallelism().unwrap().get().min(8);
+    for cpu in 0..cpus {
+        let (good_answers, bad_answers) = on_cpu(cpu, move || {
+            let g: Vec<u16> = (0..20)
+                .map(|_| host(addr, "good.example", "/").status)
+                .collect();
+            let b: Vec<(u16, Option<String>)> = (0..20)
+                .map(|_| {
+                    let r = host(addr, "bad.example", "/");
+                    (r.status, r.header("retry-after").map(str::to_string))
+                })
+                .collect();
+            (g, b)
+        });
+        assert!(
+            good_answers.iter().all(|&s| s == 200),
+            "CPU {cpu}: {good_answers:?}"
+        );
+        assert!(
+            bad_answers
+                .iter()
+                .all(|(s, ra)| *s == 503 && ra.as_deref() == Some("5")),
+            "CPU {cpu}: {bad_answers:?}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (answered, failed) = good.join().unwrap();
+    assert!(
+        answered > 100 && failed.is_empty(),
+        "{answered} answered; failed: {failed:?}"
+    );
+}
+
+#[test]
+fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let site = |name: &str, pool: &str| {
+        format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}:{name}.example\"]\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n")
+    };
+    let admin = format!("127.0.0.1:{}", free_port());
+    let pools = format!("[server]\nadmin = \"{admin}\"\nworker_header = true\n[[pool]]\nname = \"p\"\n[[pool]]\nname = \"q\"\n[[pool]]\nname = \"r\"\n");
+    let first = format!(
+        "{pools}{}{}{}",
+        site("stay", "p"),
+        site("move", "q"),
+        site("gone", "r")
+    );
+    let server = Server::with_config(dir.path(), &first);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(pool_of(&host(addr, "move.example", "/")), "q");
+    assert_eq!(pool_of(&host(addr, "gone.example", "/")), "r");
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| load(addr, "stay.example", Arc::clone(&stop)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // `move` goes to pool r, `gone` is removed, `new` is added on the same port (pool q).
+    let second = format!(
+        "{pools}{}{}{}",
+        site("stay", "p"),
+        site("move", "r"),
+        site("new", "q")
+    );
+    std::fs::write(dir.path().join("espalier.toml"), second).unwrap();
+    let old = server.workers();
+    let out = espalier(&["reload", "--admin", &admin]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.wait_until("`move` served by pool r", Duration::from_secs(10), |_| {
+        pool_of(&host(addr, "move.example", "/")) == "r"
+    });
+    server.wait_until("the old workers gone", Duration::from_secs(10), |_| {
+        old.iter().all(|&(_, pid, _)| !pid_alive(pid))
+    });
+    let r = host(addr, "new.example", "/");
+    assert_eq!(
+        pool_of(&r),
+        "q",
+        "{} {:?} {}\nlog:\n{}",
+        r.status,
+        r.headers,
+        r.text(),
+        server.log_text()
+    );
+    assert_eq!(host(addr, "gone.example", "/").status, 421);
+    for _ in 0..20 {
+        assert_eq!(pool_of(&host(addr, "move.example", "/")), "r");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        let (answered, failed) = c.join().unwrap();
+        assert!(
+            answered > 50 && failed.is_empty(),
+            "{answered} answered; failed: {failed:?}"
+        );
+    }
+}
