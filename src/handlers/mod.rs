@@ -52,6 +52,20 @@ struct Site {
     apps: Vec<App>,
     /// This thread's writer of the site's access log.
     log: Option<access_log::AccessLog>,
+    /// Which pool serves the site, when one serves all of it: a hand-off is then decided by
+    /// host alone, without choosing the app.
+    whole: Whole,
+}
+
+/// Whether one pool serves every app of a site.
+#[derive(Clone, Copy)]
+enum Whole {
+    /// This thread's pool.
+    Mine,
+    /// Another pool (its index in the hand-off targets, if any).
+    Other(Option<usize>),
+    /// Its apps are in several pools: the path decides.
+    Split,
 }
 
 /// One address a worker listens on: which sites it answers for, `(host, site)` with `site` an
@@ -93,6 +107,10 @@ pub struct ThreadService {
     logging: bool,
     /// The site the last request was routed to, for its log line.
     last_site: Cell<usize>,
+    /// On a shared address: `(group, site)` as [`Service::hand_off`] found it for the request
+    /// being routed, so its answer does not look the host up again. Read only on a shared
+    /// group, whose every request sets it first.
+    pre_routed: Cell<Option<(usize, Option<usize>)>>,
 }
 
 impl ThreadService {
@@ -178,7 +196,17 @@ impl ThreadService {
                         })
                         .ok()
                 });
-                Site { apps, log }
+                let whole = if s.apps.iter().all(|a| a.pool == pool) {
+                    Whole::Mine
+                } else if s.apps.iter().all(|a| a.pool == s.apps[0].pool) {
+                    match apps.first().map(|a| &a.handler) {
+                        Some(AppHandler::Elsewhere(k)) => Whole::Other(*k),
+                        _ => Whole::Split,
+                    }
+                } else {
+                    Whole::Split
+                };
+                Site { apps, log, whole }
             })
             .collect();
         ThreadService {
@@ -192,6 +220,7 @@ impl ThreadService {
             route: proxy,
             logging: sites.iter().any(|s: &Site| s.log.is_some()),
             last_site: Cell::new(usize::MAX),
+            pre_routed: Cell::new(None),
             sites,
         }
     }
@@ -216,9 +245,13 @@ impl ThreadService {
 
     fn route_site(&self, group: usize, req: &Request<'_>) -> Option<&Site> {
         let g = self.groups.get(group)?;
-        let site = match g.only {
-            Some(site) => Some(site),
-            None => g.hosts.site(req.host()),
+        let site = match (g.shared, g.only) {
+            (true, _) => match self.pre_routed.take() {
+                Some((routed, site)) if routed == group => site,
+                _ => g.hosts.site(req.host()),
+            },
+            (false, Some(site)) => Some(site),
+            (false, None) => g.hosts.site(req.host()),
         };
         // No site: nothing of this request goes into a site's log.
         self.last_site.set(site.unwrap_or(usize::MAX));
@@ -264,11 +297,22 @@ impl Service for ThreadService {
     }
 
     fn hand_off(&self, group: usize, req: &Request<'_>) -> Option<Handoff> {
-        let Routed::App(app, _) = self.route(group, req) else {
-            return None;
-        };
-        let AppHandler::Elsewhere(Some(k)) = app.handler else {
-            return None;
+        let g = self.groups.get(group)?;
+        let site = g.only.or_else(|| g.hosts.site(req.host()));
+        // Set for every request of a shared group, before anything reads it.
+        self.pre_routed.set(Some((group, site)));
+        let k = match self.sites.get(site?)?.whole {
+            Whole::Mine => return None,
+            Whole::Other(k) => k?,
+            Whole::Split => {
+                let Routed::App(app, _) = self.route(group, req) else {
+                    return None;
+                };
+                let AppHandler::Elsewhere(Some(k)) = app.handler else {
+                    return None;
+                };
+                k
+            }
         };
         Some(Handoff {
             targets: Rc::clone(self.handoff.get(k)?),

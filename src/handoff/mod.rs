@@ -108,6 +108,8 @@ impl PoolTargets {
             return Some(Rc::clone(c));
         }
         let socket = UnixDatagram::unbound().ok()?;
+        // Room for the largest message whatever the host's default (`net.core.wmem_default`).
+        let _ = socket2::SockRef::from(&socket).set_send_buffer_size(MAX_MESSAGE + 4096);
         socket.connect(path).ok()?;
         let socket = Rc::new(socket);
         self.connected
