@@ -41,6 +41,8 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+# nginx's workers run as another user: they must be able to read the document root.
+chmod 755 "$WORK"
 
 
 mkdir -p "$WORK/www" "$WORK/nginx"
@@ -104,6 +106,11 @@ stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for 
 load() {
   local out
   out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" "$1")
+  # A run that measured errors measured the wrong thing.
+  if grep -qE "Non-2xx|Socket errors" <<<"$out"; then
+    echo "$1: wrk saw errors, the figures would be wrong: $(grep -E 'Non-2xx|Socket errors' <<<"$out")" >&2
+    touch "$WORK/failed" # load runs in a subshell: the callers check the mark (no_errors)
+  fi
   echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out")"
 }
 server_pids() { # the serving processes: nginx's worker, espalier's worker
@@ -120,6 +127,7 @@ all_server_pids() { # every process of the server, master included, for its CPU 
 }
 cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
 url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; esac; }
+no_errors() { [ ! -e "$WORK/failed" ] || exit 1; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
 TARGETS=(nginx espalier dynamic logged)
 
@@ -131,6 +139,7 @@ for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
     before=$(cpu_ticks "$t")
     read -r reqs rps < <(load "$(url_of "$t")" "$DURATION")
+    no_errors
     TICKS[$t]=$((TICKS[$t] + $(cpu_ticks "$t") - before))
     REQS[$t]=$((REQS[$t] + reqs))
     BEST[$t]=$(python3 -c "print(max(${BEST[$t]}, $rps))")
