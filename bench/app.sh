@@ -38,15 +38,7 @@ need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:pytho
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
-WORK=$(mktemp -d /tmp/espalier-app-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_workdir espalier-app-bench
 cp -r "$ROOT/examples/apps/node" "$ROOT/examples/apps/audio" "$WORK/"
 mkdir -p "$WORK/nginx"
 

@@ -1,6 +1,6 @@
 # Shared by the bench/ scripts and the tests that need a real peer: installing the peers from
 # Debian and port helpers. Source it; it expects nothing and defines need_tools, free_port,
-# wait_port, proc_ticks and espalier_binary. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
+# wait_port, proc_ticks, espalier_binary, bench_workdir and stop_all. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
 
 # need_tools CMD:PACKAGE… — installs the packages whose command is missing (apt-get update once);
 # a package with no command of its own (a Python module) is written `-:PACKAGE`.
@@ -56,4 +56,28 @@ espalier_binary() {
     (cd "$1" && cargo build --release --quiet) >&2
     echo "$1/target/release/espalier"
   fi
+}
+
+# bench_workdir NAME — makes $WORK (/tmp/NAME.XXXXXX, readable by nginx's workers, which run
+# as another user) and an empty PIDS array; at exit every process in PIDS is stopped (TERM,
+# then KILL) and $WORK removed, unless KEEP is set.
+bench_workdir() {
+  WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+  chmod 755 "$WORK"
+  PIDS=()
+  trap bench_cleanup EXIT
+}
+bench_cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 1
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -n "${KEEP:-}" ] || rm -rf "$WORK"
+}
+
+# stop_all — stops the processes in PIDS and waits for them.
+stop_all() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+  sleep 0.3
 }

@@ -38,17 +38,7 @@ need_tools nginx:nginx-light wrk:wrk valgrind:valgrind python3:python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
-WORK=$(mktemp -d /tmp/espalier-hosting.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.5
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-# nginx's workers run as another user: they must be able to read the document root.
-chmod 755 "$WORK"
+bench_workdir espalier-hosting
 
 mkdir -p "$WORK/www" "$WORK/nginx"
 python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'
@@ -90,7 +80,6 @@ start_espalier() { # $1 config, $2 port to wait for, $3 wrapper
   sleep 0.5
 }
 start_nginx() { taskset -c "$SERVER_CPU" ${1:-} "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" "${@:2}" >"$WORK/nginx.out" 2>&1 & PIDS+=($!); wait_port "$NGINX_PORT"; }
-stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; PIDS=(); sleep 0.3; }
 
 server_pids() {
   case $1 in

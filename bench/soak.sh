@@ -33,15 +33,7 @@ need_tools python3:python3
 
 ESPALIER=$(espalier_binary "$ROOT")
 
-WORK=$(mktemp -d /tmp/espalier-soak.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 1
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [ -n "${KEEP:-}" ] || rm -rf "$WORK"
-}
-trap cleanup EXIT
+bench_workdir espalier-soak
 
 mkdir -p "$WORK/www"
 python3 - "$WORK/www" <<'PY'

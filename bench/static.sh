@@ -32,17 +32,7 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 ESPALIER=$(espalier_binary "$ROOT")
 
-WORK=$(mktemp -d /tmp/espalier-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.5
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-# nginx's workers run as another user: they must be able to read the document root.
-chmod 755 "$WORK"
+bench_workdir espalier-bench
 
 
 mkdir -p "$WORK/www" "$WORK/nginx"
@@ -100,7 +90,6 @@ CONF
 # start_nginx WRAPPER [nginx args…] — WRAPPER is "" or a valgrind command line.
 start_nginx() { local wrap=$1; shift; taskset -c "$SERVER_CPU" $wrap "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" "$@" >"$WORK/nginx.out" 2>&1 & PIDS+=($!); wait_port "$NGINX_PORT"; }
 start_espalier() { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$ESPALIER" serve -c espalier.toml) >"$WORK/espalier.out" 2>&1 & PIDS+=($!); wait_port "$ESP_PORT"; }
-stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done; PIDS=(); sleep 0.3; }
 
 # wrk → "requests rps"
 load() {

@@ -22,6 +22,11 @@ fn pool_of(r: &Response) -> String {
     worker(r).split('/').next().unwrap_or("-").to_string()
 }
 
+/// A site answering `NAME.example` on `port` with pool `pool`'s dynamic page.
+fn dynamic_site(port: u16, name: &str, pool: &str) -> String {
+    format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}:{name}.example\"]\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n")
+}
+
 fn host(addr: SocketAddr, host: &str, path: &str) -> Response {
     let mut c = Conn::open(addr);
     c.send(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
@@ -238,17 +243,9 @@ name = "one"
 name = "each"
 processes = 2
 affinity = "hard"
-[[site]]
-bindings = ["http://127.0.0.1:{port}:one.example"]
-[[site.app]]
-pool = "one"
-handler = "dynamic"
-[[site]]
-bindings = ["http://127.0.0.1:{port}:each.example"]
-[[site.app]]
-pool = "each"
-handler = "dynamic"
-"#
+{}{}"#,
+        dynamic_site(port, "one", "one"),
+        dynamic_site(port, "each", "each")
     );
     let _server = Server::with_config(dir.path(), &config);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -293,17 +290,9 @@ processes = 2
 [pool.rapid_fail]
 max_crashes = 2
 interval = "1m"
-[[site]]
-bindings = ["http://127.0.0.1:{port}:good.example"]
-[[site.app]]
-pool = "good"
-handler = "dynamic"
-[[site]]
-bindings = ["http://127.0.0.1:{port}:bad.example"]
-[[site.app]]
-pool = "bad"
-handler = "dynamic"
-"#
+{}{}"#,
+        dynamic_site(port, "good", "good"),
+        dynamic_site(port, "bad", "bad")
     );
     let (config, admin) = with_own_admin(&config);
     std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
@@ -368,9 +357,7 @@ handler = "dynamic"
 fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let site = |name: &str, pool: &str| {
-        format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}:{name}.example\"]\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n")
-    };
+    let site = |name: &str, pool: &str| dynamic_site(port, name, pool);
     let admin = format!("127.0.0.1:{}", free_port());
     let pools = format!("[server]\nadmin = \"{admin}\"\nworker_header = true\n[[pool]]\nname = \"p\"\n[[pool]]\nname = \"q\"\n[[pool]]\nname = \"r\"\n");
     let first = format!(

@@ -391,27 +391,18 @@ fn engine_thread(
             Some(Ok(r)) => Some(r),
             None => None,
         };
-        let who: Rc<str> = format!("{}/{}/cpu{}", spec.pool, spec.index, thread.cpu).into();
+        let admission = Rc::new(Admission {
+            env: Rc::clone(&env),
+            open: Rc::clone(&open),
+            max_conns,
+            panics: Arc::clone(&health.panics),
+            who: format!("{}/{}/cpu{}", spec.pool, spec.index, thread.cpu).into(),
+        });
         if let Some(receiver) = receiver {
-            tokio::task::spawn_local(receive_loop(
-                receiver,
-                Rc::clone(&env),
-                Rc::clone(&open),
-                max_conns,
-                Arc::clone(&health.panics),
-                Rc::clone(&who),
-            ));
+            tokio::task::spawn_local(receive_loop(receiver, Rc::clone(&admission)));
         }
         for (listener, group) in listeners {
-            tokio::task::spawn_local(accept_loop(
-                listener,
-                group,
-                Rc::clone(&env),
-                Rc::clone(&open),
-                max_conns,
-                Arc::clone(&health.panics),
-                Rc::clone(&who),
-            ));
+            tokio::task::spawn_local(accept_loop(listener, group, Rc::clone(&admission)));
         }
         {
             let env = Rc::clone(&env);
@@ -445,15 +436,41 @@ fn engine_thread(
     });
 }
 
-async fn accept_loop(
-    listener: tokio::net::TcpListener,
-    group: usize,
+/// What a thread needs to take a connection in, accepted or handed over.
+struct Admission {
     env: Rc<ConnEnv<ThreadService>>,
     open: Rc<Cell<usize>>,
     max_conns: usize,
     panics: Arc<AtomicU64>,
     who: Rc<str>,
-) {
+}
+
+impl Admission {
+    /// Serves `stream` on listener group `group` in a contained task, `unread` its bytes
+    /// already read; over the thread's connection limit, or with no group (an address this
+    /// worker no longer has), a 503 and close.
+    fn admit(&self, stream: tokio::net::TcpStream, group: Option<usize>, unread: Vec<u8>) {
+        let _ = stream.set_nodelay(true);
+        let Some(group) = group.filter(|_| self.open.get() < self.max_conns) else {
+            let mut answer = Vec::with_capacity(256);
+            Responder::new(&mut answer, &self.env.clock.common(), false, 1, false).unavailable();
+            tokio::task::spawn_local(reject_busy(stream, answer));
+            return;
+        };
+        tokio::task::spawn_local(conn_task::serve(
+            stream,
+            group,
+            unread,
+            Rc::clone(&self.env),
+            Slot::take(&self.open),
+            Arc::clone(&self.panics),
+            Rc::clone(&self.who),
+        ));
+    }
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, group: usize, admission: Rc<Admission>) {
+    let env = &admission.env;
     loop {
         if env.shutdown.started.get() {
             return;
@@ -464,25 +481,7 @@ async fn accept_loop(
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                if open.get() >= max_conns {
-                    let mut answer = Vec::with_capacity(256);
-                    Responder::new(&mut answer, &env.clock.common(), false, 1, false).unavailable();
-                    tokio::task::spawn_local(reject_busy(stream, answer));
-                    continue;
-                }
-                let slot = Slot::take(&open);
-                tokio::task::spawn_local(conn_task::serve(
-                    stream,
-                    group,
-                    Vec::new(),
-                    Rc::clone(&env),
-                    slot,
-                    Arc::clone(&panics),
-                    Rc::clone(&who),
-                ));
-            }
+            Ok((stream, _)) => admission.admit(stream, Some(group), Vec::new()),
             // Out of descriptors or memory: back off briefly rather than spin.
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
@@ -491,15 +490,9 @@ async fn accept_loop(
 
 /// Serves the connections other pools' threads hand to this one, as if accepted here; stops
 /// taking them when the worker drains (its successor in the slot takes the rest).
-async fn receive_loop(
-    mut receiver: crate::handoff::Receiver,
-    env: Rc<ConnEnv<ThreadService>>,
-    open: Rc<Cell<usize>>,
-    max_conns: usize,
-    panics: Arc<AtomicU64>,
-    who: Rc<str>,
-) {
+async fn receive_loop(mut receiver: crate::handoff::Receiver, admission: Rc<Admission>) {
     use crate::http::conn::Service;
+    let env = &admission.env;
     loop {
         if env.shutdown.started.get() {
             return;
@@ -509,34 +502,13 @@ async fn receive_loop(
             _ = env.shutdown.notify.notified() => return,
             r = receiver.next() => r,
         };
-        let Ok(got) = received else {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            continue;
-        };
-        let _ = got.stream.set_nodelay(true);
-        let Some(group) = env.service.group_of(got.addr) else {
-            // Not an address of ours (a reload moved it): nothing here can answer it.
-            let mut answer = Vec::with_capacity(256);
-            Responder::new(&mut answer, &env.clock.common(), false, 1, false).unavailable();
-            tokio::task::spawn_local(reject_busy(got.stream, answer));
-            continue;
-        };
-        if open.get() >= max_conns {
-            let mut answer = Vec::with_capacity(256);
-            Responder::new(&mut answer, &env.clock.common(), false, 1, false).unavailable();
-            tokio::task::spawn_local(reject_busy(got.stream, answer));
-            continue;
+        match received {
+            Ok(got) => {
+                let group = env.service.group_of(got.addr);
+                admission.admit(got.stream, group, got.unread);
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
-        let slot = Slot::take(&open);
-        tokio::task::spawn_local(conn_task::serve(
-            got.stream,
-            group,
-            got.unread,
-            Rc::clone(&env),
-            slot,
-            Arc::clone(&panics),
-            Rc::clone(&who),
-        ));
     }
 }
 
