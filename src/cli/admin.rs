@@ -27,11 +27,34 @@ impl AdminArgs {
             None => Ok(crate::config::ServerSettings::default().admin),
         }
     }
+
+    /// The token for actions: `--token`, `$ESPALIER_ADMIN_TOKEN`, the config's
+    /// `admin_token`, or the token file the server made for its address on this machine.
+    fn token(&self, addr: SocketAddr) -> Option<String> {
+        if let Some(t) = self
+            .token
+            .clone()
+            .or_else(|| std::env::var("ESPALIER_ADMIN_TOKEN").ok())
+        {
+            return Some(t);
+        }
+        if let Some(path) = &self.config {
+            let t = MachineArgs::default().read().ok()?;
+            if let Some(token) = Config::load(path, &t).ok()?.server.admin_token {
+                return Some(token);
+            }
+        }
+        std::fs::read_to_string(admin::token_file(addr))
+            .ok()
+            .map(|t| t.trim().to_string())
+    }
 }
 
 /// A command (`POST path`): prints the server's one-line answer, or returns it as the error.
 pub(super) fn post(args: &AdminArgs, path: &str) -> Result<i32, String> {
-    let (status, body) = admin::request(args.address()?, "POST", path)?;
+    let addr = args.address()?;
+    let token = args.token(addr);
+    let (status, body) = admin::request_with_token(addr, "POST", path, token.as_deref())?;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let text = String::from_utf8_lossy(&body);
     let message = v["message"].as_str().unwrap_or(text.trim());

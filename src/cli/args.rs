@@ -148,6 +148,9 @@ pub struct ServeArgs {
     /// With --dry-run: print JSON.
     #[arg(long, requires = "dry_run")]
     pub json: bool,
+    /// With --dry-run: also write the admin page's drawing of the plan to this HTML file.
+    #[arg(long, value_name = "FILE", requires = "dry_run")]
+    pub html: Option<PathBuf>,
     #[command(flatten)]
     pub machine: MachineArgs,
 }
@@ -221,6 +224,10 @@ pub struct AdminArgs {
     /// The admin address (default 127.0.0.1:9180).
     #[arg(long, value_name = "ADDR", conflicts_with = "config")]
     pub admin: Option<SocketAddr>,
+    /// The admin token for actions (default: $ESPALIER_ADMIN_TOKEN, the config's
+    /// admin_token, or the token file the server made on this machine).
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
 }
 
 #[derive(Subcommand, Debug, Clone)]

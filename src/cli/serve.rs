@@ -46,6 +46,12 @@ pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
         } else {
             print!("{}", placement::render(&plan));
         }
+        if let Some(path) = &args.html {
+            let page = crate::server::admin_page::plan_html(&t, &config, &plan);
+            std::fs::write(path, page)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            eprintln!("espalier: the plan's drawing is in {}", path.display());
+        }
         return Ok(0);
     }
     crate::server::master::run(&config, &t, &plan)

@@ -326,6 +326,10 @@ pub enum Steering {
 pub struct ServerSettings {
     /// Admin endpoint for status and metrics. Default 127.0.0.1:9180.
     pub admin: SocketAddr,
+    /// The token the admin endpoint's actions (stop, start, recycle, reload) require. Default:
+    /// a random one, created at first start in a file beside the runtime folders (see
+    /// `server::admin::token_file`); a non-loopback `admin` needs one written here.
+    pub admin_token: Option<String>,
     /// Add `X-Espalier-Worker: <pool>/<index>/cpu<N>` to responses. Default false.
     pub worker_header: bool,
     /// Default `cpu`.
@@ -341,6 +345,7 @@ impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             admin: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9180),
+            admin_token: None,
             worker_header: false,
             steering: Steering::Cpu,
             backlog: 1024,

@@ -31,6 +31,7 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
     pub admin: Option<String>,
+    pub admin_token: Option<String>,
     pub worker_header: Option<bool>,
     pub steering: Option<String>,
     pub backlog: Option<i64>,

@@ -1,6 +1,8 @@
-//! The admin endpoint on `[server] admin` (default 127.0.0.1:9180): `GET /status` (JSON),
-//! `GET /metrics` (Prometheus text), `POST /reload` and `POST /pools/NAME/stop|start|recycle`;
-//! and the client the CLI's `espalier status`, `pool`, `recycle` and `reload` use.
+//! The admin endpoint on `[server] admin` (default 127.0.0.1:9180): the admin page at `/`
+//! (see [`super::admin_page`]) with its feeds `GET /machine` and `GET /live`, `GET /status`
+//! (JSON), `GET /metrics` (Prometheus text), and the actions `POST /reload` and `POST
+//! /pools/NAME/stop|start|recycle`, which need the admin token; and the client the CLI's
+//! `espalier status`, `pool`, `recycle` and `reload` use.
 //!
 //! Owns: the endpoint's routes, the command and reply types, and the client side. Both sides
 //! speak through the crate's one HTTP engine: requests are parsed with
@@ -22,6 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminCommand {
     Status,
+    /// The admin page's feed: status, CPU loads, history.
+    Live,
     StopPool(String),
     StartPool(String),
     Recycle(String),
@@ -32,6 +36,7 @@ pub enum AdminCommand {
 #[derive(Debug)]
 pub enum AdminReply {
     Status(Box<Status>),
+    Live(Box<super::status::Live>),
     /// A command's outcome: the HTTP status (200 done, 400 refused, 404 no such pool, 409 not
     /// now) and one line for the operator.
     Done {
@@ -50,10 +55,31 @@ const LIMITS: HeadLimits = HeadLimits {
     max_body_size: 0,
 };
 
+/// What a request asks for besides a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Page {
+    /// The admin page itself.
+    Html,
+    /// The machine the page draws (topology, static).
+    Machine,
+}
+
+/// The page or command a method and path ask for; for commands, whether the answer is
+/// metrics text.
+fn route_page(method: Method, path: &str) -> Option<Page> {
+    let path = path.split('?').next().unwrap_or("");
+    match (method, path) {
+        (Method::Get | Method::Head, "/" | "/index.html") => Some(Page::Html),
+        (Method::Get | Method::Head, "/machine") => Some(Page::Machine),
+        _ => None,
+    }
+}
+
 /// The command a method and path ask for, and whether the answer is metrics text.
 fn route(method: Method, path: &str) -> Option<(AdminCommand, bool)> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     Some(match (method, parts.as_slice()) {
+        (Method::Get, ["live"]) => (AdminCommand::Live, false),
         (Method::Get, ["status"]) => (AdminCommand::Status, false),
         (Method::Get, ["metrics"]) => (AdminCommand::Status, true),
         (Method::Post, ["pools", name, "stop"]) => {
@@ -70,13 +96,77 @@ fn route(method: Method, path: &str) -> Option<(AdminCommand, bool)> {
     })
 }
 
+/// Where the token of the admin endpoint on `addr` is kept when the config names none: made
+/// at first start (random, mode 0600) and read by `espalier pool|recycle|reload` on this
+/// machine.
+pub fn token_file(addr: SocketAddr) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("espalier-admin-{}.token", addr.port()))
+}
+
+/// The token the endpoint's actions require: `[server] admin_token`, or the token file's,
+/// created now if there is none.
+fn server_token(config: &Config) -> Result<String, String> {
+    if let Some(t) = &config.server.admin_token {
+        return Ok(t.clone());
+    }
+    let path = token_file(config.server.admin);
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        if t.trim().len() >= 16 {
+            return Ok(t.trim().to_string());
+        }
+    }
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .map_err(|e| format!("cannot read /dev/urandom for the admin token: {e}"))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, token.as_bytes()))
+        .map_err(|e| format!("cannot write the admin token to {}: {e}", path.display()))?;
+    Ok(token)
+}
+
+/// The token a request carries (`Authorization: Bearer …` or `X-Espalier-Token: …`).
+fn token_of<'a>(req: &crate::http::Request<'a>) -> Option<&'a str> {
+    req.header("x-espalier-token").or_else(|| {
+        req.header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+    })
+}
+
+/// Compares without stopping at the first difference (no timing hint of the token's prefix).
+fn same_token(given: &str, wanted: &str) -> bool {
+    given.len() == wanted.len()
+        && given
+            .bytes()
+            .zip(wanted.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
 /// Starts the endpoint. If its address cannot be bound, serving goes on without it and the
 /// master says so once.
 pub(super) fn start<E: From<Request> + Send + 'static>(
     config: &Config,
+    topology: &crate::topology::Topology,
     events: mpsc::UnboundedSender<E>,
 ) {
     let addr = config.server.admin;
+    let token = match server_token(config) {
+        Ok(t) => std::sync::Arc::<str>::from(t),
+        Err(e) => {
+            log("master", format!("{e}; the admin page is read-only"));
+            // No token anyone can send: every action is refused.
+            std::sync::Arc::<str>::from("")
+        }
+    };
+    let machine: std::sync::Arc<[u8]> = super::admin_page::machine_json(topology).into();
     let listener = match std::net::TcpListener::bind(addr)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .and_then(tokio::net::TcpListener::from_std)
@@ -87,9 +177,14 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
             return;
         }
     };
+    let where_token = if config.server.admin_token.is_some() {
+        "[server] admin_token".to_string()
+    } else {
+        format!("{} ({token})", token_file(addr).display())
+    };
     log(
         "master",
-        format!("admin endpoint on http://{addr} (/status, /metrics)"),
+        format!("admin endpoint on http://{addr} (the page at /; /status, /metrics, /live); actions need the token in {where_token}"),
     );
     tokio::spawn(async move {
         loop {
@@ -98,8 +193,13 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
                 continue;
             };
             let events = events.clone();
+            let (token, machine) = (token.clone(), machine.clone());
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(Duration::from_secs(10), handle(stream, events)).await;
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    handle(stream, events, &token, &machine),
+                )
+                .await;
             });
         }
     });
@@ -109,6 +209,8 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
 async fn handle<E: From<Request>>(
     mut stream: tokio::net::TcpStream,
     events: mpsc::UnboundedSender<E>,
+    token: &str,
+    machine: &[u8],
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let mut out = Vec::with_capacity(1024);
@@ -125,10 +227,34 @@ async fn handle<E: From<Request>>(
                 Responder::new(&mut out, &common, false, 1, false).error(e.status());
                 break;
             }
-            Ok(Head::Complete { request, .. }) => (
-                route(request.method, request.path),
-                request.method == Method::Head,
-            ),
+            Ok(Head::Complete { request, .. }) => {
+                let head_only = request.method == Method::Head;
+                let mut resp = Responder::new(&mut out, &common, false, 1, head_only);
+                match route_page(request.method, request.path) {
+                    Some(Page::Html) => {
+                        resp.simple(200, "text/html; charset=utf-8", super::admin_page::PAGE);
+                        break;
+                    }
+                    Some(Page::Machine) => {
+                        resp.simple(200, "application/json", machine);
+                        break;
+                    }
+                    None => {}
+                }
+                let command = route(request.method, request.path);
+                // Actions change the server: they need the token (reads do not).
+                let authorized =
+                    token_of(&request).is_some_and(|t| !token.is_empty() && same_token(t, token));
+                if request.method == Method::Post && command.is_some() && !authorized {
+                    let body = serde_json::json!({
+                        "ok": false,
+                        "message": "this action needs the admin token (header `Authorization: Bearer TOKEN`); espalier's commands on this machine read it from the token file or [server] admin_token"
+                    });
+                    resp.simple(401, "application/json", &json(&body));
+                    break;
+                }
+                (command, head_only)
+            }
         };
         let mut resp = Responder::new(&mut out, &common, false, 1, head_only);
         let Some((command, metrics)) = command else {
@@ -151,6 +277,7 @@ async fn handle<E: From<Request>>(
                 resp.simple(200, "text/plain; version=0.0.4", s.metrics().as_bytes())
             }
             AdminReply::Status(s) => resp.simple(200, "application/json", &json(&*s)),
+            AdminReply::Live(l) => resp.simple(200, "application/json", &compact(&*l)),
             AdminReply::Done { status, message } => {
                 let body = serde_json::json!({ "ok": status == 200, "message": message });
                 resp.simple(status, "application/json", &json(&body));
@@ -162,6 +289,11 @@ async fn handle<E: From<Request>>(
     stream.shutdown().await
 }
 
+/// Without indentation: the page polls it every second.
+fn compact(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
 fn json(value: &impl serde::Serialize) -> Vec<u8> {
     let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
     body.push(b'\n');
@@ -170,12 +302,23 @@ fn json(value: &impl serde::Serialize) -> Vec<u8> {
 
 /// The client side: one request to the admin endpoint at `addr`; (status, body).
 pub fn request(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, Vec<u8>), String> {
+    request_with_token(addr, method, path, None)
+}
+
+/// As [`request`], carrying the admin token (actions need it).
+pub fn request_with_token(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, Vec<u8>), String> {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)
         .map_err(|e| format!("{addr}: {e}"))?;

@@ -24,6 +24,12 @@ pub enum Message {
         panics: u64,
         /// Requests a front worker forwarded to an app process off its own node.
         remote: u64,
+        /// Connections open now.
+        connections: u64,
+        /// Connections accepted, and of those, received by the kernel on the accepting
+        /// thread's own CPU (`SO_INCOMING_CPU`): steering's hit rate.
+        accepted: u64,
+        steered: u64,
     },
     /// Worker → master: these engine threads (`cpuN,…`) have not turned lately; not a pong.
     Stuck(String),
@@ -48,7 +54,10 @@ impl Message {
                 requests,
                 panics,
                 remote,
-            } => format!("pong {requests} {panics} {remote}\n"),
+                connections,
+                accepted,
+                steered,
+            } => format!("pong {requests} {panics} {remote} {connections} {accepted} {steered}\n"),
             Message::Stuck(threads) => format!("stuck {threads}\n"),
             Message::Stopping => "stopping\n".into(),
             Message::Reopen => "reopen\n".into(),
@@ -72,6 +81,9 @@ impl Message {
                     requests: n.next().unwrap_or(0),
                     panics: n.next().unwrap_or(0),
                     remote: n.next().unwrap_or(0),
+                    connections: n.next().unwrap_or(0),
+                    accepted: n.next().unwrap_or(0),
+                    steered: n.next().unwrap_or(0),
                 }
             }
             "stuck" => Message::Stuck(rest.to_string()),
@@ -97,6 +109,9 @@ mod tests {
                 requests: 123456,
                 panics: 2,
                 remote: 7,
+                connections: 3,
+                accepted: 90,
+                steered: 88,
             },
             Message::Stuck("cpu0,cpu3".into()),
         ] {

@@ -13,6 +13,7 @@
 //! line protocol after). Pure decisions: [`lifecycle`], [`soft`], [`steering`].
 
 pub mod admin;
+pub mod admin_page;
 pub mod app;
 pub mod app_exec;
 pub mod conn_task;

@@ -15,6 +15,24 @@ pub struct Status {
     pub addresses: Vec<AddressStatus>,
 }
 
+/// What the admin page draws once a second (`GET /live`): the status, each CPU's load, and
+/// the last ten minutes of requests per pool.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Live {
+    pub time_unix: f64,
+    pub status: Status,
+    /// `(CPU, busy fraction 0..1)` over the last second, from `/proc/stat`.
+    pub cpu_load: Vec<(u32, f64)>,
+    /// One sample a second, oldest first: each pool's requests served so far.
+    pub history: Vec<HistorySample>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HistorySample {
+    pub time_unix: f64,
+    pub pools: Vec<(String, u64)>,
+}
+
 /// One listening address and who answers on it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AddressStatus {
@@ -131,6 +149,20 @@ pub struct WorkerStatus {
     pub draining: Vec<u32>,
     /// Soft affinity: the nodes the worker may use besides its home, now.
     pub widened_to: Vec<u32>,
+    /// `hard` or `soft` (IIS's numaNodeAffinityMode).
+    #[serde(default)]
+    pub affinity: String,
+    /// `bind`, `preferred` or `default`, with its nodes.
+    #[serde(default)]
+    pub memory_policy: String,
+    /// Connections open now.
+    #[serde(default)]
+    pub connections: u64,
+    /// Connections accepted, and of those, received on the accepting thread's own CPU.
+    #[serde(default)]
+    pub accepted: u64,
+    #[serde(default)]
+    pub steered: u64,
 }
 
 /// A worker metric: name, help, and how to read it off a worker.
@@ -258,6 +290,11 @@ mod tests {
                     last_exit: None,
                     draining: vec![],
                     widened_to: vec![],
+                    affinity: "hard".into(),
+                    memory_policy: "bind:0".into(),
+                    connections: 0,
+                    accepted: 0,
+                    steered: 0,
                 }],
             }],
         };

@@ -229,6 +229,10 @@ pub struct ThreadHealth {
     served: AtomicU64,
     /// Requests forwarded to an app process off the thread's node.
     remote: AtomicU64,
+    /// Connections open now; accepted so far, and of those received on the thread's CPU.
+    connections: AtomicU64,
+    accepted: AtomicU64,
+    steered: AtomicU64,
     /// Milliseconds since `epoch` at the thread's last turn of its event loop.
     heartbeat_ms: AtomicU64,
     pub panics: Arc<AtomicU64>,
@@ -240,14 +244,23 @@ impl ThreadHealth {
             epoch,
             served: AtomicU64::new(0),
             remote: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            steered: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(0),
             panics: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    fn beat(&self, served: u64, remote: u64) {
+    fn beat(&self, served: u64, remote: u64, admission: &Admission) {
         self.served.store(served, Ordering::Relaxed);
         self.remote.store(remote, Ordering::Relaxed);
+        let open = admission.open.get() as u64;
+        self.connections.store(open, Ordering::Relaxed);
+        self.accepted
+            .store(admission.accepted.get(), Ordering::Relaxed);
+        self.steered
+            .store(admission.steered.get(), Ordering::Relaxed);
         let now = self.epoch.elapsed().as_millis() as u64;
         self.heartbeat_ms.store(now, Ordering::Relaxed);
     }
@@ -281,14 +294,19 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
         .iter()
         .map(|h| h.panics.load(Ordering::Relaxed))
         .sum();
-    let remote: u64 = health
-        .iter()
-        .map(|h| h.remote.load(Ordering::Relaxed))
-        .sum();
+    let sum = |field: fn(&ThreadHealth) -> &AtomicU64| -> u64 {
+        health
+            .iter()
+            .map(|h| field(h).load(Ordering::Relaxed))
+            .sum()
+    };
     Message::Pong {
         requests: served,
         panics,
-        remote,
+        remote: sum(|h| &h.remote),
+        connections: sum(|h| &h.connections),
+        accepted: sum(|h| &h.accepted),
+        steered: sum(|h| &h.steered),
     }
     .line()
 }
@@ -397,6 +415,9 @@ fn engine_thread(
             max_conns,
             panics: Arc::clone(&health.panics),
             who: format!("{}/{}/cpu{}", spec.pool, spec.index, thread.cpu).into(),
+            cpu: thread.cpu,
+            accepted: Cell::new(0),
+            steered: Cell::new(0),
         });
         if let Some(receiver) = receiver {
             tokio::task::spawn_local(receive_loop(receiver, Rc::clone(&admission)));
@@ -407,12 +428,17 @@ fn engine_thread(
         {
             let env = Rc::clone(&env);
             let health = Arc::clone(&health);
-            health.beat(0, 0);
+            let admission = Rc::clone(&admission);
+            health.beat(0, 0, &admission);
             tokio::task::spawn_local(async move {
                 let mut tick = tokio::time::interval(HEARTBEAT);
                 loop {
                     tick.tick().await;
-                    health.beat(env.service.served(), env.service.remote_forwards());
+                    health.beat(
+                        env.service.served(),
+                        env.service.remote_forwards(),
+                        &admission,
+                    );
                     // Access log lines are written at least this often.
                     env.service.flush_logs();
                 }
@@ -443,6 +469,10 @@ struct Admission {
     max_conns: usize,
     panics: Arc<AtomicU64>,
     who: Rc<str>,
+    /// The thread's CPU, and the connections it accepted, and of those received on it.
+    cpu: u32,
+    accepted: Cell<u64>,
+    steered: Cell<u64>,
 }
 
 impl Admission {
@@ -481,7 +511,16 @@ async fn accept_loop(listener: tokio::net::TcpListener, group: usize, admission:
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((stream, _)) => admission.admit(stream, Some(group), Vec::new()),
+            Ok((stream, _)) => {
+                // Where the kernel received it: one getsockopt per connection, for the
+                // admin page's steering figure.
+                let received_on = socket2::SockRef::from(&stream).cpu_affinity().ok();
+                admission.accepted.set(admission.accepted.get() + 1);
+                if received_on == Some(admission.cpu as usize) {
+                    admission.steered.set(admission.steered.get() + 1);
+                }
+                admission.admit(stream, Some(group), Vec::new())
+            }
             // Out of descriptors or memory: back off briefly rather than spin.
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }

@@ -214,12 +214,9 @@ pub fn recycles_under_load(config: &str, pool: &str) {
             std::thread::spawn(move || keep_alive_load(addr, stop))
         })
         .collect();
-    let admin: SocketAddr = app.server.admin.as_ref().unwrap().parse().unwrap();
     for round in 0..10 {
         let before = procs(&app.server.status(), Role::App);
-        let (code, body) =
-            espalier::server::admin::request(admin, "POST", &format!("/pools/{pool}/recycle"))
-                .unwrap();
+        let (code, body) = app.server.post(&format!("/pools/{pool}/recycle"));
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         app.server
             .wait_until(&format!("recycle {round}"), Duration::from_secs(20), |s| {

@@ -129,6 +129,24 @@ impl Server {
         serde_json::from_slice(&body).unwrap()
     }
 
+    /// An action on the admin endpoint (`POST path`), with the token the server made.
+    pub fn post(&self, path: &str) -> (u16, Vec<u8>) {
+        let addr: SocketAddr = self
+            .admin
+            .as_ref()
+            .expect("a server started from a config")
+            .parse()
+            .unwrap();
+        let token = std::fs::read_to_string(espalier::server::admin::token_file(addr)).ok();
+        espalier::server::admin::request_with_token(
+            addr,
+            "POST",
+            path,
+            token.as_deref().map(str::trim),
+        )
+        .unwrap()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -169,6 +169,22 @@ impl Validator {
                 d.admin
             }),
         };
+        let admin_token = raw.admin_token.filter(|t| {
+            let ok = t.len() >= 16 && t.bytes().all(|b| b.is_ascii_graphic());
+            if !ok {
+                self.err(
+                    &[Seg::Key("server"), Seg::Key("admin_token")],
+                    "must be at least 16 printable characters without spaces; generate one with `openssl rand -hex 24`",
+                );
+            }
+            ok
+        });
+        if !admin.ip().is_loopback() && admin_token.is_none() {
+            self.err(
+                &[Seg::Key("server"), Seg::Key("admin")],
+                format!("{admin} is reachable from other machines, and its actions (stop, recycle, reload) would be guarded only by a token kept on this one; set [server] admin_token (`openssl rand -hex 24`), or use 127.0.0.1"),
+            );
+        }
         let backlog = self.positive(
             &[Seg::Key("server"), Seg::Key("backlog")],
             raw.backlog,
@@ -239,6 +255,7 @@ impl Validator {
         );
         ServerSettings {
             admin,
+            admin_token,
             worker_header: raw.worker_header.unwrap_or(d.worker_header),
             steering,
             backlog,

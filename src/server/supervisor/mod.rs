@@ -21,6 +21,7 @@
 mod affinity;
 mod apps;
 mod cgroups;
+mod live;
 mod pools;
 mod reload;
 mod slots;
@@ -88,6 +89,8 @@ struct Supervisor {
     last_second_of_day: u32,
     /// Proxied pools whose front workers have not all been told their app processes yet.
     upstreams_unsent: Vec<usize>,
+    /// The admin page's CPU loads and request history.
+    live: live::LiveSamples,
 }
 
 pub(super) async fn run(
@@ -160,6 +163,7 @@ pub(super) async fn run(
         events: tx.clone(),
         next_generation: 1,
         upstreams_unsent: Vec::new(),
+        live: live::LiveSamples::new(),
         last_second_of_day: os::process::local_second_of_day(),
     };
 
@@ -259,7 +263,7 @@ pub(super) async fn run(
             }
         }
     }
-    super::admin::start(config, tx.clone());
+    super::admin::start(config, topology, tx.clone());
     log(
         "master",
         format!(
@@ -413,9 +417,13 @@ impl Supervisor {
                 requests,
                 panics,
                 remote,
+                connections,
+                accepted,
+                steered,
             } => {
                 if let Some((name, p)) = self.proc_of(generation) {
                     p.remote = remote;
+                    (p.connections, p.accepted, p.steered) = (connections, accepted, steered);
                     if p.stuck {
                         log(
                             "master",
@@ -489,6 +497,7 @@ impl Supervisor {
         self.retire_when_replaced();
         self.enforce_shutdown_limits(now);
         self.soft_affinity(now);
+        self.sample_live(now);
         let second = os::process::local_second_of_day();
         let crossed_window = (self.last_second_of_day, second);
         self.last_second_of_day = second;

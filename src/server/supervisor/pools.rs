@@ -143,6 +143,7 @@ impl Supervisor {
         let known = |sv: &Self, name: &str| sv.pools.iter().any(|p| p.spec.name == name);
         match cmd {
             AdminCommand::Status => AdminReply::Status(Box::new(self.status())),
+            AdminCommand::Live => AdminReply::Live(Box::new(self.live())),
             AdminCommand::Reload => match self.reload_logged() {
                 Ok(summary) => done(200, summary),
                 Err(message) => done(400, message),
@@ -285,6 +286,20 @@ impl Supervisor {
                                 last_exit: s.last_exit.clone(),
                                 draining: s.draining.iter().map(|d| d.pid).collect(),
                                 widened_to: s.soft.widened_to.clone(),
+                                affinity: if s.spec.hard { "hard" } else { "soft" }.into(),
+                                memory_policy: format!(
+                                    "{}:{}",
+                                    crate::placement::policy_name(s.spec.memory_policy),
+                                    s.spec
+                                        .memory_nodes
+                                        .iter()
+                                        .map(u32::to_string)
+                                        .collect::<Vec<_>>()
+                                        .join(",")
+                                ),
+                                connections: cur.map_or(0, |c| c.connections),
+                                accepted: cur.map_or(0, |c| c.accepted),
+                                steered: cur.map_or(0, |c| c.steered),
                             }
                         })
                         .collect(),

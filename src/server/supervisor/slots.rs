@@ -43,6 +43,10 @@ pub(super) struct Proc {
     pub(super) panics: u64,
     /// A front worker's requests forwarded off its node.
     pub(super) remote: u64,
+    /// Its connections open now, accepted so far, and accepted on the CPU that received them.
+    pub(super) connections: u64,
+    pub(super) accepted: u64,
+    pub(super) steered: u64,
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,
@@ -336,6 +340,9 @@ impl Supervisor {
             stopping: false,
             stop_sent: None,
             requests: 0,
+            connections: 0,
+            accepted: 0,
+            steered: 0,
             panics: 0,
             remote: 0,
             last_pong: Instant::now(),

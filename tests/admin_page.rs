@@ -1,0 +1,311 @@
+//! The admin page in a real browser: a server with two pools under load, the page loaded in
+//! Debian's Chromium (driven by playwright-core from npm, both installed when missing), its
+//! rendered DOM checked against the status, a recycle pressed with the token (the pid
+//! changes) and without it (refused, nothing changes), the JSON feed growing under load, and
+//! the DL980 plan drawn from the fixture. Screenshots go to target/admin-page-test/.
+
+mod common;
+
+use common::apps::keep_alive_load_host;
+use common::*;
+use espalier::server::status::Live;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Chromium from Debian and playwright-core from npm (cached under target/).
+fn browser_tools() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            ". bench/common.sh; need_tools chromium:chromium node:nodejs npm:npm",
+        ])
+        .current_dir(root)
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "this test needs Chromium and Node.js: {}",
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
+    let dir = root.join("target/admin-page-node");
+    if !dir.join("node_modules/playwright-core").exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        let npm = Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+                "playwright-core@1",
+            ])
+            .current_dir(&dir)
+            .output()
+            .expect("npm");
+        assert!(
+            npm.status.success(),
+            "cannot install playwright-core from npm: {}",
+            String::from_utf8_lossy(&npm.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    }
+    dir
+}
+
+fn live(admin: SocketAddr) -> Live {
+    let (code, body) = espalier::server::admin::request(admin, "GET", "/live").unwrap();
+    assert_eq!(code, 200);
+    serde_json::from_slice(&body).unwrap()
+}
+
+#[test]
+fn the_admin_page_shows_the_machine_and_its_pools_live() {
+    let node_dir = browser_tools();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = root.join("target/admin-page-test");
+    std::fs::create_dir_all(&out).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), "hello\n").unwrap();
+    let port = free_port();
+    let config = format!(
+        r#"[server]
+worker_header = true
+[[pool]]
+name = "shop"
+processes = 2
+[[pool]]
+name = "blog"
+affinity = "hard"
+[[site]]
+name = "shop"
+bindings = ["http://127.0.0.1:{port}:shop.example"]
+root = "www"
+[[site.app]]
+pool = "shop"
+[[site]]
+name = "blog"
+bindings = ["http://127.0.0.1:{port}"]
+[[site.app]]
+pool = "blog"
+handler = "dynamic"
+"#
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let admin: SocketAddr = server.admin.as_deref().unwrap().parse().unwrap();
+    let token = std::fs::read_to_string(espalier::server::admin::token_file(admin)).unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = ["shop.example", "blog.example"]
+        .into_iter()
+        .map(|h| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || keep_alive_load_host(addr, h, stop))
+        })
+        .collect();
+
+    // The feed grows under load: requests, history, CPU loads, connections.
+    std::thread::sleep(Duration::from_millis(1500));
+    let a = live(admin);
+    std::thread::sleep(Duration::from_millis(1500));
+    let b = live(admin);
+    let served = |l: &Live| -> u64 {
+        l.status
+            .pools
+            .iter()
+            .flat_map(|p| &p.workers)
+            .map(|w| w.requests)
+            .sum()
+    };
+    assert!(
+        served(&b) > served(&a) && served(&a) > 0,
+        "{} then {}",
+        served(&a),
+        served(&b)
+    );
+    assert!(b.history.len() > a.history.len() && !a.history.is_empty());
+    assert!(b.time_unix > a.time_unix);
+    assert_eq!(
+        b.cpu_load.len(),
+        std::thread::available_parallelism().unwrap().get()
+    );
+    let workers: Vec<_> = b
+        .status
+        .pools
+        .iter()
+        .flat_map(|p| p.workers.iter().map(move |w| (p.name.clone(), w.clone())))
+        .collect();
+    assert!(
+        workers.iter().map(|(_, w)| w.connections).sum::<u64>() >= 1,
+        "{workers:?}"
+    );
+    assert!(workers.iter().map(|(_, w)| w.accepted).sum::<u64>() >= 1);
+    assert!(workers.iter().all(|(_, w)| w.steered <= w.accepted));
+    assert!(workers
+        .iter()
+        .all(|(_, w)| ["hard", "soft"].contains(&w.affinity.as_str())));
+
+    // The DL980's placement, drawn from the fixture.
+    let plan = out.join("plan.html");
+    let dry = espalier(&[
+        "serve",
+        "--dry-run",
+        "--sysfs",
+        root.join("tests/fixtures/dl980/sys").to_str().unwrap(),
+        "-c",
+        root.join("examples/web-garden.toml").to_str().unwrap(),
+        "--html",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(
+        dry.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+
+    let driven = Command::new("node")
+        .arg(root.join("tests/admin_page/drive.js"))
+        .args([
+            &format!("http://{admin}"),
+            token.trim(),
+            out.to_str().unwrap(),
+            plan.to_str().unwrap(),
+        ])
+        .env("NODE_PATH", node_dir.join("node_modules"))
+        .output()
+        .expect("node");
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        let (_, failed) = l.join().unwrap();
+        assert!(failed.is_empty(), "{failed:?}");
+    }
+    let text = String::from_utf8_lossy(&driven.stdout);
+    let seen: serde_json::Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&driven.stderr)));
+    assert!(seen["error"].is_null(), "{seen}");
+
+    // Every process of the status, with its pid and node, in the table and on the machine.
+    let rows = seen["rows"].as_array().unwrap();
+    let chips = seen["chips"].as_array().unwrap();
+    for (pool, w) in &workers {
+        let pid = w.pid.unwrap().to_string();
+        let node = w.node.unwrap().to_string();
+        assert!(
+            rows.iter().any(|r| r["pool"] == pool.as_str()
+                && r["pid"] == pid.as_str()
+                && r["node"] == node.as_str()),
+            "{pool}/{} pid {pid} node {node} not in the table: {rows:?}",
+            w.index
+        );
+        assert!(
+            chips
+                .iter()
+                .any(|c| c["pid"] == pid.as_str() && c["node"] == node.as_str()),
+            "{chips:?}"
+        );
+    }
+    assert_eq!(seen["cpus"], b.cpu_load.len());
+    assert!(seen["history_lines"].as_u64().unwrap() >= 2, "{seen}");
+
+    // With the token, the recycle button replaced blog's worker.
+    assert!(
+        seen["recycle_message"]
+            .as_str()
+            .unwrap()
+            .starts_with("done"),
+        "{seen}"
+    );
+    let new_pid = seen["blog_pid_after"].as_str().unwrap();
+    assert_ne!(new_pid, seen["blog_pid_before"].as_str().unwrap());
+    server.wait_until(
+        "the status shows blog's new worker",
+        Duration::from_secs(5),
+        |s| {
+            s.status().pools.iter().any(|p| {
+                p.name == "blog"
+                    && p.workers[0].pid.map(|p| p.to_string()).as_deref() == Some(new_pid)
+            })
+        },
+    );
+    // Without it, refused, and nothing changed.
+    assert!(
+        seen["refused_message"].as_str().unwrap().contains("401"),
+        "{seen}"
+    );
+    assert_eq!(seen["shop_pids_unchanged"], true);
+
+    // The plan: 8 nodes, 160 CPUs, one worker on each node, on one screen.
+    let plan_seen = &seen["plan"];
+    assert_eq!(plan_seen["nodes"], 8, "{plan_seen}");
+    assert_eq!(plan_seen["cpus"], 160);
+    let mut nodes: Vec<String> = plan_seen["chips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["0", "1", "2", "3", "4", "5", "6", "7"]);
+    assert_eq!(plan_seen["fits"], true);
+    assert!(out.join("live.png").exists() && out.join("plan.png").exists());
+}
+
+#[test]
+fn actions_need_the_token_and_a_public_admin_address_needs_one_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n"
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let admin: SocketAddr = server.admin.as_deref().unwrap().parse().unwrap();
+    let (code, _) = espalier::server::admin::request(admin, "POST", "/pools/p/recycle").unwrap();
+    assert_eq!(code, 401);
+    let (code, _) = espalier::server::admin::request_with_token(
+        admin,
+        "POST",
+        "/pools/p/recycle",
+        Some("0123456789abcdef0123"),
+    )
+    .unwrap();
+    assert_eq!(code, 401, "a wrong token");
+    // The CLI finds the token file by itself.
+    let out = espalier(&["recycle", "p", "--admin", &admin.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Reads need none; the page is served.
+    let (code, body) = espalier::server::admin::request(admin, "GET", "/").unwrap();
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&body).contains("<title>espalier</title>"));
+
+    // A non-loopback admin address without admin_token is refused at check.
+    std::fs::write(
+        dir.path().join("public.toml"),
+        format!("[server]\nadmin = \"0.0.0.0:9999\"\n{config}"),
+    )
+    .unwrap();
+    let out = espalier(&[
+        "check",
+        "-c",
+        dir.path().join("public.toml").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("public.toml:2: key `server.admin`") && err.contains("admin_token"),
+        "{err}"
+    );
+}
