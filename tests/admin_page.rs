@@ -19,21 +19,9 @@ use std::time::Duration;
 /// Chromium from Debian and playwright-core from npm (cached under target/).
 fn browser_tools() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .args([
-            "-c",
-            ". bench/common.sh; need_tools chromium:chromium node:nodejs npm:npm",
-        ])
-        .current_dir(root)
-        .output()
-        .expect("bash");
-    assert!(
-        out.status.success(),
-        "this test needs Chromium and Node.js: {}",
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .last()
-            .unwrap_or("")
+    need_tools(
+        "chromium:chromium node:nodejs npm:npm",
+        "Chromium and Node.js",
     );
     let dir = root.join("target/admin-page-node");
     if !dir.join("node_modules/playwright-core").exists() {

@@ -171,20 +171,7 @@ impl Drop for Nginx {
 }
 
 fn start_nginx(dir: &std::path::Path) -> Nginx {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let need = Command::new("bash")
-        .args(["-c", ". bench/common.sh; need_tools nginx:nginx-light"])
-        .current_dir(root)
-        .output()
-        .expect("bash");
-    assert!(
-        need.status.success(),
-        "this test needs nginx: {}",
-        String::from_utf8_lossy(&need.stderr)
-            .lines()
-            .last()
-            .unwrap_or("")
-    );
+    need_tools("nginx:nginx-light", "nginx");
     let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())

@@ -11,21 +11,9 @@ use std::sync::Arc;
 
 /// Installs gunicorn, uvicorn and node from Debian's packages when missing.
 pub fn need_runtimes() {
-    let out = Command::new("bash")
-        .args([
-            "-c",
-            ". bench/common.sh; need_tools gunicorn:gunicorn node:nodejs -:python3-uvicorn",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("bash");
-    assert!(
-        out.status.success(),
-        "these tests need gunicorn, uvicorn and node: {}",
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .last()
-            .unwrap_or("")
+    need_tools(
+        "gunicorn:gunicorn node:nodejs -:python3-uvicorn",
+        "gunicorn, uvicorn and node",
     );
 }
 
@@ -184,16 +172,7 @@ pub fn serve_fails(config: &str) -> String {
 
 /// Debian's php-fpm binary (`php-fpm8.2` on Debian 12), installed when missing.
 pub fn php_fpm() -> String {
-    let out = Command::new("bash")
-        .args(["-c", ". bench/common.sh; need_tools -:php-fpm"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("bash");
-    assert!(
-        out.status.success(),
-        "this test needs php-fpm: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    need_tools("-:php-fpm", "php-fpm");
     let mut found: Vec<String> = std::fs::read_dir("/usr/sbin")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

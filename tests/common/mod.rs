@@ -52,6 +52,25 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Installs Debian packages whose commands are missing (`CMD:PACKAGE`, `-:PACKAGE` for a
+/// package without a command; see `bench/common.sh`), or fails the test saying why in one
+/// line: these tests run the real programs, never stand-ins.
+pub fn need_tools(tools: &str, what: &str) {
+    let out = Command::new("bash")
+        .args(["-c", &format!(". bench/common.sh; need_tools {tools}")])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "this test needs {what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
+    );
+}
+
 /// `config` with `[server] admin` on a port of its own, unless it names one: the default
 /// admin address would be shared by every server of a test binary.
 pub fn with_own_admin(config: &str) -> (String, String) {
