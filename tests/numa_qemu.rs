@@ -54,6 +54,7 @@ fn placement_on_an_emulated_four_node_machine() {
         "proxy-same-node",
         "proxy-fallback",
         "shared-port-locality",
+        "cgroup-v2",
     ];
     for name in expected {
         let v = verdicts

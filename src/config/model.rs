@@ -327,8 +327,7 @@ pub struct ServerSettings {
     /// Admin endpoint for status and metrics. Default 127.0.0.1:9180.
     pub admin: SocketAddr,
     /// The token the admin endpoint's actions (stop, start, recycle, reload) require. Default:
-    /// a random one, created at first start in a file beside the runtime folders (see
-    /// `server::admin::token_file`); a non-loopback `admin` needs one written here.
+    /// a random one, created at first start in a file (see `server::admin::token_file`); a non-loopback `admin` needs one written here.
     pub admin_token: Option<String>,
     /// Add `X-Espalier-Worker: <pool>/<index>/cpu<N>` to responses. Default false.
     pub worker_header: bool,

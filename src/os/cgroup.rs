@@ -2,11 +2,18 @@
 //! holding exactly the worker's CPUs and home node (so the kernel itself keeps them there, and
 //! `Mems_allowed_list` shows the node).
 //!
-//! cgroup v2's `cpu.max` where the unified hierarchy has the cpu controller; v1's
-//! `cpu.cfs_quota_us` (with `cpuacct` for accounting) where only v1 mounts it — the case on
-//! machines without systemd, like this project's development VMs. Groups are made under
-//! `espalier-<master pid>/` so several servers never share one, and removed when the master
-//! stops. Owns: those files. Must not touch: policy (the master decides what to limit).
+//! cgroup v2 (the unified hierarchy most distributions mount alone): `cpu.max`, `cpu.stat` and
+//! `cpuset.cpus`/`cpuset.mems`, under the master's *own* cgroup as `/proc/self/cgroup` names it
+//! — a systemd service with `Delegate=yes` owns that subtree, and writing anywhere else would
+//! need more than it was given. v2 lets a cgroup that hands controllers to its children hold
+//! no processes (but the root), so a master below the root first moves itself into a leaf
+//! (`espalier-master-<pid>`) beside its groups. A process is in one v2 group only: a
+//! hard-affinity worker of a CPU-capped pool gets its cpuset as a child of the pool's group.
+//! cgroup v1 where only v1 mounts the controllers — machines without systemd, like this
+//! project's development VMs: `cpu.cfs_quota_us` (with `cpuacct` for accounting) and the
+//! `cpuset` hierarchy. Groups are made under `espalier-<master pid>/` so several servers never
+//! share one, and removed when the master stops. Owns: those files. Must not touch: policy
+//! (the master decides what to limit).
 
 use crate::cpuset::CpuSet;
 use std::path::{Path, PathBuf};
@@ -14,11 +21,17 @@ use std::path::{Path, PathBuf};
 /// The CFS period used for quotas: 100 ms, the kernel's default.
 pub const PERIOD_US: u64 = 100_000;
 
-/// Which cgroup interface this machine offers for the cpu controller.
+/// Which cgroup interface this machine offers for the cpu and cpuset controllers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hierarchy {
-    /// A unified (v2) hierarchy at this root whose `cgroup.controllers` lists `cpu`.
-    V2 { root: PathBuf },
+    /// A unified (v2) hierarchy mounted at `root`; `base` is the master's own cgroup in it
+    /// (its delegated subtree), whose `cgroup.controllers` lists these.
+    V2 {
+        root: PathBuf,
+        base: PathBuf,
+        cpu: bool,
+        cpuset: bool,
+    },
     /// v1 controllers mounted separately (each `None` when absent).
     V1 {
         cpu: Option<PathBuf>,
@@ -27,15 +40,34 @@ pub enum Hierarchy {
     },
 }
 
-/// Finds the cgroup interface under `base` (normally `/sys/fs/cgroup`).
+/// Finds the cgroup interface under `base` (normally `/sys/fs/cgroup`), for this process.
 pub fn detect(base: &Path) -> Option<Hierarchy> {
-    let has_cpu = |dir: &Path| {
-        std::fs::read_to_string(dir.join("cgroup.controllers"))
-            .is_ok_and(|c| c.split_whitespace().any(|x| x == "cpu"))
-    };
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    detect_for(base, &own)
+}
+
+/// As [`detect`], for a process whose `/proc/PID/cgroup` reads `own`.
+pub fn detect_for(base: &Path, own: &str) -> Option<Hierarchy> {
+    // The unified hierarchy's line is `0::/path`.
+    let own_v2 = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/")
+        .trim()
+        .trim_start_matches('/');
     for root in [base.to_path_buf(), base.join("unified")] {
-        if has_cpu(&root) {
-            return Some(Hierarchy::V2 { root });
+        let dir = root.join(own_v2);
+        let Ok(list) = std::fs::read_to_string(dir.join("cgroup.controllers")) else {
+            continue;
+        };
+        let has = |c: &str| list.split_whitespace().any(|x| x == c);
+        if has("cpu") || has("cpuset") {
+            return Some(Hierarchy::V2 {
+                root,
+                base: dir,
+                cpu: has("cpu"),
+                cpuset: has("cpuset"),
+            });
         }
     }
     let v1 = |name: &str, probe: &str| Some(base.join(name)).filter(|d| d.join(probe).exists());
@@ -94,10 +126,22 @@ impl Group {
         }
     }
 
-    /// Removes the group's directories (they must be empty of processes).
+    /// Removes the group's directories. Processes still in one when the master stops are its
+    /// own leftovers — children an application process left behind when it exited (a CGI
+    /// script of an HTTP server, say) — and would keep the group, and with a v1 hierarchy
+    /// its controller, alive: they are killed, and the removal retried for up to a second.
     pub fn remove(&self) {
         for d in &self.dirs {
-            let _ = std::fs::remove_dir(d);
+            for _ in 0..50 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                    let _ = super::process::kill(pid, libc::SIGKILL);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
         }
     }
 }
@@ -107,32 +151,59 @@ fn parent(hierarchy_root: &Path) -> PathBuf {
     hierarchy_root.join(format!("espalier-{}", std::process::id()))
 }
 
+fn mkdir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+/// The v2 parent of this master's groups, ready to hand `controllers` (`"+cpu"`, …) to its
+/// children: below the root, the master first moves itself into a leaf beside it (a v2 group
+/// that hands controllers down may hold no process), then the controllers are enabled at its
+/// own cgroup and at the parent.
+fn v2_parent(root: &Path, base: &Path, controllers: &str) -> Result<PathBuf, String> {
+    if base != root {
+        let leaf = base.join(format!("espalier-master-{}", std::process::id()));
+        if !leaf.exists() {
+            mkdir(&leaf)?;
+            write(&leaf.join("cgroup.procs"), &std::process::id().to_string())?;
+        }
+    }
+    write(&base.join("cgroup.subtree_control"), controllers).map_err(|e| {
+        format!("{e} (with systemd, give the unit Delegate=yes so espalier may use its own cgroup)")
+    })?;
+    let p = parent(base);
+    mkdir(&p)?;
+    write(&p.join("cgroup.subtree_control"), controllers)?;
+    Ok(p)
+}
+
 /// Makes a pool's CPU-capped group: `cpu_limit` as a fraction of one CPU, over all of the
 /// pool's workers together.
 pub fn cpu_limited(h: &Hierarchy, pool: &str, fraction: f64) -> Result<Group, String> {
     let quota = quota_us(fraction);
     match h {
-        Hierarchy::V2 { root } => {
-            // The cpu controller must be enabled for children at each level.
-            let _ = write(&root.join("cgroup.subtree_control"), "+cpu");
-            let p = parent(root);
-            std::fs::create_dir_all(&p)
-                .map_err(|e| format!("cannot create {}: {e}", p.display()))?;
-            write(&p.join("cgroup.subtree_control"), "+cpu")?;
-            let dir = p.join(pool);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Hierarchy::V2 {
+            root,
+            base,
+            cpu: true,
+            cpuset,
+        } => {
+            let controllers = if *cpuset { "+cpu +cpuset" } else { "+cpu" };
+            let dir = v2_parent(root, base, controllers)?.join(pool);
+            mkdir(&dir)?;
             write(&dir.join("cpu.max"), &format!("{quota} {PERIOD_US}"))?;
             Ok(Group {
                 accounting: Some(dir.join("cpu.stat")),
                 dirs: vec![dir],
             })
         }
+        Hierarchy::V2 { base, .. } => Err(format!(
+            "the cpu controller is not available in {} (not in its cgroup.controllers)",
+            base.display()
+        )),
         Hierarchy::V1 { cpu, cpuacct, .. } => {
             let cpu = cpu.as_ref().ok_or("the cpu controller is not mounted")?;
             let dir = parent(cpu).join(pool);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            mkdir(&dir)?;
             write(&dir.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
             write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
             let mut g = Group {
@@ -151,44 +222,80 @@ pub fn cpu_limited(h: &Hierarchy, pool: &str, fraction: f64) -> Result<Group, St
     }
 }
 
-/// Makes a worker's cpuset group (v1 cpuset): exactly `cpus` and memory `nodes`.
-pub fn cpuset(h: &Hierarchy, name: &str, cpus: &CpuSet, nodes: &[u32]) -> Result<Group, String> {
-    let Hierarchy::V1 {
-        cpuset: Some(root), ..
-    } = h
-    else {
-        return Err("no cpuset controller mounted".into());
-    };
-    let p = parent(root);
-    if !p.exists() {
-        std::fs::create_dir_all(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
-        // A v1 cpuset child starts empty: it must be given CPUs and memory before use.
-        for f in ["cpuset.cpus", "cpuset.mems"] {
-            let v = std::fs::read_to_string(root.join(f)).map_err(|e| e.to_string())?;
-            write(&p.join(f), v.trim())?;
+/// Makes a worker's cpuset group: exactly `cpus` and memory `nodes`. On v2, inside `within`
+/// (its pool's CPU-capped group) when there is one: a process is in one v2 group only, so the
+/// worker's group is the pool's child and replaces it (see [`Hierarchy::unified`]).
+pub fn cpuset(
+    h: &Hierarchy,
+    name: &str,
+    cpus: &CpuSet,
+    nodes: &[u32],
+    within: Option<&Group>,
+) -> Result<Group, String> {
+    let nodes_text = nodes
+        .iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let dir = match h {
+        Hierarchy::V2 {
+            root,
+            base,
+            cpuset: true,
+            cpu,
+        } => match within.and_then(|g| g.dirs.first()) {
+            Some(pool_dir) => {
+                write(&pool_dir.join("cgroup.subtree_control"), "+cpuset")?;
+                pool_dir.join(name)
+            }
+            None => {
+                let controllers = if *cpu { "+cpu +cpuset" } else { "+cpuset" };
+                v2_parent(root, base, controllers)?.join(name)
+            }
+        },
+        Hierarchy::V2 { base, .. } => {
+            return Err(format!(
+                "the cpuset controller is not available in {} (not in its cgroup.controllers)",
+                base.display()
+            ))
         }
-    }
-    let dir = p.join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Hierarchy::V1 {
+            cpuset: Some(root), ..
+        } => {
+            let p = parent(root);
+            if !p.exists() {
+                mkdir(&p)?;
+                // A v1 cpuset child starts empty: it must be given CPUs and memory before use.
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    let v = std::fs::read_to_string(root.join(f)).map_err(|e| e.to_string())?;
+                    write(&p.join(f), v.trim())?;
+                }
+            }
+            p.join(name)
+        }
+        Hierarchy::V1 { cpuset: None, .. } => return Err("no cpuset controller mounted".into()),
+    };
+    mkdir(&dir)?;
     write(&dir.join("cpuset.cpus"), &cpus.to_string())?;
-    write(
-        &dir.join("cpuset.mems"),
-        &nodes
-            .iter()
-            .map(|n| n.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-    )?;
+    write(&dir.join("cpuset.mems"), &nodes_text)?;
     Ok(Group {
         dirs: vec![dir],
         accounting: None,
     })
 }
 
+impl Hierarchy {
+    /// Whether a process joins one group only (v2): a worker's cpuset then replaces its
+    /// pool's group rather than adding to it.
+    pub fn unified(&self) -> bool {
+        matches!(self, Hierarchy::V2 { .. })
+    }
+}
+
 /// Removes this master's parent directories (after every group in them is gone).
 pub fn remove_parents(h: &Hierarchy) {
     let roots: Vec<&PathBuf> = match h {
-        Hierarchy::V2 { root } => vec![root],
+        Hierarchy::V2 { base, .. } => vec![base],
         Hierarchy::V1 {
             cpu,
             cpuacct,
@@ -219,11 +326,14 @@ mod tests {
             "cpuset cpu io memory pids\n",
         )
         .unwrap();
-        let h = detect(dir.path()).unwrap();
+        let h = detect_for(dir.path(), "0::/\n").unwrap();
         assert_eq!(
             h,
             Hierarchy::V2 {
-                root: dir.path().to_path_buf()
+                root: dir.path().to_path_buf(),
+                base: dir.path().to_path_buf(),
+                cpu: true,
+                cpuset: true,
             }
         );
         let g = cpu_limited(&h, "shop", 0.5).unwrap();
@@ -236,7 +346,7 @@ mod tests {
         );
         assert_eq!(
             std::fs::read_to_string(dir.path().join("cgroup.subtree_control")).unwrap(),
-            "+cpu"
+            "+cpu +cpuset"
         );
         g.attach(4242).unwrap();
         assert_eq!(
@@ -245,6 +355,64 @@ mod tests {
         );
         std::fs::write(group.join("cpu.stat"), "usage_usec 1500\nuser_usec 1000\n").unwrap();
         assert_eq!(g.usage_ns(), Some(1_500_000));
+        // A hard-affinity worker of the capped pool: its cpuset is the pool's child.
+        let cpus = CpuSet::parse("2-3").unwrap();
+        let w = cpuset(&h, "shop-0", &cpus, &[1], Some(&g)).unwrap();
+        assert_eq!(w.dirs, vec![group.join("shop-0")]);
+        assert_eq!(
+            std::fs::read_to_string(group.join("cgroup.subtree_control")).unwrap(),
+            "+cpuset"
+        );
+        assert_eq!(
+            std::fs::read_to_string(group.join("shop-0/cpuset.cpus")).unwrap(),
+            "2-3"
+        );
+        assert_eq!(
+            std::fs::read_to_string(group.join("shop-0/cpuset.mems")).unwrap(),
+            "1"
+        );
+        assert!(h.unified());
+    }
+
+    #[test]
+    fn v2_in_a_delegated_subtree() {
+        // A systemd service with Delegate=yes: the master's own cgroup, not the root.
+        let dir = tempfile::tempdir().unwrap();
+        let service = dir.path().join("system.slice/espalier.service");
+        std::fs::create_dir_all(&service).unwrap();
+        std::fs::write(
+            dir.path().join("cgroup.controllers"),
+            "cpuset cpu io memory\n",
+        )
+        .unwrap();
+        std::fs::write(service.join("cgroup.controllers"), "cpuset cpu\n").unwrap();
+        let h = detect_for(dir.path(), "0::/system.slice/espalier.service\n").unwrap();
+        let Hierarchy::V2 { base, .. } = &h else {
+            panic!("{h:?}")
+        };
+        assert_eq!(base, &service);
+        let cpus = CpuSet::parse("0-1").unwrap();
+        let g = cpuset(&h, "web-0", &cpus, &[0], None).unwrap();
+        let pid = std::process::id();
+        assert_eq!(g.dirs, vec![service.join(format!("espalier-{pid}/web-0"))]);
+        // The master moved itself into a leaf, then handed the controllers down.
+        let leaf = service.join(format!("espalier-master-{pid}"));
+        assert_eq!(
+            std::fs::read_to_string(leaf.join("cgroup.procs")).unwrap(),
+            pid.to_string()
+        );
+        assert_eq!(
+            std::fs::read_to_string(service.join("cgroup.subtree_control")).unwrap(),
+            "+cpu +cpuset"
+        );
+        // Nothing was written above the delegated subtree.
+        assert!(!dir.path().join("cgroup.subtree_control").exists());
+        assert!(!dir.path().join(format!("espalier-{pid}")).exists());
+        // Without the cpuset controller delegated: one clear reason.
+        std::fs::write(service.join("cgroup.controllers"), "cpu\n").unwrap();
+        let h = detect_for(dir.path(), "0::/system.slice/espalier.service\n").unwrap();
+        let e = cpuset(&h, "web-0", &cpus, &[0], None).unwrap_err();
+        assert!(e.contains("cpuset controller is not available"), "{e}");
     }
 
     #[test]

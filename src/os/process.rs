@@ -257,6 +257,12 @@ pub fn kill_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// Whether this process runs as root (effective user 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -98,9 +98,17 @@ fn route(method: Method, path: &str) -> Option<(AdminCommand, bool)> {
 
 /// Where the token of the admin endpoint on `addr` is kept when the config names none: made
 /// at first start (random, mode 0600) and read by `espalier pool|recycle|reload` on this
-/// machine.
+/// machine. As root, `/run/espalier/` (outside a service's private /tmp, so the CLI in a
+/// shell finds it); otherwise `$XDG_RUNTIME_DIR`, or the temporary folder.
 pub fn token_file(addr: SocketAddr) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("espalier-admin-{}.token", addr.port()))
+    let dir = if crate::os::process::is_root() {
+        std::path::PathBuf::from("/run/espalier")
+    } else {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir)
+    };
+    dir.join(format!("admin-{}.token", addr.port()))
 }
 
 /// The token the endpoint's actions require: `[server] admin_token`, or the token file's,
@@ -120,7 +128,13 @@ fn server_token(config: &Config) -> Result<String, String> {
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
         .map_err(|e| format!("cannot read /dev/urandom for the admin token: {e}"))?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
     std::fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -8,8 +8,6 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs dev /dev 2>/dev/null
 mount -t tmpfs tmp /tmp
-mount -t tmpfs cgroup /sys/fs/cgroup
-for c in cpuset cpu cpuacct; do mkdir -p /sys/fs/cgroup/$c && mount -t cgroup -o $c $c /sys/fs/cgroup/$c; done
 ip link set lo up
 cd /guest
 export PATH=/bin
@@ -33,6 +31,63 @@ wait_for() { # file pattern seconds
     i=$((i + 1)); [ $i -gt $(($3 * 10)) ] && return 1; sleep 0.1
   done
 }
+
+# 0. A cgroup v2-only host, as most distributions are: the unified hierarchy alone, and
+#    espalier started inside a delegated cgroup (`svc`, as systemd's Delegate=yes gives a
+#    service): the master moves itself into a leaf, the pools' groups are made beside it, caps
+#    in cpu.max, hard-affinity cpusets nested in their pool. First, before any v1 hierarchy
+#    takes the controllers (a v1 hierarchy keeps them as long as a removed group of it is not
+#    yet freed, which can outlast a boot's worth of checks).
+mount -t cgroup2 none /sys/fs/cgroup
+echo "+cpu +cpuset" > /sys/fs/cgroup/cgroup.subtree_control
+mkdir /sys/fs/cgroup/svc
+sh -c 'echo $$ > /sys/fs/cgroup/svc/cgroup.procs; exec espalier serve -c v2.toml' > /tmp/v2.log 2>&1 &
+v2=$!
+if wait_for /tmp/v2.log "worker(s) serving" 60; then
+  ok=0
+  detail="controllers $(cat /sys/fs/cgroup/svc/cgroup.controllers);"
+  master_cg=$(cat /proc/$v2/cgroup)
+  [ "$master_cg" = "0::/svc/espalier-master-$v2" ] || ok=1
+  detail="$detail master $master_cg;"
+  group=/sys/fs/cgroup/svc/espalier-$v2
+  [ "$(cat $group/capped/cpu.max)" = "50000 100000" ] || ok=1
+  [ "$(cat $group/pinned/cpu.max)" = "200000 100000" ] || ok=1
+  detail="$detail capped cpu.max $(cat $group/capped/cpu.max), pinned $(cat $group/pinned/cpu.max);"
+  capped=$(awk '/worker capped\/0 started: pid/ {print $6; exit}' /tmp/v2.log)
+  [ "$(cat /proc/$capped/cgroup)" = "0::/svc/espalier-$v2/capped" ] || ok=1
+  detail="$detail capped/0 in $(cat /proc/$capped/cgroup);"
+  grep "worker pinned/[0-9]* started: pid" /tmp/v2.log | while read -r _ _ name _ _ pid _ node _ cpus; do
+    i=${name#pinned/}
+    want="0::/svc/espalier-$v2/pinned/pinned-$i"
+    eff=$(cat $group/pinned/pinned-$i/cpuset.cpus.effective)
+    mems=$(cat $group/pinned/pinned-$i/cpuset.mems.effective)
+    # The cpuset holds exactly the worker's planned CPUs and its home node.
+    if [ "$(cat /proc/$pid/cgroup)" != "$want" ] || [ "$eff" != "$cpus" ] || [ "$mems" != "$node" ]; then
+      echo "ESPALIER-CHECK cgroup-v2 FAIL $name pid $pid in $(cat /proc/$pid/cgroup), cpuset $eff mems $mems, planned node $node cpus $cpus"
+    fi
+  done
+  detail="$detail pinned: $(grep -o 'worker pinned/[0-9]* started: pid [0-9]* node [0-9]* cpus [0-9,-]*' /tmp/v2.log | awk '{printf "%s node %s cpus %s; ", $2, $7, $9}')"
+  wget -q -O /dev/null http://127.0.0.1:8097/ || ok=1
+  kill $v2; wait $v2 2>/dev/null
+  [ -e "$group" ] && { ok=1; detail="$detail; $group left behind"; }
+  verdict cgroup-v2 $ok "$detail"
+else
+  verdict cgroup-v2 1 "the server did not start: $(tail -3 /tmp/v2.log)"
+  kill $v2 2>/dev/null; wait $v2 2>/dev/null
+fi
+
+# Give the controllers back for the v1 checks that follow.
+rmdir /sys/fs/cgroup/svc/espalier-master-* /sys/fs/cgroup/svc 2>/dev/null
+echo "-cpu -cpuset" > /sys/fs/cgroup/cgroup.subtree_control
+umount /sys/fs/cgroup
+
+# The v1 hierarchies, as on machines without systemd (this project's development VMs).
+mount -t tmpfs cgroup /sys/fs/cgroup
+for c in cpuset cpu cpuacct; do
+  mkdir -p /sys/fs/cgroup/$c
+  # The unified hierarchy lets a controller go once its groups are freed: a moment's wait.
+  for _ in $(seq 50); do mount -t cgroup -o $c $c /sys/fs/cgroup/$c 2>/dev/null && break; sleep 0.1; done
+done
 
 # 1. The topology espalier reads is the machine QEMU emulates.
 espalier topology > /tmp/topo.txt 2>&1

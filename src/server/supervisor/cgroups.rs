@@ -21,7 +21,7 @@ impl Supervisor {
     pub(super) fn make_cgroups_for(&mut self, first: usize) {
         let Some(h) = self.cgroups.clone() else {
             if self.pools.iter().any(|p| p.spec.cpu_limit.is_some()) {
-                log("master", "warning: no cgroup cpu controller is mounted (neither v2 cpu.max nor v1 cpu.cfs_quota_us): cpu_limit is not applied");
+                log("master", "warning: no cgroup cpu controller is available (neither v2 cpu.max in espalier's own cgroup nor v1 cpu.cfs_quota_us): cpu_limit is not applied");
             }
             return;
         };
@@ -55,13 +55,24 @@ impl Supervisor {
             } else {
                 s.spec.memory_nodes.clone()
             };
+            let pool_group = self
+                .pools
+                .iter()
+                .find(|p| p.spec.name == s.spec.pool)
+                .and_then(|p| p.cpu_group.as_ref());
             match os::cgroup::cpuset(
                 &h,
                 &format!("{}-{}", s.spec.pool, s.spec.index),
                 &cpus,
                 &nodes,
+                pool_group,
             ) {
                 Ok(g) => {
+                    if h.unified() {
+                        // One v2 group per process: the cpuset (a child of the pool's
+                        // capped group, when there is one) is the one it joins.
+                        s.spec.cgroups.clear();
+                    }
                     s.spec.cgroups.extend(g.dirs.iter().cloned());
                     self.cpusets.push(g);
                 }
