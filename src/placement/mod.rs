@@ -8,8 +8,10 @@
 //! The rules:
 //! - `processes = N`, or `auto`/`0` = one worker per *unit* (node, or L3 domain with
 //!   `unit = "l3"`) that has CPUs in the pool's `cpus`.
-//! - Every worker goes to a unit holding the fewest workers so far (counting all pools and the
-//!   workers already placed), so hosting (N pools × 1 worker) spreads one pool per node and no
+//! - Every worker goes to a unit holding the fewest workers *of its own pool*, then the fewest
+//!   workers so far (counting all pools and the workers already placed): a pool spreads over
+//!   its units before doubling up on one (so `auto` is exactly one per unit, even beside
+//!   other pools), and hosting (N pools × 1 worker) spreads one pool per node and no
 //!   node holds two workers while a usable node holds none, unless `cpus` forces it. With
 //!   `unit = "l3"` the fewest-workers rule looks at the unit's node next, so workers spread
 //!   across nodes before they double up on one node's L3 domains.
@@ -310,6 +312,10 @@ fn choose_units(
                 // Continue in unit order after the cursor, wrapping around.
                 let order = cursor.map_or(i, |c| (i + n - c - 1) % n);
                 (
+                    // The pool's own workers first: `auto` is one per unit, and a pool
+                    // spreads over its units before doubling up on one, whatever other
+                    // pools put there.
+                    chosen.iter().filter(|&&c| c == i).count(),
                     u.workers,
                     units.node_load(u.node),
                     (policy.rank)(u, cursor),

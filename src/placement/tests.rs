@@ -271,3 +271,33 @@ fn plan_is_deterministic_and_renders_json() {
     assert_eq!(w["cpus"][0], 30);
     assert!(render(&a).lines().count() == 9);
 }
+
+#[test]
+fn auto_is_one_per_node_even_beside_another_pool() {
+    // Found in the QEMU guest: a single-worker pool first took node 1, then a hard `auto`
+    // garden put two workers on node 0 and none on node 1 (node 1 already held one worker, of
+    // another pool). A pool now spreads over its own units first.
+    let t = fixture("dl980");
+    let mut garden = pool("garden", Processes::Auto);
+    garden.affinity = Affinity::Hard;
+    let plan = plan(&t, &[pool("capped", Processes::Count(1)), garden], &[]).unwrap();
+    let mut nodes: Vec<u32> = plan
+        .workers
+        .iter()
+        .filter(|w| w.pool == "garden")
+        .map(|w| w.node.unwrap())
+        .collect();
+    nodes.sort_unstable();
+    assert_eq!(
+        nodes,
+        (0..8).collect::<Vec<_>>(),
+        "one garden worker per node"
+    );
+    for w in plan.workers.iter().filter(|w| w.pool == "garden") {
+        assert_eq!(
+            w.cpus,
+            t.node(w.node.unwrap()).unwrap().cpus,
+            "a whole node each"
+        );
+    }
+}

@@ -43,7 +43,7 @@ async function waitFor(what, check, ms) {
     seen.nodes = await page.$$eval(".node", els => els.length);
     seen.summary = await page.textContent("#summary");
     seen.history_lines = await page.$$eval("#history polyline", els => els.length);
-    await page.screenshot({ path: `${out}/live.png` });
+    await page.screenshot({ path: `${out}/live.png`, timeout: 60000 });
     const before = seen.rows.find(r => r.pool === "blog").pid;
     await page.click('button[data-action="recycle"][data-pool="blog"]');
     seen.recycle_message = await waitFor("the recycle's answer", async () => {
@@ -84,7 +84,7 @@ async function waitFor(what, check, ms) {
         chips: await pp.$$eval(".worker", els => els.map(e => e.dataset.node)),
         fits: await pp.evaluate(() => document.getElementById("machine").getBoundingClientRect().bottom <= window.innerHeight),
       };
-      await pp.screenshot({ path: `${out}/plan.png` });
+      await pp.screenshot({ path: `${out}/plan.png`, timeout: 60000 });
       await pc.close();
     }
   } catch (e) {
