@@ -166,7 +166,7 @@ proptest! {
                 shutdown: Rc::new(Shutdown::default()),
             });
             let stream = tokio::net::TcpStream::from_std(stream).unwrap();
-            tokio::time::timeout(Duration::from_secs(5), conn::serve(stream, 0, env, Vec::new()))
+            tokio::time::timeout(Duration::from_secs(5), conn::serve(stream, 0, env, Default::default()))
                 .await
                 .expect("the connection ends by itself");
         });

@@ -317,6 +317,7 @@ impl Service for ThreadService {
         Some(Handoff {
             targets: Rc::clone(self.handoff.get(k)?),
             addr: self.groups.get(group)?.addr,
+            hops: 0,
         })
     }
 

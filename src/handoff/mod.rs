@@ -17,7 +17,9 @@
 //! of the right pool: on the same CPU when that pool has one there, else on the same node,
 //! else on the nearest node by the kernel's distance table. The receiver serves it as if it
 //! had accepted it; a later request on the connection that names another pool is handed on
-//! again, so no request is ever served by the wrong pool.
+//! again, so no request is ever served by the wrong pool. A connection handed on
+//! [`MAX_HOPS`] times in a row without an answer (two workers of an overlapped reload that
+//! disagree about a host) gets a 503 rather than bouncing forever.
 //!
 //! The alternatives the issue named cost more: a per-node front forwarding requests over unix
 //! sockets adds a second socket round trip to every request (a read and a write on each side
@@ -55,20 +57,34 @@ pub const MAX_MESSAGE: usize = 192 << 10;
 /// How long a sender waits for room in a receiver's queue once every target was full.
 const FULL_WAIT: Duration = Duration::from_secs(2);
 
-/// The header of a message for a connection accepted on `addr`.
-pub fn header(addr: SocketAddr) -> Vec<u8> {
+/// How many times in a row a connection may be handed on without a request being answered.
+/// Workers of one configuration never pass a request back, but during an overlapped reload
+/// an old worker and a new one may disagree about a host and each hand it to the other: the
+/// bound turns that loop into a 503.
+pub const MAX_HOPS: u8 = 4;
+
+/// The header of a message for a connection accepted on `addr`, handed on `hops` times in a
+/// row.
+pub fn header(addr: SocketAddr, hops: u8) -> Vec<u8> {
     let mut h = MAGIC.to_vec();
-    h.extend_from_slice(addr.to_string().as_bytes());
-    h.push(b'\n');
+    h.extend_from_slice(format!("{addr} {hops}\n").as_bytes());
     h
 }
 
-/// Splits a message into the address it was accepted on and the bytes read from it.
-pub fn parse(message: &[u8]) -> Option<(SocketAddr, &[u8])> {
+/// Splits a message into the address it was accepted on, its hops, and the bytes read from it.
+pub fn parse(message: &[u8]) -> Option<(SocketAddr, u8, &[u8])> {
     let rest = message.strip_prefix(MAGIC)?;
     let end = memchr::memchr(b'\n', &rest[..rest.len().min(64)])?;
-    let addr = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
-    Some((addr, &rest[end + 1..]))
+    let (addr, hops) = std::str::from_utf8(&rest[..end]).ok()?.split_once(' ')?;
+    Some((addr.parse().ok()?, hops.parse().ok()?, &rest[end + 1..]))
+}
+
+/// What a connection brings when it was handed over rather than accepted: the bytes already
+/// read from it, and how many times in a row it was handed on.
+#[derive(Debug, Default)]
+pub struct Carried {
+    pub unread: Vec<u8>,
+    pub hops: u8,
 }
 
 /// One thread's way to the threads of one other pool: their hand-off sockets, nearest first,
@@ -128,6 +144,8 @@ pub struct Handoff {
     pub targets: Rc<PoolTargets>,
     /// The address the connection was accepted on (the receiver routes by it again).
     pub addr: SocketAddr,
+    /// Hand-offs in a row so far, this one included (set by the connection loop).
+    pub hops: u8,
 }
 
 impl Handoff {
@@ -135,7 +153,7 @@ impl Handoff {
     /// goes elsewhere on) to the nearest thread of the target pool that takes it. Returns
     /// whether one did; the caller then closes its own descriptor without a shutdown.
     pub async fn send(&self, stream: &TcpStream, unread: &[u8]) -> bool {
-        let header = header(self.addr);
+        let header = header(self.addr, self.hops);
         if header.len() + unread.len() > MAX_MESSAGE {
             return false;
         }
@@ -177,7 +195,7 @@ impl Handoff {
 pub struct Received {
     pub stream: TcpStream,
     pub addr: SocketAddr,
-    pub unread: Vec<u8>,
+    pub carried: Carried,
 }
 
 /// Takes connections in on a hand-off socket. Waits for the next message; a malformed one
@@ -220,7 +238,7 @@ impl Receiver {
                 Err(e) => return Err(e),
             };
             let Some(passed) = passed else { continue };
-            let Some((addr, unread)) = parse(&self.buf[..len]) else {
+            let Some((addr, hops, unread)) = parse(&self.buf[..len]) else {
                 continue;
             };
             let std_stream = std::net::TcpStream::from(passed);
@@ -233,7 +251,10 @@ impl Receiver {
             return Ok(Received {
                 stream,
                 addr,
-                unread: unread.to_vec(),
+                carried: Carried {
+                    unread: unread.to_vec(),
+                    hops,
+                },
             });
         }
     }
@@ -246,9 +267,9 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         let addr: SocketAddr = "[::1]:8080".parse().unwrap();
-        let mut m = header(addr);
+        let mut m = header(addr, 2);
         m.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
-        assert_eq!(parse(&m), Some((addr, &b"GET / HTTP/1.1\r\n\r\n"[..])));
+        assert_eq!(parse(&m), Some((addr, 2, &b"GET / HTTP/1.1\r\n\r\n"[..])));
         assert_eq!(parse(b"GET / HTTP/1.1\r\n"), None);
         assert_eq!(parse(b"espalier-handoff/1 nonsense\nx"), None);
     }

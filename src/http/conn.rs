@@ -258,13 +258,13 @@ fn is_head(buf: &[u8]) -> bool {
     buf.starts_with(b"HEAD ")
 }
 
-/// Serves one connection until it closes (or is handed to another pool). `unread` holds
-/// bytes already read from it (by the thread that handed it over), served first.
+/// Serves one connection until it closes (or is handed to another pool). `carried` is what a
+/// handed-over connection brings: bytes already read from it, served first, and its hops.
 pub async fn serve<S: Service>(
     mut stream: TcpStream,
     group: usize,
     env: Rc<ConnEnv<S>>,
-    unread: Vec<u8>,
+    carried: crate::handoff::Carried,
 ) {
     let fd = stream.as_raw_fd();
     let idle = env.shutdown.register(fd);
@@ -272,7 +272,9 @@ pub async fn serve<S: Service>(
         shutdown: &env.shutdown,
         fd,
     };
-    let mut rbuf: Vec<u8> = unread;
+    let mut rbuf: Vec<u8> = carried.unread;
+    // Hand-offs in a row without an answer given here (see `handoff::MAX_HOPS`).
+    let mut hops = carried.hops;
     if rbuf.capacity() < READ_RESERVE {
         rbuf.reserve(READ_RESERVE - rbuf.len());
     }
@@ -499,11 +501,15 @@ pub async fn serve<S: Service>(
             }
             wbuf.clear();
         }
-        if let Some(handoff) = handoff {
+        if let Some(mut handoff) = handoff {
             // Answers to the requests before it are written; the rest of the buffer starts
             // with its head. Our descriptor closes on return, without a shutdown: the
             // connection lives on in the receiver.
-            if handoff.send(&stream, &rbuf).await {
+            if consumed > 0 {
+                hops = 0;
+            }
+            handoff.hops = hops + 1;
+            if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(&stream, &rbuf).await {
                 return;
             }
             let common = env.clock.common().clone();
@@ -511,6 +517,10 @@ pub async fn serve<S: Service>(
             let _ = write_all(&mut stream, &wbuf, &env).await;
             linger_close(stream, &env).await;
             return;
+        }
+        if consumed > 0 || proxied.is_some() {
+            // A request was answered here: the hand-offs so far were not a loop.
+            hops = 0;
         }
         if let Some(proxied) = proxied {
             let report = Report::default();

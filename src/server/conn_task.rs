@@ -88,19 +88,19 @@ fn worth_logging(n: u64) -> bool {
     n <= 10 || n.is_power_of_two()
 }
 
-/// Serves one connection in its slot, `unread` its bytes already read (by the thread that
-/// handed it over); a panic is contained here (see the module docs).
+/// Serves one connection in its slot, with what it brings when it was handed over (see
+/// [`crate::handoff::Carried`]); a panic is contained here (see the module docs).
 pub async fn serve(
     stream: tokio::net::TcpStream,
     group: usize,
-    unread: Vec<u8>,
+    carried: crate::handoff::Carried,
     env: Rc<ConnEnv<ThreadService>>,
     slot: Slot,
     panics: Arc<AtomicU64>,
     who: Rc<str>,
 ) {
     let peer = stream.peer_addr().ok();
-    let outcome = catch_panic(conn::serve(stream, group, env, unread)).await;
+    let outcome = catch_panic(conn::serve(stream, group, env, carried)).await;
     drop(slot);
     if outcome.is_err() {
         let n = panics.fetch_add(1, Ordering::Relaxed) + 1;

@@ -476,10 +476,15 @@ struct Admission {
 }
 
 impl Admission {
-    /// Serves `stream` on listener group `group` in a contained task, `unread` its bytes
-    /// already read; over the thread's connection limit, or with no group (an address this
-    /// worker no longer has), a 503 and close.
-    fn admit(&self, stream: tokio::net::TcpStream, group: Option<usize>, unread: Vec<u8>) {
+    /// Serves `stream` on listener group `group` in a contained task, with what a handed-over
+    /// connection brings; over the thread's connection limit, or with no group (an address
+    /// this worker no longer has), a 503 and close.
+    fn admit(
+        &self,
+        stream: tokio::net::TcpStream,
+        group: Option<usize>,
+        carried: crate::handoff::Carried,
+    ) {
         let _ = stream.set_nodelay(true);
         let Some(group) = group.filter(|_| self.open.get() < self.max_conns) else {
             let mut answer = Vec::with_capacity(256);
@@ -490,7 +495,7 @@ impl Admission {
         tokio::task::spawn_local(conn_task::serve(
             stream,
             group,
-            unread,
+            carried,
             Rc::clone(&self.env),
             Slot::take(&self.open),
             Arc::clone(&self.panics),
@@ -519,7 +524,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, group: usize, admission:
                 if received_on == Some(admission.cpu as usize) {
                     admission.steered.set(admission.steered.get() + 1);
                 }
-                admission.admit(stream, Some(group), Vec::new())
+                admission.admit(stream, Some(group), Default::default())
             }
             // Out of descriptors or memory: back off briefly rather than spin.
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -544,7 +549,7 @@ async fn receive_loop(mut receiver: crate::handoff::Receiver, admission: Rc<Admi
         match received {
             Ok(got) => {
                 let group = env.service.group_of(got.addr);
-                admission.admit(got.stream, group, got.unread);
+                admission.admit(got.stream, group, got.carried);
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
