@@ -568,12 +568,18 @@ fn graceful_stop_finishes_in_flight_requests_and_leaves_no_process() {
     // A request half sent when the stop begins still gets its answer (with Connection: close).
     let mut c = Conn::open(addr(port));
     c.send(b"GET /hello.txt HTTP/1.1\r\n");
+    // The readiness endpoint a load balancer's health check asks: ready while serving …
+    let admin: std::net::SocketAddr = server.admin.as_deref().unwrap().parse().unwrap();
+    let ready = || espalier::server::admin::request(admin, "GET", "/ready").unwrap();
+    assert_eq!(ready(), (200, b"ready\n".to_vec()));
     // The one wait with no event to poll: that the worker has read those bytes (a connection
     // with nothing read yet counts as idle and would be closed by the stop).
     std::thread::sleep(Duration::from_millis(200));
     server.signal(libc::SIGTERM);
     // The stop has begun in the worker once it closes the idle connection.
     assert!(idle.closed(), "the idle connection is closed by the stop");
+    // … and 503 from the moment the drain starts, while in-flight requests finish.
+    assert_eq!(ready(), (503, b"draining\n".to_vec()));
     c.send(b"Host: x\r\n\r\n");
     let r = c
         .read_response(false)

@@ -1,5 +1,6 @@
 //! The admin endpoint on `[server] admin` (default 127.0.0.1:9180): the admin page at `/`
-//! (see [`super::admin_page`]) with its feeds `GET /machine` and `GET /live`, `GET /status`
+//! (see [`super::admin_page`]) with its feeds `GET /machine` and `GET /live`, `GET /ready`
+//! (200, or 503 once a drain has started: a load balancer's health check), `GET /status`
 //! (JSON), `GET /metrics` (Prometheus text), and the actions `POST /reload` and `POST
 //! /pools/NAME/stop|start|recycle`, which need the admin token; and the client the CLI's
 //! `espalier status`, `pool`, `recycle` and `reload` use.
@@ -62,6 +63,19 @@ enum Page {
     Html,
     /// The machine the page draws (topology, static).
     Machine,
+    /// Readiness for a load balancer's health check: 200 while serving, 503 from the moment
+    /// a drain starts.
+    Ready,
+}
+
+/// Set when the master starts draining (SIGTERM/SIGINT): `GET /ready` answers 503 from then
+/// on, so a load balancer in front stops sending new connections while the in-flight ones
+/// finish. Read by the endpoint itself: the supervisor no longer takes requests then.
+static DRAINING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks the server as draining (see [`DRAINING`]).
+pub(super) fn set_draining() {
+    DRAINING.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The page or command a method and path ask for; for commands, whether the answer is
@@ -71,6 +85,7 @@ fn route_page(method: Method, path: &str) -> Option<Page> {
     match (method, path) {
         (Method::Get | Method::Head, "/" | "/index.html") => Some(Page::Html),
         (Method::Get | Method::Head, "/machine") => Some(Page::Machine),
+        (Method::Get | Method::Head, "/ready") => Some(Page::Ready),
         _ => None,
     }
 }
@@ -251,6 +266,14 @@ async fn handle<E: From<Request>>(
                     }
                     Some(Page::Machine) => {
                         resp.simple(200, "application/json", machine);
+                        break;
+                    }
+                    Some(Page::Ready) => {
+                        if DRAINING.load(std::sync::atomic::Ordering::Relaxed) {
+                            resp.simple(503, "text/plain; charset=utf-8", b"draining\n");
+                        } else {
+                            resp.simple(200, "text/plain; charset=utf-8", b"ready\n");
+                        }
                         break;
                     }
                     None => {}

@@ -294,6 +294,7 @@ pub(super) async fn run(
             _ = sigint.recv() => break,
         }
     }
+    super::admin::set_draining();
     let _ = os::notify::notify("STOPPING=1\nSTATUS=stopping: in-flight requests finish");
     log(
         "master",
