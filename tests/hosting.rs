@@ -420,3 +420,41 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
         );
     }
 }
+
+#[test]
+fn a_request_too_large_to_hand_over_is_answered_503_and_nothing_breaks() {
+    // A head larger than a hand-off message may carry (handoff::MAX_MESSAGE, 192 KiB), on a
+    // connection held by the other pool: refused with 503, never truncated or crashed on.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[server]\nworker_header = true\n[server.limits]\nmax_header_size = \"512KiB\"\n[[pool]]\nname = \"a\"\n[[pool]]\nname = \"b\"\n{}{}",
+        dynamic_site(port, "a", "a"),
+        dynamic_site(port, "b", "b")
+    );
+    let _server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut c = Conn::open(addr);
+    c.send(b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n");
+    assert_eq!(pool_of(&c.read_response(false).unwrap()), "a");
+    // Now held by pool a: a 300 KiB head for pool b.
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: b.example\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(300 << 10)
+    );
+    c.send(big.as_bytes());
+    let r = c.read_response(false).expect("an answer");
+    assert_eq!((r.status, pool_of(&r)), (503, "a".to_string()));
+    assert!(c.closed());
+    // A smaller one is handed over and answered by b; the server serves on.
+    let mut c = Conn::open(addr);
+    c.send(b"GET / HTTP/1.1\r\nHost: a.example\r\n\r\n");
+    assert_eq!(pool_of(&c.read_response(false).unwrap()), "a");
+    let ok = format!(
+        "GET / HTTP/1.1\r\nHost: b.example\r\nX-Big: {}\r\n\r\n",
+        "x".repeat(100 << 10)
+    );
+    c.send(ok.as_bytes());
+    let r = c.read_response(false).expect("an answer");
+    assert_eq!((r.status, pool_of(&r)), (200, "b".to_string()));
+}
