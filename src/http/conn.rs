@@ -10,6 +10,9 @@
 //! Syscalls per keep-alive request: one `read` (tokio skips the extra read that would return
 //! EAGAIN after a short read) and one `write` per batch of pipelined responses.
 
+use super::send::{linger_close, send_file, write_all};
+use super::shutdown::Registered;
+pub use super::shutdown::Shutdown;
 use super::{
     head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, HeadLimits, Method,
     ProtocolError, Request, Responder, MAX_HEADERS,
@@ -19,16 +22,12 @@ use crate::http::clock::Clock;
 use crate::proxy::{
     forward, Addresses, FastCgiRequest, ForwardRequest, Outcome, ProxyRoute, ProxyTarget, Report,
 };
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
-use tokio::time::Instant;
 
 /// A file body to send after the response head (large static files), with `sendfile`.
 pub struct FileBody {
@@ -93,62 +92,6 @@ pub struct Timeouts {
     pub header: Duration,
     pub body: Duration,
     pub keepalive: Duration,
-}
-
-/// The thread's graceful-shutdown signal: once set, idle connections close and busy ones close
-/// after their current response.
-///
-/// Idle connections are found through a registry rather than each one waiting on a `Notify`:
-/// registering a waiter on every keep-alive wait would cost a lock per request, while the
-/// registry costs a `Cell` write. At shutdown, each idle connection's read side is shut, so its
-/// pending read ends at once.
-#[derive(Default)]
-pub struct Shutdown {
-    pub started: Cell<bool>,
-    /// Wakes the accept loops.
-    pub notify: Notify,
-    idle: RefCell<HashMap<RawFd, Rc<Cell<bool>>>>,
-}
-
-impl Shutdown {
-    /// Stops accepting; every response from now on says `Connection: close`.
-    pub fn begin(&self) {
-        self.started.set(true);
-        self.notify.notify_waiters();
-    }
-
-    /// Ends the connections that are waiting for a request. A client may be sending one at
-    /// that very moment and see the close instead of an answer — HTTP/1.1's keep-alive race —
-    /// so the drain first gives busy clients a moment to get a `Connection: close` answer.
-    pub fn close_idle(&self) {
-        for (&fd, idle) in self.idle.borrow().iter() {
-            if idle.get() {
-                crate::os::net::shutdown_read(fd);
-            }
-        }
-    }
-
-    fn register(&self, fd: RawFd) -> Rc<Cell<bool>> {
-        let flag = Rc::new(Cell::new(false));
-        self.idle.borrow_mut().insert(fd, Rc::clone(&flag));
-        flag
-    }
-
-    fn unregister(&self, fd: RawFd) {
-        self.idle.borrow_mut().remove(&fd);
-    }
-}
-
-/// Removes a connection from the shutdown registry however its task ends.
-struct Registered<'a> {
-    shutdown: &'a Shutdown,
-    fd: RawFd,
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.shutdown.unregister(self.fd);
-    }
 }
 
 /// What every connection of a thread shares (single-threaded: `Rc`, never `Arc`).
@@ -619,61 +562,6 @@ pub async fn serve<S: Service>(
                 }
                 return;
             }
-        }
-    }
-}
-
-/// Writes `buf` whole, or fails when the peer stops reading for the body timeout. The first
-/// attempt needs no timer: the socket buffer almost always takes a whole response.
-async fn write_all<S>(stream: &mut TcpStream, buf: &[u8], env: &ConnEnv<S>) -> std::io::Result<()> {
-    let written = match stream.try_write(buf) {
-        Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
-        Err(e) => return Err(e),
-    };
-    if written == buf.len() {
-        return Ok(());
-    }
-    match tokio::time::timeout(env.timeouts.body, stream.write_all(&buf[written..])).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
-    }
-}
-
-async fn send_file<S>(stream: &TcpStream, f: FileBody, env: &ConnEnv<S>) -> std::io::Result<()> {
-    let mut offset = f.offset;
-    let end = f.offset + f.len;
-    while offset < end {
-        let want = (end - offset).min(1 << 30) as usize;
-        match stream.try_io(Interest::WRITABLE, || {
-            crate::os::net::sendfile(stream, &*f.file, &mut offset, want)
-        }) {
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(env.timeouts.body, stream.writable()).await {
-                    Ok(r) => r?,
-                    Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// Closes after a final response without destroying it: stop sending, then read and discard
-/// what the client still sends (bounded), so the kernel does not answer it with a reset that
-/// could overtake our response.
-async fn linger_close<S>(mut stream: TcpStream, env: &ConnEnv<S>) {
-    let _ = stream.shutdown().await;
-    let deadline = Instant::now() + Duration::from_secs(1).min(env.timeouts.header);
-    let mut sink = [0u8; 4096];
-    let mut left: usize = 1 << 20;
-    while left > 0 {
-        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
-            Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
-            _ => break,
         }
     }
 }

@@ -16,6 +16,8 @@ pub mod chunked;
 pub mod clock;
 pub mod conn;
 mod fields;
+mod send;
+mod shutdown;
 
 pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};
 use fields::spaces_only_around_value;
