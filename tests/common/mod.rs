@@ -253,6 +253,20 @@ impl Drop for Server {
                 let _ = self.child.wait();
             }
         }
+        // The admin token the server made for its (test-only) port stays with the port
+        // otherwise, as a real server's does across restarts.
+        let from_log = self.log.lock().unwrap().iter().find_map(|l| {
+            Some(
+                l.split("admin endpoint on http://")
+                    .nth(1)?
+                    .split(' ')
+                    .next()?
+                    .to_string(),
+            )
+        });
+        if let Some(addr) = self.admin.clone().or(from_log).and_then(|a| a.parse().ok()) {
+            let _ = std::fs::remove_file(espalier::server::admin::token_file(addr));
+        }
     }
 }
 
