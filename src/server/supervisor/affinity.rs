@@ -1,26 +1,25 @@
-//! Soft affinity, applied: once a second the per-node load from `/proc/stat`, and each
-//! soft-affinity worker widened to idle nodes or narrowed back home as
-//! [`crate::server::soft::decide`] says.
+//! Soft affinity, applied: once a second, from the per-node load between two `/proc/stat`
+//! samples (read once in `supervisor::live`), each soft-affinity worker widened to idle nodes
+//! or narrowed back home as [`crate::server::soft::decide`] says.
 //!
-//! Owns: sampling and applying. Must not touch: the decision's thresholds (they are pure, in
-//! [`crate::server::soft`]).
+//! Owns: applying it. Must not touch: the decision's thresholds (they are pure, in
+//! [`crate::server::soft`]) or reading `/proc/stat`.
 
 use super::Supervisor;
 use crate::os;
 use crate::server::log;
-use std::time::{Duration, Instant};
 
 impl Supervisor {
-    /// Once a second: per-node load, and soft-affinity workers widened or narrowed.
-    pub(super) fn soft_affinity(&mut self, now: Instant) {
-        if now.duration_since(self.load_sample.0) < Duration::from_secs(1) || self.nodes.len() < 2 {
+    /// Once a second, with the `/proc/stat` samples at its two ends (taken once, in
+    /// `supervisor::live`, for this and the admin page): per-node load, and soft-affinity
+    /// workers widened or narrowed.
+    pub(super) fn soft_affinity(&mut self, before: &[(u32, u64, u64)], after: &[(u32, u64, u64)]) {
+        if self.nodes.len() < 2 {
             return;
         }
-        let sample = crate::server::soft::parse_proc_stat(&os::process::proc_stat());
         let nodes = self.nodes.clone();
         let node_of = |cpu: u32| nodes.iter().find(|(_, c)| c.contains(cpu)).map(|(n, _)| *n);
-        let load = crate::server::soft::node_load(&self.load_sample.1, &sample, node_of);
-        self.load_sample = (now, sample);
+        let load = crate::server::soft::node_load(before, after, node_of);
         for slot in &mut self.slots {
             let pool = &self.pools[slot.pool];
             let (Some(home), Some(p)) = (slot.spec.node, slot.current.as_ref().filter(|p| p.ready))

@@ -2,7 +2,8 @@
 //! requests served per pool, sampled once a second (IIS Manager's worker-process view, with a
 //! memory).
 //!
-//! Owns: the samples and the [`Live`] answer built from them. Must not touch: how the page
+//! Owns: reading `/proc/stat` once a second (for this and for soft affinity, which it hands
+//! the two samples), the samples and the [`Live`] answer built from them. Must not touch: how the page
 //! draws them (`server::admin_page`) or the workers (their counts arrive with their pongs).
 
 use super::Supervisor;
@@ -15,8 +16,6 @@ use std::time::{Duration, Instant};
 const HISTORY: usize = 600;
 
 pub(super) struct LiveSamples {
-    last: Instant,
-    last_stat: Vec<(u32, u64, u64)>,
     cpu_load: Vec<(u32, f64)>,
     history: VecDeque<HistorySample>,
 }
@@ -24,8 +23,6 @@ pub(super) struct LiveSamples {
 impl LiveSamples {
     pub(super) fn new() -> Self {
         LiveSamples {
-            last: Instant::now(),
-            last_stat: crate::server::soft::parse_proc_stat(&os::process::proc_stat()),
             cpu_load: Vec::new(),
             history: VecDeque::with_capacity(HISTORY),
         }
@@ -59,15 +56,21 @@ fn unix_now() -> f64 {
 }
 
 impl Supervisor {
-    /// Once a second: each CPU's load and each pool's requests so far.
-    pub(super) fn sample_live(&mut self, now: Instant) {
-        if now.duration_since(self.live.last) < Duration::from_secs(1) {
+    /// Once a second: `/proc/stat` read once, for the admin page's CPU loads and history and
+    /// for soft affinity.
+    pub(super) fn sample_load(&mut self, now: Instant) {
+        if now.duration_since(self.load_sample.0) < Duration::from_secs(1) {
             return;
         }
-        let stat = crate::server::soft::parse_proc_stat(&os::process::proc_stat());
-        self.live.cpu_load = cpu_load(&self.live.last_stat, &stat);
-        self.live.last_stat = stat;
-        self.live.last = now;
+        let after = crate::server::soft::parse_proc_stat(&os::process::proc_stat());
+        let (_, before) = std::mem::replace(&mut self.load_sample, (now, after.clone()));
+        self.sample_live(&before, &after);
+        self.soft_affinity(&before, &after);
+    }
+
+    /// Each CPU's load over the last second, and each pool's requests so far.
+    fn sample_live(&mut self, before: &[(u32, u64, u64)], after: &[(u32, u64, u64)]) {
+        self.live.cpu_load = cpu_load(before, after);
         let pools = self
             .pools
             .iter()

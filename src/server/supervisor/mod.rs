@@ -497,8 +497,7 @@ impl Supervisor {
         }
         self.retire_when_replaced();
         self.enforce_shutdown_limits(now);
-        self.soft_affinity(now);
-        self.sample_live(now);
+        self.sample_load(now);
         let second = os::process::local_second_of_day();
         let crossed_window = (self.last_second_of_day, second);
         self.last_second_of_day = second;
