@@ -236,6 +236,61 @@ fn merged_results_equal_the_combined_runs() {
 }
 
 #[test]
+fn runs_given_one_start_time_begin_together_and_merge() {
+    let s = TestServer::start(Behaviour::Delay(Duration::ZERO));
+    let dir = tempfile::tempdir().unwrap();
+    let unix_now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let at = (unix_now() + 2.0).floor() + 1.0;
+    // Two clients, as two machines would be, started at different moments.
+    let clients: Vec<_> = (0..2)
+        .map(|k| {
+            std::thread::sleep(Duration::from_millis(300 * k));
+            Command::new(env!("CARGO_BIN_EXE_espalier"))
+                .args(["bench", "--json", "-n", "20", "-c", "2", "--start-at"])
+                .arg(format!("{at}"))
+                .arg(s.url())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (k, c) in clients.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        assert!(unix_now() >= at, "a run ended before its start time");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["requests"], 20);
+        let began = r["started_unix_s"].as_f64().unwrap();
+        assert!((began - at).abs() < 0.05, "began at {began}, asked {at}");
+        std::fs::write(dir.path().join(format!("{k}.json")), r.to_string()).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["bench", "merge"])
+        .arg(dir.path().join("0.json"))
+        .arg(dir.path().join("1.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("40 requests in") && text.contains("runs: 2 merged, begun within"),
+        "{text}"
+    );
+    // A time gone by is refused, with the reason.
+    let out = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["bench", "--start-at", "2020-01-01T00:00:00Z"])
+        .arg(s.url())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has already passed"));
+}
+
+#[test]
 fn sweep_gives_one_row_per_step() {
     let s = TestServer::start(Behaviour::Delay(Duration::ZERO));
     let r = bench(&["--sweep", "1:5:2", "-d", "200ms", &s.url()]);

@@ -35,6 +35,7 @@ impl Service for Bouncer {
             targets: Rc::clone(&self.targets),
             addr: self.addr,
             hops: 0,
+            client: None,
         })
     }
 }

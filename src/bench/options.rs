@@ -30,6 +30,9 @@ pub struct BenchOptions {
     pub body: Vec<u8>,
     /// Print a live progress line to stderr.
     pub progress: bool,
+    /// Begin the load at this wall-clock time (`--start-at`), so runs on several client
+    /// machines begin together; `None` = at once.
+    pub start_at: Option<std::time::SystemTime>,
 }
 
 /// One URL to load, resolved.
@@ -100,6 +103,7 @@ impl BenchOptions {
             headers: Vec::new(),
             body: Vec::new(),
             progress: false,
+            start_at: None,
         }
     }
 

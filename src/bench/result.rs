@@ -56,6 +56,11 @@ pub struct BenchResult {
     /// Length of the measured window.
     pub duration: Duration,
     pub latency_us: Histogram<u64>,
+    /// When the load began (Unix seconds; 0 = unknown), and for merged runs, how far apart
+    /// the runs began and how many there were.
+    pub started_unix_s: f64,
+    pub start_spread_s: f64,
+    pub runs: u32,
 }
 
 /// The JSON form: the documented fields plus the serialized histogram.
@@ -71,6 +76,18 @@ pub struct BenchJson {
     pub errors_by_kind: ErrorCounts,
     /// HdrHistogram V2 (deflate) of latencies in microseconds, base64.
     pub histogram: String,
+    /// When the load began, in Unix seconds (0 in results of older versions).
+    #[serde(default)]
+    pub started_unix_s: f64,
+    /// For merged results: how far apart the runs began, in seconds.
+    #[serde(default)]
+    pub start_spread_s: f64,
+    #[serde(default = "one")]
+    pub runs: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
@@ -90,6 +107,9 @@ impl BenchResult {
             errors: ErrorCounts::default(),
             duration: Duration::ZERO,
             latency_us: new_histogram(),
+            started_unix_s: 0.0,
+            start_spread_s: 0.0,
+            runs: 1,
         }
     }
 
@@ -130,6 +150,22 @@ impl BenchResult {
         self.bytes += other.bytes;
         self.errors.add(&other.errors);
         self.duration = self.duration.max(other.duration);
+        if other.started_unix_s > 0.0 {
+            let (first, last) = if self.started_unix_s > 0.0 {
+                (
+                    self.started_unix_s.min(other.started_unix_s),
+                    (self.started_unix_s + self.start_spread_s)
+                        .max(other.started_unix_s + other.start_spread_s),
+                )
+            } else {
+                (
+                    other.started_unix_s,
+                    other.started_unix_s + other.start_spread_s,
+                )
+            };
+            self.started_unix_s = first;
+            self.start_spread_s = last - first;
+        }
         self.latency_us
             .add(&other.latency_us)
             .expect("histograms with the same bounds");
@@ -155,6 +191,9 @@ impl BenchResult {
             latency_ms: self.latency(),
             errors_by_kind: self.errors,
             histogram: base64::engine::general_purpose::STANDARD.encode(raw),
+            started_unix_s: self.started_unix_s,
+            start_spread_s: self.start_spread_s,
+            runs: self.runs,
         }
     }
 
@@ -175,6 +214,9 @@ impl BenchResult {
             errors: j.errors_by_kind,
             duration: Duration::from_secs_f64(j.duration_s.max(0.0)),
             latency_us,
+            started_unix_s: j.started_unix_s,
+            start_spread_s: j.start_spread_s,
+            runs: j.runs.max(1),
         })
     }
 
@@ -203,7 +245,23 @@ impl BenchResult {
             e.timeout,
             e.status_4xx,
             e.status_5xx
-        )
+        ) + &self.render_runs()
+    }
+
+    /// For merged results: how many runs, and how close together they began.
+    fn render_runs(&self) -> String {
+        if self.runs < 2 {
+            return String::new();
+        }
+        if self.started_unix_s > 0.0 {
+            format!(
+                "runs: {} merged, begun within {:.1} ms of each other\n",
+                self.runs,
+                self.start_spread_s * 1000.0
+            )
+        } else {
+            format!("runs: {} merged\n", self.runs)
+        }
     }
 }
 

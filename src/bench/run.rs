@@ -25,7 +25,16 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult, String> {
     let threads = opts.threads.max(1).min(opts.connections.max(1));
     let connections = opts.connections.max(1);
     let progress: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
-    let start = std::time::Instant::now() + Duration::from_millis(20);
+    // Every client thread begins at `start`: at `--start-at`, so that several machines
+    // begin together, or in a moment.
+    let lead = match opts.start_at {
+        Some(at) => at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+        None => Duration::from_millis(20),
+    };
+    let start = std::time::Instant::now() + lead;
+    let started_wall = std::time::SystemTime::now() + lead;
     let mut handles = Vec::new();
     for (t, counter) in progress.iter().enumerate() {
         // Connections and -n quota split evenly; the first threads take the remainders.
@@ -82,6 +91,9 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult, String> {
     if let Some(p) = printer {
         let _ = p.join();
     }
+    total.started_unix_s = started_wall
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     Ok(total)
 }
 

@@ -213,6 +213,11 @@ pub struct BenchArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Begin the load at this time (UTC, `2026-11-22T21:50:00Z`, or Unix seconds), so runs
+    /// on several client machines begin together; merge their `--json` files with
+    /// `espalier bench merge`.
+    #[arg(long, value_name = "TIME")]
+    pub start_at: Option<String>,
 }
 
 /// Where the running server's admin endpoint is.

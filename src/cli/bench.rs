@@ -73,7 +73,38 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
     }
     o.body = a.body.clone().unwrap_or_default().into_bytes();
     o.progress = !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    o.start_at = a
+        .start_at
+        .as_deref()
+        .map(|t| start_time(t, std::time::SystemTime::now()))
+        .transpose()?;
     Ok(o)
+}
+
+/// The furthest ahead `--start-at` may be: further is more likely a typo than a plan.
+const MAX_START_AHEAD: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// `--start-at`: an RFC 3339 time in UTC, or Unix seconds; in the future (as of `now`), at
+/// most a day ahead.
+fn start_time(text: &str, now: std::time::SystemTime) -> Result<std::time::SystemTime, String> {
+    let at = match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => {
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(secs)
+        }
+        _ => humantime::parse_rfc3339_weak(text).map_err(|e| {
+            format!("--start-at `{text}`: {e}; write a UTC time like 2026-11-22T21:50:00Z, or Unix seconds")
+        })?,
+    };
+    match at.duration_since(now) {
+        Err(_) => Err(format!(
+            "--start-at `{text}` has already passed (it is now {}); give a time ahead, with room for every client to be started",
+            humantime::format_rfc3339_seconds(now)
+        )),
+        Ok(ahead) if ahead > MAX_START_AHEAD => Err(format!(
+            "--start-at `{text}` is more than a day ahead; check the date"
+        )),
+        Ok(_) => Ok(at),
+    }
 }
 
 pub(super) fn bench(a: BenchArgs) -> Result<i32, String> {
@@ -91,7 +122,10 @@ pub(super) fn bench(a: BenchArgs) -> Result<i32, String> {
             let r = BenchResult::from_json(&j).map_err(|e| format!("{}: {e}", f.display()))?;
             match &mut total {
                 None => total = Some(r),
-                Some(t) => t.merge(&r),
+                Some(t) => {
+                    t.merge(&r);
+                    t.runs += r.runs;
+                }
             }
         }
         let total = total.expect("at least one file");
@@ -234,4 +268,27 @@ pub(super) fn scale(a: ScaleArgs) -> Result<i32, String> {
         o.out.display()
     );
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::start_time;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn start_times_are_utc_or_unix_seconds_and_ahead() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let at = start_time("2026-11-18T20:30:00Z", now).unwrap();
+        assert_eq!(at, UNIX_EPOCH + Duration::from_secs(1_795_033_800));
+        assert_eq!(
+            start_time("1795000060", now).unwrap(),
+            now + Duration::from_secs(60)
+        );
+        let past = start_time("1794999999", now).unwrap_err();
+        assert!(past.contains("has already passed"), "{past}");
+        let far = start_time("2027-01-01T00:00:00Z", now).unwrap_err();
+        assert!(far.contains("more than a day ahead"), "{far}");
+        let bad = start_time("tomorrow", now).unwrap_err();
+        assert!(bad.contains("write a UTC time like"), "{bad}");
+    }
 }

@@ -51,6 +51,7 @@ impl Config {
                 index: vec!["index.html".into()],
                 follow_symlinks: false,
                 access_log: None,
+                proxy_protocol: false,
                 apps: vec![AppSpec {
                     path: "/".into(),
                     pool: "default".into(),

@@ -245,6 +245,10 @@ pub struct SiteSpec {
     /// Where and how the site's requests are logged; `None` = not logged.
     #[serde(default)]
     pub access_log: Option<AccessLogSpec>,
+    /// Whether its bindings' connections start with a PROXY protocol header (v1 or v2) from a
+    /// load balancer, naming the real client. Default false.
+    #[serde(default)]
+    pub proxy_protocol: bool,
 }
 
 /// The line format of an access log.

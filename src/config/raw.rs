@@ -108,6 +108,7 @@ pub struct RawSite {
     pub index: Option<Vec<String>>,
     pub follow_symlinks: Option<bool>,
     pub access_log: Option<RawAccessLog>,
+    pub proxy_protocol: Option<bool>,
     #[serde(default)]
     pub app: Vec<RawApp>,
 }

@@ -184,6 +184,26 @@ fn one_port_may_be_shared_by_pools_with_distinct_hosts() {
 }
 
 #[test]
+fn the_sites_of_an_address_agree_on_the_proxy_protocol() {
+    let text = "[[pool]]\nname = \"p\"\n[[pool]]\nname = \"q\"\n[[site]]\nname = \"a\"\nproxy_protocol = true\nbindings = [\"http://127.0.0.1:8080:a.example\"]\n[[site.app]]\npool = \"p\"\n[[site]]\nname = \"b\"\nproxy_protocol = true\nbindings = [\"http://127.0.0.1:8080:b.example\"]\n[[site.app]]\npool = \"q\"\n";
+    let c = parse(text).unwrap();
+    assert!(c.sites.iter().all(|s| s.proxy_protocol));
+    let e = error(&text.replacen("proxy_protocol = true\n", "", 1));
+    assert!(
+        e.contains("key `site[1].bindings[0]`")
+            && e.contains("site `b` (proxy_protocol = true) and site `a` (without it)"),
+        "{e}"
+    );
+    // An activated application would read the header as HTTP.
+    let e = error("[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\ntransport = \"activation\"\n[[site]]\nname = \"s\"\nproxy_protocol = true\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n");
+    assert!(
+        e.contains("key `site[0].proxy_protocol`")
+            && e.contains("use transport = \"proxy\", or remove proxy_protocol"),
+        "{e}"
+    );
+}
+
+#[test]
 fn host_names_must_be_host_names() {
     let bad = |host: &str| {
         error(&format!(

@@ -36,12 +36,13 @@ pub struct PageContext<'a> {
 }
 
 /// The page's fixed text between the values, so each value costs two copies.
-const PIECES: [&str; 11] = [
+const PIECES: [&str; 12] = [
     "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>espalier dynamic page</title></head><body>\n<h1>Hello from ",
     "</h1>\n<table>\n<tr><th>method</th><td>",
     "</td></tr>\n<tr><th>path</th><td>",
     "</td></tr>\n<tr><th>query</th><td>",
     "</td></tr>\n<tr><th>host</th><td>",
+    "</td></tr>\n<tr><th>client</th><td>",
     "</td></tr>\n<tr><th>user-agent</th><td>",
     "</td></tr>\n<tr><th>accept</th><td>",
     "</td></tr>\n<tr><th>body bytes</th><td>",
@@ -86,6 +87,8 @@ pub fn respond(
         (req.path, true),
         (req.query, true),
         (host, true),
+        // An IP address formatted by the engine.
+        (req.client, false),
         (agent, true),
         (accept, true),
         (n1.format(req.body.len()), false),

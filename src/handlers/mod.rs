@@ -74,6 +74,10 @@ enum Whole {
 pub struct GroupRoutes {
     pub addr: std::net::SocketAddr,
     pub hosts: Vec<(Option<String>, usize)>,
+    /// Whether its connections start with a PROXY protocol header (its sites agree, see
+    /// `config::validate`).
+    #[serde(default)]
+    pub proxy_protocol: bool,
 }
 
 /// A listener group as a thread routes on it.
@@ -85,6 +89,7 @@ struct Group {
     /// Whether another pool serves some of its sites' apps (only then is a request's
     /// route checked for a hand-off).
     shared: bool,
+    proxy_protocol: bool,
 }
 
 /// Everything one worker thread needs to answer requests.
@@ -140,6 +145,7 @@ impl ThreadService {
                     only: hosts.only_default(),
                     hosts,
                     shared,
+                    proxy_protocol: g.proxy_protocol,
                 }
             })
             .collect();
@@ -318,11 +324,16 @@ impl Service for ThreadService {
             targets: Rc::clone(self.handoff.get(k)?),
             addr: self.groups.get(group)?.addr,
             hops: 0,
+            client: None,
         })
     }
 
     fn group_of(&self, addr: std::net::SocketAddr) -> Option<usize> {
         self.groups.iter().position(|g| g.addr == addr)
+    }
+
+    fn proxy_protocol(&self, group: usize) -> bool {
+        self.groups.get(group).is_some_and(|g| g.proxy_protocol)
     }
 
     fn logging(&self) -> bool {

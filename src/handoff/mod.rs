@@ -46,8 +46,10 @@ use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixDatagram};
 
 /// The first bytes of every hand-off message; the address the connection was accepted on
-/// follows, then a newline, then the bytes read from the connection and not yet answered.
-const MAGIC: &[u8] = b"espalier-handoff/1 ";
+/// follows, its hops, its client (`-` when its PROXY protocol header, if the address expects
+/// one, is still to be read), a newline, then the bytes read from the connection and not yet
+/// answered.
+const MAGIC: &[u8] = b"espalier-handoff/2 ";
 
 /// The longest message: a request head at its largest, with what arrived behind it in the
 /// same reads. A connection with more unparsed bytes than this is answered 503 rather than
@@ -64,27 +66,56 @@ const FULL_WAIT: Duration = Duration::from_secs(2);
 pub const MAX_HOPS: u8 = 4;
 
 /// The header of a message for a connection accepted on `addr`, handed on `hops` times in a
-/// row.
-pub fn header(addr: SocketAddr, hops: u8) -> Vec<u8> {
+/// row, for `client` (`None`: not yet known, see [`MAGIC`]).
+pub fn header(addr: SocketAddr, hops: u8, client: Option<SocketAddr>) -> Vec<u8> {
     let mut h = MAGIC.to_vec();
-    h.extend_from_slice(format!("{addr} {hops}\n").as_bytes());
+    match client {
+        Some(c) => h.extend_from_slice(format!("{addr} {hops} {c}\n").as_bytes()),
+        None => h.extend_from_slice(format!("{addr} {hops} -\n").as_bytes()),
+    }
     h
 }
 
-/// Splits a message into the address it was accepted on, its hops, and the bytes read from it.
-pub fn parse(message: &[u8]) -> Option<(SocketAddr, u8, &[u8])> {
-    let rest = message.strip_prefix(MAGIC)?;
-    let end = memchr::memchr(b'\n', &rest[..rest.len().min(64)])?;
-    let (addr, hops) = std::str::from_utf8(&rest[..end]).ok()?.split_once(' ')?;
-    Some((addr.parse().ok()?, hops.parse().ok()?, &rest[end + 1..]))
+/// A hand-off message's parts.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Message<'a> {
+    pub addr: SocketAddr,
+    pub hops: u8,
+    pub client: Option<SocketAddr>,
+    pub unread: &'a [u8],
 }
 
-/// What a connection brings when it was handed over rather than accepted: the bytes already
-/// read from it, and how many times in a row it was handed on.
+/// Splits a message into its parts (see [`MAGIC`]).
+pub fn parse(message: &[u8]) -> Option<Message<'_>> {
+    let rest = message.strip_prefix(MAGIC)?;
+    let end = memchr::memchr(b'\n', &rest[..rest.len().min(128)])?;
+    let mut fields = std::str::from_utf8(&rest[..end]).ok()?.split(' ');
+    let addr = fields.next()?.parse().ok()?;
+    let hops = fields.next()?.parse().ok()?;
+    let client = match fields.next()? {
+        "-" => None,
+        c => Some(c.parse().ok()?),
+    };
+    fields.next().is_none().then_some(Message {
+        addr,
+        hops,
+        client,
+        unread: &rest[end + 1..],
+    })
+}
+
+/// What a connection brings to the loop that serves it: the bytes already read from it, how
+/// many times in a row it was handed on, and its client.
 #[derive(Debug, Default)]
 pub struct Carried {
     pub unread: Vec<u8>,
     pub hops: u8,
+    /// The client: the peer that connected (as `accept` returned it), or the one a PROXY
+    /// protocol header named. `None` = ask the socket.
+    pub client: Option<SocketAddr>,
+    /// Whether the PROXY protocol header, on an address that expects one, was read already
+    /// (by the pool that handed the connection on): `client` is then final.
+    pub header_read: bool,
 }
 
 /// One thread's way to the threads of one other pool: their hand-off sockets, nearest first,
@@ -146,6 +177,8 @@ pub struct Handoff {
     pub addr: SocketAddr,
     /// Hand-offs in a row so far, this one included (set by the connection loop).
     pub hops: u8,
+    /// The connection's client (set by the connection loop).
+    pub client: Option<SocketAddr>,
 }
 
 impl Handoff {
@@ -153,7 +186,7 @@ impl Handoff {
     /// goes elsewhere on) to the nearest thread of the target pool that takes it. Returns
     /// whether one did; the caller then closes its own descriptor without a shutdown.
     pub async fn send(&self, stream: &TcpStream, unread: &[u8]) -> bool {
-        let header = header(self.addr, self.hops);
+        let header = header(self.addr, self.hops, self.client);
         if header.len() + unread.len() > MAX_MESSAGE {
             return false;
         }
@@ -238,7 +271,7 @@ impl Receiver {
                 Err(e) => return Err(e),
             };
             let Some(passed) = passed else { continue };
-            let Some((addr, hops, unread)) = parse(&self.buf[..len]) else {
+            let Some(message) = parse(&self.buf[..len]) else {
                 continue;
             };
             let std_stream = std::net::TcpStream::from(passed);
@@ -250,10 +283,12 @@ impl Receiver {
             };
             return Ok(Received {
                 stream,
-                addr,
+                addr: message.addr,
                 carried: Carried {
-                    unread: unread.to_vec(),
-                    hops,
+                    unread: message.unread.to_vec(),
+                    hops: message.hops,
+                    header_read: message.client.is_some(),
+                    client: message.client,
                 },
             });
         }
@@ -267,11 +302,21 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         let addr: SocketAddr = "[::1]:8080".parse().unwrap();
-        let mut m = header(addr, 2);
-        m.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
-        assert_eq!(parse(&m), Some((addr, 2, &b"GET / HTTP/1.1\r\n\r\n"[..])));
+        let client: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        for who in [Some(client), None] {
+            let mut m = header(addr, 2, who);
+            m.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+            let expected = Message {
+                addr,
+                hops: 2,
+                client: who,
+                unread: b"GET / HTTP/1.1\r\n\r\n",
+            };
+            assert_eq!(parse(&m), Some(expected));
+        }
         assert_eq!(parse(b"GET / HTTP/1.1\r\n"), None);
-        assert_eq!(parse(b"espalier-handoff/1 nonsense\nx"), None);
+        assert_eq!(parse(b"espalier-handoff/2 nonsense\nx"), None);
+        assert_eq!(parse(b"espalier-handoff/2 [::1]:80 1 - extra\nx"), None);
     }
 
     #[test]

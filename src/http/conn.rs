@@ -72,6 +72,12 @@ pub trait Service {
         None
     }
 
+    /// Whether connections on `group` start with a PROXY protocol header (see
+    /// [`super::proxy_header`]).
+    fn proxy_protocol(&self, _group: usize) -> bool {
+        false
+    }
+
     /// Whether some site logs its requests: only then does the loop measure them.
     fn logging(&self) -> bool {
         false
@@ -221,6 +227,18 @@ pub async fn serve<S: Service>(
     if rbuf.capacity() < READ_RESERVE {
         rbuf.reserve(READ_RESERVE - rbuf.len());
     }
+    let peer = carried.client.or_else(|| stream.peer_addr().ok());
+    // The client: a load balancer's PROXY header names it, where the address expects one.
+    let client = if !carried.header_read && env.service.proxy_protocol(group) {
+        match super::proxy_header::read(&mut stream, &mut rbuf, env.timeouts.header).await {
+            Ok(named) => named.or(peer),
+            Err(()) => return,
+        }
+    } else {
+        peer
+    };
+    // Formatted once per connection, for the logs, the apps and the dynamic page.
+    let client_text = ip_text(client);
     // Decided once per connection: an address served by one pool never looks for a hand-off.
     let shared = env.service.shared(group);
     let mut wbuf: Vec<u8> = Vec::with_capacity(READ_RESERVE);
@@ -233,10 +251,8 @@ pub async fn serve<S: Service>(
     let mut pending: Option<Pending> = None;
     // Bytes of a partial head (at the buffer's start) already parsed without completing it.
     let mut head_scanned = 0;
-    // The connection's addresses, asked of the kernel once, when a request is first forwarded.
-    let mut peer: Option<Option<std::net::SocketAddr>> = None;
+    // The connection's own address, asked of the kernel once, when a request first needs it.
     let mut local: Option<Option<std::net::SocketAddr>> = None;
-    let mut peer_text: Option<String> = None;
     // Access logs: measured only when a site of this thread logs.
     let logging = env.service.logging();
     let mut arrived: Option<std::time::Instant> =
@@ -297,6 +313,7 @@ pub async fn serve<S: Service>(
                     break;
                 };
                 head_scanned = 0;
+                request.client = &client_text;
                 if shared {
                     if let Some(h) = env.service.hand_off(group, &request) {
                         handoff = Some(h);
@@ -308,9 +325,6 @@ pub async fn serve<S: Service>(
                         proxied_facts = Some(OwnedFacts::of(&request));
                     }
                     let keep = keep_alive && !env.shutdown.started.get();
-                    let peer = *peer.get_or_insert_with(|| stream.peer_addr().ok());
-                    // Formatted once per connection, not per request.
-                    let peer_ip: &str = peer_text.get_or_insert_with(|| ip_text(peer));
                     proxied = Some(match target {
                         ProxyTarget::Http(route) => Proxied::Http(
                             route,
@@ -319,7 +333,7 @@ pub async fn serve<S: Service>(
                                 framing,
                                 keep,
                                 expect_continue,
-                                Some(peer_ip).filter(|p| !p.is_empty()),
+                                Some(client_text.as_str()).filter(|p| !p.is_empty()),
                                 "http",
                             ),
                         ),
@@ -334,7 +348,10 @@ pub async fn serve<S: Service>(
                                     framing,
                                     keep,
                                     expect_continue,
-                                    &Addresses { peer, local },
+                                    &Addresses {
+                                        peer: client,
+                                        local,
+                                    },
                                 ),
                             )
                         }
@@ -402,14 +419,13 @@ pub async fn serve<S: Service>(
                         Reply::File(f) => f.len,
                         Reply::Done => 0,
                     };
-                    let peer = peer_text.get_or_insert_with(|| ip_text(stream.peer_addr().ok()));
                     env.service.log(&Entry {
                         req: Facts::of(&request),
                         status: status_of(&wbuf[answer_start..]),
                         bytes: (wbuf.len() - answer_start) as u64 + file_len,
                         micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
                         upstream_micros: None,
-                        peer,
+                        peer: &client_text,
                     });
                 }
                 consumed = body_end;
@@ -452,6 +468,7 @@ pub async fn serve<S: Service>(
                 hops = 0;
             }
             handoff.hops = hops + 1;
+            handoff.client = client;
             if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(&stream, &rbuf).await {
                 return;
             }
@@ -485,14 +502,13 @@ pub async fn serve<S: Service>(
                 }
             };
             if let Some(facts) = &proxied_facts {
-                let peer = peer_text.get_or_insert_with(|| ip_text(stream.peer_addr().ok()));
                 env.service.log(&Entry {
                     req: facts.facts(),
                     status: report.status.get(),
                     bytes: report.bytes.get(),
                     micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
                     upstream_micros: report.upstream_micros.get(),
-                    peer,
+                    peer: &client_text,
                 });
             }
             if outcome == Outcome::Close {

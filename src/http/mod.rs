@@ -16,6 +16,7 @@ pub mod chunked;
 pub mod clock;
 pub mod conn;
 mod fields;
+pub mod proxy_header;
 mod send;
 mod shutdown;
 
@@ -66,6 +67,9 @@ pub struct Request<'a> {
     pub minor_version: u8,
     pub headers: &'a [httparse::Header<'a>],
     pub body: &'a [u8],
+    /// The client's IP address as text (from a PROXY protocol header on the bindings that
+    /// expect one, else the peer's), or "" when unknown; set by the connection loop.
+    pub client: &'a str,
 }
 
 impl<'a> Request<'a> {
@@ -284,6 +288,7 @@ pub fn parse_head<'a>(
             minor_version,
             headers,
             body: &[],
+            client: "",
         },
         len,
         framing,

@@ -99,7 +99,7 @@ pub async fn serve(
     panics: Arc<AtomicU64>,
     who: Rc<str>,
 ) {
-    let peer = stream.peer_addr().ok();
+    let peer = carried.client;
     let outcome = catch_panic(conn::serve(stream, group, env, carried)).await;
     drop(slot);
     if outcome.is_err() {

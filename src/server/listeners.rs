@@ -60,6 +60,7 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
                         routes: GroupRoutes {
                             addr: b.addr,
                             hosts: Vec::new(),
+                            proxy_protocol: false,
                         },
                         sockets: Vec::new(),
                         owners: Vec::new(),
@@ -69,6 +70,8 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
                 }
             };
             g.routes.hosts.push((b.host.clone(), site_idx));
+            // The sites of an address agree (checked with the config).
+            g.routes.proxy_protocol |= site.proxy_protocol;
             for a in &site.apps {
                 if !g.pools.contains(&a.pool) {
                     g.pools.push(a.pool.clone());

@@ -516,7 +516,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, group: usize, admission:
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 // Where the kernel received it: one getsockopt per connection, for the
                 // admin page's steering figure.
                 let received_on = socket2::SockRef::from(&stream).cpu_affinity().ok();
@@ -524,7 +524,11 @@ async fn accept_loop(listener: tokio::net::TcpListener, group: usize, admission:
                 if received_on == Some(admission.cpu as usize) {
                     admission.steered.set(admission.steered.get() + 1);
                 }
-                admission.admit(stream, Some(group), Default::default())
+                let carried = crate::handoff::Carried {
+                    client: Some(peer),
+                    ..Default::default()
+                };
+                admission.admit(stream, Some(group), carried)
             }
             // Out of descriptors or memory: back off briefly rather than spin.
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,

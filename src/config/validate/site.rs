@@ -168,6 +168,17 @@ impl Validator {
                 self.err(&[Seg::Key("site"), Seg::Index(i), Seg::Key("app")], msg);
             }
         }
+        let proxy_protocol = raw.proxy_protocol.unwrap_or(false);
+        if let Some(a) = apps.iter().find(|a| proxy_protocol && activated(&a.pool)) {
+            let msg = format!(
+                "site `{name}` expects a PROXY protocol header, but pool `{}` uses transport = \"activation\": its application accepts the connections itself and would read the header as HTTP; use transport = \"proxy\", or remove proxy_protocol",
+                a.pool
+            );
+            self.err(
+                &[Seg::Key("site"), Seg::Index(i), Seg::Key("proxy_protocol")],
+                msg,
+            );
+        }
         SiteSpec {
             name,
             bindings,
@@ -175,6 +186,7 @@ impl Validator {
             index: raw.index.unwrap_or_else(|| vec!["index.html".into()]),
             follow_symlinks: raw.follow_symlinks.unwrap_or(false),
             access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
+            proxy_protocol,
             apps,
         }
     }
@@ -272,6 +284,11 @@ impl Validator {
                         || c.addr.ip().is_unspecified()
                         || b.addr.ip().is_unspecified();
                     if !same_addr {
+                        continue;
+                    }
+                    if s.proxy_protocol != t.proxy_protocol {
+                        let (with, without) = if s.proxy_protocol { (s, t) } else { (t, s) };
+                        self.err(&path, format!("`{b}` is shared by site `{}` (proxy_protocol = true) and site `{}` (without it); a connection's PROXY header is read before its host is known, so the sites of one address must agree: set proxy_protocol the same in both, or give one its own port", with.name, without.name));
                         continue;
                     }
                     if host_key(c) == host_key(b) {

@@ -360,7 +360,8 @@ async fn answer_one(mut stream: tokio::net::TcpStream, lb: LoadBalancer, head_re
 /// Passes the connections still arriving on a stopped pool's socket of a shared address to a
 /// pool that serves there (unread: it routes them as if it had accepted them).
 async fn pass_on(listener: tokio::net::TcpListener, addr: std::net::SocketAddr, to: PathBuf) {
-    let header = crate::handoff::header(addr, 0);
+    // Unread: the receiver reads a PROXY protocol header, if the address expects one.
+    let header = crate::handoff::header(addr, 0, None);
     let socket = std::os::unix::net::UnixDatagram::unbound()
         .and_then(|s| s.connect(&to).map(|()| s))
         .and_then(|s| s.set_nonblocking(true).map(|()| s));

@@ -1,0 +1,182 @@
+//! The PROXY protocol (HAProxy's, versions 1 and 2): the header a load balancer sends first on
+//! each connection, naming the client it stands for. Read on the bindings of a site with
+//! `proxy_protocol = true`, before any HTTP.
+//!
+//! Owns: reading that header from a new connection, bounded in size and time, and what it
+//! says of the client. Must not touch: HTTP (the bytes after the header stay in the buffer for
+//! the connection loop) or which bindings expect it (the config decides, per address). The
+//! parsing itself is the `ppp` crate's.
+//!
+//! A connection on such a binding without a valid header is closed without an answer, as
+//! HAProxy and nginx do: answering in HTTP would let a client that bypasses the balancer
+//! speak with a forged address, and a balancer that sends no header is misconfigured. A
+//! `LOCAL` header (the balancer's own health checks) or an `UNKNOWN`/unspecified family keeps
+//! the connection's own peer as its client.
+
+use ppp::{v1, v2, HeaderResult, PartialResult};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+/// The longest header: version 2's 16 bytes and a 16-bit length (version 1's is 107 bytes).
+const MAX_HEADER: usize = 16 + u16::MAX as usize;
+
+/// What the start of a connection's bytes holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// A header, `len` bytes long; `client` is the source it names (`None`: the connection's
+    /// own peer stands, for `LOCAL` and unspecified addresses).
+    Header {
+        len: usize,
+        client: Option<SocketAddr>,
+    },
+    /// Not yet a whole header: read more.
+    Incomplete,
+    /// Not a header, or a malformed one: close the connection.
+    Invalid,
+}
+
+/// Parses a PROXY header at the start of `buf`.
+pub fn parse(buf: &[u8]) -> Parsed {
+    let result = HeaderResult::parse(buf);
+    if result.is_incomplete() {
+        return if buf.len() >= MAX_HEADER {
+            Parsed::Invalid
+        } else {
+            Parsed::Incomplete
+        };
+    }
+    match result {
+        HeaderResult::V1(Ok(h)) => Parsed::Header {
+            len: h.header.len(),
+            client: match h.addresses {
+                v1::Addresses::Tcp4(a) => Some((a.source_address, a.source_port).into()),
+                v1::Addresses::Tcp6(a) => Some((a.source_address, a.source_port).into()),
+                v1::Addresses::Unknown => None,
+            },
+        },
+        HeaderResult::V2(Ok(h)) => Parsed::Header {
+            len: h.len(),
+            client: match (h.command, h.addresses) {
+                (v2::Command::Local, _) => None,
+                (_, v2::Addresses::IPv4(a)) => Some((a.source_address, a.source_port).into()),
+                (_, v2::Addresses::IPv6(a)) => Some((a.source_address, a.source_port).into()),
+                (_, v2::Addresses::Unix(_) | v2::Addresses::Unspecified) => None,
+            },
+        },
+        _ => Parsed::Invalid,
+    }
+}
+
+/// Reads a connection's PROXY header into `buf` (after what it already holds) within
+/// `timeout`, and removes it; what followed it stays in `buf`. `Ok(client)` as [`parse`]
+/// names it; `Err` when the connection must be closed: no valid header, a timeout, or the
+/// peer gone.
+pub async fn read(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+) -> Result<Option<SocketAddr>, ()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match parse(buf) {
+            Parsed::Header { len, client } => {
+                buf.drain(..len);
+                return Ok(client);
+            }
+            Parsed::Invalid => return Err(()),
+            Parsed::Incomplete => {}
+        }
+        if buf.capacity() - buf.len() < 512 {
+            buf.reserve(4096);
+        }
+        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v2(command: u8, family: u8, addresses: &[u8]) -> Vec<u8> {
+        let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        h.push(0x20 | command);
+        h.push(family);
+        h.extend_from_slice(&(addresses.len() as u16).to_be_bytes());
+        h.extend_from_slice(addresses);
+        h
+    }
+
+    #[test]
+    fn version_1_names_the_client() {
+        let text = b"PROXY TCP4 192.0.2.7 10.0.0.1 40000 80\r\nGET / HTTP/1.1\r\n";
+        assert_eq!(
+            parse(text),
+            Parsed::Header {
+                len: 40,
+                client: Some("192.0.2.7:40000".parse().unwrap())
+            }
+        );
+        let six = b"PROXY TCP6 2001:db8::5 ::1 5555 443\r\n";
+        assert_eq!(
+            parse(six),
+            Parsed::Header {
+                len: six.len(),
+                client: Some("[2001:db8::5]:5555".parse().unwrap())
+            }
+        );
+        assert_eq!(
+            parse(b"PROXY UNKNOWN\r\n"),
+            Parsed::Header {
+                len: 15,
+                client: None
+            }
+        );
+    }
+
+    #[test]
+    fn version_2_names_the_client_unless_local() {
+        let mut addrs = vec![198, 51, 100, 9, 10, 0, 0, 1];
+        addrs.extend_from_slice(&1234u16.to_be_bytes());
+        addrs.extend_from_slice(&80u16.to_be_bytes());
+        let mut h = v2(1, 0x11, &addrs);
+        let len = h.len();
+        h.extend_from_slice(b"GET /");
+        assert_eq!(
+            parse(&h),
+            Parsed::Header {
+                len,
+                client: Some("198.51.100.9:1234".parse().unwrap())
+            }
+        );
+        // A health check of the balancer itself: LOCAL, no addresses.
+        assert_eq!(
+            parse(&v2(0, 0x00, &[])),
+            Parsed::Header {
+                len: 16,
+                client: None
+            }
+        );
+    }
+
+    #[test]
+    fn partial_headers_wait_and_anything_else_is_refused() {
+        assert_eq!(parse(b"PROXY TCP4 192.0.2.7"), Parsed::Incomplete);
+        assert_eq!(parse(b"\r\n\r\n\0\r\nQU"), Parsed::Incomplete);
+        assert_eq!(parse(b"P"), Parsed::Incomplete);
+        assert_eq!(parse(b"G"), Parsed::Invalid);
+        assert_eq!(parse(b"GET / HTTP/1.1\r\n\r\n"), Parsed::Invalid);
+        assert_eq!(
+            parse(b"PROXY TCP4 banana 10.0.0.1 1 2\r\n"),
+            Parsed::Invalid
+        );
+        // Version 2 with a bad version nibble.
+        let mut bad = v2(1, 0x11, &[0; 12]);
+        bad[12] = 0x31;
+        assert_eq!(parse(&bad), Parsed::Invalid);
+    }
+}
