@@ -125,6 +125,36 @@ fn dry_run_on_dl980_prints_one_worker_per_node() {
 }
 
 #[test]
+fn a_process_confined_by_taskset_places_on_its_cpus_only() {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    if online.trim() == "0" {
+        eprintln!("skipped: one CPU online, nothing to confine");
+        return;
+    }
+    let out = Command::new("taskset")
+        .args([
+            "-c",
+            "0",
+            env!("CARGO_BIN_EXE_espalier"),
+            "serve",
+            "--dry-run",
+            "--json",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("taskset (util-linux)");
+    let v = json(&out);
+    for w in v["workers"].as_array().unwrap() {
+        assert_eq!(w["cpus"], serde_json::json!([0]), "{w}");
+    }
+    assert!(
+        stderr(&out).contains("this process may run on CPUs 0 of the"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn examples_dry_run_on_the_case_study_machine() {
     let garden = json(&espalier(&[
         "serve",

@@ -53,6 +53,29 @@ impl MachineArgs {
         let paths = self.paths();
         topology::read(&paths).map_err(|e| e.to_string())
     }
+
+    /// The machine as placement may use it: on the live machine, only the CPUs this process
+    /// may run on (in a container or under `taskset`, some CPUs are not ours to place on),
+    /// said in one line when that is fewer than the online CPUs.
+    pub fn read_placeable(&self) -> Result<Topology, String> {
+        let t = self.read()?;
+        if self.sysfs.is_some() {
+            return Ok(t);
+        }
+        let Ok(allowed) = crate::os::numa::thread_affinity(0) else {
+            return Ok(t);
+        };
+        let online = t.online_cpus();
+        if online.is_subset(&allowed) {
+            return Ok(t);
+        }
+        let usable = online.intersection(&allowed);
+        if usable.is_empty() {
+            return Ok(t);
+        }
+        eprintln!("espalier: this process may run on CPUs {usable} of the {} online (its cpuset or affinity); pools are placed there", online.len());
+        Ok(t.confined_to(&allowed))
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -24,7 +24,7 @@ pub(super) fn topology(machine: &MachineArgs, json: bool) -> Result<i32, String>
 
 /// `espalier check`: a config validated and planned, without running it.
 pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String> {
-    let t = machine.read()?;
+    let t = machine.read_placeable()?;
     let c = Config::load(config, &t).map_err(|e| e.to_string())?;
     let plan =
         placement::plan(&t, &c.pools, &[]).map_err(|e| format!("{}: {e}", config.display()))?;

@@ -34,7 +34,7 @@ pub fn serve_config(args: &ServeArgs, t: &Topology) -> Result<Config, String> {
 }
 
 pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
-    let t = args.machine.read()?;
+    let t = args.machine.read_placeable()?;
     let config = serve_config(&args, &t)?;
     let plan = placement::plan(&t, &config.pools, &[]).map_err(|e| e.to_string())?;
     if args.dry_run {

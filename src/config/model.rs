@@ -341,6 +341,9 @@ pub struct ServerSettings {
     pub backlog: u32,
     /// How long in-flight requests may run after SIGTERM. Default 10 s.
     pub shutdown_timeout: Duration,
+    /// How long the server goes on serving after SIGTERM with `GET /ready` answering 503,
+    /// so load balancers take it out of rotation before its listeners close. Default 0.
+    pub drain_delay: Duration,
     pub limits: Limits,
 }
 
@@ -353,6 +356,7 @@ impl Default for ServerSettings {
             steering: Steering::Cpu,
             backlog: 1024,
             shutdown_timeout: Duration::from_secs(10),
+            drain_delay: Duration::ZERO,
             limits: Limits::default(),
         }
     }

@@ -36,6 +36,7 @@ pub struct RawServer {
     pub steering: Option<String>,
     pub backlog: Option<i64>,
     pub shutdown_timeout: Option<Scalar>,
+    pub drain_delay: Option<Scalar>,
     pub limits: Option<RawLimits>,
 }
 

@@ -129,3 +129,19 @@ fn live_machine_reads() {
         .unwrap_or(1);
     assert!(online.len() >= n);
 }
+
+#[test]
+fn a_confined_process_places_only_on_its_cpus() {
+    // A pod given CPUs 30-39 (node 3) by Kubernetes' static CPU manager on the DL980.
+    let t = fixture("dl980").confined_to(&set("30-39"));
+    assert_eq!(t.online_cpus(), set("30-39"));
+    assert_eq!(t.node(3).unwrap().cpus, set("30-39"));
+    assert!(t.node(2).unwrap().cpus.is_empty());
+    assert_eq!(t.node(2).unwrap().memory_total_bytes, 128 << 30);
+    let mut pool = crate::config::PoolSpec::with_defaults("web");
+    pool.processes = crate::config::Processes::Auto;
+    let plan = crate::placement::plan(&t, &[pool], &[]).unwrap();
+    assert_eq!(plan.workers.len(), 1, "one node has CPUs left: one worker");
+    assert!(plan.workers[0].cpus.is_subset(&set("30-39")));
+    assert_eq!(plan.workers[0].node, Some(3));
+}

@@ -77,6 +77,19 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// The machine as a process confined to `allowed` sees it (its cpuset or affinity: a
+    /// container's, `taskset`'s, systemd's `CPUAffinity=`): CPUs outside it count as offline,
+    /// so placement uses only CPUs the process may run on. Nodes keep their memory.
+    pub fn confined_to(mut self, allowed: &CpuSet) -> Topology {
+        for c in &mut self.cpus {
+            c.online &= allowed.contains(c.id);
+        }
+        for n in &mut self.nodes {
+            n.cpus = n.cpus.intersection(allowed);
+        }
+        self
+    }
+
     /// All online CPUs.
     pub fn online_cpus(&self) -> CpuSet {
         self.cpus

@@ -103,7 +103,22 @@ impl Server {
 
     /// As [`Server::start`], with extra environment variables for the server alone.
     pub fn start_env(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        Server::start_with(&[], args, cwd, env)
+    }
+
+    /// As [`Server::start_env`], run through `prefix` (a program that execs the rest, as
+    /// `nsenter --net=…` does; signals then reach the server itself).
+    pub fn start_with(prefix: &[&str], args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Server {
+        let bin = env!("CARGO_BIN_EXE_espalier");
+        let mut command = match prefix.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = command
             .arg("serve")
             .args(args)
             .envs(env.iter().copied())

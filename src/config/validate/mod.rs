@@ -196,6 +196,11 @@ impl Validator {
             raw.shutdown_timeout,
             d.shutdown_timeout,
         );
+        let drain_delay = self.duration(
+            &[Seg::Key("server"), Seg::Key("drain_delay")],
+            raw.drain_delay,
+            d.drain_delay,
+        );
         let l = raw.limits.unwrap_or_default();
         let dl = Limits::default();
         let p = |k: &'static str| [Seg::Key("server"), Seg::Key("limits"), Seg::Key(k)];
@@ -260,6 +265,7 @@ impl Validator {
             steering,
             backlog,
             shutdown_timeout,
+            drain_delay,
             limits,
         }
     }

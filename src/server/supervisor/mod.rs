@@ -296,6 +296,26 @@ pub(super) async fn run(
     }
     super::admin::set_draining();
     let _ = os::notify::notify("STOPPING=1\nSTATUS=stopping: in-flight requests finish");
+    let drain_delay = config.server.drain_delay;
+    if !drain_delay.is_zero() {
+        // Load balancers see /ready fail and move away while everything still serves.
+        log(
+            "master",
+            format!(
+                "draining: GET /ready answers 503; serving on for {} before stopping (a second signal stops now)",
+                crate::units::format_duration(drain_delay)
+            ),
+        );
+        let until = tokio::time::Instant::now() + drain_delay;
+        loop {
+            tokio::select! {
+                _ = sigchld.recv() => sv.reap(),
+                _ = sigterm.recv() => break,
+                _ = sigint.recv() => break,
+                _ = tokio::time::sleep_until(until) => break,
+            }
+        }
+    }
     log(
         "master",
         format!(

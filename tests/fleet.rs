@@ -1,0 +1,261 @@
+//! A fleet behind a load balancer, for real: two espalier instances in network namespaces of
+//! their own, real HAProxy (Debian's) in a third speaking PROXY protocol v2 to them and
+//! checking `GET /ready` on their admin endpoints, and the load generator in a fourth. Under
+//! load one instance is drained with SIGTERM: HAProxy moves the traffic, no request fails,
+//! and both access logs name the client's address, not HAProxy's.
+//!
+//! Needs root (network namespaces) and installs HAProxy when it is missing.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Network namespaces made for one test, removed with it (after the processes in them, which
+/// are declared after it and so dropped first).
+struct Namespaces(Vec<String>);
+
+impl Namespaces {
+    fn create(names: &[String]) -> Namespaces {
+        let mut made = Namespaces(Vec::new());
+        for n in names {
+            ip(&["netns", "add", n]);
+            made.0.push(n.clone());
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+        }
+        made
+    }
+
+    /// A veth pair between namespaces `a` and `b`, addressed `a_ip`/24 and `b_ip`/24.
+    fn link(&self, a: &str, a_ip: &str, b: &str, b_ip: &str) {
+        let (ia, ib) = (format!("to-{}", &b[b.len() - 1..]), "eth0");
+        ip(&[
+            "link", "add", &ia, "netns", a, "type", "veth", "peer", "name", ib, "netns", b,
+        ]);
+        for (ns, dev, addr) in [(a, ia.as_str(), a_ip), (b, ib, b_ip)] {
+            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
+            ip(&["-n", ns, "link", "set", dev, "up"]);
+        }
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `nsenter` into a namespace: the program it runs keeps its own mounts (cgroups, /sys).
+fn inside(ns: &str) -> [String; 2] {
+    ["nsenter".to_string(), format!("--net=/run/netns/{ns}")]
+}
+
+/// A child process killed with the test.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const TOKEN: &str = "fleet-test-token-0123456789";
+
+fn instance_config(name: &str, ip: &str) -> String {
+    format!(
+        r#"
+[server]
+admin = "{ip}:9180"
+admin_token = "{TOKEN}"
+drain_delay = "1500ms"
+shutdown_timeout = "5s"
+[[pool]]
+name = "{name}"
+processes = 1
+[[site]]
+name = "fleet"
+bindings = ["http://{ip}:8080"]
+proxy_protocol = true
+access_log = {{ path = "access.log", format = "common" }}
+[[site.app]]
+pool = "{name}"
+handler = "dynamic"
+"#
+    )
+}
+
+const HAPROXY: &str = r#"
+global
+    maxconn 2000
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 20s
+    timeout server 20s
+    # No retries: the drain alone must keep every request whole (in production, add
+    # `retry-on conn-failure empty-response` and `option redispatch` as well).
+    retries 0
+frontend web
+    bind 10.77.3.1:8000
+    default_backend fleet
+backend fleet
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /ready ver HTTP/1.1 hdr Host fleet
+    http-check expect status 200
+    default-server send-proxy-v2 check port 9180 inter 200ms fall 1 rise 2
+    server a 10.77.1.2:8080
+    server b 10.77.2.2:8080
+"#;
+
+fn log_clients(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or("").to_string())
+        .collect()
+}
+
+#[test]
+fn a_drained_instance_loses_no_request_behind_haproxy() {
+    need_tools("haproxy:haproxy nsenter:util-linux", "HAProxy");
+    let tag = std::process::id() % 100_000;
+    let names: Vec<String> = ["lb", "a", "b", "c"]
+        .iter()
+        .map(|n| format!("esp{tag}-{n}"))
+        .collect();
+    let (lb, a, b, c) = (&names[0], &names[1], &names[2], &names[3]);
+    let ns = Namespaces::create(&names);
+    ns.link(lb, "10.77.1.1", a, "10.77.1.2");
+    ns.link(lb, "10.77.2.1", b, "10.77.2.2");
+    ns.link(lb, "10.77.3.1", c, "10.77.3.2");
+
+    let dir = tempfile::tempdir().unwrap();
+    let start = |name: &str, ns: &str, ip: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("espalier.toml"), instance_config(name, ip)).unwrap();
+        let prefix = inside(ns);
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        let mut s = Server::start_with(&prefix, &["-c", "espalier.toml"], &d, &[]);
+        s.admin = Some(format!("{ip}:9180"));
+        s
+    };
+    let mut server_a = start("a", a, "10.77.1.2");
+    let _server_b = start("b", b, "10.77.2.2");
+
+    std::fs::write(dir.path().join("haproxy.cfg"), HAPROXY).unwrap();
+    let _haproxy = Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{lb}"))
+            .args(["haproxy", "-db", "-f"])
+            .arg(dir.path().join("haproxy.cfg"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("haproxy"),
+    );
+
+    // Both instances in rotation: pages from each, through HAProxy, from the client's side.
+    let client = |args: &[&str]| {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{c}"))
+            .arg(env!("CARGO_BIN_EXE_espalier"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = client(&[
+            "bench",
+            "--json",
+            "-n",
+            "20",
+            "-c",
+            "1",
+            "--no-keepalive",
+            "http://10.77.3.1:8000/",
+        ]);
+        let ok = out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|r| r["errors"] == 0);
+        let (la, lb_) = (
+            log_clients(&dir.path().join("a/access.log")).len(),
+            log_clients(&dir.path().join("b/access.log")).len(),
+        );
+        if ok && la > 0 && lb_ > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "HAProxy never had both instances up"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // Load for 6 s; 2 s in, instance a is told to stop.
+    let load = std::thread::spawn({
+        let c = c.clone();
+        move || {
+            Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{c}"))
+                .arg(env!("CARGO_BIN_EXE_espalier"))
+                .args([
+                    "bench",
+                    "--json",
+                    "-c",
+                    "8",
+                    "-d",
+                    "6s",
+                    "http://10.77.3.1:8000/",
+                ])
+                .output()
+                .unwrap()
+        }
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let a_lines_at_drain = log_clients(&dir.path().join("a/access.log")).len();
+    server_a.signal(libc::SIGTERM);
+    server_a.wait_for_log("draining: GET /ready answers 503", Duration::from_secs(5));
+    assert_eq!(server_a.wait_exit(Duration::from_secs(15)), Some(0));
+    let out = load.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["requests"].as_u64().unwrap() > 100, "{r}");
+    let kinds = &r["errors_by_kind"];
+    assert_eq!(
+        r["errors"], 0,
+        "no request may fail while a drains: {kinds}"
+    );
+
+    // Instance a served until the drain; b took everything after. Every line names the
+    // client (10.77.3.2), none HAProxy (10.77.1.1, 10.77.2.1).
+    let (la, lb_) = (
+        log_clients(&dir.path().join("a/access.log")),
+        log_clients(&dir.path().join("b/access.log")),
+    );
+    assert!(a_lines_at_drain > 0 && !lb_.is_empty());
+    for who in la.iter().chain(&lb_) {
+        assert_eq!(who, "10.77.3.2", "a log line names {who}");
+    }
+}
