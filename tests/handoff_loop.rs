@@ -92,7 +92,7 @@ fn bounce(
                 })
             })
             .collect();
-        let mut receiver = Receiver::new(socket.into()).unwrap();
+        let mut receiver = Receiver::new(socket.into(), Vec::new()).unwrap();
         let stream = tokio::net::TcpStream::from_std(stream).unwrap();
         let mut task = tokio::task::spawn_local(conn::serve(
             stream,

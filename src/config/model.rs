@@ -126,6 +126,9 @@ pub struct PoolSpec {
     pub rapid_fail: RapidFail,
     /// The user's application the pool runs instead of espalier's own workers (`command`).
     pub app: Option<AppCommand>,
+    /// The user and groups its workers and application processes run as (`user`, `group`);
+    /// `None` = the user espalier runs as.
+    pub identity: Option<crate::os::identity::Identity>,
 }
 
 /// How requests reach a pool's application processes.
@@ -408,6 +411,7 @@ impl PoolSpec {
                 max_crashes: 5,
                 interval: Duration::from_secs(300),
             },
+            identity: None,
             app: None,
         }
     }

@@ -79,6 +79,8 @@ pub struct RawPool {
     pub upstream: Option<String>,
     pub connect_timeout: Option<Scalar>,
     pub response_timeout: Option<Scalar>,
+    pub user: Option<String>,
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

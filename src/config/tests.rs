@@ -204,6 +204,41 @@ fn the_sites_of_an_address_agree_on_the_proxy_protocol() {
 }
 
 #[test]
+fn pool_identities_name_users_that_exist_and_logs_have_one_writer() {
+    let c = parse("[[pool]]\nname = \"p\"\nuser = \"root\"\n[[site]]\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n").unwrap();
+    let id = c.pools[0].identity.as_ref().expect("an identity");
+    assert_eq!((id.user.as_str(), id.uid, id.gid), ("root", 0, 0));
+    for (pool, key, says) in [
+        (
+            "user = \"no-such-user-here\"",
+            "pool[0].user",
+            "user `no-such-user-here` does not exist; create it (useradd --system",
+        ),
+        (
+            "user = \"root\"\ngroup = \"no-such-group-here\"",
+            "pool[0].group",
+            "group `no-such-group-here` does not exist",
+        ),
+        ("group = \"root\"", "pool[0].group", "applies with `user`"),
+    ] {
+        let e = error(&format!("[[pool]]\nname = \"p\"\n{pool}\n[[site]]\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n"));
+        assert!(
+            e.contains(&format!("key `{key}`")) && e.contains(says),
+            "{e}"
+        );
+    }
+    // One site split over pools of two users cannot share one log file.
+    let e = error("[[pool]]\nname = \"p\"\nuser = \"root\"\n[[pool]]\nname = \"q\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\naccess_log = { path = \"/tmp/s.log\" }\n[[site.app]]\npool = \"p\"\n[[site.app]]\npath = \"/q\"\npool = \"q\"\n");
+    assert!(
+        e.contains("key `site[0].access_log`")
+            && e.contains(
+                "written by pool `p` (site `s`, user `root`) and pool `q` (espalier's own user)"
+            ),
+        "{e}"
+    );
+}
+
+#[test]
 fn host_names_must_be_host_names() {
     let bad = |host: &str| {
         error(&format!(

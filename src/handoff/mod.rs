@@ -237,16 +237,22 @@ pub struct Received {
 pub struct Receiver {
     socket: UnixDatagram,
     buf: Vec<u8>,
+    /// The users whose connections are taken (this server's: its master's and its pools');
+    /// empty = anyone that can open the socket.
+    senders: Vec<u32>,
 }
 
 impl Receiver {
-    /// On an inherited (or the master's) bound datagram socket; needs a tokio runtime.
-    pub fn new(fd: OwnedFd) -> std::io::Result<Self> {
+    /// On an inherited (or the master's) bound datagram socket, taking connections from the
+    /// users `senders` only (the kernel names each sender: the master turned `SO_PASSCRED`
+    /// on, see `server::handoffs`); needs a tokio runtime.
+    pub fn new(fd: OwnedFd, senders: Vec<u32>) -> std::io::Result<Self> {
         let std_socket = std::os::unix::net::UnixDatagram::from(fd);
         std_socket.set_nonblocking(true)?;
         Ok(Receiver {
             socket: UnixDatagram::from_std(std_socket)?,
             buf: vec![0u8; MAX_MESSAGE],
+            senders,
         })
     }
 
@@ -255,7 +261,7 @@ impl Receiver {
             self.socket.readable().await?;
             let fd = self.socket.as_raw_fd();
             let buf = &mut self.buf;
-            let (len, passed) = match self
+            let got = match self
                 .socket
                 .try_io(Interest::READABLE, || fdpass::recv_with_fd(fd, buf))
             {
@@ -270,8 +276,15 @@ impl Receiver {
                 }
                 Err(e) => return Err(e),
             };
-            let Some(passed) = passed else { continue };
-            let Some(message) = parse(&self.buf[..len]) else {
+            // A datagram from another user of the machine is dropped, its descriptor closed:
+            // the sockets must be writable by every pool's user, so the kernel's word on the
+            // sender is what keeps others out.
+            let known = |uid: Option<u32>| uid.is_some_and(|u| self.senders.contains(&u));
+            if !self.senders.is_empty() && !known(got.sender_uid) {
+                continue;
+            }
+            let Some(passed) = got.fd else { continue };
+            let Some(message) = parse(&self.buf[..got.len]) else {
                 continue;
             };
             let std_stream = std::net::TcpStream::from(passed);

@@ -8,8 +8,39 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-/// Room for one descriptor's control message (CMSG_SPACE(sizeof(int)), rounded up).
-const CMSG_ROOM: usize = 64;
+/// Room for one descriptor's control message and the sender's credentials
+/// (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct ucred)), rounded up).
+const CMSG_ROOM: usize = 128;
+
+/// Has the kernel attach the sender's credentials to every datagram `socket` receives
+/// (`SO_PASSCRED`), whether the sender sends them or not: [`Datagram::sender_uid`].
+pub fn pass_credentials(socket: RawFd) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt reads an int from a local that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket,
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            &on as *const libc::c_int as *const libc::c_void,
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One datagram received: its length, the descriptor it carried, and (on a socket with
+/// [`pass_credentials`]) the user it came from.
+#[derive(Debug)]
+pub struct Datagram {
+    pub len: usize,
+    pub fd: Option<OwnedFd>,
+    pub sender_uid: Option<u32>,
+}
 
 /// Sends `parts` as one datagram with `fd` attached, without waiting: a full queue at the
 /// receiver is `WouldBlock`. The descriptor stays open here too (the kernel gives the receiver
@@ -46,10 +77,10 @@ pub fn send_with_fd(socket: RawFd, fd: RawFd, parts: &[&[u8]]) -> io::Result<usi
     }
 }
 
-/// Receives one datagram into `buf` without waiting; returns its length and the descriptor
-/// it carried (close-on-exec). A datagram longer than `buf` is an error (`InvalidData`), and
-/// its descriptor is closed, never leaked.
-pub fn recv_with_fd(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+/// Receives one datagram into `buf` without waiting, with the descriptor it carried
+/// (close-on-exec). A datagram longer than `buf` is an error (`InvalidData`), and its
+/// descriptor is closed, never leaked.
+pub fn recv_with_fd(socket: RawFd, buf: &mut [u8]) -> io::Result<Datagram> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -72,14 +103,22 @@ pub fn recv_with_fd(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<
             return Err(io::Error::last_os_error());
         }
         let mut fds = Vec::new();
+        let mut sender_uid = None;
         let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
         while !cmsg.is_null() {
+            let data_len = (*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize;
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
                 let data = libc::CMSG_DATA(cmsg) as *const RawFd;
-                let count = ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / size_of::<RawFd>();
-                for k in 0..count {
+                for k in 0..data_len / size_of::<RawFd>() {
                     fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k))));
                 }
+            } else if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                && (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
+                && data_len >= size_of::<libc::ucred>()
+            {
+                let cred: libc::ucred =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::ucred);
+                sender_uid = Some(cred.uid);
             }
             cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
@@ -95,7 +134,11 @@ pub fn recv_with_fd(socket: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<
         } else {
             Some(fds.swap_remove(0))
         };
-        Ok((n as usize, fd))
+        Ok(Datagram {
+            len: n as usize,
+            fd,
+            sender_uid,
+        })
     }
 }
 
@@ -114,9 +157,10 @@ mod tests {
         assert_eq!(n, 9);
         drop(theirs);
         let mut buf = [0u8; 64];
-        let (len, fd) = recv_with_fd(b.as_raw_fd(), &mut buf).unwrap();
-        assert_eq!(&buf[..len], b"head body");
-        let mut passed = UnixStream::from(fd.expect("a descriptor"));
+        let got = recv_with_fd(b.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..got.len], b"head body");
+        assert_eq!(got.sender_uid, None, "credentials only when asked for");
+        let mut passed = UnixStream::from(got.fd.expect("a descriptor"));
         passed.write_all(b"ping").unwrap();
         let mut got = [0u8; 4];
         mine.read_exact(&mut got).unwrap();
@@ -125,6 +169,18 @@ mod tests {
             recv_with_fd(b.as_raw_fd(), &mut buf).unwrap_err().kind(),
             io::ErrorKind::WouldBlock
         );
+    }
+
+    #[test]
+    fn the_sender_is_known_when_credentials_are_asked_for() {
+        let (a, b) = UnixDatagram::pair().unwrap();
+        pass_credentials(b.as_raw_fd()).unwrap();
+        let (_mine, theirs) = UnixStream::pair().unwrap();
+        send_with_fd(a.as_raw_fd(), theirs.as_raw_fd(), &[b"x"]).unwrap();
+        let mut buf = [0u8; 8];
+        let got = recv_with_fd(b.as_raw_fd(), &mut buf).unwrap();
+        assert!(got.fd.is_some());
+        assert_eq!(got.sender_uid, Some(crate::os::identity::effective_uid()));
     }
 
     #[test]

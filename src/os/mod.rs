@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod fdpass;
+pub mod identity;
 pub mod net;
 pub mod notify;
 pub mod numa;

@@ -16,6 +16,7 @@ use super::log;
 use super::spec::WorkerSpec;
 use super::supervisor::Event;
 use crate::config::{AppCommand, Transport, UpstreamKind};
+use crate::os::identity::Identity;
 use crate::proxy::Endpoint;
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -62,13 +63,38 @@ pub fn remove_runtime_dir() {
     let _ = std::fs::remove_dir_all(runtime_dir());
 }
 
+/// The master's runtime folder: traversable by every pool's user (to reach the hand-off
+/// and notify sockets, each with its own permissions), listable by none.
 pub(super) fn ensure_runtime_dir() -> Result<PathBuf, String> {
-    use std::os::unix::fs::DirBuilderExt;
     let dir = runtime_dir();
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => Ok(dir),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(dir),
-        Err(e) => Err(format!("cannot create {}: {e}", dir.display())),
+    make_dir(&dir, 0o711, None)?;
+    Ok(dir)
+}
+
+/// A pool's own folder in the runtime folder, where its app processes create their sockets
+/// (`upstream = "unix"`): owned by the pool's user, closed to the others.
+fn ensure_pool_dir(pool: &str, identity: Option<&Identity>) -> Result<PathBuf, String> {
+    let dir = ensure_runtime_dir()?.join(format!("pool-{pool}"));
+    make_dir(&dir, 0o700, identity)?;
+    Ok(dir)
+}
+
+fn make_dir(dir: &Path, mode: u32, owner: Option<&Identity>) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    give_to(dir, owner)
+}
+
+/// Makes `path` its pool's user's (and group's), when the pool has one.
+pub(super) fn give_to(path: &Path, owner: Option<&Identity>) -> Result<(), String> {
+    match owner {
+        None => Ok(()),
+        Some(id) => std::os::unix::fs::chown(path, Some(id.uid), Some(id.gid))
+            .map_err(|e| format!("cannot give {} to user `{}`: {e}", path.display(), id.user)),
     }
 }
 
@@ -126,7 +152,8 @@ pub(super) fn spawn_app(
                 (Some(port), None, Some(Endpoint::Tcp(addr)))
             }
             UpstreamKind::Unix => {
-                let path = dir.join(format!("{}-{}-{generation}.sock", spec.pool, spec.index));
+                let pool_dir = ensure_pool_dir(&spec.pool, spec.identity.as_ref())?;
+                let path = pool_dir.join(format!("{}-{generation}.sock", spec.index));
                 let _ = std::fs::remove_file(&path);
                 (None, Some(path.clone()), Some(Endpoint::Unix(path)))
             }
@@ -139,6 +166,8 @@ pub(super) fn spawn_app(
     notify_sock
         .set_nonblocking(true)
         .map_err(|e| e.to_string())?;
+    // The app, running as its pool's user, must be able to send to it.
+    give_to(&notify_path, spec.identity.as_ref())?;
     let argv = substitute(&app.command, port, socket.as_deref());
     let exec = ExecSpec {
         name: who.clone(),
@@ -149,6 +178,7 @@ pub(super) fn spawn_app(
         memory_policy: spec.memory_policy,
         memory_nodes: spec.memory_nodes.clone(),
         watchdog: watchdog.is_some(),
+        identity: spec.identity.clone(),
     };
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;

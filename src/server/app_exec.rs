@@ -1,8 +1,9 @@
 //! `espalier app-exec`: the last step between the master and a user's application. The
 //! master starts it, placed (CPU affinity and memory policy applied between fork and exec);
 //! it joins the pool's control groups, places itself again (joining a v1 cpuset resets
-//! affinity), moves the pool's listener sockets to fds 3… and execs the application with
-//! `LISTEN_FDS`, `LISTEN_PID` and `LISTEN_FDNAMES` exactly as systemd passes them.
+//! affinity), moves the pool's listener sockets to fds 3…, becomes the pool's user (with
+//! `PR_SET_NO_NEW_PRIVS`) and execs the application with `LISTEN_FDS`, `LISTEN_PID` and
+//! `LISTEN_FDNAMES` exactly as systemd passes them.
 //!
 //! Owns: that hand-over. Must not touch: which sockets or placement (the master decided).
 //!
@@ -36,6 +37,9 @@ pub struct ExecSpec {
     pub memory_nodes: Vec<u32>,
     /// Set `WATCHDOG_PID` to the application's pid (the master set `WATCHDOG_USEC`).
     pub watchdog: bool,
+    /// Who the application runs as (its pool's `user` and `group`).
+    #[serde(default)]
+    pub identity: Option<os::identity::Identity>,
 }
 
 /// Entry point of `espalier app-exec -- PROGRAM ARGS…` (started only by the master).
@@ -92,6 +96,16 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             format!("cannot hand over the listener sockets: {e}"),
         );
         return 1;
+    }
+    // Last, once everything that needs root is done: the application never runs as root
+    // when its pool names a user.
+    if let Some(id) = &spec.identity {
+        if let Err(e) = id.assume() {
+            super::log(&spec.name, format!("cannot become user `{}`: {e}", id.user));
+            return 1;
+        }
+        // Changing user clears the parent-death signal.
+        let _ = os::process::die_with_parent();
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(&argv[1..]).env_remove(ENV_VAR);

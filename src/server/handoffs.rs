@@ -33,6 +33,20 @@ pub struct Handoffs {
     next_id: u64,
 }
 
+/// The users whose processes may hand connections over: the master's (it passes stragglers
+/// of a stopped pool on) and every pool's.
+pub fn senders(pools: &[PoolSpec]) -> Vec<u32> {
+    let mut uids = vec![crate::os::identity::effective_uid()];
+    for p in pools {
+        if let Some(id) = &p.identity {
+            if !uids.contains(&id.uid) {
+                uids.push(id.uid);
+            }
+        }
+    }
+    uids
+}
+
 /// The pools that serve some shared address.
 fn sharing_pools(groups: &[ListenerGroup]) -> Vec<&str> {
     let mut pools: Vec<&str> = Vec::new();
@@ -81,8 +95,17 @@ impl Handoffs {
                 let path = dir.join(format!("handoff-{}", self.next_id));
                 self.next_id += 1;
                 let _ = std::fs::remove_file(&path);
+                // Writable by all, so the workers of every pool's user can reach it; the
+                // receiver takes datagrams only from this server's users (`senders`), which
+                // the kernel names on each (`SO_PASSCRED`).
                 let socket = UnixDatagram::bind(&path)
                     .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                    .and_then(|s| crate::os::fdpass::pass_credentials(s.as_raw_fd()).map(|()| s))
+                    .and_then(|s| {
+                        use std::os::unix::fs::PermissionsExt;
+                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+                            .map(|()| s)
+                    })
                     .map_err(|e| {
                         format!(
                             "cannot create the hand-off socket {} for pool {pool}: {e}",

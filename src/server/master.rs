@@ -10,25 +10,61 @@ use crate::config::Config;
 use crate::placement::Plan;
 use crate::topology::Topology;
 
+/// Creates every access log that is missing and gives it to the user of the pools that write
+/// it, so their workers — which open their own descriptors, and reopen them after logrotate —
+/// can; or says which log cannot be and why. Run at start, and by SIGUSR1 before the workers
+/// reopen.
+pub(super) fn prepare_access_logs(config: &Config) -> Result<(), String> {
+    for site in &config.sites {
+        let Some(spec) = &site.access_log else {
+            continue;
+        };
+        let fail = |e: String| {
+            format!(
+                "site `{}`: cannot open access log {}: {e}; fix access_log.path or the folder's permissions",
+                site.name,
+                spec.path.display()
+            )
+        };
+        crate::http::access_log::open(&spec.path).map_err(|e| fail(e.to_string()))?;
+        // The sites' pools agree on one identity (checked with the config).
+        let owner = site
+            .apps
+            .iter()
+            .find_map(|a| config.pool(&a.pool).and_then(|p| p.identity.as_ref()));
+        super::app::give_to(&spec.path, owner).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// Pools that name a user need a master that may become it: root, or that user itself.
+pub(super) fn check_identities(config: &Config) -> Result<(), String> {
+    let me = crate::os::identity::effective_uid();
+    if me == 0 {
+        return Ok(());
+    }
+    match config
+        .pools
+        .iter()
+        .find(|p| p.identity.as_ref().is_some_and(|id| id.uid != me))
+    {
+        Some(p) => Err(format!(
+            "pool `{}` runs as user `{}`, but espalier runs as uid {me}, which cannot become it; start espalier as root (it binds, places and spawns, and every worker then drops to its pool's user), or remove `user`",
+            p.name,
+            p.identity.as_ref().map_or("", |id| id.user.as_str())
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Runs the server until it is stopped. Returns the exit code.
 pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, String> {
     let file = config
         .source
         .as_ref()
         .map_or("the command line".to_string(), |p| p.display().to_string());
-    // Every access log can be written, or `serve` says which cannot and why, before anything
-    // starts (workers open their own descriptors of them).
-    for site in &config.sites {
-        if let Some(spec) = &site.access_log {
-            crate::http::access_log::open(&spec.path).map_err(|e| {
-                format!(
-                    "{file}: site `{}`: cannot open access log {}: {e}; fix access_log.path or the folder's permissions",
-                    site.name,
-                    spec.path.display()
-                )
-            })?;
-        }
-    }
+    prepare_access_logs(config).map_err(|e| format!("{file}: {e}"))?;
+    check_identities(config).map_err(|e| format!("{file}: {e}"))?;
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
     let mut handoffs = super::handoffs::Handoffs::default();
     handoffs.ensure(&groups, &config.pools, plan)?;

@@ -83,6 +83,8 @@ pub(super) fn worker_specs(
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,
                 cgroups: Vec::new(),
+                handoff_senders: super::handoffs::senders(&config.pools),
+                identity: pool.identity.clone(),
                 proxy: pool
                     .app
                     .as_ref()

@@ -49,6 +49,13 @@ pub struct WorkerSpec {
     /// thread is pinned: joining a v1 cpuset later would reset the threads' affinity.
     #[serde(default)]
     pub cgroups: Vec<std::path::PathBuf>,
+    /// The users whose processes may hand this worker connections (the master's and every
+    /// pool's); see `handoff::Receiver`.
+    #[serde(default)]
+    pub handoff_senders: Vec<u32>,
+    /// Who the worker becomes once placed (its pool's `user` and `group`).
+    #[serde(default)]
+    pub identity: Option<crate::os::identity::Identity>,
     /// A front worker of a `transport = "proxy"` pool: its timeouts. Its app processes'
     /// endpoints arrive later, on the control socket (`upstreams`).
     #[serde(default)]

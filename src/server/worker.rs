@@ -107,6 +107,14 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     }
     os::numa::set_thread_affinity(0, &cpus)
         .map_err(|e| format!("cannot run on CPUs {cpus}: {e} (are they outside this process's allowed CPUs, e.g. a container's cpuset?)"))?;
+    // Placed and in its control groups (which needed root): now the pool's user, before any
+    // thread starts or any request is read.
+    if let Some(id) = &spec.identity {
+        id.assume()
+            .map_err(|e| format!("cannot become user `{}`: {e}", id.user))?;
+        // Changing user clears the parent-death signal.
+        let _ = os::process::die_with_parent();
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -400,7 +408,10 @@ fn engine_thread(
         // Connections other pools hand to this thread on a shared address.
         let receiver = match thread.handoff_fd.map(|fd| {
             // SAFETY: the master handed us this fd for this thread's exclusive use.
-            crate::handoff::Receiver::new(unsafe { OwnedFd::from_raw_fd(fd) })
+            crate::handoff::Receiver::new(
+                unsafe { OwnedFd::from_raw_fd(fd) },
+                spec.handoff_senders.clone(),
+            )
         }) {
             Some(Err(e)) => {
                 let _ = started.send(Err(format!("cannot use hand-off socket: {e}")));

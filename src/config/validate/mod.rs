@@ -143,6 +143,7 @@ impl Validator {
             sites.push(site);
         }
         self.check_bindings(&sites, &pools);
+        self.check_log_owners(&sites, &pools);
         if sites.is_empty() {
             self.err(
                 &[Seg::Key("site")],

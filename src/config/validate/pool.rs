@@ -112,6 +112,23 @@ impl Validator {
                 None
             }
         };
+        p.identity = match (raw.user, raw.group) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                self.err(&at("group"), "applies with `user`; add user = \"…\" (the group then replaces the user's primary group)");
+                None
+            }
+            (Some(user), group) => crate::os::identity::lookup(&user, group.as_deref())
+                .map_err(|m| {
+                    let key = if m.starts_with("group") {
+                        "group"
+                    } else {
+                        "user"
+                    };
+                    self.err(&at(key), m)
+                })
+                .ok(),
+        };
         p.startup_time_limit = self.duration(
             &at("startup_time_limit"),
             raw.startup_time_limit,

@@ -245,6 +245,50 @@ impl Validator {
         Some(AccessLogSpec { path, format })
     }
 
+    /// An access log is written by the workers of the pools serving its site(s), each opening
+    /// the file itself: they must run as one user, whom the master gives the file.
+    pub(super) fn check_log_owners(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
+        let user_of = |pool: &str| {
+            pools
+                .iter()
+                .find(|p| p.name == pool)
+                .map(|p| p.identity.as_ref().map(|id| id.user.clone()))
+        };
+        // (log path, the first writer: its user, pool and site)
+        let mut writers: Vec<(&std::path::Path, Option<String>, &str, &str)> = Vec::new();
+        for (i, s) in sites.iter().enumerate() {
+            let Some(log) = &s.access_log else { continue };
+            for a in &s.apps {
+                let Some(user) = user_of(&a.pool) else {
+                    continue;
+                };
+                match writers.iter().find(|w| w.0 == log.path.as_path()) {
+                    None => writers.push((&log.path, user, &a.pool, &s.name)),
+                    Some((_, first, pool, site)) if *first != user => {
+                        let who = |u: &Option<String>| {
+                            u.as_ref().map_or("espalier's own user".to_string(), |u| {
+                                format!("user `{u}`")
+                            })
+                        };
+                        let msg = format!(
+                            "{} is written by pool `{pool}` (site `{site}`, {}) and pool `{}` ({}); the workers of both open it, so they must run as one user: give each pool its own log",
+                            log.path.display(),
+                            who(first),
+                            a.pool,
+                            who(&user)
+                        );
+                        self.err(
+                            &[Seg::Key("site"), Seg::Index(i), Seg::Key("access_log")],
+                            msg,
+                        );
+                        break;
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+
     /// One address may be bound by several sites only with different host names; they may be
     /// served by different pools (the workers hand a connection to the right pool, see
     /// [`crate::handoff`]) unless one of them is an activated application, which accepts every

@@ -497,6 +497,10 @@ impl Supervisor {
 
     /// SIGUSR1: every worker reopens its access logs (after logrotate moved them).
     pub(super) fn reopen_logs(&mut self) {
+        // New files, owned by their pools' users, before the workers reopen.
+        if let Err(e) = crate::server::master::prepare_access_logs(&self.config) {
+            log("master", format!("warning: {e}"));
+        }
         let line = Message::Reopen.line();
         let mut told = 0;
         for p in self.procs() {

@@ -93,8 +93,10 @@ impl Supervisor {
                 .socket
                 .try_clone()
                 .map(std::os::fd::OwnedFd::from)
-                .and_then(crate::handoff::Receiver::new)
-            {
+                .and_then(|fd| {
+                    let senders = crate::server::handoffs::senders(&self.config.pools);
+                    crate::handoff::Receiver::new(fd, senders)
+                }) {
                 Ok(receiver) => responders.push(tokio::spawn(answer_handed(receiver, lb))),
                 Err(e) => log(
                     "master",
