@@ -93,7 +93,7 @@ fn the_unit_file_asks_for_what_the_master_does() {
         "ExecReload=/bin/kill -HUP $MAINPID",
         "Delegate=yes",
         "LimitNOFILE=",
-        "ExecStartPre=/usr/local/bin/espalier check",
+        "ExecStartPre=/usr/bin/espalier check",
     ] {
         assert!(unit.lines().any(|l| l.starts_with(line)), "{line} missing");
     }
