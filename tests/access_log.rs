@@ -150,6 +150,57 @@ pool = "app"
 }
 
 #[test]
+fn a_log_rotated_under_load_loses_no_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("logs")).unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"web\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\naccess_log = {{ path = \"logs/s.log\", format = \"common\" }}\n[[site.app]]\npool = \"web\"\nhandler = \"dynamic\"\n"
+    );
+    let mut server = Server::with_config(dir.path(), &config);
+    let logs = dir.path().join("logs");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // Two clients on keep-alive connections, each request answered before the next; the
+    // log is moved and reopened three times while they run.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut c = Conn::open(addr);
+                let mut answered = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+                    assert_eq!(c.read_response(false).expect("an answer").status, 200);
+                    answered += 1;
+                }
+                answered
+            })
+        })
+        .collect();
+    for k in 1..=3 {
+        std::thread::sleep(Duration::from_millis(400));
+        std::fs::rename(logs.join("s.log"), logs.join(format!("s.log.{k}"))).unwrap();
+        server.signal(libc::SIGUSR1);
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.wait_exit(Duration::from_secs(15)), Some(0));
+    let files = ["s.log.1", "s.log.2", "s.log.3", "s.log"];
+    let counts: Vec<usize> = files.iter().map(|f| lines(&logs.join(f)).len()).collect();
+    assert!(answered > 100, "{answered}");
+    assert_eq!(
+        counts.iter().sum::<usize>() as u64,
+        answered,
+        "lines per file {counts:?}"
+    );
+    // Every file got lines: the rotations happened under load.
+    assert!(counts.iter().all(|&n| n > 0), "{counts:?}");
+}
+
+#[test]
 fn a_log_folder_that_does_not_exist_is_one_line_at_check() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("e.toml");

@@ -206,10 +206,14 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
             return;
         }
     };
+    // The token itself only on a terminal: under a service manager this line goes to a
+    // journal that more people may read than the token file (mode 0600).
     let where_token = if config.server.admin_token.is_some() {
         "[server] admin_token".to_string()
-    } else {
+    } else if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         format!("{} ({token})", token_file(addr).display())
+    } else {
+        token_file(addr).display().to_string()
     };
     log(
         "master",
