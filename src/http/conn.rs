@@ -26,8 +26,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
+use super::stream::ClientStream;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 
 /// A file body to send after the response head (large static files), with `sendfile`.
 pub struct FileBody {
@@ -76,6 +76,11 @@ pub trait Service {
     /// [`super::proxy_header`]).
     fn proxy_protocol(&self, _group: usize) -> bool {
         false
+    }
+
+    /// On an https address: its TLS acceptor (certificates chosen by SNI).
+    fn tls(&self, _group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
+        None
     }
 
     /// Whether some site logs its requests: only then does the loop measure them.
@@ -209,13 +214,13 @@ fn is_head(buf: &[u8]) -> bool {
 
 /// Serves one connection until it closes (or is handed to another pool). `carried` is what a
 /// handed-over connection brings: bytes already read from it, served first, and its hops.
-pub async fn serve<S: Service>(
-    mut stream: TcpStream,
+pub async fn serve<S: Service, C: ClientStream>(
+    mut stream: C,
     group: usize,
     env: Rc<ConnEnv<S>>,
     carried: crate::handoff::Carried,
 ) {
-    let fd = stream.as_raw_fd();
+    let fd = stream.socket().as_raw_fd();
     let idle = env.shutdown.register(fd);
     let _registered = Registered {
         shutdown: &env.shutdown,
@@ -227,16 +232,8 @@ pub async fn serve<S: Service>(
     if rbuf.capacity() < READ_RESERVE {
         rbuf.reserve(READ_RESERVE - rbuf.len());
     }
-    let peer = carried.client.or_else(|| stream.peer_addr().ok());
-    // The client: a load balancer's PROXY header names it, where the address expects one.
-    let client = if !carried.header_read && env.service.proxy_protocol(group) {
-        match super::proxy_header::read(&mut stream, &mut rbuf, env.timeouts.header).await {
-            Ok(named) => named.or(peer),
-            Err(()) => return,
-        }
-    } else {
-        peer
-    };
+    // The client: the peer, or whom a load balancer's PROXY header named (see `accept`).
+    let client = carried.client.or_else(|| stream.socket().peer_addr().ok());
     // Formatted once per connection, for the logs, the apps and the dynamic page.
     let client_text = ip_text(client);
     // Decided once per connection: an address served by one pool never looks for a hand-off.
@@ -338,7 +335,8 @@ pub async fn serve<S: Service>(
                             ),
                         ),
                         ProxyTarget::FastCgi(route, root, path) => {
-                            let local = *local.get_or_insert_with(|| stream.local_addr().ok());
+                            let local =
+                                *local.get_or_insert_with(|| stream.socket().local_addr().ok());
                             Proxied::FastCgi(
                                 route,
                                 FastCgiRequest::new(
@@ -469,8 +467,11 @@ pub async fn serve<S: Service>(
             }
             handoff.hops = hops + 1;
             handoff.client = client;
-            if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(&stream, &rbuf).await {
-                return;
+            // Only a cleartext connection can change hands (TLS state stays in this process).
+            if let Some(tcp) = stream.cleartext() {
+                if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(tcp, &rbuf).await {
+                    return;
+                }
             }
             let common = env.clock.common().clone();
             Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf)).unavailable();
@@ -519,7 +520,7 @@ pub async fn serve<S: Service>(
             continue;
         }
         if let Some(f) = file {
-            if send_file(&stream, f, &env).await.is_err() {
+            if send_file(&mut stream, f, &env).await.is_err() {
                 return;
             }
             if !close {

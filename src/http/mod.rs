@@ -11,12 +11,14 @@
 //! read buffer, a `memcpy` of a cached response and one `write` per batch of pipelined requests
 //! is what lets a worker thread beat nginx. HTTP/2 (h2c) is therefore not offered.
 
+pub mod accept;
 pub mod access_log;
 pub mod chunked;
 pub mod clock;
 pub mod conn;
 mod fields;
 pub mod proxy_header;
+pub mod stream;
 mod send;
 mod shutdown;
 

@@ -69,31 +69,40 @@ pub fn parse(buf: &[u8]) -> Parsed {
     }
 }
 
-/// Reads a connection's PROXY header into `buf` (after what it already holds) within
-/// `timeout`, and removes it; what followed it stays in `buf`. `Ok(client)` as [`parse`]
-/// names it; `Err` when the connection must be closed: no valid header, a timeout, or the
-/// peer gone.
-pub async fn read(
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    timeout: Duration,
-) -> Result<Option<SocketAddr>, ()> {
+/// Reads a connection's PROXY header within `timeout`, consuming exactly its bytes: what
+/// follows (HTTP, or a TLS ClientHello) stays in the socket for whoever reads next. `Ok`
+/// names the client as [`parse`] does; `Err` when the connection must be closed: no valid
+/// header, a timeout, or the peer gone.
+///
+/// Bytes are looked at with `MSG_PEEK` and taken only once known to be header: all of them
+/// while the header is incomplete, exactly its length once it is whole.
+pub async fn read(stream: &mut TcpStream, timeout: Duration) -> Result<Option<SocketAddr>, ()> {
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut header: Vec<u8> = Vec::with_capacity(128);
+    let mut peeked = vec![0u8; 4096];
     loop {
-        match parse(buf) {
-            Parsed::Header { len, client } => {
-                buf.drain(..len);
-                return Ok(client);
-            }
-            Parsed::Invalid => return Err(()),
-            Parsed::Incomplete => {}
-        }
-        if buf.capacity() - buf.len() < 512 {
-            buf.reserve(4096);
-        }
-        match tokio::time::timeout_at(deadline, stream.read_buf(buf)).await {
-            Ok(Ok(n)) if n > 0 => {}
+        // Waits for bytes not yet taken (a partial header's are all taken).
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut peeked)).await {
+            Ok(Ok(n)) if n > 0 => n,
             _ => return Err(()),
+        };
+        let had = header.len();
+        header.extend_from_slice(&peeked[..n]);
+        let (take, done) = match parse(&header) {
+            Parsed::Header { len, client } => (len - had, Some(client)),
+            Parsed::Incomplete => (n, None),
+            Parsed::Invalid => return Err(()),
+        };
+        header.truncate(had + take);
+        let mut sink = vec![0u8; take];
+        if !matches!(
+            tokio::time::timeout_at(deadline, stream.read_exact(&mut sink)).await,
+            Ok(Ok(_))
+        ) {
+            return Err(());
+        }
+        if let Some(client) = done {
+            return Ok(client);
         }
     }
 }

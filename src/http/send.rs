@@ -4,37 +4,48 @@
 //! Owns: those writes. Must not touch: what is written (see [`super::conn`]).
 
 use super::conn::{ConnEnv, FileBody};
+use super::stream::ClientStream;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Writes `buf` whole, or fails when the peer stops reading for the body timeout. The first
-/// attempt needs no timer: the socket buffer almost always takes a whole response.
-pub(super) async fn write_all<S>(
-    stream: &mut TcpStream,
+/// Writes `buf` whole, or fails when the peer stops reading for the body timeout. On a plain
+/// socket the first attempt needs no timer: the socket buffer almost always takes a whole
+/// response. Over TLS the records are flushed.
+pub(super) async fn write_all<S, C: ClientStream>(
+    stream: &mut C,
     buf: &[u8],
     env: &ConnEnv<S>,
 ) -> std::io::Result<()> {
-    let written = match stream.try_write(buf) {
-        Ok(n) => n,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
-        Err(e) => return Err(e),
+    let written = match stream.cleartext().map(|s| s.try_write(buf)) {
+        None => 0,
+        Some(Ok(n)) => n,
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+        Some(Err(e)) => return Err(e),
     };
     if written == buf.len() {
         return Ok(());
     }
-    match tokio::time::timeout(env.timeouts.body, stream.write_all(&buf[written..])).await {
+    let rest = async {
+        stream.write_all(&buf[written..]).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(env.timeouts.body, rest).await {
         Ok(r) => r,
         Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
     }
 }
 
-pub(super) async fn send_file<S>(
-    stream: &TcpStream,
+/// Sends a file range after its head: by `sendfile` on a plain socket; over TLS, read and
+/// written in pieces (the kernel cannot encrypt without kTLS).
+pub(super) async fn send_file<S, C: ClientStream>(
+    stream: &mut C,
     f: FileBody,
     env: &ConnEnv<S>,
 ) -> std::io::Result<()> {
+    let Some(stream) = stream.cleartext() else {
+        return copy_file(stream, f, env).await;
+    };
     let mut offset = f.offset;
     let end = f.offset + f.len;
     while offset < end {
@@ -59,7 +70,30 @@ pub(super) async fn send_file<S>(
 /// Closes after a final response without destroying it: stop sending, then read and discard
 /// what the client still sends (bounded), so the kernel does not answer it with a reset that
 /// could overtake our response.
-pub(super) async fn linger_close<S>(mut stream: TcpStream, env: &ConnEnv<S>) {
+/// A file range read in pieces and written through the stream (TLS).
+async fn copy_file<S, C: ClientStream>(
+    stream: &mut C,
+    f: FileBody,
+    env: &ConnEnv<S>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; (64 << 10).min(f.len as usize)];
+    let mut offset = f.offset;
+    let end = f.offset + f.len;
+    while offset < end {
+        let want = ((end - offset) as usize).min(buf.len());
+        // A page-cache read: the handlers' files are served from memory or disk, never a peer.
+        let n = f.file.read_at(&mut buf[..want], offset)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        write_all(stream, &buf[..n], env).await?;
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+pub(super) async fn linger_close<S, C: ClientStream>(mut stream: C, env: &ConnEnv<S>) {
     let _ = stream.shutdown().await;
     let deadline = Instant::now() + Duration::from_secs(1).min(env.timeouts.header);
     let mut sink = [0u8; 4096];

@@ -25,7 +25,7 @@ use super::upstream::Conn;
 use super::Endpoint;
 use std::io;
 use std::time::Duration;
-use tokio::net::TcpStream;
+use crate::http::stream::ClientStream;
 
 /// One record read from the app.
 struct Record {
@@ -63,8 +63,8 @@ async fn read_record(conn: &mut Conn, timeout: Duration) -> io::Result<Record> {
 
 /// Sends the request body as STDIN records, then the empty one that ends it: what the client
 /// buffer holds first, then through one fixed buffer. Leaves in `rbuf` what follows the body.
-async fn send_stdin(
-    client: &mut TcpStream,
+async fn send_stdin<C: ClientStream>(
+    client: &mut C,
     rbuf: &mut Vec<u8>,
     conn: &mut Conn,
     total: u64,
@@ -170,7 +170,11 @@ fn log_stderr(who: &Endpoint, text: &[u8]) {
 }
 
 /// Forwards a request to a FastCGI app process and relays its answer.
-pub async fn forward(client: Client<'_>, req: FastCgiRequest, route: &ProxyRoute) -> Outcome {
+pub async fn forward<C: ClientStream>(
+    client: Client<'_, C>,
+    req: FastCgiRequest,
+    route: &ProxyRoute,
+) -> Outcome {
     let Client {
         stream,
         rbuf,

@@ -25,8 +25,8 @@ use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
 use std::cell::Cell;
 use std::io;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use crate::http::stream::ClientStream;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Transfer buffer of each direction.
 const BUF: usize = 64 << 10;
@@ -34,8 +34,8 @@ const BUF: usize = 64 << 10;
 const MAX_RESPONSE_HEAD: usize = 64 << 10;
 
 /// The client side of a forwarded request, lent by the connection's loop.
-pub struct Client<'a> {
-    pub stream: &'a mut TcpStream,
+pub struct Client<'a, C> {
+    pub stream: &'a mut C,
     /// Bytes received after the request head: the body's start, perhaps the next request.
     /// On return it holds only what follows the body.
     pub rbuf: &'a mut Vec<u8>,
@@ -60,8 +60,8 @@ pub struct Report {
 }
 
 /// A write to the client, counted for the access log.
-pub(super) async fn to_client(
-    stream: &mut TcpStream,
+pub(super) async fn to_client<C: AsyncWrite + Unpin>(
+    stream: &mut C,
     report: &Report,
     buf: &[u8],
     timeout: Duration,
@@ -104,8 +104,8 @@ enum BodyKind {
 
 /// `100 Continue` to a client that expects it, before its body is forwarded: the app never
 /// sees `Expect` (a hop's business). False when the client is gone.
-pub(super) async fn send_continue(
-    stream: &mut TcpStream,
+pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
+    stream: &mut C,
     expected: bool,
     timeout: Duration,
 ) -> bool {
@@ -116,7 +116,11 @@ pub(super) async fn send_continue(
 }
 
 /// Forwards the request to an app process and relays its answer to the client.
-pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute) -> Outcome {
+pub async fn forward<C: ClientStream>(
+    client: Client<'_, C>,
+    req: ForwardRequest,
+    route: &ProxyRoute,
+) -> Outcome {
     let Client {
         stream,
         rbuf,
@@ -311,8 +315,8 @@ pub async fn forward(client: Client<'_>, req: ForwardRequest, route: &ProxyRoute
 
 /// espalier's own answer (no byte of a response was sent yet); the connection then closes,
 /// since a body may be left half-read.
-pub(super) async fn answer(
-    stream: &mut TcpStream,
+pub(super) async fn answer<C: AsyncWrite + Unpin>(
+    stream: &mut C,
     report: &Report,
     clock: &crate::http::clock::Clock,
     status: u16,
@@ -335,7 +339,12 @@ pub(super) async fn write_timeout<W: AsyncWriteExt + Unpin>(
     buf: &[u8],
     d: Duration,
 ) -> io::Result<()> {
-    match tokio::time::timeout(d, w.write_all(buf)).await {
+    // Flushed: over TLS, bytes may wait in the record layer (a no-op on a plain socket).
+    let write = async {
+        w.write_all(buf).await?;
+        w.flush().await
+    };
+    match tokio::time::timeout(d, write).await {
         Ok(r) => r,
         Err(_) => Err(io::ErrorKind::TimedOut.into()),
     }
@@ -354,8 +363,8 @@ pub(super) async fn read_timeout<R: AsyncReadExt + Unpin>(
 
 /// Sends the request body to the app as it arrives from the client: first what the client
 /// buffer holds, then through one fixed buffer. Leaves in `rbuf` only what follows the body.
-async fn send_body(
-    client: &mut TcpStream,
+async fn send_body<C: ClientStream>(
+    client: &mut C,
     rbuf: &mut Vec<u8>,
     conn: &mut Conn,
     framing: Framing,
@@ -507,9 +516,9 @@ fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> O
 
 /// Relays the response body to the client. `Ok(clean)`: whether the app connection ended
 /// exactly at the body's end (and may be reused).
-async fn relay_body(
+async fn relay_body<C: ClientStream>(
     conn: &mut Conn,
-    client: &mut TcpStream,
+    client: &mut C,
     report: &Report,
     mut ubuf: Vec<u8>,
     kind: BodyKind,
@@ -609,8 +618,8 @@ async fn relay_body(
 }
 
 /// After `101 Switching Protocols`: bytes both ways until either side closes.
-async fn tunnel(
-    client: &mut TcpStream,
+async fn tunnel<C: ClientStream>(
+    client: &mut C,
     report: &Report,
     rbuf: &mut Vec<u8>,
     mut conn: Conn,
@@ -620,7 +629,7 @@ async fn tunnel(
         return;
     }
     rbuf.clear();
-    if !ubuf.is_empty() && client.write_all(&ubuf).await.is_err() {
+    if !ubuf.is_empty() && (client.write_all(&ubuf).await.is_err() || client.flush().await.is_err()) {
         return;
     }
     report.bytes.set(report.bytes.get() + ubuf.len() as u64);

@@ -11,7 +11,7 @@
 
 use super::log;
 use crate::handlers::ThreadService;
-use crate::http::conn::{self, ConnEnv};
+use crate::http::conn::ConnEnv;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -100,7 +100,7 @@ pub async fn serve(
     who: Rc<str>,
 ) {
     let peer = carried.client;
-    let outcome = catch_panic(conn::serve(stream, group, env, carried)).await;
+    let outcome = catch_panic(crate::http::accept::serve_accepted(stream, group, env, carried)).await;
     drop(slot);
     if outcome.is_err() {
         let n = panics.fetch_add(1, Ordering::Relaxed) + 1;

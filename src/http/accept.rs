@@ -1,0 +1,40 @@
+//! A new connection's steps before HTTP: the PROXY protocol header, where its address expects
+//! one (it comes first, before any TLS), then the TLS handshake on an https address, then the
+//! connection loop ([`super::conn::serve`]) over whichever stream results.
+//!
+//! Owns: that order, each step bounded by the header timeout. Must not touch: HTTP, or the
+//! certificates (the service's TLS acceptor holds them, see `crate::tls`).
+
+use super::conn::{serve, ConnEnv, Service};
+use crate::handoff::Carried;
+use std::rc::Rc;
+use tokio::net::TcpStream;
+
+/// Serves a connection accepted on `group` (or handed over, with what it brings).
+pub async fn serve_accepted<S: Service>(
+    mut stream: TcpStream,
+    group: usize,
+    env: Rc<ConnEnv<S>>,
+    mut carried: Carried,
+) {
+    if !carried.header_read && env.service.proxy_protocol(group) {
+        match super::proxy_header::read(&mut stream, env.timeouts.header).await {
+            Ok(named) => {
+                carried.client = named.or(carried.client);
+                carried.header_read = true;
+            }
+            Err(()) => return,
+        }
+    }
+    match env.service.tls(group) {
+        None => serve(stream, group, env, carried).await,
+        Some(acceptor) => {
+            let handshake = acceptor.clone().accept(stream);
+            match tokio::time::timeout(env.timeouts.header, handshake).await {
+                Ok(Ok(tls)) => serve(tls, group, env, carried).await,
+                // A failed handshake was answered with its alert by rustls.
+                _ => {}
+            }
+        }
+    }
+}

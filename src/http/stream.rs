@@ -1,0 +1,39 @@
+//! The client connection as the engine sees it: a plain TCP socket, or TLS over one.
+//!
+//! Owns: [`ClientStream`], what the connection loop, its writes and the proxy need of a
+//! connection beyond reading and writing. Must not touch: TLS itself (rustls, through
+//! `tokio-rustls`) or what is read and written.
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// A client connection: bytes in and out, and the socket beneath.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+    /// The TCP socket beneath (addresses, options, the graceful-stop registry).
+    fn socket(&self) -> &TcpStream;
+
+    /// The socket itself when what is written to it reaches the client as it is (cleartext):
+    /// only then may a file go by `sendfile`, a write skip the async machinery, and the
+    /// connection be handed to another pool.
+    fn cleartext(&self) -> Option<&TcpStream>;
+}
+
+impl ClientStream for TcpStream {
+    fn socket(&self) -> &TcpStream {
+        self
+    }
+
+    fn cleartext(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn socket(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+
+    fn cleartext(&self) -> Option<&TcpStream> {
+        None
+    }
+}
