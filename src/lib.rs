@@ -54,6 +54,7 @@ pub mod placement;
 pub mod proxy;
 pub mod scale;
 pub mod server;
+pub mod tls;
 pub mod topology;
 pub mod units;
 

@@ -28,6 +28,9 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
     let c = Config::load(config, &t).map_err(|e| e.to_string())?;
     let plan =
         placement::plan(&t, &c.pools, &[]).map_err(|e| format!("{}: {e}", config.display()))?;
+    for w in crate::tls::expiry_warnings(&c.sites, std::time::SystemTime::now()) {
+        eprintln!("{}: {w}", config.display());
+    }
     println!(
         "{}: ok — {} pool(s), {} site(s), {} worker(s) planned",
         config.display(),
@@ -118,7 +121,10 @@ pub(super) fn doctor(
         .map(|p| Config::load(p, &t).map_err(|e| e.to_string()))
         .transpose()?;
     let (sysfs, procfs) = machine.roots();
-    let inputs = crate::doctor::read_inputs(&sysfs, &procfs);
+    let mut inputs = crate::doctor::read_inputs(&sysfs, &procfs);
+    if let Some(c) = &c {
+        inputs.certificates = crate::tls::days_left(&c.sites, std::time::SystemTime::now());
+    }
     let findings = crate::doctor::check(&inputs, &t, c.as_ref());
     let warn = findings
         .iter()

@@ -46,12 +46,14 @@ impl Config {
                 bindings: vec![Binding {
                     addr: listen,
                     host: None,
+                    tls: false,
                 }],
                 root,
                 index: vec!["index.html".into()],
                 follow_symlinks: false,
                 access_log: None,
                 proxy_protocol: false,
+                tls: None,
                 apps: vec![AppSpec {
                     path: "/".into(),
                     pool: "default".into(),

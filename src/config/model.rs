@@ -220,13 +220,17 @@ pub struct AppSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Binding {
     pub addr: SocketAddr,
-    /// Host header this binding answers; `None` answers any.
+    /// Host header this binding answers (and, over TLS, the SNI name); `None` answers any.
     pub host: Option<String>,
+    /// `https://`: TLS, with the site's certificate.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 impl fmt::Display for Binding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}", self.addr)?;
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}", self.addr)?;
         if let Some(h) = &self.host {
             write!(f, ":{h}")?;
         }
@@ -252,6 +256,21 @@ pub struct SiteSpec {
     /// load balancer, naming the real client. Default false.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// Its certificate chain and key for `https://` bindings (`tls = { cert, key }`).
+    #[serde(default)]
+    pub tls: Option<TlsFiles>,
+}
+
+/// A site's certificate: PEM files, resolved against the config file's folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsFiles {
+    /// The chain, leaf first.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// A hash of both files' contents when the config was loaded: a reload that finds new
+    /// contents under the same names replaces the workers that serve them.
+    #[serde(default)]
+    pub fingerprint: u64,
 }
 
 /// The line format of an access log.

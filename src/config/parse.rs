@@ -26,12 +26,12 @@ pub(super) fn parse_time_of_day(t: &str) -> Option<u32> {
     }
 }
 
-/// Parses `http://IP:PORT[:HOST]`; `*` stands for every IPv4 address, as in IIS.
+/// Parses `http://IP:PORT[:HOST]` or `https://…`; `*` stands for every IPv4 address, as in IIS.
 pub fn parse_binding(text: &str) -> Result<Binding, String> {
-    let fix = "write it like \"http://127.0.0.1:8080\", \"http://[::1]:8080\" or \"http://*:80:example.com\"";
-    let rest = match text.split_once("://") {
-        Some(("http", rest)) => rest,
-        Some(("https", _)) => return Err(format!("`{text}`: https bindings are not supported yet; terminate TLS in front of espalier or use http://")),
+    let fix = "write it like \"http://127.0.0.1:8080\", \"http://[::1]:8080\" or \"https://*:443:example.com\"";
+    let (tls, rest) = match text.split_once("://") {
+        Some(("http", rest)) => (false, rest),
+        Some(("https", rest)) => (true, rest),
         Some((scheme, _)) => return Err(format!("`{text}`: unknown protocol `{scheme}`; {fix}")),
         None => return Err(format!("`{text}` has no protocol; {fix}")),
     };
@@ -67,5 +67,6 @@ pub fn parse_binding(text: &str) -> Result<Binding, String> {
     Ok(Binding {
         addr: SocketAddr::new(ip, port),
         host,
+        tls,
     })
 }

@@ -112,6 +112,7 @@ pub struct RawSite {
     pub follow_symlinks: Option<bool>,
     pub access_log: Option<RawAccessLog>,
     pub proxy_protocol: Option<bool>,
+    pub tls: Option<RawTls>,
     #[serde(default)]
     pub app: Vec<RawApp>,
 }
@@ -122,6 +123,13 @@ pub struct RawApp {
     pub path: Option<String>,
     pub pool: Option<String>,
     pub handler: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    pub cert: Option<String>,
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

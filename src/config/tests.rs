@@ -309,7 +309,7 @@ fn bad_bindings() {
         ("127.0.0.1:80", "has no protocol"),
         (
             "https://127.0.0.1:443",
-            "https bindings are not supported yet",
+            "is https, but the site has no certificate",
         ),
         ("http://localhost:80", "`localhost` is not an IP address"),
         ("http://127.0.0.1:99999", "`99999` is not a port number"),

@@ -29,6 +29,8 @@ pub struct Inputs {
     pub deepest_idle: Option<(String, u64)>,
     /// The selected mode of transparent huge pages (`always`, `madvise`, `never`).
     pub thp: Option<String>,
+    /// The config's certificates: (site, file, whole days until it expires).
+    pub certificates: Vec<(String, String, i64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -132,6 +134,7 @@ pub fn read_inputs(sysfs: &Path, procfs: &Path) -> Inputs {
         governors,
         deepest_idle,
         thp,
+        certificates: Vec::new(),
     }
 }
 
@@ -242,6 +245,24 @@ pub fn check(i: &Inputs, t: &Topology, config: Option<&Config>) -> Vec<Finding> 
                         ""
                     }
                 ),
+                "",
+            ));
+        }
+    }
+    let warn_days = (crate::tls::EXPIRY_WARNING.as_secs() / 86_400) as i64;
+    for (site, file, days) in &i.certificates {
+        if *days < warn_days {
+            out.push(finding(
+                "certificate",
+                Status::Warn,
+                format!("site `{site}`: {file} expires in {days} days"),
+                "renew it, then espalier reload",
+            ));
+        } else {
+            out.push(finding(
+                "certificate",
+                Status::Ok,
+                format!("site `{site}`: {file} is valid for {days} more days"),
                 "",
             ));
         }

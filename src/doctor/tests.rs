@@ -106,3 +106,19 @@ fn nofile_lines_parse() {
     );
     assert_eq!(parse_nofile("nothing here"), None);
 }
+
+#[test]
+fn certificates_near_their_expiry_are_warned_about() {
+    let mut i = inputs("laptop");
+    i.certificates = vec![
+        ("shop".into(), "shop.pem".into(), 90),
+        ("blog".into(), "blog.pem".into(), 3),
+    ];
+    let t = crate::testutil::fixture("laptop");
+    let f = check(&i, &t, None);
+    let certs = status_of(&f, "certificate");
+    assert_eq!(certs.len(), 2);
+    assert_eq!(certs[0].status, Status::Ok);
+    assert_eq!(certs[1].status, Status::Warn);
+    assert!(certs[1].found.contains("blog.pem expires in 3 days"));
+}

@@ -78,6 +78,9 @@ pub struct GroupRoutes {
     /// `config::validate`).
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// An https address: TLS with its sites' certificates, by SNI.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// A listener group as a thread routes on it.
@@ -116,6 +119,8 @@ pub struct ThreadService {
     /// being routed, so its answer does not look the host up again. Read only on a shared
     /// group, whose every request sets it first.
     pre_routed: Cell<Option<(usize, Option<usize>)>>,
+    /// Per group: its TLS acceptor on an https address (see [`Self::with_tls`]).
+    tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
 }
 
 impl ThreadService {
@@ -228,7 +233,18 @@ impl ThreadService {
             last_site: Cell::new(usize::MAX),
             pre_routed: Cell::new(None),
             sites,
+            tls: Vec::new(),
         }
+    }
+
+    /// The TLS configurations of its groups (`None` for cleartext ones), built by the worker
+    /// and shared by its threads.
+    pub fn with_tls(mut self, configs: &[Option<std::sync::Arc<rustls::ServerConfig>>]) -> Self {
+        self.tls = configs
+            .iter()
+            .map(|c| c.clone().map(tokio_rustls::TlsAcceptor::from))
+            .collect();
+        self
     }
 
     /// Writes every log's buffer (the thread's heartbeat, and its last act).
@@ -334,6 +350,10 @@ impl Service for ThreadService {
 
     fn proxy_protocol(&self, group: usize) -> bool {
         self.groups.get(group).is_some_and(|g| g.proxy_protocol)
+    }
+
+    fn tls(&self, group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
+        self.tls.get(group)?.as_ref()
     }
 
     fn logging(&self) -> bool {

@@ -30,10 +30,9 @@ pub async fn serve_accepted<S: Service>(
         None => serve(stream, group, env, carried).await,
         Some(acceptor) => {
             let handshake = acceptor.clone().accept(stream);
-            match tokio::time::timeout(env.timeouts.header, handshake).await {
-                Ok(Ok(tls)) => serve(tls, group, env, carried).await,
-                // A failed handshake was answered with its alert by rustls.
-                _ => {}
+            // A failed handshake was answered with its alert by rustls.
+            if let Ok(Ok(tls)) = tokio::time::timeout(env.timeouts.header, handshake).await {
+                serve(tls, group, env, carried).await
             }
         }
     }

@@ -13,6 +13,7 @@
 use super::send::{linger_close, send_file, write_all};
 use super::shutdown::Registered;
 pub use super::shutdown::Shutdown;
+use super::stream::ClientStream;
 use super::{
     head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, HeadLimits, Method,
     ProtocolError, Request, Responder, MAX_HEADERS,
@@ -26,7 +27,6 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Duration;
-use super::stream::ClientStream;
 use tokio::io::AsyncReadExt;
 
 /// A file body to send after the response head (large static files), with `sendfile`.
@@ -234,6 +234,7 @@ pub async fn serve<S: Service, C: ClientStream>(
     }
     // The client: the peer, or whom a load balancer's PROXY header named (see `accept`).
     let client = carried.client.or_else(|| stream.socket().peer_addr().ok());
+    let https = stream.cleartext().is_none();
     // Formatted once per connection, for the logs, the apps and the dynamic page.
     let client_text = ip_text(client);
     // Decided once per connection: an address served by one pool never looks for a hand-off.
@@ -331,7 +332,7 @@ pub async fn serve<S: Service, C: ClientStream>(
                                 keep,
                                 expect_continue,
                                 Some(client_text.as_str()).filter(|p| !p.is_empty()),
-                                "http",
+                                if https { "https" } else { "http" },
                             ),
                         ),
                         ProxyTarget::FastCgi(route, root, path) => {
@@ -349,6 +350,7 @@ pub async fn serve<S: Service, C: ClientStream>(
                                     &Addresses {
                                         peer: client,
                                         local,
+                                        https,
                                     },
                                 ),
                             )

@@ -18,9 +18,9 @@ pub mod clock;
 pub mod conn;
 mod fields;
 pub mod proxy_header;
-pub mod stream;
 mod send;
 mod shutdown;
+pub mod stream;
 
 pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};
 use fields::spaces_only_around_value;

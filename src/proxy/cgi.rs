@@ -93,6 +93,8 @@ pub fn split_script(path: &[u8]) -> (Vec<u8>, Vec<u8>) {
 pub struct Addresses {
     pub peer: Option<SocketAddr>,
     pub local: Option<SocketAddr>,
+    /// The connection is TLS (`HTTPS=on`, as PHP reads it).
+    pub https: bool,
 }
 
 impl FastCgiRequest {
@@ -156,6 +158,12 @@ impl FastCgiRequest {
             pair(&mut params, n, v);
         }
         pair(&mut params, b"PATH_INFO", &path_info);
+        if addresses.https {
+            pair(&mut params, b"HTTPS", b"on");
+            pair(&mut params, b"REQUEST_SCHEME", b"https");
+        } else {
+            pair(&mut params, b"REQUEST_SCHEME", b"http");
+        }
         pair(&mut params, b"SERVER_NAME", server_name.as_bytes());
         if let Some(a) = addresses.peer {
             pair(&mut params, b"REMOTE_ADDR", a.ip().to_string().as_bytes());

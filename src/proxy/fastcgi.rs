@@ -23,9 +23,9 @@ use super::request::HOP_BY_HOP;
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
+use crate::http::stream::ClientStream;
 use std::io;
 use std::time::Duration;
-use crate::http::stream::ClientStream;
 
 /// One record read from the app.
 struct Record {

@@ -21,11 +21,11 @@ use super::request::{connection_tokens, dropped_on_the_way, push_field, ForwardR
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
+use crate::http::stream::ClientStream;
 use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
 use std::cell::Cell;
 use std::io;
 use std::time::Duration;
-use crate::http::stream::ClientStream;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Transfer buffer of each direction.
@@ -629,7 +629,8 @@ async fn tunnel<C: ClientStream>(
         return;
     }
     rbuf.clear();
-    if !ubuf.is_empty() && (client.write_all(&ubuf).await.is_err() || client.flush().await.is_err()) {
+    if !ubuf.is_empty() && (client.write_all(&ubuf).await.is_err() || client.flush().await.is_err())
+    {
         return;
     }
     report.bytes.set(report.bytes.get() + ubuf.len() as u64);

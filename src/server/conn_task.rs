@@ -100,7 +100,10 @@ pub async fn serve(
     who: Rc<str>,
 ) {
     let peer = carried.client;
-    let outcome = catch_panic(crate::http::accept::serve_accepted(stream, group, env, carried)).await;
+    let outcome = catch_panic(crate::http::accept::serve_accepted(
+        stream, group, env, carried,
+    ))
+    .await;
     drop(slot);
     if outcome.is_err() {
         let n = panics.fetch_add(1, Ordering::Relaxed) + 1;

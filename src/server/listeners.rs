@@ -61,6 +61,7 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
                             addr: b.addr,
                             hosts: Vec::new(),
                             proxy_protocol: false,
+                            tls: b.tls,
                         },
                         sockets: Vec::new(),
                         owners: Vec::new(),

@@ -64,6 +64,9 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
         .as_ref()
         .map_or("the command line".to_string(), |p| p.display().to_string());
     prepare_access_logs(config).map_err(|e| format!("{file}: {e}"))?;
+    for w in crate::tls::expiry_warnings(&config.sites, std::time::SystemTime::now()) {
+        super::log("master", format!("{file}: {w}"));
+    }
     check_identities(config).map_err(|e| format!("{file}: {e}"))?;
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
     let mut handoffs = super::handoffs::Handoffs::default();

@@ -107,6 +107,17 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     }
     os::numa::set_thread_affinity(0, &cpus)
         .map_err(|e| format!("cannot run on CPUs {cpus}: {e} (are they outside this process's allowed CPUs, e.g. a container's cpuset?)"))?;
+    // Certificates are read while the worker may still read its keys (often root's alone).
+    let tls: Arc<Vec<Option<Arc<rustls::ServerConfig>>>> = Arc::new(
+        spec.groups
+            .iter()
+            .map(|g| {
+                g.tls
+                    .then(|| crate::tls::server_config(g, &spec.sites))
+                    .transpose()
+            })
+            .collect::<Result<_, _>>()?,
+    );
     // Placed and in its control groups (which needed root): now the pool's user, before any
     // thread starts or any request is read.
     if let Some(id) = &spec.identity {
@@ -135,9 +146,10 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let started_tx = started_tx.clone();
         let cpu = thread.cpu;
         let health = Arc::clone(&health[t]);
+        let tls = Arc::clone(&tls);
         let handle = std::thread::Builder::new()
             .name(format!("{}-cpu{cpu}", spec.pool))
-            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health, tiers))
+            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health, tiers, &tls))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         threads.push(handle);
     }
@@ -327,6 +339,7 @@ fn engine_thread(
     started: std::sync::mpsc::Sender<Result<(), String>>,
     health: Arc<ThreadHealth>,
     tiers: Arc<SharedTiers>,
+    tls: &[Option<Arc<rustls::ServerConfig>>],
 ) {
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -376,7 +389,8 @@ fn engine_thread(
                     .iter()
                     .map(|(pool, tiers)| (pool.clone(), Rc::new(PoolTargets::new(tiers.clone()))))
                     .collect(),
-            ),
+            )
+            .with_tls(tls),
             clock,
             limits: HeadLimits {
                 max_request_line: l.max_request_line,

@@ -1,5 +1,6 @@
 """A test app that says who it runs as and what it may read: its uid, gid, groups and
-NoNewPrivs (from /proc/self/status), and whether it can open the file named by SECRET.
+NoNewPrivs (from /proc/self/status), whether it can open the file named by SECRET, and the
+X-Forwarded-Proto it was sent.
 Listens on 127.0.0.1:$PORT; /healthz answers ok."""
 import http.server
 import os
@@ -26,7 +27,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 secret = "denied"
             body = (
                 f"uid={os.getuid()} gid={os.getgid()} groups={status('Groups')} "
-                f"no_new_privs={status('NoNewPrivs')} secret={secret}\n"
+                f"no_new_privs={status('NoNewPrivs')} secret={secret} "
+                f"proto={self.headers.get('X-Forwarded-Proto')}\n"
             ).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))

@@ -179,6 +179,7 @@ impl Validator {
                 msg,
             );
         }
+        let tls = self.site_tls(i, raw.tls, base, &bindings);
         SiteSpec {
             name,
             bindings,
@@ -187,7 +188,58 @@ impl Validator {
             follow_symlinks: raw.follow_symlinks.unwrap_or(false),
             access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
             proxy_protocol,
+            tls,
             apps,
+        }
+    }
+
+    /// A site's `tls`: its files load and match, and it has https bindings (and they it).
+    fn site_tls(
+        &mut self,
+        i: usize,
+        raw: Option<raw::RawTls>,
+        base: &Path,
+        bindings: &[Binding],
+    ) -> Option<TlsFiles> {
+        let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
+        let https = bindings.iter().position(|b| b.tls);
+        let Some(raw) = raw else {
+            if let Some(k) = https {
+                self.err(
+                    &[Seg::Key("site"), Seg::Index(i), Seg::Key("bindings"), Seg::Index(k)],
+                    "is https, but the site has no certificate; add tls = { cert = \"certs/site.pem\", key = \"certs/site.key\" } (PEM chain and key)",
+                );
+            }
+            return None;
+        };
+        let (Some(cert), Some(key)) = (raw.cert, raw.key) else {
+            self.err(
+                &at("tls"),
+                "needs both files; write tls = { cert = \"certs/site.pem\", key = \"certs/site.key\" }",
+            );
+            return None;
+        };
+        if https.is_none() {
+            self.err(
+                &at("tls"),
+                "applies to https:// bindings, and the site has none; add one (\"https://*:443:host\") or remove tls",
+            );
+            return None;
+        }
+        let mut files = TlsFiles {
+            cert: base.join(cert),
+            key: base.join(key),
+            fingerprint: 0,
+        };
+        match crate::tls::load(&files, std::time::SystemTime::now()) {
+            Ok(_) => {
+                files.fingerprint = crate::tls::fingerprint(&files);
+                Some(files)
+            }
+            Err(e) => {
+                self.err(&at("tls"), e);
+                None
+            }
         }
     }
 
@@ -328,6 +380,19 @@ impl Validator {
                         || c.addr.ip().is_unspecified()
                         || b.addr.ip().is_unspecified();
                     if !same_addr {
+                        continue;
+                    }
+                    if b.tls != c.tls {
+                        self.err(&path, format!("`{b}` and site `{}`'s `{c}` are the same address, one with TLS and one without; a port speaks one or the other: give each its own port", t.name));
+                        continue;
+                    }
+                    if b.tls
+                        && s.apps
+                            .iter()
+                            .chain(&t.apps)
+                            .any(|a| a.pool != s.apps[0].pool)
+                    {
+                        self.err(&path, format!("`{b}` is shared by sites served by different pools (`{}` and `{}`); https addresses are not handed between pools yet (the TLS handshake happens before the host is known): give each pool its own https address", s.name, t.name));
                         continue;
                     }
                     if s.proxy_protocol != t.proxy_protocol {

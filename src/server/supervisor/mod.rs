@@ -182,7 +182,8 @@ pub(super) async fn run(
         log(
             "master",
             format!(
-                "listening on http://{} for {whose} ({} sockets, hosts {})",
+                "listening on {}://{} for {whose} ({} sockets, hosts {})",
+                if g.routes.tls { "https" } else { "http" },
                 g.addr,
                 g.sockets.len(),
                 hosts.join(",")

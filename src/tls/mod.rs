@@ -1,0 +1,193 @@
+//! TLS for `https://` bindings, with rustls (ring provider): each site's certificate loaded
+//! and checked, chosen per connection by SNI, and the server configuration of an https
+//! address.
+//!
+//! Owns: reading and validating certificate and key files (PEM), their expiry, the SNI
+//! resolver and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
+//! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker).
+//! Must not touch: the handshake's place among a connection's steps (`http::accept`) or
+//! HTTP.
+//!
+//! A worker builds its configurations once, before it drops to its pool's user (key files
+//! are usually readable by root alone), and its threads share them: a session resumed on
+//! any thread of the worker — of its NUMA node — finds its ticket key and cache entry.
+
+use crate::config::{SiteSpec, TlsFiles};
+use crate::handlers::hosts::HostTable;
+use crate::handlers::GroupRoutes;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How close to its expiry a certificate is warned about, by `check` and at start.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// Sessions each worker's cache keeps for resumption without a ticket (TLS 1.2 clients
+/// that do not take tickets).
+const SESSION_CACHE: usize = 16 * 1024;
+
+/// A site's certificate, loaded and checked.
+#[derive(Debug)]
+pub struct Loaded {
+    pub key: Arc<CertifiedKey>,
+    /// The leaf's `notAfter`.
+    pub not_after: SystemTime,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Loads `files` and checks them: PEM that holds a chain and a key, the key belonging to the
+/// leaf, and the leaf not expired at `now`. `Err` is the reason and its fix, for one line.
+pub fn load(files: &TlsFiles, now: SystemTime) -> Result<Loaded, String> {
+    let cert_path = files.cert.display();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| format!("cannot read certificate {cert_path}: {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certificate {cert_path} is not valid PEM: {e}"))?;
+    let Some(leaf) = chain.first() else {
+        return Err(format!(
+            "certificate {cert_path} holds no CERTIFICATE block; give the PEM chain, leaf first"
+        ));
+    };
+    let key_path = files.key.display();
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        format!("cannot read a private key from {key_path}: {e}; give a PEM key (PKCS#8, PKCS#1 or SEC1)")
+    })?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("private key {key_path} cannot sign: {e}"))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("certificate {cert_path} does not parse: {e}"))?;
+    let not_after_secs = parsed.validity().not_after.timestamp();
+    let not_after = UNIX_EPOCH + Duration::from_secs(not_after_secs.max(0) as u64);
+    let key = CertifiedKey::new(chain, signing);
+    key.keys_match().map_err(|_| {
+        format!("private key {key_path} does not belong to certificate {cert_path}; give the key the certificate was issued for")
+    })?;
+    if not_after <= now {
+        return Err(format!(
+            "certificate {cert_path} expired on {}; renew it",
+            humantime::format_rfc3339_seconds(not_after)
+        ));
+    }
+    Ok(Loaded {
+        key: Arc::new(key),
+        not_after,
+    })
+}
+
+/// A hash of the files' contents (0 where one cannot be read).
+pub fn fingerprint(files: &TlsFiles) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for path in [&files.cert, &files.key] {
+        std::fs::read(path).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Each site certificate that loads: the site, its files, its `notAfter` and the time left.
+fn expiries(
+    sites: &[SiteSpec],
+    now: SystemTime,
+) -> Vec<(&SiteSpec, &TlsFiles, SystemTime, Duration)> {
+    sites
+        .iter()
+        .filter_map(|s| {
+            let files = s.tls.as_ref()?;
+            let not_after = load(files, now).ok()?.not_after;
+            Some((s, files, not_after, not_after.duration_since(now).ok()?))
+        })
+        .collect()
+}
+
+/// Each site certificate's whole days left: (site, file, days), for `espalier doctor`.
+pub fn days_left(sites: &[SiteSpec], now: SystemTime) -> Vec<(String, String, i64)> {
+    expiries(sites, now)
+        .into_iter()
+        .map(|(s, files, _, left)| {
+            let days = (left.as_secs() / 86_400) as i64;
+            (s.name.clone(), files.cert.display().to_string(), days)
+        })
+        .collect()
+}
+
+/// The sites' certificates that expire within [`EXPIRY_WARNING`] of `now`, as warning lines.
+pub fn expiry_warnings(sites: &[SiteSpec], now: SystemTime) -> Vec<String> {
+    expiries(sites, now)
+        .into_iter()
+        .filter(|(_, _, _, left)| *left < EXPIRY_WARNING)
+        .map(|(s, files, not_after, left)| {
+            format!(
+                "warning: site `{}`: certificate {} expires on {} (in {} days); renew it",
+                s.name,
+                files.cert.display(),
+                humantime::format_rfc3339_seconds(not_after),
+                left.as_secs() / 86_400
+            )
+        })
+        .collect()
+}
+
+/// Chooses a connection's certificate by SNI, as the address's hosts choose its site: an
+/// exact name, then the longest wildcard, then the default site's; none → a handshake alert.
+#[derive(Debug)]
+struct BySni {
+    hosts: HostTable,
+    /// By site index (the config's): the certificate of each site on the address.
+    keys: Vec<Option<Arc<CertifiedKey>>>,
+}
+
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let site = self.hosts.site(hello.server_name())?;
+        self.keys.get(site)?.clone()
+    }
+}
+
+/// The TLS configuration of an https address: its sites' certificates by SNI.
+pub fn server_config(
+    group: &GroupRoutes,
+    sites: &[SiteSpec],
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let now = SystemTime::now();
+    let mut keys: Vec<Option<Arc<CertifiedKey>>> = vec![None; sites.len()];
+    for &(_, site) in &group.hosts {
+        let Some(spec) = sites.get(site) else {
+            continue;
+        };
+        let Some(files) = &spec.tls else {
+            return Err(format!(
+                "site `{}` has an https binding but no tls",
+                spec.name
+            ));
+        };
+        if keys[site].is_none() {
+            keys[site] = Some(
+                load(files, now)
+                    .map_err(|e| format!("site `{}`: {e}", spec.name))?
+                    .key,
+            );
+        }
+    }
+    let resolver = BySni {
+        hosts: HostTable::new(&group.hosts),
+        keys,
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
+    // Ticket keys are random per worker and rotated every 6 hours (tickets live 12).
+    config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| e.to_string())?;
+    Ok(Arc::new(config))
+}

@@ -1,0 +1,374 @@
+//! HTTPS on the real binary, spoken to by curl and openssl: certificates chosen by SNI for
+//! three sites on one address, TLS 1.2 and 1.3 only, ALPN, session resumption, keep-alive
+//! and a large file over TLS, a proxied app told the scheme, certificate reload (a new one
+//! served, a bad one refused while the old keeps serving), and every bad certificate as one
+//! line at `check`. Certificates are made by openssl (and python3-cryptography for dates
+//! openssl cannot set) in the test.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn openssl_cert(dir: &Path, name: &str, host: &str) {
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "30",
+            "-keyout",
+        ])
+        .arg(dir.join(format!("{name}.key")))
+        .arg("-out")
+        .arg(dir.join(format!("{name}.pem")))
+        .args([
+            "-subj",
+            &format!("/CN={host}"),
+            "-addext",
+            &format!("subjectAltName=DNS:{host}"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A self-signed certificate for `host` valid from `from_days` to `to_days` around now.
+fn dated_cert(dir: &Path, name: &str, host: &str, from_days: i64, to_days: i64) {
+    let script = format!(
+        r#"
+import datetime
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+key = ec.generate_private_key(ec.SECP256R1())
+name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "{host}")])
+now = datetime.datetime.now(datetime.timezone.utc)
+cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now + datetime.timedelta(days={from_days}))
+        .not_valid_after(now + datetime.timedelta(days={to_days}))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("{host}")]), critical=False)
+        .sign(key, hashes.SHA256()))
+open("{name}.pem", "wb").write(cert.public_bytes(serialization.Encoding.PEM))
+open("{name}.key", "wb").write(key.private_bytes(serialization.Encoding.PEM,
+    serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+"#
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// curl over TLS to `host` on `port`, trusting `ca`; (exit code, body, verbose output).
+fn curl(
+    dir: &Path,
+    ca: &str,
+    host: &str,
+    port: u16,
+    path: &str,
+    extra: &[&str],
+) -> (i32, String, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-v", "--max-time", "10", "--cacert", ca, "--resolve"])
+        .arg(format!("{host}:{port}:127.0.0.1"))
+        .args(extra)
+        .arg(format!("https://{host}:{port}{path}"))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `openssl s_client` to 127.0.0.1:`port` with `args`, sending an HTTP/1.0 request (so it
+/// reads until the answer's close, session tickets included); its whole output.
+fn s_client(port: u16, args: &[&str]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("openssl")
+        .args([
+            "s_client",
+            "-ign_eof",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"GET / HTTP/1.0\r\n\r\n");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+fn check(dir: &Path, config: &str) -> (bool, String) {
+    std::fs::write(dir.join("check.toml"), config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["check", "-c"])
+        .arg(dir.join("check.toml"))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const APP: &str = "tests/apps/whoami_app.py";
+
+#[test]
+fn https_with_sni_resumption_and_certificate_reload() {
+    need_tools(
+        "openssl:openssl curl:curl -:python3-cryptography",
+        "openssl, curl and python3-cryptography",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for h in ["a", "b", "c"] {
+        openssl_cert(d, h, &format!("{h}.test"));
+        std::fs::create_dir(d.join(h)).unwrap();
+        std::fs::write(d.join(h).join("index.html"), format!("site {h}\n")).unwrap();
+    }
+    // A file well above the static handler's in-memory limit: it goes by pieces over TLS.
+    let big: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i * 7 % 251) as u8).collect();
+    std::fs::write(d.join("a/big.bin"), &big).unwrap();
+    let (port, app_port) = (free_port(), free_port());
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
+    let config = format!(
+        r#"
+[[pool]]
+name = "web"
+[[pool]]
+name = "app"
+command = ["python3", "{app}"]
+environment = {{ SECRET = "{app}" }}
+health = "/healthz"
+[[site]]
+name = "a"
+bindings = ["https://127.0.0.1:{port}:a.test"]
+root = "a"
+tls = {{ cert = "a.pem", key = "a.key" }}
+[[site.app]]
+pool = "web"
+[[site]]
+name = "b"
+bindings = ["https://127.0.0.1:{port}:b.test"]
+root = "b"
+tls = {{ cert = "b.pem", key = "b.key" }}
+[[site.app]]
+pool = "web"
+[[site]]
+name = "c"
+bindings = ["https://127.0.0.1:{port}:c.test"]
+root = "c"
+tls = {{ cert = "c.pem", key = "c.key" }}
+[[site.app]]
+pool = "web"
+[[site]]
+name = "app"
+bindings = ["https://127.0.0.1:{app_port}"]
+tls = {{ cert = "a.pem", key = "a.key" }}
+[[site.app]]
+pool = "app"
+"#,
+        app = app.display()
+    );
+    let server = Server::with_config(d, &config);
+    assert!(server
+        .log_text()
+        .contains(&format!("listening on https://127.0.0.1:{port}")));
+
+    // SNI: each name gets its own certificate (curl trusts only that one) and its site.
+    for h in ["a", "b", "c"] {
+        let (code, body, verbose) =
+            curl(d, &format!("{h}.pem"), &format!("{h}.test"), port, "/", &[]);
+        assert_eq!(
+            (code, body.as_str()),
+            (0, format!("site {h}\n").as_str()),
+            "{verbose}"
+        );
+        assert!(
+            verbose.contains("ALPN: server accepted http/1.1"),
+            "{verbose}"
+        );
+    }
+    // A name no site has, on an address without a default site: a handshake alert.
+    let out = s_client(port, &["-servername", "other.test"]);
+    assert!(
+        out.contains("alert") && out.contains("Cipher is (NONE)"),
+        "{out}"
+    );
+    // The default site of an address (a binding without a host) answers any name.
+    let (code, _, verbose) = curl(d, "a.pem", "a.test", app_port, "/", &[]);
+    assert_eq!(code, 0, "{verbose}");
+
+    // TLS 1.2 and 1.3 only.
+    for (flag, ok) in [
+        ("-tls1_3", true),
+        ("-tls1_2", true),
+        ("-tls1_1", false),
+        ("-tls1", false),
+    ] {
+        let out = s_client(port, &["-servername", "a.test", flag]);
+        assert_eq!(!out.contains("Cipher is (NONE)"), ok, "{flag}: {out}");
+    }
+
+    // Resumption: a second connection with the first one's session is resumed.
+    let sess = d.join("session.pem");
+    let sess_arg = sess.to_str().unwrap();
+    for version in ["-tls1_3", "-tls1_2"] {
+        let first = s_client(
+            port,
+            &["-servername", "b.test", version, "-sess_out", sess_arg],
+        );
+        assert!(first.contains("New, "), "{first}");
+        let second = s_client(
+            port,
+            &["-servername", "b.test", version, "-sess_in", sess_arg],
+        );
+        assert!(second.contains("Reused, "), "{version}: {second}");
+    }
+
+    // Keep-alive over TLS, and a 3 MiB file that cannot go by sendfile.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-v",
+            "--max-time",
+            "20",
+            "--cacert",
+            "a.pem",
+            "--resolve",
+        ])
+        .arg(format!("a.test:{port}:127.0.0.1"))
+        .args(["-o", "first.out", &format!("https://a.test:{port}/")])
+        .args(["-o", "big.out", &format!("https://a.test:{port}/big.bin")])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let verbose = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{verbose}");
+    assert!(
+        verbose.contains("Re-using existing connection"),
+        "{verbose}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("first.out")).unwrap(),
+        "site a\n"
+    );
+    let got = std::fs::read(d.join("big.out")).unwrap();
+    assert!(
+        got.len() == big.len() && got == big,
+        "the 3 MiB file differs ({} bytes)",
+        got.len()
+    );
+
+    // A proxied app behind an https address is told so (X-Forwarded-Proto).
+    let (code, body, verbose) = curl(d, "a.pem", "a.test", app_port, "/", &[]);
+    assert_eq!(code, 0, "{verbose}");
+    assert!(body.trim_end().ends_with("proto=https"), "{body}");
+
+    // A renewed certificate is served after a reload; the connection of the old one is not cut.
+    let before = s_client(port, &["-servername", "b.test"]);
+    openssl_cert(d, "b", "b.test");
+    server.signal(libc::SIGHUP);
+    server.wait_for_log("reloaded", Duration::from_secs(10));
+    server.wait_until(
+        "the renewed certificate served",
+        Duration::from_secs(20),
+        |_| curl(d, "b.pem", "b.test", port, "/", &[]).0 == 0,
+    );
+    assert_ne!(
+        s_client(port, &["-servername", "b.test"])
+            .split("-----BEGIN CERTIFICATE-----")
+            .nth(1),
+        before.split("-----BEGIN CERTIFICATE-----").nth(1)
+    );
+    // A bad one (another site's key) is refused; the running certificate keeps serving.
+    std::fs::copy(d.join("c.key"), d.join("b.key")).unwrap();
+    server.signal(libc::SIGHUP);
+    let refused = server.wait_for_log("reload refused", Duration::from_secs(10));
+    assert!(
+        refused.contains("does not belong to certificate"),
+        "{refused}"
+    );
+    assert_eq!(curl(d, "b.pem", "b.test", port, "/", &[]).1, "site b\n");
+}
+
+#[test]
+fn bad_certificates_are_one_line_at_check() {
+    need_tools(
+        "openssl:openssl -:python3-cryptography",
+        "openssl and python3-cryptography",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "good", "good.test");
+    openssl_cert(d, "other", "other.test");
+    dated_cert(d, "expired", "old.test", -30, -1);
+    dated_cert(d, "soon", "soon.test", -30, 5);
+    std::fs::write(d.join("junk.pem"), "not a certificate\n").unwrap();
+    let site = |cert: &str, key: &str| {
+        format!("[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:8443\"]\ntls = {{ cert = \"{cert}\", key = \"{key}\" }}\n[[site.app]]\npool = \"p\"\n")
+    };
+    let (ok, err) = check(d, &site("good.pem", "good.key"));
+    assert!(ok, "{err}");
+    for (cert, key, says) in [
+        ("good.pem", "other.key", "does not belong to certificate"),
+        ("expired.pem", "expired.key", "expired on"),
+        ("missing.pem", "good.key", "cannot read certificate"),
+        ("junk.pem", "good.key", "holds no CERTIFICATE block"),
+        ("good.pem", "junk.pem", "cannot read a private key"),
+    ] {
+        let (ok, err) = check(d, &site(cert, key));
+        assert!(!ok, "{cert} {key}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("key `site[0].tls`") && err.contains(says),
+            "{err}"
+        );
+    }
+    // Expiring within 14 days: a warning, not an error.
+    let (ok, err) = check(d, &site("soon.pem", "soon.key"));
+    assert!(
+        ok && err.contains("expires on") && err.contains("(in 4 days)"),
+        "{err}"
+    );
+    // https without a certificate, a certificate without https, TLS and cleartext on one address.
+    let (ok, err) = check(d, "[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"https://127.0.0.1:8443\"]\n[[site.app]]\npool = \"p\"\n");
+    assert!(
+        !ok && err.contains("is https, but the site has no certificate"),
+        "{err}"
+    );
+    let (ok, err) = check(
+        d,
+        &site("good.pem", "good.key").replace("https://", "http://"),
+    );
+    assert!(!ok && err.contains("applies to https:// bindings"), "{err}");
+}
