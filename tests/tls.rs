@@ -158,7 +158,7 @@ fn https_with_sni_resumption_and_certificate_reload() {
     // A file well above the static handler's in-memory limit: it goes by pieces over TLS.
     let big: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i * 7 % 251) as u8).collect();
     std::fs::write(d.join("a/big.bin"), &big).unwrap();
-    let (port, app_port) = (free_port(), free_port());
+    let (port, app_port, http_port) = (free_port(), free_port(), free_port());
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
     let config = format!(
         r#"
@@ -171,9 +171,10 @@ environment = {{ SECRET = "{app}" }}
 health = "/healthz"
 [[site]]
 name = "a"
-bindings = ["https://127.0.0.1:{port}:a.test"]
+bindings = ["https://127.0.0.1:{port}:a.test", "http://127.0.0.1:{http_port}:a.test"]
 root = "a"
 tls = {{ cert = "a.pem", key = "a.key" }}
+redirect_to_https = true
 [[site.app]]
 pool = "web"
 [[site]]
@@ -185,9 +186,10 @@ tls = {{ cert = "b.pem", key = "b.key" }}
 pool = "web"
 [[site]]
 name = "c"
-bindings = ["https://127.0.0.1:{port}:c.test"]
+bindings = ["https://127.0.0.1:{port}:c.test", "http://127.0.0.1:{http_port}:c.test"]
 root = "c"
 tls = {{ cert = "c.pem", key = "c.key" }}
+hsts = "max-age=600; includeSubDomains"
 [[site.app]]
 pool = "web"
 [[site]]
@@ -218,6 +220,28 @@ pool = "app"
             "{verbose}"
         );
     }
+    // HSTS over TLS only; redirect_to_https sends cleartext requests to the https port.
+    let (_, _, verbose) = curl(d, "c.pem", "c.test", port, "/", &[]);
+    assert!(
+        verbose.contains("< Strict-Transport-Security: max-age=600; includeSubDomains"),
+        "{verbose}"
+    );
+    let http = |host: &str, path: &str| {
+        let mut c = Conn::open(std::net::SocketAddr::from(([127, 0, 0, 1], http_port)));
+        c.send(
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        c.read_response(false).expect("an answer")
+    };
+    let r = http("c.test", "/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("strict-transport-security"), None);
+    let r = http("a.test", "/x/y?z=1");
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://a.test:{port}/x/y?z=1").as_str())
+    );
     // A name no site has, on an address without a default site: a handshake alert.
     let out = s_client(port, &["-servername", "other.test"]);
     assert!(
@@ -371,4 +395,17 @@ fn bad_certificates_are_one_line_at_check() {
         &site("good.pem", "good.key").replace("https://", "http://"),
     );
     assert!(!ok && err.contains("applies to https:// bindings"), "{err}");
+    // HSTS must be a Strict-Transport-Security value; a redirect needs somewhere to go from.
+    let with =
+        |line: &str| site("good.pem", "good.key").replace("tls =", &format!("{line}\ntls ="));
+    let (ok, err) = check(d, &with("hsts = \"forever\""));
+    assert!(
+        !ok && err.contains("key `site[0].hsts`") && err.contains("max-age=31536000"),
+        "{err}"
+    );
+    let (ok, err) = check(d, &with("redirect_to_https = true"));
+    assert!(
+        !ok && err.contains("key `site[0].redirect_to_https`") && err.contains("an http:// one"),
+        "{err}"
+    );
 }

@@ -54,6 +54,8 @@ impl Config {
                 access_log: None,
                 proxy_protocol: false,
                 tls: None,
+                hsts: None,
+                redirect_to_https: false,
                 apps: vec![AppSpec {
                     path: "/".into(),
                     pool: "default".into(),

@@ -259,6 +259,12 @@ pub struct SiteSpec {
     /// Its certificate chain and key for `https://` bindings (`tls = { cert, key }`).
     #[serde(default)]
     pub tls: Option<TlsFiles>,
+    /// `Strict-Transport-Security` sent with its answers over TLS (`max-age=…`).
+    #[serde(default)]
+    pub hsts: Option<String>,
+    /// Its `http://` bindings answer 308 to the same URL on its first https port.
+    #[serde(default)]
+    pub redirect_to_https: bool,
 }
 
 /// A site's certificate: PEM files, resolved against the config file's folder.

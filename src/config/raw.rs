@@ -113,6 +113,8 @@ pub struct RawSite {
     pub access_log: Option<RawAccessLog>,
     pub proxy_protocol: Option<bool>,
     pub tls: Option<RawTls>,
+    pub hsts: Option<String>,
+    pub redirect_to_https: Option<bool>,
     #[serde(default)]
     pub app: Vec<RawApp>,
 }

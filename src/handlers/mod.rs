@@ -55,6 +55,10 @@ struct Site {
     /// Which pool serves the site, when one serves all of it: a hand-off is then decided by
     /// host alone, without choosing the app.
     whole: Whole,
+    /// Its `Strict-Transport-Security: …\r\n` line, added to its answers over TLS.
+    hsts: Option<Box<[u8]>>,
+    /// With `redirect_to_https`: the https port its cleartext requests are sent to.
+    to_https: Option<u16>,
 }
 
 /// Whether one pool serves every app of a site.
@@ -93,6 +97,7 @@ struct Group {
     /// route checked for a hand-off).
     shared: bool,
     proxy_protocol: bool,
+    tls: bool,
 }
 
 /// Everything one worker thread needs to answer requests.
@@ -151,6 +156,7 @@ impl ThreadService {
                     hosts,
                     shared,
                     proxy_protocol: g.proxy_protocol,
+                    tls: g.tls,
                 }
             })
             .collect();
@@ -217,7 +223,24 @@ impl ThreadService {
                 } else {
                     Whole::Split
                 };
-                Site { apps, log, whole }
+                let hsts = s.hsts.as_ref().map(|v| {
+                    format!("Strict-Transport-Security: {v}\r\n")
+                        .into_bytes()
+                        .into_boxed_slice()
+                });
+                let to_https = s
+                    .bindings
+                    .iter()
+                    .find(|b| b.tls)
+                    .filter(|_| s.redirect_to_https)
+                    .map(|b| b.addr.port());
+                Site {
+                    apps,
+                    log,
+                    whole,
+                    hsts,
+                    to_https,
+                }
             })
             .collect();
         ThreadService {
@@ -293,6 +316,8 @@ enum Routed<'s, 'p> {
     App(&'s App, std::borrow::Cow<'p, [u8]>),
     Answer(u16),
     UnknownHost,
+    /// A cleartext request of a site with `redirect_to_https`: 308 to this https port.
+    ToHttps(u16),
 }
 
 impl ThreadService {
@@ -300,6 +325,11 @@ impl ThreadService {
         let Some(site) = self.route_site(group, req) else {
             return Routed::UnknownHost;
         };
+        if let Some(port) = site.to_https {
+            if !self.groups.get(group).is_some_and(|g| g.tls) {
+                return Routed::ToHttps(port);
+            }
+        }
         // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
         // `/api`), as nginx chooses locations: a spelling must not pick another app.
         let path = match static_files::normal_form(req.path) {
@@ -408,9 +438,53 @@ impl Service for ThreadService {
                 resp.error(status);
                 return Reply::Done;
             }
+            Routed::ToHttps(port) => {
+                redirect_to_https(req, port, resp);
+                return Reply::Done;
+            }
         };
+        // Over TLS, the site's HSTS line goes into whatever its handler answers.
+        let hsts = self
+            .groups
+            .get(group)
+            .filter(|g| g.tls)
+            .and_then(|_| self.sites.get(self.last_site.get())?.hsts.as_deref());
+        let mark = resp.mark();
+        let reply = self.answer(app, &path, req, resp);
+        if let Some(line) = hsts {
+            resp.insert_header_line(mark, line);
+        }
+        reply
+    }
+}
+
+/// `308 Permanent Redirect` to the same URL over https (the method and body are kept).
+fn redirect_to_https(req: &Request<'_>, port: u16, resp: &mut Responder<'_>) {
+    // The host matched one of the site's names (or it is the default site's, unnamed).
+    let host = req.host().unwrap_or("localhost");
+    let mut location = String::with_capacity(16 + host.len() + req.path.len() + req.query.len());
+    location.push_str("https://");
+    location.push_str(host);
+    if port != 443 {
+        location.push(':');
+        location.push_str(itoa::Buffer::new().format(port));
+    }
+    location.push_str(req.path);
+    if !req.query.is_empty() {
+        location.push('?');
+        location.push_str(req.query);
+    }
+    resp.status(308)
+        .header("Location", &location)
+        .header("Content-Type", "text/plain; charset=utf-8")
+        .body(b"308 Permanent Redirect\n");
+}
+
+impl ThreadService {
+    /// The app's own answer.
+    fn answer(&self, app: &App, path: &[u8], req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
         match &app.handler {
-            AppHandler::Static(files) => files.serve(req, &path, resp, &self.clock),
+            AppHandler::Static(files) => files.serve(req, path, resp, &self.clock),
             AppHandler::Dynamic => {
                 let ctx = dynamic::PageContext {
                     worker: &self.identity,

@@ -388,6 +388,20 @@ impl<'a> Responder<'a> {
         self.keep_alive
     }
 
+    /// Where the next response starts in the output buffer (see [`Self::insert_header_line`]).
+    pub fn mark(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Adds a header line (`Name: value\r\n`) to the head of the response written since
+    /// `mark`, whoever wrote it (a cached file's head included).
+    pub fn insert_header_line(&mut self, mark: usize, line: &[u8]) {
+        if let Some(end) = memchr::memmem::find(&self.out[mark..], b"\r\n\r\n") {
+            let at = mark + end + 2;
+            self.out.splice(at..at, line.iter().copied());
+        }
+    }
+
     pub fn head_only(&self) -> bool {
         self.head_only
     }

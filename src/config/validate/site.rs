@@ -180,6 +180,29 @@ impl Validator {
             );
         }
         let tls = self.site_tls(i, raw.tls, base, &bindings);
+        let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
+        let https = bindings.iter().any(|b| b.tls);
+        let hsts = raw.hsts.filter(|h| {
+            let max_age = h
+                .split(';')
+                .next()
+                .and_then(|d| d.trim().strip_prefix("max-age="))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            let printable = h.bytes().all(|b| (0x20..0x7f).contains(&b));
+            if !(max_age && printable) {
+                self.err(&at("hsts"), format!("`{h}` is not a Strict-Transport-Security value; write it like \"max-age=31536000\" or \"max-age=31536000; includeSubDomains\""));
+                return false;
+            }
+            if !https {
+                self.err(&at("hsts"), "is sent over TLS only, and the site has no https:// binding; add one or remove hsts");
+                return false;
+            }
+            true
+        });
+        let redirect_to_https = raw.redirect_to_https.unwrap_or(false);
+        if redirect_to_https && !(https && bindings.iter().any(|b| !b.tls)) {
+            self.err(&at("redirect_to_https"), "needs both an https:// binding (where to) and an http:// one (what to redirect); add the missing one or remove redirect_to_https");
+        }
         SiteSpec {
             name,
             bindings,
@@ -189,6 +212,8 @@ impl Validator {
             access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
             proxy_protocol,
             tls,
+            hsts,
+            redirect_to_https,
             apps,
         }
     }
