@@ -215,6 +215,16 @@ pool = "app"
             (0, format!("site {h}\n").as_str()),
             "{verbose}"
         );
+        assert!(verbose.contains("ALPN: server accepted h2"), "{verbose}");
+        let (code, body, verbose) = curl(
+            d,
+            &format!("{h}.pem"),
+            &format!("{h}.test"),
+            port,
+            "/",
+            &["--http1.1"],
+        );
+        assert_eq!((code, body.as_str()), (0, format!("site {h}\n").as_str()));
         assert!(
             verbose.contains("ALPN: server accepted http/1.1"),
             "{verbose}"
@@ -223,7 +233,9 @@ pool = "app"
     // HSTS over TLS only; redirect_to_https sends cleartext requests to the https port.
     let (_, _, verbose) = curl(d, "c.pem", "c.test", port, "/", &[]);
     assert!(
-        verbose.contains("< Strict-Transport-Security: max-age=600; includeSubDomains"),
+        verbose
+            .to_ascii_lowercase()
+            .contains("< strict-transport-security: max-age=600; includesubdomains"),
         "{verbose}"
     );
     let http = |host: &str, path: &str| {
@@ -279,11 +291,12 @@ pool = "app"
         assert!(second.contains("Reused, "), "{version}: {second}");
     }
 
-    // Keep-alive over TLS, and a 3 MiB file that cannot go by sendfile.
+    // Keep-alive over TLS with HTTP/1.1, and a 3 MiB file that cannot go by sendfile.
     let out = Command::new("curl")
         .args([
             "-sS",
             "-v",
+            "--http1.1",
             "--max-time",
             "20",
             "--cacert",
@@ -408,4 +421,207 @@ fn bad_certificates_are_one_line_at_check() {
         !ok && err.contains("key `site[0].redirect_to_https`") && err.contains("an http:// one"),
         "{err}"
     );
+}
+
+/// A verifier that takes any certificate: the flood below tests the server's HTTP/2 limits,
+/// not its certificate (a self-signed CA certificate, which rustls will not take as a leaf).
+#[derive(Debug)]
+struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Opens an HTTP/2 connection to `host` on `port` and sends `n` requests,
+/// each reset by dropping it as soon as it is sent (CVE-2023-44487's rapid reset); says how
+/// the connection ended.
+fn rapid_reset_flood(port: u16, host: &str, n: usize) -> String {
+    use std::sync::Arc;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from(host.to_string()).unwrap();
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        let (mut send, conn) = h2::client::handshake(tls).await.unwrap();
+        let driver = tokio::spawn(conn);
+        let mut sent = 0;
+        for _ in 0..n {
+            send = match send.ready().await {
+                Ok(s) => s,
+                Err(e) => return format!("stopped by the server after {sent}: {e}"),
+            };
+            let req = http::Request::get(format!("https://{host}/"))
+                .body(())
+                .unwrap();
+            match send.send_request(req, true) {
+                // Dropping the response resets the stream (CANCEL).
+                Ok((response, _)) => drop(response),
+                Err(e) => return format!("stopped by the server after {sent}: {e}"),
+            }
+            sent += 1;
+        }
+        drop(send);
+        let ended = tokio::time::timeout(Duration::from_secs(10), driver).await;
+        format!("all {sent} sent; the connection ended: {ended:?}")
+    })
+}
+
+#[test]
+fn http2_multiplexes_streams_and_survives_a_rapid_reset_flood() {
+    need_tools(
+        "openssl:openssl curl:curl h2load:nghttp2-client",
+        "openssl, curl and h2load",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "a", "a.test");
+    std::fs::create_dir(d.join("a")).unwrap();
+    std::fs::write(d.join("a/index.html"), "site a\n").unwrap();
+    let big: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i * 13 % 251) as u8).collect();
+    std::fs::write(d.join("a/big.bin"), &big).unwrap();
+    let (port, app_port) = (free_port(), free_port());
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
+    let config = format!(
+        r#"
+[[pool]]
+name = "web"
+[[pool]]
+name = "app"
+command = ["python3", "{app}"]
+environment = {{ SECRET = "{app}" }}
+health = "/healthz"
+[[site]]
+name = "a"
+bindings = ["https://127.0.0.1:{port}:a.test"]
+root = "a"
+tls = {{ cert = "a.pem", key = "a.key" }}
+access_log = {{ path = "a.log", format = "json" }}
+[[site.app]]
+pool = "web"
+[[site.app]]
+path = "/dynamic"
+pool = "web"
+handler = "dynamic"
+[[site]]
+name = "app"
+bindings = ["https://127.0.0.1:{app_port}:a.test"]
+tls = {{ cert = "a.pem", key = "a.key" }}
+[[site.app]]
+pool = "app"
+"#,
+        app = app.display()
+    );
+    let server = Server::with_config(d, &config);
+
+    // curl speaks HTTP/2 when offered (ALPN h2): a file, the dynamic page, HEAD, a proxied app.
+    let h2 = ["--http2", "-w", "\n%{http_version}"];
+    let (code, body, verbose) = curl(d, "a.pem", "a.test", port, "/", &h2);
+    assert_eq!((code, body.as_str()), (0, "site a\n\n2"), "{verbose}");
+    assert!(verbose.contains("ALPN: server accepted h2"), "{verbose}");
+    let (_, body, _) = curl(d, "a.pem", "a.test", port, "/dynamic?x=1", &h2);
+    assert!(
+        body.contains("<th>query</th><td>x=1</td>") && body.ends_with("\n2"),
+        "{body}"
+    );
+    let (_, _, verbose) = curl(d, "a.pem", "a.test", port, "/", &["--http2", "-I"]);
+    assert!(
+        verbose.contains("< HTTP/2 200") && verbose.contains("< content-length: 7"),
+        "{verbose}"
+    );
+    let (code, body, verbose) = curl(d, "a.pem", "a.test", app_port, "/", &h2);
+    assert_eq!(code, 0, "{verbose}");
+    assert!(
+        body.contains("proto=https") && body.ends_with("\n2"),
+        "{body}"
+    );
+    let (code, _, verbose) = curl(
+        d,
+        "a.pem",
+        "a.test",
+        port,
+        "/big.bin",
+        &["--http2", "-o", "big.out"],
+    );
+    assert_eq!(code, 0, "{verbose}");
+    let got = std::fs::read(d.join("big.out")).unwrap();
+    assert!(
+        got == big,
+        "the 3 MiB file differs over HTTP/2 ({} bytes)",
+        got.len()
+    );
+
+    // 100 streams at once on one connection, 1 000 requests, every one answered.
+    let out = Command::new("h2load")
+        .args(["-n", "1000", "-c", "1", "-m", "100"])
+        .arg(format!("--connect-to=127.0.0.1:{port}"))
+        .arg(format!("https://a.test:{port}/"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Application protocol: h2"), "{text}");
+    assert!(text.contains("1000 succeeded, 0 failed"), "{text}");
+
+    // A rapid-reset flood on one connection does not starve another.
+    let flood = std::thread::spawn(move || rapid_reset_flood(port, "a.test", 20_000));
+    for _ in 0..20 {
+        let (code, body, verbose) = curl(d, "a.pem", "a.test", port, "/", &h2);
+        assert_eq!((code, body.as_str()), (0, "site a\n\n2"), "{verbose}");
+    }
+    let ended = flood.join().unwrap();
+    eprintln!("rapid reset: {ended}");
+    let (code, _, verbose) = curl(d, "a.pem", "a.test", port, "/", &h2);
+    assert_eq!(code, 0, "served after the flood: {verbose}");
+
+    // The access log says HTTP/2.0.
+    let log = d.join("a.log");
+    server.wait_until("an HTTP/2 line in the log", Duration::from_secs(5), |_| {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("\"protocol\":\"HTTP/2.0\""))
+    });
 }

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use tokio::net::TcpStream;
 
 /// Serves a connection accepted on `group` (or handed over, with what it brings).
-pub async fn serve_accepted<S: Service>(
+pub async fn serve_accepted<S: Service + 'static>(
     mut stream: TcpStream,
     group: usize,
     env: Rc<ConnEnv<S>>,
@@ -32,7 +32,12 @@ pub async fn serve_accepted<S: Service>(
             let handshake = acceptor.clone().accept(stream);
             // A failed handshake was answered with its alert by rustls.
             if let Ok(Ok(tls)) = tokio::time::timeout(env.timeouts.header, handshake).await {
-                serve(tls, group, env, carried).await
+                // ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine.
+                if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    super::h2::serve(tls, group, env, carried).await
+                } else {
+                    serve(tls, group, env, carried).await
+                }
             }
         }
     }

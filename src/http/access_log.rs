@@ -225,11 +225,20 @@ fn request_line(buf: &mut Vec<u8>, req: &Facts<'_>) {
         buf.push(b'?');
         escaped(buf, req.query);
     }
-    buf.extend_from_slice(if req.minor_version == 0 {
-        b" HTTP/1.0"
-    } else {
-        b" HTTP/1.1"
-    });
+    buf.push(b' ');
+    buf.extend_from_slice(protocol(req.minor_version));
+}
+
+/// [`Facts::minor_version`] of a request that came over HTTP/2.
+pub const HTTP2: u8 = 20;
+
+/// The protocol as logs write it.
+fn protocol(minor_version: u8) -> &'static [u8] {
+    match minor_version {
+        0 => b"HTTP/1.0",
+        HTTP2 => b"HTTP/2.0",
+        _ => b"HTTP/1.1",
+    }
 }
 
 /// A client's bytes in a quoted CLF field: `"`, `\`, controls and non-ASCII as `\xHH`, as
@@ -304,15 +313,7 @@ fn json_line(buf: &mut Vec<u8>, e: &Entry<'_>, time: &str, worker: &str) {
     json_field(buf, "method", Some(e.req.method));
     json_field(buf, "path", Some(e.req.path));
     json_field(buf, "query", Some(e.req.query));
-    json_field(
-        buf,
-        "protocol",
-        Some(if e.req.minor_version == 0 {
-            b"HTTP/1.0"
-        } else {
-            b"HTTP/1.1"
-        }),
-    );
+    json_field(buf, "protocol", Some(protocol(e.req.minor_version)));
     json_field(buf, "host", e.req.host);
     json_number(buf, "status", Some(u64::from(e.status)));
     json_number(buf, "bytes", Some(e.bytes));

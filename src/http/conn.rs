@@ -181,7 +181,7 @@ fn advance_body(pending: &mut Option<Pending>, rbuf: &mut Vec<u8>) -> Result<boo
 
 /// A client's address as logs and `X-Forwarded-For` write it (an IPv4-mapped IPv6 address as
 /// IPv4), formatted once per connection.
-fn ip_text(peer: Option<std::net::SocketAddr>) -> String {
+pub(crate) fn ip_text(peer: Option<std::net::SocketAddr>) -> String {
     peer.map_or_else(String::new, |a| {
         let ip = match a.ip() {
             std::net::IpAddr::V6(v6) => v6

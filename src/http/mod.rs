@@ -17,6 +17,7 @@ pub mod chunked;
 pub mod clock;
 pub mod conn;
 mod fields;
+pub mod h2;
 pub mod proxy_header;
 mod send;
 mod shutdown;
@@ -43,7 +44,7 @@ pub enum Method {
 }
 
 impl Method {
-    fn from_bytes(m: &str) -> Method {
+    pub(crate) fn from_bytes(m: &str) -> Method {
         match m {
             "GET" => Method::Get,
             "HEAD" => Method::Head,

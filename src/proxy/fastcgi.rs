@@ -23,9 +23,9 @@ use super::request::HOP_BY_HOP;
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
-use crate::http::stream::ClientStream;
 use std::io;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// One record read from the app.
 struct Record {
@@ -63,7 +63,7 @@ async fn read_record(conn: &mut Conn, timeout: Duration) -> io::Result<Record> {
 
 /// Sends the request body as STDIN records, then the empty one that ends it: what the client
 /// buffer holds first, then through one fixed buffer. Leaves in `rbuf` what follows the body.
-async fn send_stdin<C: ClientStream>(
+async fn send_stdin<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
     rbuf: &mut Vec<u8>,
     conn: &mut Conn,
@@ -170,7 +170,7 @@ fn log_stderr(who: &Endpoint, text: &[u8]) {
 }
 
 /// Forwards a request to a FastCGI app process and relays its answer.
-pub async fn forward<C: ClientStream>(
+pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     client: Client<'_, C>,
     req: FastCgiRequest,
     route: &ProxyRoute,

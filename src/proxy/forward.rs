@@ -21,12 +21,11 @@ use super::request::{connection_tokens, dropped_on_the_way, push_field, ForwardR
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
-use crate::http::stream::ClientStream;
 use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
 use std::cell::Cell;
 use std::io;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Transfer buffer of each direction.
 const BUF: usize = 64 << 10;
@@ -116,7 +115,7 @@ pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
 }
 
 /// Forwards the request to an app process and relays its answer to the client.
-pub async fn forward<C: ClientStream>(
+pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     client: Client<'_, C>,
     req: ForwardRequest,
     route: &ProxyRoute,
@@ -363,7 +362,7 @@ pub(super) async fn read_timeout<R: AsyncReadExt + Unpin>(
 
 /// Sends the request body to the app as it arrives from the client: first what the client
 /// buffer holds, then through one fixed buffer. Leaves in `rbuf` only what follows the body.
-async fn send_body<C: ClientStream>(
+async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
     rbuf: &mut Vec<u8>,
     conn: &mut Conn,
@@ -516,7 +515,7 @@ fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> O
 
 /// Relays the response body to the client. `Ok(clean)`: whether the app connection ended
 /// exactly at the body's end (and may be reused).
-async fn relay_body<C: ClientStream>(
+async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut Conn,
     client: &mut C,
     report: &Report,
@@ -618,7 +617,7 @@ async fn relay_body<C: ClientStream>(
 }
 
 /// After `101 Switching Protocols`: bytes both ways until either side closes.
-async fn tunnel<C: ClientStream>(
+async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
     report: &Report,
     rbuf: &mut Vec<u8>,

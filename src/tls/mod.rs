@@ -185,7 +185,7 @@ pub fn server_config(
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(resolver));
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
     // Ticket keys are random per worker and rotated every 6 hours (tickets live 12).
     config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| e.to_string())?;
