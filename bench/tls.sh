@@ -7,12 +7,11 @@
 #     handshakes one core can do per second follow (the client, also on one core, may limit
 #     the rate: the per-core figure is the server's own);
 #   - resumed handshakes: `openssl s_time -reuse` (the session of the first connection);
-#   - keep-alive requests over TLS: wrk -t1 -c50 on the 100-byte page (HTTPS/1.1): requests/s
-#     and server CPU time per request.
+#   - keep-alive requests over TLS: wrk -t1 -c50 on the 100-byte page (HTTPS/1.1), and h2load
+#     -c10 -m10 over HTTP/2 (100 streams in flight): requests/s and server CPU per request.
 #
 # CPU time is user + system of every server process and thread, from /proc/<pid>/stat, over
-# the measured runs. HTTP/2 is not measured: espalier does not speak it yet (issue #14).
-# Installs nginx, wrk and openssl from Debian if they are missing.
+# the measured runs. Installs nginx, wrk, h2load and openssl from Debian if they are missing.
 #
 #   bench/tls.sh                    # DURATION=8 RUNS=3 by default
 #   ESPALIER_BIN=/path/to/espalier bench/tls.sh
@@ -26,7 +25,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk openssl:openssl python3:python3
+need_tools nginx:nginx-light wrk:wrk h2load:nghttp2-client openssl:openssl python3:python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 bench_workdir espalier-tls
@@ -56,7 +55,8 @@ http {
   ssl_session_cache shared:SSL:10m;
   ssl_session_tickets on;
   server {
-    listen 127.0.0.1:$NGINX_PORT ssl;
+    listen 127.0.0.1:$NGINX_PORT ssl http2;
+    http2_max_concurrent_streams 128;
     ssl_certificate $WORK/cert.pem;
     ssl_certificate_key $WORK/key.pem;
     root $WORK/www;
@@ -111,8 +111,19 @@ wrk_tls() {
   echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out")"
 }
 
+# h2load over HTTP/2 → requests done; a run with failures stops the script.
+h2load_tls() {
+  local out
+  out=$(taskset -c "$CLIENT_CPU" h2load -c 10 -m 10 -D "$DURATION" "https://127.0.0.1:$(port_of "$1")/100.html" 2>&1)
+  if ! grep -q "Application protocol: h2" <<<"$out" || ! grep -qE " 0 failed, 0 errored" <<<"$out"; then
+    echo "$1: h2load failed or did not speak h2, the figures would be wrong: $(grep -E 'requests:|protocol' <<<"$out")" >&2
+    exit 1
+  fi
+  awk '/^requests:/ {print $8}' <<<"$out"
+}
+
 declare -A N TICKS
-MEASURES=(full resumed keepalive)
+MEASURES=(full resumed keepalive h2)
 for m in "${MEASURES[@]}"; do for s in nginx espalier; do N[$m.$s]=0; TICKS[$m.$s]=0; done; done
 echo "warming up…" >&2
 for s in nginx espalier; do DURATION=1 wrk_tls "$s" >/dev/null; done
@@ -125,6 +136,7 @@ for run in $(seq "$RUNS"); do
         full) n=$(s_time -new "$s") ;;
         resumed) n=$(s_time -reuse "$s") ;;
         keepalive) read -r n _ < <(wrk_tls "$s") ;;
+        h2) n=$(h2load_tls "$s") ;;
       esac
       TICKS[$m.$s]=$((TICKS[$m.$s] + $(cpu_ticks "$s") - before))
       N[$m.$s]=$((N[$m.$s] + n))
@@ -153,6 +165,8 @@ rows = [
   ("resumed handshakes/s per core", 1e6 / max(us("resumed.nginx"), 1e-9), 1e6 / max(us("resumed.espalier"), 1e-9), "{:.0f}"),
   ("keep-alive HTTPS/1.1 requests/s", rate("keepalive.nginx"), rate("keepalive.espalier"), "{:.0f}"),
   ("server CPU µs per HTTPS/1.1 request", us("keepalive.nginx"), us("keepalive.espalier"), "{:.2f}"),
+  ("HTTP/2 requests/s (h2load -c10 -m10)", rate("h2.nginx"), rate("h2.espalier"), "{:.0f}"),
+  ("server CPU µs per HTTP/2 request", us("h2.nginx"), us("h2.espalier"), "{:.2f}"),
 ]
 for name, a, b, f in rows:
     print(f"{name:<34} {f.format(a):>12} {f.format(b):>12} {b / a if a else 0:>15.2f}")
