@@ -6,47 +6,15 @@
 
 mod common;
 
+use common::browser::browser_tools;
 use common::*;
 use espalier::server::status::Live;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Chromium from Debian and playwright-core from npm (cached under target/).
-fn browser_tools() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    need_tools(
-        "chromium:chromium node:nodejs npm:npm",
-        "Chromium and Node.js",
-    );
-    let dir = root.join("target/admin-page-node");
-    if !dir.join("node_modules/playwright-core").exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let npm = Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--silent",
-                "playwright-core@1",
-            ])
-            .current_dir(&dir)
-            .output()
-            .expect("npm");
-        assert!(
-            npm.status.success(),
-            "cannot install playwright-core from npm: {}",
-            String::from_utf8_lossy(&npm.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        );
-    }
-    dir
-}
 
 /// GETs naming `host` on a keep-alive connection, one every 2 ms, until `stop`: (answered,
 /// failures). A reused connection closed before any answer (a draining worker's) is retried on

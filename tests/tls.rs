@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::browser::browser_tools;
 use common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -624,4 +625,112 @@ pool = "app"
     server.wait_until("an HTTP/2 line in the log", Duration::from_secs(5), |_| {
         std::fs::read_to_string(&log).is_ok_and(|t| t.contains("\"protocol\":\"HTTP/2.0\""))
     });
+}
+
+#[test]
+fn a_browser_loads_a_page_over_http2_with_the_sni_certificate() {
+    need_tools("openssl:openssl", "openssl");
+    let node_dir = browser_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for h in ["a", "b"] {
+        openssl_cert(d, h, &format!("{h}.test"));
+        std::fs::create_dir(d.join(h)).unwrap();
+        std::fs::write(d.join(h).join("index.html"), format!("<p>site {h}</p>\n")).unwrap();
+    }
+    let port = free_port();
+    let mut config = String::from("[[pool]]\nname = \"web\"\n");
+    for h in ["a", "b"] {
+        config.push_str(&format!("[[site]]\nname = \"{h}\"\nbindings = [\"https://127.0.0.1:{port}:{h}.test\"]\nroot = \"{h}\"\ntls = {{ cert = \"{h}.pem\", key = \"{h}.key\" }}\n[[site.app]]\npool = \"web\"\n"));
+    }
+    let _server = Server::with_config(d, &config);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls_browser/load.js");
+    for h in ["a", "b"] {
+        let out = Command::new("node")
+            .arg(&script)
+            .arg(format!("https://{h}.test:{port}/"))
+            .arg(format!("{h}.test"))
+            .env("NODE_PATH", node_dir.join("node_modules"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(seen["protocol"], "h2", "{seen}");
+        assert_eq!(seen["status"], 200, "{seen}");
+        assert_eq!(
+            seen["text"].as_str().unwrap().trim(),
+            format!("site {h}"),
+            "{seen}"
+        );
+    }
+    // The certificate each name got is its own (what the browser accepted is checked here).
+    for h in ["a", "b"] {
+        let out = s_client(port, &["-servername", &format!("{h}.test")]);
+        assert!(out.contains(&format!("subject=CN = {h}.test")), "{out}");
+    }
+}
+
+#[test]
+fn testssl_finds_no_vulnerability_rated_high_or_critical() {
+    need_tools(
+        "openssl:openssl testssl:testssl.sh",
+        "openssl and testssl.sh",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "a", "a.test");
+    std::fs::create_dir(d.join("a")).unwrap();
+    std::fs::write(d.join("a/index.html"), "site a\n").unwrap();
+    let port = free_port();
+    let _server = Server::with_config(
+        d,
+        &format!("[[pool]]\nname = \"web\"\n[[site]]\nbindings = [\"https://127.0.0.1:{port}\"]\nroot = \"a\"\ntls = {{ cert = \"a.pem\", key = \"a.key\" }}\n[[site.app]]\npool = \"web\"\n"),
+    );
+    // Protocols and every vulnerability check (Heartbleed, CCS, ROBOT, renegotiation, CRIME,
+    // BREACH, POODLE, SWEET32, FREAK, DROWN, LOGJAM, BEAST, LUCKY13, RC4, …).
+    let json = d.join("testssl.json");
+    let out = Command::new("testssl")
+        .args([
+            "--quiet",
+            "--color",
+            "0",
+            "--warnings",
+            "off",
+            "--protocols",
+            "--vulnerable",
+            "--jsonfile",
+        ])
+        .arg(&json)
+        .arg(format!("127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    let findings: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|_| {
+            panic!(
+                "testssl wrote no findings: {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        }))
+        .unwrap();
+    assert!(findings.len() > 10, "{findings:?}");
+    let bad: Vec<String> = findings
+        .iter()
+        .filter(|f| matches!(f["severity"].as_str(), Some("HIGH" | "CRITICAL")))
+        .map(|f| format!("{} {}: {}", f["severity"], f["id"], f["finding"]))
+        .collect();
+    assert!(bad.is_empty(), "testssl found: {bad:#?}");
+    for id in ["SSLv2", "SSLv3", "TLS1", "TLS1_1"] {
+        let f = findings
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id} finding"));
+        assert!(
+            f["finding"].as_str().unwrap().contains("not offered"),
+            "{f}"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod apps;
+pub mod browser;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
