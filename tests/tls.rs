@@ -734,3 +734,64 @@ fn testssl_finds_no_vulnerability_rated_high_or_critical() {
         );
     }
 }
+
+#[test]
+fn sites_of_different_pools_share_an_https_address_by_sni() {
+    need_tools("openssl:openssl curl:curl", "openssl and curl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = free_port();
+    let mut config = String::from("[[pool]]\nname = \"one\"\n[[pool]]\nname = \"two\"\n");
+    for (h, pool) in [("a", "one"), ("b", "one"), ("c", "two")] {
+        openssl_cert(d, h, &format!("{h}.test"));
+        config.push_str(&format!("[[site]]\nname = \"{h}\"\nbindings = [\"https://127.0.0.1:{port}:{h}.test\"]\ntls = {{ cert = \"{h}.pem\", key = \"{h}.key\" }}\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n"));
+    }
+    let _server = Server::with_config(d, &config);
+    // Whichever pool's thread accepts it, a connection is served by its name's pool, with its
+    // name's certificate, in HTTP/2 and HTTP/1.1.
+    for round in 0..6 {
+        for (h, pool) in [("a", "one"), ("b", "one"), ("c", "two")] {
+            let version = if round % 2 == 0 {
+                "--http2"
+            } else {
+                "--http1.1"
+            };
+            let (code, body, verbose) = curl(
+                d,
+                &format!("{h}.pem"),
+                &format!("{h}.test"),
+                port,
+                "/",
+                &[version],
+            );
+            assert_eq!(code, 0, "{verbose}");
+            assert!(
+                body.contains(&format!("Hello from {pool}/0/cpu")),
+                "{h}: {body}"
+            );
+        }
+    }
+    // A request naming another pool's site on a connection made for c.test: 421.
+    for version in ["--http2", "--http1.1"] {
+        let (code, _, verbose) = curl(
+            d,
+            "c.pem",
+            "c.test",
+            port,
+            "/",
+            &[version, "-H", &format!("Host: a.test:{port}")],
+        );
+        assert_eq!(code, 0, "{verbose}");
+        assert!(
+            verbose.contains("< HTTP/2 421") || verbose.contains("< HTTP/1.1 421"),
+            "{version}: {verbose}"
+        );
+    }
+    // A site split by path over two pools cannot be https: one line at check.
+    let split = format!("[[pool]]\nname = \"one\"\n[[pool]]\nname = \"two\"\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"a.pem\", key = \"a.key\" }}\n[[site.app]]\npool = \"one\"\n[[site.app]]\npath = \"/api\"\npool = \"two\"\n");
+    let (ok, err) = check(d, &split);
+    assert!(
+        !ok && err.contains("over TLS the pool is chosen by the name in the handshake"),
+        "{err}"
+    );
+}

@@ -374,6 +374,21 @@ impl Service for ThreadService {
         })
     }
 
+    fn hand_off_name(&self, group: usize, name: Option<&str>) -> Option<Handoff> {
+        let g = self.groups.get(group)?;
+        let site = g.only.or_else(|| g.hosts.site(name))?;
+        // The sites of an https address are each served by one pool (checked with the config).
+        let Whole::Other(Some(k)) = self.sites.get(site)?.whole else {
+            return None;
+        };
+        Some(Handoff {
+            targets: Rc::clone(self.handoff.get(k)?),
+            addr: g.addr,
+            hops: 0,
+            client: None,
+        })
+    }
+
     fn group_of(&self, addr: std::net::SocketAddr) -> Option<usize> {
         self.groups.iter().position(|g| g.addr == addr)
     }
@@ -449,6 +464,14 @@ impl Service for ThreadService {
             .get(group)
             .filter(|g| g.tls)
             .and_then(|_| self.sites.get(self.last_site.get())?.hsts.as_deref());
+        // Over TLS a connection belongs to the pool its handshake's name chose: a request
+        // naming another pool's site came to the wrong connection (RFC 9110 §15.5.20).
+        if matches!(app.handler, AppHandler::Elsewhere(_))
+            && self.groups.get(group).is_some_and(|g| g.tls)
+        {
+            resp.error(421);
+            return Reply::Done;
+        }
         let mark = resp.mark();
         let reply = self.answer(app, &path, req, resp);
         if let Some(line) = hsts {

@@ -29,7 +29,28 @@ pub async fn serve_accepted<S: Service + 'static>(
     match env.service.tls(group) {
         None => serve(stream, group, env, carried).await,
         Some(acceptor) => {
-            let handshake = acceptor.clone().accept(stream);
+            let acceptor = acceptor.clone();
+            // TLS bytes read before (by a pool that handed the connection here) are replayed.
+            let mut read = std::mem::take(&mut carried.unread);
+            if env.service.shared(group) {
+                // Another pool's site? Decided by the ClientHello's name, before the handshake.
+                let Ok(name) =
+                    super::sni::client_hello_name(&mut stream, &mut read, env.timeouts.header)
+                        .await
+                else {
+                    return;
+                };
+                if let Some(mut handoff) = env.service.hand_off_name(group, name.as_deref()) {
+                    handoff.hops = carried.hops + 1;
+                    handoff.client = carried.client;
+                    if handoff.hops <= crate::handoff::MAX_HOPS {
+                        let _ = handoff.send(&stream, &read).await;
+                    }
+                    // Handed over, or closed: nothing can be answered before a handshake.
+                    return;
+                }
+            }
+            let handshake = acceptor.accept(super::sni::Rewind::new(read, stream));
             // A failed handshake was answered with its alert by rustls.
             if let Ok(Ok(tls)) = tokio::time::timeout(env.timeouts.header, handshake).await {
                 // ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine.

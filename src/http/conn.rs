@@ -83,6 +83,12 @@ pub trait Service {
         None
     }
 
+    /// On a shared https address: `Some` when the name a TLS client asked for (SNI) belongs
+    /// to another pool's site, before the handshake.
+    fn hand_off_name(&self, _group: usize, _name: Option<&str>) -> Option<crate::handoff::Handoff> {
+        None
+    }
+
     /// Whether some site logs its requests: only then does the loop measure them.
     fn logging(&self) -> bool {
         false
@@ -476,7 +482,14 @@ pub async fn serve<S: Service, C: ClientStream>(
                 }
             }
             let common = env.clock.common().clone();
-            Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf)).unavailable();
+            let mut resp = Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf));
+            if stream.cleartext().is_none() {
+                // Over TLS the pool was chosen by the handshake's name; a request naming
+                // another pool's host was sent to the wrong connection (RFC 9110 §15.5.20).
+                resp.error(421);
+            } else {
+                resp.unavailable();
+            }
             let _ = write_all(&mut stream, &wbuf, &env).await;
             linger_close(stream, &env).await;
             return;

@@ -21,6 +21,7 @@ pub mod h2;
 pub mod proxy_header;
 mod send;
 mod shutdown;
+pub mod sni;
 pub mod stream;
 
 pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};

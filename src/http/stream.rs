@@ -28,9 +28,9 @@ impl ClientStream for TcpStream {
     }
 }
 
-impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+impl ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind> {
     fn socket(&self) -> &TcpStream {
-        self.get_ref().0
+        self.get_ref().0.get_ref()
     }
 
     fn cleartext(&self) -> Option<&TcpStream> {

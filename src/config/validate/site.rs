@@ -168,6 +168,27 @@ impl Validator {
                 self.err(&[Seg::Key("site"), Seg::Index(i), Seg::Key("app")], msg);
             }
         }
+        // Over TLS a connection's pool is chosen by its handshake's name, before any path:
+        // one pool serves the whole site, and it cannot be an application that accepts the
+        // connections itself (it would get the TLS bytes).
+        if let Some(k) = bindings.iter().position(|b| b.tls) {
+            let at_binding = [
+                Seg::Key("site"),
+                Seg::Index(i),
+                Seg::Key("bindings"),
+                Seg::Index(k),
+            ];
+            if let Some(other) = apps.iter().find(|a| a.pool != apps[0].pool) {
+                let msg = format!(
+                    "is https, and site `{name}` sends `{}` to pool `{}` but `{}` to pool `{}`; over TLS the pool is chosen by the name in the handshake, before the path is known: serve the site from one pool, or give the other pool's apps a site (a host name) of their own",
+                    apps[0].path, apps[0].pool, other.path, other.pool
+                );
+                self.err(&at_binding, msg);
+            } else if let Some(a) = apps.iter().find(|a| activated(&a.pool)) {
+                let msg = format!("is https, but pool `{}` uses transport = \"activation\": its application would accept the TLS connections itself; use transport = \"proxy\" (espalier terminates TLS and forwards)", a.pool);
+                self.err(&at_binding, msg);
+            }
+        }
         let proxy_protocol = raw.proxy_protocol.unwrap_or(false);
         if let Some(a) = apps.iter().find(|a| proxy_protocol && activated(&a.pool)) {
             let msg = format!(
@@ -409,15 +430,6 @@ impl Validator {
                     }
                     if b.tls != c.tls {
                         self.err(&path, format!("`{b}` and site `{}`'s `{c}` are the same address, one with TLS and one without; a port speaks one or the other: give each its own port", t.name));
-                        continue;
-                    }
-                    if b.tls
-                        && s.apps
-                            .iter()
-                            .chain(&t.apps)
-                            .any(|a| a.pool != s.apps[0].pool)
-                    {
-                        self.err(&path, format!("`{b}` is shared by sites served by different pools (`{}` and `{}`); https addresses are not handed between pools yet (the TLS handshake happens before the host is known): give each pool its own https address", s.name, t.name));
                         continue;
                     }
                     if s.proxy_protocol != t.proxy_protocol {

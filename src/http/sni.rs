@@ -1,0 +1,134 @@
+//! Choosing a TLS connection's pool before its handshake, by the name in its ClientHello
+//! (SNI), so that sites of different pools can share one https address: the bytes read to
+//! find the name are kept, and replayed to whichever thread does the handshake — here, or in
+//! the pool the connection is handed to with them.
+//!
+//! Owns: reading a ClientHello (with rustls's `Acceptor`, which only parses it) and
+//! [`Rewind`], the stream that replays the bytes read before. Must not touch: the handshake
+//! itself (`tokio-rustls`, in `super::accept`) or which pool serves a name (the service).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The longest ClientHello read before giving up (rustls's own bound on a handshake
+/// message is 64 KiB).
+const MAX_HELLO: usize = 64 << 10;
+
+/// Reads from `stream` (after `read`, the bytes already read) until a whole ClientHello is
+/// there; returns the name it asks for, if any. `Err` when the connection must be closed: not
+/// TLS, a timeout, or the peer gone (an alert rustls wants sent is sent).
+pub async fn client_hello_name(
+    stream: &mut TcpStream,
+    read: &mut Vec<u8>,
+    timeout: Duration,
+) -> Result<Option<String>, ()> {
+    use tokio::io::AsyncWriteExt;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut acceptor = rustls::server::Acceptor::default();
+    let mut fed = 0;
+    loop {
+        while fed < read.len() {
+            match acceptor.read_tls(&mut &read[fed..]) {
+                Ok(n) => fed += n,
+                Err(_) => return Err(()),
+            }
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => {
+                return Ok(accepted.client_hello().server_name().map(str::to_owned));
+            }
+            Ok(None) => {}
+            Err((_, alert)) => {
+                let mut out = Vec::new();
+                let mut alert = alert;
+                let _ = alert.write(&mut out);
+                let _ = stream.write_all(&out).await;
+                return Err(());
+            }
+        }
+        if read.len() >= MAX_HELLO {
+            return Err(());
+        }
+        read.reserve(4096);
+        match tokio::time::timeout_at(deadline, stream.read_buf(read)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err(()),
+        }
+    }
+}
+
+/// A TCP stream that first replays `prefix` (bytes read from it before), then reads on.
+pub struct Rewind {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl Rewind {
+    pub fn new(prefix: Vec<u8>, inner: TcpStream) -> Self {
+        Rewind {
+            prefix,
+            at: 0,
+            inner,
+        }
+    }
+
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.inner
+    }
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.prefix.len() {
+            let n = (self.prefix.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.at += n;
+            if self.at == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.at = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
