@@ -746,7 +746,7 @@ fn sites_of_different_pools_share_an_https_address_by_sni() {
         openssl_cert(d, h, &format!("{h}.test"));
         config.push_str(&format!("[[site]]\nname = \"{h}\"\nbindings = [\"https://127.0.0.1:{port}:{h}.test\"]\ntls = {{ cert = \"{h}.pem\", key = \"{h}.key\" }}\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n"));
     }
-    let _server = Server::with_config(d, &config);
+    let server = Server::with_config(d, &config);
     // Whichever pool's thread accepts it, a connection is served by its name's pool, with its
     // name's certificate, in HTTP/2 and HTTP/1.1.
     for round in 0..6 {
@@ -786,6 +786,21 @@ fn sites_of_different_pools_share_an_https_address_by_sni() {
             verbose.contains("< HTTP/2 421") || verbose.contains("< HTTP/1.1 421"),
             "{version}: {verbose}"
         );
+    }
+    // A stopped pool's https connections are reset (the master has no handshake to answer
+    // 503 in), whichever pool's thread took them; the other pool serves on.
+    let (code, _) = server.post("/pools/two/stop");
+    assert_eq!(code, 200);
+    for _ in 0..4 {
+        let out = s_client(port, &["-servername", "c.test"]);
+        // Not a cleartext answer, which openssl would call a wrong version number.
+        assert!(
+            out.contains("Cipher is (NONE)") && !out.contains("wrong version number"),
+            "{out}"
+        );
+        let (code, body, verbose) = curl(d, "a.pem", "a.test", port, "/", &[]);
+        assert_eq!(code, 0, "{verbose}");
+        assert!(body.contains("Hello from one/0/cpu"), "{body}");
     }
     // A site split by path over two pools cannot be https: one line at check.
     let split = format!("[[pool]]\nname = \"one\"\n[[pool]]\nname = \"two\"\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"a.pem\", key = \"a.key\" }}\n[[site.app]]\npool = \"one\"\n[[site.app]]\npath = \"/api\"\npool = \"two\"\n");

@@ -81,13 +81,22 @@ impl Supervisor {
                         continue;
                     }
                 };
+                // Over TLS the master has no handshake to answer in: a reset, which clients and
+                // load balancers take as the pool's absence at once.
+                let lb_here = if g.routes.tls { LoadBalancer::Tcp } else { lb };
                 responders.push(match &pass_to {
                     Some(path) => tokio::spawn(pass_on(listener, g.addr, path.clone())),
-                    None => tokio::spawn(answer_stopped(listener, lb)),
+                    None => tokio::spawn(answer_stopped(listener, lb_here)),
                 });
             }
         }
         // Connections other pools hand to the stopped one are answered here.
+        let tls_addrs: Vec<std::net::SocketAddr> = self
+            .groups
+            .iter()
+            .filter(|g| g.routes.tls)
+            .map(|g| g.addr)
+            .collect();
         for h in self.handoffs.sockets.iter().filter(|h| h.pool == name) {
             match h
                 .socket
@@ -97,7 +106,9 @@ impl Supervisor {
                     let senders = crate::server::handoffs::senders(&self.config.pools);
                     crate::handoff::Receiver::new(fd, senders)
                 }) {
-                Ok(receiver) => responders.push(tokio::spawn(answer_handed(receiver, lb))),
+                Ok(receiver) => {
+                    responders.push(tokio::spawn(answer_handed(receiver, lb, tls_addrs.clone())))
+                }
                 Err(e) => log(
                     "master",
                     format!(
@@ -333,9 +344,19 @@ async fn answer_stopped(listener: tokio::net::TcpListener, lb: LoadBalancer) {
     }
 }
 
-/// Answers the connections other pools hand to a stopped pool (their request head is read).
-async fn answer_handed(mut receiver: crate::handoff::Receiver, lb: LoadBalancer) {
+/// Answers the connections other pools hand to a stopped pool (their request head is read);
+/// those of an https address (`tls`) are reset.
+async fn answer_handed(
+    mut receiver: crate::handoff::Receiver,
+    lb: LoadBalancer,
+    tls: Vec<std::net::SocketAddr>,
+) {
     while let Ok(got) = receiver.next().await {
+        let lb = if tls.contains(&got.addr) {
+            LoadBalancer::Tcp
+        } else {
+            lb
+        };
         tokio::spawn(answer_one(got.stream, lb, true));
     }
 }
