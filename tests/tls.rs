@@ -527,7 +527,7 @@ fn http2_multiplexes_streams_and_survives_a_rapid_reset_flood() {
     std::fs::write(d.join("a/index.html"), "site a\n").unwrap();
     let big: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i * 13 % 251) as u8).collect();
     std::fs::write(d.join("a/big.bin"), &big).unwrap();
-    let (port, app_port) = (free_port(), free_port());
+    let (port, app_port, h2c_port) = (free_port(), free_port(), free_port());
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
     let config = format!(
         r#"
@@ -540,7 +540,7 @@ environment = {{ SECRET = "{app}" }}
 health = "/healthz"
 [[site]]
 name = "a"
-bindings = ["https://127.0.0.1:{port}:a.test"]
+bindings = ["https://127.0.0.1:{port}:a.test", "http://127.0.0.1:{h2c_port}:a.test"]
 root = "a"
 tls = {{ cert = "a.pem", key = "a.key" }}
 access_log = {{ path = "a.log", format = "json" }}
@@ -598,6 +598,25 @@ pool = "app"
         got.len()
     );
 
+    // Cleartext HTTP/2 with prior knowledge (h2c), beside HTTP/1.1 on the same binding.
+    for (flag, version) in [("--http2-prior-knowledge", "2"), ("--http1.1", "1.1")] {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "10",
+                flag,
+                "-w",
+                "\n%{http_version}",
+                "-H",
+                "Host: a.test",
+            ])
+            .arg(format!("http://127.0.0.1:{h2c_port}/"))
+            .output()
+            .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(body, format!("site a\n\n{version}"), "{flag}");
+    }
     // 100 streams at once on one connection, 1 000 requests, every one answered.
     let out = Command::new("h2load")
         .args(["-n", "1000", "-c", "1", "-m", "100"])

@@ -55,7 +55,7 @@ pub async fn serve_accepted<S: Service + 'static>(
             if let Ok(Ok(tls)) = tokio::time::timeout(env.timeouts.header, handshake).await {
                 // ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine.
                 if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-                    super::h2::serve(tls, group, env, carried).await
+                    super::h2::serve(tls, group, env, carried, true).await
                 } else {
                     serve(tls, group, env, carried).await
                 }

@@ -29,6 +29,9 @@ use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
+/// The first line of HTTP/2's connection preface.
+const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
 /// A file body to send after the response head (large static files), with `sendfile`.
 pub struct FileBody {
     pub file: Rc<std::fs::File>,
@@ -220,7 +223,7 @@ fn is_head(buf: &[u8]) -> bool {
 
 /// Serves one connection until it closes (or is handed to another pool). `carried` is what a
 /// handed-over connection brings: bytes already read from it, served first, and its hops.
-pub async fn serve<S: Service, C: ClientStream>(
+pub async fn serve<S: Service + 'static, C: ClientStream>(
     mut stream: C,
     group: usize,
     env: Rc<ConnEnv<S>>,
@@ -253,6 +256,8 @@ pub async fn serve<S: Service, C: ClientStream>(
     let mut request_started = env.clock.now();
     let mut continue_sent = false;
     let mut pending: Option<Pending> = None;
+    // No request has been parsed yet on this connection (only then may it be h2c).
+    let mut fresh = true;
     // Bytes of a partial head (at the buffer's start) already parsed without completing it.
     let mut head_scanned = 0;
     // The connection's own address, asked of the kernel once, when a request first needs it.
@@ -275,6 +280,8 @@ pub async fn serve<S: Service, C: ClientStream>(
         let mut proxied_facts: Option<OwnedFacts> = None;
         // The request at `consumed` belongs to another pool: the connection goes there.
         let mut handoff: Option<crate::handoff::Handoff> = None;
+        // The connection opened with HTTP/2's preface (h2c).
+        let mut h2c = false;
         match advance_body(&mut pending, &mut rbuf) {
             Ok(true) => {}
             Ok(false) => wait = Wait::Body,
@@ -297,6 +304,12 @@ pub async fn serve<S: Service, C: ClientStream>(
                     [const { MaybeUninit::uninit() }; MAX_HEADERS];
                 let head = match parse_head(&rbuf[consumed..], &env.limits, &mut headers) {
                     Ok(h) => h,
+                    // HTTP/2's connection preface where the first request should be: h2c
+                    // with prior knowledge (RFC 9113 §3.3), taken on a cleartext connection.
+                    Err(_) if fresh && consumed == 0 && rbuf.starts_with(H2_PREFACE_LINE) => {
+                        h2c = true;
+                        break;
+                    }
                     Err(e) => {
                         let head_only = is_head(&rbuf[consumed..]);
                         Responder::new(&mut wbuf, &common, false, 1, head_only).error(e.status());
@@ -304,6 +317,7 @@ pub async fn serve<S: Service, C: ClientStream>(
                         break;
                     }
                 };
+                fresh = false;
                 let Head::Complete {
                     mut request,
                     len,
@@ -447,6 +461,23 @@ pub async fn serve<S: Service, C: ClientStream>(
                 if file.is_some() || wbuf.len() > WRITE_HIGH_WATER {
                     break;
                 }
+            }
+        }
+        if h2c {
+            match stream.into_tcp() {
+                Ok(tcp) => {
+                    let replay = super::sni::Rewind::new(std::mem::take(&mut rbuf), tcp);
+                    let carried = crate::handoff::Carried {
+                        client,
+                        header_read: true,
+                        ..Default::default()
+                    };
+                    // HTTP/2 has its own graceful stop: never idle in the engine's registry.
+                    idle.set(false);
+                    let env = Rc::clone(&env);
+                    return Box::pin(super::h2::serve(replay, group, env, carried, false)).await;
+                }
+                Err(tls) => return linger_close(tls, &env).await,
             }
         }
         if matches!(wait, Wait::Body)

@@ -1,4 +1,5 @@
-//! HTTP/2 over TLS (ALPN `h2`), with the `h2` crate: framing, flow control, HPACK and the
+//! HTTP/2 over TLS (ALPN `h2`), and on cleartext with prior knowledge (h2c: a connection
+//! that opens with the HTTP/2 preface), with the `h2` crate: framing, flow control, HPACK and the
 //! protocol's attack limits are its; each stream is answered by the same service as an
 //! HTTP/1.1 request — espalier's own handlers write their answer as they always do, and a
 //! proxied application gets an HTTP/1.1 request through the same forwarder.
@@ -47,6 +48,7 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
     group: usize,
     env: Rc<ConnEnv<S>>,
     carried: Carried,
+    https: bool,
 ) {
     let client: Rc<str> = Rc::from(super::conn::ip_text(carried.client).as_str());
     let mut builder = h2::server::Builder::new();
@@ -92,6 +94,7 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
                     env: Rc::clone(&env),
                     group,
                     peer: carried.client,
+                    https,
                     client: Rc::clone(&client),
                     _open: Open::take(&open),
                 };
@@ -124,6 +127,8 @@ struct Stream<S> {
     group: usize,
     /// The client, and its address as text (formatted once per connection).
     peer: Option<std::net::SocketAddr>,
+    /// Over TLS (h2), or cleartext with prior knowledge (h2c).
+    https: bool,
     client: Rc<str>,
     _open: Open,
 }
@@ -275,7 +280,7 @@ impl<S: Service + 'static> Stream<S> {
                         false,
                         false,
                         Some(&*self.client).filter(|c| !c.is_empty()),
-                        "https",
+                        if self.https { "https" } else { "http" },
                     );
                     crate::proxy::forward(client, fwd, &route).await;
                 }
@@ -290,7 +295,7 @@ impl<S: Service + 'static> Stream<S> {
                         &crate::proxy::Addresses {
                             peer: self.peer,
                             local: None,
-                            https: true,
+                            https: self.https,
                         },
                     );
                     crate::proxy::fastcgi::forward(client, fwd, &route).await;

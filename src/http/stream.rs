@@ -16,6 +16,12 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// only then may a file go by `sendfile`, a write skip the async machinery, and the
     /// connection be handed to another pool.
     fn cleartext(&self) -> Option<&TcpStream>;
+
+    /// The plain TCP socket itself, for a cleartext connection that turns out to speak
+    /// HTTP/2 (h2c with prior knowledge); a TLS stream is given back.
+    fn into_tcp(self) -> Result<TcpStream, Self>
+    where
+        Self: Sized;
 }
 
 impl ClientStream for TcpStream {
@@ -26,6 +32,10 @@ impl ClientStream for TcpStream {
     fn cleartext(&self) -> Option<&TcpStream> {
         Some(self)
     }
+
+    fn into_tcp(self) -> Result<TcpStream, Self> {
+        Ok(self)
+    }
 }
 
 impl ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind> {
@@ -35,5 +45,9 @@ impl ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind> {
 
     fn cleartext(&self) -> Option<&TcpStream> {
         None
+    }
+
+    fn into_tcp(self) -> Result<TcpStream, Self> {
+        Err(self)
     }
 }
