@@ -45,6 +45,39 @@ fn openssl_cert(dir: &Path, name: &str, host: &str) {
     );
 }
 
+/// For each name `h`: a certificate for `h.test` (`h.pem`, `h.key`) and a document root `h/`
+/// whose index says `site h`.
+fn sites_with_certificates(dir: &Path, names: &[&str]) {
+    for h in names {
+        openssl_cert(dir, h, &format!("{h}.test"));
+        std::fs::create_dir(dir.join(h)).unwrap();
+        std::fs::write(dir.join(h).join("index.html"), format!("site {h}\n")).unwrap();
+    }
+}
+
+/// A 3 MiB file of a repeating pattern at `path` (well above the static handler's in-memory
+/// limit: it goes by pieces over TLS); its bytes.
+fn big_file(path: &Path) -> Vec<u8> {
+    let big: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i * 7 % 251) as u8).collect();
+    std::fs::write(path, &big).unwrap();
+    big
+}
+
+/// The pool of the test app that reports who it is and the scheme it was told
+/// (`{app}` stands for its path).
+const APP_POOL: &str = r#"
+[[pool]]
+name = "app"
+command = ["python3", "{app}"]
+environment = { SECRET = "{app}" }
+health = "/healthz"
+"#;
+
+fn app_pool() -> String {
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
+    APP_POOL.replace("{app}", &app.display().to_string())
+}
+
 /// A self-signed certificate for `host` valid from `from_days` to `to_days` around now.
 fn dated_cert(dir: &Path, name: &str, host: &str, from_days: i64, to_days: i64) {
     let script = format!(
@@ -151,25 +184,14 @@ fn https_with_sni_resumption_and_certificate_reload() {
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for h in ["a", "b", "c"] {
-        openssl_cert(d, h, &format!("{h}.test"));
-        std::fs::create_dir(d.join(h)).unwrap();
-        std::fs::write(d.join(h).join("index.html"), format!("site {h}\n")).unwrap();
-    }
-    // A file well above the static handler's in-memory limit: it goes by pieces over TLS.
-    let big: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i * 7 % 251) as u8).collect();
-    std::fs::write(d.join("a/big.bin"), &big).unwrap();
+    sites_with_certificates(d, &["a", "b", "c"]);
+    let big = big_file(&d.join("a/big.bin"));
     let (port, app_port, http_port) = (free_port(), free_port(), free_port());
-    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
     let config = format!(
         r#"
 [[pool]]
 name = "web"
-[[pool]]
-name = "app"
-command = ["python3", "{app}"]
-environment = {{ SECRET = "{app}" }}
-health = "/healthz"
+{app_pool}
 [[site]]
 name = "a"
 bindings = ["https://127.0.0.1:{port}:a.test", "http://127.0.0.1:{http_port}:a.test"]
@@ -200,7 +222,7 @@ tls = {{ cert = "a.pem", key = "a.key" }}
 [[site.app]]
 pool = "app"
 "#,
-        app = app.display()
+        app_pool = app_pool()
     );
     let server = Server::with_config(d, &config);
     assert!(server
@@ -522,22 +544,14 @@ fn http2_multiplexes_streams_and_survives_a_rapid_reset_flood() {
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    openssl_cert(d, "a", "a.test");
-    std::fs::create_dir(d.join("a")).unwrap();
-    std::fs::write(d.join("a/index.html"), "site a\n").unwrap();
-    let big: Vec<u8> = (0..(3 << 20)).map(|i: u32| (i * 13 % 251) as u8).collect();
-    std::fs::write(d.join("a/big.bin"), &big).unwrap();
+    sites_with_certificates(d, &["a"]);
+    let big = big_file(&d.join("a/big.bin"));
     let (port, app_port, h2c_port) = (free_port(), free_port(), free_port());
-    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
     let config = format!(
         r#"
 [[pool]]
 name = "web"
-[[pool]]
-name = "app"
-command = ["python3", "{app}"]
-environment = {{ SECRET = "{app}" }}
-health = "/healthz"
+{app_pool}
 [[site]]
 name = "a"
 bindings = ["https://127.0.0.1:{port}:a.test", "http://127.0.0.1:{h2c_port}:a.test"]
@@ -557,7 +571,7 @@ tls = {{ cert = "a.pem", key = "a.key" }}
 [[site.app]]
 pool = "app"
 "#,
-        app = app.display()
+        app_pool = app_pool()
     );
     let server = Server::with_config(d, &config);
 
@@ -652,11 +666,7 @@ fn a_browser_loads_a_page_over_http2_with_the_sni_certificate() {
     let node_dir = browser_tools();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for h in ["a", "b"] {
-        openssl_cert(d, h, &format!("{h}.test"));
-        std::fs::create_dir(d.join(h)).unwrap();
-        std::fs::write(d.join(h).join("index.html"), format!("<p>site {h}</p>\n")).unwrap();
-    }
+    sites_with_certificates(d, &["a", "b"]);
     let port = free_port();
     let mut config = String::from("[[pool]]\nname = \"web\"\n");
     for h in ["a", "b"] {
@@ -701,9 +711,7 @@ fn testssl_finds_no_vulnerability_rated_high_or_critical() {
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    openssl_cert(d, "a", "a.test");
-    std::fs::create_dir(d.join("a")).unwrap();
-    std::fs::write(d.join("a/index.html"), "site a\n").unwrap();
+    sites_with_certificates(d, &["a"]);
     let port = free_port();
     let _server = Server::with_config(
         d,
