@@ -837,3 +837,43 @@ fn sites_of_different_pools_share_an_https_address_by_sni() {
         "{err}"
     );
 }
+
+#[test]
+fn an_ocsp_response_is_stapled_to_the_handshake() {
+    need_tools("openssl:openssl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A CA, a leaf it signs, and the CA's OCSP answer that the leaf is good.
+    let sh = |script: &str| {
+        let out = Command::new("bash")
+            .args(["-c", script])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem -days 30 -subj /CN=test-ca");
+    sh("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout a.key -out a.csr -subj /CN=a.test");
+    sh("printf 'subjectAltName=DNS:a.test\\n' > ext && openssl x509 -req -in a.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 20 -extfile ext -out a.pem");
+    sh(
+        r#"serial=$(openssl x509 -in a.pem -noout -serial | cut -d= -f2); end=$(openssl x509 -in a.pem -noout -enddate | cut -d= -f2); printf 'V\t%s\t\t%s\tunknown\t/CN=a.test\n' "$(date -u -d "$end" +%y%m%d%H%M%SZ)" "$serial" > index.txt"#,
+    );
+    sh("openssl ocsp -index index.txt -rsigner ca.pem -rkey ca.key -CA ca.pem -issuer ca.pem -cert a.pem -respout a.ocsp -ndays 1");
+    std::fs::create_dir(d.join("a")).unwrap();
+    std::fs::write(d.join("a/index.html"), "site a\n").unwrap();
+    let port = free_port();
+    let config = |ocsp: &str| {
+        format!("[[pool]]\nname = \"web\"\n[[site]]\nbindings = [\"https://127.0.0.1:{port}:a.test\"]\nroot = \"a\"\ntls = {{ cert = \"a.pem\", key = \"a.key\", ocsp = \"{ocsp}\" }}\n[[site.app]]\npool = \"web\"\n")
+    };
+    // A PEM file where the DER response should be: one line at check.
+    let (ok, err) = check(d, &config("a.pem"));
+    assert!(!ok && err.contains("is not a DER OCSP response"), "{err}");
+    let _server = Server::with_config(d, &config("a.ocsp"));
+    let out = s_client(port, &["-servername", "a.test", "-status"]);
+    assert!(out.contains("OCSP Response Status: successful"), "{out}");
+    assert!(out.contains("Cert Status: good"), "{out}");
+}

@@ -273,7 +273,11 @@ pub struct TlsFiles {
     /// The chain, leaf first.
     pub cert: PathBuf,
     pub key: PathBuf,
-    /// A hash of both files' contents when the config was loaded: a reload that finds new
+    /// A DER OCSP response for the certificate, stapled to handshakes (renewed by whoever
+    /// fetches it, then `espalier reload`); `None` = no stapling.
+    #[serde(default)]
+    pub ocsp: Option<PathBuf>,
+    /// A hash of the files' contents when the config was loaded: a reload that finds new
     /// contents under the same names replaces the workers that serve them.
     #[serde(default)]
     pub fingerprint: u64,

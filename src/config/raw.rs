@@ -132,6 +132,7 @@ pub struct RawApp {
 pub struct RawTls {
     pub cert: Option<String>,
     pub key: Option<String>,
+    pub ocsp: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

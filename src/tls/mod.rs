@@ -66,7 +66,19 @@ pub fn load(files: &TlsFiles, now: SystemTime) -> Result<Loaded, String> {
         .map_err(|e| format!("certificate {cert_path} does not parse: {e}"))?;
     let not_after_secs = parsed.validity().not_after.timestamp();
     let not_after = UNIX_EPOCH + Duration::from_secs(not_after_secs.max(0) as u64);
-    let key = CertifiedKey::new(chain, signing);
+    let mut key = CertifiedKey::new(chain, signing);
+    if let Some(ocsp) = &files.ocsp {
+        let response = std::fs::read(ocsp)
+            .map_err(|e| format!("cannot read the OCSP response {}: {e}", ocsp.display()))?;
+        // An OCSPResponse is a DER SEQUENCE; a PEM or empty file is a mistake to say now.
+        if response.first() != Some(&0x30) {
+            return Err(format!(
+                "{} is not a DER OCSP response; write it with `openssl ocsp … -respout FILE`",
+                ocsp.display()
+            ));
+        }
+        key.ocsp = Some(response);
+    }
     key.keys_match().map_err(|_| {
         format!("private key {key_path} does not belong to certificate {cert_path}; give the key the certificate was issued for")
     })?;
@@ -86,7 +98,10 @@ pub fn load(files: &TlsFiles, now: SystemTime) -> Result<Loaded, String> {
 pub fn fingerprint(files: &TlsFiles) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for path in [&files.cert, &files.key] {
+    for path in [Some(&files.cert), Some(&files.key), files.ocsp.as_ref()]
+        .into_iter()
+        .flatten()
+    {
         std::fs::read(path).unwrap_or_default().hash(&mut h);
     }
     h.finish()

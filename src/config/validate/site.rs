@@ -275,6 +275,7 @@ impl Validator {
         let mut files = TlsFiles {
             cert: base.join(cert),
             key: base.join(key),
+            ocsp: raw.ocsp.map(|o| base.join(o)),
             fingerprint: 0,
         };
         match crate::tls::load(&files, std::time::SystemTime::now()) {
