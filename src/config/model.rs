@@ -277,6 +277,9 @@ pub struct TlsFiles {
     /// fetches it, then `espalier reload`); `None` = no stapling.
     #[serde(default)]
     pub ocsp: Option<PathBuf>,
+    /// The leaf's `notAfter` (Unix seconds) when the config was loaded, for expiry warnings.
+    #[serde(default)]
+    pub not_after: u64,
     /// A hash of the files' contents when the config was loaded: a reload that finds new
     /// contents under the same names replaces the workers that serve them.
     #[serde(default)]

@@ -247,7 +247,10 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
     // Formatted once per connection, for the logs, the apps and the dynamic page.
     let client_text = ip_text(client);
     // Decided once per connection: an address served by one pool never looks for a hand-off.
-    let shared = env.service.shared(group);
+    // A TLS connection cannot change hands (its state is in this process): its pool was
+    // chosen by the handshake's name, and a request naming another pool's host is the
+    // service's to refuse (421), as over HTTP/2.
+    let shared = env.service.shared(group) && stream.cleartext().is_some();
     let mut wbuf: Vec<u8> = Vec::with_capacity(READ_RESERVE);
     let sleep = tokio::time::sleep_until(env.clock.now() + env.timeouts.keepalive);
     tokio::pin!(sleep);
@@ -506,21 +509,14 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
             }
             handoff.hops = hops + 1;
             handoff.client = client;
-            // Only a cleartext connection can change hands (TLS state stays in this process).
+            // Always cleartext here (`shared` is false over TLS).
             if let Some(tcp) = stream.cleartext() {
                 if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(tcp, &rbuf).await {
                     return;
                 }
             }
             let common = env.clock.common().clone();
-            let mut resp = Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf));
-            if stream.cleartext().is_none() {
-                // Over TLS the pool was chosen by the handshake's name; a request naming
-                // another pool's host was sent to the wrong connection (RFC 9110 §15.5.20).
-                resp.error(421);
-            } else {
-                resp.unavailable();
-            }
+            Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf)).unavailable();
             let _ = write_all(&mut stream, &wbuf, &env).await;
             linger_close(stream, &env).await;
             return;

@@ -161,7 +161,7 @@ impl<S: Service + 'static> Stream<S> {
             let Ok(chunk) = chunk else { return };
             let _ = recv.flow_control().release_capacity(chunk.len());
             if (body.len() + chunk.len()) as u64 > env.limits.max_body_size {
-                let _ = send_error(&mut respond, env, 413);
+                let _ = send_error(&mut respond, env, 413).await;
                 return;
             }
             body.extend_from_slice(&chunk);
@@ -185,7 +185,7 @@ impl<S: Service + 'static> Stream<S> {
             });
         }
         if headers.len() > MAX_HEADERS.min(env.limits.max_headers) || !path.starts_with('/') {
-            let _ = send_error(&mut respond, env, 400);
+            let _ = send_error(&mut respond, env, 400).await;
             return;
         }
         let method_text = parts.method.as_str();
@@ -477,23 +477,16 @@ async fn send_answer(
     Some(())
 }
 
-/// espalier's own error answer on a stream.
-fn send_error<S>(respond: &mut SendResponse<Bytes>, env: &ConnEnv<S>, status: u16) -> Option<()> {
+/// espalier's own error answer on a stream, written and sent as its handlers' are.
+async fn send_error<S>(
+    respond: &mut SendResponse<Bytes>,
+    env: &ConnEnv<S>,
+    status: u16,
+) -> Option<()> {
     let mut out = Vec::with_capacity(256);
     {
         let common = env.clock.common();
         Responder::new(&mut out, &common, true, 1, false).error(status);
     }
-    let mut hs = [httparse::EMPTY_HEADER; 32];
-    let mut r = httparse::Response::new(&mut hs);
-    let httparse::Status::Complete(head_len) = r.parse(&out).ok()? else {
-        return None;
-    };
-    let mut response = http::Response::builder().status(status);
-    for h in r.headers.iter().filter(|h| !connection_specific(h.name)) {
-        response = response.header(h.name, h.value);
-    }
-    let mut send = respond.send_response(response.body(()).ok()?, false).ok()?;
-    send.send_data(Bytes::copy_from_slice(&out[head_len..]), true)
-        .ok()
+    send_answer(respond, &out, None, false).await
 }

@@ -177,6 +177,17 @@ mod tests {
         assert_eq!(parse(b"PROXY TCP4 192.0.2.7"), Parsed::Incomplete);
         assert_eq!(parse(b"\r\n\r\n\0\r\nQU"), Parsed::Incomplete);
         assert_eq!(parse(b"P"), Parsed::Incomplete);
+        // Hostile lengths: a v1 line past its 107-byte bound without CRLF, and a v2 header
+        // whose declared length is never sent are bounded (the first refused, the second
+        // waited for only up to the header timeout and MAX_HEADER bytes).
+        let mut long = b"PROXY TCP4 ".to_vec();
+        long.extend_from_slice(&[b'1'; 200]);
+        assert_eq!(parse(&long), Parsed::Invalid);
+        let mut huge = v2(1, 0x11, &[0; 12]);
+        huge[14..16].copy_from_slice(&u16::MAX.to_be_bytes());
+        assert_eq!(parse(&huge), Parsed::Incomplete);
+        huge.resize(MAX_HEADER, 0);
+        assert!(matches!(parse(&huge), Parsed::Header { len, .. } if len == MAX_HEADER));
         assert_eq!(parse(b"G"), Parsed::Invalid);
         assert_eq!(parse(b"GET / HTTP/1.1\r\n\r\n"), Parsed::Invalid);
         assert_eq!(

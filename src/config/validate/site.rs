@@ -276,10 +276,15 @@ impl Validator {
             cert: base.join(cert),
             key: base.join(key),
             ocsp: raw.ocsp.map(|o| base.join(o)),
+            not_after: 0,
             fingerprint: 0,
         };
         match crate::tls::load(&files, std::time::SystemTime::now()) {
-            Ok(_) => {
+            Ok(loaded) => {
+                files.not_after = loaded
+                    .not_after
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
                 files.fingerprint = crate::tls::fingerprint(&files);
                 Some(files)
             }
