@@ -2,7 +2,8 @@
 //! three sites on one address, TLS 1.2 and 1.3 only, ALPN, session resumption, keep-alive
 //! and a large file over TLS, a proxied app told the scheme, certificate reload (a new one
 //! served, a bad one refused while the old keeps serving), and every bad certificate as one
-//! line at `check`. Certificates are made by openssl (and python3-cryptography for dates
+//! line at `check`; and `espalier bench` over HTTPS/1.1, HTTP/2 and h2c, checked against the
+//! server's access log. Certificates are made by openssl (and python3-cryptography for dates
 //! openssl cannot set) in the test.
 
 mod common;
@@ -890,4 +891,174 @@ fn an_ocsp_response_is_stapled_to_the_handshake() {
     let out = s_client(port, &["-servername", "a.test", "-status"]);
     assert!(out.contains("OCSP Response Status: successful"), "{out}");
     assert!(out.contains("Cert Status: good"), "{out}");
+}
+
+/// `espalier bench` with `args` (and `--json`): its exit, result and stderr.
+fn bench_json(args: &[&str]) -> (serde_json::Value, String) {
+    let out = espalier(&[&["bench", "--json"][..], args].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "espalier bench {args:?}: {stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
+}
+
+/// The access-log lines of `log` with this protocol, once the log holds `at_least` lines.
+fn logged_with_protocol(log: &Path, at_least: usize, protocol: &str) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.lines().count() >= at_least || std::time::Instant::now() > deadline {
+            let needle = format!("\"protocol\":\"{protocol}\"");
+            return text.lines().filter(|l| l.contains(&needle)).count();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_load_generator_speaks_https_and_http2() {
+    need_tools("openssl:openssl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    sites_with_certificates(d, &["a", "b"]);
+    let (port, h2c_port) = (free_port(), free_port());
+    let mut config = String::from("[[pool]]\nname = \"web\"\n");
+    for h in ["a", "b"] {
+        config += &format!(
+            r#"
+[[site]]
+name = "{h}"
+bindings = ["https://127.0.0.1:{port}:{h}.test", "http://127.0.0.1:{h2c_port}:{h}.test"]
+root = "{h}"
+tls = {{ cert = "{h}.pem", key = "{h}.key" }}
+access_log = {{ path = "{h}.log", format = "json" }}
+[[site.app]]
+pool = "web"
+"#
+        );
+    }
+    let server = Server::with_config(d, &config);
+    let url = format!("https://127.0.0.1:{port}/");
+    let ca = |h: &str| d.join(format!("{h}.pem")).to_string_lossy().to_string();
+    let (a_ca, b_ca) = (ca("a"), ca("b"));
+
+    // HTTPS/1.1, the name from -H Host: only a's certificate is trusted, so the server must
+    // have chosen it by SNI.
+    let common = ["-n", "300", "-c", "3", "-t", "2"];
+    let (r, _) = bench_json(
+        &[
+            &[url.as_str(), "-H", "Host: a.test", "--cacert", &a_ca][..],
+            &common,
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        (r["requests"].as_u64(), r["errors"].as_u64()),
+        (Some(300), Some(0)),
+        "{r}"
+    );
+    assert!(
+        r["bytes"].as_u64().unwrap() > 300 * "site a\n".len() as u64,
+        "{r}"
+    );
+    assert_eq!(logged_with_protocol(&d.join("a.log"), 300, "HTTP/1.1"), 300);
+
+    // HTTP/2 over TLS, 10 concurrent streams per connection, to b by SNI.
+    let (r, _) = bench_json(
+        &[
+            &[
+                url.as_str(),
+                "-H",
+                "Host: b.test",
+                "--cacert",
+                &b_ca,
+                "--h2",
+                "--streams",
+                "10",
+            ][..],
+            &["-n", "500", "-c", "2"],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        (r["requests"].as_u64(), r["errors"].as_u64()),
+        (Some(500), Some(0)),
+        "{r}"
+    );
+    assert_eq!(logged_with_protocol(&d.join("b.log"), 500, "HTTP/2.0"), 500);
+
+    // h2c with prior knowledge on the cleartext binding.
+    let h2c = format!("http://127.0.0.1:{h2c_port}/");
+    let (r, _) = bench_json(&[
+        h2c.as_str(),
+        "-H",
+        "Host: a.test",
+        "--h2",
+        "-n",
+        "200",
+        "-c",
+        "2",
+    ]);
+    assert_eq!(
+        (r["requests"].as_u64(), r["errors"].as_u64()),
+        (Some(200), Some(0)),
+        "{r}"
+    );
+    assert_eq!(logged_with_protocol(&d.join("a.log"), 500, "HTTP/2.0"), 200);
+
+    // The open loop over HTTP/2 and -k: every scheduled request answered.
+    let (r, _) = bench_json(&[
+        url.as_str(),
+        "-H",
+        "Host: a.test",
+        "-k",
+        "--h2",
+        "--rate",
+        "200",
+        "-d",
+        "1s",
+        "-c",
+        "2",
+    ]);
+    assert!(r["requests"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["errors"].as_u64(), Some(0), "{r}");
+
+    // A certificate the client cannot trust: each connection gives up at once, counted as a
+    // connect error, and stderr says why and what to give — no endless retrying.
+    for trust in [&["--cacert", b_ca.as_str()][..], &[]] {
+        let (r, stderr) = bench_json(
+            &[
+                &[url.as_str(), "-H", "Host: a.test", "-n", "50", "-c", "2"][..],
+                trust,
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            (
+                r["requests"].as_u64(),
+                r["errors_by_kind"]["connect"].as_u64()
+            ),
+            (Some(0), Some(2)),
+            "{r}"
+        );
+        assert!(
+            stderr.contains("certificate is refused") && stderr.contains("--insecure"),
+            "{stderr}"
+        );
+    }
+    // A bad --cacert is one line before any load.
+    let out = espalier(&[
+        "bench",
+        url.as_str(),
+        "--cacert",
+        "/nonexistent.pem",
+        "-n",
+        "1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("--cacert: cannot read certificates from /nonexistent.pem"),
+        "{stderr}"
+    );
+    drop(server);
 }

@@ -1,4 +1,4 @@
-//! `espalier bench`: an HTTP/1.1 load generator — the case study's WCAT and the static
+//! `espalier bench`: an HTTP/1.1 and HTTP/2 load generator, over TCP or TLS — the case study's WCAT and the static
 //! benchmark's weighttp, cheap enough never to be the bottleneck.
 //!
 //! Owns: generating load and measuring it. Each client thread has its own single-threaded
@@ -21,18 +21,20 @@
 
 //!
 //! The files: [`options`] (what to load), `run` (the threads and the measured window), `state`
-//! (what a thread's connections share),
-//! `connection` (one connection's loop), `response` (the response scanner), [`result`]
-//! (counts, errors and the histogram, printable and mergeable).
+//! (what a thread's connections share), `transport` (TCP and TLS), `connection` (one
+//! HTTP/1.1 connection's loop), `h2` (one HTTP/2 connection's streams), `response` (the
+//! response scanner), [`result`] (counts, errors and the histogram, printable and mergeable).
 
 mod connection;
+mod h2;
 pub mod options;
 mod response;
 pub mod result;
 mod run;
 mod state;
+mod transport;
 
-pub use options::{parse_sweep, BenchOptions, Target};
+pub use options::{parse_sweep, BenchOptions, Target, Trust};
 pub use run::run;
 
 #[cfg(test)]
@@ -51,7 +53,14 @@ mod tests {
         assert_eq!((t.addr.port(), t.path.as_str(), t.weight), (80, "/", 2));
         let t = Target::parse("http://[::1]:81/x", 1).unwrap();
         assert_eq!(t.addr, "[::1]:81".parse().unwrap());
-        assert!(Target::parse("https://x/", 1).is_err());
+        let t = Target::parse("https://127.0.0.1/x", 1).unwrap();
+        assert_eq!(
+            (t.addr.port(), t.tls, t.host.as_str()),
+            (443, true, "127.0.0.1")
+        );
+        let t = Target::parse("https://[::1]:8443/", 1).unwrap();
+        assert_eq!((t.addr.port(), t.host.as_str()), (8443, "::1"));
+        assert!(Target::parse("ftp://x/", 1).is_err());
         assert!(Target::parse("http:///", 1).is_err());
     }
 

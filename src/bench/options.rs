@@ -1,5 +1,6 @@
 //! What `espalier bench` loads and how: targets (resolved URLs with weights), connections,
-//! threads, duration or count, open or closed loop — and the sweep syntax.
+//! threads, duration or count, open or closed loop, HTTP/1.1 or HTTP/2, which certificates to
+//! trust over TLS — and the sweep syntax.
 //!
 //! Owns: the options and their validation. Must not touch: running the load.
 
@@ -33,6 +34,23 @@ pub struct BenchOptions {
     /// Begin the load at this wall-clock time (`--start-at`), so runs on several client
     /// machines begin together; `None` = at once.
     pub start_at: Option<std::time::SystemTime>,
+    /// Speak HTTP/2: over TLS by ALPN, over cleartext with prior knowledge (h2c). Each
+    /// connection carries `pipeline` concurrent streams.
+    pub h2: bool,
+    /// Which server certificates to believe over `https://`.
+    pub trust: Trust,
+}
+
+/// Which server certificates the load generator believes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// The system's CA bundle (Debian's `ca-certificates`).
+    System,
+    /// These PEM files' certificates (`--cacert`), for a private CA or a self-signed server.
+    CaFiles(Vec<std::path::PathBuf>),
+    /// Any certificate (`--insecure`, as `curl -k`): the handshake's signatures are still
+    /// checked, so the server does the same work as for a verifying client.
+    Insecure,
 }
 
 /// One URL to load, resolved.
@@ -43,14 +61,20 @@ pub struct Target {
     pub host_header: String,
     pub path: String,
     pub weight: u32,
+    /// `https://`: TLS to the server.
+    pub tls: bool,
+    /// The host of the URL, without port or brackets: the TLS server name.
+    pub host: String,
 }
 
 impl Target {
-    /// Parses `http://host[:port]/path` and resolves the host once.
+    /// Parses `http[s]://host[:port]/path` and resolves the host once.
     pub fn parse(url: &str, weight: u32) -> Result<Target, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("`{url}`: only http:// URLs are supported"))?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(format!("`{url}`: give an http:// or https:// URL")),
+        };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -66,7 +90,7 @@ impl Target {
         let with_port = if has_port {
             authority.to_string()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{}", if tls { 443 } else { 80 })
         };
         let addr = with_port
             .to_socket_addrs()
@@ -79,7 +103,17 @@ impl Target {
             host_header: authority.to_string(),
             path: path.to_string(),
             weight: weight.max(1),
+            tls,
+            host: host_of(authority).to_string(),
         })
+    }
+}
+
+/// The host of an authority (`host`, `host:port`, `[v6]:port`), without port or brackets.
+pub(crate) fn host_of(authority: &str) -> &str {
+    match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
     }
 }
 
@@ -104,7 +138,19 @@ impl BenchOptions {
             body: Vec::new(),
             progress: false,
             start_at: None,
+            h2: false,
+            trust: Trust::System,
         }
+    }
+
+    /// The name a target's server is asked for over TLS (SNI) and its certificate checked
+    /// against: a `-H 'Host: …'` names the site, as it does for the request, so
+    /// `https://127.0.0.1:8443/ -H 'Host: shop.example'` loads shop's certificate and pages.
+    pub(super) fn server_name<'a>(&'a self, t: &'a Target) -> &'a str {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .map_or(t.host.as_str(), |(_, v)| host_of(v))
     }
 
     /// The request bytes for a target, built once.

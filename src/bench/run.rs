@@ -5,9 +5,11 @@
 //! a connection's protocol (see [`super::connection`]).
 
 use super::connection::connection;
+use super::h2::{h2_connection, H2Request};
 use super::options::BenchOptions;
 use super::result::BenchResult;
 use super::state::ThreadState;
+use super::transport::Connector;
 use crate::cpuset::CpuSet;
 use crate::http::clock::Clock;
 use std::cell::{Cell, RefCell};
@@ -22,6 +24,8 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult, String> {
     if opts.targets.is_empty() {
         return Err("no URL to load".into());
     }
+    // The trusted certificates are read once, before any load.
+    let tls = super::transport::client_config(opts)?;
     let threads = opts.threads.max(1).min(opts.connections.max(1));
     let connections = opts.connections.max(1);
     let progress: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
@@ -51,11 +55,20 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult, String> {
             .filter(|c| !c.is_empty())
             .map(|c| c.as_slice()[t % c.len()]);
         let opts = opts.clone();
+        let tls = tls.clone();
         let counter = Arc::clone(counter);
         handles.push(
             std::thread::Builder::new()
                 .name(format!("bench-{t}"))
-                .spawn(move || client_thread(&opts, conns, first_conn, quota, cpu, start, counter))
+                .spawn(move || {
+                    let placement = ThreadPlacement {
+                        conns,
+                        first_conn,
+                        quota,
+                        cpu,
+                    };
+                    client_thread(opts, tls, placement, start, counter)
+                })
                 .map_err(|e| format!("cannot start a client thread: {e}"))?,
         );
     }
@@ -97,16 +110,35 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult, String> {
     Ok(total)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn client_thread(
-    opts: &BenchOptions,
+/// A client thread's share of the load.
+struct ThreadPlacement {
     conns: usize,
     first_conn: usize,
     quota: Option<u64>,
     cpu: Option<u32>,
+}
+
+fn client_thread(
+    opts: BenchOptions,
+    tls: Option<rustls::ClientConfig>,
+    ThreadPlacement {
+        conns,
+        first_conn,
+        quota,
+        cpu,
+    }: ThreadPlacement,
     start: std::time::Instant,
     progress: Arc<AtomicU64>,
 ) -> Result<BenchResult, String> {
+    let opts = Rc::new(opts);
+    let connector = Rc::new(Connector::new(&opts, tls.as_ref())?);
+    let h2_requests = if opts.h2 {
+        (0..opts.targets.len())
+            .map(|t| H2Request::new(&opts, t).map(Rc::new))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
     if let Some(cpu) = cpu {
         crate::os::numa::set_thread_affinity(0, &CpuSet::from_ids([cpu]))
             .map_err(|e| format!("cannot pin a client thread to CPU {cpu}: {e}"))?;
@@ -139,6 +171,7 @@ fn client_thread(
             progress,
             responses: Cell::new(0),
             quota_done_at: Cell::new(None),
+            told_refusal: Cell::new(false),
         });
         tokio::task::spawn_local(Rc::clone(&state.clock).run());
         // Connections go to targets in proportion to their weights.
@@ -153,13 +186,26 @@ fn client_thread(
         for c in 0..conns {
             let target = table[(first_conn + c) % table.len()];
             let state = Rc::clone(&state);
-            let opts = opts.clone();
+            let opts = Rc::clone(&opts);
+            let connector = Rc::clone(&connector);
+            let h2_request = h2_requests.get(target).map(Rc::clone);
             // Stagger open-loop schedules so connections do not fire in lockstep.
             let offset = per_conn_rate.map_or(Duration::ZERO, |r| {
                 Duration::from_secs_f64((c as f64 / conns as f64) / r)
             });
+            let first_send = start + offset;
             tasks.push(tokio::task::spawn_local(async move {
-                connection(&opts, target, &state, per_conn_rate, start + offset).await;
+                match h2_request {
+                    Some(request) => {
+                        let rate = per_conn_rate;
+                        h2_connection(opts, target, state, request, rate, first_send, connector)
+                            .await
+                    }
+                    None => {
+                        connection(&opts, target, &state, per_conn_rate, first_send, &connector)
+                            .await
+                    }
+                }
             }));
         }
         for t in tasks {

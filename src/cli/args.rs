@@ -183,7 +183,7 @@ pub struct ServeArgs {
 pub struct BenchArgs {
     #[command(subcommand)]
     pub action: Option<BenchAction>,
-    /// URLs to load (http:// only). Connections are spread over them by --weights.
+    /// URLs to load (http:// or https://). Connections are spread over them by --weights.
     #[arg(required = true, value_name = "URL")]
     pub urls: Vec<String>,
     /// Exactly this many measured requests (instead of --duration).
@@ -204,9 +204,18 @@ pub struct BenchArgs {
     /// A new connection for every request.
     #[arg(long)]
     pub no_keepalive: bool,
-    /// Requests in flight per connection.
-    #[arg(long, value_name = "K", default_value_t = 1)]
+    /// Requests in flight per connection (with --h2: concurrent streams).
+    #[arg(long, visible_alias = "streams", value_name = "K", default_value_t = 1)]
     pub pipeline: usize,
+    /// Speak HTTP/2: over https:// by ALPN, over http:// with prior knowledge (h2c).
+    #[arg(long)]
+    pub h2: bool,
+    /// Trust the CA certificates in this PEM file (repeatable) instead of the system's.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub cacert: Vec<PathBuf>,
+    /// Believe any server certificate (as `curl -k`), for self-signed test servers.
+    #[arg(short = 'k', long)]
+    pub insecure: bool,
     /// Relative share of connections per URL, in URL order (`3,1`).
     #[arg(long, value_name = "W,W,…")]
     pub weights: Option<String>,

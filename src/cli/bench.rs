@@ -53,13 +53,28 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
     o.timeout = duration_arg("--timeout", &a.timeout)?;
     o.keepalive = !a.no_keepalive;
     o.pipeline = a.pipeline;
+    o.h2 = a.h2;
+    if a.h2 && a.no_keepalive {
+        return Err(
+            "--no-keepalive: HTTP/2 connections carry many requests; drop --no-keepalive or --h2"
+                .into(),
+        );
+    }
+    o.trust = if a.insecure {
+        crate::bench::Trust::Insecure
+    } else if a.cacert.is_empty() {
+        crate::bench::Trust::System
+    } else {
+        crate::bench::Trust::CaFiles(a.cacert.clone())
+    };
     if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
             return Err("--rate must be a number of requests per second above 0".into());
         }
         if a.pipeline > 1 {
             return Err(
-                "--rate sends one request at a time per connection; drop --pipeline".into(),
+                "--rate sends one request at a time per connection; drop --pipeline/--streams"
+                    .into(),
             );
         }
     }
