@@ -220,6 +220,7 @@ pool = "web"
 name = "app"
 bindings = ["https://127.0.0.1:{app_port}"]
 tls = {{ cert = "a.pem", key = "a.key" }}
+hsts = "max-age=300"
 [[site.app]]
 pool = "app"
 "#,
@@ -272,6 +273,29 @@ pool = "app"
     let r = http("c.test", "/");
     assert_eq!(r.status, 200);
     assert_eq!(r.header("strict-transport-security"), None);
+    // A proxied app's answers get the site's HSTS too, over HTTP/1.1 and HTTP/2, unless the
+    // app sets its own.
+    for (path, version, policy) in [
+        ("/", "--http1.1", "max-age=300"),
+        ("/", "--http2", "max-age=300"),
+        ("/own-hsts", "--http1.1", "max-age=1"),
+        ("/own-hsts", "--http2", "max-age=1"),
+    ] {
+        let (code, _, verbose) = curl(d, "a.pem", "a.test", app_port, path, &[version]);
+        let lines: Vec<&str> = verbose
+            .lines()
+            .filter(|l| {
+                l.to_ascii_lowercase()
+                    .starts_with("< strict-transport-security:")
+            })
+            .collect();
+        assert_eq!(code, 0, "{verbose}");
+        assert_eq!(lines.len(), 1, "{path} {version}: {verbose}");
+        assert!(
+            lines[0].trim_end().ends_with(policy),
+            "{path} {version}: {verbose}"
+        );
+    }
     let r = http("a.test", "/x/y?z=1");
     assert_eq!(r.status, 308);
     assert_eq!(

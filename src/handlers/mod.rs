@@ -56,7 +56,7 @@ struct Site {
     /// host alone, without choosing the app.
     whole: Whole,
     /// Its `Strict-Transport-Security: …\r\n` line, added to its answers over TLS.
-    hsts: Option<Box<[u8]>>,
+    hsts: Option<Rc<[u8]>>,
     /// With `redirect_to_https`: the https port its cleartext requests are sent to.
     to_https: Option<u16>,
 }
@@ -223,11 +223,10 @@ impl ThreadService {
                 } else {
                     Whole::Split
                 };
-                let hsts = s.hsts.as_ref().map(|v| {
-                    format!("Strict-Transport-Security: {v}\r\n")
-                        .into_bytes()
-                        .into_boxed_slice()
-                });
+                let hsts = s
+                    .hsts
+                    .as_ref()
+                    .map(|v| Rc::from(format!("Strict-Transport-Security: {v}\r\n").as_bytes()));
                 let to_https = s
                     .bindings
                     .iter()
@@ -421,6 +420,13 @@ impl Service for ThreadService {
         }
     }
 
+    fn hsts_line(&self, group: usize) -> Option<Rc<[u8]>> {
+        self.groups
+            .get(group)
+            .filter(|g| g.tls)
+            .and_then(|_| self.sites.get(self.last_site.get())?.hsts.clone())
+    }
+
     fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<ProxyTarget> {
         if !self.proxies {
             return None;
@@ -459,11 +465,7 @@ impl Service for ThreadService {
             }
         };
         // Over TLS, the site's HSTS line goes into whatever its handler answers.
-        let hsts = self
-            .groups
-            .get(group)
-            .filter(|g| g.tls)
-            .and_then(|_| self.sites.get(self.last_site.get())?.hsts.as_deref());
+        let hsts = self.hsts_line(group);
         // Over TLS a connection belongs to the pool its handshake's name chose: a request
         // naming another pool's site came to the wrong connection (RFC 9110 §15.5.20).
         if matches!(app.handler, AppHandler::Elsewhere(_))
@@ -475,7 +477,7 @@ impl Service for ThreadService {
         let mark = resp.mark();
         let reply = self.answer(app, &path, req, resp);
         if let Some(line) = hsts {
-            resp.insert_header_line(mark, line);
+            resp.insert_header_line(mark, &line);
         }
         reply
     }

@@ -58,6 +58,13 @@ pub trait Service {
         None
     }
 
+    /// The `Strict-Transport-Security` line of the site the last request of `group` was
+    /// routed to, when `group` is TLS and the site has `hsts`: added to its answers, the
+    /// proxied apps' too.
+    fn hsts_line(&self, _group: usize) -> Option<std::rc::Rc<[u8]>> {
+        None
+    }
+
     /// Whether requests on `group` may belong to another pool (a shared address): only then
     /// is [`Self::hand_off`] asked.
     fn shared(&self, _group: usize) -> bool {
@@ -281,6 +288,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
         // A request taken by a proxied app: its head is consumed, its body follows.
         let mut proxied: Option<Proxied> = None;
         let mut proxied_facts: Option<OwnedFacts> = None;
+        let mut proxied_fields: Option<Rc<[u8]>> = None;
         // The request at `consumed` belongs to another pool: the connection goes there.
         let mut handoff: Option<crate::handoff::Handoff> = None;
         // The connection opened with HTTP/2's preface (h2c).
@@ -342,6 +350,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                     }
                 }
                 if let Some(target) = env.service.proxy_route(group, &request) {
+                    proxied_fields = env.service.hsts_line(group);
                     if logging && env.service.wants_log() {
                         proxied_facts = Some(OwnedFacts::of(&request));
                     }
@@ -535,6 +544,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
                 report: &report,
+                added_fields: proxied_fields.as_deref().unwrap_or_default(),
             };
             // Boxed: the forwarding state lives on the heap only while a request is proxied,
             // so a connection that serves files keeps a small future.

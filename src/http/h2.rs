@@ -262,6 +262,7 @@ impl<S: Service + 'static> Stream<S> {
         let (mut ours, mut theirs) = tokio::io::duplex(PIECE);
         let mut rbuf = request.body.to_vec();
         let framing = Framing::Length(rbuf.len() as u64);
+        let added_fields = env.service.hsts_line(self.group);
         let forwarding = async move {
             let client = crate::proxy::Client {
                 stream: &mut ours,
@@ -271,6 +272,7 @@ impl<S: Service + 'static> Stream<S> {
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
                 report,
+                added_fields: added_fields.as_deref().unwrap_or_default(),
             };
             match target {
                 ProxyTarget::Http(route) => {

@@ -181,6 +181,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         clock,
         body_timeout,
         report,
+        added_fields,
         ..
     } = client;
     let (minor, head_only) = (req.client_minor, req.head_only);
@@ -296,6 +297,9 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         out.extend_from_slice(f.value);
         out.extend_from_slice(b"\r\n");
     }
+    super::forward::add_fields(&mut out, added_fields, |name| {
+        fields.iter().any(|f| f.name.eq_ignore_ascii_case(name))
+    });
     match framing {
         ClientFraming::Length(n) => {
             out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())

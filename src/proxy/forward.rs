@@ -46,6 +46,20 @@ pub struct Client<'a, C> {
     pub body_timeout: Duration,
     /// What was answered, for the access log.
     pub report: &'a Report,
+    /// Field lines espalier adds to the app's answer (the site's HSTS over TLS), unless the
+    /// app sent a field of that name itself; empty for none.
+    pub added_fields: &'a [u8],
+}
+
+/// Appends `added` (whole `Name: value\r\n` lines) to a response head, but not the lines
+/// whose field the app already sent: an app that sets its own policy keeps it.
+pub(super) fn add_fields(out: &mut Vec<u8>, added: &[u8], mut sent: impl FnMut(&str) -> bool) {
+    for line in added.split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if !std::str::from_utf8(name).is_ok_and(&mut sent) {
+            out.extend_from_slice(line);
+        }
+    }
 }
 
 /// What a forwarded request was answered: filled in as the answer goes out.
@@ -128,6 +142,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         max_framing,
         body_timeout,
         report,
+        added_fields,
     } = client;
     let settings = route.settings;
     let (minor, head_only) = (req.client_minor, req.head_only);
@@ -245,6 +260,11 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if let Some(line) = &route.worker_line {
         out.extend_from_slice(line.as_bytes());
     }
+    add_fields(&mut out, added_fields, |name| {
+        resp.headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case(name))
+    });
     match kind {
         BodyKind::Length(n) => {
             push_field(&mut out, "Content-Length", itoa::Buffer::new().format(n))

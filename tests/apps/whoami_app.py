@@ -1,6 +1,6 @@
 """A test app that says who it runs as and what it may read: its uid, gid, groups and
 NoNewPrivs (from /proc/self/status), whether it can open the file named by SECRET, and the
-X-Forwarded-Proto it was sent.
+X-Forwarded-Proto it was sent. /own-hsts sets its own Strict-Transport-Security.
 Listens on 127.0.0.1:$PORT; /healthz answers ok."""
 import http.server
 import os
@@ -31,6 +31,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 f"proto={self.headers.get('X-Forwarded-Proto')}\n"
             ).encode()
         self.send_response(200)
+        if self.path == "/own-hsts":
+            self.send_header("Strict-Transport-Security", "max-age=1")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
