@@ -1086,3 +1086,60 @@ pool = "web"
     );
     drop(server);
 }
+
+#[test]
+fn an_idle_http2_connection_is_closed_after_the_keepalive_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "hi\n").unwrap();
+    let port = free_port();
+    let config = format!(
+        r#"
+[server.limits]
+keepalive_timeout = "1s"
+[[pool]]
+name = "web"
+[[site]]
+bindings = ["http://127.0.0.1:{port}"]
+root = "www"
+[[site.app]]
+pool = "web"
+"#
+    );
+    let _server = Server::with_config(d, &config);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
+        let driver = tokio::spawn(conn);
+        // A request answered at once (no body), and one with a body (answered by a task of
+        // its own): after both, the connection is idle.
+        for body in ["", "x=1"] {
+            let req = http::Request::post(format!("http://127.0.0.1:{port}/"))
+                .body(())
+                .unwrap();
+            send = send.ready().await.unwrap();
+            let (response, mut out) = send.send_request(req, body.is_empty()).unwrap();
+            if !body.is_empty() {
+                out.send_data(bytes::Bytes::from(body), true).unwrap();
+            }
+            let response = response.await.unwrap();
+            assert_eq!(response.status(), 405, "a file does not take POST");
+            let mut recv = response.into_body();
+            while let Some(chunk) = recv.data().await {
+                chunk.unwrap();
+            }
+        }
+        // The server closes the idle connection (GOAWAY, then the socket) after about the
+        // keep-alive timeout; the client keeps its side open until then.
+        let ended = tokio::time::timeout(Duration::from_secs(6), driver).await;
+        assert!(ended.is_ok(), "the idle HTTP/2 connection was not closed");
+        drop(send);
+    });
+}
