@@ -74,6 +74,12 @@ bench_cleanup() {
   [ -n "${KEEP:-}" ] || rm -rf "$WORK"
 }
 
+# start_nginx WRAPPER [nginx args…] — nginx on $SERVER_CPU with $WORK/nginx/nginx.conf, its
+# port $NGINX_PORT; start_espalier WRAPPER — espalier with $WORK/espalier.toml, its port
+# $ESP_PORT. WRAPPER is "" or a valgrind command line. Both join PIDS.
+start_nginx() { local wrap=$1; shift; taskset -c "$SERVER_CPU" $wrap "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" "$@" >"$WORK/nginx.out" 2>&1 & PIDS+=($!); wait_port "$NGINX_PORT"; }
+start_espalier() { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$ESPALIER" serve -c espalier.toml) >"$WORK/espalier.out" 2>&1 & PIDS+=($!); wait_port "$ESP_PORT"; }
+
 # stop_all — stops the processes in PIDS and waits for them.
 stop_all() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

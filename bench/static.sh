@@ -87,9 +87,6 @@ path = "/"
 pool = "bench"
 CONF
 
-# start_nginx WRAPPER [nginx args…] — WRAPPER is "" or a valgrind command line.
-start_nginx() { local wrap=$1; shift; taskset -c "$SERVER_CPU" $wrap "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" "$@" >"$WORK/nginx.out" 2>&1 & PIDS+=($!); wait_port "$NGINX_PORT"; }
-start_espalier() { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$ESPALIER" serve -c espalier.toml) >"$WORK/espalier.out" 2>&1 & PIDS+=($!); wait_port "$ESP_PORT"; }
 
 # wrk → "requests rps"
 load() {

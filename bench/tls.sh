@@ -11,7 +11,9 @@
 #     -c10 -m10 over HTTP/2 (100 streams in flight): requests/s and server CPU per request.
 #
 # CPU time is user + system of every server process and thread, from /proc/<pid>/stat, over
-# the measured runs. Installs nginx, wrk, h2load and openssl from Debian if they are missing.
+# the measured runs. Then, each server again under valgrind's callgrind: user-space
+# instructions per request for HTTPS/1.1 and HTTP/2 (exact, where CPU time on a shared VM
+# is not). Installs nginx, wrk, h2load, openssl and valgrind from Debian if they are missing.
 #
 #   bench/tls.sh                    # DURATION=8 RUNS=3 by default
 #   ESPALIER_BIN=/path/to/espalier bench/tls.sh
@@ -78,12 +80,8 @@ tls = { cert = "cert.pem", key = "key.pem" }
 pool = "bench"
 CONF
 
-taskset -c "$SERVER_CPU" "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" >"$WORK/nginx.out" 2>&1 &
-PIDS+=($!)
-wait_port "$NGINX_PORT"
-(cd "$WORK" && exec taskset -c "$SERVER_CPU" "$ESPALIER" serve -c espalier.toml) >"$WORK/espalier.out" 2>&1 &
-PIDS+=($!)
-wait_port "$ESP_PORT"
+start_nginx ""
+start_espalier ""
 
 port_of() { case $1 in nginx) echo "$NGINX_PORT" ;; espalier) echo "$ESP_PORT" ;; esac; }
 cpu_ticks() {
@@ -145,6 +143,42 @@ for run in $(seq "$RUNS"); do
 done
 stop_all
 
+# Phase 2: user-space instructions per request, counted exactly by callgrind (this VM has no
+# hardware counters; CPU time above varies with its neighbours, instructions do not). h2load
+# sends a fixed number of requests: HTTP/1.1 over TLS (--h1, $CONNS connections) and HTTP/2
+# (-c10 -m10), after a warm-up of 2 000.
+declare -A INSNS
+# cg_measure SERVER PID h1|h2 → INSNS[h1|h2.SERVER]
+cg_measure() {
+  local flags=(-c 10 -m 10) url out total
+  [ "$3" = h1 ] && flags=(--h1 -c "$CONNS")
+  url="https://127.0.0.1:$(port_of "$1")/100.html"
+  taskset -c "$CLIENT_CPU" h2load "${flags[@]}" -n 2000 "$url" >/dev/null 2>&1
+  callgrind_control -z "$2" >/dev/null 2>&1
+  out=$(taskset -c "$CLIENT_CPU" h2load "${flags[@]}" -n "$CG_REQUESTS" "$url" 2>&1)
+  callgrind_control -d "$2" >/dev/null 2>&1
+  sleep 0.5
+  if ! grep -qE " $CG_REQUESTS succeeded, 0 failed, 0 errored" <<<"$out"; then
+    echo "$1 under callgrind: h2load did not get every answer, the count would be wrong: $(grep -E '^requests:' <<<"$out")" >&2
+    exit 1
+  fi
+  total=$(grep -h '^summary:' "$WORK"/cg."$2".* | awk '{s+=$2} END {print s}')
+  rm -f "$WORK"/cg."$2".*
+  INSNS[$3.$1]=$(python3 -c "print(round($total/$CG_REQUESTS))")
+}
+CG_REQUESTS=${CG_REQUESTS:-20000}
+need_tools valgrind:valgrind
+echo "phase 2: user-space instructions per request (callgrind)…" >&2
+start_nginx "valgrind --tool=callgrind --callgrind-out-file=$WORK/cg.%p" -g "master_process off;"
+sleep 1
+for p in h1 h2; do cg_measure nginx "${PIDS[0]}" "$p"; done
+stop_all
+start_espalier "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
+sleep 2
+wpid=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1)
+for p in h1 h2; do cg_measure espalier "$wpid" "$p"; done
+stop_all
+
 HZ=$(getconf CLK_TCK)
 python3 - "$HZ" "$DURATION" "$RUNS" <<PY
 import sys
@@ -167,9 +201,12 @@ rows = [
   ("server CPU µs per HTTPS/1.1 request", us("keepalive.nginx"), us("keepalive.espalier"), "{:.2f}"),
   ("HTTP/2 requests/s (h2load -c10 -m10)", rate("h2.nginx"), rate("h2.espalier"), "{:.0f}"),
   ("server CPU µs per HTTP/2 request", us("h2.nginx"), us("h2.espalier"), "{:.2f}"),
+  ("user insns per HTTPS/1.1 request", ${INSNS[h1.nginx]}, ${INSNS[h1.espalier]}, "{:.0f}"),
+  ("user insns per HTTP/2 request", ${INSNS[h2.nginx]}, ${INSNS[h2.espalier]}, "{:.0f}"),
 ]
 for name, a, b, f in rows:
     print(f"{name:<34} {f.format(a):>12} {f.format(b):>12} {b / a if a else 0:>15.2f}")
 print("targets: handshakes/s per core ≥ nginx's (ratio ≥ 1); CPU per request over TLS ≤ 0.7 × nginx's")
-print("(CPU time: user + system of every server process and thread, from /proc; no hardware counters here)")
+print("(CPU time: user + system of every server process and thread, from /proc; instructions: callgrind's")
+print(" user-space count over $CG_REQUESTS h2load requests, since there are no hardware counters here)")
 PY
