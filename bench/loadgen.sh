@@ -7,14 +7,16 @@
 # request — `perf stat -e instructions` where the machine has hardware counters, otherwise
 # callgrind's exact user-space count, with start-up cost cancelled by differencing a short and a
 # long run. Target: espalier bench ≤ 0.7 × wrk's instructions per request.
-# Installs nginx, wrk, linux-perf and valgrind from Debian if they are missing.
+# Then over TLS: espalier bench against wrk (HTTPS/1.1) and `espalier bench --h2` against
+# h2load (HTTP/2), requests/s and the client's CPU time per request.
+# Installs nginx, wrk, h2load, openssl, linux-perf and valgrind from Debian if missing.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DURATION=${DURATION:-5}
 RUNS=${RUNS:-3}
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:python3
+need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:python3 h2load:nghttp2-client openssl:openssl
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
@@ -23,7 +25,11 @@ NGINX_PID=
 cleanup() { [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
 PORT=$(free_port)
+TLS_PORT=$(free_port)
 mkdir -p "$WORK/www"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+  -keyout "$WORK/key.pem" -out "$WORK/cert.pem" -subj /CN=bench.test \
+  -addext subjectAltName=IP:127.0.0.1 2>/dev/null
 python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'
 cat > "$WORK/nginx.conf" <<CONF
 worker_processes 1;
@@ -33,7 +39,9 @@ error_log $WORK/error.log;
 pid $WORK/nginx.pid;
 events { worker_connections 4096; }
 http { access_log off; keepalive_requests 10000000; open_file_cache max=100; default_type text/html;
-       server { listen 127.0.0.1:$PORT; root $WORK/www; } }
+       server { listen 127.0.0.1:$PORT; root $WORK/www; }
+       server { listen 127.0.0.1:$TLS_PORT ssl http2; http2_max_concurrent_streams 128; root $WORK/www;
+                ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; } }
 CONF
 taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" >/dev/null 2>&1 &
 NGINX_PID=$!
@@ -82,3 +90,56 @@ printf '%-16s %12s %16s\n' client requests/s insns/request
 for c in wrk espalier; do printf '%-16s %12.0f %16s\n' "$([ $c = espalier ] && echo 'espalier bench' || echo wrk)" "${BEST[$c]}" "${INSNS[$c]}"; done
 echo "espalier bench / wrk: requests/s $(python3 -c "print(f'{${BEST[espalier]}/${BEST[wrk]}:.2f}')"), instructions per request $(python3 -c "print(f'{${INSNS[espalier]}/${INSNS[wrk]}:.2f}')") (target ≤ 0.70)"
 echo "method: $METHOD"
+
+# Over TLS: the same nginx's HTTPS listener, each client on CPU 1 — HTTPS/1.1 (wrk against
+# espalier bench, 50 connections) and HTTP/2 (h2load against espalier bench --h2, 10
+# connections × 10 streams). Requests/s (best of RUNS) and the client's CPU time per request
+# (user + system, from its rusage), since the client must not be what limits a TLS run.
+TLS_URL="https://127.0.0.1:$TLS_PORT/100.html"
+# tls_client NAME → "requests cpu_seconds"
+tls_client() {
+  local cmd
+  case $1 in
+    wrk) cmd=(wrk -t1 -c50 -d"${DURATION}s" "$TLS_URL") ;;
+    bench) cmd=("$ESPALIER" bench -k -t1 -c50 -d"${DURATION}s" --json "$TLS_URL") ;;
+    h2load) cmd=(h2load -c10 -m10 -D "$DURATION" "$TLS_URL") ;;
+    bench-h2) cmd=("$ESPALIER" bench -k --h2 --streams 10 -t1 -c10 -d"${DURATION}s" --json "$TLS_URL") ;;
+  esac
+  taskset -c 1 python3 - "$1" "${cmd[@]}" <<'PY'
+import json, re, resource, subprocess, sys
+name, cmd = sys.argv[1], sys.argv[2:]
+out = subprocess.run(cmd, capture_output=True, text=True).stdout
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+if name.startswith("bench"):
+    j = json.loads(out)
+    assert j["errors"] == 0, f"espalier bench saw errors: {j['errors_by_kind']}"
+    n = j["requests"]
+elif name == "wrk":
+    assert "Non-2xx" not in out and "Socket errors" not in out, out
+    n = int(re.search(r"(\d+) requests in", out).group(1))
+else:
+    m = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
+    assert m and m.group(2) == "0" and m.group(3) == "0", out
+    n = int(m.group(1))
+print(n, r.ru_utime + r.ru_stime)
+PY
+}
+declare -A TLS_RPS TLS_CPU TLS_N TLS_SEC
+for c in wrk bench h2load bench-h2; do TLS_RPS[$c]=0; TLS_N[$c]=0; TLS_SEC[$c]=0; done
+for _ in $(seq "$RUNS"); do
+  for c in wrk bench h2load bench-h2; do
+    read -r n cpu < <(tls_client "$c")
+    TLS_RPS[$c]=$(python3 -c "print(max(${TLS_RPS[$c]}, $n / $DURATION))")
+    TLS_N[$c]=$((TLS_N[$c] + n))
+    TLS_SEC[$c]=$(python3 -c "print(${TLS_SEC[$c]} + $cpu)")
+  done
+done
+for c in wrk bench h2load bench-h2; do TLS_CPU[$c]=$(python3 -c "print(${TLS_SEC[$c]} / ${TLS_N[$c]} * 1e6)"); done
+echo
+echo "over TLS (ECDSA P-256) against the same nginx; clients on CPU 1"
+printf '%-26s %12s %18s\n' client requests/s "client CPU µs/req"
+for c in wrk bench h2load bench-h2; do
+  case $c in wrk) name="wrk (HTTPS/1.1)" ;; bench) name="espalier bench (HTTPS/1.1)" ;; h2load) name="h2load (HTTP/2)" ;; bench-h2) name="espalier bench --h2" ;; esac
+  printf '%-26s %12.0f %18.2f\n' "$name" "${TLS_RPS[$c]}" "${TLS_CPU[$c]}"
+done
+echo "espalier bench / wrk over TLS: client CPU per request $(python3 -c "print(f'{${TLS_CPU[bench]}/${TLS_CPU[wrk]}:.2f}')"); espalier bench --h2 / h2load: $(python3 -c "print(f'{${TLS_CPU[bench-h2]}/${TLS_CPU[h2load]}:.2f}')")"

@@ -153,3 +153,42 @@ fn target_mode_merges_steps_measured_against_servers_started_by_hand() {
         "{md}"
     );
 }
+
+#[test]
+fn quick_scale_runs_over_tls_in_http2() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args([
+            "scale",
+            "--quick",
+            "--tls",
+            "--h2",
+            "--configs",
+            "garden,default",
+            "--duration",
+            "300ms",
+            "--warmup",
+            "100ms",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(results["transport"]["tls"], true);
+    assert_eq!(results["transport"]["h2"], true);
+    // The load generator refuses a server that does not offer h2 by ALPN, and a certificate
+    // other than the run's: answers without errors mean HTTP/2 over TLS was spoken.
+    let rows = results["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for row in rows {
+        assert!(row["rps"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["errors"], 0, "{row}");
+    }
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(report.contains("HTTP/2 over TLS"), "{report}");
+}

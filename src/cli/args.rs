@@ -344,6 +344,23 @@ pub struct ScaleArgs {
     /// Also run the isolation experiment (a saturated pool beside a masked one).
     #[arg(long)]
     pub isolation: bool,
+    /// Serve and load over TLS (HTTPS), with a certificate made for the run.
+    #[arg(long, conflicts_with = "target")]
+    pub tls: bool,
+    /// Load in HTTP/2 (over TLS with --tls or https targets, else h2c).
+    #[arg(long)]
+    pub h2: bool,
+    /// With https targets: trust the CA certificates in this PEM file (repeatable).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "target",
+        conflicts_with = "insecure"
+    )]
+    pub cacert: Vec<PathBuf>,
+    /// With https targets: believe any server certificate.
+    #[arg(short = 'k', long, requires = "target")]
+    pub insecure: bool,
     /// Measure a server started by hand elsewhere (base URL; repeat for hosting's sites)
     /// instead of starting one here; the results join the report in --out.
     #[arg(long, value_name = "URL", requires_all = ["configuration", "units", "server_cpus"])]

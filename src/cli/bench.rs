@@ -250,6 +250,17 @@ pub(super) fn scale(a: ScaleArgs) -> Result<i32, String> {
         o.connections = c.max(1);
     }
     o.isolation = a.isolation;
+    o.transport = scale::Transport {
+        tls: a.tls,
+        h2: a.h2,
+    };
+    o.trust = if a.insecure {
+        crate::bench::Trust::Insecure
+    } else if a.cacert.is_empty() {
+        crate::bench::Trust::System
+    } else {
+        crate::bench::Trust::CaFiles(a.cacert.clone())
+    };
     let t = MachineArgs::default().read()?;
     if a.target.is_empty() {
         scale::run(&o, &t)?;

@@ -8,11 +8,14 @@
 //! saturated with CPU-heavy work, pool B serving light requests, with and without a `cpus`
 //! mask that gives B its own CPU — and reports B's latency both ways.
 //!
+//! With `--tls` and `--h2` the servers are spoken to over HTTPS and in HTTP/2 (`transport`).
+//!
 //! Owns: running the experiment. Must not touch: the machine's CPUs beyond starting servers
 //! with configs that restrict them (the design is in [`plan`], the output in [`report`]).
 
 pub mod plan;
 pub mod report;
+mod transport;
 
 use crate::bench::result::Latency;
 use crate::bench::{self, BenchOptions, Target};
@@ -25,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+use transport::make_certificate;
+pub use transport::Transport;
 
 /// How to run the experiment.
 #[derive(Debug, Clone)]
@@ -38,6 +43,11 @@ pub struct ScaleOptions {
     pub warmup: Duration,
     pub connections: usize,
     pub isolation: bool,
+    /// Over TLS and/or in HTTP/2.
+    pub transport: Transport,
+    /// Which certificates the load generator believes in `--target` mode (a server started
+    /// here gets a certificate made for the run, believed exactly).
+    pub trust: bench::Trust,
 }
 
 impl ScaleOptions {
@@ -53,6 +63,8 @@ impl ScaleOptions {
             warmup: Duration::from_millis(500),
             connections: 32,
             isolation: false,
+            transport: Transport::default(),
+            trust: bench::Trust::System,
         }
     }
 
@@ -104,6 +116,9 @@ pub struct ScaleResults {
     pub connections: usize,
     pub rows: Vec<Row>,
     pub isolation: Option<Isolation>,
+    /// How the load reached the server (reports of older versions: HTTP/1.1).
+    #[serde(default)]
+    pub transport: Transport,
 }
 
 /// A server started for one measurement; stopped on drop.
@@ -184,6 +199,7 @@ fn load_options(
     opts: &ScaleOptions,
     plan: &ScalePlan,
     urls: &[String],
+    trust: &bench::Trust,
 ) -> Result<BenchOptions, String> {
     let targets = urls
         .iter()
@@ -196,6 +212,8 @@ fn load_options(
     b.duration = opts.duration;
     b.warmup = opts.warmup;
     b.timeout = Duration::from_secs(10);
+    b.h2 = opts.transport.h2;
+    b.trust = trust.clone();
     Ok(b)
 }
 
@@ -207,6 +225,12 @@ pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, Str
     std::fs::create_dir_all(work.join("www")).map_err(|e| e.to_string())?;
     std::fs::write(work.join("www/100.html"), format!("{}\n", "x".repeat(99)))
         .map_err(|e| e.to_string())?;
+    let trust = if opts.transport.tls {
+        make_certificate(&work)?
+    } else {
+        bench::Trust::System
+    };
+    let scheme = opts.transport.scheme();
     let units_text: Vec<String> = plan
         .steps
         .iter()
@@ -230,18 +254,22 @@ pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, Str
                 let config = work.join("espalier.toml");
                 std::fs::write(
                     &config,
-                    plan::config_text(&plan, configuration, step, &ports),
+                    plan::config_text(&plan, configuration, step, &ports, opts.transport),
                 )
                 .map_err(|e| e.to_string())?;
                 let server = RunningServer::start(&config, &work)?;
                 let urls: Vec<String> = match configuration {
                     Configuration::Hosting => ports
                         .iter()
-                        .map(|p| format!("http://127.0.0.1:{p}{}", workload.path()))
+                        .map(|p| format!("{scheme}://127.0.0.1:{p}{}", workload.path()))
                         .collect(),
-                    _ => vec![format!("http://127.0.0.1:{}{}", ports[0], workload.path())],
+                    _ => vec![format!(
+                        "{scheme}://127.0.0.1:{}{}",
+                        ports[0],
+                        workload.path()
+                    )],
                 };
-                let result = bench::run(&load_options(opts, &plan, &urls)?)?;
+                let result = bench::run(&load_options(opts, &plan, &urls, &trust)?)?;
                 let workers = server.workers;
                 drop(server);
                 let cpus = plan.step_cpus(step);
@@ -269,7 +297,7 @@ pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, Str
         }
     }
     let isolation = if opts.isolation {
-        Some(isolation(opts, &plan, &work)?)
+        Some(isolation(opts, &plan, &work, &trust)?)
     } else {
         None
     };
@@ -283,6 +311,7 @@ pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, Str
         connections: opts.connections,
         rows,
         isolation,
+        transport: opts.transport,
     };
     report::write_all(&results, &opts.out)?;
     Ok(results)
@@ -345,7 +374,12 @@ pub fn run_target(
             connections: opts.connections,
             rows: Vec::new(),
             isolation: None,
+            transport: opts.transport,
         },
+    };
+    results.transport = Transport {
+        tls: step.targets.iter().any(|t| t.starts_with("https://")),
+        h2: opts.transport.h2,
     };
     let plan = ScalePlan {
         load_cpus,
@@ -357,7 +391,7 @@ pub fn run_target(
             .iter()
             .map(|t| format!("{}{}", t.trim_end_matches('/'), workload.path()))
             .collect();
-        let r = bench::run(&load_options(opts, &plan, &urls)?)?;
+        let r = bench::run(&load_options(opts, &plan, &urls, &opts.trust)?)?;
         eprintln!(
             "scale: {:<7} {:<13} {:<8} {:>10.0} requests/s  p99 {:.2} ms  errors {}",
             workload.name(),
@@ -419,7 +453,13 @@ fn machine_summary(t: &Topology) -> String {
 }
 
 /// The web-gardening seed's isolation experiment.
-fn isolation(opts: &ScaleOptions, plan: &ScalePlan, work: &Path) -> Result<Isolation, String> {
+fn isolation(
+    opts: &ScaleOptions,
+    plan: &ScalePlan,
+    work: &Path,
+    trust: &bench::Trust,
+) -> Result<Isolation, String> {
+    let t = opts.transport;
     let all = plan.step_cpus(plan.units.len());
     if all.len() < 2 {
         return Err("--isolation needs at least two CPUs for the server".into());
@@ -439,9 +479,10 @@ fn isolation(opts: &ScaleOptions, plan: &ScalePlan, work: &Path) -> Result<Isola
             "# Generated by espalier scale --isolation.\n\
              [[pool]]\nname = \"a\"\nprocesses = 1\ncpus = \"{a}\"\n\
              [[pool]]\nname = \"b\"\nprocesses = 1\ncpus = \"{b}\"\n\
-             [[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{}\"]\n[[site.app]]\npool = \"a\"\nhandler = \"cpu\"\n\
-             [[site]]\nname = \"b\"\nbindings = [\"http://127.0.0.1:{}\"]\nroot = \"www\"\n[[site.app]]\npool = \"b\"\n",
-            ports[0], ports[1]
+             [[site]]\nname = \"a\"\n{}[[site.app]]\npool = \"a\"\nhandler = \"cpu\"\n\
+             [[site]]\nname = \"b\"\n{}root = \"www\"\n[[site.app]]\npool = \"b\"\n",
+            t.site_lines(ports[0]),
+            t.site_lines(ports[1])
         );
         let config = work.join("isolation.toml");
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
@@ -449,13 +490,15 @@ fn isolation(opts: &ScaleOptions, plan: &ScalePlan, work: &Path) -> Result<Isola
         let mut heavy = load_options(
             opts,
             plan,
-            &[format!("http://127.0.0.1:{}/cpu?ms=50", ports[0])],
+            &[format!("{}://127.0.0.1:{}/cpu?ms=50", t.scheme(), ports[0])],
+            trust,
         )?;
         heavy.connections = 4 * all.len();
         let mut light = load_options(
             opts,
             plan,
-            &[format!("http://127.0.0.1:{}/100.html", ports[1])],
+            &[format!("{}://127.0.0.1:{}/100.html", t.scheme(), ports[1])],
+            trust,
         )?;
         light.connections = 2;
         light.threads = 1;

@@ -124,23 +124,25 @@ fn setup_text(r: &ScaleResults) -> String {
     let p = &r.plan;
     if p.units.is_empty() {
         return format!(
-            "Server: {}, started by hand at each step (`--target` mode); steps: {}. Load generator (`espalier bench`, {} keep-alive connections) on this machine's CPUs {}. \
+            "Server: {}, started by hand at each step (`--target` mode); steps: {}. Load generator (`espalier bench`, {} keep-alive connections, {}) on this machine's CPUs {}. \
              Each cell is requests/s over {} s after {} s of warm-up.",
             r.machine,
             p.steps.iter().map(|&s| format!("{} = {} CPUs", p.unit_kind.noun(s), step_cpu_count(r, s))).collect::<Vec<_>>().join("; "),
             r.connections,
+            r.transport.describe(),
             p.load_cpus,
             r.duration_s,
             r.warmup_s
         );
     }
     format!(
-        "Machine: {}. The server grows over {}s ({}); the load generator (`espalier bench`, {} keep-alive connections) runs on CPUs {}{}. \
+        "Machine: {}. The server grows over {}s ({}); the load generator (`espalier bench`, {} keep-alive connections, {}) runs on CPUs {}{}. \
          Each cell is requests/s over {} s after {} s of warm-up.",
         r.machine,
         p.unit_kind.noun(1).trim_start_matches("1 "),
         p.steps.iter().map(|&s| format!("{} = CPUs {}", p.unit_kind.noun(s), p.step_cpus(s))).collect::<Vec<_>>().join("; "),
         r.connections,
+        r.transport.describe(),
         p.load_cpus,
         if p.shared_load {
             " — **shared with the server** (the machine has too few units to keep them apart), so the larger steps understate scaling; \
