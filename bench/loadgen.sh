@@ -21,6 +21,9 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
 WORK=$(mktemp -d /tmp/espalier-loadgen.XXXXXX)
+# nginx's workers run as nobody: they must be able to read the page (mktemp makes it 0700,
+# and every answer was a 403 before this).
+chmod 755 "$WORK"
 NGINX_PID=
 cleanup() { [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null; rm -rf "$WORK"; }
 trap cleanup EXIT
@@ -53,9 +56,10 @@ client() {
   local name=$1 secs=$2; shift 2
   case $name in
     wrk) out=$(taskset -c 1 "$@" wrk -t1 -c50 -d"${secs}s" "$URL" 2>&1)
+         if grep -qE "Non-2xx|Socket errors" <<<"$out"; then echo "wrk saw errors, the figures would be wrong: $out" >&2; exit 1; fi
          echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out")" ;;
     espalier) out=$(taskset -c 1 "$@" "$ESPALIER" bench -t1 -c50 -d"${secs}s" --json "$URL" 2>/dev/null)
-         python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); print(j["requests"], j["rps"])' <<<"$out" ;;
+         python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); assert j["errors"] == 0, j["errors_by_kind"]; print(j["requests"], j["rps"])' <<<"$out" ;;
   esac
 }
 declare -A BEST INSNS
