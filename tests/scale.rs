@@ -4,9 +4,8 @@ mod common;
 
 use std::process::Command;
 
-#[test]
-fn quick_scale_writes_every_output() {
-    let out = tempfile::tempdir().unwrap();
+/// `espalier scale --quick` with tiny runs and `extra` flags, into `out`: its results.json.
+fn quick_scale(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let run = Command::new(env!("CARGO_BIN_EXE_espalier"))
         .args([
             "scale",
@@ -15,18 +14,21 @@ fn quick_scale_writes_every_output() {
             "300ms",
             "--warmup",
             "100ms",
-            "--isolation",
-            "--out",
         ])
-        .arg(out.path())
+        .args(extra)
+        .arg("--out")
+        .arg(out)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
+    serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap()
+}
 
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+#[test]
+fn quick_scale_writes_every_output() {
+    let out = tempfile::tempdir().unwrap();
+    let results = quick_scale(out.path(), &["--isolation"]);
     let steps = results["plan"]["steps"].as_array().unwrap().len();
     let rows = results["rows"].as_array().unwrap();
     assert_eq!(rows.len(), steps * 3, "one row per configuration per step");
@@ -157,28 +159,10 @@ fn target_mode_merges_steps_measured_against_servers_started_by_hand() {
 #[test]
 fn quick_scale_runs_over_tls_in_http2() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_espalier"))
-        .args([
-            "scale",
-            "--quick",
-            "--tls",
-            "--h2",
-            "--configs",
-            "garden,default",
-            "--duration",
-            "300ms",
-            "--warmup",
-            "100ms",
-            "--out",
-        ])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+    let results = quick_scale(
+        out.path(),
+        &["--tls", "--h2", "--configs", "garden,default"],
+    );
     assert_eq!(results["transport"]["tls"], true);
     assert_eq!(results["transport"]["h2"], true);
     // The load generator refuses a server that does not offer h2 by ALPN, and a certificate

@@ -9,6 +9,17 @@ fn duration_arg(flag: &str, text: &str) -> Result<std::time::Duration, String> {
     crate::units::parse_duration(text).map_err(|e| format!("{flag}: {e}"))
 }
 
+/// Which certificates the load generator believes: `-k`, `--cacert FILE…`, or the system's.
+fn trust(insecure: bool, cacert: &[std::path::PathBuf]) -> crate::bench::Trust {
+    if insecure {
+        crate::bench::Trust::Insecure
+    } else if cacert.is_empty() {
+        crate::bench::Trust::System
+    } else {
+        crate::bench::Trust::CaFiles(cacert.to_vec())
+    }
+}
+
 /// Builds bench options from the command line.
 pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String> {
     use crate::bench::{BenchOptions, Target};
@@ -60,13 +71,7 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
                 .into(),
         );
     }
-    o.trust = if a.insecure {
-        crate::bench::Trust::Insecure
-    } else if a.cacert.is_empty() {
-        crate::bench::Trust::System
-    } else {
-        crate::bench::Trust::CaFiles(a.cacert.clone())
-    };
+    o.trust = trust(a.insecure, &a.cacert);
     if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
             return Err("--rate must be a number of requests per second above 0".into());
@@ -254,13 +259,7 @@ pub(super) fn scale(a: ScaleArgs) -> Result<i32, String> {
         tls: a.tls,
         h2: a.h2,
     };
-    o.trust = if a.insecure {
-        crate::bench::Trust::Insecure
-    } else if a.cacert.is_empty() {
-        crate::bench::Trust::System
-    } else {
-        crate::bench::Trust::CaFiles(a.cacert.clone())
-    };
+    o.trust = trust(a.insecure, &a.cacert);
     let t = MachineArgs::default().read()?;
     if a.target.is_empty() {
         scale::run(&o, &t)?;
