@@ -1029,6 +1029,45 @@ pool = "web"
     );
     assert_eq!(logged_with_protocol(&d.join("a.log"), 500, "HTTP/2.0"), 200);
 
+    // Through an overlapped reload (the pool's workers replaced: a changed site), over
+    // HTTP/1.1 and HTTP/2: the old workers' connections drain — HTTP/2 by GOAWAY, whose
+    // unanswered streams the load generator sends again — so nothing fails.
+    for (i, h2) in [false, true].into_iter().enumerate() {
+        let load = {
+            let url = url.clone();
+            let b_ca = b_ca.clone();
+            std::thread::spawn(move || {
+                let mut args = vec![url.as_str(), "-H", "Host: b.test", "--cacert", &b_ca];
+                args.extend(["-d", "3s", "-c", "4", "--streams", "8"]);
+                if h2 {
+                    args.push("--h2");
+                }
+                bench_json(&args).0
+            })
+        };
+        std::thread::sleep(Duration::from_millis(1000));
+        let path = d.join("espalier.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        // A changed site: its pool's workers are replaced.
+        let text = if i == 0 {
+            text.replacen("root = \"b\"\n", "root = \"b\"\nhsts = \"max-age=60\"\n", 1)
+        } else {
+            text.replacen("max-age=60", "max-age=120", 1)
+        };
+        std::fs::write(&path, text).unwrap();
+        server.signal(libc::SIGHUP);
+        server.wait_until("the reload", Duration::from_secs(10), |s| {
+            s.log_text().matches("reloaded").count() > i
+        });
+        let r = load.join().unwrap();
+        assert!(r["requests"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(
+            r["errors"].as_u64(),
+            Some(0),
+            "through a reload, h2 {h2}: {r}"
+        );
+    }
+
     // The open loop over HTTP/2 and -k: every scheduled request answered.
     let (r, _) = bench_json(&[
         url.as_str(),

@@ -31,6 +31,13 @@ pub(super) async fn connection(
     // One timer per connection, moved only when the (coarse) deadline moves.
     let timer = tokio::time::sleep_until(state.clock.now() + opts.timeout);
     tokio::pin!(timer);
+    // Responses on the current connection: a connection that answered before may have
+    // been closed while idle.
+    let mut answered_here: u64 = 0;
+    let idempotent = matches!(
+        opts.method.as_str(),
+        "GET" | "HEAD" | "OPTIONS" | "PUT" | "DELETE" | "TRACE"
+    );
     loop {
         let now = Instant::now();
         if state.stopping(now) {
@@ -56,6 +63,7 @@ pub(super) async fn connection(
             match connector.connect(target, &opts.targets[target]).await {
                 Ok(s) => {
                     stream = Some(s);
+                    answered_here = 0;
                     buf.clear();
                 }
                 Err(why) => {
@@ -78,22 +86,41 @@ pub(super) async fn connection(
             out.extend_from_slice(request);
         }
         sent += 1;
+        // A reused connection the server closed while idle (keep-alive timeout, a draining
+        // worker) takes no request: an idempotent one is sent again on a new connection, as
+        // browsers do (RFC 9112 §9.3.1), keeping its place in the schedule.
+        let retry_unanswered = |reused: bool, answered: u64, sent: &mut u64| {
+            if reused && idempotent {
+                state.unclaim_n(batch.claimed.min(k - answered));
+                *sent -= 1;
+                true
+            } else {
+                false
+            }
+        };
         // The flush sends what TLS holds back; on TCP it is free.
         if s.write_all(&out).await.is_err() || s.flush().await.is_err() {
-            state.record_failure(measured, k, false);
+            if !retry_unanswered(answered_here > 0, 0, &mut sent) {
+                state.record_failure(measured, k, false);
+            }
             stream = None;
             continue;
         }
         let mut close = false;
-        for _ in 0..k {
+        for answered in 0..k {
             match read_response(s, &mut buf, state, opts.timeout, timer.as_mut()).await {
                 ReadOutcome::Response(status, bytes, server_closes) => {
                     state.record_response(measured, t0, status, bytes as u64);
+                    answered_here += 1;
                     if server_closes {
                         close = true;
                     }
                 }
-                ReadOutcome::Failed => {
+                ReadOutcome::Closed if retry_unanswered(answered_here > 0, answered, &mut sent) => {
+                    close = true;
+                    break;
+                }
+                ReadOutcome::Failed | ReadOutcome::Closed => {
                     state.record_failure(measured, 1, false);
                     close = true;
                     break;
@@ -136,6 +163,7 @@ async fn read_response(
             _ = &mut timer => return ReadOutcome::TimedOut,
         };
         match read {
+            Ok(0) if buf.is_empty() => return ReadOutcome::Closed,
             // A body delimited by the close ends with it.
             Ok(0) => {
                 return match close_delimited(buf) {
@@ -147,6 +175,7 @@ async fn read_response(
                 };
             }
             Ok(_) => {}
+            Err(_) if buf.is_empty() => return ReadOutcome::Closed,
             Err(_) => return ReadOutcome::Failed,
         }
     }

@@ -201,7 +201,15 @@ async fn lane(
         match tokio::time::timeout(opts.timeout, exchange(&mut send, &request)).await {
             Ok(Ok((status, bytes))) => state.record_response(batch.measured, t0, status, bytes),
             Ok(Err(e)) => {
-                state.record_failure(batch.measured, 1, false);
+                if unprocessed(&e) {
+                    // Not an error: the server did not take the request (a draining
+                    // server's GOAWAY, or REFUSED_STREAM), so it is sent again, as a
+                    // browser would, keeping its place in the schedule (RFC 9113 §8.7).
+                    state.unclaim(batch);
+                    sent.set(sent.get() - 1);
+                } else {
+                    state.record_failure(batch.measured, 1, false);
+                }
                 // A reset stream (refused, cancelled) leaves the connection usable.
                 if e.is_go_away() || !e.is_reset() {
                     return LaneEnd::Broken;
@@ -211,6 +219,14 @@ async fn lane(
             Err(_) => state.record_failure(batch.measured, 1, true),
         }
     }
+}
+
+/// Whether the server left a request unprocessed, so that it may be sent again: refused
+/// before any processing (`REFUSED_STREAM`), or above the last stream a graceful GOAWAY
+/// (`NO_ERROR`, a server draining for a reload or shutdown) says it will answer.
+fn unprocessed(e: &h2::Error) -> bool {
+    e.reason() == Some(h2::Reason::REFUSED_STREAM)
+        || (e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR))
 }
 
 /// One request and its whole response: the status, and the bytes of the response's header

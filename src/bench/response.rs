@@ -14,6 +14,8 @@ pub(super) enum ReadOutcome {
     /// (status, bytes, server asked to close)
     Response(u16, usize, bool),
     Failed,
+    /// The connection closed before any byte of the response.
+    Closed,
     TimedOut,
 }
 

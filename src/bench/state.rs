@@ -86,8 +86,13 @@ impl ThreadState {
 
     /// Gives back a batch's quota when it could not be sent (no connection).
     pub(super) fn unclaim(&self, batch: Batch) {
+        self.unclaim_n(batch.claimed);
+    }
+
+    /// Gives back `n` claimed requests that the server did not take, to be sent again.
+    pub(super) fn unclaim_n(&self, n: u64) {
         if let Some(left) = self.quota.get() {
-            self.quota.set(Some(left + batch.claimed));
+            self.quota.set(Some(left + n));
         }
     }
 
