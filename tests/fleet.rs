@@ -216,9 +216,12 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
             Command::new("nsenter")
                 .arg(format!("--net=/run/netns/{c}"))
                 .arg(env!("CARGO_BIN_EXE_espalier"))
+                // Strict: a request left unanswered is an error even where a browser
+                // would send it again.
                 .args([
                     "bench",
                     "--json",
+                    "--no-retry",
                     "-c",
                     "8",
                     "-d",

@@ -34,10 +34,11 @@ pub(super) async fn connection(
     // Responses on the current connection: a connection that answered before may have
     // been closed while idle.
     let mut answered_here: u64 = 0;
-    let idempotent = matches!(
-        opts.method.as_str(),
-        "GET" | "HEAD" | "OPTIONS" | "PUT" | "DELETE" | "TRACE"
-    );
+    let idempotent = opts.retry_unanswered
+        && matches!(
+            opts.method.as_str(),
+            "GET" | "HEAD" | "OPTIONS" | "PUT" | "DELETE" | "TRACE"
+        );
     loop {
         let now = Instant::now();
         if state.stopping(now) {

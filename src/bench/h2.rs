@@ -201,7 +201,7 @@ async fn lane(
         match tokio::time::timeout(opts.timeout, exchange(&mut send, &request)).await {
             Ok(Ok((status, bytes))) => state.record_response(batch.measured, t0, status, bytes),
             Ok(Err(e)) => {
-                if unprocessed(&e) {
+                if opts.retry_unanswered && unprocessed(&e) {
                     // Not an error: the server did not take the request (a draining
                     // server's GOAWAY, or REFUSED_STREAM), so it is sent again, as a
                     // browser would, keeping its place in the schedule (RFC 9113 §8.7).

@@ -39,6 +39,9 @@ pub struct BenchOptions {
     pub h2: bool,
     /// Which server certificates to believe over `https://`.
     pub trust: Trust,
+    /// Send again, uncounted, a request the server did not take (as browsers do); `false`
+    /// (`--no-retry`) counts it as an error, as wrk and h2load do.
+    pub retry_unanswered: bool,
 }
 
 /// Which server certificates the load generator believes.
@@ -140,6 +143,7 @@ impl BenchOptions {
             start_at: None,
             h2: false,
             trust: Trust::System,
+            retry_unanswered: true,
         }
     }
 

@@ -216,6 +216,10 @@ pub struct BenchArgs {
     /// Believe any server certificate (as `curl -k`), for self-signed test servers.
     #[arg(short = 'k', long)]
     pub insecure: bool,
+    /// Count every request the server left unanswered as an error, even one a browser
+    /// would send again (a keep-alive connection closed while idle, an HTTP/2 GOAWAY).
+    #[arg(long)]
+    pub no_retry: bool,
     /// Relative share of connections per URL, in URL order (`3,1`).
     #[arg(long, value_name = "W,W,…")]
     pub weights: Option<String>,

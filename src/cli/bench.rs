@@ -65,6 +65,7 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
     o.keepalive = !a.no_keepalive;
     o.pipeline = a.pipeline;
     o.h2 = a.h2;
+    o.retry_unanswered = !a.no_retry;
     if a.h2 && a.no_keepalive {
         return Err(
             "--no-keepalive: HTTP/2 connections carry many requests; drop --no-keepalive or --h2"
