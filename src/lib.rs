@@ -40,6 +40,7 @@
 //! | [`doctor`] | the OS settings serving needs | checks yes; reading inputs no |
 //! | [`cli`] | subcommands: arguments and output | no |
 
+pub(crate) mod async_io;
 pub mod bench;
 pub mod cli;
 pub mod config;

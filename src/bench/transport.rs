@@ -10,11 +10,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -126,7 +122,11 @@ pub(super) fn client_config(opts: &BenchOptions) -> Result<Option<ClientConfig>,
     let mut config = match &opts.trust {
         Trust::Insecure => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_custom_certificate_verifier(Arc::new(Believer {
+                webpki: None,
+                pinned: Vec::new(),
+                provider,
+            }))
             .with_no_client_auth(),
         Trust::System => builder
             .with_root_certificates(roots(&[SYSTEM_CA_BUNDLE.into()], "the system's CAs")?.0)
@@ -141,7 +141,11 @@ pub(super) fn client_config(opts: &BenchOptions) -> Result<Option<ClientConfig>,
             .map_err(|e| format!("--cacert: {e}"))?;
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(PinnedOrCa { webpki, pinned }))
+                .with_custom_certificate_verifier(Arc::new(Believer {
+                    webpki: Some(webpki),
+                    pinned,
+                    provider,
+                }))
                 .with_no_client_auth()
         }
     };
@@ -186,16 +190,21 @@ fn roots(
     Ok((store, all))
 }
 
-/// `--cacert`: a certificate chained to one of the files' CAs, or exactly one of the files'
-/// certificates. The second is how `curl --cacert` accepts a self-signed server certificate,
-/// which `openssl req -x509` marks as a CA and WebPKI therefore refuses as a server's.
+/// The certificates `--cacert` and `--insecure` believe; the handshake's signatures are
+/// checked either way, so the server does a browser's work.
+/// - `--cacert`: a certificate chained to one of the files' CAs, or exactly one of the files'
+///   certificates. The second is how `curl --cacert` accepts a self-signed server
+///   certificate, which `openssl req -x509` marks as a CA and WebPKI therefore refuses as a
+///   server's;
+/// - `--insecure` (`webpki` is `None`): any certificate.
 #[derive(Debug)]
-struct PinnedOrCa {
-    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+struct Believer {
+    webpki: Option<Arc<rustls::client::WebPkiServerVerifier>>,
     pinned: Vec<CertificateDer<'static>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
-impl ServerCertVerifier for PinnedOrCa {
+impl ServerCertVerifier for Believer {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -204,55 +213,23 @@ impl ServerCertVerifier for PinnedOrCa {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if self
-            .pinned
-            .iter()
-            .any(|p| p.as_ref() == end_entity.as_ref())
-        {
-            return Ok(ServerCertVerified::assertion());
+        match &self.webpki {
+            Some(webpki)
+                if !self
+                    .pinned
+                    .iter()
+                    .any(|p| p.as_ref() == end_entity.as_ref()) =>
+            {
+                webpki.verify_server_cert(
+                    end_entity,
+                    intermediates,
+                    server_name,
+                    ocsp_response,
+                    now,
+                )
+            }
+            _ => Ok(ServerCertVerified::assertion()),
         }
-        self.webpki
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
-    }
-}
-
-/// `--insecure`: any certificate is believed, but the handshake's signatures are still
-/// verified — a load generator must cost the server what a browser would.
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -265,7 +242,7 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -279,51 +256,15 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+crate::async_io::delegate_async_io!(Stream { Plain, Tls });
