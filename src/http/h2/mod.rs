@@ -4,10 +4,10 @@
 //! HTTP/1.1 request — espalier's own handlers write their answer as they always do, and a
 //! proxied application gets an HTTP/1.1 request through the same forwarder.
 //!
-//! Owns: the translation both ways — a stream's head and body into a [`Request`], an
-//! HTTP/1.1 answer into a stream's head and data, flow control respected — and the
-//! connection's limits. Must not touch: routing or content (the [`Service`] decides), or
-//! HTTP/1.1 framing (the connection loop in [`super::conn`]).
+//! Owns: the connection, its limits and its streams — each stream's head and body made into
+//! a [`Request`], answered at once or by a task; the answer's way back onto the stream is
+//! `answer`'s. Must not touch: routing or content (the [`Service`] decides), or HTTP/1.1
+//! framing (the connection loop in [`super::conn`]).
 //!
 //! Cost: a stream without a body is answered in the connection's own loop — the service's
 //! answer translated (its field values sharing one buffer) and queued on the stream, the h2
@@ -24,17 +24,20 @@
 //! `ENHANCE_YOUR_CALM`), as are the streams this side resets; windows and send buffers are
 //! bounded per stream and per connection; a body beyond `max_body_size` is refused with 413.
 
+mod answer;
+
 use super::access_log::{Entry, Facts, OwnedFacts};
 use super::conn::{ConnEnv, FileBody, Reply, Service};
 use super::{Framing, Method, Request, Responder, MAX_HEADERS};
 use crate::handoff::Carried;
 use crate::proxy::{ProxyTarget, Report};
+use answer::{relay, send_answer, send_error, send_file};
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Concurrent streams a client may open on one connection (nginx's default is 128).
 pub const MAX_STREAMS: u32 = 128;
@@ -177,19 +180,6 @@ enum Work {
     ),
     /// The head is sent; the file's pieces follow as the client's window allows.
     File(SendStream<Bytes>, FileBody),
-}
-
-/// Header fields HTTP/2 forbids (RFC 9113 §8.2.2): dropped from HTTP/1.1 answers.
-fn connection_specific(name: &str) -> bool {
-    [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "upgrade",
-    ]
-    .iter()
-    .any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// A stream's request as the service sees it, or the status refusing it.
@@ -422,226 +412,4 @@ impl<S: Service + 'static> Connection<S> {
         let relaying = relay(&mut theirs, &mut respond, head_only, env.timeouts.body);
         let ((), _) = tokio::join!(Box::pin(forwarding), relaying);
     }
-}
-
-/// An HTTP/1.1 answer's head (`head`, through its empty line) as an HTTP/2 response, its
-/// field values sharing `head`'s bytes (no copy per field): the status, the fields but
-/// those HTTP/2 forbids, and the framing the body had (`Content-Length`, chunked).
-struct Translated {
-    response: http::Response<()>,
-    length: Option<u64>,
-    chunked: bool,
-}
-
-fn translate(head: &Bytes) -> Option<Translated> {
-    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut hs);
-    let httparse::Status::Complete(_) = r.parse(head).ok()? else {
-        return None;
-    };
-    let mut response = http::Response::new(());
-    *response.status_mut() = http::StatusCode::from_u16(r.code?).ok()?;
-    let fields = response.headers_mut();
-    fields.reserve(r.headers.len());
-    let (mut length, mut chunked) = (None, false);
-    for h in r.headers.iter() {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(h.value).ok()?.trim().parse().ok();
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
-        }
-        if connection_specific(h.name) {
-            continue;
-        }
-        let name = http::HeaderName::from_bytes(h.name.as_bytes()).ok()?;
-        let value = http::HeaderValue::from_maybe_shared(head.slice_ref(h.value)).ok()?;
-        fields.append(name, value);
-    }
-    Some(Translated {
-        response,
-        length,
-        chunked,
-    })
-}
-
-/// Reads the forwarder's HTTP/1.1 answer from `from` and sends it on the stream: interim
-/// (1xx) heads skipped, the framing (length, chunked or close) undone.
-async fn relay<R: AsyncRead + Unpin>(
-    from: &mut R,
-    respond: &mut SendResponse<Bytes>,
-    head_only: bool,
-    timeout: Duration,
-) -> Option<()> {
-    let mut buf: Vec<u8> = Vec::with_capacity(PIECE);
-    let head_len = loop {
-        match head_end(&buf) {
-            Some((len, status)) if (100..200).contains(&status) => {
-                buf.drain(..len);
-                continue;
-            }
-            Some((len, _)) => break len,
-            None if buf.len() < (256 << 10) => {}
-            None => return None,
-        }
-        let n = read_some(from, &mut buf, timeout).await?;
-        if n == 0 {
-            return None;
-        }
-    };
-    let head = Bytes::copy_from_slice(&buf[..head_len]);
-    buf.drain(..head_len);
-    let Translated {
-        response,
-        length,
-        chunked,
-    } = translate(&head)?;
-    let status = response.status().as_u16();
-    let no_body = head_only || status == 204 || status == 304 || length == Some(0);
-    let mut send = respond.send_response(response, no_body).ok()?;
-    if no_body {
-        return Some(());
-    }
-    let mut decoder = chunked.then(|| super::ChunkedDecoder::with_bounds(u64::MAX, 64 << 10));
-    let mut left = length.filter(|_| !chunked);
-    loop {
-        if buf.is_empty() && read_some(from, &mut buf, timeout).await? == 0 {
-            // The close ends a body framed by it; a shorter one is cut.
-            if left.is_some_and(|l| l > 0) || decoder.is_some() {
-                send.send_reset(h2::Reason::INTERNAL_ERROR);
-                return None;
-            }
-            send_data(&mut send, Bytes::new(), true).await?;
-            return Some(());
-        }
-        let (data, done) = match &mut decoder {
-            Some(d) => {
-                let got = d.decode(&mut buf).ok()?;
-                let data = Bytes::copy_from_slice(&buf[..got.produced]);
-                buf.drain(..got.consumed);
-                (data, got.done)
-            }
-            None => {
-                let take = left.map_or(buf.len(), |l| (l as usize).min(buf.len()));
-                let data = Bytes::copy_from_slice(&buf[..take]);
-                buf.drain(..take);
-                if let Some(l) = &mut left {
-                    *l -= take as u64;
-                }
-                (data, left == Some(0))
-            }
-        };
-        send_data(&mut send, data, done).await?;
-        if done {
-            return Some(());
-        }
-    }
-}
-
-/// A complete response head at the start of `buf`: its length and status; `None` while
-/// incomplete. (Malformed heads are found by [`translate`].)
-fn head_end(buf: &[u8]) -> Option<(usize, u16)> {
-    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut hs);
-    match r.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => Some((len, r.code.unwrap_or(0))),
-        Ok(httparse::Status::Partial) => None,
-        // Not HTTP: the whole buffer, which `translate` refuses.
-        Err(_) => Some((buf.len(), 0)),
-    }
-}
-
-/// Reads what is there (up to a piece) onto `buf`; `None` on an error or a timeout.
-async fn read_some<R: AsyncRead + Unpin>(
-    from: &mut R,
-    buf: &mut Vec<u8>,
-    timeout: Duration,
-) -> Option<usize> {
-    buf.reserve(PIECE);
-    match tokio::time::timeout(timeout, from.read_buf(buf)).await {
-        Ok(Ok(n)) => Some(n),
-        _ => None,
-    }
-}
-
-/// Sends `data` within the client's windows (waiting for capacity), `end` closing the stream.
-async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes, end: bool) -> Option<()> {
-    if data.is_empty() {
-        return send.send_data(data, end).ok();
-    }
-    while !data.is_empty() {
-        send.reserve_capacity(data.len().min(SEND_BUFFER));
-        let capacity = std::future::poll_fn(|cx| send.poll_capacity(cx))
-            .await?
-            .ok()?;
-        if capacity == 0 {
-            continue;
-        }
-        let piece = data.split_to(capacity.min(data.len()));
-        send.send_data(piece, end && data.is_empty()).ok()?;
-    }
-    Some(())
-}
-
-/// Queues an answer espalier's handlers wrote as HTTP/1.1 (`out`, head and in-memory body)
-/// on the stream, without waiting: the h2 crate holds what the client's windows do not yet
-/// take (at most the in-memory body, which is small). With `more` (a file follows), the
-/// stream is left open and returned. `None` when the stream is gone or the head is not
-/// HTTP.
-fn send_answer(
-    respond: &mut SendResponse<Bytes>,
-    out: Bytes,
-    more: bool,
-    head_only: bool,
-) -> Option<Option<SendStream<Bytes>>> {
-    let head_len = memchr::memmem::find(&out, b"\r\n\r\n")? + 4;
-    let head = out.slice(..head_len);
-    let response = translate(&head)?.response;
-    let body = if head_only {
-        Bytes::new()
-    } else {
-        out.slice(head_len..)
-    };
-    let more = more && !head_only;
-    let end = body.is_empty() && !more;
-    let mut send = respond.send_response(response, end).ok()?;
-    if end {
-        return Some(None);
-    }
-    if !body.is_empty() || !more {
-        send.send_data(body, !more).ok()?;
-    }
-    Some(more.then_some(send))
-}
-
-/// Sends a file's range in pieces, as the client's windows allow.
-async fn send_file(send: &mut SendStream<Bytes>, f: FileBody) -> Option<()> {
-    use std::os::unix::fs::FileExt;
-    let mut offset = f.offset;
-    let stop = f.offset + f.len;
-    while offset < stop {
-        let want = ((stop - offset) as usize).min(PIECE);
-        let mut piece = vec![0u8; want];
-        let n = f.file.read_at(&mut piece, offset).ok()?;
-        if n == 0 {
-            send.send_reset(h2::Reason::INTERNAL_ERROR);
-            return None;
-        }
-        piece.truncate(n);
-        offset += n as u64;
-        send_data(send, Bytes::from(piece), offset >= stop).await?;
-    }
-    if f.len == 0 {
-        send_data(send, Bytes::new(), true).await?;
-    }
-    Some(())
-}
-
-/// espalier's own error answer on a stream, written and queued as its handlers' are.
-fn send_error<S>(respond: &mut SendResponse<Bytes>, env: &ConnEnv<S>, status: u16) {
-    let mut out = Vec::with_capacity(256);
-    {
-        let common = env.clock.common();
-        Responder::new(&mut out, &common, true, 1, false).error(status);
-    }
-    let _ = send_answer(respond, Bytes::from(out), false, false);
 }
