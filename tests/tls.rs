@@ -1182,3 +1182,64 @@ pool = "web"
         drop(send);
     });
 }
+
+#[test]
+fn an_http2_client_that_never_reads_is_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("www")).unwrap();
+    // One answer sent from memory, one from a file in pieces.
+    std::fs::write(d.join("www/small.bin"), vec![b's'; 100 << 10]).unwrap();
+    big_file(&d.join("www/big.bin"));
+    let port = free_port();
+    let config = format!(
+        r#"
+[server.limits]
+keepalive_timeout = "1s"
+body_timeout = "1s"
+[[pool]]
+name = "web"
+[[site]]
+bindings = ["http://127.0.0.1:{port}"]
+root = "www"
+[[site.app]]
+pool = "web"
+"#
+    );
+    let _server = Server::with_config(d, &config);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        // A window of 0: the server may send no byte of any body.
+        let (mut send, conn) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, bytes::Bytes>(tcp)
+            .await
+            .unwrap();
+        let driver = tokio::spawn(conn);
+        let mut held = Vec::new();
+        for path in ["/small.bin", "/big.bin"] {
+            let req = http::Request::get(format!("http://127.0.0.1:{port}{path}"))
+                .body(())
+                .unwrap();
+            send = send.ready().await.unwrap();
+            let (response, _) = send.send_request(req, true).unwrap();
+            let response = response.await.unwrap();
+            assert_eq!(response.status(), 200);
+            held.push(response);
+        }
+        // The server gives up on a client that takes nothing: its answers wait at most the
+        // body timeout once the connection is otherwise idle, and then it is closed.
+        let ended = tokio::time::timeout(Duration::from_secs(10), driver).await;
+        assert!(
+            ended.is_ok(),
+            "a client that never reads holds the connection open"
+        );
+        drop((send, held));
+    });
+}

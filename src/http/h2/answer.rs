@@ -113,7 +113,7 @@ pub(super) async fn relay<R: AsyncRead + Unpin>(
                 send.send_reset(h2::Reason::INTERNAL_ERROR);
                 return None;
             }
-            send_data(&mut send, Bytes::new(), true).await?;
+            send_data(&mut send, Bytes::new(), true, timeout).await?;
             return Some(());
         }
         let (data, done) = match &mut decoder {
@@ -133,7 +133,7 @@ pub(super) async fn relay<R: AsyncRead + Unpin>(
                 (data, left == Some(0))
             }
         };
-        send_data(&mut send, data, done).await?;
+        send_data(&mut send, data, done, timeout).await?;
         if done {
             return Some(());
         }
@@ -167,15 +167,29 @@ async fn read_some<R: AsyncRead + Unpin>(
 }
 
 /// Sends `data` within the client's windows (waiting for capacity), `end` closing the stream.
-async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes, end: bool) -> Option<()> {
+/// A client that opens no window for `timeout` gets the stream reset (CANCEL): one that never
+/// reads would otherwise hold the answer, its task and its connection for ever.
+async fn send_data(
+    send: &mut SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+    timeout: Duration,
+) -> Option<()> {
     if data.is_empty() {
         return send.send_data(data, end).ok();
     }
     while !data.is_empty() {
         send.reserve_capacity(data.len().min(SEND_BUFFER));
-        let capacity = std::future::poll_fn(|cx| send.poll_capacity(cx))
-            .await?
-            .ok()?;
+        let capacity =
+            match tokio::time::timeout(timeout, std::future::poll_fn(|cx| send.poll_capacity(cx)))
+                .await
+            {
+                Ok(capacity) => capacity?.ok()?,
+                Err(_) => {
+                    send.send_reset(h2::Reason::CANCEL);
+                    return None;
+                }
+            };
         if capacity == 0 {
             continue;
         }
@@ -216,8 +230,13 @@ pub(super) fn send_answer(
     Some(more.then_some(send))
 }
 
-/// Sends a file's range in pieces, as the client's windows allow.
-pub(super) async fn send_file(send: &mut SendStream<Bytes>, f: FileBody) -> Option<()> {
+/// Sends a file's range in pieces, as the client's windows allow (see [`send_data`] for
+/// `timeout`).
+pub(super) async fn send_file(
+    send: &mut SendStream<Bytes>,
+    f: FileBody,
+    timeout: Duration,
+) -> Option<()> {
     use std::os::unix::fs::FileExt;
     let mut offset = f.offset;
     let stop = f.offset + f.len;
@@ -231,10 +250,10 @@ pub(super) async fn send_file(send: &mut SendStream<Bytes>, f: FileBody) -> Opti
         }
         piece.truncate(n);
         offset += n as u64;
-        send_data(send, Bytes::from(piece), offset >= stop).await?;
+        send_data(send, Bytes::from(piece), offset >= stop, timeout).await?;
     }
     if f.len == 0 {
-        send_data(send, Bytes::new(), true).await?;
+        send_data(send, Bytes::new(), true, timeout).await?;
     }
     Some(())
 }

@@ -22,7 +22,10 @@
 //! the crate enforcing it while decoding); streams reset by the client before being answered
 //! are bounded (rapid reset, CVE-2023-44487: past the bound the connection gets GOAWAY
 //! `ENHANCE_YOUR_CALM`), as are the streams this side resets; windows and send buffers are
-//! bounded per stream and per connection; a body beyond `max_body_size` is refused with 413.
+//! bounded per stream and per connection; a body beyond `max_body_size` is refused with 413;
+//! a client that opens no window for `body_timeout` has its stream reset, and a connection
+//! closed for idleness is dropped `body_timeout` later if its answers are still not taken
+//! (slow reading).
 
 mod answer;
 
@@ -90,6 +93,9 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
     let idle_timer = tokio::time::sleep(env.timeouts.keepalive);
     tokio::pin!(idle_timer);
     let mut draining = false;
+    // Closed for idleness: the answers still queued (for a client that does not read them)
+    // get the body timeout, then the connection is dropped.
+    let mut idle_closing = false;
     loop {
         let next = tokio::select! {
             biased;
@@ -98,7 +104,10 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
                 conn.graceful_shutdown();
                 continue;
             }
-            _ = &mut idle_timer, if !draining => {
+            _ = &mut idle_timer, if !draining || idle_closing => {
+                if idle_closing {
+                    return;
+                }
                 let quiet_until = last_active + env.timeouts.keepalive;
                 if connection.open.get() > 0 || quiet_until > Instant::now() {
                     idle_timer.as_mut().reset(tokio::time::Instant::from_std(
@@ -109,7 +118,9 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
                     }
                 } else {
                     draining = true;
+                    idle_closing = true;
                     conn.graceful_shutdown();
+                    idle_timer.as_mut().reset(tokio::time::Instant::now() + env.timeouts.body);
                 }
                 continue;
             }
@@ -265,7 +276,7 @@ impl<S: Service + 'static> Connection<S> {
     async fn run(&self, work: Work, parts: &http::request::Parts, body: &[u8]) {
         match work {
             Work::File(mut send, file) => {
-                let _ = send_file(&mut send, file).await;
+                let _ = send_file(&mut send, file, self.env.timeouts.body).await;
             }
             Work::Forward(target, respond, facts, arrived) => {
                 let mut headers = Vec::with_capacity(parts.headers.len() + 1);
