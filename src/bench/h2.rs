@@ -44,11 +44,7 @@ impl H2Request {
     /// A target's request, or one line naming the option HTTP/2 cannot carry.
     pub(super) fn new(opts: &BenchOptions, target: usize) -> Result<H2Request, String> {
         let t = &opts.targets[target];
-        let authority = opts
-            .headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
-            .map_or(t.host_header.as_str(), |(_, v)| v.as_str());
+        let authority = opts.authority(t);
         let scheme = if t.tls { "https" } else { "http" };
         let uri: http::Uri = format!("{scheme}://{authority}{}", t.path)
             .parse()

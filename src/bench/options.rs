@@ -151,21 +151,28 @@ impl BenchOptions {
     /// against: a `-H 'Host: …'` names the site, as it does for the request, so
     /// `https://127.0.0.1:8443/ -H 'Host: shop.example'` loads shop's certificate and pages.
     pub(super) fn server_name<'a>(&'a self, t: &'a Target) -> &'a str {
+        host_of(self.authority(t))
+    }
+
+    /// The site a target's requests name: a `-H 'Host: …'` (as with wrk and curl), or the
+    /// URL's authority.
+    pub(super) fn authority<'a>(&'a self, t: &'a Target) -> &'a str {
+        self.given_host().unwrap_or(&t.host_header)
+    }
+
+    /// The value of a `-H 'Host: …'`, if one was given.
+    fn given_host(&self) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case("host"))
-            .map_or(t.host.as_str(), |(_, v)| host_of(v))
+            .map(|(_, v)| v.as_str())
     }
 
     /// The request bytes for a target, built once.
     pub(super) fn request_bytes(&self, t: &Target) -> Vec<u8> {
         let mut r = format!("{} {} HTTP/1.1\r\n", self.method, t.path);
-        // A `-H 'Host: …'` names the site (as with wrk and curl): one Host header, not two.
-        if !self
-            .headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("host"))
-        {
+        // One Host header, not two: a `-H 'Host: …'` goes out with the other headers.
+        if self.given_host().is_none() {
             r.push_str(&format!("Host: {}\r\n", t.host_header));
         }
         if !self.keepalive {
