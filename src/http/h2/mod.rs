@@ -6,7 +6,7 @@
 //!
 //! Owns: the connection, its limits and its streams — each stream's head and body made into
 //! a [`Request`], answered at once or by a task; the answer's way back onto the stream is
-//! `answer`'s. Must not touch: routing or content (the [`Service`] decides), or HTTP/1.1
+//! `answer`'s, a proxied request's body streams to its app by `body`. Must not touch: routing or content (the [`Service`] decides), or HTTP/1.1
 //! framing (the connection loop in [`super::conn`]).
 //!
 //! Cost: a stream without a body is answered in the connection's own loop — the service's
@@ -17,7 +17,7 @@
 //! request's user-space instructions (callgrind: 118 831 → 34 109 per request under
 //! `h2load -c10 -m10`; nginx 1.22 spends 32 320). The answers to the streams one read
 //! brought leave in one write (`held`): one TLS record and one syscall for ten requests
-//! rather than ten, which took the server's CPU per request from 1.06 to 0.65 of nginx's.
+//! rather than ten, which took the server's CPU per request from 1.06 to 0.68 of nginx's.
 //!
 //! Limits against the known HTTP/2 attacks: at most [`MAX_STREAMS`] concurrent streams; a
 //! header list bounded by `max_header_size` (HPACK bombs and CONTINUATION floods end there,
@@ -30,6 +30,7 @@
 //! (slow reading).
 
 mod answer;
+mod body;
 mod held;
 
 use super::access_log::{Entry, Facts, OwnedFacts};
@@ -38,6 +39,7 @@ use super::{Framing, Method, Request, Responder, MAX_HEADERS};
 use crate::handoff::Carried;
 use crate::proxy::{ProxyTarget, Report};
 use answer::{relay, send_answer, send_error, send_file};
+use body::Body;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -239,8 +241,9 @@ fn request_of<'a>(
 }
 
 impl<S: Service + 'static> Connection<S> {
-    /// A stream with a body: the body is read (bounded) before the answer, since handlers
-    /// and the forwarder take a whole request.
+    /// A stream with a body: streamed to its application as it arrives when the request is
+    /// proxied; read whole (bounded) first for espalier's own handlers, which take a whole
+    /// request, and for a FastCGI app when the client declared no length.
     async fn with_body(
         self: Rc<Self>,
         parts: http::request::Parts,
@@ -250,6 +253,37 @@ impl<S: Service + 'static> Connection<S> {
         let _open = Open::take(&self.open);
         let env = &self.env;
         let arrived = Instant::now();
+        let routed = {
+            let mut headers = Vec::with_capacity(parts.headers.len() + 1);
+            let max_headers = MAX_HEADERS.min(env.limits.max_headers);
+            match request_of(&parts, &mut headers, &[], &self.client, max_headers) {
+                Ok(request) => env
+                    .service
+                    .proxy_route(self.group, &request)
+                    .map(|target| (target, self.facts_of(&request))),
+                Err(status) => {
+                    send_error(&mut respond, env, status);
+                    return;
+                }
+            }
+        };
+        let framing = body::framing_of(&parts);
+        // FastCGI tells its app the body's length before the body (CONTENT_LENGTH): one the
+        // client did not declare is read whole first, as nginx does.
+        let routed = routed.filter(|(target, _)| {
+            framing != Framing::Chunked || !matches!(target, ProxyTarget::FastCgi(..))
+        });
+        if let Some((target, facts)) = routed {
+            // A body declared too large is refused before any of it is taken, as HTTP/1.1's
+            // is; one undeclared is bounded by the forwarder's chunked decoder.
+            if matches!(framing, Framing::Length(n) if n > env.limits.max_body_size) {
+                send_error(&mut respond, env, 413);
+                return;
+            }
+            let work = Work::Forward(target, respond, facts, arrived);
+            Box::pin(self.run(work, &parts, Body::Arriving(recv, framing))).await;
+            return;
+        }
         let mut body = Vec::new();
         while let Some(chunk) = tokio::time::timeout(env.timeouts.body, recv.data())
             .await
@@ -265,8 +299,14 @@ impl<S: Service + 'static> Connection<S> {
             body.extend_from_slice(&chunk);
         }
         if let Some(work) = self.answer(&parts, &body, respond, arrived) {
-            Box::pin(self.run(work, &parts, &body)).await;
+            Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
         }
+    }
+
+    /// What the access log will want of a forwarded request, when it logs.
+    fn facts_of(&self, request: &Request<'_>) -> Option<OwnedFacts> {
+        (self.env.service.logging() && self.env.service.wants_log())
+            .then(|| OwnedFacts::of(request))
     }
 
     /// The work [`Self::answer`] left, in a task of its own.
@@ -274,23 +314,27 @@ impl<S: Service + 'static> Connection<S> {
         let _open = Open::take(&self.open);
         // Boxed, as in `with_body`: a task's future is moved whole when spawned, and the
         // forwarder's is large; measured, copying it cost more than answering the request.
-        Box::pin(self.run(work, &parts, &body)).await;
+        Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
     }
 
-    async fn run(&self, work: Work, parts: &http::request::Parts, body: &[u8]) {
+    async fn run(&self, work: Work, parts: &http::request::Parts, body: Body<'_>) {
         match work {
             Work::File(mut send, file) => {
                 let _ = send_file(&mut send, file, self.env.timeouts.body).await;
             }
             Work::Forward(target, respond, facts, arrived) => {
                 let mut headers = Vec::with_capacity(parts.headers.len() + 1);
-                let Ok(request) = request_of(parts, &mut headers, body, &self.client, usize::MAX)
+                let whole = match body {
+                    Body::Whole(whole) => whole,
+                    Body::Arriving(..) => &[],
+                };
+                let Ok(request) = request_of(parts, &mut headers, whole, &self.client, usize::MAX)
                 else {
                     return;
                 };
                 let head_only = request.method == Method::Head;
                 let report = Report::default();
-                self.forward(&request, target, &report, respond, head_only)
+                self.forward(&request, body, target, &report, respond, head_only)
                     .await;
                 if let Some(facts) = facts {
                     let mut req = facts.facts();
@@ -330,8 +374,7 @@ impl<S: Service + 'static> Connection<S> {
         };
         let head_only = request.method == Method::Head;
         if let Some(target) = env.service.proxy_route(self.group, &request) {
-            let facts = (env.service.logging() && env.service.wants_log())
-                .then(|| OwnedFacts::of(&request));
+            let facts = self.facts_of(&request);
             return Some(Work::Forward(target, respond, facts, arrived));
         }
         let mut out = Vec::with_capacity(1024);
@@ -366,20 +409,25 @@ impl<S: Service + 'static> Connection<S> {
         }
     }
 
-    /// A request of a proxied application: forwarded as HTTP/1.1 by the forwarder, whose
-    /// answer is read back and sent on the stream.
+    /// A request of a proxied application: forwarded as HTTP/1.1 by the forwarder, as if
+    /// from a client at the far end of a pipe — its body written in at this end as it
+    /// arrives, its answer read back out and sent on the stream.
     async fn forward(
         &self,
         request: &Request<'_>,
+        body: Body<'_>,
         target: ProxyTarget,
         report: &Report,
         mut respond: SendResponse<Bytes>,
         head_only: bool,
     ) {
         let env = &self.env;
-        let (mut ours, mut theirs) = tokio::io::duplex(PIECE);
-        let mut rbuf = request.body.to_vec();
-        let framing = Framing::Length(rbuf.len() as u64);
+        let (mut ours, theirs) = tokio::io::duplex(PIECE);
+        let (mut answer, mut body_in) = tokio::io::split(theirs);
+        let (mut rbuf, framing, mut arriving) = match body {
+            Body::Whole(whole) => (whole.to_vec(), Framing::Length(whole.len() as u64), None),
+            Body::Arriving(recv, framing) => (Vec::new(), framing, Some(recv)),
+        };
         let added_fields = env.service.hsts_line(self.group);
         let forwarding = async move {
             let client = crate::proxy::Client {
@@ -424,7 +472,21 @@ impl<S: Service + 'static> Connection<S> {
             // Closing our end ends an answer framed by the close.
             drop(ours);
         };
-        let relaying = relay(&mut theirs, &mut respond, head_only, env.timeouts.body);
-        let ((), _) = tokio::join!(Box::pin(forwarding), relaying);
+        // The body goes in while the forwarder sends it on; once the forwarder is done (an
+        // app may answer before the whole body came), what is left of it is not waited for.
+        let feeding = async {
+            let mut forwarding = std::pin::pin!(forwarding);
+            if let Some(recv) = &mut arriving {
+                let chunked = framing == Framing::Chunked;
+                let pumping = body::pump(recv, chunked, &mut body_in, env.timeouts.body);
+                tokio::select! {
+                    () = &mut forwarding => return,
+                    () = pumping => {}
+                }
+            }
+            forwarding.await
+        };
+        let relaying = relay(&mut answer, &mut respond, head_only, env.timeouts.body);
+        let ((), _) = tokio::join!(Box::pin(feeding), relaying);
     }
 }

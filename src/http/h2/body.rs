@@ -1,0 +1,91 @@
+//! A stream's request body on its way to an application: streamed into the forwarder as it
+//! arrives, as an HTTP/1.1 connection's is, rather than read whole first — a worker holds at
+//! most the pipe's buffer of an upload, and the client's window opens only as the app takes
+//! the bytes, so an upload goes at the app's pace. (Read whole, 128 streams of a connection
+//! could each hold `max_body_size`.)
+//!
+//! Owns: [`Body`] and [`pump`], which frames the data for the forwarder (as it came when the
+//! client declared a length, else chunked). Must not touch: the forwarder's checks of the
+//! body (its length bound, 413) or the answer's way back (see `answer`).
+
+use crate::http::Framing;
+use h2::RecvStream;
+use std::time::Duration;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// A request's body as the forwarder gets it.
+pub(super) enum Body<'a> {
+    /// Read already: no body, or one read whole for espalier's own handlers.
+    Whole(&'a [u8]),
+    /// Still arriving, framed as the forwarder will pass it on.
+    Arriving(RecvStream, Framing),
+}
+
+/// How an arriving body is framed for the app: by the length the client declared (the h2
+/// crate holds the stream's data to it), else chunked.
+pub(super) fn framing_of(parts: &http::request::Parts) -> Framing {
+    parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+        .map_or(Framing::Chunked, Framing::Length)
+}
+
+/// Writes `recv`'s data to `to` as it arrives, chunked if `chunked`, each piece's window
+/// given back to the client once the forwarder has taken it. A body cut short — the client
+/// resets the stream or sends nothing for `timeout` — shuts `to`, so the forwarder sees the
+/// body end early, as when an HTTP/1.1 client goes away mid-upload. A body that ends well
+/// leaves `to` open: the forwarder may still be reading its client for a close.
+pub(super) async fn pump<W: AsyncWrite + Unpin>(
+    recv: &mut RecvStream,
+    chunked: bool,
+    to: &mut W,
+    timeout: Duration,
+) {
+    let whole = loop {
+        let chunk = match tokio::time::timeout(timeout, recv.data()).await {
+            Ok(Some(Ok(chunk))) => chunk,
+            Ok(None) => break true,
+            Ok(Some(Err(_))) | Err(_) => break false,
+        };
+        let n = chunk.len();
+        if n == 0 {
+            continue;
+        }
+        let written = if chunked {
+            let mut size = [0u8; 18];
+            let line = chunk_line(n, &mut size);
+            let mut written = to.write_all(line).await;
+            if written.is_ok() {
+                written = to.write_all(&chunk).await;
+            }
+            if written.is_ok() {
+                written = to.write_all(b"\r\n").await;
+            }
+            written
+        } else {
+            to.write_all(&chunk).await
+        };
+        if written.is_err() {
+            // The forwarder is done with the request (it answered, or failed).
+            return;
+        }
+        let _ = recv.flow_control().release_capacity(n);
+    };
+    if whole {
+        if chunked {
+            let _ = to.write_all(b"0\r\n\r\n").await;
+        }
+    } else {
+        let _ = to.shutdown().await;
+    }
+}
+
+/// A chunk's size line, `{n:x}\r\n`, written into `buf`.
+fn chunk_line(n: usize, buf: &mut [u8; 18]) -> &[u8] {
+    use std::io::Write;
+    let mut cursor = std::io::Cursor::new(&mut buf[..]);
+    let _ = write!(cursor, "{n:x}\r\n");
+    let len = cursor.position() as usize;
+    &buf[..len]
+}

@@ -1,0 +1,164 @@
+//! HTTP/2 request bodies on their way to a proxied application (a real Python app, spoken
+//! to over h2c by the h2 crate's client): streamed as they arrive, not read whole first —
+//! the app sees an upload's start before the client has sent its end — framed by the
+//! client's declared length or else chunked, bounded by `max_body_size` (413, declared or
+//! not), and a stream
+//! the client resets mid-upload leaves the connection serving.
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const APP: &str = "tests/apps/upload_app.py";
+/// An upload's size: several times the pipe to the forwarder and the stream's window.
+const UPLOAD: usize = 600_000;
+/// Bytes sent before the client waits for the app to have seen them.
+const FIRST: usize = 100_000;
+
+fn config(port: u16, marks: &Path) -> String {
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join(APP);
+    format!(
+        r#"
+[[pool]]
+name = "uploads"
+command = ["python3", "{app}"]
+environment = {{ MARKS = "{marks}" }}
+health = "/healthz"
+[[site]]
+bindings = ["http://127.0.0.1:{port}"]
+[[site.app]]
+pool = "uploads"
+"#,
+        app = app.display(),
+        marks = marks.display(),
+    )
+}
+
+/// The upload's bytes, and their SHA-256 as `sha256sum` gives it.
+fn upload(dir: &Path) -> (Vec<u8>, String) {
+    let body: Vec<u8> = (0..UPLOAD as u32).map(|i| (i * 13 % 251) as u8).collect();
+    let path = dir.join("upload.bin");
+    std::fs::write(&path, &body).unwrap();
+    let out = std::process::Command::new("sha256sum")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let sum = String::from_utf8_lossy(&out.stdout);
+    (body, sum.split_whitespace().next().unwrap().to_string())
+}
+
+/// Whether `path` appears within `within`.
+async fn appears(path: &Path, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if path.exists() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A response's status and whole body.
+async fn answer(response: h2::client::ResponseFuture) -> (u16, String) {
+    let response = response.await.unwrap();
+    let status = response.status().as_u16();
+    let mut recv = response.into_body();
+    let mut body = Vec::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk.unwrap();
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        body.extend_from_slice(&chunk);
+    }
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[test]
+fn http2_uploads_stream_to_the_app_as_they_arrive() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let marks = d.join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let port = free_port();
+    let _server = Server::with_config(d, &config(port, &marks));
+    let (body, sum) = upload(d);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+
+        // With a declared length and without one: the first part reaches the app before
+        // the rest is sent (read whole first, it never would, and the wait would fail).
+        for (name, declared) in [("declared", true), ("undeclared", false)] {
+            let mut req = http::Request::post(format!("http://127.0.0.1:{port}/{name}"))
+                .header("x-mark-after", FIRST.to_string());
+            if declared {
+                req = req.header("content-length", UPLOAD.to_string());
+            }
+            send = send.ready().await.unwrap();
+            let (response, mut out) = send.send_request(req.body(()).unwrap(), false).unwrap();
+            out.send_data(Bytes::copy_from_slice(&body[..FIRST]), false)
+                .unwrap();
+            assert!(
+                appears(&marks.join(name), Duration::from_secs(15)).await,
+                "{name}: the app had not seen the body's first {FIRST} bytes before the rest was sent"
+            );
+            out.send_data(Bytes::copy_from_slice(&body[FIRST..]), true)
+                .unwrap();
+            let framing = if declared { "length" } else { "chunked" };
+            assert_eq!(
+                answer(response).await,
+                (200, format!("len={UPLOAD} sha256={sum} framing={framing}\n")),
+                "{name}"
+            );
+        }
+
+        // A declared length beyond max_body_size (1 MiB by default) is refused.
+        let req = http::Request::post(format!("http://127.0.0.1:{port}/big"))
+            .header("content-length", (2 << 20).to_string())
+            .body(())
+            .unwrap();
+        send = send.ready().await.unwrap();
+        let (response, mut out) = send.send_request(req, false).unwrap();
+        out.send_data(Bytes::copy_from_slice(&body[..FIRST]), false)
+            .unwrap();
+        assert_eq!(answer(response).await.0, 413);
+        // So is one undeclared that grows beyond it.
+        let req = http::Request::post(format!("http://127.0.0.1:{port}/big"))
+            .body(())
+            .unwrap();
+        send = send.ready().await.unwrap();
+        let (response, mut out) = send.send_request(req, false).unwrap();
+        let big: Vec<u8> = body.iter().chain(&body).chain(&body).copied().collect();
+        out.send_data(Bytes::from(big), true).unwrap();
+        assert_eq!(answer(response).await.0, 413);
+
+        // A stream reset mid-upload: the connection goes on serving.
+        let req = http::Request::post(format!("http://127.0.0.1:{port}/reset"))
+            .header("x-mark-after", FIRST.to_string())
+            .body(())
+            .unwrap();
+        send = send.ready().await.unwrap();
+        let (_, mut out) = send.send_request(req, false).unwrap();
+        out.send_data(Bytes::copy_from_slice(&body[..FIRST]), false)
+            .unwrap();
+        assert!(appears(&marks.join("reset"), Duration::from_secs(15)).await);
+        out.send_reset(h2::Reason::CANCEL);
+        let req = http::Request::get(format!("http://127.0.0.1:{port}/after"))
+            .body(())
+            .unwrap();
+        send = send.ready().await.unwrap();
+        let (response, _) = send.send_request(req, true).unwrap();
+        assert_eq!(answer(response).await, (200, "ok\n".to_string()));
+    });
+}
