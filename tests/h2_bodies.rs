@@ -143,6 +143,22 @@ fn http2_uploads_stream_to_the_app_as_they_arrive() {
         out.send_data(Bytes::from(big), true).unwrap();
         assert_eq!(answer(response).await.0, 413);
 
+        // An app that answers and closes before reading the body. The forwarder sends the
+        // body before reading an answer, as for HTTP/1.1: the app's answer when the whole
+        // body fitted in the sockets' buffers before the close, else 502. Either arrives
+        // whole, the rest of the body taken and dropped.
+        let req = http::Request::post(format!("http://127.0.0.1:{port}/early"))
+            .body(())
+            .unwrap();
+        send = send.ready().await.unwrap();
+        let (response, mut out) = send.send_request(req, false).unwrap();
+        out.send_data(Bytes::copy_from_slice(&body), true).unwrap();
+        let early = answer(response).await;
+        assert!(
+            early == (200, "early\n".into()) || early == (502, "502 Bad Gateway\n".into()),
+            "{early:?}"
+        );
+
         // A stream reset mid-upload: the connection goes on serving.
         let req = http::Request::post(format!("http://127.0.0.1:{port}/reset"))
             .header("x-mark-after", FIRST.to_string())

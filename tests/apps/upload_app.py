@@ -1,7 +1,8 @@
 """A test app that takes uploads as they come: POST bodies framed by Content-Length or
 chunked are read piece by piece; once X-Mark-After bytes of a body have arrived it creates
 the file $MARKS/<path> (so a test can see the body reach the app before it has all been
-sent), and answers the body's length, SHA-256 and framing.
+sent), and answers the body's length, SHA-256 and framing. /early answers at once, its
+body unread.
 Listens on 127.0.0.1:$PORT; /healthz answers ok."""
 import hashlib
 import http.server
@@ -15,6 +16,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.answer(b"ok\n")
 
     def do_POST(self):
+        if self.path == "/early":
+            # Answers without reading the body, as an app refusing an upload may.
+            self.close_connection = True
+            return self.answer(b"early\n")
         mark_after = int(self.headers.get("X-Mark-After", "0") or 0)
         digest, got, marked = hashlib.sha256(), 0, False
 

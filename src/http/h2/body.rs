@@ -4,8 +4,8 @@
 //! the bytes, so an upload goes at the app's pace. (Read whole, 128 streams of a connection
 //! could each hold `max_body_size`.)
 //!
-//! Owns: [`Body`] and [`pump`], which frames the data for the forwarder (as it came when the
-//! client declared a length, else chunked). Must not touch: the forwarder's checks of the
+//! Owns: [`Body`], [`pump`], which frames the data for the forwarder (as it came when the
+//! client declared a length, else chunked), and [`discard`] for a body answered early. Must not touch: the forwarder's checks of the
 //! body (its length bound, 413) or the answer's way back (see `answer`).
 
 use crate::http::Framing;
@@ -78,6 +78,21 @@ pub(super) async fn pump<W: AsyncWrite + Unpin>(
         }
     } else {
         let _ = to.shutdown().await;
+    }
+}
+
+/// The rest of a body the app answered without: read and dropped, up to `max` bytes and
+/// `timeout` between pieces, so the client finishes its upload and takes the answer as
+/// complete (as nginx discards a body it will not use). A reset ends the stream instead
+/// (RFC 9113 §8.1), and some clients, curl among them, report that as a failure.
+pub(super) async fn discard(recv: &mut RecvStream, max: u64, timeout: Duration) {
+    let mut dropped = 0u64;
+    while let Ok(Some(Ok(chunk))) = tokio::time::timeout(timeout, recv.data()).await {
+        dropped += chunk.len() as u64;
+        if dropped > max {
+            return;
+        }
+        let _ = recv.flow_control().release_capacity(chunk.len());
     }
 }
 

@@ -473,15 +473,19 @@ impl<S: Service + 'static> Connection<S> {
             drop(ours);
         };
         // The body goes in while the forwarder sends it on; once the forwarder is done (an
-        // app may answer before the whole body came), what is left of it is not waited for.
+        // app may answer before the whole body came), what is left of it is dropped.
         let feeding = async {
             let mut forwarding = std::pin::pin!(forwarding);
             if let Some(recv) = &mut arriving {
                 let chunked = framing == Framing::Chunked;
                 let pumping = body::pump(recv, chunked, &mut body_in, env.timeouts.body);
-                tokio::select! {
-                    () = &mut forwarding => return,
-                    () = pumping => {}
+                let answered_first = tokio::select! {
+                    () = &mut forwarding => true,
+                    () = pumping => false,
+                };
+                if answered_first {
+                    let (max, timeout) = (env.limits.max_body_size, env.timeouts.body);
+                    return body::discard(recv, max, timeout).await;
                 }
             }
             forwarding.await
