@@ -2,8 +2,8 @@
 //! to over h2c by the h2 crate's client): streamed as they arrive, not read whole first —
 //! the app sees an upload's start before the client has sent its end — framed by the
 //! client's declared length or else chunked, bounded by `max_body_size` (413, declared or
-//! not), and a stream
-//! the client resets mid-upload leaves the connection serving.
+//! not), `Expect: 100-continue` answered with an informational 100 (curl), and a stream the
+//! client resets mid-upload leaves the connection serving.
 
 mod common;
 
@@ -78,7 +78,7 @@ async fn answer(response: h2::client::ResponseFuture) -> (u16, String) {
 
 #[test]
 fn http2_uploads_stream_to_the_app_as_they_arrive() {
-    need_tools("python3:python3", "python3");
+    need_tools("python3:python3 curl:curl", "python3 and curl");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let marks = d.join("marks");
@@ -177,4 +177,21 @@ fn http2_uploads_stream_to_the_app_as_they_arrive() {
         let (response, _) = send.send_request(req, true).unwrap();
         assert_eq!(answer(response).await, (200, "ok\n".to_string()));
     });
+
+    // A client that waits for 100 Continue gets it, as an informational response, and
+    // sends its body after it (curl waits up to a second, then sends anyway: the 100 is
+    // seen in its trace or not at all).
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-v", "--max-time", "10", "--http2-prior-knowledge"])
+        .args(["-H", "Expect: 100-continue", "--data-binary", "@upload.bin"])
+        .arg(format!("http://127.0.0.1:{port}/continued"))
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let trace = String::from_utf8_lossy(&out.stderr);
+    assert!(trace.contains("< HTTP/2 100"), "{trace}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("len={UPLOAD} sha256={sum} framing=length\n")
+    );
 }

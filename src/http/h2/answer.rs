@@ -67,8 +67,16 @@ fn translate(head: &Bytes) -> Option<Translated> {
     })
 }
 
+/// `100 Continue`, as an informational response.
+pub(super) fn continue_response() -> http::Response<()> {
+    let mut response = http::Response::new(());
+    *response.status_mut() = http::StatusCode::CONTINUE;
+    response
+}
+
 /// Reads the forwarder's HTTP/1.1 answer from `from` and sends it on the stream: interim
-/// (1xx) heads skipped, the framing (length, chunked or close) undone.
+/// (1xx) heads skipped but 100 Continue, sent on as an informational response, the
+/// framing (length, chunked or close) undone.
 pub(super) async fn relay<R: AsyncRead + Unpin>(
     from: &mut R,
     respond: &mut SendResponse<Bytes>,
@@ -79,6 +87,11 @@ pub(super) async fn relay<R: AsyncRead + Unpin>(
     let head_len = loop {
         match head_end(&buf) {
             Some((len, status)) if (100..200).contains(&status) => {
+                // The forwarder's 100 Continue to a client that waits for it; the others
+                // (an app's interim answers are the forwarder's to drop) are skipped.
+                if status == 100 {
+                    let _ = respond.send_informational(continue_response());
+                }
                 buf.drain(..len);
                 continue;
             }

@@ -199,6 +199,13 @@ enum Work {
     File(SendStream<Bytes>, FileBody),
 }
 
+/// Whether the client waits for `100 Continue` before sending its body.
+fn expects_continue(request: &Request<'_>) -> bool {
+    request
+        .header("expect")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
+}
+
 /// A stream's request as the service sees it, or the status refusing it.
 fn request_of<'a>(
     parts: &'a http::request::Parts,
@@ -285,6 +292,13 @@ impl<S: Service + 'static> Connection<S> {
             return;
         }
         let mut body = Vec::new();
+        if parts
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+        {
+            let _ = respond.send_informational(answer::continue_response());
+        }
         while let Some(chunk) = tokio::time::timeout(env.timeouts.body, recv.data())
             .await
             .ok()
@@ -424,6 +438,9 @@ impl<S: Service + 'static> Connection<S> {
         let env = &self.env;
         let (mut ours, theirs) = tokio::io::duplex(PIECE);
         let (mut answer, mut body_in) = tokio::io::split(theirs);
+        // A client that waits for 100 Continue before its body gets it from the forwarder
+        // (as an HTTP/1.1 one does), turned into an informational response by `relay`.
+        let expect_continue = matches!(body, Body::Arriving(..)) && expects_continue(request);
         let (mut rbuf, framing, mut arriving) = match body {
             Body::Whole(whole) => (whole.to_vec(), Framing::Length(whole.len() as u64), None),
             Body::Arriving(recv, framing) => (Vec::new(), framing, Some(recv)),
@@ -446,7 +463,7 @@ impl<S: Service + 'static> Connection<S> {
                         request,
                         framing,
                         false,
-                        false,
+                        expect_continue,
                         Some(&*self.client).filter(|c| !c.is_empty()),
                         if self.https { "https" } else { "http" },
                     );
@@ -459,7 +476,7 @@ impl<S: Service + 'static> Connection<S> {
                         &root,
                         framing,
                         false,
-                        false,
+                        expect_continue,
                         &crate::proxy::Addresses {
                             peer: self.peer,
                             local: None,
