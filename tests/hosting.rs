@@ -1,6 +1,7 @@
 //! One address, many pools (HTTP.sys's routing of a port to application pools by host and
 //! path), on loopback with the real binary: every request answered by its site's pool, mixed
-//! hosts on one keep-alive connection, the default site, 421, the same-CPU rule with pinned
+//! hosts on one keep-alive connection, the default site, 421 (and for another pool's stream
+//! on an HTTP/2 connection), the same-CPU rule with pinned
 //! clients, a rapid-failed pool's sites answering 503 while the others serve, and reloads
 //! that move, add and remove sites under load without a failed request on the other hosts.
 
@@ -457,4 +458,55 @@ fn a_request_too_large_to_hand_over_is_answered_503_and_nothing_breaks() {
     c.send(ok.as_bytes());
     let r = c.read_response(false).expect("an answer");
     assert_eq!((r.status, pool_of(&r)), (200, "b".to_string()));
+}
+
+#[test]
+fn an_http2_connection_stays_with_its_pool_and_another_pools_request_gets_421() {
+    // An HTTP/2 connection (h2c, prior knowledge) carries many streams at once, so it cannot
+    // be handed on as an HTTP/1.1 one is: it stays with the pool whose thread took it, and a
+    // stream naming another pool's site is answered 421, as on a TLS connection. Whichever
+    // pool took it, one of the two requests is its own and the other is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[server]\nworker_header = true\n[[pool]]\nname = \"a\"\n[[pool]]\nname = \"b\"\n{}{}",
+        dynamic_site(port, "a", "a"),
+        dynamic_site(port, "b", "b")
+    );
+    let _server = Server::with_config(dir.path(), &config);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let answers = rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(conn);
+        let mut answers = Vec::new();
+        for site in ["a", "b"] {
+            let req = http::Request::get(format!("http://{site}.example:{port}/"))
+                .body(())
+                .unwrap();
+            send = send.ready().await.unwrap();
+            let (response, _) = send.send_request(req, true).unwrap();
+            let response = response.await.unwrap();
+            let worker = response
+                .headers()
+                .get("x-espalier-worker")
+                .map(|v| v.to_str().unwrap().split('/').next().unwrap().to_string());
+            answers.push((site, response.status().as_u16(), worker));
+        }
+        answers
+    });
+    let held_by = answers
+        .iter()
+        .find(|(_, status, _)| *status == 200)
+        .and_then(|(_, _, worker)| worker.clone())
+        .unwrap_or_else(|| panic!("neither request was answered 200: {answers:?}"));
+    for (site, status, _) in &answers {
+        let expected = if **site == held_by { 200 } else { 421 };
+        assert_eq!(*status, expected, "{answers:?}");
+    }
 }

@@ -466,10 +466,12 @@ impl Service for ThreadService {
         };
         // Over TLS, the site's HSTS line goes into whatever its handler answers.
         let hsts = self.hsts_line(group);
-        // Over TLS a connection belongs to the pool its handshake's name chose: a request
-        // naming another pool's site came to the wrong connection (RFC 9110 §15.5.20).
+        // Over TLS a connection belongs to the pool its handshake's name chose, and an
+        // HTTP/2 one (h2c on a cleartext address) to the pool that took it, its streams
+        // together: a request naming another pool's site or path came to the wrong
+        // connection (RFC 9110 §15.5.20).
         if matches!(app.handler, AppHandler::Elsewhere(_))
-            && self.groups.get(group).is_some_and(|g| g.tls)
+            && (req.http2 || self.groups.get(group).is_some_and(|g| g.tls))
         {
             resp.error(421);
             return Reply::Done;

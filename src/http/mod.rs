@@ -74,6 +74,9 @@ pub struct Request<'a> {
     /// The client's IP address as text (from a PROXY protocol header on the bindings that
     /// expect one, else the peer's), or "" when unknown; set by the connection loop.
     pub client: &'a str,
+    /// Came on an HTTP/2 stream: its connection, carrying other streams, cannot be handed to
+    /// another pool.
+    pub http2: bool,
 }
 
 impl<'a> Request<'a> {
@@ -293,6 +296,7 @@ pub fn parse_head<'a>(
             headers,
             body: &[],
             client: "",
+            http2: false,
         },
         len,
         framing,

@@ -244,6 +244,7 @@ fn request_of<'a>(
         headers,
         body,
         client,
+        http2: true,
     })
 }
 
