@@ -86,16 +86,8 @@ fn http2_uploads_stream_to_the_app_as_they_arrive() {
     let port = free_port();
     let _server = Server::with_config(d, &config(port, &marks));
     let (body, sum) = upload(d);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+    block_on(async {
+        let mut send = h2c(port).await;
 
         // With a declared length and without one: the first part reaches the app before
         // the rest is sent (read whole first, it never would, and the wait would fail).
@@ -118,7 +110,10 @@ fn http2_uploads_stream_to_the_app_as_they_arrive() {
             let framing = if declared { "length" } else { "chunked" };
             assert_eq!(
                 answer(response).await,
-                (200, format!("len={UPLOAD} sha256={sum} framing={framing}\n")),
+                (
+                    200,
+                    format!("len={UPLOAD} sha256={sum} framing={framing}\n")
+                ),
                 "{name}"
             );
         }

@@ -474,16 +474,8 @@ fn an_http2_connection_stays_with_its_pool_and_another_pools_request_gets_421() 
         dynamic_site(port, "b", "b")
     );
     let _server = Server::with_config(dir.path(), &config);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let answers = rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let (mut send, conn) = h2::client::handshake(tcp).await.unwrap();
-        tokio::spawn(conn);
+    let answers = block_on(async {
+        let mut send = h2c(port).await;
         let mut answers = Vec::new();
         for site in ["a", "b"] {
             let req = http::Request::get(format!("http://{site}.example:{port}/"))

@@ -516,11 +516,7 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
 /// the connection ended.
 fn rapid_reset_flood(port: u16, host: &str, n: usize) -> String {
     use std::sync::Arc;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
@@ -1147,11 +1143,7 @@ pool = "web"
 "#
     );
     let _server = Server::with_config(d, &config);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .unwrap();
@@ -1207,11 +1199,7 @@ pool = "web"
 "#
     );
     let _server = Server::with_config(d, &config);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .unwrap();

@@ -484,3 +484,23 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Runs a test's async client to its end on a runtime of its own (one thread, timers on).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// An HTTP/2 connection to 127.0.0.1:`port` with prior knowledge (h2c), driven by a task of
+/// the runtime it is made on; requests go by what is returned.
+pub async fn h2c(port: u16) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    send
+}
