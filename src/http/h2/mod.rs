@@ -6,8 +6,9 @@
 //!
 //! Owns: the connection, its limits and its streams — each stream's head and body made into
 //! a [`Request`], answered at once or by a task; the answer's way back onto the stream is
-//! `answer`'s, a proxied request's body streams to its app by `body`. Must not touch: routing or content (the [`Service`] decides), or HTTP/1.1
-//! framing (the connection loop in [`super::conn`]).
+//! `answer`'s, a proxied request's body streams to its app by `body`. Must not touch:
+//! routing or content (the [`Service`] decides), or HTTP/1.1 framing (the connection loop
+//! in [`super::conn`]).
 //!
 //! Cost: a stream without a body is answered in the connection's own loop — the service's
 //! answer translated (its field values sharing one buffer) and queued on the stream, the h2
