@@ -17,8 +17,18 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 pub(super) enum Body<'a> {
     /// Read already: no body, or one read whole for espalier's own handlers.
     Whole(&'a [u8]),
-    /// Still arriving, framed as the forwarder will pass it on.
-    Arriving(RecvStream, Framing),
+    /// Still arriving, framed as the forwarder will pass it on; whether the client waits for
+    /// `100 Continue` before sending it.
+    Arriving(RecvStream, Framing, bool),
+}
+
+/// Whether the client waits for `100 Continue` before sending its body.
+pub(super) fn expects_continue(parts: &http::request::Parts) -> bool {
+    parts.headers.get(http::header::EXPECT).is_some_and(|v| {
+        v.as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"100-continue")
+    })
 }
 
 /// How an arriving body is framed for the app: by the length the client declared (the h2

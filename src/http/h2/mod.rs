@@ -200,13 +200,6 @@ enum Work {
     File(SendStream<Bytes>, FileBody),
 }
 
-/// Whether the client waits for `100 Continue` before sending its body.
-fn expects_continue(request: &Request<'_>) -> bool {
-    request
-        .header("expect")
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("100-continue"))
-}
-
 /// A stream's request as the service sees it, or the status refusing it.
 fn request_of<'a>(
     parts: &'a http::request::Parts,
@@ -290,15 +283,13 @@ impl<S: Service + 'static> Connection<S> {
                 return;
             }
             let work = Work::Forward(target, respond, facts, arrived);
-            Box::pin(self.run(work, &parts, Body::Arriving(recv, framing))).await;
+            let expects_continue = body::expects_continue(&parts);
+            let arriving = Body::Arriving(recv, framing, expects_continue);
+            Box::pin(self.run(work, &parts, arriving)).await;
             return;
         }
         let mut body = Vec::new();
-        if parts
-            .headers
-            .get(http::header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
-        {
+        if body::expects_continue(&parts) {
             let _ = respond.send_informational(answer::continue_response());
         }
         while let Some(chunk) = tokio::time::timeout(env.timeouts.body, recv.data())
@@ -442,10 +433,12 @@ impl<S: Service + 'static> Connection<S> {
         let (mut answer, mut body_in) = tokio::io::split(theirs);
         // A client that waits for 100 Continue before its body gets it from the forwarder
         // (as an HTTP/1.1 one does), turned into an informational response by `relay`.
-        let expect_continue = matches!(body, Body::Arriving(..)) && expects_continue(request);
-        let (mut rbuf, framing, mut arriving) = match body {
-            Body::Whole(whole) => (whole.to_vec(), Framing::Length(whole.len() as u64), None),
-            Body::Arriving(recv, framing) => (Vec::new(), framing, Some(recv)),
+        let (mut rbuf, framing, mut arriving, expect_continue) = match body {
+            Body::Whole(whole) => {
+                let framing = Framing::Length(whole.len() as u64);
+                (whole.to_vec(), framing, None, false)
+            }
+            Body::Arriving(recv, framing, expects) => (Vec::new(), framing, Some(recv), expects),
         };
         let added_fields = env.service.hsts_line(self.group);
         let forwarding = async move {
