@@ -125,6 +125,10 @@ pub(super) fn doctor(
     if let Some(c) = &c {
         inputs.certificates = crate::tls::days_left(&c.sites, std::time::SystemTime::now());
     }
+    // The running kernel's, so only when looking at the live machine.
+    if machine.sysfs.is_none() {
+        inputs.ktls = Some(crate::os::ktls::probe());
+    }
     let findings = crate::doctor::check(&inputs, &t, c.as_ref());
     let warn = findings
         .iter()

@@ -372,6 +372,10 @@ pub struct ServerSettings {
     pub worker_header: bool,
     /// Default `cpu`.
     pub steering: Steering,
+    /// `ktls = "auto"` (the default): an HTTPS/1.1 connection's records are handed to the
+    /// kernel's TLS after its handshake where the kernel has it (see `http::ktls`); `"off"`:
+    /// rustls keeps them.
+    pub ktls: bool,
     /// Listen backlog per socket. Default 1024 (capped by `net.core.somaxconn`).
     pub backlog: u32,
     /// How long in-flight requests may run after SIGTERM. Default 10 s.
@@ -389,6 +393,7 @@ impl Default for ServerSettings {
             admin_token: None,
             worker_header: false,
             steering: Steering::Cpu,
+            ktls: true,
             backlog: 1024,
             shutdown_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,

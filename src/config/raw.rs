@@ -34,6 +34,7 @@ pub struct RawServer {
     pub admin_token: Option<String>,
     pub worker_header: Option<bool>,
     pub steering: Option<String>,
+    pub ktls: Option<String>,
     pub backlog: Option<i64>,
     pub shutdown_timeout: Option<Scalar>,
     pub drain_delay: Option<Scalar>,

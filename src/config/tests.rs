@@ -301,6 +301,23 @@ fn bad_choices_list_the_options() {
         ),
         "{e}"
     );
+    let e = error(&format!(
+        "[server]\nktls = \"on\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    ));
+    assert_eq!(
+        e,
+        "/etc/espalier/test.toml:2: key `server.ktls`: `on` is not one of \"auto\", \"off\""
+    );
+    let off = parse(&format!(
+        "[server]\nktls = \"off\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    ))
+    .unwrap();
+    assert!(!off.server.ktls);
+    let auto = parse(&format!("[[pool]]\nname = \"p\"\n{SITE}")).unwrap();
+    assert!(
+        auto.server.ktls,
+        "kTLS is on by default where the kernel has it"
+    );
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub struct Inputs {
     pub thp: Option<String>,
     /// The config's certificates: (site, file, whole days until it expires).
     pub certificates: Vec<(String, String, i64)>,
+    /// What the running kernel's TLS (kTLS) takes; `None` when not asked (a fixture).
+    pub ktls: Option<crate::tls::kernel::KernelSupport>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -135,6 +137,7 @@ pub fn read_inputs(sysfs: &Path, procfs: &Path) -> Inputs {
         deepest_idle,
         thp,
         certificates: Vec::new(),
+        ktls: None,
     }
 }
 
@@ -266,6 +269,32 @@ pub fn check(i: &Inputs, t: &Topology, config: Option<&Config>) -> Vec<Finding> 
                 "",
             ));
         }
+    }
+    let https = config.is_none_or(|c| c.sites.iter().any(|s| s.tls.is_some()));
+    match i.ktls {
+        Some(kernel) if https && kernel.is_empty() => out.push(finding(
+            "kernel tls",
+            Status::Info,
+            "this kernel has no kTLS (no `tls` module): HTTPS files are read and encrypted in user space".into(),
+            "modprobe tls (a kernel built with CONFIG_TLS), then restart espalier",
+        )),
+        Some(_) if https && config.is_some_and(|c| !c.server.ktls) => out.push(finding(
+            "kernel tls",
+            Status::Info,
+            "the kernel has kTLS, but [server] ktls = \"off\"".into(),
+            "remove ktls = \"off\" to let large files go by sendfile over HTTPS",
+        )),
+        Some(kernel) if https => out.push(finding(
+            "kernel tls",
+            Status::Ok,
+            format!(
+                "kTLS takes {}: an HTTPS/1.1 connection goes to it before a file of {} KiB or more",
+                kernel.describe(),
+                crate::http::ktls::OFFLOAD_MIN_FILE >> 10
+            ),
+            "",
+        )),
+        _ => {}
     }
     if i.irqbalance_running {
         out.push(finding("irqbalance", Status::Warn, "irqbalance is running: it moves NIC interrupts and would undo `espalier nic apply`".into(), "systemctl disable --now irqbalance (or ban the NIC's IRQs in its config), then espalier nic apply"));

@@ -122,3 +122,51 @@ fn certificates_near_their_expiry_are_warned_about() {
     assert_eq!(certs[1].status, Status::Warn);
     assert!(certs[1].found.contains("blog.pem expires in 3 days"));
 }
+
+#[test]
+fn kernel_tls_is_reported_as_the_kernel_and_the_config_have_it() {
+    use crate::tls::kernel::{KernelSupport, Offload};
+    let t = crate::testutil::fixture("laptop");
+    let mut i = inputs("laptop");
+    let said = |i: &Inputs, c: Option<&Config>| {
+        status_of(&check(i, &t, c), "kernel tls")
+            .iter()
+            .map(|f| (f.status, f.found.clone(), f.advice.clone()))
+            .collect::<Vec<_>>()
+    };
+    // A fixture: the running kernel is not asked.
+    assert!(said(&i, None).is_empty());
+    i.ktls = Some(KernelSupport::NONE);
+    let none = said(&i, None);
+    assert_eq!(none.len(), 1);
+    assert_eq!(none[0].0, Status::Info);
+    assert!(none[0].2.contains("modprobe tls"), "{none:?}");
+    i.ktls = Some(KernelSupport::NONE.with(Offload::ALL[0]));
+    let some = said(&i, None);
+    assert_eq!(some[0].0, Status::Ok);
+    assert!(some[0].1.contains("TLS1.3/AES-128-GCM") && some[0].1.contains("256 KiB"));
+    // Turned off in the config; and nothing said for a config without https.
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        Config::load(&p, &t).unwrap()
+    };
+    let mut off = write(
+        "off.toml",
+        "[server]\nktls = \"off\"\n[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n",
+    );
+    let off_said = said(&i, Some(&off));
+    assert!(off_said.is_empty(), "no https site: {off_said:?}");
+    off.sites[0].tls = Some(crate::config::TlsFiles {
+        cert: "shop.pem".into(),
+        key: "shop.key".into(),
+        ocsp: None,
+        not_after: 0,
+        fingerprint: 0,
+    });
+    let off_said = said(&i, Some(&off));
+    assert_eq!(off_said.len(), 1);
+    assert_eq!(off_said[0].0, Status::Info);
+    assert!(off_said[0].1.contains("ktls = \"off\""), "{off_said:?}");
+}

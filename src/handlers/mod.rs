@@ -126,6 +126,8 @@ pub struct ThreadService {
     pre_routed: Cell<Option<(usize, Option<usize>)>>,
     /// Per group: its TLS acceptor on an https address (see [`Self::with_tls`]).
     tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
+    /// Which HTTPS/1.1 connections go to the kernel's TLS after the handshake.
+    ktls: crate::tls::kernel::KernelSupport,
 }
 
 impl ThreadService {
@@ -256,12 +258,18 @@ impl ThreadService {
             pre_routed: Cell::new(None),
             sites,
             tls: Vec::new(),
+            ktls: crate::tls::kernel::KernelSupport::NONE,
         }
     }
 
     /// The TLS configurations of its groups (`None` for cleartext ones), built by the worker
     /// and shared by its threads.
-    pub fn with_tls(mut self, configs: &[Option<std::sync::Arc<rustls::ServerConfig>>]) -> Self {
+    pub fn with_tls(
+        mut self,
+        configs: &[Option<std::sync::Arc<rustls::ServerConfig>>],
+        ktls: crate::tls::kernel::KernelSupport,
+    ) -> Self {
+        self.ktls = ktls;
         self.tls = configs
             .iter()
             .map(|c| c.clone().map(tokio_rustls::TlsAcceptor::from))
@@ -398,6 +406,10 @@ impl Service for ThreadService {
 
     fn tls(&self, group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
         self.tls.get(group)?.as_ref()
+    }
+
+    fn ktls(&self) -> crate::tls::kernel::KernelSupport {
+        self.ktls
     }
 
     fn logging(&self) -> bool {

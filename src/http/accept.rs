@@ -50,14 +50,23 @@ pub async fn serve_accepted<S: Service + 'static>(
                     return;
                 }
             }
-            let handshake = acceptor.accept(super::sni::Rewind::new(read, stream));
+            let kernel = env.service.ktls();
+            let rewind = if kernel.is_empty() {
+                super::sni::Rewind::new(read, stream)
+            } else {
+                super::sni::Rewind::tracking_records(read, stream)
+            };
+            let handshake = acceptor.accept(rewind);
             // A failed handshake was answered with its alert by rustls.
             if let Ok(Ok(tls)) = tokio::time::timeout(env.timeouts.header, handshake).await {
-                // ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine.
+                // ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine — able to hand the
+                // connection to the kernel's TLS where the kernel has it.
                 if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                     super::h2::serve(tls, group, env, carried, true).await
-                } else {
+                } else if kernel.is_empty() {
                     serve(tls, group, env, carried).await
+                } else {
+                    serve(super::ktls::Https::new(tls, kernel), group, env, carried).await
                 }
             }
         }

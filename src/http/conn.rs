@@ -89,6 +89,10 @@ pub trait Service {
     }
 
     /// On an https address: its TLS acceptor (certificates chosen by SNI).
+    fn ktls(&self) -> crate::tls::kernel::KernelSupport {
+        crate::tls::kernel::KernelSupport::NONE
+    }
+
     fn tls(&self, _group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
         None
     }
@@ -354,7 +358,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                     if logging && env.service.wants_log() {
                         proxied_facts = Some(OwnedFacts::of(&request));
                     }
-                    let keep = keep_alive && !env.shutdown.started.get();
+                    let keep = keep_alive && !env.shutdown.started.get() && stream.may_keep_alive();
                     proxied = Some(match target {
                         ProxyTarget::Http(route) => Proxied::Http(
                             route,
@@ -436,7 +440,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                 };
                 pending = None;
                 request.body = &rbuf[body_start..body_end];
-                let keep = keep_alive && !env.shutdown.started.get();
+                let keep = keep_alive && !env.shutdown.started.get() && stream.may_keep_alive();
                 let answer_start = wbuf.len();
                 let mut resp = Responder::new(
                     &mut wbuf,
@@ -572,6 +576,9 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
             continue;
         }
         if let Some(f) = file {
+            if f.len >= super::ktls::OFFLOAD_MIN_FILE {
+                stream = stream.offloaded(&mut rbuf);
+            }
             if send_file(&mut stream, f, &env).await.is_err() {
                 return;
             }

@@ -18,6 +18,7 @@ pub mod clock;
 pub mod conn;
 mod fields;
 pub mod h2;
+pub mod ktls;
 pub mod proxy_header;
 mod send;
 mod shutdown;

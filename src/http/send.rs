@@ -17,12 +17,15 @@ pub(super) async fn write_all<S, C: ClientStream>(
     buf: &[u8],
     env: &ConnEnv<S>,
 ) -> std::io::Result<()> {
-    let written = match stream.cleartext().map(|s| s.try_write(buf)) {
+    let written = match stream.sendable().map(|s| s.try_write(buf)) {
         None => 0,
         Some(Ok(n)) => n,
         Some(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
         Some(Err(e)) => return Err(e),
     };
+    if written > 0 {
+        stream.sent(written);
+    }
     if written == buf.len() {
         return Ok(());
     }
@@ -36,27 +39,30 @@ pub(super) async fn write_all<S, C: ClientStream>(
     }
 }
 
-/// Sends a file range after its head: by `sendfile` on a plain socket; over TLS, read and
-/// written in pieces (the kernel cannot encrypt without kTLS).
+/// Sends a file range after its head: by `sendfile` on a plain socket or one whose TLS is the
+/// kernel's; over rustls, read and written in pieces.
 pub(super) async fn send_file<S, C: ClientStream>(
     stream: &mut C,
     f: FileBody,
     env: &ConnEnv<S>,
 ) -> std::io::Result<()> {
-    let Some(stream) = stream.cleartext() else {
+    if stream.sendable().is_none() {
         return copy_file(stream, f, env).await;
-    };
+    }
     let mut offset = f.offset;
     let end = f.offset + f.len;
     while offset < end {
         let want = (end - offset).min(1 << 30) as usize;
-        match stream.try_io(Interest::WRITABLE, || {
-            crate::os::net::sendfile(stream, &*f.file, &mut offset, want)
+        let Some(socket) = stream.sendable() else {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        };
+        match socket.try_io(Interest::WRITABLE, || {
+            crate::os::net::sendfile(socket, &*f.file, &mut offset, want)
         }) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(_) => {}
+            Ok(n) => stream.sent(n),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(env.timeouts.body, stream.writable()).await {
+                match tokio::time::timeout(env.timeouts.body, socket.writable()).await {
                     Ok(r) => r?,
                     Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
                 }

@@ -7,6 +7,7 @@
 //! [`Rewind`], the stream that replays the bytes read before. Must not touch: the handshake
 //! itself (`tokio-rustls`, in `super::accept`) or which pool serves a name (the service).
 
+use crate::tls::kernel::RecordCursor;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -66,6 +67,9 @@ pub struct Rewind {
     prefix: Vec<u8>,
     at: usize,
     inner: TcpStream,
+    /// Where the TLS records read so far end, for a connection that may be handed to the
+    /// kernel's TLS (see `super::ktls`); `None` costs nothing per read.
+    records: Option<RecordCursor>,
 }
 
 impl Rewind {
@@ -74,11 +78,32 @@ impl Rewind {
             prefix,
             at: 0,
             inner,
+            records: None,
+        }
+    }
+
+    /// A rewind that also follows the TLS record boundaries of what it reads.
+    pub fn tracking_records(prefix: Vec<u8>, inner: TcpStream) -> Self {
+        Rewind {
+            records: Some(RecordCursor::default()),
+            ..Rewind::new(prefix, inner)
         }
     }
 
     pub fn get_ref(&self) -> &TcpStream {
         &self.inner
+    }
+
+    /// Whether everything read so far ends at a record boundary (and nothing is left to
+    /// replay): only then does the reader hold no part of a record. `false` when untracked.
+    pub fn at_record_boundary(&self) -> bool {
+        self.at == 0
+            && self.prefix.is_empty()
+            && self.records.as_ref().is_some_and(RecordCursor::at_boundary)
+    }
+
+    pub fn into_inner(self) -> TcpStream {
+        self.inner
     }
 }
 
@@ -88,6 +113,7 @@ impl AsyncRead for Rewind {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
         if self.at < self.prefix.len() {
             let n = (self.prefix.len() - self.at).min(buf.remaining());
             let at = self.at;
@@ -97,9 +123,13 @@ impl AsyncRead for Rewind {
                 self.prefix = Vec::new();
                 self.at = 0;
             }
-            return Poll::Ready(Ok(()));
+        } else {
+            std::task::ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        if let Some(records) = &mut self.records {
+            records.advance(&buf.filled()[before..]);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 

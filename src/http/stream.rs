@@ -1,7 +1,7 @@
 //! The client connection as the engine sees it: a plain TCP socket, or TLS over one.
 //!
 //! Owns: [`ClientStream`], what the connection loop, its writes and the proxy need of a
-//! connection beyond reading and writing. Must not touch: TLS itself (rustls, through
+//! connection beyond reading and writing (the kernel-TLS stream is `super::ktls`'s). Must not touch: TLS itself (rustls, through
 //! `tokio-rustls`) or what is read and written.
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -22,6 +22,32 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     fn into_tcp(self) -> Result<TcpStream, Self>
     where
         Self: Sized;
+
+    /// The socket, when what the engine writes to it reaches the client as it should (as it
+    /// is, or encrypted by the kernel's TLS): writes may skip the async machinery and a file
+    /// may go by `sendfile`. Each such write is reported with [`Self::sent`].
+    fn sendable(&self) -> Option<&TcpStream> {
+        self.cleartext()
+    }
+
+    /// `bytes` went out through [`Self::sendable`].
+    fn sent(&mut self, _bytes: usize) {}
+
+    /// Whether the connection may serve another request after the current one (false once
+    /// the kernel's TLS keys near their use limit).
+    fn may_keep_alive(&self) -> bool {
+        true
+    }
+
+    /// Before a large file: the same connection, its TLS handed to the kernel where it can
+    /// be (see `super::ktls`), so the file may go by `sendfile`. Plaintext the TLS layer
+    /// decrypted but the engine has not read is appended to `unread`.
+    fn offloaded(self, _unread: &mut Vec<u8>) -> Self
+    where
+        Self: Sized,
+    {
+        self
+    }
 }
 
 impl ClientStream for TcpStream {

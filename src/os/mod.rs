@@ -7,6 +7,7 @@
 pub mod cgroup;
 pub mod fdpass;
 pub mod identity;
+pub mod ktls;
 pub mod net;
 pub mod notify;
 pub mod numa;

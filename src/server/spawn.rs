@@ -79,6 +79,7 @@ pub(super) fn worker_specs(
                 sites: config.sites.clone(),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
+                ktls: config.server.ktls,
                 // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,

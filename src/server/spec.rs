@@ -44,6 +44,9 @@ pub struct WorkerSpec {
     pub sites: Vec<SiteSpec>,
     pub limits: Limits,
     pub worker_header: bool,
+    /// `[server] ktls`: whether HTTPS/1.1 connections may be handed to the kernel's TLS.
+    #[serde(default)]
+    pub ktls: bool,
     pub shutdown_timeout: Duration,
     /// Control-group directories the worker joins first thing (CPU cap, cpuset), before any
     /// thread is pinned: joining a v1 cpuset later would reset the threads' affinity.

@@ -107,17 +107,25 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     }
     os::numa::set_thread_affinity(0, &cpus)
         .map_err(|e| format!("cannot run on CPUs {cpus}: {e} (are they outside this process's allowed CPUs, e.g. a container's cpuset?)"))?;
+    // Which HTTPS/1.1 connections the kernel's TLS can take, asked of the kernel once.
+    let ktls = if spec.ktls && spec.groups.iter().any(|g| g.tls) {
+        os::ktls::probe()
+    } else {
+        crate::tls::kernel::KernelSupport::NONE
+    };
     // Certificates are read while the worker may still read its keys (often root's alone).
-    let tls: Arc<Vec<Option<Arc<rustls::ServerConfig>>>> = Arc::new(
-        spec.groups
+    let tls = Arc::new(TlsSetup {
+        configs: spec
+            .groups
             .iter()
             .map(|g| {
                 g.tls
-                    .then(|| crate::tls::server_config(g, &spec.sites))
+                    .then(|| crate::tls::server_config(g, &spec.sites, !ktls.is_empty()))
                     .transpose()
             })
             .collect::<Result<_, _>>()?,
-    );
+        kernel: ktls,
+    });
     // Placed and in its control groups (which needed root): now the pool's user, before any
     // thread starts or any request is read.
     if let Some(id) = &spec.identity {
@@ -331,6 +339,13 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
     .line()
 }
 
+/// The TLS of a worker's listener groups, shared by its threads: each https group's rustls
+/// configuration (`None` for cleartext), and the connections the kernel's TLS can take.
+struct TlsSetup {
+    configs: Vec<Option<Arc<rustls::ServerConfig>>>,
+    kernel: crate::tls::kernel::KernelSupport,
+}
+
 /// One engine thread: its own runtime, its listeners, its connections.
 fn engine_thread(
     spec: &WorkerSpec,
@@ -339,7 +354,7 @@ fn engine_thread(
     started: std::sync::mpsc::Sender<Result<(), String>>,
     health: Arc<ThreadHealth>,
     tiers: Arc<SharedTiers>,
-    tls: &[Option<Arc<rustls::ServerConfig>>],
+    tls: &TlsSetup,
 ) {
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -390,7 +405,7 @@ fn engine_thread(
                     .map(|(pool, tiers)| (pool.clone(), Rc::new(PoolTargets::new(tiers.clone()))))
                     .collect(),
             )
-            .with_tls(tls),
+            .with_tls(&tls.configs, tls.kernel),
             clock,
             limits: HeadLimits {
                 max_request_line: l.max_request_line,

@@ -12,6 +12,8 @@
 //! are usually readable by root alone), and its threads share them: a session resumed on
 //! any thread of the worker — of its NUMA node — finds its ticket key and cache entry.
 
+pub mod kernel;
+
 use crate::config::{SiteSpec, TlsFiles};
 use crate::handlers::hosts::HostTable;
 use crate::handlers::GroupRoutes;
@@ -171,6 +173,7 @@ impl ResolvesServerCert for BySni {
 pub fn server_config(
     group: &GroupRoutes,
     sites: &[SiteSpec],
+    kernel_tls: bool,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let now = SystemTime::now();
     let mut keys: Vec<Option<Arc<CertifiedKey>>> = vec![None; sites.len()];
@@ -205,5 +208,7 @@ pub fn server_config(
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
     // Ticket keys are random per worker and rotated every 6 hours (tickets live 12).
     config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| e.to_string())?;
+    // The keys of a connection handed to the kernel (`http::ktls`) must be extractable.
+    config.enable_secret_extraction = kernel_tls;
     Ok(Arc::new(config))
 }

@@ -248,5 +248,65 @@ else
 fi
 kill $shared; wait $shared 2>/dev/null
 
+# 11. kTLS: an HTTPS/1.1 connection about to send a large file is handed to the kernel's TLS,
+#     and the file goes by sendfile, encrypted by the kernel; small answers before it stay
+#     with rustls. /proc/net/tls_stat counts the connections the kernel took (TlsTxSw; the
+#     worker's probe at start takes a few). TLS 1.2 with AES-GCM stays with rustls (its nonce
+#     construction differs from the kernel's), and so does HTTP/2.
+echo /bin/modprobe > /proc/sys/kernel/modprobe
+depmod 2>/dev/null
+if modprobe tls 2>/tmp/modprobe.err; then
+  espalier serve -c ktls.toml > /tmp/ktls.log 2>&1 &
+  ktls=$!
+  if wait_for /tmp/ktls.log "worker(s) serving" 60; then
+    want=$(sha256sum tls-www/big.bin | cut -d' ' -f1)
+    site=https://ktls.example:8443
+    url=$site/big.bin
+    fetch() { curl -sSk --http1.1 --resolve ktls.example:8443:127.0.0.1 "$@"; }
+    taken() { awk '$1 == "TlsTxSw" {print $2}' /proc/net/tls_stat; }
+    sum() { sha256sum < "$1" | cut -c1-12; }
+    # One keep-alive connection, TLS 1.3: a page, a file, a page, a file.
+    before=$(taken)
+    rm -f /tmp/k1 /tmp/k2 /tmp/p1 /tmp/p2
+    fetch --tlsv1.3 "$site/" -o /tmp/p1 "$url" -o /tmp/k1 "$site/" -o /tmp/p2 "$url" -o /tmp/k2 2>/tmp/k.err
+    ok=0
+    [ "$(sha256sum < /tmp/k1 | cut -d' ' -f1)" = "$want" ] || ok=1
+    [ "$(sha256sum < /tmp/k2 | cut -d' ' -f1)" = "$want" ] || ok=1
+    [ "$(cat /tmp/p1 /tmp/p2)" = "$(printf 'hello over TLS\nhello over TLS')" ] || ok=1
+    [ "$(taken)" = $((before + 1)) ] || ok=1
+    verdict ktls-tls13 $ok "page, 3 MB file, page, file on one connection: files $(sum /tmp/k1) $(sum /tmp/k2) of $(echo "$want" | cut -c1-12), pages $(cat /tmp/p1 /tmp/p2 | tr '\n' '|'); connections the kernel took: $before -> $(taken); $(head -c 200 /tmp/k.err)"
+    # TLS 1.2: ChaCha20 is taken, AES-GCM is not; both answer whole.
+    ok=0; detail=""
+    for c in ECDHE-ECDSA-CHACHA20-POLY1305:1 ECDHE-ECDSA-AES128-GCM-SHA256:0; do
+      before=$(taken)
+      got=$(fetch --tls-max 1.2 --ciphers "${c%:*}" "$url" | sha256sum | cut -d' ' -f1)
+      [ "$got" = "$want" ] || ok=1
+      [ "$(taken)" = $((before + ${c#*:})) ] || ok=1
+      detail="$detail ${c%:*}: kernel took $(( $(taken) - before ));"
+    done
+    verdict ktls-tls12 $ok "$detail"
+    # HTTP/2 and a page alone stay with rustls; a closing answer from the kernel ends with
+    # its close_notify.
+    before=$(taken)
+    h2=$(fetch --http2 -o /dev/null -w '%{http_version} %{size_download}' "$url")
+    page=$(fetch "$site/")
+    mid=$(taken)
+    closing=$(fetch -v --tlsv1.3 -H 'Connection: close' -o /tmp/k3 "$url" 2>&1)
+    ok=0
+    [ "$h2" = "2 3000000" ] || ok=1
+    [ "$page" = "hello over TLS" ] || ok=1
+    [ "$mid" = "$before" ] || ok=1
+    [ "$(sha256sum < /tmp/k3 | cut -d' ' -f1)" = "$want" ] || ok=1
+    echo "$closing" | grep -qi "close notify" || ok=1
+    [ "$(taken)" = $((before + 1)) ] || ok=1
+    verdict ktls-h2-and-close $ok "h2: $h2; page: $page; kernel took $((mid - before)) for those, $(( $(taken) - mid )) for the closing file $(sum /tmp/k3); close_notify seen: $(echo "$closing" | grep -ci 'close notify')"
+  else
+    verdict ktls-tls13 1 "the server did not start: $(tail -3 /tmp/ktls.log)"
+  fi
+  kill $ktls; wait $ktls 2>/dev/null
+else
+  verdict ktls-tls13 1 "modprobe tls failed: $(head -c 300 /tmp/modprobe.err)"
+fi
+
 echo ESPALIER-GUEST-DONE
 poweroff -f

@@ -7,9 +7,11 @@
 # not finish in time, 3 when this machine cannot run the harness at all — said in one loud
 # line, never silently.
 #
-# Fetches from Debian's packages when missing: qemu-system-x86 (installed), a kernel image and
-# busybox-static (downloaded and unpacked into a cache folder; no kernel is installed on the
-# host). Builds espalier statically. The guest is always powered off within TIMEOUT seconds.
+# Fetches from Debian's packages when missing: qemu-system-x86, curl and openssl (installed), a
+# kernel image and busybox-static (downloaded and unpacked into a cache folder; no kernel is
+# installed on the host). Builds espalier statically. The guest gets the kernel's tls and
+# crypto modules and this machine's curl (with its libraries), for the kTLS checks this
+# machine's own kernel may not allow. The guest is always powered off within TIMEOUT seconds.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${ESPALIER_QEMU_CACHE:-$ROOT/target/qemu}
@@ -39,8 +41,15 @@ if [ ! -f "$CACHE/vmlinuz" ]; then
   [ -n "$kernel" ] || cannot "no Debian kernel package found (apt-cache depends linux-image-amd64)"
   fetch "$kernel"
   cp "$CACHE/pkg/$kernel"/boot/vmlinuz-* "$CACHE/vmlinuz"
+  echo "$kernel" > "$CACHE/kernel-package"
 fi
+KERNEL_PKG="$CACHE/pkg/$(cat "$CACHE/kernel-package" 2>/dev/null || (cd "$CACHE/pkg" && ls -d linux-image-* | head -1))"
 fetch busybox-static
+# The guest's HTTPS client (curl, with the libraries it links), and openssl on this side to
+# make the guest's certificate.
+for tool in curl:curl openssl:openssl; do
+  command -v "${tool%%:*}" >/dev/null || { apt_update; apt-get install -y -qq "${tool#*:}" >&2 || cannot "apt-get install ${tool#*:} failed"; }
+done
 
 echo "building espalier statically…" >&2
 # Its own target folder: the `cargo test` that runs this script may hold the main one's lock.
@@ -58,6 +67,29 @@ echo "hello from a 4-node guest" > "$GUEST/guest/www/index.html"
 mkdir -p "$GUEST/guest/app-www/cgi-bin"
 printf '#!/bin/sh\necho "Content-Type: text/plain"\necho\nawk '"'"'/^Cpus_allowed_list/ {print $2}'"'"' /proc/self/status\n' > "$GUEST/guest/app-www/cgi-bin/where"
 chmod +x "$GUEST/guest/app-www/cgi-bin/where"
+# kTLS: the kernel's tls module and the crypto modules it asks for (loaded by busybox's
+# modprobe in the guest), a certificate, and a file large enough to go by sendfile.
+kver=$(ls "$KERNEL_PKG/lib/modules")
+for d in kernel/net/tls kernel/crypto kernel/arch/x86/crypto kernel/lib/crypto; do
+  mkdir -p "$GUEST/lib/modules/$kver/$(dirname $d)"
+  cp -r "$KERNEL_PKG/lib/modules/$kver/$d" "$GUEST/lib/modules/$kver/$d"
+done
+guest_binary() { # copies a program of this machine and the libraries it links into the guest
+  cp -L "$1" "$GUEST/bin/"
+  ldd "$1" | grep -oE '/[^ ]+' | while read -r lib; do
+    mkdir -p "$GUEST$(dirname "$lib")" && cp -L "$lib" "$GUEST$lib"
+  done
+}
+guest_binary "$(command -v curl)"
+for extra in ${GUEST_BINARIES:-}; do guest_binary "$extra"; done  # GUEST_BINARIES: more programs
+mkdir -p "$GUEST/guest/tls-www"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=ktls.example \
+  -addext subjectAltName=DNS:ktls.example -keyout "$GUEST/guest/ktls.key" -out "$GUEST/guest/ktls.pem" 2>/dev/null
+head -c 3000000 /dev/urandom > "$GUEST/guest/tls-www/big.bin"
+echo "hello over TLS" > "$GUEST/guest/tls-www/index.html"
+# GUEST_INIT, GUEST_FILES: another /init and files for /guest (bench/ktls.sh's).
+[ -n "${GUEST_INIT:-}" ] && cp "$GUEST_INIT" "$GUEST/init" && chmod +x "$GUEST/init"
+for extra in ${GUEST_FILES:-}; do cp "$extra" "$GUEST/guest/"; done
 python3 "$ROOT/tests/qemu/mkinitramfs.py" "$GUEST" "$CACHE/initrd.gz"
 
 mem=(512 768 384 384)
@@ -65,9 +97,10 @@ numa=()
 for n in 0 1 2 3; do
   numa+=(-object "memory-backend-ram,id=m$n,size=${mem[$n]}M" -numa "node,nodeid=$n,cpus=$((2 * n))-$((2 * n + 1)),memdev=m$n")
 done
-echo "booting the guest (4 nodes × 2 CPUs; TCG)…" >&2
+echo "booting the guest (4 nodes × 2 CPUs; ${QEMU_ACCEL:-tcg})…" >&2
 set +e
-timeout --kill-after=5 "$TIMEOUT" qemu-system-x86_64 -accel tcg -m 2048 -smp 8,sockets=4,cores=2,threads=1 "${numa[@]}" \
+# QEMU_ACCEL/QEMU_CPU: bench/ktls.sh boots the same guest under KVM with the host's CPU.
+timeout --kill-after=5 "$TIMEOUT" qemu-system-x86_64 -accel "${QEMU_ACCEL:-tcg}" ${QEMU_CPU:+-cpu "$QEMU_CPU"} -m 2048 -smp 8,sockets=4,cores=2,threads=1 "${numa[@]}" \
   -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.gz" -append "console=ttyS0 quiet panic=-1" \
   -nographic -no-reboot -monitor none > "$CACHE/serial.log" 2>&1
 set -e

@@ -259,11 +259,18 @@ impl Validator {
             d.steering,
             &[("cpu", Steering::Cpu), ("hash", Steering::Hash)],
         );
+        let ktls = self.choice(
+            &[Seg::Key("server"), Seg::Key("ktls")],
+            raw.ktls,
+            d.ktls,
+            &[("auto", true), ("off", false)],
+        );
         ServerSettings {
             admin,
             admin_token,
             worker_header: raw.worker_header.unwrap_or(d.worker_header),
             steering,
+            ktls,
             backlog,
             shutdown_timeout,
             drain_delay,

@@ -1,0 +1,257 @@
+//! An HTTPS/1.1 connection that hands its records to the kernel's TLS (kTLS) when it is about
+//! to send a large file: from then on the kernel encrypts what the engine writes and decrypts
+//! what it reads, so the file goes by `sendfile` — never copied into user space — as on a
+//! cleartext connection.
+//!
+//! Owns: [`Https`], the stream the engine serves on kTLS-capable kernels, the hand-over
+//! (nothing rustls holds may be lost: unsent records, part of a received record, decrypted
+//! bytes not yet read) and [`KernelTls`]. Must not touch: the socket options (`os::ktls`),
+//! which suites the kernel may continue (`tls::kernel`), the handshake, or HTTP.
+//!
+//! Why only before a large file, not after every handshake: that is where the kernel's TLS
+//! pays. `bench/ktls.sh` (see the README) measured a 1 MiB file at a fraction of rustls's
+//! CPU per request, read, sealed and written in user space; for a small page nothing is saved
+//! (no copy is avoided; the kernel's AEAD only replaces rustls's), while every connection
+//! handed over would pay the hand-over. So a connection stays with rustls until a file of
+//! [`OFFLOAD_MIN_FILE`] or more is to be sent, and then stays with the kernel.
+//!
+//! What the kernel then does not do: it cannot take a TLS 1.3 `KeyUpdate` from the client
+//! (rare; browsers do not send one), and a record that is not application data — that, or the
+//! client's `close_notify` — makes the next read fail with `EIO`, which ends the connection
+//! as a close would. HTTP/2 connections stay with rustls: the `h2` crate copies every frame
+//! through user space anyway.
+
+use super::sni::Rewind;
+use super::stream::ClientStream;
+use crate::os::ktls::{attach, install_secrets, send_close_notify, Direction};
+use crate::tls::kernel::{KernelSupport, Offload, RecordBudget};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+/// A connection whose TLS records the kernel makes and opens.
+pub struct KernelTls {
+    socket: TcpStream,
+    budget: RecordBudget,
+    close_notified: bool,
+}
+
+/// A file body at least this large hands the connection to the kernel: the static handler
+/// keeps smaller files in memory, and a small range of a large file gains nothing.
+pub const OFFLOAD_MIN_FILE: u64 = 256 << 10;
+
+/// An HTTPS/1.1 connection on a kernel with kTLS: rustls's until [`ClientStream::offloaded`]
+/// hands it over.
+// Large: the stream moves by value, as it would into `serve`; a box would allocate for it.
+#[allow(clippy::large_enum_variant)]
+pub enum Https {
+    Rustls(TlsStream<Rewind>, KernelSupport),
+    Kernel(KernelTls),
+    /// The secrets were taken but the kernel refused them (the probe makes this a kernel's
+    /// change of mind): the connection cannot go on.
+    Broken(TcpStream),
+}
+
+impl Https {
+    /// A connection just past its handshake; `support` is what the kernel takes.
+    pub fn new(tls: TlsStream<Rewind>, support: KernelSupport) -> Self {
+        Https::Rustls(tls, support)
+    }
+
+    /// Hands a rustls connection to the kernel when `support` covers what its handshake
+    /// agreed and rustls holds nothing that would be lost. Plaintext rustls decrypted but the
+    /// engine has not read is appended to `unread` first.
+    fn hand_over(self, unread: &mut Vec<u8>) -> Https {
+        let Https::Rustls(mut tls, support) = self else {
+            return self;
+        };
+        let (rewind, conn) = tls.get_ref();
+        let agreed = conn
+            .protocol_version()
+            .zip(conn.negotiated_cipher_suite())
+            .and_then(|(version, suite)| Offload::of(version, suite.suite()));
+        let Some(offload) = agreed.filter(|o| support.has(*o)) else {
+            return Https::Rustls(tls, support);
+        };
+        // Part of a record read by rustls would be lost to the kernel, which reads on from
+        // the socket; records rustls has yet to send would go out after the kernel's.
+        if !rewind.at_record_boundary() || conn.wants_write() {
+            return Https::Rustls(tls, support);
+        }
+        let conn = tls.get_mut().1;
+        let Ok(state) = conn.process_new_packets() else {
+            return Https::Rustls(tls, support);
+        };
+        if state.peer_has_closed() {
+            return Https::Rustls(tls, support);
+        }
+        let waiting = state.plaintext_bytes_to_read();
+        if waiting > 0 {
+            let start = unread.len();
+            unread.resize(start + waiting, 0);
+            if conn.reader().read_exact(&mut unread[start..]).is_err() {
+                unread.truncate(start);
+                return Https::Rustls(tls, support);
+            }
+        }
+        let fd = tls.get_ref().0.get_ref().as_raw_fd();
+        if attach(fd).is_err() {
+            return Https::Rustls(tls, support);
+        }
+        let (rewind, conn) = tls.into_inner();
+        let socket = rewind.into_inner();
+        let Ok(secrets) = conn.dangerous_extract_secrets() else {
+            return Https::Broken(socket);
+        };
+        let (tx_seq, tx) = &secrets.tx;
+        let (rx_seq, rx) = &secrets.rx;
+        if install_secrets(fd, Direction::Transmit, offload, tx, *tx_seq).is_err()
+            || install_secrets(fd, Direction::Receive, offload, rx, *rx_seq).is_err()
+        {
+            return Https::Broken(socket);
+        }
+        Https::Kernel(KernelTls {
+            socket,
+            budget: RecordBudget::default(),
+            close_notified: false,
+        })
+    }
+}
+
+impl AsyncRead for KernelTls {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        // A record that is not application data fails the read (EIO): see the module's doc.
+        Pin::new(&mut self.socket).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for KernelTls {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if !self.budget.may_send() {
+            return Poll::Ready(Err(io::Error::other(
+                "the TLS keys' record limit is reached",
+            )));
+        }
+        let n = std::task::ready!(Pin::new(&mut self.socket).poll_write(cx, buf))?;
+        self.budget.spend(n);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.socket).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.close_notified {
+            self.close_notified = true;
+            // As rustls would, before the FIN; a client that sees none may call the response
+            // truncated. Skipped when the socket's buffer is full.
+            let _ = send_close_notify(self.socket.as_raw_fd());
+        }
+        Pin::new(&mut self.socket).poll_shutdown(cx)
+    }
+}
+
+fn broken() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the kernel refused the TLS keys")
+}
+
+impl AsyncRead for Https {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Https::Rustls(tls, _) => Pin::new(tls).poll_read(cx, buf),
+            Https::Kernel(k) => Pin::new(k).poll_read(cx, buf),
+            Https::Broken(_) => Poll::Ready(Err(broken())),
+        }
+    }
+}
+
+impl AsyncWrite for Https {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Https::Rustls(tls, _) => Pin::new(tls).poll_write(cx, buf),
+            Https::Kernel(k) => Pin::new(k).poll_write(cx, buf),
+            Https::Broken(_) => Poll::Ready(Err(broken())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Https::Rustls(tls, _) => Pin::new(tls).poll_flush(cx),
+            Https::Kernel(k) => Pin::new(k).poll_flush(cx),
+            Https::Broken(_) => Poll::Ready(Err(broken())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Https::Rustls(tls, _) => Pin::new(tls).poll_shutdown(cx),
+            Https::Kernel(k) => Pin::new(k).poll_shutdown(cx),
+            Https::Broken(socket) => Pin::new(socket).poll_shutdown(cx),
+        }
+    }
+}
+
+impl ClientStream for Https {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Https::Rustls(tls, _) => tls.socket(),
+            Https::Kernel(k) => &k.socket,
+            Https::Broken(socket) => socket,
+        }
+    }
+
+    /// Never cleartext: it is HTTPS to the service and cannot change pools.
+    fn cleartext(&self) -> Option<&TcpStream> {
+        None
+    }
+
+    fn into_tcp(self) -> Result<TcpStream, Self> {
+        Err(self)
+    }
+
+    fn sendable(&self) -> Option<&TcpStream> {
+        match self {
+            Https::Kernel(k) => k.budget.may_send().then_some(&k.socket),
+            _ => None,
+        }
+    }
+
+    fn sent(&mut self, bytes: usize) {
+        if let Https::Kernel(k) = self {
+            k.budget.spend(bytes);
+        }
+    }
+
+    fn may_keep_alive(&self) -> bool {
+        match self {
+            Https::Kernel(k) => k.budget.may_keep_alive(),
+            Https::Rustls(..) => true,
+            Https::Broken(_) => false,
+        }
+    }
+
+    fn offloaded(self, unread: &mut Vec<u8>) -> Self {
+        self.hand_over(unread)
+    }
+}
