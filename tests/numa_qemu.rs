@@ -57,7 +57,7 @@ fn placement_on_an_emulated_four_node_machine() {
         "shared-port-locality",
         "cgroup-v2",
         "ktls-tls13",
-        "ktls-tls12",
+        "ktls-suites",
         "ktls-h2-and-close",
     ];
     for name in expected {

@@ -372,9 +372,9 @@ pub struct ServerSettings {
     pub worker_header: bool,
     /// Default `cpu`.
     pub steering: Steering,
-    /// `ktls = "auto"` (the default): an HTTPS/1.1 connection's records are handed to the
-    /// kernel's TLS after its handshake where the kernel has it (see `http::ktls`); `"off"`:
-    /// rustls keeps them.
+    /// `ktls = "auto"`: where the kernel has kTLS, an HTTPS/1.1 connection about to send a
+    /// large file is handed to the kernel's TLS (see `http::ktls`); `"off"` (the default,
+    /// until it is measured to pay — see the README): rustls keeps every connection.
     pub ktls: bool,
     /// Listen backlog per socket. Default 1024 (capped by `net.core.somaxconn`).
     pub backlog: u32,
@@ -393,7 +393,7 @@ impl Default for ServerSettings {
             admin_token: None,
             worker_header: false,
             steering: Steering::Cpu,
-            ktls: true,
+            ktls: false,
             backlog: 1024,
             shutdown_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,

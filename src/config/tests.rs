@@ -308,16 +308,13 @@ fn bad_choices_list_the_options() {
         e,
         "/etc/espalier/test.toml:2: key `server.ktls`: `on` is not one of \"auto\", \"off\""
     );
-    let off = parse(&format!(
-        "[server]\nktls = \"off\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    let auto = parse(&format!(
+        "[server]\nktls = \"auto\"\n[[pool]]\nname = \"p\"\n{SITE}"
     ))
     .unwrap();
-    assert!(!off.server.ktls);
-    let auto = parse(&format!("[[pool]]\nname = \"p\"\n{SITE}")).unwrap();
-    assert!(
-        auto.server.ktls,
-        "kTLS is on by default where the kernel has it"
-    );
+    assert!(auto.server.ktls);
+    let default = parse(&format!("[[pool]]\nname = \"p\"\n{SITE}")).unwrap();
+    assert!(!default.server.ktls, "kTLS is off unless asked for");
 }
 
 #[test]

@@ -278,11 +278,14 @@ pub fn check(i: &Inputs, t: &Topology, config: Option<&Config>) -> Vec<Finding> 
             "this kernel has no kTLS (no `tls` module): HTTPS files are read and encrypted in user space".into(),
             "modprobe tls (a kernel built with CONFIG_TLS), then restart espalier",
         )),
-        Some(_) if https && config.is_some_and(|c| !c.server.ktls) => out.push(finding(
+        Some(kernel) if https && !config.is_some_and(|c| c.server.ktls) => out.push(finding(
             "kernel tls",
             Status::Info,
-            "the kernel has kTLS, but [server] ktls = \"off\"".into(),
-            "remove ktls = \"off\" to let large files go by sendfile over HTTPS",
+            format!(
+                "this kernel's TLS takes {}, and [server] ktls = \"off\" (the default) keeps HTTPS in rustls",
+                kernel.describe()
+            ),
+            "measure with bench/ktls.sh on this machine; where the kernel's costs less, set ktls = \"auto\" so large files go by sendfile over HTTPS",
         )),
         Some(kernel) if https => out.push(finding(
             "kernel tls",

@@ -142,31 +142,35 @@ fn kernel_tls_is_reported_as_the_kernel_and_the_config_have_it() {
     assert_eq!(none[0].0, Status::Info);
     assert!(none[0].2.contains("modprobe tls"), "{none:?}");
     i.ktls = Some(KernelSupport::NONE.with(Offload::ALL[0]));
-    let some = said(&i, None);
-    assert_eq!(some[0].0, Status::Ok);
-    assert!(some[0].1.contains("TLS1.3/AES-128-GCM") && some[0].1.contains("256 KiB"));
-    // Turned off in the config; and nothing said for a config without https.
+    // No config, or `ktls` not asked for: the kernel could, the server does not.
+    let available = said(&i, None);
+    assert_eq!(available[0].0, Status::Info);
+    assert!(
+        available[0].1.contains("TLS1.3/AES-128-GCM") && available[0].2.contains("bench/ktls.sh")
+    );
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, text: &str| {
         let p = dir.path().join(name);
         std::fs::write(&p, text).unwrap();
         Config::load(&p, &t).unwrap()
     };
-    let mut off = write(
-        "off.toml",
-        "[server]\nktls = \"off\"\n[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n",
+    let site = "[[pool]]\nname = \"p\"\n[[site]]\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n";
+    let mut auto = write("auto.toml", &format!("[server]\nktls = \"auto\"\n{site}"));
+    assert!(
+        said(&i, Some(&auto)).is_empty(),
+        "nothing said without an https site"
     );
-    let off_said = said(&i, Some(&off));
-    assert!(off_said.is_empty(), "no https site: {off_said:?}");
-    off.sites[0].tls = Some(crate::config::TlsFiles {
+    auto.sites[0].tls = Some(crate::config::TlsFiles {
         cert: "shop.pem".into(),
         key: "shop.key".into(),
         ocsp: None,
         not_after: 0,
         fingerprint: 0,
     });
-    let off_said = said(&i, Some(&off));
-    assert_eq!(off_said.len(), 1);
-    assert_eq!(off_said[0].0, Status::Info);
-    assert!(off_said[0].1.contains("ktls = \"off\""), "{off_said:?}");
+    let on = said(&i, Some(&auto));
+    assert_eq!(on.len(), 1);
+    assert_eq!(on[0].0, Status::Ok);
+    assert!(on[0].1.contains("256 KiB"), "{on:?}");
+    auto.server.ktls = false;
+    assert_eq!(said(&i, Some(&auto))[0].0, Status::Info);
 }

@@ -8,12 +8,13 @@
 //! bytes not yet read) and [`KernelTls`]. Must not touch: the socket options (`os::ktls`),
 //! which suites the kernel may continue (`tls::kernel`), the handshake, or HTTP.
 //!
-//! Why only before a large file, not after every handshake: that is where the kernel's TLS
-//! pays. `bench/ktls.sh` (see the README) measured a 1 MiB file at a fraction of rustls's
-//! CPU per request, read, sealed and written in user space; for a small page nothing is saved
-//! (no copy is avoided; the kernel's AEAD only replaces rustls's), while every connection
-//! handed over would pay the hand-over. So a connection stays with rustls until a file of
-//! [`OFFLOAD_MIN_FILE`] or more is to be sent, and then stays with the kernel.
+//! Why only before a large file, not after every handshake: `sendfile` is the one place the
+//! kernel's TLS can save work (no copy through user space). For a small answer it only
+//! replaces rustls's AEAD with the kernel's, and every connection handed over would pay the
+//! hand-over. So a connection stays with rustls until a file of [`OFFLOAD_MIN_FILE`] or more
+//! is to be sent, and then stays with the kernel. It is off unless `[server] ktls = "auto"`:
+//! `bench/ktls.sh`, which could only run in an emulated guest here, did not show it cheaper
+//! than rustls for espalier (the README has the figures).
 //!
 //! What the kernel then does not do: it cannot take a TLS 1.3 `KeyUpdate` from the client
 //! (rare; browsers do not send one), and a record that is not application data — that, or the
