@@ -87,7 +87,9 @@ impl Https {
         let Ok(state) = conn.process_new_packets() else {
             return Https::Rustls(tls, support);
         };
-        if state.peer_has_closed() {
+        // Something processed just now may want an answer (a key update's own), which only
+        // rustls could still send.
+        if state.peer_has_closed() || state.tls_bytes_to_write() > 0 {
             return Https::Rustls(tls, support);
         }
         let waiting = state.plaintext_bytes_to_read();
