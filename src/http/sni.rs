@@ -4,7 +4,8 @@
 //! the pool the connection is handed to with them.
 //!
 //! Owns: reading a ClientHello (with rustls's `Acceptor`, which only parses it) and
-//! [`Rewind`], the stream that replays the bytes read before. Must not touch: the handshake
+//! [`Rewind`], the stream that replays the bytes read before (and, where the kernel has kTLS,
+//! follows the TLS record boundaries of what it reads, for `super::ktls`). Must not touch: the handshake
 //! itself (`tokio-rustls`, in `super::accept`) or which pool serves a name (the service).
 
 use crate::tls::kernel::RecordCursor;
