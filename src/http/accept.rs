@@ -66,7 +66,7 @@ pub async fn serve_accepted<S: Service + 'static>(
                 } else if kernel.is_empty() {
                     serve(tls, group, env, carried).await
                 } else {
-                    serve(super::ktls::Https::new(tls, kernel), group, env, carried).await
+                    serve(super::ktls::Https::Rustls(tls), group, env, carried).await
                 }
             }
         }

@@ -577,7 +577,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
         }
         if let Some(f) = file {
             if f.len >= super::ktls::OFFLOAD_MIN_FILE {
-                stream = stream.offloaded(&mut rbuf);
+                stream = stream.offloaded(env.service.ktls(), &mut rbuf);
             }
             if send_file(&mut stream, f, &env).await.is_err() {
                 return;

@@ -50,24 +50,26 @@ pub const OFFLOAD_MIN_FILE: u64 = 256 << 10;
 // Large: the stream moves by value, as it would into `serve`; a box would allocate for it.
 #[allow(clippy::large_enum_variant)]
 pub enum Https {
-    Rustls(TlsStream<Rewind>, KernelSupport),
+    Rustls(TlsStream<Rewind>),
     Kernel(KernelTls),
     /// The secrets were taken but the kernel refused them (the probe makes this a kernel's
-    /// change of mind): the connection cannot go on.
+    /// change of mind): the connection cannot go on, and its socket is shut both ways, so
+    /// nothing can leave it in cleartext.
     Broken(TcpStream),
 }
 
-impl Https {
-    /// A connection just past its handshake; `support` is what the kernel takes.
-    pub fn new(tls: TlsStream<Rewind>, support: KernelSupport) -> Self {
-        Https::Rustls(tls, support)
-    }
+crate::async_io::delegate_async_io!(Https {
+    Rustls,
+    Kernel,
+    Broken
+});
 
+impl Https {
     /// Hands a rustls connection to the kernel when `support` covers what its handshake
     /// agreed and rustls holds nothing that would be lost. Plaintext rustls decrypted but the
     /// engine has not read is appended to `unread` first.
-    fn hand_over(self, unread: &mut Vec<u8>) -> Https {
-        let Https::Rustls(mut tls, support) = self else {
+    fn hand_over(self, support: KernelSupport, unread: &mut Vec<u8>) -> Https {
+        let Https::Rustls(mut tls) = self else {
             return self;
         };
         let (rewind, conn) = tls.get_ref();
@@ -76,21 +78,21 @@ impl Https {
             .zip(conn.negotiated_cipher_suite())
             .and_then(|(version, suite)| Offload::of(version, suite.suite()));
         let Some(offload) = agreed.filter(|o| support.has(*o)) else {
-            return Https::Rustls(tls, support);
+            return Https::Rustls(tls);
         };
         // Part of a record read by rustls would be lost to the kernel, which reads on from
         // the socket; records rustls has yet to send would go out after the kernel's.
         if !rewind.at_record_boundary() || conn.wants_write() {
-            return Https::Rustls(tls, support);
+            return Https::Rustls(tls);
         }
         let conn = tls.get_mut().1;
         let Ok(state) = conn.process_new_packets() else {
-            return Https::Rustls(tls, support);
+            return Https::Rustls(tls);
         };
         // Something processed just now may want an answer (a key update's own), which only
         // rustls could still send.
         if state.peer_has_closed() || state.tls_bytes_to_write() > 0 {
-            return Https::Rustls(tls, support);
+            return Https::Rustls(tls);
         }
         let waiting = state.plaintext_bytes_to_read();
         if waiting > 0 {
@@ -98,23 +100,23 @@ impl Https {
             unread.resize(start + waiting, 0);
             if conn.reader().read_exact(&mut unread[start..]).is_err() {
                 unread.truncate(start);
-                return Https::Rustls(tls, support);
+                return Https::Rustls(tls);
             }
         }
         let fd = tls.get_ref().0.get_ref().as_raw_fd();
         if attach(fd).is_err() {
-            return Https::Rustls(tls, support);
+            return Https::Rustls(tls);
         }
         let (rewind, conn) = tls.into_inner();
         let socket = rewind.into_inner();
-        let Ok(secrets) = conn.dangerous_extract_secrets() else {
-            return Https::Broken(socket);
-        };
-        let (tx_seq, tx) = &secrets.tx;
-        let (rx_seq, rx) = &secrets.rx;
-        if install_secrets(fd, Direction::Transmit, offload, tx, *tx_seq).is_err()
-            || install_secrets(fd, Direction::Receive, offload, rx, *rx_seq).is_err()
-        {
+        let installed = conn.dangerous_extract_secrets().is_ok_and(|secrets| {
+            let (tx_seq, tx) = &secrets.tx;
+            let (rx_seq, rx) = &secrets.rx;
+            install_secrets(fd, Direction::Transmit, offload, tx, *tx_seq).is_ok()
+                && install_secrets(fd, Direction::Receive, offload, rx, *rx_seq).is_ok()
+        });
+        if !installed {
+            crate::os::net::shutdown_both(fd);
             return Https::Broken(socket);
         }
         Https::Kernel(KernelTls {
@@ -167,58 +169,10 @@ impl AsyncWrite for KernelTls {
     }
 }
 
-fn broken() -> io::Error {
-    io::Error::new(io::ErrorKind::BrokenPipe, "the kernel refused the TLS keys")
-}
-
-impl AsyncRead for Https {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Https::Rustls(tls, _) => Pin::new(tls).poll_read(cx, buf),
-            Https::Kernel(k) => Pin::new(k).poll_read(cx, buf),
-            Https::Broken(_) => Poll::Ready(Err(broken())),
-        }
-    }
-}
-
-impl AsyncWrite for Https {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Https::Rustls(tls, _) => Pin::new(tls).poll_write(cx, buf),
-            Https::Kernel(k) => Pin::new(k).poll_write(cx, buf),
-            Https::Broken(_) => Poll::Ready(Err(broken())),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Https::Rustls(tls, _) => Pin::new(tls).poll_flush(cx),
-            Https::Kernel(k) => Pin::new(k).poll_flush(cx),
-            Https::Broken(_) => Poll::Ready(Err(broken())),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Https::Rustls(tls, _) => Pin::new(tls).poll_shutdown(cx),
-            Https::Kernel(k) => Pin::new(k).poll_shutdown(cx),
-            Https::Broken(socket) => Pin::new(socket).poll_shutdown(cx),
-        }
-    }
-}
-
 impl ClientStream for Https {
     fn socket(&self) -> &TcpStream {
         match self {
-            Https::Rustls(tls, _) => tls.socket(),
+            Https::Rustls(tls) => tls.socket(),
             Https::Kernel(k) => &k.socket,
             Https::Broken(socket) => socket,
         }
@@ -249,12 +203,12 @@ impl ClientStream for Https {
     fn may_keep_alive(&self) -> bool {
         match self {
             Https::Kernel(k) => k.budget.may_keep_alive(),
-            Https::Rustls(..) => true,
+            Https::Rustls(_) => true,
             Https::Broken(_) => false,
         }
     }
 
-    fn offloaded(self, unread: &mut Vec<u8>) -> Self {
-        self.hand_over(unread)
+    fn offloaded(self, support: KernelSupport, unread: &mut Vec<u8>) -> Self {
+        self.hand_over(support, unread)
     }
 }

@@ -90,38 +90,30 @@ fn install(
     }
     // For AES-GCM the kernel takes the 12-byte IV as a 4-byte salt and 8 bytes it XORs with
     // the sequence number (TLS 1.3); ChaCha20's IV is taken whole.
+    macro_rules! aes_gcm {
+        ($info:ident, $cipher:ident, $key_len:literal) => {{
+            let mut info = libc::$info {
+                info: libc::tls_crypto_info {
+                    version,
+                    cipher_type: libc::$cipher,
+                },
+                iv: [0; 8],
+                key: [0; $key_len],
+                salt: [0; 4],
+                rec_seq,
+            };
+            fill(&mut info.key, key)?;
+            info.salt.copy_from_slice(&iv[..4]);
+            info.iv.copy_from_slice(&iv[4..]);
+            set(fd, dir, &mut info)
+        }};
+    }
     match offload.cipher {
         KernelCipher::Aes128Gcm => {
-            let mut info = libc::tls12_crypto_info_aes_gcm_128 {
-                info: libc::tls_crypto_info {
-                    version,
-                    cipher_type: libc::TLS_CIPHER_AES_GCM_128,
-                },
-                iv: [0; 8],
-                key: [0; 16],
-                salt: [0; 4],
-                rec_seq,
-            };
-            fill(&mut info.key, key)?;
-            info.salt.copy_from_slice(&iv[..4]);
-            info.iv.copy_from_slice(&iv[4..]);
-            set(fd, dir, &mut info)
+            aes_gcm!(tls12_crypto_info_aes_gcm_128, TLS_CIPHER_AES_GCM_128, 16)
         }
         KernelCipher::Aes256Gcm => {
-            let mut info = libc::tls12_crypto_info_aes_gcm_256 {
-                info: libc::tls_crypto_info {
-                    version,
-                    cipher_type: libc::TLS_CIPHER_AES_GCM_256,
-                },
-                iv: [0; 8],
-                key: [0; 32],
-                salt: [0; 4],
-                rec_seq,
-            };
-            fill(&mut info.key, key)?;
-            info.salt.copy_from_slice(&iv[..4]);
-            info.iv.copy_from_slice(&iv[4..]);
-            set(fd, dir, &mut info)
+            aes_gcm!(tls12_crypto_info_aes_gcm_256, TLS_CIPHER_AES_GCM_256, 32)
         }
         KernelCipher::Chacha20Poly1305 => {
             let mut info = libc::tls12_crypto_info_chacha20_poly1305 {

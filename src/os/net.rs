@@ -98,6 +98,13 @@ pub fn shutdown_read(fd: std::os::fd::RawFd) {
     unsafe { libc::shutdown(fd, libc::SHUT_RD) };
 }
 
+/// `shutdown(fd, SHUT_RDWR)`: from now on reads end at end-of-file and writes fail (EPIPE), so
+/// nothing more can be sent on the connection. Errors do not matter to the caller.
+pub fn shutdown_both(fd: std::os::fd::RawFd) {
+    // SAFETY: shutdown on an fd the caller's connection owns; no memory is passed.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
 /// Takes ownership of a listening TCP socket this process inherited.
 ///
 /// The fd must be an open listening socket handed to this thread alone (the master gives each
