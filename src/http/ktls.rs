@@ -81,16 +81,16 @@ impl Https {
             return Https::Rustls(tls);
         };
         // Part of a record read by rustls would be lost to the kernel, which reads on from
-        // the socket; records rustls has yet to send would go out after the kernel's.
-        if !rewind.at_record_boundary() || conn.wants_write() {
+        // the socket.
+        if !rewind.at_record_boundary() {
             return Https::Rustls(tls);
         }
         let conn = tls.get_mut().1;
         let Ok(state) = conn.process_new_packets() else {
             return Https::Rustls(tls);
         };
-        // Something processed just now may want an answer (a key update's own), which only
-        // rustls could still send.
+        // Records rustls has yet to send (unflushed, or an answer to what it processed just
+        // now, such as a key update's own) would go out after the kernel's.
         if state.peer_has_closed() || state.tls_bytes_to_write() > 0 {
             return Https::Rustls(tls);
         }

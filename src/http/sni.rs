@@ -98,9 +98,7 @@ impl Rewind {
     /// Whether everything read so far ends at a record boundary (and nothing is left to
     /// replay): only then does the reader hold no part of a record. `false` when untracked.
     pub fn at_record_boundary(&self) -> bool {
-        self.at == 0
-            && self.prefix.is_empty()
-            && self.records.as_ref().is_some_and(RecordCursor::at_boundary)
+        self.prefix.is_empty() && self.records.as_ref().is_some_and(RecordCursor::at_boundary)
     }
 
     pub fn into_inner(self) -> TcpStream {

@@ -76,9 +76,13 @@ impl Offload {
         Some(Offload { tls13, cipher })
     }
 
+    /// Its bit in [`KernelSupport`]; none for a pair not in [`Offload::ALL`] (the fields are
+    /// public, so one can be built), which is then never supported.
     fn bit(self) -> u8 {
-        let i = Offload::ALL.iter().position(|o| *o == self).unwrap_or(0);
-        1 << i
+        Offload::ALL
+            .iter()
+            .position(|o| *o == self)
+            .map_or(0, |i| 1 << i)
     }
 }
 
@@ -226,6 +230,17 @@ mod tests {
         let s = KernelSupport::NONE.with(a).with(d);
         assert!(s.has(a) && s.has(d) && !s.has(b) && !s.has(c));
         assert!(KernelSupport::NONE.is_empty() && !s.is_empty());
+        // A pair the kernel can never continue (TLS 1.2 AES-GCM) is never supported, even by
+        // a kernel that takes every offloadable pair.
+        let all = Offload::ALL
+            .iter()
+            .fold(KernelSupport::NONE, |s, o| s.with(*o));
+        let tls12_gcm = Offload {
+            tls13: false,
+            cipher: KernelCipher::Aes128Gcm,
+        };
+        assert!(!all.has(tls12_gcm));
+        assert_eq!(KernelSupport::NONE.with(tls12_gcm), KernelSupport::NONE);
         assert_eq!(s.describe(), "TLS1.3/AES-128-GCM, TLS1.2/CHACHA20-POLY1305");
         assert_eq!(KernelSupport::NONE.describe(), "none");
     }
