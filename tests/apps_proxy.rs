@@ -344,10 +344,19 @@ fn a_unix_socket_upstream_carries_the_requests() {
         assert_eq!(r.status, 200);
         assert!(r.text().starts_with("hello from node"), "{}", r.text());
     }
-    // The sockets live in the master's private folder, which goes when the master stops.
-    let runtime = std::env::temp_dir().join(format!("espalier-{}", app.server.pid()));
-    let path = endpoints[0].trim_start_matches("unix:");
-    assert!(Path::new(path).starts_with(&runtime), "{path}");
+    // The sockets live in the pool's folder in the master's private folder (a random name
+    // in the runtime base, mode 0711), which goes when the master stops.
+    let path = Path::new(endpoints[0].trim_start_matches("unix:"));
+    let pool_dir = path.parent().unwrap();
+    let runtime = pool_dir.parent().unwrap().to_path_buf();
+    assert_eq!(runtime.parent(), Some(espalier::server::runtime::base_dir().as_path()));
+    assert!(
+        runtime.file_name().unwrap().to_str().unwrap().starts_with("master-"),
+        "{path:?}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&runtime).unwrap().mode() & 0o7777, 0o711);
+    assert_eq!(std::fs::metadata(pool_dir).unwrap().mode() & 0o7777, 0o700);
     let mut app = app;
     app.server.signal(libc::SIGTERM);
     assert_eq!(app.server.wait_exit(Duration::from_secs(15)), Some(0));

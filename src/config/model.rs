@@ -179,6 +179,9 @@ pub struct AppCommand {
     /// Proxy: waiting for the app's response head, or for more of its body. Default 60 s
     /// (nginx's `proxy_read_timeout`).
     pub response_timeout: Duration,
+    /// FastCGI: the extensions of the files the app may run (`.php`); every other path is
+    /// refused before it reaches the app (see `proxy::script`).
+    pub script_extensions: Vec<String>,
 }
 
 /// The request handlers a site's application can use.

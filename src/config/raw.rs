@@ -80,6 +80,7 @@ pub struct RawPool {
     pub upstream: Option<String>,
     pub connect_timeout: Option<Scalar>,
     pub response_timeout: Option<Scalar>,
+    pub script_extensions: Option<Vec<String>>,
     pub user: Option<String>,
     pub group: Option<String>,
 }

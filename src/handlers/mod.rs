@@ -34,8 +34,8 @@ enum AppHandler {
     /// Forwarded to the pool's application (handed back to the connection as a whole, see
     /// [`Service::proxy_route`]).
     Proxy(Rc<ProxyRoute>),
-    /// Forwarded in FastCGI, scripts under the site's document root.
-    FastCgi(Rc<ProxyRoute>, Rc<std::path::Path>),
+    /// Forwarded in FastCGI: the scripts under the site's document root that may run.
+    FastCgi(Rc<ProxyRoute>, Rc<crate::proxy::Scripts>),
     /// An application pool's app in a worker that was given no route to it: 502.
     Unreachable,
     /// An app of another pool on a shared address: the connection is handed there (the
@@ -187,7 +187,11 @@ impl ThreadService {
                                     (Some(route), Some(root)) if route.fastcgi() => {
                                         AppHandler::FastCgi(
                                             Rc::clone(route),
-                                            Rc::from(root.as_path()),
+                                            Rc::new(crate::proxy::Scripts::new(
+                                                root,
+                                                route.settings().script_extensions.clone(),
+                                                s.follow_symlinks,
+                                            )),
                                         )
                                     }
                                     (Some(route), _) => AppHandler::Proxy(Rc::clone(route)),
@@ -446,9 +450,16 @@ impl Service for ThreadService {
         let target = match self.route(group, req) {
             Routed::App(app, path) => match &app.handler {
                 AppHandler::Proxy(route) => ProxyTarget::Http(Rc::clone(route)),
-                AppHandler::FastCgi(route, root) => {
-                    ProxyTarget::FastCgi(Rc::clone(route), Rc::clone(root), path.into_owned())
-                }
+                // A path that names no script it may run is answered here (see `answer`).
+                AppHandler::FastCgi(route, scripts) => match scripts.resolve(&path) {
+                    Ok(script) => ProxyTarget::FastCgi(
+                        Rc::clone(route),
+                        Rc::clone(scripts),
+                        path.into_owned(),
+                        script,
+                    ),
+                    Err(_) => return None,
+                },
                 _ => return None,
             },
             _ => return None,
@@ -537,8 +548,13 @@ impl ThreadService {
                 cpu::respond(req.query, resp);
                 Reply::Done
             }
+            // A path that is no script the app may run (`proxy_route` took every other).
+            AppHandler::FastCgi(_, scripts) => {
+                resp.error(scripts.resolve(path).err().unwrap_or(502));
+                Reply::Done
+            }
             // Reached only when the route was not taken whole (see `proxy_route`).
-            AppHandler::Proxy(_) | AppHandler::FastCgi(..) | AppHandler::Unreachable => {
+            AppHandler::Proxy(_) | AppHandler::Unreachable => {
                 resp.error(502);
                 Reply::Done
             }

@@ -33,6 +33,16 @@
 //! over while a worker restarts or recycles wait in the socket for its successor, as HTTP.sys
 //! keeps a request queue across worker restarts. When a pool is stopped, the master answers
 //! what arrives on its sockets (503, or a reset with `load_balancer = "tcp"`).
+//!
+//! # Who may hand a connection over
+//! The sockets must be reachable by the workers of every pool's user, and a pool's app
+//! processes run as that same user, so neither the socket's mode nor the sender's uid can
+//! tell a worker from app code (PHP running as the pool's user once injected connections with
+//! forged client addresses). So every message carries the master's [`Key`]: 128 random bits
+//! made at the master's start and given only to its workers in their spec, never to an app
+//! process. Workers are not dumpable (see `server::worker`), so an app of the same user can
+//! read neither their memory nor their environment. A message without the key is dropped with
+//! its descriptor; the uid check stays as a second fence against other users of the machine.
 
 use crate::os::fdpass;
 use crate::proxy::Tiers;
@@ -49,7 +59,34 @@ use tokio::net::{TcpStream, UnixDatagram};
 /// follows, its hops, its client (`-` when its PROXY protocol header, if the address expects
 /// one, is still to be read), a newline, then the bytes read from the connection and not yet
 /// answered.
-const MAGIC: &[u8] = b"espalier-handoff/2 ";
+const MAGIC: &[u8] = b"espalier-handoff/3 ";
+
+/// The secret that proves a hand-off message comes from one of this master's processes (see
+/// the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Key(pub [u8; 16]);
+
+impl Key {
+    /// A fresh key from the kernel's random numbers.
+    pub fn random() -> std::io::Result<Key> {
+        crate::os::private_dir::random_bytes::<16>().map(Key)
+    }
+
+    fn hex(&self) -> String {
+        crate::os::private_dir::hex(&self.0)
+    }
+
+    /// Whether `text` is this key in hex, in time that does not depend on where they differ.
+    fn matches(&self, text: &str) -> bool {
+        let ours = self.hex();
+        ours.len() == text.len()
+            && ours
+                .bytes()
+                .zip(text.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
 
 /// The longest message: a request head at its largest, with what arrived behind it in the
 /// same reads. A connection with more unparsed bytes than this is answered 503 rather than
@@ -66,9 +103,11 @@ const FULL_WAIT: Duration = Duration::from_secs(2);
 pub const MAX_HOPS: u8 = 4;
 
 /// The header of a message for a connection accepted on `addr`, handed on `hops` times in a
-/// row, for `client` (`None`: not yet known, see [`MAGIC`]).
-pub fn header(addr: SocketAddr, hops: u8, client: Option<SocketAddr>) -> Vec<u8> {
+/// row, for `client` (`None`: not yet known, see [`MAGIC`]), signed with `key`.
+pub fn header(key: &Key, addr: SocketAddr, hops: u8, client: Option<SocketAddr>) -> Vec<u8> {
     let mut h = MAGIC.to_vec();
+    h.extend_from_slice(key.hex().as_bytes());
+    h.push(b' ');
     match client {
         Some(c) => h.extend_from_slice(format!("{addr} {hops} {c}\n").as_bytes()),
         None => h.extend_from_slice(format!("{addr} {hops} -\n").as_bytes()),
@@ -85,11 +124,15 @@ pub struct Message<'a> {
     pub unread: &'a [u8],
 }
 
-/// Splits a message into its parts (see [`MAGIC`]).
-pub fn parse(message: &[u8]) -> Option<Message<'_>> {
+/// Splits a message into its parts (see [`MAGIC`]); `None` for anything malformed or not
+/// signed with `key`.
+pub fn parse<'m>(key: &Key, message: &'m [u8]) -> Option<Message<'m>> {
     let rest = message.strip_prefix(MAGIC)?;
-    let end = memchr::memchr(b'\n', &rest[..rest.len().min(128)])?;
+    let end = memchr::memchr(b'\n', &rest[..rest.len().min(192)])?;
     let mut fields = std::str::from_utf8(&rest[..end]).ok()?.split(' ');
+    if !key.matches(fields.next()?) {
+        return None;
+    }
     let addr = fields.next()?.parse().ok()?;
     let hops = fields.next()?.parse().ok()?;
     let client = match fields.next()? {
@@ -122,15 +165,17 @@ pub struct Carried {
 /// and its connections to them (made on first use, kept while they work).
 pub struct PoolTargets {
     tiers: Tiers<PathBuf>,
+    key: Key,
     /// Turns within a tier, so one thread's connections spread over the tier's threads.
     next: Cell<usize>,
     connected: RefCell<Vec<(PathBuf, Rc<UnixDatagram>)>>,
 }
 
 impl PoolTargets {
-    pub fn new(tiers: Tiers<PathBuf>) -> Self {
+    pub fn new(tiers: Tiers<PathBuf>, key: Key) -> Self {
         PoolTargets {
             tiers,
+            key,
             next: Cell::new(0),
             connected: RefCell::new(Vec::new()),
         }
@@ -186,7 +231,7 @@ impl Handoff {
     /// goes elsewhere on) to the nearest thread of the target pool that takes it. Returns
     /// whether one did; the caller then closes its own descriptor without a shutdown.
     pub async fn send(&self, stream: &TcpStream, unread: &[u8]) -> bool {
-        let header = header(self.addr, self.hops, self.client);
+        let header = header(&self.targets.key, self.addr, self.hops, self.client);
         if header.len() + unread.len() > MAX_MESSAGE {
             return false;
         }
@@ -240,19 +285,21 @@ pub struct Receiver {
     /// The users whose connections are taken (this server's: its master's and its pools');
     /// empty = anyone that can open the socket.
     senders: Vec<u32>,
+    key: Key,
 }
 
 impl Receiver {
     /// On an inherited (or the master's) bound datagram socket, taking connections from the
     /// users `senders` only (the kernel names each sender: the master turned `SO_PASSCRED`
     /// on, see `server::handoffs`); needs a tokio runtime.
-    pub fn new(fd: OwnedFd, senders: Vec<u32>) -> std::io::Result<Self> {
+    pub fn new(fd: OwnedFd, senders: Vec<u32>, key: Key) -> std::io::Result<Self> {
         let std_socket = std::os::unix::net::UnixDatagram::from(fd);
         std_socket.set_nonblocking(true)?;
         Ok(Receiver {
             socket: UnixDatagram::from_std(std_socket)?,
             buf: vec![0u8; MAX_MESSAGE],
             senders,
+            key,
         })
     }
 
@@ -284,7 +331,8 @@ impl Receiver {
                 continue;
             }
             let Some(passed) = got.fd else { continue };
-            let Some(message) = parse(&self.buf[..got.len]) else {
+            // Unsigned (app code of a pool's user): dropped, its descriptor closed.
+            let Some(message) = parse(&self.key, &self.buf[..got.len]) else {
                 continue;
             };
             let std_stream = std::net::TcpStream::from(passed);
@@ -316,8 +364,9 @@ mod tests {
     fn messages_round_trip() {
         let addr: SocketAddr = "[::1]:8080".parse().unwrap();
         let client: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+        let key = Key([7; 16]);
         for who in [Some(client), None] {
-            let mut m = header(addr, 2, who);
+            let mut m = header(&key, addr, 2, who);
             m.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
             let expected = Message {
                 addr,
@@ -325,20 +374,30 @@ mod tests {
                 client: who,
                 unread: b"GET / HTTP/1.1\r\n\r\n",
             };
-            assert_eq!(parse(&m), Some(expected));
+            assert_eq!(parse(&key, &m), Some(expected));
+            // Another master's key, or none: refused.
+            assert_eq!(parse(&Key([8; 16]), &m), None);
         }
-        assert_eq!(parse(b"GET / HTTP/1.1\r\n"), None);
-        assert_eq!(parse(b"espalier-handoff/2 nonsense\nx"), None);
-        assert_eq!(parse(b"espalier-handoff/2 [::1]:80 1 - extra\nx"), None);
+        let k = key.hex();
+        let unsigned = format!("espalier-handoff/3 {addr} 2 -\nx");
+        assert_eq!(parse(&key, unsigned.as_bytes()), None);
+        assert_eq!(parse(&key, b"GET / HTTP/1.1\r\n"), None);
+        let bad = format!("espalier-handoff/3 {k} nonsense\nx");
+        assert_eq!(parse(&key, bad.as_bytes()), None);
+        let extra = format!("espalier-handoff/3 {k} [::1]:80 1 - extra\nx");
+        assert_eq!(parse(&key, extra.as_bytes()), None);
     }
 
     #[test]
     fn the_nearest_tier_comes_first_in_turns() {
         let p = |s: &str| PathBuf::from(s);
-        let t = PoolTargets::new(Tiers {
-            tiers: vec![vec![p("a"), p("b")], vec![p("c")]],
-            local: true,
-        });
+        let t = PoolTargets::new(
+            Tiers {
+                tiers: vec![vec![p("a"), p("b")], vec![p("c")]],
+                local: true,
+            },
+            Key([0; 16]),
+        );
         let o: Vec<PathBuf> = t.order().into_iter().map(Path::to_path_buf).collect();
         assert_eq!(o, vec![p("a"), p("b"), p("c")]);
         let o: Vec<PathBuf> = t.order().into_iter().map(Path::to_path_buf).collect();

@@ -127,11 +127,15 @@ pub struct AccessLog {
     reopened: Cell<u64>,
 }
 
-/// Opens `path` for appending, creating it (mode 0644).
+/// Opens `path` for appending, creating it (mode 0640: a site's query strings are not every
+/// user's to read), without following a symlink.
 pub fn open(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
 }
 

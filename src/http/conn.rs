@@ -371,7 +371,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                                 if https { "https" } else { "http" },
                             ),
                         ),
-                        ProxyTarget::FastCgi(route, root, path) => {
+                        ProxyTarget::FastCgi(route, scripts, path, script) => {
                             let local =
                                 *local.get_or_insert_with(|| stream.socket().local_addr().ok());
                             Proxied::FastCgi(
@@ -379,7 +379,8 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                                 FastCgiRequest::new(
                                     &request,
                                     &path,
-                                    &root,
+                                    &script,
+                                    scripts.root(),
                                     framing,
                                     keep,
                                     expect_continue,

@@ -11,4 +11,5 @@ pub mod ktls;
 pub mod net;
 pub mod notify;
 pub mod numa;
+pub mod private_dir;
 pub mod process;

@@ -6,6 +6,45 @@
 use std::io;
 use std::os::fd::RawFd;
 
+static OWN_EXE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+
+/// Opens the running executable, once: call it at start, before anything could replace the
+/// file (a package upgrade or a rebuild unlinks it and writes a new one).
+pub fn hold_own_executable() {
+    OWN_EXE.get_or_init(|| std::fs::File::open("/proc/self/exe").ok());
+}
+
+/// A path that starts the executable this process runs, even after its file was replaced or
+/// removed: `/proc/self/fd/N` of the descriptor [`hold_own_executable`] opened (a forked child
+/// has the same descriptor, and exec opens the file before close-on-exec closes it), else the
+/// path `/proc/self/exe` names.
+pub fn own_executable() -> io::Result<std::path::PathBuf> {
+    use std::os::fd::AsRawFd;
+    match OWN_EXE.get_or_init(|| std::fs::File::open("/proc/self/exe").ok()) {
+        Some(f) => Ok(std::path::PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            f.as_raw_fd()
+        ))),
+        None => std::env::current_exe(),
+    }
+}
+
+/// Clears `O_NONBLOCK` on `fd`: sockets passed to an application by socket activation are
+/// blocking, as systemd passes them (`NonBlocking=no`); a program that accepts in a blocking
+/// loop (Perl's `HTTP::Daemon`) would otherwise see `EAGAIN` and stop.
+pub fn set_blocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd the caller owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Clears close-on-exec on `fd`, so a child started after this (in `pre_exec`) inherits it.
 pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
     set_cloexec_flag(fd, false)
@@ -104,6 +143,18 @@ pub fn reap_child() -> Option<(u32, ExitStatus)> {
 pub fn die_with_parent() -> io::Result<()> {
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Makes this process non-dumpable: no process of the same user (a pool's app code) may
+/// ptrace it or read its memory, environment or descriptors in /proc — OpenSSH's defence
+/// for its privilege-separated children. A change of user resets it, so it is set after.
+pub fn not_dumpable() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())

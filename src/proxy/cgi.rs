@@ -1,10 +1,11 @@
 //! A request in FastCGI records: the CGI variables (RFC 3875) and the record framing
 //! (FastCGI 1.0 §3–§5) — eight-byte headers, length-prefixed name-value pairs.
 //!
-//! Owns: [`FastCgiRequest::new`] (`SCRIPT_FILENAME` from the site's `root` and the normalized
-//! path, `PATH_INFO`, `HTTP_*` without `HTTP_PROXY`) and the record constants. Must not touch:
+//! Owns: [`FastCgiRequest::new`] (the script's variables as [`super::script`] resolved them,
+//! `HTTP_*` without `HTTP_PROXY`) and the record constants. Must not touch:
 //! sockets (see [`super::fastcgi`]).
 
+use super::script::Script;
 use crate::http::{Framing, Method, Request};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -17,7 +18,9 @@ pub(super) const STDIN: u8 = 5;
 pub(super) const STDOUT: u8 = 6;
 pub(super) const STDERR: u8 = 7;
 pub(super) const RESPONDER: u16 = 1;
-pub(super) const KEEP_CONN: u8 = 1;
+/// The `FCGI_KEEP_CONN` flag is never set: a connection carries one request, then the app
+/// closes it (see `fastcgi::forward` for why).
+pub(super) const ONE_REQUEST: u8 = 0;
 /// Every request on a connection is request 1, one at a time (as nginx does).
 pub(super) const REQUEST_ID: u16 = 1;
 pub(super) const MAX_RECORD: usize = 65535;
@@ -70,25 +73,6 @@ fn pair(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-/// The script a normalized path names under the document root: `(SCRIPT_NAME, PATH_INFO)`.
-/// `/a/b.php/x/y` → (`/a/b.php`, `/x/y`); `/dir/` → (`/dir/index.php`, ``).
-pub fn split_script(path: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    let mut from = 0;
-    while let Some(i) = memchr::memmem::find(&path[from..], b".php") {
-        let end = from + i + 4;
-        if end == path.len() || path[end] == b'/' {
-            return (path[..end].to_vec(), path[end..].to_vec());
-        }
-        from = end;
-    }
-    if path.ends_with(b"/") {
-        let mut script = path.to_vec();
-        script.extend_from_slice(b"index.php");
-        return (script, Vec::new());
-    }
-    (path.to_vec(), Vec::new())
-}
-
 /// Where the connection came from and arrived, for the CGI variables.
 pub struct Addresses {
     pub peer: Option<SocketAddr>,
@@ -99,10 +83,11 @@ pub struct Addresses {
 
 impl FastCgiRequest {
     /// `req` as FastCGI records; `path` is its normalized path (the app was chosen on it),
-    /// `root` the site's document root.
+    /// `script` what it runs (see [`super::script`]), `root` the site's document root.
     pub fn new(
         req: &Request<'_>,
         path: &[u8],
+        script: &Script,
         root: &Path,
         framing: Framing,
         keep_alive: bool,
@@ -110,13 +95,7 @@ impl FastCgiRequest {
         addresses: &Addresses,
     ) -> Self {
         use std::os::unix::ffi::OsStrExt;
-        let (script, path_info) = split_script(path);
         let root_bytes = root.as_os_str().as_bytes();
-        let mut filename = root_bytes.trim_ascii_end().to_vec();
-        while filename.ends_with(b"/") {
-            filename.pop();
-        }
-        filename.extend_from_slice(&script);
         let mut params = Vec::with_capacity(1024);
         let mut uri = req.path.as_bytes().to_vec();
         if !req.query.is_empty() {
@@ -149,15 +128,15 @@ impl FastCgiRequest {
             (b"DOCUMENT_URI", path),
             (b"QUERY_STRING", req.query.as_bytes()),
             (b"DOCUMENT_ROOT", root_bytes),
-            (b"SCRIPT_NAME", &script),
-            (b"SCRIPT_FILENAME", &filename),
+            (b"SCRIPT_NAME", &script.name),
+            (b"SCRIPT_FILENAME", &script.filename),
             // php-cgi's cgi.force_redirect wants it; php-fpm ignores it.
             (b"REDIRECT_STATUS", b"200"),
         ];
         for (n, v) in fixed {
             pair(&mut params, n, v);
         }
-        pair(&mut params, b"PATH_INFO", &path_info);
+        pair(&mut params, b"PATH_INFO", &script.path_info);
         if addresses.https {
             pair(&mut params, b"HTTPS", b"on");
             pair(&mut params, b"REQUEST_SCHEME", b"https");
@@ -208,7 +187,7 @@ impl FastCgiRequest {
             &[
                 (RESPONDER >> 8) as u8,
                 RESPONDER as u8,
-                KEEP_CONN,
+                ONE_REQUEST,
                 0,
                 0,
                 0,
@@ -237,19 +216,6 @@ impl FastCgiRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scripts_and_path_info_are_split_at_php() {
-        let s = |p: &str| {
-            let (a, b) = split_script(p.as_bytes());
-            (String::from_utf8(a).unwrap(), String::from_utf8(b).unwrap())
-        };
-        assert_eq!(s("/index.php"), ("/index.php".into(), "".into()));
-        assert_eq!(s("/a/b.php/x/y"), ("/a/b.php".into(), "/x/y".into()));
-        assert_eq!(s("/a.phpx/b.php"), ("/a.phpx/b.php".into(), "".into()));
-        assert_eq!(s("/dir/"), ("/dir/index.php".into(), "".into()));
-        assert_eq!(s("/style.css"), ("/style.css".into(), "".into()));
-    }
 
     #[test]
     fn records_are_padded_to_eight_bytes_and_pairs_take_long_lengths() {

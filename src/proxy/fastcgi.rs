@@ -368,9 +368,11 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if to_client(stream, report, &out, body_timeout).await.is_err() {
         return Outcome::Close;
     }
-    if clean {
-        route.keep(&endpoint, conn);
-    }
+    // The app's connection is not kept (nor asked to stay, see `cgi::BEGIN_REQUEST`): a
+    // php-fpm child serves one connection at a time, so an idle kept connection holds a
+    // child that another client is waiting for (nginx closes it too, without
+    // `fastcgi_keep_conn`).
+    drop(conn);
     if keep && complete && clean {
         Outcome::KeepAlive
     } else {

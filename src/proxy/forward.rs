@@ -144,7 +144,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         report,
         added_fields,
     } = client;
-    let settings = route.settings;
+    let settings = route.settings();
     let (minor, head_only) = (req.client_minor, req.head_only);
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;

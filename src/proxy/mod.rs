@@ -15,16 +15,18 @@ pub mod fastcgi;
 pub mod forward;
 mod request;
 mod route;
+mod script;
 mod upstream;
 
-/// What a request is handed to: an HTTP app, or a FastCGI app with the site's document root
-/// and the normalized path the script is found by.
+/// What a request is handed to: an HTTP app, or a FastCGI app with the site's scripts, the
+/// normalized path and the script it names (checked: one the app may run).
 pub enum ProxyTarget {
     Http(std::rc::Rc<ProxyRoute>),
     FastCgi(
         std::rc::Rc<ProxyRoute>,
-        std::rc::Rc<std::path::Path>,
+        std::rc::Rc<Scripts>,
         Vec<u8>,
+        Script,
     ),
 }
 
@@ -32,6 +34,7 @@ pub use cgi::{Addresses, FastCgiRequest};
 pub use forward::{forward, Client, Outcome, Report};
 pub use request::ForwardRequest;
 pub use route::{ProxyRoute, ProxySettings, SharedTiers};
+pub use script::{Script, Scripts};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -18,13 +18,16 @@ use std::time::Duration;
 const WAIT_FOR_READY: Duration = Duration::from_secs(5);
 
 /// A pool's proxy timeouts.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ProxySettings {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     /// Speak FastCGI to the app processes instead of HTTP/1.1.
     #[serde(default)]
     pub fastcgi: bool,
+    /// FastCGI: the extensions of the scripts the app may run.
+    #[serde(default)]
+    pub script_extensions: Vec<String>,
 }
 
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
@@ -120,12 +123,8 @@ impl ProxyRoute {
         self.settings.fastcgi
     }
 
-    pub(super) fn settings(&self) -> ProxySettings {
-        self.settings
-    }
-
-    pub(super) fn keep(&self, endpoint: &Endpoint, conn: Conn) {
-        self.pool.put(endpoint, conn);
+    pub fn settings(&self) -> &ProxySettings {
+        &self.settings
     }
 
     /// A connection to a ready process other than `avoid` when there is one: an idle one, or

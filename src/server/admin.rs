@@ -113,50 +113,33 @@ fn route(method: Method, path: &str) -> Option<(AdminCommand, bool)> {
 
 /// Where the token of the admin endpoint on `addr` is kept when the config names none: made
 /// at first start (random, mode 0600) and read by `espalier pool|recycle|reload` on this
-/// machine. As root, `/run/espalier/` (outside a service's private /tmp, so the CLI in a
-/// shell finds it); otherwise `$XDG_RUNTIME_DIR`, or the temporary folder.
+/// machine, in [`super::runtime::base_dir`] (for root `/run/espalier/`, outside a service's
+/// private /tmp, so the CLI in a shell finds it).
 pub fn token_file(addr: SocketAddr) -> std::path::PathBuf {
-    let dir = if crate::os::process::is_root() {
-        std::path::PathBuf::from("/run/espalier")
-    } else {
-        std::env::var_os("XDG_RUNTIME_DIR")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir)
-    };
-    dir.join(format!("admin-{}.token", addr.port()))
+    super::runtime::base_dir().join(format!("admin-{}.token", addr.port()))
 }
 
 /// The token the endpoint's actions require: `[server] admin_token`, or the token file's,
-/// created now if there is none.
+/// created now if there is none. A token file someone else could have written is refused,
+/// not used: whoever planted it would hold the endpoint.
 fn server_token(config: &Config) -> Result<String, String> {
+    use crate::os::private_dir;
     if let Some(t) = &config.server.admin_token {
         return Ok(t.clone());
     }
+    super::runtime::ensure_base_dir()?;
     let path = token_file(config.server.admin);
-    if let Ok(t) = std::fs::read_to_string(&path) {
+    if let Some(t) = private_dir::read_secret(&path)? {
         if t.trim().len() >= 16 {
             return Ok(t.trim().to_string());
         }
+        // Too short to be ours (an interrupted write): made again.
+        let _ = std::fs::remove_file(&path);
     }
-    let mut bytes = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+    let bytes = private_dir::random_bytes::<24>()
         .map_err(|e| format!("cannot read /dev/urandom for the admin token: {e}"))?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir);
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, token.as_bytes()))
+    let token = private_dir::hex(&bytes);
+    private_dir::write_new_secret(&path, &token)
         .map_err(|e| format!("cannot write the admin token to {}: {e}", path.display()))?;
     Ok(token)
 }

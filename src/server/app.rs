@@ -16,11 +16,10 @@ use super::log;
 use super::spec::WorkerSpec;
 use super::supervisor::Event;
 use crate::config::{AppCommand, Transport, UpstreamKind};
-use crate::os::identity::Identity;
 use crate::proxy::Endpoint;
 use std::collections::VecDeque;
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,57 +43,14 @@ pub(super) struct StartedApp {
     pub output: OutputTail,
 }
 
-/// The master's private directory for notify and unix upstream sockets (mode 0700).
-pub fn runtime_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("espalier-{}", std::process::id()))
-}
-
 /// Removes what an exited app process left in the runtime folder: its notify socket and, for
 /// `upstream = "unix"`, its listening socket.
 pub fn forget(generation: u64, endpoint: Option<&Endpoint>) {
-    let _ = std::fs::remove_file(runtime_dir().join(format!("notify-{generation}")));
+    if let Some(dir) = super::runtime::runtime_dir() {
+        let _ = std::fs::remove_file(dir.join(format!("notify-{generation}")));
+    }
     if let Some(Endpoint::Unix(path)) = endpoint {
         let _ = std::fs::remove_file(path);
-    }
-}
-
-/// Removes the runtime folder when the master stops.
-pub fn remove_runtime_dir() {
-    let _ = std::fs::remove_dir_all(runtime_dir());
-}
-
-/// The master's runtime folder: traversable by every pool's user (to reach the hand-off
-/// and notify sockets, each with its own permissions), listable by none.
-pub(super) fn ensure_runtime_dir() -> Result<PathBuf, String> {
-    let dir = runtime_dir();
-    make_dir(&dir, 0o711, None)?;
-    Ok(dir)
-}
-
-/// A pool's own folder in the runtime folder, where its app processes create their sockets
-/// (`upstream = "unix"`): owned by the pool's user, closed to the others.
-fn ensure_pool_dir(pool: &str, identity: Option<&Identity>) -> Result<PathBuf, String> {
-    let dir = ensure_runtime_dir()?.join(format!("pool-{pool}"));
-    make_dir(&dir, 0o700, identity)?;
-    Ok(dir)
-}
-
-fn make_dir(dir: &Path, mode: u32, owner: Option<&Identity>) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(mode).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
-    }
-    give_to(dir, owner)
-}
-
-/// Makes `path` its pool's user's (and group's), when the pool has one.
-pub(super) fn give_to(path: &Path, owner: Option<&Identity>) -> Result<(), String> {
-    match owner {
-        None => Ok(()),
-        Some(id) => std::os::unix::fs::chown(path, Some(id.uid), Some(id.gid))
-            .map_err(|e| format!("cannot give {} to user `{}`: {e}", path.display(), id.user)),
     }
 }
 
@@ -134,7 +90,7 @@ pub(super) fn spawn_app(
     events: UnboundedSender<Event>,
 ) -> Result<StartedApp, String> {
     let who = spec.name();
-    let dir = ensure_runtime_dir()?;
+    let dir = super::runtime::ensure_runtime_dir()?;
     let fds: Vec<i32> = match app.transport {
         Transport::Activation => spec
             .threads
@@ -152,7 +108,7 @@ pub(super) fn spawn_app(
                 (Some(port), None, Some(Endpoint::Tcp(addr)))
             }
             UpstreamKind::Unix => {
-                let pool_dir = ensure_pool_dir(&spec.pool, spec.identity.as_ref())?;
+                let pool_dir = super::runtime::ensure_pool_dir(&spec.pool, spec.identity.as_ref())?;
                 let path = pool_dir.join(format!("{}-{generation}.sock", spec.index));
                 let _ = std::fs::remove_file(&path);
                 (None, Some(path.clone()), Some(Endpoint::Unix(path)))
@@ -167,7 +123,7 @@ pub(super) fn spawn_app(
         .set_nonblocking(true)
         .map_err(|e| e.to_string())?;
     // The app, running as its pool's user, must be able to send to it.
-    give_to(&notify_path, spec.identity.as_ref())?;
+    super::runtime::give_to(&notify_path, spec.identity.as_ref())?;
     let argv = substitute(&app.command, port, socket.as_deref());
     let exec = ExecSpec {
         name: who.clone(),
@@ -180,8 +136,8 @@ pub(super) fn spawn_app(
         watchdog: watchdog.is_some(),
         identity: spec.identity.clone(),
     };
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;
+    let exe = crate::os::process::own_executable()
+        .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("app-exec")
         .arg("--")

@@ -97,6 +97,14 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         );
         return 1;
     }
+    // The sockets go blocking, as systemd passes them. The file description is shared with
+    // the master's copy, which accepts on it only while the pool has no process (and sets it
+    // non-blocking again first, see `supervisor::pools`).
+    for fd in 3..3 + spec.fds.len() as i32 {
+        if let Err(e) = os::process::set_blocking(fd) {
+            warn(format!("cannot make socket {fd} blocking: {e}"));
+        }
+    }
     // Last, once everything that needs root is done: the application never runs as root
     // when its pool names a user.
     if let Some(id) = &spec.identity {

@@ -26,11 +26,13 @@ pub struct HandoffSocket {
     pub socket: UnixDatagram,
 }
 
-/// Every hand-off socket of the running configuration.
-#[derive(Default)]
+/// Every hand-off socket of the running configuration, and the key every message carries.
 pub struct Handoffs {
     pub sockets: Vec<HandoffSocket>,
     next_id: u64,
+    /// Made at the master's start, kept across reloads (old and new workers hand to each
+    /// other), given to workers only.
+    pub key: crate::handoff::Key,
 }
 
 /// The users whose processes may hand connections over: the master's (it passes stragglers
@@ -78,6 +80,15 @@ fn planned_threads<'a>(
 }
 
 impl Handoffs {
+    pub fn new() -> Result<Self, String> {
+        Ok(Handoffs {
+            sockets: Vec::new(),
+            next_id: 0,
+            key: crate::handoff::Key::random()
+                .map_err(|e| format!("cannot read /dev/urandom for the hand-off key: {e}"))?,
+        })
+    }
+
     /// Creates the sockets the plan's threads on shared addresses lack. Existing ones stay
     /// (a restarted or reloaded worker in the same slot takes the same socket).
     pub fn ensure(
@@ -91,13 +102,14 @@ impl Handoffs {
                 if self.find(pool, index, cpu).is_some() {
                     continue;
                 }
-                let dir = super::app::ensure_runtime_dir()?;
+                let dir = super::runtime::ensure_runtime_dir()?;
                 let path = dir.join(format!("handoff-{}", self.next_id));
                 self.next_id += 1;
                 let _ = std::fs::remove_file(&path);
                 // Writable by all, so the workers of every pool's user can reach it; the
-                // receiver takes datagrams only from this server's users (`senders`), which
-                // the kernel names on each (`SO_PASSCRED`).
+                // receiver takes datagrams only signed with the master's key (which no app
+                // process has) from this server's users (`senders`), which the kernel names
+                // on each (`SO_PASSCRED`).
                 let socket = UnixDatagram::bind(&path)
                     .and_then(|s| s.set_nonblocking(true).map(|()| s))
                     .and_then(|s| crate::os::fdpass::pass_credentials(s.as_raw_fd()).map(|()| s))

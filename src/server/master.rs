@@ -10,33 +10,6 @@ use crate::config::Config;
 use crate::placement::Plan;
 use crate::topology::Topology;
 
-/// Creates every access log that is missing and gives it to the user of the pools that write
-/// it, so their workers — which open their own descriptors, and reopen them after logrotate —
-/// can; or says which log cannot be and why. Run at start, and by SIGUSR1 before the workers
-/// reopen.
-pub(super) fn prepare_access_logs(config: &Config) -> Result<(), String> {
-    for site in &config.sites {
-        let Some(spec) = &site.access_log else {
-            continue;
-        };
-        let fail = |e: String| {
-            format!(
-                "site `{}`: cannot open access log {}: {e}; fix access_log.path or the folder's permissions",
-                site.name,
-                spec.path.display()
-            )
-        };
-        crate::http::access_log::open(&spec.path).map_err(|e| fail(e.to_string()))?;
-        // The sites' pools agree on one identity (checked with the config).
-        let owner = site
-            .apps
-            .iter()
-            .find_map(|a| config.pool(&a.pool).and_then(|p| p.identity.as_ref()));
-        super::app::give_to(&spec.path, owner).map_err(fail)?;
-    }
-    Ok(())
-}
-
 /// Pools that name a user need a master that may become it: root, or that user itself.
 pub(super) fn check_identities(config: &Config) -> Result<(), String> {
     let me = crate::os::identity::effective_uid();
@@ -59,17 +32,19 @@ pub(super) fn check_identities(config: &Config) -> Result<(), String> {
 
 /// Runs the server until it is stopped. Returns the exit code.
 pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, String> {
+    // Before anything could replace the binary on disk: workers start from this handle.
+    crate::os::process::hold_own_executable();
     let file = config
         .source
         .as_ref()
         .map_or("the command line".to_string(), |p| p.display().to_string());
-    prepare_access_logs(config).map_err(|e| format!("{file}: {e}"))?;
+    super::runtime::prepare_access_logs(config).map_err(|e| format!("{file}: {e}"))?;
     for w in crate::tls::expiry_warnings(&config.sites, std::time::SystemTime::now()) {
         super::log("master", format!("{file}: {w}"));
     }
     check_identities(config).map_err(|e| format!("{file}: {e}"))?;
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
-    let mut handoffs = super::handoffs::Handoffs::default();
+    let mut handoffs = super::handoffs::Handoffs::new()?;
     handoffs.ensure(&groups, &config.pools, plan)?;
     let specs = super::spawn::worker_specs(config, plan, &groups, &handoffs, topology);
 

@@ -22,6 +22,7 @@ pub mod handoffs;
 pub mod lifecycle;
 pub mod listeners;
 pub mod master;
+pub mod runtime;
 pub mod soft;
 pub mod spawn;
 pub mod spec;

@@ -85,6 +85,7 @@ pub(super) fn worker_specs(
                 shutdown_timeout: pool.shutdown_time_limit,
                 cgroups: Vec::new(),
                 handoff_senders: super::handoffs::senders(&config.pools),
+                handoff_key: handoffs.key,
                 identity: pool.identity.clone(),
                 proxy: pool
                     .app
@@ -94,6 +95,7 @@ pub(super) fn worker_specs(
                         connect_timeout: a.connect_timeout,
                         response_timeout: a.response_timeout,
                         fastcgi: a.transport == crate::config::Transport::FastCgi,
+                        script_extensions: a.script_extensions.clone(),
                     }),
             }
         })
@@ -134,8 +136,8 @@ pub(super) fn spawn_worker(
         .collect();
     fds.push(worker_end.as_raw_fd());
     let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the espalier binary: {e}"))?;
+    let exe = crate::os::process::own_executable()
+        .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
     // The master alone speaks to systemd (a worker's READY=1 would be taken for the service's).
     cmd.arg("worker")

@@ -56,6 +56,9 @@ pub struct WorkerSpec {
     /// pool's); see `handoff::Receiver`.
     #[serde(default)]
     pub handoff_senders: Vec<u32>,
+    /// The master's hand-off key: what proves a message comes from espalier, not from app
+    /// code of the same user (see `handoff`).
+    pub handoff_key: crate::handoff::Key,
     /// Who the worker becomes once placed (its pool's `user` and `group`).
     #[serde(default)]
     pub identity: Option<crate::os::identity::Identity>,

@@ -120,7 +120,9 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             .iter()
             .map(|g| {
                 g.tls
-                    .then(|| crate::tls::server_config(g, &spec.sites, !ktls.is_empty()))
+                    .then(|| {
+                        crate::tls::server_config(g, &spec.sites, &spec.pool, !ktls.is_empty())
+                    })
                     .transpose()
             })
             .collect::<Result<_, _>>()?,
@@ -134,6 +136,9 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         // Changing user clears the parent-death signal.
         let _ = os::process::die_with_parent();
     }
+    // The hand-off key and the pool's keys must stay out of reach of the app processes that
+    // run as the same user (see `handoff`).
+    os::process::not_dumpable().map_err(|e| format!("cannot make the worker non-dumpable: {e}"))?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
@@ -384,7 +389,7 @@ fn engine_thread(
         } else {
             String::new()
         };
-        let route = spec.proxy.map(|settings| {
+        let route = spec.proxy.clone().map(|settings| {
             let line = spec.worker_header.then(|| extra.clone());
             Rc::new(ProxyRoute::new(settings, tiers, line))
         });
@@ -402,7 +407,10 @@ fn engine_thread(
                 thread
                     .handoff
                     .iter()
-                    .map(|(pool, tiers)| (pool.clone(), Rc::new(PoolTargets::new(tiers.clone()))))
+                    .map(|(pool, tiers)| {
+                        let targets = PoolTargets::new(tiers.clone(), spec.handoff_key);
+                        (pool.clone(), Rc::new(targets))
+                    })
                     .collect(),
             )
             .with_tls(&tls.configs, tls.kernel),
@@ -440,6 +448,7 @@ fn engine_thread(
             crate::handoff::Receiver::new(
                 unsafe { OwnedFd::from_raw_fd(fd) },
                 spec.handoff_senders.clone(),
+                spec.handoff_key,
             )
         }) {
             Some(Err(e)) => {

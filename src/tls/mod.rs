@@ -169,10 +169,14 @@ impl ResolvesServerCert for BySni {
     }
 }
 
-/// The TLS configuration of an https address: its sites' certificates by SNI.
+/// The TLS configuration of an https address for the workers of `pool`: the certificates of
+/// the sites it serves, by SNI. Another pool's sites' keys are never read: their connections
+/// are handed to that pool with the ClientHello unanswered (see `http::sni`), so pool A's
+/// worker has no use for — and must not hold — pool B's private key.
 pub fn server_config(
     group: &GroupRoutes,
     sites: &[SiteSpec],
+    pool: &str,
     kernel_tls: bool,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let now = SystemTime::now();
@@ -181,6 +185,9 @@ pub fn server_config(
         let Some(spec) = sites.get(site) else {
             continue;
         };
+        if !spec.apps.iter().any(|a| a.pool == pool) {
+            continue;
+        }
         let Some(files) = &spec.tls else {
             return Err(format!(
                 "site `{}` has an https binding but no tls",

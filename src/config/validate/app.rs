@@ -31,6 +31,7 @@ impl Validator {
                 ("upstream", raw.upstream.is_some()),
                 ("connect_timeout", raw.connect_timeout.is_some()),
                 ("response_timeout", raw.response_timeout.is_some()),
+                ("script_extensions", raw.script_extensions.is_some()),
             ];
             for (key, set) in stray {
                 if set {
@@ -128,6 +129,27 @@ impl Validator {
             raw.response_timeout.take(),
             Duration::from_secs(60),
         );
+        let script_extensions = match raw.script_extensions.take() {
+            Some(_) if transport != Transport::FastCgi => {
+                self.err(&at("script_extensions"), "applies only to transport = \"fastcgi\" (the files a FastCGI app may run); remove it");
+                Vec::new()
+            }
+            None => vec![".php".to_string()],
+            Some(list) => {
+                let bad = list.iter().find(|e| {
+                    e.len() < 2 || !e.starts_with('.') || e.bytes().any(|b| b == b'/' || b <= b' ')
+                });
+                if let Some(e) = bad {
+                    self.err(
+                        &at("script_extensions"),
+                        format!("`{e}` is not a file extension; write them like [\".php\"]"),
+                    );
+                } else if list.is_empty() {
+                    self.err(&at("script_extensions"), "is empty, so the app could run nothing; write the extensions of its scripts, like [\".php\"]");
+                }
+                list
+            }
+        };
         Some(AppCommand {
             command,
             directory,
@@ -137,6 +159,7 @@ impl Validator {
             upstream,
             connect_timeout,
             response_timeout,
+            script_extensions,
         })
     }
 }

@@ -464,11 +464,12 @@ impl<S: Service + 'static> Connection<S> {
                     );
                     crate::proxy::forward(client, fwd, &route).await;
                 }
-                ProxyTarget::FastCgi(route, root, path) => {
+                ProxyTarget::FastCgi(route, scripts, path, script) => {
                     let fwd = crate::proxy::FastCgiRequest::new(
                         request,
                         &path,
-                        &root,
+                        &script,
+                        scripts.root(),
                         framing,
                         false,
                         expect_continue,

@@ -342,7 +342,7 @@ pub(super) async fn run(
     }
     sv.stop_everything(Duration::from_millis(300)).await;
     sv.remove_cgroups();
-    crate::server::app::remove_runtime_dir();
+    crate::server::runtime::remove_runtime_dir();
     log("master", "stopped");
     Ok(0)
 }
@@ -352,7 +352,7 @@ impl Supervisor {
     /// processes' runtime folder goes with them.
     async fn stop_everything(&mut self, grace: Duration) {
         self.stop_all(grace).await;
-        crate::server::app::remove_runtime_dir();
+        crate::server::runtime::remove_runtime_dir();
     }
 
     async fn stop_all(&mut self, grace: Duration) {
@@ -499,7 +499,7 @@ impl Supervisor {
     /// SIGUSR1: every worker reopens its access logs (after logrotate moved them).
     pub(super) fn reopen_logs(&mut self) {
         // New files, owned by their pools' users, before the workers reopen.
-        if let Err(e) = crate::server::master::prepare_access_logs(&self.config) {
+        if let Err(e) = crate::server::runtime::prepare_access_logs(&self.config) {
             log("master", format!("warning: {e}"));
         }
         let line = Message::Reopen.line();

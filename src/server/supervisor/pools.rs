@@ -67,9 +67,11 @@ impl Supervisor {
                 if !everyone_stopped && !ours {
                     continue;
                 }
+                // Non-blocking again: an activated app made the shared description blocking.
                 let listener = match socket
                     .try_clone()
                     .map(std::net::TcpListener::from)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
                     .and_then(tokio::net::TcpListener::from_std)
                 {
                     Ok(l) => l,
@@ -85,7 +87,10 @@ impl Supervisor {
                 // load balancers take as the pool's absence at once.
                 let lb_here = if g.routes.tls { LoadBalancer::Tcp } else { lb };
                 responders.push(match &pass_to {
-                    Some(path) => tokio::spawn(pass_on(listener, g.addr, path.clone())),
+                    Some(path) => {
+                        let header = crate::handoff::header(&self.handoffs.key, g.addr, 0, None);
+                        tokio::spawn(pass_on(listener, header, path.clone()))
+                    }
                     None => tokio::spawn(answer_stopped(listener, lb_here)),
                 });
             }
@@ -104,7 +109,7 @@ impl Supervisor {
                 .map(std::os::fd::OwnedFd::from)
                 .and_then(|fd| {
                     let senders = crate::server::handoffs::senders(&self.config.pools);
-                    crate::handoff::Receiver::new(fd, senders)
+                    crate::handoff::Receiver::new(fd, senders, self.handoffs.key)
                 }) {
                 Ok(receiver) => {
                     responders.push(tokio::spawn(answer_handed(receiver, lb, tls_addrs.clone())))
@@ -382,9 +387,9 @@ async fn answer_one(mut stream: tokio::net::TcpStream, lb: LoadBalancer, head_re
 
 /// Passes the connections still arriving on a stopped pool's socket of a shared address to a
 /// pool that serves there (unread: it routes them as if it had accepted them).
-async fn pass_on(listener: tokio::net::TcpListener, addr: std::net::SocketAddr, to: PathBuf) {
-    // Unread: the receiver reads a PROXY protocol header, if the address expects one.
-    let header = crate::handoff::header(addr, 0, None);
+/// `header` is the message's (no client: unread, the receiver reads a PROXY protocol header
+/// if the address expects one).
+async fn pass_on(listener: tokio::net::TcpListener, header: Vec<u8>, to: PathBuf) {
     let socket = std::os::unix::net::UnixDatagram::unbound()
         .and_then(|s| s.connect(&to).map(|()| s))
         .and_then(|s| s.set_nonblocking(true).map(|()| s));

@@ -34,7 +34,7 @@ impl Supervisor {
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
             .map_err(|e| format!("{file}: {e}"))?;
         crate::server::master::check_identities(&new).map_err(|e| format!("{file}: {e}"))?;
-        crate::server::master::prepare_access_logs(&new).map_err(|e| format!("{file}: {e}"))?;
+        crate::server::runtime::prepare_access_logs(&new).map_err(|e| format!("{file}: {e}"))?;
         let mut notes = Vec::new();
         if new.server.admin != self.config.server.admin {
             notes.push(format!(
