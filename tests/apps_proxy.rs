@@ -349,9 +349,17 @@ fn a_unix_socket_upstream_carries_the_requests() {
     let path = Path::new(endpoints[0].trim_start_matches("unix:"));
     let pool_dir = path.parent().unwrap();
     let runtime = pool_dir.parent().unwrap().to_path_buf();
-    assert_eq!(runtime.parent(), Some(espalier::server::runtime::base_dir().as_path()));
+    assert_eq!(
+        runtime.parent(),
+        Some(espalier::server::runtime::base_dir().as_path())
+    );
     assert!(
-        runtime.file_name().unwrap().to_str().unwrap().starts_with("master-"),
+        runtime
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("master-"),
         "{path:?}"
     );
     use std::os::unix::fs::MetadataExt;

@@ -873,6 +873,42 @@ fn sites_of_different_pools_share_an_https_address_by_sni() {
     );
 }
 
+/// Pool one's worker never reads pool two's private key: with two's key gone from the disk,
+/// one's worker restarts and serves (it once loaded every site's key of the address).
+#[test]
+fn a_worker_reads_only_its_own_pools_private_keys() {
+    need_tools("openssl:openssl curl:curl", "openssl and curl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = free_port();
+    let mut config = String::from("[[pool]]\nname = \"one\"\n[[pool]]\nname = \"two\"\n");
+    for (h, pool) in [("a", "one"), ("c", "two")] {
+        openssl_cert(d, h, &format!("{h}.test"));
+        config.push_str(&format!("[[site]]\nname = \"{h}\"\nbindings = [\"https://127.0.0.1:{port}:{h}.test\"]\ntls = {{ cert = \"{h}.pem\", key = \"{h}.key\" }}\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n"));
+    }
+    let server = Server::with_config(d, &config);
+    std::fs::remove_file(d.join("c.key")).unwrap();
+    let one = server
+        .workers()
+        .into_iter()
+        .find(|w| w.0.starts_with("one/"))
+        .unwrap();
+    unsafe { libc::kill(one.1 as i32, libc::SIGKILL) };
+    server.wait_until("pool one's worker back", Duration::from_secs(60), |s| {
+        s.workers()
+            .iter()
+            .any(|w| w.0.starts_with("one/") && w.1 != one.1)
+    });
+    let (code, body, verbose) = curl(d, "a.pem", "a.test", port, "/", &[]);
+    assert_eq!(code, 0, "{verbose}\n{}", server.log_text());
+    assert!(body.contains("Hello from one/0/cpu"), "{body}");
+    assert!(
+        !server.log_text().contains("c.key"),
+        "{}",
+        server.log_text()
+    );
+}
+
 #[test]
 fn an_ocsp_response_is_stapled_to_the_handshake() {
     need_tools("openssl:openssl", "openssl");

@@ -110,7 +110,18 @@ impl Server {
     /// As [`Server::start_env`], run through `prefix` (a program that execs the rest, as
     /// `nsenter --net=…` does; signals then reach the server itself).
     pub fn start_with(prefix: &[&str], args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Server {
-        let bin = env!("CARGO_BIN_EXE_espalier");
+        let bin = Path::new(env!("CARGO_BIN_EXE_espalier"));
+        Server::start_program(bin, prefix, args, cwd, env)
+    }
+
+    /// As [`Server::start_with`], from the espalier binary at `bin`.
+    pub fn start_program(
+        bin: &Path,
+        prefix: &[&str],
+        args: &[&str],
+        cwd: &Path,
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut command = match prefix.split_first() {
             Some((program, rest)) => {
                 let mut c = Command::new(program);

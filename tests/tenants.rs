@@ -1,0 +1,431 @@
+//! Hardening, round two, on the real binary: what one tenant (a local user, or app code
+//! running as a pool's user) could do to another, and what a careless operator's upgrade did.
+//! Each test reproduces an attack that once worked: a runtime folder made beforehand by
+//! another user, a hand-off message forged without espalier's key, uploads run by FastCGI,
+//! a binary replaced on disk, and blocking-socket apps under activation.
+
+mod common;
+
+use common::apps::{php_fpm, serve};
+use common::*;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+fn is_root() -> bool {
+    espalier::os::identity::effective_uid() == 0
+}
+
+/// Two pools on one port by host name: each worker thread has a hand-off socket.
+fn shared_port_config(port: u16) -> String {
+    format!(
+        r#"
+[[pool]]
+name = "a"
+[[pool]]
+name = "b"
+[[site]]
+name = "a"
+bindings = ["http://127.0.0.1:{port}:a.test"]
+[[site.app]]
+pool = "a"
+handler = "dynamic"
+[[site]]
+name = "b"
+bindings = ["http://127.0.0.1:{port}:b.test"]
+[[site.app]]
+pool = "b"
+handler = "dynamic"
+"#
+    )
+}
+
+#[test]
+fn a_runtime_folder_made_beforehand_by_another_user_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: making another user's folder needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path();
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let port = free_port();
+    let (config, _) = with_own_admin(&shared_port_config(port));
+    let conf = tmp.join("espalier.toml");
+    std::fs::write(&conf, config).unwrap();
+    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // espalier runs as nobody; its runtime base is then `$TMPDIR/espalier-65534`. Made first
+    // by root (another user), open to all: the server must refuse it, not use it.
+    let nobody = espalier::os::identity::lookup("nobody", None).unwrap();
+    let base = tmp.join(format!("espalier-{}", nobody.uid));
+    std::fs::create_dir(&base).unwrap();
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = [
+        "setpriv",
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--",
+    ];
+    let env = [("TMPDIR", tmp.to_str().unwrap()), ("XDG_RUNTIME_DIR", "")];
+    let out = Command::new("timeout")
+        .arg("30")
+        .args(as_nobody)
+        .arg(env!("CARGO_BIN_EXE_espalier"))
+        .args(["serve", "-c", conf.to_str().unwrap()])
+        .envs(env)
+        .current_dir(tmp)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{} belongs to uid 0", base.display())),
+        "{err}"
+    );
+    // Nothing of the server's was put in it.
+    assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
+
+    // Without the plant, the server makes the base itself (its own, 0711) and its own
+    // folder in it under a random name, holding the hand-off sockets, and removes that
+    // folder when it stops.
+    std::fs::remove_dir(&base).unwrap();
+    let mut server = Server::start_with(&as_nobody, &["-c", conf.to_str().unwrap()], tmp, &env);
+    let meta = std::fs::symlink_metadata(&base).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (nobody.uid, 0o711));
+    let masters: Vec<PathBuf> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("master-")
+        })
+        .collect();
+    assert_eq!(masters.len(), 1, "{masters:?}");
+    let name = masters[0]
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(!name.contains(&server.pid().to_string()), "{name}");
+    let meta = std::fs::symlink_metadata(&masters[0]).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (nobody.uid, 0o711));
+    let sockets = std::fs::read_dir(&masters[0])
+        .unwrap()
+        .filter(|e| {
+            let n = e.as_ref().unwrap().file_name();
+            n.to_str().unwrap().starts_with("handoff-")
+        })
+        .count();
+    assert!(
+        sockets >= 2,
+        "no hand-off sockets in {}",
+        masters[0].display()
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    for host in ["a.test", "b.test"] {
+        let r = get_host(addr, host);
+        assert_eq!(r.status, 200, "{}", server.log_text());
+    }
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.wait_exit(Duration::from_secs(20)), Some(0));
+    assert!(
+        !masters[0].exists(),
+        "{} is left behind",
+        masters[0].display()
+    );
+}
+
+fn get_host(addr: std::net::SocketAddr, host: &str) -> Response {
+    let mut c = Conn::open(addr);
+    c.send(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
+    c.read_response(false).expect("a response")
+}
+
+/// The paths of the hand-off sockets the master `pid` holds (from its descriptors' inodes
+/// and /proc/net/unix).
+fn handoff_paths(pid: u32) -> Vec<PathBuf> {
+    let mut inodes = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+        if let Ok(link) = std::fs::read_link(e.unwrap().path()) {
+            if let Some(ino) = link
+                .to_str()
+                .and_then(|l| l.strip_prefix("socket:["))
+                .and_then(|l| l.strip_suffix(']'))
+            {
+                inodes.push(ino.to_string());
+            }
+        }
+    }
+    std::fs::read_to_string("/proc/net/unix")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (ino, path) = (f.get(6)?, f.get(7)?);
+            (inodes.iter().any(|i| i == ino) && path.contains("/handoff-"))
+                .then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+#[test]
+fn a_handoff_message_without_the_masters_key_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::with_config(dir.path(), &shared_port_config(port));
+    let paths = handoff_paths(server.pid());
+    assert!(paths.len() >= 2, "{paths:?}");
+    // A connection of our own, to pass as if it were a client's: whatever answers on it
+    // would show that the forged message was taken.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (passed, _) = listener.accept().unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // What app code of a pool's user can write: the old message format, and the new one with
+    // a guessed key, each naming a forged client.
+    let forged = [
+        format!("espalier-handoff/2 {addr} 0 203.0.113.7:4000\n"),
+        format!(
+            "espalier-handoff/3 {} {addr} 0 203.0.113.7:4000\n",
+            "0".repeat(32)
+        ),
+    ];
+    for path in &paths {
+        let sender = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        sender.connect(path).unwrap();
+        for header in &forged {
+            let request = b"GET / HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n";
+            espalier::os::fdpass::send_with_fd(
+                sender.as_raw_fd(),
+                passed.as_raw_fd(),
+                &[header.as_bytes(), request],
+            )
+            .unwrap();
+        }
+    }
+    drop(passed);
+    // Every receiver dropped its copy: the connection ends with no answer.
+    client
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut got = Vec::new();
+    let n = client.read_to_end(&mut got).expect("closed, not timed out");
+    assert_eq!(
+        n,
+        0,
+        "a forged hand-off was served: {}",
+        String::from_utf8_lossy(&got)
+    );
+    // The server serves on, its own hand-offs working.
+    for host in ["a.test", "b.test"] {
+        let r = get_host(addr, host);
+        assert_eq!(r.status, 200, "{}", server.log_text());
+    }
+}
+
+/// A FastCGI site whose root holds a script, uploads that hold PHP, a text file with PHP in
+/// it and a symlink to a script outside the root; `php-cgi -b` runs whatever it is named.
+#[test]
+fn fastcgi_runs_only_scripts_with_the_apps_extensions_under_root() {
+    need_tools("php-cgi:php-cgi", "php-cgi");
+    let evil = "<?php echo 'EXECUTED'; ?>\n";
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let root = d.join("www");
+    std::fs::create_dir_all(root.join("uploads")).unwrap();
+    std::fs::write(root.join("index.php"), "<?php echo 'index ran'; ?>\n").unwrap();
+    std::fs::write(root.join("uploads/x.jpg"), evil).unwrap();
+    std::fs::write(root.join("readme.txt"), evil).unwrap();
+    std::fs::write(d.join("outside.php"), evil).unwrap();
+    std::os::unix::fs::symlink(d.join("outside.php"), root.join("out.php")).unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            r#"
+[[pool]]
+name = "php"
+command = ["php-cgi", "-b", "127.0.0.1:{{port}}"]
+transport = "fastcgi"
+[[site]]
+name = "php"
+bindings = ["http://127.0.0.1:{port}"]
+root = "www"
+[[site.app]]
+pool = "php"
+"#
+        ),
+    );
+    let app = common::apps::AppServer {
+        server,
+        addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        _dir: dir,
+    };
+    let r = get(app.addr, "/index.php", "");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "index ran"),
+        "{}",
+        app.server.log_text()
+    );
+    let r = get(app.addr, "/", "");
+    assert_eq!(r.text(), "index ran");
+    for (path, status) in [
+        ("/uploads/x.jpg", 404),
+        ("/uploads/x.jpg/.php", 404),
+        ("/uploads/x.jpg/a.php", 404),
+        ("/uploads/x.jpg%00.php", 400),
+        ("/uploads/%2e%2e/readme.txt", 404),
+        ("/readme.txt", 404),
+        ("/out.php", 403),
+        ("/uploads/", 404),
+    ] {
+        let r = get(app.addr, path, "");
+        assert!(!r.text().contains("EXECUTED"), "{path} ran: {}", r.text());
+        assert_eq!(r.status, status, "{path}");
+    }
+}
+
+/// php-fpm with three children and eight keep-alive clients: a FastCGI connection held idle
+/// between requests pinned a child each, and the clients beyond three got only 504s.
+#[test]
+fn kept_client_connections_do_not_starve_fastcgi_children() {
+    let fpm = php_fpm();
+    let app = serve(
+        &r#"
+[[pool]]
+name = "php"
+command = ["{fpm}", "--nodaemonize", "--allow-to-run-as-root", "--fpm-config", "php-fpm.conf"]
+directory = "php"
+transport = "fastcgi"
+response_timeout = "5s"
+[[site]]
+name = "php"
+bindings = ["http://{listen}"]
+root = "php/www"
+[[site.app]]
+pool = "php"
+"#
+        .replace("{fpm}", &fpm),
+    );
+    let conf = app._dir.path().join("php/php-fpm.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    assert!(text.contains("pm.max_children = 4"));
+    std::fs::write(
+        &conf,
+        text.replace("pm.max_children = 4", "pm.max_children = 3"),
+    )
+    .unwrap();
+    // Restart php-fpm with three children (a recycle reads its config again).
+    let (code, _) = app.server.post("/pools/php/recycle");
+    assert_eq!(code, 200);
+    app.server.wait_for_log("recycled", Duration::from_secs(60));
+    let mut conns: Vec<Conn> = (0..8).map(|_| Conn::open(app.addr)).collect();
+    for round in 0..4 {
+        for (k, c) in conns.iter_mut().enumerate() {
+            c.send(b"GET /index.php HTTP/1.1\r\nHost: shop.example\r\n\r\n");
+            let r = c.read_response(false).expect("an answer");
+            assert_eq!(r.status, 200, "client {k}, round {round}: {}", r.text());
+        }
+    }
+}
+
+#[test]
+fn workers_start_after_the_binary_is_replaced_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bin = d.join("espalier");
+    std::fs::copy(env!("CARGO_BIN_EXE_espalier"), &bin).unwrap();
+    let port = free_port();
+    let (config, admin) = with_own_admin(&format!(
+        "[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n"
+    ));
+    std::fs::write(d.join("espalier.toml"), config).unwrap();
+    let mut server = Server::start_program(&bin, &[], &["-c", "espalier.toml"], d, &[]);
+    server.admin = Some(admin);
+    // An upgrade: the file is replaced by another (here one that cannot run at all).
+    let new = d.join("espalier.new");
+    std::fs::write(&new, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&new, &bin).unwrap();
+    let before = server.workers();
+    assert_eq!(before.len(), 1);
+    unsafe { libc::kill(before[0].1 as i32, libc::SIGKILL) };
+    server.wait_until("a new worker", Duration::from_secs(60), |s| {
+        s.workers().iter().any(|w| w.1 != before[0].1)
+    });
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get(addr, "/", "").status, 200, "{}", server.log_text());
+}
+
+/// An activated app that accepts in a blocking loop, as Perl's HTTP::Daemon does; it says
+/// whether the socket it was passed is blocking.
+const BLOCKING_APP: &str = r#"
+import socket
+s = socket.socket(fileno=3)
+while True:
+    c, _ = s.accept()
+    c.recv(65536)
+    body = b"blocking=%s\n" % str(s.getblocking()).encode()
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+    c.close()
+"#;
+
+#[test]
+fn activated_apps_are_passed_blocking_sockets_as_systemd_passes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("app.py"), BLOCKING_APP).unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            r#"
+[[pool]]
+name = "app"
+command = ["python3", "app.py"]
+transport = "activation"
+[[site]]
+name = "app"
+bindings = ["http://127.0.0.1:{port}"]
+[[site.app]]
+pool = "app"
+"#
+        ),
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    for _ in 0..3 {
+        let r = get(addr, "/", "");
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (200, "blocking=True\n"),
+            "{}",
+            server.log_text()
+        );
+    }
+    // The master answers for the pool when it is stopped: the shared socket is made
+    // non-blocking again for it, so its event loop never blocks on accept.
+    let (code, _) = server.post("/pools/app/stop");
+    assert_eq!(code, 200);
+    let r = get(addr, "/", "");
+    assert_eq!(r.status, 503);
+    let (code, _) = server.post("/pools/app/start");
+    assert_eq!(code, 200);
+    server.wait_until("the app back", Duration::from_secs(60), |_| {
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        let _ = c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        let mut out = String::new();
+        let _ = c.read_to_string(&mut out);
+        out.ends_with("blocking=True\n")
+    });
+    assert_eq!(get(addr, "/", "").status, 200);
+}
