@@ -27,7 +27,7 @@ pub mod stream;
 
 pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};
 use fields::spaces_only_around_value;
-pub use fields::valid_host;
+pub use fields::{h2_host, valid_host};
 
 use std::mem::MaybeUninit;
 

@@ -238,6 +238,42 @@ fn ambiguous_framing_is_refused() {
 }
 
 #[test]
+fn http2_names_its_host_once_and_validly() {
+    use super::h2_host;
+    let none = std::iter::empty::<&[u8]>;
+    assert_eq!(h2_host(Some(b"a.test"), none()), Ok(Some(&b"a.test"[..])));
+    assert_eq!(
+        h2_host(None, [&b"a.test:8443"[..]].into_iter()),
+        Ok(Some(&b"a.test:8443"[..]))
+    );
+    assert_eq!(
+        h2_host(Some(b"A.test"), [&b"a.test"[..]].into_iter()),
+        Ok(Some(&b"a.test"[..]))
+    );
+    assert_eq!(h2_host(None, none()), Ok(None));
+    // What HTTP/1.1 refuses in Host, HTTP/2 refuses in either place.
+    for bad in [
+        &b"evil<script>"[..],
+        b"evil.test/@app.test",
+        b"user@app.test",
+        b"a..test",
+        b"",
+    ] {
+        assert_eq!(h2_host(Some(bad), none()), Err(()), "{bad:?}");
+        assert_eq!(h2_host(None, [bad].into_iter()), Err(()), "{bad:?}");
+    }
+    // Two host fields, or two names that differ.
+    assert_eq!(
+        h2_host(None, [&b"a.test"[..], b"a.test"].into_iter()),
+        Err(())
+    );
+    assert_eq!(
+        h2_host(Some(b"a.test"), [&b"b.test"[..]].into_iter()),
+        Err(())
+    );
+}
+
+#[test]
 fn partial_heads_are_reparsed_only_at_a_line_end() {
     let l = &LIMITS;
     assert!(!head_may_be_complete(b"GET / HT", 5, l));

@@ -210,16 +210,27 @@ fn request_of<'a>(
 ) -> Result<Request<'a>, u16> {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    // `:authority` stands for Host (RFC 9113 §8.3.1), unless both came.
-    if !parts.headers.contains_key(http::header::HOST) {
-        if let Some(a) = parts.uri.authority() {
-            headers.push(httparse::Header {
-                name: "host",
-                value: a.as_str().as_bytes(),
-            });
-        }
+    // `:authority` stands for Host (RFC 9113 §8.3.1), checked as HTTP/1.1's Host is; the
+    // one name goes on as `host`.
+    let host = crate::http::h2_host(
+        parts.uri.authority().map(|a| a.as_str().as_bytes()),
+        parts
+            .headers
+            .get_all(http::header::HOST)
+            .iter()
+            .map(|v| v.as_bytes()),
+    )
+    .map_err(|()| 400u16)?;
+    if let Some(host) = host {
+        headers.push(httparse::Header {
+            name: "host",
+            value: host,
+        });
     }
     for (name, value) in &parts.headers {
+        if name == http::header::HOST {
+            continue;
+        }
         headers.push(httparse::Header {
             name: name.as_str(),
             value: value.as_bytes(),
