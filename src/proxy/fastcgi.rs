@@ -223,12 +223,19 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 report
                     .upstream_micros
                     .set(Some(asked.elapsed().as_micros() as u64));
+                route.answered(&endpoint);
                 break (endpoint, conn, r);
             }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && req.retryable && tries < 2 => {
                 avoid = Some(endpoint);
             }
-            Err(e) => return answer(stream, report, clock, status_of(e), minor, head_only).await,
+            Err(e) => {
+                let status = status_of(e);
+                if status == 504 {
+                    route.timed_out(&endpoint);
+                }
+                return answer(stream, report, clock, status, minor, head_only).await;
+            }
         }
     };
     let (head, head_len) = match read_cgi_head(&mut conn, first, timeout, &endpoint).await {

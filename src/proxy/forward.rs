@@ -191,6 +191,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 report
                     .upstream_micros
                     .set(Some(asked.elapsed().as_micros() as u64));
+                route.answered(&endpoint);
                 break (endpoint, conn, ubuf, len);
             }
             Err(HeadError::ClosedEarly) if req.retryable && tries < 2 => {
@@ -198,7 +199,8 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 continue;
             }
             Err(HeadError::Timeout) => {
-                return answer(stream, report, clock, 504, minor, head_only).await
+                route.timed_out(&endpoint);
+                return answer(stream, report, clock, 504, minor, head_only).await;
             }
             Err(_) => return answer(stream, report, clock, 502, minor, head_only).await,
         }

@@ -33,7 +33,7 @@ pub enum ProxyTarget {
 pub use cgi::{Addresses, FastCgiRequest};
 pub use forward::{forward, Client, Outcome, Report};
 pub use request::ForwardRequest;
-pub use route::{ProxyRoute, ProxySettings, SharedTiers};
+pub use route::{ProxyRoute, ProxySettings, SharedTiers, UNRESPONSIVE_AFTER};
 pub use script::{Script, Scripts};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;

@@ -33,16 +33,36 @@ pub struct ProxySettings {
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
 /// and read by its engine threads: a version check (one atomic load) per request, the lock
 /// only when the version moved.
+///
+/// It also carries the other way what the master must hear: the app processes that let
+/// [`UNRESPONSIVE_AFTER`] requests in a row of one thread time out (written only then, read
+/// at the master's ping).
 #[derive(Default)]
 pub struct SharedTiers {
     version: AtomicU64,
     tiers: Mutex<Arc<Tiers>>,
+    unresponsive: Mutex<Vec<Endpoint>>,
 }
+
+/// Requests in a row that timed out waiting for one app process before a thread reports it.
+pub const UNRESPONSIVE_AFTER: u32 = 3;
 
 impl SharedTiers {
     pub fn publish(&self, tiers: Tiers) {
         *self.tiers.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(tiers);
         self.version.fetch_add(1, Ordering::Release);
+    }
+
+    fn report_unresponsive(&self, endpoint: &Endpoint) {
+        let mut list = self.unresponsive.lock().unwrap_or_else(|e| e.into_inner());
+        if !list.contains(endpoint) {
+            list.push(endpoint.clone());
+        }
+    }
+
+    /// The app processes reported unresponsive since the last call.
+    pub fn take_unresponsive(&self) -> Vec<Endpoint> {
+        std::mem::take(&mut *self.unresponsive.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -58,6 +78,9 @@ pub struct ProxyRoute {
     pub(super) worker_line: Option<String>,
     /// Requests forwarded to a process off this thread's node (none of its own was ready).
     pub remote: Cell<u64>,
+    /// Requests in a row that timed out, per app process (this thread's view; empty while
+    /// every app answers, so an answer costs one check).
+    silent: RefCell<Vec<(Endpoint, u32)>>,
 }
 
 impl ProxyRoute {
@@ -74,6 +97,33 @@ impl ProxyRoute {
             next: Cell::new(0),
             worker_line,
             remote: Cell::new(0),
+            silent: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// `endpoint` answered: its run of timeouts, if any, is over.
+    pub(super) fn answered(&self, endpoint: &Endpoint) {
+        let mut silent = self.silent.borrow_mut();
+        if !silent.is_empty() {
+            silent.retain(|(e, _)| e != endpoint);
+        }
+    }
+
+    /// `endpoint` let a request time out; the [`UNRESPONSIVE_AFTER`]th in a row is reported
+    /// to the master (through the worker's next pong), which replaces the process.
+    pub(super) fn timed_out(&self, endpoint: &Endpoint) {
+        let mut silent = self.silent.borrow_mut();
+        let k = match silent.iter().position(|(e, _)| e == endpoint) {
+            Some(k) => k,
+            None => {
+                silent.push((endpoint.clone(), 0));
+                silent.len() - 1
+            }
+        };
+        silent[k].1 += 1;
+        if silent[k].1 >= UNRESPONSIVE_AFTER {
+            silent.swap_remove(k);
+            self.shared.report_unresponsive(endpoint);
         }
     }
 

@@ -40,6 +40,10 @@ pub enum Message {
     /// Master → front worker: the app processes its threads forward to, nearest first (JSON
     /// of [`crate::proxy::Tiers`]).
     Upstreams(String),
+    /// Front worker → master: this app process (its endpoint, as `Endpoint`'s display
+    /// writes it) let several requests in a row time out: a failed ping, whatever its
+    /// socket's `connect` says (the kernel completes handshakes for a stopped process).
+    Unresponsive(String),
 }
 
 impl Message {
@@ -62,6 +66,9 @@ impl Message {
             Message::Stopping => "stopping\n".into(),
             Message::Reopen => "reopen\n".into(),
             Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
+            Message::Unresponsive(endpoint) => {
+                format!("unresponsive {}\n", endpoint.replace('\n', " "))
+            }
         }
     }
 
@@ -90,6 +97,7 @@ impl Message {
             "stopping" => Message::Stopping,
             "reopen" => Message::Reopen,
             "upstreams" => Message::Upstreams(rest.to_string()),
+            "unresponsive" => Message::Unresponsive(rest.to_string()),
             _ => return None,
         })
     }
@@ -114,6 +122,7 @@ mod tests {
                 steered: 88,
             },
             Message::Stuck("cpu0,cpu3".into()),
+            Message::Unresponsive("http://127.0.0.1:4000".into()),
         ] {
             assert_eq!(Message::parse(&m.line()), Some(m));
         }

@@ -223,10 +223,14 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                     // The master closed the control socket (it is gone): stop too.
                     Ok(0) | Err(_) => break,
                     Ok(_) => match Message::parse(&line) {
-                        Some(Message::Ping)
-                            if write_half.write_all(pong(spec, &health).as_bytes()).await.is_err() =>
-                        {
-                            break;
+                        Some(Message::Ping) => {
+                            let mut answer = pong(spec, &health);
+                            for endpoint in tiers.take_unresponsive() {
+                                answer.push_str(&Message::Unresponsive(endpoint.to_string()).line());
+                            }
+                            if write_half.write_all(answer.as_bytes()).await.is_err() {
+                                break;
+                            }
                         }
                         Some(Message::Reopen) => {
                             crate::http::access_log::REOPEN.fetch_add(1, Ordering::Relaxed);

@@ -148,6 +148,36 @@ impl Supervisor {
         probe(target, setup.health, p.generation, events);
     }
 
+    /// A front worker (`reporter`) saw requests to the app process at `endpoint` time out
+    /// several times in a row: a frozen or wedged process, which a TCP probe cannot tell from
+    /// a healthy one. Replaced, as a missed ping is.
+    pub(super) fn on_unresponsive(&mut self, reporter: u64, endpoint: &str) {
+        let Some(pool) = self
+            .slots
+            .iter()
+            .find(|s| s.current.as_ref().is_some_and(|p| p.generation == reporter))
+            .map(|s| s.pool)
+        else {
+            return;
+        };
+        for slot in self.slots.iter_mut().filter(|s| s.pool == pool) {
+            let name = slot.spec.name();
+            let Some(p) = slot.current.as_mut() else {
+                continue;
+            };
+            let same = p
+                .app
+                .as_ref()
+                .and_then(|a| a.endpoint.as_ref())
+                .is_some_and(|e| e.to_string() == endpoint);
+            if same && p.ready && !p.killed {
+                crate::server::log("master", format!("app {name} (pid {}) let {} requests in a row time out (response_timeout): replacing it", p.pid, crate::proxy::UNRESPONSIVE_AFTER));
+                p.signal(libc::SIGKILL);
+                p.killed = true;
+            }
+        }
+    }
+
     pub(super) fn on_probed(&mut self, generation: u64, healthy: bool) {
         let Some((_, p)) = self.proc_of(generation) else {
             return;

@@ -477,6 +477,7 @@ impl Supervisor {
                     }
                 }
             }
+            Message::Unresponsive(endpoint) => self.on_unresponsive(generation, &endpoint),
             Message::Ping | Message::Upstreams(_) | Message::Reopen => {}
         }
     }
@@ -536,7 +537,13 @@ impl Supervisor {
                 pool.spec.ping_response_time,
                 pool.spec.recycle.clone(),
             );
-            let ping_every = pool.spec.ping_interval.min(STATS_PING);
+            // A worker is pinged every second for its figures; an app process only every
+            // `ping_interval`, since its ping is a request to its `health` URL.
+            let ping_every = if self.slots[i].app.is_some() {
+                pool.spec.ping_interval
+            } else {
+                pool.spec.ping_interval.min(STATS_PING)
+            };
             if self.slots[i].app.is_some()
                 && self.slots[i].replacing.as_ref().is_some_and(|p| !p.ready)
             {

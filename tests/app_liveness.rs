@@ -1,0 +1,112 @@
+//! How the master tells a live app process from a dead or frozen one, on the real binary with
+//! a real Python app: health requests come every `ping_interval` (not every second), and a
+//! proxied app frozen with SIGSTOP — whose socket still completes TCP handshakes, so a
+//! connect probe calls it healthy — is replaced once requests to it time out in a row.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+/// Counts its `/healthz` requests; `/count` tells how many came.
+const COUNTING_APP: &str = r#"
+import http.server, os
+hits = 0
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global hits
+        if self.path == "/healthz":
+            hits += 1
+            body = b"ok\n"
+        else:
+            body = b"%d\n" % hits
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;
+
+fn app_config(port: u16, extra: &str) -> String {
+    format!(
+        r#"
+[[pool]]
+name = "app"
+command = ["python3", "app.py"]
+{extra}
+[[site]]
+name = "app"
+bindings = ["http://127.0.0.1:{port}"]
+[[site.app]]
+pool = "app"
+"#
+    )
+}
+
+#[test]
+fn health_requests_come_every_ping_interval() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.py"), COUNTING_APP).unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        dir.path(),
+        &app_config(port, "health = \"/healthz\"\nping_interval = \"30s\""),
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // Readiness takes one or a few probes; then none for 30 s. Six seconds of watching would
+    // have seen six pings when they came every second.
+    let at_ready: u32 = get(addr, "/count", "").text().trim().parse().unwrap();
+    std::thread::sleep(Duration::from_secs(6));
+    let later: u32 = get(addr, "/count", "").text().trim().parse().unwrap();
+    assert!(
+        later <= at_ready + 1,
+        "{} health requests in 6 s with ping_interval = 30s\n{}",
+        later - at_ready,
+        server.log_text()
+    );
+}
+
+#[test]
+fn a_frozen_proxied_app_is_replaced_after_requests_time_out() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.py"), COUNTING_APP).unwrap();
+    let port = free_port();
+    // No `health`: the ping is a TCP connect, which a stopped process's socket still takes.
+    let server = Server::with_config(dir.path(), &app_config(port, "response_timeout = \"1s\""));
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get(addr, "/count", "").status, 200);
+    let app = server
+        .status()
+        .pools
+        .iter()
+        .flat_map(|p| p.workers.clone())
+        .find(|w| w.role == espalier::server::status::Role::App)
+        .and_then(|w| w.pid)
+        .unwrap();
+    unsafe { libc::kill(app as i32, libc::SIGSTOP) };
+    // Each thread reports an app after three timeouts in a row; the requests spread over the
+    // worker's threads, so a few more may be needed. Bounded either way.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut statuses = Vec::new();
+    while !server.log_text().contains("in a row time out") {
+        assert!(
+            Instant::now() < deadline,
+            "{statuses:?}\n{}",
+            server.log_text()
+        );
+        statuses.push(get(addr, "/count", "").status);
+    }
+    // Timeouts until the report; once the new process is ready, answers again.
+    let timeouts = statuses.iter().take_while(|&&s| s == 504).count();
+    assert!(timeouts >= 3, "{statuses:?}");
+    assert!(statuses[timeouts..].iter().all(|&s| s == 200), "{statuses:?}");
+    // A new process answers.
+    server.wait_until("a new app process serving", Duration::from_secs(60), |_| {
+        get(addr, "/count", "").status == 200
+    });
+    unsafe { libc::kill(app as i32, libc::SIGCONT) };
+}
