@@ -103,7 +103,10 @@ fn a_frozen_proxied_app_is_replaced_after_requests_time_out() {
     // Timeouts until the report; once the new process is ready, answers again.
     let timeouts = statuses.iter().take_while(|&&s| s == 504).count();
     assert!(timeouts >= 3, "{statuses:?}");
-    assert!(statuses[timeouts..].iter().all(|&s| s == 200), "{statuses:?}");
+    assert!(
+        statuses[timeouts..].iter().all(|&s| s == 200),
+        "{statuses:?}"
+    );
     // A new process answers.
     server.wait_until("a new app process serving", Duration::from_secs(60), |_| {
         get(addr, "/count", "").status == 200

@@ -429,3 +429,61 @@ pool = "app"
     });
     assert_eq!(get(addr, "/", "").status, 200);
 }
+
+/// Idle admin connections of any local user once filled the master's descriptor table (at
+/// `ulimit -n 512` a killed worker could not be restarted): now at most a few are held, each
+/// for a bounded time, and the rest closed at once.
+#[test]
+fn idle_admin_connections_cannot_starve_the_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n"
+    );
+    let (config, admin) = with_own_admin(&config);
+    std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
+    let mut server = Server::start_with(
+        &["prlimit", "--nofile=128:128", "--"],
+        &["-c", "espalier.toml"],
+        dir.path(),
+        &[],
+    );
+    server.admin = Some(admin.clone());
+    let admin: std::net::SocketAddr = admin.parse().unwrap();
+    // Far more idle connections than the master's descriptors could hold.
+    let mut idle: Vec<std::net::TcpStream> = (0..200)
+        .filter_map(|_| std::net::TcpStream::connect(admin).ok())
+        .collect();
+    assert!(idle.len() >= 100, "{}", idle.len());
+    let mut closed = 0;
+    for c in &mut idle {
+        c.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        if matches!(c.read(&mut [0u8; 1]), Ok(0)) {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= idle.len() - 40,
+        "only {closed} of {} closed",
+        idle.len()
+    );
+    // With the others still open, a killed worker is replaced.
+    let before = server.workers();
+    unsafe { libc::kill(before[0].1 as i32, libc::SIGKILL) };
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    server.wait_until("the worker replaced", Duration::from_secs(60), |_| {
+        let log = server.log_text();
+        log.matches("started: pid").count() >= 2 && get(addr, "/", "").status == 200
+    });
+    assert!(
+        !server.log_text().contains("Too many open files"),
+        "{}",
+        server.log_text()
+    );
+    drop(idle);
+    // A web page whose name resolves to loopback (DNS rebinding) cannot read the status.
+    let mut c = Conn::open(admin);
+    c.send(b"GET /status HTTP/1.1\r\nHost: evil.example:9180\r\nConnection: close\r\n\r\n");
+    assert_eq!(c.read_response(false).unwrap().status, 421);
+}

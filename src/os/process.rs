@@ -149,6 +149,31 @@ pub fn die_with_parent() -> io::Result<()> {
     }
 }
 
+/// Raises this process's soft descriptor limit to its hard limit (as nginx's
+/// `worker_rlimit_nofile` and systemd's `LimitNOFILE=` do): the soft limit a shell leaves is
+/// often 1024 while the hard one allows far more. Returns the limit now in force.
+pub fn raise_descriptor_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(raised.rlim_cur);
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
 /// Makes this process non-dumpable: no process of the same user (a pool's app code) may
 /// ptrace it or read its memory, environment or descriptors in /proc — OpenSSH's defence
 /// for its privilege-separated children. A change of user resets it, so it is set after.

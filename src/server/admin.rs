@@ -202,28 +202,65 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
         "master",
         format!("admin endpoint on http://{addr} (the page at /; /status, /metrics, /live); actions need the token in {where_token}"),
     );
+    // A bounded number of connections at once, each for a bounded time: idle connections
+    // of any local user must not take the descriptors the master needs to restart workers.
+    let room = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             };
+            // Past the bound the connection is closed at once (its descriptor given back).
+            let Ok(place) = room.clone().try_acquire_owned() else {
+                drop(stream);
+                continue;
+            };
             let events = events.clone();
             let (token, machine) = (token.clone(), machine.clone());
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    handle(stream, events, &token, &machine),
+                    CONNECTION_TIME,
+                    handle(stream, addr, events, &token, &machine),
                 )
                 .await;
+                drop(place);
             });
         }
     });
 }
 
+/// Admin connections open at once (the page polls with one; a few tabs and scripts fit).
+const MAX_CONNECTIONS: usize = 32;
+
+/// How long one admin connection may take, request and answer.
+const CONNECTION_TIME: Duration = Duration::from_secs(5);
+
+/// Whether a request's Host may reach an endpoint on `admin`: on a loopback address, only an
+/// IP literal or `localhost` — a web page whose name was made to resolve to 127.0.0.1 (DNS
+/// rebinding) sends its own name and is refused, so it cannot read `/status`. A non-loopback
+/// endpoint is open to the network anyway (and its actions need a token written in the
+/// config), so any name that reaches it is taken.
+fn host_allowed(host: &str, admin: SocketAddr) -> bool {
+    if !admin.ip().is_loopback() {
+        return true;
+    }
+    let name = match host.strip_prefix('[') {
+        Some(rest) => {
+            return rest
+                .split(']')
+                .next()
+                .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
+        }
+        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
 /// One request per connection, answered and closed.
 async fn handle<E: From<Request>>(
     mut stream: tokio::net::TcpStream,
+    addr: SocketAddr,
     events: mpsc::UnboundedSender<E>,
     token: &str,
     machine: &[u8],
@@ -246,6 +283,14 @@ async fn handle<E: From<Request>>(
             Ok(Head::Complete { request, .. }) => {
                 let head_only = request.method == Method::Head;
                 let mut resp = Responder::new(&mut out, &common, false, 1, head_only);
+                if !request.host().is_none_or(|h| host_allowed(h, addr)) {
+                    resp.simple(
+                        421,
+                        "text/plain; charset=utf-8",
+                        b"this endpoint answers to its address or localhost only\n",
+                    );
+                    break;
+                }
                 match route_page(request.method, request.path) {
                     Some(Page::Html) => {
                         resp.simple(200, "text/html; charset=utf-8", super::admin_page::PAGE);
@@ -359,6 +404,30 @@ pub fn request_with_token(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loopback_endpoint_answers_to_addresses_and_localhost_only() {
+        let lo: SocketAddr = "127.0.0.1:9180".parse().unwrap();
+        for ok in [
+            "127.0.0.1:9180",
+            "localhost:9180",
+            "LOCALHOST",
+            "[::1]:9180",
+            "10.0.0.1",
+        ] {
+            assert!(host_allowed(ok, lo), "{ok}");
+        }
+        for bad in [
+            "evil.example:9180",
+            "evil.example",
+            "127.0.0.1.evil.example",
+            "[evil]",
+        ] {
+            assert!(!host_allowed(bad, lo), "{bad}");
+        }
+        let open: SocketAddr = "0.0.0.0:9180".parse().unwrap();
+        assert!(host_allowed("server.example:9180", open));
+    }
 
     #[test]
     fn routes() {

@@ -34,6 +34,12 @@ pub(super) fn check_identities(config: &Config) -> Result<(), String> {
 pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, String> {
     // Before anything could replace the binary on disk: workers start from this handle.
     crate::os::process::hold_own_executable();
+    if let Err(e) = crate::os::process::raise_descriptor_limit() {
+        super::log(
+            "master",
+            format!("warning: cannot raise the descriptor limit: {e}"),
+        );
+    }
     let file = config
         .source
         .as_ref()
