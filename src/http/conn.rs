@@ -11,8 +11,8 @@
 //! EAGAIN after a short read) and one `write` per batch of pipelined responses.
 
 use super::send::{linger_close, send_file, write_all};
-use super::shutdown::Registered;
 pub use super::shutdown::Shutdown;
+use super::shutdown::{DrainBegun, Registered};
 use super::stream::ClientStream;
 use super::{
     head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, HeadLimits, Method,
@@ -489,8 +489,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                         header_read: true,
                         ..Default::default()
                     };
-                    // HTTP/2 has its own graceful stop: never idle in the engine's registry.
-                    idle.set(false);
+                    // HTTP/2 has its own graceful stop (GOAWAY on `shutdown.notify`).
                     let env = Rc::clone(&env);
                     return Box::pin(super::h2::serve(replay, group, env, carried, false)).await;
                 }
@@ -595,15 +594,19 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
             continue;
         }
 
-        // Wait for more bytes, bounded by the timeout of the state we are in.
+        // Wait for more bytes, bounded by the timeout of the state we are in. Draining, a
+        // connection waiting for its next request waits a moment more for it (it is answered
+        // with `Connection: close`), then closes.
         if rbuf.is_empty() && pending.is_none() {
             wait = Wait::Idle;
-            if env.shutdown.started.get() {
-                return;
-            }
         }
         let deadline = match wait {
-            Wait::Idle => env.clock.now() + env.timeouts.keepalive,
+            Wait::Idle => {
+                let kept = env.clock.now() + env.timeouts.keepalive;
+                env.shutdown
+                    .idle_until()
+                    .map_or(kept, |until| until.min(kept))
+            }
             Wait::Head => request_started + env.timeouts.header,
             Wait::Body => request_started + env.timeouts.header + env.timeouts.body,
         };
@@ -615,13 +618,15 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
         if rbuf.capacity() - rbuf.len() < READ_RESERVE / 4 {
             rbuf.reserve(READ_RESERVE);
         }
-        idle.set(was_empty);
+        let drain = DrainBegun {
+            shutdown: &env.shutdown,
+            wait: &idle,
+        };
         tokio::select! {
             biased;
             r = stream.read_buf(&mut rbuf) => match r {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {
-                    idle.set(false);
                     if was_empty {
                         request_started = env.clock.now();
                         if logging {
@@ -630,6 +635,8 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                     }
                 }
             },
+            // The drain began while this connection waited: wait again, with its deadline.
+            () = drain, if was_empty && !env.shutdown.started.get() => {}
             _ = &mut sleep => {
                 if !rbuf.is_empty() || pending.is_some() {
                     let common = env.clock.common().clone();

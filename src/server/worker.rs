@@ -32,10 +32,6 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
-/// How long a draining worker lets keep-alive clients send one more request (answered with
-/// `Connection: close`) before it closes the connections still idle.
-const IDLE_GRACE: Duration = Duration::from_millis(500);
-
 /// Fault injection for the pool tests: a worker of the named pool fails right after start.
 /// The master sets it for a number of starts (`ESPALIER_FAIL_AT_START=POOL:COUNT` in the
 /// master's environment); nothing else reads it.
@@ -500,14 +496,10 @@ fn engine_thread(
         let _ = started.send(Ok(()));
         let _ = stop_rx.wait_for(|stop| *stop).await;
         env.shutdown.begin();
-        // Busy connections get `Connection: close` on their next answer; after a short grace
-        // the ones still idle are closed; in-flight requests finish within the shutdown bound.
+        // Every connection's next answer says `Connection: close` (HTTP/2: GOAWAY); one
+        // waiting for a request gets `http::shutdown::DRAIN_IDLE` to send it; in-flight
+        // requests finish within the shutdown bound.
         let deadline = tokio::time::Instant::now() + spec.shutdown_timeout;
-        let grace = tokio::time::Instant::now() + IDLE_GRACE.min(spec.shutdown_timeout);
-        while open.get() > 0 && tokio::time::Instant::now() < grace {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        env.shutdown.close_idle();
         while open.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
