@@ -164,6 +164,7 @@ proptest! {
                     keepalive: Duration::from_millis(300),
                 },
                 shutdown: Rc::new(Shutdown::default()),
+                streams: std::cell::Cell::new(0),
             });
             let stream = tokio::net::TcpStream::from_std(stream).unwrap();
             tokio::time::timeout(Duration::from_secs(5), conn::serve(stream, 0, env, Default::default()))

@@ -43,3 +43,159 @@ fn http2_hosts_are_checked_as_http1_hosts_are() {
     assert_eq!(status(&at("a.test"), &["b.test"]), 400);
     drop(server);
 }
+
+/// The worker's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    status_field(
+        &std::path::Path::new("/proc").join(pid.to_string()),
+        "VmRSS",
+    )
+    .trim_end_matches(" kB")
+    .parse()
+    .unwrap()
+}
+
+/// `connections` h2c connections that open no stream window (SETTINGS_INITIAL_WINDOW_SIZE
+/// = 0), each asking for `path` on `streams` streams; `during` runs while they are held, and
+/// returns once they are closed.
+fn zero_window_clients(
+    port: u16,
+    connections: usize,
+    streams: usize,
+    path: &str,
+    during: impl FnOnce(),
+) {
+    let path = path.to_string();
+    block_on(async move {
+        let mut senders = Vec::new();
+        let mut responses = Vec::new();
+        let mut drivers = Vec::new();
+        for _ in 0..connections {
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+            let (mut send, conn) = h2::client::Builder::new()
+                .initial_window_size(0)
+                .max_concurrent_reset_streams(0)
+                .handshake::<_, bytes::Bytes>(tcp)
+                .await
+                .unwrap();
+            drivers.push(tokio::spawn(conn));
+            for _ in 0..streams {
+                send = send.ready().await.unwrap();
+                let req = http::Request::get(format!("http://a.test{path}"))
+                    .body(())
+                    .unwrap();
+                let (response, _) = send.send_request(req, true).unwrap();
+                responses.push(response);
+            }
+            senders.push(send);
+        }
+        // Let the server take every stream in and answer as far as the windows let it.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        during();
+        drop(responses);
+        drop(senders);
+        for d in drivers {
+            d.abort();
+        }
+    });
+}
+
+/// A client that opens no window once made a static worker hold a 64 KiB piece per stream
+/// (150 connections: 1.3 GB), and a proxied one 256 KiB per stream; and the memory stayed
+/// after the connections closed. Now a stream reads nothing its window does not take, and a
+/// worker gives freed memory back once a burst of connections is over.
+#[test]
+fn streams_a_client_never_reads_hold_no_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(d.join("www/big.bin"), vec![b'x'; 4 << 20]).unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"p\"\ncpus = \"0\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n"
+        ),
+    );
+    let worker = server.workers()[0].1;
+    let before = rss_kib(worker);
+    let mut during = 0;
+    // 40 connections x 128 streams: a 64 KiB piece each would be 320 MiB.
+    zero_window_clients(port, 40, 128, "/big.bin", || during = rss_kib(worker));
+    let grew = during.saturating_sub(before);
+    assert!(
+        grew < 64 << 10,
+        "the worker grew by {grew} KiB for 5120 streams that took nothing"
+    );
+    // Closed: the memory goes back (within a bound of what it was).
+    server.wait_until(
+        "memory given back",
+        std::time::Duration::from_secs(30),
+        |_| rss_kib(worker) < before + (16 << 10),
+    );
+    eprintln!(
+        "static: before {before} KiB, holding {during} KiB, after {} KiB",
+        rss_kib(worker)
+    );
+}
+
+/// Answers every request with 4 MiB.
+const BIG_APP: &str = r#"
+import http.server, os
+BODY = b"y" * (4 << 20)
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(BODY)))
+        self.end_headers()
+        try:
+            self.wfile.write(BODY)
+        except OSError:
+            pass
+    def log_message(self, *a):
+        pass
+class S(http.server.ThreadingHTTPServer):
+    request_queue_size = 1024
+S(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;
+
+#[test]
+fn proxied_streams_a_client_never_reads_stop_the_app_not_fill_the_worker() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("app.py"), BIG_APP).unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"p\"\ncpus = \"0\"\ncommand = [\"python3\", \"app.py\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\n"
+        ),
+    );
+    let front = server
+        .status()
+        .pools
+        .iter()
+        .flat_map(|p| p.workers.clone())
+        .find(|w| w.role == espalier::server::status::Role::Front)
+        .and_then(|w| w.pid)
+        .unwrap();
+    let before = rss_kib(front);
+    let mut during = 0;
+    // 5 connections x 128 streams: 256 KiB each was 160 MiB.
+    zero_window_clients(port, 5, 128, "/", || during = rss_kib(front));
+    let grew = during.saturating_sub(before);
+    eprintln!("proxied: before {before} KiB, holding {during} KiB");
+    assert!(
+        grew < 64 << 10,
+        "the front worker grew by {grew} KiB for 640 streams that took nothing"
+    );
+    server.wait_until(
+        "memory given back",
+        std::time::Duration::from_secs(60),
+        |_| rss_kib(front) < before + (16 << 10),
+    );
+}

@@ -89,6 +89,7 @@ fn bounce(
                         keepalive: Duration::from_millis(500),
                     },
                     shutdown: Rc::new(Shutdown::default()),
+                    streams: std::cell::Cell::new(0),
                 })
             })
             .collect();

@@ -132,6 +132,9 @@ pub struct ConnEnv<S> {
     pub limits: HeadLimits,
     pub timeouts: Timeouts,
     pub shutdown: Rc<Shutdown>,
+    /// HTTP/2 streams being answered by a task on this thread (they may outlive their
+    /// connection by a timeout): with the connections, what the thread holds memory for.
+    pub streams: std::cell::Cell<usize>,
 }
 
 const READ_RESERVE: usize = 4096;

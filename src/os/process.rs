@@ -174,6 +174,14 @@ pub fn raise_descriptor_limit() -> io::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
+/// Gives the allocator's free memory back to the kernel (glibc's `malloc_trim`): after many
+/// connections close, their freed buffers otherwise stay in the heap's arenas, and a worker
+/// that once served a burst keeps its peak for good.
+pub fn release_free_memory() {
+    // SAFETY: malloc_trim takes an integer and touches only the allocator's own state.
+    unsafe { libc::malloc_trim(0) };
+}
+
 /// Makes this process non-dumpable: no process of the same user (a pool's app code) may
 /// ptrace it or read its memory, environment or descriptors in /proc — OpenSSH's defence
 /// for its privilege-separated children. A change of user resets it, so it is set after.

@@ -427,6 +427,7 @@ fn engine_thread(
                 keepalive: l.keepalive_timeout,
             },
             shutdown: Rc::new(Shutdown::default()),
+            streams: std::cell::Cell::new(0),
         });
         // The worker's connection limit, divided among its threads (no shared counter).
         let max_conns = l.max_connections.div_ceil(spec.threads.len().max(1));
@@ -481,6 +482,7 @@ fn engine_thread(
             health.beat(0, 0, &admission);
             tokio::task::spawn_local(async move {
                 let mut tick = tokio::time::interval(HEARTBEAT);
+                let mut trim = TrimAfterBurst::default();
                 loop {
                     tick.tick().await;
                     health.beat(
@@ -490,6 +492,9 @@ fn engine_thread(
                     );
                     // Access log lines are written at least this often.
                     env.service.flush_logs();
+                    if trim.due(admission.open.get() + env.streams.get()) {
+                        os::process::release_free_memory();
+                    }
                 }
             });
         }
@@ -505,6 +510,28 @@ fn engine_thread(
         }
         env.service.flush_logs();
     });
+}
+
+/// When a thread gives freed memory back: once its work (connections open, and HTTP/2
+/// stream tasks, which may outlive their connection) fell to half of a burst's peak (a burst
+/// being at least [`TrimAfterBurst::BURST`]), or to none after some. Off the request path (the
+/// heartbeat asks), and rare: a steady load never trims.
+#[derive(Default)]
+struct TrimAfterBurst {
+    peak: usize,
+}
+
+impl TrimAfterBurst {
+    const BURST: usize = 32;
+
+    fn due(&mut self, open: usize) -> bool {
+        self.peak = self.peak.max(open);
+        if (self.peak >= Self::BURST && open <= self.peak / 2) || (open == 0 && self.peak > 0) {
+            self.peak = open;
+            return true;
+        }
+        false
+    }
 }
 
 /// What a thread needs to take a connection in, accepted or handed over.
@@ -609,4 +636,25 @@ async fn receive_loop(mut receiver: crate::handoff::Receiver, admission: Rc<Admi
 async fn reject_busy(mut stream: tokio::net::TcpStream, answer: Vec<u8>) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&answer)).await;
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TrimAfterBurst;
+
+    #[test]
+    fn memory_is_trimmed_once_a_burst_has_halved() {
+        let mut t = TrimAfterBurst::default();
+        // A small, steady load never trims; its last connection gone, it does.
+        assert!((0..100).all(|k| !t.due(1 + k % 20)));
+        assert!(t.due(0));
+        assert!(!t.due(0));
+        assert!(!t.due(200));
+        assert!(!t.due(150));
+        assert!(t.due(100));
+        // Measured from what is left: the next trim needs another halving of a burst.
+        assert!(!t.due(80));
+        assert!(t.due(0));
+        assert!(!t.due(0));
+    }
 }

@@ -120,7 +120,10 @@ pub(super) async fn relay<R: AsyncRead + Unpin>(
     let mut decoder = chunked.then(|| crate::http::ChunkedDecoder::with_bounds(u64::MAX, 64 << 10));
     let mut left = length.filter(|_| !chunked);
     loop {
-        if buf.is_empty() && read_some(from, &mut buf, timeout).await? == 0 {
+        // Nothing more is read from the app than the client's window takes: a client that
+        // does not read stops the app's answer in the forwarder's pipe (bounded), and this
+        // stream holds no buffer while it waits.
+        if buf.is_empty() && read_within_window(from, &mut buf, &mut send, timeout).await? == 0 {
             // The close ends a body framed by it; a shorter one is cut.
             if left.is_some_and(|l| l > 0) || decoder.is_some() {
                 send.send_reset(h2::Reason::INTERNAL_ERROR);
@@ -166,6 +169,50 @@ fn head_end(buf: &[u8]) -> Option<(usize, u16)> {
     }
 }
 
+/// Waits until the client's windows let the stream send at least one byte, up to `want`, and
+/// returns how many. A client that opens no window for `timeout` gets the stream reset
+/// (CANCEL): one that never reads would otherwise hold the answer, its task and its
+/// connection for ever.
+async fn window(send: &mut SendStream<Bytes>, want: usize, timeout: Duration) -> Option<usize> {
+    send.reserve_capacity(want.min(SEND_BUFFER));
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let capacity = std::future::poll_fn(|cx| send.poll_capacity(cx));
+        match tokio::time::timeout_at(deadline, capacity).await {
+            Ok(capacity) => match capacity?.ok()? {
+                0 => continue,
+                n => return Some(n),
+            },
+            Err(_) => {
+                send.send_reset(h2::Reason::CANCEL);
+                return None;
+            }
+        }
+    }
+}
+
+/// Reads at most what the client's window takes now from `from` onto the empty `buf`,
+/// waiting for the window first (with no buffer held meanwhile); `None` on an error, a
+/// timeout or a stream the client reset.
+async fn read_within_window<R: AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut Vec<u8>,
+    send: &mut SendStream<Bytes>,
+    timeout: Duration,
+) -> Option<usize> {
+    if send.capacity() == 0 {
+        *buf = Vec::new();
+    }
+    let room = window(send, PIECE, timeout).await?;
+    buf.resize(room, 0);
+    let n = match tokio::time::timeout(timeout, from.read(&mut buf[..])).await {
+        Ok(Ok(n)) => n,
+        _ => return None,
+    };
+    buf.truncate(n);
+    Some(n)
+}
+
 /// Reads what is there (up to a piece) onto `buf`; `None` on an error or a timeout.
 async fn read_some<R: AsyncRead + Unpin>(
     from: &mut R,
@@ -192,20 +239,7 @@ async fn send_data(
         return send.send_data(data, end).ok();
     }
     while !data.is_empty() {
-        send.reserve_capacity(data.len().min(SEND_BUFFER));
-        let capacity =
-            match tokio::time::timeout(timeout, std::future::poll_fn(|cx| send.poll_capacity(cx)))
-                .await
-            {
-                Ok(capacity) => capacity?.ok()?,
-                Err(_) => {
-                    send.send_reset(h2::Reason::CANCEL);
-                    return None;
-                }
-            };
-        if capacity == 0 {
-            continue;
-        }
+        let capacity = window(send, data.len(), timeout).await?;
         let piece = data.split_to(capacity.min(data.len()));
         send.send_data(piece, end && data.is_empty()).ok()?;
     }
@@ -243,8 +277,9 @@ pub(super) fn send_answer(
     Some(more.then_some(send))
 }
 
-/// Sends a file's range in pieces, as the client's windows allow (see [`send_data`] for
-/// `timeout`).
+/// Sends a file's range in pieces, as the client's windows allow (see [`window`] for
+/// `timeout`). A piece is read only once the window takes it: a stream waiting for a client
+/// that does not read holds a file position, not bytes.
 pub(super) async fn send_file(
     send: &mut SendStream<Bytes>,
     f: FileBody,
@@ -254,7 +289,8 @@ pub(super) async fn send_file(
     let mut offset = f.offset;
     let stop = f.offset + f.len;
     while offset < stop {
-        let want = ((stop - offset) as usize).min(PIECE);
+        let room = ((stop - offset) as usize).min(PIECE);
+        let want = window(send, room, timeout).await?.min(room);
         let mut piece = vec![0u8; want];
         let n = f.file.read_at(&mut piece, offset).ok()?;
         if n == 0 {

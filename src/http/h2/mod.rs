@@ -61,6 +61,8 @@ const CONNECTION_WINDOW: u32 = 1 << 20;
 const SEND_BUFFER: usize = 256 << 10;
 /// Pieces of a file or an application's answer.
 const PIECE: usize = 64 << 10;
+/// The pipe between a stream and its forwarder (see `Connection::forward`).
+const FORWARD_PIPE: usize = 16 << 10;
 
 /// Serves an HTTP/2 connection (TLS with ALPN `h2`) until it closes or the worker drains.
 pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'static>(
@@ -171,19 +173,22 @@ struct Connection<S> {
     open: std::cell::Cell<usize>,
 }
 
-/// A stream's counted place among the open ones, given back however its task ends.
-struct Open<'a>(&'a std::cell::Cell<usize>);
+/// A stream's counted place among the open ones (its connection's and its thread's), given
+/// back however its task ends.
+struct Open<'a>(&'a std::cell::Cell<usize>, &'a std::cell::Cell<usize>);
 
 impl<'a> Open<'a> {
-    fn take(open: &'a std::cell::Cell<usize>) -> Self {
+    fn take(open: &'a std::cell::Cell<usize>, thread: &'a std::cell::Cell<usize>) -> Self {
         open.set(open.get() + 1);
-        Open(open)
+        thread.set(thread.get() + 1);
+        Open(open, thread)
     }
 }
 
 impl Drop for Open<'_> {
     fn drop(&mut self) {
         self.0.set(self.0.get() - 1);
+        self.1.set(self.1.get() - 1);
     }
 }
 
@@ -263,7 +268,7 @@ impl<S: Service + 'static> Connection<S> {
         mut recv: RecvStream,
         mut respond: SendResponse<Bytes>,
     ) {
-        let _open = Open::take(&self.open);
+        let _open = Open::take(&self.open, &self.env.streams);
         let env = &self.env;
         let arrived = Instant::now();
         let routed = {
@@ -329,7 +334,7 @@ impl<S: Service + 'static> Connection<S> {
 
     /// The work [`Self::answer`] left, in a task of its own.
     async fn finish(self: Rc<Self>, work: Work, parts: http::request::Parts, body: Vec<u8>) {
-        let _open = Open::take(&self.open);
+        let _open = Open::take(&self.open, &self.env.streams);
         // Boxed, as in `with_body`: a task's future is moved whole when spawned, and the
         // forwarder's is large; measured, copying it cost more than answering the request.
         Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
@@ -440,7 +445,9 @@ impl<S: Service + 'static> Connection<S> {
         head_only: bool,
     ) {
         let env = &self.env;
-        let (mut ours, theirs) = tokio::io::duplex(PIECE);
+        // The pipe bounds what a stream holds of its app's answer while its client's window
+        // is shut: the forwarder stops reading from the app when it is full.
+        let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
         let (mut answer, mut body_in) = tokio::io::split(theirs);
         // A client that waits for 100 Continue before its body gets it from the forwarder
         // (as an HTTP/1.1 one does), turned into an informational response by `relay`.
