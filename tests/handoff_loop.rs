@@ -15,6 +15,9 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+/// The key both ends share (a master's, made at random in `serve`).
+const KEY: espalier::handoff::Key = espalier::handoff::Key([5; 16]);
+
 /// A worker that answers the requests naming `mine` and hands the others on.
 struct Bouncer {
     mine: &'static str,
@@ -63,10 +66,13 @@ fn bounce(
     let handed = local.block_on(&rt, async move {
         let clock = Rc::new(Clock::new(String::new()));
         tokio::task::spawn_local(Rc::clone(&clock).run());
-        let targets = Rc::new(PoolTargets::new(Tiers {
-            tiers: vec![vec![path.clone()]],
-            local: true,
-        }));
+        let targets = Rc::new(PoolTargets::new(
+            Tiers {
+                tiers: vec![vec![path.clone()]],
+                local: true,
+            },
+            KEY,
+        ));
         let envs: Vec<Rc<ConnEnv<Bouncer>>> = mine
             .into_iter()
             .map(|mine| {
@@ -93,7 +99,7 @@ fn bounce(
                 })
             })
             .collect();
-        let mut receiver = Receiver::new(socket.into(), Vec::new()).unwrap();
+        let mut receiver = Receiver::new(socket.into(), Vec::new(), KEY).unwrap();
         let stream = tokio::net::TcpStream::from_std(stream).unwrap();
         let mut task = tokio::task::spawn_local(conn::serve(
             stream,

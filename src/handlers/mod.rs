@@ -452,12 +452,7 @@ impl Service for ThreadService {
                 AppHandler::Proxy(route) => ProxyTarget::Http(Rc::clone(route)),
                 // A path that names no script it may run is answered here (see `answer`).
                 AppHandler::FastCgi(route, scripts) => match scripts.resolve(&path) {
-                    Ok(script) => ProxyTarget::FastCgi(
-                        Rc::clone(route),
-                        Rc::clone(scripts),
-                        path.into_owned(),
-                        script,
-                    ),
+                    Ok(script) => ProxyTarget::FastCgi(Rc::clone(route), Box::new(script)),
                     Err(_) => return None,
                 },
                 _ => return None,

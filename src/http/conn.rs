@@ -374,16 +374,14 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                                 if https { "https" } else { "http" },
                             ),
                         ),
-                        ProxyTarget::FastCgi(route, scripts, path, script) => {
+                        ProxyTarget::FastCgi(route, script) => {
                             let local =
                                 *local.get_or_insert_with(|| stream.socket().local_addr().ok());
                             Proxied::FastCgi(
                                 route,
                                 FastCgiRequest::new(
                                     &request,
-                                    &path,
                                     &script,
-                                    scripts.root(),
                                     framing,
                                     keep,
                                     expect_continue,

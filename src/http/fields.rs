@@ -124,22 +124,22 @@ pub fn valid_host(value: &[u8]) -> bool {
 /// The host an HTTP/2 request names, checked as HTTP/1.1's `Host` is ([`valid_host`]): the
 /// `:authority` (which may carry no userinfo, RFC 9113 §8.3.1) and the `host` field, each
 /// at most once, and the same name when both came — a request whose two names differ is
-/// ambiguous (which site, which pool?) and refused. `Err` = 400.
+/// ambiguous (which site, which pool?) and refused. `Err` is the status: 400.
 pub fn h2_host<'a>(
     authority: Option<&'a [u8]>,
     mut hosts: impl Iterator<Item = &'a [u8]>,
-) -> Result<Option<&'a [u8]>, ()> {
+) -> Result<Option<&'a [u8]>, u16> {
     let host = hosts.next();
     if hosts.next().is_some() {
-        return Err(());
+        return Err(400);
     }
     for name in [authority, host].into_iter().flatten() {
         if !valid_host(name) {
-            return Err(());
+            return Err(400);
         }
     }
     match (authority, host) {
-        (Some(a), Some(h)) if !a.eq_ignore_ascii_case(h) => Err(()),
+        (Some(a), Some(h)) if !a.eq_ignore_ascii_case(h) => Err(400),
         (a, h) => Ok(h.or(a)),
     }
 }

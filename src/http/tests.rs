@@ -259,17 +259,17 @@ fn http2_names_its_host_once_and_validly() {
         b"a..test",
         b"",
     ] {
-        assert_eq!(h2_host(Some(bad), none()), Err(()), "{bad:?}");
-        assert_eq!(h2_host(None, [bad].into_iter()), Err(()), "{bad:?}");
+        assert_eq!(h2_host(Some(bad), none()), Err(400), "{bad:?}");
+        assert_eq!(h2_host(None, [bad].into_iter()), Err(400), "{bad:?}");
     }
     // Two host fields, or two names that differ.
     assert_eq!(
         h2_host(None, [&b"a.test"[..], b"a.test"].into_iter()),
-        Err(())
+        Err(400)
     );
     assert_eq!(
         h2_host(Some(b"a.test"), [&b"b.test"[..]].into_iter()),
-        Err(())
+        Err(400)
     );
 }
 

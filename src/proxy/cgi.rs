@@ -8,7 +8,6 @@
 use super::script::Script;
 use crate::http::{Framing, Method, Request};
 use std::net::SocketAddr;
-use std::path::Path;
 
 pub(super) const VERSION: u8 = 1;
 pub(super) const BEGIN_REQUEST: u8 = 1;
@@ -82,20 +81,17 @@ pub struct Addresses {
 }
 
 impl FastCgiRequest {
-    /// `req` as FastCGI records; `path` is its normalized path (the app was chosen on it),
-    /// `script` what it runs (see [`super::script`]), `root` the site's document root.
+    /// `req` as FastCGI records; `script` is what it runs and where (see [`super::script`]).
     pub fn new(
         req: &Request<'_>,
-        path: &[u8],
         script: &Script,
-        root: &Path,
         framing: Framing,
         keep_alive: bool,
         expect_continue: bool,
         addresses: &Addresses,
     ) -> Self {
         use std::os::unix::ffi::OsStrExt;
-        let root_bytes = root.as_os_str().as_bytes();
+        let root_bytes = script.root.as_os_str().as_bytes();
         let mut params = Vec::with_capacity(1024);
         let mut uri = req.path.as_bytes().to_vec();
         if !req.query.is_empty() {
@@ -125,7 +121,7 @@ impl FastCgiRequest {
             (b"SERVER_PROTOCOL", protocol),
             (b"REQUEST_METHOD", req.method_text.as_bytes()),
             (b"REQUEST_URI", &uri),
-            (b"DOCUMENT_URI", path),
+            (b"DOCUMENT_URI", &script.document_uri),
             (b"QUERY_STRING", req.query.as_bytes()),
             (b"DOCUMENT_ROOT", root_bytes),
             (b"SCRIPT_NAME", &script.name),

@@ -18,16 +18,11 @@ mod route;
 mod script;
 mod upstream;
 
-/// What a request is handed to: an HTTP app, or a FastCGI app with the site's scripts, the
-/// normalized path and the script it names (checked: one the app may run).
+/// What a request is handed to: an HTTP app, or a FastCGI app with the script the request
+/// names (checked: one the app may run).
 pub enum ProxyTarget {
     Http(std::rc::Rc<ProxyRoute>),
-    FastCgi(
-        std::rc::Rc<ProxyRoute>,
-        std::rc::Rc<Scripts>,
-        Vec<u8>,
-        Script,
-    ),
+    FastCgi(std::rc::Rc<ProxyRoute>, Box<Script>),
 }
 
 pub use cgi::{Addresses, FastCgiRequest};

@@ -14,10 +14,11 @@
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 /// A site's scripts for one FastCGI pool.
 pub struct Scripts {
-    root: PathBuf,
+    root: Rc<Path>,
     /// `root` with its symlinks resolved, for the inside-root check (`None` when it cannot be
     /// resolved: then every script is refused).
     canonical_root: Option<PathBuf>,
@@ -28,6 +29,10 @@ pub struct Scripts {
 /// A script that may run: what the app is told.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Script {
+    /// `DOCUMENT_ROOT`: the site's root.
+    pub root: Rc<Path>,
+    /// `DOCUMENT_URI`: the normalized path the script was found by.
+    pub document_uri: Vec<u8>,
     /// `SCRIPT_NAME`: the URL path of the script.
     pub name: Vec<u8>,
     /// `PATH_INFO`: the rest of the path after it.
@@ -40,15 +45,11 @@ impl Scripts {
     /// `root` is the site's (absolute) document root. Resolves it once, at the thread's start.
     pub fn new(root: &Path, extensions: Vec<String>, follow_symlinks: bool) -> Self {
         Scripts {
-            root: root.to_path_buf(),
+            root: Rc::from(root),
             canonical_root: std::fs::canonicalize(root).ok(),
             extensions,
             follow_symlinks,
         }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     fn is_script_name(&self, segment: &[u8]) -> bool {
@@ -103,6 +104,8 @@ impl Scripts {
             return Err(404);
         }
         Ok(Script {
+            root: Rc::clone(&self.root),
+            document_uri: path.to_vec(),
             name,
             path_info,
             filename,

@@ -224,8 +224,7 @@ fn request_of<'a>(
             .get_all(http::header::HOST)
             .iter()
             .map(|v| v.as_bytes()),
-    )
-    .map_err(|()| 400u16)?;
+    )?;
     if let Some(host) = host {
         headers.push(httparse::Header {
             name: "host",
@@ -482,12 +481,10 @@ impl<S: Service + 'static> Connection<S> {
                     );
                     crate::proxy::forward(client, fwd, &route).await;
                 }
-                ProxyTarget::FastCgi(route, scripts, path, script) => {
+                ProxyTarget::FastCgi(route, script) => {
                     let fwd = crate::proxy::FastCgiRequest::new(
                         request,
-                        &path,
                         &script,
-                        scripts.root(),
                         framing,
                         false,
                         expect_continue,
