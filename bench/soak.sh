@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # bench/soak.sh — a long mixed soak: does anything fail, leak or panic over time?
 #
-# Three pools, each a site on its own port, all under keep-alive load from `espalier bench`
-# for DURATION seconds (default 1800 = 30 minutes), while:
+# Six pools, each a site on its own port, all under keep-alive load from `espalier bench
+# --no-retry` (a failed request is counted, never sent again) for DURATION seconds (default
+# 1800 = 30 minutes), while:
 #   - pool `steady` is left alone: its worker lives the whole run, so its descriptors and
 #     memory over time show any leak;
-#   - pool `recycled` is recycled every RECYCLE_EVERY seconds (overlapped) and changed by a
-#     config reload every RELOAD_EVERY seconds (its workers replaced on their sockets);
+#   - pools `recycled` (static and dynamic, HTTP/1.1), `tls` (HTTPS, HTTP/2 and HTTP/1.1),
+#     `proxy` (a Python app behind the proxy) and `php` (php-fpm behind FastCGI) are
+#     recycled every RECYCLE_EVERY seconds (overlapped) and changed by a config reload every
+#     RELOAD_EVERY seconds (their workers and apps replaced on their sockets);
 #   - pool `victim`'s worker is SIGKILLed every KILL_EVERY seconds (the only failed requests
 #     allowed are that worker's own connections, cut by the kill);
 #   - slow and hostile clients (bench/soak_clients.py) keep slowloris heads, slow bodies,
@@ -29,7 +32,8 @@ KILL_EVERY=${KILL_EVERY:-90}
 SAMPLE_EVERY=${SAMPLE_EVERY:-30}
 
 . "$ROOT/bench/common.sh"
-need_tools python3:python3
+need_tools python3:python3 openssl:openssl -:php-fpm
+PHP_FPM=$(ls /usr/sbin/php-fpm* | sort | tail -n 1)
 
 ESPALIER=$(espalier_binary "$ROOT")
 
@@ -43,7 +47,30 @@ open(os.path.join(d, "index.html"), "w").write("<h1>soak</h1>\n")
 open(os.path.join(d, "100.html"), "w").write("x" * 99 + "\n")
 open(os.path.join(d, "big.bin"), "wb").write(bytes(i % 251 for i in range(1 << 20)))
 PY
+mkdir -p "$WORK/php/www"
+cat > "$WORK/php/www/index.php" <<'PHP'
+<?php echo "php ", getmypid(), " ", str_repeat("p", 200), "\n";
+PHP
+sed 's/pm.max_children = 4/pm.max_children = 8/' "$ROOT/examples/apps/php/php-fpm.conf" > "$WORK/php/php-fpm.conf"
+cat > "$WORK/app.py" <<'PY'
+import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = b"app %d %s\n" % (os.getpid(), b"a" * 200)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+PY
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+  -keyout "$WORK/tls.key" -out "$WORK/tls.pem" -subj /CN=soak.test \
+  -addext subjectAltName=DNS:soak.test 2>/dev/null
 STEADY=$(free_port); RECYCLED=$(free_port); VICTIM=$(free_port); ADMIN=$(free_port)
+TLS=$(free_port); PROXY=$(free_port); PHP=$(free_port)
 
 write_config() { # $1: the recycled pool's request limit (changing it is a reload that replaces)
   cat > "$WORK/espalier.toml" <<CONF
@@ -65,11 +92,52 @@ name = "victim"
 processes = 1
 [pool.rapid_fail]
 enabled = false
+[[pool]]
+name = "tls"
+processes = 2
+[pool.recycle]
+requests = $1
+[[pool]]
+name = "proxy"
+processes = 2
+command = ["python3", "app.py"]
+[pool.recycle]
+requests = $1
+[[pool]]
+name = "php"
+processes = 2
+command = ["$PHP_FPM", "--nodaemonize", "--allow-to-run-as-root", "--fpm-config", "php-fpm.conf"]
+directory = "php"
+transport = "fastcgi"
+[pool.recycle]
+requests = $1
 $(for p in steady recycled victim; do
   port=STEADY; [ $p = recycled ] && port=RECYCLED; [ $p = victim ] && port=VICTIM
   printf '[[site]]\nname = "%s"\nbindings = ["http://127.0.0.1:%s"]\nroot = "www"\n[[site.app]]\npool = "%s"\n[[site.app]]\npath = "/dyn"\npool = "%s"\nhandler = "dynamic"\n' \
     $p "${!port}" $p $p
 done)
+[[site]]
+name = "tls"
+bindings = ["https://127.0.0.1:$TLS"]
+root = "www"
+tls = { cert = "tls.pem", key = "tls.key" }
+[[site.app]]
+pool = "tls"
+[[site.app]]
+path = "/dyn"
+pool = "tls"
+handler = "dynamic"
+[[site]]
+name = "proxy"
+bindings = ["http://127.0.0.1:$PROXY"]
+[[site.app]]
+pool = "proxy"
+[[site]]
+name = "php"
+bindings = ["http://127.0.0.1:$PHP"]
+root = "php/www"
+[[site.app]]
+pool = "php"
 CONF
 }
 write_config 1000000000
@@ -77,20 +145,29 @@ write_config 1000000000
 "$ESPALIER" serve -c "$WORK/espalier.toml" 2> "$WORK/server.log" &
 MASTER=$!
 PIDS+=("$MASTER")
-for p in $STEADY $RECYCLED $VICTIM $ADMIN; do wait_port "$p"; done
+for p in $STEADY $RECYCLED $VICTIM $ADMIN $TLS $PROXY $PHP; do wait_port "$p"; done
 status() { "$ESPALIER" status --json --admin "127.0.0.1:$ADMIN"; }
 pids_of() { status | python3 -c 'import json,sys; s=json.load(sys.stdin); print(" ".join(str(w["pid"]) for p in s["pools"] if p["name"]==sys.argv[1] for w in p["workers"] if w["pid"]))' "$1"; }
 
 echo "soak: $DURATION s; recycle every $RECYCLE_EVERY s, reload every $RELOAD_EVERY s, kill every $KILL_EVERY s" >&2
-load() { # name port connections
-  "$ESPALIER" bench -d "${DURATION}s" -c "$3" --timeout 20s --json \
-    "http://127.0.0.1:$2/100.html" "http://127.0.0.1:$2/dyn" "http://127.0.0.1:$2/big.bin" \
-    --weights 6,3,1 > "$WORK/load-$1.json" 2> "$WORK/load-$1.err" &
+load() { # name connections [bench options] URL…
+  local name=$1 conns=$2; shift 2
+  "$ESPALIER" bench -d "${DURATION}s" -c "$conns" --timeout 20s --no-retry --json "$@" \
+    > "$WORK/load-$name.json" 2> "$WORK/load-$name.err" &
   PIDS+=($!)
 }
-load steady "$STEADY" 16
-load recycled "$RECYCLED" 16
-load victim "$VICTIM" 4
+static_load() { # name port connections
+  load "$1" "$3" --weights 6,3,1 \
+    "http://127.0.0.1:$2/100.html" "http://127.0.0.1:$2/dyn" "http://127.0.0.1:$2/big.bin"
+}
+static_load steady "$STEADY" 12
+static_load recycled "$RECYCLED" 12
+static_load victim "$VICTIM" 4
+load tls-h2 4 --h2 --streams 4 --insecure --weights 3,1 \
+  "https://127.0.0.1:$TLS/100.html" "https://127.0.0.1:$TLS/big.bin"
+load tls-h1 4 --insecure --weights 3,1 "https://127.0.0.1:$TLS/dyn" "https://127.0.0.1:$TLS/100.html"
+load proxy 8 "http://127.0.0.1:$PROXY/"
+load php 6 "http://127.0.0.1:$PHP/index.php"
 LOADS=("${PIDS[@]:1}")
 python3 "$ROOT/bench/soak_clients.py" "$DURATION" "$STEADY" "$RECYCLED" > "$WORK/clients.txt" 2>&1 &
 PIDS+=($!)
@@ -98,7 +175,7 @@ CLIENTS=$!
 
 sample() {
   local t=$1 pool pid
-  for pool in steady recycled victim; do
+  for pool in steady recycled victim tls proxy php; do
     for pid in $(pids_of $pool); do
       printf '%s,%s,%s,%s,%s\n' "$t" "$pool" "$pid" "$(ls /proc/$pid/fd 2>/dev/null | wc -l)" \
         "$(awk '/VmRSS/ {print $2}' /proc/$pid/status 2>/dev/null || echo 0)" >> "$WORK/samples.csv"
@@ -115,7 +192,9 @@ while :; do
   (( t < DURATION - 5 )) || break
   if (( t >= next_sample )); then sample "$t"; next_sample=$((next_sample + SAMPLE_EVERY)); fi
   if (( t >= next_recycle )); then
-    "$ESPALIER" recycle recycled --admin "127.0.0.1:$ADMIN" >/dev/null && recycles=$((recycles + 1))
+    for pool in recycled tls proxy php; do
+      "$ESPALIER" recycle "$pool" --admin "127.0.0.1:$ADMIN" >/dev/null && recycles=$((recycles + 1))
+    done
     next_recycle=$((next_recycle + RECYCLE_EVERY))
   fi
   if (( t >= next_reload )); then
@@ -137,9 +216,9 @@ python3 - "$WORK" "$recycles" "$reloads" "$kills" "$DURATION" <<'PY'
 import csv, json, sys, collections
 work, (recycles, reloads, kills, duration) = sys.argv[1], map(int, sys.argv[2:6])
 ok = True
-print(f"\nsoak of {duration} s: {recycles} recycles, {reloads} reloads, {kills} SIGKILLs of the victim's worker\n")
-print(f"{'pool':10} {'requests':>10} {'req/s':>8} {'failed':>7}  by kind")
-for pool in ("steady", "recycled", "victim"):
+print(f"\nsoak of {duration} s: {recycles} pool recycles, {reloads} reloads, {kills} SIGKILLs of the victim's worker\n")
+print(f"{'load':10} {'requests':>10} {'req/s':>8} {'failed':>7}  by kind")
+for pool in ("steady", "recycled", "victim", "tls-h2", "tls-h1", "proxy", "php"):
     j = json.load(open(f"{work}/load-{pool}.json"))
     kinds = {k: v for k, v in j["errors_by_kind"].items() if v}
     print(f"{pool:10} {j['requests']:>10} {j['rps']:>8.0f} {j['errors']:>7}  {kinds or ''}")

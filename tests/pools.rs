@@ -324,7 +324,7 @@ fn status_and_metrics_describe_every_worker() {
         "{text}"
     );
     let mut c = Conn::open(s.admin.parse().unwrap());
-    c.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.send(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
     let m = c.read_response(false).unwrap().text();
     assert!(m.contains("# TYPE espalier_worker_requests_total counter"));
     assert!(m.contains("espalier_worker_up{pool=\"web\",index=\"0\",role=\"worker\"} 1"));

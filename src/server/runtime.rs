@@ -4,7 +4,8 @@
 //!
 //! Every folder here is made so that nobody else can have made it (see
 //! [`crate::os::private_dir`]): the base is `/run/espalier` for root (a root-owned place no
-//! one else can write), else `$XDG_RUNTIME_DIR` or `espalier-<uid>` in the temporary folder,
+//! one else can write), else (or without `/run`) `$XDG_RUNTIME_DIR` or `espalier-<uid>` in
+//! the temporary folder,
 //! used only when it is ours and closed to others; the master's own folder in it has a random
 //! name, is created by this master and removed when it stops. A symlink there is never
 //! followed, and only a path the master just created or opened itself is given to a pool's
@@ -19,9 +20,10 @@ use crate::os::private_dir;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// The folder every runtime path of this user's espalier lives in (not created here).
+/// The folder every runtime path of this user's espalier lives in (not created here): for
+/// root `/run/espalier` (where the machine has a `/run`, as every systemd one does).
 pub fn base_dir() -> PathBuf {
-    if crate::os::process::is_root() {
+    if crate::os::process::is_root() && Path::new("/run").is_dir() {
         PathBuf::from("/run/espalier")
     } else {
         std::env::var_os("XDG_RUNTIME_DIR")

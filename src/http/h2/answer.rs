@@ -177,6 +177,11 @@ async fn window(send: &mut SendStream<Bytes>, want: usize, timeout: Duration) ->
     send.reserve_capacity(want.min(SEND_BUFFER));
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
+        // Capacity already assigned and not yet used: `poll_capacity` reports only increases,
+        // so it would wait for more than is needed.
+        if send.capacity() > 0 {
+            return Some(send.capacity());
+        }
         let capacity = std::future::poll_fn(|cx| send.poll_capacity(cx));
         match tokio::time::timeout_at(deadline, capacity).await {
             Ok(capacity) => match capacity?.ok()? {
