@@ -289,8 +289,11 @@ pool = "wsgi"
         },
     );
     assert_eq!(get(app.addr, "/", "").status, 200);
+    // gunicorn stops gracefully on SIGTERM, within its graceful_timeout (30 s): its worker may
+    // sit in accept() on the (blocking, as systemd passes them) socket after the new process
+    // won a connection it was woken for, until the next one comes or that timeout.
     app.server
-        .wait_until("the old app is gone", Duration::from_secs(10), |_| {
+        .wait_until("the old app is gone", Duration::from_secs(90), |_| {
             !pid_alive(before)
         });
 }

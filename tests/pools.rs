@@ -120,7 +120,7 @@ fn load_result(child: std::process::Child) -> serde_json::Value {
 }
 
 #[test]
-fn killed_workers_are_replaced_within_a_second_under_load() {
+fn killed_workers_are_replaced_under_load() {
     let s = setup("[pool.rapid_fail]\nmax_crashes = 100\n", "");
     let server = s.start();
     let load = s.load("11s");
@@ -130,15 +130,15 @@ fn killed_workers_are_replaced_within_a_second_under_load() {
         let victim = s.workers()[0]["pid"].as_u64().unwrap() as i32;
         let killed = Instant::now();
         unsafe { libc::kill(victim, libc::SIGKILL) };
+        // The event, bounded generously (speed is bench/'s to measure, not a test's).
         s.wait_until(
             "the pool back at full strength",
-            Duration::from_secs(1),
+            Duration::from_secs(30),
             |s| {
                 let w = s.workers();
                 w[0]["pid"].as_u64() != Some(victim as u64) && s.running() == 2
             },
         );
-        assert!(killed.elapsed() < Duration::from_secs(1));
         std::thread::sleep(Duration::from_secs(1).saturating_sub(killed.elapsed()));
     }
     let r = load_result(load);
@@ -634,7 +634,7 @@ fn scheduled_recycle_at_a_time_of_day() {
 fn a_draining_worker_is_bounded_by_shutdown_time_limit() {
     let s = setup(
         "shutdown_time_limit = \"1s\"\n",
-        "[server.limits]\nheader_timeout = \"30s\"\n",
+        "[server.limits]\nheader_timeout = \"300s\"\n",
     );
     let server = s.start();
     let old: Vec<u64> = s
@@ -650,22 +650,22 @@ fn a_draining_worker_is_bounded_by_shutdown_time_limit() {
     assert!(espalier(&["recycle", "web", "--admin", &s.admin])
         .status
         .success());
-    let started = Instant::now();
-    s.wait_until("the old workers gone", Duration::from_secs(5), |_| {
+    // Held requests would keep them for the 300 s header timeout; the 1 s limit ends them
+    // (waited for with a generous bound).
+    s.wait_until("the old workers gone", Duration::from_secs(120), |_| {
         old.iter().all(|&p| !pid_alive(p as u32))
     });
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "drained within the 1 s limit (plus the idle grace)"
-    );
     let _ = server;
 }
 
 #[test]
 fn a_second_signal_stops_at_once() {
-    let s = setup("", "");
+    let s = setup(
+        "shutdown_time_limit = \"600s\"\n",
+        "shutdown_timeout = \"600s\"\n",
+    );
     let mut server = s.start();
-    // An in-flight request would hold the graceful stop for the 10 s shutdown_timeout …
+    // An in-flight request would hold the graceful stop for the 600 s shutdown_timeout …
     let mut c = Conn::open(s.addr());
     c.send(b"GET / HTTP/1.1\r\n");
     std::thread::sleep(Duration::from_millis(100));
@@ -673,10 +673,8 @@ fn a_second_signal_stops_at_once() {
     server.wait_for_log("stopping: in-flight requests", Duration::from_secs(5));
     assert!(pid_alive(server.pid()), "still draining");
     // … a second signal ends it at once.
-    let second = Instant::now();
     server.signal(libc::SIGTERM);
-    assert_eq!(server.wait_exit(Duration::from_secs(3)), Some(0));
-    assert!(second.elapsed() < Duration::from_secs(2));
+    assert_eq!(server.wait_exit(Duration::from_secs(120)), Some(0));
 }
 
 #[test]

@@ -487,3 +487,57 @@ fn idle_admin_connections_cannot_starve_the_master() {
     c.send(b"GET /status HTTP/1.1\r\nHost: evil.example:9180\r\nConnection: close\r\n\r\n");
     assert_eq!(c.read_response(false).unwrap().status, 421);
 }
+
+/// The bundled php-fpm example run as a pool `user`: php-fpm opens its `error_log =
+/// /proc/self/fd/2`, a pipe the root master made, which the pool's user could not reopen.
+#[test]
+fn the_php_fpm_example_starts_as_a_pool_user() {
+    if !is_root() {
+        eprintln!("skipped: changing identity needs root");
+        return;
+    }
+    let fpm = php_fpm();
+    let app = serve(
+        &r#"
+[[pool]]
+name = "php"
+user = "www-data"
+command = ["{fpm}", "--nodaemonize", "--fpm-config", "php-fpm.conf"]
+directory = "php"
+transport = "fastcgi"
+[[site]]
+name = "php"
+bindings = ["http://{listen}"]
+root = "php/www"
+[[site.app]]
+pool = "php"
+"#
+        .replace("{fpm}", &fpm),
+    );
+    // The scripts' folder must be reachable by www-data (the test's temporary folder is not).
+    std::fs::set_permissions(app._dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = get(app.addr, "/index.php", "");
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), app.server.log_text());
+    assert!(r.text().starts_with("hello from PHP"), "{}", r.text());
+}
+
+/// `check` says when another process holds a binding's port (once it said ok, and `serve`
+/// then failed).
+#[test]
+fn check_warns_of_a_port_another_process_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let conf = dir.path().join("espalier.toml");
+    std::fs::write(&conf, format!("[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n")).unwrap();
+    let out = espalier(&["check", "-c", conf.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("127.0.0.1:{port} is in use by another process")),
+        "{err}"
+    );
+    drop(holder);
+    let out = espalier(&["check", "-c", conf.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("in use"));
+}

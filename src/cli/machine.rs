@@ -31,6 +31,9 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
     for w in crate::tls::expiry_warnings(&c.sites, std::time::SystemTime::now()) {
         eprintln!("{}: {w}", config.display());
     }
+    for addr in addresses_in_use(&c) {
+        eprintln!("{}: warning: {addr} is in use by another process, so `serve` cannot listen there (a running espalier that you mean to reload keeps it); stop that process or choose another address", config.display());
+    }
     println!(
         "{}: ok — {} pool(s), {} site(s), {} worker(s) planned",
         config.display(),
@@ -39,6 +42,30 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
         plan.workers.len()
     );
     Ok(0)
+}
+
+/// The binding addresses another socket holds now (tried with a plain bind, without
+/// `SO_REUSEPORT`, and released at once). A warning, not an error: the holder may be the
+/// espalier this config is about to be reloaded into.
+fn addresses_in_use(c: &Config) -> Vec<std::net::SocketAddr> {
+    let mut seen = Vec::new();
+    let mut busy = Vec::new();
+    for addr in c
+        .sites
+        .iter()
+        .flat_map(|s| s.bindings.iter().map(|b| b.addr))
+    {
+        if seen.contains(&addr) {
+            continue;
+        }
+        seen.push(addr);
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                busy.push(addr);
+            }
+        }
+    }
+    busy
 }
 
 pub(super) fn nic(action: NicAction) -> Result<i32, String> {

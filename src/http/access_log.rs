@@ -125,6 +125,8 @@ pub struct AccessLog {
     file: RefCell<Option<File>>,
     buf: RefCell<Vec<u8>>,
     reopened: Cell<u64>,
+    /// The last write failed (said once in the log).
+    failing: Cell<bool>,
 }
 
 /// Opens `path` for appending, creating it (mode 0640: a site's query strings are not every
@@ -146,6 +148,7 @@ impl AccessLog {
             spec: spec.clone(),
             buf: RefCell::new(Vec::with_capacity(FLUSH_AT + 1024)),
             reopened: Cell::new(REOPEN.load(Ordering::Relaxed)),
+            failing: Cell::new(false),
         })
     }
 
@@ -201,8 +204,26 @@ impl AccessLog {
             return;
         }
         if let Some(f) = self.file.borrow_mut().as_mut() {
-            // One write per buffer: O_APPEND places it whole at the end.
-            let _ = f.write_all(&buf);
+            // One write per buffer: O_APPEND places it whole at the end. A failed write (a
+            // full disk) is said once, and once more when writing works again.
+            match f.write_all(&buf) {
+                Err(e) if !self.failing.get() => {
+                    self.failing.set(true);
+                    let lines = memchr::memchr_iter(b'\n', &buf).count();
+                    eprintln!(
+                        "espalier[access log]: cannot write {}: {e}; {lines} line(s) lost, and those after until it can be written again",
+                        self.spec.path.display()
+                    );
+                }
+                Ok(()) if self.failing.get() => {
+                    self.failing.set(false);
+                    eprintln!(
+                        "espalier[access log]: {} is written again",
+                        self.spec.path.display()
+                    );
+                }
+                _ => {}
+            }
         }
         buf.clear();
     }

@@ -37,8 +37,22 @@ pub enum Parsed {
     Invalid,
 }
 
+/// Version 1's longest line, CRLF included (the spec's 107 bytes).
+const MAX_V1: usize = 107;
+
 /// Parses a PROXY header at the start of `buf`.
 pub fn parse(buf: &[u8]) -> Parsed {
+    // Version 1 is one text line, judged once it is whole: a line cut anywhere (a balancer's
+    // header in many small segments) is incomplete, not malformed, whatever the cut address
+    // or port looks like so far.
+    let v1 = b"PROXY ";
+    if buf.starts_with(v1) || (buf.len() < v1.len() && v1.starts_with(buf)) {
+        match memchr::memmem::find(buf, b"\r\n") {
+            None if buf.len() < MAX_V1 => return Parsed::Incomplete,
+            None => return Parsed::Invalid,
+            Some(_) => {}
+        }
+    }
     let result = HeaderResult::parse(buf);
     if result.is_incomplete() {
         return if buf.len() >= MAX_HEADER {
@@ -118,6 +132,19 @@ mod tests {
         h.extend_from_slice(&(addresses.len() as u16).to_be_bytes());
         h.extend_from_slice(addresses);
         h
+    }
+
+    #[test]
+    fn a_version_1_header_cut_anywhere_is_incomplete() {
+        let line = b"PROXY TCP6 2001:db8::5 2001:db8::1 55555 443\r\n";
+        for cut in 1..line.len() {
+            assert_eq!(parse(&line[..cut]), Parsed::Incomplete, "cut at {cut}");
+        }
+        assert!(matches!(parse(line), Parsed::Header { .. }));
+        assert_eq!(parse(&[b'x'; 200][..]), Parsed::Invalid);
+        let mut long = b"PROXY TCP4 ".to_vec();
+        long.extend_from_slice(&[b'1'; 120]);
+        assert_eq!(parse(&long), Parsed::Invalid);
     }
 
     #[test]

@@ -482,6 +482,17 @@ mod fuzz {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
+        /// HTTP/2's names are held to HTTP/1.1's Host rule, byte for byte: a name HTTP/1.1
+        /// would refuse never reaches a site or an app through `:authority` or `host`.
+        #[test]
+        fn http2_hosts_follow_the_http1_rule(name in prop::collection::vec(any::<u8>(), 0..24)) {
+            let valid = crate::http::valid_host(&name);
+            let none = std::iter::empty::<&[u8]>;
+            prop_assert_eq!(super::h2_host(Some(&name), none()).is_ok(), valid);
+            prop_assert_eq!(super::h2_host(None, [&name[..]].into_iter()).is_ok(), valid);
+            prop_assert_eq!(super::h2_host(Some(&name), [&name[..]].into_iter()).is_ok(), valid);
+        }
+
         #[test]
         fn heads_never_panic_and_respect_limits(buf in request_bytes()) {
             let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];

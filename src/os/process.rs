@@ -182,6 +182,22 @@ pub fn release_free_memory() {
     unsafe { libc::malloc_trim(0) };
 }
 
+/// Gives this process's stdout and stderr, when they are pipes (the master's, capturing an
+/// app's output), to `uid`/`gid` before it becomes that user: a program that reopens them by
+/// path (php-fpm's `error_log = /proc/self/fd/2`) is then allowed to, as with a terminal
+/// or systemd's journal stream.
+pub fn give_output_pipes(uid: u32, gid: u32) {
+    for fd in [1, 2] {
+        // SAFETY: fstat and fchown on this process's own standard descriptors; `st` is ours.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO {
+                libc::fchown(fd, uid, gid);
+            }
+        }
+    }
+}
+
 /// Makes this process non-dumpable: no process of the same user (a pool's app code) may
 /// ptrace it or read its memory, environment or descriptors in /proc — OpenSSH's defence
 /// for its privilege-separated children. A change of user resets it, so it is set after.

@@ -417,15 +417,17 @@ async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
             }
             Ok(())
         }
+        // Decoded and framed again, as nginx does: the client's chunk extensions and
+        // trailer fields stay behind (a trailer `Host`, `Content-Length` or
+        // `X-Forwarded-For` would otherwise reach the app beside the head's).
         Framing::Chunked => {
             let mut decoder = ChunkedDecoder::with_bounds(max_body, max_framing);
-            let step = |decoder: &mut ChunkedDecoder, bytes: &[u8]| {
-                decoder
-                    .skip(bytes)
-                    .map_err(|e: ProtocolError| Failure::Answer(e.status()))
-            };
-            let d = step(&mut decoder, rbuf)?;
-            write_timeout(conn, &rbuf[..d.consumed], upstream_timeout)
+            let mut out = Vec::new();
+            let d = decoder
+                .decode(rbuf)
+                .map_err(|e: ProtocolError| Failure::Answer(e.status()))?;
+            chunk_again(&mut out, &rbuf[..d.produced], d.done);
+            write_timeout(conn, &out, upstream_timeout)
                 .await
                 .map_err(upstream_failed)?;
             rbuf.drain(..d.consumed);
@@ -438,8 +440,12 @@ async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
                     Ok(0) | Err(_) => return Err(Failure::Drop),
                     Ok(n) => n,
                 };
-                let d = step(&mut decoder, &buf[..n])?;
-                write_timeout(conn, &buf[..d.consumed], upstream_timeout)
+                let d = decoder
+                    .decode(&mut buf[..n])
+                    .map_err(|e: ProtocolError| Failure::Answer(e.status()))?;
+                out.clear();
+                chunk_again(&mut out, &buf[..d.produced], d.done);
+                write_timeout(conn, &out, upstream_timeout)
                     .await
                     .map_err(upstream_failed)?;
                 if d.done {
@@ -452,13 +458,27 @@ async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// `data` as one chunk (none when empty), and the last chunk with no trailers when `done`.
+fn chunk_again(out: &mut Vec<u8>, data: &[u8], done: bool) {
+    if !data.is_empty() {
+        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    }
+    if done {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+}
+
 /// Reads the app's response head into `ubuf` (skipping interim 1xx answers other than 101);
-/// returns the head's length.
+/// returns the head's length. `timeout` bounds the whole wait, interim answers included: an
+/// app sending `100 Continue` every few milliseconds does not hold the client past it.
 async fn read_head(
     conn: &mut Conn,
     ubuf: &mut Vec<u8>,
     timeout: Duration,
 ) -> Result<usize, HeadError> {
+    let deadline = tokio::time::Instant::now() + timeout;
     let mut received_any = false;
     loop {
         // Only the end of the head is looked for here; the caller parses it once.
@@ -478,7 +498,7 @@ async fn read_head(
         if ubuf.capacity() - ubuf.len() < 4096 {
             ubuf.reserve(8 << 10);
         }
-        let read = tokio::time::timeout(timeout, conn.read_buf(ubuf)).await;
+        let read = tokio::time::timeout_at(deadline, conn.read_buf(ubuf)).await;
         match read {
             Err(_) => return Err(HeadError::Timeout),
             Ok(Ok(0)) | Ok(Err(_)) if !received_any => return Err(HeadError::ClosedEarly),
@@ -510,16 +530,20 @@ fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> O
     }
     let mut length: Option<u64> = None;
     let mut chunked = false;
+    let mut encodings = 0;
     for f in fields {
         if f.name.eq_ignore_ascii_case("transfer-encoding") {
+            // Two lines are refused (502), as the request parser refuses them: read one way
+            // here and another by the next hop, they would frame the body differently.
+            encodings += 1;
+            if encodings > 1 {
+                return None;
+            }
             let v = std::str::from_utf8(f.value).ok()?;
             chunked = v
                 .rsplit(',')
                 .next()
                 .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
-            if !chunked {
-                return Some(BodyKind::UntilClose);
-            }
         } else if f.name.eq_ignore_ascii_case("content-length") {
             let n: u64 = std::str::from_utf8(f.value).ok()?.trim().parse().ok()?;
             if length.is_some_and(|l| l != n) {
@@ -529,6 +553,8 @@ fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> O
         }
     }
     Some(match (chunked, length) {
+        // An encoding that does not end in chunked: the body runs to the close.
+        _ if encodings == 1 && !chunked => BodyKind::UntilClose,
         (true, _) => BodyKind::Chunked,
         (false, Some(n)) => BodyKind::Length(n),
         (false, None) => BodyKind::UntilClose,
@@ -697,5 +723,31 @@ mod tests {
             None
         );
         assert_eq!(body_kind(200, false, &[f("Content-Length", b"x")]), None);
+        // An encoding that does not end in chunked runs to the close; two lines are refused
+        // (once read as close-delimited, whichever came first).
+        assert_eq!(
+            body_kind(200, false, &[f("Transfer-Encoding", b"gzip")]),
+            Some(BodyKind::UntilClose)
+        );
+        for pair in [[&b"gzip"[..], b"chunked"], [b"chunked", b"chunked"]] {
+            let two = [
+                f("Transfer-Encoding", pair[0]),
+                f("Transfer-Encoding", pair[1]),
+            ];
+            assert_eq!(body_kind(200, false, &two), None, "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn a_chunked_request_body_is_framed_again_without_its_trailers() {
+        let mut decoder = ChunkedDecoder::with_bounds(1 << 20, 4096);
+        let mut body =
+            b"5;ext=1\r\nhello\r\n0\r\nHost: evil\r\nX-Forwarded-For: 1.2.3.4\r\n\r\nGET".to_vec();
+        let d = decoder.decode(&mut body).unwrap();
+        assert!(d.done);
+        let mut out = Vec::new();
+        chunk_again(&mut out, &body[..d.produced], d.done);
+        assert_eq!(out, b"5\r\nhello\r\n0\r\n\r\n");
+        assert_eq!(&body[d.consumed..], b"GET");
     }
 }

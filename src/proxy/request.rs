@@ -29,8 +29,13 @@ pub(super) const HOP_BY_HOP: [&str; 7] = [
     "upgrade",
 ];
 
-/// Whether a request field stays behind: hop-by-hop, named in `Connection` (`listed`), or one
-/// espalier sets itself (framing, `Expect`, `X-Forwarded-*`).
+/// Fields a `Connection` list cannot make hop-by-hop: what says which site a message is for,
+/// who sends it and what it holds. `Connection: Host, Authorization` once stripped both on
+/// their way to the app; they stay now.
+const END_TO_END: [&str; 4] = ["host", "authorization", "cookie", "content-type"];
+
+/// Whether a request field stays behind: hop-by-hop, named in `Connection` (`listed`, but for
+/// [`END_TO_END`] fields), or one espalier sets itself (framing, `Expect`, `X-Forwarded-*`).
 pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
     const OWN: [&str; 5] = [
         "content-length",
@@ -39,11 +44,12 @@ pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
         "x-forwarded-proto",
         "x-forwarded-host",
     ];
+    let end_to_end = || END_TO_END.iter().any(|e| name.eq_ignore_ascii_case(e));
     HOP_BY_HOP
         .iter()
         .chain(OWN.iter())
-        .chain(listed.iter())
         .any(|h| name.eq_ignore_ascii_case(h))
+        || (listed.iter().any(|h| name.eq_ignore_ascii_case(h)) && !end_to_end())
 }
 
 /// The tokens of every `Connection` field.
@@ -71,8 +77,12 @@ impl ForwardRequest {
     ) -> Self {
         let fields = || req.headers.iter().map(|h| (h.name, h.value));
         let listed = connection_tokens(fields());
+        // `Upgrade: h2c` is the client asking espalier for HTTP/2, not the app: it is not
+        // passed on (an app's 101 to it once opened a raw tunnel), and a 101 is then a 502.
         let upgrade = listed.iter().any(|t| t.eq_ignore_ascii_case("upgrade"))
-            && req.header("upgrade").is_some()
+            && req
+                .header("upgrade")
+                .is_some_and(|u| !u.split(',').any(|t| t.trim().eq_ignore_ascii_case("h2c")))
             && req.minor_version == 1;
         let mut head = Vec::with_capacity(512);
         head.extend_from_slice(req.method_text.as_bytes());
@@ -83,6 +93,11 @@ impl ForwardRequest {
             head.extend_from_slice(req.query.as_bytes());
         }
         head.extend_from_slice(b" HTTP/1.1\r\n");
+        // An HTTP/1.0 request may come without Host; one in HTTP/1.1 must have it, empty
+        // when there is no authority to name (RFC 9112 §3.2).
+        if req.header("host").is_none() {
+            head.extend_from_slice(b"Host: \r\n");
+        }
         for h in req.headers {
             if dropped_on_the_way(h.name, &listed) {
                 continue;
@@ -231,5 +246,32 @@ mod tests {
             "{head}"
         );
         assert!(head.contains("Sec-WebSocket-Key: x\r\n"));
+        // h2c is asked of espalier, never passed on as an upgrade.
+        let head = forwarded(
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+            None,
+        );
+        assert!(
+            !head.contains("Upgrade") && !head.contains("HTTP2-Settings"),
+            "{head}"
+        );
+    }
+
+    #[test]
+    fn a_request_without_host_goes_on_with_an_empty_one() {
+        let head = forwarded(b"GET / HTTP/1.0\r\n\r\n", None);
+        assert!(head.starts_with("GET / HTTP/1.1\r\nHost: \r\n"), "{head}");
+    }
+
+    #[test]
+    fn connection_cannot_strip_the_requests_own_fields() {
+        let head = forwarded(
+            b"GET / HTTP/1.1\r\nHost: a.test\r\nAuthorization: Basic eA==\r\nCookie: s=1\r\nConnection: Host, Authorization, Cookie, X-Drop\r\nX-Drop: 1\r\n\r\n",
+            None,
+        );
+        for kept in ["Host: a.test", "Authorization: Basic eA==", "Cookie: s=1"] {
+            assert!(head.contains(kept), "{kept} missing from {head}");
+        }
+        assert!(!head.contains("X-Drop"), "{head}");
     }
 }

@@ -108,6 +108,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     // Last, once everything that needs root is done: the application never runs as root
     // when its pool names a user.
     if let Some(id) = &spec.identity {
+        os::process::give_output_pipes(id.uid, id.gid);
         if let Err(e) = id.assume() {
             super::log(&spec.name, format!("cannot become user `{}`: {e}", id.user));
             return 1;

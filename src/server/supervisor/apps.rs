@@ -211,9 +211,11 @@ impl Supervisor {
     }
 
     /// Tells every front worker of pool `pool` which of its app processes are ready, nearest
-    /// to the worker's node first.
+    /// to the worker's node first. While none is (a reload that changed the pool replaces its
+    /// apps and fronts at once, and new fronts take connections first), the retiring apps of
+    /// the pool's previous configuration stand in, so no request meets an empty list (503).
     pub(super) fn publish_upstreams(&mut self, pool: usize) {
-        let ready: Vec<(Option<u32>, Endpoint)> = self
+        let mut ready: Vec<(Option<u32>, Endpoint)> = self
             .slots
             .iter()
             .filter(|s| s.pool == pool && s.app.is_some())
@@ -222,6 +224,15 @@ impl Supervisor {
                 Some((s.spec.node, p.app.as_ref()?.endpoint.clone()?))
             })
             .collect();
+        if ready.is_empty() {
+            let name = &self.pools[pool].spec.name;
+            ready = self
+                .retiring
+                .iter()
+                .filter(|(p, old)| p == name && old.ready && !old.stopping)
+                .filter_map(|(_, old)| Some((None, old.app.as_ref()?.endpoint.clone()?)))
+                .collect();
+        }
         let distance = |a, b| self.topology.distance(a, b);
         let mut unsent = false;
         for s in self

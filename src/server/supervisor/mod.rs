@@ -41,6 +41,9 @@ use tokio::sync::{mpsc, oneshot};
 /// How often stats pings go out (pings also count as the health check).
 const STATS_PING: Duration = Duration::from_secs(1);
 
+/// A gap between ticks (every 100 ms) past which the master itself was paused.
+const MASTER_PAUSED: Duration = Duration::from_secs(3);
+
 /// What the supervisor's loop reacts to besides signals and its tick. Worker processes are
 /// named by generation (unique for the master's life), not by slot: a reload adds and removes
 /// slots.
@@ -87,6 +90,9 @@ struct Supervisor {
     events: mpsc::UnboundedSender<Event>,
     next_generation: u64,
     last_second_of_day: u32,
+    /// When the last tick ran: a gap far longer than the tick's period means the master
+    /// itself was paused (SIGSTOP, a VM freeze), not its workers.
+    last_tick: Instant,
     /// Proxied pools whose front workers have not all been told their app processes yet.
     upstreams_unsent: Vec<usize>,
     /// The admin page's CPU loads and request history.
@@ -165,6 +171,7 @@ pub(super) async fn run(
         upstreams_unsent: Vec::new(),
         live: live::LiveSamples::new(),
         last_second_of_day: os::process::local_second_of_day(),
+        last_tick: Instant::now(),
     };
 
     for g in &sv.groups {
@@ -518,6 +525,22 @@ impl Supervisor {
 
     fn on_tick(&mut self) {
         let now = Instant::now();
+        let paused = now.duration_since(self.last_tick);
+        self.last_tick = now;
+        if paused > MASTER_PAUSED {
+            // The master did not look for that long: the pongs it missed are its own fault.
+            // Every process's pings start over, rather than healthy ones being killed.
+            log(
+                "master",
+                format!(
+                    "the master was paused for {}s; the workers' pings start over",
+                    paused.as_secs()
+                ),
+            );
+            for p in self.slots.iter_mut().flat_map(|s| s.procs_mut()) {
+                p.last_pong = now;
+            }
+        }
         for pool in std::mem::take(&mut self.upstreams_unsent) {
             self.publish_upstreams(pool);
         }
