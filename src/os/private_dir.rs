@@ -7,8 +7,8 @@
 //! a token of their own in it). A fresh folder gets a random name, so nobody can make it
 //! first; `mkdir` fails when the name exists, so a race is refused, not followed.
 //!
-//! Owns: `mkdir`, `lstat`/`fstat` owner and mode checks, `O_NOFOLLOW` opens, and random names
-//! from `/dev/urandom`. Must not touch: where these folders go or what lives in them (the
+//! Owns: `mkdir`, `lstat`/`fstat` owner and mode checks, `O_NOFOLLOW` opens, random names and
+//! secrets from `/dev/urandom`, and comparing secrets in constant time. Must not touch: where these folders go or what lives in them (the
 //! caller decides: `server::app` for the runtime folder, `server::admin` for the token).
 
 use std::io::{ErrorKind, Read, Write};
@@ -25,6 +25,17 @@ pub fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
 /// `bytes` as lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compares two secrets without stopping at the first difference (no timing hint of a
+/// secret's prefix).
+pub fn same_secret(given: &str, wanted: &str) -> bool {
+    given.len() == wanted.len()
+        && given
+            .bytes()
+            .zip(wanted.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 /// Why an existing `path` (as `lstat` sees it) is not ours to use, if it is not.

@@ -152,16 +152,6 @@ fn token_of<'a>(req: &crate::http::Request<'a>) -> Option<&'a str> {
     })
 }
 
-/// Compares without stopping at the first difference (no timing hint of the token's prefix).
-fn same_token(given: &str, wanted: &str) -> bool {
-    given.len() == wanted.len()
-        && given
-            .bytes()
-            .zip(wanted.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
-}
-
 /// Starts the endpoint. If its address cannot be bound, serving goes on without it and the
 /// master says so once.
 pub(super) fn start<E: From<Request> + Send + 'static>(
@@ -312,8 +302,9 @@ async fn handle<E: From<Request>>(
                 }
                 let command = route(request.method, request.path);
                 // Actions change the server: they need the token (reads do not).
-                let authorized =
-                    token_of(&request).is_some_and(|t| !token.is_empty() && same_token(t, token));
+                let authorized = token_of(&request).is_some_and(|t| {
+                    !token.is_empty() && crate::os::private_dir::same_secret(t, token)
+                });
                 if request.method == Method::Post && command.is_some() && !authorized {
                     let body = serde_json::json!({
                         "ok": false,

@@ -585,7 +585,11 @@ impl Supervisor {
                 .any(|x| &x.spec.name == pool && x.stopped.is_some());
             if replaced || pool_stopped {
                 p.stopping = true;
-                match p.app.as_mut().filter(|a| a.endpoint.is_some() && !pool_stopped) {
+                match p
+                    .app
+                    .as_mut()
+                    .filter(|a| a.endpoint.is_some() && !pool_stopped)
+                {
                     // The front workers first learn of the new processes (published when
                     // they became ready); then it stops, as an overlapped recycle's does.
                     Some(app) => app.term_at = Some(Instant::now() + UPSTREAM_HANDOVER),
