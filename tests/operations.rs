@@ -1,0 +1,170 @@
+//! What a stressed machine and a hurried operator do to a running server, on the real binary:
+//! a master paused past `ping_response_time`, a log on a full disk, an app that sends
+//! `100 Continue` for ever, and a burst of reloads under a load that never retries.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::process::Command;
+use std::time::Duration;
+
+fn dynamic(port: u16, pool_extra: &str, site_extra: &str) -> String {
+    format!(
+        "[[pool]]\nname = \"p\"\n{pool_extra}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n{site_extra}\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n"
+    )
+}
+
+/// A master stopped (SIGSTOP, a frozen VM) for longer than `ping_response_time` once killed
+/// every healthy worker when it resumed: their pongs had waited unread.
+#[test]
+fn a_paused_master_does_not_kill_its_workers_when_it_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        dir.path(),
+        &dynamic(
+            port,
+            "ping_interval = \"1s\"\nping_response_time = \"2s\"",
+            "",
+        ),
+    );
+    let before = server.workers();
+    server.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(6));
+    server.signal(libc::SIGCONT);
+    server.wait_for_log("the master was paused", Duration::from_secs(30));
+    // Well past another ping_response_time: the same workers serve.
+    std::thread::sleep(Duration::from_secs(4));
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get(addr, "/", "").status, 200);
+    assert_eq!(server.workers(), before, "{}", server.log_text());
+    assert!(!server.log_text().contains("missed its pings"));
+}
+
+/// A log that cannot be written (a full disk: `/dev/full`) is said once, not dropped silently.
+#[test]
+fn an_access_log_on_a_full_disk_is_said_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        dir.path(),
+        &dynamic(
+            port,
+            "",
+            "access_log = { path = \"/dev/full\", format = \"common\" }",
+        ),
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/", "").status, 200);
+    }
+    let line = server.wait_for_log("cannot write /dev/full", Duration::from_secs(30));
+    assert!(line.contains("line(s) lost"), "{line}");
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/", "").status, 200);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let said = server.log_text().matches("cannot write /dev/full").count();
+    assert!(said <= 2, "said {said} times (once per thread at most)");
+}
+
+/// Sends `100 Continue` every 10 ms and never an answer.
+const CONTINUING_APP: &str = r#"
+import socket, os, time, threading
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(os.environ["PORT"])))
+s.listen(64)
+def serve(c):
+    try:
+        c.recv(65536)
+        while True:
+            c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            time.sleep(0.01)
+    except OSError:
+        pass
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+#[test]
+fn interim_answers_do_not_hold_a_client_past_the_response_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("app.py"), CONTINUING_APP).unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        dir.path(),
+        &format!(
+            "[[pool]]\nname = \"p\"\ncommand = [\"python3\", \"app.py\"]\nresponse_timeout = \"1s\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\n"
+        ),
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // The answer is the event; the bound is generous (it was never, before).
+    let mut c = Conn::open(addr);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    c.send(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+    let r = c.read_response(false).expect("an answer");
+    assert_eq!(r.status, 504, "{}", server.log_text());
+}
+
+/// Twenty reloads in two seconds, each changing the pool (so its workers are replaced),
+/// under `wrk`, which never retries: no request fails.
+#[test]
+fn a_burst_of_reloads_fails_no_request() {
+    need_tools("wrk:wrk", "wrk");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = |n: u32| {
+        dynamic(
+            port,
+            &format!(
+                "processes = 2\n[pool.recycle]\nrequests = {}",
+                1_000_000_000 + n
+            ),
+            "",
+        )
+    };
+    let (first, admin) = with_own_admin(&config(0));
+    let path = dir.path().join("espalier.toml");
+    std::fs::write(&path, &first).unwrap();
+    let mut server = Server::start(&["-c", "espalier.toml"], dir.path());
+    server.admin = Some(admin.clone());
+    let url = format!("http://127.0.0.1:{port}/");
+    let load = std::thread::spawn(move || {
+        Command::new("wrk")
+            .args(["-t1", "-c10", "-d8s", &url])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    for n in 1..=20 {
+        let (text, _) = with_own_admin(&config(n).replacen(
+            "[[pool]]",
+            &format!("[server]\nadmin = \"{admin}\"\n[[pool]]"),
+            1,
+        ));
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        drop(f);
+        server.signal(libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = load.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("requests in"), "{text}");
+    assert!(
+        !text.contains("Socket errors"),
+        "{text}\n{}",
+        server.log_text()
+    );
+    assert!(!text.contains("Non-2xx"), "{text}\n{}", server.log_text());
+    assert!(
+        server.log_text().contains("reloaded"),
+        "{}",
+        server.log_text()
+    );
+}
