@@ -10,7 +10,8 @@
 //! keeps pools alive) with [`admin`] (the endpoint and its client) and [`status`] (what it
 //! reports). The worker's side: [`worker`] (threads, pings) and [`conn_task`] (one contained
 //! connection). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
-//! line protocol after). Pure decisions: [`lifecycle`], [`soft`], [`steering`].
+//! line protocol after). On disk: [`runtime`] (the runtime folder, the admin token's folder,
+//! the access logs the master creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`].
 
 pub mod admin;
 pub mod admin_page;
