@@ -216,3 +216,102 @@ fn a_log_folder_that_does_not_exist_is_one_line_at_check() {
     assert!(err.contains(":6: key `site[0].access_log.path`"), "{err}");
     assert!(err.contains("does not exist; create it"), "{err}");
 }
+
+/// Answers `/slow…` after a second, anything else at once.
+const SLOW_APP: &str = r#"
+import http.server, os, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        if self.path.startswith("/slow"):
+            time.sleep(1)
+        body = b"app\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;
+
+/// Two sites served by one thread of one proxied pool. A slow request of a is in flight when
+/// b's requests arrive; each line must land in its own
+/// site's log (a's once went to b's: the thread's "last routed site" was read after the
+/// proxied request's `.await`). Over HTTP/1.1 and HTTP/2 (h2c).
+#[test]
+fn each_request_is_logged_in_its_own_sites_log_whatever_was_routed_meanwhile() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("logs")).unwrap();
+    std::fs::write(d.join("app.py"), SLOW_APP).unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            r#"
+[[pool]]
+name = "one"
+cpus = "0"
+command = ["python3", "app.py"]
+[[site]]
+name = "a"
+bindings = ["http://127.0.0.1:{port}:a.example"]
+access_log = {{ path = "logs/a.log", format = "common" }}
+[[site.app]]
+pool = "one"
+[[site]]
+name = "b"
+bindings = ["http://127.0.0.1:{port}:b.example"]
+access_log = {{ path = "logs/b.log", format = "common" }}
+[[site.app]]
+pool = "one"
+"#
+        ),
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let send = |host: &'static str, path: &'static str| {
+        std::thread::spawn(move || {
+            let mut c = Conn::open(addr);
+            c.send(
+                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+            c.read_response(false).expect("an answer").status
+        })
+    };
+    // HTTP/1.1: the slow request of a, then two of b meanwhile.
+    let slow = send("a.example", "/slow-from-a");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(send("b.example", "/fast-from-b-again").join().unwrap(), 200);
+    assert_eq!(send("b.example", "/fast-from-b").join().unwrap(), 200);
+    assert_eq!(slow.join().unwrap(), 200);
+    // HTTP/2: the same on one h2c connection's streams.
+    block_on(async move {
+        let mut h2 = h2c(port).await;
+        let get = |h2: &mut h2::client::SendRequest<bytes::Bytes>, url: &str| {
+            let req = http::Request::get(url).body(()).unwrap();
+            h2.send_request(req, true).unwrap().0
+        };
+        h2 = h2.ready().await.unwrap();
+        let slow = get(&mut h2, "http://a.example/slow-from-a-h2");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        h2 = h2.ready().await.unwrap();
+        let fast = get(&mut h2, "http://b.example/fast-from-b");
+        assert_eq!(fast.await.unwrap().status(), 200);
+        h2 = h2.ready().await.unwrap();
+        let app = get(&mut h2, "http://b.example/fast-from-b-h2");
+        assert_eq!(app.await.unwrap().status(), 200);
+        assert_eq!(slow.await.unwrap().status(), 200);
+    });
+    let (a, b) = (d.join("logs/a.log"), d.join("logs/b.log"));
+    server.wait_until("every line written", Duration::from_secs(30), |_| {
+        lines(&a).len() + lines(&b).len() >= 6
+    });
+    let (a, b) = (lines(&a), lines(&b));
+    assert_eq!(a.len(), 2, "a.log: {a:?}\nb.log: {b:?}");
+    assert!(a.iter().all(|l| l.contains("/slow-from-a")), "a.log: {a:?}");
+    assert_eq!(b.len(), 4, "b.log: {b:?}");
+    assert!(b.iter().all(|l| l.contains("fast-from-b")), "b.log: {b:?}");
+}

@@ -7,7 +7,7 @@
 
 use espalier::handoff::{Carried, Handoff, PoolTargets, Receiver, MAX_HOPS};
 use espalier::http::clock::Clock;
-use espalier::http::conn::{self, ConnEnv, Reply, Service, Shutdown, Timeouts};
+use espalier::http::conn::{self, ConnEnv, Reply, Service, Shutdown, SiteRef, Timeouts};
 use espalier::http::{HeadLimits, Request, Responder};
 use espalier::proxy::Tiers;
 use std::io::{Read, Write};
@@ -26,9 +26,14 @@ struct Bouncer {
 }
 
 impl Service for Bouncer {
-    fn call(&self, _group: usize, _req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
+    fn call(
+        &self,
+        _group: usize,
+        _req: &Request<'_>,
+        resp: &mut Responder<'_>,
+    ) -> (Reply, SiteRef) {
         resp.simple(200, "text/plain", b"here\n");
-        Reply::Done
+        (Reply::Done, SiteRef::NONE)
     }
     fn shared(&self, _group: usize) -> bool {
         true

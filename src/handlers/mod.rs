@@ -19,7 +19,7 @@ use crate::config::{HandlerKind, SiteSpec};
 use crate::handoff::{Handoff, PoolTargets};
 use crate::http::access_log;
 use crate::http::clock::Clock;
-use crate::http::conn::{Reply, Service};
+use crate::http::conn::{Reply, Service, SiteRef};
 use crate::http::{Request, Responder};
 use crate::proxy::{ProxyRoute, ProxyTarget};
 use hosts::HostTable;
@@ -118,8 +118,6 @@ pub struct ThreadService {
     route: Option<Rc<ProxyRoute>>,
     /// Whether any site logs its requests: only then does the engine measure them.
     logging: bool,
-    /// The site the last request was routed to, for its log line.
-    last_site: Cell<usize>,
     /// On a shared address: `(group, site)` as [`Service::hand_off`] found it for the request
     /// being routed, so its answer does not look the host up again. Read only on a shared
     /// group, whose every request sets it first.
@@ -258,7 +256,6 @@ impl ThreadService {
             proxies: proxy.is_some(),
             route: proxy,
             logging: sites.iter().any(|s: &Site| s.log.is_some()),
-            last_site: Cell::new(usize::MAX),
             pre_routed: Cell::new(None),
             sites,
             tls: Vec::new(),
@@ -299,7 +296,7 @@ impl ThreadService {
         self.route.as_ref().map_or(0, |r| r.remote.get())
     }
 
-    fn route_site(&self, group: usize, req: &Request<'_>) -> Option<&Site> {
+    fn route_site(&self, group: usize, req: &Request<'_>) -> Option<(SiteRef, &Site)> {
         let g = self.groups.get(group)?;
         let site = match (g.shared, g.only) {
             (true, _) => match self.pre_routed.take() {
@@ -309,9 +306,13 @@ impl ThreadService {
             (false, Some(site)) => Some(site),
             (false, None) => g.hosts.site(req.host()),
         };
-        // No site: nothing of this request goes into a site's log.
-        self.last_site.set(site.unwrap_or(usize::MAX));
-        self.sites.get(site?)
+        let site = site?;
+        Some((SiteRef(site as u32), self.sites.get(site)?))
+    }
+
+    /// The site `site` names, if any.
+    fn site(&self, site: SiteRef) -> Option<&Site> {
+        self.sites.get(site.0 as usize)
     }
 }
 
@@ -332,25 +333,73 @@ enum Routed<'s, 'p> {
 }
 
 impl ThreadService {
-    fn route<'p>(&self, group: usize, req: &Request<'p>) -> Routed<'_, 'p> {
-        let Some(site) = self.route_site(group, req) else {
-            return Routed::UnknownHost;
+    /// Where `req` goes, and the site it was routed to ([`SiteRef::NONE`] for an unknown
+    /// host): the site travels with the request from here (see [`SiteRef`]).
+    fn route<'p>(&self, group: usize, req: &Request<'p>) -> (Routed<'_, 'p>, SiteRef) {
+        let Some((id, site)) = self.route_site(group, req) else {
+            return (Routed::UnknownHost, SiteRef::NONE);
         };
         if let Some(port) = site.to_https {
             if !self.groups.get(group).is_some_and(|g| g.tls) {
-                return Routed::ToHttps(port);
+                return (Routed::ToHttps(port), id);
             }
         }
         // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
         // `/api`), as nginx chooses locations: a spelling must not pick another app.
         let path = match static_files::normal_form(req.path) {
             Ok(p) => p,
-            Err(status) => return Routed::Answer(status),
+            Err(status) => return (Routed::Answer(status), id),
         };
-        match site.apps.iter().find(|a| under(&path, &a.path)) {
+        let routed = match site.apps.iter().find(|a| under(&path, &a.path)) {
             Some(app) => Routed::App(app, path),
             None => Routed::Answer(404),
+        };
+        (routed, id)
+    }
+
+    /// Answers a routed request into `resp`.
+    fn respond(
+        &self,
+        group: usize,
+        (routed, site): (Routed<'_, '_>, SiteRef),
+        req: &Request<'_>,
+        resp: &mut Responder<'_>,
+    ) -> Reply {
+        let (app, path) = match routed {
+            Routed::App(app, path) => (app, path),
+            Routed::UnknownHost => {
+                // No site of this address has that name and none is its default: 421, the
+                // status RFC 9110 gives a request sent to a server that does not serve it.
+                resp.error(421);
+                return Reply::Done;
+            }
+            Routed::Answer(status) => {
+                resp.error(status);
+                return Reply::Done;
+            }
+            Routed::ToHttps(port) => {
+                redirect_to_https(req, port, resp);
+                return Reply::Done;
+            }
+        };
+        // Over TLS, the site's HSTS line goes into whatever its handler answers.
+        let hsts = self.hsts_line(group, site);
+        // Over TLS a connection belongs to the pool its handshake's name chose, and an
+        // HTTP/2 one (h2c on a cleartext address) to the pool that took it, its streams
+        // together: a request naming another pool's site or path came to the wrong
+        // connection (RFC 9110 §15.5.20).
+        if matches!(app.handler, AppHandler::Elsewhere(_))
+            && (req.http2 || self.groups.get(group).is_some_and(|g| g.tls))
+        {
+            resp.error(421);
+            return Reply::Done;
         }
+        let mark = resp.mark();
+        let reply = self.answer(app, &path, req, resp);
+        if let Some(line) = hsts {
+            resp.insert_header_line(mark, &line);
+        }
+        reply
     }
 }
 
@@ -368,7 +417,7 @@ impl Service for ThreadService {
             Whole::Mine => return None,
             Whole::Other(k) => k?,
             Whole::Split => {
-                let Routed::App(app, _) = self.route(group, req) else {
+                let (Routed::App(app, _), _) = self.route(group, req) else {
                     return None;
                 };
                 let AppHandler::Elsewhere(Some(k)) = app.handler else {
@@ -420,34 +469,29 @@ impl Service for ThreadService {
         self.logging
     }
 
-    fn wants_log(&self) -> bool {
-        self.sites
-            .get(self.last_site.get())
-            .is_some_and(|s| s.log.is_some())
+    fn wants_log(&self, site: SiteRef) -> bool {
+        self.site(site).is_some_and(|s| s.log.is_some())
     }
 
-    fn log(&self, entry: &access_log::Entry<'_>) {
-        if let Some(log) = self
-            .sites
-            .get(self.last_site.get())
-            .and_then(|s| s.log.as_ref())
-        {
+    fn log(&self, site: SiteRef, entry: &access_log::Entry<'_>) {
+        if let Some(log) = self.site(site).and_then(|s| s.log.as_ref()) {
             log.record(entry, &self.clock, &self.identity);
         }
     }
 
-    fn hsts_line(&self, group: usize) -> Option<Rc<[u8]>> {
+    fn hsts_line(&self, group: usize, site: SiteRef) -> Option<Rc<[u8]>> {
         self.groups
             .get(group)
             .filter(|g| g.tls)
-            .and_then(|_| self.sites.get(self.last_site.get())?.hsts.clone())
+            .and_then(|_| self.site(site)?.hsts.clone())
     }
 
-    fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<ProxyTarget> {
+    fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<(ProxyTarget, SiteRef)> {
         if !self.proxies {
             return None;
         }
-        let target = match self.route(group, req) {
+        let (routed, site) = self.route(group, req);
+        let target = match routed {
             Routed::App(app, path) => match &app.handler {
                 AppHandler::Proxy(route) => ProxyTarget::Http(Rc::clone(route)),
                 // A path that names no script it may run is answered here (see `answer`).
@@ -460,46 +504,14 @@ impl Service for ThreadService {
             _ => return None,
         };
         self.served.set(self.served.get() + 1);
-        Some(target)
+        Some((target, site))
     }
 
-    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
+    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> (Reply, SiteRef) {
         self.served.set(self.served.get() + 1);
-        let (app, path) = match self.route(group, req) {
-            Routed::App(app, path) => (app, path),
-            Routed::UnknownHost => {
-                // No site of this address has that name and none is its default: 421, the
-                // status RFC 9110 gives a request sent to a server that does not serve it.
-                resp.error(421);
-                return Reply::Done;
-            }
-            Routed::Answer(status) => {
-                resp.error(status);
-                return Reply::Done;
-            }
-            Routed::ToHttps(port) => {
-                redirect_to_https(req, port, resp);
-                return Reply::Done;
-            }
-        };
-        // Over TLS, the site's HSTS line goes into whatever its handler answers.
-        let hsts = self.hsts_line(group);
-        // Over TLS a connection belongs to the pool its handshake's name chose, and an
-        // HTTP/2 one (h2c on a cleartext address) to the pool that took it, its streams
-        // together: a request naming another pool's site or path came to the wrong
-        // connection (RFC 9110 §15.5.20).
-        if matches!(app.handler, AppHandler::Elsewhere(_))
-            && (req.http2 || self.groups.get(group).is_some_and(|g| g.tls))
-        {
-            resp.error(421);
-            return Reply::Done;
-        }
-        let mark = resp.mark();
-        let reply = self.answer(app, &path, req, resp);
-        if let Some(line) = hsts {
-            resp.insert_header_line(mark, &line);
-        }
-        reply
+        let routed = self.route(group, req);
+        let site = routed.1;
+        (self.respond(group, routed, req, resp), site)
     }
 }
 

@@ -47,21 +47,35 @@ pub enum Reply {
     File(FileBody),
 }
 
+/// The site a request was routed to, as the service numbers its sites. Routing returns it,
+/// and the request carries it to its answer and its log line: nothing about "the current
+/// request" is looked up in the thread's state after an `.await`, when another request may
+/// have been routed on the thread meanwhile (a slow proxied request of site A was once
+/// logged in site B's log, and an HTTP/2 stream took B's HSTS line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteRef(pub u32);
+
+impl SiteRef {
+    /// No site (an unknown host): nothing of the request goes into a site's log.
+    pub const NONE: SiteRef = SiteRef(u32::MAX);
+}
+
 /// The application behind the engine: routes and answers requests.
 pub trait Service {
-    /// Answers `req`, received on a listener of `group`, into `resp`.
-    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply;
+    /// Answers `req`, received on a listener of `group`, into `resp`; with the site it was
+    /// routed to.
+    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> (Reply, SiteRef);
 
     /// Called when a request's head is complete, before its body is read: `Some` takes the
-    /// request (body and answer, streamed) to an application process instead of [`Self::call`].
-    fn proxy_route(&self, _group: usize, _req: &Request<'_>) -> Option<ProxyTarget> {
+    /// request (body and answer, streamed) to an application process instead of
+    /// [`Self::call`], with the site it was routed to.
+    fn proxy_route(&self, _group: usize, _req: &Request<'_>) -> Option<(ProxyTarget, SiteRef)> {
         None
     }
 
-    /// The `Strict-Transport-Security` line of the site the last request of `group` was
-    /// routed to, when `group` is TLS and the site has `hsts`: added to its answers, the
-    /// proxied apps' too.
-    fn hsts_line(&self, _group: usize) -> Option<std::rc::Rc<[u8]>> {
+    /// The `Strict-Transport-Security` line of `site`, when `group` is TLS and the site has
+    /// `hsts`: added to its answers, the proxied apps' too.
+    fn hsts_line(&self, _group: usize, _site: SiteRef) -> Option<std::rc::Rc<[u8]>> {
         None
     }
 
@@ -108,13 +122,13 @@ pub trait Service {
         false
     }
 
-    /// Whether the site the last request was routed to logs it (only then is its line built).
-    fn wants_log(&self) -> bool {
+    /// Whether `site` logs its requests (only then is a line built).
+    fn wants_log(&self, _site: SiteRef) -> bool {
         false
     }
 
-    /// Logs the request just answered (in the site it was routed to).
-    fn log(&self, _entry: &Entry<'_>) {}
+    /// Logs an answered request in `site`'s log.
+    fn log(&self, _site: SiteRef, _entry: &Entry<'_>) {}
 }
 
 /// Timeouts of a connection.
@@ -294,7 +308,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
         let mut decode_now = false;
         // A request taken by a proxied app: its head is consumed, its body follows.
         let mut proxied: Option<Proxied> = None;
-        let mut proxied_facts: Option<OwnedFacts> = None;
+        let mut proxied_facts: Option<(SiteRef, OwnedFacts)> = None;
         let mut proxied_fields: Option<Rc<[u8]>> = None;
         // The request at `consumed` belongs to another pool: the connection goes there.
         let mut handoff: Option<crate::handoff::Handoff> = None;
@@ -356,10 +370,10 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                         break;
                     }
                 }
-                if let Some(target) = env.service.proxy_route(group, &request) {
-                    proxied_fields = env.service.hsts_line(group);
-                    if logging && env.service.wants_log() {
-                        proxied_facts = Some(OwnedFacts::of(&request));
+                if let Some((target, site)) = env.service.proxy_route(group, &request) {
+                    proxied_fields = env.service.hsts_line(group, site);
+                    if logging && env.service.wants_log(site) {
+                        proxied_facts = Some((site, OwnedFacts::of(&request)));
                     }
                     let keep = keep_alive && !env.shutdown.started.get() && stream.may_keep_alive();
                     proxied = Some(match target {
@@ -451,20 +465,23 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                     request.minor_version,
                     request.method == Method::Head,
                 );
-                let reply = env.service.call(group, &request, &mut resp);
-                if logging && env.service.wants_log() {
+                let (reply, site) = env.service.call(group, &request, &mut resp);
+                if logging && env.service.wants_log(site) {
                     let file_len = match &reply {
                         Reply::File(f) => f.len,
                         Reply::Done => 0,
                     };
-                    env.service.log(&Entry {
-                        req: Facts::of(&request),
-                        status: status_of(&wbuf[answer_start..]),
-                        bytes: (wbuf.len() - answer_start) as u64 + file_len,
-                        micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
-                        upstream_micros: None,
-                        peer: &client_text,
-                    });
+                    env.service.log(
+                        site,
+                        &Entry {
+                            req: Facts::of(&request),
+                            status: status_of(&wbuf[answer_start..]),
+                            bytes: (wbuf.len() - answer_start) as u64 + file_len,
+                            micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
+                            upstream_micros: None,
+                            peer: &client_text,
+                        },
+                    );
                 }
                 consumed = body_end;
                 continue_sent = false;
@@ -559,15 +576,18 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                     Box::pin(crate::proxy::fastcgi::forward(client, fwd, &route)).await
                 }
             };
-            if let Some(facts) = &proxied_facts {
-                env.service.log(&Entry {
-                    req: facts.facts(),
-                    status: report.status.get(),
-                    bytes: report.bytes.get(),
-                    micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
-                    upstream_micros: report.upstream_micros.get(),
-                    peer: &client_text,
-                });
+            if let Some((site, facts)) = &proxied_facts {
+                env.service.log(
+                    *site,
+                    &Entry {
+                        req: facts.facts(),
+                        status: report.status.get(),
+                        bytes: report.bytes.get(),
+                        micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
+                        upstream_micros: report.upstream_micros.get(),
+                        peer: &client_text,
+                    },
+                );
             }
             if outcome == Outcome::Close {
                 linger_close(stream, &env).await;

@@ -35,7 +35,7 @@ mod body;
 mod held;
 
 use super::access_log::{Entry, Facts, OwnedFacts};
-use super::conn::{ConnEnv, FileBody, Reply, Service};
+use super::conn::{ConnEnv, FileBody, Reply, Service, SiteRef};
 use super::{Framing, Method, Request, Responder, MAX_HEADERS};
 use crate::handoff::Carried;
 use crate::proxy::{ProxyTarget, Report};
@@ -195,8 +195,10 @@ impl Drop for Open<'_> {
 /// What answering a stream at once left for a task.
 enum Work {
     /// The request goes to an application, through the forwarder.
+    /// The site it was routed to travels with it, to its HSTS line and its log line.
     Forward(
         ProxyTarget,
+        SiteRef,
         SendResponse<Bytes>,
         Option<OwnedFacts>,
         Instant,
@@ -277,7 +279,7 @@ impl<S: Service + 'static> Connection<S> {
                 Ok(request) => env
                     .service
                     .proxy_route(self.group, &request)
-                    .map(|target| (target, self.facts_of(&request))),
+                    .map(|(target, site)| (target, site, self.facts_of(site, &request))),
                 Err(status) => {
                     send_error(&mut respond, env, status);
                     return;
@@ -287,17 +289,17 @@ impl<S: Service + 'static> Connection<S> {
         let framing = body::framing_of(&parts);
         // FastCGI tells its app the body's length before the body (CONTENT_LENGTH): one the
         // client did not declare is read whole first, as nginx does.
-        let routed = routed.filter(|(target, _)| {
+        let routed = routed.filter(|(target, _, _)| {
             framing != Framing::Chunked || !matches!(target, ProxyTarget::FastCgi(..))
         });
-        if let Some((target, facts)) = routed {
+        if let Some((target, site, facts)) = routed {
             // A body declared too large is refused before any of it is taken, as HTTP/1.1's
             // is; one undeclared is bounded by the forwarder's chunked decoder.
             if matches!(framing, Framing::Length(n) if n > env.limits.max_body_size) {
                 send_error(&mut respond, env, 413);
                 return;
             }
-            let work = Work::Forward(target, respond, facts, arrived);
+            let work = Work::Forward(target, site, respond, facts, arrived);
             let expects_continue = body::expects_continue(&parts);
             let arriving = Body::Arriving(recv, framing, expects_continue);
             Box::pin(self.run(work, &parts, arriving)).await;
@@ -325,9 +327,9 @@ impl<S: Service + 'static> Connection<S> {
         }
     }
 
-    /// What the access log will want of a forwarded request, when it logs.
-    fn facts_of(&self, request: &Request<'_>) -> Option<OwnedFacts> {
-        (self.env.service.logging() && self.env.service.wants_log())
+    /// What the access log will want of a forwarded request, when its site logs.
+    fn facts_of(&self, site: SiteRef, request: &Request<'_>) -> Option<OwnedFacts> {
+        (self.env.service.logging() && self.env.service.wants_log(site))
             .then(|| OwnedFacts::of(request))
     }
 
@@ -344,7 +346,7 @@ impl<S: Service + 'static> Connection<S> {
             Work::File(mut send, file) => {
                 let _ = send_file(&mut send, file, self.env.timeouts.body).await;
             }
-            Work::Forward(target, respond, facts, arrived) => {
+            Work::Forward(target, site, respond, facts, arrived) => {
                 let mut headers = Vec::with_capacity(parts.headers.len() + 1);
                 let whole = match body {
                     Body::Whole(whole) => whole,
@@ -356,19 +358,22 @@ impl<S: Service + 'static> Connection<S> {
                 };
                 let head_only = request.method == Method::Head;
                 let report = Report::default();
-                self.forward(&request, body, target, &report, respond, head_only)
+                self.forward(&request, body, target, site, &report, respond, head_only)
                     .await;
                 if let Some(facts) = facts {
                     let mut req = facts.facts();
                     req.minor_version = super::access_log::HTTP2;
-                    self.env.service.log(&Entry {
-                        req,
-                        status: report.status.get(),
-                        bytes: report.bytes.get(),
-                        micros: arrived.elapsed().as_micros() as u64,
-                        upstream_micros: report.upstream_micros.get(),
-                        peer: &self.client,
-                    });
+                    self.env.service.log(
+                        site,
+                        &Entry {
+                            req,
+                            status: report.status.get(),
+                            bytes: report.bytes.get(),
+                            micros: arrived.elapsed().as_micros() as u64,
+                            upstream_micros: report.upstream_micros.get(),
+                            peer: &self.client,
+                        },
+                    );
                 }
             }
         }
@@ -395,12 +400,12 @@ impl<S: Service + 'static> Connection<S> {
             }
         };
         let head_only = request.method == Method::Head;
-        if let Some(target) = env.service.proxy_route(self.group, &request) {
-            let facts = self.facts_of(&request);
-            return Some(Work::Forward(target, respond, facts, arrived));
+        if let Some((target, site)) = env.service.proxy_route(self.group, &request) {
+            let facts = self.facts_of(site, &request);
+            return Some(Work::Forward(target, site, respond, facts, arrived));
         }
         let mut out = Vec::with_capacity(1024);
-        let reply = {
+        let (reply, site) = {
             let common = env.clock.common();
             let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
             env.service.call(self.group, &request, &mut resp)
@@ -409,20 +414,23 @@ impl<S: Service + 'static> Connection<S> {
             Reply::File(f) => Some(f),
             Reply::Done => None,
         };
-        if env.service.logging() && env.service.wants_log() {
+        if env.service.logging() && env.service.wants_log(site) {
             let status = out
                 .get(9..12)
                 .and_then(|d| std::str::from_utf8(d).ok()?.parse().ok());
             let mut req = Facts::of(&request);
             req.minor_version = super::access_log::HTTP2;
-            env.service.log(&Entry {
-                req,
-                status: status.unwrap_or(0),
-                bytes: out.len() as u64 + file.as_ref().map_or(0, |f| f.len),
-                micros: arrived.elapsed().as_micros() as u64,
-                upstream_micros: None,
-                peer: &self.client,
-            });
+            env.service.log(
+                site,
+                &Entry {
+                    req,
+                    status: status.unwrap_or(0),
+                    bytes: out.len() as u64 + file.as_ref().map_or(0, |f| f.len),
+                    micros: arrived.elapsed().as_micros() as u64,
+                    upstream_micros: None,
+                    peer: &self.client,
+                },
+            );
         }
         let send = send_answer(&mut respond, Bytes::from(out), file.is_some(), head_only)?;
         match (send, file) {
@@ -439,6 +447,7 @@ impl<S: Service + 'static> Connection<S> {
         request: &Request<'_>,
         body: Body<'_>,
         target: ProxyTarget,
+        site: SiteRef,
         report: &Report,
         mut respond: SendResponse<Bytes>,
         head_only: bool,
@@ -457,7 +466,7 @@ impl<S: Service + 'static> Connection<S> {
             }
             Body::Arriving(recv, framing, expects) => (Vec::new(), framing, Some(recv), expects),
         };
-        let added_fields = env.service.hsts_line(self.group);
+        let added_fields = env.service.hsts_line(self.group, site);
         let forwarding = async move {
             let client = crate::proxy::Client {
                 stream: &mut ours,
