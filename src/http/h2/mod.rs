@@ -356,9 +356,8 @@ impl<S: Service + 'static> Connection<S> {
                 else {
                     return;
                 };
-                let head_only = request.method == Method::Head;
                 let report = Report::default();
-                self.forward(&request, body, target, site, &report, respond, head_only)
+                self.forward(&request, body, target, site, &report, respond)
                     .await;
                 if let Some(facts) = facts {
                     let mut req = facts.facts();
@@ -450,9 +449,9 @@ impl<S: Service + 'static> Connection<S> {
         site: SiteRef,
         report: &Report,
         mut respond: SendResponse<Bytes>,
-        head_only: bool,
     ) {
         let env = &self.env;
+        let head_only = request.method == Method::Head;
         // The pipe bounds what a stream holds of its app's answer while its client's window
         // is shut: the forwarder stops reading from the app when it is full.
         let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
