@@ -109,7 +109,8 @@ impl OwnedFacts {
 pub struct Entry<'a> {
     pub req: Facts<'a>,
     pub status: u16,
-    /// Response bytes sent (head and body).
+    /// Response body bytes sent (the head not counted), as Apache's `%b` and nginx's
+    /// `$body_bytes_sent`, which log analyzers read.
     pub bytes: u64,
     /// From the request's first byte to its last answer byte queued.
     pub micros: u64,
@@ -227,6 +228,12 @@ impl AccessLog {
         }
         buf.clear();
     }
+}
+
+/// The length of the response head at the start of `answer` (through its empty line); all of
+/// it when there is no empty line.
+pub fn head_len(answer: &[u8]) -> usize {
+    memchr::memmem::find(answer, b"\r\n\r\n").map_or(answer.len(), |i| i + 4)
 }
 
 /// `peer - - [time] "METHOD target HTTP/1.x" status bytes`.

@@ -18,7 +18,7 @@ use super::{
     head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, HeadLimits, Method,
     ProtocolError, Request, Responder, MAX_HEADERS,
 };
-use crate::http::access_log::{Entry, Facts, OwnedFacts};
+use crate::http::access_log::{head_len, Entry, Facts, OwnedFacts};
 use crate::http::clock::Clock;
 use crate::proxy::{
     forward, Addresses, FastCgiRequest, ForwardRequest, Outcome, ProxyRoute, ProxyTarget, Report,
@@ -476,7 +476,9 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                         &Entry {
                             req: Facts::of(&request),
                             status: status_of(&wbuf[answer_start..]),
-                            bytes: (wbuf.len() - answer_start) as u64 + file_len,
+                            bytes: (wbuf.len() - answer_start - head_len(&wbuf[answer_start..]))
+                                as u64
+                                + file_len,
                             micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
                             upstream_micros: None,
                             peer: &client_text,
@@ -582,7 +584,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                     &Entry {
                         req: facts.facts(),
                         status: report.status.get(),
-                        bytes: report.bytes.get(),
+                        bytes: report.bytes.get().saturating_sub(report.head.get()),
                         micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
                         upstream_micros: report.upstream_micros.get(),
                         peer: &client_text,

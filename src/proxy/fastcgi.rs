@@ -320,6 +320,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         _ => {}
     }
     out.extend_from_slice(b"\r\n");
+    report.head.set(out.len() as u64);
     let mut sent: u64 = 0;
     let mut clean = true;
     // The body: what came after the header block, then STDOUT records until END_REQUEST.

@@ -68,6 +68,8 @@ pub struct Report {
     pub status: Cell<u16>,
     /// Bytes written to the client (head and body).
     pub bytes: Cell<u64>,
+    /// Of those, the response head's.
+    pub head: Cell<u64>,
     /// From the request sent to the app's answer head received.
     pub upstream_micros: Cell<Option<u64>>,
 }
@@ -292,6 +294,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
+    report.head.set(out.len() as u64);
     ubuf.drain(..head_len);
     // A small answer read whole goes out with its head in one write; nothing is left to relay.
     let mut kind = kind;
@@ -351,6 +354,9 @@ pub(super) async fn answer<C: AsyncWrite + Unpin>(
         let common = clock.common();
         Responder::new(&mut out, &common, false, client_minor, head_only).error(status);
     }
+    report
+        .head
+        .set(crate::http::access_log::head_len(&out) as u64);
     let _ = to_client(stream, report, &out, Duration::from_secs(5)).await;
     Outcome::Close
 }

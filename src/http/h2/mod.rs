@@ -367,7 +367,7 @@ impl<S: Service + 'static> Connection<S> {
                         &Entry {
                             req,
                             status: report.status.get(),
-                            bytes: report.bytes.get(),
+                            bytes: report.bytes.get().saturating_sub(report.head.get()),
                             micros: arrived.elapsed().as_micros() as u64,
                             upstream_micros: report.upstream_micros.get(),
                             peer: &self.client,
@@ -424,7 +424,8 @@ impl<S: Service + 'static> Connection<S> {
                 &Entry {
                     req,
                     status: status.unwrap_or(0),
-                    bytes: out.len() as u64 + file.as_ref().map_or(0, |f| f.len),
+                    bytes: (out.len() - super::access_log::head_len(&out)) as u64
+                        + file.as_ref().map_or(0, |f| f.len),
                     micros: arrived.elapsed().as_micros() as u64,
                     upstream_micros: None,
                     peer: &self.client,
