@@ -13,8 +13,9 @@
 //!    accepted there and served in a contained task ([`server::conn_task`]).
 //! 3. The connection loop ([`http::conn`]) reads, parses each request head
 //!    ([`http::parse_head`]) and body ([`http::chunked`]), and asks the thread's service.
-//! 4. The service ([`handlers`]) picks the site by listener and `Host`, the app by path, and
-//!    the handler answers into a [`http::Responder`]: [`handlers::static_files`],
+//! 4. The service ([`handlers`]) picks the site by listener and `Host` — returned with the
+//!    answer as an [`http::conn::SiteRef`], which the request carries to its HSTS line and its
+//!    access-log line — the app by path, and the handler answers into a [`http::Responder`]: [`handlers::static_files`],
 //!    [`handlers::dynamic`] or [`handlers::cpu`]. On an address several pools share, a
 //!    request of another pool's app has its connection handed to that pool ([`handoff`]).
 //! 5. The answers of every request in the buffer go out in one `write` (or `sendfile` for a
