@@ -365,6 +365,12 @@ fn workers_start_after_the_binary_is_replaced_on_disk() {
     });
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     assert_eq!(get(addr, "/", "").status, 200, "{}", server.log_text());
+    // Started from the held descriptor, it still shows the path it was installed at (for ps,
+    // pgrep -f and service managers), not /proc/self/fd/N.
+    let pid = server.workers()[0].1;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let argv0 = cmdline.split(|&b| b == 0).next().unwrap();
+    assert_eq!(argv0, bin.as_os_str().as_encoded_bytes());
 }
 
 /// An activated app that accepts in a blocking loop, as Perl's HTTP::Daemon does; it says

@@ -6,12 +6,25 @@
 use std::io;
 use std::os::fd::RawFd;
 
-static OWN_EXE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
+/// The running executable, opened once, and the path it was started from.
+struct OwnExecutable {
+    file: Option<std::fs::File>,
+    name: std::path::PathBuf,
+}
+
+static OWN_EXE: std::sync::OnceLock<OwnExecutable> = std::sync::OnceLock::new();
+
+fn own() -> &'static OwnExecutable {
+    OWN_EXE.get_or_init(|| OwnExecutable {
+        file: std::fs::File::open("/proc/self/exe").ok(),
+        name: std::env::current_exe().unwrap_or_else(|_| "espalier".into()),
+    })
+}
 
 /// Opens the running executable, once: call it at start, before anything could replace the
 /// file (a package upgrade or a rebuild unlinks it and writes a new one).
 pub fn hold_own_executable() {
-    OWN_EXE.get_or_init(|| std::fs::File::open("/proc/self/exe").ok());
+    own();
 }
 
 /// A path that starts the executable this process runs, even after its file was replaced or
@@ -20,13 +33,19 @@ pub fn hold_own_executable() {
 /// path `/proc/self/exe` names.
 pub fn own_executable() -> io::Result<std::path::PathBuf> {
     use std::os::fd::AsRawFd;
-    match OWN_EXE.get_or_init(|| std::fs::File::open("/proc/self/exe").ok()) {
+    match &own().file {
         Some(f) => Ok(std::path::PathBuf::from(format!(
             "/proc/self/fd/{}",
             f.as_raw_fd()
         ))),
         None => std::env::current_exe(),
     }
+}
+
+/// The path the executable was started from: the `argv[0]` its children get, so `ps`,
+/// `pgrep -f` and service managers show `/usr/bin/espalier worker …`, not `/proc/self/fd/N`.
+pub fn own_executable_name() -> &'static std::path::Path {
+    &own().name
 }
 
 /// Clears `O_NONBLOCK` on `fd`: sockets passed to an application by socket activation are

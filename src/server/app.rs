@@ -139,6 +139,7 @@ pub(super) fn spawn_app(
     let exe = crate::os::process::own_executable()
         .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
+    std::os::unix::process::CommandExt::arg0(&mut cmd, crate::os::process::own_executable_name());
     cmd.arg("app-exec")
         .arg("--")
         .args(&argv)

@@ -139,6 +139,7 @@ pub(super) fn spawn_worker(
     let exe = crate::os::process::own_executable()
         .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
+    std::os::unix::process::CommandExt::arg0(&mut cmd, crate::os::process::own_executable_name());
     // The master alone speaks to systemd (a worker's READY=1 would be taken for the service's).
     cmd.arg("worker")
         .env(ENV_VAR, json)
