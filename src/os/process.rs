@@ -28,17 +28,26 @@ pub fn hold_own_executable() {
 }
 
 /// A path that starts the executable this process runs, even after its file was replaced or
-/// removed: `/proc/self/fd/N` of the descriptor [`hold_own_executable`] opened (a forked child
-/// has the same descriptor, and exec opens the file before close-on-exec closes it), else the
-/// path `/proc/self/exe` names.
+/// removed: its own path while that still names the same file (so wrappers that exec it
+/// again, such as valgrind's `--trace-children`, work as usual), else `/proc/self/fd/N` of
+/// the descriptor [`hold_own_executable`] opened (a forked child has the same descriptor,
+/// and exec opens the file before close-on-exec closes it).
 pub fn own_executable() -> io::Result<std::path::PathBuf> {
     use std::os::fd::AsRawFd;
-    match &own().file {
-        Some(f) => Ok(std::path::PathBuf::from(format!(
+    use std::os::unix::fs::MetadataExt;
+    let own = own();
+    let Some(f) = &own.file else {
+        return std::env::current_exe();
+    };
+    let same = |held: &std::fs::Metadata, named: &std::fs::Metadata| {
+        held.dev() == named.dev() && held.ino() == named.ino()
+    };
+    match (f.metadata(), std::fs::metadata(&own.name)) {
+        (Ok(held), Ok(named)) if same(&held, &named) => Ok(own.name.clone()),
+        _ => Ok(std::path::PathBuf::from(format!(
             "/proc/self/fd/{}",
             f.as_raw_fd()
         ))),
-        None => std::env::current_exe(),
     }
 }
 
