@@ -233,7 +233,11 @@ impl AccessLog {
 /// The length of the response head at the start of `answer` (through its empty line); all of
 /// it when there is no empty line.
 pub fn head_len(answer: &[u8]) -> usize {
-    memchr::memmem::find(answer, b"\r\n\r\n").map_or(answer.len(), |i| i + 4)
+    // Line ends found with `memchr` (a head has a dozen): cheaper per request than building
+    // a substring finder.
+    memchr::memchr_iter(b'\n', answer)
+        .find(|&i| i >= 3 && &answer[i - 3..i] == b"\r\n\r")
+        .map_or(answer.len(), |i| i + 1)
 }
 
 /// `peer - - [time] "METHOD target HTTP/1.x" status bytes`.
@@ -360,6 +364,13 @@ fn json_line(buf: &mut Vec<u8>, e: &Entry<'_>, time: &str, worker: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_head_ends_at_the_first_empty_line() {
+        assert_eq!(head_len(b"HTTP/1.1 200 OK\r\nA: b\r\n\r\nbody\r\n\r\n"), 25);
+        assert_eq!(head_len(b"HTTP/1.1 200 OK\r\n"), 17);
+        assert_eq!(head_len(b""), 0);
+    }
 
     #[test]
     fn client_bytes_cannot_break_a_line() {
