@@ -8,7 +8,8 @@
 use espalier::config::{Config, SiteSpec};
 use espalier::handlers::{GroupRoutes, ThreadService};
 use espalier::http::clock::Clock;
-use espalier::http::conn::{self, ConnEnv, Shutdown, Timeouts};
+use espalier::http::conn::{self, Shutdown};
+use espalier::http::service::{ConnEnv, Timeouts};
 use espalier::http::HeadLimits;
 use proptest::prelude::*;
 use std::io::{Read, Write};

@@ -7,7 +7,10 @@
 
 use espalier::handoff::{Carried, Handoff, PoolTargets, Receiver, MAX_HOPS};
 use espalier::http::clock::Clock;
-use espalier::http::conn::{self, ConnEnv, Reply, Service, Shutdown, SiteRef, Timeouts};
+use espalier::http::conn::{self, Shutdown};
+use espalier::http::service::{
+    ConnEnv, LentConnection, LentHead, Outcome, Reply, RequestCtx, Route, Service, Timeouts,
+};
 use espalier::http::{HeadLimits, Request, Responder};
 use espalier::proxy::Tiers;
 use std::io::{Read, Write};
@@ -26,25 +29,48 @@ struct Bouncer {
 }
 
 impl Service for Bouncer {
+    /// Nothing is lent: the bouncer answers or hands over.
+    type Target = std::convert::Infallible;
+    type Lent = std::convert::Infallible;
+
+    fn route(&self, _group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<Self::Target> {
+        if may_hand_off && req.host() != Some(self.mine) {
+            return Route::HandOff(Handoff {
+                targets: Rc::clone(&self.targets),
+                addr: self.addr,
+                hops: 0,
+                client: None,
+            });
+        }
+        Route::Here(RequestCtx::default())
+    }
     fn call(
         &self,
         _group: usize,
+        _ctx: &RequestCtx,
         _req: &Request<'_>,
         resp: &mut Responder<'_>,
-    ) -> (Reply, SiteRef) {
+    ) -> Reply {
         resp.simple(200, "text/plain", b"here\n");
-        (Reply::Done, SiteRef::NONE)
+        Reply::Done
+    }
+    fn prepare(
+        &self,
+        target: Self::Target,
+        _req: &Request<'_>,
+        _head: &LentHead<'_>,
+    ) -> Self::Lent {
+        match target {}
+    }
+    async fn lend<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        &self,
+        lent: Self::Lent,
+        _conn: LentConnection<'_, C>,
+    ) -> Outcome {
+        match lent {}
     }
     fn shared(&self, _group: usize) -> bool {
         true
-    }
-    fn hand_off(&self, _group: usize, req: &Request<'_>) -> Option<Handoff> {
-        (req.host() != Some(self.mine)).then(|| Handoff {
-            targets: Rc::clone(&self.targets),
-            addr: self.addr,
-            hops: 0,
-            client: None,
-        })
     }
 }
 

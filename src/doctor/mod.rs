@@ -32,7 +32,7 @@ pub struct Inputs {
     /// The config's certificates: (site, file, whole days until it expires).
     pub certificates: Vec<(String, String, i64)>,
     /// What the running kernel's TLS (kTLS) takes; `None` when not asked (a fixture).
-    pub ktls: Option<crate::tls::kernel::KernelSupport>,
+    pub ktls: Option<crate::os::ktls::KernelSupport>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -125,7 +125,7 @@ fn certificates_near_their_expiry_are_warned_about() {
 
 #[test]
 fn kernel_tls_is_reported_as_the_kernel_and_the_config_have_it() {
-    use crate::tls::kernel::{KernelSupport, Offload};
+    use crate::os::ktls::{KernelSupport, Offload};
     let t = crate::testutil::fixture("laptop");
     let mut i = inputs("laptop");
     let said = |i: &Inputs, c: Option<&Config>| {

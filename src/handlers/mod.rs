@@ -19,9 +19,11 @@ use crate::config::{HandlerKind, SiteSpec};
 use crate::handoff::{Handoff, PoolTargets};
 use crate::http::access_log;
 use crate::http::clock::Clock;
-use crate::http::conn::{Reply, Service, SiteRef};
+use crate::http::service::{
+    LentConnection, LentHead, Outcome, Reply, RequestCtx, Route, Service, SiteRef,
+};
 use crate::http::{Request, Responder};
-use crate::proxy::{ProxyRoute, ProxyTarget};
+use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
 use hosts::HostTable;
 use static_files::StaticFiles;
 use std::cell::{Cell, RefCell};
@@ -118,14 +120,10 @@ pub struct ThreadService {
     route: Option<Rc<ProxyRoute>>,
     /// Whether any site logs its requests: only then does the engine measure them.
     logging: bool,
-    /// On a shared address: `(group, site)` as [`Service::hand_off`] found it for the request
-    /// being routed, so its answer does not look the host up again. Read only on a shared
-    /// group, whose every request sets it first.
-    pre_routed: Cell<Option<(usize, Option<usize>)>>,
     /// Per group: its TLS acceptor on an https address (see [`Self::with_tls`]).
     tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
     /// Which HTTPS/1.1 connections go to the kernel's TLS after the handshake.
-    ktls: crate::tls::kernel::KernelSupport,
+    ktls: crate::os::ktls::KernelSupport,
 }
 
 impl ThreadService {
@@ -256,10 +254,9 @@ impl ThreadService {
             proxies: proxy.is_some(),
             route: proxy,
             logging: sites.iter().any(|s: &Site| s.log.is_some()),
-            pre_routed: Cell::new(None),
             sites,
             tls: Vec::new(),
-            ktls: crate::tls::kernel::KernelSupport::NONE,
+            ktls: crate::os::ktls::KernelSupport::NONE,
         }
     }
 
@@ -268,7 +265,7 @@ impl ThreadService {
     pub fn with_tls(
         mut self,
         configs: &[Option<std::sync::Arc<rustls::ServerConfig>>],
-        ktls: crate::tls::kernel::KernelSupport,
+        ktls: crate::os::ktls::KernelSupport,
     ) -> Self {
         self.ktls = ktls;
         self.tls = configs
@@ -296,18 +293,24 @@ impl ThreadService {
         self.route.as_ref().map_or(0, |r| r.remote.get())
     }
 
-    fn route_site(&self, group: usize, req: &Request<'_>) -> Option<(SiteRef, &Site)> {
+    /// The site of `req` on `group` (by its host, unless the address has one site only).
+    fn site_of(&self, group: usize, req: &Request<'_>) -> Option<SiteRef> {
         let g = self.groups.get(group)?;
-        let site = match (g.shared, g.only) {
-            (true, _) => match self.pre_routed.take() {
-                Some((routed, site)) if routed == group => site,
-                _ => g.hosts.site(req.host()),
-            },
-            (false, Some(site)) => Some(site),
-            (false, None) => g.hosts.site(req.host()),
+        let site = g.only.or_else(|| g.hosts.site(req.host()))?;
+        Some(SiteRef(site as u32))
+    }
+
+    /// The context `req` carries to its answer and log line, routed to `site` on `group`.
+    fn context(&self, group: usize, site: Option<SiteRef>) -> RequestCtx {
+        let Some(s) = site.and_then(|id| self.site(id)) else {
+            return RequestCtx::default();
         };
-        let site = site?;
-        Some((SiteRef(site as u32), self.sites.get(site)?))
+        let tls = self.groups.get(group).is_some_and(|g| g.tls);
+        RequestCtx {
+            site,
+            logged: s.log.is_some(),
+            added_fields: s.hsts.as_ref().filter(|_| tls).cloned(),
+        }
     }
 
     /// The site `site` names, if any.
@@ -333,35 +336,78 @@ enum Routed<'s, 'p> {
 }
 
 impl ThreadService {
-    /// Where `req` goes, and the site it was routed to ([`SiteRef::NONE`] for an unknown
-    /// host): the site travels with the request from here (see [`SiteRef`]).
-    fn route<'p>(&self, group: usize, req: &Request<'p>) -> (Routed<'_, 'p>, SiteRef) {
-        let Some((id, site)) = self.route_site(group, req) else {
-            return (Routed::UnknownHost, SiteRef::NONE);
+    /// Where `req`, of `site` (`None`: an unknown host), goes within its site.
+    fn routed<'p>(&self, group: usize, site: Option<SiteRef>, req: &Request<'p>) -> Routed<'_, 'p> {
+        let Some(site) = site.and_then(|id| self.site(id)) else {
+            return Routed::UnknownHost;
         };
         if let Some(port) = site.to_https {
             if !self.groups.get(group).is_some_and(|g| g.tls) {
-                return (Routed::ToHttps(port), id);
+                return Routed::ToHttps(port);
             }
         }
         // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
         // `/api`), as nginx chooses locations: a spelling must not pick another app.
         let path = match static_files::normal_form(req.path) {
             Ok(p) => p,
-            Err(status) => return (Routed::Answer(status), id),
+            Err(status) => return Routed::Answer(status),
         };
-        let routed = match site.apps.iter().find(|a| under(&path, &a.path)) {
+        match site.apps.iter().find(|a| under(&path, &a.path)) {
             Some(app) => Routed::App(app, path),
             None => Routed::Answer(404),
+        }
+    }
+
+    /// On a shared address: the pool `req` (of `site`) belongs to, when it is another's.
+    fn hand_off(&self, group: usize, site: Option<SiteRef>, req: &Request<'_>) -> Option<Handoff> {
+        let k = match self.site(site?)?.whole {
+            Whole::Mine => return None,
+            Whole::Other(k) => k?,
+            Whole::Split => {
+                let Routed::App(app, _) = self.routed(group, site, req) else {
+                    return None;
+                };
+                let AppHandler::Elsewhere(Some(k)) = app.handler else {
+                    return None;
+                };
+                k
+            }
         };
-        (routed, id)
+        Some(Handoff {
+            targets: Rc::clone(self.handoff.get(k)?),
+            addr: self.groups.get(group)?.addr,
+            hops: 0,
+            client: None,
+        })
+    }
+
+    /// The application `req` goes to, when its app forwards to one (a FastCGI app only for a
+    /// script it may run: any other path is answered here, see `answer`).
+    fn proxy_target(
+        &self,
+        group: usize,
+        site: Option<SiteRef>,
+        req: &Request<'_>,
+    ) -> Option<ProxyTarget> {
+        let Routed::App(app, path) = self.routed(group, site, req) else {
+            return None;
+        };
+        match &app.handler {
+            AppHandler::Proxy(route) => Some(ProxyTarget::Http(Rc::clone(route))),
+            AppHandler::FastCgi(route, scripts) => {
+                let script = scripts.resolve(&path).ok()?;
+                Some(ProxyTarget::FastCgi(Rc::clone(route), Box::new(script)))
+            }
+            _ => None,
+        }
     }
 
     /// Answers a routed request into `resp`.
     fn respond(
         &self,
         group: usize,
-        (routed, site): (Routed<'_, '_>, SiteRef),
+        routed: Routed<'_, '_>,
+        ctx: &RequestCtx,
         req: &Request<'_>,
         resp: &mut Responder<'_>,
     ) -> Reply {
@@ -382,8 +428,6 @@ impl ThreadService {
                 return Reply::Done;
             }
         };
-        // Over TLS, the site's HSTS line goes into whatever its handler answers.
-        let hsts = self.hsts_line(group, site);
         // Over TLS a connection belongs to the pool its handshake's name chose, and an
         // HTTP/2 one (h2c on a cleartext address) to the pool that took it, its streams
         // together: a request naming another pool's site or path came to the wrong
@@ -396,42 +440,65 @@ impl ThreadService {
         }
         let mark = resp.mark();
         let reply = self.answer(app, &path, req, resp);
-        if let Some(line) = hsts {
-            resp.insert_header_line(mark, &line);
+        // Over TLS, the site's HSTS line goes into whatever its handler answers.
+        if let Some(lines) = &ctx.added_fields {
+            resp.insert_header_line(mark, lines);
         }
         reply
     }
 }
 
 impl Service for ThreadService {
-    fn shared(&self, group: usize) -> bool {
-        self.groups.get(group).is_some_and(|g| g.shared)
+    type Target = ProxyTarget;
+    type Lent = Dispatch;
+
+    fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<ProxyTarget> {
+        let site = self.site_of(group, req);
+        if may_hand_off && self.shared(group) {
+            if let Some(handoff) = self.hand_off(group, site, req) {
+                return Route::HandOff(handoff);
+            }
+        }
+        let ctx = self.context(group, site);
+        if self.proxies {
+            if let Some(target) = self.proxy_target(group, site, req) {
+                self.served.set(self.served.get() + 1);
+                return Route::Lend(target, ctx);
+            }
+        }
+        Route::Here(ctx)
     }
 
-    fn hand_off(&self, group: usize, req: &Request<'_>) -> Option<Handoff> {
-        let g = self.groups.get(group)?;
-        let site = g.only.or_else(|| g.hosts.site(req.host()));
-        // Set for every request of a shared group, before anything reads it.
-        self.pre_routed.set(Some((group, site)));
-        let k = match self.sites.get(site?)?.whole {
-            Whole::Mine => return None,
-            Whole::Other(k) => k?,
-            Whole::Split => {
-                let (Routed::App(app, _), _) = self.route(group, req) else {
-                    return None;
-                };
-                let AppHandler::Elsewhere(Some(k)) = app.handler else {
-                    return None;
-                };
-                k
-            }
-        };
-        Some(Handoff {
-            targets: Rc::clone(self.handoff.get(k)?),
-            addr: self.groups.get(group)?.addr,
-            hops: 0,
-            client: None,
-        })
+    fn call(
+        &self,
+        group: usize,
+        ctx: &RequestCtx,
+        req: &Request<'_>,
+        resp: &mut Responder<'_>,
+    ) -> Reply {
+        self.served.set(self.served.get() + 1);
+        let routed = self.routed(group, ctx.site, req);
+        self.respond(group, routed, ctx, req, resp)
+    }
+
+    fn needs_length(&self, target: &ProxyTarget) -> bool {
+        target.needs_length()
+    }
+
+    fn prepare(&self, target: ProxyTarget, req: &Request<'_>, head: &LentHead<'_>) -> Dispatch {
+        Dispatch::new(target, req, head)
+    }
+
+    async fn lend<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        &self,
+        lent: Dispatch,
+        conn: LentConnection<'_, C>,
+    ) -> Outcome {
+        lent.run(conn).await
+    }
+
+    fn shared(&self, group: usize) -> bool {
+        self.groups.get(group).is_some_and(|g| g.shared)
     }
 
     fn hand_off_name(&self, group: usize, name: Option<&str>) -> Option<Handoff> {
@@ -461,7 +528,7 @@ impl Service for ThreadService {
         self.tls.get(group)?.as_ref()
     }
 
-    fn ktls(&self) -> crate::tls::kernel::KernelSupport {
+    fn ktls(&self) -> crate::os::ktls::KernelSupport {
         self.ktls
     }
 
@@ -469,49 +536,11 @@ impl Service for ThreadService {
         self.logging
     }
 
-    fn wants_log(&self, site: SiteRef) -> bool {
-        self.site(site).is_some_and(|s| s.log.is_some())
-    }
-
-    fn log(&self, site: SiteRef, entry: &access_log::Entry<'_>) {
-        if let Some(log) = self.site(site).and_then(|s| s.log.as_ref()) {
+    fn log(&self, ctx: &RequestCtx, entry: &access_log::Entry<'_>) {
+        let site = ctx.site.and_then(|s| self.site(s));
+        if let Some(log) = site.and_then(|s| s.log.as_ref()) {
             log.record(entry, &self.clock, &self.identity);
         }
-    }
-
-    fn hsts_line(&self, group: usize, site: SiteRef) -> Option<Rc<[u8]>> {
-        self.groups
-            .get(group)
-            .filter(|g| g.tls)
-            .and_then(|_| self.site(site)?.hsts.clone())
-    }
-
-    fn proxy_route(&self, group: usize, req: &Request<'_>) -> Option<(ProxyTarget, SiteRef)> {
-        if !self.proxies {
-            return None;
-        }
-        let (routed, site) = self.route(group, req);
-        let target = match routed {
-            Routed::App(app, path) => match &app.handler {
-                AppHandler::Proxy(route) => ProxyTarget::Http(Rc::clone(route)),
-                // A path that names no script it may run is answered here (see `answer`).
-                AppHandler::FastCgi(route, scripts) => match scripts.resolve(&path) {
-                    Ok(script) => ProxyTarget::FastCgi(Rc::clone(route), Box::new(script)),
-                    Err(_) => return None,
-                },
-                _ => return None,
-            },
-            _ => return None,
-        };
-        self.served.set(self.served.get() + 1);
-        Some((target, site))
-    }
-
-    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> (Reply, SiteRef) {
-        self.served.set(self.served.get() + 1);
-        let routed = self.route(group, req);
-        let site = routed.1;
-        (self.respond(group, routed, req, resp), site)
     }
 }
 

@@ -5,7 +5,8 @@
 //! Owns: that order, each step bounded by the header timeout. Must not touch: HTTP, or the
 //! certificates (the service's TLS acceptor holds them, see `crate::tls`).
 
-use super::conn::{serve, ConnEnv, Service};
+use super::conn::serve;
+use super::service::{ConnEnv, Service};
 use crate::handoff::Carried;
 use std::rc::Rc;
 use tokio::net::TcpStream;

@@ -120,6 +120,72 @@ pub struct Entry<'a> {
     pub peer: &'a str,
 }
 
+impl<'a> Entry<'a> {
+    /// A request espalier answered itself: `answer` is what it wrote (head and body), and
+    /// `file_len` bytes of a file follow it.
+    pub fn answered(
+        req: Facts<'a>,
+        answer: &[u8],
+        file_len: u64,
+        arrived: Option<std::time::Instant>,
+        peer: &'a str,
+    ) -> Self {
+        Entry {
+            req,
+            status: status_of(answer),
+            bytes: (answer.len() - head_len(answer)) as u64 + file_len,
+            micros: micros_since(arrived),
+            upstream_micros: None,
+            peer,
+        }
+    }
+
+    /// A request answered by what its connection was lent to, as `report` saw it go out.
+    pub fn reported(
+        req: Facts<'a>,
+        report: &Report,
+        arrived: Option<std::time::Instant>,
+        peer: &'a str,
+    ) -> Self {
+        Entry {
+            req,
+            status: report.status.get(),
+            bytes: report.bytes.get().saturating_sub(report.head.get()),
+            micros: micros_since(arrived),
+            upstream_micros: report.upstream_micros.get(),
+            peer,
+        }
+    }
+}
+
+fn micros_since(arrived: Option<std::time::Instant>) -> u64 {
+    arrived.map_or(0, |a| a.elapsed().as_micros() as u64)
+}
+
+/// What a request lent with its connection (to an application) was answered, filled in as
+/// the answer goes out: the log line's figures.
+#[derive(Default)]
+pub struct Report {
+    pub status: Cell<u16>,
+    /// Bytes written to the client (head and body).
+    pub bytes: Cell<u64>,
+    /// Of those, the response head's.
+    pub head: Cell<u64>,
+    /// From the request sent to the app's answer head received.
+    pub upstream_micros: Cell<Option<u64>>,
+}
+
+/// The status code of a response written at the start of `answer` (`HTTP/1.1 200 …`); 0
+/// when there is none.
+pub fn status_of(answer: &[u8]) -> u16 {
+    match answer.get(9..12) {
+        Some(&[a, b, c]) if a.is_ascii_digit() && b.is_ascii_digit() && c.is_ascii_digit() => {
+            u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0')
+        }
+        _ => 0,
+    }
+}
+
 /// One site's log in one thread.
 pub struct AccessLog {
     spec: AccessLogSpec,

@@ -1,247 +1,153 @@
 //! One HTTP/1.1 connection: read, parse every complete request in the buffer, answer them all
 //! in one write, repeat — with the head, body, idle and send timeouts and a clean close.
 //!
-//! Owns: the connection's buffers and life cycle. Must not touch: routing and content (the
-//! [`Service`] decides), or other connections (nothing here is shared across threads). A
-//! request the service routes to an application pool is lent, with the connection, to
-//! [`crate::proxy`] as soon as its head is parsed (its body streams there), and the connection
-//! comes back when the answer allows another request.
+//! Owns: the connection's buffers and life cycle, as a state ([`Connection`]) moved by named
+//! steps: [`Connection::answer_batch`] frames bodies and answers every complete request the
+//! buffer holds, and says in one [`Step`] what comes next — read more ([`Connection::wait`]),
+//! send a file, lend the connection to what the service routed a request to
+//! ([`Connection::lend`]: an application, its body streaming there), hand it to another pool
+//! ([`Connection::hand_off`]), turn to HTTP/2 (h2c), or close. Must not touch: routing and
+//! content (the [`Service`] decides; the engine never names the proxy), or other connections
+//! (nothing here is shared across threads).
+//!
+//! A request's context ([`RequestCtx`]: its site, log, added fields) is made by routing and
+//! carried with the request through every step — never kept in the thread (see
+//! [`super::service`]).
 //!
 //! Syscalls per keep-alive request: one `read` (tokio skips the extra read that would return
 //! EAGAIN after a short read) and one `write` per batch of pipelined responses.
 
+use super::access_log::{Entry, Facts, OwnedFacts, Report};
+use super::body::{advance_body, Pending};
 use super::send::{linger_close, send_file, write_all};
+use super::service::{
+    client_text, ConnEnv, FileBody, LentConnection, LentHead, Outcome, Reply, RequestCtx, Route,
+    Service,
+};
 pub use super::shutdown::Shutdown;
-use super::shutdown::{DrainBegun, Registered};
+use super::shutdown::{DrainBegun, IdleWait, Registered};
 use super::stream::ClientStream;
 use super::{
-    head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, HeadLimits, Method,
-    ProtocolError, Request, Responder, MAX_HEADERS,
-};
-use crate::http::access_log::{head_len, Entry, Facts, OwnedFacts};
-use crate::http::clock::Clock;
-use crate::proxy::{
-    forward, Addresses, FastCgiRequest, ForwardRequest, Outcome, ProxyRoute, ProxyTarget, Report,
+    head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, ProtocolError, Request,
+    Responder, MAX_HEADERS,
 };
 use std::mem::MaybeUninit;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Duration;
 use tokio::io::AsyncReadExt;
+use tokio::time::{Instant, Sleep};
 
 /// The first line of HTTP/2's connection preface.
 const H2_PREFACE_LINE: &[u8] = b"PRI * HTTP/2.0\r\n";
-
-/// A file body to send after the response head (large static files), with `sendfile`.
-pub struct FileBody {
-    pub file: Rc<std::fs::File>,
-    pub offset: u64,
-    pub len: u64,
-}
-
-/// What a service did with a request.
-pub enum Reply {
-    /// The whole response is in the output buffer.
-    Done,
-    /// The head is in the output buffer; this file range follows.
-    File(FileBody),
-}
-
-/// The site a request was routed to, as the service numbers its sites. Routing returns it,
-/// and the request carries it to its answer and its log line: nothing about "the current
-/// request" is looked up in the thread's state after an `.await`, when another request may
-/// have been routed on the thread meanwhile (a slow proxied request of site A was once
-/// logged in site B's log, and an HTTP/2 stream took B's HSTS line).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SiteRef(pub u32);
-
-impl SiteRef {
-    /// No site (an unknown host): nothing of the request goes into a site's log.
-    pub const NONE: SiteRef = SiteRef(u32::MAX);
-}
-
-/// The application behind the engine: routes and answers requests.
-pub trait Service {
-    /// Answers `req`, received on a listener of `group`, into `resp`; with the site it was
-    /// routed to.
-    fn call(&self, group: usize, req: &Request<'_>, resp: &mut Responder<'_>) -> (Reply, SiteRef);
-
-    /// Called when a request's head is complete, before its body is read: `Some` takes the
-    /// request (body and answer, streamed) to an application process instead of
-    /// [`Self::call`], with the site it was routed to.
-    fn proxy_route(&self, _group: usize, _req: &Request<'_>) -> Option<(ProxyTarget, SiteRef)> {
-        None
-    }
-
-    /// The `Strict-Transport-Security` line of `site`, when `group` is TLS and the site has
-    /// `hsts`: added to its answers, the proxied apps' too.
-    fn hsts_line(&self, _group: usize, _site: SiteRef) -> Option<std::rc::Rc<[u8]>> {
-        None
-    }
-
-    /// Whether requests on `group` may belong to another pool (a shared address): only then
-    /// is [`Self::hand_off`] asked.
-    fn shared(&self, _group: usize) -> bool {
-        false
-    }
-
-    /// Called when a request's head is complete on a shared address: `Some` when another
-    /// pool serves it, and the connection goes there from this request on.
-    fn hand_off(&self, _group: usize, _req: &Request<'_>) -> Option<crate::handoff::Handoff> {
-        None
-    }
-
-    /// The group of the address a handed-over connection was accepted on.
-    fn group_of(&self, _addr: std::net::SocketAddr) -> Option<usize> {
-        None
-    }
-
-    /// Whether connections on `group` start with a PROXY protocol header (see
-    /// [`super::proxy_header`]).
-    fn proxy_protocol(&self, _group: usize) -> bool {
-        false
-    }
-
-    /// On an https address: its TLS acceptor (certificates chosen by SNI).
-    fn ktls(&self) -> crate::tls::kernel::KernelSupport {
-        crate::tls::kernel::KernelSupport::NONE
-    }
-
-    fn tls(&self, _group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
-        None
-    }
-
-    /// On a shared https address: `Some` when the name a TLS client asked for (SNI) belongs
-    /// to another pool's site, before the handshake.
-    fn hand_off_name(&self, _group: usize, _name: Option<&str>) -> Option<crate::handoff::Handoff> {
-        None
-    }
-
-    /// Whether some site logs its requests: only then does the loop measure them.
-    fn logging(&self) -> bool {
-        false
-    }
-
-    /// Whether `site` logs its requests (only then is a line built).
-    fn wants_log(&self, _site: SiteRef) -> bool {
-        false
-    }
-
-    /// Logs an answered request in `site`'s log.
-    fn log(&self, _site: SiteRef, _entry: &Entry<'_>) {}
-}
-
-/// Timeouts of a connection.
-#[derive(Debug, Clone, Copy)]
-pub struct Timeouts {
-    pub header: Duration,
-    pub body: Duration,
-    pub keepalive: Duration,
-}
-
-/// What every connection of a thread shares (single-threaded: `Rc`, never `Arc`).
-pub struct ConnEnv<S> {
-    pub service: S,
-    pub clock: Rc<Clock>,
-    pub limits: HeadLimits,
-    pub timeouts: Timeouts,
-    pub shutdown: Rc<Shutdown>,
-    /// HTTP/2 streams being answered by a task on this thread (they may outlive their
-    /// connection by a timeout): with the connections, what the thread holds memory for.
-    pub streams: std::cell::Cell<usize>,
-}
 
 const READ_RESERVE: usize = 4096;
 /// Output above this is written before more pipelined requests are answered.
 const WRITE_HIGH_WATER: usize = 256 << 10;
 
+/// What the connection waits for when it reads: each has its own deadline.
+#[derive(Clone, Copy)]
 enum Wait {
     Idle,
     Head,
     Body,
 }
 
-/// A request whose head is parsed but whose body is still arriving. It is always the first
-/// request in the read buffer, so offsets are from the buffer's start.
-enum Pending {
-    /// A sized body: the request is complete once the buffer holds `end` bytes.
-    Length { end: usize, expect_continue: bool },
-    /// A chunked body: `body_len` decoded bytes follow the `head_len` bytes of the head (the
-    /// framing already decoded is dropped from the buffer as it goes).
-    Chunked {
-        head_len: usize,
-        body_len: usize,
-        decoder: ChunkedDecoder,
-        done: bool,
-        expect_continue: bool,
-    },
+/// How waiting for bytes ended.
+enum Waited {
+    /// Bytes came (or the wait must begin again).
+    Read,
+    /// The client closed, or an idle connection's time is up.
+    Gone,
+    /// A request did not arrive whole in time: 408, then close.
+    Late,
 }
 
-impl Pending {
-    fn expect_continue(&self) -> bool {
-        match self {
-            Pending::Length {
-                expect_continue, ..
-            }
-            | Pending::Chunked {
-                expect_continue, ..
-            } => *expect_continue,
+/// What the connection does after a batch of answers is written.
+enum Step<L> {
+    /// Read more bytes.
+    Read(Wait),
+    /// Answer again without reading: requests remain in the buffer.
+    Again,
+    /// Send this file range after the head; then close if `close`.
+    File(FileBody, bool),
+    /// Lend the connection to what the service routed the request to (its head is
+    /// consumed, its body follows in the buffer and on the socket).
+    Lend(Lending<L>),
+    /// The request at the buffer's start belongs to another pool: the connection goes there.
+    HandOff(crate::handoff::Handoff),
+    /// The connection opened with HTTP/2's preface (h2c with prior knowledge).
+    H2c,
+    /// Close (after what was answered, an error perhaps).
+    Close,
+}
+
+/// A request lent with its connection, and what its log line will want.
+struct Lending<L> {
+    lent: L,
+    ctx: RequestCtx,
+    facts: Option<OwnedFacts>,
+}
+
+/// Who is at the other end, asked of the kernel at most once.
+struct Peer {
+    /// The client: the peer, or whom a load balancer's PROXY header named (see `accept`).
+    addr: Option<SocketAddr>,
+    /// Its address as logs, apps and the dynamic page write it.
+    text: String,
+    /// The connection's own address, asked when a request first needs it.
+    local: std::cell::Cell<Option<Option<SocketAddr>>>,
+    https: bool,
+}
+
+impl Peer {
+    /// The connection's own address, asked of the kernel the first time only.
+    fn local_addr(&self, socket: &tokio::net::TcpStream) -> Option<SocketAddr> {
+        if let Some(local) = self.local.get() {
+            return local;
         }
+        let local = socket.local_addr().ok();
+        self.local.set(Some(local));
+        local
     }
 }
 
-/// Moves a pending body forward with what the buffer holds: `Ok(true)` when the request at
-/// the start of the buffer can be answered (or nothing is pending), `Ok(false)` when more
-/// bytes are needed.
-fn advance_body(pending: &mut Option<Pending>, rbuf: &mut Vec<u8>) -> Result<bool, ProtocolError> {
-    match pending {
-        None => Ok(true),
-        Some(Pending::Length { end, .. }) => Ok(rbuf.len() >= *end),
-        Some(Pending::Chunked { done: true, .. }) => Ok(true),
-        Some(Pending::Chunked {
-            head_len,
-            body_len,
-            decoder,
-            done,
-            ..
-        }) => {
-            let start = *head_len + *body_len;
-            let d = decoder.decode(&mut rbuf[start..])?;
-            // The framing just decoded is dropped, so the buffer holds head + body + the rest.
-            rbuf.drain(start + d.produced..start + d.consumed);
-            *body_len += d.produced;
-            *done = d.done;
-            Ok(d.done)
-        }
-    }
+/// Where reading a request stands between reads.
+struct Reading {
+    /// A request whose head is parsed and whose body is still arriving.
+    pending: Option<Pending>,
+    /// Bytes of a partial head (at the buffer's start) already parsed without completing it.
+    head_scanned: usize,
+    /// No request has been parsed yet on this connection (only then may it be h2c).
+    fresh: bool,
+    /// `100 Continue` was sent for the pending request.
+    continue_sent: bool,
+    /// When the request now in the buffer began arriving (its head and body deadlines).
+    started: Instant,
+    /// The same, for the access log (timed only when a site of the thread logs).
+    arrived: Option<std::time::Instant>,
 }
 
-/// A client's address as logs and `X-Forwarded-For` write it (an IPv4-mapped IPv6 address as
-/// IPv4), formatted once per connection.
-pub(crate) fn ip_text(peer: Option<std::net::SocketAddr>) -> String {
-    peer.map_or_else(String::new, |a| {
-        let ip = match a.ip() {
-            std::net::IpAddr::V6(v6) => v6
-                .to_ipv4_mapped()
-                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
-            v4 => v4,
-        };
-        ip.to_string()
-    })
-}
-
-/// The status code of a response written at the start of `out` (`HTTP/1.1 200 …`).
-fn status_of(out: &[u8]) -> u16 {
-    out.get(9..12)
-        .and_then(|d| std::str::from_utf8(d).ok())
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0)
-}
-
-/// A request taken by an application pool: its head consumed, its body still to come.
-enum Proxied {
-    Http(Rc<ProxyRoute>, ForwardRequest),
-    FastCgi(Rc<ProxyRoute>, FastCgiRequest),
+/// One HTTP/1.1 connection's state.
+struct Connection<S, C> {
+    stream: C,
+    env: Rc<ConnEnv<S>>,
+    group: usize,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    peer: Peer,
+    reading: Reading,
+    /// An address served by one pool never looks for a hand-off, and a TLS connection cannot
+    /// change hands (its state is in this process): its pool was chosen by the handshake's
+    /// name, and a request naming another pool's host is the service's to refuse (421).
+    may_hand_off: bool,
+    /// Hand-offs in a row without an answer given here (see `handoff::MAX_HOPS`).
+    hops: u8,
+    /// Some site of the thread logs: requests are timed.
+    logging: bool,
+    /// The deadline the timer is set to.
+    armed: Instant,
 }
 
 /// Whether a request that failed to parse was a HEAD request (its error has no body).
@@ -252,7 +158,7 @@ fn is_head(buf: &[u8]) -> bool {
 /// Serves one connection until it closes (or is handed to another pool). `carried` is what a
 /// handed-over connection brings: bytes already read from it, served first, and its hops.
 pub async fn serve<S: Service + 'static, C: ClientStream>(
-    mut stream: C,
+    stream: C,
     group: usize,
     env: Rc<ConnEnv<S>>,
     carried: crate::handoff::Carried,
@@ -263,412 +169,484 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
         shutdown: &env.shutdown,
         fd,
     };
-    let mut rbuf: Vec<u8> = carried.unread;
-    // Hand-offs in a row without an answer given here (see `handoff::MAX_HOPS`).
-    let mut hops = carried.hops;
-    if rbuf.capacity() < READ_RESERVE {
-        rbuf.reserve(READ_RESERVE - rbuf.len());
-    }
-    // The client: the peer, or whom a load balancer's PROXY header named (see `accept`).
-    let client = carried.client.or_else(|| stream.socket().peer_addr().ok());
-    let https = stream.cleartext().is_none();
-    // Formatted once per connection, for the logs, the apps and the dynamic page.
-    let client_text = ip_text(client);
-    // Decided once per connection: an address served by one pool never looks for a hand-off.
-    // A TLS connection cannot change hands (its state is in this process): its pool was
-    // chosen by the handshake's name, and a request naming another pool's host is the
-    // service's to refuse (421), as over HTTP/2.
-    let shared = env.service.shared(group) && stream.cleartext().is_some();
-    let mut wbuf: Vec<u8> = Vec::with_capacity(READ_RESERVE);
-    let sleep = tokio::time::sleep_until(env.clock.now() + env.timeouts.keepalive);
+    let mut conn = Connection::new(stream, group, Rc::clone(&env), carried);
+    let sleep = tokio::time::sleep_until(conn.armed);
     tokio::pin!(sleep);
-    let mut armed = sleep.deadline();
-    // When the request now in the buffer began arriving.
-    let mut request_started = env.clock.now();
-    let mut continue_sent = false;
-    let mut pending: Option<Pending> = None;
-    // No request has been parsed yet on this connection (only then may it be h2c).
-    let mut fresh = true;
-    // Bytes of a partial head (at the buffer's start) already parsed without completing it.
-    let mut head_scanned = 0;
-    // The connection's own address, asked of the kernel once, when a request first needs it.
-    let mut local: Option<Option<std::net::SocketAddr>> = None;
-    // Access logs: measured only when a site of this thread logs.
-    let logging = env.service.logging();
-    let mut arrived: Option<std::time::Instant> =
-        (logging && !rbuf.is_empty()).then(std::time::Instant::now);
-
     loop {
-        // Answer every complete request already received.
-        let mut consumed = 0;
-        let mut close = false;
-        let mut file = None;
-        let mut wait = Wait::Idle;
-        // A chunked head was just parsed: decode its body before reading more.
-        let mut decode_now = false;
-        // A request taken by a proxied app: its head is consumed, its body follows.
-        let mut proxied: Option<Proxied> = None;
-        let mut proxied_facts: Option<(SiteRef, OwnedFacts)> = None;
-        let mut proxied_fields: Option<Rc<[u8]>> = None;
-        // The request at `consumed` belongs to another pool: the connection goes there.
-        let mut handoff: Option<crate::handoff::Handoff> = None;
-        // The connection opened with HTTP/2's preface (h2c).
-        let mut h2c = false;
-        match advance_body(&mut pending, &mut rbuf) {
-            Ok(true) => {}
-            Ok(false) => wait = Wait::Body,
-            Err(e) => {
-                let common = env.clock.common();
-                Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf)).error(e.status());
-                close = true;
-            }
+        let step = conn.answer_batch();
+        if !conn.flush().await {
+            return;
         }
-        if pending.is_none()
-            && head_scanned > 0
-            && !head_may_be_complete(&rbuf, head_scanned, &env.limits)
-        {
-            wait = Wait::Head;
-        }
-        if matches!(wait, Wait::Idle) && !close {
-            let common = env.clock.common();
-            while consumed < rbuf.len() {
-                let mut headers: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
-                    [const { MaybeUninit::uninit() }; MAX_HEADERS];
-                let head = match parse_head(&rbuf[consumed..], &env.limits, &mut headers) {
-                    Ok(h) => h,
-                    // HTTP/2's connection preface where the first request should be: h2c
-                    // with prior knowledge (RFC 9113 §3.3), taken on a cleartext connection.
-                    Err(_) if fresh && consumed == 0 && rbuf.starts_with(H2_PREFACE_LINE) => {
-                        h2c = true;
-                        break;
+        match step {
+            Step::Read(wait) => match conn.wait(wait, sleep.as_mut(), &idle).await {
+                Waited::Read => {}
+                Waited::Gone => return,
+                Waited::Late => {
+                    conn.error(ProtocolError::Timeout.status(), false);
+                    if conn.flush().await {
+                        conn.close().await;
                     }
-                    Err(e) => {
-                        let head_only = is_head(&rbuf[consumed..]);
-                        Responder::new(&mut wbuf, &common, false, 1, head_only).error(e.status());
-                        close = true;
-                        break;
-                    }
-                };
-                fresh = false;
-                let Head::Complete {
-                    mut request,
-                    len,
-                    framing,
-                    keep_alive,
-                    expect_continue,
-                } = head
-                else {
-                    wait = Wait::Head;
-                    head_scanned = rbuf.len() - consumed;
-                    break;
-                };
-                head_scanned = 0;
-                request.client = &client_text;
-                if shared {
-                    if let Some(h) = env.service.hand_off(group, &request) {
-                        handoff = Some(h);
-                        break;
-                    }
-                }
-                if let Some((target, site)) = env.service.proxy_route(group, &request) {
-                    proxied_fields = env.service.hsts_line(group, site);
-                    if logging && env.service.wants_log(site) {
-                        proxied_facts = Some((site, OwnedFacts::of(&request)));
-                    }
-                    let keep = keep_alive && !env.shutdown.started.get() && stream.may_keep_alive();
-                    proxied = Some(match target {
-                        ProxyTarget::Http(route) => Proxied::Http(
-                            route,
-                            ForwardRequest::new(
-                                &request,
-                                framing,
-                                keep,
-                                expect_continue,
-                                Some(client_text.as_str()).filter(|p| !p.is_empty()),
-                                if https { "https" } else { "http" },
-                            ),
-                        ),
-                        ProxyTarget::FastCgi(route, script) => {
-                            let local =
-                                *local.get_or_insert_with(|| stream.socket().local_addr().ok());
-                            Proxied::FastCgi(
-                                route,
-                                FastCgiRequest::new(
-                                    &request,
-                                    &script,
-                                    framing,
-                                    keep,
-                                    expect_continue,
-                                    &Addresses {
-                                        peer: client,
-                                        local,
-                                        https,
-                                    },
-                                ),
-                            )
-                        }
-                    });
-                    consumed += len;
-                    break;
-                }
-                let body_start = consumed + len;
-                let body_end = match framing {
-                    Framing::None => body_start,
-                    Framing::Length(n) => {
-                        // n is within max_body_size; the sum is checked all the same.
-                        let Some(end) = usize::try_from(n)
-                            .ok()
-                            .and_then(|n| body_start.checked_add(n))
-                        else {
-                            Responder::new(&mut wbuf, &common, false, 1, false)
-                                .error(ProtocolError::BodyTooLarge.status());
-                            close = true;
-                            break;
-                        };
-                        if rbuf.len() < end {
-                            pending = Some(Pending::Length {
-                                end: end - consumed,
-                                expect_continue,
-                            });
-                            wait = Wait::Body;
-                            break;
-                        }
-                        end
-                    }
-                    Framing::Chunked => match &pending {
-                        Some(Pending::Chunked {
-                            done: true,
-                            body_len,
-                            ..
-                        }) => body_start + body_len,
-                        _ => {
-                            pending = Some(Pending::Chunked {
-                                head_len: len,
-                                body_len: 0,
-                                decoder: ChunkedDecoder::new(&env.limits),
-                                done: false,
-                                expect_continue,
-                            });
-                            decode_now = true;
-                            break;
-                        }
-                    },
-                };
-                pending = None;
-                request.body = &rbuf[body_start..body_end];
-                let keep = keep_alive && !env.shutdown.started.get() && stream.may_keep_alive();
-                let answer_start = wbuf.len();
-                let mut resp = Responder::new(
-                    &mut wbuf,
-                    &common,
-                    keep,
-                    request.minor_version,
-                    request.method == Method::Head,
-                );
-                let (reply, site) = env.service.call(group, &request, &mut resp);
-                if logging && env.service.wants_log(site) {
-                    let file_len = match &reply {
-                        Reply::File(f) => f.len,
-                        Reply::Done => 0,
-                    };
-                    env.service.log(
-                        site,
-                        &Entry {
-                            req: Facts::of(&request),
-                            status: status_of(&wbuf[answer_start..]),
-                            bytes: (wbuf.len() - answer_start - head_len(&wbuf[answer_start..]))
-                                as u64
-                                + file_len,
-                            micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
-                            upstream_micros: None,
-                            peer: &client_text,
-                        },
-                    );
-                }
-                consumed = body_end;
-                continue_sent = false;
-                request_started = env.clock.now();
-                if let Reply::File(f) = reply {
-                    file = Some(f);
-                }
-                if !keep {
-                    close = true;
-                    break;
-                }
-                if file.is_some() || wbuf.len() > WRITE_HIGH_WATER {
-                    break;
-                }
-            }
-        }
-        if h2c {
-            match stream.into_tcp() {
-                Ok(tcp) => {
-                    let replay = super::sni::Rewind::new(std::mem::take(&mut rbuf), tcp);
-                    let carried = crate::handoff::Carried {
-                        client,
-                        header_read: true,
-                        ..Default::default()
-                    };
-                    // HTTP/2 has its own graceful stop (GOAWAY on `shutdown.notify`).
-                    let env = Rc::clone(&env);
-                    return Box::pin(super::h2::serve(replay, group, env, carried, false)).await;
-                }
-                Err(tls) => return linger_close(tls, &env).await,
-            }
-        }
-        if matches!(wait, Wait::Body)
-            && !close
-            && !continue_sent
-            && pending.as_ref().is_some_and(Pending::expect_continue)
-        {
-            wbuf.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-            continue_sent = true;
-        }
-        if consumed > 0 {
-            rbuf.drain(..consumed);
-        }
-        if !wbuf.is_empty() {
-            if write_all(&mut stream, &wbuf, &env).await.is_err() {
-                return;
-            }
-            wbuf.clear();
-        }
-        if let Some(mut handoff) = handoff {
-            // Answers to the requests before it are written; the rest of the buffer starts
-            // with its head. Our descriptor closes on return, without a shutdown: the
-            // connection lives on in the receiver.
-            if consumed > 0 {
-                hops = 0;
-            }
-            handoff.hops = hops + 1;
-            handoff.client = client;
-            // Always cleartext here (`shared` is false over TLS).
-            if let Some(tcp) = stream.cleartext() {
-                if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(tcp, &rbuf).await {
                     return;
                 }
-            }
-            let common = env.clock.common().clone();
-            Responder::new(&mut wbuf, &common, false, 1, is_head(&rbuf)).unavailable();
-            let _ = write_all(&mut stream, &wbuf, &env).await;
-            linger_close(stream, &env).await;
-            return;
-        }
-        if consumed > 0 || proxied.is_some() {
-            // A request was answered here: the hand-offs so far were not a loop.
-            hops = 0;
-        }
-        if let Some(proxied) = proxied {
-            let report = Report::default();
-            let client = crate::proxy::Client {
-                stream: &mut stream,
-                rbuf: &mut rbuf,
-                clock: &env.clock,
-                max_body: env.limits.max_body_size,
-                max_framing: env.limits.max_header_size,
-                body_timeout: env.timeouts.body,
-                report: &report,
-                added_fields: proxied_fields.as_deref().unwrap_or_default(),
-            };
-            // Boxed: the forwarding state lives on the heap only while a request is proxied,
-            // so a connection that serves files keeps a small future.
-            let outcome = match proxied {
-                Proxied::Http(route, fwd) => Box::pin(forward(client, fwd, &route)).await,
-                Proxied::FastCgi(route, fwd) => {
-                    Box::pin(crate::proxy::fastcgi::forward(client, fwd, &route)).await
+            },
+            Step::Again => {}
+            Step::File(file, close) => {
+                conn = conn.offloaded_for(&file);
+                if send_file(&mut conn.stream, file, &env).await.is_err() {
+                    return;
                 }
-            };
-            if let Some((site, facts)) = &proxied_facts {
-                env.service.log(
-                    *site,
-                    &Entry {
-                        req: facts.facts(),
-                        status: report.status.get(),
-                        bytes: report.bytes.get().saturating_sub(report.head.get()),
-                        micros: arrived.map_or(0, |a| a.elapsed().as_micros() as u64),
-                        upstream_micros: report.upstream_micros.get(),
-                        peer: &client_text,
-                    },
-                );
+                if close {
+                    return conn.close().await;
+                }
             }
-            if outcome == Outcome::Close {
-                linger_close(stream, &env).await;
-                return;
+            Step::Lend(lending) => {
+                if conn.lend(lending).await == Outcome::Close {
+                    return conn.close().await;
+                }
             }
-            request_started = env.clock.now();
-            continue;
+            Step::HandOff(handoff) => return conn.hand_off(handoff).await,
+            Step::H2c => return conn.h2c().await,
+            Step::Close => return conn.close().await,
         }
-        if let Some(f) = file {
-            if f.len >= super::ktls::OFFLOAD_MIN_FILE {
-                stream = stream.offloaded(env.service.ktls(), &mut rbuf);
-            }
-            if send_file(&mut stream, f, &env).await.is_err() {
-                return;
-            }
-            if !close {
-                continue;
-            }
-        }
-        if close {
-            linger_close(stream, &env).await;
-            return;
-        }
-        if decode_now || (consumed > 0 && !rbuf.is_empty() && matches!(wait, Wait::Idle)) {
-            continue;
-        }
+    }
+}
 
-        // Wait for more bytes, bounded by the timeout of the state we are in. Draining, a
-        // connection waiting for its next request waits a moment more for it (it is answered
-        // with `Connection: close`), then closes.
-        if rbuf.is_empty() && pending.is_none() {
-            wait = Wait::Idle;
+impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
+    fn new(stream: C, group: usize, env: Rc<ConnEnv<S>>, carried: crate::handoff::Carried) -> Self {
+        let mut rbuf = carried.unread;
+        if rbuf.capacity() < READ_RESERVE {
+            rbuf.reserve(READ_RESERVE - rbuf.len());
         }
+        let addr = carried.client.or_else(|| stream.socket().peer_addr().ok());
+        let https = stream.cleartext().is_none();
+        let logging = env.service.logging();
+        let now = env.clock.now();
+        Connection {
+            may_hand_off: env.service.shared(group) && !https,
+            peer: Peer {
+                addr,
+                text: client_text(addr),
+                local: std::cell::Cell::new(None),
+                https,
+            },
+            reading: Reading {
+                pending: None,
+                head_scanned: 0,
+                fresh: true,
+                continue_sent: false,
+                started: now,
+                arrived: (logging && !rbuf.is_empty()).then(std::time::Instant::now),
+            },
+            armed: now + env.timeouts.keepalive,
+            wbuf: Vec::with_capacity(READ_RESERVE),
+            hops: carried.hops,
+            logging,
+            rbuf,
+            stream,
+            group,
+            env,
+        }
+    }
+
+    /// Frames the pending body, then answers every complete request in the buffer into the
+    /// output buffer, and says what comes next.
+    fn answer_batch(&mut self) -> Step<S::Lent> {
+        match advance_body(&mut self.reading.pending, &mut self.rbuf) {
+            Ok(true) => {}
+            Ok(false) => return self.wait_for_body(),
+            Err(e) => {
+                self.error(e.status(), is_head(&self.rbuf));
+                return Step::Close;
+            }
+        }
+        let r = &self.reading;
+        if r.pending.is_none()
+            && r.head_scanned > 0
+            && !head_may_be_complete(&self.rbuf, r.head_scanned, &self.env.limits)
+        {
+            return Step::Read(Wait::Head);
+        }
+        let mut consumed = 0;
+        let step = loop {
+            if consumed == self.rbuf.len() {
+                break Step::Read(Wait::Idle);
+            }
+            match self.answer_one(consumed) {
+                (next, None) => consumed = next,
+                (next, Some(step)) => {
+                    consumed = next;
+                    break step;
+                }
+            }
+        };
+        if consumed > 0 {
+            self.rbuf.drain(..consumed);
+            // A request was answered here (or lent): the hand-offs so far were not a loop.
+            self.hops = 0;
+        }
+        match step {
+            Step::Read(Wait::Body) => self.wait_for_body(),
+            step => step,
+        }
+    }
+
+    /// A request's body is still arriving: `100 Continue` once, if its client waits for it.
+    fn wait_for_body(&mut self) -> Step<S::Lent> {
+        let r = &mut self.reading;
+        if !r.continue_sent && r.pending.as_ref().is_some_and(Pending::expect_continue) {
+            self.wbuf
+                .extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+            r.continue_sent = true;
+        }
+        Step::Read(Wait::Body)
+    }
+
+    /// Parses and answers (or routes away) the request at `at`: where the next one starts,
+    /// and the step that ends the batch, if this one does.
+    fn answer_one(&mut self, at: usize) -> (usize, Option<Step<S::Lent>>) {
+        let mut headers: [MaybeUninit<httparse::Header<'_>>; MAX_HEADERS] =
+            [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let head = match parse_head(&self.rbuf[at..], &self.env.limits, &mut headers) {
+            Ok(h) => h,
+            // HTTP/2's connection preface where the first request should be: h2c with prior
+            // knowledge (RFC 9113 §3.3), taken on a cleartext connection.
+            Err(_) if self.reading.fresh && at == 0 && self.rbuf.starts_with(H2_PREFACE_LINE) => {
+                return (at, Some(Step::H2c));
+            }
+            Err(e) => {
+                let head_only = is_head(&self.rbuf[at..]);
+                let common = self.env.clock.common();
+                Responder::new(&mut self.wbuf, &common, false, 1, head_only).error(e.status());
+                return (at, Some(Step::Close));
+            }
+        };
+        self.reading.fresh = false;
+        let Head::Complete {
+            mut request,
+            len,
+            framing,
+            keep_alive,
+            expect_continue,
+        } = head
+        else {
+            self.reading.head_scanned = self.rbuf.len() - at;
+            return (at, Some(Step::Read(Wait::Head)));
+        };
+        self.reading.head_scanned = 0;
+        request.client = &self.peer.text;
+        let keep = keep_alive && !self.env.shutdown.started.get() && self.stream.may_keep_alive();
+        let ctx = match self
+            .env
+            .service
+            .route(self.group, &request, self.may_hand_off)
+        {
+            Route::Here(ctx) => ctx,
+            Route::HandOff(handoff) => return (at, Some(Step::HandOff(handoff))),
+            Route::Lend(target, ctx) => {
+                let head = LentHead {
+                    framing,
+                    keep_alive: keep,
+                    expect_continue,
+                    client: self.peer.addr,
+                    local: self.peer.local_addr(self.stream.socket()),
+                    client_text: &self.peer.text,
+                    https: self.peer.https,
+                };
+                let lending = Lending {
+                    lent: self.env.service.prepare(target, &request, &head),
+                    facts: ctx.logged.then(|| OwnedFacts::of(&request)),
+                    ctx,
+                };
+                return (at + len, Some(Step::Lend(lending)));
+            }
+        };
+        let body_end = match frame(
+            &mut self.reading,
+            &self.rbuf,
+            at,
+            len,
+            framing,
+            expect_continue,
+            &self.env.limits,
+        ) {
+            Ok(end) => end,
+            Err(Unframed::Arriving) => return (at, Some(Step::Read(Wait::Body))),
+            Err(Unframed::Chunked) => return (at, Some(Step::Again)),
+            Err(Unframed::TooLarge) => {
+                self.error(ProtocolError::BodyTooLarge.status(), false);
+                return (at, Some(Step::Close));
+            }
+        };
+        request.body = &self.rbuf[at + len..body_end];
+        let timed = self.logging.then_some(self.reading.arrived);
+        let reply = answer_here(
+            &self.env,
+            self.group,
+            &mut self.wbuf,
+            &ctx,
+            &request,
+            keep,
+            timed,
+        );
+        self.reading.continue_sent = false;
+        self.reading.started = self.env.clock.now();
+        let step = match reply {
+            Reply::File(f) => Some(Step::File(f, !keep)),
+            Reply::Done if !keep => Some(Step::Close),
+            // Written before more pipelined requests are answered.
+            Reply::Done if self.wbuf.len() > WRITE_HIGH_WATER => Some(Step::Again),
+            Reply::Done => None,
+        };
+        (body_end, step)
+    }
+
+    /// Writes what was answered; false when the client is gone.
+    async fn flush(&mut self) -> bool {
+        if self.wbuf.is_empty() {
+            return true;
+        }
+        let ok = write_all(&mut self.stream, &self.wbuf, &self.env)
+            .await
+            .is_ok();
+        self.wbuf.clear();
+        ok
+    }
+
+    /// An error answer that ends the connection.
+    fn error(&mut self, status: u16, head_only: bool) {
+        let common = self.env.clock.common();
+        Responder::new(&mut self.wbuf, &common, false, 1, head_only).error(status);
+    }
+
+    /// Waits for more bytes, bounded by the timeout of what it waits for. Draining, a connection waiting
+    /// for its next request waits a moment more for it (it is answered with `Connection:
+    /// close`), then closes.
+    async fn wait(&mut self, wait: Wait, mut sleep: Pin<&mut Sleep>, idle: &IdleWait) -> Waited {
+        let was_empty = self.rbuf.is_empty() && self.reading.pending.is_none();
+        let wait = if was_empty { Wait::Idle } else { wait };
+        let timeouts = &self.env.timeouts;
         let deadline = match wait {
             Wait::Idle => {
-                let kept = env.clock.now() + env.timeouts.keepalive;
-                env.shutdown
-                    .idle_until()
-                    .map_or(kept, |until| until.min(kept))
+                let kept = self.env.clock.now() + timeouts.keepalive;
+                let until = self.env.shutdown.idle_until();
+                until.map_or(kept, |until| until.min(kept))
             }
-            Wait::Head => request_started + env.timeouts.header,
-            Wait::Body => request_started + env.timeouts.header + env.timeouts.body,
+            Wait::Head => self.reading.started + timeouts.header,
+            Wait::Body => self.reading.started + timeouts.header + timeouts.body,
         };
-        if deadline != armed {
+        if deadline != self.armed {
             sleep.as_mut().reset(deadline);
-            armed = deadline;
+            self.armed = deadline;
         }
-        let was_empty = rbuf.is_empty() && pending.is_none();
-        if rbuf.capacity() - rbuf.len() < READ_RESERVE / 4 {
-            rbuf.reserve(READ_RESERVE);
+        if self.rbuf.capacity() - self.rbuf.len() < READ_RESERVE / 4 {
+            self.rbuf.reserve(READ_RESERVE);
         }
         let drain = DrainBegun {
-            shutdown: &env.shutdown,
-            wait: &idle,
+            shutdown: &self.env.shutdown,
+            wait: idle,
         };
         tokio::select! {
             biased;
-            r = stream.read_buf(&mut rbuf) => match r {
-                Ok(0) | Err(_) => return,
+            r = self.stream.read_buf(&mut self.rbuf) => match r {
+                Ok(0) | Err(_) => Waited::Gone,
                 Ok(_) => {
                     if was_empty {
-                        request_started = env.clock.now();
-                        if logging {
-                            arrived = Some(std::time::Instant::now());
+                        self.reading.started = self.env.clock.now();
+                        if self.logging {
+                            self.reading.arrived = Some(std::time::Instant::now());
                         }
                     }
+                    Waited::Read
                 }
             },
             // The drain began while this connection waited: wait again, with its deadline.
-            () = drain, if was_empty && !env.shutdown.started.get() => {}
-            _ = &mut sleep => {
-                if !rbuf.is_empty() || pending.is_some() {
-                    let common = env.clock.common().clone();
-                    Responder::new(&mut wbuf, &common, false, 1, false).error(ProtocolError::Timeout.status());
-                    let _ = write_all(&mut stream, &wbuf, &env).await;
-                    linger_close(stream, &env).await;
-                }
+            () = drain, if was_empty && !self.env.shutdown.started.get() => Waited::Read,
+            _ = sleep => if was_empty { Waited::Gone } else { Waited::Late },
+        }
+    }
+
+    /// Lends the connection to what the request was routed to, until its answer is done; then
+    /// logs it.
+    async fn lend(&mut self, lending: Lending<S::Lent>) -> Outcome {
+        let report = Report::default();
+        let env = &self.env;
+        let conn = LentConnection {
+            stream: &mut self.stream,
+            rbuf: &mut self.rbuf,
+            clock: &env.clock,
+            max_body: env.limits.max_body_size,
+            max_framing: env.limits.max_header_size,
+            body_timeout: env.timeouts.body,
+            report: &report,
+            added_fields: lending.ctx.added_fields.as_deref().unwrap_or_default(),
+        };
+        // Boxed: the forwarding state lives on the heap only while a request is lent, so a
+        // connection that serves files keeps a small future.
+        let outcome = Box::pin(env.service.lend(lending.lent, conn)).await;
+        if let Some(facts) = &lending.facts {
+            let entry = Entry::reported(
+                facts.facts(),
+                &report,
+                self.reading.arrived,
+                &self.peer.text,
+            );
+            env.service.log(&lending.ctx, &entry);
+        }
+        self.reading.started = env.clock.now();
+        outcome
+    }
+
+    /// Before a large file: the connection's TLS handed to the kernel where it may be, so the
+    /// file goes by `sendfile`.
+    fn offloaded_for(mut self, file: &FileBody) -> Self {
+        if file.len >= super::ktls::OFFLOAD_MIN_FILE {
+            self.stream = self
+                .stream
+                .offloaded(self.env.service.ktls(), &mut self.rbuf);
+        }
+        self
+    }
+
+    /// Hands the connection to another pool with the unanswered bytes (the buffer starts with
+    /// the head of the request that belongs there). Our descriptor closes on return, without
+    /// a shutdown: the connection lives on in the receiver. Past `MAX_HOPS` in a row (two
+    /// workers disagreeing about a host), or when no thread takes it: 503.
+    async fn hand_off(mut self, mut handoff: crate::handoff::Handoff) {
+        handoff.hops = self.hops + 1;
+        handoff.client = self.peer.addr;
+        // Always cleartext here (see `may_hand_off`).
+        if let Some(tcp) = self.stream.cleartext() {
+            if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(tcp, &self.rbuf).await {
                 return;
             }
         }
+        let common = self.env.clock.common().clone();
+        Responder::new(&mut self.wbuf, &common, false, 1, is_head(&self.rbuf)).unavailable();
+        let _ = write_all(&mut self.stream, &self.wbuf, &self.env).await;
+        linger_close(self.stream, &self.env).await;
     }
+
+    /// The connection speaks HTTP/2 (h2c with prior knowledge): served by `super::h2` from
+    /// the preface on. HTTP/2 has its own graceful stop (GOAWAY on `shutdown.notify`).
+    async fn h2c(self) {
+        match self.stream.into_tcp() {
+            Ok(tcp) => {
+                let replay = super::sni::Rewind::new(self.rbuf, tcp);
+                let carried = crate::handoff::Carried {
+                    client: self.peer.addr,
+                    header_read: true,
+                    ..Default::default()
+                };
+                Box::pin(super::h2::serve(
+                    replay, self.group, self.env, carried, false,
+                ))
+                .await;
+            }
+            Err(tls) => linger_close(tls, &self.env).await,
+        }
+    }
+
+    async fn close(self) {
+        linger_close(self.stream, &self.env).await;
+    }
+}
+
+/// Answers a whole request routed here into `out`, and logs it when its site logs
+/// (`timed`: the thread times requests, this one from then).
+fn answer_here<S: Service>(
+    env: &ConnEnv<S>,
+    group: usize,
+    out: &mut Vec<u8>,
+    ctx: &RequestCtx,
+    request: &Request<'_>,
+    keep: bool,
+    timed: Option<Option<std::time::Instant>>,
+) -> Reply {
+    let answer_start = out.len();
+    let reply = {
+        let common = env.clock.common();
+        let head_only = request.method == super::Method::Head;
+        let mut resp = Responder::new(out, &common, keep, request.minor_version, head_only);
+        env.service.call(group, ctx, request, &mut resp)
+    };
+    if let (Some(arrived), true) = (timed, ctx.logged) {
+        let file_len = match &reply {
+            Reply::File(f) => f.len,
+            Reply::Done => 0,
+        };
+        let answer = &out[answer_start..];
+        let entry = Entry::answered(
+            Facts::of(request),
+            answer,
+            file_len,
+            arrived,
+            request.client,
+        );
+        env.service.log(ctx, &entry);
+    }
+    reply
+}
+
+/// Why a request's body is not in the buffer whole.
+enum Unframed {
+    /// More of it is to be read.
+    Arriving,
+    /// It is chunked: decoded (in the next batch) before anything more is read.
+    Chunked,
+    /// Its declared length cannot be held (413).
+    TooLarge,
+}
+
+/// Frames the body of the request whose `len`-byte head is at `at`: where the body ends when
+/// the buffer holds it all, or why it cannot be answered yet.
+fn frame(
+    reading: &mut Reading,
+    rbuf: &[u8],
+    at: usize,
+    len: usize,
+    framing: Framing,
+    expect_continue: bool,
+    limits: &super::HeadLimits,
+) -> Result<usize, Unframed> {
+    let body_start = at + len;
+    let end = match framing {
+        Framing::None => body_start,
+        Framing::Length(n) => {
+            // n is within max_body_size; the sum is checked all the same.
+            let Some(end) = usize::try_from(n)
+                .ok()
+                .and_then(|n| body_start.checked_add(n))
+            else {
+                return Err(Unframed::TooLarge);
+            };
+            if rbuf.len() < end {
+                reading.pending = Some(Pending::Length {
+                    end: end - at,
+                    expect_continue,
+                });
+                return Err(Unframed::Arriving);
+            }
+            end
+        }
+        Framing::Chunked => match &reading.pending {
+            Some(Pending::Chunked {
+                done: true,
+                body_len,
+                ..
+            }) => body_start + body_len,
+            _ => {
+                reading.pending = Some(Pending::Chunked {
+                    head_len: len,
+                    body_len: 0,
+                    decoder: ChunkedDecoder::new(limits),
+                    done: false,
+                    expect_continue,
+                });
+                // Decoded before anything more is read.
+                return Err(Unframed::Chunked);
+            }
+        },
+    };
+    reading.pending = None;
+    Ok(end)
 }

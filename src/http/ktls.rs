@@ -24,8 +24,9 @@
 
 use super::sni::Rewind;
 use super::stream::ClientStream;
+use crate::os::ktls::KernelSupport;
 use crate::os::ktls::{attach, install_secrets, send_close_notify, Direction};
-use crate::tls::kernel::{KernelSupport, Offload, RecordBudget};
+use crate::tls::kernel::RecordBudget;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
@@ -76,7 +77,7 @@ impl Https {
         let agreed = conn
             .protocol_version()
             .zip(conn.negotiated_cipher_suite())
-            .and_then(|(version, suite)| Offload::of(version, suite.suite()));
+            .and_then(|(version, suite)| crate::tls::kernel::offload_of(version, suite.suite()));
         let Some(offload) = agreed.filter(|o| support.has(*o)) else {
             return Https::Rustls(tls);
         };

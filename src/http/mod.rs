@@ -13,6 +13,7 @@
 
 pub mod accept;
 pub mod access_log;
+mod body;
 pub mod chunked;
 pub mod clock;
 pub mod conn;
@@ -21,6 +22,7 @@ pub mod h2;
 pub mod ktls;
 pub mod proxy_header;
 mod send;
+pub mod service;
 mod shutdown;
 pub mod sni;
 pub mod stream;

@@ -3,7 +3,7 @@
 //!
 //! Owns: those writes. Must not touch: what is written (see [`super::conn`]).
 
-use super::conn::{ConnEnv, FileBody};
+use super::service::{ConnEnv, FileBody};
 use super::stream::ClientStream;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};

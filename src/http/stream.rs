@@ -42,7 +42,7 @@ pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
     /// Before a large file: the same connection, its TLS handed to the kernel where `support`
     /// (what the kernel takes) allows (see `super::ktls`), so the file may go by `sendfile`. Plaintext the TLS layer
     /// decrypted but the engine has not read is appended to `unread`.
-    fn offloaded(self, _support: crate::tls::kernel::KernelSupport, _unread: &mut Vec<u8>) -> Self
+    fn offloaded(self, _support: crate::os::ktls::KernelSupport, _unread: &mut Vec<u8>) -> Self
     where
         Self: Sized,
     {

@@ -4,9 +4,10 @@
 //!
 //! Owns: those syscalls and the kernel's `tls12_crypto_info_*` layouts (libc's), filled from
 //! rustls's extracted secrets. Must not touch: which connections are offloaded or when
-//! (`tls::kernel` decides, `http::ktls` does it).
+//! (`tls::kernel` decides, `http::ktls` does it). Also here, as the probe's answer: the
+//! (version, cipher) pairs the kernel can take over ([`Offload`], [`KernelSupport`]) — plain data,
+//! so that the engine and the service can carry them without naming the TLS layer.
 
-use crate::tls::kernel::{KernelCipher, KernelSupport, Offload};
 use rustls::ConnectionTrafficSecrets;
 use std::io;
 use std::os::fd::RawFd;
@@ -16,6 +17,94 @@ use std::os::fd::RawFd;
 pub enum Direction {
     Transmit,
     Receive,
+}
+
+/// An AEAD the kernel implements for TLS records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelCipher {
+    Aes128Gcm,
+    Aes256Gcm,
+    Chacha20Poly1305,
+}
+
+/// A connection's agreed protocol, when the kernel can take over its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offload {
+    pub tls13: bool,
+    pub cipher: KernelCipher,
+}
+
+impl Offload {
+    /// Every offloadable pair, in [`KernelSupport`]'s bit order.
+    pub const ALL: [Offload; 4] = [
+        Offload {
+            tls13: true,
+            cipher: KernelCipher::Aes128Gcm,
+        },
+        Offload {
+            tls13: true,
+            cipher: KernelCipher::Aes256Gcm,
+        },
+        Offload {
+            tls13: true,
+            cipher: KernelCipher::Chacha20Poly1305,
+        },
+        Offload {
+            tls13: false,
+            cipher: KernelCipher::Chacha20Poly1305,
+        },
+    ];
+
+    /// Its bit in [`KernelSupport`]; none for a pair not in [`Offload::ALL`] (the fields are
+    /// public, so one can be built), which is then never supported.
+    fn bit(self) -> u8 {
+        Offload::ALL
+            .iter()
+            .position(|o| *o == self)
+            .map_or(0, |i| 1 << i)
+    }
+}
+
+/// The offloads a kernel accepted when probed (empty: no kTLS, or turned off).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelSupport(u8);
+
+impl KernelSupport {
+    pub const NONE: KernelSupport = KernelSupport(0);
+
+    pub fn with(self, o: Offload) -> KernelSupport {
+        KernelSupport(self.0 | o.bit())
+    }
+
+    pub fn has(self, o: Offload) -> bool {
+        self.0 & o.bit() != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// For the log: `TLS1.3/AES-128-GCM, …`, or `none`.
+    pub fn describe(self) -> String {
+        let names: Vec<String> = Offload::ALL
+            .iter()
+            .filter(|o| self.has(**o))
+            .map(|o| {
+                let v = if o.tls13 { "TLS1.3" } else { "TLS1.2" };
+                let c = match o.cipher {
+                    KernelCipher::Aes128Gcm => "AES-128-GCM",
+                    KernelCipher::Aes256Gcm => "AES-256-GCM",
+                    KernelCipher::Chacha20Poly1305 => "CHACHA20-POLY1305",
+                };
+                format!("{v}/{c}")
+            })
+            .collect();
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    }
 }
 
 /// Attaches the kernel's `tls` protocol to a connected TCP socket. Until a key is installed
@@ -256,6 +345,27 @@ pub fn probe() -> KernelSupport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn support_is_a_set_of_offloads() {
+        let [a, b, c, d] = Offload::ALL;
+        let s = KernelSupport::NONE.with(a).with(d);
+        assert!(s.has(a) && s.has(d) && !s.has(b) && !s.has(c));
+        assert!(KernelSupport::NONE.is_empty() && !s.is_empty());
+        // A pair the kernel can never continue (TLS 1.2 AES-GCM) is never supported, even by
+        // a kernel that takes every offloadable pair.
+        let all = Offload::ALL
+            .iter()
+            .fold(KernelSupport::NONE, |s, o| s.with(*o));
+        let tls12_gcm = Offload {
+            tls13: false,
+            cipher: KernelCipher::Aes128Gcm,
+        };
+        assert!(!all.has(tls12_gcm));
+        assert_eq!(KernelSupport::NONE.with(tls12_gcm), KernelSupport::NONE);
+        assert_eq!(s.describe(), "TLS1.3/AES-128-GCM, TLS1.2/CHACHA20-POLY1305");
+        assert_eq!(KernelSupport::NONE.describe(), "none");
+    }
 
     /// On a kernel without `tls` (this project's CI host) the probe says so rather than
     /// failing; on one with it, TLS 1.3 AES-128-GCM (in every kTLS kernel) is found.

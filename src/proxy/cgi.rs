@@ -6,8 +6,8 @@
 //! sockets (see [`super::fastcgi`]).
 
 use super::script::Script;
+use crate::http::service::LentHead;
 use crate::http::{Framing, Method, Request};
-use std::net::SocketAddr;
 
 pub(super) const VERSION: u8 = 1;
 pub(super) const BEGIN_REQUEST: u8 = 1;
@@ -72,24 +72,12 @@ fn pair(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(value);
 }
 
-/// Where the connection came from and arrived, for the CGI variables.
-pub struct Addresses {
-    pub peer: Option<SocketAddr>,
-    pub local: Option<SocketAddr>,
-    /// The connection is TLS (`HTTPS=on`, as PHP reads it).
-    pub https: bool,
-}
-
 impl FastCgiRequest {
-    /// `req` as FastCGI records; `script` is what it runs and where (see [`super::script`]).
-    pub fn new(
-        req: &Request<'_>,
-        script: &Script,
-        framing: Framing,
-        keep_alive: bool,
-        expect_continue: bool,
-        addresses: &Addresses,
-    ) -> Self {
+    /// `req` as FastCGI records; `script` is what it runs and where (see [`super::script`]),
+    /// `lent` how its connection framed it and where that connection came from and arrived.
+    pub fn new(req: &Request<'_>, script: &Script, lent: &LentHead<'_>) -> Self {
+        let (framing, keep_alive, expect_continue) =
+            (lent.framing, lent.keep_alive, lent.expect_continue);
         use std::os::unix::ffi::OsStrExt;
         let root_bytes = script.root.as_os_str().as_bytes();
         let mut params = Vec::with_capacity(1024);
@@ -133,18 +121,18 @@ impl FastCgiRequest {
             pair(&mut params, n, v);
         }
         pair(&mut params, b"PATH_INFO", &script.path_info);
-        if addresses.https {
+        if lent.https {
             pair(&mut params, b"HTTPS", b"on");
             pair(&mut params, b"REQUEST_SCHEME", b"https");
         } else {
             pair(&mut params, b"REQUEST_SCHEME", b"http");
         }
         pair(&mut params, b"SERVER_NAME", server_name.as_bytes());
-        if let Some(a) = addresses.peer {
+        if let Some(a) = lent.client {
             pair(&mut params, b"REMOTE_ADDR", a.ip().to_string().as_bytes());
             pair(&mut params, b"REMOTE_PORT", a.port().to_string().as_bytes());
         }
-        if let Some(a) = addresses.local {
+        if let Some(a) = lent.local {
             pair(&mut params, b"SERVER_ADDR", a.ip().to_string().as_bytes());
             pair(&mut params, b"SERVER_PORT", a.port().to_string().as_bytes());
         }

@@ -17,7 +17,7 @@
 //! the same).
 use super::cgi::*;
 use super::forward::{
-    answer, read_timeout, send_continue, to_client, write_timeout, Client, Failure, Outcome,
+    answer, read_timeout, send_continue, to_client, write_timeout, Failure, LentConnection, Outcome,
 };
 use super::request::HOP_BY_HOP;
 use super::route::ProxyRoute;
@@ -171,11 +171,11 @@ fn log_stderr(who: &Endpoint, text: &[u8]) {
 
 /// Forwards a request to a FastCGI app process and relays its answer.
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
-    client: Client<'_, C>,
+    client: LentConnection<'_, C>,
     req: FastCgiRequest,
     route: &ProxyRoute,
 ) -> Outcome {
-    let Client {
+    let LentConnection {
         stream,
         rbuf,
         clock,

@@ -21,8 +21,9 @@ use super::request::{connection_tokens, dropped_on_the_way, push_field, ForwardR
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
+use crate::http::access_log::Report;
+pub(super) use crate::http::service::{LentConnection, Outcome};
 use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
-use std::cell::Cell;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -31,25 +32,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 const BUF: usize = 64 << 10;
 /// Largest response head accepted from an app.
 const MAX_RESPONSE_HEAD: usize = 64 << 10;
-
-/// The client side of a forwarded request, lent by the connection's loop.
-pub struct Client<'a, C> {
-    pub stream: &'a mut C,
-    /// Bytes received after the request head: the body's start, perhaps the next request.
-    /// On return it holds only what follows the body.
-    pub rbuf: &'a mut Vec<u8>,
-    /// The thread's clock: its `Server`/`Date` lines head espalier's own error answers.
-    pub clock: &'a crate::http::clock::Clock,
-    pub max_body: u64,
-    pub max_framing: usize,
-    /// Between reads of the body, and for writes to the client.
-    pub body_timeout: Duration,
-    /// What was answered, for the access log.
-    pub report: &'a Report,
-    /// Field lines espalier adds to the app's answer (the site's HSTS over TLS), unless the
-    /// app sent a field of that name itself; empty for none.
-    pub added_fields: &'a [u8],
-}
 
 /// Appends `added` (whole `Name: value\r\n` lines) to a response head, but not the lines
 /// whose field the app already sent: an app that sets its own policy keeps it.
@@ -62,18 +44,6 @@ pub(super) fn add_fields(out: &mut Vec<u8>, added: &[u8], mut sent: impl FnMut(&
     }
 }
 
-/// What a forwarded request was answered: filled in as the answer goes out.
-#[derive(Default)]
-pub struct Report {
-    pub status: Cell<u16>,
-    /// Bytes written to the client (head and body).
-    pub bytes: Cell<u64>,
-    /// Of those, the response head's.
-    pub head: Cell<u64>,
-    /// From the request sent to the app's answer head received.
-    pub upstream_micros: Cell<Option<u64>>,
-}
-
 /// A write to the client, counted for the access log.
 pub(super) async fn to_client<C: AsyncWrite + Unpin>(
     stream: &mut C,
@@ -84,13 +54,6 @@ pub(super) async fn to_client<C: AsyncWrite + Unpin>(
     write_timeout(stream, buf, timeout).await?;
     report.bytes.set(report.bytes.get() + buf.len() as u64);
     Ok(())
-}
-
-/// Whether the client connection may carry another request.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
-    KeepAlive,
-    Close,
 }
 
 pub(super) enum Failure {
@@ -132,11 +95,11 @@ pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
 
 /// Forwards the request to an app process and relays its answer to the client.
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
-    client: Client<'_, C>,
+    client: LentConnection<'_, C>,
     req: ForwardRequest,
     route: &ProxyRoute,
 ) -> Outcome {
-    let Client {
+    let LentConnection {
         stream,
         rbuf,
         clock,

@@ -8,7 +8,8 @@
 //! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry), in HTTP/1.1 or, for
 //! `transport = "fastcgi"`, in FastCGI records ([`fastcgi`]).
 //! Must not touch: the client connection's own protocol loop (that is [`crate::http::conn`],
-//! which hands a request over here and takes the connection back) or app processes' lives.
+//! which lends a connection here through the service and takes it back) or app processes'
+//! lives.
 
 mod cgi;
 pub mod fastcgi;
@@ -25,8 +26,49 @@ pub enum ProxyTarget {
     FastCgi(std::rc::Rc<ProxyRoute>, Box<Script>),
 }
 
-pub use cgi::{Addresses, FastCgiRequest};
-pub use forward::{forward, Client, Outcome, Report};
+impl ProxyTarget {
+    /// FastCGI sends `CONTENT_LENGTH` before the body: a body of unknown length must be read
+    /// whole first (over HTTP/2; over HTTP/1.1 a chunked one is refused with 411).
+    pub fn needs_length(&self) -> bool {
+        matches!(self, ProxyTarget::FastCgi(..))
+    }
+}
+
+/// A request on its way to an application, its head built once for the app's protocol. The
+/// one dispatch of both HTTP/1.1 connections and HTTP/2 streams (a stream's connection is
+/// the far end of a pipe, see `http::h2`).
+pub enum Dispatch {
+    Http(std::rc::Rc<ProxyRoute>, ForwardRequest),
+    FastCgi(std::rc::Rc<ProxyRoute>, FastCgiRequest),
+}
+
+impl Dispatch {
+    /// `req` for `target`, as its connection framed and sent it.
+    pub fn new(target: ProxyTarget, req: &Request<'_>, lent: &LentHead<'_>) -> Self {
+        match target {
+            ProxyTarget::Http(route) => Dispatch::Http(route, ForwardRequest::new(req, lent)),
+            ProxyTarget::FastCgi(route, script) => {
+                Dispatch::FastCgi(route, FastCgiRequest::new(req, &script, lent))
+            }
+        }
+    }
+
+    /// Sends it, its body from `conn`, and the app's answer back to `conn`.
+    pub async fn run<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        self,
+        conn: LentConnection<'_, C>,
+    ) -> Outcome {
+        match self {
+            Dispatch::Http(route, req) => forward(conn, req, &route).await,
+            Dispatch::FastCgi(route, req) => fastcgi::forward(conn, req, &route).await,
+        }
+    }
+}
+
+use crate::http::service::{LentConnection, LentHead, Outcome};
+use crate::http::Request;
+pub use cgi::FastCgiRequest;
+pub use forward::forward;
 pub use request::ForwardRequest;
 pub use route::{ProxyRoute, ProxySettings, SharedTiers, UNRESPONSIVE_AFTER};
 pub use script::{Script, Scripts};

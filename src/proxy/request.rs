@@ -4,6 +4,7 @@
 //!
 //! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`]).
 
+use crate::http::service::LentHead;
 use crate::http::{Framing, Method, Request};
 
 /// A request as it goes to the app: its head rewritten, and what the forwarding needs to know.
@@ -66,15 +67,12 @@ pub(super) fn connection_tokens<'a>(
 }
 
 impl ForwardRequest {
-    /// The request `req` (framed by `framing`, from `peer`) as it goes to the app.
-    pub fn new(
-        req: &Request<'_>,
-        framing: Framing,
-        keep_alive: bool,
-        expect_continue: bool,
-        peer: Option<&str>,
-        proto: &str,
-    ) -> Self {
+    /// The request `req`, as its connection (`lent`) framed and sent it, as it goes to the app.
+    pub fn new(req: &Request<'_>, lent: &LentHead<'_>) -> Self {
+        let (framing, keep_alive, expect_continue) =
+            (lent.framing, lent.keep_alive, lent.expect_continue);
+        let peer = Some(lent.client_text).filter(|p| !p.is_empty());
+        let proto = if lent.https { "https" } else { "http" };
         let fields = || req.headers.iter().map(|h| (h.name, h.value));
         let listed = connection_tokens(fields());
         // `Upgrade: h2c` is the client asking espalier for HTTP/2, not the app: it is not
@@ -202,7 +200,16 @@ mod tests {
         else {
             panic!("complete head")
         };
-        let f = ForwardRequest::new(&request, framing, keep_alive, expect_continue, peer, "http");
+        let lent = LentHead {
+            framing,
+            keep_alive,
+            expect_continue,
+            client: None,
+            client_text: peer.unwrap_or_default(),
+            local: None,
+            https: false,
+        };
+        let f = ForwardRequest::new(&request, &lent);
         String::from_utf8(f.head).expect("text")
     }
 

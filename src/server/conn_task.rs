@@ -11,7 +11,7 @@
 
 use super::log;
 use crate::handlers::ThreadService;
-use crate::http::conn::ConnEnv;
+use crate::http::service::ConnEnv;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -17,7 +17,8 @@ use crate::cpuset::CpuSet;
 use crate::handlers::ThreadService;
 use crate::handoff::PoolTargets;
 use crate::http::clock::Clock;
-use crate::http::conn::{ConnEnv, Shutdown, Timeouts};
+use crate::http::conn::Shutdown;
+use crate::http::service::{ConnEnv, Timeouts};
 use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
 use crate::proxy::{ProxyRoute, SharedTiers};
@@ -107,7 +108,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     let ktls = if spec.ktls && spec.groups.iter().any(|g| g.tls) {
         os::ktls::probe()
     } else {
-        crate::tls::kernel::KernelSupport::NONE
+        crate::os::ktls::KernelSupport::NONE
     };
     // Certificates are read while the worker may still read its keys (often root's alone).
     let tls = Arc::new(TlsSetup {
@@ -348,7 +349,7 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
 /// configuration (`None` for cleartext), and the connections the kernel's TLS can take.
 struct TlsSetup {
     configs: Vec<Option<Arc<rustls::ServerConfig>>>,
-    kernel: crate::tls::kernel::KernelSupport,
+    kernel: crate::os::ktls::KernelSupport,
 }
 
 /// One engine thread: its own runtime, its listeners, its connections.
@@ -611,7 +612,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, group: usize, admission:
 /// Serves the connections other pools' threads hand to this one, as if accepted here; stops
 /// taking them when the worker drains (its successor in the slot takes the rest).
 async fn receive_loop(mut receiver: crate::handoff::Receiver, admission: Rc<Admission>) {
-    use crate::http::conn::Service;
+    use crate::http::service::Service;
     let env = &admission.env;
     loop {
         if env.shutdown.started.get() {

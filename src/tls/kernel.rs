@@ -2,7 +2,7 @@
 //! that makes the hand-over safe — pure decisions; the socket options are `os::ktls`'s.
 //!
 //! Owns: the rule of which (version, suite) the kernel can continue from where rustls stopped
-//! ([`Offload::of`]), the set of them a kernel accepts ([`KernelSupport`]), the cursor that
+//! ([`offload_of`]), the cursor that
 //! tells whether rustls holds part of a record ([`RecordCursor`]), and the record budget of an
 //! offloaded connection ([`RecordBudget`]). Must not touch: sockets, rustls's connection, or
 //! when a connection is offloaded (`http::ktls`).
@@ -15,117 +15,30 @@
 //! ChaCha20-Poly1305 build the nonce as IV XOR sequence number on both sides, so the kernel
 //! continues exactly.
 
+use crate::os::ktls::{KernelCipher, Offload};
 use rustls::{CipherSuite, ProtocolVersion};
 
-/// An AEAD the kernel implements for TLS records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KernelCipher {
-    Aes128Gcm,
-    Aes256Gcm,
-    Chacha20Poly1305,
-}
-
-/// A connection's agreed protocol, when the kernel can take over its records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offload {
-    pub tls13: bool,
-    pub cipher: KernelCipher,
-}
-
-impl Offload {
-    /// Every offloadable pair, in [`KernelSupport`]'s bit order.
-    pub const ALL: [Offload; 4] = [
-        Offload {
-            tls13: true,
-            cipher: KernelCipher::Aes128Gcm,
-        },
-        Offload {
-            tls13: true,
-            cipher: KernelCipher::Aes256Gcm,
-        },
-        Offload {
-            tls13: true,
-            cipher: KernelCipher::Chacha20Poly1305,
-        },
-        Offload {
-            tls13: false,
-            cipher: KernelCipher::Chacha20Poly1305,
-        },
-    ];
-
-    /// The offload for what the handshake agreed, if the kernel can continue it exactly (see
-    /// the module's doc for why TLS 1.2 AES-GCM cannot).
-    pub fn of(version: ProtocolVersion, suite: CipherSuite) -> Option<Offload> {
-        let (tls13, cipher) = match (version, suite) {
-            (ProtocolVersion::TLSv1_3, CipherSuite::TLS13_AES_128_GCM_SHA256) => {
-                (true, KernelCipher::Aes128Gcm)
-            }
-            (ProtocolVersion::TLSv1_3, CipherSuite::TLS13_AES_256_GCM_SHA384) => {
-                (true, KernelCipher::Aes256Gcm)
-            }
-            (ProtocolVersion::TLSv1_3, CipherSuite::TLS13_CHACHA20_POLY1305_SHA256) => {
-                (true, KernelCipher::Chacha20Poly1305)
-            }
-            (
-                ProtocolVersion::TLSv1_2,
-                CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
-                | CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
-            ) => (false, KernelCipher::Chacha20Poly1305),
-            _ => return None,
-        };
-        Some(Offload { tls13, cipher })
-    }
-
-    /// Its bit in [`KernelSupport`]; none for a pair not in [`Offload::ALL`] (the fields are
-    /// public, so one can be built), which is then never supported.
-    fn bit(self) -> u8 {
-        Offload::ALL
-            .iter()
-            .position(|o| *o == self)
-            .map_or(0, |i| 1 << i)
-    }
-}
-
-/// The offloads a kernel accepted when probed (empty: no kTLS, or turned off).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KernelSupport(u8);
-
-impl KernelSupport {
-    pub const NONE: KernelSupport = KernelSupport(0);
-
-    pub fn with(self, o: Offload) -> KernelSupport {
-        KernelSupport(self.0 | o.bit())
-    }
-
-    pub fn has(self, o: Offload) -> bool {
-        self.0 & o.bit() != 0
-    }
-
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
-    /// For the log: `TLS1.3/AES-128-GCM, …`, or `none`.
-    pub fn describe(self) -> String {
-        let names: Vec<String> = Offload::ALL
-            .iter()
-            .filter(|o| self.has(**o))
-            .map(|o| {
-                let v = if o.tls13 { "TLS1.3" } else { "TLS1.2" };
-                let c = match o.cipher {
-                    KernelCipher::Aes128Gcm => "AES-128-GCM",
-                    KernelCipher::Aes256Gcm => "AES-256-GCM",
-                    KernelCipher::Chacha20Poly1305 => "CHACHA20-POLY1305",
-                };
-                format!("{v}/{c}")
-            })
-            .collect();
-        if names.is_empty() {
-            "none".into()
-        } else {
-            names.join(", ")
+/// The offload for what the handshake agreed, if the kernel can continue it exactly (see
+/// the module's doc for why TLS 1.2 AES-GCM cannot).
+pub fn offload_of(version: ProtocolVersion, suite: CipherSuite) -> Option<Offload> {
+    let (tls13, cipher) = match (version, suite) {
+        (ProtocolVersion::TLSv1_3, CipherSuite::TLS13_AES_128_GCM_SHA256) => {
+            (true, KernelCipher::Aes128Gcm)
         }
-    }
+        (ProtocolVersion::TLSv1_3, CipherSuite::TLS13_AES_256_GCM_SHA384) => {
+            (true, KernelCipher::Aes256Gcm)
+        }
+        (ProtocolVersion::TLSv1_3, CipherSuite::TLS13_CHACHA20_POLY1305_SHA256) => {
+            (true, KernelCipher::Chacha20Poly1305)
+        }
+        (
+            ProtocolVersion::TLSv1_2,
+            CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+            | CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+        ) => (false, KernelCipher::Chacha20Poly1305),
+        _ => return None,
+    };
+    Some(Offload { tls13, cipher })
 }
 
 /// Follows TLS record boundaries in the bytes a stream gives rustls, so that a connection is
@@ -203,7 +116,7 @@ mod tests {
     fn tls13_suites_and_tls12_chacha_are_offloadable_but_tls12_aes_gcm_is_not() {
         use CipherSuite::*;
         use ProtocolVersion::*;
-        let o = |v, s| Offload::of(v, s);
+        let o = offload_of;
         assert_eq!(
             o(TLSv1_3, TLS13_AES_128_GCM_SHA256).map(|o| (o.tls13, o.cipher)),
             Some((true, KernelCipher::Aes128Gcm))
@@ -222,27 +135,6 @@ mod tests {
         );
         assert_eq!(o(TLSv1_2, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256), None);
         assert_eq!(o(TLSv1_2, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384), None);
-    }
-
-    #[test]
-    fn support_is_a_set_of_offloads() {
-        let [a, b, c, d] = Offload::ALL;
-        let s = KernelSupport::NONE.with(a).with(d);
-        assert!(s.has(a) && s.has(d) && !s.has(b) && !s.has(c));
-        assert!(KernelSupport::NONE.is_empty() && !s.is_empty());
-        // A pair the kernel can never continue (TLS 1.2 AES-GCM) is never supported, even by
-        // a kernel that takes every offloadable pair.
-        let all = Offload::ALL
-            .iter()
-            .fold(KernelSupport::NONE, |s, o| s.with(*o));
-        let tls12_gcm = Offload {
-            tls13: false,
-            cipher: KernelCipher::Aes128Gcm,
-        };
-        assert!(!all.has(tls12_gcm));
-        assert_eq!(KernelSupport::NONE.with(tls12_gcm), KernelSupport::NONE);
-        assert_eq!(s.describe(), "TLS1.3/AES-128-GCM, TLS1.2/CHACHA20-POLY1305");
-        assert_eq!(KernelSupport::NONE.describe(), "none");
     }
 
     /// Two records (lengths 3 and 300) fed in every split: at a boundary exactly after each

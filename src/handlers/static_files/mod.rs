@@ -32,7 +32,7 @@ mod respond;
 
 use super::mime;
 use crate::http::clock::Clock;
-use crate::http::conn::Reply;
+use crate::http::service::Reply;
 use crate::http::{Method, Request, Responder};
 pub use path::{normal_form, normalize};
 use respond::respond;

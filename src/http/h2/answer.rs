@@ -6,7 +6,7 @@
 //! service decides) or the connection's streams (see the parent module).
 
 use super::{PIECE, SEND_BUFFER};
-use crate::http::conn::{ConnEnv, FileBody};
+use crate::http::service::{ConnEnv, FileBody};
 use crate::http::{Responder, MAX_HEADERS};
 use bytes::Bytes;
 use h2::server::SendResponse;

@@ -34,11 +34,12 @@ mod answer;
 mod body;
 mod held;
 
-use super::access_log::{Entry, Facts, OwnedFacts};
-use super::conn::{ConnEnv, FileBody, Reply, Service, SiteRef};
+use super::access_log::{Entry, Facts, OwnedFacts, Report, HTTP2};
+use super::service::{
+    client_text, ConnEnv, FileBody, LentConnection, LentHead, Reply, RequestCtx, Route, Service,
+};
 use super::{Framing, Method, Request, Responder, MAX_HEADERS};
 use crate::handoff::Carried;
-use crate::proxy::{ProxyTarget, Report};
 use answer::{relay, send_answer, send_error, send_file};
 use body::Body;
 use bytes::Bytes;
@@ -72,7 +73,7 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
     carried: Carried,
     https: bool,
 ) {
-    let client: Rc<str> = Rc::from(super::conn::ip_text(carried.client).as_str());
+    let client: Rc<str> = Rc::from(client_text(carried.client).as_str());
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(MAX_STREAMS)
@@ -193,16 +194,10 @@ impl Drop for Open<'_> {
 }
 
 /// What answering a stream at once left for a task.
-enum Work {
-    /// The request goes to an application, through the forwarder.
-    /// The site it was routed to travels with it, to its HSTS line and its log line.
-    Forward(
-        ProxyTarget,
-        SiteRef,
-        SendResponse<Bytes>,
-        Option<OwnedFacts>,
-        Instant,
-    ),
+enum Work<T> {
+    /// The request is lent to what the service routed it to (an application), through the
+    /// forwarder. Its context travels with it, to its added fields and its log line.
+    Forward(Lending<T>),
     /// The head is sent; the file's pieces follow as the client's window allows.
     File(SendStream<Bytes>, FileBody),
 }
@@ -259,6 +254,16 @@ fn request_of<'a>(
     })
 }
 
+/// A stream lent to what the service routed it to: where, its context, its stream, and what
+/// its log line will want.
+struct Lending<T> {
+    target: T,
+    ctx: RequestCtx,
+    respond: SendResponse<Bytes>,
+    facts: Option<OwnedFacts>,
+    arrived: Instant,
+}
+
 impl<S: Service + 'static> Connection<S> {
     /// A stream with a body: streamed to its application as it arrives when the request is
     /// proxied; read whole (bounded) first for espalier's own handlers, which take a whole
@@ -276,10 +281,14 @@ impl<S: Service + 'static> Connection<S> {
             let mut headers = Vec::with_capacity(parts.headers.len() + 1);
             let max_headers = MAX_HEADERS.min(env.limits.max_headers);
             match request_of(&parts, &mut headers, &[], &self.client, max_headers) {
-                Ok(request) => env
-                    .service
-                    .proxy_route(self.group, &request)
-                    .map(|(target, site)| (target, site, self.facts_of(site, &request))),
+                // No hand-off: an HTTP/2 connection stays with the pool that took it.
+                Ok(request) => match env.service.route(self.group, &request, false) {
+                    Route::Lend(target, ctx) => {
+                        let facts = ctx.logged.then(|| OwnedFacts::of(&request));
+                        Some((target, ctx, facts))
+                    }
+                    Route::Here(_) | Route::HandOff(_) => None,
+                },
                 Err(status) => {
                     send_error(&mut respond, env, status);
                     return;
@@ -290,16 +299,22 @@ impl<S: Service + 'static> Connection<S> {
         // FastCGI tells its app the body's length before the body (CONTENT_LENGTH): one the
         // client did not declare is read whole first, as nginx does.
         let routed = routed.filter(|(target, _, _)| {
-            framing != Framing::Chunked || !matches!(target, ProxyTarget::FastCgi(..))
+            framing != Framing::Chunked || !env.service.needs_length(target)
         });
-        if let Some((target, site, facts)) = routed {
+        if let Some((target, ctx, facts)) = routed {
             // A body declared too large is refused before any of it is taken, as HTTP/1.1's
             // is; one undeclared is bounded by the forwarder's chunked decoder.
             if matches!(framing, Framing::Length(n) if n > env.limits.max_body_size) {
                 send_error(&mut respond, env, 413);
                 return;
             }
-            let work = Work::Forward(target, site, respond, facts, arrived);
+            let work = Work::Forward(Lending {
+                target,
+                ctx,
+                respond,
+                facts,
+                arrived,
+            });
             let expects_continue = body::expects_continue(&parts);
             let arriving = Body::Arriving(recv, framing, expects_continue);
             Box::pin(self.run(work, &parts, arriving)).await;
@@ -327,26 +342,25 @@ impl<S: Service + 'static> Connection<S> {
         }
     }
 
-    /// What the access log will want of a forwarded request, when its site logs.
-    fn facts_of(&self, site: SiteRef, request: &Request<'_>) -> Option<OwnedFacts> {
-        (self.env.service.logging() && self.env.service.wants_log(site))
-            .then(|| OwnedFacts::of(request))
-    }
-
     /// The work [`Self::answer`] left, in a task of its own.
-    async fn finish(self: Rc<Self>, work: Work, parts: http::request::Parts, body: Vec<u8>) {
+    async fn finish(
+        self: Rc<Self>,
+        work: Work<S::Target>,
+        parts: http::request::Parts,
+        body: Vec<u8>,
+    ) {
         let _open = Open::take(&self.open, &self.env.streams);
         // Boxed, as in `with_body`: a task's future is moved whole when spawned, and the
         // forwarder's is large; measured, copying it cost more than answering the request.
         Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
     }
 
-    async fn run(&self, work: Work, parts: &http::request::Parts, body: Body<'_>) {
+    async fn run(&self, work: Work<S::Target>, parts: &http::request::Parts, body: Body<'_>) {
         match work {
             Work::File(mut send, file) => {
                 let _ = send_file(&mut send, file, self.env.timeouts.body).await;
             }
-            Work::Forward(target, site, respond, facts, arrived) => {
+            Work::Forward(lending) => {
                 let mut headers = Vec::with_capacity(parts.headers.len() + 1);
                 let whole = match body {
                     Body::Whole(whole) => whole,
@@ -357,22 +371,20 @@ impl<S: Service + 'static> Connection<S> {
                     return;
                 };
                 let report = Report::default();
-                self.forward(&request, body, target, site, &report, respond)
+                let Lending {
+                    target,
+                    ctx,
+                    respond,
+                    facts,
+                    arrived,
+                } = lending;
+                self.forward(&request, body, target, &ctx, &report, respond)
                     .await;
                 if let Some(facts) = facts {
                     let mut req = facts.facts();
-                    req.minor_version = super::access_log::HTTP2;
-                    self.env.service.log(
-                        site,
-                        &Entry {
-                            req,
-                            status: report.status.get(),
-                            bytes: report.bytes.get().saturating_sub(report.head.get()),
-                            micros: arrived.elapsed().as_micros() as u64,
-                            upstream_micros: report.upstream_micros.get(),
-                            peer: &self.client,
-                        },
-                    );
+                    req.minor_version = HTTP2;
+                    let entry = Entry::reported(req, &report, Some(arrived), &self.client);
+                    self.env.service.log(&ctx, &entry);
                 }
             }
         }
@@ -387,7 +399,7 @@ impl<S: Service + 'static> Connection<S> {
         body: &[u8],
         mut respond: SendResponse<Bytes>,
         arrived: Instant,
-    ) -> Option<Work> {
+    ) -> Option<Work<S::Target>> {
         let env = &self.env;
         let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(parts.headers.len() + 1);
         let max_headers = MAX_HEADERS.min(env.limits.max_headers);
@@ -399,38 +411,40 @@ impl<S: Service + 'static> Connection<S> {
             }
         };
         let head_only = request.method == Method::Head;
-        if let Some((target, site)) = env.service.proxy_route(self.group, &request) {
-            let facts = self.facts_of(site, &request);
-            return Some(Work::Forward(target, site, respond, facts, arrived));
-        }
+        let ctx = match env.service.route(self.group, &request, false) {
+            Route::Here(ctx) => ctx,
+            Route::Lend(target, ctx) => {
+                let facts = ctx.logged.then(|| OwnedFacts::of(&request));
+                return Some(Work::Forward(Lending {
+                    target,
+                    ctx,
+                    respond,
+                    facts,
+                    arrived,
+                }));
+            }
+            // Not asked for (see `with_body`): a request of another pool's is misdirected.
+            Route::HandOff(_) => {
+                send_error(&mut respond, env, 421);
+                return None;
+            }
+        };
         let mut out = Vec::with_capacity(1024);
-        let (reply, site) = {
+        let reply = {
             let common = env.clock.common();
             let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
-            env.service.call(self.group, &request, &mut resp)
+            env.service.call(self.group, &ctx, &request, &mut resp)
         };
         let file = match reply {
             Reply::File(f) => Some(f),
             Reply::Done => None,
         };
-        if env.service.logging() && env.service.wants_log(site) {
-            let status = out
-                .get(9..12)
-                .and_then(|d| std::str::from_utf8(d).ok()?.parse().ok());
+        if ctx.logged {
             let mut req = Facts::of(&request);
-            req.minor_version = super::access_log::HTTP2;
-            env.service.log(
-                site,
-                &Entry {
-                    req,
-                    status: status.unwrap_or(0),
-                    bytes: (out.len() - super::access_log::head_len(&out)) as u64
-                        + file.as_ref().map_or(0, |f| f.len),
-                    micros: arrived.elapsed().as_micros() as u64,
-                    upstream_micros: None,
-                    peer: &self.client,
-                },
-            );
+            req.minor_version = HTTP2;
+            let file_len = file.as_ref().map_or(0, |f| f.len);
+            let entry = Entry::answered(req, &out, file_len, Some(arrived), &self.client);
+            env.service.log(&ctx, &entry);
         }
         let send = send_answer(&mut respond, Bytes::from(out), file.is_some(), head_only)?;
         match (send, file) {
@@ -446,8 +460,8 @@ impl<S: Service + 'static> Connection<S> {
         &self,
         request: &Request<'_>,
         body: Body<'_>,
-        target: ProxyTarget,
-        site: SiteRef,
+        target: S::Target,
+        ctx: &RequestCtx,
         report: &Report,
         mut respond: SendResponse<Bytes>,
     ) {
@@ -466,9 +480,18 @@ impl<S: Service + 'static> Connection<S> {
             }
             Body::Arriving(recv, framing, expects) => (Vec::new(), framing, Some(recv), expects),
         };
-        let added_fields = env.service.hsts_line(self.group, site);
+        let head = LentHead {
+            framing,
+            keep_alive: false,
+            expect_continue,
+            client: self.peer,
+            client_text: &self.client,
+            local: None,
+            https: self.https,
+        };
+        let lent = env.service.prepare(target, request, &head);
         let forwarding = async move {
-            let client = crate::proxy::Client {
+            let conn = LentConnection {
                 stream: &mut ours,
                 rbuf: &mut rbuf,
                 clock: &env.clock,
@@ -476,36 +499,9 @@ impl<S: Service + 'static> Connection<S> {
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
                 report,
-                added_fields: added_fields.as_deref().unwrap_or_default(),
+                added_fields: ctx.added_fields.as_deref().unwrap_or_default(),
             };
-            match target {
-                ProxyTarget::Http(route) => {
-                    let fwd = crate::proxy::ForwardRequest::new(
-                        request,
-                        framing,
-                        false,
-                        expect_continue,
-                        Some(&*self.client).filter(|c| !c.is_empty()),
-                        if self.https { "https" } else { "http" },
-                    );
-                    crate::proxy::forward(client, fwd, &route).await;
-                }
-                ProxyTarget::FastCgi(route, script) => {
-                    let fwd = crate::proxy::FastCgiRequest::new(
-                        request,
-                        &script,
-                        framing,
-                        false,
-                        expect_continue,
-                        &crate::proxy::Addresses {
-                            peer: self.peer,
-                            local: None,
-                            https: self.https,
-                        },
-                    );
-                    crate::proxy::fastcgi::forward(client, fwd, &route).await;
-                }
-            }
+            env.service.lend(lent, conn).await;
             // Closing our end ends an answer framed by the close.
             drop(ours);
         };

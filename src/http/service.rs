@@ -1,0 +1,219 @@
+//! What the engine asks of the application behind it, and what a request carries.
+//!
+//! Owns: the [`Service`] contract (route a request, answer it, or take its connection for a
+//! while), the request's context ([`RequestCtx`], made by routing and carried to the answer
+//! and the log line), what a lent connection is ([`LentConnection`]) and what every connection
+//! of a thread shares ([`ConnEnv`]). Must not touch: any protocol step (that is
+//! [`super::conn`] for HTTP/1.1 and [`super::h2`]) or what a service does — the engine never
+//! names the proxy; a service that forwards to applications says so through
+//! [`Service::Target`] and [`Service::lend`].
+//!
+//! Why a context and not the thread's state: one worker thread interleaves many requests
+//! across `.await`s, so anything "current" kept in the thread (a last routed site) is
+//! overwritten by the next request routed meanwhile. A slow proxied request of site A was once
+//! logged in site B's log that way, and an HTTP/2 stream took B's HSTS line.
+
+use super::access_log::{Entry, Report};
+use super::clock::Clock;
+use super::shutdown::Shutdown;
+use super::{Framing, HeadLimits, Request, Responder};
+use std::future::Future;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// A file body to send after the response head (large static files), with `sendfile`.
+pub struct FileBody {
+    pub file: Rc<std::fs::File>,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// What a service did with a request.
+pub enum Reply {
+    /// The whole response is in the output buffer.
+    Done,
+    /// The head is in the output buffer; this file range follows.
+    File(FileBody),
+}
+
+/// The site a request was routed to, as the service numbers its sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SiteRef(pub u32);
+
+/// A request's own context, made by [`Service::route`] and carried with the request to its
+/// answer and its log line (on HTTP/1.1 by the connection loop, on HTTP/2 by the stream's
+/// task) — as nginx's request carries its location's configuration.
+#[derive(Clone, Debug, Default)]
+pub struct RequestCtx {
+    /// The site it was routed to (`None`: no site has its host).
+    pub site: Option<SiteRef>,
+    /// Whether its site logs its requests (only then is a line built).
+    pub logged: bool,
+    /// Whole `Name: value\r\n` lines added to its answer, the lent ones' too (the site's
+    /// `Strict-Transport-Security` over TLS); `None` for none.
+    pub added_fields: Option<Rc<[u8]>>,
+}
+
+/// Where routing sends a request whose head is complete (its body not read yet).
+pub enum Route<T> {
+    /// The service answers it ([`Service::call`]) once its body is in.
+    Here(RequestCtx),
+    /// The connection is lent to `T` (an application), the body streaming there.
+    Lend(T, RequestCtx),
+    /// Another pool's: the connection goes there, from this request on.
+    HandOff(crate::handoff::Handoff),
+}
+
+/// What a lent request's head needs of its connection: the client, and how it framed and
+/// asked for this request.
+pub struct LentHead<'a> {
+    pub framing: Framing,
+    /// The connection may carry another request after this one.
+    pub keep_alive: bool,
+    pub expect_continue: bool,
+    /// The client's address (or whom a PROXY header named), and as text ("" for none).
+    pub client: Option<std::net::SocketAddr>,
+    pub client_text: &'a str,
+    /// The connection's own address, when known.
+    pub local: Option<std::net::SocketAddr>,
+    pub https: bool,
+}
+
+/// A connection lent by the engine for one request, given back when the answer is done.
+pub struct LentConnection<'a, C> {
+    pub stream: &'a mut C,
+    /// Bytes received after the request head: the body's start, perhaps the next request.
+    /// On return it holds only what follows the body.
+    pub rbuf: &'a mut Vec<u8>,
+    /// The thread's clock: its `Server`/`Date` lines head espalier's own error answers.
+    pub clock: &'a Clock,
+    pub max_body: u64,
+    pub max_framing: usize,
+    /// Between reads of the body, and for writes to the client.
+    pub body_timeout: Duration,
+    /// What was answered, for the access log.
+    pub report: &'a Report,
+    /// Field lines espalier adds to the answer (see [`RequestCtx::added_fields`]) unless the
+    /// answer has a field of that name itself; empty for none.
+    pub added_fields: &'a [u8],
+}
+
+/// Whether a lent connection may carry another request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    KeepAlive,
+    Close,
+}
+
+/// The application behind the engine: routes and answers requests.
+pub trait Service {
+    /// Where a lent request goes, as routing found it.
+    type Target;
+    /// A lent request ready to go: its head built for where it goes, its body to follow.
+    type Lent;
+
+    /// Where `req`, received on a listener of `group`, goes — decided once its head is
+    /// complete. `may_hand_off`: the connection can move to another pool (a cleartext
+    /// HTTP/1.1 one on a shared address).
+    fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<Self::Target>;
+
+    /// Answers a request routed [`Route::Here`], with its whole body, into `resp`.
+    fn call(
+        &self,
+        group: usize,
+        ctx: &RequestCtx,
+        req: &Request<'_>,
+        resp: &mut Responder<'_>,
+    ) -> Reply;
+
+    /// Whether `target` must know the body's length before the body (an undeclared one is
+    /// then read whole first, where the protocol allows).
+    fn needs_length(&self, _target: &Self::Target) -> bool {
+        false
+    }
+
+    /// Builds the lent request's head for `target`.
+    fn prepare(&self, target: Self::Target, req: &Request<'_>, head: &LentHead<'_>) -> Self::Lent;
+
+    /// Answers a lent request: its body is read from, and the answer written to, `conn`.
+    fn lend<C: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        lent: Self::Lent,
+        conn: LentConnection<'_, C>,
+    ) -> impl Future<Output = Outcome>;
+
+    /// Whether requests on `group` may belong to another pool (a shared address).
+    fn shared(&self, _group: usize) -> bool {
+        false
+    }
+
+    /// The group of the address a handed-over connection was accepted on.
+    fn group_of(&self, _addr: std::net::SocketAddr) -> Option<usize> {
+        None
+    }
+
+    /// Whether connections on `group` start with a PROXY protocol header (see
+    /// [`super::proxy_header`]).
+    fn proxy_protocol(&self, _group: usize) -> bool {
+        false
+    }
+
+    /// Which of the kernel's TLS offloads HTTPS/1.1 connections may use.
+    fn ktls(&self) -> crate::os::ktls::KernelSupport {
+        crate::os::ktls::KernelSupport::NONE
+    }
+
+    /// On an https address: its TLS acceptor (certificates chosen by SNI).
+    fn tls(&self, _group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
+        None
+    }
+
+    /// On a shared https address: `Some` when the name a TLS client asked for (SNI) belongs
+    /// to another pool's site, before the handshake.
+    fn hand_off_name(&self, _group: usize, _name: Option<&str>) -> Option<crate::handoff::Handoff> {
+        None
+    }
+
+    /// Whether some site logs its requests: only then does the engine time them.
+    fn logging(&self) -> bool {
+        false
+    }
+
+    /// Logs an answered request in its site's log (`ctx.logged` is true).
+    fn log(&self, _ctx: &RequestCtx, _entry: &Entry<'_>) {}
+}
+
+/// Timeouts of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub body: Duration,
+    pub keepalive: Duration,
+}
+
+/// What every connection of a thread shares (single-threaded: `Rc`, never `Arc`).
+pub struct ConnEnv<S> {
+    pub service: S,
+    pub clock: Rc<Clock>,
+    pub limits: HeadLimits,
+    pub timeouts: Timeouts,
+    pub shutdown: Rc<Shutdown>,
+    /// HTTP/2 streams being answered by a task on this thread (they may outlive their
+    /// connection by a timeout): with the connections, what the thread holds memory for.
+    pub streams: std::cell::Cell<usize>,
+}
+
+/// A client's address as logs and `X-Forwarded-For` write it (an IPv4-mapped IPv6 address as
+/// IPv4; "" for none), formatted once per connection.
+pub fn client_text(client: Option<std::net::SocketAddr>) -> String {
+    client.map_or_else(String::new, |a| {
+        let ip = match a.ip() {
+            std::net::IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        ip.to_string()
+    })
+}
