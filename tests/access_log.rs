@@ -7,6 +7,11 @@ use common::*;
 use std::path::Path;
 use std::time::Duration;
 
+/// The test app that answers `/slow…` after a second.
+fn slow_app() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/slow_app.py")
+}
+
 fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -225,24 +230,6 @@ fn a_log_folder_that_does_not_exist_is_one_line_at_check() {
     assert!(err.contains("does not exist; create it"), "{err}");
 }
 
-/// Answers `/slow…` after a second, anything else at once.
-const SLOW_APP: &str = r#"
-import http.server, os, time
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        if self.path.startswith("/slow"):
-            time.sleep(1)
-        body = b"app\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
-"#;
-
 /// Two sites served by one thread of one proxied pool. A slow request of a is in flight when
 /// b's requests arrive; each line must land in its own
 /// site's log (a's once went to b's: the thread's "last routed site" was read after the
@@ -253,7 +240,6 @@ fn each_request_is_logged_in_its_own_sites_log_whatever_was_routed_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir_all(d.join("logs")).unwrap();
-    std::fs::write(d.join("app.py"), SLOW_APP).unwrap();
     let port = free_port();
     let server = Server::with_config(
         d,
@@ -262,7 +248,7 @@ fn each_request_is_logged_in_its_own_sites_log_whatever_was_routed_meanwhile() {
 [[pool]]
 name = "one"
 cpus = "0"
-command = ["python3", "app.py"]
+command = ["python3", "{slow_app}"]
 [[site]]
 name = "a"
 bindings = ["http://127.0.0.1:{port}:a.example"]
@@ -275,7 +261,8 @@ bindings = ["http://127.0.0.1:{port}:b.example"]
 access_log = {{ path = "logs/b.log", format = "common" }}
 [[site.app]]
 pool = "one"
-"#
+"#,
+            slow_app = slow_app().display()
         ),
     );
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -322,4 +309,94 @@ pool = "one"
     assert!(a.iter().all(|l| l.contains("/slow-from-a")), "a.log: {a:?}");
     assert_eq!(b.len(), 4, "b.log: {b:?}");
     assert!(b.iter().all(|l| l.contains("fast-from-b")), "b.log: {b:?}");
+}
+
+/// Two sites of one FastCGI pool on one thread. A slow script of a runs while b's requests
+/// are answered by espalier itself (a path that is no script: 404, never sent to the app) and
+/// by b's own script: each line lands in its own site's log, over HTTP/1.1 and HTTP/2 (h2c).
+#[test]
+fn a_request_answered_here_behind_another_sites_slow_script_is_logged_in_its_own_log() {
+    let fpm = common::apps::php_fpm();
+    let app = common::apps::serve(
+        &r#"
+[[pool]]
+name = "php"
+cpus = "0"
+command = ["{fpm}", "--nodaemonize", "--allow-to-run-as-root", "--fpm-config", "php-fpm.conf"]
+directory = "php"
+transport = "fastcgi"
+[[site]]
+name = "a"
+bindings = ["http://{listen}:a.example"]
+root = "php/www"
+access_log = { path = "a.log", format = "common" }
+[[site.app]]
+pool = "php"
+[[site]]
+name = "b"
+bindings = ["http://{listen}:b.example"]
+root = "php/www"
+access_log = { path = "b.log", format = "common" }
+[[site.app]]
+pool = "php"
+"#
+        .replace("{fpm}", &fpm),
+    );
+    let d = app._dir.path();
+    std::fs::write(
+        d.join("php/www/slow.php"),
+        "<?php usleep(800000); echo \"slow\\n\";",
+    )
+    .unwrap();
+    let addr = app.addr;
+    let send = move |host: &'static str, path: &'static str| {
+        std::thread::spawn(move || {
+            let mut c = Conn::open(addr);
+            c.send(
+                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            );
+            c.read_response(false).expect("an answer").status
+        })
+    };
+    let slow = send("a.example", "/slow.php");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        send("b.example", "/missing-from-b.txt").join().unwrap(),
+        404
+    );
+    assert_eq!(send("b.example", "/index.php?from-b").join().unwrap(), 200);
+    assert_eq!(slow.join().unwrap(), 200);
+    block_on(async move {
+        let mut h2 = h2c(addr.port()).await;
+        let get = |h2: &mut h2::client::SendRequest<bytes::Bytes>, url: &str| {
+            let req = http::Request::get(url).body(()).unwrap();
+            h2.send_request(req, true).unwrap().0
+        };
+        h2 = h2.ready().await.unwrap();
+        let slow = get(&mut h2, "http://a.example/slow.php?h2");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        h2 = h2.ready().await.unwrap();
+        let here = get(&mut h2, "http://b.example/missing-from-b.txt?h2");
+        assert_eq!(here.await.unwrap().status(), 404);
+        h2 = h2.ready().await.unwrap();
+        let script = get(&mut h2, "http://b.example/index.php?from-b-h2");
+        assert_eq!(script.await.unwrap().status(), 200);
+        assert_eq!(slow.await.unwrap().status(), 200);
+    });
+    let (a, b) = (d.join("a.log"), d.join("b.log"));
+    app.server
+        .wait_until("every line written", Duration::from_secs(30), |_| {
+            lines(&a).len() + lines(&b).len() >= 6
+        });
+    let (a, b) = (lines(&a), lines(&b));
+    assert_eq!(a.len(), 2, "a.log: {a:?}\nb.log: {b:?}");
+    assert!(a.iter().all(|l| l.contains("/slow.php")), "a.log: {a:?}");
+    assert_eq!(b.len(), 4, "a.log: {a:?}\nb.log: {b:?}");
+    assert!(b.iter().all(|l| l.contains("from-b")), "b.log: {b:?}");
+    assert_eq!(
+        b.iter().filter(|l| l.contains("\" 404 ")).count(),
+        2,
+        "{b:?}"
+    );
 }

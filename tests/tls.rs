@@ -511,30 +511,105 @@ impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
     }
 }
 
+/// An HTTP/2 connection over TLS to 127.0.0.1:`port`, asking for `host` (SNI), whatever its
+/// certificate; with the task that drives it.
+async fn h2_over_tls(
+    port: u16,
+    host: &str,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
+    use std::sync::Arc;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string()).unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (send, conn) = h2::client::handshake(tls).await.unwrap();
+    (send, tokio::spawn(conn))
+}
+
+/// Two sites of one proxied pool on one thread, each with its own HSTS policy, on one HTTP/2
+/// connection: a slow stream of a is answered with a's policy while b's streams are routed
+/// meanwhile, and b's with b's (a stream once took the thread's last routed site's line).
+#[test]
+fn each_http2_stream_gets_its_own_sites_hsts() {
+    need_tools("openssl:openssl python3:python3", "openssl and python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "a", "a.test");
+    openssl_cert(d, "b", "b.test");
+    let port = free_port();
+    let slow_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/slow_app.py");
+    let server = Server::with_config(
+        d,
+        &format!(
+            r#"
+[[pool]]
+name = "one"
+cpus = "0"
+command = ["python3", "{slow_app}"]
+[[site]]
+name = "a"
+bindings = ["https://127.0.0.1:{port}:a.test"]
+tls = {{ cert = "a.pem", key = "a.key" }}
+hsts = "max-age=111"
+[[site.app]]
+pool = "one"
+[[site]]
+name = "b"
+bindings = ["https://127.0.0.1:{port}:b.test"]
+tls = {{ cert = "b.pem", key = "b.key" }}
+hsts = "max-age=222"
+[[site.app]]
+pool = "one"
+"#,
+            slow_app = slow_app.display()
+        ),
+    );
+    let hsts = |r: &http::Response<h2::RecvStream>| {
+        let v = r.headers().get("strict-transport-security");
+        v.map(|v| v.to_str().unwrap().to_string())
+    };
+    block_on(async {
+        let (mut h2, _driver) = h2_over_tls(port, "a.test").await;
+        let get = |h2: &mut h2::client::SendRequest<bytes::Bytes>, url: &str| {
+            let req = http::Request::get(url).body(()).unwrap();
+            h2.send_request(req, true).unwrap().0
+        };
+        h2 = h2.ready().await.unwrap();
+        let slow = get(&mut h2, "https://a.test/slow-a");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for _ in 0..2 {
+            h2 = h2.ready().await.unwrap();
+            let b = get(&mut h2, "https://b.test/fast-b").await.unwrap();
+            assert_eq!(b.status(), 200);
+            assert_eq!(hsts(&b).as_deref(), Some("max-age=222"));
+        }
+        let a = slow.await.unwrap();
+        assert_eq!(a.status(), 200, "{}", server.log_text());
+        assert_eq!(hsts(&a).as_deref(), Some("max-age=111"));
+    });
+}
+
 /// Opens an HTTP/2 connection to `host` on `port` and sends `n` requests,
 /// each reset by dropping it as soon as it is sent (CVE-2023-44487's rapid reset); says how
 /// the connection ended.
 fn rapid_reset_flood(port: u16, host: &str, n: usize) -> String {
-    use std::sync::Arc;
     block_on(async {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
-        let name = rustls::pki_types::ServerName::try_from(host.to_string()).unwrap();
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .unwrap();
-        let (mut send, conn) = h2::client::handshake(tls).await.unwrap();
-        let driver = tokio::spawn(conn);
+        let (mut send, driver) = h2_over_tls(port, host).await;
         let mut sent = 0;
         for _ in 0..n {
             send = match send.ready().await {
