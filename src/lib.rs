@@ -54,6 +54,7 @@ pub mod nic;
 pub mod os;
 pub mod placement;
 pub mod proxy;
+pub mod routing;
 pub mod scale;
 pub mod server;
 pub mod tls;

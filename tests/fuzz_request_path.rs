@@ -6,11 +6,12 @@
 //! every `cargo test`; `fuzz/` holds a libFuzzer target for longer runs on nightly.
 
 use espalier::config::{Config, SiteSpec};
-use espalier::handlers::{GroupRoutes, ThreadService};
+use espalier::handlers::ThreadService;
 use espalier::http::clock::Clock;
 use espalier::http::conn::{self, Shutdown};
 use espalier::http::service::{ConnEnv, Timeouts};
 use espalier::http::HeadLimits;
+use espalier::routing::GroupRoutes;
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::path::Path;

@@ -12,7 +12,7 @@ use espalier::http::service::{
     ConnEnv, LentConnection, LentHead, Outcome, Reply, RequestCtx, Route, Service, Timeouts,
 };
 use espalier::http::{HeadLimits, Request, Responder};
-use espalier::proxy::Tiers;
+use espalier::topology::nearest::Tiers;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::rc::Rc;

@@ -11,6 +11,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The largest `max_headers` the HTTP engine supports (its header array lives on the stack):
+/// a larger limit is refused when the config is checked.
+pub const MAX_HEADERS: usize = 256;
+
 /// How many worker processes a pool runs (IIS `maxProcesses`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Processes {

@@ -11,7 +11,6 @@
 
 pub mod cpu;
 pub mod dynamic;
-pub mod hosts;
 pub mod mime;
 pub mod static_files;
 
@@ -24,7 +23,8 @@ use crate::http::service::{
 };
 use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
-use hosts::HostTable;
+use crate::routing::hosts::HostTable;
+use crate::routing::GroupRoutes;
 use static_files::StaticFiles;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -72,21 +72,6 @@ enum Whole {
     Other(Option<usize>),
     /// Its apps are in several pools: the path decides.
     Split,
-}
-
-/// One address a worker listens on: which sites it answers for, `(host, site)` with `site` an
-/// index into the config's sites; a `None` host answers any (the default site).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct GroupRoutes {
-    pub addr: std::net::SocketAddr,
-    pub hosts: Vec<(Option<String>, usize)>,
-    /// Whether its connections start with a PROXY protocol header (its sites agree, see
-    /// `config::validate`).
-    #[serde(default)]
-    pub proxy_protocol: bool,
-    /// An https address: TLS with its sites' certificates, by SNI.
-    #[serde(default)]
-    pub tls: bool,
 }
 
 /// A listener group as a thread routes on it.
@@ -208,7 +193,7 @@ impl ThreadService {
                 let log = s.access_log.as_ref().filter(|_| serves).and_then(|spec| {
                     access_log::AccessLog::open(spec)
                         .map_err(|e| {
-                            crate::server::log(
+                            crate::os::log(
                                 &identity,
                                 format!("cannot open access log {}: {e}", spec.path.display()),
                             )

@@ -45,7 +45,7 @@
 //! its descriptor; the uid check stays as a second fence against other users of the machine.
 
 use crate::os::fdpass;
-use crate::proxy::Tiers;
+use crate::topology::nearest::Tiers;
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};

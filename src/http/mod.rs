@@ -33,8 +33,7 @@ pub use fields::{h2_host, valid_host};
 
 use std::mem::MaybeUninit;
 
-/// The largest `max_headers` the engine supports (the header array lives on the stack).
-pub const MAX_HEADERS: usize = 256;
+pub use crate::config::MAX_HEADERS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {

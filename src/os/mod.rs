@@ -13,3 +13,13 @@ pub mod notify;
 pub mod numa;
 pub mod private_dir;
 pub mod process;
+
+/// A lifecycle log line on stderr: `espalier[<who>]: <message>`. Requests are never logged
+/// here; this is for starts, exits and decisions an operator must see.
+///
+/// A write error is ignored rather than raised: `eprintln!` panics when stderr is gone (a
+/// closed pipe), and a server must not die because whoever read its log went away.
+pub fn log(who: &str, message: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "espalier[{who}]: {message}");
+}

@@ -6,7 +6,9 @@
 //! what is sent on the connection (see [`super::forward`] and [`super::fastcgi`]).
 
 use super::upstream::{Conn, Pool};
-use super::{Endpoint, Tiers};
+use super::Endpoint;
+/// The app processes of a pool, nearest first.
+type Tiers = crate::topology::nearest::Tiers<Endpoint>;
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

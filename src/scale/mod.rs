@@ -15,14 +15,14 @@
 
 pub mod plan;
 pub mod report;
+mod results;
 mod transport;
 
-use crate::bench::result::Latency;
 use crate::bench::{self, BenchOptions, Target};
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;
 use plan::{Configuration, ScalePlan, Workload};
-use serde::{Deserialize, Serialize};
+pub use results::{Isolation, Row, ScaleResults};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -77,48 +77,6 @@ impl ScaleOptions {
             ..ScaleOptions::quick(out)
         }
     }
-}
-
-/// One measurement: a configuration at a step under a workload.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Row {
-    pub workload: Workload,
-    pub configuration: Configuration,
-    pub units: usize,
-    pub cpus: String,
-    pub cpu_count: usize,
-    pub workers: usize,
-    pub rps: f64,
-    pub latency_ms: Latency,
-    pub errors: u64,
-}
-
-/// The isolation experiment's result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Isolation {
-    pub pool_a_cpus_masked: String,
-    pub pool_b_cpus_masked: String,
-    pub pool_b_rate: f64,
-    pub pool_a_rps_unmasked: f64,
-    pub pool_a_rps_masked: f64,
-    pub pool_b_unmasked: Latency,
-    pub pool_b_masked: Latency,
-}
-
-/// Everything the report shows.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ScaleResults {
-    pub date: String,
-    pub machine: String,
-    pub plan: ScalePlan,
-    pub duration_s: f64,
-    pub warmup_s: f64,
-    pub connections: usize,
-    pub rows: Vec<Row>,
-    pub isolation: Option<Isolation>,
-    /// How the load reached the server (reports of older versions: HTTP/1.1).
-    #[serde(default)]
-    pub transport: Transport,
 }
 
 /// A server started for one measurement; stopped on drop.

@@ -6,7 +6,7 @@
 //! Owns: the output files. Must not touch: measuring.
 
 use super::plan::{Configuration, Workload};
-use super::{Row, ScaleResults};
+use super::results::{Row, ScaleResults};
 use std::fmt::Write;
 use std::path::Path;
 

@@ -38,7 +38,7 @@ pub enum Message {
     /// Master → worker: reopen the access logs (SIGUSR1, logrotate's convention).
     Reopen,
     /// Master → front worker: the app processes its threads forward to, nearest first (JSON
-    /// of [`crate::proxy::Tiers`]).
+    /// of [`crate::topology::nearest::Tiers`]).
     Upstreams(String),
     /// Front worker → master: this app process (its endpoint, as `Endpoint`'s display
     /// writes it) let several requests in a row time out: a failed ping, whatever its

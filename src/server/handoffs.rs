@@ -10,7 +10,7 @@
 use super::listeners::ListenerGroup;
 use crate::config::PoolSpec;
 use crate::placement::Plan;
-use crate::proxy::{tiers_for, Tiers};
+use crate::topology::nearest::{tiers_for, Tiers};
 use crate::topology::Topology;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;

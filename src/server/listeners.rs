@@ -14,9 +14,9 @@
 use super::log;
 use super::steering;
 use crate::config::{Config, PoolSpec, Steering};
-use crate::handlers::GroupRoutes;
 use crate::os;
 use crate::placement::Plan;
+use crate::routing::GroupRoutes;
 use crate::topology::Topology;
 use socket2::Socket;
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 //! once at start). Must not touch: how the values were decided.
 
 use crate::config::{Limits, MemoryPolicy, SiteSpec};
-use crate::handlers::GroupRoutes;
+use crate::routing::GroupRoutes;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ pub struct ThreadSpec {
     pub handoff_fd: Option<i32>,
     /// On a shared address: per other pool, where this thread hands its connections.
     #[serde(default)]
-    pub handoff: Vec<(String, crate::proxy::Tiers<std::path::PathBuf>)>,
+    pub handoff: Vec<(String, crate::topology::nearest::Tiers<std::path::PathBuf>)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

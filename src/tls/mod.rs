@@ -15,8 +15,8 @@
 pub mod kernel;
 
 use crate::config::{SiteSpec, TlsFiles};
-use crate::handlers::hosts::HostTable;
-use crate::handlers::GroupRoutes;
+use crate::routing::hosts::HostTable;
+use crate::routing::GroupRoutes;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};

@@ -6,6 +6,7 @@
 //! small functions over them.
 //! Must not touch: the file system (that is [`sysfs`]) or any syscall.
 
+pub mod nearest;
 pub mod render;
 pub mod sysfs;
 

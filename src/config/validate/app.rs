@@ -7,10 +7,11 @@
 //! activation pool is decided in [`super::site`]).
 
 use super::super::locate::Seg;
+use super::super::model::*;
 use super::super::raw::RawPool;
-use super::super::*;
 use super::Validator;
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 impl Validator {

@@ -9,9 +9,10 @@ mod app;
 mod pool;
 mod site;
 
+use super::error::ConfigError;
 use super::locate::{path_to_string, Locator, Seg};
+use super::model::*;
 use super::raw::{self, RawConfig, Scalar};
-use super::*;
 use crate::topology::Topology;
 use crate::units::{parse_duration, parse_size};
 use std::path::Path;
@@ -240,13 +241,13 @@ impl Validator {
                 dl.max_connections as u64,
             ) as usize,
         };
-        if limits.max_headers > crate::http::MAX_HEADERS {
+        if limits.max_headers > crate::config::MAX_HEADERS {
             self.err(
                 &p("max_headers"),
                 format!(
                     "{} is more than the HTTP engine can hold; use at most {}",
                     limits.max_headers,
-                    crate::http::MAX_HEADERS
+                    crate::config::MAX_HEADERS
                 ),
             );
         }

@@ -4,9 +4,9 @@
 //! Owns: the pool keys' rules. Must not touch: sites.
 
 use super::super::locate::Seg;
+use super::super::model::*;
 use super::super::parse::{parse_time_of_day, valid_name};
 use super::super::raw::{self, Scalar};
-use super::super::*;
 use super::{scalar_text, Validator};
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;

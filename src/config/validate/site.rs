@@ -4,10 +4,12 @@
 //! Owns: the site keys' rules. Must not touch: pools beyond looking their names up.
 
 use super::super::locate::Seg;
+use super::super::model::*;
+use super::super::parse::parse_binding;
 use super::super::raw;
-use super::super::*;
 use super::Validator;
 use std::path::Path;
+use std::path::PathBuf;
 
 impl Validator {
     pub(super) fn site(
@@ -31,7 +33,7 @@ impl Validator {
                 binding
                     .host
                     .as_deref()
-                    .and_then(crate::handlers::hosts::host_name_problem)
+                    .and_then(crate::routing::hosts::host_name_problem)
             });
             match parse_binding(b).and_then(|binding| match host_problem {
                 Some(problem) => Err(problem),
@@ -411,7 +413,7 @@ impl Validator {
                     .map(|p| p.name.as_str())
             })
         };
-        let host_key = |b: &Binding| b.host.as_deref().map(crate::handlers::hosts::normal_host);
+        let host_key = |b: &Binding| b.host.as_deref().map(crate::routing::hosts::normal_host);
         for (i, s) in sites.iter().enumerate() {
             for (k, b) in s.bindings.iter().enumerate() {
                 let path = [

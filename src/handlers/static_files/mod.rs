@@ -27,6 +27,7 @@
 //! thread pools: they wait on the disk (or page cache) only, never on a peer.
 //! Must not touch: the connection (it writes into a [`Responder`]).
 
+mod entry;
 mod path;
 mod respond;
 
@@ -34,19 +35,19 @@ use super::mime;
 use crate::http::clock::Clock;
 use crate::http::service::Reply;
 use crate::http::{Method, Request, Responder};
+use entry::{still_valid, Body, Entry};
 pub use path::{normal_form, normalize};
 use respond::respond;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::{File, Metadata};
+use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Files up to this size are kept in memory.
 pub const SMALL_FILE: u64 = 256 << 10;
@@ -59,47 +60,6 @@ pub const MAX_OPEN_FILES: usize = 128;
 
 /// The welcome page served when a site has no root.
 const WELCOME: &str = include_str!("welcome.html");
-
-struct Entry {
-    fs_path: PathBuf,
-    /// Formatted `Content-Type`, `ETag`, `Last-Modified`, `Accept-Ranges` lines.
-    head: Vec<u8>,
-    etag: String,
-    /// Whole seconds, as HTTP dates carry them.
-    mtime: SystemTime,
-    size: u64,
-    identity: FileIdentity,
-    body: Body,
-    /// The second (clock time) this entry was last checked against the file system.
-    checked: u64,
-}
-
-/// What must be unchanged for a cached file to still be the file on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileIdentity {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl FileIdentity {
-    fn of(m: &Metadata) -> Self {
-        FileIdentity {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }
-    }
-}
-
-enum Body {
-    Memory(Box<[u8]>),
-    Open(Rc<File>),
-}
 
 enum Resolved {
     File(Entry),
@@ -328,58 +288,6 @@ fn opened_inside(file: &File, path: &Path, canonical_root: &Path) -> bool {
         Ok(real) => real.starts_with(canonical_root),
         Err(_) => std::fs::canonicalize(path).is_ok_and(|real| real.starts_with(canonical_root)),
     }
-}
-
-impl Entry {
-    fn new(fs_path: PathBuf, meta: &Metadata, size: u64, content_type: &str, body: Body) -> Self {
-        let identity = FileIdentity::of(meta);
-        let (secs, nanos) = identity.mtime;
-        // nginx's form, "<mtime hex>-<size hex>", with the nanoseconds when the file system
-        // has them: two versions written within one second must not share an ETag.
-        let etag = if nanos == 0 {
-            format!("\"{secs:x}-{size:x}\"")
-        } else {
-            format!("\"{secs:x}.{nanos:x}-{size:x}\"")
-        };
-        // HTTP dates have whole seconds; compare and print the truncated time.
-        let mtime = UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64);
-        let mut head = Vec::with_capacity(160);
-        for (name, value) in [
-            ("Content-Type", content_type),
-            ("ETag", &etag),
-            ("Last-Modified", &httpdate::fmt_http_date(mtime)),
-            ("Accept-Ranges", "bytes"),
-        ] {
-            head.extend_from_slice(name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
-        Entry {
-            fs_path,
-            head,
-            etag,
-            mtime,
-            size,
-            identity,
-            body,
-            checked: 0,
-        }
-    }
-
-    fn memory(&self) -> usize {
-        self.head.len()
-            + if let Body::Memory(d) = &self.body {
-                d.len()
-            } else {
-                0
-            }
-    }
-}
-
-/// Whether the file behind an entry is unchanged (see [`FileIdentity`]).
-fn still_valid(e: &Entry) -> bool {
-    std::fs::metadata(&e.fs_path).is_ok_and(|m| FileIdentity::of(&m) == e.identity)
 }
 
 /// The status for a file that could not be looked at or opened: absent is 404, forbidden 403;

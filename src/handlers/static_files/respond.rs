@@ -4,7 +4,7 @@
 //!
 //! Owns: these HTTP semantics of a file. Must not touch: finding or caching the file.
 
-use super::{Body, Entry};
+use super::entry::{Body, Entry};
 use crate::http::service::{FileBody, Reply};
 use crate::http::{Method, Request, Responder};
 use std::rc::Rc;

@@ -5,7 +5,6 @@
 //! Owns: that translation and the sending. Must not touch: which answer a request gets (the
 //! service decides) or the connection's streams (see the parent module).
 
-use super::{PIECE, SEND_BUFFER};
 use crate::http::service::{ConnEnv, FileBody};
 use crate::http::{Responder, MAX_HEADERS};
 use bytes::Bytes;
@@ -13,6 +12,11 @@ use h2::server::SendResponse;
 use h2::SendStream;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// What one stream may have queued to send beyond the client's window.
+pub(super) const SEND_BUFFER: usize = 256 << 10;
+/// Pieces of a file or an application's answer.
+const PIECE: usize = 64 << 10;
 
 /// Header fields HTTP/2 forbids (RFC 9113 §8.2.2): dropped from HTTP/1.1 answers.
 fn connection_specific(name: &str) -> bool {

@@ -40,7 +40,7 @@ use super::service::{
 };
 use super::{Framing, Method, Request, Responder, MAX_HEADERS};
 use crate::handoff::Carried;
-use answer::{relay, send_answer, send_error, send_file};
+use answer::{relay, send_answer, send_error, send_file, SEND_BUFFER};
 use body::Body;
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -58,10 +58,6 @@ const MAX_LOCAL_RESETS: usize = 1024;
 /// Flow-control windows: per stream and per connection.
 const STREAM_WINDOW: u32 = 256 << 10;
 const CONNECTION_WINDOW: u32 = 1 << 20;
-/// What one stream may have queued to send beyond the client's window.
-const SEND_BUFFER: usize = 256 << 10;
-/// Pieces of a file or an application's answer.
-const PIECE: usize = 64 << 10;
 /// The pipe between a stream and its forwarder (see `Connection::forward`).
 const FORWARD_PIPE: usize = 16 << 10;
 

@@ -6,9 +6,10 @@
 //! starting or reaping (see [`super::slots`]) — an app process is a slot's process like any.
 
 use super::Supervisor;
-use crate::proxy::{tiers_for, Endpoint};
+use crate::proxy::Endpoint;
 use crate::server::app::SETTLE;
 use crate::server::control::Message;
+use crate::topology::nearest::tiers_for;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

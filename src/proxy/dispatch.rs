@@ -1,0 +1,59 @@
+//! The one way a request goes to an application, from an HTTP/1.1 connection or an HTTP/2
+//! stream alike: its head built once for the app's protocol, then forwarded.
+//!
+//! Owns: [`ProxyTarget`] (what routing chose) and [`Dispatch`] (the built request and its
+//! sending). Must not touch: routing (the service chooses the target) or the client's
+//! protocol (the engine lends the connection, see `crate::http::service`).
+
+use super::cgi::FastCgiRequest;
+use super::request::ForwardRequest;
+use super::route::ProxyRoute;
+use super::script::Script;
+use crate::http::service::{LentConnection, LentHead, Outcome};
+use crate::http::Request;
+
+/// What a request is handed to: an HTTP app, or a FastCGI app with the script the request
+/// names (checked: one the app may run).
+pub enum ProxyTarget {
+    Http(std::rc::Rc<ProxyRoute>),
+    FastCgi(std::rc::Rc<ProxyRoute>, Box<Script>),
+}
+
+impl ProxyTarget {
+    /// FastCGI sends `CONTENT_LENGTH` before the body: a body of unknown length must be read
+    /// whole first (over HTTP/2; over HTTP/1.1 a chunked one is refused with 411).
+    pub fn needs_length(&self) -> bool {
+        matches!(self, ProxyTarget::FastCgi(..))
+    }
+}
+
+/// A request on its way to an application, its head built once for the app's protocol. The
+/// one dispatch of both HTTP/1.1 connections and HTTP/2 streams (a stream's connection is
+/// the far end of a pipe, see `http::h2`).
+pub enum Dispatch {
+    Http(std::rc::Rc<ProxyRoute>, ForwardRequest),
+    FastCgi(std::rc::Rc<ProxyRoute>, FastCgiRequest),
+}
+
+impl Dispatch {
+    /// `req` for `target`, as its connection framed and sent it.
+    pub fn new(target: ProxyTarget, req: &Request<'_>, lent: &LentHead<'_>) -> Self {
+        match target {
+            ProxyTarget::Http(route) => Dispatch::Http(route, ForwardRequest::new(req, lent)),
+            ProxyTarget::FastCgi(route, script) => {
+                Dispatch::FastCgi(route, FastCgiRequest::new(req, &script, lent))
+            }
+        }
+    }
+
+    /// Sends it, its body from `conn`, and the app's answer back to `conn`.
+    pub async fn run<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+        self,
+        conn: LentConnection<'_, C>,
+    ) -> Outcome {
+        match self {
+            Dispatch::Http(route, req) => super::forward::forward(conn, req, &route).await,
+            Dispatch::FastCgi(route, req) => super::fastcgi::forward(conn, req, &route).await,
+        }
+    }
+}
