@@ -22,8 +22,10 @@ impl Supervisor {
         let load = crate::server::soft::node_load(before, after, node_of);
         for slot in &mut self.slots {
             let pool = &self.pools[slot.pool];
-            let (Some(home), Some(p)) = (slot.spec.node, slot.current.as_ref().filter(|p| p.ready))
-            else {
+            let (Some(home), Some(p)) = (
+                slot.spec.node,
+                slot.current.as_ref().filter(|p| p.life.is_ready()),
+            ) else {
                 continue;
             };
             if slot.spec.hard || pool.stopped.is_some() {

@@ -5,6 +5,7 @@
 //! ready message), pings by probe or liveness, and the `upstreams` messages. Must not touch:
 //! starting or reaping (see [`super::slots`]) — an app process is a slot's process like any.
 
+use super::life::{Happening, Life};
 use super::Supervisor;
 use crate::proxy::Endpoint;
 use crate::server::app::SETTLE;
@@ -79,7 +80,10 @@ impl Supervisor {
         let now = Instant::now();
         for i in 0..self.slots.len() {
             if self.slots[i].app.is_some()
-                && self.slots[i].current.as_ref().is_some_and(|p| !p.ready)
+                && self.slots[i]
+                    .current
+                    .as_ref()
+                    .is_some_and(|p| p.life == Life::Starting)
             {
                 self.app_readiness(i, now);
             }
@@ -111,7 +115,7 @@ impl Supervisor {
         let mut settled = Vec::new();
         for p in slot.current.iter_mut().chain(slot.replacing.iter_mut()) {
             let Some(app) = p.app.as_mut() else { continue };
-            if p.ready || app.probing || app.probe_at > now {
+            if p.life != Life::Starting || app.probing || app.probe_at > now {
                 continue;
             }
             let Some(target) = setup.target(app.endpoint.as_ref()) else {
@@ -171,10 +175,8 @@ impl Supervisor {
                 .as_ref()
                 .and_then(|a| a.endpoint.as_ref())
                 .is_some_and(|e| e.to_string() == endpoint);
-            if same && p.ready && !p.killed {
-                crate::server::log("master", format!("app {name} (pid {}) let {} requests in a row time out (response_timeout): replacing it", p.pid, crate::proxy::UNRESPONSIVE_AFTER));
-                p.signal(libc::SIGKILL);
-                p.killed = true;
+            if same && p.happen(Happening::Unresponsive, Instant::now()).is_some() {
+                crate::server::log("master", format!("app {name} (pid {}) let {} requests in a row time out (response_timeout): replaced it", p.pid, crate::proxy::UNRESPONSIVE_AFTER));
             }
         }
     }
@@ -189,10 +191,10 @@ impl Supervisor {
         if !healthy {
             return;
         }
-        if p.ready {
-            p.last_pong = Instant::now();
-        } else {
+        if p.life == Life::Starting {
             self.on_ready(generation);
+        } else {
+            p.last_pong = Instant::now();
         }
     }
 
@@ -221,7 +223,7 @@ impl Supervisor {
             .iter()
             .filter(|s| s.pool == pool && s.app.is_some())
             .filter_map(|s| {
-                let p = s.current.as_ref().filter(|p| p.ready)?;
+                let p = s.current.as_ref().filter(|p| p.life.is_ready())?;
                 Some((s.spec.node, p.app.as_ref()?.endpoint.clone()?))
             })
             .collect();
@@ -230,7 +232,7 @@ impl Supervisor {
             ready = self
                 .retiring
                 .iter()
-                .filter(|(p, old)| p == name && old.ready && !old.stopping)
+                .filter(|(p, old)| p == name && old.life.is_ready())
                 .filter_map(|(_, old)| Some((None, old.app.as_ref()?.endpoint.clone()?)))
                 .collect();
         }

@@ -21,6 +21,7 @@
 mod affinity;
 mod apps;
 mod cgroups;
+mod life;
 mod live;
 mod pools;
 mod reload;
@@ -34,6 +35,7 @@ use super::log;
 use super::spec::WorkerSpec;
 use crate::config::Config;
 use crate::os;
+use life::{Act, Deadlines, Happening, Life, Restart, Why};
 use slots::{PoolRt, Proc, Slot};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -215,7 +217,7 @@ pub(super) async fn run(
     while sv
         .slots
         .iter()
-        .any(|s| s.current.as_ref().is_some_and(|p| !p.ready))
+        .any(|s| s.current.as_ref().is_some_and(|p| !p.life.has_been_ready()))
     {
         let ev = tokio::select! {
             ev = rx.recv() => ev,
@@ -259,7 +261,7 @@ pub(super) async fn run(
                 let late: Vec<String> = sv
                     .slots
                     .iter()
-                    .filter(|s| s.current.as_ref().is_some_and(|p| !p.ready))
+                    .filter(|s| s.current.as_ref().is_some_and(|p| !p.life.has_been_ready()))
                     .map(|s| s.spec.name())
                     .collect();
                 sv.stop_everything(Duration::from_secs(2)).await;
@@ -332,8 +334,7 @@ pub(super) async fn run(
         ),
     );
     for s in &mut sv.slots {
-        s.respawn_at = None;
-        s.restart_after_exit = false;
+        s.restart = Restart::No;
     }
     sv.signal_all(libc::SIGTERM);
     let deadline =
@@ -364,8 +365,7 @@ impl Supervisor {
 
     async fn stop_all(&mut self, grace: Duration) {
         for s in &mut self.slots {
-            s.respawn_at = None;
-            s.restart_after_exit = false;
+            s.restart = Restart::No;
         }
         self.signal_all(libc::SIGTERM);
         let deadline = Instant::now() + grace;
@@ -476,7 +476,7 @@ impl Supervisor {
             }
             Message::Stopping => {
                 if let Some((name, p)) = self.proc_of(generation) {
-                    if !p.stopping {
+                    if !p.life.is_stopping() {
                         log(
                             "master",
                             format!("app {name} (pid {}) says it is stopping", p.pid),
@@ -491,7 +491,7 @@ impl Supervisor {
 
     /// READY=1 for systemd (`Type=notify`), with a status line of what serves.
     fn notify_ready(&self) {
-        let running = self.procs().filter(|p| p.ready).count();
+        let running = self.procs().filter(|p| p.life.has_been_ready()).count();
         let stopped = self.pools.iter().filter(|p| p.stopped.is_some()).count();
         let _ = os::notify::notify(&format!(
             "READY=1\nSTATUS={running} process(es) serving in {} pool(s){}",
@@ -555,11 +555,8 @@ impl Supervisor {
             if pool.stopped.is_some() {
                 continue;
             }
-            let (startup_limit, ping_response, recycle) = (
-                pool.spec.startup_time_limit,
-                pool.spec.ping_response_time,
-                pool.spec.recycle.clone(),
-            );
+            let (recycle, ping_response) =
+                (pool.spec.recycle.clone(), pool.spec.ping_response_time);
             // A worker is pinged every second for its figures; an app process only every
             // `ping_interval`, since its ping is a request to its `health` URL.
             let ping_every = if self.slots[i].app.is_some() {
@@ -567,44 +564,50 @@ impl Supervisor {
             } else {
                 pool.spec.ping_interval.min(STATS_PING)
             };
+            let limits = Deadlines {
+                startup: pool.spec.startup_time_limit,
+                ping: pool.spec.ping_response_time.max(ping_every * 3),
+                shutdown: pool.spec.shutdown_time_limit,
+            };
             if self.slots[i].app.is_some()
-                && self.slots[i].replacing.as_ref().is_some_and(|p| !p.ready)
+                && self.slots[i]
+                    .replacing
+                    .as_ref()
+                    .is_some_and(|p| p.life == Life::Starting)
             {
                 // An overlapped recycle's new app process becomes ready as a first one does.
                 self.app_readiness(i, now);
             }
             let slot = &mut self.slots[i];
-            if slot.respawn_at.is_some_and(|t| t <= now) && slot.current.is_none() {
-                slot.respawn_at = None;
+            if matches!(slot.restart, Restart::At(t) if t <= now) && slot.current.is_none() {
+                slot.restart = Restart::No;
                 if let Err(e) = self.start(i, false) {
                     log("master", format!("{e}; trying again"));
-                    self.slots[i].respawn_at = Some(now + lifecycle::MAX_BACKOFF);
+                    self.slots[i].restart = Restart::At(now + lifecycle::MAX_BACKOFF);
                 }
                 continue;
             }
             let Some(p) = slot.current.as_mut() else {
                 continue;
             };
-            if p.killed {
-                continue; // dying; its exit is reaped like any other
-            }
-            if !p.ready {
-                if now.duration_since(p.started) > startup_limit {
-                    log("master", format!("worker {} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", slot.spec.name(), p.pid, startup_limit.as_secs()));
-                    p.signal(libc::SIGKILL);
-                    p.killed = true;
+            let starting = p.life == Life::Starting;
+            let name = slot.spec.name();
+            match p.happen(Happening::Tick(limits), now) {
+                Some(Act::Kill(Why::StartupLimit)) => {
+                    log("master", format!("worker {name} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", p.pid, limits.startup.as_secs()));
                     continue;
                 }
-                if slot.app.is_some() {
+                Some(Act::Kill(_)) => {
+                    log("master", format!("worker {name} (pid {}) missed its pings for {}s (ping_response_time): replacing it", p.pid, ping_response.as_secs()));
+                    continue;
+                }
+                _ => {}
+            }
+            // Dying (its exit is reaped like any other), or not ready yet.
+            if !p.life.is_ready() {
+                if starting && slot.app.is_some() {
                     self.app_readiness(i, now);
                 }
-                continue;
-            }
-            // Pings: stats, and the health check.
-            if now.duration_since(p.last_pong) > ping_response.max(ping_every * 3) {
-                log("master", format!("worker {} (pid {}) missed its pings for {}s (ping_response_time): replacing it", slot.spec.name(), p.pid, ping_response.as_secs()));
-                p.signal(libc::SIGKILL);
-                p.killed = true;
                 continue;
             }
             if now.duration_since(p.last_pong) >= ping_every {
@@ -619,7 +622,7 @@ impl Supervisor {
             let Some(p) = slot.current.as_mut() else {
                 continue;
             };
-            if slot.replacing.is_none() && !slot.restart_after_exit {
+            if slot.replacing.is_none() && slot.restart != Restart::AfterExit {
                 let uptime = now.duration_since(p.started);
                 let crossed =
                     lifecycle::crossed(&recycle.schedule, crossed_window.0, crossed_window.1);

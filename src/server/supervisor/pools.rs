@@ -8,6 +8,7 @@
 //! [`Status`] built from the supervisor's state. Must not touch: a slot's process state
 //! machine (see [`super::slots`]).
 
+use super::life::{Happening, Restart};
 use super::Supervisor;
 use crate::config::LoadBalancer;
 use crate::os;
@@ -35,12 +36,10 @@ impl Supervisor {
         };
         self.pools[p].stopped = Some(why.to_string());
         for s in self.slots.iter_mut().filter(|s| s.pool == p) {
-            s.respawn_at = None;
-            s.restart_after_exit = false;
+            s.restart = Restart::No;
             for proc_ in s.current.take().into_iter().chain(s.replacing.take()) {
-                let _ = os::process::kill(proc_.pid, libc::SIGTERM);
                 let mut proc_ = proc_;
-                proc_.stopping = true;
+                proc_.happen(Happening::Stop { handover: None }, Instant::now());
                 s.draining.push(proc_);
             }
         }
@@ -151,7 +150,7 @@ impl Supervisor {
         let now = Instant::now();
         for s in self.slots.iter_mut().filter(|s| s.pool == p) {
             s.young_deaths = 0;
-            s.respawn_at = Some(now);
+            s.restart = Restart::At(now);
         }
         log("master", format!("pool {name} started"));
         true
@@ -287,8 +286,8 @@ impl Supervisor {
                                 pid: cur.map(|c| c.pid),
                                 node: s.spec.node,
                                 cpus: s.spec.cpus.clone(),
-                                state: match (cur, s.respawn_at.is_some() || s.restart_after_exit) {
-                                    (Some(c), _) if c.ready => WorkerState::Running,
+                                state: match (cur, s.restart != Restart::No) {
+                                    (Some(c), _) if c.life.has_been_ready() => WorkerState::Running,
                                     (Some(_), _) => WorkerState::Starting,
                                     (None, true) => WorkerState::Restarting,
                                     (None, false) => WorkerState::Stopped,

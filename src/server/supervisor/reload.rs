@@ -9,16 +9,42 @@
 //! done before anything running changes, so a refused reload changes nothing.
 //! Must not touch: how workers start or drain (see [`super::slots`]).
 
+use super::life::{Happening, Restart};
 use super::slots::{PoolRt, Slot};
 use super::Supervisor;
 use crate::config::Config;
-use crate::os;
 use crate::server::lifecycle;
 use crate::server::listeners::ListenerGroup;
 use crate::server::log;
 use std::time::Instant;
 
 impl Supervisor {
+    /// `slot` with its pool's index among the new pools. A slot whose pool is not there (the
+    /// plan rules it out) has its processes retire, with a line, rather than the master
+    /// panicking — which would take every worker down.
+    fn placed(&mut self, mut slot: Slot) -> Option<Slot> {
+        let pool = slot.spec.pool.clone();
+        if let Some(k) = self.pools.iter().position(|p| p.spec.name == pool) {
+            slot.pool = k;
+            return Some(slot);
+        }
+        log(
+            "master",
+            format!(
+                "reload: worker {} has no pool `{pool}` any more: it stops",
+                slot.spec.name()
+            ),
+        );
+        let now = Instant::now();
+        let procs = slot.current.take().into_iter().chain(slot.replacing.take());
+        for mut p in procs.chain(slot.draining.drain(..)) {
+            p.happen(Happening::Signalled, now);
+            p.signal(libc::SIGTERM);
+            self.retiring.push((pool.clone(), p));
+        }
+        None
+    }
+
     /// Re-reads the config file and applies it: unchanged pools keep running untouched; a
     /// changed pool gets new workers on its existing sockets (more opened if it grew) and its
     /// old workers drain once the new ones are all ready; a new pool starts; a removed pool's
@@ -191,9 +217,10 @@ impl Supervisor {
                     .chain(slot.replacing.take())
                     .chain(slot.draining.drain(..))
                 {
-                    if gone || p.stopping {
-                        p.stopping = true;
-                        let _ = os::process::kill(p.pid, libc::SIGTERM);
+                    if gone || p.life.is_stopping() {
+                        // Cut short, even a hand-over under way: its pool is going or changing.
+                        p.happen(Happening::Signalled, Instant::now());
+                        p.signal(libc::SIGTERM);
                     }
                     self.retiring.push((pool.clone(), p));
                 }
@@ -222,18 +249,14 @@ impl Supervisor {
             }
         }
         self.pools = pools;
-        let first_new = slots.len();
+        let mut placed: Vec<Slot> = slots.into_iter().filter_map(|s| self.placed(s)).collect();
+        let first_new = placed.len();
         for spec in specs.into_iter().filter(|s| changed.contains(&s.pool)) {
-            slots.extend(Slot::for_spec(spec, 0, &new));
+            for slot in Slot::for_spec(spec, 0, &new) {
+                placed.extend(self.placed(slot));
+            }
         }
-        for s in &mut slots {
-            s.pool = self
-                .pools
-                .iter()
-                .position(|p| p.spec.name == s.spec.pool)
-                .expect("slot of a configured pool");
-        }
-        self.slots = slots;
+        self.slots = placed;
         self.config = new;
         // A stopped pool stays stopped: shared addresses keep steering around it.
         let stopped = self.stopped_pools();
@@ -251,7 +274,7 @@ impl Supervisor {
             }
             if let Err(e) = self.start(i, false) {
                 log("master", format!("{e}; trying again shortly"));
-                self.slots[i].respawn_at = Some(Instant::now() + lifecycle::MAX_BACKOFF);
+                self.slots[i].restart = Restart::At(Instant::now() + lifecycle::MAX_BACKOFF);
             }
         }
         let kept = self.pools.len() - changed.len();

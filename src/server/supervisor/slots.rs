@@ -7,11 +7,14 @@
 //! Owns: the process state machine of a slot. Must not touch: listener sockets, cgroups
 //! (see [`super::cgroups`]) or the decisions themselves ([`crate::server::lifecycle`]).
 
+use super::life::{
+    after_exit, Act, AfterExit, Deadlines, Happening, Life, Restart, SlotHistory, Times, Why,
+};
 use super::{Event, Supervisor};
 use crate::config::{AppCommand, Config, PoolSpec, Transport};
 use crate::os;
 use crate::server::control::Message;
-use crate::server::lifecycle;
+
 use crate::server::log;
 use crate::server::spawn::spawn_worker;
 use crate::server::spec::WorkerSpec;
@@ -33,11 +36,8 @@ pub(super) struct Proc {
     pub(super) generation: u64,
     pub(super) started: Instant,
     pub(super) started_unix: u64,
-    pub(super) ready: bool,
-    /// Asked to stop (recycle, pool stop, shutdown): its exit is no crash.
-    pub(super) stopping: bool,
-    /// When a draining worker was told to stop, for `shutdown_time_limit`.
-    pub(super) stop_sent: Option<Instant>,
+    /// Where it is in its life (changed only through [`Proc::happen`]).
+    pub(super) life: Life,
     pub(super) requests: u64,
     /// Connection tasks that panicked and were contained (see `server::conn_task`).
     pub(super) panics: u64,
@@ -50,9 +50,6 @@ pub(super) struct Proc {
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,
-    /// The supervisor sent SIGKILL (a startup or ping deadline): said and done once, while
-    /// the process is dying.
-    pub(super) killed: bool,
     /// An espalier worker's control socket; `None` for an app process (it has no such
     /// channel: sd_notify, probes and its exit tell about it).
     pub(super) control: Option<OwnedWriteHalf>,
@@ -74,12 +71,33 @@ pub(super) struct AppProc {
     pub(super) probing: bool,
     /// When the next readiness probe may go out.
     pub(super) probe_at: Instant,
-    /// A replaced proxied process gets SIGTERM this late, once the front workers forward to
-    /// its successor.
-    pub(super) term_at: Option<Instant>,
 }
 
 impl Proc {
+    /// Moves its life on by `h` at `now` and sends the signal that calls for: what was sent.
+    pub(super) fn happen(&mut self, h: Happening, now: Instant) -> Option<Act> {
+        let times = Times {
+            started: self.started,
+            last_pong: self.last_pong,
+        };
+        let (life, act) = self.life.on(h, now, times);
+        self.life = life;
+        match act {
+            Some(Act::Term) => self.signal(libc::SIGTERM),
+            Some(Act::Kill(_)) => self.signal(libc::SIGKILL),
+            None => {}
+        }
+        act
+    }
+
+    /// Asked to stop: a proxied app after its front workers learn of its successor (the
+    /// hand-over), anything else at once.
+    pub(super) fn stop(&mut self, now: Instant) {
+        let proxied = self.app.as_ref().is_some_and(|a| a.endpoint.is_some());
+        let handover = proxied.then_some(UPSTREAM_HANDOVER);
+        self.happen(Happening::Stop { handover }, now);
+    }
+
     /// Resident memory: an application's whole process tree, an espalier worker's own.
     pub(super) fn resident_bytes(&self) -> Option<u64> {
         if self.app.is_none() {
@@ -114,13 +132,12 @@ pub(super) struct Slot {
     pub(super) replacing: Option<Proc>,
     /// Old workers finishing their requests.
     pub(super) draining: Vec<Proc>,
-    pub(super) respawn_at: Option<Instant>,
+    /// When it starts its next process.
+    pub(super) restart: Restart,
     pub(super) young_deaths: u32,
     pub(super) restarts: u32,
     pub(super) recycles: u32,
     pub(super) last_exit: Option<String>,
-    /// A non-overlapped recycle: start again when the old one has exited.
-    pub(super) restart_after_exit: bool,
     /// Soft affinity: where the worker has been widened to.
     pub(super) soft: crate::server::soft::SoftState,
 }
@@ -148,12 +165,11 @@ impl Slot {
             current: None,
             replacing: None,
             draining: Vec::new(),
-            respawn_at: None,
+            restart: Restart::No,
             young_deaths: 0,
             restarts: 0,
             recycles: 0,
             last_exit: None,
-            restart_after_exit: false,
             soft: Default::default(),
         }
     }
@@ -275,8 +291,9 @@ impl Supervisor {
 
     pub(super) fn signal_all(&mut self, sig: i32) {
         let slots = self.slots.iter_mut().flat_map(Slot::procs_mut);
+        let now = Instant::now();
         for p in slots.chain(self.retiring.iter_mut().map(|(_, p)| p)) {
-            p.stopping = true;
+            p.happen(Happening::Signalled, now);
             p.signal(sig);
         }
     }
@@ -313,7 +330,6 @@ impl Supervisor {
                     watchdog: false,
                     probing: false,
                     probe_at: Instant::now(),
-                    term_at: None,
                 };
                 (started.pid, None, started.notify, Some(state))
             }
@@ -336,9 +352,7 @@ impl Supervisor {
             started_unix: SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            ready: false,
-            stopping: false,
-            stop_sent: None,
+            life: Life::Starting,
             requests: 0,
             connections: 0,
             accepted: 0,
@@ -347,7 +361,6 @@ impl Supervisor {
             remote: 0,
             last_pong: Instant::now(),
             stuck: false,
-            killed: false,
             control,
             reader,
             app,
@@ -390,12 +403,13 @@ impl Supervisor {
         let cpus = crate::cpuset::CpuSet::from_ids(slot.spec.cpus.iter().copied());
         let node = slot.spec.node.map_or("-".into(), |n| n.to_string());
         let what = if slot.app.is_some() { "app" } else { "worker" };
+        let now = Instant::now();
         if let Some(p) = slot
             .current
             .as_mut()
-            .filter(|p| p.generation == generation && !p.ready)
+            .filter(|p| p.generation == generation && p.life == Life::Starting)
         {
-            p.ready = true;
+            p.happen(Happening::Ready, now);
             log(
                 "master",
                 format!(
@@ -410,15 +424,13 @@ impl Supervisor {
             .is_some_and(|p| p.generation == generation)
         {
             // Overlapped recycle: the new worker accepts; the old one drains.
-            let mut new = slot.replacing.take().expect("checked");
-            new.ready = true;
+            let Some(mut new) = slot.replacing.take() else {
+                return;
+            };
+            new.happen(Happening::Ready, now);
             if let Some(mut old) = slot.current.take() {
-                old.stopping = true;
-                match old.app.as_mut().filter(|a| a.endpoint.is_some()) {
-                    // The front workers first learn of the new process (below).
-                    Some(app) => app.term_at = Some(Instant::now() + UPSTREAM_HANDOVER),
-                    None => old.signal(libc::SIGTERM),
-                }
+                // A proxied app's front workers first learn of the new process (below).
+                old.stop(now);
                 slot.draining.push(old);
             }
             log(
@@ -481,7 +493,7 @@ impl Supervisor {
                 if app.endpoint.is_some() {
                     republish.push(slot.pool);
                 }
-                if !proc_.stopping {
+                if !proc_.life.is_stopping() {
                     let tail = app.output.lock().unwrap_or_else(|e| e.into_inner());
                     if !tail.is_empty() {
                         let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
@@ -492,49 +504,60 @@ impl Supervisor {
                     }
                 }
             }
-            if proc_.stopping {
-                log(
-                    "master",
-                    format!("{what} {name} (pid {pid}) exited: {status}"),
-                );
-                if slot.restart_after_exit && slot.current.is_none() {
-                    slot.restart_after_exit = false;
-                    slot.respawn_at = Some(now);
-                }
-                continue;
-            }
-            slot.restarts += 1;
-            slot.last_exit = Some(status.to_string());
-            let uptime = proc_.ready.then(|| now.duration_since(proc_.started));
-            let (delay, young) = lifecycle::restart_delay(uptime, slot.young_deaths);
-            slot.young_deaths = young;
             let pool = &mut self.pools[slot.pool];
-            if pool.stopped.is_some() {
-                continue;
+            if !proc_.life.is_stopping() {
+                slot.restarts += 1;
+                slot.last_exit = Some(status.to_string());
+                if pool.stopped.is_some() {
+                    continue;
+                }
             }
-            if lifecycle::record_crash(&mut pool.crashes, now, &pool.spec.rapid_fail) {
-                let rf = &pool.spec.rapid_fail;
-                let why = format!(
-                    "{} crashes within {}",
-                    rf.max_crashes,
-                    crate::units::format_duration(rf.interval)
-                );
-                log(
-                    "master",
-                    format!("{what} {name} (pid {pid}) exited: {status}"),
-                );
-                let pool_name = pool.spec.name.clone();
-                self.stop_pool(&pool_name, &format!("rapid-fail protection: {why}"));
-                continue;
+            let history = SlotHistory {
+                young_deaths: &mut slot.young_deaths,
+                crashes: &mut pool.crashes,
+                rapid_fail: &pool.spec.rapid_fail,
+            };
+            let current_gone = slot.current.is_none();
+            match after_exit(
+                proc_.life,
+                proc_.started,
+                now,
+                slot.restart,
+                current_gone,
+                history,
+            ) {
+                AfterExit::Expected(restart) => {
+                    log(
+                        "master",
+                        format!("{what} {name} (pid {pid}) exited: {status}"),
+                    );
+                    slot.restart = restart;
+                }
+                AfterExit::RapidFail => {
+                    let rf = &pool.spec.rapid_fail;
+                    let why = format!(
+                        "{} crashes within {}",
+                        rf.max_crashes,
+                        crate::units::format_duration(rf.interval)
+                    );
+                    log(
+                        "master",
+                        format!("{what} {name} (pid {pid}) exited: {status}"),
+                    );
+                    let pool_name = pool.spec.name.clone();
+                    self.stop_pool(&pool_name, &format!("rapid-fail protection: {why}"));
+                }
+                AfterExit::Crashed(delay) => {
+                    log(
+                        "master",
+                        format!(
+                            "{what} {name} (pid {pid}) exited: {status}; restarting it in {}",
+                            crate::units::format_duration(delay)
+                        ),
+                    );
+                    slot.restart = Restart::At(now + delay);
+                }
             }
-            log(
-                "master",
-                format!(
-                    "{what} {name} (pid {pid}) exited: {status}; restarting it in {}",
-                    crate::units::format_duration(delay)
-                ),
-            );
-            slot.respawn_at = Some(now + delay);
         }
     }
 
@@ -559,55 +582,54 @@ impl Supervisor {
         let slot = &mut self.slots[i];
         match slot.current.take() {
             Some(mut old) => {
-                old.stopping = true;
-                let _ = os::process::kill(old.pid, libc::SIGTERM);
+                old.happen(Happening::Stop { handover: None }, Instant::now());
                 slot.draining.push(old);
                 slot.recycles += 1;
-                slot.restart_after_exit = true;
+                slot.restart = Restart::AfterExit;
             }
-            None => slot.respawn_at = Some(Instant::now()),
+            None => slot.restart = Restart::At(Instant::now()),
         }
     }
 
     /// Retiring workers drain once their pool's new workers are all ready.
     pub(super) fn retire_when_replaced(&mut self) {
+        let now = Instant::now();
         for (pool, p) in &mut self.retiring {
-            if p.stopping {
+            if p.life.is_stopping() {
                 continue;
             }
             let slots: Vec<&Slot> = self.slots.iter().filter(|s| &s.spec.pool == pool).collect();
             let replaced = slots
                 .iter()
-                .all(|s| s.current.as_ref().is_some_and(|c| c.ready));
+                .all(|s| s.current.as_ref().is_some_and(|c| c.life.is_ready()));
             let pool_stopped = self
                 .pools
                 .iter()
                 .any(|x| &x.spec.name == pool && x.stopped.is_some());
-            if replaced || pool_stopped {
-                p.stopping = true;
-                match p
-                    .app
-                    .as_mut()
-                    .filter(|a| a.endpoint.is_some() && !pool_stopped)
-                {
-                    // The front workers first learn of the new processes (published when
-                    // they became ready); then it stops, as an overlapped recycle's does.
-                    Some(app) => app.term_at = Some(Instant::now() + UPSTREAM_HANDOVER),
-                    None => {
-                        let _ = os::process::kill(p.pid, libc::SIGTERM);
-                    }
-                }
+            if pool_stopped {
+                p.happen(Happening::Stop { handover: None }, now);
+            } else if replaced {
+                // A proxied app's front workers first learn of the new processes (published
+                // when they became ready); then it stops, as an overlapped recycle's does.
+                p.stop(now);
             }
         }
     }
 
-    /// Draining workers past their pool's `shutdown_time_limit` are killed.
+    /// The deadlines of the processes that are stopping: a replaced app's SIGTERM after its
+    /// hand-over, SIGKILL past its pool's `shutdown_time_limit`.
     pub(super) fn enforce_shutdown_limits(&mut self, now: Instant) {
-        let limit_of = |pools: &[PoolRt], name: &str| {
-            pools
+        let limits_of = |pools: &[PoolRt], name: &str| {
+            let shutdown = pools
                 .iter()
                 .find(|p| p.spec.name == name)
-                .map_or(Duration::from_secs(90), |p| p.spec.shutdown_time_limit)
+                .map_or(Duration::from_secs(90), |p| p.spec.shutdown_time_limit);
+            // Only the shutdown limit applies to a stopping process.
+            Deadlines {
+                startup: Duration::MAX,
+                ping: Duration::MAX,
+                shutdown,
+            }
         };
         let pools = &self.pools;
         let drainers = self
@@ -615,30 +637,17 @@ impl Supervisor {
             .iter_mut()
             .flat_map(|s| s.draining.iter_mut())
             .chain(self.retiring.iter_mut().map(|(_, p)| p));
-        for p in drainers.filter(|p| p.stopping) {
-            if let Some(app) = p.app.as_mut() {
-                match app.term_at {
-                    Some(t) if t > now => continue,
-                    Some(_) => {
-                        app.term_at = None;
-                        let _ = os::process::kill(p.pid, libc::SIGTERM);
-                    }
-                    None => {}
-                }
-            }
-            let sent = *p.stop_sent.get_or_insert(now);
-            let limit = limit_of(pools, &p.pool);
-            if now.duration_since(sent) > limit {
+        for p in drainers.filter(|p| p.life.is_stopping()) {
+            let limits = limits_of(pools, &p.pool);
+            if p.happen(Happening::Tick(limits), now) == Some(Act::Kill(Why::ShutdownLimit)) {
                 log(
                     "master",
                     format!(
                         "worker pid {} still draining after {}s (shutdown_time_limit): killed",
                         p.pid,
-                        limit.as_secs()
+                        limits.shutdown.as_secs()
                     ),
                 );
-                p.signal(libc::SIGKILL);
-                p.stop_sent = Some(now + Duration::from_secs(3600));
             }
         }
     }
