@@ -4,45 +4,65 @@
 //! ripgrep.
 //!
 //! # A request's road
-//! 1. `espalier serve` ([`cli`]) reads the machine ([`topology`]) and the config ([`config`]),
-//!    plans where each worker goes ([`placement`]) and hands the plan to the master
-//!    ([`server::master`]), which opens one reuseport socket per worker thread
-//!    ([`server::listeners`], steered by CPU with [`server::steering`]) and starts the placed
-//!    worker processes ([`server::spawn`], then [`server::supervisor`] keeps them alive).
+//! 1. `espalier serve` ([`cli`]) reads the machine ([`topology`]) and the config ([`config`],
+//!    its certificates checked by [`certs`]), plans where each worker goes ([`placement`]) and
+//!    hands the plan to the master ([`server::master`]), which opens one reuseport socket per
+//!    worker thread ([`server::listeners`], steered by CPU with [`server::steering`]) and
+//!    starts the placed worker processes ([`server::spawn`]); [`server::supervisor`] keeps
+//!    them alive, each process's life one state ([`server::supervisor`]'s `life`).
 //! 2. A worker ([`server::worker`]) runs one event loop per CPU it owns; a connection is
 //!    accepted there and served in a contained task ([`server::conn_task`]).
-//! 3. The connection loop ([`http::conn`]) reads, parses each request head
-//!    ([`http::parse_head`]) and body ([`http::chunked`]), and asks the thread's service.
-//! 4. The service ([`handlers`]) picks the site by listener and `Host` — returned with the
-//!    answer as an [`http::conn::SiteRef`], which the request carries to its HSTS line and its
-//!    access-log line — the app by path, and the handler answers into a [`http::Responder`]: [`handlers::static_files`],
-//!    [`handlers::dynamic`] or [`handlers::cpu`]. On an address several pools share, a
-//!    request of another pool's app has its connection handed to that pool ([`handoff`]).
-//! 5. The answers of every request in the buffer go out in one `write` (or `sendfile` for a
-//!    large file), back in [`http::conn`].
+//! 3. Its first steps ([`http::accept`]): a PROXY protocol header where the address expects
+//!    one, then on an https address the TLS handshake ([`tls`]: the certificate by SNI; ALPN
+//!    chooses HTTP/2 or HTTP/1.1). On a shared address, a ClientHello naming another pool's
+//!    site hands the connection there before the handshake ([`handoff`]).
+//! 4. HTTP/1.1 ([`http::conn`]): the connection is a state moved by named steps — parse each
+//!    request head ([`http::parse_head`]), frame its body ([`http::chunked`]), and ask the
+//!    thread's service ([`http::service::Service`]) where it goes. HTTP/2 ([`http::h2`], the
+//!    `h2` crate's framing) makes each stream a request for the same service; so does h2c.
+//! 5. The service ([`handlers`]) routes by listener and `Host` ([`routing`]) and by path, and
+//!    makes the request's context ([`http::service::RequestCtx`]: its site, its log, the
+//!    fields added to its answer), which travels with the request to its answer and its log
+//!    line. Then one of three: it answers here into a [`http::Responder`]
+//!    ([`handlers::static_files`], [`handlers::dynamic`], [`handlers::cpu`]); it has the
+//!    connection lent to an application ([`proxy::Dispatch`]: the request built once, in
+//!    HTTP/1.1 or FastCGI, for an HTTP/1.1 connection or an HTTP/2 stream alike, to a
+//!    process on the thread's node, chosen by [`topology::nearest`]); or, on an address
+//!    several pools share, it hands the connection to the pool that serves it ([`handoff`]).
+//! 6. The answers of every request in the buffer go out in one `write` (or `sendfile` for a
+//!    large file, through the kernel's TLS where [`http::ktls`] hands it over), back in
+//!    [`http::conn`]; the access log ([`http::access_log`]) takes a line per request.
 //!
 //! # The modules
+//!
+//! Lowest layer first; a module imports only its own layer's and lower ones, and no two
+//! files import each other (`.ci/imports` draws the graph and checks both).
 //!
 //! | module | owns | pure? |
 //! | --- | --- | --- |
 //! | [`cpuset`] | CPU sets and the cpu-list syntax | yes |
 //! | [`units`] | durations, sizes, percentages | yes |
-//! | [`topology`] | nodes, CPUs, caches, NICs as read from sysfs | parsing yes; reading in `topology::sysfs` |
-//! | [`config`] | the TOML config, defaults, validation | yes, but for checking that each `root` is a directory |
+//! | [`topology`] | nodes, CPUs, caches, NICs as read from sysfs; ranking by distance ([`topology::nearest`]) | parsing and ranking yes; reading in `topology::sysfs` |
+//! | [`routing`] | the routing tables a worker is given: sites by address and host name | yes |
+//! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, processes, cgroups, private folders | no — all but one `unsafe` (`server::worker` adopts its inherited descriptors) |
+//! | [`certs`] | certificate files: loaded, checked, fingerprinted | reads files |
+//! | [`config`] | the TOML config, defaults, validation | yes, but it checks that roots, programs and certificates exist and are usable |
 //! | [`placement`] | which worker goes where | yes |
-//! | [`os`] | every syscall: affinity, memory policy, sockets, processes, cgroups | no — the only `unsafe` |
-//! | [`http`] | the HTTP/1.1 engine: parsing, chunked bodies, responses, limits, the connection loop | parsing yes; I/O in `http::conn` |
+//! | [`tls`] | SNI, the rustls server configuration, which connections kTLS may take | yes but for building keys |
 //! | [`handoff`] | passing a connection to another pool's thread on a shared address | no |
-//! | [`handlers`] | routing, static files, the dynamic page, the CPU-heavy page | no: static files stat, open and read on the event loop, as nginx does |
-//! | [`server`] | the master, the supervisor, the workers, the admin endpoint | decisions yes (`lifecycle`, `soft`, `steering`); the rest no |
+//! | [`http`] | the engine: HTTP/1.1 parsing and connection, HTTP/2 streams, the service contract, access logs | parsing yes; I/O in `http::conn`, `http::h2` |
+//! | [`proxy`] | forwarding to application processes in HTTP/1.1 or FastCGI | building requests yes; forwarding no |
+//! | [`handlers`] | routing a request, static files, the dynamic page, the CPU-heavy page | no: static files stat, open and read on the event loop, as nginx does |
+//! | [`server`] | the master, the supervisor, the workers, the admin endpoint | decisions yes (`lifecycle`, `supervisor`'s `life`, `soft`, `steering`); the rest no |
 //! | [`bench`](mod@bench) | the load generator and its mergeable results | no |
-//! | [`scale`] | the scaling experiment: plan, runner, report | plan yes |
 //! | [`nic`] | NIC queue interrupts on their node: plan and apply | plan yes |
 //! | [`doctor`] | the OS settings serving needs | checks yes; reading inputs no |
+//! | [`scale`] | the scaling experiment: plan, runner, report | plan yes |
 //! | [`cli`] | subcommands: arguments and output | no |
 
 pub(crate) mod async_io;
 pub mod bench;
+pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod cpuset;

@@ -4,10 +4,12 @@
 //! Owns: what every key means and defaults to (documented on each field and in the README),
 //! and the one-line error messages (`FILE:LINE: key: what is wrong; how to fix it`).
 //! Must not touch: placement decisions (that is [`crate::placement`]) or any syscall; the
-//! topology it validates against is passed in. The looks at the file system beyond reading
-//! the file itself: each site's `root` and each app pool's `directory` must be directories,
-//! and its `command` an executable program — checked here so that `check` refuses what
-//! `serve` could not use, with the key's line.
+//! topology it validates against is passed in. Not pure: it looks at the file system beyond
+//! reading the file itself — each site's `root` and each app pool's `directory` must be
+//! directories, its `command` an executable program, its certificate and key files a chain
+//! and key that belong together (loaded by [`crate::certs`]), a user named by `user` must
+//! exist — checked here so that `check` refuses what `serve` could not use, with the key's
+//! line.
 //!
 //! The files: `model` (the typed settings and their defaults), `raw` (the TOML as written,
 //! untyped), `validate` (raw → typed, collecting every error), `error` (the one-line

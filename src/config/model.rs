@@ -15,6 +15,8 @@ use std::time::Duration;
 /// a larger limit is refused when the config is checked.
 pub const MAX_HEADERS: usize = 256;
 
+pub use crate::certs::TlsFiles;
+
 /// How many worker processes a pool runs (IIS `maxProcesses`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Processes {
@@ -272,25 +274,6 @@ pub struct SiteSpec {
     /// Its `http://` bindings answer 308 to the same URL on its first https port.
     #[serde(default)]
     pub redirect_to_https: bool,
-}
-
-/// A site's certificate: PEM files, resolved against the config file's folder.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TlsFiles {
-    /// The chain, leaf first.
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// A DER OCSP response for the certificate, stapled to handshakes (renewed by whoever
-    /// fetches it, then `espalier reload`); `None` = no stapling.
-    #[serde(default)]
-    pub ocsp: Option<PathBuf>,
-    /// The leaf's `notAfter` (Unix seconds) when the config was loaded, for expiry warnings.
-    #[serde(default)]
-    pub not_after: u64,
-    /// A hash of the files' contents when the config was loaded: a reload that finds new
-    /// contents under the same names replaces the workers that serve them.
-    #[serde(default)]
-    pub fingerprint: u64,
 }
 
 /// The line format of an access log.

@@ -1,13 +1,19 @@
 //! Request handlers and the router in front of them.
 //!
-//! Owns: routing a request to a site (by listener group and `Host`, see [`hosts`]) and to an
-//! app (by path prefix) — on an address shared with other pools, an app of another pool is
-//! handed there whole (see [`crate::handoff`]) — and the handlers: [`static_files`], [`dynamic`], [`cpu`]; an app of a pool that
-//! runs an application is handed whole to [`crate::proxy`] (see `Service::proxy_route`). One [`ThreadService`]
-//! per worker thread; nothing in it is shared with another thread.
-//! Must not touch: sockets or the protocol (that is [`crate::http`]). Not pure: the static
-//! handler does blocking `stat`/`open`/`read` on the thread's event loop, as nginx does
-//! without thread pools (they wait on the disk or page cache only, never on a peer).
+//! The service behind the engine: routing and the handlers.
+//!
+//! Owns: routing a request to a site (by listener group and `Host`, with
+//! [`crate::routing::hosts`]) and to an app (by path prefix), and the context the request
+//! carries from there (its site, its log, its HSTS line); the answer: here by a handler
+//! ([`static_files`], [`dynamic`], [`cpu`]), by an application process (the connection lent
+//! to [`crate::proxy`]'s dispatch), or by another pool on a shared address (the connection
+//! handed there, see [`crate::handoff`]). One [`ThreadService`] per worker thread; nothing in
+//! it is shared with another thread.
+//! Must not touch: sockets or the protocols' framing (that is [`crate::http`]; what it knows
+//! of a protocol is that an HTTP/2 or TLS connection cannot change pools, so a request of
+//! another pool there is misdirected: 421). Not pure: the static handler does blocking
+//! `stat`/`open`/`read` on the thread's event loop, as nginx does without thread pools (they
+//! wait on the disk or page cache only, never on a peer).
 
 pub mod cpu;
 pub mod dynamic;

@@ -1,15 +1,18 @@
-//! The HTTP/1.1 engine: request heads parsed in place, bodies framed, responses written into
-//! one buffer per connection.
+//! The HTTP engine: HTTP/1.1 request heads parsed in place, bodies framed, responses written
+//! into one buffer per connection; HTTP/2 (over TLS and h2c) by the `h2` crate, each stream a
+//! request for the same service; the contract with that service ([`service`]).
 //!
-//! Owns: the protocol — parsing (with `httparse`, the parser hyper uses), limits and the
-//! status each violation gets, keep-alive and pipelining rules, response heads.
-//! Must not touch: what a response says (that is [`crate::handlers`]) or sockets beyond the
-//! connection loop in [`conn`].
+//! Owns: the protocols — parsing (with `httparse`, the parser hyper uses), limits and the
+//! status each violation gets, keep-alive and pipelining rules, response heads, HTTP/2's
+//! limits — and access-log lines. Must not touch: where a request goes or what its answer
+//! says (the [`service::Service`]: [`crate::handlers`]; the engine never names the proxy), or
+//! sockets beyond the connection code ([`conn`], [`h2`], [`send`]).
 //!
-//! Why not hyper: hyper is excellent and general, and costs about 18.5k instructions per
-//! request on a keep-alive static page here; a request path made only of a parse into the
-//! read buffer, a `memcpy` of a cached response and one `write` per batch of pipelined requests
-//! is what lets a worker thread beat nginx. HTTP/2 (h2c) is therefore not offered.
+//! Why not hyper for HTTP/1.1: hyper is excellent and general, and costs about 18.5k
+//! instructions per request on a keep-alive static page here; a request path made only of a
+//! parse into the read buffer, a `memcpy` of a cached response and one `write` per batch of
+//! pipelined requests is what lets a worker thread beat nginx. HTTP/2's framing, HPACK and
+//! flow control are the `h2` crate's, the same hyper uses.
 
 pub mod accept;
 pub mod access_log;

@@ -14,7 +14,7 @@ use super::app_exec::{ExecSpec, ENV_VAR};
 use super::control::Message;
 use super::log;
 use super::spec::WorkerSpec;
-use super::supervisor::Event;
+use super::supervisor::event::Event;
 use crate::config::{AppCommand, Transport, UpstreamKind};
 use crate::proxy::Endpoint;
 use std::collections::VecDeque;

@@ -281,13 +281,13 @@ impl Validator {
             not_after: 0,
             fingerprint: 0,
         };
-        match crate::tls::load(&files, std::time::SystemTime::now()) {
+        match crate::certs::load(&files, std::time::SystemTime::now()) {
             Ok(loaded) => {
                 files.not_after = loaded
                     .not_after
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                files.fingerprint = crate::tls::fingerprint(&files);
+                files.fingerprint = crate::certs::fingerprint(&files);
                 Some(files)
             }
             Err(e) => {

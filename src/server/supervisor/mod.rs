@@ -21,13 +21,16 @@
 mod affinity;
 mod apps;
 mod cgroups;
+pub(super) mod event;
 mod life;
 mod live;
 mod pools;
+mod procs;
 mod reload;
+mod samples;
 mod slots;
 
-use super::admin::{AdminCommand, AdminReply};
+use super::admin::AdminReply;
 use super::control::Message;
 use super::lifecycle;
 use super::listeners::ListenerGroup;
@@ -35,39 +38,17 @@ use super::log;
 use super::spec::WorkerSpec;
 use crate::config::Config;
 use crate::os;
+pub(super) use event::Event;
 use life::{Act, Deadlines, Happening, Life, Restart, Why};
-use slots::{PoolRt, Proc, Slot};
+use procs::{PoolRt, Proc, Slot};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// How often stats pings go out (pings also count as the health check).
 const STATS_PING: Duration = Duration::from_secs(1);
 
 /// A gap between ticks (every 100 ms) past which the master itself was paused.
 const MASTER_PAUSED: Duration = Duration::from_secs(3);
-
-/// What the supervisor's loop reacts to besides signals and its tick. Worker processes are
-/// named by generation (unique for the master's life), not by slot: a reload adds and removes
-/// slots.
-pub(super) enum Event {
-    /// A control message from a worker.
-    Worker {
-        generation: u64,
-        message: Message,
-    },
-    Admin(AdminCommand, oneshot::Sender<AdminReply>),
-    /// A readiness or health probe of an app process ended.
-    Probed {
-        generation: u64,
-        healthy: bool,
-    },
-}
-
-impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {
-    fn from((cmd, reply): (AdminCommand, oneshot::Sender<AdminReply>)) -> Self {
-        Event::Admin(cmd, reply)
-    }
-}
 
 struct Supervisor {
     /// The configuration running now (replaced by a reload).
@@ -98,7 +79,7 @@ struct Supervisor {
     /// Proxied pools whose front workers have not all been told their app processes yet.
     upstreams_unsent: Vec<usize>,
     /// The admin page's CPU loads and request history.
-    live: live::LiveSamples,
+    live: samples::LiveSamples,
 }
 
 pub(super) async fn run(
@@ -171,7 +152,7 @@ pub(super) async fn run(
         events: tx.clone(),
         next_generation: 1,
         upstreams_unsent: Vec::new(),
-        live: live::LiveSamples::new(),
+        live: samples::LiveSamples::new(),
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
     };

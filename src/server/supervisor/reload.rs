@@ -10,7 +10,7 @@
 //! Must not touch: how workers start or drain (see [`super::slots`]).
 
 use super::life::{Happening, Restart};
-use super::slots::{PoolRt, Slot};
+use super::procs::{PoolRt, Slot};
 use super::Supervisor;
 use crate::config::Config;
 use crate::server::lifecycle;

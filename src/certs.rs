@@ -1,0 +1,112 @@
+//! A site's certificate files: loaded and checked (a PEM chain and key that belong together,
+//! the leaf not expired, an OCSP response that is DER) and fingerprinted — below the config,
+//! which checks them where they are named, and the TLS layer, which serves them.
+//!
+//! Owns: [`TlsFiles`], [`load`], [`fingerprint`]. Must not touch: SNI, handshakes or the
+//! server configuration (see `crate::tls`).
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A site's certificate: PEM files, resolved against the config file's folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsFiles {
+    /// The chain, leaf first.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// A DER OCSP response for the certificate, stapled to handshakes (renewed by whoever
+    /// fetches it, then `espalier reload`); `None` = no stapling.
+    #[serde(default)]
+    pub ocsp: Option<PathBuf>,
+    /// The leaf's `notAfter` (Unix seconds) when the config was loaded, for expiry warnings.
+    #[serde(default)]
+    pub not_after: u64,
+    /// A hash of the files' contents when the config was loaded: a reload that finds new
+    /// contents under the same names replaces the workers that serve them.
+    #[serde(default)]
+    pub fingerprint: u64,
+}
+
+/// A site's certificate, loaded and checked.
+#[derive(Debug)]
+pub struct Loaded {
+    pub key: Arc<CertifiedKey>,
+    /// The leaf's `notAfter`.
+    pub not_after: SystemTime,
+}
+
+/// The crypto provider of every TLS configuration (ring).
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Loads `files` and checks them: PEM that holds a chain and a key, the key belonging to the
+/// leaf, and the leaf not expired at `now`. `Err` is the reason and its fix, for one line.
+pub fn load(files: &TlsFiles, now: SystemTime) -> Result<Loaded, String> {
+    let cert_path = files.cert.display();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| format!("cannot read certificate {cert_path}: {e}"))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certificate {cert_path} is not valid PEM: {e}"))?;
+    let Some(leaf) = chain.first() else {
+        return Err(format!(
+            "certificate {cert_path} holds no CERTIFICATE block; give the PEM chain, leaf first"
+        ));
+    };
+    let key_path = files.key.display();
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        format!("cannot read a private key from {key_path}: {e}; give a PEM key (PKCS#8, PKCS#1 or SEC1)")
+    })?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("private key {key_path} cannot sign: {e}"))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("certificate {cert_path} does not parse: {e}"))?;
+    let not_after_secs = parsed.validity().not_after.timestamp();
+    let not_after = UNIX_EPOCH + Duration::from_secs(not_after_secs.max(0) as u64);
+    let mut key = CertifiedKey::new(chain, signing);
+    if let Some(ocsp) = &files.ocsp {
+        let response = std::fs::read(ocsp)
+            .map_err(|e| format!("cannot read the OCSP response {}: {e}", ocsp.display()))?;
+        // An OCSPResponse is a DER SEQUENCE; a PEM or empty file is a mistake to say now.
+        if response.first() != Some(&0x30) {
+            return Err(format!(
+                "{} is not a DER OCSP response; write it with `openssl ocsp … -respout FILE`",
+                ocsp.display()
+            ));
+        }
+        key.ocsp = Some(response);
+    }
+    key.keys_match().map_err(|_| {
+        format!("private key {key_path} does not belong to certificate {cert_path}; give the key the certificate was issued for")
+    })?;
+    if not_after <= now {
+        return Err(format!(
+            "certificate {cert_path} expired on {}; renew it",
+            humantime::format_rfc3339_seconds(not_after)
+        ));
+    }
+    Ok(Loaded {
+        key: Arc::new(key),
+        not_after,
+    })
+}
+
+/// A hash of the files' contents (0 where one cannot be read).
+pub fn fingerprint(files: &TlsFiles) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for path in [Some(&files.cert), Some(&files.key), files.ocsp.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        std::fs::read(path).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
+}

@@ -1,0 +1,31 @@
+//! What the supervisor's loop reacts to besides signals and its tick: a worker's control
+//! message, an admin command, an app probe's result.
+//!
+//! Owns: [`Event`]. Must not touch: how each is handled (the supervisor).
+
+use crate::server::admin::{AdminCommand, AdminReply};
+use crate::server::control::Message;
+use tokio::sync::oneshot;
+
+/// What the supervisor's loop reacts to besides signals and its tick. Worker processes are
+/// named by generation (unique for the master's life), not by slot: a reload adds and removes
+/// slots.
+pub(in crate::server) enum Event {
+    /// A control message from a worker.
+    Worker {
+        generation: u64,
+        message: Message,
+    },
+    Admin(AdminCommand, oneshot::Sender<AdminReply>),
+    /// A readiness or health probe of an app process ended.
+    Probed {
+        generation: u64,
+        healthy: bool,
+    },
+}
+
+impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {
+    fn from((cmd, reply): (AdminCommand, oneshot::Sender<AdminReply>)) -> Self {
+        Event::Admin(cmd, reply)
+    }
+}

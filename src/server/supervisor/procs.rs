@@ -1,0 +1,233 @@
+//! What the supervisor keeps of each process, slot and pool: the data, and the small acts on
+//! one process (moving its life on, signalling it, measuring it).
+//!
+//! Owns: [`Proc`], [`AppProc`], [`Slot`], [`PoolRt`]. Must not touch: starting or reaping
+//! processes (see `super::slots`) or the decisions (see `super::life`).
+
+use super::life::{Act, Happening, Life, Restart, Times};
+use crate::config::{AppCommand, Config, PoolSpec, Transport};
+use crate::os;
+use crate::server::spec::WorkerSpec;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::task::JoinHandle;
+
+/// How long a replaced proxied app process keeps serving new requests after its successor is
+/// ready: the front workers' switch to the successor is one control message away.
+const UPSTREAM_HANDOVER: Duration = Duration::from_millis(500);
+/// One running worker process.
+pub(super) struct Proc {
+    pub(super) pid: u32,
+    /// Its pool's name.
+    pub(super) pool: String,
+    pub(super) generation: u64,
+    pub(super) started: Instant,
+    pub(super) started_unix: u64,
+    /// Where it is in its life (changed only through [`Proc::happen`]).
+    pub(super) life: Life,
+    pub(super) requests: u64,
+    /// Connection tasks that panicked and were contained (see `server::conn_task`).
+    pub(super) panics: u64,
+    /// A front worker's requests forwarded off its node.
+    pub(super) remote: u64,
+    /// Its connections open now, accepted so far, and accepted on the CPU that received them.
+    pub(super) connections: u64,
+    pub(super) accepted: u64,
+    pub(super) steered: u64,
+    pub(super) last_pong: Instant,
+    /// Whether the last ping found stuck threads (logged once per episode).
+    pub(super) stuck: bool,
+    /// An espalier worker's control socket; `None` for an app process (it has no such
+    /// channel: sd_notify, probes and its exit tell about it).
+    pub(super) control: Option<OwnedWriteHalf>,
+    /// Reads the worker's control lines, or an app's `NOTIFY_SOCKET`.
+    pub(super) reader: JoinHandle<()>,
+    /// What only an app process has.
+    pub(super) app: Option<AppProc>,
+}
+
+/// The state of one application process (a pool with `command`).
+pub(super) struct AppProc {
+    /// Where a proxied process listens.
+    pub(super) endpoint: Option<crate::proxy::Endpoint>,
+    /// Its last lines of output, for the log when it dies.
+    pub(super) output: crate::server::app::OutputTail,
+    /// It has sent `WATCHDOG=1`: its pings come by themselves.
+    pub(super) watchdog: bool,
+    /// A readiness or health probe is under way.
+    pub(super) probing: bool,
+    /// When the next readiness probe may go out.
+    pub(super) probe_at: Instant,
+}
+
+impl Proc {
+    /// Moves its life on by `h` at `now` and sends the signal that calls for: what was sent.
+    pub(super) fn happen(&mut self, h: Happening, now: Instant) -> Option<Act> {
+        let times = Times {
+            started: self.started,
+            last_pong: self.last_pong,
+        };
+        let (life, act) = self.life.on(h, now, times);
+        self.life = life;
+        match act {
+            Some(Act::Term) => self.signal(libc::SIGTERM),
+            Some(Act::Kill(_)) => self.signal(libc::SIGKILL),
+            None => {}
+        }
+        act
+    }
+
+    /// Asked to stop: a proxied app after its front workers learn of its successor (the
+    /// hand-over), anything else at once.
+    pub(super) fn stop(&mut self, now: Instant) {
+        let proxied = self.app.as_ref().is_some_and(|a| a.endpoint.is_some());
+        let handover = proxied.then_some(UPSTREAM_HANDOVER);
+        self.happen(Happening::Stop { handover }, now);
+    }
+
+    /// Resident memory: an application's whole process tree, an espalier worker's own.
+    pub(super) fn resident_bytes(&self) -> Option<u64> {
+        if self.app.is_none() {
+            return os::process::resident_bytes(self.pid);
+        }
+        let tree = os::process::process_tree(self.pid);
+        let sizes: Vec<u64> = tree
+            .iter()
+            .filter_map(|&pid| os::process::resident_bytes(pid))
+            .collect();
+        (!sizes.is_empty()).then(|| sizes.iter().sum())
+    }
+
+    /// Sends `sig`. SIGKILL reaches an app's whole process group (gunicorn's workers with
+    /// their arbiter); any other signal goes to the process, which passes it on as it sees fit.
+    pub(super) fn signal(&self, sig: i32) {
+        if self.app.is_some() && sig == libc::SIGKILL {
+            let _ = os::process::kill_group(self.pid, sig);
+        }
+        let _ = os::process::kill(self.pid, sig);
+    }
+}
+
+/// One planned worker position: a pool's index-th worker.
+pub(super) struct Slot {
+    pub(super) spec: WorkerSpec,
+    pub(super) pool: usize,
+    /// The application this slot runs; `None` for an espalier worker.
+    pub(super) app: Option<AppCommand>,
+    pub(super) current: Option<Proc>,
+    /// The replacement started by an overlapped recycle, not yet ready.
+    pub(super) replacing: Option<Proc>,
+    /// Old workers finishing their requests.
+    pub(super) draining: Vec<Proc>,
+    /// When it starts its next process.
+    pub(super) restart: Restart,
+    pub(super) young_deaths: u32,
+    pub(super) restarts: u32,
+    pub(super) recycles: u32,
+    pub(super) last_exit: Option<String>,
+    /// Soft affinity: where the worker has been widened to.
+    pub(super) soft: crate::server::soft::SoftState,
+}
+
+impl PoolRt {
+    pub(super) fn new(spec: PoolSpec) -> Self {
+        PoolRt {
+            spec,
+            stopped: None,
+            crashes: VecDeque::new(),
+            responders: Vec::new(),
+            allocate_mib: None,
+            cpu_group: None,
+            fail_starts: 0,
+        }
+    }
+}
+
+impl Slot {
+    pub(super) fn new(spec: WorkerSpec, pool: usize) -> Self {
+        Slot {
+            spec,
+            pool,
+            app: None,
+            current: None,
+            replacing: None,
+            draining: Vec::new(),
+            restart: Restart::No,
+            young_deaths: 0,
+            restarts: 0,
+            recycles: 0,
+            last_exit: None,
+            soft: Default::default(),
+        }
+    }
+}
+
+pub(super) struct PoolRt {
+    pub(super) spec: PoolSpec,
+    /// Why it is stopped (rapid-fail, or by command).
+    pub(super) stopped: Option<String>,
+    pub(super) crashes: VecDeque<Instant>,
+    pub(super) responders: Vec<JoinHandle<()>>,
+    /// Fault injection for tests (`ESPALIER_ALLOCATE_AT_START=POOL:MIB`): first starts of the
+    /// pool's workers allocate this much, to push them past a memory recycle limit.
+    pub(super) allocate_mib: Option<u64>,
+    /// The CPU-capped control group of a pool with `cpu_limit`.
+    pub(super) cpu_group: Option<os::cgroup::Group>,
+    /// Fault injection for tests (`ESPALIER_FAIL_AT_START=POOL:N` in the master's
+    /// environment): the next N *restarts* of the pool's workers fail. First starts never do:
+    /// a worker that cannot start at launch stops `espalier serve` with its error instead.
+    pub(super) fail_starts: u32,
+}
+
+impl Slot {
+    /// The slots of one planned process of `config`: an espalier worker; an activated
+    /// application; or, for a proxied application, the app process and the front worker
+    /// that forwards to it (the app first, so it is starting when the front is ready).
+    pub(super) fn for_spec(spec: WorkerSpec, pool: usize, config: &Config) -> Vec<Slot> {
+        let app = config.pool(&spec.pool).and_then(|p| p.app.clone());
+        match app {
+            None => vec![Slot::new(spec, pool)],
+            Some(app) if app.transport == Transport::Activation => {
+                let mut s = Slot::new(spec, pool);
+                s.app = Some(app);
+                vec![s]
+            }
+            Some(app) => {
+                let mut app_spec = spec.clone();
+                app_spec.threads.clear();
+                app_spec.proxy = None;
+                let mut s = Slot::new(app_spec, pool);
+                s.app = Some(app);
+                vec![s, Slot::new(spec, pool)]
+            }
+        }
+    }
+
+    /// Every process of the slot: the current one, its replacement, and the ones draining.
+    pub(super) fn procs(&self) -> impl Iterator<Item = &Proc> {
+        self.current
+            .iter()
+            .chain(self.replacing.iter())
+            .chain(self.draining.iter())
+    }
+
+    pub(super) fn procs_mut(&mut self) -> impl Iterator<Item = &mut Proc> {
+        self.current
+            .iter_mut()
+            .chain(self.replacing.iter_mut())
+            .chain(self.draining.iter_mut())
+    }
+
+    /// Takes the process `pid` out of the slot, wherever it is.
+    pub(super) fn take_pid(&mut self, pid: u32) -> Option<Proc> {
+        if self.current.as_ref().is_some_and(|p| p.pid == pid) {
+            return self.current.take();
+        }
+        if self.replacing.as_ref().is_some_and(|p| p.pid == pid) {
+            return self.replacing.take();
+        }
+        let k = self.draining.iter().position(|p| p.pid == pid)?;
+        Some(self.draining.remove(k))
+    }
+}
