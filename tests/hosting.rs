@@ -502,3 +502,36 @@ fn an_http2_connection_stays_with_its_pool_and_another_pools_request_gets_421() 
         assert_eq!(*status, expected, "{answers:?}");
     }
 }
+
+/// 1,200 sites on one port in two pools: every worker's spec is far larger than the 128 KiB
+/// the kernel takes in one environment variable (400 sites once stopped `serve` with
+/// `Argument list too long`), and a host is found among 1,200 by hash, any case.
+#[test]
+fn twelve_hundred_sites_on_one_port_start_and_each_is_answered_by_its_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[server]\nworker_header = true\n[[pool]]\nname = \"a\"\nprocesses = 1\n[[pool]]\nname = \"b\"\nprocesses = 1\n{}",
+        (0..1200)
+            .map(|i| dynamic_site(port, &format!("s{i}"), if i < 600 { "a" } else { "b" }))
+            .collect::<String>()
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for (name, pool) in [
+        ("s0", "a"),
+        ("S599.Example", "a"),
+        ("s600", "b"),
+        ("s1199", "b"),
+    ] {
+        let host_name = if name.contains('.') {
+            name.to_string()
+        } else {
+            format!("{name}.example")
+        };
+        let r = host(addr, &host_name, "/");
+        assert_eq!(r.status, 200, "{host_name}: {}", server.log_text());
+        assert_eq!(pool_of(&r), pool, "{host_name}");
+    }
+    assert_eq!(host(addr, "s1200.example", "/").status, 421);
+}

@@ -326,6 +326,51 @@ pub fn adopt_unix_stream(fd: RawFd) -> std::os::unix::net::UnixStream {
     unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) }
 }
 
+/// A sealed in-memory file (`memfd_create`) holding `bytes`, its offset at the start: what
+/// the master hands a worker (its spec), which may be far larger than an environment variable
+/// or an argument can be (the kernel's limit is 128 KiB for one). Close-on-exec: the spawn
+/// passes it to the one child that reads it. Sealed, so the reader sees what was written.
+pub fn sealed_memfd(name: &str, bytes: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
+    use std::io::{Seek, Write};
+    use std::os::fd::FromRawFd;
+    let name = std::ffi::CString::new(name).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: `name` is a valid C string for the call's duration.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nothing else.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(bytes)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own, with an integer argument.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(std::os::fd::OwnedFd::from(file))
+}
+
+/// Reads the whole of descriptor `fd`, inherited for this purpose alone, and closes it (see
+/// [`sealed_memfd`]).
+///
+/// # Safety contract (checked by the caller's protocol, not here)
+/// `fd` must be open and handed to this process for its exclusive use: the worker gets the
+/// number from the master, which made the file for that worker alone.
+pub fn read_inherited(fd: RawFd) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    if fd < 0 {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    // SAFETY: see the contract above: the fd is open and owned by no one else.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// The text of `/proc/stat` (per-CPU times, for soft affinity's load sample), or "" where it
 /// cannot be read.
 pub fn proc_stat() -> String {

@@ -8,13 +8,19 @@
 //! depth, but not `shop.example` itself (as nginx's `*.` names). Must not touch: requests or
 //! sites (it answers with an index).
 
+use std::collections::HashMap;
+
 /// The host routes of one address, ready to match. Built once per worker thread.
+///
+/// A lookup costs the same with ten thousand names as with ten: exact names in a hash map,
+/// wildcards in a hash map by suffix, tried from the longest suffix the name has (one probe
+/// per dot in it), never a scan of the names.
 #[derive(Debug, Clone, Default)]
 pub struct HostTable {
     /// Exact names, lower case, without a trailing dot.
-    exact: Vec<(String, usize)>,
-    /// Wildcard suffixes (`.shop.example`), longest first.
-    wildcards: Vec<(String, usize)>,
+    exact: HashMap<Box<str>, usize>,
+    /// Wildcard suffixes with their leading dot (`.shop.example` for `*.shop.example`).
+    wildcards: HashMap<Box<str>, usize>,
     default: Option<usize>,
 }
 
@@ -23,22 +29,26 @@ pub fn normal_host(host: &str) -> String {
     host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
 }
 
+/// The longest host name (RFC 1035), for the lookup's stack buffer.
+const MAX_HOST: usize = 253;
+
 impl HostTable {
-    /// From `(host, site)` pairs; a `None` host is the default site.
+    /// From `(host, site)` pairs; a `None` host is the default site. The first binding of a
+    /// name wins, as the first of several did before.
     pub fn new(routes: &[(Option<String>, usize)]) -> Self {
         let mut table = HostTable::default();
         for (host, site) in routes {
             match host.as_deref().map(normal_host) {
                 None => table.default = table.default.or(Some(*site)),
-                Some(h) => match h.strip_prefix('*') {
-                    Some(suffix) => table.wildcards.push((suffix.to_string(), *site)),
-                    None => table.exact.push((h, *site)),
-                },
+                Some(h) => {
+                    let (map, key) = match h.strip_prefix('*') {
+                        Some(suffix) => (&mut table.wildcards, suffix.to_string()),
+                        None => (&mut table.exact, h),
+                    };
+                    map.entry(key.into_boxed_str()).or_insert(*site);
+                }
             }
         }
-        table
-            .wildcards
-            .sort_by_key(|(suffix, _)| std::cmp::Reverse(suffix.len()));
         table
     }
 
@@ -48,28 +58,43 @@ impl HostTable {
         let Some(host) = host.map(|h| h.strip_suffix('.').unwrap_or(h)) else {
             return self.default;
         };
-        if let Some((_, site)) = self
-            .exact
-            .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(host))
-        {
+        if self.exact.is_empty() && self.wildcards.is_empty() {
+            return self.default;
+        }
+        // Lower case without allocating: most clients send it so already.
+        let mut buf = [0u8; MAX_HOST];
+        let host = if !host.bytes().any(|b| b.is_ascii_uppercase()) {
+            host
+        } else if host.len() <= MAX_HOST {
+            let lower = &mut buf[..host.len()];
+            lower.copy_from_slice(host.as_bytes());
+            lower.make_ascii_lowercase();
+            // ASCII lower-casing keeps UTF-8 valid.
+            std::str::from_utf8(lower).unwrap_or(host)
+        } else {
+            return self.default; // no binding names a longer host
+        };
+        if let Some(site) = self.exact.get(host) {
             return Some(*site);
         }
-        let wildcard = self.wildcards.iter().find(|(suffix, _)| {
-            host.len() > suffix.len()
-                && host.is_char_boundary(host.len() - suffix.len())
-                && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
-        });
-        wildcard.map(|(_, site)| *site).or(self.default)
+        if !self.wildcards.is_empty() {
+            // `a.b.shop.example`: `.b.shop.example`, then `.shop.example`, then `.example` —
+            // the longest wildcard first; never the whole name (`*.x` does not match `x`).
+            for (i, _) in host.match_indices('.').filter(|&(i, _)| i > 0) {
+                if let Some(site) = self.wildcards.get(&host[i..]) {
+                    return Some(*site);
+                }
+            }
+        }
+        self.default
     }
 
     /// The one site of an address with a single default binding and no names: routing by
     /// host is skipped entirely there.
     pub fn only_default(&self) -> Option<usize> {
-        match (&self.exact[..], &self.wildcards[..], self.default) {
-            ([], [], Some(site)) => Some(site),
-            _ => None,
-        }
+        (self.exact.is_empty() && self.wildcards.is_empty())
+            .then_some(self.default)
+            .flatten()
     }
 }
 
@@ -142,6 +167,23 @@ mod tests {
         assert_eq!(t.site(Some("A.EXAMPLE")), Some(0));
         assert_eq!(t.only_default(), None);
         assert_eq!(HostTable::new(&[(None, 4)]).only_default(), Some(4));
+    }
+
+    #[test]
+    fn ten_thousand_names_are_each_found_in_any_case() {
+        let routes: Vec<(Option<String>, usize)> = (0..10_000)
+            .map(|i| (Some(format!("site{i}.example")), i))
+            .chain([(Some("*.wild.example".into()), 10_000)])
+            .collect();
+        let t = HostTable::new(&routes);
+        for i in (0..10_000).step_by(7) {
+            assert_eq!(t.site(Some(&format!("site{i}.example"))), Some(i));
+            assert_eq!(t.site(Some(&format!("SITE{i}.Example."))), Some(i));
+        }
+        assert_eq!(t.site(Some("a.b.wild.example")), Some(10_000));
+        assert_eq!(t.site(Some("site10000.example")), None);
+        // Longer than any host name: no binding names it.
+        assert_eq!(t.site(Some(&"A".repeat(300))), None);
     }
 
     #[test]

@@ -9,12 +9,35 @@
 use super::handoffs::Handoffs;
 use super::listeners::ListenerGroup;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
-use crate::config::{Affinity, Config};
+use crate::config::{Affinity, Config, SiteSpec};
 use crate::os;
 use crate::placement::Plan;
 use crate::topology::Topology;
 use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
+
+/// What a worker is told of `site`: all of it when `pool` serves some of the site; otherwise
+/// only its name, bindings and which pool serves which path — what routing and hand-off need.
+/// A worker does not carry the roots, logs, certificates and policies of sites it never
+/// answers (hosting thousands of sites, that was most of every worker's spec).
+fn site_for(site: &SiteSpec, pool: &str) -> SiteSpec {
+    if site.apps.iter().any(|a| a.pool == pool) {
+        return site.clone();
+    }
+    SiteSpec {
+        name: site.name.clone(),
+        bindings: site.bindings.clone(),
+        root: None,
+        index: Vec::new(),
+        follow_symlinks: false,
+        apps: site.apps.clone(),
+        access_log: None,
+        proxy_protocol: site.proxy_protocol,
+        tls: None,
+        hsts: None,
+        redirect_to_https: site.redirect_to_https,
+    }
+}
 
 pub(super) fn worker_specs(
     config: &Config,
@@ -76,7 +99,11 @@ pub(super) fn worker_specs(
                     .iter()
                     .map(|&g| groups[g].routes.clone())
                     .collect(),
-                sites: config.sites.clone(),
+                sites: config
+                    .sites
+                    .iter()
+                    .map(|s| site_for(s, &pool.name))
+                    .collect(),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
@@ -135,14 +162,17 @@ pub(super) fn spawn_worker(
         .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
         .collect();
     fds.push(worker_end.as_raw_fd());
-    let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
+    let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
+    let spec_file = crate::os::process::sealed_memfd("espalier-worker-spec", &json)
+        .map_err(|e| format!("cannot hand worker {} its spec: {e}", spec.name()))?;
+    fds.push(spec_file.as_raw_fd());
     let exe = crate::os::process::own_executable()
         .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
     std::os::unix::process::CommandExt::arg0(&mut cmd, crate::os::process::own_executable_name());
     // The master alone speaks to systemd (a worker's READY=1 would be taken for the service's).
     cmd.arg("worker")
-        .env(ENV_VAR, json)
+        .env(ENV_VAR, spec_file.as_raw_fd().to_string())
         .env_remove(crate::os::notify::NOTIFY_SOCKET);
     if fail_at_start {
         cmd.env(super::worker::FAIL_AT_START_VAR, &spec.pool);
@@ -156,6 +186,7 @@ pub(super) fn spawn_worker(
     let child = spawn_placed(&spec, &mut cmd, fds)
         .map_err(|e| format!("cannot start worker {}: {e}", spec.name()))?;
     drop(worker_end);
+    drop(spec_file);
     master_end
         .set_nonblocking(true)
         .map_err(|e| e.to_string())?;

@@ -1,14 +1,18 @@
 //! What the master tells a worker process: its placement, its inherited sockets, its sites.
 //!
-//! Owns: the hand-over format (JSON in the `ESPALIER_WORKER_SPEC` environment variable, read
-//! once at start). Must not touch: how the values were decided.
+//! Owns: the hand-over format: JSON in a sealed in-memory file the worker inherits, its
+//! descriptor named by the `ESPALIER_WORKER_SPEC_FD` environment variable, read once at
+//! start. Not the environment itself: a spec grows with the sites a worker serves, and the
+//! kernel takes at most 128 KiB in one variable (400 sites on one port once stopped `serve`
+//! with `Argument list too long`). Must not touch: how the values were decided.
 
 use crate::config::{Limits, MemoryPolicy, SiteSpec};
 use crate::routing::GroupRoutes;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-pub const ENV_VAR: &str = "ESPALIER_WORKER_SPEC";
+/// Names the descriptor of the worker's spec.
+pub const ENV_VAR: &str = "ESPALIER_WORKER_SPEC_FD";
 
 /// One worker thread: the CPU it serves and its listener socket in each group.
 #[derive(Debug, Clone, Serialize, Deserialize)]

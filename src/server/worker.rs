@@ -53,7 +53,9 @@ fn fail_at_start() -> Option<String> {
 pub fn main() -> i32 {
     let spec: WorkerSpec = match std::env::var(ENV_VAR)
         .map_err(|e| e.to_string())
-        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+        .and_then(|fd| fd.parse().map_err(|_| format!("`{fd}` is no descriptor")))
+        .and_then(|fd| os::process::read_inherited(fd).map_err(|e| e.to_string()))
+        .and_then(|json| serde_json::from_slice(&json).map_err(|e| e.to_string()))
     {
         Ok(s) => s,
         Err(e) => {

@@ -44,6 +44,16 @@ use procs::{PoolRt, Proc, Slot};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// Names for a log line: all of a few, the first few and the count of many (a hoster's port
+/// has thousands of hosts, and a log line is read by a person).
+fn first_of(names: &[String]) -> String {
+    const SHOWN: usize = 8;
+    if names.len() <= SHOWN {
+        return names.join(", ");
+    }
+    format!("{}, … ({} in all)", names[..SHOWN].join(", "), names.len())
+}
+
 /// How often stats pings go out (pings also count as the health check).
 const STATS_PING: Duration = Duration::from_secs(1);
 
@@ -165,9 +175,9 @@ pub(super) async fn run(
             .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
             .collect();
         let whose = if g.shared() {
-            format!("pools {} (shared by host and path)", g.pools.join(", "))
+            format!("pools {} (shared by host and path)", first_of(&g.pools))
         } else {
-            format!("pool {}", g.pools.join(", "))
+            format!("pool {}", first_of(&g.pools))
         };
         log(
             "master",
@@ -176,7 +186,7 @@ pub(super) async fn run(
                 if g.routes.tls { "https" } else { "http" },
                 g.addr,
                 g.sockets.len(),
-                hosts.join(",")
+                first_of(&hosts)
             ),
         );
     }
