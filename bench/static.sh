@@ -17,6 +17,8 @@
 #   bench/static.sh                 # DURATION=10 RUNS=3 by default
 #   DURATION=5 RUNS=2 bench/static.sh
 #   ESPALIER_BIN=/path/to/other/espalier bench/static.sh   # measure another build
+#   BASELINE_BIN=/path/to/older/espalier bench/static.sh   # and an older build beside it,
+#                                   # interleaved in the same runs: before/after ratios
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +33,11 @@ need_tools nginx:nginx-light wrk:wrk perf:linux-perf valgrind:valgrind python3:p
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 ESPALIER=$(espalier_binary "$ROOT")
+BASELINE=${BASELINE_BIN:-}
+if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
+  echo "BASELINE_BIN=$BASELINE is not an executable espalier; build one (git worktree add, cargo build --release)" >&2
+  exit 2
+fi
 
 bench_workdir espalier-bench
 
@@ -87,6 +94,22 @@ path = "/"
 pool = "bench"
 CONF
 
+TARGETS=(nginx espalier dynamic logged)
+if [ -n "$BASELINE" ]; then
+  # The older build: the same sites on ports of its own, its log in a folder of its own.
+  BASE_PORT=$(free_port)
+  BASE_LOG_PORT=$(free_port)
+  mkdir -p "$WORK/logs-before"
+  sed -e "s/127.0.0.1:$ESP_PORT/127.0.0.1:$BASE_PORT/; s/127.0.0.1:$LOG_PORT/127.0.0.1:$BASE_LOG_PORT/" \
+      -e 's#logs/access.log#logs-before/access.log#; s/name = "bench"/name = "before"/; s/pool = "bench"/pool = "before"/' \
+      "$WORK/espalier.toml" >"$WORK/espalier-before.body"
+  # Its own admin address too (the default one is this build's).
+  { printf '[server]\nadmin = "127.0.0.1:%s"\n' "$(free_port)"; cat "$WORK/espalier-before.body"; } >"$WORK/espalier-before.toml"
+  TARGETS+=(before before_logged)
+fi
+start_baseline() { [ -z "$BASELINE" ] || { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$BASELINE" serve -c espalier-before.toml) >"$WORK/before.out" 2>&1 & PIDS+=($!); wait_port "$BASE_PORT"; }; }
+binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; *) echo "$ESPALIER" ;; esac; }
+
 
 # wrk → "requests rps"
 load() {
@@ -102,24 +125,24 @@ load() {
 server_pids() { # the serving processes: nginx's worker, espalier's worker
   case $1 in
     nginx) pgrep -f "nginx: worker process" | tr '\n' ',' | sed 's/,$//' ;;
-    *) pgrep -f "$ESPALIER worker" | tr '\n' ',' | sed 's/,$//' ;;
+    *) pgrep -f "$(binary_of "$1") worker" | tr '\n' ',' | sed 's/,$//' ;;
   esac
 }
 all_server_pids() { # every process of the server, master included, for its CPU time
   case $1 in
     nginx) pgrep -f "nginx: (master|worker)" ;;
-    *) pgrep -f "$ESPALIER (serve|worker)" ;;
+    *) pgrep -f "$(binary_of "$1") (serve|worker)" ;;
   esac
 }
 cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
-url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; esac; }
+url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
 no_errors() { [ ! -e "$WORK/failed" ] || exit 1; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
-TARGETS=(nginx espalier dynamic logged)
 
 echo "phase 1: requests/s and syscalls (native, $RUNS interleaved runs of ${DURATION}s)…" >&2
 start_nginx ""
 start_espalier ""
+start_baseline ""
 for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 >/dev/null; BEST[$t]=0; TICKS[$t]=0; REQS[$t]=0; done   # warm-up
 for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
@@ -177,6 +200,14 @@ if [ "$HW" = no ]; then
   cg_measure dynamic "$wpid"
   cg_measure logged "$wpid"
   stop_all
+  if [ -n "$BASELINE" ]; then
+    start_baseline "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
+    sleep 2
+    wpid=$(pgrep -f "callgrind.*$BASELINE worker" | head -1)
+    cg_measure before "$wpid"
+    cg_measure before_logged "$wpid"
+    stop_all
+  fi
 fi
 
 ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
@@ -184,7 +215,7 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"
+  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo
@@ -197,3 +228,6 @@ echo "  user insns/request:    $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[n
 echo "dynamic / static (espalier, user insns/request): $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}")   (target ≤ 1.3)"
 echo "access log on / off (espalier static, combined format): CPU time per request $(ratio "${CPU_US[logged]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
 [ "$HW" = no ] && echo "(no hardware counters on this machine: instructions are callgrind's user-space counts; kernel work shows as syscalls/req)"
+if [ -n "$BASELINE" ]; then
+  echo "this build / BASELINE_BIN (static): CPU time per request $(ratio "${CPU_US[espalier]}" "${CPU_US[before]}"), user insns $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[before]}"), requests/s $(ratio "${BEST[espalier]}" "${BEST[before]}"); with the access log: CPU $(ratio "${CPU_US[logged]}" "${CPU_US[before_logged]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[before_logged]}")"
+fi
