@@ -135,7 +135,29 @@ pub struct PoolSpec {
     /// The user and groups its workers and application processes run as (`user`, `group`);
     /// `None` = the user espalier runs as.
     pub identity: Option<crate::os::identity::Identity>,
+    /// When its processes start (IIS `startMode`): at `serve`, or on the first connection.
+    pub start: StartMode,
+    /// An on-demand pool's process that served nothing (no request, no open connection) for
+    /// this long is stopped, and starts again on the next connection (IIS `idleTimeout`,
+    /// default 20 minutes); `None` = never.
+    pub idle_timeout: Option<Duration>,
 }
+
+/// When a pool's processes start (IIS `startMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartMode {
+    /// With `serve`, and kept running.
+    Always,
+    /// On the first connection or hand-off for one of its sites; stopped again when idle.
+    OnDemand,
+}
+
+/// From this many pools on, a pool starts on demand unless it says otherwise: IIS 8.5
+/// activates sites dynamically from 100 sites on, since most of a hoster's sites are idle.
+pub const ON_DEMAND_FROM_POOLS: usize = 100;
+
+/// IIS's default `idleTimeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 
 /// How requests reach a pool's application processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -440,6 +462,8 @@ impl PoolSpec {
             },
             identity: None,
             app: None,
+            start: StartMode::Always,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }
     }
 }

@@ -70,6 +70,8 @@ pub struct RawPool {
     pub shutdown_time_limit: Option<Scalar>,
     pub ping_interval: Option<Scalar>,
     pub ping_response_time: Option<Scalar>,
+    pub start: Option<String>,
+    pub idle_timeout: Option<Scalar>,
     pub recycle: Option<RawRecycle>,
     pub rapid_fail: Option<RawRapidFail>,
     pub command: Option<Vec<String>>,

@@ -463,3 +463,48 @@ fn app_keys_are_validated_and_a_bare_file_name_runs_apps_in_the_current_folder()
     ));
     assert!(e.contains("remove `handler`"), "{e}");
 }
+
+#[test]
+fn pools_start_always_below_a_hundred_and_on_demand_from_a_hundred() {
+    let pools = |n: usize, extra: &str| {
+        let mut text = String::new();
+        for i in 0..n {
+            text.push_str(&format!(
+                "[[pool]]\nname = \"p{i}\"\n{}",
+                if i == 0 { extra } else { "" }
+            ));
+        }
+        text.push_str(SITE.replace("pool = \"p\"", "pool = \"p0\"").as_str());
+        parse(&text).unwrap()
+    };
+    let small = pools(99, "");
+    assert!(small.pools.iter().all(|p| p.start == StartMode::Always));
+    let big = pools(100, "start = \"always\"\n");
+    assert_eq!(big.pools[0].start, StartMode::Always, "said so");
+    assert!(big.pools[1..]
+        .iter()
+        .all(|p| p.start == StartMode::OnDemand));
+    assert_eq!(big.pools[1].idle_timeout, Some(DEFAULT_IDLE_TIMEOUT));
+    let never = parse(&format!(
+        "[[pool]]\nname = \"p\"\nstart = \"on-demand\"\nidle_timeout = \"0\"\n{SITE}"
+    ))
+    .unwrap();
+    assert_eq!(never.pools[0].idle_timeout, None);
+}
+
+#[test]
+fn idle_timeout_on_a_pool_that_always_runs_is_refused() {
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\nidle_timeout = \"5m\"\n{SITE}"
+    ));
+    assert!(
+        e.contains("test.toml:3: key `pool[0].idle_timeout`")
+            && e.contains("start = \"on-demand\""),
+        "{e}"
+    );
+    let e = error(&format!("[[pool]]\nname = \"p\"\nstart = \"lazy\"\n{SITE}"));
+    assert!(
+        e.contains("pool[0].start") && e.contains("\"on-demand\""),
+        "{e}"
+    );
+}

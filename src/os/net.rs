@@ -159,3 +159,37 @@ pub fn inherited_listeners() -> Vec<(SocketAddr, bool, Socket)> {
     }
     found
 }
+
+/// A descriptor the reactor polls for readability (owned: closed after its registration).
+struct Polled(std::os::fd::OwnedFd);
+
+impl std::os::fd::AsRawFd for Polled {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// Returns once one of `fds` is readable (a connection in a listener's queue, a datagram in
+/// a unix socket); reads nothing. `Err` when none can be polled.
+pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {
+    use tokio::io::unix::AsyncFd;
+    let mut polled = Vec::with_capacity(fds.len());
+    for fd in fds {
+        // SAFETY: `Polled` owns the descriptor and keeps the same number until the `AsyncFd`
+        // is dropped, which deregisters it before the descriptor closes.
+        polled.push(unsafe {
+            AsyncFd::register_with_interest(Polled(fd), tokio::io::Interest::READABLE)?
+        });
+    }
+    if polled.is_empty() {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
+    std::future::poll_fn(|cx| {
+        if polled.iter().any(|p| p.poll_read_ready(cx).is_ready()) {
+            std::task::Poll::Ready(Ok(()))
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}

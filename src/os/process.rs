@@ -326,6 +326,19 @@ pub fn adopt_unix_stream(fd: RawFd) -> std::os::unix::net::UnixStream {
     unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) }
 }
 
+/// A descriptor of its own (close-on-exec) for the open file `fd` names, which the caller
+/// keeps open meanwhile.
+pub fn duplicate(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fcntl duplicates a descriptor number; an invalid one fails with EBADF.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `copy` was just made and is owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
+}
+
 /// A sealed in-memory file (`memfd_create`) holding `bytes`, its offset at the start: what
 /// the master hands a worker (its spec), which may be far larger than an environment variable
 /// or an argument can be (the kernel's limit is 128 KiB for one). Close-on-exec: the spawn

@@ -57,6 +57,8 @@ pub enum PoolState {
     Running,
     /// By rapid-fail protection or by command: its sites get 503 or a reset.
     Stopped,
+    /// On demand, every worker asleep: the next connection starts one.
+    Idle,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -69,6 +71,8 @@ pub enum WorkerState {
     Restarting,
     /// Its pool is stopped.
     Stopped,
+    /// On demand: no process until a connection arrives for it.
+    Idle,
 }
 
 impl WorkerState {
@@ -78,6 +82,7 @@ impl WorkerState {
             WorkerState::Starting => "starting",
             WorkerState::Restarting => "restarting",
             WorkerState::Stopped => "stopped",
+            WorkerState::Idle => "idle",
         }
     }
 }

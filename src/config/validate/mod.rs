@@ -116,8 +116,14 @@ impl Validator {
     pub(super) fn config(&mut self, raw: RawConfig, base: &Path, topo: &Topology) -> Config {
         let server = self.server(raw.server.unwrap_or_default());
         let mut pools: Vec<PoolSpec> = Vec::new();
+        // IIS 8.5's dynamic site activation: a hoster's many pools start on demand.
+        let default_start = if raw.pool.len() >= ON_DEMAND_FROM_POOLS {
+            StartMode::OnDemand
+        } else {
+            StartMode::Always
+        };
         for (i, rp) in raw.pool.into_iter().enumerate() {
-            let pool = self.pool(i, rp, topo, base);
+            let pool = self.pool(i, rp, topo, base, default_start);
             if pools.iter().any(|p| p.name == pool.name) {
                 self.err(
                     &[Seg::Key("pool"), Seg::Index(i), Seg::Key("name")],

@@ -20,6 +20,7 @@ impl Validator {
         mut raw: raw::RawPool,
         topo: &Topology,
         base: &std::path::Path,
+        default_start: StartMode,
     ) -> PoolSpec {
         let at = |k: &'static str| [Seg::Key("pool"), Seg::Index(i), Seg::Key(k)];
         let app = self.app_command(i, &mut raw, base);
@@ -145,6 +146,24 @@ impl Validator {
             raw.ping_response_time,
             p.ping_response_time,
         );
+        p.start = self.choice(
+            &at("start"),
+            raw.start,
+            default_start,
+            &[
+                ("always", StartMode::Always),
+                ("on-demand", StartMode::OnDemand),
+            ],
+        );
+        let idle_given = raw.idle_timeout.is_some();
+        let idle = self.duration(&at("idle_timeout"), raw.idle_timeout, DEFAULT_IDLE_TIMEOUT);
+        p.idle_timeout = (!idle.is_zero()).then_some(idle);
+        if idle_given && p.start == StartMode::Always {
+            self.err(
+                &at("idle_timeout"),
+                "applies to pools that start on demand (a pool that always runs is never stopped for idleness); add start = \"on-demand\", or remove idle_timeout",
+            );
+        }
         if let Some(r) = raw.recycle {
             let rp = |k: &'static str| {
                 [

@@ -22,6 +22,11 @@ pub(in crate::server) enum Event {
         generation: u64,
         healthy: bool,
     },
+    /// A connection or hand-off waits on a socket of the sleeping on-demand worker `slot`
+    /// (`pool/index`).
+    Demand {
+        slot: String,
+    },
 }
 
 impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {

@@ -21,6 +21,7 @@
 mod affinity;
 mod apps;
 mod cgroups;
+mod demand;
 pub(super) mod event;
 mod life;
 mod live;
@@ -36,7 +37,7 @@ use super::lifecycle;
 use super::listeners::ListenerGroup;
 use super::log;
 use super::spec::WorkerSpec;
-use crate::config::Config;
+use crate::config::{Config, StartMode};
 use crate::os;
 pub(super) use event::Event;
 use life::{Act, Deadlines, Happening, Life, Restart, Why};
@@ -191,12 +192,20 @@ pub(super) async fn run(
         );
     }
     sv.make_cgroups();
-    // Start every worker, then wait until each is ready or has failed.
+    // Start every worker (an on-demand one sleeps until its first connection), then wait
+    // until each is ready or has failed.
     for i in 0..sv.slots.len() {
+        if sv.pools[sv.slots[i].pool].spec.start == StartMode::OnDemand {
+            sv.sleep_slot(i);
+            continue;
+        }
         if let Err(e) = sv.start(i, false) {
             sv.stop_everything(Duration::from_secs(1)).await;
             return Err(e);
         }
+    }
+    if sv.slots.iter().any(|s| s.asleep) {
+        sv.steer_around_away();
     }
     let startup = config
         .pools
@@ -247,6 +256,7 @@ pub(super) async fn run(
                 generation,
                 healthy,
             }) => sv.on_probed(generation, healthy),
+            Some(Event::Demand { slot }) => sv.on_demand(&slot),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -268,8 +278,12 @@ pub(super) async fn run(
     log(
         "master",
         format!(
-            "{} worker(s) serving; SIGTERM or Ctrl-C stops them gracefully",
-            sv.slots.len()
+            "{} worker(s) serving{}; SIGTERM or Ctrl-C stops them gracefully",
+            sv.slots.iter().filter(|s| !s.asleep).count(),
+            match sv.slots.iter().filter(|s| s.asleep).count() {
+                0 => String::new(),
+                n => format!(", {n} on demand (started by their first connection)"),
+            }
         ),
     );
     sv.notify_ready();
@@ -396,6 +410,7 @@ impl Supervisor {
                 generation,
                 healthy,
             } => self.on_probed(generation, healthy),
+            Event::Demand { slot } => self.on_demand(&slot),
         }
     }
 
@@ -536,6 +551,7 @@ impl Supervisor {
             self.publish_upstreams(pool);
         }
         self.retire_when_replaced();
+        self.sleep_idle(now);
         self.enforce_shutdown_limits(now);
         self.sample_load(now);
         let second = os::process::local_second_of_day();

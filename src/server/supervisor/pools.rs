@@ -37,6 +37,11 @@ impl Supervisor {
         self.pools[p].stopped = Some(why.to_string());
         for s in self.slots.iter_mut().filter(|s| s.pool == p) {
             s.restart = Restart::No;
+            // Asleep no more: stopped, its sockets answered by the master (below).
+            s.asleep = false;
+            if let Some(w) = s.watcher.take() {
+                w.abort();
+            }
             for proc_ in s.current.take().into_iter().chain(s.replacing.take()) {
                 let mut proc_ = proc_;
                 proc_.happen(Happening::Stop { handover: None }, Instant::now());
@@ -45,6 +50,7 @@ impl Supervisor {
         }
         let lb = self.pools[p].spec.load_balancer;
         let stopped = self.stopped_pools();
+        let away = self.pools_away();
         let mut responders = Vec::new();
         for g in self.groups.iter().filter(|g| g.serves(name)) {
             let everyone_stopped = g.pools.iter().all(|p| stopped.contains(p));
@@ -53,7 +59,7 @@ impl Supervisor {
             // passed to a pool that serves, which routes it — back to us if it is ours.
             let pass_to = (!everyone_stopped)
                 .then(|| {
-                    crate::server::listeners::steer(g, &self.config, &self.topology, &stopped);
+                    crate::server::listeners::steer(g, &self.config, &self.topology, &away);
                     self.handoffs
                         .sockets
                         .iter()
@@ -142,15 +148,26 @@ impl Supervisor {
             r.abort();
         }
         pool.crashes.clear();
-        // Its sockets on shared addresses take connections again.
-        let stopped = self.stopped_pools();
-        for g in self.groups.iter().filter(|g| g.shared() && g.serves(name)) {
-            crate::server::listeners::steer(g, &self.config, &self.topology, &stopped);
-        }
         let now = Instant::now();
-        for s in self.slots.iter_mut().filter(|s| s.pool == p) {
-            s.young_deaths = 0;
-            s.restart = Restart::At(now);
+        let on_demand = self.pools[p].spec.start == crate::config::StartMode::OnDemand;
+        if !on_demand {
+            // Its sockets on shared addresses take connections again (an on-demand pool's
+            // once it wakes).
+            self.steer_around_away();
+        }
+        for i in 0..self.slots.len() {
+            if self.slots[i].pool != p {
+                continue;
+            }
+            self.slots[i].young_deaths = 0;
+            if on_demand {
+                self.sleep_slot(i);
+            } else {
+                self.slots[i].restart = Restart::At(now);
+            }
+        }
+        if on_demand {
+            self.steer_around_away();
         }
         log("master", format!("pool {name} started"));
         true
@@ -262,6 +279,8 @@ impl Supervisor {
                         .map(|ns| ns as f64 / 1e9),
                     state: if pool.stopped.is_some() {
                         PoolState::Stopped
+                    } else if self.pool_asleep(p) {
+                        PoolState::Idle
                     } else {
                         PoolState::Running
                     },
@@ -287,6 +306,7 @@ impl Supervisor {
                                 node: s.spec.node,
                                 cpus: s.spec.cpus.clone(),
                                 state: match (cur, s.restart != Restart::No) {
+                                    _ if s.asleep => WorkerState::Idle,
                                     (Some(c), _) if c.life.has_been_ready() => WorkerState::Running,
                                     (Some(_), _) => WorkerState::Starting,
                                     (None, true) => WorkerState::Restarting,

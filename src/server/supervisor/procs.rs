@@ -38,6 +38,10 @@ pub(super) struct Proc {
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,
+    /// The last time it had a request or a connection (for `idle_timeout`), and its request
+    /// count then.
+    pub(super) busy_at: Instant,
+    pub(super) seen_requests: u64,
     /// An espalier worker's control socket; `None` for an app process (it has no such
     /// channel: sd_notify, probes and its exit tell about it).
     pub(super) control: Option<OwnedWriteHalf>,
@@ -128,6 +132,10 @@ pub(super) struct Slot {
     pub(super) last_exit: Option<String>,
     /// Soft affinity: where the worker has been widened to.
     pub(super) soft: crate::server::soft::SoftState,
+    /// An on-demand slot without a process, its sockets watched by `watcher` (see
+    /// `super::demand`).
+    pub(super) asleep: bool,
+    pub(super) watcher: Option<JoinHandle<()>>,
 }
 
 impl PoolRt {
@@ -159,6 +167,8 @@ impl Slot {
             recycles: 0,
             last_exit: None,
             soft: Default::default(),
+            asleep: false,
+            watcher: None,
         }
     }
 }

@@ -258,13 +258,8 @@ impl Supervisor {
         }
         self.slots = placed;
         self.config = new;
-        // A stopped pool stays stopped: shared addresses keep steering around it.
-        let stopped = self.stopped_pools();
-        if !stopped.is_empty() {
-            for g in self.groups.iter().filter(|g| g.shared()) {
-                crate::server::listeners::steer(g, &self.config, &self.topology, &stopped);
-            }
-        }
+        // A stopped pool stays stopped, and a sleeping one asleep: shared addresses keep
+        // steering around them.
         // Pool indices moved: every proxied pool's fronts hear again where its apps are.
         self.upstreams_unsent = (0..self.pools.len()).collect();
         self.make_cgroups_for(first_new);
@@ -272,10 +267,17 @@ impl Supervisor {
             if self.pools[self.slots[i].pool].stopped.is_some() {
                 continue;
             }
+            if self.pools[self.slots[i].pool].spec.start == crate::config::StartMode::OnDemand {
+                self.sleep_slot(i);
+                continue;
+            }
             if let Err(e) = self.start(i, false) {
                 log("master", format!("{e}; trying again shortly"));
                 self.slots[i].restart = Restart::At(Instant::now() + lifecycle::MAX_BACKOFF);
             }
+        }
+        if !self.pools_away().is_empty() {
+            self.steer_around_away();
         }
         let kept = self.pools.len() - changed.len();
         let mut summary = format!(

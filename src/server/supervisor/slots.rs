@@ -139,6 +139,8 @@ impl Supervisor {
             remote: 0,
             last_pong: Instant::now(),
             stuck: false,
+            busy_at: Instant::now(),
+            seen_requests: 0,
             control,
             reader,
             app,
@@ -379,7 +381,7 @@ impl Supervisor {
             let slots: Vec<&Slot> = self.slots.iter().filter(|s| &s.spec.pool == pool).collect();
             let replaced = slots
                 .iter()
-                .all(|s| s.current.as_ref().is_some_and(|c| c.life.is_ready()));
+                .all(|s| s.asleep || s.current.as_ref().is_some_and(|c| c.life.is_ready()));
             let pool_stopped = self
                 .pools
                 .iter()

@@ -1,0 +1,187 @@
+//! Pools on demand (IIS `startMode = OnDemand` and `idleTimeout`): a sleeping worker has no
+//! process, only its sockets, which the master keeps; the first connection on one of them —
+//! or a connection another pool hands to it — wakes it, and the connection waits in the
+//! socket's queue until the new process takes it. A worker that serves nothing for its
+//! pool's `idle_timeout` goes back to sleep.
+//!
+//! Owns: sleeping and waking slots, watching a sleeping slot's sockets, the idle check, and
+//! which pools the steering leaves out while asleep. Must not touch: starting or stopping a
+//! process itself (`super::slots`), or what a connection says (the woken worker reads it).
+//!
+//! Why the sockets and not a proxy in the master: the kernel already queues what arrives —
+//! a listening socket's backlog, a hand-off socket's datagrams with their descriptors — so the
+//! master only needs to see that something waits, then start whoever reads it. Nothing is
+//! accepted, read or copied on the way, and the connection is never refused.
+
+use super::event::Event;
+use super::life::Happening;
+use super::Supervisor;
+use crate::config::StartMode;
+use crate::server::log;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+
+/// Waits until one of `fds` is readable (a connection in a listener's queue, a datagram in a
+/// hand-off socket), then reports demand for `slot`. Nothing is read. The master watches
+/// copies of its descriptors, so that a group a reload closes meanwhile never leaves the
+/// watch on a reused number.
+fn watch(fds: &[RawFd], slot: String, events: UnboundedSender<Event>) -> Option<JoinHandle<()>> {
+    let copies: Vec<std::os::fd::OwnedFd> = fds
+        .iter()
+        .filter_map(|&fd| crate::os::process::duplicate(fd).ok())
+        .collect();
+    if copies.is_empty() {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        if let Err(e) = crate::os::net::any_readable(copies).await {
+            // Never left asleep unwatched: started now, as a pool that always runs.
+            log(
+                "master",
+                format!("cannot watch the sockets of {slot} ({e}): starting it"),
+            );
+        }
+        let _ = events.send(Event::Demand { slot });
+    }))
+}
+
+impl Supervisor {
+    /// Puts slot `i` to sleep: no process, its sockets watched (a proxied app's process has
+    /// none of its own: its front worker's wake it).
+    pub(super) fn sleep_slot(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        slot.asleep = true;
+        if let Some(w) = slot.watcher.take() {
+            w.abort();
+        }
+        let fds: Vec<RawFd> = slot
+            .spec
+            .threads
+            .iter()
+            .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
+            .collect();
+        slot.watcher = watch(&fds, slot.spec.name(), self.events.clone());
+    }
+
+    /// Something waits for the sleeping worker `name`: it starts — with its app process, for
+    /// a proxied pool (the app first, as at `serve`).
+    pub(super) fn on_demand(&mut self, name: &str) {
+        let woken: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].asleep && self.slots[i].spec.name() == name)
+            .collect();
+        let Some(&first) = woken.first() else {
+            return; // woken already, or gone with a reload
+        };
+        let pool = self.slots[first].pool;
+        let was_asleep = self.pool_asleep(pool);
+        let started = Instant::now();
+        for &i in &woken {
+            let slot = &mut self.slots[i];
+            slot.asleep = false;
+            if let Some(w) = slot.watcher.take() {
+                w.abort();
+            }
+            if let Err(e) = self.start(i, false) {
+                log("master", format!("{e}; trying again shortly"));
+                self.slots[i].restart =
+                    super::life::Restart::At(started + crate::server::lifecycle::MAX_BACKOFF);
+            }
+        }
+        log(
+            "master",
+            format!("worker {name} starting on demand (a connection waits for it)"),
+        );
+        if was_asleep {
+            self.steer_around_away();
+        }
+    }
+
+    /// Once a tick: an on-demand worker that served nothing for its pool's `idle_timeout`
+    /// goes to sleep (with its app process).
+    pub(super) fn sleep_idle(&mut self, now: Instant) {
+        let mut idle: Vec<String> = Vec::new();
+        for slot in self.slots.iter_mut() {
+            let spec = &self.pools[slot.pool].spec;
+            let (StartMode::OnDemand, Some(timeout)) = (spec.start, spec.idle_timeout) else {
+                continue;
+            };
+            // An app process tells nothing of its requests; its front worker (or, activated,
+            // nobody) decides. An activated app is never put to sleep for idleness.
+            if slot.app.is_some() || slot.replacing.is_some() {
+                continue;
+            }
+            let Some(p) = slot.current.as_mut().filter(|p| p.life.is_ready()) else {
+                continue;
+            };
+            if p.connections > 0 || p.requests != p.seen_requests {
+                p.seen_requests = p.requests;
+                p.busy_at = now;
+                continue;
+            }
+            if now.duration_since(p.busy_at) >= timeout {
+                idle.push(slot.spec.name());
+            }
+        }
+        for name in idle {
+            self.put_to_sleep(&name, now);
+        }
+    }
+
+    /// Stops the worker `name` (and its app process) for idleness; it sleeps from then on.
+    fn put_to_sleep(&mut self, name: &str, now: Instant) {
+        let slots: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].spec.name() == name)
+            .collect();
+        let Some(&first) = slots.first() else { return };
+        let pool = self.slots[first].pool;
+        let timeout = self.pools[pool].spec.idle_timeout.unwrap_or(Duration::ZERO);
+        for &i in &slots {
+            let slot = &mut self.slots[i];
+            slot.restart = super::life::Restart::No;
+            if let Some(mut p) = slot.current.take() {
+                p.happen(Happening::Stop { handover: None }, now);
+                slot.draining.push(p);
+            }
+            self.sleep_slot(i);
+        }
+        log(
+            "master",
+            format!(
+                "worker {name} served nothing for {} (idle_timeout): stopped; the next connection starts it again",
+                crate::units::format_duration(timeout)
+            ),
+        );
+        if self.pool_asleep(pool) {
+            self.steer_around_away();
+        }
+    }
+
+    /// Whether every worker of pool `pool` sleeps.
+    pub(super) fn pool_asleep(&self, pool: usize) -> bool {
+        let mut slots = self.slots.iter().filter(|s| s.pool == pool).peekable();
+        slots.peek().is_some() && slots.all(|s| s.asleep)
+    }
+
+    /// The pools whose sockets steering leaves out on a shared address: the stopped ones, and
+    /// those asleep — whose connections then go to the pools that run, which hand them over,
+    /// so that one pool's visitor never wakes another.
+    pub(super) fn pools_away(&self) -> Vec<String> {
+        let mut away = self.stopped_pools();
+        for (k, pool) in self.pools.iter().enumerate() {
+            if pool.stopped.is_none() && self.pool_asleep(k) {
+                away.push(pool.spec.name.clone());
+            }
+        }
+        away
+    }
+
+    /// Steers every shared address around the pools away now.
+    pub(super) fn steer_around_away(&self) {
+        let away = self.pools_away();
+        for g in self.groups.iter().filter(|g| g.shared()) {
+            crate::server::listeners::steer(g, &self.config, &self.topology, &away);
+        }
+    }
+}
