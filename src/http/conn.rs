@@ -73,8 +73,9 @@ enum Step<L> {
     /// Send this file range after the head; then close if `close`.
     File(FileBody, bool),
     /// Lend the connection to what the service routed the request to (its head is
-    /// consumed, its body follows in the buffer and on the socket).
-    Lend(Lending<L>),
+    /// consumed, its body follows in the buffer and on the socket). Boxed: a step is returned
+    /// for every request, and a lent request's head is large; only a lent one pays for it.
+    Lend(Box<Lending<L>>),
     /// The request at the buffer's start belongs to another pool: the connection goes there.
     HandOff(crate::handoff::Handoff),
     /// The connection opened with HTTP/2's preface (h2c with prior knowledge).
@@ -357,7 +358,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     facts: ctx.logged.then(|| OwnedFacts::of(&request)),
                     ctx,
                 };
-                return (at + len, Some(Step::Lend(lending)));
+                return (at + len, Some(Step::Lend(Box::new(lending))));
             }
         };
         let body_end = match frame(
@@ -467,7 +468,8 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
 
     /// Lends the connection to what the request was routed to, until its answer is done; then
     /// logs it.
-    async fn lend(&mut self, lending: Lending<S::Lent>) -> Outcome {
+    async fn lend(&mut self, lending: Box<Lending<S::Lent>>) -> Outcome {
+        let lending = *lending;
         let report = Report::default();
         let env = &self.env;
         let conn = LentConnection {
