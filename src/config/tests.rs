@@ -508,3 +508,47 @@ fn idle_timeout_on_a_pool_that_always_runs_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn an_activated_pools_address_is_its_own() {
+    let two = |first: &str, second: &str| {
+        format!("[[pool]]\nname = \"act\"\ncommand = [\"sh\"]\ntransport = \"activation\"\n[[pool]]\nname = \"web\"\n[[site]]\nname = \"a\"\nbindings = [\"{first}\"]\n[[site.app]]\npool = \"act\"\n[[site]]\nname = \"b\"\nbindings = [\"{second}\"]\n[[site.app]]\npool = \"web\"\n")
+    };
+    let e = error(&two(
+        "http://127.0.0.1:8080:a.example",
+        "http://0.0.0.0:8080:b.example",
+    ));
+    assert!(
+        e.contains("site[1].bindings[0]")
+            && e.contains(
+                "shared by site `a` of pool `act` (transport = \"activation\") and site `b`"
+            ),
+        "{e}"
+    );
+    // Different ports, or different addresses of one port, do not meet.
+    assert!(parse(&two(
+        "http://127.0.0.1:8080:a.example",
+        "http://127.0.0.1:8081:b.example"
+    ))
+    .is_ok());
+    assert!(parse(&two(
+        "http://127.0.0.1:8080:a.example",
+        "http://127.0.0.2:8080:b.example"
+    ))
+    .is_ok());
+}
+
+#[test]
+fn three_thousand_sites_on_one_port_pass_and_a_duplicate_among_them_is_found() {
+    let mut text = String::from("[[pool]]\nname = \"p\"\n");
+    for i in 0..3000 {
+        text.push_str(&format!("[[site]]\nname = \"s{i}\"\nbindings = [\"http://0.0.0.0:8080:s{i}.example\"]\n[[site.app]]\npool = \"p\"\n"));
+    }
+    assert!(parse(&text).is_ok());
+    text.push_str("[[site]]\nname = \"again\"\nbindings = [\"http://127.0.0.1:8080:S17.example\"]\n[[site.app]]\npool = \"p\"\n");
+    let e = error(&text);
+    assert!(
+        e.contains("duplicate binding") && e.contains("by site `s17`"),
+        "{e}"
+    );
+}

@@ -149,6 +149,12 @@ impl ThreadService {
                 }
             })
             .collect();
+        // Other pools by name, looked up once per site (thousands on a hoster's port).
+        let target_of: std::collections::HashMap<&str, usize> = handoff
+            .iter()
+            .enumerate()
+            .map(|(k, (p, _))| (p.as_str(), k))
+            .collect();
         let sites: Vec<Site> = sites
             .iter()
             .map(|s| {
@@ -158,7 +164,7 @@ impl ThreadService {
                     .map(|a| App {
                         path: a.path.trim_end_matches('/').to_string(),
                         handler: if a.pool != pool {
-                            AppHandler::Elsewhere(handoff.iter().position(|(p, _)| *p == a.pool))
+                            AppHandler::Elsewhere(target_of.get(a.pool.as_str()).copied())
                         } else {
                             match a.handler {
                                 HandlerKind::Static => AppHandler::Static(StaticFiles::new(

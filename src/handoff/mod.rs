@@ -168,6 +168,71 @@ pub struct Carried {
     pub header_read: bool,
 }
 
+/// Every hand-off socket of the configuration, as the master tells the workers once (one
+/// table shared by every worker's spec, not a list of targets per thread: with thousands of
+/// pools on one port, per-thread lists made the master's start quadratic in pools).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Peers {
+    /// Each socket: its pool, the CPU of its thread, that thread's node, its path.
+    pub sockets: Vec<Peer>,
+    /// The kernel's node distances, `(from, to, distance)`.
+    pub distances: Vec<(u32, u32, u32)>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Peer {
+    pub pool: String,
+    pub cpu: u32,
+    pub node: Option<u32>,
+    pub path: PathBuf,
+}
+
+impl Peers {
+    /// Where a thread of `pool` on `cpu` (of node `node`) hands each other pool's
+    /// connections: that pool's thread on the same CPU first, then its node's, then by
+    /// distance. Computed by the worker, in one pass over the table.
+    pub fn targets(
+        &self,
+        pool: &str,
+        cpu: u32,
+        node: Option<u32>,
+    ) -> Vec<(String, Tiers<PathBuf>)> {
+        use std::collections::HashMap;
+        let distance: HashMap<(u32, u32), u32> = self
+            .distances
+            .iter()
+            .map(|&(a, b, d)| ((a, b), d))
+            .collect();
+        // Per pool: its threads' (node, (CPU, socket)).
+        type Threads = Vec<(Option<u32>, (u32, PathBuf))>;
+        let mut by_pool: HashMap<&str, Threads> = HashMap::new();
+        let mut order: Vec<&str> = Vec::new();
+        for p in self.sockets.iter().filter(|p| p.pool != pool) {
+            let threads = by_pool.entry(&p.pool).or_insert_with(|| {
+                order.push(&p.pool);
+                Vec::new()
+            });
+            threads.push((p.node, (p.cpu, p.path.clone())));
+        }
+        let far = |a: u32, b: u32| {
+            distance
+                .get(&(a, b))
+                .copied()
+                .unwrap_or(if a == b { 10 } else { 20 })
+        };
+        order
+            .into_iter()
+            .map(|other| {
+                let tiers = crate::topology::nearest::tiers_for(node, &by_pool[other], far);
+                (
+                    other.to_string(),
+                    crate::topology::nearest::same_cpu_first(tiers, cpu),
+                )
+            })
+            .collect()
+    }
+}
+
 /// One thread's way to the threads of one other pool: their hand-off sockets, nearest first,
 /// and its connections to them (made on first use, kept while they work).
 pub struct PoolTargets {

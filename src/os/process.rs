@@ -177,10 +177,8 @@ pub fn die_with_parent() -> io::Result<()> {
     }
 }
 
-/// Raises this process's soft descriptor limit to its hard limit (as nginx's
-/// `worker_rlimit_nofile` and systemd's `LimitNOFILE=` do): the soft limit a shell leaves is
-/// often 1024 while the hard one allows far more. Returns the limit now in force.
-pub fn raise_descriptor_limit() -> io::Result<u64> {
+/// The current limit on open files (the soft one, which is what `open` meets).
+pub fn descriptor_limit() -> io::Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -188,6 +186,39 @@ pub fn raise_descriptor_limit() -> io::Result<u64> {
     // SAFETY: getrlimit writes the struct we pass.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(io::Error::last_os_error());
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// Raises this process's soft descriptor limit to its hard limit (as nginx's
+/// `worker_rlimit_nofile` and systemd's `LimitNOFILE=` do): the soft limit a shell leaves is
+/// often 1024 while the hard one allows far more. When `needed` is more than the hard limit,
+/// root raises the hard one too (to `needed`, at most the kernel's `nr_open`). Returns the
+/// limit now in force.
+pub fn raise_descriptor_limit(needed: u64) -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Root (CAP_SYS_RESOURCE) may raise the hard limit too, up to the kernel's `nr_open`: a
+    // hoster's thousands of pools take a socket per listening CPU and address each.
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok());
+    let wanted = nr_open.map(|n| n.min(needed as libc::rlim_t));
+    if let Some(max) = wanted.filter(|&m| m > lim.rlim_max) {
+        let raised = libc::rlimit {
+            rlim_cur: max,
+            rlim_max: max,
+        };
+        // SAFETY: setrlimit reads the struct we pass; EPERM (not root) leaves it unchanged.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(max);
+        }
     }
     if lim.rlim_cur < lim.rlim_max {
         let raised = libc::rlimit {

@@ -3,15 +3,16 @@
 //! the master's runtime folder and kept for the master's life, and where each thread hands a
 //! pool's connections — the same CPU first, then its node, then by the kernel's distances.
 //!
-//! Owns: creating the hand-off sockets and choosing each thread's targets. Must not touch:
+//! Owns: creating the hand-off sockets and the table of them every worker is given (each
+//! thread ranks its targets from it, see `handoff::Peers`). Must not touch:
 //! the connections (workers pass them; the master answers only for a stopped pool, in
 //! `supervisor::pools`).
 
 use super::listeners::ListenerGroup;
 use crate::config::PoolSpec;
 use crate::placement::Plan;
-use crate::topology::nearest::{tiers_for, Tiers};
 use crate::topology::Topology;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
@@ -49,34 +50,38 @@ pub fn senders(pools: &[PoolSpec]) -> Vec<u32> {
     uids
 }
 
-/// The pools that serve some shared address.
+/// The pools that serve some shared address, in order.
 fn sharing_pools(groups: &[ListenerGroup]) -> Vec<&str> {
-    let mut pools: Vec<&str> = Vec::new();
-    for g in groups.iter().filter(|g| g.shared()) {
-        for p in &g.pools {
-            if !pools.contains(&p.as_str()) {
-                pools.push(p);
-            }
-        }
-    }
-    pools
+    let mut seen = std::collections::HashSet::new();
+    groups
+        .iter()
+        .filter(|g| g.shared())
+        .flat_map(|g| g.pools.iter().map(String::as_str))
+        .filter(|p| seen.insert(*p))
+        .collect()
 }
 
-/// The listening CPUs of every planned worker of `pool`: `(worker index, node, CPU)`.
-fn planned_threads<'a>(
+/// A planned listening thread: `(worker index, node, CPU)`.
+type PlannedThread = (u32, Option<u32>, u32);
+
+/// Every planned worker's listening CPUs, by pool: `(worker index, node, CPU)` — one pass
+/// over the plan, not one per pool.
+fn planned_threads_by_pool<'a>(
     plan: &'a Plan,
     pools: &'a [PoolSpec],
-    pool: &'a str,
-) -> impl Iterator<Item = (u32, Option<u32>, u32)> + 'a {
-    plan.workers
+) -> HashMap<&'a str, Vec<PlannedThread>> {
+    let activated: HashSet<&str> = pools
         .iter()
-        .filter(move |w| w.pool == pool)
-        .flat_map(move |w| {
-            let activated = pools.iter().any(|p| p.name == pool && p.activated());
-            super::listeners::listening_cpus(w, activated)
-                .into_iter()
-                .map(move |cpu| (w.index, w.node, cpu))
-        })
+        .filter(|p| p.activated())
+        .map(|p| p.name.as_str())
+        .collect();
+    let mut by_pool: HashMap<&str, Vec<PlannedThread>> = HashMap::new();
+    for w in &plan.workers {
+        let cpus = super::listeners::listening_cpus(w, activated.contains(w.pool.as_str()));
+        let threads = by_pool.entry(w.pool.as_str()).or_default();
+        threads.extend(cpus.into_iter().map(|cpu| (w.index, w.node, cpu)));
+    }
+    by_pool
 }
 
 impl Handoffs {
@@ -97,9 +102,15 @@ impl Handoffs {
         pools: &[PoolSpec],
         plan: &Plan,
     ) -> Result<(), String> {
+        let threads = planned_threads_by_pool(plan, pools);
+        let existing: HashSet<(String, u32, u32)> = self
+            .sockets
+            .iter()
+            .map(|s| (s.pool.clone(), s.index, s.cpu))
+            .collect();
         for pool in sharing_pools(groups) {
-            for (index, _, cpu) in planned_threads(plan, pools, pool) {
-                if self.find(pool, index, cpu).is_some() {
+            for &(index, _, cpu) in threads.get(pool).into_iter().flatten() {
+                if existing.contains(&(pool.to_string(), index, cpu)) {
                     continue;
                 }
                 let dir = super::runtime::ensure_runtime_dir()?;
@@ -136,24 +147,25 @@ impl Handoffs {
         Ok(())
     }
 
-    fn find(&self, pool: &str, index: u32, cpu: u32) -> Option<&HandoffSocket> {
+    /// Each thread slot's receiving socket, by `(pool, worker index, CPU)`: an index the
+    /// caller builds once to look up many.
+    pub fn fds(&self) -> HashMap<(&str, u32, u32), RawFd> {
         self.sockets
             .iter()
-            .find(|s| s.pool == pool && s.index == index && s.cpu == cpu)
-    }
-
-    /// The receiving socket of a thread, if its pool serves a shared address.
-    pub fn fd_of(&self, pool: &str, index: u32, cpu: u32) -> Option<RawFd> {
-        self.find(pool, index, cpu).map(|s| s.socket.as_raw_fd())
+            .map(|s| ((s.pool.as_str(), s.index, s.cpu), s.socket.as_raw_fd()))
+            .collect()
     }
 
     /// Closes the sockets no planned thread uses any more (their files too).
     pub fn retain_planned(&mut self, groups: &[ListenerGroup], pools: &[PoolSpec], plan: &Plan) {
-        let sharing = sharing_pools(groups);
+        let sharing: HashSet<&str> = sharing_pools(groups).into_iter().collect();
+        let threads = planned_threads_by_pool(plan, pools);
         self.sockets.retain(|s| {
-            let keep = sharing.contains(&s.pool.as_str())
-                && planned_threads(plan, pools, &s.pool)
-                    .any(|(index, _, cpu)| index == s.index && cpu == s.cpu);
+            let keep = sharing.contains(s.pool.as_str())
+                && threads.get(s.pool.as_str()).is_some_and(|t| {
+                    t.iter()
+                        .any(|&(index, _, cpu)| index == s.index && cpu == s.cpu)
+                });
             if !keep {
                 let _ = std::fs::remove_file(&s.path);
             }
@@ -161,92 +173,34 @@ impl Handoffs {
         });
     }
 
-    /// Where a thread of `pool` on `cpu` hands connections of each other pool it shares an
-    /// address with: that pool's threads on the same CPU, then on the same node, then by the
-    /// kernel's distance from the thread's node.
-    pub fn targets_for(
-        &self,
-        pool: &str,
-        cpu: u32,
-        groups: &[ListenerGroup],
-        pools: &[PoolSpec],
-        plan: &Plan,
-        topology: &Topology,
-    ) -> Vec<(String, Tiers<PathBuf>)> {
-        let mut others: Vec<&str> = Vec::new();
-        for g in groups.iter().filter(|g| g.shared() && g.serves(pool)) {
-            for p in g.pools.iter().filter(|p| *p != pool) {
-                if !others.contains(&p.as_str()) {
-                    others.push(p);
-                }
-            }
-        }
-        let node = topology.node_of_cpu(cpu);
-        others
-            .into_iter()
-            .map(|other| {
-                let threads: Vec<(Option<u32>, (u32, PathBuf))> =
-                    planned_threads(plan, pools, other)
-                        .filter_map(|(index, node, c)| {
-                            let s = self.find(other, index, c)?;
-                            Some((
-                                node.or_else(|| topology.node_of_cpu(c)),
-                                (c, s.path.clone()),
-                            ))
-                        })
-                        .collect();
-                let tiers = tiers_for(node, &threads, |a, b| topology.distance(a, b));
-                (other.to_string(), same_cpu_first(tiers, cpu))
+    /// The table every worker is given of the hand-off sockets (see `handoff::Peers`): each
+    /// socket with its thread's node — the planned worker's home node, else its CPU's.
+    pub fn peers(&self, plan: &Plan, topology: &Topology) -> crate::handoff::Peers {
+        let homes: HashMap<(&str, u32), Option<u32>> = plan
+            .workers
+            .iter()
+            .map(|w| ((w.pool.as_str(), w.index), w.node))
+            .collect();
+        let sockets = self
+            .sockets
+            .iter()
+            .map(|s| crate::handoff::Peer {
+                pool: s.pool.clone(),
+                cpu: s.cpu,
+                node: homes
+                    .get(&(s.pool.as_str(), s.index))
+                    .copied()
+                    .flatten()
+                    .or_else(|| topology.node_of_cpu(s.cpu)),
+                path: s.path.clone(),
             })
-            .collect()
-    }
-}
-
-/// The nearest tier with the thread on `cpu` (if any) as a tier of its own before the rest:
-/// a connection handed to the same CPU stays in its caches.
-fn same_cpu_first(tiers: Tiers<(u32, PathBuf)>, cpu: u32) -> Tiers<PathBuf> {
-    let paths = |tier: Vec<(u32, PathBuf)>| tier.into_iter().map(|(_, p)| p).collect();
-    let mut out: Vec<Vec<PathBuf>> = Vec::new();
-    let mut rest_of = tiers.tiers.into_iter();
-    if let Some(nearest) = rest_of.next() {
-        let (same, rest): (Vec<_>, Vec<_>) = nearest.into_iter().partition(|(c, _)| *c == cpu);
-        out.extend(
-            [same, rest]
-                .into_iter()
-                .filter(|t| !t.is_empty())
-                .map(paths),
-        );
-    }
-    out.extend(rest_of.map(paths));
-    Tiers {
-        tiers: out,
-        local: tiers.local,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_same_cpu_goes_first_then_its_tier() {
-        let p = |s: &str| PathBuf::from(s);
-        let tiers = Tiers {
-            tiers: vec![
-                vec![(0, p("a0")), (1, p("a1")), (2, p("a2"))],
-                vec![(4, p("b4"))],
-            ],
-            local: true,
-        };
-        let t = same_cpu_first(tiers.clone(), 1);
-        assert_eq!(
-            t.tiers,
-            vec![vec![p("a1")], vec![p("a0"), p("a2")], vec![p("b4")]]
-        );
-        let t = same_cpu_first(tiers, 7);
-        assert_eq!(
-            t.tiers,
-            vec![vec![p("a0"), p("a1"), p("a2")], vec![p("b4")]]
-        );
+            .collect();
+        let ids: Vec<u32> = topology.nodes.iter().map(|n| n.id).collect();
+        let distances = ids
+            .iter()
+            .flat_map(|&a| ids.iter().map(move |&b| (a, b)))
+            .map(|(a, b)| (a, b, topology.distance(a, b)))
+            .collect();
+        crate::handoff::Peers { sockets, distances }
     }
 }

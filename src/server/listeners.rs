@@ -189,10 +189,11 @@ pub(super) fn steer(
         return true;
     }
     // Sockets beyond the threads (a reload that shrank the pool) are never chosen.
+    let stopped: std::collections::HashSet<&str> = stopped.iter().map(String::as_str).collect();
     let thread_cpus: Vec<Option<u32>> = g
         .owner_pools
         .iter()
-        .map(|(cpu, pool)| (!stopped.contains(pool)).then_some(*cpu))
+        .map(|(cpu, pool)| (!stopped.contains(pool.as_str())).then_some(*cpu))
         .collect();
     if thread_cpus.iter().all(Option::is_none) {
         // Every pool of the address is stopped: the master answers on all its sockets.
@@ -278,6 +279,12 @@ pub(super) fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file:
         Some(libc::EADDRINUSE) => "another program holds it: stop it or change the port in `bindings`".to_string(),
         Some(libc::EACCES) => "ports below 1024 need root or CAP_NET_BIND_SERVICE: run as root or use a port ≥ 1024 in `bindings`".to_string(),
         Some(libc::EADDRNOTAVAIL) => "no interface has that address: use 127.0.0.1, 0.0.0.0 or one of this machine's addresses".to_string(),
+        // Every pool's thread has a socket of each address it serves (and one to take
+        // hand-offs): thousands of pools need tens of thousands of descriptors.
+        Some(libc::EMFILE | libc::ENFILE) => format!(
+            "espalier may open {} files (the hard limit): raise it for the service (systemd LimitNOFILE=, or `ulimit -Hn` before starting), or give pools fewer CPUs each (`cpus`), since each listening CPU of each pool takes one socket per address",
+            crate::os::process::descriptor_limit().map_or("?".into(), |n| n.to_string())
+        ),
         _ => "check `bindings`".to_string(),
     };
     format!("{file}: site `{site}`: cannot listen on http://{addr}: {e}; {fix}")

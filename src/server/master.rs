@@ -34,7 +34,18 @@ pub(super) fn check_identities(config: &Config) -> Result<(), String> {
 pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, String> {
     // Before anything could replace the binary on disk: workers start from this handle.
     crate::os::process::hold_own_executable();
-    if let Err(e) = crate::os::process::raise_descriptor_limit() {
+    // Each listening thread of each pool holds a socket per address it serves and one for
+    // hand-offs, and the master watches a copy of a sleeping one's: a hoster's thousands of
+    // pools need far more than a shell's default.
+    let threads: u64 = plan.workers.iter().map(|w| w.cpus.len() as u64).sum();
+    let addresses = config
+        .sites
+        .iter()
+        .flat_map(|s| s.bindings.iter().map(|b| b.addr))
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u64;
+    let needed = 4096 + 2 * threads * (addresses + 1);
+    if let Err(e) = crate::os::process::raise_descriptor_limit(needed) {
         super::log(
             "master",
             format!("warning: cannot raise the descriptor limit: {e}"),

@@ -9,12 +9,15 @@
 use super::handoffs::Handoffs;
 use super::listeners::ListenerGroup;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
-use crate::config::{Affinity, Config, SiteSpec};
+use crate::config::{Affinity, Config, PoolSpec, SiteSpec};
 use crate::os;
 use crate::placement::Plan;
+use crate::routing::GroupRoutes;
 use crate::topology::Topology;
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
+use std::sync::Arc;
 
 /// What a worker is told of `site`: all of it when `pool` serves some of the site; otherwise
 /// only its name, bindings and which pool serves which path — what routing and hand-off need.
@@ -46,16 +49,33 @@ pub(super) fn worker_specs(
     handoffs: &Handoffs,
     topology: &Topology,
 ) -> Vec<WorkerSpec> {
+    // Built once and shared by every spec, or indexed once: with thousands of pools on one
+    // port, anything per worker that scanned every pool or socket made the start quadratic.
+    let sites = Arc::new(config.sites.clone());
+    let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
+    let peers = Arc::new(handoffs.peers(plan, topology));
+    let handoff_fds = handoffs.fds();
+    let pools: HashMap<&str, &PoolSpec> =
+        config.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    // Per pool: the groups it serves. Per group: each (worker, thread)'s socket.
+    let mut groups_of: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (g, group) in groups.iter().enumerate() {
+        for pool in &group.pools {
+            groups_of.entry(pool.as_str()).or_default().push(g);
+        }
+    }
+    let socket_of: Vec<HashMap<(usize, usize), usize>> = groups
+        .iter()
+        .map(|g| g.owners.iter().enumerate().map(|(i, &o)| (o, i)).collect())
+        .collect();
+    let senders = super::handoffs::senders(&config.pools);
     plan.workers
         .iter()
         .enumerate()
-        .map(|(w, worker)| {
-            let pool = config
-                .pool(&worker.pool)
-                .expect("plan names configured pools");
-            let my_groups: Vec<usize> = (0..groups.len())
-                .filter(|&g| groups[g].serves(&pool.name))
-                .collect();
+        .filter_map(|(w, worker)| {
+            // The plan names configured pools (it was made from them).
+            let pool = *pools.get(worker.pool.as_str())?;
+            let my_groups: &[usize] = groups_of.get(pool.name.as_str()).map_or(&[], Vec::as_slice);
             let activated = pool.activated();
             let threads = super::listeners::listening_cpus(worker, activated)
                 .into_iter()
@@ -65,27 +85,18 @@ pub(super) fn worker_specs(
                     listeners: my_groups
                         .iter()
                         .enumerate()
-                        .map(|(local_g, &g)| {
-                            let i = groups[g]
-                                .owners
-                                .iter()
-                                .position(|&o| o == (w, t))
-                                .expect("every thread has a socket");
-                            (groups[g].sockets[i].as_raw_fd(), local_g)
+                        .filter_map(|(local_g, &g)| {
+                            let i = *socket_of[g].get(&(w, t))?;
+                            Some((groups[g].sockets[i].as_raw_fd(), local_g))
                         })
                         .collect(),
-                    handoff_fd: handoffs.fd_of(&pool.name, worker.index, cpu),
-                    handoff: handoffs.targets_for(
-                        &pool.name,
-                        cpu,
-                        groups,
-                        &config.pools,
-                        plan,
-                        topology,
-                    ),
+                    handoff_fd: handoff_fds
+                        .get(&(pool.name.as_str(), worker.index, cpu))
+                        .copied(),
+                    node: topology.node_of_cpu(cpu),
                 })
                 .collect();
-            WorkerSpec {
+            Some(WorkerSpec {
                 pool: pool.name.clone(),
                 index: worker.index,
                 node: worker.node,
@@ -95,15 +106,9 @@ pub(super) fn worker_specs(
                 memory_nodes: worker.memory_nodes.clone(),
                 control_fd: -1,
                 threads,
-                groups: my_groups
-                    .iter()
-                    .map(|&g| groups[g].routes.clone())
-                    .collect(),
-                sites: config
-                    .sites
-                    .iter()
-                    .map(|s| site_for(s, &pool.name))
-                    .collect(),
+                groups: my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect(),
+                sites: Arc::clone(&sites),
+                handoff_peers: Arc::clone(&peers),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
@@ -111,7 +116,7 @@ pub(super) fn worker_specs(
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,
                 cgroups: Vec::new(),
-                handoff_senders: super::handoffs::senders(&config.pools),
+                handoff_senders: senders.clone(),
                 handoff_key: handoffs.key,
                 identity: pool.identity.clone(),
                 proxy: pool
@@ -124,7 +129,7 @@ pub(super) fn worker_specs(
                         fastcgi: a.transport == crate::config::Transport::FastCgi,
                         script_extensions: a.script_extensions.clone(),
                     }),
-            }
+            })
         })
         .collect()
 }
@@ -162,6 +167,8 @@ pub(super) fn spawn_worker(
         .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
         .collect();
     fds.push(worker_end.as_raw_fd());
+    // Its own sites whole, the others' outline: built now, for the one process started.
+    spec.sites = Arc::new(spec.sites.iter().map(|s| site_for(s, &spec.pool)).collect());
     let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
     let spec_file = crate::os::process::sealed_memfd("espalier-worker-spec", &json)
         .map_err(|e| format!("cannot hand worker {} its spec: {e}", spec.name()))?;

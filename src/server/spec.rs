@@ -9,6 +9,7 @@
 use crate::config::{Limits, MemoryPolicy, SiteSpec};
 use crate::routing::GroupRoutes;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Names the descriptor of the worker's spec.
@@ -23,9 +24,9 @@ pub struct ThreadSpec {
     /// On a shared address: the inherited socket connections are handed to this thread on.
     #[serde(default)]
     pub handoff_fd: Option<i32>,
-    /// On a shared address: per other pool, where this thread hands its connections.
+    /// Its CPU's node (where it ranks other pools' threads from, for hand-offs).
     #[serde(default)]
-    pub handoff: Vec<(String, crate::topology::nearest::Tiers<std::path::PathBuf>)>,
+    pub node: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,11 +42,16 @@ pub struct WorkerSpec {
     /// The worker's end of its control socket with the master.
     pub control_fd: i32,
     pub threads: Vec<ThreadSpec>,
-    /// Per listener group: its address, and which of `sites` it answers for, by host.
-    pub groups: Vec<GroupRoutes>,
-    /// Every site of the config (the groups name them by index); the worker serves the apps
-    /// of its own pool and hands the others' requests over.
-    pub sites: Vec<SiteSpec>,
+    /// Per listener group: its address, and which of `sites` it answers for, by host. Shared
+    /// by every worker's spec (one copy in the master, however many pools share a port).
+    pub groups: Vec<Arc<GroupRoutes>>,
+    /// Every site of the config (the groups name them by index), shared by every spec; a
+    /// process is sent its own sites whole and the others' outline (see `spawn`).
+    pub sites: Arc<Vec<SiteSpec>>,
+    /// On shared addresses: every hand-off socket, shared by every spec; each thread ranks
+    /// its targets from it.
+    #[serde(default)]
+    pub handoff_peers: Arc<crate::handoff::Peers>,
     pub limits: Limits,
     pub worker_header: bool,
     /// `[server] ktls`: whether HTTPS/1.1 connections may be handed to the kernel's TLS.

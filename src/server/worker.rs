@@ -22,6 +22,7 @@ use crate::http::service::{ConnEnv, Timeouts};
 use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
 use crate::proxy::{ProxyRoute, SharedTiers};
+use crate::routing::GroupRoutes;
 use std::cell::Cell;
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -403,17 +404,14 @@ fn engine_thread(
             service: ThreadService::new(
                 &spec.pool,
                 &spec.sites,
-                spec.groups.clone(),
+                spec.groups.iter().map(|g| GroupRoutes::clone(g)).collect(),
                 Rc::clone(&clock),
                 identity,
                 route,
-                thread
-                    .handoff
-                    .iter()
-                    .map(|(pool, tiers)| {
-                        let targets = PoolTargets::new(tiers.clone(), spec.handoff_key);
-                        (pool.clone(), Rc::new(targets))
-                    })
+                spec.handoff_peers
+                    .targets(&spec.pool, thread.cpu, thread.node)
+                    .into_iter()
+                    .map(|(pool, tiers)| (pool, Rc::new(PoolTargets::new(tiers, spec.handoff_key))))
                     .collect(),
             )
             .with_tls(&tls.configs, tls.kernel),

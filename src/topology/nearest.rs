@@ -60,6 +60,28 @@ pub fn tiers_for<E: Clone>(
     Tiers { tiers, local }
 }
 
+/// The nearest tier with the thread on `cpu` (if any) as a tier of its own before the rest:
+/// a connection handed to the same CPU stays in its caches.
+pub fn same_cpu_first<E>(tiers: Tiers<(u32, E)>, cpu: u32) -> Tiers<E> {
+    let paths = |tier: Vec<(u32, E)>| tier.into_iter().map(|(_, p)| p).collect();
+    let mut out: Vec<Vec<E>> = Vec::new();
+    let mut rest_of = tiers.tiers.into_iter();
+    if let Some(nearest) = rest_of.next() {
+        let (same, rest): (Vec<_>, Vec<_>) = nearest.into_iter().partition(|(c, _)| *c == cpu);
+        out.extend(
+            [same, rest]
+                .into_iter()
+                .filter(|t| !t.is_empty())
+                .map(paths),
+        );
+    }
+    out.extend(rest_of.map(paths));
+    Tiers {
+        tiers: out,
+        local: tiers.local,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +144,28 @@ mod tests {
         assert_eq!(
             tiers_for::<Endpoint>(None, &[], ring).tiers,
             Vec::<Vec<Endpoint>>::new()
+        );
+    }
+
+    #[test]
+    fn the_same_cpu_goes_first_then_its_tier() {
+        let p = |s: &str| std::path::PathBuf::from(s);
+        let tiers = Tiers {
+            tiers: vec![
+                vec![(0, p("a0")), (1, p("a1")), (2, p("a2"))],
+                vec![(4, p("b4"))],
+            ],
+            local: true,
+        };
+        let t = same_cpu_first(tiers.clone(), 1);
+        assert_eq!(
+            t.tiers,
+            vec![vec![p("a1")], vec![p("a0"), p("a2")], vec![p("b4")]]
+        );
+        let t = same_cpu_first(tiers, 7);
+        assert_eq!(
+            t.tiers,
+            vec![vec![p("a0"), p("a1"), p("a2")], vec![p("b4")]]
         );
     }
 }

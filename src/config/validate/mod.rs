@@ -122,9 +122,10 @@ impl Validator {
         } else {
             StartMode::Always
         };
+        let mut pool_names = std::collections::HashSet::new();
         for (i, rp) in raw.pool.into_iter().enumerate() {
             let pool = self.pool(i, rp, topo, base, default_start);
-            if pools.iter().any(|p| p.name == pool.name) {
+            if !pool_names.insert(pool.name.clone()) {
                 self.err(
                     &[Seg::Key("pool"), Seg::Index(i), Seg::Key("name")],
                     format!(
@@ -136,9 +137,10 @@ impl Validator {
             pools.push(pool);
         }
         let mut sites: Vec<SiteSpec> = Vec::new();
+        let mut site_names = std::collections::HashSet::new();
         for (i, rs) in raw.site.into_iter().enumerate() {
             let site = self.site(i, rs, base, &pools);
-            if sites.iter().any(|s| s.name == site.name) {
+            if !site_names.insert(site.name.clone()) {
                 self.err(
                     &[Seg::Key("site"), Seg::Index(i), Seg::Key("name")],
                     format!(

@@ -8,6 +8,7 @@ use super::super::model::*;
 use super::super::parse::parse_binding;
 use super::super::raw;
 use super::Validator;
+use std::collections::HashMap;
 use std::path::Path;
 use std::path::PathBuf;
 
@@ -400,20 +401,36 @@ impl Validator {
     /// [`crate::handoff`]) unless one of them is an activated application, which accepts every
     /// connection of its address itself.
     pub(super) fn check_bindings(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
-        let activated = |site: &SiteSpec| {
-            site.apps.iter().find_map(|a| {
-                pools
-                    .iter()
-                    .find(|p| p.name == a.pool)
-                    .filter(|p| {
-                        p.app
-                            .as_ref()
-                            .is_some_and(|c| c.transport == Transport::Activation)
-                    })
-                    .map(|p| p.name.as_str())
+        // Linear in bindings: each is compared with the bindings of its own address and host
+        // (by hash), and with the first of its address — a hoster's port has thousands of
+        // sites, and a comparison of every pair (each looking its pools up) made `check` cubic.
+        let by_name: HashMap<&str, &PoolSpec> =
+            pools.iter().map(|p| (p.name.as_str(), p)).collect();
+        let activated: Vec<Option<&str>> = sites
+            .iter()
+            .map(|site| {
+                site.apps.iter().find_map(|a| {
+                    by_name
+                        .get(a.pool.as_str())
+                        .filter(|p| {
+                            p.app
+                                .as_ref()
+                                .is_some_and(|c| c.transport == Transport::Activation)
+                        })
+                        .map(|p| p.name.as_str())
+                })
             })
-        };
-        let host_key = |b: &Binding| b.host.as_deref().map(crate::routing::hosts::normal_host);
+            .collect();
+        // Per port: the bindings by host, and per IP the first binding and the first of an
+        // activated site (the unspecified IP stands for every IP of the port).
+        #[derive(Default)]
+        struct Port {
+            by_host: HashMap<Option<String>, Vec<(usize, std::net::IpAddr)>>,
+            first: HashMap<std::net::IpAddr, usize>,
+            first_activated: HashMap<std::net::IpAddr, usize>,
+        }
+        let mut ports: HashMap<u16, Port> = HashMap::new();
+        let mut bindings: Vec<(usize, &Binding)> = Vec::new();
         for (i, s) in sites.iter().enumerate() {
             for (k, b) in s.bindings.iter().enumerate() {
                 let path = [
@@ -422,51 +439,87 @@ impl Validator {
                     Seg::Key("bindings"),
                     Seg::Index(k),
                 ];
-                let earlier = sites[..=i].iter().enumerate().flat_map(|(j, t)| {
-                    let upto = if j == i { k } else { t.bindings.len() };
-                    t.bindings[..upto].iter().map(move |c| (t, c))
+                let here = bindings.len();
+                bindings.push((i, b));
+                let port = ports.entry(b.addr.port()).or_default();
+                let ip = b.addr.ip();
+                let overlapping = |other: &std::net::IpAddr| {
+                    *other == ip || other.is_unspecified() || ip.is_unspecified()
+                };
+                let host = b.host.as_deref().map(crate::routing::hosts::normal_host);
+                // The same host on an overlapping address: a duplicate.
+                let same_host = port.by_host.get(&host).and_then(|earlier| {
+                    earlier
+                        .iter()
+                        .find(|(_, other)| overlapping(other))
+                        .map(|&(j, _)| j)
                 });
-                for (t, c) in earlier.collect::<Vec<_>>() {
-                    if c.addr.port() != b.addr.port() {
-                        continue;
+                // The first binding of each overlapping address, and of an activated site.
+                let mut firsts: Vec<usize> = Vec::new();
+                for map in [&port.first, &port.first_activated] {
+                    if ip.is_unspecified() {
+                        firsts.extend(map.values().copied());
+                    } else {
+                        firsts.extend(map.get(&ip).copied());
+                        firsts.extend(map.get(&std::net::IpAddr::from([0u8; 4])).copied());
+                        firsts.extend(map.get(&std::net::IpAddr::from([0u16; 8])).copied());
                     }
-                    let same_addr = c.addr == b.addr
-                        || c.addr.ip().is_unspecified()
-                        || b.addr.ip().is_unspecified();
-                    if !same_addr {
-                        continue;
-                    }
-                    if b.tls != c.tls {
-                        self.err(&path, format!("`{b}` and site `{}`'s `{c}` are the same address, one with TLS and one without; a port speaks one or the other: give each its own port", t.name));
-                        continue;
-                    }
-                    if s.proxy_protocol != t.proxy_protocol {
-                        let (with, without) = if s.proxy_protocol { (s, t) } else { (t, s) };
-                        self.err(&path, format!("`{b}` is shared by site `{}` (proxy_protocol = true) and site `{}` (without it); a connection's PROXY header is read before its host is known, so the sites of one address must agree: set proxy_protocol the same in both, or give one its own port", with.name, without.name));
-                        continue;
-                    }
-                    if host_key(c) == host_key(b) {
-                        let what = match &b.host {
-                            Some(h) => format!("host `{h}`"),
-                            None => "no host name (the default site)".to_string(),
-                        };
-                        self.err(&path, format!("duplicate binding: `{b}` is already bound with {what} by site `{}`; remove one or give each its own host name", t.name));
-                        continue;
-                    }
-                    let (a, other) = match (activated(s), activated(t)) {
-                        (Some(_), _) => (s, t),
-                        (None, Some(_)) => (t, s),
-                        (None, None) => continue,
-                    };
-                    let pool = activated(a).unwrap_or_default();
-                    if other.apps.iter().any(|x| x.pool != pool) {
-                        self.err(&path, format!(
-                            "`{b}` is shared by site `{}` of pool `{pool}` (transport = \"activation\") and site `{}`; an activated application accepts every connection on its address itself, so its pool must serve that address alone: give one of them its own port, or use transport = \"proxy\"",
-                            a.name, other.name
-                        ));
-                    }
+                }
+                port.by_host.entry(host).or_default().push((here, ip));
+                port.first.entry(ip).or_insert(here);
+                if activated[i].is_some() {
+                    port.first_activated.entry(ip).or_insert(here);
+                }
+                firsts.sort_unstable();
+                firsts.dedup();
+                let problem = firsts.into_iter().chain(same_host).find_map(|j| {
+                    let (t, c) = bindings[j];
+                    self.binding_conflict(sites, &activated, (i, b), (t, c))
+                });
+                if let Some(message) = problem {
+                    self.err(&path, message);
                 }
             }
         }
+    }
+
+    /// Why binding `b` of site `i` cannot be on the same address as binding `c` of site `t`
+    /// (bound earlier), if it cannot.
+    fn binding_conflict(
+        &self,
+        sites: &[SiteSpec],
+        activated: &[Option<&str>],
+        (i, b): (usize, &Binding),
+        (t, c): (usize, &Binding),
+    ) -> Option<String> {
+        let (s, other_site) = (&sites[i], &sites[t]);
+        if b.tls != c.tls {
+            return Some(format!("`{b}` and site `{}`'s `{c}` are the same address, one with TLS and one without; a port speaks one or the other: give each its own port", other_site.name));
+        }
+        if s.proxy_protocol != other_site.proxy_protocol {
+            let (with, without) = if s.proxy_protocol {
+                (s, other_site)
+            } else {
+                (other_site, s)
+            };
+            return Some(format!("`{b}` is shared by site `{}` (proxy_protocol = true) and site `{}` (without it); a connection's PROXY header is read before its host is known, so the sites of one address must agree: set proxy_protocol the same in both, or give one its own port", with.name, without.name));
+        }
+        let host_key = |b: &Binding| b.host.as_deref().map(crate::routing::hosts::normal_host);
+        if host_key(c) == host_key(b) {
+            let what = match &b.host {
+                Some(h) => format!("host `{h}`"),
+                None => "no host name (the default site)".to_string(),
+            };
+            return Some(format!("duplicate binding: `{b}` is already bound with {what} by site `{}`; remove one or give each its own host name", other_site.name));
+        }
+        let (a, other, pool) = match (activated[i], activated[t]) {
+            (Some(p), _) => (s, other_site, p),
+            (None, Some(p)) => (other_site, s, p),
+            (None, None) => return None,
+        };
+        other.apps.iter().any(|x| x.pool != pool).then(|| format!(
+            "`{b}` is shared by site `{}` of pool `{pool}` (transport = \"activation\") and site `{}`; an activated application accepts every connection on its address itself, so its pool must serve that address alone: give one of them its own port, or use transport = \"proxy\"",
+            a.name, other.name
+        ))
     }
 }

@@ -168,9 +168,17 @@ impl Supervisor {
     /// those asleep — whose connections then go to the pools that run, which hand them over,
     /// so that one pool's visitor never wakes another.
     pub(super) fn pools_away(&self) -> Vec<String> {
+        // One pass over the slots: (slots, asleep) per pool.
+        let mut counts = vec![(0usize, 0usize); self.pools.len()];
+        for s in &self.slots {
+            if let Some(c) = counts.get_mut(s.pool) {
+                c.0 += 1;
+                c.1 += usize::from(s.asleep);
+            }
+        }
         let mut away = self.stopped_pools();
-        for (k, pool) in self.pools.iter().enumerate() {
-            if pool.stopped.is_none() && self.pool_asleep(k) {
+        for (pool, (slots, asleep)) in self.pools.iter().zip(counts) {
+            if pool.stopped.is_none() && slots > 0 && asleep == slots {
                 away.push(pool.spec.name.clone());
             }
         }
