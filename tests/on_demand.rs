@@ -1,7 +1,8 @@
 //! Pools on demand (IIS `startMode = OnDemand`, `idleTimeout`) on the real binary: a pool
 //! has no process until its first connection, which is answered by the process it starts;
 //! it sleeps again when idle and wakes again; on a shared port a host wakes its own pool
-//! through the hand-off; and from 100 pools on, pools start on demand unless they say so.
+//! through the hand-off; from 100 pools on, pools start on demand unless they say so; and
+//! warm-up requests (Application Initialization) reach a new app process first.
 
 mod common;
 
@@ -79,12 +80,12 @@ handler = "dynamic"
         "{}",
         worker_of(&first)
     );
-    let (state, workers) = state_of(&server, "lazy");
-    assert_eq!(
-        (state, workers[0].0),
-        (PoolState::Running, WorkerState::Running)
-    );
-    let pid = workers[0].1.expect("a pid");
+    // Its "ready" may reach the master just after it answered.
+    server.wait_until("the woken worker running", Duration::from_secs(30), |s| {
+        state_of(s, "lazy").1[0].0 == WorkerState::Running
+    });
+    assert_eq!(state_of(&server, "lazy").0, PoolState::Running);
+    let pid = state_of(&server, "lazy").1[0].1.expect("a pid");
     // Idle for its idle_timeout: stopped, its process gone.
     server.wait_until("the idle pool asleep again", Duration::from_secs(60), |s| {
         state_of(s, "lazy").0 == PoolState::Idle && !pid_alive(pid)
@@ -95,6 +96,9 @@ handler = "dynamic"
     // And woken again by the next connection, by a new process.
     let again = get(addr, "/", "");
     assert_eq!(again.status, 200);
+    server.wait_until("woken again", Duration::from_secs(30), |s| {
+        state_of(s, "lazy").1[0].1.is_some()
+    });
     let new_pid = state_of(&server, "lazy").1[0].1.expect("a pid");
     assert_ne!(new_pid, pid);
     // The pool that always runs never slept.
@@ -177,4 +181,52 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
             worker_of(&r)
         );
     }
+}
+
+/// IIS's Application Initialization: a new app process gets the pool's `warmup` paths, in
+/// order, before it takes traffic — at start, and again for the process of an on-demand
+/// pool woken by its first visitor, whose request comes after them.
+#[test]
+fn warm_up_requests_reach_a_new_app_process_before_its_first_client_request() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/record_app.py");
+    let (always, lazy) = (free_port(), free_port());
+    let pool = |name: &str, start: &str| {
+        format!(
+            "[[pool]]\nname = \"{name}\"\nstart = \"{start}\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ RECORD = \"{name}.log\" }}\nwarmup = [\"/warm-a\", \"/warm-b?x=1\"]\n",
+            app.display()
+        )
+    };
+    let site = |name: &str, port: u16| {
+        format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"{name}\"\n")
+    };
+    let config = format!(
+        "{}{}{}{}",
+        pool("always", "always"),
+        pool("lazy", "on-demand"),
+        site("always", always),
+        site("lazy", lazy)
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let record = |name: &str| {
+        std::fs::read_to_string(dir.path().join(format!("{name}.log")))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    // Ready means warmed: both paths arrived before `serve` said it serves.
+    assert_eq!(record("always"), ["/warm-a", "/warm-b?x=1"]);
+    assert!(server
+        .log_text()
+        .contains("app always/0 warmed up: /warm-a 200"));
+    let r = get(SocketAddr::from(([127, 0, 0, 1], always)), "/first", "");
+    assert_eq!(r.status, 200);
+    assert_eq!(record("always"), ["/warm-a", "/warm-b?x=1", "/first"]);
+    // The on-demand pool's process is warmed before its waking visitor is answered.
+    assert!(record("lazy").is_empty());
+    let r = get(SocketAddr::from(([127, 0, 0, 1], lazy)), "/first-visit", "");
+    assert_eq!(r.status, 200, "{}", server.log_text());
+    assert_eq!(record("lazy"), ["/warm-a", "/warm-b?x=1", "/first-visit"]);
 }

@@ -201,6 +201,9 @@ pub struct AppCommand {
     pub transport: Transport,
     /// A path that must answer 2xx before a process counts as ready, and at every ping.
     pub health: Option<String>,
+    /// Paths requested of a new process (first start, restart, recycle) once it is up and
+    /// before it takes traffic, in order (IIS Application Initialization).
+    pub warmup: Vec<String>,
     pub upstream: UpstreamKind,
     /// Proxy: connecting to an app process. Default 5 s.
     pub connect_timeout: Duration,

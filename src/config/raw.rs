@@ -79,6 +79,7 @@ pub struct RawPool {
     pub environment: Option<std::collections::BTreeMap<String, String>>,
     pub transport: Option<String>,
     pub health: Option<String>,
+    pub warmup: Option<Vec<String>>,
     pub upstream: Option<String>,
     pub connect_timeout: Option<Scalar>,
     pub response_timeout: Option<Scalar>,

@@ -552,3 +552,24 @@ fn three_thousand_sites_on_one_port_pass_and_a_duplicate_among_them_is_found() {
         "{e}"
     );
 }
+
+#[test]
+fn warmup_paths_are_url_paths_of_an_http_app() {
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\nwarmup = [\"/\", \"catalog\"]\n{SITE}"
+    ));
+    assert!(
+        e.contains("pool[0].warmup") && e.contains("`catalog` is not a URL path"),
+        "{e}"
+    );
+    let e = error(&format!("[[pool]]\nname = \"p\"\nwarmup = [\"/\"]\n{SITE}"));
+    assert!(
+        e.contains("pool[0].warmup") && e.contains("runs an application"),
+        "{e}"
+    );
+    let c = parse(&format!(
+        "[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\nwarmup = [\"/\", \"/catalog\"]\n{SITE}"
+    ))
+    .unwrap();
+    assert_eq!(c.pools[0].app.as_ref().unwrap().warmup, ["/", "/catalog"]);
+}

@@ -29,6 +29,7 @@ impl Validator {
                 ("environment", raw.environment.is_some()),
                 ("transport", raw.transport.is_some()),
                 ("health", raw.health.is_some()),
+                ("warmup", raw.warmup.is_some()),
                 ("upstream", raw.upstream.is_some()),
                 ("connect_timeout", raw.connect_timeout.is_some()),
                 ("response_timeout", raw.response_timeout.is_some()),
@@ -102,6 +103,19 @@ impl Validator {
         if transport == Transport::FastCgi && health.is_some() {
             self.err(&at("health"), "a FastCGI app answers FastCGI, not HTTP, so an HTTP health URL cannot reach it; remove `health` (a process is ready when it accepts connections)");
         }
+        let warmup = raw.warmup.take().unwrap_or_default();
+        if let Some(p) = warmup
+            .iter()
+            .find(|p| !p.starts_with('/') || p.bytes().any(|b| b <= b' ' || b == 0x7f))
+        {
+            self.err(
+                &at("warmup"),
+                format!("`{p}` is not a URL path; write them like [\"/\", \"/catalog\"]"),
+            );
+        }
+        if transport == Transport::FastCgi && !warmup.is_empty() {
+            self.err(&at("warmup"), "a FastCGI app answers FastCGI, not HTTP, so warm-up requests cannot reach it; remove `warmup`");
+        }
         let proxy_keys = [
             ("upstream", raw.upstream.is_some()),
             ("connect_timeout", raw.connect_timeout.is_some()),
@@ -157,6 +171,7 @@ impl Validator {
             environment,
             transport,
             health,
+            warmup,
             upstream,
             connect_timeout,
             response_timeout,

@@ -34,6 +34,16 @@ enum Target {
 struct ProbeSetup {
     health: Option<String>,
     through: Option<(SocketAddr, crate::cpuset::CpuSet)>,
+    /// Requested of a starting process once it is up, before it is ready (see [`warm_up`]).
+    warmup: Warmup,
+}
+
+/// A pool's warm-up: its paths, each answer awaited this long, and the process's name.
+#[derive(Clone, Default)]
+struct Warmup {
+    paths: Vec<String>,
+    timeout: Duration,
+    name: String,
 }
 
 impl ProbeSetup {
@@ -42,7 +52,9 @@ impl ProbeSetup {
     fn target(&self, endpoint: Option<&Endpoint>) -> Option<Target> {
         match (endpoint, &self.through) {
             (Some(e), _) => Some(Target::Own(e.clone())),
-            (None, Some((addr, cpus))) if self.health.is_some() => {
+            (None, Some((addr, cpus)))
+                if self.health.is_some() || !self.warmup.paths.is_empty() =>
+            {
                 Some(Target::Through(*addr, cpus.clone()))
             }
             _ => None,
@@ -94,15 +106,17 @@ impl Supervisor {
     /// How slot `i`'s processes are probed: its pool's `health`, and for an activated app the
     /// pool's address with the slot's CPUs (the probe goes through its node's socket).
     fn probe_setup(&self, i: usize) -> ProbeSetup {
-        let health = self.pools[self.slots[i].pool]
-            .spec
-            .app
-            .as_ref()
-            .and_then(|a| a.health.clone());
+        let app = self.pools[self.slots[i].pool].spec.app.as_ref();
+        let health = app.and_then(|a| a.health.clone());
         let cpus = crate::cpuset::CpuSet::from_ids(self.slots[i].spec.cpus.iter().copied());
         ProbeSetup {
             through: self.activation_address(i).map(|a| (a, cpus)),
             health,
+            warmup: Warmup {
+                paths: app.map(|a| a.warmup.clone()).unwrap_or_default(),
+                timeout: app.map_or(PROBE_TIMEOUT, |a| a.response_timeout),
+                name: self.slots[i].spec.name(),
+            },
         }
     }
 
@@ -126,7 +140,14 @@ impl Supervisor {
             };
             app.probing = true;
             app.probe_at = now + PROBE_EVERY;
-            probe(target, setup.health.clone(), p.generation, events.clone());
+            let warmup = setup.warmup.clone();
+            probe(
+                target,
+                setup.health.clone(),
+                warmup,
+                p.generation,
+                events.clone(),
+            );
         }
         for g in settled {
             self.on_ready(g);
@@ -150,7 +171,13 @@ impl Supervisor {
             return;
         };
         app.probing = true;
-        probe(target, setup.health, p.generation, events);
+        probe(
+            target,
+            setup.health,
+            Warmup::default(),
+            p.generation,
+            events,
+        );
     }
 
     /// A front worker (`reporter`) saw requests to the app process at `endpoint` time out
@@ -267,13 +294,15 @@ impl Supervisor {
 fn probe(
     target: Target,
     health: Option<String>,
+    warmup: Warmup,
     generation: u64,
     events: tokio::sync::mpsc::UnboundedSender<super::Event>,
 ) {
     let _ = std::thread::Builder::new()
         .name("app-probe".into())
         .spawn(move || {
-            let healthy = probe_now(&target, health.as_deref()).is_ok();
+            let healthy = probe_now(&target, health.as_deref()).is_ok()
+                && (warmup.paths.is_empty() || warm_up(&target, &warmup).is_ok());
             let _ = events.send(super::Event::Probed {
                 generation,
                 healthy,
@@ -281,8 +310,41 @@ fn probe(
         });
 }
 
-fn probe_now(target: &Target, health: Option<&str>) -> std::io::Result<()> {
-    let mut stream: Box<dyn ReadWrite> = match target {
+/// IIS's Application Initialization: each warm-up path requested of a new process, in
+/// order, its whole answer awaited (whatever its status), before the process is ready — so
+/// the first visitor does not pay for its caches and lazy imports. A connection that fails
+/// makes the probe fail (tried again, warm-up included).
+fn warm_up(target: &Target, warmup: &Warmup) -> std::io::Result<()> {
+    let mut said = Vec::new();
+    for path in &warmup.paths {
+        let started = std::time::Instant::now();
+        let mut stream = connect(target)?;
+        stream.set_timeout(warmup.timeout)?;
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: espalier-warmup\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes())?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer)?;
+        let status = answer
+            .get(9..12)
+            .and_then(|s| std::str::from_utf8(s).ok())
+            .unwrap_or("---");
+        said.push(format!(
+            "{path} {status} ({} ms)",
+            started.elapsed().as_millis()
+        ));
+    }
+    crate::os::log(
+        "master",
+        format!("app {} warmed up: {}", warmup.name, said.join(", ")),
+    );
+    Ok(())
+}
+
+/// A connection to what `target` names, with the probe's timeouts.
+fn connect(target: &Target) -> std::io::Result<Box<dyn ReadWrite>> {
+    Ok(match target {
         Target::Own(Endpoint::Tcp(addr)) => Box::new(tcp(*addr)?),
         Target::Own(Endpoint::Unix(path)) => {
             let s = std::os::unix::net::UnixStream::connect(path)?;
@@ -295,7 +357,11 @@ fn probe_now(target: &Target, health: Option<&str>) -> std::io::Result<()> {
             let _ = crate::os::numa::set_thread_affinity(0, cpus);
             Box::new(tcp(*addr)?)
         }
-    };
+    })
+}
+
+fn probe_now(target: &Target, health: Option<&str>) -> std::io::Result<()> {
+    let mut stream = connect(target)?;
     let Some(path) = health else {
         return Ok(());
     };
@@ -320,8 +386,24 @@ fn probe_now(target: &Target, health: Option<&str>) -> std::io::Result<()> {
     }
 }
 
-trait ReadWrite: Read + Write {}
-impl<T: Read + Write> ReadWrite for T {}
+trait ReadWrite: Read + Write {
+    /// Read and write timeouts.
+    fn set_timeout(&self, d: Duration) -> std::io::Result<()>;
+}
+
+impl ReadWrite for std::net::TcpStream {
+    fn set_timeout(&self, d: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(d))?;
+        self.set_write_timeout(Some(d))
+    }
+}
+
+impl ReadWrite for std::os::unix::net::UnixStream {
+    fn set_timeout(&self, d: Duration) -> std::io::Result<()> {
+        self.set_read_timeout(Some(d))?;
+        self.set_write_timeout(Some(d))
+    }
+}
 
 fn tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpStream> {
     let s = std::net::TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
