@@ -27,5 +27,5 @@ pub use dispatch::{Dispatch, ProxyTarget};
 pub use endpoint::Endpoint;
 pub use forward::forward;
 pub use request::ForwardRequest;
-pub use route::{ProxyRoute, ProxySettings, SharedTiers, UNRESPONSIVE_AFTER};
+pub use route::{ProxyRoute, ProxySettings, SharedTiers, UNRESPONSIVE_AFTER, WAIT_FOR_READY};
 pub use script::{Script, Scripts};

@@ -15,9 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How long a request waits for a first app process to be ready (start-up, a restart)
-/// before it is answered 503, at most.
-const WAIT_FOR_READY: Duration = Duration::from_secs(5);
+/// How long a request waits for a first app process to be ready (a restart) before it is
+/// answered 503, at most, unless the pool says otherwise (see [`ProxySettings::wait_for_ready`]).
+pub const WAIT_FOR_READY: Duration = Duration::from_secs(5);
+
+fn default_wait_for_ready() -> Duration {
+    WAIT_FOR_READY
+}
 
 /// A pool's proxy timeouts.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -30,6 +34,11 @@ pub struct ProxySettings {
     /// FastCGI: the extensions of the scripts the app may run.
     #[serde(default)]
     pub script_extensions: Vec<String>,
+    /// How long a request waits for a first ready app process: an on-demand pool's visitor
+    /// waits for the app its arrival started (its pool's `startup_time_limit`), as IIS holds
+    /// a request in its queue while the worker process starts.
+    #[serde(default = "default_wait_for_ready")]
+    pub wait_for_ready: Duration,
 }
 
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
@@ -207,7 +216,7 @@ impl ProxyRoute {
     }
 
     async fn pick_waiting(&self, avoid: Option<&Endpoint>) -> Option<Endpoint> {
-        let until = tokio::time::Instant::now() + WAIT_FOR_READY.min(self.settings.connect_timeout);
+        let until = tokio::time::Instant::now() + self.settings.wait_for_ready;
         loop {
             if let Some(e) = self.pick(avoid) {
                 return Some(e);

@@ -128,6 +128,12 @@ pub(super) fn worker_specs(
                         response_timeout: a.response_timeout,
                         fastcgi: a.transport == crate::config::Transport::FastCgi,
                         script_extensions: a.script_extensions.clone(),
+                        wait_for_ready: match pool.start {
+                            crate::config::StartMode::OnDemand => pool.startup_time_limit,
+                            crate::config::StartMode::Always => {
+                                crate::proxy::WAIT_FOR_READY.min(a.connect_timeout)
+                            }
+                        },
                     }),
             })
         })
