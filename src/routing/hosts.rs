@@ -21,6 +21,8 @@ pub struct HostTable {
     exact: HashMap<Box<str>, usize>,
     /// Wildcard suffixes with their leading dot (`.shop.example` for `*.shop.example`).
     wildcards: HashMap<Box<str>, usize>,
+    /// The longest of them: only a name's suffixes up to this long are looked up.
+    longest_wildcard: usize,
     default: Option<usize>,
 }
 
@@ -49,6 +51,7 @@ impl HostTable {
                 }
             }
         }
+        table.longest_wildcard = table.wildcards.keys().map(|k| k.len()).max().unwrap_or(0);
         table
     }
 
@@ -58,21 +61,21 @@ impl HostTable {
         let Some(host) = host.map(|h| h.strip_suffix('.').unwrap_or(h)) else {
             return self.default;
         };
-        if self.exact.is_empty() && self.wildcards.is_empty() {
+        // No binding names a longer host (checked with the config): the client's name is
+        // bounded before anything is hashed or scanned.
+        if (self.exact.is_empty() && self.wildcards.is_empty()) || host.len() > MAX_HOST {
             return self.default;
         }
         // Lower case without allocating: most clients send it so already.
         let mut buf = [0u8; MAX_HOST];
-        let host = if !host.bytes().any(|b| b.is_ascii_uppercase()) {
-            host
-        } else if host.len() <= MAX_HOST {
+        let host = if host.bytes().any(|b| b.is_ascii_uppercase()) {
             let lower = &mut buf[..host.len()];
             lower.copy_from_slice(host.as_bytes());
             lower.make_ascii_lowercase();
             // ASCII lower-casing keeps UTF-8 valid.
             std::str::from_utf8(lower).unwrap_or(host)
         } else {
-            return self.default; // no binding names a longer host
+            host
         };
         if let Some(site) = self.exact.get(host) {
             return Some(*site);
@@ -80,7 +83,9 @@ impl HostTable {
         if !self.wildcards.is_empty() {
             // `a.b.shop.example`: `.b.shop.example`, then `.shop.example`, then `.example` —
             // the longest wildcard first; never the whole name (`*.x` does not match `x`).
-            for (i, _) in host.match_indices('.').filter(|&(i, _)| i > 0) {
+            // Only suffixes as long as a wildcard can be are looked up.
+            let from = host.len().saturating_sub(self.longest_wildcard).max(1);
+            for (i, _) in host.match_indices('.').filter(|&(i, _)| i >= from) {
                 if let Some(site) = self.wildcards.get(&host[i..]) {
                     return Some(*site);
                 }
@@ -184,6 +189,25 @@ mod tests {
         assert_eq!(t.site(Some("site10000.example")), None);
         // Longer than any host name: no binding names it.
         assert_eq!(t.site(Some(&"A".repeat(300))), None);
+    }
+
+    /// A client's `Host` is bounded before it is hashed: a 10 000-character name of dots
+    /// (each dot once a wildcard lookup of the rest) goes to the default site at once, and
+    /// only suffixes as long as the longest wildcard are ever looked up.
+    #[test]
+    fn a_hostile_host_of_many_labels_is_bounded() {
+        let t = HostTable::new(&[
+            (Some("*.shop.example".into()), 1),
+            (Some("a.example".into()), 2),
+            (None, 9),
+        ]);
+        assert_eq!(t.site(Some(&"a.".repeat(5_000))), Some(9));
+        assert_eq!(t.site(Some(&"A.".repeat(5_000))), Some(9));
+        // At the longest legal length, with 120 labels, the wildcard still matches.
+        let deep = format!("{}shop.example", "x.".repeat(120));
+        assert!(deep.len() <= 253);
+        assert_eq!(t.site(Some(&deep)), Some(1));
+        assert_eq!(t.site(Some(&deep.replace("shop", "shoq"))), Some(9));
     }
 
     #[test]
