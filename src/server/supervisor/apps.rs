@@ -324,12 +324,31 @@ fn warm_up(target: &Target, warmup: &Warmup) -> std::io::Result<()> {
             "GET {path} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: espalier-warmup\r\nConnection: close\r\n\r\n"
         );
         stream.write_all(request.as_bytes())?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer)?;
-        let status = answer
-            .get(9..12)
-            .and_then(|s| std::str::from_utf8(s).ok())
-            .unwrap_or("---");
+        // The answer is read to its end and dropped as it comes (only its status line is
+        // kept), within the pool's response_timeout in all: an app that streams forever
+        // neither grows the master nor holds the start.
+        let mut head = [0u8; 16];
+        let mut kept = 0;
+        let mut piece = [0u8; 16 << 10];
+        loop {
+            let n = match stream.read(&mut piece) {
+                Ok(_) if started.elapsed() > warmup.timeout => {
+                    Err(std::io::ErrorKind::TimedOut.into())
+                }
+                other => other,
+            }
+            .inspect_err(|e| {
+                let name = &warmup.name;
+                crate::os::log("master", format!("app {name}: warm-up request {path} gave up: {e} (response_timeout {}s); it is tried again", warmup.timeout.as_secs()));
+            })?;
+            if n == 0 {
+                break;
+            }
+            let take = n.min(head.len() - kept);
+            head[kept..kept + take].copy_from_slice(&piece[..take]);
+            kept += take;
+        }
+        let status = crate::http::access_log::status_of(&head[..kept]);
         said.push(format!(
             "{path} {status} ({} ms)",
             started.elapsed().as_millis()
