@@ -7,9 +7,37 @@ use common::*;
 use std::path::Path;
 use std::time::Duration;
 
-/// The test app that answers `/slow…` after a second.
-fn slow_app() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/slow_app.py")
+/// A slow request of site a in flight while b's requests are answered: on connections of
+/// their own over HTTP/1.1, then as streams of one h2c connection (their paths marked `h2`).
+/// `slow` is a's (host, path); `fast` b's (host, path, expected status).
+fn behind_a_slow_request(
+    port: u16,
+    slow: (&'static str, &'static str),
+    fast: &[(&'static str, &'static str, u16)],
+) {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let in_flight = std::thread::spawn(move || get_host(addr, slow.0, slow.1).status);
+    std::thread::sleep(Duration::from_millis(300));
+    for &(host, path, status) in fast {
+        assert_eq!(get_host(addr, host, path).status, status, "{host}{path}");
+    }
+    assert_eq!(in_flight.join().unwrap(), 200);
+    let h2_path = |path: &str| {
+        let mark = if path.contains('?') { "&h2" } else { "?h2" };
+        format!("{path}{mark}")
+    };
+    block_on(async move {
+        let mut h2 = h2c(port).await;
+        let slow_url = format!("http://{}{}", slow.0, h2_path(slow.1));
+        let in_flight = h2_get(&mut h2, &slow_url).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for &(host, path, status) in fast {
+            let url = format!("http://{host}{}", h2_path(path));
+            let answer = h2_get(&mut h2, &url).await.await.unwrap();
+            assert_eq!(answer.status(), status, "{url}");
+        }
+        assert_eq!(in_flight.await.unwrap().status(), 200);
+    });
 }
 
 fn lines(path: &Path) -> Vec<String> {
@@ -262,44 +290,17 @@ access_log = {{ path = "logs/b.log", format = "common" }}
 [[site.app]]
 pool = "one"
 "#,
-            slow_app = slow_app().display()
+            slow_app = test_app().display()
         ),
     );
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let send = |host: &'static str, path: &'static str| {
-        std::thread::spawn(move || {
-            let mut c = Conn::open(addr);
-            c.send(
-                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            );
-            c.read_response(false).expect("an answer").status
-        })
-    };
-    // HTTP/1.1: the slow request of a, then two of b meanwhile.
-    let slow = send("a.example", "/slow-from-a");
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(send("b.example", "/fast-from-b-again").join().unwrap(), 200);
-    assert_eq!(send("b.example", "/fast-from-b").join().unwrap(), 200);
-    assert_eq!(slow.join().unwrap(), 200);
-    // HTTP/2: the same on one h2c connection's streams.
-    block_on(async move {
-        let mut h2 = h2c(port).await;
-        let get = |h2: &mut h2::client::SendRequest<bytes::Bytes>, url: &str| {
-            let req = http::Request::get(url).body(()).unwrap();
-            h2.send_request(req, true).unwrap().0
-        };
-        h2 = h2.ready().await.unwrap();
-        let slow = get(&mut h2, "http://a.example/slow-from-a-h2");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        h2 = h2.ready().await.unwrap();
-        let fast = get(&mut h2, "http://b.example/fast-from-b");
-        assert_eq!(fast.await.unwrap().status(), 200);
-        h2 = h2.ready().await.unwrap();
-        let app = get(&mut h2, "http://b.example/fast-from-b-h2");
-        assert_eq!(app.await.unwrap().status(), 200);
-        assert_eq!(slow.await.unwrap().status(), 200);
-    });
+    behind_a_slow_request(
+        port,
+        ("a.example", "/slow-from-a"),
+        &[
+            ("b.example", "/fast-from-b-again", 200),
+            ("b.example", "/fast-from-b", 200),
+        ],
+    );
     let (a, b) = (d.join("logs/a.log"), d.join("logs/b.log"));
     server.wait_until("every line written", Duration::from_secs(30), |_| {
         lines(&a).len() + lines(&b).len() >= 6
@@ -348,42 +349,14 @@ pool = "php"
         "<?php usleep(800000); echo \"slow\\n\";",
     )
     .unwrap();
-    let addr = app.addr;
-    let send = move |host: &'static str, path: &'static str| {
-        std::thread::spawn(move || {
-            let mut c = Conn::open(addr);
-            c.send(
-                format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            );
-            c.read_response(false).expect("an answer").status
-        })
-    };
-    let slow = send("a.example", "/slow.php");
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(
-        send("b.example", "/missing-from-b.txt").join().unwrap(),
-        404
+    behind_a_slow_request(
+        app.addr.port(),
+        ("a.example", "/slow.php"),
+        &[
+            ("b.example", "/missing-from-b.txt", 404),
+            ("b.example", "/index.php?from-b", 200),
+        ],
     );
-    assert_eq!(send("b.example", "/index.php?from-b").join().unwrap(), 200);
-    assert_eq!(slow.join().unwrap(), 200);
-    block_on(async move {
-        let mut h2 = h2c(addr.port()).await;
-        let get = |h2: &mut h2::client::SendRequest<bytes::Bytes>, url: &str| {
-            let req = http::Request::get(url).body(()).unwrap();
-            h2.send_request(req, true).unwrap().0
-        };
-        h2 = h2.ready().await.unwrap();
-        let slow = get(&mut h2, "http://a.example/slow.php?h2");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        h2 = h2.ready().await.unwrap();
-        let here = get(&mut h2, "http://b.example/missing-from-b.txt?h2");
-        assert_eq!(here.await.unwrap().status(), 404);
-        h2 = h2.ready().await.unwrap();
-        let script = get(&mut h2, "http://b.example/index.php?from-b-h2");
-        assert_eq!(script.await.unwrap().status(), 200);
-        assert_eq!(slow.await.unwrap().status(), 200);
-    });
     let (a, b) = (d.join("a.log"), d.join("b.log"));
     app.server
         .wait_until("every line written", Duration::from_secs(30), |_| {

@@ -23,17 +23,6 @@ fn pool_of(r: &Response) -> String {
     worker(r).split('/').next().unwrap_or("-").to_string()
 }
 
-/// A site answering `NAME.example` on `port` with pool `pool`'s dynamic page.
-fn dynamic_site(port: u16, name: &str, pool: &str) -> String {
-    format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}:{name}.example\"]\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n")
-}
-
-fn host(addr: SocketAddr, host: &str, path: &str) -> Response {
-    let mut c = Conn::open(addr);
-    c.send(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
-    c.read_response(false).expect("an answer")
-}
-
 /// Four sites on one port by host, each with its own pool (static, dynamic, cpu, and a
 /// gunicorn app behind the proxy), a fifth split by path over two pools, and a second address
 /// without a default site.
@@ -140,7 +129,7 @@ fn each_host_and_path_is_answered_by_its_own_pool() {
         ("blog.example.example", "/api", "pages", 200),
     ];
     for (name, path, pool, status) in cases {
-        let r = host(h.addr, name, path);
+        let r = get_host(h.addr, name, path);
         assert_eq!(
             (r.status, pool_of(&r)),
             (status, pool.to_string()),
@@ -149,9 +138,9 @@ fn each_host_and_path_is_answered_by_its_own_pool() {
         );
     }
     // The second address has no default site: 421, from whichever pool accepted it.
-    let r = host(h.other, "blog.example", "/");
+    let r = get_host(h.other, "blog.example", "/");
     assert_eq!(r.status, 421, "{:?}", r.headers);
-    assert_eq!(pool_of(&host(h.other, "shop.example", "/")), "files");
+    assert_eq!(pool_of(&get_host(h.other, "shop.example", "/")), "files");
 
     // Mixed hosts on one keep-alive connection, one at a time and pipelined: each request
     // is answered by its own pool, in order, on the same connection.
@@ -254,7 +243,9 @@ affinity = "hard"
     for cpu in 0..cpus {
         for name in ["one.example", "each.example"] {
             let answered: Vec<String> = on_cpu(cpu, move || {
-                (0..20).map(|_| worker(&host(addr, name, "/"))).collect()
+                (0..20)
+                    .map(|_| worker(&get_host(addr, name, "/")))
+                    .collect()
             });
             for w in answered {
                 assert!(
@@ -325,11 +316,11 @@ interval = "1m"
     for cpu in 0..cpus {
         let (good_answers, bad_answers) = on_cpu(cpu, move || {
             let g: Vec<u16> = (0..20)
-                .map(|_| host(addr, "good.example", "/").status)
+                .map(|_| get_host(addr, "good.example", "/").status)
                 .collect();
             let b: Vec<(u16, Option<String>)> = (0..20)
                 .map(|_| {
-                    let r = host(addr, "bad.example", "/");
+                    let r = get_host(addr, "bad.example", "/");
                     (r.status, r.header("retry-after").map(str::to_string))
                 })
                 .collect();
@@ -369,8 +360,8 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     );
     let server = Server::with_config(dir.path(), &first);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    assert_eq!(pool_of(&host(addr, "move.example", "/")), "q");
-    assert_eq!(pool_of(&host(addr, "gone.example", "/")), "r");
+    assert_eq!(pool_of(&get_host(addr, "move.example", "/")), "q");
+    assert_eq!(pool_of(&get_host(addr, "gone.example", "/")), "r");
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..4)
         .map(|_| load(addr, "stay.example", Arc::clone(&stop)))
@@ -392,12 +383,12 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
         String::from_utf8_lossy(&out.stderr)
     );
     server.wait_until("`move` served by pool r", Duration::from_secs(10), |_| {
-        pool_of(&host(addr, "move.example", "/")) == "r"
+        pool_of(&get_host(addr, "move.example", "/")) == "r"
     });
     server.wait_until("the old workers gone", Duration::from_secs(10), |_| {
         old.iter().all(|&(_, pid, _)| !pid_alive(pid))
     });
-    let r = host(addr, "new.example", "/");
+    let r = get_host(addr, "new.example", "/");
     assert_eq!(
         pool_of(&r),
         "q",
@@ -407,9 +398,9 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
         r.text(),
         server.log_text()
     );
-    assert_eq!(host(addr, "gone.example", "/").status, 421);
+    assert_eq!(get_host(addr, "gone.example", "/").status, 421);
     for _ in 0..20 {
-        assert_eq!(pool_of(&host(addr, "move.example", "/")), "r");
+        assert_eq!(pool_of(&get_host(addr, "move.example", "/")), "r");
     }
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
@@ -529,9 +520,9 @@ fn twelve_hundred_sites_on_one_port_start_and_each_is_answered_by_its_pool() {
         } else {
             format!("{name}.example")
         };
-        let r = host(addr, &host_name, "/");
+        let r = get_host(addr, &host_name, "/");
         assert_eq!(r.status, 200, "{host_name}: {}", server.log_text());
         assert_eq!(pool_of(&r), pool, "{host_name}");
     }
-    assert_eq!(host(addr, "s1200.example", "/").status, 421);
+    assert_eq!(get_host(addr, "s1200.example", "/").status, 421);
 }

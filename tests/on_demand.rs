@@ -28,12 +28,6 @@ fn state_of(server: &Server, pool: &str) -> (PoolState, Vec<(WorkerState, Option
     )
 }
 
-fn get_host(addr: SocketAddr, host: &str) -> Response {
-    let mut c = Conn::open(addr);
-    c.send(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
-    c.read_response(false).expect("an answer")
-}
-
 #[test]
 fn an_on_demand_pool_starts_on_its_first_connection_and_sleeps_again_when_idle() {
     let dir = tempfile::tempdir().unwrap();
@@ -114,37 +108,18 @@ fn on_a_shared_port_a_host_wakes_its_own_pool() {
     let server = Server::with_config(
         dir.path(),
         &format!(
-            r#"
-[server]
-worker_header = true
-[[pool]]
-name = "a"
-start = "on-demand"
-[[pool]]
-name = "b"
-start = "on-demand"
-[[site]]
-name = "a"
-bindings = ["http://127.0.0.1:{port}:a.example"]
-[[site.app]]
-pool = "a"
-handler = "dynamic"
-[[site]]
-name = "b"
-bindings = ["http://127.0.0.1:{port}:b.example"]
-[[site.app]]
-pool = "b"
-handler = "dynamic"
-"#
+            "[server]\nworker_header = true\n[[pool]]\nname = \"a\"\nstart = \"on-demand\"\n[[pool]]\nname = \"b\"\nstart = \"on-demand\"\n{}{}",
+            dynamic_site(port, "a", "a"),
+            dynamic_site(port, "b", "b")
         ),
     );
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     for _ in 0..3 {
-        let r = get_host(addr, "b.example");
+        let r = get_host(addr, "b.example", "/");
         assert_eq!(r.status, 200, "{}", server.log_text());
         assert!(worker_of(&r).starts_with("b/"), "{}", worker_of(&r));
     }
-    let r = get_host(addr, "a.example");
+    let r = get_host(addr, "a.example", "/");
     assert!(worker_of(&r).starts_with("a/"), "{}", worker_of(&r));
 }
 
@@ -158,9 +133,8 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
     let mut config = String::from("[server]\nworker_header = true\n");
     for i in 0..120 {
         let start = if i == 0 { "start = \"always\"\n" } else { "" };
-        config.push_str(&format!(
-            "[[pool]]\nname = \"p{i}\"\n{start}[[site]]\nname = \"s{i}\"\nbindings = [\"http://127.0.0.1:{port}:s{i}.example\"]\n[[site.app]]\npool = \"p{i}\"\nhandler = \"dynamic\"\n"
-        ));
+        config.push_str(&format!("[[pool]]\nname = \"p{i}\"\n{start}"));
+        config.push_str(&dynamic_site(port, &format!("s{i}"), &format!("p{i}")));
     }
     let server = Server::with_config(dir.path(), &config);
     let status = server.status();
@@ -173,7 +147,7 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
     assert_eq!(running, vec!["p0"]);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     for i in [0, 57, 119] {
-        let r = get_host(addr, &format!("s{i}.example"));
+        let r = get_host(addr, &format!("s{i}.example"), "/");
         assert_eq!(r.status, 200, "s{i}: {}", server.log_text());
         assert!(
             worker_of(&r).starts_with(&format!("p{i}/")),
@@ -190,7 +164,7 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
 fn warm_up_requests_reach_a_new_app_process_before_its_first_client_request() {
     need_tools("python3:python3", "python3");
     let dir = tempfile::tempdir().unwrap();
-    let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/record_app.py");
+    let app = test_app();
     let (always, lazy) = (free_port(), free_port());
     let pool = |name: &str, start: &str| {
         format!(
@@ -229,4 +203,38 @@ fn warm_up_requests_reach_a_new_app_process_before_its_first_client_request() {
     let r = get(SocketAddr::from(([127, 0, 0, 1], lazy)), "/first-visit", "");
     assert_eq!(r.status, 200, "{}", server.log_text());
     assert_eq!(record("lazy"), ["/warm-a", "/warm-b?x=1", "/first-visit"]);
+}
+
+/// A warm-up path the app answers without end is given up after the pool's
+/// `response_timeout` (its answer read and dropped as it comes, never kept): the process is
+/// never ready, and `serve` says so after `startup_time_limit` instead of hanging or growing.
+#[test]
+fn a_warm_up_answer_without_end_is_given_up_in_time() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("espalier.toml"),
+        format!(
+            "[server]\nadmin = \"127.0.0.1:{}\"\n[[pool]]\nname = \"app\"\ncommand = [\"python3\", \"{}\"]\nwarmup = [\"/endless\"]\nresponse_timeout = \"1s\"\nstartup_time_limit = \"4s\"\n[[site]]\nname = \"app\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"app\"\n",
+            free_port(),
+            test_app().display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["serve", "-c", "espalier.toml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("did not report ready within 4s (startup_time_limit)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("app app/0: warm-up request /endless gave up"),
+        "{err}"
+    );
 }

@@ -552,7 +552,6 @@ fn each_http2_stream_gets_its_own_sites_hsts() {
     openssl_cert(d, "a", "a.test");
     openssl_cert(d, "b", "b.test");
     let port = free_port();
-    let slow_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/slow_app.py");
     let server = Server::with_config(
         d,
         &format!(
@@ -576,7 +575,7 @@ hsts = "max-age=222"
 [[site.app]]
 pool = "one"
 "#,
-            slow_app = slow_app.display()
+            slow_app = test_app().display()
         ),
     );
     let hsts = |r: &http::Response<h2::RecvStream>| {
@@ -585,16 +584,13 @@ pool = "one"
     };
     block_on(async {
         let (mut h2, _driver) = h2_over_tls(port, "a.test").await;
-        let get = |h2: &mut h2::client::SendRequest<bytes::Bytes>, url: &str| {
-            let req = http::Request::get(url).body(()).unwrap();
-            h2.send_request(req, true).unwrap().0
-        };
-        h2 = h2.ready().await.unwrap();
-        let slow = get(&mut h2, "https://a.test/slow-a");
+        let slow = h2_get(&mut h2, "https://a.test/slow-a").await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         for _ in 0..2 {
-            h2 = h2.ready().await.unwrap();
-            let b = get(&mut h2, "https://b.test/fast-b").await.unwrap();
+            let b = h2_get(&mut h2, "https://b.test/fast-b")
+                .await
+                .await
+                .unwrap();
             assert_eq!(b.status(), 200);
             assert_eq!(hsts(&b).as_deref(), Some("max-age=222"));
         }

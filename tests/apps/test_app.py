@@ -1,9 +1,21 @@
-# Answers `/slow…` after a second, anything else at once (for tests that need a request
-# in flight while others are routed).
+# The tests' small HTTP app: `/slow…` is answered after a second (a request in flight while
+# others are routed), `/endless…` streams without end, anything else at once; with RECORD
+# set, every path it is asked for is appended to that file (which requests reached it, in
+# what order).
 import http.server, os, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_GET(self):
+        if "RECORD" in os.environ:
+            with open(os.environ["RECORD"], "a") as f:
+                f.write(self.path + "\n")
+        if self.path.startswith("/endless"):
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            piece = b"x" * 65536
+            while True:
+                self.wfile.write(b"10000\r\n" + piece + b"\r\n")
         if self.path.startswith("/slow"):
             time.sleep(1)
         body = b"app\n"

@@ -505,6 +505,35 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// A GET of `path` naming `host`, on a connection of its own.
+pub fn get_host(addr: SocketAddr, host: &str, path: &str) -> Response {
+    let mut c = Conn::open(addr);
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes());
+    c.read_response(false).expect("an answer")
+}
+
+/// The tests' small HTTP app (`tests/apps/test_app.py`: `/slow…` after a second,
+/// `/endless…` without end, paths recorded in `$RECORD`).
+pub fn test_app() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/test_app.py")
+}
+
+/// A site answering `NAME.example` on `port` with pool `pool`'s dynamic page.
+pub fn dynamic_site(port: u16, name: &str, pool: &str) -> String {
+    format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}:{name}.example\"]\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n")
+}
+
+/// Sends a GET of `url` on an HTTP/2 connection (made ready first); the answer to await.
+pub async fn h2_get(
+    h2: &mut h2::client::SendRequest<bytes::Bytes>,
+    url: &str,
+) -> h2::client::ResponseFuture {
+    let ready = h2.clone().ready().await.unwrap();
+    *h2 = ready;
+    let req = http::Request::get(url).body(()).unwrap();
+    h2.send_request(req, true).unwrap().0
+}
+
 /// An HTTP/2 connection to 127.0.0.1:`port` with prior knowledge (h2c), driven by a task of
 /// the runtime it is made on; requests go by what is returned.
 pub async fn h2c(port: u16) -> h2::client::SendRequest<bytes::Bytes> {
