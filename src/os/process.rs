@@ -177,8 +177,8 @@ pub fn die_with_parent() -> io::Result<()> {
     }
 }
 
-/// The current limit on open files (the soft one, which is what `open` meets).
-pub fn descriptor_limit() -> io::Result<u64> {
+/// This process's limits on open files.
+fn nofile_limits() -> io::Result<libc::rlimit> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -187,7 +187,12 @@ pub fn descriptor_limit() -> io::Result<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(lim.rlim_cur)
+    Ok(lim)
+}
+
+/// The current limit on open files (the soft one, which is what `open` meets).
+pub fn descriptor_limit() -> io::Result<u64> {
+    Ok(nofile_limits()?.rlim_cur)
 }
 
 /// Raises this process's soft descriptor limit to its hard limit (as nginx's
@@ -196,14 +201,7 @@ pub fn descriptor_limit() -> io::Result<u64> {
 /// root raises the hard one too (to `needed`, at most the kernel's `nr_open`). Returns the
 /// limit now in force.
 pub fn raise_descriptor_limit(needed: u64) -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let lim = nofile_limits()?;
     // Root (CAP_SYS_RESOURCE) may raise the hard limit too, up to the kernel's `nr_open`: a
     // hoster's thousands of pools take a socket per listening CPU and address each.
     let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")

@@ -54,6 +54,7 @@ pub(super) fn worker_specs(
     let sites = Arc::new(config.sites.clone());
     let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
     let peers = Arc::new(handoffs.peers(plan, topology));
+    let no_peers = Arc::new(crate::handoff::Peers::default());
     let handoff_fds = handoffs.fds();
     let pools: HashMap<&str, &PoolSpec> =
         config.pools.iter().map(|p| (p.name.as_str(), p)).collect();
@@ -95,7 +96,9 @@ pub(super) fn worker_specs(
                         .copied(),
                     node: topology.node_of_cpu(cpu),
                 })
-                .collect();
+                .collect::<Vec<ThreadSpec>>();
+            // Only a worker on a shared address hands connections on, and ranks targets.
+            let shares = threads.iter().any(|t| t.handoff_fd.is_some());
             Some(WorkerSpec {
                 pool: pool.name.clone(),
                 index: worker.index,
@@ -108,7 +111,7 @@ pub(super) fn worker_specs(
                 threads,
                 groups: my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect(),
                 sites: Arc::clone(&sites),
-                handoff_peers: Arc::clone(&peers),
+                handoff_peers: Arc::clone(if shares { &peers } else { &no_peers }),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,

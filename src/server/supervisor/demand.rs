@@ -164,11 +164,9 @@ impl Supervisor {
         slots.peek().is_some() && slots.all(|s| s.asleep)
     }
 
-    /// The pools whose sockets steering leaves out on a shared address: the stopped ones, and
-    /// those asleep — whose connections then go to the pools that run, which hand them over,
-    /// so that one pool's visitor never wakes another.
-    pub(super) fn pools_away(&self) -> Vec<String> {
-        // One pass over the slots: (slots, asleep) per pool.
+    /// Per pool, whether every worker of it sleeps: one pass over the slots, for what asks of
+    /// every pool at once (steering, the status).
+    pub(super) fn pools_asleep(&self) -> Vec<bool> {
         let mut counts = vec![(0usize, 0usize); self.pools.len()];
         for s in &self.slots {
             if let Some(c) = counts.get_mut(s.pool) {
@@ -176,13 +174,23 @@ impl Supervisor {
                 c.1 += usize::from(s.asleep);
             }
         }
-        let mut away = self.stopped_pools();
-        for (pool, (slots, asleep)) in self.pools.iter().zip(counts) {
-            if pool.stopped.is_none() && slots > 0 && asleep == slots {
-                away.push(pool.spec.name.clone());
-            }
-        }
-        away
+        counts
+            .into_iter()
+            .map(|(n, asleep)| n > 0 && asleep == n)
+            .collect()
+    }
+
+    /// The pools whose sockets steering leaves out on a shared address: the stopped ones, and
+    /// those asleep — whose connections then go to the pools that run, which hand them over,
+    /// so that one pool's visitor never wakes another.
+    pub(super) fn pools_away(&self) -> Vec<String> {
+        let asleep = self.pools_asleep();
+        self.pools
+            .iter()
+            .zip(asleep)
+            .filter(|(pool, asleep)| pool.stopped.is_some() || *asleep)
+            .map(|(pool, _)| pool.spec.name.clone())
+            .collect()
     }
 
     /// Steers every shared address around the pools away now.

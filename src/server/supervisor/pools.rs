@@ -9,6 +9,7 @@
 //! machine (see [`super::slots`]).
 
 use super::life::{Happening, Restart};
+use super::procs::Slot;
 use super::Supervisor;
 use crate::config::LoadBalancer;
 use crate::os;
@@ -233,6 +234,15 @@ impl Supervisor {
 
     pub(super) fn status(&self) -> Status {
         let now = Instant::now();
+        // Per pool, asked once: with thousands of pools, a pass over every slot per pool made
+        // each status quadratic.
+        let asleep = self.pools_asleep();
+        let mut slots_of: Vec<Vec<&Slot>> = vec![Vec::new(); self.pools.len()];
+        for s in &self.slots {
+            if let Some(list) = slots_of.get_mut(s.pool) {
+                list.push(s);
+            }
+        }
         Status {
             addresses: self
                 .groups
@@ -279,16 +289,14 @@ impl Supervisor {
                         .map(|ns| ns as f64 / 1e9),
                     state: if pool.stopped.is_some() {
                         PoolState::Stopped
-                    } else if self.pool_asleep(p) {
+                    } else if asleep[p] {
                         PoolState::Idle
                     } else {
                         PoolState::Running
                     },
                     stopped_because: pool.stopped.clone(),
-                    workers: self
-                        .slots
+                    workers: slots_of[p]
                         .iter()
-                        .filter(|s| s.pool == p)
                         .map(|s| {
                             let cur = s.current.as_ref();
                             WorkerStatus {
