@@ -139,9 +139,9 @@ struct Connection<S, C> {
     wbuf: Vec<u8>,
     peer: Peer,
     reading: Reading,
-    /// An address served by one pool never looks for a hand-off, and a TLS connection cannot
-    /// change hands (its state is in this process): its pool was chosen by the handshake's
-    /// name, and a request naming another pool's host is the service's to refuse (421).
+    /// A TLS connection cannot change hands (its state is in this process): its pool was
+    /// chosen by the handshake's name, and a request naming another pool's host is the
+    /// service's to refuse (421). Whether the address is shared is the service's to know.
     may_hand_off: bool,
     /// Hand-offs in a row without an answer given here (see `handoff::MAX_HOPS`).
     hops: u8,
@@ -223,7 +223,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         let logging = env.service.logging();
         let now = env.clock.now();
         Connection {
-            may_hand_off: env.service.shared(group) && !https,
+            may_hand_off: !https,
             peer: Peer {
                 addr,
                 text: client_text(addr),

@@ -115,7 +115,7 @@ pub trait Service {
 
     /// Where `req`, received on a listener of `group`, goes — decided once its head is
     /// complete. `may_hand_off`: the connection can move to another pool (a cleartext
-    /// HTTP/1.1 one on a shared address).
+    /// HTTP/1.1 one), when the address is shared.
     fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<Self::Target>;
 
     /// Answers a request routed [`Route::Here`], with its whole body, into `resp`.
