@@ -413,6 +413,91 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     }
 }
 
+/// A hoster's layout: the main file includes one file per site, each with its own pool.
+fn site_file(dir: &std::path::Path, name: &str, port: u16, page: &str) {
+    let www = dir.join(format!("www-{name}-{page}"));
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), page).unwrap();
+    let text = format!(
+        "[[pool]]\nname = \"{name}\"\n\n[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}:{name}.example\"]\nroot = \"{}\"\n[[site.app]]\npool = \"{name}\"\n",
+        www.display()
+    );
+    std::fs::write(dir.join(format!("sites.d/{name}.toml")), text).unwrap();
+}
+
+#[test]
+fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = format!("127.0.0.1:{}", free_port());
+    std::fs::create_dir(dir.path().join("sites.d")).unwrap();
+    site_file(dir.path(), "a", port, "a1");
+    site_file(dir.path(), "b", port, "b1");
+    let main = format!(
+        "include = [\"sites.d/*.toml\"]\n[server]\nadmin = \"{admin}\"\nworker_header = true\n"
+    );
+    let server = Server::with_config(dir.path(), &main);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get_host(addr, "a.example", "/").text(), "a1");
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| load(addr, "b.example", Arc::clone(&stop)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid_of = |pool: &str| {
+        server
+            .workers()
+            .into_iter()
+            .find(|(name, _, _)| name.starts_with(&format!("{pool}/")))
+            .map(|(_, pid, _)| pid)
+    };
+    let (a_before, b_before) = (pid_of("a").unwrap(), pid_of("b").unwrap());
+
+    // Site a's file changes (its root): only pool a's worker is replaced.
+    site_file(dir.path(), "a", port, "a2");
+    let out = espalier(&["reload", "--admin", &admin]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.wait_until("site a's new root served", Duration::from_secs(20), |_| {
+        get_host(addr, "a.example", "/").text() == "a2"
+    });
+    server.wait_until("pool a's old worker gone", Duration::from_secs(20), |_| {
+        !pid_alive(a_before)
+    });
+    assert!(
+        server
+            .log_text()
+            .contains("1 pool(s) unchanged, 1 changed or new"),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(pid_of("b"), Some(b_before), "pool b's worker was restarted");
+
+    // A new site's file on the same port: served, and b's clients see no failure.
+    site_file(dir.path(), "c", port, "c1");
+    let out = espalier(&["reload", "--admin", &admin]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.wait_until("the new site served", Duration::from_secs(20), |_| {
+        get_host(addr, "c.example", "/").text() == "c1"
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        let (answered, failed) = c.join().unwrap();
+        assert!(
+            answered > 50 && failed.is_empty(),
+            "{answered} answered; failed: {failed:?}"
+        );
+    }
+}
+
 #[test]
 fn a_request_too_large_to_hand_over_is_answered_503_and_nothing_breaks() {
     // A head larger than a hand-off message may carry (handoff::MAX_MESSAGE, 192 KiB), on a

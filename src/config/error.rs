@@ -83,7 +83,12 @@ pub(super) fn syntax_error(
         None => (None, String::new()),
     };
     let mut message = e.message().trim().replace('\n', " ");
-    if message.starts_with("unknown field") {
+    if message.starts_with("unknown field `include`") {
+        // TOML puts every key after a `[table]` header into that table.
+        message =
+            "`include` is a top-level key: move it above the first [table] header of the file"
+                .into();
+    } else if message.starts_with("unknown field") {
         message.push_str("; remove it or correct its spelling (see the README's config reference)");
     }
     ConfigError {

@@ -13,10 +13,12 @@
 //!
 //! The files: `model` (the typed settings and their defaults), `raw` (the TOML as written,
 //! untyped), `validate` (raw → typed, collecting every error), `error` (the one-line
-//! errors), `parse` (small grammars: bindings, names, times of day), `locate` (key → line).
+//! errors), `parse` (small grammars: bindings, names, times of day), `locate` (key → line),
+//! `include` (the files `include` names, merged, each pool and site remembering its file).
 //! The README's configuration reference documents every key.
 
 mod error;
+mod include;
 mod locate;
 mod model;
 mod parse;
@@ -100,12 +102,15 @@ impl Config {
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         let base = std::path::absolute(&folder).unwrap_or(folder);
+        let main = include::Source { file, locator };
+        let gathered = include::gather(raw, main, path, &base)?;
         let mut v = validate::Validator {
-            file,
-            locator,
+            sources: gathered.sources,
+            pool_origin: gathered.pool_origin,
+            site_origin: gathered.site_origin,
             errors: Vec::new(),
         };
-        let config = v.config(raw, &base, topology);
+        let config = v.config(gathered.raw, &base, topology);
         if v.errors.is_empty() {
             let mut config = config;
             config.source = Some(path.to_path_buf());

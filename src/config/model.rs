@@ -301,6 +301,45 @@ pub struct SiteSpec {
     pub redirect_to_https: bool,
 }
 
+impl SiteSpec {
+    /// Whether `pool` serves any of the site's apps (a site's apps may be spread over pools by
+    /// path, as IIS applications are).
+    pub fn served_by(&self, pool: &str) -> bool {
+        self.apps.iter().any(|a| a.pool == pool)
+    }
+
+    /// What another pool's worker is told of the site: its name, bindings and which pool
+    /// serves which path — what routing and hand-off need — without its root, log,
+    /// certificate and policies. Hosting thousands of sites, those were most of every
+    /// worker's spec; and a change to them (a reload of one site's file) leaves the other
+    /// pools' workers as they are.
+    pub fn outline(&self) -> SiteSpec {
+        SiteSpec {
+            name: self.name.clone(),
+            bindings: self.bindings.clone(),
+            root: None,
+            index: Vec::new(),
+            follow_symlinks: false,
+            apps: self.apps.clone(),
+            access_log: None,
+            proxy_protocol: self.proxy_protocol,
+            tls: None,
+            hsts: None,
+            redirect_to_https: self.redirect_to_https,
+        }
+    }
+
+    /// The site as `pool`'s workers are told it: whole if it serves the site, else its
+    /// [`outline`](Self::outline).
+    pub fn as_seen_by(&self, pool: &str) -> SiteSpec {
+        if self.served_by(pool) {
+            self.clone()
+        } else {
+            self.outline()
+        }
+    }
+}
+
 /// The line format of an access log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LogFormat {
@@ -319,14 +358,6 @@ pub struct AccessLogSpec {
     /// Resolved against the config file's folder.
     pub path: PathBuf,
     pub format: LogFormat,
-}
-
-impl SiteSpec {
-    /// Whether `pool` serves any of the site's apps (a site's apps may be spread over pools by
-    /// path, as IIS applications are).
-    pub fn served_by(&self, pool: &str) -> bool {
-        self.apps.iter().any(|a| a.pool == pool)
-    }
 }
 
 /// Per-connection protocol limits (`[server.limits]`).

@@ -21,6 +21,8 @@ pub enum Scalar {
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub server: Option<RawServer>,
+    /// Glob patterns of files with more pools and sites (see `super::include`).
+    pub include: Option<Vec<String>>,
     #[serde(default)]
     pub pool: Vec<RawPool>,
     #[serde(default)]

@@ -201,7 +201,7 @@ impl ThreadService {
                 // The master opened every log once at start (a log it cannot open stops
                 // `serve` with the reason); a later failure costs the lines, not the site.
                 // A site is logged by the pools that serve it, each its own requests.
-                let serves = s.apps.iter().any(|a| a.pool == pool);
+                let serves = s.served_by(pool);
                 let log = s.access_log.as_ref().filter(|_| serves).and_then(|spec| {
                     access_log::AccessLog::open(spec)
                         .map_err(|e| {

@@ -9,7 +9,7 @@
 use super::handoffs::Handoffs;
 use super::listeners::ListenerGroup;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
-use crate::config::{Affinity, Config, PoolSpec, SiteSpec};
+use crate::config::{Affinity, Config, PoolSpec};
 use crate::os;
 use crate::placement::Plan;
 use crate::routing::GroupRoutes;
@@ -18,29 +18,6 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
 use std::sync::Arc;
-
-/// What a worker is told of `site`: all of it when `pool` serves some of the site; otherwise
-/// only its name, bindings and which pool serves which path — what routing and hand-off need.
-/// A worker does not carry the roots, logs, certificates and policies of sites it never
-/// answers (hosting thousands of sites, that was most of every worker's spec).
-fn site_for(site: &SiteSpec, pool: &str) -> SiteSpec {
-    if site.apps.iter().any(|a| a.pool == pool) {
-        return site.clone();
-    }
-    SiteSpec {
-        name: site.name.clone(),
-        bindings: site.bindings.clone(),
-        root: None,
-        index: Vec::new(),
-        follow_symlinks: false,
-        apps: site.apps.clone(),
-        access_log: None,
-        proxy_protocol: site.proxy_protocol,
-        tls: None,
-        hsts: None,
-        redirect_to_https: site.redirect_to_https,
-    }
-}
 
 pub(super) fn worker_specs(
     config: &Config,
@@ -177,7 +154,12 @@ pub(super) fn spawn_worker(
         .collect();
     fds.push(worker_end.as_raw_fd());
     // Its own sites whole, the others' outline: built now, for the one process started.
-    spec.sites = Arc::new(spec.sites.iter().map(|s| site_for(s, &spec.pool)).collect());
+    spec.sites = Arc::new(
+        spec.sites
+            .iter()
+            .map(|s| s.as_seen_by(&spec.pool))
+            .collect(),
+    );
     let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
     let spec_file = crate::os::process::sealed_memfd("espalier-worker-spec", &json)
         .map_err(|e| format!("cannot hand worker {} its spec: {e}", spec.name()))?;

@@ -106,7 +106,7 @@ pub fn server_config(
         let Some(spec) = sites.get(site) else {
             continue;
         };
-        if !spec.apps.iter().any(|a| a.pool == pool) {
+        if !spec.served_by(pool) {
             continue;
         }
         let Some(files) = &spec.tls else {

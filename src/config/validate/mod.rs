@@ -10,7 +10,8 @@ mod pool;
 mod site;
 
 use super::error::ConfigError;
-use super::locate::{path_to_string, Locator, Seg};
+use super::include::Source;
+use super::locate::{path_to_string, Seg};
 use super::model::*;
 use super::raw::{self, RawConfig, Scalar};
 use crate::topology::Topology;
@@ -19,18 +20,35 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Collects every error while turning raw values into typed ones.
+/// Pools and sites are numbered across every file read (`include`); an error about one names
+/// the file it was written in, and its index and line there.
 pub(super) struct Validator {
-    pub(super) file: String,
-    pub(super) locator: Locator,
+    pub(super) sources: Vec<Source>,
+    /// By pool, by site: (index into `sources`, index within that file).
+    pub(super) pool_origin: Vec<(usize, usize)>,
+    pub(super) site_origin: Vec<(usize, usize)>,
     pub(super) errors: Vec<ConfigError>,
 }
 
 impl Validator {
     fn err(&mut self, path: &[Seg], message: impl Into<String>) {
+        let mut path = path.to_vec();
+        let origin = match path.as_slice() {
+            [Seg::Key("pool"), Seg::Index(i), ..] => self.pool_origin.get(*i),
+            [Seg::Key("site"), Seg::Index(i), ..] => self.site_origin.get(*i),
+            _ => None,
+        };
+        let source = match origin {
+            Some(&(file, local)) => {
+                path[1] = Seg::Index(local);
+                &self.sources[file]
+            }
+            None => &self.sources[0],
+        };
         self.errors.push(ConfigError {
-            file: self.file.clone(),
-            line: self.locator.line(path),
-            key: path_to_string(path),
+            file: source.file.clone(),
+            line: source.locator.line(&path),
+            key: path_to_string(&path),
             message: message.into(),
         });
     }

@@ -10,7 +10,8 @@
 //! - `apps`: an application process's readiness and pings (probes, settle time) and telling
 //!   a proxied pool's front workers where its ready processes are;
 //! - `pools`: stopping and starting pools, admin commands, the status report;
-//! - `reload`: applying a changed config, transactionally;
+//! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
+//!   changes);
 //! - `cgroups`: CPU caps and cpusets;
 //! - `affinity`: soft affinity, applied.
 //!
@@ -28,6 +29,7 @@ mod live;
 mod pools;
 mod procs;
 mod reload;
+mod reload_diff;
 mod samples;
 mod slots;
 

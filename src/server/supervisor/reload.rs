@@ -11,6 +11,7 @@
 
 use super::life::{Happening, Restart};
 use super::procs::{PoolRt, Slot};
+use super::reload_diff::{changed_pools, Picture};
 use super::Supervisor;
 use crate::config::Config;
 use crate::server::lifecycle;
@@ -72,46 +73,21 @@ impl Supervisor {
         old_server.admin = new.server.admin;
         let server_changed = old_server != new.server;
         let mut wanted = crate::server::listeners::wanted_groups(&new);
-        let planned = |plan: &crate::placement::Plan, pool: &str| {
-            plan.workers
-                .iter()
-                .filter(|w| w.pool == pool)
-                .cloned()
-                .collect::<Vec<_>>()
-        };
         let old_plan = crate::placement::plan(&self.topology, &self.config.pools, &[])
             .map_err(|e| e.to_string())?;
-        // What a pool's workers are given: for each address it serves, the pools there, the
-        // sites by host, and where the other pools' threads are (hand-off targets).
-        let view =
-            |c: &Config, groups: &[ListenerGroup], plan: &crate::placement::Plan, pool: &str| {
-                groups
-                    .iter()
-                    .filter(|g| g.serves(pool))
-                    .map(|g| {
-                        let sites: Vec<_> = g
-                            .routes
-                            .hosts
-                            .iter()
-                            .map(|(h, i)| (h.clone(), c.sites.get(*i).cloned()))
-                            .collect();
-                        let plans: Vec<_> = g.pools.iter().map(|p| planned(plan, p)).collect();
-                        (g.addr, g.pools.clone(), sites, plans)
-                    })
-                    .collect::<Vec<_>>()
-            };
-        let changed: Vec<String> = new
-            .pools
-            .iter()
-            .filter(|p| {
-                server_changed
-                    || self.config.pool(&p.name) != Some(*p)
-                    || view(&self.config, &self.groups, &old_plan, &p.name)
-                        != view(&new, &wanted, &plan, &p.name)
-                    || planned(&old_plan, &p.name) != planned(&plan, &p.name)
-            })
-            .map(|p| p.name.clone())
-            .collect();
+        let changed = changed_pools(
+            &Picture {
+                config: &self.config,
+                groups: &self.groups,
+                plan: &old_plan,
+            },
+            &Picture {
+                config: &new,
+                groups: &wanted,
+                plan: &plan,
+            },
+            server_changed,
+        );
         let removed: Vec<String> = self
             .config
             .pools

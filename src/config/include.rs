@@ -1,0 +1,154 @@
+//! `include = ["sites.d/*.toml"]`: a hoster's one file per site. The main file names glob
+//! patterns (relative to its folder); each file they match adds its `[[pool]]`s and
+//! `[[site]]`s, in the order of the patterns, then of the file names.
+//!
+//! Owns: finding and reading the included files, and remembering where each pool and site
+//! was written, so that an error names the included file, its line and its key there.
+//! Must not touch: what the pools and sites mean (that is `validate`).
+//!
+//! An included file holds pools and sites only: `[server]` and `include` belong to the main
+//! file (one place for server-wide settings, no include chains to follow). A pattern that
+//! matches nothing is fine (an empty `sites.d/` is a hoster's first day); a name without a
+//! wildcard must exist, as in nginx.
+
+use super::error::{syntax_error, ConfigError, ConfigErrors};
+use super::locate::{Locator, Seg};
+use super::raw::RawConfig;
+use std::path::{Path, PathBuf};
+
+/// A file the config was read from: its name in errors, and its key → line map.
+pub(super) struct Source {
+    pub file: String,
+    pub locator: Locator,
+}
+
+/// The main file and its included files merged into one raw config, with each pool's and
+/// site's file (an index into `sources`) and index within that file.
+pub(super) struct Gathered {
+    pub raw: RawConfig,
+    pub sources: Vec<Source>,
+    pub pool_origin: Vec<(usize, usize)>,
+    pub site_origin: Vec<(usize, usize)>,
+}
+
+/// Reads the files `main`'s `include` patterns name (relative to `base`) and merges them.
+pub(super) fn gather(
+    mut main: RawConfig,
+    main_source: Source,
+    main_path: &Path,
+    base: &Path,
+) -> Result<Gathered, ConfigErrors> {
+    let origins = |file: usize, n: usize| (0..n).map(move |i| (file, i));
+    let mut g = Gathered {
+        pool_origin: origins(0, main.pool.len()).collect(),
+        site_origin: origins(0, main.site.len()).collect(),
+        sources: vec![main_source],
+        raw: RawConfig::default(),
+    };
+    let patterns = main.include.take().unwrap_or_default();
+    let mut errors = Vec::new();
+    let mut seen: Vec<PathBuf> = std::fs::canonicalize(main_path).into_iter().collect();
+    for (k, pattern) in patterns.iter().enumerate() {
+        let at = |message: String| ConfigError {
+            file: g.sources[0].file.clone(),
+            line: g.sources[0]
+                .locator
+                .line(&[Seg::Key("include"), Seg::Index(k)]),
+            key: format!("include[{k}]"),
+            message,
+        };
+        let files = match matching_files(pattern, base) {
+            Ok(f) => f,
+            Err(m) => {
+                errors.push(at(m));
+                continue;
+            }
+        };
+        for path in files {
+            // A file two patterns match is read once; the main file never again.
+            let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+            if seen.contains(&canonical) {
+                continue;
+            }
+            seen.push(canonical);
+            match read_one(&path) {
+                Ok((raw, source)) => {
+                    let file = g.sources.len();
+                    g.pool_origin.extend(origins(file, raw.pool.len()));
+                    g.site_origin.extend(origins(file, raw.site.len()));
+                    main.pool.extend(raw.pool);
+                    main.site.extend(raw.site);
+                    g.sources.push(source);
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    g.raw = main;
+    Ok(g)
+}
+
+/// The files `pattern` names, sorted. A pattern without a wildcard must name a file.
+fn matching_files(pattern: &str, base: &Path) -> Result<Vec<PathBuf>, String> {
+    let full = base.join(pattern);
+    let text = full
+        .to_str()
+        .ok_or_else(|| format!("`{pattern}` is not valid UTF-8; rename the folder"))?;
+    if !pattern.contains(['*', '?', '[']) {
+        return match std::fs::metadata(&full) {
+            Ok(m) if m.is_file() => Ok(vec![full]),
+            Ok(_) => Err(format!("{} is not a file; name a file, or a pattern like \"sites.d/*.toml\"", full.display())),
+            Err(e) => Err(format!("cannot read {} ({e}); create it, fix the name, or use a pattern like \"sites.d/*.toml\" (which may match nothing)", full.display())),
+        };
+    }
+    // Hidden files (an editor's `.shop.toml`) are not sites: `*` does not match a leading dot.
+    let options = glob::MatchOptions {
+        require_literal_leading_dot: true,
+        ..glob::MatchOptions::new()
+    };
+    let paths = glob::glob_with(text, options).map_err(|e| {
+        format!("`{pattern}` is not a file pattern ({e}); write it like \"sites.d/*.toml\"")
+    })?;
+    let mut files = Vec::new();
+    for p in paths {
+        let p = p.map_err(|e| format!("cannot read {} ({})", e.path().display(), e.error()))?;
+        // Editors' and package managers' leftovers (`a.toml~`, `.a.toml.swp`) are not
+        // matched by `*.toml`; folders never are files to read.
+        if p.is_file() {
+            files.push(p);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// One included file, parsed; `[server]` or `include` there is an error naming it.
+fn read_one(path: &Path) -> Result<(RawConfig, Source), ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        line: None,
+        key: String::new(),
+        message: format!("cannot read the included file: {e}"),
+    })?;
+    let locator = Locator::new(&text);
+    let raw: RawConfig =
+        toml::from_str(&text).map_err(|e| syntax_error(&file, &text, &locator, &e))?;
+    for (key, present) in [
+        ("server", raw.server.is_some()),
+        ("include", raw.include.is_some()),
+    ] {
+        if present {
+            return Err(ConfigError {
+                line: locator.line(&[Seg::Key(key)]),
+                file,
+                key: key.into(),
+                message: format!("an included file holds [[pool]]s and [[site]]s only; move `{key}` to the main config file"),
+            });
+        }
+    }
+    Ok((raw, Source { file, locator }))
+}
