@@ -31,6 +31,9 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
     for w in crate::tls::expiry_warnings(&c.sites, std::time::SystemTime::now()) {
         eprintln!("{}: {w}", config.display());
     }
+    if store_problems(&c, config) {
+        return Ok(1);
+    }
     for addr in addresses_in_use(&c) {
         eprintln!("{}: warning: {addr} is in use by another process, so `serve` cannot listen there (a running espalier that you mean to reload keeps it); stop that process or choose another address", config.display());
     }
@@ -42,6 +45,41 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
         plan.workers.len()
     );
     Ok(0)
+}
+
+/// The certificate store's pairs for the config's names, read and checked as `serve` reads
+/// them: a missing pair is a warning (one added later is served without a reload), a pair
+/// `serve` would refuse (expired, a key of another certificate) an error. Whether any was.
+fn store_problems(c: &Config, file: &Path) -> bool {
+    let Some(dir) = &c.server.certificates else {
+        return false;
+    };
+    let now = std::time::SystemTime::now();
+    let mut refused = false;
+    for site in c.sites.iter().filter(|s| s.tls.is_none()) {
+        for host in site
+            .bindings
+            .iter()
+            .filter(|b| b.tls)
+            .filter_map(|b| b.host.as_deref())
+        {
+            let at = format!(
+                "{}: site `{}`: certificate store {}",
+                file.display(),
+                site.name,
+                dir.display()
+            );
+            match crate::certs::store::StoreCert::read(dir, host, now) {
+                Ok(Some(_)) => {}
+                Ok(None) => eprintln!("{at}: warning: no pair for {host}; add {host}.pem and {host}.key (or the parent's _. pair), picked up without a reload", host = host.replace('*', "_")),
+                Err(e) => {
+                    eprintln!("{at}: {host}: {e}");
+                    refused = true;
+                }
+            }
+        }
+    }
+    refused
 }
 
 /// The binding addresses another socket holds now (tried with a plain bind, without

@@ -108,6 +108,7 @@ impl Config {
             sources: gathered.sources,
             pool_origin: gathered.pool_origin,
             site_origin: gathered.site_origin,
+            store: false,
             errors: Vec::new(),
         };
         let config = v.config(gathered.raw, &base, topology);

@@ -422,6 +422,10 @@ pub struct ServerSettings {
     /// large file is handed to the kernel's TLS (see `http::ktls`); `"off"` (the default,
     /// until it is measured to pay — see the README): rustls keeps every connection.
     pub ktls: bool,
+    /// The certificate store (IIS's Central Certificate Store): a folder of `HOST.pem` +
+    /// `HOST.key` (`_.example.com.*` for `*.example.com`) that a site with `https://`
+    /// bindings and no `tls` takes its certificates from (see `certs::store`). Default none.
+    pub certificates: Option<PathBuf>,
     /// Listen backlog per socket. Default 1024 (capped by `net.core.somaxconn`).
     pub backlog: u32,
     /// How long in-flight requests may run after SIGTERM. Default 10 s.
@@ -440,6 +444,7 @@ impl Default for ServerSettings {
             worker_header: false,
             steering: Steering::Cpu,
             ktls: false,
+            certificates: None,
             backlog: 1024,
             shutdown_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,

@@ -640,3 +640,51 @@ fn included_files_add_pools_and_sites_and_their_errors_name_them() {
         "{e}"
     );
 }
+
+#[test]
+fn a_certificate_store_lets_named_https_bindings_go_without_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("certs")).unwrap();
+    let main = dir.path().join("espalier.toml");
+    let topo = fixture("dl980");
+    let site = |binding: &str| {
+        format!("[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"{binding}\"]\n[[site.app]]\npool = \"p\"\n")
+    };
+    let named = site("https://127.0.0.1:8443:a.example");
+    // Without a store: the site needs tls, and the fix names both ways.
+    std::fs::write(&main, &named).unwrap();
+    let e = Config::load(&main, &topo).unwrap_err().to_string();
+    assert!(
+        e.contains("has no certificate") && e.contains("[server] certificates"),
+        "{e}"
+    );
+    // With one: fine, and the folder is resolved from the file's.
+    std::fs::write(
+        &main,
+        format!("[server]\ncertificates = \"certs\"\n{named}"),
+    )
+    .unwrap();
+    let c = Config::load(&main, &topo).unwrap();
+    assert_eq!(c.server.certificates, Some(dir.path().join("certs")));
+    // A binding without a name has nothing to look for in the store.
+    std::fs::write(
+        &main,
+        format!(
+            "[server]\ncertificates = \"certs\"\n{}",
+            site("https://127.0.0.1:8443")
+        ),
+    )
+    .unwrap();
+    let e = Config::load(&main, &topo).unwrap_err().to_string();
+    assert!(
+        e.contains("key `site[0].bindings[0]`: is https without a host name"),
+        "{e}"
+    );
+    // A store that is not a folder.
+    std::fs::write(&main, format!("[server]\ncertificates = \"nope\"\n{named}")).unwrap();
+    let e = Config::load(&main, &topo).unwrap_err().to_string();
+    assert!(
+        e.contains(":2: key `server.certificates`") && e.contains("create the folder"),
+        "{e}"
+    );
+}

@@ -1,6 +1,6 @@
 //! The master↔worker control protocol: one line of text per message on the socket pair each
-//! worker inherits. The master sends `ping`; a worker sends `ready`, `error`, `pong` and
-//! `stuck`.
+//! worker inherits. The master sends `ping`, `reopen`, `upstreams` and `certificate`; a
+//! worker sends `ready`, `error`, `pong`, `stuck` and `unresponsive`.
 //!
 //! Owns: the messages and their one spelling (written with [`Message::line`], read with
 //! [`Message::parse`]). Must not touch: what either side does about a message.
@@ -40,6 +40,9 @@ pub enum Message {
     /// Master → front worker: the app processes its threads forward to, nearest first (JSON
     /// of [`crate::topology::nearest::Tiers`]).
     Upstreams(String),
+    /// Master → worker: a certificate store pair, new or changed (JSON of
+    /// [`crate::certs::store::StoreCert`]).
+    Certificate(String),
     /// Front worker → master: this app process (its endpoint, as `Endpoint`'s display
     /// writes it) let several requests in a row time out: a failed ping, whatever its
     /// socket's `connect` says (the kernel completes handshakes for a stopped process).
@@ -66,6 +69,8 @@ impl Message {
             Message::Stopping => "stopping\n".into(),
             Message::Reopen => "reopen\n".into(),
             Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
+            // JSON escapes the PEM's newlines.
+            Message::Certificate(json) => format!("certificate {}\n", json.replace('\n', " ")),
             Message::Unresponsive(endpoint) => {
                 format!("unresponsive {}\n", endpoint.replace('\n', " "))
             }
@@ -97,6 +102,7 @@ impl Message {
             "stopping" => Message::Stopping,
             "reopen" => Message::Reopen,
             "upstreams" => Message::Upstreams(rest.to_string()),
+            "certificate" => Message::Certificate(rest.to_string()),
             "unresponsive" => Message::Unresponsive(rest.to_string()),
             _ => return None,
         })

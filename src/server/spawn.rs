@@ -99,6 +99,8 @@ pub(super) fn worker_specs(
                 handoff_senders: senders.clone(),
                 handoff_key: handoffs.key,
                 identity: pool.identity.clone(),
+                // Filled in as the process starts, from the files as they are then.
+                store_certs: Vec::new(),
                 proxy: pool
                     .app
                     .as_ref()

@@ -72,6 +72,10 @@ pub struct WorkerSpec {
     /// Who the worker becomes once placed (its pool's `user` and `group`).
     #[serde(default)]
     pub identity: Option<crate::os::identity::Identity>,
+    /// The certificate store's pairs for this pool's sites without `tls`, read and checked by
+    /// the master when the worker starts (later changes arrive as `certificate` messages).
+    #[serde(default)]
+    pub store_certs: Vec<crate::certs::store::StoreCert>,
     /// A front worker of a `transport = "proxy"` pool: its timeouts. Its app processes'
     /// endpoints arrive later, on the control socket (`upstreams`).
     #[serde(default)]

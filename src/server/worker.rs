@@ -113,7 +113,14 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     } else {
         crate::os::ktls::KernelSupport::NONE
     };
-    // Certificates are read while the worker may still read its keys (often root's alone).
+    // Certificates are read while the worker may still read its keys (often root's alone);
+    // the store's come from the master, checked.
+    let store = Arc::new(crate::certs::store::StoreKeys::default());
+    for cert in &spec.store_certs {
+        if let Err(e) = store.insert(cert) {
+            log(&spec.name(), format!("certificate store: {e}"));
+        }
+    }
     let tls = Arc::new(TlsSetup {
         configs: spec
             .groups
@@ -121,7 +128,13 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             .map(|g| {
                 g.tls
                     .then(|| {
-                        crate::tls::server_config(g, &spec.sites, &spec.pool, !ktls.is_empty())
+                        crate::tls::server_config(
+                            g,
+                            &spec.sites,
+                            &spec.pool,
+                            &store,
+                            !ktls.is_empty(),
+                        )
                     })
                     .transpose()
             })
@@ -239,6 +252,14 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                             Ok(t) => tiers.publish(t),
                             Err(e) => log(&spec.name(), format!("unreadable upstreams from the master: {e}")),
                         },
+                        Some(Message::Certificate(json)) => {
+                            let cert = serde_json::from_str::<crate::certs::store::StoreCert>(&json)
+                                .map_err(|e| format!("unreadable certificate from the master: {e}"))
+                                .and_then(|c| store.insert(&c));
+                            if let Err(e) = cert {
+                                log(&spec.name(), format!("certificate store: {e}"));
+                            }
+                        }
                         _ => {}
                     },
                 },

@@ -3,7 +3,7 @@
 //! address.
 //!
 //! Owns: certificates' expiry warnings, the SNI
-//! resolver and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
+//! resolver (a site's own certificate, or the store's for the name asked), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
 //! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker).
 //! Must not touch: the handshake's place among a connection's steps (`http::accept`) or
 //! HTTP.
@@ -14,6 +14,7 @@
 
 pub mod kernel;
 
+use crate::certs::store::StoreKeys;
 use crate::certs::{load, provider, TlsFiles};
 use crate::config::SiteSpec;
 use crate::routing::hosts::HostTable;
@@ -79,14 +80,21 @@ pub fn expiry_warnings(sites: &[SiteSpec], now: SystemTime) -> Vec<String> {
 #[derive(Debug)]
 struct BySni {
     hosts: HostTable,
-    /// By site index (the config's): the certificate of each site on the address.
+    /// By site index (the config's): the certificate of each site on the address that names
+    /// its own (`tls = {…}`).
     keys: Vec<Option<Arc<CertifiedKey>>>,
+    /// The certificate store's pairs the master sent for the worker's sites without `tls`.
+    store: Arc<StoreKeys>,
 }
 
 impl ResolvesServerCert for BySni {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let site = self.hosts.site(hello.server_name())?;
-        self.keys.get(site)?.clone()
+        let name = hello.server_name();
+        let site = self.hosts.site(name)?;
+        match self.keys.get(site)? {
+            Some(key) => Some(Arc::clone(key)),
+            None => self.store.find(name?),
+        }
     }
 }
 
@@ -98,6 +106,7 @@ pub fn server_config(
     group: &GroupRoutes,
     sites: &[SiteSpec],
     pool: &str,
+    store: &Arc<StoreKeys>,
     kernel_tls: bool,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let now = SystemTime::now();
@@ -109,11 +118,9 @@ pub fn server_config(
         if !spec.served_by(pool) {
             continue;
         }
+        // Without `tls`, the site's names are in the store (the config made sure).
         let Some(files) = &spec.tls else {
-            return Err(format!(
-                "site `{}` has an https binding but no tls",
-                spec.name
-            ));
+            continue;
         };
         if keys[site].is_none() {
             keys[site] = Some(
@@ -126,6 +133,7 @@ pub fn server_config(
     let resolver = BySni {
         hosts: HostTable::new(&group.hosts),
         keys,
+        store: Arc::clone(store),
     };
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])

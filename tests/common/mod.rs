@@ -3,6 +3,7 @@
 
 pub mod apps;
 pub mod browser;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -27,6 +27,9 @@ pub(super) struct Validator {
     /// By pool, by site: (index into `sources`, index within that file).
     pub(super) pool_origin: Vec<(usize, usize)>,
     pub(super) site_origin: Vec<(usize, usize)>,
+    /// Whether `[server] certificates` names a store (a site's https bindings may then go
+    /// without `tls`).
+    pub(super) store: bool,
     pub(super) errors: Vec<ConfigError>,
 }
 
@@ -132,7 +135,8 @@ impl Validator {
     }
 
     pub(super) fn config(&mut self, raw: RawConfig, base: &Path, topo: &Topology) -> Config {
-        let server = self.server(raw.server.unwrap_or_default());
+        let server = self.server(raw.server.unwrap_or_default(), base);
+        self.store = server.certificates.is_some();
         let mut pools: Vec<PoolSpec> = Vec::new();
         // IIS 8.5's dynamic site activation: a hoster's many pools start on demand.
         let default_start = if raw.pool.len() >= ON_DEMAND_FROM_POOLS {
@@ -185,7 +189,7 @@ impl Validator {
         }
     }
 
-    fn server(&mut self, raw: raw::RawServer) -> ServerSettings {
+    fn server(&mut self, raw: raw::RawServer, base: &Path) -> ServerSettings {
         let d = ServerSettings::default();
         let admin = match raw.admin {
             None => d.admin,
@@ -292,9 +296,24 @@ impl Validator {
             d.ktls,
             &[("auto", true), ("off", false)],
         );
+        let certificates = raw.certificates.and_then(|dir| {
+            let dir = base.join(dir);
+            match std::fs::metadata(&dir) {
+                Ok(m) if m.is_dir() => Some(dir),
+                Ok(_) => {
+                    self.err(&[Seg::Key("server"), Seg::Key("certificates")], format!("{} is a file; name the folder that holds HOST.pem and HOST.key", dir.display()));
+                    None
+                }
+                Err(e) => {
+                    self.err(&[Seg::Key("server"), Seg::Key("certificates")], format!("{} cannot be used ({e}); create the folder, or fix the path (relative paths are from the config file's folder)", dir.display()));
+                    None
+                }
+            }
+        });
         ServerSettings {
             admin,
             admin_token,
+            certificates,
             worker_header: raw.worker_header.unwrap_or(d.worker_header),
             steering,
             ktls,

@@ -253,10 +253,18 @@ impl Validator {
         let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
         let https = bindings.iter().position(|b| b.tls);
         let Some(raw) = raw else {
-            if let Some(k) = https {
+            // With a store, each named https binding finds its certificate there by name;
+            // a binding without a name has none to look for.
+            let unnamed = bindings.iter().position(|b| b.tls && b.host.is_none());
+            if let (true, Some(k)) = (self.store, unnamed) {
                 self.err(
                     &[Seg::Key("site"), Seg::Index(i), Seg::Key("bindings"), Seg::Index(k)],
-                    "is https, but the site has no certificate; add tls = { cert = \"certs/site.pem\", key = \"certs/site.key\" } (PEM chain and key)",
+                    "is https without a host name, and the certificate store ([server] certificates) finds certificates by name; add the host (\"https://*:443:example.com\") or give the site tls = { cert, key }",
+                );
+            } else if let (false, Some(k)) = (self.store, https) {
+                self.err(
+                    &[Seg::Key("site"), Seg::Index(i), Seg::Key("bindings"), Seg::Index(k)],
+                    "is https, but the site has no certificate; add tls = { cert = \"certs/site.pem\", key = \"certs/site.key\" } (PEM chain and key), or keep HOST.pem and HOST.key in a certificate store ([server] certificates = \"certs/\")",
                 );
             }
             return None;

@@ -12,6 +12,7 @@
 //! - `pools`: stopping and starting pools, admin commands, the status report;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
 //!   changes);
+//! - `cert_store`: the certificate store's pairs for starting workers, and changes sent;
 //! - `cgroups`: CPU caps and cpusets;
 //! - `affinity`: soft affinity, applied.
 //!
@@ -21,6 +22,7 @@
 
 mod affinity;
 mod apps;
+mod cert_store;
 mod cgroups;
 mod demand;
 pub(super) mod event;
@@ -93,6 +95,8 @@ struct Supervisor {
     upstreams_unsent: Vec<usize>,
     /// The admin page's CPU loads and request history.
     live: samples::LiveSamples,
+    /// The certificate store's names by pool and what was last seen of its files.
+    cert_store: cert_store::CertStore,
 }
 
 pub(super) async fn run(
@@ -130,14 +134,16 @@ pub(super) async fn run(
             }
         })
         .collect();
+    let pool_index: std::collections::HashMap<&str, usize> = config
+        .pools
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.as_str(), i))
+        .collect();
     let slots: Vec<Slot> = specs
         .into_iter()
         .flat_map(|spec| {
-            let pool = config
-                .pools
-                .iter()
-                .position(|p| p.name == spec.pool)
-                .expect("spec of a configured pool");
+            let pool = pool_index[spec.pool.as_str()];
             Slot::for_spec(spec, pool, config)
         })
         .collect();
@@ -166,6 +172,7 @@ pub(super) async fn run(
         next_generation: 1,
         upstreams_unsent: Vec::new(),
         live: samples::LiveSamples::new(),
+        cert_store: cert_store::CertStore::new(config),
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
     };
@@ -493,7 +500,7 @@ impl Supervisor {
                 }
             }
             Message::Unresponsive(endpoint) => self.on_unresponsive(generation, &endpoint),
-            Message::Ping | Message::Upstreams(_) | Message::Reopen => {}
+            Message::Ping | Message::Upstreams(_) | Message::Reopen | Message::Certificate(_) => {}
         }
     }
 
@@ -553,6 +560,7 @@ impl Supervisor {
             self.publish_upstreams(pool);
         }
         self.retire_when_replaced();
+        self.scan_certificate_store();
         self.sleep_idle(now);
         self.enforce_shutdown_limits(now);
         self.sample_load(now);

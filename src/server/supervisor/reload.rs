@@ -233,6 +233,7 @@ impl Supervisor {
             }
         }
         self.slots = placed;
+        self.cert_store.reconfigure(&new);
         self.config = new;
         // A stopped pool stays stopped, and a sleeping one asleep: shared addresses keep
         // steering around them.

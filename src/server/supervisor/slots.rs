@@ -112,7 +112,9 @@ impl Supervisor {
                 (started.pid, None, started.notify, Some(state))
             }
             None => {
-                let (pid, control) = spawn_worker(self.slots[i].spec.clone(), fail, allocate)?;
+                let mut spec = self.slots[i].spec.clone();
+                spec.store_certs = self.cert_store.certs_for(&spec.pool);
+                let (pid, control) = spawn_worker(spec, fail, allocate)?;
                 let (read_half, write_half) = control.into_split();
                 (
                     pid,

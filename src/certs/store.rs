@@ -1,0 +1,189 @@
+//! The certificate store (IIS's Central Certificate Store): `[server] certificates = "DIR"`
+//! holds `HOST.pem` (the chain, leaf first) and `HOST.key` for each host name, and
+//! `_.example.com.pem` / `.key` for `*.example.com`. A site with `https://` bindings and no
+//! `tls` takes its certificates from there, by the host names of its bindings.
+//!
+//! Owns: the naming rule ([`files_for`]), a file pair's identity for noticing a change
+//! ([`Stamp`]), the store certificate as the master sends it to a worker ([`StoreCert`]) and
+//! the worker's cache of them ([`StoreKeys`]). Must not touch: which worker gets which
+//! certificate or when (the supervisor) or handshakes (`crate::tls`).
+//!
+//! Who reads the files: the master, as the user `serve` runs as (often root, the only one
+//! who may read the keys), for the host names of a pool's sites when its worker starts, and
+//! again when the files change; it checks them as `tls = {…}` is checked (a chain and a key
+//! that belong together, not expired) and sends each worker only its own sites' pairs. A
+//! pool's worker, running as its own user, never opens the store: with one store for
+//! thousands of tenants, a pool must not be able to read its neighbours' keys.
+
+use super::TlsFiles;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+/// The file pairs that may hold the certificate of a binding's host `pattern` (lowercase;
+/// `*.example.com` for a wildcard), in the order they are tried: the name's own pair, then
+/// the wildcard pair of its parent (a store may hold one `_.example.com` for many names).
+pub fn files_for(dir: &Path, pattern: &str) -> Vec<TlsFiles> {
+    let pair = |stem: &str| TlsFiles {
+        cert: dir.join(format!("{stem}.pem")),
+        key: dir.join(format!("{stem}.key")),
+        ocsp: None,
+        not_after: 0,
+        fingerprint: 0,
+    };
+    match pattern.strip_prefix("*.") {
+        Some(parent) => vec![pair(&format!("_.{parent}"))],
+        None => {
+            let mut pairs = vec![pair(pattern)];
+            if let Some((_, parent)) = pattern.split_once('.') {
+                if parent.contains('.') {
+                    pairs.push(pair(&format!("_.{parent}")));
+                }
+            }
+            pairs
+        }
+    }
+}
+
+/// What identifies a file pair's contents without reading them: each file's inode, size and
+/// modification time, or `None` where a file is missing. Certificate tools replace files by
+/// renaming a new one in place (a new inode) or rewrite them (a new time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp([Option<(u64, u64, i64, i64)>; 2]);
+
+impl Stamp {
+    pub fn of(files: &TlsFiles) -> Stamp {
+        let one = |p: &Path| {
+            std::fs::metadata(p)
+                .ok()
+                .map(|m| (m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+        };
+        Stamp([one(&files.cert), one(&files.key)])
+    }
+
+    /// Whether both files are there.
+    pub fn complete(&self) -> bool {
+        self.0.iter().all(Option::is_some)
+    }
+}
+
+/// A store certificate as the master hands it to a worker: the host pattern it serves and
+/// the two files' contents (PEM), already checked by the master.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreCert {
+    pub host: String,
+    pub chain: String,
+    pub key: String,
+}
+
+impl std::fmt::Debug for StoreCert {
+    // A key never reaches a log line by a `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoreCert({})", self.host)
+    }
+}
+
+impl StoreCert {
+    /// Reads and checks the first complete pair [`files_for`] names; `Ok(None)` when the
+    /// store has none for `pattern`.
+    pub fn read(
+        dir: &Path,
+        pattern: &str,
+        now: std::time::SystemTime,
+    ) -> Result<Option<(StoreCert, Stamp)>, String> {
+        for files in files_for(dir, pattern) {
+            let stamp = Stamp::of(&files);
+            if !stamp.complete() {
+                continue;
+            }
+            super::load(&files, now)?;
+            let text = |p: &Path| {
+                std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            };
+            let cert = StoreCert {
+                host: pattern.to_string(),
+                chain: text(&files.cert)?,
+                key: text(&files.key)?,
+            };
+            return Ok(Some((cert, stamp)));
+        }
+        Ok(None)
+    }
+
+    /// The pair, parsed for rustls.
+    pub fn certified_key(&self) -> Result<Arc<CertifiedKey>, String> {
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.chain.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("certificate for {} is not valid PEM: {e}", self.host))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key.as_bytes())
+            .map_err(|e| format!("key for {} is not valid PEM: {e}", self.host))?;
+        let signing = super::provider()
+            .key_provider
+            .load_private_key(key)
+            .map_err(|e| format!("key for {} cannot sign: {e}", self.host))?;
+        Ok(Arc::new(CertifiedKey::new(chain, signing)))
+    }
+}
+
+/// A worker's store certificates by host pattern, shared by its threads and its https
+/// addresses; the master's updates replace entries while handshakes read them.
+#[derive(Debug, Default)]
+pub struct StoreKeys(RwLock<HashMap<String, Arc<CertifiedKey>>>);
+
+impl StoreKeys {
+    /// Adds or replaces `cert`.
+    pub fn insert(&self, cert: &StoreCert) -> Result<(), String> {
+        let key = cert.certified_key()?;
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        map.insert(cert.host.clone(), key);
+        Ok(())
+    }
+
+    /// The certificate for the name a client asked for: its own, else the nearest wildcard
+    /// (`a.b.example.com` → `*.b.example.com`, then `*.example.com`).
+    pub fn find(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = map.get(&name) {
+            return Some(Arc::clone(k));
+        }
+        let mut rest = name.as_str();
+        while let Some((_, parent)) = rest.split_once('.') {
+            if let Some(k) = map.get(&format!("*.{parent}")) {
+                return Some(Arc::clone(k));
+            }
+            rest = parent;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_their_own_pair_then_the_parents_wildcard() {
+        let d = Path::new("/store");
+        let names = |p: &str| -> Vec<String> {
+            files_for(d, p)
+                .iter()
+                .map(|f| f.cert.display().to_string())
+                .collect()
+        };
+        assert_eq!(
+            names("www.example.com"),
+            ["/store/www.example.com.pem", "/store/_.example.com.pem"]
+        );
+        assert_eq!(names("*.example.com"), ["/store/_.example.com.pem"]);
+        // A wildcard for a top-level domain is never looked for.
+        assert_eq!(names("example.com"), ["/store/example.com.pem"]);
+        assert_eq!(files_for(d, "a.b")[0].key, Path::new("/store/a.b.key"));
+    }
+}

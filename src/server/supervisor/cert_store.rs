@@ -1,0 +1,186 @@
+//! The certificate store as the master keeps it: which host names each pool takes from it,
+//! the pairs read for starting workers, and every few seconds a look at the files of the
+//! running pools' names, so that a certificate added or renewed in the store is served
+//! without a reload.
+//!
+//! Owns: when the store's files are read and what was last seen of them. Must not touch:
+//! the naming rule or the checks (see `crate::certs::store`) or handshakes (the workers).
+//!
+//! Cost: nothing without `[server] certificates`. With it, a worker's start reads its own
+//! sites' pairs (a hoster's sleeping pools cost nothing), and a scan stats two to four files
+//! per name of the pools running now — never the whole store, which may hold ten thousand.
+
+use super::Supervisor;
+use crate::certs::store::{files_for, Stamp, StoreCert};
+use crate::config::Config;
+use crate::server::control::Message;
+use crate::server::log;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often the running pools' store files are looked at.
+const SCAN_EVERY: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+pub(super) struct CertStore {
+    dir: Option<PathBuf>,
+    /// By pool name: the host names (wildcards as `*.example.com`) of its sites that take
+    /// their certificates from the store.
+    hosts: HashMap<String, Vec<String>>,
+    /// By host name: the files as last seen (every candidate pair's stamp), so a scan reads
+    /// and checks again only what changed, and says a problem once.
+    seen: HashMap<String, Vec<Stamp>>,
+    next_scan: Option<Instant>,
+}
+
+impl CertStore {
+    /// The store of `config` (empty without `[server] certificates`).
+    pub(super) fn new(config: &Config) -> Self {
+        let Some(dir) = config.server.certificates.clone() else {
+            return CertStore::default();
+        };
+        let mut hosts: HashMap<String, Vec<String>> = HashMap::new();
+        for site in config.sites.iter().filter(|s| s.tls.is_none()) {
+            let names: Vec<String> = site
+                .bindings
+                .iter()
+                .filter(|b| b.tls)
+                .filter_map(|b| b.host.clone())
+                .collect();
+            let mut pools: Vec<&str> = site.apps.iter().map(|a| a.pool.as_str()).collect();
+            pools.sort_unstable();
+            pools.dedup();
+            for pool in pools {
+                let list = hosts.entry(pool.to_string()).or_default();
+                for n in &names {
+                    if !list.contains(n) {
+                        list.push(n.clone());
+                    }
+                }
+            }
+        }
+        CertStore {
+            dir: Some(dir),
+            hosts,
+            seen: HashMap::new(),
+            next_scan: None,
+        }
+    }
+
+    /// A new configuration (reload): its names; what was seen of the files is kept.
+    pub(super) fn reconfigure(&mut self, config: &Config) {
+        let seen = std::mem::take(&mut self.seen);
+        *self = CertStore::new(config);
+        self.seen = seen;
+    }
+
+    fn stamps(dir: &std::path::Path, host: &str) -> Vec<Stamp> {
+        files_for(dir, host).iter().map(Stamp::of).collect()
+    }
+
+    /// Reads `host`'s pair now; a problem is logged when the files differ from the last time
+    /// one was said.
+    fn read(&mut self, host: &str, now: SystemTime) -> Option<StoreCert> {
+        let dir = self.dir.as_ref()?;
+        let stamps = Self::stamps(dir, host);
+        let changed = self.seen.get(host) != Some(&stamps);
+        self.seen.insert(host.to_string(), stamps);
+        match StoreCert::read(dir, host, now) {
+            Ok(Some((cert, _))) => Some(cert),
+            Ok(None) => {
+                if changed {
+                    log("master", format!("certificate store: no pair for {host} in {} (HOST.pem + HOST.key, or _.PARENT.pem + .key for a wildcard); its handshakes fail until one is added", dir.display()));
+                }
+                None
+            }
+            Err(e) => {
+                if changed {
+                    log("master", format!("certificate store: {host}: {e}; its handshakes fail until the files are fixed"));
+                }
+                None
+            }
+        }
+    }
+
+    /// The pairs a starting worker of `pool` is given.
+    pub(super) fn certs_for(&mut self, pool: &str) -> Vec<StoreCert> {
+        let hosts = self.hosts.get(pool).cloned().unwrap_or_default();
+        let now = SystemTime::now();
+        hosts.iter().filter_map(|h| self.read(h, now)).collect()
+    }
+
+    /// Of `pools` (running now), the names whose files changed since last seen, read again:
+    /// (pool, pair) to send; at most once per [`SCAN_EVERY`].
+    fn scan<'a>(&mut self, pools: impl Iterator<Item = &'a str>) -> Vec<(String, StoreCert)> {
+        let Some(dir) = self.dir.clone() else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        if self.next_scan.is_some_and(|at| now < at) {
+            return Vec::new();
+        }
+        self.next_scan = Some(now + SCAN_EVERY);
+        let mut out = Vec::new();
+        // A site split by path over pools has its names in each: read once, sent to each.
+        let mut read_now: HashMap<String, Option<StoreCert>> = HashMap::new();
+        for pool in pools {
+            let Some(hosts) = self.hosts.get(pool).cloned() else {
+                continue;
+            };
+            for host in hosts {
+                if !read_now.contains_key(&host) {
+                    if self.seen.get(&host) == Some(&Self::stamps(&dir, &host)) {
+                        continue;
+                    }
+                    let cert = self.read(&host, SystemTime::now());
+                    read_now.insert(host.clone(), cert);
+                }
+                if let Some(Some(cert)) = read_now.get(&host) {
+                    log(
+                        "master",
+                        format!("certificate store: {host}: new files, sent to pool {pool}"),
+                    );
+                    out.push((pool.to_string(), cert.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Supervisor {
+    /// Sends the running workers the store pairs that changed (from the tick).
+    pub(super) fn scan_certificate_store(&mut self) {
+        if self.cert_store.dir.is_none() {
+            return;
+        }
+        let mut running: Vec<&str> = self
+            .slots
+            .iter()
+            .filter(|s| s.app.is_none() && s.current.is_some())
+            .map(|s| self.pools[s.pool].spec.name.as_str())
+            .collect();
+        running.dedup();
+        let changed = self.cert_store.scan(running.into_iter());
+        for (pool, cert) in changed {
+            let Ok(json) = serde_json::to_string(&cert) else {
+                continue;
+            };
+            let line = Message::Certificate(json).line();
+            for s in self
+                .slots
+                .iter()
+                .filter(|s| self.pools[s.pool].spec.name == pool)
+            {
+                for p in s.current.iter().chain(s.replacing.iter()) {
+                    let Some(control) = &p.control else { continue };
+                    if control.try_write(line.as_bytes()).ok() != Some(line.len()) {
+                        // Not sent whole: the next scan sends it again.
+                        self.cert_store.seen.remove(&cert.host);
+                    }
+                }
+            }
+        }
+    }
+}
