@@ -141,6 +141,19 @@ pub struct PoolSpec {
     /// this long is stopped, and starts again on the next connection (IIS `idleTimeout`,
     /// default 20 minutes); `None` = never.
     pub idle_timeout: Option<Duration>,
+    /// What idleness does to it (IIS `idleTimeoutAction`): stop its processes, or freeze
+    /// them and give back their memory (IIS 8.5's `Suspend`), to be thawed by the next
+    /// connection. Default `Stop`.
+    pub idle_action: IdleAction,
+}
+
+/// What an on-demand pool's idle process undergoes (IIS `idleTimeoutAction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IdleAction {
+    /// Stopped; the next connection starts a new process (IIS `Terminate`).
+    Stop,
+    /// Frozen (cgroup freezer) and its memory reclaimed; the next connection thaws it.
+    Suspend,
 }
 
 /// When a pool's processes start (IIS `startMode`).
@@ -503,6 +516,7 @@ impl PoolSpec {
             app: None,
             start: StartMode::Always,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            idle_action: IdleAction::Stop,
         }
     }
 }

@@ -75,6 +75,7 @@ pub struct RawPool {
     pub ping_response_time: Option<Scalar>,
     pub start: Option<String>,
     pub idle_timeout: Option<Scalar>,
+    pub idle_action: Option<String>,
     pub recycle: Option<RawRecycle>,
     pub rapid_fail: Option<RawRapidFail>,
     pub command: Option<Vec<String>>,

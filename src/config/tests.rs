@@ -507,6 +507,25 @@ fn idle_timeout_on_a_pool_that_always_runs_is_refused() {
         e.contains("pool[0].start") && e.contains("\"on-demand\""),
         "{e}"
     );
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\nidle_action = \"suspend\"\n{SITE}"
+    ));
+    assert!(
+        e.contains("test.toml:3: key `pool[0].idle_action`: applies to pools that start on demand"),
+        "{e}"
+    );
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\nstart = \"on-demand\"\nidle_action = \"pause\"\n{SITE}"
+    ));
+    assert!(
+        e.contains("`pause` is not one of \"stop\", \"suspend\""),
+        "{e}"
+    );
+    let c = parse(&format!(
+        "[[pool]]\nname = \"p\"\nstart = \"on-demand\"\nidle_action = \"suspend\"\n{SITE}"
+    ))
+    .unwrap();
+    assert_eq!(c.pools[0].idle_action, IdleAction::Suspend);
 }
 
 #[test]

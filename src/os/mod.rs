@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod fdpass;
+pub mod freezer;
 pub mod identity;
 pub mod ktls;
 pub mod net;

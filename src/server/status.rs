@@ -59,6 +59,9 @@ pub enum PoolState {
     Stopped,
     /// On demand, every worker asleep: the next connection starts one.
     Idle,
+    /// On demand, every worker asleep, some frozen (`idle_action = "suspend"`): the next
+    /// connection thaws one.
+    Suspended,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -73,6 +76,8 @@ pub enum WorkerState {
     Stopped,
     /// On demand: no process until a connection arrives for it.
     Idle,
+    /// On demand, frozen with its memory given back: the next connection thaws it.
+    Suspended,
 }
 
 impl WorkerState {
@@ -83,6 +88,7 @@ impl WorkerState {
             WorkerState::Restarting => "restarting",
             WorkerState::Stopped => "stopped",
             WorkerState::Idle => "idle",
+            WorkerState::Suspended => "suspended",
         }
     }
 }

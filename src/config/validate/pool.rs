@@ -164,6 +164,19 @@ impl Validator {
                 "applies to pools that start on demand (a pool that always runs is never stopped for idleness); add start = \"on-demand\", or remove idle_timeout",
             );
         }
+        let action_given = raw.idle_action.is_some();
+        p.idle_action = self.choice(
+            &at("idle_action"),
+            raw.idle_action,
+            IdleAction::Stop,
+            &[("stop", IdleAction::Stop), ("suspend", IdleAction::Suspend)],
+        );
+        if action_given && p.start == StartMode::Always {
+            self.err(
+                &at("idle_action"),
+                "applies to pools that start on demand (a pool that always runs is never idle-stopped or suspended); add start = \"on-demand\", or remove idle_action",
+            );
+        }
         if let Some(r) = raw.recycle {
             let rp = |k: &'static str| {
                 [

@@ -2,7 +2,9 @@
 //! process, only its sockets, which the master keeps; the first connection on one of them —
 //! or a connection another pool hands to it — wakes it, and the connection waits in the
 //! socket's queue until the new process takes it. A worker that serves nothing for its
-//! pool's `idle_timeout` goes back to sleep.
+//! pool's `idle_timeout` goes back to sleep: stopped, or frozen with `idle_action =
+//! "suspend"` (see `super::suspend`; a frozen worker's sockets are watched the same way, and
+//! the wake thaws it).
 //!
 //! Owns: sleeping and waking slots, watching a sleeping slot's sockets, the idle check, and
 //! which pools the steering leaves out while asleep. Must not touch: starting or stopping a
@@ -16,7 +18,7 @@
 use super::event::Event;
 use super::life::Happening;
 use super::Supervisor;
-use crate::config::StartMode;
+use crate::config::{IdleAction, StartMode};
 use crate::server::log;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
@@ -77,11 +79,16 @@ impl Supervisor {
         let pool = self.slots[first].pool;
         let was_asleep = self.pool_asleep(pool);
         let started = Instant::now();
+        let mut thawed = false;
         for &i in &woken {
             let slot = &mut self.slots[i];
             slot.asleep = false;
             if let Some(w) = slot.watcher.take() {
                 w.abort();
+            }
+            if self.thaw(i) {
+                thawed = true;
+                continue;
             }
             if let Err(e) = self.start(i, false) {
                 log("master", format!("{e}; trying again shortly"));
@@ -89,9 +96,10 @@ impl Supervisor {
                     super::life::Restart::At(started + crate::server::lifecycle::MAX_BACKOFF);
             }
         }
+        let how = if thawed { "thawed" } else { "starting" };
         log(
             "master",
-            format!("worker {name} starting on demand (a connection waits for it)"),
+            format!("worker {name} {how} on demand (a connection waits for it)"),
         );
         if was_asleep {
             self.steer_around_away();
@@ -109,7 +117,7 @@ impl Supervisor {
             };
             // An app process tells nothing of its requests; its front worker (or, activated,
             // nobody) decides. An activated app is never put to sleep for idleness.
-            if slot.app.is_some() || slot.replacing.is_some() {
+            if slot.app.is_some() || slot.replacing.is_some() || slot.asleep {
                 continue;
             }
             let Some(p) = slot.current.as_mut().filter(|p| p.life.is_ready()) else {
@@ -129,7 +137,8 @@ impl Supervisor {
         }
     }
 
-    /// Stops the worker `name` (and its app process) for idleness; it sleeps from then on.
+    /// Stops (or, with `idle_action = "suspend"`, freezes) the worker `name` and its app
+    /// process for idleness; it sleeps from then on.
     fn put_to_sleep(&mut self, name: &str, now: Instant) {
         let slots: Vec<usize> = (0..self.slots.len())
             .filter(|&i| self.slots[i].spec.name() == name)
@@ -137,6 +146,15 @@ impl Supervisor {
         let Some(&first) = slots.first() else { return };
         let pool = self.slots[first].pool;
         let timeout = self.pools[pool].spec.idle_timeout.unwrap_or(Duration::ZERO);
+        if self.pools[pool].spec.idle_action == IdleAction::Suspend && self.suspend(name, &slots) {
+            for &i in &slots {
+                self.sleep_slot(i);
+            }
+            if self.pool_asleep(pool) {
+                self.steer_around_away();
+            }
+            return;
+        }
         for &i in &slots {
             let slot = &mut self.slots[i];
             slot.restart = super::life::Restart::No;

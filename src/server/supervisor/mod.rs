@@ -13,6 +13,7 @@
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
 //!   changes);
 //! - `cert_store`: the certificate store's pairs for starting workers, and changes sent;
+//! - `suspend`: freezing idle on-demand workers and thawing them;
 //! - `cgroups`: CPU caps and cpusets;
 //! - `affinity`: soft affinity, applied.
 //!
@@ -34,6 +35,7 @@ mod reload;
 mod reload_diff;
 mod samples;
 mod slots;
+mod suspend;
 
 use super::admin::AdminReply;
 use super::control::Message;
@@ -97,6 +99,10 @@ struct Supervisor {
     live: samples::LiveSamples,
     /// The certificate store's names by pool and what was last seen of its files.
     cert_store: cert_store::CertStore,
+    /// The cgroup freezer, for `idle_action = "suspend"`; the groups made, removed at exit.
+    freezer: Option<os::freezer::Freezer>,
+    freeze_groups: Vec<os::freezer::FreezeGroup>,
+    warned_no_freezer: bool,
 }
 
 pub(super) async fn run(
@@ -173,6 +179,13 @@ pub(super) async fn run(
         upstreams_unsent: Vec::new(),
         live: samples::LiveSamples::new(),
         cert_store: cert_store::CertStore::new(config),
+        // ESPALIER_FREEZER=v1 picks v1's freezer where both are mounted (for its tests).
+        freezer: os::freezer::detect(
+            std::path::Path::new("/sys/fs/cgroup"),
+            std::env::var("ESPALIER_FREEZER").is_ok_and(|v| v == "v1"),
+        ),
+        freeze_groups: Vec::new(),
+        warned_no_freezer: false,
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
     };
@@ -363,6 +376,7 @@ pub(super) async fn run(
         }
     }
     sv.stop_everything(Duration::from_millis(300)).await;
+    sv.remove_freeze_groups();
     sv.remove_cgroups();
     crate::server::runtime::remove_runtime_dir();
     log("master", "stopped");
@@ -569,7 +583,8 @@ impl Supervisor {
         self.last_second_of_day = second;
         for i in 0..self.slots.len() {
             let pool = &self.pools[self.slots[i].pool];
-            if pool.stopped.is_some() {
+            // A sleeping slot has no process, or a frozen one that can answer nothing.
+            if pool.stopped.is_some() || self.slots[i].asleep {
                 continue;
             }
             let (recycle, ping_response) =

@@ -289,6 +289,8 @@ impl Supervisor {
                         .map(|ns| ns as f64 / 1e9),
                     state: if pool.stopped.is_some() {
                         PoolState::Stopped
+                    } else if asleep[p] && slots_of[p].iter().any(|s| s.current.is_some()) {
+                        PoolState::Suspended
                     } else if asleep[p] {
                         PoolState::Idle
                     } else {
@@ -314,6 +316,7 @@ impl Supervisor {
                                 node: s.spec.node,
                                 cpus: s.spec.cpus.clone(),
                                 state: match (cur, s.restart != Restart::No) {
+                                    (Some(_), _) if s.asleep => WorkerState::Suspended,
                                     _ if s.asleep => WorkerState::Idle,
                                     (Some(c), _) if c.life.has_been_ready() => WorkerState::Running,
                                     (Some(_), _) => WorkerState::Starting,

@@ -49,6 +49,8 @@ pub(super) struct Proc {
     pub(super) reader: JoinHandle<()>,
     /// What only an app process has.
     pub(super) app: Option<AppProc>,
+    /// Its freezer group while it is suspended (`idle_action = "suspend"`).
+    pub(super) frozen: Option<crate::os::freezer::FreezeGroup>,
 }
 
 /// The state of one application process (a pool with `command`).
@@ -106,6 +108,10 @@ impl Proc {
     /// Sends `sig`. SIGKILL reaches an app's whole process group (gunicorn's workers with
     /// their arbiter); any other signal goes to the process, which passes it on as it sees fit.
     pub(super) fn signal(&self, sig: i32) {
+        // A frozen process could not act on it (nor, under v1, even die).
+        if let Some(g) = &self.frozen {
+            let _ = g.thaw();
+        }
         if self.app.is_some() && sig == libc::SIGKILL {
             let _ = os::process::kill_group(self.pid, sig);
         }

@@ -146,6 +146,7 @@ impl Supervisor {
             control,
             reader,
             app,
+            frozen: None,
         };
         let slot = &mut self.slots[i];
         if replacing {

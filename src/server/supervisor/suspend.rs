@@ -1,0 +1,124 @@
+//! Suspending idle workers (`idle_action = "suspend"`, IIS 8.5's idle page-out): instead of
+//! being stopped, an idle on-demand worker — with its app process tree — is frozen and its
+//! memory given back, and the next connection thaws it, which takes a millisecond where a
+//! start takes the app's whole start-up.
+//!
+//! Owns: when a slot's processes are frozen and thawed, and what the master does meanwhile
+//! (no pings, no recycling by time: the tick leaves a sleeping slot alone). Must not touch:
+//! cgroup files (`crate::os::freezer`) or the watch on its sockets (`super::demand`).
+
+use super::Supervisor;
+use crate::os::freezer::FreezeGroup;
+use crate::server::log;
+use std::time::Instant;
+
+/// Resident memory of `pids` together, in bytes.
+fn resident(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|&p| crate::os::process::resident_bytes(p))
+        .sum()
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+impl Supervisor {
+    /// Freezes the current processes of `slots` (one worker: its espalier process and, for
+    /// a proxied pool, its app's tree) and reclaims their memory. `false` when it could not
+    /// (no freezer, or the kernel refused): the caller stops them instead.
+    pub(super) fn suspend(&mut self, name: &str, slots: &[usize]) -> bool {
+        let Some(freezer) = self.freezer.clone() else {
+            if !self.warned_no_freezer {
+                self.warned_no_freezer = true;
+                log("master", "warning: idle_action = \"suspend\" needs a cgroup freezer (cgroup v2's cgroup.freeze, or v1's freezer controller), and this machine has neither: idle workers are stopped instead");
+            }
+            return false;
+        };
+        let mut frozen: Vec<(usize, FreezeGroup, Vec<u32>)> = Vec::new();
+        let mut before = 0;
+        for &i in slots {
+            let Some(p) = self.slots[i].current.as_ref() else {
+                continue;
+            };
+            let pids = crate::os::process::process_tree(p.pid);
+            before += resident(&pids);
+            // One group per process tree: the worker's, and its app's beside it.
+            let group_name = format!(
+                "espalier-suspend-{}-{}{}",
+                self.slots[i].spec.pool,
+                self.slots[i].spec.index,
+                if self.slots[i].app.is_some() {
+                    "-app"
+                } else {
+                    ""
+                }
+            );
+            match freezer.freeze(&group_name, &pids) {
+                Ok(g) => frozen.push((i, g, pids)),
+                Err(e) => {
+                    log(
+                        "master",
+                        format!("worker {name}: cannot suspend it ({e}): it is stopped instead"),
+                    );
+                    for (_, g, _) in &frozen {
+                        let _ = g.thaw();
+                    }
+                    return false;
+                }
+            }
+        }
+        let mut reclaim_note = String::new();
+        let mut after = 0;
+        for (i, g, pids) in frozen {
+            if let Err(e) = g.reclaim(&pids) {
+                reclaim_note = format!(" (reclaim: {e})");
+            }
+            after += resident(&pids);
+            if !self.freeze_groups.contains(&g) {
+                self.freeze_groups.push(g.clone());
+            }
+            if let Some(p) = self.slots[i].current.as_mut() {
+                p.frozen = Some(g);
+            }
+        }
+        log(
+            "master",
+            format!(
+                "worker {name} served nothing for {} (idle_timeout): suspended, resident memory {} → {}{reclaim_note}; the next connection thaws it",
+                crate::units::format_duration(
+                    self.pools[self.slots[slots[0]].pool].spec.idle_timeout.unwrap_or_default()
+                ),
+                mib(before),
+                mib(after)
+            ),
+        );
+        true
+    }
+
+    /// Thaws slot `i`'s frozen process, if it has one; whether it had. Its ping clock starts
+    /// over (it could not answer while frozen), and its idle clock.
+    pub(super) fn thaw(&mut self, i: usize) -> bool {
+        let name = self.slots[i].spec.name();
+        let Some(p) = self.slots[i].current.as_mut() else {
+            return false;
+        };
+        let Some(g) = p.frozen.take() else {
+            return false;
+        };
+        if let Err(e) = g.thaw() {
+            log("master", format!("worker {name}: {e}"));
+        }
+        let now = Instant::now();
+        p.last_pong = now;
+        p.busy_at = now;
+        true
+    }
+
+    /// Removes the freezer groups made (at the master's exit, once the workers are gone).
+    pub(super) fn remove_freeze_groups(&mut self) {
+        for g in self.freeze_groups.drain(..) {
+            g.remove();
+        }
+    }
+}
