@@ -355,3 +355,43 @@ fn an_idle_pool_is_suspended_and_thawed_with_the_v1_freezer() {
     }
     suspend_and_thaw("v1");
 }
+
+/// IIS's `warmupPage`: while an on-demand pool starts, its clients get the page with 503 and
+/// `Retry-After` from the master at once instead of waiting; once ready, the app answers;
+/// the next wake's `Retry-After` is the last start's time, rounded up.
+#[test]
+fn a_warmup_page_is_answered_while_an_on_demand_pool_starts() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("starting.html"),
+        "<p>Starting, one moment…</p>\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"slow\"\nstart = \"on-demand\"\nidle_timeout = \"2s\"\nwarmup_page = \"starting.html\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ START_DELAY = \"3\" }}\n[[site]]\nname = \"slow\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"slow\"\n",
+        test_app().display()
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let first = get(addr, "/", "");
+    assert_eq!(first.status, 503, "{}", server.log_text());
+    assert_eq!(first.header("retry-after"), Some("2"));
+    assert_eq!(first.header("cache-control"), Some("no-store"));
+    assert_eq!(first.text(), "<p>Starting, one moment…</p>\n");
+    server.wait_until("the app answering", Duration::from_secs(60), |_| {
+        get(addr, "/", "").status == 200
+    });
+    // Asleep again, then woken: the page says how long the last start took (over 3 s).
+    server.wait_until("the pool asleep", Duration::from_secs(60), |s| {
+        state_of(s, "slow").0 == PoolState::Idle
+    });
+    let again = get(addr, "/", "");
+    assert_eq!(again.status, 503);
+    let retry: u64 = again.header("retry-after").unwrap().parse().unwrap();
+    assert!(retry >= 4, "Retry-After {retry}");
+    server.wait_until("the app answering again", Duration::from_secs(60), |_| {
+        get(addr, "/", "").status == 200
+    });
+}

@@ -145,6 +145,10 @@ pub struct PoolSpec {
     /// them and give back their memory (IIS 8.5's `Suspend`), to be thawed by the next
     /// connection. Default `Stop`.
     pub idle_action: IdleAction,
+    /// An on-demand pool's page answered `503` with `Retry-After` by the master while the
+    /// pool starts, instead of holding the waking client (IIS's `warmupPage`
+    /// of Application Initialization). Default none: the client waits.
+    pub warmup_page: Option<PathBuf>,
 }
 
 /// What an on-demand pool's idle process undergoes (IIS `idleTimeoutAction`).
@@ -168,6 +172,9 @@ pub enum StartMode {
 /// From this many pools on, a pool starts on demand unless it says otherwise: IIS 8.5
 /// activates sites dynamically from 100 sites on, since most of a hoster's sites are idle.
 pub const ON_DEMAND_FROM_POOLS: usize = 100;
+
+/// The largest `warmup_page`: a page the master answers from memory, not a site.
+pub const WARMUP_PAGE_MAX: u64 = 64 << 10;
 
 /// IIS's default `idleTimeout`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(20 * 60);
@@ -517,6 +524,7 @@ impl PoolSpec {
             start: StartMode::Always,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             idle_action: IdleAction::Stop,
+            warmup_page: None,
         }
     }
 }

@@ -76,6 +76,7 @@ pub struct RawPool {
     pub start: Option<String>,
     pub idle_timeout: Option<Scalar>,
     pub idle_action: Option<String>,
+    pub warmup_page: Option<String>,
     pub recycle: Option<RawRecycle>,
     pub rapid_fail: Option<RawRapidFail>,
     pub command: Option<Vec<String>>,

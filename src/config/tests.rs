@@ -707,3 +707,44 @@ fn a_certificate_store_lets_named_https_bindings_go_without_tls() {
         "{e}"
     );
 }
+
+#[test]
+fn a_warmup_page_is_a_small_file_of_an_on_demand_pool_on_plain_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("espalier.toml");
+    std::fs::write(dir.path().join("wait.html"), "<p>wait</p>").unwrap();
+    std::fs::write(dir.path().join("big.html"), vec![b'x'; 70_000]).unwrap();
+    let topo = fixture("dl980");
+    let load = |pool: &str, binding: &str| {
+        std::fs::write(&main, format!("[[pool]]\nname = \"p\"\n{pool}\n[[site]]\nname = \"s\"\nbindings = [\"{binding}\"]\n[[site.app]]\npool = \"p\"\n")).unwrap();
+        Config::load(&main, &topo)
+    };
+    let http = "http://127.0.0.1:8080";
+    let c = load("start = \"on-demand\"\nwarmup_page = \"wait.html\"", http).unwrap();
+    assert_eq!(c.pools[0].warmup_page, Some(dir.path().join("wait.html")));
+    let e = load("warmup_page = \"wait.html\"", http)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(":3: key `pool[0].warmup_page`: is answered while an on-demand pool starts"),
+        "{e}"
+    );
+    let e = load("start = \"on-demand\"\nwarmup_page = \"big.html\"", http)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is 70000 bytes; write a small HTML file"), "{e}");
+    let e = load("start = \"on-demand\"\nwarmup_page = \"none.html\"", http)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot read"), "{e}");
+    let e = load(
+        "start = \"on-demand\"\nwarmup_page = \"wait.html\"",
+        "https://127.0.0.1:8443:a.example",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("which holds no TLS keys, and site `s` of this pool has https bindings"),
+        "{e}"
+    );
+}

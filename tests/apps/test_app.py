@@ -1,7 +1,7 @@
 # The tests' small HTTP app: `/slow…` is answered after a second (a request in flight while
 # others are routed), `/endless…` streams without end, anything else at once; with RECORD
 # set, every path it is asked for is appended to that file (which requests reached it, in
-# what order).
+# what order); START_DELAY (seconds) delays its start, as a slow app's imports do.
 import http.server, os, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -25,4 +25,5 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a):
         pass
+time.sleep(float(os.environ.get("START_DELAY", "0")))
 http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()

@@ -175,6 +175,7 @@ impl Validator {
         }
         self.check_bindings(&sites, &pools);
         self.check_log_owners(&sites, &pools);
+        self.check_warmup_pages(&sites, &pools);
         if sites.is_empty() {
             self.err(
                 &[Seg::Key("site")],
@@ -186,6 +187,25 @@ impl Validator {
             server,
             pools,
             sites,
+        }
+    }
+
+    /// A `warmup_page` is answered by the master, which holds no TLS keys: its pool's sites
+    /// must be plain http.
+    fn check_warmup_pages(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
+        for (i, pool) in pools.iter().enumerate() {
+            if pool.warmup_page.is_none() {
+                continue;
+            }
+            let https = sites
+                .iter()
+                .find(|s| s.served_by(&pool.name) && s.bindings.iter().any(|b| b.tls));
+            if let Some(site) = https {
+                self.err(
+                    &[Seg::Key("pool"), Seg::Index(i), Seg::Key("warmup_page")],
+                    format!("is answered by the master, which holds no TLS keys, and site `{}` of this pool has https bindings; remove warmup_page (its clients then wait for the pool, as without it)", site.name),
+                );
+            }
         }
     }
 

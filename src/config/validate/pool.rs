@@ -164,6 +164,29 @@ impl Validator {
                 "applies to pools that start on demand (a pool that always runs is never stopped for idleness); add start = \"on-demand\", or remove idle_timeout",
             );
         }
+        p.warmup_page = raw.warmup_page.and_then(|page| {
+            let path = base.join(page);
+            let fix = "write a small HTML file (at most 64 KiB) for the master to answer with while the pool starts";
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() && m.len() <= WARMUP_PAGE_MAX => {}
+                Ok(m) if m.is_file() => {
+                    self.err(&at("warmup_page"), format!("{} is {} bytes; {fix}", path.display(), m.len()));
+                    return None;
+                }
+                Ok(_) => {
+                    self.err(&at("warmup_page"), format!("{} is not a file; {fix}", path.display()));
+                    return None;
+                }
+                Err(e) => {
+                    self.err(&at("warmup_page"), format!("cannot read {} ({e}); {fix} (relative paths are from the config file's folder)", path.display()));
+                    return None;
+                }
+            }
+            if p.start == StartMode::Always {
+                self.err(&at("warmup_page"), "is answered while an on-demand pool starts, and this pool always runs; add start = \"on-demand\", or remove warmup_page");
+            }
+            Some(path)
+        });
         let action_given = raw.idle_action.is_some();
         p.idle_action = self.choice(
             &at("idle_action"),

@@ -55,8 +55,12 @@ impl Supervisor {
     pub(super) fn sleep_slot(&mut self, i: usize) {
         let slot = &mut self.slots[i];
         slot.asleep = true;
+        slot.after_app = false;
         if let Some(w) = slot.watcher.take() {
             w.abort();
+        }
+        for a in slot.page_answerers.drain(..) {
+            a.abort();
         }
         let fds: Vec<RawFd> = slot
             .spec
@@ -80,6 +84,10 @@ impl Supervisor {
         let was_asleep = self.pool_asleep(pool);
         let started = Instant::now();
         let mut thawed = false;
+        // With a warmup page, a proxied pool's front starts once its app is ready: until
+        // then the master takes the connections and answers the page.
+        let page = self.pools[pool].spec.warmup_page.is_some();
+        let with_app = woken.iter().any(|&i| self.slots[i].app.is_some());
         for &i in &woken {
             let slot = &mut self.slots[i];
             slot.asleep = false;
@@ -90,11 +98,19 @@ impl Supervisor {
                 thawed = true;
                 continue;
             }
+            let slot = &mut self.slots[i];
+            if page && with_app && slot.app.is_none() {
+                slot.after_app = true;
+                continue;
+            }
             if let Err(e) = self.start(i, false) {
                 log("master", format!("{e}; trying again shortly"));
                 self.slots[i].restart =
                     super::life::Restart::At(started + crate::server::lifecycle::MAX_BACKOFF);
             }
+        }
+        if !thawed && self.pools[pool].spec.warmup_page.is_some() {
+            self.answer_while_starting(&woken);
         }
         let how = if thawed { "thawed" } else { "starting" };
         log(
@@ -103,6 +119,103 @@ impl Supervisor {
         );
         if was_asleep {
             self.steer_around_away();
+        }
+    }
+
+    /// Answers the woken `slots`' connections with their pool's `warmup_page` (503 and
+    /// `Retry-After`) until they are ready: on copies of their listening sockets, and for what
+    /// other pools hand them. The page is read now, so a fix to it needs no reload.
+    fn answer_while_starting(&mut self, slots: &[usize]) {
+        use super::pools::Answer;
+        let Some(&first) = slots.first() else { return };
+        let pool = &self.pools[self.slots[first].pool].spec;
+        let Some(path) = pool.warmup_page.clone() else {
+            return;
+        };
+        let body = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) => {
+                log("master", format!("pool {}: cannot read warmup_page {} ({e}): its clients wait for it instead", pool.name, path.display()));
+                return;
+            }
+        };
+        // The last start's time, rounded up: when a retry finds it ready.
+        let took = slots
+            .iter()
+            .filter_map(|&i| self.slots[i].last_start_took)
+            .max();
+        let answer = Answer::Page {
+            body: body.into(),
+            retry_after: took.map_or(2, |d| d.as_secs() + 1),
+        };
+        let senders = crate::server::handoffs::senders(&self.config.pools);
+        let key = self.handoffs.key;
+        for &i in slots {
+            self.answer_on_sockets(i, &answer, &senders, key);
+        }
+    }
+
+    /// Slot `i`'s sockets (listening and hand-off) answered with `answer` by the master.
+    fn answer_on_sockets(
+        &mut self,
+        i: usize,
+        answer: &super::pools::Answer,
+        senders: &[u32],
+        key: crate::handoff::Key,
+    ) {
+        use super::pools::{answer_accepted, answer_handed};
+        let slot = &mut self.slots[i];
+        for t in &slot.spec.threads {
+            for &(fd, _) in &t.listeners {
+                let listener = crate::os::process::duplicate(fd)
+                    .map(std::net::TcpListener::from)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .and_then(tokio::net::TcpListener::from_std);
+                if let Ok(l) = listener {
+                    slot.page_answerers
+                        .push(tokio::spawn(answer_accepted(l, answer.clone())));
+                }
+            }
+            let handed = t.handoff_fd.map(|fd| {
+                crate::os::process::duplicate(fd)
+                    .and_then(|fd| crate::handoff::Receiver::new(fd, senders.to_vec(), key))
+            });
+            if let Some(Ok(receiver)) = handed {
+                slot.page_answerers.push(tokio::spawn(answer_handed(
+                    receiver,
+                    answer.clone(),
+                    Vec::new(),
+                )));
+            }
+        }
+    }
+
+    /// A process of the worker `name` is ready: a front waiting for its app starts now; once
+    /// all are ready, the master stops answering its page.
+    pub(super) fn started_answering(&mut self, name: &str) {
+        let waiting: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].after_app && self.slots[i].spec.name() == name)
+            .collect();
+        for i in waiting {
+            self.slots[i].after_app = false;
+            if let Err(e) = self.start(i, false) {
+                log("master", format!("{e}; trying again shortly"));
+                self.slots[i].restart = super::life::Restart::At(
+                    Instant::now() + crate::server::lifecycle::MAX_BACKOFF,
+                );
+            }
+        }
+        let ready = self
+            .slots
+            .iter()
+            .filter(|s| s.spec.name() == name)
+            .all(|s| s.current.as_ref().is_some_and(|p| p.life.is_ready()));
+        if ready {
+            for s in self.slots.iter_mut().filter(|s| s.spec.name() == name) {
+                for a in s.page_answerers.drain(..) {
+                    a.abort();
+                }
+            }
         }
     }
 

@@ -40,8 +40,12 @@ impl Supervisor {
             s.restart = Restart::No;
             // Asleep no more: stopped, its sockets answered by the master (below).
             s.asleep = false;
+            s.after_app = false;
             if let Some(w) = s.watcher.take() {
                 w.abort();
+            }
+            for a in s.page_answerers.drain(..) {
+                a.abort();
             }
             for proc_ in s.current.take().into_iter().chain(s.replacing.take()) {
                 let mut proc_ = proc_;
@@ -97,7 +101,7 @@ impl Supervisor {
                         let header = crate::handoff::header(&self.handoffs.key, g.addr, 0, None);
                         tokio::spawn(pass_on(listener, header, path.clone()))
                     }
-                    None => tokio::spawn(answer_stopped(listener, lb_here)),
+                    None => tokio::spawn(answer_accepted(listener, Answer::of(lb_here))),
                 });
             }
         }
@@ -117,9 +121,11 @@ impl Supervisor {
                     let senders = crate::server::handoffs::senders(&self.config.pools);
                     crate::handoff::Receiver::new(fd, senders, self.handoffs.key)
                 }) {
-                Ok(receiver) => {
-                    responders.push(tokio::spawn(answer_handed(receiver, lb, tls_addrs.clone())))
-                }
+                Ok(receiver) => responders.push(tokio::spawn(answer_handed(
+                    receiver,
+                    Answer::of(lb),
+                    tls_addrs.clone(),
+                ))),
                 Err(e) => log(
                     "master",
                     format!(
@@ -317,6 +323,7 @@ impl Supervisor {
                                 cpus: s.spec.cpus.clone(),
                                 state: match (cur, s.restart != Restart::No) {
                                     (Some(_), _) if s.asleep => WorkerState::Suspended,
+                                    (None, _) if s.after_app => WorkerState::Starting,
                                     _ if s.asleep => WorkerState::Idle,
                                     (Some(c), _) if c.life.has_been_ready() => WorkerState::Running,
                                     (Some(_), _) => WorkerState::Starting,
@@ -368,51 +375,89 @@ impl Supervisor {
     }
 }
 
-/// Answers a stopped pool's connections on a copy of one of its listener sockets.
-async fn answer_stopped(listener: tokio::net::TcpListener, lb: LoadBalancer) {
+/// What the master answers on a pool's behalf: a stopped pool's 503 or reset, or an
+/// on-demand pool's `warmup_page` while it starts.
+#[derive(Clone)]
+pub(super) enum Answer {
+    /// A reset, so a load balancer in front fails over at once (`load_balancer = "tcp"`, and
+    /// over TLS, where the master has no handshake to answer in).
+    Reset,
+    /// `503 Service Unavailable`.
+    Unavailable,
+    /// `503` with `Retry-After` (seconds) and this HTML page.
+    Page {
+        body: std::sync::Arc<[u8]>,
+        retry_after: u64,
+    },
+}
+
+impl Answer {
+    fn of(lb: LoadBalancer) -> Answer {
+        match lb {
+            LoadBalancer::Tcp => Answer::Reset,
+            LoadBalancer::Http => Answer::Unavailable,
+        }
+    }
+
+    /// The response's bytes, dated now.
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Answer::Reset => Vec::new(),
+            Answer::Unavailable => crate::http::unavailable_now(),
+            Answer::Page { body, retry_after } => {
+                let mut out = b"HTTP/1.1 503 Service Unavailable\r\n".to_vec();
+                out.extend_from_slice(&crate::http::clock::common_now());
+                out.extend_from_slice(
+                    format!("Retry-After: {retry_after}\r\nContent-Type: text/html; charset=utf-8\r\nCache-Control: no-store\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).as_bytes(),
+                );
+                out.extend_from_slice(body);
+                out
+            }
+        }
+    }
+}
+
+/// Answers the connections on a copy of one of a pool's listener sockets.
+pub(super) async fn answer_accepted(listener: tokio::net::TcpListener, answer: Answer) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        tokio::spawn(answer_one(stream, lb, false));
+        tokio::spawn(answer_one(stream, answer.clone(), false));
     }
 }
 
-/// Answers the connections other pools hand to a stopped pool (their request head is read);
-/// those of an https address (`tls`) are reset.
-async fn answer_handed(
+/// Answers the connections other pools hand to a pool (their request head is read); those
+/// of an https address (`tls`) are reset.
+pub(super) async fn answer_handed(
     mut receiver: crate::handoff::Receiver,
-    lb: LoadBalancer,
+    answer: Answer,
     tls: Vec<std::net::SocketAddr>,
 ) {
     while let Ok(got) = receiver.next().await {
-        let lb = if tls.contains(&got.addr) {
-            LoadBalancer::Tcp
+        let answer = if tls.contains(&got.addr) {
+            Answer::Reset
         } else {
-            lb
+            answer.clone()
         };
-        tokio::spawn(answer_one(got.stream, lb, true));
+        tokio::spawn(answer_one(got.stream, answer, true));
     }
 }
 
-/// A stopped pool's answer: a 503 and close, or a reset with `load_balancer = "tcp"`.
-async fn answer_one(mut stream: tokio::net::TcpStream, lb: LoadBalancer, head_read: bool) {
-    match lb {
-        LoadBalancer::Tcp => {
-            // A reset, so a load balancer in front fails over at once.
-            let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
-        }
-        LoadBalancer::Http => {
-            if !head_read {
-                // Read the request head (bounded) so the answer is not overtaken by a reset.
-                let mut buf = [0u8; 4096];
-                let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await;
-            }
-            let _ = stream.write_all(&crate::http::unavailable_now()).await;
-            let _ = stream.shutdown().await;
-        }
+/// One connection's answer, then its close.
+async fn answer_one(mut stream: tokio::net::TcpStream, answer: Answer, head_read: bool) {
+    if let Answer::Reset = answer {
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+        return;
     }
+    if !head_read {
+        // Read the request head (bounded) so the answer is not overtaken by a reset.
+        let mut buf = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await;
+    }
+    let _ = stream.write_all(&answer.bytes()).await;
+    let _ = stream.shutdown().await;
 }
 
 /// Passes the connections still arriving on a stopped pool's socket of a shared address to a
@@ -424,7 +469,7 @@ async fn pass_on(listener: tokio::net::TcpListener, header: Vec<u8>, to: PathBuf
         .and_then(|s| s.connect(&to).map(|()| s))
         .and_then(|s| s.set_nonblocking(true).map(|()| s));
     let Ok(socket) = socket else {
-        return answer_stopped(listener, LoadBalancer::Http).await;
+        return answer_accepted(listener, Answer::Unavailable).await;
     };
     loop {
         let Ok((stream, _)) = listener.accept().await else {

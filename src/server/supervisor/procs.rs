@@ -142,6 +142,13 @@ pub(super) struct Slot {
     /// `super::demand`).
     pub(super) asleep: bool,
     pub(super) watcher: Option<JoinHandle<()>>,
+    /// While a woken slot starts, the master's answerers of its pool's `warmup_page`.
+    pub(super) page_answerers: Vec<JoinHandle<()>>,
+    /// How long its last process took from start to ready (the page's `Retry-After`).
+    pub(super) last_start_took: Option<std::time::Duration>,
+    /// A woken front worker whose start waits for its app process (so that the master,
+    /// not the front, takes the connections meanwhile, and answers its `warmup_page`).
+    pub(super) after_app: bool,
 }
 
 impl PoolRt {
@@ -154,6 +161,19 @@ impl PoolRt {
             allocate_mib: None,
             cpu_group: None,
             fail_starts: 0,
+        }
+    }
+}
+
+/// A slot dropped (its pool changed or removed by a reload) takes its watch and its page
+/// answerers with it: a task left running would wake or answer for the slot that replaced it.
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.abort();
+        }
+        for a in self.page_answerers.drain(..) {
+            a.abort();
         }
     }
 }
@@ -175,6 +195,9 @@ impl Slot {
             soft: Default::default(),
             asleep: false,
             watcher: None,
+            page_answerers: Vec::new(),
+            last_start_took: None,
+            after_app: false,
         }
     }
 }

@@ -193,6 +193,7 @@ impl Supervisor {
             .filter(|p| p.generation == generation && p.life == Life::Starting)
         {
             p.happen(Happening::Ready, now);
+            slot.last_start_took = Some(now.duration_since(p.started));
             log(
                 "master",
                 format!(
@@ -201,6 +202,8 @@ impl Supervisor {
                     p.pid
                 ),
             );
+            let name = slot.spec.name();
+            self.started_answering(&name);
         } else if slot
             .replacing
             .as_ref()
