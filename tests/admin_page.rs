@@ -228,6 +228,21 @@ handler = "dynamic"
         "{seen}"
     );
     assert_eq!(seen["shop_pids_unchanged"], true);
+    // Filtered: the table shows shop alone, the map every process, the line the counts.
+    assert_eq!(
+        seen["filtered_pools"],
+        serde_json::json!(["shop"]),
+        "{seen}"
+    );
+    assert_eq!(seen["filtered_chips"], workers.len(), "{seen}");
+    assert!(
+        seen["pageinfo"]
+            .as_str()
+            .unwrap()
+            .starts_with("1–1 of 1 matched · 2 pools: 2 running"),
+        "{seen}"
+    );
+    assert_eq!(seen["idle_rows"], 0, "{seen}");
 
     // The plan: 8 nodes, 160 CPUs, one worker on each node, on one screen.
     let plan_seen = &seen["plan"];

@@ -156,6 +156,66 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
             worker_of(&r)
         );
     }
+
+    // The status stays usable: filtered by state and name, a page at a time, with counts.
+    let admin = server.admin.clone().unwrap();
+    let status = |args: &[&str]| {
+        let mut all = vec!["status", "--admin", &admin];
+        all.extend_from_slice(args);
+        let out = espalier(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&status(&["--json", "--state", "running"])).unwrap();
+    let names: Vec<&str> = json["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["p0", "p57", "p119"]);
+    assert_eq!(json["pools_total"], 120);
+    assert_eq!(json["counts"]["running"], 3);
+    assert_eq!(json["counts"]["idle"], 117);
+    // Only the sites of the pools shown are listed with their addresses.
+    assert_eq!(json["addresses"][0]["sites"].as_array().unwrap().len(), 3);
+    let json: serde_json::Value = serde_json::from_str(&status(&[
+        "--json",
+        "--pool",
+        "p1*",
+        "--per-page",
+        "10",
+        "--page",
+        "2",
+    ]))
+    .unwrap();
+    let names: Vec<&str> = json["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    // p1, p10..p19, p100..p119 in config order: the second ten.
+    assert_eq!(
+        names,
+        ["p19", "p100", "p101", "p102", "p103", "p104", "p105", "p106", "p107", "p108"]
+    );
+    assert_eq!(json["pools_matched"], 31);
+    // The table: 100 to a page by default, then where the rest is.
+    let table = status(&[]);
+    assert!(
+        table.contains("showing 100 of 120 matched pools (120 in all: 3 running, 0 suspended, 117 idle, 0 stopped); page 1 of 2"),
+        "{table}"
+    );
+    let bad = espalier(&["status", "--admin", &admin, "--state", "asleep"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("state=asleep: one of running, idle, suspended, stopped"));
 }
 
 /// IIS's Application Initialization: a new app process gets the pool's `warmup` paths, in

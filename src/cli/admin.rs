@@ -66,9 +66,39 @@ pub(super) fn post(args: &AdminArgs, path: &str) -> Result<i32, String> {
     }
 }
 
+/// Which pools `espalier status` asks for, as given on its command line.
+pub(super) struct Wanted {
+    pub pool: Option<String>,
+    pub state: Option<String>,
+    pub page: usize,
+    pub per_page: Option<usize>,
+}
+
+impl Wanted {
+    /// The status query string; a bad value is said as the server would.
+    fn query(&self) -> Result<String, String> {
+        let mut parts = Vec::new();
+        if let Some(p) = &self.pool {
+            parts.push(format!("pool={p}"));
+        }
+        if let Some(s) = &self.state {
+            parts.push(format!("state={s}"));
+        }
+        parts.push(format!("page={}", self.page));
+        if let Some(n) = self.per_page {
+            parts.push(format!("per_page={n}"));
+        }
+        let text = parts.join("&");
+        crate::server::status::StatusQuery::parse(&text)
+            .map_err(|e| format!("espalier status: {e}"))?;
+        Ok(text)
+    }
+}
+
 /// `espalier status`: the pools and workers as a table, or the JSON as served.
-pub(super) fn status(args: &AdminArgs, json: bool) -> Result<i32, String> {
-    let (code, body) = admin::request(args.address()?, "GET", "/status")?;
+pub(super) fn status(args: &AdminArgs, json: bool, wanted: &Wanted) -> Result<i32, String> {
+    let path = format!("/status?{}", wanted.query()?);
+    let (code, body) = admin::request(args.address()?, "GET", &path)?;
     let text = String::from_utf8_lossy(&body);
     if code != 200 {
         return Err(format!(
@@ -106,6 +136,7 @@ fn render(status: &Status) -> String {
         "RECYCLED"
     );
     let opt = |x: Option<u32>| x.map_or("-".to_string(), |v| v.to_string());
+    let shown_all = status.pools.len() == status.pools_total;
     for p in &status.pools {
         if let Some(why) = &p.stopped_because {
             let _ = writeln!(out, "{} is STOPPED ({why})", p.name);
@@ -133,6 +164,22 @@ fn render(status: &Status) -> String {
                 w.last_exit.as_deref().unwrap_or("-")
             );
         }
+    }
+    if !shown_all {
+        let c = &status.counts;
+        let _ = writeln!(
+            out,
+            "\nshowing {} of {} matched pools ({} in all: {} running, {} suspended, {} idle, {} stopped); page {} of {}; --pool, --state, --page, --all",
+            status.pools.len(),
+            status.pools_matched,
+            status.pools_total,
+            c.running,
+            c.suspended,
+            c.idle,
+            c.stopped,
+            status.page.max(1),
+            status.pools_matched.div_ceil(status.per_page.max(1)).max(1),
+        );
     }
     if status.addresses.iter().any(|a| a.shared) {
         let _ = writeln!(

@@ -123,6 +123,21 @@ pub enum Command {
         admin: AdminArgs,
         #[arg(long)]
         json: bool,
+        /// Only pools whose name contains this, or matches it with `*` (`shop-*`).
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only pools in this state: running, idle, suspended or stopped.
+        #[arg(long)]
+        state: Option<String>,
+        /// The page to show (pools come 100 to a page by default once there are more).
+        #[arg(long, default_value_t = 1)]
+        page: usize,
+        /// Pools per page (at most 1000).
+        #[arg(long)]
+        per_page: Option<usize>,
+        /// Every matched pool on one page, however many.
+        #[arg(long)]
+        all: bool,
     },
     /// Stop or start a pool of the running server.
     Pool {

@@ -41,7 +41,27 @@ fn run(cli: Cli) -> Result<i32, String> {
         Command::Bench(args) => bench::bench(*args),
         Command::Scale(args) => bench::scale(args),
         Command::Nic { action } => machine::nic(action),
-        Command::Status { admin, json } => admin::status(&admin, json),
+        Command::Status {
+            admin,
+            json,
+            pool,
+            state,
+            page,
+            per_page,
+            all,
+        } => {
+            let wanted = admin::Wanted {
+                pool,
+                state,
+                page,
+                per_page: if all {
+                    None
+                } else {
+                    Some(per_page.unwrap_or(100))
+                },
+            };
+            admin::status(&admin, json, &wanted)
+        }
         Command::Pool { action } => match action {
             PoolAction::Stop { name, admin } => admin::post(&admin, &format!("/pools/{name}/stop")),
             PoolAction::Start { name, admin } => {

@@ -24,9 +24,9 @@ use tokio::sync::{mpsc, oneshot};
 /// What the admin endpoint asks of the supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminCommand {
-    Status,
+    Status(super::status::StatusQuery),
     /// The admin page's feed: status, CPU loads, history.
-    Live,
+    Live(super::status::StatusQuery),
     StopPool(String),
     StartPool(String),
     Recycle(String),
@@ -90,13 +90,16 @@ fn route_page(method: Method, path: &str) -> Option<Page> {
     }
 }
 
-/// The command a method and path ask for, and whether the answer is metrics text.
-fn route(method: Method, path: &str) -> Option<(AdminCommand, bool)> {
+/// The command a method, path and query ask for, and whether the answer is metrics text;
+/// `Err` for a status query that does not parse (a 400 saying why).
+fn route(method: Method, path: &str, query: &str) -> Result<Option<(AdminCommand, bool)>, String> {
+    use super::status::StatusQuery;
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    Some(match (method, parts.as_slice()) {
-        (Method::Get, ["live"]) => (AdminCommand::Live, false),
-        (Method::Get, ["status"]) => (AdminCommand::Status, false),
-        (Method::Get, ["metrics"]) => (AdminCommand::Status, true),
+    let status_query = || StatusQuery::parse(query);
+    Ok(Some(match (method, parts.as_slice()) {
+        (Method::Get, ["live"]) => (AdminCommand::Live(status_query()?), false),
+        (Method::Get, ["status"]) => (AdminCommand::Status(status_query()?), false),
+        (Method::Get, ["metrics"]) => (AdminCommand::Status(StatusQuery::default()), true),
         (Method::Post, ["pools", name, "stop"]) => {
             (AdminCommand::StopPool(name.to_string()), false)
         }
@@ -107,8 +110,8 @@ fn route(method: Method, path: &str) -> Option<(AdminCommand, bool)> {
             (AdminCommand::Recycle(name.to_string()), false)
         }
         (Method::Post, ["reload"]) => (AdminCommand::Reload, false),
-        _ => return None,
-    })
+        _ => return Ok(None),
+    }))
 }
 
 /// Where the token of the admin endpoint on `addr` is kept when the config names none: made
@@ -300,7 +303,17 @@ async fn handle<E: From<Request>>(
                     }
                     None => {}
                 }
-                let command = route(request.method, request.path);
+                let command = match route(request.method, request.path, request.query) {
+                    Ok(c) => c,
+                    Err(why) => {
+                        resp.simple(
+                            400,
+                            "text/plain; charset=utf-8",
+                            format!("{why}\n").as_bytes(),
+                        );
+                        break;
+                    }
+                };
                 // Actions change the server: they need the token (reads do not).
                 let authorized = token_of(&request).is_some_and(|t| {
                     !token.is_empty() && crate::os::private_dir::same_secret(t, token)
@@ -422,27 +435,67 @@ mod tests {
 
     #[test]
     fn routes() {
+        use crate::server::status::{PoolState, StatusQuery};
+        let all = StatusQuery::default();
         assert_eq!(
-            route(Method::Get, "/status"),
-            Some((AdminCommand::Status, false))
+            route(Method::Get, "/status", ""),
+            Ok(Some((AdminCommand::Status(all.clone()), false)))
         );
         assert_eq!(
-            route(Method::Get, "/metrics"),
-            Some((AdminCommand::Status, true))
+            route(Method::Get, "/metrics", ""),
+            Ok(Some((AdminCommand::Status(all), true)))
+        );
+        let q = StatusQuery {
+            pool: Some("shop-*".into()),
+            state: Some(PoolState::Running),
+            page: 3,
+            per_page: Some(50),
+        };
+        assert_eq!(
+            route(
+                Method::Get,
+                "/live",
+                "pool=shop-*&state=running&page=3&per_page=50"
+            ),
+            Ok(Some((AdminCommand::Live(q.clone()), false)))
+        );
+        assert_eq!(StatusQuery::parse(&q.to_query()), Ok(q));
+        assert!(route(Method::Get, "/status", "state=asleep").is_err());
+        assert!(route(Method::Get, "/status", "per_page=0").is_err());
+        assert!(route(Method::Get, "/status", "pool=%3Cscript%3E").is_err());
+        assert!(route(Method::Get, "/status", "colour=red").is_err());
+        assert_eq!(
+            route(Method::Post, "/pools/web/recycle", ""),
+            Ok(Some((AdminCommand::Recycle("web".into()), false)))
         );
         assert_eq!(
-            route(Method::Post, "/pools/web/recycle"),
-            Some((AdminCommand::Recycle("web".into()), false))
-        );
-        assert_eq!(
-            route(Method::Get, "/pools/web/recycle"),
-            None,
+            route(Method::Get, "/pools/web/recycle", ""),
+            Ok(None),
             "actions are POSTs"
         );
         assert_eq!(
-            route(Method::Post, "/reload/"),
-            Some((AdminCommand::Reload, false))
+            route(Method::Post, "/reload/", ""),
+            Ok(Some((AdminCommand::Reload, false)))
         );
-        assert_eq!(route(Method::Get, "/"), None);
+        assert_eq!(route(Method::Get, "/", ""), Ok(None));
+    }
+
+    #[test]
+    fn a_status_query_matches_names_and_states_and_pages() {
+        use crate::server::status::{PoolState, StatusQuery};
+        let q = StatusQuery::parse("pool=shop-*-eu").unwrap();
+        assert!(q.matches("shop-12-eu", PoolState::Idle));
+        assert!(q.matches("shop--eu", PoolState::Running));
+        assert!(!q.matches("shop-12-us", PoolState::Running));
+        let q = StatusQuery::parse("pool=12&state=idle").unwrap();
+        assert!(q.matches("shop-12-eu", PoolState::Idle));
+        assert!(!q.matches("shop-12-eu", PoolState::Running));
+        // A pathological pattern stays fast (no exponential backtracking).
+        let q = StatusQuery::parse(&format!("pool={}b", "*a".repeat(30))).unwrap();
+        assert!(!q.matches(&"a".repeat(64), PoolState::Idle));
+        let q = StatusQuery::parse("page=3&per_page=50").unwrap();
+        assert_eq!(q.window(120), 100..120);
+        assert_eq!(q.window(90), 90..90);
+        assert_eq!(StatusQuery::default().window(7), 0..7);
     }
 }

@@ -28,7 +28,7 @@ pub fn machine_json(topology: &Topology) -> Vec<u8> {
 /// The page drawing `plan` on `topology` instead of a running server: the same picture, with
 /// the planned processes in place of live ones, read-only, in one self-contained file.
 pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
-    let pools = config
+    let pools: Vec<crate::server::status::PoolStatus> = config
         .pools
         .iter()
         .map(|p| PoolStatus {
@@ -85,9 +85,15 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
     let live = Live {
         time_unix: 0.0,
         status: Status {
+            pools_total: pools.len(),
+            pools_matched: pools.len(),
+            counts: crate::server::status::StateCounts::default(),
+            page: 0,
+            per_page: 0,
             pools,
             addresses: Vec::new(),
         },
+        active: Vec::new(),
         cpu_load: Vec::new(),
         history: Vec::new(),
     };

@@ -9,10 +9,182 @@ use std::fmt::Write;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Status {
+    /// The pools asked for (every pool unless the query filtered or paged them).
     pub pools: Vec<PoolStatus>,
-    /// Every address listened on, with the sites it routes to and the pools serving them.
+    /// Every address listened on, with the sites it routes to and the pools serving them
+    /// (with a filter or a page: the sites of the pools listed).
     #[serde(default)]
     pub addresses: Vec<AddressStatus>,
+    /// Pools configured, and of them, those the filter matched (before paging).
+    #[serde(default)]
+    pub pools_total: usize,
+    #[serde(default)]
+    pub pools_matched: usize,
+    /// Every pool counted by state, whatever the filter.
+    #[serde(default)]
+    pub counts: StateCounts,
+    /// The page shown (1-based) and its size; 0 = every matched pool.
+    #[serde(default)]
+    pub page: usize,
+    #[serde(default)]
+    pub per_page: usize,
+}
+
+/// Pools by state.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StateCounts {
+    pub running: usize,
+    pub idle: usize,
+    pub suspended: usize,
+    pub stopped: usize,
+}
+
+impl StateCounts {
+    pub fn add(&mut self, state: PoolState) {
+        match state {
+            PoolState::Running => self.running += 1,
+            PoolState::Idle => self.idle += 1,
+            PoolState::Suspended => self.suspended += 1,
+            PoolState::Stopped => self.stopped += 1,
+        }
+    }
+}
+
+/// Which pools a status asks for: `GET /status?pool=shop*&state=running&page=2&per_page=50`
+/// (and `espalier status --pool … --state … --page …`). With ten thousand pools, what an
+/// operator looks at is a few: a name, the ones running, a page at a time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusQuery {
+    /// A pool name, or a pattern with `*` (`shop-*`); without `*`, any name containing it.
+    pub pool: Option<String>,
+    pub state: Option<PoolState>,
+    /// 1-based; 0 is the first.
+    pub page: usize,
+    /// `None`: every matched pool on one page.
+    pub per_page: Option<usize>,
+}
+
+/// The most pools one page holds.
+pub const MAX_PER_PAGE: usize = 1000;
+
+impl StatusQuery {
+    /// Reads a query string (`pool=…&state=…&page=…&per_page=…`); `Err` names what is wrong.
+    pub fn parse(query: &str) -> Result<StatusQuery, String> {
+        let mut q = StatusQuery::default();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "pool" if !value.is_empty() => {
+                    if !value
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_*".contains(&b))
+                    {
+                        return Err(format!("pool={value}: a pool name or pattern holds letters, digits, `-`, `_` and `*`"));
+                    }
+                    q.pool = Some(value.to_string());
+                }
+                "pool" => {}
+                "state" if value.is_empty() => {}
+                "state" => {
+                    q.state = Some(match value {
+                        "running" => PoolState::Running,
+                        "idle" => PoolState::Idle,
+                        "suspended" => PoolState::Suspended,
+                        "stopped" => PoolState::Stopped,
+                        _ => {
+                            return Err(format!(
+                                "state={value}: one of running, idle, suspended, stopped"
+                            ))
+                        }
+                    })
+                }
+                "page" => {
+                    q.page = value
+                        .parse()
+                        .map_err(|_| format!("page={value}: a page number"))?
+                }
+                "per_page" => {
+                    let n: usize = value
+                        .parse()
+                        .map_err(|_| format!("per_page={value}: a number of pools"))?;
+                    if n == 0 || n > MAX_PER_PAGE {
+                        return Err(format!("per_page={value}: from 1 to {MAX_PER_PAGE}"));
+                    }
+                    q.per_page = Some(n);
+                }
+                _ => {
+                    return Err(format!(
+                        "`{key}`: the status takes pool, state, page and per_page"
+                    ))
+                }
+            }
+        }
+        Ok(q)
+    }
+
+    /// The query string that [`parse`](Self::parse) reads back (empty for every pool).
+    pub fn to_query(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = &self.pool {
+            parts.push(format!("pool={p}"));
+        }
+        if let Some(s) = self.state {
+            parts.push(format!("state={}", s.as_str()));
+        }
+        if self.page > 1 {
+            parts.push(format!("page={}", self.page));
+        }
+        if let Some(n) = self.per_page {
+            parts.push(format!("per_page={n}"));
+        }
+        parts.join("&")
+    }
+
+    /// Whether pool `name` in `state` is asked for.
+    pub fn matches(&self, name: &str, state: PoolState) -> bool {
+        self.state.is_none_or(|s| s == state)
+            && self.pool.as_deref().is_none_or(|p| {
+                if p.contains('*') {
+                    glob_match(p.as_bytes(), name.as_bytes())
+                } else {
+                    name.contains(p)
+                }
+            })
+    }
+
+    /// The range of the matched pools (`matched` of them) on the page asked for.
+    pub fn window(&self, matched: usize) -> std::ops::Range<usize> {
+        match self.per_page {
+            None => 0..matched,
+            Some(n) => {
+                let start = (self.page.max(1) - 1).saturating_mul(n).min(matched);
+                start..(start + n).min(matched)
+            }
+        }
+    }
+}
+
+/// `*` matches any run of bytes, everything else itself. Greedy with one backtrack point
+/// (the last `*`): linear in practice, never exponential whatever the pattern.
+fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, n));
+            p += 1;
+        } else if p < pattern.len() && pattern[p] == name[n] {
+            p += 1;
+            n += 1;
+        } else if let Some((sp, sn)) = star {
+            p = sp + 1;
+            n = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// What the admin page draws once a second (`GET /live`): the status, each CPU's load, and
@@ -23,8 +195,12 @@ pub struct Live {
     pub status: Status,
     /// `(CPU, busy fraction 0..1)` over the last second, from `/proc/stat`.
     pub cpu_load: Vec<(u32, f64)>,
-    /// One sample a second, oldest first: each pool's requests served so far.
+    /// One sample a second, oldest first: each pool's requests served so far (the pools of
+    /// `status`, and only while they have processes).
     pub history: Vec<HistorySample>,
+    /// Every pool with a process now, whatever page `status` is: what the machine map draws.
+    #[serde(default)]
+    pub active: Vec<PoolStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -78,6 +254,17 @@ pub enum WorkerState {
     Idle,
     /// On demand, frozen with its memory given back: the next connection thaws it.
     Suspended,
+}
+
+impl PoolState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolState::Running => "running",
+            PoolState::Stopped => "stopped",
+            PoolState::Idle => "idle",
+            PoolState::Suspended => "suspended",
+        }
+    }
 }
 
 impl WorkerState {
@@ -275,6 +462,14 @@ mod tests {
     fn status_reads_back_what_it_writes_and_renders_metrics() {
         let s = Status {
             addresses: Vec::new(),
+            pools_total: 1,
+            pools_matched: 1,
+            counts: StateCounts {
+                running: 1,
+                ..StateCounts::default()
+            },
+            page: 0,
+            per_page: 0,
             pools: vec![PoolStatus {
                 name: "web".into(),
                 state: PoolState::Running,

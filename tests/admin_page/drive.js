@@ -55,6 +55,20 @@ async function waitFor(what, check, ms) {
       return r && r.pid && r.pid !== before ? r.pid : null;
     }, 20000);
     seen.blog_pid_before = before;
+    // The filter: a name narrows the table (the machine map keeps every process), a state
+    // that nothing is in empties it, and the page line counts every pool.
+    await page.fill("#f-pool", "sho");
+    seen.filtered_pools = await waitFor("the table filtered", async () => {
+      const pools = [...new Set((await rows(page)).map(r => r.pool))];
+      return pools.length === 1 ? pools : null;
+    }, 10000);
+    seen.filtered_chips = await page.$$eval(".worker", els => els.length);
+    seen.pageinfo = await page.textContent("#pageinfo");
+    await page.selectOption("#f-state", "idle");
+    seen.idle_rows = await waitFor("no idle pool", async () => {
+      const info = await page.textContent("#pageinfo");
+      return info.startsWith("0–0 of 0") ? (await rows(page)).length + 1 : null;
+    }, 10000) - 1;
     await ctx.close();
 
     // Without the token: the action is refused, nothing changes.

@@ -9,7 +9,7 @@
 use super::samples::{cpu_load, unix_now, HISTORY};
 use super::Supervisor;
 use crate::os;
-use crate::server::status::{HistorySample, Live};
+use crate::server::status::{HistorySample, Live, StatusQuery};
 use std::time::{Duration, Instant};
 
 impl Supervisor {
@@ -25,25 +25,24 @@ impl Supervisor {
         self.soft_affinity(&before, &after);
     }
 
-    /// Each CPU's load over the last second, and each pool's requests so far.
+    /// Each CPU's load over the last second, and the requests so far of each pool with a
+    /// process (one pass over the slots: ten thousand sleeping pools cost nothing here).
     fn sample_live(&mut self, before: &[(u32, u64, u64)], after: &[(u32, u64, u64)]) {
         self.live.cpu_load = cpu_load(before, after);
-        let pools = self
-            .pools
-            .iter()
+        let mut served: Vec<Option<u64>> = vec![None; self.pools.len()];
+        for s in self.slots.iter().filter(|s| s.app.is_none()) {
+            // Of the processes serving now: a recycle starts its successor's count at zero,
+            // which the page reads as no requests that second, never as negative.
+            for p in s.current.iter().chain(s.replacing.iter()) {
+                if let Some(n) = served.get_mut(s.pool) {
+                    *n = Some(n.unwrap_or(0) + p.requests);
+                }
+            }
+        }
+        let pools = served
+            .into_iter()
             .enumerate()
-            .map(|(p, pool)| {
-                // Of the processes serving now: a recycle starts its successor's count at
-                // zero, which the page reads as no requests that second, never as negative.
-                let served = self
-                    .slots
-                    .iter()
-                    .filter(|s| s.pool == p && s.app.is_none())
-                    .flat_map(|s| s.current.iter().chain(s.replacing.iter()))
-                    .map(|proc_| proc_.requests)
-                    .sum::<u64>();
-                (pool.spec.name.clone(), served)
-            })
+            .filter_map(|(p, n)| Some((self.pools[p].spec.name.clone(), n?)))
             .collect();
         if self.live.history.len() == HISTORY {
             self.live.history.pop_front();
@@ -54,12 +53,32 @@ impl Supervisor {
         });
     }
 
-    pub(super) fn live(&self) -> Live {
+    /// The page's feed: the status `query` asks for, the history of its pools, and every
+    /// pool with a process for the machine map.
+    pub(super) fn live(&self, query: &StatusQuery) -> Live {
+        let status = self.status(query);
+        let shown: std::collections::HashSet<&str> =
+            status.pools.iter().map(|p| p.name.as_str()).collect();
+        let history = self
+            .live
+            .history
+            .iter()
+            .map(|h| HistorySample {
+                time_unix: h.time_unix,
+                pools: h
+                    .pools
+                    .iter()
+                    .filter(|(name, _)| shown.contains(name.as_str()))
+                    .cloned()
+                    .collect(),
+            })
+            .collect();
         Live {
             time_unix: unix_now(),
-            status: self.status(),
+            active: self.active_pools(),
+            status,
             cpu_load: self.live.cpu_load.clone(),
-            history: self.live.history.iter().cloned().collect(),
+            history,
         }
     }
 }

@@ -9,7 +9,8 @@
 //!   whether espalier workers or the processes of a pool's application;
 //! - `apps`: an application process's readiness and pings (probes, settle time) and telling
 //!   a proxied pool's front workers where its ready processes are;
-//! - `pools`: stopping and starting pools, admin commands, the status report;
+//! - `pools`: stopping and starting pools, admin commands;
+//! - `report`: the status report, filtered and paged;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
 //!   changes);
 //! - `cert_store`: the certificate store's pairs for starting workers, and changes sent;
@@ -33,6 +34,7 @@ mod pools;
 mod procs;
 mod reload;
 mod reload_diff;
+mod report;
 mod samples;
 mod slots;
 mod suspend;

@@ -9,15 +9,11 @@
 //! machine (see [`super::slots`]).
 
 use super::life::{Happening, Restart};
-use super::procs::Slot;
 use super::Supervisor;
 use crate::config::LoadBalancer;
 use crate::os;
 use crate::server::admin::{AdminCommand, AdminReply};
 use crate::server::log;
-use crate::server::status::{
-    AddressSite, AddressStatus, PoolState, PoolStatus, Role, Status, WorkerState, WorkerStatus,
-};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -183,8 +179,8 @@ impl Supervisor {
     pub(super) fn admin(&mut self, cmd: AdminCommand) -> AdminReply {
         let known = |sv: &Self, name: &str| sv.pools.iter().any(|p| p.spec.name == name);
         match cmd {
-            AdminCommand::Status => AdminReply::Status(Box::new(self.status())),
-            AdminCommand::Live => AdminReply::Live(Box::new(self.live())),
+            AdminCommand::Status(q) => AdminReply::Status(Box::new(self.status(&q))),
+            AdminCommand::Live(q) => AdminReply::Live(Box::new(self.live(&q))),
             AdminCommand::Reload => match self.reload_logged() {
                 Ok(summary) => done(200, summary),
                 Err(message) => done(400, message),
@@ -235,131 +231,6 @@ impl Supervisor {
                     format!("no pool is named `{name}` (pools: {})", names.join(", ")),
                 )
             }
-        }
-    }
-
-    pub(super) fn status(&self) -> Status {
-        let now = Instant::now();
-        // Per pool, asked once: with thousands of pools, a pass over every slot per pool made
-        // each status quadratic.
-        let asleep = self.pools_asleep();
-        let mut slots_of: Vec<Vec<&Slot>> = vec![Vec::new(); self.pools.len()];
-        for s in &self.slots {
-            if let Some(list) = slots_of.get_mut(s.pool) {
-                list.push(s);
-            }
-        }
-        Status {
-            addresses: self
-                .groups
-                .iter()
-                .map(|g| AddressStatus {
-                    address: format!("http://{}", g.addr),
-                    shared: g.shared(),
-                    sites: g
-                        .routes
-                        .hosts
-                        .iter()
-                        .filter_map(|(host, i)| {
-                            let site = self.config.sites.get(*i)?;
-                            let mut pools: Vec<String> = Vec::new();
-                            for a in &site.apps {
-                                if !pools.contains(&a.pool) {
-                                    pools.push(a.pool.clone());
-                                }
-                            }
-                            Some(AddressSite {
-                                host: host.clone(),
-                                site: site.name.clone(),
-                                pools,
-                            })
-                        })
-                        .collect(),
-                })
-                .collect(),
-            pools: self
-                .pools
-                .iter()
-                .enumerate()
-                .map(|(p, pool)| PoolStatus {
-                    name: pool.spec.name.clone(),
-                    cpu_limit: pool.spec.cpu_limit,
-                    cgroup: pool
-                        .cpu_group
-                        .as_ref()
-                        .map(|g| g.dirs[0].display().to_string()),
-                    cpu_used_s: pool
-                        .cpu_group
-                        .as_ref()
-                        .and_then(|g| g.usage_ns())
-                        .map(|ns| ns as f64 / 1e9),
-                    state: if pool.stopped.is_some() {
-                        PoolState::Stopped
-                    } else if asleep[p] && slots_of[p].iter().any(|s| s.current.is_some()) {
-                        PoolState::Suspended
-                    } else if asleep[p] {
-                        PoolState::Idle
-                    } else {
-                        PoolState::Running
-                    },
-                    stopped_because: pool.stopped.clone(),
-                    workers: slots_of[p]
-                        .iter()
-                        .map(|s| {
-                            let cur = s.current.as_ref();
-                            WorkerStatus {
-                                index: s.spec.index,
-                                role: match (&s.app, &s.spec.proxy) {
-                                    (Some(_), _) => Role::App,
-                                    (None, Some(_)) => Role::Front,
-                                    (None, None) => Role::Worker,
-                                },
-                                endpoint: cur
-                                    .and_then(|c| c.app.as_ref())
-                                    .and_then(|a| a.endpoint.as_ref())
-                                    .map(|e| e.to_string()),
-                                pid: cur.map(|c| c.pid),
-                                node: s.spec.node,
-                                cpus: s.spec.cpus.clone(),
-                                state: match (cur, s.restart != Restart::No) {
-                                    (Some(_), _) if s.asleep => WorkerState::Suspended,
-                                    (None, _) if s.after_app => WorkerState::Starting,
-                                    _ if s.asleep => WorkerState::Idle,
-                                    (Some(c), _) if c.life.has_been_ready() => WorkerState::Running,
-                                    (Some(_), _) => WorkerState::Starting,
-                                    (None, true) => WorkerState::Restarting,
-                                    (None, false) => WorkerState::Stopped,
-                                },
-                                started_unix: cur.map(|c| c.started_unix),
-                                uptime_s: cur.map(|c| now.duration_since(c.started).as_secs_f64()),
-                                requests: cur.map_or(0, |c| c.requests),
-                                connection_panics: cur.map_or(0, |c| c.panics),
-                                remote_forwards: cur.map_or(0, |c| c.remote),
-                                resident_bytes: cur.and_then(|c| c.resident_bytes()),
-                                recycles: s.recycles,
-                                restarts: s.restarts,
-                                last_exit: s.last_exit.clone(),
-                                draining: s.draining.iter().map(|d| d.pid).collect(),
-                                widened_to: s.soft.widened_to.clone(),
-                                affinity: if s.spec.hard { "hard" } else { "soft" }.into(),
-                                memory_policy: format!(
-                                    "{}:{}",
-                                    crate::placement::policy_name(s.spec.memory_policy),
-                                    s.spec
-                                        .memory_nodes
-                                        .iter()
-                                        .map(u32::to_string)
-                                        .collect::<Vec<_>>()
-                                        .join(",")
-                                ),
-                                connections: cur.map_or(0, |c| c.connections),
-                                accepted: cur.map_or(0, |c| c.accepted),
-                                steered: cur.map_or(0, |c| c.steered),
-                            }
-                        })
-                        .collect(),
-                })
-                .collect(),
         }
     }
 }

@@ -1,0 +1,199 @@
+//! The status report: what `GET /status`, `/metrics`, `/live` and `espalier status` show,
+//! built from the supervisor's pools and slots — filtered and paged as asked
+//! ([`StatusQuery`]), so that ten thousand pools cost what the page shows.
+//!
+//! Owns: that report and its cost (one pass over the slots, then only the pools asked
+//! for). Must not touch: pool state (only read here).
+
+use super::life::Restart;
+use super::procs::{PoolRt, Slot};
+use super::Supervisor;
+use crate::server::status::{
+    AddressSite, AddressStatus, PoolState, PoolStatus, Role, StateCounts, Status, StatusQuery,
+    WorkerState, WorkerStatus,
+};
+use std::time::Instant;
+
+impl Supervisor {
+    /// Each pool's state, and its slots: one pass over the slots.
+    fn pool_states(&self) -> (Vec<PoolState>, Vec<Vec<&Slot>>) {
+        let asleep = self.pools_asleep();
+        let mut slots_of: Vec<Vec<&Slot>> = vec![Vec::new(); self.pools.len()];
+        for s in &self.slots {
+            if let Some(list) = slots_of.get_mut(s.pool) {
+                list.push(s);
+            }
+        }
+        let states = self
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(p, pool)| {
+                if pool.stopped.is_some() {
+                    PoolState::Stopped
+                } else if asleep[p] && slots_of[p].iter().any(|s| s.current.is_some()) {
+                    PoolState::Suspended
+                } else if asleep[p] {
+                    PoolState::Idle
+                } else {
+                    PoolState::Running
+                }
+            })
+            .collect();
+        (states, slots_of)
+    }
+
+    /// The pools `query` asks for, with the counts of all.
+    pub(super) fn status(&self, query: &StatusQuery) -> Status {
+        let (states, slots_of) = self.pool_states();
+        let mut counts = StateCounts::default();
+        let mut matched = Vec::new();
+        for (p, pool) in self.pools.iter().enumerate() {
+            counts.add(states[p]);
+            if query.matches(&pool.spec.name, states[p]) {
+                matched.push(p);
+            }
+        }
+        let shown = &matched[query.window(matched.len())];
+        let pools: Vec<PoolStatus> = shown
+            .iter()
+            .map(|&p| self.pool_status(&self.pools[p], states[p], &slots_of[p]))
+            .collect();
+        // Unfiltered, every site; else the sites of the pools shown.
+        let everything = *query == StatusQuery::default();
+        let listed: std::collections::HashSet<&str> =
+            pools.iter().map(|p| p.name.as_str()).collect();
+        Status {
+            addresses: self.addresses(|site_pools| {
+                everything || site_pools.iter().any(|p| listed.contains(p.as_str()))
+            }),
+            pools_total: self.pools.len(),
+            pools_matched: matched.len(),
+            counts,
+            page: if query.per_page.is_some() {
+                query.page.max(1)
+            } else {
+                0
+            },
+            per_page: query.per_page.unwrap_or(0),
+            pools,
+        }
+    }
+
+    /// The pools with a process now (running, suspended, or draining one): the machine map.
+    pub(super) fn active_pools(&self) -> Vec<PoolStatus> {
+        let (states, slots_of) = self.pool_states();
+        (0..self.pools.len())
+            .filter(|&p| {
+                slots_of[p]
+                    .iter()
+                    .any(|s| s.current.is_some() || !s.draining.is_empty())
+            })
+            .map(|p| self.pool_status(&self.pools[p], states[p], &slots_of[p]))
+            .collect()
+    }
+
+    /// Every address, with the sites `wanted` keeps (by their pools).
+    fn addresses(&self, wanted: impl Fn(&[String]) -> bool) -> Vec<AddressStatus> {
+        self.groups
+            .iter()
+            .map(|g| AddressStatus {
+                address: format!("http://{}", g.addr),
+                shared: g.shared(),
+                sites: g
+                    .routes
+                    .hosts
+                    .iter()
+                    .filter_map(|(host, i)| {
+                        let site = self.config.sites.get(*i)?;
+                        let mut pools: Vec<String> = Vec::new();
+                        for a in &site.apps {
+                            if !pools.contains(&a.pool) {
+                                pools.push(a.pool.clone());
+                            }
+                        }
+                        wanted(&pools).then(|| AddressSite {
+                            host: host.clone(),
+                            site: site.name.clone(),
+                            pools,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn pool_status(&self, pool: &PoolRt, state: PoolState, slots: &[&Slot]) -> PoolStatus {
+        let now = Instant::now();
+        PoolStatus {
+            name: pool.spec.name.clone(),
+            cpu_limit: pool.spec.cpu_limit,
+            cgroup: pool
+                .cpu_group
+                .as_ref()
+                .map(|g| g.dirs[0].display().to_string()),
+            cpu_used_s: pool
+                .cpu_group
+                .as_ref()
+                .and_then(|g| g.usage_ns())
+                .map(|ns| ns as f64 / 1e9),
+            state,
+            stopped_because: pool.stopped.clone(),
+            workers: slots
+                .iter()
+                .map(|s| {
+                    let cur = s.current.as_ref();
+                    WorkerStatus {
+                        index: s.spec.index,
+                        role: match (&s.app, &s.spec.proxy) {
+                            (Some(_), _) => Role::App,
+                            (None, Some(_)) => Role::Front,
+                            (None, None) => Role::Worker,
+                        },
+                        endpoint: cur
+                            .and_then(|c| c.app.as_ref())
+                            .and_then(|a| a.endpoint.as_ref())
+                            .map(|e| e.to_string()),
+                        pid: cur.map(|c| c.pid),
+                        node: s.spec.node,
+                        cpus: s.spec.cpus.clone(),
+                        state: match (cur, s.restart != Restart::No) {
+                            (Some(_), _) if s.asleep => WorkerState::Suspended,
+                            (None, _) if s.after_app => WorkerState::Starting,
+                            _ if s.asleep => WorkerState::Idle,
+                            (Some(c), _) if c.life.has_been_ready() => WorkerState::Running,
+                            (Some(_), _) => WorkerState::Starting,
+                            (None, true) => WorkerState::Restarting,
+                            (None, false) => WorkerState::Stopped,
+                        },
+                        started_unix: cur.map(|c| c.started_unix),
+                        uptime_s: cur.map(|c| now.duration_since(c.started).as_secs_f64()),
+                        requests: cur.map_or(0, |c| c.requests),
+                        connection_panics: cur.map_or(0, |c| c.panics),
+                        remote_forwards: cur.map_or(0, |c| c.remote),
+                        resident_bytes: cur.and_then(|c| c.resident_bytes()),
+                        recycles: s.recycles,
+                        restarts: s.restarts,
+                        last_exit: s.last_exit.clone(),
+                        draining: s.draining.iter().map(|d| d.pid).collect(),
+                        widened_to: s.soft.widened_to.clone(),
+                        affinity: if s.spec.hard { "hard" } else { "soft" }.into(),
+                        memory_policy: format!(
+                            "{}:{}",
+                            crate::placement::policy_name(s.spec.memory_policy),
+                            s.spec
+                                .memory_nodes
+                                .iter()
+                                .map(u32::to_string)
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        ),
+                        connections: cur.map_or(0, |c| c.connections),
+                        accepted: cur.map_or(0, |c| c.accepted),
+                        steered: cur.map_or(0, |c| c.steered),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
