@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/hosting-scale.sh — a hoster's machine: SITES sites, each its own pool (on demand, the
-# default from 100 pools on), all on one port by host name; ACTIVE_PCT % of them visited.
-# Side by side in the same run, nginx with SITES `server` blocks on one port.
+# default from 100 pools on) in its own file (`include = ["sites.d/*.toml"]`), all on one http
+# port and one https port by host name, each https name's self-signed certificate in the
+# certificate store; ACTIVE_PCT % of them visited, GUNICORN of them gunicorn apps suspended
+# when idle. Side by side in the same run, nginx with SITES `server` blocks on one port.
 #
 # Prints, for espalier and nginx: time from start to serving; the master's (nginx: all of its
 # processes') resident memory and every process's PSS; the master's descriptors. For espalier
@@ -9,37 +11,42 @@
 # the process it starts), p50 and p99 over COLD sites; requests/s and CPU per request of
 # the active sites under keep-alive load (one wrk thread per site, each with its site's Host),
 # against a config of only the active sites (always running) and against nginx; and the
-# memory given back when the visited pools go idle (idle_timeout). CPU per request is user +
-# system of every server process and thread, from /proc/<pid>/stat. Installs nginx and wrk
-# from Debian if missing.
+# memory given back when the visited pools go idle (idle_timeout: stopped) and when the
+# gunicorn pools are suspended (idle_action = "suspend"); the first https request to a cold
+# site (handshake with a certificate the master reads from the store as the pool starts); a
+# cold gunicorn site's first answer less gunicorn's own start (measured alone, same app);
+# and one site's file changed and reloaded under the load: the reload's time and the failed
+# requests of the other sites. CPU per request is user + system of every server process and
+# thread, from /proc/<pid>/stat. Installs nginx, wrk and gunicorn from Debian if missing.
 #
 #   bench/hosting-scale.sh                      # SITES=10000 (fewer when descriptors are short)
 #   SITES=2000 ACTIVE_PCT=1 DURATION=5 bench/hosting-scale.sh
 #   ESPALIER_BIN=/path/to/espalier bench/hosting-scale.sh
 #
-# Every pool takes, on the shared port, one socket per listening CPU and one hand-off socket,
-# and the master watches a copy of each while the pool sleeps: about 4 descriptors per
-# one-CPU pool. Root raises the limit as needed; where it cannot (a container without
-# CAP_SYS_RESOURCE), SITES is lowered to fit and the script says so.
+# Every pool takes, on each shared port, one socket per listening CPU, and one hand-off
+# socket, and the master watches a copy of each while the pool sleeps: about 6 descriptors
+# per one-CPU pool on two ports. Root raises the limit as needed; where it cannot (a
+# container without CAP_SYS_RESOURCE), SITES is lowered to fit and the script says so.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SITES=${SITES:-10000}
 ACTIVE_PCT=${ACTIVE_PCT:-1}
 COLD=${COLD:-40}
+GUNICORN=${GUNICORN:-3}
 DURATION=${DURATION:-5}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk python3:python3 curl:curl
+need_tools nginx:nginx-light wrk:wrk python3:python3 curl:curl gunicorn:gunicorn -:python3-cryptography
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
 HARD=$(ulimit -Hn)
-NEEDED=$((SITES * 4 + 8192))
+NEEDED=$((SITES * 6 + 8192))
 if [ "$NEEDED" -gt "$HARD" ] && ! (ulimit -Hn "$NEEDED" 2>/dev/null); then
-  FIT=$(((HARD - 8192) / 4))
+  FIT=$(((HARD - 8192) / 6))
   if [ "$FIT" -lt "$SITES" ]; then
     echo "NOTE: the descriptor limit here is $HARD and cannot be raised (no CAP_SYS_RESOURCE): $SITES sites would need about $NEEDED; measuring $FIT sites" >&2
     SITES=$FIT
@@ -58,24 +65,61 @@ NGINX_PORT=$(free_port)
 # The active sites: spread over the range.
 ACTIVE_IDS=$(python3 -c "n,a=$SITES,$ACTIVE; print(' '.join(str(i*n//a) for i in range(a)))")
 
-# config PORT START IDS… — a pool of one worker on the server CPU per site, one static site
-# each, named by the ids.
+# The gunicorn sites: among the others, never visited before their cold start.
+GUNI_IDS=$(python3 -c "n,a,g=$SITES,$ACTIVE,$GUNICORN
+act={i*n//a for i in range(a)}
+print(' '.join(str(i) for i in [i for i in range(n-2,0,-7) if i not in act][:g]))")
+TLS_PORT=$(free_port)
+
+# config DIR PORT TLS_PORT START IDS… — in DIR: espalier.toml including sites.d/*.toml, one
+# file per site: a pool of one worker on the server CPU (a gunicorn app, suspended when idle,
+# for the GUNI_IDS) and its site, on the http port and (TLS_PORT not 0) the https one.
 config() {
-  python3 - "$1" "$2" "$SERVER_CPU" "$(free_port)" "${@:3}" <<'EOF'
-import sys
-port, start, cpu, admin, ids = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-out = [f'[server]\nadmin = "127.0.0.1:{admin}"\nworker_header = true\n']
+  python3 - "$@" "$SERVER_CPU" "$(free_port)" "$GUNI_IDS" "$ROOT" <<'EOF'
+import os, sys
+d, port, tls, start, *rest = sys.argv[1:]
+ids, cpu, admin, guni, root = rest[:-4], rest[-4], rest[-3], set(rest[-2].split()), rest[-1]
+os.makedirs(f"{d}/sites.d", exist_ok=True)
+store = '\ncertificates = "certs"' if tls != "0" else ""
+open(f"{d}/espalier.toml", "w").write(f'include = ["sites.d/*.toml"]\n[server]\nadmin = "127.0.0.1:{admin}"\nworker_header = true{store}\n')
 for i in ids:
-    out.append(f'[[pool]]\nname = "p{i}"\ncpus = "{cpu}"\nstart = "{start}"\n')
+    pool = f'[[pool]]\nname = "p{i}"\ncpus = "{cpu}"\nstart = "{start}"\n'
     if start == "on-demand":
-        out.append('idle_timeout = "10s"\n')
-for i in ids:
-    out.append(f'[[site]]\nname = "s{i}"\nbindings = ["http://127.0.0.1:{port}:s{i}.example"]\nroot = "www"\n[[site.app]]\npool = "p{i}"\n')
-print("".join(out))
+        pool += 'idle_timeout = "10s"\n'
+    if i in guni:
+        pool += f'idle_action = "suspend"\ncommand = ["gunicorn", "--workers", "1", "--bind", "127.0.0.1:{{port}}", "app:app"]\ndirectory = "{root}/examples/apps/wsgi"\n'
+    binds = f'"http://127.0.0.1:{port}:s{i}.example"' + (f', "https://127.0.0.1:{tls}:s{i}.example"' if tls != "0" else "")
+    site = f'[[site]]\nname = "s{i}"\nbindings = [{binds}]\nroot = "www"\n[[site.app]]\npool = "p{i}"\n'
+    open(f"{d}/sites.d/s{i}.toml", "w").write(pool + site)
 EOF
 }
-config "$PORT" on-demand $(seq 0 $((SITES - 1))) >"$WORK/espalier.toml"
-config "$SMALL_PORT" always $ACTIVE_IDS >"$WORK/small.toml"
+echo "making $SITES site files and certificates…" >&2
+config "$WORK" "$PORT" "$TLS_PORT" on-demand $(seq 0 $((SITES - 1)))
+config "$WORK/small" "$SMALL_PORT" 0 always $ACTIVE_IDS
+ln -s "$WORK/www" "$WORK/small/www"
+mkdir -p "$WORK/certs" "$WORK/www2"
+cp "$WORK/www/100.html" "$WORK/www2/"
+python3 - "$WORK/certs" "$SITES" <<'EOF'
+import datetime, sys
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+d, n = sys.argv[1], int(sys.argv[2])
+# One key for all (its generation is not what is measured); a certificate per name.
+key = ec.generate_private_key(ec.SECP256R1())
+pem_key = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+now = datetime.datetime.now(datetime.timezone.utc)
+for i in range(n):
+    host = f"s{i}.example"
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False).sign(key, hashes.SHA256()))
+    open(f"{d}/{host}.pem", "wb").write(cert.public_bytes(serialization.Encoding.PEM))
+    open(f"{d}/{host}.key", "wb").write(pem_key)
+EOF
 python3 - "$SITES" "$NGINX_PORT" "$WORK" "$SERVER_CPU" >"$WORK/nginx/nginx.conf" <<'EOF'
 import sys
 n, port, work, cpu = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -98,10 +142,16 @@ for i in range(n):
 print("}")
 EOF
 
-# The cold sites: others never visited before.
+# The cold sites: others never visited before (http, then as many over https).
 COLD_IDS=$(python3 -c "n,a,c=$SITES,$ACTIVE,$COLD
-act={i*n//a for i in range(a)}
-print(' '.join(str(i) for i in [i for i in range(1,n,max(1,n//(c+1))) if i not in act][:c]))")
+skip={i*n//a for i in range(a)} | set(map(int, '$GUNI_IDS'.split()))
+ids=[i for i in range(1,n) if i not in skip]
+step=max(1,len(ids)//(2*c+1))
+print(' '.join(str(i) for i in ids[::step][:2*c]))")
+COLD_HTTP=$(echo $COLD_IDS | cut -d' ' -f1-"$COLD")
+COLD_HTTPS=$(echo $COLD_IDS | cut -d' ' -f$((COLD + 1))-)
+# The site whose file the reload changes: none of the above.
+RELOADED=$(python3 -c "n=$SITES; used=set(map(int, '$ACTIVE_IDS $GUNI_IDS $COLD_IDS'.split())); print(next(i for i in range(n-1,0,-1) if i not in used))")
 
 now() { date +%s.%N; }
 # serve CONFIG OUT — starts espalier (its pid last in PIDS); sets SERVED_IN to the seconds
@@ -120,51 +170,126 @@ serve() {
 }
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 pss_kib() { local t=0 p v; for p in "$@"; do v=$(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0); t=$((t + ${v:-0})); done; echo "$t"; }
-tree_of() { echo "$1"; pgrep -P "$1" || true; }
-get() { curl -s -o /dev/null -w "%{http_code} %{time_total}\n" -H "Host: s$2.example" "http://127.0.0.1:$1/100.html"; }
-# load PORT PIDS… — keep-alive load, one wrk thread per loaded site (its Host): "requests cpu_us"
+# tree_of PID — it and every descendant (an app's own children included).
+tree_of() { local c; echo "$1"; for c in $(pgrep -P "$1" || true); do tree_of "$c"; done; }
+get() { curl -s -o /dev/null -w "%{http_code} %{time_total}\n" -H "Host: s$2.example" "http://127.0.0.1:$1/${3:-100.html}"; }
+get_tls() { curl -sk -o /dev/null -w "%{http_code} %{time_total}\n" --resolve "s$2.example:$1:127.0.0.1" "https://s$2.example:$1/100.html"; }
+# status_count STATE — pools in STATE, from the admin endpoint.
+status_count() { curl -s "http://$ADMIN/status?per_page=1" | python3 -c "import json,sys; print(json.load(sys.stdin)['counts']['$1'])"; }
+hosts_lua() {
+  python3 -c "ids='$ACTIVE_IDS'.split()[:$LOADED]; print('local hosts = {' + ','.join(f'\"s{i}.example\"' for i in ids) + '}\nlocal n = 0\nfunction setup(thread) n = n + 1; thread:set(\"host\", hosts[n]) end\nfunction init(args) wrk.headers[\"Host\"] = host end')" >"$WORK/hosts.lua"
+}
+errors_of() { awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$1"; }
+# load PORT PIDS… — keep-alive load, one wrk thread per loaded site (its Host):
+# "requests cpu_us requests/s"
 load() {
-  local port=$1 script; shift
-  script="$WORK/hosts.lua"
-  python3 -c "ids='$ACTIVE_IDS'.split()[:$LOADED]; print('local hosts = {' + ','.join(f'\"s{i}.example\"' for i in ids) + '}\nlocal n = 0\nfunction setup(thread) n = n + 1; thread:set(\"host\", hosts[n]) end\nfunction init(args) wrk.headers[\"Host\"] = host end')" >"$script"
-  local before after out
+  local port=$1 before after out reqs; shift
+  hosts_lua
   before=$(proc_ticks "$@")
-  out=$(taskset -c "$CLIENT_CPU" wrk -t"$LOADED" -c$((LOADED * 12)) -d"${DURATION}s" -s "$script" "http://127.0.0.1:$port/100.html")
+  out=$(taskset -c "$CLIENT_CPU" wrk -t"$LOADED" -c$((LOADED * 12)) -d"${DURATION}s" -s "$WORK/hosts.lua" "http://127.0.0.1:$port/100.html")
   after=$(proc_ticks "$@")
-  grep -qE "Non-2xx|Socket errors" <<<"$out" && { echo "wrk saw errors on port $port: $(grep -E 'Non-2xx|Socket errors' <<<"$out")" >&2; exit 1; }
-  local reqs; reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+  [ "$(errors_of "$out")" = 0 ] || { echo "wrk saw errors on port $port: $(grep -E 'Non-2xx|Socket errors' <<<"$out")" >&2; exit 1; }
+  reqs=$(awk '/requests in/ {print $1}' <<<"$out")
   python3 -c "print($reqs, round(($after - $before) / $(getconf CLK_TCK) * 1e6 / $reqs, 2), $(awk '/Requests\/sec/ {print $2}' <<<"$out"))"
 }
 percentile() { python3 -c "import sys; v=sorted(float(x) for x in sys.argv[2:]); print(round(v[min(len(v)-1, int(len(v)*$1/100))]*1000, 1))" "$@"; }
+ms_less() { python3 -c "print(round(($1 - $2) * 1000, 1))"; }
 
-echo "espalier: $SITES sites in $SITES on-demand pools on one port; nginx: $SITES server blocks" >&2
+# gunicorn's own start, alone, the same app and command: seconds from its start to its first
+# answer, polled every 2 ms (as espalier's readiness probe does). The median of three.
+G_ALONE_MED=$(cd "$ROOT/examples/apps/wsgi" && python3 - "$(free_port)" "$SERVER_CPU" <<'EOF'
+import socket, statistics, subprocess, sys, time
+port, cpu = int(sys.argv[1]), sys.argv[2]
+took = []
+for _ in range(3):
+    t0 = time.monotonic()
+    p = subprocess.Popen(["taskset", "-c", cpu, "gunicorn", "--workers", "1", "--bind", f"127.0.0.1:{port}", "app:app"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while True:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=1)
+            s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            answer = s.recv(12)
+            s.close()
+            if answer.startswith(b"HTTP/1."):
+                took.append(time.monotonic() - t0)
+                break
+        except OSError:
+            time.sleep(0.002)
+            continue
+        time.sleep(0.002)
+    p.terminate(); p.wait()
+print(statistics.median(took))
+EOF
+)
+
+echo "espalier: $SITES sites in $SITES on-demand pools (one file each) on one http and one https port; nginx: $SITES server blocks" >&2
 serve espalier.toml espalier.out
 READY=$SERVED_IN
 MASTER=${PIDS[-1]}
+ADMIN=$(sed -n 's/^admin = "\(.*\)"/\1/p' "$WORK/espalier.toml")
 E_RSS=$(rss_kib "$MASTER")
 E_FDS=$(ls "/proc/$MASTER/fd" | wc -l)
 E_PSS=$(pss_kib $(tree_of "$MASTER"))
-# Cold sites: each first request starts its pool's process.
-COLD_T=()
-for i in $COLD_IDS; do
+# The active sites: woken, then loaded.
+for i in $ACTIVE_IDS; do get "$PORT" "$i" >/dev/null; done
+read -r E_REQS E_CPU E_RPS < <(load "$PORT" $(tree_of "$MASTER"))
+# Loaded again; midway, one other site's file changes (its root) and is reloaded: the reload's
+# time, the loaded sites' failures, and whether any of their processes was replaced.
+active_pids() {
+  curl -s "http://$ADMIN/status?state=running&per_page=1000" | python3 -c "import json,sys
+act={'p'+i for i in '$ACTIVE_IDS'.split()}
+print(' '.join(sorted(str(w['pid']) for p in json.load(sys.stdin)['pools'] if p['name'] in act for w in p['workers'] if w['pid'])))"
+}
+BEFORE_PIDS=$(active_pids)
+hosts_lua
+taskset -c "$CLIENT_CPU" wrk -t"$LOADED" -c$((LOADED * 12)) -d"${DURATION}s" -s "$WORK/hosts.lua" "http://127.0.0.1:$PORT/100.html" >"$WORK/wrk.out" &
+WRK=$!
+sleep "$(python3 -c "print($DURATION / 2)")"
+sed -i 's|^root = "www"|root = "www2"|' "$WORK/sites.d/s$RELOADED.toml"
+t0=$(now)
+"$ESPALIER" reload --admin "$ADMIN" >"$WORK/reload.out" 2>&1 || { echo "reload failed: $(cat "$WORK/reload.out")" >&2; exit 1; }
+RELOAD_S=$(python3 -c "print(round($(now) - $t0, 3))")
+wait "$WRK"
+R_ERRORS=$(errors_of "$(cat "$WORK/wrk.out")")
+R_REQS=$(awk '/requests in/ {print $1}' "$WORK/wrk.out")
+AFTER_PIDS=$(active_pids)
+RESTARTED=$(comm -23 <(tr ' ' '\n' <<<"$BEFORE_PIDS" | grep . | sort) <(tr ' ' '\n' <<<"$AFTER_PIDS" | grep . | sort) | wc -l)
+RELOAD_LINE=$(grep -o "reloaded [^;]*" "$WORK/espalier.out" | tail -1 | sed 's/.*toml: //')
+# Cold sites: each first request starts its pool's process; over https, its certificate is
+# read from the store for the starting worker.
+COLD_T=(); COLD_TLS_T=(); GUNI_T=()
+for i in $COLD_HTTP; do
   read -r code t < <(get "$PORT" "$i")
   [ "$code" = 200 ] || { echo "cold site s$i answered $code" >&2; exit 1; }
   COLD_T+=("$t")
 done
-# The active sites: woken, then loaded.
-for i in $ACTIVE_IDS; do get "$PORT" "$i" >/dev/null; done
-read -r E_REQS E_CPU E_RPS < <(load "$PORT" $(tree_of "$MASTER"))
+for i in $COLD_HTTPS; do
+  read -r code t < <(get_tls "$TLS_PORT" "$i")
+  [ "$code" = 200 ] || { echo "cold https site s$i answered $code" >&2; exit 1; }
+  COLD_TLS_T+=("$t")
+done
+for i in $GUNI_IDS; do
+  read -r code t < <(get "$PORT" "$i" "")
+  [ "$code" = 200 ] || { echo "cold gunicorn site s$i answered $code" >&2; exit 1; }
+  GUNI_T+=("$(ms_less "$t" "$G_ALONE_MED")")
+done
+GUNI_PIDS=$(tree_of "$MASTER" | while read -r p; do if grep -qs gunicorn "/proc/$p/cmdline"; then echo "$p"; fi; done)
+G_PSS_RUN=$(pss_kib $GUNI_PIDS)
 E_PSS_BUSY=$(pss_kib $(tree_of "$MASTER"))
 E_PROCS=$(($(tree_of "$MASTER" | wc -l) - 1))
-# Idle: the visited pools sleep again after idle_timeout (10 s).
-for _ in $(seq 60); do
-  [ "$(pgrep -P "$MASTER" | wc -l)" = 0 ] && break
+# Idle: the visited static pools stop, the gunicorn ones are suspended (idle_timeout 10 s).
+for _ in $(seq 90); do
+  [ "$(status_count running)" = 0 ] && break
   sleep 1
 done
 E_PSS_IDLE=$(pss_kib $(tree_of "$MASTER"))
+G_PSS_SUSP=$(pss_kib $GUNI_PIDS)
+SUSPENDED=$(status_count suspended)
+SUSPEND_LINE=$(grep -o "suspended, resident memory [^;]*" "$WORK/espalier.out" | head -1 | sed 's/suspended, //')
 stop_all
 
-serve small.toml small.out
+serve small/espalier.toml small.out
 SMALL_READY=$SERVED_IN
 SMALL=${PIDS[-1]}
 read -r S_REQS S_CPU S_RPS < <(load "$SMALL_PORT" $(tree_of "$SMALL"))
@@ -184,7 +309,7 @@ stop_all
 ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 mib() { python3 -c "print(round($1/1024, 1))"; }
 echo
-echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs, $SITES sites on one port, $ACTIVE active ($LOADED under load), servers on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU"
+echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs, $SITES sites on one http and one https port, $ACTIVE active ($LOADED under load), servers on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU"
 printf '%-44s %14s %14s %8s\n' "" "espalier" "nginx" "ratio"
 printf '%-44s %14s %14s %8s\n' "ready (s)" "$READY" "$N_READY" "$(ratio "$READY" "$N_READY")"
 printf '%-44s %14s %14s %8s\n' "master RSS (MiB; nginx: all processes)" "$(mib "$E_RSS")" "$(mib "$N_RSS")" "$(ratio "$E_RSS" "$N_RSS")"
@@ -192,9 +317,13 @@ printf '%-44s %14s %14s %8s\n' "PSS of every process at start (MiB)" "$(mib "$E_
 printf '%-44s %14s %14s\n' "master's descriptors" "$E_FDS" "$N_FDS"
 printf '%-44s %14s %14s %8s\n' "active sites: requests/s" "$E_RPS" "$N_RPS" "$(ratio "$E_RPS" "$N_RPS")"
 printf '%-44s %14s %14s %8s\n' "active sites: CPU µs per request" "$E_CPU" "$N_CPU" "$(ratio "$E_CPU" "$N_CPU")"
+echo "(nginx serves http only, its $SITES names in one server_names hash)"
 echo
 echo "espalier alone:"
-echo "  processes running at start: 0 of $SITES pools; after visiting $ACTIVE + $COLD sites: $E_PROCS"
-echo "  first request to a cold site (its process starts): p50 $(percentile 50 "${COLD_T[@]}") ms, p99 $(percentile 99 "${COLD_T[@]}") ms over $COLD sites"
+echo "  processes running at start: 0 of $SITES pools; after visiting $ACTIVE + $((2 * COLD)) + $GUNICORN sites: $E_PROCS"
+echo "  first request to a cold static site (its process starts): http p50 $(percentile 50 "${COLD_T[@]}") ms, p99 $(percentile 99 "${COLD_T[@]}") ms over $COLD sites; https (certificate from the store) p50 $(percentile 50 "${COLD_TLS_T[@]}") ms, p99 $(percentile 99 "${COLD_TLS_T[@]}") ms over $COLD"
+echo "  first request to a cold gunicorn site, less gunicorn's own start alone ($(python3 -c "print(round($G_ALONE_MED * 1000))") ms): $(echo "${GUNI_T[@]}" | sed 's/ / ms, /g') ms"
 echo "  active sites vs a config of only them ($ACTIVE pools, always running, ready in ${SMALL_READY}s): requests/s $(ratio "$E_RPS" "$S_RPS"), CPU per request $(ratio "$E_CPU" "$S_CPU")"
-echo "  PSS: $(mib "$E_PSS") MiB at start, $(mib "$E_PSS_BUSY") MiB with the visited pools running, $(mib "$E_PSS_IDLE") MiB once they slept again (idle_timeout 10 s): $(mib $((E_PSS_BUSY - E_PSS_IDLE))) MiB given back"
+echo "  one site's file changed and reloaded under load on $LOADED others: ${RELOAD_S}s ($RELOAD_LINE); their processes replaced: $RESTARTED; their failed requests: $R_ERRORS of $R_REQS"
+echo "  PSS: $(mib "$E_PSS") MiB at start, $(mib "$E_PSS_BUSY") MiB with the visited pools running, $(mib "$E_PSS_IDLE") MiB once idle (idle_timeout 10 s): $(mib $((E_PSS_BUSY - E_PSS_IDLE))) MiB given back"
+echo "  suspended gunicorn pools ($SUSPENDED): their processes' PSS $(mib "$G_PSS_RUN") MiB running → $(mib "$G_PSS_SUSP") MiB suspended (first: $SUSPEND_LINE; no swap here: only file-backed pages can go)"

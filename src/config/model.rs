@@ -292,33 +292,43 @@ impl fmt::Display for Binding {
     }
 }
 
+/// A site. In a worker's spec, most sites are another pool's [`outline`](SiteSpec::outline),
+/// so what is empty is not written (a hoster's thousands of outlines stay a few bytes each).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SiteSpec {
     pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bindings: Vec<Binding>,
     /// Document root, resolved against the config file's folder; `None` = built-in page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<PathBuf>,
     /// Index files tried for a directory, in order. Default `["index.html"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub index: Vec<String>,
     /// Serve symlinks that lead outside `root`. Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub follow_symlinks: bool,
     pub apps: Vec<AppSpec>,
     /// Where and how the site's requests are logged; `None` = not logged.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<AccessLogSpec>,
     /// Whether its bindings' connections start with a PROXY protocol header (v1 or v2) from a
     /// load balancer, naming the real client. Default false.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub proxy_protocol: bool,
     /// Its certificate chain and key for `https://` bindings (`tls = { cert, key }`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsFiles>,
     /// `Strict-Transport-Security` sent with its answers over TLS (`max-age=…`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hsts: Option<String>,
     /// Its `http://` bindings answer 308 to the same URL on its first https port.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub redirect_to_https: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl SiteSpec {
@@ -328,24 +338,25 @@ impl SiteSpec {
         self.apps.iter().any(|a| a.pool == pool)
     }
 
-    /// What another pool's worker is told of the site: its name, bindings and which pool
-    /// serves which path — what routing and hand-off need — without its root, log,
-    /// certificate and policies. Hosting thousands of sites, those were most of every
+    /// What another pool's worker is told of the site: its name and which pool serves which
+    /// path — what routing and hand-off need (the address's host table says which names lead
+    /// to it) — without its bindings, root, log, certificate and policies, which only the
+    /// pools that serve it act on. Hosting thousands of sites, those were most of every
     /// worker's spec; and a change to them (a reload of one site's file) leaves the other
     /// pools' workers as they are.
     pub fn outline(&self) -> SiteSpec {
         SiteSpec {
             name: self.name.clone(),
-            bindings: self.bindings.clone(),
+            bindings: Vec::new(),
             root: None,
             index: Vec::new(),
             follow_symlinks: false,
             apps: self.apps.clone(),
             access_log: None,
-            proxy_protocol: self.proxy_protocol,
+            proxy_protocol: false,
             tls: None,
             hsts: None,
-            redirect_to_https: self.redirect_to_https,
+            redirect_to_https: false,
         }
     }
 

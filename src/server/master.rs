@@ -63,7 +63,7 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
     let mut handoffs = super::handoffs::Handoffs::new()?;
     handoffs.ensure(&groups, &config.pools, plan)?;
-    let specs = super::spawn::worker_specs(config, plan, &groups, &handoffs, topology);
+    let specs = super::spawn::worker_specs(config, plan, &groups, &handoffs, topology, |_| true);
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

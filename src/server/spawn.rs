@@ -25,6 +25,7 @@ pub(super) fn worker_specs(
     groups: &[ListenerGroup],
     handoffs: &Handoffs,
     topology: &Topology,
+    wanted: impl Fn(&str) -> bool,
 ) -> Vec<WorkerSpec> {
     // Built once and shared by every spec, or indexed once: with thousands of pools on one
     // port, anything per worker that scanned every pool or socket made the start quadratic.
@@ -51,8 +52,11 @@ pub(super) fn worker_specs(
         .iter()
         .enumerate()
         .filter_map(|(w, worker)| {
-            // The plan names configured pools (it was made from them).
-            let pool = *pools.get(worker.pool.as_str())?;
+            // The plan names configured pools (it was made from them); a reload asks only for
+            // the pools it changes.
+            let pool = *pools
+                .get(worker.pool.as_str())
+                .filter(|_| wanted(&worker.pool))?;
             let my_groups: &[usize] = groups_of.get(pool.name.as_str()).map_or(&[], Vec::as_slice);
             let activated = pool.activated();
             let threads = super::listeners::listening_cpus(worker, activated)

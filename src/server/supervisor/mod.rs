@@ -299,6 +299,8 @@ pub(super) async fn run(
         }
     }
     super::admin::start(config, topology, tx.clone());
+    // Reading and checking thousands of sites' files left freed memory in the heap's arenas.
+    os::process::release_free_memory();
     log(
         "master",
         format!(

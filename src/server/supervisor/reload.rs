@@ -17,15 +17,16 @@ use crate::config::Config;
 use crate::server::lifecycle;
 use crate::server::listeners::ListenerGroup;
 use crate::server::log;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 impl Supervisor {
     /// `slot` with its pool's index among the new pools. A slot whose pool is not there (the
     /// plan rules it out) has its processes retire, with a line, rather than the master
     /// panicking — which would take every worker down.
-    fn placed(&mut self, mut slot: Slot) -> Option<Slot> {
+    fn placed(&mut self, mut slot: Slot, index: &HashMap<String, usize>) -> Option<Slot> {
         let pool = slot.spec.pool.clone();
-        if let Some(k) = self.pools.iter().position(|p| p.spec.name == pool) {
+        if let Some(&k) = index.get(&pool) {
             slot.pool = k;
             return Some(slot);
         }
@@ -88,13 +89,16 @@ impl Supervisor {
             },
             server_changed,
         );
+        let new_names: HashSet<&str> = new.pools.iter().map(|p| p.name.as_str()).collect();
         let removed: Vec<String> = self
             .config
             .pools
             .iter()
-            .filter(|p| new.pool(&p.name).is_none())
+            .filter(|p| !new_names.contains(p.name.as_str()))
             .map(|p| p.name.clone())
             .collect();
+        let changed_set: HashSet<String> = changed.iter().cloned().collect();
+        let removed_set: HashSet<String> = removed.iter().cloned().collect();
 
         // Listener groups, in two phases, like nginx's reload building its new cycle beside
         // the old one: first everything that can fail — binding new addresses, opening the
@@ -110,7 +114,7 @@ impl Supervisor {
             crate::server::listeners::SocketOwners,
         )> = Vec::new();
         for w in wanted.iter_mut() {
-            if !w.pools.iter().any(|p| changed.contains(p)) {
+            if !w.pools.iter().any(|p| changed_set.contains(p)) {
                 continue;
             }
             let owners =
@@ -180,12 +184,13 @@ impl Supervisor {
             &self.groups,
             &self.handoffs,
             &self.topology,
+            |pool| changed_set.contains(pool),
         );
         let mut slots = Vec::new();
         for mut slot in std::mem::take(&mut self.slots) {
             let pool = slot.spec.pool.clone();
-            if changed.contains(&pool) || removed.contains(&pool) {
-                let gone = removed.contains(&pool);
+            let gone = removed_set.contains(pool.as_str());
+            if gone || changed_set.contains(pool.as_str()) {
                 for mut p in slot
                     .current
                     .take()
@@ -204,18 +209,21 @@ impl Supervisor {
                 slots.push(slot);
             }
         }
+        // Pools by name, matched once each (thousands of them: no search per pool or slot).
+        let mut old_pools: HashMap<String, PoolRt> = self
+            .pools
+            .drain(..)
+            .map(|p| (p.spec.name.clone(), p))
+            .collect();
         let mut pools: Vec<PoolRt> = Vec::new();
         for p in &new.pools {
-            let old = self
-                .pools
-                .iter()
-                .position(|x| x.spec.name == p.name)
-                .map(|i| self.pools.remove(i));
-            let mut rt = old.unwrap_or_else(|| PoolRt::new(p.clone()));
+            let mut rt = old_pools
+                .remove(&p.name)
+                .unwrap_or_else(|| PoolRt::new(p.clone()));
             rt.spec = p.clone();
             pools.push(rt);
         }
-        for gone in self.pools.drain(..) {
+        for gone in old_pools.into_values() {
             for r in gone.responders {
                 r.abort();
             }
@@ -225,11 +233,20 @@ impl Supervisor {
             }
         }
         self.pools = pools;
-        let mut placed: Vec<Slot> = slots.into_iter().filter_map(|s| self.placed(s)).collect();
+        let index: HashMap<String, usize> = self
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.spec.name.clone(), i))
+            .collect();
+        let mut placed: Vec<Slot> = slots
+            .into_iter()
+            .filter_map(|s| self.placed(s, &index))
+            .collect();
         let first_new = placed.len();
-        for spec in specs.into_iter().filter(|s| changed.contains(&s.pool)) {
+        for spec in specs {
             for slot in Slot::for_spec(spec, 0, &new) {
-                placed.extend(self.placed(slot));
+                placed.extend(self.placed(slot, &index));
             }
         }
         self.slots = placed;
@@ -280,6 +297,8 @@ impl Supervisor {
             // As nginx's reload: logs moved away are reopened by the workers that stay.
             self.reopen_logs();
         }
+        // The old configuration's and the new one's reading left freed memory behind.
+        crate::os::process::release_free_memory();
         outcome
     }
 }
