@@ -235,10 +235,11 @@ E_PSS=$(pss_kib $(tree_of "$MASTER"))
 for i in $ACTIVE_IDS; do get "$PORT" "$i" >/dev/null; done
 read -r E_REQS E_CPU E_RPS < <(load "$PORT" $(tree_of "$MASTER"))
 # Loaded again; midway, one other site's file changes (its root) and is reloaded: the reload's
-# time, the loaded sites' failures, and whether any of their processes was replaced.
+# time, the loaded sites' failures, and whether any of their processes was replaced (the
+# loaded ones: the other active pools may meanwhile stop for idleness).
 active_pids() {
   curl -s "http://$ADMIN/status?state=running&per_page=1000" | python3 -c "import json,sys
-act={'p'+i for i in '$ACTIVE_IDS'.split()}
+act={'p'+i for i in '$ACTIVE_IDS'.split()[:$LOADED]}
 print(' '.join(sorted(str(w['pid']) for p in json.load(sys.stdin)['pools'] if p['name'] in act for w in p['workers'] if w['pid'])))"
 }
 BEFORE_PIDS=$(active_pids)

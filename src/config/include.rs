@@ -47,7 +47,8 @@ pub(super) fn gather(
     };
     let patterns = main.include.take().unwrap_or_default();
     let mut errors = Vec::new();
-    let mut seen: Vec<PathBuf> = std::fs::canonicalize(main_path).into_iter().collect();
+    let mut seen: std::collections::HashSet<PathBuf> =
+        std::fs::canonicalize(main_path).into_iter().collect();
     for (k, pattern) in patterns.iter().enumerate() {
         let at = |message: String| ConfigError {
             file: g.sources[0].file.clone(),
@@ -67,10 +68,9 @@ pub(super) fn gather(
         for path in files {
             // A file two patterns match is read once; the main file never again.
             let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-            if seen.contains(&canonical) {
+            if !seen.insert(canonical) {
                 continue;
             }
-            seen.push(canonical);
             match read_one(&path) {
                 Ok((raw, source)) => {
                     let file = g.sources.len();

@@ -109,6 +109,7 @@ impl Config {
             pool_origin: gathered.pool_origin,
             site_origin: gathered.site_origin,
             store: false,
+            pool_index: Default::default(),
             errors: Vec::new(),
         };
         let config = v.config(gathered.raw, &base, topology);

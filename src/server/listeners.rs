@@ -49,11 +49,14 @@ impl ListenerGroup {
 /// (indices into the config's sites) and the pools serving them.
 pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
     let mut groups: Vec<ListenerGroup> = Vec::new();
+    // Per group, its pools as a set too: thousands of pools share a hoster's port.
+    let mut pools_of: Vec<std::collections::HashSet<String>> = Vec::new();
     for (site_idx, site) in config.sites.iter().enumerate() {
         for b in &site.bindings {
-            let g = match groups.iter().position(|g| g.addr == b.addr) {
-                Some(k) => &mut groups[k],
+            let k = match groups.iter().position(|g| g.addr == b.addr) {
+                Some(k) => k,
                 None => {
+                    pools_of.push(Default::default());
                     groups.push(ListenerGroup {
                         pools: Vec::new(),
                         addr: b.addr,
@@ -67,22 +70,28 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
                         owners: Vec::new(),
                         owner_pools: Vec::new(),
                     });
-                    groups.last_mut().expect("pushed above")
+                    groups.len() - 1
                 }
             };
+            let g = &mut groups[k];
             g.routes.hosts.push((b.host.clone(), site_idx));
             // The sites of an address agree (checked with the config).
             g.routes.proxy_protocol |= site.proxy_protocol;
             for a in &site.apps {
-                if !g.pools.contains(&a.pool) {
+                if pools_of[k].insert(a.pool.clone()) {
                     g.pools.push(a.pool.clone());
                 }
             }
         }
     }
-    let rank = |p: &String| config.pools.iter().position(|c| &c.name == p);
+    let rank: std::collections::HashMap<&str, usize> = config
+        .pools
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.as_str(), i))
+        .collect();
     for g in &mut groups {
-        g.pools.sort_by_key(rank);
+        g.pools.sort_by_key(|p| rank.get(p.as_str()).copied());
     }
     groups
 }

@@ -30,6 +30,8 @@ pub(super) struct Validator {
     /// Whether `[server] certificates` names a store (a site's https bindings may then go
     /// without `tls`).
     pub(super) store: bool,
+    /// The pools by name, once they are read (sites look theirs up: thousands of each).
+    pub(super) pool_index: std::collections::HashMap<String, usize>,
     pub(super) errors: Vec<ConfigError>,
 }
 
@@ -158,6 +160,12 @@ impl Validator {
             }
             pools.push(pool);
         }
+        self.pool_index = pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .rev()
+            .collect();
         let mut sites: Vec<SiteSpec> = Vec::new();
         let mut site_names = std::collections::HashSet::new();
         for (i, rs) in raw.site.into_iter().enumerate() {

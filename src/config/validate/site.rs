@@ -102,7 +102,8 @@ impl Validator {
                     String::new()
                 }
             };
-            if !pool.is_empty() && !pools.iter().any(|p| p.name == pool) {
+            let named = self.pool_index.get(&pool).map(|&k| &pools[k]);
+            if !pool.is_empty() && named.is_none() {
                 let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
                 let hint = if names.is_empty() {
                     "define a [[pool]] with that name".to_string()
@@ -111,10 +112,7 @@ impl Validator {
                 };
                 self.err(&ap("pool"), format!("no pool is named `{pool}`; {hint}"));
             }
-            let app_pool = pools
-                .iter()
-                .find(|p| p.name == pool)
-                .and_then(|p| p.app.as_ref());
+            let app_pool = named.and_then(|p| p.app.as_ref());
             if let Some(app) = app_pool {
                 if ra.handler.is_some() {
                     self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler`"));
@@ -154,15 +152,18 @@ impl Validator {
         }
         // An activated application accepts the site's connections itself: no other pool
         // can be given a path of the same site.
-        let activated = |pool: &str| {
-            pools.iter().any(|p| {
-                p.name == pool
-                    && p.app
+        let activated: Option<AppSpec> = apps
+            .iter()
+            .find(|a| {
+                self.pool_index.get(&a.pool).is_some_and(|&k| {
+                    pools[k]
+                        .app
                         .as_ref()
-                        .is_some_and(|a| a.transport == Transport::Activation)
+                        .is_some_and(|app| app.transport == Transport::Activation)
+                })
             })
-        };
-        if let Some(a) = apps.iter().find(|a| activated(&a.pool)) {
+            .cloned();
+        if let Some(a) = &activated {
             if let Some(other) = apps.iter().find(|o| o.pool != a.pool) {
                 let msg = format!(
                     "site `{name}` sends `{}` to pool `{}` and `{}` to pool `{}`, but pool `{}` uses transport = \"activation\": its application accepts every connection of the site itself; use transport = \"proxy\", or give the other pool its own site",
@@ -187,13 +188,13 @@ impl Validator {
                     apps[0].path, apps[0].pool, other.path, other.pool
                 );
                 self.err(&at_binding, msg);
-            } else if let Some(a) = apps.iter().find(|a| activated(&a.pool)) {
+            } else if let Some(a) = &activated {
                 let msg = format!("is https, but pool `{}` uses transport = \"activation\": its application would accept the TLS connections itself; use transport = \"proxy\" (espalier terminates TLS and forwards)", a.pool);
                 self.err(&at_binding, msg);
             }
         }
         let proxy_protocol = raw.proxy_protocol.unwrap_or(false);
-        if let Some(a) = apps.iter().find(|a| proxy_protocol && activated(&a.pool)) {
+        if let Some(a) = activated.as_ref().filter(|_| proxy_protocol) {
             let msg = format!(
                 "site `{name}` expects a PROXY protocol header, but pool `{}` uses transport = \"activation\": its application accepts the connections itself and would read the header as HTTP; use transport = \"proxy\", or remove proxy_protocol",
                 a.pool

@@ -255,7 +255,16 @@ impl Supervisor {
         // A stopped pool stays stopped, and a sleeping one asleep: shared addresses keep
         // steering around them.
         // Pool indices moved: every proxied pool's fronts hear again where its apps are.
-        self.upstreams_unsent = (0..self.pools.len()).collect();
+        // (Only pools with an app behind fronts have any: a pass over the slots each.)
+        self.upstreams_unsent = (0..self.pools.len())
+            .filter(|&p| {
+                self.pools[p]
+                    .spec
+                    .app
+                    .as_ref()
+                    .is_some_and(|a| a.transport != crate::config::Transport::Activation)
+            })
+            .collect();
         self.make_cgroups_for(first_new);
         for i in first_new..self.slots.len() {
             if self.pools[self.slots[i].pool].stopped.is_some() {
