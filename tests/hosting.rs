@@ -611,3 +611,55 @@ fn twelve_hundred_sites_on_one_port_start_and_each_is_answered_by_its_pool() {
     }
     assert_eq!(get_host(addr, "s1200.example", "/").status, 421);
 }
+
+/// A hoster's machine in small: 2 000 sites in 2 000 pools (on demand, the default from 100
+/// pools on), one file each, on one port. `serve` starts with no pool process; a few sites,
+/// from first to last, are each answered by their own pool, which wakes for it; the status
+/// counts the rest idle.
+#[test]
+fn two_thousand_sites_in_their_own_pools_and_files_start_and_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::create_dir(dir.path().join("sites.d")).unwrap();
+    for i in 0..2000 {
+        std::fs::write(
+            dir.path().join(format!("sites.d/s{i}.toml")),
+            format!(
+                "[[pool]]\nname = \"p{i}\"\n{}",
+                dynamic_site(port, &format!("s{i}"), &format!("p{i}"))
+            ),
+        )
+        .unwrap();
+    }
+    let server = Server::with_config(
+        dir.path(),
+        "include = [\"sites.d/*.toml\"]\n[server]\nworker_header = true\n",
+    );
+    assert!(
+        server.workers().is_empty(),
+        "no pool runs before its first visitor"
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for i in [0, 777, 1999] {
+        let r = get_host(addr, &format!("s{i}.example"), "/");
+        assert_eq!(r.status, 200, "s{i}: {}", server.log_text());
+        assert_eq!(pool_of(&r), format!("p{i}"));
+    }
+    assert_eq!(get_host(addr, "s2000.example", "/").status, 421);
+    // Those three run; so may the one whose socket took the very first connection, when
+    // every pool of the port slept (it woke, and handed the connection on).
+    server.wait_until("the visited pools running", Duration::from_secs(30), |s| {
+        use espalier::server::status::PoolState;
+        let status = s.status();
+        let running = |name: &str| {
+            status
+                .pools
+                .iter()
+                .any(|p| p.name == name && p.state == PoolState::Running)
+        };
+        let c = status.counts;
+        ["p0", "p777", "p1999"].iter().all(|p| running(p))
+            && (3..=4).contains(&c.running)
+            && c.running + c.idle == 2000
+    });
+}
