@@ -266,8 +266,23 @@ impl HandlerKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AppSpec {
     pub path: String,
+    /// Empty for a static path that names no pool on a site whose other paths do: it is
+    /// served by whichever of the site's pools holds the connection (see [`Self::any_pool`]).
     pub pool: String,
     pub handler: HandlerKind,
+}
+
+impl AppSpec {
+    /// A static path served by whichever pool holds the connection (`/static/` beside a
+    /// proxied or FastCGI app, on https as on http: a TLS connection belongs to one pool).
+    pub fn any_pool(&self) -> bool {
+        self.pool.is_empty()
+    }
+
+    /// Whether `pool` answers this path when it holds the connection.
+    pub fn answered_by(&self, pool: &str) -> bool {
+        self.any_pool() || self.pool == pool
+    }
 }
 
 /// Where a site listens: `http://IP:PORT[:HOST]`, IIS's `protocol://ip:port:host`.

@@ -748,3 +748,64 @@ fn a_warmup_page_is_a_small_file_of_an_on_demand_pool_on_plain_http() {
         "{e}"
     );
 }
+
+#[test]
+fn a_static_path_beside_an_app_goes_with_the_connection_on_https_too() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("public")).unwrap();
+    let main = dir.path().join("espalier.toml");
+    let topo = fixture("dl980");
+    let pools = "[[pool]]\nname = \"web\"\ncommand = [\"python3\", \"app.py\"]\n[[pool]]\nname = \"other\"\n";
+    let load = |apps: &str, root: bool| {
+        let root = if root { "root = \"public\"\n" } else { "" };
+        std::fs::write(&main, format!("[server]\ncertificates = \".\"\n{pools}[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:8443:s.example\"]\n{root}{apps}")).unwrap();
+        Config::load(&main, &topo)
+    };
+    let web = "[[site.app]]\npool = \"web\"\n";
+    let statics = "[[site.app]]\npath = \"/static/\"\nhandler = \"static\"\n";
+    // No pool: served by the connection's pool, whatever the scheme.
+    let c = load(&format!("{web}{statics}"), true).unwrap();
+    let s = &c.sites[0];
+    assert!(s.apps[1].any_pool() && s.apps[1].handler == HandlerKind::Static);
+    assert!(s.apps[1].answered_by("web") && !s.apps[0].answered_by("other"));
+    // Named with the app's own pool: the same.
+    let c = load(
+        &format!("{web}[[site.app]]\npath = \"/static/\"\npool = \"web\"\nhandler = \"static\"\n"),
+        true,
+    )
+    .unwrap();
+    assert_eq!(c.sites[0].apps[1].handler, HandlerKind::Static);
+    // Files need the root; other handlers are still the app's to answer.
+    let e = load(&format!("{web}{statics}"), false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("a static path beside an application serves files from the site's `root`"),
+        "{e}"
+    );
+    let e = load(
+        &format!("{web}[[site.app]]\npath = \"/x\"\npool = \"web\"\nhandler = \"dynamic\"\n"),
+        true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("runs an application (`command`), which answers the requests; remove `handler`"),
+        "{e}"
+    );
+    // Two app pools over TLS: refused, saying what to do.
+    let e = load(
+        &format!("{web}[[site.app]]\npath = \"/api\"\npool = \"other\"\n{statics}"),
+        true,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("is https, and site `s` sends `/` to pool `web` but `/api` to pool `other`")
+            && e.contains("its static paths may name no pool"),
+        "{e}"
+    );
+    // A site of static paths alone names a pool somewhere.
+    let e = load(statics, true).unwrap_err().to_string();
+    assert!(e.contains("site `s`'s apps name no `pool`"), "{e}");
+}

@@ -137,7 +137,7 @@ impl ThreadService {
                 let shared = g.hosts.iter().any(|(_, site)| {
                     sites
                         .get(*site)
-                        .is_some_and(|s| s.apps.iter().any(|a| a.pool != pool))
+                        .is_some_and(|s| s.apps.iter().any(|a| !a.answered_by(pool)))
                 });
                 Group {
                     addr: g.addr,
@@ -163,7 +163,9 @@ impl ThreadService {
                     .iter()
                     .map(|a| App {
                         path: a.path.trim_end_matches('/').to_string(),
-                        handler: if a.pool != pool {
+                        // A static path without a pool is answered by whoever holds the
+                        // connection; another pool's path is handed to it.
+                        handler: if !a.answered_by(pool) {
                             AppHandler::Elsewhere(target_of.get(a.pool.as_str()).copied())
                         } else {
                             match a.handler {
@@ -212,15 +214,16 @@ impl ThreadService {
                         })
                         .ok()
                 });
-                let whole = if s.apps.iter().all(|a| a.pool == pool) {
-                    Whole::Mine
-                } else if s.apps.iter().all(|a| a.pool == s.apps[0].pool) {
-                    match apps.first().map(|a| &a.handler) {
-                        Some(AppHandler::Elsewhere(k)) => Whole::Other(*k),
-                        _ => Whole::Split,
-                    }
-                } else {
-                    Whole::Split
+                // Static paths without a pool go with the connection: they never split a site,
+                // and a site whose other paths are another pool's goes to it whole.
+                let mut named = s.apps.iter().filter(|a| !a.any_pool());
+                let first = named.next().map(|a| a.pool.as_str());
+                let one_pool = named.all(|a| Some(a.pool.as_str()) == first);
+                let whole = match first {
+                    None => Whole::Mine,
+                    Some(p) if one_pool && p == pool => Whole::Mine,
+                    Some(p) if one_pool => Whole::Other(target_of.get(p).copied()),
+                    Some(_) => Whole::Split,
                 };
                 let hsts = s
                     .hsts

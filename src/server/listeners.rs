@@ -77,7 +77,7 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
             g.routes.hosts.push((b.host.clone(), site_idx));
             // The sites of an address agree (checked with the config).
             g.routes.proxy_protocol |= site.proxy_protocol;
-            for a in &site.apps {
+            for a in site.apps.iter().filter(|a| !a.any_pool()) {
                 if pools_of[k].insert(a.pool.clone()) {
                     g.pools.push(a.pool.clone());
                 }

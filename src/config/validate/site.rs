@@ -86,9 +86,13 @@ impl Validator {
             if !path.starts_with('/') {
                 self.err(&ap("path"), format!("`{path}` must start with `/`"));
             }
+            let static_asked = ra.handler.as_deref() == Some("static");
             let pool = match ra.pool {
                 Some(p) => p,
                 None if pools.len() == 1 => pools[0].name.clone(),
+                // Served by whichever of the site's pools holds the connection (one of its
+                // other apps must name one: checked below).
+                None if static_asked => String::new(),
                 None => {
                     self.err(
                         &[
@@ -114,8 +118,11 @@ impl Validator {
             }
             let app_pool = named.and_then(|p| p.app.as_ref());
             if let Some(app) = app_pool {
-                if ra.handler.is_some() {
-                    self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler`"));
+                if ra.handler.is_some() && !static_asked {
+                    self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler` (or use handler = \"static\" for files under the site's root)"));
+                }
+                if static_asked && app.transport == Transport::Activation {
+                    self.err(&ap("handler"), format!("pool `{pool}` uses transport = \"activation\": its application accepts the connections itself, so espalier cannot serve `{path}` as files; use transport = \"proxy\""));
                 }
                 if app.transport == Transport::FastCgi && root.is_none() {
                     self.err(&ap("pool"), format!("pool `{pool}` uses transport = \"fastcgi\", whose scripts are found under the site's `root`; add root = \"…\" to site `{name}`"));
@@ -124,7 +131,10 @@ impl Validator {
                     self.err(&ap("path"), format!("pool `{pool}` uses transport = \"activation\": its application accepts every connection of the site's bindings itself, so it cannot be given only `{path}`; use path = \"/\", or transport = \"proxy\""));
                 }
             }
-            let handler = if app_pool.is_some() {
+            if static_asked && root.is_none() && (pool.is_empty() || app_pool.is_some()) {
+                self.err(&ap("handler"), format!("a static path beside an application serves files from the site's `root`; add root = \"…\" to site `{name}`"));
+            }
+            let handler = if app_pool.is_some() && !static_asked {
                 HandlerKind::Proxy
             } else {
                 self.choice(
@@ -150,6 +160,14 @@ impl Validator {
                 handler,
             });
         }
+        // A static path without a pool is served by the pool holding the connection: some
+        // other path of the site must name one.
+        if !apps.is_empty() && apps.iter().all(AppSpec::any_pool) {
+            self.err(
+                &[Seg::Key("site"), Seg::Index(i), Seg::Key("app")],
+                format!("site `{name}`'s apps name no `pool`; add pool = \"...\" to one (a static path without one is served by the pool of the site's other paths)"),
+            );
+        }
         // An activated application accepts the site's connections itself: no other pool
         // can be given a path of the same site.
         let activated: Option<AppSpec> = apps
@@ -165,9 +183,14 @@ impl Validator {
             .cloned();
         if let Some(a) = &activated {
             if let Some(other) = apps.iter().find(|o| o.pool != a.pool) {
+                let other_pool = if other.any_pool() {
+                    "espalier's files".to_string()
+                } else {
+                    format!("pool `{}`", other.pool)
+                };
                 let msg = format!(
-                    "site `{name}` sends `{}` to pool `{}` and `{}` to pool `{}`, but pool `{}` uses transport = \"activation\": its application accepts every connection of the site itself; use transport = \"proxy\", or give the other pool its own site",
-                    a.path, a.pool, other.path, other.pool, a.pool
+                    "site `{name}` sends `{}` to pool `{}` and `{}` to {other_pool}, but pool `{}` uses transport = \"activation\": its application accepts every connection of the site itself; use transport = \"proxy\", or give the other path its own site",
+                    a.path, a.pool, other.path, a.pool
                 );
                 self.err(&[Seg::Key("site"), Seg::Index(i), Seg::Key("app")], msg);
             }
@@ -182,10 +205,15 @@ impl Validator {
                 Seg::Key("bindings"),
                 Seg::Index(k),
             ];
-            if let Some(other) = apps.iter().find(|a| a.pool != apps[0].pool) {
+            // Static paths without a pool go with the connection's pool: only named pools count.
+            let mut named = apps.iter().filter(|a| !a.any_pool());
+            let first = named.next();
+            if let Some((first, other)) =
+                first.and_then(|f| named.find(|a| a.pool != f.pool).map(|o| (f, o)))
+            {
                 let msg = format!(
-                    "is https, and site `{name}` sends `{}` to pool `{}` but `{}` to pool `{}`; over TLS the pool is chosen by the name in the handshake, before the path is known: serve the site from one pool, or give the other pool's apps a site (a host name) of their own",
-                    apps[0].path, apps[0].pool, other.path, other.pool
+                    "is https, and site `{name}` sends `{}` to pool `{}` but `{}` to pool `{}`; over TLS the pool is chosen by the name in the handshake, before the path is known: serve the site's app paths from one pool (its static paths may name no pool: the connection's pool serves them), or give the other pool's apps a site (a host name) of their own",
+                    first.path, first.pool, other.path, other.pool
                 );
                 self.err(&at_binding, msg);
             } else if let Some(a) = &activated {

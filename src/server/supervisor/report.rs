@@ -108,7 +108,7 @@ impl Supervisor {
                         let site = self.config.sites.get(*i)?;
                         let mut pools: Vec<String> = Vec::new();
                         for a in &site.apps {
-                            if !pools.contains(&a.pool) {
+                            if !a.any_pool() && !pools.contains(&a.pool) {
                                 pools.push(a.pool.clone());
                             }
                         }
