@@ -3,17 +3,16 @@
 //! running pools' names, so that a certificate added or renewed in the store is served
 //! without a reload.
 //!
-//! Owns: when the store's files are read and what was last seen of them. Must not touch:
-//! the naming rule or the checks (see `crate::certs::store`) or handshakes (the workers).
+//! Owns: when the store's files are read and what was last seen of them (the sending is
+//! `super::cert_updates`). Must not touch: the naming rule or the checks (see
+//! `crate::certs::store`) or handshakes (the workers).
 //!
 //! Cost: nothing without `[server] certificates`. With it, a worker's start reads its own
 //! sites' pairs (a hoster's sleeping pools cost nothing), and a scan stats two to four files
 //! per name of the pools running now — never the whole store, which may hold ten thousand.
 
-use super::Supervisor;
 use crate::certs::store::{files_for, Stamp, StoreCert};
 use crate::config::Config;
-use crate::server::control::Message;
 use crate::server::log;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -24,13 +23,13 @@ const SCAN_EVERY: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 pub(super) struct CertStore {
-    dir: Option<PathBuf>,
+    pub(super) dir: Option<PathBuf>,
     /// By pool name: the host names (wildcards as `*.example.com`) of its sites that take
     /// their certificates from the store.
     hosts: HashMap<String, Vec<String>>,
     /// By host name: the files as last seen (every candidate pair's stamp), so a scan reads
     /// and checks again only what changed, and says a problem once.
-    seen: HashMap<String, Vec<Stamp>>,
+    pub(super) seen: HashMap<String, Vec<Stamp>>,
     next_scan: Option<Instant>,
 }
 
@@ -112,7 +111,10 @@ impl CertStore {
 
     /// Of `pools` (running now), the names whose files changed since last seen, read again:
     /// (pool, pair) to send; at most once per [`SCAN_EVERY`].
-    fn scan<'a>(&mut self, pools: impl Iterator<Item = &'a str>) -> Vec<(String, StoreCert)> {
+    pub(super) fn scan<'a>(
+        &mut self,
+        pools: impl Iterator<Item = &'a str>,
+    ) -> Vec<(String, StoreCert)> {
         let Some(dir) = self.dir.clone() else {
             return Vec::new();
         };
@@ -146,41 +148,5 @@ impl CertStore {
             }
         }
         out
-    }
-}
-
-impl Supervisor {
-    /// Sends the running workers the store pairs that changed (from the tick).
-    pub(super) fn scan_certificate_store(&mut self) {
-        if self.cert_store.dir.is_none() {
-            return;
-        }
-        let mut running: Vec<&str> = self
-            .slots
-            .iter()
-            .filter(|s| s.app.is_none() && s.current.is_some())
-            .map(|s| self.pools[s.pool].spec.name.as_str())
-            .collect();
-        running.dedup();
-        let changed = self.cert_store.scan(running.into_iter());
-        for (pool, cert) in changed {
-            let Ok(json) = serde_json::to_string(&cert) else {
-                continue;
-            };
-            let line = Message::Certificate(json).line();
-            for s in self
-                .slots
-                .iter()
-                .filter(|s| self.pools[s.pool].spec.name == pool)
-            {
-                for p in s.current.iter().chain(s.replacing.iter()) {
-                    let Some(control) = &p.control else { continue };
-                    if control.try_write(line.as_bytes()).ok() != Some(line.len()) {
-                        // Not sent whole: the next scan sends it again.
-                        self.cert_store.seen.remove(&cert.host);
-                    }
-                }
-            }
-        }
     }
 }

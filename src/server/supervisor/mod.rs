@@ -13,7 +13,8 @@
 //! - `report`: the status report, filtered and paged;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
 //!   changes);
-//! - `cert_store`: the certificate store's pairs for starting workers, and changes sent;
+//! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
+//!   changed ones sent to running workers;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
 //! - `cgroups`: CPU caps and cpusets;
 //! - `affinity`: soft affinity, applied.
@@ -25,6 +26,7 @@
 mod affinity;
 mod apps;
 mod cert_store;
+mod cert_updates;
 mod cgroups;
 mod demand;
 pub(super) mod event;

@@ -1,0 +1,44 @@
+//! Sending the running workers the certificate store's pairs that changed: from the tick,
+//! through each worker's control socket.
+//!
+//! Owns: who is sent which pair. Must not touch: reading or checking the files
+//! (`super::cert_store`).
+
+use super::Supervisor;
+use crate::server::control::Message;
+
+impl Supervisor {
+    /// Sends the running workers the store pairs that changed (from the tick).
+    pub(super) fn scan_certificate_store(&mut self) {
+        if self.cert_store.dir.is_none() {
+            return;
+        }
+        let mut running: Vec<&str> = self
+            .slots
+            .iter()
+            .filter(|s| s.app.is_none() && s.current.is_some())
+            .map(|s| self.pools[s.pool].spec.name.as_str())
+            .collect();
+        running.dedup();
+        let changed = self.cert_store.scan(running.into_iter());
+        for (pool, cert) in changed {
+            let Ok(json) = serde_json::to_string(&cert) else {
+                continue;
+            };
+            let line = Message::Certificate(json).line();
+            for s in self
+                .slots
+                .iter()
+                .filter(|s| self.pools[s.pool].spec.name == pool)
+            {
+                for p in s.current.iter().chain(s.replacing.iter()) {
+                    let Some(control) = &p.control else { continue };
+                    if control.try_write(line.as_bytes()).ok() != Some(line.len()) {
+                        // Not sent whole: the next scan sends it again.
+                        self.cert_store.seen.remove(&cert.host);
+                    }
+                }
+            }
+        }
+    }
+}
