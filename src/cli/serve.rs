@@ -54,5 +54,5 @@ pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
         }
         return Ok(0);
     }
-    crate::server::master::run(&config, &t, &plan)
+    crate::server::master::run(config, &t, &plan)
 }

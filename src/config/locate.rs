@@ -29,18 +29,26 @@ pub fn path_to_string(path: &[Seg]) -> String {
     out
 }
 
-/// The parsed document with spans, and the text to turn byte offsets into line numbers.
+/// The text, and its parsed document with spans — parsed on the first error only: a span
+/// tree costs many times the text, and a hoster's thousands of site files rarely hold an
+/// error (kept for all of them at once, it was most of the master's peak memory at start).
 pub struct Locator {
-    doc: Option<ImDocument<String>>,
+    doc: std::cell::OnceCell<Option<ImDocument<String>>>,
     text: String,
 }
 
 impl Locator {
     pub fn new(text: &str) -> Self {
         Locator {
-            doc: ImDocument::parse(text.to_string()).ok(),
+            doc: std::cell::OnceCell::new(),
             text: text.to_string(),
         }
+    }
+
+    fn doc(&self) -> Option<&ImDocument<String>> {
+        self.doc
+            .get_or_init(|| ImDocument::parse(self.text.clone()).ok())
+            .as_ref()
     }
 
     /// 1-based line of a byte offset.
@@ -56,7 +64,7 @@ impl Locator {
     /// The line holding the deepest part of `path` that exists in the file (so a missing key
     /// still points at its table).
     pub fn line(&self, path: &[Seg]) -> Option<usize> {
-        let doc = self.doc.as_ref()?;
+        let doc = self.doc()?;
         let mut best = None;
         let mut table: &Table = doc.as_table();
         let mut item: Option<&Item> = None;

@@ -459,9 +459,18 @@ fn app_keys_are_validated_and_a_bare_file_name_runs_apps_in_the_current_folder()
     assert!(e.contains("cannot be given only `/api`"), "{e}");
     let e = error(&format!(
         "[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\n{}",
-        SITE.replace("pool = \"p\"", "pool = \"p\"\nhandler = \"static\"")
+        SITE.replace("pool = \"p\"", "pool = \"p\"\nhandler = \"dynamic\"")
     ));
     assert!(e.contains("remove `handler`"), "{e}");
+    // Files beside the app are fine (from the site's root, which this site lacks).
+    let e = error(&format!(
+        "[[pool]]\nname = \"p\"\ncommand = [\"sh\"]\n{}",
+        SITE.replace("pool = \"p\"", "pool = \"p\"\nhandler = \"static\"")
+    ));
+    assert!(
+        e.contains("a static path beside an application serves files from the site's `root`"),
+        "{e}"
+    );
 }
 
 #[test]

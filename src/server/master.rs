@@ -31,7 +31,8 @@ pub(super) fn check_identities(config: &Config) -> Result<(), String> {
 }
 
 /// Runs the server until it is stopped. Returns the exit code.
-pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, String> {
+pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, String> {
+    let config = &owned;
     // Before anything could replace the binary on disk: workers start from this handle.
     crate::os::process::hold_own_executable();
     // Each listening thread of each pool holds a socket per address it serves and one for
@@ -69,7 +70,8 @@ pub fn run(config: &Config, topology: &Topology, plan: &Plan) -> Result<i32, Str
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    // The supervisor keeps the one copy (a hoster's config is thousands of sites).
     rt.block_on(super::supervisor::run(
-        config, topology, groups, handoffs, specs,
+        owned, topology, groups, handoffs, specs,
     ))
 }

@@ -110,7 +110,7 @@ struct Supervisor {
 }
 
 pub(super) async fn run(
-    config: &Config,
+    config: Config,
     topology: &crate::topology::Topology,
     groups: Vec<ListenerGroup>,
     handoffs: super::handoffs::Handoffs,
@@ -154,11 +154,13 @@ pub(super) async fn run(
         .into_iter()
         .flat_map(|spec| {
             let pool = pool_index[spec.pool.as_str()];
-            Slot::for_spec(spec, pool, config)
+            Slot::for_spec(spec, pool, &config)
         })
         .collect();
+    let cert_store = cert_store::CertStore::new(&config);
     let mut sv = Supervisor {
-        config: config.clone(),
+        // The one copy the master keeps (a hoster's config is thousands of sites).
+        config,
         topology: topology.clone(),
         retiring: Vec::new(),
         groups,
@@ -182,7 +184,7 @@ pub(super) async fn run(
         next_generation: 1,
         upstreams_unsent: Vec::new(),
         live: samples::LiveSamples::new(),
-        cert_store: cert_store::CertStore::new(config),
+        cert_store,
         // ESPALIER_FREEZER=v1 picks v1's freezer where both are mounted (for its tests).
         freezer: os::freezer::detect(
             std::path::Path::new("/sys/fs/cgroup"),
@@ -233,7 +235,8 @@ pub(super) async fn run(
     if sv.slots.iter().any(|s| s.asleep) {
         sv.steer_around_away();
     }
-    let startup = config
+    let startup = sv
+        .config
         .pools
         .iter()
         .map(|p| p.startup_time_limit)
@@ -300,7 +303,7 @@ pub(super) async fn run(
             }
         }
     }
-    super::admin::start(config, topology, tx.clone());
+    super::admin::start(&sv.config, topology, tx.clone());
     // Reading and checking thousands of sites' files left freed memory in the heap's arenas.
     os::process::release_free_memory();
     log(
@@ -339,7 +342,8 @@ pub(super) async fn run(
     }
     super::admin::set_draining();
     let _ = os::notify::notify("STOPPING=1\nSTATUS=stopping: in-flight requests finish");
-    let drain_delay = config.server.drain_delay;
+    // The configuration now serving (a reload may have changed these).
+    let drain_delay = sv.config.server.drain_delay;
     if !drain_delay.is_zero() {
         // Load balancers see /ready fail and move away while everything still serves.
         log(
@@ -363,7 +367,7 @@ pub(super) async fn run(
         "master",
         format!(
             "stopping: in-flight requests have {}s to finish (a second signal stops at once)",
-            config.server.shutdown_timeout.as_secs()
+            sv.config.server.shutdown_timeout.as_secs()
         ),
     );
     for s in &mut sv.slots {
@@ -371,7 +375,7 @@ pub(super) async fn run(
     }
     sv.signal_all(libc::SIGTERM);
     let deadline =
-        tokio::time::Instant::now() + config.server.shutdown_timeout + Duration::from_secs(1);
+        tokio::time::Instant::now() + sv.config.server.shutdown_timeout + Duration::from_secs(1);
     while sv.any_alive() {
         tokio::select! {
             _ = sigchld.recv() => sv.reap(),
