@@ -212,6 +212,17 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
         table.contains("showing 100 of 120 matched pools (120 in all: 3 running, 0 suspended, 117 idle, 0 stopped); page 1 of 2"),
         "{table}"
     );
+    // A metrics scrape can ask for the running pools alone.
+    let addr_admin: SocketAddr = admin.parse().unwrap();
+    let (code, body) =
+        espalier::server::admin::request(addr_admin, "GET", "/metrics?state=running").unwrap();
+    assert_eq!(code, 200);
+    let metrics = String::from_utf8_lossy(&body);
+    let pools = metrics
+        .lines()
+        .filter(|l| l.starts_with("espalier_pool_running{"))
+        .count();
+    assert_eq!(pools, 3, "{metrics}");
     let bad = espalier(&["status", "--admin", &admin, "--state", "asleep"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr)

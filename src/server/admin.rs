@@ -99,7 +99,7 @@ fn route(method: Method, path: &str, query: &str) -> Result<Option<(AdminCommand
     Ok(Some(match (method, parts.as_slice()) {
         (Method::Get, ["live"]) => (AdminCommand::Live(status_query()?), false),
         (Method::Get, ["status"]) => (AdminCommand::Status(status_query()?), false),
-        (Method::Get, ["metrics"]) => (AdminCommand::Status(StatusQuery::default()), true),
+        (Method::Get, ["metrics"]) => (AdminCommand::Status(status_query()?), true),
         (Method::Post, ["pools", name, "stop"]) => {
             (AdminCommand::StopPool(name.to_string()), false)
         }
@@ -444,6 +444,15 @@ mod tests {
         assert_eq!(
             route(Method::Get, "/metrics", ""),
             Ok(Some((AdminCommand::Status(all), true)))
+        );
+        // A scrape of ten thousand pools may ask for the running ones only.
+        let running = StatusQuery {
+            state: Some(PoolState::Running),
+            ..StatusQuery::default()
+        };
+        assert_eq!(
+            route(Method::Get, "/metrics", "state=running"),
+            Ok(Some((AdminCommand::Status(running), true)))
         );
         let q = StatusQuery {
             pool: Some("shop-*".into()),
