@@ -51,29 +51,19 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 /// Loads `files` and checks them: PEM that holds a chain and a key, the key belonging to the
 /// leaf, and the leaf not expired at `now`. `Err` is the reason and its fix, for one line.
 pub fn load(files: &TlsFiles, now: SystemTime) -> Result<Loaded, String> {
-    let cert_path = files.cert.display();
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| format!("cannot read certificate {cert_path}: {e}"))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("certificate {cert_path} is not valid PEM: {e}"))?;
-    let Some(leaf) = chain.first() else {
-        return Err(format!(
-            "certificate {cert_path} holds no CERTIFICATE block; give the PEM chain, leaf first"
-        ));
-    };
-    let key_path = files.key.display();
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+    let (cert_path, key_path) = (files.cert.display(), files.key.display());
+    let chain = std::fs::read(&files.cert)
+        .map_err(|e| format!("cannot read certificate {cert_path}: {e}"))?;
+    let key = std::fs::read(&files.key).map_err(|e| {
         format!("cannot read a private key from {key_path}: {e}; give a PEM key (PKCS#8, PKCS#1 or SEC1)")
     })?;
-    let signing = provider()
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| format!("private key {key_path} cannot sign: {e}"))?;
-    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
-        .map_err(|e| format!("certificate {cert_path} does not parse: {e}"))?;
-    let not_after_secs = parsed.validity().not_after.timestamp();
-    let not_after = UNIX_EPOCH + Duration::from_secs(not_after_secs.max(0) as u64);
-    let mut key = CertifiedKey::new(chain, signing);
+    let (mut key, not_after) = from_pem(
+        &chain,
+        &key,
+        &cert_path.to_string(),
+        &key_path.to_string(),
+        now,
+    )?;
     if let Some(ocsp) = &files.ocsp {
         let response = std::fs::read(ocsp)
             .map_err(|e| format!("cannot read the OCSP response {}: {e}", ocsp.display()))?;
@@ -86,19 +76,52 @@ pub fn load(files: &TlsFiles, now: SystemTime) -> Result<Loaded, String> {
         }
         key.ocsp = Some(response);
     }
-    key.keys_match().map_err(|_| {
-        format!("private key {key_path} does not belong to certificate {cert_path}; give the key the certificate was issued for")
-    })?;
-    if not_after <= now {
-        return Err(format!(
-            "certificate {cert_path} expired on {}; renew it",
-            humantime::format_rfc3339_seconds(not_after)
-        ));
-    }
     Ok(Loaded {
         key: Arc::new(key),
         not_after,
     })
+}
+
+/// A chain and a key as PEM text, checked as [`load`] checks files (`cert_name` and
+/// `key_name` name them in errors): the key belongs to the leaf, which has not expired at
+/// `now`. The one check for a site's `tls` files and the certificate store's pairs.
+pub fn from_pem(
+    chain: &[u8],
+    key: &[u8],
+    cert_name: &str,
+    key_name: &str,
+    now: SystemTime,
+) -> Result<(CertifiedKey, SystemTime), String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certificate {cert_name} is not valid PEM: {e}"))?;
+    let Some(leaf) = chain.first() else {
+        return Err(format!(
+            "certificate {cert_name} holds no CERTIFICATE block; give the PEM chain, leaf first"
+        ));
+    };
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+        format!("cannot read a private key from {key_name}: {e}; give a PEM key (PKCS#8, PKCS#1 or SEC1)")
+    })?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("private key {key_name} cannot sign: {e}"))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("certificate {cert_name} does not parse: {e}"))?;
+    let not_after_secs = parsed.validity().not_after.timestamp();
+    let not_after = UNIX_EPOCH + Duration::from_secs(not_after_secs.max(0) as u64);
+    let key = CertifiedKey::new(chain, signing);
+    key.keys_match().map_err(|_| {
+        format!("private key {key_name} does not belong to certificate {cert_name}; give the key the certificate was issued for")
+    })?;
+    if not_after <= now {
+        return Err(format!(
+            "certificate {cert_name} expired on {}; renew it",
+            humantime::format_rfc3339_seconds(not_after)
+        ));
+    }
+    Ok((key, not_after))
 }
 
 /// A hash of the files' contents (0 where one cannot be read).

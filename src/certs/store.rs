@@ -16,14 +16,13 @@
 //! thousands of tenants, a pool must not be able to read its neighbours' keys.
 
 use super::TlsFiles;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
 
 /// The file pairs that may hold the certificate of a binding's host `pattern` (lowercase;
 /// `*.example.com` for a wildcard), in the order they are tried: the name's own pair, then
@@ -65,11 +64,6 @@ impl Stamp {
         };
         Stamp([one(&files.cert), one(&files.key)])
     }
-
-    /// Whether both files are there.
-    pub fn complete(&self) -> bool {
-        self.0.iter().all(Option::is_some)
-    }
 }
 
 /// A store certificate as the master hands it to a worker: the host pattern it serves and
@@ -89,45 +83,54 @@ impl std::fmt::Debug for StoreCert {
 }
 
 impl StoreCert {
-    /// Reads and checks the first complete pair [`files_for`] names; `Ok(None)` when the
-    /// store has none for `pattern`.
-    pub fn read(
-        dir: &Path,
-        pattern: &str,
-        now: std::time::SystemTime,
-    ) -> Result<Option<(StoreCert, Stamp)>, String> {
+    /// Reads the first pair [`files_for`] names whose two files are there (each read once)
+    /// and checks it as `tls = {…}` is checked; `Ok(None)` when the store has none for
+    /// `pattern`.
+    pub fn read(dir: &Path, pattern: &str, now: SystemTime) -> Result<Option<StoreCert>, String> {
+        let text = |p: &Path| match std::fs::read_to_string(p) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot read {}: {e}", p.display())),
+        };
         for files in files_for(dir, pattern) {
-            let stamp = Stamp::of(&files);
-            if !stamp.complete() {
+            let (Some(chain), Some(key)) = (text(&files.cert)?, text(&files.key)?) else {
                 continue;
-            }
-            super::load(&files, now)?;
-            let text = |p: &Path| {
-                std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
             };
             let cert = StoreCert {
                 host: pattern.to_string(),
-                chain: text(&files.cert)?,
-                key: text(&files.key)?,
+                chain,
+                key,
             };
-            return Ok(Some((cert, stamp)));
+            let names = (
+                files.cert.display().to_string(),
+                files.key.display().to_string(),
+            );
+            cert.checked(&names.0, &names.1, now)?;
+            return Ok(Some(cert));
         }
         Ok(None)
     }
 
-    /// The pair, parsed for rustls.
+    fn checked(
+        &self,
+        cert_name: &str,
+        key_name: &str,
+        now: SystemTime,
+    ) -> Result<CertifiedKey, String> {
+        super::from_pem(
+            self.chain.as_bytes(),
+            self.key.as_bytes(),
+            cert_name,
+            key_name,
+            now,
+        )
+        .map(|(key, _)| key)
+    }
+
+    /// The pair, parsed for rustls (and checked again: the same rule, where it is served).
     pub fn certified_key(&self) -> Result<Arc<CertifiedKey>, String> {
-        let chain: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(self.chain.as_bytes())
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("certificate for {} is not valid PEM: {e}", self.host))?;
-        let key = PrivateKeyDer::from_pem_slice(self.key.as_bytes())
-            .map_err(|e| format!("key for {} is not valid PEM: {e}", self.host))?;
-        let signing = super::provider()
-            .key_provider
-            .load_private_key(key)
-            .map_err(|e| format!("key for {} cannot sign: {e}", self.host))?;
-        Ok(Arc::new(CertifiedKey::new(chain, signing)))
+        let (cert, key) = (format!("for {}", self.host), format!("for {}", self.host));
+        self.checked(&cert, &key, SystemTime::now()).map(Arc::new)
     }
 }
 

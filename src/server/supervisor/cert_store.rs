@@ -78,15 +78,14 @@ impl CertStore {
         files_for(dir, host).iter().map(Stamp::of).collect()
     }
 
-    /// Reads `host`'s pair now; a problem is logged when the files differ from the last time
-    /// one was said.
-    fn read(&mut self, host: &str, now: SystemTime) -> Option<StoreCert> {
+    /// Reads `host`'s pair now (its files as `stamps` says they are); a problem is logged
+    /// when the files differ from the last time one was said.
+    fn read(&mut self, host: &str, stamps: Vec<Stamp>, now: SystemTime) -> Option<StoreCert> {
         let dir = self.dir.as_ref()?;
-        let stamps = Self::stamps(dir, host);
         let changed = self.seen.get(host) != Some(&stamps);
         self.seen.insert(host.to_string(), stamps);
         match StoreCert::read(dir, host, now) {
-            Ok(Some((cert, _))) => Some(cert),
+            Ok(Some(cert)) => Some(cert),
             Ok(None) => {
                 if changed {
                     log("master", format!("certificate store: no pair for {host} in {} (HOST.pem + HOST.key, or _.PARENT.pem + .key for a wildcard); its handshakes fail until one is added", dir.display()));
@@ -104,9 +103,14 @@ impl CertStore {
 
     /// The pairs a starting worker of `pool` is given.
     pub(super) fn certs_for(&mut self, pool: &str) -> Vec<StoreCert> {
-        let hosts = self.hosts.get(pool).cloned().unwrap_or_default();
+        let (Some(dir), Some(hosts)) = (self.dir.clone(), self.hosts.get(pool).cloned()) else {
+            return Vec::new();
+        };
         let now = SystemTime::now();
-        hosts.iter().filter_map(|h| self.read(h, now)).collect()
+        hosts
+            .iter()
+            .filter_map(|h| self.read(h, Self::stamps(&dir, h), now))
+            .collect()
     }
 
     /// Of `pools` (running now), the names whose files changed since last seen, read again:
@@ -132,10 +136,11 @@ impl CertStore {
             };
             for host in hosts {
                 if !read_now.contains_key(&host) {
-                    if self.seen.get(&host) == Some(&Self::stamps(&dir, &host)) {
+                    let stamps = Self::stamps(&dir, &host);
+                    if self.seen.get(&host) == Some(&stamps) {
                         continue;
                     }
-                    let cert = self.read(&host, SystemTime::now());
+                    let cert = self.read(&host, stamps, SystemTime::now());
                     read_now.insert(host.clone(), cert);
                 }
                 if let Some(Some(cert)) = read_now.get(&host) {
