@@ -23,7 +23,7 @@ const SCAN_EVERY: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 pub(super) struct CertStore {
-    pub(super) dir: Option<PathBuf>,
+    dir: Option<PathBuf>,
     /// By pool name: the host names (wildcards as `*.example.com`) of its sites that take
     /// their certificates from the store.
     hosts: HashMap<String, Vec<String>>,
@@ -113,8 +113,18 @@ impl CertStore {
             .collect()
     }
 
+    /// Whether a scan is due (at most once per [`SCAN_EVERY`]; a store is set); marks it done.
+    pub(super) fn scan_due(&mut self) -> bool {
+        let now = Instant::now();
+        if self.dir.is_none() || self.next_scan.is_some_and(|at| now < at) {
+            return false;
+        }
+        self.next_scan = Some(now + SCAN_EVERY);
+        true
+    }
+
     /// Of `pools` (running now), the names whose files changed since last seen, read again:
-    /// (pool, pair) to send; at most once per [`SCAN_EVERY`].
+    /// (pool, pair) to send.
     pub(super) fn scan<'a>(
         &mut self,
         pools: impl Iterator<Item = &'a str>,
@@ -122,11 +132,6 @@ impl CertStore {
         let Some(dir) = self.dir.clone() else {
             return Vec::new();
         };
-        let now = Instant::now();
-        if self.next_scan.is_some_and(|at| now < at) {
-            return Vec::new();
-        }
-        self.next_scan = Some(now + SCAN_EVERY);
         let mut out = Vec::new();
         // A site split by path over pools has its names in each: read once, sent to each.
         let mut read_now: HashMap<String, Option<StoreCert>> = HashMap::new();

@@ -10,7 +10,8 @@ use crate::server::control::Message;
 impl Supervisor {
     /// Sends the running workers the store pairs that changed (from the tick).
     pub(super) fn scan_certificate_store(&mut self) {
-        if self.cert_store.dir.is_none() {
+        // Called every tick: nothing is gathered unless a scan is due.
+        if !self.cert_store.scan_due() {
             return;
         }
         let mut running: Vec<&str> = self
@@ -19,6 +20,7 @@ impl Supervisor {
             .filter(|s| s.app.is_none() && s.current.is_some())
             .map(|s| self.pools[s.pool].spec.name.as_str())
             .collect();
+        running.sort_unstable();
         running.dedup();
         let changed = self.cert_store.scan(running.into_iter());
         for (pool, cert) in changed {

@@ -148,9 +148,10 @@ impl Supervisor {
             body: body.into(),
             retry_after: took.map_or(2, |d| d.as_secs() + 1),
         };
-        let senders = crate::server::handoffs::senders(&self.config.pools);
         let key = self.handoffs.key;
         for &i in slots {
+            // Who may hand the slot connections: its spec says (computed once, for its start).
+            let senders = self.slots[i].spec.handoff_senders.clone();
             self.answer_on_sockets(i, &answer, &senders, key);
         }
     }
