@@ -502,6 +502,12 @@ mod tests {
         // A pathological pattern stays fast (no exponential backtracking).
         let q = StatusQuery::parse(&format!("pool={}b", "*a".repeat(30))).unwrap();
         assert!(!q.matches(&"a".repeat(64), PoolState::Idle));
+        let q = StatusQuery::parse(&format!("pool={}b", "*a".repeat(2000))).unwrap();
+        assert!(!q.matches(&"a".repeat(64), PoolState::Idle));
+        // A page past the end, however large, is empty (no overflow).
+        let q = StatusQuery::parse(&format!("page={}&per_page=1000", usize::MAX)).unwrap();
+        assert_eq!(q.window(10_000), 10_000..10_000);
+        assert!(StatusQuery::parse("page=99999999999999999999999").is_err());
         let q = StatusQuery::parse("page=3&per_page=50").unwrap();
         assert_eq!(q.window(120), 100..120);
         assert_eq!(q.window(90), 90..90);

@@ -56,7 +56,7 @@ impl Supervisor {
     /// The page's feed: the status `query` asks for, the history of its pools, and every
     /// pool with a process for the machine map.
     pub(super) fn live(&self, query: &StatusQuery) -> Live {
-        let status = self.status(query);
+        let (status, active) = self.status_and_active(query, true);
         let shown: std::collections::HashSet<&str> =
             status.pools.iter().map(|p| p.name.as_str()).collect();
         let history = self
@@ -75,7 +75,7 @@ impl Supervisor {
             .collect();
         Live {
             time_unix: unix_now(),
-            active: self.active_pools(),
+            active,
             status,
             cpu_load: self.live.cpu_load.clone(),
             history,

@@ -45,12 +45,24 @@ impl Supervisor {
 
     /// The pools `query` asks for, with the counts of all.
     pub(super) fn status(&self, query: &StatusQuery) -> Status {
+        self.status_and_active(query, false).0
+    }
+
+    /// The status `query` asks for and, when `active`, every pool with a process now
+    /// (running, suspended, or draining one: the admin page's machine map), from one pass
+    /// over the slots.
+    pub(super) fn status_and_active(
+        &self,
+        query: &StatusQuery,
+        active: bool,
+    ) -> (Status, Vec<PoolStatus>) {
         let (states, slots_of) = self.pool_states();
         let mut counts = StateCounts::default();
         let mut matched = Vec::new();
+        let wanted = query.matcher();
         for (p, pool) in self.pools.iter().enumerate() {
             counts.add(states[p]);
-            if query.matches(&pool.spec.name, states[p]) {
+            if wanted(&pool.spec.name, states[p]) {
                 matched.push(p);
             }
         }
@@ -63,7 +75,16 @@ impl Supervisor {
         let everything = *query == StatusQuery::default();
         let listed: std::collections::HashSet<&str> =
             pools.iter().map(|p| p.name.as_str()).collect();
-        Status {
+        let with_processes = (0..self.pools.len())
+            .filter(|&p| {
+                active
+                    && slots_of[p]
+                        .iter()
+                        .any(|s| s.current.is_some() || !s.draining.is_empty())
+            })
+            .map(|p| self.pool_status(&self.pools[p], states[p], &slots_of[p]))
+            .collect();
+        let status = Status {
             addresses: self.addresses(|site_pools| {
                 everything || site_pools.iter().any(|p| listed.contains(p.as_str()))
             }),
@@ -77,20 +98,8 @@ impl Supervisor {
             },
             per_page: query.per_page.unwrap_or(0),
             pools,
-        }
-    }
-
-    /// The pools with a process now (running, suspended, or draining one): the machine map.
-    pub(super) fn active_pools(&self) -> Vec<PoolStatus> {
-        let (states, slots_of) = self.pool_states();
-        (0..self.pools.len())
-            .filter(|&p| {
-                slots_of[p]
-                    .iter()
-                    .any(|s| s.current.is_some() || !s.draining.is_empty())
-            })
-            .map(|p| self.pool_status(&self.pools[p], states[p], &slots_of[p]))
-            .collect()
+        };
+        (status, with_processes)
     }
 
     /// Every address, with the sites `wanted` keeps (by their pools).
