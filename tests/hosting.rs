@@ -376,12 +376,7 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     );
     std::fs::write(dir.path().join("espalier.toml"), second).unwrap();
     let old = server.workers();
-    let out = espalier(&["reload", "--admin", &admin]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    espalier_ok(&["reload", "--admin", &admin]);
     server.wait_until("`move` served by pool r", Duration::from_secs(10), |_| {
         pool_of(&get_host(addr, "move.example", "/")) == "r"
     });
@@ -455,12 +450,7 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
 
     // Site a's file changes (its root): only pool a's worker is replaced.
     site_file(dir.path(), "a", port, "a2");
-    let out = espalier(&["reload", "--admin", &admin]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    espalier_ok(&["reload", "--admin", &admin]);
     server.wait_until("site a's new root served", Duration::from_secs(20), |_| {
         get_host(addr, "a.example", "/").text() == "a2"
     });
@@ -478,12 +468,7 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
 
     // A new site's file on the same port: served, and b's clients see no failure.
     site_file(dir.path(), "c", port, "c1");
-    let out = espalier(&["reload", "--admin", &admin]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    espalier_ok(&["reload", "--admin", &admin]);
     server.wait_until("the new site served", Duration::from_secs(20), |_| {
         get_host(addr, "c.example", "/").text() == "c1"
     });

@@ -162,22 +162,19 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
     let status = |args: &[&str]| {
         let mut all = vec!["status", "--admin", &admin];
         all.extend_from_slice(args);
-        let out = espalier(&all);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        espalier_ok(&all)
+    };
+    let names_of = |json: &serde_json::Value| -> Vec<String> {
+        json["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
     };
     let json: serde_json::Value =
         serde_json::from_str(&status(&["--json", "--state", "running"])).unwrap();
-    let names: Vec<&str> = json["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = names_of(&json);
     assert_eq!(names, ["p0", "p57", "p119"]);
     assert_eq!(json["pools_total"], 120);
     assert_eq!(json["counts"]["running"], 3);
@@ -194,12 +191,7 @@ fn from_a_hundred_pools_on_pools_start_on_demand_by_default() {
         "2",
     ]))
     .unwrap();
-    let names: Vec<&str> = json["pools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let names = names_of(&json);
     // p1, p10..p19, p100..p119 in config order: the second ten.
     assert_eq!(
         names,

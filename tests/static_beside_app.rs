@@ -28,16 +28,11 @@ fn a_django_sites_static_files_are_served_beside_it_over_https_and_http2() {
         .into_iter()
         .find(|p| Path::new(p).exists() || !p.starts_with('/'))
         .unwrap();
-    let collected = Command::new(python)
-        .args(["-m", "django", "collectstatic", "--noinput"])
-        .env("DJANGO_SETTINGS_MODULE", "shop.settings")
-        .current_dir(d.join("django"))
-        .output()
-        .unwrap();
-    assert!(
-        collected.status.success(),
-        "{}",
-        String::from_utf8_lossy(&collected.stderr)
+    run_ok(
+        Command::new(python)
+            .args(["-m", "django", "collectstatic", "--noinput"])
+            .env("DJANGO_SETTINGS_MODULE", "shop.settings")
+            .current_dir(d.join("django")),
     );
     std::fs::create_dir(d.join("certs")).unwrap();
     openssl_cert(&d.join("certs"), "localhost", "localhost");

@@ -21,6 +21,27 @@ pub fn espalier(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs `cmd`, which must succeed (its stderr in the panic otherwise); its output.
+pub fn run_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs the real binary with `args`, which must succeed; its standard output.
+pub fn espalier_ok(args: &[&str]) -> String {
+    let out = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_espalier"))
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR")),
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// `espalier status --json` of the server whose admin endpoint is `admin`, as the CLI prints it.
 pub fn status_json(admin: &str) -> serde_json::Value {
     let out = espalier(&["status", "--json", "--admin", admin]);

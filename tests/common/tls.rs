@@ -6,34 +6,29 @@ use std::process::{Command, Stdio};
 
 /// A self-signed certificate for `host`, 30 days, as `NAME.pem` and `NAME.key` in `dir`.
 pub fn openssl_cert(dir: &Path, name: &str, host: &str) {
-    let out = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "30",
-            "-keyout",
-        ])
-        .arg(dir.join(format!("{name}.key")))
-        .arg("-out")
-        .arg(dir.join(format!("{name}.pem")))
-        .args([
-            "-subj",
-            &format!("/CN={host}"),
-            "-addext",
-            &format!("subjectAltName=DNS:{host}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    super::run_ok(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-days",
+                "30",
+                "-keyout",
+            ])
+            .arg(dir.join(format!("{name}.key")))
+            .arg("-out")
+            .arg(dir.join(format!("{name}.pem")))
+            .args([
+                "-subj",
+                &format!("/CN={host}"),
+                "-addext",
+                &format!("subjectAltName=DNS:{host}"),
+            ]),
     );
 }
 
@@ -60,15 +55,10 @@ open("{name}.key", "wb").write(key.private_bytes(serialization.Encoding.PEM,
     serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 "#
     );
-    let out = Command::new("python3")
-        .args(["-c", &script])
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    super::run_ok(
+        Command::new("python3")
+            .args(["-c", &script])
+            .current_dir(dir),
     );
 }
 
