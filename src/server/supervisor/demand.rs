@@ -164,23 +164,18 @@ impl Supervisor {
         senders: &[u32],
         key: crate::handoff::Key,
     ) {
-        use super::pools::{answer_accepted, answer_handed};
+        use super::pools::{answer_accepted, answer_handed, handoff_copy, listener_copy};
         let slot = &mut self.slots[i];
         for t in &slot.spec.threads {
             for &(fd, _) in &t.listeners {
-                let listener = crate::os::process::duplicate(fd)
-                    .map(std::net::TcpListener::from)
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                    .and_then(tokio::net::TcpListener::from_std);
-                if let Ok(l) = listener {
+                if let Ok(l) = listener_copy(fd) {
                     slot.page_answerers
                         .push(tokio::spawn(answer_accepted(l, answer.clone())));
                 }
             }
-            let handed = t.handoff_fd.map(|fd| {
-                crate::os::process::duplicate(fd)
-                    .and_then(|fd| crate::handoff::Receiver::new(fd, senders.to_vec(), key))
-            });
+            let handed = t
+                .handoff_fd
+                .map(|fd| handoff_copy(fd, senders.to_vec(), key));
             if let Some(Ok(receiver)) = handed {
                 slot.page_answerers.push(tokio::spawn(answer_handed(
                     receiver,

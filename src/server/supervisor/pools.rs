@@ -73,13 +73,7 @@ impl Supervisor {
                 if !everyone_stopped && !ours {
                     continue;
                 }
-                // Non-blocking again: an activated app made the shared description blocking.
-                let listener = match socket
-                    .try_clone()
-                    .map(std::net::TcpListener::from)
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                    .and_then(tokio::net::TcpListener::from_std)
-                {
+                let listener = match listener_copy(socket.as_raw_fd()) {
                     Ok(l) => l,
                     Err(e) => {
                         log(
@@ -108,15 +102,9 @@ impl Supervisor {
             .filter(|g| g.routes.tls)
             .map(|g| g.addr)
             .collect();
+        let senders = crate::server::handoffs::senders(&self.config.pools);
         for h in self.handoffs.sockets.iter().filter(|h| h.pool == name) {
-            match h
-                .socket
-                .try_clone()
-                .map(std::os::fd::OwnedFd::from)
-                .and_then(|fd| {
-                    let senders = crate::server::handoffs::senders(&self.config.pools);
-                    crate::handoff::Receiver::new(fd, senders, self.handoffs.key)
-                }) {
+            match handoff_copy(h.socket.as_raw_fd(), senders.clone(), self.handoffs.key) {
                 Ok(receiver) => responders.push(tokio::spawn(answer_handed(
                     receiver,
                     Answer::of(lb),
@@ -286,6 +274,23 @@ impl Answer {
             }
         }
     }
+}
+
+/// A copy of the master's listening socket `fd` for its own event loop. Non-blocking again:
+/// an activated app made the shared description blocking.
+pub(super) fn listener_copy(fd: std::os::fd::RawFd) -> std::io::Result<tokio::net::TcpListener> {
+    let listener = std::net::TcpListener::from(os::process::duplicate(fd)?);
+    listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(listener)
+}
+
+/// A copy of the master's hand-off socket `fd`, receiving what `senders` hand it with `key`.
+pub(super) fn handoff_copy(
+    fd: std::os::fd::RawFd,
+    senders: Vec<u32>,
+    key: crate::handoff::Key,
+) -> std::io::Result<crate::handoff::Receiver> {
+    crate::handoff::Receiver::new(os::process::duplicate(fd)?, senders, key)
 }
 
 /// Answers the connections on a copy of one of a pool's listener sockets.
