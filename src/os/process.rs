@@ -294,6 +294,12 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     tree
 }
 
+/// Resident memory of `pids` together (a process tree), in bytes; `None` when none is there.
+pub fn resident_bytes_of(pids: &[u32]) -> Option<u64> {
+    let sizes: Vec<u64> = pids.iter().filter_map(|&p| resident_bytes(p)).collect();
+    (!sizes.is_empty()).then(|| sizes.iter().sum())
+}
+
 /// Resident memory of a process, from `/proc/PID/statm`.
 pub fn resident_bytes(pid: u32) -> Option<u64> {
     let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;

@@ -97,12 +97,7 @@ impl Proc {
         if self.app.is_none() {
             return os::process::resident_bytes(self.pid);
         }
-        let tree = os::process::process_tree(self.pid);
-        let sizes: Vec<u64> = tree
-            .iter()
-            .filter_map(|&pid| os::process::resident_bytes(pid))
-            .collect();
-        (!sizes.is_empty()).then(|| sizes.iter().sum())
+        os::process::resident_bytes_of(&os::process::process_tree(self.pid))
     }
 
     /// Sends `sig`. SIGKILL reaches an app's whole process group (gunicorn's workers with

@@ -14,13 +14,7 @@ use std::time::Instant;
 
 /// Resident memory of `pids` together, in bytes.
 fn resident(pids: &[u32]) -> u64 {
-    pids.iter()
-        .filter_map(|&p| crate::os::process::resident_bytes(p))
-        .sum()
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+    crate::os::process::resident_bytes_of(pids).unwrap_or(0)
 }
 
 impl Supervisor {
@@ -89,8 +83,8 @@ impl Supervisor {
                 crate::units::format_duration(
                     self.pools[self.slots[slots[0]].pool].spec.idle_timeout.unwrap_or_default()
                 ),
-                mib(before),
-                mib(after)
+                crate::units::format_bytes(before),
+                crate::units::format_bytes(after)
             ),
         );
         true
