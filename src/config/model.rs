@@ -347,6 +347,18 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl SiteSpec {
+    /// The pools its apps name, each once, in the order of its apps (a static path without a
+    /// pool names none).
+    pub fn pools(&self) -> Vec<&str> {
+        let mut pools: Vec<&str> = Vec::new();
+        for a in self.apps.iter().filter(|a| !a.any_pool()) {
+            if !pools.contains(&a.pool.as_str()) {
+                pools.push(&a.pool);
+            }
+        }
+        pools
+    }
+
     /// Whether `pool` serves any of the site's apps (a site's apps may be spread over pools by
     /// path, as IIS applications are).
     pub fn served_by(&self, pool: &str) -> bool {

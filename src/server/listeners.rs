@@ -77,9 +77,9 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
             g.routes.hosts.push((b.host.clone(), site_idx));
             // The sites of an address agree (checked with the config).
             g.routes.proxy_protocol |= site.proxy_protocol;
-            for a in site.apps.iter().filter(|a| !a.any_pool()) {
-                if pools_of[k].insert(a.pool.clone()) {
-                    g.pools.push(a.pool.clone());
+            for pool in site.pools() {
+                if pools_of[k].insert(pool.to_string()) {
+                    g.pools.push(pool.to_string());
                 }
             }
         }

@@ -47,10 +47,7 @@ impl CertStore {
                 .filter(|b| b.tls)
                 .filter_map(|b| b.host.clone())
                 .collect();
-            let mut pools: Vec<&str> = site.apps.iter().map(|a| a.pool.as_str()).collect();
-            pools.sort_unstable();
-            pools.dedup();
-            for pool in pools {
+            for pool in site.pools() {
                 let list = hosts.entry(pool.to_string()).or_default();
                 for n in &names {
                     if !list.contains(n) {

@@ -51,10 +51,7 @@ impl<'a> Indexed<'a> {
         }
         let mut own_sites: HashMap<&str, Vec<&SiteSpec>> = HashMap::new();
         for site in &p.config.sites {
-            let mut pools: Vec<&str> = site.apps.iter().map(|a| a.pool.as_str()).collect();
-            pools.sort_unstable();
-            pools.dedup();
-            for pool in pools {
+            for pool in site.pools() {
                 own_sites.entry(pool).or_default().push(site);
             }
         }

@@ -115,12 +115,8 @@ impl Supervisor {
                     .iter()
                     .filter_map(|(host, i)| {
                         let site = self.config.sites.get(*i)?;
-                        let mut pools: Vec<String> = Vec::new();
-                        for a in &site.apps {
-                            if !a.any_pool() && !pools.contains(&a.pool) {
-                                pools.push(a.pool.clone());
-                            }
-                        }
+                        let pools: Vec<String> =
+                            site.pools().into_iter().map(String::from).collect();
                         wanted(&pools).then(|| AddressSite {
                             host: host.clone(),
                             site: site.name.clone(),
