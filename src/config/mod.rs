@@ -60,11 +60,11 @@ impl Config {
                 tls: None,
                 hsts: None,
                 redirect_to_https: false,
-                apps: vec![AppSpec {
-                    path: "/".into(),
-                    pool: "default".into(),
-                    handler: HandlerKind::Static,
-                }],
+                apps: vec![AppSpec::new(
+                    "/".into(),
+                    "default".into(),
+                    HandlerKind::Static,
+                )],
             }],
         }
     }

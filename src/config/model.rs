@@ -270,9 +270,33 @@ pub struct AppSpec {
     /// served by whichever of the site's pools holds the connection (see [`Self::any_pool`]).
     pub pool: String,
     pub handler: HandlerKind,
+    /// Files under the site's `root` are served as files before the app is asked (nginx's
+    /// `try_files $uri $uri/ …`, Caddy's `php_fastcgi`): the default of a FastCGI app,
+    /// `try_files = true` for a proxied one. See [`crate::handlers`]' front controller.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub try_files: bool,
+    /// A FastCGI app's front controller (`/index.php`): the script run for a path that is
+    /// neither a script nor a file, with the original URI in `REQUEST_URI`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// URL path prefixes (without a trailing `/`) under which no script runs: upload folders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_scripts: Vec<String>,
 }
 
 impl AppSpec {
+    /// `path` served by `pool` with `handler`, no files tried before it.
+    pub fn new(path: String, pool: String, handler: HandlerKind) -> Self {
+        AppSpec {
+            path,
+            pool,
+            handler,
+            try_files: false,
+            fallback: None,
+            no_scripts: Vec::new(),
+        }
+    }
+
     /// A static path served by whichever pool holds the connection (`/static/` beside a
     /// proxied or FastCGI app, on https as on http: a TLS connection belongs to one pool).
     pub fn any_pool(&self) -> bool {
@@ -378,7 +402,12 @@ impl SiteSpec {
             root: None,
             index: Vec::new(),
             follow_symlinks: false,
-            apps: self.apps.clone(),
+            // Which pool serves which path; how the path is served is its pool's business.
+            apps: self
+                .apps
+                .iter()
+                .map(|a| AppSpec::new(a.path.clone(), a.pool.clone(), a.handler))
+                .collect(),
             access_log: None,
             proxy_protocol: false,
             tls: None,

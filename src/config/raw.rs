@@ -135,6 +135,9 @@ pub struct RawApp {
     pub path: Option<String>,
     pub pool: Option<String>,
     pub handler: Option<String>,
+    pub try_files: Option<bool>,
+    pub fallback: Option<String>,
+    pub no_scripts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

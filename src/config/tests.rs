@@ -6,6 +6,8 @@ use crate::testutil::fixture;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod front;
+
 fn parse(text: &str) -> Result<Config, ConfigErrors> {
     Config::parse(
         text,

@@ -15,12 +15,14 @@
 //! `stat`/`open`/`read` on the thread's event loop, as nginx does without thread pools (they
 //! wait on the disk or page cache only, never on a peer).
 
+mod app;
 pub mod cpu;
 pub mod dynamic;
+mod front;
 pub mod mime;
 pub mod static_files;
 
-use crate::config::{HandlerKind, SiteSpec};
+use crate::config::SiteSpec;
 use crate::handoff::{Handoff, PoolTargets};
 use crate::http::access_log;
 use crate::http::clock::Clock;
@@ -30,31 +32,11 @@ use crate::http::service::{
 use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
 use crate::routing::hosts::HostTable;
-use crate::routing::GroupRoutes;
-use static_files::StaticFiles;
+use crate::routing::{under_prefix, GroupRoutes};
+use app::{App, AppHandler};
+use front::Front;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-
-enum AppHandler {
-    Static(StaticFiles),
-    Dynamic,
-    Cpu,
-    /// Forwarded to the pool's application (handed back to the connection as a whole, see
-    /// [`Service::proxy_route`]).
-    Proxy(Rc<ProxyRoute>),
-    /// Forwarded in FastCGI: the scripts under the site's document root that may run.
-    FastCgi(Rc<ProxyRoute>, Rc<crate::proxy::Scripts>),
-    /// An application pool's app in a worker that was given no route to it: 502.
-    Unreachable,
-    /// An app of another pool on a shared address: the connection is handed there (the
-    /// index is into the thread's hand-off targets; `None` when it has none: 503).
-    Elsewhere(Option<usize>),
-}
-
-struct App {
-    path: String,
-    handler: AppHandler,
-}
 
 struct Site {
     apps: Vec<App>,
@@ -163,39 +145,7 @@ impl ThreadService {
                     .iter()
                     .map(|a| App {
                         path: a.path.trim_end_matches('/').to_string(),
-                        // A static path without a pool is answered by whoever holds the
-                        // connection; another pool's path is handed to it.
-                        handler: if !a.answered_by(pool) {
-                            AppHandler::Elsewhere(target_of.get(a.pool.as_str()).copied())
-                        } else {
-                            match a.handler {
-                                HandlerKind::Static => AppHandler::Static(StaticFiles::new(
-                                    s.root.clone(),
-                                    s.index.clone(),
-                                    s.follow_symlinks,
-                                )),
-                                HandlerKind::Dynamic => AppHandler::Dynamic,
-                                HandlerKind::Cpu => AppHandler::Cpu,
-                                HandlerKind::Proxy => match (&proxy, &s.root) {
-                                    // The root is absolute (see `Config::parse`): the app
-                                    // finds scripts by it from its own working directory.
-                                    (Some(route), Some(root)) if route.fastcgi() => {
-                                        AppHandler::FastCgi(
-                                            Rc::clone(route),
-                                            Rc::new(crate::proxy::Scripts::new(
-                                                root,
-                                                route.settings().script_extensions.clone(),
-                                                s.follow_symlinks,
-                                            )),
-                                        )
-                                    }
-                                    (Some(route), _) => AppHandler::Proxy(Rc::clone(route)),
-                                    // The master gives every front worker its route; without one
-                                    // the app has no process to reach.
-                                    (None, _) => AppHandler::Unreachable,
-                                },
-                            }
-                        },
+                        handler: AppHandler::new(pool, s, a, proxy.as_ref(), &target_of),
                     })
                     .collect();
                 // Longest prefix first.
@@ -319,13 +269,6 @@ impl ThreadService {
     }
 }
 
-/// Whether `path` lies under the app prefix `prefix` (given without a trailing slash).
-fn under(path: &[u8], prefix: &str) -> bool {
-    prefix.is_empty()
-        || (path.starts_with(prefix.as_bytes())
-            && matches!(path.get(prefix.len()), None | Some(b'/')))
-}
-
 /// Where a request goes: an app, with the normalized path it was chosen on; or an answer.
 enum Routed<'s, 'p> {
     App(&'s App, std::borrow::Cow<'p, [u8]>),
@@ -352,7 +295,7 @@ impl ThreadService {
             Ok(p) => p,
             Err(status) => return Routed::Answer(status),
         };
-        match site.apps.iter().find(|a| under(&path, &a.path)) {
+        match site.apps.iter().find(|a| under_prefix(&path, &a.path)) {
             Some(app) => Routed::App(app, path),
             None => Routed::Answer(404),
         }
@@ -393,10 +336,20 @@ impl ThreadService {
             return None;
         };
         match &app.handler {
-            AppHandler::Proxy(route) => Some(ProxyTarget::Http(Rc::clone(route))),
-            AppHandler::FastCgi(route, scripts) => {
-                let script = scripts.resolve(&path).ok()?;
-                Some(ProxyTarget::FastCgi(Rc::clone(route), Box::new(script)))
+            AppHandler::Proxy(route, files) => {
+                if files
+                    .as_ref()
+                    .is_some_and(|f| front::is_file(f, req.path, &path))
+                {
+                    return None;
+                }
+                Some(ProxyTarget::Http(Rc::clone(route)))
+            }
+            AppHandler::FastCgi(route, scripts, files) => {
+                match front::fastcgi(scripts, files.as_ref(), req.path, &path) {
+                    Front::Run(script) => Some(ProxyTarget::FastCgi(Rc::clone(route), script)),
+                    Front::Files | Front::Answer(_) => None,
+                }
             }
             _ => None,
         }
@@ -584,13 +537,27 @@ impl ThreadService {
                 cpu::respond(req.query, resp);
                 Reply::Done
             }
-            // A path that is no script the app may run (`proxy_route` took every other).
-            AppHandler::FastCgi(_, scripts) => {
-                resp.error(scripts.resolve(path).err().unwrap_or(502));
-                Reply::Done
+            // What the front controller keeps here (`route` took every other request).
+            AppHandler::FastCgi(_, scripts, files) => {
+                match (
+                    front::fastcgi(scripts, files.as_ref(), req.path, path),
+                    files,
+                ) {
+                    (Front::Files, Some(files)) => files.serve(req, path, resp, &self.clock),
+                    (Front::Answer(status), _) => {
+                        resp.error(status);
+                        Reply::Done
+                    }
+                    (Front::Run(_) | Front::Files, _) => {
+                        resp.error(502);
+                        Reply::Done
+                    }
+                }
             }
-            // Reached only when the route was not taken whole (see `proxy_route`).
-            AppHandler::Proxy(_) | AppHandler::Unreachable => {
+            // A file under the root, with `try_files` (`route` took every other request).
+            AppHandler::Proxy(_, Some(files)) => files.serve(req, path, resp, &self.clock),
+            // Reached only when the route was not taken whole (see `route`).
+            AppHandler::Proxy(_, None) | AppHandler::Unreachable => {
                 resp.error(502);
                 Reply::Done
             }
@@ -600,16 +567,5 @@ impl ThreadService {
                 Reply::Done
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn prefixes_match_on_segment_boundaries() {
-        assert!(super::under(b"/api/x", "/api"));
-        assert!(super::under(b"/api", "/api"));
-        assert!(!super::under(b"/apix", "/api"));
-        assert!(super::under(b"/anything", ""));
     }
 }

@@ -5,12 +5,14 @@
 //! A script is the first path segment whose name ends with one of the pool's extensions
 //! (`.php` by default) and is more than the extension; what follows is `PATH_INFO`, as nginx's
 //! `fastcgi_split_path_info ^(.+?\.php)(/.*)$`. A path ending in `/` names the folder's
-//! `index` script. Anything else is not a script and is refused (404): the app is sent only a
-//! regular file that exists under the site's `root` — a symlink leading out of `root` only
-//! with `follow_symlinks = true`.
+//! `index` script. Anything else is not a script (the handlers may serve it as a file, or run
+//! the site's front controller, [`Scripts::fallback`]): the app is sent only a regular file
+//! that exists under the site's `root` — a symlink leading out of `root` only with
+//! `follow_symlinks = true` — and never one under a `no_scripts` folder (403).
 //!
 //! Owns: that decision ([`Scripts::split`], pure; [`Scripts::resolve`], one `realpath` or
-//! `stat`). Must not touch: the records sent to the app ([`super::cgi`]).
+//! `stat`). Must not touch: the records sent to the app ([`super::cgi`]), or files served as
+//! files (the handlers' front controller).
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,10 @@ pub struct Scripts {
     canonical_root: Option<PathBuf>,
     extensions: Vec<String>,
     follow_symlinks: bool,
+    /// The front controller (`/index.php`), if the site has one.
+    fallback: Option<Vec<u8>>,
+    /// URL path prefixes (no trailing `/`) where no script runs.
+    no_scripts: Vec<String>,
 }
 
 /// A script that may run: what the app is told.
@@ -49,13 +55,41 @@ impl Scripts {
             canonical_root: std::fs::canonicalize(root).ok(),
             extensions,
             follow_symlinks,
+            fallback: None,
+            no_scripts: Vec::new(),
         }
+    }
+
+    /// With a front controller (`fallback`, a checked URL path of a script) and the folders
+    /// where no script runs (prefixes without a trailing `/`).
+    pub fn with_front(mut self, fallback: Option<&str>, no_scripts: &[String]) -> Self {
+        self.fallback = fallback.map(|f| f.as_bytes().to_vec());
+        self.no_scripts = no_scripts.to_vec();
+        self
+    }
+
+    /// The extensions of the scripts the app runs (`.php`).
+    pub fn extensions(&self) -> &[String] {
+        &self.extensions
     }
 
     fn is_script_name(&self, segment: &[u8]) -> bool {
         self.extensions
             .iter()
             .any(|e| segment.len() > e.len() && segment.ends_with(e.as_bytes()))
+    }
+
+    /// Whether a normalized path names a script by a segment with the app's extension (a
+    /// folder's index aside): such a path runs that script or gets an error, never a file.
+    pub fn names_script(&self, path: &[u8]) -> bool {
+        path.split(|&b| b == b'/').any(|s| self.is_script_name(s))
+    }
+
+    /// The front controller, run for `path`s that are neither scripts nor files: `None`
+    /// without one, else as [`Self::resolve`] finds it (with an empty `PATH_INFO`, as nginx's
+    /// `try_files … /index.php` and Caddy's `php_fastcgi` send it).
+    pub fn fallback(&self) -> Option<Result<Script, u16>> {
+        self.fallback.as_deref().map(|f| self.resolve(f))
     }
 
     /// `(SCRIPT_NAME, PATH_INFO)` of a normalized path, or 404 when it names no script.
@@ -81,9 +115,16 @@ impl Scripts {
 
     /// The script a normalized path names, if it may run: a regular file under `root`. 404
     /// when there is none, 403 when it leads out of `root` (a symlink, without
-    /// `follow_symlinks`).
+    /// `follow_symlinks`) or lies under a `no_scripts` folder.
     pub fn resolve(&self, path: &[u8]) -> Result<Script, u16> {
         let (name, path_info) = self.split(path)?;
+        if self
+            .no_scripts
+            .iter()
+            .any(|p| crate::routing::under_prefix(&name, p))
+        {
+            return Err(403);
+        }
         let mut filename = self.root.as_os_str().as_bytes().to_vec();
         while filename.ends_with(b"/") {
             filename.pop();
@@ -174,5 +215,32 @@ mod tests {
         assert_eq!(s.resolve(b"/uploads/"), Err(404), "no index.php there");
         assert_eq!(s.resolve(b"/out.php"), Err(403));
         assert!(php(&root, true).resolve(b"/out.php").is_ok());
+    }
+
+    #[test]
+    fn no_script_runs_in_an_upload_folder_and_the_fallback_has_no_path_info() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("up/deep")).unwrap();
+        std::fs::write(root.join("index.php"), "<?php").unwrap();
+        std::fs::write(root.join("up/deep/x.php"), "<?php evil").unwrap();
+        std::fs::write(root.join("up/index.php"), "<?php evil").unwrap();
+        let s = php(root, false).with_front(Some("/index.php"), &["/up".into()]);
+        assert_eq!(s.resolve(b"/up/deep/x.php"), Err(403));
+        assert_eq!(s.resolve(b"/up/deep/x.php/info"), Err(403));
+        assert_eq!(s.resolve(b"/up/"), Err(403), "a folder's index too");
+        assert!(
+            s.resolve(b"/upx/").is_err_and(|e| e == 404),
+            "a prefix on a boundary"
+        );
+        let f = s.fallback().unwrap().unwrap();
+        assert_eq!(
+            (f.name.as_slice(), f.path_info.as_slice()),
+            (&b"/index.php"[..], &b""[..])
+        );
+        assert!(s.names_script(b"/a/b.php/c"));
+        assert!(!s.names_script(b"/a/b.PHP"));
+        assert!(!s.names_script(b"/x.jpg/.php"));
+        assert!(php(root, false).fallback().is_none());
     }
 }

@@ -2,8 +2,8 @@
 //! and by which host names — pure data and matching, below both the config that checks them
 //! and the TLS layer that picks certificates by them.
 //!
-//! Owns: [`GroupRoutes`] and host matching ([`hosts`]). Must not touch: requests (the
-//! handlers route them) or sockets.
+//! Owns: [`GroupRoutes`], host matching ([`hosts`]) and path-prefix matching
+//! ([`under_prefix`]). Must not touch: requests (the handlers route them) or sockets.
 
 pub mod hosts;
 
@@ -20,4 +20,24 @@ pub struct GroupRoutes {
     /// An https address: TLS with its sites' certificates, by SNI.
     #[serde(default)]
     pub tls: bool,
+}
+
+/// Whether `path` lies under the prefix `prefix` (given without a trailing slash): on a
+/// segment boundary, as IIS applications and nginx's prefix locations with a slash match
+/// (`/api` holds `/api` and `/api/x`, not `/apix`); the empty prefix holds every path.
+pub fn under_prefix(path: &[u8], prefix: &str) -> bool {
+    prefix.is_empty()
+        || (path.starts_with(prefix.as_bytes())
+            && matches!(path.get(prefix.len()), None | Some(b'/')))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prefixes_match_on_segment_boundaries() {
+        assert!(super::under_prefix(b"/api/x", "/api"));
+        assert!(super::under_prefix(b"/api", "/api"));
+        assert!(!super::under_prefix(b"/apix", "/api"));
+        assert!(super::under_prefix(b"/anything", ""));
+    }
 }

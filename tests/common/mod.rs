@@ -566,3 +566,9 @@ pub async fn h2c(port: u16) -> h2::client::SendRequest<bytes::Bytes> {
     tokio::spawn(conn);
     send
 }
+
+/// Whether an answer is the output of the tests' planted script `<?php echo 'EXECUTED'; ?>`
+/// (its source, sent as a file, has the `<?php` around it).
+pub fn ran_planted_script(text: &str) -> bool {
+    text.contains("EXECUTED") && !text.contains("<?php")
+}

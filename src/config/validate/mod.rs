@@ -6,6 +6,7 @@
 //! Must not touch: defaults (see [`super::model`]) or placement.
 
 mod app;
+mod front;
 mod pool;
 mod site;
 

@@ -7,6 +7,7 @@ use super::super::locate::Seg;
 use super::super::model::*;
 use super::super::parse::parse_binding;
 use super::super::raw;
+use super::front::FrontKeys;
 use super::Validator;
 use std::collections::HashMap;
 use std::path::Path;
@@ -154,10 +155,27 @@ impl Validator {
                     format!("site `{name}` already has an app at `{path}`"),
                 );
             }
+            let forwarded_to = app_pool.filter(|_| handler == HandlerKind::Proxy);
+            let front = self.front_controller(
+                &[
+                    Seg::Key("site"),
+                    Seg::Index(i),
+                    Seg::Key("app"),
+                    Seg::Index(k),
+                ],
+                FrontKeys {
+                    try_files: ra.try_files,
+                    fallback: ra.fallback,
+                    no_scripts: ra.no_scripts,
+                },
+                forwarded_to,
+                root.as_deref(),
+            );
             apps.push(AppSpec {
-                path,
-                pool,
-                handler,
+                try_files: front.try_files,
+                fallback: front.fallback,
+                no_scripts: front.no_scripts,
+                ..AppSpec::new(path, pool, handler)
             });
         }
         // A static path without a pool is served by the pool holding the connection: some

@@ -78,6 +78,19 @@ pub struct StaticFiles {
     cached_bytes: Cell<usize>,
     /// Entries holding an open descriptor.
     open_files: Cell<usize>,
+    /// Extensions of the files never sent as files, in any case (a FastCGI app's `.php`:
+    /// its source would leak): 403.
+    refused: Vec<String>,
+}
+
+/// What a path names under the root, for a front controller's "the file if it exists".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// A file, or something [`StaticFiles::serve`] answers itself (a file it may not send,
+    /// a path it refuses).
+    File,
+    Directory,
+    Missing,
 }
 
 impl StaticFiles {
@@ -91,6 +104,41 @@ impl StaticFiles {
             cache: RefCell::new(HashMap::new()),
             cached_bytes: Default::default(),
             open_files: Default::default(),
+            refused: Vec::new(),
+        }
+    }
+
+    /// Never sends a file whose name ends with one of `extensions` (compared without case).
+    pub fn refusing(mut self, extensions: &[String]) -> Self {
+        self.refused = extensions.iter().map(|e| e.to_ascii_lowercase()).collect();
+        self
+    }
+
+    fn refuses(&self, name: &[u8]) -> bool {
+        self.refused.iter().any(|e| {
+            name.len() >= e.len() && name[name.len() - e.len()..].eq_ignore_ascii_case(e.as_bytes())
+        })
+    }
+
+    /// What `raw_path` (in normal form `key`) names under the root: a cached file is a file
+    /// without a look at the disk; else one `stat`. Only an absent path is [`Found::Missing`]
+    /// (a file that cannot be read is the static handler's to answer, never another's).
+    pub fn lookup(&self, raw_path: &str, key: &[u8]) -> Found {
+        if self.cache.borrow().contains_key(key) {
+            return Found::File;
+        }
+        let (Some(root), Ok(segments)) = (&self.root, normalize(raw_path)) else {
+            return Found::File;
+        };
+        let mut path = root.clone();
+        for s in &segments {
+            path.push(OsStr::from_bytes(s));
+        }
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => Found::Directory,
+            Ok(_) => Found::File,
+            Err(e) if io_status(&e) == 404 => Found::Missing,
+            Err(_) => Found::File,
         }
     }
 
@@ -212,7 +260,7 @@ impl StaticFiles {
             if !raw_path.ends_with('/') {
                 return Resolved::Redirect(format!("{raw_path}/"));
             }
-            for name in &self.index {
+            for name in self.index.iter().filter(|n| !self.refuses(n.as_bytes())) {
                 let candidate = path.join(name);
                 if let Ok(m) = std::fs::metadata(&candidate) {
                     if m.is_file() {
@@ -225,10 +273,11 @@ impl StaticFiles {
         if !meta.is_file() {
             return Resolved::Status(404);
         }
-        let name = segments
-            .last()
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .unwrap_or_default();
+        let last = segments.last().map_or(&[][..], |s| s.as_slice());
+        if self.refuses(last) {
+            return Resolved::Status(403);
+        }
+        let name = String::from_utf8_lossy(last).into_owned();
         self.open(path, canonical_root, &name)
     }
 

@@ -1,0 +1,123 @@
+//! Validation of an app path's front-controller keys: `try_files`, `fallback` and
+//! `no_scripts` (how a path forwarded to an application treats the files under the site's
+//! root, see [`crate::handlers`]' front controller).
+//!
+//! Owns: those keys' rules, and the one look at the file system they need — that the
+//! fallback script exists under the site's root. Must not touch: which pool serves the path
+//! (see [`super::site`]).
+
+use super::super::locate::Seg;
+use super::super::model::*;
+use super::Validator;
+use std::path::Path;
+
+/// The keys as written.
+pub(super) struct FrontKeys {
+    pub try_files: Option<bool>,
+    pub fallback: Option<String>,
+    pub no_scripts: Option<Vec<String>>,
+}
+
+/// The keys as the app path keeps them.
+pub(super) struct Front {
+    pub try_files: bool,
+    pub fallback: Option<String>,
+    pub no_scripts: Vec<String>,
+}
+
+/// Whether `p` is a plain URL path: `/` first, no control bytes, spaces, `?`, `#`, `%`, `\`,
+/// empty, `.` or `..` segments (it is compared with requests' normal form).
+fn plain_url_path(p: &str) -> bool {
+    p.starts_with('/')
+        && !p
+            .bytes()
+            .any(|b| b <= b' ' || b == 0x7f || matches!(b, b'?' | b'#' | b'%' | b'\\'))
+        && !p
+            .trim_end_matches('/')
+            .split('/')
+            .skip(1)
+            .any(|s| s.is_empty() || s == "." || s == "..")
+}
+
+impl Validator {
+    /// The front-controller keys of app `app_at` (`site[i].app[k]`), forwarded to the pool's
+    /// application `app` when it has one (`None`: a path espalier answers itself).
+    pub(super) fn front_controller(
+        &mut self,
+        app_at: &[Seg],
+        keys: FrontKeys,
+        app: Option<&AppCommand>,
+        root: Option<&Path>,
+    ) -> Front {
+        let at = |k: &'static str| {
+            let mut p = app_at.to_vec();
+            p.push(Seg::Key(k));
+            p
+        };
+        let transport = app.map(|a| a.transport);
+        let fastcgi = transport == Some(Transport::FastCgi);
+        let try_files = match (keys.try_files, transport) {
+            (None, _) => fastcgi,
+            (Some(v), Some(Transport::Proxy | Transport::FastCgi)) => v,
+            (Some(_), Some(Transport::Activation)) => {
+                self.err(&at("try_files"), "the pool uses transport = \"activation\": its application accepts the connections itself, so espalier cannot serve files first; use transport = \"proxy\", or remove try_files");
+                false
+            }
+            (Some(_), None) => {
+                self.err(&at("try_files"), "applies to a path forwarded to an application (a pool with `command`); a static path serves its files already; remove it");
+                false
+            }
+        };
+        if try_files && root.is_none() && transport == Some(Transport::Proxy) {
+            self.err(&at("try_files"), "serves the files under the site's `root` before the app; add root = \"…\" to the site (a folder of public files only), or remove try_files");
+        }
+        let mut no_scripts = Vec::new();
+        if let Some(list) = keys.no_scripts {
+            if !fastcgi {
+                self.err(&at("no_scripts"), "applies to a FastCGI app's path (transport = \"fastcgi\"): the folders where its scripts never run; remove it");
+            }
+            for p in list {
+                let prefix = p.trim_end_matches('/');
+                if !plain_url_path(&p) {
+                    self.err(&at("no_scripts"), format!("`{p}` is not a URL path prefix; write them like [\"/wp-content/uploads/\"]"));
+                } else if prefix.is_empty() {
+                    self.err(&at("no_scripts"), "`/` would keep every script from running; name the upload folders, like [\"/wp-content/uploads/\"]");
+                } else {
+                    no_scripts.push(prefix.to_string());
+                }
+            }
+        }
+        let fallback = keys.fallback.filter(|f| {
+            let Some(app) = app.filter(|_| fastcgi) else {
+                self.err(&at("fallback"), "applies to a FastCGI app's path (transport = \"fastcgi\"), whose front controller is a script; a proxied app is its own fallback: use try_files = true");
+                return false;
+            };
+            if !plain_url_path(f) || f.ends_with('/') {
+                self.err(&at("fallback"), format!("`{f}` is not the URL path of a script; write it like \"/index.php\""));
+                return false;
+            }
+            if !app.script_extensions.iter().any(|e| f.len() > e.len() && f.ends_with(e.as_str())) {
+                let ext = app.script_extensions.join("\", \"");
+                self.err(&at("fallback"), format!("`{f}` is not a script the app may run (its extensions are \"{ext}\"); name one, like \"/index{}\"", app.script_extensions.first().map_or(".php", |e| e.as_str())));
+                return false;
+            }
+            if no_scripts.iter().any(|p| crate::routing::under_prefix(f.as_bytes(), p)) {
+                self.err(&at("fallback"), format!("`{f}` lies under `no_scripts`, where no script runs; move it, or the folder out of no_scripts"));
+                return false;
+            }
+            if let Some(root) = root {
+                let file = root.join(f.trim_start_matches('/'));
+                if !std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
+                    self.err(&at("fallback"), format!("{} is not a file (the fallback is a path under the site's root); create it, or fix the path", file.display()));
+                    return false;
+                }
+            }
+            true
+        });
+        Front {
+            try_files,
+            fallback,
+            no_scripts,
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! A site's app paths as one worker thread answers them: which handler each path has in this
+//! thread's pool, built once at the thread's start.
+//!
+//! Owns: [`App`], [`AppHandler`] and the choice of a path's handler from its spec (static,
+//! the built-in pages, forwarded to the pool's application — FastCGI with its scripts, files
+//! tried first where asked — or another pool's). Must not touch: requests (the parent routes
+//! them, [`super::front`] decides a front controller's).
+
+use super::static_files::StaticFiles;
+use crate::config::{AppSpec, HandlerKind, SiteSpec};
+use crate::proxy::{ProxyRoute, Scripts};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+pub(super) enum AppHandler {
+    Static(StaticFiles),
+    Dynamic,
+    Cpu,
+    /// Forwarded to the pool's application (handed back to the connection as a whole, see
+    /// [`crate::http::service::Service::route`]); with `try_files`, the files under the root
+    /// are served here first.
+    Proxy(Rc<ProxyRoute>, Option<StaticFiles>),
+    /// Forwarded in FastCGI: the scripts under the site's document root that may run, and the
+    /// files served as files (see [`super::front`]).
+    FastCgi(Rc<ProxyRoute>, Scripts, Option<StaticFiles>),
+    /// An application pool's app in a worker that was given no route to it: 502.
+    Unreachable,
+    /// An app of another pool on a shared address: the connection is handed there (the
+    /// index is into the thread's hand-off targets; `None` when it has none: 503).
+    Elsewhere(Option<usize>),
+}
+
+pub(super) struct App {
+    /// Its prefix, without a trailing `/`.
+    pub path: String,
+    pub handler: AppHandler,
+}
+
+impl AppHandler {
+    /// How `pool`'s thread answers app `a` of site `s`: `proxy` is its way to the pool's
+    /// application, `target_of` the hand-off target of each other pool by name.
+    pub fn new(
+        pool: &str,
+        s: &SiteSpec,
+        a: &AppSpec,
+        proxy: Option<&Rc<ProxyRoute>>,
+        target_of: &HashMap<&str, usize>,
+    ) -> Self {
+        // A static path without a pool is answered by whoever holds the connection; another
+        // pool's path is handed to it.
+        if !a.answered_by(pool) {
+            return AppHandler::Elsewhere(target_of.get(a.pool.as_str()).copied());
+        }
+        let files = || StaticFiles::new(s.root.clone(), s.index.clone(), s.follow_symlinks);
+        match a.handler {
+            // Beside a FastCGI app, its scripts are never sent as files.
+            HandlerKind::Static => {
+                AppHandler::Static(files().refusing(script_extensions(pool, s, proxy)))
+            }
+            HandlerKind::Dynamic => AppHandler::Dynamic,
+            HandlerKind::Cpu => AppHandler::Cpu,
+            HandlerKind::Proxy => match (proxy, &s.root) {
+                // The root is absolute (see `Config::parse`): the app finds scripts by it from
+                // its own working directory.
+                (Some(route), Some(root)) if route.fastcgi() => {
+                    let extensions = &route.settings().script_extensions;
+                    let scripts = Scripts::new(root, extensions.clone(), s.follow_symlinks)
+                        .with_front(a.fallback.as_deref(), &a.no_scripts);
+                    let files = a.try_files.then(|| files().refusing(extensions));
+                    AppHandler::FastCgi(Rc::clone(route), scripts, files)
+                }
+                (Some(route), _) => AppHandler::Proxy(Rc::clone(route), a.try_files.then(files)),
+                // The master gives every front worker its route; without one the app has no
+                // process to reach.
+                (None, _) => AppHandler::Unreachable,
+            },
+        }
+    }
+}
+
+/// The script extensions of the FastCGI app `pool` runs for site `s`, if it runs one there.
+fn script_extensions<'r>(
+    pool: &str,
+    s: &SiteSpec,
+    proxy: Option<&'r Rc<ProxyRoute>>,
+) -> &'r [String] {
+    match proxy {
+        Some(route)
+            if route.fastcgi()
+                && s.apps
+                    .iter()
+                    .any(|a| a.pool == pool && a.handler == HandlerKind::Proxy) =>
+        {
+            &route.settings().script_extensions
+        }
+        _ => &[],
+    }
+}
