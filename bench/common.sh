@@ -7,7 +7,9 @@
 # Serialized with a lock, since tests running in parallel may ask at once; says in one line
 # on stderr, and with exit 3, when it cannot.
 need_tools() {
-  local missing=() pair cmd pkg
+  local missing=() pair cmd pkg only=()
+  # --no-recommends first: the packages alone (Debian's wordpress recommends a whole Apache).
+  [ "${1:-}" = --no-recommends ] && { only=(--no-install-recommends); shift; }
   for pair in "$@"; do
     cmd=${pair%%:*} pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("$pkg")
@@ -20,7 +22,7 @@ need_tools() {
     ((${#still[@]})) || exit 0
     echo "installing ${still[*]} from Debian…" >&2
     export DEBIAN_FRONTEND=noninteractive
-    { apt-get update -qq && apt-get install -y -qq "${still[@]}"; } >&2 ||
+    { apt-get update -qq && apt-get install -y -qq "${only[@]}" "${still[@]}"; } >&2 ||
       { echo "cannot install ${still[*]} from Debian's packages (apt-get failed)" >&2; exit 3; }
   ) 9>/tmp/espalier-need-tools.lock
 }
