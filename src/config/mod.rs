@@ -60,6 +60,8 @@ impl Config {
                 tls: None,
                 hsts: None,
                 redirect_to_https: false,
+                headers: Vec::new(),
+                cache: Vec::new(),
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

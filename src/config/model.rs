@@ -282,6 +282,12 @@ pub struct AppSpec {
     /// URL path prefixes (without a trailing `/`) under which no script runs: upload folders.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub no_scripts: Vec<String>,
+    /// Its own header fields, over the site's (see [`SiteSpec::headers`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// Its static files' `Cache-Control`, before the site's (see [`SiteSpec::cache`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<(String, String)>,
 }
 
 impl AppSpec {
@@ -294,6 +300,8 @@ impl AppSpec {
             try_files: false,
             fallback: None,
             no_scripts: Vec::new(),
+            headers: Vec::new(),
+            cache: Vec::new(),
         }
     }
 
@@ -364,6 +372,14 @@ pub struct SiteSpec {
     /// Its `http://` bindings answer 308 to the same URL on its first https port.
     #[serde(default, skip_serializing_if = "is_false")]
     pub redirect_to_https: bool,
+    /// Header fields set on its answers, its apps' included: `(name, value)`; a field the
+    /// app sent by that name is replaced, and an empty value only removes it (`Server`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// `Cache-Control` of its static files: `(content type, value)`, the type exact
+    /// (`text/css`), a family (`image/*`) or `*`; the first that matches wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<(String, String)>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -413,6 +429,8 @@ impl SiteSpec {
             tls: None,
             hsts: None,
             redirect_to_https: false,
+            headers: Vec::new(),
+            cache: Vec::new(),
         }
     }
 

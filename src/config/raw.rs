@@ -125,6 +125,9 @@ pub struct RawSite {
     pub tls: Option<RawTls>,
     pub hsts: Option<String>,
     pub redirect_to_https: Option<bool>,
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    /// A `Cache-Control` for every static file (`"7d"`), or by content type.
+    pub cache: Option<toml::Value>,
     #[serde(default)]
     pub app: Vec<RawApp>,
 }
@@ -138,6 +141,8 @@ pub struct RawApp {
     pub try_files: Option<bool>,
     pub fallback: Option<String>,
     pub no_scripts: Option<Vec<String>>,
+    pub headers: Option<std::collections::BTreeMap<String, String>>,
+    pub cache: Option<toml::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -45,8 +45,10 @@ struct Site {
     /// Which pool serves the site, when one serves all of it: a hand-off is then decided by
     /// host alone, without choosing the app.
     whole: Whole,
-    /// Its `Strict-Transport-Security: …\r\n` line, added to its answers over TLS.
-    hsts: Option<Rc<[u8]>>,
+    /// Its field edits (`headers`, and HSTS over TLS), by scheme.
+    fields: app::Edits,
+    /// Whether an app path has edits of its own: only then is the path looked at to choose.
+    app_fields: bool,
     /// With `redirect_to_https`: the https port its cleartext requests are sent to.
     to_https: Option<u16>,
 }
@@ -146,6 +148,7 @@ impl ThreadService {
                     .map(|a| App {
                         path: a.path.trim_end_matches('/').to_string(),
                         handler: AppHandler::new(pool, s, a, proxy.as_ref(), &target_of),
+                        fields: (!a.headers.is_empty()).then(|| app::field_edits(s, Some(a))),
                     })
                     .collect();
                 // Longest prefix first.
@@ -175,10 +178,6 @@ impl ThreadService {
                     Some(p) if one_pool => Whole::Other(target_of.get(p).copied()),
                     Some(_) => Whole::Split,
                 };
-                let hsts = s
-                    .hsts
-                    .as_ref()
-                    .map(|v| Rc::from(format!("Strict-Transport-Security: {v}\r\n").as_bytes()));
                 let to_https = s
                     .bindings
                     .iter()
@@ -186,10 +185,11 @@ impl ThreadService {
                     .filter(|_| s.redirect_to_https)
                     .map(|b| b.addr.port());
                 Site {
+                    app_fields: apps.iter().any(|a| a.fields.is_some()),
                     apps,
                     log,
                     whole,
-                    hsts,
+                    fields: app::field_edits(s, None),
                     to_https,
                 }
             })
@@ -251,15 +251,21 @@ impl ThreadService {
     }
 
     /// The context `req` carries to its answer and log line, routed to `site` on `group`.
-    fn context(&self, group: usize, site: Option<SiteRef>) -> RequestCtx {
+    fn context(&self, group: usize, site: Option<SiteRef>, req: &Request<'_>) -> RequestCtx {
         let Some(s) = site.and_then(|id| self.site(id)) else {
             return RequestCtx::default();
         };
-        let tls = self.groups.get(group).is_some_and(|g| g.tls);
+        let tls = usize::from(self.groups.get(group).is_some_and(|g| g.tls));
+        let mut fields = &s.fields;
+        if s.app_fields {
+            if let Routed::App(app, _) = self.routed(group, site, req) {
+                fields = app.fields.as_ref().unwrap_or(fields);
+            }
+        }
         RequestCtx {
             site,
             logged: s.log.is_some(),
-            added_fields: s.hsts.as_ref().filter(|_| tls).cloned(),
+            fields: fields[tls].clone(),
         }
     }
 
@@ -355,12 +361,29 @@ impl ThreadService {
         }
     }
 
-    /// Answers a routed request into `resp`.
+    /// Answers a routed request into `resp`, with the field edits its context carries.
     fn respond(
         &self,
         group: usize,
         routed: Routed<'_, '_>,
         ctx: &RequestCtx,
+        req: &Request<'_>,
+        resp: &mut Responder<'_>,
+    ) -> Reply {
+        let mark = resp.mark();
+        let reply = self.answer_routed(group, routed, req, resp);
+        // The site's and path's fields (HSTS over TLS) go into whatever it answered.
+        if let Some(edits) = &ctx.fields {
+            resp.edit_fields(mark, edits);
+        }
+        reply
+    }
+
+    /// The answer of a routed request, before the site's edits.
+    fn answer_routed(
+        &self,
+        group: usize,
+        routed: Routed<'_, '_>,
         req: &Request<'_>,
         resp: &mut Responder<'_>,
     ) -> Reply {
@@ -391,13 +414,7 @@ impl ThreadService {
             resp.error(421);
             return Reply::Done;
         }
-        let mark = resp.mark();
-        let reply = self.answer(app, &path, req, resp);
-        // Over TLS, the site's HSTS line goes into whatever its handler answers.
-        if let Some(lines) = &ctx.added_fields {
-            resp.insert_header_line(mark, lines);
-        }
-        reply
+        self.answer(app, &path, req, resp)
     }
 }
 
@@ -412,7 +429,7 @@ impl Service for ThreadService {
                 return Route::HandOff(handoff);
             }
         }
-        let ctx = self.context(group, site);
+        let ctx = self.context(group, site, req);
         if self.proxies {
             if let Some(target) = self.proxy_target(group, site, req) {
                 self.served.set(self.served.get() + 1);

@@ -20,6 +20,7 @@ mod body;
 pub mod chunked;
 pub mod clock;
 pub mod conn;
+pub mod edits;
 mod fields;
 pub mod h2;
 pub mod ktls;
@@ -404,13 +405,10 @@ impl<'a> Responder<'a> {
         self.out.len()
     }
 
-    /// Adds a header line (`Name: value\r\n`) to the head of the response written since
-    /// `mark`, whoever wrote it (a cached file's head included).
-    pub fn insert_header_line(&mut self, mark: usize, line: &[u8]) {
-        if let Some(end) = memchr::memmem::find(&self.out[mark..], b"\r\n\r\n") {
-            let at = mark + end + 2;
-            self.out.splice(at..at, line.iter().copied());
-        }
+    /// Applies a site's field edits to the head of the response written since `mark`,
+    /// whoever wrote it (a cached file's head included).
+    pub fn edit_fields(&mut self, mark: usize, edits: &edits::FieldEdits) {
+        edits.apply(self.out, mark);
     }
 
     pub fn head_only(&self) -> bool {

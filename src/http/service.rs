@@ -50,9 +50,9 @@ pub struct RequestCtx {
     pub site: Option<SiteRef>,
     /// Whether its site logs its requests (only then is a line built).
     pub logged: bool,
-    /// Whole `Name: value\r\n` lines added to its answer, the lent ones' too (the site's
-    /// `Strict-Transport-Security` over TLS); `None` for none.
-    pub added_fields: Option<Rc<[u8]>>,
+    /// The field edits of its site and path, on its answer and the lent ones' too (the
+    /// site's `headers`, its `Strict-Transport-Security` over TLS); `None` for none.
+    pub fields: Option<Rc<super::edits::FieldEdits>>,
 }
 
 /// Where routing sends a request whose head is complete (its body not read yet).
@@ -94,9 +94,8 @@ pub struct LentConnection<'a, C> {
     pub body_timeout: Duration,
     /// What was answered, for the access log.
     pub report: &'a Report,
-    /// Field lines espalier adds to the answer (see [`RequestCtx::added_fields`]) unless the
-    /// answer has a field of that name itself; empty for none.
-    pub added_fields: &'a [u8],
+    /// The field edits of the request's site and path (see [`RequestCtx::fields`]).
+    pub fields: Option<&'a super::edits::FieldEdits>,
 }
 
 /// Whether a lent connection may carry another request.

@@ -181,7 +181,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         clock,
         body_timeout,
         report,
-        added_fields,
+        fields: edits,
         ..
     } = client;
     let (minor, head_only) = (req.client_minor, req.head_only);
@@ -295,6 +295,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     for f in fields.iter() {
         if f.name.eq_ignore_ascii_case("status")
             || HOP_BY_HOP.iter().any(|d| f.name.eq_ignore_ascii_case(d))
+            || edits.is_some_and(|e| e.removes(f.name.as_bytes()))
             || (f.name.eq_ignore_ascii_case("content-length") && !bodiless)
         {
             continue;
@@ -304,9 +305,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         out.extend_from_slice(f.value);
         out.extend_from_slice(b"\r\n");
     }
-    super::forward::add_fields(&mut out, added_fields, |name| {
-        fields.iter().any(|f| f.name.eq_ignore_ascii_case(name))
-    });
+    if let Some(e) = edits {
+        e.add_missing(&mut out, |name| {
+            !e.removes(name)
+                && fields
+                    .iter()
+                    .any(|f| f.name.as_bytes().eq_ignore_ascii_case(name))
+        });
+    }
     match framing {
         ClientFraming::Length(n) => {
             out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())

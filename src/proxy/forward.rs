@@ -35,15 +35,6 @@ const MAX_RESPONSE_HEAD: usize = 64 << 10;
 
 /// Appends `added` (whole `Name: value\r\n` lines) to a response head, but not the lines
 /// whose field the app already sent: an app that sets its own policy keeps it.
-pub(super) fn add_fields(out: &mut Vec<u8>, added: &[u8], mut sent: impl FnMut(&str) -> bool) {
-    for line in added.split_inclusive(|&b| b == b'\n') {
-        let name = line.split(|&b| b == b':').next().unwrap_or_default();
-        if !std::str::from_utf8(name).is_ok_and(&mut sent) {
-            out.extend_from_slice(line);
-        }
-    }
-}
-
 /// A write to the client, counted for the access log.
 pub(super) async fn to_client<C: AsyncWrite + Unpin>(
     stream: &mut C,
@@ -107,7 +98,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         max_framing,
         body_timeout,
         report,
-        added_fields,
+        fields: edits,
     } = client;
     let settings = route.settings();
     let (minor, head_only) = (req.client_minor, req.head_only);
@@ -216,6 +207,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             true
         } else {
             !dropped_on_the_way(h.name, &listed)
+                && !edits.is_some_and(|e| e.removes(h.name.as_bytes()))
         };
         if copy {
             out.extend_from_slice(h.name.as_bytes());
@@ -227,11 +219,15 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if let Some(line) = &route.worker_line {
         out.extend_from_slice(line.as_bytes());
     }
-    add_fields(&mut out, added_fields, |name| {
-        resp.headers
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case(name))
-    });
+    if let Some(e) = edits {
+        e.add_missing(&mut out, |name| {
+            !e.removes(name)
+                && resp
+                    .headers
+                    .iter()
+                    .any(|h| h.name.as_bytes().eq_ignore_ascii_case(name))
+        });
+    }
     match kind {
         BodyKind::Length(n) => {
             push_field(&mut out, "Content-Length", itoa::Buffer::new().format(n))

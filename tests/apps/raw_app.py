@@ -15,6 +15,9 @@ CASES = {
     b"/huge-head": b"HTTP/1.1 200 OK\r\n" + b"X-Big: " + b"b" * (80 << 10) + b"\r\nContent-Length: 2\r\n\r\nok",
     b"/many-headers": b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(150)) + b"Content-Length: 2\r\n\r\nok",
     b"/healthz": b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n",
+    b"/branded": b"HTTP/1.1 200 OK\r\nServer: gunicorn\r\nX-Powered-By: Django\r\nX-Frame-Options: SAMEORIGIN\r\nX-App: kept\r\nContent-Length: 2\r\n\r\nok",
+    b"/crash": b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/html\r\nContent-Length: 38\r\n\r\n<pre>Traceback: secret internals</pre>",
+    b"/missing": b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\napp says 404\n",
 }
 
 

@@ -6,9 +6,11 @@
 //! Must not touch: defaults (see [`super::model`]) or placement.
 
 mod app;
+mod fields;
 mod front;
 mod pool;
 mod site;
+mod site_app;
 
 use super::error::ConfigError;
 use super::include::Source;

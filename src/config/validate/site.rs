@@ -1,4 +1,5 @@
-//! Validation of a `[[site]]` and its `[[site.app]]`s: bindings, root, apps and their pools,
+//! Validation of a `[[site]]`: bindings, root, its apps together (each alone in
+//! [`super::site_app`]), its answers' keys, TLS,
 //! and addresses shared between sites.
 //!
 //! Owns: the site keys' rules. Must not touch: pools beyond looking their names up.
@@ -7,7 +8,7 @@ use super::super::locate::Seg;
 use super::super::model::*;
 use super::super::parse::parse_binding;
 use super::super::raw;
-use super::front::FrontKeys;
+use super::site_app::SiteSoFar;
 use super::Validator;
 use std::collections::HashMap;
 use std::path::Path;
@@ -74,109 +75,14 @@ impl Validator {
             self.err(&[Seg::Key("site"), Seg::Index(i)], format!("site `{name}` has no [[site.app]]; add one with path = \"/\" and pool = \"...\""));
         }
         for (k, ra) in raw.app.into_iter().enumerate() {
-            let ap = |key: &'static str| {
-                [
-                    Seg::Key("site"),
-                    Seg::Index(i),
-                    Seg::Key("app"),
-                    Seg::Index(k),
-                    Seg::Key(key),
-                ]
+            let site = SiteSoFar {
+                i,
+                name: &name,
+                root: root.as_deref(),
+                apps: &apps,
             };
-            let path = ra.path.unwrap_or_else(|| "/".into());
-            if !path.starts_with('/') {
-                self.err(&ap("path"), format!("`{path}` must start with `/`"));
-            }
-            let static_asked = ra.handler.as_deref() == Some("static");
-            let pool = match ra.pool {
-                Some(p) => p,
-                None if pools.len() == 1 => pools[0].name.clone(),
-                // Served by whichever of the site's pools holds the connection (one of its
-                // other apps must name one: checked below).
-                None if static_asked => String::new(),
-                None => {
-                    self.err(
-                        &[
-                            Seg::Key("site"),
-                            Seg::Index(i),
-                            Seg::Key("app"),
-                            Seg::Index(k),
-                        ],
-                        "this app names no `pool`; add pool = \"...\"",
-                    );
-                    String::new()
-                }
-            };
-            let named = self.pool_index.get(&pool).map(|&k| &pools[k]);
-            if !pool.is_empty() && named.is_none() {
-                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-                let hint = if names.is_empty() {
-                    "define a [[pool]] with that name".to_string()
-                } else {
-                    format!("use one of: {}", names.join(", "))
-                };
-                self.err(&ap("pool"), format!("no pool is named `{pool}`; {hint}"));
-            }
-            let app_pool = named.and_then(|p| p.app.as_ref());
-            if let Some(app) = app_pool {
-                if ra.handler.is_some() && !static_asked {
-                    self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler` (or use handler = \"static\" for files under the site's root)"));
-                }
-                if static_asked && app.transport == Transport::Activation {
-                    self.err(&ap("handler"), format!("pool `{pool}` uses transport = \"activation\": its application accepts the connections itself, so espalier cannot serve `{path}` as files; use transport = \"proxy\""));
-                }
-                if app.transport == Transport::FastCgi && root.is_none() {
-                    self.err(&ap("pool"), format!("pool `{pool}` uses transport = \"fastcgi\", whose scripts are found under the site's `root`; add root = \"…\" to site `{name}`"));
-                }
-                if app.transport == Transport::Activation && path != "/" {
-                    self.err(&ap("path"), format!("pool `{pool}` uses transport = \"activation\": its application accepts every connection of the site's bindings itself, so it cannot be given only `{path}`; use path = \"/\", or transport = \"proxy\""));
-                }
-            }
-            if static_asked && root.is_none() && (pool.is_empty() || app_pool.is_some()) {
-                self.err(&ap("handler"), format!("a static path beside an application serves files from the site's `root`; add root = \"…\" to site `{name}`"));
-            }
-            let handler = if app_pool.is_some() && !static_asked {
-                HandlerKind::Proxy
-            } else {
-                self.choice(
-                    &ap("handler"),
-                    ra.handler,
-                    HandlerKind::Static,
-                    &[
-                        ("static", HandlerKind::Static),
-                        ("dynamic", HandlerKind::Dynamic),
-                        ("cpu", HandlerKind::Cpu),
-                    ],
-                )
-            };
-            if apps.iter().any(|a: &AppSpec| a.path == path) {
-                self.err(
-                    &ap("path"),
-                    format!("site `{name}` already has an app at `{path}`"),
-                );
-            }
-            let forwarded_to = app_pool.filter(|_| handler == HandlerKind::Proxy);
-            let front = self.front_controller(
-                &[
-                    Seg::Key("site"),
-                    Seg::Index(i),
-                    Seg::Key("app"),
-                    Seg::Index(k),
-                ],
-                FrontKeys {
-                    try_files: ra.try_files,
-                    fallback: ra.fallback,
-                    no_scripts: ra.no_scripts,
-                },
-                forwarded_to,
-                root.as_deref(),
-            );
-            apps.push(AppSpec {
-                try_files: front.try_files,
-                fallback: front.fallback,
-                no_scripts: front.no_scripts,
-                ..AppSpec::new(path, pool, handler)
-            });
+            let app = self.site_app(site, k, ra, pools);
+            apps.push(app);
         }
         // A static path without a pool is served by the pool holding the connection: some
         // other path of the site must name one.
@@ -274,7 +180,11 @@ impl Validator {
         if redirect_to_https && !(https && bindings.iter().any(|b| !b.tls)) {
             self.err(&at("redirect_to_https"), "needs both an https:// binding (where to) and an http:// one (what to redirect); add the missing one or remove redirect_to_https");
         }
+        let headers = self.header_fields(&at("headers"), raw.headers);
+        let cache = self.cache_policy(&at("cache"), raw.cache);
         SiteSpec {
+            headers,
+            cache,
             name,
             bindings,
             root,

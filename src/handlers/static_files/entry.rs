@@ -52,11 +52,13 @@ pub(super) enum Body {
 }
 
 impl Entry {
+    /// The entry of the file at `fs_path`, of `size` bytes and `content_type`, its head with
+    /// `Cache-Control: cache_control` when the site sets one for the type.
     pub(super) fn new(
         fs_path: PathBuf,
         meta: &Metadata,
-        size: u64,
-        content_type: &str,
+        (size, content_type): (u64, &str),
+        cache_control: Option<&str>,
         body: Body,
     ) -> Self {
         let identity = FileIdentity::of(meta);
@@ -76,7 +78,11 @@ impl Entry {
             ("ETag", &etag),
             ("Last-Modified", &httpdate::fmt_http_date(mtime)),
             ("Accept-Ranges", "bytes"),
-        ] {
+            ("Cache-Control", cache_control.unwrap_or_default()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        {
             head.extend_from_slice(name.as_bytes());
             head.extend_from_slice(b": ");
             head.extend_from_slice(value.as_bytes());

@@ -81,6 +81,9 @@ pub struct StaticFiles {
     /// Extensions of the files never sent as files, in any case (a FastCGI app's `.php`:
     /// its source would leak): 403.
     refused: Vec<String>,
+    /// `(content type pattern, Cache-Control value)`, the first match wins (see
+    /// [`crate::config::SiteSpec::cache`]); written into each cached file's head once.
+    cache_policy: Vec<(String, String)>,
 }
 
 /// What a path names under the root, for a front controller's "the file if it exists".
@@ -105,7 +108,28 @@ impl StaticFiles {
             cached_bytes: Default::default(),
             open_files: Default::default(),
             refused: Vec::new(),
+            cache_policy: Vec::new(),
         }
+    }
+
+    /// Sends `Cache-Control` by content type: `policy` is `(type, value)`, the type exact,
+    /// a family (`image/*`) or `*`, most specific first.
+    pub fn with_cache(mut self, policy: Vec<(String, String)>) -> Self {
+        self.cache_policy = policy;
+        self
+    }
+
+    /// The `Cache-Control` value of a file of `content_type` (`text/css; charset=utf-8`).
+    fn cache_control(&self, content_type: &str) -> Option<&str> {
+        let media = content_type.split(';').next().unwrap_or_default().trim();
+        self.cache_policy.iter().find_map(|(pattern, value)| {
+            let matches = pattern == "*"
+                || pattern.eq_ignore_ascii_case(media)
+                || pattern.strip_suffix('*').is_some_and(|family| {
+                    media.len() > family.len() && media[..family.len()].eq_ignore_ascii_case(family)
+                });
+            matches.then_some(value.as_str())
+        })
     }
 
     /// Never sends a file whose name ends with one of `extensions` (compared without case).
@@ -318,11 +342,12 @@ impl StaticFiles {
             Body::Memory(d) => d.len() as u64,
             Body::Open(_) => meta.len(),
         };
+        let content_type = mime::content_type(name);
         Resolved::File(Entry::new(
             path,
             &meta,
-            size,
-            mime::content_type(name),
+            (size, content_type),
+            self.cache_control(content_type),
             body,
         ))
     }

@@ -495,7 +495,7 @@ impl<S: Service + 'static> Connection<S> {
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
                 report,
-                added_fields: ctx.added_fields.as_deref().unwrap_or_default(),
+                fields: ctx.fields.as_deref(),
             };
             env.service.lend(lent, conn).await;
             // Closing our end ends an answer framed by the close.

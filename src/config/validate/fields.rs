@@ -1,0 +1,159 @@
+//! Validation of the keys that shape a site's answers: `headers` (fields set or removed) and
+//! `cache` (`Cache-Control` of its static files), on a site and on an app path.
+//!
+//! Owns: those keys' rules and the `Cache-Control` each `cache` spelling stands for. Must
+//! not touch: anything outside one key's value.
+
+use super::super::locate::Seg;
+use super::Validator;
+use std::collections::BTreeMap;
+
+/// Fields espalier frames and routes by itself: set by a config, they would make the answer
+/// ambiguous (RFC 9112 §6) or lie about the connection.
+const NOT_SETTABLE: [&str; 9] = [
+    "connection",
+    "content-length",
+    "transfer-encoding",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+    "host",
+];
+
+/// A field name is an RFC 9110 token.
+fn is_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+/// What a `cache` spelling means as a `Cache-Control` value: `"7d"` (a duration: `max-age`),
+/// `"365d, immutable"`, `"no-cache"` (always revalidate) or `"no-store"`.
+pub(crate) fn cache_control(text: &str) -> Result<String, String> {
+    let t = text.trim();
+    if matches!(t, "no-store" | "no-cache") {
+        return Ok(t.to_string());
+    }
+    let (age, immutable) = match t.strip_suffix("immutable") {
+        Some(rest) => (rest.trim_end().trim_end_matches(',').trim_end(), true),
+        None => (t, false),
+    };
+    let secs = crate::units::parse_duration(age)
+        .map_err(|_| format!("`{text}` is not a cache time; write a duration like \"7d\" (max-age), \"365d, immutable\", \"no-cache\" or \"no-store\""))?
+        .as_secs();
+    Ok(if immutable {
+        format!("max-age={secs}, immutable")
+    } else {
+        format!("max-age={secs}")
+    })
+}
+
+/// Whether `pattern` is a content type (`text/css`), a family (`image/*`) or `*`.
+fn is_type_pattern(pattern: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    let Some((kind, sub)) = pattern.split_once('/') else {
+        return false;
+    };
+    is_token(kind) && (sub == "*" || is_token(sub)) && !kind.contains('*')
+}
+
+impl Validator {
+    /// `headers = { Name = "value", Server = "" }` at `at`: names are tokens espalier does
+    /// not frame itself, values printable.
+    pub(super) fn header_fields(
+        &mut self,
+        at: &[Seg],
+        raw: Option<BTreeMap<String, String>>,
+    ) -> Vec<(String, String)> {
+        let mut fields = Vec::new();
+        for (name, value) in raw.unwrap_or_default() {
+            if !is_token(&name) {
+                self.err(at, format!("`{name}` is not a header field name (letters, digits and !#$%&'*+-.^_`|~ only); fix the name"));
+            } else if NOT_SETTABLE.contains(&name.to_ascii_lowercase().as_str()) {
+                self.err(at, format!("`{name}` is framing or connection information espalier writes itself; remove it"));
+            } else if value.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) {
+                self.err(at, format!("the value of `{name}` holds a control character (a line break would start another field); write it on one line"));
+            } else {
+                fields.push((name, value.trim().to_string()));
+            }
+        }
+        fields
+    }
+
+    /// `cache = "7d"` (every static file) or `cache = { "text/html" = "no-cache",
+    /// "image/*" = "30d", "*" = "1h" }`: `(type, Cache-Control)`, most specific first.
+    pub(super) fn cache_policy(
+        &mut self,
+        at: &[Seg],
+        raw: Option<toml::Value>,
+    ) -> Vec<(String, String)> {
+        let entries: Vec<(String, toml::Value)> = match raw {
+            None => return Vec::new(),
+            Some(toml::Value::Table(t)) => t.into_iter().collect(),
+            Some(v @ toml::Value::String(_)) => vec![("*".to_string(), v)],
+            Some(_) => {
+                self.err(at, "is a cache time (\"7d\") or a table of them by content type, like { \"text/html\" = \"no-cache\", \"image/*\" = \"30d\" }");
+                return Vec::new();
+            }
+        };
+        let mut policy = Vec::new();
+        for (pattern, value) in entries {
+            let pattern = pattern.to_ascii_lowercase();
+            if !is_type_pattern(&pattern) {
+                self.err(at, format!("`{pattern}` is not a content type; write \"text/css\", \"image/*\" or \"*\""));
+                continue;
+            }
+            let Some(text) = value.as_str() else {
+                self.err(
+                    at,
+                    format!("the cache time for `{pattern}` must be text, like \"7d\""),
+                );
+                continue;
+            };
+            match cache_control(text) {
+                Ok(v) => policy.push((pattern, v)),
+                Err(m) => self.err(at, m),
+            }
+        }
+        // An exact type before its family, a family before `*`.
+        policy.sort_by_key(|(p, _)| {
+            if p == "*" {
+                2
+            } else if p.ends_with("/*") {
+                1
+            } else {
+                0
+            }
+        });
+        policy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_spellings_become_cache_control() {
+        assert_eq!(cache_control("7d").unwrap(), "max-age=604800");
+        assert_eq!(
+            cache_control("365d, immutable").unwrap(),
+            "max-age=31536000, immutable"
+        );
+        assert_eq!(
+            cache_control("1h immutable").unwrap(),
+            "max-age=3600, immutable"
+        );
+        assert_eq!(cache_control("0s").unwrap(), "max-age=0");
+        assert_eq!(cache_control("no-store").unwrap(), "no-store");
+        assert!(cache_control("forever").is_err());
+        assert!(cache_control("immutable").is_err());
+        assert!(is_type_pattern("image/*") && is_type_pattern("text/css") && is_type_pattern("*"));
+        assert!(!is_type_pattern("*/css") && !is_type_pattern("css") && !is_type_pattern("a b/c"));
+    }
+}

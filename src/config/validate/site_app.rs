@@ -1,0 +1,159 @@
+//! Validation of one `[[site.app]]`: its path, its pool and handler, and the keys of how it
+//! serves (front controller, headers, cache).
+//!
+//! Owns: an app path's rules, each alone; what concerns the site's apps together (one pool
+//! over TLS, activation alone on its site) is [`super::site`]'s.
+
+use super::super::locate::Seg;
+use super::super::model::*;
+use super::super::raw;
+use super::front::FrontKeys;
+use super::Validator;
+use std::path::Path;
+
+/// The site an app is checked in: its index, name and root, and its apps before this one.
+pub(super) struct SiteSoFar<'a> {
+    pub i: usize,
+    pub name: &'a str,
+    pub root: Option<&'a Path>,
+    pub apps: &'a [AppSpec],
+}
+
+impl Validator {
+    /// App `k` of `site`, whose pools are `pools`.
+    pub(super) fn site_app(
+        &mut self,
+        site: SiteSoFar<'_>,
+        k: usize,
+        ra: raw::RawApp,
+        pools: &[PoolSpec],
+    ) -> AppSpec {
+        let SiteSoFar {
+            i,
+            name,
+            root,
+            apps,
+        } = site;
+        let ap = |key: &'static str| {
+            [
+                Seg::Key("site"),
+                Seg::Index(i),
+                Seg::Key("app"),
+                Seg::Index(k),
+                Seg::Key(key),
+            ]
+        };
+        let path = ra.path.unwrap_or_else(|| "/".into());
+        if !path.starts_with('/') {
+            self.err(&ap("path"), format!("`{path}` must start with `/`"));
+        }
+        let static_asked = ra.handler.as_deref() == Some("static");
+        let pool = match ra.pool {
+            Some(p) => p,
+            None if pools.len() == 1 => pools[0].name.clone(),
+            // Served by whichever of the site's pools holds the connection (one of its
+            // other apps must name one: checked below).
+            None if static_asked => String::new(),
+            None => {
+                self.err(
+                    &[
+                        Seg::Key("site"),
+                        Seg::Index(i),
+                        Seg::Key("app"),
+                        Seg::Index(k),
+                    ],
+                    "this app names no `pool`; add pool = \"...\"",
+                );
+                String::new()
+            }
+        };
+        let named = self.pool_index.get(&pool).map(|&k| &pools[k]);
+        if !pool.is_empty() && named.is_none() {
+            let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            let hint = if names.is_empty() {
+                "define a [[pool]] with that name".to_string()
+            } else {
+                format!("use one of: {}", names.join(", "))
+            };
+            self.err(&ap("pool"), format!("no pool is named `{pool}`; {hint}"));
+        }
+        let app_pool = named.and_then(|p| p.app.as_ref());
+        if let Some(app) = app_pool {
+            if ra.handler.is_some() && !static_asked {
+                self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler` (or use handler = \"static\" for files under the site's root)"));
+            }
+            if static_asked && app.transport == Transport::Activation {
+                self.err(&ap("handler"), format!("pool `{pool}` uses transport = \"activation\": its application accepts the connections itself, so espalier cannot serve `{path}` as files; use transport = \"proxy\""));
+            }
+            if app.transport == Transport::FastCgi && root.is_none() {
+                self.err(&ap("pool"), format!("pool `{pool}` uses transport = \"fastcgi\", whose scripts are found under the site's `root`; add root = \"…\" to site `{name}`"));
+            }
+            if app.transport == Transport::Activation && path != "/" {
+                self.err(&ap("path"), format!("pool `{pool}` uses transport = \"activation\": its application accepts every connection of the site's bindings itself, so it cannot be given only `{path}`; use path = \"/\", or transport = \"proxy\""));
+            }
+        }
+        if static_asked && root.is_none() && (pool.is_empty() || app_pool.is_some()) {
+            self.err(&ap("handler"), format!("a static path beside an application serves files from the site's `root`; add root = \"…\" to site `{name}`"));
+        }
+        let handler = if app_pool.is_some() && !static_asked {
+            HandlerKind::Proxy
+        } else {
+            self.choice(
+                &ap("handler"),
+                ra.handler,
+                HandlerKind::Static,
+                &[
+                    ("static", HandlerKind::Static),
+                    ("dynamic", HandlerKind::Dynamic),
+                    ("cpu", HandlerKind::Cpu),
+                ],
+            )
+        };
+        if apps.iter().any(|a: &AppSpec| a.path == path) {
+            self.err(
+                &ap("path"),
+                format!("site `{name}` already has an app at `{path}`"),
+            );
+        }
+        let forwarded_to = app_pool.filter(|_| handler == HandlerKind::Proxy);
+        let front = self.front_controller(
+            &[
+                Seg::Key("site"),
+                Seg::Index(i),
+                Seg::Key("app"),
+                Seg::Index(k),
+            ],
+            FrontKeys {
+                try_files: ra.try_files,
+                fallback: ra.fallback,
+                no_scripts: ra.no_scripts,
+            },
+            forwarded_to,
+            root,
+        );
+        let app_at = [
+            Seg::Key("site"),
+            Seg::Index(i),
+            Seg::Key("app"),
+            Seg::Index(k),
+        ];
+        let at_key = |key| {
+            let mut p = app_at.to_vec();
+            p.push(Seg::Key(key));
+            p
+        };
+        let headers = self.header_fields(&at_key("headers"), ra.headers);
+        let cache = self.cache_policy(&at_key("cache"), ra.cache);
+        if !cache.is_empty() && handler != HandlerKind::Static && !front.try_files {
+            self.err(&at_key("cache"), "sets Cache-Control on static files, and this path serves none; use it on a handler = \"static\" path (or one with try_files), or set the app's own");
+        }
+        AppSpec {
+            headers,
+            cache,
+            try_files: front.try_files,
+            fallback: front.fallback,
+            no_scripts: front.no_scripts,
+            ..AppSpec::new(path, pool, handler)
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! What a site's configuration does to its answers (issue #28, items 4–6): header fields set
+//! and removed on espalier's own answers and its apps', `Cache-Control` by path and content
+//! type — over HTTP/1.1 and HTTP/2 (h2c), on a static site and a proxied app.
+
+mod common;
+
+use common::*;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// A static site with site-wide and per-path headers and cache times, and a proxied app
+/// (tests/apps/raw_app.py, which brands its answers) whose fields are edited.
+fn edited_sites() -> (tempfile::TempDir, Server, SocketAddr, SocketAddr) {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (file, text) in [
+        ("www/index.html", "<p>home\n"),
+        ("www/logo.png", "not really a png\n"),
+        ("www/notes.txt", "plain\n"),
+        ("www/assets/app.3f2a.css", "body{}\n"),
+        ("www/admin/index.html", "<p>admin\n"),
+    ] {
+        std::fs::create_dir_all(d.join(file).parent().unwrap()).unwrap();
+        std::fs::write(d.join(file), text).unwrap();
+    }
+    let (files, app) = (free_port(), free_port());
+    let raw_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/raw_app.py");
+    let config = format!(
+        r#"
+[[pool]]
+name = "files"
+[[pool]]
+name = "app"
+command = ["python3", "{raw_app}"]
+
+[[site]]
+name = "www"
+bindings = ["http://127.0.0.1:{files}"]
+root = "www"
+headers = {{ X-Frame-Options = "DENY", Server = "", Content-Security-Policy = "default-src 'self'" }}
+cache = {{ "text/html" = "no-cache", "image/*" = "30d" }}
+[[site.app]]
+path = "/"
+pool = "files"
+[[site.app]]
+path = "/assets/"
+pool = "files"
+cache = "365d, immutable"
+[[site.app]]
+path = "/admin/"
+pool = "files"
+headers = {{ X-Robots-Tag = "noindex", X-Frame-Options = "SAMEORIGIN" }}
+
+[[site]]
+name = "app"
+bindings = ["http://127.0.0.1:{app}"]
+headers = {{ X-Frame-Options = "DENY", Server = "", X-Powered-By = "" }}
+[[site.app]]
+pool = "app"
+"#,
+        raw_app = raw_app.display()
+    );
+    let server = Server::with_config(d, &config);
+    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    (dir, server, at(files), at(app))
+}
+
+#[test]
+fn headers_are_set_and_removed_on_files_and_app_answers() {
+    let (_dir, server, files, app) = edited_sites();
+    let r = get(files, "/", "");
+    assert_eq!(r.status, 200, "{}", server.log_text());
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    assert_eq!(
+        r.header("content-security-policy"),
+        Some("default-src 'self'")
+    );
+    assert_eq!(
+        r.header("server"),
+        None,
+        "Server = \"\" removes espalier's own"
+    );
+    assert!(r.header("date").is_some());
+    // A path's own headers over the site's; the site's others still there.
+    let r = get(files, "/admin/", "");
+    assert_eq!(r.text(), "<p>admin\n");
+    assert_eq!(r.header("x-frame-options"), Some("SAMEORIGIN"));
+    assert_eq!(r.header("x-robots-tag"), Some("noindex"));
+    assert_eq!(
+        r.header("content-security-policy"),
+        Some("default-src 'self'")
+    );
+    // espalier's own error answers are the site's answers too.
+    let r = get(files, "/nothing-here", "");
+    assert_eq!((r.status, r.header("x-frame-options")), (404, Some("DENY")));
+    // The app's fields: its Server and X-Powered-By gone, its X-Frame-Options replaced,
+    // the rest kept.
+    let r = get(app, "/branded", "");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (200, "ok"),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(r.header("server"), None);
+    assert_eq!(r.header("x-powered-by"), None);
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    assert_eq!(r.header("x-app"), Some("kept"));
+    // The same over HTTP/2.
+    let port = files.port();
+    let (status, fields) = block_on(async move {
+        let mut h2 = h2c(port).await;
+        let resp = h2_get(&mut h2, &format!("http://127.0.0.1:{port}/admin/")).await;
+        let resp = resp.await.unwrap();
+        (resp.status().as_u16(), resp.headers().clone())
+    });
+    assert_eq!(status, 200);
+    assert_eq!(fields.get("x-frame-options").unwrap(), "SAMEORIGIN");
+    assert_eq!(fields.get("x-robots-tag").unwrap(), "noindex");
+    assert!(fields.get("server").is_none());
+    drop(server);
+}
+
+#[test]
+fn static_files_get_cache_control_by_path_and_type() {
+    let (_dir, server, files, _) = edited_sites();
+    for (path, expected) in [
+        ("/", Some("no-cache")),
+        ("/logo.png", Some("max-age=2592000")),
+        ("/notes.txt", None),
+        // The path's own time before the site's types.
+        ("/assets/app.3f2a.css", Some("max-age=31536000, immutable")),
+    ] {
+        let r = get(files, path, "");
+        assert_eq!(r.status, 200, "{path}: {}", server.log_text());
+        assert_eq!(r.header("cache-control"), expected, "{path}");
+    }
+    // A revalidation keeps it (RFC 9110 §15.4.5: a 304 carries what a 200 would).
+    let etag = get(files, "/assets/app.3f2a.css", "")
+        .header("etag")
+        .unwrap()
+        .to_string();
+    let r = get(
+        files,
+        "/assets/app.3f2a.css",
+        &format!("If-None-Match: {etag}\r\n"),
+    );
+    assert_eq!(r.status, 304);
+    assert_eq!(
+        r.header("cache-control"),
+        Some("max-age=31536000, immutable")
+    );
+    drop(server);
+}
