@@ -57,6 +57,9 @@ fn pretty_urls_run_the_front_controller_and_assets_are_files() {
         r.text(),
         "article hello-world\nfront: REQUEST_URI=/articles/hello-world/?utm=x&a=%2F SCRIPT_NAME=/index.php PATH_INFO= QUERY_STRING=utm=x&a=%2F\n"
     );
+    // The site's `headers` take the app's X-Powered-By out of the CGI answer.
+    assert_eq!(r.header("x-powered-by"), None);
+    assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
     // The app's own 404 for a route it does not have (not espalier's).
     let r = get(addr, "/feed/", "");
     assert_eq!(

@@ -4,6 +4,7 @@
 $uri = $_SERVER['REQUEST_URI'];
 $path = parse_url($uri, PHP_URL_PATH);
 header('Content-Type: text/plain; charset=utf-8');
+header('X-Powered-By: php-router');  // taken out by the site's headers
 if ($path === '/') {
     echo "home\n";
 } elseif (preg_match('#^/articles/([a-z0-9-]+)/$#', $path, $m)) {
