@@ -57,6 +57,7 @@ impl Service for Bouncer {
     fn prepare(
         &self,
         target: Self::Target,
+        _ctx: &RequestCtx,
         _req: &Request<'_>,
         _head: &LentHead<'_>,
     ) -> Self::Lent {

@@ -153,3 +153,113 @@ fn static_files_get_cache_control_by_path_and_type() {
     );
     drop(server);
 }
+
+/// Redirect, rewrite and fixed-answer rules in order: www → apex with the URI kept, a moved
+/// folder, a rewrite to a file and one to an app (which records the path it was sent), a
+/// hidden folder answered 404, a method refused, the trailing-slash idiom.
+#[test]
+fn rules_redirect_rewrite_and_answer_in_order() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www/articles")).unwrap();
+    std::fs::create_dir_all(d.join("www/docs")).unwrap();
+    std::fs::create_dir_all(d.join("www/.git")).unwrap();
+    std::fs::write(d.join("www/articles/hello.html"), "<p>hello article\n").unwrap();
+    std::fs::write(d.join("www/docs/index.html"), "<p>docs\n").unwrap();
+    std::fs::write(d.join("www/.git/config"), "secret\n").unwrap();
+    let port = free_port();
+    let config = format!(
+        r#"
+[[pool]]
+name = "files"
+[[pool]]
+name = "app"
+command = ["python3", "{app}"]
+environment = {{ RECORD = "seen.log" }}
+
+[[site]]
+name = "shop"
+bindings = ["http://127.0.0.1:{port}:shop.example", "http://127.0.0.1:{port}:www.shop.example"]
+root = "www"
+headers = {{ X-Frame-Options = "DENY" }}
+[[site.app]]
+path = "/"
+pool = "files"
+[[site.app]]
+path = "/api/"
+pool = "app"
+[[site.rule]]
+host = "www.shop.example"
+redirect = "http://shop.example{{uri}}"
+[[site.rule]]
+match = "^/old/(.*)$"
+redirect = "/new/$1"
+status = 308
+[[site.rule]]
+match = "^/blog/(\\d+)/(.*)$"
+rewrite = "/articles/$2.html?id=$1"
+[[site.rule]]
+match = "^/api/v1/(.*)$"
+rewrite = "/api/$1"
+[[site.rule]]
+match = "^/\\.git(/|$)"
+answer = 404
+[[site.rule]]
+method = "DELETE"
+answer = 405
+body = "no deleting here\n"
+[[site.rule]]
+match = "^([^.]*[^/])$"
+redirect = "$1/"
+query = "drop"
+"#,
+        app = test_app().display()
+    );
+    let server = Server::with_config(d, &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let on = |host: &str, path: &str| get_host(addr, host, path);
+    let r = on("www.shop.example", "/a/b.css?v=2");
+    assert_eq!(r.status, 301, "{}", server.log_text());
+    assert_eq!(
+        r.header("location"),
+        Some("http://shop.example/a/b.css?v=2")
+    );
+    assert_eq!(
+        r.header("x-frame-options"),
+        Some("DENY"),
+        "the site's headers on its redirects"
+    );
+    let r = on("shop.example", "/old/a%20b.html?x=1");
+    assert_eq!(r.status, 308);
+    assert_eq!(r.header("location"), Some("/new/a%20b.html?x=1"));
+    // A rewrite to a file: the file's answer, not a redirect.
+    let r = on("shop.example", "/blog/7/hello");
+    assert_eq!((r.status, r.text().as_str()), (200, "<p>hello article\n"));
+    // A rewrite to an app: the app is sent the new path (and the query).
+    let r = on("shop.example", "/api/v1/items?page=2");
+    assert_eq!((r.status, r.text().as_str()), (200, "app\n"));
+    assert_eq!(
+        std::fs::read_to_string(d.join("seen.log")).unwrap(),
+        "/api/items?page=2\n"
+    );
+    // An encoded spelling does not slip past a rule.
+    for path in ["/.git/config", "/%2egit/config", "/docs/../.git/config"] {
+        let r = on("shop.example", path);
+        assert_eq!(
+            (r.status, r.text().contains("secret")),
+            (404, false),
+            "{path}"
+        );
+    }
+    let mut c = Conn::open(addr);
+    c.send(b"DELETE /docs/ HTTP/1.1\r\nHost: shop.example\r\n\r\n");
+    let r = c.read_response(false).expect("an answer");
+    assert_eq!((r.status, r.text().as_str()), (405, "no deleting here\n"));
+    // The trailing-slash idiom, its query dropped; files (with a dot) left alone.
+    let r = on("shop.example", "/docs?x=1");
+    assert_eq!((r.status, r.header("location")), (301, Some("/docs/")));
+    assert_eq!(on("shop.example", "/docs/").text(), "<p>docs\n");
+    assert_eq!(on("shop.example", "/articles/hello.html").status, 200);
+    drop(server);
+}

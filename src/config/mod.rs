@@ -62,6 +62,7 @@ impl Config {
                 redirect_to_https: false,
                 headers: Vec::new(),
                 cache: Vec::new(),
+                rules: Vec::new(),
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

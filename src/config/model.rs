@@ -6,6 +6,8 @@
 
 use crate::cpuset::CpuSet;
 use serde::{Deserialize, Serialize};
+
+pub use crate::routing::rules::{RuleAction, RuleSpec};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -380,6 +382,9 @@ pub struct SiteSpec {
     /// (`text/css`), a family (`image/*`) or `*`; the first that matches wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache: Vec<(String, String)>,
+    /// Its redirect and rewrite rules, in order (see [`crate::routing::rules`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleSpec>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -431,6 +436,7 @@ impl SiteSpec {
             redirect_to_https: false,
             headers: Vec::new(),
             cache: Vec::new(),
+            rules: Vec::new(),
         }
     }
 

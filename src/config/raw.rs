@@ -130,6 +130,25 @@ pub struct RawSite {
     pub cache: Option<toml::Value>,
     #[serde(default)]
     pub app: Vec<RawApp>,
+    #[serde(default)]
+    pub rule: Vec<RawRule>,
+}
+
+/// `[[site.rule]]`: a match and one action.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    #[serde(rename = "match")]
+    pub path: Option<String>,
+    pub host: Option<String>,
+    /// `"POST"` or `["GET", "HEAD"]`.
+    pub method: Option<toml::Value>,
+    pub redirect: Option<String>,
+    pub status: Option<i64>,
+    pub rewrite: Option<String>,
+    pub answer: Option<i64>,
+    pub body: Option<String>,
+    pub query: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

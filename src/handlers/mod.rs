@@ -32,6 +32,7 @@ use crate::http::service::{
 use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
 use crate::routing::hosts::HostTable;
+use crate::routing::rules::{RuleOutcome, Rules, Seen};
 use crate::routing::{under_prefix, GroupRoutes};
 use app::{App, AppHandler};
 use front::Front;
@@ -51,6 +52,8 @@ struct Site {
     app_fields: bool,
     /// With `redirect_to_https`: the https port its cleartext requests are sent to.
     to_https: Option<u16>,
+    /// Its redirect and rewrite rules, compiled for this thread.
+    rules: Rules,
 }
 
 /// Whether one pool serves every app of a site.
@@ -191,6 +194,14 @@ impl ThreadService {
                     whole,
                     fields: app::field_edits(s, None),
                     to_https,
+                    // Checked by the config; a failure here would be a bug, said once.
+                    rules: Rules::new(&s.rules).unwrap_or_else(|(k, why)| {
+                        crate::os::log(
+                            &identity,
+                            format!("site {}: rule {k} ignored: {why}", s.name),
+                        );
+                        Rules::default()
+                    }),
                 }
             })
             .collect();
@@ -266,7 +277,27 @@ impl ThreadService {
             site,
             logged: s.log.is_some(),
             fields: fields[tls].clone(),
+            rule: None,
         }
+    }
+
+    /// What the site's rules make of `req`, when it has rules and one matches (a path that
+    /// is not in normal form is left to routing, which refuses it).
+    fn rule_for(&self, site: Option<SiteRef>, req: &Request<'_>) -> Option<Rc<RuleOutcome>> {
+        let s = self.site(site?)?;
+        if s.rules.is_empty() {
+            return None;
+        }
+        let path = static_files::normal_form(req.path).ok()?;
+        s.rules
+            .apply(&Seen {
+                host: req.host(),
+                method: req.method_text,
+                path: &path,
+                raw_path: req.path,
+                raw_query: req.query,
+            })
+            .map(Rc::new)
     }
 
     /// The site `site` names, if any.
@@ -282,6 +313,10 @@ enum Routed<'s, 'p> {
     UnknownHost,
     /// A cleartext request of a site with `redirect_to_https`: 308 to this https port.
     ToHttps(u16),
+    /// A site rule's redirect: this status to this location.
+    Redirect(u16, &'s str),
+    /// A site rule's fixed answer: this status and text (empty: the status's own).
+    Fixed(u16, &'s str),
 }
 
 impl ThreadService {
@@ -403,6 +438,18 @@ impl ThreadService {
                 redirect_to_https(req, port, resp);
                 return Reply::Done;
             }
+            Routed::Redirect(status, location) => {
+                redirect(resp, status, location);
+                return Reply::Done;
+            }
+            Routed::Fixed(status, "") => {
+                resp.error(status);
+                return Reply::Done;
+            }
+            Routed::Fixed(status, body) => {
+                resp.simple(status, "text/plain; charset=utf-8", body.as_bytes());
+                return Reply::Done;
+            }
         };
         // Over TLS a connection belongs to the pool its handshake's name chose, and an
         // HTTP/2 one (h2c on a cleartext address) to the pool that took it, its streams
@@ -424,12 +471,30 @@ impl Service for ThreadService {
 
     fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<ProxyTarget> {
         let site = self.site_of(group, req);
+        // The site's rules first: a redirect or a fixed answer is answered here whoever
+        // serves the path; a rewrite is routed as its new target (another pool handed the
+        // connection applies the same rules to the same request).
+        let rule = self.rule_for(site, req);
+        let rewritten;
+        let req = match rule.as_deref() {
+            None => req,
+            Some(RuleOutcome::Rewrite(target)) => {
+                rewritten = rewritten_request(req, target);
+                &rewritten
+            }
+            Some(_) => {
+                let mut ctx = self.context(group, site, req);
+                ctx.rule = rule;
+                return Route::Here(ctx);
+            }
+        };
         if may_hand_off && self.shared(group) {
             if let Some(handoff) = self.hand_off(group, site, req) {
                 return Route::HandOff(handoff);
             }
         }
-        let ctx = self.context(group, site, req);
+        let mut ctx = self.context(group, site, req);
+        ctx.rule = rule.clone();
         if self.proxies {
             if let Some(target) = self.proxy_target(group, site, req) {
                 self.served.set(self.served.get() + 1);
@@ -447,7 +512,18 @@ impl Service for ThreadService {
         resp: &mut Responder<'_>,
     ) -> Reply {
         self.served.set(self.served.get() + 1);
-        let routed = self.routed(group, ctx.site, req);
+        let rewritten;
+        let (routed, req) = match ctx.rule.as_deref() {
+            None => (self.routed(group, ctx.site, req), req),
+            Some(RuleOutcome::Rewrite(target)) => {
+                rewritten = rewritten_request(req, target);
+                (self.routed(group, ctx.site, &rewritten), &rewritten)
+            }
+            Some(RuleOutcome::Redirect { status, location }) => {
+                (Routed::Redirect(*status, location), req)
+            }
+            Some(RuleOutcome::Answer { status, body }) => (Routed::Fixed(*status, body), req),
+        };
         self.respond(group, routed, ctx, req, resp)
     }
 
@@ -455,8 +531,20 @@ impl Service for ThreadService {
         target.needs_length()
     }
 
-    fn prepare(&self, target: ProxyTarget, req: &Request<'_>, head: &LentHead<'_>) -> Dispatch {
-        Dispatch::new(target, req, head)
+    fn prepare(
+        &self,
+        target: ProxyTarget,
+        ctx: &RequestCtx,
+        req: &Request<'_>,
+        head: &LentHead<'_>,
+    ) -> Dispatch {
+        // A rewritten request goes to the app as its new target (the log keeps the original).
+        match ctx.rule.as_deref() {
+            Some(RuleOutcome::Rewrite(t)) => {
+                Dispatch::new(target, &rewritten_request(req, t), head)
+            }
+            _ => Dispatch::new(target, req, head),
+        }
     }
 
     async fn lend<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
@@ -530,10 +618,26 @@ fn redirect_to_https(req: &Request<'_>, port: u16, resp: &mut Responder<'_>) {
         location.push('?');
         location.push_str(req.query);
     }
-    resp.status(308)
-        .header("Location", &location)
+    redirect(resp, 308, &location);
+}
+
+/// A redirect: `status` (3xx) to `location`, with a one-line text body.
+fn redirect(resp: &mut Responder<'_>, status: u16, location: &str) {
+    let text = format!("{status} {}\n", crate::http::reason(status));
+    resp.status(status)
+        .header("Location", location)
         .header("Content-Type", "text/plain; charset=utf-8")
-        .body(b"308 Permanent Redirect\n");
+        .body(text.as_bytes());
+}
+
+/// `req` as a rule rewrote it: `target` is its new `path?query`.
+fn rewritten_request<'r>(req: &Request<'r>, target: &'r str) -> Request<'r> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    Request {
+        path,
+        query,
+        ..*req
+    }
 }
 
 impl ThreadService {

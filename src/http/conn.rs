@@ -354,7 +354,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     https: self.peer.https,
                 };
                 let lending = Lending {
-                    lent: self.env.service.prepare(target, &request, &head),
+                    lent: self.env.service.prepare(target, &ctx, &request, &head),
                     facts: ctx.logged.then(|| OwnedFacts::of(&request)),
                     ctx,
                 };

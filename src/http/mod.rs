@@ -65,7 +65,7 @@ impl Method {
 }
 
 /// One parsed request, borrowing the connection's read buffer.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
     pub method: Method,
     pub method_text: &'a str,

@@ -53,6 +53,9 @@ pub struct RequestCtx {
     /// The field edits of its site and path, on its answer and the lent ones' too (the
     /// site's `headers`, its `Strict-Transport-Security` over TLS); `None` for none.
     pub fields: Option<Rc<super::edits::FieldEdits>>,
+    /// What the site's rule made of it (a redirect, a fixed answer, or the target it was
+    /// rewritten to — which its answer and a lent request's head use); `None` for none.
+    pub rule: Option<Rc<crate::routing::rules::RuleOutcome>>,
 }
 
 /// Where routing sends a request whose head is complete (its body not read yet).
@@ -132,8 +135,15 @@ pub trait Service {
         false
     }
 
-    /// Builds the lent request's head for `target`.
-    fn prepare(&self, target: Self::Target, req: &Request<'_>, head: &LentHead<'_>) -> Self::Lent;
+    /// Builds the lent request's head for `target`, as routing made it (`ctx`: its rewritten
+    /// target, if a rule rewrote it).
+    fn prepare(
+        &self,
+        target: Self::Target,
+        ctx: &RequestCtx,
+        req: &Request<'_>,
+        head: &LentHead<'_>,
+    ) -> Self::Lent;
 
     /// Answers a lent request: its body is read from, and the answer written to, `conn`.
     fn lend<C: AsyncRead + AsyncWrite + Unpin>(

@@ -2,10 +2,11 @@
 //! and by which host names — pure data and matching, below both the config that checks them
 //! and the TLS layer that picks certificates by them.
 //!
-//! Owns: [`GroupRoutes`], host matching ([`hosts`]) and path-prefix matching
-//! ([`under_prefix`]). Must not touch: requests (the handlers route them) or sockets.
+//! Owns: [`GroupRoutes`], host matching ([`hosts`]), path-prefix matching ([`under_prefix`])
+//! and a site's redirect and rewrite rules ([`rules`]). Must not touch: requests (the handlers route them) or sockets.
 
 pub mod hosts;
+pub mod rules;
 
 /// One address a worker listens on: which sites it answers for, `(host, site)` with `site` an
 /// index into the config's sites; a `None` host answers any (the default site).

@@ -91,3 +91,82 @@ fn each_bad_header_or_cache_value_is_one_line_naming_the_key() {
     .to_string();
     assert!(e.contains("this path serves none"), "{e}");
 }
+
+#[test]
+fn rules_keep_their_order_and_each_bad_one_is_one_line() {
+    let text = "[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n[[site.rule]]\nhost = \"www.s.example\"\nredirect = \"https://s.example{uri}\"\n[[site.rule]]\nmatch = \"^/b/(\\\\d+)$\"\nrewrite = \"/a?id=$1\"\nquery = \"drop\"\n[[site.rule]]\nmethod = [\"delete\", \"PUT\"]\nanswer = 405\n";
+    let c = Config::parse(text, Path::new("/etc/espalier/t.toml"), &fixture("dl980")).unwrap();
+    let rules = &c.sites[0].rules;
+    assert_eq!(rules.len(), 3);
+    assert_eq!(
+        rules[0].action,
+        RuleAction::Redirect {
+            to: "https://s.example{uri}".into(),
+            status: 301
+        }
+    );
+    assert!(!rules[1].keep_query);
+    assert_eq!(rules[2].methods, ["DELETE", "PUT"]);
+    let rule = |keys: &str| {
+        let text = format!("[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n{keys}");
+        let errs =
+            Config::parse(&text, Path::new("/etc/espalier/t.toml"), &fixture("dl980")).unwrap_err();
+        assert_eq!(errs.0.len(), 1, "{keys}: {errs}");
+        errs.to_string()
+    };
+    for (keys, expected) in [
+        (
+            "[[site.rule]]\nmatch = \"^/(a\"\nanswer = 404\n",
+            "key `site[0].rule[0].match`: `match` is not a regex",
+        ),
+        ("[[site.rule]]\nmatch = \"^/a$\"\n", "has no action"),
+        (
+            "[[site.rule]]\nmatch = \"^/a$\"\nanswer = 404\nrewrite = \"/b\"\n",
+            "has 2 actions",
+        ),
+        (
+            "[[site.rule]]\nmatch = \"^/(a)$\"\nredirect = \"/b/$2\"\n",
+            "`$2` names a group",
+        ),
+        (
+            "[[site.rule]]\nmatch = \"^/a$\"\nredirect = \"/b\"\nstatus = 200\n",
+            "200 is not a redirect",
+        ),
+        (
+            "[[site.rule]]\nmatch = \"^/a$\"\nredirect = \"b\"\n",
+            "is not a URL or a path",
+        ),
+        (
+            "[[site.rule]]\nmatch = \"^/a$\"\nrewrite = \"https://x/\"\n",
+            "is not a path inside the site",
+        ),
+        (
+            "[[site.rule]]\nmatch = \"^/a$\"\nanswer = 302\n",
+            "redirect for 3xx",
+        ),
+        (
+            "[[site.rule]]\nmatch = \"^/a$\"\nanswer = 404\nstatus = 301\n",
+            "applies to `redirect`",
+        ),
+        (
+            "[[site.rule]]\nmatch = \"^/a$\"\nredirect = \"/b\"\nquery = \"maybe\"\n",
+            "`maybe` is not a choice",
+        ),
+        (
+            "[[site.rule]]\nhost = \"a.*.b\"\nanswer = 404\n",
+            "may only start a host name",
+        ),
+        (
+            "[[site.rule]]\nmethod = \"G T\"\nanswer = 404\n",
+            "is not a method",
+        ),
+        (
+            "[[site.rule]]\nanswer = 404\n[[site.rule]]\nmatch = \"^/b$\"\nanswer = 410\n",
+            "the rules after it never apply",
+        ),
+    ] {
+        let e = rule(keys);
+        assert!(e.contains(expected), "{keys}: {e}");
+        assert!(e.contains("t.toml:"), "names the file and line: {e}");
+    }
+}

@@ -9,6 +9,7 @@ mod app;
 mod fields;
 mod front;
 mod pool;
+mod rules;
 mod site;
 mod site_app;
 

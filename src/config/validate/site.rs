@@ -182,7 +182,9 @@ impl Validator {
         }
         let headers = self.header_fields(&at("headers"), raw.headers);
         let cache = self.cache_policy(&at("cache"), raw.cache);
+        let rules = self.site_rules(i, raw.rule);
         SiteSpec {
+            rules,
             headers,
             cache,
             name,

@@ -485,7 +485,7 @@ impl<S: Service + 'static> Connection<S> {
             local: None,
             https: self.https,
         };
-        let lent = env.service.prepare(target, request, &head);
+        let lent = env.service.prepare(target, ctx, request, &head);
         let forwarding = async move {
             let conn = LentConnection {
                 stream: &mut ours,
