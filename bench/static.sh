@@ -4,7 +4,8 @@
 # In one run, interleaved: keep-alive load from wrk (50 connections, pinned to CPU 1) against
 # nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0), against
 # espalier's dynamic page, and against the same static page on a site with an access log
-# (combined format) — logging's cost. Prints, per server: best requests/s of several runs, CPU time per
+# (combined format) — logging's cost — and on a site with ten rules (none of which matches the
+# page, so all are tried) and three headers — their cost. Prints, per server: best requests/s of several runs, CPU time per
 # request (user + system of every server process and thread, from /proc/<pid>/stat, over all
 # the measured runs), syscalls per request, instructions per request, and espalier/nginx
 # ratios.
@@ -47,6 +48,7 @@ python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'
 NGINX_PORT=$(free_port)
 ESP_PORT=$(free_port)
 LOG_PORT=$(free_port)
+RULE_PORT=$(free_port)
 mkdir -p "$WORK/logs"
 
 cat > "$WORK/nginx/nginx.conf" <<CONF
@@ -92,9 +94,48 @@ access_log = { path = "logs/access.log", format = "combined" }
 [[site.app]]
 path = "/"
 pool = "bench"
+[[site]]
+name = "ruled"
+bindings = ["http://127.0.0.1:$RULE_PORT"]
+root = "www"
+headers = { X-Frame-Options = "DENY", X-Content-Type-Options = "nosniff", Referrer-Policy = "same-origin" }
+[[site.app]]
+path = "/"
+pool = "bench"
+[[site.rule]]
+host = "www.bench.example"
+redirect = "https://bench.example{uri}"
+[[site.rule]]
+match = "^/old/(.*)\$"
+redirect = "/new/\$1"
+[[site.rule]]
+match = "^/blog/(\\\\d+)/(.*)\$"
+rewrite = "/articles/\$2?id=\$1"
+[[site.rule]]
+match = "^/\\\\.(git|env|svn)"
+answer = 404
+[[site.rule]]
+method = ["PUT", "DELETE"]
+answer = 405
+[[site.rule]]
+match = "^/wp-admin"
+answer = 404
+[[site.rule]]
+match = "^/catalog/(.*)\$"
+redirect = "/shop/\$1"
+status = 308
+[[site.rule]]
+match = "\\\\.php\$"
+answer = 404
+[[site.rule]]
+match = "^/feed/?\$"
+rewrite = "/rss.xml"
+[[site.rule]]
+match = "^/api/v1/(.*)\$"
+rewrite = "/api/\$1"
 CONF
 
-TARGETS=(nginx espalier dynamic logged)
+TARGETS=(nginx espalier dynamic logged ruled)
 if [ -n "$BASELINE" ]; then
   # The older build: the same sites on ports of its own, its log in a folder of its own.
   BASE_PORT=$(free_port)
@@ -135,7 +176,7 @@ all_server_pids() { # every process of the server, master included, for its CPU 
   esac
 }
 cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
-url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
+url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
 no_errors() { [ ! -e "$WORK/failed" ] || exit 1; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
 
@@ -199,6 +240,7 @@ if [ "$HW" = no ]; then
   cg_measure espalier "$wpid"
   cg_measure dynamic "$wpid"
   cg_measure logged "$wpid"
+  cg_measure ruled "$wpid"
   stop_all
   if [ -n "$BASELINE" ]; then
     start_baseline "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
@@ -215,7 +257,7 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"
+  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo
@@ -227,6 +269,7 @@ echo "  syscalls per request:  $(ratio "${SYSCALLS[espalier]}" "${SYSCALLS[nginx
 echo "  user insns/request:    $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[nginx]}")"
 echo "dynamic / static (espalier, user insns/request): $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}")   (target ≤ 1.3)"
 echo "access log on / off (espalier static, combined format): CPU time per request $(ratio "${CPU_US[logged]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
+echo "ten rules + three headers / none (espalier static): CPU time per request $(ratio "${CPU_US[ruled]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[ruled]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
 [ "$HW" = no ] && echo "(no hardware counters on this machine: instructions are callgrind's user-space counts; kernel work shows as syscalls/req)"
 if [ -n "$BASELINE" ]; then
   echo "this build / BASELINE_BIN (static): CPU time per request $(ratio "${CPU_US[espalier]}" "${CPU_US[before]}"), user insns $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[before]}"), requests/s $(ratio "${BEST[espalier]}" "${BEST[before]}"); with the access log: CPU $(ratio "${CPU_US[logged]}" "${CPU_US[before_logged]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[before_logged]}")"
