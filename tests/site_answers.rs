@@ -263,3 +263,125 @@ query = "drop"
     assert_eq!(on("shop.example", "/articles/hello.html").status, 200);
     drop(server);
 }
+
+/// Branded error pages: espalier's own answers (a missing file, a refused method with its
+/// `Allow` kept, an app that answers garbage, a stopped pool's 503 from the master) and, on
+/// the site that asks, an app's own error bodies; a site that does not ask keeps the app's.
+#[test]
+fn error_pages_brand_espaliers_answers_and_replace_the_apps_when_asked() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::create_dir_all(d.join("errors")).unwrap();
+    std::fs::write(d.join("www/index.html"), "<p>home\n").unwrap();
+    for (file, text) in [
+        ("404.html", "<h1>Shop: not here</h1>\n"),
+        ("405.html", "<h1>Shop: not that way</h1>\n"),
+        ("500.html", "<h1>Shop: our fault</h1>\n"),
+        ("502.html", "<h1>Shop: back soon</h1>\n"),
+        ("503.html", "<h1>Shop: resting</h1>\n"),
+    ] {
+        std::fs::write(d.join("errors").join(file), text).unwrap();
+    }
+    let (files, app, plain) = (free_port(), free_port(), free_port());
+    let raw_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/raw_app.py");
+    let config = format!(
+        r#"
+[[pool]]
+name = "files"
+[[pool]]
+name = "app"
+command = ["python3", "{raw_app}"]
+
+[[site]]
+name = "files"
+bindings = ["http://127.0.0.1:{files}"]
+root = "www"
+errors = {{ 404 = "errors/404.html", 405 = "errors/405.html" }}
+headers = {{ X-Frame-Options = "DENY" }}
+[[site.app]]
+pool = "files"
+
+[[site]]
+name = "app"
+bindings = ["http://127.0.0.1:{app}"]
+errors = {{ 404 = "errors/404.html", 500 = "errors/500.html", 502 = "errors/502.html", 503 = "errors/503.html" }}
+replace_app_errors = true
+[[site.app]]
+pool = "app"
+
+[[site]]
+name = "plain"
+bindings = ["http://127.0.0.1:{plain}"]
+errors = {{ 502 = "errors/502.html" }}
+[[site.app]]
+pool = "app"
+"#,
+        raw_app = raw_app.display()
+    );
+    let server = Server::with_config(d, &config);
+    let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let r = get(at(files), "/missing.html", "");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, "<h1>Shop: not here</h1>\n"),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(
+        r.header("x-frame-options"),
+        Some("DENY"),
+        "the site's headers on its pages"
+    );
+    let mut c = Conn::open(at(files));
+    c.send(b"POST /index.html HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n");
+    let r = c.read_response(false).expect("an answer");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (405, "<h1>Shop: not that way</h1>\n")
+    );
+    assert_eq!(
+        r.header("allow"),
+        Some("GET, HEAD"),
+        "what the page does not say is kept"
+    );
+    // The app's own error answers replaced on the site that asks…
+    let r = get(at(app), "/crash", "");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (500, "<h1>Shop: our fault</h1>\n")
+    );
+    let r = get(at(app), "/missing", "");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (404, "<h1>Shop: not here</h1>\n")
+    );
+    assert_eq!(
+        get(at(app), "/branded", "").text(),
+        "ok",
+        "success passes untouched"
+    );
+    // …and kept where it does not; espalier's own 502 branded on both.
+    let r = get(at(plain), "/crash", "");
+    assert_eq!(r.status, 500);
+    assert!(r.text().contains("Traceback"), "{}", r.text());
+    for port in [app, plain] {
+        let r = get(at(port), "/garbage", "");
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (502, "<h1>Shop: back soon</h1>\n")
+        );
+    }
+    // A stopped pool: the master's 503 is the site's page.
+    let (code, _) = server.post("/pools/app/stop");
+    assert_eq!(code, 200);
+    let r = get(at(app), "/", "");
+    assert_eq!(
+        (r.status, r.text().as_str()),
+        (503, "<h1>Shop: resting</h1>\n")
+    );
+    assert!(r.header("retry-after").is_some());
+    drop(server);
+}

@@ -63,6 +63,8 @@ impl Config {
                 headers: Vec::new(),
                 cache: Vec::new(),
                 rules: Vec::new(),
+                errors: Vec::new(),
+                replace_app_errors: false,
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

@@ -385,6 +385,12 @@ pub struct SiteSpec {
     /// Its redirect and rewrite rules, in order (see [`crate::routing::rules`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleSpec>,
+    /// Its own error pages: `(status, file)`, the file resolved against the config's folder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<(u16, PathBuf)>,
+    /// Its apps' own error answers are replaced by its page for their status.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub replace_app_errors: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -437,6 +443,8 @@ impl SiteSpec {
             headers: Vec::new(),
             cache: Vec::new(),
             rules: Vec::new(),
+            errors: Vec::new(),
+            replace_app_errors: false,
         }
     }
 

@@ -128,6 +128,9 @@ pub struct RawSite {
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     /// A `Cache-Control` for every static file (`"7d"`), or by content type.
     pub cache: Option<toml::Value>,
+    /// `{ 404 = "errors/404.html" }`: a page per status.
+    pub errors: Option<std::collections::BTreeMap<String, String>>,
+    pub replace_app_errors: Option<bool>,
     #[serde(default)]
     pub app: Vec<RawApp>,
     #[serde(default)]

@@ -9,6 +9,7 @@
 use super::static_files::StaticFiles;
 use crate::config::{AppSpec, HandlerKind, SiteSpec};
 use crate::http::edits::FieldEdits;
+use crate::http::error_pages::{ErrorPage, ErrorPages};
 use crate::proxy::{ProxyRoute, Scripts};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -62,12 +63,8 @@ pub(super) fn field_edits(s: &SiteSpec, a: Option<&AppSpec>) -> Edits {
         added.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
     }
     let edits = |added: Vec<u8>| {
-        (!added.is_empty() || !removed.is_empty()).then(|| {
-            Rc::new(FieldEdits {
-                added: added.into(),
-                removed: removed.clone(),
-            })
-        })
+        (!added.is_empty() || !removed.is_empty())
+            .then(|| Rc::new(FieldEdits::new(added, removed.clone())))
     };
     let mut over_tls = added.clone();
     if let Some(v) = &s.hsts {
@@ -140,4 +137,32 @@ fn script_extensions<'r>(
         }
         _ => &[],
     }
+}
+
+/// Site `s`'s error pages, read once for this thread (`identity` names it in the log): a page
+/// that cannot be read now is said once and the status keeps espalier's own text.
+pub(super) fn error_pages(s: &SiteSpec, identity: &str) -> Option<Rc<ErrorPages>> {
+    if s.errors.is_empty() {
+        return None;
+    }
+    let mut pages = Vec::new();
+    for (status, file) in &s.errors {
+        match std::fs::read(file) {
+            Ok(body) => {
+                let name = file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+                pages.push((
+                    *status,
+                    ErrorPage {
+                        content_type: super::mime::content_type(&name),
+                        body: body.into(),
+                    },
+                ));
+            }
+            Err(e) => crate::os::log(
+                identity,
+                format!("site {}: error page {} for {status} cannot be read ({e}); espalier's own text answers", s.name, file.display()),
+            ),
+        }
+    }
+    Some(Rc::new(ErrorPages::new(pages, s.replace_app_errors)))
 }

@@ -26,6 +26,7 @@ use crate::config::SiteSpec;
 use crate::handoff::{Handoff, PoolTargets};
 use crate::http::access_log;
 use crate::http::clock::Clock;
+use crate::http::error_pages::ErrorPages;
 use crate::http::service::{
     LentConnection, LentHead, Outcome, Reply, RequestCtx, Route, Service, SiteRef,
 };
@@ -54,6 +55,8 @@ struct Site {
     to_https: Option<u16>,
     /// Its redirect and rewrite rules, compiled for this thread.
     rules: Rules,
+    /// Its own error pages, read at the thread's start.
+    pages: Option<Rc<ErrorPages>>,
 }
 
 /// Whether one pool serves every app of a site.
@@ -195,6 +198,7 @@ impl ThreadService {
                     fields: app::field_edits(s, None),
                     to_https,
                     // Checked by the config; a failure here would be a bug, said once.
+                    pages: app::error_pages(s, &identity),
                     rules: Rules::new(&s.rules).unwrap_or_else(|(k, why)| {
                         crate::os::log(
                             &identity,
@@ -278,6 +282,7 @@ impl ThreadService {
             logged: s.log.is_some(),
             fields: fields[tls].clone(),
             rule: None,
+            pages: s.pages.clone(),
         }
     }
 
@@ -291,7 +296,11 @@ impl ThreadService {
         let path = static_files::normal_form(req.path).ok()?;
         s.rules
             .apply(&Seen {
-                host: req.host(),
+                host: if s.rules.need_host() {
+                    req.host()
+                } else {
+                    None
+                },
                 method: req.method_text,
                 path: &path,
                 raw_path: req.path,
@@ -407,6 +416,10 @@ impl ThreadService {
     ) -> Reply {
         let mark = resp.mark();
         let reply = self.answer_routed(group, routed, req, resp);
+        // espalier's own error text gives way to the site's page for the status.
+        if let Some(pages) = &ctx.pages {
+            resp.brand_error(mark, pages);
+        }
         // The site's and path's fields (HSTS over TLS) go into whatever it answered.
         if let Some(edits) = &ctx.fields {
             resp.edit_fields(mark, edits);

@@ -10,12 +10,34 @@
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FieldEdits {
     /// Whole `Name: value\r\n` lines added unless the answer (after `removed`) has the name.
-    pub added: Box<[u8]>,
+    added: Box<[u8]>,
     /// Lowercase names of the fields taken out of the answer first.
-    pub removed: Box<[Box<str>]>,
+    removed: Box<[Box<str>]>,
+    /// The names of `added` lines that `removed` does not take out first (HSTS): only these
+    /// can be in the answer already.
+    kept_names: Box<[Box<str>]>,
 }
 
 impl FieldEdits {
+    /// `added` lines (`Name: value\r\n`…) and the lowercase names `removed`.
+    pub fn new(added: Vec<u8>, removed: Box<[Box<str>]>) -> Self {
+        let kept_names = added
+            .split_inclusive(|&b| b == b'\n')
+            .map(|l| l.split(|&b| b == b':').next().unwrap_or_default())
+            .filter(|n| !removed.iter().any(|r| r.as_bytes().eq_ignore_ascii_case(n)))
+            .map(|n| {
+                String::from_utf8_lossy(n)
+                    .to_ascii_lowercase()
+                    .into_boxed_str()
+            })
+            .collect();
+        FieldEdits {
+            added: added.into(),
+            removed,
+            kept_names,
+        }
+    }
+
     /// Whether a field of the answer named `name` is taken out.
     pub fn removes(&self, name: &[u8]) -> bool {
         self.removed
@@ -34,30 +56,58 @@ impl FieldEdits {
     }
 
     /// Applies the edits to the head of the answer written at `out[mark..]` (status line,
-    /// fields, blank line, perhaps a body after it).
+    /// fields, blank line, perhaps a body after it): one pass over its lines, removed ones
+    /// taken out in place, then the added lines put in before the blank line with one move
+    /// of what follows — no allocation when the answer had none of the kept names.
     pub fn apply(&self, out: &mut Vec<u8>, mark: usize) {
-        let Some(end) = memchr::memmem::find(&out[mark..], b"\r\n\r\n") else {
-            return;
-        };
         let Some(first) = memchr::memmem::find(&out[mark..], b"\r\n") else {
             return;
         };
-        // Fields start after the status line; the head's last CRLF stays in place.
-        let (fields_start, fields_end) = (mark + first + 2, mark + end + 2);
-        let mut head = Vec::with_capacity(fields_end - fields_start + self.added.len());
-        let mut kept: Vec<&[u8]> = Vec::new();
-        for line in out[fields_start..fields_end].split_inclusive(|&b| b == b'\n') {
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            if !self.removes(name) {
-                head.extend_from_slice(line);
-                kept.push(name);
+        let mut at = mark + first + 2;
+        let mut present = false;
+        loop {
+            let Some(len) = memchr::memchr(b'\n', &out[at..]).map(|i| i + 1) else {
+                return; // no blank line: not a head
+            };
+            if len <= 2 {
+                break;
             }
+            let line = &out[at..at + len];
+            let name = &line[..memchr::memchr(b':', line).unwrap_or(0)];
+            if self.removes(name) {
+                out.drain(at..at + len);
+                continue;
+            }
+            present |= self
+                .kept_names
+                .iter()
+                .any(|k| k.as_bytes().eq_ignore_ascii_case(name));
+            at += len;
         }
-        self.add_missing(&mut head, |name| {
-            kept.iter().any(|k| k.eq_ignore_ascii_case(name))
-        });
-        out.splice(fields_start..fields_end, head);
+        if present {
+            // Rare: an app sent its own HSTS. Only the lines it lacks go in.
+            let mut lines = Vec::with_capacity(self.added.len());
+            let head = out[mark..at].to_vec();
+            self.add_missing(&mut lines, |name| {
+                head.split(|&b| b == b'\n').skip(1).any(|l| {
+                    l.len() > name.len()
+                        && l[..name.len()].eq_ignore_ascii_case(name)
+                        && l[name.len()] == b':'
+                })
+            });
+            insert(out, at, &lines);
+        } else {
+            insert(out, at, &self.added);
+        }
     }
+}
+
+/// Puts `bytes` into `out` at `at`, moving what follows once.
+fn insert(out: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+    let (n, old) = (bytes.len(), out.len());
+    out.resize(old + n, 0);
+    out.copy_within(at..old, at + n);
+    out[at..at + n].copy_from_slice(bytes);
 }
 
 #[cfg(test)]
@@ -66,10 +116,10 @@ mod tests {
 
     #[test]
     fn removed_fields_go_and_added_ones_come_unless_the_answer_has_them() {
-        let edits = FieldEdits {
-            added: b"X-Frame-Options: DENY\r\nStrict-Transport-Security: max-age=1\r\n"[..].into(),
-            removed: vec!["server".into(), "x-frame-options".into()].into(),
-        };
+        let edits = FieldEdits::new(
+            b"X-Frame-Options: DENY\r\nStrict-Transport-Security: max-age=1\r\n".to_vec(),
+            vec!["server".into(), "x-frame-options".into()].into(),
+        );
         let mut out = b"before".to_vec();
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: espalier\r\nX-Frame-Options: SAMEORIGIN\r\nStrict-Transport-Security: max-age=9\r\nContent-Length: 2\r\n\r\nok");
         edits.apply(&mut out, 6);
@@ -78,5 +128,12 @@ mod tests {
             "beforeHTTP/1.1 200 OK\r\nStrict-Transport-Security: max-age=9\r\nContent-Length: 2\r\nX-Frame-Options: DENY\r\n\r\nok"
         );
         assert!(edits.removes(b"SERVER") && !edits.removes(b"date"));
+        // Without an HSTS of the answer's own, every added line goes in.
+        let mut out = b"HTTP/1.1 404 Not Found\r\nServer: espalier\r\n\r\nbody".to_vec();
+        edits.apply(&mut out, 0);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 404 Not Found\r\nX-Frame-Options: DENY\r\nStrict-Transport-Security: max-age=1\r\n\r\nbody"
+        );
     }
 }

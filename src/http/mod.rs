@@ -19,8 +19,10 @@ pub mod access_log;
 mod body;
 pub mod chunked;
 pub mod clock;
+pub mod coding;
 pub mod conn;
 pub mod edits;
+pub mod error_pages;
 mod fields;
 pub mod h2;
 pub mod ktls;
@@ -492,6 +494,42 @@ impl<'a> Responder<'a> {
             .header("Retry-After", "5")
             .header("Content-Type", "text/plain; charset=utf-8")
             .body(b"503 Service Unavailable\n");
+    }
+
+    /// A site's own page for `status`, with `kept` field lines (whole, `Name: value\r\n`).
+    pub fn error_page(&mut self, status: u16, page: &error_pages::ErrorPage, kept: &[u8]) {
+        self.status(status)
+            .raw_headers(kept)
+            .header("Content-Type", page.content_type)
+            .body(&page.body);
+    }
+
+    /// Replaces the error answer written since `mark` by the site's page for its status, if
+    /// it has one, keeping the fields the page does not say ([`error_pages::KEPT_FIELDS`]).
+    pub fn brand_error(&mut self, mark: usize, pages: &error_pages::ErrorPages) {
+        let Some(status) = error_pages::status_of(&self.out[mark..]).filter(|s| *s >= 400) else {
+            return;
+        };
+        let Some(page) = pages.get(status) else {
+            return;
+        };
+        let head_end = memchr::memmem::find(&self.out[mark..], b"\r\n\r\n")
+            .map_or(self.out.len(), |e| mark + e + 2);
+        let mut kept = Vec::new();
+        for line in self.out[mark..head_end]
+            .split_inclusive(|&b| b == b'\n')
+            .skip(1)
+        {
+            let name = line.split(|&b| b == b':').next().unwrap_or_default();
+            if error_pages::KEPT_FIELDS
+                .iter()
+                .any(|k| k.as_bytes().eq_ignore_ascii_case(name))
+            {
+                kept.extend_from_slice(line);
+            }
+        }
+        self.out.truncate(mark);
+        self.error_page(status, page, &kept);
     }
 
     /// A plain-text error page for `status`.

@@ -56,6 +56,8 @@ pub struct RequestCtx {
     /// What the site's rule made of it (a redirect, a fixed answer, or the target it was
     /// rewritten to — which its answer and a lent request's head use); `None` for none.
     pub rule: Option<Rc<crate::routing::rules::RuleOutcome>>,
+    /// Its site's error pages, for espalier's own error answers (and the app's, if asked).
+    pub pages: Option<Rc<super::error_pages::ErrorPages>>,
 }
 
 /// Where routing sends a request whose head is complete (its body not read yet).
@@ -99,6 +101,8 @@ pub struct LentConnection<'a, C> {
     pub report: &'a Report,
     /// The field edits of the request's site and path (see [`RequestCtx::fields`]).
     pub fields: Option<&'a super::edits::FieldEdits>,
+    /// The error pages of the request's site (see [`RequestCtx::pages`]).
+    pub pages: Option<&'a super::error_pages::ErrorPages>,
 }
 
 /// Whether a lent connection may carry another request.

@@ -17,7 +17,8 @@
 //! the same).
 use super::cgi::*;
 use super::forward::{
-    answer, read_timeout, send_continue, to_client, write_timeout, Failure, LentConnection, Outcome,
+    kept_fields, read_timeout, send_continue, to_client, write_timeout, Failure, LentConnection,
+    Outcome, OwnAnswers,
 };
 use super::request::HOP_BY_HOP;
 use super::route::ProxyRoute;
@@ -182,11 +183,20 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         body_timeout,
         report,
         fields: edits,
+        pages,
         ..
     } = client;
     let (minor, head_only) = (req.client_minor, req.head_only);
+    let own = OwnAnswers {
+        report,
+        clock,
+        client_minor: minor,
+        head_only,
+        fields: edits,
+        pages,
+    };
     if req.chunked {
-        return answer(stream, report, clock, 411, minor, head_only).await;
+        return own.answer(stream, 411).await;
     }
     let timeout = route.settings().response_timeout;
     if !send_continue(stream, req.expect_continue, body_timeout).await {
@@ -198,7 +208,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         tries += 1;
         let (endpoint, mut conn) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            Err(status) => return answer(stream, report, clock, status, minor, head_only).await,
+            Err(status) => return own.answer(stream, status).await,
         };
         if write_timeout(&mut conn, &req.records, timeout)
             .await
@@ -208,13 +218,11 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 avoid = Some(endpoint);
                 continue;
             }
-            return answer(stream, report, clock, 502, minor, head_only).await;
+            return own.answer(stream, 502).await;
         }
         match send_stdin(stream, rbuf, &mut conn, req.body_len, body_timeout, timeout).await {
             Ok(()) => {}
-            Err(Failure::Answer(status)) => {
-                return answer(stream, report, clock, status, minor, head_only).await
-            }
+            Err(Failure::Answer(status)) => return own.answer(stream, status).await,
             Err(Failure::Drop) => return Outcome::Close,
         }
         let asked = std::time::Instant::now();
@@ -234,18 +242,18 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 if status == 504 {
                     route.timed_out(&endpoint);
                 }
-                return answer(stream, report, clock, status, minor, head_only).await;
+                return own.answer(stream, status).await;
             }
         }
     };
     let (head, head_len) = match read_cgi_head(&mut conn, first, timeout, &endpoint).await {
         Ok(h) => h,
-        Err(status) => return answer(stream, report, clock, status, minor, head_only).await,
+        Err(status) => return own.answer(stream, status).await,
     };
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let Ok(httparse::Status::Complete((_, fields))) = httparse::parse_headers(&head, &mut fields)
     else {
-        return answer(stream, report, clock, 502, minor, head_only).await;
+        return own.answer(stream, 502).await;
     };
     // CGI: `Status: 404 Not Found`; a `Location` alone is a redirect (RFC 3875 §6.2).
     let mut status = 200u16;
@@ -259,7 +267,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 .and_then(|c| c.parse().ok());
             match code {
                 Some(c) if (200..600).contains(&c) => status = c,
-                _ => return answer(stream, report, clock, 502, minor, head_only).await,
+                _ => return own.answer(stream, 502).await,
             }
         } else if f.name.eq_ignore_ascii_case("location") {
             located = true;
@@ -271,6 +279,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
     if located && !fields.iter().any(|f| f.name.eq_ignore_ascii_case("status")) {
         status = 302;
+    }
+    // The site's page instead of the script's error body (the FastCGI connection carries
+    // this request only: dropping it unread costs nothing more).
+    if own.replaces(status) {
+        let kept = kept_fields(fields.iter().map(|f| (f.name, f.value)));
+        return own.replace(stream, status, &kept).await;
     }
     report.status.set(status);
     let bodiless = head_only || status == 204 || status == 304;

@@ -22,6 +22,8 @@ use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
 use crate::http::access_log::Report;
+use crate::http::edits::FieldEdits;
+use crate::http::error_pages::{ErrorPages, KEPT_FIELDS};
 pub(super) use crate::http::service::{LentConnection, Outcome};
 use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
 use std::io;
@@ -99,9 +101,17 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         body_timeout,
         report,
         fields: edits,
+        pages,
     } = client;
     let settings = route.settings();
-    let (minor, head_only) = (req.client_minor, req.head_only);
+    let own = OwnAnswers {
+        report,
+        clock,
+        client_minor: req.client_minor,
+        head_only: req.head_only,
+        fields: edits,
+        pages,
+    };
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
@@ -111,7 +121,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         tries += 1;
         let (endpoint, mut conn) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            Err(status) => return answer(stream, report, clock, status, minor, head_only).await,
+            Err(status) => return own.answer(stream, status).await,
         };
         if write_timeout(&mut conn, &req.head, settings.response_timeout)
             .await
@@ -121,7 +131,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 avoid = Some(endpoint);
                 continue;
             }
-            return answer(stream, report, clock, 502, minor, head_only).await;
+            return own.answer(stream, 502).await;
         }
         let sent = send_body(
             stream,
@@ -135,9 +145,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         .await;
         match sent {
             Ok(()) => {}
-            Err(Failure::Answer(status)) => {
-                return answer(stream, report, clock, status, minor, head_only).await
-            }
+            Err(Failure::Answer(status)) => return own.answer(stream, status).await,
             Err(Failure::Drop) => return Outcome::Close,
         }
         let mut ubuf = Vec::with_capacity(8 << 10);
@@ -156,9 +164,9 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             }
             Err(HeadError::Timeout) => {
                 route.timed_out(&endpoint);
-                return answer(stream, report, clock, 504, minor, head_only).await;
+                return own.answer(stream, 504).await;
             }
-            Err(_) => return answer(stream, report, clock, 502, minor, head_only).await,
+            Err(_) => return own.answer(stream, 502).await,
         }
     };
     // The response head, parsed again for its fields (the buffer is ours now).
@@ -168,7 +176,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         resp.parse(&ubuf[..head_len]),
         Ok(httparse::Status::Complete(_))
     ) {
-        return answer(stream, report, clock, 502, minor, head_only).await;
+        return own.answer(stream, 502).await;
     }
     let status = resp.code.unwrap_or(502);
     let reason = resp.reason.unwrap_or("");
@@ -178,12 +186,18 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || upstream_minor == 0;
     let kind = match body_kind(status, req.head_only, resp.headers) {
         Some(k) => k,
-        None => return answer(stream, report, clock, 502, minor, head_only).await,
+        None => return own.answer(stream, 502).await,
     };
     report.status.set(status);
     let switching = status == 101 && req.upgrade;
     if status == 101 && !req.upgrade {
-        return answer(stream, report, clock, 502, minor, head_only).await;
+        return own.answer(stream, 502).await;
+    }
+    // The site's page instead of the app's error body (which is left unread: the app's
+    // connection is dropped, not pooled).
+    if own.replaces(status) {
+        let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
+        return own.replace(stream, status, &kept).await;
     }
     // To the client: HTTP/1.1 chunked when the length is unknown, else close-delimited for
     // an HTTP/1.0 client.
@@ -296,28 +310,74 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// espalier's own answer (no byte of a response was sent yet); the connection then closes,
-/// since a body may be left half-read.
-pub(super) async fn answer<C: AsyncWrite + Unpin>(
-    stream: &mut C,
-    report: &Report,
-    clock: &crate::http::clock::Clock,
-    status: u16,
-    client_minor: u8,
-    head_only: bool,
-) -> Outcome {
-    report.status.set(status);
-    let mut out = Vec::with_capacity(256);
-    {
-        // Borrowed and let go before the write: the clock's own task refreshes the lines.
-        let common = clock.common();
-        Responder::new(&mut out, &common, false, client_minor, head_only).error(status);
+/// The whole lines of an app's answer fields a page replacing it keeps (`Retry-After`, …).
+pub(super) fn kept_fields<'h>(fields: impl Iterator<Item = (&'h str, &'h [u8])>) -> Vec<u8> {
+    let mut kept = Vec::new();
+    for (name, value) in fields {
+        if KEPT_FIELDS.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+            kept.extend_from_slice(name.as_bytes());
+            kept.extend_from_slice(b": ");
+            kept.extend_from_slice(value);
+            kept.extend_from_slice(b"\r\n");
+        }
     }
-    report
-        .head
-        .set(crate::http::access_log::head_len(&out) as u64);
-    let _ = to_client(stream, report, &out, Duration::from_secs(5)).await;
-    Outcome::Close
+    kept
+}
+
+/// What espalier answers itself on a lent connection (the app down, late, or refused a
+/// body): the site's page for the status if it has one, else the status's text, with the
+/// site's field edits — as its other answers.
+pub(super) struct OwnAnswers<'a> {
+    pub report: &'a Report,
+    pub clock: &'a crate::http::clock::Clock,
+    pub client_minor: u8,
+    pub head_only: bool,
+    pub fields: Option<&'a FieldEdits>,
+    pub pages: Option<&'a ErrorPages>,
+}
+
+impl OwnAnswers<'_> {
+    /// Answers `status` and closes.
+    pub async fn answer<C: AsyncWrite + Unpin>(&self, stream: &mut C, status: u16) -> Outcome {
+        self.replace(stream, status, &[]).await
+    }
+
+    /// Answers `status` with `kept` field lines of the answer it replaces, and closes.
+    pub async fn replace<C: AsyncWrite + Unpin>(
+        &self,
+        stream: &mut C,
+        status: u16,
+        kept: &[u8],
+    ) -> Outcome {
+        self.report.status.set(status);
+        let mut out = Vec::with_capacity(256);
+        {
+            // Borrowed and let go before the write: the clock's own task refreshes the lines.
+            let common = self.clock.common();
+            let mut resp =
+                Responder::new(&mut out, &common, false, self.client_minor, self.head_only);
+            match self.pages.and_then(|p| p.get(status)) {
+                Some(page) => resp.error_page(status, page, kept),
+                None => resp.error(status),
+            }
+        }
+        if let Some(edits) = self.fields {
+            edits.apply(&mut out, 0);
+        }
+        self.report
+            .head
+            .set(crate::http::access_log::head_len(&out) as u64);
+        let _ = to_client(stream, self.report, &out, Duration::from_secs(5)).await;
+        Outcome::Close
+    }
+
+    /// Whether an app's own answer with `status` is to be replaced by the site's page.
+    pub fn replaces(&self, status: u16) -> bool {
+        status >= 400
+            && self
+                .pages
+                .is_some_and(|p| p.replace_app_errors && p.get(status).is_some())
+    }
 }
 
 pub(super) async fn write_timeout<W: AsyncWriteExt + Unpin>(

@@ -213,21 +213,31 @@ enum Compiled {
 #[derive(Debug, Clone, Default)]
 pub struct Rules {
     rules: Vec<Rule>,
+    /// A rule has a host condition: only then is the request's Host looked up.
+    need_host: bool,
 }
 
 impl Rules {
     /// Compiles `specs`; the error names the rule (by index) and says what is wrong.
     pub fn new(specs: &[RuleSpec]) -> Result<Rules, (usize, String)> {
-        let rules = specs
+        let rules: Vec<Rule> = specs
             .iter()
             .enumerate()
             .map(|(k, s)| Rule::new(s).map_err(|e| (k, e)))
             .collect::<Result<_, _>>()?;
-        Ok(Rules { rules })
+        Ok(Rules {
+            need_host: rules.iter().any(|r| r.host.is_some()),
+            rules,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// Whether a rule has a host condition (only then is the request's Host looked up).
+    pub fn need_host(&self) -> bool {
+        self.need_host
     }
 
     /// What the first rule whose match holds makes of `req`; `None` when none does.
@@ -239,12 +249,12 @@ impl Rules {
             if rule.host.as_ref().is_some_and(|h| !h.matches(req.host)) {
                 continue;
             }
+            // A match first (no captures to fill: the common case, no rule matching, costs
+            // each regex's prefilter or one scan); its groups only for the rule that applies.
             let captures = match &rule.path {
                 None => None,
-                Some(re) => match re.captures(req.path) {
-                    Some(c) => Some(c),
-                    None => continue,
-                },
+                Some(re) if re.is_match(req.path) => re.captures(req.path),
+                Some(_) => continue,
             };
             let fill = |t: &Template| rule.fill(t, captures.as_ref(), req);
             return Some(match &rule.action {

@@ -170,3 +170,37 @@ fn rules_keep_their_order_and_each_bad_one_is_one_line() {
         assert!(e.contains("t.toml:"), "names the file and line: {e}");
     }
 }
+
+#[test]
+fn error_pages_are_statuses_with_readable_small_files() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("404.html"), "<p>gone").unwrap();
+    std::fs::write(dir.path().join("big.html"), vec![b'x'; 70 << 10]).unwrap();
+    let with = |keys: &str| {
+        let text = format!("[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n{keys}\n[[site.app]]\npool = \"p\"\n");
+        Config::parse(&text, &dir.path().join("t.toml"), &fixture("dl980"))
+    };
+    let c = with("errors = { 404 = \"404.html\" }\nreplace_app_errors = true").unwrap();
+    assert_eq!(c.sites[0].errors, vec![(404, dir.path().join("404.html"))]);
+    assert!(c.sites[0].replace_app_errors);
+    assert!(
+        c.sites[0].outline().errors.is_empty(),
+        "other pools are not told"
+    );
+    for (keys, expected) in [
+        (
+            "errors = { 302 = \"404.html\" }",
+            "`302` is not an error status",
+        ),
+        (
+            "errors = { 404 = \"missing.html\" }",
+            "missing.html cannot be read",
+        ),
+        ("errors = { 500 = \"big.html\" }", "keep it under 64 KiB"),
+        ("replace_app_errors = true", "the site has none"),
+    ] {
+        let e = with(keys).unwrap_err().to_string();
+        assert!(e.contains(expected), "{keys}: {e}");
+        assert!(e.contains("t.toml:"), "{e}");
+    }
+}

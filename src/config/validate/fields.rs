@@ -1,12 +1,18 @@
 //! Validation of the keys that shape a site's answers: `headers` (fields set or removed) and
-//! `cache` (`Cache-Control` of its static files), on a site and on an app path.
+//! `cache` (`Cache-Control` of its static files), on a site and on an app path, and `errors`
+//! (its own error pages).
 //!
-//! Owns: those keys' rules and the `Cache-Control` each `cache` spelling stands for. Must
-//! not touch: anything outside one key's value.
+//! Owns: those keys' rules, the `Cache-Control` each `cache` spelling stands for, and the
+//! one look at the file system they need (that each error page can be read). Must not touch:
+//! anything outside one key's value.
 
 use super::super::locate::Seg;
 use super::Validator;
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The largest error page: each worker thread keeps its site's pages in memory.
+pub(crate) const MAX_ERROR_PAGE: u64 = 64 << 10;
 
 /// Fields espalier frames and routes by itself: set by a config, they would make the answer
 /// ambiguous (RFC 9112 §6) or lie about the connection.
@@ -131,6 +137,37 @@ impl Validator {
             }
         });
         policy
+    }
+}
+
+impl Validator {
+    /// `errors = { 404 = "errors/404.html", 503 = "errors/busy.html" }`: statuses 400–599,
+    /// each a readable file of at most 64 KiB, relative to the config file's folder.
+    pub(super) fn error_pages(
+        &mut self,
+        at: &[Seg],
+        raw: Option<BTreeMap<String, String>>,
+        base: &Path,
+    ) -> Vec<(u16, PathBuf)> {
+        let mut pages = Vec::new();
+        for (status, file) in raw.unwrap_or_default() {
+            let Some(code) = status
+                .parse::<u16>()
+                .ok()
+                .filter(|c| (400..=599).contains(c))
+            else {
+                self.err(at, format!("`{status}` is not an error status; use 400–599, like {{ 404 = \"errors/404.html\" }}"));
+                continue;
+            };
+            let path = base.join(&file);
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() && m.len() <= MAX_ERROR_PAGE => pages.push((code, path)),
+                Ok(m) if m.is_file() => self.err(at, format!("{} is {} bytes; an error page is kept in memory by every worker thread: keep it under 64 KiB (link its images and styles)", path.display(), m.len())),
+                Ok(_) => self.err(at, format!("{} is not a file; name the page for {code}", path.display())),
+                Err(e) => self.err(at, format!("{} cannot be read ({e}); create it, or fix the path (relative paths are from the config file's folder)", path.display())),
+            }
+        }
+        pages
     }
 }
 

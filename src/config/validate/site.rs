@@ -183,8 +183,15 @@ impl Validator {
         let headers = self.header_fields(&at("headers"), raw.headers);
         let cache = self.cache_policy(&at("cache"), raw.cache);
         let rules = self.site_rules(i, raw.rule);
+        let errors = self.error_pages(&at("errors"), raw.errors, base);
+        let replace_app_errors = raw.replace_app_errors.unwrap_or(false);
+        if replace_app_errors && errors.is_empty() {
+            self.err(&at("replace_app_errors"), "replaces an app's error answers by the site's pages, and the site has none; add errors = { 500 = \"errors/500.html\" } or remove it");
+        }
         SiteSpec {
             rules,
+            errors,
+            replace_app_errors,
             headers,
             cache,
             name,

@@ -496,6 +496,7 @@ impl<S: Service + 'static> Connection<S> {
                 body_timeout: env.timeouts.body,
                 report,
                 fields: ctx.fields.as_deref(),
+                pages: ctx.pages.as_deref(),
             };
             env.service.lend(lent, conn).await;
             // Closing our end ends an answer framed by the close.

@@ -147,6 +147,7 @@ impl Supervisor {
         let answer = Answer::Page {
             body: body.into(),
             retry_after: took.map_or(2, |d| d.as_secs() + 1),
+            content_type: "text/html; charset=utf-8",
         };
         let key = self.handoffs.key;
         for &i in slots {

@@ -91,7 +91,10 @@ impl Supervisor {
                         let header = crate::handoff::header(&self.handoffs.key, g.addr, 0, None);
                         tokio::spawn(pass_on(listener, header, path.clone()))
                     }
-                    None => tokio::spawn(answer_accepted(listener, Answer::of(lb_here))),
+                    None => tokio::spawn(answer_accepted(
+                        listener,
+                        Answer::stopped(lb_here, name, &self.config.sites),
+                    )),
                 });
             }
         }
@@ -107,7 +110,7 @@ impl Supervisor {
             match handoff_copy(h.socket.as_raw_fd(), senders.clone(), self.handoffs.key) {
                 Ok(receiver) => responders.push(tokio::spawn(answer_handed(
                     receiver,
-                    Answer::of(lb),
+                    Answer::stopped(lb, name, &self.config.sites),
                     tls_addrs.clone(),
                 ))),
                 Err(e) => log(
@@ -243,10 +246,11 @@ pub(super) enum Answer {
     Reset,
     /// `503 Service Unavailable`.
     Unavailable,
-    /// `503` with `Retry-After` (seconds) and this HTML page.
+    /// `503` with `Retry-After` (seconds) and this page (HTML unless `content_type` says).
     Page {
         body: std::sync::Arc<[u8]>,
         retry_after: u64,
+        content_type: &'static str,
     },
 }
 
@@ -258,16 +262,45 @@ impl Answer {
         }
     }
 
+    /// A stopped pool's answer over HTTP: the `503` page of the first of its sites that has
+    /// one (the master answers before any request is routed; a pool per site, as hosters
+    /// run them, gets its site's own), else espalier's text.
+    fn stopped(lb: LoadBalancer, name: &str, sites: &[crate::config::SiteSpec]) -> Answer {
+        let page = sites
+            .iter()
+            .filter(|s| s.served_by(name))
+            .find_map(|s| s.errors.iter().find(|(status, _)| *status == 503))
+            .map(|(_, path)| path);
+        match (lb, page) {
+            (LoadBalancer::Http, Some(path)) => match std::fs::read(path) {
+                Ok(body) => Answer::Page {
+                    body: body.into(),
+                    retry_after: 5,
+                    content_type: crate::handlers::mime::content_type(&path.to_string_lossy()),
+                },
+                Err(e) => {
+                    log("master", format!("pool {name}: cannot read the 503 page {} ({e}): espalier's own text answers", path.display()));
+                    Answer::Unavailable
+                }
+            },
+            _ => Answer::of(lb),
+        }
+    }
+
     /// The response's bytes, dated now.
     fn bytes(&self) -> Vec<u8> {
         match self {
             Answer::Reset => Vec::new(),
             Answer::Unavailable => crate::http::unavailable_now(),
-            Answer::Page { body, retry_after } => {
+            Answer::Page {
+                body,
+                retry_after,
+                content_type,
+            } => {
                 let mut out = b"HTTP/1.1 503 Service Unavailable\r\n".to_vec();
                 out.extend_from_slice(&crate::http::clock::common_now());
                 out.extend_from_slice(
-                    format!("Retry-After: {retry_after}\r\nContent-Type: text/html; charset=utf-8\r\nCache-Control: no-store\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).as_bytes(),
+                    format!("Retry-After: {retry_after}\r\nContent-Type: {content_type}\r\nCache-Control: no-store\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).as_bytes(),
                 );
                 out.extend_from_slice(body);
                 out
