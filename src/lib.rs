@@ -42,8 +42,9 @@
 //! | --- | --- | --- |
 //! | [`cpuset`] | CPU sets and the cpu-list syntax | yes |
 //! | [`units`] | durations, sizes, percentages | yes |
+//! | [`compress`] | the content codings (gzip, brotli, zstd): a whole body, or a stream | yes |
 //! | [`topology`] | nodes, CPUs, caches, NICs as read from sysfs; ranking by distance ([`topology::nearest`]) | parsing and ranking yes; reading in `topology::sysfs` |
-//! | [`routing`] | the routing tables a worker is given: sites by address and host name | yes |
+//! | [`routing`] | the routing tables a worker is given: sites by address and host name, path prefixes, a site's redirect and rewrite rules | yes |
 //! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, processes, cgroups, private folders | no — all but one `unsafe` (`server::worker` adopts its inherited descriptors) |
 //! | [`certs`] | certificate files: loaded, checked, fingerprinted | reads files |
 //! | [`config`] | the TOML config, defaults, validation | yes, but it checks that roots, programs and certificates exist and are usable |
@@ -64,6 +65,7 @@ pub(crate) mod async_io;
 pub mod bench;
 pub mod certs;
 pub mod cli;
+pub mod compress;
 pub mod config;
 pub mod cpuset;
 pub mod doctor;

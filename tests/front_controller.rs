@@ -57,6 +57,18 @@ fn pretty_urls_run_the_front_controller_and_assets_are_files() {
         r.text(),
         "article hello-world\nfront: REQUEST_URI=/articles/hello-world/?utm=x&a=%2F SCRIPT_NAME=/index.php PATH_INFO= QUERY_STRING=utm=x&a=%2F\n"
     );
+    // Compressed as it streams out of php-fpm for a client that takes gzip.
+    let gz = get(
+        addr,
+        "/articles/hello-world/?utm=x&a=%2F",
+        "Accept-Encoding: gzip\r\n",
+    );
+    assert_eq!(gz.header("content-encoding"), Some("gzip"));
+    assert_eq!(gz.header("vary"), Some("Accept-Encoding"));
+    let mut plain = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz.body[..]), &mut plain)
+        .unwrap();
+    assert_eq!(plain, r.body);
     // The site's `headers` take the app's X-Powered-By out of the CGI answer.
     assert_eq!(r.header("x-powered-by"), None);
     assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
@@ -153,6 +165,23 @@ fn the_front_controller_answers_over_https_and_http2() {
         );
         assert_eq!(code, 0, "{verbose}\n{}", server.log_text());
         assert!(body.starts_with("article over-tls\n"), "{body}");
+        // Compressed on this scheme too, and decoded by curl.
+        let (code, body, verbose) = curl(
+            d,
+            "certs/localhost.pem",
+            "localhost",
+            tls,
+            "/articles/over-tls/",
+            &[proto, "--compressed"],
+        );
+        assert_eq!(code, 0, "{verbose}");
+        assert!(body.starts_with("article over-tls\n"), "{body}");
+        assert!(
+            verbose
+                .to_ascii_lowercase()
+                .contains("< content-encoding: br"),
+            "{verbose}"
+        );
         let (code, body, verbose) = curl(
             d,
             "certs/localhost.pem",

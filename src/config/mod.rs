@@ -65,6 +65,7 @@ impl Config {
                 rules: Vec::new(),
                 errors: Vec::new(),
                 replace_app_errors: false,
+                compress: Vec::new(),
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

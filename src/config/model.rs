@@ -391,6 +391,9 @@ pub struct SiteSpec {
     /// Its apps' own error answers are replaced by its page for their status.
     #[serde(default, skip_serializing_if = "is_false")]
     pub replace_app_errors: bool,
+    /// The content codings its answers may go out in, its preference first; empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compress: Vec<crate::compress::Coding>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -445,6 +448,7 @@ impl SiteSpec {
             rules: Vec::new(),
             errors: Vec::new(),
             replace_app_errors: false,
+            compress: Vec::new(),
         }
     }
 

@@ -131,6 +131,8 @@ pub struct RawSite {
     /// `{ 404 = "errors/404.html" }`: a page per status.
     pub errors: Option<std::collections::BTreeMap<String, String>>,
     pub replace_app_errors: Option<bool>,
+    /// `["zstd", "br", "gzip"]`: the codings offered, in order of preference.
+    pub compress: Option<Vec<String>>,
     #[serde(default)]
     pub app: Vec<RawApp>,
     #[serde(default)]

@@ -93,6 +93,7 @@ impl AppHandler {
         let files = || {
             StaticFiles::new(s.root.clone(), s.index.clone(), s.follow_symlinks)
                 .with_cache(cache.clone())
+                .compressing(&s.compress)
         };
         match a.handler {
             // Beside a FastCGI app, its scripts are never sent as files.

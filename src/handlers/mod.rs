@@ -57,6 +57,8 @@ struct Site {
     rules: Rules,
     /// Its own error pages, read at the thread's start.
     pages: Option<Rc<ErrorPages>>,
+    /// The codings it offers (`None`: it compresses nothing).
+    codings: Option<Rc<[crate::compress::Coding]>>,
 }
 
 /// Whether one pool serves every app of a site.
@@ -199,6 +201,7 @@ impl ThreadService {
                     to_https,
                     // Checked by the config; a failure here would be a bug, said once.
                     pages: app::error_pages(s, &identity),
+                    codings: (!s.compress.is_empty()).then(|| s.compress.as_slice().into()),
                     rules: Rules::new(&s.rules).unwrap_or_else(|(k, why)| {
                         crate::os::log(
                             &identity,
@@ -283,6 +286,7 @@ impl ThreadService {
             fields: fields[tls].clone(),
             rule: None,
             pages: s.pages.clone(),
+            codings: s.codings.clone(),
         }
     }
 
@@ -552,11 +556,12 @@ impl Service for ThreadService {
         head: &LentHead<'_>,
     ) -> Dispatch {
         // A rewritten request goes to the app as its new target (the log keeps the original).
+        let codings = ctx.codings.as_deref().unwrap_or_default();
         match ctx.rule.as_deref() {
             Some(RuleOutcome::Rewrite(t)) => {
-                Dispatch::new(target, &rewritten_request(req, t), head)
+                Dispatch::new(target, &rewritten_request(req, t), head, codings)
             }
-            _ => Dispatch::new(target, req, head),
+            _ => Dispatch::new(target, req, head, codings),
         }
     }
 

@@ -2,55 +2,10 @@
 //! brotli, gzip — an answer goes out in, from the request's `Accept-Encoding` and its
 //! q-values; and which content types are worth compressing.
 //!
-//! Owns: that negotiation, pure. Must not touch: compressing (the handlers and the proxy
-//! do, with the `flate2`, `brotli` and `zstd` crates) or the answer's fields.
+//! Owns: that negotiation, pure. Must not touch: compressing ([`crate::compress`]) or the
+//! answer's fields.
 
-use serde::{Deserialize, Serialize};
-
-/// A content coding espalier can send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Coding {
-    Zstd,
-    Brotli,
-    Gzip,
-}
-
-impl Coding {
-    pub const ALL: [Coding; 3] = [Coding::Zstd, Coding::Brotli, Coding::Gzip];
-
-    /// Its name in `Content-Encoding` and `Accept-Encoding`.
-    pub fn token(self) -> &'static str {
-        match self {
-            Coding::Zstd => "zstd",
-            Coding::Brotli => "br",
-            Coding::Gzip => "gzip",
-        }
-    }
-
-    /// The file name suffix of a precompressed file beside the original.
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Coding::Zstd => ".zst",
-            Coding::Brotli => ".br",
-            Coding::Gzip => ".gz",
-        }
-    }
-
-    /// From a config's name (`"br"` and `"brotli"` both).
-    pub fn from_name(name: &str) -> Option<Coding> {
-        match name {
-            "zstd" => Some(Coding::Zstd),
-            "br" | "brotli" => Some(Coding::Brotli),
-            "gzip" => Some(Coding::Gzip),
-            _ => None,
-        }
-    }
-
-    /// Its index among [`Coding::ALL`] (a slot in per-coding arrays).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
+pub use crate::compress::Coding;
 
 /// The q-value (0–1000) the client gives `token` in `Accept-Encoding`, `*` standing for any
 /// coding it does not name; `None` when it names neither.

@@ -58,6 +58,8 @@ pub struct RequestCtx {
     pub rule: Option<Rc<crate::routing::rules::RuleOutcome>>,
     /// Its site's error pages, for espalier's own error answers (and the app's, if asked).
     pub pages: Option<Rc<super::error_pages::ErrorPages>>,
+    /// The codings its site offers, its preference first (`None`: it compresses nothing).
+    pub codings: Option<Rc<[crate::compress::Coding]>>,
 }
 
 /// Where routing sends a request whose head is complete (its body not read yet).

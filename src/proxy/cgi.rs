@@ -37,6 +37,8 @@ pub struct FastCgiRequest {
     pub(super) retryable: bool,
     pub(super) expect_continue: bool,
     pub(super) chunked: bool,
+    /// As [`super::ForwardRequest`]'s.
+    pub(super) compress: Option<Option<crate::compress::Coding>>,
 }
 
 pub(super) fn record(out: &mut Vec<u8>, kind: u8, content: &[u8]) {
@@ -193,6 +195,7 @@ impl FastCgiRequest {
             retryable: idempotent && matches!(framing, Framing::None),
             expect_continue,
             chunked: matches!(framing, Framing::Chunked),
+            compress: None,
         }
     }
 }

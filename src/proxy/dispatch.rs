@@ -36,12 +36,26 @@ pub enum Dispatch {
 }
 
 impl Dispatch {
-    /// `req` for `target`, as its connection framed and sent it.
-    pub fn new(target: ProxyTarget, req: &Request<'_>, lent: &LentHead<'_>) -> Self {
+    /// `req` for `target`, as its connection framed and sent it; its site offers `codings`
+    /// (its preference first; none: it compresses nothing).
+    pub fn new(
+        target: ProxyTarget,
+        req: &Request<'_>,
+        lent: &LentHead<'_>,
+        codings: &[crate::compress::Coding],
+    ) -> Self {
+        let compress = (!codings.is_empty())
+            .then(|| crate::http::coding::choose(req.header("accept-encoding"), codings));
         match target {
-            ProxyTarget::Http(route) => Dispatch::Http(route, ForwardRequest::new(req, lent)),
+            ProxyTarget::Http(route) => {
+                let mut forwarded = ForwardRequest::new(req, lent);
+                forwarded.compress = compress;
+                Dispatch::Http(route, forwarded)
+            }
             ProxyTarget::FastCgi(route, script) => {
-                Dispatch::FastCgi(route, FastCgiRequest::new(req, &script, lent))
+                let mut forwarded = FastCgiRequest::new(req, &script, lent);
+                forwarded.compress = compress;
+                Dispatch::FastCgi(route, forwarded)
             }
         }
     }

@@ -16,6 +16,7 @@
 //! before the body, and espalier does not buffer bodies to learn it (nginx before 1.3.9 did
 //! the same).
 use super::cgi::*;
+use super::encode;
 use super::forward::{
     kept_fields, read_timeout, send_continue, to_client, write_timeout, Failure, LentConnection,
     Outcome, OwnAnswers,
@@ -24,6 +25,8 @@ use super::request::HOP_BY_HOP;
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::Endpoint;
+use crate::compress::Stream;
+use std::borrow::Cow;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -288,7 +291,17 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
     report.status.set(status);
     let bodiless = head_only || status == 204 || status == 304;
-    let framing = match (bodiless, length, minor) {
+    let plan = encode::plan(
+        req.compress,
+        status,
+        head_only,
+        fields.iter().map(|f| (f.name, f.value)),
+    );
+    let mut encoder = match plan {
+        encode::Plan::Compress(c) if !bodiless => Stream::new(c).ok(),
+        _ => None,
+    };
+    let framing = match (bodiless, length.filter(|_| encoder.is_none()), minor) {
         (true, _, _) => ClientFraming::None,
         (false, Some(n), _) => ClientFraming::Length(n),
         (false, None, 1) => ClientFraming::Chunked,
@@ -314,10 +327,30 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         {
             continue;
         }
+        let value = match plan {
+            encode::Plan::Compress(_) if encoder.is_some() => {
+                match encode::rewritten(f.name, f.value) {
+                    Some(v) => Cow::Owned(v),
+                    None => continue,
+                }
+            }
+            encode::Plan::Vary | encode::Plan::Compress(_)
+                if f.name.eq_ignore_ascii_case("vary") =>
+            {
+                Cow::Owned(encode::with_accept_encoding(f.value))
+            }
+            _ => Cow::Borrowed(f.value),
+        };
         out.extend_from_slice(f.name.as_bytes());
         out.extend_from_slice(b": ");
-        out.extend_from_slice(f.value);
+        out.extend_from_slice(&value);
         out.extend_from_slice(b"\r\n");
+    }
+    if plan != encode::Plan::AsIs && !fields.iter().any(|f| f.name.eq_ignore_ascii_case("vary")) {
+        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
+    if let (encode::Plan::Compress(c), Some(_)) = (plan, &encoder) {
+        out.extend_from_slice(format!("Content-Encoding: {}\r\n", c.token()).as_bytes());
     }
     if let Some(e) = edits {
         e.add_missing(&mut out, |name| {
@@ -346,6 +379,13 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     // The body: what came after the header block, then STDOUT records until END_REQUEST.
     let mut data = head[head_len..].to_vec();
     loop {
+        // Compressed, the data is what the encoder gives for it.
+        if let Some(e) = encoder.as_mut().filter(|_| !data.is_empty()) {
+            if e.push(&data).is_err() {
+                return Outcome::Close;
+            }
+            data = e.take();
+        }
         if !data.is_empty() {
             match framing {
                 ClientFraming::None => {}
@@ -384,6 +424,17 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             STDERR => log_stderr(&endpoint, &r.content),
             END_REQUEST => break,
             _ => {}
+        }
+    }
+    if let Some(e) = encoder {
+        match e.finish() {
+            Ok(tail) if framing == ClientFraming::Chunked && !tail.is_empty() => {
+                out.extend_from_slice(format!("{:x}\r\n", tail.len()).as_bytes());
+                out.extend_from_slice(&tail);
+                out.extend_from_slice(b"\r\n");
+            }
+            Ok(tail) => out.extend_from_slice(&tail),
+            Err(_) => return Outcome::Close,
         }
     }
     if framing == ClientFraming::Chunked {

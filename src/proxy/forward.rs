@@ -17,6 +17,7 @@
 //! response — a keep-alive connection the app closed as it was reused, or a process that
 //! died. Anything else that fails after being sent is answered 502, never repeated.
 
+use super::encode;
 use super::request::{connection_tokens, dropped_on_the_way, push_field, ForwardRequest};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
@@ -26,6 +27,7 @@ use crate::http::edits::FieldEdits;
 use crate::http::error_pages::{ErrorPages, KEPT_FIELDS};
 pub(super) use crate::http::service::{LentConnection, Outcome};
 use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
+use std::borrow::Cow;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -66,7 +68,7 @@ enum HeadError {
 
 /// How the app frames its response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyKind {
+pub(super) enum BodyKind {
     None,
     Length(u64),
     Chunked,
@@ -199,14 +201,26 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
         return own.replace(stream, status, &kept).await;
     }
-    // To the client: HTTP/1.1 chunked when the length is unknown, else close-delimited for
-    // an HTTP/1.0 client.
+    let plan = encode::plan(
+        req.compress,
+        status,
+        req.head_only,
+        resp.headers.iter().map(|h| (h.name, h.value)),
+    );
+    let compressing = match plan {
+        encode::Plan::Compress(c) if kind != BodyKind::None => Some(c),
+        _ => None,
+    };
+    // To the client: HTTP/1.1 chunked when the length is unknown (or compressed), else
+    // close-delimited for an HTTP/1.0 client.
     let rechunk = matches!(kind, BodyKind::UntilClose) && req.client_minor == 1;
     let plain_for_old_client = matches!(kind, BodyKind::Chunked) && req.client_minor == 0;
     let keep = req.keep_alive
         && !switching
-        && (rechunk || kind != BodyKind::UntilClose)
-        && !plain_for_old_client;
+        && match compressing {
+            Some(_) => req.client_minor == 1,
+            None => (rechunk || kind != BodyKind::UntilClose) && !plain_for_old_client,
+        };
     let mut out = Vec::with_capacity(head_len + 128);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
@@ -223,11 +237,38 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             !dropped_on_the_way(h.name, &listed)
                 && !edits.is_some_and(|e| e.removes(h.name.as_bytes()))
         };
-        if copy {
+        // As the app sent it, but what compression changes (no allocation otherwise).
+        let value: Option<Cow<'_, [u8]>> = match plan {
+            _ if !copy => None,
+            encode::Plan::AsIs => Some(Cow::Borrowed(h.value)),
+            encode::Plan::Vary if h.name.eq_ignore_ascii_case("vary") => {
+                Some(Cow::Owned(encode::with_accept_encoding(h.value)))
+            }
+            encode::Plan::Vary => Some(Cow::Borrowed(h.value)),
+            // A HEAD or 304 answer is never compressed; a compressed body's length is unknown
+            // before its end.
+            encode::Plan::Compress(_) if h.name.eq_ignore_ascii_case("content-length") => None,
+            encode::Plan::Compress(_) => encode::rewritten(h.name, h.value).map(Cow::Owned),
+        };
+        if let Some(value) = value {
             out.extend_from_slice(h.name.as_bytes());
             out.extend_from_slice(b": ");
-            out.extend_from_slice(h.value);
+            out.extend_from_slice(&value);
             out.extend_from_slice(b"\r\n");
+        }
+    }
+    if plan != encode::Plan::AsIs
+        && !resp
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("vary"))
+    {
+        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+    }
+    if let Some(c) = compressing {
+        push_field(&mut out, "Content-Encoding", c.token());
+        if req.client_minor == 1 {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
         }
     }
     if let Some(line) = &route.worker_line {
@@ -243,6 +284,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         });
     }
     match kind {
+        _ if compressing.is_some() => {}
         BodyKind::Length(n) => {
             push_field(&mut out, "Content-Length", itoa::Buffer::new().format(n))
         }
@@ -271,7 +313,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     ubuf.drain(..head_len);
     // A small answer read whole goes out with its head in one write; nothing is left to relay.
     let mut kind = kind;
-    if let BodyKind::Length(n) = kind {
+    if let (BodyKind::Length(n), None) = (kind, compressing) {
         if ubuf.len() as u64 == n {
             out.extend_from_slice(&ubuf);
             ubuf.clear();
@@ -285,16 +327,20 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         tunnel(stream, report, rbuf, conn, ubuf).await;
         return Outcome::Close;
     }
-    let relayed = relay_body(
-        &mut conn,
-        stream,
-        report,
-        ubuf,
-        kind,
-        (rechunk, plain_for_old_client),
-        (settings.response_timeout, body_timeout),
-    )
-    .await;
+    let timeouts = (settings.response_timeout, body_timeout);
+    let relayed = match compressing {
+        Some(coding) => {
+            let chunked = req.client_minor == 1;
+            encode::relay(
+                &mut conn, stream, report, ubuf, kind, coding, chunked, timeouts,
+            )
+            .await
+        }
+        None => {
+            let framing = (rechunk, plain_for_old_client);
+            relay_body(&mut conn, stream, report, ubuf, kind, framing, timeouts).await
+        }
+    };
     match relayed {
         Ok(clean) => {
             if clean && !upstream_closes && !matches!(kind, BodyKind::UntilClose) {

@@ -14,6 +14,7 @@
 
 mod cgi;
 mod dispatch;
+mod encode;
 mod endpoint;
 pub mod fastcgi;
 pub mod forward;

@@ -17,6 +17,9 @@ pub struct ForwardRequest {
     pub(super) client_minor: u8,
     pub(super) keep_alive: bool,
     pub(super) expect_continue: bool,
+    /// The site's compression for this request: `None` when it compresses nothing, else
+    /// the coding the client accepts, if any (see [`super::encode`]).
+    pub(super) compress: Option<Option<crate::compress::Coding>>,
 }
 
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1).
@@ -164,6 +167,7 @@ impl ForwardRequest {
             client_minor: req.minor_version,
             keep_alive,
             expect_continue,
+            compress: None,
         }
     }
 }

@@ -19,6 +19,14 @@ CASES = {
     b"/crash": b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/html\r\nContent-Length: 38\r\n\r\n<pre>Traceback: secret internals</pre>",
     b"/missing": b"HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\napp says 404\n",
 }
+# Compressible answers: a 20 KB page with a length and an ETag, the same chunked in pieces,
+# one that must not be transformed, and one an image.
+PAGE = b"".join(b"<p>line %d of a page worth compressing</p>\n" % i for i in range(500))
+CASES[b"/big-text"] = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\nETag: \"v1\"\r\nContent-Length: %d\r\n\r\n" % len(PAGE) + PAGE
+CASES[b"/big-chunked"] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n" + b"".join(
+    b"%x\r\n%s\r\n" % (len(PAGE[i:i + 3000]), PAGE[i:i + 3000]) for i in range(0, len(PAGE), 3000)) + b"0\r\n\r\n"
+CASES[b"/no-transform"] = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nCache-Control: no-transform\r\nContent-Length: %d\r\n\r\n" % len(PAGE) + PAGE
+CASES[b"/big-image"] = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: %d\r\n\r\n" % len(PAGE) + PAGE
 
 
 class Handler(socketserver.BaseRequestHandler):

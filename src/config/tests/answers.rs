@@ -204,3 +204,24 @@ fn error_pages_are_statuses_with_readable_small_files() {
         assert!(e.contains("t.toml:"), "{e}");
     }
 }
+
+#[test]
+fn compress_names_known_codings_once_in_order() {
+    use crate::compress::Coding;
+    let c = parse("compress = [\"br\", \"zstd\", \"gzip\"]", "").unwrap();
+    assert_eq!(
+        c.sites[0].compress,
+        [Coding::Brotli, Coding::Zstd, Coding::Gzip]
+    );
+    assert!(
+        parse("", "").unwrap().sites[0].compress.is_empty(),
+        "off unless asked"
+    );
+    let e = refused("compress = [\"deflate\"]", "");
+    assert!(
+        e.contains("key `site[0].compress`: `deflate` is not a coding"),
+        "{e}"
+    );
+    let e = refused("compress = [\"gzip\", \"gzip\"]", "");
+    assert!(e.contains("listed twice"), "{e}");
+}

@@ -1,6 +1,6 @@
 //! Validation of the keys that shape a site's answers: `headers` (fields set or removed) and
-//! `cache` (`Cache-Control` of its static files), on a site and on an app path, and `errors`
-//! (its own error pages).
+//! `cache` (`Cache-Control` of its static files), on a site and on an app path, `errors`
+//! (its own error pages) and `compress` (the codings it offers).
 //!
 //! Owns: those keys' rules, the `Cache-Control` each `cache` spelling stands for, and the
 //! one look at the file system they need (that each error page can be read). Must not touch:
@@ -141,6 +141,25 @@ impl Validator {
 }
 
 impl Validator {
+    /// `compress = ["zstd", "br", "gzip"]`: known codings, each once, in preference order.
+    pub(super) fn codings(
+        &mut self,
+        at: &[Seg],
+        raw: Option<Vec<String>>,
+    ) -> Vec<crate::compress::Coding> {
+        let mut codings = Vec::new();
+        for name in raw.unwrap_or_default() {
+            match crate::compress::Coding::from_name(&name) {
+                Some(c) if codings.contains(&c) => {
+                    self.err(at, format!("`{name}` is listed twice; name each coding once, in the order you prefer them"))
+                }
+                Some(c) => codings.push(c),
+                None => self.err(at, format!("`{name}` is not a coding espalier sends; use \"zstd\", \"br\" and \"gzip\", in the order you prefer them")),
+            }
+        }
+        codings
+    }
+
     /// `errors = { 404 = "errors/404.html", 503 = "errors/busy.html" }`: statuses 400–599,
     /// each a readable file of at most 64 KiB, relative to the config file's folder.
     pub(super) fn error_pages(

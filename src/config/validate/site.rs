@@ -188,7 +188,9 @@ impl Validator {
         if replace_app_errors && errors.is_empty() {
             self.err(&at("replace_app_errors"), "replaces an app's error answers by the site's pages, and the site has none; add errors = { 500 = \"errors/500.html\" } or remove it");
         }
+        let compress = self.codings(&at("compress"), raw.compress);
         SiteSpec {
+            compress,
             rules,
             errors,
             replace_app_errors,

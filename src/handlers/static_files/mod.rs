@@ -27,6 +27,7 @@
 //! thread pools: they wait on the disk (or page cache) only, never on a peer.
 //! Must not touch: the connection (it writes into a [`Responder`]).
 
+mod compressed;
 mod entry;
 mod path;
 mod respond;
@@ -35,7 +36,7 @@ use super::mime;
 use crate::http::clock::Clock;
 use crate::http::service::Reply;
 use crate::http::{Method, Request, Responder};
-use entry::{still_valid, Body, Entry};
+use entry::{still_valid, Body, Described, Entry};
 pub use path::{normal_form, normalize};
 use respond::respond;
 use std::cell::{Cell, RefCell};
@@ -62,7 +63,8 @@ pub const MAX_OPEN_FILES: usize = 128;
 const WELCOME: &str = include_str!("welcome.html");
 
 enum Resolved {
-    File(Entry),
+    /// Boxed: an entry is large, and found once per file per second at most.
+    File(Box<Entry>),
     Redirect(String),
     Status(u16),
 }
@@ -84,6 +86,8 @@ pub struct StaticFiles {
     /// `(content type pattern, Cache-Control value)`, the first match wins (see
     /// [`crate::config::SiteSpec::cache`]); written into each cached file's head once.
     cache_policy: Vec<(String, String)>,
+    /// The codings its site offers, in its order of preference (none: nothing compressed).
+    codings: Vec<crate::compress::Coding>,
 }
 
 /// What a path names under the root, for a front controller's "the file if it exists".
@@ -109,6 +113,7 @@ impl StaticFiles {
             open_files: Default::default(),
             refused: Vec::new(),
             cache_policy: Vec::new(),
+            codings: Vec::new(),
         }
     }
 
@@ -117,6 +122,24 @@ impl StaticFiles {
     pub fn with_cache(mut self, policy: Vec<(String, String)>) -> Self {
         self.cache_policy = policy;
         self
+    }
+
+    /// Compresses the files of compressible types in `codings` (the site's preference).
+    pub fn compressing(mut self, codings: &[crate::compress::Coding]) -> Self {
+        self.codings = codings.to_vec();
+        self
+    }
+
+    /// Answers with `e` in the coding `req` gets, its variant made at the first request.
+    fn respond_coded(&self, e: &mut Entry, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
+        if let Some(coding) = self.coding_for(e, req) {
+            let added = self.make_variant(e, coding);
+            self.cached_bytes.set(self.cached_bytes.get() + added);
+            if let Some(shown) = e.shown_in(coding) {
+                return respond(shown, req, resp);
+            }
+        }
+        respond(e.shown(), req, resp)
     }
 
     /// The `Cache-Control` value of a file of `content_type` (`text/css; charset=utf-8`).
@@ -194,10 +217,10 @@ impl StaticFiles {
         let mut cache = self.cache.borrow_mut();
         // A hit is one lookup; an entry checked in an earlier second is re-checked with one stat.
         match cache.get_mut(key) {
-            Some(e) if e.checked == now => return respond(e, req, resp),
+            Some(e) if e.checked == now => return self.respond_coded(e, req, resp),
             Some(e) if still_valid(e) => {
                 e.checked = now;
-                return respond(e, req, resp);
+                return self.respond_coded(e, req, resp);
             }
             Some(_) => {
                 let gone = cache.remove(key).expect("entry present");
@@ -233,7 +256,7 @@ impl StaticFiles {
                 let holds_fd = matches!(entry.body, Body::Open(_));
                 if holds_fd && self.open_files.get() >= MAX_OPEN_FILES {
                     // Served once, not kept: its descriptor closes after the response.
-                    return respond(&entry, req, resp);
+                    return self.respond_coded(&mut entry, req, resp);
                 }
                 if cache.len() >= CACHE_ENTRIES
                     || self.cached_bytes.get() + entry.memory() > CACHE_BUDGET
@@ -246,8 +269,8 @@ impl StaticFiles {
                     .set(self.cached_bytes.get() + entry.memory());
                 self.open_files
                     .set(self.open_files.get() + usize::from(holds_fd));
-                let entry = cache.entry(key.into()).or_insert(entry);
-                respond(entry, req, resp)
+                let entry = cache.entry(key.into()).or_insert(*entry);
+                self.respond_coded(entry, req, resp)
             }
         }
     }
@@ -343,13 +366,13 @@ impl StaticFiles {
             Body::Open(_) => meta.len(),
         };
         let content_type = mime::content_type(name);
-        Resolved::File(Entry::new(
-            path,
-            &meta,
-            (size, content_type),
-            self.cache_control(content_type),
-            body,
-        ))
+        let described = Described {
+            size,
+            content_type,
+            cache_control: self.cache_control(content_type),
+            compressed: !self.codings.is_empty() && crate::http::coding::compressible(content_type),
+        };
+        Resolved::File(Box::new(Entry::new(path, &meta, described, body)))
     }
 }
 

@@ -1,22 +1,24 @@
-//! The response for a cached file: conditional requests (`ETag`/`If-None-Match`,
+//! The response for a cached file or one of its compressed forms: conditional requests (`ETag`/`If-None-Match`,
 //! `Last-Modified`/`If-Modified-Since`, `If-Range`), a single byte range (206/416), HEAD,
 //! and the body from memory or with `sendfile`.
 //!
 //! Owns: these HTTP semantics of a file. Must not touch: finding or caching the file.
 
-use super::entry::{Body, Entry};
+use super::entry::{Body, Shown};
 use crate::http::service::{FileBody, Reply};
 use crate::http::{Method, Request, Responder};
 use std::rc::Rc;
 
 /// Writes the response for a cached entry: 304, 206, 416 or 200.
-pub(super) fn respond(e: &Entry, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
-    if not_modified(e, req) {
-        resp.status(304).raw_headers(&e.head).end_head();
+pub(super) fn respond(e: Shown<'_>, req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
+    if not_modified(&e, req) {
+        resp.status(304).raw_headers(e.head).end_head();
         return Reply::Done;
     }
     let range = match req.header("range") {
-        Some(r) if req.method == Method::Get && if_range_matches(e, req) => parse_range(r, e.size),
+        Some(r) if e.ranges && req.method == Method::Get && if_range_matches(&e, req) => {
+            parse_range(r, e.size)
+        }
         _ => RangeRequest::Full,
     };
     let (status, start, len) = match range {
@@ -30,7 +32,7 @@ pub(super) fn respond(e: &Entry, req: &Request<'_>, resp: &mut Responder<'_>) ->
             return Reply::Done;
         }
     };
-    resp.status(status).raw_headers(&e.head);
+    resp.status(status).raw_headers(e.head);
     if status == 206 {
         resp.header(
             "Content-Range",
@@ -41,7 +43,7 @@ pub(super) fn respond(e: &Entry, req: &Request<'_>, resp: &mut Responder<'_>) ->
     if resp.head_only() {
         return Reply::Done;
     }
-    match &e.body {
+    match e.body {
         Body::Memory(data) => {
             resp.append(&data[start as usize..(start + len) as usize]);
             Reply::Done
@@ -54,7 +56,7 @@ pub(super) fn respond(e: &Entry, req: &Request<'_>, resp: &mut Responder<'_>) ->
     }
 }
 
-fn not_modified(e: &Entry, req: &Request<'_>) -> bool {
+fn not_modified(e: &Shown<'_>, req: &Request<'_>) -> bool {
     if let Some(inm) = req.header("if-none-match") {
         // Weak comparison (RFC 9110 §13.1.2): W/ prefixes are ignored.
         return inm
@@ -70,7 +72,7 @@ fn not_modified(e: &Entry, req: &Request<'_>) -> bool {
     false
 }
 
-fn if_range_matches(e: &Entry, req: &Request<'_>) -> bool {
+fn if_range_matches(e: &Shown<'_>, req: &Request<'_>) -> bool {
     match req.header("if-range") {
         None => true,
         Some(v) if v.starts_with('"') => v == e.etag,
