@@ -385,3 +385,51 @@ pool = "app"
     assert!(r.header("retry-after").is_some());
     drop(server);
 }
+
+/// `alias`: a static path served from a folder of its own, its prefix not part of the file
+/// path (nginx's `alias`), beside the site's root where the prefix is kept (nginx's `root`).
+#[test]
+fn an_aliased_static_path_serves_its_own_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www/static")).unwrap();
+    std::fs::create_dir_all(d.join("collected/css")).unwrap();
+    std::fs::write(d.join("www/index.html"), "<p>home\n").unwrap();
+    std::fs::write(d.join("www/static/site.css"), "from the root\n").unwrap();
+    std::fs::write(d.join("collected/css/site.css"), "from the alias\n").unwrap();
+    std::fs::write(d.join("collected/index.html"), "<p>alias index\n").unwrap();
+    std::fs::write(d.join("secret.txt"), "secret\n").unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"files\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npath = \"/\"\npool = \"files\"\n[[site.app]]\npath = \"/assets/\"\nhandler = \"static\"\nalias = \"collected\"\n[[site.app]]\npath = \"/static/\"\nhandler = \"static\"\n"
+        ),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(
+        get(addr, "/assets/css/site.css", "").text(),
+        "from the alias\n",
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(
+        get(addr, "/static/site.css", "").text(),
+        "from the root\n",
+        "the prefix kept"
+    );
+    assert_eq!(get(addr, "/assets/", "").text(), "<p>alias index\n");
+    let r = get(addr, "/assets", "");
+    assert_eq!((r.status, r.header("location")), (301, Some("/assets/")));
+    // Out of the folder: normalized first, so a `..` leaves the path (and its alias) whole.
+    for path in [
+        "/assets/../../secret.txt",
+        "/assets/%2e%2e/secret.txt",
+        "/assets/..%2fsecret.txt",
+    ] {
+        let r = get(addr, path, "");
+        assert!(!r.text().contains("secret"), "{path}: {}", r.text());
+        assert_ne!(r.status, 200, "{path}");
+    }
+    drop(server);
+}

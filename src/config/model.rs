@@ -290,6 +290,10 @@ pub struct AppSpec {
     /// Its static files' `Cache-Control`, before the site's (see [`SiteSpec::cache`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cache: Vec<(String, String)>,
+    /// A static path's own folder, its prefix not part of the file path (nginx's `alias`:
+    /// `/static/x.css` is `ALIAS/x.css`); `None`: under the site's root, prefix included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<PathBuf>,
 }
 
 impl AppSpec {
@@ -304,6 +308,7 @@ impl AppSpec {
             no_scripts: Vec::new(),
             headers: Vec::new(),
             cache: Vec::new(),
+            alias: None,
         }
     }
 

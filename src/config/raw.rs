@@ -167,6 +167,7 @@ pub struct RawApp {
     pub no_scripts: Option<Vec<String>>,
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     pub cache: Option<toml::Value>,
+    pub alias: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

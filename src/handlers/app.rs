@@ -12,6 +12,7 @@ use crate::http::edits::FieldEdits;
 use crate::http::error_pages::{ErrorPage, ErrorPages};
 use crate::proxy::{ProxyRoute, Scripts};
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::rc::Rc;
 
 pub(super) enum AppHandler {
@@ -90,15 +91,21 @@ impl AppHandler {
         }
         // The path's cache policy before the site's: the first type that matches wins.
         let cache: Vec<(String, String)> = a.cache.iter().chain(&s.cache).cloned().collect();
-        let files = || {
-            StaticFiles::new(s.root.clone(), s.index.clone(), s.follow_symlinks)
+        let files_in = |root: Option<PathBuf>| {
+            StaticFiles::new(root, s.index.clone(), s.follow_symlinks)
                 .with_cache(cache.clone())
                 .compressing(&s.compress)
         };
+        let files = || files_in(s.root.clone());
         match a.handler {
             // Beside a FastCGI app, its scripts are never sent as files.
             HandlerKind::Static => {
-                AppHandler::Static(files().refusing(script_extensions(pool, s, proxy)))
+                let files = match &a.alias {
+                    // Its own folder, the prefix not part of the file path.
+                    Some(dir) => files_in(Some(dir.clone())).aliased(&a.path),
+                    None => files(),
+                };
+                AppHandler::Static(files.refusing(script_extensions(pool, s, proxy)))
             }
             HandlerKind::Dynamic => AppHandler::Dynamic,
             HandlerKind::Cpu => AppHandler::Cpu,

@@ -225,3 +225,19 @@ fn compress_names_known_codings_once_in_order() {
     let e = refused("compress = [\"gzip\", \"gzip\"]", "");
     assert!(e.contains("listed twice"), "{e}");
 }
+
+#[test]
+fn an_alias_is_an_existing_folder_of_a_static_path() {
+    let e = refused("", "alias = \"nowhere\"");
+    assert!(
+        e.contains("key `site[0].app[0].alias`") && e.contains("nowhere cannot be used"),
+        "{e}"
+    );
+    let text = "[[pool]]\nname = \"py\"\ncommand = [\"/bin/sh\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"py\"\nalias = \"/tmp\"\n";
+    let e = Config::parse(text, Path::new("/etc/espalier/t.toml"), &fixture("dl980"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("this path is not handler = \"static\""), "{e}");
+    let c = parse("", "alias = \"/tmp\"").unwrap();
+    assert_eq!(c.sites[0].apps[0].alias.as_deref(), Some(Path::new("/tmp")));
+}

@@ -80,6 +80,7 @@ impl Validator {
                 name: &name,
                 root: root.as_deref(),
                 apps: &apps,
+                base,
             };
             let app = self.site_app(site, k, ra, pools);
             apps.push(app);

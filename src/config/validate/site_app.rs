@@ -9,14 +9,16 @@ use super::super::model::*;
 use super::super::raw;
 use super::front::FrontKeys;
 use super::Validator;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// The site an app is checked in: its index, name and root, and its apps before this one.
+/// The site an app is checked in: its index, name and root, its apps before this one, and
+/// the config file's folder (relative paths are from there).
 pub(super) struct SiteSoFar<'a> {
     pub i: usize,
     pub name: &'a str,
     pub root: Option<&'a Path>,
     pub apps: &'a [AppSpec],
+    pub base: &'a Path,
 }
 
 impl Validator {
@@ -33,6 +35,7 @@ impl Validator {
             name,
             root,
             apps,
+            base,
         } = site;
         let ap = |key: &'static str| {
             [
@@ -147,7 +150,25 @@ impl Validator {
         if !cache.is_empty() && handler != HandlerKind::Static && !front.try_files {
             self.err(&at_key("cache"), "sets Cache-Control on static files, and this path serves none; use it on a handler = \"static\" path (or one with try_files), or set the app's own");
         }
+        let alias = ra.alias.map(|a| base.join(a)).filter(|dir: &PathBuf| {
+            if handler != HandlerKind::Static {
+                self.err(&at_key("alias"), "gives a static path its own folder; this path is not handler = \"static\": remove it (or set the site's root)");
+                return false;
+            }
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => true,
+                Ok(_) => {
+                    self.err(&at_key("alias"), format!("{} is a file, not a folder; name the folder the path's files are in", dir.display()));
+                    false
+                }
+                Err(e) => {
+                    self.err(&at_key("alias"), format!("{} cannot be used ({e}); create it, or fix the path (relative paths are from the config file's folder)", dir.display()));
+                    false
+                }
+            }
+        });
         AppSpec {
+            alias,
             headers,
             cache,
             try_files: front.try_files,

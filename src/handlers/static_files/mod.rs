@@ -88,6 +88,9 @@ pub struct StaticFiles {
     cache_policy: Vec<(String, String)>,
     /// The codings its site offers, in its order of preference (none: nothing compressed).
     codings: Vec<crate::compress::Coding>,
+    /// Leading path segments that name the app's prefix, not a folder under `root` (an
+    /// `alias`: `/static/x.css` is `ROOT/x.css`); 0 as nginx's `root` (`ROOT/static/x.css`).
+    skip: usize,
 }
 
 /// What a path names under the root, for a front controller's "the file if it exists".
@@ -114,6 +117,7 @@ impl StaticFiles {
             refused: Vec::new(),
             cache_policy: Vec::new(),
             codings: Vec::new(),
+            skip: 0,
         }
     }
 
@@ -121,6 +125,13 @@ impl StaticFiles {
     /// a family (`image/*`) or `*`, most specific first.
     pub fn with_cache(mut self, policy: Vec<(String, String)>) -> Self {
         self.cache_policy = policy;
+        self
+    }
+
+    /// Serves `root` as the folder of the app prefix `prefix` (nginx's `alias`): the prefix's
+    /// segments are not looked for under it.
+    pub fn aliased(mut self, prefix: &str) -> Self {
+        self.skip = prefix.split('/').filter(|s| !s.is_empty()).count();
         self
     }
 
@@ -178,7 +189,7 @@ impl StaticFiles {
             return Found::File;
         };
         let mut path = root.clone();
-        for s in &segments {
+        for s in segments.iter().skip(self.skip) {
             path.push(OsStr::from_bytes(s));
         }
         match std::fs::metadata(&path) {
@@ -291,7 +302,7 @@ impl StaticFiles {
             return Resolved::Status(404);
         };
         let mut path = root.clone();
-        for s in segments {
+        for s in segments.iter().skip(self.skip) {
             path.push(OsStr::from_bytes(s));
         }
         let meta = match std::fs::metadata(&path) {
