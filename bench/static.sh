@@ -5,7 +5,10 @@
 # nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0), against
 # espalier's dynamic page, and against the same static page on a site with an access log
 # (combined format) — logging's cost — and on a site with ten rules (none of which matches the
-# page, so all are tried) and three headers — their cost. Prints, per server: best requests/s of several runs, CPU time per
+# page, so all are tried) and three headers — their cost; and a 20 KB HTML page compressed:
+# espalier's gzip and brotli (each made once per thread, then served from memory) against
+# nginx's `gzip on` (level 6, per request) and `gzip_static on` (a .gz made by gzip -9)
+# — compression's cost. Prints, per server: best requests/s of several runs, CPU time per
 # request (user + system of every server process and thread, from /proc/<pid>/stat, over all
 # the measured runs), syscalls per request, instructions per request, and espalier/nginx
 # ratios.
@@ -43,12 +46,29 @@ fi
 bench_workdir espalier-bench
 
 
-mkdir -p "$WORK/www" "$WORK/nginx"
+mkdir -p "$WORK/www" "$WORK/nginx" "$WORK/www-gz"
 python3 -c 'open("'"$WORK"'/www/100.html","w").write("x"*99+"\n")'
+# A 20 KB page of varied HTML (as a real page compresses: about 4:1, not 100:1).
+python3 - "$WORK" <<'PY'
+import random, sys
+random.seed(7)
+words = "espalier node worker pool site page cache thread memory request answer order shop".split()
+rows = []
+while sum(map(len, rows)) < 20000:
+    rows.append("<tr><td>%d</td><td>%s</td><td class=\"n\">%.2f</td></tr>\n" % (
+        len(rows), " ".join(random.choice(words) for _ in range(6)), random.random() * 1000))
+page = "<!doctype html><title>orders</title><table>\n" + "".join(rows) + "</table>\n"
+for d in ("www", "www-gz"):
+    open(sys.argv[1] + "/" + d + "/page.html", "w").write(page[:20480])
+PY
+gzip -9 -k "$WORK/www-gz/page.html"
 NGINX_PORT=$(free_port)
 ESP_PORT=$(free_port)
 LOG_PORT=$(free_port)
 RULE_PORT=$(free_port)
+CMP_PORT=$(free_port)
+NGINX_GZ_PORT=$(free_port)
+NGINX_GZS_PORT=$(free_port)
 mkdir -p "$WORK/logs"
 
 cat > "$WORK/nginx/nginx.conf" <<CONF
@@ -66,6 +86,8 @@ http {
   open_file_cache max=1000;
   default_type text/html;
   server { listen 127.0.0.1:$NGINX_PORT; root $WORK/www; }
+  server { listen 127.0.0.1:$NGINX_GZ_PORT; root $WORK/www; gzip on; gzip_comp_level 6; gzip_vary on; }
+  server { listen 127.0.0.1:$NGINX_GZS_PORT; root $WORK/www-gz; gzip_static on; gzip_vary on; }
 }
 CONF
 
@@ -133,9 +155,17 @@ rewrite = "/rss.xml"
 [[site.rule]]
 match = "^/api/v1/(.*)\$"
 rewrite = "/api/\$1"
+[[site]]
+name = "compressed"
+bindings = ["http://127.0.0.1:$CMP_PORT"]
+root = "www"
+compress = ["br", "gzip"]
+[[site.app]]
+path = "/"
+pool = "bench"
 CONF
 
-TARGETS=(nginx espalier dynamic logged ruled)
+TARGETS=(nginx espalier dynamic logged ruled nginx_gzip nginx_gzip_static gzip br)
 if [ -n "$BASELINE" ]; then
   # The older build: the same sites on ports of its own, its log in a folder of its own.
   BASE_PORT=$(free_port)
@@ -152,10 +182,11 @@ start_baseline() { [ -z "$BASELINE" ] || { (cd "$WORK" && exec taskset -c "$SERV
 binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; *) echo "$ESPALIER" ;; esac; }
 
 
-# wrk → "requests rps"
+# wrk → "requests rps"; the target's Accept-Encoding, if it has one
 load() {
-  local out
-  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" "$1")
+  local out enc=()
+  [ -n "${3:-}" ] && enc=(-H "Accept-Encoding: $3")
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" "${enc[@]}" "$1")
   # A run that measured errors measured the wrong thing.
   if grep -qE "Non-2xx|Socket errors" <<<"$out"; then
     echo "$1: wrk saw errors, the figures would be wrong: $(grep -E 'Non-2xx|Socket errors' <<<"$out")" >&2
@@ -165,18 +196,19 @@ load() {
 }
 server_pids() { # the serving processes: nginx's worker, espalier's worker
   case $1 in
-    nginx) pgrep -f "nginx: worker process" | tr '\n' ',' | sed 's/,$//' ;;
+    nginx*) pgrep -f "nginx: worker process" | tr '\n' ',' | sed 's/,$//' ;;
     *) pgrep -f "$(binary_of "$1") worker" | tr '\n' ',' | sed 's/,$//' ;;
   esac
 }
 all_server_pids() { # every process of the server, master included, for its CPU time
   case $1 in
-    nginx) pgrep -f "nginx: (master|worker)" ;;
+    nginx*) pgrep -f "nginx: (master|worker)" ;;
     *) pgrep -f "$(binary_of "$1") (serve|worker)" ;;
   esac
 }
 cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
-url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
+url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; nginx_gzip) echo "http://127.0.0.1:$NGINX_GZ_PORT/page.html" ;; nginx_gzip_static) echo "http://127.0.0.1:$NGINX_GZS_PORT/page.html" ;; gzip|br) echo "http://127.0.0.1:$CMP_PORT/page.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
+coding_of() { case $1 in nginx_gzip|nginx_gzip_static|gzip) echo gzip ;; br) echo br ;; esac; }
 no_errors() { [ ! -e "$WORK/failed" ] || exit 1; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
 
@@ -184,11 +216,11 @@ echo "phase 1: requests/s and syscalls (native, $RUNS interleaved runs of ${DURA
 start_nginx ""
 start_espalier ""
 start_baseline ""
-for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 >/dev/null; BEST[$t]=0; TICKS[$t]=0; REQS[$t]=0; done   # warm-up
+for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 "$(coding_of "$t")" >/dev/null; BEST[$t]=0; TICKS[$t]=0; REQS[$t]=0; done   # warm-up
 for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
     before=$(cpu_ticks "$t")
-    read -r reqs rps < <(load "$(url_of "$t")" "$DURATION")
+    read -r reqs rps < <(load "$(url_of "$t")" "$DURATION" "$(coding_of "$t")")
     no_errors
     TICKS[$t]=$((TICKS[$t] + $(cpu_ticks "$t") - before))
     REQS[$t]=$((REQS[$t] + reqs))
@@ -208,7 +240,7 @@ for t in "${TARGETS[@]}"; do
   perf stat -x, -e "$events" -p "$pids" -o "$WORK/perf.$t" -- sleep $((DURATION + 1)) &
   perfpid=$!
   sleep 0.3
-  read -r reqs _ < <(load "$(url_of "$t")" "$DURATION")
+  read -r reqs _ < <(load "$(url_of "$t")" "$DURATION" "$(coding_of "$t")")
   wait $perfpid
   SYSCALLS[$t]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/perf.$t")/$reqs, 2))")
   if [ "$HW" = yes ]; then
@@ -222,7 +254,7 @@ if [ "$HW" = no ]; then
   echo "phase 2: user-space instructions per request (callgrind; no hardware counters here)…" >&2
   cg_measure() { # $1 target, $2 pid to measure
     callgrind_control -z "$2" >/dev/null 2>&1
-    read -r reqs _ < <(load "$(url_of "$1")" 5)
+    read -r reqs _ < <(load "$(url_of "$1")" 5 "$(coding_of "$1")")
     callgrind_control -d "$2" >/dev/null 2>&1
     sleep 0.5
     local total
@@ -233,6 +265,8 @@ if [ "$HW" = no ]; then
   start_nginx "valgrind --tool=callgrind --callgrind-out-file=$WORK/cg.%p" -g "master_process off;"
   sleep 1
   cg_measure nginx "${PIDS[0]}"
+  cg_measure nginx_gzip "${PIDS[0]}"
+  cg_measure nginx_gzip_static "${PIDS[0]}"
   stop_all
   start_espalier "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
   sleep 2
@@ -241,6 +275,8 @@ if [ "$HW" = no ]; then
   cg_measure dynamic "$wpid"
   cg_measure logged "$wpid"
   cg_measure ruled "$wpid"
+  cg_measure gzip "$wpid"
+  cg_measure br "$wpid"
   stop_all
   if [ -n "$BASELINE" ]; then
     start_baseline "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
@@ -257,7 +293,7 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"
+  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo
@@ -270,6 +306,7 @@ echo "  user insns/request:    $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[n
 echo "dynamic / static (espalier, user insns/request): $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}")   (target ≤ 1.3)"
 echo "access log on / off (espalier static, combined format): CPU time per request $(ratio "${CPU_US[logged]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
 echo "ten rules + three headers / none (espalier static): CPU time per request $(ratio "${CPU_US[ruled]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[ruled]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
+echo "compressed 20 KB page, CPU time per request: espalier gzip / nginx gzip_static $(ratio "${CPU_US[gzip]}" "${CPU_US[nginx_gzip_static]}"), / nginx gzip on $(ratio "${CPU_US[gzip]}" "${CPU_US[nginx_gzip]}"); espalier br / nginx gzip_static $(ratio "${CPU_US[br]}" "${CPU_US[nginx_gzip_static]}")   (target ≤ 0.7)"
 [ "$HW" = no ] && echo "(no hardware counters on this machine: instructions are callgrind's user-space counts; kernel work shows as syscalls/req)"
 if [ -n "$BASELINE" ]; then
   echo "this build / BASELINE_BIN (static): CPU time per request $(ratio "${CPU_US[espalier]}" "${CPU_US[before]}"), user insns $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[before]}"), requests/s $(ratio "${BEST[espalier]}" "${BEST[before]}"); with the access log: CPU $(ratio "${CPU_US[logged]}" "${CPU_US[before_logged]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[before_logged]}")"
