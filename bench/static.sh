@@ -186,7 +186,7 @@ binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; *) echo "$ESP
 load() {
   local out enc=()
   [ -n "${3:-}" ] && enc=(-H "Accept-Encoding: $3")
-  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" "${enc[@]}" "$1")
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" --timeout 30s "${enc[@]}" "$1")
   # A run that measured errors measured the wrong thing.
   if grep -qE "Non-2xx|Socket errors" <<<"$out"; then
     echo "$1: wrk saw errors, the figures would be wrong: $(grep -E 'Non-2xx|Socket errors' <<<"$out")" >&2

@@ -204,9 +204,11 @@ fn examples_dry_run_on_the_case_study_machine() {
 
 #[test]
 fn check_accepts_good_and_refuses_bad_configs_in_one_line() {
-    let ok = espalier(&["check", "-c", "examples/web-garden.toml"]);
-    assert!(ok.status.success(), "{}", stderr(&ok));
-    assert!(stdout(&ok).contains("ok"));
+    for example in ["examples/web-garden.toml", "examples/site-answers.toml"] {
+        let ok = espalier(&["check", "-c", example]);
+        assert!(ok.status.success(), "{example}: {}", stderr(&ok));
+        assert!(stdout(&ok).contains("ok"));
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");

@@ -433,3 +433,72 @@ fn an_aliased_static_path_serves_its_own_folder() {
     }
     drop(server);
 }
+
+/// A reload that changes a site's headers, rules, compression and error pages is applied
+/// under keep-alive load with no failed request.
+#[test]
+fn a_reload_changes_headers_rules_and_pages_without_a_failed_request() {
+    use common::apps::keep_alive_load_host;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "<p>home\n".repeat(100)).unwrap();
+    std::fs::write(d.join("gone.html"), "<h1>gone for good</h1>\n").unwrap();
+    let (port, admin) = (free_port(), format!("127.0.0.1:{}", free_port()));
+    let config = |edition: u32, extra: &str| {
+        format!(
+            "[server]\nadmin = \"{admin}\"\n[[pool]]\nname = \"files\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\nheaders = {{ X-Edition = \"{edition}\" }}\n{extra}\n[[site.app]]\npool = \"files\"\n[[site.rule]]\nmatch = \"^/old$\"\nredirect = \"/new-{edition}\"\n"
+        )
+    };
+    let server = Server::with_config(d, &config(1, ""));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(
+        get(addr, "/", "").header("x-edition"),
+        Some("1"),
+        "{}",
+        server.log_text()
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || keep_alive_load_host(addr, "s", stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let before: Vec<u32> = server
+        .workers()
+        .into_iter()
+        .map(|(_, pid, _)| pid)
+        .collect();
+    std::fs::write(
+        d.join("espalier.toml"),
+        config(2, "compress = [\"gzip\"]\nerrors = { 404 = \"gone.html\" }"),
+    )
+    .unwrap();
+    espalier_ok(&["reload", "--admin", &admin]);
+    // Replaced with an overlap: the old worker drains, then only the new one answers.
+    server.wait_until("the old worker gone", Duration::from_secs(30), |_| {
+        before.iter().all(|&pid| !pid_alive(pid))
+    });
+    assert_eq!(get(addr, "/", "").header("x-edition"), Some("2"));
+    assert_eq!(get(addr, "/old", "").header("location"), Some("/new-2"));
+    assert_eq!(get(addr, "/nothing", "").text(), "<h1>gone for good</h1>\n");
+    assert_eq!(
+        get(addr, "/", "Accept-Encoding: gzip\r\n").header("content-encoding"),
+        Some("gzip")
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let mut answered = 0;
+    for c in clients {
+        let (n, failed) = c.join().unwrap();
+        assert!(failed.is_empty(), "failed during the reload: {failed:?}");
+        answered += n;
+    }
+    assert!(answered > 10, "the clients were served ({answered})");
+    drop(server);
+}

@@ -18,10 +18,14 @@ fn a_django_sites_static_files_are_served_beside_it_over_https_and_http2() {
     );
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps/django"),
-        &d.join("django"),
-    );
+    for folder in ["django", "errors"] {
+        copy_tree(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples/apps")
+                .join(folder),
+            &d.join(folder),
+        );
+    }
     // Debian's Python, where python3-django is (and which Debian's gunicorn runs), even when
     // another python3 comes first on the PATH.
     let python = ["/usr/bin/python3", "python3"]
@@ -84,6 +88,34 @@ fn a_django_sites_static_files_are_served_beside_it_over_https_and_http2() {
         );
         assert!(verbose.contains(" 404"), "{verbose}");
         assert!(!verbose.contains("gunicorn"), "{verbose}");
+        // The site's own 404 page, its headers and its static files' cache time.
+        let (_, body, _) = curl(
+            d,
+            "certs/localhost.pem",
+            "localhost",
+            tls,
+            "/static/none.css",
+            proto,
+        );
+        assert!(body.contains("<h1>Not found</h1>"), "{body}");
+        let (_, _, verbose) = curl(
+            d,
+            "certs/localhost.pem",
+            "localhost",
+            tls,
+            "/static/site.css",
+            proto,
+        );
+        let fields = verbose.to_ascii_lowercase();
+        assert!(
+            fields.contains("< cache-control: max-age=604800"),
+            "{verbose}"
+        );
+        assert!(
+            fields.contains("< x-content-type-options: nosniff"),
+            "{verbose}"
+        );
+        assert!(!fields.contains("< server:"), "{verbose}");
     }
     // Both answered by the pool's front worker that holds the TLS connection.
     let (_, _, verbose) = curl(
@@ -107,4 +139,15 @@ fn a_django_sites_static_files_are_served_beside_it_over_https_and_http2() {
         "",
     );
     assert_eq!(r.status, 308);
+    // www. goes to the bare name on https, path and query kept.
+    let r = get_host(
+        std::net::SocketAddr::from(([127, 0, 0, 1], plain)),
+        "www.localhost",
+        "/shop/?page=2",
+    );
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://localhost:{tls}/shop/?page=2").as_str())
+    );
 }

@@ -185,23 +185,48 @@ fn wordpress_from_debian_serves_pretty_urls_and_its_assets_over_https_and_http2(
                 "{verbose}"
             );
         }
+        // Compressed for a client that takes it, assets cached by browsers, no X-Powered-By.
+        let (code, body, verbose) = curl(
+            d,
+            "certs/localhost.pem",
+            "localhost",
+            tls,
+            "/hello-world/",
+            &[proto, "--compressed"],
+        );
+        assert_eq!(code, 0, "{verbose}");
+        assert!(body.contains("Hello world!"));
+        let fields = verbose.to_ascii_lowercase();
+        assert!(fields.contains("< content-encoding: br"), "{verbose}");
+        assert!(!fields.contains("< x-powered-by"), "{verbose}");
+        let (_, _, css) = fetch("/wp-includes/css/dashicons.min.css", proto);
+        assert!(css.contains("< cache-control: max-age=604800"), "{css}");
         // Its login page (a script by name) runs; a script in uploads never does.
         let (status, body, _) = fetch("/wp-login.php", proto);
         assert_eq!(status, 200);
         assert!(body.contains("user_login"), "{body}");
         assert_eq!(fetch("/wp-content/uploads/shell.php", proto).0, 403);
     }
-    // Plain http goes to https.
-    let r = get_host(
-        std::net::SocketAddr::from(([127, 0, 0, 1], plain)),
-        "localhost",
-        "/hello-world/",
-    );
+    // Plain http goes to https, and www. to the bare name.
+    let plain_addr = std::net::SocketAddr::from(([127, 0, 0, 1], plain));
+    let r = get_host(plain_addr, "localhost", "/hello-world/");
     assert_eq!(r.status, 308);
     assert_eq!(
         r.header("location"),
         Some(format!("https://localhost:{tls}/hello-world/").as_str())
     );
+    let r = get_host(plain_addr, "www.localhost", "/hello-world/?x=1");
+    assert_eq!(r.status, 301);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://localhost:{tls}/hello-world/?x=1").as_str())
+    );
+    // php-fpm stopped: the master answers with the site's own page.
+    let (code, _) = server.post("/pools/wordpress/stop");
+    assert_eq!(code, 200);
+    let r = get_host(plain_addr, "localhost", "/");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("Back in a moment"), "{}", r.text());
     drop(server);
     drop(db);
 }
