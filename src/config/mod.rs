@@ -23,11 +23,13 @@ mod locate;
 mod model;
 mod parse;
 mod raw;
+mod site;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use model::*;
 pub use parse::parse_binding;
+pub use site::*;
 
 use crate::topology::Topology;
 use locate::Locator;

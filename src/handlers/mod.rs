@@ -3,23 +3,27 @@
 //! The service behind the engine: routing and the handlers.
 //!
 //! Owns: routing a request to a site (by listener group and `Host`, with
-//! [`crate::routing::hosts`]) and to an app (by path prefix), and the context the request
-//! carries from there (its site, its log, its HSTS line); the answer: here by a handler
-//! ([`static_files`], [`dynamic`], [`cpu`]), by an application process (the connection lent
-//! to [`crate::proxy`]'s dispatch), or by another pool on a shared address (the connection
-//! handed there, see [`crate::handoff`]). One [`ThreadService`] per worker thread; nothing in
-//! it is shared with another thread.
+//! [`crate::routing::hosts`]), through its rules and to an app (by path prefix; `routed`),
+//! and the context the request carries from there (its site, its log, its rule's outcome,
+//! its field edits, error pages and codings); the answer (`answer`): here by a handler
+//! ([`static_files`], [`dynamic`], [`cpu`], a front controller's files), by an application
+//! process (the connection lent to [`crate::proxy`]'s dispatch), or by another pool on a
+//! shared address (the connection handed there, see [`crate::handoff`]). This file holds the
+//! service's data and the engine's contract ([`Service`]); `app` builds each path's handler.
+//! One [`ThreadService`] per worker thread; nothing in it is shared with another thread.
 //! Must not touch: sockets or the protocols' framing (that is [`crate::http`]; what it knows
 //! of a protocol is that an HTTP/2 or TLS connection cannot change pools, so a request of
 //! another pool there is misdirected: 421). Not pure: the static handler does blocking
 //! `stat`/`open`/`read` on the thread's event loop, as nginx does without thread pools (they
 //! wait on the disk or page cache only, never on a peer).
 
+mod answer;
 mod app;
 pub mod cpu;
 pub mod dynamic;
 mod front;
 pub mod mime;
+mod routed;
 pub mod static_files;
 
 use crate::config::SiteSpec;
@@ -33,10 +37,9 @@ use crate::http::service::{
 use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
 use crate::routing::hosts::HostTable;
-use crate::routing::rules::{RuleOutcome, Rules, Seen};
-use crate::routing::{under_prefix, GroupRoutes};
+use crate::routing::rules::{RuleOutcome, Rules};
+use crate::routing::GroupRoutes;
 use app::{App, AppHandler};
-use front::Front;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
@@ -290,29 +293,6 @@ impl ThreadService {
         }
     }
 
-    /// What the site's rules make of `req`, when it has rules and one matches (a path that
-    /// is not in normal form is left to routing, which refuses it).
-    fn rule_for(&self, site: Option<SiteRef>, req: &Request<'_>) -> Option<Rc<RuleOutcome>> {
-        let s = self.site(site?)?;
-        if s.rules.is_empty() {
-            return None;
-        }
-        let path = static_files::normal_form(req.path).ok()?;
-        s.rules
-            .apply(&Seen {
-                host: if s.rules.need_host() {
-                    req.host()
-                } else {
-                    None
-                },
-                method: req.method_text,
-                path: &path,
-                raw_path: req.path,
-                raw_query: req.query,
-            })
-            .map(Rc::new)
-    }
-
     /// The site `site` names, if any.
     fn site(&self, site: SiteRef) -> Option<&Site> {
         self.sites.get(site.0 as usize)
@@ -332,156 +312,6 @@ enum Routed<'s, 'p> {
     Fixed(u16, &'s str),
 }
 
-impl ThreadService {
-    /// Where `req`, of `site` (`None`: an unknown host), goes within its site.
-    fn routed<'p>(&self, group: usize, site: Option<SiteRef>, req: &Request<'p>) -> Routed<'_, 'p> {
-        let Some(site) = site.and_then(|id| self.site(id)) else {
-            return Routed::UnknownHost;
-        };
-        if let Some(port) = site.to_https {
-            if !self.groups.get(group).is_some_and(|g| g.tls) {
-                return Routed::ToHttps(port);
-            }
-        }
-        // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
-        // `/api`), as nginx chooses locations: a spelling must not pick another app.
-        let path = match static_files::normal_form(req.path) {
-            Ok(p) => p,
-            Err(status) => return Routed::Answer(status),
-        };
-        match site.apps.iter().find(|a| under_prefix(&path, &a.path)) {
-            Some(app) => Routed::App(app, path),
-            None => Routed::Answer(404),
-        }
-    }
-
-    /// On a shared address: the pool `req` (of `site`) belongs to, when it is another's.
-    fn hand_off(&self, group: usize, site: Option<SiteRef>, req: &Request<'_>) -> Option<Handoff> {
-        let k = match self.site(site?)?.whole {
-            Whole::Mine => return None,
-            Whole::Other(k) => k?,
-            Whole::Split => {
-                let Routed::App(app, _) = self.routed(group, site, req) else {
-                    return None;
-                };
-                let AppHandler::Elsewhere(Some(k)) = app.handler else {
-                    return None;
-                };
-                k
-            }
-        };
-        Some(Handoff {
-            targets: Rc::clone(self.handoff.get(k)?),
-            addr: self.groups.get(group)?.addr,
-            hops: 0,
-            client: None,
-        })
-    }
-
-    /// The application `req` goes to, when its app forwards to one (a FastCGI app only for a
-    /// script it may run: any other path is answered here, see `answer`).
-    fn proxy_target(
-        &self,
-        group: usize,
-        site: Option<SiteRef>,
-        req: &Request<'_>,
-    ) -> Option<ProxyTarget> {
-        let Routed::App(app, path) = self.routed(group, site, req) else {
-            return None;
-        };
-        match &app.handler {
-            AppHandler::Proxy(route, files) => {
-                if files
-                    .as_ref()
-                    .is_some_and(|f| front::is_file(f, req.path, &path))
-                {
-                    return None;
-                }
-                Some(ProxyTarget::Http(Rc::clone(route)))
-            }
-            AppHandler::FastCgi(route, scripts, files) => {
-                match front::fastcgi(scripts, files.as_ref(), req.path, &path) {
-                    Front::Run(script) => Some(ProxyTarget::FastCgi(Rc::clone(route), script)),
-                    Front::Files | Front::Answer(_) => None,
-                }
-            }
-            _ => None,
-        }
-    }
-
-    /// Answers a routed request into `resp`, with the field edits its context carries.
-    fn respond(
-        &self,
-        group: usize,
-        routed: Routed<'_, '_>,
-        ctx: &RequestCtx,
-        req: &Request<'_>,
-        resp: &mut Responder<'_>,
-    ) -> Reply {
-        let mark = resp.mark();
-        let reply = self.answer_routed(group, routed, req, resp);
-        // espalier's own error text gives way to the site's page for the status.
-        if let Some(pages) = &ctx.pages {
-            resp.brand_error(mark, pages);
-        }
-        // The site's and path's fields (HSTS over TLS) go into whatever it answered.
-        if let Some(edits) = &ctx.fields {
-            resp.edit_fields(mark, edits);
-        }
-        reply
-    }
-
-    /// The answer of a routed request, before the site's edits.
-    fn answer_routed(
-        &self,
-        group: usize,
-        routed: Routed<'_, '_>,
-        req: &Request<'_>,
-        resp: &mut Responder<'_>,
-    ) -> Reply {
-        let (app, path) = match routed {
-            Routed::App(app, path) => (app, path),
-            Routed::UnknownHost => {
-                // No site of this address has that name and none is its default: 421, the
-                // status RFC 9110 gives a request sent to a server that does not serve it.
-                resp.error(421);
-                return Reply::Done;
-            }
-            Routed::Answer(status) => {
-                resp.error(status);
-                return Reply::Done;
-            }
-            Routed::ToHttps(port) => {
-                redirect_to_https(req, port, resp);
-                return Reply::Done;
-            }
-            Routed::Redirect(status, location) => {
-                redirect(resp, status, location);
-                return Reply::Done;
-            }
-            Routed::Fixed(status, "") => {
-                resp.error(status);
-                return Reply::Done;
-            }
-            Routed::Fixed(status, body) => {
-                resp.simple(status, "text/plain; charset=utf-8", body.as_bytes());
-                return Reply::Done;
-            }
-        };
-        // Over TLS a connection belongs to the pool its handshake's name chose, and an
-        // HTTP/2 one (h2c on a cleartext address) to the pool that took it, its streams
-        // together: a request naming another pool's site or path came to the wrong
-        // connection (RFC 9110 §15.5.20).
-        if matches!(app.handler, AppHandler::Elsewhere(_))
-            && (req.http2 || self.groups.get(group).is_some_and(|g| g.tls))
-        {
-            resp.error(421);
-            return Reply::Done;
-        }
-        self.answer(app, &path, req, resp)
-    }
-}
-
 impl Service for ThreadService {
     type Target = ProxyTarget;
     type Lent = Dispatch;
@@ -496,7 +326,7 @@ impl Service for ThreadService {
         let req = match rule.as_deref() {
             None => req,
             Some(RuleOutcome::Rewrite(target)) => {
-                rewritten = rewritten_request(req, target);
+                rewritten = req.retargeted(target);
                 &rewritten
             }
             Some(_) => {
@@ -533,7 +363,7 @@ impl Service for ThreadService {
         let (routed, req) = match ctx.rule.as_deref() {
             None => (self.routed(group, ctx.site, req), req),
             Some(RuleOutcome::Rewrite(target)) => {
-                rewritten = rewritten_request(req, target);
+                rewritten = req.retargeted(target);
                 (self.routed(group, ctx.site, &rewritten), &rewritten)
             }
             Some(RuleOutcome::Redirect { status, location }) => {
@@ -559,7 +389,7 @@ impl Service for ThreadService {
         let codings = ctx.codings.as_deref().unwrap_or_default();
         match ctx.rule.as_deref() {
             Some(RuleOutcome::Rewrite(t)) => {
-                Dispatch::new(target, &rewritten_request(req, t), head, codings)
+                Dispatch::new(target, &req.retargeted(t), head, codings)
             }
             _ => Dispatch::new(target, req, head, codings),
         }
@@ -616,95 +446,6 @@ impl Service for ThreadService {
         let site = ctx.site.and_then(|s| self.site(s));
         if let Some(log) = site.and_then(|s| s.log.as_ref()) {
             log.record(entry, &self.clock, &self.identity);
-        }
-    }
-}
-
-/// `308 Permanent Redirect` to the same URL over https (the method and body are kept).
-fn redirect_to_https(req: &Request<'_>, port: u16, resp: &mut Responder<'_>) {
-    // The host matched one of the site's names (or it is the default site's, unnamed).
-    let host = req.host().unwrap_or("localhost");
-    let mut location = String::with_capacity(16 + host.len() + req.path.len() + req.query.len());
-    location.push_str("https://");
-    location.push_str(host);
-    if port != 443 {
-        location.push(':');
-        location.push_str(itoa::Buffer::new().format(port));
-    }
-    location.push_str(req.path);
-    if !req.query.is_empty() {
-        location.push('?');
-        location.push_str(req.query);
-    }
-    redirect(resp, 308, &location);
-}
-
-/// A redirect: `status` (3xx) to `location`, with a one-line text body.
-fn redirect(resp: &mut Responder<'_>, status: u16, location: &str) {
-    let text = format!("{status} {}\n", crate::http::reason(status));
-    resp.status(status)
-        .header("Location", location)
-        .header("Content-Type", "text/plain; charset=utf-8")
-        .body(text.as_bytes());
-}
-
-/// `req` as a rule rewrote it: `target` is its new `path?query`.
-fn rewritten_request<'r>(req: &Request<'r>, target: &'r str) -> Request<'r> {
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    Request {
-        path,
-        query,
-        ..*req
-    }
-}
-
-impl ThreadService {
-    /// The app's own answer.
-    fn answer(&self, app: &App, path: &[u8], req: &Request<'_>, resp: &mut Responder<'_>) -> Reply {
-        match &app.handler {
-            AppHandler::Static(files) => files.serve(req, path, resp, &self.clock),
-            AppHandler::Dynamic => {
-                let ctx = dynamic::PageContext {
-                    worker: &self.identity,
-                    served: self.served.get(),
-                    unix_seconds: self.clock.unix_seconds(),
-                };
-                dynamic::respond(req, &ctx, &mut self.page.borrow_mut(), resp);
-                Reply::Done
-            }
-            AppHandler::Cpu => {
-                cpu::respond(req.query, resp);
-                Reply::Done
-            }
-            // What the front controller keeps here (`route` took every other request).
-            AppHandler::FastCgi(_, scripts, files) => {
-                match (
-                    front::fastcgi(scripts, files.as_ref(), req.path, path),
-                    files,
-                ) {
-                    (Front::Files, Some(files)) => files.serve(req, path, resp, &self.clock),
-                    (Front::Answer(status), _) => {
-                        resp.error(status);
-                        Reply::Done
-                    }
-                    (Front::Run(_) | Front::Files, _) => {
-                        resp.error(502);
-                        Reply::Done
-                    }
-                }
-            }
-            // A file under the root, with `try_files` (`route` took every other request).
-            AppHandler::Proxy(_, Some(files)) => files.serve(req, path, resp, &self.clock),
-            // Reached only when the route was not taken whole (see `route`).
-            AppHandler::Proxy(_, None) | AppHandler::Unreachable => {
-                resp.error(502);
-                Reply::Done
-            }
-            // Reached only when no thread of the app's pool took the connection.
-            AppHandler::Elsewhere(_) => {
-                resp.unavailable();
-                Reply::Done
-            }
         }
     }
 }

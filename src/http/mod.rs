@@ -97,6 +97,17 @@ impl<'a> Request<'a> {
             .map(str::trim)
     }
 
+    /// The request with another target (`path` or `path?query`, as received: still
+    /// percent-encoded), as a rewrite rule makes it; everything else its own.
+    pub fn retargeted(&self, target: &'a str) -> Request<'a> {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        Request {
+            path,
+            query,
+            ..*self
+        }
+    }
+
     /// The Host header without its port, lowercased only if needed.
     pub fn host(&self) -> Option<&'a str> {
         let h = self.header("host")?;

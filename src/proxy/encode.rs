@@ -17,8 +17,8 @@
 //! Owns: that decision and relay. Must not touch: the rest of the answer's head (the
 //! forwarders write it) or which coding the client gets ([`crate::http::coding`]).
 
-use super::forward::{read_timeout, to_client, BodyKind};
 use super::upstream::Conn;
+use super::wire::{read_timeout, to_client, BodyKind};
 use crate::compress::{Coding, Stream};
 use crate::http::access_log::Report;
 use crate::http::ChunkedDecoder;

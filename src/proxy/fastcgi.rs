@@ -17,13 +17,11 @@
 //! the same).
 use super::cgi::*;
 use super::encode;
-use super::forward::{
-    kept_fields, read_timeout, send_continue, to_client, write_timeout, Failure, LentConnection,
-    Outcome, OwnAnswers,
-};
+use super::forward::{Failure, LentConnection, Outcome};
 use super::request::HOP_BY_HOP;
 use super::route::ProxyRoute;
 use super::upstream::Conn;
+use super::wire::{kept_fields, read_timeout, send_continue, to_client, write_timeout, OwnAnswers};
 use super::Endpoint;
 use crate::compress::Stream;
 use std::borrow::Cow;

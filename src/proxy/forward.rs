@@ -1,11 +1,13 @@
 //! Forwarding one request to an app process and its response back, streamed both ways.
 //!
 //! Owns: sending a request ([`super::request`] rewrote its head; [`super::route`] chose the
-//! process) and its body as it arrives, reading the response head, relaying the
-//! body, tunnelling an Upgrade, and the error answers: `502` when the app is down or answers
-//! garbage, `503` when no process is ready, `504` when it does not answer in
-//! `response_timeout`. Must not touch: the client connection's loop (it hands the request here
-//! and takes the connection back when the answer says it may go on).
+//! process) and its body as it arrives, reading the response head and writing the client's
+//! (the site's field edits, error pages and compression applied), and choosing the error
+//! answers: `502` when the app is down or answers garbage, `503` when no process is ready,
+//! `504` when it does not answer in `response_timeout`. The body then goes by
+//! [`super::relay`] (or [`super::encode`], compressed). Must not touch: the client
+//! connection's loop (it hands the request here and takes the connection back when the
+//! answer says it may go on).
 //!
 //! Bodies never sit whole in memory: each direction goes through one fixed buffer, so a 50 MB
 //! upload costs a worker 64 KiB. A chunked body is checked by the same decoder the engine uses
@@ -18,38 +20,22 @@
 //! died. Anything else that fails after being sent is answered 502, never repeated.
 
 use super::encode;
+use super::relay::{relay_body, tunnel, BUF};
 use super::request::{connection_tokens, dropped_on_the_way, push_field, ForwardRequest};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
+use super::wire::{
+    kept_fields, read_timeout, send_continue, to_client, write_timeout, BodyKind, OwnAnswers,
+};
 use super::Endpoint;
-use crate::http::access_log::Report;
-use crate::http::edits::FieldEdits;
-use crate::http::error_pages::{ErrorPages, KEPT_FIELDS};
 pub(super) use crate::http::service::{LentConnection, Outcome};
-use crate::http::{ChunkedDecoder, Framing, ProtocolError, Responder};
+use crate::http::{ChunkedDecoder, Framing, ProtocolError};
 use std::borrow::Cow;
-use std::io;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-/// Transfer buffer of each direction.
-const BUF: usize = 64 << 10;
 /// Largest response head accepted from an app.
 const MAX_RESPONSE_HEAD: usize = 64 << 10;
-
-/// Appends `added` (whole `Name: value\r\n` lines) to a response head, but not the lines
-/// whose field the app already sent: an app that sets its own policy keeps it.
-/// A write to the client, counted for the access log.
-pub(super) async fn to_client<C: AsyncWrite + Unpin>(
-    stream: &mut C,
-    report: &Report,
-    buf: &[u8],
-    timeout: Duration,
-) -> io::Result<()> {
-    write_timeout(stream, buf, timeout).await?;
-    report.bytes.set(report.bytes.get() + buf.len() as u64);
-    Ok(())
-}
 
 pub(super) enum Failure {
     /// Nothing was answered yet: answer this status and close.
@@ -64,28 +50,6 @@ enum HeadError {
     ClosedEarly,
     Timeout,
     Garbage,
-}
-
-/// How the app frames its response body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum BodyKind {
-    None,
-    Length(u64),
-    Chunked,
-    UntilClose,
-}
-
-/// `100 Continue` to a client that expects it, before its body is forwarded: the app never
-/// sees `Expect` (a hop's business). False when the client is gone.
-pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
-    stream: &mut C,
-    expected: bool,
-    timeout: Duration,
-) -> bool {
-    !expected
-        || write_timeout(stream, b"HTTP/1.1 100 Continue\r\n\r\n", timeout)
-            .await
-            .is_ok()
 }
 
 /// Forwards the request to an app process and relays its answer to the client.
@@ -356,103 +320,6 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// The whole lines of an app's answer fields a page replacing it keeps (`Retry-After`, …).
-pub(super) fn kept_fields<'h>(fields: impl Iterator<Item = (&'h str, &'h [u8])>) -> Vec<u8> {
-    let mut kept = Vec::new();
-    for (name, value) in fields {
-        if KEPT_FIELDS.iter().any(|k| k.eq_ignore_ascii_case(name)) {
-            kept.extend_from_slice(name.as_bytes());
-            kept.extend_from_slice(b": ");
-            kept.extend_from_slice(value);
-            kept.extend_from_slice(b"\r\n");
-        }
-    }
-    kept
-}
-
-/// What espalier answers itself on a lent connection (the app down, late, or refused a
-/// body): the site's page for the status if it has one, else the status's text, with the
-/// site's field edits — as its other answers.
-pub(super) struct OwnAnswers<'a> {
-    pub report: &'a Report,
-    pub clock: &'a crate::http::clock::Clock,
-    pub client_minor: u8,
-    pub head_only: bool,
-    pub fields: Option<&'a FieldEdits>,
-    pub pages: Option<&'a ErrorPages>,
-}
-
-impl OwnAnswers<'_> {
-    /// Answers `status` and closes.
-    pub async fn answer<C: AsyncWrite + Unpin>(&self, stream: &mut C, status: u16) -> Outcome {
-        self.replace(stream, status, &[]).await
-    }
-
-    /// Answers `status` with `kept` field lines of the answer it replaces, and closes.
-    pub async fn replace<C: AsyncWrite + Unpin>(
-        &self,
-        stream: &mut C,
-        status: u16,
-        kept: &[u8],
-    ) -> Outcome {
-        self.report.status.set(status);
-        let mut out = Vec::with_capacity(256);
-        {
-            // Borrowed and let go before the write: the clock's own task refreshes the lines.
-            let common = self.clock.common();
-            let mut resp =
-                Responder::new(&mut out, &common, false, self.client_minor, self.head_only);
-            match self.pages.and_then(|p| p.get(status)) {
-                Some(page) => resp.error_page(status, page, kept),
-                None => resp.error(status),
-            }
-        }
-        if let Some(edits) = self.fields {
-            edits.apply(&mut out, 0);
-        }
-        self.report
-            .head
-            .set(crate::http::access_log::head_len(&out) as u64);
-        let _ = to_client(stream, self.report, &out, Duration::from_secs(5)).await;
-        Outcome::Close
-    }
-
-    /// Whether an app's own answer with `status` is to be replaced by the site's page.
-    pub fn replaces(&self, status: u16) -> bool {
-        status >= 400
-            && self
-                .pages
-                .is_some_and(|p| p.replace_app_errors && p.get(status).is_some())
-    }
-}
-
-pub(super) async fn write_timeout<W: AsyncWriteExt + Unpin>(
-    w: &mut W,
-    buf: &[u8],
-    d: Duration,
-) -> io::Result<()> {
-    // Flushed: over TLS, bytes may wait in the record layer (a no-op on a plain socket).
-    let write = async {
-        w.write_all(buf).await?;
-        w.flush().await
-    };
-    match tokio::time::timeout(d, write).await {
-        Ok(r) => r,
-        Err(_) => Err(io::ErrorKind::TimedOut.into()),
-    }
-}
-
-pub(super) async fn read_timeout<R: AsyncReadExt + Unpin>(
-    r: &mut R,
-    buf: &mut [u8],
-    d: Duration,
-) -> io::Result<usize> {
-    match tokio::time::timeout(d, r.read(buf)).await {
-        Ok(r) => r,
-        Err(_) => Err(io::ErrorKind::TimedOut.into()),
-    }
-}
-
 /// Sends the request body to the app as it arrives from the client: first what the client
 /// buffer holds, then through one fixed buffer. Leaves in `rbuf` only what follows the body.
 async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
@@ -630,131 +497,6 @@ fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> O
         (false, Some(n)) => BodyKind::Length(n),
         (false, None) => BodyKind::UntilClose,
     })
-}
-
-/// Relays the response body to the client. `Ok(clean)`: whether the app connection ended
-/// exactly at the body's end (and may be reused).
-async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
-    conn: &mut Conn,
-    client: &mut C,
-    report: &Report,
-    mut ubuf: Vec<u8>,
-    kind: BodyKind,
-    (rechunk, dechunk): (bool, bool),
-    (upstream_timeout, client_timeout): (Duration, Duration),
-) -> Result<bool, ()> {
-    // The transfer buffer, only for a body that did not come with the head.
-    let mut buf = Vec::new();
-    match kind {
-        BodyKind::None => Ok(ubuf.is_empty()),
-        BodyKind::Length(total) => {
-            let have = (ubuf.len() as u64).min(total) as usize;
-            let extra = ubuf.len() > have;
-            if have > 0 {
-                to_client(client, report, &ubuf[..have], client_timeout)
-                    .await
-                    .map_err(|_| ())?;
-            }
-            let mut left = total - have as u64;
-            if left > 0 {
-                buf.resize(BUF, 0);
-            }
-            while left > 0 {
-                let want = (left as usize).min(BUF);
-                let n = match read_timeout(conn, &mut buf[..want], upstream_timeout).await {
-                    Ok(0) | Err(_) => return Err(()),
-                    Ok(n) => n,
-                };
-                to_client(client, report, &buf[..n], client_timeout)
-                    .await
-                    .map_err(|_| ())?;
-                left -= n as u64;
-            }
-            Ok(!extra)
-        }
-        BodyKind::Chunked => {
-            // Responses are not bounded by the client's request limits.
-            let mut decoder = ChunkedDecoder::with_bounds(u64::MAX, 64 << 10);
-            let mut pending = std::mem::take(&mut ubuf);
-            buf.resize(BUF, 0);
-            loop {
-                let d = if dechunk {
-                    let d = decoder.decode(&mut pending).map_err(|_| ())?;
-                    to_client(client, report, &pending[..d.produced], client_timeout)
-                        .await
-                        .map_err(|_| ())?;
-                    d
-                } else {
-                    let d = decoder.skip(&pending).map_err(|_| ())?;
-                    to_client(client, report, &pending[..d.consumed], client_timeout)
-                        .await
-                        .map_err(|_| ())?;
-                    d
-                };
-                if d.done {
-                    return Ok(d.consumed == pending.len());
-                }
-                pending.clear();
-                let n = match read_timeout(conn, &mut buf, upstream_timeout).await {
-                    Ok(0) | Err(_) => return Err(()),
-                    Ok(n) => n,
-                };
-                pending.extend_from_slice(&buf[..n]);
-            }
-        }
-        BodyKind::UntilClose => {
-            let mut pending = ubuf;
-            buf.resize(BUF, 0);
-            loop {
-                if !pending.is_empty() {
-                    if rechunk {
-                        let size = format!("{:x}\r\n", pending.len());
-                        to_client(client, report, size.as_bytes(), client_timeout)
-                            .await
-                            .map_err(|_| ())?;
-                        pending.extend_from_slice(b"\r\n");
-                    }
-                    to_client(client, report, &pending, client_timeout)
-                        .await
-                        .map_err(|_| ())?;
-                }
-                pending.clear();
-                match read_timeout(conn, &mut buf, upstream_timeout).await {
-                    Ok(0) => break,
-                    Err(_) => return Err(()),
-                    Ok(n) => pending.extend_from_slice(&buf[..n]),
-                }
-            }
-            if rechunk {
-                to_client(client, report, b"0\r\n\r\n", client_timeout)
-                    .await
-                    .map_err(|_| ())?;
-            }
-            Ok(false)
-        }
-    }
-}
-
-/// After `101 Switching Protocols`: bytes both ways until either side closes.
-async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut C,
-    report: &Report,
-    rbuf: &mut Vec<u8>,
-    mut conn: Conn,
-    ubuf: Vec<u8>,
-) {
-    if !rbuf.is_empty() && conn.write_all(rbuf).await.is_err() {
-        return;
-    }
-    rbuf.clear();
-    if !ubuf.is_empty() && (client.write_all(&ubuf).await.is_err() || client.flush().await.is_err())
-    {
-        return;
-    }
-    report.bytes.set(report.bytes.get() + ubuf.len() as u64);
-    if let Ok((_, to_client)) = tokio::io::copy_bidirectional(client, &mut conn).await {
-        report.bytes.set(report.bytes.get() + to_client);
-    }
 }
 
 #[cfg(test)]

@@ -18,10 +18,12 @@ mod encode;
 mod endpoint;
 pub mod fastcgi;
 pub mod forward;
+mod relay;
 mod request;
 mod route;
 mod script;
 mod upstream;
+mod wire;
 
 pub use cgi::FastCgiRequest;
 pub use dispatch::{Dispatch, ProxyTarget};

@@ -18,6 +18,7 @@ use super::include::Source;
 use super::locate::{path_to_string, Seg};
 use super::model::*;
 use super::raw::{self, RawConfig, Scalar};
+use super::site::SiteSpec;
 use crate::topology::Topology;
 use crate::units::{parse_duration, parse_size};
 use std::path::Path;

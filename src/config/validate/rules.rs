@@ -6,8 +6,8 @@
 //! ([`crate::routing::rules`]).
 
 use super::super::locate::Seg;
-use super::super::model::*;
 use super::super::raw::RawRule;
+use super::super::site::*;
 use super::Validator;
 
 impl Validator {

@@ -8,6 +8,7 @@ use super::super::locate::Seg;
 use super::super::model::*;
 use super::super::parse::parse_binding;
 use super::super::raw;
+use super::super::site::*;
 use super::site_app::SiteSoFar;
 use super::Validator;
 use std::collections::HashMap;

@@ -7,6 +7,7 @@
 use super::super::locate::Seg;
 use super::super::model::*;
 use super::super::raw;
+use super::super::site::*;
 use super::front::FrontKeys;
 use super::Validator;
 use std::path::{Path, PathBuf};

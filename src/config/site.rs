@@ -1,0 +1,266 @@
+//! The typed configuration of a `[[site]]`: its bindings, apps (path, pool, handler and how
+//! it serves), what shapes its answers (headers, cache times, error pages, compression,
+//! rules), its log and its certificate; and what another pool's worker is told of it (its
+//! [`outline`](SiteSpec::outline)).
+//!
+//! Owns: the site's types and their defaults. Must not touch: how TOML becomes them (see
+//! `validate`) or the pools' settings (`model`).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use crate::certs::TlsFiles;
+pub use crate::routing::rules::{RuleAction, RuleSpec};
+
+/// The request handlers a site's application can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandlerKind {
+    /// Files under the site's `root` (or the built-in welcome page when it has none).
+    Static,
+    /// The case study's "simple dynamic page", built per request.
+    Dynamic,
+    /// CPU-heavy work (audio synthesis and encoding), like the web-gardening seed's service.
+    Cpu,
+    /// Forwarded to the pool's application processes (a pool with `command` and
+    /// `transport = "proxy"`); set by validation, never written in a config.
+    Proxy,
+}
+
+impl HandlerKind {
+    pub const NAMES: &'static str = "\"static\", \"dynamic\" or \"cpu\"";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HandlerKind::Static => "static",
+            HandlerKind::Dynamic => "dynamic",
+            HandlerKind::Cpu => "cpu",
+            HandlerKind::Proxy => "proxy",
+        }
+    }
+}
+
+/// An application: a URL path prefix served by one pool with one handler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppSpec {
+    pub path: String,
+    /// Empty for a static path that names no pool on a site whose other paths do: it is
+    /// served by whichever of the site's pools holds the connection (see [`Self::any_pool`]).
+    pub pool: String,
+    pub handler: HandlerKind,
+    /// Files under the site's `root` are served as files before the app is asked (nginx's
+    /// `try_files $uri $uri/ …`, Caddy's `php_fastcgi`): the default of a FastCGI app,
+    /// `try_files = true` for a proxied one. See [`crate::handlers`]' front controller.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub try_files: bool,
+    /// A FastCGI app's front controller (`/index.php`): the script run for a path that is
+    /// neither a script nor a file, with the original URI in `REQUEST_URI`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// URL path prefixes (without a trailing `/`) under which no script runs: upload folders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_scripts: Vec<String>,
+    /// Its own header fields, over the site's (see [`SiteSpec::headers`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// Its static files' `Cache-Control`, before the site's (see [`SiteSpec::cache`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<(String, String)>,
+    /// A static path's own folder, its prefix not part of the file path (nginx's `alias`:
+    /// `/static/x.css` is `ALIAS/x.css`); `None`: under the site's root, prefix included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<PathBuf>,
+}
+
+impl AppSpec {
+    /// `path` served by `pool` with `handler`, no files tried before it.
+    pub fn new(path: String, pool: String, handler: HandlerKind) -> Self {
+        AppSpec {
+            path,
+            pool,
+            handler,
+            try_files: false,
+            fallback: None,
+            no_scripts: Vec::new(),
+            headers: Vec::new(),
+            cache: Vec::new(),
+            alias: None,
+        }
+    }
+
+    /// A static path served by whichever pool holds the connection (`/static/` beside a
+    /// proxied or FastCGI app, on https as on http: a TLS connection belongs to one pool).
+    pub fn any_pool(&self) -> bool {
+        self.pool.is_empty()
+    }
+
+    /// Whether `pool` answers this path when it holds the connection.
+    pub fn answered_by(&self, pool: &str) -> bool {
+        self.any_pool() || self.pool == pool
+    }
+}
+
+/// Where a site listens: `http://IP:PORT[:HOST]`, IIS's `protocol://ip:port:host`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Binding {
+    pub addr: SocketAddr,
+    /// Host header this binding answers (and, over TLS, the SNI name); `None` answers any.
+    pub host: Option<String>,
+    /// `https://`: TLS, with the site's certificate.
+    #[serde(default)]
+    pub tls: bool,
+}
+
+impl fmt::Display for Binding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}", self.addr)?;
+        if let Some(h) = &self.host {
+            write!(f, ":{h}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A site. In a worker's spec, most sites are another pool's [`outline`](SiteSpec::outline),
+/// so what is empty is not written (a hoster's thousands of outlines stay a few bytes each).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SiteSpec {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bindings: Vec<Binding>,
+    /// Document root, resolved against the config file's folder; `None` = built-in page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+    /// Index files tried for a directory, in order. Default `["index.html"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub index: Vec<String>,
+    /// Serve symlinks that lead outside `root`. Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub follow_symlinks: bool,
+    pub apps: Vec<AppSpec>,
+    /// Where and how the site's requests are logged; `None` = not logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<AccessLogSpec>,
+    /// Whether its bindings' connections start with a PROXY protocol header (v1 or v2) from a
+    /// load balancer, naming the real client. Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub proxy_protocol: bool,
+    /// Its certificate chain and key for `https://` bindings (`tls = { cert, key }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFiles>,
+    /// `Strict-Transport-Security` sent with its answers over TLS (`max-age=…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<String>,
+    /// Its `http://` bindings answer 308 to the same URL on its first https port.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub redirect_to_https: bool,
+    /// Header fields set on its answers, its apps' included: `(name, value)`; a field the
+    /// app sent by that name is replaced, and an empty value only removes it (`Server`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// `Cache-Control` of its static files: `(content type, value)`, the type exact
+    /// (`text/css`), a family (`image/*`) or `*`; the first that matches wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cache: Vec<(String, String)>,
+    /// Its redirect and rewrite rules, in order (see [`crate::routing::rules`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<RuleSpec>,
+    /// Its own error pages: `(status, file)`, the file resolved against the config's folder.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<(u16, PathBuf)>,
+    /// Its apps' own error answers are replaced by its page for their status.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub replace_app_errors: bool,
+    /// The content codings its answers may go out in, its preference first; empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compress: Vec<crate::compress::Coding>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl SiteSpec {
+    /// The pools its apps name, each once, in the order of its apps (a static path without a
+    /// pool names none).
+    pub fn pools(&self) -> Vec<&str> {
+        let mut pools: Vec<&str> = Vec::new();
+        for a in self.apps.iter().filter(|a| !a.any_pool()) {
+            if !pools.contains(&a.pool.as_str()) {
+                pools.push(&a.pool);
+            }
+        }
+        pools
+    }
+
+    /// Whether `pool` serves any of the site's apps (a site's apps may be spread over pools by
+    /// path, as IIS applications are).
+    pub fn served_by(&self, pool: &str) -> bool {
+        self.apps.iter().any(|a| a.pool == pool)
+    }
+
+    /// What another pool's worker is told of the site: its name and which pool serves which
+    /// path — what routing and hand-off need (the address's host table says which names lead
+    /// to it) — without its bindings, root, log, certificate and policies, which only the
+    /// pools that serve it act on. Hosting thousands of sites, those were most of every
+    /// worker's spec; and a change to them (a reload of one site's file) leaves the other
+    /// pools' workers as they are.
+    pub fn outline(&self) -> SiteSpec {
+        SiteSpec {
+            name: self.name.clone(),
+            bindings: Vec::new(),
+            root: None,
+            index: Vec::new(),
+            follow_symlinks: false,
+            // Which pool serves which path; how the path is served is its pool's business.
+            apps: self
+                .apps
+                .iter()
+                .map(|a| AppSpec::new(a.path.clone(), a.pool.clone(), a.handler))
+                .collect(),
+            access_log: None,
+            proxy_protocol: false,
+            tls: None,
+            hsts: None,
+            redirect_to_https: false,
+            headers: Vec::new(),
+            cache: Vec::new(),
+            rules: Vec::new(),
+            errors: Vec::new(),
+            replace_app_errors: false,
+            compress: Vec::new(),
+        }
+    }
+
+    /// The site as `pool`'s workers are told it: whole if it serves the site, else its
+    /// [`outline`](Self::outline).
+    pub fn as_seen_by(&self, pool: &str) -> SiteSpec {
+        if self.served_by(pool) {
+            self.clone()
+        } else {
+            self.outline()
+        }
+    }
+}
+
+/// The line format of an access log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LogFormat {
+    /// The Common Log Format (NCSA), as every log tool reads it.
+    Common,
+    /// Common plus referer and user agent (Apache/nginx `combined`), then espalier's request
+    /// time in microseconds, the worker and the upstream time of a proxied app.
+    Combined,
+    /// One JSON object per line, every field named.
+    Json,
+}
+
+/// A site's access log (`access_log = { path = "…", format = "…" }`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccessLogSpec {
+    /// Resolved against the config file's folder.
+    pub path: PathBuf,
+    pub format: LogFormat,
+}

@@ -1,0 +1,133 @@
+//! Where a request goes within its site, as one worker thread decides it: the site's rules
+//! first, then the app by the path in normal form, and from there another pool (a
+//! hand-off), the pool's application (lent), or an answer here.
+//!
+//! Owns: those decisions ([`ThreadService`]'s `routed`, `hand_off`, `proxy_target` and
+//! `rule_for`). Must not touch: the answers (see `answer`) or the service's data (the
+//! parent's).
+
+use super::app::AppHandler;
+use super::front::{self, Front};
+use super::{static_files, Routed, ThreadService, Whole};
+use crate::handoff::Handoff;
+use crate::http::service::SiteRef;
+use crate::http::Request;
+use crate::proxy::ProxyTarget;
+use crate::routing::rules::{RuleOutcome, Seen};
+use crate::routing::under_prefix;
+use std::rc::Rc;
+
+impl ThreadService {
+    /// Where `req`, of `site` (`None`: an unknown host), goes within its site.
+    pub(super) fn routed<'p>(
+        &self,
+        group: usize,
+        site: Option<SiteRef>,
+        req: &Request<'p>,
+    ) -> Routed<'_, 'p> {
+        let Some(site) = site.and_then(|id| self.site(id)) else {
+            return Routed::UnknownHost;
+        };
+        if let Some(port) = site.to_https {
+            if !self.groups.get(group).is_some_and(|g| g.tls) {
+                return Routed::ToHttps(port);
+            }
+        }
+        // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
+        // `/api`), as nginx chooses locations: a spelling must not pick another app.
+        let path = match static_files::normal_form(req.path) {
+            Ok(p) => p,
+            Err(status) => return Routed::Answer(status),
+        };
+        match site.apps.iter().find(|a| under_prefix(&path, &a.path)) {
+            Some(app) => Routed::App(app, path),
+            None => Routed::Answer(404),
+        }
+    }
+
+    /// On a shared address: the pool `req` (of `site`) belongs to, when it is another's.
+    pub(super) fn hand_off(
+        &self,
+        group: usize,
+        site: Option<SiteRef>,
+        req: &Request<'_>,
+    ) -> Option<Handoff> {
+        let k = match self.site(site?)?.whole {
+            Whole::Mine => return None,
+            Whole::Other(k) => k?,
+            Whole::Split => {
+                let Routed::App(app, _) = self.routed(group, site, req) else {
+                    return None;
+                };
+                let AppHandler::Elsewhere(Some(k)) = app.handler else {
+                    return None;
+                };
+                k
+            }
+        };
+        Some(Handoff {
+            targets: Rc::clone(self.handoff.get(k)?),
+            addr: self.groups.get(group)?.addr,
+            hops: 0,
+            client: None,
+        })
+    }
+
+    /// The application `req` goes to, when its app forwards to one (a FastCGI app only for a
+    /// script it may run: any other path is answered here, see `answer`).
+    pub(super) fn proxy_target(
+        &self,
+        group: usize,
+        site: Option<SiteRef>,
+        req: &Request<'_>,
+    ) -> Option<ProxyTarget> {
+        let Routed::App(app, path) = self.routed(group, site, req) else {
+            return None;
+        };
+        match &app.handler {
+            AppHandler::Proxy(route, files) => {
+                if files
+                    .as_ref()
+                    .is_some_and(|f| front::is_file(f, req.path, &path))
+                {
+                    return None;
+                }
+                Some(ProxyTarget::Http(Rc::clone(route)))
+            }
+            AppHandler::FastCgi(route, scripts, files) => {
+                match front::fastcgi(scripts, files.as_ref(), req.path, &path) {
+                    Front::Run(script) => Some(ProxyTarget::FastCgi(Rc::clone(route), script)),
+                    Front::Files | Front::Answer(_) => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// What the site's rules make of `req`, when it has rules and one matches (a path that
+    /// is not in normal form is left to routing, which refuses it).
+    pub(super) fn rule_for(
+        &self,
+        site: Option<SiteRef>,
+        req: &Request<'_>,
+    ) -> Option<Rc<RuleOutcome>> {
+        let s = self.site(site?)?;
+        if s.rules.is_empty() {
+            return None;
+        }
+        let path = static_files::normal_form(req.path).ok()?;
+        s.rules
+            .apply(&Seen {
+                host: if s.rules.need_host() {
+                    req.host()
+                } else {
+                    None
+                },
+                method: req.method_text,
+                path: &path,
+                raw_path: req.path,
+                raw_query: req.query,
+            })
+            .map(Rc::new)
+    }
+}

@@ -1,0 +1,147 @@
+//! What the forwarders (HTTP and FastCGI) share on the wire: reads and writes with a time
+//! limit, counted writes to the client, `100 Continue`, how an app frames its answer's body,
+//! and the answers espalier writes itself on a lent connection ([`OwnAnswers`]).
+//!
+//! Owns: those helpers. Must not touch: a request's forwarding (the forwarders own it).
+
+use crate::http::access_log::Report;
+use crate::http::edits::FieldEdits;
+use crate::http::error_pages::{ErrorPages, KEPT_FIELDS};
+use crate::http::service::Outcome;
+use crate::http::Responder;
+use std::io;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// A write to the client, counted for the access log.
+pub(super) async fn to_client<C: AsyncWrite + Unpin>(
+    stream: &mut C,
+    report: &Report,
+    buf: &[u8],
+    timeout: Duration,
+) -> io::Result<()> {
+    write_timeout(stream, buf, timeout).await?;
+    report.bytes.set(report.bytes.get() + buf.len() as u64);
+    Ok(())
+}
+
+/// How the app frames its response body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BodyKind {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// `100 Continue` to a client that expects it, before its body is forwarded: the app never
+/// sees `Expect` (a hop's business). False when the client is gone.
+pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
+    stream: &mut C,
+    expected: bool,
+    timeout: Duration,
+) -> bool {
+    !expected
+        || write_timeout(stream, b"HTTP/1.1 100 Continue\r\n\r\n", timeout)
+            .await
+            .is_ok()
+}
+
+/// A write with a time limit, flushed.
+pub(super) async fn write_timeout<W: AsyncWriteExt + Unpin>(
+    w: &mut W,
+    buf: &[u8],
+    d: Duration,
+) -> io::Result<()> {
+    // Flushed: over TLS, bytes may wait in the record layer (a no-op on a plain socket).
+    let write = async {
+        w.write_all(buf).await?;
+        w.flush().await
+    };
+    match tokio::time::timeout(d, write).await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// A read with a time limit.
+pub(super) async fn read_timeout<R: AsyncReadExt + Unpin>(
+    r: &mut R,
+    buf: &mut [u8],
+    d: Duration,
+) -> io::Result<usize> {
+    match tokio::time::timeout(d, r.read(buf)).await {
+        Ok(r) => r,
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// The whole lines of an app's answer fields a page replacing it keeps (`Retry-After`, …).
+pub(super) fn kept_fields<'h>(fields: impl Iterator<Item = (&'h str, &'h [u8])>) -> Vec<u8> {
+    let mut kept = Vec::new();
+    for (name, value) in fields {
+        if KEPT_FIELDS.iter().any(|k| k.eq_ignore_ascii_case(name)) {
+            kept.extend_from_slice(name.as_bytes());
+            kept.extend_from_slice(b": ");
+            kept.extend_from_slice(value);
+            kept.extend_from_slice(b"\r\n");
+        }
+    }
+    kept
+}
+
+/// What espalier answers itself on a lent connection (the app down, late, or refused a
+/// body): the site's page for the status if it has one, else the status's text, with the
+/// site's field edits — as its other answers.
+pub(super) struct OwnAnswers<'a> {
+    pub report: &'a Report,
+    pub clock: &'a crate::http::clock::Clock,
+    pub client_minor: u8,
+    pub head_only: bool,
+    pub fields: Option<&'a FieldEdits>,
+    pub pages: Option<&'a ErrorPages>,
+}
+
+impl OwnAnswers<'_> {
+    /// Answers `status` and closes.
+    pub async fn answer<C: AsyncWrite + Unpin>(&self, stream: &mut C, status: u16) -> Outcome {
+        self.replace(stream, status, &[]).await
+    }
+
+    /// Answers `status` with `kept` field lines of the answer it replaces, and closes.
+    pub async fn replace<C: AsyncWrite + Unpin>(
+        &self,
+        stream: &mut C,
+        status: u16,
+        kept: &[u8],
+    ) -> Outcome {
+        self.report.status.set(status);
+        let mut out = Vec::with_capacity(256);
+        {
+            // Borrowed and let go before the write: the clock's own task refreshes the lines.
+            let common = self.clock.common();
+            let mut resp =
+                Responder::new(&mut out, &common, false, self.client_minor, self.head_only);
+            match self.pages.and_then(|p| p.get(status)) {
+                Some(page) => resp.error_page(status, page, kept),
+                None => resp.error(status),
+            }
+        }
+        if let Some(edits) = self.fields {
+            edits.apply(&mut out, 0);
+        }
+        self.report
+            .head
+            .set(crate::http::access_log::head_len(&out) as u64);
+        let _ = to_client(stream, self.report, &out, Duration::from_secs(5)).await;
+        Outcome::Close
+    }
+
+    /// Whether an app's own answer with `status` is to be replaced by the site's page.
+    pub fn replaces(&self, status: u16) -> bool {
+        status >= 400
+            && self
+                .pages
+                .is_some_and(|p| p.replace_app_errors && p.get(status).is_some())
+    }
+}
