@@ -68,6 +68,9 @@ impl Config {
                 errors: Vec::new(),
                 replace_app_errors: false,
                 compress: Vec::new(),
+                access: AccessList::default(),
+                trusted_proxies: Vec::new(),
+                deny_action: DenyAction::default(),
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

@@ -133,6 +133,11 @@ pub struct RawSite {
     pub replace_app_errors: Option<bool>,
     /// `["zstd", "br", "gzip"]`: the codings offered, in order of preference.
     pub compress: Option<Vec<String>>,
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
+    pub trusted_proxies: Option<Vec<String>>,
+    /// `403`, `404` or `"close"`.
+    pub deny_action: Option<toml::Value>,
     #[serde(default)]
     pub app: Vec<RawApp>,
     #[serde(default)]
@@ -168,6 +173,8 @@ pub struct RawApp {
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     pub cache: Option<toml::Value>,
     pub alias: Option<String>,
+    pub allow: Option<Vec<String>>,
+    pub deny: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use crate::certs::TlsFiles;
+pub use crate::routing::access::{AccessList, Cidr, DenyAction};
 pub use crate::routing::rules::{RuleAction, RuleSpec};
 
 /// The request handlers a site's application can use.
@@ -71,6 +72,9 @@ pub struct AppSpec {
     /// `/static/x.css` is `ALIAS/x.css`); `None`: under the site's root, prefix included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alias: Option<PathBuf>,
+    /// Who may reach this path, beside the site's lists (both must let a client in).
+    #[serde(default, skip_serializing_if = "AccessList::is_empty")]
+    pub access: AccessList,
 }
 
 impl AppSpec {
@@ -86,6 +90,7 @@ impl AppSpec {
             headers: Vec::new(),
             cache: Vec::new(),
             alias: None,
+            access: AccessList::default(),
         }
     }
 
@@ -176,6 +181,19 @@ pub struct SiteSpec {
     /// The content codings its answers may go out in, its preference first; empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compress: Vec<crate::compress::Coding>,
+    /// Who may reach it (`allow`, `deny`).
+    #[serde(default, skip_serializing_if = "AccessList::is_empty")]
+    pub access: AccessList,
+    /// Proxies whose `X-Forwarded-For` is believed for `access`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<Cidr>,
+    /// What a refused client gets.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub deny_action: DenyAction,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 fn is_false(b: &bool) -> bool {
@@ -231,6 +249,9 @@ impl SiteSpec {
             errors: Vec::new(),
             replace_app_errors: false,
             compress: Vec::new(),
+            access: AccessList::default(),
+            trusted_proxies: Vec::new(),
+            deny_action: DenyAction::default(),
         }
     }
 

@@ -6,6 +6,7 @@ use crate::testutil::fixture;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod access;
 mod answers;
 mod front;
 

@@ -39,6 +39,8 @@ pub(super) struct App {
     pub handler: AppHandler,
     /// Its own field edits (its `headers` over the site's), when it has `headers`.
     pub fields: Option<Edits>,
+    /// Its own `allow`/`deny`, when it has them (the site's apply too).
+    pub access: Option<crate::routing::access::AccessList>,
 }
 
 /// A site's or path's field edits: over cleartext, over TLS (with its HSTS line).

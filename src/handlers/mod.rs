@@ -36,6 +36,7 @@ use crate::http::service::{
 };
 use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
+use crate::routing::access::DenyAction;
 use crate::routing::hosts::HostTable;
 use crate::routing::rules::{RuleOutcome, Rules};
 use crate::routing::GroupRoutes;
@@ -62,6 +63,17 @@ struct Site {
     pages: Option<Rc<ErrorPages>>,
     /// The codings it offers (`None`: it compresses nothing).
     codings: Option<Rc<[crate::compress::Coding]>>,
+    /// Its `allow`/`deny` lists and those of its paths (`None`: everyone may come in).
+    access: Option<Box<SiteAccess>>,
+}
+
+/// Who may reach a site, as a thread checks it.
+struct SiteAccess {
+    list: crate::routing::access::AccessList,
+    trusted: Vec<crate::routing::access::Cidr>,
+    action: crate::routing::access::DenyAction,
+    /// Some path has lists of its own: the path is looked at.
+    per_path: bool,
 }
 
 /// Whether one pool serves every app of a site.
@@ -160,6 +172,7 @@ impl ThreadService {
                         path: a.path.trim_end_matches('/').to_string(),
                         handler: AppHandler::new(pool, s, a, proxy.as_ref(), &target_of),
                         fields: (!a.headers.is_empty()).then(|| app::field_edits(s, Some(a))),
+                        access: (!a.access.is_empty()).then(|| a.access.clone()),
                     })
                     .collect();
                 // Longest prefix first.
@@ -195,7 +208,17 @@ impl ThreadService {
                     .find(|b| b.tls)
                     .filter(|_| s.redirect_to_https)
                     .map(|b| b.addr.port());
+                let per_path = apps.iter().any(|a| a.access.is_some());
+                let access = (per_path || !s.access.is_empty()).then(|| {
+                    Box::new(SiteAccess {
+                        list: s.access.clone(),
+                        trusted: s.trusted_proxies.clone(),
+                        action: s.deny_action,
+                        per_path,
+                    })
+                });
                 Site {
+                    access,
                     app_fields: apps.iter().any(|a| a.fields.is_some()),
                     apps,
                     log,
@@ -318,7 +341,19 @@ impl Service for ThreadService {
 
     fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<ProxyTarget> {
         let site = self.site_of(group, req);
-        // The site's rules first: a redirect or a fixed answer is answered here whoever
+        // Who may come in, first: a refused client gets the site's answer for it.
+        if let Some(action) = self.refused(group, site, req) {
+            let mut ctx = self.context(group, site, req);
+            ctx.rule = Some(Rc::new(match action {
+                DenyAction::Status(status) => RuleOutcome::Answer {
+                    status,
+                    body: String::new(),
+                },
+                DenyAction::Close => RuleOutcome::Refuse,
+            }));
+            return Route::Here(ctx);
+        }
+        // The site's rules then: a redirect or a fixed answer is answered here whoever
         // serves the path; a rewrite is routed as its new target (another pool handed the
         // connection applies the same rules to the same request).
         let rule = self.rule_for(site, req);
@@ -370,6 +405,7 @@ impl Service for ThreadService {
                 (Routed::Redirect(*status, location), req)
             }
             Some(RuleOutcome::Answer { status, body }) => (Routed::Fixed(*status, body), req),
+            Some(RuleOutcome::Refuse) => return Reply::Refuse,
         };
         self.respond(group, routed, ctx, req, resp)
     }

@@ -13,6 +13,7 @@ use crate::handoff::Handoff;
 use crate::http::service::SiteRef;
 use crate::http::Request;
 use crate::proxy::ProxyTarget;
+use crate::routing::access::{self, DenyAction};
 use crate::routing::rules::{RuleOutcome, Seen};
 use crate::routing::under_prefix;
 use std::rc::Rc;
@@ -102,6 +103,29 @@ impl ThreadService {
             }
             _ => None,
         }
+    }
+
+    /// What a client the site's (or the path's) lists refuse gets; `None` when it may come
+    /// in. The client is the connection's (or its PROXY protocol header's), or the one a
+    /// trusted proxy named in `X-Forwarded-For`.
+    pub(super) fn refused(
+        &self,
+        group: usize,
+        site: Option<SiteRef>,
+        req: &Request<'_>,
+    ) -> Option<DenyAction> {
+        let a = self.site(site?)?.access.as_deref()?;
+        let Ok(peer) = req.client.parse::<std::net::IpAddr>() else {
+            // No address to check (none should reach here): only an allow list decides.
+            return (!a.list.allow.is_empty()).then_some(a.action);
+        };
+        let ip = access::client(peer, req.header("x-forwarded-for"), &a.trusted);
+        let path_permits = || match self.routed(group, site, req) {
+            Routed::App(app, _) => app.access.as_ref().is_none_or(|l| l.permits(ip)),
+            _ => true,
+        };
+        let permitted = a.list.permits(ip) && (!a.per_path || path_permits());
+        (!permitted).then_some(a.action)
     }
 
     /// What the site's rules make of `req`, when it has rules and one matches (a path that

@@ -177,6 +177,10 @@ pub struct Report {
 
 /// The status code of a response written at the start of `answer` (`HTTP/1.1 200 …`); 0
 /// when there is none.
+/// What a request refused without an answer (an access list's `deny_action = "close"`) is
+/// logged as: nginx's 444, "closed without a response".
+pub const REFUSED: &[u8] = b"HTTP/1.1 444 ";
+
 pub fn status_of(answer: &[u8]) -> u16 {
     match answer.get(9..12) {
         Some(&[a, b, c]) if a.is_ascii_digit() && b.is_ascii_digit() && c.is_ascii_digit() => {

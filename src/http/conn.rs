@@ -82,6 +82,8 @@ enum Step<L> {
     H2c,
     /// Close (after what was answered, an error perhaps).
     Close,
+    /// Close with a reset, the request unanswered (refused).
+    Reset,
 }
 
 /// A request lent with its connection, and what its log line will want.
@@ -208,6 +210,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
             Step::HandOff(handoff) => return conn.hand_off(handoff).await,
             Step::H2c => return conn.h2c().await,
             Step::Close => return conn.close().await,
+            Step::Reset => return conn.reset(),
         }
     }
 }
@@ -393,6 +396,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         self.reading.started = self.env.clock.now();
         let step = match reply {
             Reply::File(f) => Some(Step::File(f, !keep)),
+            Reply::Refuse => Some(Step::Reset),
             Reply::Done if !keep => Some(Step::Close),
             // Written before more pipelined requests are answered.
             Reply::Done if self.wbuf.len() > WRITE_HIGH_WATER => Some(Step::Again),
@@ -552,6 +556,12 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     async fn close(self) {
         linger_close(self.stream, &self.env).await;
     }
+
+    /// Closes at once with a reset (`SO_LINGER` 0): a refused client is told nothing.
+    fn reset(self) {
+        let _ = socket2::SockRef::from(self.stream.socket())
+            .set_linger(Some(std::time::Duration::ZERO));
+    }
 }
 
 /// Answers a whole request routed here into `out`, and logs it when its site logs
@@ -573,11 +583,11 @@ fn answer_here<S: Service>(
         env.service.call(group, ctx, request, &mut resp)
     };
     if let (Some(arrived), true) = (timed, ctx.logged) {
-        let file_len = match &reply {
-            Reply::File(f) => f.len,
-            Reply::Done => 0,
+        let (file_len, answer) = match &reply {
+            Reply::File(f) => (f.len, &out[answer_start..]),
+            Reply::Done => (0, &out[answer_start..]),
+            Reply::Refuse => (0, super::access_log::REFUSED),
         };
-        let answer = &out[answer_start..];
         let entry = Entry::answered(
             Facts::of(request),
             answer,

@@ -35,6 +35,9 @@ pub enum Reply {
     Done,
     /// The head is in the output buffer; this file range follows.
     File(FileBody),
+    /// No answer: the connection is closed (reset where the transport allows; on HTTP/2 the
+    /// stream alone is refused).
+    Refuse,
 }
 
 /// The site a request was routed to, as the service numbers its sites.

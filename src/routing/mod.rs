@@ -2,9 +2,10 @@
 //! and by which host names — pure data and matching, below both the config that checks them
 //! and the TLS layer that picks certificates by them.
 //!
-//! Owns: [`GroupRoutes`], host matching ([`hosts`]), path-prefix matching ([`under_prefix`])
-//! and a site's redirect and rewrite rules ([`rules`]). Must not touch: requests (the handlers route them) or sockets.
+//! Owns: [`GroupRoutes`], host matching ([`hosts`]), path-prefix matching ([`under_prefix`]),
+//! a site's redirect and rewrite rules ([`rules`]) and its allow and deny lists ([`access`]). Must not touch: requests (the handlers route them) or sockets.
 
+pub mod access;
 pub mod hosts;
 pub mod rules;
 

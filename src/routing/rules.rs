@@ -57,6 +57,8 @@ pub enum RuleOutcome {
         status: u16,
         body: String,
     },
+    /// No answer: the connection is closed (an access list's `deny_action = "close"`).
+    Refuse,
 }
 
 /// The request as rules see it.

@@ -365,6 +365,26 @@ impl Conn {
         }
     }
 
+    /// A connection to `addr` from the local address `from` (`127.0.0.2`, `::1`): a client
+    /// another address than the others, as allow and deny lists see it.
+    pub fn open_from(from: &str, addr: SocketAddr) -> Conn {
+        let domain = socket2::Domain::for_address(addr);
+        let socket = socket2::Socket::new(domain, socket2::Type::STREAM, None).unwrap();
+        let local = SocketAddr::new(from.parse().expect("an address"), 0);
+        socket
+            .bind(&local.into())
+            .expect("bind the client's address");
+        socket.connect(&addr.into()).expect("connect");
+        let stream: TcpStream = socket.into();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Conn {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
     pub fn send(&mut self, raw: &[u8]) {
         self.stream.write_all(raw).unwrap();
     }

@@ -5,6 +5,7 @@
 //! and cross-checks are here; pools in [`pool`], sites in [`site`].
 //! Must not touch: defaults (see [`super::model`]) or placement.
 
+mod access;
 mod app;
 mod fields;
 mod front;

@@ -168,7 +168,9 @@ impl Validator {
                 }
             }
         });
+        let access = self.access_list(&app_at, ra.allow, ra.deny);
         AppSpec {
+            access,
             alias,
             headers,
             cache,

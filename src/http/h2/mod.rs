@@ -431,16 +431,27 @@ impl<S: Service + 'static> Connection<S> {
             let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
             env.service.call(self.group, &ctx, &request, &mut resp)
         };
+        let refused = matches!(reply, Reply::Refuse);
         let file = match reply {
             Reply::File(f) => Some(f),
-            Reply::Done => None,
+            Reply::Done | Reply::Refuse => None,
         };
         if ctx.logged {
             let mut req = Facts::of(&request);
             req.minor_version = HTTP2;
             let file_len = file.as_ref().map_or(0, |f| f.len);
-            let entry = Entry::answered(req, &out, file_len, Some(arrived), &self.client);
+            let answer: &[u8] = if refused {
+                crate::http::access_log::REFUSED
+            } else {
+                &out
+            };
+            let entry = Entry::answered(req, answer, file_len, Some(arrived), &self.client);
             env.service.log(&ctx, &entry);
+        }
+        if refused {
+            // HTTP/2's "no answer": this stream is refused; the connection's others go on.
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            return None;
         }
         let send = send_answer(&mut respond, Bytes::from(out), file.is_some(), head_only)?;
         match (send, file) {

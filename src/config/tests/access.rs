@@ -1,0 +1,83 @@
+//! The keys of who may come in (`allow`, `deny`, `trusted_proxies`, `deny_action`): what
+//! they become, and one test per refusal, each one line naming the key.
+
+use super::super::*;
+use crate::testutil::fixture;
+use std::net::IpAddr;
+
+fn parse(site_keys: &str, app_keys: &str) -> Result<Config, ConfigErrors> {
+    let text = format!(
+        "[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n{site_keys}\n[[site.app]]\npool = \"p\"\n{app_keys}\n"
+    );
+    Config::parse(&text, Path::new("/etc/espalier/t.toml"), &fixture("dl980"))
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+#[test]
+fn lists_become_networks_and_the_action_is_kept() {
+    let c = parse(
+        "deny = [\"203.0.113.0/24\", \"2001:db8::/32\"]\ntrusted_proxies = [\"10.1.0.0/16\"]\ndeny_action = \"close\"",
+        "allow = [\"192.0.2.7\", \"::1\"]",
+    )
+    .unwrap();
+    let s = &c.sites[0];
+    assert!(!s.access.permits(ip("203.0.113.200")));
+    assert!(!s.access.permits(ip("2001:db8:1::5")));
+    assert!(s.access.permits(ip("198.51.100.1")));
+    assert!(s.trusted_proxies[0].contains(ip("10.1.255.1")));
+    assert_eq!(s.deny_action, DenyAction::Close);
+    let app = &s.apps[0].access;
+    assert!(app.permits(ip("192.0.2.7")) && app.permits(ip("::1")));
+    assert!(!app.permits(ip("192.0.2.8")));
+    // A mapped IPv4 address is the IPv4 address.
+    assert!(app.permits(ip("::ffff:192.0.2.7")));
+}
+
+#[test]
+fn a_site_without_lists_says_nothing_of_them() {
+    let c = parse("", "").unwrap();
+    let s = &c.sites[0];
+    assert!(s.access.is_empty() && s.apps[0].access.is_empty());
+    assert_eq!(s.deny_action, DenyAction::default());
+}
+
+#[test]
+fn each_bad_value_is_one_line_naming_the_key() {
+    for (site, app, expected) in [
+        (
+            "deny = [\"203.0.113.0/33\"]",
+            "",
+            "key `site[0].deny[0]`: `203.0.113.0/33`: the prefix length must be 0–32",
+        ),
+        (
+            "deny = [\"example.com\"]",
+            "",
+            "key `site[0].deny[0]`: `example.com` is not an address or network",
+        ),
+        ("", "allow = []", "key `site[0].app[0].allow`: is empty"),
+        (
+            "deny = [\"::1\"]\ndeny_action = 500",
+            "",
+            "key `site[0].deny_action`: 500 is not an answer to a refused client",
+        ),
+        (
+            "trusted_proxies = [\"10.0.0.0/8\"]",
+            "",
+            "key `site[0].trusted_proxies`: says whose X-Forwarded-For is believed",
+        ),
+        (
+            "deny_action = 404",
+            "",
+            "key `site[0].deny_action`: says what a client refused",
+        ),
+    ] {
+        let errs = parse(site, app).expect_err(expected);
+        assert_eq!(errs.0.len(), 1, "expected one error, got: {errs}");
+        let text = errs.to_string();
+        assert!(text.contains(expected), "{site} / {app}: {text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+}
