@@ -71,6 +71,7 @@ impl Config {
                 access: AccessList::default(),
                 trusted_proxies: Vec::new(),
                 deny_action: DenyAction::default(),
+                limit: None,
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

@@ -138,6 +138,7 @@ pub struct RawSite {
     pub trusted_proxies: Option<Vec<String>>,
     /// `403`, `404` or `"close"`.
     pub deny_action: Option<toml::Value>,
+    pub limit: Option<RawLimit>,
     #[serde(default)]
     pub app: Vec<RawApp>,
     #[serde(default)]
@@ -190,4 +191,14 @@ pub struct RawTls {
 pub struct RawAccessLog {
     pub path: Option<String>,
     pub format: Option<String>,
+}
+
+/// A site's `limit = { rate = "50/s", burst = 100, concurrent = 20, action = 429 }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimit {
+    pub rate: Option<String>,
+    pub burst: Option<i64>,
+    pub concurrent: Option<i64>,
+    pub action: Option<toml::Value>,
 }

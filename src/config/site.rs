@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 pub use crate::certs::TlsFiles;
 pub use crate::routing::access::{AccessList, Cidr, DenyAction};
+pub use crate::routing::limits::{LimitSpec, Rate};
 pub use crate::routing::rules::{RuleAction, RuleSpec};
 
 /// The request handlers a site's application can use.
@@ -190,6 +191,9 @@ pub struct SiteSpec {
     /// What a refused client gets.
     #[serde(default, skip_serializing_if = "is_default")]
     pub deny_action: DenyAction,
+    /// How fast and how much one client may ask of it (`limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitSpec>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -252,6 +256,7 @@ impl SiteSpec {
             access: AccessList::default(),
             trusted_proxies: Vec::new(),
             deny_action: DenyAction::default(),
+            limit: None,
         }
     }
 

@@ -67,6 +67,10 @@ impl ThreadService {
                 resp.error(status);
                 return Reply::Done;
             }
+            Routed::Limited(status, retry_after) => {
+                limited(resp, status, retry_after);
+                return Reply::Done;
+            }
             Routed::Fixed(status, body) => {
                 resp.simple(status, "text/plain; charset=utf-8", body.as_bytes());
                 return Reply::Done;
@@ -167,4 +171,17 @@ fn redirect(resp: &mut Responder<'_>, status: u16, location: &str) {
         .header("Location", location)
         .header("Content-Type", "text/plain; charset=utf-8")
         .body(text.as_bytes());
+}
+
+/// A client over its site's limit: the status, with `Retry-After` where it means something
+/// (429, 503) — the site's page for the status replaces the text, keeping that field.
+fn limited(resp: &mut Responder<'_>, status: u16, retry_after: u32) {
+    if matches!(status, 429 | 503) {
+        resp.status(status)
+            .header("Retry-After", itoa::Buffer::new().format(retry_after))
+            .header("Content-Type", "text/plain; charset=utf-8")
+            .body(format!("{status} {}\n", crate::http::reason(status)).as_bytes());
+    } else {
+        resp.error(status);
+    }
 }

@@ -38,6 +38,7 @@ use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
 use crate::routing::access::DenyAction;
 use crate::routing::hosts::HostTable;
+use crate::routing::limits::{Accounts, ThreadLimits};
 use crate::routing::rules::{RuleOutcome, Rules};
 use crate::routing::GroupRoutes;
 use app::{App, AppHandler};
@@ -65,12 +66,15 @@ struct Site {
     codings: Option<Rc<[crate::compress::Coding]>>,
     /// Its `allow`/`deny` lists and those of its paths (`None`: everyone may come in).
     access: Option<Box<SiteAccess>>,
+    /// Proxies whose `X-Forwarded-For` names the client, for its lists and limits.
+    trusted: Box<[crate::routing::access::Cidr]>,
+    /// Its `limit`, as this thread counts it (`None`: unlimited; see [`Self::with_limits`]).
+    limits: Option<ThreadLimits>,
 }
 
 /// Who may reach a site, as a thread checks it.
 struct SiteAccess {
     list: crate::routing::access::AccessList,
-    trusted: Vec<crate::routing::access::Cidr>,
     action: crate::routing::access::DenyAction,
     /// Some path has lists of its own: the path is looked at.
     per_path: bool,
@@ -212,13 +216,14 @@ impl ThreadService {
                 let access = (per_path || !s.access.is_empty()).then(|| {
                     Box::new(SiteAccess {
                         list: s.access.clone(),
-                        trusted: s.trusted_proxies.clone(),
                         action: s.deny_action,
                         per_path,
                     })
                 });
                 Site {
                     access,
+                    trusted: s.trusted_proxies.as_slice().into(),
+                    limits: None,
                     app_fields: apps.iter().any(|a| a.fields.is_some()),
                     apps,
                     log,
@@ -269,6 +274,15 @@ impl ThreadService {
         self
     }
 
+    /// The accounts of the sites' `limit`s (by site index; `None` for an unlimited site),
+    /// made by the worker and shared by its threads.
+    pub fn with_limits(mut self, accounts: &[Option<std::sync::Arc<Accounts>>]) -> Self {
+        for (site, accounts) in self.sites.iter_mut().zip(accounts) {
+            site.limits = accounts.clone().map(ThreadLimits::new);
+        }
+        self
+    }
+
     /// Writes every log's buffer (the thread's heartbeat, and its last act).
     pub fn flush_logs(&self) {
         for log in self.sites.iter().filter_map(|s| s.log.as_ref()) {
@@ -313,6 +327,7 @@ impl ThreadService {
             rule: None,
             pages: s.pages.clone(),
             codings: s.codings.clone(),
+            held: None,
         }
     }
 
@@ -333,6 +348,8 @@ enum Routed<'s, 'p> {
     Redirect(u16, &'s str),
     /// A site rule's fixed answer: this status and text (empty: the status's own).
     Fixed(u16, &'s str),
+    /// A client over the site's `limit`: this status, and when to try again (seconds).
+    Limited(u16, u32),
 }
 
 impl Service for ThreadService {
@@ -379,6 +396,14 @@ impl Service for ThreadService {
         ctx.rule = rule.clone();
         if self.proxies {
             if let Some(target) = self.proxy_target(group, site, req) {
+                // Lent, it stays in flight: its slot of the client's limit is held with it.
+                match self.limited(site, req, true) {
+                    Ok(held) => ctx.held = held.map(Rc::new),
+                    Err(outcome) => {
+                        ctx.rule = Some(Rc::new(outcome));
+                        return Route::Here(ctx);
+                    }
+                }
                 self.served.set(self.served.get() + 1);
                 return Route::Lend(target, ctx);
             }
@@ -405,7 +430,23 @@ impl Service for ThreadService {
                 (Routed::Redirect(*status, location), req)
             }
             Some(RuleOutcome::Answer { status, body }) => (Routed::Fixed(*status, body), req),
+            Some(RuleOutcome::Limited {
+                status,
+                retry_after,
+            }) => (Routed::Limited(*status, *retry_after), req),
             Some(RuleOutcome::Refuse) => return Reply::Refuse,
+        };
+        // Answered here and now: the client's limit is looked at, no slot held.
+        let routed = match routed {
+            Routed::App(..) => match self.limited(ctx.site, req, false) {
+                Ok(_) => routed,
+                Err(RuleOutcome::Limited {
+                    status,
+                    retry_after,
+                }) => Routed::Limited(status, retry_after),
+                Err(_) => return Reply::Refuse,
+            },
+            other => other,
         };
         self.respond(group, routed, ctx, req, resp)
     }

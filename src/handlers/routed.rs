@@ -8,12 +8,13 @@
 
 use super::app::AppHandler;
 use super::front::{self, Front};
-use super::{static_files, Routed, ThreadService, Whole};
+use super::{static_files, Routed, Site, ThreadService, Whole};
 use crate::handoff::Handoff;
 use crate::http::service::SiteRef;
 use crate::http::Request;
 use crate::proxy::ProxyTarget;
 use crate::routing::access::{self, DenyAction};
+use crate::routing::limits::{Held, Verdict};
 use crate::routing::rules::{RuleOutcome, Seen};
 use crate::routing::under_prefix;
 use std::rc::Rc;
@@ -114,18 +115,51 @@ impl ThreadService {
         site: Option<SiteRef>,
         req: &Request<'_>,
     ) -> Option<DenyAction> {
-        let a = self.site(site?)?.access.as_deref()?;
-        let Ok(peer) = req.client.parse::<std::net::IpAddr>() else {
+        let s = self.site(site?)?;
+        let a = s.access.as_deref()?;
+        let Some(ip) = client_of(s, req) else {
             // No address to check (none should reach here): only an allow list decides.
             return (!a.list.allow.is_empty()).then_some(a.action);
         };
-        let ip = access::client(peer, req.header("x-forwarded-for"), &a.trusted);
         let path_permits = || match self.routed(group, site, req) {
             Routed::App(app, _) => app.access.as_ref().is_none_or(|l| l.permits(ip)),
             _ => true,
         };
         let permitted = a.list.permits(ip) && (!a.per_path || path_permits());
         (!permitted).then_some(a.action)
+    }
+
+    /// Whether the site's `limit` lets `req`'s client in now: `Ok` with its in-flight slot
+    /// when `hold` (the request is lent and stays in flight) and the site limits that; `Err`
+    /// with what a limited client gets.
+    pub(super) fn limited(
+        &self,
+        site: Option<SiteRef>,
+        req: &Request<'_>,
+        hold: bool,
+    ) -> Result<Option<Held>, RuleOutcome> {
+        let Some(s) = site.and_then(|id| self.site(id)) else {
+            return Ok(None);
+        };
+        let (Some(limits), Some(ip)) = (&s.limits, client_of(s, req)) else {
+            return Ok(None);
+        };
+        // The precise time, not the thread's coarse clock: threads' ticks are up to 100 ms
+        // apart, more than a fast rate's spacing.
+        match limits.admit(ip, std::time::Instant::now(), hold) {
+            Verdict::Admit(held) => Ok(held),
+            Verdict::Refuse {
+                action: DenyAction::Close,
+                ..
+            } => Err(RuleOutcome::Refuse),
+            Verdict::Refuse {
+                action: DenyAction::Status(status),
+                retry_after,
+            } => Err(RuleOutcome::Limited {
+                status,
+                retry_after,
+            }),
+        }
     }
 
     /// What the site's rules make of `req`, when it has rules and one matches (a path that
@@ -154,4 +188,15 @@ impl ThreadService {
             })
             .map(Rc::new)
     }
+}
+
+/// The client `req` is from as site `s` believes it: the connection's (or PROXY header's)
+/// address, or the one its trusted proxies named.
+fn client_of(s: &Site, req: &Request<'_>) -> Option<std::net::IpAddr> {
+    let peer = req.client.parse().ok()?;
+    Some(access::client(
+        peer,
+        req.header("x-forwarded-for"),
+        &s.trusted,
+    ))
 }

@@ -63,6 +63,9 @@ pub struct RequestCtx {
     pub pages: Option<Rc<super::error_pages::ErrorPages>>,
     /// The codings its site offers, its preference first (`None`: it compresses nothing).
     pub codings: Option<Rc<[crate::compress::Coding]>>,
+    /// Its slot of its client's in-flight limit, given back when the last copy of the
+    /// context is dropped (the request's answer done).
+    pub held: Option<Rc<crate::routing::limits::Held>>,
 }
 
 /// Where routing sends a request whose head is complete (its body not read yet).

@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod hosts;
+pub mod limits;
 pub mod rules;
 
 /// One address a worker listens on: which sites it answers for, `(host, site)` with `site` an

@@ -59,6 +59,11 @@ pub enum RuleOutcome {
     },
     /// No answer: the connection is closed (an access list's `deny_action = "close"`).
     Refuse,
+    /// A client over its site's limit: this status, `Retry-After` these seconds (429, 503).
+    Limited {
+        status: u16,
+        retry_after: u32,
+    },
 }
 
 /// The request as rules see it.

@@ -22,6 +22,7 @@ use crate::http::service::{ConnEnv, Timeouts};
 use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
 use crate::proxy::{ProxyRoute, SharedTiers};
+use crate::routing::limits::Accounts;
 use crate::routing::GroupRoutes;
 use std::cell::Cell;
 use std::io::Write;
@@ -121,7 +122,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             log(&spec.name(), format!("certificate store: {e}"));
         }
     }
-    let tls = Arc::new(TlsSetup {
+    let shared = Arc::new(Shared {
         configs: spec
             .groups
             .iter()
@@ -140,6 +141,18 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             })
             .collect::<Result<_, _>>()?,
         kernel: ktls,
+        // Each limited site's clients, counted per worker (per node; see routing::limits).
+        limits: spec
+            .sites
+            .iter()
+            .map(|s| {
+                s.limit.clone().map(|limit| {
+                    let who = spec.name();
+                    let report = Box::new(move |line: String| log(&who, line));
+                    Arc::new(Accounts::new(&s.name, limit, spec.threads.len(), report))
+                })
+            })
+            .collect(),
     });
     // Placed and in its control groups (which needed root): now the pool's user, before any
     // thread starts or any request is read.
@@ -172,10 +185,10 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let started_tx = started_tx.clone();
         let cpu = thread.cpu;
         let health = Arc::clone(&health[t]);
-        let tls = Arc::clone(&tls);
+        let shared = Arc::clone(&shared);
         let handle = std::thread::Builder::new()
             .name(format!("{}-cpu{cpu}", spec.pool))
-            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health, tiers, &tls))
+            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health, tiers, &shared))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         threads.push(handle);
     }
@@ -369,11 +382,13 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
     .line()
 }
 
-/// The TLS of a worker's listener groups, shared by its threads: each https group's rustls
-/// configuration (`None` for cleartext), and the connections the kernel's TLS can take.
-struct TlsSetup {
+/// What a worker's threads share: the TLS of its listener groups (each https group's rustls
+/// configuration, `None` for cleartext, and the connections the kernel's TLS can take), and
+/// the accounts of its sites' limits.
+struct Shared {
     configs: Vec<Option<Arc<rustls::ServerConfig>>>,
     kernel: crate::os::ktls::KernelSupport,
+    limits: Vec<Option<Arc<Accounts>>>,
 }
 
 /// One engine thread: its own runtime, its listeners, its connections.
@@ -384,7 +399,7 @@ fn engine_thread(
     started: std::sync::mpsc::Sender<Result<(), String>>,
     health: Arc<ThreadHealth>,
     tiers: Arc<SharedTiers>,
-    tls: &TlsSetup,
+    shared: &Shared,
 ) {
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -435,7 +450,8 @@ fn engine_thread(
                     .map(|(pool, tiers)| (pool, Rc::new(PoolTargets::new(tiers, spec.handoff_key))))
                     .collect(),
             )
-            .with_tls(&tls.configs, tls.kernel),
+            .with_tls(&shared.configs, shared.kernel)
+            .with_limits(&shared.limits),
             clock,
             limits: HeadLimits {
                 max_request_line: l.max_request_line,

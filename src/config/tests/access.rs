@@ -37,6 +37,30 @@ fn lists_become_networks_and_the_action_is_kept() {
 }
 
 #[test]
+fn a_limit_keeps_its_rate_burst_and_action() {
+    let c = parse(
+        "limit = { rate = \"600/m\", concurrent = 20, action = \"close\" }\ntrusted_proxies = [\"10.0.0.0/8\"]",
+        "",
+    )
+    .unwrap();
+    let l = c.sites[0].limit.as_ref().unwrap();
+    let rate = l.rate.unwrap();
+    assert_eq!((rate.requests, rate.per.as_secs()), (600, 60));
+    assert_eq!(l.burst, 600, "the rate's count when not given");
+    assert_eq!((l.concurrent, l.action), (Some(20), DenyAction::Close));
+    let l = parse("limit = { rate = \"50/s\", burst = 100 }", "")
+        .unwrap()
+        .sites[0]
+        .limit
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (l.burst, l.concurrent, l.action),
+        (100, None, DenyAction::Status(429))
+    );
+}
+
+#[test]
 fn a_site_without_lists_says_nothing_of_them() {
     let c = parse("", "").unwrap();
     let s = &c.sites[0];
@@ -72,6 +96,36 @@ fn each_bad_value_is_one_line_naming_the_key() {
             "deny_action = 404",
             "",
             "key `site[0].deny_action`: says what a client refused",
+        ),
+        (
+            "limit = { rate = \"50/d\" }",
+            "",
+            "key `site[0].limit.rate`: `50/d` is not a rate",
+        ),
+        (
+            "limit = { rate = \"50/s\", burst = 0 }",
+            "",
+            "key `site[0].limit.burst`: 0 is not a count of requests",
+        ),
+        (
+            "limit = { concurrent = 5, burst = 10 }",
+            "",
+            "key `site[0].limit.burst`: is how many requests may come at once above the rate, and there is no rate",
+        ),
+        (
+            "limit = { concurrent = 5, action = 302 }",
+            "",
+            "key `site[0].limit.action`: 302 is not an answer to a refused client; use 429 (the default), 403, 404, 503 or \"close\"",
+        ),
+        (
+            "limit = { action = 429 }",
+            "",
+            "key `site[0].limit`: limits nothing",
+        ),
+        (
+            "limit = { rate = \"5/s\", per = \"ip\" }",
+            "",
+            "unknown field `per`",
         ),
     ] {
         let errs = parse(site, app).expect_err(expected);

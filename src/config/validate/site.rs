@@ -193,15 +193,17 @@ impl Validator {
         let compress = self.codings(&at("compress"), raw.compress);
         let access = self.access_list(&[Seg::Key("site"), Seg::Index(i)], raw.allow, raw.deny);
         let trusted_proxies = self.cidrs(&at("trusted_proxies"), raw.trusted_proxies);
-        let deny_action = self.deny_action(&at("deny_action"), raw.deny_action);
+        let deny_action = self.refusal(&at("deny_action"), raw.deny_action, &[403, 404]);
+        let limit = self.limit(&at("limit"), raw.limit);
         let no_lists = access.is_empty() && apps.iter().all(|a: &AppSpec| a.access.is_empty());
-        if no_lists && !trusted_proxies.is_empty() {
-            self.err(&at("trusted_proxies"), "says whose X-Forwarded-For is believed for allow and deny, and the site and its paths have none; add allow or deny, or remove it");
+        if no_lists && limit.is_none() && !trusted_proxies.is_empty() {
+            self.err(&at("trusted_proxies"), "says whose X-Forwarded-For is believed for allow, deny and limit, and the site has none of them; add one, or remove it");
         }
         if no_lists && deny_action != DenyAction::default() {
             self.err(&at("deny_action"), "says what a client refused by allow or deny gets, and the site and its paths have none; add allow or deny, or remove it");
         }
         SiteSpec {
+            limit,
             access,
             trusted_proxies,
             deny_action,

@@ -1,0 +1,144 @@
+//! How fast and how much one client may ask (issue #29, item 2): a client over its rate gets
+//! 429 with `Retry-After` while another is served, and the log says when it starts and stops
+//! being limited; a client holding too many requests in flight at a real app is limited
+//! while its held requests finish; a trusted proxy's clients are counted apart.
+
+mod common;
+
+use common::*;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+fn ask(from: &str, addr: SocketAddr, path: &str, extra: &str) -> Response {
+    let mut c = Conn::open_from(from, addr);
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\n{extra}\r\n").as_bytes());
+    c.read_response(false).expect("an answer")
+}
+
+#[test]
+fn a_client_over_its_rate_gets_429_while_another_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "<p>home\n").unwrap();
+    let (port, behind) = (free_port(), free_port());
+    // Five a minute, three at once: a test's pace is far above it, whatever the machine.
+    let site = |name: &str, port: u16, keys: &str| {
+        format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n{keys}\n[[site.app]]\npath = \"/\"\npool = \"files\"\n")
+    };
+    let config = format!(
+        "[[pool]]\nname = \"files\"\n{}{}",
+        site("limited", port, "limit = { rate = \"5/m\", burst = 3 }"),
+        site(
+            "behind",
+            behind,
+            "limit = { rate = \"5/m\", burst = 2, action = 503 }\ntrusted_proxies = [\"127.0.0.1\"]"
+        ),
+    );
+    let server = Server::with_config(d, &config);
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    for k in 0..3 {
+        let r = ask("127.0.0.2", at, "/", "");
+        assert_eq!(r.status, 200, "request {k}: {}", server.log_text());
+    }
+    let r = ask("127.0.0.2", at, "/", "");
+    assert_eq!(r.status, 429);
+    let wait: u32 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=12).contains(&wait), "one more in 12 s at most: {wait}");
+    // Another client is served meanwhile, and the first stays limited.
+    assert_eq!(ask("127.0.0.3", at, "/", "").status, 200);
+    assert_eq!(ask("127.0.0.2", at, "/", "").status, 429);
+    server.wait_for_log(
+        "site limited: client 127.0.0.2 limited (over 5/m, burst 3): answering 429",
+        Duration::from_secs(20),
+    );
+    // Behind a trusted proxy, the clients it names are counted, each apart.
+    let at = SocketAddr::from(([127, 0, 0, 1], behind));
+    let xff = |ip: &str| format!("X-Forwarded-For: {ip}\r\n");
+    for _ in 0..2 {
+        assert_eq!(ask("127.0.0.1", at, "/", &xff("192.0.2.1")).status, 200);
+    }
+    let r = ask("127.0.0.1", at, "/", &xff("192.0.2.1"));
+    assert_eq!(r.status, 503);
+    assert!(r.header("retry-after").is_some());
+    assert_eq!(ask("127.0.0.1", at, "/", &xff("192.0.2.2")).status, 200);
+    drop(server);
+}
+
+#[test]
+fn a_client_holding_too_many_requests_at_an_app_is_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"app\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ RECORD = \"seen.log\" }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nlimit = {{ concurrent = 2 }}\n[[site.app]]\npool = \"app\"\n",
+            test_app().display()
+        ),
+    );
+    let at = SocketAddr::from(([127, 0, 0, 1], port));
+    // (Another client first: a slot is given back just after its answer is sent.)
+    assert_eq!(
+        ask("127.0.0.4", at, "/ready", "").status,
+        200,
+        "{}",
+        server.log_text()
+    );
+    // Two slow requests in flight at the app (it has them: they are in its record)...
+    let mut held: Vec<Conn> = (0..2)
+        .map(|k| {
+            let mut c = Conn::open_from("127.0.0.2", at);
+            c.send(format!("GET /slow{k} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+            c
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(d.join("seen.log"))
+        .unwrap_or_default()
+        .matches("/slow")
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the app never had both: {:?} {}",
+            std::fs::read_to_string(d.join("seen.log")),
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ... so a third from the same client is refused, at once, and never reaches it; another
+    // client is served.
+    let r = ask("127.0.0.2", at, "/third", "");
+    assert_eq!((r.status, r.header("retry-after")), (429, Some("1")));
+    assert_eq!(ask("127.0.0.3", at, "/other", "").status, 200);
+    for c in &mut held {
+        assert_eq!(c.read_response(false).expect("the held answer").status, 200);
+    }
+    // Done, its slots are given back.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = ask("127.0.0.2", at, "/after", "").status;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still limited: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = std::fs::read_to_string(d.join("seen.log")).unwrap();
+    assert!(!seen.contains("/third"), "{seen}");
+    server.wait_for_log(
+        "site s: client 127.0.0.2 limited (over 2 requests in flight)",
+        Duration::from_secs(20),
+    );
+    server.wait_for_log(
+        "site s: client 127.0.0.2 no longer limited",
+        Duration::from_secs(20),
+    );
+    drop(server);
+}
