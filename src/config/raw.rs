@@ -176,6 +176,16 @@ pub struct RawApp {
     pub alias: Option<String>,
     pub allow: Option<Vec<String>>,
     pub deny: Option<Vec<String>>,
+    pub auth: Option<RawAuth>,
+}
+
+/// A path's `auth = { htpasswd = "admin.htpasswd", realm = "Admin", cleartext = false }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub htpasswd: Option<String>,
+    pub realm: Option<String>,
+    pub cleartext: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 pub use crate::certs::TlsFiles;
 pub use crate::routing::access::{AccessList, Cidr, DenyAction};
+pub use crate::routing::auth::AuthSpec;
 pub use crate::routing::limits::{LimitSpec, Rate};
 pub use crate::routing::rules::{RuleAction, RuleSpec};
 
@@ -76,6 +77,9 @@ pub struct AppSpec {
     /// Who may reach this path, beside the site's lists (both must let a client in).
     #[serde(default, skip_serializing_if = "AccessList::is_empty")]
     pub access: AccessList,
+    /// Who must sign in to it (`auth`: basic authentication from an htpasswd file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
 }
 
 impl AppSpec {
@@ -92,6 +96,7 @@ impl AppSpec {
             cache: Vec::new(),
             alias: None,
             access: AccessList::default(),
+            auth: None,
         }
     }
 

@@ -67,6 +67,16 @@ impl ThreadService {
                 resp.error(status);
                 return Reply::Done;
             }
+            Routed::Challenge(realm) => {
+                resp.status(401)
+                    .header(
+                        "WWW-Authenticate",
+                        &format!("Basic realm=\"{realm}\", charset=\"UTF-8\""),
+                    )
+                    .header("Content-Type", "text/plain; charset=utf-8")
+                    .body(b"401 Unauthorized\n");
+                return Reply::Done;
+            }
             Routed::Limited(status, retry_after) => {
                 limited(resp, status, retry_after);
                 return Reply::Done;

@@ -41,6 +41,8 @@ pub(super) struct App {
     pub fields: Option<Edits>,
     /// Its own `allow`/`deny`, when it has them (the site's apply too).
     pub access: Option<crate::routing::access::AccessList>,
+    /// Who must sign in to it, when it has `auth`.
+    pub auth: Option<crate::routing::auth::ThreadAuth>,
 }
 
 /// A site's or path's field edits: over cleartext, over TLS (with its HSTS line).

@@ -56,6 +56,9 @@ struct Site {
     fields: app::Edits,
     /// Whether an app path has edits of its own: only then is the path looked at to choose.
     app_fields: bool,
+    /// Whether an app path asks who the client is (`auth`): only then is a lent request's
+    /// path looked at for it.
+    app_auth: bool,
     /// With `redirect_to_https`: the https port its cleartext requests are sent to.
     to_https: Option<u16>,
     /// Its redirect and rewrite rules, compiled for this thread.
@@ -177,6 +180,7 @@ impl ThreadService {
                         handler: AppHandler::new(pool, s, a, proxy.as_ref(), &target_of),
                         fields: (!a.headers.is_empty()).then(|| app::field_edits(s, Some(a))),
                         access: (!a.access.is_empty()).then(|| a.access.clone()),
+                        auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
                     })
                     .collect();
                 // Longest prefix first.
@@ -225,6 +229,7 @@ impl ThreadService {
                     trusted: s.trusted_proxies.as_slice().into(),
                     limits: None,
                     app_fields: apps.iter().any(|a| a.fields.is_some()),
+                    app_auth: apps.iter().any(|a| a.auth.is_some()),
                     apps,
                     log,
                     whole,
@@ -328,6 +333,7 @@ impl ThreadService {
             pages: s.pages.clone(),
             codings: s.codings.clone(),
             held: None,
+            user: None,
         }
     }
 
@@ -350,6 +356,8 @@ enum Routed<'s, 'p> {
     Fixed(u16, &'s str),
     /// A client over the site's `limit`: this status, and when to try again (seconds).
     Limited(u16, u32),
+    /// A path's sign-in, not (rightly) given: 401 asking for it in this realm.
+    Challenge(&'s str),
 }
 
 impl Service for ThreadService {
@@ -396,13 +404,17 @@ impl Service for ThreadService {
         ctx.rule = rule.clone();
         if self.proxies {
             if let Some(target) = self.proxy_target(group, site, req) {
-                // Lent, it stays in flight: its slot of the client's limit is held with it.
-                match self.limited(site, req, true) {
-                    Ok(held) => ctx.held = held.map(Rc::new),
-                    Err(outcome) => {
-                        ctx.rule = Some(Rc::new(outcome));
-                        return Route::Here(ctx);
-                    }
+                // Lent, it stays in flight: its slot of the client's limit is held with it;
+                // then the path's sign-in, if it has one.
+                let admitted = self.limited(site, req, true).and_then(|held| {
+                    ctx.held = held.map(Rc::new);
+                    ctx.user = self.lent_user(group, site, req)?;
+                    Ok(())
+                });
+                if let Err(outcome) = admitted {
+                    ctx.held = None;
+                    ctx.rule = Some(Rc::new(outcome));
+                    return Route::Here(ctx);
                 }
                 self.served.set(self.served.get() + 1);
                 return Route::Lend(target, ctx);
@@ -434,16 +446,27 @@ impl Service for ThreadService {
                 status,
                 retry_after,
             }) => (Routed::Limited(*status, *retry_after), req),
+            Some(RuleOutcome::Unauthorized { realm }) => (Routed::Challenge(realm), req),
             Some(RuleOutcome::Refuse) => return Reply::Refuse,
         };
-        // Answered here and now: the client's limit is looked at, no slot held.
+        // Answered here and now: the client's limit is looked at (no slot held), then the
+        // path's sign-in.
         let routed = match routed {
-            Routed::App(..) => match self.limited(ctx.site, req, false) {
+            Routed::App(app, _) => match self
+                .limited(ctx.site, req, false)
+                .and_then(|_| self.signed_in(group, app, req))
+            {
                 Ok(_) => routed,
                 Err(RuleOutcome::Limited {
                     status,
                     retry_after,
                 }) => Routed::Limited(status, retry_after),
+                Err(RuleOutcome::Unauthorized { realm }) => {
+                    return self.respond(group, Routed::Challenge(&realm), ctx, req, resp)
+                }
+                Err(RuleOutcome::Answer { status, body }) => {
+                    return self.respond(group, Routed::Fixed(status, &body), ctx, req, resp)
+                }
                 Err(_) => return Reply::Refuse,
             },
             other => other,
@@ -464,6 +487,17 @@ impl Service for ThreadService {
     ) -> Dispatch {
         // A rewritten request goes to the app as its new target (the log keeps the original).
         let codings = ctx.codings.as_deref().unwrap_or_default();
+        let signed_in;
+        let head = match &ctx.user {
+            None => head,
+            Some(user) => {
+                signed_in = LentHead {
+                    remote_user: Some(user),
+                    ..*head
+                };
+                &signed_in
+            }
+        };
         match ctx.rule.as_deref() {
             Some(RuleOutcome::Rewrite(t)) => {
                 Dispatch::new(target, &req.retargeted(t), head, codings)

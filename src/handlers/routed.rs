@@ -6,7 +6,7 @@
 //! `rule_for`). Must not touch: the answers (see `answer`) or the service's data (the
 //! parent's).
 
-use super::app::AppHandler;
+use super::app::{App, AppHandler};
 use super::front::{self, Front};
 use super::{static_files, Routed, Site, ThreadService, Whole};
 use crate::handoff::Handoff;
@@ -14,6 +14,7 @@ use crate::http::service::SiteRef;
 use crate::http::Request;
 use crate::proxy::ProxyTarget;
 use crate::routing::access::{self, DenyAction};
+use crate::routing::auth;
 use crate::routing::limits::{Held, Verdict};
 use crate::routing::rules::{RuleOutcome, Seen};
 use crate::routing::under_prefix;
@@ -159,6 +160,52 @@ impl ThreadService {
                 status,
                 retry_after,
             }),
+        }
+    }
+
+    /// Whether `req` may have `app`'s path: `Ok` with the user it signed in as (`None` for a
+    /// path without `auth`); `Err` with its answer — 401 asking to sign in, or 403 on
+    /// cleartext for a path whose passwords must not travel in the clear.
+    pub(super) fn signed_in(
+        &self,
+        group: usize,
+        app: &App,
+        req: &Request<'_>,
+    ) -> Result<Option<Rc<str>>, RuleOutcome> {
+        let Some(auth) = &app.auth else {
+            return Ok(None);
+        };
+        let tls = self.groups.get(group).is_some_and(|g| g.tls);
+        if !tls && !auth.cleartext() {
+            return Err(RuleOutcome::Answer {
+                status: 403,
+                body: "403 Forbidden: this path asks for a password, so it is served over HTTPS only\n".into(),
+            });
+        }
+        match auth.check(req.header("authorization"), std::time::Instant::now()) {
+            auth::Verdict::User(user) => Ok(Some(user)),
+            auth::Verdict::Challenge => Err(RuleOutcome::Unauthorized {
+                realm: auth.realm().to_string(),
+            }),
+        }
+    }
+
+    /// [`Self::signed_in`] for a request about to be lent (its site has a path with `auth`).
+    pub(super) fn lent_user(
+        &self,
+        group: usize,
+        site: Option<SiteRef>,
+        req: &Request<'_>,
+    ) -> Result<Option<Rc<str>>, RuleOutcome> {
+        if !site
+            .and_then(|id| self.site(id))
+            .is_some_and(|s| s.app_auth)
+        {
+            return Ok(None);
+        }
+        match self.routed(group, site, req) {
+            Routed::App(app, _) => self.signed_in(group, app, req),
+            _ => Ok(None),
         }
     }
 

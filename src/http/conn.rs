@@ -355,6 +355,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     local: self.peer.local_addr(self.stream.socket()),
                     client_text: &self.peer.text,
                     https: self.peer.https,
+                    remote_user: None,
                 };
                 let lending = Lending {
                     lent: self.env.service.prepare(target, &ctx, &request, &head),

@@ -66,6 +66,8 @@ pub struct RequestCtx {
     /// Its slot of its client's in-flight limit, given back when the last copy of the
     /// context is dropped (the request's answer done).
     pub held: Option<Rc<crate::routing::limits::Held>>,
+    /// The user its path's basic authentication let in, told to the app.
+    pub user: Option<Rc<str>>,
 }
 
 /// Where routing sends a request whose head is complete (its body not read yet).
@@ -79,7 +81,8 @@ pub enum Route<T> {
 }
 
 /// What a lent request's head needs of its connection: the client, and how it framed and
-/// asked for this request.
+/// asked for this request (and, set by the service, the user it signed in as).
+#[derive(Clone, Copy)]
 pub struct LentHead<'a> {
     pub framing: Framing,
     /// The connection may carry another request after this one.
@@ -91,6 +94,9 @@ pub struct LentHead<'a> {
     /// The connection's own address, when known.
     pub local: Option<std::net::SocketAddr>,
     pub https: bool,
+    /// The user basic authentication let in (`None` from the connection; the service sets
+    /// it from the request's context).
+    pub remote_user: Option<&'a str>,
 }
 
 /// A connection lent by the engine for one request, given back when the answer is done.

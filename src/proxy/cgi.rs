@@ -134,6 +134,10 @@ impl FastCgiRequest {
             pair(&mut params, b"REMOTE_ADDR", a.ip().to_string().as_bytes());
             pair(&mut params, b"REMOTE_PORT", a.port().to_string().as_bytes());
         }
+        if let Some(user) = lent.remote_user {
+            pair(&mut params, b"REMOTE_USER", user.as_bytes());
+            pair(&mut params, b"AUTH_TYPE", b"Basic");
+        }
         if let Some(a) = lent.local {
             pair(&mut params, b"SERVER_ADDR", a.ip().to_string().as_bytes());
             pair(&mut params, b"SERVER_PORT", a.port().to_string().as_bytes());

@@ -1,5 +1,5 @@
 //! The request as it goes to an HTTP application: the head rewritten for the hop (hop-by-hop
-//! fields dropped, `X-Forwarded-For/-Proto/-Host` set by espalier, the body re-framed by
+//! fields dropped, `X-Forwarded-For/-Proto/-Host` and `X-Remote-User` set by espalier, the body re-framed by
 //! length or chunks), and what forwarding it needs to know (retry, upgrade, keep-alive).
 //!
 //! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`]).
@@ -41,12 +41,14 @@ const END_TO_END: [&str; 4] = ["host", "authorization", "cookie", "content-type"
 /// Whether a request field stays behind: hop-by-hop, named in `Connection` (`listed`, but for
 /// [`END_TO_END`] fields), or one espalier sets itself (framing, `Expect`, `X-Forwarded-*`).
 pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
-    const OWN: [&str; 5] = [
+    const OWN: [&str; 6] = [
         "content-length",
         "expect",
         "x-forwarded-for",
         "x-forwarded-proto",
         "x-forwarded-host",
+        // Who signed in: espalier's to say, never the client's.
+        "x-remote-user",
     ];
     let end_to_end = || END_TO_END.iter().any(|e| name.eq_ignore_ascii_case(e));
     HOP_BY_HOP
@@ -139,6 +141,9 @@ impl ForwardRequest {
         if let Some(host) = req.host() {
             push_field(&mut head, "X-Forwarded-Host", host);
         }
+        if let Some(user) = lent.remote_user {
+            push_field(&mut head, "X-Remote-User", user);
+        }
         match framing {
             Framing::None => {}
             Framing::Length(n) => {
@@ -212,6 +217,7 @@ mod tests {
             client_text: peer.unwrap_or_default(),
             local: None,
             https: false,
+            remote_user: None,
         };
         let f = ForwardRequest::new(&request, &lent);
         String::from_utf8(f.head).expect("text")

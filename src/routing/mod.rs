@@ -3,9 +3,12 @@
 //! and the TLS layer that picks certificates by them.
 //!
 //! Owns: [`GroupRoutes`], host matching ([`hosts`]), path-prefix matching ([`under_prefix`]),
-//! a site's redirect and rewrite rules ([`rules`]) and its allow and deny lists ([`access`]). Must not touch: requests (the handlers route them) or sockets.
+//! a site's redirect and rewrite rules ([`rules`]), and who may come in: allow and deny
+//! lists ([`access`]), per-client limits ([`limits`]) and sign-in ([`auth`]). Must not touch:
+//! requests (the handlers route them) or sockets.
 
 pub mod access;
+pub mod auth;
 pub mod hosts;
 pub mod limits;
 pub mod rules;

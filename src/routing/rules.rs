@@ -64,6 +64,10 @@ pub enum RuleOutcome {
         status: u16,
         retry_after: u32,
     },
+    /// A path's sign-in not given, or wrong: 401 asking for it in this realm.
+    Unauthorized {
+        realm: String,
+    },
 }
 
 /// The request as rules see it.

@@ -1,7 +1,8 @@
 # The tests' small HTTP app: `/slow…` is answered after a second (a request in flight while
 # others are routed), `/endless…` streams without end, anything else at once; with RECORD
 # set, every path it is asked for is appended to that file (which requests reached it, in
-# what order); START_DELAY (seconds) delays its start, as a slow app's imports do.
+# what order); START_DELAY (seconds) delays its start, as a slow app's imports do;
+# `/whoami…` answers the X-Remote-User it was sent (who signed in, as espalier says).
 import http.server, os, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -19,6 +20,8 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/slow"):
             time.sleep(1)
         body = b"app\n"
+        if self.path.startswith("/whoami") or "/whoami" in self.path:
+            body = ("user=%s\n" % self.headers.get("X-Remote-User", "")).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -135,3 +135,71 @@ fn each_bad_value_is_one_line_naming_the_key() {
         assert_eq!(text.lines().count(), 1, "{text}");
     }
 }
+
+/// A cleartext site with one app path whose `auth` is `auth` (an htpasswd file holding
+/// `file_text` is at `{file}`).
+fn with_auth(auth: &str, file_text: &str) -> Result<Config, ConfigErrors> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("users.htpasswd");
+    std::fs::write(&file, file_text).unwrap();
+    let binding = "http://127.0.0.1:8080";
+    let text = format!(
+        "[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"{binding}\"]\n[[site.app]]\npool = \"p\"\nauth = {}\n",
+        auth.replace("{file}", &file.display().to_string())
+    );
+    Config::parse(&text, Path::new("/etc/espalier/t.toml"), &fixture("dl980"))
+}
+
+const ALICE: &str = "alice:$2y$05$tBNGnx5dsSKJiN4WNUQb6eAhtLhHWzxoq9yzVBwyBbV.6Lc7jtBJW\n";
+
+#[test]
+fn auth_reads_its_users_and_each_bad_value_is_one_line() {
+    let c = with_auth("{ htpasswd = \"{file}\", realm = \"Admin\" }", ALICE);
+    // Cleartext only: refused, naming the key.
+    let text = c.expect_err("cleartext").to_string();
+    assert!(
+        text.contains(
+            "key `site[0].app[0].auth`: asks for a password, and the site has no https:// binding"
+        ),
+        "{text}"
+    );
+    let c = with_auth(
+        "{ htpasswd = \"{file}\", realm = \"Admin\", cleartext = true }",
+        ALICE,
+    )
+    .unwrap();
+    let auth = c.sites[0].apps[0].auth.as_ref().unwrap();
+    assert_eq!((auth.realm.as_str(), auth.cleartext), ("Admin", true));
+    assert_eq!(auth.users[0].0, "alice");
+    for (auth, file_text, expected) in [
+        (
+            "{ realm = \"x\", cleartext = true }",
+            ALICE,
+            "key `site[0].app[0].auth`: needs htpasswd",
+        ),
+        (
+            "{ htpasswd = \"/nonexistent/users\", cleartext = true }",
+            ALICE,
+            "key `site[0].app[0].auth.htpasswd`: /nonexistent/users cannot be read",
+        ),
+        (
+            "{ htpasswd = \"{file}\", cleartext = true }",
+            "# team\nbob:$apr1$x$y\n",
+            "users.htpasswd:2 user `bob`: has an MD5 hash, which is refused",
+        ),
+        (
+            "{ htpasswd = \"{file}\", cleartext = true }",
+            "# nobody yet\n",
+            "users.htpasswd has no users",
+        ),
+        (
+            "{ htpasswd = \"{file}\", realm = \"a\\\"b\", cleartext = true }",
+            ALICE,
+            "key `site[0].app[0].auth.realm`: is shown by the browser",
+        ),
+    ] {
+        let errs = with_auth(auth, file_text).expect_err(expected);
+        assert_eq!(errs.0.len(), 1, "expected one error, got: {errs}");
+        assert!(errs.to_string().contains(expected), "{auth}: {errs}");
+    }
+}

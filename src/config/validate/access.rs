@@ -1,13 +1,15 @@
 //! Validation of who may come in: `allow` and `deny` (on a site and an app path),
-//! `trusted_proxies`, `deny_action`, and how fast and how much a client may ask (`limit`).
+//! `trusted_proxies`, `deny_action`, how fast and how much a client may ask (`limit`), and who
+//! must sign in (`auth`, its htpasswd file read and checked here).
 //!
 //! Owns: those keys' rules. Must not touch: what a list lets in
 //! ([`crate::routing::access`]) or how limits are counted ([`crate::routing::limits`]).
 
 use super::super::locate::Seg;
-use super::super::raw::RawLimit;
-use super::super::site::{AccessList, Cidr, DenyAction, LimitSpec, Rate};
+use super::super::raw::{RawAuth, RawLimit};
+use super::super::site::{AccessList, AuthSpec, Cidr, DenyAction, LimitSpec, Rate};
 use super::Validator;
+use std::path::Path;
 
 impl Validator {
     /// Addresses and networks at `at`, each checked.
@@ -114,6 +116,47 @@ impl Validator {
             rate,
             concurrent,
             action,
+        })
+    }
+
+    /// A path's `auth`: its htpasswd file read (relative to the config's folder) and each
+    /// entry checked.
+    pub(super) fn auth(&mut self, at: &[Seg], raw: RawAuth, base: &Path) -> Option<AuthSpec> {
+        let mut key = at.to_vec();
+        key.push(Seg::Key("htpasswd"));
+        let Some(file) = raw.htpasswd else {
+            self.err(at, "needs htpasswd = \"FILE\": the users who may sign in (make it with `htpasswd -B -c FILE USER`, from apache2-utils)");
+            return None;
+        };
+        let path = base.join(&file);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                self.err(&key, format!("{} cannot be read ({e}); make it with `htpasswd -B -c {} USER`, or fix the path (relative paths are from the config file's folder)", path.display(), path.display()));
+                return None;
+            }
+        };
+        let users = match crate::routing::auth::parse_htpasswd(&text) {
+            Ok(users) => users,
+            Err((0, why)) => {
+                self.err(&key, format!("{} {why}", path.display()));
+                return None;
+            }
+            Err((line, why)) => {
+                self.err(&key, format!("{}:{line} {why}", path.display()));
+                return None;
+            }
+        };
+        let realm = raw.realm.unwrap_or_else(|| "Restricted".to_string());
+        if realm.is_empty() || realm.contains(['"', '\\']) || realm.chars().any(char::is_control) {
+            let mut key = at.to_vec();
+            key.push(Seg::Key("realm"));
+            self.err(&key, "is shown by the browser when it asks for a password: give it a name without quotes, backslashes or control characters");
+        }
+        Some(AuthSpec {
+            realm,
+            users,
+            cleartext: raw.cleartext.unwrap_or(false),
         })
     }
 }

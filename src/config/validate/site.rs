@@ -195,6 +195,21 @@ impl Validator {
         let trusted_proxies = self.cidrs(&at("trusted_proxies"), raw.trusted_proxies);
         let deny_action = self.refusal(&at("deny_action"), raw.deny_action, &[403, 404]);
         let limit = self.limit(&at("limit"), raw.limit);
+        // Passwords are not sent in the clear unless the path says it may be.
+        if !bindings.iter().any(|b| b.tls) {
+            for (k, app) in apps.iter().enumerate() {
+                if app.auth.as_ref().is_some_and(|a| !a.cleartext) {
+                    let key = [
+                        Seg::Key("site"),
+                        Seg::Index(i),
+                        Seg::Key("app"),
+                        Seg::Index(k),
+                        Seg::Key("auth"),
+                    ];
+                    self.err(&key, "asks for a password, and the site has no https:// binding, so it would travel in the clear; add an https:// binding, or say cleartext = true (behind a proxy that speaks TLS)");
+                }
+            }
+        }
         let no_lists = access.is_empty() && apps.iter().all(|a: &AppSpec| a.access.is_empty());
         if no_lists && limit.is_none() && !trusted_proxies.is_empty() {
             self.err(&at("trusted_proxies"), "says whose X-Forwarded-For is believed for allow, deny and limit, and the site has none of them; add one, or remove it");

@@ -169,7 +169,9 @@ impl Validator {
             }
         });
         let access = self.access_list(&app_at, ra.allow, ra.deny);
+        let auth = ra.auth.and_then(|a| self.auth(&at_key("auth"), a, base));
         AppSpec {
+            auth,
             access,
             alias,
             headers,

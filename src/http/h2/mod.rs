@@ -495,6 +495,7 @@ impl<S: Service + 'static> Connection<S> {
             client_text: &self.client,
             local: None,
             https: self.https,
+            remote_user: None,
         };
         let lent = env.service.prepare(target, ctx, request, &head);
         let forwarding = async move {

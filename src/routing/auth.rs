@@ -1,0 +1,227 @@
+//! Basic authentication for a path (IIS Basic Authentication, nginx `auth_basic` with
+//! `auth_basic_user_file`): an htpasswd file's users, with bcrypt (`htpasswd -B`) or argon2
+//! hashes — plain text, crypt, MD5 (`$apr1$`) and SHA-1 (`{SHA}`) entries are refused when
+//! the file is read, as they fall to a GPU in hours — and an `Authorization: Basic` header
+//! checked against them.
+//!
+//! A hash is slow on purpose (bcrypt's default cost is tens of milliseconds), and it runs on
+//! the thread that answers, as nginx's does: so a thread remembers a success for
+//! [`REMEMBERED`] (keyed by a salted 128-bit hash of the header, never the password), and a
+//! signed-in user pays it once, not per request; a failure is remembered for a second (its
+//! 401 costs one hash, not two). A site's `limit` bounds how fast a client can guess.
+//!
+//! Owns: reading and checking htpasswd text, the header's parse and the verdict. Must not
+//! touch: files or requests (the config reads the file, the handlers ask and answer).
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::time::{Duration, Instant};
+
+/// A path's `auth`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthSpec {
+    /// The realm the browser shows.
+    pub realm: String,
+    /// The file's users and their hashes, as read at `check` (and at each reload).
+    pub users: Vec<(String, String)>,
+    /// Whether the path may be asked over cleartext HTTP too (passwords in the clear).
+    #[serde(default)]
+    pub cleartext: bool,
+}
+
+/// Reads htpasswd text: `user:hash` lines, `#` comments and blank lines. Each refused line
+/// is `(line number, why)`.
+pub fn parse_htpasswd(text: &str) -> Result<Vec<(String, String)>, (usize, String)> {
+    let mut users = Vec::new();
+    for (k, line) in text.lines().enumerate() {
+        let n = k + 1;
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let Some((user, hash)) = line.split_once(':') else {
+            return Err((n, "is not `user:hash`".into()));
+        };
+        if user.is_empty() {
+            return Err((n, "has no user name".into()));
+        }
+        if user.chars().any(char::is_control) {
+            return Err((n, "has a control character in its user name".into()));
+        }
+        if let Err(why) = kind_of(hash) {
+            return Err((n, format!("user `{user}`: {why}")));
+        }
+        users.push((user.to_string(), hash.to_string()));
+    }
+    if users.is_empty() {
+        return Err((
+            0,
+            "has no users; add one with `htpasswd -B FILE USER`".into(),
+        ));
+    }
+    Ok(users)
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Bcrypt,
+    Argon2,
+}
+
+fn kind_of(hash: &str) -> Result<Kind, String> {
+    const REMAKE: &str = "make it again with `htpasswd -B` (bcrypt)";
+    if ["$2y$", "$2b$", "$2a$"].iter().any(|p| hash.starts_with(p)) {
+        return hash
+            .parse::<bcrypt::HashParts>()
+            .map(|_| Kind::Bcrypt)
+            .map_err(|_| format!("its bcrypt hash is malformed; {REMAKE}"));
+    }
+    if hash.starts_with("$argon2") {
+        return argon2::PasswordHash::new(hash)
+            .map(|_| Kind::Argon2)
+            .map_err(|e| format!("its argon2 hash is malformed ({e})"));
+    }
+    let what = if hash.starts_with("$apr1$") || hash.starts_with("$1$") {
+        "an MD5 hash"
+    } else if hash.starts_with("{SHA}") {
+        "a SHA-1 hash"
+    } else if hash.starts_with("$5$") || hash.starts_with("$6$") {
+        "a SHA-crypt hash"
+    } else if hash.len() == 13 && !hash.starts_with('$') {
+        "a crypt (DES) hash"
+    } else {
+        "a plain-text password or an unknown hash"
+    };
+    Err(format!(
+        "has {what}, which is refused (too fast to guess against); {REMAKE} or argon2"
+    ))
+}
+
+/// Whether `password` is the one `hash` was made from.
+fn verify(password: &[u8], hash: &str) -> bool {
+    match kind_of(hash) {
+        Ok(Kind::Bcrypt) => bcrypt::verify(password, hash).unwrap_or(false),
+        Ok(Kind::Argon2) => argon2::PasswordHash::new(hash).is_ok_and(|parsed| {
+            use argon2::PasswordVerifier;
+            argon2::Argon2::default()
+                .verify_password(password, &parsed)
+                .is_ok()
+        }),
+        Err(_) => false,
+    }
+}
+
+/// How long a thread remembers a checked user.
+pub const REMEMBERED: Duration = Duration::from_secs(300);
+const FAILURE_REMEMBERED: Duration = Duration::from_secs(1);
+const CACHE_SIZE: usize = 1024;
+
+/// A checked header's verdict (`Some(user)`, or `None` for a failure) and until when.
+type Remembered = (Option<std::rc::Rc<str>>, Instant);
+
+/// A path's users as one thread checks them.
+pub struct ThreadAuth {
+    spec: AuthSpec,
+    users: HashMap<String, String>,
+    /// `Some(user)` for a success, `None` for a failure, until the instant.
+    seen: RefCell<HashMap<u128, Remembered>>,
+    keys: (
+        std::collections::hash_map::RandomState,
+        std::collections::hash_map::RandomState,
+    ),
+}
+
+/// What a request's `Authorization` is worth.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// A user of the file, with the right password.
+    User(std::rc::Rc<str>),
+    /// None, not Basic, malformed, an unknown user or a wrong password: 401.
+    Challenge,
+}
+
+impl ThreadAuth {
+    pub fn new(spec: AuthSpec) -> ThreadAuth {
+        ThreadAuth {
+            users: spec.users.iter().cloned().collect(),
+            spec,
+            seen: RefCell::default(),
+            keys: Default::default(),
+        }
+    }
+
+    pub fn realm(&self) -> &str {
+        &self.spec.realm
+    }
+
+    pub fn cleartext(&self) -> bool {
+        self.spec.cleartext
+    }
+
+    /// The verdict on an `Authorization` field's value at `now`.
+    pub fn check(&self, authorization: Option<&str>, now: Instant) -> Verdict {
+        let Some(value) = authorization else {
+            return Verdict::Challenge;
+        };
+        let key = self.key(value);
+        if let Some((user, until)) = self.seen.borrow().get(&key) {
+            if now < *until {
+                return user.clone().map_or(Verdict::Challenge, Verdict::User);
+            }
+        }
+        let user = self.verified(value).map(std::rc::Rc::from);
+        let mut seen = self.seen.borrow_mut();
+        if seen.len() >= CACHE_SIZE {
+            seen.retain(|_, (_, until)| now < *until);
+            if seen.len() >= CACHE_SIZE {
+                seen.clear();
+            }
+        }
+        let ttl = if user.is_some() {
+            REMEMBERED
+        } else {
+            FAILURE_REMEMBERED
+        };
+        seen.insert(key, (user.clone(), now + ttl));
+        user.map_or(Verdict::Challenge, Verdict::User)
+    }
+
+    /// The user `value` names, when its password is right (the hash run every time).
+    fn verified(&self, value: &str) -> Option<String> {
+        let (scheme, token) = value.trim().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("basic") {
+            return None;
+        }
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(token.trim())
+            .ok()?;
+        let colon = decoded.iter().position(|&b| b == b':')?;
+        let (user, password) = (&decoded[..colon], &decoded[colon + 1..]);
+        let user = std::str::from_utf8(user).ok()?;
+        match self.users.get(user) {
+            Some(hash) => verify(password, hash).then(|| user.to_string()),
+            None => {
+                // As long as a known user's check: which names exist is not told by time.
+                if let Some((_, hash)) = self.spec.users.first() {
+                    let _ = verify(password, hash);
+                }
+                None
+            }
+        }
+    }
+
+    fn key(&self, value: &str) -> u128 {
+        let half = |k: &std::collections::hash_map::RandomState| {
+            let mut h = k.build_hasher();
+            h.write(value.as_bytes());
+            h.finish()
+        };
+        (u128::from(half(&self.keys.0)) << 64) | u128::from(half(&self.keys.1))
+    }
+}
+
+#[cfg(test)]
+mod tests;

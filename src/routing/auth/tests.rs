@@ -1,0 +1,100 @@
+use super::*;
+
+fn basic(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+fn argon2_of(password: &str) -> String {
+    use argon2::PasswordHasher;
+    let salt = argon2::password_hash::SaltString::from_b64("c29tZXNhbHRzb21lc2FsdA").unwrap();
+    argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .unwrap()
+        .to_string()
+}
+
+fn auth() -> ThreadAuth {
+    let text = format!(
+        "# admins\nalice:{}\n\nbob:{}\n",
+        bcrypt::hash("wonderland", 4).unwrap(),
+        argon2_of("builder")
+    );
+    ThreadAuth::new(AuthSpec {
+        realm: "Admin".into(),
+        users: parse_htpasswd(&text).unwrap(),
+        cleartext: false,
+    })
+}
+
+#[test]
+fn bcrypt_and_argon2_users_are_let_in_with_their_passwords_only() {
+    let a = auth();
+    let now = Instant::now();
+    assert_eq!(
+        a.check(Some(&basic("alice", "wonderland")), now),
+        Verdict::User("alice".into())
+    );
+    assert_eq!(
+        a.check(Some(&basic("bob", "builder")), now),
+        Verdict::User("bob".into())
+    );
+    for wrong in [
+        basic("alice", "builder"),
+        basic("bob", ""),
+        basic("carol", "wonderland"),
+        "Bearer abc".into(),
+        "Basic !!!".into(),
+        "Basic YWxpY2U=".into(), // "alice", no colon
+    ] {
+        assert_eq!(a.check(Some(&wrong), now), Verdict::Challenge, "{wrong}");
+    }
+    assert_eq!(a.check(None, now), Verdict::Challenge);
+    // The scheme's name is case-insensitive.
+    let lower = basic("alice", "wonderland").replacen("Basic", "basic", 1);
+    assert_eq!(a.check(Some(&lower), now), Verdict::User("alice".into()));
+}
+
+#[test]
+fn a_success_is_remembered_and_a_failure_only_briefly() {
+    let a = auth();
+    let now = Instant::now();
+    let good = basic("alice", "wonderland");
+    assert!(matches!(a.check(Some(&good), now), Verdict::User(_)));
+    assert_eq!(a.seen.borrow().len(), 1);
+    // Remembered: the same answer without the hash (the entry is the same one).
+    assert!(matches!(
+        a.check(Some(&good), now + Duration::from_secs(60)),
+        Verdict::User(_)
+    ));
+    let bad = basic("alice", "guess");
+    assert_eq!(a.check(Some(&bad), now), Verdict::Challenge);
+    let until = a.seen.borrow().values().map(|(_, u)| *u).min().unwrap();
+    assert!(until <= now + Duration::from_secs(1));
+    // No password is kept: the keys are numbers.
+    assert_eq!(a.seen.borrow().len(), 2);
+}
+
+#[test]
+fn weak_or_malformed_entries_are_refused_with_their_line() {
+    for (text, line, why) in [
+        ("alice:wonderland\n", 1, "a plain-text password"),
+        ("# x\nalice:$apr1$abc$def\n", 2, "an MD5 hash"),
+        (
+            "alice:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\n",
+            1,
+            "a SHA-1 hash",
+        ),
+        ("alice:abJnggxhB/yWI\n", 1, "a crypt (DES) hash"),
+        ("alice:$6$salt$hash\n", 1, "a SHA-crypt hash"),
+        ("alice:$2y$05$short\n", 1, "bcrypt hash is malformed"),
+        ("just-a-name\n", 1, "is not `user:hash`"),
+        ("# nobody\n", 0, "has no users"),
+    ] {
+        let (n, message) = parse_htpasswd(text).expect_err(text);
+        assert_eq!(n, line, "{text}");
+        assert!(message.contains(why), "{text}: {message}");
+    }
+}
