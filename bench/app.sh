@@ -6,7 +6,9 @@
 #   (a) the app alone, on its own port;
 #   (b) behind espalier with transport = "activation" (the app accepts on espalier's socket);
 #   (c) behind espalier with transport = "proxy" (a front worker forwards to the app);
-#   (d) behind nginx as a reverse proxy with upstream keep-alive.
+#   (d) behind nginx as a reverse proxy with upstream keep-alive;
+#   (e) as (c), with max_requests_per_process = 16 (half the connections wait in espalier's
+#       queue at any time): what the cap and its queue cost.
 # Prints requests/s, latency p50/p99 and, for (c) and (d), the proxy tier's CPU time per request
 # (user + system of every process of the proxy — master and workers — from /proc/<pid>/stat,
 # summed over all runs), and the app's.
@@ -43,10 +45,10 @@ cp -r "$ROOT/examples/apps/node" "$ROOT/examples/apps/audio" "$WORK/"
 mkdir -p "$WORK/nginx"
 
 ALONE=$(free_port); NGINX_APP=$(free_port); NGINX_PORT=$(free_port)
-ACT=$(free_port); PROXY=$(free_port)
-ADMIN1=$(free_port); ADMIN2=$(free_port)
+ACT=$(free_port); PROXY=$(free_port); CAPPED=$(free_port)
+ADMIN1=$(free_port); ADMIN2=$(free_port); ADMIN3=$(free_port)
 
-pool() { # name port admin transport
+pool() { # name port admin transport [extra pool keys]
   cat <<CONF
 [server]
 admin = "127.0.0.1:$3"
@@ -59,6 +61,7 @@ command = ["node", "server.js"]
 directory = "node"
 transport = "$4"
 health = "/healthz"
+${5:-}
 [[site]]
 name = "$1"
 bindings = ["http://127.0.0.1:$2"]
@@ -68,6 +71,7 @@ CONF
 }
 pool act "$ACT" "$ADMIN1" activation >"$WORK/act.toml"
 pool proxy "$PROXY" "$ADMIN2" proxy >"$WORK/proxy.toml"
+pool capped "$CAPPED" "$ADMIN3" proxy "max_requests_per_process = 16" >"$WORK/capped.toml"
 
 cat > "$WORK/nginx/nginx.conf" <<CONF
 worker_processes 1;
@@ -103,7 +107,8 @@ start nginxapp env PORT="$NGINX_APP" node node/server.js
 start nginx "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
 start act "$ESPALIER" serve -c act.toml
 start proxy "$ESPALIER" serve -c proxy.toml
-for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY"; do wait_port "$p"; done
+start capped "$ESPALIER" serve -c capped.toml
+for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY" "$CAPPED"; do wait_port "$p"; done
 sleep 1.5   # the apps behind espalier become ready (health probe)
 
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
@@ -112,7 +117,7 @@ user_ticks() { proc_ticks --user "$@"; }
 # The proxy tier: the proxy's own processes. The app: the node processes serving the target.
 tier_pids() {
   case $1 in
-    proxy) echo "$PID_proxy"; for p in $(descendants "$PID_proxy"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
+    proxy|capped) local root; root=$(eval echo "\$PID_$1"); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
     nginx) echo "$PID_nginx"; descendants "$PID_nginx" ;;
     *) ;;
   esac
@@ -121,10 +126,10 @@ app_pids() {
   case $1 in
     alone) echo "$PID_alone" ;;
     nginx) echo "$PID_nginxapp" ;;
-    act|proxy) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
+    act|proxy|capped) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
   esac
 }
-port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; nginx) echo "$NGINX_PORT" ;; esac; }
+port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; nginx) echo "$NGINX_PORT" ;; esac; }
 
 load() { # url seconds → "requests rps p50_ms p99_ms"
   local out
@@ -139,7 +144,7 @@ us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
 ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 
 part1() {
-TARGETS=(alone act proxy nginx)
+TARGETS=(alone act proxy nginx capped)
 declare -A BEST P50 P99 REQS TIER TIER_USER APP
 for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
 echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
@@ -159,13 +164,14 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), node $(node --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'); servers on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-28s %12s %9s %9s %18s %16s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "app CPU µs/req"
 for t in "${TARGETS[@]}"; do
-  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy" ;; nginx) name="(d) nginx proxy_pass" ;; esac
-  tier=-; [ "$t" = proxy ] || [ "$t" = nginx ] && tier=$(us "${TIER[$t]}" "${REQS[$t]}")
+  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; esac
+  tier=-; [ "$t" = proxy ] || [ "$t" = nginx ] || [ "$t" = capped ] && tier=$(us "${TIER[$t]}" "${REQS[$t]}")
   printf '%-28s %12.0f %9s %9s %18s %16s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "$(us "${APP[$t]}" "${REQS[$t]}")"
 done
 echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[alone]}")   (target ≥ 0.95)"
 echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
+echo "  max_requests_per_process = 16 / unset:  proxy CPU per request $(ratio "$(us "${TIER[capped]}" "${REQS[capped]}")" "$(us "${TIER[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[capped]}" "${BEST[proxy]}")"
 echo "  proxy CPU split, user + system µs/req:   espalier $(us "${TIER_USER[proxy]}" "${REQS[proxy]}") + $(us "$((TIER[proxy] - TIER_USER[proxy]))" "${REQS[proxy]}"), nginx $(us "${TIER_USER[nginx]}" "${REQS[nginx]}") + $(us "$((TIER[nginx] - TIER_USER[nginx]))" "${REQS[nginx]}")"
 }
 [[ $PARTS == *1* ]] && part1

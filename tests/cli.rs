@@ -204,7 +204,13 @@ fn examples_dry_run_on_the_case_study_machine() {
 
 #[test]
 fn check_accepts_good_and_refuses_bad_configs_in_one_line() {
-    for example in ["examples/web-garden.toml", "examples/site-answers.toml"] {
+    // traffic.toml runs gunicorn, which check looks for.
+    common::apps::need_runtimes();
+    for example in [
+        "examples/web-garden.toml",
+        "examples/site-answers.toml",
+        "examples/traffic.toml",
+    ] {
         let ok = espalier(&["check", "-c", example]);
         assert!(ok.status.success(), "{example}: {}", stderr(&ok));
         assert!(stdout(&ok).contains("ok"));

@@ -43,6 +43,7 @@ fn a_client_over_its_rate_gets_429_while_another_is_served() {
     }
     let r = ask("127.0.0.2", at, "/", "");
     assert_eq!(r.status, 429);
+    assert_eq!(r.text(), "429 Too Many Requests\n");
     let wait: u32 = r
         .header("retry-after")
         .expect("Retry-After")

@@ -234,6 +234,9 @@ pub struct AppCommand {
     /// FastCGI: the extensions of the files the app may run (`.php`); every other path is
     /// refused before it reaches the app (see `proxy::script`).
     pub script_extensions: Vec<String>,
+    /// Requests in flight at one app process, and the queue beyond (`None`: unbounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backpressure: Option<Backpressure>,
 }
 
 /// Per-connection protocol limits (`[server.limits]`).
@@ -383,4 +386,16 @@ impl PoolSpec {
             warmup_page: None,
         }
     }
+}
+
+/// Requests that may wait beyond the cap, by default (IIS's `queueLength`).
+pub const DEFAULT_QUEUE_LENGTH: u32 = 1000;
+/// How long a request may wait for an app process, by default.
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A pool's `max_requests_per_process`, `queue_length` and `queue_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backpressure {
+    pub max_requests_per_process: u32,
+    pub queue_length: u32,
+    pub queue_timeout: Duration,
 }

@@ -89,6 +89,9 @@ pub struct RawPool {
     pub connect_timeout: Option<Scalar>,
     pub response_timeout: Option<Scalar>,
     pub script_extensions: Option<Vec<String>>,
+    pub max_requests_per_process: Option<i64>,
+    pub queue_length: Option<i64>,
+    pub queue_timeout: Option<Scalar>,
     pub user: Option<String>,
     pub group: Option<String>,
 }

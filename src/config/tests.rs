@@ -8,6 +8,7 @@ use std::time::Duration;
 
 mod access;
 mod answers;
+mod backpressure;
 mod front;
 
 fn parse(text: &str) -> Result<Config, ConfigErrors> {

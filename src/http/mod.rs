@@ -363,6 +363,7 @@ pub fn reason(status: u16) -> &'static str {
         414 => "URI Too Long",
         416 => "Range Not Satisfiable",
         421 => "Misdirected Request",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
@@ -544,6 +545,18 @@ impl<'a> Responder<'a> {
     }
 
     /// A plain-text error page for `status`.
+    /// [`Self::error`] with field lines of its own (`Retry-After: 1\r\n`).
+    pub fn error_keeping(&mut self, status: u16, kept: &[u8]) {
+        if kept.is_empty() {
+            return self.error(status);
+        }
+        let text = format!("{status} {}\n", reason(status));
+        self.status(status)
+            .raw_headers(kept)
+            .header("Content-Type", "text/plain; charset=utf-8")
+            .body(text.as_bytes());
+    }
+
     pub fn error(&mut self, status: u16) {
         let mut text = String::with_capacity(40);
         text.push_str(itoa::Buffer::new().format(status));

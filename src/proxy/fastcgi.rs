@@ -205,11 +205,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
     let mut avoid = None;
     let mut tries = 0;
-    let (endpoint, mut conn, first) = loop {
+    let (endpoint, mut conn, first, _slot) = loop {
         tries += 1;
-        let (endpoint, mut conn) = match route.connection(avoid.take()).await {
+        // The slot (under max_requests_per_process) is held until the answer is done.
+        let (endpoint, mut conn, slot) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            Err(status) => return own.answer(stream, status).await,
+            Err(status) => return own.unavailable(stream, status).await,
         };
         if write_timeout(&mut conn, &req.records, timeout)
             .await
@@ -233,7 +234,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                     .upstream_micros
                     .set(Some(asked.elapsed().as_micros() as u64));
                 route.answered(&endpoint);
-                break (endpoint, conn, r);
+                break (endpoint, conn, r, slot);
             }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && req.retryable && tries < 2 => {
                 avoid = Some(endpoint);

@@ -5,6 +5,7 @@
 //! Owns: choosing a process for a request and getting a connection to it. Must not touch:
 //! what is sent on the connection (see [`super::forward`] and [`super::fastcgi`]).
 
+use super::queue::{Backpressure, Gate, Queue, Slot};
 use super::upstream::{Conn, Pool};
 use super::Endpoint;
 /// The app processes of a pool, nearest first.
@@ -39,6 +40,9 @@ pub struct ProxySettings {
     /// a request in its queue while the worker process starts.
     #[serde(default = "default_wait_for_ready")]
     pub wait_for_ready: Duration,
+    /// Requests in flight per app process and the queue beyond (`None`: unbounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backpressure: Option<Backpressure>,
 }
 
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
@@ -51,16 +55,29 @@ pub struct ProxySettings {
 #[derive(Default)]
 pub struct SharedTiers {
     version: AtomicU64,
-    tiers: Mutex<Arc<Tiers>>,
+    tiers: Mutex<(Arc<Tiers>, Arc<Gates>)>,
     unresponsive: Mutex<Vec<Endpoint>>,
+    /// Requests waiting for an app process under `max_requests_per_process`.
+    pub queue: Arc<Queue>,
 }
+
+/// Each app process's gate (its requests in flight from this worker), kept across the
+/// master's updates for the processes that stay.
+type Gates = std::collections::HashMap<Endpoint, Arc<Gate>>;
 
 /// Requests in a row that timed out waiting for one app process before a thread reports it.
 pub const UNRESPONSIVE_AFTER: u32 = 3;
 
 impl SharedTiers {
     pub fn publish(&self, tiers: Tiers) {
-        *self.tiers.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(tiers);
+        let mut current = self.tiers.lock().unwrap_or_else(|e| e.into_inner());
+        let gates: Gates = tiers
+            .tiers
+            .iter()
+            .flatten()
+            .map(|e| (e.clone(), current.1.get(e).cloned().unwrap_or_default()))
+            .collect();
+        *current = (Arc::new(tiers), Arc::new(gates));
         self.version.fetch_add(1, Ordering::Release);
     }
 
@@ -82,7 +99,7 @@ impl SharedTiers {
 pub struct ProxyRoute {
     pub(super) settings: ProxySettings,
     pub(super) shared: Arc<SharedTiers>,
-    pub(super) seen: RefCell<(u64, Arc<Tiers>)>,
+    pub(super) seen: RefCell<(u64, Arc<Tiers>, Arc<Gates>)>,
     pub(super) pool: Pool,
     pub(super) next: Cell<usize>,
     /// `X-Espalier-Worker: …\r\n` when `worker_header` is on.
@@ -103,7 +120,7 @@ impl ProxyRoute {
         ProxyRoute {
             settings,
             shared,
-            seen: RefCell::new((u64::MAX, Arc::new(Tiers::default()))),
+            seen: RefCell::new((u64::MAX, Arc::default(), Arc::default())),
             pool: Pool::default(),
             next: Cell::new(0),
             worker_line,
@@ -139,15 +156,59 @@ impl ProxyRoute {
     }
 
     fn tiers(&self) -> Arc<Tiers> {
+        self.refresh();
+        Arc::clone(&self.seen.borrow().1)
+    }
+
+    /// Takes the master's latest tiers (and their gates) when they moved.
+    fn refresh(&self) {
         let version = self.shared.version.load(Ordering::Acquire);
         let mut seen = self.seen.borrow_mut();
         if seen.0 != version {
-            let tiers = Arc::clone(&self.shared.tiers.lock().unwrap_or_else(|e| e.into_inner()));
+            let (tiers, gates) = self
+                .shared
+                .tiers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             self.pool
                 .retain(|e| tiers.tiers.iter().flatten().any(|t| t == e));
-            *seen = (version, tiers);
+            *seen = (version, tiers, gates);
         }
-        Arc::clone(&seen.1)
+    }
+
+    /// A process with a free place under `cap` and its slot: the nearest tier first,
+    /// round-robin within it, `avoid` last. `None` when every one is at its cap (or none
+    /// is ready).
+    fn pick_free(&self, avoid: Option<&Endpoint>, cap: u32) -> Option<(Endpoint, Slot)> {
+        self.refresh();
+        let seen = self.seen.borrow();
+        let (tiers, gates) = (&seen.1, &seen.2);
+        let queue = &self.shared.queue;
+        let n = self.next.get();
+        self.next.set(n.wrapping_add(1));
+        let mut last_resort = None;
+        for (k, tier) in tiers.tiers.iter().enumerate() {
+            for j in 0..tier.len() {
+                let e = &tier[(n + j) % tier.len()];
+                if Some(e) == avoid {
+                    last_resort = Some((k, e));
+                    continue;
+                }
+                if let Some(slot) = gates.get(e).and_then(|g| Slot::take(g, queue, cap)) {
+                    if k > 0 || !tiers.local {
+                        self.remote.set(self.remote.get() + 1);
+                    }
+                    return Some((e.clone(), slot));
+                }
+            }
+        }
+        let (k, e) = last_resort?;
+        let slot = Slot::take(gates.get(e)?, queue, cap)?;
+        if k > 0 || !tiers.local {
+            self.remote.set(self.remote.get() + 1);
+        }
+        Some((e.clone(), slot))
     }
 
     /// The next process to use, round-robin within the nearest tier that has one other than
@@ -189,30 +250,61 @@ impl ProxyRoute {
     }
 
     /// A connection to a ready process other than `avoid` when there is one: an idle one, or
-    /// a new one (three processes tried before giving up). Fails with the status to answer:
-    /// 503 none ready, 504 connecting timed out, 502 refused.
+    /// a new one (three processes tried before giving up); with `max_requests_per_process`,
+    /// to a process under it, waiting in the queue for one (see [`super::queue`]), and the
+    /// request's slot there, to keep until it is done. Fails with the status to answer: 503
+    /// none ready (or the queue full, or the wait run out), 504 connecting timed out, 502
+    /// refused.
     pub(super) async fn connection(
         &self,
         avoid: Option<Endpoint>,
-    ) -> Result<(Endpoint, Conn), u16> {
+    ) -> Result<(Endpoint, Conn, Option<Slot>), u16> {
         let mut avoid = avoid;
         let mut tries = 0;
         loop {
             tries += 1;
-            let Some(endpoint) = self.pick_waiting(avoid.as_ref()).await else {
-                return Err(503);
+            let (endpoint, slot) = match &self.settings.backpressure {
+                None => match self.pick_waiting(avoid.as_ref()).await {
+                    Some(e) => (e, None),
+                    None => return Err(503),
+                },
+                Some(bp) => {
+                    let (e, slot) = self.queued(avoid.as_ref(), bp).await?;
+                    (e, Some(slot))
+                }
             };
             if let Some(c) = self.pool.take(&endpoint) {
-                return Ok((endpoint, c));
+                return Ok((endpoint, c, slot));
             }
             match Conn::connect(&endpoint, self.settings.connect_timeout).await {
-                Ok(c) => return Ok((endpoint, c)),
+                Ok(c) => return Ok((endpoint, c, slot)),
                 // Nothing was sent: another process may take it.
                 Err(_) if tries < 3 => avoid = Some(endpoint),
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(504),
                 Err(_) => return Err(502),
             }
         }
+    }
+
+    /// A process under the cap and its slot, waiting in the queue when all are at it (after
+    /// waiting, as [`Self::pick_waiting`], for a first one to be ready).
+    async fn queued(
+        &self,
+        avoid: Option<&Endpoint>,
+        bp: &Backpressure,
+    ) -> Result<(Endpoint, Slot), u16> {
+        let cap = bp.max_requests_per_process;
+        if let Some(found) = self.pick_free(avoid, cap) {
+            return Ok(found);
+        }
+        if self.pick_waiting(avoid).await.is_none() {
+            return Err(503);
+        }
+        self.shared
+            .queue
+            .wait_for(bp, || self.pick_free(avoid, cap))
+            .await
+            .map_err(|()| 503)
     }
 
     async fn pick_waiting(&self, avoid: Option<&Endpoint>) -> Option<Endpoint> {

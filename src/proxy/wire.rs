@@ -108,6 +108,17 @@ impl OwnAnswers<'_> {
         self.replace(stream, status, &[]).await
     }
 
+    /// [`Self::answer`] for no connection to the app: a 503 (none ready, or the queue full)
+    /// says when to try again.
+    pub async fn unavailable<C: AsyncWrite + Unpin>(&self, stream: &mut C, status: u16) -> Outcome {
+        let kept: &[u8] = if status == 503 {
+            b"Retry-After: 1\r\n"
+        } else {
+            b""
+        };
+        self.replace(stream, status, kept).await
+    }
+
     /// Answers `status` with `kept` field lines of the answer it replaces, and closes.
     pub async fn replace<C: AsyncWrite + Unpin>(
         &self,
@@ -124,7 +135,7 @@ impl OwnAnswers<'_> {
                 Responder::new(&mut out, &common, false, self.client_minor, self.head_only);
             match self.pages.and_then(|p| p.get(status)) {
                 Some(page) => resp.error_page(status, page, kept),
-                None => resp.error(status),
+                None => resp.error_keeping(status, kept),
             }
         }
         if let Some(edits) = self.fields {

@@ -78,6 +78,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
                     connections: 0,
                     accepted: 0,
                     steered: 0,
+                    queue: Default::default(),
                 })
                 .collect(),
         })

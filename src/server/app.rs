@@ -251,6 +251,7 @@ pub fn notify_messages(datagram: &str) -> Vec<Message> {
                 connections: 0,
                 accepted: 0,
                 steered: 0,
+                queue: Default::default(),
             }),
             "WATCHDOG=trigger" => Some(Message::Stuck("watchdog=trigger".into())),
             "STOPPING=1" => Some(Message::Stopping),

@@ -30,6 +30,8 @@ pub enum Message {
         /// thread's own CPU (`SO_INCOMING_CPU`): steering's hit rate.
         accepted: u64,
         steered: u64,
+        /// A front worker's queue for its app processes (`max_requests_per_process`).
+        queue: crate::proxy::queue::QueueFigures,
     },
     /// Worker → master: these engine threads (`cpuN,…`) have not turned lately; not a pong.
     Stuck(String),
@@ -64,7 +66,11 @@ impl Message {
                 connections,
                 accepted,
                 steered,
-            } => format!("pong {requests} {panics} {remote} {connections} {accepted} {steered}\n"),
+                queue: q,
+            } => format!(
+                "pong {requests} {panics} {remote} {connections} {accepted} {steered} {} {} {} {}\n",
+                q.waiting, q.queued_total, q.rejected_total, q.wait_micros_total
+            ),
             Message::Stuck(threads) => format!("stuck {threads}\n"),
             Message::Stopping => "stopping\n".into(),
             Message::Reopen => "reopen\n".into(),
@@ -96,6 +102,12 @@ impl Message {
                     connections: n.next().unwrap_or(0),
                     accepted: n.next().unwrap_or(0),
                     steered: n.next().unwrap_or(0),
+                    queue: crate::proxy::queue::QueueFigures {
+                        waiting: n.next().unwrap_or(0),
+                        queued_total: n.next().unwrap_or(0),
+                        rejected_total: n.next().unwrap_or(0),
+                        wait_micros_total: n.next().unwrap_or(0),
+                    },
                 }
             }
             "stuck" => Message::Stuck(rest.to_string()),
@@ -126,6 +138,12 @@ mod tests {
                 connections: 3,
                 accepted: 90,
                 steered: 88,
+                queue: crate::proxy::queue::QueueFigures {
+                    waiting: 4,
+                    queued_total: 30,
+                    rejected_total: 2,
+                    wait_micros_total: 123_456,
+                },
             },
             Message::Stuck("cpu0,cpu3".into()),
             Message::Unresponsive("http://127.0.0.1:4000".into()),

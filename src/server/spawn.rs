@@ -114,6 +114,7 @@ pub(super) fn worker_specs(
                         response_timeout: a.response_timeout,
                         fastcgi: a.transport == crate::config::Transport::FastCgi,
                         script_extensions: a.script_extensions.clone(),
+                        backpressure: a.backpressure,
                         wait_for_ready: match pool.start {
                             crate::config::StartMode::OnDemand => pool.startup_time_limit,
                             crate::config::StartMode::Always => {

@@ -350,6 +350,9 @@ pub struct WorkerStatus {
     pub accepted: u64,
     #[serde(default)]
     pub steered: u64,
+    /// A front worker's queue for its app processes (`max_requests_per_process`).
+    #[serde(default)]
+    pub queue: crate::proxy::queue::QueueFigures,
 }
 
 /// A worker metric: name, help, and how to read it off a worker.
@@ -385,6 +388,30 @@ const WORKER_METRICS: &[WorkerMetric] = &[
         "counter",
         "requests a front worker forwarded to an app process on another node",
         |w| w.remote_forwards,
+    ),
+    (
+        "espalier_worker_queue_waiting",
+        "gauge",
+        "requests waiting in a front worker's queue for an app process (max_requests_per_process)",
+        |w| w.queue.waiting,
+    ),
+    (
+        "espalier_worker_queued_total",
+        "counter",
+        "requests that waited in the queue for an app process",
+        |w| w.queue.queued_total,
+    ),
+    (
+        "espalier_worker_queue_rejected_total",
+        "counter",
+        "requests answered 503 because the queue was full or their wait ran out",
+        |w| w.queue.rejected_total,
+    ),
+    (
+        "espalier_worker_queue_wait_microseconds_total",
+        "counter",
+        "time requests spent waiting in the queue, together (divide by queued_total for the mean)",
+        |w| w.queue.wait_micros_total,
     ),
     (
         "espalier_worker_resident_bytes",
@@ -490,6 +517,7 @@ mod tests {
                     connections: 0,
                     accepted: 0,
                     steered: 0,
+                    queue: Default::default(),
                 }],
             }],
         };

@@ -250,7 +250,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                     Ok(0) | Err(_) => break,
                     Ok(_) => match Message::parse(&line) {
                         Some(Message::Ping) => {
-                            let mut answer = pong(spec, &health);
+                            let mut answer = pong(spec, &health, tiers.queue.figures());
                             for endpoint in tiers.take_unresponsive() {
                                 answer.push_str(&Message::Unresponsive(endpoint.to_string()).line());
                             }
@@ -346,7 +346,11 @@ impl ThreadHealth {
 /// The answer to a ping: `pong <requests> <panics>` when every engine thread is turning, else
 /// `stuck <cpu>,…` — which the master counts as a missed ping, so `ping_response_time` replaces
 /// a worker whose threads no longer serve even though its main thread still answers.
-fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
+fn pong(
+    spec: &WorkerSpec,
+    health: &[Arc<ThreadHealth>],
+    queue: crate::proxy::queue::QueueFigures,
+) -> String {
     let stuck: Vec<String> = spec
         .threads
         .iter()
@@ -378,6 +382,7 @@ fn pong(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> String {
         connections: sum(|h| &h.connections),
         accepted: sum(|h| &h.accepted),
         steered: sum(|h| &h.steered),
+        queue,
     }
     .line()
 }

@@ -34,6 +34,12 @@ impl Validator {
                 ("connect_timeout", raw.connect_timeout.is_some()),
                 ("response_timeout", raw.response_timeout.is_some()),
                 ("script_extensions", raw.script_extensions.is_some()),
+                (
+                    "max_requests_per_process",
+                    raw.max_requests_per_process.is_some(),
+                ),
+                ("queue_length", raw.queue_length.is_some()),
+                ("queue_timeout", raw.queue_timeout.is_some()),
             ];
             for (key, set) in stray {
                 if set {
@@ -120,6 +126,12 @@ impl Validator {
             ("upstream", raw.upstream.is_some()),
             ("connect_timeout", raw.connect_timeout.is_some()),
             ("response_timeout", raw.response_timeout.is_some()),
+            (
+                "max_requests_per_process",
+                raw.max_requests_per_process.is_some(),
+            ),
+            ("queue_length", raw.queue_length.is_some()),
+            ("queue_timeout", raw.queue_timeout.is_some()),
         ];
         if transport == Transport::Activation {
             for (key, set) in proxy_keys {
@@ -165,7 +177,9 @@ impl Validator {
                 list
             }
         };
+        let backpressure = self.backpressure(i, raw);
         Some(AppCommand {
+            backpressure,
             command,
             directory,
             environment,
@@ -176,6 +190,49 @@ impl Validator {
             connect_timeout,
             response_timeout,
             script_extensions,
+        })
+    }
+}
+
+impl Validator {
+    /// `max_requests_per_process`, and the queue beyond it (`queue_length`, `queue_timeout`).
+    fn backpressure(&mut self, i: usize, raw: &mut RawPool) -> Option<Backpressure> {
+        let at = |k: &'static str| [Seg::Key("pool"), Seg::Index(i), Seg::Key(k)];
+        let cap = raw.max_requests_per_process.take();
+        let (length, timeout) = (raw.queue_length.take(), raw.queue_timeout.take());
+        let Some(cap) = cap else {
+            for (key, set) in [
+                ("queue_length", length.is_some()),
+                ("queue_timeout", timeout.is_some()),
+            ] {
+                if set {
+                    self.err(&at(key), "shapes the queue of requests beyond max_requests_per_process, which is not set; add max_requests_per_process = 1 (a sync worker) or remove it");
+                }
+            }
+            return None;
+        };
+        let max_requests_per_process = self
+            .positive(&at("max_requests_per_process"), Some(cap), 1)
+            .min(u64::from(u32::MAX)) as u32;
+        let queue_length = match length {
+            None => DEFAULT_QUEUE_LENGTH,
+            Some(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
+            Some(n) => {
+                self.err(
+                    &at("queue_length"),
+                    format!(
+                        "{n} is not a number of requests; use 0 (no queue: 503 at once) or more"
+                    ),
+                );
+                DEFAULT_QUEUE_LENGTH
+            }
+        };
+        let queue_timeout =
+            self.nonzero_duration(&at("queue_timeout"), timeout, DEFAULT_QUEUE_TIMEOUT);
+        Some(Backpressure {
+            max_requests_per_process,
+            queue_length,
+            queue_timeout,
         })
     }
 }

@@ -488,10 +488,12 @@ impl Supervisor {
                 connections,
                 accepted,
                 steered,
+                queue,
             } => {
                 if let Some((name, p)) = self.proc_of(generation) {
                     p.remote = remote;
                     (p.connections, p.accepted, p.steered) = (connections, accepted, steered);
+                    p.queue = queue;
                     if p.stuck {
                         log(
                             "master",

@@ -35,6 +35,8 @@ pub(super) struct Proc {
     pub(super) connections: u64,
     pub(super) accepted: u64,
     pub(super) steered: u64,
+    /// A front worker's queue for its app processes, as its last pong told.
+    pub(super) queue: crate::proxy::queue::QueueFigures,
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,

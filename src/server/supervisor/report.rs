@@ -196,6 +196,7 @@ impl Supervisor {
                         connections: cur.map_or(0, |c| c.connections),
                         accepted: cur.map_or(0, |c| c.accepted),
                         steered: cur.map_or(0, |c| c.steered),
+                        queue: cur.map_or_else(Default::default, |c| c.queue),
                     }
                 })
                 .collect(),

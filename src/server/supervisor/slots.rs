@@ -137,6 +137,7 @@ impl Supervisor {
             connections: 0,
             accepted: 0,
             steered: 0,
+            queue: Default::default(),
             panics: 0,
             remote: 0,
             last_pong: Instant::now(),
