@@ -1,5 +1,7 @@
 //! The real binary, run the way a user runs it: topology, check and serve --dry-run.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
