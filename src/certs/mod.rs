@@ -124,6 +124,36 @@ pub fn from_pem(
     Ok((key, not_after))
 }
 
+/// The certificate authorities of a site's client certificates (`client_certs.ca`): every
+/// CERTIFICATE block of `pem` (`name` names it in errors), as trust anchors.
+pub fn client_roots(pem: &[u8], name: &str) -> Result<rustls::RootCertStore, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{name} is not valid PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "{name} holds no CERTIFICATE block; give the PEM certificate(s) of the authority that issues your clients' certificates"
+        ));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots
+            .add(cert)
+            .map_err(|e| format!("{name}: a certificate is not usable as an authority: {e}"))?;
+    }
+    Ok(roots)
+}
+
+/// The subject of a verified client certificate (its leaf, DER), its parts in the
+/// certificate's order, comma-separated (`CN=alice, O=Shop`), for the app; `None` when it
+/// does not parse.
+pub fn subject_of(leaf: &[u8]) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf).ok()?;
+    let subject = parsed.subject().to_string();
+    // One header line, one CGI variable: no control characters.
+    (!subject.chars().any(char::is_control)).then_some(subject)
+}
+
 /// A hash of the files' contents (0 where one cannot be read).
 pub fn fingerprint(files: &TlsFiles) -> u64 {
     use std::hash::{Hash, Hasher};

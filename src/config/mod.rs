@@ -60,6 +60,7 @@ impl Config {
                 access_log: None,
                 proxy_protocol: false,
                 tls: None,
+                client_certs: None,
                 hsts: None,
                 redirect_to_https: false,
                 headers: Vec::new(),

@@ -126,6 +126,7 @@ pub struct RawSite {
     pub access_log: Option<RawAccessLog>,
     pub proxy_protocol: Option<bool>,
     pub tls: Option<RawTls>,
+    pub client_certs: Option<RawClientCerts>,
     pub hsts: Option<String>,
     pub redirect_to_https: Option<bool>,
     pub headers: Option<std::collections::BTreeMap<String, String>>,
@@ -214,4 +215,12 @@ pub struct RawLimit {
     pub burst: Option<i64>,
     pub concurrent: Option<i64>,
     pub action: Option<toml::Value>,
+}
+
+/// A site's `client_certs = { ca = "clients-ca.pem", mode = "required" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientCerts {
+    pub ca: Option<String>,
+    pub mode: Option<String>,
 }

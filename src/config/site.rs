@@ -161,6 +161,9 @@ pub struct SiteSpec {
     /// Its certificate chain and key for `https://` bindings (`tls = { cert, key }`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsFiles>,
+    /// Client certificates asked in the TLS handshake (`client_certs`), and whether required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certs: Option<ClientCerts>,
     /// `Strict-Transport-Security` sent with its answers over TLS (`max-age=…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hsts: Option<String>,
@@ -250,6 +253,7 @@ impl SiteSpec {
             access_log: None,
             proxy_protocol: false,
             tls: None,
+            client_certs: None,
             hsts: None,
             redirect_to_https: false,
             headers: Vec::new(),
@@ -294,4 +298,12 @@ pub struct AccessLogSpec {
     /// Resolved against the config file's folder.
     pub path: PathBuf,
     pub format: LogFormat,
+}
+
+/// A site's `client_certs`: the authority its clients' certificates chain to, and whether a
+/// connection without one is refused (`required`) or let in unnamed (`optional`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientCerts {
+    pub ca: PathBuf,
+    pub required: bool,
 }

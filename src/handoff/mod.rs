@@ -166,6 +166,9 @@ pub struct Carried {
     /// Whether the PROXY protocol header, on an address that expects one, was read already
     /// (by the pool that handed the connection on): `client` is then final.
     pub header_read: bool,
+    /// The subject of the client certificate its TLS handshake verified, if any (set after
+    /// the handshake; a connection is handed on before it).
+    pub client_cert: Option<String>,
 }
 
 /// Every hand-off socket of the configuration, as the master tells the workers once (one
@@ -422,6 +425,7 @@ impl Receiver {
                     hops: message.hops,
                     header_read: message.client.is_some(),
                     client: message.client,
+                    client_cert: None,
                 },
             });
         }

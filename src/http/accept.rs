@@ -60,6 +60,13 @@ pub async fn serve_accepted<S: Service + 'static>(
             let handshake = acceptor.accept(rewind);
             // A failed handshake was answered with its alert by rustls.
             if let Ok(Ok(tls)) = tokio::time::timeout(env.timeouts.header, handshake).await {
+                // A client certificate the handshake verified names the client to its apps.
+                carried.client_cert = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .and_then(|leaf| crate::certs::subject_of(leaf));
                 // ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine — able to hand the
                 // connection to the kernel's TLS where the kernel has it.
                 if tls.get_ref().1.alpn_protocol() == Some(b"h2") {

@@ -102,6 +102,8 @@ struct Peer {
     /// The connection's own address, asked when a request first needs it.
     local: std::cell::Cell<Option<Option<SocketAddr>>>,
     https: bool,
+    /// The subject of its verified client certificate, if it gave one.
+    client_cert: Option<String>,
 }
 
 impl Peer {
@@ -232,6 +234,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                 text: client_text(addr),
                 local: std::cell::Cell::new(None),
                 https,
+                client_cert: carried.client_cert,
             },
             reading: Reading {
                 pending: None,
@@ -356,6 +359,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     client_text: &self.peer.text,
                     https: self.peer.https,
                     remote_user: None,
+                    client_cert: self.peer.client_cert.as_deref(),
                 };
                 let lending = Lending {
                     lent: self.env.service.prepare(target, &ctx, &request, &head),

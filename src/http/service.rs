@@ -97,6 +97,8 @@ pub struct LentHead<'a> {
     /// The user basic authentication let in (`None` from the connection; the service sets
     /// it from the request's context).
     pub remote_user: Option<&'a str>,
+    /// The subject of the client certificate the connection's handshake verified.
+    pub client_cert: Option<&'a str>,
 }
 
 /// A connection lent by the engine for one request, given back when the answer is done.

@@ -134,6 +134,11 @@ impl FastCgiRequest {
             pair(&mut params, b"REMOTE_ADDR", a.ip().to_string().as_bytes());
             pair(&mut params, b"REMOTE_PORT", a.port().to_string().as_bytes());
         }
+        if let Some(subject) = lent.client_cert {
+            // As Apache's mod_ssl names them, which PHP applications read.
+            pair(&mut params, b"SSL_CLIENT_S_DN", subject.as_bytes());
+            pair(&mut params, b"SSL_CLIENT_VERIFY", b"SUCCESS");
+        }
         if let Some(user) = lent.remote_user {
             pair(&mut params, b"REMOTE_USER", user.as_bytes());
             pair(&mut params, b"AUTH_TYPE", b"Basic");

@@ -1,5 +1,5 @@
 //! The request as it goes to an HTTP application: the head rewritten for the hop (hop-by-hop
-//! fields dropped, `X-Forwarded-For/-Proto/-Host` and `X-Remote-User` set by espalier, the body re-framed by
+//! fields dropped, `X-Forwarded-For/-Proto/-Host`, `X-Remote-User` and `X-Client-Subject` set by espalier, the body re-framed by
 //! length or chunks), and what forwarding it needs to know (retry, upgrade, keep-alive).
 //!
 //! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`]).
@@ -41,14 +41,15 @@ const END_TO_END: [&str; 4] = ["host", "authorization", "cookie", "content-type"
 /// Whether a request field stays behind: hop-by-hop, named in `Connection` (`listed`, but for
 /// [`END_TO_END`] fields), or one espalier sets itself (framing, `Expect`, `X-Forwarded-*`).
 pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
-    const OWN: [&str; 6] = [
+    const OWN: [&str; 7] = [
         "content-length",
         "expect",
         "x-forwarded-for",
         "x-forwarded-proto",
         "x-forwarded-host",
-        // Who signed in: espalier's to say, never the client's.
+        // Who signed in, whose certificate: espalier's to say, never the client's.
         "x-remote-user",
+        "x-client-subject",
     ];
     let end_to_end = || END_TO_END.iter().any(|e| name.eq_ignore_ascii_case(e));
     HOP_BY_HOP
@@ -144,6 +145,9 @@ impl ForwardRequest {
         if let Some(user) = lent.remote_user {
             push_field(&mut head, "X-Remote-User", user);
         }
+        if let Some(subject) = lent.client_cert {
+            push_field(&mut head, "X-Client-Subject", subject);
+        }
         match framing {
             Framing::None => {}
             Framing::Length(n) => {
@@ -218,6 +222,7 @@ mod tests {
             local: None,
             https: false,
             remote_user: None,
+            client_cert: None,
         };
         let f = ForwardRequest::new(&request, &lent);
         String::from_utf8(f.head).expect("text")

@@ -4,7 +4,8 @@
 //!
 //! Owns: certificates' expiry warnings, the SNI
 //! resolver (a site's own certificate, or the store's for the name asked), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
-//! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker).
+//! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker),
+//! with the client-certificate verifier of the address's sites' `client_certs`.
 //! Must not touch: the handshake's place among a connection's steps (`http::accept`) or
 //! HTTP.
 //!
@@ -135,11 +136,19 @@ pub fn server_config(
         keys,
         store: Arc::clone(store),
     };
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .map_err(|e| e.to_string())?;
+    // The sites of one address ask for client certificates alike (the config made sure).
+    let asked = group
+        .hosts
+        .iter()
+        .find_map(|&(_, site)| sites.get(site).and_then(|s| s.client_certs.as_ref()));
+    let builder = match asked {
+        None => builder.with_no_client_auth(),
+        Some(c) => builder.with_client_cert_verifier(client_verifier(c)?),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
     // Ticket keys are random per worker and rotated every 6 hours (tickets live 12).
@@ -147,4 +156,24 @@ pub fn server_config(
     // The keys of a connection handed to the kernel (`http::ktls`) must be extractable.
     config.enable_secret_extraction = kernel_tls;
     Ok(Arc::new(config))
+}
+
+/// What checks a client's certificate: chained to the site's authority (and, `optional`, a
+/// connection without one let in).
+fn client_verifier(
+    c: &crate::config::ClientCerts,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, String> {
+    let name = c.ca.display().to_string();
+    let pem = std::fs::read(&c.ca).map_err(|e| format!("{name} cannot be read: {e}"))?;
+    let roots = crate::certs::client_roots(&pem, &name)?;
+    let builder =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+    let builder = if c.required {
+        builder
+    } else {
+        builder.allow_unauthenticated()
+    };
+    builder
+        .build()
+        .map_err(|e| format!("client certificates of {name}: {e}"))
 }

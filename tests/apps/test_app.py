@@ -2,7 +2,8 @@
 # others are routed), `/endless…` streams without end, anything else at once; with RECORD
 # set, every path it is asked for is appended to that file (which requests reached it, in
 # what order); START_DELAY (seconds) delays its start, as a slow app's imports do;
-# `/whoami…` answers the X-Remote-User it was sent (who signed in, as espalier says).
+# `/whoami…` answers the X-Remote-User it was sent (who signed in, as espalier says), and
+# `…/subject…` the X-Client-Subject (whose client certificate).
 import http.server, os, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -22,6 +23,8 @@ class H(http.server.BaseHTTPRequestHandler):
         body = b"app\n"
         if self.path.startswith("/whoami") or "/whoami" in self.path:
             body = ("user=%s\n" % self.headers.get("X-Remote-User", "")).encode()
+        if "/subject" in self.path:
+            body = ("subject=%s\n" % self.headers.get("X-Client-Subject", "")).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -203,3 +203,29 @@ fn auth_reads_its_users_and_each_bad_value_is_one_line() {
         assert!(errs.to_string().contains(expected), "{auth}: {errs}");
     }
 }
+
+#[test]
+fn client_certs_are_refused_without_https_or_a_readable_authority() {
+    for (keys, expected) in [
+        (
+            "client_certs = { ca = \"/etc/hostname\" }",
+            "key `site[0].client_certs`: asks clients for certificates in the TLS handshake, and the site has no https:// binding",
+        ),
+        (
+            "client_certs = { mode = \"optional\" }",
+            "key `site[0].client_certs`: needs ca = \"FILE\"",
+        ),
+        (
+            "client_certs = { ca = \"x.pem\", mode = \"sometimes\" }",
+            "key `site[0].client_certs.mode`: `sometimes` is not a mode",
+        ),
+    ] {
+        let errs = parse(keys, "").expect_err(expected);
+        assert!(errs.to_string().contains(expected), "{keys}: {errs}");
+    }
+    let pem = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+    assert!(crate::certs::client_roots(b"no pem here", "ca.pem")
+        .unwrap_err()
+        .contains("ca.pem holds no CERTIFICATE block"));
+    assert!(crate::certs::client_roots(pem, "ca.pem").is_err());
+}

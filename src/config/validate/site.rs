@@ -159,6 +159,7 @@ impl Validator {
             );
         }
         let tls = self.site_tls(i, raw.tls, base, &bindings);
+        let client_certs = self.client_certs(i, raw.client_certs, base, &bindings);
         let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
         let https = bindings.iter().any(|b| b.tls);
         let hsts = raw.hsts.filter(|h| {
@@ -236,6 +237,7 @@ impl Validator {
             access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
             proxy_protocol,
             tls,
+            client_certs,
             hsts,
             redirect_to_https,
             apps,
@@ -301,6 +303,50 @@ impl Validator {
             }
             Err(e) => {
                 self.err(&at("tls"), e);
+                None
+            }
+        }
+    }
+
+    /// A site's `client_certs`: its authority's file reads as PEM certificates, and the site
+    /// has https bindings.
+    fn client_certs(
+        &mut self,
+        i: usize,
+        raw: Option<raw::RawClientCerts>,
+        base: &Path,
+        bindings: &[Binding],
+    ) -> Option<ClientCerts> {
+        let raw = raw?;
+        let at = |k: Option<&'static str>| {
+            let mut p = vec![Seg::Key("site"), Seg::Index(i), Seg::Key("client_certs")];
+            p.extend(k.map(Seg::Key));
+            p
+        };
+        let required = match raw.mode.as_deref() {
+            None | Some("required") => true,
+            Some("optional") => false,
+            Some(other) => {
+                self.err(&at(Some("mode")), format!("`{other}` is not a mode; use \"required\" (no certificate, no connection) or \"optional\" (a certificate names the client when given)"));
+                true
+            }
+        };
+        let Some(ca) = raw.ca else {
+            self.err(&at(None), "needs ca = \"FILE\": the PEM certificate of the authority that issues the clients' certificates");
+            return None;
+        };
+        if !bindings.iter().any(|b| b.tls) {
+            self.err(&at(None), "asks clients for certificates in the TLS handshake, and the site has no https:// binding; add one or remove client_certs");
+            return None;
+        }
+        let ca = base.join(ca);
+        let read = std::fs::read(&ca).map_err(|e| {
+            format!("{} cannot be read ({e}); fix the path (relative paths are from the config file's folder)", ca.display())
+        });
+        match read.and_then(|pem| crate::certs::client_roots(&pem, &ca.display().to_string())) {
+            Ok(_) => Some(ClientCerts { ca, required }),
+            Err(why) => {
+                self.err(&at(Some("ca")), why);
                 None
             }
         }
@@ -511,6 +557,9 @@ impl Validator {
                 (other_site, s)
             };
             return Some(format!("`{b}` is shared by site `{}` (proxy_protocol = true) and site `{}` (without it); a connection's PROXY header is read before its host is known, so the sites of one address must agree: set proxy_protocol the same in both, or give one its own port", with.name, without.name));
+        }
+        if b.tls && s.client_certs != other_site.client_certs {
+            return Some(format!("`{b}` is shared by site `{}` and site `{}`, which ask for client certificates differently (client_certs); the certificate is asked in the handshake, before the host is known, so the sites of one https address must agree: give them the same client_certs, or one its own port", s.name, other_site.name));
         }
         let host_key = |b: &Binding| b.host.as_deref().map(crate::routing::hosts::normal_host);
         if host_key(c) == host_key(b) {

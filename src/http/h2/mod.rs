@@ -91,6 +91,7 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
         peer: carried.client,
         https,
         client,
+        client_cert: carried.client_cert,
         open: std::cell::Cell::new(0),
     });
     // One timer for the connection's idleness, checked when it fires rather than moved at
@@ -166,6 +167,8 @@ struct Connection<S> {
     /// Over TLS (h2), or cleartext with prior knowledge (h2c).
     https: bool,
     client: Rc<str>,
+    /// The subject of its verified client certificate, if it gave one.
+    client_cert: Option<String>,
     /// Streams being answered by a task.
     open: std::cell::Cell<usize>,
 }
@@ -496,6 +499,7 @@ impl<S: Service + 'static> Connection<S> {
             local: None,
             https: self.https,
             remote_user: None,
+            client_cert: self.client_cert.as_deref(),
         };
         let lent = env.service.prepare(target, ctx, request, &head);
         let forwarding = async move {
