@@ -6,7 +6,8 @@
 # espalier's dynamic page, and against the same static page on a site with an access log
 # (combined format) — logging's cost — and on a site with ten rules (none of which matches the
 # page, so all are tried) and three headers — their cost; on a site with an allow list (four
-# networks, two denied) and a rate and concurrency limit no client reaches — their cost; and a 20 KB HTML page compressed:
+# networks, two denied), a rate and concurrency limit no client reaches and metrics — their
+# cost; and a 20 KB HTML page compressed:
 # espalier's gzip and brotli (each made once per thread, then served from memory) against
 # nginx's `gzip on` (level 6, per request) and `gzip_static on` (a .gz made by gzip -9)
 # — compression's cost. Prints, per server: best requests/s of several runs, CPU time per
@@ -164,6 +165,7 @@ root = "www"
 allow = ["127.0.0.0/8", "::1", "10.0.0.0/8", "192.168.0.0/16"]
 deny = ["127.0.0.66", "10.6.6.0/24"]
 limit = { rate = "10000000/s", concurrent = 1000 }
+metrics = true
 [[site.app]]
 path = "/"
 pool = "bench"
@@ -306,7 +308,7 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"
+  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit+metrics"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo
@@ -318,7 +320,7 @@ echo "  syscalls per request:  $(ratio "${SYSCALLS[espalier]}" "${SYSCALLS[nginx
 echo "  user insns/request:    $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[nginx]}")"
 echo "dynamic / static (espalier, user insns/request): $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}")   (target ≤ 1.3)"
 echo "access log on / off (espalier static, combined format): CPU time per request $(ratio "${CPU_US[logged]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
-echo "allow list + rate and concurrency limit / none (espalier static): CPU time per request $(ratio "${CPU_US[guarded]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[guarded]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
+echo "allow list + rate and concurrency limit + metrics / none (espalier static): CPU time per request $(ratio "${CPU_US[guarded]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[guarded]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
 echo "ten rules + three headers / none (espalier static): CPU time per request $(ratio "${CPU_US[ruled]}" "${CPU_US[espalier]}"), user insns $(ratio "${INSNS_USER[ruled]}" "${INSNS_USER[espalier]}")   (target ≤ 1.10)"
 echo "compressed 20 KB page, CPU time per request: espalier gzip / nginx gzip_static $(ratio "${CPU_US[gzip]}" "${CPU_US[nginx_gzip_static]}"), / nginx gzip on $(ratio "${CPU_US[gzip]}" "${CPU_US[nginx_gzip]}"); espalier br / nginx gzip_static $(ratio "${CPU_US[br]}" "${CPU_US[nginx_gzip_static]}")   (target ≤ 0.7)"
 [ "$HW" = no ] && echo "(no hardware counters on this machine: instructions are callgrind's user-space counts; kernel work shows as syscalls/req)"

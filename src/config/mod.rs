@@ -73,6 +73,7 @@ impl Config {
                 trusted_proxies: Vec::new(),
                 deny_action: DenyAction::default(),
                 limit: None,
+                metrics: false,
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

@@ -127,6 +127,7 @@ pub struct RawSite {
     pub proxy_protocol: Option<bool>,
     pub tls: Option<RawTls>,
     pub client_certs: Option<RawClientCerts>,
+    pub metrics: Option<bool>,
     pub hsts: Option<String>,
     pub redirect_to_https: Option<bool>,
     pub headers: Option<std::collections::BTreeMap<String, String>>,

@@ -199,6 +199,9 @@ pub struct SiteSpec {
     /// What a refused client gets.
     #[serde(default, skip_serializing_if = "is_default")]
     pub deny_action: DenyAction,
+    /// Whether its requests are counted for Prometheus (`metrics`; see `http::meters`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub metrics: bool,
     /// How fast and how much one client may ask of it (`limit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<LimitSpec>,
@@ -266,6 +269,7 @@ impl SiteSpec {
             trusted_proxies: Vec::new(),
             deny_action: DenyAction::default(),
             limit: None,
+            metrics: false,
         }
     }
 

@@ -73,6 +73,8 @@ struct Site {
     trusted: Box<[crate::routing::access::Cidr]>,
     /// Its `limit`, as this thread counts it (`None`: unlimited; see [`Self::with_limits`]).
     limits: Option<ThreadLimits>,
+    /// This thread's figures of it, with `metrics` (see [`ThreadService::with_meters`]).
+    meter: Option<std::sync::Arc<crate::http::meters::SiteMeter>>,
 }
 
 /// Who may reach a site, as a thread checks it.
@@ -228,6 +230,7 @@ impl ThreadService {
                     access,
                     trusted: s.trusted_proxies.as_slice().into(),
                     limits: None,
+                    meter: None,
                     app_fields: apps.iter().any(|a| a.fields.is_some()),
                     app_auth: apps.iter().any(|a| a.auth.is_some()),
                     apps,
@@ -288,6 +291,22 @@ impl ThreadService {
         self
     }
 
+    /// This thread's meters of the sites with `metrics` (by site index), which the worker's
+    /// main thread adds up for the master.
+    pub fn with_meters(
+        mut self,
+        meters: &[Option<std::sync::Arc<crate::http::meters::SiteMeter>>],
+    ) -> Self {
+        for (site, meter) in self.sites.iter_mut().zip(meters) {
+            site.meter = meter.clone();
+        }
+        self.logging = self
+            .sites
+            .iter()
+            .any(|s| s.log.is_some() || s.meter.is_some());
+        self
+    }
+
     /// Writes every log's buffer (the thread's heartbeat, and its last act).
     pub fn flush_logs(&self) {
         for log in self.sites.iter().filter_map(|s| s.log.as_ref()) {
@@ -327,7 +346,7 @@ impl ThreadService {
         }
         RequestCtx {
             site,
-            logged: s.log.is_some(),
+            logged: s.log.is_some() || s.meter.is_some(),
             fields: fields[tls].clone(),
             rule: None,
             pages: s.pages.clone(),
@@ -554,8 +573,13 @@ impl Service for ThreadService {
     }
 
     fn log(&self, ctx: &RequestCtx, entry: &access_log::Entry<'_>) {
-        let site = ctx.site.and_then(|s| self.site(s));
-        if let Some(log) = site.and_then(|s| s.log.as_ref()) {
+        let Some(site) = ctx.site.and_then(|s| self.site(s)) else {
+            return;
+        };
+        if let Some(meter) = &site.meter {
+            meter.record(entry);
+        }
+        if let Some(log) = &site.log {
             log.record(entry, &self.clock, &self.identity);
         }
     }

@@ -36,6 +36,8 @@ pub struct Facts<'a> {
     pub host: Option<&'a [u8]>,
     pub referer: Option<&'a [u8]>,
     pub user_agent: Option<&'a [u8]>,
+    /// The request body's length as its `Content-Length` declared it (0 without one).
+    pub body_in: u64,
 }
 
 impl<'a> Facts<'a> {
@@ -48,6 +50,10 @@ impl<'a> Facts<'a> {
             host: req.host().map(str::as_bytes),
             referer: req.header("referer").map(str::as_bytes),
             user_agent: req.header("user-agent").map(str::as_bytes),
+            body_in: req
+                .header("content-length")
+                .and_then(|l| l.trim().parse().ok())
+                .unwrap_or(0),
         }
     }
 }
@@ -59,6 +65,7 @@ pub struct OwnedFacts {
     spans: [(usize, usize); 6],
     present: [bool; 3],
     minor_version: u8,
+    body_in: u64,
 }
 
 impl OwnedFacts {
@@ -88,6 +95,7 @@ impl OwnedFacts {
                 f.user_agent.is_some(),
             ],
             minor_version: f.minor_version,
+            body_in: f.body_in,
         }
     }
 
@@ -101,6 +109,7 @@ impl OwnedFacts {
             host: self.present[0].then(|| part(3)),
             referer: self.present[1].then(|| part(4)),
             user_agent: self.present[2].then(|| part(5)),
+            body_in: self.body_in,
         }
     }
 }

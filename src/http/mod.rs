@@ -26,6 +26,7 @@ pub mod error_pages;
 mod fields;
 pub mod h2;
 pub mod ktls;
+pub mod meters;
 pub mod proxy_header;
 mod send;
 pub mod service;

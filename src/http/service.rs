@@ -51,7 +51,7 @@ pub struct SiteRef(pub u32);
 pub struct RequestCtx {
     /// The site it was routed to (`None`: no site has its host).
     pub site: Option<SiteRef>,
-    /// Whether its site logs its requests (only then is a line built).
+    /// Whether its site logs or meters its requests (only then is an entry made).
     pub logged: bool,
     /// The field edits of its site and path, on its answer and the lent ones' too (the
     /// site's `headers`, its `Strict-Transport-Security` over TLS); `None` for none.
@@ -209,7 +209,7 @@ pub trait Service {
         false
     }
 
-    /// Logs an answered request in its site's log (`ctx.logged` is true).
+    /// Logs an answered request in its site's log and meters (`ctx.logged` is true).
     fn log(&self, _ctx: &RequestCtx, _entry: &Entry<'_>) {}
 }
 

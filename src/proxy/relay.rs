@@ -12,8 +12,20 @@ use crate::http::ChunkedDecoder;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-/// Transfer buffer of each direction.
+/// Transfer buffer of each direction, at most.
 pub(super) const BUF: usize = 64 << 10;
+/// A body relay's buffer starts at this and doubles (to [`BUF`]) each time a read filled it
+/// and the client took it all: a client that takes nothing (an HTTP/2 stream with a zero
+/// window, behind a 16 KiB pipe) holds 16 KiB here, not 64 (640 such streams held 30 MiB
+/// more); a download reaches 64 KiB after three reads.
+const FIRST_BUF: usize = 8 << 10;
+
+/// Doubles `buf` after a read of `n` bytes that filled it was delivered.
+fn grow(buf: &mut Vec<u8>, n: usize) {
+    if n == buf.len() && buf.len() < BUF {
+        buf.resize((buf.len() * 2).min(BUF), 0);
+    }
+}
 
 /// Relays the response body to the client. `Ok(clean)`: whether the app connection ended
 /// exactly at the body's end (and may be reused).
@@ -39,11 +51,13 @@ pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                     .map_err(|_| ())?;
             }
             let mut left = total - have as u64;
+            // The head's buffer is done with: a stalled body holds only the transfer buffer.
+            drop(ubuf);
             if left > 0 {
-                buf.resize(BUF, 0);
+                buf.resize(FIRST_BUF, 0);
             }
             while left > 0 {
-                let want = (left as usize).min(BUF);
+                let want = (left as usize).min(buf.len());
                 let n = match read_timeout(conn, &mut buf[..want], upstream_timeout).await {
                     Ok(0) | Err(_) => return Err(()),
                     Ok(n) => n,
@@ -52,6 +66,7 @@ pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                     .await
                     .map_err(|_| ())?;
                 left -= n as u64;
+                grow(&mut buf, n);
             }
             Ok(!extra)
         }
@@ -59,7 +74,8 @@ pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
             // Responses are not bounded by the client's request limits.
             let mut decoder = ChunkedDecoder::with_bounds(u64::MAX, 64 << 10);
             let mut pending = std::mem::take(&mut ubuf);
-            buf.resize(BUF, 0);
+            buf.resize(FIRST_BUF, 0);
+            let mut last = 0;
             loop {
                 let d = if dechunk {
                     let d = decoder.decode(&mut pending).map_err(|_| ())?;
@@ -77,17 +93,20 @@ pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                 if d.done {
                     return Ok(d.consumed == pending.len());
                 }
+                grow(&mut buf, last);
                 pending.clear();
                 let n = match read_timeout(conn, &mut buf, upstream_timeout).await {
                     Ok(0) | Err(_) => return Err(()),
                     Ok(n) => n,
                 };
+                last = n;
                 pending.extend_from_slice(&buf[..n]);
             }
         }
         BodyKind::UntilClose => {
             let mut pending = ubuf;
-            buf.resize(BUF, 0);
+            buf.resize(FIRST_BUF, 0);
+            let mut last = 0;
             loop {
                 if !pending.is_empty() {
                     if rechunk {
@@ -101,11 +120,15 @@ pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
                         .await
                         .map_err(|_| ())?;
                 }
+                grow(&mut buf, last);
                 pending.clear();
                 match read_timeout(conn, &mut buf, upstream_timeout).await {
                     Ok(0) => break,
                     Err(_) => return Err(()),
-                    Ok(n) => pending.extend_from_slice(&buf[..n]),
+                    Ok(n) => {
+                        last = n;
+                        pending.extend_from_slice(&buf[..n]);
+                    }
                 }
             }
             if rechunk {

@@ -49,6 +49,9 @@ pub enum Message {
     /// writes it) let several requests in a row time out: a failed ping, whatever its
     /// socket's `connect` says (the kernel completes handshakes for a stopped process).
     Unresponsive(String),
+    /// Worker → master, after a pong: its sites' figures (`metrics = true`), JSON of
+    /// `[(site, MeterFigures)]`.
+    Meters(String),
 }
 
 impl Message {
@@ -80,6 +83,7 @@ impl Message {
             Message::Unresponsive(endpoint) => {
                 format!("unresponsive {}\n", endpoint.replace('\n', " "))
             }
+            Message::Meters(json) => format!("meters {}\n", json.replace('\n', " ")),
         }
     }
 
@@ -116,6 +120,7 @@ impl Message {
             "upstreams" => Message::Upstreams(rest.to_string()),
             "certificate" => Message::Certificate(rest.to_string()),
             "unresponsive" => Message::Unresponsive(rest.to_string()),
+            "meters" => Message::Meters(rest.to_string()),
             _ => return None,
         })
     }

@@ -23,6 +23,7 @@ pub mod handoffs;
 pub mod lifecycle;
 pub mod listeners;
 pub mod master;
+pub mod meters;
 pub mod runtime;
 pub mod soft;
 pub mod spawn;

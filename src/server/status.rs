@@ -353,6 +353,9 @@ pub struct WorkerStatus {
     /// A front worker's queue for its app processes (`max_requests_per_process`).
     #[serde(default)]
     pub queue: crate::proxy::queue::QueueFigures,
+    /// Its sites' figures (`metrics = true`; see [`super::meters`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub meters: Vec<super::meters::SiteMeters>,
 }
 
 /// A worker metric: name, help, and how to read it off a worker.
@@ -466,6 +469,16 @@ impl Status {
                 }
             }
         }
+        let sites: Vec<super::meters::Series<'_>> = self
+            .pools
+            .iter()
+            .flat_map(|p| {
+                p.workers
+                    .iter()
+                    .flat_map(move |w| w.meters.iter().map(move |m| (p.name.as_str(), w.index, m)))
+            })
+            .collect();
+        super::meters::render(&mut out, &sites);
         out
     }
 }
@@ -518,6 +531,7 @@ mod tests {
                     accepted: 0,
                     steered: 0,
                     queue: Default::default(),
+                    meters: Vec::new(),
                 }],
             }],
         };

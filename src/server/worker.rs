@@ -18,6 +18,7 @@ use crate::handlers::ThreadService;
 use crate::handoff::PoolTargets;
 use crate::http::clock::Clock;
 use crate::http::conn::Shutdown;
+use crate::http::meters::{MeterFigures, SiteMeter};
 use crate::http::service::{ConnEnv, Timeouts};
 use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
@@ -174,7 +175,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     let health: Vec<Arc<ThreadHealth>> = spec
         .threads
         .iter()
-        .map(|_| Arc::new(ThreadHealth::new(epoch)))
+        .map(|_| Arc::new(ThreadHealth::new(epoch, &spec.sites)))
         .collect();
     // The app processes a front worker forwards to, replaced at each `upstreams` message.
     let tiers = Arc::new(SharedTiers::default());
@@ -251,6 +252,9 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                     Ok(_) => match Message::parse(&line) {
                         Some(Message::Ping) => {
                             let mut answer = pong(spec, &health, tiers.queue.figures());
+                            if let Some(meters) = site_meters(spec, &health) {
+                                answer.push_str(&meters.line());
+                            }
                             for endpoint in tiers.take_unresponsive() {
                                 answer.push_str(&Message::Unresponsive(endpoint.to_string()).line());
                             }
@@ -307,10 +311,12 @@ pub struct ThreadHealth {
     /// Milliseconds since `epoch` at the thread's last turn of its event loop.
     heartbeat_ms: AtomicU64,
     pub panics: Arc<AtomicU64>,
+    /// Its figures of each site with `metrics` (by site index), written by the thread alone.
+    meters: Vec<Option<Arc<SiteMeter>>>,
 }
 
 impl ThreadHealth {
-    fn new(epoch: std::time::Instant) -> Self {
+    fn new(epoch: std::time::Instant, sites: &[crate::config::SiteSpec]) -> Self {
         ThreadHealth {
             epoch,
             served: AtomicU64::new(0),
@@ -318,6 +324,10 @@ impl ThreadHealth {
             connections: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             steered: AtomicU64::new(0),
+            meters: sites
+                .iter()
+                .map(|s| s.metrics.then(|| Arc::new(SiteMeter::default())))
+                .collect(),
             heartbeat_ms: AtomicU64::new(0),
             panics: Arc::new(AtomicU64::new(0)),
         }
@@ -385,6 +395,28 @@ fn pong(
         queue,
     }
     .line()
+}
+
+/// The figures of the sites with `metrics` this worker serves, its threads' added up
+/// (`None` when it serves none).
+fn site_meters(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> Option<Message> {
+    let mut sites = Vec::new();
+    for (k, site) in spec.sites.iter().enumerate() {
+        if !site.metrics || !site.served_by(&spec.pool) {
+            continue;
+        }
+        let mut sum = MeterFigures::default();
+        for h in health {
+            if let Some(Some(m)) = h.meters.get(k) {
+                sum.add(&m.figures());
+            }
+        }
+        sites.push((site.name.clone(), sum));
+    }
+    if sites.is_empty() {
+        return None;
+    }
+    serde_json::to_string(&sites).ok().map(Message::Meters)
 }
 
 /// What a worker's threads share: the TLS of its listener groups (each https group's rustls
@@ -456,7 +488,8 @@ fn engine_thread(
                     .collect(),
             )
             .with_tls(&shared.configs, shared.kernel)
-            .with_limits(&shared.limits),
+            .with_limits(&shared.limits)
+            .with_meters(&health.meters),
             clock,
             limits: HeadLimits {
                 max_request_line: l.max_request_line,

@@ -219,6 +219,7 @@ impl Validator {
             self.err(&at("deny_action"), "says what a client refused by allow or deny gets, and the site and its paths have none; add allow or deny, or remove it");
         }
         SiteSpec {
+            metrics: raw.metrics.unwrap_or(false),
             limit,
             access,
             trusted_proxies,

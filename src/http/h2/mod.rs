@@ -196,7 +196,7 @@ impl Drop for Open<'_> {
 enum Work<T> {
     /// The request is lent to what the service routed it to (an application), through the
     /// forwarder. Its context travels with it, to its added fields and its log line.
-    Forward(Lending<T>),
+    Forward(Box<Lending<T>>),
     /// The head is sent; the file's pieces follow as the client's window allows.
     File(SendStream<Bytes>, FileBody),
 }
@@ -307,13 +307,13 @@ impl<S: Service + 'static> Connection<S> {
                 send_error(&mut respond, env, 413);
                 return;
             }
-            let work = Work::Forward(Lending {
+            let work = Work::Forward(Box::new(Lending {
                 target,
                 ctx,
                 respond,
                 facts,
                 arrived,
-            });
+            }));
             let expects_continue = body::expects_continue(&parts);
             let arriving = Body::Arriving(recv, framing, expects_continue);
             Box::pin(self.run(work, &parts, arriving)).await;
@@ -376,7 +376,7 @@ impl<S: Service + 'static> Connection<S> {
                     respond,
                     facts,
                     arrived,
-                } = lending;
+                } = *lending;
                 self.forward(&request, body, target, &ctx, &report, respond)
                     .await;
                 if let Some(facts) = facts {
@@ -414,13 +414,13 @@ impl<S: Service + 'static> Connection<S> {
             Route::Here(ctx) => ctx,
             Route::Lend(target, ctx) => {
                 let facts = ctx.logged.then(|| OwnedFacts::of(&request));
-                return Some(Work::Forward(Lending {
+                return Some(Work::Forward(Box::new(Lending {
                     target,
                     ctx,
                     respond,
                     facts,
                     arrived,
-                }));
+                })));
             }
             // Not asked for (see `with_body`): a request of another pool's is misdirected.
             Route::HandOff(_) => {

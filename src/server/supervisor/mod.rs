@@ -526,6 +526,11 @@ impl Supervisor {
                 }
             }
             Message::Unresponsive(endpoint) => self.on_unresponsive(generation, &endpoint),
+            Message::Meters(json) => {
+                if let Some((_, p)) = self.proc_of(generation) {
+                    p.meters = crate::server::meters::parse(&json);
+                }
+            }
             Message::Ping | Message::Upstreams(_) | Message::Reopen | Message::Certificate(_) => {}
         }
     }

@@ -37,6 +37,8 @@ pub(super) struct Proc {
     pub(super) steered: u64,
     /// A front worker's queue for its app processes, as its last pong told.
     pub(super) queue: crate::proxy::queue::QueueFigures,
+    /// Its sites' figures (`metrics = true`), as its last pong told.
+    pub(super) meters: Vec<crate::server::meters::SiteMeters>,
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,

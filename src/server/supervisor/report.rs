@@ -197,6 +197,7 @@ impl Supervisor {
                         accepted: cur.map_or(0, |c| c.accepted),
                         steered: cur.map_or(0, |c| c.steered),
                         queue: cur.map_or_else(Default::default, |c| c.queue),
+                        meters: cur.map_or_else(Vec::new, |c| c.meters.clone()),
                     }
                 })
                 .collect(),

@@ -138,6 +138,7 @@ impl Supervisor {
             accepted: 0,
             steered: 0,
             queue: Default::default(),
+            meters: Vec::new(),
             panics: 0,
             remote: 0,
             last_pong: Instant::now(),
