@@ -74,6 +74,7 @@ affinity = "hard"
 name = "shop"
 bindings = ["http://127.0.0.1:{port}:shop.example"]
 root = "www"
+metrics = true
 [[site.app]]
 pool = "shop"
 [[site]]
@@ -201,6 +202,14 @@ handler = "dynamic"
     }
     assert_eq!(seen["cpus"], b.cpu_load.len());
     assert!(seen["history_lines"].as_u64().unwrap() >= 2, "{seen}");
+    // The shop site has metrics: its pool's p50, p99 and 5xx share (none: it serves files).
+    let latency = seen["shop_latency"].as_str().unwrap();
+    assert!(
+        latency.starts_with("p50 ")
+            && latency.contains(" · p99 ")
+            && latency.ends_with(" · 5xx 0.0%"),
+        "{latency}"
+    );
 
     // With the token, the recycle button replaced blog's worker.
     assert!(

@@ -43,6 +43,10 @@ async function waitFor(what, check, ms) {
     seen.nodes = await page.$$eval(".node", els => els.length);
     seen.summary = await page.textContent("#summary");
     seen.history_lines = await page.$$eval("#history polyline", els => els.length);
+    seen.shop_latency = await waitFor("the shop pool's latency", async () => {
+      const t = await page.textContent('td.latency[data-pool="shop"]');
+      return t && t.startsWith("p50") ? t : null;
+    }, 20000);
     await page.screenshot({ path: `${out}/live.png`, timeout: 60000 });
     const before = seen.rows.find(r => r.pool === "blog").pid;
     await page.click('button[data-action="recycle"][data-pool="blog"]');
