@@ -434,10 +434,11 @@ fn an_aliased_static_path_serves_its_own_folder() {
     drop(server);
 }
 
-/// A reload that changes a site's headers, rules, compression and error pages is applied
-/// under keep-alive load with no failed request.
+/// A reload that changes a site's headers, rules, compression and error pages — and adds a
+/// deny list, a per-client limit and metrics (#29) — is applied under keep-alive load with
+/// no failed request.
 #[test]
-fn a_reload_changes_headers_rules_and_pages_without_a_failed_request() {
+fn a_reload_changes_answers_and_traffic_control_without_a_failed_request() {
     use common::apps::keep_alive_load_host;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -476,7 +477,10 @@ fn a_reload_changes_headers_rules_and_pages_without_a_failed_request() {
         .collect();
     std::fs::write(
         d.join("espalier.toml"),
-        config(2, "compress = [\"gzip\"]\nerrors = { 404 = \"gone.html\" }"),
+        config(
+            2,
+            "compress = [\"gzip\"]\nerrors = { 404 = \"gone.html\" }\ndeny = [\"127.0.0.9\"]\nlimit = { rate = \"1000000/s\", concurrent = 1000 }\nmetrics = true",
+        ),
     )
     .unwrap();
     espalier_ok(&["reload", "--admin", &admin]);
@@ -491,6 +495,14 @@ fn a_reload_changes_headers_rules_and_pages_without_a_failed_request() {
         get(addr, "/", "Accept-Encoding: gzip\r\n").header("content-encoding"),
         Some("gzip")
     );
+    let mut denied = Conn::open_from("127.0.0.9", addr);
+    denied.send(b"GET / HTTP/1.1\r\nHost: s\r\n\r\n");
+    assert_eq!(denied.read_response(false).unwrap().status, 403);
+    let admin_addr: SocketAddr = admin.parse().unwrap();
+    server.wait_until("the site's figures", Duration::from_secs(60), |_| {
+        let (_, m) = espalier::server::admin::request(admin_addr, "GET", "/metrics").unwrap();
+        String::from_utf8_lossy(&m).contains("espalier_site_requests_total{site=\"s\"")
+    });
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     let mut answered = 0;
