@@ -240,7 +240,10 @@ impl ThreadService {
 /// The client `req` is from as site `s` believes it: the connection's (or PROXY header's)
 /// address, or the one its trusted proxies named.
 fn client_of(s: &Site, req: &Request<'_>) -> Option<std::net::IpAddr> {
-    let peer = req.client.parse().ok()?;
+    let peer = req.client_ip?;
+    if s.trusted.is_empty() {
+        return Some(peer);
+    }
     Some(access::client(
         peer,
         req.header("x-forwarded-for"),

@@ -341,6 +341,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         };
         self.reading.head_scanned = 0;
         request.client = &self.peer.text;
+        request.client_ip = self.peer.addr.map(|a| a.ip());
         let keep = keep_alive && !self.env.shutdown.started.get() && self.stream.may_keep_alive();
         let ctx = match self
             .env

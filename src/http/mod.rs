@@ -83,6 +83,9 @@ pub struct Request<'a> {
     /// The client's IP address as text (from a PROXY protocol header on the bindings that
     /// expect one, else the peer's), or "" when unknown; set by the connection loop.
     pub client: &'a str,
+    /// The same address, as an address (`None` when unknown): what allow lists and limits
+    /// check, without parsing the text per request.
+    pub client_ip: Option<std::net::IpAddr>,
     /// Came on an HTTP/2 stream: its connection, carrying other streams, cannot be handed to
     /// another pool.
     pub http2: bool,
@@ -316,6 +319,7 @@ pub fn parse_head<'a>(
             headers,
             body: &[],
             client: "",
+            client_ip: None,
             http2: false,
         },
         len,

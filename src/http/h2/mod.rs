@@ -206,7 +206,7 @@ fn request_of<'a>(
     parts: &'a http::request::Parts,
     headers: &'a mut Vec<httparse::Header<'a>>,
     body: &'a [u8],
-    client: &'a str,
+    client: (&'a str, Option<std::net::SocketAddr>),
     max_headers: usize,
 ) -> Result<Request<'a>, u16> {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -248,7 +248,8 @@ fn request_of<'a>(
         minor_version: 1,
         headers,
         body,
-        client,
+        client: client.0,
+        client_ip: client.1.map(|a| a.ip()),
         http2: true,
     })
 }
@@ -279,7 +280,7 @@ impl<S: Service + 'static> Connection<S> {
         let routed = {
             let mut headers = Vec::with_capacity(parts.headers.len() + 1);
             let max_headers = MAX_HEADERS.min(env.limits.max_headers);
-            match request_of(&parts, &mut headers, &[], &self.client, max_headers) {
+            match request_of(&parts, &mut headers, &[], (&self.client, self.peer), max_headers) {
                 // No hand-off: an HTTP/2 connection stays with the pool that took it.
                 Ok(request) => match env.service.route(self.group, &request, false) {
                     Route::Lend(target, ctx) => {
@@ -365,7 +366,7 @@ impl<S: Service + 'static> Connection<S> {
                     Body::Whole(whole) => whole,
                     Body::Arriving(..) => &[],
                 };
-                let Ok(request) = request_of(parts, &mut headers, whole, &self.client, usize::MAX)
+                let Ok(request) = request_of(parts, &mut headers, whole, (&self.client, self.peer), usize::MAX)
                 else {
                     return;
                 };
@@ -402,7 +403,7 @@ impl<S: Service + 'static> Connection<S> {
         let env = &self.env;
         let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(parts.headers.len() + 1);
         let max_headers = MAX_HEADERS.min(env.limits.max_headers);
-        let request = match request_of(parts, &mut headers, body, &self.client, max_headers) {
+        let request = match request_of(parts, &mut headers, body, (&self.client, self.peer), max_headers) {
             Ok(r) => r,
             Err(status) => {
                 send_error(&mut respond, env, status);
