@@ -280,7 +280,13 @@ impl<S: Service + 'static> Connection<S> {
         let routed = {
             let mut headers = Vec::with_capacity(parts.headers.len() + 1);
             let max_headers = MAX_HEADERS.min(env.limits.max_headers);
-            match request_of(&parts, &mut headers, &[], (&self.client, self.peer), max_headers) {
+            match request_of(
+                &parts,
+                &mut headers,
+                &[],
+                (&self.client, self.peer),
+                max_headers,
+            ) {
                 // No hand-off: an HTTP/2 connection stays with the pool that took it.
                 Ok(request) => match env.service.route(self.group, &request, false) {
                     Route::Lend(target, ctx) => {
@@ -366,8 +372,13 @@ impl<S: Service + 'static> Connection<S> {
                     Body::Whole(whole) => whole,
                     Body::Arriving(..) => &[],
                 };
-                let Ok(request) = request_of(parts, &mut headers, whole, (&self.client, self.peer), usize::MAX)
-                else {
+                let Ok(request) = request_of(
+                    parts,
+                    &mut headers,
+                    whole,
+                    (&self.client, self.peer),
+                    usize::MAX,
+                ) else {
                     return;
                 };
                 let report = Report::default();
@@ -403,7 +414,13 @@ impl<S: Service + 'static> Connection<S> {
         let env = &self.env;
         let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(parts.headers.len() + 1);
         let max_headers = MAX_HEADERS.min(env.limits.max_headers);
-        let request = match request_of(parts, &mut headers, body, (&self.client, self.peer), max_headers) {
+        let request = match request_of(
+            parts,
+            &mut headers,
+            body,
+            (&self.client, self.peer),
+            max_headers,
+        ) {
             Ok(r) => r,
             Err(status) => {
                 send_error(&mut respond, env, status);
