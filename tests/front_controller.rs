@@ -15,6 +15,11 @@ const EVIL: &str = "<?php echo 'EXECUTED'; ?>\n";
 /// A copy of examples/apps (php-fpm's conf and the router app) with uploads that hold PHP,
 /// a script outside the root and a certificate; the example config on two ports.
 fn router_site() -> (tempfile::TempDir, Server, SocketAddr, u16) {
+    router_site_with("")
+}
+
+/// [`router_site`] with more keys on its site.
+fn router_site_with(site_keys: &str) -> (tempfile::TempDir, Server, SocketAddr, u16) {
     let fpm = php_fpm();
     need_tools("curl:curl openssl:openssl", "curl and openssl");
     let dir = tempfile::tempdir().unwrap();
@@ -37,7 +42,7 @@ fn router_site() -> (tempfile::TempDir, Server, SocketAddr, u16) {
         .replace(
             "bindings = [\"http://127.0.0.1:8085\"]",
             &format!(
-                "bindings = [\"http://127.0.0.1:{plain}\", \"https://127.0.0.1:{tls}:localhost\"]\ntls = {{ cert = \"certs/localhost.pem\", key = \"certs/localhost.key\" }}"
+                "bindings = [\"http://127.0.0.1:{plain}\", \"https://127.0.0.1:{tls}:localhost\"]\ntls = {{ cert = \"certs/localhost.pem\", key = \"certs/localhost.key\" }}\n{site_keys}"
             ),
         );
     let server = Server::with_config(d, &config);
@@ -233,5 +238,53 @@ fn a_proxied_app_trying_files_first_is_sent_only_what_is_not_a_file() {
     }
     let seen = std::fs::read_to_string(d.join("seen.log")).unwrap();
     assert_eq!(seen, "/\n/img/\n/img\n/robots.txt/x\n/page?q=1\n");
+    drop(server);
+}
+
+/// An HTTP/2 upload without a declared length to a FastCGI app is read whole first (FastCGI
+/// sends CONTENT_LENGTH before the body) and then lent where it was routed — once: a site
+/// limited to two requests a minute takes two such uploads.
+#[test]
+fn an_undeclared_http2_upload_reaches_php_whole_and_counts_once() {
+    let (dir, server, _, tls) = router_site_with("limit = { rate = \"2/m\", burst = 2 }");
+    let d = dir.path();
+    std::fs::write(d.join("upload.txt"), "x".repeat(100_000)).unwrap();
+    for k in 0..2 {
+        let (code, body, verbose) = curl(
+            d,
+            "certs/localhost.pem",
+            "localhost",
+            tls,
+            "/api/echo",
+            &[
+                "--http2",
+                "--data-binary",
+                "@upload.txt",
+                "-H",
+                "Content-Length:",
+            ],
+        );
+        assert_eq!(code, 0, "{verbose}\n{}", server.log_text());
+        assert!(
+            !verbose.contains("> content-length"),
+            "undeclared: {verbose}"
+        );
+        assert!(
+            body.starts_with(&format!("POST {}\n", "x".repeat(100_000))),
+            "upload {k}: {verbose}"
+        );
+    }
+    let (_, _, verbose) = curl(
+        d,
+        "certs/localhost.pem",
+        "localhost",
+        tls,
+        "/",
+        &["--http2"],
+    );
+    assert!(
+        verbose.contains("< HTTP/2 429"),
+        "the third is over: {verbose}"
+    );
     drop(server);
 }

@@ -303,10 +303,16 @@ impl<S: Service + 'static> Connection<S> {
         };
         let framing = body::framing_of(&parts);
         // FastCGI tells its app the body's length before the body (CONTENT_LENGTH): one the
-        // client did not declare is read whole first, as nginx does.
-        let routed = routed.filter(|(target, _, _)| {
-            framing != Framing::Chunked || !env.service.needs_length(target)
-        });
+        // client did not declare is read whole first, as nginx does — lent where it was
+        // routed, once (routing again would count it twice against its client's limit).
+        let (routed, lent_whole) = match routed {
+            Some((target, ctx, facts))
+                if framing == Framing::Chunked && env.service.needs_length(&target) =>
+            {
+                (None, Some((target, ctx, facts)))
+            }
+            routed => (routed, None),
+        };
         if let Some((target, ctx, facts)) = routed {
             // A body declared too large is refused before any of it is taken, as HTTP/1.1's
             // is; one undeclared is bounded by the forwarder's chunked decoder.
@@ -343,7 +349,17 @@ impl<S: Service + 'static> Connection<S> {
             }
             body.extend_from_slice(&chunk);
         }
-        if let Some(work) = self.answer(&parts, &body, respond, arrived) {
+        let work = match lent_whole {
+            Some((target, ctx, facts)) => Some(Work::Forward(Box::new(Lending {
+                target,
+                ctx,
+                respond,
+                facts,
+                arrived,
+            }))),
+            None => self.answer(&parts, &body, respond, arrived),
+        };
+        if let Some(work) = work {
             Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
         }
     }
