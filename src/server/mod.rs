@@ -32,5 +32,6 @@ pub mod status;
 pub mod steering;
 pub mod supervisor;
 pub mod worker;
+mod worker_health;
 
 pub use crate::os::log;

@@ -1,7 +1,8 @@
 //! A worker process: applies its placement, then runs one thread per CPU it owns, each with
 //! its own single-threaded event loop, its own listener sockets, caches and counters.
 //!
-//! Owns: the worker's threads and its graceful stop. Must not touch: other workers or the
+//! Owns: the worker's threads and its graceful stop (what it answers the master's pings is
+//! `worker_health`'s). Must not touch: other workers or the
 //! listeners' life (the master owns the sockets; a worker only uses its inherited copies).
 //!
 //! Affinity: the main thread and, for soft affinity, every engine thread may run on all of
@@ -13,12 +14,12 @@ use super::conn_task::{self, Slot};
 use super::control::Message;
 use super::log;
 use super::spec::{WorkerSpec, ENV_VAR};
+use super::worker_health::{pong, site_meters, ThreadHealth, HEARTBEAT};
 use crate::cpuset::CpuSet;
 use crate::handlers::ThreadService;
 use crate::handoff::PoolTargets;
 use crate::http::clock::Clock;
 use crate::http::conn::Shutdown;
-use crate::http::meters::{MeterFigures, SiteMeter};
 use crate::http::service::{ConnEnv, Timeouts};
 use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
@@ -290,135 +291,6 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     Ok(())
 }
 
-/// How often an engine thread publishes its figures and heartbeat.
-const HEARTBEAT: Duration = Duration::from_millis(200);
-
-/// An engine thread whose heartbeat is older than this is not turning (blocked in a syscall,
-/// spinning, or its event loop gone): the worker stops answering pings for it.
-const STUCK_AFTER: Duration = Duration::from_secs(2);
-
-/// What an engine thread publishes for the master's pings. Written by its thread a few times
-/// a second, read by the worker's main thread at a ping: off the request path.
-pub struct ThreadHealth {
-    epoch: std::time::Instant,
-    served: AtomicU64,
-    /// Requests forwarded to an app process off the thread's node.
-    remote: AtomicU64,
-    /// Connections open now; accepted so far, and of those received on the thread's CPU.
-    connections: AtomicU64,
-    accepted: AtomicU64,
-    steered: AtomicU64,
-    /// Milliseconds since `epoch` at the thread's last turn of its event loop.
-    heartbeat_ms: AtomicU64,
-    pub panics: Arc<AtomicU64>,
-    /// Its figures of each site with `metrics` (by site index), written by the thread alone.
-    meters: Vec<Option<Arc<SiteMeter>>>,
-}
-
-impl ThreadHealth {
-    fn new(epoch: std::time::Instant, sites: &[crate::config::SiteSpec]) -> Self {
-        ThreadHealth {
-            epoch,
-            served: AtomicU64::new(0),
-            remote: AtomicU64::new(0),
-            connections: AtomicU64::new(0),
-            accepted: AtomicU64::new(0),
-            steered: AtomicU64::new(0),
-            meters: sites
-                .iter()
-                .map(|s| s.metrics.then(|| Arc::new(SiteMeter::default())))
-                .collect(),
-            heartbeat_ms: AtomicU64::new(0),
-            panics: Arc::new(AtomicU64::new(0)),
-        }
-    }
-
-    fn beat(&self, served: u64, remote: u64, admission: &Admission) {
-        self.served.store(served, Ordering::Relaxed);
-        self.remote.store(remote, Ordering::Relaxed);
-        let open = admission.open.get() as u64;
-        self.connections.store(open, Ordering::Relaxed);
-        self.accepted
-            .store(admission.accepted.get(), Ordering::Relaxed);
-        self.steered
-            .store(admission.steered.get(), Ordering::Relaxed);
-        let now = self.epoch.elapsed().as_millis() as u64;
-        self.heartbeat_ms.store(now, Ordering::Relaxed);
-    }
-
-    fn stuck(&self) -> bool {
-        let now = self.epoch.elapsed().as_millis() as u64;
-        now.saturating_sub(self.heartbeat_ms.load(Ordering::Relaxed))
-            > STUCK_AFTER.as_millis() as u64
-    }
-}
-
-/// The answer to a ping: `pong <requests> <panics>` when every engine thread is turning, else
-/// `stuck <cpu>,…` — which the master counts as a missed ping, so `ping_response_time` replaces
-/// a worker whose threads no longer serve even though its main thread still answers.
-fn pong(
-    spec: &WorkerSpec,
-    health: &[Arc<ThreadHealth>],
-    queue: crate::proxy::queue::QueueFigures,
-) -> String {
-    let stuck: Vec<String> = spec
-        .threads
-        .iter()
-        .zip(health)
-        .filter(|(_, h)| h.stuck())
-        .map(|(t, _)| format!("cpu{}", t.cpu))
-        .collect();
-    if !stuck.is_empty() {
-        return Message::Stuck(stuck.join(",")).line();
-    }
-    let served: u64 = health
-        .iter()
-        .map(|h| h.served.load(Ordering::Relaxed))
-        .sum();
-    let panics: u64 = health
-        .iter()
-        .map(|h| h.panics.load(Ordering::Relaxed))
-        .sum();
-    let sum = |field: fn(&ThreadHealth) -> &AtomicU64| -> u64 {
-        health
-            .iter()
-            .map(|h| field(h).load(Ordering::Relaxed))
-            .sum()
-    };
-    Message::Pong {
-        requests: served,
-        panics,
-        remote: sum(|h| &h.remote),
-        connections: sum(|h| &h.connections),
-        accepted: sum(|h| &h.accepted),
-        steered: sum(|h| &h.steered),
-        queue,
-    }
-    .line()
-}
-
-/// The figures of the sites with `metrics` this worker serves, its threads' added up
-/// (`None` when it serves none).
-fn site_meters(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> Option<Message> {
-    let mut sites = Vec::new();
-    for (k, site) in spec.sites.iter().enumerate() {
-        if !site.metrics || !site.served_by(&spec.pool) {
-            continue;
-        }
-        let mut sum = MeterFigures::default();
-        for h in health {
-            if let Some(Some(m)) = h.meters.get(k) {
-                sum.add(&m.figures());
-            }
-        }
-        sites.push((site.name.clone(), sum));
-    }
-    if sites.is_empty() {
-        return None;
-    }
-    serde_json::to_string(&sites).ok().map(Message::Meters)
-}
-
 /// What a worker's threads share: the TLS of its listener groups (each https group's rustls
 /// configuration, `None` for cleartext, and the connections the kernel's TLS can take), and
 /// the accounts of its sites' limits.
@@ -555,7 +427,7 @@ fn engine_thread(
             let env = Rc::clone(&env);
             let health = Arc::clone(&health);
             let admission = Rc::clone(&admission);
-            health.beat(0, 0, &admission);
+            health.beat(0, 0, admission.figures());
             tokio::task::spawn_local(async move {
                 let mut tick = tokio::time::interval(HEARTBEAT);
                 let mut trim = TrimAfterBurst::default();
@@ -564,7 +436,7 @@ fn engine_thread(
                     health.beat(
                         env.service.served(),
                         env.service.remote_forwards(),
-                        &admission,
+                        admission.figures(),
                     );
                     // Access log lines are written at least this often.
                     env.service.flush_logs();
@@ -624,6 +496,15 @@ struct Admission {
 }
 
 impl Admission {
+    /// Its connections open, accepted, and accepted on the thread's own CPU.
+    fn figures(&self) -> (u64, u64, u64) {
+        (
+            self.open.get() as u64,
+            self.accepted.get(),
+            self.steered.get(),
+        )
+    }
+
     /// Serves `stream` on listener group `group` in a contained task, with what a handed-over
     /// connection brings; over the thread's connection limit, or with no group (an address
     /// this worker no longer has), a 503 and close.
