@@ -377,6 +377,19 @@ pool = "app"
     // A stopped pool: the master's 503 is the site's page.
     let (code, _) = server.post("/pools/app/stop");
     assert_eq!(code, 200);
+    // Once its processes are gone (a request while they stop may meet the app gone first:
+    // a 502, above), the master answers for it.
+    server.wait_until(
+        "the pool stopped",
+        std::time::Duration::from_secs(30),
+        |s| {
+            s.status().pools.iter().any(|p| {
+                p.name == "app"
+                    && p.state == espalier::server::status::PoolState::Stopped
+                    && p.workers.iter().all(|w| w.pid.is_none())
+            })
+        },
+    );
     let r = get(at(app), "/", "");
     assert_eq!(
         (r.status, r.text().as_str()),
