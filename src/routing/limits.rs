@@ -84,9 +84,13 @@ impl Rate {
             "h" => 3600,
             _ => return Err(bad()),
         };
+        let secs = count
+            .checked_mul(unit)
+            .filter(|&s| s <= MAX_PERIOD.as_secs())
+            .ok_or_else(|| format!("`{text}`: the period must be a day at most"))?;
         Ok(Rate {
             requests,
-            per: Duration::from_secs(count * unit),
+            per: Duration::from_secs(secs),
         })
     }
 }
@@ -101,6 +105,9 @@ impl std::fmt::Display for Rate {
         }
     }
 }
+
+/// The longest period a rate may have.
+pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
 
 /// How long a thread may keep leased tokens: after it, unspent ones are dropped (they
 /// could let a burst through twice).
@@ -144,6 +151,9 @@ pub struct Accounts {
     shards: Box<[Shard]>,
     /// Where a client's start and stop of being limited is said (the worker's log).
     report: Box<dyn Fn(String) + Send + Sync>,
+    /// When a full shard was last swept (ns since `epoch`): at most every 100 ms, so a flood
+    /// of new addresses does not buy a sweep each.
+    swept: AtomicU64,
 }
 
 impl Accounts {
@@ -169,6 +179,7 @@ impl Accounts {
             epoch: Instant::now(),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             report,
+            swept: AtomicU64::new(0),
         }
     }
 
@@ -180,15 +191,17 @@ impl Accounts {
     fn take_tokens(&self, account: &Account, now: u64, want: u32) -> Result<u32, u64> {
         let mut tat = account.tat.load(Ordering::Relaxed);
         loop {
+            // Saturating: a burst of billions at a slow rate is "no limit", never a wrap.
             let base = tat.max(now);
-            let room = (now + self.tolerance).saturating_sub(base) / self.interval;
+            let horizon = now.saturating_add(self.tolerance);
+            let room = horizon.saturating_sub(base) / self.interval;
             if room == 0 {
-                return Err(base + self.interval - self.tolerance - now);
+                return Err(base.saturating_add(self.interval).saturating_sub(horizon));
             }
             let n = room.min(u64::from(want)) as u32;
             match account.tat.compare_exchange_weak(
                 tat,
-                base + u64::from(n) * self.interval,
+                base.saturating_add(u64::from(n).saturating_mul(self.interval)),
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
@@ -225,7 +238,9 @@ impl Accounts {
         if let Some(a) = map.get(&ip) {
             return Some(Arc::clone(a));
         }
-        if map.len() >= MAX_CLIENTS / SHARDS {
+        let last = self.swept.load(Ordering::Relaxed);
+        if map.len() >= MAX_CLIENTS / SHARDS && now >= last + 100_000_000 {
+            self.swept.store(now, Ordering::Relaxed);
             // Those no thread holds, with a full bucket and nothing in flight.
             map.retain(|ip, a| {
                 let active = Arc::strong_count(a) > 1
@@ -236,9 +251,9 @@ impl Accounts {
                 }
                 active
             });
-            if map.len() >= MAX_CLIENTS / SHARDS {
-                return None;
-            }
+        }
+        if map.len() >= MAX_CLIENTS / SHARDS {
+            return None;
         }
         Some(Arc::clone(map.entry(ip).or_default()))
     }
@@ -454,10 +469,14 @@ impl ThreadLimits {
         if let Some(l) = self.local.borrow().get(&ip) {
             return Rc::clone(l);
         }
-        self.sweep(now);
+        let full = self.local.borrow().len() >= MAX_CLIENTS;
+        self.sweep(now, full);
+        // Still full of clients seen in the last seconds: this one is let in uncounted (as
+        // when the process's table is full), its lease not kept.
+        let keep = self.local.borrow().len() < MAX_CLIENTS;
         let lease = Rc::new(Lease {
             ip,
-            account: self.accounts.account(ip, now),
+            account: keep.then(|| self.accounts.account(ip, now)).flatten(),
             tokens: Cell::new(0),
             leased_at: Cell::new(0),
             free: Cell::new(0),
@@ -465,15 +484,19 @@ impl ThreadLimits {
             refused: Cell::new(0),
             seen: Cell::new(now),
         });
-        self.local.borrow_mut().insert(ip, Rc::clone(&lease));
+        if keep {
+            self.local.borrow_mut().insert(ip, Rc::clone(&lease));
+        }
         lease
     }
 
     /// Drops the leases of clients not seen for a while, giving back what they hold, so
-    /// the process's table can let their accounts go.
-    fn sweep(&self, now: u64) {
+    /// the process's table can let their accounts go; every [`LOCAL_SWEEP`], or when `full`
+    /// every twentieth of it (a flood of new addresses must not buy a sweep each).
+    fn sweep(&self, now: u64, full: bool) {
         let every = LOCAL_SWEEP.as_nanos() as u64;
-        if now < self.swept.get() + every {
+        let gap = if full { every / 20 } else { every };
+        if now < self.swept.get() + gap {
             return;
         }
         self.swept.set(now);

@@ -183,3 +183,68 @@ fn the_log_says_when_a_client_starts_and_stops_being_limited() {
         ]
     );
 }
+
+#[test]
+fn hostile_rates_and_bursts_neither_wrap_nor_panic() {
+    for bad in [
+        "1/18446744073709551615h",
+        "1/99999999999h",
+        "1/25h",
+        "5/86401s",
+    ] {
+        let why = Rate::parse(bad).unwrap_err();
+        assert!(
+            why.contains("a day at most") || why.contains("is not a rate"),
+            "{bad}: {why}"
+        );
+    }
+    assert_eq!(Rate::parse("1/24h").unwrap().per, MAX_PERIOD);
+    // The slowest rate with the largest burst: the burst's worth is past u64's ns.
+    let accounts = Arc::new(Accounts::new(
+        "s",
+        spec(Some("1/24h"), u32::MAX, None),
+        1,
+        quiet(),
+    ));
+    let t = ThreadLimits::new(Arc::clone(&accounts));
+    let t0 = accounts.epoch + Duration::from_secs(1);
+    for _ in 0..1000 {
+        assert!(admitted(&t.admit(ip("192.0.2.1"), t0, false)));
+    }
+}
+
+#[test]
+fn a_flood_of_distinct_clients_is_bounded_per_thread() {
+    let accounts = Arc::new(Accounts::new("s", spec(Some("1/m"), 1, None), 1, quiet()));
+    let t = ThreadLimits::new(Arc::clone(&accounts));
+    let t0 = accounts.epoch + Duration::from_secs(1);
+    // More distinct addresses than a thread keeps, all within a second: the table stops at
+    // its bound and the rest are let in uncounted.
+    for k in 0..(MAX_CLIENTS as u128 + 1000) {
+        let client = IpAddr::V6(std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | k));
+        assert!(admitted(&t.admit(client, t0, false)));
+    }
+    assert_eq!(t.local.borrow().len(), MAX_CLIENTS);
+}
+
+#[test]
+fn the_processs_table_stops_at_its_bound() {
+    let accounts = Accounts::new("s", spec(Some("1/m"), 1, None), 4, quiet());
+    let now = 1_000_000_000;
+    let mut counted = 0;
+    for k in 0..(MAX_CLIENTS as u128 + 5000) {
+        let client = IpAddr::V6(std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | k));
+        // Each holds its account (a thread's lease would), so none can be swept.
+        if let Some(a) = accounts.account(client, now) {
+            std::mem::forget(a);
+            counted += 1;
+        }
+    }
+    let kept: usize = accounts
+        .shards
+        .iter()
+        .map(|s| s.lock().unwrap().len())
+        .sum();
+    assert!(kept <= MAX_CLIENTS, "{kept}");
+    assert_eq!(counted, kept);
+}
