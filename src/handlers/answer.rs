@@ -186,12 +186,10 @@ fn redirect(resp: &mut Responder<'_>, status: u16, location: &str) {
 /// A client over its site's limit: the status, with `Retry-After` where it means something
 /// (429, 503) — the site's page for the status replaces the text, keeping that field.
 fn limited(resp: &mut Responder<'_>, status: u16, retry_after: u32) {
-    if matches!(status, 429 | 503) {
-        resp.status(status)
-            .header("Retry-After", itoa::Buffer::new().format(retry_after))
-            .header("Content-Type", "text/plain; charset=utf-8")
-            .body(format!("{status} {}\n", crate::http::reason(status)).as_bytes());
+    let kept = if matches!(status, 429 | 503) {
+        format!("Retry-After: {retry_after}\r\n")
     } else {
-        resp.error(status);
-    }
+        String::new()
+    };
+    resp.error_keeping(status, kept.as_bytes());
 }

@@ -379,6 +379,24 @@ enum Routed<'s, 'p> {
     Challenge(&'s str),
 }
 
+impl<'s> Routed<'s, 'static> {
+    /// The answer of what was decided before routing — a rule's redirect or fixed answer, an
+    /// access list's, a limit's, a sign-in's; `None` for no answer at all (refused). A
+    /// rewrite is no answer: its caller routes it as its new target first.
+    fn decided(outcome: &'s RuleOutcome) -> Option<Self> {
+        Some(match outcome {
+            RuleOutcome::Redirect { status, location } => Routed::Redirect(*status, location),
+            RuleOutcome::Answer { status, body } => Routed::Fixed(*status, body),
+            RuleOutcome::Limited {
+                status,
+                retry_after,
+            } => Routed::Limited(*status, *retry_after),
+            RuleOutcome::Unauthorized { realm } => Routed::Challenge(realm),
+            RuleOutcome::Refuse | RuleOutcome::Rewrite(_) => return None,
+        })
+    }
+}
+
 impl Service for ThreadService {
     type Target = ProxyTarget;
     type Lent = Dispatch;
@@ -457,39 +475,24 @@ impl Service for ThreadService {
                 rewritten = req.retargeted(target);
                 (self.routed(group, ctx.site, &rewritten), &rewritten)
             }
-            Some(RuleOutcome::Redirect { status, location }) => {
-                (Routed::Redirect(*status, location), req)
-            }
-            Some(RuleOutcome::Answer { status, body }) => (Routed::Fixed(*status, body), req),
-            Some(RuleOutcome::Limited {
-                status,
-                retry_after,
-            }) => (Routed::Limited(*status, *retry_after), req),
-            Some(RuleOutcome::Unauthorized { realm }) => (Routed::Challenge(realm), req),
-            Some(RuleOutcome::Refuse) => return Reply::Refuse,
+            Some(decided) => match Routed::decided(decided) {
+                Some(answer) => (answer, req),
+                None => return Reply::Refuse,
+            },
         };
         // Answered here and now: the client's limit is looked at (no slot held), then the
         // path's sign-in.
-        let routed = match routed {
-            Routed::App(app, _) => match self
+        if let Routed::App(app, _) = &routed {
+            let admitted = self
                 .limited(ctx.site, req, false)
-                .and_then(|_| self.signed_in(group, app, req))
-            {
-                Ok(_) => routed,
-                Err(RuleOutcome::Limited {
-                    status,
-                    retry_after,
-                }) => Routed::Limited(status, retry_after),
-                Err(RuleOutcome::Unauthorized { realm }) => {
-                    return self.respond(group, Routed::Challenge(&realm), ctx, req, resp)
-                }
-                Err(RuleOutcome::Answer { status, body }) => {
-                    return self.respond(group, Routed::Fixed(status, &body), ctx, req, resp)
-                }
-                Err(_) => return Reply::Refuse,
-            },
-            other => other,
-        };
+                .and_then(|_| self.signed_in(group, app, req));
+            if let Err(outcome) = admitted {
+                return match Routed::decided(&outcome) {
+                    Some(answer) => self.respond(group, answer, ctx, req, resp),
+                    None => Reply::Refuse,
+                };
+            }
+        }
         self.respond(group, routed, ctx, req, resp)
     }
 

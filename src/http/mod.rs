@@ -549,7 +549,6 @@ impl<'a> Responder<'a> {
         self.error_page(status, page, &kept);
     }
 
-    /// A plain-text error page for `status`.
     /// [`Self::error`] with field lines of its own (`Retry-After: 1\r\n`).
     pub fn error_keeping(&mut self, status: u16, kept: &[u8]) {
         if kept.is_empty() {
@@ -562,6 +561,7 @@ impl<'a> Responder<'a> {
             .body(text.as_bytes());
     }
 
+    /// A plain-text error page for `status`.
     pub fn error(&mut self, status: u16) {
         let mut text = String::with_capacity(40);
         text.push_str(itoa::Buffer::new().format(status));
