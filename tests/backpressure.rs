@@ -10,7 +10,10 @@ use common::apps::need_runtimes;
 use common::*;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// How long an event may take to be seen on a loaded machine.
+const WAIT: Duration = Duration::from_secs(60);
 
 fn ask(addr: SocketAddr, path: &str) -> std::thread::JoinHandle<Option<Response>> {
     let path = path.to_string();
@@ -45,14 +48,6 @@ fn metric(server: &Server, name: &str, pool: &str) -> u64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
-}
-
-fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ok() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -91,16 +86,16 @@ fn a_sync_app_gets_one_request_at_a_time_and_the_rest_wait_or_are_refused() {
     let sync = SocketAddr::from(([127, 0, 0, 1], sync_port));
     // One request held at the app...
     let first = ask(sync, "/hold");
-    wait_for("the app has the first request", || {
+    server.wait_until("the app has the first request", WAIT, |_| {
         most_at_once(&d.join("sync.log")) == 1
     });
     // ... eight wait in espalier's queue, and eleven more find it full: 503 at once.
     let rest: Vec<_> = (0..19).map(|_| ask(sync, "/hold")).collect();
-    wait_for("eight requests queued (in /metrics)", || {
-        metric(&server, "espalier_worker_queue_waiting", "sync") == 8
+    server.wait_until("eight requests queued (in /metrics)", WAIT, |server| {
+        metric(server, "espalier_worker_queue_waiting", "sync") == 8
     });
-    wait_for("eleven refused", || {
-        metric(&server, "espalier_worker_queue_rejected_total", "sync") == 11
+    server.wait_until("eleven refused", WAIT, |server| {
+        metric(server, "espalier_worker_queue_rejected_total", "sync") == 11
     });
     let (mut refused, mut waiting) = (0, Vec::new());
     for h in rest {
@@ -124,9 +119,9 @@ fn a_sync_app_gets_one_request_at_a_time_and_the_rest_wait_or_are_refused() {
     let record = std::fs::read_to_string(d.join("sync.log")).unwrap();
     assert_eq!(record.matches("start").count(), 9, "{record}");
     assert_eq!(most_at_once(&d.join("sync.log")), 1);
-    wait_for("the queue's figures", || {
-        metric(&server, "espalier_worker_queued_total", "sync") >= 8
-            && metric(&server, "espalier_worker_queue_waiting", "sync") == 0
+    server.wait_until("the queue's figures", WAIT, |server| {
+        metric(server, "espalier_worker_queued_total", "sync") >= 8
+            && metric(server, "espalier_worker_queue_waiting", "sync") == 0
     });
     // gunicorn with eight threads would take twenty at once: it is given one at a time.
     let threads = SocketAddr::from(([127, 0, 0, 1], threads_port));

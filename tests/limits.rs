@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn ask(from: &str, addr: SocketAddr, path: &str, extra: &str) -> Response {
     let mut c = Conn::open_from(from, addr);
@@ -98,21 +98,13 @@ fn a_client_holding_too_many_requests_at_an_app_is_limited() {
             c
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_to_string(d.join("seen.log"))
-        .unwrap_or_default()
-        .matches("/slow")
-        .count()
-        < 2
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the app never had both: {:?} {}",
-            std::fs::read_to_string(d.join("seen.log")),
-            server.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server.wait_until("the app has both", Duration::from_secs(30), |_| {
+        std::fs::read_to_string(d.join("seen.log"))
+            .unwrap_or_default()
+            .matches("/slow")
+            .count()
+            == 2
+    });
     // ... so a third from the same client is refused, at once, and never reaches it; another
     // client is served.
     let r = ask("127.0.0.2", at, "/third", "");
@@ -122,15 +114,9 @@ fn a_client_holding_too_many_requests_at_an_app_is_limited() {
         assert_eq!(c.read_response(false).expect("the held answer").status, 200);
     }
     // Done, its slots are given back.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = ask("127.0.0.2", at, "/after", "").status;
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "still limited: {status}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    server.wait_until("its slots given back", Duration::from_secs(30), |_| {
+        ask("127.0.0.2", at, "/after", "").status == 200
+    });
     let seen = std::fs::read_to_string(d.join("seen.log")).unwrap();
     assert!(!seen.contains("/third"), "{seen}");
     server.wait_for_log(

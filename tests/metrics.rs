@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn metrics(server: &Server) -> String {
     let admin: SocketAddr = server.admin.as_ref().unwrap().parse().unwrap();
@@ -58,23 +58,15 @@ fn histograms_match_the_times_the_app_was_told_to_take() {
         assert_eq!(h.join().unwrap(), 200);
     }
     let site = "site=\"shop\",pool=\"app\",index=\"0\"";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let text = loop {
-        let text = metrics(&server);
-        let count = value(
+    let mut text = String::new();
+    server.wait_until("11 requests counted", Duration::from_secs(60), |server| {
+        text = metrics(server);
+        value(
             &text,
             "espalier_site_request_duration_seconds_count",
             &[site],
-        );
-        if count == Some(11.0) {
-            break text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never 11 requests counted:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        ) == Some(11.0)
+    });
     let at_most =
         |name: &str, le: &str| value(&text, name, &[site, &format!("le=\"{le}\"")]).unwrap();
     let req = "espalier_site_request_duration_seconds_bucket";

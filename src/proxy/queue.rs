@@ -169,13 +169,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_gate_holds_its_cap_and_a_freed_slot_wakes_a_waiter() {
-        let rt = tokio::runtime::Builder::new_current_thread()
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
-        rt.block_on(async {
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn a_gate_holds_its_cap_and_a_freed_slot_wakes_a_waiter() {
+        block_on(async {
             let (gate, queue) = (Arc::new(Gate::default()), Arc::new(Queue::default()));
             let first = Slot::take(&gate, &queue, 1).expect("a free gate");
             assert!(Slot::take(&gate, &queue, 1).is_none(), "at its cap");
@@ -199,11 +203,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_or_a_wait_run_out_is_refused() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (gate, queue) = (Arc::new(Gate::default()), Arc::new(Queue::default()));
             let _held = Slot::take(&gate, &queue, 1).unwrap();
             // No queue: refused at once.

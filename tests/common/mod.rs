@@ -355,7 +355,11 @@ pub struct Conn {
 
 impl Conn {
     pub fn open(addr: SocketAddr) -> Conn {
-        let stream = TcpStream::connect(addr).expect("connect");
+        Conn::over(TcpStream::connect(addr).expect("connect"))
+    }
+
+    /// A connection over `stream`, its reads bounded by 10 s.
+    fn over(stream: TcpStream) -> Conn {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -375,14 +379,7 @@ impl Conn {
             .bind(&local.into())
             .expect("bind the client's address");
         socket.connect(&addr.into()).expect("connect");
-        let stream: TcpStream = socket.into();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        Conn {
-            stream,
-            buf: Vec::new(),
-        }
+        Conn::over(socket.into())
     }
 
     pub fn send(&mut self, raw: &[u8]) {
