@@ -167,6 +167,7 @@ proptest! {
                 },
                 shutdown: Rc::new(Shutdown::default()),
                 streams: std::cell::Cell::new(0),
+                ring: None,
             });
             let stream = tokio::net::TcpStream::from_std(stream).unwrap();
             tokio::time::timeout(Duration::from_secs(5), conn::serve(stream, 0, env, Default::default()))

@@ -128,6 +128,7 @@ fn bounce(
                     },
                     shutdown: Rc::new(Shutdown::default()),
                     streams: std::cell::Cell::new(0),
+                    ring: None,
                 })
             })
             .collect();

@@ -651,3 +651,118 @@ fn a_port_in_use_is_one_clear_line() {
         "{err}"
     );
 }
+
+/// Reads a whole response to a `Connection: close` request slowly (the server meets a full
+/// socket buffer, and must wait for room on either path), returning its body.
+fn slow_read_body(port: u16, path: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr(port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // A small window: the file cannot be in flight whole.
+    let _ = socket2::SockRef::from(&s).set_recv_buffer_size(16 << 10);
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut all = Vec::new();
+    let mut piece = [0u8; 16 << 10];
+    let mut reads = 0;
+    loop {
+        let n = s.read(&mut piece).unwrap();
+        if n == 0 {
+            break;
+        }
+        all.extend_from_slice(&piece[..n]);
+        reads += 1;
+        if reads < 20 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let at = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    all.split_off(at)
+}
+
+#[test]
+fn each_io_path_is_said_at_start_and_serves_the_same() {
+    let dir = docroot();
+    // Larger than a socket's send buffer can grow to (4 MiB).
+    let big: Vec<u8> = (0..(9u32 << 20)).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dir.path().join("www/huge.bin"), &big).unwrap();
+    let mut paths = vec![("epoll", "epoll ([server] io = \"epoll\")")];
+    match espalier::os::uring::probe() {
+        Ok(_) => paths.push(("uring", "io_uring ([server] io = \"uring\"; kernel ")),
+        Err(why) => eprintln!("io_uring unusable here ({why}): only epoll is tried"),
+    }
+    for (io, said) in paths {
+        let port = free_port();
+        let server = Server::with_config(
+            dir.path(),
+            // A body timeout longer than the slow reader's read timeout: a send that waits
+            // for room and is never woken fails the read, not just the clock.
+            &site_config(
+                port,
+                &format!("io = \"{io}\"\n[server.limits]\nbody_timeout = \"120s\""),
+                "",
+            ),
+        );
+        server.wait_for_log(&format!("connections' I/O: {said}"), Duration::from_secs(5));
+        // Pipelined requests, a request split over writes, a chunked upload.
+        let mut c = Conn::open(addr(port));
+        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\nHEAD /style.css HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.read_response(false).unwrap().text(), "hello, world\n");
+        assert_eq!(c.read_response(true).unwrap().status, 200);
+        c.send(b"POST /dynamic HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
+        std::thread::sleep(Duration::from_millis(30));
+        c.send(b"lo\r\n0\r\n\r\n");
+        assert!(c
+            .read_response(false)
+            .unwrap()
+            .text()
+            .contains("<td>5</td>"));
+        // A 9 MiB file to a slow reader: `sendfile` meets a full buffer and waits for room.
+        assert!(
+            slow_read_body(port, "/huge.bin") == big,
+            "{io}: the file arrived whole"
+        );
+        // h2c with prior knowledge: the connection leaves the ring for the HTTP/2 engine.
+        let out = run_ok(std::process::Command::new("curl").args([
+            "-s",
+            "--http2-prior-knowledge",
+            &format!("http://127.0.0.1:{port}/hello.txt"),
+        ]));
+        assert_eq!(out.stdout, b"hello, world\n", "{io}: h2c");
+        // Many connections at once, each with a few requests.
+        let clients: Vec<_> = (0..32)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut c = Conn::open(addr(port));
+                    for _ in 0..5 {
+                        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+                        assert_eq!(c.read_response(false).unwrap().status, 200);
+                    }
+                })
+            })
+            .collect();
+        for t in clients {
+            t.join().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_bad_io_override_is_one_clear_line() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("ESPALIER_IO", "aio")
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.lines().last().unwrap_or(""),
+        "espalier: ESPALIER_IO=aio: use auto, uring or epoll (or unset it)",
+        "{err}"
+    );
+}

@@ -42,6 +42,8 @@ pub struct BenchOptions {
     /// Send again, uncounted, a request the server did not take (as browsers do); `false`
     /// (`--no-retry`) counts it as an error, as wrk and h2load do.
     pub retry_unanswered: bool,
+    /// Cleartext connections go through each thread's io_uring (`--io`), not tokio's epoll.
+    pub uring: bool,
 }
 
 /// Which server certificates the load generator believes.
@@ -144,6 +146,7 @@ impl BenchOptions {
             h2: false,
             trust: Trust::System,
             retry_unanswered: true,
+            uring: false,
         }
     }
 

@@ -131,7 +131,7 @@ fn client_thread(
     progress: Arc<AtomicU64>,
 ) -> Result<BenchResult, String> {
     let opts = Rc::new(opts);
-    let connector = Rc::new(Connector::new(&opts, tls.as_ref())?);
+    let connector = Connector::new(&opts, tls.as_ref())?;
     let h2_requests = if opts.h2 {
         (0..opts.targets.len())
             .map(|t| H2Request::new(&opts, t).map(Rc::new))
@@ -149,6 +149,14 @@ fn client_thread(
         .map_err(|e| e.to_string())?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
+        let ring = match opts.uring {
+            true => Some(
+                crate::os::uring::Ring::start()
+                    .map_err(|e| format!("cannot start io_uring ({e}); use --io epoll"))?,
+            ),
+            false => None,
+        };
+        let connector = Rc::new(connector.with_ring(ring));
         let start = Instant::from_std(start);
         tokio::time::sleep_until(start).await;
         let measure_from = start + opts.warmup;

@@ -17,9 +17,11 @@ use tokio_rustls::TlsConnector;
 /// Debian's bundle of the system's trusted CAs (package `ca-certificates`).
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// A connection to the server: cleartext or TLS.
+/// A connection to the server: cleartext (on tokio's epoll, or on the thread's io_uring) or
+/// TLS.
 pub(super) enum Stream {
     Plain(TcpStream),
+    Ring(crate::os::uring::RingSocket),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
@@ -48,6 +50,8 @@ pub(super) struct Connector {
     h2: bool,
     /// The server name of each target, in target order (`None` for cleartext targets).
     names: Vec<Option<ServerName<'static>>>,
+    /// The thread's ring, when cleartext connections go through io_uring (`--io`).
+    ring: Option<std::rc::Rc<crate::os::uring::Ring>>,
 }
 
 impl Connector {
@@ -76,7 +80,14 @@ impl Connector {
             tls,
             h2: opts.h2,
             names,
+            ring: None,
         })
+    }
+
+    /// Cleartext connections go through `ring` (made on the thread's runtime).
+    pub(super) fn with_ring(mut self, ring: Option<std::rc::Rc<crate::os::uring::Ring>>) -> Self {
+        self.ring = ring;
+        self
     }
 
     /// Connects to a target, with TLS when it is https.
@@ -86,7 +97,13 @@ impl Connector {
             .map_err(|_| ConnectError::Transient)?;
         let _ = tcp.set_nodelay(true);
         let (Some(tls), Some(name)) = (&self.tls, &self.names[target]) else {
-            return Ok(Stream::Plain(tcp));
+            return Ok(match &self.ring {
+                Some(ring) => {
+                    let std = tcp.into_std().map_err(|_| ConnectError::Transient)?;
+                    Stream::Ring(crate::os::uring::RingSocket::new(ring, std))
+                }
+                None => Stream::Plain(tcp),
+            });
         };
         let session = tls
             .connect(name.clone(), tcp)
@@ -267,4 +284,4 @@ impl ServerCertVerifier for Believer {
     }
 }
 
-crate::async_io::delegate_async_io!(Stream { Plain, Tls });
+crate::async_io::delegate_async_io!(Stream { Plain, Ring, Tls });

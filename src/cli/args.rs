@@ -216,6 +216,10 @@ pub struct BenchArgs {
     /// Pin client threads to these CPUs (cpu-list syntax), one thread per CPU in turn.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
+    /// How client threads do their connections' I/O: `auto` (io_uring where the kernel
+    /// allows it, else epoll), `uring` or `epoll`. TLS connections always use epoll.
+    #[arg(long, value_name = "PATH", default_value = "auto", value_parser = ["auto", "uring", "epoll"])]
+    pub io: String,
     /// A new connection for every request.
     #[arg(long)]
     pub no_keepalive: bool,

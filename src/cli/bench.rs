@@ -66,6 +66,22 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
     o.pipeline = a.pipeline;
     o.h2 = a.h2;
     o.retry_unanswered = !a.no_retry;
+    let choice = match a.io.as_str() {
+        "uring" => crate::config::IoChoice::Uring,
+        "epoll" => crate::config::IoChoice::Epoll,
+        _ => crate::config::IoChoice::Auto,
+    };
+    let override_ = std::env::var("ESPALIER_IO").ok();
+    let path = choice
+        .resolve(override_.as_deref(), crate::os::uring::probe)
+        .map_err(|e| {
+            e.replace("[server] io = ", "--io ")
+                .replace("io = \"auto\"", "--io auto")
+        })?;
+    o.uring = path.uring;
+    if !a.json {
+        eprintln!("espalier bench: connections' I/O: {}", path.why);
+    }
     if a.h2 && a.no_keepalive {
         return Err(
             "--no-keepalive: HTTP/2 connections carry many requests; drop --no-keepalive or --h2"

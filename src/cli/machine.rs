@@ -193,6 +193,7 @@ pub(super) fn doctor(
     // The running kernel's, so only when looking at the live machine.
     if machine.sysfs.is_none() {
         inputs.ktls = Some(crate::os::ktls::probe());
+        inputs.io_uring = Some((crate::os::uring::probe(), std::env::var("ESPALIER_IO").ok()));
     }
     let findings = crate::doctor::check(&inputs, &t, c.as_ref());
     let warn = findings

@@ -54,5 +54,10 @@ pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
         }
         return Ok(0);
     }
+    let io = crate::server::io_path(&config.server).map_err(|e| match &config.source {
+        Some(file) => format!("{}: {e}", file.display()),
+        None => e,
+    })?;
+    crate::server::log("master", format_args!("connections' I/O: {}", io.why));
     crate::server::master::run(config, &t, &plan)
 }

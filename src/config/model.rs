@@ -285,6 +285,72 @@ pub enum Steering {
     Hash,
 }
 
+/// `[server] io`: how the worker threads read and write their cleartext connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoChoice {
+    /// io_uring where the kernel has what it needs (see `os::uring::probe`), else epoll.
+    Auto,
+    Uring,
+    Epoll,
+}
+
+/// The I/O path chosen, and why (for the start's log line and `espalier doctor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoPath {
+    pub uring: bool,
+    pub why: String,
+}
+
+impl IoChoice {
+    /// The path to use: `override_` is the environment's `ESPALIER_IO` (it decides where the
+    /// config leaves the choice to `auto`; the test suite runs both paths with it), `probe`
+    /// what the kernel allows (`Ok` says what it found, `Err` why not). Asking for io_uring
+    /// where the kernel refuses it is an error, not a silent fallback.
+    pub fn resolve(
+        self,
+        override_: Option<&str>,
+        probe: impl FnOnce() -> Result<String, String>,
+    ) -> Result<IoPath, String> {
+        let (choice, by) = match (self, override_) {
+            (IoChoice::Auto, Some("uring")) => (IoChoice::Uring, "ESPALIER_IO=uring"),
+            (IoChoice::Auto, Some("epoll")) => (IoChoice::Epoll, "ESPALIER_IO=epoll"),
+            (IoChoice::Auto, Some("auto") | Some("") | None) => (IoChoice::Auto, "io = \"auto\""),
+            (IoChoice::Auto, Some(other)) => {
+                return Err(format!(
+                    "ESPALIER_IO={other}: use auto, uring or epoll (or unset it)"
+                ))
+            }
+            (IoChoice::Uring, _) => (IoChoice::Uring, "[server] io = \"uring\""),
+            (IoChoice::Epoll, _) => (IoChoice::Epoll, "[server] io = \"epoll\""),
+        };
+        match (choice, probe) {
+            (IoChoice::Epoll, _) => Ok(IoPath {
+                uring: false,
+                why: format!("epoll ({by})"),
+            }),
+            (IoChoice::Uring, probe) => match probe() {
+                Ok(found) => Ok(IoPath {
+                    uring: true,
+                    why: format!("io_uring ({by}; {found})"),
+                }),
+                Err(why) => Err(format!(
+                    "{by}, but {why}; use io = \"auto\" to fall back to epoll"
+                )),
+            },
+            (IoChoice::Auto, probe) => Ok(match probe() {
+                Ok(found) => IoPath {
+                    uring: true,
+                    why: format!("io_uring ({found})"),
+                },
+                Err(why) => IoPath {
+                    uring: false,
+                    why: format!("epoll ({why})"),
+                },
+            }),
+        }
+    }
+}
+
 /// `[server]`: settings of the master and all workers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
@@ -301,6 +367,9 @@ pub struct ServerSettings {
     /// large file is handed to the kernel's TLS (see `http::ktls`); `"off"` (the default,
     /// until it is measured to pay — see the README): rustls keeps every connection.
     pub ktls: bool,
+    /// How worker threads do their connections' I/O. Default `auto` (io_uring where the
+    /// kernel allows it).
+    pub io: IoChoice,
     /// The certificate store (IIS's Central Certificate Store): a folder of `HOST.pem` +
     /// `HOST.key` (`_.example.com.*` for `*.example.com`) that a site with `https://`
     /// bindings and no `tls` takes its certificates from (see `certs::store`). Default none.
@@ -323,6 +392,7 @@ impl Default for ServerSettings {
             worker_header: false,
             steering: Steering::Cpu,
             ktls: false,
+            io: IoChoice::Auto,
             certificates: None,
             backlog: 1024,
             shutdown_timeout: Duration::from_secs(10),

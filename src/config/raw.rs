@@ -37,6 +37,7 @@ pub struct RawServer {
     pub worker_header: Option<bool>,
     pub steering: Option<String>,
     pub ktls: Option<String>,
+    pub io: Option<String>,
     pub certificates: Option<String>,
     pub backlog: Option<i64>,
     pub shutdown_timeout: Option<Scalar>,

@@ -323,6 +323,49 @@ fn bad_choices_list_the_options() {
 }
 
 #[test]
+fn the_io_path_is_chosen_by_the_config_the_environment_and_the_kernel() {
+    let e = error(&format!(
+        "[server]\nio = \"aio\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    ));
+    assert_eq!(
+        e,
+        "/etc/espalier/test.toml:2: key `server.io`: `aio` is not one of \"auto\", \"uring\", \"epoll\""
+    );
+    let io = |text: &str| {
+        parse(&format!(
+            "[server]\nio = \"{text}\"\n[[pool]]\nname = \"p\"\n{SITE}"
+        ))
+        .unwrap()
+        .server
+        .io
+    };
+    let default = parse(&format!("[[pool]]\nname = \"p\"\n{SITE}")).unwrap();
+    assert_eq!(default.server.io, IoChoice::Auto);
+    let has = || Ok::<_, String>("kernel 6.18".to_string());
+    let lacks = || Err::<String, _>("kernel 5.4 has no multishot receive".to_string());
+    // auto: the kernel decides, the environment may decide instead.
+    let p = io("auto").resolve(None, has).unwrap();
+    assert!(p.uring, "{}", p.why);
+    let p = io("auto").resolve(None, lacks).unwrap();
+    assert!(!p.uring);
+    assert_eq!(p.why, "epoll (kernel 5.4 has no multishot receive)");
+    let p = io("auto").resolve(Some("epoll"), has).unwrap();
+    assert!(!p.uring);
+    assert_eq!(p.why, "epoll (ESPALIER_IO=epoll)");
+    assert!(io("auto").resolve(Some("uring"), lacks).is_err());
+    let e = io("auto").resolve(Some("aio"), has).unwrap_err();
+    assert_eq!(e, "ESPALIER_IO=aio: use auto, uring or epoll (or unset it)");
+    // What the config names is what it gets; io_uring where the kernel refuses is an error.
+    assert!(!io("epoll").resolve(Some("uring"), has).unwrap().uring);
+    assert!(io("uring").resolve(Some("epoll"), has).unwrap().uring);
+    let e = io("uring").resolve(None, lacks).unwrap_err();
+    assert_eq!(
+        e,
+        "[server] io = \"uring\", but kernel 5.4 has no multishot receive; use io = \"auto\" to fall back to epoll"
+    );
+}
+
+#[test]
 fn bad_bindings() {
     for (b, want) in [
         ("127.0.0.1:80", "has no protocol"),

@@ -33,6 +33,9 @@ pub struct Inputs {
     pub certificates: Vec<(String, String, i64)>,
     /// What the running kernel's TLS (kTLS) takes; `None` when not asked (a fixture).
     pub ktls: Option<crate::os::ktls::KernelSupport>,
+    /// Whether io_uring can carry connections (`os::uring::probe`: what it found, or why
+    /// not), and the environment's `ESPALIER_IO`; `None` when not asked (a fixture).
+    pub io_uring: Option<(Result<String, String>, Option<String>)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -138,6 +141,7 @@ pub fn read_inputs(sysfs: &Path, procfs: &Path) -> Inputs {
         thp,
         certificates: Vec::new(),
         ktls: None,
+        io_uring: None,
     }
 }
 
@@ -298,6 +302,29 @@ pub fn check(i: &Inputs, t: &Topology, config: Option<&Config>) -> Vec<Finding> 
             "",
         )),
         _ => {}
+    }
+    if let Some((probe, override_)) = &i.io_uring {
+        let choice = config.map_or(crate::config::IoChoice::Auto, |c| c.server.io);
+        let (status, found, advice) = match (choice.resolve(override_.as_deref(), || probe.clone()), probe) {
+            (Err(e), _) => (Status::Warn, e, "set [server] io = \"auto\": espalier falls back to epoll where io_uring is refused"),
+            (Ok(path), _) if path.uring => (Status::Ok, path.why, ""),
+            (Ok(path), Ok(_)) => (
+                Status::Info,
+                format!("{}, though io_uring is usable here", path.why),
+                "set [server] io = \"auto\" (and unset ESPALIER_IO) to serve cleartext connections through io_uring",
+            ),
+            (Ok(path), Err(_)) => (
+                Status::Info,
+                path.why,
+                "io_uring needs Linux 6.0 or later, kernel.io_uring_disabled = 0, and (in a container) a seccomp profile that allows io_uring_setup, io_uring_enter and io_uring_register; epoll serves everywhere",
+            ),
+        };
+        out.push(finding(
+            "io path",
+            status,
+            format!("connections' I/O: {found}"),
+            advice,
+        ));
     }
     if i.irqbalance_running {
         out.push(finding("irqbalance", Status::Warn, "irqbalance is running: it moves NIC interrupts and would undo `espalier nic apply`".into(), "systemctl disable --now irqbalance (or ban the NIC's IRQs in its config), then espalier nic apply"));

@@ -174,3 +174,49 @@ fn kernel_tls_is_reported_as_the_kernel_and_the_config_have_it() {
     auto.server.ktls = false;
     assert_eq!(said(&i, Some(&auto))[0].0, Status::Info);
 }
+
+#[test]
+fn the_io_path_is_said_with_why() {
+    let t = crate::testutil::fixture("laptop");
+    let mut i = inputs("laptop");
+    let said = |i: &Inputs, c: Option<&Config>| {
+        status_of(&check(i, &t, c), "io path")
+            .iter()
+            .map(|f| (f.status, f.found.clone(), f.advice.clone()))
+            .collect::<Vec<_>>()
+    };
+    // A fixture: the running kernel is not asked.
+    assert!(said(&i, None).is_empty());
+    i.io_uring = Some((Ok("kernel 6.18: multishot receive".into()), None));
+    let on = said(&i, None);
+    assert_eq!(on.len(), 1);
+    assert_eq!(on[0].0, Status::Ok);
+    assert_eq!(
+        on[0].1,
+        "connections' I/O: io_uring (kernel 6.18: multishot receive)"
+    );
+    // The environment chose epoll where io_uring would do: said, with how to change it.
+    i.io_uring = Some((Ok("kernel 6.18".into()), Some("epoll".into())));
+    let chosen = said(&i, None);
+    assert_eq!(chosen[0].0, Status::Info);
+    assert!(chosen[0]
+        .1
+        .contains("epoll (ESPALIER_IO=epoll), though io_uring is usable"));
+    // Refused by the kernel: epoll, and what io_uring would need.
+    i.io_uring = Some((Err("io_uring is disabled".into()), None));
+    let refused = said(&i, None);
+    assert_eq!(refused[0].0, Status::Info);
+    assert_eq!(
+        refused[0].1,
+        "connections' I/O: epoll (io_uring is disabled)"
+    );
+    assert!(refused[0].2.contains("seccomp"));
+    // Asked for by the config and refused: a warning (serve would not start).
+    let mut c = Config::builtin("127.0.0.1:8080".parse().unwrap(), None);
+    c.server.io = crate::config::IoChoice::Uring;
+    let warned = said(&i, Some(&c));
+    assert_eq!(warned[0].0, Status::Warn);
+    assert!(warned[0]
+        .1
+        .contains("[server] io = \"uring\", but io_uring is disabled"));
+}

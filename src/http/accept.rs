@@ -1,6 +1,7 @@
 //! A new connection's steps before HTTP: the PROXY protocol header, where its address expects
 //! one (it comes first, before any TLS), then the TLS handshake on an https address, then the
-//! connection loop ([`super::conn::serve`]) over whichever stream results.
+//! connection loop ([`super::conn::serve`]) over whichever stream results — a cleartext one
+//! moved onto the thread's io_uring when the thread has one.
 //!
 //! Owns: that order, each step bounded by the header timeout. Must not touch: HTTP, or the
 //! certificates (the service's TLS acceptor holds them, see `crate::tls`).
@@ -28,7 +29,16 @@ pub async fn serve_accepted<S: Service + 'static>(
         }
     }
     match env.service.tls(group) {
-        None => serve(stream, group, env, carried).await,
+        None => match env.ring.clone() {
+            Some(ring) => {
+                // Off tokio's epoll, onto the ring (a failure closes the socket).
+                if let Ok(std) = stream.into_std() {
+                    let socket = crate::os::uring::RingSocket::new(&ring, std);
+                    serve(socket, group, env, carried).await
+                }
+            }
+            None => serve(stream, group, env, carried).await,
+        },
         Some(acceptor) => {
             let acceptor = acceptor.clone();
             // TLS bytes read before (by a pool that handed the connection here) are replayed.

@@ -26,7 +26,7 @@ use super::service::{
 };
 pub use super::shutdown::Shutdown;
 use super::shutdown::{DrainBegun, IdleWait, Registered};
-use super::stream::ClientStream;
+use super::stream::{ClientStream, IntoTcp};
 use super::{
     head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, ProtocolError, Request,
     Responder, MAX_HEADERS,
@@ -108,11 +108,11 @@ struct Peer {
 
 impl Peer {
     /// The connection's own address, asked of the kernel the first time only.
-    fn local_addr(&self, socket: &tokio::net::TcpStream) -> Option<SocketAddr> {
+    fn local_addr(&self, socket: socket2::SockRef<'_>) -> Option<SocketAddr> {
         if let Some(local) = self.local.get() {
             return local;
         }
-        let local = socket.local_addr().ok();
+        let local = socket.local_addr().ok().and_then(|a| a.as_socket());
         self.local.set(Some(local));
         local
     }
@@ -168,7 +168,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
     env: Rc<ConnEnv<S>>,
     carried: crate::handoff::Carried,
 ) {
-    let fd = stream.socket().as_raw_fd();
+    let fd = stream.sock().as_raw_fd();
     let idle = env.shutdown.register(fd);
     let _registered = Registered {
         shutdown: &env.shutdown,
@@ -223,8 +223,10 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         if rbuf.capacity() < READ_RESERVE {
             rbuf.reserve(READ_RESERVE - rbuf.len());
         }
-        let addr = carried.client.or_else(|| stream.socket().peer_addr().ok());
-        let https = stream.cleartext().is_none();
+        let addr = carried
+            .client
+            .or_else(|| stream.sock().peer_addr().ok().and_then(|a| a.as_socket()));
+        let https = stream.is_tls();
         let logging = env.service.logging();
         let now = env.clock.now();
         Connection {
@@ -356,7 +358,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     keep_alive: keep,
                     expect_continue,
                     client: self.peer.addr,
-                    local: self.peer.local_addr(self.stream.socket()),
+                    local: self.peer.local_addr(self.stream.sock()),
                     client_text: &self.peer.text,
                     https: self.peer.https,
                     remote_user: None,
@@ -527,23 +529,36 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     async fn hand_off(mut self, mut handoff: crate::handoff::Handoff) {
         handoff.hops = self.hops + 1;
         handoff.client = self.peer.addr;
-        // Always cleartext here (see `may_hand_off`).
-        if let Some(tcp) = self.stream.cleartext() {
-            if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(tcp, &self.rbuf).await {
-                return;
-            }
-        }
         let common = self.env.clock.common().clone();
-        Responder::new(&mut self.wbuf, &common, false, 1, is_head(&self.rbuf)).unavailable();
-        let _ = write_all(&mut self.stream, &self.wbuf, &self.env).await;
-        linger_close(self.stream, &self.env).await;
+        let head_only = is_head(&self.rbuf);
+        Responder::new(&mut self.wbuf, &common, false, 1, head_only).unavailable();
+        // Always cleartext here (see `may_hand_off`); off the ring first, if on it.
+        let taken = tokio::time::timeout(self.env.timeouts.body, self.stream.into_tcp()).await;
+        match taken {
+            Ok(IntoTcp::Tcp(mut tcp, unread)) => {
+                self.rbuf.extend_from_slice(&unread);
+                if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(&tcp, &self.rbuf).await
+                {
+                    return;
+                }
+                let _ = write_all(&mut tcp, &self.wbuf, &self.env).await;
+                linger_close(tcp, &self.env).await;
+            }
+            Ok(IntoTcp::Tls(mut tls)) => {
+                let _ = write_all(&mut tls, &self.wbuf, &self.env).await;
+                linger_close(tls, &self.env).await;
+            }
+            Ok(IntoTcp::Lost) | Err(_) => {}
+        }
     }
 
     /// The connection speaks HTTP/2 (h2c with prior knowledge): served by `super::h2` from
     /// the preface on. HTTP/2 has its own graceful stop (GOAWAY on `shutdown.notify`).
-    async fn h2c(self) {
-        match self.stream.into_tcp() {
-            Ok(tcp) => {
+    async fn h2c(mut self) {
+        let taken = tokio::time::timeout(self.env.timeouts.body, self.stream.into_tcp()).await;
+        match taken {
+            Ok(IntoTcp::Tcp(tcp, unread)) => {
+                self.rbuf.extend_from_slice(&unread);
                 let replay = super::sni::Rewind::new(self.rbuf, tcp);
                 let carried = crate::handoff::Carried {
                     client: self.peer.addr,
@@ -555,7 +570,8 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                 ))
                 .await;
             }
-            Err(tls) => linger_close(tls, &self.env).await,
+            Ok(IntoTcp::Tls(tls)) => linger_close(tls, &self.env).await,
+            Ok(IntoTcp::Lost) | Err(_) => {}
         }
     }
 
@@ -565,7 +581,9 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
 
     /// Closes at once with a reset (`SO_LINGER` 0): a refused client is told nothing.
     fn reset(self) {
-        let _ = socket2::SockRef::from(self.stream.socket())
+        let _ = self
+            .stream
+            .sock()
             .set_linger(Some(std::time::Duration::ZERO));
     }
 }

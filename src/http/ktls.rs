@@ -171,11 +171,11 @@ impl AsyncWrite for KernelTls {
 }
 
 impl ClientStream for Https {
-    fn socket(&self) -> &TcpStream {
+    fn sock(&self) -> socket2::SockRef<'_> {
         match self {
-            Https::Rustls(tls) => tls.socket(),
-            Https::Kernel(k) => &k.socket,
-            Https::Broken(socket) => socket,
+            Https::Rustls(tls) => tls.sock(),
+            Https::Kernel(k) => socket2::SockRef::from(&k.socket),
+            Https::Broken(socket) => socket2::SockRef::from(socket),
         }
     }
 
@@ -184,8 +184,8 @@ impl ClientStream for Https {
         None
     }
 
-    fn into_tcp(self) -> Result<TcpStream, Self> {
-        Err(self)
+    async fn into_tcp(self) -> super::stream::IntoTcp<Self> {
+        super::stream::IntoTcp::Tls(self)
     }
 
     fn sendable(&self) -> Option<&TcpStream> {

@@ -6,26 +6,23 @@
 use super::service::{ConnEnv, FileBody};
 use super::stream::ClientStream;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 /// Writes `buf` whole, or fails when the peer stops reading for the body timeout. On a plain
-/// socket the first attempt needs no timer: the socket buffer almost always takes a whole
-/// response. Over TLS the records are flushed.
+/// socket the first attempt needs no timer: the socket buffer (or a ring socket's queue)
+/// almost always takes a whole response. Over TLS the records are flushed.
 pub(super) async fn write_all<S, C: ClientStream>(
     stream: &mut C,
     buf: &[u8],
     env: &ConnEnv<S>,
 ) -> std::io::Result<()> {
-    let written = match stream.sendable().map(|s| s.try_write(buf)) {
+    let written = match stream.try_send(buf) {
         None => 0,
         Some(Ok(n)) => n,
         Some(Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
         Some(Err(e)) => return Err(e),
     };
-    if written > 0 {
-        stream.sent(written);
-    }
     if written == buf.len() {
         return Ok(());
     }
@@ -39,43 +36,38 @@ pub(super) async fn write_all<S, C: ClientStream>(
     }
 }
 
-/// Sends a file range after its head: by `sendfile` on a plain socket or one whose TLS is the
-/// kernel's; over rustls, read and written in pieces.
+/// Sends a file range after its head: by `sendfile` on a plain socket (epoll's or the
+/// ring's) or one whose TLS is the kernel's; over rustls, read and written in pieces.
 pub(super) async fn send_file<S, C: ClientStream>(
     stream: &mut C,
     f: FileBody,
     env: &ConnEnv<S>,
 ) -> std::io::Result<()> {
-    if stream.sendable().is_none() {
-        return copy_file(stream, f, env).await;
-    }
     let mut offset = f.offset;
     let end = f.offset + f.len;
     while offset < end {
         let want = (end - offset).min(1 << 30) as usize;
-        let Some(socket) = stream.sendable() else {
-            return Err(std::io::ErrorKind::BrokenPipe.into());
+        let writable = std::future::poll_fn(|cx| stream.poll_file_writable(cx));
+        let fd = match tokio::time::timeout(env.timeouts.body, writable).await {
+            Ok(Ok(Some(fd))) => fd,
+            Ok(Ok(None)) if offset == f.offset => return copy_file(stream, f, env).await,
+            // The kernel's TLS reached its key's limit mid-file.
+            Ok(Ok(None)) => return Err(std::io::ErrorKind::BrokenPipe.into()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
         };
-        match socket.try_io(Interest::WRITABLE, || {
-            crate::os::net::sendfile(socket, &*f.file, &mut offset, want)
-        }) {
+        // SAFETY: the stream's own socket, open for as long as `stream` is borrowed here.
+        let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        match crate::os::net::sendfile(&socket, &*f.file, &mut offset, want) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => stream.sent(n),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match tokio::time::timeout(env.timeouts.body, socket.writable()).await {
-                    Ok(r) => r?,
-                    Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
-                }
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => stream.file_would_block(),
             Err(e) => return Err(e),
         }
     }
     Ok(())
 }
 
-/// Closes after a final response without destroying it: stop sending, then read and discard
-/// what the client still sends (bounded), so the kernel does not answer it with a reset that
-/// could overtake our response.
 /// A file range read in pieces and written through the stream (TLS).
 async fn copy_file<S, C: ClientStream>(
     stream: &mut C,
@@ -99,8 +91,12 @@ async fn copy_file<S, C: ClientStream>(
     Ok(())
 }
 
+/// Closes after a final response without destroying it: stop sending, then read and discard
+/// what the client still sends (bounded), so the kernel does not answer it with a reset that
+/// could overtake our response.
 pub(super) async fn linger_close<S, C: ClientStream>(mut stream: C, env: &ConnEnv<S>) {
-    let _ = stream.shutdown().await;
+    // Bounded: a ring's socket first sends what it queued, to a client that may not read.
+    let _ = tokio::time::timeout(env.timeouts.body, stream.shutdown()).await;
     let deadline = Instant::now() + Duration::from_secs(1).min(env.timeouts.header);
     let mut sink = [0u8; 4096];
     let mut left: usize = 1 << 20;

@@ -231,6 +231,9 @@ pub struct ConnEnv<S> {
     /// HTTP/2 streams being answered by a task on this thread (they may outlive their
     /// connection by a timeout): with the connections, what the thread holds memory for.
     pub streams: std::cell::Cell<usize>,
+    /// The thread's io_uring, when its I/O path is the ring (`[server] io`): cleartext
+    /// connections are read and written through it; TLS ones stay on tokio's epoll.
+    pub ring: Option<Rc<crate::os::uring::Ring>>,
 }
 
 /// A client's address as logs and `X-Forwarded-For` write it (an IPv4-mapped IPv6 address as

@@ -14,6 +14,7 @@ pub mod notify;
 pub mod numa;
 pub mod private_dir;
 pub mod process;
+pub mod uring;
 
 /// A lifecycle log line on stderr: `espalier[<who>]: <message>`. Requests are never logged
 /// here; this is for starts, exits and decisions an operator must see.

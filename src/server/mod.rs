@@ -35,3 +35,11 @@ pub mod worker;
 mod worker_health;
 
 pub use crate::os::log;
+
+/// The I/O path `[server] io` and the environment's `ESPALIER_IO` choose on this kernel.
+pub fn io_path(server: &crate::config::ServerSettings) -> Result<crate::config::IoPath, String> {
+    let override_ = std::env::var("ESPALIER_IO").ok();
+    server
+        .io
+        .resolve(override_.as_deref(), crate::os::uring::probe)
+}

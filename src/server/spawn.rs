@@ -96,6 +96,7 @@ pub(super) fn worker_specs(
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
+                uring: super::io_path(&config.server).is_ok_and(|p| p.uring),
                 // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,

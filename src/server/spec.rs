@@ -57,6 +57,10 @@ pub struct WorkerSpec {
     /// `[server] ktls`: whether HTTPS/1.1 connections may be handed to the kernel's TLS.
     #[serde(default)]
     pub ktls: bool,
+    /// Whether the threads read and write cleartext connections through io_uring (`[server]
+    /// io`, resolved by the master: see `config::IoChoice::resolve`).
+    #[serde(default)]
+    pub uring: bool,
     pub shutdown_timeout: Duration,
     /// Control-group directories the worker joins first thing (CPU cap, cpuset), before any
     /// thread is pinned: joining a v1 cpuset later would reset the threads' affinity.

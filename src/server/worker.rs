@@ -344,6 +344,19 @@ fn engine_thread(
         });
         let clock = Rc::new(Clock::new(extra));
         tokio::task::spawn_local(Rc::clone(&clock).run());
+        let ring = if spec.uring {
+            match crate::os::uring::Ring::start() {
+                Ok(ring) => Some(ring),
+                Err(e) => {
+                    let _ = started.send(Err(format!(
+                        "cannot start io_uring ({e}); set [server] io = \"epoll\""
+                    )));
+                    return;
+                }
+            }
+        } else {
+            None
+        };
         let l = &spec.limits;
         let env = Rc::new(ConnEnv {
             service: ThreadService::new(
@@ -376,6 +389,7 @@ fn engine_thread(
             },
             shutdown: Rc::new(Shutdown::default()),
             streams: std::cell::Cell::new(0),
+            ring,
         });
         // The worker's connection limit, divided among its threads (no shared counter).
         let max_conns = l.max_connections.div_ceil(spec.threads.len().max(1));

@@ -330,6 +330,16 @@ impl Validator {
             d.ktls,
             &[("auto", true), ("off", false)],
         );
+        let io = self.choice(
+            &[Seg::Key("server"), Seg::Key("io")],
+            raw.io,
+            d.io,
+            &[
+                ("auto", IoChoice::Auto),
+                ("uring", IoChoice::Uring),
+                ("epoll", IoChoice::Epoll),
+            ],
+        );
         let certificates = raw.certificates.and_then(|dir| {
             let dir = base.join(dir);
             match std::fs::metadata(&dir) {
@@ -351,6 +361,7 @@ impl Validator {
             worker_header: raw.worker_header.unwrap_or(d.worker_header),
             steering,
             ktls,
+            io,
             backlog,
             shutdown_timeout,
             drain_delay,

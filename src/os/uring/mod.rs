@@ -1,0 +1,538 @@
+//! io_uring for the engine's and the load generator's connections: one ring per event-loop
+//! thread, driven from inside the thread's tokio runtime, so everything built on tokio's
+//! `AsyncRead`/`AsyncWrite` (TLS, HTTP/2, the proxy) runs over it unchanged.
+//!
+//! Why by hand, on the `io-uring` crate, rather than a runtime built on it (tokio-uring,
+//! monoio, glommio, compio): each of those is its own executor, and the engine's every other
+//! part (timers, rustls, h2, the control socket) is tokio's; a second executor per thread
+//! would split the thread's work in two loops. This driver adds one task to the thread's
+//! tokio loop instead: the ring's descriptor is watched by tokio's epoll, and the driver
+//! submits what the connections queued *after* the tasks that were ready have run — every
+//! connection's send of one loop turn in one `io_uring_enter`.
+//!
+//! What a connection costs in system calls: a multishot receive armed once per connection
+//! (armed again only when a connection holds [`MAX_HELD`] unread buffers, or the buffers ran
+//! out — then a connection receives into a buffer of its own until they come back, so one
+//! that never reads cannot stall the others) fills provided buffers without a call per
+//! request; sends are queued in the connection
+//! ([`RingSocket`]) and submitted together; so a loop turn that serves N requests costs one
+//! `epoll_wait` and one `io_uring_enter` — 2/N calls per request.
+//!
+//! Owns: the ring, its provided buffers ([`buffers`]), each connection's operations in flight
+//! and whom their completions wake; [`probe`]: whether this kernel can. Must not touch: HTTP,
+//! or what the bytes are.
+
+mod buffers;
+mod socket;
+
+pub use socket::RingSocket;
+
+use buffers::Buffers;
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use tokio::io::unix::AsyncFd;
+
+/// Submission queue entries (the completion queue is twice as long; the kernel keeps what
+/// overflows it).
+const ENTRIES: u32 = 1024;
+/// Provided buffers per thread, and their size: 4 MiB of address space, touched as used.
+const BUFFERS: u16 = 1024;
+const BUFFER_SIZE: usize = 4096;
+/// A connection holding this many unread buffers stops receiving until it reads some: the
+/// kernel must not pull a slow reader's upload into memory (TCP's window holds the rest).
+const MAX_HELD: usize = 8;
+/// Bytes a connection may queue behind a send in flight before a write waits.
+const MAX_QUEUED: usize = 256 << 10;
+
+/// What an operation was, in the low bits of its `user_data` (the connection's key above).
+const RECV: u64 = 0;
+const SEND: u64 = 1;
+const CANCEL: u64 = 2;
+const POLL: u64 = 3;
+const RECV_OWN: u64 = 4;
+const KIND_BITS: u32 = 3;
+
+fn user_data(key: usize, kind: u64) -> u64 {
+    ((key as u64) << KIND_BITS) | kind
+}
+
+/// Whether io_uring can carry connections here, and if not, why: `Ok` names what was found.
+/// Needs multishot receive (6.0), provided-buffer rings (5.19), and the ring not refused
+/// (`kernel.io_uring_disabled`, a container's seccomp policy). Asked once per process.
+pub fn probe() -> Result<String, String> {
+    static FOUND: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(probe_kernel).clone()
+}
+
+fn probe_kernel() -> Result<String, String> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .map(|r| r.trim().to_string());
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
+        if s.trim() == "2" {
+            return Err("io_uring is disabled (/proc/sys/kernel/io_uring_disabled = 2)".into());
+        }
+    }
+    let (major, minor) = release.as_deref().map(kernel_version).unwrap_or((0, 0));
+    if (major, minor) < (6, 0) {
+        return Err(format!(
+            "kernel {major}.{minor} has no multishot receive (6.0 or later needed)"
+        ));
+    }
+    let ring: IoUring = IoUring::new(8).map_err(|e| {
+        format!(
+            "the kernel refused a ring ({e}): io_uring_disabled, or a container's seccomp policy"
+        )
+    })?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter()
+        .register_probe(&mut probe)
+        .map_err(|e| format!("cannot probe io_uring's operations: {e}"))?;
+    for (code, name) in [
+        (opcode::RecvMulti::CODE, "recv"),
+        (opcode::Send::CODE, "send"),
+        (opcode::AsyncCancel::CODE, "async cancel"),
+        (opcode::PollAdd::CODE, "poll"),
+    ] {
+        if !probe.is_supported(code) {
+            return Err(format!("io_uring here has no {name} operation"));
+        }
+    }
+    Buffers::new(&ring.submitter(), 0, 8, 64)
+        .map_err(|e| format!("provided-buffer rings are refused: {e}"))?;
+    Ok(format!(
+        "kernel {}: multishot receive, provided buffers",
+        release.unwrap_or_default()
+    ))
+}
+
+/// `6.18.44-foo` → (6, 18).
+fn kernel_version(release: &str) -> (u32, u32) {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (major, minor)
+}
+
+/// Where a connection's multishot receive stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Receiving {
+    Idle,
+    /// The multishot receive, into provided buffers.
+    Armed,
+    /// One receive into the connection's own buffer: the provided buffers had run out (held
+    /// by connections that do not read), and a connection must not wait for them.
+    Own,
+    /// Asked to stop (its final completion has not come).
+    Cancelling,
+}
+
+/// One connection's state in the driver.
+struct Sock {
+    /// Closed once the entry is removed: the operations in flight hold the socket until then,
+    /// so its number is never reused under them.
+    fd: Option<OwnedFd>,
+    /// Its `RingSocket` is gone: nothing more is sent, and the entry goes once idle.
+    orphan: bool,
+    /// Filled buffers not yet read (buffer id, length), the first read up to `first_read`.
+    received: VecDeque<(u16, u32)>,
+    first_read: usize,
+    receiving: Receiving,
+    /// What the last receive into the connection's own buffer brought, read up to `own_read`
+    /// (allocated the first time the provided buffers run out).
+    own: Vec<u8>,
+    own_len: usize,
+    own_read: usize,
+    eof: bool,
+    recv_error: Option<i32>,
+    reader: Option<Waker>,
+    /// Bytes written since the send in flight began, and the send in flight (`flying` from
+    /// `flown` on).
+    queued: Vec<u8>,
+    flying: Vec<u8>,
+    flown: usize,
+    sending: bool,
+    send_error: Option<i32>,
+    /// A poll for writability in flight, and whether it found the socket writable.
+    polling: bool,
+    poll_cancelled: bool,
+    writable: bool,
+    writer: Option<Waker>,
+}
+
+impl Sock {
+    fn idle(&self) -> bool {
+        self.receiving == Receiving::Idle && !self.sending && !self.polling
+    }
+
+    fn raw(&self) -> RawFd {
+        self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
+    }
+}
+
+/// Field order matters: `uring` is dropped before `buffers` (the kernel's reference to the
+/// buffers' memory goes with the ring).
+struct State {
+    uring: IoUring,
+    buffers: Buffers,
+    socks: slab::Slab<Sock>,
+    /// Something was queued since the last submission; the driver is woken once for it.
+    submit_wanted: bool,
+    driver: Option<Waker>,
+    /// Completions taken from the queue, reused between turns.
+    reaped: Vec<(u64, i32, u32)>,
+    wake: Vec<Waker>,
+}
+
+/// The ring's descriptor, for tokio's epoll to watch.
+struct RingFd(RawFd);
+
+impl AsRawFd for RingFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// One thread's ring. Made inside the thread's runtime (its descriptor joins tokio's epoll);
+/// its driver task runs until the runtime ends.
+pub struct Ring {
+    /// First: deregistered before the ring's descriptor closes.
+    ready: AsyncFd<RingFd>,
+    state: RefCell<State>,
+}
+
+impl Ring {
+    /// Sets up the ring and spawns its driver on the current `LocalSet`.
+    pub fn start() -> io::Result<Rc<Ring>> {
+        Self::start_with(BUFFERS)
+    }
+
+    fn start_with(buffer_count: u16) -> io::Result<Rc<Ring>> {
+        // Completions are made ready when the thread next enters the kernel (its next
+        // `epoll_wait` or submission) rather than by interrupting it: fewer interruptions
+        // under load. Only this thread submits.
+        let uring: IoUring = IoUring::builder()
+            .setup_cqsize(ENTRIES * 4)
+            .setup_clamp()
+            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .build(ENTRIES)?;
+        let buffers = Buffers::new(&uring.submitter(), 0, buffer_count, BUFFER_SIZE)?;
+        // SAFETY: the descriptor is the ring's, which `Ring` holds and drops after `ready`
+        // (field order).
+        let ready = unsafe {
+            AsyncFd::register_with_interest(
+                RingFd(uring.as_raw_fd()),
+                tokio::io::Interest::READABLE,
+            )?
+        };
+        let ring = Rc::new(Ring {
+            ready,
+            state: RefCell::new(State {
+                uring,
+                buffers,
+                socks: slab::Slab::with_capacity(64),
+                submit_wanted: false,
+                driver: None,
+                reaped: Vec::with_capacity(256),
+                wake: Vec::with_capacity(64),
+            }),
+        });
+        tokio::task::spawn_local(Driver(Rc::clone(&ring)));
+        Ok(ring)
+    }
+
+    /// Takes a connected socket (non-blocking) onto the ring.
+    fn insert(&self, fd: OwnedFd) -> usize {
+        self.state.borrow_mut().socks.insert(Sock {
+            fd: Some(fd),
+            orphan: false,
+            received: VecDeque::new(),
+            first_read: 0,
+            receiving: Receiving::Idle,
+            own: Vec::new(),
+            own_len: 0,
+            own_read: 0,
+            eof: false,
+            recv_error: None,
+            reader: None,
+            queued: Vec::new(),
+            flying: Vec::new(),
+            flown: 0,
+            sending: false,
+            send_error: None,
+            polling: false,
+            poll_cancelled: false,
+            writable: false,
+            writer: None,
+        })
+    }
+
+    /// Submits what was queued and hands completions to their connections, until the ring's
+    /// descriptor has nothing more to say.
+    fn drive(&self, cx: &mut Context<'_>) {
+        loop {
+            {
+                let mut state = self.state.borrow_mut();
+                match &state.driver {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => state.driver = Some(cx.waker().clone()),
+                }
+                if state.submit_wanted {
+                    state.submit_wanted = false;
+                    // EBUSY/EAGAIN: the kernel is short of room for completions; what was not
+                    // taken stays queued and goes with the next submission.
+                    let _ = state.uring.submit();
+                }
+            }
+            self.reap();
+            match self.ready.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
+                Poll::Ready(Err(_)) | Poll::Pending => return,
+            }
+        }
+    }
+
+    /// Takes every completion and acts on it; wakes whom they concern.
+    fn reap(&self) {
+        let mut guard = self.state.borrow_mut();
+        let state = &mut *guard;
+        let mut reaped = std::mem::take(&mut state.reaped);
+        reaped.extend(
+            state
+                .uring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
+        for &(data, result, flags) in &reaped {
+            let key = (data >> KIND_BITS) as usize;
+            match data & ((1 << KIND_BITS) - 1) {
+                RECV => state.received(key, result, flags),
+                RECV_OWN => state.received_own(key, result),
+                SEND => state.sent(key, result),
+                POLL => state.polled(key),
+                _ => {}
+            }
+            state.remove_if_done(key);
+        }
+        reaped.clear();
+        state.reaped = reaped;
+        let mut wake = std::mem::take(&mut state.wake);
+        drop(guard);
+        for w in wake.drain(..) {
+            w.wake();
+        }
+        self.state.borrow_mut().wake = wake;
+    }
+}
+
+impl State {
+    /// Queues an operation; a full queue is submitted first.
+    fn push(&mut self, entry: squeue::Entry) {
+        // SAFETY: every entry's buffers (`Sock::flying`, the provided buffers) live until its
+        // completion: a `Sock` is removed only when idle, and `State` drops the ring first.
+        while unsafe { self.uring.submission().push(&entry) }.is_err() {
+            if self.uring.submit().is_err() {
+                break;
+            }
+        }
+        if !self.submit_wanted {
+            self.submit_wanted = true;
+            if let Some(driver) = &self.driver {
+                driver.wake_by_ref();
+            }
+        }
+    }
+
+    /// Starts receiving: the multishot receive, or while the provided buffers are all held,
+    /// one receive into the connection's own buffer.
+    fn arm(&mut self, key: usize) {
+        let sock = &mut self.socks[key];
+        let entry = if self.buffers.available > 0 {
+            sock.receiving = Receiving::Armed;
+            opcode::RecvMulti::new(types::Fd(sock.raw()), self.buffers.group)
+                .build()
+                .user_data(user_data(key, RECV))
+        } else {
+            sock.receiving = Receiving::Own;
+            sock.own.resize(BUFFER_SIZE, 0);
+            let fd = types::Fd(sock.raw());
+            opcode::Recv::new(fd, sock.own.as_mut_ptr(), sock.own.len() as u32)
+                .build()
+                .user_data(user_data(key, RECV_OWN))
+        };
+        self.push(entry);
+    }
+
+    fn cancel_receive(&mut self, key: usize) {
+        let kind = match self.socks[key].receiving {
+            Receiving::Armed => RECV,
+            Receiving::Own => RECV_OWN,
+            Receiving::Idle | Receiving::Cancelling => return,
+        };
+        self.socks[key].receiving = Receiving::Cancelling;
+        let entry = opcode::AsyncCancel::new(user_data(key, kind))
+            .build()
+            .user_data(user_data(key, CANCEL));
+        self.push(entry);
+    }
+
+    /// Stops a poll for writability (once: its completion ends `polling`).
+    fn cancel_poll(&mut self, key: usize) {
+        let sock = &mut self.socks[key];
+        if !sock.polling || sock.poll_cancelled {
+            return;
+        }
+        sock.poll_cancelled = true;
+        let entry = opcode::AsyncCancel::new(user_data(key, POLL))
+            .build()
+            .user_data(user_data(key, CANCEL));
+        self.push(entry);
+    }
+
+    fn start_send(&mut self, key: usize) {
+        let sock = &mut self.socks[key];
+        std::mem::swap(&mut sock.queued, &mut sock.flying);
+        sock.flown = 0;
+        sock.sending = true;
+        self.send_rest(key);
+    }
+
+    fn send_rest(&mut self, key: usize) {
+        let sock = &self.socks[key];
+        let rest = &sock.flying[sock.flown..];
+        let entry = opcode::Send::new(types::Fd(sock.raw()), rest.as_ptr(), rest.len() as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data(key, SEND));
+        self.push(entry);
+    }
+
+    fn received(&mut self, key: usize, result: i32, flags: u32) {
+        let buffer = cqueue::buffer_select(flags);
+        if buffer.is_some() {
+            self.buffers.taken();
+        }
+        let Some(sock) = self.socks.get_mut(key) else {
+            if let Some(id) = buffer {
+                self.buffers.give_back(id);
+            }
+            return;
+        };
+        if !cqueue::more(flags) {
+            sock.receiving = Receiving::Idle;
+        }
+        match (result, buffer) {
+            (n, Some(id)) if n > 0 => {
+                if sock.orphan {
+                    self.buffers.give_back(id);
+                } else {
+                    sock.received.push_back((id, n as u32));
+                    if sock.received.len() >= MAX_HELD {
+                        self.cancel_receive(key);
+                    }
+                }
+            }
+            (0, _) => sock.eof = true,
+            // Out of buffers (the reader arms again, on its own buffer if they are still
+            // out), or stopped.
+            (e, _) if -e == libc::ENOBUFS || -e == libc::ECANCELED => {}
+            (e, _) => sock.recv_error = Some(-e),
+        }
+        if let Some(w) = self.socks[key].reader.take() {
+            self.wake.push(w);
+        }
+    }
+
+    fn received_own(&mut self, key: usize, result: i32) {
+        let Some(sock) = self.socks.get_mut(key) else {
+            return;
+        };
+        sock.receiving = Receiving::Idle;
+        match result {
+            n if n > 0 => {
+                sock.own_len = n as usize;
+                sock.own_read = 0;
+            }
+            0 => sock.eof = true,
+            e if -e == libc::ECANCELED => {}
+            e => sock.recv_error = Some(-e),
+        }
+        if let Some(w) = sock.reader.take() {
+            self.wake.push(w);
+        }
+    }
+
+    fn sent(&mut self, key: usize, result: i32) {
+        let Some(sock) = self.socks.get_mut(key) else {
+            return;
+        };
+        if result <= 0 {
+            sock.send_error = Some(if result == 0 { libc::EPIPE } else { -result });
+            sock.sending = false;
+        } else {
+            sock.flown += result as usize;
+            if sock.flown < sock.flying.len() && !sock.orphan {
+                self.send_rest(key);
+                return;
+            }
+            sock.flying.clear();
+            sock.sending = false;
+            if !sock.queued.is_empty() && !sock.orphan {
+                self.start_send(key);
+            }
+        }
+        if let Some(w) = self.socks[key].writer.take() {
+            self.wake.push(w);
+        }
+    }
+
+    fn polled(&mut self, key: usize) {
+        if let Some(sock) = self.socks.get_mut(key) {
+            sock.polling = false;
+            sock.writable = !std::mem::take(&mut sock.poll_cancelled);
+            if let Some(w) = sock.writer.take() {
+                self.wake.push(w);
+            }
+        }
+    }
+
+    /// Hands back every unread buffer of `key`.
+    fn drop_received(&mut self, key: usize) {
+        let sock = &mut self.socks[key];
+        let held: Vec<(u16, u32)> = sock.received.drain(..).collect();
+        sock.first_read = 0;
+        for (id, _) in held {
+            self.buffers.give_back(id);
+        }
+    }
+
+    fn remove_if_done(&mut self, key: usize) {
+        if self.socks.get(key).is_some_and(|s| s.orphan && s.idle()) {
+            self.socks.remove(key);
+        }
+    }
+}
+
+/// The ring's task: submits and reaps whenever woken (by a queued operation, or by the
+/// ring's descriptor turning readable). Never finishes; ends with the runtime.
+struct Driver(Rc<Ring>);
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.drive(cx);
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests;

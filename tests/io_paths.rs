@@ -1,0 +1,106 @@
+//! The I/O-path matrix: the integration suite again, on the path the rest of `cargo test`
+//! did not take. Every server the suite starts chooses its path with `[server] io = "auto"`
+//! (io_uring where the kernel allows it, else epoll) unless `ESPALIER_IO` says otherwise; so
+//! `cargo test` has run every test binary on one path by the time this one runs, and this one
+//! runs each of them again — the same binaries, not a copy of their tests — with
+//! `ESPALIER_IO` set to the other path.
+//!
+//! Not run again: `deb` (packaging) and `numa_qemu` (its guest runs its own kernel and
+//! chooses there), and this file. A harness of its own (`harness = false`): it runs programs,
+//! it has no tests of its own to list. Run it with the others (`cargo test`): alone, the
+//! other binaries may not be built or may be stale.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Test binaries whose behaviour does not depend on the connections' I/O path.
+const NOT_AGAIN: &[&str] = &["deb", "numa_qemu", "io_paths"];
+
+/// The newest build of test binary `name` beside this one (`deps/NAME-HASH`).
+fn binary(deps: &Path, name: &str) -> Option<PathBuf> {
+    let prefix = format!("{name}-");
+    std::fs::read_dir(deps)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let file = e.file_name();
+            let file = file.to_string_lossy();
+            file.strip_prefix(&prefix)
+                .is_some_and(|hash| hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()))
+        })
+        .filter(|e| {
+            use std::os::unix::fs::PermissionsExt;
+            e.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+}
+
+fn main() {
+    let probe = espalier::os::uring::probe();
+    // The path the suite took, and the other one.
+    let took = match std::env::var("ESPALIER_IO").as_deref() {
+        Ok("epoll") => "epoll",
+        Ok("uring") => "uring",
+        _ if probe.is_ok() => "uring",
+        _ => "epoll",
+    };
+    let other = if took == "uring" { "epoll" } else { "uring" };
+    if let (Err(why), "uring") = (&probe, other) {
+        println!("io_paths: the suite ran on epoll; io_uring cannot run here ({why}), so it is not run again on it");
+        return;
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let me = std::env::current_exe().expect("this test's path");
+    let deps = me.parent().expect("the deps folder");
+    let mut names: Vec<String> = std::fs::read_dir(manifest.join("tests"))
+        .expect("tests/")
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e
+                .file_name()
+                .to_string_lossy()
+                .strip_suffix(".rs")?
+                .to_string();
+            e.path().is_file().then_some(name)
+        })
+        .filter(|n| !NOT_AGAIN.contains(&n.as_str()))
+        .collect();
+    names.sort();
+    // Arguments cargo passes on (a name filter, --nocapture …) go to every binary.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let mut failed = Vec::new();
+    for name in &names {
+        let Some(bin) = binary(deps, name) else {
+            failed.push(format!("{name} (not built: run the whole `cargo test`)"));
+            continue;
+        };
+        println!("io_paths: tests/{name}.rs again with ESPALIER_IO={other}");
+        let status = Command::new(&bin)
+            .args(&args)
+            .env("ESPALIER_IO", other)
+            .current_dir(manifest)
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => failed.push(format!("{name} ({s})")),
+            Err(e) => failed.push(format!("{name} (cannot run {}: {e})", bin.display())),
+        }
+    }
+    if failed.is_empty() {
+        println!(
+            "io_paths: {} test binaries passed on {other} as well as on {took}",
+            names.len()
+        );
+    } else {
+        eprintln!(
+            "io_paths: on ESPALIER_IO={other}, failed: {}",
+            failed.join(", ")
+        );
+        std::process::exit(1);
+    }
+}
