@@ -115,7 +115,7 @@ impl ThreadService {
                     served: self.served.get(),
                     unix_seconds: self.clock.unix_seconds(),
                 };
-                dynamic::respond(req, &ctx, &mut self.page.borrow_mut(), resp);
+                dynamic::respond(req, &ctx, resp);
                 Reply::Done
             }
             AppHandler::Cpu => {

@@ -51,13 +51,8 @@ const PIECES: [&str; 12] = [
     "</td></tr>\n</table>\n</body></html>\n",
 ];
 
-/// Builds the page into `page` (reused between requests) and answers with it.
-pub fn respond(
-    req: &Request<'_>,
-    ctx: &PageContext<'_>,
-    page: &mut Vec<u8>,
-    resp: &mut Responder<'_>,
-) {
+/// Answers with the page, written straight into the answer's buffer.
+pub fn respond(req: &Request<'_>, ctx: &PageContext<'_>, resp: &mut Responder<'_>) {
     let (mut host, mut agent, mut accept) = ("", "", "");
     // One pass over the headers for the three the page shows.
     for h in req.headers {
@@ -95,20 +90,20 @@ pub fn respond(
         (n2.format(ctx.served), false),
         (n3.format(ctx.unix_seconds), false),
     ];
-    page.clear();
-    for (piece, (value, from_request)) in PIECES.iter().zip(values) {
-        page.extend_from_slice(piece.as_bytes());
-        if from_request {
-            escape_html(value, page);
-        } else {
-            page.extend_from_slice(value.as_bytes());
-        }
-    }
-    page.extend_from_slice(PIECES[PIECES.len() - 1].as_bytes());
     resp.status(200)
         .header("Content-Type", "text/html; charset=utf-8")
         .header("Cache-Control", "no-store")
-        .body(page);
+        .body_written(|page| {
+            for (piece, (value, from_request)) in PIECES.iter().zip(values) {
+                page.extend_from_slice(piece.as_bytes());
+                if from_request {
+                    escape_html(value, page);
+                } else {
+                    page.extend_from_slice(value.as_bytes());
+                }
+            }
+            page.extend_from_slice(PIECES[PIECES.len() - 1].as_bytes());
+        });
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use crate::routing::limits::{Accounts, ThreadLimits};
 use crate::routing::rules::{RuleOutcome, Rules};
 use crate::routing::GroupRoutes;
 use app::{App, AppHandler};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::rc::Rc;
 
 struct Site {
@@ -119,7 +119,6 @@ pub struct ThreadService {
     /// `<pool>/<index>/cpu<N>`, shown by the dynamic page.
     identity: String,
     served: Cell<u64>,
-    page: RefCell<Vec<u8>>,
     /// Whether any app forwards to an application: only then does a request's head go
     /// through [`Service::proxy_route`]'s routing before the engine's own.
     proxies: bool,
@@ -257,7 +256,6 @@ impl ThreadService {
             clock,
             identity,
             served: Cell::new(0),
-            page: RefCell::new(Vec::with_capacity(2048)),
             proxies: proxy.is_some(),
             route: proxy,
             logging: sites.iter().any(|s: &Site| s.log.is_some()),

@@ -551,3 +551,32 @@ fn responder_writes_heads() {
     Responder::new(&mut out, b"", true, 0, true).simple(404, "text/plain", b"gone");
     assert_eq!(out, b"HTTP/1.0 404 Not Found\r\nConnection: keep-alive\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n", "HEAD has no body");
 }
+
+#[test]
+fn a_body_written_in_place_is_framed_by_its_length() {
+    for head_only in [false, true] {
+        let mut out = b"earlier answer".to_vec();
+        let mut resp = Responder::new(&mut out, b"Server: espalier\r\n", true, 1, head_only);
+        resp.status(200)
+            .header("Content-Type", "text/html")
+            .body_written(|page| page.extend_from_slice(&[b'x'; 1234]));
+        let answer = &out[b"earlier answer".len()..];
+        let mut fields = [httparse::EMPTY_HEADER; 8];
+        let mut r = httparse::Response::new(&mut fields);
+        let httparse::Status::Complete(head) = r.parse(answer).unwrap() else {
+            panic!("a whole head");
+        };
+        let length = r
+            .headers
+            .iter()
+            .find(|h| h.name == "Content-Length")
+            .map(|h| {
+                std::str::from_utf8(h.value)
+                    .unwrap()
+                    .trim()
+                    .parse::<usize>()
+            });
+        assert_eq!(length, Some(Ok(1234)));
+        assert_eq!(answer.len() - head, if head_only { 0 } else { 1234 });
+    }
+}
