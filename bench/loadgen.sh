@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # bench/loadgen.sh — is `espalier bench` cheap enough never to be the bottleneck?
 #
-# In one run, against the same nginx (one worker pinned to CPU 0), with both clients pinned to
-# CPU 1 and the same load (one thread, 50 keep-alive connections, the 100-byte page):
-# requests/s of `espalier bench` and of wrk (best of RUNS), and the client's instructions per
+# In one run, against the same nginx (one worker pinned to CPU 0), with the clients pinned to
+# CPU 1 and the same load (one thread, 50 keep-alive connections, the 100-byte page): wrk, and
+# `espalier bench` on each I/O path (`--io uring`, `--io epoll`): requests/s (best of RUNS),
+# the client's CPU time per request (user + system from its rusage, over all runs), syscalls
+# per request (perf's raw_syscalls tracepoint, a run of its own), and instructions per
 # request — `perf stat -e instructions` where the machine has hardware counters, otherwise
-# callgrind's exact user-space count, with start-up cost cancelled by differencing a short and a
-# long run. Target: espalier bench ≤ 0.7 × wrk's instructions per request.
+# callgrind's exact user-space count, with start-up cost cancelled by differencing a short and
+# a long run. Target: espalier bench ≤ 0.7 × wrk's client CPU per request.
 # Then over TLS: espalier bench against wrk (HTTPS/1.1) and `espalier bench --h2` against
 # h2load (HTTP/2), requests/s and the client's CPU time per request.
 # Installs nginx, wrk, h2load, openssl, linux-perf and valgrind from Debian if missing.
@@ -51,31 +53,64 @@ NGINX_PID=$!
 wait_port "$PORT"
 URL="http://127.0.0.1:$PORT/100.html"
 
-# client NAME SECONDS [wrapper…] → "requests rps"
-client() {
-  local name=$1 secs=$2; shift 2
-  case $name in
-    wrk) out=$(taskset -c 1 "$@" wrk -t1 -c50 -d"${secs}s" "$URL" 2>&1)
-         if grep -qE "Non-2xx|Socket errors" <<<"$out"; then echo "wrk saw errors, the figures would be wrong: $out" >&2; exit 1; fi
-         echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out")" ;;
-    espalier) out=$(taskset -c 1 "$@" "$ESPALIER" bench -t1 -c50 -d"${secs}s" --json "$URL" 2>/dev/null)
-         python3 -c 'import json,sys; j=json.loads(sys.stdin.read()); assert j["errors"] == 0, j["errors_by_kind"]; print(j["requests"], j["rps"])' <<<"$out" ;;
+# The clients of the cleartext part: wrk, and `espalier bench` on each I/O path (`--io`;
+# `uring` is left out where the kernel refuses io_uring).
+CLIENTS=(wrk epoll)
+if "$ESPALIER" bench --io uring -n 1 -c 1 --json "$URL" >/dev/null 2>&1; then
+  CLIENTS=(wrk uring epoll)
+else
+  echo "io_uring is not usable here: espalier bench is measured on epoll only" >&2
+fi
+client_cmd() { # NAME SECONDS → the command line
+  case $1 in
+    wrk) echo wrk -t1 -c50 -d"${2}s" "$URL" ;;
+    uring|epoll) echo "$ESPALIER" bench --io "$1" -t1 -c50 -d"${2}s" --json "$URL" ;;
   esac
 }
-declare -A BEST INSNS
-for c in wrk espalier; do BEST[$c]=0; done
+# client NAME SECONDS [wrapper…] → "requests rps client_cpu_seconds" (user + system of the
+# client and everything it ran, from its rusage)
+client() {
+  local name=$1 secs=$2; shift 2
+  # shellcheck disable=SC2046
+  taskset -c 1 python3 - "$name" "$@" $(client_cmd "$name" "$secs") <<'PY'
+import json, re, resource, subprocess, sys
+name, cmd = sys.argv[1], sys.argv[2:]
+out = subprocess.run(cmd, capture_output=True, text=True).stdout
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+if name == "wrk":
+    if "Non-2xx" in out or "Socket errors" in out:
+        sys.exit("wrk saw errors, the figures would be wrong: " + out)
+    n = int(re.search(r"(\d+) requests in", out).group(1))
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+else:
+    j = json.loads(out)
+    assert j["errors"] == 0, j["errors_by_kind"]
+    n, rps = j["requests"], j["rps"]
+print(n, rps, r.ru_utime + r.ru_stime)
+PY
+}
+declare -A BEST INSNS CPU_SEC REQS SYSCALLS CPU_US
+for c in "${CLIENTS[@]}"; do BEST[$c]=0; CPU_SEC[$c]=0; REQS[$c]=0; done
 for _ in $(seq "$RUNS"); do
-  for c in wrk espalier; do
-    read -r _ rps < <(client "$c" "$DURATION")
+  for c in "${CLIENTS[@]}"; do
+    read -r n rps cpu < <(client "$c" "$DURATION")
     BEST[$c]=$(python3 -c "print(max(${BEST[$c]}, $rps))")
+    CPU_SEC[$c]=$(python3 -c "print(${CPU_SEC[$c]} + $cpu)")
+    REQS[$c]=$((REQS[$c] + n))
   done
+done
+for c in "${CLIENTS[@]}"; do
+  CPU_US[$c]=$(python3 -c "print(round(${CPU_SEC[$c]} / ${REQS[$c]} * 1e6, 2))")
+  # Syscalls in a run of their own (the tracepoint costs the client a little per call).
+  read -r n _ _ < <(client "$c" "$DURATION" perf stat -x, -e raw_syscalls:sys_enter -o "$WORK/sys.$c" --)
+  SYSCALLS[$c]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys.$c")/$n, 2))")
 done
 if perf stat -e instructions true 2>&1 | grep -q "not supported"; then
   METHOD="user-space instructions (callgrind), start-up cancelled by differencing a 1 s and a $((DURATION + 1)) s run"
-  for c in wrk espalier; do
+  for c in "${CLIENTS[@]}"; do
     declare -a IR=() REQ=()
     for secs in 1 $((DURATION + 1)); do
-      read -r reqs _ < <(client "$c" "$secs" valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$c.$secs")
+      read -r reqs _ _ < <(client "$c" "$secs" valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$c.$secs")
       IR+=("$(grep -h '^summary:' "$WORK/cg.$c.$secs"* | awk '{s+=$2} END {print s}')")
       REQ+=("$reqs")
     done
@@ -83,17 +118,24 @@ if perf stat -e instructions true 2>&1 | grep -q "not supported"; then
   done
 else
   METHOD="instructions (perf stat, kernel + user)"
-  for c in wrk espalier; do
-    read -r reqs _ < <(client "$c" "$DURATION" perf stat -x, -e instructions -o "$WORK/perf.$c" --)
+  for c in "${CLIENTS[@]}"; do
+    read -r reqs _ _ < <(client "$c" "$DURATION" perf stat -x, -e instructions -o "$WORK/perf.$c" --)
     INSNS[$c]=$(python3 -c "print(round($(awk -F, '/instructions/ {print $1}' "$WORK/perf.$c")/$reqs))")
   done
 fi
+ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 echo
-echo "load generators against nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') on CPU 0; clients on CPU 1, 1 thread, 50 connections — $(date -u +%Y-%m-%d), $(nproc) CPUs"
-printf '%-16s %12s %16s\n' client requests/s insns/request
-for c in wrk espalier; do printf '%-16s %12.0f %16s\n' "$([ $c = espalier ] && echo 'espalier bench' || echo wrk)" "${BEST[$c]}" "${INSNS[$c]}"; done
-echo "espalier bench / wrk: requests/s $(python3 -c "print(f'{${BEST[espalier]}/${BEST[wrk]}:.2f}')"), instructions per request $(python3 -c "print(f'{${INSNS[espalier]}/${INSNS[wrk]}:.2f}')") (target ≤ 0.70)"
-echo "method: $METHOD"
+echo "load generators against nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') on CPU 0; clients on CPU 1, 1 thread, 50 connections — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'))"
+printf '%-26s %12s %18s %14s %16s\n' client requests/s "client CPU µs/req" syscalls/req insns/request
+for c in "${CLIENTS[@]}"; do
+  case $c in wrk) name=wrk ;; *) name="espalier bench --io $c" ;; esac
+  printf '%-26s %12.0f %18s %14s %16s\n' "$name" "${BEST[$c]}" "${CPU_US[$c]}" "${SYSCALLS[$c]}" "${INSNS[$c]}"
+done
+for c in "${CLIENTS[@]}"; do
+  [ "$c" = wrk ] && continue
+  echo "espalier bench --io $c / wrk: client CPU per request $(ratio "${CPU_US[$c]}" "${CPU_US[wrk]}") (target ≤ 0.70), requests/s $(ratio "${BEST[$c]}" "${BEST[wrk]}"), syscalls per request $(ratio "${SYSCALLS[$c]}" "${SYSCALLS[wrk]}"), instructions per request $(ratio "${INSNS[$c]}" "${INSNS[wrk]}")"
+done
+echo "method: client CPU = user + system from the client's rusage over $RUNS interleaved runs of ${DURATION}s; $METHOD"
 
 # Over TLS: the same nginx's HTTPS listener, each client on CPU 1 — HTTPS/1.1 (wrk against
 # espalier bench, 50 connections) and HTTP/2 (h2load against espalier bench --h2, 10

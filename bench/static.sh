@@ -2,8 +2,9 @@
 # bench/static.sh — espalier against nginx on the static-benchmark seed's 100-byte page.
 #
 # In one run, interleaved: keep-alive load from wrk (50 connections, pinned to CPU 1) against
-# nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0), against
-# espalier's dynamic page, and against the same static page on a site with an access log
+# nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0) on each I/O
+# path (`io = "auto"`, which is io_uring where the kernel allows it, and a second espalier
+# with `io = "epoll"`), against espalier's dynamic page on each, and against the same static page on a site with an access log
 # (combined format) — logging's cost — and on a site with ten rules (none of which matches the
 # page, so all are tried) and three headers — their cost; on a site with an allow list (four
 # networks, two denied), a rate and concurrency limit no client reaches and metrics — their
@@ -179,7 +180,35 @@ path = "/"
 pool = "bench"
 CONF
 
-TARGETS=(nginx espalier dynamic logged ruled guarded nginx_gzip nginx_gzip_static gzip br)
+# The same static and dynamic pages from a second espalier on the other I/O path: the first
+# takes `io = "auto"` (io_uring where the kernel allows it), this one `io = "epoll"`. A copy of
+# the binary of its own, so that its processes are told apart by their command line.
+EPOLL_PORT=$(free_port)
+cp "$ESPALIER" "$WORK/espalier-epoll"
+cat > "$WORK/espalier-epoll.toml" <<CONF
+[server]
+io = "epoll"
+admin = "127.0.0.1:$(free_port)"
+[[pool]]
+name = "epoll"
+processes = 1
+cpus = "$SERVER_CPU"
+affinity = "hard"
+memory_policy = "default"
+[[site]]
+bindings = ["http://127.0.0.1:$EPOLL_PORT"]
+root = "www"
+[[site.app]]
+path = "/"
+pool = "epoll"
+[[site.app]]
+path = "/dynamic"
+pool = "epoll"
+handler = "dynamic"
+CONF
+start_epoll() { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$WORK/espalier-epoll" serve -c espalier-epoll.toml) >"$WORK/epoll.out" 2>&1 & PIDS+=($!); wait_port "$EPOLL_PORT"; }
+
+TARGETS=(nginx espalier epoll dynamic epoll_dynamic logged ruled guarded nginx_gzip nginx_gzip_static gzip br)
 if [ -n "$BASELINE" ]; then
   # The older build: the same sites on ports of its own, its log in a folder of its own.
   BASE_PORT=$(free_port)
@@ -193,7 +222,7 @@ if [ -n "$BASELINE" ]; then
   TARGETS+=(before before_logged)
 fi
 start_baseline() { [ -z "$BASELINE" ] || { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$BASELINE" serve -c espalier-before.toml) >"$WORK/before.out" 2>&1 & PIDS+=($!); wait_port "$BASE_PORT"; }; }
-binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; *) echo "$ESPALIER" ;; esac; }
+binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; epoll|epoll_dynamic) echo "$WORK/espalier-epoll" ;; *) echo "$ESPALIER" ;; esac; }
 
 
 # wrk → "requests rps"; the target's Accept-Encoding, if it has one
@@ -221,7 +250,7 @@ all_server_pids() { # every process of the server, master included, for its CPU 
   esac
 }
 cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
-url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; guarded) echo "http://127.0.0.1:$GUARD_PORT/100.html" ;; nginx_gzip) echo "http://127.0.0.1:$NGINX_GZ_PORT/page.html" ;; nginx_gzip_static) echo "http://127.0.0.1:$NGINX_GZS_PORT/page.html" ;; gzip|br) echo "http://127.0.0.1:$CMP_PORT/page.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
+url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; epoll) echo "http://127.0.0.1:$EPOLL_PORT/100.html" ;; epoll_dynamic) echo "http://127.0.0.1:$EPOLL_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; guarded) echo "http://127.0.0.1:$GUARD_PORT/100.html" ;; nginx_gzip) echo "http://127.0.0.1:$NGINX_GZ_PORT/page.html" ;; nginx_gzip_static) echo "http://127.0.0.1:$NGINX_GZS_PORT/page.html" ;; gzip|br) echo "http://127.0.0.1:$CMP_PORT/page.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
 coding_of() { case $1 in nginx_gzip|nginx_gzip_static|gzip) echo gzip ;; br) echo br ;; esac; }
 no_errors() { [ ! -e "$WORK/failed" ] || exit 1; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
@@ -229,7 +258,11 @@ declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
 echo "phase 1: requests/s and syscalls (native, $RUNS interleaved runs of ${DURATION}s)…" >&2
 start_nginx ""
 start_espalier ""
+start_epoll ""
 start_baseline ""
+# What the first espalier chose (its master's first lines say).
+IO_PATH=$(grep -o "connections' I/O: .*" "$WORK/espalier.out" | head -1 | sed "s/connections' I\/O: //")
+FIRST=$(case $IO_PATH in io_uring*) echo io_uring ;; *) echo epoll ;; esac)
 for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 "$(coding_of "$t")" >/dev/null; BEST[$t]=0; TICKS[$t]=0; REQS[$t]=0; done   # warm-up
 for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
@@ -293,6 +326,12 @@ if [ "$HW" = no ]; then
   cg_measure gzip "$wpid"
   cg_measure br "$wpid"
   stop_all
+  start_epoll "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
+  sleep 2
+  wpid=$(pgrep -f "callgrind.*$WORK/espalier-epoll worker" | head -1)
+  cg_measure epoll "$wpid"
+  cg_measure epoll_dynamic "$wpid"
+  stop_all
   if [ -n "$BASELINE" ]; then
     start_baseline "valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"
     sleep 2
@@ -308,11 +347,15 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static"; [ "$t" = dynamic ] && name="espalier dynamic"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit+metrics"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"
+  name=$t; [ "$t" = epoll ] && name="espalier static, epoll"; [ "$t" = epoll_dynamic ] && name="espalier dynamic, epoll"; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static, $FIRST"; [ "$t" = dynamic ] && name="espalier dynamic, $FIRST"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit+metrics"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
+echo "(the first espalier's I/O path: $IO_PATH; the second's: epoll, by its config)"
 echo
-echo "ratios (espalier / nginx, static):"
+echo "per I/O path (espalier / nginx, static): CPU time per request $FIRST $(ratio "${CPU_US[espalier]}" "${CPU_US[nginx]}"), epoll $(ratio "${CPU_US[epoll]}" "${CPU_US[nginx]}") (target ≤ 0.50); syscalls per request $FIRST ${SYSCALLS[espalier]}, epoll ${SYSCALLS[epoll]}, nginx ${SYSCALLS[nginx]} (target ≤ 1 at $CONNS connections)"
+echo "dynamic / static, user insns: $FIRST $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}"), epoll $(ratio "${INSNS_USER[epoll_dynamic]}" "${INSNS_USER[epoll]}") (target ≤ 1.3)"
+echo
+echo "ratios (espalier on $FIRST / nginx, static):"
 echo "  requests/s:            $(ratio "${BEST[espalier]}" "${BEST[nginx]}")"
 echo "  CPU time per request:  $(ratio "${CPU_US[espalier]}" "${CPU_US[nginx]}")   (user + system of every server process, from /proc)"
 echo "  syscalls per request:  $(ratio "${SYSCALLS[espalier]}" "${SYSCALLS[nginx]}")"
