@@ -44,6 +44,8 @@ pub struct BenchOptions {
     pub retry_unanswered: bool,
     /// Cleartext connections go through each thread's io_uring (`--io`), not tokio's epoll.
     pub uring: bool,
+    /// Which I/O path, and why (said before the run).
+    pub io_path: String,
 }
 
 /// Which server certificates the load generator believes.
@@ -147,6 +149,7 @@ impl BenchOptions {
             trust: Trust::System,
             retry_unanswered: true,
             uring: false,
+            io_path: "epoll".into(),
         }
     }
 

@@ -79,9 +79,7 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
                 .replace("io = \"auto\"", "--io auto")
         })?;
     o.uring = path.uring;
-    if !a.json {
-        eprintln!("espalier bench: connections' I/O: {}", path.why);
-    }
+    o.io_path = path.why;
     if a.h2 && a.no_keepalive {
         return Err(
             "--no-keepalive: HTTP/2 connections carry many requests; drop --no-keepalive or --h2"
@@ -177,7 +175,15 @@ pub(super) fn bench(a: BenchArgs) -> Result<i32, String> {
         return Ok(0);
     }
     let opts = bench_options(&a)?;
-    match &a.sweep {
+    let steps = a
+        .sweep
+        .as_deref()
+        .map(crate::bench::parse_sweep)
+        .transpose()?;
+    if !a.json {
+        eprintln!("espalier bench: connections' I/O: {}", opts.io_path);
+    }
+    match steps {
         None => {
             let r = crate::bench::run(&opts)?;
             if a.json {
@@ -189,8 +195,7 @@ pub(super) fn bench(a: BenchArgs) -> Result<i32, String> {
                 print!("{}", r.render());
             }
         }
-        Some(sweep) => {
-            let steps = crate::bench::parse_sweep(sweep)?;
+        Some(steps) => {
             let mut rows = Vec::new();
             if !a.json {
                 println!(

@@ -1,12 +1,15 @@
-//! Connections to app processes: a TCP or unix stream behind one type, and each thread's
-//! pool of idle keep-alive connections per endpoint.
+//! Connections to app processes: a TCP or unix stream behind one type (on tokio's epoll, or
+//! on the thread's io_uring when it has one), and each thread's pool of idle keep-alive
+//! connections per endpoint.
 //!
 //! Owns: connecting (bounded by `connect_timeout`), keeping idle connections and handing out
 //! only live ones. Must not touch: what is sent on them (see [`super::forward`]).
 
 use super::Endpoint;
+use crate::os::uring::{Ring, RingSocket};
 use std::cell::RefCell;
 use std::io;
+use std::rc::Rc;
 use std::task::Context;
 use std::time::Duration;
 use tokio::net::{TcpStream, UnixStream};
@@ -35,10 +38,16 @@ static NOOP_WAKER: std::sync::LazyLock<std::task::Waker> = std::sync::LazyLock::
 pub enum Conn {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Ring(RingSocket),
 }
 
 impl Conn {
-    pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Conn> {
+    /// Connects (by tokio), then moves the connection onto `ring` when there is one.
+    pub async fn connect(
+        endpoint: &Endpoint,
+        timeout: Duration,
+        ring: Option<&Rc<Ring>>,
+    ) -> io::Result<Conn> {
         let connect = async {
             match endpoint {
                 Endpoint::Tcp(a) => {
@@ -50,10 +59,16 @@ impl Conn {
                 Endpoint::Unix(p) => Ok(Conn::Unix(UnixStream::connect(p).await?)),
             }
         };
-        match tokio::time::timeout(timeout, connect).await {
+        let conn: io::Result<Conn> = match tokio::time::timeout(timeout, connect).await {
             Ok(r) => r,
-            Err(_) => Err(io::ErrorKind::TimedOut.into()),
-        }
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+        };
+        let conn = conn?;
+        Ok(match (ring, conn) {
+            (Some(ring), Conn::Tcp(s)) => Conn::Ring(RingSocket::new(ring, s.into_std()?)),
+            (Some(ring), Conn::Unix(s)) => Conn::Ring(RingSocket::new(ring, s.into_std()?)),
+            (_, conn) => conn,
+        })
     }
 
     /// Whether an idle connection is still open and quiet: the app has neither closed it nor
@@ -65,6 +80,8 @@ impl Conn {
         let ready = match self {
             Conn::Tcp(s) => s.poll_read_ready(&mut cx),
             Conn::Unix(s) => s.poll_read_ready(&mut cx),
+            // Its receive is armed while idle: whatever came is already known.
+            Conn::Ring(s) => return s.quiet(),
         };
         if ready.is_pending() {
             return true;
@@ -73,12 +90,13 @@ impl Conn {
         let r = match self {
             Conn::Tcp(s) => s.try_read(&mut probe),
             Conn::Unix(s) => s.try_read(&mut probe),
+            Conn::Ring(_) => return true,
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }
 
-crate::async_io::delegate_async_io!(Conn { Tcp, Unix });
+crate::async_io::delegate_async_io!(Conn { Tcp, Unix, Ring });
 
 /// A thread's idle connections, per endpoint (single-threaded: no lock). A list, not a hash
 /// map: a thread talks to a handful of processes, and comparing a few addresses costs less

@@ -338,12 +338,6 @@ fn engine_thread(
         } else {
             String::new()
         };
-        let route = spec.proxy.clone().map(|settings| {
-            let line = spec.worker_header.then(|| extra.clone());
-            Rc::new(ProxyRoute::new(settings, tiers, line))
-        });
-        let clock = Rc::new(Clock::new(extra));
-        tokio::task::spawn_local(Rc::clone(&clock).run());
         let ring = if spec.uring {
             match crate::os::uring::Ring::start() {
                 Ok(ring) => Some(ring),
@@ -357,6 +351,12 @@ fn engine_thread(
         } else {
             None
         };
+        let route = spec.proxy.clone().map(|settings| {
+            let line = spec.worker_header.then(|| extra.clone());
+            Rc::new(ProxyRoute::new(settings, tiers, line).with_ring(ring.clone()))
+        });
+        let clock = Rc::new(Clock::new(extra));
+        tokio::task::spawn_local(Rc::clone(&clock).run());
         let l = &spec.limits;
         let env = Rc::new(ConnEnv {
             service: ThreadService::new(

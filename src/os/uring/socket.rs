@@ -4,7 +4,7 @@
 //!
 //! A write is taken into the connection's queue and returns at once; the queue goes out in
 //! one send when no send is in flight (sends on one socket are never in flight together:
-//! the kernel may run two in either order). `poll_flush` waits for the queue to be out.
+//! the kernel may run two in either order). `poll_shutdown` waits for the queue to be out.
 //!
 //! Owns: that mapping. Must not touch: what the bytes are.
 
@@ -29,10 +29,11 @@ pub struct RingSocket {
 }
 
 impl RingSocket {
-    /// Takes a connected, non-blocking socket onto the ring.
-    pub fn new(ring: &Rc<Ring>, socket: std::net::TcpStream) -> Self {
+    /// Takes a connected, non-blocking stream socket (TCP or unix) onto the ring.
+    pub fn new(ring: &Rc<Ring>, socket: impl Into<OwnedFd>) -> Self {
+        let socket: OwnedFd = socket.into();
         let fd = socket.as_raw_fd();
-        let key = ring.insert(OwnedFd::from(socket));
+        let key = ring.insert(socket);
         RingSocket {
             ring: Rc::clone(ring),
             key,
@@ -107,8 +108,21 @@ impl RingSocket {
         Poll::Pending
     }
 
-    /// The socket back from the ring, with the bytes it received and nobody read: the
-    /// receive is cancelled and what was queued is sent first. The caller bounds the wait.
+    /// Whether nothing arrived unasked: no bytes, no end, no error (an idle keep-alive
+    /// connection to an app is reused only then).
+    pub fn quiet(&self) -> bool {
+        let state = self.ring.state.borrow();
+        let sock = &state.socks[self.key];
+        sock.received.is_empty()
+            && sock.own_read == sock.own_len
+            && !sock.eof
+            && sock.recv_error.is_none()
+            && sock.send_error.is_none()
+    }
+
+    /// The socket back from the ring (a TCP one), with the bytes it received and nobody
+    /// read: the receive is cancelled and what was queued is sent first. The caller bounds
+    /// the wait.
     pub async fn into_std(mut self) -> io::Result<(std::net::TcpStream, Vec<u8>)> {
         std::future::poll_fn(|cx| {
             let mut state = self.ring.state.borrow_mut();
@@ -227,8 +241,16 @@ impl AsyncWrite for RingSocket {
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.poll_sent(cx)
+    /// Ready at once: what was written is queued and goes with the thread's next submission
+    /// (a write waits when the queue is full; `shutdown`, a direct write and taking the
+    /// socket back wait for the queue to be out). Waiting here would cost every proxied
+    /// answer a loop turn for nothing.
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let state = self.ring.state.borrow();
+        Poll::Ready(match state.socks[self.key].send_error {
+            Some(e) => Err(io::Error::from_raw_os_error(e)),
+            None => Ok(()),
+        })
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
