@@ -1,11 +1,14 @@
 //! A per-thread clock: the response lines common to every response (`Server`, `Date`, the
 //! worker header) with the date reformatted once a second, and a coarse "now" for timeouts.
 //! One timer task per thread refreshes both, so the request path reads the time without a
-//! system call.
+//! system call; it also ends the waits bounded by [`Clock::within`], so a request's wait for
+//! an app costs no timer registration.
 //!
 //! Owns: time on the request path. Must not touch: anything shared between threads.
 
 use std::cell::{Cell, Ref, RefCell};
+use std::future::Future;
+use std::task::{Poll, Waker};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
@@ -54,6 +57,8 @@ pub struct Clock {
     common: RefCell<Vec<u8>>,
     /// The second as access logs write it: Common Log Format and ISO 8601 (UTC).
     log_time: RefCell<(String, String)>,
+    /// The waits bounded by [`Clock::within`] that are pending: their deadlines and wakers.
+    waits: RefCell<slab::Slab<(Instant, Waker)>>,
 }
 
 impl Clock {
@@ -65,6 +70,7 @@ impl Clock {
             extra,
             common: RefCell::new(Vec::new()),
             log_time: RefCell::new((String::new(), String::new())),
+            waits: RefCell::new(slab::Slab::new()),
         };
         c.refresh();
         c
@@ -107,19 +113,95 @@ impl Clock {
         self.common.borrow()
     }
 
-    /// Refreshes the clock every [`TICK`], for the life of the thread's runtime.
+    /// Refreshes the clock every [`TICK`], for the life of the thread's runtime, and wakes
+    /// the waits bounded by [`Clock::within`] whose time is up.
     pub async fn run(self: std::rc::Rc<Self>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tick.tick().await;
             self.refresh();
+            let now = self.now.get();
+            for (_, (at, waker)) in self.waits.borrow().iter() {
+                if *at <= now {
+                    waker.wake_by_ref();
+                }
+            }
+        }
+    }
+
+    /// `work`, or `Err(())` once `limit` has passed (to within [`TICK`]): a timeout for the
+    /// waits of a request (an app's answer, a FastCGI record) that costs no timer of
+    /// tokio's — a slot in the thread's list while it waits, and nothing when `work` is ready
+    /// at once. The clock's tick checks the list.
+    pub async fn within<T>(&self, limit: Duration, work: impl Future<Output = T>) -> Result<T, ()> {
+        let at = self.now.get() + limit;
+        let mut work = std::pin::pin!(work);
+        let wait = Registered {
+            waits: &self.waits,
+            key: Cell::new(None),
+        };
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(v) = work.as_mut().poll(cx) {
+                return Poll::Ready(Ok(v));
+            }
+            if self.now.get() >= at {
+                return Poll::Ready(Err(()));
+            }
+            let mut waits = self.waits.borrow_mut();
+            match wait.key.get().and_then(|k| waits.get_mut(k)) {
+                Some((_, w)) if w.will_wake(cx.waker()) => {}
+                Some((_, w)) => *w = cx.waker().clone(),
+                None => wait.key.set(Some(waits.insert((at, cx.waker().clone())))),
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// A wait's slot in the clock's list, freed when the wait ends either way.
+struct Registered<'a> {
+    waits: &'a RefCell<slab::Slab<(Instant, Waker)>>,
+    key: Cell<Option<usize>>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.key.get() {
+            self.waits.borrow_mut().try_remove(k);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_wait_within_a_limit_ends_with_its_work_or_the_limit() {
+        use std::time::Duration;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, async {
+            let clock = std::rc::Rc::new(super::Clock::new(String::new()));
+            tokio::task::spawn_local(std::rc::Rc::clone(&clock).run());
+            // Ready at once: no slot taken.
+            assert_eq!(clock.within(Duration::ZERO, async { 7 }).await, Ok(7));
+            // Never ready: ends by the limit, its slot freed.
+            let never = std::future::pending::<()>();
+            assert_eq!(
+                clock.within(Duration::from_millis(300), never).await,
+                Err(())
+            );
+            assert_eq!(clock.waits.borrow().len(), 0);
+            // Ready before the limit.
+            let soon = tokio::time::sleep(Duration::from_millis(50));
+            assert_eq!(clock.within(Duration::from_secs(60), soon).await, Ok(()));
+            assert_eq!(clock.waits.borrow().len(), 0);
+        });
+    }
+
     #[test]
     fn log_times_come_from_the_imf_date() {
         let (clf, iso) = super::log_times("Sun, 22 Nov 2026 18:18:42 GMT");

@@ -117,7 +117,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         }
         let mut ubuf = Vec::with_capacity(8 << 10);
         let asked = std::time::Instant::now();
-        match read_head(&mut conn, &mut ubuf, settings.response_timeout).await {
+        match read_head(&mut conn, &mut ubuf, clock, settings.response_timeout).await {
             Ok(len) => {
                 report
                     .upstream_micros
@@ -415,9 +415,17 @@ fn chunk_again(out: &mut Vec<u8>, data: &[u8], done: bool) {
 async fn read_head(
     conn: &mut Conn,
     ubuf: &mut Vec<u8>,
+    clock: &crate::http::clock::Clock,
     timeout: Duration,
 ) -> Result<usize, HeadError> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    // The whole wait, in the thread's clock's list of waits (no timer per request).
+    match clock.within(timeout, read_whole_head(conn, ubuf)).await {
+        Ok(r) => r,
+        Err(()) => Err(HeadError::Timeout),
+    }
+}
+
+async fn read_whole_head(conn: &mut Conn, ubuf: &mut Vec<u8>) -> Result<usize, HeadError> {
     let mut received_any = false;
     loop {
         // Only the end of the head is looked for here; the caller parses it once.
@@ -437,12 +445,10 @@ async fn read_head(
         if ubuf.capacity() - ubuf.len() < 4096 {
             ubuf.reserve(8 << 10);
         }
-        let read = tokio::time::timeout_at(deadline, conn.read_buf(ubuf)).await;
-        match read {
-            Err(_) => return Err(HeadError::Timeout),
-            Ok(Ok(0)) | Ok(Err(_)) if !received_any => return Err(HeadError::ClosedEarly),
-            Ok(Ok(0)) | Ok(Err(_)) => return Err(HeadError::Garbage),
-            Ok(Ok(_)) => received_any = true,
+        match conn.read_buf(ubuf).await {
+            Ok(0) | Err(_) if !received_any => return Err(HeadError::ClosedEarly),
+            Ok(0) | Err(_) => return Err(HeadError::Garbage),
+            Ok(_) => received_any = true,
         }
     }
 }
