@@ -31,7 +31,10 @@
 //!    several pools share, it hands the connection to the pool that serves it ([`handoff`]).
 //! 6. The answers of every request in the buffer go out in one `write` (or `sendfile` for a
 //!    large file, through the kernel's TLS where [`http::ktls`] hands it over), back in
-//!    [`http::conn`]; the access log ([`http::access_log`]) takes a line per request.
+//!    [`http::conn`] — on the io_uring path ([`os::uring`], `[server] io`) a cleartext
+//!    connection's reads and writes go through the thread's ring instead, the sends of a
+//!    whole loop turn in one submission; the access log ([`http::access_log`]) takes a line
+//!    per request.
 //!
 //! # The modules
 //!
@@ -45,7 +48,7 @@
 //! | [`compress`] | the content codings (gzip, brotli, zstd): a whole body, or a stream | yes |
 //! | [`topology`] | nodes, CPUs, caches, NICs as read from sysfs; ranking by distance ([`topology::nearest`]) | parsing and ranking yes; reading in `topology::sysfs` |
 //! | [`routing`] | the routing tables a worker is given: sites by address and host name, path prefixes, a site's redirect and rewrite rules | yes |
-//! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, processes, cgroups, private folders | no — all but one `unsafe` (`server::worker` adopts its inherited descriptors) |
+//! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, io_uring, processes, cgroups, private folders | no — all but one `unsafe` (`server::worker` adopts its inherited descriptors) |
 //! | [`certs`] | certificate files: loaded, checked, fingerprinted | reads files |
 //! | [`config`] | the TOML config, defaults, validation | yes, but it checks that roots, programs and certificates exist and are usable |
 //! | [`placement`] | which worker goes where | yes |

@@ -14,8 +14,10 @@
 //! carried with the request through every step — never kept in the thread (see
 //! [`super::service`]).
 //!
-//! Syscalls per keep-alive request: one `read` (tokio skips the extra read that would return
-//! EAGAIN after a short read) and one `write` per batch of pipelined responses.
+//! Syscalls per keep-alive request on tokio's epoll: one `read` (tokio skips the extra read
+//! that would return EAGAIN after a short read) and one `write` per batch of pipelined
+//! responses. On the thread's io_uring (`crate::os::uring::RingSocket`) none of its own: the
+//! read is a multishot receive's buffer, the write joins the loop turn's one submission.
 
 use super::access_log::{Entry, Facts, OwnedFacts, Report};
 use super::body::{advance_body, Pending};
