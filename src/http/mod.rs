@@ -497,25 +497,18 @@ impl<'a> Responder<'a> {
         }
     }
 
-    /// Ends the head and writes the body straight into the output buffer (its length known
-    /// only once written): `Content-Length` is written with room for ten digits and filled in
-    /// after, right-aligned — the spaces before the digits are the field's optional
-    /// whitespace (RFC 9110 §5.6.3), which every parser skips — so the body is never built
-    /// elsewhere and copied. A HEAD answer's body is written, measured, and dropped.
-    pub fn body_written(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
-        const ROOM: usize = 10;
-        self.out.extend_from_slice(b"Content-Length: ");
-        let digits_end = self.out.len() + ROOM;
-        self.out.extend_from_slice(&[b' '; ROOM]);
-        self.out.extend_from_slice(b"\r\n\r\n");
-        let start = self.out.len();
-        write(self.out);
-        let len = self.out.len() - start;
-        let mut b = itoa::Buffer::new();
-        let digits = b.format(len).as_bytes();
-        self.out[digits_end - digits.len()..digits_end].copy_from_slice(digits);
-        if self.head_only {
-            self.out.truncate(start);
+    /// Ends the head and writes the body of `len` bytes straight into the output buffer
+    /// with `write` (not for HEAD requests): a body made of pieces whose length is known
+    /// before they are written is never built elsewhere and copied. Writing other than
+    /// `len` bytes is a bug that would break the connection's framing: it panics (the
+    /// connection's task is contained) rather than send it.
+    pub fn body_sized(&mut self, len: usize, write: impl FnOnce(&mut Vec<u8>)) {
+        self.content_length(len as u64);
+        self.out.extend_from_slice(b"\r\n");
+        if !self.head_only {
+            let start = self.out.len();
+            write(self.out);
+            assert_eq!(self.out.len() - start, len, "a body's declared length");
         }
     }
 
