@@ -8,10 +8,13 @@
 #   (c) behind espalier with transport = "proxy" (a front worker forwards to the app);
 #   (d) behind nginx as a reverse proxy with upstream keep-alive;
 #   (e) as (c), with max_requests_per_process = 16 (half the connections wait in espalier's
-#       queue at any time): what the cap and its queue cost.
-# Prints requests/s, latency p50/p99 and, for (c) and (d), the proxy tier's CPU time per request
-# (user + system of every process of the proxy — master and workers — from /proc/<pid>/stat,
-# summed over all runs), and the app's.
+#       queue at any time): what the cap and its queue cost;
+#   (c') as (c), on the epoll path (`io = "epoll"`; (c) takes `auto`: io_uring where the
+#       kernel allows it).
+# Prints requests/s, latency p50/p99 and, for (c), (c') and (d), the proxy tier's CPU time per
+# request (user + system of every process of the proxy — master and workers — from
+# /proc/<pid>/stat, summed over all runs), its syscalls per request (perf's raw_syscalls
+# tracepoint, a run of its own), and the app's CPU time per request.
 #
 # Part 2, the web-gardening seed for real: the CPU-heavy Python app (examples/apps/audio, pure
 # Python audio synthesis and encoding) under gunicorn by activation, `processes = 1` against a
@@ -21,7 +24,7 @@
 # connections beside pool B (the same app, short requests at a fixed 20/s): B's p99 when both
 # pools share every CPU, and when B has a CPU of its own.
 #
-# Installs nginx, wrk, gunicorn and nodejs from Debian when missing.
+# Installs nginx, wrk, gunicorn, nodejs and linux-perf from Debian when missing.
 #   bench/app.sh                     # DURATION=5 RUNS=3 PARTS=123
 #   PARTS=1 bench/app.sh             # only part 1
 #   ESPALIER_BIN=/path/to/espalier bench/app.sh
@@ -36,7 +39,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 PARTS=${PARTS:-123}
 
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:python3
+need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:python3 perf:linux-perf
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
@@ -45,13 +48,14 @@ cp -r "$ROOT/examples/apps/node" "$ROOT/examples/apps/audio" "$WORK/"
 mkdir -p "$WORK/nginx"
 
 ALONE=$(free_port); NGINX_APP=$(free_port); NGINX_PORT=$(free_port)
-ACT=$(free_port); PROXY=$(free_port); CAPPED=$(free_port)
-ADMIN1=$(free_port); ADMIN2=$(free_port); ADMIN3=$(free_port)
+ACT=$(free_port); PROXY=$(free_port); CAPPED=$(free_port); EPOLL=$(free_port)
+ADMIN1=$(free_port); ADMIN2=$(free_port); ADMIN3=$(free_port); ADMIN4=$(free_port)
 
-pool() { # name port admin transport [extra pool keys]
+pool() { # name port admin transport [extra pool keys] [extra server keys]
   cat <<CONF
 [server]
 admin = "127.0.0.1:$3"
+${6:-}
 [[pool]]
 name = "$1"
 processes = 1
@@ -72,6 +76,9 @@ CONF
 pool act "$ACT" "$ADMIN1" activation >"$WORK/act.toml"
 pool proxy "$PROXY" "$ADMIN2" proxy >"$WORK/proxy.toml"
 pool capped "$CAPPED" "$ADMIN3" proxy "max_requests_per_process = 16" >"$WORK/capped.toml"
+# (c) on each I/O path: proxy.toml takes io = "auto" (io_uring where the kernel allows it),
+# epoll.toml the epoll path.
+pool epoll "$EPOLL" "$ADMIN4" proxy "" 'io = "epoll"' >"$WORK/epoll.toml"
 
 cat > "$WORK/nginx/nginx.conf" <<CONF
 worker_processes 1;
@@ -108,7 +115,10 @@ start nginx "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
 start act "$ESPALIER" serve -c act.toml
 start proxy "$ESPALIER" serve -c proxy.toml
 start capped "$ESPALIER" serve -c capped.toml
-for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY" "$CAPPED"; do wait_port "$p"; done
+start epoll "$ESPALIER" serve -c epoll.toml
+for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY" "$CAPPED" "$EPOLL"; do wait_port "$p"; done
+PROXY_IO=$(grep -o "connections' I/O: .*" "$WORK/proxy.out" | head -1 | sed "s/connections' I\/O: //")
+PROXY_PATH=$(case $PROXY_IO in io_uring*) echo io_uring ;; *) echo epoll ;; esac)
 sleep 1.5   # the apps behind espalier become ready (health probe)
 
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
@@ -117,7 +127,7 @@ user_ticks() { proc_ticks --user "$@"; }
 # The proxy tier: the proxy's own processes. The app: the node processes serving the target.
 tier_pids() {
   case $1 in
-    proxy|capped) local root; root=$(eval echo "\$PID_$1"); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
+    proxy|capped|epoll) local root; root=$(eval echo "\$PID_$1"); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
     nginx) echo "$PID_nginx"; descendants "$PID_nginx" ;;
     *) ;;
   esac
@@ -126,10 +136,10 @@ app_pids() {
   case $1 in
     alone) echo "$PID_alone" ;;
     nginx) echo "$PID_nginxapp" ;;
-    act|proxy|capped) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
+    act|proxy|capped|epoll) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
   esac
 }
-port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; nginx) echo "$NGINX_PORT" ;; esac; }
+port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; epoll) echo "$EPOLL" ;; nginx) echo "$NGINX_PORT" ;; esac; }
 
 load() { # url seconds → "requests rps p50_ms p99_ms"
   local out
@@ -144,8 +154,8 @@ us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
 ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 
 part1() {
-TARGETS=(alone act proxy nginx capped)
-declare -A BEST P50 P99 REQS TIER TIER_USER APP
+TARGETS=(alone act proxy epoll nginx capped)
+declare -A BEST P50 P99 REQS TIER TIER_USER APP SYSCALLS
 for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
 echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
 for run in $(seq "$RUNS"); do
@@ -160,14 +170,28 @@ for run in $(seq "$RUNS"); do
   done
 done
 
+# The proxy tier's syscalls per request, in a run of their own (the tracepoint costs a little
+# per call).
+for t in proxy epoll nginx; do
+  pids=$(tier_pids "$t" | tr '\n' ',' | sed 's/,$//')
+  perf stat -x, -e raw_syscalls:sys_enter -p "$pids" -o "$WORK/sys.$t" -- sleep $((DURATION + 1)) &
+  perfpid=$!
+  sleep 0.3
+  read -r reqs _ _ _ < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
+  wait $perfpid
+  SYSCALLS[$t]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys.$t")/$reqs, 2))")
+done
+
 echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), node $(node --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'); servers on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
-printf '%-28s %12s %9s %9s %18s %16s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "app CPU µs/req"
+printf '%-32s %12s %9s %9s %18s %14s %16s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "syscalls/req" "app CPU µs/req"
 for t in "${TARGETS[@]}"; do
-  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; esac
-  tier=-; [ "$t" = proxy ] || [ "$t" = nginx ] || [ "$t" = capped ] && tier=$(us "${TIER[$t]}" "${REQS[$t]}")
-  printf '%-28s %12.0f %9s %9s %18s %16s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "$(us "${APP[$t]}" "${REQS[$t]}")"
+  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy, $PROXY_PATH" ;; epoll) name="(c') espalier proxy, epoll" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; esac
+  tier=-; case $t in proxy|epoll|nginx|capped) tier=$(us "${TIER[$t]}" "${REQS[$t]}") ;; esac
+  printf '%-32s %12.0f %9s %9s %18s %14s %16s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "${SYSCALLS[$t]:--}" "$(us "${APP[$t]}" "${REQS[$t]}")"
 done
+echo "  (c)'s I/O path: $PROXY_IO"
+echo "  espalier / nginx, proxy CPU per request, per I/O path: $PROXY_PATH $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")"), epoll $(ratio "$(us "${TIER[epoll]}" "${REQS[epoll]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[alone]}")   (target ≥ 0.95)"
 echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
