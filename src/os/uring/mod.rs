@@ -188,6 +188,8 @@ struct State {
     driver: Option<Waker>,
     /// Completions taken from the queue, reused between turns.
     reaped: Vec<(u64, i32, u32)>,
+    /// Completions taken early, to make room when the kernel would not take a full queue.
+    backlog: Vec<(u64, i32, u32)>,
     wake: Vec<Waker>,
 }
 
@@ -211,19 +213,19 @@ pub struct Ring {
 impl Ring {
     /// Sets up the ring and spawns its driver on the current `LocalSet`.
     pub fn start() -> io::Result<Rc<Ring>> {
-        Self::start_with(BUFFERS)
+        Self::start_with(BUFFERS, ENTRIES)
     }
 
-    fn start_with(buffer_count: u16) -> io::Result<Rc<Ring>> {
+    fn start_with(buffer_count: u16, entries: u32) -> io::Result<Rc<Ring>> {
         // Completions are made ready when the thread next enters the kernel (its next
         // `epoll_wait` or submission) rather than by interrupting it: fewer interruptions
         // under load. Only this thread submits.
         let uring: IoUring = IoUring::builder()
-            .setup_cqsize(ENTRIES * 4)
+            .setup_cqsize(entries * 4)
             .setup_clamp()
             .setup_coop_taskrun()
             .setup_single_issuer()
-            .build(ENTRIES)?;
+            .build(entries)?;
         let buffers = Buffers::new(&uring.submitter(), 0, buffer_count, BUFFER_SIZE)?;
         // SAFETY: the descriptor is the ring's, which `Ring` holds and drops after `ready`
         // (field order).
@@ -242,6 +244,7 @@ impl Ring {
                 submit_wanted: false,
                 driver: None,
                 reaped: Vec::with_capacity(256),
+                backlog: Vec::new(),
                 wake: Vec::with_capacity(64),
             }),
         });
@@ -293,6 +296,15 @@ impl Ring {
                 }
             }
             self.reap();
+            // Completions the full queue could not take wait in the kernel, and no readiness
+            // will say so: an enter flushes them (the crate asks for them when the flag is up).
+            {
+                let mut state = self.state.borrow_mut();
+                if state.uring.submission().cq_overflow() {
+                    state.submit_wanted = true;
+                    continue;
+                }
+            }
             match self.ready.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut guard)) => guard.clear_ready(),
                 Poll::Ready(Err(_)) | Poll::Pending => return,
@@ -305,6 +317,7 @@ impl Ring {
         let mut guard = self.state.borrow_mut();
         let state = &mut *guard;
         let mut reaped = std::mem::take(&mut state.reaped);
+        reaped.append(&mut state.backlog);
         reaped.extend(
             state
                 .uring
@@ -334,13 +347,31 @@ impl Ring {
 }
 
 impl State {
-    /// Queues an operation; a full queue is submitted first.
+    /// Queues an operation; a full queue is submitted first. Where the kernel will not take
+    /// it (its completion queue full: EBUSY), completions are taken aside (handled at the
+    /// driver's next turn) to make room.
     fn push(&mut self, entry: squeue::Entry) {
         // SAFETY: every entry's buffers (`Sock::flying`, the provided buffers) live until its
         // completion: a `Sock` is removed only when idle, and `State` drops the ring first.
+        let mut stuck = 0;
         while unsafe { self.uring.submission().push(&entry) }.is_err() {
             if self.uring.submit().is_err() {
-                break;
+                let before = self.backlog.len();
+                let taken = self
+                    .uring
+                    .completion()
+                    .map(|c| (c.user_data(), c.result(), c.flags()));
+                self.backlog.extend(taken);
+                if self.backlog.len() == before {
+                    // Nothing to make room with: the kernel is short of memory. Wait a
+                    // moment; past a bound the operation is lost, and its connection ends
+                    // by its timeout.
+                    stuck += 1;
+                    if stuck > 1000 {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
             }
         }
         if !self.submit_wanted {

@@ -14,6 +14,15 @@ where
     F: FnOnce(Rc<Ring>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    with_small_ring(buffers, super::ENTRIES, f)
+}
+
+/// As [`with_ring`], with a submission queue of `entries`.
+fn with_small_ring<F, Fut>(buffers: u16, entries: u32, f: F)
+where
+    F: FnOnce(Rc<Ring>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     if let Err(why) = super::probe() {
         eprintln!("io_uring unusable here ({why}); the ring's tests are skipped");
         return;
@@ -24,7 +33,7 @@ where
         .unwrap();
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let ring = Ring::start_with(buffers).expect("ring");
+        let ring = Ring::start_with(buffers, entries).expect("ring");
         tokio::time::timeout(std::time::Duration::from_secs(60), f(ring))
             .await
             .expect("the test finished");
@@ -195,6 +204,44 @@ fn a_socket_taken_back_brings_what_it_received_unread() {
         let mut all = Vec::new();
         peer.read_to_end(&mut all).unwrap();
         assert_eq!(all, b"queued before, then after");
+    });
+}
+
+#[test]
+fn more_operations_in_one_turn_than_the_queue_holds_all_go() {
+    // Eight entries (a completion queue of 32), forty connections answering at once: the
+    // queue fills and is submitted on the way, and completions overflow the completion
+    // queue and must be fetched from the kernel.
+    with_small_ring(64, 8, |ring| async move {
+        let mut pairs: Vec<(RingSocket, TcpStream)> = (0..40).map(|_| pair(&ring)).collect();
+        for (k, (ours, _)) in pairs.iter_mut().enumerate() {
+            ours.write_all(format!("answer {k}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        let peers: Vec<TcpStream> = pairs
+            .into_iter()
+            .map(|(mut ours, peer)| {
+                // Each one's shutdown waits for its send.
+                tokio::task::spawn_local(async move { ours.shutdown().await.unwrap() });
+                peer
+            })
+            .collect();
+        let got = tokio::task::spawn_blocking(move || {
+            peers
+                .into_iter()
+                .map(|mut p| {
+                    let mut s = String::new();
+                    p.read_to_string(&mut s).unwrap();
+                    s
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+        for (k, text) in got.iter().enumerate() {
+            assert_eq!(text, &format!("answer {k}\n"));
+        }
     });
 }
 
