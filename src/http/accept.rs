@@ -1,16 +1,20 @@
 //! A new connection's steps before HTTP: the PROXY protocol header, where its address expects
 //! one (it comes first, before any TLS), then the TLS handshake on an https address, then the
-//! connection loop ([`super::conn::serve`]) over whichever stream results — a cleartext one
-//! moved onto the thread's io_uring when the thread has one.
+//! connection loop ([`super::conn::serve`]) over whichever stream results — moved onto the
+//! thread's io_uring when the thread has one (cleartext, or TLS by rustls; a connection the
+//! kernel's TLS may take stays on tokio's socket).
 //!
 //! Owns: that order, each step bounded by the header timeout. Must not touch: HTTP, or the
 //! certificates (the service's TLS acceptor holds them, see `crate::tls`).
 
 use super::conn::serve;
 use super::service::{ConnEnv, Service};
+use super::sni::Rewind;
 use crate::handoff::Carried;
 use std::rc::Rc;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
 
 /// Serves a connection accepted on `group` (or handed over, with what it brings).
 pub async fn serve_accepted<S: Service + 'static>(
@@ -41,52 +45,106 @@ pub async fn serve_accepted<S: Service + 'static>(
         },
         Some(acceptor) => {
             let acceptor = acceptor.clone();
-            // TLS bytes read before (by a pool that handed the connection here) are replayed.
-            let mut read = std::mem::take(&mut carried.unread);
-            if env.service.shared(group) {
-                // Another pool's site? Decided by the ClientHello's name, before the handshake.
-                let Ok(name) =
-                    super::sni::client_hello_name(&mut stream, &mut read, env.timeouts.header)
-                        .await
-                else {
-                    return;
-                };
-                if let Some(mut handoff) = env.service.hand_off_name(group, name.as_deref()) {
-                    handoff.hops = carried.hops + 1;
-                    handoff.client = carried.client;
-                    if handoff.hops <= crate::handoff::MAX_HOPS {
-                        let _ = handoff.send(&stream, &read).await;
-                    }
-                    // Handed over, or closed: nothing can be answered before a handshake.
-                    return;
-                }
+            serve_https(stream, acceptor, group, env, carried).await
+        }
+    }
+}
+
+/// An https address's connection: handed to another pool by its ClientHello's name on a
+/// shared address, else the handshake and the protocol ALPN chose.
+async fn serve_https<S: Service + 'static>(
+    mut stream: TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    group: usize,
+    env: Rc<ConnEnv<S>>,
+    mut carried: Carried,
+) {
+    // TLS bytes read before (by a pool that handed the connection here) are replayed.
+    let mut read = std::mem::take(&mut carried.unread);
+    if env.service.shared(group) {
+        // Another pool's site? Decided by the ClientHello's name, before the handshake.
+        let Ok(name) =
+            super::sni::client_hello_name(&mut stream, &mut read, env.timeouts.header).await
+        else {
+            return;
+        };
+        if let Some(mut handoff) = env.service.hand_off_name(group, name.as_deref()) {
+            handoff.hops = carried.hops + 1;
+            handoff.client = carried.client;
+            if handoff.hops <= crate::handoff::MAX_HOPS {
+                let _ = handoff.send(&stream, &read).await;
             }
-            let kernel = env.service.ktls();
-            let rewind = if kernel.is_empty() {
-                super::sni::Rewind::new(read, stream)
-            } else {
-                super::sni::Rewind::tracking_records(read, stream)
-            };
-            let handshake = acceptor.accept(rewind);
-            // A failed handshake was answered with its alert by rustls.
-            if let Ok(Ok(tls)) = tokio::time::timeout(env.timeouts.header, handshake).await {
-                // A client certificate the handshake verified names the client to its apps.
-                carried.client_cert = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|chain| chain.first())
-                    .and_then(|leaf| crate::certs::subject_of(leaf));
-                // ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine — able to hand the
-                // connection to the kernel's TLS where the kernel has it.
+            // Handed over, or closed: nothing can be answered before a handshake.
+            return;
+        }
+    }
+    let kernel = env.service.ktls();
+    let timeout = env.timeouts.header;
+    match (kernel.is_empty(), env.ring.clone()) {
+        // The kernel's TLS may take it later: tokio's socket, records followed.
+        (false, _) => {
+            let rewind = super::sni::Rewind::tracking_records(read, stream);
+            if let Some(tls) = handshake(&acceptor, rewind, timeout, &mut carried).await {
                 if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                     super::h2::serve(tls, group, env, carried, true).await
-                } else if kernel.is_empty() {
-                    serve(tls, group, env, carried).await
                 } else {
-                    serve(super::ktls::Https::Rustls(tls), group, env, carried).await
+                    let https = super::ktls::Https::Rustls(tls);
+                    serve(https, group, env, carried).await
                 }
             }
         }
+        (true, Some(ring)) => {
+            // Off tokio's epoll, onto the ring (a failure closes the socket).
+            let Ok(std) = stream.into_std() else { return };
+            let socket = crate::os::uring::RingSocket::new(&ring, std);
+            let rewind = super::sni::Rewind::new(read, socket);
+            if let Some(tls) = handshake(&acceptor, rewind, timeout, &mut carried).await {
+                serve_tls(tls, group, env, carried).await
+            }
+        }
+        (true, None) => {
+            let rewind = super::sni::Rewind::new(read, stream);
+            if let Some(tls) = handshake(&acceptor, rewind, timeout, &mut carried).await {
+                serve_tls(tls, group, env, carried).await
+            }
+        }
+    }
+}
+
+/// The TLS handshake, bounded by `timeout` (a failed one was answered with its alert by
+/// rustls); a client certificate it verified names the client to its apps.
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    rewind: Rewind<S>,
+    timeout: std::time::Duration,
+    carried: &mut Carried,
+) -> Option<TlsStream<Rewind<S>>> {
+    let tls = tokio::time::timeout(timeout, acceptor.accept(rewind))
+        .await
+        .ok()?
+        .ok()?;
+    carried.client_cert = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| crate::certs::subject_of(leaf));
+    Some(tls)
+}
+
+/// ALPN chose the protocol: HTTP/2, or the HTTP/1.1 engine.
+async fn serve_tls<S: Service + 'static, T>(
+    tls: TlsStream<Rewind<T>>,
+    group: usize,
+    env: Rc<ConnEnv<S>>,
+    carried: Carried,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + 'static,
+    TlsStream<Rewind<T>>: super::stream::ClientStream,
+{
+    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+        super::h2::serve(tls, group, env, carried, true).await
+    } else {
+        serve(tls, group, env, carried).await
     }
 }

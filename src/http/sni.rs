@@ -63,18 +63,19 @@ pub async fn client_hello_name(
     }
 }
 
-/// A TCP stream that first replays `prefix` (bytes read from it before), then reads on.
-pub struct Rewind {
+/// A TCP stream (tokio's, or one on the thread's ring) that first replays `prefix` (bytes
+/// read from it before), then reads on.
+pub struct Rewind<S = TcpStream> {
     prefix: Vec<u8>,
     at: usize,
-    inner: TcpStream,
+    inner: S,
     /// Where the TLS records read so far end, for a connection that may be handed to the
     /// kernel's TLS (see `super::ktls`); `None` costs nothing per read.
     records: Option<RecordCursor>,
 }
 
-impl Rewind {
-    pub fn new(prefix: Vec<u8>, inner: TcpStream) -> Self {
+impl<S> Rewind<S> {
+    pub fn new(prefix: Vec<u8>, inner: S) -> Self {
         Rewind {
             prefix,
             at: 0,
@@ -84,14 +85,14 @@ impl Rewind {
     }
 
     /// A rewind that also follows the TLS record boundaries of what it reads.
-    pub fn tracking_records(prefix: Vec<u8>, inner: TcpStream) -> Self {
+    pub fn tracking_records(prefix: Vec<u8>, inner: S) -> Self {
         Rewind {
             records: Some(RecordCursor::default()),
             ..Rewind::new(prefix, inner)
         }
     }
 
-    pub fn get_ref(&self) -> &TcpStream {
+    pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
@@ -101,12 +102,12 @@ impl Rewind {
         self.prefix.is_empty() && self.records.as_ref().is_some_and(RecordCursor::at_boundary)
     }
 
-    pub fn into_inner(self) -> TcpStream {
+    pub fn into_inner(self) -> S {
         self.inner
     }
 }
 
-impl AsyncRead for Rewind {
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -132,7 +133,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

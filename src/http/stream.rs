@@ -134,6 +134,22 @@ impl ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind> {
     }
 }
 
+/// TLS over a connection on the thread's ring: rustls reads and writes through it (the
+/// kernel's TLS, which needs tokio's socket, is not offered there).
+impl ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind<RingSocket>> {
+    fn sock(&self) -> SockRef<'_> {
+        SockRef::from(self.get_ref().0.get_ref())
+    }
+
+    fn cleartext(&self) -> Option<&TcpStream> {
+        None
+    }
+
+    async fn into_tcp(self) -> IntoTcp<Self> {
+        IntoTcp::Tls(self)
+    }
+}
+
 /// A cleartext connection on the thread's ring: writes are queued (never a timer, never a
 /// wait unless the queue is full), and a file goes by `sendfile` once the ring says the
 /// socket is writable.
