@@ -173,7 +173,8 @@ done
 # The proxy tier's syscalls per request, in a run of their own (the tracepoint costs a little
 # per call).
 for t in proxy epoll nginx; do
-  pids=$(tier_pids "$t" | tr '\n' ',' | sed 's/,$//')
+  mapfile -t tp < <(tier_pids "$t")
+  pids=$(IFS=,; echo "${tp[*]}")
   perf stat -x, -e raw_syscalls:sys_enter -p "$pids" -o "$WORK/sys.$t" -- sleep $((DURATION + 1)) &
   perfpid=$!
   sleep 0.3

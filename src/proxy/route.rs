@@ -12,7 +12,6 @@ use super::Endpoint;
 type Tiers = crate::topology::nearest::Tiers<Endpoint>;
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -110,8 +109,6 @@ pub struct ProxyRoute {
     /// Requests in a row that timed out, per app process (this thread's view; empty while
     /// every app answers, so an answer costs one check).
     silent: RefCell<Vec<(Endpoint, u32)>>,
-    /// The thread's io_uring, when its I/O path is the ring: app connections go through it.
-    ring: Option<Rc<crate::os::uring::Ring>>,
 }
 
 impl ProxyRoute {
@@ -129,14 +126,7 @@ impl ProxyRoute {
             worker_line,
             remote: Cell::new(0),
             silent: RefCell::new(Vec::new()),
-            ring: None,
         }
-    }
-
-    /// App connections go through `ring` (the thread's, made on its runtime).
-    pub fn with_ring(mut self, ring: Option<Rc<crate::os::uring::Ring>>) -> Self {
-        self.ring = ring;
-        self
     }
 
     /// `endpoint` answered: its run of timeouts, if any, is over.
@@ -286,8 +276,7 @@ impl ProxyRoute {
             if let Some(c) = self.pool.take(&endpoint) {
                 return Ok((endpoint, c, slot));
             }
-            let ring = self.ring.as_ref();
-            match Conn::connect(&endpoint, self.settings.connect_timeout, ring).await {
+            match Conn::connect(&endpoint, self.settings.connect_timeout).await {
                 Ok(c) => return Ok((endpoint, c, slot)),
                 // Nothing was sent: another process may take it.
                 Err(_) if tries < 3 => avoid = Some(endpoint),

@@ -1,15 +1,18 @@
-//! Connections to app processes: a TCP or unix stream behind one type (on tokio's epoll, or
-//! on the thread's io_uring when it has one), and each thread's pool of idle keep-alive
-//! connections per endpoint.
+//! Connections to app processes: a TCP or unix stream behind one type, and each thread's
+//! pool of idle keep-alive connections per endpoint.
+//!
+//! They stay on tokio's epoll on the io_uring path too: measured (bench/app.sh, 2026-11-26),
+//! a proxied request whose app connection went through the ring cost the proxy tier 1.12×
+//! and the app 1.17× the CPU time of the epoll path, at 0.73× the requests/s — each hop of
+//! the client → app → client chain waited for the ring's turn — while with only the client
+//! connection on the ring it cost 0.97×.
 //!
 //! Owns: connecting (bounded by `connect_timeout`), keeping idle connections and handing out
 //! only live ones. Must not touch: what is sent on them (see [`super::forward`]).
 
 use super::Endpoint;
-use crate::os::uring::{Ring, RingSocket};
 use std::cell::RefCell;
 use std::io;
-use std::rc::Rc;
 use std::task::Context;
 use std::time::Duration;
 use tokio::net::{TcpStream, UnixStream};
@@ -38,16 +41,10 @@ static NOOP_WAKER: std::sync::LazyLock<std::task::Waker> = std::sync::LazyLock::
 pub enum Conn {
     Tcp(TcpStream),
     Unix(UnixStream),
-    Ring(RingSocket),
 }
 
 impl Conn {
-    /// Connects (by tokio), then moves the connection onto `ring` when there is one.
-    pub async fn connect(
-        endpoint: &Endpoint,
-        timeout: Duration,
-        ring: Option<&Rc<Ring>>,
-    ) -> io::Result<Conn> {
+    pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Conn> {
         let connect = async {
             match endpoint {
                 Endpoint::Tcp(a) => {
@@ -59,16 +56,10 @@ impl Conn {
                 Endpoint::Unix(p) => Ok(Conn::Unix(UnixStream::connect(p).await?)),
             }
         };
-        let conn: io::Result<Conn> = match tokio::time::timeout(timeout, connect).await {
+        match tokio::time::timeout(timeout, connect).await {
             Ok(r) => r,
-            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
-        };
-        let conn = conn?;
-        Ok(match (ring, conn) {
-            (Some(ring), Conn::Tcp(s)) => Conn::Ring(RingSocket::new(ring, s.into_std()?)),
-            (Some(ring), Conn::Unix(s)) => Conn::Ring(RingSocket::new(ring, s.into_std()?)),
-            (_, conn) => conn,
-        })
+            Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        }
     }
 
     /// Whether an idle connection is still open and quiet: the app has neither closed it nor
@@ -80,8 +71,6 @@ impl Conn {
         let ready = match self {
             Conn::Tcp(s) => s.poll_read_ready(&mut cx),
             Conn::Unix(s) => s.poll_read_ready(&mut cx),
-            // Its receive is armed while idle: whatever came is already known.
-            Conn::Ring(s) => return s.quiet(),
         };
         if ready.is_pending() {
             return true;
@@ -90,13 +79,12 @@ impl Conn {
         let r = match self {
             Conn::Tcp(s) => s.try_read(&mut probe),
             Conn::Unix(s) => s.try_read(&mut probe),
-            Conn::Ring(_) => return true,
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }
 
-crate::async_io::delegate_async_io!(Conn { Tcp, Unix, Ring });
+crate::async_io::delegate_async_io!(Conn { Tcp, Unix });
 
 /// A thread's idle connections, per endpoint (single-threaded: no lock). A list, not a hash
 /// map: a thread talks to a handful of processes, and comparing a few addresses costs less

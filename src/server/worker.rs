@@ -353,7 +353,7 @@ fn engine_thread(
         };
         let route = spec.proxy.clone().map(|settings| {
             let line = spec.worker_header.then(|| extra.clone());
-            Rc::new(ProxyRoute::new(settings, tiers, line).with_ring(ring.clone()))
+            Rc::new(ProxyRoute::new(settings, tiers, line))
         });
         let clock = Rc::new(Clock::new(extra));
         tokio::task::spawn_local(Rc::clone(&clock).run());

@@ -108,18 +108,6 @@ impl RingSocket {
         Poll::Pending
     }
 
-    /// Whether nothing arrived unasked: no bytes, no end, no error (an idle keep-alive
-    /// connection to an app is reused only then).
-    pub fn quiet(&self) -> bool {
-        let state = self.ring.state.borrow();
-        let sock = &state.socks[self.key];
-        sock.received.is_empty()
-            && sock.own_read == sock.own_len
-            && !sock.eof
-            && sock.recv_error.is_none()
-            && sock.send_error.is_none()
-    }
-
     /// The socket back from the ring (a TCP one), with the bytes it received and nobody
     /// read: the receive is cancelled and what was queued is sent first. The caller bounds
     /// the wait.
