@@ -24,6 +24,8 @@ pub(super) struct Buffers {
     pub(super) group: u16,
     /// Buffers the kernel may fill now (those handed back and not yet taken).
     pub(super) available: usize,
+    /// Kept mapped when dropped: operations may still be in flight (see `super::State`).
+    pub(super) leak: bool,
 }
 
 /// An anonymous private mapping: page-aligned and zeroed.
@@ -76,6 +78,7 @@ impl Buffers {
             tail: 0,
             group,
             available: 0,
+            leak: false,
         };
         // SAFETY: the ring's memory lives until `drop`, after the ring (the driver drops the
         // ring first: see `super::State`'s field order).
@@ -131,6 +134,9 @@ impl Buffers {
 
 impl Drop for Buffers {
     fn drop(&mut self) {
+        if self.leak {
+            return;
+        }
         // SAFETY: our own mappings; the ring that used them is gone (see `new`).
         unsafe {
             libc::munmap(self.memory.cast(), self.memory_len);

@@ -193,6 +193,25 @@ struct State {
     wake: Vec<Waker>,
 }
 
+/// A ring closed with operations in flight is torn down by the kernel after `close` returns:
+/// a receive or send it has not cancelled yet could still touch their memory. So the memory
+/// of those operations (the provided buffers, a send's bytes, a receive's own buffer) is left
+/// to the process rather than freed under them; this happens once, when a thread's runtime
+/// ends with connections open.
+impl Drop for State {
+    fn drop(&mut self) {
+        let mut in_flight = false;
+        for (_, sock) in self.socks.iter_mut() {
+            if !sock.idle() {
+                in_flight = true;
+                std::mem::forget(std::mem::take(&mut sock.flying));
+                std::mem::forget(std::mem::take(&mut sock.own));
+            }
+        }
+        self.buffers.leak = in_flight;
+    }
+}
+
 /// The ring's descriptor, for tokio's epoll to watch.
 struct RingFd(RawFd);
 
