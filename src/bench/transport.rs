@@ -98,10 +98,10 @@ impl Connector {
         let _ = tcp.set_nodelay(true);
         let (Some(tls), Some(name)) = (&self.tls, &self.names[target]) else {
             return Ok(match &self.ring {
-                Some(ring) => {
-                    let std = tcp.into_std().map_err(|_| ConnectError::Transient)?;
-                    Stream::Ring(crate::os::uring::RingSocket::new(ring, std))
-                }
+                Some(ring) => Stream::Ring(
+                    crate::os::uring::RingSocket::from_tokio(ring, tcp)
+                        .map_err(|_| ConnectError::Transient)?,
+                ),
                 None => Stream::Plain(tcp),
             });
         };

@@ -11,6 +11,7 @@ use super::conn::serve;
 use super::service::{ConnEnv, Service};
 use super::sni::Rewind;
 use crate::handoff::Carried;
+use crate::os::uring::RingSocket;
 use std::rc::Rc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
@@ -35,9 +36,7 @@ pub async fn serve_accepted<S: Service + 'static>(
     match env.service.tls(group) {
         None => match env.ring.clone() {
             Some(ring) => {
-                // Off tokio's epoll, onto the ring (a failure closes the socket).
-                if let Ok(std) = stream.into_std() {
-                    let socket = crate::os::uring::RingSocket::new(&ring, std);
+                if let Ok(socket) = RingSocket::from_tokio(&ring, stream) {
                     serve(socket, group, env, carried).await
                 }
             }
@@ -94,9 +93,9 @@ async fn serve_https<S: Service + 'static>(
             }
         }
         (true, Some(ring)) => {
-            // Off tokio's epoll, onto the ring (a failure closes the socket).
-            let Ok(std) = stream.into_std() else { return };
-            let socket = crate::os::uring::RingSocket::new(&ring, std);
+            let Ok(socket) = RingSocket::from_tokio(&ring, stream) else {
+                return;
+            };
             let rewind = super::sni::Rewind::new(read, socket);
             if let Some(tls) = handshake(&acceptor, rewind, timeout, &mut carried).await {
                 serve_tls(tls, group, env, carried).await

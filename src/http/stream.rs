@@ -120,23 +120,12 @@ impl ClientStream for TcpStream {
     }
 }
 
-impl ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind> {
-    fn sock(&self) -> SockRef<'_> {
-        SockRef::from(self.get_ref().0.get_ref())
-    }
-
-    fn cleartext(&self) -> Option<&TcpStream> {
-        None
-    }
-
-    async fn into_tcp(self) -> IntoTcp<Self> {
-        IntoTcp::Tls(self)
-    }
-}
-
-/// TLS over a connection on the thread's ring: rustls reads and writes through it (the
-/// kernel's TLS, which needs tokio's socket, is not offered there).
-impl ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind<RingSocket>> {
+/// TLS by rustls over tokio's socket or over one on the thread's ring (the kernel's TLS,
+/// which needs tokio's socket, is `super::ktls`'s own stream).
+impl<S> ClientStream for tokio_rustls::server::TlsStream<super::sni::Rewind<S>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + std::os::fd::AsFd,
+{
     fn sock(&self) -> SockRef<'_> {
         SockRef::from(self.get_ref().0.get_ref())
     }

@@ -29,11 +29,10 @@ pub struct RingSocket {
 }
 
 impl RingSocket {
-    /// Takes a connected, non-blocking stream socket (TCP or unix) onto the ring.
-    pub fn new(ring: &Rc<Ring>, socket: impl Into<OwnedFd>) -> Self {
-        let socket: OwnedFd = socket.into();
+    /// Takes a connected, non-blocking TCP socket onto the ring.
+    pub fn new(ring: &Rc<Ring>, socket: std::net::TcpStream) -> Self {
         let fd = socket.as_raw_fd();
-        let key = ring.insert(socket);
+        let key = ring.insert(OwnedFd::from(socket));
         RingSocket {
             ring: Rc::clone(ring),
             key,
@@ -41,6 +40,12 @@ impl RingSocket {
             released: false,
             blocked: false,
         }
+    }
+
+    /// Moves a socket tokio watches onto the ring (off tokio's epoll first); a failure there
+    /// closes the socket.
+    pub fn from_tokio(ring: &Rc<Ring>, socket: tokio::net::TcpStream) -> io::Result<Self> {
+        Ok(RingSocket::new(ring, socket.into_std()?))
     }
 
     /// Queues `buf` to be sent, whole; `WouldBlock` when the queue is full, the error of an
@@ -108,27 +113,22 @@ impl RingSocket {
         Poll::Pending
     }
 
-    /// The socket back from the ring (a TCP one), with the bytes it received and nobody
+    /// The socket back from the ring, with the bytes it received and nobody
     /// read: the receive is cancelled and what was queued is sent first. The caller bounds
     /// the wait.
     pub async fn into_std(mut self) -> io::Result<(std::net::TcpStream, Vec<u8>)> {
         std::future::poll_fn(|cx| {
-            let mut state = self.ring.state.borrow_mut();
-            state.cancel_receive(self.key);
-            state.cancel_poll(self.key);
-            let sock = &mut state.socks[self.key];
-            if sock.receiving != Receiving::Idle || sock.polling {
-                sock.reader = Some(cx.waker().clone());
-                return Poll::Pending;
+            {
+                let mut state = self.ring.state.borrow_mut();
+                state.cancel_receive(self.key);
+                state.cancel_poll(self.key);
+                let sock = &mut state.socks[self.key];
+                if sock.receiving != Receiving::Idle || sock.polling {
+                    sock.reader = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
             }
-            if let Some(e) = sock.send_error {
-                return Poll::Ready(Err(io::Error::from_raw_os_error(e)));
-            }
-            if sock.sending || !sock.queued.is_empty() {
-                sock.writer = Some(cx.waker().clone());
-                return Poll::Pending;
-            }
-            Poll::Ready(Ok(()))
+            self.poll_sent(cx)
         })
         .await?;
         let mut state = self.ring.state.borrow_mut();
