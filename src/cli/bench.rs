@@ -72,12 +72,11 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
         _ => crate::config::IoChoice::Auto,
     };
     let override_ = std::env::var("ESPALIER_IO").ok();
-    let path = choice
-        .resolve(override_.as_deref(), crate::os::uring::probe)
-        .map_err(|e| {
-            e.replace("[server] io = ", "--io ")
-                .replace("io = \"auto\"", "--io auto")
-        })?;
+    let path = choice.resolve_as(
+        |v| format!("--io {v}"),
+        override_.as_deref(),
+        crate::os::uring::probe,
+    )?;
     o.uring = path.uring;
     o.io_path = path.why;
     if a.h2 && a.no_keepalive {

@@ -311,17 +311,28 @@ impl IoChoice {
         override_: Option<&str>,
         probe: impl FnOnce() -> Result<String, String>,
     ) -> Result<IoPath, String> {
+        self.resolve_as(|v| format!("[server] io = \"{v}\""), override_, probe)
+    }
+
+    /// [`Self::resolve`], its messages naming the choice as `setting` writes a value (the
+    /// load generator's `--io uring`).
+    pub fn resolve_as(
+        self,
+        setting: impl Fn(&str) -> String,
+        override_: Option<&str>,
+        probe: impl FnOnce() -> Result<String, String>,
+    ) -> Result<IoPath, String> {
         let (choice, by) = match (self, override_) {
-            (IoChoice::Auto, Some("uring")) => (IoChoice::Uring, "ESPALIER_IO=uring"),
-            (IoChoice::Auto, Some("epoll")) => (IoChoice::Epoll, "ESPALIER_IO=epoll"),
-            (IoChoice::Auto, Some("auto") | Some("") | None) => (IoChoice::Auto, "io = \"auto\""),
+            (IoChoice::Auto, Some("uring")) => (IoChoice::Uring, "ESPALIER_IO=uring".to_string()),
+            (IoChoice::Auto, Some("epoll")) => (IoChoice::Epoll, "ESPALIER_IO=epoll".to_string()),
+            (IoChoice::Auto, Some("auto") | Some("") | None) => (IoChoice::Auto, setting("auto")),
             (IoChoice::Auto, Some(other)) => {
                 return Err(format!(
                     "ESPALIER_IO={other}: use auto, uring or epoll (or unset it)"
                 ))
             }
-            (IoChoice::Uring, _) => (IoChoice::Uring, "[server] io = \"uring\""),
-            (IoChoice::Epoll, _) => (IoChoice::Epoll, "[server] io = \"epoll\""),
+            (IoChoice::Uring, _) => (IoChoice::Uring, setting("uring")),
+            (IoChoice::Epoll, _) => (IoChoice::Epoll, setting("epoll")),
         };
         match (choice, probe) {
             (IoChoice::Epoll, _) => Ok(IoPath {
@@ -334,7 +345,8 @@ impl IoChoice {
                     why: format!("io_uring ({by}; {found})"),
                 }),
                 Err(why) => Err(format!(
-                    "{by}, but {why}; use io = \"auto\" to fall back to epoll"
+                    "{by}, but {why}; use {} to fall back to epoll",
+                    setting("auto")
                 )),
             },
             (IoChoice::Auto, probe) => Ok(match probe() {

@@ -358,10 +358,18 @@ fn the_io_path_is_chosen_by_the_config_the_environment_and_the_kernel() {
     // What the config names is what it gets; io_uring where the kernel refuses is an error.
     assert!(!io("epoll").resolve(Some("uring"), has).unwrap().uring);
     assert!(io("uring").resolve(Some("epoll"), has).unwrap().uring);
+    // The load generator's flag names itself.
+    let e = IoChoice::Uring
+        .resolve_as(|v| format!("--io {v}"), None, lacks)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        "--io uring, but kernel 5.4 has no multishot receive; use --io auto to fall back to epoll"
+    );
     let e = io("uring").resolve(None, lacks).unwrap_err();
     assert_eq!(
         e,
-        "[server] io = \"uring\", but kernel 5.4 has no multishot receive; use io = \"auto\" to fall back to epoll"
+        "[server] io = \"uring\", but kernel 5.4 has no multishot receive; use [server] io = \"auto\" to fall back to epoll"
     );
 }
 

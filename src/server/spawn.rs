@@ -48,6 +48,8 @@ pub(super) fn worker_specs(
         .map(|g| g.owners.iter().enumerate().map(|(i, &o)| (o, i)).collect())
         .collect();
     let senders = super::handoffs::senders(&config.pools);
+    // Once, not per worker (the probe is cached; the environment and the text are not).
+    let uring = super::io_path(&config.server).is_ok_and(|p| p.uring);
     plan.workers
         .iter()
         .enumerate()
@@ -96,7 +98,7 @@ pub(super) fn worker_specs(
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
-                uring: super::io_path(&config.server).is_ok_and(|p| p.uring),
+                uring,
                 // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,
