@@ -48,8 +48,11 @@ const BUFFER_SIZE: usize = 4096;
 /// A connection holding this many unread buffers stops receiving until it reads some: the
 /// kernel must not pull a slow reader's upload into memory (TCP's window holds the rest).
 const MAX_HELD: usize = 8;
-/// Bytes a connection may queue behind a send in flight before a write waits.
-const MAX_QUEUED: usize = 256 << 10;
+/// Bytes a connection may queue behind a send in flight before a write waits: a client that
+/// stops reading holds at most two such buffers here (queued and in flight; their capacity
+/// at most twice this each), beside the engine's own output buffer — the kernel's socket
+/// buffer holds the rest.
+const MAX_QUEUED: usize = 64 << 10;
 
 /// What an operation was, in the low bits of its `user_data` (the connection's key above).
 const RECV: u64 = 0;

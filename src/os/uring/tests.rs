@@ -96,6 +96,14 @@ fn megabytes_both_ways_arrive_whole_and_in_order() {
         }
         ours.shutdown().await.unwrap();
         assert!(got == upload, "the upload arrived whole and in order");
+        // 5 MiB went out in 70 KB writes, faster than the peer read: the queue never grew
+        // past its bound.
+        {
+            let state = ring.state.borrow();
+            let sock = &state.socks[ours.key];
+            assert!(sock.queued.capacity() <= 2 * super::MAX_QUEUED);
+            assert!(sock.flying.capacity() <= 2 * super::MAX_QUEUED);
+        }
         let peer_got = tokio::task::spawn_blocking(move || peer.join().unwrap())
             .await
             .unwrap();
