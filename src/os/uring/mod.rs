@@ -18,13 +18,19 @@
 //! ([`RingSocket`]) and submitted together; so a loop turn that serves N requests costs one
 //! `epoll_wait` and one `io_uring_enter` — 2/N calls per request.
 //!
-//! Owns: the ring, its provided buffers ([`buffers`]), each connection's operations in flight
-//! and whom their completions wake; [`probe`]: whether this kernel can. Must not touch: HTTP,
-//! or what the bytes are.
+//! Connections come from a multishot accept ([`RingListener`]): none enters tokio's epoll, and
+//! their descriptors are closed by the ring too. A dropped connection's queued bytes still go
+//! out (bounded by [`ORPHAN_SEND_LIMIT`]), as they would from a closed socket's kernel buffer.
+//!
+//! Owns: the ring, its provided buffers ([`buffers`]), each connection's and listener's
+//! operations in flight and whom their completions wake; [`probe`]: whether this kernel can.
+//! Must not touch: HTTP, or what the bytes are.
 
 mod buffers;
+mod listener;
 mod socket;
 
+pub use listener::RingListener;
 pub use socket::RingSocket;
 
 use buffers::Buffers;
@@ -33,7 +39,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -53,6 +59,10 @@ const MAX_HELD: usize = 8;
 /// at most twice this each), beside the engine's own output buffer — the kernel's socket
 /// buffer holds the rest.
 const MAX_QUEUED: usize = 64 << 10;
+/// How long the bytes a dropped connection had queued may take to go out (as the kernel
+/// sends what a closed socket's buffer holds): past it they are dropped and the socket
+/// closed, so a client that never reads cannot keep its entry and descriptor.
+static ORPHAN_SEND_LIMIT: types::Timespec = types::Timespec::new().sec(10);
 
 /// What an operation was, in the low bits of its `user_data` (the connection's key above).
 const RECV: u64 = 0;
@@ -60,6 +70,12 @@ const SEND: u64 = 1;
 const CANCEL: u64 = 2;
 const POLL: u64 = 3;
 const RECV_OWN: u64 = 4;
+/// A listener's multishot accept (its key is in `State::listeners`).
+const ACCEPT: u64 = 5;
+/// A connection's descriptor closed on the ring (no key: nothing waits for it).
+const CLOSE: u64 = 6;
+/// The bound on a dropped connection's last sends ([`ORPHAN_SEND_LIMIT`]).
+const TIMER: u64 = 7;
 const KIND_BITS: u32 = 3;
 
 fn user_data(key: usize, kind: u64) -> u64 {
@@ -103,6 +119,8 @@ fn probe_kernel() -> Result<String, String> {
         (opcode::Send::CODE, "send"),
         (opcode::AsyncCancel::CODE, "async cancel"),
         (opcode::PollAdd::CODE, "poll"),
+        (opcode::AcceptMulti::CODE, "accept"),
+        (opcode::Close::CODE, "close"),
     ] {
         if !probe.is_supported(code) {
             return Err(format!("io_uring here has no {name} operation"));
@@ -168,16 +186,34 @@ struct Sock {
     poll_cancelled: bool,
     writable: bool,
     writer: Option<Waker>,
+    /// Dropped with bytes to send: the [`ORPHAN_SEND_LIMIT`] timer is in flight.
+    timing: bool,
 }
 
 impl Sock {
     fn idle(&self) -> bool {
-        self.receiving == Receiving::Idle && !self.sending && !self.polling
+        self.receiving == Receiving::Idle && !self.sending && !self.polling && !self.timing
     }
 
     fn raw(&self) -> RawFd {
         self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
     }
+}
+
+/// A listener's state in the driver (see [`RingListener`]).
+struct Listening {
+    fd: OwnedFd,
+    accepted: VecDeque<OwnedFd>,
+    /// The error that ended the last accept (out of descriptors, of memory): given to the
+    /// owner once, who decides when to try again.
+    error: Option<i32>,
+    /// The multishot accept is in flight (its final completion has not come).
+    armed: bool,
+    /// Asked to stop: not armed again.
+    stopping: bool,
+    /// Its `RingListener` is gone: connections still arriving are closed.
+    orphan: bool,
+    waiter: Option<Waker>,
 }
 
 /// Field order matters: `uring` is dropped before `buffers` (the kernel's reference to the
@@ -186,6 +222,7 @@ struct State {
     uring: IoUring,
     buffers: Buffers,
     socks: slab::Slab<Sock>,
+    listeners: slab::Slab<Listening>,
     /// Something was queued since the last submission; the driver is woken once for it.
     submit_wanted: bool,
     driver: Option<Waker>,
@@ -203,6 +240,8 @@ struct State {
 /// ends with connections open.
 impl Drop for State {
     fn drop(&mut self) {
+        // The closes still queued: their descriptors would stay open otherwise.
+        let _ = self.uring.submit();
         let mut in_flight = false;
         for (_, sock) in self.socks.iter_mut() {
             if !sock.idle() {
@@ -263,6 +302,7 @@ impl Ring {
                 uring,
                 buffers,
                 socks: slab::Slab::with_capacity(64),
+                listeners: slab::Slab::new(),
                 submit_wanted: false,
                 driver: None,
                 reaped: Vec::with_capacity(256),
@@ -297,6 +337,7 @@ impl Ring {
             poll_cancelled: false,
             writable: false,
             writer: None,
+            timing: false,
         })
     }
 
@@ -353,6 +394,12 @@ impl Ring {
                 RECV_OWN => state.received_own(key, result),
                 SEND => state.sent(key, result),
                 POLL => state.polled(key),
+                TIMER => state.orphan_timed_out(key, result),
+                ACCEPT => {
+                    state.accepted(key, result, flags);
+                    continue;
+                }
+                CLOSE => continue,
                 _ => {}
             }
             state.remove_if_done(key);
@@ -530,20 +577,61 @@ impl State {
         if result <= 0 {
             sock.send_error = Some(if result == 0 { libc::EPIPE } else { -result });
             sock.sending = false;
+            sock.queued.clear();
         } else {
             sock.flown += result as usize;
-            if sock.flown < sock.flying.len() && !sock.orphan {
+            if sock.flown < sock.flying.len() {
                 self.send_rest(key);
                 return;
             }
             sock.flying.clear();
             sock.sending = false;
-            if !sock.queued.is_empty() && !sock.orphan {
+            if !sock.queued.is_empty() {
                 self.start_send(key);
+                return;
             }
         }
-        if let Some(w) = self.socks[key].writer.take() {
+        let sock = &mut self.socks[key];
+        if let Some(w) = sock.writer.take() {
             self.wake.push(w);
+        }
+        if sock.orphan && sock.timing {
+            // All out (or failed) in time: the timer goes.
+            let entry = opcode::TimeoutRemove::new(user_data(key, TIMER))
+                .build()
+                .user_data(user_data(key, CANCEL));
+            self.push(entry);
+        }
+    }
+
+    /// A dropped connection still has bytes to send: they get [`ORPHAN_SEND_LIMIT`].
+    fn send_out_orphan(&mut self, key: usize) {
+        let sock = &mut self.socks[key];
+        if sock.send_error.is_some() || (!sock.sending && sock.queued.is_empty()) {
+            return;
+        }
+        if !sock.sending {
+            self.start_send(key);
+        }
+        self.socks[key].timing = true;
+        let entry = opcode::Timeout::new(&ORPHAN_SEND_LIMIT)
+            .build()
+            .user_data(user_data(key, TIMER));
+        self.push(entry);
+    }
+
+    /// The orphan's timer ended: fired (its send is given up), or removed (all was sent).
+    fn orphan_timed_out(&mut self, key: usize, result: i32) {
+        let Some(sock) = self.socks.get_mut(key) else {
+            return;
+        };
+        sock.timing = false;
+        if -result == libc::ETIME && sock.sending {
+            sock.queued.clear();
+            let entry = opcode::AsyncCancel::new(user_data(key, SEND))
+                .build()
+                .user_data(user_data(key, CANCEL));
+            self.push(entry);
         }
     }
 
@@ -567,9 +655,16 @@ impl State {
         }
     }
 
+    /// Removes a connection nobody holds once nothing of it is in flight; its descriptor is
+    /// closed by the ring's next submission rather than by a system call of its own.
     fn remove_if_done(&mut self, key: usize) {
         if self.socks.get(key).is_some_and(|s| s.orphan && s.idle()) {
-            self.socks.remove(key);
+            if let Some(fd) = self.socks.remove(key).fd {
+                let entry = opcode::Close::new(types::Fd(fd.into_raw_fd()))
+                    .build()
+                    .user_data(user_data(0, CLOSE));
+                self.push(entry);
+            }
         }
     }
 }

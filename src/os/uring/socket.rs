@@ -257,6 +257,8 @@ impl Drop for RingSocket {
         state.drop_received(self.key);
         state.cancel_receive(self.key);
         state.cancel_poll(self.key);
+        // What was written goes out before the close, as on a socket tokio closes.
+        state.send_out_orphan(self.key);
         state.remove_if_done(self.key);
     }
 }

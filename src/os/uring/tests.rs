@@ -2,7 +2,7 @@
 //! stream, a slow reader's upload held back, buffers run out and recovered, and a socket
 //! taken back from the ring with what it had received.
 
-use super::{Ring, RingSocket};
+use super::{Ring, RingListener, RingSocket};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
@@ -250,6 +250,87 @@ fn more_operations_in_one_turn_than_the_queue_holds_all_go() {
         for (k, text) in got.iter().enumerate() {
             assert_eq!(text, &format!("answer {k}\n"));
         }
+    });
+}
+
+/// Connections taken by the multishot accept, served on the ring and dropped: every client
+/// gets its answer and then the end of the stream (the descriptor's close goes through the
+/// ring: were it never submitted, a client would wait for the end forever).
+#[test]
+fn connections_accepted_on_the_ring_are_served_and_closed() {
+    with_ring(64, |ring| async move {
+        let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let mut listener = RingListener::new(&ring, std_listener);
+        const CLIENTS: usize = 24;
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    let mut c = TcpStream::connect(addr).unwrap();
+                    // Bounded: a close that never comes fails the test instead of hanging it.
+                    c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                        .unwrap();
+                    c.write_all(format!("client {k}\n").as_bytes()).unwrap();
+                    let mut got = String::new();
+                    c.read_to_string(&mut got).unwrap();
+                    got
+                })
+            })
+            .collect();
+        let mut served = Vec::new();
+        for _ in 0..CLIENTS {
+            let stream = listener
+                .accept()
+                .await
+                .expect("accepting")
+                .expect("a connection");
+            let peer = stream.peer_addr().expect("a connected socket");
+            assert!(peer.ip().is_loopback());
+            let mut socket = RingSocket::new(&ring, stream);
+            served.push(tokio::task::spawn_local(async move {
+                let mut line = Vec::new();
+                while !line.ends_with(b"\n") {
+                    let mut byte = [0u8; 64];
+                    let n = socket.read(&mut byte).await.unwrap();
+                    assert!(n > 0, "the line came whole");
+                    line.extend_from_slice(&byte[..n]);
+                }
+                socket.write_all(b"heard ").await.unwrap();
+                socket.write_all(&line).await.unwrap();
+                // Dropped without a shutdown: the close alone ends the stream.
+            }));
+        }
+        for task in served {
+            task.await.unwrap();
+        }
+        // Waited for off the runtime's thread: the closes go with the driver's next turns.
+        for (k, client) in clients.into_iter().enumerate() {
+            let answer = tokio::task::spawn_blocking(move || client.join().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(answer, format!("heard client {k}\n"));
+        }
+    });
+}
+
+/// A listener told to stop gives out what the kernel had handed it, then says it is done.
+#[test]
+fn a_stopped_listener_gives_out_what_it_took_then_ends() {
+    with_ring(8, |ring| async move {
+        let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = std_listener.local_addr().unwrap();
+        std_listener.set_nonblocking(true).unwrap();
+        let mut listener = RingListener::new(&ring, std_listener);
+        // Queued in the kernel before the accept is armed: the first accept takes them all.
+        let clients: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        let mut taken = vec![listener.accept().await.unwrap().unwrap()];
+        listener.stop();
+        while let Some(next) = listener.accept().await {
+            taken.push(next.unwrap());
+        }
+        assert_eq!(taken.len(), clients.len());
+        assert!(listener.accept().await.is_none(), "stopped stays stopped");
     });
 }
 
