@@ -151,7 +151,8 @@ fn bounce(
                             assert_eq!(got.addr, addr);
                             // The other worker takes it.
                             let env = Rc::clone(&envs[(handed % 2) as usize]);
-                            task = tokio::task::spawn_local(conn::serve(got.stream, 0, env, got.carried));
+                            let stream = tokio::net::TcpStream::from_std(got.stream).unwrap();
+                            task = tokio::task::spawn_local(conn::serve(stream, 0, env, got.carried));
                         }
                         _ => return handed,
                     }

@@ -343,10 +343,10 @@ impl Handoff {
     }
 }
 
-/// A connection handed to this thread: the stream, the address it was accepted on, and the
-/// bytes already read from it.
+/// A connection handed to this thread: the stream (non-blocking, in no event loop yet), the
+/// address it was accepted on, and the bytes already read from it.
 pub struct Received {
-    pub stream: TcpStream,
+    pub stream: std::net::TcpStream,
     pub addr: SocketAddr,
     pub carried: Carried,
 }
@@ -410,13 +410,10 @@ impl Receiver {
             let Some(message) = parse(&self.key, &self.buf[..got.len]) else {
                 continue;
             };
-            let std_stream = std::net::TcpStream::from(passed);
-            if std_stream.set_nonblocking(true).is_err() {
+            let stream = std::net::TcpStream::from(passed);
+            if stream.set_nonblocking(true).is_err() {
                 continue;
             }
-            let Ok(stream) = TcpStream::from_std(std_stream) else {
-                continue;
-            };
             return Ok(Received {
                 stream,
                 addr: message.addr,

@@ -17,14 +17,57 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-/// Serves a connection accepted on `group` (or handed over, with what it brings).
+/// An accepted socket: in tokio's epoll already (accepted there), or in no event loop yet
+/// (accepted on the ring, or handed over) — then a connection that goes on the ring never
+/// enters epoll (an `epoll_ctl` to add it and one to take it out saved).
+pub enum Accepted {
+    Registered(TcpStream),
+    Unregistered(std::net::TcpStream),
+}
+
+impl Accepted {
+    pub fn socket(&self) -> socket2::SockRef<'_> {
+        match self {
+            Accepted::Registered(s) => socket2::SockRef::from(s),
+            Accepted::Unregistered(s) => socket2::SockRef::from(s),
+        }
+    }
+
+    /// On tokio's epoll (the socket must be non-blocking).
+    pub fn into_tokio(self) -> std::io::Result<TcpStream> {
+        match self {
+            Accepted::Registered(s) => Ok(s),
+            Accepted::Unregistered(s) => TcpStream::from_std(s),
+        }
+    }
+
+    fn onto_ring(self, ring: &Rc<crate::os::uring::Ring>) -> std::io::Result<RingSocket> {
+        match self {
+            Accepted::Registered(s) => RingSocket::from_tokio(ring, s),
+            Accepted::Unregistered(s) => Ok(RingSocket::new(ring, s)),
+        }
+    }
+}
+
+/// Serves a connection accepted on `group` (or handed over, with what it brings): a cleartext
+/// one on a thread with a ring goes there straight.
 pub async fn serve_accepted<S: Service + 'static>(
-    mut stream: TcpStream,
+    socket: Accepted,
     group: usize,
     env: Rc<ConnEnv<S>>,
     mut carried: Carried,
 ) {
-    if !carried.header_read && env.service.proxy_protocol(group) {
+    let proxy_header = !carried.header_read && env.service.proxy_protocol(group);
+    if let (Some(ring), None, false) = (&env.ring, env.service.tls(group), proxy_header) {
+        if let Ok(socket) = socket.onto_ring(ring) {
+            serve(socket, group, env, carried).await
+        }
+        return;
+    }
+    let Ok(mut stream) = socket.into_tokio() else {
+        return;
+    };
+    if proxy_header {
         match super::proxy_header::read(&mut stream, env.timeouts.header).await {
             Ok(named) => {
                 carried.client = named.or(carried.client);

@@ -91,7 +91,7 @@ fn worth_logging(n: u64) -> bool {
 /// Serves one connection in its slot, with what it brings when it was handed over (see
 /// [`crate::handoff::Carried`]); a panic is contained here (see the module docs).
 pub async fn serve(
-    stream: tokio::net::TcpStream,
+    stream: crate::http::accept::Accepted,
     group: usize,
     carried: crate::handoff::Carried,
     env: Rc<ConnEnv<ThreadService>>,

@@ -18,6 +18,7 @@ use super::worker_health::{pong, site_meters, ThreadHealth, HEARTBEAT};
 use crate::cpuset::CpuSet;
 use crate::handlers::ThreadService;
 use crate::handoff::PoolTargets;
+use crate::http::accept::Accepted;
 use crate::http::clock::Clock;
 use crate::http::conn::Shutdown;
 use crate::http::service::{ConnEnv, Timeouts};
@@ -397,7 +398,7 @@ fn engine_thread(
         let mut listeners = Vec::new();
         for &(fd, group) in &thread.listeners {
             let std_listener = os::net::adopt_listener(fd);
-            match tokio::net::TcpListener::from_std(std_listener) {
+            match Listener::new(std_listener, env.ring.as_ref()) {
                 Ok(l) => listeners.push((l, group)),
                 Err(e) => {
                     let _ = started.send(Err(format!("cannot use listener fd {fd}: {e}")));
@@ -522,13 +523,8 @@ impl Admission {
     /// Serves `stream` on listener group `group` in a contained task, with what a handed-over
     /// connection brings; over the thread's connection limit, or with no group (an address
     /// this worker no longer has), a 503 and close.
-    fn admit(
-        &self,
-        stream: tokio::net::TcpStream,
-        group: Option<usize>,
-        carried: crate::handoff::Carried,
-    ) {
-        let _ = stream.set_nodelay(true);
+    fn admit(&self, stream: Accepted, group: Option<usize>, carried: crate::handoff::Carried) {
+        let _ = stream.socket().set_nodelay(true);
         let Some(group) = group.filter(|_| self.open.get() < self.max_conns) else {
             let mut answer = Vec::with_capacity(256);
             Responder::new(&mut answer, &self.env.clock.common(), false, 1, false).unavailable();
@@ -547,34 +543,82 @@ impl Admission {
     }
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, group: usize, admission: Rc<Admission>) {
+/// A thread's listening socket: accepted by tokio, or by a multishot accept on the thread's
+/// ring (then the connections skip tokio's epoll, see [`Accepted`]).
+enum Listener {
+    Epoll(tokio::net::TcpListener),
+    Ring(crate::os::uring::RingListener),
+}
+
+impl Listener {
+    fn new(
+        listener: std::net::TcpListener,
+        ring: Option<&Rc<crate::os::uring::Ring>>,
+    ) -> std::io::Result<Self> {
+        Ok(match ring {
+            Some(ring) => Listener::Ring(crate::os::uring::RingListener::new(ring, listener)),
+            None => Listener::Epoll(tokio::net::TcpListener::from_std(listener)?),
+        })
+    }
+
+    /// The next connection and its peer; `None` once stopped and drained.
+    async fn accept(
+        &mut self,
+    ) -> Option<std::io::Result<(Accepted, Option<std::net::SocketAddr>)>> {
+        match self {
+            Listener::Epoll(l) => Some(
+                l.accept()
+                    .await
+                    .map(|(stream, peer)| (Accepted::Registered(stream), Some(peer))),
+            ),
+            // The ring's accept does not say who connected: one getpeername.
+            Listener::Ring(l) => l.accept().await.map(|r| {
+                r.map(|stream| {
+                    let peer = stream.peer_addr().ok();
+                    (Accepted::Unregistered(stream), peer)
+                })
+            }),
+        }
+    }
+}
+
+/// Accepts on one listener until the worker drains: tokio's accept stops at once (the kernel
+/// keeps what is queued for the successor), the ring's once its cancel took effect, serving
+/// what it had already taken.
+async fn accept_loop(mut listener: Listener, group: usize, admission: Rc<Admission>) {
     let env = &admission.env;
+    let mut stopping = false;
     loop {
-        if env.shutdown.started.get() {
-            return;
+        if !stopping && env.shutdown.started.get() {
+            match &mut listener {
+                Listener::Epoll(_) => return,
+                Listener::Ring(l) => l.stop(),
+            }
+            stopping = true;
         }
         let accepted = tokio::select! {
             biased;
-            _ = env.shutdown.notify.notified() => return,
+            _ = env.shutdown.notify.notified(), if !stopping => continue,
             r = listener.accept() => r,
         };
         match accepted {
-            Ok((stream, peer)) => {
+            None => return,
+            Some(Ok((stream, peer))) => {
                 // Where the kernel received it: one getsockopt per connection, for the
                 // admin page's steering figure.
-                let received_on = socket2::SockRef::from(&stream).cpu_affinity().ok();
+                let received_on = stream.socket().cpu_affinity().ok();
                 admission.accepted.set(admission.accepted.get() + 1);
                 if received_on == Some(admission.cpu as usize) {
                     admission.steered.set(admission.steered.get() + 1);
                 }
                 let carried = crate::handoff::Carried {
-                    client: Some(peer),
+                    client: peer,
                     ..Default::default()
                 };
                 admission.admit(stream, Some(group), carried)
             }
             // Out of descriptors or memory: back off briefly rather than spin.
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Some(Err(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
     }
 }
@@ -596,7 +640,7 @@ async fn receive_loop(mut receiver: crate::handoff::Receiver, admission: Rc<Admi
         match received {
             Ok(got) => {
                 let group = env.service.group_of(got.addr);
-                admission.admit(got.stream, group, got.carried);
+                admission.admit(Accepted::Unregistered(got.stream), group, got.carried);
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
@@ -604,7 +648,10 @@ async fn receive_loop(mut receiver: crate::handoff::Receiver, admission: Rc<Admi
 }
 
 /// Over the connection limit: the 503 and close.
-async fn reject_busy(mut stream: tokio::net::TcpStream, answer: Vec<u8>) {
+async fn reject_busy(stream: Accepted, answer: Vec<u8>) {
+    let Ok(mut stream) = stream.into_tokio() else {
+        return;
+    };
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&answer)).await;
     let _ = stream.shutdown().await;
 }

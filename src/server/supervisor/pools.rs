@@ -350,7 +350,9 @@ pub(super) async fn answer_handed(
         } else {
             answer.clone()
         };
-        tokio::spawn(answer_one(got.stream, answer, true));
+        if let Ok(stream) = tokio::net::TcpStream::from_std(got.stream) {
+            tokio::spawn(answer_one(stream, answer, true));
+        }
     }
 }
 
