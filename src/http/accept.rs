@@ -87,7 +87,9 @@ pub async fn serve_accepted<S: Service + 'static>(
         },
         Some(acceptor) => {
             let acceptor = acceptor.clone();
-            serve_https(stream, acceptor, group, env, carried).await
+            // Boxed: the handshake's and HTTP/2's futures are four times a cleartext
+            // connection's, and every connection's task would carry (and move) their size.
+            Box::pin(serve_https(stream, acceptor, group, env, carried)).await
         }
     }
 }

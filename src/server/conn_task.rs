@@ -100,10 +100,12 @@ pub async fn serve(
     who: Rc<str>,
 ) {
     let peer = carried.client;
-    let outcome = catch_panic(crate::http::accept::serve_accepted(
+    // Boxed once: a connection's future is kilobytes, and a future held by value is copied
+    // whole at each move (into the task, into `catch_panic`), per connection.
+    let fut = Box::pin(crate::http::accept::serve_accepted(
         stream, group, env, carried,
-    ))
-    .await;
+    ));
+    let outcome = catch_panic(fut).await;
     drop(slot);
     if outcome.is_err() {
         let n = panics.fetch_add(1, Ordering::Relaxed) + 1;
