@@ -4,7 +4,9 @@
 # In one run, interleaved: keep-alive load from wrk (50 connections, pinned to CPU 1) against
 # nginx (one worker pinned to CPU 0) and espalier (one worker pinned to CPU 0) on each I/O
 # path (`io = "auto"`, which is io_uring where the kernel allows it, and a second espalier
-# with `io = "epoll"`), against espalier's dynamic page on each, and against the same static page on a site with an access log
+# with `io = "epoll"`), against espalier's dynamic page on each, with a new connection per
+# request (`Connection: close`: the accept's and close's cost) on each and on nginx, and
+# against the same static page on a site with an access log
 # (combined format) — logging's cost — and on a site with ten rules (none of which matches the
 # page, so all are tried) and three headers — their cost; on a site with an allow list (four
 # networks, two denied), a rate and concurrency limit no client reaches and metrics — their
@@ -208,7 +210,7 @@ handler = "dynamic"
 CONF
 start_epoll() { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$WORK/espalier-epoll" serve -c espalier-epoll.toml) >"$WORK/epoll.out" 2>&1 & PIDS+=($!); wait_port "$EPOLL_PORT"; }
 
-TARGETS=(nginx espalier epoll dynamic epoll_dynamic logged ruled guarded nginx_gzip nginx_gzip_static gzip br)
+TARGETS=(nginx espalier epoll dynamic epoll_dynamic logged ruled guarded nginx_gzip nginx_gzip_static gzip br nginx_close close epoll_close)
 if [ -n "$BASELINE" ]; then
   # The older build: the same sites on ports of its own, its log in a folder of its own.
   BASE_PORT=$(free_port)
@@ -222,13 +224,13 @@ if [ -n "$BASELINE" ]; then
   TARGETS+=(before before_logged)
 fi
 start_baseline() { [ -z "$BASELINE" ] || { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$BASELINE" serve -c espalier-before.toml) >"$WORK/before.out" 2>&1 & PIDS+=($!); wait_port "$BASE_PORT"; }; }
-binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; epoll|epoll_dynamic) echo "$WORK/espalier-epoll" ;; *) echo "$ESPALIER" ;; esac; }
+binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; epoll|epoll_dynamic|epoll_close) echo "$WORK/espalier-epoll" ;; *) echo "$ESPALIER" ;; esac; }
 
 
-# wrk → "requests rps"; the target's Accept-Encoding, if it has one
+# wrk → "requests rps"; the target's request header, if it has one
 load() {
   local out enc=()
-  [ -n "${3:-}" ] && enc=(-H "Accept-Encoding: $3")
+  [ -n "${3:-}" ] && enc=(-H "$3")
   out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" --timeout 30s "${enc[@]}" "$1")
   # A run that measured errors measured the wrong thing.
   if grep -qE "Non-2xx|Socket errors" <<<"$out"; then
@@ -250,8 +252,9 @@ all_server_pids() { # every process of the server, master included, for its CPU 
   esac
 }
 cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
-url_of() { case $1 in nginx) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; epoll) echo "http://127.0.0.1:$EPOLL_PORT/100.html" ;; epoll_dynamic) echo "http://127.0.0.1:$EPOLL_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; guarded) echo "http://127.0.0.1:$GUARD_PORT/100.html" ;; nginx_gzip) echo "http://127.0.0.1:$NGINX_GZ_PORT/page.html" ;; nginx_gzip_static) echo "http://127.0.0.1:$NGINX_GZS_PORT/page.html" ;; gzip|br) echo "http://127.0.0.1:$CMP_PORT/page.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
-coding_of() { case $1 in nginx_gzip|nginx_gzip_static|gzip) echo gzip ;; br) echo br ;; esac; }
+url_of() { case $1 in nginx|nginx_close) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier|close) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; epoll|epoll_close) echo "http://127.0.0.1:$EPOLL_PORT/100.html" ;; epoll_dynamic) echo "http://127.0.0.1:$EPOLL_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; guarded) echo "http://127.0.0.1:$GUARD_PORT/100.html" ;; nginx_gzip) echo "http://127.0.0.1:$NGINX_GZ_PORT/page.html" ;; nginx_gzip_static) echo "http://127.0.0.1:$NGINX_GZS_PORT/page.html" ;; gzip|br) echo "http://127.0.0.1:$CMP_PORT/page.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
+# A new connection per request: wrk reconnects after each answer to "Connection: close".
+header_of() { case $1 in nginx_gzip|nginx_gzip_static|gzip) echo "Accept-Encoding: gzip" ;; br) echo "Accept-Encoding: br" ;; nginx_close|close|epoll_close) echo "Connection: close" ;; esac; }
 no_errors() { [ ! -e "$WORK/failed" ] || exit 1; }
 declare -A BEST SYSCALLS INSNS INSNS_USER TICKS REQS CPU_US
 
@@ -263,11 +266,11 @@ start_baseline ""
 # What the first espalier chose (its master's first lines say).
 IO_PATH=$(grep -o "connections' I/O: .*" "$WORK/espalier.out" | head -1 | sed "s/connections' I\/O: //")
 FIRST=$(case $IO_PATH in io_uring*) echo io_uring ;; *) echo epoll ;; esac)
-for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 "$(coding_of "$t")" >/dev/null; BEST[$t]=0; TICKS[$t]=0; REQS[$t]=0; done   # warm-up
+for t in "${TARGETS[@]}"; do load "$(url_of "$t")" 1 "$(header_of "$t")" >/dev/null; BEST[$t]=0; TICKS[$t]=0; REQS[$t]=0; done   # warm-up
 for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
     before=$(cpu_ticks "$t")
-    read -r reqs rps < <(load "$(url_of "$t")" "$DURATION" "$(coding_of "$t")")
+    read -r reqs rps < <(load "$(url_of "$t")" "$DURATION" "$(header_of "$t")")
     no_errors
     TICKS[$t]=$((TICKS[$t] + $(cpu_ticks "$t") - before))
     REQS[$t]=$((REQS[$t] + reqs))
@@ -287,7 +290,7 @@ for t in "${TARGETS[@]}"; do
   perf stat -x, -e "$events" -p "$pids" -o "$WORK/perf.$t" -- sleep $((DURATION + 1)) &
   perfpid=$!
   sleep 0.3
-  read -r reqs _ < <(load "$(url_of "$t")" "$DURATION" "$(coding_of "$t")")
+  read -r reqs _ < <(load "$(url_of "$t")" "$DURATION" "$(header_of "$t")")
   wait $perfpid
   SYSCALLS[$t]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/perf.$t")/$reqs, 2))")
   if [ "$HW" = yes ]; then
@@ -301,7 +304,7 @@ if [ "$HW" = no ]; then
   echo "phase 2: user-space instructions per request (callgrind; no hardware counters here)…" >&2
   cg_measure() { # $1 target, $2 pid to measure
     callgrind_control -z "$2" >/dev/null 2>&1
-    read -r reqs _ < <(load "$(url_of "$1")" 5 "$(coding_of "$1")")
+    read -r reqs _ < <(load "$(url_of "$1")" 5 "$(header_of "$1")")
     callgrind_control -d "$2" >/dev/null 2>&1
     sleep 0.5
     local total
@@ -347,12 +350,13 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = epoll ] && name="espalier static, epoll"; [ "$t" = epoll_dynamic ] && name="espalier dynamic, epoll"; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static, $FIRST"; [ "$t" = dynamic ] && name="espalier dynamic, $FIRST"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit+metrics"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"
+  name=$t; [ "$t" = epoll ] && name="espalier static, epoll"; [ "$t" = epoll_dynamic ] && name="espalier dynamic, epoll"; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static, $FIRST"; [ "$t" = dynamic ] && name="espalier dynamic, $FIRST"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit+metrics"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"; [ "$t" = nginx_close ] && name="nginx, conn/request"; [ "$t" = close ] && name="espalier conn/req, $FIRST"; [ "$t" = epoll_close ] && name="espalier conn/req, epoll"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo "(the first espalier's I/O path: $IO_PATH; the second's: epoll, by its config)"
 echo
 echo "per I/O path (espalier / nginx, static): CPU time per request $FIRST $(ratio "${CPU_US[espalier]}" "${CPU_US[nginx]}"), epoll $(ratio "${CPU_US[epoll]}" "${CPU_US[nginx]}") (target ≤ 0.50); syscalls per request $FIRST ${SYSCALLS[espalier]}, epoll ${SYSCALLS[epoll]}, nginx ${SYSCALLS[nginx]} (target ≤ 1 at $CONNS connections)"
+echo "a new connection per request (Connection: close), espalier / nginx: CPU time per request $FIRST $(ratio "${CPU_US[close]}" "${CPU_US[nginx_close]}"), epoll $(ratio "${CPU_US[epoll_close]}" "${CPU_US[nginx_close]}"); syscalls per request $FIRST ${SYSCALLS[close]}, epoll ${SYSCALLS[epoll_close]}, nginx ${SYSCALLS[nginx_close]}"
 echo "dynamic / static, user insns: $FIRST $(ratio "${INSNS_USER[dynamic]}" "${INSNS_USER[espalier]}"), epoll $(ratio "${INSNS_USER[epoll_dynamic]}" "${INSNS_USER[epoll]}") (target ≤ 1.3)"
 echo
 echo "ratios (espalier on $FIRST / nginx, static):"
