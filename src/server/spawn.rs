@@ -9,7 +9,7 @@
 use super::handoffs::Handoffs;
 use super::listeners::ListenerGroup;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
-use crate::config::{Affinity, Config, PoolSpec};
+use crate::config::{Affinity, Config, IdleAction, PoolSpec};
 use crate::os;
 use crate::placement::Plan;
 use crate::routing::GroupRoutes;
@@ -99,6 +99,10 @@ pub(super) fn worker_specs(
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
                 uring,
+                // A frozen process's ring still runs the kernel's side of its operations
+                // (seen with cgroup v2's freezer): a multishot accept would take the
+                // connection that should wake it, out of the master's sight, and hold it.
+                accept_on_ring: uring && pool.idle_action != IdleAction::Suspend,
                 // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,

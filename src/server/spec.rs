@@ -61,6 +61,10 @@ pub struct WorkerSpec {
     /// io`, resolved by the master: see `config::IoChoice::resolve`).
     #[serde(default)]
     pub uring: bool,
+    /// Whether listeners accept on the ring too (not for a pool that may be suspended: see
+    /// `spawn::worker_specs`).
+    #[serde(default)]
+    pub accept_on_ring: bool,
     pub shutdown_timeout: Duration,
     /// Control-group directories the worker joins first thing (CPU cap, cpuset), before any
     /// thread is pinned: joining a v1 cpuset later would reset the threads' affinity.

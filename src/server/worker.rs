@@ -398,7 +398,8 @@ fn engine_thread(
         let mut listeners = Vec::new();
         for &(fd, group) in &thread.listeners {
             let std_listener = os::net::adopt_listener(fd);
-            match Listener::new(std_listener, env.ring.as_ref()) {
+            let ring = env.ring.as_ref().filter(|_| spec.accept_on_ring);
+            match Listener::new(std_listener, ring) {
                 Ok(l) => listeners.push((l, group)),
                 Err(e) => {
                     let _ = started.send(Err(format!("cannot use listener fd {fd}: {e}")));
