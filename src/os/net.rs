@@ -105,6 +105,40 @@ pub fn shutdown_both(fd: std::os::fd::RawFd) {
     unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }
 
+/// A loopback port free at the moment of asking, for a process that will listen on it: one
+/// below the kernel's ephemeral range (`ip_local_port_range`) where one is free, since a port
+/// of that range can be taken by any outgoing connection before the process binds it; else
+/// one the kernel picks.
+pub fn free_loopback_port() -> io::Result<u16> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok();
+    if let Some((low, high)) = range.as_deref().and_then(ports_below_ephemeral) {
+        // Spread over the span, so that servers starting together do not try the same ports.
+        let seed = std::process::id()
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+        let span = u32::from(high - low);
+        for k in 0..64u32 {
+            let port = low + ((seed.wrapping_add(k.wrapping_mul(7919))) % span) as u16;
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()
+        .map(|a| a.port())
+}
+
+/// The ports to pick from below the ephemeral range given as `ip_local_port_range`'s text
+/// ("32768\t60999"): the 8 192 under its start (from 10 000 at least), or none when the range
+/// starts too low.
+fn ports_below_ephemeral(range: &str) -> Option<(u16, u16)> {
+    let low: u16 = range.split_whitespace().next()?.parse().ok()?;
+    let from = low.saturating_sub(8192).max(10_000);
+    (from + 1024 <= low).then_some((from, low))
+}
+
 /// Takes ownership of a listening TCP socket this process inherited.
 ///
 /// The fd must be an open listening socket handed to this thread alone (the master gives each
@@ -192,4 +226,30 @@ pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_ports_come_from_below_the_ephemeral_range() {
+        assert_eq!(
+            ports_below_ephemeral("32768\t60999\n"),
+            Some((24576, 32768))
+        );
+        assert_eq!(ports_below_ephemeral("15000 60999"), Some((10000, 15000)));
+        // Too low to leave room below it: the kernel picks.
+        assert_eq!(ports_below_ephemeral("10500 60999"), None);
+        assert_eq!(ports_below_ephemeral("junk"), None);
+        let port = free_loopback_port().unwrap();
+        std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port was free");
+        if let Some((low, high)) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .as_deref()
+            .and_then(ports_below_ephemeral)
+        {
+            assert!((low..high).contains(&port), "{port} outside {low}..{high}");
+        }
+    }
 }

@@ -55,11 +55,11 @@ pub fn forget(generation: u64, endpoint: Option<&Endpoint>) {
 }
 
 /// A free loopback port for a proxied process. Bound and released: the app binds it a moment
-/// later, as every platform handler that passes `PORT` does.
+/// later, as every platform handler that passes `PORT` does — below the kernel's ephemeral
+/// range where it can, so that no outgoing connection takes it in that moment.
 fn free_loopback_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| format!("cannot find a free loopback port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+    crate::os::net::free_loopback_port()
+        .map_err(|e| format!("cannot find a free loopback port: {e}"))
 }
 
 /// `argv` with `{port}` and `{socket}` replaced.
