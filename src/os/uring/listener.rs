@@ -8,7 +8,7 @@
 //!
 //! Owns: that queue and the accept's life. Must not touch: what is done with a connection.
 
-use super::{user_data, Listening, Ring, State, ACCEPT, CANCEL};
+use super::{user_data, Listening, Ring, State, ACCEPT};
 use io_uring::{cqueue, opcode, types};
 use std::collections::VecDeque;
 use std::io;
@@ -107,10 +107,7 @@ impl State {
         }
         listening.stopping = true;
         if listening.armed {
-            let entry = opcode::AsyncCancel::new(user_data(key, ACCEPT))
-                .build()
-                .user_data(user_data(key, CANCEL));
-            self.push(entry);
+            self.cancel(key, ACCEPT);
         }
     }
 

@@ -471,6 +471,14 @@ impl State {
         self.push(entry);
     }
 
+    /// Asks the kernel to stop `key`'s operation of `kind` (its own completion says when).
+    fn cancel(&mut self, key: usize, kind: u64) {
+        let entry = opcode::AsyncCancel::new(user_data(key, kind))
+            .build()
+            .user_data(user_data(key, CANCEL));
+        self.push(entry);
+    }
+
     fn cancel_receive(&mut self, key: usize) {
         let kind = match self.socks[key].receiving {
             Receiving::Armed => RECV,
@@ -478,10 +486,7 @@ impl State {
             Receiving::Idle | Receiving::Cancelling => return,
         };
         self.socks[key].receiving = Receiving::Cancelling;
-        let entry = opcode::AsyncCancel::new(user_data(key, kind))
-            .build()
-            .user_data(user_data(key, CANCEL));
-        self.push(entry);
+        self.cancel(key, kind);
     }
 
     /// Stops a poll for writability (once: its completion ends `polling`).
@@ -491,10 +496,7 @@ impl State {
             return;
         }
         sock.poll_cancelled = true;
-        let entry = opcode::AsyncCancel::new(user_data(key, POLL))
-            .build()
-            .user_data(user_data(key, CANCEL));
-        self.push(entry);
+        self.cancel(key, POLL);
     }
 
     fn start_send(&mut self, key: usize) {
@@ -628,10 +630,7 @@ impl State {
         sock.timing = false;
         if -result == libc::ETIME && sock.sending {
             sock.queued.clear();
-            let entry = opcode::AsyncCancel::new(user_data(key, SEND))
-                .build()
-                .user_data(user_data(key, CANCEL));
-            self.push(entry);
+            self.cancel(key, SEND);
         }
     }
 
