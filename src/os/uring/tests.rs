@@ -64,6 +64,14 @@ fn peer_thread(mut peer: TcpStream, out: Vec<u8>) -> std::thread::JoinHandle<Vec
     })
 }
 
+/// A loopback listener on the ring, and its address.
+fn listening(ring: &Rc<Ring>) -> (RingListener, std::net::SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    (RingListener::new(ring, listener), addr)
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -259,10 +267,7 @@ fn more_operations_in_one_turn_than_the_queue_holds_all_go() {
 #[test]
 fn connections_accepted_on_the_ring_are_served_and_closed() {
     with_ring(64, |ring| async move {
-        let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = std_listener.local_addr().unwrap();
-        std_listener.set_nonblocking(true).unwrap();
-        let mut listener = RingListener::new(&ring, std_listener);
+        let (mut listener, addr) = listening(&ring);
         const CLIENTS: usize = 24;
         let clients: Vec<_> = (0..CLIENTS)
             .map(|k| {
@@ -318,10 +323,7 @@ fn connections_accepted_on_the_ring_are_served_and_closed() {
 #[test]
 fn a_stopped_listener_gives_out_what_it_took_then_ends() {
     with_ring(8, |ring| async move {
-        let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = std_listener.local_addr().unwrap();
-        std_listener.set_nonblocking(true).unwrap();
-        let mut listener = RingListener::new(&ring, std_listener);
+        let (mut listener, addr) = listening(&ring);
         // Queued in the kernel before the accept is armed: the first accept takes them all.
         let clients: Vec<TcpStream> = (0..5).map(|_| TcpStream::connect(addr).unwrap()).collect();
         let mut taken = vec![listener.accept().await.unwrap().unwrap()];
