@@ -9,7 +9,7 @@
 use super::handoffs::Handoffs;
 use super::listeners::ListenerGroup;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
-use crate::config::{Affinity, Config, PoolSpec};
+use crate::config::{Affinity, Config, IdleAction, PoolSpec};
 use crate::os;
 use crate::placement::Plan;
 use crate::routing::GroupRoutes;
@@ -99,14 +99,10 @@ pub(super) fn worker_specs(
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
                 uring,
-                // Not yet: a ring's multishot accept can take connections the process will
-                // never serve — while the process is frozen (cgroup v2's freezer runs the
-                // kernel's side of its operations: the connection that should wake it is
-                // taken out of the master's sight), and, it seems, between a stopping
-                // worker's exit and the ring's teardown (CI lost a connection to a stopped
-                // pool the master should have answered). Until a worker's exit waits for its
-                // accepts' cancellation, listeners accept with tokio.
-                accept_on_ring: false,
+                // A frozen process's ring still runs the kernel's side of its operations
+                // (seen with cgroup v2's freezer): a multishot accept would take the
+                // connection that should wake it, out of the master's sight, and hold it.
+                accept_on_ring: uring && pool.idle_action != IdleAction::Suspend,
                 // A draining worker's own bound (IIS shutdownTimeLimit); stopping the whole
                 // server is bounded by [server] shutdown_timeout in the master.
                 shutdown_timeout: pool.shutdown_time_limit,

@@ -436,9 +436,12 @@ fn engine_thread(
         if let Some(receiver) = receiver {
             tokio::task::spawn_local(receive_loop(receiver, Rc::clone(&admission)));
         }
-        for (listener, group) in listeners {
-            tokio::task::spawn_local(accept_loop(listener, group, Rc::clone(&admission)));
-        }
+        let accepting: Vec<_> = listeners
+            .into_iter()
+            .map(|(l, group)| {
+                tokio::task::spawn_local(accept_loop(l, group, Rc::clone(&admission)))
+            })
+            .collect();
         {
             let env = Rc::clone(&env);
             let health = Arc::clone(&health);
@@ -469,6 +472,14 @@ fn engine_thread(
         // waiting for a request gets `http::shutdown::DRAIN_IDLE` to send it; in-flight
         // requests finish within the shutdown bound.
         let deadline = tokio::time::Instant::now() + spec.shutdown_timeout;
+        // A ring's accept takes connections until its cancel completes, and one still armed
+        // when the process exits goes on taking them while the kernel tears the ring down —
+        // connections nobody serves, which the successor or the master would have. So the
+        // thread ends only after every accept loop did (tokio's at once; the ring's once the
+        // kernel confirmed the cancel, what it took by then admitted and counted in `open`).
+        for accept in accepting {
+            let _ = tokio::time::timeout_at(deadline, accept).await;
+        }
         while open.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

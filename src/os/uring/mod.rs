@@ -129,7 +129,7 @@ fn probe_kernel() -> Result<String, String> {
     Buffers::new(&ring.submitter(), 0, 8, 64)
         .map_err(|e| format!("provided-buffer rings are refused: {e}"))?;
     Ok(format!(
-        "kernel {}: multishot receive, provided buffers",
+        "kernel {}: multishot accept and receive, provided buffers",
         release.unwrap_or_default()
     ))
 }
