@@ -14,7 +14,8 @@
 # Prints requests/s, latency p50/p99 and, for (c), (c') and (d), the proxy tier's CPU time per
 # request (user + system of every process of the proxy — master and workers — from
 # /proc/<pid>/stat, summed over all runs), its syscalls per request (perf's raw_syscalls
-# tracepoint, a run of its own), and the app's CPU time per request.
+# tracepoint, a run of its own), its user-space instructions per request (callgrind, the
+# proxy started again under it) and the app's CPU time per request.
 #
 # Part 2, the web-gardening seed for real: the CPU-heavy Python app (examples/apps/audio, pure
 # Python audio synthesis and encoding) under gunicorn by activation, `processes = 1` against a
@@ -24,7 +25,7 @@
 # connections beside pool B (the same app, short requests at a fixed 20/s): B's p99 when both
 # pools share every CPU, and when B has a CPU of its own.
 #
-# Installs nginx, wrk, gunicorn, nodejs and linux-perf from Debian when missing.
+# Installs nginx, wrk, gunicorn, nodejs, linux-perf, valgrind and curl from Debian when missing.
 #   bench/app.sh                     # DURATION=5 RUNS=3 PARTS=123
 #   PARTS=1 bench/app.sh             # only part 1
 #   ESPALIER_BIN=/path/to/espalier bench/app.sh
@@ -39,7 +40,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 PARTS=${PARTS:-123}
 
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:python3 perf:linux-perf
+need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:python3 perf:linux-perf valgrind:valgrind curl:curl
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
@@ -155,7 +156,7 @@ ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 
 part1() {
 TARGETS=(alone act proxy epoll nginx capped)
-declare -A BEST P50 P99 REQS TIER TIER_USER APP SYSCALLS
+declare -A BEST P50 P99 REQS TIER TIER_USER APP SYSCALLS INSNS
 for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
 echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
 for run in $(seq "$RUNS"); do
@@ -183,13 +184,40 @@ for t in proxy epoll nginx; do
   SYSCALLS[$t]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys.$t")/$reqs, 2))")
 done
 
+# The proxy tier's user-space instructions per request, by callgrind (no hardware counters
+# here; user space only — the kernel's share is in the CPU time and the syscalls above): each
+# proxy started again under callgrind (for espalier its worker, the app it starts not traced),
+# zeroed, loaded, dumped and summed.
+for t in proxy epoll nginx; do kill "$(eval echo "\$PID_$t")"; wait "$(eval echo "\$PID_$t")" 2>/dev/null || true; done
+sleep 0.5
+CG="valgrind --tool=callgrind --trace-children=yes --trace-children-skip=*node* --callgrind-out-file=$WORK/cg.%p"
+for t in proxy epoll nginx; do
+  if [ "$t" = nginx ]; then
+    start cg_$t $CG "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -g "master_process off;"
+  else
+    start cg_$t $CG "$ESPALIER" serve -c "$t.toml"
+  fi
+  wait_port "$(port_of "$t")"
+  # The app behind it ready (health probe), the proxy answering.
+  for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$(port_of "$t")/who" && break; sleep 0.2; done
+  root=$(eval echo "\$PID_cg_$t")
+  if [ "$t" = nginx ]; then measured=$root; else measured=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1); fi
+  callgrind_control -z "$measured" >/dev/null 2>&1
+  read -r reqs _ _ _ < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
+  callgrind_control -d "$measured" >/dev/null 2>&1
+  sleep 0.5
+  INSNS[$t]=$(python3 -c "print(round($(grep -h '^summary:' "$WORK"/cg."$measured".* | awk '{s+=$2} END {print s}')/$reqs))")
+  kill "$root"; wait "$root" 2>/dev/null || true
+  rm -f "$WORK"/cg.*
+done
+
 echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), node $(node --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'); servers on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
-printf '%-32s %12s %9s %9s %18s %14s %16s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "syscalls/req" "app CPU µs/req"
+printf '%-32s %12s %9s %9s %18s %14s %16s %18s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "syscalls/req" "app CPU µs/req" "proxy user insns"
 for t in "${TARGETS[@]}"; do
   case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy, $PROXY_PATH" ;; epoll) name="(c') espalier proxy, epoll" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; esac
   tier=-; case $t in proxy|epoll|nginx|capped) tier=$(us "${TIER[$t]}" "${REQS[$t]}") ;; esac
-  printf '%-32s %12.0f %9s %9s %18s %14s %16s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "${SYSCALLS[$t]:--}" "$(us "${APP[$t]}" "${REQS[$t]}")"
+  printf '%-32s %12.0f %9s %9s %18s %14s %16s %18s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "${SYSCALLS[$t]:--}" "$(us "${APP[$t]}" "${REQS[$t]}")" "${INSNS[$t]:--}"
 done
 echo "  (c)'s I/O path: $PROXY_IO"
 echo "  espalier / nginx, proxy CPU per request, per I/O path: $PROXY_PATH $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")"), epoll $(ratio "$(us "${TIER[epoll]}" "${REQS[epoll]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
@@ -197,6 +225,7 @@ echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[a
 echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
 echo "  max_requests_per_process = 16 / unset:  proxy CPU per request $(ratio "$(us "${TIER[capped]}" "${REQS[capped]}")" "$(us "${TIER[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[capped]}" "${BEST[proxy]}")"
+echo "  espalier / nginx, proxy user-space instructions per request (callgrind): $PROXY_PATH $(ratio "${INSNS[proxy]}" "${INSNS[nginx]}"), epoll $(ratio "${INSNS[epoll]}" "${INSNS[nginx]}")   (user space only: not the whole cost)"
 echo "  proxy CPU split, user + system µs/req:   espalier $(us "${TIER_USER[proxy]}" "${REQS[proxy]}") + $(us "$((TIER[proxy] - TIER_USER[proxy]))" "${REQS[proxy]}"), nginx $(us "${TIER_USER[nginx]}" "${REQS[nginx]}") + $(us "$((TIER[nginx] - TIER_USER[nginx]))" "${REQS[nginx]}")"
 }
 [[ $PARTS == *1* ]] && part1

@@ -586,10 +586,10 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     /// nothing after it, gets a plain close, as from nginx: the reset a lingering close
     /// guards against comes only from bytes the client sends after its last request, and this
     /// one said it would send none (RFC 9112 §9.6). It saves the shutdown, the wait for the
-    /// client's end and its timer — a fifth of a connection-per-request's cost in the
-    /// worker's profile. The bytes queued before it still go out (the kernel's, or the
-    /// ring's, send queue), then the FIN. TLS ends with its `close_notify` (a shutdown) all
-    /// the same; every other close lingers.
+    /// client's end and its timer: about a tenth of a connection-per-request's CPU time
+    /// (README, "The connections' I/O paths, measured"). The bytes queued before it still go
+    /// out (the kernel's, or the ring's, send queue), then the FIN. TLS ends with its
+    /// `close_notify` (a shutdown) all the same; every other close lingers.
     async fn close(self) {
         if self.client_ended && !self.stream.is_tls() {
             return;
