@@ -61,8 +61,10 @@ const MAX_HELD: usize = 8;
 const MAX_QUEUED: usize = 64 << 10;
 /// How long the bytes a dropped connection had queued may take to go out (as the kernel
 /// sends what a closed socket's buffer holds): past it they are dropped and the socket
-/// closed, so a client that never reads cannot keep its entry and descriptor.
-static ORPHAN_SEND_LIMIT: types::Timespec = types::Timespec::new().sec(10);
+/// closed, so a client that never reads cannot keep its entry and descriptor. 30 s, the
+/// default `body_timeout`: a client's last answer, closed at once without a lingering
+/// shutdown (`http::conn`), gets as long as that shutdown's wait would have given it.
+static ORPHAN_SEND_LIMIT: types::Timespec = types::Timespec::new().sec(30);
 
 /// What an operation was, in the low bits of its `user_data` (the connection's key above).
 const RECV: u64 = 0;
