@@ -482,3 +482,85 @@ pool = "raw"
     let r = raw("/hop");
     assert!(!r.contains("X-Private") && !r.contains("Keep-Alive"), "{r}");
 }
+
+/// Kills the process whose pid a test's helper wrote to a file, however the test ends.
+struct KillFromPidFile(std::path::PathBuf);
+
+impl Drop for KillFromPidFile {
+    fn drop(&mut self) {
+        if let Some(pid) = std::fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+#[test]
+fn an_app_whose_port_another_process_took_is_started_again_on_another() {
+    // The first start plays the race an app can lose between espalier choosing its port and
+    // binding it: another process (a listener left in its own session) takes the port, and
+    // the app exits as Node does on EADDRINUSE. Started again, it gets another port.
+    let config = NODE_POOL.replace("processes = 2", "processes = 1").replace(
+        r#"command = ["node", "server.js"]"#,
+        r#"command = ["sh", "../lose-port-once.sh"]"#,
+    );
+    let (dir, port, config) = {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        (
+            dir,
+            port,
+            config.replace("{listen}", &format!("127.0.0.1:{port}")),
+        )
+    };
+    need_runtimes();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps"),
+        dir.path(),
+    );
+    let holder_pid = dir.path().join("holder.pid");
+    let _holder = KillFromPidFile(holder_pid.clone());
+    std::fs::write(
+        dir.path().join("lose-port-once.sh"),
+        r#"if [ ! -e ../lost ]; then
+  touch ../lost
+  setsid python3 -c 'import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
+open("../holder.pid", "w").write(str(__import__("os").getpid()))
+time.sleep(600)' "$PORT" </dev/null >/dev/null 2>&1 &
+  while [ ! -s ../holder.pid ]; do sleep 0.05; done
+  echo "EADDRINUSE: 127.0.0.1:$PORT" >&2
+  exit 1
+fi
+exec node server.js
+"#,
+    )
+    .unwrap();
+    let server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get(addr, "/who", "").status, 200, "{}", server.log_text());
+    let held: u16 = {
+        let log = server.log_text();
+        let line = log
+            .lines()
+            .find(|l| l.contains("is now another process's; starting it again on another port"))
+            .unwrap_or_else(|| panic!("no line about the lost port; log:\n{log}"))
+            .to_string();
+        line.split("port ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let app_pid = procs(&server.status(), Role::App)[0].1;
+    let app_port: u16 = environ(app_pid)
+        .iter()
+        .find_map(|v| v.strip_prefix("PORT=").map(|p| p.parse().unwrap()))
+        .unwrap();
+    assert_ne!(app_port, held, "started again on the port it lost");
+}

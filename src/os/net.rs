@@ -130,6 +130,22 @@ pub fn free_loopback_port() -> io::Result<u16> {
         .map(|a| a.port())
 }
 
+/// Whether another socket listens on loopback `port` (or holds it bound without
+/// `SO_REUSEADDR`): a bind with `SO_REUSEADDR` fails only then — connections in TIME_WAIT on
+/// it do not count. Asked of a port an app was given and exited on while starting: the
+/// moment between choosing a free port and the app binding it cannot be closed for an app
+/// that takes `$PORT`, so one that lost the port to another process is started again.
+pub fn loopback_port_held(port: u16) -> bool {
+    let Ok(socket) = Socket::new(Domain::IPV4, Type::STREAM, None) else {
+        return false;
+    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    socket.set_reuse_address(true).is_ok()
+        && socket
+            .bind(&addr.into())
+            .is_err_and(|e| e.kind() == io::ErrorKind::AddrInUse)
+}
+
 /// The ports to pick from below the ephemeral range given as `ip_local_port_range`'s text
 /// ("32768\t60999"): the 8 192 under its start (from 10 000 at least), or none when the range
 /// starts too low.
@@ -251,5 +267,14 @@ mod tests {
         {
             assert!((low..high).contains(&port), "{port} outside {low}..{high}");
         }
+    }
+
+    #[test]
+    fn a_port_is_held_while_another_socket_listens_on_it() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(loopback_port_held(port));
+        drop(listener);
+        assert!(!loopback_port_held(port));
     }
 }

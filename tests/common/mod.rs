@@ -58,10 +58,11 @@ pub fn status_json(admin: &str) -> serde_json::Value {
 /// before the server binds it. So ports come from below the ephemeral range
 /// (`ip_local_port_range` starts at 32768 by default), each handed out once per test binary
 /// (an atomic counter; cargo runs test binaries one at a time), starting at an offset of the
-/// binary's pid, and checked free.
+/// binary's pid, and checked free. They end below 24 576, where the ports espalier gives its
+/// apps begin (`os::net::free_loopback_port`), so a test's server never races an app for one.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
-    const FIRST: u32 = 20000;
+    const FIRST: u32 = 12000;
     const SPAN: u32 = 12000;
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let base = std::process::id() * 97 % SPAN;

@@ -2,8 +2,11 @@
 //! telling the front workers of a proxied pool where its ready processes are.
 //!
 //! Owns: the app side of readiness (probes, settle time; `READY=1` arrives as an ordinary
-//! ready message), pings by probe or liveness, and the `upstreams` messages. Must not touch:
-//! starting or reaping (see [`super::slots`]) — an app process is a slot's process like any.
+//! ready message), what an exit during start-up means (the server's start fails with the
+//! app's last words, unless the app lost its port to another process and is started again),
+//! pings by probe or liveness, and the `upstreams` messages. Must not touch: how a process is
+//! started or reaped once running (see [`super::slots`]) — an app process is a slot's process
+//! like any.
 
 use super::life::{Happening, Life};
 use super::Supervisor;
@@ -19,6 +22,9 @@ use std::time::{Duration, Instant};
 const PROBE_EVERY: Duration = Duration::from_millis(200);
 /// Bound on one probe: connect, and for `health` the answer's status line.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many app processes, in all, may be started again at start-up because another process
+/// took the port they were given (a second loss in a row would be a pattern, not a race).
+const PORT_RETRIES: u32 = 4;
 
 /// What a probe connects to.
 #[derive(Clone)]
@@ -67,9 +73,17 @@ impl Supervisor {
     /// stops `serve` with the reason (as a worker that reports an error does).
     pub(super) fn startup_tick(&mut self) -> Result<(), String> {
         while let Some((pid, status)) = crate::os::process::reap_child() {
-            let Some(slot) = self.slots.iter().find(|s| s.procs().any(|p| p.pid == pid)) else {
+            let Some(i) = self
+                .slots
+                .iter()
+                .position(|s| s.procs().any(|p| p.pid == pid))
+            else {
                 continue;
             };
+            if self.start_again_on_another_port(i, pid)? {
+                continue;
+            }
+            let slot = &self.slots[i];
             let said = slot
                 .procs()
                 .find(|p| p.pid == pid)
@@ -101,6 +115,42 @@ impl Supervisor {
             }
         }
         Ok(())
+    }
+
+    /// Slot `i`'s app process `pid` exited while starting: when the port it was given is now
+    /// held by another process (it lost the race between our choice and its bind, see
+    /// [`crate::os::net::loopback_port_held`]), it is started again on another port, at most
+    /// [`PORT_RETRIES`] times in all; `false` when it exited for a reason of its own.
+    fn start_again_on_another_port(&mut self, i: usize, pid: u32) -> Result<bool, String> {
+        let port = match self.slots[i].procs().find(|p| p.pid == pid) {
+            Some(p) => match p.app.as_ref().and_then(|a| a.endpoint.as_ref()) {
+                Some(Endpoint::Tcp(addr)) => addr.port(),
+                _ => return Ok(false),
+            },
+            None => return Ok(false),
+        };
+        if self.port_retries >= PORT_RETRIES || !crate::os::net::loopback_port_held(port) {
+            return Ok(false);
+        }
+        self.port_retries += 1;
+        let slot = &mut self.slots[i];
+        let Some(lost) = slot.take_pid(pid) else {
+            return Ok(false);
+        };
+        lost.reader.abort();
+        crate::server::app::forget(
+            lost.generation,
+            lost.app.as_ref().and_then(|a| a.endpoint.as_ref()),
+        );
+        crate::server::log(
+            "master",
+            format!(
+                "app {} (pid {pid}) exited while starting: port {port} it was given is now another process's; starting it again on another port",
+                slot.spec.name()
+            ),
+        );
+        self.start(i, false)?;
+        Ok(true)
     }
 
     /// How slot `i`'s processes are probed: its pool's `health`, and for an activated app the

@@ -107,6 +107,9 @@ struct Supervisor {
     freezer: Option<os::freezer::Freezer>,
     freeze_groups: Vec<os::freezer::FreezeGroup>,
     warned_no_freezer: bool,
+    /// App processes started again at start-up after losing their port (see
+    /// `apps::PORT_RETRIES`).
+    port_retries: u32,
 }
 
 pub(super) async fn run(
@@ -192,6 +195,7 @@ pub(super) async fn run(
         ),
         freeze_groups: Vec::new(),
         warned_no_freezer: false,
+        port_retries: 0,
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
     };
