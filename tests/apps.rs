@@ -167,6 +167,8 @@ pool = "broken"
     assert!(last.contains("app broken/0"), "{err}");
     assert!(last.contains("exited while starting: exit code 1"), "{err}");
     assert!(last.contains("no module named shop"), "{err}");
+    // The exited process is not taken for one that would not stop (its pid is reaped).
+    assert!(!err.contains("did not stop in time"), "{err}");
 }
 
 #[test]

@@ -83,10 +83,15 @@ impl Supervisor {
             if self.start_again_on_another_port(i, pid)? {
                 continue;
             }
-            let slot = &self.slots[i];
-            let said = slot
-                .procs()
-                .find(|p| p.pid == pid)
+            // Out of its slot: the pid is reaped, and the stop that follows must not signal it
+            // (it may already be another process's) nor wait for it.
+            let slot = &mut self.slots[i];
+            let exited = slot.take_pid(pid);
+            if let Some(p) = &exited {
+                p.reader.abort();
+            }
+            let said = exited
+                .as_ref()
                 .and_then(|p| p.app.as_ref())
                 .map(|a| {
                     let tail = a.output.lock().unwrap_or_else(|e| e.into_inner());

@@ -417,9 +417,10 @@ impl Supervisor {
         }
         if self.any_alive() {
             for p in self.procs() {
+                let what = if p.app.is_some() { "app" } else { "worker" };
                 log(
                     "master",
-                    format!("worker pid {} did not stop in time: killed", p.pid),
+                    format!("{what} pid {} did not stop in time: killed", p.pid),
                 );
             }
             self.signal_all(libc::SIGKILL);
