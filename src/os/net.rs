@@ -110,24 +110,38 @@ pub fn shutdown_both(fd: std::os::fd::RawFd) {
 /// of that range can be taken by any outgoing connection before the process binds it; else
 /// one the kernel picks.
 pub fn free_loopback_port() -> io::Result<u16> {
+    Ok(free_loopback_ports(1)?[0])
+}
+
+/// `n` distinct loopback ports, as [`free_loopback_port`]: all held at once while chosen, so
+/// that they differ, then released for the processes that will listen on them.
+pub fn free_loopback_ports(n: usize) -> io::Result<Vec<u16>> {
+    let mut held = Vec::with_capacity(n);
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok();
     if let Some((low, high)) = range.as_deref().and_then(ports_below_ephemeral) {
-        // Spread over the span, so that servers starting together do not try the same ports.
+        // Spread over the span, so that servers starting together do not try the same ports;
+        // the stride is a prime, so the steps visit distinct ports.
         let seed = std::process::id()
             ^ std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
         let span = u32::from(high - low);
-        for k in 0..64u32 {
+        for k in 0..64 + 4 * n as u32 {
+            if held.len() == n {
+                break;
+            }
             let port = low + ((seed.wrapping_add(k.wrapping_mul(7919))) % span) as u16;
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return Ok(port);
+            if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+                held.push(listener);
             }
         }
     }
-    std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()
-        .map(|a| a.port())
+    while held.len() < n {
+        held.push(std::net::TcpListener::bind("127.0.0.1:0")?);
+    }
+    held.iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
 }
 
 /// Whether another socket listens on loopback `port` (or holds it bound without
@@ -260,6 +274,9 @@ mod tests {
         assert_eq!(ports_below_ephemeral("junk"), None);
         let port = free_loopback_port().unwrap();
         std::net::TcpListener::bind(("127.0.0.1", port)).expect("the port was free");
+        let ports = free_loopback_ports(5).unwrap();
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), 5, "{ports:?}");
         if let Some((low, high)) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
             .ok()
             .as_deref()

@@ -141,16 +141,11 @@ impl Drop for RunningServer {
     }
 }
 
+/// Ports for the servers a run starts, from below the ephemeral range (see
+/// [`crate::os::net::free_loopback_ports`]): the load's own connections take ephemeral ports,
+/// and one of them could take a port chosen there before the server binds it.
 fn free_ports(n: usize) -> Result<Vec<u16>, String> {
-    // Hold them all at once so they differ, then release for the server.
-    let held: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("no free port: {e}"))?;
-    Ok(held
-        .iter()
-        .map(|l| l.local_addr().expect("bound").port())
-        .collect())
+    crate::os::net::free_loopback_ports(n).map_err(|e| format!("no free port: {e}"))
 }
 
 fn load_options(
