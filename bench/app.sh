@@ -202,11 +202,9 @@ for t in proxy epoll nginx; do
   for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$(port_of "$t")/who" && break; sleep 0.2; done
   root=$(eval echo "\$PID_cg_$t")
   if [ "$t" = nginx ]; then measured=$root; else measured=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1); fi
-  callgrind_control -z "$measured" >/dev/null 2>&1
+  cg_zero "$measured"
   read -r reqs _ _ _ < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
-  callgrind_control -d "$measured" >/dev/null 2>&1
-  sleep 0.5
-  INSNS[$t]=$(python3 -c "print(round($(grep -h '^summary:' "$WORK"/cg."$measured".* | awk '{s+=$2} END {print s}')/$reqs))")
+  INSNS[$t]=$(python3 -c "print(round($(cg_dump_sum "$WORK" "$measured")/$reqs))")
   kill "$root"; wait "$root" 2>/dev/null || true
   rm -f "$WORK"/cg.*
 done

@@ -48,6 +48,25 @@ proc_ticks() {
   echo "$total"
 }
 
+# cg_zero PID… — zeroes the counts of processes running under callgrind (before a load).
+# cg_dump_sum DIR PID… — dumps their counts to DIR/cg.PID.* (the processes' own
+# --callgrind-out-file=DIR/cg.%p), prints the sum of the dumps' user-space instructions
+# (`summary:` lines; callgrind sees no kernel work) and removes the files. Between the two,
+# the caller runs its load and divides the sum by its requests.
+cg_zero() {
+  local p
+  for p in "$@"; do callgrind_control -z "$p" >/dev/null 2>&1 || true; done
+}
+cg_dump_sum() {
+  local dir=$1 p files=()
+  shift
+  for p in "$@"; do callgrind_control -d "$p" >/dev/null 2>&1 || true; done
+  sleep 0.5 # the dump is written by the traced process, after callgrind_control returns
+  for p in "$@"; do files+=("$dir"/cg."$p".*); done
+  cat "${files[@]}" 2>/dev/null | awk '/^summary:/ {s+=$2} END {print s+0}'
+  for p in "$@"; do rm -f "$dir"/cg."$p".*; done
+}
+
 # espalier_binary ROOT — prints the espalier to measure: $ESPALIER_BIN when set (another build,
 # for an A/B comparison of two commits), else the release build of ROOT, built first.
 espalier_binary() {

@@ -150,13 +150,12 @@ echo "phase 2: user-space instructions per request (callgrind, keep-alive)…" >
 cg_measure() { # $1 target; every process under callgrind is zeroed, loaded, dumped and summed
   local pids reqs total
   pids=$(pgrep -f "valgrind.*(worker|nginx)" || true)
-  for p in $pids; do callgrind_control -z "$p" >/dev/null 2>&1 || true; done
+  # shellcheck disable=SC2086 # one pid per word
+  cg_zero $pids
   read -r reqs _ < <(load "$1" 5)
   no_errors
-  for p in $pids; do callgrind_control -d "$p" >/dev/null 2>&1 || true; done
-  sleep 1
-  total=$(cat "$WORK"/cg.* 2>/dev/null | awk '/^summary:/ {s+=$2} END {print s+0}')
-  rm -f "$WORK"/cg.*
+  # shellcheck disable=SC2086
+  total=$(cg_dump_sum "$WORK" $pids)
   USER_INSNS[$1]=$(python3 -c "print(round($total / max($reqs, 1)))")
 }
 CG="valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$WORK/cg.%p"

@@ -303,13 +303,10 @@ stop_all
 if [ "$HW" = no ]; then
   echo "phase 2: user-space instructions per request (callgrind; no hardware counters here)…" >&2
   cg_measure() { # $1 target, $2 pid to measure
-    callgrind_control -z "$2" >/dev/null 2>&1
+    cg_zero "$2"
     read -r reqs _ < <(load "$(url_of "$1")" 5 "$(header_of "$1")")
-    callgrind_control -d "$2" >/dev/null 2>&1
-    sleep 0.5
     local total
-    total=$(grep -h '^summary:' "$WORK"/cg."$2".* | awk '{s+=$2} END {print s}')
-    rm -f "$WORK"/cg."$2".*
+    total=$(cg_dump_sum "$WORK" "$2")
     INSNS_USER[$1]=$(python3 -c "print(round($total/$reqs))")
   }
   start_nginx "valgrind --tool=callgrind --callgrind-out-file=$WORK/cg.%p" -g "master_process off;"

@@ -154,16 +154,13 @@ cg_measure() {
   [ "$3" = h1 ] && flags=(--h1 -c "$CONNS")
   url="https://127.0.0.1:$(port_of "$1")/100.html"
   taskset -c "$CLIENT_CPU" h2load "${flags[@]}" -n 2000 "$url" >/dev/null 2>&1
-  callgrind_control -z "$2" >/dev/null 2>&1
+  cg_zero "$2"
   out=$(taskset -c "$CLIENT_CPU" h2load "${flags[@]}" -n "$CG_REQUESTS" "$url" 2>&1)
-  callgrind_control -d "$2" >/dev/null 2>&1
-  sleep 0.5
+  total=$(cg_dump_sum "$WORK" "$2")
   if ! grep -qE " $CG_REQUESTS succeeded, 0 failed, 0 errored" <<<"$out"; then
     echo "$1 under callgrind: h2load did not get every answer, the count would be wrong: $(grep -E '^requests:' <<<"$out")" >&2
     exit 1
   fi
-  total=$(grep -h '^summary:' "$WORK"/cg."$2".* | awk '{s+=$2} END {print s}')
-  rm -f "$WORK"/cg."$2".*
   INSNS[$3.$1]=$(python3 -c "print(round($total/$CG_REQUESTS))")
 }
 CG_REQUESTS=${CG_REQUESTS:-20000}
