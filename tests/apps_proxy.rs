@@ -317,6 +317,12 @@ pool = "php"
         b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
     );
     assert_eq!(c.read_response(false).expect("411").status, 411);
+    // A client's last request, answered by PHP, is closed at once as one answered in the
+    // worker is (see `tests/serve.rs::a_clients_last_request_is_closed_at_once`).
+    last_requests_are_closed_at_once(
+        &app,
+        &[&b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"[..]],
+    );
     // The PHP process runs where the plan put it.
     let apps = procs(&app.server.status(), Role::App);
     assert_eq!(apps.len(), 1);
@@ -563,4 +569,43 @@ exec node server.js
         .find_map(|v| v.strip_prefix("PORT=").map(|p| p.parse().unwrap()))
         .unwrap();
     assert_ne!(app_port, held, "started again on the port it lost");
+}
+
+/// Sends each request on a connection of its own and checks that, once the client sees the
+/// server's end after a 200, no process of the server holds its socket: the request said it
+/// was the client's last and was read whole, so no lingering close waits for the client.
+fn last_requests_are_closed_at_once(app: &AppServer, requests: &[&[u8]]) {
+    let pids: Vec<u32> = app.server.workers().iter().map(|w| w.1).collect();
+    for request in requests {
+        let mut c = Conn::open(app.addr);
+        let client = c.stream.local_addr().unwrap();
+        c.send(request);
+        let r = c.read_response(false).expect("an answer");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(c.closed(), "the server's end after the answer");
+        assert!(
+            !server_end_held(app.addr.port(), client, &pids),
+            "the server still held the connection after its end: {}",
+            String::from_utf8_lossy(request)
+        );
+    }
+}
+
+#[test]
+fn a_clients_last_request_through_the_proxy_is_closed_at_once() {
+    let app = serve(NODE_POOL);
+    let upload = [
+        &b"POST /upload HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 100000\r\n\r\n"
+            [..],
+        &[b'u'; 100_000][..],
+    ]
+    .concat();
+    last_requests_are_closed_at_once(
+        &app,
+        &[
+            &b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"[..],
+            &b"GET / HTTP/1.0\r\n\r\n"[..],
+            &upload,
+        ],
+    );
 }

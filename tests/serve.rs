@@ -332,31 +332,6 @@ fn keep_alive_and_pipelining() {
     assert!(c.closed());
 }
 
-/// Whether one of `pids` holds the server's end of the loopback connection from `client` to
-/// `port`: its socket's inode (from /proc/net/tcp) among their descriptors. False once the
-/// socket has left the table or no process owns it.
-fn server_end_held(port: u16, client: SocketAddr, pids: &[u32]) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let port_of = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
-    let inodes: Vec<String> = table
-        .lines()
-        .skip(1)
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| port_of(f[1]) == port && port_of(f[2]) == client.port())
-        .map(|f| f[9].to_string())
-        .filter(|inode| inode != "0")
-        .collect();
-    let target: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
-    pids.iter().any(|pid| {
-        std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| std::fs::read_link(e.path()).ok())
-            .any(|link| target.iter().any(|t| link.to_string_lossy() == t.as_str()))
-    })
-}
-
 /// A client whose request says it is its last is closed at once, as nginx does: by the time
 /// it sees the server's end, the server holds no socket for it (a lingering close would
 /// still hold it, shut for writing, waiting for the client's end). The answer arrives whole.

@@ -93,6 +93,8 @@ struct Lending<L> {
     lent: L,
     ctx: RequestCtx,
     facts: Option<OwnedFacts>,
+    /// The request said it was the client's last (see [`Connection::close`]).
+    said_last: bool,
 }
 
 /// Who is at the other end, asked of the kernel at most once.
@@ -210,7 +212,7 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                 }
             }
             Step::Lend(lending) => {
-                if conn.lend(lending).await == Outcome::Close {
+                if !conn.lend(lending).await {
                     return conn.close().await;
                 }
             }
@@ -374,6 +376,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     lent: self.env.service.prepare(target, &ctx, &request, &head),
                     facts: ctx.logged.then(|| OwnedFacts::of(&request)),
                     ctx,
+                    said_last: !keep_alive,
                 };
                 return (at + len, Some(Step::Lend(Box::new(lending))));
             }
@@ -486,8 +489,8 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     }
 
     /// Lends the connection to what the request was routed to, until its answer is done; then
-    /// logs it.
-    async fn lend(&mut self, lending: Box<Lending<S::Lent>>) -> Outcome {
+    /// logs it. Whether the connection may carry another request.
+    async fn lend(&mut self, lending: Box<Lending<S::Lent>>) -> bool {
         let lending = *lending;
         let report = Report::default();
         let env = &self.env;
@@ -515,7 +518,10 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             env.service.log(&lending.ctx, &entry);
         }
         self.reading.started = env.clock.now();
-        outcome
+        // What follows the body is all `rbuf` holds now.
+        self.client_ended =
+            outcome == Outcome::Answered && lending.said_last && self.rbuf.is_empty();
+        outcome == Outcome::KeepAlive
     }
 
     /// Before a large file: the connection's TLS handed to the kernel where it may be, so the
@@ -588,7 +594,8 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     /// one said it would send none (RFC 9112 §9.6). It saves the shutdown, the wait for the
     /// client's end and its timer: about a tenth of a connection-per-request's CPU time
     /// (README, "The connections' I/O paths, measured"). The bytes queued before it still go
-    /// out (the kernel's, or the ring's, send queue), then the FIN. TLS ends with its
+    /// out (the kernel's, or the ring's, send queue), then the FIN. A request lent to an app
+    /// counts when its body and answer were whole ([`Outcome::Answered`]). TLS ends with its
     /// `close_notify` (a shutdown) all the same; every other close lingers.
     async fn close(self) {
         if self.client_ended && !self.stream.is_tls() {

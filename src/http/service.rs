@@ -121,10 +121,16 @@ pub struct LentConnection<'a, C> {
     pub pages: Option<&'a super::error_pages::ErrorPages>,
 }
 
-/// Whether a lent connection may carry another request.
+/// Whether a lent connection may carry another request, and how it closes when not.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// The request, its body and its answer are whole: the next request may follow.
     KeepAlive,
+    /// The request, its body and its answer are whole, and the connection ends (the client
+    /// or the answer's framing said so): when the client said this request was its last and
+    /// sent nothing after it, the close is plain, as for an answer given in the worker.
+    Answered,
+    /// Ended otherwise (an error, a body left unread, a tunnel): the close lingers.
     Close,
 }
 

@@ -451,9 +451,10 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     // child that another client is waiting for (nginx closes it too, without
     // `fastcgi_keep_conn`).
     drop(conn);
-    if keep && complete && clean {
-        Outcome::KeepAlive
-    } else {
-        Outcome::Close
+    // The body was sent whole before the answer was read (`send_stdin`).
+    match (complete && clean, keep) {
+        (true, true) => Outcome::KeepAlive,
+        (true, false) => Outcome::Answered,
+        (false, _) => Outcome::Close,
     }
 }

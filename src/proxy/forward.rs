@@ -311,10 +311,11 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             if clean && !upstream_closes && !matches!(kind, BodyKind::UntilClose) {
                 route.pool.put(&endpoint, conn);
             }
+            // The body was sent whole before the answer was read (`send_body`).
             if keep {
                 Outcome::KeepAlive
             } else {
-                Outcome::Close
+                Outcome::Answered
             }
         }
         Err(()) => Outcome::Close,

@@ -590,3 +590,28 @@ pub async fn h2c(port: u16) -> h2::client::SendRequest<bytes::Bytes> {
 pub fn ran_planted_script(text: &str) -> bool {
     text.contains("EXECUTED") && !text.contains("<?php")
 }
+
+/// Whether one of `pids` holds the server's end of the loopback connection from `client` to
+/// `port`: its socket's inode (from /proc/net/tcp) among their descriptors. False once the
+/// socket has left the table or no process owns it.
+pub fn server_end_held(port: u16, client: SocketAddr, pids: &[u32]) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port_of = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| port_of(f[1]) == port && port_of(f[2]) == client.port())
+        .map(|f| f[9].to_string())
+        .filter(|inode| inode != "0")
+        .collect();
+    let target: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    pids.iter().any(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .any(|link| target.iter().any(|t| link.to_string_lossy() == t.as_str()))
+    })
+}
