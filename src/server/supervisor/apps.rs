@@ -23,7 +23,8 @@ const PROBE_EVERY: Duration = Duration::from_millis(200);
 /// Bound on one probe: connect, and for `health` the answer's status line.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many app processes, in all, may be started again at start-up because another process
-/// took the port they were given (a second loss in a row would be a pattern, not a race).
+/// took the port they were given: a race is rare, and more losses than this are a pattern
+/// (something binding whatever port is free) that a retry would not mend.
 const PORT_RETRIES: u32 = 4;
 
 /// What a probe connects to.
