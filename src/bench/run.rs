@@ -151,7 +151,7 @@ fn client_thread(
     local.block_on(&rt, async move {
         let ring = match opts.uring {
             true => Some(
-                crate::os::uring::Ring::start()
+                crate::os::uring::Ring::start(opts.timeout)
                     .map_err(|e| format!("cannot start io_uring ({e}); use --io epoll"))?,
             ),
             false => None,

@@ -340,7 +340,7 @@ fn engine_thread(
             String::new()
         };
         let ring = if spec.uring {
-            match crate::os::uring::Ring::start() {
+            match crate::os::uring::Ring::start(spec.limits.body_timeout) {
                 Ok(ring) => Some(ring),
                 Err(e) => {
                     let _ = started.send(Err(format!(

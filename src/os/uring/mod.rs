@@ -20,7 +20,8 @@
 //!
 //! Connections come from a multishot accept ([`RingListener`]): none enters tokio's epoll, and
 //! their descriptors are closed by the ring too. A dropped connection's queued bytes still go
-//! out (bounded by [`ORPHAN_SEND_LIMIT`]), as they would from a closed socket's kernel buffer.
+//! out (bounded by the ring's orphan send limit), as they would from a closed socket's kernel
+//! buffer.
 //!
 //! Owns: the ring, its provided buffers ([`buffers`]), each connection's and listener's
 //! operations in flight and whom their completions wake; [`probe`]: whether this kernel can.
@@ -59,12 +60,6 @@ const MAX_HELD: usize = 8;
 /// at most twice this each), beside the engine's own output buffer — the kernel's socket
 /// buffer holds the rest.
 const MAX_QUEUED: usize = 64 << 10;
-/// How long the bytes a dropped connection had queued may take to go out (as the kernel
-/// sends what a closed socket's buffer holds): past it they are dropped and the socket
-/// closed, so a client that never reads cannot keep its entry and descriptor. 30 s, the
-/// default `body_timeout`: a client's last answer, closed at once without a lingering
-/// shutdown (`http::conn`), gets as long as that shutdown's wait would have given it.
-static ORPHAN_SEND_LIMIT: types::Timespec = types::Timespec::new().sec(30);
 
 /// What an operation was, in the low bits of its `user_data` (the connection's key above).
 const RECV: u64 = 0;
@@ -76,7 +71,7 @@ const RECV_OWN: u64 = 4;
 const ACCEPT: u64 = 5;
 /// A connection's descriptor closed on the ring (no key: nothing waits for it).
 const CLOSE: u64 = 6;
-/// The bound on a dropped connection's last sends ([`ORPHAN_SEND_LIMIT`]).
+/// The bound on a dropped connection's last sends ([`State::orphan_limit`]).
 const TIMER: u64 = 7;
 const KIND_BITS: u32 = 3;
 
@@ -188,7 +183,7 @@ struct Sock {
     poll_cancelled: bool,
     writable: bool,
     writer: Option<Waker>,
-    /// Dropped with bytes to send: the [`ORPHAN_SEND_LIMIT`] timer is in flight.
+    /// Dropped with bytes to send: the [`State::orphan_limit`] timer is in flight.
     timing: bool,
 }
 
@@ -233,6 +228,13 @@ struct State {
     /// Completions taken early, to make room when the kernel would not take a full queue.
     backlog: Vec<(u64, i32, u32)>,
     wake: Vec<Waker>,
+    /// How long the bytes a dropped connection had queued may take to go out (as the kernel
+    /// sends what a closed socket's buffer holds): past it they are dropped and the socket
+    /// closed, so a client that never reads cannot keep its entry and descriptor. The
+    /// server's `body_timeout`: a client's last answer, closed at once without a lingering
+    /// shutdown (`http::conn`), gets as long as that shutdown's wait would have given it. Read
+    /// by the kernel when a timeout entry is submitted, so it lives here, with the ring.
+    orphan_limit: types::Timespec,
 }
 
 /// A ring closed with operations in flight is torn down by the kernel after `close` returns:
@@ -274,12 +276,18 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// Sets up the ring and spawns its driver on the current `LocalSet`.
-    pub fn start() -> io::Result<Rc<Ring>> {
-        Self::start_with(BUFFERS, ENTRIES)
+    /// Sets up the ring and spawns its driver on the current `LocalSet`. A dropped
+    /// connection's queued bytes get `orphan_send_limit` to go out (see
+    /// [`State::orphan_limit`]).
+    pub fn start(orphan_send_limit: std::time::Duration) -> io::Result<Rc<Ring>> {
+        Self::start_with(BUFFERS, ENTRIES, orphan_send_limit)
     }
 
-    fn start_with(buffer_count: u16, entries: u32) -> io::Result<Rc<Ring>> {
+    fn start_with(
+        buffer_count: u16,
+        entries: u32,
+        orphan_send_limit: std::time::Duration,
+    ) -> io::Result<Rc<Ring>> {
         // Completions are made ready when the thread next enters the kernel (its next
         // `epoll_wait` or submission) rather than by interrupting it: fewer interruptions
         // under load. Only this thread submits.
@@ -310,6 +318,7 @@ impl Ring {
                 reaped: Vec::with_capacity(256),
                 backlog: Vec::new(),
                 wake: Vec::with_capacity(64),
+                orphan_limit: types::Timespec::from(orphan_send_limit),
             }),
         });
         tokio::task::spawn_local(Driver(Rc::clone(&ring)));
@@ -608,7 +617,7 @@ impl State {
         }
     }
 
-    /// A dropped connection still has bytes to send: they get [`ORPHAN_SEND_LIMIT`].
+    /// A dropped connection still has bytes to send: they get [`State::orphan_limit`].
     fn send_out_orphan(&mut self, key: usize) {
         let sock = &mut self.socks[key];
         if sock.send_error.is_some() || (!sock.sending && sock.queued.is_empty()) {
@@ -618,7 +627,7 @@ impl State {
             self.start_send(key);
         }
         self.socks[key].timing = true;
-        let entry = opcode::Timeout::new(&ORPHAN_SEND_LIMIT)
+        let entry = opcode::Timeout::new(&self.orphan_limit)
             .build()
             .user_data(user_data(key, TIMER));
         self.push(entry);

@@ -1,6 +1,7 @@
 //! The ring with real sockets on the loopback: bytes both ways in order, the end of a
 //! stream, a slow reader's upload held back, buffers run out and recovered, and a socket
-//! taken back from the ring with what it had received.
+//! taken back from the ring with what it had received, a dropped connection's unsent bytes
+//! given up at the orphan limit.
 
 use super::{Ring, RingListener, RingSocket};
 use std::io::{Read, Write};
@@ -23,6 +24,16 @@ where
     F: FnOnce(Rc<Ring>) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    with_ring_of(buffers, entries, std::time::Duration::from_secs(30), f)
+}
+
+/// As [`with_ring`], with a submission queue of `entries` and a dropped connection's queued
+/// bytes given `orphan_limit`.
+fn with_ring_of<F, Fut>(buffers: u16, entries: u32, orphan_limit: std::time::Duration, f: F)
+where
+    F: FnOnce(Rc<Ring>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     if let Err(why) = super::probe() {
         eprintln!("io_uring unusable here ({why}); the ring's tests are skipped");
         return;
@@ -33,7 +44,7 @@ where
         .unwrap();
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let ring = Ring::start_with(buffers, entries).expect("ring");
+        let ring = Ring::start_with(buffers, entries, orphan_limit).expect("ring");
         tokio::time::timeout(std::time::Duration::from_secs(60), f(ring))
             .await
             .expect("the test finished");
@@ -333,6 +344,38 @@ fn a_stopped_listener_gives_out_what_it_took_then_ends() {
         }
         assert_eq!(taken.len(), clients.len());
         assert!(listener.accept().await.is_none(), "stopped stays stopped");
+    });
+}
+
+/// A connection dropped with bytes its peer never reads keeps its entry and descriptor only
+/// for the ring's orphan limit (the server's `body_timeout`), not for as long as the peer
+/// stays: here 200 ms, waited for with a bound a hundred times longer.
+#[test]
+fn a_dropped_connection_whose_peer_never_reads_is_closed_at_the_orphan_limit() {
+    let limit = std::time::Duration::from_millis(200);
+    with_ring_of(8, super::ENTRIES, limit, |ring| async move {
+        let (mut ours, peer) = pair(&ring);
+        // Written until the peer's window, both kernel buffers and the ring's queue are full.
+        let big = vec![b'x'; 64 << 20];
+        let wrote =
+            tokio::time::timeout(std::time::Duration::from_millis(500), ours.write_all(&big));
+        assert!(wrote.await.is_err(), "the peer, not reading, took 64 MiB");
+        assert!(!ring.state.borrow().socks[ours.key].queued.is_empty());
+        drop(ours);
+        assert_eq!(
+            ring.state.borrow().socks.len(),
+            1,
+            "kept while its bytes may go out"
+        );
+        let bound = std::time::Instant::now() + 100 * limit;
+        while !ring.state.borrow().socks.is_empty() {
+            assert!(
+                std::time::Instant::now() < bound,
+                "the entry outlived the orphan limit a hundredfold"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        drop(peer);
     });
 }
 
