@@ -512,20 +512,7 @@ fn an_app_whose_port_another_process_took_is_started_again_on_another() {
         r#"command = ["node", "server.js"]"#,
         r#"command = ["sh", "../lose-port-once.sh"]"#,
     );
-    let (dir, port, config) = {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        (
-            dir,
-            port,
-            config.replace("{listen}", &format!("127.0.0.1:{port}")),
-        )
-    };
-    need_runtimes();
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps"),
-        dir.path(),
-    );
+    let (dir, port, config) = prepare(&config);
     let holder_pid = dir.path().join("holder.pid");
     let _holder = KillFromPidFile(holder_pid.clone());
     std::fs::write(

@@ -28,7 +28,7 @@ pub struct AppServer {
 
 /// A folder holding copies of the example apps, a port for the site, and `config` with
 /// `{listen}` replaced by its address.
-fn prepare(config: &str) -> (tempfile::TempDir, u16, String) {
+pub fn prepare(config: &str) -> (tempfile::TempDir, u16, String) {
     need_runtimes();
     let dir = tempfile::tempdir().unwrap();
     copy_tree(
