@@ -171,9 +171,10 @@ fn websocket_echo_through_the_proxy() {
 
 #[test]
 fn a_hanging_app_gets_504_and_others_are_served_meanwhile() {
-    let app = serve(NODE_POOL);
+    let app =
+        serve(&NODE_POOL.replace(r#"response_timeout = "30s""#, r#"response_timeout = "3s""#));
     let addr = app.addr;
-    let slow = std::thread::spawn(move || get(addr, "/slow?ms=3000", ""));
+    let slow = std::thread::spawn(move || get(addr, "/slow?ms=30000", ""));
     std::thread::sleep(Duration::from_millis(200));
     // Answered while the slow request still waits for its app: not queued behind it.
     let r = get(app.addr, "/who", "");
@@ -382,8 +383,8 @@ fn recycles_and_reloads_fail_no_request_of_a_non_retrying_client() {
 #[test]
 fn a_unix_socket_upstream_carries_the_requests() {
     let app = serve(&NODE_POOL.replace(
-        "response_timeout = \"1s\"",
-        "response_timeout = \"1s\"\nupstream = \"unix\"",
+        "health = \"/healthz\"",
+        "health = \"/healthz\"\nupstream = \"unix\"",
     ));
     let status = app.server.status();
     let endpoints: Vec<String> = status

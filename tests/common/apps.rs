@@ -99,7 +99,9 @@ processes = 2
 command = ["node", "server.js"]
 directory = "node"
 health = "/healthz"
-response_timeout = "1s"
+# Generous: a loaded CI machine can keep Node from answering for over a second, and a 504
+# would count as a failed request (the hanging-app test sets its own short bound).
+response_timeout = "30s"
 
 [[site]]
 name = "node"
