@@ -241,6 +241,63 @@ fn check_accepts_good_and_refuses_bad_configs_in_one_line() {
     assert_eq!(stderr(&bad_sysfs).lines().count(), 1);
 }
 
+/// The README's activation recipe with the features a new user adds to it: `check` refuses
+/// each, naming the key and the fix, where it used to say "ok" and serve the path with none
+/// of them (issue #39, item 1).
+#[test]
+fn check_refuses_site_features_on_an_activated_site() {
+    common::apps::need_runtimes();
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = std::fs::read_to_string("examples/apps/uvicorn.toml").unwrap();
+    std::fs::write(
+        dir.path().join("users"),
+        "alice:$2y$05$tBNGnx5dsSKJiN4WNUQb6eAhtLhHWzxoq9yzVBwyBbV.6Lc7jtBJW\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("asgi")).unwrap();
+    let with_features = recipe
+        .replace(
+            "bindings = [\"http://127.0.0.1:8081\"]",
+            "bindings = [\"http://127.0.0.1:8081\"]\ndeny = [\"127.0.0.1/32\"]\nlimit = { rate = \"1/s\" }\nheaders = { X-Frame-Options = \"DENY\" }\ncompress = [\"gzip\"]\naccess_log = { path = \"access.log\" }",
+        )
+        .replace(
+            "pool = \"asgi\"\n",
+            "pool = \"asgi\"\nauth = { htpasswd = \"users\", cleartext = true }\n",
+        );
+    let file = dir.path().join("uvicorn.toml");
+    std::fs::write(&file, &with_features).unwrap();
+    let out = espalier(&["check", "-c", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let err = stderr(&out);
+    for key in [
+        "site[0].deny",
+        "site[0].limit",
+        "site[0].headers",
+        "site[0].compress",
+        "site[0].access_log",
+        "site[0].app[0].auth",
+    ] {
+        let line = err
+            .lines()
+            .find(|l| l.contains(&format!("key `{key}`")))
+            .unwrap_or_else(|| panic!("no line for {key}: {err}"));
+        assert!(
+            line.contains("uvicorn.toml:") && line.contains("transport = \"proxy\""),
+            "{line}"
+        );
+    }
+    // The recipe itself, and the same features served by the proxy, are fine.
+    std::fs::write(&file, &recipe).unwrap();
+    let ok = espalier(&["check", "-c", file.to_str().unwrap()]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let proxied = with_features
+        .replace("transport = \"activation\"", "transport = \"proxy\"")
+        .replace("\"--fd\", \"3\"", "\"--port\", \"{port}\"");
+    std::fs::write(&file, proxied).unwrap();
+    let ok = espalier(&["check", "-c", file.to_str().unwrap()]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+}
+
 #[test]
 fn fixtures_are_what_the_generator_writes() {
     // The generator is the source of truth; a hand edit of a fixture shows up here.

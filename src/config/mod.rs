@@ -55,7 +55,7 @@ impl Config {
                     tls: false,
                 }],
                 root,
-                index: vec!["index.html".into()],
+                index: vec![site::DEFAULT_INDEX.into()],
                 follow_symlinks: false,
                 access_log: None,
                 proxy_protocol: false,

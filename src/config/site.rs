@@ -17,6 +17,9 @@ pub use crate::routing::auth::AuthSpec;
 pub use crate::routing::limits::{LimitSpec, Rate};
 pub use crate::routing::rules::{RuleAction, RuleSpec};
 
+/// The index file a directory is served by when the site names none.
+pub const DEFAULT_INDEX: &str = "index.html";
+
 /// The request handlers a site's application can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HandlerKind {
@@ -98,6 +101,39 @@ impl AppSpec {
             access: AccessList::default(),
             auth: None,
         }
+    }
+
+    /// The path's keys that act on requests espalier reads, by their names in the config,
+    /// for those set (see [`SiteSpec::request_keys`]; exhaustive in the same way).
+    pub fn request_keys(&self) -> Vec<&'static str> {
+        let AppSpec {
+            path: _,
+            pool: _,
+            // Refused on activation by its own rule (a handler is espalier's to run).
+            handler: _,
+            try_files,
+            fallback,
+            no_scripts,
+            headers,
+            cache,
+            alias,
+            access,
+            auth,
+        } = self;
+        [
+            ("try_files", *try_files),
+            ("fallback", fallback.is_some()),
+            ("no_scripts", !no_scripts.is_empty()),
+            ("headers", !headers.is_empty()),
+            ("cache", !cache.is_empty()),
+            ("alias", alias.is_some()),
+            ("allow", !access.allow.is_empty()),
+            ("deny", !access.deny.is_empty()),
+            ("auth", auth.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect()
     }
 
     /// A static path served by whichever pool holds the connection (`/static/` beside a
@@ -271,6 +307,67 @@ impl SiteSpec {
             limit: None,
             metrics: false,
         }
+    }
+
+    /// The site's keys that act on requests espalier reads (every site feature, static files'
+    /// keys included), by their names in the config, for those set. A path whose application
+    /// accepts its connections itself (`transport = "activation"`) never shows espalier a
+    /// request, so `check` refuses each of them there. The destructuring names every field:
+    /// a field added to the site does not compile until it is placed on one side.
+    pub fn request_keys(&self) -> Vec<&'static str> {
+        let SiteSpec {
+            // The connection's, not a request's: decided by the listening address and the
+            // handshake (and refused on activation by their own rules).
+            name: _,
+            bindings: _,
+            proxy_protocol: _,
+            tls: _,
+            client_certs: _,
+            apps: _,
+            root,
+            index,
+            follow_symlinks,
+            access_log,
+            hsts,
+            redirect_to_https,
+            headers,
+            cache,
+            rules,
+            errors,
+            replace_app_errors,
+            compress,
+            access,
+            trusted_proxies,
+            deny_action,
+            metrics,
+            limit,
+        } = self;
+        let access_keys = [
+            ("allow", !access.allow.is_empty()),
+            ("deny", !access.deny.is_empty()),
+        ];
+        [
+            ("root", root.is_some()),
+            ("index", index.as_slice() != [DEFAULT_INDEX]),
+            ("follow_symlinks", *follow_symlinks),
+            ("access_log", access_log.is_some()),
+            ("hsts", hsts.is_some()),
+            ("redirect_to_https", *redirect_to_https),
+            ("headers", !headers.is_empty()),
+            ("cache", !cache.is_empty()),
+            ("rule", !rules.is_empty()),
+            ("errors", !errors.is_empty()),
+            ("replace_app_errors", *replace_app_errors),
+            ("compress", !compress.is_empty()),
+            ("trusted_proxies", !trusted_proxies.is_empty()),
+            ("deny_action", *deny_action != DenyAction::default()),
+            ("metrics", *metrics),
+            ("limit", limit.is_some()),
+        ]
+        .into_iter()
+        .chain(access_keys)
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect()
     }
 
     /// The site as `pool`'s workers are told it: whole if it serves the site, else its

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod access;
+mod activation;
 mod answers;
 mod backpressure;
 mod front;

@@ -218,7 +218,7 @@ impl Validator {
         if no_lists && deny_action != DenyAction::default() {
             self.err(&at("deny_action"), "says what a client refused by allow or deny gets, and the site and its paths have none; add allow or deny, or remove it");
         }
-        SiteSpec {
+        let spec = SiteSpec {
             metrics: raw.metrics.unwrap_or(false),
             limit,
             access,
@@ -233,7 +233,7 @@ impl Validator {
             name,
             bindings,
             root,
-            index: raw.index.unwrap_or_else(|| vec!["index.html".into()]),
+            index: raw.index.unwrap_or_else(|| vec![DEFAULT_INDEX.into()]),
             follow_symlinks: raw.follow_symlinks.unwrap_or(false),
             access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
             proxy_protocol,
@@ -242,6 +242,33 @@ impl Validator {
             hsts,
             redirect_to_https,
             apps,
+        };
+        if let Some(a) = &activated {
+            self.activation_keys(i, &spec, &a.pool);
+        }
+        spec
+    }
+
+    /// Refuses every key of an activated site that acts on requests: its application accepts
+    /// the connections itself, so espalier never reads a request there to act on.
+    fn activation_keys(&mut self, i: usize, site: &SiteSpec, pool: &str) {
+        let fix = |key: &str| {
+            format!("acts on the requests espalier reads, and pool `{pool}` uses transport = \"activation\": its application accepts the site's connections itself, so espalier never sees them and `{key}` would do nothing; serve the app with transport = \"proxy\", or put `{key}` on a site espalier serves")
+        };
+        for key in site.request_keys() {
+            self.err(&[Seg::Key("site"), Seg::Index(i), Seg::Key(key)], fix(key));
+        }
+        for (k, app) in site.apps.iter().enumerate() {
+            for key in app.request_keys() {
+                let at = [
+                    Seg::Key("site"),
+                    Seg::Index(i),
+                    Seg::Key("app"),
+                    Seg::Index(k),
+                    Seg::Key(key),
+                ];
+                self.err(&at, fix(key));
+            }
         }
     }
 
