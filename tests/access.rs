@@ -144,3 +144,76 @@ fn allow_and_deny_by_address_on_sites_and_paths() {
     assert_eq!(h2("127.0.0.1", closing), (true, "200".to_string()));
     drop(server);
 }
+
+/// Behind HAProxy with `option forwardfor`, which adds its own `X-Forwarded-For` line after
+/// whatever the client sent: the client's forged first line must not pass the allow list
+/// (nginx's `realip` reads the lines as one list too). Issue #39, item 4.
+#[test]
+fn a_forged_forwarded_for_line_before_haproxys_does_not_pass_the_allow_list() {
+    need_tools("haproxy:haproxy", "HAProxy");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "<p>members\n").unwrap();
+    let (front, back) = (free_port(), free_port());
+    // Only 192.0.2.0/24 and 127.0.0.6 may come in; HAProxy (connecting from 127.0.0.1, not
+    // itself allowed) is trusted to say who the client is.
+    let config = format!(
+        "[[pool]]\nname = \"files\"\n[[site]]\nname = \"members\"\nbindings = [\"http://127.0.0.1:{back}\"]\nroot = \"www\"\ntrusted_proxies = [\"127.0.0.1\"]\nallow = [\"192.0.2.0/24\", \"127.0.0.6\"]\n[[site.app]]\npool = \"files\"\n"
+    );
+    let server = Server::with_config(d, &config);
+    let haproxy_cfg = format!(
+        "global\n    maxconn 100\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 10s\n    timeout server 10s\nfrontend web\n    bind 127.0.0.1:{front}\n    option forwardfor\n    default_backend members\nbackend members\n    server s 127.0.0.1:{back} source 127.0.0.1\n"
+    );
+    std::fs::write(d.join("haproxy.cfg"), haproxy_cfg).unwrap();
+    let _haproxy = Stopped(
+        std::process::Command::new("haproxy")
+            .args(["-db", "-f"])
+            .arg(d.join("haproxy.cfg"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("haproxy"),
+    );
+    let lb = SocketAddr::from(([127, 0, 0, 1], front));
+    wait_listening(lb, std::time::Duration::from_secs(10));
+    // The client's own address is refused, with or without a forged line of its own.
+    assert_eq!(
+        status_from("127.0.0.5", lb, "/", ""),
+        403,
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(
+        status_from("127.0.0.5", lb, "/", "X-Forwarded-For: 192.0.2.7\r\n"),
+        403,
+        "a forged first line was believed"
+    );
+    assert_eq!(
+        status_from(
+            "127.0.0.5",
+            lb,
+            "/",
+            "X-Forwarded-For: 192.0.2.7, 127.0.0.1\r\n"
+        ),
+        403,
+        "a forged trusted entry walked the list past HAProxy's own"
+    );
+    // A client in the list, as HAProxy names it, is let in whatever it forged before.
+    assert_eq!(
+        status_from("127.0.0.6", lb, "/", "X-Forwarded-For: 10.9.9.9\r\n"),
+        200,
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(
+        status_from(
+            "127.0.0.5",
+            SocketAddr::from(([127, 0, 0, 1], back)),
+            "/",
+            "X-Forwarded-For: 192.0.2.7\r\n"
+        ),
+        403,
+        "straight to espalier from an untrusted peer, the header is ignored"
+    );
+}

@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Network namespaces made for one test, removed with it (after the processes in them, which
@@ -65,15 +65,6 @@ fn inside(ns: &str) -> [String; 2] {
 }
 
 /// A child process killed with the test.
-struct Stopped(Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 const TOKEN: &str = "fleet-test-token-0123456789";
 
 fn instance_config(name: &str, ip: &str) -> String {

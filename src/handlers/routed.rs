@@ -246,7 +246,7 @@ fn client_of(s: &Site, req: &Request<'_>) -> Option<std::net::IpAddr> {
     }
     Some(access::client(
         peer,
-        req.header("x-forwarded-for"),
+        req.header_values("x-forwarded-for"),
         &s.trusted,
     ))
 }

@@ -101,6 +101,16 @@ impl<'a> Request<'a> {
             .map(str::trim)
     }
 
+    /// Every value of the field `name`, in the order received (a field may be sent on several
+    /// lines, RFC 9110 §5.3); a value that is not UTF-8 comes as `""`, so a list walk stops
+    /// there rather than skipping it.
+    pub fn header_values(&self, name: &'a str) -> impl DoubleEndedIterator<Item = &'a str> + '_ {
+        self.headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| std::str::from_utf8(h.value).map_or("", str::trim))
+    }
+
     /// The request with another target (`path` or `path?query`, as received: still
     /// percent-encoded), as a rewrite rule makes it; everything else its own.
     pub fn retargeted(&self, target: &'a str) -> Request<'a> {

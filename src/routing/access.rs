@@ -122,13 +122,22 @@ impl AccessList {
 /// not a trusted proxy itself, walking from the right (each proxy appends the address it
 /// got the request from; only the entries our proxies added can be believed). A malformed
 /// entry ends the walk at the proxy that appended it.
-pub fn client(peer: IpAddr, forwarded_for: Option<&str>, trusted: &[Cidr]) -> IpAddr {
+///
+/// `forwarded_for` is every `X-Forwarded-For` line of the request, in the order received:
+/// they are one comma-joined list (RFC 9110 §5.3), so a proxy that adds a line of its own
+/// (HAProxy's `option forwardfor`) puts its entry last, after the client's. Reading only the
+/// first line would believe whatever the client wrote there.
+pub fn client<'a>(
+    peer: IpAddr,
+    forwarded_for: impl DoubleEndedIterator<Item = &'a str>,
+    trusted: &[Cidr],
+) -> IpAddr {
     let trusts = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
     if !trusts(peer) {
         return peer;
     }
     let mut client = peer;
-    for entry in forwarded_for.unwrap_or_default().rsplit(',') {
+    for entry in forwarded_for.rev().flat_map(|line| line.rsplit(',')) {
         match entry.trim().parse::<IpAddr>() {
             Ok(ip) => {
                 client = ip;
@@ -195,29 +204,60 @@ mod tests {
         let trusted = [Cidr::parse("10.1.0.0/16").unwrap()];
         // From a trusted proxy: the entry it appended.
         assert_eq!(
-            client(ip("10.1.0.5"), Some("192.0.2.7"), &trusted),
+            client(ip("10.1.0.5"), ["192.0.2.7"].into_iter(), &trusted),
             ip("192.0.2.7")
         );
         // A client's forged entries before the real one are not believed.
         assert_eq!(
-            client(ip("10.1.0.5"), Some("6.6.6.6, 192.0.2.7"), &trusted),
+            client(ip("10.1.0.5"), ["6.6.6.6, 192.0.2.7"].into_iter(), &trusted),
             ip("192.0.2.7")
         );
         // Two proxies of ours in a row.
         assert_eq!(
-            client(ip("10.1.0.5"), Some("192.0.2.7, 10.1.0.9"), &trusted),
+            client(
+                ip("10.1.0.5"),
+                ["192.0.2.7, 10.1.0.9"].into_iter(),
+                &trusted
+            ),
             ip("192.0.2.7")
         );
         // From anyone else, the header is ignored.
         assert_eq!(
-            client(ip("198.51.100.1"), Some("10.1.0.5"), &trusted),
+            client(ip("198.51.100.1"), ["10.1.0.5"].into_iter(), &trusted),
             ip("198.51.100.1")
         );
         // Garbage stops the walk at the proxy.
         assert_eq!(
-            client(ip("10.1.0.5"), Some("1.2.3.4, bogus"), &trusted),
+            client(ip("10.1.0.5"), ["1.2.3.4, bogus"].into_iter(), &trusted),
             ip("10.1.0.5")
         );
-        assert_eq!(client(ip("10.1.0.5"), None, &trusted), ip("10.1.0.5"));
+        assert_eq!(
+            client(ip("10.1.0.5"), [].into_iter(), &trusted),
+            ip("10.1.0.5")
+        );
+    }
+
+    #[test]
+    fn every_forwarded_for_line_counts_as_one_list() {
+        let trusted = [Cidr::parse("10.1.0.0/16").unwrap()];
+        // HAProxy's `option forwardfor` adds its own line after the client's forged one:
+        // the last line's entry is the one our proxy wrote.
+        let lines = ["10.1.0.77", "192.0.2.7"];
+        assert_eq!(
+            client(ip("10.1.0.5"), lines.into_iter(), &trusted),
+            ip("192.0.2.7")
+        );
+        // A trusted entry on the last line walks on into the line before it.
+        let lines = ["6.6.6.6, 192.0.2.9", "10.1.0.9"];
+        assert_eq!(
+            client(ip("10.1.0.5"), lines.into_iter(), &trusted),
+            ip("192.0.2.9")
+        );
+        // Garbage on a later line stops the walk there, not at the first line.
+        let lines = ["192.0.2.9", "bogus"];
+        assert_eq!(
+            client(ip("10.1.0.5"), lines.into_iter(), &trusted),
+            ip("10.1.0.5")
+        );
     }
 }

@@ -111,6 +111,30 @@ pub fn with_own_admin(config: &str) -> (String, String) {
     (config, addr)
 }
 
+/// A peer program a test started (HAProxy, nginx…): killed and reaped when dropped, so a
+/// failing assertion never leaves it running.
+pub struct Stopped(pub Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until something accepts connections on `addr` (a peer program just started),
+/// failing the test after `within`.
+pub fn wait_listening(addr: SocketAddr, within: Duration) {
+    let deadline = Instant::now() + within;
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listens on {addr} after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A running `espalier serve`. Dropping it stops the server (SIGTERM, then SIGKILL) and waits.
 pub struct Server {
     pub child: Child,
