@@ -502,3 +502,37 @@ fn apps_are_chosen_on_the_normalized_path() {
     assert_eq!((r.status, r.text()), (200, "hello\n".to_string()));
     assert_eq!(get(site.addr(), "/dyn/%2e%2e/%2e%2e/x", "").status, 400);
 }
+
+/// A client's own path never becomes a `Location` another host's: the directory redirect
+/// and a rule's `$1` and `{path}` all give `/evil.example/`, not `//evil.example/` (scheme-relative,
+/// an open redirect), for every spelling browsers read as one. Issue #39, item 14.
+#[test]
+fn redirects_built_from_a_clients_path_stay_on_the_site() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("www/evil.example")).unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"web\"\nprocesses = 1\n[[site]]\nname = \"web\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n\
+         [[site.rule]]\nmatch = \"^/go/(.*)$\"\nredirect = \"/$1\"\n[[site.rule]]\nmatch = \"here$\"\nredirect = \"{{path}}/\"\n[[site.app]]\npool = \"web\"\n"
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for (path, expected) in [
+        ("//evil.example", "/evil.example/"),
+        ("///evil.example?x=1", "/evil.example/?x=1"),
+        ("/evil.example", "/evil.example/"),
+        ("/go//evil.example/", "/evil.example/"),
+        ("/go/\\evil.example/", "/%5Cevil.example/"),
+        ("/go/a//b", "/a/b"),
+        ("//here", "/here/"),
+    ] {
+        let r = get(addr, path, "");
+        assert!(
+            r.status == 301 || r.status == 302,
+            "{path}: {} {}",
+            r.status,
+            server.log_text()
+        );
+        assert_eq!(r.header("location"), Some(expected), "{path}");
+    }
+}

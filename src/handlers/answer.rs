@@ -178,7 +178,7 @@ fn redirect_to_https(req: &Request<'_>, port: u16, resp: &mut Responder<'_>) {
 fn redirect(resp: &mut Responder<'_>, status: u16, location: &str) {
     let text = format!("{status} {}\n", crate::http::reason(status));
     resp.status(status)
-        .header("Location", location)
+        .header("Location", &crate::http::local_location(location))
         .header("Content-Type", "text/plain; charset=utf-8")
         .body(text.as_bytes());
 }

@@ -351,6 +351,20 @@ pub fn head_may_be_complete(buf: &[u8], scanned: usize, limits: &HeadLimits) -> 
     memchr::memchr(b'\n', &buf[from..]).is_some()
 }
 
+/// `location` made safe to send as a `Location` of this server's own: a local path that
+/// starts with two slashes or a backslash (`//evil.example/`, `/\\evil.example`) would be
+/// read by browsers as another host's URL (scheme-relative), an open redirect built from a
+/// client's own path — its leading run of slashes becomes one, as nginx's merged slashes
+/// would give. Anything else (an absolute URL an operator wrote) is left as it is.
+pub fn local_location(location: &str) -> std::borrow::Cow<'_, str> {
+    let is_lead = |c: char| matches!(c, '/' | '\\' | '\t' | '\n' | '\r');
+    let rest = location.trim_start_matches(is_lead);
+    if !location.starts_with(['/', '\\']) || location.len() - rest.len() == 1 {
+        return std::borrow::Cow::Borrowed(location);
+    }
+    std::borrow::Cow::Owned(format!("/{rest}"))
+}
+
 /// The reason phrase of a status code.
 pub fn reason(status: u16) -> &'static str {
     match status {

@@ -568,3 +568,19 @@ fn a_body_written_in_place_is_framed_by_its_length() {
         assert_eq!(&answer[head..], if head_only { &[][..] } else { &body[..] });
     }
 }
+
+#[test]
+fn a_local_location_never_names_another_host() {
+    for (given, sent) in [
+        ("/a/b/", "/a/b/"),
+        ("//evil%E3%80%82example/", "/evil%E3%80%82example/"),
+        ("///evil.example/", "/evil.example/"),
+        ("/\\evil.example/", "/evil.example/"),
+        ("\\\\evil.example", "/evil.example"),
+        ("/\t/evil.example", "/evil.example"),
+        ("https://shop.example//x", "https://shop.example//x"),
+        ("/", "/"),
+    ] {
+        assert_eq!(local_location(given), sent, "{given:?}");
+    }
+}

@@ -257,7 +257,7 @@ impl StaticFiles {
                     location.push_str(req.query);
                 }
                 resp.status(301)
-                    .header("Location", &location)
+                    .header("Location", &crate::http::local_location(&location))
                     .header("Content-Type", "text/plain; charset=utf-8")
                     .body(b"301 Moved Permanently\n");
                 Reply::Done
