@@ -478,6 +478,17 @@ pool = "raw"
     assert!(raw("/huge-head").starts_with("HTTP/1.1 502"));
     // So is one with more fields than a head may have (100).
     assert!(raw("/many-headers").starts_with("HTTP/1.1 502"));
+    // Each 502 leaves its cause in the server's log, naming the app (issue #39, item 16).
+    for cause in [
+        "Content-Length and Transfer-Encoding disagree",
+        "malformed, cut-off or over-64-KiB",
+    ] {
+        let line = app.server.wait_for_log(cause, Duration::from_secs(10));
+        assert!(
+            line.contains("answered 502: the app at http://127.0.0.1:"),
+            "{line}"
+        );
+    }
     // A body ended by the close goes to an HTTP/1.1 client in chunks.
     let r = get(app.addr, "/until-close", "");
     assert_eq!((r.status, r.text().as_str()), (200, "hello until close"));

@@ -16,6 +16,12 @@ pub mod private_dir;
 pub mod process;
 pub mod uring;
 
+/// Whether the `n`th (from 1) of a run of like events is worth a log line: the first ten, then
+/// each power of two, so a flood of one cause (a bug, a dead app) cannot flood the log.
+pub fn nth_worth_logging(n: u64) -> bool {
+    n <= 10 || n.is_power_of_two()
+}
+
 /// A lifecycle log line on stderr: `espalier[<who>]: <message>`. Requests are never logged
 /// here; this is for starts, exits and decisions an operator must see.
 ///

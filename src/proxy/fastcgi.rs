@@ -210,7 +210,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         // The slot (under max_requests_per_process) is held until the answer is done.
         let (endpoint, mut conn, slot) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            Err(status) => return own.unavailable(stream, status).await,
+            Err(status) => {
+                if status != 503 {
+                    route.log_failure(None, status, "could not be connected to");
+                }
+                return own.unavailable(stream, status).await;
+            }
         };
         if write_timeout(&mut conn, &req.records, timeout)
             .await
@@ -220,11 +225,15 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 avoid = Some(endpoint);
                 continue;
             }
+            route.log_failure(Some(&endpoint), 502, "did not take the FastCGI request");
             return own.answer(stream, 502).await;
         }
         match send_stdin(stream, rbuf, &mut conn, req.body_len, body_timeout, timeout).await {
             Ok(()) => {}
-            Err(Failure::Answer(status)) => return own.answer(stream, status).await,
+            Err(Failure::Answer(status)) => {
+                route.log_failure(Some(&endpoint), status, "did not take the request's body");
+                return own.answer(stream, status).await;
+            }
             Err(Failure::Drop) => return Outcome::Close,
         }
         let asked = std::time::Instant::now();
@@ -240,21 +249,33 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 avoid = Some(endpoint);
             }
             Err(e) => {
+                let cause = format!("did not answer ({e})");
                 let status = status_of(e);
                 if status == 504 {
                     route.timed_out(&endpoint);
                 }
+                route.log_failure(Some(&endpoint), status, &cause);
                 return own.answer(stream, status).await;
             }
         }
     };
     let (head, head_len) = match read_cgi_head(&mut conn, first, timeout, &endpoint).await {
         Ok(h) => h,
-        Err(status) => return own.answer(stream, status).await,
+        Err(status) => {
+            let cause =
+                "ended or broke its answer before a whole CGI header block (or one over its bound)";
+            route.log_failure(Some(&endpoint), status, cause);
+            return own.answer(stream, status).await;
+        }
     };
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let Ok(httparse::Status::Complete((_, fields))) = httparse::parse_headers(&head, &mut fields)
     else {
+        route.log_failure(
+            Some(&endpoint),
+            502,
+            "answered a CGI header block that does not parse",
+        );
         return own.answer(stream, 502).await;
     };
     // CGI: `Status: 404 Not Found`; a `Location` alone is a redirect (RFC 3875 §6.2).
@@ -269,7 +290,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 .and_then(|c| c.parse().ok());
             match code {
                 Some(c) if (200..600).contains(&c) => status = c,
-                _ => return own.answer(stream, 502).await,
+                _ => {
+                    route.log_failure(
+                        Some(&endpoint),
+                        502,
+                        "answered a `Status` that is not a status code",
+                    );
+                    return own.answer(stream, 502).await;
+                }
             }
         } else if f.name.eq_ignore_ascii_case("location") {
             located = true;

@@ -88,7 +88,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         // The slot (under max_requests_per_process) is held until the answer is done.
         let (endpoint, mut conn, slot) = match route.connection(avoid.take()).await {
             Ok(c) => c,
-            Err(status) => return own.unavailable(stream, status).await,
+            Err(status) => {
+                if status != 503 {
+                    route.log_failure(None, status, "could not be connected to");
+                }
+                return own.unavailable(stream, status).await;
+            }
         };
         if write_timeout(&mut conn, &req.head, settings.response_timeout)
             .await
@@ -98,6 +103,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 avoid = Some(endpoint);
                 continue;
             }
+            route.log_failure(Some(&endpoint), 502, "did not take the request's head");
             return own.answer(stream, 502).await;
         }
         let sent = send_body(
@@ -112,7 +118,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         .await;
         match sent {
             Ok(()) => {}
-            Err(Failure::Answer(status)) => return own.answer(stream, status).await,
+            Err(Failure::Answer(status)) => {
+                if status == 502 {
+                    route.log_failure(Some(&endpoint), 502, "did not take the request's body");
+                }
+                return own.answer(stream, status).await;
+            }
             Err(Failure::Drop) => return Outcome::Close,
         }
         let mut ubuf = Vec::with_capacity(8 << 10);
@@ -131,9 +142,26 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             }
             Err(HeadError::Timeout) => {
                 route.timed_out(&endpoint);
+                let cause = format!(
+                    "did not answer within response_timeout ({:?})",
+                    settings.response_timeout
+                );
+                route.log_failure(Some(&endpoint), 504, &cause);
                 return own.answer(stream, 504).await;
             }
-            Err(_) => return own.answer(stream, 502).await,
+            Err(HeadError::ClosedEarly) => {
+                route.log_failure(
+                    Some(&endpoint),
+                    502,
+                    "closed the connection without answering",
+                );
+                return own.answer(stream, 502).await;
+            }
+            Err(HeadError::Garbage) => {
+                let cause = "answered a malformed, cut-off or over-64-KiB HTTP/1.x response head";
+                route.log_failure(Some(&endpoint), 502, cause);
+                return own.answer(stream, 502).await;
+            }
         }
     };
     // The response head, parsed again for its fields (the buffer is ours now).
@@ -143,6 +171,11 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         resp.parse(&ubuf[..head_len]),
         Ok(httparse::Status::Complete(_))
     ) {
+        route.log_failure(
+            Some(&endpoint),
+            502,
+            "answered a response head that does not parse",
+        );
         return own.answer(stream, 502).await;
     }
     let status = resp.code.unwrap_or(502);
@@ -153,11 +186,20 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || upstream_minor == 0;
     let kind = match body_kind(status, req.head_only, resp.headers) {
         Some(k) => k,
-        None => return own.answer(stream, 502).await,
+        None => {
+            let cause = "answered with a framing that cannot be relayed (Content-Length and Transfer-Encoding disagree or are malformed)";
+            route.log_failure(Some(&endpoint), 502, cause);
+            return own.answer(stream, 502).await;
+        }
     };
     report.status.set(status);
     let switching = status == 101 && req.upgrade;
     if status == 101 && !req.upgrade {
+        route.log_failure(
+            Some(&endpoint),
+            502,
+            "switched protocols (101) on a request that asked for no upgrade",
+        );
         return own.answer(stream, 502).await;
     }
     // The site's page instead of the app's error body (which is left unread: the app's

@@ -109,6 +109,8 @@ pub struct ProxyRoute {
     /// Requests in a row that timed out, per app process (this thread's view; empty while
     /// every app answers, so an answer costs one check).
     silent: RefCell<Vec<(Endpoint, u32)>>,
+    /// Requests this thread answered 502 or 504 for the app, for the log's bound.
+    failures: Cell<u64>,
 }
 
 impl ProxyRoute {
@@ -126,6 +128,22 @@ impl ProxyRoute {
             worker_line,
             remote: Cell::new(0),
             silent: RefCell::new(Vec::new()),
+            failures: Cell::new(0),
+        }
+    }
+
+    /// Logs why a request was answered `status` (502 or 504) for the app at `endpoint`: the
+    /// client's page cannot say, and an access log (off by default) gives only the status.
+    /// Bounded by [`crate::os::nth_worth_logging`] per thread, so a dead app cannot flood it.
+    pub(super) fn log_failure(&self, endpoint: Option<&Endpoint>, status: u16, cause: &str) {
+        let n = self.failures.get() + 1;
+        self.failures.set(n);
+        if crate::os::nth_worth_logging(n) {
+            let app = endpoint.map_or_else(|| "the app".to_string(), |e| format!("the app at {e}"));
+            crate::os::log(
+                "proxy",
+                format_args!("answered {status}: {app} {cause} (failure {n} of this thread; later ones are logged at powers of two)"),
+            );
         }
     }
 

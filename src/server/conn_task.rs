@@ -82,12 +82,6 @@ impl Drop for Slot {
     }
 }
 
-/// Whether the `n`th panic of a thread is logged: the first ten, then each power of two, so
-/// a flood of one bug cannot flood the log.
-fn worth_logging(n: u64) -> bool {
-    n <= 10 || n.is_power_of_two()
-}
-
 /// Serves one connection in its slot, with what it brings when it was handed over (see
 /// [`crate::handoff::Carried`]); a panic is contained here (see the module docs).
 pub async fn serve(
@@ -109,7 +103,7 @@ pub async fn serve(
     drop(slot);
     if outcome.is_err() {
         let n = panics.fetch_add(1, Ordering::Relaxed) + 1;
-        if worth_logging(n) {
+        if crate::os::nth_worth_logging(n) {
             let place = LAST_PANIC.with(|p| std::mem::take(&mut *p.borrow_mut()));
             let peer = peer.map_or_else(|| "an unknown peer".to_string(), |p| p.to_string());
             log(
@@ -152,7 +146,9 @@ mod tests {
 
     #[test]
     fn the_log_is_rate_limited() {
-        let logged: Vec<u64> = (1..=5000).filter(|&n| worth_logging(n)).collect();
+        let logged: Vec<u64> = (1..=5000)
+            .filter(|&n| crate::os::nth_worth_logging(n))
+            .collect();
         assert_eq!(logged.len(), 10 + 9, "1..=10, then 16, 32, …, 4096");
     }
 }
