@@ -168,3 +168,45 @@ fn the_balancers_header_names_the_client_everywhere() {
     remotes.sort();
     assert_eq!(remotes, ["127.0.0.1", "192.0.2.77", "198.51.100.4"]);
 }
+
+/// `proxy_protocol_from` (issue #39, item 15): only the balancer's address may name a
+/// client; any other peer speaks plain HTTP on the same port, and a PROXY header from it is
+/// a bad request, never believed.
+#[test]
+fn only_the_listed_peers_may_send_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"web\"\nprocesses = 1\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{port}\"]\nproxy_protocol = true\nproxy_protocol_from = [\"127.0.0.2/32\"]\n[[site.app]]\npool = \"web\"\nhandler = \"dynamic\"\n"
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // The balancer (127.0.0.2) names the client.
+    let mut c = Conn::open_from("127.0.0.2", addr);
+    c.send(b"PROXY TCP4 192.0.2.77 127.0.0.1 40001 80\r\n");
+    c.send(&request("a", "/"));
+    let r = c.read_response(false).expect("an answer to the balancer");
+    assert_eq!(
+        client_on_page(&r.text()),
+        "192.0.2.77",
+        "{}",
+        server.log_text()
+    );
+    // Without a header, the balancer is refused as before: it must send one.
+    let mut c = Conn::open_from("127.0.0.2", addr);
+    c.send(&request("a", "/"));
+    assert!(c.closed());
+    // Anyone else is served as a plain HTTP client, under its own address…
+    let mut c = Conn::open_from("127.0.0.3", addr);
+    c.send(&request("a", "/"));
+    let r = c
+        .read_response(false)
+        .expect("an answer to a direct client");
+    assert_eq!(client_on_page(&r.text()), "127.0.0.3");
+    // …and a header it forges is a bad request, its address never taken.
+    let mut c = Conn::open_from("127.0.0.3", addr);
+    c.send(b"PROXY TCP4 192.0.2.77 127.0.0.1 40001 80\r\n");
+    c.send(&request("a", "/"));
+    let r = c.read_response(false).expect("a refusal");
+    assert_eq!(r.status, 400);
+}

@@ -59,6 +59,7 @@ impl Config {
                 follow_symlinks: false,
                 access_log: None,
                 proxy_protocol: false,
+                proxy_protocol_from: Vec::new(),
                 tls: None,
                 client_certs: None,
                 hsts: None,

@@ -126,6 +126,8 @@ pub struct RawSite {
     pub follow_symlinks: Option<bool>,
     pub access_log: Option<RawAccessLog>,
     pub proxy_protocol: Option<bool>,
+    /// The peers that may send the PROXY header (`["10.0.0.0/8"]`); others speak HTTP.
+    pub proxy_protocol_from: Option<Vec<String>>,
     pub tls: Option<RawTls>,
     pub client_certs: Option<RawClientCerts>,
     pub metrics: Option<bool>,

@@ -194,6 +194,11 @@ pub struct SiteSpec {
     /// load balancer, naming the real client. Default false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub proxy_protocol: bool,
+    /// With `proxy_protocol`, the peers whose connections start with the header (a load
+    /// balancer's addresses); any other peer's connection is read as plain HTTP, so a header
+    /// it sends is refused as a bad request. Empty: every peer sends it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxy_protocol_from: Vec<Cidr>,
     /// Its certificate chain and key for `https://` bindings (`tls = { cert, key }`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsFiles>,
@@ -291,6 +296,7 @@ impl SiteSpec {
                 .collect(),
             access_log: None,
             proxy_protocol: false,
+            proxy_protocol_from: Vec::new(),
             tls: None,
             client_certs: None,
             hsts: None,
@@ -321,6 +327,7 @@ impl SiteSpec {
             name: _,
             bindings: _,
             proxy_protocol: _,
+            proxy_protocol_from: _,
             tls: _,
             client_certs: _,
             apps: _,

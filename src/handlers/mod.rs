@@ -106,6 +106,8 @@ struct Group {
     /// route checked for a hand-off).
     shared: bool,
     proxy_protocol: bool,
+    /// The peers that send the header; empty: every peer.
+    proxy_protocol_from: Vec<crate::routing::access::Cidr>,
     tls: bool,
 }
 
@@ -160,6 +162,7 @@ impl ThreadService {
                     hosts,
                     shared,
                     proxy_protocol: g.proxy_protocol,
+                    proxy_protocol_from: g.proxy_protocol_from.clone(),
                     tls: g.tls,
                 }
             })
@@ -557,8 +560,12 @@ impl Service for ThreadService {
         self.groups.iter().position(|g| g.addr == addr)
     }
 
-    fn proxy_protocol(&self, group: usize) -> bool {
-        self.groups.get(group).is_some_and(|g| g.proxy_protocol)
+    fn proxy_protocol(&self, group: usize, peer: Option<std::net::IpAddr>) -> bool {
+        self.groups.get(group).is_some_and(|g| {
+            g.proxy_protocol
+                && (g.proxy_protocol_from.is_empty()
+                    || peer.is_some_and(|ip| g.proxy_protocol_from.iter().any(|c| c.contains(ip))))
+        })
     }
 
     fn tls(&self, group: usize) -> Option<&tokio_rustls::TlsAcceptor> {

@@ -57,7 +57,14 @@ pub async fn serve_accepted<S: Service + 'static>(
     env: Rc<ConnEnv<S>>,
     mut carried: Carried,
 ) {
-    let proxy_header = !carried.header_read && env.service.proxy_protocol(group);
+    // A connection the master passed on (an on-demand pool's first) carries no peer: ask the
+    // socket, for the address's list of who may send a PROXY header.
+    let peer = carried.client.or_else(|| {
+        let asked = (!carried.header_read).then(|| socket.socket().peer_addr().ok());
+        asked.flatten().and_then(|a| a.as_socket())
+    });
+    let proxy_header =
+        !carried.header_read && env.service.proxy_protocol(group, peer.map(|a| a.ip()));
     if let (Some(ring), None, false) = (&env.ring, env.service.tls(group), proxy_header) {
         if let Ok(socket) = socket.onto_ring(ring) {
             serve(socket, group, env, carried).await

@@ -188,9 +188,9 @@ pub trait Service {
         None
     }
 
-    /// Whether connections on `group` start with a PROXY protocol header (see
-    /// [`super::proxy_header`]).
-    fn proxy_protocol(&self, _group: usize) -> bool {
+    /// Whether a connection from `peer` on `group` starts with a PROXY protocol header (see
+    /// [`super::proxy_header`]): the address says so, for every peer or for those it names.
+    fn proxy_protocol(&self, _group: usize, _peer: Option<std::net::IpAddr>) -> bool {
         false
     }
 

@@ -23,6 +23,9 @@ pub struct GroupRoutes {
     /// `config::validate`).
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// The peers that send it, when not every one (its sites agree).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxy_protocol_from: Vec<access::Cidr>,
     /// An https address: TLS with its sites' certificates, by SNI.
     #[serde(default)]
     pub tls: bool,

@@ -64,6 +64,7 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
                             addr: b.addr,
                             hosts: Vec::new(),
                             proxy_protocol: false,
+                            proxy_protocol_from: site.proxy_protocol_from.clone(),
                             tls: b.tls,
                         },
                         sockets: Vec::new(),

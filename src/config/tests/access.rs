@@ -229,3 +229,46 @@ fn client_certs_are_refused_without_https_or_a_readable_authority() {
         .contains("ca.pem holds no CERTIFICATE block"));
     assert!(crate::certs::client_roots(pem, "ca.pem").is_err());
 }
+
+#[test]
+fn proxy_protocol_from_needs_the_header_and_agreement_on_its_address() {
+    let site = |name: &str, keys: &str| {
+        format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:8080:{name}.example\"]\n{keys}\n[[site.app]]\npool = \"p\"\n")
+    };
+    let parse = |sites: String| {
+        Config::parse(
+            &format!("[[pool]]\nname = \"p\"\n{sites}"),
+            Path::new("/etc/espalier/t.toml"),
+            &fixture("dl980"),
+        )
+    };
+    let c = parse(site(
+        "a",
+        "proxy_protocol = true\nproxy_protocol_from = [\"10.0.0.0/8\", \"::1\"]",
+    ))
+    .unwrap();
+    assert_eq!(c.sites[0].proxy_protocol_from.len(), 2);
+    for (sites, says) in [
+        (
+            site("a", "proxy_protocol_from = [\"10.0.0.0/8\"]"),
+            "key `site[0].proxy_protocol_from`: says which peers",
+        ),
+        (
+            site(
+                "a",
+                "proxy_protocol = true\nproxy_protocol_from = [\"10.0.0.300\"]",
+            ),
+            "key `site[0].proxy_protocol_from[0]`",
+        ),
+        (
+            site(
+                "a",
+                "proxy_protocol = true\nproxy_protocol_from = [\"10.0.0.0/8\"]",
+            ) + &site("b", "proxy_protocol = true"),
+            "whose proxy_protocol_from differ",
+        ),
+    ] {
+        let e = parse(sites).expect_err(says).to_string();
+        assert!(e.contains(says), "{says}: {e}");
+    }
+}

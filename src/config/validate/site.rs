@@ -158,6 +158,10 @@ impl Validator {
                 msg,
             );
         }
+        let proxy_protocol_from = self.cidrs(&at("proxy_protocol_from"), raw.proxy_protocol_from);
+        if !proxy_protocol && !proxy_protocol_from.is_empty() {
+            self.err(&at("proxy_protocol_from"), "says which peers may start their connections with a PROXY protocol header, and the site reads none; add proxy_protocol = true, or remove it");
+        }
         let tls = self.site_tls(i, raw.tls, base, &bindings);
         let client_certs = self.client_certs(i, raw.client_certs, base, &bindings);
         let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
@@ -237,6 +241,7 @@ impl Validator {
             follow_symlinks: raw.follow_symlinks.unwrap_or(false),
             access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
             proxy_protocol,
+            proxy_protocol_from,
             tls,
             client_certs,
             hsts,
@@ -585,6 +590,9 @@ impl Validator {
                 (other_site, s)
             };
             return Some(format!("`{b}` is shared by site `{}` (proxy_protocol = true) and site `{}` (without it); a connection's PROXY header is read before its host is known, so the sites of one address must agree: set proxy_protocol the same in both, or give one its own port", with.name, without.name));
+        }
+        if s.proxy_protocol_from != other_site.proxy_protocol_from {
+            return Some(format!("`{b}` is shared by site `{}` and site `{}`, whose proxy_protocol_from differ; who may send a PROXY header is decided before the host is known, so the sites of one address must agree: give them the same list, or one its own port", s.name, other_site.name));
         }
         if b.tls && s.client_certs != other_site.client_certs {
             return Some(format!("`{b}` is shared by site `{}` and site `{}`, which ask for client certificates differently (client_certs); the certificate is asked in the handshake, before the host is known, so the sites of one https address must agree: give them the same client_certs, or one its own port", s.name, other_site.name));

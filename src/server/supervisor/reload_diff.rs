@@ -31,6 +31,7 @@ pub(super) struct Picture<'a> {
 struct Outline<'a> {
     pools: &'a [String],
     proxy_protocol: bool,
+    proxy_protocol_from: &'a [crate::routing::access::Cidr],
     tls: bool,
     hosts: Vec<(&'a Option<String>, Option<SiteSpec>)>,
     workers: Vec<Option<&'a Vec<&'a WorkerPlan>>>,
@@ -79,6 +80,7 @@ impl<'a> Indexed<'a> {
         Outline {
             pools: &g.pools,
             proxy_protocol: g.routes.proxy_protocol,
+            proxy_protocol_from: &g.routes.proxy_protocol_from,
             tls: g.routes.tls,
             hosts: g
                 .routes
