@@ -168,3 +168,63 @@ fn a_burst_of_reloads_fails_no_request() {
         server.log_text()
     );
 }
+
+/// Two servers, one admin address (issue #39, item 7): the second refuses to start in one
+/// line naming `server.admin` and the fix (`check` warns first); commands given the second's
+/// file reach the first and are refused, never acted on it; `serve --admin` gives the second
+/// an endpoint of its own.
+#[test]
+fn commands_given_another_servers_file_are_refused_not_acted_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port_a, port_b, admin) = (free_port(), free_port(), free_port());
+    let a_file = dir.path().join("a.toml");
+    let b_file = dir.path().join("b.toml");
+    let server_line = format!("[server]\nadmin = \"127.0.0.1:{admin}\"\n");
+    std::fs::write(&a_file, format!("{server_line}{}", dynamic(port_a, "", ""))).unwrap();
+    std::fs::write(&b_file, format!("{server_line}{}", dynamic(port_b, "", ""))).unwrap();
+    let a = Server::start(&["-c", "a.toml"], dir.path());
+    let (a_path, b_path) = (a_file.to_str().unwrap(), b_file.to_str().unwrap());
+
+    let check = espalier(&["check", "-c", b_path]);
+    let warned = String::from_utf8_lossy(&check.stderr).into_owned();
+    assert!(warned.contains("warning: key `server.admin`"), "{warned}");
+
+    // Bounded: were it to start, `timeout` ends it (and the code is not 1).
+    let second = Command::new("timeout")
+        .args(["20", env!("CARGO_BIN_EXE_espalier"), "serve", "-c", b_path])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&second.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("b.toml: key `server.admin`: cannot listen on 127.0.0.1:")
+            && last.contains("serve --admin ADDR"),
+        "{err}"
+    );
+
+    // `status` and `reload` with b.toml reach a's endpoint: refused, naming both files.
+    for args in [["status", "-c", b_path], ["reload", "-c", b_path]] {
+        let out = espalier(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is the server of")
+                && err.contains("a.toml")
+                && err.contains("not of")
+                && err.contains("b.toml"),
+            "{err}"
+        );
+    }
+    assert!(!a.log_text().contains("reloaded"), "{}", a.log_text());
+    // With its own file, the same commands act.
+    assert!(espalier_ok(&["status", "-c", a_path]).contains("p "));
+    assert!(espalier_ok(&["reload", "-c", a_path]).contains("reloaded"));
+
+    // The second, on an admin address of its own.
+    let own = format!("127.0.0.1:{}", free_port());
+    let b = Server::start(&["-c", "b.toml", "--admin", &own], dir.path());
+    let status = espalier_ok(&["status", "--admin", &own, "--json"]);
+    assert!(status.contains(&format!("127.0.0.1:{port_b}")), "{status}");
+    drop(b);
+}

@@ -28,6 +28,11 @@ impl AdminArgs {
         }
     }
 
+    /// The config file whose server is meant (`-c FILE`): the server checks it is that one.
+    fn meant(&self) -> Option<&std::path::Path> {
+        self.config.as_deref()
+    }
+
     /// The token for actions: `--token`, `$ESPALIER_ADMIN_TOKEN`, the config's
     /// `admin_token`, or the token file the server made for its address on this machine.
     fn token(&self, addr: SocketAddr) -> Option<String> {
@@ -54,7 +59,7 @@ impl AdminArgs {
 pub(super) fn post(args: &AdminArgs, path: &str) -> Result<i32, String> {
     let addr = args.address()?;
     let token = args.token(addr);
-    let (status, body) = admin::request_with_token(addr, "POST", path, token.as_deref())?;
+    let (status, body) = admin::request_as(addr, "POST", path, token.as_deref(), args.meant())?;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let text = String::from_utf8_lossy(&body);
     let message = v["message"].as_str().unwrap_or(text.trim());
@@ -98,13 +103,12 @@ impl Wanted {
 /// `espalier status`: the pools and workers as a table, or the JSON as served.
 pub(super) fn status(args: &AdminArgs, json: bool, wanted: &Wanted) -> Result<i32, String> {
     let path = format!("/status?{}", wanted.query()?);
-    let (code, body) = admin::request(args.address()?, "GET", &path)?;
+    let (code, body) = admin::request_as(args.address()?, "GET", &path, None, args.meant())?;
     let text = String::from_utf8_lossy(&body);
     if code != 200 {
-        return Err(format!(
-            "the admin endpoint answered {code}: {}",
-            text.trim()
-        ));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let message = v["message"].as_str().unwrap_or(text.trim()).to_string();
+        return Err(format!("the admin endpoint answered {code}: {message}"));
     }
     if json {
         print!("{text}");

@@ -180,6 +180,10 @@ pub struct ServeArgs {
     /// Without a config file: the folder to serve.
     #[arg(long, value_name = "DIR", conflicts_with = "config")]
     pub root: Option<PathBuf>,
+    /// The admin endpoint's address, instead of the config's `[server] admin` (default
+    /// 127.0.0.1:9180): for a second server on the machine.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
     /// Print the placement plan and exit.
     #[arg(long)]
     pub dry_run: bool,

@@ -37,6 +37,11 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
     for addr in addresses_in_use(&c) {
         eprintln!("{}: warning: {addr} is in use by another process, so `serve` cannot listen there (a running espalier that you mean to reload keeps it); stop that process or choose another address", config.display());
     }
+    let admin = c.server.admin;
+    if std::net::TcpListener::bind(admin).is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
+    {
+        eprintln!("{}: warning: key `server.admin`: {admin} is in use by another process, so `serve` would refuse to start (unless that is this file's own server, running); give this server its own [server] admin, or serve --admin ADDR", config.display());
+    }
     println!(
         "{}: ok — {} pool(s), {} site(s), {} worker(s) planned",
         config.display(),

@@ -12,6 +12,14 @@ use std::path::PathBuf;
 
 /// The config `serve` runs: the file, or the built-in default.
 pub fn serve_config(args: &ServeArgs, t: &Topology) -> Result<Config, String> {
+    let mut config = file_or_default(args, t)?;
+    if let Some(admin) = args.admin {
+        config.server.admin = admin;
+    }
+    Ok(config)
+}
+
+fn file_or_default(args: &ServeArgs, t: &Topology) -> Result<Config, String> {
     match &args.config {
         Some(path) => Config::load(path, t).map_err(|e| e.to_string()),
         None => {

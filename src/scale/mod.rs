@@ -86,11 +86,14 @@ struct RunningServer {
 }
 
 impl RunningServer {
-    fn start(config: &Path, cwd: &Path) -> Result<RunningServer, String> {
+    /// Starts `serve -c config` with its admin endpoint on `admin`: a server already on the
+    /// default admin address (the operator's own) would make it refuse to start.
+    fn start(config: &Path, cwd: &Path, admin: u16) -> Result<RunningServer, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let mut child = Command::new(exe)
             .args(["serve", "-c"])
             .arg(config)
+            .args(["--admin", &format!("127.0.0.1:{admin}")])
             .current_dir(cwd)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -203,14 +206,16 @@ pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, Str
     for &workload in &opts.workloads {
         for &step in &plan.steps {
             for &configuration in &opts.configurations {
-                let ports = free_ports(step)?;
+                // The last for the server's admin endpoint, its own (see RunningServer::start).
+                let mut ports = free_ports(step + 1)?;
+                let admin = ports.pop().expect("asked for one more");
                 let config = work.join("espalier.toml");
                 std::fs::write(
                     &config,
                     plan::config_text(&plan, configuration, step, &ports, opts.transport),
                 )
                 .map_err(|e| e.to_string())?;
-                let server = RunningServer::start(&config, &work)?;
+                let server = RunningServer::start(&config, &work, admin)?;
                 let urls: Vec<String> = match configuration {
                     Configuration::Hosting => ports
                         .iter()
@@ -422,7 +427,8 @@ fn isolation(
     let rate = 50.0;
     let mut measured = Vec::new();
     for masked in [false, true] {
-        let ports = free_ports(2)?;
+        let mut ports = free_ports(3)?;
+        let admin = ports.pop().expect("asked for three");
         let (a, b) = if masked {
             (a_cpus.to_string(), b_cpu.to_string())
         } else {
@@ -439,7 +445,7 @@ fn isolation(
         );
         let config = work.join("isolation.toml");
         std::fs::write(&config, text).map_err(|e| e.to_string())?;
-        let _server = RunningServer::start(&config, work)?;
+        let _server = RunningServer::start(&config, work, admin)?;
         let mut heavy = load_options(
             opts,
             plan,

@@ -155,14 +155,41 @@ fn token_of<'a>(req: &crate::http::Request<'a>) -> Option<&'a str> {
     })
 }
 
-/// Starts the endpoint. If its address cannot be bound, serving goes on without it and the
-/// master says so once.
+/// Binds the endpoint's address, before anything else starts: a server whose address is
+/// another's would leave `espalier status`, `reload` and the page talking to that other
+/// server, so it is refused in one line instead.
+pub(super) fn bind(config: &Config) -> Result<std::net::TcpListener, String> {
+    let addr = config.server.admin;
+    std::net::TcpListener::bind(addr).map_err(|e| {
+        format!("key `server.admin`: cannot listen on {addr} for the admin endpoint: {e}; if another espalier serves there, give this one its own address ([server] admin = \"127.0.0.1:9181\", or serve --admin ADDR)")
+    })
+}
+
+/// The header an admin client sends to say which server it means: the canonical path of the
+/// config file it read the address from. A server started from another file refuses.
+pub const CONFIG_HEADER: &str = "x-espalier-config";
+
+/// How a config file is named between client and server: its canonical path.
+pub fn config_identity(path: &std::path::Path) -> String {
+    std::fs::canonicalize(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// Serves the endpoint on `listener` (from [`bind`]).
 pub(super) fn start<E: From<Request> + Send + 'static>(
+    listener: std::net::TcpListener,
     config: &Config,
     topology: &crate::topology::Topology,
     events: mpsc::UnboundedSender<E>,
 ) {
     let addr = config.server.admin;
+    let identity: std::sync::Arc<str> = config
+        .source
+        .as_deref()
+        .map_or_else(String::new, config_identity)
+        .into();
     let token = match server_token(config) {
         Ok(t) => std::sync::Arc::<str>::from(t),
         Err(e) => {
@@ -172,13 +199,13 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
         }
     };
     let machine: std::sync::Arc<[u8]> = super::admin_page::machine_json(topology).into();
-    let listener = match std::net::TcpListener::bind(addr)
-        .and_then(|l| l.set_nonblocking(true).map(|_| l))
-        .and_then(tokio::net::TcpListener::from_std)
+    let listener = match listener
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpListener::from_std(listener))
     {
         Ok(l) => l,
         Err(e) => {
-            log("master", format!("admin endpoint disabled: cannot listen on {addr}: {e} (set [server] admin to a free address)"));
+            log("master", format!("admin endpoint disabled: {addr}: {e}"));
             return;
         }
     };
@@ -211,10 +238,11 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
             };
             let events = events.clone();
             let (token, machine) = (token.clone(), machine.clone());
+            let identity = identity.clone();
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(
                     CONNECTION_TIME,
-                    handle(stream, addr, events, &token, &machine),
+                    handle(stream, addr, events, (&token, &identity), &machine),
                 )
                 .await;
                 drop(place);
@@ -255,7 +283,7 @@ async fn handle<E: From<Request>>(
     mut stream: tokio::net::TcpStream,
     addr: SocketAddr,
     events: mpsc::UnboundedSender<E>,
-    token: &str,
+    (token, identity): (&str, &str),
     machine: &[u8],
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
@@ -302,6 +330,11 @@ async fn handle<E: From<Request>>(
                         break;
                     }
                     None => {}
+                }
+                if let Some(refusal) = wrong_server(&request, identity) {
+                    let body = serde_json::json!({ "ok": false, "message": refusal });
+                    resp.simple(409, "application/json", &json(&body));
+                    break;
                 }
                 let command = match route(request.method, request.path, request.query) {
                     Ok(c) => c,
@@ -362,6 +395,21 @@ async fn handle<E: From<Request>>(
     stream.shutdown().await
 }
 
+/// Why a request meant for the server of another config file is refused, if it is: the
+/// client named its file ([`CONFIG_HEADER`]) and this server was started from another one.
+fn wrong_server(request: &crate::http::Request<'_>, identity: &str) -> Option<String> {
+    let meant = request.header(CONFIG_HEADER)?;
+    if meant == identity {
+        return None;
+    }
+    let this = if identity.is_empty() {
+        "a server started without a config file".to_string()
+    } else {
+        format!("the server of {identity}")
+    };
+    Some(format!("this admin endpoint is {this}, not of {meant}: that file's server is not running, or shares this admin address; give it its own [server] admin (or serve --admin ADDR)"))
+}
+
 /// Without indentation: the page polls it every second.
 fn compact(value: &impl serde::Serialize) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
@@ -385,7 +433,22 @@ pub fn request_with_token(
     path: &str,
     token: Option<&str>,
 ) -> Result<(u16, Vec<u8>), String> {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    request_as(addr, method, path, token, None)
+}
+
+/// As [`request_with_token`], for the server of the config file `config` (a server started
+/// from another file answers 409 instead of acting).
+pub fn request_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    config: Option<&std::path::Path>,
+) -> Result<(u16, Vec<u8>), String> {
+    let mut auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    if let Some(file) = config {
+        auth.push_str(&format!("X-Espalier-Config: {}\r\n", config_identity(file)));
+    }
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)"))?;

@@ -62,6 +62,7 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
     }
     check_identities(config).map_err(|e| format!("{file}: {e}"))?;
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
+    let admin = super::admin::bind(config).map_err(|e| format!("{file}: {e}"))?;
     let mut handoffs = super::handoffs::Handoffs::new()?;
     handoffs.ensure(&groups, &config.pools, plan)?;
     let specs = super::spawn::worker_specs(config, plan, &groups, &handoffs, topology, |_| true);
@@ -72,6 +73,6 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
         .map_err(|e| e.to_string())?;
     // The supervisor keeps the one copy (a hoster's config is thousands of sites).
     rt.block_on(super::supervisor::run(
-        owned, topology, groups, handoffs, specs,
+        owned, topology, groups, handoffs, specs, admin,
     ))
 }

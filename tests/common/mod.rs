@@ -135,6 +135,25 @@ pub fn wait_listening(addr: SocketAddr, within: Duration) {
     }
 }
 
+/// A free admin address for a server started with `args` in `cwd`, unless it has one: given
+/// (`--admin`), or in its config file (`[server] admin`); a `--dry-run` serves nothing.
+fn free_admin_unless_given(args: &[&str], cwd: &Path) -> Option<String> {
+    if args.iter().any(|a| *a == "--admin" || *a == "--dry-run") {
+        return None;
+    }
+    let file = args
+        .iter()
+        .position(|a| *a == "-c" || *a == "--config")
+        .and_then(|k| args.get(k + 1));
+    let names_one = file.is_some_and(|f| {
+        std::fs::read_to_string(cwd.join(f))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.trim_start().starts_with("admin "))
+    });
+    (!names_one).then(|| format!("127.0.0.1:{}", free_port()))
+}
+
 /// A running `espalier serve`. Dropping it stops the server (SIGTERM, then SIGKILL) and waits.
 pub struct Server {
     pub child: Child,
@@ -177,9 +196,13 @@ impl Server {
             }
             None => Command::new(bin),
         };
+        // Every server its own admin address: two on the default one would refuse to start.
+        let own_admin = free_admin_unless_given(args, cwd);
+        command.arg("serve").args(args);
+        if let Some(addr) = &own_admin {
+            command.args(["--admin", addr]);
+        }
         let mut child = command
-            .arg("serve")
-            .args(args)
             .envs(env.iter().copied())
             .current_dir(cwd)
             .stdout(Stdio::null())
@@ -197,7 +220,7 @@ impl Server {
         let server = Server {
             child,
             log,
-            admin: None,
+            admin: own_admin,
         };
         server.wait_for_log("serving", Duration::from_secs(20));
         server

@@ -118,6 +118,7 @@ pub(super) async fn run(
     groups: Vec<ListenerGroup>,
     handoffs: super::handoffs::Handoffs,
     specs: Vec<WorkerSpec>,
+    admin: std::net::TcpListener,
 ) -> Result<i32, String> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
@@ -307,7 +308,7 @@ pub(super) async fn run(
             }
         }
     }
-    super::admin::start(&sv.config, topology, tx.clone());
+    super::admin::start(admin, &sv.config, topology, tx.clone());
     // Reading and checking thousands of sites' files left freed memory in the heap's arenas.
     os::process::release_free_memory();
     log(
