@@ -481,6 +481,25 @@ fn idle_admin_connections_cannot_starve_the_master() {
         "only {closed} of {} closed",
         idle.len()
     );
+    // With the bound full of idle connections, the operator still gets in: the oldest silent
+    // one gives way (issue #39, item 13; before, every new connection was closed at once).
+    // Fresh ones, so that none has reached its time limit when the commands run.
+    let fresh: Vec<std::net::TcpStream> = (0..64)
+        .filter_map(|_| std::net::TcpStream::connect(admin).ok())
+        .collect();
+    assert!(fresh.len() >= 40, "{}", fresh.len());
+    for args in [
+        ["status", "--admin", &admin.to_string()],
+        ["reload", "--admin", &admin.to_string()],
+    ] {
+        let out = espalier(&args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    drop(fresh);
     // With the others still open, a killed worker is replaced.
     let before = server.workers();
     unsafe { libc::kill(before[0].1 as i32, libc::SIGKILL) };

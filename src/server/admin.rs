@@ -224,31 +224,104 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
     );
     // A bounded number of connections at once, each for a bounded time: idle connections
     // of any local user must not take the descriptors the master needs to restart workers.
-    let room = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let open = std::sync::Arc::new(OpenConnections::default());
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             };
-            // Past the bound the connection is closed at once (its descriptor given back).
-            let Ok(place) = room.clone().try_acquire_owned() else {
+            // Past the bound, the oldest connection still silent gives way; with none (all
+            // being answered) the new one is closed at once, its descriptor given back.
+            if !open.make_room() {
                 drop(stream);
                 continue;
-            };
+            }
             let events = events.clone();
             let (token, machine) = (token.clone(), machine.clone());
             let identity = identity.clone();
-            tokio::spawn(async move {
+            let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (open_now, asked_now) = (open.clone(), asked.clone());
+            let id = open.next_id();
+            let task = tokio::spawn(async move {
                 let _ = tokio::time::timeout(
                     CONNECTION_TIME,
-                    handle(stream, addr, events, (&token, &identity), &machine),
+                    handle(
+                        stream,
+                        addr,
+                        events,
+                        (&token, &identity),
+                        &machine,
+                        &asked_now,
+                    ),
                 )
                 .await;
-                drop(place);
+                open_now.remove(id);
             });
+            open.add(id, asked, task.abort_handle());
         }
     });
+}
+
+/// The admin connections open now, oldest first: an operator's request must get in while
+/// idle connections (any local user can open them) fill the bound, so when it is full the
+/// oldest that has not sent a whole request head is closed for the newcomer. A request takes
+/// milliseconds to arrive, so it is evicted only if a flood of newcomers outpaces it.
+#[derive(Default)]
+struct OpenConnections {
+    list: std::sync::Mutex<std::collections::VecDeque<OpenConnection>>,
+    ids: std::sync::atomic::AtomicU64,
+}
+
+struct OpenConnection {
+    id: u64,
+    /// Its request head has arrived: it is being answered, not idle.
+    asked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::AbortHandle,
+}
+
+impl OpenConnections {
+    fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn add(
+        &self,
+        id: u64,
+        asked: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        task: tokio::task::AbortHandle,
+    ) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        // A task that already ended removed nothing: do not keep it.
+        if !task.is_finished() {
+            list.push_back(OpenConnection { id, asked, task });
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|c| c.id != id);
+    }
+
+    /// Whether one more connection may be served: under the bound, or once the oldest silent
+    /// one is closed (its task aborted, dropping its socket).
+    fn make_room(&self) -> bool {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|c| !c.task.is_finished());
+        if list.len() < MAX_CONNECTIONS {
+            return true;
+        }
+        let silent = list
+            .iter()
+            .position(|c| !c.asked.load(std::sync::atomic::Ordering::Relaxed));
+        match silent.and_then(|k| list.remove(k)) {
+            Some(oldest) => {
+                oldest.task.abort();
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Admin connections open at once (the page polls with one; a few tabs and scripts fit).
@@ -285,6 +358,7 @@ async fn handle<E: From<Request>>(
     events: mpsc::UnboundedSender<E>,
     (token, identity): (&str, &str),
     machine: &[u8],
+    asked: &std::sync::atomic::AtomicBool,
 ) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(1024);
     let mut out = Vec::with_capacity(1024);
@@ -302,6 +376,7 @@ async fn handle<E: From<Request>>(
                 break;
             }
             Ok(Head::Complete { request, .. }) => {
+                asked.store(true, std::sync::atomic::Ordering::Relaxed);
                 let head_only = request.method == Method::Head;
                 let mut resp = Responder::new(&mut out, &common, false, 1, head_only);
                 if !request.host().is_none_or(|h| host_allowed(h, addr)) {
@@ -454,10 +529,12 @@ pub fn request_as(
         .map_err(|e| format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let closed = |e: std::io::Error| {
+        format!("the admin endpoint at {addr} closed the connection before answering ({e}); it may be busy: try again")
+    };
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n").map_err(closed)?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)
-        .map_err(|e| format!("{addr}: {e}"))?;
+    s.read_to_end(&mut raw).map_err(closed)?;
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut response = httparse::Response::new(&mut headers);
     match response.parse(&raw) {
