@@ -129,3 +129,71 @@ fn a_client_holding_too_many_requests_at_an_app_is_limited() {
     );
     drop(server);
 }
+
+/// A flood from more addresses than the limit's table holds (70,000, named by a trusted
+/// proxy): past the table's bound new clients are refused, not let in uncounted, and the
+/// refusals are counted in `/metrics` (issue #39, item 11; nginx's `limit_req` fails closed
+/// the same way). One worker thread, so one table holds them all.
+#[test]
+fn a_flood_of_addresses_past_the_client_table_is_refused_and_counted() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"p\"\nprocesses = 1\ncpus = \"0\"\n[[site]]\nname = \"flood\"\nbindings = [\"http://127.0.0.1:{port}\"]\ntrusted_proxies = [\"127.0.0.1\"]\nlimit = {{ rate = \"1/m\" }}\nmetrics = true\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n"
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = std::io::BufWriter::new(stream);
+    let (mut ok, mut refused) = (0u32, 0u32);
+    const CLIENTS: u32 = 70_000;
+    const BATCH: u32 = 500;
+    let mut line = String::new();
+    for start in (0..CLIENTS).step_by(BATCH as usize) {
+        for k in start..start + BATCH {
+            let client = std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | u128::from(k));
+            write!(
+                writer,
+                "HEAD / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: {client}\r\n\r\n"
+            )
+            .unwrap();
+        }
+        writer.flush().unwrap();
+        // Each answer: a status line, fields, an empty line (HEAD: no body).
+        for _ in 0..BATCH {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            match line.split(' ').nth(1) {
+                Some("200") => ok += 1,
+                Some("429") => refused += 1,
+                other => panic!("unexpected answer {other:?}: {line}"),
+            }
+            loop {
+                line.clear();
+                reader.read_line(&mut line).unwrap();
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(ok + refused, CLIENTS);
+    // The table holds 65,536 (sharded: a shard fills a little before the whole).
+    assert!(
+        refused >= CLIENTS - 65_536 && ok >= 60_000,
+        "{ok} let in, {refused} refused"
+    );
+    let admin = server.admin.clone().unwrap().parse().unwrap();
+    server.wait_until("the refusals in /metrics", Duration::from_secs(20), |_| {
+        let (_, text) = espalier::server::admin::request(admin, "GET", "/metrics").unwrap();
+        String::from_utf8_lossy(&text).lines().any(|l| {
+            l.starts_with("espalier_site_limit_table_full_total{site=\"flood\"")
+                && l.ends_with(&format!(" {refused}"))
+        })
+    });
+    server.wait_for_log("the limit's client table is full", Duration::from_secs(5));
+}

@@ -150,16 +150,21 @@ impl ThreadService {
         match limits.admit(ip, std::time::Instant::now(), hold) {
             Verdict::Admit(held) => Ok(held),
             Verdict::Refuse {
-                action: DenyAction::Close,
-                ..
-            } => Err(RuleOutcome::Refuse),
-            Verdict::Refuse {
-                action: DenyAction::Status(status),
+                action,
                 retry_after,
-            } => Err(RuleOutcome::Limited {
-                status,
-                retry_after,
-            }),
+                table_full,
+            } => {
+                if let (true, Some(meter)) = (table_full, &s.meter) {
+                    meter.count_limit_table_full();
+                }
+                match action {
+                    DenyAction::Close => Err(RuleOutcome::Refuse),
+                    DenyAction::Status(status) => Err(RuleOutcome::Limited {
+                        status,
+                        retry_after,
+                    }),
+                }
+            }
         }
     }
 

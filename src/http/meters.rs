@@ -68,9 +68,15 @@ pub struct SiteMeter {
     bytes_out: Owned,
     latency: Histogram,
     upstream: Histogram,
+    limit_table_full: Owned,
 }
 
 impl SiteMeter {
+    /// A new client refused because the site's `limit` table was full.
+    pub fn count_limit_table_full(&self) {
+        self.limit_table_full.add(1);
+    }
+
     /// An answered request, as its log entry says.
     pub fn record(&self, entry: &Entry<'_>) {
         if let Some(class) = (entry.status / 100).checked_sub(1).filter(|c| *c < 5) {
@@ -91,6 +97,7 @@ impl SiteMeter {
             bytes_out: self.bytes_out.get(),
             latency: self.latency.figures(),
             upstream: self.upstream.figures(),
+            limit_table_full: self.limit_table_full.get(),
         }
     }
 }
@@ -154,6 +161,9 @@ pub struct MeterFigures {
     pub latency: HistogramFigures,
     /// An app's time to its answer's head (proxied and FastCGI requests).
     pub upstream: HistogramFigures,
+    /// New clients refused because the `limit`'s table of clients was full.
+    #[serde(default)]
+    pub limit_table_full: u64,
 }
 
 impl MeterFigures {
@@ -165,6 +175,7 @@ impl MeterFigures {
         self.bytes_out += other.bytes_out;
         self.latency.add(&other.latency);
         self.upstream.add(&other.upstream);
+        self.limit_table_full += other.limit_table_full;
     }
 }
 

@@ -114,8 +114,9 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
 pub const LEASE_LIFE: Duration = Duration::from_secs(1);
 
 /// Clients a site's accounts track per worker process; past it, the idle are swept, and a
-/// new client is let in uncounted until there is room (a flood of distinct addresses is
-/// many clients, none of them over a per-client limit).
+/// new client is refused (the site's action, `Retry-After: 1`) until there is room, as
+/// nginx's `limit_req` refuses when its zone is full: letting it in uncounted would make a
+/// flood from many addresses (IPv6 gives anyone millions) a way around every limit.
 pub const MAX_CLIENTS: usize = 65_536;
 const SHARDS: usize = 16;
 /// How often a thread drops the clients it has not seen for a while.
@@ -154,6 +155,8 @@ pub struct Accounts {
     /// When a full shard was last swept (ns since `epoch`): at most every 100 ms, so a flood
     /// of new addresses does not buy a sweep each.
     swept: AtomicU64,
+    /// New clients refused because the table was full of active ones (written only then).
+    refused_full: AtomicU64,
 }
 
 impl Accounts {
@@ -180,6 +183,19 @@ impl Accounts {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             report,
             swept: AtomicU64::new(0),
+            refused_full: AtomicU64::new(0),
+        }
+    }
+
+    /// A new client refused for a full table: counted, and said in the log at the first and
+    /// then at powers of two (a flood of addresses must not flood the log).
+    fn refused_for_full_table(&self) {
+        let n = self.refused_full.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            (self.report)(format!(
+                "site {}: the limit's client table is full ({MAX_CLIENTS} active clients): new clients are refused until some go quiet ({n} so far)",
+                self.site
+            ));
         }
     }
 
@@ -296,7 +312,7 @@ fn shard_of(ip: IpAddr) -> usize {
 /// A thread's share of one client's account: what it has leased and not spent.
 struct Lease {
     ip: IpAddr,
-    /// `None` when the table was full: the client is let in uncounted.
+    /// `None` when the table was full: the client is refused.
     account: Option<Arc<Account>>,
     tokens: Cell<u32>,
     leased_at: Cell<u64>,
@@ -311,10 +327,12 @@ struct Lease {
 pub enum Verdict {
     /// Let in; for a held request, its slot, given back when dropped.
     Admit(Option<Held>),
-    /// Refused: the site's action, and the seconds after which to try again.
+    /// Refused: the site's action, and the seconds after which to try again; `table_full`
+    /// when the client is new and the table of clients is full of active ones.
     Refuse {
         action: DenyAction,
         retry_after: u32,
+        table_full: bool,
     },
 }
 
@@ -375,7 +393,12 @@ impl ThreadLimits {
         let now = a.ns(now);
         let lease = self.lease(ip, now);
         let Some(account) = lease.account.as_deref() else {
-            return Verdict::Admit(None);
+            a.refused_for_full_table();
+            return Verdict::Refuse {
+                action: a.spec.action,
+                retry_after: 1,
+                table_full: true,
+            };
         };
         lease.seen.set(now);
         let mut shared = false;
@@ -461,6 +484,7 @@ impl ThreadLimits {
         Verdict::Refuse {
             action: a.spec.action,
             retry_after,
+            table_full: false,
         }
     }
 
@@ -471,8 +495,8 @@ impl ThreadLimits {
         }
         let full = self.local.borrow().len() >= MAX_CLIENTS;
         self.sweep(now, full);
-        // Still full of clients seen in the last seconds: this one is let in uncounted (as
-        // when the process's table is full), its lease not kept.
+        // Still full of clients seen in the last seconds: this one is refused (as when the
+        // process's table is full), its lease not kept.
         let keep = self.local.borrow().len() < MAX_CLIENTS;
         let lease = Rc::new(Lease {
             ip,

@@ -82,6 +82,11 @@ pub fn render(out: &mut String, series: &[Series<'_>]) {
             "answer body bytes sent",
             |f: &MeterFigures| f.bytes_out,
         ),
+        (
+            "espalier_site_limit_table_full_total",
+            "new clients refused because the limit's table of clients was full of active ones",
+            |f: &MeterFigures| f.limit_table_full,
+        ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for s in series {

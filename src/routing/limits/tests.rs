@@ -45,7 +45,11 @@ fn a_client_gets_its_burst_then_the_rate_and_others_are_untouched() {
         Verdict::Refuse {
             action,
             retry_after,
-        } => assert_eq!((action, retry_after), (DenyAction::Status(429), 1)),
+            table_full,
+        } => assert_eq!(
+            (action, retry_after, table_full),
+            (DenyAction::Status(429), 1, false)
+        ),
         Verdict::Admit(_) => panic!("over its burst"),
     }
     assert!(admitted(&t.admit(ip("192.0.2.2"), t0, false)));
@@ -219,12 +223,32 @@ fn a_flood_of_distinct_clients_is_bounded_per_thread() {
     let t = ThreadLimits::new(Arc::clone(&accounts));
     let t0 = accounts.epoch + Duration::from_secs(1);
     // More distinct addresses than a thread keeps, all within a second: the table stops at
-    // its bound and the rest are let in uncounted.
+    // its bound and the rest are refused (fail closed), each counted, until some go quiet.
+    let mut refused = 0;
     for k in 0..(MAX_CLIENTS as u128 + 1000) {
         let client = IpAddr::V6(std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | k));
-        assert!(admitted(&t.admit(client, t0, false)));
+        match t.admit(client, t0, false) {
+            Verdict::Admit(_) => assert!(k < MAX_CLIENTS as u128, "{k} let in past the bound"),
+            Verdict::Refuse {
+                table_full,
+                retry_after,
+                ..
+            } => {
+                assert!(table_full && retry_after == 1);
+                refused += 1;
+            }
+        }
     }
     assert_eq!(t.local.borrow().len(), MAX_CLIENTS);
+    // The process's table is sharded: a shard fills a little before the whole does.
+    assert!((1000..5000).contains(&refused), "{refused}");
+    assert_eq!(accounts.refused_full.load(Ordering::Relaxed), refused);
+    // Once the first clients' minute is over, they are swept and a new client gets in.
+    let later = t0 + Duration::from_secs(61);
+    let client = IpAddr::V6(std::net::Ipv6Addr::from(
+        0x2001_0db8_u128 << 96 | 0xffff_ffff,
+    ));
+    assert!(admitted(&t.admit(client, later, false)));
 }
 
 #[test]
