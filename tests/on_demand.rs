@@ -458,3 +458,86 @@ fn a_warmup_page_is_answered_while_an_on_demand_pool_starts() {
         get(addr, "/", "").status == 200
     });
 }
+
+/// The master (root) reads a pool's `warmup_page` as the pool's user, never through a
+/// symlink, never a FIFO (issue #39, item 3). The page's folder is the pool user's to write,
+/// as the README invites; that user swaps the page for a symlink to a root-only file, for a
+/// root-only copy, then for a FIFO: no visitor ever gets the secret, the master never hangs,
+/// and each refusal is logged; the client then waits for the app instead.
+#[test]
+fn a_warmup_page_is_read_as_the_pools_user_and_never_through_a_symlink() {
+    use std::os::unix::fs::PermissionsExt;
+    if espalier::os::identity::effective_uid() != 0 {
+        eprintln!("skipped: reading as another user needs root");
+        return;
+    }
+    need_tools("python3:python3", "python3");
+    let nobody = espalier::os::identity::lookup("nobody", None).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pages = d.join("pages");
+    std::fs::create_dir(&pages).unwrap();
+    let page = pages.join("starting.html");
+    std::fs::write(&page, "<p>Starting…</p>\n").unwrap();
+    for p in [&pages, &page] {
+        std::os::unix::fs::chown(p, Some(nobody.uid), Some(nobody.gid)).unwrap();
+    }
+    let secret = d.join("secret.txt");
+    std::fs::write(&secret, "root's secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"slow\"\nuser = \"nobody\"\nstart = \"on-demand\"\nidle_timeout = \"1s\"\nwarmup_page = \"pages/starting.html\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ START_DELAY = \"2\" }}\n[[site]]\nname = \"slow\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"slow\"\n",
+        test_app().display()
+    );
+    let server = Server::with_config(d, &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // A page the pool's user may read is answered.
+    let first = get(addr, "/", "");
+    assert_eq!(
+        (first.status, first.text().as_str()),
+        (503, "<p>Starting…</p>\n"),
+        "{}",
+        server.log_text()
+    );
+    let swaps: [(&str, &dyn Fn()); 3] = [
+        ("symlink", &|| {
+            std::fs::remove_file(&page).unwrap();
+            std::os::unix::fs::symlink(&secret, &page).unwrap();
+        }),
+        ("root-only copy", &|| {
+            std::fs::remove_file(&page).unwrap();
+            std::fs::copy(&secret, &page).unwrap();
+            std::fs::set_permissions(&page, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }),
+        ("FIFO", &|| {
+            std::fs::remove_file(&page).unwrap();
+            let c = std::ffi::CString::new(page.to_str().unwrap()).unwrap();
+            // SAFETY: a valid C string.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        }),
+    ];
+    for (n, (what, swap)) in swaps.iter().enumerate() {
+        server.wait_until("the app answering", Duration::from_secs(60), |_| {
+            get(addr, "/", "").status == 200
+        });
+        server.wait_until("the pool asleep", Duration::from_secs(60), |s| {
+            state_of(s, "slow").0 == PoolState::Idle
+        });
+        swap();
+        // The visitor waits for the app: an answer from it, never the file behind the page.
+        let woken = get(addr, "/", "");
+        assert_eq!(woken.status, 200, "{what}: {}", server.log_text());
+        assert!(!woken.text().contains("root's secret"), "{what}");
+        let refusals = server.log_text().matches("cannot read warmup_page").count();
+        assert_eq!(refusals, n + 1, "{what}: {}", server.log_text());
+        // The master still answers (a FIFO would have hung it).
+        assert_eq!(state_of(&server, "slow").0, PoolState::Running, "{what}");
+    }
+    assert!(
+        server.log_text().contains("as user nobody"),
+        "{}",
+        server.log_text()
+    );
+}

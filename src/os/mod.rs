@@ -14,6 +14,7 @@ pub mod notify;
 pub mod numa;
 pub mod private_dir;
 pub mod process;
+pub mod read_as;
 pub mod uring;
 
 /// Whether the `n`th (from 1) of a run of like events is worth a log line: the first ten, then

@@ -19,6 +19,7 @@ use super::event::Event;
 use super::life::Happening;
 use super::Supervisor;
 use crate::config::{IdleAction, StartMode};
+use crate::os;
 use crate::server::log;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
@@ -124,18 +125,38 @@ impl Supervisor {
 
     /// Answers the woken `slots`' connections with their pool's `warmup_page` (503 and
     /// `Retry-After`) until they are ready: on copies of their listening sockets, and for what
-    /// other pools hand them. The page is read now, so a fix to it needs no reload.
+    /// other pools hand them. The page is looked at now, so a fix to it needs no reload; it
+    /// is read as the pool's user (the master is root, and the page's folder may be that
+    /// user's to write), never through a symlink, never a FIFO, never past 64 KiB, and again
+    /// only when the file changed (see [`os::read_as`]).
     fn answer_while_starting(&mut self, slots: &[usize]) {
         use super::pools::Answer;
         let Some(&first) = slots.first() else { return };
-        let pool = &self.pools[self.slots[first].pool].spec;
-        let Some(path) = pool.warmup_page.clone() else {
+        let rt = &mut self.pools[self.slots[first].pool];
+        let Some(path) = rt.spec.warmup_page.clone() else {
             return;
         };
-        let body = match std::fs::read(&path) {
-            Ok(b) => b,
+        let known = rt.warmup_page.as_ref().map(|(stamp, _)| *stamp);
+        let max = crate::config::WARMUP_PAGE_MAX;
+        let body = match os::read_as::read_file_as(rt.spec.identity.as_ref(), &path, max, known) {
+            Ok((stamp, Some(read))) => {
+                let body: std::sync::Arc<[u8]> = read.into();
+                rt.warmup_page = Some((stamp, body.clone()));
+                body
+            }
+            Ok((_, None)) => rt
+                .warmup_page
+                .as_ref()
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default(),
             Err(e) => {
-                log("master", format!("pool {}: cannot read warmup_page {} ({e}): its clients wait for it instead", pool.name, path.display()));
+                rt.warmup_page = None;
+                let who = rt
+                    .spec
+                    .identity
+                    .as_ref()
+                    .map_or(String::new(), |id| format!(" as user {}", id.user));
+                log("master", format!("pool {}: cannot read warmup_page {}{who} ({e}): its clients wait for it instead", rt.spec.name, path.display()));
                 return;
             }
         };
@@ -145,7 +166,7 @@ impl Supervisor {
             .filter_map(|&i| self.slots[i].last_start_took)
             .max();
         let answer = Answer::Page {
-            body: body.into(),
+            body,
             retry_after: took.map_or(2, |d| d.as_secs() + 1),
             content_type: "text/html; charset=utf-8",
         };

@@ -160,6 +160,7 @@ impl PoolRt {
             allocate_mib: None,
             cpu_group: None,
             fail_starts: 0,
+            warmup_page: None,
         }
     }
 }
@@ -216,6 +217,9 @@ pub(super) struct PoolRt {
     /// environment): the next N *restarts* of the pool's workers fail. First starts never do:
     /// a worker that cannot start at launch stops `espalier serve` with its error instead.
     pub(super) fail_starts: u32,
+    /// Its `warmup_page` as last read, and what identified the file then (read again only
+    /// when that moved).
+    pub(super) warmup_page: Option<(os::read_as::Stamp, std::sync::Arc<[u8]>)>,
 }
 
 impl Slot {
