@@ -1,5 +1,5 @@
-# The tests' small HTTP app: `/slow…` is answered after a second (a request in flight while
-# others are routed), `/endless…` streams without end, anything else at once; with RECORD
+# The tests' small HTTP app: `/slow…` is answered after a second (SLOW_SECONDS when set; a
+# request in flight while others are routed), `/endless…` streams without end, anything else at once; with RECORD
 # set, every path it is asked for is appended to that file (which requests reached it, in
 # what order); START_DELAY (seconds) delays its start, as a slow app's imports do;
 # `/whoami…` answers the X-Remote-User it was sent (who signed in, as espalier says), and
@@ -19,7 +19,7 @@ class H(http.server.BaseHTTPRequestHandler):
             while True:
                 self.wfile.write(b"10000\r\n" + piece + b"\r\n")
         if self.path.startswith("/slow"):
-            time.sleep(1)
+            time.sleep(float(os.environ.get("SLOW_SECONDS", "1")))
         body = b"app\n"
         if self.path.startswith("/whoami") or "/whoami" in self.path:
             body = ("user=%s\n" % self.headers.get("X-Remote-User", "")).encode()

@@ -378,16 +378,32 @@ pub(super) async fn run(
     for s in &mut sv.slots {
         s.restart = Restart::No;
     }
-    sv.signal_all(libc::SIGTERM);
+    let _answering = sv.answer_while_stopping();
+    // The fronts first (espalier's workers, and activated apps, which are their own front):
+    // they finish what they have in flight, forwarding to apps that still run. The apps
+    // behind them only once they are gone, or at the limit.
+    sv.signal_matching(libc::SIGTERM, |p| !p.behind_a_front());
     let deadline =
         tokio::time::Instant::now() + sv.config.server.shutdown_timeout + Duration::from_secs(1);
-    while sv.any_alive() {
-        tokio::select! {
-            _ = sigchld.recv() => sv.reap(),
-            _ = tokio::time::sleep(Duration::from_millis(50)) => sv.reap(),
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = tokio::time::sleep_until(deadline) => break,
+    let mut now_please = false;
+    for behind in [false, true] {
+        if behind {
+            sv.signal_matching(libc::SIGTERM, Proc::behind_a_front);
+        }
+        // Apps get a moment of their own even when the fronts took the whole limit.
+        let until = if behind {
+            deadline.max(tokio::time::Instant::now() + Duration::from_secs(2))
+        } else {
+            deadline
+        };
+        while !now_please && sv.procs().any(|p| p.behind_a_front() == behind) {
+            tokio::select! {
+                _ = sigchld.recv() => sv.reap(),
+                _ = tokio::time::sleep(Duration::from_millis(50)) => sv.reap(),
+                _ = sigterm.recv() => now_please = true,
+                _ = sigint.recv() => now_please = true,
+                _ = tokio::time::sleep_until(until) => break,
+            }
         }
     }
     sv.stop_everything(Duration::from_millis(300)).await;

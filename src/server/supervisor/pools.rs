@@ -130,6 +130,31 @@ impl Supervisor {
         log("master", format!("POOL {name} STOPPED by {why}: its sites {answer}; `espalier pool start {name}` brings it back"));
     }
 
+    /// From the moment the server stops, what still reaches its listening sockets is answered
+    /// by the master — `503` with `Connection: close` over http, a reset over https (no keys
+    /// here to answer in) — instead of queueing behind workers that drain and never accept
+    /// again, where a client would wait for its own timeout. The tasks, to keep until exit.
+    pub(super) fn answer_while_stopping(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut answering = Vec::new();
+        for g in &self.groups {
+            let answer = if g.routes.tls {
+                Answer::Reset
+            } else {
+                Answer::Unavailable
+            };
+            for socket in &g.sockets {
+                match listener_copy(socket.as_raw_fd()) {
+                    Ok(l) => answering.push(tokio::spawn(answer_accepted(l, answer.clone()))),
+                    Err(e) => log(
+                        "master",
+                        format!("cannot answer on {} while stopping: {e}", g.addr),
+                    ),
+                }
+            }
+        }
+        answering
+    }
+
     pub(super) fn start_pool(&mut self, name: &str) -> bool {
         let Some(p) = self.pools.iter().position(|p| p.spec.name == name) else {
             return false;

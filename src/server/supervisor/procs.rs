@@ -72,6 +72,12 @@ pub(super) struct AppProc {
 }
 
 impl Proc {
+    /// Whether it is an app a front worker forwards to (proxied or FastCGI): in a stop it
+    /// outlives the fronts, so the requests they have in flight to it can finish.
+    pub(super) fn behind_a_front(&self) -> bool {
+        self.app.as_ref().is_some_and(|a| a.endpoint.is_some())
+    }
+
     /// Moves its life on by `h` at `now` and sends the signal that calls for: what was sent.
     pub(super) fn happen(&mut self, h: Happening, now: Instant) -> Option<Act> {
         let times = Times {

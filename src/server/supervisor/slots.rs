@@ -68,11 +68,18 @@ impl Supervisor {
     }
 
     pub(super) fn signal_all(&mut self, sig: i32) {
+        self.signal_matching(sig, |_| true);
+    }
+
+    /// Sends `sig` to every process `which` picks.
+    pub(super) fn signal_matching(&mut self, sig: i32, which: impl Fn(&Proc) -> bool) {
         let slots = self.slots.iter_mut().flat_map(Slot::procs_mut);
         let now = Instant::now();
         for p in slots.chain(self.retiring.iter_mut().map(|(_, p)| p)) {
-            p.happen(Happening::Signalled, now);
-            p.signal(sig);
+            if which(p) {
+                p.happen(Happening::Signalled, now);
+                p.signal(sig);
+            }
         }
     }
 
