@@ -665,3 +665,72 @@ pool = "py"
     );
     assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
 }
+
+/// Another local user who binds an app's port before the app does (issue #39, item 6) is
+/// never taken for the app: the port is the app's only when every listener there is the app's
+/// or its children's. The first start plays it: user `nobody` takes the port (outside the
+/// app's process tree) and answers every request, health included, while the app takes two
+/// seconds to start and then fails to bind, as Node does; started again on another port, the
+/// app serves, and no visitor ever reaches the stranger.
+#[test]
+fn another_users_listener_on_an_apps_port_is_never_called_ready() {
+    if espalier::os::identity::effective_uid() != 0 {
+        eprintln!("skipped: playing another local user needs root");
+        return;
+    }
+    let config = NODE_POOL.replace("processes = 2", "processes = 1").replace(
+        r#"command = ["node", "server.js"]"#,
+        r#"command = ["bash", "../steal-port-once.sh"]"#,
+    );
+    let (dir, port, config) = prepare(&config);
+    let _stranger = KillFromPidFile(dir.path().join("stranger.pid"));
+    std::fs::write(
+        dir.path().join("stranger.py"),
+        r#"import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = b"stranger\n"
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("steal-port-once.sh"),
+        r#"if [ ! -e ../stolen ]; then
+  touch ../stolen
+  # Outside the app's process tree (the subshell exits at once), as user nobody.
+  ( setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 -c "$(cat ../stranger.py)" "$PORT" </dev/null >/dev/null 2>&1 &
+    echo $! > ../stranger.pid )
+  for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.05; done
+  sleep 2
+fi
+exec node server.js
+"#,
+    )
+    .unwrap();
+    let server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for _ in 0..5 {
+        let r = get(addr, "/who", "");
+        assert!(
+            r.status == 200 && !r.text().contains("stranger"),
+            "{} {}: {}",
+            r.status,
+            r.text(),
+            server.log_text()
+        );
+    }
+    let log = server.log_text();
+    assert!(
+        log.contains(
+            "is listened on by another process (user nobody), not by the app or its children"
+        ),
+        "{log}"
+    );
+    assert!(
+        std::fs::read_to_string(dir.path().join("stranger.pid")).is_ok(),
+        "the stranger ran"
+    );
+}

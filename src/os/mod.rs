@@ -15,6 +15,7 @@ pub mod numa;
 pub mod private_dir;
 pub mod process;
 pub mod read_as;
+pub mod sockets_of;
 pub mod uring;
 
 /// Whether the `n`th (from 1) of a run of like events is worth a log line: the first ten, then

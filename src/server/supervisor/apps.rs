@@ -201,7 +201,7 @@ impl Supervisor {
                 target,
                 setup.health.clone(),
                 warmup,
-                p.generation,
+                (p.generation, Some(p.pid)),
                 events.clone(),
             );
         }
@@ -231,7 +231,7 @@ impl Supervisor {
             target,
             setup.health,
             Warmup::default(),
-            p.generation,
+            (p.generation, None),
             events,
         );
     }
@@ -264,12 +264,17 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn on_probed(&mut self, generation: u64, healthy: bool) {
+    pub(super) fn on_probed(&mut self, generation: u64, healthy: bool, stranger: Option<String>) {
         let Some((_, p)) = self.proc_of(generation) else {
             return;
         };
+        let pid = p.pid;
         if let Some(app) = p.app.as_mut() {
             app.probing = false;
+            if let Some(who) = stranger.filter(|_| !app.stranger_said) {
+                app.stranger_said = true;
+                crate::os::log("master", format!("app pid {pid} is not ready: {who}; its visitors are not sent there (it is started again on another port if it cannot bind its own)"));
+            }
         }
         if !healthy {
             return;
@@ -346,24 +351,50 @@ impl Supervisor {
 }
 
 /// Probes `target` on a thread of its own (blocking connect and read, bounded), and reports
-/// the outcome as an event.
+/// the outcome as an event. For a starting process (`pid` given) on a TCP port, the port
+/// must also be its own: the probe's connection lands wherever the kernel finds a listener,
+/// and another local user may have bound the port first.
 fn probe(
     target: Target,
     health: Option<String>,
     warmup: Warmup,
-    generation: u64,
+    (generation, pid): (u64, Option<u32>),
     events: tokio::sync::mpsc::UnboundedSender<super::Event>,
 ) {
     let _ = std::thread::Builder::new()
         .name("app-probe".into())
         .spawn(move || {
-            let healthy = probe_now(&target, health.as_deref()).is_ok()
+            let answered = probe_now(&target, health.as_deref()).is_ok();
+            // Looked at once something answered: whoever answered is listening by then.
+            let stranger = match (&target, pid) {
+                (Target::Own(Endpoint::Tcp(addr)), Some(pid)) if answered => {
+                    stranger_on(addr.port(), pid)
+                }
+                _ => None,
+            };
+            let healthy = answered
+                && stranger.is_none()
                 && (warmup.paths.is_empty() || warm_up(&target, &warmup).is_ok());
             let _ = events.send(super::Event::Probed {
                 generation,
                 healthy,
+                stranger,
             });
         });
+}
+
+/// Who, other than the app `pid` and its children, listens on its loopback `port`.
+fn stranger_on(port: u16, pid: u32) -> Option<String> {
+    let strangers = crate::os::sockets_of::strangers_on_port(port, pid);
+    let first = strangers.first()?;
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(first.uid))
+        .ok()
+        .flatten()
+        .map_or_else(
+            || format!("uid {}", first.uid),
+            |u| format!("user {}", u.name),
+        );
+    Some(format!("127.0.0.1:{port}, the port it was given, is listened on by another process ({user}), not by the app or its children"))
 }
 
 /// IIS's Application Initialization: each warm-up path requested of a new process, in

@@ -21,6 +21,8 @@ pub(in crate::server) enum Event {
     Probed {
         generation: u64,
         healthy: bool,
+        /// Why a starting app's port is not its own: another process listens there.
+        stranger: Option<String>,
     },
     /// A connection or hand-off waits on a socket of the sleeping on-demand worker `slot`
     /// (`pool/index`).

@@ -289,7 +289,8 @@ pub(super) async fn run(
             Some(Event::Probed {
                 generation,
                 healthy,
-            }) => sv.on_probed(generation, healthy),
+                stranger,
+            }) => sv.on_probed(generation, healthy, stranger),
             Some(Event::Demand { slot }) => sv.on_demand(&slot),
             Some(Event::Worker { .. }) => {}
             None => {
@@ -464,7 +465,8 @@ impl Supervisor {
             Event::Probed {
                 generation,
                 healthy,
-            } => self.on_probed(generation, healthy),
+                stranger,
+            } => self.on_probed(generation, healthy, stranger),
             Event::Demand { slot } => self.on_demand(&slot),
         }
     }

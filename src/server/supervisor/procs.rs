@@ -67,6 +67,8 @@ pub(super) struct AppProc {
     pub(super) watchdog: bool,
     /// A readiness or health probe is under way.
     pub(super) probing: bool,
+    /// Another process was found on its port, and the log said so (once per process).
+    pub(super) stranger_said: bool,
     /// When the next readiness probe may go out.
     pub(super) probe_at: Instant,
 }

@@ -114,6 +114,7 @@ impl Supervisor {
                     output: started.output,
                     watchdog: false,
                     probing: false,
+                    stranger_said: false,
                     probe_at: Instant::now(),
                 };
                 (started.pid, None, started.notify, Some(state))

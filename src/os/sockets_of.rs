@@ -1,0 +1,169 @@
+//! Who holds a listening socket: the kernel's socket tables (`/proc/net/tcp`, `tcp6`) and the
+//! descriptors of a process and its descendants (`/proc/PID/fd`, `/proc/*/stat`).
+//!
+//! Why: an app espalier starts is given a free loopback port and binds it a moment later;
+//! another local user who binds it first would be "ready" to a probe that only connects, and
+//! would receive the pool's visitors. A port counts as the app's only when every socket that
+//! listens where 127.0.0.1:PORT connections land belongs to the app or its children.
+//!
+//! Owns: reading those tables. Must not touch: what is done about a stranger (the
+//! supervisor's probes decide).
+
+use std::collections::HashSet;
+
+/// A socket listening on TCP `port` where a connection to 127.0.0.1 lands (127.0.0.1, any
+/// IPv4 address, or `::`/`::ffff:127.0.0.1`): its inode and its owner's uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    pub inode: u64,
+    pub uid: u32,
+}
+
+/// The sockets listening for 127.0.0.1:`port`.
+pub fn loopback_listeners(port: u16) -> Vec<Listener> {
+    let mut found = Vec::new();
+    for (file, addrs) in [
+        ("/proc/net/tcp", &["0100007F", "00000000"][..]),
+        (
+            "/proc/net/tcp6",
+            &[
+                "00000000000000000000000000000000",
+                "0000000000000000FFFF00000100007F",
+            ][..],
+        ),
+    ] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        found.extend(listeners_in(&text, port, addrs));
+    }
+    found
+}
+
+/// The table rows of `text` (`/proc/net/tcp*`) listening on `port` at one of `addrs` (the
+/// kernel's hex spelling).
+fn listeners_in(text: &str, port: u16, addrs: &[&str]) -> Vec<Listener> {
+    let want_port = format!("{port:04X}");
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (local, state, uid, inode) = (f.get(1)?, f.get(3)?, f.get(7)?, f.get(9)?);
+            let (addr, p) = local.split_once(':')?;
+            // 0A: TCP_LISTEN.
+            (*state == "0A" && p == want_port && addrs.contains(&addr)).then_some(())?;
+            Some(Listener {
+                inode: inode.parse().ok()?,
+                uid: uid.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+/// The socket inodes `pid` and every descendant of it hold.
+pub fn sockets_of_tree(pid: u32) -> HashSet<u64> {
+    let mut tree = vec![pid];
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // After the command's closing parenthesis: state, then the parent's pid.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((child, ppid))
+        })
+        .collect();
+    let mut k = 0;
+    while k < tree.len() {
+        let parent = tree[k];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(c, _)| *c),
+        );
+        k += 1;
+    }
+    let mut inodes = HashSet::new();
+    for p in tree {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{p}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let t = target.to_string_lossy();
+            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                if let Ok(n) = n.parse() {
+                    inodes.insert(n);
+                }
+            }
+        }
+    }
+    inodes
+}
+
+/// The listeners for 127.0.0.1:`port` that neither `pid` nor its descendants hold: empty
+/// when the port is the app's alone (or nobody's).
+pub fn strangers_on_port(port: u16, pid: u32) -> Vec<Listener> {
+    let listeners = loopback_listeners(port);
+    if listeners.is_empty() {
+        return Vec::new();
+    }
+    let ours = sockets_of_tree(pid);
+    listeners
+        .into_iter()
+        .filter(|l| !ours.contains(&l.inode))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_of_this_process_is_ours_and_the_table_is_read() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let found = loopback_listeners(port);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(strangers_on_port(port, std::process::id()).is_empty());
+        // Seen from a process that is not its parent: a child of ours holds none of it.
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert_eq!(strangers_on_port(port, other.id()), found);
+        let _ = other.kill();
+        let _ = other.wait();
+        drop(l);
+        assert!(loopback_listeners(port).is_empty());
+    }
+
+    #[test]
+    fn rows_are_matched_by_state_port_and_address() {
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+           0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 111 1\n\
+           1: 0100007F:1F90 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 222 1\n\
+           2: 0200007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 333 1\n\
+           3: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000 65534        0 444 1\n";
+        let found = listeners_in(text, 8080, &["0100007F", "00000000"]);
+        assert_eq!(
+            found,
+            [
+                Listener { inode: 111, uid: 0 },
+                Listener {
+                    inode: 444,
+                    uid: 65534
+                }
+            ]
+        );
+    }
+}
