@@ -1,5 +1,6 @@
 //! Who holds a listening socket: the kernel's socket tables (`/proc/net/tcp`, `tcp6`) and the
-//! descriptors of a process and its descendants (`/proc/PID/fd`, `/proc/*/stat`).
+//! descriptors of a process and its descendants (`/proc/PID/fd`; the tree from
+//! [`super::process::process_tree`]).
 //!
 //! Why: an app espalier starts is given a free loopback port and binds it a moment later;
 //! another local user who binds it first would be "ready" to a probe that only connects, and
@@ -60,36 +61,7 @@ fn listeners_in(text: &str, port: u16, addrs: &[&str]) -> Vec<Listener> {
 
 /// The socket inodes `pid` and every descendant of it hold.
 pub fn sockets_of_tree(pid: u32) -> HashSet<u64> {
-    let mut tree = vec![pid];
-    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let child: u32 = e.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-            // After the command's closing parenthesis: state, then the parent's pid.
-            let ppid = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((child, ppid))
-        })
-        .collect();
-    let mut k = 0;
-    while k < tree.len() {
-        let parent = tree[k];
-        tree.extend(
-            parents
-                .iter()
-                .filter(|(_, pp)| *pp == parent)
-                .map(|(c, _)| *c),
-        );
-        k += 1;
-    }
+    let tree = super::process::process_tree(pid);
     let mut inodes = HashSet::new();
     for p in tree {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{p}/fd")) else {
