@@ -393,6 +393,13 @@ pub struct ServerSettings {
     /// How long the server goes on serving after SIGTERM with `GET /ready` answering 503,
     /// so load balancers take it out of rotation before its listeners close. Default 0.
     pub drain_delay: Duration,
+    /// On-demand workers that may be starting at once; past it a wake waits its turn, its
+    /// visitors answered 503 with `Retry-After`. Default (`None`): the machine's CPUs.
+    pub on_demand_starting: Option<u32>,
+    /// On-demand workers that may be awake at once; past it the least recently busy idle one
+    /// sleeps to make room (or, all busy, the wake waits its turn). Default (`None`): one per
+    /// 32 MiB of the memory the server may use (see `server::supervisor::demand`).
+    pub on_demand_running: Option<u32>,
     pub limits: Limits,
 }
 
@@ -409,6 +416,8 @@ impl Default for ServerSettings {
             backlog: 1024,
             shutdown_timeout: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
+            on_demand_starting: None,
+            on_demand_running: None,
             limits: Limits::default(),
         }
     }

@@ -42,6 +42,8 @@ pub struct RawServer {
     pub backlog: Option<i64>,
     pub shutdown_timeout: Option<Scalar>,
     pub drain_delay: Option<Scalar>,
+    pub on_demand_starting: Option<i64>,
+    pub on_demand_running: Option<i64>,
     pub limits: Option<RawLimits>,
 }
 

@@ -307,6 +307,34 @@ pub fn remove_parents(h: &Hierarchy) {
     }
 }
 
+/// The memory this process may use: the machine's (`MemTotal`), or less where its own control
+/// group caps it (v2 `memory.max`, v1 `memory.limit_in_bytes`, each up the path to the root,
+/// the lowest counting). `None` when `/proc/meminfo` cannot be read.
+pub fn memory_limit() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let (total, _) = crate::topology::parse_meminfo(&meminfo);
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let caps = own.lines().filter_map(|line| {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        let (root, file) = match controllers {
+            "" => ("/sys/fs/cgroup", "memory.max"),
+            c if c.split(',').any(|c| c == "memory") => {
+                ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+            }
+            _ => return None,
+        };
+        Path::new(path.trim_start_matches('/'))
+            .ancestors()
+            .filter_map(|p| {
+                let text = std::fs::read_to_string(Path::new(root).join(p).join(file)).ok()?;
+                text.trim().parse::<u64>().ok()
+            })
+            .min()
+    });
+    Some(caps.fold(total, u64::min)).filter(|&m| m > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,3 +459,4 @@ mod tests {
         ));
     }
 }
+

@@ -267,6 +267,13 @@ pub fn not_dumpable() -> io::Result<()> {
     }
 }
 
+/// The OOM killer's preference for this process (`/proc/self/oom_score_adj`, -1000 to 1000;
+/// lowering it needs root). The master lowers its own and its workers and apps raise theirs,
+/// so that under memory pressure a pool's process dies before the master.
+pub fn set_oom_score_adj(value: i32) -> io::Result<()> {
+    std::fs::write("/proc/self/oom_score_adj", value.to_string())
+}
+
 /// A process and all its descendants (from every thread's `/proc/PID/task/TID/children`),
 /// parents first: an application's whole tree — gunicorn's arbiter and its workers.
 pub fn process_tree(pid: u32) -> Vec<u32> {

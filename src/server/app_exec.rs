@@ -58,6 +58,8 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         eprintln!("espalier[{}]: no program to run", spec.name);
         return 2;
     };
+    // Before the master under memory pressure, for the app and all it forks.
+    let _ = crate::os::process::set_oom_score_adj(super::lifecycle::OOM_SCORE_ADJ_POOL);
     let warn = |m: String| super::log(&spec.name, format!("warning: {m}"));
     if let Err(e) = os::process::own_process_group() {
         warn(format!("cannot start a process group: {e}"));

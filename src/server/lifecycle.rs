@@ -14,6 +14,10 @@ pub const HEALTHY_UPTIME: Duration = Duration::from_millis(250);
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// … up to this.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The OOM killer's preference for the master (its last choice: every site depends on it)
+/// and for the pools' workers and apps (chosen first); see `os::process::set_oom_score_adj`.
+pub const OOM_SCORE_ADJ_MASTER: i32 = -900;
+pub const OOM_SCORE_ADJ_POOL: i32 = 300;
 
 /// The delay before restarting a worker that died after `uptime` (`None`: before it was ready),
 /// given how many times in a row it died young before. Returns (delay, new young-death count).

@@ -35,6 +35,17 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
     let config = &owned;
     // Before anything could replace the binary on disk: workers start from this handle.
     crate::os::process::hold_own_executable();
+    // The OOM killer's last choice (only root may lower it; its workers and apps raise theirs).
+    if crate::os::process::is_root() {
+        if let Err(e) =
+            crate::os::process::set_oom_score_adj(super::lifecycle::OOM_SCORE_ADJ_MASTER)
+        {
+            super::log(
+                "master",
+                format!("warning: cannot lower the master's oom_score_adj: {e}"),
+            );
+        }
+    }
     // Each listening thread of each pool holds a socket per address it serves and one for
     // hand-offs, and the master watches a copy of a sleeping one's: a hoster's thousands of
     // pools need far more than a shell's default.

@@ -156,9 +156,10 @@ mod tests {
             format!("espalier_site_request_duration_seconds_count{{{l}}} 5"),
             format!("espalier_site_request_duration_seconds_sum{{{l}}} 25.0015"),
             format!("espalier_site_sent_bytes_total{{{l}}} 400"),
+            format!("espalier_site_limit_table_full_total{{{l}}} 0"),
         ] {
             assert!(out.lines().any(|x| x == line), "{line} in\n{out}");
         }
-        assert_eq!(out.matches("# TYPE").count(), 5);
+        assert_eq!(out.matches("# TYPE").count(), 6);
     }
 }

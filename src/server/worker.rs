@@ -69,6 +69,8 @@ pub fn main() -> i32 {
         }
     };
     let name = spec.name();
+    // Before the master under memory pressure (its -900 is inherited; raising needs no right).
+    let _ = os::process::set_oom_score_adj(super::lifecycle::OOM_SCORE_ADJ_POOL);
     super::conn_task::install_panic_hook();
     // The master handed us this fd for our exclusive use.
     let mut control = os::process::adopt_unix_stream(spec.control_fd);

@@ -267,6 +267,12 @@ impl Validator {
             raw.drain_delay,
             d.drain_delay,
         );
+        let mut bound = |key: &'static str, v: Option<i64>| {
+            v.map(|_| self.positive(&[Seg::Key("server"), Seg::Key(key)], v, 1))
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        let on_demand_starting = bound("on_demand_starting", raw.on_demand_starting);
+        let on_demand_running = bound("on_demand_running", raw.on_demand_running);
         let l = raw.limits.unwrap_or_default();
         let dl = Limits::default();
         let p = |k: &'static str| [Seg::Key("server"), Seg::Key("limits"), Seg::Key(k)];
@@ -365,6 +371,8 @@ impl Validator {
             backlog,
             shutdown_timeout,
             drain_delay,
+            on_demand_starting,
+            on_demand_running,
             limits,
         }
     }

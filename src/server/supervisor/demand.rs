@@ -16,7 +16,6 @@
 //! accepted, read or copied on the way, and the connection is never refused.
 
 use super::event::Event;
-use super::life::Happening;
 use super::Supervisor;
 use crate::config::{IdleAction, StartMode};
 use crate::os;
@@ -81,9 +80,23 @@ impl Supervisor {
         let Some(&first) = woken.first() else {
             return; // woken already, or gone with a reload
         };
+        let started = Instant::now();
+        // A frozen worker only thaws: it has its process already. Any other wake must find
+        // room under the on-demand bounds (see `super::wake`).
+        let frozen = woken.iter().any(|&i| {
+            self.slots[i]
+                .current
+                .as_ref()
+                .is_some_and(|p| p.frozen.is_some())
+        });
+        if !frozen {
+            if let Err(why) = self.room_to_wake(name, started) {
+                self.turn_away(name, &why, started);
+                return;
+            }
+        }
         let pool = self.slots[first].pool;
         let was_asleep = self.pool_asleep(pool);
-        let started = Instant::now();
         let mut thawed = false;
         // With a warmup page, a proxied pool's front starts once its app is ready: until
         // then the master takes the connections and answers the page.
@@ -178,8 +191,9 @@ impl Supervisor {
         }
     }
 
-    /// Slot `i`'s sockets (listening and hand-off) answered with `answer` by the master.
-    fn answer_on_sockets(
+    /// Slot `i`'s sockets (listening and hand-off) answered with `answer` by the master (a
+    /// reset on an https address: the master has no keys to answer in).
+    pub(super) fn answer_on_sockets(
         &mut self,
         i: usize,
         answer: &super::pools::Answer,
@@ -189,20 +203,27 @@ impl Supervisor {
         use super::pools::{answer_accepted, answer_handed, handoff_copy, listener_copy};
         let slot = &mut self.slots[i];
         for t in &slot.spec.threads {
-            for &(fd, _) in &t.listeners {
+            for &(fd, group) in &t.listeners {
+                let tls = slot.spec.groups.get(group).is_some_and(|g| g.tls);
+                let here = if tls {
+                    super::pools::Answer::Reset
+                } else {
+                    answer.clone()
+                };
                 if let Ok(l) = listener_copy(fd) {
                     slot.page_answerers
-                        .push(tokio::spawn(answer_accepted(l, answer.clone())));
+                        .push(tokio::spawn(answer_accepted(l, here)));
                 }
             }
             let handed = t
                 .handoff_fd
                 .map(|fd| handoff_copy(fd, senders.to_vec(), key));
             if let Some(Ok(receiver)) = handed {
+                let tls_addrs = slot.spec.groups.iter().filter(|g| g.tls).map(|g| g.addr);
                 slot.page_answerers.push(tokio::spawn(answer_handed(
                     receiver,
                     answer.clone(),
-                    Vec::new(),
+                    tls_addrs.collect(),
                 )));
             }
         }
@@ -286,11 +307,12 @@ impl Supervisor {
             }
             return;
         }
+        let limit = self.pools[pool].spec.shutdown_time_limit;
         for &i in &slots {
             let slot = &mut self.slots[i];
             slot.restart = super::life::Restart::No;
             if let Some(mut p) = slot.current.take() {
-                p.happen(Happening::Stop { handover: None }, now);
+                p.stop_after_fronts(now, limit);
                 slot.draining.push(p);
             }
             self.sleep_slot(i);

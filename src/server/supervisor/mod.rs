@@ -16,6 +16,7 @@
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
+//! - `wake`: how many on-demand workers may wake and be awake at once;
 //! - `cgroups`: CPU caps and cpusets;
 //! - `affinity`: soft affinity, applied.
 //!
@@ -40,6 +41,7 @@ mod report;
 mod samples;
 mod slots;
 mod suspend;
+mod wake;
 
 use super::admin::AdminReply;
 use super::control::Message;
@@ -110,6 +112,11 @@ struct Supervisor {
     /// App processes started again at start-up after losing their port (see
     /// `apps::PORT_RETRIES`).
     port_retries: u32,
+    /// The memory the server may use (the machine's, or its control group's cap), for the
+    /// on-demand bounds' defaults (see `wake`).
+    memory: Option<u64>,
+    /// Wakes turned away by those bounds, for the log's bound.
+    turned_away: u64,
 }
 
 pub(super) async fn run(
@@ -197,6 +204,8 @@ pub(super) async fn run(
         freeze_groups: Vec::new(),
         warned_no_freezer: false,
         port_retries: 0,
+        memory: os::cgroup::memory_limit(),
+        turned_away: 0,
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
     };
@@ -617,6 +626,8 @@ impl Supervisor {
         self.retire_when_replaced();
         self.scan_certificate_store();
         self.sleep_idle(now);
+        self.watch_turned_away_again(now);
+        self.term_apps_whose_fronts_left(now);
         self.enforce_shutdown_limits(now);
         self.sample_load(now);
         let second = os::process::local_second_of_day();

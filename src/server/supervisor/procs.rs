@@ -104,6 +104,26 @@ impl Proc {
         self.happen(Happening::Stop { handover }, now);
     }
 
+    /// Asked to stop with its whole worker (a pool put to sleep, or stopped to make room): an
+    /// app behind a front waits for the front to finish what it forwards (SIGTERM once no
+    /// front of its worker is left, see `Supervisor::term_apps_whose_fronts_left`, or at
+    /// `limit`); anything else at once.
+    pub(super) fn stop_after_fronts(&mut self, now: Instant, limit: Duration) {
+        let handover = self.behind_a_front().then_some(limit);
+        self.happen(Happening::Stop { handover }, now);
+    }
+
+    /// Whether it waits, stopping, for its SIGTERM (a hand-over or its fronts).
+    pub(super) fn awaiting_term(&self) -> bool {
+        matches!(
+            self.life,
+            Life::Stopping {
+                term_at: Some(_),
+                ..
+            }
+        )
+    }
+
     /// Resident memory: an application's whole process tree, an espalier worker's own.
     pub(super) fn resident_bytes(&self) -> Option<u64> {
         if self.app.is_none() {
@@ -156,6 +176,9 @@ pub(super) struct Slot {
     /// A woken front worker whose start waits for its app process (so that the master,
     /// not the front, takes the connections meanwhile, and answers its `warmup_page`).
     pub(super) after_app: bool,
+    /// Asleep and not allowed to wake until then (see `super::wake`): its sockets are
+    /// answered 503 meanwhile, and watched again after.
+    pub(super) turned_away_until: Option<Instant>,
 }
 
 impl PoolRt {
@@ -206,6 +229,7 @@ impl Slot {
             page_answerers: Vec::new(),
             last_start_took: None,
             after_app: false,
+            turned_away_until: None,
         }
     }
 }

@@ -71,6 +71,34 @@ impl Supervisor {
         self.signal_matching(sig, |_| true);
     }
 
+    /// Once a tick: an app waiting for its worker's fronts to finish (see
+    /// [`Proc::stop_after_fronts`]) gets its SIGTERM once none of them is left — a request they
+    /// still forwarded is answered, never cut by the app's exit.
+    pub(super) fn term_apps_whose_fronts_left(&mut self, now: Instant) {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            if slot.app.is_none() || !slot.draining.iter().any(Proc::awaiting_term) {
+                continue;
+            }
+            let name = slot.spec.name();
+            let fronts_left = self
+                .slots
+                .iter()
+                .any(|s| s.app.is_none() && s.spec.name() == name && s.procs().next().is_some());
+            if fronts_left {
+                continue;
+            }
+            for p in self.slots[i]
+                .draining
+                .iter_mut()
+                .filter(|p| p.awaiting_term())
+            {
+                p.happen(Happening::Signalled, now);
+                p.signal(libc::SIGTERM);
+            }
+        }
+    }
+
     /// Sends `sig` to every process `which` picks.
     pub(super) fn signal_matching(&mut self, sig: i32, which: impl Fn(&Proc) -> bool) {
         let slots = self.slots.iter_mut().flat_map(Slot::procs_mut);

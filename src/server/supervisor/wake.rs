@@ -1,0 +1,207 @@
+//! How many on-demand workers may wake at once and be awake at once. Host names are public
+//! (DNS, certificate transparency), so one request per cold name woke every pool: 350 sites
+//! gave 352 processes and 1.8 GB in seven seconds, and under a memory cap the kernel's OOM
+//! killer chose the master. Two bounds stop that:
+//!
+//! - **starting** (`[server] on_demand_starting`, default the machine's CPUs, at least 2):
+//!   a wake past it is turned away — the pool stays asleep, and for [`TURNED_AWAY_FOR`] the
+//!   master answers its sockets `503` with `Retry-After` (its `warmup_page` when it has one;
+//!   a reset over https), then watches them again, so the visitor's retry wakes it once there
+//!   is room. Nothing is queued that a flood could grow.
+//! - **running** (`on_demand_running`, default one per [`MEMORY_PER_AWAKE`] of the memory
+//!   the server may use — the machine's, or its control group's cap — at least 16): workers
+//!   with a process, frozen ones included, count. A wake past it first stops the least
+//!   recently busy idle on-demand worker (frozen or not) to make room; only when every one is
+//!   busy is the wake turned away.
+//!
+//! The master itself is the OOM killer's last choice (`oom_score_adj` -900, set at start when
+//! root), its workers and apps first (+300, set by each before it runs anything).
+//!
+//! Owns: those bounds and the turning away. Must not touch: sleeping and waking themselves
+//! (`super::demand`).
+
+use super::pools::Answer;
+use super::Supervisor;
+use crate::config::{ServerSettings, StartMode};
+use crate::server::log;
+use std::time::{Duration, Instant};
+
+/// The memory an awake on-demand worker is counted for, for `on_demand_running`'s default.
+pub const MEMORY_PER_AWAKE: u64 = 32 << 20;
+
+/// How long a turned-away pool's sockets are answered 503 before they are watched again.
+pub const TURNED_AWAY_FOR: Duration = Duration::from_secs(2);
+
+/// The (starting, running) bounds: the config's, else derived from `cpus` and `memory`.
+pub fn bounds(server: &ServerSettings, cpus: usize, memory: Option<u64>) -> (usize, usize) {
+    let starting = server
+        .on_demand_starting
+        .map_or(cpus.max(2), |n| n as usize);
+    let running = server.on_demand_running.map_or_else(
+        || {
+            memory
+                .map_or(1024, |m| (m / MEMORY_PER_AWAKE) as usize)
+                .max(16)
+        },
+        |n| n as usize,
+    );
+    (starting, running)
+}
+
+impl Supervisor {
+    /// Whether the sleeping worker `name` may wake now; else why not. Makes room first when
+    /// only the running bound stands in the way, by stopping the least recently busy idle
+    /// on-demand worker.
+    pub(super) fn room_to_wake(&mut self, name: &str, now: Instant) -> Result<(), String> {
+        let (max_starting, max_running) =
+            bounds(&self.config.server, self.online.len(), self.memory);
+        let (starting, running) = self.on_demand_counts();
+        if starting >= max_starting {
+            return Err(format!(
+                "{starting} on-demand workers are starting (on_demand_starting = {max_starting})"
+            ));
+        }
+        if running < max_running {
+            return Ok(());
+        }
+        match self.least_recently_busy(name) {
+            Some(idle) => {
+                self.stop_to_make_room(&idle, now);
+                log("master", format!("worker {idle} stopped to make room for {name}: {running} on-demand workers were running (on_demand_running = {max_running}); it was the least recently busy"));
+                Ok(())
+            }
+            None => Err(format!(
+                "{running} on-demand workers run, all busy (on_demand_running = {max_running})"
+            )),
+        }
+    }
+
+    /// (starting, with a process) among the workers of on-demand pools, each worker once: a
+    /// proxied pool's worker is its app and its front, starting until both are ready.
+    fn on_demand_counts(&self) -> (usize, usize) {
+        let mut by_name: std::collections::HashMap<String, (bool, bool)> = Default::default();
+        for s in &self.slots {
+            if self.pools[s.pool].spec.start != StartMode::OnDemand {
+                continue;
+            }
+            let alive = s.current.is_some() || s.after_app;
+            let ready = !s.after_app && s.current.as_ref().is_none_or(|p| p.life.is_ready());
+            let e = by_name.entry(s.spec.name()).or_insert((false, false));
+            e.0 |= alive;
+            e.1 |= alive && !ready;
+        }
+        let running = by_name.values().filter(|(alive, _)| *alive).count();
+        let starting = by_name.values().filter(|(_, starting)| *starting).count();
+        (starting, running)
+    }
+
+    /// The on-demand worker, other than `except`, whose process (awake and ready, or frozen)
+    /// has no connection and was busy longest ago.
+    fn least_recently_busy(&self, except: &str) -> Option<String> {
+        self.slots
+            .iter()
+            .filter(|s| {
+                self.pools[s.pool].spec.start == StartMode::OnDemand
+                    && (s.app.is_none() || self.pools[s.pool].spec.activated())
+                    && s.replacing.is_none()
+                    && s.spec.name() != except
+            })
+            .filter_map(|s| {
+                let p = s.current.as_ref()?;
+                let idle = p.frozen.is_some() || (p.life.is_ready() && p.connections == 0);
+                idle.then(|| (p.busy_at, s.spec.name()))
+            })
+            .min()
+            .map(|(_, name)| name)
+    }
+
+    /// Stops worker `name` (thawed first if frozen) and its app; it sleeps, watched.
+    fn stop_to_make_room(&mut self, name: &str, now: Instant) {
+        let slots: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].spec.name() == name)
+            .collect();
+        let Some(&first) = slots.first() else { return };
+        let limit = self.pools[self.slots[first].pool].spec.shutdown_time_limit;
+        for &i in &slots {
+            self.thaw(i);
+            let slot = &mut self.slots[i];
+            slot.restart = super::life::Restart::No;
+            if let Some(mut p) = slot.current.take() {
+                p.stop_after_fronts(now, limit);
+                slot.draining.push(p);
+            }
+            if !slot.asleep {
+                self.sleep_slot(i);
+            }
+        }
+        if self.pool_asleep(self.slots[first].pool) {
+            self.steer_around_away();
+        }
+    }
+
+    /// Worker `name` may not wake now (`why`): its sockets are answered `503` with
+    /// `Retry-After` for [`TURNED_AWAY_FOR`], then watched again (see the module doc).
+    pub(super) fn turn_away(&mut self, name: &str, why: &str, now: Instant) {
+        let slots: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].asleep && self.slots[i].spec.name() == name)
+            .collect();
+        let Some(&first) = slots.first() else { return };
+        let pool = &self.pools[self.slots[first].pool];
+        let body = pool
+            .warmup_page
+            .as_ref()
+            .map(|(_, b)| b.clone())
+            .unwrap_or_else(|| {
+                b"<p>This site is starting; try again in a moment.</p>\n"
+                    .as_slice()
+                    .into()
+            });
+        let answer = Answer::Page {
+            body,
+            retry_after: TURNED_AWAY_FOR.as_secs(),
+            content_type: "text/html; charset=utf-8",
+        };
+        let key = self.handoffs.key;
+        for &i in &slots {
+            let senders = self.slots[i].spec.handoff_senders.clone();
+            self.answer_on_sockets(i, &answer, &senders, key);
+            self.slots[i].turned_away_until = Some(now + TURNED_AWAY_FOR);
+        }
+        self.turned_away += 1;
+        let n = self.turned_away;
+        if crate::os::nth_worth_logging(n) {
+            log("master", format!("worker {name} not woken: {why}; its visitors get 503 with Retry-After for {}s ({n} wakes turned away so far)", TURNED_AWAY_FOR.as_secs()));
+        }
+    }
+
+    /// Once a tick: turned-away workers whose time is up are watched again, so the next
+    /// connection (the visitor's retry) asks to wake them anew.
+    pub(super) fn watch_turned_away_again(&mut self, now: Instant) {
+        for i in 0..self.slots.len() {
+            let slot = &mut self.slots[i];
+            if slot.turned_away_until.is_some_and(|t| t <= now) {
+                slot.turned_away_until = None;
+                if slot.asleep {
+                    self.sleep_slot(i);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_come_from_the_config_or_the_machine() {
+        let mut server = ServerSettings::default();
+        // 2 CPUs, 2 GiB (the finding's memory cap): 2 starting, 64 running.
+        assert_eq!(bounds(&server, 2, Some(2 << 30)), (2, 64));
+        // One CPU still starts two; a small machine still runs sixteen.
+        assert_eq!(bounds(&server, 1, Some(256 << 20)), (2, 16));
+        server.on_demand_starting = Some(5);
+        server.on_demand_running = Some(3);
+        assert_eq!(bounds(&server, 64, Some(1 << 40)), (5, 3));
+    }
+}
