@@ -11,6 +11,7 @@ use common::tls::*;
 use common::*;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn a_signed_in_user_reaches_the_app_and_others_are_asked_to_sign_in() {
@@ -151,4 +152,121 @@ auth = {{ htpasswd = "users.htpasswd" }}
     assert_eq!((r.status, r.text().as_str()), (200, "user=alice\n"));
     assert_eq!(get(at, "/lan/whoami", "").status, 401);
     drop(server);
+}
+
+/// A flood of wrong passwords (issue #39, item 10): one client gets ten wrong answers, then
+/// 429 with `Retry-After` and no more hashing; many clients together meet the thread's
+/// hashing budget (503, `Retry-After: 1`) instead of stalling it — the worker keeps
+/// answering, is never killed for missed pings, and the right password still gets in.
+#[test]
+fn a_wrong_password_flood_is_bounded_and_the_worker_lives() {
+    need_tools("htpasswd:apache2-utils", "htpasswd (apache2-utils)");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(
+        Command::new("htpasswd")
+            .args([
+                "-B",
+                "-C",
+                "4",
+                "-b",
+                "-c",
+                "users.htpasswd",
+                "alice",
+                "wonderland",
+            ])
+            .current_dir(d),
+    );
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "members\n").unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"p\"\nprocesses = 1\ncpus = \"0\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\nauth = {{ htpasswd = \"users.htpasswd\", cleartext = true }}\n"
+    );
+    let server = Server::with_config(d, &config);
+    let worker = server.workers()[0].1;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let basic = |user: &str, password: &str| {
+        use std::io::Write;
+        let mut raw = Vec::new();
+        write!(raw, "{user}:{password}").unwrap();
+        format!("Authorization: Basic {}\r\n", base64_of(&raw))
+    };
+    let ask = |from: &str, auth: &str| {
+        let mut c = Conn::open_from(from, addr);
+        c.send(format!("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n{auth}\r\n").as_bytes());
+        c.read_response(false).expect("an answer")
+    };
+    // One client: at most ten wrong answers are checked, then 429 with Retry-After.
+    let statuses: Vec<u16> = (0..14)
+        .map(|k| ask("127.0.0.5", &basic("alice", &format!("guess{k}"))).status)
+        .collect();
+    assert!(
+        statuses[..10].iter().all(|&s| s == 401 || s == 503),
+        "{statuses:?}"
+    );
+    let last = ask("127.0.0.5", &basic("alice", "one-more"));
+    assert_eq!(last.status, 429, "{statuses:?}");
+    assert!(last.header("retry-after").is_some());
+    // Many clients at once, four threads of them: only 401, 429 or 503 — never a stalled thread.
+    let floods: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                (0..40)
+                    .map(|k| {
+                        let from = format!("127.0.{}.{}", 10 + t, 1 + k);
+                        let mut c = Conn::open_from(&from, addr);
+                        let auth = format!(
+                            "Authorization: Basic {}\r\n",
+                            base64_of(format!("alice:f{t}-{k}").as_bytes())
+                        );
+                        c.send(
+                            format!("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n{auth}\r\n")
+                                .as_bytes(),
+                        );
+                        c.read_response(false).map_or(0, |r| r.status)
+                    })
+                    .collect::<Vec<u16>>()
+            })
+        })
+        .collect();
+    for f in floods {
+        let got = f.join().unwrap();
+        assert!(got.iter().all(|s| [401, 429, 503].contains(s)), "{got:?}");
+    }
+    // The right password gets in (at the latest once the second's budget is back).
+    server.wait_until("alice signed in", Duration::from_secs(20), |_| {
+        ask("127.0.0.9", &basic("alice", "wonderland")).status == 200
+    });
+    assert_eq!(
+        server.workers()[0].1,
+        worker,
+        "the worker was replaced: {}",
+        server.log_text()
+    );
+    assert!(
+        !server.log_text().contains("missed"),
+        "{}",
+        server.log_text()
+    );
+}
+
+/// Standard base64, for a Basic header.
+fn base64_of(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | (u32::from(b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }

@@ -187,10 +187,18 @@ impl ThreadService {
                 body: "403 Forbidden: this path asks for a password, so it is served over HTTPS only\n".into(),
             });
         }
-        match auth.check(req.header("authorization"), std::time::Instant::now()) {
+        let now = std::time::Instant::now();
+        match auth.check(req.header("authorization"), req.client_ip, now) {
             auth::Verdict::User(user) => Ok(Some(user)),
             auth::Verdict::Challenge => Err(RuleOutcome::Unauthorized {
                 realm: auth.realm().to_string(),
+            }),
+            auth::Verdict::Refused {
+                status,
+                retry_after,
+            } => Err(RuleOutcome::Limited {
+                status,
+                retry_after,
             }),
         }
     }

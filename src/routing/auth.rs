@@ -10,6 +10,14 @@
 //! signed-in user pays it once, not per request; a failure is remembered for a second (its
 //! 401 costs one hash, not two). A site's `limit` bounds how fast a client can guess.
 //!
+//! What a flood of wrong passwords may cost is bounded twice, with no hash run past either:
+//! a thread spends at most [`HASH_BUDGET`] of each second hashing (beyond it, `503` with
+//! `Retry-After: 1`), so it keeps turning — its other connections and the master's pings are
+//! answered, and the worker is never taken for dead; and a client (its connection's address)
+//! gets at most [`MAX_FAILURES`] wrong answers a minute per path and thread (beyond it, `429`
+//! with `Retry-After`). Hashing stays on the thread, as nginx's does: moving it off would make
+//! every request's routing wait on another thread, and the budget gives the same guarantee.
+//!
 //! Owns: reading and checking htpasswd text, the header's parse and the verdict. Must not
 //! touch: files or requests (the config reads the file, the handlers ask and answer).
 
@@ -118,6 +126,13 @@ fn verify(password: &[u8], hash: &str) -> bool {
 pub const REMEMBERED: Duration = Duration::from_secs(300);
 const FAILURE_REMEMBERED: Duration = Duration::from_secs(1);
 const CACHE_SIZE: usize = 1024;
+/// Hashing time a thread may spend per second, per path with `auth`.
+pub const HASH_BUDGET: Duration = Duration::from_millis(250);
+/// Wrong answers a client may give per [`FAILURE_WINDOW`], per path and thread.
+pub const MAX_FAILURES: u32 = 10;
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// Clients whose failures a thread counts; full of recent ones, unknown clients wait.
+const FAILURE_CLIENTS: usize = 4096;
 
 /// A checked header's verdict (`Some(user)`, or `None` for a failure) and until when.
 type Remembered = (Option<std::rc::Rc<str>>, Instant);
@@ -132,6 +147,10 @@ pub struct ThreadAuth {
         std::collections::hash_map::RandomState,
         std::collections::hash_map::RandomState,
     ),
+    /// This second's start and the hashing time spent in it.
+    spent: std::cell::Cell<(Instant, Duration)>,
+    /// Per client: wrong answers in its window, and when the window began.
+    failures: RefCell<HashMap<std::net::IpAddr, (u32, Instant)>>,
 }
 
 /// What a request's `Authorization` is worth.
@@ -141,6 +160,9 @@ pub enum Verdict {
     User(std::rc::Rc<str>),
     /// None, not Basic, malformed, an unknown user or a wrong password: 401.
     Challenge,
+    /// Not checked: this thread's hashing budget is spent (503), or the client gave too many
+    /// wrong answers (429); either with the seconds after which to try again.
+    Refused { status: u16, retry_after: u32 },
 }
 
 impl ThreadAuth {
@@ -150,6 +172,8 @@ impl ThreadAuth {
             spec,
             seen: RefCell::default(),
             keys: Default::default(),
+            spent: std::cell::Cell::new((Instant::now(), Duration::ZERO)),
+            failures: RefCell::default(),
         }
     }
 
@@ -161,8 +185,13 @@ impl ThreadAuth {
         self.spec.cleartext
     }
 
-    /// The verdict on an `Authorization` field's value at `now`.
-    pub fn check(&self, authorization: Option<&str>, now: Instant) -> Verdict {
+    /// The verdict on an `Authorization` field's value at `now`, from `client`.
+    pub fn check(
+        &self,
+        authorization: Option<&str>,
+        client: Option<std::net::IpAddr>,
+        now: Instant,
+    ) -> Verdict {
         let Some(value) = authorization else {
             return Verdict::Challenge;
         };
@@ -172,7 +201,16 @@ impl ThreadAuth {
                 return user.clone().map_or(Verdict::Challenge, Verdict::User);
             }
         }
+        if let Some(refused) = self.refusal(client, now) {
+            return refused;
+        }
+        let hashing = Instant::now();
         let user = self.verified(value).map(std::rc::Rc::from);
+        let (second, spent) = self.spent.get();
+        self.spent.set((second, spent + hashing.elapsed()));
+        if user.is_none() {
+            self.failed(client, now);
+        }
         let mut seen = self.seen.borrow_mut();
         if seen.len() >= CACHE_SIZE {
             seen.retain(|_, (_, until)| now < *until);
@@ -187,6 +225,53 @@ impl ThreadAuth {
         };
         seen.insert(key, (user.clone(), now + ttl));
         user.map_or(Verdict::Challenge, Verdict::User)
+    }
+
+    /// Why a hash may not run now for `client`, if it may not (see the module doc).
+    fn refusal(&self, client: Option<std::net::IpAddr>, now: Instant) -> Option<Verdict> {
+        let (second, spent) = self.spent.get();
+        if now.saturating_duration_since(second) >= Duration::from_secs(1) {
+            self.spent.set((now, Duration::ZERO));
+        } else if spent >= HASH_BUDGET {
+            return Some(Verdict::Refused {
+                status: 503,
+                retry_after: 1,
+            });
+        }
+        let ip = client?;
+        let mut failures = self.failures.borrow_mut();
+        match failures.get(&ip) {
+            Some(&(n, since))
+                if n >= MAX_FAILURES && now.saturating_duration_since(since) < FAILURE_WINDOW =>
+            {
+                let left = FAILURE_WINDOW.saturating_sub(now.saturating_duration_since(since));
+                Some(Verdict::Refused {
+                    status: 429,
+                    retry_after: left.as_secs().max(1) as u32,
+                })
+            }
+            Some(_) => None,
+            None if failures.len() >= FAILURE_CLIENTS => {
+                failures
+                    .retain(|_, (_, since)| now.saturating_duration_since(*since) < FAILURE_WINDOW);
+                (failures.len() >= FAILURE_CLIENTS).then_some(Verdict::Refused {
+                    status: 503,
+                    retry_after: 1,
+                })
+            }
+            None => None,
+        }
+    }
+
+    /// A wrong answer from `client` at `now`, counted in its window.
+    fn failed(&self, client: Option<std::net::IpAddr>, now: Instant) {
+        let Some(ip) = client else { return };
+        let mut failures = self.failures.borrow_mut();
+        let entry = failures.entry(ip).or_insert((0, now));
+        if now.saturating_duration_since(entry.1) >= FAILURE_WINDOW {
+            *entry = (0, now);
+        }
+        entry.0 += 1;
     }
 
     /// The user `value` names, when its password is right (the hash run every time).

@@ -32,13 +32,20 @@ fn auth() -> ThreadAuth {
 #[test]
 fn bcrypt_and_argon2_users_are_let_in_with_their_passwords_only() {
     let a = auth();
-    let now = Instant::now();
+    // Each check a second apart: argon2 unoptimized takes a large share of the hashing
+    // budget (this test is about verdicts, not the budget).
+    let start = Instant::now();
+    let mut seconds = 0;
+    let mut now = || {
+        seconds += 1;
+        start + Duration::from_secs(seconds)
+    };
     assert_eq!(
-        a.check(Some(&basic("alice", "wonderland")), now),
+        a.check(Some(&basic("alice", "wonderland")), None, now()),
         Verdict::User("alice".into())
     );
     assert_eq!(
-        a.check(Some(&basic("bob", "builder")), now),
+        a.check(Some(&basic("bob", "builder")), None, now()),
         Verdict::User("bob".into())
     );
     for wrong in [
@@ -49,12 +56,19 @@ fn bcrypt_and_argon2_users_are_let_in_with_their_passwords_only() {
         "Basic !!!".into(),
         "Basic YWxpY2U=".into(), // "alice", no colon
     ] {
-        assert_eq!(a.check(Some(&wrong), now), Verdict::Challenge, "{wrong}");
+        assert_eq!(
+            a.check(Some(&wrong), None, now()),
+            Verdict::Challenge,
+            "{wrong}"
+        );
     }
-    assert_eq!(a.check(None, now), Verdict::Challenge);
+    assert_eq!(a.check(None, None, now()), Verdict::Challenge);
     // The scheme's name is case-insensitive.
     let lower = basic("alice", "wonderland").replacen("Basic", "basic", 1);
-    assert_eq!(a.check(Some(&lower), now), Verdict::User("alice".into()));
+    assert_eq!(
+        a.check(Some(&lower), None, now()),
+        Verdict::User("alice".into())
+    );
 }
 
 #[test]
@@ -62,15 +76,15 @@ fn a_success_is_remembered_and_a_failure_only_briefly() {
     let a = auth();
     let now = Instant::now();
     let good = basic("alice", "wonderland");
-    assert!(matches!(a.check(Some(&good), now), Verdict::User(_)));
+    assert!(matches!(a.check(Some(&good), None, now), Verdict::User(_)));
     assert_eq!(a.seen.borrow().len(), 1);
     // Remembered: the same answer without the hash (the entry is the same one).
     assert!(matches!(
-        a.check(Some(&good), now + Duration::from_secs(60)),
+        a.check(Some(&good), None, now + Duration::from_secs(60)),
         Verdict::User(_)
     ));
     let bad = basic("alice", "guess");
-    assert_eq!(a.check(Some(&bad), now), Verdict::Challenge);
+    assert_eq!(a.check(Some(&bad), None, now), Verdict::Challenge);
     let until = a.seen.borrow().values().map(|(_, u)| *u).min().unwrap();
     assert!(until <= now + Duration::from_secs(1));
     // No password is kept: the keys are numbers.
@@ -97,4 +111,68 @@ fn weak_or_malformed_entries_are_refused_with_their_line() {
         assert_eq!(n, line, "{text}");
         assert!(message.contains(why), "{text}: {message}");
     }
+}
+
+#[test]
+fn wrong_answers_are_bounded_per_client_and_hashing_per_thread() {
+    let a = auth();
+    let now = Instant::now();
+    let client: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+    // Each guess a different password (none remembered): ten are checked, then 429.
+    for k in 0..MAX_FAILURES {
+        let guess = basic("alice", &format!("guess{k}"));
+        assert_eq!(
+            a.check(Some(&guess), Some(client), now),
+            Verdict::Challenge,
+            "{k}"
+        );
+    }
+    let next = basic("alice", "guess-next");
+    match a.check(Some(&next), Some(client), now) {
+        Verdict::Refused {
+            status: 429,
+            retry_after,
+        } => assert!((1..=60).contains(&retry_after)),
+        other => panic!("{other:?}"),
+    }
+    // Another client is still checked, and the window ends after a minute.
+    let other: std::net::IpAddr = "192.0.2.8".parse().unwrap();
+    assert_eq!(
+        a.check(Some(&basic("alice", "wonderland")), Some(other), now),
+        Verdict::User("alice".into())
+    );
+    let later = now + Duration::from_secs(61);
+    assert_eq!(
+        a.check(Some(&next), Some(client), later),
+        Verdict::Challenge
+    );
+}
+
+#[test]
+fn a_thread_spends_at_most_its_hashing_budget_each_second() {
+    let a = auth();
+    let now = Instant::now();
+    // Distinct clients, distinct guesses: only the budget stops them. Cost-4 bcrypt hashes
+    // are ~1 ms, so the budget allows hundreds; then 503 until the next second.
+    let mut refused = None;
+    for k in 0..100_000u32 {
+        let client = std::net::IpAddr::from([10, (k >> 16) as u8, (k >> 8) as u8, k as u8]);
+        let guess = basic("alice", &format!("g{k}"));
+        if let Verdict::Refused {
+            status,
+            retry_after,
+        } = a.check(Some(&guess), Some(client), now)
+        {
+            refused = Some((k, status, retry_after));
+            break;
+        }
+    }
+    let (k, status, retry_after) = refused.expect("the budget never ran out");
+    assert_eq!((status, retry_after), (503, 1));
+    assert!(k > 0);
+    let next_second = now + Duration::from_secs(1);
+    assert_eq!(
+        a.check(Some(&basic("alice", "wonderland")), None, next_second),
+        Verdict::User("alice".into())
+    );
 }
