@@ -673,3 +673,60 @@ fn a_wake_past_the_starting_bound_is_answered_503_and_its_retry_wakes_it() {
         get_host(addr, "next.example", "/").status == 200
     });
 }
+
+/// A server killed while a pool is suspended left its workers frozen, holding the port and
+/// its queue (issue #39, item 9). v1's freezer holds them for good (a frozen task cannot even
+/// die): the next `serve` of the same file ends them before it opens its own listeners, says
+/// so, and serves. Under v2 a fatal signal still kills a frozen task, so the master's death
+/// (their parent-death SIGTERM) ends them by itself; the next server serves either way.
+fn a_new_server_after_a_killed_one(freezer: &str) {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"nap\"\nstart = \"on-demand\"\nidle_timeout = \"1s\"\nidle_action = \"suspend\"\ncommand = [\"python3\", \"{}\"]\n[[site]]\nname = \"nap\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"nap\"\n",
+        test_app().display()
+    );
+    let (config, admin) = with_own_admin(&config);
+    std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
+    let env = [("ESPALIER_FREEZER", freezer)];
+    let mut first = Server::start_env(&["-c", "espalier.toml"], dir.path(), &env);
+    first.admin = Some(admin);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(get(addr, "/", "").status, 200, "{}", first.log_text());
+    first.wait_until("the pool suspended", Duration::from_secs(60), |s| {
+        state_of(s, "nap").0 == PoolState::Suspended
+    });
+    let pids: Vec<u32> = state_of(&first, "nap")
+        .1
+        .iter()
+        .filter_map(|&(_, p)| p)
+        .collect();
+    assert!(pids.iter().all(|&p| frozen(p) == Some(true)), "{pids:?}");
+    first.signal(libc::SIGKILL);
+    let _ = first.wait_exit(Duration::from_secs(10));
+    assert!(!pid_alive(first.pid()), "the master still runs");
+    let left = pids.iter().any(|&p| pid_alive(p));
+    if freezer == "v1" {
+        assert!(
+            left,
+            "v1's frozen tasks should outlive their master: {pids:?}"
+        );
+    }
+    let second = Server::start_env(&["-c", "espalier.toml"], dir.path(), &env);
+    if left {
+        second.wait_for_log("a previous server left frozen", Duration::from_secs(5));
+    }
+    assert!(pids.iter().all(|&p| !pid_alive(p)), "{pids:?} still alive");
+    assert_eq!(get(addr, "/", "").status, 200, "{}", second.log_text());
+}
+
+#[test]
+fn a_new_server_ends_what_a_killed_one_left_frozen_v1() {
+    a_new_server_after_a_killed_one("v1");
+}
+
+#[test]
+fn a_new_server_after_a_killed_one_serves_v2() {
+    a_new_server_after_a_killed_one("v2");
+}

@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 /// next return to user space; a task in a long uninterruptible sleep delays it).
 const FREEZE_WAIT: Duration = Duration::from_secs(2);
 
+/// The start of a freezer group's name: `espalier-suspend-<master pid>-<pool>-<index>`.
+pub const GROUP_PREFIX: &str = "espalier-suspend-";
+
 /// The freezer this machine offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Freezer {
@@ -116,6 +119,107 @@ impl Freezer {
         group.set(true)?;
         Ok(group)
     }
+}
+
+impl Freezer {
+    /// Ends what servers that are gone left frozen: their processes would otherwise hold their
+    /// ports and queues forever (a frozen process cannot act on the SIGTERM its master's death
+    /// sent it). Looked for where this master would make its own groups — under its own
+    /// unified group (descending only into `espalier-*` groups), or v1's `espalier-<pid>/` —
+    /// and only groups whose master (the pid in the name) is no running `espalier serve`. Each
+    /// is thawed, its processes killed, and removed. How many processes were ended.
+    pub fn end_leftovers(&self) -> usize {
+        let groups = match self {
+            Freezer::V2 { root } => {
+                let Some(own) = v2_group_of(std::process::id()) else {
+                    return 0;
+                };
+                let mut found = Vec::new();
+                leftover_v2_groups(&root.join(own), 0, &mut found);
+                found
+                    .into_iter()
+                    .map(|dir| FreezeGroup { dir, v2: true })
+                    .collect::<Vec<_>>()
+            }
+            Freezer::V1 { root } => std::fs::read_dir(root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("espalier-")
+                        .and_then(|pid| pid.parse().ok())
+                        .is_some_and(master_gone)
+                })
+                .flat_map(|e| std::fs::read_dir(e.path()).into_iter().flatten().flatten())
+                .filter(|e| e.path().is_dir())
+                .map(|e| FreezeGroup {
+                    dir: e.path(),
+                    v2: false,
+                })
+                .collect(),
+        };
+        let mut ended = 0;
+        for g in groups {
+            let procs_file = g.dir.join(if g.v2 { "cgroup.procs" } else { "tasks" });
+            let pids = |f: &Path| -> Vec<u32> {
+                std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect()
+            };
+            let _ = g.set(false);
+            for pid in pids(&procs_file) {
+                if super::process::kill(pid, libc::SIGKILL).is_ok() {
+                    ended += 1;
+                }
+            }
+            let deadline = Instant::now() + FREEZE_WAIT;
+            while !pids(&procs_file).is_empty() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = std::fs::remove_dir(&g.dir);
+            if !g.v2 {
+                if let Some(parent) = g.dir.parent() {
+                    let _ = std::fs::remove_dir(parent);
+                }
+            }
+        }
+        ended
+    }
+}
+
+/// The `espalier-suspend-<pid>-…` groups under `dir` whose master is gone, descending only
+/// into `espalier-*` groups, at most 6 deep.
+fn leftover_v2_groups(dir: &Path, depth: usize, found: &mut Vec<PathBuf>) {
+    if depth > 6 {
+        return;
+    }
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("espalier-") || !e.path().is_dir() {
+            continue;
+        }
+        let master = name
+            .strip_prefix(GROUP_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse().ok());
+        match master {
+            Some(pid) if master_gone(pid) => found.push(e.path()),
+            Some(_) => {}
+            None => leftover_v2_groups(&e.path(), depth + 1, found),
+        }
+    }
+}
+
+/// Whether `pid` is no running `espalier serve` (gone, or its number reused by another).
+fn master_gone(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return false;
+    }
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    !cmdline.split(|&b| b == 0).any(|a| a == b"serve")
 }
 
 impl FreezeGroup {

@@ -72,6 +72,7 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
         super::log("master", format!("{file}: {w}"));
     }
     check_identities(config).map_err(|e| format!("{file}: {e}"))?;
+    end_what_a_dead_server_left_frozen();
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
     let admin = super::admin::bind(config).map_err(|e| format!("{file}: {e}"))?;
     let mut handoffs = super::handoffs::Handoffs::new()?;
@@ -86,4 +87,26 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
     rt.block_on(super::supervisor::run(
         owned, topology, groups, handoffs, specs, admin,
     ))
+}
+
+/// A server that died with idle workers frozen left them holding its ports and queues
+/// (frozen, they cannot act on the SIGTERM its death sent them); outside systemd nothing else
+/// ends them. Done before this server opens its own listeners (see
+/// [`crate::os::freezer::Freezer::end_leftovers`]), in both freezers where a machine has both.
+fn end_what_a_dead_server_left_frozen() {
+    let base = std::path::Path::new("/sys/fs/cgroup");
+    let mut freezers = vec![crate::os::freezer::detect(base, false)];
+    freezers.push(crate::os::freezer::detect(base, true));
+    freezers.dedup();
+    let ended: usize = freezers
+        .into_iter()
+        .flatten()
+        .map(|f| f.end_leftovers())
+        .sum();
+    if ended > 0 {
+        super::log(
+            "master",
+            format!("ended {ended} process(es) a previous server left frozen (it died while they were suspended)"),
+        );
+    }
 }

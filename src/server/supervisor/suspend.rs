@@ -38,8 +38,11 @@ impl Supervisor {
             let pids = crate::os::process::process_tree(p.pid);
             before += resident(&pids);
             // One group per process tree: the worker's, and its app's beside it.
+            // The master's pid in the name: a later master finds what a dead one left.
             let group_name = format!(
-                "espalier-suspend-{}-{}{}",
+                "{}{}-{}-{}{}",
+                crate::os::freezer::GROUP_PREFIX,
+                std::process::id(),
                 self.slots[i].spec.pool,
                 self.slots[i].spec.index,
                 if self.slots[i].app.is_some() {
