@@ -82,6 +82,34 @@ pub fn sockets_of_tree(pid: u32) -> HashSet<u64> {
     inodes
 }
 
+/// How many connections `pid` holds whose local port is one of `ports` — clients of its
+/// listeners (its own outgoing connections, an upstream pool's, have other local ports) —
+/// established, or closed by the client with its request maybe still unread.
+pub fn client_connections(pid: u32, ports: &[u16]) -> usize {
+    let want: Vec<String> = ports.iter().map(|p| format!("{p:04X}")).collect();
+    let mut inodes: HashSet<u64> = HashSet::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            // 01: ESTABLISHED; 08: CLOSE_WAIT.
+            let port = local.rsplit(':').next().unwrap_or_default();
+            if matches!(*state, "01" | "08") && want.iter().any(|w| w == port) {
+                if let Ok(n) = inode.parse() {
+                    inodes.insert(n);
+                }
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return 0;
+    }
+    sockets_of_tree(pid).intersection(&inodes).count()
+}
+
 /// The listeners for 127.0.0.1:`port` that neither `pid` nor its descendants hold: empty
 /// when the port is the app's alone (or nobody's).
 pub fn strangers_on_port(port: u16, pid: u32) -> Vec<Listener> {

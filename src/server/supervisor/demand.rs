@@ -298,7 +298,16 @@ impl Supervisor {
         let Some(&first) = slots.first() else { return };
         let pool = self.slots[first].pool;
         let timeout = self.pools[pool].spec.idle_timeout.unwrap_or(Duration::ZERO);
-        if self.pools[pool].spec.idle_action == IdleAction::Suspend && self.suspend(name, &slots) {
+        let suspend = self.pools[pool].spec.idle_action == IdleAction::Suspend;
+        let suspended = if suspend {
+            self.suspend(name, &slots)
+        } else {
+            super::suspend::Suspended::Refused
+        };
+        if suspended == super::suspend::Suspended::Busy {
+            return;
+        }
+        if suspended == super::suspend::Suspended::Frozen {
             for &i in &slots {
                 self.sleep_slot(i);
             }

@@ -17,17 +17,28 @@ fn resident(pids: &[u32]) -> u64 {
     crate::os::process::resident_bytes_of(pids).unwrap_or(0)
 }
 
+/// What came of a suspend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Suspended {
+    /// Frozen, its memory given back: it sleeps.
+    Frozen,
+    /// A client connected as it was frozen: thawed at once, it stays awake.
+    Busy,
+    /// It could not be frozen (no freezer, or the kernel refused): stop it instead.
+    Refused,
+}
+
 impl Supervisor {
     /// Freezes the current processes of `slots` (one worker: its espalier process and, for
     /// a proxied pool, its app's tree) and reclaims their memory. `false` when it could not
     /// (no freezer, or the kernel refused): the caller stops them instead.
-    pub(super) fn suspend(&mut self, name: &str, slots: &[usize]) -> bool {
+    pub(super) fn suspend(&mut self, name: &str, slots: &[usize]) -> Suspended {
         let Some(freezer) = self.freezer.clone() else {
             if !self.warned_no_freezer {
                 self.warned_no_freezer = true;
                 log("master", "warning: idle_action = \"suspend\" needs a cgroup freezer (cgroup v2's cgroup.freeze, or v1's freezer controller), and this machine has neither: idle workers are stopped instead");
             }
-            return false;
+            return Suspended::Refused;
         };
         let mut frozen: Vec<(usize, FreezeGroup, Vec<u32>)> = Vec::new();
         let mut before = 0;
@@ -61,9 +72,39 @@ impl Supervisor {
                     for (_, g, _) in &frozen {
                         let _ = g.thaw();
                     }
-                    return false;
+                    return Suspended::Refused;
                 }
             }
+        }
+        // The decision used the last pong's counts: a client that connected since (its
+        // connection accepted, its request perhaps unread) would wait, frozen with the worker,
+        // for another visitor's wake. Frozen, the worker's descriptors are what they are now.
+        let held = slots
+            .iter()
+            .filter(|&&i| self.slots[i].app.is_none())
+            .filter_map(|&i| {
+                let ports: Vec<u16> = self.slots[i]
+                    .spec
+                    .groups
+                    .iter()
+                    .map(|g| g.addr.port())
+                    .collect();
+                let pid = self.slots[i].current.as_ref()?.pid;
+                Some(crate::os::sockets_of::client_connections(pid, &ports))
+            })
+            .sum::<usize>();
+        if held > 0 {
+            for (i, g, _) in &frozen {
+                let _ = g.thaw();
+                if !self.freeze_groups.contains(g) {
+                    self.freeze_groups.push(g.clone());
+                }
+                if let Some(p) = self.slots[*i].current.as_mut() {
+                    p.busy_at = Instant::now();
+                }
+            }
+            log("master", format!("worker {name}: not suspended, {held} client connection(s) arrived as it was frozen; it serves on"));
+            return Suspended::Busy;
         }
         let mut reclaim_note = String::new();
         let mut after = 0;
@@ -90,7 +131,7 @@ impl Supervisor {
                 crate::units::format_bytes(after)
             ),
         );
-        true
+        Suspended::Frozen
     }
 
     /// Thaws slot `i`'s frozen process, if it has one; whether it had. Its ping clock starts
