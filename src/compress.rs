@@ -92,6 +92,33 @@ pub fn whole(coding: Coding, data: &[u8]) -> io::Result<Vec<u8>> {
 /// end with [`Stream::finish`].
 pub struct Stream {
     encoder: Encoder,
+    _live: Live,
+}
+
+thread_local! {
+    /// The streams alive on this thread (each holds its encoder's window and tables).
+    static LIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many [`Stream`]s are alive on this thread: what a caller bounding their memory reads.
+pub fn live_streams() -> usize {
+    LIVE.with(std::cell::Cell::get)
+}
+
+/// One stream counted in [`LIVE`] while it lives.
+struct Live;
+
+impl Live {
+    fn new() -> Live {
+        LIVE.with(|n| n.set(n.get() + 1));
+        Live
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        LIVE.with(|n| n.set(n.get().saturating_sub(1)));
+    }
 }
 
 enum Encoder {
@@ -119,7 +146,10 @@ impl Stream {
                 Encoder::Zstd(e)
             }
         };
-        Ok(Stream { encoder })
+        Ok(Stream {
+            encoder,
+            _live: Live::new(),
+        })
     }
 
     /// Compresses `data` and flushes, so that all of it can be decoded from what

@@ -12,7 +12,9 @@
 //!
 //! Memory: one encoder per answer (a 256 KiB window, see [`crate::compress`]) and the relay's
 //! buffer; each read from the app is compressed and flushed before the next, so a client
-//! sees a slow stream (server-sent events) as it comes.
+//! sees a slow stream (server-sent events) as it comes. At most [`MAX_COMPRESSING`] answers
+//! of a thread are compressed at once (counted by `compress::live_streams`); others go as
+//! they are.
 //!
 //! Owns: that decision and relay. Must not touch: the rest of the answer's head (the
 //! forwarders write it) or which coding the client gets ([`crate::http::coding`]).
@@ -27,6 +29,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A declared length below this is sent as it is.
 pub const MIN_LENGTH: u64 = 256;
+
+/// Answers a thread compresses at once, at most; past it an answer goes as it is (with
+/// `Vary`). Each holds its encoder (about 0.5 MiB), and a stream a client never reads (an
+/// HTTP/2 window left at zero) holds it as long as the client likes: 15 connections of 128
+/// such streams once held 655 MiB. The bound caps a thread at about 32 MiB of encoders.
+pub const MAX_COMPRESSING: usize = 64;
 
 /// What a site's compression makes of one answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,8 +85,8 @@ pub fn plan<'h>(
         return Plan::AsIs;
     }
     match coding {
-        Some(c) => Plan::Compress(c),
-        None => Plan::Vary,
+        Some(c) if crate::compress::live_streams() < MAX_COMPRESSING => Plan::Compress(c),
+        _ => Plan::Vary,
     }
 }
 
@@ -149,11 +157,10 @@ pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
     report: &Report,
     mut pending: Vec<u8>,
     kind: BodyKind,
-    coding: Coding,
+    mut encoder: Stream,
     chunked: bool,
     (upstream_timeout, client_timeout): (Duration, Duration),
 ) -> Result<bool, ()> {
-    let mut encoder = Stream::new(coding).map_err(|_| ())?;
     let mut decoder =
         (kind == BodyKind::Chunked).then(|| ChunkedDecoder::with_bounds(u64::MAX, 64 << 10));
     let mut left = match kind {
@@ -211,6 +218,20 @@ mod tests {
 
     fn fields(list: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static [u8])> {
         list.iter().map(|(n, v)| (*n, v.as_bytes())).collect()
+    }
+
+    #[test]
+    fn past_the_threads_bound_answers_go_as_they_are() {
+        let html = fields(&[("Content-Type", "text/html")]);
+        let p = || plan(Some(Some(Coding::Gzip)), 200, false, html.iter().copied());
+        let mut live = Vec::new();
+        while crate::compress::live_streams() < MAX_COMPRESSING {
+            assert_eq!(p(), Plan::Compress(Coding::Gzip));
+            live.push(Stream::new(Coding::Gzip).unwrap());
+        }
+        assert_eq!(p(), Plan::Vary);
+        live.pop();
+        assert_eq!(p(), Plan::Compress(Coding::Gzip));
     }
 
     #[test]

@@ -214,8 +214,15 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         req.head_only,
         resp.headers.iter().map(|h| (h.name, h.value)),
     );
+    // The encoder is made with the plan, not after the head is sent: it is what counts
+    // toward the thread's bound on answers being compressed (see `encode::MAX_COMPRESSING`).
     let compressing = match plan {
-        encode::Plan::Compress(c) if kind != BodyKind::None => Some(c),
+        encode::Plan::Compress(c) if kind != BodyKind::None => {
+            match crate::compress::Stream::new(c) {
+                Ok(encoder) => Some(encoder),
+                Err(_) => return own.answer(stream, 500).await,
+            }
+        }
         _ => None,
     };
     // To the client: HTTP/1.1 chunked when the length is unknown (or compressed), else
@@ -272,7 +279,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     {
         out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
-    if let Some(c) = compressing {
+    if let (Some(_), encode::Plan::Compress(c)) = (&compressing, plan) {
         push_field(&mut out, "Content-Encoding", c.token());
         if req.client_minor == 1 {
             out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
@@ -320,7 +327,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     ubuf.drain(..head_len);
     // A small answer read whole goes out with its head in one write; nothing is left to relay.
     let mut kind = kind;
-    if let (BodyKind::Length(n), None) = (kind, compressing) {
+    if let (BodyKind::Length(n), None) = (kind, &compressing) {
         if ubuf.len() as u64 == n {
             out.extend_from_slice(&ubuf);
             ubuf.clear();
@@ -336,10 +343,10 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
     let timeouts = (settings.response_timeout, body_timeout);
     let relayed = match compressing {
-        Some(coding) => {
+        Some(encoder) => {
             let chunked = req.client_minor == 1;
             encode::relay(
-                &mut conn, stream, report, ubuf, kind, coding, chunked, timeouts,
+                &mut conn, stream, report, ubuf, kind, encoder, chunked, timeouts,
             )
             .await
         }
