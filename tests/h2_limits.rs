@@ -175,17 +175,16 @@ class S(http.server.ThreadingHTTPServer):
 S(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
 "#;
 
-#[test]
-fn proxied_streams_a_client_never_reads_stop_the_app_not_fill_the_worker() {
+/// The Python app at `app` (its text) in one pool on CPU 0 behind the proxy, with the
+/// site's extra keys: the server, its port, and its front worker's pid.
+fn big_app_server(d: &std::path::Path, app: &str, site_keys: &str) -> (Server, u16, u32) {
     need_tools("python3:python3", "python3");
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(d.join("app.py"), BIG_APP).unwrap();
+    std::fs::write(d.join("app.py"), app).unwrap();
     let port = free_port();
     let server = Server::with_config(
         d,
         &format!(
-            "[[pool]]\nname = \"p\"\ncpus = \"0\"\ncommand = [\"python3\", \"app.py\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\n"
+            "[[pool]]\nname = \"p\"\ncpus = \"0\"\ncommand = [\"python3\", \"app.py\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n{site_keys}\n[[site.app]]\npool = \"p\"\n"
         ),
     );
     let front = server
@@ -196,6 +195,13 @@ fn proxied_streams_a_client_never_reads_stop_the_app_not_fill_the_worker() {
         .find(|w| w.role == espalier::server::status::Role::Front)
         .and_then(|w| w.pid)
         .unwrap();
+    (server, port, front)
+}
+
+#[test]
+fn proxied_streams_a_client_never_reads_stop_the_app_not_fill_the_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, port, front) = big_app_server(dir.path(), BIG_APP, "");
     let before = rss_kib(front);
     let mut during = 0;
     // 5 connections x 128 streams: 256 KiB each was 160 MiB.
@@ -220,29 +226,13 @@ fn proxied_streams_a_client_never_reads_stop_the_app_not_fill_the_worker() {
 /// +59 MiB held, given back; without the bound +83 MiB, and not given back in a minute).
 #[test]
 fn compressed_answers_on_streams_a_client_never_reads_are_bounded() {
-    need_tools("python3:python3", "python3");
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
     let app = BIG_APP.replace(
         "self.send_header(\"Content-Length\", str(len(BODY)))",
         "self.send_header(\"Content-Length\", str(len(BODY))); self.send_header(\"Content-Type\", \"text/html\")",
     );
-    std::fs::write(d.join("app.py"), app).unwrap();
-    let port = free_port();
-    let server = Server::with_config(
-        d,
-        &format!(
-            "[[pool]]\nname = \"p\"\ncpus = \"0\"\ncommand = [\"python3\", \"app.py\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\ncompress = [\"zstd\", \"br\", \"gzip\"]\n[[site.app]]\npool = \"p\"\n"
-        ),
-    );
-    let front = server
-        .status()
-        .pools
-        .iter()
-        .flat_map(|p| p.workers.clone())
-        .find(|w| w.role == espalier::server::status::Role::Front)
-        .and_then(|w| w.pid)
-        .unwrap();
+    let keys = "compress = [\"zstd\", \"br\", \"gzip\"]";
+    let (server, port, front) = big_app_server(dir.path(), &app, keys);
     let before = rss_kib(front);
     let mut during = 0;
     let accept = &[("accept-encoding", "br")];

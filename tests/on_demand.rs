@@ -331,21 +331,28 @@ fn frozen(pid: u32) -> Option<bool> {
     None
 }
 
+/// Writes `espalier.toml` in `dir`: an on-demand Python app pool `nap` suspended after
+/// `idle_timeout`, on a port of its own; (that port, the admin address).
+fn write_nap_config(dir: &Path, idle_timeout: &str) -> (u16, String) {
+    need_tools("python3:python3", "python3");
+    let port = free_port();
+    let config = format!(
+        "[server]\nworker_header = true\n[[pool]]\nname = \"nap\"\nstart = \"on-demand\"\nidle_timeout = \"{idle_timeout}\"\nidle_action = \"suspend\"\ncommand = [\"python3\", \"{}\"]\n[[site]]\nname = \"nap\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"nap\"\n",
+        test_app().display()
+    );
+    let (config, admin) = with_own_admin(&config);
+    std::fs::write(dir.join("espalier.toml"), config).unwrap();
+    (port, admin)
+}
+
 /// IIS 8.5's idle page-out: an idle on-demand pool's front worker and app process are frozen
 /// in a cgroup with their memory reclaimed (state `suspended`), and the next connection
 /// thaws the same processes, which answer it; stopping the server while they are frozen
 /// stops them and removes the groups. Run with the freezer the machine prefers (v2 where
 /// the unified hierarchy is mounted) and with v1's.
 fn suspend_and_thaw(freezer: &str) {
-    need_tools("python3:python3", "python3");
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = format!(
-        "[server]\nworker_header = true\n[[pool]]\nname = \"nap\"\nstart = \"on-demand\"\nidle_timeout = \"2s\"\nidle_action = \"suspend\"\ncommand = [\"python3\", \"{}\"]\n[[site]]\nname = \"nap\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"nap\"\n",
-        test_app().display()
-    );
-    let (config, admin) = with_own_admin(&config);
-    std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
+    let (port, admin) = write_nap_config(dir.path(), "2s");
     let mut server = Server::start_env(
         &["-c", dir.path().join("espalier.toml").to_str().unwrap()],
         dir.path(),
@@ -680,15 +687,8 @@ fn a_wake_past_the_starting_bound_is_answered_503_and_its_retry_wakes_it() {
 /// so, and serves. Under v2 a fatal signal still kills a frozen task, so the master's death
 /// (their parent-death SIGTERM) ends them by itself; the next server serves either way.
 fn a_new_server_after_a_killed_one(freezer: &str) {
-    need_tools("python3:python3", "python3");
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let config = format!(
-        "[[pool]]\nname = \"nap\"\nstart = \"on-demand\"\nidle_timeout = \"1s\"\nidle_action = \"suspend\"\ncommand = [\"python3\", \"{}\"]\n[[site]]\nname = \"nap\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"nap\"\n",
-        test_app().display()
-    );
-    let (config, admin) = with_own_admin(&config);
-    std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
+    let (port, admin) = write_nap_config(dir.path(), "1s");
     let env = [("ESPALIER_FREEZER", freezer)];
     let mut first = Server::start_env(&["-c", "espalier.toml"], dir.path(), &env);
     first.admin = Some(admin);
