@@ -128,7 +128,7 @@ const FAILURE_REMEMBERED: Duration = Duration::from_secs(1);
 const CACHE_SIZE: usize = 1024;
 /// Hashing time a thread may spend per second, per path with `auth`.
 pub const HASH_BUDGET: Duration = Duration::from_millis(250);
-/// Wrong answers a client may give per [`FAILURE_WINDOW`], per path and thread.
+/// Wrong answers a client may give per minute, per path and thread.
 pub const MAX_FAILURES: u32 = 10;
 const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// Clients whose failures a thread counts; full of recent ones, unknown clients wait.
