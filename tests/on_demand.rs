@@ -16,6 +16,21 @@ fn worker_of(r: &Response) -> String {
     r.header("x-espalier-worker").unwrap_or("-").to_string()
 }
 
+/// Whether `pool` sleeps with none of its processes left, draining ones included: a front
+/// still draining takes what was queued for it, so only then does the next visitor wake it.
+fn asleep_and_gone(server: &Server, pool: &str) -> bool {
+    let status = server.status();
+    let p = status
+        .pools
+        .iter()
+        .find(|p| p.name == pool)
+        .expect("the pool");
+    p.state == PoolState::Idle
+        && p.workers
+            .iter()
+            .all(|w| w.pid.is_none() && w.draining.is_empty())
+}
+
 fn state_of(server: &Server, pool: &str) -> (PoolState, Vec<(WorkerState, Option<u32>)>) {
     let status = server.status();
     let p = status
@@ -454,9 +469,11 @@ fn a_warmup_page_is_answered_while_an_on_demand_pool_starts() {
         get(addr, "/", "").status == 200
     });
     // Asleep again, then woken: the page says how long the last start took (over 3 s).
-    server.wait_until("the pool asleep", Duration::from_secs(60), |s| {
-        state_of(s, "slow").0 == PoolState::Idle
-    });
+    server.wait_until(
+        "the pool asleep, its processes gone",
+        Duration::from_secs(60),
+        |s| asleep_and_gone(s, "slow"),
+    );
     let again = get(addr, "/", "");
     assert_eq!(again.status, 503);
     let retry: u64 = again.header("retry-after").unwrap().parse().unwrap();
@@ -529,9 +546,13 @@ fn a_warmup_page_is_read_as_the_pools_user_and_never_through_a_symlink() {
         server.wait_until("the app answering", Duration::from_secs(60), |_| {
             get(addr, "/", "").status == 200
         });
-        server.wait_until("the pool asleep", Duration::from_secs(60), |s| {
-            state_of(s, "slow").0 == PoolState::Idle
-        });
+        // Asleep, and its old processes gone: a draining front still takes what was queued
+        // for it, and the next visitor must be the one that wakes the pool.
+        server.wait_until(
+            "the pool asleep, its processes gone",
+            Duration::from_secs(60),
+            |s| asleep_and_gone(s, "slow"),
+        );
         swap();
         // The visitor waits for the app: an answer from it, never the file behind the page.
         let woken = get(addr, "/", "");
