@@ -39,22 +39,39 @@ pub fn loopback_listeners(port: u16) -> Vec<Listener> {
     found
 }
 
+/// One row of `/proc/net/tcp*`: the local address and port as the kernel spells them (hex),
+/// the state (`0A` listening, `01` established, `08` close-wait), owner uid and inode.
+struct Row<'a> {
+    addr: &'a str,
+    port: u16,
+    state: &'a str,
+    uid: u32,
+    inode: u64,
+}
+
+/// The rows of a `/proc/net/tcp*` table's text (its heading line left out).
+fn rows(text: &str) -> impl Iterator<Item = Row<'_>> {
+    text.lines().skip(1).filter_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (addr, port) = f.get(1)?.split_once(':')?;
+        Some(Row {
+            addr,
+            port: u16::from_str_radix(port, 16).ok()?,
+            state: f.get(3)?,
+            uid: f.get(7)?.parse().ok()?,
+            inode: f.get(9)?.parse().ok()?,
+        })
+    })
+}
+
 /// The table rows of `text` (`/proc/net/tcp*`) listening on `port` at one of `addrs` (the
 /// kernel's hex spelling).
 fn listeners_in(text: &str, port: u16, addrs: &[&str]) -> Vec<Listener> {
-    let want_port = format!("{port:04X}");
-    text.lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (local, state, uid, inode) = (f.get(1)?, f.get(3)?, f.get(7)?, f.get(9)?);
-            let (addr, p) = local.split_once(':')?;
-            // 0A: TCP_LISTEN.
-            (*state == "0A" && p == want_port && addrs.contains(&addr)).then_some(())?;
-            Some(Listener {
-                inode: inode.parse().ok()?,
-                uid: uid.parse().ok()?,
-            })
+    rows(text)
+        .filter(|r| r.state == "0A" && r.port == port && addrs.contains(&r.addr))
+        .map(|r| Listener {
+            inode: r.inode,
+            uid: r.uid,
         })
         .collect()
 }
@@ -86,23 +103,14 @@ pub fn sockets_of_tree(pid: u32) -> HashSet<u64> {
 /// listeners (its own outgoing connections, an upstream pool's, have other local ports) —
 /// established, or closed by the client with its request maybe still unread.
 pub fn client_connections(pid: u32, ports: &[u16]) -> usize {
-    let want: Vec<String> = ports.iter().map(|p| format!("{p:04X}")).collect();
     let mut inodes: HashSet<u64> = HashSet::new();
     for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
-                continue;
-            };
-            // 01: ESTABLISHED; 08: CLOSE_WAIT.
-            let port = local.rsplit(':').next().unwrap_or_default();
-            if matches!(*state, "01" | "08") && want.iter().any(|w| w == port) {
-                if let Ok(n) = inode.parse() {
-                    inodes.insert(n);
-                }
-            }
-        }
+        inodes.extend(
+            rows(&text)
+                .filter(|r| matches!(r.state, "01" | "08") && ports.contains(&r.port))
+                .map(|r| r.inode),
+        );
     }
     if inodes.is_empty() {
         return 0;
@@ -145,6 +153,21 @@ mod tests {
         let _ = other.wait();
         drop(l);
         assert!(loopback_listeners(port).is_empty());
+    }
+
+    #[test]
+    fn a_client_of_this_processs_listener_is_counted_and_an_outgoing_one_is_not() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let me = std::process::id();
+        assert_eq!(client_connections(me, &[port]), 0);
+        // Our own connection to it: its server end (local port = the listener's) counts; its
+        // client end (an ephemeral local port) does not.
+        let _client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        assert_eq!(client_connections(me, &[port]), 1);
+        drop(accepted);
+        assert_eq!(client_connections(me, &[port]), 0);
     }
 
     #[test]
