@@ -57,3 +57,46 @@ fn each_bad_value_is_one_line_naming_the_key() {
         assert!(errs.to_string().contains(expected), "{keys}: {errs}");
     }
 }
+
+#[test]
+fn on_demand_bounds_need_a_pool_that_starts_on_demand() {
+    let text = |start: &str| {
+        format!("[server]\non_demand_running = 4\non_demand_starting = 2\n[[pool]]\nname = \"p\"\nstart = \"{start}\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n")
+    };
+    let c = Config::parse(
+        &text("on-demand"),
+        Path::new("/etc/espalier/t.toml"),
+        &fixture("dl980"),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.server.on_demand_starting, c.server.on_demand_running),
+        (Some(2), Some(4))
+    );
+    let e = Config::parse(
+        &text("always"),
+        Path::new("/etc/espalier/t.toml"),
+        &fixture("dl980"),
+    )
+    .expect_err("no pool to bound")
+    .to_string();
+    for key in ["server.on_demand_running", "server.on_demand_starting"] {
+        assert!(
+            e.contains(&format!(
+                "key `{key}`: bounds the pools that start on demand"
+            )),
+            "{e}"
+        );
+    }
+    let e = Config::parse(
+        &text("on-demand").replace("= 4", "= 0"),
+        Path::new("/etc/espalier/t.toml"),
+        &fixture("dl980"),
+    )
+    .expect_err("zero")
+    .to_string();
+    assert!(
+        e.contains("key `server.on_demand_running`: 0 must be a whole number above 0"),
+        "{e}"
+    );
+}

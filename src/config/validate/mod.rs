@@ -190,6 +190,7 @@ impl Validator {
         self.check_bindings(&sites, &pools);
         self.check_log_owners(&sites, &pools);
         self.check_warmup_pages(&sites, &pools);
+        self.check_on_demand_bounds(&server, &pools);
         if sites.is_empty() {
             self.err(
                 &[Seg::Key("site")],
@@ -201,6 +202,22 @@ impl Validator {
             server,
             pools,
             sites,
+        }
+    }
+
+    /// `on_demand_starting` and `on_demand_running` bound pools that start on demand: with
+    /// none, they would do nothing.
+    fn check_on_demand_bounds(&mut self, server: &ServerSettings, pools: &[PoolSpec]) {
+        if pools.iter().any(|p| p.start == StartMode::OnDemand) {
+            return;
+        }
+        for (key, set) in [
+            ("on_demand_starting", server.on_demand_starting.is_some()),
+            ("on_demand_running", server.on_demand_running.is_some()),
+        ] {
+            if set {
+                self.err(&[Seg::Key("server"), Seg::Key(key)], "bounds the pools that start on demand, and every pool here always runs; add start = \"on-demand\" to the pools it should bound, or remove it");
+            }
         }
     }
 
