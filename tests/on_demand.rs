@@ -767,21 +767,47 @@ fn a_connection_accepted_as_the_worker_is_frozen_is_served() {
     let server = Server::with_config(dir.path(), &config);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut hung = Vec::new();
+    let worker_pids = |s: &Server| -> Vec<u32> {
+        state_of(s, "nap")
+            .1
+            .iter()
+            .filter_map(|&(_, pid)| pid)
+            .collect()
+    };
     // Twelve cycles: without the check, about a third of them hung (8 of 24 here).
     for k in 0..12u64 {
-        // A browser's preconnect: the connection first, its request a moment later. The
-        // pace is the client's, not a wait for an event: 0.2 to 1.4 s, across the cycle.
+        // Each cycle from a sleeping worker (never started, then frozen): the connection
+        // wakes it.
+        server.wait_until("the pool asleep", Duration::from_secs(30), |s| {
+            matches!(state_of(s, "nap").0, PoolState::Idle | PoolState::Suspended)
+        });
+        // A browser's preconnect: the connection, accepted by the worker (seen in its
+        // descriptors), then the request after the client's own pause of 0.2 to 1.4 s —
+        // across the idle cycle, so that some pauses span the master's next freeze.
         let mut c = Conn::open(addr);
         c.stream
             .set_read_timeout(Some(Duration::from_secs(8)))
             .unwrap();
+        server.wait_until(
+            "the worker holding the connection",
+            Duration::from_secs(10),
+            |s| {
+                worker_pids(s)
+                    .iter()
+                    .any(|&pid| espalier::os::sockets_of::client_connections(pid, &[port]) > 0)
+            },
+        );
         std::thread::sleep(Duration::from_millis(200 + (k * 397) % 1200));
         c.send(b"GET / HTTP/1.1\r\nHost: nap.example\r\nConnection: close\r\n\r\n");
         if c.read_response(false).map(|r| r.status) != Some(200) {
             hung.push(k);
         }
-        std::thread::sleep(Duration::from_millis(600 + (k * 251) % 900));
     }
+    let caught = server
+        .log_text()
+        .matches("arrived as it was frozen")
+        .count();
+    eprintln!("{caught} of 12 connections were caught by a freeze and thawed at once");
     assert!(
         hung.is_empty(),
         "requests {hung:?} hung: {}",
