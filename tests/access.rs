@@ -3,7 +3,7 @@
 //! trusted proxy's `X-Forwarded-For` (an untrusted one's ignored); `deny_action = "close"`
 //! answers nothing (a reset; on HTTP/2 a refused stream).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::net::SocketAddr;

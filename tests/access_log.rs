@@ -1,7 +1,7 @@
 //! Access logs on the real binary: the three formats, hostile client bytes, a proxied app's
 //! upstream time, logrotate's SIGUSR1 and the flush at exit.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! changes) and without it (refused, nothing changes), the JSON feed growing under load, and
 //! the DL980 plan drawn from the fixture. Screenshots go to target/admin-page-test/.
 
-mod common;
+use crate::common;
 
 use common::browser::browser_tools;
 use common::*;

@@ -3,7 +3,7 @@
 //! proxied app frozen with SIGSTOP — whose socket still completes TCP handshakes, so a
 //! connect probe calls it healthy — is replaced once requests to it time out in a row.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::time::{Duration, Instant};

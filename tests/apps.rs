@@ -3,7 +3,7 @@
 //! every app pool shares: recycling, rapid-fail, reload, cgroups, and the failures a user
 //! meets. Every server and app a test starts, the test stops.
 
-mod common;
+use crate::common;
 
 use common::apps::*;
 use common::*;

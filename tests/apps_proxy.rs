@@ -2,7 +2,7 @@
 //! and unix upstreams), php-fpm behind FastCGI, all from Debian's packages. Every server and
 //! app a test starts, the test stops.
 
-mod common;
+use crate::common;
 
 use common::apps::*;
 use common::*;

@@ -4,7 +4,7 @@
 //! `Retry-After` while the others wait, and the waiting ones are answered once the app is
 //! free; gunicorn with threads, which would take many at once, never sees two.
 
-mod common;
+use crate::common;
 
 use common::apps::need_runtimes;
 use common::*;

@@ -4,7 +4,7 @@
 //! `X-Remote-User` (which a client cannot set itself), a php-fpm app in `REMOTE_USER`; the
 //! same path over cleartext is refused unless it says `cleartext = true`.
 
-mod common;
+use crate::common;
 
 use common::apps::php_fpm;
 use common::tls::*;

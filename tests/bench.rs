@@ -1,7 +1,7 @@
 //! `espalier bench` against real local servers: exact counts, known latencies, errors by kind,
 //! merging, sweeps, warm-up and the open loop. Every server here stops when its test ends.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

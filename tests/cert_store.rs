@@ -4,7 +4,7 @@
 //! or a restart, and an expired one refused (said once in the log) while the pair served
 //! before keeps serving.
 
-mod common;
+use crate::common;
 
 use common::tls::*;
 use common::*;

@@ -1,6 +1,6 @@
 //! The real binary, run the way a user runs it: topology, check and serve --dry-run.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

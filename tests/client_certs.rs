@@ -3,7 +3,7 @@
 //! verified subject in `X-Client-Subject` (which a client cannot set itself); an optional
 //! site lets a client without one in, unnamed. curl with `--cert`, over HTTP/1.1 and HTTP/2.
 
-mod common;
+use crate::common;
 
 use common::tls::*;
 use common::*;

@@ -4,7 +4,7 @@
 //! and python3-zstandard) byte for byte and by `curl --compressed`; `Vary`, distinct ETags,
 //! 304, `Range` and `HEAD` right; what must not be compressed is not.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::net::SocketAddr;

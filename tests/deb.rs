@@ -3,7 +3,7 @@
 //! welcome page, the access log. Installs cargo-deb from crates.io when it is missing; the
 //! release build makes this the suite's slowest test (about two minutes on two cores).
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::os::unix::fs::MetadataExt;

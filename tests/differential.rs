@@ -9,7 +9,7 @@
 //! bytes the same way (as many responses). The exceptions are listed in [`ALLOWED`] with
 //! the reason, and in the README.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

@@ -6,7 +6,7 @@
 //!
 //! Needs root (network namespaces) and installs HAProxy when it is missing.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! run `/index.php`, whose assets are files, and whose uploads never run — over HTTP/1.1,
 //! HTTPS and HTTP/2 (curl); and the path tricks that would run an upload refused.
 
-mod common;
+use crate::common;
 
 use common::apps::php_fpm;
 use common::tls::*;

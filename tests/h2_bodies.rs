@@ -5,7 +5,7 @@
 //! not), `Expect: 100-continue` answered with an informational 100 (curl), and a stream the
 //! client resets mid-upload leaves the connection serving.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::*;

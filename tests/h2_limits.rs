@@ -2,7 +2,7 @@
 //! (h2c): a stream's `:authority` and `host` are checked as HTTP/1.1's Host is — once each,
 //! a real host[:port], and the same name when both come.
 
-mod common;
+use crate::common;
 
 use common::*;
 

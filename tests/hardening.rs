@@ -3,7 +3,7 @@
 //! stale content, FIFO races, stuck threads, a refused reload, configs that cannot work,
 //! overflowing ranges and symlinked directories. Loopback only, bounded, every server stopped.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

@@ -5,7 +5,7 @@
 //! clients, a rapid-failed pool's sites answering 503 while the others serve, and reloads
 //! that move, add and remove sites under load without a failed request on the other hosts.
 
-mod common;
+use crate::common;
 
 use common::apps::need_runtimes;
 use common::*;

@@ -4,7 +4,7 @@
 //! port (their users differ), and the access log the master creates belongs to its pool's user.
 //! Uses Debian's stock accounts `nobody` and `daemon`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

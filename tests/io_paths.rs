@@ -1,20 +1,20 @@
 //! The I/O-path matrix: the integration suite again, on the path the rest of `cargo test`
 //! did not take. Every server the suite starts chooses its path with `[server] io = "auto"`
 //! (io_uring where the kernel allows it, else epoll) unless `ESPALIER_IO` says otherwise; so
-//! `cargo test` has run every test binary on one path by the time this one runs, and this one
-//! runs each of them again — the same binaries, not a copy of their tests — with
+//! `cargo test` has run the suite (`tests/tests.rs`, one binary) on one path by the time this
+//! one runs, and this one runs that binary again — the same tests, not a copy — with
 //! `ESPALIER_IO` set to the other path.
 //!
-//! Not run again: `deb` (packaging) and `numa_qemu` (its guest runs its own kernel and
-//! chooses there), and this file. A harness of its own (`harness = false`): it runs programs,
-//! it has no tests of its own to list. Run it with the others (`cargo test`): alone, the
-//! other binaries may not be built or may be stale.
+//! Not run again: `deb::` (packaging) and `numa_qemu::` (its guest runs its own kernel and
+//! chooses there). A harness of its own (`harness = false`): it runs a program, it has no
+//! tests of its own to list. Run it with the others (`cargo test`): alone, the suite's binary
+//! may not be built or may be stale.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Test binaries whose behaviour does not depend on the connections' I/O path.
-const NOT_AGAIN: &[&str] = &["deb", "numa_qemu", "io_paths"];
+/// Modules of the suite whose behaviour does not depend on the connections' I/O path.
+const NOT_AGAIN: &[&str] = &["deb::", "numa_qemu::"];
 
 /// The newest build of test binary `name` beside this one (`deps/NAME-HASH`).
 fn binary(deps: &Path, name: &str) -> Option<PathBuf> {
@@ -54,53 +54,35 @@ fn main() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let me = std::env::current_exe().expect("this test's path");
     let deps = me.parent().expect("the deps folder");
-    let mut names: Vec<String> = std::fs::read_dir(manifest.join("tests"))
-        .expect("tests/")
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e
-                .file_name()
-                .to_string_lossy()
-                .strip_suffix(".rs")?
-                .to_string();
-            e.path().is_file().then_some(name)
-        })
-        .filter(|n| !NOT_AGAIN.contains(&n.as_str()))
-        .collect();
-    names.sort();
-    // Arguments cargo passes on (a name filter, --nocapture …) go to every binary.
-    let args: Vec<String> = std::env::args()
+    let Some(suite) = binary(deps, "tests") else {
+        eprintln!("io_paths: the suite's binary is not built: run the whole `cargo test`");
+        std::process::exit(1);
+    };
+    // Arguments cargo passes on (a name filter, --nocapture …) go to the suite.
+    let mut args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    let mut failed = Vec::new();
-    for name in &names {
-        let Some(bin) = binary(deps, name) else {
-            failed.push(format!("{name} (not built: run the whole `cargo test`)"));
-            continue;
-        };
-        println!("io_paths: tests/{name}.rs again with ESPALIER_IO={other}");
-        let status = Command::new(&bin)
-            .args(&args)
-            .env("ESPALIER_IO", other)
-            .current_dir(manifest)
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            Ok(s) => failed.push(format!("{name} ({s})")),
-            Err(e) => failed.push(format!("{name} (cannot run {}: {e})", bin.display())),
-        }
+    for module in NOT_AGAIN {
+        args.extend(["--skip".to_string(), module.to_string()]);
     }
-    if failed.is_empty() {
-        println!(
-            "io_paths: {} test binaries passed on {other} as well as on {took}",
-            names.len()
-        );
-    } else {
-        eprintln!(
-            "io_paths: on ESPALIER_IO={other}, failed: {}",
-            failed.join(", ")
-        );
-        std::process::exit(1);
+    println!("io_paths: the suite again with ESPALIER_IO={other}");
+    let status = Command::new(&suite)
+        .args(&args)
+        .env("ESPALIER_IO", other)
+        .current_dir(manifest)
+        .status();
+    match status {
+        Ok(s) if s.success() => {
+            println!("io_paths: the suite passed on {other} as well as on {took}")
+        }
+        Ok(s) => {
+            eprintln!("io_paths: on ESPALIER_IO={other}, the suite failed ({s})");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("io_paths: cannot run {}: {e}", suite.display());
+            std::process::exit(1);
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! being limited; a client holding too many requests in flight at a real app is limited
 //! while its held requests finish; a trusted proxy's clients are counted apart.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! histograms whose buckets match those times (the whole request and the app's part), and
 //! the status JSON carries what the admin page turns into p50, p99 and the 5xx rate.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::net::SocketAddr;

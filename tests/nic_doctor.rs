@@ -2,7 +2,7 @@
 //! machine, and — for `nic apply` — for real inside a network namespace the test creates and
 //! removes, reading back what was written and undoing it.
 
-mod common;
+use crate::common;
 
 use common::espalier;
 

@@ -4,7 +4,7 @@
 //! through the hand-off; from 100 pools on, pools start on demand unless they say so; and
 //! warm-up requests (Application Initialization) reach a new app process first.
 
-mod common;
+use crate::common;
 
 use common::*;
 use espalier::server::status::{PoolState, WorkerState};

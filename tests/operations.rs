@@ -2,7 +2,7 @@
 //! a master paused past `ping_response_time`, a log on a full disk, an app that sends
 //! `100 Continue` for ever, and a burst of reloads under a load that never retries.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::Write;

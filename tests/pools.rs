@@ -2,7 +2,7 @@
 //! rapid-fail protection with its 503 and TCP answers, overlapped recycles losing no request,
 //! recycling by requests and by uptime, missed pings, and the admin endpoint with its CLI.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! after a hand-off to another pool of a shared address; a connection without a valid header
 //! is closed unanswered; a balancer's `LOCAL` health check keeps its own address.
 
-mod common;
+use crate::common;
 
 use common::apps::serve;
 use common::*;

@@ -1,7 +1,7 @@
 //! No panic on random input: arbitrary TOML into the config loader, arbitrary file contents
 //! into the sysfs reader, and whatever comes out of either into the planner.
 
-mod common;
+use crate::common;
 
 use espalier::config::Config;
 use espalier::placement;

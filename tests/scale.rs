@@ -1,6 +1,6 @@
 //! `espalier scale --quick` end to end with tiny durations: every output file, sane contents.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

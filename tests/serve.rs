@@ -3,7 +3,7 @@
 //! Every server a test starts is stopped by the test (the harness's Drop), and every request
 //! loop is bounded.
 
-mod common;
+use crate::common;
 
 use common::*;
 use espalier::cpuset::CpuSet;

@@ -2,7 +2,7 @@
 //! and removed on espalier's own answers and its apps', `Cache-Control` by path and content
 //! type — over HTTP/1.1 and HTTP/2 (h2c), on a static site and a proxied app.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! (curl) — `/static/` answered by espalier from the site's root, the rest by Django, on
 //! the same TLS connection's pool.
 
-mod common;
+use crate::common;
 
 use common::tls::*;
 use common::*;

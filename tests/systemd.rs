@@ -2,7 +2,7 @@
 //! the notify socket, starts `serve` with `NOTIFY_SOCKET`, and reads what the master says
 //! through a reload and a stop.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::os::unix::net::UnixDatagram;

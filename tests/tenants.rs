@@ -4,7 +4,7 @@
 //! another user, a hand-off message forged without espalier's key, uploads run by FastCGI,
 //! a binary replaced on disk, and blocking-socket apps under activation.
 
-mod common;
+use crate::common;
 
 use common::apps::{php_fpm, serve};
 use common::*;

@@ -6,7 +6,7 @@
 //! server's access log. Certificates are made by openssl (and python3-cryptography for dates
 //! openssl cannot set) in the test.
 
-mod common;
+use crate::common;
 
 use common::browser::browser_tools;
 use common::tls::*;

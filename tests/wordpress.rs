@@ -8,7 +8,7 @@
 //! `/etc/wordpress/config-NAME.php`; the test writes one with a name of its own (NAME comes
 //! from `WORDPRESS_CONFIG` in the pool's environment) and removes it at the end.
 
-mod common;
+use crate::common;
 
 use common::apps::php_fpm;
 use common::tls::*;

@@ -1,0 +1,54 @@
+//! The integration suite: one test binary, a module per file (as ripgrep's `tests/tests.rs`).
+//!
+//! One binary instead of one per file: the library and its dependencies are linked once, not
+//! forty times; the test threads take the next test of any file, so a file's slow last test
+//! no longer holds the run while the other core idles; and `io_paths` runs this one binary
+//! again on the other I/O path. `Cargo.toml` sets `autotests = false`, so a new file here is
+//! a module: add its `mod` line below.
+//!
+//! Every test starts the real `espalier` binary (`CARGO_BIN_EXE_espalier`) and real
+//! programs beside it; `common` holds the harness they share.
+
+mod common;
+
+mod access;
+mod access_log;
+mod admin_page;
+mod app_liveness;
+mod apps;
+mod apps_proxy;
+mod backpressure;
+mod basic_auth;
+mod bench;
+mod cert_store;
+mod cli;
+mod client_certs;
+mod compression;
+mod deb;
+mod differential;
+mod fleet;
+mod front_controller;
+mod fuzz_request_path;
+mod h2_bodies;
+mod h2_limits;
+mod handoff_loop;
+mod hardening;
+mod hosting;
+mod identity;
+mod limits;
+mod metrics;
+mod nic_doctor;
+mod numa_qemu;
+mod on_demand;
+mod operations;
+mod pools;
+mod proxy_protocol;
+mod robustness;
+mod scale;
+mod serve;
+mod site_answers;
+mod static_beside_app;
+mod systemd;
+mod tenants;
+mod tls;
+mod wordpress;
