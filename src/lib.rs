@@ -20,10 +20,12 @@
 //!    request head ([`http::parse_head`]), frame its body ([`http::chunked`]), and ask the
 //!    thread's service ([`http::service::Service`]) where it goes. HTTP/2 ([`http::h2`], the
 //!    `h2` crate's framing) makes each stream a request for the same service; so does h2c.
-//! 5. The service ([`handlers`]) routes by listener and `Host` ([`routing`]) and by path, and
-//!    makes the request's context ([`http::service::RequestCtx`]: its site, its log, the
-//!    fields added to its answer), which travels with the request to its answer and its log
-//!    line. Then one of three: it answers here into a [`http::Responder`]
+//! 5. The service ([`handlers`]) routes by listener and `Host` ([`routing`]) and runs the
+//!    site's request chain once (rules, the route by path, access, limit, sign-in — the
+//!    order is [`config::chain`]'s), making the request's context
+//!    ([`http::service::RequestCtx`]: what the chain decided, its site, its log, the fields
+//!    added to its answer), which travels with the request to its answer and its log line.
+//!    Then one of three: it answers here into a [`http::Responder`]
 //!    ([`handlers::static_files`], [`handlers::dynamic`], [`handlers::cpu`]); it has the
 //!    connection lent to an application ([`proxy::Dispatch`]: the request built once, in
 //!    HTTP/1.1 or FastCGI, for an HTTP/1.1 connection or an HTTP/2 stream alike, to a

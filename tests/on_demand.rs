@@ -735,10 +735,14 @@ fn a_new_server_after_a_killed_one(freezer: &str) {
         );
     }
     let second = Server::start_env(&["-c", "espalier.toml"], dir.path(), &env);
-    if left {
-        second.wait_for_log("a previous server left frozen", Duration::from_secs(5));
-    }
-    assert!(pids.iter().all(|&p| !pid_alive(p)), "{pids:?} still alive");
+    // Ended by the new server at its start — or by another test's server starting
+    // meanwhile (the suite runs tests side by side, and every server ends what a killed
+    // master left): either way by a server's start, as nothing else ends them.
+    second.wait_until(
+        "the frozen leftovers ended",
+        Duration::from_secs(10),
+        |_| pids.iter().all(|&p| !pid_alive(p)),
+    );
     assert_eq!(get(addr, "/", "").status, 200, "{}", second.log_text());
 }
 

@@ -17,6 +17,7 @@
 //! `include` (the files `include` names, merged, each pool and site remembering its file).
 //! The README's configuration reference documents every key.
 
+pub mod chain;
 mod error;
 mod include;
 mod locate;

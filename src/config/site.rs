@@ -103,13 +103,14 @@ impl AppSpec {
         }
     }
 
-    /// The path's keys that act on requests espalier reads, by their names in the config,
-    /// for those set (see [`SiteSpec::request_keys`]; exhaustive in the same way).
-    pub fn request_keys(&self) -> Vec<&'static str> {
+    /// The path's keys, by their names in the config, each with whether it is set. The
+    /// destructuring names every field: a field added to the path does not compile until it
+    /// has a key here, and `config::chain`'s tests fail until that key is a step's or a
+    /// connection's.
+    pub fn keys(&self) -> Vec<(&'static str, bool)> {
         let AppSpec {
             path: _,
             pool: _,
-            // Refused on activation by its own rule (a handler is espalier's to run).
             handler: _,
             try_files,
             fallback,
@@ -120,7 +121,10 @@ impl AppSpec {
             access,
             auth,
         } = self;
-        [
+        vec![
+            ("path", true),
+            ("pool", true),
+            ("handler", true),
             ("try_files", *try_files),
             ("fallback", fallback.is_some()),
             ("no_scripts", !no_scripts.is_empty()),
@@ -131,9 +135,13 @@ impl AppSpec {
             ("deny", !access.deny.is_empty()),
             ("auth", auth.is_some()),
         ]
-        .into_iter()
-        .filter_map(|(key, set)| set.then_some(key))
-        .collect()
+    }
+
+    /// The path's keys that are set and configure a step acting on requests (see
+    /// [`super::chain::acts_on_requests`]): a handler is refused on activation by its own
+    /// rule (it is espalier's to run), so it is not among them.
+    pub fn request_keys(&self) -> Vec<&'static str> {
+        set_request_keys(self.keys())
     }
 
     /// A static path served by whichever pool holds the connection (`/static/` beside a
@@ -315,21 +323,18 @@ impl SiteSpec {
         }
     }
 
-    /// The site's keys that act on requests espalier reads (every site feature, static files'
-    /// keys included), by their names in the config, for those set. A path whose application
-    /// accepts its connections itself (`transport = "activation"`) never shows espalier a
-    /// request, so `check` refuses each of them there. The destructuring names every field:
-    /// a field added to the site does not compile until it is placed on one side.
-    pub fn request_keys(&self) -> Vec<&'static str> {
+    /// The site's keys, by their names in the config, each with whether it is set (its
+    /// paths' are [`AppSpec::keys`]). The destructuring names every field: a field added to
+    /// the site does not compile until it has a key here, and `config::chain`'s tests fail
+    /// until that key is a step's or a connection's.
+    pub fn keys(&self) -> Vec<(&'static str, bool)> {
         let SiteSpec {
-            // The connection's, not a request's: decided by the listening address and the
-            // handshake (and refused on activation by their own rules).
             name: _,
-            bindings: _,
-            proxy_protocol: _,
-            proxy_protocol_from: _,
-            tls: _,
-            client_certs: _,
+            bindings,
+            proxy_protocol,
+            proxy_protocol_from,
+            tls,
+            client_certs,
             apps: _,
             root,
             index,
@@ -349,11 +354,13 @@ impl SiteSpec {
             metrics,
             limit,
         } = self;
-        let access_keys = [
-            ("allow", !access.allow.is_empty()),
-            ("deny", !access.deny.is_empty()),
-        ];
-        [
+        vec![
+            ("name", true),
+            ("bindings", !bindings.is_empty()),
+            ("proxy_protocol", *proxy_protocol),
+            ("proxy_protocol_from", !proxy_protocol_from.is_empty()),
+            ("tls", tls.is_some()),
+            ("client_certs", client_certs.is_some()),
             ("root", root.is_some()),
             ("index", index.as_slice() != [DEFAULT_INDEX]),
             ("follow_symlinks", *follow_symlinks),
@@ -370,11 +377,17 @@ impl SiteSpec {
             ("deny_action", *deny_action != DenyAction::default()),
             ("metrics", *metrics),
             ("limit", limit.is_some()),
+            ("allow", !access.allow.is_empty()),
+            ("deny", !access.deny.is_empty()),
         ]
-        .into_iter()
-        .chain(access_keys)
-        .filter_map(|(key, set)| set.then_some(key))
-        .collect()
+    }
+
+    /// The site's keys that are set and configure a step acting on requests (every site
+    /// feature, static files' keys included; see [`super::chain`]). A path whose application
+    /// accepts its connections itself (`transport = "activation"`) never shows espalier a
+    /// request, so `check` refuses each of them there.
+    pub fn request_keys(&self) -> Vec<&'static str> {
+        set_request_keys(self.keys())
     }
 
     /// The site as `pool`'s workers are told it: whole if it serves the site, else its
@@ -414,4 +427,12 @@ pub struct AccessLogSpec {
 pub struct ClientCerts {
     pub ca: PathBuf,
     pub required: bool,
+}
+
+/// Of `keys` (name, set), the names set whose step acts on requests.
+fn set_request_keys(keys: Vec<(&'static str, bool)>) -> Vec<&'static str> {
+    keys.into_iter()
+        .filter(|&(key, set)| set && super::chain::acts_on_requests(key))
+        .map(|(key, _)| key)
+        .collect()
 }

@@ -1,29 +1,30 @@
-//! A routed request's answer, as one worker thread writes it: a handler's (static files,
-//! the built-in pages, a front controller's files), a redirect, a rule's fixed answer or an
-//! error — then the site's error page for its status and its field edits over it.
+//! A request's answer here, as one worker thread writes it from what its request chain
+//! decided (see `chain`): a handler's (static files, the built-in pages, a front
+//! controller's files), a redirect, a rule's fixed answer or an error — then the response
+//! steps of espalier's own answers: the site's error page for its status, and its field
+//! edits over it.
 //!
-//! Owns: [`ThreadService`]'s `respond`, `answer_routed` and `answer`, and the redirects'
-//! form. Must not touch: where the request goes (`routed`) or the service's data (the
-//! parent's).
+//! Owns: [`ThreadService`]'s `respond` and `answer`, and the redirects' form. Must not
+//! touch: where the request goes (`chain` decided it; nothing here decides again) or the
+//! service's data (the parent's).
 
 use super::app::{App, AppHandler};
-use super::front::{self, Front};
-use super::{cpu, dynamic, Routed, ThreadService};
-use crate::http::service::{Reply, RequestCtx};
+use super::{cpu, dynamic, ThreadService};
+use crate::http::service::{Decided, Reply, RequestCtx};
 use crate::http::{Request, Responder};
+use crate::routing::rules::RuleOutcome;
 
 impl ThreadService {
-    /// Answers a routed request into `resp`, with the field edits its context carries.
+    /// Answers a request as its context decided into `resp`, then runs the response steps
+    /// over it: error page, then field edits.
     pub(super) fn respond(
         &self,
-        group: usize,
-        routed: Routed<'_, '_>,
         ctx: &RequestCtx,
         req: &Request<'_>,
         resp: &mut Responder<'_>,
     ) -> Reply {
         let mark = resp.mark();
-        let reply = self.answer_routed(group, routed, req, resp);
+        let reply = self.answer_decided(ctx, req, resp);
         // espalier's own error text gives way to the site's page for the status.
         if let Some(pages) = &ctx.pages {
             resp.brand_error(mark, pages);
@@ -35,68 +36,33 @@ impl ThreadService {
         reply
     }
 
-    /// The answer of a routed request, before the site's edits.
-    pub(super) fn answer_routed(
+    /// The answer the chain decided, before the response steps.
+    fn answer_decided(
         &self,
-        group: usize,
-        routed: Routed<'_, '_>,
+        ctx: &RequestCtx,
         req: &Request<'_>,
         resp: &mut Responder<'_>,
     ) -> Reply {
-        let (app, path) = match routed {
-            Routed::App(app, path) => (app, path),
-            Routed::UnknownHost => {
-                // No site of this address has that name and none is its default: 421, the
-                // status RFC 9110 gives a request sent to a server that does not serve it.
-                resp.error(421);
-                return Reply::Done;
+        match &ctx.decided {
+            // No site of this address has that name and none is its default: 421, the
+            // status RFC 9110 gives a request sent to a server that does not serve it.
+            Decided::NoSite => resp.error(421),
+            Decided::Status(status) => resp.error(*status),
+            Decided::Answer(outcome) => return answer_outcome(outcome, resp),
+            Decided::App { app, normal } => {
+                let site = ctx.site.and_then(|id| self.site(id));
+                let Some(app) = site.and_then(|s| s.apps.get(usize::from(*app))) else {
+                    resp.error(500);
+                    return Reply::Done;
+                };
+                // A rewritten request is answered as its new target.
+                let retargeted = ctx.rewrite.as_deref().map(|t| req.retargeted(t));
+                let req = retargeted.as_ref().unwrap_or(req);
+                let path = normal.as_deref().unwrap_or(req.path.as_bytes());
+                return self.answer(app, path, req, resp);
             }
-            Routed::Answer(status) => {
-                resp.error(status);
-                return Reply::Done;
-            }
-            Routed::ToHttps(port) => {
-                redirect_to_https(req, port, resp);
-                return Reply::Done;
-            }
-            Routed::Redirect(status, location) => {
-                redirect(resp, status, location);
-                return Reply::Done;
-            }
-            Routed::Fixed(status, "") => {
-                resp.error(status);
-                return Reply::Done;
-            }
-            Routed::Challenge(realm) => {
-                resp.status(401)
-                    .header(
-                        "WWW-Authenticate",
-                        &format!("Basic realm=\"{realm}\", charset=\"UTF-8\""),
-                    )
-                    .header("Content-Type", "text/plain; charset=utf-8")
-                    .body(b"401 Unauthorized\n");
-                return Reply::Done;
-            }
-            Routed::Limited(status, retry_after) => {
-                limited(resp, status, retry_after);
-                return Reply::Done;
-            }
-            Routed::Fixed(status, body) => {
-                resp.simple(status, "text/plain; charset=utf-8", body.as_bytes());
-                return Reply::Done;
-            }
-        };
-        // Over TLS a connection belongs to the pool its handshake's name chose, and an
-        // HTTP/2 one (h2c on a cleartext address) to the pool that took it, its streams
-        // together: a request naming another pool's site or path came to the wrong
-        // connection (RFC 9110 §15.5.20).
-        if matches!(app.handler, AppHandler::Elsewhere(_))
-            && (req.http2 || self.groups.get(group).is_some_and(|g| g.tls))
-        {
-            resp.error(421);
-            return Reply::Done;
         }
-        self.answer(app, &path, req, resp)
+        Reply::Done
     }
 
     /// The app's own answer.
@@ -122,27 +88,15 @@ impl ThreadService {
                 cpu::respond(req.query, resp);
                 Reply::Done
             }
-            // What the front controller keeps here (`route` took every other request).
-            AppHandler::FastCgi(_, scripts, files) => {
-                match (
-                    front::fastcgi(scripts, files.as_ref(), req.path, path),
-                    files,
-                ) {
-                    (Front::Files, Some(files)) => files.serve(req, path, resp, &self.clock),
-                    (Front::Answer(status), _) => {
-                        resp.error(status);
-                        Reply::Done
-                    }
-                    (Front::Run(_) | Front::Files, _) => {
-                        resp.error(502);
-                        Reply::Done
-                    }
-                }
+            // A file under the root, the front controller's (the route lent every script and
+            // answered every status it decided).
+            AppHandler::FastCgi(_, _, Some(files)) | AppHandler::Proxy(_, Some(files)) => {
+                files.serve(req, path, resp, &self.clock)
             }
-            // A file under the root, with `try_files` (`route` took every other request).
-            AppHandler::Proxy(_, Some(files)) => files.serve(req, path, resp, &self.clock),
-            // Reached only when the route was not taken whole (see `route`).
-            AppHandler::Proxy(_, None) | AppHandler::Unreachable => {
+            // Reached only when the route was not taken whole (see `chain`).
+            AppHandler::FastCgi(_, _, None)
+            | AppHandler::Proxy(_, None)
+            | AppHandler::Unreachable => {
                 resp.error(502);
                 Reply::Done
             }
@@ -155,23 +109,31 @@ impl ThreadService {
     }
 }
 
-/// `308 Permanent Redirect` to the same URL over https (the method and body are kept).
-fn redirect_to_https(req: &Request<'_>, port: u16, resp: &mut Responder<'_>) {
-    // The host matched one of the site's names (or it is the default site's, unnamed).
-    let host = req.host().unwrap_or("localhost");
-    let mut location = String::with_capacity(16 + host.len() + req.path.len() + req.query.len());
-    location.push_str("https://");
-    location.push_str(host);
-    if port != 443 {
-        location.push(':');
-        location.push_str(itoa::Buffer::new().format(port));
+/// A step's answer (a rule's, a refused, limited or unsigned client's); a refusal is none.
+fn answer_outcome(outcome: &RuleOutcome, resp: &mut Responder<'_>) -> Reply {
+    match outcome {
+        RuleOutcome::Redirect { status, location } => redirect(resp, *status, location),
+        RuleOutcome::Answer { status, body } if body.is_empty() => resp.error(*status),
+        RuleOutcome::Answer { status, body } => {
+            resp.simple(*status, "text/plain; charset=utf-8", body.as_bytes())
+        }
+        RuleOutcome::Limited {
+            status,
+            retry_after,
+        } => limited(resp, *status, *retry_after),
+        RuleOutcome::Unauthorized { realm } => {
+            resp.status(401)
+                .header(
+                    "WWW-Authenticate",
+                    &format!("Basic realm=\"{realm}\", charset=\"UTF-8\""),
+                )
+                .header("Content-Type", "text/plain; charset=utf-8")
+                .body(b"401 Unauthorized\n");
+        }
+        // Not an answer: the chain routed the rewritten target (none reaches here).
+        RuleOutcome::Refuse | RuleOutcome::Rewrite(_) => return Reply::Refuse,
     }
-    location.push_str(req.path);
-    if !req.query.is_empty() {
-        location.push('?');
-        location.push_str(req.query);
-    }
-    redirect(resp, 308, &location);
+    Reply::Done
 }
 
 /// A redirect: `status` (3xx) to `location`, with a one-line text body.

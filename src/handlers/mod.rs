@@ -3,9 +3,10 @@
 //! The service behind the engine: routing and the handlers.
 //!
 //! Owns: routing a request to a site (by listener group and `Host`, with
-//! [`crate::routing::hosts`]), through its rules and to an app (by path prefix; `routed`),
-//! and the context the request carries from there (its site, its log, its rule's outcome,
-//! its field edits, error pages and codings); the answer (`answer`): here by a handler
+//! [`crate::routing::hosts`]) and through the site's request chain once (`chain`: rules, the
+//! app by path prefix, access, limit, sign-in, in the order of [`crate::config::chain`]),
+//! and the context the request carries from there (what the chain decided, its log, its
+//! field edits, error pages and codings); the answer (`answer`): here by a handler
 //! ([`static_files`], [`dynamic`], [`cpu`], a front controller's files), by an application
 //! process (the connection lent to [`crate::proxy`]'s dispatch), or by another pool on a
 //! shared address (the connection handed there, see [`crate::handoff`]). This file holds the
@@ -19,11 +20,11 @@
 
 mod answer;
 mod app;
+mod chain;
 pub mod cpu;
 pub mod dynamic;
 mod front;
 pub mod mime;
-mod routed;
 pub mod static_files;
 
 use crate::config::SiteSpec;
@@ -36,17 +37,19 @@ use crate::http::service::{
 };
 use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
-use crate::routing::access::DenyAction;
 use crate::routing::hosts::HostTable;
 use crate::routing::limits::{Accounts, ThreadLimits};
-use crate::routing::rules::{RuleOutcome, Rules};
+use crate::routing::rules::Rules;
 use crate::routing::GroupRoutes;
 use app::{App, AppHandler};
+use chain::Chain;
 use std::cell::Cell;
 use std::rc::Rc;
 
 struct Site {
     apps: Vec<App>,
+    /// Its request chain: the steps it configures, in the one order (see [`chain`]).
+    chain: Chain,
     /// This thread's writer of the site's access log.
     log: Option<access_log::AccessLog>,
     /// Which pool serves the site, when one serves all of it: a hand-off is then decided by
@@ -54,8 +57,6 @@ struct Site {
     whole: Whole,
     /// Its field edits (`headers`, and HSTS over TLS), by scheme.
     fields: app::Edits,
-    /// Whether an app path has edits of its own: only then is the path looked at to choose.
-    app_fields: bool,
     /// Whether an app path asks who the client is (`auth`): only then is a lent request's
     /// path looked at for it.
     app_auth: bool,
@@ -121,9 +122,6 @@ pub struct ThreadService {
     /// `<pool>/<index>/cpu<N>`, shown by the dynamic page.
     identity: String,
     served: Cell<u64>,
-    /// Whether any app forwards to an application: only then does a request's head go
-    /// through [`Service::proxy_route`]'s routing before the engine's own.
-    proxies: bool,
     /// This thread's way to its pool's application, for its counters.
     route: Option<Rc<ProxyRoute>>,
     /// Whether any site logs its requests: only then does the engine measure them.
@@ -228,12 +226,12 @@ impl ThreadService {
                         per_path,
                     })
                 });
-                Site {
+                let mut site = Site {
+                    chain: Chain::default(),
                     access,
                     trusted: s.trusted_proxies.as_slice().into(),
                     limits: None,
                     meter: None,
-                    app_fields: apps.iter().any(|a| a.fields.is_some()),
                     app_auth: apps.iter().any(|a| a.auth.is_some()),
                     apps,
                     log,
@@ -250,7 +248,9 @@ impl ThreadService {
                         );
                         Rules::default()
                     }),
-                }
+                };
+                site.chain = Chain::of(&site);
+                site
             })
             .collect();
         ThreadService {
@@ -259,7 +259,6 @@ impl ThreadService {
             clock,
             identity,
             served: Cell::new(0),
-            proxies: proxy.is_some(),
             route: proxy,
             logging: sites.iter().any(|s: &Site| s.log.is_some()),
             sites,
@@ -288,6 +287,7 @@ impl ThreadService {
     pub fn with_limits(mut self, accounts: &[Option<std::sync::Arc<Accounts>>]) -> Self {
         for (site, accounts) in self.sites.iter_mut().zip(accounts) {
             site.limits = accounts.clone().map(ThreadLimits::new);
+            site.chain = Chain::of(site);
         }
         self
     }
@@ -333,68 +333,9 @@ impl ThreadService {
         Some(SiteRef(site as u32))
     }
 
-    /// The context `req` carries to its answer and log line, routed to `site` on `group`.
-    fn context(&self, group: usize, site: Option<SiteRef>, req: &Request<'_>) -> RequestCtx {
-        let Some(s) = site.and_then(|id| self.site(id)) else {
-            return RequestCtx::default();
-        };
-        let tls = usize::from(self.groups.get(group).is_some_and(|g| g.tls));
-        let mut fields = &s.fields;
-        if s.app_fields {
-            if let Routed::App(app, _) = self.routed(group, site, req) {
-                fields = app.fields.as_ref().unwrap_or(fields);
-            }
-        }
-        RequestCtx {
-            site,
-            logged: s.log.is_some() || s.meter.is_some(),
-            fields: fields[tls].clone(),
-            rule: None,
-            pages: s.pages.clone(),
-            codings: s.codings.clone(),
-            held: None,
-            user: None,
-        }
-    }
-
     /// The site `site` names, if any.
     fn site(&self, site: SiteRef) -> Option<&Site> {
         self.sites.get(site.0 as usize)
-    }
-}
-
-/// Where a request goes: an app, with the normalized path it was chosen on; or an answer.
-enum Routed<'s, 'p> {
-    App(&'s App, std::borrow::Cow<'p, [u8]>),
-    Answer(u16),
-    UnknownHost,
-    /// A cleartext request of a site with `redirect_to_https`: 308 to this https port.
-    ToHttps(u16),
-    /// A site rule's redirect: this status to this location.
-    Redirect(u16, &'s str),
-    /// A site rule's fixed answer: this status and text (empty: the status's own).
-    Fixed(u16, &'s str),
-    /// A client over the site's `limit`: this status, and when to try again (seconds).
-    Limited(u16, u32),
-    /// A path's sign-in, not (rightly) given: 401 asking for it in this realm.
-    Challenge(&'s str),
-}
-
-impl<'s> Routed<'s, 'static> {
-    /// The answer of what was decided before routing — a rule's redirect or fixed answer, an
-    /// access list's, a limit's, a sign-in's; `None` for no answer at all (refused). A
-    /// rewrite is no answer: its caller routes it as its new target first.
-    fn decided(outcome: &'s RuleOutcome) -> Option<Self> {
-        Some(match outcome {
-            RuleOutcome::Redirect { status, location } => Routed::Redirect(*status, location),
-            RuleOutcome::Answer { status, body } => Routed::Fixed(*status, body),
-            RuleOutcome::Limited {
-                status,
-                retry_after,
-            } => Routed::Limited(*status, *retry_after),
-            RuleOutcome::Unauthorized { realm } => Routed::Challenge(realm),
-            RuleOutcome::Refuse | RuleOutcome::Rewrite(_) => return None,
-        })
     }
 }
 
@@ -403,98 +344,18 @@ impl Service for ThreadService {
     type Lent = Dispatch;
 
     fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<ProxyTarget> {
-        let site = self.site_of(group, req);
-        // Who may come in, first: a refused client gets the site's answer for it.
-        if let Some(action) = self.refused(group, site, req) {
-            let mut ctx = self.context(group, site, req);
-            ctx.rule = Some(Rc::new(match action {
-                DenyAction::Status(status) => RuleOutcome::Answer {
-                    status,
-                    body: String::new(),
-                },
-                DenyAction::Close => RuleOutcome::Refuse,
-            }));
-            return Route::Here(ctx);
-        }
-        // The site's rules then: a redirect or a fixed answer is answered here whoever
-        // serves the path; a rewrite is routed as its new target (another pool handed the
-        // connection applies the same rules to the same request).
-        let rule = self.rule_for(site, req);
-        let rewritten;
-        let req = match rule.as_deref() {
-            None => req,
-            Some(RuleOutcome::Rewrite(target)) => {
-                rewritten = req.retargeted(target);
-                &rewritten
-            }
-            Some(_) => {
-                let mut ctx = self.context(group, site, req);
-                ctx.rule = rule;
-                return Route::Here(ctx);
-            }
-        };
-        if may_hand_off && self.shared(group) {
-            if let Some(handoff) = self.hand_off(group, site, req) {
-                return Route::HandOff(handoff);
-            }
-        }
-        let mut ctx = self.context(group, site, req);
-        ctx.rule = rule.clone();
-        if self.proxies {
-            if let Some(target) = self.proxy_target(group, site, req) {
-                // Lent, it stays in flight: its slot of the client's limit is held with it;
-                // then the path's sign-in, if it has one.
-                let admitted = self.limited(site, req, true).and_then(|held| {
-                    ctx.held = held.map(Rc::new);
-                    ctx.user = self.lent_user(group, site, req)?;
-                    Ok(())
-                });
-                if let Err(outcome) = admitted {
-                    ctx.held = None;
-                    ctx.rule = Some(Rc::new(outcome));
-                    return Route::Here(ctx);
-                }
-                self.served.set(self.served.get() + 1);
-                return Route::Lend(target, ctx);
-            }
-        }
-        Route::Here(ctx)
+        self.decide(group, req, may_hand_off)
     }
 
     fn call(
         &self,
-        group: usize,
+        _group: usize,
         ctx: &RequestCtx,
         req: &Request<'_>,
         resp: &mut Responder<'_>,
     ) -> Reply {
         self.served.set(self.served.get() + 1);
-        let rewritten;
-        let (routed, req) = match ctx.rule.as_deref() {
-            None => (self.routed(group, ctx.site, req), req),
-            Some(RuleOutcome::Rewrite(target)) => {
-                rewritten = req.retargeted(target);
-                (self.routed(group, ctx.site, &rewritten), &rewritten)
-            }
-            Some(decided) => match Routed::decided(decided) {
-                Some(answer) => (answer, req),
-                None => return Reply::Refuse,
-            },
-        };
-        // Answered here and now: the client's limit is looked at (no slot held), then the
-        // path's sign-in.
-        if let Routed::App(app, _) = &routed {
-            let admitted = self
-                .limited(ctx.site, req, false)
-                .and_then(|_| self.signed_in(group, app, req));
-            if let Err(outcome) = admitted {
-                return match Routed::decided(&outcome) {
-                    Some(answer) => self.respond(group, answer, ctx, req, resp),
-                    None => Reply::Refuse,
-                };
-            }
-        }
-        self.respond(group, routed, ctx, req, resp)
+        self.respond(ctx, req, resp)
     }
 
     fn needs_length(&self, target: &ProxyTarget) -> bool {
@@ -521,11 +382,9 @@ impl Service for ThreadService {
                 &signed_in
             }
         };
-        match ctx.rule.as_deref() {
-            Some(RuleOutcome::Rewrite(t)) => {
-                Dispatch::new(target, &req.retargeted(t), head, codings)
-            }
-            _ => Dispatch::new(target, req, head, codings),
+        match ctx.rewrite.as_deref() {
+            Some(t) => Dispatch::new(target, &req.retargeted(t), head, codings),
+            None => Dispatch::new(target, req, head, codings),
         }
     }
 
@@ -548,12 +407,7 @@ impl Service for ThreadService {
         let Whole::Other(Some(k)) = self.sites.get(site)?.whole else {
             return None;
         };
-        Some(Handoff {
-            targets: Rc::clone(self.handoff.get(k)?),
-            addr: g.addr,
-            hops: 0,
-            client: None,
-        })
+        self.handoff_to(group, k)
     }
 
     fn group_of(&self, addr: std::net::SocketAddr) -> Option<usize> {

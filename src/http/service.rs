@@ -56,9 +56,12 @@ pub struct RequestCtx {
     /// The field edits of its site and path, on its answer and the lent ones' too (the
     /// site's `headers`, its `Strict-Transport-Security` over TLS); `None` for none.
     pub fields: Option<Rc<super::edits::FieldEdits>>,
-    /// What the site's rule made of it (a redirect, a fixed answer, or the target it was
-    /// rewritten to — which its answer and a lent request's head use); `None` for none.
-    pub rule: Option<Rc<crate::routing::rules::RuleOutcome>>,
+    /// What its site's request chain decided (run once, by [`Service::route`]): the answer
+    /// reads it, never deciding again.
+    pub decided: Decided,
+    /// The target a rule rewrote it to (which its answer and a lent request's head use; its
+    /// log line keeps the original); `None` for none.
+    pub rewrite: Option<Rc<str>>,
     /// Its site's error pages, for espalier's own error answers (and the app's, if asked).
     pub pages: Option<Rc<super::error_pages::ErrorPages>>,
     /// The codings its site offers, its preference first (`None`: it compresses nothing).
@@ -68,6 +71,23 @@ pub struct RequestCtx {
     pub held: Option<Rc<crate::routing::limits::Held>>,
     /// The user its path's basic authentication let in, told to the app.
     pub user: Option<Rc<str>>,
+}
+
+/// What a site's request chain decided of a request, for its answer.
+#[derive(Clone, Debug, Default)]
+pub enum Decided {
+    /// No site of its address has its host, and none is the default: 421.
+    #[default]
+    NoSite,
+    /// Its site's path number `app` (the service's numbering) answers it, on the path in
+    /// normal form `normal` (`None`: the target's own path is in normal form).
+    App { app: u16, normal: Option<Rc<[u8]>> },
+    /// espalier's own answer for this status (404 for no path, 400 for a path that cannot
+    /// be put in normal form, 421 for another pool's path on a connection that cannot move).
+    Status(u16),
+    /// A step's answer: a rule's redirect or fixed answer, a refused client's, a limited
+    /// one's, a sign-in's (never a rewrite: that goes on to the route).
+    Answer(Rc<crate::routing::rules::RuleOutcome>),
 }
 
 /// Where routing sends a request whose head is complete (its body not read yet).

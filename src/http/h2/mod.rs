@@ -144,7 +144,7 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
                 if recv.is_end_stream() {
                     // No body: answered here, without a task, unless an app or a file's
                     // pieces must be waited for.
-                    if let Some(work) = connection.answer(&parts, &[], respond, last_active) {
+                    if let Some(work) = connection.answer(&parts, &[], respond, last_active, None) {
                         let connection = Rc::clone(&connection);
                         tokio::task::spawn_local(connection.finish(work, parts, Vec::new()));
                     }
@@ -291,9 +291,12 @@ impl<S: Service + 'static> Connection<S> {
                 Ok(request) => match env.service.route(self.group, &request, false) {
                     Route::Lend(target, ctx) => {
                         let facts = ctx.logged.then(|| OwnedFacts::of(&request));
-                        Some((target, ctx, facts))
+                        Ok((target, ctx, facts))
                     }
-                    Route::Here(_) | Route::HandOff(_) => None,
+                    // Answered here once the body is in, as routed now: routing again
+                    // would run the site's chain twice (a limit counted twice).
+                    Route::Here(ctx) => Err(Some(ctx)),
+                    Route::HandOff(_) => Err(None),
                 },
                 Err(status) => {
                     send_error(&mut respond, env, status);
@@ -306,32 +309,35 @@ impl<S: Service + 'static> Connection<S> {
         // client did not declare is read whole first, as nginx does — lent where it was
         // routed, once (routing again would count it twice against its client's limit).
         let (routed, lent_whole) = match routed {
-            Some((target, ctx, facts))
+            Ok((target, ctx, facts))
                 if framing == Framing::Chunked && env.service.needs_length(&target) =>
             {
-                (None, Some((target, ctx, facts)))
+                (Err(None), Some((target, ctx, facts)))
             }
             routed => (routed, None),
         };
-        if let Some((target, ctx, facts)) = routed {
-            // A body declared too large is refused before any of it is taken, as HTTP/1.1's
-            // is; one undeclared is bounded by the forwarder's chunked decoder.
-            if matches!(framing, Framing::Length(n) if n > env.limits.max_body_size) {
-                send_error(&mut respond, env, 413);
+        let routed_here = match routed {
+            Err(here) => here,
+            Ok((target, ctx, facts)) => {
+                // A body declared too large is refused before any of it is taken, as HTTP/1.1's
+                // is; one undeclared is bounded by the forwarder's chunked decoder.
+                if matches!(framing, Framing::Length(n) if n > env.limits.max_body_size) {
+                    send_error(&mut respond, env, 413);
+                    return;
+                }
+                let work = Work::Forward(Box::new(Lending {
+                    target,
+                    ctx,
+                    respond,
+                    facts,
+                    arrived,
+                }));
+                let expects_continue = body::expects_continue(&parts);
+                let arriving = Body::Arriving(recv, framing, expects_continue);
+                Box::pin(self.run(work, &parts, arriving)).await;
                 return;
             }
-            let work = Work::Forward(Box::new(Lending {
-                target,
-                ctx,
-                respond,
-                facts,
-                arrived,
-            }));
-            let expects_continue = body::expects_continue(&parts);
-            let arriving = Body::Arriving(recv, framing, expects_continue);
-            Box::pin(self.run(work, &parts, arriving)).await;
-            return;
-        }
+        };
         let mut body = Vec::new();
         if body::expects_continue(&parts) {
             let _ = respond.send_informational(answer::continue_response());
@@ -357,7 +363,7 @@ impl<S: Service + 'static> Connection<S> {
                 facts,
                 arrived,
             }))),
-            None => self.answer(&parts, &body, respond, arrived),
+            None => self.answer(&parts, &body, respond, arrived, routed_here),
         };
         if let Some(work) = work {
             Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
@@ -426,6 +432,7 @@ impl<S: Service + 'static> Connection<S> {
         body: &[u8],
         mut respond: SendResponse<Bytes>,
         arrived: Instant,
+        routed_here: Option<RequestCtx>,
     ) -> Option<Work<S::Target>> {
         let env = &self.env;
         let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(parts.headers.len() + 1);
@@ -444,7 +451,12 @@ impl<S: Service + 'static> Connection<S> {
             }
         };
         let head_only = request.method == Method::Head;
-        let ctx = match env.service.route(self.group, &request, false) {
+        // Routed already when its body was read (see `with_body`).
+        let routed = match routed_here {
+            Some(ctx) => Route::Here(ctx),
+            None => env.service.route(self.group, &request, false),
+        };
+        let ctx = match routed {
             Route::Here(ctx) => ctx,
             Route::Lend(target, ctx) => {
                 let facts = ctx.logged.then(|| OwnedFacts::of(&request));

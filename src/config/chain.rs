@@ -1,0 +1,283 @@
+//! The processing order: every site feature as a step of one request chain or one response
+//! chain, in the order they run, with the keys that turn each on and where it can act.
+//!
+//! Owns: that order ([`RequestStep::ORDER`], [`ResponseStep::ORDER`]), each step's keys and
+//! reach, and the README's table of them ([`reference_table`], which a test holds equal to
+//! the README's). The order is written here once: each worker thread compiles a site's
+//! request chain by walking [`RequestStep::ORDER`] (see `crate::handlers::chain`), and
+//! `check` refuses, on a path whose application accepts its connections itself, every key of
+//! a step that needs to see the request ([`acts_on_requests`]) — derived from the steps, not
+//! from a list kept beside them. Must not touch: what a step does to a request (its code
+//! lives beside its data: `crate::routing::{rules, access, limits, auth}`, the handlers'
+//! answers, `crate::http`'s response edits).
+//!
+//! Why this order — that of nginx's phases (server rewrite, find location, access, content):
+//! - rules first: a rewrite changes the path, so everything that looks at the path (which
+//!   app, which path lists, which sign-in) looks at the path the request ends up at;
+//! - the route next, once: the app, the path in normal form, a FastCGI path's script, file
+//!   or status, and — on a shared address — whether another pool serves it. A request for
+//!   another pool leaves here, before any limit or sign-in: that pool runs the whole chain
+//!   (its counters and passwords are its own);
+//! - access, limit and sign-in last, in that order (a refused address costs no limit slot
+//!   and no password hash), all before the body: a lent request's body streams to the app as
+//!   it arrives, so whether the client may send it must be decided first — and a request
+//!   answered here is decided the same way, so both kinds of request see one chain.
+//!
+//! Adding a request or response step: a variant here (its name, keys, reach and sentence,
+//! and its place in `ORDER`), its key in `raw.rs` with its validator, its data and code in
+//! its own file, and one arm where the thread's chain runs it — four places, one of them a
+//! line. The README table follows from this file (`cargo test` says when it differs).
+
+/// Where a step acts, which decides where it can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// On each request espalier reads: nowhere on a path whose application accepts its
+    /// connections itself (`transport = "activation"`).
+    Request,
+}
+
+/// A step of the request chain, in the order they run ([`Self::ORDER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestStep {
+    /// `[[site.rule]]`: a redirect, a fixed answer or a rewrite.
+    Rules,
+    /// `redirect_to_https`: a cleartext request is sent to the https address.
+    ToHttps,
+    /// The app, chosen once (always run).
+    Route,
+    /// `allow`/`deny` of the site and of the path.
+    Access,
+    /// The site's `limit`.
+    Limit,
+    /// The path's `auth`.
+    Auth,
+    /// The answer: here (static files, the built-in pages) or the app's (always run).
+    Answer,
+}
+
+impl RequestStep {
+    /// The request chain, in the order its steps run.
+    pub const ORDER: [RequestStep; 7] = [
+        RequestStep::Rules,
+        RequestStep::ToHttps,
+        RequestStep::Route,
+        RequestStep::Access,
+        RequestStep::Limit,
+        RequestStep::Auth,
+        RequestStep::Answer,
+    ];
+
+    /// Its name in the reference.
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestStep::Rules => "rules",
+            RequestStep::ToHttps => "to https",
+            RequestStep::Route => "route",
+            RequestStep::Access => "access",
+            RequestStep::Limit => "limit",
+            RequestStep::Auth => "auth",
+            RequestStep::Answer => "answer",
+        }
+    }
+
+    /// The keys that configure it (a site's and its paths').
+    pub fn keys(self) -> &'static [&'static str] {
+        match self {
+            RequestStep::Rules => &["rule"],
+            RequestStep::ToHttps => &["redirect_to_https"],
+            RequestStep::Route => &[],
+            RequestStep::Access => &["allow", "deny", "deny_action", "trusted_proxies"],
+            RequestStep::Limit => &["limit", "trusted_proxies"],
+            RequestStep::Auth => &["auth"],
+            RequestStep::Answer => &[
+                "root",
+                "index",
+                "follow_symlinks",
+                "alias",
+                "cache",
+                "try_files",
+                "fallback",
+                "no_scripts",
+            ],
+        }
+    }
+
+    /// Where it acts.
+    pub fn reach(self) -> Reach {
+        Reach::Request
+    }
+
+    /// What it does, one sentence for the reference.
+    pub fn what(self) -> &'static str {
+        match self {
+            RequestStep::Rules => "the first rule that matches redirects, answers, or rewrites the target every later step sees",
+            RequestStep::ToHttps => "a cleartext request is answered 308 to the site's https address",
+            RequestStep::Route => "the path in normal form chooses the app (longest prefix): a request of another pool's path is handed to it here, a FastCGI path's script, file or status is decided",
+            RequestStep::Access => "a client the site's or the path's lists refuse gets `deny_action`",
+            RequestStep::Limit => "a client over the site's rate or in-flight bound gets 429 (or the limit's `action`)",
+            RequestStep::Auth => "a path with a password answers 401 until the client signs in",
+            RequestStep::Answer => "static files and the built-in pages are answered here; an app's path is lent to its process",
+        }
+    }
+}
+
+/// A step of the response chain, in the order they run ([`Self::ORDER`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResponseStep {
+    /// `errors`: the site's page for an error status.
+    ErrorPages,
+    /// `headers` (and `hsts` over TLS): field edits.
+    Headers,
+    /// `compress`: the answer compressed in a coding the client accepts.
+    Compress,
+    /// `access_log` and `metrics`: the answer counted and written down.
+    Log,
+}
+
+impl ResponseStep {
+    /// The response chain, in the order its steps run.
+    pub const ORDER: [ResponseStep; 4] = [
+        ResponseStep::ErrorPages,
+        ResponseStep::Headers,
+        ResponseStep::Compress,
+        ResponseStep::Log,
+    ];
+
+    /// Its name in the reference.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResponseStep::ErrorPages => "error page",
+            ResponseStep::Headers => "headers",
+            ResponseStep::Compress => "compress",
+            ResponseStep::Log => "log",
+        }
+    }
+
+    /// The keys that configure it.
+    pub fn keys(self) -> &'static [&'static str] {
+        match self {
+            ResponseStep::ErrorPages => &["errors", "replace_app_errors"],
+            ResponseStep::Headers => &["headers", "hsts"],
+            ResponseStep::Compress => &["compress"],
+            ResponseStep::Log => &["access_log", "metrics"],
+        }
+    }
+
+    /// Where it acts.
+    pub fn reach(self) -> Reach {
+        Reach::Request
+    }
+
+    /// What it does, one sentence for the reference.
+    pub fn what(self) -> &'static str {
+        match self {
+            ResponseStep::ErrorPages => "espalier's own error text (and the app's, with `replace_app_errors`) gives way to the site's page for the status",
+            ResponseStep::Headers => "the site's and the path's fields are set or removed, HSTS added over TLS",
+            ResponseStep::Compress => "a compressible answer is compressed in the client's preferred coding, with `Vary: Accept-Encoding`",
+            ResponseStep::Log => "the answer is metered and logged in the site's log",
+        }
+    }
+}
+
+/// Whether `key` (a site's or a path's) configures a step that acts on requests: such a key
+/// cannot act on a path whose application accepts its connections itself.
+pub fn acts_on_requests(key: &str) -> bool {
+    let request = RequestStep::ORDER
+        .iter()
+        .filter(|s| s.reach() == Reach::Request)
+        .flat_map(|s| s.keys());
+    let response = ResponseStep::ORDER
+        .iter()
+        .filter(|s| s.reach() == Reach::Request)
+        .flat_map(|s| s.keys());
+    request.chain(response).any(|k| *k == key)
+}
+
+/// The keys of a site or path that configure no step: the listening socket's and the
+/// connection's (refused on activation by their own rules where they cannot act), and
+/// which pool serves which path.
+pub const CONNECTION_KEYS: &[&str] = &[
+    "name",
+    "bindings",
+    "tls",
+    "client_certs",
+    "proxy_protocol",
+    "proxy_protocol_from",
+    "path",
+    "pool",
+    "handler",
+];
+
+/// The README's table of the processing order (Markdown), made from the steps.
+pub fn reference_table() -> String {
+    let keys = |keys: &[&str]| {
+        if keys.is_empty() {
+            "(always)".to_string()
+        } else {
+            keys.iter()
+                .map(|k| format!("`{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    let mut table = String::from("| # | step | keys | what it does |\n|---|---|---|---|\n");
+    for (k, s) in RequestStep::ORDER.iter().enumerate() {
+        table.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            k + 1,
+            s.name(),
+            keys(s.keys()),
+            s.what()
+        ));
+    }
+    for (k, s) in ResponseStep::ORDER.iter().enumerate() {
+        table.push_str(&format!(
+            "| r{} | {} | {} | {} |\n",
+            k + 1,
+            s.name(),
+            keys(s.keys()),
+            s.what()
+        ));
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_shows_the_chains_order() {
+        let readme = include_str!("../../README.md");
+        let table = reference_table();
+        assert!(
+            readme.contains(&table),
+            "the README's processing order differs from src/config/chain.rs; put this table in it:\n{table}"
+        );
+    }
+
+    /// Every key a site or path has (their `keys` destructure every field) belongs to a step
+    /// or to the connection: none is left out of the chain unclassified.
+    #[test]
+    fn every_key_is_a_steps_or_the_connections() {
+        let config = crate::config::Config::builtin(([127, 0, 0, 1], 8080).into(), None);
+        let site = &config.sites[0];
+        let app = &site.apps[0];
+        for (key, _) in site.keys().into_iter().chain(app.keys()) {
+            assert!(
+                acts_on_requests(key) != CONNECTION_KEYS.contains(&key),
+                "`{key}` must be a step's key or a connection's, not both or neither"
+            );
+        }
+    }
+
+    #[test]
+    fn route_and_answer_are_in_every_chain_and_route_comes_first_of_the_paths_steps() {
+        let at = |s| RequestStep::ORDER.iter().position(|x| *x == s).unwrap();
+        assert!(at(RequestStep::Rules) < at(RequestStep::Route));
+        for s in [RequestStep::Access, RequestStep::Limit, RequestStep::Auth] {
+            assert!(at(RequestStep::Route) < at(s), "{s:?} needs the path");
+        }
+        assert_eq!(RequestStep::ORDER.last(), Some(&RequestStep::Answer));
+    }
+}
