@@ -44,7 +44,7 @@ fn allow_and_deny_by_address_on_sites_and_paths() {
     };
     let config = format!(
         "[[pool]]\nname = \"files\"\n{}[[site.app]]\npath = \"/admin/\"\npool = \"files\"\nallow = [\"127.0.0.1\"]\n{}{}{}{}",
-        site("v4", format!("http://127.0.0.1:{v4}"), "deny = [\"127.0.0.2\"]\nerrors = { 403 = \"denied.html\" }"),
+        site("v4", format!("http://127.0.0.1:{v4}"), "deny = [\"127.0.0.2\"]\nerrors = { 403 = \"denied.html\" }\n[[site.rule]]\nmatch = \"^/door/(.*)$\"\nrewrite = \"/admin/$1\""),
         site("v6", format!("http://[::1]:{v6}"), "deny = [\"2001:db8::/32\", \"::1\"]"),
         site("proxied", format!("http://127.0.0.1:{proxied}"), "proxy_protocol = true\ndeny = [\"192.0.2.0/24\"]"),
         site("behind", format!("http://127.0.0.1:{behind}"), "trusted_proxies = [\"127.0.0.1\"]\ndeny = [\"192.0.2.0/24\"]\ndeny_action = 404"),
@@ -73,6 +73,14 @@ fn allow_and_deny_by_address_on_sites_and_paths() {
         "spelled another way"
     );
     assert_eq!(status_from("127.0.0.1", at(v4), "/admin/", ""), 200);
+    // Lists apply to the path a rule rewrote the request to (the chain's order: rules, the
+    // route, then access), so a rewrite is no way around /admin/'s list.
+    assert_eq!(
+        status_from("127.0.0.3", at(v4), "/door/", ""),
+        403,
+        "rewritten"
+    );
+    assert_eq!(status_from("127.0.0.1", at(v4), "/door/", ""), 200);
     // IPv6: ::1 is denied there.
     let v6_addr: SocketAddr = format!("[::1]:{v6}").parse().unwrap();
     assert_eq!(status_from("::1", v6_addr, "/", ""), 403);
