@@ -1,63 +1,39 @@
-//! A site's request chain as one worker thread runs it: compiled once per site at the
+//! A site's request chain as one worker thread holds it: compiled once per site at the
 //! thread's start from [`RequestStep::ORDER`] (the order, and why, is written there), holding
-//! only the steps the site configures, and run once per request by `route` — for HTTP/1.1
-//! and HTTP/2, for a request answered here and one lent to an app alike. What it decides
-//! goes into the request's context ([`Decided`], the rewrite, the held limit slot, the
-//! signed-in user); the answer and the lent request's head read it and never decide again.
+//! only the steps the site configures. `route` runs it.
 //!
-//! Owns: [`Chain`] and [`ThreadService`]'s `decide`, the route (app, normal-form path, a
-//! FastCGI path's script or file, another pool's path handed off), and each step's glue to
-//! its data — the rules' [`Rules`](crate::routing::rules), the access lists', the limits'
-//! and the sign-ins' code live beside their data in `crate::routing`. Must not touch: the
-//! answers (see `answer`) or the service's data (the parent's).
+//! Owns: [`Chain`]. Must not touch: what a step does (see `route`) or the site's data (the
+//! parent's: it says which steps a site configures).
 //!
 //! A step is a variant of [`RequestStep`], not a boxed trait object: the chain is a slice of
 //! small values walked by one `match`, with no allocation and no indirect call per request,
 //! and a site without a feature has no step for it (its empty slices allocate nothing).
 
-use super::app::{App, AppHandler};
-use super::front::{self, Front};
-use super::{static_files, Site, ThreadService, Whole};
 use crate::config::chain::RequestStep;
-use crate::handoff::Handoff;
-use crate::http::service::{Decided, RequestCtx, Route, Service, SiteRef};
-use crate::http::Request;
-use crate::proxy::ProxyTarget;
-use crate::routing::access::{self, DenyAction};
-use crate::routing::auth;
-use crate::routing::limits::{Held, Verdict};
-use crate::routing::rules::{RuleOutcome, Seen};
-use crate::routing::under_prefix;
-use std::borrow::Cow;
-use std::rc::Rc;
 
 /// A site's request chain, compiled for a thread: the steps it configures, around the route
 /// (which every request takes).
 #[derive(Default)]
 pub(super) struct Chain {
     /// Before the route: what may change the target or answer without it (rules, https).
-    before: Box<[RequestStep]>,
+    pub(super) before: Box<[RequestStep]>,
     /// After the route: what looks at the chosen path (access, limit, sign-in).
-    after: Box<[RequestStep]>,
+    pub(super) after: Box<[RequestStep]>,
 }
 
 impl Chain {
-    /// Site `s`'s chain: the steps of [`RequestStep::ORDER`] it configures, in that order.
-    pub(super) fn of(s: &Site) -> Chain {
+    /// A site's chain: the steps of [`RequestStep::ORDER`] it `configures`, in that order.
+    pub(super) fn of(configures: impl Fn(RequestStep) -> bool) -> Chain {
         let (mut before, mut after, mut routed) = (Vec::new(), Vec::new(), false);
         for step in RequestStep::ORDER {
             let configured = match step {
-                RequestStep::Rules => !s.rules.is_empty(),
-                RequestStep::ToHttps => s.to_https.is_some(),
-                RequestStep::Access => s.access.is_some(),
-                RequestStep::Limit => s.limits.is_some(),
-                RequestStep::Auth => s.app_auth,
                 // Every request takes them; they are the chain's frame, not steps in a list.
                 RequestStep::Route => {
                     routed = true;
                     false
                 }
                 RequestStep::Answer => false,
+                step => configures(step),
             };
             if configured {
                 if routed { &mut after } else { &mut before }.push(step);
@@ -68,354 +44,4 @@ impl Chain {
             after: after.into(),
         }
     }
-}
-
-/// Where the route sends a request within its site.
-enum Way {
-    /// Answered here, by its app's handler.
-    Here,
-    /// Lent to the pool's application.
-    Lend(ProxyTarget),
-}
-
-impl ThreadService {
-    /// Runs the request chain of `req`'s site, received on `group`, once: where it goes,
-    /// with the context it carries there.
-    pub(super) fn decide(
-        &self,
-        group: usize,
-        req: &Request<'_>,
-        may_hand_off: bool,
-    ) -> Route<ProxyTarget> {
-        let site = self.site_of(group, req);
-        let Some(s) = site.and_then(|id| self.site(id)) else {
-            return Route::Here(RequestCtx::default());
-        };
-        let tls = self.groups.get(group).is_some_and(|g| g.tls);
-        let here = |decided: Decided, rewrite: Option<Rc<str>>| {
-            Route::Here(self.context(site, s, None, tls, decided, rewrite))
-        };
-        // The path in normal form, when a step before the route computed it.
-        let mut normal = None;
-        let mut rewrite: Option<Rc<str>> = None;
-        for step in s.chain.before.iter() {
-            match step {
-                RequestStep::Rules => match self.rules(s, req) {
-                    (_, Some(RuleOutcome::Rewrite(target))) => rewrite = Some(target.into()),
-                    (path, None) => normal = path,
-                    (_, Some(outcome)) => {
-                        return here(Decided::Answer(Rc::new(outcome)), None);
-                    }
-                },
-                RequestStep::ToHttps => {
-                    if let (Some(port), false) = (s.to_https, tls) {
-                        let location = https_location(req, port);
-                        let outcome = RuleOutcome::Redirect {
-                            status: 308,
-                            location,
-                        };
-                        return here(Decided::Answer(Rc::new(outcome)), rewrite);
-                    }
-                }
-                _ => {}
-            }
-        }
-        // The route: from here on every step sees the rewritten target.
-        let retargeted = rewrite.as_deref().map(|t| req.retargeted(t));
-        let req = retargeted.as_ref().unwrap_or(req);
-        if may_hand_off && self.shared(group) {
-            if let Whole::Other(k) = s.whole {
-                if let Some(handoff) = k.and_then(|k| self.handoff_to(group, k)) {
-                    return Route::HandOff(handoff);
-                }
-            }
-        }
-        let path = match normal.filter(|_| rewrite.is_none()) {
-            Some(path) => path,
-            // Apps are chosen on the normalized path (`/%61pi/x` and `/a/../api/x` are under
-            // `/api`), as nginx chooses locations: a spelling must not pick another app.
-            None => match static_files::normal_form(req.path) {
-                Ok(path) => path,
-                Err(status) => return here(Decided::Status(status), rewrite.clone()),
-            },
-        };
-        let Some(k) = s.apps.iter().position(|a| under_prefix(&path, &a.path)) else {
-            return here(Decided::Status(404), rewrite.clone());
-        };
-        let app = &s.apps[k];
-        let way = match self.way(group, app, req, &path, may_hand_off, tls) {
-            Ok(way) => way,
-            Err(Ok(handoff)) => return Route::HandOff(handoff),
-            Err(Err(status)) => return here(Decided::Status(status), rewrite.clone()),
-        };
-        let normal = match path {
-            Cow::Borrowed(_) => None,
-            Cow::Owned(path) => Some(path.into()),
-        };
-        let decided = Decided::App {
-            app: k as u16,
-            normal,
-        };
-        let mut ctx = self.context(site, s, Some(app), tls, decided, rewrite.clone());
-        for step in s.chain.after.iter() {
-            let admitted = match step {
-                RequestStep::Access => self.access(s, app, req),
-                // Lent, it stays in flight: its slot of the client's limit is held with it.
-                RequestStep::Limit => self
-                    .limited(s, req, matches!(way, Way::Lend(_)))
-                    .map(|held| ctx.held = held.map(Rc::new)),
-                RequestStep::Auth => self.signed_in(tls, app, req).map(|user| ctx.user = user),
-                _ => Ok(()),
-            };
-            if let Err(outcome) = admitted {
-                ctx.held = None;
-                ctx.decided = Decided::Answer(Rc::new(outcome));
-                return Route::Here(ctx);
-            }
-        }
-        match way {
-            Way::Here => Route::Here(ctx),
-            Way::Lend(target) => {
-                self.served.set(self.served.get() + 1);
-                Route::Lend(target, ctx)
-            }
-        }
-    }
-
-    /// How `app`'s handler takes `req` (on `path`, its normal form): `Err` with a hand-off to
-    /// the pool that serves it, or the status that answers it.
-    fn way(
-        &self,
-        group: usize,
-        app: &App,
-        req: &Request<'_>,
-        path: &[u8],
-        may_hand_off: bool,
-        tls: bool,
-    ) -> Result<Way, Result<Handoff, u16>> {
-        Ok(match &app.handler {
-            AppHandler::Elsewhere(k) => {
-                if may_hand_off && self.shared(group) {
-                    if let Some(handoff) = k.and_then(|k| self.handoff_to(group, k)) {
-                        return Err(Ok(handoff));
-                    }
-                }
-                // Over TLS a connection belongs to the pool its handshake's name chose, and
-                // an HTTP/2 one (h2c on a cleartext address) to the pool that took it, its
-                // streams together: a request naming another pool's site or path came to the
-                // wrong connection (RFC 9110 §15.5.20).
-                if req.http2 || tls {
-                    return Err(Err(421));
-                }
-                Way::Here
-            }
-            AppHandler::Proxy(route, files) => {
-                if files
-                    .as_ref()
-                    .is_some_and(|f| front::is_file(f, req.path, path))
-                {
-                    Way::Here
-                } else {
-                    Way::Lend(ProxyTarget::Http(Rc::clone(route)))
-                }
-            }
-            AppHandler::FastCgi(route, scripts, files) => {
-                match front::fastcgi(scripts, files.as_ref(), req.path, path) {
-                    Front::Run(script) => Way::Lend(ProxyTarget::FastCgi(Rc::clone(route), script)),
-                    Front::Files => Way::Here,
-                    Front::Answer(status) => return Err(Err(status)),
-                }
-            }
-            _ => Way::Here,
-        })
-    }
-
-    /// The hand-off of a connection on `group` to the pool of hand-off target `k`.
-    pub(super) fn handoff_to(&self, group: usize, k: usize) -> Option<Handoff> {
-        Some(Handoff {
-            targets: Rc::clone(self.handoff.get(k)?),
-            addr: self.groups.get(group)?.addr,
-            hops: 0,
-            client: None,
-        })
-    }
-
-    /// The context a request of `s` (numbered `site`) carries: its decision, and its site's
-    /// (or `app`'s) edits, pages and codings.
-    fn context(
-        &self,
-        site: Option<SiteRef>,
-        s: &Site,
-        app: Option<&App>,
-        tls: bool,
-        decided: Decided,
-        rewrite: Option<Rc<str>>,
-    ) -> RequestCtx {
-        let fields = app.and_then(|a| a.fields.as_ref()).unwrap_or(&s.fields);
-        RequestCtx {
-            site,
-            logged: s.log.is_some() || s.meter.is_some(),
-            fields: fields[usize::from(tls)].clone(),
-            decided,
-            rewrite,
-            pages: s.pages.clone(),
-            codings: s.codings.clone(),
-            held: None,
-            user: None,
-        }
-    }
-
-    /// The rules step: what the site's rules make of `req`, with its path in normal form
-    /// (for the route to reuse). A path that is not in normal form is left to the route,
-    /// which refuses it.
-    fn rules<'p>(
-        &self,
-        s: &Site,
-        req: &Request<'p>,
-    ) -> (Option<Cow<'p, [u8]>>, Option<RuleOutcome>) {
-        let Ok(path) = static_files::normal_form(req.path) else {
-            return (None, None);
-        };
-        let outcome = s.rules.apply(&Seen {
-            host: if s.rules.need_host() {
-                req.host()
-            } else {
-                None
-            },
-            method: req.method_text,
-            path: &path,
-            raw_path: req.path,
-            raw_query: req.query,
-        });
-        (Some(path), outcome)
-    }
-
-    /// The access step: `Err` with what a client the site's (or `app`'s) lists refuse gets.
-    /// The client is the connection's (or its PROXY protocol header's), or the one a trusted
-    /// proxy named in `X-Forwarded-For`.
-    fn access(&self, s: &Site, app: &App, req: &Request<'_>) -> Result<(), RuleOutcome> {
-        let Some(a) = s.access.as_deref() else {
-            return Ok(());
-        };
-        let permitted = match client_of(s, req) {
-            // No address to check (none should reach here): only an allow list decides.
-            None => a.list.allow.is_empty(),
-            Some(ip) => {
-                a.list.permits(ip)
-                    && (!a.per_path || app.access.as_ref().is_none_or(|l| l.permits(ip)))
-            }
-        };
-        if permitted {
-            return Ok(());
-        }
-        Err(match a.action {
-            DenyAction::Status(status) => RuleOutcome::Answer {
-                status,
-                body: String::new(),
-            },
-            DenyAction::Close => RuleOutcome::Refuse,
-        })
-    }
-
-    /// The limit step: whether the site's `limit` lets `req`'s client in now — `Ok` with its
-    /// in-flight slot when `hold` (the request is lent and stays in flight) and the site
-    /// limits that; `Err` with what a limited client gets.
-    fn limited(
-        &self,
-        s: &Site,
-        req: &Request<'_>,
-        hold: bool,
-    ) -> Result<Option<Held>, RuleOutcome> {
-        let (Some(limits), Some(ip)) = (&s.limits, client_of(s, req)) else {
-            return Ok(None);
-        };
-        // The precise time, not the thread's coarse clock: threads' ticks are up to 100 ms
-        // apart, more than a fast rate's spacing.
-        match limits.admit(ip, std::time::Instant::now(), hold) {
-            Verdict::Admit(held) => Ok(held),
-            Verdict::Refuse {
-                action,
-                retry_after,
-                table_full,
-            } => {
-                if let (true, Some(meter)) = (table_full, &s.meter) {
-                    meter.count_limit_table_full();
-                }
-                Err(match action {
-                    DenyAction::Close => RuleOutcome::Refuse,
-                    DenyAction::Status(status) => RuleOutcome::Limited {
-                        status,
-                        retry_after,
-                    },
-                })
-            }
-        }
-    }
-
-    /// The sign-in step: whether `req` may have `app`'s path — `Ok` with the user it signed
-    /// in as (`None` for a path without `auth`); `Err` with its answer: 401 asking to sign
-    /// in, or 403 on cleartext for a path whose passwords must not travel in the clear.
-    fn signed_in(
-        &self,
-        tls: bool,
-        app: &App,
-        req: &Request<'_>,
-    ) -> Result<Option<Rc<str>>, RuleOutcome> {
-        let Some(auth) = &app.auth else {
-            return Ok(None);
-        };
-        if !tls && !auth.cleartext() {
-            return Err(RuleOutcome::Answer {
-                status: 403,
-                body: "403 Forbidden: this path asks for a password, so it is served over HTTPS only\n".into(),
-            });
-        }
-        let now = std::time::Instant::now();
-        match auth.check(req.header("authorization"), req.client_ip, now) {
-            auth::Verdict::User(user) => Ok(Some(user)),
-            auth::Verdict::Challenge => Err(RuleOutcome::Unauthorized {
-                realm: auth.realm().to_string(),
-            }),
-            auth::Verdict::Refused {
-                status,
-                retry_after,
-            } => Err(RuleOutcome::Limited {
-                status,
-                retry_after,
-            }),
-        }
-    }
-}
-
-/// The client `req` is from as site `s` believes it: the connection's (or PROXY header's)
-/// address, or the one its trusted proxies named.
-fn client_of(s: &Site, req: &Request<'_>) -> Option<std::net::IpAddr> {
-    let peer = req.client_ip?;
-    if s.trusted.is_empty() {
-        return Some(peer);
-    }
-    Some(access::client(
-        peer,
-        req.header_values("x-forwarded-for"),
-        &s.trusted,
-    ))
-}
-
-/// The same URL over https on `port` (a `redirect_to_https` site's cleartext request).
-fn https_location(req: &Request<'_>, port: u16) -> String {
-    // The host matched one of the site's names (or it is the default site's, unnamed).
-    let host = req.host().unwrap_or("localhost");
-    let mut location = String::with_capacity(16 + host.len() + req.path.len() + req.query.len());
-    location.push_str("https://");
-    location.push_str(host);
-    if port != 443 {
-        location.push(':');
-        location.push_str(itoa::Buffer::new().format(port));
-    }
-    location.push_str(req.path);
-    if !req.query.is_empty() {
-        location.push('?');
-        location.push_str(req.query);
-    }
-    location
 }

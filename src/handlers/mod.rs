@@ -3,7 +3,7 @@
 //! The service behind the engine: routing and the handlers.
 //!
 //! Owns: routing a request to a site (by listener group and `Host`, with
-//! [`crate::routing::hosts`]) and through the site's request chain once (`chain`: rules, the
+//! [`crate::routing::hosts`]) and through the site's request chain once (`chain`, run by `route`: rules, the
 //! app by path prefix, access, limit, sign-in, in the order of [`crate::config::chain`]),
 //! and the context the request carries from there (what the chain decided, its log, its
 //! field edits, error pages and codings); the answer (`answer`): here by a handler
@@ -25,6 +25,7 @@ pub mod cpu;
 pub mod dynamic;
 mod front;
 pub mod mime;
+mod route;
 pub mod static_files;
 
 use crate::config::SiteSpec;
@@ -249,7 +250,7 @@ impl ThreadService {
                         Rules::default()
                     }),
                 };
-                site.chain = Chain::of(&site);
+                site.chain = Chain::of(|step| site.configures(step));
                 site
             })
             .collect();
@@ -287,7 +288,7 @@ impl ThreadService {
     pub fn with_limits(mut self, accounts: &[Option<std::sync::Arc<Accounts>>]) -> Self {
         for (site, accounts) in self.sites.iter_mut().zip(accounts) {
             site.limits = accounts.clone().map(ThreadLimits::new);
-            site.chain = Chain::of(site);
+            site.chain = Chain::of(|step| site.configures(step));
         }
         self
     }
