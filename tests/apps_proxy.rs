@@ -734,3 +734,76 @@ exec node server.js
         "the stranger ran"
     );
 }
+
+/// An HTTP app's answer and a FastCGI app's go out through one head writer (issue #40,
+/// item 3): the same status line to an HTTP/1.0 client (`HTTP/1.1`, as RFC 9110 §2.5 asks),
+/// one `Date`, one worker line, and the site's `headers` edits — `Server = ""` removes
+/// espalier's line as well as an app's. Before, FastCGI answered `HTTP/1.0`, only it carried
+/// `Server`/`Date`, and the worker line came to each by its own route.
+#[test]
+fn an_http_apps_and_a_fastcgi_apps_answers_carry_the_same_lines() {
+    let fpm = php_fpm();
+    let app = serve(
+        &r#"
+[server]
+worker_header = true
+
+[[pool]]
+name = "node"
+command = ["node", "server.js"]
+directory = "node"
+health = "/healthz"
+
+[[pool]]
+name = "php"
+command = ["{fpm}", "--nodaemonize", "--allow-to-run-as-root", "--fpm-config", "php-fpm.conf"]
+directory = "php"
+transport = "fastcgi"
+
+[[site]]
+name = "node"
+bindings = ["http://{listen}:node.example"]
+headers = { X-Frame-Options = "DENY", Server = "" }
+[[site.app]]
+pool = "node"
+
+[[site]]
+name = "php"
+bindings = ["http://{listen}:php.example"]
+root = "php/www"
+headers = { X-Frame-Options = "DENY", Server = "" }
+[[site.app]]
+pool = "php"
+"#
+        .replace("{fpm}", &fpm),
+    );
+    for (host, minor) in [
+        ("node.example", 0),
+        ("node.example", 1),
+        ("php.example", 0),
+        ("php.example", 1),
+    ] {
+        let mut c = Conn::open(app.addr);
+        c.send(
+            format!("GET / HTTP/1.{minor}\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        let mut answer = Vec::new();
+        c.stream.read_to_end(&mut answer).unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        let head = answer.split("\r\n\r\n").next().unwrap_or_default();
+        let count = |name: &str| {
+            head.lines()
+                .filter(|l| l.to_ascii_lowercase().starts_with(&format!("{name}:")))
+                .count()
+        };
+        let what = format!(
+            "{host} over HTTP/1.{minor}: {head}\n{}",
+            app.server.log_text()
+        );
+        assert!(head.starts_with("HTTP/1.1 200 "), "{what}");
+        assert_eq!(count("date"), 1, "{what}");
+        assert_eq!(count("x-espalier-worker"), 1, "{what}");
+        assert_eq!(count("x-frame-options"), 1, "{what}");
+        assert_eq!(count("server"), 0, "{what}");
+    }
+}

@@ -17,14 +17,15 @@
 //! the same).
 use super::cgi::*;
 use super::encode;
-use super::forward::{Failure, LentConnection, Outcome};
-use super::request::HOP_BY_HOP;
+use super::forward::{LentConnection, Outcome};
+use super::head::{Head, Then, ToClient};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
-use super::wire::{kept_fields, read_timeout, send_continue, to_client, write_timeout, OwnAnswers};
+use super::wire::{
+    kept_fields, read_timeout, send_continue, to_client, write_timeout, Fail, OwnAnswers,
+};
 use super::Endpoint;
 use crate::compress::Stream;
-use std::borrow::Cow;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -70,9 +71,9 @@ async fn send_stdin<C: AsyncRead + AsyncWrite + Unpin>(
     rbuf: &mut Vec<u8>,
     conn: &mut Conn,
     total: u64,
-    client_timeout: Duration,
-    upstream_timeout: Duration,
-) -> Result<(), Failure> {
+    (client_timeout, upstream_timeout): (Duration, Duration),
+    endpoint: &Endpoint,
+) -> Result<(), Fail> {
     let mut out = Vec::with_capacity(
         MAX_RECORD.min(
             usize::try_from(total)
@@ -94,7 +95,7 @@ async fn send_stdin<C: AsyncRead + AsyncWrite + Unpin>(
         if !out.is_empty() {
             write_timeout(conn, &out, upstream_timeout)
                 .await
-                .map_err(|_| Failure::Answer(502))?;
+                .map_err(|_| Fail::app(502, endpoint, "did not take the request's body"))?;
             out.clear();
         }
         if left == 0 {
@@ -102,22 +103,12 @@ async fn send_stdin<C: AsyncRead + AsyncWrite + Unpin>(
         }
         let want = (left as usize).min(buf.len());
         let n = match read_timeout(client, &mut buf[..want], client_timeout).await {
-            Ok(0) | Err(_) => return Err(Failure::Drop),
+            Ok(0) | Err(_) => return Err(Fail::Close),
             Ok(n) => n,
         };
         record(&mut out, STDIN, &buf[..n]);
         left -= n as u64;
     }
-}
-
-/// How the answer goes to the client.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ClientFraming {
-    Length(u64),
-    Chunked,
-    /// An HTTP/1.0 client without a length: the close ends the body.
-    Close,
-    None,
 }
 
 /// Reads records until the CGI header block is complete; returns it whole (with the start
@@ -171,7 +162,19 @@ fn log_stderr(who: &Endpoint, text: &[u8]) {
     }
 }
 
-/// Forwards a request to a FastCGI app process and relays its answer.
+/// A FastCGI request sent whole, the first record of its answer read.
+struct Asked {
+    endpoint: Endpoint,
+    conn: Conn,
+    first: Record,
+    /// The process's slot (under `max_requests_per_process`), held until the answer is done.
+    _slot: Option<super::queue::Slot>,
+}
+
+/// Forwards a request to a FastCGI app process and relays its answer, in named steps as
+/// [`super::forward`]'s: connect (with one retry) and send ([`ask`]); read and parse the CGI
+/// header block; write the client's head ([`super::head`], the same writer as an HTTP
+/// app's); relay the STDOUT records. Every failure is a [`Fail`] that one place answers.
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     client: LentConnection<'_, C>,
     req: FastCgiRequest,
@@ -187,36 +190,104 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         pages,
         ..
     } = client;
-    let (minor, head_only) = (req.client_minor, req.head_only);
     let own = OwnAnswers {
         report,
         clock,
-        client_minor: minor,
-        head_only,
+        client_minor: req.client_minor,
+        head_only: req.head_only,
         fields: edits,
         pages,
     };
     if req.chunked {
-        return own.answer(stream, 411).await;
+        return own.fail(stream, route, Fail::Client(411)).await;
     }
-    let timeout = route.settings().response_timeout;
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
+    let asked = match ask(stream, rbuf, &req, route, body_timeout, report).await {
+        Ok(asked) => asked,
+        Err(fail) => return own.fail(stream, route, fail).await,
+    };
+    let Asked {
+        endpoint,
+        mut conn,
+        first,
+        _slot,
+    } = asked;
+    let timeout = route.settings().response_timeout;
+    let head = read_cgi_head(&mut conn, first, timeout, &endpoint).await;
+    let (head, head_len) = match head {
+        Ok(h) => h,
+        Err(status) => {
+            let cause =
+                "ended or broke its answer before a whole CGI header block (or one over its bound)";
+            return own
+                .fail(stream, route, Fail::app(status, &endpoint, cause))
+                .await;
+        }
+    };
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let parsed = match httparse::parse_headers(&head, &mut fields) {
+        Ok(httparse::Status::Complete((_, fields))) => cgi_status(fields).map(|s| (s, fields)),
+        _ => Err("answered a CGI header block that does not parse"),
+    };
+    let ((status, length), fields) = match parsed {
+        Ok(p) => p,
+        Err(cause) => {
+            return own
+                .fail(stream, route, Fail::app(502, &endpoint, cause))
+                .await
+        }
+    };
+    // The site's page instead of the script's error body (the FastCGI connection carries
+    // this request only: dropping it unread costs nothing more).
+    if own.replaces(status) {
+        let kept = kept_fields(fields.iter().map(|f| (f.name, f.value)));
+        return own.replace(stream, status, &kept).await;
+    }
+    report.status.set(status);
+    let (out, mut relay) = client_head(status, length, fields, &req, &own);
+    report.head.set(out.len() as u64);
+    let body = head[head_len..].to_vec();
+    let outcome = relay
+        .records(
+            out,
+            body,
+            &mut conn,
+            stream,
+            &endpoint,
+            &own,
+            (timeout, body_timeout),
+        )
+        .await;
+    // The app's connection is not kept (nor asked to stay, see `cgi::BEGIN_REQUEST`): a
+    // php-fpm child serves one connection at a time, so an idle kept connection holds a
+    // child that another client is waiting for (nginx closes it too, without
+    // `fastcgi_keep_conn`).
+    drop(conn);
+    outcome
+}
+
+/// Connects to an app process (another, once, when a retryable request's connection failed
+/// before any answer), sends the request's records and body, and reads the first record of
+/// the answer.
+async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut C,
+    rbuf: &mut Vec<u8>,
+    req: &FastCgiRequest,
+    route: &ProxyRoute,
+    body_timeout: Duration,
+    report: &crate::http::access_log::Report,
+) -> Result<Asked, Fail> {
+    let timeout = route.settings().response_timeout;
     let mut avoid = None;
     let mut tries = 0;
-    let (endpoint, mut conn, first, _slot) = loop {
+    loop {
         tries += 1;
-        // The slot (under max_requests_per_process) is held until the answer is done.
-        let (endpoint, mut conn, slot) = match route.connection(avoid.take()).await {
-            Ok(c) => c,
-            Err(status) => {
-                if status != 503 {
-                    route.log_failure(None, status, "could not be connected to");
-                }
-                return own.unavailable(stream, status).await;
-            }
-        };
+        let (endpoint, mut conn, slot) = route
+            .connection(avoid.take())
+            .await
+            .map_err(Fail::Unconnected)?;
         if write_timeout(&mut conn, &req.records, timeout)
             .await
             .is_err()
@@ -225,79 +296,54 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 avoid = Some(endpoint);
                 continue;
             }
-            route.log_failure(Some(&endpoint), 502, "did not take the FastCGI request");
-            return own.answer(stream, 502).await;
+            return Err(Fail::app(
+                502,
+                &endpoint,
+                "did not take the FastCGI request",
+            ));
         }
-        match send_stdin(stream, rbuf, &mut conn, req.body_len, body_timeout, timeout).await {
-            Ok(()) => {}
-            Err(Failure::Answer(status)) => {
-                route.log_failure(Some(&endpoint), status, "did not take the request's body");
-                return own.answer(stream, status).await;
-            }
-            Err(Failure::Drop) => return Outcome::Close,
-        }
+        let timeouts = (body_timeout, timeout);
+        send_stdin(stream, rbuf, &mut conn, req.body_len, timeouts, &endpoint).await?;
         let asked = std::time::Instant::now();
         match read_record(&mut conn, timeout).await {
-            Ok(r) => {
+            Ok(first) => {
                 report
                     .upstream_micros
                     .set(Some(asked.elapsed().as_micros() as u64));
                 route.answered(&endpoint);
-                break (endpoint, conn, r, slot);
+                return Ok(Asked {
+                    endpoint,
+                    conn,
+                    first,
+                    _slot: slot,
+                });
             }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && req.retryable && tries < 2 => {
                 avoid = Some(endpoint);
             }
             Err(e) => {
                 let cause = format!("did not answer ({e})");
-                let status = status_of(e);
-                if status == 504 {
-                    route.timed_out(&endpoint);
-                }
-                route.log_failure(Some(&endpoint), status, &cause);
-                return own.answer(stream, status).await;
+                return Err(Fail::app(status_of(e), &endpoint, cause));
             }
         }
-    };
-    let (head, head_len) = match read_cgi_head(&mut conn, first, timeout, &endpoint).await {
-        Ok(h) => h,
-        Err(status) => {
-            let cause =
-                "ended or broke its answer before a whole CGI header block (or one over its bound)";
-            route.log_failure(Some(&endpoint), status, cause);
-            return own.answer(stream, status).await;
-        }
-    };
-    let mut fields = [httparse::EMPTY_HEADER; 100];
-    let Ok(httparse::Status::Complete((_, fields))) = httparse::parse_headers(&head, &mut fields)
-    else {
-        route.log_failure(
-            Some(&endpoint),
-            502,
-            "answered a CGI header block that does not parse",
-        );
-        return own.answer(stream, 502).await;
-    };
-    // CGI: `Status: 404 Not Found`; a `Location` alone is a redirect (RFC 3875 §6.2).
-    let mut status = 200u16;
+    }
+}
+
+/// The status of a CGI header block (`Status: 404 Not Found`; a `Location` alone is a
+/// redirect, RFC 3875 §6.2) and the body's `Content-Length`, if it says one.
+fn cgi_status(fields: &[httparse::Header<'_>]) -> Result<(u16, Option<u64>), &'static str> {
+    let mut status = None;
     let mut length: Option<u64> = None;
     let mut located = false;
-    for f in fields.iter() {
+    for f in fields {
         if f.name.eq_ignore_ascii_case("status") {
             let code = std::str::from_utf8(f.value)
                 .ok()
                 .and_then(|v| v.get(..3))
                 .and_then(|c| c.parse().ok());
             match code {
-                Some(c) if (200..600).contains(&c) => status = c,
-                _ => {
-                    route.log_failure(
-                        Some(&endpoint),
-                        502,
-                        "answered a `Status` that is not a status code",
-                    );
-                    return own.answer(stream, 502).await;
-                }
+                Some(c) if (200..600).contains(&c) => status = Some(c),
+                _ => return Err("answered a `Status` that is not a status code"),
             }
         } else if f.name.eq_ignore_ascii_case("location") {
             located = true;
@@ -307,182 +353,172 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 .and_then(|v| v.trim().parse().ok());
         }
     }
-    if located && !fields.iter().any(|f| f.name.eq_ignore_ascii_case("status")) {
-        status = 302;
-    }
-    // The site's page instead of the script's error body (the FastCGI connection carries
-    // this request only: dropping it unread costs nothing more).
-    if own.replaces(status) {
-        let kept = kept_fields(fields.iter().map(|f| (f.name, f.value)));
-        return own.replace(stream, status, &kept).await;
-    }
-    report.status.set(status);
-    let bodiless = head_only || status == 204 || status == 304;
+    let status = status.unwrap_or(if located { 302 } else { 200 });
+    Ok((status, length))
+}
+
+/// How a FastCGI answer's body goes to the client once its head is written.
+struct Relay {
+    to_client: ToClient,
+    then: Then,
+    encoder: Option<Stream>,
+}
+
+/// The client's head for a CGI answer of `status` (with `fields`, the body's `length` if
+/// said), through the response steps ([`Head`]), and how its body is to be relayed.
+fn client_head(
+    status: u16,
+    length: Option<u64>,
+    fields: &[httparse::Header<'_>],
+    req: &FastCgiRequest,
+    own: &OwnAnswers<'_>,
+) -> (Vec<u8>, Relay) {
+    let bodiless = req.head_only || status == 204 || status == 304;
     let plan = encode::plan(
         req.compress,
         status,
-        head_only,
+        req.head_only,
         fields.iter().map(|f| (f.name, f.value)),
     );
-    let mut encoder = match plan {
+    let encoder = match plan {
         encode::Plan::Compress(c) if !bodiless => Stream::new(c).ok(),
         _ => None,
     };
-    let framing = match (bodiless, length.filter(|_| encoder.is_none()), minor) {
-        (true, _, _) => ClientFraming::None,
-        (false, Some(n), _) => ClientFraming::Length(n),
-        (false, None, 1) => ClientFraming::Chunked,
-        (false, None, _) => ClientFraming::Close,
+    let to_client = match (
+        bodiless,
+        length.filter(|_| encoder.is_none()),
+        req.client_minor,
+    ) {
+        (true, _, _) => ToClient::NoBody,
+        (false, Some(n), _) => ToClient::Length(n),
+        (false, None, 1) => ToClient::Chunked,
+        (false, None, _) => ToClient::UntilClose,
     };
-    let keep = req.keep_alive && framing != ClientFraming::Close;
-    let mut out = Vec::with_capacity(head_len + 256);
-    out.extend_from_slice(if minor == 0 {
-        b"HTTP/1.0 "
+    let then = if req.keep_alive && to_client != ToClient::UntilClose {
+        Then::KeepAlive
     } else {
-        b"HTTP/1.1 "
-    });
-    out.extend_from_slice(status.to_string().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(crate::http::reason(status).as_bytes());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&clock.common());
-    for f in fields.iter() {
-        if f.name.eq_ignore_ascii_case("status")
-            || HOP_BY_HOP.iter().any(|d| f.name.eq_ignore_ascii_case(d))
-            || edits.is_some_and(|e| e.removes(f.name.as_bytes()))
-            || (f.name.eq_ignore_ascii_case("content-length") && !bodiless)
-        {
-            continue;
-        }
-        let value = match plan {
-            encode::Plan::Compress(_) if encoder.is_some() => {
-                match encode::rewritten(f.name, f.value) {
-                    Some(v) => Cow::Owned(v),
-                    None => continue,
-                }
-            }
-            encode::Plan::Vary | encode::Plan::Compress(_)
-                if f.name.eq_ignore_ascii_case("vary") =>
-            {
-                Cow::Owned(encode::with_accept_encoding(f.value))
-            }
-            _ => Cow::Borrowed(f.value),
+        Then::Close
+    };
+    let mut out = Vec::with_capacity(512);
+    {
+        // Borrowed and let go before any write: the clock's own task refreshes the lines.
+        let common = own.clock.common();
+        let head = Head {
+            status,
+            reason: "",
+            client_minor: req.client_minor,
+            plan,
+            compressing: encoder.is_some(),
+            to_client: to_client.clone(),
+            then,
+            edits: own.fields,
+            common: &common,
         };
-        out.extend_from_slice(f.name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(&value);
-        out.extend_from_slice(b"\r\n");
+        head.write(fields, &mut out);
     }
-    if plan != encode::Plan::AsIs && !fields.iter().any(|f| f.name.eq_ignore_ascii_case("vary")) {
-        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
-    }
-    if let (encode::Plan::Compress(c), Some(_)) = (plan, &encoder) {
-        out.extend_from_slice(format!("Content-Encoding: {}\r\n", c.token()).as_bytes());
-    }
-    if let Some(e) = edits {
-        e.add_missing(&mut out, |name| {
-            !e.removes(name)
-                && fields
-                    .iter()
-                    .any(|f| f.name.as_bytes().eq_ignore_ascii_case(name))
-        });
-    }
-    match framing {
-        ClientFraming::Length(n) => {
-            out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
-        }
-        ClientFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-        _ => {}
-    }
-    match (keep, minor) {
-        (false, 1) => out.extend_from_slice(b"Connection: close\r\n"),
-        (true, 0) => out.extend_from_slice(b"Connection: keep-alive\r\n"),
-        _ => {}
-    }
-    out.extend_from_slice(b"\r\n");
-    report.head.set(out.len() as u64);
-    let mut sent: u64 = 0;
-    let mut clean = true;
-    // The body: what came after the header block, then STDOUT records until END_REQUEST.
-    let mut data = head[head_len..].to_vec();
-    loop {
-        // Compressed, the data is what the encoder gives for it.
-        if let Some(e) = encoder.as_mut().filter(|_| !data.is_empty()) {
-            if e.push(&data).is_err() {
-                return Outcome::Close;
-            }
-            data = e.take();
-        }
-        if !data.is_empty() {
-            match framing {
-                ClientFraming::None => {}
-                ClientFraming::Length(n) => {
-                    let take = (data.len() as u64).min(n - sent) as usize;
-                    clean &= take == data.len();
-                    out.extend_from_slice(&data[..take]);
-                    sent += take as u64;
+    let relay = Relay {
+        to_client,
+        then,
+        encoder,
+    };
+    (out, relay)
+}
+
+impl Relay {
+    /// Sends the head `out` with the body: `data` (what came after the header block), then
+    /// STDOUT records until END_REQUEST, framed for the client (compressed first, if so).
+    #[allow(clippy::too_many_arguments)]
+    async fn records<C: AsyncWrite + Unpin>(
+        &mut self,
+        mut out: Vec<u8>,
+        mut data: Vec<u8>,
+        conn: &mut Conn,
+        stream: &mut C,
+        endpoint: &Endpoint,
+        own: &OwnAnswers<'_>,
+        (timeout, body_timeout): (Duration, Duration),
+    ) -> Outcome {
+        let report = own.report;
+        let mut sent: u64 = 0;
+        let mut clean = true;
+        loop {
+            // Compressed, the data is what the encoder gives for it.
+            if let Some(e) = self.encoder.as_mut().filter(|_| !data.is_empty()) {
+                if e.push(&data).is_err() {
+                    return Outcome::Close;
                 }
-                ClientFraming::Chunked => {
-                    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                    out.extend_from_slice(&data);
-                    out.extend_from_slice(b"\r\n");
+                data = e.take();
+            }
+            if !data.is_empty() {
+                clean &= self.frame(&mut out, &data, &mut sent);
+                data.clear();
+            }
+            // Write when a record's worth is waiting; small answers go out once, at the end.
+            if out.len() >= MAX_RECORD {
+                if to_client(stream, report, &out, body_timeout).await.is_err() {
+                    return Outcome::Close;
                 }
-                ClientFraming::Close => out.extend_from_slice(&data),
+                out.clear();
             }
-            data.clear();
-        }
-        // Write when a record's worth is waiting; small answers go out once, at the end.
-        if out.len() >= MAX_RECORD {
-            if to_client(stream, report, &out, body_timeout).await.is_err() {
-                return Outcome::Close;
-            }
-            out.clear();
-        }
-        let r = match read_record(&mut conn, timeout).await {
-            Ok(r) => r,
-            Err(_) => {
+            let Ok(r) = read_record(conn, timeout).await else {
                 // The head may be out already: the client sees the close.
                 let _ = to_client(stream, report, &out, body_timeout).await;
                 return Outcome::Close;
+            };
+            match r.kind {
+                STDOUT => data = r.content,
+                STDERR => log_stderr(endpoint, &r.content),
+                END_REQUEST => break,
+                _ => {}
             }
+        }
+        if let Some(e) = self.encoder.take() {
+            match e.finish() {
+                Ok(tail) => {
+                    self.frame(&mut out, &tail, &mut sent);
+                }
+                Err(_) => return Outcome::Close,
+            }
+        }
+        if self.to_client == ToClient::Chunked {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+        let complete = match self.to_client {
+            ToClient::Length(n) => sent == n,
+            _ => true,
         };
-        match r.kind {
-            STDOUT => data = r.content,
-            STDERR => log_stderr(&endpoint, &r.content),
-            END_REQUEST => break,
-            _ => {}
+        if to_client(stream, report, &out, body_timeout).await.is_err() {
+            return Outcome::Close;
+        }
+        // The body was sent whole before the answer was read (`send_stdin`).
+        match (complete && clean, self.then) {
+            (true, Then::KeepAlive) => Outcome::KeepAlive,
+            (true, _) => Outcome::Answered,
+            (false, _) => Outcome::Close,
         }
     }
-    if let Some(e) = encoder {
-        match e.finish() {
-            Ok(tail) if framing == ClientFraming::Chunked && !tail.is_empty() => {
-                out.extend_from_slice(format!("{:x}\r\n", tail.len()).as_bytes());
-                out.extend_from_slice(&tail);
-                out.extend_from_slice(b"\r\n");
+
+    /// `data` framed for the client into `out` (`sent`: the body's bytes so far, against a
+    /// said length); false when it ran past that length.
+    fn frame(&self, out: &mut Vec<u8>, data: &[u8], sent: &mut u64) -> bool {
+        match self.to_client {
+            ToClient::Length(n) => {
+                let take = (data.len() as u64).min(n - *sent) as usize;
+                out.extend_from_slice(&data[..take]);
+                *sent += take as u64;
+                take == data.len()
             }
-            Ok(tail) => out.extend_from_slice(&tail),
-            Err(_) => return Outcome::Close,
+            ToClient::Chunked if !data.is_empty() => {
+                out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                out.extend_from_slice(data);
+                out.extend_from_slice(b"\r\n");
+                true
+            }
+            ToClient::UntilClose => {
+                out.extend_from_slice(data);
+                true
+            }
+            _ => true,
         }
-    }
-    if framing == ClientFraming::Chunked {
-        out.extend_from_slice(b"0\r\n\r\n");
-    }
-    let complete = match framing {
-        ClientFraming::Length(n) => sent == n,
-        _ => true,
-    };
-    if to_client(stream, report, &out, body_timeout).await.is_err() {
-        return Outcome::Close;
-    }
-    // The app's connection is not kept (nor asked to stay, see `cgi::BEGIN_REQUEST`): a
-    // php-fpm child serves one connection at a time, so an idle kept connection holds a
-    // child that another client is waiting for (nginx closes it too, without
-    // `fastcgi_keep_conn`).
-    drop(conn);
-    // The body was sent whole before the answer was read (`send_stdin`).
-    match (complete && clean, keep) {
-        (true, true) => Outcome::KeepAlive,
-        (true, false) => Outcome::Answered,
-        (false, _) => Outcome::Close,
     }
 }

@@ -20,29 +20,22 @@
 //! died. Anything else that fails after being sent is answered 502, never repeated.
 
 use super::encode;
+use super::head::{Head, Then, ToClient};
 use super::relay::{relay_body, tunnel, BUF};
-use super::request::{connection_tokens, dropped_on_the_way, push_field, ForwardRequest};
+use super::request::{connection_tokens, ForwardRequest};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::wire::{
-    kept_fields, read_timeout, send_continue, to_client, write_timeout, BodyKind, OwnAnswers,
+    kept_fields, read_timeout, send_continue, to_client, write_timeout, BodyKind, Fail, OwnAnswers,
 };
 use super::Endpoint;
 pub(super) use crate::http::service::{LentConnection, Outcome};
 use crate::http::{ChunkedDecoder, Framing, ProtocolError};
-use std::borrow::Cow;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 /// Largest response head accepted from an app.
 const MAX_RESPONSE_HEAD: usize = 64 << 10;
-
-pub(super) enum Failure {
-    /// Nothing was answered yet: answer this status and close.
-    Answer(u16),
-    /// A response was under way (or the client is gone): just close.
-    Drop,
-}
 
 /// What went wrong getting the response head.
 enum HeadError {
@@ -52,7 +45,21 @@ enum HeadError {
     Garbage,
 }
 
-/// Forwards the request to an app process and relays its answer to the client.
+/// A request sent whole to an app, its answer's head read.
+struct Asked {
+    endpoint: Endpoint,
+    conn: Conn,
+    /// The answer as read so far: its head (`head_len` bytes), perhaps the body's start.
+    ubuf: Vec<u8>,
+    head_len: usize,
+    /// The process's slot (under `max_requests_per_process`), held until the answer is done.
+    _slot: Option<super::queue::Slot>,
+}
+
+/// Forwards the request to an app process and relays its answer to the client, in named
+/// steps: connect (with one retry) and send, read the head ([`ask`]); parse it; write the
+/// client's head ([`super::head`]); relay the body. Every failure is a [`Fail`] that one
+/// place answers ([`OwnAnswers::fail`]).
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     client: LentConnection<'_, C>,
     req: ForwardRequest,
@@ -69,7 +76,6 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         fields: edits,
         pages,
     } = client;
-    let settings = route.settings();
     let own = OwnAnswers {
         report,
         clock,
@@ -81,21 +87,303 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
-    let mut avoid: Option<Endpoint> = None;
-    let mut tries = 0;
-    let (endpoint, mut conn, mut ubuf, head_len, _slot) = loop {
-        tries += 1;
-        // The slot (under max_requests_per_process) is held until the answer is done.
-        let (endpoint, mut conn, slot) = match route.connection(avoid.take()).await {
-            Ok(c) => c,
-            Err(status) => {
-                if status != 503 {
-                    route.log_failure(None, status, "could not be connected to");
-                }
-                return own.unavailable(stream, status).await;
+    let bounds = (max_body, max_framing);
+    let asked = match ask(
+        stream,
+        rbuf,
+        &req,
+        route,
+        bounds,
+        body_timeout,
+        report,
+        clock,
+    )
+    .await
+    {
+        Ok(asked) => asked,
+        Err(fail) => return own.fail(stream, route, fail).await,
+    };
+    let Asked {
+        endpoint,
+        conn,
+        ubuf,
+        head_len,
+        _slot,
+    } = asked;
+    // The response head, parsed again for its fields (the buffer is ours now).
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut resp = httparse::Response::new(&mut fields);
+    let answer = match resp.parse(&ubuf[..head_len]) {
+        Ok(httparse::Status::Complete(_)) => answer_of(&resp, &req),
+        _ => Err("answered a response head that does not parse"),
+    };
+    let answer = match answer {
+        Ok(a) => a,
+        Err(cause) => {
+            return own
+                .fail(stream, route, Fail::app(502, &endpoint, cause))
+                .await
+        }
+    };
+    report.status.set(answer.status);
+    // The site's page instead of the app's error body (which is left unread: the app's
+    // connection is dropped, not pooled).
+    if own.replaces(answer.status) {
+        let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
+        return own.replace(stream, answer.status, &kept).await;
+    }
+    let (out, relay) = match client_head(&answer, resp.headers, &req, &own) {
+        Ok(head) => head,
+        Err(status) => return own.answer(stream, status).await,
+    };
+    let answered = Answered {
+        endpoint,
+        conn,
+        ubuf,
+        head_len,
+    };
+    answered
+        .relay(out, relay, stream, rbuf, &req, route, &own, body_timeout)
+        .await
+}
+
+/// What an app's response head says, as forwarding needs it.
+struct Answer<'h> {
+    status: u16,
+    reason: &'h str,
+    kind: BodyKind,
+    /// The app closes its connection after this answer.
+    upstream_closes: bool,
+    /// A `101` to a request that asked for an upgrade: the connection becomes a tunnel.
+    switching: bool,
+}
+
+/// What the parsed head `resp` says for `req`, or why it cannot be relayed.
+fn answer_of<'h>(
+    resp: &httparse::Response<'_, 'h>,
+    req: &ForwardRequest,
+) -> Result<Answer<'h>, &'static str> {
+    let status = resp.code.unwrap_or(502);
+    let listed = connection_tokens(resp.headers.iter().map(|h| (h.name, h.value)));
+    let upstream_closes =
+        listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || resp.version == Some(0);
+    let Some(kind) = body_kind(status, req.head_only, resp.headers) else {
+        return Err("answered with a framing that cannot be relayed (Content-Length and Transfer-Encoding disagree or are malformed)");
+    };
+    if status == 101 && !req.upgrade {
+        return Err("switched protocols (101) on a request that asked for no upgrade");
+    }
+    Ok(Answer {
+        status,
+        reason: resp.reason.unwrap_or(""),
+        kind,
+        upstream_closes,
+        switching: status == 101,
+    })
+}
+
+/// How the body is relayed once the client's head is written.
+struct Relay {
+    kind: BodyKind,
+    upstream_closes: bool,
+    to_client: ToClient,
+    then: Then,
+    /// Its encoder, when it is compressed.
+    encoder: Option<crate::compress::Stream>,
+}
+
+/// The client's head for `answer` (with the app's `fields`), through the response steps
+/// ([`Head`]), and how its body is to be relayed; `Err` with the status to answer instead.
+fn client_head(
+    answer: &Answer<'_>,
+    fields: &[httparse::Header<'_>],
+    req: &ForwardRequest,
+    own: &OwnAnswers<'_>,
+) -> Result<(Vec<u8>, Relay), u16> {
+    let plan = encode::plan(
+        req.compress,
+        answer.status,
+        req.head_only,
+        fields.iter().map(|h| (h.name, h.value)),
+    );
+    // The encoder is made with the plan, not after the head is sent: it is what counts
+    // toward the thread's bound on answers being compressed (see `encode::MAX_COMPRESSING`).
+    let encoder = match plan {
+        encode::Plan::Compress(c) if answer.kind != BodyKind::None => {
+            Some(crate::compress::Stream::new(c).map_err(|_| 500u16)?)
+        }
+        _ => None,
+    };
+    let (to_client, then) = client_framing(answer, req, fields, encoder.is_some());
+    let mut out = Vec::with_capacity(512);
+    {
+        // Borrowed and let go before any write: the clock's own task refreshes the lines.
+        let common = own.clock.common();
+        let head = Head {
+            status: answer.status,
+            reason: answer.reason,
+            client_minor: req.client_minor,
+            plan,
+            compressing: encoder.is_some(),
+            to_client: to_client.clone(),
+            then,
+            edits: own.fields,
+            common: &common,
+        };
+        head.write(fields, &mut out);
+    }
+    let relay = Relay {
+        kind: answer.kind,
+        upstream_closes: answer.upstream_closes,
+        to_client,
+        then,
+        encoder,
+    };
+    Ok((out, relay))
+}
+
+/// An app's answer whose head was read, its client's head written.
+struct Answered {
+    endpoint: Endpoint,
+    conn: Conn,
+    ubuf: Vec<u8>,
+    head_len: usize,
+}
+
+impl Answered {
+    /// Sends the client's head `out` and relays the body (or the tunnel): the outcome of the
+    /// client's connection. The app's connection goes back to its pool when the answer ended
+    /// cleanly and the app keeps it.
+    #[allow(clippy::too_many_arguments)]
+    async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
+        self,
+        mut out: Vec<u8>,
+        relay: Relay,
+        stream: &mut C,
+        rbuf: &mut Vec<u8>,
+        req: &ForwardRequest,
+        route: &ProxyRoute,
+        own: &OwnAnswers<'_>,
+        body_timeout: Duration,
+    ) -> Outcome {
+        let Answered {
+            endpoint,
+            mut conn,
+            mut ubuf,
+            head_len,
+        } = self;
+        let report = own.report;
+        report.head.set(out.len() as u64);
+        ubuf.drain(..head_len);
+        // A small answer read whole goes out with its head in one write; nothing is left.
+        let mut kind = relay.kind;
+        if let (BodyKind::Length(n), None) = (kind, &relay.encoder) {
+            if ubuf.len() as u64 == n {
+                out.extend_from_slice(&ubuf);
+                ubuf.clear();
+                kind = BodyKind::None;
+            }
+        }
+        if to_client(stream, report, &out, body_timeout).await.is_err() {
+            return Outcome::Close;
+        }
+        if relay.then == Then::Upgrade {
+            tunnel(stream, report, rbuf, conn, ubuf).await;
+            return Outcome::Close;
+        }
+        let timeouts = (route.settings().response_timeout, body_timeout);
+        let relayed = match relay.encoder {
+            Some(encoder) => {
+                let chunked = req.client_minor == 1;
+                encode::relay(
+                    &mut conn, stream, report, ubuf, kind, encoder, chunked, timeouts,
+                )
+                .await
+            }
+            None => {
+                let rechunk = relay.to_client == ToClient::Chunked;
+                let plain_for_old_client =
+                    matches!(kind, BodyKind::Chunked) && req.client_minor == 0;
+                let framing = (rechunk, plain_for_old_client);
+                relay_body(&mut conn, stream, report, ubuf, kind, framing, timeouts).await
             }
         };
-        if write_timeout(&mut conn, &req.head, settings.response_timeout)
+        match relayed {
+            Ok(clean) => {
+                if clean && !relay.upstream_closes && !matches!(kind, BodyKind::UntilClose) {
+                    route.pool.put(&endpoint, conn);
+                }
+                // The body was sent whole before the answer was read (`send_body`).
+                match relay.then {
+                    Then::KeepAlive => Outcome::KeepAlive,
+                    _ => Outcome::Answered,
+                }
+            }
+            Err(()) => Outcome::Close,
+        }
+    }
+}
+
+/// How an answer of `answer.kind` reaches a client that asked `req`, and what its connection
+/// does after: chunked for an HTTP/1.1 client when the length is unknown (or compressed),
+/// else close-delimited for an HTTP/1.0 one.
+fn client_framing(
+    answer: &Answer<'_>,
+    req: &ForwardRequest,
+    fields: &[httparse::Header<'_>],
+    compressing: bool,
+) -> (ToClient, Then) {
+    let http11 = req.client_minor == 1;
+    let to_client = match answer.kind {
+        _ if compressing && http11 => ToClient::Chunked,
+        _ if compressing => ToClient::UntilClose,
+        BodyKind::None => ToClient::NoBody,
+        BodyKind::Length(n) => ToClient::Length(n),
+        // The body passes as the app framed it: its codings too (`gzip, chunked`).
+        BodyKind::Chunked if http11 => {
+            let codings: Vec<&str> = fields
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+                .filter_map(|h| std::str::from_utf8(h.value).ok())
+                .collect();
+            ToClient::AsApp(codings.join(", "))
+        }
+        BodyKind::UntilClose if http11 => ToClient::Chunked,
+        BodyKind::Chunked | BodyKind::UntilClose => ToClient::UntilClose,
+    };
+    let then = if answer.switching {
+        Then::Upgrade
+    } else if req.keep_alive && to_client != ToClient::UntilClose {
+        Then::KeepAlive
+    } else {
+        Then::Close
+    };
+    (to_client, then)
+}
+
+/// Connects to an app process (another, once, when a retryable request's connection failed
+/// before any answer), sends the request's head and body, and reads the answer's head.
+#[allow(clippy::too_many_arguments)]
+async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut C,
+    rbuf: &mut Vec<u8>,
+    req: &ForwardRequest,
+    route: &ProxyRoute,
+    bounds: (u64, usize),
+    body_timeout: Duration,
+    report: &crate::http::access_log::Report,
+    clock: &crate::http::clock::Clock,
+) -> Result<Asked, Fail> {
+    let response_timeout = route.settings().response_timeout;
+    let mut avoid: Option<Endpoint> = None;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let (endpoint, mut conn, slot) = route
+            .connection(avoid.take())
+            .await
+            .map_err(Fail::Unconnected)?;
+        if write_timeout(&mut conn, &req.head, response_timeout)
             .await
             .is_err()
         {
@@ -103,271 +391,44 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 avoid = Some(endpoint);
                 continue;
             }
-            route.log_failure(Some(&endpoint), 502, "did not take the request's head");
-            return own.answer(stream, 502).await;
+            return Err(Fail::app(502, &endpoint, "did not take the request's head"));
         }
-        let sent = send_body(
-            stream,
-            rbuf,
-            &mut conn,
-            req.body,
-            (max_body, max_framing),
-            body_timeout,
-            settings.response_timeout,
+        let timeouts = (body_timeout, response_timeout);
+        send_body(
+            stream, rbuf, &mut conn, req.body, bounds, timeouts, &endpoint,
         )
-        .await;
-        match sent {
-            Ok(()) => {}
-            Err(Failure::Answer(status)) => {
-                if status == 502 {
-                    route.log_failure(Some(&endpoint), 502, "did not take the request's body");
-                }
-                return own.answer(stream, status).await;
-            }
-            Err(Failure::Drop) => return Outcome::Close,
-        }
+        .await?;
         let mut ubuf = Vec::with_capacity(8 << 10);
         let asked = std::time::Instant::now();
-        match read_head(&mut conn, &mut ubuf, clock, settings.response_timeout).await {
-            Ok(len) => {
+        let cause = match read_head(&mut conn, &mut ubuf, clock, response_timeout).await {
+            Ok(head_len) => {
                 report
                     .upstream_micros
                     .set(Some(asked.elapsed().as_micros() as u64));
                 route.answered(&endpoint);
-                break (endpoint, conn, ubuf, len, slot);
+                return Ok(Asked {
+                    endpoint,
+                    conn,
+                    ubuf,
+                    head_len,
+                    _slot: slot,
+                });
             }
             Err(HeadError::ClosedEarly) if req.retryable && tries < 2 => {
                 avoid = Some(endpoint);
                 continue;
             }
             Err(HeadError::Timeout) => {
-                route.timed_out(&endpoint);
-                let cause = format!(
-                    "did not answer within response_timeout ({:?})",
-                    settings.response_timeout
-                );
-                route.log_failure(Some(&endpoint), 504, &cause);
-                return own.answer(stream, 504).await;
+                let cause =
+                    format!("did not answer within response_timeout ({response_timeout:?})");
+                return Err(Fail::app(504, &endpoint, cause));
             }
-            Err(HeadError::ClosedEarly) => {
-                route.log_failure(
-                    Some(&endpoint),
-                    502,
-                    "closed the connection without answering",
-                );
-                return own.answer(stream, 502).await;
-            }
+            Err(HeadError::ClosedEarly) => "closed the connection without answering",
             Err(HeadError::Garbage) => {
-                let cause = "answered a malformed, cut-off or over-64-KiB HTTP/1.x response head";
-                route.log_failure(Some(&endpoint), 502, cause);
-                return own.answer(stream, 502).await;
+                "answered a malformed, cut-off or over-64-KiB HTTP/1.x response head"
             }
-        }
-    };
-    // The response head, parsed again for its fields (the buffer is ours now).
-    let mut fields = [httparse::EMPTY_HEADER; 100];
-    let mut resp = httparse::Response::new(&mut fields);
-    if !matches!(
-        resp.parse(&ubuf[..head_len]),
-        Ok(httparse::Status::Complete(_))
-    ) {
-        route.log_failure(
-            Some(&endpoint),
-            502,
-            "answered a response head that does not parse",
-        );
-        return own.answer(stream, 502).await;
-    }
-    let status = resp.code.unwrap_or(502);
-    let reason = resp.reason.unwrap_or("");
-    let upstream_minor = resp.version.unwrap_or(0);
-    let listed = connection_tokens(resp.headers.iter().map(|h| (h.name, h.value)));
-    let upstream_closes =
-        listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || upstream_minor == 0;
-    let kind = match body_kind(status, req.head_only, resp.headers) {
-        Some(k) => k,
-        None => {
-            let cause = "answered with a framing that cannot be relayed (Content-Length and Transfer-Encoding disagree or are malformed)";
-            route.log_failure(Some(&endpoint), 502, cause);
-            return own.answer(stream, 502).await;
-        }
-    };
-    report.status.set(status);
-    let switching = status == 101 && req.upgrade;
-    if status == 101 && !req.upgrade {
-        route.log_failure(
-            Some(&endpoint),
-            502,
-            "switched protocols (101) on a request that asked for no upgrade",
-        );
-        return own.answer(stream, 502).await;
-    }
-    // The site's page instead of the app's error body (which is left unread: the app's
-    // connection is dropped, not pooled).
-    if own.replaces(status) {
-        let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
-        return own.replace(stream, status, &kept).await;
-    }
-    let plan = encode::plan(
-        req.compress,
-        status,
-        req.head_only,
-        resp.headers.iter().map(|h| (h.name, h.value)),
-    );
-    // The encoder is made with the plan, not after the head is sent: it is what counts
-    // toward the thread's bound on answers being compressed (see `encode::MAX_COMPRESSING`).
-    let compressing = match plan {
-        encode::Plan::Compress(c) if kind != BodyKind::None => {
-            match crate::compress::Stream::new(c) {
-                Ok(encoder) => Some(encoder),
-                Err(_) => return own.answer(stream, 500).await,
-            }
-        }
-        _ => None,
-    };
-    // To the client: HTTP/1.1 chunked when the length is unknown (or compressed), else
-    // close-delimited for an HTTP/1.0 client.
-    let rechunk = matches!(kind, BodyKind::UntilClose) && req.client_minor == 1;
-    let plain_for_old_client = matches!(kind, BodyKind::Chunked) && req.client_minor == 0;
-    let keep = req.keep_alive
-        && !switching
-        && match compressing {
-            Some(_) => req.client_minor == 1,
-            None => (rechunk || kind != BodyKind::UntilClose) && !plain_for_old_client,
         };
-    let mut out = Vec::with_capacity(head_len + 128);
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    for h in resp.headers.iter() {
-        let copy = if h.name.eq_ignore_ascii_case("content-length") {
-            // A HEAD or 304 answer keeps the length it describes; a body's length is ours.
-            kind == BodyKind::None
-        } else if switching && h.name.eq_ignore_ascii_case("upgrade") {
-            true
-        } else {
-            !dropped_on_the_way(h.name, &listed)
-                && !edits.is_some_and(|e| e.removes(h.name.as_bytes()))
-        };
-        // As the app sent it, but what compression changes (no allocation otherwise).
-        let value: Option<Cow<'_, [u8]>> = match plan {
-            _ if !copy => None,
-            encode::Plan::AsIs => Some(Cow::Borrowed(h.value)),
-            encode::Plan::Vary if h.name.eq_ignore_ascii_case("vary") => {
-                Some(Cow::Owned(encode::with_accept_encoding(h.value)))
-            }
-            encode::Plan::Vary => Some(Cow::Borrowed(h.value)),
-            // A HEAD or 304 answer is never compressed; a compressed body's length is unknown
-            // before its end.
-            encode::Plan::Compress(_) if h.name.eq_ignore_ascii_case("content-length") => None,
-            encode::Plan::Compress(_) => encode::rewritten(h.name, h.value).map(Cow::Owned),
-        };
-        if let Some(value) = value {
-            out.extend_from_slice(h.name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&value);
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    if plan != encode::Plan::AsIs
-        && !resp
-            .headers
-            .iter()
-            .any(|h| h.name.eq_ignore_ascii_case("vary"))
-    {
-        out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
-    }
-    if let (Some(_), encode::Plan::Compress(c)) = (&compressing, plan) {
-        push_field(&mut out, "Content-Encoding", c.token());
-        if req.client_minor == 1 {
-            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
-        }
-    }
-    if let Some(line) = &route.worker_line {
-        out.extend_from_slice(line.as_bytes());
-    }
-    if let Some(e) = edits {
-        e.add_missing(&mut out, |name| {
-            !e.removes(name)
-                && resp
-                    .headers
-                    .iter()
-                    .any(|h| h.name.as_bytes().eq_ignore_ascii_case(name))
-        });
-    }
-    match kind {
-        _ if compressing.is_some() => {}
-        BodyKind::Length(n) => {
-            push_field(&mut out, "Content-Length", itoa::Buffer::new().format(n))
-        }
-        BodyKind::Chunked if !plain_for_old_client => {
-            // The body passes as the app framed it: its codings too (`gzip, chunked`).
-            let codings: Vec<&str> = resp
-                .headers
-                .iter()
-                .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
-                .filter_map(|h| std::str::from_utf8(h.value).ok())
-                .collect();
-            push_field(&mut out, "Transfer-Encoding", &codings.join(", "))
-        }
-        BodyKind::UntilClose if rechunk => push_field(&mut out, "Transfer-Encoding", "chunked"),
-        _ => {}
-    }
-    if switching {
-        out.extend_from_slice(b"Connection: upgrade\r\n");
-    } else if !keep {
-        out.extend_from_slice(b"Connection: close\r\n");
-    } else if req.client_minor == 0 {
-        out.extend_from_slice(b"Connection: keep-alive\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    report.head.set(out.len() as u64);
-    ubuf.drain(..head_len);
-    // A small answer read whole goes out with its head in one write; nothing is left to relay.
-    let mut kind = kind;
-    if let (BodyKind::Length(n), None) = (kind, &compressing) {
-        if ubuf.len() as u64 == n {
-            out.extend_from_slice(&ubuf);
-            ubuf.clear();
-            kind = BodyKind::None;
-        }
-    }
-    if to_client(stream, report, &out, body_timeout).await.is_err() {
-        return Outcome::Close;
-    }
-    if switching {
-        tunnel(stream, report, rbuf, conn, ubuf).await;
-        return Outcome::Close;
-    }
-    let timeouts = (settings.response_timeout, body_timeout);
-    let relayed = match compressing {
-        Some(encoder) => {
-            let chunked = req.client_minor == 1;
-            encode::relay(
-                &mut conn, stream, report, ubuf, kind, encoder, chunked, timeouts,
-            )
-            .await
-        }
-        None => {
-            let framing = (rechunk, plain_for_old_client);
-            relay_body(&mut conn, stream, report, ubuf, kind, framing, timeouts).await
-        }
-    };
-    match relayed {
-        Ok(clean) => {
-            if clean && !upstream_closes && !matches!(kind, BodyKind::UntilClose) {
-                route.pool.put(&endpoint, conn);
-            }
-            // The body was sent whole before the answer was read (`send_body`).
-            if keep {
-                Outcome::KeepAlive
-            } else {
-                Outcome::Answered
-            }
-        }
-        Err(()) => Outcome::Close,
+        return Err(Fail::app(502, &endpoint, cause));
     }
 }
 
@@ -379,10 +440,10 @@ async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut Conn,
     framing: Framing,
     (max_body, max_framing): (u64, usize),
-    client_timeout: Duration,
-    upstream_timeout: Duration,
-) -> Result<(), Failure> {
-    let upstream_failed = |_| Failure::Answer(502);
+    (client_timeout, upstream_timeout): (Duration, Duration),
+    endpoint: &Endpoint,
+) -> Result<(), Fail> {
+    let upstream_failed = |_| Fail::app(502, endpoint, "did not take the request's body");
     match framing {
         Framing::None => Ok(()),
         Framing::Length(total) => {
@@ -396,7 +457,7 @@ async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
             while left > 0 {
                 let want = (left as usize).min(buf.len());
                 let n = match read_timeout(client, &mut buf[..want], client_timeout).await {
-                    Ok(0) | Err(_) => return Err(Failure::Drop),
+                    Ok(0) | Err(_) => return Err(Fail::Close),
                     Ok(n) => n,
                 };
                 write_timeout(conn, &buf[..n], upstream_timeout)
@@ -414,7 +475,7 @@ async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
             let mut out = Vec::new();
             let d = decoder
                 .decode(rbuf)
-                .map_err(|e: ProtocolError| Failure::Answer(e.status()))?;
+                .map_err(|e: ProtocolError| Fail::Client(e.status()))?;
             chunk_again(&mut out, &rbuf[..d.produced], d.done);
             write_timeout(conn, &out, upstream_timeout)
                 .await
@@ -426,12 +487,12 @@ async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
             let mut buf = vec![0u8; BUF];
             loop {
                 let n = match read_timeout(client, &mut buf, client_timeout).await {
-                    Ok(0) | Err(_) => return Err(Failure::Drop),
+                    Ok(0) | Err(_) => return Err(Fail::Close),
                     Ok(n) => n,
                 };
                 let d = decoder
                     .decode(&mut buf[..n])
-                    .map_err(|e: ProtocolError| Failure::Answer(e.status()))?;
+                    .map_err(|e: ProtocolError| Fail::Client(e.status()))?;
                 out.clear();
                 chunk_again(&mut out, &buf[..d.produced], d.done);
                 write_timeout(conn, &out, upstream_timeout)

@@ -18,6 +18,7 @@ mod encode;
 mod endpoint;
 pub mod fastcgi;
 pub mod forward;
+mod head;
 pub mod queue;
 mod relay;
 mod request;

@@ -51,12 +51,18 @@ pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
         "x-remote-user",
         "x-client-subject",
     ];
-    let end_to_end = || END_TO_END.iter().any(|e| name.eq_ignore_ascii_case(e));
     HOP_BY_HOP
         .iter()
         .chain(OWN.iter())
         .any(|h| name.eq_ignore_ascii_case(h))
-        || (listed.iter().any(|h| name.eq_ignore_ascii_case(h)) && !end_to_end())
+        || named_hop(name, listed)
+}
+
+/// Whether a message's `Connection` (its tokens `listed`) makes field `name` hop-by-hop: but
+/// for the [`END_TO_END`] fields, which it cannot.
+pub(super) fn named_hop(name: &str, listed: &[&str]) -> bool {
+    listed.iter().any(|h| name.eq_ignore_ascii_case(h))
+        && !END_TO_END.iter().any(|e| name.eq_ignore_ascii_case(e))
 }
 
 /// The tokens of every `Connection` field.

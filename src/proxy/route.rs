@@ -102,8 +102,6 @@ pub struct ProxyRoute {
     pub(super) seen: RefCell<(u64, Arc<Tiers>, Arc<Gates>)>,
     pub(super) pool: Pool,
     pub(super) next: Cell<usize>,
-    /// `X-Espalier-Worker: …\r\n` when `worker_header` is on.
-    pub(super) worker_line: Option<String>,
     /// Requests forwarded to a process off this thread's node (none of its own was ready).
     pub remote: Cell<u64>,
     /// Requests in a row that timed out, per app process (this thread's view; empty while
@@ -114,18 +112,13 @@ pub struct ProxyRoute {
 }
 
 impl ProxyRoute {
-    pub fn new(
-        settings: ProxySettings,
-        shared: Arc<SharedTiers>,
-        worker_line: Option<String>,
-    ) -> Self {
+    pub fn new(settings: ProxySettings, shared: Arc<SharedTiers>) -> Self {
         ProxyRoute {
             settings,
             shared,
             seen: RefCell::new((u64::MAX, Arc::default(), Arc::default())),
             pool: Pool::default(),
             next: Cell::new(0),
-            worker_line,
             remote: Cell::new(0),
             silent: RefCell::new(Vec::new()),
             failures: Cell::new(0),

@@ -1,6 +1,8 @@
 //! What the forwarders (HTTP and FastCGI) share on the wire: reads and writes with a time
 //! limit, counted writes to the client, `100 Continue`, how an app frames its answer's body,
-//! and the answers espalier writes itself on a lent connection ([`OwnAnswers`]).
+//! the answers espalier writes itself on a lent connection ([`OwnAnswers`]), and the one
+//! error type every forwarder's failure ends in ([`Fail`]), which one place
+//! ([`OwnAnswers::fail`], pingora's `fail_to_proxy`) logs and turns into the client's answer.
 //!
 //! Owns: those helpers. Must not touch: a request's forwarding (the forwarders own it).
 
@@ -9,6 +11,7 @@ use crate::http::edits::FieldEdits;
 use crate::http::error_pages::{ErrorPages, KEPT_FIELDS};
 use crate::http::service::Outcome;
 use crate::http::Responder;
+use std::borrow::Cow;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -90,6 +93,33 @@ pub(super) fn kept_fields<'h>(fields: impl Iterator<Item = (&'h str, &'h [u8])>)
     kept
 }
 
+/// Why a forwarded request got no answer from its app. Every forwarder's step ends in it, and
+/// [`OwnAnswers::fail`] alone logs it and answers the client.
+pub(super) enum Fail {
+    /// No process could be connected to: this status (503 when none was ready or the queue
+    /// was full — the queue's to say, not logged here).
+    Unconnected(u16),
+    /// The app at this endpoint failed the request: answered with the status, logged with
+    /// the cause (504 also counts toward the endpoint's silence).
+    App(u16, super::Endpoint, Cow<'static, str>),
+    /// The client's request cannot go on (a body too large or badly framed, a body FastCGI
+    /// cannot take): this status, nothing logged.
+    Client(u16),
+    /// Nothing can be answered: the client is gone, or an answer is under way.
+    Close,
+}
+
+impl Fail {
+    /// The app at `endpoint` failed with `status`, for `cause`.
+    pub fn app(
+        status: u16,
+        endpoint: &super::Endpoint,
+        cause: impl Into<Cow<'static, str>>,
+    ) -> Fail {
+        Fail::App(status, endpoint.clone(), cause.into())
+    }
+}
+
 /// What espalier answers itself on a lent connection (the app down, late, or refused a
 /// body): the site's page for the status if it has one, else the status's text, with the
 /// site's field edits — as its other answers.
@@ -146,6 +176,32 @@ impl OwnAnswers<'_> {
             .set(crate::http::access_log::head_len(&out) as u64);
         let _ = to_client(stream, self.report, &out, Duration::from_secs(5)).await;
         Outcome::Close
+    }
+
+    /// The client's answer for a forwarder's failure, logged where it is the app's.
+    pub async fn fail<C: AsyncWrite + Unpin>(
+        &self,
+        stream: &mut C,
+        route: &super::ProxyRoute,
+        fail: Fail,
+    ) -> Outcome {
+        match fail {
+            Fail::Unconnected(status) => {
+                if status != 503 {
+                    route.log_failure(None, status, "could not be connected to");
+                }
+                self.unavailable(stream, status).await
+            }
+            Fail::App(status, endpoint, cause) => {
+                if status == 504 {
+                    route.timed_out(&endpoint);
+                }
+                route.log_failure(Some(&endpoint), status, &cause);
+                self.answer(stream, status).await
+            }
+            Fail::Client(status) => self.answer(stream, status).await,
+            Fail::Close => Outcome::Close,
+        }
     }
 
     /// Whether an app's own answer with `status` is to be replaced by the site's page.

@@ -354,10 +354,12 @@ fn engine_thread(
         } else {
             None
         };
-        let route = spec.proxy.clone().map(|settings| {
-            let line = spec.worker_header.then(|| extra.clone());
-            Rc::new(ProxyRoute::new(settings, tiers, line))
-        });
+        // The worker line goes into every answer with the clock's common lines, an app's
+        // too (see `proxy::head`).
+        let route = spec
+            .proxy
+            .clone()
+            .map(|settings| Rc::new(ProxyRoute::new(settings, tiers)));
         let clock = Rc::new(Clock::new(extra));
         tokio::task::spawn_local(Rc::clone(&clock).run());
         let l = &spec.limits;
