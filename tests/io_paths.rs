@@ -5,8 +5,8 @@
 //! one runs, and this one runs that binary again — the same tests, not a copy — with
 //! `ESPALIER_IO` set to the other path.
 //!
-//! Not run again: `deb::` (packaging) and `numa_qemu::` (its guest runs its own kernel and
-//! chooses there). A harness of its own (`harness = false`): it runs a program, it has no
+//! Not run again: `deb::` (packaging), and the QEMU guest (`tests/numa_qemu.rs`, a binary
+//! of its own: its guest runs its own kernel and chooses there). A harness of its own (`harness = false`): it runs a program, it has no
 //! tests of its own to list. Run it with the others (`cargo test`): alone, the suite's binary
 //! may not be built or may be stale.
 
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Modules of the suite whose behaviour does not depend on the connections' I/O path.
-const NOT_AGAIN: &[&str] = &["deb::", "numa_qemu::"];
+const NOT_AGAIN: &[&str] = &["deb::"];
 
 /// The newest build of test binary `name` beside this one (`deps/NAME-HASH`).
 fn binary(deps: &Path, name: &str) -> Option<PathBuf> {

@@ -4,7 +4,8 @@
 //! forty times; the test threads take the next test of any file, so a file's slow last test
 //! no longer holds the run while the other core idles; and `io_paths` runs this one binary
 //! again on the other I/O path. `Cargo.toml` sets `autotests = false`, so a new file here is
-//! a module: add its `mod` line below.
+//! a module: add its `mod` line below. One file is a binary of its own: `numa_qemu.rs`, whose
+//! emulated guest reads its CPUs' load and needs the host's cores to itself.
 //!
 //! Every test starts the real `espalier` binary (`CARGO_BIN_EXE_espalier`) and real
 //! programs beside it; `common` holds the harness they share.
@@ -38,7 +39,6 @@ mod identity;
 mod limits;
 mod metrics;
 mod nic_doctor;
-mod numa_qemu;
 mod on_demand;
 mod operations;
 mod pools;

@@ -31,8 +31,39 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// How many of an app's last output lines are kept, to explain a crash.
 const TAIL_LINES: usize = 8;
 
+/// How long an exited app's last output is waited for before its exit is told (its pipe is
+/// at its end at once, unless a child of the app holds it).
+pub const LAST_WORDS: Duration = Duration::from_millis(200);
+
 /// An app process's last lines of output (stdout and stderr), newest last.
-pub type OutputTail = Arc<Mutex<VecDeque<String>>>;
+pub type OutputTail = Arc<Tail>;
+
+/// What [`OutputTail`] holds: the lines, and how many of the app's streams are still open.
+#[derive(Default)]
+pub struct Tail {
+    lines: Mutex<VecDeque<String>>,
+    open: Mutex<u8>,
+    closed: std::sync::Condvar,
+}
+
+impl Tail {
+    /// The last lines, newest last.
+    pub fn lines(&self) -> Vec<String> {
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        lines.iter().cloned().collect()
+    }
+
+    /// The last lines once the app's streams are read to their end, or `within` has passed
+    /// (a child of the app may hold them open). An exited app's last words may still be in
+    /// its pipe when its exit is reaped: read before it, they were missing from the log.
+    pub fn last_words(&self, within: Duration) -> Vec<String> {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self
+            .closed
+            .wait_timeout_while(open, within, |open| *open > 0);
+        self.lines()
+    }
+}
 
 /// A running app process's channels to the master.
 pub(super) struct StartedApp {
@@ -174,7 +205,7 @@ pub(super) fn spawn_app(
     let mut child = super::spawn::spawn_placed(spec, &mut cmd, fds)
         .map_err(|e| format!("cannot start {who} (`{}`): {e}", argv.join(" ")))?;
     let pid = child.id();
-    let output: OutputTail = Arc::new(Mutex::new(VecDeque::new()));
+    let output: OutputTail = Arc::default();
     let prefix = format!("{who} pid {pid}");
     if let Some(out) = child.stdout.take() {
         capture(out, prefix.clone(), Arc::clone(&output));
@@ -213,28 +244,43 @@ pub(super) fn spawn_app(
 /// Copies an app's output into the master's log, line by line with its name, keeping the
 /// last lines. A thread per stream: it blocks only on the pipe, and ends with the app.
 fn capture(stream: impl std::io::Read + Send + 'static, prefix: String, tail: OutputTail) {
-    let _ = std::thread::Builder::new()
+    *tail.open.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+    let spawned = std::thread::Builder::new()
         .name("app-output".into())
-        .spawn(move || {
-            let mut reader = std::io::BufReader::new(stream);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match reader.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {
-                        let text = String::from_utf8_lossy(&line);
-                        let text = text.trim_end();
-                        log(&prefix, text);
-                        let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
-                        if t.len() == TAIL_LINES {
-                            t.pop_front();
+        .spawn({
+            let tail = Arc::clone(&tail);
+            move || {
+                let mut reader = std::io::BufReader::new(stream);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match reader.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            let text = String::from_utf8_lossy(&line);
+                            let text = text.trim_end();
+                            log(&prefix, text);
+                            let mut t = tail.lines.lock().unwrap_or_else(|e| e.into_inner());
+                            if t.len() == TAIL_LINES {
+                                t.pop_front();
+                            }
+                            t.push_back(text.to_string());
                         }
-                        t.push_back(text.to_string());
                     }
                 }
+                stream_closed(&tail);
             }
         });
+    if spawned.is_err() {
+        stream_closed(&tail);
+    }
+}
+
+/// One of an app's streams reached its end (or was never read).
+fn stream_closed(tail: &Tail) {
+    let mut open = tail.open.lock().unwrap_or_else(|e| e.into_inner());
+    *open = open.saturating_sub(1);
+    tail.closed.notify_all();
 }
 
 /// The control messages an sd_notify datagram carries (`KEY=VALUE` lines): `READY=1` is
@@ -274,4 +320,29 @@ pub fn fd_names(spec: &WorkerSpec) -> Vec<String> {
                 .replace(':', "_")
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An app's last line, written just before it exits, is read before its exit is told —
+    /// its pipe may still hold it when the exit is reaped.
+    #[test]
+    fn last_words_wait_for_the_streams_end() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 0.3; echo cannot reach the database >&2"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let tail: OutputTail = Arc::default();
+        capture(
+            child.stderr.take().unwrap(),
+            "test".into(),
+            Arc::clone(&tail),
+        );
+        let said = tail.last_words(Duration::from_secs(30));
+        assert_eq!(said, ["cannot reach the database"]);
+        child.wait().unwrap();
+    }
 }

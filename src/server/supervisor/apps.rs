@@ -95,8 +95,9 @@ impl Supervisor {
                 .as_ref()
                 .and_then(|p| p.app.as_ref())
                 .map(|a| {
-                    let tail = a.output.lock().unwrap_or_else(|e| e.into_inner());
-                    tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+                    a.output
+                        .last_words(crate::server::app::LAST_WORDS)
+                        .join(" | ")
                 })
                 .filter(|t| !t.is_empty())
                 .map_or(String::new(), |t| format!("; it said: {t}"));

@@ -318,7 +318,9 @@ impl Supervisor {
                     republish.push(slot.pool);
                 }
                 if !proc_.life.is_stopping() {
-                    let tail = app.output.lock().unwrap_or_else(|e| e.into_inner());
+                    // Its last words may still be in its pipe: a short, bounded wait for
+                    // them, on a crash only.
+                    let tail = app.output.last_words(crate::server::app::LAST_WORDS);
                     if !tail.is_empty() {
                         let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
                         log(
