@@ -9,15 +9,21 @@ use std::time::Duration;
 
 /// A slow request of site a in flight while b's requests are answered: on connections of
 /// their own over HTTP/1.1, then as streams of one h2c connection (their paths marked `h2`).
-/// `slow` is a's (host, path); `fast` b's (host, path, expected status).
+/// `slow` is a's (host, path); `fast` b's (host, path, expected status); `arrived` says
+/// whether the app has the slow request with that path (b's wait for it: in flight).
 fn behind_a_slow_request(
     port: u16,
     slow: (&'static str, &'static str),
     fast: &[(&'static str, &'static str, u16)],
+    arrived: &dyn Fn(&str) -> bool,
 ) {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let in_flight = std::thread::spawn(move || get_host(addr, slow.0, slow.1).status);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for(
+        "the slow request at its app",
+        Duration::from_secs(30),
+        || arrived(slow.1),
+    );
     for &(host, path, status) in fast {
         assert_eq!(get_host(addr, host, path).status, status, "{host}{path}");
     }
@@ -26,11 +32,19 @@ fn behind_a_slow_request(
         let mark = if path.contains('?') { "&h2" } else { "?h2" };
         format!("{path}{mark}")
     };
-    block_on(async move {
+    let slow_h2 = h2_path(slow.1);
+    block_on(async {
         let mut h2 = h2c(port).await;
-        let slow_url = format!("http://{}{}", slow.0, h2_path(slow.1));
+        let slow_url = format!("http://{}{}", slow.0, slow_h2);
         let in_flight = h2_get(&mut h2, &slow_url).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !arrived(&slow_h2) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{slow_url} never reached its app"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         for &(host, path, status) in fast {
             let url = format!("http://{host}{}", h2_path(path));
             let answer = h2_get(&mut h2, &url).await.await.unwrap();
@@ -204,9 +218,11 @@ fn a_log_rotated_under_load_loses_no_line() {
     // Two clients on keep-alive connections, each request answered before the next; the
     // log is moved and reopened three times while they run.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let progress = Counter::default();
     let clients: Vec<_> = (0..2)
         .map(|_| {
             let stop = std::sync::Arc::clone(&stop);
+            let progress = progress.clone();
             std::thread::spawn(move || {
                 let mut c = Conn::open(addr);
                 let mut answered = 0u64;
@@ -214,17 +230,28 @@ fn a_log_rotated_under_load_loses_no_line() {
                     c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
                     assert_eq!(c.read_response(false).expect("an answer").status, 200);
                     answered += 1;
+                    progress.bump();
                 }
                 answered
             })
         })
         .collect();
+    // Each rotation once the load has moved on (a hundred answers) and the log of the last
+    // reopening is in use (the workers reopen at their next flush), and the load goes on past
+    // the last one: every file gets lines, whatever the machine's speed.
+    let in_use = || {
+        wait_for("the reopened log in use", Duration::from_secs(30), || {
+            !lines(&logs.join("s.log")).is_empty()
+        })
+    };
     for k in 1..=3 {
-        std::thread::sleep(Duration::from_millis(400));
+        progress.wait_more(100, "the load answered");
+        in_use();
         std::fs::rename(logs.join("s.log"), logs.join(format!("s.log.{k}"))).unwrap();
         server.signal(libc::SIGUSR1);
     }
-    std::thread::sleep(Duration::from_millis(400));
+    progress.wait_more(100, "the load answered after the last rotation");
+    in_use();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let answered: u64 = clients.into_iter().map(|c| c.join().unwrap()).sum();
     server.signal(libc::SIGTERM);
@@ -277,6 +304,7 @@ fn each_request_is_logged_in_its_own_sites_log_whatever_was_routed_meanwhile() {
 name = "one"
 cpus = "0"
 command = ["python3", "{slow_app}"]
+environment = {{ RECORD = "seen.log", SLOW_SECONDS = "2" }}
 [[site]]
 name = "a"
 bindings = ["http://127.0.0.1:{port}:a.example"]
@@ -293,6 +321,7 @@ pool = "one"
             slow_app = test_app().display()
         ),
     );
+    let seen = d.join("seen.log");
     behind_a_slow_request(
         port,
         ("a.example", "/slow-from-a"),
@@ -300,6 +329,7 @@ pool = "one"
             ("b.example", "/fast-from-b-again", 200),
             ("b.example", "/fast-from-b", 200),
         ],
+        &|path| recorded(&seen).iter().any(|p| p == path),
     );
     let (a, b) = (d.join("logs/a.log"), d.join("logs/b.log"));
     server.wait_until("every line written", Duration::from_secs(30), |_| {
@@ -346,9 +376,10 @@ pool = "php"
     let d = app._dir.path();
     std::fs::write(
         d.join("php/www/slow.php"),
-        "<?php usleep(800000); echo \"slow\\n\";",
+        "<?php file_put_contents(__DIR__ . '/arrived.log', $_SERVER['REQUEST_URI'] . \"\\n\", FILE_APPEND); usleep(1500000); echo \"slow\\n\";",
     )
     .unwrap();
+    let arrived = d.join("php/www/arrived.log");
     behind_a_slow_request(
         app.addr.port(),
         ("a.example", "/slow.php"),
@@ -356,6 +387,7 @@ pool = "php"
             ("b.example", "/missing-from-b.txt", 404),
             ("b.example", "/index.php?from-b", 200),
         ],
+        &|path| recorded(&arrived).iter().any(|p| p == path),
     );
     let (a, b) = (d.join("a.log"), d.join("b.log"));
     app.server

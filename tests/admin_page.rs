@@ -100,11 +100,8 @@ handler = "dynamic"
         })
         .collect();
 
-    // The feed grows under load: requests, history, CPU loads, connections.
-    std::thread::sleep(Duration::from_millis(1500));
-    let a = live(admin);
-    std::thread::sleep(Duration::from_millis(1500));
-    let b = live(admin);
+    // The feed grows under load: requests, history, CPU loads, connections — each read
+    // waited for (the workers report at their heartbeat), never a sleep.
     let served = |l: &Live| -> u64 {
         l.status
             .pools
@@ -113,13 +110,24 @@ handler = "dynamic"
             .map(|w| w.requests)
             .sum()
     };
-    assert!(
-        served(&b) > served(&a) && served(&a) > 0,
-        "{} then {}",
-        served(&a),
-        served(&b)
+    let live_once = |ok: &dyn Fn(&Live) -> bool, what: &str| {
+        let mut last = None;
+        wait_for(what, Duration::from_secs(30), || {
+            let l = live(admin);
+            let done = ok(&l);
+            last = Some(l);
+            done
+        });
+        last.expect("read")
+    };
+    let a = live_once(
+        &|l| served(l) > 0 && !l.history.is_empty(),
+        "requests and history in the feed",
     );
-    assert!(b.history.len() > a.history.len() && !a.history.is_empty());
+    let b = live_once(
+        &|l| served(l) > served(&a) && l.history.len() > a.history.len(),
+        "the feed growing",
+    );
     assert!(b.time_unix > a.time_unix);
     assert_eq!(
         b.cpu_load.len(),

@@ -8,16 +8,21 @@ use crate::common;
 use common::*;
 use std::time::{Duration, Instant};
 
-/// Counts its `/healthz` requests; `/count` tells how many came.
+/// Counts its `/healthz` requests; `/count` tells how many came, `/times` when (seconds on
+/// a monotonic clock, one per line).
 const COUNTING_APP: &str = r#"
-import http.server, os
+import http.server, os, time
 hits = 0
+times = []
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         global hits
         if self.path == "/healthz":
             hits += 1
+            times.append(time.monotonic())
             body = b"ok\n"
+        elif self.path == "/times":
+            body = "".join("%f\n" % t for t in times).encode()
         else:
             body = b"%d\n" % hits
         self.send_response(200)
@@ -53,18 +58,33 @@ fn health_requests_come_every_ping_interval() {
     let port = free_port();
     let server = Server::with_config(
         dir.path(),
-        &app_config(port, "health = \"/healthz\"\nping_interval = \"30s\""),
+        &app_config(port, "health = \"/healthz\"\nping_interval = \"2s\""),
     );
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    // Readiness takes one or a few probes; then none for 30 s. Six seconds of watching would
-    // have seen six pings when they came every second.
-    let at_ready: u32 = get(addr, "/count", "").text().trim().parse().unwrap();
-    std::thread::sleep(Duration::from_secs(6));
-    let later: u32 = get(addr, "/count", "").text().trim().parse().unwrap();
+    // Readiness takes one or a few probes; then one per ping_interval. Waited for — four
+    // pings after readiness — they are on average at least most of the interval apart: a
+    // slow machine spaces them more, never less (only a late first one can shorten one gap,
+    // which the average over three absorbs). They once came every second whatever the
+    // setting.
+    let at_ready: usize = get(addr, "/count", "").text().trim().parse().unwrap();
+    let times = || -> Vec<f64> {
+        get(addr, "/times", "")
+            .text()
+            .lines()
+            .filter_map(|l| l.parse().ok())
+            .collect()
+    };
+    wait_for(
+        "four pings after readiness",
+        Duration::from_secs(60),
+        || times().len() >= at_ready + 4,
+    );
+    let pings = times();
+    let after = &pings[at_ready..at_ready + 4];
+    let mean_gap = (after[3] - after[0]) / 3.0;
     assert!(
-        later <= at_ready + 1,
-        "{} health requests in 6 s with ping_interval = 30s\n{}",
-        later - at_ready,
+        mean_gap >= 1.5,
+        "health requests {mean_gap:.2} s apart on average with ping_interval = 2s: {pings:?}\n{}",
         server.log_text()
     );
 }

@@ -174,8 +174,12 @@ fn a_hanging_app_gets_504_and_others_are_served_meanwhile() {
     let app =
         serve(&NODE_POOL.replace(r#"response_timeout = "30s""#, r#"response_timeout = "3s""#));
     let addr = app.addr;
+    let before = app.server.requests_taken();
     let slow = std::thread::spawn(move || get(addr, "/slow?ms=30000", ""));
-    std::thread::sleep(Duration::from_millis(200));
+    app.server
+        .wait_until("the slow request taken", Duration::from_secs(30), |s| {
+            s.requests_taken() > before
+        });
     // Answered while the slow request still waits for its app: not queued behind it.
     let r = get(app.addr, "/who", "");
     assert_eq!(r.status, 200);
@@ -218,7 +222,9 @@ fn a_killed_app_process_is_replaced_and_requests_go_on() {
             }
         })
     };
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for("the load answered", Duration::from_secs(60), || {
+        answered.load(Ordering::Relaxed) >= 10
+    });
     let victim = procs(&app.server.status(), Role::App)[0].clone();
     unsafe { libc::kill(victim.1 as i32, libc::SIGKILL) };
     app.server.wait_until(
@@ -230,7 +236,13 @@ fn a_killed_app_process_is_replaced_and_requests_go_on() {
                 .any(|a| a.0 == victim.0 && a.1 != victim.1)
         },
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Requests go on after the replacement.
+    let at = answered.load(Ordering::Relaxed);
+    wait_for(
+        "answers after the replacement",
+        Duration::from_secs(60),
+        || answered.load(Ordering::Relaxed) >= at + 10,
+    );
     stop.store(true, Ordering::Relaxed);
     client.join().unwrap();
     assert_eq!(
@@ -346,7 +358,10 @@ fn recycles_and_reloads_fail_no_request_of_a_non_retrying_client() {
             .output()
             .unwrap()
     });
-    std::thread::sleep(Duration::from_secs(1));
+    app.server
+        .wait_until("the load running", Duration::from_secs(30), |s| {
+            s.requests_taken() > 100
+        });
     for round in 0..3 {
         let before = procs(&app.server.status(), Role::Front);
         let (code, body) = app.server.post("/pools/node/recycle");
@@ -675,7 +690,7 @@ pool = "py"
 #[test]
 fn another_users_listener_on_an_apps_port_is_never_called_ready() {
     if espalier::os::identity::effective_uid() != 0 {
-        eprintln!("skipped: playing another local user needs root");
+        skip("playing another local user needs root");
         return;
     }
     let config = NODE_POOL.replace("processes = 2", "processes = 1").replace(

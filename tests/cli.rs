@@ -130,7 +130,7 @@ fn dry_run_on_dl980_prints_one_worker_per_node() {
 fn a_process_confined_by_taskset_places_on_its_cpus_only() {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     if online.trim() == "0" {
-        eprintln!("skipped: one CPU online, nothing to confine");
+        common::skip("one CPU online, nothing to confine");
         return;
     }
     let out = Command::new("taskset")

@@ -200,7 +200,13 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
         std::thread::sleep(Duration::from_millis(300));
     }
 
-    // Load for 6 s; 2 s in, instance a is told to stop.
+    // Load for 6 s; once both instances have served a part of it (their logs grew by a
+    // hundred lines each), instance a is told to stop.
+    let (a_log, b_log) = (
+        dir.path().join("a/access.log"),
+        dir.path().join("b/access.log"),
+    );
+    let (a_before, b_before) = (log_clients(&a_log).len(), log_clients(&b_log).len());
     let load = std::thread::spawn({
         let c = c.clone();
         move || {
@@ -223,8 +229,15 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
                 .unwrap()
         }
     });
-    std::thread::sleep(Duration::from_secs(2));
-    let a_lines_at_drain = log_clients(&dir.path().join("a/access.log")).len();
+    wait_for(
+        "both instances serving the load",
+        Duration::from_secs(60),
+        || {
+            log_clients(&a_log).len() >= a_before + 100
+                && log_clients(&b_log).len() >= b_before + 100
+        },
+    );
+    let a_lines_at_drain = log_clients(&a_log).len();
     server_a.signal(libc::SIGTERM);
     server_a.wait_for_log("draining: GET /ready answers 503", Duration::from_secs(5));
     assert_eq!(server_a.wait_exit(Duration::from_secs(15)), Some(0));

@@ -262,8 +262,10 @@ fn load(
     addr: SocketAddr,
     name: &'static str,
     stop: Arc<AtomicBool>,
+    progress: &Counter,
 ) -> std::thread::JoinHandle<(u64, Vec<String>)> {
-    std::thread::spawn(move || common::apps::keep_alive_load_host(addr, name, stop))
+    let progress = progress.clone();
+    std::thread::spawn(move || common::apps::keep_alive_load_host(addr, name, stop, progress))
 }
 
 #[test]
@@ -297,8 +299,9 @@ interval = "1m"
     server.admin = Some(admin);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let stop = Arc::new(AtomicBool::new(false));
-    let good = load(addr, "good.example", Arc::clone(&stop));
-    std::thread::sleep(Duration::from_millis(300));
+    let progress = Counter::default();
+    let good = load(addr, "good.example", Arc::clone(&stop), &progress);
+    progress.wait_more(20, "the good site's load answered");
     for (_, pid, _) in server
         .workers()
         .into_iter()
@@ -363,10 +366,11 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     assert_eq!(pool_of(&get_host(addr, "move.example", "/")), "q");
     assert_eq!(pool_of(&get_host(addr, "gone.example", "/")), "r");
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Counter::default();
     let clients: Vec<_> = (0..4)
-        .map(|_| load(addr, "stay.example", Arc::clone(&stop)))
+        .map(|_| load(addr, "stay.example", Arc::clone(&stop), &progress))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    progress.wait_more(20, "the load answered");
     // `move` goes to pool r, `gone` is removed, `new` is added on the same port (pool q).
     let second = format!(
         "{pools}{}{}{}",
@@ -397,7 +401,7 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     for _ in 0..20 {
         assert_eq!(pool_of(&get_host(addr, "move.example", "/")), "r");
     }
-    std::thread::sleep(Duration::from_millis(300));
+    progress.wait_more(20, "the load answered after the reload");
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         let (answered, failed) = c.join().unwrap();
@@ -435,10 +439,11 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     assert_eq!(get_host(addr, "a.example", "/").text(), "a1");
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Counter::default();
     let clients: Vec<_> = (0..4)
-        .map(|_| load(addr, "b.example", Arc::clone(&stop)))
+        .map(|_| load(addr, "b.example", Arc::clone(&stop), &progress))
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    progress.wait_more(20, "the load answered");
     let pid_of = |pool: &str| {
         server
             .workers()
@@ -472,7 +477,7 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
     server.wait_until("the new site served", Duration::from_secs(20), |_| {
         get_host(addr, "c.example", "/").text() == "c1"
     });
-    std::thread::sleep(Duration::from_millis(300));
+    progress.wait_more(20, "the load answered after the new site");
     stop.store(true, Ordering::Relaxed);
     for c in clients {
         let (answered, failed) = c.join().unwrap();

@@ -26,7 +26,7 @@ fn chown(path: &Path, uid: u32, gid: u32) {
 #[test]
 fn each_pool_runs_as_its_user_and_cannot_read_anothers_files() {
     if espalier::os::identity::effective_uid() != 0 {
-        eprintln!("skipped: changing identity needs root");
+        skip("changing identity needs root");
         return;
     }
     let nobody = espalier::os::identity::lookup("nobody", None).unwrap();

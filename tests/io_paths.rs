@@ -67,11 +67,24 @@ fn main() {
         args.extend(["--skip".to_string(), module.to_string()]);
     }
     println!("io_paths: the suite again with ESPALIER_IO={other}");
+    // The tests that say they cannot run here (`common::skip`) write a line each: counted
+    // for this run and printed at its end.
+    let skipped = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped.txt");
+    let _ = std::fs::remove_file(&skipped);
     let status = Command::new(&suite)
         .args(&args)
         .env("ESPALIER_IO", other)
         .current_dir(manifest)
         .status();
+    let skips = std::fs::read_to_string(&skipped).unwrap_or_default();
+    println!(
+        "io_paths: {} test(s) or part(s) skipped on {other}{}",
+        skips.lines().count(),
+        skips
+            .lines()
+            .map(|l| format!("\n  {l}"))
+            .collect::<String>()
+    );
     match status {
         Ok(s) if s.success() => {
             println!("io_paths: the suite passed on {other} as well as on {took}")

@@ -31,13 +31,24 @@ fn a_paused_master_does_not_kill_its_workers_when_it_resumes() {
     );
     let before = server.workers();
     server.signal(libc::SIGSTOP);
+    // The pause is the condition under test — longer than ping_response_time — not a wait
+    // in place of an event.
     std::thread::sleep(Duration::from_secs(6));
     server.signal(libc::SIGCONT);
     server.wait_for_log("the master was paused", Duration::from_secs(30));
-    // Well past another ping_response_time: the same workers serve.
-    std::thread::sleep(Duration::from_secs(4));
+    // Well past another ping_response_time: three rounds of pings answered after the
+    // resume (each seen as the request before it counted in /status, which the workers'
+    // pongs carry), and the same workers serve.
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    assert_eq!(get(addr, "/", "").status, 200);
+    for round in 1..=3 {
+        let taken = server.requests_taken();
+        assert_eq!(get(addr, "/", "").status, 200);
+        server.wait_until(
+            &format!("pong round {round}"),
+            Duration::from_secs(30),
+            |s| s.requests_taken() > taken,
+        );
+    }
     assert_eq!(server.workers(), before, "{}", server.log_text());
     assert!(!server.log_text().contains("missed its pings"));
 }
@@ -64,7 +75,15 @@ fn an_access_log_on_a_full_disk_is_said_in_the_log() {
     for _ in 0..5 {
         assert_eq!(get(addr, "/", "").status, 200);
     }
-    std::thread::sleep(Duration::from_secs(2));
+    // Two heartbeats later (each seen as a request counted in /status), the lines of those
+    // five requests have met the full disk too.
+    for beat in 1..=2 {
+        let taken = server.requests_taken();
+        assert_eq!(get(addr, "/", "").status, 200);
+        server.wait_until(&format!("heartbeat {beat}"), Duration::from_secs(30), |s| {
+            s.requests_taken() > taken
+        });
+    }
     let said = server.log_text().matches("cannot write /dev/full").count();
     assert!(said <= 2, "said {said} times (once per thread at most)");
 }
@@ -134,13 +153,15 @@ fn a_burst_of_reloads_fails_no_request() {
     let mut server = Server::start(&["-c", "espalier.toml"], dir.path());
     server.admin = Some(admin.clone());
     let url = format!("http://127.0.0.1:{port}/");
-    let load = std::thread::spawn(move || {
-        Command::new("wrk")
-            .args(["-t1", "-c10", "-d8s", &url])
-            .output()
-            .unwrap()
+    // Until the reloads are done: wrk stops and reports at SIGINT.
+    let load = Command::new("wrk")
+        .args(["-t1", "-c10", "-d300s", &url])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    server.wait_until("the load running", Duration::from_secs(30), |s| {
+        s.requests_taken() > 50
     });
-    std::thread::sleep(Duration::from_secs(1));
     for n in 1..=20 {
         let (text, _) = with_own_admin(&config(n).replacen(
             "[[pool]]",
@@ -151,9 +172,14 @@ fn a_burst_of_reloads_fails_no_request() {
         f.write_all(text.as_bytes()).unwrap();
         drop(f);
         server.signal(libc::SIGHUP);
-        std::thread::sleep(Duration::from_millis(100));
+        // Each reload done before the next file is written (signals sent faster coalesce).
+        server.wait_until(&format!("reload {n}"), Duration::from_secs(60), |s| {
+            s.log_text().matches("reloaded ").count() >= n as usize
+        });
     }
-    let out = load.join().unwrap();
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(load.id() as i32, libc::SIGINT) };
+    let out = load.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("requests in"), "{text}");
     assert!(

@@ -417,25 +417,43 @@ fn a_cpu_limited_pool_stays_under_its_cap() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    // The window starts once the pool is busy (its group has used CPU), and lasts 2 s: a
-    // measuring interval, not a wait for an event.
+    // The cap, enforced: its group's quota is a quarter of the period, and under a load that
+    // wants more the kernel throttles the group (`nr_throttled` in its `cpu.stat` grows) —
+    // events, read from the kernel, not a share measured over a window of wall time (that
+    // figure is a benchmark's).
     let start = used(&s);
-    s.wait_until("the pool busy", Duration::from_secs(5), |s| {
+    s.wait_until("the pool busy", Duration::from_secs(30), |s| {
         used(s) > start + 0.05
     });
-    let (t0, u0) = (Instant::now(), used(&s));
-    std::thread::sleep(Duration::from_secs(2));
-    let (t1, u1) = (Instant::now(), used(&s));
-    let share = (u1 - u0) / (t1 - t0).as_secs_f64();
+    let group = std::path::PathBuf::from(
+        s.status()["pools"][0]["cgroup"]
+            .as_str()
+            .expect("the pool's CPU group")
+            .to_string(),
+    );
+    let quota = std::fs::read_to_string(group.join("cpu.max"))
+        .or_else(|_| std::fs::read_to_string(group.join("cpu.cfs_quota_us")))
+        .expect("the group's quota");
+    assert!(
+        quota.split_whitespace().next() == Some("25000"),
+        "{}: quota {quota}",
+        group.display()
+    );
+    let throttled = || -> u64 {
+        std::fs::read_to_string(group.join("cpu.stat"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("nr_throttled "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    s.wait_until(
+        "the kernel throttling the pool at its cap",
+        Duration::from_secs(30),
+        |_| throttled() > 0,
+    );
     let r = load_result(load);
     assert!(r["requests"].as_u64().unwrap() > 0);
-    eprintln!("cpu-limited pool used {:.1}% of a CPU", share * 100.0);
-    assert!(share > 0.05, "the pool did work: {share:.3} of a CPU");
-    assert!(
-        share <= 0.30,
-        "a 25% cap used {:.1}% of a CPU",
-        share * 100.0
-    );
 }
 
 #[test]
@@ -495,7 +513,17 @@ fn a_worker_past_its_memory_limit_is_recycled() {
             "the replacement is small: {w}"
         );
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // The master looks at a worker's memory every tick (100 ms): once the replacements are
+    // seen a second old, they have been looked at ten times.
+    s.wait_until(
+        "the replacements a second old",
+        Duration::from_secs(30),
+        |s| {
+            s.workers()
+                .iter()
+                .all(|w| w["uptime_s"].as_f64().is_some_and(|u| u >= 1.0))
+        },
+    );
     assert!(
         s.workers()
             .iter()
@@ -526,9 +554,16 @@ fn hard_affinity_threads_never_leave_their_cpu_under_load() {
             (pid, tasks)
         })
         .collect();
-    let load = s.load("2s");
-    for _ in 0..8 {
-        std::thread::sleep(Duration::from_millis(250));
+    let taken = |s: &Setup| -> u64 {
+        s.workers()
+            .iter()
+            .filter_map(|w| w["requests"].as_u64())
+            .sum()
+    };
+    let mut load = s.load("3s");
+    // Looked at each time the workers report more requests answered, until the load ends.
+    let mut looked = 0;
+    loop {
         for (_, tasks) in &pins {
             for (path, allowed) in tasks {
                 assert_eq!(
@@ -538,7 +573,21 @@ fn hard_affinity_threads_never_leave_their_cpu_under_load() {
                 );
             }
         }
+        looked += 1;
+        let seen = taken(&s);
+        if load.try_wait().unwrap().is_some() {
+            break;
+        }
+        wait_for(
+            "the load moving on, or done",
+            Duration::from_secs(60),
+            || taken(&s) > seen || load.try_wait().unwrap().is_some(),
+        );
     }
+    assert!(
+        looked >= 2,
+        "looked at the pins {looked} time(s) under load"
+    );
     assert_eq!(load_result(load)["errors"], 0);
 }
 
@@ -725,7 +774,7 @@ fn a_second_signal_stops_at_once() {
     // An in-flight request would hold the graceful stop for the 600 s shutdown_timeout …
     let mut c = Conn::open(s.addr());
     c.send(b"GET / HTTP/1.1\r\n");
-    std::thread::sleep(Duration::from_millis(100));
+    c.wait_read();
     server.signal(libc::SIGTERM);
     server.wait_for_log("stopping: in-flight requests", Duration::from_secs(5));
     assert!(pid_alive(server.pid()), "still draining");

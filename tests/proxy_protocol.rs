@@ -124,7 +124,7 @@ fn the_balancers_header_names_the_client_everywhere() {
     let mut c = Conn::open(addr);
     c.send(b"PROXY TCP4 198.51");
     c.stream.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    c.wait_read();
     c.send(b".100.4 127.0.0.1 1 80\r\n");
     c.send(&request("a.example", "/"));
     let r = c

@@ -305,7 +305,7 @@ fn keep_alive_and_pipelining() {
     );
     // A request split across writes, then a body with chunked framing.
     c.send(b"GET /hel");
-    std::thread::sleep(Duration::from_millis(50));
+    c.wait_read();
     c.send(b"lo.txt HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.read_response(false).unwrap().status, 200);
     c.send(b"POST /dynamic HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
@@ -607,9 +607,9 @@ fn graceful_stop_finishes_in_flight_requests_and_leaves_no_process() {
     let admin: std::net::SocketAddr = server.admin.as_deref().unwrap().parse().unwrap();
     let ready = || espalier::server::admin::request(admin, "GET", "/ready").unwrap();
     assert_eq!(ready(), (200, b"ready\n".to_vec()));
-    // The one wait with no event to poll: that the worker has read those bytes (a connection
-    // with nothing read yet counts as idle and would be closed by the stop).
-    std::thread::sleep(Duration::from_millis(200));
+    // That the worker has read those bytes (a connection with nothing read yet counts as
+    // idle and would be closed by the stop): the kernel's socket table says so.
+    c.wait_read();
     server.signal(libc::SIGTERM);
     // The stop has begun in the worker once it closes the idle connection.
     assert!(idle.closed(), "the idle connection is closed by the stop");
@@ -750,7 +750,7 @@ fn each_io_path_is_said_at_start_and_serves_the_same() {
         assert_eq!(c.read_response(false).unwrap().text(), "hello, world\n");
         assert_eq!(c.read_response(true).unwrap().status, 200);
         c.send(b"POST /dynamic HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
-        std::thread::sleep(Duration::from_millis(30));
+        c.wait_read();
         c.send(b"lo\r\n0\r\n\r\n");
         assert!(c
             .read_response(false)

@@ -386,7 +386,9 @@ pool = "app"
             s.status().pools.iter().any(|p| {
                 p.name == "app"
                     && p.state == espalier::server::status::PoolState::Stopped
-                    && p.workers.iter().all(|w| w.pid.is_none())
+                    && p.workers
+                        .iter()
+                        .all(|w| w.pid.is_none() && w.draining.is_empty())
             })
         },
     );
@@ -476,13 +478,14 @@ fn a_reload_changes_answers_and_traffic_control_without_a_failed_request() {
         server.log_text()
     );
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Counter::default();
     let clients: Vec<_> = (0..4)
         .map(|_| {
-            let stop = Arc::clone(&stop);
-            std::thread::spawn(move || keep_alive_load_host(addr, "s", stop))
+            let (stop, progress) = (Arc::clone(&stop), progress.clone());
+            std::thread::spawn(move || keep_alive_load_host(addr, "s", stop, progress))
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    progress.wait_more(20, "the load answered");
     let before: Vec<u32> = server
         .workers()
         .into_iter()
@@ -516,7 +519,7 @@ fn a_reload_changes_answers_and_traffic_control_without_a_failed_request() {
         let (_, m) = espalier::server::admin::request(admin_addr, "GET", "/metrics").unwrap();
         String::from_utf8_lossy(&m).contains("espalier_site_requests_total{site=\"s\"")
     });
-    std::thread::sleep(Duration::from_millis(300));
+    progress.wait_more(20, "the load answered after the reload");
     stop.store(true, Ordering::Relaxed);
     let mut answered = 0;
     for c in clients {

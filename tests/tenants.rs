@@ -46,7 +46,7 @@ handler = "dynamic"
 #[test]
 fn a_runtime_folder_made_beforehand_by_another_user_is_refused() {
     if !is_root() {
-        eprintln!("skipped: making another user's folder needs root");
+        skip("making another user's folder needs root");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -525,7 +525,7 @@ fn idle_admin_connections_cannot_starve_the_master() {
 #[test]
 fn the_php_fpm_example_starts_as_a_pool_user() {
     if !is_root() {
-        eprintln!("skipped: changing identity needs root");
+        skip("changing identity needs root");
         return;
     }
     let fpm = php_fpm();

@@ -446,6 +446,7 @@ fn each_http2_stream_gets_its_own_sites_hsts() {
 name = "one"
 cpus = "0"
 command = ["python3", "{slow_app}"]
+environment = {{ RECORD = "seen.log", SLOW_SECONDS = "2" }}
 [[site]]
 name = "a"
 bindings = ["https://127.0.0.1:{port}:a.test"]
@@ -471,7 +472,16 @@ pool = "one"
     block_on(async {
         let (mut h2, _driver) = h2_over_tls(port, "a.test").await;
         let slow = h2_get(&mut h2, "https://a.test/slow-a").await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // In flight: the app has it.
+        let seen = d.join("seen.log");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !recorded(&seen).iter().any(|p| p == "/slow-a") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "/slow-a never reached the app"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         for _ in 0..2 {
             let b = h2_get(&mut h2, "https://b.test/fast-b")
                 .await
@@ -1034,7 +1044,10 @@ pool = "web"
                 bench_json(&args).0
             })
         };
-        std::thread::sleep(Duration::from_millis(1000));
+        let taken = server.requests_taken();
+        server.wait_until("the load running", Duration::from_secs(30), |s| {
+            s.requests_taken() > taken + 50
+        });
         let path = d.join("espalier.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         // A changed site: its pool's workers are replaced.

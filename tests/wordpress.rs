@@ -224,6 +224,16 @@ fn wordpress_from_debian_serves_pretty_urls_and_its_assets_over_https_and_http2(
     // php-fpm stopped: the master answers with the site's own page.
     let (code, _) = server.post("/pools/wordpress/stop");
     assert_eq!(code, 200);
+    // Once its workers are gone (they finish what they hold first, as a graceful stop does).
+    server.wait_until("the pool stopped", Duration::from_secs(60), |s| {
+        s.status().pools.iter().any(|p| {
+            p.name == "wordpress"
+                && p.state == espalier::server::status::PoolState::Stopped
+                && p.workers
+                    .iter()
+                    .all(|w| w.pid.is_none() && w.draining.is_empty())
+        })
+    });
     let r = get_host(plain_addr, "localhost", "/");
     assert_eq!(r.status, 503);
     assert!(r.text().contains("Back in a moment"), "{}", r.text());

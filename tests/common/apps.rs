@@ -121,14 +121,16 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// a request whose reused connection was closed before any answer byte is sent again on a new
 /// connection. Returns (answered, failed).
 pub fn keep_alive_load(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, Vec<String>) {
-    keep_alive_load_host(addr, "a", stop)
+    keep_alive_load_host(addr, "a", stop, Counter::default())
 }
 
-/// As [`keep_alive_load`], naming `host`.
+/// As [`keep_alive_load`], naming `host`, bumping `progress` at every answer (what a test
+/// waits on: the load started, or went on).
 pub fn keep_alive_load_host(
     addr: SocketAddr,
     host: &str,
     stop: Arc<AtomicBool>,
+    progress: Counter,
 ) -> (u64, Vec<String>) {
     let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
     let mut answered = 0;
@@ -141,6 +143,7 @@ pub fn keep_alive_load_host(
         match sent.then(|| c.read_response(false)).flatten() {
             Some(r) if r.status == 200 => {
                 answered += 1;
+                progress.bump();
                 if r.header("connection") == Some("close") {
                     conn = None;
                 }

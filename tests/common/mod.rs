@@ -122,6 +122,101 @@ impl Drop for Stopped {
     }
 }
 
+/// Says that the calling test — or the part of it named in `reason` — cannot run here and
+/// why, where the run shows it: on the terminal past the test harness's capture (a passing
+/// test's own output is hidden), as `SKIPPED <test>: <reason>`, and as a line in
+/// `target/tmp/skipped.txt`, which `tests/io_paths.rs` counts and prints for its run. A test
+/// that skips returns at once after it; never a silent pass.
+pub fn skip(reason: &str) {
+    use std::io::Write as _;
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let line = format!("SKIPPED {test}: {reason}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    let record = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(record)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
+/// Waits until `ok` holds — an event the test can observe (a file written, a counter moved)
+/// — polling every 20 ms, failing after `within` (a generous bound: never a timing claim).
+pub fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The paths a test app with `RECORD` set was asked for, in order (see tests/apps/test_app.py).
+pub fn recorded(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The kernel's spelling of `addr` in `/proc/net/tcp*` (`0100007F:1F90`).
+fn kernel_addr(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        std::net::IpAddr::V4(ip) => format!("{:08X}", u32::from_le_bytes(ip.octets())),
+        std::net::IpAddr::V6(ip) => ip
+            .octets()
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+            .collect(),
+    };
+    format!("{host}:{:04X}", addr.port())
+}
+
+/// Bytes the server end of the connection from `client` to `server` has not read yet, from
+/// the kernel's socket tables (`None`: no such socket).
+pub fn unread_by_server(server: SocketAddr, client: SocketAddr) -> Option<u64> {
+    let (local, remote) = (kernel_addr(server), kernel_addr(client));
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .find_map(|table| {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            text.lines().skip(1).find_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if f.get(1) != Some(&local.as_str()) || f.get(2) != Some(&remote.as_str()) {
+                    return None;
+                }
+                let (_, rx) = f.get(4)?.split_once(':')?;
+                u64::from_str_radix(rx, 16).ok()
+            })
+        })
+}
+
+/// A count a load's clients bump per answer: what a test waits on to know the load has
+/// started, or moved on, instead of sleeping and hoping it did.
+#[derive(Clone, Default)]
+pub struct Counter(Arc<std::sync::atomic::AtomicU64>);
+
+impl Counter {
+    pub fn bump(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until `n` more answers than now were counted (the load moved on).
+    pub fn wait_more(&self, n: u64, what: &str) {
+        let from = self.get();
+        wait_for(what, Duration::from_secs(60), || self.get() >= from + n);
+    }
+}
+
 /// Waits until something accepts connections on `addr` (a peer program just started),
 /// failing the test after `within`.
 pub fn wait_listening(addr: SocketAddr, within: Duration) {
@@ -288,6 +383,17 @@ impl Server {
         }
     }
 
+    /// Requests the workers have taken so far, as `/status` reports them (at the workers'
+    /// heartbeats): what a test waits on to know a request, or a load, reached the server.
+    pub fn requests_taken(&self) -> u64 {
+        self.status()
+            .pools
+            .iter()
+            .flat_map(|p| &p.workers)
+            .map(|w| w.requests)
+            .sum()
+    }
+
     /// (name, pid, cpus) of each running worker, from the admin endpoint's status.
     pub fn workers(&self) -> Vec<(String, u32, String)> {
         use espalier::server::status::WorkerState;
@@ -402,6 +508,21 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Waits until the server has read everything sent on this connection so far (its end's
+    /// receive queue is empty): the event a test of a request split over writes waits for
+    /// before the next piece, instead of sleeping and hoping the pieces were read apart.
+    pub fn wait_read(&self) {
+        let (client, server) = (
+            self.stream.local_addr().unwrap(),
+            self.stream.peer_addr().unwrap(),
+        );
+        wait_for(
+            "the server reading what was sent",
+            Duration::from_secs(30),
+            || unread_by_server(server, client) == Some(0),
+        );
+    }
+
     pub fn open(addr: SocketAddr) -> Conn {
         Conn::over(TcpStream::connect(addr).expect("connect"))
     }
