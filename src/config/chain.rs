@@ -23,10 +23,22 @@
 //!   it arrives, so whether the client may send it must be decided first — and a request
 //!   answered here is decided the same way, so both kinds of request see one chain.
 //!
-//! Adding a request or response step: a variant here (its name, keys, reach and sentence,
-//! and its place in `ORDER`), its key in `raw.rs` with its validator, its data and code in
-//! its own file, and one arm where the thread's chain runs it — four places, one of them a
-//! line. The README table follows from this file (`cargo test` says when it differs).
+//! Adding a step, counted on `headers` (a response step) as it stands now:
+//! 1. its file — `http/edits.rs`: its data (`FieldEdits`), made once per thread from the
+//!    keys (`FieldEdits::of`), and applied to a head;
+//! 2. its keys — `config/raw.rs` (`headers`, `hsts`), `config/validate/site.rs` (checked),
+//!    `config/site.rs` (the typed field, and its line in `keys()`);
+//! 3. its line here — `ResponseStep::Headers`, with its keys, reach and sentence (the README
+//!    table and `check`'s activation refusals follow from it);
+//! 4. the hooks that run it: where the request chain makes the context
+//!    (`handlers/route.rs`, the site's or path's edits into `RequestCtx::fields`), and the
+//!    two writers that apply response steps — espalier's own answers (`handlers/answer.rs`,
+//!    `proxy/wire.rs`'s `OwnAnswers`) and apps' answers (`proxy/head.rs`) — a line each.
+//!
+//! Five files of its own and four one-line hooks, where each feature added before the chain
+//! (limit, allow/deny, errors, metrics, compress) took changes in 13 to 22 files. A request step is the same with an arm in `handlers/route.rs` in place of
+//! the writers' lines (its verdict goes into the context). The README table follows from
+//! this file (`cargo test` says when it differs).
 
 /// Where a step acts, which decides where it can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

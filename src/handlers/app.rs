@@ -8,7 +8,7 @@
 
 use super::static_files::StaticFiles;
 use crate::config::{AppSpec, HandlerKind, SiteSpec};
-use crate::http::edits::FieldEdits;
+use crate::http::edits::SchemeEdits;
 use crate::http::error_pages::{ErrorPage, ErrorPages};
 use crate::proxy::{ProxyRoute, Scripts};
 use std::collections::HashMap;
@@ -45,38 +45,8 @@ pub(super) struct App {
     pub auth: Option<crate::routing::auth::ThreadAuth>,
 }
 
-/// A site's or path's field edits: over cleartext, over TLS (with its HSTS line).
-pub(super) type Edits = [Option<Rc<FieldEdits>>; 2];
-
-/// The field edits of site `s`, or of its app `a` (whose `headers` override the site's by
-/// name): every named field is removed from answers, and those with a value added back with
-/// it; over TLS the site's `Strict-Transport-Security` is added unless the answer has one.
-pub(super) fn field_edits(s: &SiteSpec, a: Option<&AppSpec>) -> Edits {
-    let mut merged: Vec<&(String, String)> =
-        a.map(|a| a.headers.iter().collect()).unwrap_or_default();
-    for h in &s.headers {
-        if !merged.iter().any(|m| m.0.eq_ignore_ascii_case(&h.0)) {
-            merged.push(h);
-        }
-    }
-    let removed: Box<[Box<str>]> = merged
-        .iter()
-        .map(|(n, _)| n.to_ascii_lowercase().into())
-        .collect();
-    let mut added = Vec::new();
-    for (name, value) in merged.iter().filter(|(_, v)| !v.is_empty()) {
-        added.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
-    }
-    let edits = |added: Vec<u8>| {
-        (!added.is_empty() || !removed.is_empty())
-            .then(|| Rc::new(FieldEdits::new(added, removed.clone())))
-    };
-    let mut over_tls = added.clone();
-    if let Some(v) = &s.hsts {
-        over_tls.extend_from_slice(format!("Strict-Transport-Security: {v}\r\n").as_bytes());
-    }
-    [edits(added), edits(over_tls)]
-}
+/// A site's or path's field edits: over cleartext, over TLS (see [`SchemeEdits`]).
+pub(super) type Edits = SchemeEdits;
 
 impl AppHandler {
     /// How `pool`'s thread answers app `a` of site `s`: `proxy` is its way to the pool's

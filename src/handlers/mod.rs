@@ -32,6 +32,7 @@ use crate::config::SiteSpec;
 use crate::handoff::{Handoff, PoolTargets};
 use crate::http::access_log;
 use crate::http::clock::Clock;
+use crate::http::edits::FieldEdits;
 use crate::http::error_pages::ErrorPages;
 use crate::http::service::{
     LentConnection, LentHead, Outcome, Reply, RequestCtx, Route, Service, SiteRef,
@@ -77,6 +78,97 @@ struct Site {
     limits: Option<ThreadLimits>,
     /// This thread's figures of it, with `metrics` (see [`ThreadService::with_meters`]).
     meter: Option<std::sync::Arc<crate::http::meters::SiteMeter>>,
+}
+
+impl Site {
+    /// Site `s` as a thread of `pool` serves it: `proxy` is its way to the pool's application,
+    /// `target_of` the hand-off target of each other pool by name, `identity` the thread's
+    /// name in the log.
+    fn new(
+        pool: &str,
+        s: &SiteSpec,
+        proxy: Option<&Rc<ProxyRoute>>,
+        target_of: &std::collections::HashMap<&str, usize>,
+        identity: &str,
+    ) -> Site {
+        let mut apps: Vec<App> = s
+            .apps
+            .iter()
+            .map(|a| App {
+                path: a.path.trim_end_matches('/').to_string(),
+                handler: AppHandler::new(pool, s, a, proxy, target_of),
+                fields: (!a.headers.is_empty()).then(|| FieldEdits::of(s, Some(a))),
+                access: (!a.access.is_empty()).then(|| a.access.clone()),
+                auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
+            })
+            .collect();
+        // Longest prefix first.
+        apps.sort_by_key(|a| std::cmp::Reverse(a.path.len()));
+        // The master opened every log once at start (a log it cannot open stops
+        // `serve` with the reason); a later failure costs the lines, not the site.
+        // A site is logged by the pools that serve it, each its own requests.
+        let serves = s.served_by(pool);
+        let log = s.access_log.as_ref().filter(|_| serves).and_then(|spec| {
+            access_log::AccessLog::open(spec)
+                .map_err(|e| {
+                    crate::os::log(
+                        identity,
+                        format!("cannot open access log {}: {e}", spec.path.display()),
+                    )
+                })
+                .ok()
+        });
+        // Static paths without a pool go with the connection: they never split a site,
+        // and a site whose other paths are another pool's goes to it whole.
+        let mut named = s.apps.iter().filter(|a| !a.any_pool());
+        let first = named.next().map(|a| a.pool.as_str());
+        let one_pool = named.all(|a| Some(a.pool.as_str()) == first);
+        let whole = match first {
+            None => Whole::Mine,
+            Some(p) if one_pool && p == pool => Whole::Mine,
+            Some(p) if one_pool => Whole::Other(target_of.get(p).copied()),
+            Some(_) => Whole::Split,
+        };
+        let to_https = s
+            .bindings
+            .iter()
+            .find(|b| b.tls)
+            .filter(|_| s.redirect_to_https)
+            .map(|b| b.addr.port());
+        let per_path = apps.iter().any(|a| a.access.is_some());
+        let access = (per_path || !s.access.is_empty()).then(|| {
+            Box::new(SiteAccess {
+                list: s.access.clone(),
+                action: s.deny_action,
+                per_path,
+            })
+        });
+        let mut site = Site {
+            chain: Chain::default(),
+            access,
+            trusted: s.trusted_proxies.as_slice().into(),
+            limits: None,
+            meter: None,
+            app_auth: apps.iter().any(|a| a.auth.is_some()),
+            apps,
+            log,
+            whole,
+            fields: FieldEdits::of(s, None),
+            to_https,
+            // Checked by the config; a failure here would be a bug, said once.
+            pages: app::error_pages(s, identity),
+            codings: (!s.compress.is_empty()).then(|| s.compress.as_slice().into()),
+            rules: Rules::new(&s.rules).unwrap_or_else(|(k, why)| {
+                crate::os::log(
+                    identity,
+                    format!("site {}: rule {k} ignored: {why}", s.name),
+                );
+                Rules::default()
+            }),
+        };
+        site.chain = Chain::of(|step| site.configures(step));
+        site
+    }
 }
 
 /// Who may reach a site, as a thread checks it.
@@ -174,85 +266,7 @@ impl ThreadService {
             .collect();
         let sites: Vec<Site> = sites
             .iter()
-            .map(|s| {
-                let mut apps: Vec<App> = s
-                    .apps
-                    .iter()
-                    .map(|a| App {
-                        path: a.path.trim_end_matches('/').to_string(),
-                        handler: AppHandler::new(pool, s, a, proxy.as_ref(), &target_of),
-                        fields: (!a.headers.is_empty()).then(|| app::field_edits(s, Some(a))),
-                        access: (!a.access.is_empty()).then(|| a.access.clone()),
-                        auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
-                    })
-                    .collect();
-                // Longest prefix first.
-                apps.sort_by_key(|a| std::cmp::Reverse(a.path.len()));
-                // The master opened every log once at start (a log it cannot open stops
-                // `serve` with the reason); a later failure costs the lines, not the site.
-                // A site is logged by the pools that serve it, each its own requests.
-                let serves = s.served_by(pool);
-                let log = s.access_log.as_ref().filter(|_| serves).and_then(|spec| {
-                    access_log::AccessLog::open(spec)
-                        .map_err(|e| {
-                            crate::os::log(
-                                &identity,
-                                format!("cannot open access log {}: {e}", spec.path.display()),
-                            )
-                        })
-                        .ok()
-                });
-                // Static paths without a pool go with the connection: they never split a site,
-                // and a site whose other paths are another pool's goes to it whole.
-                let mut named = s.apps.iter().filter(|a| !a.any_pool());
-                let first = named.next().map(|a| a.pool.as_str());
-                let one_pool = named.all(|a| Some(a.pool.as_str()) == first);
-                let whole = match first {
-                    None => Whole::Mine,
-                    Some(p) if one_pool && p == pool => Whole::Mine,
-                    Some(p) if one_pool => Whole::Other(target_of.get(p).copied()),
-                    Some(_) => Whole::Split,
-                };
-                let to_https = s
-                    .bindings
-                    .iter()
-                    .find(|b| b.tls)
-                    .filter(|_| s.redirect_to_https)
-                    .map(|b| b.addr.port());
-                let per_path = apps.iter().any(|a| a.access.is_some());
-                let access = (per_path || !s.access.is_empty()).then(|| {
-                    Box::new(SiteAccess {
-                        list: s.access.clone(),
-                        action: s.deny_action,
-                        per_path,
-                    })
-                });
-                let mut site = Site {
-                    chain: Chain::default(),
-                    access,
-                    trusted: s.trusted_proxies.as_slice().into(),
-                    limits: None,
-                    meter: None,
-                    app_auth: apps.iter().any(|a| a.auth.is_some()),
-                    apps,
-                    log,
-                    whole,
-                    fields: app::field_edits(s, None),
-                    to_https,
-                    // Checked by the config; a failure here would be a bug, said once.
-                    pages: app::error_pages(s, &identity),
-                    codings: (!s.compress.is_empty()).then(|| s.compress.as_slice().into()),
-                    rules: Rules::new(&s.rules).unwrap_or_else(|(k, why)| {
-                        crate::os::log(
-                            &identity,
-                            format!("site {}: rule {k} ignored: {why}", s.name),
-                        );
-                        Rules::default()
-                    }),
-                };
-                site.chain = Chain::of(|step| site.configures(step));
-                site
-            })
+            .map(|s| Site::new(pool, s, proxy.as_ref(), &target_of, &identity))
             .collect();
         ThreadService {
             groups,

@@ -65,31 +65,10 @@ impl ThreadService {
         let here = |decided: Decided, rewrite: Option<Rc<str>>| {
             Route::Here(self.context(site, s, None, tls, decided, rewrite))
         };
-        // The path in normal form, when a step before the route computed it.
-        let mut normal = None;
-        let mut rewrite: Option<Rc<str>> = None;
-        for step in s.chain.before.iter() {
-            match step {
-                RequestStep::Rules => match self.rules(s, req) {
-                    (_, Some(RuleOutcome::Rewrite(target))) => rewrite = Some(target.into()),
-                    (path, None) => normal = path,
-                    (_, Some(outcome)) => {
-                        return here(Decided::Answer(Rc::new(outcome)), None);
-                    }
-                },
-                RequestStep::ToHttps => {
-                    if let (Some(port), false) = (s.to_https, tls) {
-                        let location = https_location(req, port);
-                        let outcome = RuleOutcome::Redirect {
-                            status: 308,
-                            location,
-                        };
-                        return here(Decided::Answer(Rc::new(outcome)), rewrite);
-                    }
-                }
-                _ => {}
-            }
-        }
+        let (normal, rewrite) = match self.before_route(s, req, tls) {
+            Ok(before) => before,
+            Err(outcome) => return here(Decided::Answer(Rc::new(outcome)), None),
+        };
         // The route: from here on every step sees the rewritten target.
         let retargeted = rewrite.as_deref().map(|t| req.retargeted(t));
         let req = retargeted.as_ref().unwrap_or(req);
@@ -150,6 +129,37 @@ impl ThreadService {
                 Route::Lend(target, ctx)
             }
         }
+    }
+
+    /// The steps before the route (rules, https): the path in normal form when a step
+    /// computed it, and the target a rule rewrote the request to; `Err` with a step's answer.
+    #[allow(clippy::type_complexity)]
+    fn before_route<'p>(
+        &self,
+        s: &Site,
+        req: &Request<'p>,
+        tls: bool,
+    ) -> Result<(Option<Cow<'p, [u8]>>, Option<Rc<str>>), RuleOutcome> {
+        let (mut normal, mut rewrite) = (None, None);
+        for step in s.chain.before.iter() {
+            match step {
+                RequestStep::Rules => match self.rules(s, req) {
+                    (_, Some(RuleOutcome::Rewrite(target))) => rewrite = Some(target.into()),
+                    (path, None) => normal = path,
+                    (_, Some(outcome)) => return Err(outcome),
+                },
+                RequestStep::ToHttps => {
+                    if let (Some(port), false) = (s.to_https, tls) {
+                        return Err(RuleOutcome::Redirect {
+                            status: 308,
+                            location: https_location(req, port),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok((normal, rewrite))
     }
 
     /// How `app`'s handler takes `req` (on `path`, its normal form): `Err` with a hand-off to

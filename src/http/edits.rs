@@ -1,10 +1,20 @@
-//! Header-field edits a site asks of its answers (`headers`, `hsts`): fields removed from the
-//! answer, then whole lines added where the answer has no field of that name — on
-//! espalier's own answers ([`super::Responder::edit_fields`]) and, by the proxy, on the
-//! answers of applications.
+//! The `headers` response step (and `hsts`): fields removed from the answer, then whole
+//! lines added where the answer has no field of that name — on espalier's own answers
+//! ([`super::Responder::edit_fields`]) and, by the proxy's head writer, on the answers of
+//! applications.
 //!
-//! Owns: [`FieldEdits`] and applying them to a formatted HTTP/1.1 head. Must not touch:
-//! which edits a request gets (the handlers choose by site and path).
+//! Owns: [`FieldEdits`]: made once per thread from a site's (or path's) keys
+//! ([`FieldEdits::of`]), and applied to a formatted HTTP/1.1 head. The feature is this file,
+//! its keys (`headers`, `hsts` in `config::raw`, checked in `config::validate::site`), and its
+//! line in `config::chain::ResponseStep`. Must not touch: which edits a request gets (the
+//! request chain chooses by site and path, and carries them in its context).
+
+use crate::config::{AppSpec, SiteSpec};
+use std::rc::Rc;
+
+/// A site's or path's edits by scheme: over cleartext, and over TLS (with its HSTS line);
+/// `None` for none.
+pub type SchemeEdits = [Option<Rc<FieldEdits>>; 2];
 
 /// The edits of one site or path, for one scheme (HSTS goes over TLS only).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -19,6 +29,37 @@ pub struct FieldEdits {
 }
 
 impl FieldEdits {
+    /// The edits of site `s`, or of its path `a` (whose `headers` override the site's by
+    /// name): every named field is removed from answers, and those with a value added back
+    /// with it; over TLS the site's `Strict-Transport-Security` is added unless the answer
+    /// has one.
+    pub fn of(s: &SiteSpec, a: Option<&AppSpec>) -> SchemeEdits {
+        let mut merged: Vec<&(String, String)> =
+            a.map(|a| a.headers.iter().collect()).unwrap_or_default();
+        for h in &s.headers {
+            if !merged.iter().any(|m| m.0.eq_ignore_ascii_case(&h.0)) {
+                merged.push(h);
+            }
+        }
+        let removed: Box<[Box<str>]> = merged
+            .iter()
+            .map(|(n, _)| n.to_ascii_lowercase().into())
+            .collect();
+        let mut added = Vec::new();
+        for (name, value) in merged.iter().filter(|(_, v)| !v.is_empty()) {
+            added.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+        }
+        let edits = |added: Vec<u8>| {
+            (!added.is_empty() || !removed.is_empty())
+                .then(|| Rc::new(FieldEdits::new(added, removed.clone())))
+        };
+        let mut over_tls = added.clone();
+        if let Some(v) = &s.hsts {
+            over_tls.extend_from_slice(format!("Strict-Transport-Security: {v}\r\n").as_bytes());
+        }
+        [edits(added), edits(over_tls)]
+    }
+
     /// `added` lines (`Name: value\r\n`…) and the lowercase names `removed`.
     pub fn new(added: Vec<u8>, removed: Box<[Box<str>]>) -> Self {
         let kept_names = added

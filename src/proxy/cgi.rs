@@ -123,30 +123,8 @@ impl FastCgiRequest {
             pair(&mut params, n, v);
         }
         pair(&mut params, b"PATH_INFO", &script.path_info);
-        if lent.https {
-            pair(&mut params, b"HTTPS", b"on");
-            pair(&mut params, b"REQUEST_SCHEME", b"https");
-        } else {
-            pair(&mut params, b"REQUEST_SCHEME", b"http");
-        }
         pair(&mut params, b"SERVER_NAME", server_name.as_bytes());
-        if let Some(a) = lent.client {
-            pair(&mut params, b"REMOTE_ADDR", a.ip().to_string().as_bytes());
-            pair(&mut params, b"REMOTE_PORT", a.port().to_string().as_bytes());
-        }
-        if let Some(subject) = lent.client_cert {
-            // As Apache's mod_ssl names them, which PHP applications read.
-            pair(&mut params, b"SSL_CLIENT_S_DN", subject.as_bytes());
-            pair(&mut params, b"SSL_CLIENT_VERIFY", b"SUCCESS");
-        }
-        if let Some(user) = lent.remote_user {
-            pair(&mut params, b"REMOTE_USER", user.as_bytes());
-            pair(&mut params, b"AUTH_TYPE", b"Basic");
-        }
-        if let Some(a) = lent.local {
-            pair(&mut params, b"SERVER_ADDR", a.ip().to_string().as_bytes());
-            pair(&mut params, b"SERVER_PORT", a.port().to_string().as_bytes());
-        }
+        connection_params(&mut params, lent);
         if !matches!(framing, Framing::None) {
             pair(
                 &mut params,
@@ -154,27 +132,7 @@ impl FastCgiRequest {
                 body_len.to_string().as_bytes(),
             );
         }
-        let mut name = Vec::with_capacity(64);
-        for h in req.headers {
-            if h.name.eq_ignore_ascii_case("content-type") {
-                pair(&mut params, b"CONTENT_TYPE", h.value);
-                continue;
-            }
-            // httpoxy: a client's `Proxy:` must never become HTTP_PROXY in the app.
-            if h.name.eq_ignore_ascii_case("content-length")
-                || h.name.eq_ignore_ascii_case("proxy")
-                || h.name.contains('_')
-            {
-                continue;
-            }
-            name.clear();
-            name.extend_from_slice(b"HTTP_");
-            name.extend(h.name.bytes().map(|b| match b {
-                b'-' => b'_',
-                b => b.to_ascii_uppercase(),
-            }));
-            pair(&mut params, &name, h.value);
-        }
+        header_params(&mut params, req);
         let mut records = Vec::with_capacity(params.len() + 64);
         record(
             &mut records,
@@ -206,6 +164,59 @@ impl FastCgiRequest {
             chunked: matches!(framing, Framing::Chunked),
             compress: None,
         }
+    }
+}
+
+/// The CGI variables of the connection: its scheme, both ends, the client certificate's
+/// subject and the user basic authentication let in.
+fn connection_params(params: &mut Vec<u8>, lent: &LentHead<'_>) {
+    if lent.https {
+        pair(params, b"HTTPS", b"on");
+        pair(params, b"REQUEST_SCHEME", b"https");
+    } else {
+        pair(params, b"REQUEST_SCHEME", b"http");
+    }
+    if let Some(a) = lent.client {
+        pair(params, b"REMOTE_ADDR", a.ip().to_string().as_bytes());
+        pair(params, b"REMOTE_PORT", a.port().to_string().as_bytes());
+    }
+    if let Some(subject) = lent.client_cert {
+        // As Apache's mod_ssl names them, which PHP applications read.
+        pair(params, b"SSL_CLIENT_S_DN", subject.as_bytes());
+        pair(params, b"SSL_CLIENT_VERIFY", b"SUCCESS");
+    }
+    if let Some(user) = lent.remote_user {
+        pair(params, b"REMOTE_USER", user.as_bytes());
+        pair(params, b"AUTH_TYPE", b"Basic");
+    }
+    if let Some(a) = lent.local {
+        pair(params, b"SERVER_ADDR", a.ip().to_string().as_bytes());
+        pair(params, b"SERVER_PORT", a.port().to_string().as_bytes());
+    }
+}
+
+/// The request's header fields as CGI variables (`HTTP_*`, and `CONTENT_TYPE`).
+fn header_params(params: &mut Vec<u8>, req: &Request<'_>) {
+    let mut name = Vec::with_capacity(64);
+    for h in req.headers {
+        if h.name.eq_ignore_ascii_case("content-type") {
+            pair(params, b"CONTENT_TYPE", h.value);
+            continue;
+        }
+        // httpoxy: a client's `Proxy:` must never become HTTP_PROXY in the app.
+        if h.name.eq_ignore_ascii_case("content-length")
+            || h.name.eq_ignore_ascii_case("proxy")
+            || h.name.contains('_')
+        {
+            continue;
+        }
+        name.clear();
+        name.extend_from_slice(b"HTTP_");
+        name.extend(h.name.bytes().map(|b| match b {
+            b'-' => b'_',
+            b => b.to_ascii_uppercase(),
+        }));
+        pair(params, &name, h.value);
     }
 }
 

@@ -33,111 +33,137 @@ pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut Conn,
     client: &mut C,
     report: &Report,
-    mut ubuf: Vec<u8>,
+    ubuf: Vec<u8>,
     kind: BodyKind,
     (rechunk, dechunk): (bool, bool),
-    (upstream_timeout, client_timeout): (Duration, Duration),
+    timeouts: (Duration, Duration),
 ) -> Result<bool, ()> {
-    // The transfer buffer, only for a body that did not come with the head.
-    let mut buf = Vec::new();
+    let ends = Ends {
+        conn,
+        client,
+        report,
+        timeouts,
+    };
     match kind {
         BodyKind::None => Ok(ubuf.is_empty()),
-        BodyKind::Length(total) => {
-            let have = (ubuf.len() as u64).min(total) as usize;
-            let extra = ubuf.len() > have;
-            if have > 0 {
-                to_client(client, report, &ubuf[..have], client_timeout)
-                    .await
-                    .map_err(|_| ())?;
-            }
-            let mut left = total - have as u64;
-            // The head's buffer is done with: a stalled body holds only the transfer buffer.
-            drop(ubuf);
-            if left > 0 {
-                buf.resize(FIRST_BUF, 0);
-            }
-            while left > 0 {
-                let want = (left as usize).min(buf.len());
-                let n = match read_timeout(conn, &mut buf[..want], upstream_timeout).await {
-                    Ok(0) | Err(_) => return Err(()),
-                    Ok(n) => n,
-                };
-                to_client(client, report, &buf[..n], client_timeout)
-                    .await
-                    .map_err(|_| ())?;
-                left -= n as u64;
-                grow(&mut buf, n);
-            }
-            Ok(!extra)
+        BodyKind::Length(total) => ends.length(ubuf, total).await,
+        BodyKind::Chunked => ends.chunked(ubuf, dechunk).await,
+        BodyKind::UntilClose => ends.until_close(ubuf, rechunk).await,
+    }
+}
+
+/// Both ends of a body's relay: the app's connection and the client, with their time limits
+/// (the app's, the client's).
+struct Ends<'a, C> {
+    conn: &'a mut Conn,
+    client: &'a mut C,
+    report: &'a Report,
+    timeouts: (Duration, Duration),
+}
+
+impl<C: AsyncRead + AsyncWrite + Unpin> Ends<'_, C> {
+    /// Bytes to the client, counted.
+    async fn send(&mut self, data: &[u8]) -> Result<(), ()> {
+        to_client(self.client, self.report, data, self.timeouts.1)
+            .await
+            .map_err(|_| ())
+    }
+
+    /// A read from the app: 0 at its close.
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, ()> {
+        read_timeout(self.conn, buf, self.timeouts.0)
+            .await
+            .map_err(|_| ())
+    }
+
+    /// A body of `total` bytes, `ubuf` holding its start.
+    async fn length(mut self, ubuf: Vec<u8>, total: u64) -> Result<bool, ()> {
+        let have = (ubuf.len() as u64).min(total) as usize;
+        let extra = ubuf.len() > have;
+        if have > 0 {
+            self.send(&ubuf[..have]).await?;
         }
-        BodyKind::Chunked => {
-            // Responses are not bounded by the client's request limits.
-            let mut decoder = ChunkedDecoder::with_bounds(u64::MAX, 64 << 10);
-            let mut pending = std::mem::take(&mut ubuf);
+        let mut left = total - have as u64;
+        // The head's buffer is done with: a stalled body holds only the transfer buffer.
+        drop(ubuf);
+        let mut buf = Vec::new();
+        if left > 0 {
             buf.resize(FIRST_BUF, 0);
-            let mut last = 0;
-            loop {
-                let d = if dechunk {
-                    let d = decoder.decode(&mut pending).map_err(|_| ())?;
-                    to_client(client, report, &pending[..d.produced], client_timeout)
-                        .await
-                        .map_err(|_| ())?;
-                    d
-                } else {
-                    let d = decoder.skip(&pending).map_err(|_| ())?;
-                    to_client(client, report, &pending[..d.consumed], client_timeout)
-                        .await
-                        .map_err(|_| ())?;
-                    d
-                };
-                if d.done {
-                    return Ok(d.consumed == pending.len());
+        }
+        while left > 0 {
+            let want = (left as usize).min(buf.len());
+            let n = match self.read(&mut buf[..want]).await? {
+                0 => return Err(()),
+                n => n,
+            };
+            self.send(&buf[..n]).await?;
+            left -= n as u64;
+            grow(&mut buf, n);
+        }
+        Ok(!extra)
+    }
+
+    /// A chunked body, `ubuf` holding its start: passed as it is, or unchunked (`dechunk`,
+    /// for an HTTP/1.0 client).
+    async fn chunked(mut self, ubuf: Vec<u8>, dechunk: bool) -> Result<bool, ()> {
+        // Responses are not bounded by the client's request limits.
+        let mut decoder = ChunkedDecoder::with_bounds(u64::MAX, 64 << 10);
+        let mut pending = ubuf;
+        let mut buf = vec![0; FIRST_BUF];
+        let mut last = 0;
+        loop {
+            let d = if dechunk {
+                let d = decoder.decode(&mut pending).map_err(|_| ())?;
+                self.send(&pending[..d.produced]).await?;
+                d
+            } else {
+                let d = decoder.skip(&pending).map_err(|_| ())?;
+                self.send(&pending[..d.consumed]).await?;
+                d
+            };
+            if d.done {
+                return Ok(d.consumed == pending.len());
+            }
+            grow(&mut buf, last);
+            pending.clear();
+            let n = match self.read(&mut buf).await? {
+                0 => return Err(()),
+                n => n,
+            };
+            last = n;
+            pending.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    /// A body that ends when the app closes, `ubuf` holding its start: chunked for an
+    /// HTTP/1.1 client (`rechunk`). Never clean: the app's connection is over.
+    async fn until_close(mut self, ubuf: Vec<u8>, rechunk: bool) -> Result<bool, ()> {
+        let mut pending = ubuf;
+        let mut buf = vec![0; FIRST_BUF];
+        let mut last = 0;
+        loop {
+            if !pending.is_empty() {
+                if rechunk {
+                    let size = format!("{:x}\r\n", pending.len());
+                    self.send(size.as_bytes()).await?;
+                    pending.extend_from_slice(b"\r\n");
                 }
-                grow(&mut buf, last);
-                pending.clear();
-                let n = match read_timeout(conn, &mut buf, upstream_timeout).await {
-                    Ok(0) | Err(_) => return Err(()),
-                    Ok(n) => n,
-                };
-                last = n;
-                pending.extend_from_slice(&buf[..n]);
+                self.send(&pending).await?;
+            }
+            grow(&mut buf, last);
+            pending.clear();
+            match self.read(&mut buf).await? {
+                0 => break,
+                n => {
+                    last = n;
+                    pending.extend_from_slice(&buf[..n]);
+                }
             }
         }
-        BodyKind::UntilClose => {
-            let mut pending = ubuf;
-            buf.resize(FIRST_BUF, 0);
-            let mut last = 0;
-            loop {
-                if !pending.is_empty() {
-                    if rechunk {
-                        let size = format!("{:x}\r\n", pending.len());
-                        to_client(client, report, size.as_bytes(), client_timeout)
-                            .await
-                            .map_err(|_| ())?;
-                        pending.extend_from_slice(b"\r\n");
-                    }
-                    to_client(client, report, &pending, client_timeout)
-                        .await
-                        .map_err(|_| ())?;
-                }
-                grow(&mut buf, last);
-                pending.clear();
-                match read_timeout(conn, &mut buf, upstream_timeout).await {
-                    Ok(0) => break,
-                    Err(_) => return Err(()),
-                    Ok(n) => {
-                        last = n;
-                        pending.extend_from_slice(&buf[..n]);
-                    }
-                }
-            }
-            if rechunk {
-                to_client(client, report, b"0\r\n\r\n", client_timeout)
-                    .await
-                    .map_err(|_| ())?;
-            }
-            Ok(false)
+        if rechunk {
+            self.send(b"0\r\n\r\n").await?;
         }
+        Ok(false)
     }
 }
 

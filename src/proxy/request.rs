@@ -117,33 +117,7 @@ impl ForwardRequest {
             head.extend_from_slice(h.value);
             head.extend_from_slice(b"\r\n");
         }
-        // X-Forwarded-For: the client's own list, then the client.
-        let mut forwarded_for = false;
-        for h in req
-            .headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
-        {
-            head.extend_from_slice(if forwarded_for {
-                b", "
-            } else {
-                b"X-Forwarded-For: "
-            });
-            head.extend_from_slice(h.value);
-            forwarded_for = true;
-        }
-        if let Some(ip) = peer {
-            head.extend_from_slice(if forwarded_for {
-                b", "
-            } else {
-                b"X-Forwarded-For: "
-            });
-            head.extend_from_slice(ip.as_bytes());
-            forwarded_for = true;
-        }
-        if forwarded_for {
-            head.extend_from_slice(b"\r\n");
-        }
+        forwarded_for(&mut head, req, peer);
         push_field(&mut head, "X-Forwarded-Proto", proto);
         if let Some(host) = req.host() {
             push_field(&mut head, "X-Forwarded-Host", host);
@@ -184,6 +158,24 @@ impl ForwardRequest {
             expect_continue,
             compress: None,
         }
+    }
+}
+
+/// `X-Forwarded-For`: the client's own list (every line of it), then the client `peer`.
+fn forwarded_for(head: &mut Vec<u8>, req: &Request<'_>, peer: Option<&str>) {
+    let mut any = false;
+    let listed = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
+        .map(|h| h.value);
+    for value in listed.chain(peer.map(str::as_bytes)) {
+        head.extend_from_slice(if any { b", " } else { b"X-Forwarded-For: " });
+        head.extend_from_slice(value);
+        any = true;
+    }
+    if any {
+        head.extend_from_slice(b"\r\n");
     }
 }
 
