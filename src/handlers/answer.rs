@@ -25,14 +25,9 @@ impl ThreadService {
     ) -> Reply {
         let mark = resp.mark();
         let reply = self.answer_decided(ctx, req, resp);
-        // espalier's own error text gives way to the site's page for the status.
-        if let Some(pages) = &ctx.pages {
-            resp.brand_error(mark, pages);
-        }
-        // The site's and path's fields (HSTS over TLS) go into whatever it answered.
-        if let Some(edits) = &ctx.fields {
-            resp.edit_fields(mark, edits);
-        }
+        // espalier's own error text gives way to the site's page for the status; the site's
+        // and path's fields (HSTS over TLS) go into whatever it answered.
+        resp.site_steps(mark, ctx.pages.as_deref(), ctx.fields.as_deref());
         reply
     }
 

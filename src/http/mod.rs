@@ -454,6 +454,25 @@ impl<'a> Responder<'a> {
         edits.apply(self.out, mark);
     }
 
+    /// The response steps on an answer espalier wrote itself since `mark` — a handler's, a
+    /// step's, or one given for an app on a lent connection — in the chain's order
+    /// (`config::chain::ResponseStep`): the site's page for an error status, then its field
+    /// edits. The one place they are applied to espalier's own answers; an app's answer
+    /// head goes through the proxy's head writer.
+    pub fn site_steps(
+        &mut self,
+        mark: usize,
+        pages: Option<&error_pages::ErrorPages>,
+        edits: Option<&edits::FieldEdits>,
+    ) {
+        if let Some(pages) = pages {
+            self.brand_error(mark, pages);
+        }
+        if let Some(edits) = edits {
+            self.edit_fields(mark, edits);
+        }
+    }
+
     pub fn head_only(&self) -> bool {
         self.head_only
     }

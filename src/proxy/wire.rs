@@ -163,13 +163,8 @@ impl OwnAnswers<'_> {
             let common = self.clock.common();
             let mut resp =
                 Responder::new(&mut out, &common, false, self.client_minor, self.head_only);
-            match self.pages.and_then(|p| p.get(status)) {
-                Some(page) => resp.error_page(status, page, kept),
-                None => resp.error_keeping(status, kept),
-            }
-        }
-        if let Some(edits) = self.fields {
-            edits.apply(&mut out, 0);
+            resp.error_keeping(status, kept);
+            resp.site_steps(0, self.pages, self.fields);
         }
         self.report
             .head
