@@ -215,16 +215,23 @@ if [ -n "$BASELINE" ]; then
   # The older build: the same sites on ports of its own, its log in a folder of its own.
   BASE_PORT=$(free_port)
   BASE_LOG_PORT=$(free_port)
+  BASE_RULE_PORT=$(free_port)
   mkdir -p "$WORK/logs-before"
-  sed -e "s/127.0.0.1:$ESP_PORT/127.0.0.1:$BASE_PORT/; s/127.0.0.1:$LOG_PORT/127.0.0.1:$BASE_LOG_PORT/" \
+  # Every port of this build's sites gets one of its own (the static, logged and ruled sites'
+  # are measured; the others only must not clash).
+  remap="s/127.0.0.1:$ESP_PORT\"/127.0.0.1:$BASE_PORT\"/; s/127.0.0.1:$LOG_PORT\"/127.0.0.1:$BASE_LOG_PORT\"/; s/127.0.0.1:$RULE_PORT\"/127.0.0.1:$BASE_RULE_PORT\"/"
+  for p in $(grep -o '127.0.0.1:[0-9]*"' "$WORK/espalier.toml" | tr -d '"' | cut -d: -f2 | sort -u); do
+    case $p in "$ESP_PORT"|"$LOG_PORT"|"$RULE_PORT") ;; *) remap="$remap; s/127.0.0.1:$p\"/127.0.0.1:$(free_port)\"/" ;; esac
+  done
+  sed -e "$remap" \
       -e 's#logs/access.log#logs-before/access.log#; s/name = "bench"/name = "before"/; s/pool = "bench"/pool = "before"/' \
       "$WORK/espalier.toml" >"$WORK/espalier-before.body"
   # Its own admin address too (the default one is this build's).
   { printf '[server]\nadmin = "127.0.0.1:%s"\n' "$(free_port)"; cat "$WORK/espalier-before.body"; } >"$WORK/espalier-before.toml"
-  TARGETS+=(before before_logged)
+  TARGETS+=(before before_logged before_ruled)
 fi
 start_baseline() { [ -z "$BASELINE" ] || { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$BASELINE" serve -c espalier-before.toml) >"$WORK/before.out" 2>&1 & PIDS+=($!); wait_port "$BASE_PORT"; }; }
-binary_of() { case $1 in before|before_logged) echo "$BASELINE" ;; epoll|epoll_dynamic|epoll_close) echo "$WORK/espalier-epoll" ;; *) echo "$ESPALIER" ;; esac; }
+binary_of() { case $1 in before|before_logged|before_ruled) echo "$BASELINE" ;; epoll|epoll_dynamic|epoll_close) echo "$WORK/espalier-epoll" ;; *) echo "$ESPALIER" ;; esac; }
 
 
 # wrk → "requests rps"; the target's request header, if it has one
@@ -252,7 +259,7 @@ all_server_pids() { # every process of the server, master included, for its CPU 
   esac
 }
 cpu_ticks() { proc_ticks $(all_server_pids "$1"); } # every process (all threads) of target $1
-url_of() { case $1 in nginx|nginx_close) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier|close) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; epoll|epoll_close) echo "http://127.0.0.1:$EPOLL_PORT/100.html" ;; epoll_dynamic) echo "http://127.0.0.1:$EPOLL_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; guarded) echo "http://127.0.0.1:$GUARD_PORT/100.html" ;; nginx_gzip) echo "http://127.0.0.1:$NGINX_GZ_PORT/page.html" ;; nginx_gzip_static) echo "http://127.0.0.1:$NGINX_GZS_PORT/page.html" ;; gzip|br) echo "http://127.0.0.1:$CMP_PORT/page.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; esac; }
+url_of() { case $1 in nginx|nginx_close) echo "http://127.0.0.1:$NGINX_PORT/100.html" ;; espalier|close) echo "http://127.0.0.1:$ESP_PORT/100.html" ;; dynamic) echo "http://127.0.0.1:$ESP_PORT/dynamic" ;; epoll|epoll_close) echo "http://127.0.0.1:$EPOLL_PORT/100.html" ;; epoll_dynamic) echo "http://127.0.0.1:$EPOLL_PORT/dynamic" ;; logged) echo "http://127.0.0.1:$LOG_PORT/100.html" ;; ruled) echo "http://127.0.0.1:$RULE_PORT/100.html" ;; guarded) echo "http://127.0.0.1:$GUARD_PORT/100.html" ;; nginx_gzip) echo "http://127.0.0.1:$NGINX_GZ_PORT/page.html" ;; nginx_gzip_static) echo "http://127.0.0.1:$NGINX_GZS_PORT/page.html" ;; gzip|br) echo "http://127.0.0.1:$CMP_PORT/page.html" ;; before) echo "http://127.0.0.1:$BASE_PORT/100.html" ;; before_logged) echo "http://127.0.0.1:$BASE_LOG_PORT/100.html" ;; before_ruled) echo "http://127.0.0.1:$BASE_RULE_PORT/100.html" ;; esac; }
 # A new connection per request: wrk reconnects after each answer to "Connection: close".
 header_of() { case $1 in nginx_gzip|nginx_gzip_static|gzip) echo "Accept-Encoding: gzip" ;; br) echo "Accept-Encoding: br" ;; nginx_close|close|epoll_close) echo "Connection: close" ;; esac; }
 no_errors() { [ ! -e "$WORK/failed" ] || exit 1; }
@@ -338,6 +345,7 @@ if [ "$HW" = no ]; then
     wpid=$(pgrep -f "callgrind.*$BASELINE worker" | head -1)
     cg_measure before "$wpid"
     cg_measure before_logged "$wpid"
+    cg_measure before_ruled "$wpid"
     stop_all
   fi
 fi
@@ -347,7 +355,7 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
 for t in "${TARGETS[@]}"; do
-  name=$t; [ "$t" = epoll ] && name="espalier static, epoll"; [ "$t" = epoll_dynamic ] && name="espalier dynamic, epoll"; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = espalier ] && name="espalier static, $FIRST"; [ "$t" = dynamic ] && name="espalier dynamic, $FIRST"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit+metrics"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"; [ "$t" = nginx_close ] && name="nginx, conn/request"; [ "$t" = close ] && name="espalier conn/req, $FIRST"; [ "$t" = epoll_close ] && name="espalier conn/req, epoll"
+  name=$t; [ "$t" = epoll ] && name="espalier static, epoll"; [ "$t" = epoll_dynamic ] && name="espalier dynamic, epoll"; [ "$t" = before ] && name="before static"; [ "$t" = before_logged ] && name="before static+log"; [ "$t" = before_ruled ] && name="before +10 rules"; [ "$t" = espalier ] && name="espalier static, $FIRST"; [ "$t" = dynamic ] && name="espalier dynamic, $FIRST"; [ "$t" = nginx ] && name="nginx static"; [ "$t" = logged ] && name="espalier static+log"; [ "$t" = ruled ] && name="espalier +10 rules"; [ "$t" = guarded ] && name="espalier +allow+limit+metrics"; [ "$t" = nginx_gzip ] && name="nginx 20K gzip on"; [ "$t" = nginx_gzip_static ] && name="nginx 20K gzip_static"; [ "$t" = gzip ] && name="espalier 20K gzip"; [ "$t" = br ] && name="espalier 20K br"; [ "$t" = nginx_close ] && name="nginx, conn/request"; [ "$t" = close ] && name="espalier conn/req, $FIRST"; [ "$t" = epoll_close ] && name="espalier conn/req, epoll"
   printf '%-22s %12.0f %14s %14s %14s %16s\n' "$name" "${BEST[$t]}" "${CPU_US[$t]}" "${SYSCALLS[$t]}" "${INSNS[$t]:--}" "${INSNS_USER[$t]:--}"
 done
 echo "(the first espalier's I/O path: $IO_PATH; the second's: epoll, by its config)"
@@ -369,5 +377,5 @@ echo "ten rules + three headers / none (espalier static): CPU time per request $
 echo "compressed 20 KB page, CPU time per request: espalier gzip / nginx gzip_static $(ratio "${CPU_US[gzip]}" "${CPU_US[nginx_gzip_static]}"), / nginx gzip on $(ratio "${CPU_US[gzip]}" "${CPU_US[nginx_gzip]}"); espalier br / nginx gzip_static $(ratio "${CPU_US[br]}" "${CPU_US[nginx_gzip_static]}")   (target ≤ 0.7)"
 [ "$HW" = no ] && echo "(no hardware counters on this machine: instructions are callgrind's user-space counts; kernel work shows as syscalls/req)"
 if [ -n "$BASELINE" ]; then
-  echo "this build / BASELINE_BIN (static): CPU time per request $(ratio "${CPU_US[espalier]}" "${CPU_US[before]}"), user insns $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[before]}"), requests/s $(ratio "${BEST[espalier]}" "${BEST[before]}"); with the access log: CPU $(ratio "${CPU_US[logged]}" "${CPU_US[before_logged]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[before_logged]}")"
+  echo "this build / BASELINE_BIN (static): CPU time per request $(ratio "${CPU_US[espalier]}" "${CPU_US[before]}"), user insns $(ratio "${INSNS_USER[espalier]}" "${INSNS_USER[before]}"), requests/s $(ratio "${BEST[espalier]}" "${BEST[before]}"); with the access log: CPU $(ratio "${CPU_US[logged]}" "${CPU_US[before_logged]}"), user insns $(ratio "${INSNS_USER[logged]}" "${INSNS_USER[before_logged]}"); ten rules + three headers: CPU $(ratio "${CPU_US[ruled]}" "${CPU_US[before_ruled]}"), user insns $(ratio "${INSNS_USER[ruled]}" "${INSNS_USER[before_ruled]}")"
 fi
