@@ -29,6 +29,8 @@
 #   bench/app.sh                     # DURATION=5 RUNS=3 PARTS=123
 #   PARTS=1 bench/app.sh             # only part 1
 #   ESPALIER_BIN=/path/to/espalier bench/app.sh
+#   BASELINE_BIN=/path/to/older/espalier PARTS=1 bench/app.sh   # (c) by an older build too,
+#                                    # interleaved in the same runs: before/after ratios
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +45,11 @@ PARTS=${PARTS:-123}
 need_tools nginx:nginx-light wrk:wrk gunicorn:gunicorn node:nodejs python3:python3 perf:linux-perf valgrind:valgrind curl:curl
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
+BASELINE=${BASELINE_BIN:-}
+if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
+  echo "BASELINE_BIN=$BASELINE is not an executable espalier; build one (git worktree add, cargo build --release)" >&2
+  exit 2
+fi
 
 bench_workdir espalier-app-bench
 cp -r "$ROOT/examples/apps/node" "$ROOT/examples/apps/audio" "$WORK/"
@@ -51,6 +58,7 @@ mkdir -p "$WORK/nginx"
 ALONE=$(free_port); NGINX_APP=$(free_port); NGINX_PORT=$(free_port)
 ACT=$(free_port); PROXY=$(free_port); CAPPED=$(free_port); EPOLL=$(free_port)
 ADMIN1=$(free_port); ADMIN2=$(free_port); ADMIN3=$(free_port); ADMIN4=$(free_port)
+BEFORE=$(free_port); ADMIN5=$(free_port)
 
 pool() { # name port admin transport [extra pool keys] [extra server keys]
   cat <<CONF
@@ -80,6 +88,9 @@ pool capped "$CAPPED" "$ADMIN3" proxy "max_requests_per_process = 16" >"$WORK/ca
 # (c) on each I/O path: proxy.toml takes io = "auto" (io_uring where the kernel allows it),
 # epoll.toml the epoll path.
 pool epoll "$EPOLL" "$ADMIN4" proxy "" 'io = "epoll"' >"$WORK/epoll.toml"
+# (c) by the older build, with BASELINE_BIN.
+pool before "$BEFORE" "$ADMIN5" proxy >"$WORK/before.toml"
+binary_of() { [ "$1" = before ] && echo "$BASELINE" || echo "$ESPALIER"; }
 
 cat > "$WORK/nginx/nginx.conf" <<CONF
 worker_processes 1;
@@ -117,7 +128,8 @@ start act "$ESPALIER" serve -c act.toml
 start proxy "$ESPALIER" serve -c proxy.toml
 start capped "$ESPALIER" serve -c capped.toml
 start epoll "$ESPALIER" serve -c epoll.toml
-for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY" "$CAPPED" "$EPOLL"; do wait_port "$p"; done
+[ -n "$BASELINE" ] && start before "$BASELINE" serve -c before.toml
+for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY" "$CAPPED" "$EPOLL" ${BASELINE:+"$BEFORE"}; do wait_port "$p"; done
 PROXY_IO=$(grep -o "connections' I/O: .*" "$WORK/proxy.out" | head -1 | sed "s/connections' I\/O: //")
 PROXY_PATH=$(case $PROXY_IO in io_uring*) echo io_uring ;; *) echo epoll ;; esac)
 sleep 1.5   # the apps behind espalier become ready (health probe)
@@ -128,7 +140,7 @@ user_ticks() { proc_ticks --user "$@"; }
 # The proxy tier: the proxy's own processes. The app: the node processes serving the target.
 tier_pids() {
   case $1 in
-    proxy|capped|epoll) local root; root=$(eval echo "\$PID_$1"); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
+    proxy|capped|epoll|before) local root; root=$(eval echo "\$PID_$1"); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
     nginx) echo "$PID_nginx"; descendants "$PID_nginx" ;;
     *) ;;
   esac
@@ -137,10 +149,10 @@ app_pids() {
   case $1 in
     alone) echo "$PID_alone" ;;
     nginx) echo "$PID_nginxapp" ;;
-    act|proxy|capped|epoll) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
+    act|proxy|capped|epoll|before) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
   esac
 }
-port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; epoll) echo "$EPOLL" ;; nginx) echo "$NGINX_PORT" ;; esac; }
+port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; epoll) echo "$EPOLL" ;; nginx) echo "$NGINX_PORT" ;; before) echo "$BEFORE" ;; esac; }
 
 load() { # url seconds → "requests rps p50_ms p99_ms"
   local out
@@ -156,6 +168,8 @@ ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 
 part1() {
 TARGETS=(alone act proxy epoll nginx capped)
+[ -n "$BASELINE" ] && TARGETS+=(before)
+MEASURED=(proxy epoll nginx); [ -n "$BASELINE" ] && MEASURED+=(before)
 declare -A BEST P50 P99 REQS TIER TIER_USER APP SYSCALLS INSNS
 for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
 echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
@@ -173,7 +187,7 @@ done
 
 # The proxy tier's syscalls per request, in a run of their own (the tracepoint costs a little
 # per call).
-for t in proxy epoll nginx; do
+for t in "${MEASURED[@]}"; do
   mapfile -t tp < <(tier_pids "$t")
   pids=$(IFS=,; echo "${tp[*]}")
   perf stat -x, -e raw_syscalls:sys_enter -p "$pids" -o "$WORK/sys.$t" -- sleep $((DURATION + 1)) &
@@ -188,20 +202,20 @@ done
 # here; user space only — the kernel's share is in the CPU time and the syscalls above): each
 # proxy started again under callgrind (for espalier its worker, the app it starts not traced),
 # zeroed, loaded, dumped and summed.
-for t in proxy epoll nginx; do kill "$(eval echo "\$PID_$t")"; wait "$(eval echo "\$PID_$t")" 2>/dev/null || true; done
+for t in "${MEASURED[@]}"; do kill "$(eval echo "\$PID_$t")"; wait "$(eval echo "\$PID_$t")" 2>/dev/null || true; done
 sleep 0.5
 CG="valgrind --tool=callgrind --trace-children=yes --trace-children-skip=*node* --callgrind-out-file=$WORK/cg.%p"
-for t in proxy epoll nginx; do
+for t in "${MEASURED[@]}"; do
   if [ "$t" = nginx ]; then
     start cg_$t $CG "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" -g "master_process off;"
   else
-    start cg_$t $CG "$ESPALIER" serve -c "$t.toml"
+    start cg_$t $CG "$(binary_of "$t")" serve -c "$t.toml"
   fi
   wait_port "$(port_of "$t")"
   # The app behind it ready (health probe), the proxy answering.
   for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$(port_of "$t")/who" && break; sleep 0.2; done
   root=$(eval echo "\$PID_cg_$t")
-  if [ "$t" = nginx ]; then measured=$root; else measured=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1); fi
+  if [ "$t" = nginx ]; then measured=$root; else measured=$(pgrep -f "callgrind.*$(binary_of "$t") worker" | head -1); fi
   cg_zero "$measured"
   read -r reqs _ _ _ < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
   INSNS[$t]=$(python3 -c "print(round($(cg_dump_sum "$WORK" "$measured")/$reqs))")
@@ -213,8 +227,8 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), node $(node --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'); servers on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-32s %12s %9s %9s %18s %14s %16s %18s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "syscalls/req" "app CPU µs/req" "proxy user insns"
 for t in "${TARGETS[@]}"; do
-  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy, $PROXY_PATH" ;; epoll) name="(c') espalier proxy, epoll" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; esac
-  tier=-; case $t in proxy|epoll|nginx|capped) tier=$(us "${TIER[$t]}" "${REQS[$t]}") ;; esac
+  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy, $PROXY_PATH" ;; epoll) name="(c') espalier proxy, epoll" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; before) name="(c) by BASELINE_BIN" ;; esac
+  tier=-; case $t in proxy|epoll|nginx|capped|before) tier=$(us "${TIER[$t]}" "${REQS[$t]}") ;; esac
   printf '%-32s %12.0f %9s %9s %18s %14s %16s %18s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "${SYSCALLS[$t]:--}" "$(us "${APP[$t]}" "${REQS[$t]}")" "${INSNS[$t]:--}"
 done
 echo "  (c)'s I/O path: $PROXY_IO"
@@ -225,6 +239,9 @@ echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BES
 echo "  max_requests_per_process = 16 / unset:  proxy CPU per request $(ratio "$(us "${TIER[capped]}" "${REQS[capped]}")" "$(us "${TIER[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[capped]}" "${BEST[proxy]}")"
 echo "  espalier / nginx, proxy user-space instructions per request (callgrind): $PROXY_PATH $(ratio "${INSNS[proxy]}" "${INSNS[nginx]}"), epoll $(ratio "${INSNS[epoll]}" "${INSNS[nginx]}")   (user space only: not the whole cost)"
 echo "  proxy CPU split, user + system µs/req:   espalier $(us "${TIER_USER[proxy]}" "${REQS[proxy]}") + $(us "$((TIER[proxy] - TIER_USER[proxy]))" "${REQS[proxy]}"), nginx $(us "${TIER_USER[nginx]}" "${REQS[nginx]}") + $(us "$((TIER[nginx] - TIER_USER[nginx]))" "${REQS[nginx]}")"
+if [ -n "$BASELINE" ]; then
+  echo "  this build / BASELINE_BIN, (c): proxy CPU per request $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[before]}" "${REQS[before]}")"), user insns $(ratio "${INSNS[proxy]}" "${INSNS[before]}"), requests/s $(ratio "${BEST[proxy]}" "${BEST[before]}")"
+fi
 }
 [[ $PARTS == *1* ]] && part1
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

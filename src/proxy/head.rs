@@ -63,7 +63,7 @@ pub(super) struct Head<'a> {
 impl Head<'_> {
     /// Writes the head, with the app's `fields`, to `out`.
     pub fn write(&self, fields: &[httparse::Header<'_>], out: &mut Vec<u8>) {
-        let has = |name: &str| fields.iter().any(|f| f.name.eq_ignore_ascii_case(name));
+        let seen = Seen::of(fields);
         let removed = |name: &[u8]| self.edits.is_some_and(|e| e.removes(name));
         out.extend_from_slice(b"HTTP/1.1 ");
         out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
@@ -74,17 +74,26 @@ impl Head<'_> {
         };
         out.extend_from_slice(reason.as_bytes());
         out.extend_from_slice(b"\r\n");
-        // espalier's lines, but for a `Server` or `Date` the app sent or the site removes.
-        for line in self.common.split_inclusive(|&b| b == b'\n') {
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            let apps = [b"server".as_slice(), b"date"]
-                .iter()
-                .any(|n| name.eq_ignore_ascii_case(n) && has(std::str::from_utf8(n).unwrap_or("")));
-            if !apps && !removed(name) {
-                out.extend_from_slice(line);
+        // espalier's lines, but for a `Server` or `Date` the app sent or the site removes (as
+        // they are when neither: the usual case costs one copy).
+        if !seen.server && !seen.date && self.edits.is_none() {
+            out.extend_from_slice(self.common);
+        } else {
+            for line in self.common.split_inclusive(|&b| b == b'\n') {
+                let name = line.split(|&b| b == b':').next().unwrap_or_default();
+                let apps = (seen.server && name.eq_ignore_ascii_case(b"server"))
+                    || (seen.date && name.eq_ignore_ascii_case(b"date"));
+                if !apps && !removed(name) {
+                    out.extend_from_slice(line);
+                }
             }
         }
-        let listed = connection_tokens(fields.iter().map(|f| (f.name, f.value)));
+        // The app's `Connection` tokens, read only when it sent one.
+        let listed = if seen.connection {
+            connection_tokens(fields.iter().map(|f| (f.name, f.value)))
+        } else {
+            Vec::new()
+        };
         for f in fields {
             let Some(value) = self.value(f, &listed) else {
                 continue;
@@ -97,7 +106,7 @@ impl Head<'_> {
             out.extend_from_slice(&value);
             out.extend_from_slice(b"\r\n");
         }
-        if self.plan != Plan::AsIs && !has("vary") {
+        if self.plan != Plan::AsIs && !seen.vary {
             out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
         }
         if let (true, Plan::Compress(c)) = (self.compressing, self.plan) {
@@ -155,6 +164,33 @@ impl Head<'_> {
             }
             _ => Some(Cow::Borrowed(f.value)),
         }
+    }
+}
+
+/// Which fields an app's answer has that the head writer looks for, found in one pass.
+#[derive(Default)]
+struct Seen {
+    server: bool,
+    date: bool,
+    vary: bool,
+    connection: bool,
+}
+
+impl Seen {
+    fn of(fields: &[httparse::Header<'_>]) -> Seen {
+        let mut seen = Seen::default();
+        for f in fields {
+            // By length first: most names are none of these.
+            let flag = match f.name.len() {
+                4 if f.name.eq_ignore_ascii_case("date") => &mut seen.date,
+                4 if f.name.eq_ignore_ascii_case("vary") => &mut seen.vary,
+                6 if f.name.eq_ignore_ascii_case("server") => &mut seen.server,
+                10 if f.name.eq_ignore_ascii_case("connection") => &mut seen.connection,
+                _ => continue,
+            };
+            *flag = true;
+        }
+        seen
     }
 }
 
