@@ -140,7 +140,9 @@ user_ticks() { proc_ticks --user "$@"; }
 # The proxy tier: the proxy's own processes. The app: the node processes serving the target.
 tier_pids() {
   case $1 in
-    proxy|capped|epoll|before) local root; root=$(eval echo "\$PID_$1"); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = espalier ] && echo "$p"; done ;;
+    # The proxy's processes by their command name, the binary's file name (ESPALIER_BIN or
+    # BASELINE_BIN may be named otherwise; the kernel keeps 15 characters of it).
+    proxy|capped|epoll|before) local root comm; root=$(eval echo "\$PID_$1"); comm=$(basename "$(binary_of "$1")" | cut -c1-15); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = "$comm" ] && echo "$p"; done ;;
     nginx) echo "$PID_nginx"; descendants "$PID_nginx" ;;
     *) ;;
   esac
