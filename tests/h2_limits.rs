@@ -230,7 +230,7 @@ fn proxied_streams_a_client_never_reads_stop_the_app_not_fill_the_worker() {
     );
     server.wait_until(
         "memory given back",
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(180),
         |_| rss_kib(front) < before + (16 << 10),
     );
 }
@@ -266,7 +266,10 @@ fn compressed_answers_on_streams_a_client_never_reads_are_bounded() {
     );
     server.wait_until(
         "memory given back",
-        std::time::Duration::from_secs(60),
+        // Once the streams' tasks have ended (they outlive their connection by a write
+        // timeout) and the thread trims: slower with all 1920 streams in, and on a loaded
+        // machine; generous, as a bound on an event.
+        std::time::Duration::from_secs(180),
         |_| rss_kib(front) < before + (32 << 10),
     );
 }

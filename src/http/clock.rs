@@ -12,12 +12,27 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
-/// Writes the lines every response carries: `Server`, `Date` for `wall`, then `extra`.
+/// The first of the common lines.
+pub const SERVER_LINE: &[u8] = b"Server: espalier\r\n";
+/// The length of the second, `Date: <IMF-fixdate, 29 bytes>\r\n`.
+pub const DATE_LINE_LEN: usize = 37;
+
+/// Writes the lines every response carries: `Server`, `Date` for `wall`, then `extra` — in
+/// that order and of those lengths ([`SERVER_LINE`], [`DATE_LINE_LEN`]), which
+/// [`split_common`] relies on.
 pub fn common_lines(wall: SystemTime, extra: &str, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"Server: espalier\r\nDate: ");
+    out.extend_from_slice(SERVER_LINE);
+    out.extend_from_slice(b"Date: ");
     out.extend_from_slice(httpdate::fmt_http_date(wall).as_bytes());
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(extra.as_bytes());
+}
+
+/// The common lines apart: (`Server` line, `Date` line, the rest), without a search.
+pub fn split_common(common: &[u8]) -> (&[u8], &[u8], &[u8]) {
+    let (server, rest) = common.split_at(SERVER_LINE.len().min(common.len()));
+    let (date, rest) = rest.split_at(DATE_LINE_LEN.min(rest.len()));
+    (server, date, rest)
 }
 
 /// The common lines formatted now, for code without a per-thread [`Clock`] (the master).

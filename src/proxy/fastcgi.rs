@@ -413,6 +413,7 @@ fn client_head(
             then,
             edits: own.fields,
             common: &common,
+            listed: None,
         };
         head.write(fields, &mut out);
     }

@@ -151,6 +151,8 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
 struct Answer<'h> {
     status: u16,
     reason: &'h str,
+    /// The tokens of its `Connection` fields.
+    listed: Vec<&'h str>,
     kind: BodyKind,
     /// The app closes its connection after this answer.
     upstream_closes: bool,
@@ -175,6 +177,7 @@ fn answer_of<'h>(
     }
     Ok(Answer {
         status,
+        listed,
         reason: resp.reason.unwrap_or(""),
         kind,
         upstream_closes,
@@ -229,6 +232,7 @@ fn client_head(
             then,
             edits: own.fields,
             common: &common,
+            listed: Some(&answer.listed),
         };
         head.write(fields, &mut out);
     }

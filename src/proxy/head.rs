@@ -58,6 +58,8 @@ pub(super) struct Head<'a> {
     pub edits: Option<&'a FieldEdits>,
     /// The thread's common lines: `Server`, `Date`, and the worker line with `worker_header`.
     pub common: &'a [u8],
+    /// The app's `Connection` tokens when the forwarder has read them already.
+    pub listed: Option<&'a [&'a str]>,
 }
 
 impl Head<'_> {
@@ -79,23 +81,30 @@ impl Head<'_> {
         if !seen.server && !seen.date && self.edits.is_none() {
             out.extend_from_slice(self.common);
         } else {
-            for line in self.common.split_inclusive(|&b| b == b'\n') {
-                let name = line.split(|&b| b == b':').next().unwrap_or_default();
-                let apps = (seen.server && name.eq_ignore_ascii_case(b"server"))
-                    || (seen.date && name.eq_ignore_ascii_case(b"date"));
-                if !apps && !removed(name) {
-                    out.extend_from_slice(line);
-                }
+            let (server, date, rest) = crate::http::clock::split_common(self.common);
+            if !seen.server && !removed(b"server") {
+                out.extend_from_slice(server);
+            }
+            if !seen.date && !removed(b"date") {
+                out.extend_from_slice(date);
+            }
+            // The worker line, if any: a site may remove it.
+            if !rest.is_empty() && self.edits.is_none_or(|e| !e.removes(b"x-espalier-worker")) {
+                out.extend_from_slice(rest);
             }
         }
-        // The app's `Connection` tokens, read only when it sent one.
-        let listed = if seen.connection {
-            connection_tokens(fields.iter().map(|f| (f.name, f.value)))
-        } else {
-            Vec::new()
+        // The app's `Connection` tokens, read only when it sent one (and the forwarder has not).
+        let read;
+        let listed = match self.listed {
+            Some(listed) => listed,
+            None if seen.connection => {
+                read = connection_tokens(fields.iter().map(|f| (f.name, f.value)));
+                &read
+            }
+            None => &[],
         };
         for f in fields {
-            let Some(value) = self.value(f, &listed) else {
+            let Some(value) = self.value(f, listed) else {
                 continue;
             };
             if removed(f.name.as_bytes()) {
@@ -217,6 +226,7 @@ mod tests {
             then,
             edits: None,
             common: b"Server: espalier\r\nDate: Fri, 27 Nov 2026 10:00:00 GMT\r\n",
+            listed: None,
         }
     }
 
@@ -262,6 +272,23 @@ mod tests {
         assert!(
             closing.ends_with("Date: Fri, 27 Nov 2026 10:00:00 GMT\r\nConnection: close\r\n\r\n"),
             "{closing}"
+        );
+    }
+
+    #[test]
+    fn the_sites_removals_reach_espaliers_own_lines_and_the_worker_line_stays() {
+        let edits = FieldEdits::new(
+            b"X-Frame-Options: DENY\r\n".to_vec(),
+            ["server".into(), "x-frame-options".into()].into(),
+        );
+        let common = b"Server: espalier\r\nDate: Fri, 27 Nov 2026 10:00:00 GMT\r\nX-Espalier-Worker: p/0/cpu0\r\n";
+        let mut h = head(ToClient::Length(0), Then::KeepAlive, 1);
+        h.edits = Some(&edits);
+        h.common = common;
+        let text = written(&h, &[("Date", b"Fri, 27 Nov 2026 09:59:59 GMT")]);
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\r\nX-Espalier-Worker: p/0/cpu0\r\nDate: Fri, 27 Nov 2026 09:59:59 GMT\r\nX-Frame-Options: DENY\r\nContent-Length: 0\r\n\r\n"
         );
     }
 
