@@ -158,8 +158,10 @@ espalier serve -c soft.toml > /tmp/soft.log 2>&1 &
 soft=$!
 if wait_for /tmp/soft.log "worker(s) serving" 60; then
   home=$(awk '/started: pid/ {print $8; exit}' /tmp/soft.log)
-  # Emulated CPUs get uneven time from the host, so a second round of load is allowed.
-  for attempt in 1 2; do
+  # Emulated CPUs get uneven time from the host (the home node is not always saturated, nor
+  # the others idle, within one round: 2 of 4 runs here needed more), so three rounds of load
+  # are allowed.
+  for attempt in 1 2 3; do
     espalier bench -d 15s -c 16 -t 2 --cpus 6-7 "http://127.0.0.1:8081/cpu?ms=200" > /tmp/soft-bench.txt 2>&1 &
     load=$!
     wait_for /tmp/soft.log "widened to nodes" 25; widened=$?

@@ -15,7 +15,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${ESPALIER_QEMU_CACHE:-$ROOT/target/qemu}
-TIMEOUT=${TIMEOUT:-240}
+TIMEOUT=${TIMEOUT:-300}
 mkdir -p "$CACHE"
 cannot() { echo "QEMU-HARNESS: CANNOT RUN: $*" >&2; exit 3; }
 
