@@ -46,7 +46,7 @@ impl ThreadService {
             Decided::Answer(outcome) => return answer_outcome(outcome, resp),
             Decided::App { app, normal } => {
                 let site = ctx.site.and_then(|id| self.site(id));
-                let Some(app) = site.and_then(|s| s.apps.get(usize::from(*app))) else {
+                let Some(app) = site.and_then(|s| s.apps.get(*app)) else {
                     resp.error(500);
                     return Reply::Done;
                 };

@@ -102,7 +102,7 @@ impl ThreadService {
             Cow::Owned(path) => Some(path.into()),
         };
         let decided = Decided::App {
-            app: k as u16,
+            app: k,
             normal,
         };
         let mut ctx = self.context(site, s, Some(app), tls, decided, rewrite.clone());
