@@ -31,8 +31,9 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// How many of an app's last output lines are kept, to explain a crash.
 const TAIL_LINES: usize = 8;
 
-/// How long an exited app's last output is waited for before its exit is told (its pipe is
-/// at its end at once, unless a child of the app holds it).
+/// How long the master waits, at most, for the last output of the apps it reaps in one pass
+/// (a pipe is at its end at once, unless a child of the app holds it): one budget for the
+/// pass, not one per app, so a hundred apps crashing together stall it 200 ms, not 20 s.
 pub const LAST_WORDS: Duration = Duration::from_millis(200);
 
 /// An app process's last lines of output (stdout and stderr), newest last.
@@ -53,11 +54,12 @@ impl Tail {
         lines.iter().cloned().collect()
     }
 
-    /// The last lines once the app's streams are read to their end, or `within` has passed
+    /// The last lines once the app's streams are read to their end, or `until` has come
     /// (a child of the app may hold them open). An exited app's last words may still be in
     /// its pipe when its exit is reaped: read before it, they were missing from the log.
-    pub fn last_words(&self, within: Duration) -> Vec<String> {
+    pub fn last_words(&self, until: std::time::Instant) -> Vec<String> {
         let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let within = until.saturating_duration_since(std::time::Instant::now());
         let _ = self
             .closed
             .wait_timeout_while(open, within, |open| *open > 0);
@@ -341,7 +343,7 @@ mod tests {
             "test".into(),
             Arc::clone(&tail),
         );
-        let said = tail.last_words(Duration::from_secs(30));
+        let said = tail.last_words(std::time::Instant::now() + Duration::from_secs(30));
         assert_eq!(said, ["cannot reach the database"]);
         child.wait().unwrap();
     }

@@ -73,6 +73,8 @@ impl Supervisor {
     /// Start-up: readiness of the apps, and an app or worker that died before being ready
     /// stops `serve` with the reason (as a worker that reports an error does).
     pub(super) fn startup_tick(&mut self) -> Result<(), String> {
+        // What this pass may wait for exited apps' last words, all of them together.
+        let words_until = std::time::Instant::now() + crate::server::app::LAST_WORDS;
         while let Some((pid, status)) = crate::os::process::reap_child() {
             let Some(i) = self
                 .slots
@@ -96,7 +98,7 @@ impl Supervisor {
                 .and_then(|p| p.app.as_ref())
                 .map(|a| {
                     a.output
-                        .last_words(crate::server::app::LAST_WORDS)
+                        .last_words(words_until)
                         .join(" | ")
                 })
                 .filter(|t| !t.is_empty())

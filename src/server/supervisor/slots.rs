@@ -285,6 +285,8 @@ impl Supervisor {
     }
 
     fn reap_each(&mut self, republish: &mut Vec<usize>) {
+        // What this pass may wait for crashed apps' last words, all of them together.
+        let words_until = Instant::now() + crate::server::app::LAST_WORDS;
         while let Some((pid, status)) = os::process::reap_child() {
             let now = Instant::now();
             if let Some(k) = self.retiring.iter().position(|(_, p)| p.pid == pid) {
@@ -320,7 +322,7 @@ impl Supervisor {
                 if !proc_.life.is_stopping() {
                     // Its last words may still be in its pipe: a short, bounded wait for
                     // them, on a crash only.
-                    let tail = app.output.last_words(crate::server::app::LAST_WORDS);
+                    let tail = app.output.last_words(words_until);
                     if !tail.is_empty() {
                         let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
                         log(
