@@ -101,10 +101,7 @@ impl ThreadService {
             Cow::Borrowed(_) => None,
             Cow::Owned(path) => Some(path.into()),
         };
-        let decided = Decided::App {
-            app: k,
-            normal,
-        };
+        let decided = Decided::App { app: k, normal };
         let mut ctx = self.context(site, s, Some(app), tls, decided, rewrite.clone());
         for step in s.chain.after.iter() {
             let admitted = match step {

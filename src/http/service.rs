@@ -81,7 +81,10 @@ pub enum Decided {
     NoSite,
     /// Its site's path number `app` (the service's numbering) answers it, on the path in
     /// normal form `normal` (`None`: the target's own path is in normal form).
-    App { app: usize, normal: Option<Rc<[u8]>> },
+    App {
+        app: usize,
+        normal: Option<Rc<[u8]>>,
+    },
     /// espalier's own answer for this status (404 for no path, 400 for a path that cannot
     /// be put in normal form, 421 for another pool's path on a connection that cannot move).
     Status(u16),

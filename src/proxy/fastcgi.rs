@@ -307,10 +307,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         let asked = std::time::Instant::now();
         match read_record(&mut conn, timeout).await {
             Ok(first) => {
-                report
-                    .upstream_micros
-                    .set(Some(asked.elapsed().as_micros() as u64));
-                route.answered(&endpoint);
+                route.answered(&endpoint, report, asked);
                 return Ok(Asked {
                     endpoint,
                     conn,
@@ -399,26 +396,19 @@ fn client_head(
     } else {
         Then::Close
     };
-    let mut out = Vec::with_capacity(512);
-    {
-        // Borrowed and let go before any write: the clock's own task refreshes the lines.
-        let common = own.clock.common();
-        let head = Head {
-            status,
-            reason: "",
-            client_minor: req.client_minor,
-            plan,
-            compressing: encoder.is_some(),
-            to_client: to_client.clone(),
-            then,
-            edits: own.fields,
-            common: &common,
-            listed: None,
-        };
-        head.write(fields, &mut out);
-    }
-    let relay = Relay {
+    let head = Head {
+        status,
+        reason: "",
+        client_minor: req.client_minor,
+        plan,
+        compressing: encoder.is_some(),
         to_client,
+        then,
+        listed: None,
+    };
+    let out = own.head(&head, fields);
+    let relay = Relay {
+        to_client: head.to_client,
         then,
         encoder,
     };

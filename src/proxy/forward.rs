@@ -218,28 +218,21 @@ fn client_head(
         _ => None,
     };
     let (to_client, then) = client_framing(answer, req, fields, encoder.is_some());
-    let mut out = Vec::with_capacity(512);
-    {
-        // Borrowed and let go before any write: the clock's own task refreshes the lines.
-        let common = own.clock.common();
-        let head = Head {
-            status: answer.status,
-            reason: answer.reason,
-            client_minor: req.client_minor,
-            plan,
-            compressing: encoder.is_some(),
-            to_client: to_client.clone(),
-            then,
-            edits: own.fields,
-            common: &common,
-            listed: Some(&answer.listed),
-        };
-        head.write(fields, &mut out);
-    }
+    let head = Head {
+        status: answer.status,
+        reason: answer.reason,
+        client_minor: req.client_minor,
+        plan,
+        compressing: encoder.is_some(),
+        to_client,
+        then,
+        listed: Some(&answer.listed),
+    };
+    let out = own.head(&head, fields);
     let relay = Relay {
         kind: answer.kind,
         upstream_closes: answer.upstream_closes,
-        to_client,
+        to_client: head.to_client,
         then,
         encoder,
     };
@@ -406,10 +399,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         let asked = std::time::Instant::now();
         let cause = match read_head(&mut conn, &mut ubuf, clock, response_timeout).await {
             Ok(head_len) => {
-                report
-                    .upstream_micros
-                    .set(Some(asked.elapsed().as_micros() as u64));
-                route.answered(&endpoint);
+                route.answered(&endpoint, report, asked);
                 return Ok(Asked {
                     endpoint,
                     conn,

@@ -54,19 +54,23 @@ pub(super) struct Head<'a> {
     pub compressing: bool,
     pub to_client: ToClient,
     pub then: Then,
-    /// The site's and path's field edits.
-    pub edits: Option<&'a FieldEdits>,
-    /// The thread's common lines: `Server`, `Date`, and the worker line with `worker_header`.
-    pub common: &'a [u8],
     /// The app's `Connection` tokens when the forwarder has read them already.
     pub listed: Option<&'a [&'a str]>,
 }
 
 impl Head<'_> {
-    /// Writes the head, with the app's `fields`, to `out`.
-    pub fn write(&self, fields: &[httparse::Header<'_>], out: &mut Vec<u8>) {
+    /// Writes the head, with the app's `fields`, to `out`: `common` are the thread's common
+    /// lines (`Server`, `Date`, and the worker line with `worker_header`), `edits` the site's
+    /// and path's field edits.
+    pub fn write(
+        &self,
+        fields: &[httparse::Header<'_>],
+        common: &[u8],
+        edits: Option<&FieldEdits>,
+        out: &mut Vec<u8>,
+    ) {
         let seen = Seen::of(fields);
-        let removed = |name: &[u8]| self.edits.is_some_and(|e| e.removes(name));
+        let removed = |name: &[u8]| edits.is_some_and(|e| e.removes(name));
         out.extend_from_slice(b"HTTP/1.1 ");
         out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
         out.push(b' ');
@@ -78,10 +82,10 @@ impl Head<'_> {
         out.extend_from_slice(b"\r\n");
         // espalier's lines, but for a `Server` or `Date` the app sent or the site removes (as
         // they are when neither: the usual case costs one copy).
-        if !seen.server && !seen.date && self.edits.is_none() {
-            out.extend_from_slice(self.common);
+        if !seen.server && !seen.date && edits.is_none() {
+            out.extend_from_slice(common);
         } else {
-            let (server, date, rest) = crate::http::clock::split_common(self.common);
+            let (server, date, rest) = crate::http::clock::split_common(common);
             if !seen.server && !removed(b"server") {
                 out.extend_from_slice(server);
             }
@@ -89,7 +93,7 @@ impl Head<'_> {
                 out.extend_from_slice(date);
             }
             // The worker line, if any: a site may remove it.
-            if !rest.is_empty() && self.edits.is_none_or(|e| !e.removes(b"x-espalier-worker")) {
+            if !rest.is_empty() && !removed(b"x-espalier-worker") {
                 out.extend_from_slice(rest);
             }
         }
@@ -121,7 +125,7 @@ impl Head<'_> {
         if let (true, Plan::Compress(c)) = (self.compressing, self.plan) {
             push(out, "Content-Encoding", c.token().as_bytes());
         }
-        if let Some(e) = self.edits {
+        if let Some(e) = edits {
             e.add_missing(out, |name| {
                 !e.removes(name)
                     && fields
@@ -215,6 +219,8 @@ fn push(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 mod tests {
     use super::*;
 
+    const COMMON: &[u8] = b"Server: espalier\r\nDate: Fri, 27 Nov 2026 10:00:00 GMT\r\n";
+
     fn head(to_client: ToClient, then: Then, minor: u8) -> Head<'static> {
         Head {
             status: 200,
@@ -224,19 +230,26 @@ mod tests {
             compressing: false,
             to_client,
             then,
-            edits: None,
-            common: b"Server: espalier\r\nDate: Fri, 27 Nov 2026 10:00:00 GMT\r\n",
             listed: None,
         }
     }
 
     fn written(h: &Head<'_>, fields: &[(&'static str, &'static [u8])]) -> String {
+        written_with(h, fields, COMMON, None)
+    }
+
+    fn written_with(
+        h: &Head<'_>,
+        fields: &[(&'static str, &'static [u8])],
+        common: &[u8],
+        edits: Option<&FieldEdits>,
+    ) -> String {
         let fields: Vec<httparse::Header<'static>> = fields
             .iter()
             .map(|(name, value)| httparse::Header { name, value })
             .collect();
         let mut out = Vec::new();
-        h.write(&fields, &mut out);
+        h.write(&fields, common, edits, &mut out);
         String::from_utf8(out).unwrap()
     }
 
@@ -282,10 +295,13 @@ mod tests {
             ["server".into(), "x-frame-options".into()].into(),
         );
         let common = b"Server: espalier\r\nDate: Fri, 27 Nov 2026 10:00:00 GMT\r\nX-Espalier-Worker: p/0/cpu0\r\n";
-        let mut h = head(ToClient::Length(0), Then::KeepAlive, 1);
-        h.edits = Some(&edits);
-        h.common = common;
-        let text = written(&h, &[("Date", b"Fri, 27 Nov 2026 09:59:59 GMT")]);
+        let h = head(ToClient::Length(0), Then::KeepAlive, 1);
+        let text = written_with(
+            &h,
+            &[("Date", b"Fri, 27 Nov 2026 09:59:59 GMT")],
+            common,
+            Some(&edits),
+        );
         assert_eq!(
             text,
             "HTTP/1.1 200 OK\r\nX-Espalier-Worker: p/0/cpu0\r\nDate: Fri, 27 Nov 2026 09:59:59 GMT\r\nX-Frame-Options: DENY\r\nContent-Length: 0\r\n\r\n"

@@ -140,8 +140,17 @@ impl ProxyRoute {
         }
     }
 
-    /// `endpoint` answered: its run of timeouts, if any, is over.
-    pub(super) fn answered(&self, endpoint: &Endpoint) {
+    /// `endpoint` answered a request sent at `asked`: its wait goes to the access log's
+    /// `report`, and its run of timeouts, if any, is over.
+    pub(super) fn answered(
+        &self,
+        endpoint: &Endpoint,
+        report: &crate::http::access_log::Report,
+        asked: std::time::Instant,
+    ) {
+        report
+            .upstream_micros
+            .set(Some(asked.elapsed().as_micros() as u64));
         let mut silent = self.silent.borrow_mut();
         if !silent.is_empty() {
             silent.retain(|(e, _)| e != endpoint);

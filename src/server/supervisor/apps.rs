@@ -96,11 +96,7 @@ impl Supervisor {
             let said = exited
                 .as_ref()
                 .and_then(|p| p.app.as_ref())
-                .map(|a| {
-                    a.output
-                        .last_words(words_until)
-                        .join(" | ")
-                })
+                .map(|a| a.output.last_words(words_until).join(" | "))
                 .filter(|t| !t.is_empty())
                 .map_or(String::new(), |t| format!("; it said: {t}"));
             let what = if slot.app.is_some() { "app" } else { "worker" };
