@@ -37,14 +37,12 @@ fn behind_a_slow_request(
         let mut h2 = h2c(port).await;
         let slow_url = format!("http://{}{}", slow.0, slow_h2);
         let in_flight = h2_get(&mut h2, &slow_url).await;
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !arrived(&slow_h2) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{slow_url} never reached its app"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for_async(
+            "the slow stream at its app",
+            Duration::from_secs(30),
+            || arrived(&slow_h2),
+        )
+        .await;
         for &(host, path, status) in fast {
             let url = format!("http://{host}{}", h2_path(path));
             let answer = h2_get(&mut h2, &url).await.await.unwrap();

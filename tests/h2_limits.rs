@@ -110,16 +110,12 @@ fn zero_window_clients_with(
         // Once the server has taken every stream in (each counted in /status) and answered
         // as far as the windows let it.
         let every = taken + (connections * streams) as u64;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while server.requests_taken() < every {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the server took {} of {} streams",
-                server.requests_taken() - taken,
-                every - taken
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        wait_for_async(
+            "the server taking every stream",
+            std::time::Duration::from_secs(60),
+            || server.requests_taken() >= every,
+        )
+        .await;
         during();
         drop(responses);
         drop(senders);

@@ -19,16 +19,7 @@ fn worker_of(r: &Response) -> String {
 /// Whether `pool` sleeps with none of its processes left, draining ones included: a front
 /// still draining takes what was queued for it, so only then does the next visitor wake it.
 fn asleep_and_gone(server: &Server, pool: &str) -> bool {
-    let status = server.status();
-    let p = status
-        .pools
-        .iter()
-        .find(|p| p.name == pool)
-        .expect("the pool");
-    p.state == PoolState::Idle
-        && p.workers
-            .iter()
-            .all(|w| w.pid.is_none() && w.draining.is_empty())
+    server.pool_gone(pool, PoolState::Idle)
 }
 
 fn state_of(server: &Server, pool: &str) -> (PoolState, Vec<(WorkerState, Option<u32>)>) {

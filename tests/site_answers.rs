@@ -382,15 +382,7 @@ pool = "app"
     server.wait_until(
         "the pool stopped",
         std::time::Duration::from_secs(30),
-        |s| {
-            s.status().pools.iter().any(|p| {
-                p.name == "app"
-                    && p.state == espalier::server::status::PoolState::Stopped
-                    && p.workers
-                        .iter()
-                        .all(|w| w.pid.is_none() && w.draining.is_empty())
-            })
-        },
+        |s| s.pool_gone("app", espalier::server::status::PoolState::Stopped),
     );
     let r = get(at(app), "/", "");
     assert_eq!(

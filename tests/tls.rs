@@ -474,14 +474,10 @@ pool = "one"
         let slow = h2_get(&mut h2, "https://a.test/slow-a").await;
         // In flight: the app has it.
         let seen = d.join("seen.log");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !recorded(&seen).iter().any(|p| p == "/slow-a") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "/slow-a never reached the app"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for_async("/slow-a at the app", Duration::from_secs(30), || {
+            recorded(&seen).iter().any(|p| p == "/slow-a")
+        })
+        .await;
         for _ in 0..2 {
             let b = h2_get(&mut h2, "https://b.test/fast-b")
                 .await

@@ -226,13 +226,7 @@ fn wordpress_from_debian_serves_pretty_urls_and_its_assets_over_https_and_http2(
     assert_eq!(code, 200);
     // Once its workers are gone (they finish what they hold first, as a graceful stop does).
     server.wait_until("the pool stopped", Duration::from_secs(60), |s| {
-        s.status().pools.iter().any(|p| {
-            p.name == "wordpress"
-                && p.state == espalier::server::status::PoolState::Stopped
-                && p.workers
-                    .iter()
-                    .all(|w| w.pid.is_none() && w.draining.is_empty())
-        })
+        s.pool_gone("wordpress", espalier::server::status::PoolState::Stopped)
     });
     let r = get_host(plain_addr, "localhost", "/");
     assert_eq!(r.status, 503);

@@ -194,15 +194,39 @@ impl ResponseStep {
 /// Whether `key` (a site's or a path's) configures a step that acts on requests: such a key
 /// cannot act on a path whose application accepts its connections itself.
 pub fn acts_on_requests(key: &str) -> bool {
-    let request = RequestStep::ORDER
-        .iter()
-        .filter(|s| s.reach() == Reach::Request)
-        .flat_map(|s| s.keys());
+    steps().any(|s| s.reach == Reach::Request && s.keys.contains(&key))
+}
+
+/// One step of either chain, as the reference and `check` read it.
+struct StepRow {
+    /// Its place: `1`… in the request chain, `r1`… in the response chain.
+    place: String,
+    name: &'static str,
+    keys: &'static [&'static str],
+    reach: Reach,
+    what: &'static str,
+}
+
+/// Every step, the request chain's then the response chain's, in order.
+fn steps() -> impl Iterator<Item = StepRow> {
+    let request = RequestStep::ORDER.iter().enumerate().map(|(k, s)| StepRow {
+        place: (k + 1).to_string(),
+        name: s.name(),
+        keys: s.keys(),
+        reach: s.reach(),
+        what: s.what(),
+    });
     let response = ResponseStep::ORDER
         .iter()
-        .filter(|s| s.reach() == Reach::Request)
-        .flat_map(|s| s.keys());
-    request.chain(response).any(|k| *k == key)
+        .enumerate()
+        .map(|(k, s)| StepRow {
+            place: format!("r{}", k + 1),
+            name: s.name(),
+            keys: s.keys(),
+            reach: s.reach(),
+            what: s.what(),
+        });
+    request.chain(response)
 }
 
 /// The keys of a site or path that configure no step: the listening socket's and the
@@ -233,23 +257,15 @@ pub fn reference_table() -> String {
         }
     };
     let mut table = String::from("| # | step | keys | what it does |\n|---|---|---|---|\n");
-    for (k, s) in RequestStep::ORDER.iter().enumerate() {
-        table.push_str(&format!(
+    for s in steps() {
+        let row = format!(
             "| {} | {} | {} | {} |\n",
-            k + 1,
-            s.name(),
-            keys(s.keys()),
-            s.what()
-        ));
-    }
-    for (k, s) in ResponseStep::ORDER.iter().enumerate() {
-        table.push_str(&format!(
-            "| r{} | {} | {} | {} |\n",
-            k + 1,
-            s.name(),
-            keys(s.keys()),
-            s.what()
-        ));
+            s.place,
+            s.name,
+            keys(s.keys),
+            s.what
+        );
+        table.push_str(&row);
     }
     table
 }

@@ -155,6 +155,16 @@ pub fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// [`wait_for`] inside an async test: `ok` polled every 20 ms on the test's runtime, whose
+/// other tasks (the client's connections) go on meanwhile.
+pub async fn wait_for_async(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The paths a test app with `RECORD` set was asked for, in order (see tests/apps/test_app.py).
 pub fn recorded(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
@@ -381,6 +391,18 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether `pool` is in `state` with none of its processes left, draining ones included
+    /// (a stopping or sleeping pool's workers finish what they hold first).
+    pub fn pool_gone(&self, pool: &str, state: espalier::server::status::PoolState) -> bool {
+        self.status().pools.iter().any(|p| {
+            p.name == pool
+                && p.state == state
+                && p.workers
+                    .iter()
+                    .all(|w| w.pid.is_none() && w.draining.is_empty())
+        })
     }
 
     /// Requests the workers have taken so far, as `/status` reports them (at the workers'
