@@ -1,13 +1,15 @@
 //! The processing order: every site feature as a step of one request chain or one response
-//! chain, in the order they run, with the keys that turn each on and where it can act.
+//! chain, in the order they run, with the keys that turn each on.
 //!
-//! Owns: that order ([`RequestStep::ORDER`], [`ResponseStep::ORDER`]), each step's keys and
-//! reach, and the README's table of them ([`reference_table`], which a test holds equal to
+//! Owns: that order ([`RequestStep::ORDER`], [`ResponseStep::ORDER`]), each step's keys, and
+//! the README's table of them ([`reference_table`], which a test holds equal to
 //! the README's). The order is written here once: each worker thread compiles a site's
 //! request chain by walking [`RequestStep::ORDER`] (see `crate::handlers::chain`), and
 //! `check` refuses, on a path whose application accepts its connections itself, every key of
-//! a step that needs to see the request ([`acts_on_requests`]) — derived from the steps, not
-//! from a list kept beside them. Must not touch: what a step does to a request (its code
+//! a step ([`acts_on_requests`]) — derived from the steps, not from a list kept beside them.
+//! Every step acts on a request espalier reads, so none can run where the app accepts the
+//! connections; what acts on the listening socket or the connection alone (bindings, TLS,
+//! the PROXY header) is no step ([`CONNECTION_KEYS`]). Must not touch: what a step does to a request (its code
 //! lives beside its data: `crate::routing::{rules, access, limits, auth}`, the handlers'
 //! answers, `crate::http`'s response edits).
 //!
@@ -28,7 +30,7 @@
 //!    keys (`FieldEdits::of`), and applied to a head;
 //! 2. its keys — `config/raw.rs` (`headers`, `hsts`), `config/validate/site.rs` (checked),
 //!    `config/site.rs` (the typed field, and its line in `keys()`);
-//! 3. its line here — `ResponseStep::Headers`, with its keys, reach and sentence (the README
+//! 3. its line here — `ResponseStep::Headers`, with its keys and sentence (the README
 //!    table and `check`'s activation refusals follow from it);
 //! 4. the hooks that run it: where the request chain makes the context
 //!    (`handlers/route.rs`, the site's or path's edits into `RequestCtx::fields`), and the
@@ -39,14 +41,6 @@
 //! (limit, allow/deny, errors, metrics, compress) took changes in 13 to 22 files. A request step is the same with an arm in `handlers/route.rs` in place of
 //! the writers' lines (its verdict goes into the context). The README table follows from
 //! this file (`cargo test` says when it differs).
-
-/// Where a step acts, which decides where it can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reach {
-    /// On each request espalier reads: nowhere on a path whose application accepts its
-    /// connections itself (`transport = "activation"`).
-    Request,
-}
 
 /// A step of the request chain, in the order they run ([`Self::ORDER`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,11 +108,6 @@ impl RequestStep {
         }
     }
 
-    /// Where it acts.
-    pub fn reach(self) -> Reach {
-        Reach::Request
-    }
-
     /// What it does, one sentence for the reference.
     pub fn what(self) -> &'static str {
         match self {
@@ -175,11 +164,6 @@ impl ResponseStep {
         }
     }
 
-    /// Where it acts.
-    pub fn reach(self) -> Reach {
-        Reach::Request
-    }
-
     /// What it does, one sentence for the reference.
     pub fn what(self) -> &'static str {
         match self {
@@ -194,7 +178,7 @@ impl ResponseStep {
 /// Whether `key` (a site's or a path's) configures a step that acts on requests: such a key
 /// cannot act on a path whose application accepts its connections itself.
 pub fn acts_on_requests(key: &str) -> bool {
-    steps().any(|s| s.reach == Reach::Request && s.keys.contains(&key))
+    steps().any(|s| s.keys.contains(&key))
 }
 
 /// One step of either chain, as the reference and `check` read it.
@@ -203,7 +187,6 @@ struct StepRow {
     place: String,
     name: &'static str,
     keys: &'static [&'static str],
-    reach: Reach,
     what: &'static str,
 }
 
@@ -213,7 +196,6 @@ fn steps() -> impl Iterator<Item = StepRow> {
         place: (k + 1).to_string(),
         name: s.name(),
         keys: s.keys(),
-        reach: s.reach(),
         what: s.what(),
     });
     let response = ResponseStep::ORDER
@@ -223,7 +205,6 @@ fn steps() -> impl Iterator<Item = StepRow> {
             place: format!("r{}", k + 1),
             name: s.name(),
             keys: s.keys(),
-            reach: s.reach(),
             what: s.what(),
         });
     request.chain(response)
