@@ -236,9 +236,9 @@ fn proxied_streams_a_client_never_reads_stop_the_app_not_fill_the_worker() {
 /// closed). A thread compresses at most `MAX_COMPRESSING` answers at once; the rest go as
 /// they are, so the front grows by about what plain answers cost, and gives it back. Measured
 /// once the server has taken all 1920 streams (it was read at a fixed 3 s mark before, when
-/// part of them were in: +59 MiB): +127 MiB here, 66 KiB a stream — a stalled lent stream
-/// costs 55 KiB uncompressed (the test above) — and given back; the bound is 100 KiB a
-/// stream, far below the 655 MiB the encoders held.
+/// part of them were in: +59 MiB): +127 MiB of the front's VmRSS (from /proc) here, 66 KiB
+/// a stream — a stalled lent stream costs 55 KiB uncompressed (the test above) — and given
+/// back; the bound is 100 KiB a stream, far below the 655 MiB the encoders held.
 #[test]
 fn compressed_answers_on_streams_a_client_never_reads_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
