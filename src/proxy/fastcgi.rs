@@ -406,7 +406,7 @@ fn client_head(
         then,
         listed: None,
     };
-    let out = own.head(&head, fields);
+    let out = head.for_client(fields, own);
     let relay = Relay {
         to_client: head.to_client,
         then,

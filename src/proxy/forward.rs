@@ -228,7 +228,7 @@ fn client_head(
         then,
         listed: Some(&answer.listed),
     };
-    let out = own.head(&head, fields);
+    let out = head.for_client(fields, own);
     let relay = Relay {
         kind: answer.kind,
         upstream_closes: answer.upstream_closes,

@@ -59,6 +59,19 @@ pub(super) struct Head<'a> {
 }
 
 impl Head<'_> {
+    /// The client's head, with the app's `fields`, for a lent connection's request: its
+    /// thread's common lines and its site's field edits from `own`.
+    pub fn for_client(
+        &self,
+        fields: &[httparse::Header<'_>],
+        own: &super::wire::OwnAnswers<'_>,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity(512);
+        // The clock's lines borrowed for this statement only: its task refreshes them.
+        self.write(fields, &own.clock.common(), own.fields, &mut out);
+        out
+    }
+
     /// Writes the head, with the app's `fields`, to `out`: `common` are the thread's common
     /// lines (`Server`, `Date`, and the worker line with `worker_header`), `edits` the site's
     /// and path's field edits.

@@ -199,15 +199,6 @@ impl OwnAnswers<'_> {
         }
     }
 
-    /// The client's head for an app's answer `head` with its `fields`: the thread's common
-    /// lines and the site's field edits applied by the one head writer.
-    pub fn head(&self, head: &super::head::Head<'_>, fields: &[httparse::Header<'_>]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(512);
-        // The clock's lines borrowed for this statement only: its task refreshes them.
-        head.write(fields, &self.clock.common(), self.fields, &mut out);
-        out
-    }
-
     /// Whether an app's own answer with `status` is to be replaced by the site's page.
     pub fn replaces(&self, status: u16) -> bool {
         status >= 400
