@@ -33,14 +33,19 @@
 //! 3. its line here — `ResponseStep::Headers`, with its keys and sentence (the README
 //!    table and `check`'s activation refusals follow from it);
 //! 4. the hooks that run it: where the request chain makes the context
-//!    (`handlers/route.rs`, the site's or path's edits into `RequestCtx::fields`), and the
-//!    two writers that apply response steps — espalier's own answers (`handlers/answer.rs`,
-//!    `proxy/wire.rs`'s `OwnAnswers`) and apps' answers (`proxy/head.rs`) — a line each.
+//!    (`handlers/route.rs`, the site's or path's edits into `RequestCtx::fields`), and its
+//!    line in the one response writer's `http::Responder::site_steps`, which every answer
+//!    goes through — espalier's own (`handlers/answer.rs`, `proxy/wire.rs`'s `OwnAnswers`)
+//!    and apps' heads (`proxy/head.rs`).
 //!
-//! Five files of its own and four one-line hooks, where each feature added before the chain
-//! (limit, allow/deny, errors, metrics, compress) took changes in 13 to 22 files. A request step is the same with an arm in `handlers/route.rs` in place of
-//! the writers' lines (its verdict goes into the context). The README table follows from
-//! this file (`cargo test` says when it differs).
+//! Five files of its own and two one-line hooks, where each feature added before the chain
+//! (limit, allow/deny, errors, metrics, compress) took changes in 13 to 22 files. A request
+//! step is the same with an arm in `handlers/route.rs` in place of the writer's line (its
+//! verdict goes into the context). Compression is decided before the head is written, since
+//! what it changes is the body (a static file's coding is chosen among its cached variants,
+//! an app's by `proxy::encode`'s plan), and a static file's cache time (the answer step's
+//! `cache`) is in the head cached with the file, so a request pays a copy for both. The
+//! README table follows from this file (`cargo test` says when it differs).
 
 /// A step of the request chain, in the order they run ([`Self::ORDER`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

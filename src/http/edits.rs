@@ -1,7 +1,6 @@
 //! The `headers` response step (and `hsts`): fields removed from the answer, then whole
-//! lines added where the answer has no field of that name — on espalier's own answers
-//! ([`super::Responder::edit_fields`]) and, by the proxy's head writer, on the answers of
-//! applications.
+//! lines added where the answer has no field of that name — on every answer, by the one
+//! response writer ([`super::Responder::site_steps`]): espalier's own and applications'.
 //!
 //! Owns: [`FieldEdits`]: made once per thread from a site's (or path's) keys
 //! ([`FieldEdits::of`]), and applied to a formatted HTTP/1.1 head. The feature is this file,
@@ -80,14 +79,14 @@ impl FieldEdits {
     }
 
     /// Whether a field of the answer named `name` is taken out.
-    pub fn removes(&self, name: &[u8]) -> bool {
+    fn removes(&self, name: &[u8]) -> bool {
         self.removed
             .iter()
             .any(|r| r.as_bytes().eq_ignore_ascii_case(name))
     }
 
     /// The added lines whose names `present` says the answer lacks, appended to `out`.
-    pub fn add_missing(&self, out: &mut Vec<u8>, mut present: impl FnMut(&[u8]) -> bool) {
+    fn add_missing(&self, out: &mut Vec<u8>, mut present: impl FnMut(&[u8]) -> bool) {
         for line in self.added.split_inclusive(|&b| b == b'\n') {
             let name = line.split(|&b| b == b':').next().unwrap_or_default();
             if !present(name) {

@@ -549,7 +549,13 @@ fn responder_writes_heads() {
     assert_eq!(out, b"HTTP/1.1 200 OK\r\nServer: espalier\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nhi");
     let mut out = Vec::new();
     Responder::new(&mut out, b"", true, 0, true).simple(404, "text/plain", b"gone");
-    assert_eq!(out, b"HTTP/1.0 404 Not Found\r\nConnection: keep-alive\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n", "HEAD has no body");
+    assert_eq!(out, b"HTTP/1.1 404 Not Found\r\nConnection: keep-alive\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\n", "HEAD has no body; an HTTP/1.0 client reads 1.1 as 1.0");
+    let mut out = Vec::new();
+    Responder::new(&mut out, b"", false, 0, false).error(400);
+    assert!(
+        out.starts_with(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n"),
+        "closing is said to HTTP/1.0 clients too"
+    );
 }
 
 #[test]

@@ -1,21 +1,24 @@
-//! The head of an app's answer as its client gets it: one writer for both forwarders — an
-//! HTTP app's response head and a FastCGI app's CGI header block go out through the same
-//! steps, so an answer carries the same lines whichever way its app speaks.
+//! The head of an app's answer as its client gets it, for both forwarders — an HTTP app's
+//! response head and a FastCGI app's CGI header block go out through espalier's one response
+//! writer ([`crate::http::Responder`]), so an answer carries the same lines whichever way its
+//! app speaks, and the same as espalier's own answers.
 //!
-//! Owns: the response steps on an app's answer head, in the order of
-//! [`crate::config::chain::ResponseStep::ORDER`] (the site's error page for an app's error
-//! comes first and is the forwarders' [`super::wire::OwnAnswers`]): the app's fields with
-//! what a hop drops taken out and the site's removals applied; espalier's `Server` and
-//! `Date` where the app sent none, and the worker line; what compression changes (`Vary`,
-//! `Content-Encoding`, a weak `ETag`); the site's added fields; then the framing and
-//! `Connection` the client gets. Always `HTTP/1.1` on the status line, as RFC 9110 §2.5 asks
-//! of a server (an HTTP/1.0 client reads it as 1.0). Must not touch: the app's wire (the
-//! forwarders read it) or the body (relayed after).
+//! Owns: what of an app's head reaches the client: its fields with what a hop drops taken
+//! out (hop-by-hop fields, those its `Connection` names, CGI's `Status`, its framing), what
+//! compression changes (`Vary`, `Content-Encoding`, a weak `ETag`), and the framing the
+//! relay gives the body ([`ToClient`]). The status line, espalier's `Server`/`Date`/worker
+//! lines where the app sent none, `Connection`, and the site's response steps (field edits)
+//! are the writer's. The site's page for an app's error is decided before this
+//! ([`super::wire::OwnAnswers::replaces`]). Must not touch: the app's wire (the forwarders
+//! read it) or the body (relayed after).
 
 use super::encode::{self, Plan};
 use super::request::{connection_tokens, named_hop, HOP_BY_HOP};
 use crate::http::edits::FieldEdits;
+use crate::http::{Responder, Sent};
 use std::borrow::Cow;
+
+pub(super) use crate::http::Then;
 
 /// How the body reaches the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,15 +34,6 @@ pub(super) enum ToClient {
     AsApp(String),
     /// Until the connection closes (an HTTP/1.0 client without a length).
     UntilClose,
-}
-
-/// What the connection does after the answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Then {
-    KeepAlive,
-    Close,
-    /// A `101 Switching Protocols`: the connection becomes the app's tunnel.
-    Upgrade,
 }
 
 /// An app's answer head, as the client is to get it.
@@ -83,33 +77,10 @@ impl Head<'_> {
         out: &mut Vec<u8>,
     ) {
         let seen = Seen::of(fields);
-        let removed = |name: &[u8]| edits.is_some_and(|e| e.removes(name));
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
-        out.push(b' ');
-        let reason = match self.reason {
-            "" => crate::http::reason(self.status),
-            r => r,
-        };
-        out.extend_from_slice(reason.as_bytes());
-        out.extend_from_slice(b"\r\n");
-        // espalier's lines, but for a `Server` or `Date` the app sent or the site removes (as
-        // they are when neither: the usual case costs one copy).
-        if !seen.server && !seen.date && edits.is_none() {
-            out.extend_from_slice(common);
-        } else {
-            let (server, date, rest) = crate::http::clock::split_common(common);
-            if !seen.server && !removed(b"server") {
-                out.extend_from_slice(server);
-            }
-            if !seen.date && !removed(b"date") {
-                out.extend_from_slice(date);
-            }
-            // The worker line, if any: a site may remove it.
-            if !rest.is_empty() && !removed(b"x-espalier-worker") {
-                out.extend_from_slice(rest);
-            }
-        }
+        let mark = out.len();
+        // `head_only` is the relay's to honour: this writes the head alone.
+        let mut resp = Responder::new(out, common, true, self.client_minor, false).then(self.then);
+        resp.status_line(self.status, self.reason, seen.sent);
         // The app's `Connection` tokens, read only when it sent one (and the forwarder has not).
         let read;
         let listed = match self.listed {
@@ -121,48 +92,31 @@ impl Head<'_> {
             None => &[],
         };
         for f in fields {
-            let Some(value) = self.value(f, listed) else {
-                continue;
-            };
-            if removed(f.name.as_bytes()) {
-                continue;
+            if let Some(value) = self.value(f, listed) {
+                resp.field(f.name.as_bytes(), &value);
             }
-            out.extend_from_slice(f.name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(&value);
-            out.extend_from_slice(b"\r\n");
         }
         if self.plan != Plan::AsIs && !seen.vary {
-            out.extend_from_slice(b"Vary: Accept-Encoding\r\n");
+            resp.header("Vary", "Accept-Encoding");
         }
         if let (true, Plan::Compress(c)) = (self.compressing, self.plan) {
-            push(out, "Content-Encoding", c.token().as_bytes());
-        }
-        if let Some(e) = edits {
-            e.add_missing(out, |name| {
-                !e.removes(name)
-                    && fields
-                        .iter()
-                        .any(|f| f.name.as_bytes().eq_ignore_ascii_case(name))
-            });
+            resp.header("Content-Encoding", c.token());
         }
         match &self.to_client {
-            ToClient::Length(n) => push(
-                out,
-                "Content-Length",
-                itoa::Buffer::new().format(*n).as_bytes(),
-            ),
-            ToClient::Chunked => push(out, "Transfer-Encoding", b"chunked"),
-            ToClient::AsApp(codings) => push(out, "Transfer-Encoding", codings.as_bytes()),
+            ToClient::Length(n) => {
+                resp.content_length(*n);
+            }
+            ToClient::Chunked => {
+                resp.transfer_encoding(b"chunked");
+            }
+            ToClient::AsApp(codings) => {
+                resp.transfer_encoding(codings.as_bytes());
+            }
             ToClient::NoBody | ToClient::UntilClose => {}
         }
-        match (self.then, self.client_minor) {
-            (Then::Upgrade, _) => out.extend_from_slice(b"Connection: upgrade\r\n"),
-            (Then::Close, _) => out.extend_from_slice(b"Connection: close\r\n"),
-            (Then::KeepAlive, 0) => out.extend_from_slice(b"Connection: keep-alive\r\n"),
-            (Then::KeepAlive, _) => {}
-        }
-        out.extend_from_slice(b"\r\n");
+        resp.end_head();
+        // The error page is the forwarders' to choose before the head (`OwnAnswers`).
+        resp.site_steps(mark, None, edits);
     }
 
     /// The value field `f` of the app's answer goes out with, `None` when it stays behind:
@@ -196,8 +150,8 @@ impl Head<'_> {
 /// Which fields an app's answer has that the head writer looks for, found in one pass.
 #[derive(Default)]
 struct Seen {
-    server: bool,
-    date: bool,
+    /// espalier's common lines it has its own of.
+    sent: Sent,
     vary: bool,
     connection: bool,
 }
@@ -208,9 +162,9 @@ impl Seen {
         for f in fields {
             // By length first: most names are none of these.
             let flag = match f.name.len() {
-                4 if f.name.eq_ignore_ascii_case("date") => &mut seen.date,
+                4 if f.name.eq_ignore_ascii_case("date") => &mut seen.sent.date,
                 4 if f.name.eq_ignore_ascii_case("vary") => &mut seen.vary,
-                6 if f.name.eq_ignore_ascii_case("server") => &mut seen.server,
+                6 if f.name.eq_ignore_ascii_case("server") => &mut seen.sent.server,
                 10 if f.name.eq_ignore_ascii_case("connection") => &mut seen.connection,
                 _ => continue,
             };
@@ -218,14 +172,6 @@ impl Seen {
         }
         seen
     }
-}
-
-/// `name: value\r\n`.
-fn push(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
@@ -293,11 +239,19 @@ mod tests {
             kept.starts_with("HTTP/1.1 200 OK\r\nServer: espalier\r\n"),
             "{kept}"
         );
-        assert!(kept.ends_with("Content-Length: 0\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(kept.ends_with("GMT\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n"));
         let closing = written(&head(ToClient::UntilClose, Then::Close, 0), &[]);
         assert!(
             closing.ends_with("Date: Fri, 27 Nov 2026 10:00:00 GMT\r\nConnection: close\r\n\r\n"),
             "{closing}"
+        );
+        let upgrading = written(
+            &head(ToClient::NoBody, Then::Upgrade, 1),
+            &[("Upgrade", b"websocket")],
+        );
+        assert!(
+            upgrading.ends_with("GMT\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n"),
+            "{upgrading}"
         );
     }
 
@@ -317,7 +271,7 @@ mod tests {
         );
         assert_eq!(
             text,
-            "HTTP/1.1 200 OK\r\nX-Espalier-Worker: p/0/cpu0\r\nDate: Fri, 27 Nov 2026 09:59:59 GMT\r\nX-Frame-Options: DENY\r\nContent-Length: 0\r\n\r\n"
+            "HTTP/1.1 200 OK\r\nX-Espalier-Worker: p/0/cpu0\r\nDate: Fri, 27 Nov 2026 09:59:59 GMT\r\nContent-Length: 0\r\nX-Frame-Options: DENY\r\n\r\n"
         );
     }
 
