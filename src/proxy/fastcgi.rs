@@ -22,7 +22,7 @@ use super::head::{Head, Then, ToClient};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::wire::{
-    kept_fields, read_timeout, send_continue, to_client, write_timeout, Fail, OwnAnswers,
+    kept_fields, read_timeout, send_continue, to_client, write_timeout, Fail, Instead, OwnAnswers,
 };
 use super::Endpoint;
 use crate::compress::Stream;
@@ -226,27 +226,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
                 .await;
         }
     };
-    let mut fields = [httparse::EMPTY_HEADER; 100];
-    let parsed = match httparse::parse_headers(&head, &mut fields) {
-        Ok(httparse::Status::Complete((_, fields))) => cgi_status(fields).map(|s| (s, fields)),
-        _ => Err("answered a CGI header block that does not parse"),
+    // On the site's page for the script's error, its body is left unread (the FastCGI
+    // connection carries this request only: dropping it costs nothing more).
+    let (out, mut relay) = match answer_head(&head, &endpoint, &req, &own) {
+        Ok(head) => head,
+        Err(instead) => return own.instead(stream, route, instead).await,
     };
-    let ((status, length), fields) = match parsed {
-        Ok(p) => p,
-        Err(cause) => {
-            return own
-                .fail(stream, route, Fail::app(502, &endpoint, cause))
-                .await
-        }
-    };
-    // The site's page instead of the script's error body (the FastCGI connection carries
-    // this request only: dropping it unread costs nothing more).
-    if own.replaces(status) {
-        let kept = kept_fields(fields.iter().map(|f| (f.name, f.value)));
-        return own.replace(stream, status, &kept).await;
-    }
-    report.status.set(status);
-    let (out, mut relay) = client_head(status, length, fields, &req, &own);
     report.head.set(out.len() as u64);
     let body = head[head_len..].to_vec();
     let outcome = relay
@@ -352,6 +337,30 @@ fn cgi_status(fields: &[httparse::Header<'_>]) -> Result<(u16, Option<u64>), &'s
     }
     let status = status.unwrap_or(if located { 302 } else { 200 });
     Ok((status, length))
+}
+
+/// The script's CGI header block in `head` parsed, and the client's head made from it with
+/// how the body is to be relayed. A function of its own, not a part of [`forward`]: the
+/// parser's field array (3 KiB) lives on this stack frame, not in the forwarding future.
+fn answer_head(
+    head: &[u8],
+    endpoint: &Endpoint,
+    req: &FastCgiRequest,
+    own: &OwnAnswers<'_>,
+) -> Result<(Vec<u8>, Relay), Instead> {
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let parsed = match httparse::parse_headers(head, &mut fields) {
+        Ok(httparse::Status::Complete((_, fields))) => cgi_status(fields).map(|s| (s, fields)),
+        _ => Err("answered a CGI header block that does not parse"),
+    };
+    let ((status, length), fields) =
+        parsed.map_err(|cause| Instead::Fail(Fail::app(502, endpoint, cause)))?;
+    if own.replaces(status) {
+        let kept = kept_fields(fields.iter().map(|f| (f.name, f.value)));
+        return Err(Instead::Page(status, kept));
+    }
+    own.report.status.set(status);
+    Ok(client_head(status, length, fields, req, own))
 }
 
 /// How a FastCGI answer's body goes to the client once its head is written.

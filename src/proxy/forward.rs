@@ -26,7 +26,8 @@ use super::request::{connection_tokens, ForwardRequest};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::wire::{
-    kept_fields, read_timeout, send_continue, to_client, write_timeout, BodyKind, Fail, OwnAnswers,
+    kept_fields, read_timeout, send_continue, to_client, write_timeout, BodyKind, Fail, Instead,
+    OwnAnswers,
 };
 use super::Endpoint;
 pub(super) use crate::http::service::{LentConnection, Outcome};
@@ -110,31 +111,11 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         head_len,
         _slot,
     } = asked;
-    // The response head, parsed again for its fields (the buffer is ours now).
-    let mut fields = [httparse::EMPTY_HEADER; 100];
-    let mut resp = httparse::Response::new(&mut fields);
-    let answer = match resp.parse(&ubuf[..head_len]) {
-        Ok(httparse::Status::Complete(_)) => answer_of(&resp, &req),
-        _ => Err("answered a response head that does not parse"),
-    };
-    let answer = match answer {
-        Ok(a) => a,
-        Err(cause) => {
-            return own
-                .fail(stream, route, Fail::app(502, &endpoint, cause))
-                .await
-        }
-    };
-    report.status.set(answer.status);
-    // The site's page instead of the app's error body (which is left unread: the app's
-    // connection is dropped, not pooled).
-    if own.replaces(answer.status) {
-        let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
-        return own.replace(stream, answer.status, &kept).await;
-    }
-    let (out, relay) = match client_head(&answer, resp.headers, &req, &own) {
+    // On the site's page for an app's error, the app's body is left unread: its connection
+    // is dropped, not pooled.
+    let (out, relay) = match answer_head(&ubuf[..head_len], &endpoint, &req, &own) {
         Ok(head) => head,
-        Err(status) => return own.answer(stream, status).await,
+        Err(instead) => return own.instead(stream, route, instead).await,
     };
     let answered = Answered {
         endpoint,
@@ -145,6 +126,31 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     answered
         .relay(out, relay, stream, rbuf, &req, route, &own, body_timeout)
         .await
+}
+
+/// The app's response head `head` parsed, and the client's head made from it with how the
+/// body is to be relayed. A function of its own, not a part of [`forward`]: the parser's
+/// field array (3 KiB) lives on this stack frame, not in the forwarding future that is
+/// moved into its box on every lent request.
+fn answer_head(
+    head: &[u8],
+    endpoint: &Endpoint,
+    req: &ForwardRequest,
+    own: &OwnAnswers<'_>,
+) -> Result<(Vec<u8>, Relay), Instead> {
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut resp = httparse::Response::new(&mut fields);
+    let answer = match resp.parse(head) {
+        Ok(httparse::Status::Complete(_)) => answer_of(&resp, req),
+        _ => Err("answered a response head that does not parse"),
+    }
+    .map_err(|cause| Instead::Fail(Fail::app(502, endpoint, cause)))?;
+    own.report.status.set(answer.status);
+    if own.replaces(answer.status) {
+        let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
+        return Err(Instead::Page(answer.status, kept));
+    }
+    client_head(&answer, resp.headers, req, own).map_err(Instead::Status)
 }
 
 /// What an app's response head says, as forwarding needs it.

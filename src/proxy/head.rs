@@ -13,7 +13,7 @@
 //! read it) or the body (relayed after).
 
 use super::encode::{self, Plan};
-use super::request::{connection_tokens, named_hop, HOP_BY_HOP};
+use super::request::{connection_tokens, named_hop};
 use crate::http::edits::FieldEdits;
 use crate::http::{Responder, Sent};
 use std::borrow::Cow;
@@ -124,25 +124,55 @@ impl Head<'_> {
     /// (espalier frames the body), and what compression drops or changes.
     fn value<'v>(&self, f: &httparse::Header<'v>, listed: &[&str]) -> Option<Cow<'v, [u8]>> {
         let name = f.name;
-        let is = |n: &str| name.eq_ignore_ascii_case(n);
-        if is("content-length") {
+        match Kind::of(name) {
             // A HEAD or 304 answer keeps the length it describes; a body's length is ours.
-            return (self.to_client == ToClient::NoBody).then_some(Cow::Borrowed(f.value));
-        }
-        if is("upgrade") && self.then == Then::Upgrade {
-            return Some(Cow::Borrowed(f.value));
-        }
-        if is("status") || HOP_BY_HOP.iter().any(|h| is(h)) || named_hop(name, listed) {
-            return None;
+            Kind::ContentLength => {
+                return (self.to_client == ToClient::NoBody).then_some(Cow::Borrowed(f.value))
+            }
+            Kind::Upgrade if self.then == Then::Upgrade => return Some(Cow::Borrowed(f.value)),
+            Kind::Upgrade | Kind::Hop => return None,
+            Kind::Other if named_hop(name, listed) => return None,
+            Kind::Other => {}
         }
         match self.plan {
             Plan::Compress(_) if self.compressing => {
                 encode::rewritten(name, f.value).map(Cow::Owned)
             }
-            Plan::Vary | Plan::Compress(_) if is("vary") => {
+            Plan::Vary | Plan::Compress(_) if name.eq_ignore_ascii_case("vary") => {
                 Some(Cow::Owned(encode::with_accept_encoding(f.value)))
             }
             _ => Some(Cow::Borrowed(f.value)),
+        }
+    }
+}
+
+/// What the head writer does with a field of an app's answer, by its name.
+#[derive(Debug, PartialEq, Eq)]
+enum Kind {
+    /// The body's length (the client's framing is espalier's).
+    ContentLength,
+    /// Kept on a `101` alone.
+    Upgrade,
+    /// Stays behind: hop-by-hop (`proxy::request::HOP_BY_HOP`) or CGI's `Status`.
+    Hop,
+    Other,
+}
+
+impl Kind {
+    /// By length first, so that most names cost one comparison (every field of every
+    /// proxied answer comes through here).
+    fn of(name: &str) -> Kind {
+        let is = |n: &str| name.eq_ignore_ascii_case(n);
+        match name.len() {
+            2 if is("te") => Kind::Hop,
+            6 if is("status") => Kind::Hop,
+            7 if is("upgrade") => Kind::Upgrade,
+            7 if is("trailer") => Kind::Hop,
+            10 if is("connection") || is("keep-alive") => Kind::Hop,
+            14 if is("content-length") => Kind::ContentLength,
+            16 if is("proxy-connection") => Kind::Hop,
+            17 if is("transfer-encoding") => Kind::Hop,
+            _ => Kind::Other,
         }
     }
 }
@@ -177,6 +207,7 @@ impl Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::request::HOP_BY_HOP;
 
     const COMMON: &[u8] = b"Server: espalier\r\nDate: Fri, 27 Nov 2026 10:00:00 GMT\r\n";
 
@@ -273,6 +304,19 @@ mod tests {
             text,
             "HTTP/1.1 200 OK\r\nX-Espalier-Worker: p/0/cpu0\r\nDate: Fri, 27 Nov 2026 09:59:59 GMT\r\nContent-Length: 0\r\nX-Frame-Options: DENY\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn every_hop_by_hop_field_stays_behind() {
+        for name in HOP_BY_HOP {
+            let upper = name.to_ascii_uppercase();
+            for n in [name, upper.as_str()] {
+                assert!(matches!(Kind::of(n), Kind::Hop | Kind::Upgrade), "{n}");
+            }
+        }
+        assert_eq!(Kind::of("Status"), Kind::Hop);
+        assert_eq!(Kind::of("Content-Length"), Kind::ContentLength);
+        assert_eq!(Kind::of("Content-Type"), Kind::Other);
     }
 
     #[test]

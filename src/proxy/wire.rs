@@ -120,6 +120,16 @@ impl Fail {
     }
 }
 
+/// What the client gets in place of an app's answer whose head was read.
+pub(super) enum Instead {
+    /// The forwarder failed ([`OwnAnswers::fail`]).
+    Fail(Fail),
+    /// The site's page for the app's error status, with these field lines of the app's.
+    Page(u16, Vec<u8>),
+    /// This status of espalier's own.
+    Status(u16),
+}
+
 /// What espalier answers itself on a lent connection (the app down, late, or refused a
 /// body): the site's page for the status if it has one, else the status's text, with the
 /// site's field edits — as its other answers.
@@ -196,6 +206,20 @@ impl OwnAnswers<'_> {
             }
             Fail::Client(status) => self.answer(stream, status).await,
             Fail::Close => Outcome::Close,
+        }
+    }
+
+    /// The client's answer in place of an app's.
+    pub async fn instead<C: AsyncWrite + Unpin>(
+        &self,
+        stream: &mut C,
+        route: &super::ProxyRoute,
+        instead: Instead,
+    ) -> Outcome {
+        match instead {
+            Instead::Fail(fail) => self.fail(stream, route, fail).await,
+            Instead::Page(status, kept) => self.replace(stream, status, &kept).await,
+            Instead::Status(status) => self.answer(stream, status).await,
         }
     }
 
