@@ -89,7 +89,15 @@ pub(super) fn syntax_error(
             "`include` is a top-level key: move it above the first [table] header of the file"
                 .into();
     } else if message.starts_with("unknown field") {
-        message.push_str("; remove it or correct its spelling (see the README's config reference)");
+        let field = message.split('`').nth(1).unwrap_or_default();
+        if super::raw::LIMIT_KEYS.contains(&field) && key != format!("server.limits.{field}") {
+            // Written under [server] (or a site): the limits have a table of their own.
+            message = format!("unknown field `{field}` here: it is a key of [server.limits]; move it under a `[server.limits]` header");
+        } else {
+            message.push_str(
+                "; remove it or correct its spelling (see the README's config reference)",
+            );
+        }
     }
     ConfigError {
         file: file.to_string(),

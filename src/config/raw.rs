@@ -47,6 +47,19 @@ pub struct RawServer {
     pub limits: Option<RawLimits>,
 }
 
+/// The keys of [`RawLimits`], for the hint when one is written outside `[server.limits]`
+/// (`config::error`); a unit test holds the two equal.
+pub const LIMIT_KEYS: [&str; 8] = [
+    "max_request_line",
+    "max_header_size",
+    "max_headers",
+    "max_body_size",
+    "header_timeout",
+    "body_timeout",
+    "keepalive_timeout",
+    "max_connections",
+];
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {

@@ -128,6 +128,40 @@ fn unknown_key_names_file_line_and_key() {
 }
 
 #[test]
+fn a_limit_written_under_server_points_at_its_table() {
+    let e = error(&format!(
+        "[server]\nmax_body_size = \"10m\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    ));
+    assert!(
+        e.starts_with("/etc/espalier/test.toml:2: key `server.max_body_size`: unknown field `max_body_size` here: it is a key of [server.limits]; move it under a `[server.limits]` header"),
+        "{e}"
+    );
+    // Under its own table it is a key like any other.
+    let c = parse(&format!(
+        "[server.limits]\nmax_body_size = \"10m\"\n[[pool]]\nname = \"p\"\n{SITE}"
+    ))
+    .unwrap();
+    assert_eq!(c.server.limits.max_body_size, 10 << 20);
+}
+
+#[test]
+fn the_limit_keys_the_hint_knows_are_those_of_server_limits() {
+    // serde lists the fields it expects when one is unknown: those are the table's keys.
+    let e = toml::from_str::<super::raw::RawLimits>("no_such_key = 1")
+        .unwrap_err()
+        .to_string();
+    let expected: Vec<&str> = e
+        .split("expected one of")
+        .nth(1)
+        .unwrap()
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .collect();
+    assert_eq!(expected, super::raw::LIMIT_KEYS, "{e}");
+}
+
+#[test]
 fn syntax_error_names_the_line() {
     let e = error("[[pool]]\nname = \"p\n");
     assert!(e.starts_with("/etc/espalier/test.toml:2"), "{e}");
