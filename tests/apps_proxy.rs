@@ -681,6 +681,34 @@ pool = "py"
     assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
 }
 
+/// An app that listens on a port of its own choosing, not the one it was given (`PORT`,
+/// `{port}`), is said to in the log while it starts — not only as a startup timeout 90
+/// seconds later. Python's `http.server` on a fixed port plays it, in an on-demand pool woken
+/// by a visitor.
+#[test]
+fn an_app_listening_on_a_port_of_its_own_is_told_where_to_listen() {
+    let fixed = free_port();
+    let config = NODE_POOL
+        .replace("processes = 2", "processes = 1\nstart = \"on-demand\"")
+        .replace(
+            r#"command = ["node", "server.js"]"#,
+            &format!(
+                r#"command = ["python3", "-m", "http.server", "{fixed}", "--bind", "127.0.0.1"]"#
+            ),
+        );
+    let (dir, port, config) = prepare(&config);
+    let server = Server::with_config(dir.path(), &config);
+    // The visitor wakes the pool; its answer does not matter here.
+    let mut visitor = Conn::open(SocketAddr::from(([127, 0, 0, 1], port)));
+    visitor.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let line = server.wait_for_log("not ready: it listens on port", Duration::from_secs(30));
+    assert!(
+        line.contains(&format!("it listens on port {fixed}, not on 127.0.0.1:"))
+            && line.contains("make it listen on that port"),
+        "{line}"
+    );
+}
+
 /// Another local user who binds an app's port before the app does (issue #39, item 6) is
 /// never taken for the app: the port is the app's only when every listener there is the app's
 /// or its children's. The first start plays it: user `nobody` takes the port (outside the

@@ -99,6 +99,26 @@ pub fn sockets_of_tree(pid: u32) -> HashSet<u64> {
     inodes
 }
 
+/// The TCP ports `pid` and its descendants listen on, sorted, each once.
+pub fn listening_ports_of_tree(pid: u32) -> Vec<u16> {
+    let inodes = sockets_of_tree(pid);
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let mut ports = Vec::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        ports.extend(
+            rows(&text)
+                .filter(|r| r.state == "0A" && inodes.contains(&r.inode))
+                .map(|r| r.port),
+        );
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
 /// How many connections `pid` holds whose local port is one of `ports` — clients of its
 /// listeners (its own outgoing connections, an upstream pool's, have other local ports) —
 /// established, or closed by the client with its request maybe still unread.
@@ -153,6 +173,15 @@ mod tests {
         let _ = other.wait();
         drop(l);
         assert!(loopback_listeners(port).is_empty());
+    }
+
+    #[test]
+    fn the_ports_a_process_listens_on_are_found() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(listening_ports_of_tree(std::process::id()).contains(&port));
+        drop(l);
+        assert!(!listening_ports_of_tree(std::process::id()).contains(&port));
     }
 
     #[test]

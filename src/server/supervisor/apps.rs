@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 
 /// How often a starting app process is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(200);
+/// How often a starting app with nothing on its port is looked at for a port of its own
+/// choosing (its sockets and the kernel's table read: not at every probe).
+pub(super) const LOOK_EVERY: Duration = Duration::from_secs(3);
 /// Bound on one probe: connect, and for `health` the answer's status line.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many app processes, in all, may be started again at start-up because another process
@@ -195,12 +198,16 @@ impl Supervisor {
             };
             app.probing = true;
             app.probe_at = now + PROBE_EVERY;
+            let look = !app.unready_said && now >= app.look_at;
+            if look {
+                app.look_at = now + LOOK_EVERY;
+            }
             let warmup = setup.warmup.clone();
             probe(
                 target,
                 setup.health.clone(),
                 warmup,
-                (p.generation, Some(p.pid)),
+                (p.generation, Some(p.pid), look),
                 events.clone(),
             );
         }
@@ -230,7 +237,7 @@ impl Supervisor {
             target,
             setup.health,
             Warmup::default(),
-            (p.generation, None),
+            (p.generation, None, false),
             events,
         );
     }
@@ -263,16 +270,16 @@ impl Supervisor {
         }
     }
 
-    pub(super) fn on_probed(&mut self, generation: u64, healthy: bool, stranger: Option<String>) {
+    pub(super) fn on_probed(&mut self, generation: u64, healthy: bool, unready: Option<String>) {
         let Some((_, p)) = self.proc_of(generation) else {
             return;
         };
         let pid = p.pid;
         if let Some(app) = p.app.as_mut() {
             app.probing = false;
-            if let Some(who) = stranger.filter(|_| !app.stranger_said) {
-                app.stranger_said = true;
-                crate::os::log("master", format!("app pid {pid} is not ready: {who}; its visitors are not sent there (it is started again on another port if it cannot bind its own)"));
+            if let Some(why) = unready.filter(|_| !app.unready_said) {
+                app.unready_said = true;
+                crate::os::log("master", format!("app pid {pid} is not ready: {why}"));
             }
         }
         if !healthy {
@@ -357,19 +364,25 @@ fn probe(
     target: Target,
     health: Option<String>,
     warmup: Warmup,
-    (generation, pid): (u64, Option<u32>),
+    (generation, pid, look): (u64, Option<u32>, bool),
     events: tokio::sync::mpsc::UnboundedSender<super::Event>,
 ) {
     let _ = std::thread::Builder::new()
         .name("app-probe".into())
         .spawn(move || {
             let answered = probe_now(&target, health.as_deref()).is_ok();
-            // Looked at once something answered: whoever answered is listening by then.
             let stranger = match (&target, pid) {
+                // Looked at once something answered: whoever answered is listening by then.
                 (Target::Own(Endpoint::Tcp(addr)), Some(pid)) if answered => {
                     stranger_on(addr.port(), pid)
                 }
                 _ => None,
+            };
+            let unready = match (&target, pid) {
+                (Target::Own(Endpoint::Tcp(addr)), Some(pid)) if !answered && look => {
+                    elsewhere(*addr, pid)
+                }
+                _ => stranger.clone(),
             };
             let healthy = answered
                 && stranger.is_none()
@@ -377,9 +390,26 @@ fn probe(
             let _ = events.send(super::Event::Probed {
                 generation,
                 healthy,
-                stranger,
+                unready,
             });
         });
+}
+
+/// Where the app `pid` (or a child) listens when nothing listens on `given`, the address it
+/// was given: an app that binds a port of its own (`app.listen(3000)`) would otherwise only
+/// meet `startup_time_limit`, with nothing to say why.
+fn elsewhere(given: SocketAddr, pid: u32) -> Option<String> {
+    let ports = crate::os::sockets_of::listening_ports_of_tree(pid);
+    let others: Vec<String> = ports
+        .iter()
+        .filter(|p| **p != given.port())
+        .map(u16::to_string)
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let many = if others.len() > 1 { "s" } else { "" };
+    Some(format!("it listens on port{many} {}, not on {given}, the address it was given (in PORT and the command's `{{port}}`); make it listen on that port — e.g. `app.listen(process.env.PORT)`, `--bind 127.0.0.1:{{port}}`", others.join(", ")))
 }
 
 /// Who, other than the app `pid` and its children, listens on its loopback `port`.
@@ -393,7 +423,7 @@ fn stranger_on(port: u16, pid: u32) -> Option<String> {
             || format!("uid {}", first.uid),
             |u| format!("user {}", u.name),
         );
-    Some(format!("127.0.0.1:{port}, the port it was given, is listened on by another process ({user}), not by the app or its children"))
+    Some(format!("127.0.0.1:{port}, the port it was given, is listened on by another process ({user}), not by the app or its children; its visitors are not sent there (it is started again on another port if it cannot bind its own)"))
 }
 
 /// IIS's Application Initialization: each warm-up path requested of a new process, in

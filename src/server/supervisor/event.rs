@@ -21,8 +21,9 @@ pub(in crate::server) enum Event {
     Probed {
         generation: u64,
         healthy: bool,
-        /// Why a starting app's port is not its own: another process listens there.
-        stranger: Option<String>,
+        /// Why a starting app is not ready, for the log: another process listens on its
+        /// port, or the app listens on another.
+        unready: Option<String>,
     },
     /// A connection or hand-off waits on a socket of the sleeping on-demand worker `slot`
     /// (`pool/index`).

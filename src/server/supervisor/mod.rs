@@ -298,8 +298,8 @@ pub(super) async fn run(
             Some(Event::Probed {
                 generation,
                 healthy,
-                stranger,
-            }) => sv.on_probed(generation, healthy, stranger),
+                unready,
+            }) => sv.on_probed(generation, healthy, unready),
             Some(Event::Demand { slot }) => sv.on_demand(&slot),
             Some(Event::Worker { .. }) => {}
             None => {
@@ -474,8 +474,8 @@ impl Supervisor {
             Event::Probed {
                 generation,
                 healthy,
-                stranger,
-            } => self.on_probed(generation, healthy, stranger),
+                unready,
+            } => self.on_probed(generation, healthy, unready),
             Event::Demand { slot } => self.on_demand(&slot),
         }
     }

@@ -67,10 +67,13 @@ pub(super) struct AppProc {
     pub(super) watchdog: bool,
     /// A readiness or health probe is under way.
     pub(super) probing: bool,
-    /// Another process was found on its port, and the log said so (once per process).
-    pub(super) stranger_said: bool,
+    /// Why it is not ready (another process on its port, or it listening on another) was
+    /// said in the log (once per process).
+    pub(super) unready_said: bool,
     /// When the next readiness probe may go out.
     pub(super) probe_at: Instant,
+    /// When a probe that finds nothing on its port next looks at where it listens instead.
+    pub(super) look_at: Instant,
 }
 
 impl Proc {

@@ -142,8 +142,9 @@ impl Supervisor {
                     output: started.output,
                     watchdog: false,
                     probing: false,
-                    stranger_said: false,
+                    unready_said: false,
                     probe_at: Instant::now(),
+                    look_at: Instant::now() + super::apps::LOOK_EVERY,
                 };
                 (started.pid, None, started.notify, Some(state))
             }
