@@ -772,6 +772,30 @@ fn sites_of_different_pools_share_an_https_address_by_sni() {
         config.push_str(&format!("[[site]]\nname = \"{h}\"\nbindings = [\"https://127.0.0.1:{port}:{h}.test\"]\ntls = {{ cert = \"{h}.pem\", key = \"{h}.key\" }}\n[[site.app]]\npool = \"{pool}\"\nhandler = \"dynamic\"\n"));
     }
     let server = Server::with_config(d, &config);
+    // `/status` (and the admin page, which shows it) names the address as clients write it.
+    let addresses = server.status().addresses;
+    assert_eq!(addresses.len(), 1);
+    assert_eq!(addresses[0].address, format!("https://127.0.0.1:{port}"));
+    assert!(addresses[0].shared);
+    // A client that names no site (curl to the address, no SNI) is refused with an alert —
+    // and the operator is told why, in one line.
+    let refused = Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            &format!("https://127.0.0.1:{port}/"),
+        ])
+        .status()
+        .unwrap();
+    assert!(!refused.success());
+    let line = server.wait_for_log("refused a TLS handshake", Duration::from_secs(10));
+    assert!(
+        line.contains(&format!(
+            "https://127.0.0.1:{port}: refused a TLS handshake for no name"
+        )) && line.contains("give one site a binding without a host"),
+        "{line}"
+    );
     // Whichever pool's thread accepts it, a connection is served by its name's pool, with its
     // name's certificate, in HTTP/2 and HTTP/1.1.
     for round in 0..6 {

@@ -31,6 +31,14 @@ pub struct GroupRoutes {
     pub tls: bool,
 }
 
+impl GroupRoutes {
+    /// The address as its clients write it: `https://127.0.0.1:8443`, `http://[::1]:8080`.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+}
+
 /// Whether `path` lies under the prefix `prefix` (given without a trailing slash): on a
 /// segment boundary, as IIS applications and nginx's prefix locations with a slash match
 /// (`/api` holds `/api` and `/api/x`, not `/apix`); the empty prefix holds every path.

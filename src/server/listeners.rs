@@ -168,7 +168,7 @@ pub(super) fn open_missing(
     (g.sockets.len()..wanted)
         .map(|_| {
             os::net::reuseport_listener(g.addr, config.server.backlog)
-                .map_err(|e| bind_error(site_of(config, g.addr), g.addr, &e, file))
+                .map_err(|e| bind_error(site_of(config, g.addr), &g.routes.url(), &e, file))
         })
         .collect()
 }
@@ -257,18 +257,24 @@ pub(super) fn open_listeners(
     for g in &mut groups {
         if let Some(k) = inherited.iter().position(|(a, _, _)| *a == g.addr) {
             let (addr, reuse_port, socket) = inherited.remove(k);
+            let url = g.routes.url();
             if !reuse_port {
-                return Err(format!("{file}: site `{}`: the socket passed for http://{addr} (LISTEN_FDS) has no SO_REUSEPORT, so espalier cannot give each worker thread its own socket beside it; add ReusePort=yes to the socket unit", site_of(config, addr)));
+                return Err(format!("{file}: site `{}`: the socket passed for {url} (LISTEN_FDS) has no SO_REUSEPORT, so espalier cannot give each worker thread its own socket beside it; add ReusePort=yes to the socket unit", site_of(config, addr)));
             }
             log(
                 "master",
-                format!("http://{addr}: using the socket the service manager passed"),
+                format!("{url}: using the socket the service manager passed"),
             );
             g.sockets.push(socket);
         } else if let Err(e) = std::net::TcpListener::bind(g.addr) {
             // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
             // silently join another server's group.
-            return Err(bind_error(site_of(config, g.addr), g.addr, &e, file));
+            return Err(bind_error(
+                site_of(config, g.addr),
+                &g.routes.url(),
+                &e,
+                file,
+            ));
         }
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
@@ -278,13 +284,16 @@ pub(super) fn open_listeners(
     for (addr, _, _) in inherited {
         log(
             "master",
-            format!("warning: the socket passed for http://{addr} matches no binding of {file}; it is closed"),
+            format!(
+                "warning: the socket passed for {addr} matches no binding of {file}; it is closed"
+            ),
         );
     }
     Ok(groups)
 }
 
-pub(super) fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file: &str) -> String {
+/// The line for an address (`url`: `https://127.0.0.1:8443`) that cannot be listened on.
+pub(super) fn bind_error(site: &str, url: &str, e: &std::io::Error, file: &str) -> String {
     let fix = match e.raw_os_error() {
         Some(libc::EADDRINUSE) => "another program holds it: stop it or change the port in `bindings`".to_string(),
         Some(libc::EACCES) => "ports below 1024 need root or CAP_NET_BIND_SERVICE: run as root or use a port ≥ 1024 in `bindings`".to_string(),
@@ -297,5 +306,5 @@ pub(super) fn bind_error(site: &str, addr: SocketAddr, e: &std::io::Error, file:
         ),
         _ => "check `bindings`".to_string(),
     };
-    format!("{file}: site `{site}`: cannot listen on http://{addr}: {e}; {fix}")
+    format!("{file}: site `{site}`: cannot listen on {url}: {e}; {fix}")
 }

@@ -138,6 +138,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                             g,
                             &spec.sites,
                             &spec.pool,
+                            &spec.name(),
                             &store,
                             !ktls.is_empty(),
                         )

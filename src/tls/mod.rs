@@ -86,11 +86,12 @@ struct BySni {
     keys: Vec<Option<Arc<CertifiedKey>>>,
     /// The certificate store's pairs the master sent for the worker's sites without `tls`.
     store: Arc<StoreKeys>,
+    /// Handshakes refused for want of a certificate, told to the operator.
+    refusals: Refusals,
 }
 
-impl ResolvesServerCert for BySni {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let name = hello.server_name();
+impl BySni {
+    fn certificate(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
         let site = self.hosts.site(name)?;
         match self.keys.get(site)? {
             Some(key) => Some(Arc::clone(key)),
@@ -99,7 +100,78 @@ impl ResolvesServerCert for BySni {
     }
 }
 
-/// The TLS configuration of an https address for the workers of `pool`: the certificates of
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = hello.server_name();
+        let key = self.certificate(name);
+        if key.is_none() {
+            self.refusals.note(name);
+        }
+        key
+    }
+}
+
+/// A handshake refused for a name no site has is logged — else a client sees only an alert
+/// (curl: "access denied") and the operator nothing — at most one line per
+/// [`Refusals::EVERY`] a worker, saying how many more there were: names are the client's to
+/// choose, so a scan must not flood the log.
+#[derive(Debug)]
+struct Refusals {
+    /// Who logs (the worker) and the address (`https://…`).
+    who: String,
+    url: String,
+    /// Seconds since the epoch of the last line, and the refusals not logged since.
+    last: std::sync::atomic::AtomicU64,
+    unlogged: std::sync::atomic::AtomicU64,
+}
+
+impl Refusals {
+    const EVERY: Duration = Duration::from_secs(10);
+
+    fn new(who: &str, url: String) -> Self {
+        Refusals {
+            who: who.to_string(),
+            url,
+            last: Default::default(),
+            unlogged: Default::default(),
+        }
+    }
+
+    fn note(&self, name: Option<&str>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.last.load(Relaxed);
+        if now < last + Self::EVERY.as_secs()
+            || self
+                .last
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            self.unlogged.fetch_add(1, Relaxed);
+            return;
+        }
+        let more = match self.unlogged.swap(0, Relaxed) {
+            0 => String::new(),
+            n => format!(" ({n} more since the last such line)"),
+        };
+        let asked = match name {
+            // Names are the client's: shown escaped, cut short.
+            Some(n) => format!(
+                "the name `{}`",
+                n.escape_debug().take(100).collect::<String>()
+            ),
+            None => "no name (the client sent none, as `curl https://IP/` does)".to_string(),
+        };
+        crate::os::log(
+            &self.who,
+            format!("{}: refused a TLS handshake for {asked}: no site of this address has it and none takes every name; add it to a site's bindings, or give one site a binding without a host{more}", self.url),
+        );
+    }
+}
+
+/// The TLS configuration of an https address for the workers of `pool` (`who` in the log): the certificates of
 /// the sites it serves, by SNI. Another pool's sites' keys are never read: their connections
 /// are handed to that pool with the ClientHello unanswered (see `http::sni`), so pool A's
 /// worker has no use for — and must not hold — pool B's private key.
@@ -107,6 +179,7 @@ pub fn server_config(
     group: &GroupRoutes,
     sites: &[SiteSpec],
     pool: &str,
+    who: &str,
     store: &Arc<StoreKeys>,
     kernel_tls: bool,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
@@ -135,6 +208,7 @@ pub fn server_config(
         hosts: HostTable::new(&group.hosts),
         keys,
         store: Arc::clone(store),
+        refusals: Refusals::new(who, group.url()),
     };
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])

@@ -225,9 +225,8 @@ pub(super) async fn run(
         log(
             "master",
             format!(
-                "listening on {}://{} for {whose} ({} sockets, hosts {})",
-                if g.routes.tls { "https" } else { "http" },
-                g.addr,
+                "listening on {} for {whose} ({} sockets, hosts {})",
+                g.routes.url(),
                 g.sockets.len(),
                 first_of(&hosts)
             ),

@@ -133,7 +133,10 @@ impl Supervisor {
                     if let Err(e) = std::net::TcpListener::bind(w.addr) {
                         let site = crate::server::listeners::site_of(&new, w.addr);
                         return Err(crate::server::listeners::bind_error(
-                            site, w.addr, &e, &file,
+                            site,
+                            &w.routes.url(),
+                            &e,
+                            &file,
                         ));
                     }
                     let mut g = ListenerGroup {

@@ -107,7 +107,7 @@ impl Supervisor {
         self.groups
             .iter()
             .map(|g| AddressStatus {
-                address: format!("http://{}", g.addr),
+                address: g.routes.url(),
                 shared: g.shared(),
                 sites: g
                     .routes
