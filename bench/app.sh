@@ -166,7 +166,6 @@ $(awk "$ms"' $1=="50%" {print ms($2)}' <<<"$out") $(awk "$ms"' $1=="99%" {print 
 
 HZ=$(getconf CLK_TCK)
 us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
-ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 
 part1() {
 TARGETS=(alone act proxy epoll nginx capped)
@@ -197,7 +196,7 @@ for t in "${MEASURED[@]}"; do
   sleep 0.3
   read -r reqs _ _ _ < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
   wait $perfpid
-  SYSCALLS[$t]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys.$t")/$reqs, 2))")
+  SYSCALLS[$t]=$(per_request "$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys.$t")" "$reqs")
 done
 
 # The proxy tier's user-space instructions per request, by callgrind (no hardware counters

@@ -108,3 +108,29 @@ stop_all() {
   PIDS=()
   sleep 0.3
 }
+
+# ratio A B — A/B to two places; "-" when either is not a number (a figure that could not be
+# measured) or B is 0.
+ratio() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+try:
+    a, b = float(sys.argv[1]), float(sys.argv[2])
+    print(f"{a / b:.2f}" if b else "-")
+except ValueError:
+    print("-")
+PY
+}
+
+# per_request COUNT REQUESTS — COUNT/REQUESTS to two places; "-" when COUNT is not a number
+# (perf writes "<not supported>" for a count it could not take, as when a process it counted
+# went away).
+per_request() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+try:
+    print(round(float(sys.argv[1]) / max(int(sys.argv[2]), 1), 2))
+except ValueError:
+    print("-")
+PY
+}

@@ -307,7 +307,6 @@ N_FDS=$(ls "/proc/$N_MASTER/fd" | wc -l)
 read -r N_REQS N_CPU N_RPS < <(load "$NGINX_PORT" $N_PIDS)
 stop_all
 
-ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 mib() { python3 -c "print(round($1/1024, 1))"; }
 echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs, $SITES sites on one http and one https port, $ACTIVE active ($LOADED under load), servers on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU"

@@ -164,7 +164,6 @@ start_espalier shared.toml "$SHARED_PORT" "$CG"; sleep 2; cg_measure shared; sto
 # nginx in one process (master_process off): the same work as its workers', measurable alone.
 start_nginx "valgrind --tool=callgrind --callgrind-out-file=$WORK/cg.%p" -g "master_process off;"; sleep 1; cg_measure nginx; stop_all
 
-ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), $SITES sites, servers on CPU $SERVER_CPU, $SITES × wrk -t1 on CPU $CLIENT_CPU, $CONNS connections in all"
 printf '%-34s %12s %12s %14s %14s\n' "configuration" "keep-alive" "CPU µs/req" "conn/request" "CPU µs/req"

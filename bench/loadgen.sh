@@ -123,7 +123,6 @@ else
     INSNS[$c]=$(python3 -c "print(round($(awk -F, '/instructions/ {print $1}' "$WORK/perf.$c")/$reqs))")
   done
 fi
-ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 echo
 echo "load generators against nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') on CPU 0; clients on CPU 1, 1 thread, 50 connections — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'))"
 printf '%-26s %12s %18s %14s %16s\n' client requests/s "client CPU µs/req" syscalls/req insns/request

@@ -299,7 +299,7 @@ for t in "${TARGETS[@]}"; do
   sleep 0.3
   read -r reqs _ < <(load "$(url_of "$t")" "$DURATION" "$(header_of "$t")")
   wait $perfpid
-  SYSCALLS[$t]=$(python3 -c "print(round($(awk -F, '/raw_syscalls/ {print $1}' "$WORK/perf.$t")/$reqs, 2))")
+  SYSCALLS[$t]=$(per_request "$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/perf.$t")" "$reqs")
   if [ "$HW" = yes ]; then
     INSNS[$t]=$(python3 -c "print(round($(awk -F, '$3=="instructions" {print $1}' "$WORK/perf.$t")/$reqs))")
     INSNS_USER[$t]=$(python3 -c "print(round($(awk -F, '$3=="instructions:u" {print $1}' "$WORK/perf.$t")/$reqs))")
@@ -350,7 +350,6 @@ if [ "$HW" = no ]; then
   fi
 fi
 
-ratio() { python3 -c "a,b=$1,$2; print(f'{a/b:.2f}' if b else '-')"; }
 echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') vs $("$NGINX" -v 2>&1 | sed 's/.*: //') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-22s %12s %14s %14s %14s %16s\n' "server" "requests/s" "CPU µs/req" "syscalls/req" "insns/req" "user insns/req"
