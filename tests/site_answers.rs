@@ -441,6 +441,180 @@ fn an_aliased_static_path_serves_its_own_folder() {
     drop(server);
 }
 
+/// A single-page app: a static path with `fallback = "/index.html"` answers every path that
+/// names nothing with that file (a client-side route like `/users/john.doe`, which a regex
+/// rule took for a file), while files, folders and methods keep their answers; under an
+/// `alias` the fallback is a file of its folder. `check` refuses a fallback that is no file.
+#[test]
+fn a_single_page_apps_static_path_answers_missing_paths_with_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (file, text) in [
+        ("www/index.html", "<p>the app\n"),
+        ("www/assets/app.js", "run()\n"),
+        ("www/empty/.keep", ""),
+        ("admin/index.html", "<p>admin app\n"),
+    ] {
+        std::fs::create_dir_all(d.join(file).parent().unwrap()).unwrap();
+        std::fs::write(d.join(file), text).unwrap();
+    }
+    let port = free_port();
+    let config = format!(
+        "[[pool]]\nname = \"files\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npath = \"/\"\npool = \"files\"\nfallback = \"/index.html\"\n[[site.app]]\npath = \"/admin/\"\nhandler = \"static\"\nalias = \"admin\"\nfallback = \"/admin/index.html\"\n"
+    );
+    let server = Server::with_config(d, &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for path in [
+        "/users/john.doe",
+        "/settings",
+        "/assets/gone.js",
+        "/index.html",
+    ] {
+        let r = get(addr, path, "");
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (200, "<p>the app\n"),
+            "{path}: {}",
+            server.log_text()
+        );
+    }
+    assert_eq!(get(addr, "/assets/app.js", "").text(), "run()\n");
+    assert_eq!(get(addr, "/admin/users/7", "").text(), "<p>admin app\n");
+    // A folder without an index is still refused, a folder without its slash redirected,
+    // and a path that cannot be a file's is still refused.
+    assert_eq!(get(addr, "/empty/", "").status, 403);
+    assert_eq!(get(addr, "/assets", "").status, 301);
+    assert_eq!(get(addr, "/a/%00b", "").status, 400);
+    let mut c = Conn::open(addr);
+    c.send(b"POST /users/john.doe HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(c.read_response(false).unwrap().status, 405);
+    drop(server);
+    // A fallback that is no file, or outside its alias's path, is refused at `check`.
+    for (from, to, says) in [
+        (
+            "fallback = \"/index.html\"",
+            "fallback = \"/missing.html\"",
+            "missing.html is not a file",
+        ),
+        (
+            "fallback = \"/admin/index.html\"",
+            "fallback = \"/index.html\"",
+            "is not under the path `/admin/`",
+        ),
+        (
+            "fallback = \"/index.html\"",
+            "fallback = \"/assets/\"",
+            "is not the URL path of a file",
+        ),
+    ] {
+        let bad = config.replacen(from, to, 1);
+        std::fs::write(d.join("bad.toml"), &bad).unwrap();
+        let out = espalier(&["check", "-c", d.join("bad.toml").to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says) && err.contains("fallback"),
+            "{to}: {err}"
+        );
+    }
+}
+
+/// `autoindex`: a folder without an index file is listed — folders first, then files, by
+/// name; names escaped in the page and percent-encoded in links; dotfiles and links out of
+/// the root left out (dotfiles shown with `{ dotfiles = true }`); JSON for a client that asks
+/// for it; at most 10,000 entries, the rest counted. A folder with an index is served as ever.
+#[test]
+fn a_folder_without_an_index_is_listed_with_autoindex() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (file, text) in [
+        ("www/docs/b&<c>.txt", "bc"),
+        ("www/docs/a.txt", "a"),
+        ("www/docs/zeta/x.txt", "x"),
+        ("www/docs/.env", "SECRET=1"),
+        ("www/withindex/index.html", "<p>index\n"),
+        ("outside/secret.txt", "secret"),
+    ] {
+        std::fs::create_dir_all(d.join(file).parent().unwrap()).unwrap();
+        std::fs::write(d.join(file), text).unwrap();
+    }
+    std::os::unix::fs::symlink(d.join("outside"), d.join("www/docs/out")).unwrap();
+    std::fs::create_dir_all(d.join("www/many")).unwrap();
+    for n in 0..10_001 {
+        std::fs::write(d.join(format!("www/many/f{n:05}")), "").unwrap();
+    }
+    let (port, dots) = (free_port(), free_port());
+    let site = |name: &str, port: u16, autoindex: &str| {
+        format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\nautoindex = {autoindex}\n[[site.app]]\npool = \"files\"\n")
+    };
+    let config = format!(
+        "[[pool]]\nname = \"files\"\n{}{}",
+        site("s", port, "true"),
+        site("dots", dots, "{ dotfiles = true }")
+    );
+    let server = Server::with_config(d, &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let r = get(addr, "/docs/", "");
+    let page = r.text();
+    assert_eq!(
+        (r.status, r.header("vary")),
+        (200, Some("Accept")),
+        "{page}"
+    );
+    let links: Vec<&str> = page
+        .split("<a href=\"")
+        .skip(1)
+        .map(|l| l.split('"').next().unwrap())
+        .collect();
+    assert_eq!(
+        links,
+        ["../", "zeta/", "a.txt", "b%26%3Cc%3E.txt"],
+        "{page}"
+    );
+    assert!(page.contains(">b&amp;&lt;c&gt;.txt</a>"), "{page}");
+    assert!(!page.contains(".env") && !page.contains("out/"), "{page}");
+    let json = |addr: SocketAddr, path: &str| -> serde_json::Value {
+        serde_json::from_str(&get(addr, path, "Accept: application/json\r\n").text()).unwrap()
+    };
+    let listed = json(addr, "/docs/");
+    let names: Vec<&str> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["zeta", "a.txt", "b&<c>.txt"]);
+    assert_eq!(listed["entries"][0]["type"], "folder");
+    assert_eq!(listed["entries"][2]["size"], 2);
+    let with_dots = json(SocketAddr::from(([127, 0, 0, 1], dots)), "/docs/");
+    assert!(with_dots["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["name"] == ".env"));
+    // Bounded: 10,000 entries shown, the rest counted.
+    let many = json(addr, "/many/");
+    assert_eq!(
+        (
+            many["entries"].as_array().unwrap().len(),
+            many["more"].as_u64()
+        ),
+        (10_000, Some(1))
+    );
+    // A folder with an index is served by it; the link out of the root is not followed.
+    assert_eq!(get(addr, "/withindex/", "").text(), "<p>index\n");
+    assert_eq!(get(addr, "/docs/out/secret.txt", "").status, 404);
+    drop(server);
+    std::fs::write(
+        d.join("bad.toml"),
+        config.replacen("autoindex = true", "autoindex = \"yes\"", 1),
+    )
+    .unwrap();
+    let out = espalier(&["check", "-c", d.join("bad.toml").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("autoindex"), "{err}");
+    assert!(err.contains("{ dotfiles = true }"), "{err}");
+}
+
 /// A reload that changes a site's headers, rules, compression and error pages — and adds a
 /// deny list, a per-client limit and metrics (#29) — is applied under keep-alive load with
 /// no failed request.

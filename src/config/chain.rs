@@ -104,6 +104,7 @@ impl RequestStep {
                 "root",
                 "index",
                 "follow_symlinks",
+                "autoindex",
                 "alias",
                 "cache",
                 "try_files",

@@ -58,6 +58,7 @@ impl Config {
                 root,
                 index: vec![site::DEFAULT_INDEX.into()],
                 follow_symlinks: false,
+                autoindex: None,
                 access_log: None,
                 proxy_protocol: false,
                 proxy_protocol_from: Vec::new(),

@@ -139,6 +139,8 @@ pub struct RawSite {
     pub root: Option<String>,
     pub index: Option<Vec<String>>,
     pub follow_symlinks: Option<bool>,
+    /// `true`, or `{ dotfiles = true }`: folders without an index are listed.
+    pub autoindex: Option<toml::Value>,
     pub access_log: Option<RawAccessLog>,
     pub proxy_protocol: Option<bool>,
     /// The peers that may send the PROXY header (`["10.0.0.0/8"]`); others speak HTTP.

@@ -61,7 +61,8 @@ pub struct AppSpec {
     #[serde(default, skip_serializing_if = "is_false")]
     pub try_files: bool,
     /// A FastCGI app's front controller (`/index.php`): the script run for a path that is
-    /// neither a script nor a file, with the original URI in `REQUEST_URI`.
+    /// neither a script nor a file, with the original URI in `REQUEST_URI`. On a static path,
+    /// the file answered for a path that names none (a single-page app's `/index.html`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
     /// URL path prefixes (without a trailing `/`) under which no script runs: upload folders.
@@ -194,6 +195,10 @@ pub struct SiteSpec {
     /// Serve symlinks that lead outside `root`. Default false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub follow_symlinks: bool,
+    /// A folder without an index file answers with a listing of it (`autoindex`); `None`:
+    /// 403.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoindex: Option<Autoindex>,
     pub apps: Vec<AppSpec>,
     /// Where and how the site's requests are logged; `None` = not logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -256,6 +261,14 @@ pub struct SiteSpec {
     pub limit: Option<LimitSpec>,
 }
 
+/// How a folder is listed (`autoindex = true`, or `{ dotfiles = true }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Autoindex {
+    /// Names that start with `.` are listed too; by default they are left out (`.git`,
+    /// `.env`, `.htpasswd`: what a folder holds and a site rarely means to show).
+    pub dotfiles: bool,
+}
+
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
@@ -296,6 +309,7 @@ impl SiteSpec {
             root: None,
             index: Vec::new(),
             follow_symlinks: false,
+            autoindex: None,
             // Which pool serves which path; how the path is served is its pool's business.
             apps: self
                 .apps
@@ -339,6 +353,7 @@ impl SiteSpec {
             root,
             index,
             follow_symlinks,
+            autoindex,
             access_log,
             hsts,
             redirect_to_https,
@@ -364,6 +379,7 @@ impl SiteSpec {
             ("root", root.is_some()),
             ("index", index.as_slice() != [DEFAULT_INDEX]),
             ("follow_symlinks", *follow_symlinks),
+            ("autoindex", autoindex.is_some()),
             ("access_log", access_log.is_some()),
             ("hsts", hsts.is_some()),
             ("redirect_to_https", *redirect_to_https),

@@ -67,6 +67,7 @@ impl AppHandler {
         let cache: Vec<(String, String)> = a.cache.iter().chain(&s.cache).cloned().collect();
         let files_in = |root: Option<PathBuf>| {
             StaticFiles::new(root, s.index.clone(), s.follow_symlinks)
+                .with_autoindex(s.autoindex)
                 .with_cache(cache.clone())
                 .compressing(&s.compress)
         };
@@ -79,7 +80,11 @@ impl AppHandler {
                     Some(dir) => files_in(Some(dir.clone())).aliased(&a.path),
                     None => files(),
                 };
-                AppHandler::Static(files.refusing(script_extensions(pool, s, proxy)))
+                AppHandler::Static(
+                    files
+                        .refusing(script_extensions(pool, s, proxy))
+                        .with_fallback(a.fallback.as_deref()),
+                )
             }
             HandlerKind::Dynamic => AppHandler::Dynamic,
             HandlerKind::Cpu => AppHandler::Cpu,

@@ -1,6 +1,7 @@
 //! Validation of the keys that shape a site's answers: `headers` (fields set or removed) and
 //! `cache` (`Cache-Control` of its static files), on a site and on an app path, `errors`
-//! (its own error pages) and `compress` (the codings it offers).
+//! (its own error pages), `compress` (the codings it offers) and `autoindex` (folder
+//! listings).
 //!
 //! Owns: those keys' rules, the `Cache-Control` each `cache` spelling stands for, and the
 //! one look at the file system they need (that each error page can be read). Must not touch:
@@ -187,6 +188,34 @@ impl Validator {
             }
         }
         pages
+    }
+}
+
+impl Validator {
+    /// Site `i`'s `autoindex`: `true`/`false`, or `{ dotfiles = true }`.
+    pub(super) fn autoindex(
+        &mut self,
+        i: usize,
+        value: toml::Value,
+    ) -> Option<crate::config::Autoindex> {
+        let at = [Seg::Key("site"), Seg::Index(i), Seg::Key("autoindex")];
+        let dotfiles = match &value {
+            toml::Value::Boolean(false) => return None,
+            toml::Value::Boolean(true) => false,
+            toml::Value::Table(t) if t.keys().all(|k| k == "dotfiles") => match t.get("dotfiles") {
+                None => false,
+                Some(toml::Value::Boolean(b)) => *b,
+                Some(_) => {
+                    self.err(&at, "`dotfiles` is true or false");
+                    return None;
+                }
+            },
+            _ => {
+                self.err(&at, "is true (a folder without an index file is listed, its dotfiles left out), false, or { dotfiles = true } (listed too)");
+                return None;
+            }
+        };
+        Some(crate::config::Autoindex { dotfiles })
     }
 }
 

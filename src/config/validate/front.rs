@@ -1,10 +1,11 @@
 //! Validation of an app path's front-controller keys: `try_files`, `fallback` and
 //! `no_scripts` (how a path forwarded to an application treats the files under the site's
-//! root, see [`crate::handlers`]' front controller).
+//! root, see [`crate::handlers`]' front controller), and a static path's `fallback` (the
+//! file a single-page app answers every missing path with).
 //!
 //! Owns: those keys' rules, and the one look at the file system they need — that the
-//! fallback script exists under the site's root. Must not touch: which pool serves the path
-//! (see [`super::site`]).
+//! fallback script or file exists. Must not touch: which pool serves the path (see
+//! [`super::site`]).
 
 use super::super::locate::Seg;
 use super::super::model::*;
@@ -48,6 +49,7 @@ impl Validator {
         keys: FrontKeys,
         app: Option<&AppCommand>,
         root: Option<&Path>,
+        serves_files: bool,
     ) -> Front {
         let at = |k: &'static str| {
             let mut p = app_at.to_vec();
@@ -88,8 +90,17 @@ impl Validator {
             }
         }
         let fallback = keys.fallback.filter(|f| {
+            if serves_files {
+                // A static path's (a single-page app's `/index.html`): the file is looked
+                // for once the path's folder is known (`static_fallback`).
+                if !plain_url_path(f) || f.ends_with('/') {
+                    self.err(&at("fallback"), format!("`{f}` is not the URL path of a file; write it like \"/index.html\""));
+                    return false;
+                }
+                return true;
+            }
             let Some(app) = app.filter(|_| fastcgi) else {
-                self.err(&at("fallback"), "applies to a FastCGI app's path (transport = \"fastcgi\"), whose front controller is a script; a proxied app is its own fallback: use try_files = true");
+                self.err(&at("fallback"), "applies to a static path (the file a single-page app answers every missing path with, like \"/index.html\") or a FastCGI app's path (transport = \"fastcgi\", its front controller script); a proxied app is its own fallback: use try_files = true");
                 return false;
             };
             if !plain_url_path(f) || f.ends_with('/') {
@@ -119,5 +130,39 @@ impl Validator {
             fallback,
             no_scripts,
         }
+    }
+
+    /// A static path's `fallback` (`at`), checked to be a file: under `alias` (the folder of
+    /// the path `prefix`) or the site's `root`.
+    pub(super) fn static_fallback(
+        &mut self,
+        at: &[Seg],
+        fallback: String,
+        (prefix, alias): (&str, Option<&Path>),
+        root: Option<&Path>,
+    ) -> Option<String> {
+        let file = match (alias, root) {
+            (Some(dir), _) => {
+                let prefix = prefix.trim_end_matches('/');
+                if !crate::routing::under_prefix(fallback.as_bytes(), prefix) {
+                    self.err(at, format!("`{fallback}` is not under the path `{prefix}/` whose folder is `alias`; name a file of that folder, like \"{prefix}/index.html\""));
+                    return None;
+                }
+                dir.join(fallback[prefix.len()..].trim_start_matches('/'))
+            }
+            (None, Some(root)) => root.join(fallback.trim_start_matches('/')),
+            (None, None) => {
+                self.err(
+                    at,
+                    "names a file under the site's `root`, and the site has none; add root = \"…\"",
+                );
+                return None;
+            }
+        };
+        if !std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
+            self.err(at, format!("{} is not a file (the fallback is a URL path of the site's files); create it, or fix the path", file.display()));
+            return None;
+        }
+        Some(fallback)
     }
 }

@@ -239,6 +239,7 @@ impl Validator {
             root,
             index: raw.index.unwrap_or_else(|| vec![DEFAULT_INDEX.into()]),
             follow_symlinks: raw.follow_symlinks.unwrap_or(false),
+            autoindex: raw.autoindex.and_then(|v| self.autoindex(i, v)),
             access_log: raw.access_log.and_then(|l| self.access_log(i, l, base)),
             proxy_protocol,
             proxy_protocol_from,

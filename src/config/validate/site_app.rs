@@ -134,6 +134,7 @@ impl Validator {
             },
             forwarded_to,
             root,
+            handler == HandlerKind::Static,
         );
         let app_at = [
             Seg::Key("site"),
@@ -168,6 +169,12 @@ impl Validator {
                 }
             }
         });
+        let fallback = match front.fallback {
+            Some(f) if handler == HandlerKind::Static => {
+                self.static_fallback(&at_key("fallback"), f, (&path, alias.as_deref()), root)
+            }
+            other => other,
+        };
         let access = self.access_list(&app_at, ra.allow, ra.deny);
         let auth = ra.auth.and_then(|a| self.auth(&at_key("auth"), a, base));
         AppSpec {
@@ -177,7 +184,7 @@ impl Validator {
             headers,
             cache,
             try_files: front.try_files,
-            fallback: front.fallback,
+            fallback,
             no_scripts: front.no_scripts,
             ..AppSpec::new(path, pool, handler)
         }

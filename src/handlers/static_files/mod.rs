@@ -3,7 +3,8 @@
 //! Owns: URL-path → file resolution (percent-decoding, `..` and NUL refused, symlinks out of
 //! root refused unless `follow_symlinks`), index files, the directory redirect, conditional
 //! requests (`ETag`/`If-None-Match`, `Last-Modified`/`If-Modified-Since`), single byte ranges
-//! (206/416), HEAD, 405 for other methods, and a per-thread cache.
+//! (206/416), HEAD, 405 for other methods, a per-thread cache, the single-page app's
+//! `fallback` and `autoindex` listings ([`listing`]).
 //!
 //! The cache is per worker thread (shared-nothing: no lock on the request path). Small files
 //! are kept whole with their response headers preformatted, so a hit is a hash lookup and a
@@ -29,6 +30,7 @@
 
 mod compressed;
 mod entry;
+mod listing;
 mod path;
 mod respond;
 
@@ -67,6 +69,8 @@ enum Resolved {
     File(Box<Entry>),
     Redirect(String),
     Status(u16),
+    /// A folder without an index file, to be listed (`autoindex`).
+    Listing(PathBuf),
 }
 
 /// One site's static files.
@@ -91,6 +95,11 @@ pub struct StaticFiles {
     /// Leading path segments that name the app's prefix, not a folder under `root` (an
     /// `alias`: `/static/x.css` is `ROOT/x.css`); 0 as nginx's `root` (`ROOT/static/x.css`).
     skip: usize,
+    /// The URL path answered for a path that names nothing (`fallback`: a single-page app's
+    /// `/index.html`, as nginx's `try_files $uri $uri/ /index.html`).
+    fallback: Option<Box<str>>,
+    /// A folder without an index file is listed (`autoindex`); `None`: 403.
+    autoindex: Option<crate::config::Autoindex>,
 }
 
 /// What a path names under the root, for a front controller's "the file if it exists".
@@ -118,7 +127,21 @@ impl StaticFiles {
             cache_policy: Vec::new(),
             codings: Vec::new(),
             skip: 0,
+            fallback: None,
+            autoindex: None,
         }
+    }
+
+    /// Lists a folder without an index file.
+    pub fn with_autoindex(mut self, autoindex: Option<crate::config::Autoindex>) -> Self {
+        self.autoindex = autoindex;
+        self
+    }
+
+    /// Answers a path that names no file or folder with the file at URL path `fallback`.
+    pub fn with_fallback(mut self, fallback: Option<&str>) -> Self {
+        self.fallback = fallback.map(Into::into);
+        self
     }
 
     /// Sends `Cache-Control` by content type: `policy` is `(type, value)`, the type exact,
@@ -247,8 +270,19 @@ impl StaticFiles {
             }
         };
         match self.resolve(req.path, &segments) {
+            Resolved::Status(404) if self.fallback.as_deref().is_some_and(|f| f != req.path) => {
+                drop(cache);
+                let fallback = self.fallback.as_deref().unwrap_or_default();
+                // Its own normal form is itself (checked plain at `check`); a fallback gone
+                // from the disk since answers 404 (its path is the request's then).
+                self.serve(&req.retargeted(fallback), fallback.as_bytes(), resp, clock)
+            }
             Resolved::Status(s) => {
                 resp.error(s);
+                Reply::Done
+            }
+            Resolved::Listing(dir) => {
+                self.list(&dir, req, resp);
                 Reply::Done
             }
             Resolved::Redirect(mut location) => {
@@ -264,26 +298,52 @@ impl StaticFiles {
             }
             Resolved::File(mut entry) => {
                 entry.checked = now;
-                let holds_fd = matches!(entry.body, Body::Open(_));
-                if holds_fd && self.open_files.get() >= MAX_OPEN_FILES {
-                    // Served once, not kept: its descriptor closes after the response.
-                    return self.respond_coded(&mut entry, req, resp);
-                }
-                if cache.len() >= CACHE_ENTRIES
-                    || self.cached_bytes.get() + entry.memory() > CACHE_BUDGET
-                {
-                    cache.clear();
-                    self.cached_bytes.set(0);
-                    self.open_files.set(0);
-                }
-                self.cached_bytes
-                    .set(self.cached_bytes.get() + entry.memory());
-                self.open_files
-                    .set(self.open_files.get() + usize::from(holds_fd));
-                let entry = cache.entry(key.into()).or_insert(*entry);
-                self.respond_coded(entry, req, resp)
+                self.keep(&mut cache, key, entry, req, resp)
             }
         }
+    }
+
+    /// Answers with a file just opened, and keeps it in the thread's cache under `key` (the
+    /// cache emptied first when it is full; a large file past the open-descriptor bound is
+    /// served once and closed).
+    fn keep(
+        &self,
+        cache: &mut HashMap<Box<[u8]>, Entry>,
+        key: &[u8],
+        mut entry: Box<Entry>,
+        req: &Request<'_>,
+        resp: &mut Responder<'_>,
+    ) -> Reply {
+        let holds_fd = matches!(entry.body, Body::Open(_));
+        if holds_fd && self.open_files.get() >= MAX_OPEN_FILES {
+            // Served once, not kept: its descriptor closes after the response.
+            return self.respond_coded(&mut entry, req, resp);
+        }
+        if cache.len() >= CACHE_ENTRIES || self.cached_bytes.get() + entry.memory() > CACHE_BUDGET {
+            cache.clear();
+            self.cached_bytes.set(0);
+            self.open_files.set(0);
+        }
+        self.cached_bytes
+            .set(self.cached_bytes.get() + entry.memory());
+        self.open_files
+            .set(self.open_files.get() + usize::from(holds_fd));
+        let entry = cache.entry(key.into()).or_insert(*entry);
+        self.respond_coded(entry, req, resp)
+    }
+
+    /// Answers with the listing of folder `dir` (`autoindex`), showing what the site serves.
+    fn list(&self, dir: &Path, req: &Request<'_>, resp: &mut Responder<'_>) {
+        let refused = |name: &[u8]| self.refuses(name);
+        let shown = listing::Shown {
+            dotfiles: self.autoindex.is_some_and(|a| a.dotfiles),
+            refused: &refused,
+            inside: self
+                .canonical_root
+                .as_deref()
+                .filter(|_| !self.follow_symlinks),
+        };
+        listing::answer(dir, &shown, req, resp);
     }
 
     /// Takes a removed entry off the cache's accounts.
@@ -325,6 +385,9 @@ impl StaticFiles {
                         return self.open(candidate, canonical_root, name);
                     }
                 }
+            }
+            if self.autoindex.is_some() {
+                return Resolved::Listing(path);
             }
             return Resolved::Status(403);
         }
