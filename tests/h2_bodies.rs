@@ -189,4 +189,30 @@ fn http2_uploads_stream_to_the_app_as_they_arrive() {
         String::from_utf8_lossy(&out.stdout),
         format!("len={UPLOAD} sha256={sum} framing=length\n")
     );
+
+    // An upload over max_body_size (1 MiB by default), declared and not: curl reads the
+    // 413 and exits cleanly — the rest of the body is taken and dropped, not the stream
+    // reset (curl said "(92) Stream error in the HTTP/2 framing layer").
+    std::fs::write(d.join("big.bin"), vec![b'x'; 3 << 20]).unwrap();
+    for chunked in [false, true] {
+        let mut curl = std::process::Command::new("curl");
+        curl.args(["-sS", "--max-time", "20", "--http2-prior-knowledge"])
+            .args(["-o", "/dev/null", "-w", "%{http_code}"])
+            .args(["--data-binary", "@big.bin"]);
+        if chunked {
+            curl.args(["-H", "Transfer-Encoding: chunked"]);
+        }
+        let out = curl
+            .arg(format!("http://127.0.0.1:{port}/big"))
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && out.stdout == b"413",
+            "chunked {chunked}: {:?} {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -5,10 +5,14 @@
 //! could each hold `max_body_size`.)
 //!
 //! Owns: [`Body`], [`pump`], which frames the data for the forwarder (as it came when the
-//! client declared a length, else chunked), and [`discard`] for a body answered early. Must not touch: the forwarder's checks of the
-//! body (its length bound, 413) or the answer's way back (see `answer`).
+//! client declared a length, else chunked), [`discard`] for a body answered early, and
+//! [`refuse_too_large`] for one over `max_body_size`. Must not touch: the forwarder's checks
+//! of the body (its chunked decoder's bound) or the answer's way back (see `answer`).
 
+use crate::http::service::ConnEnv;
 use crate::http::Framing;
+use bytes::Bytes;
+use h2::server::SendResponse;
 use h2::RecvStream;
 use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -89,6 +93,25 @@ pub(super) async fn pump<W: AsyncWrite + Unpin>(
     } else {
         let _ = to.shutdown().await;
     }
+}
+
+/// What an upload refused as too large (413) may still send, read and dropped so the client
+/// takes the 413 as the answer (at least this much, or `max_body_size` when larger); past
+/// it the stream is reset.
+pub(super) const DISCARD_AFTER_413: u64 = 16 << 20;
+
+/// A body over `max_body_size`: answered 413 before any of it reaches the app, and what the
+/// client still sends of it read and dropped (up to [`DISCARD_AFTER_413`], or
+/// `max_body_size` when larger), so curl and browsers read the 413 rather than a reset
+/// stream (curl 7.88: "(92) Stream error in the HTTP/2 framing layer").
+pub(super) async fn refuse_too_large<S>(
+    respond: &mut SendResponse<Bytes>,
+    recv: &mut RecvStream,
+    env: &ConnEnv<S>,
+) {
+    super::answer::send_error(respond, env, 413);
+    let max = DISCARD_AFTER_413.max(env.limits.max_body_size);
+    discard(recv, max, env.timeouts.body).await;
 }
 
 /// The rest of a body the app answered without: read and dropped, up to `max` bytes and

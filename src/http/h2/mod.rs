@@ -322,8 +322,7 @@ impl<S: Service + 'static> Connection<S> {
                 // A body declared too large is refused before any of it is taken, as HTTP/1.1's
                 // is; one undeclared is bounded by the forwarder's chunked decoder.
                 if matches!(framing, Framing::Length(n) if n > env.limits.max_body_size) {
-                    send_error(&mut respond, env, 413);
-                    return;
+                    return body::refuse_too_large(&mut respond, &mut recv, env).await;
                 }
                 let work = Work::Forward(Box::new(Lending {
                     target,
@@ -350,8 +349,7 @@ impl<S: Service + 'static> Connection<S> {
             let Ok(chunk) = chunk else { return };
             let _ = recv.flow_control().release_capacity(chunk.len());
             if (body.len() + chunk.len()) as u64 > env.limits.max_body_size {
-                send_error(&mut respond, env, 413);
-                return;
+                return body::refuse_too_large(&mut respond, &mut recv, env).await;
             }
             body.extend_from_slice(&chunk);
         }
