@@ -50,7 +50,7 @@
 //! | [`compress`] | the content codings (gzip, brotli, zstd): a whole body, or a stream | yes |
 //! | [`topology`] | nodes, CPUs, caches, NICs as read from sysfs; ranking by distance ([`topology::nearest`]) | parsing and ranking yes; reading in `topology::sysfs` |
 //! | [`routing`] | the routing tables a worker is given: sites by address and host name, path prefixes, a site's redirect and rewrite rules | yes |
-//! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, io_uring, processes, cgroups, private folders | no — all but one `unsafe` (`server::worker` adopts its inherited descriptors) |
+//! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, io_uring, processes, cgroups, private folders | no — every `unsafe` of the crate |
 //! | [`certs`] | certificate files: loaded, checked, fingerprinted | reads files |
 //! | [`config`] | the TOML config, defaults, validation | yes, but it checks that roots, programs and certificates exist and are usable |
 //! | [`placement`] | which worker goes where | yes |
@@ -65,6 +65,9 @@
 //! | [`doctor`] | the OS settings serving needs | checks yes; reading inputs no |
 //! | [`scale`] | the scaling experiment: plan, runner, report | plan yes |
 //! | [`cli`] | subcommands: arguments and output | no |
+//!
+//! Beside them: `async_io` (`delegate_async_io!`: tokio's read and write traits for an enum
+//! of streams, by delegation) and `testutil` (fixtures for the crate's unit tests).
 
 pub(crate) mod async_io;
 pub mod bench;

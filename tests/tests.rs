@@ -47,6 +47,7 @@ mod robustness;
 mod scale;
 mod serve;
 mod site_answers;
+mod source;
 mod static_beside_app;
 mod systemd;
 mod tenants;

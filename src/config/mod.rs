@@ -11,10 +11,12 @@
 //! exist — checked here so that `check` refuses what `serve` could not use, with the key's
 //! line.
 //!
-//! The files: `model` (the typed settings and their defaults), `raw` (the TOML as written,
-//! untyped), `validate` (raw → typed, collecting every error), `error` (the one-line
-//! errors), `parse` (small grammars: bindings, names, times of day), `locate` (key → line),
-//! `include` (the files `include` names, merged, each pool and site remembering its file).
+//! The files: `model` (the typed settings and their defaults), `site` (a site's and a path's
+//! typed settings), `raw` (the TOML as written, untyped), `validate` (raw → typed,
+//! collecting every error), `error` (the one-line errors), `parse` (small grammars: bindings,
+//! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
+//! each pool and site remembering its file), [`chain`] (the site features' processing
+//! order, and which keys each step reads).
 //! The README's configuration reference documents every key.
 
 pub mod chain;

@@ -10,7 +10,9 @@
 //! ([`static_files`], [`dynamic`], [`cpu`], a front controller's files), by an application
 //! process (the connection lent to [`crate::proxy`]'s dispatch), or by another pool on a
 //! shared address (the connection handed there, see [`crate::handoff`]). This file holds the
-//! service's data and the engine's contract ([`Service`]); `app` builds each path's handler.
+//! service's data and the engine's contract ([`Service`]); `app` builds each path's handler,
+//! `front` decides which of a forwarded path's requests are files, [`mime`] names content
+//! types.
 //! One [`ThreadService`] per worker thread; nothing in it is shared with another thread.
 //! Must not touch: sockets or the protocols' framing (that is [`crate::http`]; what it knows
 //! of a protocol is that an HTTP/2 or TLS connection cannot change pools, so a request of
@@ -74,7 +76,7 @@ struct Site {
     access: Option<Box<SiteAccess>>,
     /// Proxies whose `X-Forwarded-For` names the client, for its lists and limits.
     trusted: Box<[crate::routing::access::Cidr]>,
-    /// Its `limit`, as this thread counts it (`None`: unlimited; see [`Self::with_limits`]).
+    /// Its `limit`, as this thread counts it (`None`: unlimited; see [`ThreadService::with_limits`]).
     limits: Option<ThreadLimits>,
     /// This thread's figures of it, with `metrics` (see [`ThreadService::with_meters`]).
     meter: Option<std::sync::Arc<crate::http::meters::SiteMeter>>,

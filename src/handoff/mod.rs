@@ -3,7 +3,7 @@
 //!
 //! Owns: the worker's side — handing an accepted connection, with the bytes already read
 //! from it, to a thread of another pool ([`Handoff::send`]), and taking such connections in
-//! ([`receive`]); the message format; the choice of a thread (nearest first, [`PoolTargets`]).
+//! ([`Receiver`]); the message format; the choice of a thread (nearest first, [`PoolTargets`]).
 //! Must not touch: which pool a request belongs to (the router in [`crate::handlers`]
 //! decides) or the sockets' life (the master creates every hand-off socket and keeps it, see
 //! `server::handoffs`).

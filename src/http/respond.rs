@@ -117,7 +117,7 @@ impl<'a> Responder<'a> {
         self.then == Then::KeepAlive
     }
 
-    /// Where the next response starts in the output buffer (see [`Self::insert_header_line`]).
+    /// Where the next response starts in the output buffer (see [`Self::site_steps`]).
     pub fn mark(&self) -> usize {
         self.out.len()
     }

@@ -56,9 +56,8 @@ pub(super) async fn send_file<S, C: ClientStream>(
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
         };
-        // SAFETY: the stream's own socket, open for as long as `stream` is borrowed here.
-        let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        match crate::os::net::sendfile(&socket, &*f.file, &mut offset, want) {
+        // The stream's own socket, open for as long as `stream` is borrowed here.
+        match crate::os::net::sendfile(&fd, &*f.file, &mut offset, want) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => stream.sent(n),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => stream.file_would_block(),

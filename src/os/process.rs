@@ -368,6 +368,15 @@ pub fn adopt_unix_stream(fd: RawFd) -> std::os::unix::net::UnixStream {
     unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) }
 }
 
+/// Takes ownership of a descriptor this process inherited (a worker thread's hand-off
+/// socket), under [`adopt_unix_stream`]'s contract: open, and handed to this process for the
+/// caller's exclusive use.
+pub fn adopt_fd(fd: RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: see the contract above.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
 /// A descriptor of its own (close-on-exec) for the open file `fd` names, which the caller
 /// keeps open meanwhile.
 pub fn duplicate(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {

@@ -4,7 +4,7 @@
 //!
 //! Owns: sending a request's records ([`super::cgi`] built them) and its body, and reading a
 //! CGI response (`Status:`, `Location:`) back into HTTP. Must not touch: which
-//! process answers or the client connection's loop (shared with [`super::forward`]).
+//! process answers or the client connection's loop (shared with [`super::forward`](mod@super::forward)).
 //!
 //! The record layer is written here rather than taken from the `fastcgi-client` crate: CGI
 //! variables must carry a header's raw bytes (that crate's `Params` holds `str`), the body
@@ -172,7 +172,7 @@ struct Asked {
 }
 
 /// Forwards a request to a FastCGI app process and relays its answer, in named steps as
-/// [`super::forward`]'s: connect (with one retry) and send ([`ask`]); read and parse the CGI
+/// [`super::forward`](mod@super::forward)'s: connect (with one retry) and send ([`ask`]); read and parse the CGI
 /// header block; write the client's head ([`super::head`], the same writer as an HTTP
 /// app's); relay the STDOUT records. Every failure is a [`Fail`] that one place answers.
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(

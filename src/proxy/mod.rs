@@ -5,7 +5,7 @@
 //! Owns: where an app process listens ([`Endpoint`]), which processes a thread may use (its
 //! node's first, by `crate::topology::nearest`), the one dispatch of a routed request
 //! ([`Dispatch`]), and the forwarding itself
-//! ([`forward`]: the upstream connection pools, request and response bodies streamed both
+//! ([`forward`](mod@forward): the upstream connection pools, request and response bodies streamed both
 //! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry), in HTTP/1.1 or, for
 //! `transport = "fastcgi"`, in FastCGI records ([`fastcgi`]).
 //! Must not touch: the client connection's own protocol loop (that is [`crate::http::conn`],

@@ -2,7 +2,7 @@
 //! or until the close) and as the client needs it (rechunked for HTTP/1.1, unchunked for
 //! HTTP/1.0), through one fixed buffer; and the tunnel after `101 Switching Protocols`.
 //!
-//! Owns: those relays. Must not touch: the answer's head ([`super::forward`]) or a
+//! Owns: those relays. Must not touch: the answer's head ([`super::forward`](mod@super::forward)) or a
 //! compressed relay ([`super::encode`]).
 
 use super::upstream::Conn;

@@ -2,7 +2,7 @@
 //! fields dropped, `X-Forwarded-For/-Proto/-Host`, `X-Remote-User` and `X-Client-Subject` set by espalier, the body re-framed by
 //! length or chunks), and what forwarding it needs to know (retry, upgrade, keep-alive).
 //!
-//! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`]).
+//! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`](mod@super::forward)).
 
 use crate::http::service::LentHead;
 use crate::http::{Framing, Method, Request};

@@ -3,7 +3,7 @@
 //! thread's own view of them — round-robin position, idle connections, counters.
 //!
 //! Owns: choosing a process for a request and getting a connection to it. Must not touch:
-//! what is sent on the connection (see [`super::forward`] and [`super::fastcgi`]).
+//! what is sent on the connection (see [`super::forward`](mod@super::forward) and [`super::fastcgi`]).
 
 use super::queue::{Backpressure, Gate, Queue, Slot};
 use super::upstream::{Conn, Pool};

@@ -8,7 +8,7 @@
 //! connection on the ring it cost 0.97×.
 //!
 //! Owns: connecting (bounded by `connect_timeout`), keeping idle connections and handing out
-//! only live ones. Must not touch: what is sent on them (see [`super::forward`]).
+//! only live ones. Must not touch: what is sent on them (see [`super::forward`](mod@super::forward)).
 
 use super::Endpoint;
 use std::cell::RefCell;
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 /// An idle connection is closed after this. Below the 5 s keep-alive that uvicorn, Node and
 /// gunicorn's threaded workers default to, so espalier lets go first and rarely sends on a
 /// connection the app is closing (a request that meets one anyway is retried, see
-/// [`super::forward`]).
+/// [`super::forward`](mod@super::forward)).
 const IDLE_FOR: Duration = Duration::from_secs(4);
 
 /// Idle connections kept per endpoint and thread.

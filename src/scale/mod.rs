@@ -11,7 +11,8 @@
 //! With `--tls` and `--h2` the servers are spoken to over HTTPS and in HTTP/2 (`transport`).
 //!
 //! Owns: running the experiment. Must not touch: the machine's CPUs beyond starting servers
-//! with configs that restrict them (the design is in [`plan`], the output in [`report`]).
+//! with configs that restrict them (the design is in [`plan`], what was measured in
+//! `results`, the output in [`report`]).
 
 pub mod plan;
 pub mod report;

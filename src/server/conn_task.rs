@@ -3,7 +3,7 @@
 //! peer's address — the thread, its other connections and the process go on.
 //!
 //! Owns: the per-thread connection count, the panic hook of worker processes, and the
-//! rate-limited panic log. Must not touch: the protocol (it wraps [`conn::serve`] whole).
+//! rate-limited panic log. Must not touch: the protocol (it wraps [`crate::http::conn::serve`] whole).
 //!
 //! Why catch at all, when every size a client sends is checked: a bug that slips through must
 //! cost one connection, not a slot forever. Before this, a panicking task never gave its slot

@@ -10,8 +10,12 @@
 //! keeps pools alive) with [`admin`] (the endpoint and its client) and [`status`] (what it
 //! reports). The worker's side: [`worker`] (threads, pings) and [`conn_task`] (one contained
 //! connection). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
-//! line protocol after). On disk: [`runtime`] (the runtime folder, the admin token's folder,
-//! the access logs the master creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`].
+//! line protocol after; [`worker_health`]: what a worker's ping answer carries). On disk:
+//! [`runtime`] (the runtime folder, the admin token's folder, the access logs the master
+//! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`]. Applications: [`app`]
+//! (starting a pool's app processes) and [`app_exec`] (the step that places and lowers one
+//! before its `exec`). Shared addresses: [`handoffs`] (the master's hand-off sockets).
+//! What it shows: [`admin_page`] (the page), [`meters`] (sites' figures, Prometheus's text).
 
 pub mod admin;
 pub mod admin_page;

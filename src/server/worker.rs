@@ -29,7 +29,7 @@ use crate::routing::limits::Accounts;
 use crate::routing::GroupRoutes;
 use std::cell::Cell;
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd};
+
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -414,9 +414,9 @@ fn engine_thread(
         }
         // Connections other pools hand to this thread on a shared address.
         let receiver = match thread.handoff_fd.map(|fd| {
-            // SAFETY: the master handed us this fd for this thread's exclusive use.
+            // The master handed us this fd for this thread's exclusive use.
             crate::handoff::Receiver::new(
-                unsafe { OwnedFd::from_raw_fd(fd) },
+                crate::os::process::adopt_fd(fd),
                 spec.handoff_senders.clone(),
                 spec.handoff_key,
             )

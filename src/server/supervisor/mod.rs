@@ -5,6 +5,8 @@
 //! the reason), signals (SIGCHLD reaps, SIGHUP reloads, SIGTERM/SIGINT stop gracefully), the
 //! tick (respawns, readiness and ping deadlines, recycling by limits, soft affinity), and
 //! events from workers and the admin endpoint. The rest lives beside it:
+//! - `procs`: what it keeps of each process, slot and pool; `life`: a process's and a slot's
+//!   states, and the one transition function of each; `event`: what the loop reacts to;
 //! - `slots`: a slot's processes — start, ready, recycle, reap, crash restart, rapid-fail —
 //!   whether espalier workers or the processes of a pool's application;
 //! - `apps`: an application process's readiness and pings (probes, settle time) and telling
@@ -15,10 +17,14 @@
 //!   changes);
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers;
+//! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
+//!   back to sleep after `idle_timeout`;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
 //! - `wake`: how many on-demand workers may wake and be awake at once;
 //! - `cgroups`: CPU caps and cpusets;
-//! - `affinity`: soft affinity, applied.
+//! - `affinity`: soft affinity, applied;
+//! - `live`: the admin page's live figures (each CPU's load, requests per pool), read once a
+//!   second; `samples`: those figures kept between samples.
 //!
 //! Decisions come from [`super::lifecycle`] and [`super::soft`]; syscalls from [`crate::os`].
 //! Must not touch: requests (it answers none except a stopped pool's 503) or the listeners'

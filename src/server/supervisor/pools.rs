@@ -5,7 +5,7 @@
 //! `load_balancer = "tcp"`, answered by the master on copies of the pool's sockets and its
 //! hand-off sockets; on an address other pools still serve, the stopped pool's sockets are
 //! steered around and what reaches them is passed on to a pool that serves) and the
-//! [`Status`] built from the supervisor's state. Must not touch: a slot's process state
+//! [`crate::server::status::Status`] built from the supervisor's state. Must not touch: a slot's process state
 //! machine (see [`super::slots`]).
 
 use super::life::{Happening, Restart};
