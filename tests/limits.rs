@@ -197,3 +197,104 @@ fn a_flood_of_addresses_past_the_client_table_is_refused_and_counted() {
     });
     server.wait_for_log("the limit's client table is full", Duration::from_secs(5));
 }
+
+/// `max_body_size` per site and per path, over the server's (1 MiB by default): a site may
+/// take more, a path less; a body over its own bound gets 413 before the app sees a byte —
+/// declared or chunked, lent to an app or answered here, over HTTP/1.1 and HTTP/2 — while
+/// the server's bound holds for a site without one.
+#[test]
+fn each_site_and_path_takes_bodies_up_to_its_own_max_body_size() {
+    need_tools("python3:python3 curl:curl", "python3 and curl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::create_dir_all(d.join("marks")).unwrap();
+    std::fs::write(d.join("two-mib"), vec![b'u'; 2 << 20]).unwrap();
+    std::fs::write(d.join("two-kib"), vec![b'u'; 2 << 10]).unwrap();
+    std::fs::write(d.join("half-kib"), vec![b'u'; 512]).unwrap();
+    let app = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/upload_app.py");
+    let (big, plain) = (free_port(), free_port());
+    let config = format!(
+        r#"
+[[pool]]
+name = "uploads"
+command = ["python3", "{app}"]
+environment = {{ MARKS = "{marks}" }}
+health = "/healthz"
+[[site]]
+name = "big"
+bindings = ["http://127.0.0.1:{big}"]
+root = "www"
+max_body_size = "4MiB"
+[[site.app]]
+pool = "uploads"
+[[site.app]]
+path = "/small/"
+pool = "uploads"
+max_body_size = "1KiB"
+[[site.app]]
+path = "/files/"
+handler = "static"
+[[site]]
+name = "plain"
+bindings = ["http://127.0.0.1:{plain}"]
+[[site.app]]
+pool = "uploads"
+"#,
+        app = app.display(),
+        marks = d.join("marks").display(),
+    );
+    let server = Server::with_config(d, &config);
+    let post = |port: u16, path: &str, file: &str, extra: &[&str]| -> (String, String) {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"])
+            .args(["--data-binary", &format!("@{file}")])
+            .args(extra)
+            .arg(format!("http://127.0.0.1:{port}{path}"))
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_string(), body.to_string())
+    };
+    let chunked: &[&str] = &["-H", "Transfer-Encoding: chunked"];
+    let h2: &[&str] = &["--http2-prior-knowledge"];
+    for extra in [&[][..], chunked, h2] {
+        // Over the server's bound, under the site's: the app gets it whole.
+        let (code, body) = post(big, "/up", "two-mib", extra);
+        assert_eq!(code, "200", "{extra:?}: {body} {}", server.log_text());
+        assert!(
+            body.starts_with(&format!("len={}", 2 << 20)),
+            "{extra:?}: {body}"
+        );
+        // The site without its own: the server's.
+        assert_eq!(post(plain, "/up", "two-mib", extra).0, "413", "{extra:?}");
+        // The path's own, under the site's.
+        assert_eq!(
+            post(big, "/small/x", "two-kib", extra).0,
+            "413",
+            "{extra:?}"
+        );
+        assert_eq!(
+            post(big, "/small/x", "half-kib", extra).0,
+            "200",
+            "{extra:?}"
+        );
+        // Answered here: the body is taken (the static path refuses the method, not the size).
+        assert_eq!(post(big, "/files/", "two-mib", extra).0, "405", "{extra:?}");
+    }
+    // A bound that is no size is one line at `check`.
+    std::fs::write(d.join("bad.toml"), config.replace("\"1KiB\"", "\"lots\"")).unwrap();
+    let out = espalier(&["check", "-c", d.join("bad.toml").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("max_body_size"),
+        "{err}"
+    );
+}

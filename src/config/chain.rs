@@ -98,7 +98,7 @@ impl RequestStep {
             RequestStep::ToHttps => &["redirect_to_https"],
             RequestStep::Route => &[],
             RequestStep::Access => &["allow", "deny", "deny_action", "trusted_proxies"],
-            RequestStep::Limit => &["limit", "trusted_proxies"],
+            RequestStep::Limit => &["limit", "trusted_proxies", "max_body_size"],
             RequestStep::Auth => &["auth"],
             RequestStep::Answer => &[
                 "root",
@@ -121,7 +121,7 @@ impl RequestStep {
             RequestStep::ToHttps => "a cleartext request is answered 308 to the site's https address",
             RequestStep::Route => "the path in normal form chooses the app (longest prefix): a request of another pool's path is handed to it here, a FastCGI path's script, file or status is decided",
             RequestStep::Access => "a client the site's or the path's lists refuse gets `deny_action`",
-            RequestStep::Limit => "a client over the site's rate or in-flight bound gets 429 (or the limit's `action`)",
+            RequestStep::Limit => "a client over the site's rate or in-flight bound gets 429 (or the limit's `action`); a body over the path's or site's `max_body_size` gets 413 before the app sees a byte of it",
             RequestStep::Auth => "a path with a password answers 401 until the client signs in",
             RequestStep::Answer => "static files and the built-in pages are answered here; an app's path is lent to its process",
         }

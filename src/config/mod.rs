@@ -79,6 +79,7 @@ impl Config {
                 deny_action: DenyAction::default(),
                 limit: None,
                 metrics: false,
+                max_body_size: None,
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

@@ -164,6 +164,8 @@ pub struct RawSite {
     /// `403`, `404` or `"close"`.
     pub deny_action: Option<toml::Value>,
     pub limit: Option<RawLimit>,
+    /// The largest request body its requests may carry (`"100MiB"`), over the server's.
+    pub max_body_size: Option<Scalar>,
     #[serde(default)]
     pub app: Vec<RawApp>,
     #[serde(default)]
@@ -202,6 +204,8 @@ pub struct RawApp {
     pub allow: Option<Vec<String>>,
     pub deny: Option<Vec<String>>,
     pub auth: Option<RawAuth>,
+    /// The largest request body the path takes, over its site's.
+    pub max_body_size: Option<Scalar>,
 }
 
 /// A path's `auth = { htpasswd = "admin.htpasswd", realm = "Admin", cleartext = false }`.

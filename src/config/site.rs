@@ -84,6 +84,10 @@ pub struct AppSpec {
     /// Who must sign in to it (`auth`: basic authentication from an htpasswd file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
+    /// The largest request body it takes (`max_body_size`), over its site's and the
+    /// server's; `None`: its site's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_size: Option<u64>,
 }
 
 impl AppSpec {
@@ -101,6 +105,7 @@ impl AppSpec {
             alias: None,
             access: AccessList::default(),
             auth: None,
+            max_body_size: None,
         }
     }
 
@@ -121,6 +126,7 @@ impl AppSpec {
             alias,
             access,
             auth,
+            max_body_size,
         } = self;
         vec![
             ("path", true),
@@ -135,6 +141,7 @@ impl AppSpec {
             ("allow", !access.allow.is_empty()),
             ("deny", !access.deny.is_empty()),
             ("auth", auth.is_some()),
+            ("max_body_size", max_body_size.is_some()),
         ]
     }
 
@@ -259,6 +266,10 @@ pub struct SiteSpec {
     /// How fast and how much one client may ask of it (`limit`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<LimitSpec>,
+    /// The largest request body it takes (`max_body_size`), over the server's
+    /// (`[server.limits]`); `None`: the server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_body_size: Option<u64>,
 }
 
 /// How a folder is listed (`autoindex = true`, or `{ dotfiles = true }`).
@@ -314,7 +325,11 @@ impl SiteSpec {
             apps: self
                 .apps
                 .iter()
-                .map(|a| AppSpec::new(a.path.clone(), a.pool.clone(), a.handler))
+                .map(|a| AppSpec {
+                    // Read before the hand-off, as the site's.
+                    max_body_size: a.max_body_size,
+                    ..AppSpec::new(a.path.clone(), a.pool.clone(), a.handler)
+                })
                 .collect(),
             access_log: None,
             proxy_protocol: false,
@@ -334,6 +349,9 @@ impl SiteSpec {
             deny_action: DenyAction::default(),
             limit: None,
             metrics: false,
+            // Read before the hand-off: another pool's site may take a larger body than this
+            // worker's, and its worker bounds the head it parses by the largest of them.
+            max_body_size: self.max_body_size,
         }
     }
 
@@ -368,6 +386,7 @@ impl SiteSpec {
             deny_action,
             metrics,
             limit,
+            max_body_size,
         } = self;
         vec![
             ("name", true),
@@ -393,6 +412,7 @@ impl SiteSpec {
             ("deny_action", *deny_action != DenyAction::default()),
             ("metrics", *metrics),
             ("limit", limit.is_some()),
+            ("max_body_size", max_body_size.is_some()),
             ("allow", !access.allow.is_empty()),
             ("deny", !access.deny.is_empty()),
         ]

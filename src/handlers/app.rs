@@ -43,6 +43,8 @@ pub(super) struct App {
     pub access: Option<crate::routing::access::AccessList>,
     /// Who must sign in to it, when it has `auth`.
     pub auth: Option<crate::routing::auth::ThreadAuth>,
+    /// Its own `max_body_size`, when it has one (else its site's).
+    pub max_body: Option<u64>,
 }
 
 /// A site's or path's field edits: over cleartext, over TLS (see [`SchemeEdits`]).

@@ -80,6 +80,9 @@ struct Site {
     limits: Option<ThreadLimits>,
     /// This thread's figures of it, with `metrics` (see [`ThreadService::with_meters`]).
     meter: Option<std::sync::Arc<crate::http::meters::SiteMeter>>,
+    /// The largest body its requests may carry: its `max_body_size`, else the server's (see
+    /// [`ThreadService::with_body_default`]).
+    max_body: Option<u64>,
 }
 
 impl Site {
@@ -102,6 +105,7 @@ impl Site {
                 fields: (!a.headers.is_empty()).then(|| FieldEdits::of(s, Some(a))),
                 access: (!a.access.is_empty()).then(|| a.access.clone()),
                 auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
+                max_body: a.max_body_size,
             })
             .collect();
         // Longest prefix first.
@@ -151,6 +155,7 @@ impl Site {
             trusted: s.trusted_proxies.as_slice().into(),
             limits: None,
             meter: None,
+            max_body: s.max_body_size,
             app_auth: apps.iter().any(|a| a.auth.is_some()),
             apps,
             log,
@@ -305,6 +310,14 @@ impl ThreadService {
         for (site, accounts) in self.sites.iter_mut().zip(accounts) {
             site.limits = accounts.clone().map(ThreadLimits::new);
             site.chain = Chain::of(|step| site.configures(step));
+        }
+        self
+    }
+
+    /// The server's `max_body_size`, for the sites without one of their own.
+    pub fn with_body_default(mut self, max: u64) -> Self {
+        for site in &mut self.sites {
+            site.max_body.get_or_insert(max);
         }
         self
     }

@@ -239,6 +239,7 @@ impl ThreadService {
             codings: s.codings.clone(),
             held: None,
             user: None,
+            max_body: app.and_then(|a| a.max_body).or(s.max_body),
         }
     }
 

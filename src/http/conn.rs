@@ -361,6 +361,13 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             Route::Here(ctx) => ctx,
             Route::HandOff(handoff) => return (at, Some(Step::HandOff(handoff))),
             Route::Lend(target, ctx) => {
+                // A body declared over its path's bound is refused before the app sees any of
+                // it; one undeclared is bounded by the forwarder's chunked decoder.
+                if matches!(framing, Framing::Length(n) if n > ctx.body_bound(self.env.limits.max_body_size))
+                {
+                    self.error(ProtocolError::BodyTooLarge.status(), false);
+                    return (at, Some(Step::Close));
+                }
                 let head = LentHead {
                     framing,
                     keep_alive: keep,
@@ -384,11 +391,13 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         let body_end = match frame(
             &mut self.reading,
             &self.rbuf,
-            at,
-            len,
+            (at, len),
             framing,
             expect_continue,
-            &self.env.limits,
+            (
+                ctx.body_bound(self.env.limits.max_body_size),
+                self.env.limits.max_header_size,
+            ),
         ) {
             Ok(end) => end,
             Err(Unframed::Arriving) => return (at, Some(Step::Read(Wait::Body))),
@@ -498,7 +507,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             stream: &mut self.stream,
             rbuf: &mut self.rbuf,
             clock: &env.clock,
-            max_body: env.limits.max_body_size,
+            max_body: lending.ctx.body_bound(env.limits.max_body_size),
             max_framing: env.limits.max_header_size,
             body_timeout: env.timeouts.body,
             report: &report,
@@ -664,17 +673,18 @@ enum Unframed {
 fn frame(
     reading: &mut Reading,
     rbuf: &[u8],
-    at: usize,
-    len: usize,
+    (at, len): (usize, usize),
     framing: Framing,
     expect_continue: bool,
-    limits: &super::HeadLimits,
+    (max_body, max_framing): (u64, usize),
 ) -> Result<usize, Unframed> {
     let body_start = at + len;
     let end = match framing {
         Framing::None => body_start,
+        // Within the connection's bound (the parser checked); its path's may be smaller.
+        Framing::Length(n) if n > max_body => return Err(Unframed::TooLarge),
         Framing::Length(n) => {
-            // n is within max_body_size; the sum is checked all the same.
+            // The sum is checked all the same.
             let Some(end) = usize::try_from(n)
                 .ok()
                 .and_then(|n| body_start.checked_add(n))
@@ -700,7 +710,7 @@ fn frame(
                 reading.pending = Some(Pending::Chunked {
                     head_len: len,
                     body_len: 0,
-                    decoder: ChunkedDecoder::new(limits),
+                    decoder: ChunkedDecoder::with_bounds(max_body, max_framing),
                     done: false,
                     expect_continue,
                 });

@@ -189,6 +189,9 @@ pub struct HeadLimits {
     pub max_request_line: usize,
     pub max_header_size: usize,
     pub max_headers: usize,
+    /// The largest body the head parser lets through: the largest `max_body_size` of any site
+    /// or path the worker may see; each request is held to its own once routed
+    /// ([`service::RequestCtx::body_bound`]).
     pub max_body_size: u64,
 }
 

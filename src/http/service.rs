@@ -71,6 +71,16 @@ pub struct RequestCtx {
     pub held: Option<Rc<crate::routing::limits::Held>>,
     /// The user its path's basic authentication let in, told to the app.
     pub user: Option<Rc<str>>,
+    /// The largest body it may carry: its path's or site's `max_body_size`, or the server's
+    /// (`None` for a request no site takes: the connection's bound, [`HeadLimits`]').
+    pub max_body: Option<u64>,
+}
+
+impl RequestCtx {
+    /// The largest body the request may carry, `ceiling` being the connection's bound.
+    pub fn body_bound(&self, ceiling: u64) -> u64 {
+        self.max_body.unwrap_or(ceiling)
+    }
 }
 
 /// What a site's request chain decided of a request, for its answer.

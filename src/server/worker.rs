@@ -378,6 +378,7 @@ fn engine_thread(
                     .map(|(pool, tiers)| (pool, Rc::new(PoolTargets::new(tiers, spec.handoff_key))))
                     .collect(),
             )
+            .with_body_default(l.max_body_size)
             .with_tls(&shared.configs, shared.kernel)
             .with_limits(&shared.limits)
             .with_meters(&health.meters),
@@ -386,7 +387,7 @@ fn engine_thread(
                 max_request_line: l.max_request_line,
                 max_header_size: l.max_header_size,
                 max_headers: l.max_headers,
-                max_body_size: l.max_body_size,
+                max_body_size: body_ceiling(l.max_body_size, &spec.sites),
             },
             timeouts: Timeouts {
                 header: l.header_timeout,
@@ -671,6 +672,21 @@ async fn reject_busy(stream: Accepted, answer: Vec<u8>) {
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&answer)).await;
     let _ = stream.shutdown().await;
+}
+
+/// The largest body any request here may carry — the server's `max_body_size` or a larger
+/// site's or path's, other pools' included (their requests' heads are read here before the
+/// hand-off) — which bounds the head parser; each request is then held to its own.
+fn body_ceiling(server: u64, sites: &[crate::config::SiteSpec]) -> u64 {
+    sites
+        .iter()
+        .flat_map(|s| {
+            s.apps
+                .iter()
+                .filter_map(|a| a.max_body_size)
+                .chain(s.max_body_size)
+        })
+        .fold(server, u64::max)
 }
 
 #[cfg(test)]

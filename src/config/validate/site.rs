@@ -200,6 +200,9 @@ impl Validator {
         let trusted_proxies = self.cidrs(&at("trusted_proxies"), raw.trusted_proxies);
         let deny_action = self.refusal(&at("deny_action"), raw.deny_action, &[403, 404]);
         let limit = self.limit(&at("limit"), raw.limit);
+        let max_body_size = raw
+            .max_body_size
+            .map(|v| self.size(&at("max_body_size"), Some(v), 0));
         // Passwords are not sent in the clear unless the path says it may be.
         if !bindings.iter().any(|b| b.tls) {
             for (k, app) in apps.iter().enumerate() {
@@ -225,6 +228,7 @@ impl Validator {
         let spec = SiteSpec {
             metrics: raw.metrics.unwrap_or(false),
             limit,
+            max_body_size,
             access,
             trusted_proxies,
             deny_action,

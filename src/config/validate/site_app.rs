@@ -177,8 +177,12 @@ impl Validator {
         };
         let access = self.access_list(&app_at, ra.allow, ra.deny);
         let auth = ra.auth.and_then(|a| self.auth(&at_key("auth"), a, base));
+        let max_body_size = ra
+            .max_body_size
+            .map(|v| self.size(&at_key("max_body_size"), Some(v), 0));
         AppSpec {
             auth,
+            max_body_size,
             access,
             alias,
             headers,

@@ -321,7 +321,8 @@ impl<S: Service + 'static> Connection<S> {
             Ok((target, ctx, facts)) => {
                 // A body declared too large is refused before any of it is taken, as HTTP/1.1's
                 // is; one undeclared is bounded by the forwarder's chunked decoder.
-                if matches!(framing, Framing::Length(n) if n > env.limits.max_body_size) {
+                let bound = ctx.body_bound(env.limits.max_body_size);
+                if matches!(framing, Framing::Length(n) if n > bound) {
                     return body::refuse_too_large(&mut respond, &mut recv, env).await;
                 }
                 let work = Work::Forward(Box::new(Lending {
@@ -337,6 +338,14 @@ impl<S: Service + 'static> Connection<S> {
                 return;
             }
         };
+        // Read whole here: bounded by its path's `max_body_size` as routed.
+        let bound = lent_whole
+            .as_ref()
+            .map(|(_, ctx, _)| ctx)
+            .or(routed_here.as_ref())
+            .map_or(env.limits.max_body_size, |ctx| {
+                ctx.body_bound(env.limits.max_body_size)
+            });
         let mut body = Vec::new();
         if body::expects_continue(&parts) {
             let _ = respond.send_informational(answer::continue_response());
@@ -348,7 +357,7 @@ impl<S: Service + 'static> Connection<S> {
         {
             let Ok(chunk) = chunk else { return };
             let _ = recv.flow_control().release_capacity(chunk.len());
-            if (body.len() + chunk.len()) as u64 > env.limits.max_body_size {
+            if (body.len() + chunk.len()) as u64 > bound {
                 return body::refuse_too_large(&mut respond, &mut recv, env).await;
             }
             body.extend_from_slice(&chunk);
@@ -551,7 +560,7 @@ impl<S: Service + 'static> Connection<S> {
                 stream: &mut ours,
                 rbuf: &mut rbuf,
                 clock: &env.clock,
-                max_body: env.limits.max_body_size,
+                max_body: ctx.body_bound(env.limits.max_body_size),
                 max_framing: env.limits.max_header_size,
                 body_timeout: env.timeouts.body,
                 report,
