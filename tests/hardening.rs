@@ -386,6 +386,9 @@ fn a_refused_reload_keeps_every_listener() {
             && err.contains(&taken.to_string()),
         "{err}"
     );
+    // And the server's log says so, as for a refused SIGHUP.
+    let logged = server.wait_for_log("reload refused", Duration::from_secs(10));
+    assert!(logged.contains(&taken.to_string()), "{logged}");
     // The running configuration still serves, also after its worker is replaced.
     assert_eq!(get(site.addr(), "/", "").status, 200);
     std::fs::write(&config_path, config).unwrap();
