@@ -909,3 +909,87 @@ fn a_static_path_beside_an_app_goes_with_the_connection_on_https_too() {
     let e = load(statics, true).unwrap_err().to_string();
     assert!(e.contains("site `s`'s apps name no `pool`"), "{e}");
 }
+
+/// The keys a raw table accepts, as serde lists them when one is unknown: the config's own
+/// types say what the reference must hold.
+fn accepted<T: serde::de::DeserializeOwned + std::fmt::Debug>() -> Vec<String> {
+    let e = toml::from_str::<T>("zz_no_such_key = 1")
+        .unwrap_err()
+        .to_string();
+    let listed = e
+        .split("expected one of")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{e}"));
+    listed
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(String::from)
+        .collect()
+}
+
+/// Every key the config accepts has a row in the README's reference — the three tables
+/// headed `| key | default | meaning` (pools, sites and their paths, the server) — and every
+/// row there names a key it accepts: a key added, renamed or removed fails here until the
+/// reference says so.
+#[test]
+fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
+    use super::raw::*;
+    let prefixed = |prefix: &str, keys: Vec<String>, tables: &[&str]| -> Vec<String> {
+        keys.into_iter()
+            .filter(|k| !tables.contains(&k.as_str()))
+            .map(|k| format!("{prefix}{k}"))
+            .collect::<Vec<_>>()
+    };
+    let mut wanted: Vec<Vec<String>> = vec![
+        [
+            prefixed("", accepted::<RawPool>(), &["recycle", "rapid_fail"]),
+            prefixed("recycle.", accepted::<RawRecycle>(), &[]),
+            prefixed("rapid_fail.", accepted::<RawRapidFail>(), &[]),
+        ]
+        .concat(),
+        [
+            prefixed("site.", accepted::<RawSite>(), &["app"]),
+            prefixed("app.", accepted::<RawApp>(), &[]),
+        ]
+        .concat(),
+        [
+            prefixed("", accepted::<RawServer>(), &["limits"]),
+            prefixed("limits.", accepted::<RawLimits>(), &[]),
+        ]
+        .concat(),
+    ];
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    // Each reference table's rows: the keys named in their first cell.
+    let mut tables: Vec<Vec<String>> = Vec::new();
+    let mut rows: Option<Vec<String>> = None;
+    for line in readme.lines() {
+        if line.starts_with("| key | default | meaning") {
+            rows = Some(Vec::new());
+        } else if let Some(r) = rows.as_mut() {
+            if !line.starts_with('|') {
+                tables.extend(rows.take());
+            } else if !line.starts_with("|--") && !line.starts_with("| --") {
+                let first = line.split('|').nth(1).unwrap_or_default();
+                r.extend(first.split('`').skip(1).step_by(2).map(String::from));
+            }
+        }
+    }
+    tables.extend(rows);
+    assert_eq!(
+        tables.len(),
+        3,
+        "the README's three reference tables (pool, site, server)"
+    );
+    for (table, wanted) in tables.iter_mut().zip(&mut wanted) {
+        table.sort();
+        wanted.sort();
+        let missing: Vec<&String> = wanted.iter().filter(|k| !table.contains(k)).collect();
+        let stale: Vec<&String> = table.iter().filter(|k| !wanted.contains(k)).collect();
+        assert!(
+            missing.is_empty() && stale.is_empty(),
+            "README reference: keys with no row {missing:?}, rows of no key {stale:?}"
+        );
+    }
+}
