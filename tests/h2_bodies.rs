@@ -84,7 +84,7 @@ fn http2_uploads_stream_to_the_app_as_they_arrive() {
     let marks = d.join("marks");
     std::fs::create_dir(&marks).unwrap();
     let port = free_port();
-    let _server = Server::with_config(d, &config(port, &marks));
+    let server = Server::with_config(d, &config(port, &marks));
     let (body, sum) = upload(d);
     block_on(async {
         let mut send = h2c(port).await;
@@ -163,7 +163,11 @@ fn http2_uploads_stream_to_the_app_as_they_arrive() {
         let (_, mut out) = send.send_request(req, false).unwrap();
         out.send_data(Bytes::copy_from_slice(&body[..FIRST]), false)
             .unwrap();
-        assert!(appears(&marks.join("reset"), Duration::from_secs(15)).await);
+        assert!(
+            appears(&marks.join("reset"), Duration::from_secs(15)).await,
+            "the app never saw the reset upload's start: {}",
+            server.log_text()
+        );
         out.send_reset(h2::Reason::CANCEL);
         let req = http::Request::get(format!("http://127.0.0.1:{port}/after"))
             .body(())

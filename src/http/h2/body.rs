@@ -100,6 +100,11 @@ pub(super) async fn pump<W: AsyncWrite + Unpin>(
 /// it the stream is reset.
 pub(super) const DISCARD_AFTER_413: u64 = 16 << 20;
 
+/// How long a refused upload may pause between pieces before its stream is reset: a client
+/// that stops sending is not waited for a whole `body_timeout` (nginx's
+/// `lingering_timeout`, 5 s).
+const LINGER: Duration = Duration::from_secs(5);
+
 /// A body over `max_body_size`: answered 413 before any of it reaches the app, and what the
 /// client still sends of it read and dropped (up to [`DISCARD_AFTER_413`], or
 /// `max_body_size` when larger), so curl and browsers read the 413 rather than a reset
@@ -111,7 +116,7 @@ pub(super) async fn refuse_too_large<S>(
 ) {
     super::answer::send_error(respond, env, 413);
     let max = DISCARD_AFTER_413.max(env.limits.max_body_size);
-    discard(recv, max, env.timeouts.body).await;
+    discard(recv, max, LINGER.min(env.timeouts.body)).await;
 }
 
 /// The rest of a body the app answered without: read and dropped, up to `max` bytes and
