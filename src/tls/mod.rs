@@ -112,50 +112,35 @@ impl ResolvesServerCert for BySni {
 }
 
 /// A handshake refused for a name no site has is logged — else a client sees only an alert
-/// (curl: "access denied") and the operator nothing — at most one line per
-/// [`Refusals::EVERY`] a worker, saying how many more there were: names are the client's to
-/// choose, so a scan must not flood the log.
+/// (curl: "access denied") and the operator nothing — bounded as every flood of one cause is
+/// ([`crate::os::nth_worth_logging`]: the first ten, then each power of two, with the count so
+/// far): names are the client's to choose, so a scan must not flood the log.
 #[derive(Debug)]
 struct Refusals {
     /// Who logs (the worker) and the address (`https://…`).
     who: String,
     url: String,
-    /// Seconds since the epoch of the last line, and the refusals not logged since.
-    last: std::sync::atomic::AtomicU64,
-    unlogged: std::sync::atomic::AtomicU64,
+    /// Handshakes refused so far by this worker on this address.
+    count: std::sync::atomic::AtomicU64,
 }
 
 impl Refusals {
-    const EVERY: Duration = Duration::from_secs(10);
-
     fn new(who: &str, url: String) -> Self {
         Refusals {
             who: who.to_string(),
             url,
-            last: Default::default(),
-            unlogged: Default::default(),
+            count: Default::default(),
         }
     }
 
     fn note(&self, name: Option<&str>) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let last = self.last.load(Relaxed);
-        if now < last + Self::EVERY.as_secs()
-            || self
-                .last
-                .compare_exchange(last, now, Relaxed, Relaxed)
-                .is_err()
-        {
-            self.unlogged.fetch_add(1, Relaxed);
+        let n = self
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        if !crate::os::nth_worth_logging(n) {
             return;
         }
-        let more = match self.unlogged.swap(0, Relaxed) {
-            0 => String::new(),
-            n => format!(" ({n} more since the last such line)"),
-        };
         let asked = match name {
             // Names are the client's: shown escaped, cut short.
             Some(n) => format!(
@@ -166,7 +151,7 @@ impl Refusals {
         };
         crate::os::log(
             &self.who,
-            format!("{}: refused a TLS handshake for {asked}: no site of this address has it and none takes every name; add it to a site's bindings, or give one site a binding without a host{more}", self.url),
+            format!("{}: refused a TLS handshake for {asked}: no site of this address has it and none takes every name; add it to a site's bindings, or give one site a binding without a host ({n} refused so far)", self.url),
         );
     }
 }
