@@ -613,6 +613,16 @@ fn a_folder_without_an_index_is_listed_with_autoindex() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("autoindex"), "{err}");
     assert!(err.contains("{ dotfiles = true }"), "{err}");
+    // On a site with no files to list (no root), it could not act: refused, not ignored.
+    let no_root = config.replacen("root = \"www\"\nautoindex = true", "autoindex = true", 1);
+    assert_ne!(no_root, config);
+    std::fs::write(d.join("bad.toml"), no_root).unwrap();
+    let out = espalier(&["check", "-c", d.join("bad.toml").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("autoindex") && err.contains("this site has none"),
+        "{err}"
+    );
 }
 
 /// A reload that changes a site's headers, rules, compression and error pages — and adds a

@@ -255,6 +255,8 @@ impl Validator {
         };
         if let Some(a) = &activated {
             self.activation_keys(i, &spec, &a.pool);
+        } else if spec.autoindex.is_some() && !serves_folders(&spec) {
+            self.err(&at("autoindex"), "lists the folders a static path serves, and this site has none (no handler = \"static\" path with a root or alias, no try_files); add root = \"…\" and a static path, or remove it");
         }
         spec
     }
@@ -620,4 +622,13 @@ impl Validator {
             a.name, other.name
         ))
     }
+}
+
+/// Whether some path of `site` answers folders from the disk (so `autoindex` can list them):
+/// a static path with a root or its own folder, or a path that tries files first.
+fn serves_folders(site: &SiteSpec) -> bool {
+    site.apps.iter().any(|a| {
+        (a.handler == HandlerKind::Static && (site.root.is_some() || a.alias.is_some()))
+            || a.try_files
+    })
 }
