@@ -23,7 +23,7 @@
 //! after [`ChunkedDecoder::decode`] the body so far lies contiguous at the start of the
 //! slice, and the caller may drop the framing bytes it used. Nothing is allocated.
 
-use super::{HeadLimits, ProtocolError};
+use super::ProtocolError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -79,11 +79,6 @@ pub struct ChunkedDecoder {
 }
 
 impl ChunkedDecoder {
-    /// A decoder bounded by the connection's limits (see the module docs).
-    pub fn new(limits: &HeadLimits) -> Self {
-        Self::with_bounds(limits.max_body_size, limits.max_header_size)
-    }
-
     /// A decoder with explicit bounds: decoded body size, and extension/trailer bytes.
     pub fn with_bounds(max_body: u64, max_framing: usize) -> Self {
         ChunkedDecoder {
