@@ -92,7 +92,13 @@ pub(super) fn syntax_error(
         let field = message.split('`').nth(1).unwrap_or_default();
         if super::raw::LIMIT_KEYS.contains(&field) && key != format!("server.limits.{field}") {
             // Written under [server] (or a site): the limits have a table of their own.
-            message = format!("unknown field `{field}` here: it is a key of [server.limits]; move it under a `[server.limits]` header");
+            // `max_body_size` is a site's and a path's key too (their own bound).
+            let also = if field == "max_body_size" {
+                ", or into a [[site]] or [[site.app]] for that site or path alone"
+            } else {
+                ""
+            };
+            message = format!("unknown field `{field}` here: it is a key of [server.limits]; move it under a `[server.limits]` header{also}");
         } else {
             message.push_str(
                 "; remove it or correct its spelling (see the README's config reference)",

@@ -133,7 +133,7 @@ fn a_limit_written_under_server_points_at_its_table() {
         "[server]\nmax_body_size = \"10m\"\n[[pool]]\nname = \"p\"\n{SITE}"
     ));
     assert!(
-        e.starts_with("/etc/espalier/test.toml:2: key `server.max_body_size`: unknown field `max_body_size` here: it is a key of [server.limits]; move it under a `[server.limits]` header"),
+        e.starts_with("/etc/espalier/test.toml:2: key `server.max_body_size`: unknown field `max_body_size` here: it is a key of [server.limits]; move it under a `[server.limits]` header, or into a [[site]] or [[site.app]] for that site or path alone"),
         "{e}"
     );
     // Under its own table it is a key like any other.
