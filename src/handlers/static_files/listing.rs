@@ -5,8 +5,9 @@
 //! that start with `.` (unless `dotfiles`), files the site never sends (a FastCGI app's
 //! scripts), and — without `follow_symlinks` — links that lead out of the root, so a listing
 //! shows nothing the site would not serve. Order: folders first, then files, each by name
-//! (bytes), as `ls` in the C locale. At most [`MAX_LISTED`] entries, then a count of the rest:
-//! a folder of a million files costs one bounded page. Must not touch: which folder is
+//! (bytes), as `ls` in the C locale. At most [`MAX_LISTED`] entries — the first the folder
+//! yields, sorted — then a count of the rest, by name alone (no `stat`): a folder of a million
+//! files costs one bounded page and a read of its names. Must not touch: which folder is
 //! listed (the static handler resolved and checked it) or the connection.
 
 use super::super::dynamic::escape_html;
@@ -48,6 +49,11 @@ pub(super) fn answer(dir: &Path, shown: &Shown<'_>, req: &Request<'_>, resp: &mu
         if (name.first() == Some(&b'.') && !shown.dotfiles) || (shown.refused)(&name) {
             continue;
         }
+        // Past the bound a name is only counted: no stat, no link resolved.
+        if entries.len() == MAX_LISTED {
+            more += 1;
+            continue;
+        }
         let path = entry.path();
         let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
         if let (true, Some(root)) = (is_link, shown.inside) {
@@ -59,10 +65,6 @@ pub(super) fn answer(dir: &Path, shown: &Shown<'_>, req: &Request<'_>, resp: &mu
         let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
-        if entries.len() == MAX_LISTED {
-            more += 1;
-            continue;
-        }
         entries.push(Listed {
             name,
             folder: meta.is_dir(),
