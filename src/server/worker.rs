@@ -147,6 +147,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             })
             .collect::<Result<_, _>>()?,
         kernel: ktls,
+        max_body: body_ceiling(spec.limits.max_body_size, &spec.sites),
         // Each limited site's clients, counted per worker (per node; see routing::limits).
         limits: spec
             .sites
@@ -302,6 +303,8 @@ struct Shared {
     configs: Vec<Option<Arc<rustls::ServerConfig>>>,
     kernel: crate::os::ktls::KernelSupport,
     limits: Vec<Option<Arc<Accounts>>>,
+    /// The head parser's bound on a body ([`body_ceiling`]).
+    max_body: u64,
 }
 
 /// One engine thread: its own runtime, its listeners, its connections.
@@ -387,7 +390,7 @@ fn engine_thread(
                 max_request_line: l.max_request_line,
                 max_header_size: l.max_header_size,
                 max_headers: l.max_headers,
-                max_body_size: body_ceiling(l.max_body_size, &spec.sites),
+                max_body_size: shared.max_body,
             },
             timeouts: Timeouts {
                 header: l.header_timeout,
