@@ -340,10 +340,15 @@ interval = "1m"
             "CPU {cpu}: {bad_answers:?}"
         );
     }
+    // The good site's load went on through all of it: as many answers again as before.
+    progress.wait_more(
+        20,
+        "the good site's load answered after its neighbour stopped",
+    );
     stop.store(true, Ordering::Relaxed);
     let (answered, failed) = good.join().unwrap();
     assert!(
-        answered > 100 && failed.is_empty(),
+        answered >= 40 && failed.is_empty(),
         "{answered} answered; failed: {failed:?}"
     );
 }
@@ -403,13 +408,15 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     }
     progress.wait_more(20, "the load answered after the reload");
     stop.store(true, Ordering::Relaxed);
+    // No client saw a failure; together they answered at least what the test waited for
+    // (a count each would be a rate: a loaded machine gives one client fewer turns).
+    let mut answered = 0;
     for c in clients {
-        let (answered, failed) = c.join().unwrap();
-        assert!(
-            answered > 50 && failed.is_empty(),
-            "{answered} answered; failed: {failed:?}"
-        );
+        let (n, failed) = c.join().unwrap();
+        assert!(failed.is_empty(), "{n} answered; failed: {failed:?}");
+        answered += n;
     }
+    assert!(answered >= 40, "{answered} answered");
 }
 
 /// A hoster's layout: the main file includes one file per site, each with its own pool.
@@ -479,13 +486,15 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
     });
     progress.wait_more(20, "the load answered after the new site");
     stop.store(true, Ordering::Relaxed);
+    // No client saw a failure; together they answered at least what the test waited for
+    // (a count each would be a rate: a loaded machine gives one client fewer turns).
+    let mut answered = 0;
     for c in clients {
-        let (answered, failed) = c.join().unwrap();
-        assert!(
-            answered > 50 && failed.is_empty(),
-            "{answered} answered; failed: {failed:?}"
-        );
+        let (n, failed) = c.join().unwrap();
+        assert!(failed.is_empty(), "{n} answered; failed: {failed:?}");
+        answered += n;
     }
+    assert!(answered >= 40, "{answered} answered");
 }
 
 #[test]
