@@ -133,10 +133,12 @@ handler = "dynamic"
         b.cpu_load.len(),
         std::thread::available_parallelism().unwrap().get()
     );
+    // The dispatcher's workers too: on the shared port, they accept what the pools serve.
     let workers: Vec<_> = b
         .status
         .pools
         .iter()
+        .chain(&b.status.dispatcher)
         .flat_map(|p| p.workers.iter().map(move |w| (p.name.clone(), w.clone())))
         .collect();
     assert!(
@@ -250,6 +252,12 @@ handler = "dynamic"
         seen["filtered_pools"],
         serde_json::json!(["shop"]),
         "{seen}"
+    );
+    // The map shows the dispatcher's process too (in front of the shared port).
+    assert_eq!(
+        b.status.dispatcher.as_ref().map(|d| d.workers.len()),
+        Some(1),
+        "a shared port, one node: one dispatcher process"
     );
     assert_eq!(seen["filtered_chips"], workers.len(), "{seen}");
     assert!(

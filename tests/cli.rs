@@ -177,13 +177,21 @@ fn examples_dry_run_on_the_case_study_machine() {
         "--sysfs",
         "tests/fixtures/dl980/sys",
     ]));
-    let nodes: Vec<u64> = hosting["workers"]
+    let (dispatcher, pools): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = hosting
+        ["workers"]
         .as_array()
         .unwrap()
         .iter()
+        .partition(|w| w["pool"] == espalier::server::dispatcher::POOL);
+    let nodes: Vec<u64> = pools.iter().map(|w| w["node"].as_u64().unwrap()).collect();
+    assert_eq!(nodes.len(), 4);
+    // In front of the shared port: the dispatcher, a process on each of the 8 nodes.
+    let mut dispatcher_nodes: Vec<u64> = dispatcher
+        .iter()
         .map(|w| w["node"].as_u64().unwrap())
         .collect();
-    assert_eq!(nodes.len(), 4);
+    dispatcher_nodes.sort();
+    assert_eq!(dispatcher_nodes, (0..8).collect::<Vec<u64>>());
     let mut unique = nodes.clone();
     unique.sort();
     unique.dedup();

@@ -131,7 +131,17 @@ pool = "app"
         }
     }
 
-    // Each pool serves its own files, whichever pool's thread accepted the connection.
+    // The dispatcher in front of the shared port, which reads every visitor's request head,
+    // is no pool's user and no root: `[server] dispatcher_user`, `nobody` by default.
+    let dispatcher = server.dispatcher_workers();
+    assert!(!dispatcher.is_empty(), "a shared port has the dispatcher");
+    for (name, pid, _) in dispatcher {
+        let all = |id: u32| format!("{id} {id} {id} {id}");
+        assert_eq!(status_line(pid, "Uid"), all(nobody.uid), "{name}");
+        assert_eq!(status_line(pid, "NoNewPrivs"), "1", "{name}");
+    }
+
+    // Each pool serves its own files, handed its connections by the dispatcher.
     for _ in 0..4 {
         let r = get_host("a.test", "/");
         assert_eq!((r.status, r.text()), (200, "a's page\n".to_string()));

@@ -141,7 +141,8 @@ fn render(status: &Status) -> String {
     );
     let opt = |x: Option<u32>| x.map_or("-".to_string(), |v| v.to_string());
     let shown_all = status.pools.len() == status.pools_total;
-    for p in &status.pools {
+    // The dispatcher's rows last (espalier's own pool, in front of the shared addresses).
+    for p in status.pools.iter().chain(&status.dispatcher) {
         if let Some(why) = &p.stopped_because {
             let _ = writeln!(out, "{} is STOPPED ({why})", p.name);
         }

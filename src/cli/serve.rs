@@ -44,6 +44,11 @@ fn file_or_default(args: &ServeArgs, t: &Topology) -> Result<Config, String> {
 pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
     let t = args.machine.read_placeable()?;
     let config = serve_config(&args, &t)?;
+    let config = crate::server::dispatcher::with_dispatcher(config, crate::os::process::is_root())
+        .map_err(|e| match &args.config {
+            Some(file) => format!("{}: {e}", file.display()),
+            None => e,
+        })?;
     let plan = placement::plan(&t, &config.pools, &[]).map_err(|e| e.to_string())?;
     if args.dry_run {
         if args.json {

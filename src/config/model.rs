@@ -373,6 +373,9 @@ pub struct ServerSettings {
     pub admin_token: Option<String>,
     /// Add `X-Espalier-Worker: <pool>/<index>/cpu<N>` to responses. Default false.
     pub worker_header: bool,
+    /// The user the dispatcher (`server::dispatcher`) runs as when espalier runs as root: it
+    /// reads every visitor's request head, and must be nobody's keys. Default `nobody`.
+    pub dispatcher_user: String,
     /// Default `cpu`.
     pub steering: Steering,
     /// `ktls = "auto"`: where the kernel has kTLS, an HTTPS/1.1 connection about to send a
@@ -409,6 +412,7 @@ impl Default for ServerSettings {
             admin: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9180),
             admin_token: None,
             worker_header: false,
+            dispatcher_user: "nobody".into(),
             steering: Steering::Cpu,
             ktls: false,
             io: IoChoice::Auto,

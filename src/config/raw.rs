@@ -35,6 +35,7 @@ pub struct RawServer {
     pub admin: Option<String>,
     pub admin_token: Option<String>,
     pub worker_header: Option<bool>,
+    pub dispatcher_user: Option<String>,
     pub steering: Option<String>,
     pub ktls: Option<String>,
     pub io: Option<String>,

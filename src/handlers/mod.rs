@@ -206,6 +206,9 @@ struct Group {
     /// Whether another pool serves some of its sites' apps (only then is a request's
     /// route checked for a hand-off).
     shared: bool,
+    /// Where this thread serves none of the address's sites (it is the dispatcher's): the
+    /// site whose pool an h2c connection goes to — the default site's, else the first's.
+    h2c_site: Option<usize>,
     proxy_protocol: bool,
     /// The peers that send the header; empty: every peer.
     proxy_protocol_from: Vec<crate::routing::access::Cidr>,
@@ -254,8 +257,17 @@ impl ThreadService {
                         .get(*site)
                         .is_some_and(|s| s.apps.iter().any(|a| !a.answered_by(pool)))
                 });
+                let serves_none = g.hosts.iter().all(|(_, site)| {
+                    sites
+                        .get(*site)
+                        .is_none_or(|s| s.apps.iter().all(|a| !a.answered_by(pool)))
+                });
+                let h2c_site = serves_none
+                    .then(|| hosts.site(None).or(g.hosts.first().map(|&(_, s)| s)))
+                    .flatten();
                 Group {
                     addr: g.addr,
+                    h2c_site,
                     only: hosts.only_default(),
                     hosts,
                     shared,
@@ -434,6 +446,14 @@ impl Service for ThreadService {
         let g = self.groups.get(group)?;
         let site = g.only.or_else(|| g.hosts.site(name))?;
         // The sites of an https address are each served by one pool (checked with the config).
+        let Whole::Other(Some(k)) = self.sites.get(site)?.whole else {
+            return None;
+        };
+        self.handoff_to(group, k)
+    }
+
+    fn hand_off_h2c(&self, group: usize) -> Option<Handoff> {
+        let site = self.groups.get(group)?.h2c_site?;
         let Whole::Other(Some(k)) = self.sites.get(site)?.whole else {
             return None;
         };

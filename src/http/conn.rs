@@ -577,6 +577,9 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     /// The connection speaks HTTP/2 (h2c with prior knowledge): served by `super::h2` from
     /// the preface on. HTTP/2 has its own graceful stop (GOAWAY on `shutdown.notify`).
     async fn h2c(mut self) {
+        if let Some(handoff) = self.env.service.hand_off_h2c(self.group) {
+            return self.hand_off(handoff).await;
+        }
         let taken = tokio::time::timeout(self.env.timeouts.body, self.stream.into_tcp()).await;
         match taken {
             Ok(IntoTcp::Tcp(tcp, unread)) => {

@@ -243,6 +243,13 @@ pub trait Service {
         None
     }
 
+    /// On a shared address this thread serves no site of (the dispatcher's): `Some` for an
+    /// HTTP/2 connection with prior knowledge (h2c), whose streams may name any host and which
+    /// cannot be split — it goes whole to one pool, which answers another pool's streams 421.
+    fn hand_off_h2c(&self, _group: usize) -> Option<crate::handoff::Handoff> {
+        None
+    }
+
     /// Whether some site logs its requests: only then does the engine time them.
     fn logging(&self) -> bool {
         false

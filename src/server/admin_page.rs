@@ -94,6 +94,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             per_page: 0,
             pools,
             addresses: Vec::new(),
+            dispatcher: None,
         },
         active: Vec::new(),
         cpu_load: Vec::new(),

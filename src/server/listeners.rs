@@ -1,14 +1,14 @@
 //! The listener sockets: one reuseport group per address, one socket per worker thread of
-//! every pool serving a site there, in (node, CPU) order, with the CPU-steering program
-//! attached.
+//! the pool serving a site there — of the dispatcher, where several pools share the address
+//! (see [`super::dispatcher`]) — in (node, CPU) order, with the CPU-steering program attached.
 //!
 //! Owns: opening, growing and arming listener groups, and the message when a port cannot be
 //! had. The master keeps every socket for its whole life (like HTTP.sys request queues: a
 //! worker that dies leaves its sockets open in the master, so new connections queue instead
 //! of being refused). An address served by several pools (sites told apart by host, or one
-//! site's apps by path) is one group with the threads of all of them: a connection goes to a
-//! thread on the receiving CPU, whichever pool it is of, and is handed to the right pool
-//! from there (see [`crate::handoff`]). Must not touch: workers (the supervisor hands them
+//! site's apps by path) is one group with a socket per dispatcher thread, O(CPUs) however many
+//! pools share it: a connection goes to the dispatcher's thread on the receiving CPU, which
+//! hands it to the right pool (see [`crate::handoff`]). Must not touch: workers (the supervisor hands them
 //! the sockets) or requests.
 
 use super::log;
@@ -23,7 +23,8 @@ use std::net::SocketAddr;
 
 /// One reuseport group: every thread of the pools serving one address.
 pub struct ListenerGroup {
-    /// The pools serving the address's sites, in config order.
+    /// The pools serving the address's sites, in config order; then the dispatcher, on a
+    /// shared address.
     pub(super) pools: Vec<String>,
     pub(super) addr: SocketAddr,
     pub(super) routes: GroupRoutes,
@@ -91,8 +92,13 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
         .enumerate()
         .map(|(i, p)| (p.name.as_str(), i))
         .collect();
+    // A shared address has the dispatcher in front (see `super::dispatcher`), last.
+    let dispatched = config.pool(super::dispatcher::POOL).is_some();
     for g in &mut groups {
         g.pools.sort_by_key(|p| rank.get(p.as_str()).copied());
+        if dispatched && g.pools.len() > 1 {
+            g.pools.push(super::dispatcher::POOL.to_string());
+        }
     }
     groups
 }
@@ -110,16 +116,23 @@ pub(super) struct SocketOwner {
 /// The threads that own a group's sockets, in socket order.
 pub(super) type SocketOwners = Vec<SocketOwner>;
 
-/// The threads that own the sockets of an address served by `pools`, in (node, CPU) order.
-/// An activated application has one socket per process (on its first CPU; the steering
-/// table sends the node's other CPUs to the node's sockets), since it accepts with one socket
-/// per address.
+/// The threads that own the sockets of an address served by `pools`, in (node, CPU) order:
+/// the dispatcher's alone where it is one of them (a shared address), else every thread of
+/// the pool. An activated application has one socket per process (on its first CPU; the
+/// steering table sends the node's other CPUs to the node's sockets), since it accepts with
+/// one socket per address.
 pub(super) fn group_owners(
     pools: &[String],
     config: &Config,
     topology: &Topology,
     plan: &Plan,
 ) -> SocketOwners {
+    let dispatcher = [super::dispatcher::POOL.to_string()];
+    let pools = if pools.contains(&dispatcher[0]) {
+        &dispatcher[..]
+    } else {
+        pools
+    };
     let mut owners: SocketOwners = Vec::new();
     for (w, worker) in plan
         .workers

@@ -14,7 +14,8 @@
 //! [`runtime`] (the runtime folder, the admin token's folder, the access logs the master
 //! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`]. Applications: [`app`]
 //! (starting a pool's app processes) and [`app_exec`] (the step that places and lowers one
-//! before its `exec`). Shared addresses: [`handoffs`] (the master's hand-off sockets).
+//! before its `exec`). Shared addresses: [`dispatcher`] (the pool in front of them) and [`handoffs`]
+//! (the master's hand-off sockets).
 //! What it shows: [`admin_page`] (the page), [`meters`] (sites' figures, Prometheus's text).
 
 pub mod admin;
@@ -23,6 +24,7 @@ pub mod app;
 pub mod app_exec;
 pub mod conn_task;
 pub mod control;
+pub mod dispatcher;
 pub mod handoffs;
 pub mod lifecycle;
 pub mod listeners;

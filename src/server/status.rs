@@ -20,6 +20,11 @@ pub struct Status {
     pub pools_total: usize,
     #[serde(default)]
     pub pools_matched: usize,
+    /// The dispatcher in front of the shared addresses (see `server::dispatcher`), when some
+    /// address is shared: espalier's own pool, in none of the lists and counts of the
+    /// configured ones.
+    #[serde(default)]
+    pub dispatcher: Option<PoolStatus>,
     /// Every pool counted by state, whatever the filter.
     #[serde(default)]
     pub counts: StateCounts,
@@ -491,6 +496,7 @@ mod tests {
     fn status_reads_back_what_it_writes_and_renders_metrics() {
         let s = Status {
             addresses: Vec::new(),
+            dispatcher: None,
             pools_total: 1,
             pools_matched: 1,
             counts: StateCounts {

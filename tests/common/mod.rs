@@ -416,11 +416,20 @@ impl Server {
             .sum()
     }
 
-    /// (name, pid, cpus) of each running worker, from the admin endpoint's status.
+    /// (name, pid, cpus) of each running worker of the configured pools, from the admin
+    /// endpoint's status.
     pub fn workers(&self) -> Vec<(String, u32, String)> {
+        Self::running(&self.status().pools)
+    }
+
+    /// The running workers of the dispatcher (in front of a shared address), as `workers`.
+    pub fn dispatcher_workers(&self) -> Vec<(String, u32, String)> {
+        Self::running(self.status().dispatcher.as_slice())
+    }
+
+    fn running(pools: &[espalier::server::status::PoolStatus]) -> Vec<(String, u32, String)> {
         use espalier::server::status::WorkerState;
-        self.status()
-            .pools
+        pools
             .iter()
             .flat_map(|p| {
                 p.workers

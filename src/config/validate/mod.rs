@@ -382,6 +382,9 @@ impl Validator {
             admin_token,
             certificates,
             worker_header: raw.worker_header.unwrap_or(d.worker_header),
+            // Looked up when it is needed (as root, with a shared address): see
+            // `server::dispatcher`.
+            dispatcher_user: raw.dispatcher_user.unwrap_or(d.dispatcher_user),
             steering,
             ktls,
             io,

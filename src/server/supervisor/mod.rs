@@ -223,8 +223,18 @@ pub(super) async fn run(
             .iter()
             .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
             .collect();
+        let dispatcher = crate::server::dispatcher::POOL;
         let whose = if g.shared() {
-            format!("pools {} (shared by host and path)", first_of(&g.pools))
+            let pools: Vec<String> = g
+                .pools
+                .iter()
+                .filter(|p| *p != dispatcher)
+                .cloned()
+                .collect();
+            format!(
+                "pools {} (shared by host and path; {dispatcher} routes)",
+                first_of(&pools)
+            )
         } else {
             format!("pool {}", first_of(&g.pools))
         };

@@ -201,6 +201,11 @@ impl Supervisor {
                 Ok(summary) => done(200, summary),
                 Err(message) => done(400, message),
             },
+            // Stopping it would stop every pool of every shared address at once.
+            AdminCommand::StopPool(name) if name == crate::server::dispatcher::POOL => done(
+                409,
+                format!("{name} routes every shared address and cannot be stopped; stop the pools behind it, or recycle it"),
+            ),
             AdminCommand::StopPool(name) if known(self, &name) => {
                 if self
                     .pools

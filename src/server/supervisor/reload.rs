@@ -59,6 +59,8 @@ impl Supervisor {
             .ok_or("espalier serve was started without -c FILE: there is no file to reload")?;
         let file = path.display().to_string();
         let new = Config::load(&path, &self.topology).map_err(|e| e.to_string())?;
+        let new = crate::server::dispatcher::with_dispatcher(new, crate::os::process::is_root())
+            .map_err(|e| format!("{file}: {e}"))?;
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
             .map_err(|e| format!("{file}: {e}"))?;
         crate::server::master::check_identities(&new).map_err(|e| format!("{file}: {e}"))?;
@@ -285,12 +287,23 @@ impl Supervisor {
         if !self.pools_away().is_empty() {
             self.steer_around_away();
         }
-        let kept = self.pools.len() - changed.len();
+        // The configured pools are counted; the dispatcher is named when it was replaced.
+        let dispatcher = crate::server::dispatcher::POOL;
+        let configured = |names: &[String]| names.iter().filter(|n| *n != dispatcher).count();
+        let total = self
+            .pools
+            .iter()
+            .filter(|p| p.spec.name != dispatcher)
+            .count();
+        let kept = total - configured(&changed);
         let mut summary = format!(
             "reloaded {file}: {kept} pool(s) unchanged, {} changed or new (their workers replaced, overlapped), {} removed, {closed} listener group(s) closed",
-            changed.len(),
-            removed.len()
+            configured(&changed),
+            configured(&removed)
         );
+        if changed.iter().any(|n| n == dispatcher) {
+            summary.push_str("; the dispatcher replaced (an address's hosts or pools changed)");
+        }
         for n in notes {
             summary.push_str("; ");
             summary.push_str(&n);

@@ -43,6 +43,13 @@ impl Supervisor {
         (states, slots_of)
     }
 
+    /// Whether the dispatcher runs (some address is shared).
+    fn dispatched(&self) -> bool {
+        self.pools
+            .iter()
+            .any(|p| p.spec.name == crate::server::dispatcher::POOL)
+    }
+
     /// The pools `query` asks for, with the counts of all.
     pub(super) fn status(&self, query: &StatusQuery) -> Status {
         self.status_and_active(query, false).0
@@ -60,7 +67,15 @@ impl Supervisor {
         let mut counts = StateCounts::default();
         let mut matched = Vec::new();
         let wanted = query.matcher();
+        let mut dispatcher = None;
         for (p, pool) in self.pools.iter().enumerate() {
+            // Not a configured pool: shown on its own (when the filter takes it), counted in
+            // none of theirs.
+            if pool.spec.name == crate::server::dispatcher::POOL {
+                dispatcher = wanted(&pool.spec.name, states[p])
+                    .then(|| self.pool_status(pool, states[p], &slots_of[p]));
+                continue;
+            }
             counts.add(states[p]);
             if wanted(&pool.spec.name, states[p]) {
                 matched.push(p);
@@ -88,7 +103,8 @@ impl Supervisor {
             addresses: self.addresses(|site_pools| {
                 everything || site_pools.iter().any(|p| listed.contains(p.as_str()))
             }),
-            pools_total: self.pools.len(),
+            pools_total: self.pools.len() - usize::from(self.dispatched()),
+            dispatcher,
             pools_matched: matched.len(),
             counts,
             page: if query.per_page.is_some() {
