@@ -104,6 +104,8 @@ fn bounce(
                 local: true,
             },
             KEY,
+            "other".into(),
+            None,
         ));
         let envs: Vec<Rc<ConnEnv<Bouncer>>> = mine
             .into_iter()

@@ -55,11 +55,12 @@ use std::time::Duration;
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixDatagram};
 
-/// The first bytes of every hand-off message; the address the connection was accepted on
-/// follows, its hops, its client (`-` when its PROXY protocol header, if the address expects
-/// one, is still to be read), a newline, then the bytes read from the connection and not yet
-/// answered.
-const MAGIC: &[u8] = b"espalier-handoff/3 ";
+/// The first bytes of every hand-off message; the key follows, the address the connection
+/// was accepted on, its hops, its client (`-` when its PROXY protocol header, if the address
+/// expects one, is still to be read), the pool it is for when it goes to the master (`-`
+/// otherwise: a pool's own socket needs no name), a newline, then the bytes read from the
+/// connection and not yet answered.
+const MAGIC: &[u8] = b"espalier-handoff/4 ";
 
 /// The secret that proves a hand-off message comes from one of this master's processes (see
 /// the module's doc).
@@ -110,15 +111,19 @@ const FULL_WAIT: Duration = Duration::from_secs(2);
 pub const MAX_HOPS: u8 = 4;
 
 /// The header of a message for a connection accepted on `addr`, handed on `hops` times in a
-/// row, for `client` (`None`: not yet known, see [`MAGIC`]), signed with `key`.
-pub fn header(key: &Key, addr: SocketAddr, hops: u8, client: Option<SocketAddr>) -> Vec<u8> {
+/// row, for `client` (`None`: not yet known, see [`MAGIC`]), signed with `key`; `pool` names
+/// the pool it is for on a message to the master's socket (see [`Peers::wake`]).
+pub fn header(
+    key: &Key,
+    addr: SocketAddr,
+    hops: u8,
+    client: Option<SocketAddr>,
+    pool: Option<&str>,
+) -> Vec<u8> {
     let mut h = MAGIC.to_vec();
     h.extend_from_slice(key.hex().as_bytes());
-    h.push(b' ');
-    match client {
-        Some(c) => h.extend_from_slice(format!("{addr} {hops} {c}\n").as_bytes()),
-        None => h.extend_from_slice(format!("{addr} {hops} -\n").as_bytes()),
-    }
+    let client = client.map_or_else(|| "-".to_string(), |c| c.to_string());
+    h.extend_from_slice(format!(" {addr} {hops} {client} {}\n", pool.unwrap_or("-")).as_bytes());
     h
 }
 
@@ -128,6 +133,7 @@ pub struct Message<'a> {
     pub addr: SocketAddr,
     pub hops: u8,
     pub client: Option<SocketAddr>,
+    pub pool: Option<&'a str>,
     pub unread: &'a [u8],
 }
 
@@ -146,10 +152,15 @@ pub fn parse<'m>(key: &Key, message: &'m [u8]) -> Option<Message<'m>> {
         "-" => None,
         c => Some(c.parse().ok()?),
     };
+    let pool = match fields.next()? {
+        "-" => None,
+        p => Some(p),
+    };
     fields.next().is_none().then_some(Message {
         addr,
         hops,
         client,
+        pool,
         unread: &rest[end + 1..],
     })
 }
@@ -180,6 +191,11 @@ pub struct Peers {
     pub sockets: Vec<Peer>,
     /// The kernel's node distances, `(from, to, distance)`.
     pub distances: Vec<(u32, u32, u32)>,
+    /// The master's socket, for a pool none of whose sockets exists: an on-demand pool asleep
+    /// has none (an idle pool costs no descriptor and no file), and the master, told which
+    /// pool a connection is for, makes them and wakes it (`server::supervisor::demand`).
+    #[serde(default)]
+    pub wake: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -237,20 +253,26 @@ impl Peers {
 }
 
 /// One thread's way to the threads of one other pool: their hand-off sockets, nearest first,
-/// and its connections to them (made on first use, kept while they work).
+/// and its connections to them (made on first use, kept while they work); the master's
+/// socket when none of them is there (the pool is asleep).
 pub struct PoolTargets {
     tiers: Tiers<PathBuf>,
     key: Key,
+    /// The pool's name and the master's socket (see [`Peers::wake`]).
+    pool: String,
+    wake: Option<PathBuf>,
     /// Turns within a tier, so one thread's connections spread over the tier's threads.
     next: Cell<usize>,
     connected: RefCell<Vec<(PathBuf, Rc<UnixDatagram>)>>,
 }
 
 impl PoolTargets {
-    pub fn new(tiers: Tiers<PathBuf>, key: Key) -> Self {
+    pub fn new(tiers: Tiers<PathBuf>, key: Key, pool: String, wake: Option<PathBuf>) -> Self {
         PoolTargets {
             tiers,
             key,
+            pool,
+            wake,
             next: Cell::new(0),
             connected: RefCell::new(Vec::new()),
         }
@@ -306,8 +328,10 @@ impl Handoff {
     /// goes elsewhere on) to the nearest thread of the target pool that takes it. Returns
     /// whether one did; the caller then closes its own descriptor without a shutdown.
     pub async fn send(&self, stream: &TcpStream, unread: &[u8]) -> bool {
-        let header = header(&self.targets.key, self.addr, self.hops, self.client);
-        if header.len() + unread.len() > MAX_MESSAGE {
+        let t = &self.targets;
+        let header = header(&t.key, self.addr, self.hops, self.client, None);
+        // The longer of the two headers (to the master, the pool's name is added) must fit.
+        if header.len() + t.pool.len() + unread.len() > MAX_MESSAGE {
             return false;
         }
         let parts = [header.as_slice(), unread];
@@ -326,6 +350,21 @@ impl Handoff {
                 // The socket is gone (a reload removed that thread): forget it.
                 Err(_) => self.targets.forget(path),
             }
+        }
+        // None of its sockets is there: the pool sleeps, and the master wakes it.
+        if full.is_empty() {
+            let Some(wake) = t.wake.as_deref() else {
+                return false;
+            };
+            let to_master = self::header(&t.key, self.addr, self.hops, self.client, Some(&t.pool));
+            let parts = [to_master.as_slice(), unread];
+            let sent = t.connection(wake).is_some_and(|conn| {
+                fdpass::send_with_fd(conn.as_raw_fd(), stream.as_raw_fd(), &parts).is_ok()
+            });
+            if !sent {
+                t.forget(wake);
+            }
+            return sent;
         }
         // Every target's queue was full: wait for room in the nearest, bounded.
         if let Some(conn) = full.first() {
@@ -349,6 +388,8 @@ pub struct Received {
     pub stream: std::net::TcpStream,
     pub addr: SocketAddr,
     pub carried: Carried,
+    /// On the master's socket: the pool the connection is for.
+    pub pool: Option<String>,
 }
 
 /// Takes connections in on a hand-off socket. Waits for the next message; a malformed one
@@ -398,35 +439,69 @@ impl Receiver {
                 }
                 Err(e) => return Err(e),
             };
-            // A datagram from another user of the machine is dropped, its descriptor closed:
-            // the sockets must be writable by every pool's user, so the kernel's word on the
-            // sender is what keeps others out.
-            let known = |uid: Option<u32>| uid.is_some_and(|u| self.senders.contains(&u));
-            if !self.senders.is_empty() && !known(got.sender_uid) {
-                continue;
+            if let Some(received) = taken(got, &self.buf, &self.senders, &self.key) {
+                return Ok(received);
             }
-            let Some(passed) = got.fd else { continue };
-            // Unsigned (app code of a pool's user): dropped, its descriptor closed.
-            let Some(message) = parse(&self.key, &self.buf[..got.len]) else {
-                continue;
-            };
-            let stream = std::net::TcpStream::from(passed);
-            if stream.set_nonblocking(true).is_err() {
-                continue;
-            }
-            return Ok(Received {
-                stream,
-                addr: message.addr,
-                carried: Carried {
-                    unread: message.unread.to_vec(),
-                    hops: message.hops,
-                    header_read: message.client.is_some(),
-                    client: message.client,
-                    client_cert: None,
-                },
-            });
         }
     }
+}
+
+/// A datagram as a connection to serve, if it is one: from a known sender (`senders`; empty
+/// = anyone), with a descriptor, signed with `key`. Anything else is dropped, its descriptor
+/// closed.
+fn taken(got: fdpass::Datagram, buf: &[u8], senders: &[u32], key: &Key) -> Option<Received> {
+    // A datagram from another user of the machine is dropped, its descriptor closed: the
+    // sockets must be writable by every pool's user, so the kernel's word on the sender is
+    // what keeps others out.
+    let known = |uid: Option<u32>| uid.is_some_and(|u| senders.contains(&u));
+    if !senders.is_empty() && !known(got.sender_uid) {
+        return None;
+    }
+    let passed = got.fd?;
+    // Unsigned (app code of a pool's user): dropped, its descriptor closed.
+    let message = parse(key, &buf[..got.len])?;
+    let stream = std::net::TcpStream::from(passed);
+    stream.set_nonblocking(true).ok()?;
+    Some(Received {
+        stream,
+        addr: message.addr,
+        carried: Carried {
+            unread: message.unread.to_vec(),
+            hops: message.hops,
+            header_read: message.client.is_some(),
+            client: message.client,
+            client_cert: None,
+        },
+        pool: message.pool.map(str::to_string),
+    })
+}
+
+/// Every connection queued now on the non-blocking datagram socket `socket`, taken as
+/// [`Receiver::next`] takes them: what the master finds on a sleeping pool's socket as it
+/// closes it.
+pub fn drain(socket: std::os::fd::RawFd, senders: &[u32], key: &Key) -> Vec<Received> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut queued = Vec::new();
+    loop {
+        match fdpass::recv_with_fd(socket, &mut buf) {
+            Ok(got) => queued.extend(taken(got, &buf, senders, key)),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {}
+            Err(_) => return queued,
+        }
+    }
+}
+
+/// Passes `received` on to the datagram socket bound at `path`, as it came (its pool's name
+/// left out): how the master gives a woken pool what was handed to the master for it.
+pub fn forward(received: &Received, path: &Path, key: &Key) -> std::io::Result<()> {
+    let c = &received.carried;
+    let client = c.client.filter(|_| c.header_read);
+    let head = header(key, received.addr, c.hops, client, None);
+    let socket = std::os::unix::net::UnixDatagram::unbound()?;
+    let _ = socket2::SockRef::from(&socket).set_send_buffer_size(MAX_MESSAGE + 4096);
+    socket.connect(path)?;
+    let parts = [head.as_slice(), c.unread.as_slice()];
+    fdpass::send_with_fd(socket.as_raw_fd(), received.stream.as_raw_fd(), &parts).map(|_| ())
 }
 
 #[cfg(test)]
@@ -439,25 +514,30 @@ mod tests {
         let client: SocketAddr = "192.0.2.1:4000".parse().unwrap();
         let key = Key([7; 16]);
         for who in [Some(client), None] {
-            let mut m = header(&key, addr, 2, who);
+            for pool in [None, Some("blog")] {
+                let mut m = header(&key, addr, 2, who, pool);
+                m.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+                let expected = Message {
+                    addr,
+                    hops: 2,
+                    client: who,
+                    pool,
+                    unread: b"GET / HTTP/1.1\r\n\r\n",
+                };
+                assert_eq!(parse(&key, &m), Some(expected));
+            }
+            let mut m = header(&key, addr, 2, who, None);
             m.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
-            let expected = Message {
-                addr,
-                hops: 2,
-                client: who,
-                unread: b"GET / HTTP/1.1\r\n\r\n",
-            };
-            assert_eq!(parse(&key, &m), Some(expected));
             // Another master's key, or none: refused.
             assert_eq!(parse(&Key([8; 16]), &m), None);
         }
         let k = key.hex();
-        let unsigned = format!("espalier-handoff/3 {addr} 2 -\nx");
+        let unsigned = format!("espalier-handoff/4 {addr} 2 - -\nx");
         assert_eq!(parse(&key, unsigned.as_bytes()), None);
         assert_eq!(parse(&key, b"GET / HTTP/1.1\r\n"), None);
-        let bad = format!("espalier-handoff/3 {k} nonsense\nx");
+        let bad = format!("espalier-handoff/4 {k} nonsense\nx");
         assert_eq!(parse(&key, bad.as_bytes()), None);
-        let extra = format!("espalier-handoff/3 {k} [::1]:80 1 - extra\nx");
+        let extra = format!("espalier-handoff/4 {k} [::1]:80 1 - - extra\nx");
         assert_eq!(parse(&key, extra.as_bytes()), None);
     }
 
@@ -470,6 +550,8 @@ mod tests {
                 local: true,
             },
             Key([0; 16]),
+            "p".into(),
+            None,
         );
         let o: Vec<PathBuf> = t.order().into_iter().map(Path::to_path_buf).collect();
         assert_eq!(o, vec![p("a"), p("b"), p("c")]);

@@ -1,12 +1,20 @@
 //! The master's side of connection hand-off on shared addresses (see [`crate::handoff`]): one
 //! unix datagram socket per thread slot of every pool that serves a shared address, bound in
-//! the master's runtime folder and kept for the master's life, and where each thread hands a
+//! the master's runtime folder at a path named after the slot, and where each thread hands a
 //! pool's connections — the same CPU first, then its node, then by the kernel's distances.
 //!
-//! Owns: creating the hand-off sockets and the table of them every worker is given (each
-//! thread ranks its targets from it, see `handoff::Peers`). Must not touch:
-//! the connections (workers pass them; the master answers only for a stopped pool, in
-//! `supervisor::pools`).
+//! A slot's socket lives while its pool may have a process: from the start of a pool that
+//! always runs, from the wake of an on-demand one, until it goes back to sleep (or the plan
+//! drops the slot). A sleeping pool has no socket and no file — the table every worker is
+//! given names the paths all the same, and a sender that finds none there hands the
+//! connection to the master's own socket ([`Handoffs::wake`]) with the pool's name; the
+//! master opens the slot's sockets, passes the connection into them and wakes the pool
+//! (`supervisor::demand`). So 10,000 idle pools cost the master no descriptor.
+//!
+//! Owns: creating and closing the hand-off sockets, the master's socket, and the table every
+//! worker is given (each thread ranks its targets from it, see `handoff::Peers`). Must not
+//! touch: the connections (workers pass them; the master passes on what reaches its own
+//! socket, and answers for a stopped pool, in `supervisor`).
 
 use super::listeners::ListenerGroup;
 use crate::config::PoolSpec;
@@ -15,7 +23,7 @@ use crate::topology::Topology;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixDatagram;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One thread slot's receiving socket: `(pool, worker index, CPU)` names the slot, whichever
 /// process fills it now.
@@ -30,7 +38,8 @@ pub struct HandoffSocket {
 /// Every hand-off socket of the running configuration, and the key every message carries.
 pub struct Handoffs {
     pub sockets: Vec<HandoffSocket>,
-    next_id: u64,
+    /// The master's socket (see the module's doc), while some address is shared.
+    pub wake: Option<(PathBuf, UnixDatagram)>,
     /// Made at the master's start, kept across reloads (old and new workers hand to each
     /// other), given to workers only.
     pub key: crate::handoff::Key,
@@ -61,6 +70,15 @@ fn sharing_pools(groups: &[ListenerGroup]) -> Vec<&str> {
         .collect()
 }
 
+/// The pools that start asleep, by name (looked up once per pool: thousands of them).
+pub fn on_demand_pools(pools: &[PoolSpec]) -> HashSet<&str> {
+    pools
+        .iter()
+        .filter(|p| p.start == crate::config::StartMode::OnDemand)
+        .map(|p| p.name.as_str())
+        .collect()
+}
+
 /// A planned listening thread: `(worker index, node, CPU)`.
 type PlannedThread = (u32, Option<u32>, u32);
 
@@ -88,63 +106,105 @@ impl Handoffs {
     pub fn new() -> Result<Self, String> {
         Ok(Handoffs {
             sockets: Vec::new(),
-            next_id: 0,
+            wake: None,
             key: crate::handoff::Key::random()
                 .map_err(|e| format!("cannot read /dev/urandom for the hand-off key: {e}"))?,
         })
     }
 
-    /// Creates the sockets the plan's threads on shared addresses lack. Existing ones stay
-    /// (a restarted or reloaded worker in the same slot takes the same socket).
+    /// Creates the sockets the plan's threads on shared addresses lack, but for the pools
+    /// `asleep` says start without a process (on demand); and the master's socket when some
+    /// address is shared. Existing ones stay (a restarted or reloaded worker in the same slot
+    /// takes the same socket).
     pub fn ensure(
         &mut self,
         groups: &[ListenerGroup],
         pools: &[PoolSpec],
         plan: &Plan,
+        asleep: impl Fn(&str) -> bool,
     ) -> Result<(), String> {
+        let sharing = sharing_pools(groups);
+        if !sharing.is_empty() && self.wake.is_none() {
+            let path = super::runtime::ensure_runtime_dir()?.join("handoff-master");
+            let socket = bind(&path).map_err(|e| {
+                format!(
+                    "cannot create the master's hand-off socket {}: {e}",
+                    path.display()
+                )
+            })?;
+            self.wake = Some((path, socket));
+        }
         let threads = planned_threads_by_pool(plan, pools);
-        let existing: HashSet<(String, u32, u32)> = self
-            .sockets
-            .iter()
-            .map(|s| (s.pool.clone(), s.index, s.cpu))
-            .collect();
-        for pool in sharing_pools(groups) {
+        for pool in sharing.into_iter().filter(|p| !asleep(p)) {
             for &(index, _, cpu) in threads.get(pool).into_iter().flatten() {
-                if existing.contains(&(pool.to_string(), index, cpu)) {
-                    continue;
-                }
-                let dir = super::runtime::ensure_runtime_dir()?;
-                let path = dir.join(format!("handoff-{}", self.next_id));
-                self.next_id += 1;
-                let _ = std::fs::remove_file(&path);
-                // Writable by all, so the workers of every pool's user can reach it; the
-                // receiver takes datagrams only signed with the master's key (which no app
-                // process has) from this server's users (`senders`), which the kernel names
-                // on each (`SO_PASSCRED`).
-                let socket = UnixDatagram::bind(&path)
-                    .and_then(|s| s.set_nonblocking(true).map(|()| s))
-                    .and_then(|s| crate::os::fdpass::pass_credentials(s.as_raw_fd()).map(|()| s))
-                    .and_then(|s| {
-                        use std::os::unix::fs::PermissionsExt;
-                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
-                            .map(|()| s)
-                    })
-                    .map_err(|e| {
-                        format!(
-                            "cannot create the hand-off socket {} for pool {pool}: {e}",
-                            path.display()
-                        )
-                    })?;
-                self.sockets.push(HandoffSocket {
-                    pool: pool.to_string(),
-                    index,
-                    cpu,
-                    path,
-                    socket,
-                });
+                self.open(pool, index, cpu)?;
             }
         }
         Ok(())
+    }
+
+    /// Opens slot `(pool, index)`'s socket for each of its `cpus` that lacks one; its
+    /// descriptors, by CPU.
+    pub fn open_slot(
+        &mut self,
+        pool: &str,
+        index: u32,
+        cpus: &[u32],
+    ) -> Result<Vec<(u32, RawFd)>, String> {
+        cpus.iter()
+            .map(|&cpu| self.open(pool, index, cpu).map(|fd| (cpu, fd)))
+            .collect()
+    }
+
+    /// The socket of thread slot `(pool, index, cpu)`, made if it has none.
+    fn open(&mut self, pool: &str, index: u32, cpu: u32) -> Result<RawFd, String> {
+        if let Some(h) = self
+            .sockets
+            .iter()
+            .find(|h| h.pool == pool && h.index == index && h.cpu == cpu)
+        {
+            return Ok(h.socket.as_raw_fd());
+        }
+        let path = slot_path(&super::runtime::ensure_runtime_dir()?, pool, index, cpu);
+        let socket = bind(&path).map_err(|e| {
+            format!(
+                "cannot create the hand-off socket {} for pool {pool}: {e}",
+                path.display()
+            )
+        })?;
+        let fd = socket.as_raw_fd();
+        self.sockets.push(HandoffSocket {
+            pool: pool.to_string(),
+            index,
+            cpu,
+            path,
+            socket,
+        });
+        Ok(fd)
+    }
+
+    /// Closes slot `(pool, index)`'s sockets and files, as its pool goes to sleep: the file
+    /// first, so that senders from then on reach the master, then what was queued before is
+    /// taken out and returned, for the master to pass on as to a sleeping pool. (A sender
+    /// that found the file just before it went may still be delivering: that connection is
+    /// lost with the socket — a window of one system call.)
+    pub fn close_slot(
+        &mut self,
+        pool: &str,
+        index: u32,
+        senders: &[u32],
+    ) -> Vec<crate::handoff::Received> {
+        let mut queued = Vec::new();
+        let key = self.key;
+        self.sockets.retain(|h| {
+            if h.pool != pool || h.index != index {
+                return true;
+            }
+            let _ = std::fs::remove_file(&h.path);
+            queued.extend(crate::handoff::drain(h.socket.as_raw_fd(), senders, &key));
+            false
+        });
+        queued
     }
 
     /// Each thread slot's receiving socket, by `(pool, worker index, CPU)`: an index the
@@ -173,26 +233,35 @@ impl Handoffs {
         });
     }
 
-    /// The table every worker is given of the hand-off sockets (see `handoff::Peers`): each
-    /// socket with its thread's node — the planned worker's home node, else its CPU's.
-    pub fn peers(&self, plan: &Plan, topology: &Topology) -> crate::handoff::Peers {
-        let homes: HashMap<(&str, u32), Option<u32>> = plan
-            .workers
-            .iter()
-            .map(|w| ((w.pool.as_str(), w.index), w.node))
-            .collect();
-        let sockets = self
-            .sockets
-            .iter()
-            .map(|s| crate::handoff::Peer {
-                pool: s.pool.clone(),
-                cpu: s.cpu,
-                node: homes
-                    .get(&(s.pool.as_str(), s.index))
-                    .copied()
+    /// The table every worker is given of the hand-off sockets (see `handoff::Peers`): every
+    /// planned thread slot of the pools on shared addresses — whether its socket is open now
+    /// or not (its pool asleep) — with its thread's node (the planned worker's home node, else
+    /// its CPU's), and the master's socket.
+    pub fn peers(
+        &self,
+        groups: &[ListenerGroup],
+        pools: &[PoolSpec],
+        plan: &Plan,
+        topology: &Topology,
+    ) -> crate::handoff::Peers {
+        let dir = super::runtime::runtime_dir()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let threads = planned_threads_by_pool(plan, pools);
+        let sockets = sharing_pools(groups)
+            .into_iter()
+            .flat_map(|pool| {
+                let dir = &dir;
+                threads
+                    .get(pool)
+                    .into_iter()
                     .flatten()
-                    .or_else(|| topology.node_of_cpu(s.cpu)),
-                path: s.path.clone(),
+                    .map(move |&(index, home, cpu)| crate::handoff::Peer {
+                        pool: pool.to_string(),
+                        cpu,
+                        node: home.or_else(|| topology.node_of_cpu(cpu)),
+                        path: slot_path(dir, pool, index, cpu),
+                    })
             })
             .collect();
         let ids: Vec<u32> = topology.nodes.iter().map(|n| n.id).collect();
@@ -201,6 +270,31 @@ impl Handoffs {
             .flat_map(|&a| ids.iter().map(move |&b| (a, b)))
             .map(|(a, b)| (a, b, topology.distance(a, b)))
             .collect();
-        crate::handoff::Peers { sockets, distances }
+        crate::handoff::Peers {
+            sockets,
+            distances,
+            wake: self.wake.as_ref().map(|(path, _)| path.clone()),
+        }
     }
+}
+
+/// Where thread slot `(pool, index, cpu)`'s socket is bound: named after the slot, so that a
+/// worker's table names it before it exists (pool names are letters, digits, `-`, `_`, and
+/// the dispatcher's dot).
+fn slot_path(dir: &Path, pool: &str, index: u32, cpu: u32) -> PathBuf {
+    dir.join(format!("handoff-{pool}-{index}-{cpu}"))
+}
+
+/// A hand-off socket bound at `path`, non-blocking. Writable by all, so the workers of every
+/// pool's user can reach it; the receiver takes datagrams only signed with the master's key
+/// (which no app process has) from this server's users (`senders`), which the kernel names on
+/// each (`SO_PASSCRED`).
+fn bind(path: &Path) -> std::io::Result<UnixDatagram> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    let socket = UnixDatagram::bind(path)?;
+    socket.set_nonblocking(true)?;
+    crate::os::fdpass::pass_credentials(socket.as_raw_fd())?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(socket)
 }

@@ -46,9 +46,10 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
             );
         }
     }
-    // Each listening thread of each pool holds a socket per address it serves and one for
-    // hand-offs, and the master watches a copy of a sleeping one's: a hoster's thousands of
-    // pools need far more than a shell's default.
+    // Each listening thread holds a socket per address it serves (the dispatcher's, on a
+    // shared one), each awake pool thread on a shared address one for hand-offs, and the
+    // master watches a copy of a sleeping one's listeners: an upper bound, which a hoster's
+    // thousands of pools on a shared port stay far below (a sleeping one costs nothing).
     let threads: u64 = plan.workers.iter().map(|w| w.cpus.len() as u64).sum();
     let addresses = config
         .sites
@@ -76,7 +77,9 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
     let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
     let admin = super::admin::bind(config).map_err(|e| format!("{file}: {e}"))?;
     let mut handoffs = super::handoffs::Handoffs::new()?;
-    handoffs.ensure(&groups, &config.pools, plan)?;
+    // An on-demand pool starts asleep: no hand-off socket until its first connection.
+    let on_demand = super::handoffs::on_demand_pools(&config.pools);
+    handoffs.ensure(&groups, &config.pools, plan, |p| on_demand.contains(p))?;
     let specs = super::spawn::worker_specs(config, plan, &groups, &handoffs, topology, |_| true);
 
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -31,7 +31,7 @@ pub(super) fn worker_specs(
     // port, anything per worker that scanned every pool or socket made the start quadratic.
     let sites = Arc::new(config.sites.clone());
     let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
-    let peers = Arc::new(handoffs.peers(plan, topology));
+    let peers = Arc::new(handoffs.peers(groups, &config.pools, plan, topology));
     let no_peers = Arc::new(crate::handoff::Peers::default());
     let handoff_fds = handoffs.fds();
     let pools: HashMap<&str, &PoolSpec> =
@@ -80,8 +80,9 @@ pub(super) fn worker_specs(
                     node: topology.node_of_cpu(cpu),
                 })
                 .collect::<Vec<ThreadSpec>>();
-            // Only a worker on a shared address hands connections on, and ranks targets.
-            let shares = threads.iter().any(|t| t.handoff_fd.is_some());
+            // Only a worker on a shared address hands connections on, and ranks targets (an
+            // on-demand one is given its hand-off sockets as it wakes).
+            let shares = my_groups.iter().any(|&g| groups[g].shared());
             Some(WorkerSpec {
                 pool: pool.name.clone(),
                 index: worker.index,

@@ -378,7 +378,11 @@ fn engine_thread(
                 spec.handoff_peers
                     .targets(&spec.pool, thread.cpu, thread.node)
                     .into_iter()
-                    .map(|(pool, tiers)| (pool, Rc::new(PoolTargets::new(tiers, spec.handoff_key))))
+                    .map(|(pool, tiers)| {
+                        let wake = spec.handoff_peers.wake.clone();
+                        let targets = PoolTargets::new(tiers, spec.handoff_key, pool.clone(), wake);
+                        (pool, Rc::new(targets))
+                    })
                     .collect(),
             )
             .with_body_default(l.max_body_size)

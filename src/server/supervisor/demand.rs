@@ -20,7 +20,7 @@ use super::Supervisor;
 use crate::config::{IdleAction, StartMode};
 use crate::os;
 use crate::server::log;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
@@ -62,6 +62,25 @@ impl Supervisor {
         for a in slot.page_answerers.drain(..) {
             a.abort();
         }
+        // No process (a frozen one keeps its): on a shared address it has no hand-off
+        // socket either (see `server::handoffs`); what was queued on it is passed on anew.
+        if slot.current.is_none() && slot.spec.threads.iter().any(|t| t.handoff_fd.is_some()) {
+            for t in &mut slot.spec.threads {
+                t.handoff_fd = None;
+            }
+            let pool = slot.spec.pool.clone();
+            let queued =
+                self.handoffs
+                    .close_slot(&pool, slot.spec.index, &slot.spec.handoff_senders);
+            for received in queued {
+                let received = Box::new(received);
+                let _ = self.events.send(Event::Handed {
+                    pool: pool.clone(),
+                    received,
+                });
+            }
+        }
+        let slot = &mut self.slots[i];
         let fds: Vec<RawFd> = slot
             .spec
             .threads
@@ -69,6 +88,98 @@ impl Supervisor {
             .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
             .collect();
         slot.watcher = watch(&fds, slot.spec.name(), self.events.clone());
+    }
+
+    /// Takes what reaches the master's hand-off socket (a connection for a pool with no
+    /// socket: asleep) as [`Event::Handed`], from this server's users alone, signed.
+    /// Started again after a reload (the pools' users may have changed).
+    pub(super) fn take_handed_to_master(&mut self) {
+        if let Some(task) = self.handed_to_master.take() {
+            task.abort();
+        }
+        let Some((path, socket)) = &self.handoffs.wake else {
+            return;
+        };
+        let senders = crate::server::handoffs::senders(&self.config.pools);
+        let receiver = os::process::duplicate(socket.as_raw_fd())
+            .and_then(|fd| crate::handoff::Receiver::new(fd, senders, self.handoffs.key));
+        let mut receiver = match receiver {
+            Ok(r) => r,
+            Err(e) => {
+                log("master", format!("cannot take connections on {}: {e}; sleeping pools on shared addresses will not wake", path.display()));
+                return;
+            }
+        };
+        let events = self.events.clone();
+        self.handed_to_master = Some(tokio::spawn(async move {
+            while let Ok(received) = receiver.next().await {
+                // Unnamed: not a message for the master (dropped, its connection closed).
+                let Some(pool) = received.pool.clone() else {
+                    continue;
+                };
+                let received = Box::new(received);
+                if events.send(Event::Handed { pool, received }).is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+
+    /// Slot `i`'s hand-off sockets, opened where they are not (see `server::handoffs`), and
+    /// its spec told them: the next process started in the slot inherits them.
+    pub(super) fn open_handoffs(&mut self, i: usize) -> Result<(), String> {
+        let spec = &self.slots[i].spec;
+        let cpus: Vec<u32> = spec.threads.iter().map(|t| t.cpu).collect();
+        let opened = self
+            .handoffs
+            .open_slot(&spec.pool.clone(), spec.index, &cpus)?;
+        for t in &mut self.slots[i].spec.threads {
+            t.handoff_fd = opened
+                .iter()
+                .find(|(cpu, _)| *cpu == t.cpu)
+                .map(|&(_, fd)| fd);
+        }
+        Ok(())
+    }
+
+    /// A connection for `pool`, whose sockets were not there: the slot's are opened (the
+    /// awake one's, else the first's), the connection passed into them, and the slot woken
+    /// if it sleeps — it waits in the socket's queue, as for a pool that had its socket.
+    pub(super) fn on_handed(&mut self, pool: &str, received: crate::handoff::Received) {
+        let of_pool = || (0..self.slots.len()).filter(|&i| self.slots[i].spec.pool == pool);
+        let Some(i) = of_pool()
+            .find(|&i| !self.slots[i].asleep)
+            .or_else(|| of_pool().next())
+        else {
+            // The pool went with a reload: the connection is closed.
+            return;
+        };
+        let slot = &self.slots[i];
+        let (index, name) = (slot.spec.index, slot.spec.name());
+        let first_cpu = slot.spec.threads.first().map(|t| t.cpu);
+        if let Err(e) = self.open_handoffs(i) {
+            log(
+                "master",
+                format!("worker {name}: {e}; a connection for it is closed"),
+            );
+            return;
+        }
+        let first = self
+            .handoffs
+            .sockets
+            .iter()
+            .find(|h| h.pool == pool && h.index == index && first_cpu == Some(h.cpu));
+        if let Some(h) = first {
+            if let Err(e) = crate::handoff::forward(&received, &h.path, &self.handoffs.key) {
+                log(
+                    "master",
+                    format!("cannot pass a connection to worker {name}: {e}; it is closed"),
+                );
+            }
+        }
+        if self.slots[i].asleep {
+            self.on_demand(&name);
+        }
     }
 
     /// Something waits for the sleeping worker `name`: it starts — with its app process, for

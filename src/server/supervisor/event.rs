@@ -30,6 +30,12 @@ pub(in crate::server) enum Event {
     Demand {
         slot: String,
     },
+    /// A connection for pool `pool`, handed to the master: none of the pool's hand-off
+    /// sockets was there (it sleeps), or it was queued on one as the pool went to sleep.
+    Handed {
+        pool: String,
+        received: Box<crate::handoff::Received>,
+    },
 }
 
 impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {

@@ -123,6 +123,8 @@ struct Supervisor {
     memory: Option<u64>,
     /// Wakes turned away by those bounds, for the log's bound.
     turned_away: u64,
+    /// The task that takes what reaches the master's hand-off socket (see `demand`).
+    handed_to_master: Option<tokio::task::JoinHandle<()>>,
 }
 
 pub(super) async fn run(
@@ -212,6 +214,7 @@ pub(super) async fn run(
         port_retries: 0,
         memory: os::cgroup::memory_limit(),
         turned_away: 0,
+        handed_to_master: None,
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
     };
@@ -249,6 +252,7 @@ pub(super) async fn run(
         );
     }
     sv.make_cgroups();
+    sv.take_handed_to_master();
     // Start every worker (an on-demand one sleeps until its first connection), then wait
     // until each is ready or has failed.
     for i in 0..sv.slots.len() {
@@ -316,6 +320,7 @@ pub(super) async fn run(
                 unready,
             }) => sv.on_probed(generation, healthy, unready),
             Some(Event::Demand { slot }) => sv.on_demand(&slot),
+            Some(Event::Handed { pool, received }) => sv.on_handed(&pool, *received),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -492,6 +497,7 @@ impl Supervisor {
                 unready,
             } => self.on_probed(generation, healthy, unready),
             Event::Demand { slot } => self.on_demand(&slot),
+            Event::Handed { pool, received } => self.on_handed(&pool, *received),
         }
     }
 

@@ -49,6 +49,18 @@ impl Supervisor {
                 s.draining.push(proc_);
             }
         }
+        // A pool asleep on a shared address has no hand-off socket: it gets them now, for the
+        // master to answer what the dispatcher hands it.
+        if self.groups.iter().any(|g| g.shared() && g.serves(name)) {
+            let slots: Vec<usize> = (0..self.slots.len())
+                .filter(|&i| self.slots[i].pool == p)
+                .collect();
+            for i in slots {
+                if let Err(e) = self.open_handoffs(i) {
+                    log("master", format!("pool {name}: {e}"));
+                }
+            }
+        }
         let lb = self.pools[p].spec.load_balancer;
         let stopped = self.stopped_pools();
         let away = self.pools_away();
@@ -88,7 +100,8 @@ impl Supervisor {
                 let lb_here = if g.routes.tls { LoadBalancer::Tcp } else { lb };
                 responders.push(match &pass_to {
                     Some(path) => {
-                        let header = crate::handoff::header(&self.handoffs.key, g.addr, 0, None);
+                        let header =
+                            crate::handoff::header(&self.handoffs.key, g.addr, 0, None, None);
                         tokio::spawn(pass_on(listener, header, path.clone()))
                     }
                     None => tokio::spawn(answer_accepted(

@@ -160,8 +160,19 @@ impl Supervisor {
                 }
             }
         }
+        // A changed on-demand pool's new workers sleep (their sockets are opened at the wake);
+        // an unchanged awake one keeps its sockets.
+        let on_demand = crate::server::handoffs::on_demand_pools(&new.pools);
+        let awake: HashSet<&str> = self
+            .slots
+            .iter()
+            .filter(|s| !s.asleep && !changed_set.contains(s.spec.pool.as_str()))
+            .map(|s| s.spec.pool.as_str())
+            .collect();
         self.handoffs
-            .ensure(&wanted, &new.pools, &plan)
+            .ensure(&wanted, &new.pools, &plan, |p| {
+                on_demand.contains(p) && !awake.contains(p)
+            })
             .map_err(|e| format!("{file}: {e}"))?;
         // The switch: grown groups take their new sockets, pools, routes and owners; groups
         // no site wants any more close (the master's copies now; the old workers' with them).
@@ -321,6 +332,8 @@ impl Supervisor {
         if outcome.is_ok() {
             // As nginx's reload: logs moved away are reopened by the workers that stay.
             self.reopen_logs();
+            // The pools' users may have changed (whose connections the master takes).
+            self.take_handed_to_master();
         }
         // The old configuration's and the new one's reading left freed memory behind.
         crate::os::process::release_free_memory();
