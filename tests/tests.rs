@@ -27,6 +27,7 @@ mod client_certs;
 mod compression;
 mod deb;
 mod differential;
+mod dispatcher;
 mod fleet;
 mod front_controller;
 mod fuzz_request_path;
