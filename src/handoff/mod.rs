@@ -1,5 +1,5 @@
 //! Connection hand-off between pools on a shared address — HTTP.sys's routing of one port to
-//! several application pools, done by the workers themselves.
+//! several application pools.
 //!
 //! Owns: the worker's side — handing an accepted connection, with the bytes already read
 //! from it, to a thread of another pool ([`Handoff::send`]), and taking such connections in
@@ -9,27 +9,29 @@
 //! `server::handoffs`).
 //!
 //! # The mechanism, and why
-//! All pools serving an address share one reuseport group: each thread of each pool has its
-//! socket, and the CPU-steering program gives a connection to a thread on the CPU that
-//! received it (any pool's). That thread reads the request head and routes it by host and
-//! path. When the request belongs to another pool, the thread passes the connection's
-//! descriptor and the unparsed bytes over a unix datagram socket (`SCM_RIGHTS`) to a thread
-//! of the right pool: on the same CPU when that pool has one there, else on the same node,
-//! else on the nearest node by the kernel's distance table. The receiver serves it as if it
-//! had accepted it; a later request on the connection that names another pool is handed on
-//! again, so no request is ever served by the wrong pool. A connection handed on
-//! [`MAX_HOPS`] times in a row without an answer (two workers of an overlapped reload that
-//! disagree about a host) gets a 503 rather than bouncing forever.
+//! An address several pools share is the dispatcher's (`server::dispatcher`): its thread on
+//! the CPU that received a connection reads the request head (or peeks the TLS ClientHello's
+//! name) and routes it by host and path, as every worker's request chain does. It then passes
+//! the connection's descriptor and the unparsed bytes over a unix datagram socket
+//! (`SCM_RIGHTS`) to a thread of the right pool: on the same CPU when that pool has one
+//! there, else on the same node, else on the nearest node by the kernel's distance table. The
+//! receiver serves it as if it had accepted it; a later request on the connection that names
+//! another pool is handed on again (pool to pool), so no request is ever served by the wrong
+//! pool. A connection handed on [`MAX_HOPS`] times in a row without an answer (two workers of
+//! an overlapped reload that disagree about a host) gets a 503 rather than bouncing forever.
 //!
-//! The alternatives the issue named cost more: a per-node front forwarding requests over unix
-//! sockets adds a second socket round trip to every request (a read and a write on each side
-//! of the hop, as our proxied pools pay), while a hand-off is paid once per connection (one
-//! `sendmsg` and one `recvmsg`) and keep-alive requests after it take today's path exactly. A
-//! dedicated front process would add a process and a hop per node for nothing a worker cannot
-//! do. An address served by one pool has no hand-off at all: its workers never look.
+//! A hand-off is paid once per connection (one `sendmsg` and one `recvmsg`); keep-alive
+//! requests after it take the pool's own path. A front forwarding every request over a unix
+//! socket, as a proxy does, would pay a round trip on each. An address served by one pool has
+//! no hand-off at all: its workers accept.
+//!
+//! A pool asleep has no socket (an idle pool costs nothing): a sender that finds none of a
+//! pool's sockets sends the connection to the master's socket ([`Peers::wake`]) with the
+//! pool's name, and the master opens the pool's sockets, passes it on and wakes the pool.
 //!
 //! Each receiving socket belongs to a thread slot (pool, worker index, CPU), not to a process:
-//! the master binds it once and every worker in that slot inherits it, so connections handed
+//! the master binds it while the slot's pool may run and every worker in that slot inherits
+//! it, so connections handed
 //! over while a worker restarts or recycles wait in the socket for its successor, as HTTP.sys
 //! keeps a request queue across worker restarts. When a pool is stopped, the master answers
 //! what arrives on its sockets (503, or a reset with `load_balancer = "tcp"`).

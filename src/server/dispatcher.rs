@@ -183,6 +183,38 @@ pool = "b"
         assert_ne!(id.uid, 0);
     }
 
+    /// The formula the README gives for the case study's DL980 (8 nodes × 20 CPUs), checked
+    /// against the plan the code makes: a shared port of 10,000 one-process pools takes one
+    /// socket per CPU — 160 — where one per pool thread took 200,000, six times what the
+    /// kernel lets a reuseport group have (32,768).
+    #[test]
+    fn on_the_case_studys_machine_ten_thousand_pools_on_a_port_take_a_socket_per_cpu() {
+        let topology = fixture("dl980");
+        let mut text = String::new();
+        for i in 0..10_000 {
+            text.push_str(&format!("[[pool]]\nname = \"p{i}\"\nstart = \"on-demand\"\n[[site]]\nname = \"s{i}\"\nbindings = [\"http://127.0.0.1:80:s{i}.example\"]\n[[site.app]]\npool = \"p{i}\"\nhandler = \"dynamic\"\n"));
+        }
+        let config = Config::parse(&text, std::path::Path::new("d.toml"), &topology).unwrap();
+        let config = with_dispatcher(config, false).unwrap();
+        let plan = crate::placement::plan(&topology, &config.pools, &[]).unwrap();
+        let groups = super::super::listeners::wanted_groups(&config);
+        assert_eq!(groups.len(), 1);
+        let owners =
+            super::super::listeners::group_owners(&groups[0].pools, &config, &topology, &plan);
+        assert_eq!(owners.len(), 160, "one socket per CPU");
+        assert!(owners.iter().all(|o| o.pool == POOL));
+        let dispatchers: Vec<_> = plan.workers.iter().filter(|w| w.pool == POOL).collect();
+        assert_eq!(dispatchers.len(), 8, "one dispatcher process per node");
+        let pool_threads: usize = plan
+            .workers
+            .iter()
+            .filter(|w| w.pool != POOL)
+            .map(|w| w.cpus.len())
+            .sum();
+        assert_eq!(pool_threads, 200_000, "a socket per pool thread, as before");
+        assert!(pool_threads > 32_768);
+    }
+
     #[test]
     fn a_configured_pool_cannot_take_the_dispatchers_name() {
         let text = TWO_POOLS.replacen("name = \"a\"", "name = \"espalier.dispatcher\"", 1);

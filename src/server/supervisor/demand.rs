@@ -1,7 +1,10 @@
 //! Pools on demand (IIS `startMode = OnDemand` and `idleTimeout`): a sleeping worker has no
-//! process, only its sockets, which the master keeps; the first connection on one of them —
-//! or a connection another pool hands to it — wakes it, and the connection waits in the
-//! socket's queue until the new process takes it. A worker that serves nothing for its
+//! process, only the listening sockets of an address it has alone, which the master keeps;
+//! the first connection on one of them wakes it, and the connection waits in the socket's
+//! queue until the new process takes it. On a shared address it has nothing at all: a
+//! connection for it reaches the master's hand-off socket, and the master opens the worker's
+//! hand-off sockets, passes the connection into one (where it waits the same way) and wakes
+//! it ([`Supervisor::on_handed`]; see `server::handoffs`). A worker that serves nothing for its
 //! pool's `idle_timeout` goes back to sleep: stopped, or frozen with `idle_action =
 //! "suspend"` (see `super::suspend`; a frozen worker's sockets are watched the same way, and
 //! the wake thaws it).
