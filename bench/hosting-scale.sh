@@ -6,9 +6,14 @@
 # when idle. Side by side in the same run, nginx with SITES `server` blocks on one port.
 #
 # Prints, for espalier and nginx: time from start to serving; the master's (nginx: all of its
-# processes') resident memory and every process's PSS; the master's descriptors. For espalier
-# also: the first request to a cold site (its pool has no process yet: the request waits for
-# the process it starts), p50 and p99 over COLD sites; requests/s and CPU per request of
+# processes') resident memory and every process's PSS; the master's descriptors; the listening
+# sockets on the port (`ss -tln`). For espalier also: the master's memory per idle site (its
+# RSS with SITES sites less with SITES/5, per site between); the routing hop's cost — a new
+# connection per request to one site, through the dispatcher on the shared port against the
+# same site alone on a port of its own (no hop), and against BASELINE_BIN's design when given
+# (before the dispatcher, every pool thread accepted on the shared port and handed on); the
+# first request to a cold site (its pool has no process yet: the request waits for the
+# process it starts), p50 and p99 over COLD sites; requests/s and CPU per request of
 # the active sites under keep-alive load (one wrk thread per site, each with its site's Host),
 # against a config of only the active sites (always running) and against nginx; and the
 # memory given back when the visited pools go idle (idle_timeout: stopped) and when the
@@ -19,14 +24,12 @@
 # requests of the other sites. CPU per request is user + system of every server process and
 # thread, from /proc/<pid>/stat. Installs nginx, wrk and gunicorn from Debian if missing.
 #
-#   bench/hosting-scale.sh                      # SITES=10000 (fewer when descriptors are short)
+#   bench/hosting-scale.sh                      # SITES=10000
 #   SITES=2000 ACTIVE_PCT=1 DURATION=5 bench/hosting-scale.sh
-#   ESPALIER_BIN=/path/to/espalier bench/hosting-scale.sh
+#   ESPALIER_BIN=/path/to/espalier BASELINE_BIN=/path/to/older/espalier bench/hosting-scale.sh
 #
-# Every pool takes, on each shared port, one socket per listening CPU, and one hand-off
-# socket, and the master watches a copy of each while the pool sleeps: about 6 descriptors
-# per one-CPU pool on two ports. Root raises the limit as needed; where it cannot (a
-# container without CAP_SYS_RESOURCE), SITES is lowered to fit and the script says so.
+# A shared port costs one listening socket per CPU (the dispatcher's), and an idle pool no
+# descriptor: 10,000 sites fit any descriptor limit.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,18 +42,14 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk python3:python3 curl:curl gunicorn:gunicorn -:python3-cryptography
+need_tools nginx:nginx-light wrk:wrk python3:python3 curl:curl ss:iproute2 gunicorn:gunicorn -:python3-cryptography
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 
-HARD=$(ulimit -Hn)
-NEEDED=$((SITES * 6 + 8192))
-if [ "$NEEDED" -gt "$HARD" ] && ! (ulimit -Hn "$NEEDED" 2>/dev/null); then
-  FIT=$(((HARD - 8192) / 6))
-  if [ "$FIT" -lt "$SITES" ]; then
-    echo "NOTE: the descriptor limit here is $HARD and cannot be raised (no CAP_SYS_RESOURCE): $SITES sites would need about $NEEDED; measuring $FIT sites" >&2
-    SITES=$FIT
-  fi
+BASELINE=${BASELINE_BIN:-}
+if [ -n "$BASELINE" ] && [ ! -x "$BASELINE" ]; then
+  echo "BASELINE_BIN=$BASELINE is not an executable espalier; build one (git worktree add, cargo build --release)" >&2
+  exit 1
 fi
 ACTIVE=$(python3 -c "print(max(2, round($SITES * $ACTIVE_PCT / 100)))")
 LOADED=$((ACTIVE < 4 ? ACTIVE : 4))
@@ -97,6 +96,15 @@ echo "making $SITES site files and certificates…" >&2
 config "$WORK" "$PORT" "$TLS_PORT" on-demand $(seq 0 $((SITES - 1)))
 config "$WORK/small" "$SMALL_PORT" 0 always $ACTIVE_IDS
 ln -s "$WORK/www" "$WORK/small/www"
+# A fifth of the sites (for the master's memory per idle site), and the first active site
+# alone on a port of its own (the routing hop's cost: no dispatcher in front of it).
+FIFTH_PORT=$(free_port)
+ALONE_PORT=$(free_port)
+config "$WORK/fifth" "$FIFTH_PORT" 0 on-demand $(seq 0 $((SITES / 5 - 1)))
+ln -s "$WORK/www" "$WORK/fifth/www"
+FIRST_ACTIVE=${ACTIVE_IDS%% *}
+config "$WORK/alone" "$ALONE_PORT" 0 always "$FIRST_ACTIVE"
+ln -s "$WORK/www" "$WORK/alone/www"
 mkdir -p "$WORK/certs" "$WORK/www2"
 cp "$WORK/www/100.html" "$WORK/www2/"
 python3 - "$WORK/certs" "$SITES" <<'EOF'
@@ -179,6 +187,17 @@ status_count() { curl -s "http://$ADMIN/status?per_page=1" | python3 -c "import 
 hosts_lua() {
   python3 -c "ids='$ACTIVE_IDS'.split()[:$LOADED]; print('local hosts = {' + ','.join(f'\"s{i}.example\"' for i in ids) + '}\nlocal n = 0\nfunction setup(thread) n = n + 1; thread:set(\"host\", hosts[n]) end\nfunction init(args) wrk.headers[\"Host\"] = host end')" >"$WORK/hosts.lua"
 }
+# per_connection PORT SITE PIDS… — a new connection per request to one site (where the
+# hand-off is paid): "cpu_us requests/s"
+per_connection() {
+  local port=$1 site=$2 before after out reqs; shift 2
+  before=$(proc_ticks "$@")
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c8 -d"${DURATION}s" -H "Host: s$site.example" -H "Connection: close" "http://127.0.0.1:$port/100.html")
+  after=$(proc_ticks "$@")
+  reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+  python3 -c "print(round(($after - $before) / $(getconf CLK_TCK) * 1e6 / $reqs, 2), $(awk '/Requests\/sec/ {print $2}' <<<"$out"))"
+}
+listening() { ss -Htln "sport = :$1" | wc -l; }
 errors_of() { awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$1"; }
 # load PORT PIDS… — keep-alive load, one wrk thread per loaded site (its Host):
 # "requests cpu_us requests/s"
@@ -224,6 +243,9 @@ EOF
 )
 
 echo "espalier: $SITES sites in $SITES on-demand pools (one file each) on one http and one https port; nginx: $SITES server blocks" >&2
+serve fifth/espalier.toml fifth.out
+FIFTH_RSS=$(rss_kib "${PIDS[-1]}")
+stop_all
 serve espalier.toml espalier.out
 READY=$SERVED_IN
 MASTER=${PIDS[-1]}
@@ -231,9 +253,13 @@ ADMIN=$(sed -n 's/^admin = "\(.*\)"/\1/p' "$WORK/espalier.toml")
 E_RSS=$(rss_kib "$MASTER")
 E_FDS=$(ls "/proc/$MASTER/fd" | wc -l)
 E_PSS=$(pss_kib $(tree_of "$MASTER"))
+E_LISTEN=$(listening "$PORT")
+E_LISTEN_TLS=$(listening "$TLS_PORT")
+PER_SITE_B=$(python3 -c "print(round(($E_RSS - $FIFTH_RSS) * 1024 / ($SITES - $SITES // 5)))")
 # The active sites: woken, then loaded.
 for i in $ACTIVE_IDS; do get "$PORT" "$i" >/dev/null; done
 read -r E_REQS E_CPU E_RPS < <(load "$PORT" $(tree_of "$MASTER"))
+read -r HOP_CPU HOP_RPS < <(per_connection "$PORT" "$FIRST_ACTIVE" $(tree_of "$MASTER"))
 # Loaded again; midway, one other site's file changes (its root) and is reloaded: the reload's
 # time, the loaded sites' failures, and whether any of their processes was replaced (the
 # loaded ones: the other active pools may meanwhile stop for idleness).
@@ -295,6 +321,24 @@ SMALL_READY=$SERVED_IN
 SMALL=${PIDS[-1]}
 read -r S_REQS S_CPU S_RPS < <(load "$SMALL_PORT" $(tree_of "$SMALL"))
 stop_all
+serve alone/espalier.toml alone.out
+read -r ALONE_CPU ALONE_RPS < <(per_connection "$ALONE_PORT" "$FIRST_ACTIVE" $(tree_of "${PIDS[-1]}"))
+stop_all
+if [ -n "$BASELINE" ]; then
+  # Before the dispatcher: the active sites' pools on one shared port, each pool thread with
+  # its own socket there, accepting and handing on.
+  ESPALIER_NOW=$ESPALIER
+  ESPALIER=$BASELINE
+  serve small/espalier.toml baseline.out
+  read -r B_HOP_CPU B_HOP_RPS < <(per_connection "$SMALL_PORT" "$FIRST_ACTIVE" $(tree_of "${PIDS[-1]}"))
+  B_LISTEN=$(listening "$SMALL_PORT")
+  stop_all
+  ESPALIER=$ESPALIER_NOW
+  serve small/espalier.toml small-now.out
+  read -r N_HOP_CPU N_HOP_RPS < <(per_connection "$SMALL_PORT" "$FIRST_ACTIVE" $(tree_of "${PIDS[-1]}"))
+  N_LISTEN=$(listening "$SMALL_PORT")
+  stop_all
+fi
 
 T0=$(now)
 start_nginx ""
@@ -304,6 +348,7 @@ N_PIDS=$(pgrep -f "nginx: (master|worker)" | tr '\n' ' ')
 N_RSS=0; for p in $N_PIDS; do N_RSS=$((N_RSS + $(rss_kib "$p"))); done
 N_PSS=$(pss_kib $N_PIDS)
 N_FDS=$(ls "/proc/$N_MASTER/fd" | wc -l)
+N_LISTEN=$(listening "$NGINX_PORT")
 read -r N_REQS N_CPU N_RPS < <(load "$NGINX_PORT" $N_PIDS)
 stop_all
 
@@ -315,11 +360,17 @@ printf '%-44s %14s %14s %8s\n' "ready (s)" "$READY" "$N_READY" "$(ratio "$READY"
 printf '%-44s %14s %14s %8s\n' "master RSS (MiB; nginx: all processes)" "$(mib "$E_RSS")" "$(mib "$N_RSS")" "$(ratio "$E_RSS" "$N_RSS")"
 printf '%-44s %14s %14s %8s\n' "PSS of every process at start (MiB)" "$(mib "$E_PSS")" "$(mib "$N_PSS")" "$(ratio "$E_PSS" "$N_PSS")"
 printf '%-44s %14s %14s\n' "master's descriptors" "$E_FDS" "$N_FDS"
+printf '%-44s %14s %14s\n' "listening sockets on the port (ss -tln)" "$E_LISTEN" "$N_LISTEN"
 printf '%-44s %14s %14s %8s\n' "active sites: requests/s" "$E_RPS" "$N_RPS" "$(ratio "$E_RPS" "$N_RPS")"
 printf '%-44s %14s %14s %8s\n' "active sites: CPU µs per request" "$E_CPU" "$N_CPU" "$(ratio "$E_CPU" "$N_CPU")"
 echo "(nginx serves http only, its $SITES names in one server_names hash)"
 echo
 echo "espalier alone:"
+echo "  listening sockets: $E_LISTEN on the http port, $E_LISTEN_TLS on the https one ($(nproc) CPUs); master memory per idle site: $PER_SITE_B bytes (RSS $(mib "$E_RSS") MiB with $SITES sites, $(mib "$FIFTH_RSS") MiB with $((SITES / 5)))"
+echo "  the routing hop (a new connection per request to s$FIRST_ACTIVE): CPU µs per request through the dispatcher $HOP_CPU, alone on its own port $ALONE_CPU ($(ratio "$HOP_CPU" "$ALONE_CPU")); requests/s $HOP_RPS vs $ALONE_RPS"
+if [ -n "$BASELINE" ]; then
+  echo "  against the design before (BASELINE_BIN; the $ACTIVE active sites' pools on one port, a new connection per request): CPU µs per request $N_HOP_CPU vs $B_HOP_CPU ($(ratio "$N_HOP_CPU" "$B_HOP_CPU")), requests/s $N_HOP_RPS vs $B_HOP_RPS; listening sockets $N_LISTEN vs $B_LISTEN"
+fi
 echo "  processes running at start: 0 of $SITES pools; after visiting $ACTIVE + $((2 * COLD)) + $GUNICORN sites: $E_PROCS"
 echo "  first request to a cold static site (its process starts): http p50 $(percentile 50 "${COLD_T[@]}") ms, p99 $(percentile 99 "${COLD_T[@]}") ms over $COLD sites; https (certificate from the store) p50 $(percentile 50 "${COLD_TLS_T[@]}") ms, p99 $(percentile 99 "${COLD_TLS_T[@]}") ms over $COLD"
 echo "  first request to a cold gunicorn site, less gunicorn's own start alone ($(python3 -c "print(round($G_ALONE_MED * 1000))") ms): $(echo "${GUNI_T[@]}" | sed 's/ / ms, /g') ms"
