@@ -234,3 +234,31 @@ fn ten_thousand_sites_on_one_port_cost_a_socket_per_cpu_and_idle_pools_no_descri
         }
     }
 }
+
+/// A burst of new connections for a sleeping pool on a shared address — more than a unix
+/// datagram queue holds (`net.unix.max_dgram_qlen`, 10 by default) — is all answered by the
+/// pool once it wakes: none refused while the master's or the pool's queue is full.
+#[test]
+fn a_burst_for_a_sleeping_pool_is_all_answered_once_it_wakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = format!(
+        "[server]\nworker_header = true\n[[pool]]\nname = \"a\"\n[[pool]]\nname = \"b\"\nstart = \"on-demand\"\n{}{}",
+        dynamic_site(port, "a", "a"),
+        dynamic_site(port, "b", "b")
+    );
+    let server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let burst: Vec<_> = (0..60)
+        .map(|_| std::thread::spawn(move || get_host(addr, "b.example", "/")))
+        .collect();
+    for client in burst {
+        let r = client.join().unwrap();
+        assert_eq!(r.status, 200, "{}", server.log_text());
+        let worker = r
+            .header("x-espalier-worker")
+            .unwrap_or_default()
+            .to_string();
+        assert!(worker.starts_with("b/"), "answered by {worker}");
+    }
+}

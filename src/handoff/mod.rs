@@ -354,23 +354,34 @@ impl Handoff {
             }
         }
         // None of its sockets is there: the pool sleeps, and the master wakes it.
+        let to_master;
+        let mut parts = parts;
         if full.is_empty() {
             let Some(wake) = t.wake.as_deref() else {
                 return false;
             };
-            let to_master = self::header(&t.key, self.addr, self.hops, self.client, Some(&t.pool));
-            let parts = [to_master.as_slice(), unread];
-            let sent = t.connection(wake).is_some_and(|conn| {
-                fdpass::send_with_fd(conn.as_raw_fd(), stream.as_raw_fd(), &parts).is_ok()
-            });
-            if !sent {
-                t.forget(wake);
+            let Some(conn) = t.connection(wake) else {
+                return false;
+            };
+            to_master = self::header(&t.key, self.addr, self.hops, self.client, Some(&t.pool));
+            parts = [to_master.as_slice(), unread];
+            match fdpass::send_with_fd(conn.as_raw_fd(), stream.as_raw_fd(), &parts) {
+                Ok(_) => return true,
+                // A burst for a sleeping pool: the master's queue (`max_dgram_qlen`, 10 by
+                // default) is full for the moment.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => full.push(conn),
+                Err(_) => {
+                    t.forget(wake);
+                    return false;
+                }
             }
-            return sent;
         }
         // Every target's queue was full: wait for room in the nearest, bounded.
         if let Some(conn) = full.first() {
             let deadline = tokio::time::Instant::now() + FULL_WAIT;
+            let send = |conn: &UnixDatagram| {
+                fdpass::send_with_fd(conn.as_raw_fd(), stream.as_raw_fd(), &parts)
+            };
             while let Ok(Ok(())) = tokio::time::timeout_at(deadline, conn.writable()).await {
                 // Through tokio this time, so a full queue clears the readiness it waits on.
                 match conn.try_io(Interest::WRITABLE, || send(conn)) {
@@ -494,16 +505,35 @@ pub fn drain(socket: std::os::fd::RawFd, senders: &[u32], key: &Key) -> Vec<Rece
 }
 
 /// Passes `received` on to the datagram socket bound at `path`, as it came (its pool's name
-/// left out): how the master gives a woken pool what was handed to the master for it.
-pub fn forward(received: &Received, path: &Path, key: &Key) -> std::io::Result<()> {
+/// left out): how the master gives a woken pool what was handed to the master for it. Waits
+/// for room in the socket's queue (a burst for a pool still starting fills it) at most
+/// `within`; `Err` when there was none, and the connection is closed with `received`.
+pub async fn forward(
+    received: Received,
+    path: PathBuf,
+    key: Key,
+    within: Duration,
+) -> std::io::Result<()> {
     let c = &received.carried;
     let client = c.client.filter(|_| c.header_read);
-    let head = header(key, received.addr, c.hops, client, None);
-    let socket = std::os::unix::net::UnixDatagram::unbound()?;
+    let head = header(&key, received.addr, c.hops, client, None);
+    let socket = UnixDatagram::unbound()?;
     let _ = socket2::SockRef::from(&socket).set_send_buffer_size(MAX_MESSAGE + 4096);
-    socket.connect(path)?;
+    socket.connect(&path)?;
     let parts = [head.as_slice(), c.unread.as_slice()];
-    fdpass::send_with_fd(socket.as_raw_fd(), received.stream.as_raw_fd(), &parts).map(|_| ())
+    let send = || fdpass::send_with_fd(socket.as_raw_fd(), received.stream.as_raw_fd(), &parts);
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match socket.try_io(Interest::WRITABLE, send) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::timeout_at(deadline, socket.writable())
+                    .await
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -173,12 +173,18 @@ impl Supervisor {
             .iter()
             .find(|h| h.pool == pool && h.index == index && first_cpu == Some(h.cpu));
         if let Some(h) = first {
-            if let Err(e) = crate::handoff::forward(&received, &h.path, &self.handoffs.key) {
-                log(
-                    "master",
-                    format!("cannot pass a connection to worker {name}: {e}; it is closed"),
-                );
-            }
+            // Off the loop: a burst for a pool still starting fills its queue, and the
+            // connection waits for room as long as the pool may take to start.
+            let within = self.pools[self.slots[i].pool].spec.startup_time_limit;
+            let (path, key, who) = (h.path.clone(), self.handoffs.key, name.clone());
+            tokio::spawn(async move {
+                if let Err(e) = crate::handoff::forward(received, path, key, within).await {
+                    log(
+                        "master",
+                        format!("cannot pass a connection to worker {who}: {e}; it is closed"),
+                    );
+                }
+            });
         }
         if self.slots[i].asleep {
             self.on_demand(&name);
