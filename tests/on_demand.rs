@@ -338,12 +338,24 @@ fn frozen(pid: u32) -> Option<bool> {
 }
 
 /// Writes `espalier.toml` in `dir`: an on-demand Python app pool `nap` suspended after
-/// `idle_timeout`, on a port of its own; (that port, the admin address).
-fn write_nap_config(dir: &Path, idle_timeout: &str) -> (u16, String) {
+/// `idle_timeout`, on a port of its own — or, `shared`, by host (`nap.example`) on a port it
+/// shares with another pool's site, behind the dispatcher; (that port, the admin address).
+fn write_nap_config(dir: &Path, idle_timeout: &str, shared: bool) -> (u16, String) {
     need_tools("python3:python3", "python3");
     let port = free_port();
+    let (host, other) = if shared {
+        (
+            ":nap.example",
+            format!(
+                "[[pool]]\nname = \"other\"\n{}",
+                dynamic_site(port, "other", "other")
+            ),
+        )
+    } else {
+        ("", String::new())
+    };
     let config = format!(
-        "[server]\nworker_header = true\n[[pool]]\nname = \"nap\"\nstart = \"on-demand\"\nidle_timeout = \"{idle_timeout}\"\nidle_action = \"suspend\"\ncommand = [\"python3\", \"{}\"]\n[[site]]\nname = \"nap\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"nap\"\n",
+        "[server]\nworker_header = true\n[[pool]]\nname = \"nap\"\nstart = \"on-demand\"\nidle_timeout = \"{idle_timeout}\"\nidle_action = \"suspend\"\ncommand = [\"python3\", \"{}\"]\n[[site]]\nname = \"nap\"\nbindings = [\"http://127.0.0.1:{port}{host}\"]\n[[site.app]]\npool = \"nap\"\n{other}",
         test_app().display()
     );
     let (config, admin) = with_own_admin(&config);
@@ -355,10 +367,11 @@ fn write_nap_config(dir: &Path, idle_timeout: &str) -> (u16, String) {
 /// in a cgroup with their memory reclaimed (state `suspended`), and the next connection
 /// thaws the same processes, which answer it; stopping the server while they are frozen
 /// stops them and removes the groups. Run with the freezer the machine prefers (v2 where
-/// the unified hierarchy is mounted) and with v1's.
-fn suspend_and_thaw(freezer: &str) {
+/// the unified hierarchy is mounted) and with v1's; and on a shared port, where a sleeping
+/// pool has no socket and its first visitor reaches it through the dispatcher and the master.
+fn suspend_and_thaw(freezer: &str, shared: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = write_nap_config(dir.path(), "2s");
+    let (port, admin) = write_nap_config(dir.path(), "2s", shared);
     let mut server = Server::start_env(
         &["-c", dir.path().join("espalier.toml").to_str().unwrap()],
         dir.path(),
@@ -366,6 +379,13 @@ fn suspend_and_thaw(freezer: &str) {
     );
     server.admin = Some(admin);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let get = |addr, path: &str, _| {
+        if shared {
+            get_host(addr, "nap.example", path)
+        } else {
+            get(addr, path, "")
+        }
+    };
     assert_eq!(get(addr, "/one", "").status, 200, "{}", server.log_text());
     server.wait_until("the pool suspended", Duration::from_secs(60), |s| {
         state_of(s, "nap").0 == PoolState::Suspended
@@ -418,7 +438,12 @@ fn suspend_and_thaw(freezer: &str) {
 
 #[test]
 fn an_idle_pool_is_suspended_and_thawed_by_its_next_connection() {
-    suspend_and_thaw("");
+    suspend_and_thaw("", false);
+}
+
+#[test]
+fn an_idle_pool_on_a_shared_port_wakes_through_the_dispatcher_and_is_suspended_and_thawed() {
+    suspend_and_thaw("", true);
 }
 
 #[test]
@@ -429,7 +454,7 @@ fn an_idle_pool_is_suspended_and_thawed_with_the_v1_freezer() {
         skip("no v1 freezer mounted (the v2 test covers suspend here)");
         return;
     }
-    suspend_and_thaw("v1");
+    suspend_and_thaw("v1", false);
 }
 
 /// IIS's `warmupPage`: while an on-demand pool starts, its clients get the page with 503 and
@@ -700,7 +725,7 @@ fn a_wake_past_the_starting_bound_is_answered_503_and_its_retry_wakes_it() {
 /// (their parent-death SIGTERM) ends them by itself; the next server serves either way.
 fn a_new_server_after_a_killed_one(freezer: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = write_nap_config(dir.path(), "1s");
+    let (port, admin) = write_nap_config(dir.path(), "1s", false);
     let env = [("ESPALIER_FREEZER", freezer)];
     let mut first = Server::start_env(&["-c", "espalier.toml"], dir.path(), &env);
     first.admin = Some(admin);

@@ -149,7 +149,12 @@ impl Supervisor {
     /// awake one's, else the first's), the connection passed into them, and the slot woken
     /// if it sleeps — it waits in the socket's queue, as for a pool that had its socket.
     pub(super) fn on_handed(&mut self, pool: &str, received: crate::handoff::Received) {
-        let of_pool = || (0..self.slots.len()).filter(|&i| self.slots[i].spec.pool == pool);
+        // espalier's workers of the pool (an app process's slot has no thread, no socket).
+        let of_pool = || {
+            (0..self.slots.len()).filter(|&i| {
+                self.slots[i].spec.pool == pool && !self.slots[i].spec.threads.is_empty()
+            })
+        };
         let Some(i) = of_pool()
             .find(|&i| !self.slots[i].asleep)
             .or_else(|| of_pool().next())
