@@ -187,29 +187,42 @@ status_count() { curl -s "http://$ADMIN/status?per_page=1" | python3 -c "import 
 hosts_lua() {
   python3 -c "ids='$ACTIVE_IDS'.split()[:$LOADED]; print('local hosts = {' + ','.join(f'\"s{i}.example\"' for i in ids) + '}\nlocal n = 0\nfunction setup(thread) n = n + 1; thread:set(\"host\", hosts[n]) end\nfunction init(args) wrk.headers[\"Host\"] = host end')" >"$WORK/hosts.lua"
 }
-# per_connection PORT SITE PIDS… — a new connection per request to one site (where the
-# hand-off is paid): "cpu_us requests/s"
+# per_connection PORT SITE MASTER — a new connection per request to one site (where the
+# hand-off is paid), its pool woken first: "cpu_us requests/s"
 per_connection() {
-  local port=$1 site=$2 before after out reqs; shift 2
-  before=$(proc_ticks "$@")
-  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c8 -d"${DURATION}s" -H "Host: s$site.example" -H "Connection: close" "http://127.0.0.1:$port/100.html")
-  after=$(proc_ticks "$@")
+  local port=$1 site=$2 master=$3 out ticks reqs
+  get "$port" "$site" >/dev/null
+  out=$(ticks_during "$master" taskset -c "$CLIENT_CPU" wrk -t1 -c8 -d"${DURATION}s" -H "Host: s$site.example" -H "Connection: close" "http://127.0.0.1:$port/100.html")
+  ticks=$(awk '/^TICKS/ {print $2}' <<<"$out")
   reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-  python3 -c "print(round(($after - $before) / $(getconf CLK_TCK) * 1e6 / $reqs, 2), $(awk '/Requests\/sec/ {print $2}' <<<"$out"))"
+  python3 -c "print(round($ticks / $(getconf CLK_TCK) * 1e6 / $reqs, 2), $(awk '/Requests\/sec/ {print $2}' <<<"$out"))"
 }
 listening() { ss -Htln "sport = :$1" | wc -l; }
 errors_of() { awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$1"; }
-# load PORT PIDS… — keep-alive load, one wrk thread per loaded site (its Host):
+# ticks_during MASTER COMMAND… — runs COMMAND (its output printed), then prints the CPU ticks
+# the server's processes took meanwhile, process by process: one in the tree at both ends by
+# its difference, one that started meanwhile (an on-demand pool woken) whole; one that ended
+# meanwhile is not counted (its last ticks cannot be read).
+ticks_during() {
+  local master=$1 p total=0; shift
+  declare -A before=()
+  for p in $(tree_of "$master"); do before[$p]=$(proc_ticks "$p"); done
+  "$@"
+  for p in $(tree_of "$master"); do
+    total=$((total + $(proc_ticks "$p") - ${before[$p]:-0}))
+  done
+  echo "TICKS $total"
+}
+# load PORT MASTER — keep-alive load, one wrk thread per loaded site (its Host):
 # "requests cpu_us requests/s"
 load() {
-  local port=$1 before after out reqs; shift
+  local port=$1 master=$2 out ticks reqs
   hosts_lua
-  before=$(proc_ticks "$@")
-  out=$(taskset -c "$CLIENT_CPU" wrk -t"$LOADED" -c$((LOADED * 12)) -d"${DURATION}s" -s "$WORK/hosts.lua" "http://127.0.0.1:$port/100.html")
-  after=$(proc_ticks "$@")
+  out=$(ticks_during "$master" taskset -c "$CLIENT_CPU" wrk -t"$LOADED" -c$((LOADED * 12)) -d"${DURATION}s" -s "$WORK/hosts.lua" "http://127.0.0.1:$port/100.html")
+  ticks=$(awk '/^TICKS/ {print $2}' <<<"$out")
   [ "$(errors_of "$out")" = 0 ] || { echo "wrk saw errors on port $port: $(grep -E 'Non-2xx|Socket errors' <<<"$out")" >&2; exit 1; }
   reqs=$(awk '/requests in/ {print $1}' <<<"$out")
-  python3 -c "print($reqs, round(($after - $before) / $(getconf CLK_TCK) * 1e6 / $reqs, 2), $(awk '/Requests\/sec/ {print $2}' <<<"$out"))"
+  python3 -c "print($reqs, round($ticks / $(getconf CLK_TCK) * 1e6 / $reqs, 2), $(awk '/Requests\/sec/ {print $2}' <<<"$out"))"
 }
 percentile() { python3 -c "import sys; v=sorted(float(x) for x in sys.argv[2:]); print(round(v[min(len(v)-1, int(len(v)*$1/100))]*1000, 1))" "$@"; }
 ms_less() { python3 -c "print(round(($1 - $2) * 1000, 1))"; }
@@ -261,8 +274,8 @@ PER_SITE_B=$(python3 -c "print(round(($E_RSS - $FIFTH_RSS) * 1024 / ($SITES - $S
 # waking at once would be more than on_demand_starting lets start together).
 for i in $ACTIVE_IDS; do get "$PORT" "$i" >/dev/null; done
 for i in $(echo $ACTIVE_IDS | cut -d' ' -f1-"$LOADED"); do get "$PORT" "$i" >/dev/null; done
-read -r E_REQS E_CPU E_RPS < <(load "$PORT" $(tree_of "$MASTER"))
-read -r HOP_CPU HOP_RPS < <(per_connection "$PORT" "$FIRST_ACTIVE" $(tree_of "$MASTER"))
+read -r E_REQS E_CPU E_RPS < <(load "$PORT" "$MASTER")
+read -r HOP_CPU HOP_RPS < <(per_connection "$PORT" "$FIRST_ACTIVE" "$MASTER")
 # Loaded again; midway, one other site's file changes (its root) and is reloaded: the reload's
 # time, the loaded sites' failures, and whether any of their processes was replaced (the
 # loaded ones: the other active pools may meanwhile stop for idleness).
@@ -322,10 +335,10 @@ stop_all
 serve small/espalier.toml small.out
 SMALL_READY=$SERVED_IN
 SMALL=${PIDS[-1]}
-read -r S_REQS S_CPU S_RPS < <(load "$SMALL_PORT" $(tree_of "$SMALL"))
+read -r S_REQS S_CPU S_RPS < <(load "$SMALL_PORT" "$SMALL")
 stop_all
 serve alone/espalier.toml alone.out
-read -r ALONE_CPU ALONE_RPS < <(per_connection "$ALONE_PORT" "$FIRST_ACTIVE" $(tree_of "${PIDS[-1]}"))
+read -r ALONE_CPU ALONE_RPS < <(per_connection "$ALONE_PORT" "$FIRST_ACTIVE" "${PIDS[-1]}")
 stop_all
 if [ -n "$BASELINE" ]; then
   # Before the dispatcher: the active sites' pools on one shared port, each pool thread with
@@ -333,12 +346,12 @@ if [ -n "$BASELINE" ]; then
   ESPALIER_NOW=$ESPALIER
   ESPALIER=$BASELINE
   serve small/espalier.toml baseline.out
-  read -r B_HOP_CPU B_HOP_RPS < <(per_connection "$SMALL_PORT" "$FIRST_ACTIVE" $(tree_of "${PIDS[-1]}"))
+  read -r B_HOP_CPU B_HOP_RPS < <(per_connection "$SMALL_PORT" "$FIRST_ACTIVE" "${PIDS[-1]}")
   B_LISTEN=$(listening "$SMALL_PORT")
   stop_all
   ESPALIER=$ESPALIER_NOW
   serve small/espalier.toml small-now.out
-  read -r N_HOP_CPU N_HOP_RPS < <(per_connection "$SMALL_PORT" "$FIRST_ACTIVE" $(tree_of "${PIDS[-1]}"))
+  read -r N_HOP_CPU N_HOP_RPS < <(per_connection "$SMALL_PORT" "$FIRST_ACTIVE" "${PIDS[-1]}")
   N_LISTEN=$(listening "$SMALL_PORT")
   stop_all
 fi
@@ -352,7 +365,7 @@ N_RSS=0; for p in $N_PIDS; do N_RSS=$((N_RSS + $(rss_kib "$p"))); done
 N_PSS=$(pss_kib $N_PIDS)
 N_FDS=$(ls "/proc/$N_MASTER/fd" | wc -l)
 N_LISTEN=$(listening "$NGINX_PORT")
-read -r N_REQS N_CPU N_RPS < <(load "$NGINX_PORT" $N_PIDS)
+read -r N_REQS N_CPU N_RPS < <(load "$NGINX_PORT" "$N_MASTER")
 stop_all
 
 mib() { python3 -c "print(round($1/1024, 1))"; }

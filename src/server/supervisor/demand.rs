@@ -405,7 +405,10 @@ impl Supervisor {
                 p.busy_at = now;
                 continue;
             }
-            if now.duration_since(p.busy_at) >= timeout {
+            // Idle by the worker's own word, given after the deadline: the counts are its last
+            // ping's, and a request served since (a visitor just before the timeout) would
+            // otherwise be missed and its pool stopped under it.
+            if p.last_pong.saturating_duration_since(p.busy_at) >= timeout {
                 idle.push(slot.spec.name());
             }
         }
