@@ -262,3 +262,69 @@ fn a_burst_for_a_sleeping_pool_is_all_answered_once_it_wakes() {
         assert!(worker.starts_with("b/"), "answered by {worker}");
     }
 }
+
+/// A hoster adds a site on the shared port: `espalier reload` starts the new site's pool and
+/// replaces the dispatcher (which routes the new name), and no other pool's worker — behind
+/// the dispatcher, a pool knows its own sites alone. A keep-alive connection to one site
+/// then asks for the new one: handed back to the dispatcher and on to the new pool.
+#[test]
+fn a_site_added_on_a_shared_port_restarts_only_its_pool_and_the_dispatcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let pool_site = |name: &str| {
+        format!(
+            "[[pool]]\nname = \"{name}\"\n{}",
+            dynamic_site(port, name, name)
+        )
+    };
+    let server_part = format!("[server]\nadmin = \"{admin}\"\nworker_header = true\n");
+    let first = format!("{server_part}{}{}", pool_site("a"), pool_site("b"));
+    let server = Server::with_config(dir.path(), &first);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let before = server.workers();
+    let dispatcher_before = server.dispatcher_workers();
+    assert_eq!(before.len(), 2);
+
+    std::fs::write(
+        dir.path().join("espalier.toml"),
+        format!("{first}{}", pool_site("c")),
+    )
+    .unwrap();
+    espalier_ok(&["reload", "--admin", &admin]);
+    assert!(
+        server
+            .log_text()
+            .contains("2 pool(s) unchanged, 1 changed or new (their workers replaced, overlapped), 0 removed, 0 listener group(s) closed; the dispatcher replaced"),
+        "{}",
+        server.log_text()
+    );
+    server.wait_until("c served by its pool", Duration::from_secs(20), |_| {
+        get_host(addr, "c.example", "/")
+            .header("x-espalier-worker")
+            .is_some_and(|w| w.starts_with("c/"))
+    });
+    let after = server.workers();
+    for (name, pid, _) in &before {
+        assert!(
+            after.iter().any(|(n, p, _)| n == name && p == pid),
+            "{name} (pid {pid}) was replaced: {after:?}"
+        );
+    }
+    server.wait_until("the old dispatcher gone", Duration::from_secs(20), |_| {
+        dispatcher_before.iter().all(|&(_, pid, _)| !pid_alive(pid))
+    });
+    // On one keep-alive connection: a's page, then c's, then a's again.
+    let mut c = Conn::open(addr);
+    for host in ["a", "c", "a"] {
+        c.send(format!("GET / HTTP/1.1\r\nHost: {host}.example\r\n\r\n").as_bytes());
+        let r = c
+            .read_response(false)
+            .expect("an answer on the same connection");
+        let worker = r
+            .header("x-espalier-worker")
+            .unwrap_or_default()
+            .to_string();
+        assert!(worker.starts_with(&format!("{host}/")), "{host}: {worker}");
+    }
+}

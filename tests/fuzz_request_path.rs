@@ -152,7 +152,7 @@ proptest! {
                 service: ThreadService::new(
                     "p",
                     &sites,
-                    vec![GroupRoutes { addr: "127.0.0.1:1".parse().unwrap(), hosts: vec![(None, 0)], proxy_protocol: false, proxy_protocol_from: Vec::new(), tls: false }],
+                    vec![GroupRoutes { addr: "127.0.0.1:1".parse().unwrap(), hosts: vec![(None, 0)], proxy_protocol: false, proxy_protocol_from: Vec::new(), tls: false, dispatched: false }],
                     Rc::clone(&clock),
                     "p/0/cpu0".into(),
                     None,

@@ -385,13 +385,38 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     );
     std::fs::write(dir.path().join("espalier.toml"), second).unwrap();
     let old = server.workers();
+    let old_dispatcher = server.dispatcher_workers();
     espalier_ok(&["reload", "--admin", &admin]);
     server.wait_until("`move` served by pool r", Duration::from_secs(10), |_| {
         pool_of(&get_host(addr, "move.example", "/")) == "r"
     });
-    server.wait_until("the old workers gone", Duration::from_secs(10), |_| {
-        old.iter().all(|&(_, pid, _)| !pid_alive(pid))
-    });
+    // Pool p serves what it served: behind the dispatcher, it knows nothing of the other
+    // hosts, and keeps its worker; q and r (their sites changed) get new ones.
+    let (kept, replaced): (Vec<_>, Vec<_>) =
+        old.iter().partition(|(name, _, _)| name.starts_with("p/"));
+    // The old dispatcher, which does not know `new`, serves until the new one is ready.
+    server.wait_until(
+        "the old workers of q, r and the dispatcher gone",
+        Duration::from_secs(10),
+        |_| {
+            let old_pids = replaced.iter().map(|w| w.1);
+            let mut all = old_pids.chain(old_dispatcher.iter().map(|w| w.1));
+            all.all(|pid| !pid_alive(pid))
+        },
+    );
+    assert!(server
+        .log_text()
+        .contains("1 pool(s) unchanged, 2 changed or new"));
+    assert_eq!(
+        server
+            .workers()
+            .iter()
+            .filter(|(n, _, _)| n.starts_with("p/"))
+            .map(|w| w.1)
+            .collect::<Vec<_>>(),
+        kept.iter().map(|w| w.1).collect::<Vec<_>>(),
+        "pool p kept its worker"
+    );
     let r = get_host(addr, "new.example", "/");
     assert_eq!(
         pool_of(&r),

@@ -209,6 +209,9 @@ struct Group {
     /// Where this thread serves none of the address's sites (it is the dispatcher's): the
     /// site whose pool an h2c connection goes to — the default site's, else the first's.
     h2c_site: Option<usize>,
+    /// Behind the dispatcher (its hosts are this pool's alone): the hand-off target of the
+    /// dispatcher, where a request for any other host goes (see `GroupRoutes::dispatched`).
+    dispatcher: Option<usize>,
     proxy_protocol: bool,
     /// The peers that send the header; empty: every peer.
     proxy_protocol_from: Vec<crate::routing::access::Cidr>,
@@ -248,15 +251,19 @@ impl ThreadService {
         proxy: Option<Rc<ProxyRoute>>,
         handoff: Vec<(String, Rc<PoolTargets>)>,
     ) -> Self {
+        let dispatcher = handoff
+            .iter()
+            .position(|(p, _)| p == crate::routing::DISPATCHER);
         let groups: Vec<Group> = groups
             .into_iter()
             .map(|g| {
                 let hosts = HostTable::new(&g.hosts);
-                let shared = g.hosts.iter().any(|(_, site)| {
-                    sites
-                        .get(*site)
-                        .is_some_and(|s| s.apps.iter().any(|a| !a.answered_by(pool)))
-                });
+                let shared = g.dispatched
+                    || g.hosts.iter().any(|(_, site)| {
+                        sites
+                            .get(*site)
+                            .is_some_and(|s| s.apps.iter().any(|a| !a.answered_by(pool)))
+                    });
                 let serves_none = g.hosts.iter().all(|(_, site)| {
                     sites
                         .get(*site)
@@ -268,6 +275,7 @@ impl ThreadService {
                 Group {
                     addr: g.addr,
                     h2c_site,
+                    dispatcher: dispatcher.filter(|_| g.dispatched),
                     only: hosts.only_default(),
                     hosts,
                     shared,
@@ -277,12 +285,18 @@ impl ThreadService {
                 }
             })
             .collect();
-        // Other pools by name, looked up once per site (thousands on a hoster's port).
-        let target_of: std::collections::HashMap<&str, usize> = handoff
+        // Other pools by name, looked up once per site (thousands on a hoster's port); behind
+        // the dispatcher, a pool this thread has no target of is reached through it.
+        let mut target_of: std::collections::HashMap<&str, usize> = handoff
             .iter()
             .enumerate()
             .map(|(k, (p, _))| (p.as_str(), k))
             .collect();
+        if let Some(k) = dispatcher {
+            for a in sites.iter().flat_map(|s| &s.apps) {
+                target_of.entry(a.pool.as_str()).or_insert(k);
+            }
+        }
         let sites: Vec<Site> = sites
             .iter()
             .map(|s| Site::new(pool, s, proxy.as_ref(), &target_of, &identity))
@@ -444,7 +458,14 @@ impl Service for ThreadService {
 
     fn hand_off_name(&self, group: usize, name: Option<&str>) -> Option<Handoff> {
         let g = self.groups.get(group)?;
-        let site = g.only.or_else(|| g.hosts.site(name))?;
+        // No site of this pool's (behind the dispatcher: another pool's name, or none).
+        let Some(site) = g
+            .only
+            .or_else(|| g.hosts.site(name))
+            .filter(|&s| s < self.sites.len())
+        else {
+            return self.hand_off_elsewhere(group);
+        };
         // The sites of an https address are each served by one pool (checked with the config).
         let Whole::Other(Some(k)) = self.sites.get(site)?.whole else {
             return None;

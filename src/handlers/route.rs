@@ -59,6 +59,10 @@ impl ThreadService {
     ) -> Route<ProxyTarget> {
         let site = self.site_of(group, req);
         let Some(s) = site.and_then(|id| self.site(id)) else {
+            // Another pool's host, behind the dispatcher.
+            if let Some(handoff) = self.hand_off_elsewhere(group).filter(|_| may_hand_off) {
+                return Route::HandOff(handoff);
+            }
             return Route::Here(RequestCtx::default());
         };
         let tls = self.groups.get(group).is_some_and(|g| g.tls);
@@ -208,6 +212,13 @@ impl ThreadService {
     }
 
     /// The hand-off of a connection on `group` to the pool of hand-off target `k`.
+    /// Behind the dispatcher, a request for a host this pool does not serve: back to the
+    /// dispatcher, which knows every host of the address.
+    pub(super) fn hand_off_elsewhere(&self, group: usize) -> Option<Handoff> {
+        let k = self.groups.get(group)?.dispatcher?;
+        self.handoff_to(group, k)
+    }
+
     pub(super) fn handoff_to(&self, group: usize, k: usize) -> Option<Handoff> {
         Some(Handoff {
             targets: Rc::clone(self.handoff.get(k)?),

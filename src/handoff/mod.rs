@@ -209,6 +209,21 @@ pub struct Peer {
 }
 
 impl Peers {
+    /// The table with `pool`'s sockets alone (and the master's, and the distances): what a
+    /// pool behind the dispatcher is given, the dispatcher being its one target.
+    pub fn of_pool(&self, pool: &str) -> Peers {
+        Peers {
+            sockets: self
+                .sockets
+                .iter()
+                .filter(|p| p.pool == pool)
+                .cloned()
+                .collect(),
+            distances: self.distances.clone(),
+            wake: self.wake.clone(),
+        }
+    }
+
     /// Where a thread of `pool` on `cpu` (of node `node`) hands each other pool's
     /// connections: that pool's thread on the same CPU first, then its node's, then by
     /// distance. Computed by the worker, in one pass over the table.

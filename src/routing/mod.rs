@@ -7,6 +7,10 @@
 //! lists ([`access`]), per-client limits ([`limits`]) and sign-in ([`auth`]). Must not touch:
 //! requests (the handlers route them) or sockets.
 
+/// The name of espalier's own pool in front of a shared address (see `server::dispatcher`),
+/// with a dot no configured pool's name may have.
+pub const DISPATCHER: &str = "espalier.dispatcher";
+
 pub mod access;
 pub mod auth;
 pub mod hosts;
@@ -29,6 +33,11 @@ pub struct GroupRoutes {
     /// An https address: TLS with its sites' certificates, by SNI.
     #[serde(default)]
     pub tls: bool,
+    /// A shared address as a pool behind the dispatcher sees it: `hosts` are its own sites'
+    /// alone, and a request for any other host or pool goes back to the dispatcher, which
+    /// knows them all (see `server::dispatcher`).
+    #[serde(default)]
+    pub dispatched: bool,
 }
 
 impl GroupRoutes {

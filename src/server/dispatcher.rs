@@ -40,7 +40,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 /// The dispatcher's pool name: with a dot, which no configured pool's name may have.
-pub const POOL: &str = "espalier.dispatcher";
+pub const POOL: &str = crate::routing::DISPATCHER;
 
 /// The addresses several pools share.
 pub fn shared_addresses(config: &Config) -> Vec<SocketAddr> {

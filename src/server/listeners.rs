@@ -65,6 +65,7 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
                             addr: b.addr,
                             hosts: Vec::new(),
                             proxy_protocol: false,
+                            dispatched: false,
                             proxy_protocol_from: site.proxy_protocol_from.clone(),
                             tls: b.tls,
                         },

@@ -31,8 +31,35 @@ pub(super) fn worker_specs(
     // port, anything per worker that scanned every pool or socket made the start quadratic.
     let sites = Arc::new(config.sites.clone());
     let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
-    let peers = Arc::new(handoffs.peers(groups, &config.pools, plan, topology));
+    let peers = handoffs.peers(groups, &config.pools, plan, topology);
+    // A pool behind the dispatcher knows its own sites alone, and reaches every other pool
+    // through the dispatcher (see `server::dispatcher`): its spec, and so its start and its
+    // reloads, do not grow with the address's other sites.
+    let dispatched = config.pool(super::dispatcher::POOL).is_some();
+    let to_dispatcher = Arc::new(peers.of_pool(super::dispatcher::POOL));
+    let peers = Arc::new(peers);
     let no_peers = Arc::new(crate::handoff::Peers::default());
+    let mut own_sites: HashMap<&str, Vec<usize>> = HashMap::new();
+    // Per group: each site's host entries (indexed once: a pool's view is then linear in its
+    // own sites, not in the address's).
+    let mut hosts_of: Vec<HashMap<usize, Vec<&Option<String>>>> =
+        vec![HashMap::new(); groups.len()];
+    if dispatched {
+        for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.shared()) {
+            for (host, site) in &group.routes.hosts {
+                hosts_of[g].entry(*site).or_default().push(host);
+            }
+        }
+        for (i, site) in config.sites.iter().enumerate() {
+            let mut seen: Vec<&str> = Vec::new();
+            for a in &site.apps {
+                if !seen.contains(&a.pool.as_str()) {
+                    seen.push(&a.pool);
+                    own_sites.entry(a.pool.as_str()).or_default().push(i);
+                }
+            }
+        }
+    }
     let handoff_fds = handoffs.fds();
     let pools: HashMap<&str, &PoolSpec> =
         config.pools.iter().map(|p| (p.name.as_str(), p)).collect();
@@ -83,6 +110,18 @@ pub(super) fn worker_specs(
             // Only a worker on a shared address hands connections on, and ranks targets (an
             // on-demand one is given its hand-off sockets as it wakes).
             let shares = my_groups.iter().any(|&g| groups[g].shared());
+            let behind = shares && pool.name != super::dispatcher::POOL;
+            let (my_sites, my_routes, my_peers) = if behind {
+                let own = own_sites
+                    .get(pool.name.as_str())
+                    .map_or(&[][..], Vec::as_slice);
+                let (sites, routes) = own_view(config, groups, &hosts_of, my_groups, own);
+                (Arc::new(sites), routes, Arc::clone(&to_dispatcher))
+            } else {
+                let routes = my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect();
+                let my_peers = if shares { &peers } else { &no_peers };
+                (Arc::clone(&sites), routes, Arc::clone(my_peers))
+            };
             Some(WorkerSpec {
                 pool: pool.name.clone(),
                 index: worker.index,
@@ -93,9 +132,9 @@ pub(super) fn worker_specs(
                 memory_nodes: worker.memory_nodes.clone(),
                 control_fd: -1,
                 threads,
-                groups: my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect(),
-                sites: Arc::clone(&sites),
-                handoff_peers: Arc::clone(if shares { &peers } else { &no_peers }),
+                groups: my_routes,
+                sites: my_sites,
+                handoff_peers: my_peers,
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
@@ -133,6 +172,71 @@ pub(super) fn worker_specs(
             })
         })
         .collect()
+}
+
+/// In a pool's routes, the site of a host another pool serves (behind the dispatcher, its
+/// requests go back there): no site of the worker's has this index.
+pub const ANOTHER_POOLS: usize = usize::MAX;
+
+/// What a pool behind the dispatcher is given: its own sites (`own`, indices into the
+/// config's), and each of its addresses' routes with its own hosts alone, renumbered — a
+/// shared one marked `dispatched`, so that any other host goes back to the dispatcher.
+fn own_view(
+    config: &Config,
+    groups: &[ListenerGroup],
+    hosts_of: &[HashMap<usize, Vec<&Option<String>>>],
+    my_groups: &[usize],
+    own: &[usize],
+) -> (Vec<crate::config::SiteSpec>, Vec<Arc<GroupRoutes>>) {
+    let sites = own.iter().map(|&i| config.sites[i].clone()).collect();
+    let routes = my_groups
+        .iter()
+        .map(|&g| {
+            let r = &groups[g].routes;
+            let hosts = if groups[g].shared() {
+                let mut hosts: Vec<(Option<String>, usize)> = own
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(k, i)| {
+                        hosts_of[g]
+                            .get(i)
+                            .into_iter()
+                            .flatten()
+                            .map(move |h| ((*h).clone(), k))
+                    })
+                    .collect();
+                // The address's default site is this pool's: it answers only the names no
+                // site has, so every other pool's name is listed, as another pool's.
+                if hosts.iter().any(|(h, _)| h.is_none()) {
+                    let mine: std::collections::HashSet<usize> = own.iter().copied().collect();
+                    hosts.extend(
+                        r.hosts
+                            .iter()
+                            .filter(|(_, i)| !mine.contains(i))
+                            .map(|(h, _)| (h.clone(), ANOTHER_POOLS)),
+                    );
+                }
+                hosts
+            } else {
+                // An address of its own: every host is one of its sites'.
+                let local: HashMap<usize, usize> =
+                    own.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+                r.hosts
+                    .iter()
+                    .filter_map(|(host, i)| Some((host.clone(), *local.get(i)?)))
+                    .collect()
+            };
+            Arc::new(GroupRoutes {
+                addr: r.addr,
+                hosts,
+                proxy_protocol: r.proxy_protocol,
+                proxy_protocol_from: r.proxy_protocol_from.clone(),
+                tls: r.tls,
+                dispatched: groups[g].shared(),
+            })
+        })
+        .collect();
+    (sites, routes)
 }
 
 /// Spawns `cmd` with the slot's placement applied between fork and exec (as well as by the

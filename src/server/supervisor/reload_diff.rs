@@ -11,10 +11,13 @@
 //! root, log, certificate or policies) and where its pools' workers are (hand-off targets).
 //! So editing one site's root, log, headers or certificate changes only the pools serving
 //! it; adding a host or a pool on a shared address changes that address's outline, and with
-//! it every pool there.
+//! it the dispatcher there — not the pools behind it, whose workers know their own sites
+//! alone and the dispatcher's threads (`spawn::own_view`): adding a hoster's site restarts
+//! the dispatcher and the new site's pool, nothing else.
 
 use crate::config::{Config, SiteSpec};
 use crate::placement::{Plan, WorkerPlan};
+use crate::routing::DISPATCHER;
 use crate::server::listeners::ListenerGroup;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -42,6 +45,12 @@ struct Indexed<'a> {
     workers: HashMap<&'a str, Vec<&'a WorkerPlan>>,
     own_sites: HashMap<&'a str, Vec<&'a SiteSpec>>,
     addrs: HashMap<&'a str, Vec<SocketAddr>>,
+    /// The addresses several pools share (with the dispatcher in front).
+    shared: HashSet<SocketAddr>,
+    /// Per shared address, the pools of its default site (their workers list every host of
+    /// the address, to tell another pool's name from an unknown one).
+    default_of: HashSet<(SocketAddr, &'a str)>,
+    dispatched: bool,
 }
 
 impl<'a> Indexed<'a> {
@@ -73,6 +82,28 @@ impl<'a> Indexed<'a> {
             workers,
             own_sites,
             addrs,
+            shared: p
+                .groups
+                .iter()
+                .filter(|g| g.shared())
+                .map(|g| g.addr)
+                .collect(),
+            default_of: p
+                .groups
+                .iter()
+                .filter(|g| g.shared())
+                .flat_map(|g| {
+                    g.routes
+                        .hosts
+                        .iter()
+                        .filter(|(h, _)| h.is_none())
+                        .filter_map(|(_, i)| p.config.sites.get(*i))
+                        .flat_map(move |site| {
+                            site.pools().into_iter().map(move |pool| (g.addr, pool))
+                        })
+                })
+                .collect(),
+            dispatched: p.config.pool(DISPATCHER).is_some(),
         }
     }
 
@@ -122,18 +153,36 @@ pub(super) fn changed_pools(old: &Picture, new: &Picture, server_changed: bool) 
         .map(|p| (p.name.as_str(), p))
         .collect();
     let none = Vec::new();
+    // Behind the dispatcher before and after, a pool's view of a shared address is its own
+    // sites and the dispatcher's threads; of the others it knows nothing.
+    let dispatcher_moved = before.workers.get(DISPATCHER) != after.workers.get(DISPATCHER);
+    let behind = |name: &str, addrs: &[SocketAddr]| {
+        before.dispatched
+            && after.dispatched
+            && name != DISPATCHER
+            && addrs.iter().any(|a| after.shared.contains(a))
+    };
     new.config
         .pools
         .iter()
         .filter(|p| {
             let name = p.name.as_str();
             let addrs = after.addrs.get(name).unwrap_or(&none);
+            let view_changed = if behind(name, addrs) {
+                dispatcher_moved
+                    || addrs.iter().any(|a| {
+                        before.shared.contains(a) != after.shared.contains(a)
+                            || (moved.contains(a) && after.default_of.contains(&(*a, name)))
+                    })
+            } else {
+                addrs.iter().any(|a| moved.contains(a))
+            };
             server_changed
                 || old_pools.get(name) != Some(p)
                 || before.workers.get(name) != after.workers.get(name)
                 || before.own_sites.get(name) != after.own_sites.get(name)
                 || before.addrs.get(name).unwrap_or(&none) != addrs
-                || addrs.iter().any(|a| moved.contains(a))
+                || view_changed
         })
         .map(|p| p.name.clone())
         .collect()
