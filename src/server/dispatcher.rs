@@ -27,6 +27,11 @@
 //!   that received it and handed to the target pool's thread there, else on its node, else
 //!   the nearest (the hand-off's ranking).
 //!
+//! - the pools behind it know their own sites alone (`spawn::own_view`), and hand a request
+//!   for any other host back to it: a pool's start, memory and spec do not grow with the
+//!   address's sites, and adding a site restarts the dispatcher and the new site's pool,
+//!   nothing else (`supervisor::reload_diff`).
+//!
 //! It is made by espalier's own worker code rather than a new program because routing a
 //! request is exactly what a worker's request chain does (`handlers::route`): the chain
 //! decides, once, which pool a host and path belong to; the dispatcher differs only in owning
