@@ -99,6 +99,7 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
         g.pools.sort_by_key(|p| rank.get(p.as_str()).copied());
         if dispatched && g.pools.len() > 1 {
             g.pools.push(super::dispatcher::POOL.to_string());
+            g.routes.dispatched = true;
         }
     }
     groups

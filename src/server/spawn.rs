@@ -32,34 +32,12 @@ pub(super) fn worker_specs(
     let sites = Arc::new(config.sites.clone());
     let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
     let peers = handoffs.peers(groups, &config.pools, plan, topology);
-    // A pool behind the dispatcher knows its own sites alone, and reaches every other pool
-    // through the dispatcher (see `server::dispatcher`): its spec, and so its start and its
-    // reloads, do not grow with the address's other sites.
-    let dispatched = config.pool(super::dispatcher::POOL).is_some();
+    // A pool behind the dispatcher knows its own sites alone (see `own_view`), and reaches
+    // every other pool through the dispatcher: its start and its reloads do not grow with
+    // the address's other sites.
     let to_dispatcher = Arc::new(peers.of_pool(super::dispatcher::POOL));
     let peers = Arc::new(peers);
     let no_peers = Arc::new(crate::handoff::Peers::default());
-    let mut own_sites: HashMap<&str, Vec<usize>> = HashMap::new();
-    // Per group: each site's host entries (indexed once: a pool's view is then linear in its
-    // own sites, not in the address's).
-    let mut hosts_of: Vec<HashMap<usize, Vec<&Option<String>>>> =
-        vec![HashMap::new(); groups.len()];
-    if dispatched {
-        for (g, group) in groups.iter().enumerate().filter(|(_, g)| g.shared()) {
-            for (host, site) in &group.routes.hosts {
-                hosts_of[g].entry(*site).or_default().push(host);
-            }
-        }
-        for (i, site) in config.sites.iter().enumerate() {
-            let mut seen: Vec<&str> = Vec::new();
-            for a in &site.apps {
-                if !seen.contains(&a.pool.as_str()) {
-                    seen.push(&a.pool);
-                    own_sites.entry(a.pool.as_str()).or_default().push(i);
-                }
-            }
-        }
-    }
     let handoff_fds = handoffs.fds();
     let pools: HashMap<&str, &PoolSpec> =
         config.pools.iter().map(|p| (p.name.as_str(), p)).collect();
@@ -110,17 +88,14 @@ pub(super) fn worker_specs(
             // Only a worker on a shared address hands connections on, and ranks targets (an
             // on-demand one is given its hand-off sockets as it wakes).
             let shares = my_groups.iter().any(|&g| groups[g].shared());
-            let behind = shares && pool.name != super::dispatcher::POOL;
-            let (my_sites, my_routes, my_peers) = if behind {
-                let own = own_sites
-                    .get(pool.name.as_str())
-                    .map_or(&[][..], Vec::as_slice);
-                let (sites, routes) = own_view(config, groups, &hosts_of, my_groups, own);
-                (Arc::new(sites), routes, Arc::clone(&to_dispatcher))
+            // Behind the dispatcher, its one target is the dispatcher (its sites are cut to its
+            // own as its process starts: `own_view`).
+            let my_peers = if shares && pool.name != super::dispatcher::POOL {
+                &to_dispatcher
+            } else if shares {
+                &peers
             } else {
-                let routes = my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect();
-                let my_peers = if shares { &peers } else { &no_peers };
-                (Arc::clone(&sites), routes, Arc::clone(my_peers))
+                &no_peers
             };
             Some(WorkerSpec {
                 pool: pool.name.clone(),
@@ -132,9 +107,9 @@ pub(super) fn worker_specs(
                 memory_nodes: worker.memory_nodes.clone(),
                 control_fd: -1,
                 threads,
-                groups: my_routes,
-                sites: my_sites,
-                handoff_peers: my_peers,
+                groups: my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect(),
+                sites: Arc::clone(&sites),
+                handoff_peers: Arc::clone(my_peers),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
@@ -178,64 +153,49 @@ pub(super) fn worker_specs(
 /// requests go back there): no site of the worker's has this index.
 pub const ANOTHER_POOLS: usize = usize::MAX;
 
-/// What a pool behind the dispatcher is given: its own sites (`own`, indices into the
-/// config's), and each of its addresses' routes with its own hosts alone, renumbered — a
-/// shared one marked `dispatched`, so that any other host goes back to the dispatcher.
+/// What a worker of `pool` behind the dispatcher is given, made as its process starts (an
+/// idle pool's spec stays the one shared by all): its own sites alone, and each address's
+/// routes with its own hosts alone, renumbered; a shared address's stay marked
+/// `dispatched`, so that any other host goes back to the dispatcher. Linear in the
+/// address's sites, once per process start.
 fn own_view(
-    config: &Config,
-    groups: &[ListenerGroup],
-    hosts_of: &[HashMap<usize, Vec<&Option<String>>>],
-    my_groups: &[usize],
-    own: &[usize],
+    pool: &str,
+    sites: &[crate::config::SiteSpec],
+    groups: &[Arc<GroupRoutes>],
 ) -> (Vec<crate::config::SiteSpec>, Vec<Arc<GroupRoutes>>) {
-    let sites = own.iter().map(|&i| config.sites[i].clone()).collect();
-    let routes = my_groups
+    let own: Vec<usize> = (0..sites.len())
+        .filter(|&i| sites[i].served_by(pool))
+        .collect();
+    let local: HashMap<usize, usize> = own.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+    let routes = groups
         .iter()
-        .map(|&g| {
-            let r = &groups[g].routes;
-            let hosts = if groups[g].shared() {
-                let mut hosts: Vec<(Option<String>, usize)> = own
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(k, i)| {
-                        hosts_of[g]
-                            .get(i)
-                            .into_iter()
-                            .flatten()
-                            .map(move |h| ((*h).clone(), k))
-                    })
-                    .collect();
-                // The address's default site is this pool's: it answers only the names no
-                // site has, so every other pool's name is listed, as another pool's.
-                if hosts.iter().any(|(h, _)| h.is_none()) {
-                    let mine: std::collections::HashSet<usize> = own.iter().copied().collect();
-                    hosts.extend(
-                        r.hosts
-                            .iter()
-                            .filter(|(_, i)| !mine.contains(i))
-                            .map(|(h, _)| (h.clone(), ANOTHER_POOLS)),
-                    );
-                }
-                hosts
-            } else {
-                // An address of its own: every host is one of its sites'.
-                let local: HashMap<usize, usize> =
-                    own.iter().enumerate().map(|(k, &i)| (i, k)).collect();
-                r.hosts
-                    .iter()
-                    .filter_map(|(host, i)| Some((host.clone(), *local.get(i)?)))
-                    .collect()
-            };
+        .map(|r| {
+            let mut hosts: Vec<(Option<String>, usize)> = r
+                .hosts
+                .iter()
+                .filter_map(|(host, i)| Some((host.clone(), *local.get(i)?)))
+                .collect();
+            // The address's default site is this pool's: it answers only the names no site
+            // has, so every other pool's name is listed, as another pool's.
+            if r.dispatched && hosts.iter().any(|(h, _)| h.is_none()) {
+                hosts.extend(
+                    r.hosts
+                        .iter()
+                        .filter(|(_, i)| !local.contains_key(i))
+                        .map(|(h, _)| (h.clone(), ANOTHER_POOLS)),
+                );
+            }
             Arc::new(GroupRoutes {
                 addr: r.addr,
                 hosts,
                 proxy_protocol: r.proxy_protocol,
                 proxy_protocol_from: r.proxy_protocol_from.clone(),
                 tls: r.tls,
-                dispatched: groups[g].shared(),
+                dispatched: r.dispatched,
             })
         })
         .collect();
+    let sites = own.iter().map(|&i| sites[i].clone()).collect();
     (sites, routes)
 }
 
@@ -272,13 +232,19 @@ pub(super) fn spawn_worker(
         .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
         .collect();
     fds.push(worker_end.as_raw_fd());
-    // Its own sites whole, the others' outline: built now, for the one process started.
-    spec.sites = Arc::new(
-        spec.sites
-            .iter()
-            .map(|s| s.as_seen_by(&spec.pool))
-            .collect(),
-    );
+    // Its own sites whole, the others' outline — behind the dispatcher, its own alone: built
+    // now, for the one process started.
+    if spec.pool != super::dispatcher::POOL && spec.groups.iter().any(|g| g.dispatched) {
+        let (sites, groups) = own_view(&spec.pool, &spec.sites, &spec.groups);
+        (spec.sites, spec.groups) = (Arc::new(sites), groups);
+    } else {
+        spec.sites = Arc::new(
+            spec.sites
+                .iter()
+                .map(|s| s.as_seen_by(&spec.pool))
+                .collect(),
+        );
+    }
     let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
     let spec_file = crate::os::process::sealed_memfd("espalier-worker-spec", &json)
         .map_err(|e| format!("cannot hand worker {} its spec: {e}", spec.name()))?;
