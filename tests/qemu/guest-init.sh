@@ -227,9 +227,10 @@ else
 fi
 kill $app; wait $app 2>/dev/null
 
-# 10. One port, two pools by host: a connection received on CPU k, whichever pool's thread
-#     accepts it, is served by the garden's thread on CPU k, or by the single-worker pool's
-#     thread on its own node (the only one it has), and on CPU k itself when k is there.
+# 10. One port, two pools by host: a connection received on CPU k, accepted by the
+#     dispatcher's thread on CPU k and handed on, is served by the garden's thread on CPU k,
+#     or by the single-worker pool's thread on its own node (the only one it has), and on
+#     CPU k itself when k is there.
 espalier serve -c shared.toml > /tmp/shared.log 2>&1 &
 shared=$!
 if wait_for /tmp/shared.log "worker(s) serving" 60; then
