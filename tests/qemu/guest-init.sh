@@ -246,6 +246,13 @@ if wait_for /tmp/shared.log "worker(s) serving" 60; then
     if within "$k" "$(node_cpus $solo_node)"; then [ "$scpu" = "$k" ] || ok=1; fi
     detail="$detail cpu$k->$g,$s"
   done
+  # The dispatcher in front of the port: a process on each of the 4 nodes, and one listening
+  # socket per CPU (8; port 8095 is 1F9F), not one per pool thread (8 + 2).
+  dnodes=$(awk '/worker espalier.dispatcher\/[0-9]+ started: pid/ {print $8}' /tmp/shared.log | sort -u | tr '\n' ' ')
+  [ "$(echo $dnodes | wc -w)" = 4 ] || ok=1
+  listening=$(awk '$2 ~ /:1F9F$/ && $4 == "0A"' /proc/net/tcp | wc -l)
+  [ "$listening" = 8 ] || ok=1
+  detail="$detail; dispatcher on nodes $dnodes; listening sockets $listening"
   verdict shared-port-locality $ok "$detail"
 else
   verdict shared-port-locality 1 "the server did not start: $(tail -3 /tmp/shared.log)"

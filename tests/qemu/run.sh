@@ -57,7 +57,10 @@ echo "building espalier statically…" >&2
 BIN="$CACHE/target/x86_64-unknown-linux-gnu/guest/espalier"
 
 GUEST="$CACHE/root"
-rm -rf "$GUEST" && mkdir -p "$GUEST"/{bin,proc,sys,dev,tmp,guest/www}
+rm -rf "$GUEST" && mkdir -p "$GUEST"/{bin,proc,sys,dev,tmp,etc,guest/www}
+# The users a system has: the dispatcher of a shared port runs as `nobody` under root.
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$GUEST/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' > "$GUEST/etc/group"
 cp "$CACHE/pkg/busybox-static/bin/busybox" "$GUEST/bin/busybox"
 cp "$BIN" "$GUEST/bin/espalier"
 cp "$ROOT/tests/qemu/guest-init.sh" "$GUEST/init" && chmod +x "$GUEST/init"
