@@ -501,10 +501,17 @@ impl Supervisor {
             .collect()
     }
 
-    /// Steers every shared address around the pools away now.
+    /// Steers every shared address around the pools away now — one without the dispatcher
+    /// in front (whose sockets are its alone, and it is never away): none since the dispatcher,
+    /// so nothing is computed (a pass over every pool, at each wake and sleep).
     pub(super) fn steer_around_away(&self) {
+        let steered =
+            |g: &&crate::server::listeners::ListenerGroup| g.shared() && !g.routes.dispatched;
+        if !self.groups.iter().any(|g| steered(&g)) {
+            return;
+        }
         let away = self.pools_away();
-        for g in self.groups.iter().filter(|g| g.shared()) {
+        for g in self.groups.iter().filter(steered) {
             crate::server::listeners::steer(g, &self.config, &self.topology, &away);
         }
     }
