@@ -539,3 +539,41 @@ fn redirects_built_from_a_clients_path_stay_on_the_site() {
         assert_eq!(r.header("location"), Some(expected), "{path}");
     }
 }
+
+/// A client that goes on sending a body refused 413 is read for a while after the answer —
+/// so that a client still uploading sees the 413, not a reset — but not forever: the server
+/// stops reading and closes by itself after at most 16 MiB (and 5 s), however fast or slow
+/// the client sends.
+#[test]
+fn a_client_that_never_stops_sending_a_refused_body_is_closed() {
+    let (site, _server) = one_thread_site("", "");
+    let mut c = TcpStream::connect(site.addr()).unwrap();
+    c.write_all(b"POST /dyn HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+        .unwrap();
+    c.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    let chunk = vec![b'x'; 64 << 10];
+    let (mut sent, started) = (0usize, Instant::now());
+    // Generous: the server's own bound is 5 s; a minute means it never stopped.
+    let closed = loop {
+        if started.elapsed() > Duration::from_secs(60) {
+            break false;
+        }
+        match c.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(_) => break true,
+        }
+    };
+    assert!(closed, "still taking the body after {sent} bytes");
+    assert!(sent < 64 << 20, "{sent} bytes taken after the 413");
+    // The answer went out before the close: whatever the reset left of it is a 413.
+    let mut answer = Vec::new();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = c.read_to_end(&mut answer);
+    if !answer.is_empty() {
+        assert!(
+            answer.starts_with(b"HTTP/1.1 413"),
+            "{:?}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+}

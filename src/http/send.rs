@@ -90,17 +90,28 @@ async fn copy_file<S, C: ClientStream>(
     Ok(())
 }
 
+/// How long a closing connection may go on being read, all told (nginx's `lingering_time`
+/// is 30 s), and how much of it.
+const LINGER_FOR: Duration = Duration::from_secs(5);
+const LINGER_BYTES: usize = 16 << 20;
+
 /// Closes after a final response without destroying it: stop sending, then read and discard
-/// what the client still sends (bounded), so the kernel does not answer it with a reset that
-/// could overtake our response.
+/// what the client still sends, so the kernel does not answer it with a reset that could
+/// overtake our response — a client still sending a body refused 413 would see "connection
+/// reset" instead of the 413 (curl: "Failed sending data to the peer"). Bounded as nginx's
+/// lingering close is: a second at most without a byte (or the header timeout, if shorter),
+/// [`LINGER_FOR`] and [`LINGER_BYTES`] in all; a client that closes its end at our FIN, as
+/// clients do, ends it at once.
 pub(super) async fn linger_close<S, C: ClientStream>(mut stream: C, env: &ConnEnv<S>) {
     // Bounded: a ring's socket first sends what it queued, to a client that may not read.
     let _ = tokio::time::timeout(env.timeouts.body, stream.shutdown()).await;
-    let deadline = Instant::now() + Duration::from_secs(1).min(env.timeouts.header);
+    let idle = Duration::from_secs(1).min(env.timeouts.header);
+    let deadline = Instant::now() + LINGER_FOR;
     let mut sink = [0u8; 4096];
-    let mut left: usize = 1 << 20;
+    let mut left = LINGER_BYTES;
     while left > 0 {
-        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+        let until = deadline.min(Instant::now() + idle);
+        match tokio::time::timeout_at(until, stream.read(&mut sink)).await {
             Ok(Ok(n)) if n > 0 => left = left.saturating_sub(n),
             _ => break,
         }
