@@ -392,21 +392,37 @@ impl Handoff {
             }
         }
         // Every target's queue was full: wait for room in the nearest, bounded.
-        if let Some(conn) = full.first() {
-            let deadline = tokio::time::Instant::now() + FULL_WAIT;
-            let send = |conn: &UnixDatagram| {
-                fdpass::send_with_fd(conn.as_raw_fd(), stream.as_raw_fd(), &parts)
-            };
-            while let Ok(Ok(())) = tokio::time::timeout_at(deadline, conn.writable()).await {
-                // Through tokio this time, so a full queue clears the readiness it waits on.
-                match conn.try_io(Interest::WRITABLE, || send(conn)) {
-                    Ok(_) => return true,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(_) => break,
-                }
-            }
+        match full.first() {
+            Some(conn) => send_when_room(conn, stream.as_raw_fd(), &parts, FULL_WAIT)
+                .await
+                .is_ok(),
+            None => false,
         }
-        false
+    }
+}
+
+/// Sends `parts` with descriptor `fd` on `conn`, waiting at most `within` for room in the
+/// receiver's queue (a unix datagram queue holds `net.unix.max_dgram_qlen` messages, 10 by
+/// default). Through tokio, so a full queue clears the readiness it waits on.
+async fn send_when_room(
+    conn: &UnixDatagram,
+    fd: std::os::fd::RawFd,
+    parts: &[&[u8]],
+    within: Duration,
+) -> std::io::Result<()> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match conn.try_io(Interest::WRITABLE, || {
+            fdpass::send_with_fd(conn.as_raw_fd(), fd, parts)
+        }) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tokio::time::timeout_at(deadline, conn.writable())
+                    .await
+                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 
@@ -536,19 +552,7 @@ pub async fn forward(
     let _ = socket2::SockRef::from(&socket).set_send_buffer_size(MAX_MESSAGE + 4096);
     socket.connect(&path)?;
     let parts = [head.as_slice(), c.unread.as_slice()];
-    let send = || fdpass::send_with_fd(socket.as_raw_fd(), received.stream.as_raw_fd(), &parts);
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match socket.try_io(Interest::WRITABLE, send) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                tokio::time::timeout_at(deadline, socket.writable())
-                    .await
-                    .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    send_when_room(&socket, received.stream.as_raw_fd(), &parts, within).await
 }
 
 #[cfg(test)]
