@@ -155,7 +155,7 @@ proptest! {
                     vec![GroupRoutes { addr: "127.0.0.1:1".parse().unwrap(), hosts: vec![(None, 0)], proxy_protocol: false, proxy_protocol_from: Vec::new(), tls: false, dispatched: false }],
                     Rc::clone(&clock),
                     "p/0/cpu0".into(),
-                    None,
+                    None.into(),
                     Vec::new(),
                 ),
                 clock,

@@ -53,4 +53,5 @@ mod static_beside_app;
 mod systemd;
 mod tenants;
 mod tls;
+mod upstreams;
 mod wordpress;

@@ -101,6 +101,7 @@ impl RequestStep {
             RequestStep::Limit => &["limit", "trusted_proxies", "max_body_size"],
             RequestStep::Auth => &["auth"],
             RequestStep::Answer => &[
+                "upstream",
                 "root",
                 "index",
                 "follow_symlinks",
@@ -123,7 +124,7 @@ impl RequestStep {
             RequestStep::Access => "a client the site's or the path's lists refuse gets `deny_action`",
             RequestStep::Limit => "a client over the site's rate or in-flight bound gets 429 (or the limit's `action`); a body over the path's or site's `max_body_size` gets 413 before the app sees a byte of it",
             RequestStep::Auth => "a path with a password answers 401 until the client signs in",
-            RequestStep::Answer => "static files and the built-in pages are answered here; an app's path is lent to its process",
+            RequestStep::Answer => "static files and the built-in pages are answered here; an app's path is lent to its process, an upstream's to one of its servers",
         }
     }
 }

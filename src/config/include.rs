@@ -140,6 +140,7 @@ fn read_one(path: &Path) -> Result<(RawConfig, Source), ConfigError> {
     for (key, present) in [
         ("server", raw.server.is_some()),
         ("include", raw.include.is_some()),
+        ("upstream", !raw.upstream.is_empty()),
     ] {
         if present {
             return Err(ConfigError {

@@ -27,6 +27,7 @@ mod model;
 mod parse;
 mod raw;
 mod site;
+pub mod upstream;
 mod validate;
 
 pub use error::{ConfigError, ConfigErrors};
@@ -86,6 +87,7 @@ impl Config {
                     HandlerKind::Static,
                 )],
             }],
+            upstreams: Vec::new(),
         }
     }
 
@@ -130,6 +132,7 @@ impl Config {
             site_origin: gathered.site_origin,
             store: false,
             pool_index: Default::default(),
+            upstreams: Vec::new(),
             errors: Vec::new(),
         };
         let config = v.config(gathered.raw, &base, topology);

@@ -435,6 +435,8 @@ pub struct Config {
     pub server: ServerSettings,
     pub pools: Vec<PoolSpec>,
     pub sites: Vec<SiteSpec>,
+    /// `[[upstream]]` groups, and a group for each server address a path names itself.
+    pub upstreams: Vec<super::upstream::UpstreamSpec>,
 }
 
 impl PoolSpec {

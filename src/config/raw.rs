@@ -27,6 +27,47 @@ pub struct RawConfig {
     pub pool: Vec<RawPool>,
     #[serde(default)]
     pub site: Vec<RawSite>,
+    #[serde(default)]
+    pub upstream: Vec<RawUpstream>,
+}
+
+/// `[[upstream]]`: servers espalier did not start.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub name: Option<String>,
+    pub servers: Option<Vec<String>>,
+    pub balance: Option<String>,
+    pub connect_timeout: Option<Scalar>,
+    pub response_timeout: Option<Scalar>,
+    pub tries: Option<i64>,
+    pub try_for: Option<Scalar>,
+    pub health: Option<RawHealthCheck>,
+    pub passive: Option<RawPassiveCheck>,
+}
+
+/// `[upstream.health]`: the active check.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    pub path: Option<String>,
+    pub host: Option<String>,
+    pub interval: Option<Scalar>,
+    pub timeout: Option<Scalar>,
+    /// `200`, or `"2xx"`, or `"200-399"`.
+    pub status: Option<Scalar>,
+    pub body: Option<String>,
+    pub rise: Option<i64>,
+    pub fall: Option<i64>,
+}
+
+/// `[upstream.passive]`: failures seen in traffic.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPassiveCheck {
+    pub failures: Option<i64>,
+    pub eject_for: Option<Scalar>,
+    pub on_5xx: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -195,6 +236,8 @@ pub struct RawRule {
 pub struct RawApp {
     pub path: Option<String>,
     pub pool: Option<String>,
+    /// An `[[upstream]]`'s name, or one server's address: the path is forwarded there.
+    pub upstream: Option<String>,
     pub handler: Option<String>,
     pub try_files: Option<bool>,
     pub fallback: Option<String>,

@@ -55,6 +55,10 @@ pub struct AppSpec {
     /// served by whichever of the site's pools holds the connection (see [`Self::any_pool`]).
     pub pool: String,
     pub handler: HandlerKind,
+    /// The `[[upstream]]` group the path is forwarded to (its servers answer, not the pool's
+    /// application; the pool's workers forward). Its handler is `Proxy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
     /// Files under the site's `root` are served as files before the app is asked (nginx's
     /// `try_files $uri $uri/ …`, Caddy's `php_fastcgi`): the default of a FastCGI app,
     /// `try_files = true` for a proxied one. See [`crate::handlers`]' front controller.
@@ -97,6 +101,7 @@ impl AppSpec {
             path,
             pool,
             handler,
+            upstream: None,
             try_files: false,
             fallback: None,
             no_scripts: Vec::new(),
@@ -118,6 +123,7 @@ impl AppSpec {
             path: _,
             pool: _,
             handler: _,
+            upstream,
             try_files,
             fallback,
             no_scripts,
@@ -132,6 +138,7 @@ impl AppSpec {
             ("path", true),
             ("pool", true),
             ("handler", true),
+            ("upstream", upstream.is_some()),
             ("try_files", *try_files),
             ("fallback", fallback.is_some()),
             ("no_scripts", !no_scripts.is_empty()),

@@ -928,8 +928,8 @@ fn accepted<T: serde::de::DeserializeOwned + std::fmt::Debug>() -> Vec<String> {
         .collect()
 }
 
-/// Every key the config accepts has a row in the README's reference — the three tables
-/// headed `| key | default | meaning` (pools, sites and their paths, the server) — and every
+/// Every key the config accepts has a row in the README's reference — the four tables
+/// headed `| key | default | meaning` (pools, sites and their paths, the server, upstreams) — and every
 /// row there names a key it accepts: a key added, renamed or removed fails here until the
 /// reference says so.
 #[test]
@@ -958,6 +958,12 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
             prefixed("limits.", accepted::<RawLimits>(), &[]),
         ]
         .concat(),
+        [
+            prefixed("", accepted::<RawUpstream>(), &["health", "passive"]),
+            prefixed("health.", accepted::<RawHealthCheck>(), &[]),
+            prefixed("passive.", accepted::<RawPassiveCheck>(), &[]),
+        ]
+        .concat(),
     ];
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
@@ -979,8 +985,8 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
     tables.extend(rows);
     assert_eq!(
         tables.len(),
-        3,
-        "the README's three reference tables (pool, site, server)"
+        4,
+        "the README's four reference tables (pool, site, server, upstream)"
     );
     for (table, wanted) in tables.iter_mut().zip(&mut wanted) {
         table.sort();

@@ -33,6 +33,24 @@ pub(super) enum AppHandler {
     Elsewhere(Option<usize>),
 }
 
+/// A thread's ways to the servers its paths are forwarded to: its pool's application's
+/// processes, and each upstream group its sites' paths name (only those: a group no path of
+/// the thread's uses costs it nothing).
+#[derive(Default)]
+pub struct ProxyRoutes {
+    pub app: Option<Rc<ProxyRoute>>,
+    pub upstreams: HashMap<String, Rc<ProxyRoute>>,
+}
+
+impl From<Option<Rc<ProxyRoute>>> for ProxyRoutes {
+    fn from(app: Option<Rc<ProxyRoute>>) -> Self {
+        ProxyRoutes {
+            app,
+            upstreams: HashMap::new(),
+        }
+    }
+}
+
 pub(super) struct App {
     /// Its prefix, without a trailing `/`.
     pub path: String,
@@ -51,15 +69,17 @@ pub(super) struct App {
 pub(super) type Edits = SchemeEdits;
 
 impl AppHandler {
-    /// How `pool`'s thread answers app `a` of site `s`: `proxy` is its way to the pool's
-    /// application, `target_of` the hand-off target of each other pool by name.
+    /// How `pool`'s thread answers app `a` of site `s`: `routes` are its ways to the pool's
+    /// application and to upstream groups, `target_of` the hand-off target of each other
+    /// pool by name.
     pub fn new(
         pool: &str,
         s: &SiteSpec,
         a: &AppSpec,
-        proxy: Option<&Rc<ProxyRoute>>,
+        routes: &ProxyRoutes,
         target_of: &HashMap<&str, usize>,
     ) -> Self {
+        let proxy = routes.app.as_ref();
         // A static path without a pool is answered by whoever holds the connection; another
         // pool's path is handed to it.
         if !a.answered_by(pool) {
@@ -90,6 +110,12 @@ impl AppHandler {
             }
             HandlerKind::Dynamic => AppHandler::Dynamic,
             HandlerKind::Cpu => AppHandler::Cpu,
+            HandlerKind::Proxy if a.upstream.is_some() => {
+                match a.upstream.as_ref().and_then(|u| routes.upstreams.get(u)) {
+                    Some(route) => AppHandler::Proxy(Rc::clone(route), a.try_files.then(files)),
+                    None => AppHandler::Unreachable,
+                }
+            }
             HandlerKind::Proxy => match (proxy, &s.root) {
                 // The root is absolute (see `Config::parse`): the app finds scripts by it from
                 // its own working directory.
@@ -118,9 +144,9 @@ fn script_extensions<'r>(
     match proxy {
         Some(route)
             if route.fastcgi()
-                && s.apps
-                    .iter()
-                    .any(|a| a.pool == pool && a.handler == HandlerKind::Proxy) =>
+                && s.apps.iter().any(|a| {
+                    a.pool == pool && a.handler == HandlerKind::Proxy && a.upstream.is_none()
+                }) =>
         {
             &route.settings().script_extensions
         }

@@ -22,6 +22,7 @@
 
 mod answer;
 mod app;
+pub use app::ProxyRoutes;
 mod chain;
 pub mod cpu;
 pub mod dynamic;
@@ -86,13 +87,13 @@ struct Site {
 }
 
 impl Site {
-    /// Site `s` as a thread of `pool` serves it: `proxy` is its way to the pool's application,
+    /// Site `s` as a thread of `pool` serves it: `routes` its ways to forwarded paths' servers,
     /// `target_of` the hand-off target of each other pool by name, `identity` the thread's
     /// name in the log.
     fn new(
         pool: &str,
         s: &SiteSpec,
-        proxy: Option<&Rc<ProxyRoute>>,
+        routes: &ProxyRoutes,
         target_of: &std::collections::HashMap<&str, usize>,
         identity: &str,
     ) -> Site {
@@ -101,7 +102,7 @@ impl Site {
             .iter()
             .map(|a| App {
                 path: a.path.trim_end_matches('/').to_string(),
-                handler: AppHandler::new(pool, s, a, proxy, target_of),
+                handler: AppHandler::new(pool, s, a, routes, target_of),
                 fields: (!a.headers.is_empty()).then(|| FieldEdits::of(s, Some(a))),
                 access: (!a.access.is_empty()).then(|| a.access.clone()),
                 auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
@@ -248,7 +249,7 @@ impl ThreadService {
         groups: Vec<GroupRoutes>,
         clock: Rc<Clock>,
         identity: String,
-        proxy: Option<Rc<ProxyRoute>>,
+        routes: ProxyRoutes,
         handoff: Vec<(String, Rc<PoolTargets>)>,
     ) -> Self {
         let dispatcher = handoff
@@ -299,7 +300,7 @@ impl ThreadService {
         }
         let sites: Vec<Site> = sites
             .iter()
-            .map(|s| Site::new(pool, s, proxy.as_ref(), &target_of, &identity))
+            .map(|s| Site::new(pool, s, &routes, &target_of, &identity))
             .collect();
         ThreadService {
             groups,
@@ -307,7 +308,7 @@ impl ThreadService {
             clock,
             identity,
             served: Cell::new(0),
-            route: proxy,
+            route: routes.app,
             logging: sites.iter().any(|s: &Site| s.log.is_some()),
             sites,
             tls: Vec::new(),

@@ -168,7 +168,7 @@ struct Asked {
     conn: Conn,
     first: Record,
     /// The process's slot (under `max_requests_per_process`), held until the answer is done.
-    _slot: Option<super::queue::Slot>,
+    _slot: Option<super::route::Held>,
 }
 
 /// Forwards a request to a FastCGI app process and relays its answer, in named steps as
@@ -270,9 +270,9 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
     loop {
         tries += 1;
         let (endpoint, mut conn, slot) = route
-            .connection(avoid.take())
+            .connection(avoid.take(), None)
             .await
-            .map_err(Fail::Unconnected)?;
+            .map_err(|(status, cause)| Fail::Unconnected(status, cause))?;
         if write_timeout(&mut conn, &req.records, timeout)
             .await
             .is_err()
@@ -292,7 +292,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         let asked = std::time::Instant::now();
         match read_record(&mut conn, timeout).await {
             Ok(first) => {
-                route.answered(&endpoint, report, asked);
+                route.answered(&endpoint, report, asked, &[]);
                 return Ok(Asked {
                     endpoint,
                     conn,

@@ -54,7 +54,7 @@ struct Asked {
     ubuf: Vec<u8>,
     head_len: usize,
     /// The process's slot (under `max_requests_per_process`), held until the answer is done.
-    _slot: Option<super::queue::Slot>,
+    _slot: Option<super::route::Held>,
 }
 
 /// Forwards the request to an app process and relays its answer to the client, in named
@@ -383,9 +383,9 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
     loop {
         tries += 1;
         let (endpoint, mut conn, slot) = route
-            .connection(avoid.take())
+            .connection(avoid.take(), req.balance_key.as_deref())
             .await
-            .map_err(Fail::Unconnected)?;
+            .map_err(|(status, cause)| Fail::Unconnected(status, cause))?;
         if write_timeout(&mut conn, &req.head, response_timeout)
             .await
             .is_err()
@@ -405,7 +405,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         let asked = std::time::Instant::now();
         let cause = match read_head(&mut conn, &mut ubuf, clock, response_timeout).await {
             Ok(head_len) => {
-                route.answered(&endpoint, report, asked);
+                route.answered(&endpoint, report, asked, &ubuf[..head_len]);
                 return Ok(Asked {
                     endpoint,
                     conn,

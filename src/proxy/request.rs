@@ -20,6 +20,8 @@ pub struct ForwardRequest {
     /// The site's compression for this request: `None` when it compresses nothing, else
     /// the coding the client accepts, if any (see [`super::encode`]).
     pub(super) compress: Option<Option<crate::compress::Coding>>,
+    /// What an upstream group balanced on a hash chooses the server by.
+    pub(super) balance_key: Option<Vec<u8>>,
 }
 
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1).
@@ -157,6 +159,7 @@ impl ForwardRequest {
             keep_alive,
             expect_continue,
             compress: None,
+            balance_key: None,
         }
     }
 }

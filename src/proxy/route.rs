@@ -94,45 +94,100 @@ impl SharedTiers {
     }
 }
 
-/// One engine thread's way to a proxied pool: its view of the tiers, its idle connections,
-/// its round-robin position and counters. Never shared with another thread.
+/// One engine thread's way to the servers of a proxied path: a pool's application
+/// processes, or an upstream group's servers. Its idle connections, counters and log bound
+/// are the thread's own. Never shared with another thread.
 pub struct ProxyRoute {
     pub(super) settings: ProxySettings,
-    pub(super) shared: Arc<SharedTiers>,
-    pub(super) seen: RefCell<(u64, Arc<Tiers>, Arc<Gates>)>,
     pub(super) pool: Pool,
-    pub(super) next: Cell<usize>,
     /// Requests forwarded to a process off this thread's node (none of its own was ready).
     pub remote: Cell<u64>,
+    /// Requests this thread answered 502 or 504 for the app, for the log's bound.
+    failures: Cell<u64>,
+    source: Source,
+}
+
+/// Where a route's servers come from.
+enum Source {
+    Pool(Processes),
+    Group(super::group::GroupSource),
+}
+
+/// A thread's view of its pool's application processes: the master's tiers, its
+/// round-robin position, and the processes that let its requests time out.
+pub(super) struct Processes {
+    shared: Arc<SharedTiers>,
+    seen: RefCell<(u64, Arc<Tiers>, Arc<Gates>)>,
+    next: Cell<usize>,
     /// Requests in a row that timed out, per app process (this thread's view; empty while
     /// every app answers, so an answer costs one check).
     silent: RefCell<Vec<(Endpoint, u32)>>,
-    /// Requests this thread answered 502 or 504 for the app, for the log's bound.
-    failures: Cell<u64>,
+}
+
+/// What a request holds at its server until it is done: its place under
+/// `max_requests_per_process`, or its count in flight in the group's balancer.
+pub(super) enum Held {
+    Slot(#[allow(dead_code)] Slot),
+    InFlight(#[allow(dead_code)] super::group::InFlight),
 }
 
 impl ProxyRoute {
     pub fn new(settings: ProxySettings, shared: Arc<SharedTiers>) -> Self {
         ProxyRoute {
             settings,
-            shared,
-            seen: RefCell::new((u64::MAX, Arc::default(), Arc::default())),
             pool: Pool::default(),
-            next: Cell::new(0),
             remote: Cell::new(0),
-            silent: RefCell::new(Vec::new()),
             failures: Cell::new(0),
+            source: Source::Pool(Processes {
+                shared,
+                seen: RefCell::new((u64::MAX, Arc::default(), Arc::default())),
+                next: Cell::new(0),
+                silent: RefCell::new(Vec::new()),
+            }),
         }
     }
 
-    /// Logs why a request was answered `status` (502 or 504) for the app at `endpoint`: the
-    /// client's page cannot say, and an access log (off by default) gives only the status.
+    /// A thread's way to an upstream group.
+    pub fn to_group(group: super::group::GroupSource) -> Self {
+        let spec = group.spec();
+        let settings = ProxySettings {
+            connect_timeout: spec.connect_timeout,
+            response_timeout: spec.response_timeout,
+            fastcgi: false,
+            script_extensions: Vec::new(),
+            wait_for_ready: Duration::ZERO,
+            backpressure: None,
+        };
+        ProxyRoute {
+            settings,
+            pool: Pool::default(),
+            remote: Cell::new(0),
+            failures: Cell::new(0),
+            source: Source::Group(group),
+        }
+    }
+
+    /// The group's hash key, when its requests are balanced on one.
+    pub fn hash_key(&self) -> Option<&crate::config::upstream::HashKey> {
+        match &self.source {
+            Source::Group(g) => g.hash_key(),
+            Source::Pool(_) => None,
+        }
+    }
+
+    /// Logs why a request was answered `status` (502, 503 or 504) for the app at `endpoint`:
+    /// the client's page cannot say, and an access log (off by default) gives only the status.
     /// Bounded by [`crate::os::nth_worth_logging`] per thread, so a dead app cannot flood it.
     pub(super) fn log_failure(&self, endpoint: Option<&Endpoint>, status: u16, cause: &str) {
         let n = self.failures.get() + 1;
         self.failures.set(n);
         if crate::os::nth_worth_logging(n) {
-            let app = endpoint.map_or_else(|| "the app".to_string(), |e| format!("the app at {e}"));
+            let app = match &self.source {
+                Source::Group(g) => g.describe(endpoint),
+                Source::Pool(_) => {
+                    endpoint.map_or_else(|| "the app".to_string(), |e| format!("the app at {e}"))
+                }
+            };
             crate::os::log(
                 "proxy",
                 format_args!("answered {status}: {app} {cause} (failure {n} of this thread; later ones are logged at powers of two)"),
@@ -140,26 +195,178 @@ impl ProxyRoute {
         }
     }
 
-    /// `endpoint` answered a request sent at `asked`: its wait goes to the access log's
-    /// `report`, and its run of timeouts, if any, is over.
+    /// `endpoint` answered a request sent at `asked` with `head` (its answer's head): its
+    /// wait goes to the access log's `report`, and its run of timeouts or failures, if any,
+    /// is over.
     pub(super) fn answered(
         &self,
         endpoint: &Endpoint,
         report: &crate::http::access_log::Report,
         asked: std::time::Instant,
+        head: &[u8],
     ) {
-        report
-            .upstream_micros
-            .set(Some(asked.elapsed().as_micros() as u64));
-        let mut silent = self.silent.borrow_mut();
-        if !silent.is_empty() {
-            silent.retain(|(e, _)| e != endpoint);
+        let waited = asked.elapsed();
+        report.upstream_micros.set(Some(waited.as_micros() as u64));
+        match &self.source {
+            Source::Pool(p) => {
+                let mut silent = p.silent.borrow_mut();
+                if !silent.is_empty() {
+                    silent.retain(|(e, _)| e != endpoint);
+                }
+            }
+            Source::Group(g) => {
+                if let Some(i) = g.index_of(endpoint) {
+                    g.answered(i, waited, status_of(head));
+                }
+            }
         }
     }
 
+    /// `endpoint` failed a request with `status` (502: garbled or no answer; 504: none in
+    /// time). A pool's process that lets [`UNRESPONSIVE_AFTER`] requests in a row time out
+    /// is reported to the master (through the worker's next pong), which replaces it; a
+    /// group's server counts it toward its ejection.
+    pub(super) fn failed(&self, endpoint: &Endpoint, status: u16, cause: &str) {
+        match &self.source {
+            Source::Pool(p) if status == 504 => p.timed_out(endpoint),
+            Source::Pool(_) => {}
+            Source::Group(g) => {
+                if let Some(i) = g.index_of(endpoint) {
+                    g.failed(i, cause);
+                }
+            }
+        }
+    }
+
+    /// Whether the app speaks FastCGI.
+    pub fn fastcgi(&self) -> bool {
+        self.settings.fastcgi
+    }
+
+    pub fn settings(&self) -> &ProxySettings {
+        &self.settings
+    }
+
+    /// A connection to a server other than `avoid` when there is one, and what the request
+    /// holds there until done. Fails with the status to answer and, when it is worth a log
+    /// line, why.
+    pub(super) async fn connection(
+        &self,
+        avoid: Option<Endpoint>,
+        key: Option<&[u8]>,
+    ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
+        match &self.source {
+            Source::Pool(p) => self.process_connection(p, avoid).await,
+            Source::Group(g) => self.group_connection(g, avoid, key).await,
+        }
+    }
+
+    /// A connection to one of the group's servers: an idle one, or a new one — a server
+    /// that refuses or does not answer the connect in time is counted as failing and
+    /// another is tried, up to the group's `tries` servers within `try_for`.
+    async fn group_connection(
+        &self,
+        g: &super::group::GroupSource,
+        avoid: Option<Endpoint>,
+        key: Option<&[u8]>,
+    ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
+        let spec = g.spec();
+        let started = tokio::time::Instant::now();
+        let mut tried: Vec<usize> = avoid.iter().filter_map(|e| g.index_of(e)).collect();
+        let mut causes: Vec<String> = Vec::new();
+        let mut timed_out = false;
+        while causes.len() < spec.tries as usize {
+            let left = spec.try_for.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                causes.push(format!("try_for ({:?}) ran out", spec.try_for));
+                break;
+            }
+            let Some((i, endpoint, held)) = g.pick(&tried, key) else {
+                break;
+            };
+            tried.push(i);
+            if let Some(c) = self.pool.take(&endpoint) {
+                return Ok((endpoint, c, Some(Held::InFlight(held))));
+            }
+            match Conn::connect(&endpoint, self.settings.connect_timeout.min(left)).await {
+                Ok(c) => return Ok((endpoint, c, Some(Held::InFlight(held)))),
+                Err(e) => {
+                    let cause = if e.kind() == io::ErrorKind::TimedOut {
+                        timed_out = true;
+                        "connect timed out".to_string()
+                    } else {
+                        format!("connect failed: {e}")
+                    };
+                    g.failed(i, &cause);
+                    causes.push(format!("{}: {cause}", spec.servers[i].name));
+                }
+            }
+        }
+        if causes.is_empty() {
+            return Err((
+                503,
+                Some(format!("has no server up ({})", g.health.summary())),
+            ));
+        }
+        let status = if timed_out { 504 } else { 502 };
+        Err((
+            status,
+            Some(format!("could not be reached ({})", causes.join("; "))),
+        ))
+    }
+
+    /// A connection to a ready process other than `avoid` when there is one: an idle one, or
+    /// a new one (three processes tried before giving up); with `max_requests_per_process`,
+    /// to a process under it, waiting in the queue for one (see [`super::queue`]), and the
+    /// request's slot there, to keep until it is done. Fails with the status to answer: 503
+    /// none ready (or the queue full, or the wait run out), 504 connecting timed out, 502
+    /// refused.
+    async fn process_connection(
+        &self,
+        p: &Processes,
+        avoid: Option<Endpoint>,
+    ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
+        let mut avoid = avoid;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (endpoint, slot) = match &self.settings.backpressure {
+                None => match self.pick_waiting(p, avoid.as_ref()).await {
+                    Some(e) => (e, None),
+                    None => return Err((503, None)),
+                },
+                Some(bp) => {
+                    let (e, slot) = self
+                        .queued(p, avoid.as_ref(), bp)
+                        .await
+                        .map_err(|s| (s, None))?;
+                    (e, Some(Held::Slot(slot)))
+                }
+            };
+            if let Some(c) = self.pool.take(&endpoint) {
+                return Ok((endpoint, c, slot));
+            }
+            let unreached = || Some("could not be connected to".to_string());
+            match Conn::connect(&endpoint, self.settings.connect_timeout).await {
+                Ok(c) => return Ok((endpoint, c, slot)),
+                // Nothing was sent: another process may take it.
+                Err(_) if tries < 3 => avoid = Some(endpoint),
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err((504, unreached())),
+                Err(_) => return Err((502, unreached())),
+            }
+        }
+    }
+}
+
+/// The status of an HTTP/1.x answer's head (`HTTP/1.1 503 …`), when it has one.
+fn status_of(head: &[u8]) -> Option<u16> {
+    std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()
+}
+
+impl Processes {
     /// `endpoint` let a request time out; the [`UNRESPONSIVE_AFTER`]th in a row is reported
-    /// to the master (through the worker's next pong), which replaces the process.
-    pub(super) fn timed_out(&self, endpoint: &Endpoint) {
+    /// to the master.
+    fn timed_out(&self, endpoint: &Endpoint) {
         let mut silent = self.silent.borrow_mut();
         let k = match silent.iter().position(|(e, _)| e == endpoint) {
             Some(k) => k,
@@ -175,13 +382,13 @@ impl ProxyRoute {
         }
     }
 
-    fn tiers(&self) -> Arc<Tiers> {
-        self.refresh();
+    fn tiers(&self, pool: &Pool) -> Arc<Tiers> {
+        self.refresh(pool);
         Arc::clone(&self.seen.borrow().1)
     }
 
     /// Takes the master's latest tiers (and their gates) when they moved.
-    fn refresh(&self) {
+    fn refresh(&self, pool: &Pool) {
         let version = self.shared.version.load(Ordering::Acquire);
         let mut seen = self.seen.borrow_mut();
         if seen.0 != version {
@@ -191,22 +398,28 @@ impl ProxyRoute {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            self.pool
-                .retain(|e| tiers.tiers.iter().flatten().any(|t| t == e));
+            pool.retain(|e| tiers.tiers.iter().flatten().any(|t| t == e));
             *seen = (version, tiers, gates);
         }
     }
+}
 
+impl ProxyRoute {
     /// A process with a free place under `cap` and its slot: the nearest tier first,
     /// round-robin within it, `avoid` last. `None` when every one is at its cap (or none
     /// is ready).
-    fn pick_free(&self, avoid: Option<&Endpoint>, cap: u32) -> Option<(Endpoint, Slot)> {
-        self.refresh();
-        let seen = self.seen.borrow();
+    fn pick_free(
+        &self,
+        p: &Processes,
+        avoid: Option<&Endpoint>,
+        cap: u32,
+    ) -> Option<(Endpoint, Slot)> {
+        p.refresh(&self.pool);
+        let seen = p.seen.borrow();
         let (tiers, gates) = (&seen.1, &seen.2);
-        let queue = &self.shared.queue;
-        let n = self.next.get();
-        self.next.set(n.wrapping_add(1));
+        let queue = &p.shared.queue;
+        let n = p.next.get();
+        p.next.set(n.wrapping_add(1));
         let mut last_resort = None;
         for (k, tier) in tiers.tiers.iter().enumerate() {
             for j in 0..tier.len() {
@@ -233,8 +446,8 @@ impl ProxyRoute {
 
     /// The next process to use, round-robin within the nearest tier that has one other than
     /// `avoid` (a retry goes elsewhere when it can). `None` when none is ready.
-    fn pick(&self, avoid: Option<&Endpoint>) -> Option<Endpoint> {
-        let tiers = self.tiers();
+    fn pick(&self, p: &Processes, avoid: Option<&Endpoint>) -> Option<Endpoint> {
+        let tiers = p.tiers(&self.pool);
         let usable = |tier: &Vec<Endpoint>| tier.iter().any(|e| Some(e) != avoid);
         let (k, tier) = tiers
             .tiers
@@ -242,8 +455,8 @@ impl ProxyRoute {
             .enumerate()
             .find(|(_, t)| usable(t))
             .or_else(|| tiers.tiers.iter().enumerate().find(|(_, t)| !t.is_empty()))?;
-        let n = self.next.get();
-        self.next.set(n.wrapping_add(1));
+        let n = p.next.get();
+        p.next.set(n.wrapping_add(1));
         let others = tier.iter().filter(|e| Some(*e) != avoid).count();
         let chosen = if others == 0 {
             tier[n % tier.len()].clone()
@@ -260,77 +473,32 @@ impl ProxyRoute {
         Some(chosen)
     }
 
-    /// Whether the app speaks FastCGI.
-    pub fn fastcgi(&self) -> bool {
-        self.settings.fastcgi
-    }
-
-    pub fn settings(&self) -> &ProxySettings {
-        &self.settings
-    }
-
-    /// A connection to a ready process other than `avoid` when there is one: an idle one, or
-    /// a new one (three processes tried before giving up); with `max_requests_per_process`,
-    /// to a process under it, waiting in the queue for one (see [`super::queue`]), and the
-    /// request's slot there, to keep until it is done. Fails with the status to answer: 503
-    /// none ready (or the queue full, or the wait run out), 504 connecting timed out, 502
-    /// refused.
-    pub(super) async fn connection(
-        &self,
-        avoid: Option<Endpoint>,
-    ) -> Result<(Endpoint, Conn, Option<Slot>), u16> {
-        let mut avoid = avoid;
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let (endpoint, slot) = match &self.settings.backpressure {
-                None => match self.pick_waiting(avoid.as_ref()).await {
-                    Some(e) => (e, None),
-                    None => return Err(503),
-                },
-                Some(bp) => {
-                    let (e, slot) = self.queued(avoid.as_ref(), bp).await?;
-                    (e, Some(slot))
-                }
-            };
-            if let Some(c) = self.pool.take(&endpoint) {
-                return Ok((endpoint, c, slot));
-            }
-            match Conn::connect(&endpoint, self.settings.connect_timeout).await {
-                Ok(c) => return Ok((endpoint, c, slot)),
-                // Nothing was sent: another process may take it.
-                Err(_) if tries < 3 => avoid = Some(endpoint),
-                Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(504),
-                Err(_) => return Err(502),
-            }
-        }
-    }
-
     /// A process under the cap and its slot, waiting in the queue when all are at it (after
     /// waiting, as [`Self::pick_waiting`], for a first one to be ready).
     async fn queued(
         &self,
+        p: &Processes,
         avoid: Option<&Endpoint>,
         bp: &Backpressure,
     ) -> Result<(Endpoint, Slot), u16> {
         let cap = bp.max_requests_per_process;
-        if let Some(found) = self.pick_free(avoid, cap) {
+        if let Some(found) = self.pick_free(p, avoid, cap) {
             return Ok(found);
         }
-        if self.pick_waiting(avoid).await.is_none() {
+        if self.pick_waiting(p, avoid).await.is_none() {
             return Err(503);
         }
-        self.shared
+        p.shared
             .queue
-            .wait_for(bp, || self.pick_free(avoid, cap))
+            .wait_for(bp, || self.pick_free(p, avoid, cap))
             .await
             .map_err(|()| 503)
     }
 
-    async fn pick_waiting(&self, avoid: Option<&Endpoint>) -> Option<Endpoint> {
+    async fn pick_waiting(&self, p: &Processes, avoid: Option<&Endpoint>) -> Option<Endpoint> {
         let until = tokio::time::Instant::now() + self.settings.wait_for_ready;
         loop {
-            if let Some(e) = self.pick(avoid) {
+            if let Some(e) = self.pick(p, avoid) {
                 return Some(e);
             }
             if tokio::time::Instant::now() >= until {

@@ -96,9 +96,9 @@ pub(super) fn kept_fields<'h>(fields: impl Iterator<Item = (&'h str, &'h [u8])>)
 /// Why a forwarded request got no answer from its app. Every forwarder's step ends in it, and
 /// [`OwnAnswers::fail`] alone logs it and answers the client.
 pub(super) enum Fail {
-    /// No process could be connected to: this status (503 when none was ready or the queue
-    /// was full — the queue's to say, not logged here).
-    Unconnected(u16),
+    /// No server could be connected to: this status, and why when it is worth a log line
+    /// (`None` for a pool's 503 — none ready, or its queue full: the queue's to say).
+    Unconnected(u16, Option<String>),
     /// The app at this endpoint failed the request: answered with the status, logged with
     /// the cause (504 also counts toward the endpoint's silence).
     App(u16, super::Endpoint, Cow<'static, str>),
@@ -191,16 +191,14 @@ impl OwnAnswers<'_> {
         fail: Fail,
     ) -> Outcome {
         match fail {
-            Fail::Unconnected(status) => {
-                if status != 503 {
-                    route.log_failure(None, status, "could not be connected to");
+            Fail::Unconnected(status, cause) => {
+                if let Some(cause) = cause {
+                    route.log_failure(None, status, &cause);
                 }
                 self.unavailable(stream, status).await
             }
             Fail::App(status, endpoint, cause) => {
-                if status == 504 {
-                    route.timed_out(&endpoint);
-                }
+                route.failed(&endpoint, status, &cause);
                 route.log_failure(Some(&endpoint), status, &cause);
                 self.answer(stream, status).await
             }

@@ -13,6 +13,7 @@ pub const DISPATCHER: &str = "espalier.dispatcher";
 
 pub mod access;
 pub mod auth;
+pub mod balance;
 pub mod hosts;
 pub mod limits;
 pub mod rules;

@@ -95,6 +95,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             pools,
             addresses: Vec::new(),
             dispatcher: None,
+            upstreams: Vec::new(),
         },
         active: Vec::new(),
         cpu_load: Vec::new(),

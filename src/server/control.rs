@@ -49,6 +49,9 @@ pub enum Message {
     /// writes it) let several requests in a row time out: a failed ping, whatever its
     /// socket's `connect` says (the kernel completes handshakes for a stopped process).
     Unresponsive(String),
+    /// Master → worker: an upstream server's active check changed its state
+    /// (`GROUP ADDRESS up|down`).
+    UpstreamHealth(String),
     /// Worker → master, after a pong: its sites' figures (`metrics = true`), JSON of
     /// `[(site, MeterFigures)]`.
     Meters(String),
@@ -78,6 +81,7 @@ impl Message {
             Message::Stopping => "stopping\n".into(),
             Message::Reopen => "reopen\n".into(),
             Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
+            Message::UpstreamHealth(what) => format!("upstream-health {}\n", what.replace('\n', " ")),
             // JSON escapes the PEM's newlines.
             Message::Certificate(json) => format!("certificate {}\n", json.replace('\n', " ")),
             Message::Unresponsive(endpoint) => {
@@ -118,6 +122,7 @@ impl Message {
             "stopping" => Message::Stopping,
             "reopen" => Message::Reopen,
             "upstreams" => Message::Upstreams(rest.to_string()),
+            "upstream-health" => Message::UpstreamHealth(rest.to_string()),
             "certificate" => Message::Certificate(rest.to_string()),
             "unresponsive" => Message::Unresponsive(rest.to_string()),
             "meters" => Message::Meters(rest.to_string()),

@@ -30,6 +30,7 @@ pub(super) fn worker_specs(
     // Built once and shared by every spec, or indexed once: with thousands of pools on one
     // port, anything per worker that scanned every pool or socket made the start quadratic.
     let sites = Arc::new(config.sites.clone());
+    let upstreams = Arc::new(config.upstreams.clone());
     let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
     let peers = handoffs.peers(groups, &config.pools, plan, topology);
     // A pool behind the dispatcher knows its own sites alone (see `own_view`), and reaches
@@ -109,6 +110,7 @@ pub(super) fn worker_specs(
                 threads,
                 groups: my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect(),
                 sites: Arc::clone(&sites),
+                upstreams: Arc::clone(&upstreams),
                 handoff_peers: Arc::clone(my_peers),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,

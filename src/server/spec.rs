@@ -88,6 +88,10 @@ pub struct WorkerSpec {
     /// endpoints arrive later, on the control socket (`upstreams`).
     #[serde(default)]
     pub proxy: Option<crate::proxy::ProxySettings>,
+    /// The config's upstream groups, shared by every spec (a worker reaches those its
+    /// sites' paths name).
+    #[serde(default)]
+    pub upstreams: Arc<Vec<crate::config::upstream::UpstreamSpec>>,
 }
 
 impl WorkerSpec {

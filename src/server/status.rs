@@ -25,6 +25,10 @@ pub struct Status {
     /// configured ones.
     #[serde(default)]
     pub dispatcher: Option<PoolStatus>,
+    /// The upstream groups (servers espalier did not start), each server's state by the
+    /// master's active checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstreams: Vec<UpstreamStatus>,
     /// Every pool counted by state, whatever the filter.
     #[serde(default)]
     pub counts: StateCounts,
@@ -33,6 +37,32 @@ pub struct Status {
     pub page: usize,
     #[serde(default)]
     pub per_page: usize,
+}
+
+/// An upstream group in `/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UpstreamStatus {
+    pub name: String,
+    pub balance: String,
+    pub servers: Vec<UpstreamServerStatus>,
+}
+
+/// A server of an upstream group in `/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct UpstreamServerStatus {
+    /// As written in `servers`.
+    pub name: String,
+    pub address: String,
+    pub weight: u32,
+    pub backup: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<u32>,
+    /// `up` or `down` by the active check, `unchecked` before its first probe, `not checked`
+    /// in a group without `health` (failures seen in traffic eject a server in each worker
+    /// for a while: the log says when).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<String>,
 }
 
 /// Pools by state.
@@ -497,6 +527,7 @@ mod tests {
         let s = Status {
             addresses: Vec::new(),
             dispatcher: None,
+            upstreams: Vec::new(),
             pools_total: 1,
             pools_matched: 1,
             counts: StateCounts {

@@ -16,6 +16,7 @@ use super::log;
 use super::spec::{WorkerSpec, ENV_VAR};
 use super::worker_health::{pong, site_meters, ThreadHealth, HEARTBEAT};
 use crate::cpuset::CpuSet;
+use crate::handlers::ProxyRoutes;
 use crate::handlers::ThreadService;
 use crate::handoff::PoolTargets;
 use crate::http::accept::Accepted;
@@ -24,7 +25,7 @@ use crate::http::conn::Shutdown;
 use crate::http::service::{ConnEnv, Timeouts};
 use crate::http::{HeadLimits, Responder};
 use crate::os::{self, numa::MemPolicyMode};
-use crate::proxy::{ProxyRoute, SharedTiers};
+use crate::proxy::{GroupHealth, GroupSource, ProxyRoute, SharedTiers};
 use crate::routing::limits::Accounts;
 use crate::routing::GroupRoutes;
 use std::cell::Cell;
@@ -148,6 +149,9 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             .collect::<Result<_, _>>()?,
         kernel: ktls,
         max_body: body_ceiling(spec.limits.max_body_size, &spec.sites),
+        upstreams: used_upstreams(spec)
+            .map(|u| Arc::new(GroupHealth::new(Arc::new(u.clone()))))
+            .collect(),
         // Each limited site's clients, counted per worker (per node; see routing::limits).
         limits: spec
             .sites
@@ -185,6 +189,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         .collect();
     // The app processes a front worker forwards to, replaced at each `upstreams` message.
     let tiers = Arc::new(SharedTiers::default());
+    let upstreams = shared.upstreams.clone();
     for (t, thread) in spec.threads.iter().enumerate() {
         let spec = spec.clone();
         let tiers = Arc::clone(&tiers);
@@ -275,6 +280,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                             Ok(t) => tiers.publish(t),
                             Err(e) => log(&spec.name(), format!("unreadable upstreams from the master: {e}")),
                         },
+                        Some(Message::UpstreamHealth(what)) => set_checked(&upstreams, &what),
                         Some(Message::Certificate(json)) => {
                             let cert = serde_json::from_str::<crate::certs::store::StoreCert>(&json)
                                 .map_err(|e| format!("unreadable certificate from the master: {e}"))
@@ -305,6 +311,38 @@ struct Shared {
     limits: Vec<Option<Arc<Accounts>>>,
     /// The head parser's bound on a body ([`body_ceiling`]).
     max_body: u64,
+    /// Each upstream group a path of the worker's sites names: its servers' health, shared
+    /// by the threads (see `proxy::group`).
+    upstreams: Vec<Arc<GroupHealth>>,
+}
+
+/// An `upstream-health` message (`GROUP ADDRESS up|down`) applied to the worker's groups.
+fn set_checked(groups: &[Arc<GroupHealth>], what: &str) {
+    let mut words = what.split_whitespace();
+    let (Some(group), Some(address), Some(state)) = (words.next(), words.next(), words.next())
+    else {
+        return;
+    };
+    for g in groups.iter().filter(|g| g.spec.name == group) {
+        for (k, s) in g.spec.servers.iter().enumerate() {
+            if s.address.to_string() == address {
+                (g.servers[k].checked_down).store(state == "down", Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The upstream groups the paths of `spec`'s own sites name (a group no path of the
+/// worker's uses costs it nothing).
+fn used_upstreams(
+    spec: &WorkerSpec,
+) -> impl Iterator<Item = &crate::config::upstream::UpstreamSpec> {
+    let used = |name: &str| {
+        (spec.sites.iter())
+            .flat_map(|s| &s.apps)
+            .any(|a| a.answered_by(&spec.pool) && a.upstream.as_deref() == Some(name))
+    };
+    spec.upstreams.iter().filter(move |u| used(&u.name))
 }
 
 /// One engine thread: its own runtime, its listeners, its connections.
@@ -360,10 +398,20 @@ fn engine_thread(
         };
         // The worker line goes into every answer with the clock's common lines, an app's
         // too (see `proxy::head`).
-        let route = spec
-            .proxy
-            .clone()
-            .map(|settings| Rc::new(ProxyRoute::new(settings, tiers)));
+        let routes = ProxyRoutes {
+            app: spec
+                .proxy
+                .clone()
+                .map(|settings| Rc::new(ProxyRoute::new(settings, tiers))),
+            // Each thread draws its own servers: seeded apart by CPU and process.
+            upstreams: (shared.upstreams.iter())
+                .map(|h| {
+                    let seed = (u64::from(std::process::id()) << 32) | u64::from(thread.cpu);
+                    let group = GroupSource::new(Arc::clone(h), thread.node, seed);
+                    (h.spec.name.clone(), Rc::new(ProxyRoute::to_group(group)))
+                })
+                .collect(),
+        };
         let clock = Rc::new(Clock::new(extra));
         tokio::task::spawn_local(Rc::clone(&clock).run());
         let l = &spec.limits;
@@ -374,7 +422,7 @@ fn engine_thread(
                 spec.groups.iter().map(|g| GroupRoutes::clone(g)).collect(),
                 Rc::clone(&clock),
                 identity,
-                route,
+                routes,
                 spec.handoff_peers
                     .targets(&spec.pool, thread.cpu, thread.node)
                     .into_iter()

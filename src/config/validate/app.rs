@@ -140,9 +140,15 @@ impl Validator {
                 }
             }
         }
+        // A pool's `upstream` is how its own processes listen; an address here is a user
+        // looking for the way to reach a service espalier does not start.
+        let written = raw.upstream.take();
+        if let Some(w) = written.as_deref().filter(|w| !matches!(*w, "tcp" | "unix")) {
+            self.err(&at("upstream"), format!("`{w}` is not one of \"tcp\", \"unix\" (how this pool's own processes listen); to forward to a server espalier does not start, write upstream = \"{w}\" on the site's [[site.app]] (or define an [[upstream]] group and name it there), and remove it here"));
+        }
         let upstream = self.choice(
             &at("upstream"),
-            raw.upstream.take(),
+            written.filter(|w| matches!(w.as_str(), "tcp" | "unix")),
             UpstreamKind::Tcp,
             &[("tcp", UpstreamKind::Tcp), ("unix", UpstreamKind::Unix)],
         );

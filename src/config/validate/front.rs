@@ -41,13 +41,14 @@ fn plain_url_path(p: &str) -> bool {
 }
 
 impl Validator {
-    /// The front-controller keys of app `app_at` (`site[i].app[k]`), forwarded to the pool's
-    /// application `app` when it has one (`None`: a path espalier answers itself).
+    /// The front-controller keys of app `app_at` (`site[i].app[k]`), forwarded by
+    /// `transport` when it is forwarded (a pool's application, or an upstream's servers by
+    /// `Proxy`; `None`: a path espalier answers itself).
     pub(super) fn front_controller(
         &mut self,
         app_at: &[Seg],
         keys: FrontKeys,
-        app: Option<&AppCommand>,
+        (transport, extensions): (Option<Transport>, &[String]),
         root: Option<&Path>,
         serves_files: bool,
     ) -> Front {
@@ -56,7 +57,6 @@ impl Validator {
             p.push(Seg::Key(k));
             p
         };
-        let transport = app.map(|a| a.transport);
         let fastcgi = transport == Some(Transport::FastCgi);
         let try_files = match (keys.try_files, transport) {
             (None, _) => fastcgi,
@@ -66,7 +66,7 @@ impl Validator {
                 false
             }
             (Some(_), None) => {
-                self.err(&at("try_files"), "applies to a path forwarded to an application (a pool with `command`); a static path serves its files already; remove it");
+                self.err(&at("try_files"), "applies to a path forwarded to an application (a pool with `command`, or an `upstream`); a static path serves its files already; remove it");
                 false
             }
         };
@@ -99,17 +99,17 @@ impl Validator {
                 }
                 return true;
             }
-            let Some(app) = app.filter(|_| fastcgi) else {
+            if !fastcgi {
                 self.err(&at("fallback"), "applies to a static path (the file a single-page app answers every missing path with, like \"/index.html\") or a FastCGI app's path (transport = \"fastcgi\", its front controller script); a proxied app is its own fallback: use try_files = true");
                 return false;
-            };
+            }
             if !plain_url_path(f) || f.ends_with('/') {
                 self.err(&at("fallback"), format!("`{f}` is not the URL path of a script; write it like \"/index.php\""));
                 return false;
             }
-            if !app.script_extensions.iter().any(|e| f.len() > e.len() && f.ends_with(e.as_str())) {
-                let ext = app.script_extensions.join("\", \"");
-                self.err(&at("fallback"), format!("`{f}` is not a script the app may run (its extensions are \"{ext}\"); name one, like \"/index{}\"", app.script_extensions.first().map_or(".php", |e| e.as_str())));
+            if !extensions.iter().any(|e| f.len() > e.len() && f.ends_with(e.as_str())) {
+                let ext = extensions.join("\", \"");
+                self.err(&at("fallback"), format!("`{f}` is not a script the app may run (its extensions are \"{ext}\"); name one, like \"/index{}\"", extensions.first().map_or(".php", |e| e.as_str())));
                 return false;
             }
             if no_scripts.iter().any(|p| crate::routing::under_prefix(f.as_bytes(), p)) {

@@ -13,6 +13,7 @@ mod pool;
 mod rules;
 mod site;
 mod site_app;
+mod upstream;
 
 use super::error::ConfigError;
 use super::include::Source;
@@ -38,6 +39,9 @@ pub(super) struct Validator {
     pub(super) store: bool,
     /// The pools by name, once they are read (sites look theirs up: thousands of each).
     pub(super) pool_index: std::collections::HashMap<String, usize>,
+    /// The upstream groups, read before the sites (whose paths name them, or add one by
+    /// writing a server's address).
+    pub(super) upstreams: Vec<super::upstream::UpstreamSpec>,
     pub(super) errors: Vec<ConfigError>,
 }
 
@@ -166,12 +170,20 @@ impl Validator {
             }
             pools.push(pool);
         }
+        // A config with no pool at all (a reverse proxy's, a static site's) is served by one
+        // of espalier's workers per NUMA node, as the built-in default is.
+        if pools.is_empty() && pool_names.is_empty() {
+            let mut pool = PoolSpec::with_defaults("default");
+            pool.processes = Processes::Auto;
+            pools.push(pool);
+        }
         self.pool_index = pools
             .iter()
             .enumerate()
             .map(|(i, p)| (p.name.clone(), i))
             .rev()
             .collect();
+        self.upstreams = self.read_upstreams(raw.upstream, base);
         let mut sites: Vec<SiteSpec> = Vec::new();
         let mut site_names = std::collections::HashSet::new();
         for (i, rs) in raw.site.into_iter().enumerate() {
@@ -202,6 +214,7 @@ impl Validator {
             server,
             pools,
             sites,
+            upstreams: std::mem::take(&mut self.upstreams),
         }
     }
 

@@ -52,12 +52,19 @@ impl Validator {
             self.err(&ap("path"), format!("`{path}` must start with `/`"));
         }
         let static_asked = ra.handler.as_deref() == Some("static");
+        let upstream = ra
+            .upstream
+            .as_deref()
+            .and_then(|w| self.path_upstream(&ap("upstream"), w, base));
+        if ra.upstream.is_some() && ra.handler.is_some() {
+            self.err(&ap("handler"), "this path is forwarded to its `upstream`, whose servers answer; remove `handler` (or `upstream`)");
+        }
         let pool = match ra.pool {
             Some(p) => p,
             None if pools.len() == 1 => pools[0].name.clone(),
             // Served by whichever of the site's pools holds the connection (one of its
             // other apps must name one: checked below).
-            None if static_asked => String::new(),
+            None if static_asked || ra.upstream.is_some() => String::new(),
             None => {
                 self.err(
                     &[
@@ -82,6 +89,14 @@ impl Validator {
             self.err(&ap("pool"), format!("no pool is named `{pool}`; {hint}"));
         }
         let app_pool = named.and_then(|p| p.app.as_ref());
+        if let (Some(app), Some(_)) = (app_pool, &ra.upstream) {
+            if app.transport == Transport::Activation {
+                self.err(&ap("pool"), format!("pool `{pool}` uses transport = \"activation\": its application accepts the connections itself, so espalier cannot forward `{path}` to the upstream; name a pool of espalier's workers (or one with transport = \"proxy\")"));
+            }
+        }
+        // An upstream's path is forwarded by the pool's workers to the group, not to the
+        // pool's own application.
+        let app_pool = app_pool.filter(|_| ra.upstream.is_none());
         if let Some(app) = app_pool {
             if ra.handler.is_some() && !static_asked {
                 self.err(&ap("handler"), format!("pool `{pool}` runs an application (`command`), which answers the requests; remove `handler` (or use handler = \"static\" for files under the site's root)"));
@@ -99,7 +114,7 @@ impl Validator {
         if static_asked && root.is_none() && (pool.is_empty() || app_pool.is_some()) {
             self.err(&ap("handler"), format!("a static path beside an application serves files from the site's `root`; add root = \"…\" to site `{name}`"));
         }
-        let handler = if app_pool.is_some() && !static_asked {
+        let handler = if ra.upstream.is_some() || (app_pool.is_some() && !static_asked) {
             HandlerKind::Proxy
         } else {
             self.choice(
@@ -119,7 +134,13 @@ impl Validator {
                 format!("site `{name}` already has an app at `{path}`"),
             );
         }
-        let forwarded_to = app_pool.filter(|_| handler == HandlerKind::Proxy);
+        let forwarded_to: (Option<Transport>, &[String]) = match (&ra.upstream, app_pool) {
+            (Some(_), _) => (Some(Transport::Proxy), &[]),
+            (None, Some(app)) if handler == HandlerKind::Proxy => {
+                (Some(app.transport), &app.script_extensions)
+            }
+            _ => (None, &[]),
+        };
         let front = self.front_controller(
             &[
                 Seg::Key("site"),
@@ -190,6 +211,7 @@ impl Validator {
             try_files: front.try_files,
             fallback,
             no_scripts: front.no_scripts,
+            upstream,
             ..AppSpec::new(path, pool, handler)
         }
     }

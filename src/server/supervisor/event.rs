@@ -30,6 +30,13 @@ pub(in crate::server) enum Event {
     Demand {
         slot: String,
     },
+    /// An upstream server's active check ended (see `upstream_checks`).
+    UpstreamChecked {
+        epoch: u64,
+        group: usize,
+        server: usize,
+        result: Result<(), String>,
+    },
     /// A connection for pool `pool`, handed to the master: none of the pool's hand-off
     /// sockets was there (it sleeps), or it was queued on one as the pool went to sleep.
     Handed {

@@ -47,6 +47,8 @@ mod report;
 mod samples;
 mod slots;
 mod suspend;
+mod upstream_checks;
+mod upstream_told;
 mod wake;
 
 use super::admin::AdminReply;
@@ -125,6 +127,8 @@ struct Supervisor {
     turned_away: u64,
     /// The task that takes what reaches the master's hand-off socket (see `demand`).
     handed_to_master: Option<tokio::task::JoinHandle<()>>,
+    /// Upstream groups' active checks.
+    upstream_checks: upstream_checks::UpstreamChecks,
 }
 
 pub(super) async fn run(
@@ -217,7 +221,9 @@ pub(super) async fn run(
         handed_to_master: None,
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
+        upstream_checks: Default::default(),
     };
+    sv.upstream_checks.start(&sv.config, &sv.events);
 
     for g in &sv.groups {
         let hosts: Vec<String> = g
@@ -321,6 +327,12 @@ pub(super) async fn run(
             }) => sv.on_probed(generation, healthy, unready),
             Some(Event::Demand { slot }) => sv.on_demand(&slot),
             Some(Event::Handed { pool, received }) => sv.on_handed(&pool, *received),
+            Some(Event::UpstreamChecked {
+                epoch,
+                group,
+                server,
+                result,
+            }) => sv.on_upstream_checked(epoch, group, server, result),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -498,6 +510,12 @@ impl Supervisor {
             } => self.on_probed(generation, healthy, unready),
             Event::Demand { slot } => self.on_demand(&slot),
             Event::Handed { pool, received } => self.on_handed(&pool, *received),
+            Event::UpstreamChecked {
+                epoch,
+                group,
+                server,
+                result,
+            } => self.on_upstream_checked(epoch, group, server, result),
         }
     }
 
@@ -585,7 +603,11 @@ impl Supervisor {
                     p.meters = crate::server::meters::parse(&json);
                 }
             }
-            Message::Ping | Message::Upstreams(_) | Message::Reopen | Message::Certificate(_) => {}
+            Message::Ping
+            | Message::Upstreams(_)
+            | Message::UpstreamHealth(_)
+            | Message::Reopen
+            | Message::Certificate(_) => {}
         }
     }
 

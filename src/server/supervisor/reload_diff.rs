@@ -128,6 +128,16 @@ impl<'a> Indexed<'a> {
     }
 }
 
+/// Whether an upstream group a path of pool `name`'s own sites names differs between the
+/// configurations (its workers hold the groups' servers from their spec).
+fn upstreams_changed(name: &str, after: &Indexed, old: &Config, new: &Config) -> bool {
+    let group = |c: &Config, u: &str| c.upstreams.iter().find(|g| g.name == u).cloned();
+    (after.own_sites.get(name).into_iter().flatten())
+        .flat_map(|s| &s.apps)
+        .filter_map(|a| a.upstream.as_deref())
+        .any(|u| group(old, u) != group(new, u))
+}
+
 /// The names of the new configuration's pools whose workers must be replaced (new pools
 /// included); `server_changed` (a `[server]` setting other than the admin address) changes
 /// them all.
@@ -178,6 +188,7 @@ pub(super) fn changed_pools(old: &Picture, new: &Picture, server_changed: bool) 
                 addrs.iter().any(|a| moved.contains(a))
             };
             server_changed
+                || upstreams_changed(name, &after, old.config, new.config)
                 || old_pools.get(name) != Some(p)
                 || before.workers.get(name) != after.workers.get(name)
                 || before.own_sites.get(name) != after.own_sites.get(name)

@@ -105,6 +105,7 @@ impl Supervisor {
             }),
             pools_total: self.pools.len() - usize::from(self.dispatched()),
             dispatcher,
+            upstreams: self.upstream_checks.status(&self.config),
             pools_matched: matched.len(),
             counts,
             page: if query.per_page.is_some() {

@@ -272,6 +272,14 @@ impl Supervisor {
         if self.slots[i].app.is_some() {
             self.publish_upstreams(self.slots[i].pool);
         }
+        let slot = &self.slots[i];
+        let ready = slot.current.iter().chain(slot.replacing.iter());
+        if let Some(control) = ready
+            .filter(|p| p.generation == generation)
+            .find_map(|p| p.control.as_ref())
+        {
+            self.tell_upstream_health(control);
+        }
     }
 
     /// Reaps every exited worker: expected exits are logged; crashes are restarted with

@@ -1,0 +1,344 @@
+//! Validation of `[[upstream]]` groups, and of a path's `upstream` naming one or writing one
+//! server's address in place of a group.
+//!
+//! Owns: the groups' rules and their host names' resolution (at `check`, `serve` and each
+//! reload: a name that does not resolve is an error with its key, as a missing file is).
+//! Must not touch: the sites beyond the name a path gives.
+
+use super::super::locate::Seg;
+use super::super::raw::{RawHealthCheck, RawPassiveCheck, RawUpstream, Scalar};
+use super::super::upstream::*;
+use super::Validator;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+impl Validator {
+    /// The config's groups, each server's host name resolved.
+    pub(super) fn read_upstreams(
+        &mut self,
+        raw: Vec<RawUpstream>,
+        base: &Path,
+    ) -> Vec<UpstreamSpec> {
+        let mut groups: Vec<UpstreamSpec> = Vec::new();
+        for (i, ru) in raw.into_iter().enumerate() {
+            let at = |key: &'static str| [Seg::Key("upstream"), Seg::Index(i), Seg::Key(key)];
+            let Some(name) = ru.name.clone() else {
+                self.err(
+                    &[Seg::Key("upstream"), Seg::Index(i)],
+                    "this upstream has no `name`; add name = \"...\" (a site's path names it: upstream = \"...\")",
+                );
+                continue;
+            };
+            if !super::super::parse::valid_name(&name) || name.contains(':') {
+                self.err(&at("name"), format!("`{name}` is not a group name; use letters, digits, `-` and `_` (an address is written in `servers`)"));
+            }
+            if groups.iter().any(|g| g.name == name) {
+                self.err(&at("name"), format!("an upstream named `{name}` is already defined; give each group its own name"));
+            }
+            let group = self.upstream(i, name, ru, base);
+            groups.push(group);
+        }
+        groups
+    }
+
+    fn upstream(&mut self, i: usize, name: String, ru: RawUpstream, base: &Path) -> UpstreamSpec {
+        let at = |key: &'static str| [Seg::Key("upstream"), Seg::Index(i), Seg::Key(key)];
+        let mut servers = Vec::new();
+        let lines = ru.servers.unwrap_or_default();
+        if lines.is_empty() {
+            self.err(
+                &at("servers"),
+                format!("upstream `{name}` has no servers; add servers = [\"127.0.0.1:9001\", …]"),
+            );
+        }
+        for line in &lines {
+            match server_specs(line, base) {
+                Ok(mut found) => servers.append(&mut found),
+                Err(e) => self.err(&at("servers"), format!("`{line}` {e}")),
+            }
+        }
+        if servers.len() > MAX_SERVERS {
+            self.err(&at("servers"), format!("names {} servers (after resolving); a group takes at most {MAX_SERVERS}: split it", servers.len()));
+        }
+        if !servers.is_empty() && servers.iter().all(|s| s.backup) {
+            self.err(&at("servers"), "every server is a backup; a backup serves only while no other server is up: remove `backup` from one");
+        }
+        let balance = match ru.balance.as_deref().map(parse_balance) {
+            None => Balance::LeastTime,
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                self.err(&at("balance"), e);
+                Balance::LeastTime
+            }
+        };
+        let connect_timeout = self.nonzero_duration(
+            &at("connect_timeout"),
+            ru.connect_timeout,
+            Duration::from_secs(5),
+        );
+        let response_timeout = self.nonzero_duration(
+            &at("response_timeout"),
+            ru.response_timeout,
+            Duration::from_secs(60),
+        );
+        let tries = self.positive(&at("tries"), ru.tries, 3).min(16) as u32;
+        let try_for = self.nonzero_duration(&at("try_for"), ru.try_for, Duration::from_secs(10));
+        let health = ru.health.map(|h| self.active_check(i, h));
+        let passive = self.passive_check(i, ru.passive.unwrap_or_default());
+        UpstreamSpec {
+            name,
+            servers,
+            balance,
+            connect_timeout,
+            response_timeout,
+            tries,
+            try_for,
+            health,
+            passive,
+        }
+    }
+
+    fn active_check(&mut self, i: usize, h: RawHealthCheck) -> ActiveCheck {
+        let at = |key: &'static str| {
+            [
+                Seg::Key("upstream"),
+                Seg::Index(i),
+                Seg::Key("health"),
+                Seg::Key(key),
+            ]
+        };
+        let path = h.path.unwrap_or_else(|| "/".into());
+        if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            self.err(
+                &at("path"),
+                format!("`{path}` is not a request path; write one like \"/healthz\""),
+            );
+        }
+        if let Some(host) = &h.host {
+            if host.is_empty() || host.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                self.err(&at("host"), format!("`{host}` is not a host name"));
+            }
+        }
+        let interval = self.nonzero_duration(&at("interval"), h.interval, Duration::from_secs(5));
+        let timeout = self.nonzero_duration(&at("timeout"), h.timeout, Duration::from_secs(2));
+        let status = match h.status.map(|s| parse_status_range(&s)) {
+            None => (200, 399),
+            Some(Ok(r)) => r,
+            Some(Err(e)) => {
+                self.err(&at("status"), e);
+                (200, 399)
+            }
+        };
+        let rise = self.positive(&at("rise"), h.rise, 2).min(100) as u32;
+        let fall = self.positive(&at("fall"), h.fall, 3).min(100) as u32;
+        ActiveCheck {
+            path,
+            host: h.host,
+            interval,
+            timeout,
+            status,
+            body: h.body.filter(|b| !b.is_empty()),
+            rise,
+            fall,
+        }
+    }
+
+    fn passive_check(&mut self, i: usize, p: RawPassiveCheck) -> PassiveCheck {
+        let at = |key: &'static str| {
+            [
+                Seg::Key("upstream"),
+                Seg::Index(i),
+                Seg::Key("passive"),
+                Seg::Key(key),
+            ]
+        };
+        let d = PassiveCheck::default();
+        let failures = match p.failures {
+            None => d.failures,
+            Some(n) if (0..=1000).contains(&n) => n as u32,
+            Some(n) => {
+                self.err(
+                    &at("failures"),
+                    format!("{n}: write a count from 0 (never eject) to 1000"),
+                );
+                d.failures
+            }
+        };
+        PassiveCheck {
+            failures,
+            eject_for: self.nonzero_duration(&at("eject_for"), p.eject_for, d.eject_for),
+            on_5xx: p.on_5xx.unwrap_or(d.on_5xx),
+        }
+    }
+}
+
+impl Validator {
+    /// The group a path's `upstream = "…"` names: a group's name, or one server's address
+    /// (a group of its own with every default, shared by every path that writes it).
+    pub(super) fn path_upstream(
+        &mut self,
+        at: &[Seg],
+        written: &str,
+        base: &Path,
+    ) -> Option<String> {
+        if self.upstreams.iter().any(|g| g.name == written) {
+            return Some(written.to_string());
+        }
+        let looks_like_address = written.contains(':') || written.contains('/');
+        if !looks_like_address {
+            let names: Vec<&str> = self
+                .upstreams
+                .iter()
+                .map(|g| g.name.as_str())
+                .filter(|n| !n.contains(':'))
+                .collect();
+            let hint = if names.is_empty() {
+                "define an [[upstream]] with that name, or write a server's address (\"127.0.0.1:9001\")".to_string()
+            } else {
+                format!("use one of: {}, or a server's address", names.join(", "))
+            };
+            self.err(at, format!("no upstream is named `{written}`; {hint}"));
+            return None;
+        }
+        if written.split_whitespace().nth(1).is_some() {
+            self.err(at, format!("`{written}`: options (weight, backup, node) belong to an [[upstream]] group's servers; name a group, or write the address alone"));
+            return None;
+        }
+        match server_specs(written, base) {
+            Ok(servers) => {
+                self.upstreams
+                    .push(UpstreamSpec::of_servers(written.to_string(), servers));
+                Some(written.to_string())
+            }
+            Err(e) => {
+                self.err(at, format!("`{written}` {e}"));
+                None
+            }
+        }
+    }
+}
+
+/// The servers a line stands for: one, or one per address its host name resolves to.
+pub(super) fn server_specs(line: &str, base: &Path) -> Result<Vec<ServerSpec>, String> {
+    let (address, opts) = parse_server_line(line)?;
+    let written = address.strip_prefix("http://").unwrap_or(address);
+    if written.starts_with("https://") {
+        return Err("is TLS to a server, which espalier does not speak yet; reach it over cleartext on a trusted network, or through a local TLS client".into());
+    }
+    let spec = |name: &str, address| ServerSpec {
+        name: name.to_string(),
+        address,
+        weight: opts.weight.unwrap_or(1),
+        backup: opts.backup,
+        node: opts.node,
+    };
+    if let Some(path) = written.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err("names no socket; write unix:/run/api.sock".into());
+        }
+        let path = base.join(path);
+        return Ok(vec![spec(written, ServerAddress::Unix(path))]);
+    }
+    let written = written.trim_end_matches('/');
+    if let Ok(addr) = written.parse::<SocketAddr>() {
+        return Ok(vec![spec(written, ServerAddress::Tcp(addr))]);
+    }
+    let Some((host, port)) = written.rsplit_once(':') else {
+        return Err("has no port; write host:port (\"127.0.0.1:9001\", \"api.internal:8080\") or unix:/path".into());
+    };
+    if port.parse::<u16>().is_err() || host.is_empty() || host.contains('/') {
+        return Err("is not an address; write host:port (\"127.0.0.1:9001\", \"api.internal:8080\") or unix:/path".into());
+    }
+    let mut addrs: Vec<SocketAddr> = written
+        .to_socket_addrs()
+        .map_err(|e| format!("does not resolve ({e}); fix the name, or write an address"))?
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    if addrs.is_empty() {
+        return Err("resolves to no address; fix the name, or write an address".into());
+    }
+    Ok(addrs
+        .into_iter()
+        .map(|a| spec(written, ServerAddress::Tcp(a)))
+        .collect())
+}
+
+/// `200`, `"2xx"` or `"200-399"`.
+fn parse_status_range(s: &Scalar) -> Result<(u16, u16), String> {
+    const HELP: &str = "write a status (200), a class (\"2xx\") or a range (\"200-399\")";
+    let in_range = |n: u16| (100..=599).contains(&n);
+    let range = match s {
+        Scalar::Int(n) if (100..=599).contains(n) => (*n as u16, *n as u16),
+        Scalar::Text(t) => {
+            let t = t.trim();
+            if let Some(class) = t.strip_suffix("xx").and_then(|c| c.parse::<u16>().ok()) {
+                (class * 100, class * 100 + 99)
+            } else if let Some((a, b)) = t.split_once('-') {
+                match (a.trim().parse::<u16>(), b.trim().parse::<u16>()) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    _ => return Err(format!("`{t}` is no status range; {HELP}")),
+                }
+            } else {
+                match t.parse::<u16>() {
+                    Ok(n) => (n, n),
+                    Err(_) => return Err(format!("`{t}` is no status; {HELP}")),
+                }
+            }
+        }
+        other => return Err(format!("{other:?} is no status; {HELP}")),
+    };
+    if !in_range(range.0) || !in_range(range.1) || range.0 > range.1 {
+        return Err(format!(
+            "{}-{} is no range of statuses; {HELP}",
+            range.0, range.1
+        ));
+    }
+    Ok(range)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_is_an_address_a_socket_or_a_name_resolved() {
+        let base = Path::new("/etc/espalier");
+        let s = server_specs("127.0.0.2:9001 weight=2", base).unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            s[0].address,
+            ServerAddress::Tcp("127.0.0.2:9001".parse().unwrap())
+        );
+        assert_eq!(s[0].weight, 2);
+        let s = server_specs("http://127.0.0.2:9001/", base).unwrap();
+        assert_eq!(s[0].name, "127.0.0.2:9001");
+        let s = server_specs("unix:run/api.sock backup", base).unwrap();
+        assert_eq!(
+            s[0].address,
+            ServerAddress::Unix("/etc/espalier/run/api.sock".into())
+        );
+        assert!(s[0].backup);
+        let s = server_specs("localhost:9001", base).unwrap();
+        assert!(s.iter().all(|s| s.name == "localhost:9001"), "{s:?}");
+        assert!(server_specs("127.0.0.1", base).is_err());
+        assert!(server_specs("https://127.0.0.1:443", base).is_err());
+        assert!(server_specs("no-such-host.invalid:80", base).is_err());
+    }
+
+    #[test]
+    fn a_check_status_is_a_status_a_class_or_a_range() {
+        assert_eq!(parse_status_range(&Scalar::Int(204)), Ok((204, 204)));
+        assert_eq!(
+            parse_status_range(&Scalar::Text("2xx".into())),
+            Ok((200, 299))
+        );
+        assert_eq!(
+            parse_status_range(&Scalar::Text("200-399".into())),
+            Ok((200, 399))
+        );
+        assert!(parse_status_range(&Scalar::Text("399-200".into())).is_err());
+        assert!(parse_status_range(&Scalar::Text("9xx".into())).is_err());
+    }
+}

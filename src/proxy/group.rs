@@ -1,0 +1,308 @@
+//! An upstream group as a front worker reaches it: servers espalier did not start, chosen per
+//! request by the thread's own balancer, taken out for a while when traffic shows them
+//! failing, and out while the master's active check says they are down.
+//!
+//! Owns: [`GroupHealth`] (each server's state, shared by a worker process's threads: written
+//! only when a server fails, is ejected or changes state — never per request) and
+//! [`GroupSource`] (a thread's view: its balancer, its requests in flight, the failures it
+//! logged). Must not touch: what is sent (the forwarder's), or the choice itself
+//! (`crate::routing::balance`, pure).
+//!
+//! Passive checks as Envoy's outlier detection: `failures` in a row (refused or timed-out
+//! connections, timed-out or garbled answers, 5xx when `on_5xx`) eject a server for
+//! `eject_for` × its ejections so far (at most 10×), unless it is the group's last server up
+//! — a group whose servers all fail still tries them rather than refuse at once.
+
+use super::Endpoint;
+use crate::config::upstream::{HashKey, ServerAddress, UpstreamSpec};
+use crate::routing::balance::{Balancer, Policy, Server};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest ejection, in multiples of `eject_for`.
+const MAX_EJECTION_FACTOR: u32 = 10;
+
+/// A server's state, shared by a worker process's threads.
+#[derive(Default)]
+pub struct ServerHealth {
+    /// Down by the active check (set by the master's `upstream-health` messages).
+    pub checked_down: AtomicBool,
+    /// Ejected until this many milliseconds after the group's epoch (0: not ejected).
+    ejected_until_ms: AtomicU64,
+    ejections: AtomicU32,
+    /// Failures in a row seen by any thread.
+    failures: AtomicU32,
+}
+
+/// A group's servers' states in one worker process.
+pub struct GroupHealth {
+    pub spec: Arc<UpstreamSpec>,
+    epoch: Instant,
+    pub servers: Vec<ServerHealth>,
+}
+
+impl GroupHealth {
+    pub fn new(spec: Arc<UpstreamSpec>) -> Self {
+        GroupHealth {
+            servers: spec
+                .servers
+                .iter()
+                .map(|_| ServerHealth::default())
+                .collect(),
+            spec,
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Whether server `i` may take requests now.
+    pub fn up(&self, i: usize, now_ms: u64) -> bool {
+        let s = &self.servers[i];
+        !s.checked_down.load(Ordering::Relaxed)
+            && s.ejected_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+
+    /// How the group stands, for a log line: `2 down by the health check, 1 ejected`.
+    pub fn summary(&self) -> String {
+        let now = self.now_ms();
+        let down = (self.servers.iter())
+            .filter(|s| s.checked_down.load(Ordering::Relaxed))
+            .count();
+        let ejected = (self.servers.iter())
+            .filter(|s| s.ejected_until_ms.load(Ordering::Relaxed) > now)
+            .count();
+        format!(
+            "{} servers: {down} down by the health check, {ejected} ejected after failures",
+            self.servers.len()
+        )
+    }
+
+    /// A request of server `i` ended well: its run of failures is over.
+    fn succeeded(&self, i: usize) {
+        let f = &self.servers[i].failures;
+        // Read first: the common case writes nothing shared.
+        if f.load(Ordering::Relaxed) != 0 {
+            f.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A failure of server `i`; `Some(for)` when it ejected the server, for how long.
+    fn failed(&self, i: usize) -> Option<Duration> {
+        let passive = &self.spec.passive;
+        if passive.failures == 0 {
+            return None;
+        }
+        let s = &self.servers[i];
+        let n = s.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n < passive.failures {
+            return None;
+        }
+        let now = self.now_ms();
+        let others_up = (0..self.servers.len()).any(|k| k != i && self.up(k, now));
+        if !others_up || s.ejected_until_ms.load(Ordering::Relaxed) > now {
+            return None;
+        }
+        s.failures.store(0, Ordering::Relaxed);
+        let times = (s.ejections.fetch_add(1, Ordering::Relaxed) + 1).min(MAX_EJECTION_FACTOR);
+        let span = passive.eject_for * times;
+        s.ejected_until_ms
+            .store(now + span.as_millis() as u64, Ordering::Relaxed);
+        Some(span)
+    }
+
+    /// Each server's state for `status`: `up`, `down` (checked) or `ejected`.
+    pub fn states(&self) -> Vec<&'static str> {
+        let now = self.now_ms();
+        (0..self.servers.len())
+            .map(|i| {
+                if self.servers[i].checked_down.load(Ordering::Relaxed) {
+                    "down"
+                } else if !self.up(i, now) {
+                    "ejected"
+                } else {
+                    "up"
+                }
+            })
+            .collect()
+    }
+}
+
+/// The endpoint a server is reached at.
+pub fn endpoint_of(address: &ServerAddress) -> Endpoint {
+    match address {
+        ServerAddress::Tcp(a) => Endpoint::Tcp(*a),
+        ServerAddress::Unix(p) => Endpoint::Unix(p.clone()),
+    }
+}
+
+/// One engine thread's way to a group.
+pub struct GroupSource {
+    pub health: Arc<GroupHealth>,
+    endpoints: Vec<Endpoint>,
+    balancer: Rc<RefCell<Balancer>>,
+    /// Failures this thread logged, for the log's bound.
+    logged: Cell<u64>,
+}
+
+impl GroupSource {
+    /// The thread on `node` (`seed` tells threads apart) reaching the group `health` is of.
+    pub fn new(health: Arc<GroupHealth>, node: Option<u32>, seed: u64) -> Self {
+        let spec = &health.spec;
+        let policy = match spec.balance {
+            crate::config::upstream::Balance::LeastTime => Policy::LeastTime,
+            crate::config::upstream::Balance::RoundRobin => Policy::RoundRobin,
+            crate::config::upstream::Balance::LeastRequests => Policy::LeastRequests,
+            crate::config::upstream::Balance::Hash(_) => Policy::Hash,
+        };
+        let servers = (spec.servers.iter())
+            .map(|s| Server {
+                key: s.address.to_string(),
+                weight: s.weight,
+                backup: s.backup,
+                local: node.is_some() && s.node == node,
+            })
+            .collect();
+        GroupSource {
+            endpoints: spec
+                .servers
+                .iter()
+                .map(|s| endpoint_of(&s.address))
+                .collect(),
+            balancer: Rc::new(RefCell::new(Balancer::new(policy, servers, seed))),
+            health,
+            logged: Cell::new(0),
+        }
+    }
+
+    pub fn spec(&self) -> &UpstreamSpec {
+        &self.health.spec
+    }
+
+    /// What a hash group balances on, when it is one.
+    pub fn hash_key(&self) -> Option<&HashKey> {
+        match &self.health.spec.balance {
+            crate::config::upstream::Balance::Hash(key) => Some(key),
+            _ => None,
+        }
+    }
+
+    pub fn index_of(&self, endpoint: &Endpoint) -> Option<usize> {
+        self.endpoints.iter().position(|e| e == endpoint)
+    }
+
+    /// A server for a request, none of `tried`, counted in flight until the [`InFlight`]
+    /// is dropped; `None` when no server may be used.
+    pub fn pick(&self, tried: &[usize], key: Option<&[u8]>) -> Option<(usize, Endpoint, InFlight)> {
+        let now = self.health.now_ms();
+        let i = self
+            .balancer
+            .borrow_mut()
+            .pick(|i| self.health.up(i, now), tried, key)?;
+        self.balancer.borrow_mut().start(i);
+        let held = InFlight {
+            balancer: Rc::clone(&self.balancer),
+            server: i,
+        };
+        Some((i, self.endpoints[i].clone(), held))
+    }
+
+    /// Server `i` answered a request's head after `waited`: its latency, and its run of
+    /// failures over (unless `status` is a 5xx counted as one).
+    pub fn answered(&self, i: usize, waited: Duration, status: Option<u16>) {
+        let now_us = self.health.epoch.elapsed().as_micros() as u64;
+        (self.balancer.borrow_mut()).observe(i, waited.as_micros() as u64, now_us);
+        match status {
+            Some(s) if s >= 500 && self.health.spec.passive.on_5xx => {
+                self.failed(i, &format!("answered {s}"))
+            }
+            _ => self.health.succeeded(i),
+        }
+    }
+
+    /// Server `i` failed a request for `cause`: counted toward its ejection, and, for the
+    /// least-time balancer, as a slow answer.
+    pub fn failed(&self, i: usize, cause: &str) {
+        let now_us = self.health.epoch.elapsed().as_micros() as u64;
+        let penalty = self.health.spec.connect_timeout.as_micros() as u64;
+        self.balancer.borrow_mut().penalize(i, penalty, now_us);
+        if let Some(span) = self.health.failed(i) {
+            let spec = &self.health.spec;
+            crate::os::log(
+                "proxy",
+                format_args!(
+                    "upstream `{}`: server {} ejected for {span:?} after {} failures in a row (the last: {cause})",
+                    spec.name, spec.servers[i].name, spec.passive.failures
+                ),
+            );
+        }
+    }
+
+    /// Whether this thread's `n`th failure line is worth writing (see
+    /// [`crate::os::nth_worth_logging`]), with its number.
+    pub fn worth_logging(&self) -> Option<u64> {
+        let n = self.logged.get() + 1;
+        self.logged.set(n);
+        crate::os::nth_worth_logging(n).then_some(n)
+    }
+
+    /// Names server `endpoint` in a log line.
+    pub fn describe(&self, endpoint: Option<&Endpoint>) -> String {
+        let spec = &self.health.spec;
+        match endpoint.and_then(|e| self.index_of(e)) {
+            Some(i) => format!(
+                "server {} of upstream `{}`",
+                spec.servers[i].name, spec.name
+            ),
+            None => format!("upstream `{}`", spec.name),
+        }
+    }
+}
+
+/// A request counted in flight at a server of the thread's balancer, until dropped.
+pub struct InFlight {
+    balancer: Rc<RefCell<Balancer>>,
+    server: usize,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.balancer.borrow_mut().finish(self.server);
+    }
+}
+
+/// The bytes a request's hash key is. A missing header or cookie hashes as empty, so such
+/// requests keep to one server, as nginx's do.
+pub fn key_of(key: &HashKey, req: &crate::http::Request<'_>) -> Vec<u8> {
+    match key {
+        HashKey::Client => req.client.as_bytes().to_vec(),
+        HashKey::Uri => {
+            let mut k = req.path.as_bytes().to_vec();
+            if !req.query.is_empty() {
+                k.push(b'?');
+                k.extend_from_slice(req.query.as_bytes());
+            }
+            k
+        }
+        HashKey::Header(name) => req.header(name).unwrap_or_default().as_bytes().to_vec(),
+        HashKey::Cookie(name) => cookie(req, name).unwrap_or_default().to_vec(),
+    }
+}
+
+/// Cookie `name`'s value in the request's `Cookie` fields.
+fn cookie<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r [u8]> {
+    req.headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+        .flat_map(|h| h.value.split(|&b| b == b';'))
+        .find_map(|pair| {
+            let pair = pair.trim_ascii();
+            let (n, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+            (n == name.as_bytes()).then_some(&v[1..])
+        })
+}

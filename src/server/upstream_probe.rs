@@ -1,0 +1,122 @@
+//! One active health check of an upstream server: a `GET` of the check's path on a new
+//! connection, its answer's status and (when asked) body judged.
+//!
+//! Owns: the probe's request and its reading, bounded in time and size. Must not touch: what
+//! a result does (the supervisor counts rises and falls, see `supervisor::upstream_checks`).
+
+use crate::config::upstream::{ActiveCheck, ServerAddress, ServerSpec};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The most of an answer a probe reads: a health page is small, and a body check looks no
+/// further.
+const MAX_ANSWER: usize = 64 << 10;
+
+/// Probes `server` once: `Ok` when it answered in time with a status in the check's range
+/// (and its body holds the check's text), else why not.
+pub async fn probe(server: &ServerSpec, check: &ActiveCheck) -> Result<(), String> {
+    match tokio::time::timeout(check.timeout, exchange(server, check)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {:?}", check.timeout)),
+    }
+}
+
+async fn exchange(server: &ServerSpec, check: &ActiveCheck) -> Result<(), String> {
+    let host = check.host.as_deref().unwrap_or(&server.name);
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: espalier-health-check\r\nConnection: close\r\n\r\n",
+        check.path
+    );
+    let mut answer = Vec::with_capacity(1024);
+    match &server.address {
+        ServerAddress::Tcp(a) => {
+            let mut s = tokio::net::TcpStream::connect(a)
+                .await
+                .map_err(|e| format!("connect failed: {e}"))?;
+            s.write_all(request.as_bytes())
+                .await
+                .map_err(|e| format!("send failed: {e}"))?;
+            read_answer(&mut s, &mut answer).await?;
+        }
+        ServerAddress::Unix(p) => {
+            let mut s = tokio::net::UnixStream::connect(p)
+                .await
+                .map_err(|e| format!("connect failed: {e}"))?;
+            s.write_all(request.as_bytes())
+                .await
+                .map_err(|e| format!("send failed: {e}"))?;
+            read_answer(&mut s, &mut answer).await?;
+        }
+    }
+    judge(&answer, check)
+}
+
+/// Reads until the server closes (the request said `Connection: close`) or the bound.
+async fn read_answer<R: AsyncReadExt + Unpin>(r: &mut R, out: &mut Vec<u8>) -> Result<(), String> {
+    let mut buf = [0u8; 8192];
+    while out.len() < MAX_ANSWER {
+        match r.read(&mut buf).await {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            // A reset after a whole answer (some servers close so) still judges the answer.
+            Err(_) if !out.is_empty() => break,
+            Err(e) => return Err(format!("read failed: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `answer` passes `check`, or why not.
+fn judge(answer: &[u8], check: &ActiveCheck) -> Result<(), String> {
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut head = httparse::Response::new(&mut fields);
+    let body_at = match head.parse(answer) {
+        Ok(httparse::Status::Complete(n)) => n,
+        _ if answer.is_empty() => return Err("closed without answering".into()),
+        _ => return Err("answered no HTTP/1.x response head".into()),
+    };
+    let status = head.code.unwrap_or(0);
+    if status < check.status.0 || status > check.status.1 {
+        return Err(format!("answered {status}"));
+    }
+    if let Some(text) = &check.body {
+        let body = &answer[body_at..];
+        if memchr::memmem::find(body, text.as_bytes()).is_none() {
+            return Err(format!("answered {status} without \"{text}\" in its body"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn check(body: Option<&str>) -> ActiveCheck {
+        ActiveCheck {
+            path: "/healthz".into(),
+            host: None,
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            status: (200, 399),
+            body: body.map(String::from),
+            rise: 2,
+            fall: 3,
+        }
+    }
+
+    #[test]
+    fn an_answer_passes_by_its_status_and_body() {
+        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        assert_eq!(judge(ok, &check(None)), Ok(()));
+        assert_eq!(judge(ok, &check(Some("ok"))), Ok(()));
+        assert_eq!(
+            judge(ok, &check(Some("ready"))),
+            Err("answered 200 without \"ready\" in its body".into())
+        );
+        let bad = b"HTTP/1.1 503 Service Unavailable\r\n\r\n";
+        assert_eq!(judge(bad, &check(None)), Err("answered 503".into()));
+        assert!(judge(b"", &check(None)).is_err());
+        assert!(judge(b"SSH-2.0-OpenSSH\r\n", &check(None)).is_err());
+    }
+}
