@@ -83,6 +83,15 @@ bindings = ["http://127.0.0.1:{port}"]
 [[site.app]]
 pool = "blog"
 handler = "dynamic"
+[[site.app]]
+path = "/api/"
+pool = "blog"
+upstream = "api"
+[[upstream]]
+name = "api"
+servers = ["127.0.0.2:1"]
+[upstream.health]
+interval = "300ms"
 "#
     );
     let server = Server::with_config(dir.path(), &config);
@@ -268,6 +277,14 @@ handler = "dynamic"
         "{seen}"
     );
     assert_eq!(seen["idle_rows"], 0, "{seen}");
+    // The upstream group's server that refuses connections, down by its check.
+    let upstreams = seen["upstreams"].as_array().unwrap();
+    assert!(
+        upstreams.iter().any(|u| u["state"] == "down"
+            && u["text"].as_str().unwrap().contains("127.0.0.2:1")
+            && u["text"].as_str().unwrap().contains("connect failed")),
+        "{upstreams:?}"
+    );
 
     // The plan: 8 nodes, 160 CPUs, one worker on each node, on one screen.
     let plan_seen = &seen["plan"];

@@ -241,6 +241,24 @@ fn every_server_down_is_a_503_and_every_server_failing_a_502_both_naming_the_gro
             .as_deref(),
         Some("answered 503")
     );
+    // The same in /metrics and `espalier status`.
+    let admin = server.admin.clone().unwrap();
+    let (_, metrics) =
+        espalier::server::admin::request(admin.parse().unwrap(), "GET", "/metrics").unwrap();
+    let metrics = String::from_utf8_lossy(&metrics).to_string();
+    let series = format!(
+        "espalier_upstream_server_up{{upstream=\"api\",server=\"{}\"}} 0",
+        a.addr
+    );
+    assert!(metrics.contains(&series), "{metrics}");
+    let table = espalier_ok(&["status", "--admin", &admin]);
+    assert!(
+        table.contains("UPSTREAMS")
+            && table.contains(&a.addr.to_string())
+            && table.contains("down")
+            && table.contains("last failure: answered 503"),
+        "{table}"
+    );
     drop(a);
     drop(server);
 

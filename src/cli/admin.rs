@@ -204,5 +204,24 @@ fn render(status: &Status) -> String {
             }
         }
     }
+    if !status.upstreams.is_empty() {
+        let _ = writeln!(out, "\nUPSTREAMS (servers espalier did not start)");
+        for g in &status.upstreams {
+            for s in &g.servers {
+                let role = if s.backup { " backup" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "{:<14} {:<28} {:<12} weight {}{role}{}",
+                    g.name,
+                    s.address,
+                    s.state,
+                    s.weight,
+                    s.last_failure
+                        .as_deref()
+                        .map_or(String::new(), |f| format!("  last failure: {f}"))
+                );
+            }
+        }
+    }
     out
 }

@@ -514,7 +514,28 @@ impl Status {
             })
             .collect();
         super::meters::render(&mut out, &sites);
+        self.upstream_metrics(&mut out);
         out
+    }
+
+    /// Each upstream server's state by the active check: 1 up (or not checked), 0 down.
+    fn upstream_metrics(&self, out: &mut String) {
+        if self.upstreams.is_empty() {
+            return;
+        }
+        let name = "espalier_upstream_server_up";
+        let _ = writeln!(out, "# HELP {name} 1 when the upstream server is up by its active check (or has none), 0 when it is down\n# TYPE {name} gauge");
+        for g in &self.upstreams {
+            for s in &g.servers {
+                let _ = writeln!(
+                    out,
+                    "{name}{{upstream=\"{}\",server=\"{}\"}} {}",
+                    g.name,
+                    s.address,
+                    u8::from(s.state != "down")
+                );
+            }
+        }
     }
 }
 

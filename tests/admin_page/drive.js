@@ -47,6 +47,11 @@ async function waitFor(what, check, ms) {
       const t = await page.textContent('td.latency[data-pool="shop"]');
       return t && t.startsWith("p50") ? t : null;
     }, 20000);
+    // The upstream group's server that refuses, shown down by its check.
+    seen.upstreams = await waitFor("the upstream server drawn down", async () => {
+      const u = await page.$$eval("tr.upstream-server", trs => trs.map(tr => ({ state: tr.dataset.state, text: tr.textContent })));
+      return u.some(x => x.state === "down") ? u : null;
+    }, 20000);
     await page.screenshot({ path: `${out}/live.png`, timeout: 60000 });
     const before = seen.rows.find(r => r.pool === "blog").pid;
     await page.click('button[data-action="recycle"][data-pool="blog"]');
