@@ -116,6 +116,14 @@ fn round_robin_follows_the_weights_and_a_killed_servers_gets_are_sent_elsewhere(
         a.addr, b.addr
     ));
     let server = Server::with_config(dir.path(), &config);
+    // Each server runs here: its node is found from its process's CPUs, as the status says.
+    let topology =
+        espalier::topology::sysfs::read(&espalier::topology::sysfs::SysfsPaths::live()).unwrap();
+    let cpus = espalier::os::numa::thread_affinity(a.child.id() as i32).unwrap();
+    let node = espalier::server::upstream_nodes::node_of(&cpus, &topology);
+    assert!(node.is_some() || topology.nodes.len() > 1);
+    let status = server.status();
+    assert_eq!(status.upstreams[0].servers[0].node, node, "{status:?}");
     let names: Vec<String> = (0..300).map(|_| served_by(addr, "/x", "")).collect();
     // Each thread keeps the weights exactly over every three of its picks.
     let (na, nb) = (count(&names, "a"), count(&names, "b"));

@@ -49,6 +49,10 @@ pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
             Some(file) => format!("{}: {e}", file.display()),
             None => e,
         })?;
+    let mut config = config;
+    if !args.dry_run {
+        crate::server::upstream_nodes::find_local_nodes(&mut config, &t);
+    }
     let plan = placement::plan(&t, &config.pools, &[]).map_err(|e| e.to_string())?;
     if args.dry_run {
         if args.json {

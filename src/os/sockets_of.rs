@@ -39,6 +39,50 @@ pub fn loopback_listeners(port: u16) -> Vec<Listener> {
     found
 }
 
+/// The sockets listening where connections to the loopback address `addr` land: on `addr`
+/// itself or on every address (IPv4 or IPv6).
+pub fn listeners_at(addr: std::net::SocketAddr) -> Vec<Listener> {
+    let std::net::IpAddr::V4(ip) = addr.ip() else {
+        return Vec::new();
+    };
+    // The kernel writes an IPv4 address as its 32 bits in the machine's order, in hex.
+    let own = format!("{:08X}", u32::from_ne_bytes(ip.octets()));
+    let mapped = format!("0000000000000000FFFF0000{own}");
+    let mut found = Vec::new();
+    for (file, addrs) in [
+        ("/proc/net/tcp", vec![own.clone(), "00000000".to_string()]),
+        (
+            "/proc/net/tcp6",
+            vec!["00000000000000000000000000000000".to_string(), mapped],
+        ),
+    ] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+        found.extend(listeners_in(&text, addr.port(), &addrs));
+    }
+    found
+}
+
+/// The processes holding socket `inode` (a walk of every process's descriptors: for a
+/// reload's few upstream servers, not per request).
+pub fn holders_of(inode: u64) -> Vec<u32> {
+    let wanted = format!("socket:[{inode}]");
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == wanted.as_str())
+                })
+            })
+        })
+        .collect()
+}
+
 /// One row of `/proc/net/tcp*`: the local address and port as the kernel spells them (hex),
 /// the state (`0A` listening, `01` established, `08` close-wait), owner uid and inode.
 struct Row<'a> {

@@ -37,6 +37,7 @@ pub mod spec;
 pub mod status;
 pub mod steering;
 pub mod supervisor;
+pub mod upstream_nodes;
 mod upstream_probe;
 pub mod worker;
 mod worker_health;

@@ -59,8 +59,10 @@ impl Supervisor {
             .ok_or("espalier serve was started without -c FILE: there is no file to reload")?;
         let file = path.display().to_string();
         let new = Config::load(&path, &self.topology).map_err(|e| e.to_string())?;
-        let new = crate::server::dispatcher::with_dispatcher(new, crate::os::process::is_root())
-            .map_err(|e| format!("{file}: {e}"))?;
+        let mut new =
+            crate::server::dispatcher::with_dispatcher(new, crate::os::process::is_root())
+                .map_err(|e| format!("{file}: {e}"))?;
+        crate::server::upstream_nodes::find_local_nodes(&mut new, &self.topology);
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
             .map_err(|e| format!("{file}: {e}"))?;
         crate::server::master::check_identities(&new).map_err(|e| format!("{file}: {e}"))?;

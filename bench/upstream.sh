@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# bench/upstream.sh — espalier in front of servers it did not start (`[[upstream]]`), against
+# nginx's `proxy_pass` to the same servers, in one run.
+#
+# Part 1, the proxy tier's cost: two Node servers (a few lines each, answering "ok"), reached
+# through an upstream group of the two by espalier (balance least_time, the default, and
+# round_robin) and by nginx (`upstream` with `keepalive 64`, round robin). Keep-alive load from
+# wrk pinned to CLIENT_CPU, every proxy on SERVER_CPU, the runs interleaved. Prints
+# requests/s, p99 and the proxy tier's CPU time per request (user + system of every process
+# and thread of the proxy, from /proc/<pid>/stat, summed over all runs) with the ratio
+# against nginx, and the proxy's user-space instructions per request (callgrind; user space
+# only, not the whole cost).
+#
+# Part 2, a slow server: the same two servers, one answering 20 ms late. Its share of the
+# requests and the p99, by least_time, by round_robin, and by nginx's round robin.
+#
+# Installs nginx, wrk, nodejs and valgrind from Debian when missing.
+#   bench/upstream.sh                 # DURATION=5 RUNS=3 PARTS=12
+#   ESPALIER_BIN=/path/to/espalier PARTS=1 bench/upstream.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DURATION=${DURATION:-5}
+RUNS=${RUNS:-3}
+CONNS=${CONNS:-32}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+PARTS=${PARTS:-12}
+SLOW_MS=${SLOW_MS:-20}
+
+. "$ROOT/bench/common.sh"
+need_tools nginx:nginx-light wrk:wrk node:nodejs valgrind:valgrind python3:python3
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+ESPALIER=$(espalier_binary "$ROOT")
+bench_workdir espalier-upstream-bench
+mkdir -p "$WORK/nginx"
+
+# A server that answers "ok" (after DELAY_MS, when set) and counts what it answered: GET
+# /count on its own port says how many.
+cat > "$WORK/server.js" <<'JS'
+const http = require('http');
+const delay = parseInt(process.env.DELAY_MS || '0', 10);
+let answered = 0;
+http.createServer((req, res) => {
+  if (req.url === '/count') { res.end(String(answered)); return; }
+  const done = () => { answered++; res.writeHead(200, {'Content-Type': 'text/plain', 'Content-Length': '3'}); res.end('ok\n'); };
+  if (delay) setTimeout(done, delay); else done();
+}).listen(parseInt(process.env.PORT, 10), '127.0.0.1');
+JS
+
+A=$(free_port); B=$(free_port); SLOW=$(free_port)
+LT=$(free_port); RR=$(free_port); NG=$(free_port)
+SLT=$(free_port); SRR=$(free_port); SNG=$(free_port)
+
+espalier_conf() { # file port admin balance server…
+  local file=$1 port=$2 admin=$3 balance=$4; shift 4
+  local list; list=$(printf '"127.0.0.1:%s", ' "$@"); list=${list%, }
+  cat >"$WORK/$file" <<CONF
+[server]
+admin = "127.0.0.1:$admin"
+[[pool]]
+name = "front"
+processes = 1
+cpus = "$SERVER_CPU"
+affinity = "hard"
+[[upstream]]
+name = "api"
+servers = [$list]
+balance = "$balance"
+[[site]]
+name = "front"
+bindings = ["http://127.0.0.1:$port"]
+[[site.app]]
+path = "/"
+upstream = "api"
+CONF
+}
+espalier_conf lt.toml "$LT" "$(free_port)" least_time "$A" "$B"
+espalier_conf rr.toml "$RR" "$(free_port)" round_robin "$A" "$B"
+espalier_conf slt.toml "$SLT" "$(free_port)" least_time "$A" "$SLOW"
+espalier_conf srr.toml "$SRR" "$(free_port)" round_robin "$A" "$SLOW"
+
+nginx_conf() { # file port_two port_slow pidfile
+  cat > "$1" <<CONF
+worker_processes 1;
+worker_cpu_affinity $(python3 -c "print(format(1<<$SERVER_CPU,'b'))");
+daemon off;
+error_log $WORK/nginx/error.log;
+pid $4;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream two { server 127.0.0.1:$A; server 127.0.0.1:$B; keepalive 64; }
+  upstream slow { server 127.0.0.1:$A; server 127.0.0.1:$SLOW; keepalive 64; }
+  server {
+    listen 127.0.0.1:$2;
+    location / { proxy_pass http://two; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; }
+  }
+  server {
+    listen 127.0.0.1:$3;
+    location / { proxy_pass http://slow; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; }
+  }
+}
+CONF
+}
+nginx_conf "$WORK/nginx/nginx.conf" "$NG" "$SNG" "$WORK/nginx/nginx.pid"
+
+start() { # name command… — in the background, on the server CPU
+  (cd "$WORK" && exec taskset -c "$SERVER_CPU" "${@:2}") >"$WORK/$1.out" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$1=$!"
+}
+# The servers on the client's CPU: the proxies alone share theirs.
+(cd "$WORK" && exec taskset -c "$CLIENT_CPU" env PORT="$A" node server.js) >"$WORK/a.out" 2>&1 & PIDS+=($!)
+(cd "$WORK" && exec taskset -c "$CLIENT_CPU" env PORT="$B" node server.js) >"$WORK/b.out" 2>&1 & PIDS+=($!)
+(cd "$WORK" && exec taskset -c "$CLIENT_CPU" env PORT="$SLOW" DELAY_MS="$SLOW_MS" node server.js) >"$WORK/slow.out" 2>&1 & PIDS+=($!)
+start nginx "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
+for t in lt rr slt srr; do start "$t" "$ESPALIER" serve -c "$t.toml"; done
+for p in "$A" "$B" "$SLOW" "$NG" "$SNG" "$LT" "$RR" "$SLT" "$SRR"; do wait_port "$p"; done
+
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
+tier_pids() { local root; root=$(eval echo "\$PID_$1"); echo "$root"; descendants "$root"; }
+port_of() { case $1 in lt) echo "$LT" ;; rr) echo "$RR" ;; nginx) echo "$NG" ;; slt) echo "$SLT" ;; srr) echo "$SRR" ;; snginx) echo "$SNG" ;; esac; }
+pid_name() { case $1 in snginx) echo nginx ;; *) echo "$1" ;; esac; }
+
+load() { # url seconds → "requests rps p50_ms p99_ms"
+  local out
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" --latency "$1")
+  local ms='function ms(v){ if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }'
+  echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out") \
+$(awk "$ms"' $1=="50%" {print ms($2)}' <<<"$out") $(awk "$ms"' $1=="99%" {print ms($2)}' <<<"$out")"
+}
+HZ=$(getconf CLK_TCK)
+us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
+count() { curl -s "http://127.0.0.1:$1/count"; }
+
+part1() {
+  local targets=(lt rr nginx)
+  declare -A REQS TICKS RPS P99 INSNS
+  for t in "${targets[@]}"; do load "http://127.0.0.1:$(port_of "$t")/" 1 >/dev/null; REQS[$t]=0; TICKS[$t]=0; RPS[$t]=0; done
+  echo "part 1: two servers behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
+  for _ in $(seq "$RUNS"); do
+    for t in "${targets[@]}"; do
+      mapfile -t tier < <(tier_pids "$(pid_name "$t")")
+      before=$(proc_ticks "${tier[@]}")
+      read -r reqs rps _ p99 < <(load "http://127.0.0.1:$(port_of "$t")/" "$DURATION")
+      TICKS[$t]=$((TICKS[$t] + $(proc_ticks "${tier[@]}") - before))
+      REQS[$t]=$((REQS[$t] + reqs))
+      if python3 -c "import sys; sys.exit(0 if $rps > ${RPS[$t]} else 1)"; then RPS[$t]=$rps; P99[$t]=$p99; fi
+    done
+  done
+  # User-space instructions per request: espalier (least_time) and nginx again under callgrind.
+  local cgport cgadmin
+  cgport=$(free_port); cgadmin=$(free_port)
+  espalier_conf cg.toml "$cgport" "$cgadmin" least_time "$A" "$B"
+  (cd "$WORK" && exec taskset -c "$SERVER_CPU" valgrind --tool=callgrind --trace-children=yes "--callgrind-out-file=$WORK/cg.%p" "$ESPALIER" serve -c cg.toml) >"$WORK/cg.out" 2>&1 &
+  local cgpid=$!; PIDS+=($cgpid)
+  for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$cgport") 2>/dev/null && break; sleep 0.1; done
+  load "http://127.0.0.1:$cgport/" 2 >/dev/null
+  mapfile -t cgp < <(echo "$cgpid"; descendants "$cgpid")
+  cg_zero "${cgp[@]}"
+  read -r reqs _ _ _ < <(load "http://127.0.0.1:$cgport/" "$DURATION")
+  INSNS[lt]=$(per_request "$(cg_dump_sum "$WORK" "${cgp[@]}")" "$reqs")
+  kill "$cgpid" 2>/dev/null || true
+  local ngcg; ngcg=$(free_port)
+  nginx_conf "$WORK/nginx/cg.conf" "$ngcg" "$(free_port)" "$WORK/nginx/cg.pid"
+  (exec taskset -c "$SERVER_CPU" valgrind --tool=callgrind --trace-children=yes "--callgrind-out-file=$WORK/cg.%p" "$NGINX" -c "$WORK/nginx/cg.conf" -p "$WORK/nginx") >"$WORK/ngcg.out" 2>&1 &
+  local ngpid=$!; PIDS+=($ngpid)
+  for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$ngcg") 2>/dev/null && break; sleep 0.1; done
+  load "http://127.0.0.1:$ngcg/" 2 >/dev/null
+  mapfile -t ngp < <(echo "$ngpid"; descendants "$ngpid")
+  cg_zero "${ngp[@]}"
+  read -r reqs _ _ _ < <(load "http://127.0.0.1:$ngcg/" "$DURATION")
+  INSNS[nginx]=$(per_request "$(cg_dump_sum "$WORK" "${ngp[@]}")" "$reqs")
+  kill "$ngpid" 2>/dev/null || true
+
+  echo
+  echo "part 1 — proxy tier, two upstream servers, keep-alive both sides (wrk -t1 -c$CONNS, $RUNS×${DURATION}s)"
+  printf '%-28s %10s %8s %14s %10s %16s\n' target req/s p99_ms cpu_us/req vs_nginx user_insns/req
+  local nginx_us; nginx_us=$(us "${TICKS[nginx]}" "${REQS[nginx]}")
+  for t in "${targets[@]}"; do
+    local name; name=$(case $t in lt) echo "espalier least_time" ;; rr) echo "espalier round_robin" ;; nginx) echo "nginx proxy_pass" ;; esac)
+    local cpu; cpu=$(us "${TICKS[$t]}" "${REQS[$t]}")
+    printf '%-28s %10s %8s %14s %10s %16s\n' "$name" "${RPS[$t]}" "${P99[$t]}" "$cpu" "$(ratio "$cpu" "$nginx_us")" "${INSNS[$t]:--}"
+  done
+  echo "(CPU: user+system of every proxy process and thread, /proc/<pid>/stat; instructions: callgrind, user space only)"
+}
+
+part2() {
+  echo "part 2: one of two servers answering ${SLOW_MS} ms late…" >&2
+  echo
+  echo "part 2 — one server ${SLOW_MS} ms late (wrk -t1 -c$CONNS, ${DURATION}s each)"
+  printf '%-28s %10s %8s %8s %12s\n' balancer req/s p50_ms p99_ms slow_share
+  for t in slt srr snginx; do
+    load "http://127.0.0.1:$(port_of "$t")/" 1 >/dev/null
+    local fast0 slow0; fast0=$(count "$A"); slow0=$(count "$SLOW")
+    read -r _ rps p50 p99 < <(load "http://127.0.0.1:$(port_of "$t")/" "$DURATION")
+    local fast slow; fast=$(($(count "$A") - fast0)); slow=$(($(count "$SLOW") - slow0))
+    local name; name=$(case $t in slt) echo "espalier least_time" ;; srr) echo "espalier round_robin" ;; snginx) echo "nginx round robin" ;; esac)
+    printf '%-28s %10s %8s %8s %12s\n' "$name" "$rps" "$p50" "$p99" "$(python3 -c "print(f'{$slow / max($fast + $slow, 1):.3f}')")"
+  done
+}
+
+case $PARTS in *1*) part1 ;; esac
+case $PARTS in *2*) part2 ;; esac
