@@ -29,7 +29,8 @@
 //!    ([`handlers::static_files`], [`handlers::dynamic`], [`handlers::cpu`]); it has the
 //!    connection lent to an application ([`proxy::Dispatch`]: the request built once, in
 //!    HTTP/1.1 or FastCGI, for an HTTP/1.1 connection or an HTTP/2 stream alike, to a
-//!    process on the thread's node, chosen by [`topology::nearest`]); or, on an address
+//!    process on the thread's node, chosen by [`topology::nearest`], or to a server of an
+//!    `[[upstream]]` group, chosen by the thread's own balancer, [`routing::balance`]); or, on an address
 //!    several pools share, it hands the connection to the pool that serves it ([`handoff`]).
 //! 6. The answers of every request in the buffer go out in one `write` (or `sendfile` for a
 //!    large file, through the kernel's TLS where [`http::ktls`] hands it over), back in
@@ -49,7 +50,7 @@
 //! | [`units`] | durations, sizes, percentages | yes |
 //! | [`compress`] | the content codings (gzip, brotli, zstd): a whole body, or a stream | yes |
 //! | [`topology`] | nodes, CPUs, caches, NICs as read from sysfs; ranking by distance ([`topology::nearest`]) | parsing and ranking yes; reading in `topology::sysfs` |
-//! | [`routing`] | the routing tables a worker is given: sites by address and host name, path prefixes, a site's redirect and rewrite rules | yes |
+//! | [`routing`] | the routing tables a worker is given: sites by address and host name, path prefixes, a site's redirect and rewrite rules, choosing an upstream server | yes |
 //! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, io_uring, processes, cgroups, private folders | no — every `unsafe` of the crate |
 //! | [`certs`] | certificate files: loaded, checked, fingerprinted | reads files |
 //! | [`config`] | the TOML config, defaults, validation | yes, but it checks that roots, programs and certificates exist and are usable |
@@ -57,7 +58,7 @@
 //! | [`tls`] | SNI, the rustls server configuration, which connections kTLS may take | yes but for building keys |
 //! | [`handoff`] | passing a connection to another pool's thread on a shared address | no |
 //! | [`http`] | the engine: HTTP/1.1 parsing and connection, HTTP/2 streams, the service contract, access logs | parsing yes; I/O in `http::conn`, `http::h2` |
-//! | [`proxy`] | forwarding to application processes in HTTP/1.1 or FastCGI | building requests yes; forwarding no |
+//! | [`proxy`] | forwarding to application processes in HTTP/1.1 or FastCGI, and to upstream groups' servers | building requests yes; forwarding no |
 //! | [`handlers`] | routing a request, static files, the dynamic page, the CPU-heavy page | no: static files stat, open and read on the event loop, as nginx does |
 //! | [`server`] | the master, the supervisor, the workers, the admin endpoint | decisions yes (`lifecycle`, `supervisor`'s `life`, `soft`, `steering`); the rest no |
 //! | [`bench`](mod@bench) | the load generator and its mergeable results | no |

@@ -220,6 +220,7 @@ fn check_accepts_good_and_refuses_bad_configs_in_one_line() {
         "examples/web-garden.toml",
         "examples/site-answers.toml",
         "examples/traffic.toml",
+        "examples/upstream.toml",
     ] {
         let ok = espalier(&["check", "-c", example]);
         assert!(ok.status.success(), "{example}: {}", stderr(&ok));

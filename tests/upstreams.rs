@@ -19,12 +19,18 @@ struct Backend {
 
 impl Backend {
     fn start(dir: &Path, ip: &str, name: &str) -> Backend {
+        Backend::start_with(dir, ip, name, &[])
+    }
+
+    /// As [`Backend::start`], with the script's further arguments (TLS files).
+    fn start_with(dir: &Path, ip: &str, name: &str, extra: &[&Path]) -> Backend {
         let addr: SocketAddr = format!("{ip}:{}", free_port()).parse().unwrap();
         let record = dir.join(format!("{name}.record"));
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/upstream_backend.py");
         let child = Command::new("python3")
             .arg(script)
             .args([ip, &addr.port().to_string(), name, record.to_str().unwrap()])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -446,6 +452,74 @@ fn a_websocket_is_tunnelled_to_an_upstream_server() {
 }
 
 #[test]
+fn https_servers_are_verified_by_their_authority_and_may_be_asked_for_a_client_certificate() {
+    need_tools("python3:python3 openssl:openssl", "python3 and openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    crate::common::tls::openssl_cert(d, "backend", "backend.test");
+    crate::common::tls::openssl_cert(d, "stranger", "backend.test");
+    crate::common::tls::openssl_cert(d, "client", "front.test");
+    let (cert, key, client) = (
+        d.join("backend.pem"),
+        d.join("backend.key"),
+        d.join("client.pem"),
+    );
+    let a = Backend::start_with(d, "127.0.0.2", "a", &[&cert, &key]);
+    let b = Backend::start_with(d, "127.0.0.3", "b", &[&cert, &key, &client]);
+    let site = |addr: SocketAddr, path: &str, group: &str| {
+        format!("[[site.app]]\npath = \"{path}\"\nupstream = \"{group}\"\n")
+            .replace("{addr}", &addr.to_string())
+    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let group = |name: &str, server: &Backend, tls: &str| {
+        format!(
+            "[[upstream]]\nname = \"{name}\"\nservers = [\"https://{}\"]\n[upstream.tls]\n{tls}\n",
+            server.addr
+        )
+    };
+    let config = [
+        group("trusted", &a, "ca = \"backend.pem\"\nserver_name = \"backend.test\""),
+        group("checked", &a, "ca = \"backend.pem\"\nserver_name = \"backend.test\"\n[upstream.health]\npath = \"/health\"\ninterval = \"300ms\""),
+        group("strange", &a, "ca = \"stranger.pem\"\nserver_name = \"backend.test\""),
+        group("unverified", &a, "verify = false"),
+        group("with_cert", &b, "ca = \"backend.pem\"\nserver_name = \"backend.test\"\ncert = \"client.pem\"\nkey = \"client.key\""),
+        group("without_cert", &b, "ca = \"backend.pem\"\nserver_name = \"backend.test\""),
+        format!("[[site]]\nname = \"front\"\nbindings = [\"http://{addr}\"]\n"),
+        site(addr, "/trusted/", "trusted"),
+        site(addr, "/checked/", "checked"),
+        site(addr, "/strange/", "strange"),
+        site(addr, "/unverified/", "unverified"),
+        site(addr, "/with_cert/", "with_cert"),
+        site(addr, "/without_cert/", "without_cert"),
+    ]
+    .concat();
+    let server = Server::with_config(d, &config);
+    assert_eq!(served_by(addr, "/trusted/x", ""), "a");
+    assert_eq!(served_by(addr, "/unverified/x", ""), "a");
+    assert_eq!(served_by(addr, "/with_cert/x", ""), "b");
+    // Another authority's certificate: refused in the handshake, 502, and the log says why.
+    assert_eq!(served_by(addr, "/strange/x", ""), "status 502");
+    let log = server.wait_for_log(
+        "TLS handshake failed: invalid peer certificate",
+        Duration::from_secs(5),
+    );
+    assert!(
+        log.contains("upstream `strange` could not be reached"),
+        "{log}"
+    );
+    // A server that asks for a client certificate, given none.
+    assert_eq!(served_by(addr, "/without_cert/x", ""), "status 502");
+    // The active check speaks TLS too.
+    server.wait_until("the TLS check passing", Duration::from_secs(20), |s| {
+        s.status()
+            .upstreams
+            .iter()
+            .any(|u| u.name == "checked" && u.servers[0].state == "up")
+    });
+    assert!(a.requests().iter().any(|r| r == "GET /health"));
+}
+
+#[test]
 fn check_refuses_what_an_upstream_cannot_be_and_says_how_to_reach_a_running_service() {
     let dir = tempfile::tempdir().unwrap();
     let check = |config: &str| {
@@ -463,8 +537,10 @@ fn check_refuses_what_an_upstream_cannot_be_and_says_how_to_reach_a_running_serv
         err.contains("no upstream is named `apy`; use one of: api"),
         "{err}"
     );
-    let err = check("[[upstream]]\nname = \"api\"\nservers = [\"https://127.0.0.1:9\"]\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\n");
-    assert!(err.contains("TLS to a server"), "{err}");
+    let err = check("[[upstream]]\nname = \"api\"\nservers = [\"https://127.0.0.1:9\"]\n[upstream.tls]\nca = \"no-such-ca.pem\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\n");
+    assert!(err.contains("no-such-ca.pem cannot be read"), "{err}");
+    let err = check("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9\"]\n[upstream.tls]\nverify = false\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\n");
+    assert!(err.contains("has no https:// server"), "{err}");
     let err = check("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9 weight=0\"]\nbalance = \"fastest\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\nhandler = \"static\"\n");
     assert!(
         err.contains("a weight is a whole number from 1 to 100"),

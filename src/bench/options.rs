@@ -48,17 +48,7 @@ pub struct BenchOptions {
     pub io_path: String,
 }
 
-/// Which server certificates the load generator believes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Trust {
-    /// The system's CA bundle (Debian's `ca-certificates`).
-    System,
-    /// These PEM files' certificates (`--cacert`), for a private CA or a self-signed server.
-    CaFiles(Vec<std::path::PathBuf>),
-    /// Any certificate (`--insecure`, as `curl -k`): the handshake's signatures are still
-    /// checked, so the server does the same work as for a verifying client.
-    Insecure,
-}
+pub use crate::tls::client::Trust;
 
 /// One URL to load, resolved.
 #[derive(Debug, Clone)]

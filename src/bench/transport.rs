@@ -5,17 +5,12 @@
 //! Owns: connecting, the client's TLS configuration and which certificates it trusts. Must
 //! not touch: HTTP (see [`super::connection`] and [`super::h2`]).
 
-use super::options::{BenchOptions, Target, Trust};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use super::options::{BenchOptions, Target};
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-
-/// Debian's bundle of the system's trusted CAs (package `ca-certificates`).
-const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// A connection to the server: cleartext (on tokio's epoll, or on the thread's io_uring) or
 /// TLS.
@@ -132,156 +127,12 @@ pub(super) fn client_config(opts: &BenchOptions) -> Result<Option<ClientConfig>,
     if !opts.targets.iter().any(|t| t.tls) {
         return Ok(None);
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("TLS: {e}"))?;
-    let mut config = match &opts.trust {
-        Trust::Insecure => builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Believer {
-                webpki: None,
-                pinned: Vec::new(),
-                provider,
-            }))
-            .with_no_client_auth(),
-        Trust::System => builder
-            .with_root_certificates(roots(&[SYSTEM_CA_BUNDLE.into()], "the system's CAs")?.0)
-            .with_no_client_auth(),
-        Trust::CaFiles(files) => {
-            let (store, pinned) = roots(files, "--cacert")?;
-            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(store),
-                Arc::clone(&provider),
-            )
-            .build()
-            .map_err(|e| format!("--cacert: {e}"))?;
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Believer {
-                    webpki: Some(webpki),
-                    pinned,
-                    provider,
-                }))
-                .with_no_client_auth()
-        }
-    };
-    config.alpn_protocols = vec![if opts.h2 {
+    let alpn = if opts.h2 {
         b"h2".to_vec()
     } else {
         b"http/1.1".to_vec()
-    }];
-    Ok(Some(config))
-}
-
-/// The certificates of PEM files, as trust anchors, and as they are.
-fn roots(
-    files: &[std::path::PathBuf],
-    what: &str,
-) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), String> {
-    let mut store = RootCertStore::empty();
-    let mut all = Vec::new();
-    for f in files {
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(f)
-            .and_then(|i| i.collect())
-            .map_err(|e| {
-                format!(
-                    "{what}: cannot read certificates from {}: {e}; {}",
-                    f.display(),
-                    if what == "--cacert" {
-                        "give a readable PEM file"
-                    } else {
-                        "install ca-certificates, or give --cacert FILE or --insecure"
-                    }
-                )
-            })?;
-        all.extend(certs.iter().cloned());
-        let (added, _) = store.add_parsable_certificates(certs);
-        if added == 0 {
-            return Err(format!(
-                "{what}: {} holds no usable certificate; give a PEM file of CA certificates",
-                f.display()
-            ));
-        }
-    }
-    Ok((store, all))
-}
-
-/// The certificates `--cacert` and `--insecure` believe; the handshake's signatures are
-/// checked either way, so the server does a browser's work.
-/// - `--cacert`: a certificate chained to one of the files' CAs, or exactly one of the files'
-///   certificates. The second is how `curl --cacert` accepts a self-signed server
-///   certificate, which `openssl req -x509` marks as a CA and WebPKI therefore refuses as a
-///   server's;
-/// - `--insecure` (`webpki` is `None`): any certificate.
-#[derive(Debug)]
-struct Believer {
-    webpki: Option<Arc<rustls::client::WebPkiServerVerifier>>,
-    pinned: Vec<CertificateDer<'static>>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl ServerCertVerifier for Believer {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match &self.webpki {
-            Some(webpki)
-                if !self
-                    .pinned
-                    .iter()
-                    .any(|p| p.as_ref() == end_entity.as_ref()) =>
-            {
-                webpki.verify_server_cert(
-                    end_entity,
-                    intermediates,
-                    server_name,
-                    ocsp_response,
-                    now,
-                )
-            }
-            _ => Ok(ServerCertVerified::assertion()),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    };
+    crate::tls::client::client_config(&opts.trust, None, vec![alpn]).map(Some)
 }
 
 crate::async_io::delegate_async_io!(Stream { Plain, Ring, Tls });

@@ -44,6 +44,18 @@ pub struct RawUpstream {
     pub try_for: Option<Scalar>,
     pub health: Option<RawHealthCheck>,
     pub passive: Option<RawPassiveCheck>,
+    pub tls: Option<RawUpstreamTls>,
+}
+
+/// `[upstream.tls]`: how `https://` servers are verified.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    pub ca: Option<String>,
+    pub verify: Option<bool>,
+    pub server_name: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
 }
 
 /// `[upstream.health]`: the active check.

@@ -959,9 +959,10 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
         ]
         .concat(),
         [
-            prefixed("", accepted::<RawUpstream>(), &["health", "passive"]),
+            prefixed("", accepted::<RawUpstream>(), &["health", "passive", "tls"]),
             prefixed("health.", accepted::<RawHealthCheck>(), &[]),
             prefixed("passive.", accepted::<RawPassiveCheck>(), &[]),
+            prefixed("tls.", accepted::<RawUpstreamTls>(), &[]),
         ]
         .concat(),
     ];

@@ -35,7 +35,28 @@ pub struct UpstreamSpec {
     /// Active checks, when `health` is set.
     pub health: Option<ActiveCheck>,
     pub passive: PassiveCheck,
+    /// How its `https://` servers are spoken to (`[upstream.tls]`); `None` when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<UpstreamTls>,
 }
+
+/// `[upstream.tls]`: TLS to a group's `https://` servers, their certificates verified by
+/// default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamTls {
+    /// The authorities the servers' certificates must chain to (PEM); `None`: the system's
+    /// (Debian's `/etc/ssl/certs/ca-certificates.crt`).
+    pub ca: Option<PathBuf>,
+    /// `false` only when said (`verify = false`): any certificate is taken.
+    pub verify: bool,
+    /// The name sent (SNI) and verified, over each server's own host name.
+    pub server_name: Option<String>,
+    /// A client certificate and its key, for servers that ask for one.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+/// The system's authorities, where Debian keeps them.
+pub const SYSTEM_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 impl UpstreamSpec {
     /// A group of `servers` with every default (a path's `upstream = "ADDRESS"`).
@@ -50,6 +71,7 @@ impl UpstreamSpec {
             try_for: Duration::from_secs(10),
             health: None,
             passive: PassiveCheck::default(),
+            tls: None,
         }
     }
 }
@@ -65,6 +87,10 @@ pub struct ServerSpec {
     pub backup: bool,
     /// The NUMA node it runs on, when said (`node=1`) or found (a local process's CPUs).
     pub node: Option<u32>,
+    /// Spoken to over TLS (`https://`), with this name sent and verified (its host as
+    /// written; the group's `tls.server_name` wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_name: Option<String>,
 }
 
 /// Where a server accepts connections.

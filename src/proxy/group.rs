@@ -42,19 +42,41 @@ pub struct GroupHealth {
     pub spec: Arc<UpstreamSpec>,
     epoch: Instant,
     pub servers: Vec<ServerHealth>,
+    /// Its `https://` servers' TLS client configuration (made once per process, while the
+    /// worker may still read its files), or why it could not be made.
+    tls: Option<Result<Arc<rustls::ClientConfig>, String>>,
 }
 
 impl GroupHealth {
     pub fn new(spec: Arc<UpstreamSpec>) -> Self {
         GroupHealth {
-            servers: spec
-                .servers
-                .iter()
+            servers: (spec.servers.iter())
                 .map(|_| ServerHealth::default())
                 .collect(),
+            tls: spec.tls.as_ref().map(|t| client_config(t).map(Arc::new)),
             spec,
             epoch: Instant::now(),
         }
+    }
+
+    /// How server `i` is spoken to over TLS: the client configuration and the name sent and
+    /// verified; `None` for a cleartext server.
+    pub fn tls_for(&self, i: usize) -> Option<Result<TlsTo<'_>, String>> {
+        let server = &self.spec.servers[i];
+        let own = server.tls_name.as_deref()?;
+        let named = self
+            .spec
+            .tls
+            .as_ref()
+            .and_then(|t| t.server_name.as_deref());
+        let name = named.unwrap_or(own);
+        Some(match &self.tls {
+            Some(Ok(config)) => rustls::pki_types::ServerName::try_from(name.to_string())
+                .map(|n| (config, n))
+                .map_err(|e| format!("`{name}` is no TLS server name: {e}")),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err("the group has no TLS settings".into()),
+        })
     }
 
     fn now_ms(&self) -> u64 {
@@ -131,6 +153,27 @@ impl GroupHealth {
             })
             .collect()
     }
+}
+
+/// A TLS server's client configuration and the name sent and verified.
+pub type TlsTo<'a> = (
+    &'a Arc<rustls::ClientConfig>,
+    rustls::pki_types::ServerName<'static>,
+);
+
+/// The TLS client configuration `[upstream.tls]` says: its authorities (or none checked with
+/// `verify = false`), its client certificate, HTTP/1.1 by ALPN.
+pub fn client_config(
+    tls: &crate::config::upstream::UpstreamTls,
+) -> Result<rustls::ClientConfig, String> {
+    use crate::tls::client::Trust;
+    let trust = match (&tls.ca, tls.verify) {
+        (_, false) => Trust::Insecure,
+        (Some(ca), true) => Trust::CaFiles(vec![ca.clone()]),
+        (None, true) => Trust::System,
+    };
+    let cert = (tls.client_cert.as_ref()).map(|(c, k)| (c.as_path(), k.as_path()));
+    crate::tls::client::client_config(&trust, cert, vec![b"http/1.1".to_vec()])
 }
 
 /// The endpoint a server is reached at.

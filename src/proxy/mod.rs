@@ -1,9 +1,11 @@
-//! The reverse proxy of `transport = "proxy"` pools: espalier's worker threads forward each
-//! request to an application process on their own NUMA node — no maintained proxy chooses its
-//! upstream by node.
+//! The reverse proxy of `transport = "proxy"` pools and of `[[upstream]]` groups: espalier's
+//! worker threads forward each request to an application process on their own NUMA node — no
+//! maintained proxy chooses its upstream by node — or to a server of a group espalier did not
+//! start, chosen by the thread's own balancer ([`group`]).
 //!
 //! Owns: where an app process listens ([`Endpoint`]), which processes a thread may use (its
-//! node's first, by `crate::topology::nearest`), the one dispatch of a routed request
+//! node's first, by `crate::topology::nearest`), an upstream group's servers as a thread
+//! reaches them and their health in a process ([`group`]), the one dispatch of a routed request
 //! ([`Dispatch`]), and the forwarding itself
 //! ([`forward`](mod@forward): the upstream connection pools, request and response bodies streamed both
 //! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry), in HTTP/1.1 or, for

@@ -281,22 +281,33 @@ impl ProxyRoute {
                 causes.push(format!("try_for ({:?}) ran out", spec.try_for));
                 break;
             }
-            let Some((i, endpoint, held)) = g.pick(&tried, key) else {
+            // A request sent again (its connection closed before any answer) goes to another
+            // server when there is one, else to the same on a new connection.
+            let again = || (causes.is_empty() && avoid.is_some()).then(|| g.pick(&[], key));
+            let Some((i, endpoint, held)) = g.pick(&tried, key).or_else(|| again().flatten())
+            else {
                 break;
             };
             tried.push(i);
             if let Some(c) = self.pool.take(&endpoint) {
                 return Ok((endpoint, c, Some(Held::InFlight(held))));
             }
-            match Conn::connect(&endpoint, self.settings.connect_timeout.min(left)).await {
+            let timeout = self.settings.connect_timeout.min(left);
+            let connected = match Conn::connect(&endpoint, timeout).await {
+                Ok(c) => match g.health.tls_for(i) {
+                    None => Ok(c),
+                    Some(Ok((config, name))) => c.into_tls(config, &name, timeout).await,
+                    Some(Err(e)) => Err(e),
+                },
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                    timed_out = true;
+                    Err("connect timed out".to_string())
+                }
+                Err(e) => Err(format!("connect failed: {e}")),
+            };
+            match connected {
                 Ok(c) => return Ok((endpoint, c, Some(Held::InFlight(held)))),
-                Err(e) => {
-                    let cause = if e.kind() == io::ErrorKind::TimedOut {
-                        timed_out = true;
-                        "connect timed out".to_string()
-                    } else {
-                        format!("connect failed: {e}")
-                    };
+                Err(cause) => {
                     g.failed(i, &cause);
                     causes.push(format!("{}: {cause}", spec.servers[i].name));
                 }

@@ -37,10 +37,12 @@ static NOOP_WAKER: std::sync::LazyLock<std::task::Waker> = std::sync::LazyLock::
     std::task::Waker::from(std::sync::Arc::new(Noop))
 });
 
-/// One connection to an app process.
+/// One connection to an app process or an upstream server.
 pub enum Conn {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// To an upstream group's `https://` server.
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 impl Conn {
@@ -62,6 +64,24 @@ impl Conn {
         }
     }
 
+    /// The TLS session over this new TCP connection, to `name`, within `timeout`.
+    pub async fn into_tls(
+        self,
+        config: &std::sync::Arc<rustls::ClientConfig>,
+        name: &rustls::pki_types::ServerName<'static>,
+        timeout: Duration,
+    ) -> Result<Conn, String> {
+        let Conn::Tcp(tcp) = self else {
+            return Ok(self);
+        };
+        let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::clone(config));
+        match tokio::time::timeout(timeout, connector.connect(name.clone(), tcp)).await {
+            Ok(Ok(session)) => Ok(Conn::Tls(Box::new(session))),
+            Ok(Err(e)) => Err(format!("TLS handshake failed: {e}")),
+            Err(_) => Err("TLS handshake timed out".into()),
+        }
+    }
+
     /// Whether an idle connection is still open and quiet: the app has neither closed it nor
     /// sent anything unasked (either makes it unusable). The event loop knows without a
     /// syscall when nothing arrived (a response read short clears the readiness); only when
@@ -71,6 +91,9 @@ impl Conn {
         let ready = match self {
             Conn::Tcp(s) => s.poll_read_ready(&mut cx),
             Conn::Unix(s) => s.poll_read_ready(&mut cx),
+            // The session's socket: a record arriving unasked (an alert, a close) makes the
+            // connection as unusable as a cleartext byte would.
+            Conn::Tls(s) => s.get_ref().0.poll_read_ready(&mut cx),
         };
         if ready.is_pending() {
             return true;
@@ -79,12 +102,13 @@ impl Conn {
         let r = match self {
             Conn::Tcp(s) => s.try_read(&mut probe),
             Conn::Unix(s) => s.try_read(&mut probe),
+            Conn::Tls(_) => return false,
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }
 
-crate::async_io::delegate_async_io!(Conn { Tcp, Unix });
+crate::async_io::delegate_async_io!(Conn { Tcp, Unix, Tls });
 
 /// A thread's idle connections, per endpoint (single-threaded: no lock). A list, not a hash
 /// map: a thread talks to a handful of processes, and comparing a few addresses costs less

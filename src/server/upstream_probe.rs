@@ -5,22 +5,28 @@
 //! a result does (the supervisor counts rises and falls, see `supervisor::upstream_checks`).
 
 use crate::config::upstream::{ActiveCheck, ServerAddress, ServerSpec};
+use rustls::pki_types::ServerName;
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The most of an answer a probe reads: a health page is small, and a body check looks no
 /// further.
 const MAX_ANSWER: usize = 64 << 10;
 
+/// How a probe speaks TLS to an `https://` server (as its traffic does): the client
+/// configuration and the name, or why there is none.
+pub type ProbeTls = Option<Result<(Arc<rustls::ClientConfig>, ServerName<'static>), String>>;
+
 /// Probes `server` once: `Ok` when it answered in time with a status in the check's range
 /// (and its body holds the check's text), else why not.
-pub async fn probe(server: &ServerSpec, check: &ActiveCheck) -> Result<(), String> {
-    match tokio::time::timeout(check.timeout, exchange(server, check)).await {
+pub async fn probe(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> Result<(), String> {
+    match tokio::time::timeout(check.timeout, exchange(server, check, tls)).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }
 }
 
-async fn exchange(server: &ServerSpec, check: &ActiveCheck) -> Result<(), String> {
+async fn exchange(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> Result<(), String> {
     let host = check.host.as_deref().unwrap_or(&server.name);
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: espalier-health-check\r\nConnection: close\r\n\r\n",
@@ -32,10 +38,26 @@ async fn exchange(server: &ServerSpec, check: &ActiveCheck) -> Result<(), String
             let mut s = tokio::net::TcpStream::connect(a)
                 .await
                 .map_err(|e| format!("connect failed: {e}"))?;
-            s.write_all(request.as_bytes())
-                .await
-                .map_err(|e| format!("send failed: {e}"))?;
-            read_answer(&mut s, &mut answer).await?;
+            match tls {
+                None => {
+                    s.write_all(request.as_bytes())
+                        .await
+                        .map_err(|e| format!("send failed: {e}"))?;
+                    read_answer(&mut s, &mut answer).await?;
+                }
+                Some(Err(e)) => return Err(e.clone()),
+                Some(Ok((config, name))) => {
+                    let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
+                    let mut s = connector
+                        .connect(name.clone(), s)
+                        .await
+                        .map_err(|e| format!("TLS handshake failed: {e}"))?;
+                    s.write_all(request.as_bytes())
+                        .await
+                        .map_err(|e| format!("send failed: {e}"))?;
+                    read_answer(&mut s, &mut answer).await?;
+                }
+            }
         }
         ServerAddress::Unix(p) => {
             let mut s = tokio::net::UnixStream::connect(p)

@@ -13,6 +13,7 @@
 //! are usually readable by root alone), and its threads share them: a session resumed on
 //! any thread of the worker — of its NUMA node — finds its ticket key and cache entry.
 
+pub mod client;
 pub mod kernel;
 
 use crate::certs::store::StoreKeys;

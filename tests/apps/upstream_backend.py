@@ -1,8 +1,9 @@
 # A server espalier did not start, for the upstream tests: python3 upstream_backend.py HOST
-# PORT NAME RECORD. Every request appends "METHOD PATH" to RECORD. /health answers 503 while
+# PORT NAME RECORD [CERT KEY [CLIENT_CA]] — over TLS with CERT and KEY, asking clients for a
+# certificate CLIENT_CA signed when given. Every request appends "METHOD PATH" to RECORD. /health answers 503 while
 # RECORD.sick exists, else 200; /drop reads the request's body and closes without answering;
 # every other path answers "NAME PATH" with X-Server: NAME.
-import http.server, os, sys
+import http.server, os, ssl, sys
 
 host, port, name, record = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 
@@ -36,4 +37,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 http.server.ThreadingHTTPServer.daemon_threads = True
-http.server.ThreadingHTTPServer((host, port), Handler).serve_forever()
+server = http.server.ThreadingHTTPServer((host, port), Handler)
+if len(sys.argv) > 6:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[5], sys.argv[6])
+    if len(sys.argv) > 7:
+        context.load_verify_locations(sys.argv[7])
+        context.verify_mode = ssl.CERT_REQUIRED
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()

@@ -6,7 +6,7 @@
 //! Must not touch: the sites beyond the name a path gives.
 
 use super::super::locate::Seg;
-use super::super::raw::{RawHealthCheck, RawPassiveCheck, RawUpstream, Scalar};
+use super::super::raw::{RawHealthCheck, RawPassiveCheck, RawUpstream, RawUpstreamTls, Scalar};
 use super::super::upstream::*;
 use super::Validator;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -86,6 +86,7 @@ impl Validator {
         let try_for = self.nonzero_duration(&at("try_for"), ru.try_for, Duration::from_secs(10));
         let health = ru.health.map(|h| self.active_check(i, h));
         let passive = self.passive_check(i, ru.passive.unwrap_or_default());
+        let tls = self.upstream_tls(i, &name, &servers, ru.tls, base);
         UpstreamSpec {
             name,
             servers,
@@ -96,7 +97,103 @@ impl Validator {
             try_for,
             health,
             passive,
+            tls,
         }
+    }
+
+    /// `[upstream.tls]`, for a group with `https://` servers: its files read and checked now
+    /// (`check` says what `serve` could not use).
+    fn upstream_tls(
+        &mut self,
+        i: usize,
+        name: &str,
+        servers: &[ServerSpec],
+        raw: Option<RawUpstreamTls>,
+        base: &Path,
+    ) -> Option<UpstreamTls> {
+        let at = |key: &'static str| {
+            [
+                Seg::Key("upstream"),
+                Seg::Index(i),
+                Seg::Key("tls"),
+                Seg::Key(key),
+            ]
+        };
+        let any_tls = servers.iter().any(|s| s.tls_name.is_some());
+        if !any_tls {
+            if raw.is_some() {
+                self.err(&[Seg::Key("upstream"), Seg::Index(i), Seg::Key("tls")], format!("upstream `{name}` has no https:// server, so its TLS settings would do nothing; write its servers as https://HOST:PORT, or remove [upstream.tls]"));
+            }
+            return None;
+        }
+        let raw = raw.unwrap_or_default();
+        let verify = raw.verify.unwrap_or(true);
+        let ca = raw.ca.map(|c| base.join(c));
+        if verify {
+            let file = ca.clone().unwrap_or_else(|| SYSTEM_CA.into());
+            let checked = std::fs::read(&file)
+                .map_err(|e| format!("{} cannot be read ({e})", file.display()))
+                .and_then(|pem| {
+                    crate::certs::client_roots(&pem, &file.display().to_string()).map(|_| ())
+                });
+            if let Err(e) = checked {
+                let hint = if ca.is_some() {
+                    "give the PEM certificate(s) of the authority that signs the servers' certificates"
+                } else {
+                    "install Debian's ca-certificates, or name your authority: ca = \"ca.pem\""
+                };
+                self.err(&at("ca"), format!("{e}; {hint}"));
+            }
+        } else if ca.is_some() {
+            self.err(
+                &at("ca"),
+                "names authorities, and verify = false takes any certificate: remove one of them",
+            );
+        }
+        let client_cert = match (raw.cert, raw.key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let (cert, key) = (base.join(cert), base.join(key));
+                let pair = std::fs::read(&cert)
+                    .and_then(|c| Ok((c, std::fs::read(&key)?)))
+                    .map_err(|e| format!("cannot read the client certificate or its key ({e})"))
+                    .and_then(|(c, k)| {
+                        crate::certs::from_pem(
+                            &c,
+                            &k,
+                            &cert.display().to_string(),
+                            &key.display().to_string(),
+                            std::time::SystemTime::now(),
+                        )
+                        .map(|_| ())
+                    });
+                if let Err(e) = pair {
+                    self.err(&at("cert"), e);
+                }
+                Some((cert, key))
+            }
+            _ => {
+                self.err(
+                    &at("cert"),
+                    "a client certificate needs both `cert` and `key`",
+                );
+                None
+            }
+        };
+        if let Some(n) = &raw.server_name {
+            if rustls::pki_types::ServerName::try_from(n.as_str()).is_err() {
+                self.err(
+                    &at("server_name"),
+                    format!("`{n}` is not a host name or an address"),
+                );
+            }
+        }
+        Some(UpstreamTls {
+            ca,
+            verify,
+            server_name: raw.server_name,
+            client_cert,
+        })
     }
 
     fn active_check(&mut self, i: usize, h: RawHealthCheck) -> ActiveCheck {
@@ -222,25 +319,33 @@ impl Validator {
 /// The servers a line stands for: one, or one per address its host name resolves to.
 pub(super) fn server_specs(line: &str, base: &Path) -> Result<Vec<ServerSpec>, String> {
     let (address, opts) = parse_server_line(line)?;
-    let written = address.strip_prefix("http://").unwrap_or(address);
-    if written.starts_with("https://") {
-        return Err("is TLS to a server, which espalier does not speak yet; reach it over cleartext on a trusted network, or through a local TLS client".into());
-    }
+    let (written, tls) = match address.strip_prefix("https://") {
+        Some(rest) => (rest, true),
+        None => (address.strip_prefix("http://").unwrap_or(address), false),
+    };
+    let written = written.trim_end_matches('/');
+    // The name a TLS server is verified by: its host as written (an address verifies as an
+    // IP address, as curl does).
+    let host = written.rsplit_once(':').map_or(written, |(h, _)| h);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     let spec = |name: &str, address| ServerSpec {
         name: name.to_string(),
         address,
         weight: opts.weight.unwrap_or(1),
         backup: opts.backup,
         node: opts.node,
+        tls_name: tls.then(|| host.to_string()),
     };
     if let Some(path) = written.strip_prefix("unix:") {
+        if tls {
+            return Err("is TLS over a unix socket, which the socket's file permissions make needless; write unix:/path".into());
+        }
         if path.is_empty() {
             return Err("names no socket; write unix:/run/api.sock".into());
         }
         let path = base.join(path);
         return Ok(vec![spec(written, ServerAddress::Unix(path))]);
     }
-    let written = written.trim_end_matches('/');
     if let Ok(addr) = written.parse::<SocketAddr>() {
         return Ok(vec![spec(written, ServerAddress::Tcp(addr))]);
     }
@@ -323,7 +428,11 @@ mod tests {
         let s = server_specs("localhost:9001", base).unwrap();
         assert!(s.iter().all(|s| s.name == "localhost:9001"), "{s:?}");
         assert!(server_specs("127.0.0.1", base).is_err());
-        assert!(server_specs("https://127.0.0.1:443", base).is_err());
+        let s = server_specs("https://api.internal.invalid:443", base);
+        assert!(s.is_err(), "resolved: {s:?}");
+        let s = server_specs("https://127.0.0.1:8443", base).unwrap();
+        assert_eq!(s[0].tls_name.as_deref(), Some("127.0.0.1"));
+        assert!(server_specs("https://unix:/run/x.sock", base).is_err());
         assert!(server_specs("no-such-host.invalid:80", base).is_err());
     }
 

@@ -89,10 +89,12 @@ impl UpstreamChecks {
         }
         self.epoch += 1;
         let old = std::mem::take(&mut self.groups);
-        for (g, spec) in config.upstreams.iter().enumerate() {
+        for spec in &config.upstreams {
             let Some(check) = spec.health.clone() else {
                 continue;
             };
+            // Events name the group by its place among the checked ones.
+            let g = self.groups.len();
             let was = old.iter().find(|o| o.spec.name == spec.name);
             let servers = (spec.servers.iter())
                 .map(|s| {
@@ -104,12 +106,17 @@ impl UpstreamChecks {
                 })
                 .collect();
             let spec = Arc::new(spec.clone());
+            // The probes speak TLS as the group's traffic does.
+            let tls = crate::proxy::GroupHealth::new(Arc::clone(&spec));
             for (k, server) in spec.servers.iter().enumerate() {
                 let (server, check, events, epoch) =
                     (server.clone(), check.clone(), events.clone(), self.epoch);
+                let tls =
+                    (tls.tls_for(k)).map(|t| t.map(|(config, name)| (Arc::clone(config), name)));
                 self.tasks.push(tokio::spawn(async move {
                     loop {
-                        let result = crate::server::upstream_probe::probe(&server, &check).await;
+                        let result =
+                            crate::server::upstream_probe::probe(&server, &check, &tls).await;
                         let checked = Event::UpstreamChecked {
                             epoch,
                             group: g,
