@@ -149,6 +149,11 @@ fn round_robin_follows_the_weights_and_a_killed_servers_gets_are_sent_elsewhere(
         log.contains(&format!("upstream `api`: server {}", b.addr)),
         "{log}"
     );
+    // The worker tells the master at its next ping: /status shows it.
+    server.wait_until("b shown ejected", Duration::from_secs(10), |s| {
+        s.status().upstreams[0].servers[1].ejected_by == 1
+    });
+    assert_eq!(server.status().upstreams[0].servers[0].ejected_by, 0);
 }
 
 #[test]

@@ -209,9 +209,13 @@ fn render(status: &Status) -> String {
         for g in &status.upstreams {
             for s in &g.servers {
                 let role = if s.backup { " backup" } else { "" };
+                let ejected = match s.ejected_by {
+                    0 => String::new(),
+                    n => format!(", ejected by {n} worker(s)"),
+                };
                 let _ = writeln!(
                     out,
-                    "{:<14} {:<28} {:<12} weight {}{role}{}",
+                    "{:<14} {:<28} {:<12} weight {}{role}{ejected}{}",
                     g.name,
                     s.address,
                     s.state,

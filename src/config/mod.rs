@@ -12,7 +12,7 @@
 //! line.
 //!
 //! The files: `model` (the typed settings and their defaults), `site` (a site's and a path's
-//! typed settings), `raw` (the TOML as written, untyped), `validate` (raw → typed,
+//! typed settings), [`upstream`] (an upstream group's), `raw` (the TOML as written, untyped), `validate` (raw → typed,
 //! collecting every error), `error` (the one-line errors), `parse` (small grammars: bindings,
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
 //! each pool and site remembering its file), [`chain`] (the site features' processing

@@ -138,20 +138,11 @@ impl GroupHealth {
         Some(span)
     }
 
-    /// Each server's state for `status`: `up`, `down` (checked) or `ejected`.
-    pub fn states(&self) -> Vec<&'static str> {
+    /// The servers this process has ejected now (for the master's `status`).
+    pub fn ejected_now(&self) -> impl Iterator<Item = usize> + '_ {
         let now = self.now_ms();
         (0..self.servers.len())
-            .map(|i| {
-                if self.servers[i].checked_down.load(Ordering::Relaxed) {
-                    "down"
-                } else if !self.up(i, now) {
-                    "ejected"
-                } else {
-                    "up"
-                }
-            })
-            .collect()
+            .filter(move |&i| self.servers[i].ejected_until_ms.load(Ordering::Relaxed) > now)
     }
 }
 

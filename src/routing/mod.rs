@@ -3,9 +3,10 @@
 //! and the TLS layer that picks certificates by them.
 //!
 //! Owns: [`GroupRoutes`], host matching ([`hosts`]), path-prefix matching ([`under_prefix`]),
-//! a site's redirect and rewrite rules ([`rules`]), and who may come in: allow and deny
-//! lists ([`access`]), per-client limits ([`limits`]) and sign-in ([`auth`]). Must not touch:
-//! requests (the handlers route them) or sockets.
+//! a site's redirect and rewrite rules ([`rules`]), who may come in: allow and deny
+//! lists ([`access`]), per-client limits ([`limits`]) and sign-in ([`auth`]), and which
+//! server of an upstream group a request goes to ([`balance`]). Must not touch: requests
+//! (the handlers route them) or sockets.
 
 /// The name of espalier's own pool in front of a shared address (see `server::dispatcher`),
 /// with a dot no configured pool's name may have.

@@ -52,6 +52,9 @@ pub enum Message {
     /// Master → worker: an upstream server's active check changed its state
     /// (`GROUP ADDRESS up|down`).
     UpstreamHealth(String),
+    /// Worker → master, after a pong: the upstream servers it has ejected now, `GROUP
+    /// ADDRESS` pairs (none: no message; each pong clears the last).
+    Ejected(String),
     /// Worker → master, after a pong: its sites' figures (`metrics = true`), JSON of
     /// `[(site, MeterFigures)]`.
     Meters(String),
@@ -82,6 +85,7 @@ impl Message {
             Message::Reopen => "reopen\n".into(),
             Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
             Message::UpstreamHealth(what) => format!("upstream-health {}\n", what.replace('\n', " ")),
+            Message::Ejected(what) => format!("ejected {}\n", what.replace('\n', " ")),
             // JSON escapes the PEM's newlines.
             Message::Certificate(json) => format!("certificate {}\n", json.replace('\n', " ")),
             Message::Unresponsive(endpoint) => {
@@ -123,6 +127,7 @@ impl Message {
             "reopen" => Message::Reopen,
             "upstreams" => Message::Upstreams(rest.to_string()),
             "upstream-health" => Message::UpstreamHealth(rest.to_string()),
+            "ejected" => Message::Ejected(rest.to_string()),
             "certificate" => Message::Certificate(rest.to_string()),
             "unresponsive" => Message::Unresponsive(rest.to_string()),
             "meters" => Message::Meters(rest.to_string()),

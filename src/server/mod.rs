@@ -15,7 +15,8 @@
 //! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`]. Applications: [`app`]
 //! (starting a pool's app processes) and [`app_exec`] (the step that places and lowers one
 //! before its `exec`). Shared addresses: [`dispatcher`] (the pool in front of them) and [`handoffs`]
-//! (the master's hand-off sockets).
+//! (the master's hand-off sockets). Upstream groups: [`upstream_probe`] (one active check)
+//! and [`upstream_nodes`] (a local server's NUMA node).
 //! What it shows: [`admin_page`] (the page), [`meters`] (sites' figures, Prometheus's text).
 
 pub mod admin;

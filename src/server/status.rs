@@ -63,6 +63,9 @@ pub struct UpstreamServerStatus {
     pub state: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<String>,
+    /// Worker processes that have it ejected now, after failures seen in their traffic.
+    #[serde(default)]
+    pub ejected_by: usize,
 }
 
 /// Pools by state.
@@ -533,6 +536,17 @@ impl Status {
                     g.name,
                     s.address,
                     u8::from(s.state != "down")
+                );
+            }
+        }
+        let name = "espalier_upstream_server_ejected_by";
+        let _ = writeln!(out, "# HELP {name} worker processes that have the upstream server ejected now, after failures in their traffic\n# TYPE {name} gauge");
+        for g in &self.upstreams {
+            for s in &g.servers {
+                let _ = writeln!(
+                    out,
+                    "{name}{{upstream=\"{}\",server=\"{}\"}} {}",
+                    g.name, s.address, s.ejected_by
                 );
             }
         }

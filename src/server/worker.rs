@@ -266,6 +266,9 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                             if let Some(meters) = site_meters(spec, &health) {
                                 answer.push_str(&meters.line());
                             }
+                            if let Some(line) = ejected_line(&upstreams) {
+                                answer.push_str(&line);
+                            }
                             for endpoint in tiers.take_unresponsive() {
                                 answer.push_str(&Message::Unresponsive(endpoint.to_string()).line());
                             }
@@ -314,6 +317,17 @@ struct Shared {
     /// Each upstream group a path of the worker's sites names: its servers' health, shared
     /// by the threads (see `proxy::group`).
     upstreams: Vec<Arc<GroupHealth>>,
+}
+
+/// The `ejected` message of the upstream servers this worker has ejected now, if any.
+fn ejected_line(groups: &[Arc<GroupHealth>]) -> Option<String> {
+    let pairs: Vec<String> = (groups.iter())
+        .flat_map(|g| {
+            g.ejected_now()
+                .map(move |i| format!("{} {}", g.spec.name, g.spec.servers[i].address))
+        })
+        .collect();
+    (!pairs.is_empty()).then(|| Message::Ejected(pairs.join(" ")).line())
 }
 
 /// An `upstream-health` message (`GROUP ADDRESS up|down`) applied to the worker's groups.

@@ -24,7 +24,9 @@
 //! - `cgroups`: CPU caps and cpusets;
 //! - `affinity`: soft affinity, applied;
 //! - `live`: the admin page's live figures (each CPU's load, requests per pool), read once a
-//!   second; `samples`: those figures kept between samples.
+//!   second; `samples`: those figures kept between samples;
+//! - `upstream_checks`: upstream groups' active health checks and each server's state;
+//!   `upstream_told`: a check's result logged and told to the workers.
 //!
 //! Decisions come from [`super::lifecycle`] and [`super::soft`]; syscalls from [`crate::os`].
 //! Must not touch: requests (it answers none except a stopped pool's 503) or the listeners'
@@ -574,6 +576,8 @@ impl Supervisor {
                     }
                     p.requests = requests;
                     p.panics = panics;
+                    // An `ejected` line follows the pong when it has any.
+                    p.ejected.clear();
                     p.last_pong = Instant::now();
                     p.stuck = false;
                 }
@@ -598,6 +602,14 @@ impl Supervisor {
                 }
             }
             Message::Unresponsive(endpoint) => self.on_unresponsive(generation, &endpoint),
+            Message::Ejected(pairs) => {
+                if let Some((_, p)) = self.proc_of(generation) {
+                    let words: Vec<&str> = pairs.split_whitespace().collect();
+                    p.ejected = (words.chunks_exact(2))
+                        .map(|w| (w[0].to_string(), w[1].to_string()))
+                        .collect();
+                }
+            }
             Message::Meters(json) => {
                 if let Some((_, p)) = self.proc_of(generation) {
                     p.meters = crate::server::meters::parse(&json);

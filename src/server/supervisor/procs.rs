@@ -39,6 +39,8 @@ pub(super) struct Proc {
     pub(super) queue: crate::proxy::queue::QueueFigures,
     /// Its sites' figures (`metrics = true`), as its last pong told.
     pub(super) meters: Vec<crate::server::meters::SiteMeters>,
+    /// The upstream servers it has ejected, (group, address), as its last pong told.
+    pub(super) ejected: Vec<(String, String)>,
     pub(super) last_pong: Instant,
     /// Whether the last ping found stuck threads (logged once per episode).
     pub(super) stuck: bool,

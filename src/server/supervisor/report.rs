@@ -105,7 +105,10 @@ impl Supervisor {
             }),
             pools_total: self.pools.len() - usize::from(self.dispatched()),
             dispatcher,
-            upstreams: self.upstream_checks.status(&self.config),
+            upstreams: self.upstream_checks.status(
+                &self.config,
+                &self.procs().flat_map(|p| &p.ejected).collect::<Vec<_>>(),
+            ),
             pools_matched: matched.len(),
             counts,
             page: if query.per_page.is_some() {

@@ -176,6 +176,7 @@ impl Supervisor {
             steered: 0,
             queue: Default::default(),
             meters: Vec::new(),
+            ejected: Vec::new(),
             panics: 0,
             remote: 0,
             last_pong: Instant::now(),

@@ -145,8 +145,13 @@ impl UpstreamChecks {
             .collect()
     }
 
-    /// Every group of `config` for `/status`, each server's state by its checks.
-    pub(super) fn status(&self, config: &Config) -> Vec<UpstreamStatus> {
+    /// Every group of `config` for `/status`, each server's state by its checks, and how
+    /// many workers have it `ejected` (a (group, address) pair per worker).
+    pub(super) fn status(
+        &self,
+        config: &Config,
+        ejected: &[&(String, String)],
+    ) -> Vec<UpstreamStatus> {
         (config.upstreams.iter())
             .map(|spec| {
                 let checked = self.groups.iter().find(|g| g.spec.name == spec.name);
@@ -167,6 +172,9 @@ impl UpstreamChecks {
                             }
                             .into(),
                             last_failure: state.and_then(|s| s.last.clone()),
+                            ejected_by: (ejected.iter())
+                                .filter(|(g, a)| *g == spec.name && *a == s.address.to_string())
+                                .count(),
                         }
                     })
                     .collect();
