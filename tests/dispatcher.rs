@@ -292,12 +292,10 @@ fn a_site_added_on_a_shared_port_restarts_only_its_pool_and_the_dispatcher() {
     )
     .unwrap();
     espalier_ok(&["reload", "--admin", &admin]);
-    assert!(
-        server
-            .log_text()
-            .contains("2 pool(s) unchanged, 1 changed or new (their workers replaced, overlapped), 0 removed, 0 listener group(s) closed; the dispatcher replaced"),
-        "{}",
-        server.log_text()
+    // The log line comes through the server's stderr pipe: waited for, not read at once.
+    server.wait_for_log(
+        "2 pool(s) unchanged, 1 changed or new (their workers replaced, overlapped), 0 removed, 0 listener group(s) closed; the dispatcher replaced",
+        Duration::from_secs(10),
     );
     server.wait_until("c served by its pool", Duration::from_secs(20), |_| {
         get_host(addr, "c.example", "/")

@@ -69,6 +69,15 @@ impl Drop for Backend {
     }
 }
 
+/// A folder, and backends `a` on 127.0.0.2 and `b` on 127.0.0.3 recording there.
+fn two_backends() -> (tempfile::TempDir, Backend, Backend) {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let a = Backend::start(dir.path(), "127.0.0.2", "a");
+    let b = Backend::start(dir.path(), "127.0.0.3", "b");
+    (dir, a, b)
+}
+
 /// The server that answered (its `X-Server`), or the status when none did.
 fn served_by(addr: SocketAddr, path: &str, headers: &str) -> String {
     let r = get(addr, path, headers);
@@ -113,10 +122,7 @@ fn count(names: &[String], name: &str) -> usize {
 
 #[test]
 fn round_robin_follows_the_weights_and_a_killed_servers_gets_are_sent_elsewhere() {
-    need_tools("python3:python3", "python3");
-    let dir = tempfile::tempdir().unwrap();
-    let a = Backend::start(dir.path(), "127.0.0.2", "a");
-    let mut b = Backend::start(dir.path(), "127.0.0.3", "b");
+    let (dir, a, mut b) = two_backends();
     let (config, addr) = front(&format!(
         "[[upstream]]\nname = \"api\"\nservers = [\"{} weight=1\", \"{} weight=2\"]\nbalance = \"round_robin\"\n",
         a.addr, b.addr
@@ -158,10 +164,7 @@ fn round_robin_follows_the_weights_and_a_killed_servers_gets_are_sent_elsewhere(
 
 #[test]
 fn a_post_is_never_repeated_once_sent_and_an_idempotent_get_is_sent_once_more() {
-    need_tools("python3:python3", "python3");
-    let dir = tempfile::tempdir().unwrap();
-    let a = Backend::start(dir.path(), "127.0.0.2", "a");
-    let b = Backend::start(dir.path(), "127.0.0.3", "b");
+    let (dir, a, b) = two_backends();
     let (config, addr) = front(&format!(
         "[[upstream]]\nname = \"api\"\nservers = [\"{}\", \"{}\"]\n",
         a.addr, b.addr
@@ -193,10 +196,7 @@ fn a_post_is_never_repeated_once_sent_and_an_idempotent_get_is_sent_once_more() 
 
 #[test]
 fn a_stopped_server_is_taken_out_and_comes_back_after_its_checks_pass() {
-    need_tools("python3:python3", "python3");
-    let dir = tempfile::tempdir().unwrap();
-    let a = Backend::start(dir.path(), "127.0.0.2", "a");
-    let b = Backend::start(dir.path(), "127.0.0.3", "b");
+    let (dir, a, b) = two_backends();
     let (config, addr) = front(&format!(
         "[[upstream]]\nname = \"api\"\nservers = [\"{}\", \"{}\"]\nbalance = \"round_robin\"\nresponse_timeout = \"1s\"\n[upstream.passive]\nfailures = 2\n[upstream.health]\npath = \"/health\"\ninterval = \"300ms\"\ntimeout = \"300ms\"\nrise = 2\nfall = 2\n",
         a.addr, b.addr
@@ -297,6 +297,49 @@ fn every_server_down_is_a_503_and_every_server_failing_a_502_both_naming_the_gro
 }
 
 #[test]
+fn a_sticky_cookie_keeps_a_client_to_its_server_while_it_is_up() {
+    let (dir, a, b) = two_backends();
+    let mut backends = [a, b];
+    let (config, addr) = front(&format!(
+        "{}sticky = \"srv\"\n",
+        group(&[&backends[0], &backends[1]], "round_robin")
+    ));
+    let _server = Server::with_config(dir.path(), &config);
+    let first = get(addr, "/", "");
+    let chosen = first.header("x-server").unwrap().to_string();
+    let cookie = first
+        .header("set-cookie")
+        .expect("a sticky cookie")
+        .to_string();
+    assert!(
+        cookie.starts_with("srv=") && cookie.ends_with("; Path=/; HttpOnly; SameSite=Lax"),
+        "{cookie}"
+    );
+    let value = cookie.split(';').next().unwrap().to_string();
+    // Round robin alone would alternate: the cookie keeps every request on one server.
+    for _ in 0..20 {
+        let r = get(addr, "/", &format!("Cookie: theme=dark; {value}\r\n"));
+        assert_eq!(r.header("x-server"), Some(chosen.as_str()));
+        assert_eq!(
+            r.header("set-cookie"),
+            None,
+            "a client already kept is told nothing"
+        );
+    }
+    // Its server gone, the client is balanced to the other and told so.
+    let k = if chosen == "a" { 0 } else { 1 };
+    backends[k].kill();
+    let r = get(addr, "/", &format!("Cookie: {value}\r\n"));
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("x-server"), Some(chosen.as_str()));
+    let moved = r.header("set-cookie").expect("a new cookie");
+    assert!(
+        moved.starts_with("srv=") && !moved.starts_with(&value),
+        "{moved}"
+    );
+}
+
+#[test]
 fn a_hash_key_keeps_its_server_when_a_reload_removes_another() {
     need_tools("python3:python3", "python3");
     let dir = tempfile::tempdir().unwrap();
@@ -350,10 +393,7 @@ fn a_hash_key_keeps_its_server_when_a_reload_removes_another() {
 
 #[test]
 fn a_reload_adding_and_removing_servers_under_load_fails_no_request() {
-    need_tools("python3:python3", "python3");
-    let dir = tempfile::tempdir().unwrap();
-    let a = Backend::start(dir.path(), "127.0.0.2", "a");
-    let b = Backend::start(dir.path(), "127.0.0.3", "b");
+    let (dir, a, b) = two_backends();
     let c = Backend::start(dir.path(), "127.0.0.4", "c");
     let (config, addr) = front(&group(&[&a, &b], "round_robin"));
     let server = Server::with_config(dir.path(), &config);

@@ -35,6 +35,10 @@ pub struct UpstreamSpec {
     /// Active checks, when `health` is set.
     pub health: Option<ActiveCheck>,
     pub passive: PassiveCheck,
+    /// A client keeps to the server that first answered it by this cookie (`sticky`), while
+    /// that server is up; `None`: every request is balanced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sticky: Option<String>,
     /// How its `https://` servers are spoken to (`[upstream.tls]`); `None` when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
@@ -71,6 +75,7 @@ impl UpstreamSpec {
             try_for: Duration::from_secs(10),
             health: None,
             passive: PassiveCheck::default(),
+            sticky: None,
             tls: None,
         }
     }

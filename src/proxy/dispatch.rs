@@ -50,7 +50,7 @@ impl Dispatch {
             ProxyTarget::Http(route) => {
                 let mut forwarded = ForwardRequest::new(req, lent);
                 forwarded.compress = compress;
-                forwarded.balance_key = route.hash_key().map(|k| super::group::key_of(k, req));
+                forwarded.choose = route.choose(req);
                 Dispatch::Http(route, forwarded)
             }
             ProxyTarget::FastCgi(route, script) => {

@@ -270,7 +270,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
     loop {
         tries += 1;
         let (endpoint, mut conn, slot) = route
-            .connection(avoid.take(), None)
+            .connection(avoid.take(), &Default::default())
             .await
             .map_err(|(status, cause)| Fail::Unconnected(status, cause))?;
         if write_timeout(&mut conn, &req.records, timeout)

@@ -150,7 +150,7 @@ fn answer_head(
         let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
         return Err(Instead::Page(answer.status, kept));
     }
-    client_head(&answer, resp.headers, req, own).map_err(Instead::Status)
+    client_head(&answer, resp.headers, req, own, endpoint).map_err(Instead::Status)
 }
 
 /// What an app's response head says, as forwarding needs it.
@@ -201,6 +201,15 @@ struct Relay {
     encoder: Option<crate::compress::Stream>,
 }
 
+/// The `Set-Cookie` line that keeps the client to `endpoint`, when its group is sticky and
+/// the request did not name that server already.
+fn sticky_cookie(req: &ForwardRequest, endpoint: &Endpoint) -> Option<String> {
+    let (name, had) = req.choose.sticky.as_ref()?;
+    let id = super::group::sticky_id(endpoint);
+    (had.as_deref() != Some(id.as_str()))
+        .then(|| format!("Set-Cookie: {name}={id}; Path=/; HttpOnly; SameSite=Lax\r\n"))
+}
+
 /// The client's head for `answer` (with the app's `fields`), through the response steps
 /// ([`Head`]), and how its body is to be relayed; `Err` with the status to answer instead.
 fn client_head(
@@ -208,6 +217,7 @@ fn client_head(
     fields: &[httparse::Header<'_>],
     req: &ForwardRequest,
     own: &OwnAnswers<'_>,
+    endpoint: &Endpoint,
 ) -> Result<(Vec<u8>, Relay), u16> {
     let plan = encode::plan(
         req.compress,
@@ -234,7 +244,11 @@ fn client_head(
         then,
         listed: Some(&answer.listed),
     };
-    let out = head.for_client(fields, own);
+    let mut out = head.for_client(fields, own);
+    if let Some(line) = sticky_cookie(req, endpoint) {
+        // Before the blank line that ends the head.
+        out.splice(out.len() - 2..out.len() - 2, line.into_bytes());
+    }
     let relay = Relay {
         kind: answer.kind,
         upstream_closes: answer.upstream_closes,
@@ -383,7 +397,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
     loop {
         tries += 1;
         let (endpoint, mut conn, slot) = route
-            .connection(avoid.take(), req.balance_key.as_deref())
+            .connection(avoid.take(), &req.choose)
             .await
             .map_err(|(status, cause)| Fail::Unconnected(status, cause))?;
         if write_timeout(&mut conn, &req.head, response_timeout)

@@ -230,6 +230,27 @@ impl GroupSource {
         self.endpoints.iter().position(|e| e == endpoint)
     }
 
+    /// The cookie a client keeps to its server by, when the group has one.
+    pub fn sticky_cookie(&self) -> Option<&str> {
+        self.health.spec.sticky.as_deref()
+    }
+
+    /// The server a sticky cookie's value names, when it is up and not in `tried`, counted
+    /// in flight as [`Self::pick`]'s.
+    pub fn pick_named(&self, id: &str, tried: &[usize]) -> Option<(usize, Endpoint, InFlight)> {
+        let now = self.health.now_ms();
+        let i = (0..self.endpoints.len()).find(|&i| sticky_id(&self.endpoints[i]) == id)?;
+        if tried.contains(&i) || !self.health.up(i, now) {
+            return None;
+        }
+        self.balancer.borrow_mut().start(i);
+        let held = InFlight {
+            balancer: Rc::clone(&self.balancer),
+            server: i,
+        };
+        Some((i, self.endpoints[i].clone(), held))
+    }
+
     /// A server for a request, none of `tried`, counted in flight until the [`InFlight`]
     /// is dropped; `None` when no server may be used.
     pub fn pick(&self, tried: &[usize], key: Option<&[u8]>) -> Option<(usize, Endpoint, InFlight)> {
@@ -328,8 +349,17 @@ pub fn key_of(key: &HashKey, req: &crate::http::Request<'_>) -> Vec<u8> {
     }
 }
 
+/// A server's value in a sticky cookie: a hash of its address, the same in every process
+/// and across reloads, that says nothing of the address itself.
+pub fn sticky_id(endpoint: &Endpoint) -> String {
+    format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(endpoint.to_string().as_bytes())
+    )
+}
+
 /// Cookie `name`'s value in the request's `Cookie` fields.
-fn cookie<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r [u8]> {
+pub fn cookie<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r [u8]> {
     req.headers
         .iter()
         .filter(|h| h.name.eq_ignore_ascii_case("cookie"))

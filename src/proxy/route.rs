@@ -167,11 +167,19 @@ impl ProxyRoute {
         }
     }
 
-    /// The group's hash key, when its requests are balanced on one.
-    pub fn hash_key(&self) -> Option<&crate::config::upstream::HashKey> {
-        match &self.source {
-            Source::Group(g) => g.hash_key(),
-            Source::Pool(_) => None,
+    /// What of `req` its group chooses a server by (nothing for a pool's processes).
+    pub(super) fn choose(&self, req: &crate::http::Request<'_>) -> super::request::Choose {
+        let Source::Group(g) = &self.source else {
+            return Default::default();
+        };
+        super::request::Choose {
+            hash: g.hash_key().map(|k| super::group::key_of(k, req)),
+            sticky: g.sticky_cookie().map(|name| {
+                let had = super::group::cookie(req, name)
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .map(String::from);
+                (name.to_string(), had)
+            }),
         }
     }
 
@@ -253,11 +261,11 @@ impl ProxyRoute {
     pub(super) async fn connection(
         &self,
         avoid: Option<Endpoint>,
-        key: Option<&[u8]>,
+        choose: &super::request::Choose,
     ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
         match &self.source {
             Source::Pool(p) => self.process_connection(p, avoid).await,
-            Source::Group(g) => self.group_connection(g, avoid, key).await,
+            Source::Group(g) => self.group_connection(g, avoid, choose).await,
         }
     }
 
@@ -268,8 +276,11 @@ impl ProxyRoute {
         &self,
         g: &super::group::GroupSource,
         avoid: Option<Endpoint>,
-        key: Option<&[u8]>,
+        choose: &super::request::Choose,
     ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
+        let key = choose.hash.as_deref();
+        // The server a sticky cookie names comes first, while it is up.
+        let named = (choose.sticky.as_ref()).and_then(|(_, had)| had.as_deref());
         let spec = g.spec();
         let started = tokio::time::Instant::now();
         let mut tried: Vec<usize> = avoid.iter().filter_map(|e| g.index_of(e)).collect();
@@ -284,8 +295,9 @@ impl ProxyRoute {
             // A request sent again (its connection closed before any answer) goes to another
             // server when there is one, else to the same on a new connection.
             let again = || (causes.is_empty() && avoid.is_some()).then(|| g.pick(&[], key));
-            let Some((i, endpoint, held)) = g.pick(&tried, key).or_else(|| again().flatten())
-            else {
+            let sticky = || named.and_then(|id| g.pick_named(id, &tried));
+            let picked = sticky().or_else(|| g.pick(&tried, key));
+            let Some((i, endpoint, held)) = picked.or_else(|| again().flatten()) else {
                 break;
             };
             tried.push(i);

@@ -87,6 +87,18 @@ impl Validator {
         let health = ru.health.map(|h| self.active_check(i, h));
         let passive = self.passive_check(i, ru.passive.unwrap_or_default());
         let tls = self.upstream_tls(i, &name, &servers, ru.tls, base);
+        let sticky = ru.sticky.filter(|c| {
+            let token = !c.is_empty()
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token {
+                self.err(
+                    &at("sticky"),
+                    format!("`{c}` is not a cookie name; use letters, digits, `-` and `_`"),
+                );
+            }
+            token
+        });
         UpstreamSpec {
             name,
             servers,
@@ -97,6 +109,7 @@ impl Validator {
             try_for,
             health,
             passive,
+            sticky,
             tls,
         }
     }
