@@ -25,6 +25,12 @@ impl Backend {
     /// As [`Backend::start`], with the script's further arguments (TLS files).
     fn start_with(dir: &Path, ip: &str, name: &str, extra: &[&Path]) -> Backend {
         let addr: SocketAddr = format!("{ip}:{}", free_port()).parse().unwrap();
+        Backend::start_at(dir, addr, name, extra)
+    }
+
+    fn start_at(dir: &Path, addr: SocketAddr, name: &str, extra: &[&Path]) -> Backend {
+        let ip = addr.ip().to_string();
+        let ip = ip.as_str();
         let record = dir.join(format!("{name}.record"));
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/upstream_backend.py");
         let child = Command::new("python3")
@@ -294,6 +300,130 @@ fn every_server_down_is_a_503_and_every_server_failing_a_502_both_naming_the_gro
         log.contains("127.0.0.2:1: connect failed") && log.contains("127.0.0.3:1: connect failed"),
         "{log}"
     );
+}
+
+#[test]
+fn http2_clients_reach_an_upstream_as_http_1_1_ones_do() {
+    let (dir, a, b) = two_backends();
+    let (config, addr) = front(&group(&[&a, &b], "round_robin"));
+    let _server = Server::with_config(dir.path(), &config);
+    let names = block_on(async move {
+        let mut h2 = h2c(addr.port()).await;
+        let mut names = Vec::new();
+        for k in 0..10 {
+            let url = format!("http://{addr}/h2/{k}");
+            let response = h2_get(&mut h2, &url).await.await.unwrap();
+            assert_eq!(response.status(), 200);
+            let name = response.headers()["x-server"].to_str().unwrap().to_string();
+            let mut body = response.into_body();
+            let mut text = Vec::new();
+            while let Some(chunk) = body.data().await {
+                text.extend_from_slice(&chunk.unwrap());
+            }
+            assert_eq!(
+                String::from_utf8(text).unwrap(),
+                format!("{name} /h2/{k}\n")
+            );
+            names.push(name);
+        }
+        names
+    });
+    assert_eq!(
+        (count(&names, "a"), count(&names, "b")),
+        (5, 5),
+        "{names:?}"
+    );
+}
+
+/// A line of /etc/hosts of the test's own, at its end, taken out when dropped. The other
+/// lines are never rewritten (other tests resolve names meanwhile): the line is appended,
+/// moved by rewriting its own bytes in place (its addresses have one length), and cut off.
+struct HostsLine {
+    name: String,
+    /// Where the line starts.
+    at: u64,
+}
+
+impl HostsLine {
+    /// Points `name` at `ip` with a new last line; `None` when /etc/hosts cannot be written.
+    fn add(name: &str, ip: &str) -> Option<HostsLine> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/etc/hosts")
+            .ok()?;
+        let at = f.metadata().ok()?.len();
+        f.write_all(format!("{ip} {name}\n").as_bytes()).ok()?;
+        Some(HostsLine {
+            name: name.to_string(),
+            at,
+        })
+    }
+
+    /// Points it at `ip` instead (an address as long as the first).
+    fn point(&self, ip: &str) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/etc/hosts")
+            .unwrap();
+        f.write_all_at(format!("{ip} {}\n", self.name).as_bytes(), self.at)
+            .unwrap();
+    }
+}
+
+impl Drop for HostsLine {
+    fn drop(&mut self) {
+        if let Ok(f) = std::fs::OpenOptions::new().write(true).open("/etc/hosts") {
+            let _ = f.set_len(self.at);
+        }
+    }
+}
+
+#[test]
+fn a_name_resolved_again_on_its_interval_moves_the_group_to_its_new_addresses() {
+    need_tools("python3:python3", "python3");
+    let name = format!("espalier-resolve-{}.test", std::process::id());
+    let Some(line) = HostsLine::add(&name, "127.0.0.2") else {
+        skip("/etc/hosts cannot be written here (a name of the test's own moves between two addresses in it)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let a = Backend::start_at(
+        dir.path(),
+        format!("127.0.0.2:{port}").parse().unwrap(),
+        "a",
+        &[],
+    );
+    let b = Backend::start_at(
+        dir.path(),
+        format!("127.0.0.3:{port}").parse().unwrap(),
+        "b",
+        &[],
+    );
+    let (config, addr) = front(&format!(
+        "[[upstream]]\nname = \"api\"\nservers = [\"{name}:{port}\"]\nresolve = \"1s\"\n"
+    ));
+    let server = Server::with_config(dir.path(), &config);
+    assert_eq!(served_by(addr, "/", ""), "a");
+    line.point("127.0.0.3");
+    server.wait_for_log(
+        &format!(
+            "upstream `api`: its names now resolve to 127.0.0.3:{port} (were 127.0.0.2:{port})"
+        ),
+        Duration::from_secs(20),
+    );
+    server.wait_for_log(
+        "reloaded upstream `api` resolved again: 0 pool(s) unchanged, 1 changed or new",
+        Duration::from_secs(20),
+    );
+    let mut moved = false;
+    wait_for("b to answer", Duration::from_secs(20), || {
+        moved = served_by(addr, "/", "") == "b";
+        moved
+    });
+    drop((a, b, line));
 }
 
 #[test]
@@ -586,6 +716,12 @@ fn check_refuses_what_an_upstream_cannot_be_and_says_how_to_reach_a_running_serv
     assert!(err.contains("no-such-ca.pem cannot be read"), "{err}");
     let err = check("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9\"]\n[upstream.tls]\nverify = false\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\n");
     assert!(err.contains("has no https:// server"), "{err}");
+    let err = check("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9\"]\nresolve = \"5s\"\nsticky = \"a b\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\n");
+    assert!(
+        err.contains("every server of upstream `api` is an address or a socket"),
+        "{err}"
+    );
+    assert!(err.contains("`a b` is not a cookie name"), "{err}");
     let err = check("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9 weight=0\"]\nbalance = \"fastest\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\nhandler = \"static\"\n");
     assert!(
         err.contains("a weight is a whole number from 1 to 100"),

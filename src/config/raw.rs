@@ -44,6 +44,7 @@ pub struct RawUpstream {
     pub try_for: Option<Scalar>,
     pub health: Option<RawHealthCheck>,
     pub passive: Option<RawPassiveCheck>,
+    pub resolve: Option<Scalar>,
     pub sticky: Option<String>,
     pub tls: Option<RawUpstreamTls>,
 }

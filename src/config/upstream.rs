@@ -35,6 +35,10 @@ pub struct UpstreamSpec {
     /// Active checks, when `health` is set.
     pub health: Option<ActiveCheck>,
     pub passive: PassiveCheck,
+    /// Its servers' host names are resolved again this often (`resolve`); `None`: at
+    /// `check`, `serve` and each reload only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolve: Option<Duration>,
     /// A client keeps to the server that first answered it by this cookie (`sticky`), while
     /// that server is up; `None`: every request is balanced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -75,9 +79,44 @@ impl UpstreamSpec {
             try_for: Duration::from_secs(10),
             health: None,
             passive: PassiveCheck::default(),
+            resolve: None,
             sticky: None,
             tls: None,
         }
+    }
+}
+
+impl UpstreamSpec {
+    /// Its servers with their host names resolved again now: each name written (with its
+    /// options) stands for every address it resolves to; addresses and sockets stay. `Err`
+    /// when a name resolves to nothing (the servers stay as they are).
+    pub fn resolved_again(&self) -> Result<Vec<ServerSpec>, String> {
+        use std::net::ToSocketAddrs;
+        let mut out: Vec<ServerSpec> = Vec::new();
+        let mut done: Vec<&str> = Vec::new();
+        for s in &self.servers {
+            if !s.is_host_name() {
+                out.push(s.clone());
+                continue;
+            }
+            if done.contains(&s.name.as_str()) {
+                continue;
+            }
+            done.push(&s.name);
+            let mut addrs: Vec<SocketAddr> = (s.name.to_socket_addrs())
+                .map_err(|e| format!("{} does not resolve ({e})", s.name))?
+                .collect();
+            addrs.sort();
+            addrs.dedup();
+            if addrs.is_empty() {
+                return Err(format!("{} resolves to no address", s.name));
+            }
+            out.extend(addrs.into_iter().map(|a| ServerSpec {
+                address: ServerAddress::Tcp(a),
+                ..s.clone()
+            }));
+        }
+        Ok(out)
     }
 }
 
@@ -96,6 +135,13 @@ pub struct ServerSpec {
     /// written; the group's `tls.server_name` wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_name: Option<String>,
+}
+
+impl ServerSpec {
+    /// Whether it was written as a host name (resolved), not an address or a socket.
+    pub fn is_host_name(&self) -> bool {
+        matches!(self.address, ServerAddress::Tcp(_)) && self.name.parse::<SocketAddr>().is_err()
+    }
 }
 
 /// Where a server accepts connections.

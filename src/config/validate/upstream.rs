@@ -87,6 +87,13 @@ impl Validator {
         let health = ru.health.map(|h| self.active_check(i, h));
         let passive = self.passive_check(i, ru.passive.unwrap_or_default());
         let tls = self.upstream_tls(i, &name, &servers, ru.tls, base);
+        let resolve = ru.resolve.map(|r| {
+            let every = self.nonzero_duration(&at("resolve"), Some(r), Duration::from_secs(30));
+            if !servers.is_empty() && !servers.iter().any(ServerSpec::is_host_name) {
+                self.err(&at("resolve"), format!("resolves host names again, and every server of upstream `{name}` is an address or a socket; remove it"));
+            }
+            every.max(Duration::from_secs(1))
+        });
         let sticky = ru.sticky.filter(|c| {
             let token = !c.is_empty()
                 && c.bytes()
@@ -109,6 +116,7 @@ impl Validator {
             try_for,
             health,
             passive,
+            resolve,
             sticky,
             tls,
         }

@@ -37,6 +37,11 @@ pub(in crate::server) enum Event {
         server: usize,
         result: Result<(), String>,
     },
+    /// An upstream group's host names resolved again (its `resolve` interval).
+    Resolved {
+        group: String,
+        servers: Result<Vec<crate::config::upstream::ServerSpec>, String>,
+    },
     /// A connection for pool `pool`, handed to the master: none of the pool's hand-off
     /// sockets was there (it sleeps), or it was queued on one as the pool went to sleep.
     Handed {

@@ -335,6 +335,7 @@ pub(super) async fn run(
                 server,
                 result,
             }) => sv.on_upstream_checked(epoch, group, server, result),
+            Some(Event::Resolved { group, servers }) => sv.on_resolved(&group, servers),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -518,6 +519,7 @@ impl Supervisor {
                 server,
                 result,
             } => self.on_upstream_checked(epoch, group, server, result),
+            Event::Resolved { group, servers } => self.on_resolved(&group, servers),
         }
     }
 
@@ -680,6 +682,7 @@ impl Supervisor {
         }
         self.retire_when_replaced();
         self.scan_certificate_store();
+        self.resolve_upstreams_due(now);
         self.sleep_idle(now);
         self.watch_turned_away_again(now);
         self.term_apps_whose_fronts_left(now);

@@ -59,9 +59,14 @@ impl Supervisor {
             .ok_or("espalier serve was started without -c FILE: there is no file to reload")?;
         let file = path.display().to_string();
         let new = Config::load(&path, &self.topology).map_err(|e| e.to_string())?;
-        let mut new =
-            crate::server::dispatcher::with_dispatcher(new, crate::os::process::is_root())
-                .map_err(|e| format!("{file}: {e}"))?;
+        let new = crate::server::dispatcher::with_dispatcher(new, crate::os::process::is_root())
+            .map_err(|e| format!("{file}: {e}"))?;
+        self.apply(new, &file)
+    }
+
+    /// Applies `new` (read from `file`, or the running configuration with an upstream
+    /// group's servers resolved again), as [`Self::reload`] says.
+    pub(super) fn apply(&mut self, mut new: Config, file: &str) -> Result<String, String> {
         crate::server::upstream_nodes::find_local_nodes(&mut new, &self.topology);
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
             .map_err(|e| format!("{file}: {e}"))?;
@@ -129,7 +134,7 @@ impl Supervisor {
                         &self.groups[i],
                         owners.len(),
                         &new,
-                        &file,
+                        file,
                     )?;
                     grown.push((i, sockets, owners));
                 }
@@ -140,7 +145,7 @@ impl Supervisor {
                             site,
                             &w.routes.url(),
                             &e,
-                            &file,
+                            file,
                         ));
                     }
                     let mut g = ListenerGroup {
@@ -156,7 +161,7 @@ impl Supervisor {
                         &new,
                         &self.topology,
                         &plan,
-                        &file,
+                        file,
                     )?;
                     fresh.push(g);
                 }

@@ -4,6 +4,8 @@
 //! HAProxy's multi-process users see), and one place that knows each server's state for
 //! `status` and the log.
 //!
+//! Also the data of `resolve` (when each group's host names are resolved next).
+//!
 //! Owns: the probes' tasks, each server's run of passes and failures and its state (`rise`
 //! passes in a row bring a down server up, `fall` failures take an up one down; a server not
 //! yet checked is up, and its first failure takes it down at once), and telling the workers
@@ -24,6 +26,10 @@ pub(super) struct UpstreamChecks {
     pub(super) epoch: u64,
     pub(super) groups: Vec<GroupState>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Groups with `resolve`: when each is resolved next, and whether it is being now.
+    pub(super) resolve_at: std::collections::HashMap<String, (std::time::Instant, bool)>,
+    /// The last resolution failure said of each group (said again only when it changes).
+    pub(super) resolve_failed: std::collections::HashMap<String, String>,
 }
 
 pub(super) struct GroupState {

@@ -1,6 +1,8 @@
 //! What the master does when an upstream server's active check ends: count it, and when the
-//! server's state changes, log it and tell every worker; and what a worker just ready is
-//! told of the servers down.
+//! server's state changes, log it and tell every worker; what a worker just ready is told of
+//! the servers down; and a group's host names resolved again on its `resolve` interval —
+//! when the addresses moved, the running configuration with the new ones is applied as a
+//! reload applies a file (the group's pools' workers replaced, overlapped).
 //!
 //! Owns: those reactions. Must not touch: the checks' data and probes
 //! (`upstream_checks`).
@@ -60,5 +62,83 @@ impl Supervisor {
         for line in self.upstream_checks.down_lines() {
             let _ = control.try_write(line.as_bytes());
         }
+    }
+
+    /// Starts resolving, off the loop (a resolver may take seconds), each group whose
+    /// `resolve` interval ran out.
+    pub(super) fn resolve_upstreams_due(&mut self, now: std::time::Instant) {
+        for g in &self.config.upstreams {
+            let Some(every) = g.resolve else {
+                continue;
+            };
+            let at = self.upstream_checks.resolve_at.entry(g.name.clone());
+            let (due, busy) = at.or_insert((now + every, false));
+            if *busy || now < *due {
+                continue;
+            }
+            (*due, *busy) = (now + every, true);
+            let (spec, events) = (g.clone(), self.events.clone());
+            tokio::task::spawn_blocking(move || {
+                let servers = spec.resolved_again();
+                let _ = events.send(super::Event::Resolved {
+                    group: spec.name,
+                    servers,
+                });
+            });
+        }
+    }
+
+    /// A group's names resolved again: when its addresses moved, applied.
+    pub(super) fn on_resolved(
+        &mut self,
+        group: &str,
+        servers: Result<Vec<crate::config::upstream::ServerSpec>, String>,
+    ) {
+        if let Some((_, busy)) = self.upstream_checks.resolve_at.get_mut(group) {
+            *busy = false;
+        }
+        let Some(k) = self.config.upstreams.iter().position(|g| g.name == group) else {
+            return;
+        };
+        let servers = match servers {
+            Ok(s) => {
+                self.upstream_checks.resolve_failed.remove(group);
+                s
+            }
+            Err(e) => {
+                let said = self
+                    .upstream_checks
+                    .resolve_failed
+                    .insert(group.to_string(), e.clone());
+                if said.as_ref() != Some(&e) {
+                    log(
+                        "master",
+                        format!("upstream `{group}`: {e}; its servers stay as they are"),
+                    );
+                }
+                return;
+            }
+        };
+        let addresses = |list: &[crate::config::upstream::ServerSpec]| {
+            let mut a: Vec<String> = list.iter().map(|s| s.address.to_string()).collect();
+            a.sort();
+            a
+        };
+        let (was, now) = (
+            addresses(&self.config.upstreams[k].servers),
+            addresses(&servers),
+        );
+        if was == now {
+            return;
+        }
+        log(
+            "master",
+            format!("upstream `{group}`: its names now resolve to {} (were {}); its pools' workers are replaced", now.join(", "), was.join(", ")),
+        );
+        let mut new = self.config.clone();
+        new.upstreams[k].servers = servers;
+        let outcome = self.apply(new, &format!("upstream `{group}` resolved again"));
+        let (Ok(line) | Err(line)) = outcome;
+        log("master", line);
     }
 }
