@@ -5,7 +5,8 @@
 //! Owns: certificates' expiry warnings, the SNI
 //! resolver (a site's own certificate, or the store's for the name asked), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
 //! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker),
-//! with the client-certificate verifier of the address's sites' `client_certs`.
+//! with the client-certificate verifier of the address's sites' `client_certs`; and TLS as a
+//! client ([`client`]: upstream servers, the load generator).
 //! Must not touch: the handshake's place among a connection's steps (`http::accept`) or
 //! HTTP.
 //!
