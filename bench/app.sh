@@ -9,6 +9,7 @@
 #   (d) behind nginx as a reverse proxy with upstream keep-alive;
 #   (e) as (c), with max_requests_per_process = 16 (half the connections wait in espalier's
 #       queue at any time): what the cap and its queue cost;
+#   (f) as (c), the app reached on a unix socket (`upstream = "unix"`) instead of loopback TCP;
 #   (c') as (c), on the epoll path (`io = "epoll"`; (c) takes `auto`: io_uring where the
 #       kernel allows it).
 # Prints requests/s, latency p50/p99 and, for (c), (c') and (d), the proxy tier's CPU time per
@@ -59,6 +60,7 @@ ALONE=$(free_port); NGINX_APP=$(free_port); NGINX_PORT=$(free_port)
 ACT=$(free_port); PROXY=$(free_port); CAPPED=$(free_port); EPOLL=$(free_port)
 ADMIN1=$(free_port); ADMIN2=$(free_port); ADMIN3=$(free_port); ADMIN4=$(free_port)
 BEFORE=$(free_port); ADMIN5=$(free_port)
+UNIXP=$(free_port); ADMIN6=$(free_port)
 
 pool() { # name port admin transport [extra pool keys] [extra server keys]
   cat <<CONF
@@ -88,6 +90,8 @@ pool capped "$CAPPED" "$ADMIN3" proxy "max_requests_per_process = 16" >"$WORK/ca
 # (c) on each I/O path: proxy.toml takes io = "auto" (io_uring where the kernel allows it),
 # epoll.toml the epoll path.
 pool epoll "$EPOLL" "$ADMIN4" proxy "" 'io = "epoll"' >"$WORK/epoll.toml"
+# (f) the app on a unix socket.
+pool unix "$UNIXP" "$ADMIN6" proxy 'upstream = "unix"' >"$WORK/unix.toml"
 # (c) by the older build, with BASELINE_BIN.
 pool before "$BEFORE" "$ADMIN5" proxy >"$WORK/before.toml"
 binary_of() { [ "$1" = before ] && echo "$BASELINE" || echo "$ESPALIER"; }
@@ -128,8 +132,9 @@ start act "$ESPALIER" serve -c act.toml
 start proxy "$ESPALIER" serve -c proxy.toml
 start capped "$ESPALIER" serve -c capped.toml
 start epoll "$ESPALIER" serve -c epoll.toml
+start unix "$ESPALIER" serve -c unix.toml
 [ -n "$BASELINE" ] && start before "$BASELINE" serve -c before.toml
-for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY" "$CAPPED" "$EPOLL" ${BASELINE:+"$BEFORE"}; do wait_port "$p"; done
+for p in "$ALONE" "$NGINX_APP" "$NGINX_PORT" "$ACT" "$PROXY" "$CAPPED" "$EPOLL" "$UNIXP" ${BASELINE:+"$BEFORE"}; do wait_port "$p"; done
 PROXY_IO=$(grep -o "connections' I/O: .*" "$WORK/proxy.out" | head -1 | sed "s/connections' I\/O: //")
 PROXY_PATH=$(case $PROXY_IO in io_uring*) echo io_uring ;; *) echo epoll ;; esac)
 sleep 1.5   # the apps behind espalier become ready (health probe)
@@ -142,7 +147,7 @@ tier_pids() {
   case $1 in
     # The proxy's processes by their command name, the binary's file name (ESPALIER_BIN or
     # BASELINE_BIN may be named otherwise; the kernel keeps 15 characters of it).
-    proxy|capped|epoll|before) local root comm; root=$(eval echo "\$PID_$1"); comm=$(basename "$(binary_of "$1")" | cut -c1-15); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = "$comm" ] && echo "$p"; done ;;
+    proxy|capped|epoll|unix|before) local root comm; root=$(eval echo "\$PID_$1"); comm=$(basename "$(binary_of "$1")" | cut -c1-15); echo "$root"; for p in $(descendants "$root"); do [ "$(cat /proc/$p/comm)" = "$comm" ] && echo "$p"; done ;;
     nginx) echo "$PID_nginx"; descendants "$PID_nginx" ;;
     *) ;;
   esac
@@ -151,10 +156,10 @@ app_pids() {
   case $1 in
     alone) echo "$PID_alone" ;;
     nginx) echo "$PID_nginxapp" ;;
-    act|proxy|capped|epoll|before) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
+    act|proxy|capped|epoll|unix|before) for p in $(descendants "$(eval echo "\$PID_$1")"); do [ "$(cat /proc/$p/comm)" = node ] && echo "$p"; done ;;
   esac
 }
-port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; epoll) echo "$EPOLL" ;; nginx) echo "$NGINX_PORT" ;; before) echo "$BEFORE" ;; esac; }
+port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; epoll) echo "$EPOLL" ;; unix) echo "$UNIXP" ;; nginx) echo "$NGINX_PORT" ;; before) echo "$BEFORE" ;; esac; }
 
 load() { # url seconds → "requests rps p50_ms p99_ms"
   local out
@@ -168,9 +173,9 @@ HZ=$(getconf CLK_TCK)
 us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
 
 part1() {
-TARGETS=(alone act proxy epoll nginx capped)
+TARGETS=(alone act proxy epoll unix nginx capped)
 [ -n "$BASELINE" ] && TARGETS+=(before)
-MEASURED=(proxy epoll nginx); [ -n "$BASELINE" ] && MEASURED+=(before)
+MEASURED=(proxy epoll unix nginx); [ -n "$BASELINE" ] && MEASURED+=(before)
 declare -A BEST P50 P99 REQS TIER TIER_USER APP SYSCALLS INSNS
 for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
 echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
@@ -228,13 +233,14 @@ echo
 echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), node $(node --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'); servers on CPU $SERVER_CPU, wrk -t1 -c$CONNS on CPU $CLIENT_CPU"
 printf '%-32s %12s %9s %9s %18s %14s %16s %18s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "syscalls/req" "app CPU µs/req" "proxy user insns"
 for t in "${TARGETS[@]}"; do
-  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy, $PROXY_PATH" ;; epoll) name="(c') espalier proxy, epoll" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; before) name="(c) by BASELINE_BIN" ;; esac
-  tier=-; case $t in proxy|epoll|nginx|capped|before) tier=$(us "${TIER[$t]}" "${REQS[$t]}") ;; esac
+  case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy, $PROXY_PATH" ;; epoll) name="(c') espalier proxy, epoll" ;; unix) name="(f) proxy, app on a unix socket" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; before) name="(c) by BASELINE_BIN" ;; esac
+  tier=-; case $t in proxy|epoll|unix|nginx|capped|before) tier=$(us "${TIER[$t]}" "${REQS[$t]}") ;; esac
   printf '%-32s %12.0f %9s %9s %18s %14s %16s %18s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "${SYSCALLS[$t]:--}" "$(us "${APP[$t]}" "${REQS[$t]}")" "${INSNS[$t]:--}"
 done
 echo "  (c)'s I/O path: $PROXY_IO"
 echo "  espalier / nginx, proxy CPU per request, per I/O path: $PROXY_PATH $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")"), epoll $(ratio "$(us "${TIER[epoll]}" "${REQS[epoll]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[alone]}")   (target ≥ 0.95)"
+echo "  app on a unix socket / on loopback TCP:  proxy CPU per request $(ratio "$(us "${TIER[unix]}" "${REQS[unix]}")" "$(us "${TIER[proxy]}" "${REQS[proxy]}")"), app CPU per request $(ratio "$(us "${APP[unix]}" "${REQS[unix]}")" "$(us "${APP[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[unix]}" "${BEST[proxy]}"); espalier (unix) / nginx, proxy CPU per request $(ratio "$(us "${TIER[unix]}" "${REQS[unix]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")"
 echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
 echo "  max_requests_per_process = 16 / unset:  proxy CPU per request $(ratio "$(us "${TIER[capped]}" "${REQS[capped]}")" "$(us "${TIER[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[capped]}" "${BEST[proxy]}")"

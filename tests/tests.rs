@@ -54,4 +54,5 @@ mod systemd;
 mod tenants;
 mod tls;
 mod upstreams;
+mod upstreams_more;
 mod wordpress;

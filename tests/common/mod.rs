@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod apps;
+pub mod backends;
 pub mod browser;
 pub mod tls;
 
