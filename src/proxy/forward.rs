@@ -113,7 +113,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     } = asked;
     // On the site's page for an app's error, the app's body is left unread: its connection
     // is dropped, not pooled.
-    let (out, relay) = match answer_head(&ubuf[..head_len], &endpoint, &req, &own) {
+    let (out, relay) = match answer_head(&ubuf[..head_len], &endpoint, &req, route, &own) {
         Ok(head) => head,
         Err(instead) => return own.instead(stream, route, instead).await,
     };
@@ -136,6 +136,7 @@ fn answer_head(
     head: &[u8],
     endpoint: &Endpoint,
     req: &ForwardRequest,
+    route: &ProxyRoute,
     own: &OwnAnswers<'_>,
 ) -> Result<(Vec<u8>, Relay), Instead> {
     let mut fields = [httparse::EMPTY_HEADER; 100];
@@ -150,7 +151,8 @@ fn answer_head(
         let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
         return Err(Instead::Page(answer.status, kept));
     }
-    client_head(&answer, resp.headers, req, own, endpoint).map_err(Instead::Status)
+    let sticky_line = route.sticky_line(endpoint, &req.choose);
+    client_head(&answer, resp.headers, req, own, sticky_line).map_err(Instead::Status)
 }
 
 /// What an app's response head says, as forwarding needs it.
@@ -201,15 +203,6 @@ struct Relay {
     encoder: Option<crate::compress::Stream>,
 }
 
-/// The `Set-Cookie` line that keeps the client to `endpoint`, when its group is sticky and
-/// the request did not name that server already.
-fn sticky_cookie(req: &ForwardRequest, endpoint: &Endpoint) -> Option<String> {
-    let (name, had) = req.choose.sticky.as_ref()?;
-    let id = super::group::sticky_id(endpoint);
-    (had.as_deref() != Some(id.as_str()))
-        .then(|| format!("Set-Cookie: {name}={id}; Path=/; HttpOnly; SameSite=Lax\r\n"))
-}
-
 /// The client's head for `answer` (with the app's `fields`), through the response steps
 /// ([`Head`]), and how its body is to be relayed; `Err` with the status to answer instead.
 fn client_head(
@@ -217,7 +210,7 @@ fn client_head(
     fields: &[httparse::Header<'_>],
     req: &ForwardRequest,
     own: &OwnAnswers<'_>,
-    endpoint: &Endpoint,
+    sticky_line: Option<String>,
 ) -> Result<(Vec<u8>, Relay), u16> {
     let plan = encode::plan(
         req.compress,
@@ -245,7 +238,7 @@ fn client_head(
         listed: Some(&answer.listed),
     };
     let mut out = head.for_client(fields, own);
-    if let Some(line) = sticky_cookie(req, endpoint) {
+    if let Some(line) = sticky_line {
         // Before the blank line that ends the head.
         out.splice(out.len() - 2..out.len() - 2, line.into_bytes());
     }

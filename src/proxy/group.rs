@@ -16,7 +16,7 @@
 use super::Endpoint;
 use crate::config::upstream::{HashKey, ServerAddress, UpstreamSpec};
 use crate::routing::balance::{Balancer, Policy, Server};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -180,8 +180,8 @@ pub struct GroupSource {
     pub health: Arc<GroupHealth>,
     endpoints: Vec<Endpoint>,
     balancer: Rc<RefCell<Balancer>>,
-    /// Failures this thread logged, for the log's bound.
-    logged: Cell<u64>,
+    /// Each server's value in the sticky cookie (empty for a group without one), made once.
+    sticky_ids: Vec<String>,
 }
 
 impl GroupSource {
@@ -202,15 +202,18 @@ impl GroupSource {
                 local: node.is_some() && s.node == node,
             })
             .collect();
+        let endpoints: Vec<Endpoint> = (spec.servers.iter())
+            .map(|s| endpoint_of(&s.address))
+            .collect();
+        let sticky_ids = match spec.sticky {
+            Some(_) => endpoints.iter().map(sticky_id).collect(),
+            None => Vec::new(),
+        };
         GroupSource {
-            endpoints: spec
-                .servers
-                .iter()
-                .map(|s| endpoint_of(&s.address))
-                .collect(),
+            endpoints,
+            sticky_ids,
             balancer: Rc::new(RefCell::new(Balancer::new(policy, servers, seed))),
             health,
-            logged: Cell::new(0),
         }
     }
 
@@ -230,41 +233,54 @@ impl GroupSource {
         self.endpoints.iter().position(|e| e == endpoint)
     }
 
-    /// The cookie a client keeps to its server by, when the group has one.
-    pub fn sticky_cookie(&self) -> Option<&str> {
-        self.health.spec.sticky.as_deref()
+    /// What of `req` the group chooses a server by: its hash key's hash, and for a sticky
+    /// group the server its cookie names (`Some(None)`: none, or one no longer in the group).
+    pub fn choose(&self, req: &crate::http::Request<'_>) -> Choose {
+        Choose {
+            hash: self.hash_key().map(|k| key_hash(k, req)),
+            sticky: self.health.spec.sticky.as_deref().map(|name| {
+                let value = cookie(req, name)?;
+                self.sticky_ids.iter().position(|id| id.as_bytes() == value)
+            }),
+        }
     }
 
-    /// The server a sticky cookie's value names, when it is up and not in `tried`, counted
-    /// in flight as [`Self::pick`]'s.
-    pub fn pick_named(&self, id: &str, tried: &[usize]) -> Option<(usize, Endpoint, InFlight)> {
-        let now = self.health.now_ms();
-        let i = (0..self.endpoints.len()).find(|&i| sticky_id(&self.endpoints[i]) == id)?;
-        if tried.contains(&i) || !self.health.up(i, now) {
-            return None;
-        }
-        self.balancer.borrow_mut().start(i);
-        let held = InFlight {
-            balancer: Rc::clone(&self.balancer),
-            server: i,
-        };
-        Some((i, self.endpoints[i].clone(), held))
+    /// The `Set-Cookie` line that keeps the client to server `i`, when the group is sticky
+    /// and the request's cookie named another (or none).
+    pub fn sticky_line(&self, i: usize, choose: &Choose) -> Option<String> {
+        let name = self.health.spec.sticky.as_deref()?;
+        (choose.sticky != Some(Some(i))).then(|| {
+            let id = &self.sticky_ids[i];
+            format!("Set-Cookie: {name}={id}; Path=/; HttpOnly; SameSite=Lax\r\n")
+        })
+    }
+
+    /// Server `i`, which a sticky cookie names, when it is up and not in `tried`, counted in
+    /// flight as [`Self::pick`]'s.
+    pub fn pick_named(&self, i: usize, tried: &[usize]) -> Option<(usize, Endpoint, InFlight)> {
+        let up = self.health.up(i, self.health.now_ms());
+        (up && !tried.contains(&i)).then(|| self.hold(i))
     }
 
     /// A server for a request, none of `tried`, counted in flight until the [`InFlight`]
     /// is dropped; `None` when no server may be used.
-    pub fn pick(&self, tried: &[usize], key: Option<&[u8]>) -> Option<(usize, Endpoint, InFlight)> {
+    pub fn pick(&self, tried: &[usize], key: Option<u64>) -> Option<(usize, Endpoint, InFlight)> {
         let now = self.health.now_ms();
         let i = self
             .balancer
             .borrow_mut()
             .pick(|i| self.health.up(i, now), tried, key)?;
+        Some(self.hold(i))
+    }
+
+    /// Server `i`, its request counted in flight until the [`InFlight`] is dropped.
+    fn hold(&self, i: usize) -> (usize, Endpoint, InFlight) {
         self.balancer.borrow_mut().start(i);
         let held = InFlight {
             balancer: Rc::clone(&self.balancer),
             server: i,
         };
-        Some((i, self.endpoints[i].clone(), held))
+        (i, self.endpoints[i].clone(), held)
     }
 
     /// Server `i` answered a request's head after `waited`: its latency, and its run of
@@ -298,14 +314,6 @@ impl GroupSource {
         }
     }
 
-    /// Whether this thread's `n`th failure line is worth writing (see
-    /// [`crate::os::nth_worth_logging`]), with its number.
-    pub fn worth_logging(&self) -> Option<u64> {
-        let n = self.logged.get() + 1;
-        self.logged.set(n);
-        crate::os::nth_worth_logging(n).then_some(n)
-    }
-
     /// Names server `endpoint` in a log line.
     pub fn describe(&self, endpoint: Option<&Endpoint>) -> String {
         let spec = &self.health.spec;
@@ -331,27 +339,33 @@ impl Drop for InFlight {
     }
 }
 
-/// The bytes a request's hash key is. A missing header or cookie hashes as empty, so such
-/// requests keep to one server, as nginx's do.
-pub fn key_of(key: &HashKey, req: &crate::http::Request<'_>) -> Vec<u8> {
+/// What of a request an upstream group chooses its server by.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Choose {
+    /// Its hash key's hash, under `balance = "hash …"`.
+    pub hash: Option<u64>,
+    /// For a sticky group: the server its cookie names, if any.
+    pub sticky: Option<Option<usize>>,
+}
+
+/// The hash of a request's key, computed where the request is read, with nothing copied. A
+/// missing header or cookie hashes as empty, so such requests keep to one server, as
+/// nginx's do.
+pub fn key_hash(key: &HashKey, req: &crate::http::Request<'_>) -> u64 {
+    use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
     match key {
-        HashKey::Client => req.client.as_bytes().to_vec(),
-        HashKey::Uri => {
-            let mut k = req.path.as_bytes().to_vec();
-            if !req.query.is_empty() {
-                k.push(b'?');
-                k.extend_from_slice(req.query.as_bytes());
-            }
-            k
-        }
-        HashKey::Header(name) => req.header(name).unwrap_or_default().as_bytes().to_vec(),
-        HashKey::Cookie(name) => cookie(req, name).unwrap_or_default().to_vec(),
+        HashKey::Client => xxh3_64(req.client.as_bytes()),
+        HashKey::Uri if req.query.is_empty() => xxh3_64(req.path.as_bytes()),
+        // The query hashed with the path's hash as its seed: `/a?b` and `/a` differ.
+        HashKey::Uri => xxh3_64_with_seed(req.query.as_bytes(), xxh3_64(req.path.as_bytes())),
+        HashKey::Header(name) => xxh3_64(req.header(name).unwrap_or_default().as_bytes()),
+        HashKey::Cookie(name) => xxh3_64(cookie(req, name).unwrap_or_default()),
     }
 }
 
 /// A server's value in a sticky cookie: a hash of its address, the same in every process
 /// and across reloads, that says nothing of the address itself.
-pub fn sticky_id(endpoint: &Endpoint) -> String {
+fn sticky_id(endpoint: &Endpoint) -> String {
     format!(
         "{:016x}",
         xxhash_rust::xxh3::xxh3_64(endpoint.to_string().as_bytes())
@@ -359,7 +373,7 @@ pub fn sticky_id(endpoint: &Endpoint) -> String {
 }
 
 /// Cookie `name`'s value in the request's `Cookie` fields.
-pub fn cookie<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r [u8]> {
+fn cookie<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r [u8]> {
     req.headers
         .iter()
         .filter(|h| h.name.eq_ignore_ascii_case("cookie"))

@@ -21,16 +21,7 @@ pub struct ForwardRequest {
     /// the coding the client accepts, if any (see [`super::encode`]).
     pub(super) compress: Option<Option<crate::compress::Coding>>,
     /// What an upstream group chooses the server by (a hash key, a sticky cookie).
-    pub(super) choose: Choose,
-}
-
-/// What of a request an upstream group chooses its server by.
-#[derive(Debug, Default)]
-pub(super) struct Choose {
-    /// Its hash key, under `balance = "hash …"`.
-    pub hash: Option<Vec<u8>>,
-    /// The group's sticky cookie's name, and the value the request carried.
-    pub sticky: Option<(String, Option<String>)>,
+    pub(super) choose: super::group::Choose,
 }
 
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1).
@@ -168,7 +159,7 @@ impl ForwardRequest {
             keep_alive,
             expect_continue,
             compress: None,
-            choose: Choose::default(),
+            choose: Default::default(),
         }
     }
 }

@@ -168,19 +168,24 @@ impl ProxyRoute {
     }
 
     /// What of `req` its group chooses a server by (nothing for a pool's processes).
-    pub(super) fn choose(&self, req: &crate::http::Request<'_>) -> super::request::Choose {
-        let Source::Group(g) = &self.source else {
-            return Default::default();
-        };
-        super::request::Choose {
-            hash: g.hash_key().map(|k| super::group::key_of(k, req)),
-            sticky: g.sticky_cookie().map(|name| {
-                let had = super::group::cookie(req, name)
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .map(String::from);
-                (name.to_string(), had)
-            }),
+    pub(super) fn choose(&self, req: &crate::http::Request<'_>) -> super::group::Choose {
+        match &self.source {
+            Source::Group(g) => g.choose(req),
+            Source::Pool(_) => Default::default(),
         }
+    }
+
+    /// The `Set-Cookie` line that keeps the client to `endpoint`, when its group is sticky
+    /// and the request did not name that server already.
+    pub(super) fn sticky_line(
+        &self,
+        endpoint: &Endpoint,
+        choose: &super::group::Choose,
+    ) -> Option<String> {
+        let Source::Group(g) = &self.source else {
+            return None;
+        };
+        g.sticky_line(g.index_of(endpoint)?, choose)
     }
 
     /// Logs why a request was answered `status` (502, 503 or 504) for the app at `endpoint`:
@@ -261,7 +266,7 @@ impl ProxyRoute {
     pub(super) async fn connection(
         &self,
         avoid: Option<Endpoint>,
-        choose: &super::request::Choose,
+        choose: &super::group::Choose,
     ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
         match &self.source {
             Source::Pool(p) => self.process_connection(p, avoid).await,
@@ -276,11 +281,11 @@ impl ProxyRoute {
         &self,
         g: &super::group::GroupSource,
         avoid: Option<Endpoint>,
-        choose: &super::request::Choose,
+        choose: &super::group::Choose,
     ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
-        let key = choose.hash.as_deref();
+        let key = choose.hash;
         // The server a sticky cookie names comes first, while it is up.
-        let named = (choose.sticky.as_ref()).and_then(|(_, had)| had.as_deref());
+        let named = choose.sticky.flatten();
         let spec = g.spec();
         let started = tokio::time::Instant::now();
         let mut tried: Vec<usize> = avoid.iter().filter_map(|e| g.index_of(e)).collect();
@@ -295,7 +300,7 @@ impl ProxyRoute {
             // A request sent again (its connection closed before any answer) goes to another
             // server when there is one, else to the same on a new connection.
             let again = || (causes.is_empty() && avoid.is_some()).then(|| g.pick(&[], key));
-            let sticky = || named.and_then(|id| g.pick_named(id, &tried));
+            let sticky = || named.and_then(|i| g.pick_named(i, &tried));
             let picked = sticky().or_else(|| g.pick(&tried, key));
             let Some((i, endpoint, held)) = picked.or_else(|| again().flatten()) else {
                 break;

@@ -82,15 +82,17 @@ impl Balancer {
         }
     }
 
-    pub fn servers(&self) -> &[Server] {
+    #[cfg(test)]
+    fn servers(&self) -> &[Server] {
         &self.servers
     }
 
-    pub fn in_flight(&self, i: usize) -> u32 {
+    #[cfg(test)]
+    fn in_flight(&self, i: usize) -> u32 {
         self.seen[i].in_flight
     }
 
-    /// The server for a request (`key`: its hash key's bytes under [`Policy::Hash`]), among
+    /// The server for a request (`key`: its hash key's hash under [`Policy::Hash`]), among
     /// those `usable` says may be used, never one of `tried`: from the most preferred set
     /// that has one (local primaries, primaries, local backups, backups). `None` when none
     /// may be used. The caller counts the request in flight with [`Self::start`].
@@ -98,7 +100,7 @@ impl Balancer {
         &mut self,
         usable: impl Fn(usize) -> bool,
         tried: &[usize],
-        key: Option<&[u8]>,
+        key: Option<u64>,
     ) -> Option<usize> {
         let ok = |i: usize| usable(i) && !tried.contains(&i);
         let level = (0..4).find(|&l| (0..self.servers.len()).any(|i| ok(i) && self.at(l, i)))?;
@@ -111,7 +113,7 @@ impl Balancer {
             Policy::LeastTime => self.two_choices(candidate),
             Policy::RoundRobin => self.smooth_round_robin(candidate),
             Policy::LeastRequests => self.least_requests(candidate),
-            Policy::Hash => self.on_ring(candidate, key.unwrap_or_default()),
+            Policy::Hash => self.on_ring(candidate, key.unwrap_or(xxh3_64(b""))),
         }
     }
 
@@ -210,12 +212,12 @@ impl Balancer {
             .min_by_key(|&i| load(i))
     }
 
-    /// The first candidate at or after the key's point on the ring.
-    fn on_ring(&self, candidate: impl Fn(usize) -> bool, key: &[u8]) -> Option<usize> {
+    /// The first candidate at or after the key's point on the ring (`key`: its xxh3 hash).
+    fn on_ring(&self, candidate: impl Fn(usize) -> bool, key: u64) -> Option<usize> {
         if self.ring.is_empty() {
             return None;
         }
-        let h = xxh3_64(key) as u32;
+        let h = key as u32;
         let start = self.ring.partition_point(|&(p, _)| p < h);
         (0..self.ring.len())
             .map(|k| self.ring[(start + k) % self.ring.len()].1 as usize)
@@ -296,8 +298,8 @@ mod tests {
         ] {
             let mut b = Balancer::new(policy, servers(&[1, 1, 1]), 7);
             for k in 0..200u32 {
-                let key = k.to_be_bytes();
-                let i = b.pick(|i| i != 1, &[0], Some(&key)).unwrap();
+                let key = xxh3_64(&k.to_be_bytes());
+                let i = b.pick(|i| i != 1, &[0], Some(key)).unwrap();
                 assert_eq!(i, 2, "{policy:?}");
             }
             assert_eq!(b.pick(|_| false, &[], None), None);
@@ -369,11 +371,11 @@ mod tests {
         let keys: Vec<String> = (0..2000).map(|k| format!("user-{k}")).collect();
         let before: Vec<usize> = keys
             .iter()
-            .map(|k| b.pick(|_| true, &[], Some(k.as_bytes())).unwrap())
+            .map(|k| b.pick(|_| true, &[], Some(xxh3_64(k.as_bytes()))).unwrap())
             .collect();
         let again: Vec<usize> = keys
             .iter()
-            .map(|k| b.pick(|_| true, &[], Some(k.as_bytes())).unwrap())
+            .map(|k| b.pick(|_| true, &[], Some(xxh3_64(k.as_bytes()))).unwrap())
             .collect();
         assert_eq!(before, again);
         let mut share = [0; 4];
@@ -385,7 +387,7 @@ mod tests {
         let mut c = Balancer::new(Policy::Hash, rest, 9);
         let keys_of = |i: usize| if i >= 2 { i + 1 } else { i };
         for (k, &was) in keys.iter().zip(&before) {
-            let now = keys_of(c.pick(|_| true, &[], Some(k.as_bytes())).unwrap());
+            let now = keys_of(c.pick(|_| true, &[], Some(xxh3_64(k.as_bytes()))).unwrap());
             if was != 2 {
                 assert_eq!(now, was, "{k}");
             }
