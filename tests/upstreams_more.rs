@@ -307,6 +307,17 @@ fn check_refuses_what_an_upstream_cannot_be_and_says_how_to_reach_a_running_serv
         "{err}"
     );
     assert!(err.contains("`a b` is not a cookie name"), "{err}");
+    // What could not act, or would be cut silently, is refused.
+    let err = check("[[upstream]]\nname = \"spare\"\nservers = [\"127.0.0.1:9\"]\ntries = 17\nresolve = \"100ms\"\n[upstream.passive]\nfailures = 0\neject_for = \"1m\"\n[upstream.health]\nrise = 101\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nhandler = \"static\"\n");
+    for wanted in [
+        "upstream `spare` is named by no site's path",
+        "17 is more than this takes; write a number from 1 to 16",
+        "101 is more than this takes; write a number from 1 to 100",
+        "failures = 0 ejects none",
+        "write 1s or more",
+    ] {
+        assert!(err.contains(wanted), "{wanted}: {err}");
+    }
     let err = check("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9 weight=0\"]\nbalance = \"fastest\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\nhandler = \"static\"\n");
     assert!(
         err.contains("a weight is a whole number from 1 to 100"),

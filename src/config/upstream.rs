@@ -91,7 +91,6 @@ impl UpstreamSpec {
     /// options) stands for every address it resolves to; addresses and sockets stay. `Err`
     /// when a name resolves to nothing (the servers stay as they are).
     pub fn resolved_again(&self) -> Result<Vec<ServerSpec>, String> {
-        use std::net::ToSocketAddrs;
         let mut out: Vec<ServerSpec> = Vec::new();
         let mut done: Vec<&str> = Vec::new();
         for s in &self.servers {
@@ -103,14 +102,7 @@ impl UpstreamSpec {
                 continue;
             }
             done.push(&s.name);
-            let mut addrs: Vec<SocketAddr> = (s.name.to_socket_addrs())
-                .map_err(|e| format!("{} does not resolve ({e})", s.name))?
-                .collect();
-            addrs.sort();
-            addrs.dedup();
-            if addrs.is_empty() {
-                return Err(format!("{} resolves to no address", s.name));
-            }
+            let addrs = resolve(&s.name).map_err(|e| format!("{} {e}", s.name))?;
             out.extend(addrs.into_iter().map(|a| ServerSpec {
                 address: ServerAddress::Tcp(a),
                 ..s.clone()
@@ -118,6 +110,21 @@ impl UpstreamSpec {
         }
         Ok(out)
     }
+}
+
+/// The addresses `host:port` resolves to, sorted, each once; `Err` says why none (to follow
+/// the name as written: `` `NAME` does not resolve (…)``).
+pub fn resolve(written: &str) -> Result<Vec<SocketAddr>, String> {
+    use std::net::ToSocketAddrs;
+    let mut addrs: Vec<SocketAddr> = (written.to_socket_addrs())
+        .map_err(|e| format!("does not resolve ({e})"))?
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    if addrs.is_empty() {
+        return Err("resolves to no address".into());
+    }
+    Ok(addrs)
 }
 
 /// A server of a group.

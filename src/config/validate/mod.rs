@@ -184,6 +184,8 @@ impl Validator {
             .rev()
             .collect();
         self.upstreams = self.read_upstreams(raw.upstream, base);
+        // The groups written as [[upstream]]; a path's own address adds one after them.
+        let written_groups = self.upstreams.len();
         let mut sites: Vec<SiteSpec> = Vec::new();
         let mut site_names = std::collections::HashSet::new();
         for (i, rs) in raw.site.into_iter().enumerate() {
@@ -200,6 +202,7 @@ impl Validator {
             sites.push(site);
         }
         self.check_bindings(&sites, &pools);
+        self.check_upstreams_used(written_groups, &sites);
         self.check_log_owners(&sites, &pools);
         self.check_warmup_pages(&sites, &pools);
         self.check_on_demand_bounds(&server, &pools);

@@ -9,7 +9,7 @@ use super::super::locate::Seg;
 use super::super::raw::{RawHealthCheck, RawPassiveCheck, RawUpstream, RawUpstreamTls, Scalar};
 use super::super::upstream::*;
 use super::Validator;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -82,7 +82,7 @@ impl Validator {
             ru.response_timeout,
             Duration::from_secs(60),
         );
-        let tries = self.positive(&at("tries"), ru.tries, 3).min(16) as u32;
+        let tries = self.count_up_to(&at("tries"), ru.tries, 3, 16);
         let try_for = self.nonzero_duration(&at("try_for"), ru.try_for, Duration::from_secs(10));
         let health = ru.health.map(|h| self.active_check(i, h));
         let passive = self.passive_check(i, ru.passive.unwrap_or_default());
@@ -92,7 +92,10 @@ impl Validator {
             if !servers.is_empty() && !servers.iter().any(ServerSpec::is_host_name) {
                 self.err(&at("resolve"), format!("resolves host names again, and every server of upstream `{name}` is an address or a socket; remove it"));
             }
-            every.max(Duration::from_secs(1))
+            if every < Duration::from_secs(1) {
+                self.err(&at("resolve"), format!("{every:?} would ask the resolver many times a second; write 1s or more"));
+            }
+            every
         });
         let sticky = ru.sticky.filter(|c| {
             let token = !c.is_empty()
@@ -217,6 +220,41 @@ impl Validator {
         })
     }
 
+    /// A whole number from 1 to `max` (`default` when unset); past `max`, an error rather
+    /// than a silent cut.
+    fn count_up_to(&mut self, at: &[Seg], v: Option<i64>, default: u64, max: u64) -> u32 {
+        let n = self.positive(at, v, default);
+        if n > max {
+            self.err(
+                at,
+                format!("{n} is more than this takes; write a number from 1 to {max}"),
+            );
+            return default as u32;
+        }
+        n as u32
+    }
+
+    /// An `[[upstream]]` no site's path names would do nothing (its checks would probe for
+    /// no one): refused, as every key that cannot act is.
+    pub(super) fn check_upstreams_used(
+        &mut self,
+        named: usize,
+        sites: &[super::super::site::SiteSpec],
+    ) {
+        let used = |name: &str| {
+            (sites.iter().flat_map(|s| &s.apps)).any(|a| a.upstream.as_deref() == Some(name))
+        };
+        let unused: Vec<(usize, String)> = (self.upstreams.iter().take(named).enumerate())
+            .filter(|(_, g)| !used(&g.name))
+            .map(|(i, g)| (i, g.name.clone()))
+            .collect();
+        for (i, name) in unused {
+            {
+                self.err(&[Seg::Key("upstream"), Seg::Index(i), Seg::Key("name")], format!("upstream `{name}` is named by no site's path, so it would do nothing; name it on a path (upstream = \"{name}\"), or remove it"));
+            }
+        }
+    }
+
     fn active_check(&mut self, i: usize, h: RawHealthCheck) -> ActiveCheck {
         let at = |key: &'static str| {
             [
@@ -248,8 +286,8 @@ impl Validator {
                 (200, 399)
             }
         };
-        let rise = self.positive(&at("rise"), h.rise, 2).min(100) as u32;
-        let fall = self.positive(&at("fall"), h.fall, 3).min(100) as u32;
+        let rise = self.count_up_to(&at("rise"), h.rise, 2, 100);
+        let fall = self.count_up_to(&at("fall"), h.fall, 3, 100);
         ActiveCheck {
             path,
             host: h.host,
@@ -272,6 +310,16 @@ impl Validator {
             ]
         };
         let d = PassiveCheck::default();
+        if p.failures == Some(0) {
+            for (key, set) in [
+                ("eject_for", p.eject_for.is_some()),
+                ("on_5xx", p.on_5xx.is_some()),
+            ] {
+                if set {
+                    self.err(&at(key), "says how failures eject a server, and failures = 0 ejects none; remove it, or count failures");
+                }
+            }
+        }
         let failures = match p.failures {
             None => d.failures,
             Some(n) if (0..=1000).contains(&n) => n as u32,
@@ -376,15 +424,7 @@ pub(super) fn server_specs(line: &str, base: &Path) -> Result<Vec<ServerSpec>, S
     if port.parse::<u16>().is_err() || host.is_empty() || host.contains('/') {
         return Err("is not an address; write host:port (\"127.0.0.1:9001\", \"api.internal:8080\") or unix:/path".into());
     }
-    let mut addrs: Vec<SocketAddr> = written
-        .to_socket_addrs()
-        .map_err(|e| format!("does not resolve ({e}); fix the name, or write an address"))?
-        .collect();
-    addrs.sort();
-    addrs.dedup();
-    if addrs.is_empty() {
-        return Err("resolves to no address; fix the name, or write an address".into());
-    }
+    let addrs = resolve(written).map_err(|e| format!("{e}; fix the name, or write an address"))?;
     Ok(addrs
         .into_iter()
         .map(|a| spec(written, ServerAddress::Tcp(a)))
