@@ -22,21 +22,7 @@ pub struct Listener {
 
 /// The sockets listening for 127.0.0.1:`port`.
 pub fn loopback_listeners(port: u16) -> Vec<Listener> {
-    let mut found = Vec::new();
-    for (file, addrs) in [
-        ("/proc/net/tcp", &["0100007F", "00000000"][..]),
-        (
-            "/proc/net/tcp6",
-            &[
-                "00000000000000000000000000000000",
-                "0000000000000000FFFF00000100007F",
-            ][..],
-        ),
-    ] {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        found.extend(listeners_in(&text, port, addrs));
-    }
-    found
+    listeners_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 /// The sockets listening where connections to the loopback address `addr` land: on `addr`
@@ -66,20 +52,13 @@ pub fn listeners_at(addr: std::net::SocketAddr) -> Vec<Listener> {
 /// The processes holding socket `inode` (a walk of every process's descriptors: for a
 /// reload's few upstream servers, not per request).
 pub fn holders_of(inode: u64) -> Vec<u32> {
-    let wanted = format!("socket:[{inode}]");
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     procs
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.flatten().any(|fd| {
-                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == wanted.as_str())
-                })
-            })
-        })
+        .filter(|&pid| socket_inodes(pid).contains(&inode))
         .collect()
 }
 
@@ -123,24 +102,21 @@ fn listeners_in(text: &str, port: u16, addrs: &[&str]) -> Vec<Listener> {
 /// The socket inodes `pid` and every descendant of it hold.
 pub fn sockets_of_tree(pid: u32) -> HashSet<u64> {
     let tree = super::process::process_tree(pid);
-    let mut inodes = HashSet::new();
-    for p in tree {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{p}/fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            let Ok(target) = std::fs::read_link(fd.path()) else {
-                continue;
-            };
+    tree.into_iter().flat_map(socket_inodes).collect()
+}
+
+/// The socket inodes process `pid`'s descriptors name (`socket:[N]` links in /proc/PID/fd).
+fn socket_inodes(pid: u32) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
             let t = target.to_string_lossy();
-            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
-                if let Ok(n) = n.parse() {
-                    inodes.insert(n);
-                }
-            }
-        }
-    }
-    inodes
+            t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .collect()
 }
 
 /// The TCP ports `pid` and its descendants listen on, sorted, each once.

@@ -35,41 +35,42 @@ async fn exchange(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> R
     let mut answer = Vec::with_capacity(1024);
     match &server.address {
         ServerAddress::Tcp(a) => {
-            let mut s = tokio::net::TcpStream::connect(a)
+            let s = tokio::net::TcpStream::connect(a)
                 .await
                 .map_err(|e| format!("connect failed: {e}"))?;
             match tls {
-                None => {
-                    s.write_all(request.as_bytes())
-                        .await
-                        .map_err(|e| format!("send failed: {e}"))?;
-                    read_answer(&mut s, &mut answer).await?;
-                }
+                None => ask(s, &request, &mut answer).await?,
                 Some(Err(e)) => return Err(e.clone()),
                 Some(Ok((config, name))) => {
                     let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
-                    let mut s = connector
+                    let s = connector
                         .connect(name.clone(), s)
                         .await
                         .map_err(|e| format!("TLS handshake failed: {e}"))?;
-                    s.write_all(request.as_bytes())
-                        .await
-                        .map_err(|e| format!("send failed: {e}"))?;
-                    read_answer(&mut s, &mut answer).await?;
+                    ask(s, &request, &mut answer).await?;
                 }
             }
         }
         ServerAddress::Unix(p) => {
-            let mut s = tokio::net::UnixStream::connect(p)
+            let s = tokio::net::UnixStream::connect(p)
                 .await
                 .map_err(|e| format!("connect failed: {e}"))?;
-            s.write_all(request.as_bytes())
-                .await
-                .map_err(|e| format!("send failed: {e}"))?;
-            read_answer(&mut s, &mut answer).await?;
+            ask(s, &request, &mut answer).await?;
         }
     }
     judge(&answer, check)
+}
+
+/// Sends `request` on `s` and reads the answer into `out`.
+async fn ask<S: AsyncReadExt + AsyncWriteExt + Unpin>(
+    mut s: S,
+    request: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    s.write_all(request.as_bytes())
+        .await
+        .map_err(|e| format!("send failed: {e}"))?;
+    read_answer(&mut s, out).await
 }
 
 /// Reads until the server closes (the request said `Connection: close`) or the bound.

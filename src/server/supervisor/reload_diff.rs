@@ -131,7 +131,9 @@ impl<'a> Indexed<'a> {
 /// Whether an upstream group a path of pool `name`'s own sites names differs between the
 /// configurations (its workers hold the groups' servers from their spec).
 fn upstreams_changed(name: &str, after: &Indexed, old: &Config, new: &Config) -> bool {
-    let group = |c: &Config, u: &str| c.upstreams.iter().find(|g| g.name == u).cloned();
+    fn group<'c>(c: &'c Config, u: &str) -> Option<&'c crate::config::upstream::UpstreamSpec> {
+        c.upstreams.iter().find(|g| g.name == u)
+    }
     (after.own_sites.get(name).into_iter().flatten())
         .flat_map(|s| &s.apps)
         .filter_map(|a| a.upstream.as_deref())
