@@ -161,29 +161,19 @@ app_pids() {
 }
 port_of() { case $1 in alone) echo "$ALONE" ;; act) echo "$ACT" ;; proxy) echo "$PROXY" ;; capped) echo "$CAPPED" ;; epoll) echo "$EPOLL" ;; unix) echo "$UNIXP" ;; nginx) echo "$NGINX_PORT" ;; before) echo "$BEFORE" ;; esac; }
 
-load() { # url seconds → "requests rps p50_ms p99_ms"
-  local out
-  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" --latency "$1")
-  local ms='function ms(v){ if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }'
-  echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out") \
-$(awk "$ms"' $1=="50%" {print ms($2)}' <<<"$out") $(awk "$ms"' $1=="99%" {print ms($2)}' <<<"$out")"
-}
-
-HZ=$(getconf CLK_TCK)
-us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
 
 part1() {
 TARGETS=(alone act proxy epoll unix nginx capped)
 [ -n "$BASELINE" ] && TARGETS+=(before)
 MEASURED=(proxy epoll unix nginx); [ -n "$BASELINE" ] && MEASURED+=(before)
 declare -A BEST P50 P99 REQS TIER TIER_USER APP SYSCALLS INSNS
-for t in "${TARGETS[@]}"; do load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
+for t in "${TARGETS[@]}"; do wrk_load "http://127.0.0.1:$(port_of "$t")/who" 1 >/dev/null; BEST[$t]=0; REQS[$t]=0; TIER[$t]=0; TIER_USER[$t]=0; APP[$t]=0; P50[$t]=; P99[$t]=; done
 echo "part 1: a small Node app alone and behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
 for run in $(seq "$RUNS"); do
   for t in "${TARGETS[@]}"; do
     mapfile -t tier < <(tier_pids "$t"); mapfile -t app < <(app_pids "$t")
     tb=$(ticks "${tier[@]}"); tub=$(user_ticks "${tier[@]}"); ab=$(ticks "${app[@]}")
-    read -r reqs rps p50 p99 < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
+    read -r reqs rps p50 p99 < <(wrk_load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
     TIER[$t]=$((TIER[$t] + $(ticks "${tier[@]}") - tb)); APP[$t]=$((APP[$t] + $(ticks "${app[@]}") - ab))
     TIER_USER[$t]=$((TIER_USER[$t] + $(user_ticks "${tier[@]}") - tub))
     REQS[$t]=$((REQS[$t] + reqs))
@@ -199,7 +189,7 @@ for t in "${MEASURED[@]}"; do
   perf stat -x, -e raw_syscalls:sys_enter -p "$pids" -o "$WORK/sys.$t" -- sleep $((DURATION + 1)) &
   perfpid=$!
   sleep 0.3
-  read -r reqs _ _ _ < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
+  read -r reqs _ _ _ < <(wrk_load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
   wait $perfpid
   SYSCALLS[$t]=$(per_request "$(awk -F, '/raw_syscalls/ {print $1}' "$WORK/sys.$t")" "$reqs")
 done
@@ -223,7 +213,7 @@ for t in "${MEASURED[@]}"; do
   root=$(eval echo "\$PID_cg_$t")
   if [ "$t" = nginx ]; then measured=$root; else measured=$(pgrep -f "callgrind.*$(binary_of "$t") worker" | head -1); fi
   cg_zero "$measured"
-  read -r reqs _ _ _ < <(load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
+  read -r reqs _ _ _ < <(wrk_load "http://127.0.0.1:$(port_of "$t")/who" "$DURATION")
   INSNS[$t]=$(python3 -c "print(round($(cg_dump_sum "$WORK" "$measured")/$reqs))")
   kill "$root"; wait "$root" 2>/dev/null || true
   rm -f "$WORK"/cg.*
@@ -234,20 +224,20 @@ echo "espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') 
 printf '%-32s %12s %9s %9s %18s %14s %16s %18s\n' "" "requests/s" "p50 ms" "p99 ms" "proxy CPU µs/req" "syscalls/req" "app CPU µs/req" "proxy user insns"
 for t in "${TARGETS[@]}"; do
   case $t in alone) name="(a) app alone" ;; act) name="(b) espalier activation" ;; proxy) name="(c) espalier proxy, $PROXY_PATH" ;; epoll) name="(c') espalier proxy, epoll" ;; unix) name="(f) proxy, app on a unix socket" ;; nginx) name="(d) nginx proxy_pass" ;; capped) name="(e) proxy, 16 per process" ;; before) name="(c) by BASELINE_BIN" ;; esac
-  tier=-; case $t in proxy|epoll|unix|nginx|capped|before) tier=$(us "${TIER[$t]}" "${REQS[$t]}") ;; esac
-  printf '%-32s %12.0f %9s %9s %18s %14s %16s %18s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "${SYSCALLS[$t]:--}" "$(us "${APP[$t]}" "${REQS[$t]}")" "${INSNS[$t]:--}"
+  tier=-; case $t in proxy|epoll|unix|nginx|capped|before) tier=$(us_per "${TIER[$t]}" "${REQS[$t]}") ;; esac
+  printf '%-32s %12.0f %9s %9s %18s %14s %16s %18s\n' "$name" "${BEST[$t]}" "${P50[$t]}" "${P99[$t]}" "$tier" "${SYSCALLS[$t]:--}" "$(us_per "${APP[$t]}" "${REQS[$t]}")" "${INSNS[$t]:--}"
 done
 echo "  (c)'s I/O path: $PROXY_IO"
-echo "  espalier / nginx, proxy CPU per request, per I/O path: $PROXY_PATH $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")"), epoll $(ratio "$(us "${TIER[epoll]}" "${REQS[epoll]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
+echo "  espalier / nginx, proxy CPU per request, per I/O path: $PROXY_PATH $(ratio "$(us_per "${TIER[proxy]}" "${REQS[proxy]}")" "$(us_per "${TIER[nginx]}" "${REQS[nginx]}")"), epoll $(ratio "$(us_per "${TIER[epoll]}" "${REQS[epoll]}")" "$(us_per "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  activation / alone, requests/s:         $(ratio "${BEST[act]}" "${BEST[alone]}")   (target ≥ 0.95)"
-echo "  app on a unix socket / on loopback TCP:  proxy CPU per request $(ratio "$(us "${TIER[unix]}" "${REQS[unix]}")" "$(us "${TIER[proxy]}" "${REQS[proxy]}")"), app CPU per request $(ratio "$(us "${APP[unix]}" "${REQS[unix]}")" "$(us "${APP[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[unix]}" "${BEST[proxy]}"); espalier (unix) / nginx, proxy CPU per request $(ratio "$(us "${TIER[unix]}" "${REQS[unix]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")"
-echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
+echo "  app on a unix socket / on loopback TCP:  proxy CPU per request $(ratio "$(us_per "${TIER[unix]}" "${REQS[unix]}")" "$(us_per "${TIER[proxy]}" "${REQS[proxy]}")"), app CPU per request $(ratio "$(us_per "${APP[unix]}" "${REQS[unix]}")" "$(us_per "${APP[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[unix]}" "${BEST[proxy]}"); espalier (unix) / nginx, proxy CPU per request $(ratio "$(us_per "${TIER[unix]}" "${REQS[unix]}")" "$(us_per "${TIER[nginx]}" "${REQS[nginx]}")")"
+echo "  espalier / nginx, proxy CPU per request: $(ratio "$(us_per "${TIER[proxy]}" "${REQS[proxy]}")" "$(us_per "${TIER[nginx]}" "${REQS[nginx]}")")   (target ≤ 0.6)"
 echo "  espalier / nginx, requests/s:            $(ratio "${BEST[proxy]}" "${BEST[nginx]}")"
-echo "  max_requests_per_process = 16 / unset:  proxy CPU per request $(ratio "$(us "${TIER[capped]}" "${REQS[capped]}")" "$(us "${TIER[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[capped]}" "${BEST[proxy]}")"
+echo "  max_requests_per_process = 16 / unset:  proxy CPU per request $(ratio "$(us_per "${TIER[capped]}" "${REQS[capped]}")" "$(us_per "${TIER[proxy]}" "${REQS[proxy]}")"), requests/s $(ratio "${BEST[capped]}" "${BEST[proxy]}")"
 echo "  espalier / nginx, proxy user-space instructions per request (callgrind): $PROXY_PATH $(ratio "${INSNS[proxy]}" "${INSNS[nginx]}"), epoll $(ratio "${INSNS[epoll]}" "${INSNS[nginx]}")   (user space only: not the whole cost)"
-echo "  proxy CPU split, user + system µs/req:   espalier $(us "${TIER_USER[proxy]}" "${REQS[proxy]}") + $(us "$((TIER[proxy] - TIER_USER[proxy]))" "${REQS[proxy]}"), nginx $(us "${TIER_USER[nginx]}" "${REQS[nginx]}") + $(us "$((TIER[nginx] - TIER_USER[nginx]))" "${REQS[nginx]}")"
+echo "  proxy CPU split, user + system µs/req:   espalier $(us_per "${TIER_USER[proxy]}" "${REQS[proxy]}") + $(us_per "$((TIER[proxy] - TIER_USER[proxy]))" "${REQS[proxy]}"), nginx $(us_per "${TIER_USER[nginx]}" "${REQS[nginx]}") + $(us_per "$((TIER[nginx] - TIER_USER[nginx]))" "${REQS[nginx]}")"
 if [ -n "$BASELINE" ]; then
-  echo "  this build / BASELINE_BIN, (c): proxy CPU per request $(ratio "$(us "${TIER[proxy]}" "${REQS[proxy]}")" "$(us "${TIER[before]}" "${REQS[before]}")"), user insns $(ratio "${INSNS[proxy]}" "${INSNS[before]}"), requests/s $(ratio "${BEST[proxy]}" "${BEST[before]}")"
+  echo "  this build / BASELINE_BIN, (c): proxy CPU per request $(ratio "$(us_per "${TIER[proxy]}" "${REQS[proxy]}")" "$(us_per "${TIER[before]}" "${REQS[before]}")"), user insns $(ratio "${INSNS[proxy]}" "${INSNS[before]}"), requests/s $(ratio "${BEST[proxy]}" "${BEST[before]}")"
 fi
 }
 [[ $PARTS == *1* ]] && part1

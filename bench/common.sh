@@ -1,6 +1,6 @@
 # Shared by the bench/ scripts and the tests that need a real peer: installing the peers from
 # Debian and port helpers. Source it; it expects nothing and defines need_tools, free_port,
-# wait_port, proc_ticks, espalier_binary, bench_workdir and stop_all. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
+# wait_port, proc_ticks, espalier_binary, bench_workdir, stop_all, wrk_load and us_per. Tests run it as `bash -c '. bench/common.sh; need_tools nginx:nginx-light'`.
 
 # need_tools CMD:PACKAGE… — installs the packages whose command is missing (apt-get update once);
 # a package with no command of its own (a Python module) is written `-:PACKAGE`.
@@ -134,3 +134,16 @@ except ValueError:
     print("-")
 PY
 }
+
+# wrk_load URL SECONDS — keep-alive load from wrk (one thread, $CONNS connections) pinned to
+# $CLIENT_CPU; prints "requests requests/s p50_ms p99_ms".
+wrk_load() {
+  local out
+  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" --latency "$1")
+  local ms='function ms(v){ if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }'
+  echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out") \
+$(awk "$ms"' $1=="50%" {print ms($2)}' <<<"$out") $(awk "$ms"' $1=="99%" {print ms($2)}' <<<"$out")"
+}
+
+# us_per TICKS REQUESTS — clock ticks of CPU time (proc_ticks) per request, in µs.
+us_per() { python3 -c "print(round($1 / $(getconf CLK_TCK) * 1e6 / max($2, 1), 2))"; }

@@ -123,27 +123,18 @@ tier_pids() { local root; root=$(eval echo "\$PID_$1"); echo "$root"; descendant
 port_of() { case $1 in lt) echo "$LT" ;; rr) echo "$RR" ;; nginx) echo "$NG" ;; slt) echo "$SLT" ;; srr) echo "$SRR" ;; snginx) echo "$SNG" ;; esac; }
 pid_name() { case $1 in snginx) echo nginx ;; *) echo "$1" ;; esac; }
 
-load() { # url seconds → "requests rps p50_ms p99_ms"
-  local out
-  out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNS" -d"${2}s" --latency "$1")
-  local ms='function ms(v){ if (v ~ /us$/) return v/1000; if (v ~ /ms$/) return v+0; if (v ~ /s$/) return v*1000; return v }'
-  echo "$(awk '/requests in/ {print $1}' <<<"$out") $(awk '/Requests\/sec/ {print $2}' <<<"$out") \
-$(awk "$ms"' $1=="50%" {print ms($2)}' <<<"$out") $(awk "$ms"' $1=="99%" {print ms($2)}' <<<"$out")"
-}
-HZ=$(getconf CLK_TCK)
-us() { python3 -c "print(round($1 / $HZ * 1e6 / max($2, 1), 2))"; }
 count() { curl -s "http://127.0.0.1:$1/count"; }
 
 part1() {
   local targets=(lt rr nginx)
   declare -A REQS TICKS RPS P99 INSNS
-  for t in "${targets[@]}"; do load "http://127.0.0.1:$(port_of "$t")/" 1 >/dev/null; REQS[$t]=0; TICKS[$t]=0; RPS[$t]=0; done
+  for t in "${targets[@]}"; do wrk_load "http://127.0.0.1:$(port_of "$t")/" 1 >/dev/null; REQS[$t]=0; TICKS[$t]=0; RPS[$t]=0; done
   echo "part 1: two servers behind espalier and nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
   for _ in $(seq "$RUNS"); do
     for t in "${targets[@]}"; do
       mapfile -t tier < <(tier_pids "$(pid_name "$t")")
       before=$(proc_ticks "${tier[@]}")
-      read -r reqs rps _ p99 < <(load "http://127.0.0.1:$(port_of "$t")/" "$DURATION")
+      read -r reqs rps _ p99 < <(wrk_load "http://127.0.0.1:$(port_of "$t")/" "$DURATION")
       TICKS[$t]=$((TICKS[$t] + $(proc_ticks "${tier[@]}") - before))
       REQS[$t]=$((REQS[$t] + reqs))
       if python3 -c "import sys; sys.exit(0 if $rps > ${RPS[$t]} else 1)"; then RPS[$t]=$rps; P99[$t]=$p99; fi
@@ -156,12 +147,12 @@ part1() {
   (cd "$WORK" && exec taskset -c "$SERVER_CPU" valgrind --tool=callgrind --trace-children=yes "--callgrind-out-file=$WORK/cg.%p" "$ESPALIER" serve -c cg.toml) >"$WORK/cg.out" 2>&1 &
   local cgpid=$!; PIDS+=($cgpid)
   for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$cgport") 2>/dev/null && break; sleep 0.1; done
-  load "http://127.0.0.1:$cgport/" 2 >/dev/null
+  wrk_load "http://127.0.0.1:$cgport/" 2 >/dev/null
   # The worker alone: the master waits in its loop (and callgrind's control cannot reach a
   # process asleep in a signal wait).
   local cgw; cgw=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1)
   cg_zero "$cgw"
-  read -r reqs _ _ _ < <(load "http://127.0.0.1:$cgport/" "$DURATION")
+  read -r reqs _ _ _ < <(wrk_load "http://127.0.0.1:$cgport/" "$DURATION")
   INSNS[lt]=$(per_request "$(cg_dump_sum "$WORK" "$cgw")" "$reqs")
   kill "$cgpid" 2>/dev/null || true
   local ngcg; ngcg=$(free_port)
@@ -170,19 +161,19 @@ part1() {
   (exec taskset -c "$SERVER_CPU" valgrind --tool=callgrind "--callgrind-out-file=$WORK/cg.%p" "$NGINX" -c "$WORK/nginx/cg.conf" -p "$WORK/nginx" -g "master_process off;") >"$WORK/ngcg.out" 2>&1 &
   local ngpid=$!; PIDS+=($ngpid)
   for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$ngcg") 2>/dev/null && break; sleep 0.1; done
-  load "http://127.0.0.1:$ngcg/" 2 >/dev/null
+  wrk_load "http://127.0.0.1:$ngcg/" 2 >/dev/null
   cg_zero "$ngpid"
-  read -r reqs _ _ _ < <(load "http://127.0.0.1:$ngcg/" "$DURATION")
+  read -r reqs _ _ _ < <(wrk_load "http://127.0.0.1:$ngcg/" "$DURATION")
   INSNS[nginx]=$(per_request "$(cg_dump_sum "$WORK" "$ngpid")" "$reqs")
   kill "$ngpid" 2>/dev/null || true
 
   echo
   echo "part 1 — proxy tier, two upstream servers, keep-alive both sides (wrk -t1 -c$CONNS, $RUNS×${DURATION}s)"
   printf '%-28s %10s %8s %14s %10s %16s\n' target req/s p99_ms cpu_us/req vs_nginx user_insns/req
-  local nginx_us; nginx_us=$(us "${TICKS[nginx]}" "${REQS[nginx]}")
+  local nginx_us; nginx_us=$(us_per "${TICKS[nginx]}" "${REQS[nginx]}")
   for t in "${targets[@]}"; do
     local name; name=$(case $t in lt) echo "espalier least_time" ;; rr) echo "espalier round_robin" ;; nginx) echo "nginx proxy_pass" ;; esac)
-    local cpu; cpu=$(us "${TICKS[$t]}" "${REQS[$t]}")
+    local cpu; cpu=$(us_per "${TICKS[$t]}" "${REQS[$t]}")
     printf '%-28s %10s %8s %14s %10s %16s\n' "$name" "${RPS[$t]}" "${P99[$t]}" "$cpu" "$(ratio "$cpu" "$nginx_us")" "${INSNS[$t]:--}"
   done
   echo "(CPU: user+system of every proxy process and thread, /proc/<pid>/stat; instructions: callgrind, user space only)"
@@ -194,9 +185,9 @@ part2() {
   echo "part 2 — one server ${SLOW_MS} ms late (wrk -t1 -c$CONNS, ${DURATION}s each)"
   printf '%-28s %10s %8s %8s %12s\n' balancer req/s p50_ms p99_ms slow_share
   for t in slt srr snginx; do
-    load "http://127.0.0.1:$(port_of "$t")/" 1 >/dev/null
+    wrk_load "http://127.0.0.1:$(port_of "$t")/" 1 >/dev/null
     local fast0 slow0; fast0=$(count "$A"); slow0=$(count "$SLOW")
-    read -r _ rps p50 p99 < <(load "http://127.0.0.1:$(port_of "$t")/" "$DURATION")
+    read -r _ rps p50 p99 < <(wrk_load "http://127.0.0.1:$(port_of "$t")/" "$DURATION")
     local fast slow; fast=$(($(count "$A") - fast0)); slow=$(($(count "$SLOW") - slow0))
     local name; name=$(case $t in slt) echo "espalier least_time" ;; srr) echo "espalier round_robin" ;; snginx) echo "nginx round robin" ;; esac)
     printf '%-28s %10s %8s %8s %12s\n' "$name" "$rps" "$p50" "$p99" "$(python3 -c "print(f'{$slow / max($fast + $slow, 1):.3f}')")"
