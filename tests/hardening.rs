@@ -176,7 +176,10 @@ fn chunk_extension_floods_are_refused_without_buffering() {
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     assert_eq!(status_of(&out), 413, "{}", String::from_utf8_lossy(&out));
-    assert!(sent < 8 << 20, "refused after {sent} bytes");
+    // Refused at the extension's bound, then read and dropped as a lingering close reads
+    // (at most 16 MiB, `http::send::linger_close`, so the client sees the 413, not a reset):
+    // what the client got in is that and the sockets' buffers, never the whole flood.
+    assert!(sent < 24 << 20, "refused after {sent} bytes");
     let after = resident_kib(pid);
     assert!(
         after < before + 8 * 1024,
