@@ -234,6 +234,10 @@ pub struct AppCommand {
     /// FastCGI: the extensions of the files the app may run (`.php`); every other path is
     /// refused before it reaches the app (see `proxy::script`).
     pub script_extensions: Vec<String>,
+    /// Proxy: the HTTP its processes are spoken to in (`protocol`, HTTP/1.1 by default;
+    /// `"http2"`: h2c, for gRPC apps).
+    #[serde(default)]
+    pub protocol: crate::config::upstream::Protocol,
     /// Requests in flight at one app process, and the queue beyond (`None`: unbounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backpressure: Option<Backpressure>,

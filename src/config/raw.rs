@@ -47,6 +47,7 @@ pub struct RawUpstream {
     pub resolve: Option<Scalar>,
     pub sticky: Option<String>,
     pub tls: Option<RawUpstreamTls>,
+    pub protocol: Option<String>,
 }
 
 /// `[upstream.tls]`: how `https://` servers are verified.
@@ -161,6 +162,7 @@ pub struct RawPool {
     pub connect_timeout: Option<Scalar>,
     pub response_timeout: Option<Scalar>,
     pub script_extensions: Option<Vec<String>>,
+    pub protocol: Option<String>,
     pub max_requests_per_process: Option<i64>,
     pub queue_length: Option<i64>,
     pub queue_timeout: Option<Scalar>,

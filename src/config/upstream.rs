@@ -46,6 +46,26 @@ pub struct UpstreamSpec {
     /// How its `https://` servers are spoken to (`[upstream.tls]`); `None` when it has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTls>,
+    /// The HTTP its servers are spoken to in (`protocol`).
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+/// The HTTP an app or a server is spoken to in (`protocol`): HTTP/1.1, one request per
+/// connection at a time (kept alive), or HTTP/2 — over cleartext with prior knowledge (h2c)
+/// or agreed by ALPN over TLS — its requests multiplexed on one connection per thread and
+/// server, trailers and streaming both ways passed through (gRPC).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Protocol {
+    #[default]
+    Http1,
+    Http2,
+}
+
+impl Protocol {
+    /// The key's values, as `choice` takes them.
+    pub const CHOICES: [(&'static str, Protocol); 2] =
+        [("http1", Protocol::Http1), ("http2", Protocol::Http2)];
 }
 
 /// `[upstream.tls]`: TLS to a group's `https://` servers, their certificates verified by
@@ -82,6 +102,7 @@ impl UpstreamSpec {
             resolve: None,
             sticky: None,
             tls: None,
+            protocol: Protocol::Http1,
         }
     }
 }

@@ -453,6 +453,14 @@ impl Service for ThreadService {
         lent.run(conn).await
     }
 
+    fn streams(&self, lent: &Dispatch) -> bool {
+        lent.streams()
+    }
+
+    async fn lend_stream(&self, lent: Dispatch, stream: crate::http::h2::LentStream<'_>) {
+        lent.run_stream(stream).await
+    }
+
     fn shared(&self, group: usize) -> bool {
         self.groups.get(group).is_some_and(|g| g.shared)
     }

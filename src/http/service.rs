@@ -211,6 +211,22 @@ pub trait Service {
         conn: LentConnection<'_, C>,
     ) -> impl Future<Output = Outcome>;
 
+    /// Whether a lent HTTP/2 stream goes to its app as a stream of its own
+    /// ([`Self::lend_stream`]) rather than through [`Self::lend`] as an HTTP/1.1 exchange:
+    /// for an app spoken to in HTTP/2, when the client takes trailers (gRPC).
+    fn streams(&self, _lent: &Self::Lent) -> bool {
+        false
+    }
+
+    /// Answers a lent request on its HTTP/2 stream, both ways streaming.
+    fn lend_stream(
+        &self,
+        _lent: Self::Lent,
+        _stream: super::h2::LentStream<'_>,
+    ) -> impl Future<Output = ()> {
+        async {}
+    }
+
     /// Whether requests on `group` may belong to another pool (a shared address).
     fn shared(&self, _group: usize) -> bool {
         false

@@ -61,6 +61,20 @@ impl Dispatch {
         }
     }
 
+    /// Whether it goes as an HTTP/2 stream of its own (see [`Self::run_stream`]): to an app
+    /// spoken to in HTTP/2, from a client that takes trailers.
+    pub fn streams(&self) -> bool {
+        matches!(self, Dispatch::Http(route, req) if route.settings().http2 && req.trailers)
+    }
+
+    /// Sends it as a stream of its own on the app's HTTP/2 connection, its body and answer
+    /// streaming both ways (see `super::h2_stream`).
+    pub async fn run_stream(self, stream: crate::http::h2::LentStream<'_>) {
+        if let Dispatch::Http(route, req) = self {
+            super::h2_stream::forward_stream(stream, req, &route).await
+        }
+    }
+
     /// Sends it, its body from `conn`, and the app's answer back to `conn`.
     pub async fn run<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         self,

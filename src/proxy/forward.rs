@@ -132,7 +132,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
 /// body is to be relayed. A function of its own, not a part of [`forward`]: the parser's
 /// field array (3 KiB) lives on this stack frame, not in the forwarding future that is
 /// moved into its box on every lent request.
-fn answer_head(
+pub(super) fn answer_head(
     head: &[u8],
     endpoint: &Endpoint,
     req: &ForwardRequest,
@@ -194,7 +194,7 @@ fn answer_of<'h>(
 }
 
 /// How the body is relayed once the client's head is written.
-struct Relay {
+pub(super) struct Relay {
     kind: BodyKind,
     upstream_closes: bool,
     to_client: ToClient,

@@ -53,7 +53,7 @@ impl GroupHealth {
             servers: (spec.servers.iter())
                 .map(|_| ServerHealth::default())
                 .collect(),
-            tls: spec.tls.as_ref().map(|t| client_config(t).map(Arc::new)),
+            tls: (spec.tls.as_ref()).map(|t| client_config(t, spec.protocol).map(Arc::new)),
             spec,
             epoch: Instant::now(),
         }
@@ -153,9 +153,10 @@ pub type TlsTo<'a> = (
 );
 
 /// The TLS client configuration `[upstream.tls]` says: its authorities (or none checked with
-/// `verify = false`), its client certificate, HTTP/1.1 by ALPN.
+/// `verify = false`), its client certificate, the group's `protocol` by ALPN.
 pub fn client_config(
     tls: &crate::config::upstream::UpstreamTls,
+    protocol: crate::config::upstream::Protocol,
 ) -> Result<rustls::ClientConfig, String> {
     use crate::tls::client::Trust;
     let trust = match (&tls.ca, tls.verify) {
@@ -164,7 +165,11 @@ pub fn client_config(
         (None, true) => Trust::System,
     };
     let cert = (tls.client_cert.as_ref()).map(|(c, k)| (c.as_path(), k.as_path()));
-    crate::tls::client::client_config(&trust, cert, vec![b"http/1.1".to_vec()])
+    let alpn = match protocol {
+        crate::config::upstream::Protocol::Http1 => b"http/1.1".to_vec(),
+        crate::config::upstream::Protocol::Http2 => b"h2".to_vec(),
+    };
+    crate::tls::client::client_config(&trust, cert, vec![alpn])
 }
 
 /// The endpoint a server is reached at.

@@ -9,7 +9,10 @@
 //! ([`Dispatch`]), and the forwarding itself
 //! ([`forward`](mod@forward): the upstream connection pools, request and response bodies streamed both
 //! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry), in HTTP/1.1 or, for
-//! `transport = "fastcgi"`, in FastCGI records ([`fastcgi`]).
+//! `transport = "fastcgi"`, in FastCGI records ([`fastcgi`]); to an app or server spoken to
+//! in HTTP/2 (`protocol = "http2"`), the same exchange on a stream of the thread's one
+//! connection to it (`h2_exchange`), or the client's HTTP/2 stream as a stream of its own,
+//! trailers and both directions streaming, for gRPC (`h2_stream`).
 //! Must not touch: the client connection's own protocol loop (that is [`crate::http::conn`],
 //! which lends a connection here through the service and takes it back) or app processes'
 //! lives.
@@ -21,6 +24,8 @@ mod endpoint;
 pub mod fastcgi;
 pub mod forward;
 mod group;
+mod h2_exchange;
+mod h2_stream;
 mod head;
 pub mod queue;
 mod relay;

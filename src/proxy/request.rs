@@ -22,6 +22,8 @@ pub struct ForwardRequest {
     pub(super) compress: Option<Option<crate::compress::Coding>>,
     /// What an upstream group chooses the server by (a hash key, a sticky cookie).
     pub(super) choose: super::group::Choose,
+    /// The client takes trailer fields (`TE: trailers`, as every gRPC client says).
+    pub(super) trailers: bool,
 }
 
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1).
@@ -160,6 +162,10 @@ impl ForwardRequest {
             expect_continue,
             compress: None,
             choose: Default::default(),
+            trailers: req.header("te").is_some_and(|te| {
+                te.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+            }),
         }
     }
 }

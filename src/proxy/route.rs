@@ -5,6 +5,7 @@
 //! Owns: choosing a process for a request and getting a connection to it. Must not touch:
 //! what is sent on the connection (see [`super::forward`](mod@super::forward) and [`super::fastcgi`]).
 
+use super::h2_exchange::H2Exchange;
 use super::queue::{Backpressure, Gate, Queue, Slot};
 use super::upstream::{Conn, Pool};
 use super::Endpoint;
@@ -35,6 +36,9 @@ pub struct ProxySettings {
     /// FastCGI: the extensions of the scripts the app may run.
     #[serde(default)]
     pub script_extensions: Vec<String>,
+    /// Speak HTTP/2 to the app processes or servers (h2c, or ALPN `h2` over TLS).
+    #[serde(default)]
+    pub http2: bool,
     /// How long a request waits for a first ready app process: an on-demand pool's visitor
     /// waits for the app its arrival started (its pool's `startup_time_limit`), as IIS holds
     /// a request in its queue while the worker process starts.
@@ -155,6 +159,7 @@ impl ProxyRoute {
             response_timeout: spec.response_timeout,
             fastcgi: false,
             script_extensions: Vec::new(),
+            http2: spec.protocol == crate::config::upstream::Protocol::Http2,
             wait_for_ready: Duration::ZERO,
             backpressure: None,
         };
@@ -274,6 +279,45 @@ impl ProxyRoute {
         }
     }
 
+    /// A connection to `endpoint` the thread holds already: an idle HTTP/1.1 one, or a
+    /// request on its HTTP/2 connection.
+    fn idle(&self, endpoint: &Endpoint) -> Option<Conn> {
+        if self.settings.http2 {
+            let sender = self.pool.shared_h2(endpoint)?;
+            return Some(Conn::H2(Box::new(H2Exchange::new(
+                sender,
+                self.tls_to(endpoint),
+            ))));
+        }
+        self.pool.take(endpoint)
+    }
+
+    /// A new connection to `endpoint` made ready for requests: as it is in HTTP/1.1; in
+    /// HTTP/2, its handshake made and the connection kept for the thread's next requests.
+    async fn opened(
+        &self,
+        endpoint: &Endpoint,
+        conn: Conn,
+        timeout: Duration,
+    ) -> Result<Conn, String> {
+        if !self.settings.http2 {
+            return Ok(conn);
+        }
+        let https = matches!(conn, Conn::Tls(_));
+        let sender = conn.into_h2(timeout).await?;
+        self.pool.share_h2(endpoint, sender.clone());
+        Ok(Conn::H2(Box::new(H2Exchange::new(sender, https))))
+    }
+
+    /// Whether `endpoint` is spoken to over TLS (a group's `https://` server).
+    fn tls_to(&self, endpoint: &Endpoint) -> bool {
+        let Source::Group(g) = &self.source else {
+            return false;
+        };
+        g.index_of(endpoint)
+            .is_some_and(|i| g.health.spec.servers[i].tls_name.is_some())
+    }
+
     /// A connection to one of the group's servers: an idle one, or a new one — a server
     /// that refuses or does not answer the connect in time is counted as failing and
     /// another is tried, up to the group's `tries` servers within `try_for`.
@@ -306,14 +350,17 @@ impl ProxyRoute {
                 break;
             };
             tried.push(i);
-            if let Some(c) = self.pool.take(&endpoint) {
+            if let Some(c) = self.idle(&endpoint) {
                 return Ok((endpoint, c, Some(Held::InFlight(held))));
             }
             let timeout = self.settings.connect_timeout.min(left);
             let connected = match Conn::connect(&endpoint, timeout).await {
                 Ok(c) => match g.health.tls_for(i) {
-                    None => Ok(c),
-                    Some(Ok((config, name))) => c.into_tls(config, &name, timeout).await,
+                    None => self.opened(&endpoint, c, timeout).await,
+                    Some(Ok((config, name))) => match c.into_tls(config, &name, timeout).await {
+                        Ok(c) => self.opened(&endpoint, c, timeout).await,
+                        Err(e) => Err(e),
+                    },
                     Some(Err(e)) => Err(e),
                 },
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
@@ -371,12 +418,20 @@ impl ProxyRoute {
                     (e, Some(Held::Slot(slot)))
                 }
             };
-            if let Some(c) = self.pool.take(&endpoint) {
+            if let Some(c) = self.idle(&endpoint) {
                 return Ok((endpoint, c, slot));
             }
             let unreached = || Some("could not be connected to".to_string());
             match Conn::connect(&endpoint, self.settings.connect_timeout).await {
-                Ok(c) => return Ok((endpoint, c, slot)),
+                Ok(c) => match self
+                    .opened(&endpoint, c, self.settings.connect_timeout)
+                    .await
+                {
+                    Ok(c) => return Ok((endpoint, c, slot)),
+                    Err(cause) => {
+                        return Err((502, Some(format!("could not be spoken to: {cause}"))))
+                    }
+                },
                 // Nothing was sent: another process may take it.
                 Err(_) if tries < 3 => avoid = Some(endpoint),
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err((504, unreached())),

@@ -8,7 +8,8 @@
 //! connection on the ring it cost 0.97×.
 //!
 //! Owns: connecting (bounded by `connect_timeout`), keeping idle connections and handing out
-//! only live ones. Must not touch: what is sent on them (see [`super::forward`](mod@super::forward)).
+//! only live ones, and each thread's one HTTP/2 connection per server spoken to in HTTP/2
+//! (its requests multiplexed on it, as Envoy does per worker). Must not touch: what is sent on them (see [`super::forward`](mod@super::forward)).
 
 use super::Endpoint;
 use std::cell::RefCell;
@@ -27,6 +28,10 @@ const IDLE_FOR: Duration = Duration::from_secs(4);
 /// Idle connections kept per endpoint and thread.
 const MAX_IDLE: usize = 64;
 
+/// The flow-control window of a stream to an HTTP/2 server (the connection's is four
+/// times it): what a server may send ahead of the client's reading.
+const WINDOW: u32 = 256 << 10;
+
 /// A waker that does nothing, for asking the event loop about readiness without waiting
 /// (`Waker::noop` needs Rust 1.85; the crate's MSRV is 1.82).
 static NOOP_WAKER: std::sync::LazyLock<std::task::Waker> = std::sync::LazyLock::new(|| {
@@ -43,6 +48,9 @@ pub enum Conn {
     Unix(UnixStream),
     /// To an upstream group's `https://` server.
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// One request on a thread's HTTP/2 connection to a server (`protocol = "http2"`),
+    /// spoken to as an HTTP/1.1 connection is.
+    H2(Box<super::h2_exchange::H2Exchange>),
 }
 
 impl Conn {
@@ -82,6 +90,33 @@ impl Conn {
         }
     }
 
+    /// This new connection as an HTTP/2 client's, its connection driven by a task of the
+    /// thread's own: the handle new requests are sent with. Over TLS the server must have
+    /// agreed to HTTP/2 by ALPN.
+    pub async fn into_h2(
+        self,
+        timeout: Duration,
+    ) -> Result<h2::client::SendRequest<bytes::Bytes>, String> {
+        if let Conn::Tls(s) = &self {
+            if s.get_ref().1.alpn_protocol() != Some(b"h2") {
+                return Err("did not agree to HTTP/2 in its TLS handshake (ALPN); if it speaks only HTTP/1.1, set protocol = \"http1\"".into());
+            }
+        }
+        let handshake = h2::client::Builder::new()
+            .initial_window_size(WINDOW)
+            .initial_connection_window_size(WINDOW * 4)
+            .handshake::<_, bytes::Bytes>(self);
+        let (sender, connection) = match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(e)) => return Err(format!("HTTP/2 handshake failed: {e}")),
+            Err(_) => return Err("HTTP/2 handshake timed out".into()),
+        };
+        tokio::task::spawn_local(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
+    }
+
     /// Whether an idle connection is still open and quiet: the app has neither closed it nor
     /// sent anything unasked (either makes it unusable). The event loop knows without a
     /// syscall when nothing arrived (a response read short clears the readiness); only when
@@ -94,6 +129,7 @@ impl Conn {
             // The session's socket: a record arriving unasked (an alert, a close) makes the
             // connection as unusable as a cleartext byte would.
             Conn::Tls(s) => s.get_ref().0.poll_read_ready(&mut cx),
+            Conn::H2(_) => return false,
         };
         if ready.is_pending() {
             return true;
@@ -102,13 +138,13 @@ impl Conn {
         let r = match self {
             Conn::Tcp(s) => s.try_read(&mut probe),
             Conn::Unix(s) => s.try_read(&mut probe),
-            Conn::Tls(_) => return false,
+            Conn::Tls(_) | Conn::H2(_) => return false,
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }
 
-crate::async_io::delegate_async_io!(Conn { Tcp, Unix, Tls });
+crate::async_io::delegate_async_io!(Conn { Tcp, Unix, Tls, H2 });
 
 /// A thread's idle connections, per endpoint (single-threaded: no lock). A list, not a hash
 /// map: a thread talks to a handful of processes, and comparing a few addresses costs less
@@ -116,6 +152,9 @@ crate::async_io::delegate_async_io!(Conn { Tcp, Unix, Tls });
 #[derive(Default)]
 pub struct Pool {
     idle: RefCell<Vec<(Endpoint, IdleList)>>,
+    /// The thread's HTTP/2 connection to each server spoken to in HTTP/2, shared by its
+    /// requests (multiplexed; a full one makes a request wait for a stream).
+    multiplexed: RefCell<Vec<(Endpoint, h2::client::SendRequest<bytes::Bytes>)>>,
 }
 
 /// One endpoint's idle connections with when each was last used, most recent last.
@@ -136,8 +175,35 @@ impl Pool {
         None
     }
 
-    /// Keeps a connection whose last response was read whole, for the next request.
+    /// The thread's live HTTP/2 connection to `endpoint`, if it has one.
+    pub fn shared_h2(&self, endpoint: &Endpoint) -> Option<h2::client::SendRequest<bytes::Bytes>> {
+        let mut links = self.multiplexed.borrow_mut();
+        let k = links.iter().position(|(e, _)| e == endpoint)?;
+        let mut sender = links[k].1.clone();
+        // Closed (the server went away, or sent GOAWAY): dropped, a new one is made.
+        let mut cx = Context::from_waker(&NOOP_WAKER);
+        if let std::task::Poll::Ready(Err(_)) = sender.poll_ready(&mut cx) {
+            links.swap_remove(k);
+            return None;
+        }
+        Some(sender)
+    }
+
+    /// Keeps `sender` as the thread's HTTP/2 connection to `endpoint`.
+    pub fn share_h2(&self, endpoint: &Endpoint, sender: h2::client::SendRequest<bytes::Bytes>) {
+        let mut links = self.multiplexed.borrow_mut();
+        match links.iter_mut().find(|(e, _)| e == endpoint) {
+            Some(link) => link.1 = sender,
+            None => links.push((endpoint.clone(), sender)),
+        }
+    }
+
+    /// Keeps a connection whose last response was read whole, for the next request (an
+    /// exchange on an HTTP/2 connection ends with its request: nothing to keep).
     pub fn put(&self, endpoint: &Endpoint, conn: Conn) {
+        if let Conn::H2(_) = conn {
+            return;
+        }
         let mut idle = self.idle.borrow_mut();
         let k = match idle.iter().position(|(e, _)| e == endpoint) {
             Some(k) => k,
@@ -156,5 +222,6 @@ impl Pool {
     /// Drops the idle connections to endpoints no longer in use.
     pub fn retain(&self, live: impl Fn(&Endpoint) -> bool) {
         self.idle.borrow_mut().retain(|(e, _)| live(e));
+        self.multiplexed.borrow_mut().retain(|(e, _)| live(e));
     }
 }

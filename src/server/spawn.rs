@@ -138,6 +138,7 @@ pub(super) fn worker_specs(
                         response_timeout: a.response_timeout,
                         fastcgi: a.transport == crate::config::Transport::FastCgi,
                         script_extensions: a.script_extensions.clone(),
+                        http2: a.protocol == crate::config::upstream::Protocol::Http2,
                         backpressure: a.backpressure,
                         wait_for_ready: match pool.start {
                             crate::config::StartMode::OnDemand => pool.startup_time_limit,

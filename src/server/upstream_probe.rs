@@ -1,5 +1,6 @@
 //! One active health check of an upstream server: a `GET` of the check's path on a new
-//! connection, its answer's status and (when asked) body judged.
+//! connection — in HTTP/1.1, or in HTTP/2 for a group spoken to in it (`protocol`), as its
+//! traffic is — its answer's status and (when asked) body judged.
 //!
 //! Owns: the probe's request and its reading, bounded in time and size. Must not touch: what
 //! a result does (the supervisor counts rises and falls, see `supervisor::upstream_checks`).
@@ -19,19 +20,39 @@ pub type ProbeTls = Option<Result<(Arc<rustls::ClientConfig>, ServerName<'static
 
 /// Probes `server` once: `Ok` when it answered in time with a status in the check's range
 /// (and its body holds the check's text), else why not.
-pub async fn probe(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> Result<(), String> {
-    match tokio::time::timeout(check.timeout, exchange(server, check, tls)).await {
+pub async fn probe(
+    server: &ServerSpec,
+    check: &ActiveCheck,
+    tls: &ProbeTls,
+    http2: bool,
+) -> Result<(), String> {
+    let asked = Asked {
+        host: check.host.as_deref().unwrap_or(&server.name),
+        path: &check.path,
+        https: tls.is_some(),
+        http2,
+    };
+    match tokio::time::timeout(check.timeout, exchange(server, check, tls, asked)).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     }
 }
 
-async fn exchange(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> Result<(), String> {
-    let host = check.host.as_deref().unwrap_or(&server.name);
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: espalier-health-check\r\nConnection: close\r\n\r\n",
-        check.path
-    );
+/// What a probe asks for, and how.
+#[derive(Clone, Copy)]
+struct Asked<'a> {
+    host: &'a str,
+    path: &'a str,
+    https: bool,
+    http2: bool,
+}
+
+async fn exchange(
+    server: &ServerSpec,
+    check: &ActiveCheck,
+    tls: &ProbeTls,
+    request: Asked<'_>,
+) -> Result<(), String> {
     let mut answer = Vec::with_capacity(1024);
     match &server.address {
         ServerAddress::Tcp(a) => {
@@ -39,7 +60,7 @@ async fn exchange(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> R
                 .await
                 .map_err(|e| format!("connect failed: {e}"))?;
             match tls {
-                None => ask(s, &request, &mut answer).await?,
+                None => ask(s, request, &mut answer).await?,
                 Some(Err(e)) => return Err(e.clone()),
                 Some(Ok((config, name))) => {
                     let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
@@ -47,7 +68,7 @@ async fn exchange(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> R
                         .connect(name.clone(), s)
                         .await
                         .map_err(|e| format!("TLS handshake failed: {e}"))?;
-                    ask(s, &request, &mut answer).await?;
+                    ask(s, request, &mut answer).await?;
                 }
             }
         }
@@ -55,22 +76,69 @@ async fn exchange(server: &ServerSpec, check: &ActiveCheck, tls: &ProbeTls) -> R
             let s = tokio::net::UnixStream::connect(p)
                 .await
                 .map_err(|e| format!("connect failed: {e}"))?;
-            ask(s, &request, &mut answer).await?;
+            ask(s, request, &mut answer).await?;
         }
     }
     judge(&answer, check)
 }
 
-/// Sends `request` on `s` and reads the answer into `out`.
+/// Sends `request` on `s` and reads the answer into `out`, as an HTTP/1.x answer (one in
+/// HTTP/2 is written so: its status line and its body).
 async fn ask<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     mut s: S,
-    request: &str,
+    request: Asked<'_>,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
-    s.write_all(request.as_bytes())
+    if request.http2 {
+        return ask_h2(s, request, out).await;
+    }
+    let text = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: espalier-health-check\r\nConnection: close\r\n\r\n",
+        request.path, request.host
+    );
+    s.write_all(text.as_bytes())
         .await
         .map_err(|e| format!("send failed: {e}"))?;
     read_answer(&mut s, out).await
+}
+
+/// [`ask`] in HTTP/2, on a connection of the probe's own.
+async fn ask_h2<S: AsyncReadExt + AsyncWriteExt + Unpin>(
+    s: S,
+    request: Asked<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let failed = |what: &str, e: h2::Error| format!("{what} failed: {e}");
+    let (mut sender, connection) =
+        (h2::client::handshake(s).await).map_err(|e| failed("HTTP/2 handshake", e))?;
+    let driving = async move {
+        let _ = connection.await;
+    };
+    let asking = async {
+        let scheme = if request.https { "https" } else { "http" };
+        let get = http::Request::get(format!("{scheme}://{}{}", request.host, request.path))
+            .header("user-agent", "espalier-health-check")
+            .body(())
+            .map_err(|e| format!("the check's path cannot be asked for: {e}"))?;
+        let (response, _) = (sender.send_request(get, true)).map_err(|e| failed("send", e))?;
+        let response = response.await.map_err(|e| failed("read", e))?;
+        let status = response.status();
+        out.extend_from_slice(format!("HTTP/1.1 {} -\r\n\r\n", status.as_u16()).as_bytes());
+        let mut body = response.into_body();
+        while let Some(data) = body.data().await {
+            let data = data.map_err(|e| failed("read", e))?;
+            let _ = body.flow_control().release_capacity(data.len());
+            out.extend_from_slice(&data);
+            if out.len() >= MAX_ANSWER {
+                break;
+            }
+        }
+        Ok(())
+    };
+    tokio::select! {
+        r = asking => r,
+        () = driving => Err("closed the connection without answering".into()),
+    }
 }
 
 /// Reads until the server closes (the request said `Connection: close`) or the bound.

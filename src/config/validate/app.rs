@@ -34,6 +34,7 @@ impl Validator {
                 ("connect_timeout", raw.connect_timeout.is_some()),
                 ("response_timeout", raw.response_timeout.is_some()),
                 ("script_extensions", raw.script_extensions.is_some()),
+                ("protocol", raw.protocol.is_some()),
                 (
                     "max_requests_per_process",
                     raw.max_requests_per_process.is_some(),
@@ -183,8 +184,10 @@ impl Validator {
                 list
             }
         };
+        let protocol = self.app_protocol(i, raw, transport, &health, &warmup);
         let backpressure = self.backpressure(i, raw);
         Some(AppCommand {
+            protocol,
             backpressure,
             command,
             directory,
@@ -201,6 +204,37 @@ impl Validator {
 }
 
 impl Validator {
+    /// `protocol`: HTTP/2 (h2c) is for proxied apps, whose readiness is then their accepting
+    /// connections — the health and warm-up requests speak HTTP/1.1.
+    fn app_protocol(
+        &mut self,
+        i: usize,
+        raw: &mut RawPool,
+        transport: Transport,
+        health: &Option<String>,
+        warmup: &[String],
+    ) -> crate::config::upstream::Protocol {
+        use crate::config::upstream::Protocol;
+        let at = |k: &'static str| [Seg::Key("pool"), Seg::Index(i), Seg::Key(k)];
+        let written = raw.protocol.take();
+        let protocol = self.choice(
+            &at("protocol"),
+            written,
+            Protocol::Http1,
+            &Protocol::CHOICES,
+        );
+        if protocol == Protocol::Http2 {
+            if transport != Transport::Proxy {
+                self.err(&at("protocol"), format!("applies only to transport = \"proxy\" (an app spoken to in HTTP/2 is forwarded to; this pool's transport is \"{}\"); remove it", transport.name()));
+            } else if health.is_some() {
+                self.err(&at("health"), "is requested in HTTP/1.1, and this pool's apps speak HTTP/2 (protocol = \"http2\"); remove `health` (a process is ready when it accepts connections)");
+            } else if !warmup.is_empty() {
+                self.err(&at("warmup"), "is requested in HTTP/1.1, and this pool's apps speak HTTP/2 (protocol = \"http2\"); remove `warmup`");
+            }
+        }
+        protocol
+    }
+
     /// `max_requests_per_process`, and the queue beyond it (`queue_length`, `queue_timeout`).
     fn backpressure(&mut self, i: usize, raw: &mut RawPool) -> Option<Backpressure> {
         let at = |k: &'static str| [Seg::Key("pool"), Seg::Index(i), Seg::Key(k)];

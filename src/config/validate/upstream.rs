@@ -87,6 +87,12 @@ impl Validator {
         let health = ru.health.map(|h| self.active_check(i, h));
         let passive = self.passive_check(i, ru.passive.unwrap_or_default());
         let tls = self.upstream_tls(i, &name, &servers, ru.tls, base);
+        let protocol = self.choice(
+            &at("protocol"),
+            ru.protocol,
+            Protocol::Http1,
+            &Protocol::CHOICES,
+        );
         let resolve = ru.resolve.map(|r| {
             let every = self.nonzero_duration(&at("resolve"), Some(r), Duration::from_secs(30));
             if !servers.is_empty() && !servers.iter().any(ServerSpec::is_host_name) {
@@ -122,6 +128,7 @@ impl Validator {
             resolve,
             sticky,
             tls,
+            protocol,
         }
     }
 

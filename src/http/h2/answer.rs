@@ -34,13 +34,13 @@ fn connection_specific(name: &str) -> bool {
 /// An HTTP/1.1 answer's head (`head`, through its empty line) as an HTTP/2 response, its
 /// field values sharing `head`'s bytes (no copy per field): the status, the fields but
 /// those HTTP/2 forbids, and the framing the body had (`Content-Length`, chunked).
-struct Translated {
-    response: http::Response<()>,
+pub(super) struct Translated {
+    pub(super) response: http::Response<()>,
     length: Option<u64>,
     chunked: bool,
 }
 
-fn translate(head: &Bytes) -> Option<Translated> {
+pub(super) fn translate(head: &Bytes) -> Option<Translated> {
     let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut r = httparse::Response::new(&mut hs);
     let httparse::Status::Complete(_) = r.parse(head).ok()? else {
@@ -238,7 +238,7 @@ async fn read_some<R: AsyncRead + Unpin>(
 /// Sends `data` within the client's windows (waiting for capacity), `end` closing the stream.
 /// A client that opens no window for `timeout` gets the stream reset (CANCEL): one that never
 /// reads would otherwise hold the answer, its task and its connection for ever.
-async fn send_data(
+pub async fn send_data(
     send: &mut SendStream<Bytes>,
     mut data: Bytes,
     end: bool,

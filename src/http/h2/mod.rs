@@ -2,11 +2,13 @@
 //! that opens with the HTTP/2 preface), with the `h2` crate: framing, flow control, HPACK and the
 //! protocol's attack limits are its; each stream is answered by the same service as an
 //! HTTP/1.1 request — espalier's own handlers write their answer as they always do, and a
-//! proxied application gets an HTTP/1.1 request through the same forwarder.
+//! proxied application gets an HTTP/1.1 request through the same forwarder (but a gRPC
+//! call to an app spoken to in HTTP/2, which HTTP/1.1 cannot carry: see `lent`).
 //!
 //! Owns: the connection, its limits and its streams — each stream's head and body made into
 //! a [`Request`], answered at once or by a task; the answer's way back onto the stream is
-//! `answer`'s, a proxied request's body streams to its app by `body`. Must not touch:
+//! `answer`'s, a proxied request's body streams to its app by `body`, and a stream its app
+//! takes as a stream of its own (an HTTP/2 upstream, for gRPC) is lent whole by `lent`. Must not touch:
 //! routing or content (the [`Service`] decides), or HTTP/1.1 framing (the connection loop
 //! in [`super::conn`]).
 //!
@@ -33,6 +35,10 @@
 mod answer;
 mod body;
 mod held;
+mod lent;
+
+pub use answer::send_data;
+pub use lent::{LentStream, StreamReply};
 
 use super::access_log::{Entry, Facts, OwnedFacts, Report, HTTP2};
 use super::service::{
@@ -532,16 +538,9 @@ impl<S: Service + 'static> Connection<S> {
         let head_only = request.method == Method::Head;
         // The pipe bounds what a stream holds of its app's answer while its client's window
         // is shut: the forwarder stops reading from the app when it is full.
-        let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
-        let (mut answer, mut body_in) = tokio::io::split(theirs);
-        // A client that waits for 100 Continue before its body gets it from the forwarder
-        // (as an HTTP/1.1 one does), turned into an informational response by `relay`.
-        let (mut rbuf, framing, mut arriving, expect_continue) = match body {
-            Body::Whole(whole) => {
-                let framing = Framing::Length(whole.len() as u64);
-                (whole.to_vec(), framing, None, false)
-            }
-            Body::Arriving(recv, framing, expects) => (Vec::new(), framing, Some(recv), expects),
+        let (framing, expect_continue) = match &body {
+            Body::Whole(whole) => (Framing::Length(whole.len() as u64), false),
+            Body::Arriving(_, framing, expects) => (*framing, *expects),
         };
         let head = LentHead {
             framing,
@@ -555,6 +554,17 @@ impl<S: Service + 'static> Connection<S> {
             client_cert: self.client_cert.as_deref(),
         };
         let lent = env.service.prepare(target, ctx, request, &head);
+        if env.service.streams(&lent) {
+            return self.lend_stream(lent, body, ctx, report, respond).await;
+        }
+        let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
+        let (mut answer, mut body_in) = tokio::io::split(theirs);
+        // A client that waits for 100 Continue before its body gets it from the forwarder
+        // (as an HTTP/1.1 one does), turned into an informational response by `relay`.
+        let (mut rbuf, mut arriving) = match body {
+            Body::Whole(whole) => (whole.to_vec(), None),
+            Body::Arriving(recv, ..) => (Vec::new(), Some(recv)),
+        };
         let forwarding = async move {
             let conn = LentConnection {
                 stream: &mut ours,
@@ -591,5 +601,42 @@ impl<S: Service + 'static> Connection<S> {
         };
         let relaying = relay(&mut answer, &mut respond, head_only, env.timeouts.body);
         let ((), _) = tokio::join!(Box::pin(feeding), relaying);
+    }
+
+    /// A request whose app takes it as a stream of its own (an HTTP/2 upstream, for a client
+    /// that takes trailers): lent whole, its body and its answer streaming both ways.
+    async fn lend_stream(
+        &self,
+        lent: S::Lent,
+        body: Body<'_>,
+        ctx: &RequestCtx,
+        report: &Report,
+        mut respond: SendResponse<Bytes>,
+    ) {
+        let env = &self.env;
+        let (whole, recv) = match body {
+            Body::Whole(whole) => (Bytes::copy_from_slice(whole), None),
+            Body::Arriving(recv, _, expects_continue) => {
+                if expects_continue {
+                    let _ = respond.send_informational(answer::continue_response());
+                }
+                (Bytes::new(), Some(recv))
+            }
+        };
+        let stream = LentStream {
+            body: recv,
+            whole,
+            max_body: ctx.body_bound(env.limits.max_body_size),
+            reply: StreamReply {
+                respond: &mut respond,
+                send: None,
+                timeout: env.timeouts.body,
+                report,
+            },
+            clock: &env.clock,
+            fields: ctx.fields.as_deref(),
+            pages: ctx.pages.as_deref(),
+        };
+        env.service.lend_stream(lent, stream).await;
     }
 }

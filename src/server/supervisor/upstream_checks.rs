@@ -114,6 +114,7 @@ impl UpstreamChecks {
             let spec = Arc::new(spec.clone());
             // The probes speak TLS as the group's traffic does.
             let tls = crate::proxy::GroupHealth::new(Arc::clone(&spec));
+            let http2 = spec.protocol == crate::config::upstream::Protocol::Http2;
             for (k, server) in spec.servers.iter().enumerate() {
                 let (server, check, events, epoch) =
                     (server.clone(), check.clone(), events.clone(), self.epoch);
@@ -122,7 +123,8 @@ impl UpstreamChecks {
                 self.tasks.push(tokio::spawn(async move {
                     loop {
                         let result =
-                            crate::server::upstream_probe::probe(&server, &check, &tls).await;
+                            crate::server::upstream_probe::probe(&server, &check, &tls, http2)
+                                .await;
                         let checked = Event::UpstreamChecked {
                             epoch,
                             group: g,
