@@ -54,5 +54,6 @@ mod systemd;
 mod tenants;
 mod tls;
 mod upstreams;
+mod upstreams_h2;
 mod upstreams_more;
 mod wordpress;

@@ -1,0 +1,49 @@
+"""A gRPC server for espalier's tests and bench/upstream.sh, on Debian's python3-grpcio:
+generic handlers on raw bytes (no generated code, no protobuf).
+
+    grpc_backend.py HOST:PORT NAME [CERT KEY]
+
+`test.Echo/Unary` answers `echo:<request>` with the trailer `x-served-by: NAME` (a request
+starting with `fail` gets FAILED_PRECONDITION and a message); `test.Echo/Chat` answers each
+message of a stream as it comes (`re:<message>`). With CERT and KEY it speaks TLS (h2 by
+ALPN). Prints `ready` once listening.
+"""
+import sys
+from concurrent import futures
+
+import grpc
+
+ADDR = sys.argv[1]
+NAME = sys.argv[2]
+
+
+def unary(request, context):
+    if request.startswith(b"fail"):
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION, "asked to fail: " + request.decode())
+    context.set_trailing_metadata((("x-served-by", NAME),))
+    return b"echo:" + request
+
+
+def chat(requests, context):
+    for message in requests:
+        yield b"re:" + message
+
+
+handlers = grpc.method_handlers_generic_handler(
+    "test.Echo",
+    {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary),
+        "Chat": grpc.stream_stream_rpc_method_handler(chat),
+    },
+)
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+server.add_generic_rpc_handlers((handlers,))
+if len(sys.argv) > 4:
+    with open(sys.argv[3], "rb") as c, open(sys.argv[4], "rb") as k:
+        credentials = grpc.ssl_server_credentials([(k.read(), c.read())])
+    server.add_secure_port(ADDR, credentials)
+else:
+    server.add_insecure_port(ADDR)
+server.start()
+print("ready", flush=True)
+server.wait_for_termination()
