@@ -346,3 +346,40 @@ pool = "capped"
         );
     }
 }
+
+#[test]
+fn gunicorn_given_a_socket_path_is_reached_on_it_without_saying_so() {
+    // No `upstream` key: the command names {socket}, so the pool listens on unix sockets.
+    let app = serve(
+        r#"
+[[pool]]
+name = "wsgi"
+processes = 2
+command = ["gunicorn", "--workers", "1", "--bind", "unix:{socket}", "app:app"]
+directory = "wsgi"
+transport = "proxy"
+health = "/healthz"
+
+[[site]]
+name = "shop"
+bindings = ["http://{listen}"]
+[[site.app]]
+pool = "wsgi"
+"#,
+    );
+    let status = app.server.status();
+    let endpoints: Vec<String> = (status.pools.iter())
+        .flat_map(|p| &p.workers)
+        .filter_map(|w| w.endpoint.clone())
+        .collect();
+    assert_eq!(endpoints.len(), 2, "{status:?}");
+    assert!(
+        endpoints.iter().all(|e| e.starts_with("unix:")),
+        "{endpoints:?}"
+    );
+    for _ in 0..10 {
+        let r = get(app.addr, "/", "");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().starts_with("hello from gunicorn"), "{}", r.text());
+    }
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 mod access;
 mod activation;
 mod answers;
+mod app_transport;
 mod backpressure;
 mod front;
 
