@@ -14,8 +14,16 @@
 # Part 2, a slow server: the same two servers, one answering 20 ms late. Its share of the
 # requests and the p99, by least_time, by round_robin, and by nginx's round robin.
 #
-# Installs nginx, wrk, nodejs and valgrind from Debian when missing.
-#   bench/upstream.sh                 # DURATION=5 RUNS=3 PARTS=12
+# Part 3, gRPC: a Python gRPC server (tests/apps/grpc_backend.py, Debian's python3-grpcio)
+# called directly, through espalier (a group with protocol = "http2") and through nginx
+# (`grpc_pass`), over h2c. Unary calls from h2load (-c4 -m8, a gRPC frame as the body; the
+# proxies' CPU per call from /proc, as in part 1) and a bidirectional stream in lockstep
+# (tests/apps/grpc_client.py: each message waits for the answer to the one before — the
+# added latency of a hop).
+#
+# Installs nginx, wrk, nodejs, valgrind, nghttp2-client and python3-grpcio from Debian when
+# missing.
+#   bench/upstream.sh                 # DURATION=5 RUNS=3 PARTS=123
 #   ESPALIER_BIN=/path/to/espalier PARTS=1 bench/upstream.sh
 set -euo pipefail
 
@@ -25,11 +33,12 @@ RUNS=${RUNS:-3}
 CONNS=${CONNS:-32}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
-PARTS=${PARTS:-12}
+PARTS=${PARTS:-123}
 SLOW_MS=${SLOW_MS:-20}
 
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk node:nodejs valgrind:valgrind python3:python3
+need_tools nginx:nginx-light wrk:wrk node:nodejs valgrind:valgrind python3:python3 \
+  h2load:nghttp2-client -:python3-grpcio
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 bench_workdir espalier-upstream-bench
@@ -194,5 +203,84 @@ part2() {
   done
 }
 
+part3() {
+  local G E N ea
+  G=$(free_port); E=$(free_port); N=$(free_port); ea=$(free_port)
+  (cd "$WORK" && exec taskset -c "$CLIENT_CPU" /usr/bin/python3 "$ROOT/tests/apps/grpc_backend.py" "127.0.0.1:$G" direct) >"$WORK/grpc.out" 2>&1 & PIDS+=($!)
+  cat >"$WORK/grpc.toml" <<CONF
+[server]
+admin = "127.0.0.1:$ea"
+[[pool]]
+name = "front"
+processes = 1
+cpus = "$SERVER_CPU"
+affinity = "hard"
+[[upstream]]
+name = "grpc"
+servers = ["127.0.0.1:$G"]
+protocol = "http2"
+[[site]]
+name = "rpc"
+bindings = ["http://127.0.0.1:$E"]
+[[site.app]]
+path = "/"
+upstream = "grpc"
+CONF
+  cat >"$WORK/nginx/grpc.conf" <<CONF
+worker_processes 1;
+worker_cpu_affinity $(python3 -c "print(format(1<<$SERVER_CPU,'b'))");
+daemon off;
+error_log $WORK/nginx/grpc-error.log;
+pid $WORK/nginx/grpc.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream grpc { server 127.0.0.1:$G; keepalive 64; }
+  server { listen 127.0.0.1:$N http2; location / { grpc_pass grpc://grpc; } }
+}
+CONF
+  start grpce "$ESPALIER" serve -c grpc.toml
+  start grpcn "$NGINX" -c "$WORK/nginx/grpc.conf" -p "$WORK/nginx"
+  for p in "$G" "$E" "$N"; do wait_port "$p"; done
+  # One unary call's body: a gRPC frame (not compressed, 5 bytes) holding "hello".
+  printf '\x00\x00\x00\x00\x05hello' >"$WORK/unary.bin"
+  h2call() { # port seconds — prints "calls calls/s"
+    local out
+    out=$(taskset -c "$CLIENT_CPU" h2load -c4 -m8 -D "$2" -d "$WORK/unary.bin" \
+      -H 'content-type: application/grpc' -H 'te: trailers' "http://127.0.0.1:$1/test.Echo/Unary")
+    echo "$(awk '/^requests:/ {print $8}' <<<"$out") $(awk '/^finished in/ {print $4}' <<<"$out")"
+  }
+  local targets=(direct espalier nginx)
+  declare -A PORT=([direct]=$G [espalier]=$E [nginx]=$N) CALLS TICKS RATE STREAM
+  echo "part 3: gRPC directly, through espalier and through nginx ($RUNS interleaved runs of ${DURATION}s)…" >&2
+  for t in "${targets[@]}"; do h2call "${PORT[$t]}" 1 >/dev/null; CALLS[$t]=0; TICKS[$t]=0; RATE[$t]=0; done
+  for _ in $(seq "$RUNS"); do
+    for t in "${targets[@]}"; do
+      local tier=()
+      case $t in espalier) mapfile -t tier < <(tier_pids grpce) ;; nginx) mapfile -t tier < <(tier_pids grpcn) ;; esac
+      local before; before=$(proc_ticks "${tier[@]}")
+      read -r calls rate < <(h2call "${PORT[$t]}" "$DURATION")
+      TICKS[$t]=$((TICKS[$t] + $(proc_ticks "${tier[@]}") - before))
+      CALLS[$t]=$((CALLS[$t] + calls))
+      if python3 -c "import sys; sys.exit(0 if $rate > ${RATE[$t]} else 1)"; then RATE[$t]=$rate; fi
+    done
+  done
+  for t in "${targets[@]}"; do
+    STREAM[$t]=$(taskset -c "$CLIENT_CPU" /usr/bin/python3 "$ROOT/tests/apps/grpc_client.py" "127.0.0.1:${PORT[$t]}" --calls 1 --messages 2000 |
+      python3 -c "import json,sys; r=json.load(sys.stdin); print(round(r['stream_s'] / r['messages'] * 1e6))")
+  done
+  echo
+  echo "part 3 — gRPC over h2c: unary calls (h2load -c4 -m8, $RUNS×${DURATION}s) and a lockstep bidirectional stream (2000 messages)"
+  printf '%-22s %12s %14s %10s %20s\n' target calls/s proxy_us/call vs_nginx stream_us/message
+  local nginx_us; nginx_us=$(us_per "${TICKS[nginx]}" "${CALLS[nginx]}")
+  for t in "${targets[@]}"; do
+    local cpu=- vs=-
+    if [ "$t" != direct ]; then cpu=$(us_per "${TICKS[$t]}" "${CALLS[$t]}"); vs=$(ratio "$cpu" "$nginx_us"); fi
+    printf '%-22s %12s %14s %10s %20s\n' "$t" "${RATE[$t]}" "$cpu" "$vs" "${STREAM[$t]}"
+  done
+  echo "(proxy CPU: user+system of every proxy process and thread, /proc/<pid>/stat; the server and clients on CPU $CLIENT_CPU)"
+}
+
 case $PARTS in *1*) part1 ;; esac
 case $PARTS in *2*) part2 ;; esac
+case $PARTS in *3*) part3 ;; esac
