@@ -37,10 +37,15 @@ fn grpc_server(addr: SocketAddr, name: &str, tls: Option<(&Path, &Path)>) -> Sto
 /// What tests/apps/grpc_client.py got from `addr` (through TLS trusting `tls`'s root for its
 /// name), bounded by the client's own deadlines and a `timeout` around it.
 fn grpc_call(addr: SocketAddr, tls: Option<(&Path, &str)>) -> serde_json::Value {
+    grpc_client(addr, tls, &[])
+}
+
+fn grpc_client(addr: SocketAddr, tls: Option<(&Path, &str)>, more: &[&str]) -> serde_json::Value {
     let mut cmd = Command::new("timeout");
     cmd.args(["120", "/usr/bin/python3"])
         .arg(app("grpc_client.py"))
-        .arg(addr.to_string());
+        .arg(addr.to_string())
+        .args(more);
     if let Some((root, name)) = tls {
         cmd.arg("--tls").arg(root).arg(name);
     }
@@ -86,11 +91,13 @@ fn grpc_calls_pass_through_a_group_in_http2_over_h2c_and_tls() {
     let a = SocketAddr::from(([127, 0, 0, 2], free_port()));
     let b = SocketAddr::from(([127, 0, 0, 3], free_port()));
     let (_a, _b) = (grpc_server(a, "a", None), grpc_server(b, "b", None));
-    let (h2c, https) = (free_port(), free_port());
+    let (h2c, https, small) = (free_port(), free_port(), free_port());
     let config = format!(
         "[[upstream]]\nname = \"grpc\"\nservers = [\"{a}\", \"{b}\"]\nprotocol = \"http2\"\nbalance = \"round_robin\"\n\
          [[site]]\nname = \"rpc\"\nbindings = [\"http://127.0.0.1:{h2c}\", \"https://127.0.0.1:{https}\"]\n\
-         tls = {{ cert = \"front.pem\", key = \"front.key\" }}\n[[site.app]]\npath = \"/\"\nupstream = \"grpc\"\n"
+         tls = {{ cert = \"front.pem\", key = \"front.key\" }}\n[[site.app]]\npath = \"/\"\nupstream = \"grpc\"\n\
+         [[site]]\nname = \"small\"\nbindings = [\"http://127.0.0.1:{small}\"]\nmax_body_size = \"16k\"\n\
+         [[site.app]]\npath = \"/\"\nupstream = \"grpc\"\n"
     );
     let server = Server::with_config(d, &config);
     let cleartext = SocketAddr::from(([127, 0, 0, 1], h2c));
@@ -106,6 +113,17 @@ fn grpc_calls_pass_through_a_group_in_http2_over_h2c_and_tls() {
     assert!(
         by.iter().any(|s| s.contains('a')) && by.iter().any(|s| s.contains('b')),
         "{by:?}"
+    );
+    // A stream is a body: past its site's max_body_size (16 KiB) it is cut, a call of 64 KiB
+    // refused before the server answers, a stream of 1 KiB messages once it passes the bound.
+    let small = SocketAddr::from(([127, 0, 0, 1], small));
+    let got = grpc_client(small, None, &["--big", "65536"]);
+    assert!(got["unary"][1].to_string().contains("status: 413"), "{got}");
+    assert_eq!(got["stream"][0], "INTERNAL", "{got}");
+    let got = grpc_client(small, None, &["--big", "8192"]);
+    assert_eq!(
+        got,
+        serde_json::json!({"unary": "answered", "stream": "answered"})
     );
 }
 

@@ -32,6 +32,10 @@ const MAX_IDLE: usize = 64;
 /// times it): what a server may send ahead of the client's reading.
 const WINDOW: u32 = 256 << 10;
 
+/// The largest answer head (its fields, trailers too) taken from an HTTP/2 server, as the
+/// HTTP/1.1 forwarder's bound.
+const MAX_ANSWER_HEAD: u32 = 64 << 10;
+
 /// A waker that does nothing, for asking the event loop about readiness without waiting
 /// (`Waker::noop` needs Rust 1.85; the crate's MSRV is 1.82).
 static NOOP_WAKER: std::sync::LazyLock<std::task::Waker> = std::sync::LazyLock::new(|| {
@@ -102,9 +106,12 @@ impl Conn {
                 return Err("did not agree to HTTP/2 in its TLS handshake (ALPN); if it speaks only HTTP/1.1, set protocol = \"http1\"".into());
             }
         }
+        // A server's answer heads are bounded as an HTTP/1.1 one's are, and it may not push.
         let handshake = h2::client::Builder::new()
             .initial_window_size(WINDOW)
             .initial_connection_window_size(WINDOW * 4)
+            .max_header_list_size(MAX_ANSWER_HEAD)
+            .enable_push(false)
             .handshake::<_, bytes::Bytes>(self);
         let (sender, connection) = match tokio::time::timeout(timeout, handshake).await {
             Ok(Ok(pair)) => pair,

@@ -7,7 +7,8 @@ message is sent only after the answer to the one before arrived (a proxy that he
 request's body until its end would stall it); prints one JSON object of what came back
 (`{"failed": [CODE, DETAILS]}` when the first call fails).
 With --calls N: N unary calls and a stream of --messages messages, one after another;
-prints their wall times (JSON).
+prints their wall times (JSON). With --big N: a unary call of N bytes and a lockstep stream
+of 1 KiB messages past N bytes; prints how each ended (JSON).
 """
 import argparse
 import json
@@ -21,6 +22,8 @@ parser.add_argument("addr")
 parser.add_argument("--tls", nargs=2, metavar=("ROOT", "NAME"))
 parser.add_argument("--calls", type=int, default=0)
 parser.add_argument("--messages", type=int, default=1000)
+parser.add_argument("--big", type=int, default=0,
+                    help="send one unary call of this many bytes, and a stream of 1 KiB messages up to it")
 args = parser.parse_args()
 
 if args.tls:
@@ -56,7 +59,17 @@ def lockstep(count, prefix=b"m"):
     return got + rest
 
 
-if args.calls:
+if args.big:
+    out = {}
+    for name, call in (("unary", lambda: unary(b"x" * args.big, timeout=30)),
+                       ("stream", lambda: lockstep(args.big // 1024 + 1, prefix=b"y" * 1024))):
+        try:
+            call()
+            out[name] = "answered"
+        except grpc.RpcError as e:
+            out[name] = [e.code().name, e.details()]
+    print(json.dumps(out))
+elif args.calls:
     start = time.perf_counter()
     for _ in range(args.calls):
         unary(b"hello", timeout=30)
