@@ -154,6 +154,32 @@ pub struct LentConnection<'a, C> {
     pub pages: Option<&'a super::error_pages::ErrorPages>,
 }
 
+/// An HTTP/2 stream lent for its request's forwarding as a stream of its own (see
+/// [`Service::lend_stream`]); its sending is `http::h2`'s.
+pub struct LentStream<'a> {
+    /// Its body still arriving (`None`: it had none, or it was read whole into `whole`).
+    pub body: Option<h2::RecvStream>,
+    pub whole: bytes::Bytes,
+    /// The largest body it may carry.
+    pub max_body: u64,
+    pub reply: StreamReply<'a>,
+    /// The thread's clock, for espalier's own answers.
+    pub clock: &'a Clock,
+    /// The field edits and error pages of the request's site.
+    pub fields: Option<&'a crate::http::edits::FieldEdits>,
+    pub pages: Option<&'a crate::http::error_pages::ErrorPages>,
+}
+
+/// The answer's way back on a lent stream.
+pub struct StreamReply<'a> {
+    pub(crate) respond: &'a mut h2::server::SendResponse<bytes::Bytes>,
+    pub(crate) send: Option<h2::SendStream<bytes::Bytes>>,
+    /// A client that opens no window for this long gets the stream reset.
+    pub timeout: Duration,
+    /// What was answered, for the access log.
+    pub report: &'a Report,
+}
+
 /// Whether a lent connection may carry another request, and how it closes when not.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -219,11 +245,7 @@ pub trait Service {
     }
 
     /// Answers a lent request on its HTTP/2 stream, both ways streaming.
-    fn lend_stream(
-        &self,
-        _lent: Self::Lent,
-        _stream: super::h2::LentStream<'_>,
-    ) -> impl Future<Output = ()> {
+    fn lend_stream(&self, _lent: Self::Lent, _stream: LentStream<'_>) -> impl Future<Output = ()> {
         async {}
     }
 

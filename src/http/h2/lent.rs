@@ -3,41 +3,17 @@
 //! and the way back — the answer's head written as HTTP/1.1 by the one response writer and
 //! translated here, then data and trailers as they come, within the client's windows.
 //!
-//! Owns: [`LentStream`] and [`StreamReply`]. Must not touch: what is forwarded or where (the
+//! Owns: [`StreamReply`]'s sending and the lending (the types are the service's, which names
+//! them in `Service::lend_stream`). Must not touch: what is forwarded or where (the
 //! service's), or the connection (see the parent module).
 
-use super::answer::{send_answer, send_data, translate};
+use super::body::Body;
+use super::send::{continue_response, send_answer, send_data, translate};
+use super::Connection;
 use crate::http::access_log::Report;
-use crate::http::clock::Clock;
+use crate::http::service::{LentStream, RequestCtx, Service, StreamReply};
 use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{RecvStream, SendStream};
-use std::time::Duration;
-
-/// A stream lent for its request's forwarding.
-pub struct LentStream<'a> {
-    /// Its body still arriving (`None`: it had none, or it was read whole into `whole`).
-    pub body: Option<RecvStream>,
-    pub whole: Bytes,
-    /// The largest body it may carry.
-    pub max_body: u64,
-    pub reply: StreamReply<'a>,
-    /// The thread's clock, for espalier's own answers.
-    pub clock: &'a Clock,
-    /// The field edits and error pages of the request's site.
-    pub fields: Option<&'a crate::http::edits::FieldEdits>,
-    pub pages: Option<&'a crate::http::error_pages::ErrorPages>,
-}
-
-/// The answer's way back on a lent stream.
-pub struct StreamReply<'a> {
-    pub(super) respond: &'a mut SendResponse<Bytes>,
-    pub(super) send: Option<SendStream<Bytes>>,
-    /// A client that opens no window for this long gets the stream reset.
-    pub timeout: Duration,
-    /// What was answered, for the access log.
-    pub report: &'a Report,
-}
 
 impl StreamReply<'_> {
     /// Sends an answer espalier wrote whole (head and body, as HTTP/1.1).
@@ -78,5 +54,44 @@ impl StreamReply<'_> {
             Some(send) => send.send_reset(reason),
             None => self.respond.send_reset(reason),
         }
+    }
+}
+
+impl<S: Service + 'static> Connection<S> {
+    /// A request whose app takes it as a stream of its own (an HTTP/2 upstream, for a client
+    /// that takes trailers): lent whole, its body and its answer streaming both ways.
+    pub(super) async fn lend_stream(
+        &self,
+        lent: S::Lent,
+        body: Body<'_>,
+        ctx: &RequestCtx,
+        report: &Report,
+        mut respond: SendResponse<Bytes>,
+    ) {
+        let env = &self.env;
+        let (whole, recv) = match body {
+            Body::Whole(whole) => (Bytes::copy_from_slice(whole), None),
+            Body::Arriving(recv, _, expects_continue) => {
+                if expects_continue {
+                    let _ = respond.send_informational(continue_response());
+                }
+                (Bytes::new(), Some(recv))
+            }
+        };
+        let stream = LentStream {
+            body: recv,
+            whole,
+            max_body: ctx.body_bound(env.limits.max_body_size),
+            reply: StreamReply {
+                respond: &mut respond,
+                send: None,
+                timeout: env.timeouts.body,
+                report,
+            },
+            clock: &env.clock,
+            fields: ctx.fields.as_deref(),
+            pages: ctx.pages.as_deref(),
+        };
+        env.service.lend_stream(lent, stream).await;
     }
 }

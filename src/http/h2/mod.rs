@@ -7,8 +7,9 @@
 //!
 //! Owns: the connection, its limits and its streams — each stream's head and body made into
 //! a [`Request`], answered at once or by a task; the answer's way back onto the stream is
-//! `answer`'s, a proxied request's body streams to its app by `body`, and a stream its app
-//! takes as a stream of its own (an HTTP/2 upstream, for gRPC) is lent whole by `lent`. Must not touch:
+//! `answer`'s (through `send`'s translation and window waits), a proxied request's body
+//! streams to its app by `body`, and a stream its app takes as a stream of its own (an
+//! HTTP/2 upstream, for gRPC) is lent whole by `lent`. Must not touch:
 //! routing or content (the [`Service`] decides), or HTTP/1.1 framing (the connection loop
 //! in [`super::conn`]).
 //!
@@ -36,9 +37,10 @@ mod answer;
 mod body;
 mod held;
 mod lent;
+mod send;
 
-pub use answer::send_data;
-pub use lent::{LentStream, StreamReply};
+pub use crate::http::service::{LentStream, StreamReply};
+pub use send::send_data;
 
 use super::access_log::{Entry, Facts, OwnedFacts, Report, HTTP2};
 use super::service::{
@@ -46,11 +48,12 @@ use super::service::{
 };
 use super::{Framing, Method, Request, Responder, MAX_HEADERS};
 use crate::handoff::Carried;
-use answer::{relay, send_answer, send_error, send_file, SEND_BUFFER};
+use answer::{relay, send_error, send_file};
 use body::Body;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
+use send::{send_answer, SEND_BUFFER};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -354,7 +357,7 @@ impl<S: Service + 'static> Connection<S> {
             });
         let mut body = Vec::new();
         if body::expects_continue(&parts) {
-            let _ = respond.send_informational(answer::continue_response());
+            let _ = respond.send_informational(send::continue_response());
         }
         while let Some(chunk) = tokio::time::timeout(env.timeouts.body, recv.data())
             .await
@@ -601,42 +604,5 @@ impl<S: Service + 'static> Connection<S> {
         };
         let relaying = relay(&mut answer, &mut respond, head_only, env.timeouts.body);
         let ((), _) = tokio::join!(Box::pin(feeding), relaying);
-    }
-
-    /// A request whose app takes it as a stream of its own (an HTTP/2 upstream, for a client
-    /// that takes trailers): lent whole, its body and its answer streaming both ways.
-    async fn lend_stream(
-        &self,
-        lent: S::Lent,
-        body: Body<'_>,
-        ctx: &RequestCtx,
-        report: &Report,
-        mut respond: SendResponse<Bytes>,
-    ) {
-        let env = &self.env;
-        let (whole, recv) = match body {
-            Body::Whole(whole) => (Bytes::copy_from_slice(whole), None),
-            Body::Arriving(recv, _, expects_continue) => {
-                if expects_continue {
-                    let _ = respond.send_informational(answer::continue_response());
-                }
-                (Bytes::new(), Some(recv))
-            }
-        };
-        let stream = LentStream {
-            body: recv,
-            whole,
-            max_body: ctx.body_bound(env.limits.max_body_size),
-            reply: StreamReply {
-                respond: &mut respond,
-                send: None,
-                timeout: env.timeouts.body,
-                report,
-            },
-            clock: &env.clock,
-            fields: ctx.fields.as_deref(),
-            pages: ctx.pages.as_deref(),
-        };
-        env.service.lend_stream(lent, stream).await;
     }
 }
