@@ -14,6 +14,7 @@ mod common;
 
 mod access;
 mod access_log;
+mod acme;
 mod admin_page;
 mod app_liveness;
 mod apps;

@@ -2,10 +2,11 @@
 //! the leaf not expired, an OCSP response that is DER) and fingerprinted — below the config,
 //! which checks them where they are named, and the TLS layer, which serves them.
 //!
-//! Owns: [`TlsFiles`], [`load`], [`fingerprint`], and the certificate store's naming rule
-//! and key cache ([`store`]). Must not touch: SNI, handshakes or the server configuration
+//! Owns: [`TlsFiles`], [`load`], [`fingerprint`], the certificate store's naming rule
+//! and key cache ([`store`]), and when a certificate is renewed ([`renewal`]). Must not touch: SNI, handshakes or the server configuration
 //! (see `crate::tls`).
 
+pub mod renewal;
 pub mod store;
 
 use rustls::pki_types::pem::PemObject;

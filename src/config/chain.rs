@@ -14,7 +14,10 @@
 //! answers, `crate::http`'s response edits).
 //!
 //! Why this order — that of nginx's phases (server rewrite, find location, access, content):
-//! - rules first: a rewrite changes the path, so everything that looks at the path (which
+//! - an ACME challenge before all: the directory's validation must not meet a redirect to
+//!   https, a rule, a deny list or a password (nginx's ACME module answers it in the same
+//!   place), and it answers only a token of an order under way;
+//! - rules next: a rewrite changes the path, so everything that looks at the path (which
 //!   app, which path lists, which sign-in) looks at the path the request ends up at;
 //! - the route next, once: the app, the path in normal form, a FastCGI path's script, file
 //!   or status, and — on a shared address — whether another pool serves it. A request for
@@ -50,6 +53,9 @@
 /// A step of the request chain, in the order they run ([`Self::ORDER`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RequestStep {
+    /// `[server.acme]`: an ACME directory's HTTP-01 request answered with its key
+    /// authorization, before anything of the site's can refuse or redirect it.
+    AcmeChallenge,
     /// `[[site.rule]]`: a redirect, a fixed answer or a rewrite.
     Rules,
     /// `redirect_to_https`: a cleartext request is sent to the https address.
@@ -68,7 +74,8 @@ pub enum RequestStep {
 
 impl RequestStep {
     /// The request chain, in the order its steps run.
-    pub const ORDER: [RequestStep; 7] = [
+    pub const ORDER: [RequestStep; 8] = [
+        RequestStep::AcmeChallenge,
         RequestStep::Rules,
         RequestStep::ToHttps,
         RequestStep::Route,
@@ -81,6 +88,7 @@ impl RequestStep {
     /// Its name in the reference.
     pub fn name(self) -> &'static str {
         match self {
+            RequestStep::AcmeChallenge => "ACME challenge",
             RequestStep::Rules => "rules",
             RequestStep::ToHttps => "to https",
             RequestStep::Route => "route",
@@ -94,6 +102,7 @@ impl RequestStep {
     /// The keys that configure it (a site's and its paths').
     pub fn keys(self) -> &'static [&'static str] {
         match self {
+            RequestStep::AcmeChallenge => &["server.acme"],
             RequestStep::Rules => &["rule"],
             RequestStep::ToHttps => &["redirect_to_https"],
             RequestStep::Route => &[],
@@ -118,6 +127,7 @@ impl RequestStep {
     /// What it does, one sentence for the reference.
     pub fn what(self) -> &'static str {
         match self {
+            RequestStep::AcmeChallenge => "on a site whose certificates espalier orders, `/.well-known/acme-challenge/TOKEN` of an order under way is answered with its key authorization (any other request goes on)",
             RequestStep::Rules => "the first rule that matches redirects, answers, or rewrites the target every later step sees",
             RequestStep::ToHttps => "a cleartext request is answered 308 to the site's https address",
             RequestStep::Route => "the path in normal form chooses the app (longest prefix): a request of another pool's path is handed to it here, a FastCGI path's script, file or status is decided",

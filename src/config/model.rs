@@ -408,6 +408,21 @@ pub struct ServerSettings {
     /// 32 MiB of the memory the server may use (see `server::supervisor::demand`).
     pub on_demand_running: Option<u32>,
     pub limits: Limits,
+    /// `[server.acme]`: the store's missing and expiring certificates ordered from an ACME
+    /// directory (`None`: the store is filled by others).
+    pub acme: Option<AcmeSettings>,
+}
+
+/// `[server.acme]`: where certificates are ordered (RFC 8555) and as whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcmeSettings {
+    /// The directory's URL (`https://acme-v02.api.letsencrypt.org/directory`).
+    pub directory: String,
+    /// The account's contact, if any.
+    pub email: Option<String>,
+    /// Authorities the directory's own TLS certificate must chain to (PEM; a private or test
+    /// directory's), over the system's.
+    pub ca: Option<PathBuf>,
 }
 
 impl Default for ServerSettings {
@@ -427,6 +442,7 @@ impl Default for ServerSettings {
             on_demand_starting: None,
             on_demand_running: None,
             limits: Limits::default(),
+            acme: None,
         }
     }
 }

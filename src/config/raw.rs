@@ -50,6 +50,15 @@ pub struct RawUpstream {
     pub protocol: Option<String>,
 }
 
+/// `[server.acme]`: certificates ordered from an ACME directory into the store.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    pub directory: Option<String>,
+    pub email: Option<String>,
+    pub ca: Option<String>,
+}
+
 /// `[upstream.tls]`: how `https://` servers are verified.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,6 +111,7 @@ pub struct RawServer {
     pub on_demand_starting: Option<i64>,
     pub on_demand_running: Option<i64>,
     pub limits: Option<RawLimits>,
+    pub acme: Option<RawAcme>,
 }
 
 /// The keys of [`RawLimits`], for the hint when one is written outside `[server.limits]`

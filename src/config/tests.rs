@@ -955,8 +955,9 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
         ]
         .concat(),
         [
-            prefixed("", accepted::<RawServer>(), &["limits"]),
+            prefixed("", accepted::<RawServer>(), &["limits", "acme"]),
             prefixed("limits.", accepted::<RawLimits>(), &[]),
+            prefixed("acme.", accepted::<RawAcme>(), &[]),
         ]
         .concat(),
         [

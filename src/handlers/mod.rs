@@ -53,6 +53,12 @@ use std::rc::Rc;
 
 struct Site {
     apps: Vec<App>,
+    /// Whether its https bindings take their certificates from the store (espalier orders
+    /// them when `[server.acme]` is set).
+    from_store: bool,
+    /// With `[server.acme]`, on such a site: the folder the master writes HTTP-01 key
+    /// authorizations into (see [`ThreadService::with_acme`]).
+    acme: Option<Rc<std::path::Path>>,
     /// Its request chain: the steps it configures, in the one order (see [`chain`]).
     chain: Chain,
     /// This thread's writer of the site's access log.
@@ -151,6 +157,8 @@ impl Site {
             })
         });
         let mut site = Site {
+            from_store: s.tls.is_none() && s.bindings.iter().any(|b| b.tls),
+            acme: None,
             chain: Chain::default(),
             access,
             trusted: s.trusted_proxies.as_slice().into(),
@@ -314,6 +322,19 @@ impl ThreadService {
             tls: Vec::new(),
             ktls: crate::os::ktls::KernelSupport::NONE,
         }
+    }
+
+    /// With `[server.acme]`: the sites whose certificates come from the store answer the
+    /// HTTP-01 requests of the orders under way from `challenges` (their chains compiled again
+    /// with the step).
+    pub fn with_acme(mut self, challenges: Option<&std::path::Path>) -> Self {
+        let Some(dir) = challenges else { return self };
+        let dir: Rc<std::path::Path> = Rc::from(dir);
+        for site in self.sites.iter_mut().filter(|s| s.from_store) {
+            site.acme = Some(Rc::clone(&dir));
+            site.chain = Chain::of(|step| site.configures(step));
+        }
+        self
     }
 
     /// The TLS configurations of its groups (`None` for cleartext ones), built by the worker

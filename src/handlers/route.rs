@@ -30,6 +30,7 @@ impl Site {
     /// Whether the site has the data `step` acts with.
     pub(super) fn configures(&self, step: RequestStep) -> bool {
         match step {
+            RequestStep::AcmeChallenge => self.acme.is_some(),
             RequestStep::Rules => !self.rules.is_empty(),
             RequestStep::ToHttps => self.to_https.is_some(),
             RequestStep::Access => self.access.is_some(),
@@ -144,6 +145,11 @@ impl ThreadService {
         let (mut normal, mut rewrite) = (None, None);
         for step in s.chain.before.iter() {
             match step {
+                RequestStep::AcmeChallenge => {
+                    if let Some(answer) = s.acme.as_deref().and_then(|d| acme_answer(d, req.path)) {
+                        return Err(answer);
+                    }
+                }
                 RequestStep::Rules => match self.rules(s, req) {
                     (_, Some(RuleOutcome::Rewrite(target))) => rewrite = Some(target.into()),
                     (path, None) => normal = path,
@@ -407,4 +413,18 @@ fn https_location(req: &Request<'_>, port: u16) -> String {
         location.push_str(req.query);
     }
     location
+}
+
+/// The key authorization an ACME directory's HTTP-01 request for `path` asks for, when it
+/// names a token of an order under way (a file the master wrote into `dir`); `None` for any
+/// other request, which goes on through the site.
+fn acme_answer(dir: &std::path::Path, path: &str) -> Option<RuleOutcome> {
+    let token = path.strip_prefix("/.well-known/acme-challenge/")?;
+    // A token is base64url (RFC 8555 §8.3): nothing else is looked up, no path escapes.
+    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+    if token.is_empty() || token.len() > 256 || !token.bytes().all(word) {
+        return None;
+    }
+    let body = std::fs::read_to_string(dir.join(token)).ok()?;
+    Some(RuleOutcome::Answer { status: 200, body })
 }

@@ -16,9 +16,11 @@
 //! (starting a pool's app processes) and [`app_exec`] (the step that places and lowers one
 //! before its `exec`). Shared addresses: [`dispatcher`] (the pool in front of them) and [`handoffs`]
 //! (the master's hand-off sockets). Upstream groups: [`upstream_probe`] (one active check)
-//! and [`upstream_nodes`] (a local server's NUMA node).
+//! and [`upstream_nodes`] (a local server's NUMA node). Certificates: [`acme`] (one
+//! ordered from an ACME directory into the store).
 //! What it shows: [`admin_page`] (the page), [`meters`] (sites' figures, Prometheus's text).
 
+pub mod acme;
 pub mod admin;
 pub mod admin_page;
 pub mod app;

@@ -111,6 +111,8 @@ pub(super) fn worker_specs(
                 groups: my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect(),
                 sites: Arc::clone(&sites),
                 upstreams: Arc::clone(&upstreams),
+                acme_challenges: (config.server.acme.as_ref())
+                    .map(|_| crate::server::acme::challenge_dir(config.server.admin.port())),
                 handoff_peers: Arc::clone(my_peers),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,

@@ -92,6 +92,10 @@ pub struct WorkerSpec {
     /// sites' paths name).
     #[serde(default)]
     pub upstreams: Arc<Vec<crate::config::upstream::UpstreamSpec>>,
+    /// With `[server.acme]`: where the master writes the HTTP-01 key authorizations the
+    /// worker's store sites answer (see `server::acme::challenge_dir`).
+    #[serde(default)]
+    pub acme_challenges: Option<std::path::PathBuf>,
 }
 
 impl WorkerSpec {

@@ -450,7 +450,8 @@ fn engine_thread(
             .with_body_default(l.max_body_size)
             .with_tls(&shared.configs, shared.kernel)
             .with_limits(&shared.limits)
-            .with_meters(&health.meters),
+            .with_meters(&health.meters)
+            .with_acme(spec.acme_challenges.as_deref()),
             clock,
             limits: HeadLimits {
                 max_request_line: l.max_request_line,

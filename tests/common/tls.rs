@@ -62,6 +62,23 @@ open("{name}.key", "wb").write(key.private_bytes(serialization.Encoding.PEM,
     );
 }
 
+/// An authority `ca.pem` (+ `.key`) and a server certificate `name.pem` (+ `.key`) for
+/// `host` signed by it, in `dir`: what a verifier that takes no self-signed leaf (webpki's)
+/// accepts.
+pub fn signed_cert(dir: &Path, name: &str, host: &str) {
+    let script = format!(
+        "set -e
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+  -keyout ca.key -out ca.pem -subj '/CN=test authority' 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout {name}.key -out {name}.csr -subj '/CN={host}' 2>/dev/null
+printf 'subjectAltName=DNS:{host}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > {name}.ext
+openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+  -extfile {name}.ext -out {name}.pem 2>/dev/null"
+    );
+    super::run_ok(Command::new("bash").args(["-c", &script]).current_dir(dir));
+}
+
 /// curl over TLS to `host` on `port`, trusting `ca`; (exit code, body, verbose output).
 pub fn curl(
     dir: &Path,

@@ -2,10 +2,12 @@
 //! line and key (the user fixes a file in one pass, not one error per run).
 //!
 //! Owns: what is valid and the fix each error suggests. The validator's core, `[server]`
-//! and cross-checks are here; pools in [`pool`], sites in [`site`].
+//! and cross-checks are here; pools in [`pool`], sites in [`site`], `[server.acme]` in
+//! [`acme`].
 //! Must not touch: defaults (see [`super::model`]) or placement.
 
 mod access;
+mod acme;
 mod app;
 mod fields;
 mod front;
@@ -393,7 +395,11 @@ impl Validator {
                 }
             }
         });
+        let acme = raw
+            .acme
+            .and_then(|a| self.acme(a, base, certificates.is_some()));
         ServerSettings {
+            acme,
             admin,
             admin_token,
             certificates,

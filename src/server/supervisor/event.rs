@@ -42,6 +42,17 @@ pub(in crate::server) enum Event {
         group: String,
         servers: Result<Vec<crate::config::upstream::ServerSpec>, String>,
     },
+    /// An ACME order for a host name ended: the new certificate's end, or why it failed
+    /// (see `acme`).
+    AcmeOrdered {
+        name: String,
+        outcome: Result<std::time::SystemTime, String>,
+    },
+    /// A host name's pair in the store is valid, due for renewal at `due` (see `acme`).
+    AcmeKept {
+        name: String,
+        due: std::time::SystemTime,
+    },
     /// A connection for pool `pool`, handed to the master: none of the pool's hand-off
     /// sockets was there (it sleeps), or it was queued on one as the pool went to sleep.
     Handed {

@@ -16,7 +16,8 @@
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
 //!   changes);
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
-//!   changed ones sent to running workers;
+//!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
+//!   ACME directory and renewed;
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
 //!   back to sleep after `idle_timeout`;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
@@ -32,6 +33,7 @@
 //! Must not touch: requests (it answers none except a stopped pool's 503) or the listeners'
 //! sockets beyond accepting on copies of them while a pool is stopped.
 
+mod acme;
 mod affinity;
 mod apps;
 mod cert_store;
@@ -131,6 +133,8 @@ struct Supervisor {
     handed_to_master: Option<tokio::task::JoinHandle<()>>,
     /// Upstream groups' active checks.
     upstream_checks: upstream_checks::UpstreamChecks,
+    /// The certificates ordered for the store (`[server.acme]`).
+    acme: acme::Acme,
 }
 
 pub(super) async fn run(
@@ -224,8 +228,10 @@ pub(super) async fn run(
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
         upstream_checks: Default::default(),
+        acme: Default::default(),
     };
     sv.upstream_checks.start(&sv.config, &sv.events);
+    sv.acme.start(&sv.config, &sv.events);
 
     for g in &sv.groups {
         let hosts: Vec<String> = g
@@ -336,6 +342,8 @@ pub(super) async fn run(
                 result,
             }) => sv.on_upstream_checked(epoch, group, server, result),
             Some(Event::Resolved { group, servers }) => sv.on_resolved(&group, servers),
+            Some(Event::AcmeOrdered { name, outcome }) => sv.acme.on_ordered(&name, outcome),
+            Some(Event::AcmeKept { name, due }) => sv.acme.on_kept(&name, due),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -520,6 +528,8 @@ impl Supervisor {
                 result,
             } => self.on_upstream_checked(epoch, group, server, result),
             Event::Resolved { group, servers } => self.on_resolved(&group, servers),
+            Event::AcmeOrdered { name, outcome } => self.acme.on_ordered(&name, outcome),
+            Event::AcmeKept { name, due } => self.acme.on_kept(&name, due),
         }
     }
 

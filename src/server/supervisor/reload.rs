@@ -276,6 +276,7 @@ impl Supervisor {
         self.cert_store.reconfigure(&new);
         self.config = new;
         self.upstream_checks.start(&self.config, &self.events);
+        self.acme.start(&self.config, &self.events);
         // A stopped pool stays stopped, and a sleeping one asleep: shared addresses keep
         // steering around them.
         // Pool indices moved: every proxied pool's fronts hear again where its apps are.

@@ -1,0 +1,56 @@
+//! Validation of `[server.acme]`: the directory's URL, the contact, the authorities its TLS
+//! certificate is checked against, and the certificate store the issued pairs go into.
+//!
+//! Owns: those rules. Must not touch: ordering (the master's, `server::acme`).
+
+use super::super::locate::Seg;
+use super::super::model::AcmeSettings;
+use super::super::raw::RawAcme;
+use super::Validator;
+use std::path::Path;
+
+impl Validator {
+    /// `[server.acme]`, or `None` (with its errors said) when it cannot be used; `store`:
+    /// whether `[server] certificates` names the store the pairs go into.
+    pub(super) fn acme(&mut self, raw: RawAcme, base: &Path, store: bool) -> Option<AcmeSettings> {
+        let at = |k: &'static str| [Seg::Key("server"), Seg::Key("acme"), Seg::Key(k)];
+        if !store {
+            self.err(
+                &[Seg::Key("server"), Seg::Key("acme")],
+                "puts the certificates it orders into the certificate store, and there is none; add [server] certificates = \"certs/\" (a folder)",
+            );
+        }
+        let directory = match raw.directory {
+            Some(d) if d.starts_with("https://") && d.len() > "https://".len() => d,
+            Some(d) => {
+                self.err(&at("directory"), format!("`{d}` is not an https:// URL; write the directory's URL, like \"https://acme-v02.api.letsencrypt.org/directory\""));
+                return None;
+            }
+            None => {
+                self.err(&[Seg::Key("server"), Seg::Key("acme")], "has no `directory`; add directory = \"https://acme-v02.api.letsencrypt.org/directory\" (or your CA's)");
+                return None;
+            }
+        };
+        let email = raw.email.filter(|e| {
+            let ok = e.contains('@') && !e.starts_with('@') && !e.bytes().any(|b| b <= b' ');
+            if !ok {
+                self.err(&at("email"), format!("`{e}` is not an email address"));
+            }
+            ok
+        });
+        let ca = raw.ca.map(|c| base.join(c));
+        if let Some(ca) = &ca {
+            let checked = std::fs::read(ca)
+                .map_err(|e| format!("{} cannot be read ({e})", ca.display()))
+                .and_then(|pem| crate::certs::client_roots(&pem, &ca.display().to_string()));
+            if let Err(e) = checked {
+                self.err(&at("ca"), format!("{e}; give the PEM certificate(s) of the authority that signs the directory's own TLS certificate"));
+            }
+        }
+        (store).then_some(AcmeSettings {
+            directory,
+            email,
+            ca,
+        })
+    }
+}

@@ -1,0 +1,204 @@
+//! Ordering one certificate from an ACME directory (RFC 8555) for the master, with
+//! instant-acme — a kept, async, pure-Rust client made for this and tested against pebble by
+//! its authors (its nonce handling retries `badNonce` by itself). Its HTTP client is
+//! hyper-rustls; a private directory's TLS authority is `[server.acme] ca`.
+//!
+//! Owns: the account (made once per directory, its credentials kept in the store's
+//! `.acme/` folder, mode 0600, read by the master alone — never by a pool), one order for one
+//! host name by HTTP-01 (the key authorization written where the workers answer
+//! `/.well-known/acme-challenge/` from, see [`challenge_dir`]), the new key and its CSR
+//! (rcgen), and the issued pair written into the store atomically (the key, then the chain,
+//! each renamed into place, mode 0600). Must not touch: when to order (the supervisor's
+//! `acme`), or serving the pair (the store's pickup hands it to the workers).
+
+use crate::config::AcmeSettings;
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long an order may wait for the directory to validate and to issue.
+const ORDER_WAIT: Duration = Duration::from_secs(60);
+
+/// Where the master writes HTTP-01 key authorizations and every worker reads them from: a
+/// folder of the server's own beside its other runtime files, named by its admin port (two
+/// servers on a machine have two), readable by every pool's user (a key authorization is
+/// public: the token and the account key's thumbprint).
+pub fn challenge_dir(admin_port: u16) -> PathBuf {
+    super::runtime::base_dir().join(format!("acme-{admin_port}"))
+}
+
+/// The account for `settings`' directory: the one kept in `store/.acme/` if there is one,
+/// else a new one registered now and kept there.
+pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, String> {
+    let file = account_file(settings, store);
+    let builder = || match &settings.ca {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    let builder = builder().map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        let credentials: AccountCredentials = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not an account's credentials: {e}", file.display()))?;
+        return (builder.from_credentials(credentials).await)
+            .map_err(|e| format!("cannot reach {}: {}", settings.directory, causes(&e)));
+    }
+    let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
+    let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
+    let new = NewAccount {
+        contact: &contacts,
+        terms_of_service_agreed: true,
+        only_return_existing: false,
+    };
+    let (account, credentials) = (builder.create(&new, settings.directory.clone(), None).await)
+        .map_err(|e| {
+            let why = causes(&e);
+            format!(
+                "cannot register an account at {}: {why}",
+                settings.directory
+            )
+        })?;
+    let text = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
+    write_private(&file, &text)?;
+    Ok(account)
+}
+
+/// `e` with the causes under it (an HTTP client's "client error (Connect)" says nothing of
+/// the refused connection or the certificate beneath it).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// `store/.acme/account-<hash of the directory's URL>.json`: one account per directory.
+fn account_file(settings: &AcmeSettings, store: &Path) -> PathBuf {
+    let hash = xxhash_rust::xxh3::xxh3_64(settings.directory.as_bytes());
+    store
+        .join(".acme")
+        .join(format!("account-{hash:016x}.json"))
+}
+
+/// Orders a certificate for `name` by HTTP-01 and writes it into `store` (`NAME.key`, then
+/// `NAME.pem`); the key authorizations go into `challenges` while the directory validates.
+pub async fn order(
+    account: &Account,
+    name: &str,
+    challenges: &Path,
+    store: &Path,
+) -> Result<(), String> {
+    let identifiers = [Identifier::Dns(name.to_string())];
+    let mut order = (account.new_order(&NewOrder::new(&identifiers)).await)
+        .map_err(|e| format!("the order was refused: {e}"))?;
+    let mut tokens = Vec::new();
+    let answered = answer_challenges(&mut order, challenges, &mut tokens).await;
+    let issued = match answered {
+        Ok(()) => finish(&mut order, name).await,
+        Err(e) => Err(e),
+    };
+    for token in tokens {
+        let _ = std::fs::remove_file(challenges.join(token));
+    }
+    let (key, chain) = issued?;
+    write_private(&store.join(format!("{name}.key")), key.as_bytes())?;
+    write_private(&store.join(format!("{name}.pem")), chain.as_bytes())
+}
+
+/// Puts every pending authorization's HTTP-01 key authorization where the workers answer it
+/// from, and tells the directory it may look (the tokens written go into `tokens`).
+async fn answer_challenges(
+    order: &mut instant_acme::Order,
+    challenges: &Path,
+    tokens: &mut Vec<String>,
+) -> Result<(), String> {
+    std::fs::create_dir_all(challenges)
+        .and_then(|()| std::fs::set_permissions(challenges, std::fs::Permissions::from_mode(0o755)))
+        .map_err(|e| format!("cannot use {}: {e}", challenges.display()))?;
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization.map_err(|e| format!("authorization: {e}"))?;
+        match authorization.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            other => return Err(format!("the authorization is {other:?}")),
+        }
+        let mut challenge = (authorization.challenge(ChallengeType::Http01))
+            .ok_or("the directory offers no HTTP-01 challenge")?;
+        let token = challenge.token.clone();
+        if token.is_empty()
+            || !token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(format!(
+                "the directory sent a token that is no base64url word: {token:?}"
+            ));
+        }
+        let file = challenges.join(&token);
+        let proof = challenge.key_authorization();
+        std::fs::write(&file, proof.as_str())
+            .and_then(|()| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)))
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        tokens.push(token);
+        (challenge.set_ready().await).map_err(|e| format!("the challenge was refused: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Waits for the order to be ready, sends the CSR of a new key, and waits for the chain:
+/// the key and the chain, PEM.
+async fn finish(order: &mut instant_acme::Order, name: &str) -> Result<(String, String), String> {
+    let patience = RetryPolicy::new().timeout(ORDER_WAIT);
+    let status = (order.poll_ready(&patience).await)
+        .map_err(|e| format!("the directory did not validate the challenge: {e}"))?;
+    if status != OrderStatus::Ready {
+        return Err(format!("the order is {status:?}, not ready"));
+    }
+    let key = rcgen::KeyPair::generate().map_err(|e| format!("cannot make a key: {e}"))?;
+    let params =
+        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
+    let csr = params
+        .serialize_request(&key)
+        .map_err(|e| format!("cannot make the CSR: {e}"))?;
+    (order.finalize_csr(csr.der()).await).map_err(|e| format!("the CSR was refused: {e}"))?;
+    let chain = (order.poll_certificate(&patience).await)
+        .map_err(|e| format!("no certificate came: {e}"))?;
+    Ok((key.serialize_pem(), chain))
+}
+
+/// Writes `bytes` to `path` as the master's own (mode 0600): into a new file beside it,
+/// renamed over it, so a reader sees the old file or the new one, never half of one.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file}.new"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(fail)?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
+}

@@ -1,0 +1,209 @@
+//! The certificates the master orders for the store (`[server.acme]`): every host name of a
+//! site that takes its certificates from the store gets a task of the master's own, which
+//! reads the name's pair, sleeps until it is due (two thirds of its lifetime, jittered; see
+//! `crate::certs::renewal`), and orders a new one — at once when there is none. The store's
+//! scan (`cert_store`) then hands the new pair to the workers, as it does a pair a person put
+//! there: no reload, no restart, and a restart finds the pair and orders nothing.
+//!
+//! Owns: those tasks, how many orders run at once ([`MAX_ORDERING`]), the back-off after a
+//! failure (one minute doubling to six hours), and what the log says (once per change of a
+//! name's state). Must not touch: the ACME protocol (`server::acme`) or the store's reading
+//! for the workers.
+
+use super::event::Event;
+use crate::config::Config;
+use crate::server::log;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{OnceCell, Semaphore};
+
+/// Orders in flight at once: a hoster's thousand new names are ordered a few at a time,
+/// within what a CA's rate limits take.
+pub(super) const MAX_ORDERING: usize = 4;
+
+/// The first retry after a failed order, doubled after each failure in a row up to
+/// [`LONGEST_BACK_OFF`].
+const FIRST_BACK_OFF: Duration = Duration::from_secs(60);
+const LONGEST_BACK_OFF: Duration = Duration::from_secs(6 * 3600);
+
+/// A task looks at its pair again at least this often while it sleeps (a pair replaced by
+/// hand is then seen, and a clock that jumped is caught up).
+const LOOK_AGAIN: Duration = Duration::from_secs(3600);
+
+/// The ordering tasks of the running configuration.
+#[derive(Default)]
+pub(super) struct Acme {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// By name: the last state said in the log (a failure's text, or "issued").
+    said: HashMap<String, String>,
+}
+
+/// What the tasks of one configuration share.
+struct Shared {
+    settings: crate::config::AcmeSettings,
+    store: PathBuf,
+    challenges: PathBuf,
+    account: OnceCell<instant_acme::Account>,
+    ordering: Semaphore,
+    events: tokio::sync::mpsc::UnboundedSender<Event>,
+}
+
+/// The host names `config` orders certificates for: those of https bindings of sites that
+/// take theirs from the store, but wildcards (HTTP-01 cannot prove `*.example.com`).
+pub(super) fn names(config: &Config) -> Vec<String> {
+    let mut names: Vec<String> = (config.sites.iter())
+        .filter(|s| s.tls.is_none())
+        .flat_map(|s| s.bindings.iter())
+        .filter(|b| b.tls)
+        .filter_map(|b| b.host.clone())
+        .filter(|h| !h.starts_with("*."))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+impl Acme {
+    /// Starts the tasks of `config` (none without `[server.acme]`), stopping the last
+    /// configuration's: an order under way is dropped and starts again with the new tasks.
+    pub(super) fn start(
+        &mut self,
+        config: &Config,
+        events: &tokio::sync::mpsc::UnboundedSender<Event>,
+    ) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        let (Some(settings), Some(store)) = (&config.server.acme, &config.server.certificates)
+        else {
+            return;
+        };
+        let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
+        let shared = Arc::new(Shared {
+            settings: settings.clone(),
+            store: store.clone(),
+            challenges,
+            account: OnceCell::new(),
+            ordering: Semaphore::new(MAX_ORDERING),
+            events: events.clone(),
+        });
+        for name in names(config) {
+            let shared = Arc::clone(&shared);
+            self.tasks.push(tokio::spawn(keep(shared, name)));
+        }
+    }
+
+    /// A name's pair was found in the store, due for renewal at `due`: said once per name.
+    pub(super) fn on_kept(&mut self, name: &str, due: SystemTime) {
+        if self.said.insert(name.to_string(), "kept".into()).as_deref() != Some("kept") {
+            log(
+                "master",
+                format!(
+                    "acme: {name}: certificate in the store, renewed from {}",
+                    humantime::format_rfc3339_seconds(due)
+                ),
+            );
+        }
+    }
+
+    /// A name's order ended: said in the log when its state changed.
+    pub(super) fn on_ordered(&mut self, name: &str, outcome: Result<SystemTime, String>) {
+        let state = match &outcome {
+            Ok(_) => "issued".to_string(),
+            Err(e) => e.clone(),
+        };
+        let changed = self.said.get(name) != Some(&state);
+        match outcome {
+            Ok(until) => log(
+                "master",
+                format!(
+                    "acme: {name}: certificate issued, valid until {} (in the store, served from the next handshake)",
+                    humantime::format_rfc3339_seconds(until)
+                ),
+            ),
+            Err(e) if changed => log(
+                "master",
+                format!(
+                    "acme: {name}: the order failed: {e} (tried again later, backing off; said again when the cause changes)"
+                ),
+            ),
+            Err(_) => {}
+        }
+        self.said.insert(name.to_string(), state);
+    }
+}
+
+/// Keeps `name`'s certificate in the store: orders it when there is none or it is due, then
+/// sleeps until it is due again.
+async fn keep(shared: Arc<Shared>, name: String) {
+    let mut failures = 0u32;
+    loop {
+        let due = match pair_due(&shared.store, &name).await {
+            Some(due) => due,
+            None => SystemTime::now(),
+        };
+        let wait = due.duration_since(SystemTime::now()).unwrap_or_default();
+        if !wait.is_zero() {
+            let kept = Event::AcmeKept {
+                name: name.clone(),
+                due,
+            };
+            let _ = shared.events.send(kept);
+            tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
+            continue;
+        }
+        let outcome = order_once(&shared, &name).await;
+        let ok = outcome.is_ok();
+        let _ = shared.events.send(Event::AcmeOrdered {
+            name: name.clone(),
+            outcome,
+        });
+        if ok {
+            failures = 0;
+            continue;
+        }
+        failures += 1;
+        let back_off = FIRST_BACK_OFF * 2u32.saturating_pow(failures - 1).min(1 << 10);
+        tokio::time::sleep(back_off.min(LONGEST_BACK_OFF)).await;
+    }
+}
+
+/// One order for `name`, within the bound on orders at once: the new certificate's end.
+async fn order_once(shared: &Shared, name: &str) -> Result<SystemTime, String> {
+    let _turn = shared.ordering.acquire().await.map_err(|e| e.to_string())?;
+    let account = (shared.account)
+        .get_or_try_init(|| crate::server::acme::account(&shared.settings, &shared.store))
+        .await?;
+    crate::server::acme::order(account, name, &shared.challenges, &shared.store).await?;
+    let chain = read_pair(&shared.store, name)
+        .await
+        .ok_or("the new pair cannot be read")?;
+    Ok(crate::certs::renewal::lifetime(&chain)?.1)
+}
+
+/// `name`'s chain in `store`, when both its files are there (read off the master's loop).
+async fn read_pair(store: &Path, name: &str) -> Option<Vec<u8>> {
+    let (chain, key) = (
+        store.join(format!("{name}.pem")),
+        store.join(format!("{name}.key")),
+    );
+    let read = move || {
+        std::fs::metadata(&key)
+            .and_then(|_| std::fs::read(&chain))
+            .ok()
+    };
+    tokio::task::spawn_blocking(read).await.ok().flatten()
+}
+
+/// When `name`'s pair in `store` is due for renewal, jittered by up to a fiftieth of its
+/// lifetime (names issued together are not all renewed in the same second); `None` when it
+/// has none, or one that cannot be read.
+async fn pair_due(store: &Path, name: &str) -> Option<SystemTime> {
+    let chain = read_pair(store, name).await?;
+    let (from, until) = crate::certs::renewal::lifetime(&chain).ok()?;
+    let life = until.duration_since(from).unwrap_or_default();
+    let jitter = life.mul_f64(fastrand::f64() / 50.0);
+    crate::certs::renewal::renew_at(from, until).checked_sub(jitter)
+}

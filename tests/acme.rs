@@ -1,0 +1,246 @@
+//! Certificates ordered by espalier itself (`[server.acme]`) from a real ACME server: Debian's
+//! `pebble`, its names resolved by `pebble-challtestsrv` (every name is 127.0.0.1), validating
+//! HTTP-01 on the sites' own http port. Pebble rejects 5 % of nonces by default, which the
+//! client must retry. Every process a test starts, the test stops.
+
+use crate::common::*;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Pebble and its DNS, stopped when dropped.
+struct Pebble {
+    _dns: Stopped,
+    _pebble: Stopped,
+    /// The directory's URL, and its management port (the issuing root is there).
+    directory: String,
+    management: u16,
+    /// The authority pebble's own API certificate chains to.
+    api_cert: PathBuf,
+}
+
+impl Pebble {
+    /// A pebble validating HTTP-01 on `http_port`, its certificates valid for `validity`
+    /// seconds (`None`: pebble's default).
+    fn start(dir: &Path, http_port: u16, validity: Option<u64>) -> Pebble {
+        // Signed by an authority: the ACME client's verifier (webpki) takes no self-signed
+        // leaf, and `[server.acme] ca` names the authority, as for a private directory.
+        crate::common::tls::signed_cert(dir, "pebble-api", "localhost");
+        let (dns, api, management, dns_management) =
+            (free_port(), free_port(), free_port(), free_port());
+        let dns_server = Command::new("pebble-challtestsrv")
+            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+            .args(["-dns01", &format!("127.0.0.1:{dns}")])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+            .args(["-management", &format!("127.0.0.1:{dns_management}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pebble-challtestsrv");
+        let dns_server = Stopped(dns_server);
+        // Its management port opens with its DNS, in the same start.
+        wait_listening(
+            SocketAddr::from(([127, 0, 0, 1], dns_management)),
+            Duration::from_secs(20),
+        );
+        let mut config = serde_json::json!({"pebble": {
+            "listenAddress": format!("127.0.0.1:{api}"),
+            "managementListenAddress": format!("127.0.0.1:{management}"),
+            "certificate": dir.join("pebble-api.pem"),
+            "privateKey": dir.join("pebble-api.key"),
+            "httpPort": http_port,
+            "tlsPort": free_port(),
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false,
+        }});
+        if let Some(seconds) = validity {
+            config["pebble"]["certificateValidityPeriod"] = seconds.into();
+        }
+        let file = dir.join("pebble.json");
+        std::fs::write(&file, config.to_string()).unwrap();
+        let pebble = Command::new("pebble")
+            .arg("-config")
+            .arg(&file)
+            .args(["-dnsserver", &format!("127.0.0.1:{dns}"), "-strict=false"])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start pebble");
+        let pebble = Stopped(pebble);
+        wait_listening(
+            SocketAddr::from(([127, 0, 0, 1], api)),
+            Duration::from_secs(20),
+        );
+        Pebble {
+            _dns: dns_server,
+            _pebble: pebble,
+            directory: format!("https://localhost:{api}/dir"),
+            management,
+            api_cert: dir.join("ca.pem"),
+        }
+    }
+
+    /// The root pebble issues under (made at its start), written to `to`.
+    fn root(&self, to: &Path) {
+        let out = run_ok(
+            Command::new("curl")
+                .args(["-sf", "--cacert"])
+                .arg(&self.api_cert)
+                .arg(format!("https://localhost:{}/roots/0", self.management)),
+        );
+        std::fs::write(to, out.stdout).unwrap();
+    }
+}
+
+fn need_pebble() {
+    need_tools(
+        "pebble:pebble curl:curl openssl:openssl",
+        "Debian's pebble, curl and openssl",
+    );
+}
+
+/// The config of sites `names`, each on the http port `http` and the https port `https`
+/// with its certificate from the store `store/`, ordered from `pebble`.
+fn config(pebble: &Pebble, names: &[&str], http: u16, https: u16) -> String {
+    let mut c = format!(
+        "[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nemail = \"ops@example.test\"\nca = \"{}\"\n[[pool]]\nname = \"p\"\n",
+        pebble.directory,
+        pebble.api_cert.display()
+    );
+    for name in names {
+        c.push_str(&format!(
+            "[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{http}:{name}\", \"https://127.0.0.1:{https}:{name}\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n"
+        ));
+    }
+    c
+}
+
+/// `curl` of `https://NAME:PORT/` trusting `root` only: its exit code and body.
+fn fetch(root: &Path, name: &str, port: u16, http2: bool) -> (i32, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "--cacert"])
+        .arg(root)
+        .args(["--resolve", &format!("{name}:{port}:127.0.0.1")])
+        .arg(if http2 { "--http2" } else { "--http1.1" })
+        .args(["-w", " %{http_version}"])
+        .arg(format!("https://{name}:{port}/"))
+        .output()
+        .expect("run curl");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn site_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("store")).unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), "ordered by espalier\n").unwrap();
+    dir
+}
+
+#[test]
+fn sites_get_certificates_by_http_01_and_a_restart_orders_none_again() {
+    need_pebble();
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https) = (free_port(), free_port());
+    let pebble = Pebble::start(d, http, None);
+    let names = ["a.test", "b.test", "c.test"];
+    let config = config(&pebble, &names, http, https);
+    let server = Server::with_config(d, &config);
+    for name in names {
+        server.wait_for_log(
+            &format!("acme: {name}: certificate issued"),
+            Duration::from_secs(60),
+        );
+    }
+    pebble.root(&d.join("root.pem"));
+    // Served from the store without a reload, the chain checked against pebble's root.
+    for name in names {
+        for http2 in [false, true] {
+            wait_for(
+                "the issued certificate served",
+                Duration::from_secs(20),
+                || fetch(&d.join("root.pem"), name, https, http2).0 == 0,
+            );
+            let (_, body) = fetch(&d.join("root.pem"), name, https, http2);
+            let version = if http2 { "2" } else { "1.1" };
+            assert_eq!(body, format!("ordered by espalier\n {version}"));
+        }
+        // The key and the chain are the master's alone.
+        for ext in ["key", "pem"] {
+            let mode = std::fs::metadata(d.join(format!("store/{name}.{ext}")))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{name}.{ext}");
+        }
+    }
+    let account = std::fs::read_dir(d.join("store/.acme")).unwrap().count();
+    assert_eq!(account, 1, "one account for the directory");
+    let before = std::fs::metadata(d.join("store/a.test.pem")).unwrap();
+    drop(server);
+    // A restart finds the pairs and orders nothing.
+    let server = Server::with_config(d, &config);
+    for name in names {
+        server.wait_for_log(
+            &format!("acme: {name}: certificate in the store"),
+            Duration::from_secs(30),
+        );
+    }
+    assert_eq!(fetch(&d.join("root.pem"), "a.test", https, false).0, 0);
+    let log = server.log_text();
+    assert!(!log.contains("certificate issued"), "{log}");
+    let after = std::fs::metadata(d.join("store/a.test.pem")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(before.ino(), after.ino());
+}
+
+#[test]
+fn a_short_lived_certificate_is_renewed_before_it_ends() {
+    need_pebble();
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https) = (free_port(), free_port());
+    // Thirty seconds of life: renewed at half, within its last fifteen.
+    let pebble = Pebble::start(d, http, Some(30));
+    let server = Server::with_config(d, &config(&pebble, &["r.test"], http, https));
+    server.wait_for_log("acme: r.test: certificate issued", Duration::from_secs(60));
+    let first = std::fs::read(d.join("store/r.test.pem")).unwrap();
+    wait_for("the renewal", Duration::from_secs(60), || {
+        std::fs::read(d.join("store/r.test.pem")).is_ok_and(|now| now != first)
+    });
+    let log = server.log_text();
+    assert!(
+        log.matches("acme: r.test: certificate issued").count() >= 2,
+        "{log}"
+    );
+}
+
+#[test]
+fn check_refuses_acme_without_a_store_or_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |config: &str| {
+        let path = dir.path().join("espalier.toml");
+        std::fs::write(&path, config).unwrap();
+        let out = espalier(&["check", "-c", path.to_str().unwrap()]);
+        assert!(!out.status.success(), "{config}");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let site = "[[site]]\nbindings = [\"http://127.0.0.1:1\"]\nroot = \".\"\n";
+    let err = check(&format!(
+        "[server.acme]\ndirectory = \"https://acme.test/dir\"\n{site}"
+    ));
+    assert!(err.contains("add [server] certificates"), "{err}");
+    let err = check(&format!("[server]\ncertificates = \".\"\n[server.acme]\ndirectory = \"http://acme.test/dir\"\n{site}"));
+    assert!(err.contains("is not an https:// URL"), "{err}");
+    let err = check(&format!(
+        "[server]\ncertificates = \".\"\n[server.acme]\nemail = \"ops@example.test\"\n{site}"
+    ));
+    assert!(err.contains("has no `directory`"), "{err}");
+}
