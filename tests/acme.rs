@@ -25,6 +25,17 @@ impl Pebble {
     /// A pebble validating HTTP-01 on `http_port`, its certificates valid for `validity`
     /// seconds (`None`: pebble's default).
     fn start(dir: &Path, http_port: u16, validity: Option<u64>) -> Pebble {
+        Pebble::start_with(dir, http_port, validity, None)
+    }
+
+    /// As [`Pebble::start`], asking every account for External Account Binding with the key
+    /// `eab` (its id, its base64url MAC key) when given.
+    fn start_with(
+        dir: &Path,
+        http_port: u16,
+        validity: Option<u64>,
+        eab: Option<(&str, &str)>,
+    ) -> Pebble {
         // Signed by an authority: the ACME client's verifier (webpki) takes no self-signed
         // leaf, and `[server.acme] ca` names the authority, as for a private directory.
         crate::common::tls::signed_cert(dir, "pebble-api", "localhost");
@@ -57,6 +68,10 @@ impl Pebble {
         }});
         if let Some(seconds) = validity {
             config["pebble"]["certificateValidityPeriod"] = seconds.into();
+        }
+        if let Some((kid, key)) = eab {
+            config["pebble"]["externalAccountBindingRequired"] = true.into();
+            config["pebble"]["externalAccountMACKeys"] = serde_json::json!({ kid: key });
         }
         let file = dir.join("pebble.json");
         std::fs::write(&file, config.to_string()).unwrap();
@@ -220,6 +235,33 @@ fn a_short_lived_certificate_is_renewed_before_it_ends() {
         log.matches("acme: r.test: certificate issued").count() >= 2,
         "{log}"
     );
+}
+
+#[test]
+fn a_directory_that_asks_for_external_account_binding_gets_it() {
+    need_pebble();
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https) = (free_port(), free_port());
+    let key = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let pebble = Pebble::start_with(d, http, None, Some(("kid-1", key)));
+    // Without the binding the account is refused, and the log says why.
+    let unbound = config(&pebble, &["e.test"], http, https);
+    let server = Server::with_config(d, &unbound);
+    let log = server.wait_for_log("acme: e.test: the order failed", Duration::from_secs(60));
+    assert!(log.contains("cannot register an account"), "{log}");
+    drop(server);
+    let bound = unbound.replace(
+        "[[pool]]",
+        &format!("eab_kid = \"kid-1\"\neab_hmac_key = \"{key}\"\n[[pool]]"),
+    );
+    let server = Server::with_config(d, &bound);
+    server.wait_for_log("acme: e.test: certificate issued", Duration::from_secs(60));
+    // The account's key is the master's alone.
+    for entry in std::fs::read_dir(d.join("store/.acme")).unwrap() {
+        let mode = entry.unwrap().metadata().unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
 }
 
 #[test]

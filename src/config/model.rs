@@ -423,6 +423,10 @@ pub struct AcmeSettings {
     /// Authorities the directory's own TLS certificate must chain to (PEM; a private or test
     /// directory's), over the system's.
     pub ca: Option<PathBuf>,
+    /// External Account Binding, for a directory that asks for it: the key's id and the MAC
+    /// key (decoded from its base64url). Never serialized: the master alone holds it.
+    #[serde(skip)]
+    pub eab: Option<(String, Vec<u8>)>,
 }
 
 impl Default for ServerSettings {

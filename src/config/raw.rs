@@ -57,6 +57,8 @@ pub struct RawAcme {
     pub directory: Option<String>,
     pub email: Option<String>,
     pub ca: Option<String>,
+    pub eab_kid: Option<String>,
+    pub eab_hmac_key: Option<String>,
 }
 
 /// `[upstream.tls]`: how `https://` servers are verified.

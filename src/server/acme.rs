@@ -3,8 +3,9 @@
 //! its authors (its nonce handling retries `badNonce` by itself). Its HTTP client is
 //! hyper-rustls; a private directory's TLS authority is `[server.acme] ca`.
 //!
-//! Owns: the account (made once per directory, its credentials kept in the store's
-//! `.acme/` folder, mode 0600, read by the master alone — never by a pool), one order for one
+//! Owns: the account (made once per directory — bound to an external account where the
+//! directory asks, EAB — its credentials kept in the store's `.acme/` folder, mode 0600,
+//! read by the master alone, never by a pool), one order for one
 //! host name by HTTP-01 (the key authorization written where the workers answer
 //! `/.well-known/acme-challenge/` from, see [`challenge_dir`]), the new key and its CSR
 //! (rcgen), and the issued pair written into the store atomically (the key, then the chain,
@@ -54,14 +55,16 @@ pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, S
         terms_of_service_agreed: true,
         only_return_existing: false,
     };
-    let (account, credentials) = (builder.create(&new, settings.directory.clone(), None).await)
-        .map_err(|e| {
-            let why = causes(&e);
-            format!(
-                "cannot register an account at {}: {why}",
-                settings.directory
-            )
-        })?;
+    let binding = (settings.eab.as_ref())
+        .map(|(kid, key)| instant_acme::ExternalAccountKey::new(kid.clone(), key));
+    let created = builder.create(&new, settings.directory.clone(), binding.as_ref());
+    let (account, credentials) = (created.await).map_err(|e| {
+        let why = causes(&e);
+        format!(
+            "cannot register an account at {}: {why}",
+            settings.directory
+        )
+    })?;
     let text = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
     write_private(&file, &text)?;
     Ok(account)

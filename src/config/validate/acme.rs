@@ -1,5 +1,6 @@
 //! Validation of `[server.acme]`: the directory's URL, the contact, the authorities its TLS
-//! certificate is checked against, and the certificate store the issued pairs go into.
+//! certificate is checked against, External Account Binding's key, and the certificate
+//! store the issued pairs go into.
 //!
 //! Owns: those rules. Must not touch: ordering (the master's, `server::acme`).
 
@@ -47,10 +48,33 @@ impl Validator {
                 self.err(&at("ca"), format!("{e}; give the PEM certificate(s) of the authority that signs the directory's own TLS certificate"));
             }
         }
+        let eab = match (raw.eab_kid, raw.eab_hmac_key) {
+            (None, None) => None,
+            (Some(kid), Some(key)) => {
+                use base64::Engine;
+                let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+                match engine.decode(key.trim_end_matches('=')) {
+                    Ok(bytes) if !bytes.is_empty() && !kid.is_empty() => Some((kid, bytes)),
+                    _ => {
+                        self.err(&at("eab_hmac_key"), "is not a base64url key; write the MAC key the directory gave with the key id, as it gave it");
+                        None
+                    }
+                }
+            }
+            (Some(_), None) => {
+                self.err(&at("eab_kid"), "needs its key: add eab_hmac_key = \"…\" (the MAC key the directory gave with this id)");
+                None
+            }
+            (None, Some(_)) => {
+                self.err(&at("eab_hmac_key"), "needs its key id: add eab_kid = \"…\"");
+                None
+            }
+        };
         (store).then_some(AcmeSettings {
             directory,
             email,
             ca,
+            eab,
         })
     }
 }
