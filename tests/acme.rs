@@ -196,6 +196,28 @@ fn sites_get_certificates_by_http_01_and_a_restart_orders_none_again() {
             assert_eq!(mode & 0o777, 0o600, "{name}.{ext}");
         }
     }
+    // Each name's certificate in /status, /metrics and `espalier status`.
+    server.wait_until("every certificate valid", Duration::from_secs(20), |s| {
+        let shown = s.status().certificates;
+        shown.len() == 3
+            && shown
+                .iter()
+                .all(|c| c.state == "valid" && c.not_after.is_some() && c.renew_at < c.not_after)
+    });
+    let admin = server.admin.clone().unwrap();
+    let (_, metrics) =
+        espalier::server::admin::request(admin.parse().unwrap(), "GET", "/metrics").unwrap();
+    let metrics = String::from_utf8_lossy(&metrics).to_string();
+    assert!(
+        metrics.contains("espalier_certificate_expiry_seconds{name=\"b.test\"} ")
+            && metrics.contains("espalier_certificate_order_failing{name=\"b.test\"} 0"),
+        "{metrics}"
+    );
+    let table = espalier_ok(&["status", "--admin", &admin]);
+    assert!(
+        table.contains("CERTIFICATES") && table.contains("c.test"),
+        "{table}"
+    );
     let account = std::fs::read_dir(d.join("store/.acme")).unwrap().count();
     assert_eq!(account, 1, "one account for the directory");
     let before = std::fs::metadata(d.join("store/a.test.pem")).unwrap();
@@ -250,6 +272,13 @@ fn a_directory_that_asks_for_external_account_binding_gets_it() {
     let server = Server::with_config(d, &unbound);
     let log = server.wait_for_log("acme: e.test: the order failed", Duration::from_secs(60));
     assert!(log.contains("cannot register an account"), "{log}");
+    let shown = server.status().certificates;
+    assert_eq!(shown[0].state, "failing", "{shown:?}");
+    assert!(shown[0]
+        .last_error
+        .as_deref()
+        .unwrap_or_default()
+        .contains("account"));
     drop(server);
     let bound = unbound.replace(
         "[[pool]]",

@@ -204,6 +204,30 @@ fn render(status: &Status) -> String {
             }
         }
     }
+    if !status.certificates.is_empty() {
+        let _ = writeln!(out, "\nCERTIFICATES (ordered by espalier, [server.acme])");
+        let at = |t: Option<u64>| {
+            t.map_or("-".to_string(), |s| {
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(s),
+                )
+                .to_string()
+            })
+        };
+        for c in &status.certificates {
+            let _ = writeln!(
+                out,
+                "{:<28} {:<9} ends {:<21} renewed from {}{}",
+                c.name,
+                c.state,
+                at(c.not_after),
+                at(c.renew_at),
+                c.last_error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!("  last error: {e}"))
+            );
+        }
+    }
     if !status.upstreams.is_empty() {
         let _ = writeln!(out, "\nUPSTREAMS (servers espalier did not start)");
         for g in &status.upstreams {

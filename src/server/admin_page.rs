@@ -96,6 +96,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             addresses: Vec::new(),
             dispatcher: None,
             upstreams: Vec::new(),
+            certificates: Vec::new(),
         },
         active: Vec::new(),
         cpu_load: Vec::new(),

@@ -29,6 +29,9 @@ pub struct Status {
     /// master's active checks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<UpstreamStatus>,
+    /// The certificates espalier orders (`[server.acme]`), by host name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateStatus>,
     /// Every pool counted by state, whatever the filter.
     #[serde(default)]
     pub counts: StateCounts,
@@ -37,6 +40,22 @@ pub struct Status {
     pub page: usize,
     #[serde(default)]
     pub per_page: usize,
+}
+
+/// A certificate espalier orders, in `/status`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CertificateStatus {
+    pub name: String,
+    /// Its end (Unix seconds), when the store holds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<u64>,
+    /// When it is renewed (Unix seconds), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_at: Option<u64>,
+    /// `valid`, `ordering` (none yet, or due), or `failing` (the last order failed).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// An upstream group in `/status`.
@@ -518,7 +537,31 @@ impl Status {
             .collect();
         super::meters::render(&mut out, &sites);
         self.upstream_metrics(&mut out);
+        self.certificate_metrics(&mut out);
         out
+    }
+
+    /// Each ordered certificate's time left, for an alert before it ends.
+    fn certificate_metrics(&self, out: &mut String) {
+        if self.certificates.is_empty() {
+            return;
+        }
+        let name = "espalier_certificate_expiry_seconds";
+        let _ = writeln!(out, "# HELP {name} seconds until the certificate espalier ordered for the host name ends (negative: ended; absent: none yet)\n# TYPE {name} gauge");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        for c in &self.certificates {
+            if let Some(end) = c.not_after {
+                let _ = writeln!(out, "{name}{{name=\"{}\"}} {}", c.name, end as i64 - now);
+            }
+        }
+        let name = "espalier_certificate_order_failing";
+        let _ = writeln!(out, "# HELP {name} 1 when the last order of the host name's certificate failed\n# TYPE {name} gauge");
+        for c in &self.certificates {
+            let failing = u8::from(c.state == "failing");
+            let _ = writeln!(out, "{name}{{name=\"{}\"}} {failing}", c.name);
+        }
     }
 
     /// Each upstream server's state by the active check: 1 up (or not checked), 0 down.
@@ -563,6 +606,13 @@ mod tests {
             addresses: Vec::new(),
             dispatcher: None,
             upstreams: Vec::new(),
+            certificates: vec![CertificateStatus {
+                name: "a.test".into(),
+                not_after: Some(4_000_000_000),
+                renew_at: Some(3_000_000_000),
+                state: "valid".into(),
+                last_error: None,
+            }],
             pools_total: 1,
             pools_matched: 1,
             counts: StateCounts {
@@ -618,6 +668,8 @@ mod tests {
         assert!(
             m.contains("espalier_worker_restarts_total{pool=\"web\",index=\"0\",role=\"app\"} 2")
         );
-        assert_eq!(m.matches("# TYPE").count(), 1 + WORKER_METRICS.len());
+        assert!(m.contains("espalier_certificate_expiry_seconds{name=\"a.test\"} "));
+        assert!(m.contains("espalier_certificate_order_failing{name=\"a.test\"} 0"));
+        assert_eq!(m.matches("# TYPE").count(), 3 + WORKER_METRICS.len());
     }
 }

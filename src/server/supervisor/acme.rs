@@ -38,6 +38,16 @@ pub(super) struct Acme {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// By name: the last state said in the log (a failure's text, or "issued").
     said: HashMap<String, String>,
+    /// By name, in order: what `status` shows.
+    shown: std::collections::BTreeMap<String, Shown>,
+}
+
+/// A name's certificate as `status` shows it.
+#[derive(Default)]
+struct Shown {
+    not_after: Option<SystemTime>,
+    renew_at: Option<SystemTime>,
+    error: Option<String>,
 }
 
 /// What the tasks of one configuration share.
@@ -78,8 +88,14 @@ impl Acme {
         }
         let (Some(settings), Some(store)) = (&config.server.acme, &config.server.certificates)
         else {
+            self.shown.clear();
             return;
         };
+        let names = names(config);
+        self.shown.retain(|n, _| names.contains(n));
+        for n in &names {
+            self.shown.entry(n.clone()).or_default();
+        }
         let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
         let shared = Arc::new(Shared {
             settings: settings.clone(),
@@ -89,14 +105,44 @@ impl Acme {
             ordering: Semaphore::new(MAX_ORDERING),
             events: events.clone(),
         });
-        for name in names(config) {
+        for name in names {
             let shared = Arc::clone(&shared);
             self.tasks.push(tokio::spawn(keep(shared, name)));
         }
     }
 
-    /// A name's pair was found in the store, due for renewal at `due`: said once per name.
-    pub(super) fn on_kept(&mut self, name: &str, due: SystemTime) {
+    /// What `status` shows of the names' certificates.
+    pub(super) fn status(&self) -> Vec<crate::server::status::CertificateStatus> {
+        let secs = |t: Option<SystemTime>| {
+            t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+        };
+        (self.shown.iter())
+            .map(|(name, s)| crate::server::status::CertificateStatus {
+                name: name.clone(),
+                not_after: secs(s.not_after),
+                renew_at: secs(s.renew_at),
+                state: match (&s.error, s.renew_at) {
+                    (Some(_), _) => "failing",
+                    (None, Some(_)) => "valid",
+                    (None, None) => "ordering",
+                }
+                .into(),
+                last_error: s.error.clone(),
+            })
+            .collect()
+    }
+
+    /// A name's pair was found in the store, ending at `not_after`, due for renewal at `due`:
+    /// said once per name.
+    pub(super) fn on_kept(&mut self, name: &str, due: SystemTime, not_after: SystemTime) {
+        if let Some(shown) = self.shown.get_mut(name) {
+            *shown = Shown {
+                not_after: Some(not_after),
+                renew_at: Some(due),
+                error: None,
+            };
+        }
         if self.said.insert(name.to_string(), "kept".into()).as_deref() != Some("kept") {
             log(
                 "master",
@@ -115,6 +161,15 @@ impl Acme {
             Err(e) => e.clone(),
         };
         let changed = self.said.get(name) != Some(&state);
+        if let Some(shown) = self.shown.get_mut(name) {
+            match &outcome {
+                Ok(until) => {
+                    shown.not_after = Some(*until);
+                    shown.error = None;
+                }
+                Err(e) => shown.error = Some(e.clone()),
+            }
+        }
         match outcome {
             Ok(until) => log(
                 "master",
@@ -140,15 +195,16 @@ impl Acme {
 async fn keep(shared: Arc<Shared>, name: String) {
     let mut failures = 0u32;
     loop {
-        let due = match pair_due(&shared.store, &name).await {
-            Some(due) => due,
-            None => SystemTime::now(),
+        let (due, not_after) = match pair_due(&shared.store, &name).await {
+            Some(times) => times,
+            None => (SystemTime::now(), SystemTime::now()),
         };
         let wait = due.duration_since(SystemTime::now()).unwrap_or_default();
         if !wait.is_zero() {
             let kept = Event::AcmeKept {
                 name: name.clone(),
                 due,
+                not_after,
             };
             let _ = shared.events.send(kept);
             tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
@@ -198,12 +254,15 @@ async fn read_pair(store: &Path, name: &str) -> Option<Vec<u8>> {
 }
 
 /// When `name`'s pair in `store` is due for renewal, jittered by up to a fiftieth of its
-/// lifetime (names issued together are not all renewed in the same second); `None` when it
-/// has none, or one that cannot be read.
-async fn pair_due(store: &Path, name: &str) -> Option<SystemTime> {
+/// lifetime (names issued together are not all renewed in the same second), and its end;
+/// `None` when it has none, or one that cannot be read.
+async fn pair_due(store: &Path, name: &str) -> Option<(SystemTime, SystemTime)> {
     let chain = read_pair(store, name).await?;
     let (from, until) = crate::certs::renewal::lifetime(&chain).ok()?;
     let life = until.duration_since(from).unwrap_or_default();
     let jitter = life.mul_f64(fastrand::f64() / 50.0);
-    crate::certs::renewal::renew_at(from, until).checked_sub(jitter)
+    Some((
+        crate::certs::renewal::renew_at(from, until).checked_sub(jitter)?,
+        until,
+    ))
 }

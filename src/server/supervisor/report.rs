@@ -109,6 +109,7 @@ impl Supervisor {
                 &self.config,
                 &self.procs().flat_map(|p| &p.ejected).collect::<Vec<_>>(),
             ),
+            certificates: self.acme.status(),
             pools_matched: matched.len(),
             counts,
             page: if query.per_page.is_some() {
