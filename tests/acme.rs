@@ -22,17 +22,18 @@ struct Pebble {
 }
 
 impl Pebble {
-    /// A pebble validating HTTP-01 on `http_port`, its certificates valid for `validity`
-    /// seconds (`None`: pebble's default).
+    /// A pebble validating HTTP-01 on `http_port` (TLS-ALPN-01 on a port of its own), its
+    /// certificates valid for `validity` seconds (`None`: pebble's default).
     fn start(dir: &Path, http_port: u16, validity: Option<u64>) -> Pebble {
-        Pebble::start_with(dir, http_port, validity, None)
+        Pebble::start_with(dir, (http_port, free_port()), validity, None)
     }
 
-    /// As [`Pebble::start`], asking every account for External Account Binding with the key
-    /// `eab` (its id, its base64url MAC key) when given.
+    /// As [`Pebble::start`], validating TLS-ALPN-01 on the second port, asking every account
+    /// for External Account Binding with the key `eab` (its id, its base64url MAC key) when
+    /// given.
     fn start_with(
         dir: &Path,
-        http_port: u16,
+        (http_port, tls_port): (u16, u16),
         validity: Option<u64>,
         eab: Option<(&str, &str)>,
     ) -> Pebble {
@@ -62,7 +63,7 @@ impl Pebble {
             "certificate": dir.join("pebble-api.pem"),
             "privateKey": dir.join("pebble-api.key"),
             "httpPort": http_port,
-            "tlsPort": free_port(),
+            "tlsPort": tls_port,
             "ocspResponderURL": "",
             "externalAccountBindingRequired": false,
         }});
@@ -75,13 +76,15 @@ impl Pebble {
         }
         let file = dir.join("pebble.json");
         std::fs::write(&file, config.to_string()).unwrap();
+        // Its log beside the test's files, for a failure's reader.
+        let log = std::fs::File::create(dir.join("pebble.log")).unwrap();
         let pebble = Command::new("pebble")
             .arg("-config")
             .arg(&file)
             .args(["-dnsserver", &format!("127.0.0.1:{dns}"), "-strict=false"])
             .env("PEBBLE_VA_NOSLEEP", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
             .spawn()
             .expect("start pebble");
         let pebble = Stopped(pebble);
@@ -239,6 +242,50 @@ fn sites_get_certificates_by_http_01_and_a_restart_orders_none_again() {
 }
 
 #[test]
+fn a_site_without_http_is_proven_by_tls_alpn_01() {
+    need_pebble();
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https) = (free_port(), free_port());
+    // Pebble validates TLS-ALPN-01 on the site's https port; the site has no http:// binding.
+    let pebble = Pebble::start_with(d, (http, https), None, None);
+    let config = config(&pebble, &["t.test"], http, https)
+        .replace(&format!("\"http://127.0.0.1:{http}:t.test\", "), "");
+    assert!(!config.contains("http://"), "{config}");
+    let server = Server::with_config(d, &config);
+    wait_for("an order's end", Duration::from_secs(60), || {
+        server.log_text().contains("acme: t.test: ")
+    });
+    let pebble_log = std::fs::read_to_string(d.join("pebble.log")).unwrap_or_default();
+    let log = server.log_text();
+    assert!(
+        !log.contains("order failed"),
+        "{log}\npebble:\n{pebble_log}"
+    );
+    server.wait_for_log("acme: t.test: certificate issued", Duration::from_secs(5));
+    pebble.root(&d.join("root.pem"));
+    wait_for(
+        "the issued certificate served",
+        Duration::from_secs(20),
+        || fetch(&d.join("root.pem"), "t.test", https, true).0 == 0,
+    );
+    // The challenge's certificate went with its order.
+    let left = std::fs::read_dir(espalier_runtime_acme(&server)).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "files left in the challenge folder");
+}
+
+/// The folder the server's master wrote its TLS-ALPN-01 certificates into.
+fn espalier_runtime_acme(server: &Server) -> PathBuf {
+    let port = server.admin.as_deref().unwrap().rsplit(':').next().unwrap();
+    let base = if unsafe { libc::geteuid() } == 0 {
+        PathBuf::from("/run/espalier")
+    } else {
+        PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap_or_default()).join("espalier")
+    };
+    base.join(format!("acme-{port}/tls-alpn-01"))
+}
+
+#[test]
 fn a_short_lived_certificate_is_renewed_before_it_ends() {
     need_pebble();
     let dir = site_dir();
@@ -266,7 +313,7 @@ fn a_directory_that_asks_for_external_account_binding_gets_it() {
     let d = dir.path();
     let (http, https) = (free_port(), free_port());
     let key = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
-    let pebble = Pebble::start_with(d, http, None, Some(("kid-1", key)));
+    let pebble = Pebble::start_with(d, (http, free_port()), None, Some(("kid-1", key)));
     // Without the binding the account is refused, and the log says why.
     let unbound = config(&pebble, &["e.test"], http, https);
     let server = Server::with_config(d, &unbound);

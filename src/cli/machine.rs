@@ -77,12 +77,12 @@ fn store_problems(c: &Config, file: &Path) -> bool {
             let answers_http01 = (site.bindings.iter())
                 .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
             if c.server.acme.is_some() && !host.starts_with("*.") && !answers_http01 {
-                eprintln!("{at}: warning: {host} has no http:// binding, so the ACME directory's HTTP-01 request cannot reach it and no certificate can be ordered; add \"http://*:80:{host}\" to the site's bindings");
+                eprintln!("{at}: {host} has no http:// binding: its certificate is proven by TLS-ALPN-01 on its https:// binding, which the directory reaches on port 443");
             }
             match crate::certs::store::StoreCert::read(dir, host, now) {
                 Ok(Some(_)) => {}
-                // Ordered by `serve` itself, unless HTTP-01 cannot prove the name.
-                Ok(None) if c.server.acme.is_some() && !host.starts_with("*.") => eprintln!("{at}: no pair for {host} yet; `serve` orders it from {} (HTTP-01 on the site's http:// binding for {host})", c.server.acme.as_ref().map_or("", |a| a.directory.as_str())),
+                // Ordered by `serve` itself (but a wildcard, which neither challenge proves).
+                Ok(None) if c.server.acme.is_some() && !host.starts_with("*.") => eprintln!("{at}: no pair for {host} yet; `serve` orders it from {}", c.server.acme.as_ref().map_or("", |a| a.directory.as_str())),
                 Ok(None) => eprintln!("{at}: warning: no pair for {host}; add {host}.pem and {host}.key (or the parent's _. pair), picked up without a reload", host = host.replace('*', "_")),
                 Err(e) => {
                     eprintln!("{at}: {host}: {e}");

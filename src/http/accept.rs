@@ -174,6 +174,11 @@ async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         .await
         .ok()?
         .ok()?;
+    // An ACME directory's TLS-ALPN-01 validation: the handshake was the whole answer (RFC
+    // 8737 §3: nothing is exchanged after it), so the connection ends here.
+    if tls.get_ref().1.alpn_protocol() == Some(crate::tls::ACME_TLS_ALPN) {
+        return None;
+    }
     carried.client_cert = tls
         .get_ref()
         .1

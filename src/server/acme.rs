@@ -94,41 +94,66 @@ fn account_file(settings: &AcmeSettings, store: &Path) -> PathBuf {
         .join(format!("account-{hash:016x}.json"))
 }
 
-/// Orders a certificate for `name` by HTTP-01 and writes it into `store` (`NAME.key`, then
-/// `NAME.pem`); the key authorizations go into `challenges` while the directory validates.
+/// How a name's control is proven to the directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proof {
+    /// HTTP-01: a key authorization at `/.well-known/acme-challenge/TOKEN` on port 80.
+    Http01,
+    /// TLS-ALPN-01 (RFC 8737): a certificate of the key authorization's digest, shown in a
+    /// handshake with ALPN `acme-tls/1` on port 443 — for a name with no http:// binding.
+    TlsAlpn01,
+}
+
+/// Orders a certificate for `name`, proven `how`, and writes it into `store` (`NAME.key`,
+/// then `NAME.pem`); what answers the challenge goes into `challenges` while the directory
+/// validates (`TOKEN`, or `tls-alpn-01/NAME.pem` and `.key`).
 pub async fn order(
     account: &Account,
     name: &str,
+    how: Proof,
     challenges: &Path,
     store: &Path,
 ) -> Result<(), String> {
     let identifiers = [Identifier::Dns(name.to_string())];
     let mut order = (account.new_order(&NewOrder::new(&identifiers)).await)
         .map_err(|e| format!("the order was refused: {e}"))?;
-    let mut tokens = Vec::new();
-    let answered = answer_challenges(&mut order, challenges, &mut tokens).await;
+    let mut written = Vec::new();
+    let answered = answer_challenges(&mut order, how, challenges, &mut written).await;
     let issued = match answered {
         Ok(()) => finish(&mut order, name).await,
         Err(e) => Err(e),
     };
-    for token in tokens {
-        let _ = std::fs::remove_file(challenges.join(token));
+    for file in written {
+        let _ = std::fs::remove_file(file);
     }
     let (key, chain) = issued?;
     write_private(&store.join(format!("{name}.key")), key.as_bytes())?;
     write_private(&store.join(format!("{name}.pem")), chain.as_bytes())
 }
 
-/// Puts every pending authorization's HTTP-01 key authorization where the workers answer it
-/// from, and tells the directory it may look (the tokens written go into `tokens`).
+/// Puts every pending authorization's proof where the workers answer it from, and tells the
+/// directory it may look (the files written go into `written`).
 async fn answer_challenges(
     order: &mut instant_acme::Order,
+    how: Proof,
     challenges: &Path,
-    tokens: &mut Vec<String>,
+    written: &mut Vec<PathBuf>,
 ) -> Result<(), String> {
-    std::fs::create_dir_all(challenges)
+    let folder = match how {
+        Proof::Http01 => challenges.to_path_buf(),
+        Proof::TlsAlpn01 => challenges.join("tls-alpn-01"),
+    };
+    // The base is checked as the admin token's is: root's own, or refused (a folder planted
+    // by another user would let it answer for our names).
+    super::runtime::ensure_base_dir()?;
+    std::fs::create_dir_all(&folder)
         .and_then(|()| std::fs::set_permissions(challenges, std::fs::Permissions::from_mode(0o755)))
-        .map_err(|e| format!("cannot use {}: {e}", challenges.display()))?;
+        .and_then(|()| std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)))
+        .map_err(|e| format!("cannot use {}: {e}", folder.display()))?;
+    let kind = match how {
+        Proof::Http01 => ChallengeType::Http01,
+        Proof::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    };
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {
         let mut authorization = authorization.map_err(|e| format!("authorization: {e}"))?;
@@ -137,27 +162,54 @@ async fn answer_challenges(
             AuthorizationStatus::Valid => continue,
             other => return Err(format!("the authorization is {other:?}")),
         }
-        let mut challenge = (authorization.challenge(ChallengeType::Http01))
-            .ok_or("the directory offers no HTTP-01 challenge")?;
-        let token = challenge.token.clone();
-        if token.is_empty()
-            || !token
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(format!(
-                "the directory sent a token that is no base64url word: {token:?}"
-            ));
-        }
-        let file = challenges.join(&token);
+        let mut challenge = (authorization.challenge(kind.clone()))
+            .ok_or(format!("the directory offers no {kind:?} challenge"))?;
         let proof = challenge.key_authorization();
-        std::fs::write(&file, proof.as_str())
-            .and_then(|()| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)))
-            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-        tokens.push(token);
+        let files: Vec<(PathBuf, Vec<u8>)> = match how {
+            Proof::Http01 => {
+                let token = challenge.token.clone();
+                let word = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+                if token.is_empty() || !token.bytes().all(word) {
+                    return Err(format!(
+                        "the directory sent a token that is no base64url word: {token:?}"
+                    ));
+                }
+                vec![(folder.join(token), proof.as_str().as_bytes().to_vec())]
+            }
+            Proof::TlsAlpn01 => {
+                let name = challenge.identifier().to_string();
+                let (cert, key) = alpn_certificate(&name, proof.digest().as_ref())?;
+                vec![
+                    (folder.join(format!("{name}.key")), key.into_bytes()),
+                    (folder.join(format!("{name}.pem")), cert.into_bytes()),
+                ]
+            }
+        };
+        for (file, bytes) in files {
+            std::fs::write(&file, bytes)
+                .and_then(|()| {
+                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+                })
+                .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            written.push(file);
+        }
         (challenge.set_ready().await).map_err(|e| format!("the challenge was refused: {e}"))?;
     }
     Ok(())
+}
+
+/// The TLS-ALPN-01 certificate of `name` (RFC 8737 §3): self-signed, its critical
+/// `acmeIdentifier` extension the SHA-256 `digest` of the key authorization; (chain, key)
+/// in PEM. Its key is made for it and thrown away with it.
+fn alpn_certificate(name: &str, digest: &[u8]) -> Result<(String, String), String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| format!("cannot make a key: {e}"))?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| format!("cannot make the TLS-ALPN-01 certificate: {e}"))?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// Waits for the order to be ready, sends the CSR of a new key, and waits for the chain:

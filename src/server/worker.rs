@@ -142,6 +142,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                             &spec.name(),
                             &store,
                             !ktls.is_empty(),
+                            spec.acme_challenges.as_deref(),
                         )
                     })
                     .transpose()

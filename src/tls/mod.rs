@@ -3,7 +3,8 @@
 //! address.
 //!
 //! Owns: certificates' expiry warnings, the SNI
-//! resolver (a site's own certificate, or the store's for the name asked), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
+//! resolver (a site's own certificate, or the store's for the name asked, or — for an ACME
+//! directory's TLS-ALPN-01 validation — the challenge certificate of an order under way), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
 //! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker),
 //! with the client-certificate verifier of the address's sites' `client_certs`; and TLS as a
 //! client ([`client`]: upstream servers, the load generator).
@@ -26,6 +27,9 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The ALPN protocol of an ACME directory's TLS-ALPN-01 validation (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
 /// How close to its expiry a certificate is warned about, by `check` and at start.
 pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
@@ -90,6 +94,9 @@ struct BySni {
     store: Arc<StoreKeys>,
     /// Handshakes refused for want of a certificate, told to the operator.
     refusals: Refusals,
+    /// With `[server.acme]`: the folder whose `tls-alpn-01/NAME.pem` and `.key` answer a
+    /// directory's TLS-ALPN-01 validation of NAME while its order is under way.
+    acme: Option<std::path::PathBuf>,
 }
 
 impl BySni {
@@ -105,12 +112,44 @@ impl BySni {
 impl ResolvesServerCert for BySni {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name();
+        if let Some(dir) = &self.acme {
+            let mut alpn = hello.alpn().into_iter().flatten();
+            if alpn.any(|p| p == ACME_TLS_ALPN) {
+                return name.and_then(|n| acme_certificate(dir, n));
+            }
+        }
         let key = self.certificate(name);
         if key.is_none() {
             self.refusals.note(name);
         }
         key
     }
+}
+
+/// The TLS-ALPN-01 certificate the master made for `name`'s order under way (its
+/// `acmeIdentifier` extension holds the key authorization's digest), read when asked: a
+/// validation is rare, and the files live only while the order does.
+fn acme_certificate(dir: &std::path::Path, name: &str) -> Option<Arc<CertifiedKey>> {
+    // A name from the ClientHello is the client's: only a host name's bytes are looked up.
+    let host = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'.';
+    if name.is_empty() || name.starts_with('.') || name.contains("..") || !name.bytes().all(host) {
+        return None;
+    }
+    let (cert, key) = (
+        dir.join(format!("tls-alpn-01/{name}.pem")),
+        dir.join(format!("tls-alpn-01/{name}.key")),
+    );
+    let (chain, key) = (std::fs::read(&cert).ok()?, std::fs::read(&key).ok()?);
+    // Not `certs::from_pem`: its check that the key belongs to the certificate goes through
+    // webpki, which refuses the critical `acmeIdentifier` extension it does not know — as it
+    // should for a site's certificate, never served to a client that would verify this one.
+    use rustls::pki_types::pem::PemObject;
+    let chain = rustls::pki_types::CertificateDer::pem_slice_iter(&chain)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(&key).ok()?;
+    let signing = provider().key_provider.load_private_key(key).ok()?;
+    Some(Arc::new(CertifiedKey::new(chain, signing)))
 }
 
 /// A handshake refused for a name no site has is logged — else a client sees only an alert
@@ -169,6 +208,7 @@ pub fn server_config(
     who: &str,
     store: &Arc<StoreKeys>,
     kernel_tls: bool,
+    acme: Option<&std::path::Path>,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let now = SystemTime::now();
     let mut keys: Vec<Option<Arc<CertifiedKey>>> = vec![None; sites.len()];
@@ -196,6 +236,7 @@ pub fn server_config(
         keys,
         store: Arc::clone(store),
         refusals: Refusals::new(who, group.url()),
+        acme: acme.map(std::path::Path::to_path_buf),
     };
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -211,6 +252,9 @@ pub fn server_config(
     };
     let mut config = builder.with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if acme.is_some() {
+        config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
+    }
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
     // Ticket keys are random per worker and rotated every 6 hours (tickets live 12).
     config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| e.to_string())?;

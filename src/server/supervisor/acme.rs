@@ -12,6 +12,7 @@
 
 use super::event::Event;
 use crate::config::Config;
+use crate::server::acme::Proof;
 use crate::server::log;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -60,19 +61,33 @@ struct Shared {
     events: tokio::sync::mpsc::UnboundedSender<Event>,
 }
 
-/// The host names `config` orders certificates for: those of https bindings of sites that
-/// take theirs from the store, but wildcards (HTTP-01 cannot prove `*.example.com`).
-pub(super) fn names(config: &Config) -> Vec<String> {
-    let mut names: Vec<String> = (config.sites.iter())
-        .filter(|s| s.tls.is_none())
-        .flat_map(|s| s.bindings.iter())
-        .filter(|b| b.tls)
-        .filter_map(|b| b.host.clone())
-        .filter(|h| !h.starts_with("*."))
-        .collect();
-    names.sort();
-    names.dedup();
-    names
+/// The host names `config` orders certificates for — those of https bindings of sites that
+/// take theirs from the store, but wildcards (neither HTTP-01 nor TLS-ALPN-01 can prove
+/// `*.example.com`) — and how each is proven: by HTTP-01 where a site has an http:// binding
+/// that answers the name, else by TLS-ALPN-01 on its https address.
+pub(super) fn names(config: &Config) -> Vec<(String, Proof)> {
+    let mut names: std::collections::BTreeMap<String, Proof> = Default::default();
+    for site in config.sites.iter().filter(|s| s.tls.is_none()) {
+        let hosts = (site.bindings.iter())
+            .filter(|b| b.tls)
+            .filter_map(|b| b.host.as_deref())
+            .filter(|h| !h.starts_with("*."));
+        for host in hosts {
+            let http = (site.bindings.iter())
+                .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
+            let proof = if http {
+                Proof::Http01
+            } else {
+                Proof::TlsAlpn01
+            };
+            let known = names.entry(host.to_string()).or_insert(proof);
+            // A name any site answers over http:// is proven there.
+            if proof == Proof::Http01 {
+                *known = proof;
+            }
+        }
+    }
+    names.into_iter().collect()
 }
 
 impl Acme {
@@ -92,8 +107,8 @@ impl Acme {
             return;
         };
         let names = names(config);
-        self.shown.retain(|n, _| names.contains(n));
-        for n in &names {
+        self.shown.retain(|n, _| names.iter().any(|(k, _)| k == n));
+        for (n, _) in &names {
             self.shown.entry(n.clone()).or_default();
         }
         let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
@@ -105,9 +120,9 @@ impl Acme {
             ordering: Semaphore::new(MAX_ORDERING),
             events: events.clone(),
         });
-        for name in names {
+        for (name, proof) in names {
             let shared = Arc::clone(&shared);
-            self.tasks.push(tokio::spawn(keep(shared, name)));
+            self.tasks.push(tokio::spawn(keep(shared, name, proof)));
         }
     }
 
@@ -192,7 +207,7 @@ impl Acme {
 
 /// Keeps `name`'s certificate in the store: orders it when there is none or it is due, then
 /// sleeps until it is due again.
-async fn keep(shared: Arc<Shared>, name: String) {
+async fn keep(shared: Arc<Shared>, name: String, proof: Proof) {
     let mut failures = 0u32;
     loop {
         let (due, not_after) = match pair_due(&shared.store, &name).await {
@@ -210,7 +225,7 @@ async fn keep(shared: Arc<Shared>, name: String) {
             tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
             continue;
         }
-        let outcome = order_once(&shared, &name).await;
+        let outcome = order_once(&shared, &name, proof).await;
         let ok = outcome.is_ok();
         let _ = shared.events.send(Event::AcmeOrdered {
             name: name.clone(),
@@ -227,12 +242,13 @@ async fn keep(shared: Arc<Shared>, name: String) {
 }
 
 /// One order for `name`, within the bound on orders at once: the new certificate's end.
-async fn order_once(shared: &Shared, name: &str) -> Result<SystemTime, String> {
+async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemTime, String> {
     let _turn = shared.ordering.acquire().await.map_err(|e| e.to_string())?;
     let account = (shared.account)
         .get_or_try_init(|| crate::server::acme::account(&shared.settings, &shared.store))
         .await?;
-    crate::server::acme::order(account, name, &shared.challenges, &shared.store).await?;
+    let (challenges, store) = (&shared.challenges, &shared.store);
+    crate::server::acme::order(account, name, proof, challenges, store).await?;
     let chain = read_pair(&shared.store, name)
         .await
         .ok_or("the new pair cannot be read")?;
