@@ -41,6 +41,11 @@ pub(super) struct Acme {
     said: HashMap<String, String>,
     /// By name, in order: what `status` shows.
     shown: std::collections::BTreeMap<String, Shown>,
+    /// The names not yet looked at since the configuration started (for the one summary
+    /// line: a hoster's ten thousand names say nothing each).
+    unseen: std::collections::HashSet<String>,
+    /// Of the names looked at since: how many have a pair, and the first renewal among them.
+    kept: (usize, Option<SystemTime>),
 }
 
 /// A name's certificate as `status` shows it.
@@ -107,10 +112,14 @@ impl Acme {
             return;
         };
         let names = names(config);
-        self.shown.retain(|n, _| names.iter().any(|(k, _)| k == n));
+        let wanted: std::collections::HashSet<&str> =
+            names.iter().map(|(n, _)| n.as_str()).collect();
+        self.shown.retain(|n, _| wanted.contains(n.as_str()));
         for (n, _) in &names {
             self.shown.entry(n.clone()).or_default();
         }
+        self.unseen = wanted.iter().map(|n| n.to_string()).collect();
+        self.kept = (0, None);
         let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
         let shared = Arc::new(Shared {
             settings: settings.clone(),
@@ -148,22 +157,37 @@ impl Acme {
             .collect()
     }
 
-    /// A name's pair was found in the store, ending at `not_after`, due for renewal at `due`:
-    /// said once per name.
-    pub(super) fn on_kept(&mut self, name: &str, due: SystemTime, not_after: SystemTime) {
-        if let Some(shown) = self.shown.get_mut(name) {
-            *shown = Shown {
-                not_after: Some(not_after),
-                renew_at: Some(due),
-                error: None,
-            };
+    /// A name's pair was looked at: `pair` its renewal time and end, when it has one. The
+    /// first look at every name since the configuration started is summed up in one line.
+    pub(super) fn on_looked(&mut self, name: &str, pair: Option<(SystemTime, SystemTime)>) {
+        if let (Some(shown), Some((due, not_after))) = (self.shown.get_mut(name), pair) {
+            shown.not_after = Some(not_after);
+            shown.renew_at = Some(due);
+            if due > SystemTime::now() {
+                shown.error = None;
+            }
         }
-        if self.said.insert(name.to_string(), "kept".into()).as_deref() != Some("kept") {
+        if !self.unseen.remove(name) {
+            return;
+        }
+        if let Some((due, _)) = pair {
+            self.kept.0 += 1;
+            self.kept.1 = Some(self.kept.1.map_or(due, |d| d.min(due)));
+        }
+        if self.unseen.is_empty() {
+            let (kept, first) = self.kept;
+            let next = first.map_or(String::new(), |t| {
+                format!(
+                    " (the first renewed from {})",
+                    humantime::format_rfc3339_seconds(t)
+                )
+            });
             log(
                 "master",
                 format!(
-                    "acme: {name}: certificate in the store, renewed from {}",
-                    humantime::format_rfc3339_seconds(due)
+                    "acme: {} name(s): {kept} with a certificate in the store{next}, {} to order now",
+                    self.shown.len(),
+                    self.shown.len() - kept
                 ),
             );
         }
@@ -210,18 +234,15 @@ impl Acme {
 async fn keep(shared: Arc<Shared>, name: String, proof: Proof) {
     let mut failures = 0u32;
     loop {
-        let (due, not_after) = match pair_due(&shared.store, &name).await {
-            Some(times) => times,
-            None => (SystemTime::now(), SystemTime::now()),
+        let pair = pair_due(&shared.store, &name).await;
+        let looked = Event::AcmeLooked {
+            name: name.clone(),
+            pair,
         };
+        let _ = shared.events.send(looked);
+        let due = pair.map_or_else(SystemTime::now, |(due, _)| due);
         let wait = due.duration_since(SystemTime::now()).unwrap_or_default();
         if !wait.is_zero() {
-            let kept = Event::AcmeKept {
-                name: name.clone(),
-                due,
-                not_after,
-            };
-            let _ = shared.events.send(kept);
             tokio::time::sleep(wait.min(LOOK_AGAIN)).await;
             continue;
         }

@@ -48,12 +48,11 @@ pub(in crate::server) enum Event {
         name: String,
         outcome: Result<std::time::SystemTime, String>,
     },
-    /// A host name's pair in the store is valid until `not_after`, due for renewal at `due`
-    /// (see `acme`).
-    AcmeKept {
+    /// A host name's pair in the store was looked at: its renewal time and end, when it has
+    /// one (see `acme`).
+    AcmeLooked {
         name: String,
-        due: std::time::SystemTime,
-        not_after: std::time::SystemTime,
+        pair: Option<(std::time::SystemTime, std::time::SystemTime)>,
     },
     /// A connection for pool `pool`, handed to the master: none of the pool's hand-off
     /// sockets was there (it sleeps), or it was queued on one as the pool went to sleep.

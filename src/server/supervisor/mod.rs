@@ -343,11 +343,7 @@ pub(super) async fn run(
             }) => sv.on_upstream_checked(epoch, group, server, result),
             Some(Event::Resolved { group, servers }) => sv.on_resolved(&group, servers),
             Some(Event::AcmeOrdered { name, outcome }) => sv.acme.on_ordered(&name, outcome),
-            Some(Event::AcmeKept {
-                name,
-                due,
-                not_after,
-            }) => sv.acme.on_kept(&name, due, not_after),
+            Some(Event::AcmeLooked { name, pair }) => sv.acme.on_looked(&name, pair),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -533,11 +529,7 @@ impl Supervisor {
             } => self.on_upstream_checked(epoch, group, server, result),
             Event::Resolved { group, servers } => self.on_resolved(&group, servers),
             Event::AcmeOrdered { name, outcome } => self.acme.on_ordered(&name, outcome),
-            Event::AcmeKept {
-                name,
-                due,
-                not_after,
-            } => self.acme.on_kept(&name, due, not_after),
+            Event::AcmeLooked { name, pair } => self.acme.on_looked(&name, pair),
         }
     }
 
