@@ -95,7 +95,7 @@ fn account_file(settings: &AcmeSettings, store: &Path) -> PathBuf {
 }
 
 /// How a name's control is proven to the directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Proof {
     /// HTTP-01: a key authorization at `/.well-known/acme-challenge/TOKEN` on port 80.
     Http01,
