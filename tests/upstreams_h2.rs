@@ -252,6 +252,16 @@ fn an_http2_server_answers_http_1_1_clients_and_is_checked_in_http2() {
     );
     assert!(got.contains("Content-Length: 5\r\n"), "{got}");
     assert!(got.ends_with("\r\n\r\nfixed"), "{got}");
+    // A WebSocket cannot go to a server spoken to in HTTP/2: 502, and the log says why.
+    let got = exchange(
+        addr,
+        "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    );
+    assert!(got.starts_with("HTTP/1.1 502"), "{got}");
+    server.wait_for_log(
+        "give that path a group with protocol = \"http1\"",
+        Duration::from_secs(10),
+    );
     // A TLS server that does not speak HTTP/2: 502, and the log says so.
     assert_eq!(get(addr, "/old/x", "").status, 502);
     server.wait_for_log("did not agree to HTTP/2", Duration::from_secs(10));

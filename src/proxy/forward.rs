@@ -393,10 +393,12 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
             .connection(avoid.take(), &req.choose)
             .await
             .map_err(|(status, cause)| Fail::Unconnected(status, cause))?;
-        if write_timeout(&mut conn, &req.head, response_timeout)
-            .await
-            .is_err()
-        {
+        if let Err(e) = write_timeout(&mut conn, &req.head, response_timeout).await {
+            // A request the connection cannot carry (an upgrade to an HTTP/2 server) says
+            // why; it would fail the same way anywhere.
+            if e.kind() == std::io::ErrorKind::InvalidInput {
+                return Err(Fail::app(502, &endpoint, e.to_string()));
+            }
             if req.retryable && tries < 2 {
                 avoid = Some(endpoint);
                 continue;
