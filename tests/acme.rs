@@ -240,6 +240,48 @@ fn sites_get_certificates_by_http_01_and_a_restart_orders_none_again() {
 }
 
 #[test]
+fn names_of_pools_sharing_one_address_are_proven_there() {
+    need_pebble();
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https) = (free_port(), free_port());
+    let pebble = Pebble::start(d, http, None);
+    // Two pools on one http and one https address: whichever worker the directory's request
+    // reaches, the name's own pool answers it (by hand-off, or from the shared folder).
+    let mut config = config(&pebble, &["one.test", "two.test"], http, https);
+    config = config.replacen(
+        "[[site.app]]\npool = \"p\"\n",
+        "[[site.app]]\npool = \"q\"\n",
+        2,
+    );
+    config = config.replacen(
+        "[[site.app]]\npool = \"q\"\n",
+        "[[site.app]]\npool = \"p\"\n",
+        1,
+    );
+    config = config.replace(
+        "[[pool]]\nname = \"p\"\n",
+        "[[pool]]\nname = \"p\"\n[[pool]]\nname = \"q\"\n",
+    );
+    assert_eq!(config.matches("pool = \"q\"").count(), 1, "{config}");
+    let server = Server::with_config(d, &config);
+    for name in ["one.test", "two.test"] {
+        server.wait_for_log(
+            &format!("acme: {name}: certificate issued"),
+            Duration::from_secs(60),
+        );
+    }
+    pebble.root(&d.join("root.pem"));
+    for name in ["one.test", "two.test"] {
+        wait_for(
+            "the issued certificate served",
+            Duration::from_secs(20),
+            || fetch(&d.join("root.pem"), name, https, false).0 == 0,
+        );
+    }
+}
+
+#[test]
 fn a_site_without_http_is_proven_by_tls_alpn_01() {
     need_pebble();
     let dir = site_dir();
@@ -331,10 +373,22 @@ fn a_directory_that_asks_for_external_account_binding_gets_it() {
     );
     let server = Server::with_config(d, &bound);
     server.wait_for_log("acme: e.test: certificate issued", Duration::from_secs(60));
-    // The account's key is the master's alone.
+    // The account's key is the master's alone: another user (a pool's) cannot read it.
     for entry in std::fs::read_dir(d.join("store/.acme")).unwrap() {
-        let mode = entry.unwrap().metadata().unwrap().permissions().mode();
+        let path = entry.unwrap().path();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+        if unsafe { libc::geteuid() } != 0 {
+            skip("reading the account key as another user needs root (runuser)");
+            continue;
+        }
+        let read = Command::new("runuser")
+            .args(["-u", "nobody", "--", "cat"])
+            .arg(&path)
+            .output()
+            .expect("run runuser");
+        assert!(!read.status.success(), "nobody read {}", path.display());
+        assert!(String::from_utf8_lossy(&read.stderr).contains("Permission denied"));
     }
 }
 
