@@ -221,6 +221,7 @@ fn check_accepts_good_and_refuses_bad_configs_in_one_line() {
         "examples/site-answers.toml",
         "examples/traffic.toml",
         "examples/upstream.toml",
+        "examples/acme.toml",
     ] {
         let ok = espalier(&["check", "-c", example]);
         assert!(ok.status.success(), "{example}: {}", stderr(&ok));
