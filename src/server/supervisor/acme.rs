@@ -6,7 +6,7 @@
 //! there: no reload, no restart, and a restart finds the pair and orders nothing.
 //!
 //! Owns: that task and its queue, how many orders run at once ([`MAX_ORDERING`]), the back-off after a
-//! failure (one minute doubling to six hours), and what the log says (once per change of a
+//! failure (one minute doubling to six hours; an hour at least after a rate limit), and what the log says (once per change of a
 //! name's state). Must not touch: the ACME protocol (`server::acme`) or the store's reading
 //! for the workers.
 
@@ -28,6 +28,23 @@ pub(super) const MAX_ORDERING: usize = 4;
 /// [`LONGEST_BACK_OFF`].
 const FIRST_BACK_OFF: Duration = Duration::from_secs(60);
 const LONGEST_BACK_OFF: Duration = Duration::from_secs(6 * 3600);
+
+/// The least wait after a directory said its rate limit was reached
+/// (`urn:ietf:params:acme:error:rateLimited`): public CAs count orders per hour and per
+/// week, so a minute's back-off would only spend more of the allowance.
+const RATE_LIMITED_BACK_OFF: Duration = Duration::from_secs(3600);
+
+/// How long a name waits after `failures` failed orders in a row, the last one's cause
+/// `cause`.
+fn back_off(failures: u32, cause: &str) -> Duration {
+    let doubled = FIRST_BACK_OFF * 2u32.saturating_pow(failures.saturating_sub(1)).min(1 << 10);
+    let wait = doubled.min(LONGEST_BACK_OFF);
+    if cause.contains("rateLimited") {
+        wait.max(RATE_LIMITED_BACK_OFF)
+    } else {
+        wait
+    }
+}
 
 /// A task looks at its pair again at least this often while it sleeps (a pair replaced by
 /// hand is then seen, and a clock that jumped is caught up).
@@ -291,10 +308,7 @@ async fn keep(shared: Arc<Shared>, names: Vec<(String, Proof)>) {
                 let Some(Ok((name, proof, failures, outcome))) = done else { continue };
                 let at = match &outcome {
                     Ok(_) => SystemTime::now(),
-                    Err(_) => {
-                        let back_off = FIRST_BACK_OFF * 2u32.saturating_pow(failures).min(1 << 10);
-                        SystemTime::now() + back_off.min(LONGEST_BACK_OFF)
-                    }
+                    Err(cause) => SystemTime::now() + back_off(failures + 1, cause),
                 };
                 let failures = if outcome.is_ok() { 0 } else { failures + 1 };
                 let _ = shared.events.send(Event::AcmeOrdered { name: name.clone(), outcome });
@@ -347,4 +361,19 @@ fn pair_due(store: &Path, name: &str) -> Option<(SystemTime, SystemTime)> {
         crate::certs::renewal::renew_at(from, until).checked_sub(jitter)?,
         until,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_back_off_doubling_and_a_rate_limit_waits_an_hour() {
+        assert_eq!(back_off(1, "refused"), Duration::from_secs(60));
+        assert_eq!(back_off(2, "refused"), Duration::from_secs(120));
+        assert_eq!(back_off(30, "refused"), LONGEST_BACK_OFF);
+        let limited = "the order was refused: API error: too many certificates (urn:ietf:params:acme:error:rateLimited)";
+        assert_eq!(back_off(1, limited), RATE_LIMITED_BACK_OFF);
+        assert_eq!(back_off(30, limited), LONGEST_BACK_OFF);
+    }
 }
