@@ -169,7 +169,12 @@ fn sites_get_certificates_by_http_01_and_a_restart_orders_none_again() {
     let (http, https) = (free_port(), free_port());
     let pebble = Pebble::start(d, http, None);
     let names = ["a.test", "b.test", "c.test"];
-    let config = config(&pebble, &names, http, https);
+    // Cleartext requests are sent to https — but the directory's, which the chain answers
+    // before its redirect.
+    let config = config(&pebble, &names, http, https).replace(
+        "root = \"www\"\n",
+        "root = \"www\"\nredirect_to_https = true\n",
+    );
     let server = Server::with_config(d, &config);
     for name in names {
         server.wait_for_log(
@@ -177,6 +182,8 @@ fn sites_get_certificates_by_http_01_and_a_restart_orders_none_again() {
             Duration::from_secs(60),
         );
     }
+    let plain = get_host(SocketAddr::from(([127, 0, 0, 1], http)), "a.test", "/");
+    assert_eq!(plain.status, 308);
     pebble.root(&d.join("root.pem"));
     // Served from the store without a reload, the chain checked against pebble's root.
     for name in names {
