@@ -316,9 +316,14 @@ fn a_site_without_http_is_proven_by_tls_alpn_01() {
         Duration::from_secs(20),
         || fetch(&d.join("root.pem"), "t.test", https, true).0 == 0,
     );
-    // The challenge's certificate went with its order.
-    let left = std::fs::read_dir(espalier_runtime_acme(&server)).map_or(0, |d| d.count());
+    // The challenge's certificate went with its order, and the folder with the server.
+    let folder = espalier_runtime_acme(&server);
+    let left = std::fs::read_dir(&folder).map_or(0, |d| d.count());
     assert_eq!(left, 0, "files left in the challenge folder");
+    let mut server = server;
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.wait_exit(Duration::from_secs(30)), Some(0));
+    assert!(!folder.parent().unwrap().exists(), "{}", folder.display());
 }
 
 /// The folder the server's master wrote its TLS-ALPN-01 certificates into.

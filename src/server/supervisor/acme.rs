@@ -147,6 +147,18 @@ impl Acme {
         self.tasks.push(tokio::spawn(keep(shared, names)));
     }
 
+    /// The server stops: orders under way are dropped, and the challenges' folder goes (its
+    /// files are an order's, and no order outlives the master).
+    pub(super) fn stop(&mut self, config: &Config) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        if config.server.acme.is_some() {
+            let dir = crate::server::acme::challenge_dir(config.server.admin.port());
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
     /// What `status` shows of the names' certificates.
     pub(super) fn status(&self) -> Vec<crate::server::status::CertificateStatus> {
         let secs = |t: Option<SystemTime>| {

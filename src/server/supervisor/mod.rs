@@ -469,10 +469,11 @@ pub(super) async fn run(
 
 impl Supervisor {
     /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them. The app
-    /// processes' runtime folder goes with them.
+    /// processes' runtime folder goes with them, and the ACME challenges' folder.
     async fn stop_everything(&mut self, grace: Duration) {
         self.stop_all(grace).await;
         crate::server::runtime::remove_runtime_dir();
+        self.acme.stop(&self.config);
     }
 
     async fn stop_all(&mut self, grace: Duration) {
