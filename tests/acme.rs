@@ -427,4 +427,41 @@ fn check_refuses_acme_without_a_store_or_a_directory() {
         "[server]\ncertificates = \".\"\n[server.acme]\nemail = \"ops@example.test\"\n{site}"
     ));
     assert!(err.contains("has no `directory`"), "{err}");
+    let err = check(&format!(
+        "[server]\ncertificates = \".\"\n[server.acme]\ndirectory = \"https://acme.test/dir\"\neab_kid = \"kid-1\"\n{site}"
+    ));
+    assert!(err.contains("needs its key: add eab_hmac_key"), "{err}");
+    // Accepted, with what `serve` will do said: which names it orders and how, and a pair
+    // in its last days with who renews it.
+    std::fs::create_dir(dir.path().join("store")).unwrap();
+    let path = dir.path().join("espalier.toml");
+    let config = "[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"https://acme.test/dir\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:1:a.test\", \"http://127.0.0.1:2:b.test\", \"https://127.0.0.1:1:b.test\"]\nroot = \".\"\n[[site.app]]\npool = \"p\"\n";
+    std::fs::write(&path, config).unwrap();
+    let checked = || {
+        let out = espalier(&["check", "-c", path.to_str().unwrap()]);
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{said}");
+        said
+    };
+    let said = checked();
+    assert!(
+        said.contains("a.test has no http:// binding: its certificate is proven by TLS-ALPN-01"),
+        "{said}"
+    );
+    assert!(
+        said.contains("no pair for b.test yet; `serve` orders it from https://acme.test/dir"),
+        "{said}"
+    );
+    need_tools(
+        "python3:python3 -:python3-cryptography",
+        "python3-cryptography",
+    );
+    crate::common::tls::dated_cert(&dir.path().join("store"), "b.test", "b.test", -1, 5);
+    let said = checked();
+    assert!(
+        said.contains(
+            "warning: the certificate of b.test ends in 4 day(s); `serve` renews it from [server.acme]"
+        ),
+        "{said}"
+    );
 }

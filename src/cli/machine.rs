@@ -80,7 +80,21 @@ fn store_problems(c: &Config, file: &Path) -> bool {
                 eprintln!("{at}: {host} has no http:// binding: its certificate is proven by TLS-ALPN-01 on its https:// binding, which the directory reaches on port 443");
             }
             match crate::certs::store::StoreCert::read(dir, host, now) {
-                Ok(Some(_)) => {}
+                Ok(Some(pair)) => {
+                    // Close to its end: said, with who renews it (espalier, or whoever fills
+                    // the store).
+                    let until = crate::certs::renewal::lifetime(pair.chain.as_bytes()).map(|l| l.1);
+                    let left = until.ok().and_then(|u| u.duration_since(now).ok());
+                    if let Some(left) = left.filter(|l| *l < crate::tls::EXPIRY_WARNING) {
+                        let days = left.as_secs() / 86_400;
+                        let who = if c.server.acme.is_some() && !host.starts_with("*.") {
+                            "`serve` renews it from [server.acme]"
+                        } else {
+                            "renew it (the store picks the new pair up without a reload)"
+                        };
+                        eprintln!("{at}: warning: the certificate of {host} ends in {days} day(s); {who}");
+                    }
+                }
                 // Ordered by `serve` itself (but a wildcard, which neither challenge proves).
                 Ok(None) if c.server.acme.is_some() && !host.starts_with("*.") => eprintln!("{at}: no pair for {host} yet; `serve` orders it from {}", c.server.acme.as_ref().map_or("", |a| a.directory.as_str())),
                 Ok(None) => eprintln!("{at}: warning: no pair for {host}; add {host}.pem and {host}.key (or the parent's _. pair), picked up without a reload", host = host.replace('*', "_")),

@@ -1,14 +1,15 @@
 //! The certificates the master orders for the store (`[server.acme]`): every host name of a
 //! site that takes its certificates from the store is kept by one task of the master's own,
 //! which reads each name's pair, waits until it is due (two thirds of its lifetime,
-//! jittered; see `crate::certs::renewal`), and orders a new one — at once when there is none. The store's
-//! scan (`cert_store`) then hands the new pair to the workers, as it does a pair a person put
-//! there: no reload, no restart, and a restart finds the pair and orders nothing.
+//! jittered; see `crate::certs::renewal`), and orders a new one — at once when there is
+//! none. The store's scan (`cert_store`) then hands the new pair to the workers, as it does
+//! a pair a person put there: no reload, no restart, and a restart finds the pair and orders
+//! nothing.
 //!
-//! Owns: that task and its queue, how many orders run at once ([`MAX_ORDERING`]), the back-off after a
-//! failure (one minute doubling to six hours; an hour at least after a rate limit), and what the log says (once per change of a
-//! name's state). Must not touch: the ACME protocol (`server::acme`) or the store's reading
-//! for the workers.
+//! Owns: that task and its queue, how many orders run at once ([`MAX_ORDERING`]), the
+//! back-off after a failure (one minute doubling to six hours; an hour at least after a rate
+//! limit), and what the log says (once per change of a name's state). Must not touch: the
+//! ACME protocol (`server::acme`) or the store's reading for the workers.
 
 use super::event::Event;
 use crate::config::Config;
