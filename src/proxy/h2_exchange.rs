@@ -53,7 +53,9 @@ pub(super) fn request_of_head(
     https: bool,
     trailers: bool,
 ) -> Result<(http::Request<()>, BodyFraming), String> {
-    let mut fields = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
+    // A client's fields (at most MAX_HEADERS) and those the forwarder added.
+    let mut fields =
+        [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS + super::request::MAX_ADDED_FIELDS];
     let mut parsed = httparse::Request::new(&mut fields);
     let Ok(httparse::Status::Complete(_)) = parsed.parse(head) else {
         return Err("the request head could not be read again for HTTP/2".into());

@@ -26,6 +26,12 @@ pub struct ForwardRequest {
     pub(super) trailers: bool,
 }
 
+/// The most fields [`ForwardRequest::new`] adds to a client's own (`Host`, the three
+/// `X-Forwarded-*`, `X-Remote-User`, `X-Client-Subject`, the framing field, `Upgrade` and
+/// `Connection`), with room to spare: what reads the head again (`super::h2_exchange`) takes
+/// a client's `max_headers` fields plus these.
+pub(super) const MAX_ADDED_FIELDS: usize = 16;
+
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1).
 pub(super) const HOP_BY_HOP: [&str; 7] = [
     "connection",

@@ -5,7 +5,8 @@
 const http2 = require('http2');
 const [host, port] = [process.argv[2], +process.argv[3]];
 let sick = false;
-const server = http2.createServer();
+// Up to 1000 fields a request (Node's own default is 128 pairs).
+const server = http2.createServer({ maxHeaderListPairs: 1000 });
 server.on('stream', (stream, headers) => {
   const chunks = [];
   stream.on('data', (d) => chunks.push(d));
