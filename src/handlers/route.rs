@@ -428,3 +428,34 @@ fn acme_answer(dir: &std::path::Path, path: &str) -> Option<RuleOutcome> {
     let body = std::fs::read_to_string(dir.join(token)).ok()?;
     Some(RuleOutcome::Answer { status: 200, body })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_token_of_an_order_under_way_is_answered_and_nothing_else_is_looked_up() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tok-EN_1"), "tok-EN_1.thumb").unwrap();
+        std::fs::write(dir.path().join("secret"), "not a token's").unwrap();
+        let at = |path: &str| acme_answer(dir.path(), path);
+        assert!(matches!(
+            at("/.well-known/acme-challenge/tok-EN_1"),
+            Some(RuleOutcome::Answer { status: 200, body }) if body == "tok-EN_1.thumb"
+        ));
+        // Unknown tokens, and anything that is no token, go on through the site.
+        let long = format!("/.well-known/acme-challenge/{}", "a".repeat(257));
+        for path in [
+            "/.well-known/acme-challenge/unknown",
+            "/.well-known/acme-challenge/",
+            "/.well-known/acme-challenge/../secret",
+            "/.well-known/acme-challenge/%2e%2e%2fsecret",
+            "/.well-known/acme-challenge/tok-EN_1/x",
+            "/.well-known/acme-challenge/tok-EN_1?x",
+            "/other/tok-EN_1",
+            long.as_str(),
+        ] {
+            assert!(at(path).is_none(), "{path}");
+        }
+    }
+}

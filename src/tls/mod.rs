@@ -132,7 +132,13 @@ impl ResolvesServerCert for BySni {
 fn acme_certificate(dir: &std::path::Path, name: &str) -> Option<Arc<CertifiedKey>> {
     // A name from the ClientHello is the client's: only a host name's bytes are looked up.
     let host = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'.';
-    if name.is_empty() || name.starts_with('.') || name.contains("..") || !name.bytes().all(host) {
+    let at_most = 253; // a DNS name's longest
+    if name.is_empty()
+        || name.len() > at_most
+        || name.starts_with('.')
+        || name.contains("..")
+        || !name.bytes().all(host)
+    {
         return None;
     }
     let (cert, key) = (
@@ -281,4 +287,38 @@ fn client_verifier(
     builder
         .build()
         .map_err(|e| format!("client certificates of {name}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_challenge_certificate_is_read_for_host_names_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let alpn = dir.path().join("tls-alpn-01");
+        std::fs::create_dir(&alpn).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["a.test".into()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(alpn.join("a.test.pem"), cert.pem()).unwrap();
+        std::fs::write(alpn.join("a.test.key"), key.serialize_pem()).unwrap();
+        // Beside the folder: what a name that climbs out of it would reach.
+        std::fs::write(dir.path().join("x.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("x.key"), key.serialize_pem()).unwrap();
+        assert!(acme_certificate(dir.path(), "a.test").is_some());
+        let long = "a".repeat(300);
+        for name in [
+            "../x",
+            "..",
+            ".x",
+            "a/../../x",
+            "a\\x",
+            "",
+            "b.test",
+            long.as_str(),
+        ] {
+            assert!(acme_certificate(dir.path(), name).is_none(), "{name}");
+        }
+    }
 }
