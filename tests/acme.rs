@@ -113,6 +113,13 @@ impl Pebble {
     }
 }
 
+/// The admin page's feed (`/live`), as JSON.
+fn live(admin: &str) -> serde_json::Value {
+    let (_, body) =
+        espalier::server::admin::request(admin.parse().unwrap(), "GET", "/live").unwrap();
+    serde_json::from_slice(&body).unwrap()
+}
+
 fn need_pebble() {
     need_tools(
         "pebble:pebble curl:curl openssl:openssl",
@@ -228,6 +235,8 @@ fn sites_get_certificates_by_http_01_and_a_restart_orders_none_again() {
         table.contains("CERTIFICATES") && table.contains("c.test"),
         "{table}"
     );
+    // The admin page's feed, asked every second, carries only those that need a look: none.
+    assert!(live(&admin)["status"].get("certificates").is_none());
     let account = std::fs::read_dir(d.join("store/.acme")).unwrap().count();
     assert_eq!(account, 1, "one account for the directory");
     let before = std::fs::metadata(d.join("store/a.test.pem")).unwrap();
@@ -375,6 +384,11 @@ fn a_directory_that_asks_for_external_account_binding_gets_it() {
     assert!(log.contains("cannot register an account"), "{log}");
     let shown = server.status().certificates;
     assert_eq!(shown[0].state, "failing", "{shown:?}");
+    let feed = live(server.admin.as_deref().unwrap());
+    assert_eq!(
+        feed["status"]["certificates"][0]["state"], "failing",
+        "{feed}"
+    );
     assert!(shown[0]
         .last_error
         .as_deref()

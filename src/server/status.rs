@@ -29,7 +29,8 @@ pub struct Status {
     /// master's active checks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstreams: Vec<UpstreamStatus>,
-    /// The certificates espalier orders (`[server.acme]`), by host name.
+    /// The certificates espalier orders (`[server.acme]`), by host name: in the admin page's
+    /// feed (`/live`), only those not valid or ending within 14 days.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certificates: Vec<CertificateStatus>,
     /// Every pool counted by state, whatever the filter.

@@ -135,6 +135,7 @@ impl Acme {
         for (n, _) in &names {
             self.shown.entry(n.clone()).or_default();
         }
+        self.said.retain(|n, _| wanted.contains(n.as_str()));
         self.unseen = wanted.iter().map(|n| n.to_string()).collect();
         self.kept = (0, None);
         let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
@@ -160,13 +161,21 @@ impl Acme {
         }
     }
 
-    /// What `status` shows of the names' certificates.
-    pub(super) fn status(&self) -> Vec<crate::server::status::CertificateStatus> {
+    /// What `status` shows of the names' certificates: every one, or (`all` false: the
+    /// admin page's feed, asked every second) those that need a look — not
+    /// valid, or ending within `tls::EXPIRY_WARNING` — so that ten thousand sound
+    /// certificates do not ride along each time.
+    pub(super) fn status(&self, all: bool) -> Vec<crate::server::status::CertificateStatus> {
+        let soon = SystemTime::now() + crate::tls::EXPIRY_WARNING;
         let secs = |t: Option<SystemTime>| {
             t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_secs())
         };
         (self.shown.iter())
+            .filter(|(_, s)| {
+                let sound = s.error.is_none() && s.not_after.is_some_and(|end| end > soon);
+                all || !sound
+            })
             .map(|(name, s)| crate::server::status::CertificateStatus {
                 name: name.clone(),
                 not_after: secs(s.not_after),

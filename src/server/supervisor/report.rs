@@ -109,7 +109,8 @@ impl Supervisor {
                 &self.config,
                 &self.procs().flat_map(|p| &p.ejected).collect::<Vec<_>>(),
             ),
-            certificates: self.acme.status(),
+            // The admin page's feed (asked every second) carries those that need a look.
+            certificates: self.acme.status(!active),
             pools_matched: matched.len(),
             counts,
             page: if query.per_page.is_some() {
