@@ -445,6 +445,14 @@ fn check_refuses_acme_without_a_store_or_a_directory() {
         "[server]\ncertificates = \".\"\n[server.acme]\ndirectory = \"https://acme.test/dir\"\neab_kid = \"kid-1\"\n{site}"
     ));
     assert!(err.contains("needs its key: add eab_hmac_key"), "{err}");
+    // Nothing to order: no https name of a store site (here, a cleartext site alone).
+    let err = check(&format!(
+        "[server]\ncertificates = \".\"\n[server.acme]\ndirectory = \"https://acme.test/dir\"\n{site}"
+    ));
+    assert!(
+        err.contains("no site has one (a wildcard name cannot be ordered)"),
+        "{err}"
+    );
     // Accepted, with what `serve` will do said: which names it orders and how, and a pair
     // in its last days with who renews it.
     std::fs::create_dir(dir.path().join("store")).unwrap();

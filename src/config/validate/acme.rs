@@ -2,7 +2,8 @@
 //! certificate is checked against, External Account Binding's key, and the certificate
 //! store the issued pairs go into.
 //!
-//! Owns: those rules. Must not touch: ordering (the master's, `server::acme`).
+//! Owns: those rules, and that some site has a name to order. Must not touch: ordering
+//! (the master's, `server::acme`).
 
 use super::super::locate::Seg;
 use super::super::model::AcmeSettings;
@@ -76,5 +77,27 @@ impl Validator {
             ca,
             eab,
         })
+    }
+
+    /// `[server.acme]` must have a name to order: a host name of an https binding of a site
+    /// that takes its certificates from the store (a wildcard can be proven by neither
+    /// HTTP-01 nor TLS-ALPN-01). Without one it would do nothing, said nowhere.
+    pub(super) fn check_acme_names(
+        &mut self,
+        server: &crate::config::ServerSettings,
+        sites: &[crate::config::SiteSpec],
+    ) {
+        if server.acme.is_none() || sites.is_empty() {
+            return;
+        }
+        let orderable = (sites.iter().filter(|s| s.tls.is_none()))
+            .flat_map(|s| s.bindings.iter())
+            .any(|b| b.tls && b.host.as_deref().is_some_and(|h| !h.starts_with("*.")));
+        if !orderable {
+            self.err(
+                &[Seg::Key("server"), Seg::Key("acme")],
+                "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard name cannot be ordered); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",
+            );
+        }
     }
 }

@@ -208,6 +208,7 @@ impl Validator {
         self.check_log_owners(&sites, &pools);
         self.check_warmup_pages(&sites, &pools);
         self.check_on_demand_bounds(&server, &pools);
+        self.check_acme_names(&server, &sites);
         if sites.is_empty() {
             self.err(
                 &[Seg::Key("site")],
