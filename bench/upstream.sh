@@ -61,7 +61,7 @@ A=$(free_port); B=$(free_port); SLOW=$(free_port)
 LT=$(free_port); RR=$(free_port); NG=$(free_port)
 SLT=$(free_port); SRR=$(free_port); SNG=$(free_port)
 
-espalier_conf() { # file port admin balance server…
+espalier_conf() { # file port admin balance server… — with $PROTOCOL, the group's protocol
   local file=$1 port=$2 admin=$3 balance=$4; shift 4
   local list; list=$(printf '"127.0.0.1:%s", ' "$@"); list=${list%, }
   cat >"$WORK/$file" <<CONF
@@ -76,6 +76,7 @@ affinity = "hard"
 name = "api"
 servers = [$list]
 balance = "$balance"
+${PROTOCOL:+protocol = \"$PROTOCOL\"}
 [[site]]
 name = "front"
 bindings = ["http://127.0.0.1:$port"]
@@ -207,25 +208,7 @@ part3() {
   local G E N ea
   G=$(free_port); E=$(free_port); N=$(free_port); ea=$(free_port)
   (cd "$WORK" && exec taskset -c "$CLIENT_CPU" /usr/bin/python3 "$ROOT/tests/apps/grpc_backend.py" "127.0.0.1:$G" direct) >"$WORK/grpc.out" 2>&1 & PIDS+=($!)
-  cat >"$WORK/grpc.toml" <<CONF
-[server]
-admin = "127.0.0.1:$ea"
-[[pool]]
-name = "front"
-processes = 1
-cpus = "$SERVER_CPU"
-affinity = "hard"
-[[upstream]]
-name = "grpc"
-servers = ["127.0.0.1:$G"]
-protocol = "http2"
-[[site]]
-name = "rpc"
-bindings = ["http://127.0.0.1:$E"]
-[[site.app]]
-path = "/"
-upstream = "grpc"
-CONF
+  PROTOCOL=http2 espalier_conf grpc.toml "$E" "$ea" least_time "$G"
   cat >"$WORK/nginx/grpc.conf" <<CONF
 worker_processes 1;
 worker_cpu_affinity $(python3 -c "print(format(1<<$SERVER_CPU,'b'))");

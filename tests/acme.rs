@@ -42,20 +42,16 @@ impl Pebble {
         crate::common::tls::signed_cert(dir, "pebble-api", "localhost");
         let (dns, api, management, dns_management) =
             (free_port(), free_port(), free_port(), free_port());
-        let dns_server = Command::new("pebble-challtestsrv")
-            .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-            .args(["-dns01", &format!("127.0.0.1:{dns}")])
-            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
-            .args(["-management", &format!("127.0.0.1:{dns_management}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start pebble-challtestsrv");
-        let dns_server = Stopped(dns_server);
         // Its management port opens with its DNS, in the same start.
-        wait_listening(
+        let dns_server = Stopped::listening(
+            Command::new("pebble-challtestsrv")
+                .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+                .args(["-dns01", &format!("127.0.0.1:{dns}")])
+                .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+                .args(["-management", &format!("127.0.0.1:{dns_management}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
             SocketAddr::from(([127, 0, 0, 1], dns_management)),
-            Duration::from_secs(20),
         );
         let mut config = serde_json::json!({"pebble": {
             "listenAddress": format!("127.0.0.1:{api}"),
@@ -78,19 +74,15 @@ impl Pebble {
         std::fs::write(&file, config.to_string()).unwrap();
         // Its log beside the test's files, for a failure's reader.
         let log = std::fs::File::create(dir.join("pebble.log")).unwrap();
-        let pebble = Command::new("pebble")
-            .arg("-config")
-            .arg(&file)
-            .args(["-dnsserver", &format!("127.0.0.1:{dns}"), "-strict=false"])
-            .env("PEBBLE_VA_NOSLEEP", "1")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start pebble");
-        let pebble = Stopped(pebble);
-        wait_listening(
+        let pebble = Stopped::listening(
+            Command::new("pebble")
+                .arg("-config")
+                .arg(&file)
+                .args(["-dnsserver", &format!("127.0.0.1:{dns}"), "-strict=false"])
+                .env("PEBBLE_VA_NOSLEEP", "1")
+                .stdout(log.try_clone().unwrap())
+                .stderr(log),
             SocketAddr::from(([127, 0, 0, 1], api)),
-            Duration::from_secs(20),
         );
         Pebble {
             _dns: dns_server,
@@ -423,13 +415,7 @@ fn a_directory_that_asks_for_external_account_binding_gets_it() {
 #[test]
 fn check_refuses_acme_without_a_store_or_a_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let check = |config: &str| {
-        let path = dir.path().join("espalier.toml");
-        std::fs::write(&path, config).unwrap();
-        let out = espalier(&["check", "-c", path.to_str().unwrap()]);
-        assert!(!out.status.success(), "{config}");
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
+    let check = |config: &str| check_refuses(dir.path(), config);
     let site = "[[site]]\nbindings = [\"http://127.0.0.1:1\"]\nroot = \".\"\n";
     let err = check(&format!(
         "[server.acme]\ndirectory = \"https://acme.test/dir\"\n{site}"

@@ -367,16 +367,7 @@ bindings = ["http://{listen}"]
 pool = "wsgi"
 "#,
     );
-    let status = app.server.status();
-    let endpoints: Vec<String> = (status.pools.iter())
-        .flat_map(|p| &p.workers)
-        .filter_map(|w| w.endpoint.clone())
-        .collect();
-    assert_eq!(endpoints.len(), 2, "{status:?}");
-    assert!(
-        endpoints.iter().all(|e| e.starts_with("unix:")),
-        "{endpoints:?}"
-    );
+    unix_endpoints(&app.server.status(), 2);
     for _ in 0..10 {
         let r = get(app.addr, "/", "");
         assert_eq!(r.status, 200, "{}", r.text());

@@ -401,18 +401,7 @@ fn a_unix_socket_upstream_carries_the_requests() {
         "health = \"/healthz\"",
         "health = \"/healthz\"\nupstream = \"unix\"",
     ));
-    let status = app.server.status();
-    let endpoints: Vec<String> = status
-        .pools
-        .iter()
-        .flat_map(|p| &p.workers)
-        .filter_map(|w| w.endpoint.clone())
-        .collect();
-    assert_eq!(endpoints.len(), 2, "{status:?}");
-    assert!(
-        endpoints.iter().all(|e| e.starts_with("unix:")),
-        "{endpoints:?}"
-    );
+    let endpoints = unix_endpoints(&app.server.status(), 2);
     for _ in 0..10 {
         let r = get(app.addr, "/who", "");
         assert_eq!(r.status, 200);

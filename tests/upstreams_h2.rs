@@ -26,12 +26,7 @@ fn grpc_server(addr: SocketAddr, name: &str, tls: Option<(&Path, &Path)>) -> Sto
     if let Some((cert, key)) = tls {
         cmd.arg(cert).arg(key);
     }
-    let child = (cmd.stdout(Stdio::null()).stderr(Stdio::null()))
-        .spawn()
-        .expect("start python3");
-    let server = Stopped(child);
-    wait_listening(addr, Duration::from_secs(20));
-    server
+    Stopped::listening(cmd.stdout(Stdio::null()).stderr(Stdio::null()), addr)
 }
 
 /// What tests/apps/grpc_client.py got from `addr` (through TLS trusting `tls`'s root for its
@@ -191,16 +186,15 @@ fn an_http2_server_answers_http_1_1_clients_and_is_checked_in_http2() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let port = free_port();
-    let node = Command::new("node")
-        .arg(app("h2_backend.js"))
-        .args(["127.0.0.1", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start node");
-    let _node = Stopped(node);
     let backend = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_listening(backend, Duration::from_secs(10));
+    let _node = Stopped::listening(
+        Command::new("node")
+            .arg(app("h2_backend.js"))
+            .args(["127.0.0.1", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        backend,
+    );
     // A TLS server that speaks HTTP/1.1 only: it does not agree to h2 by ALPN.
     crate::common::tls::openssl_cert(d, "backend", "backend.test");
     let (cert, key) = (d.join("backend.pem"), d.join("backend.key"));
@@ -287,13 +281,7 @@ fn an_http2_server_answers_http_1_1_clients_and_is_checked_in_http2() {
 #[test]
 fn check_refuses_http2_where_it_cannot_act() {
     let dir = tempfile::tempdir().unwrap();
-    let check = |config: &str| {
-        let path = dir.path().join("espalier.toml");
-        std::fs::write(&path, config).unwrap();
-        let out = espalier(&["check", "-c", path.to_str().unwrap()]);
-        assert!(!out.status.success(), "{config}");
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
+    let check = |config: &str| check_refuses(dir.path(), config);
     let site = "[[site]]\nbindings = [\"http://127.0.0.1:1\"]\nroot = \".\"\n[[site.app]]\npath = \"/\"\npool = \"p\"\n";
     let err = check(&format!("[[pool]]\nname = \"p\"\ncommand = [\"/bin/true\"]\nprotocol = \"http2\"\nhealth = \"/healthz\"\n{site}"));
     assert!(

@@ -182,17 +182,13 @@ fn a_websocket_is_tunnelled_to_an_upstream_server() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps/node/server.js");
-    let node = Command::new("node")
-        .arg(app)
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start node");
-    let _node = Stopped(node);
-    wait_listening(
+    let _node = Stopped::listening(
+        Command::new("node")
+            .arg(app)
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
         SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_secs(10),
     );
     let target = format!("127.0.0.1:{port}");
     let site_port = free_port();
@@ -282,13 +278,7 @@ fn https_servers_are_verified_by_their_authority_and_may_be_asked_for_a_client_c
 #[test]
 fn check_refuses_what_an_upstream_cannot_be_and_says_how_to_reach_a_running_service() {
     let dir = tempfile::tempdir().unwrap();
-    let check = |config: &str| {
-        let path = dir.path().join("espalier.toml");
-        std::fs::write(&path, config).unwrap();
-        let out = espalier(&["check", "-c", path.to_str().unwrap()]);
-        assert!(!out.status.success(), "{config}");
-        String::from_utf8_lossy(&out.stderr).to_string()
-    };
+    let check = |config: &str| check_refuses(dir.path(), config);
     // The first try: an address as a pool's `upstream`.
     let err = check("[[pool]]\nname = \"p\"\ncommand = [\"/bin/true\"]\nupstream = \"127.0.0.1:30900\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\n");
     assert!(err.contains("to forward to a server espalier does not start, write upstream = \"127.0.0.1:30900\" on the site's [[site.app]]"), "{err}");

@@ -10,6 +10,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Installs gunicorn, uvicorn and node from Debian's packages when missing.
+/// The endpoints of a server's app processes, asserted to be `count` unix sockets.
+pub fn unix_endpoints(status: &Status, count: usize) -> Vec<String> {
+    let endpoints: Vec<String> = (status.pools.iter())
+        .flat_map(|p| &p.workers)
+        .filter_map(|w| w.endpoint.clone())
+        .collect();
+    assert_eq!(endpoints.len(), count, "{status:?}");
+    assert!(
+        endpoints.iter().all(|e| e.starts_with("unix:")),
+        "{endpoints:?}"
+    );
+    endpoints
+}
+
 pub fn need_runtimes() {
     need_tools(
         "gunicorn:gunicorn node:nodejs -:python3-uvicorn",

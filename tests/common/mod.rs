@@ -96,6 +96,16 @@ pub fn need_tools(tools: &str, what: &str) {
     );
 }
 
+/// What `espalier check` says refusing `config`, written as `dir`'s espalier.toml; fails
+/// the test when the config is accepted.
+pub fn check_refuses(dir: &Path, config: &str) -> String {
+    let path = dir.join("espalier.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = espalier(&["check", "-c", path.to_str().unwrap()]);
+    assert!(!out.status.success(), "check accepted:\n{config}");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
 /// `config` with `[server] admin` on a port of its own, unless it names one: the default
 /// admin address would be shared by every server of a test binary.
 pub fn with_own_admin(config: &str) -> (String, String) {
@@ -115,6 +125,17 @@ pub fn with_own_admin(config: &str) -> (String, String) {
 /// A peer program a test started (HAProxy, nginx…): killed and reaped when dropped, so a
 /// failing assertion never leaves it running.
 pub struct Stopped(pub Child);
+
+impl Stopped {
+    /// Starts `cmd` (its output where the caller put it) and waits until it listens on
+    /// `addr` (within 20 s).
+    pub fn listening(cmd: &mut Command, addr: SocketAddr) -> Stopped {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+        let started = Stopped(child);
+        wait_listening(addr, Duration::from_secs(20));
+        started
+    }
+}
 
 impl Drop for Stopped {
     fn drop(&mut self) {
