@@ -51,6 +51,8 @@ impl Dispatch {
                 let mut forwarded = ForwardRequest::new(req, lent);
                 forwarded.compress = compress;
                 forwarded.choose = route.choose(req);
+                // Only a server spoken to in HTTP/2 has a use for it (see `Self::streams`).
+                forwarded.trailers = route.settings().http2 && super::request::takes_trailers(req);
                 Dispatch::Http(route, forwarded)
             }
             ProxyTarget::FastCgi(route, script) => {

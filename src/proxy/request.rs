@@ -22,7 +22,8 @@ pub struct ForwardRequest {
     pub(super) compress: Option<Option<crate::compress::Coding>>,
     /// What an upstream group chooses the server by (a hash key, a sticky cookie).
     pub(super) choose: super::group::Choose,
-    /// The client takes trailer fields (`TE: trailers`, as every gRPC client says).
+    /// The client takes trailer fields (`TE: trailers`, as every gRPC client says); looked at
+    /// only for a server spoken to in HTTP/2 (see [`takes_trailers`]).
     pub(super) trailers: bool,
 }
 
@@ -86,6 +87,14 @@ pub(super) fn connection_tokens<'a>(
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .collect()
+}
+
+/// Whether `req`'s client takes trailer fields (`TE: trailers`).
+pub(super) fn takes_trailers(req: &Request<'_>) -> bool {
+    req.header("te").is_some_and(|te| {
+        te.split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+    })
 }
 
 impl ForwardRequest {
@@ -168,10 +177,7 @@ impl ForwardRequest {
             expect_continue,
             compress: None,
             choose: Default::default(),
-            trailers: req.header("te").is_some_and(|te| {
-                te.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
-            }),
+            trailers: false,
         }
     }
 }
