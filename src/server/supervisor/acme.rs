@@ -51,10 +51,10 @@ fn back_off(failures: u32, cause: &str) -> Duration {
 /// hand is then seen, and a clock that jumped is caught up).
 const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 
-/// The ordering tasks of the running configuration.
+/// The ordering task of the running configuration, and what it told.
 #[derive(Default)]
 pub(super) struct Acme {
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
     /// By name: the last state said in the log (a failure's text, or "issued").
     said: HashMap<String, String>,
     /// By name, in order: what `status` shows.
@@ -74,7 +74,7 @@ struct Shown {
     error: Option<String>,
 }
 
-/// What the tasks of one configuration share.
+/// What the task of a configuration and its orders share.
 struct Shared {
     settings: crate::config::AcmeSettings,
     store: PathBuf,
@@ -113,14 +113,14 @@ pub(super) fn names(config: &Config) -> Vec<(String, Proof)> {
 }
 
 impl Acme {
-    /// Starts the tasks of `config` (none without `[server.acme]`), stopping the last
-    /// configuration's: an order under way is dropped and starts again with the new tasks.
+    /// Starts the task of `config` (none without `[server.acme]`), stopping the last
+    /// configuration's: an order under way is dropped and starts again with the new task.
     pub(super) fn start(
         &mut self,
         config: &Config,
         events: &tokio::sync::mpsc::UnboundedSender<Event>,
     ) {
-        for t in self.tasks.drain(..) {
+        if let Some(t) = self.task.take() {
             t.abort();
         }
         let (Some(settings), Some(store)) = (&config.server.acme, &config.server.certificates)
@@ -146,13 +146,13 @@ impl Acme {
             account: OnceCell::new(),
             events: events.clone(),
         });
-        self.tasks.push(tokio::spawn(keep(shared, names)));
+        self.task = Some(tokio::spawn(keep(shared, names)));
     }
 
     /// The server stops: orders under way are dropped, and the challenges' folder goes (its
     /// files are an order's, and no order outlives the master).
     pub(super) fn stop(&mut self, config: &Config) {
-        for t in self.tasks.drain(..) {
+        if let Some(t) = self.task.take() {
             t.abort();
         }
         if config.server.acme.is_some() {
