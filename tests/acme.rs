@@ -11,27 +11,27 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Pebble and its DNS, stopped when dropped.
-struct Pebble {
+pub(crate) struct Pebble {
     _dns: Stopped,
     _pebble: Stopped,
     /// The directory's URL, and its management port (the issuing root is there).
-    directory: String,
+    pub(crate) directory: String,
     management: u16,
     /// The authority pebble's own API certificate chains to.
-    api_cert: PathBuf,
+    pub(crate) api_cert: PathBuf,
 }
 
 impl Pebble {
     /// A pebble validating HTTP-01 on `http_port` (TLS-ALPN-01 on a port of its own), its
     /// certificates valid for `validity` seconds (`None`: pebble's default).
-    fn start(dir: &Path, http_port: u16, validity: Option<u64>) -> Pebble {
+    pub(crate) fn start(dir: &Path, http_port: u16, validity: Option<u64>) -> Pebble {
         Pebble::start_with(dir, (http_port, free_port()), validity, None)
     }
 
     /// As [`Pebble::start`], validating TLS-ALPN-01 on the second port, asking every account
     /// for External Account Binding with the key `eab` (its id, its base64url MAC key) when
     /// given.
-    fn start_with(
+    pub(crate) fn start_with(
         dir: &Path,
         (http_port, tls_port): (u16, u16),
         validity: Option<u64>,
@@ -94,7 +94,7 @@ impl Pebble {
     }
 
     /// The root pebble issues under (made at its start), written to `to`.
-    fn root(&self, to: &Path) {
+    pub(crate) fn root(&self, to: &Path) {
         let out = run_ok(
             Command::new("curl")
                 .args(["-sf", "--cacert"])
@@ -112,7 +112,7 @@ fn live(admin: &str) -> serde_json::Value {
     serde_json::from_slice(&body).unwrap()
 }
 
-fn need_pebble() {
+pub(crate) fn need_pebble() {
     need_tools(
         "pebble:pebble curl:curl openssl:openssl",
         "Debian's pebble, curl and openssl",
@@ -136,7 +136,7 @@ fn config(pebble: &Pebble, names: &[&str], http: u16, https: u16) -> String {
 }
 
 /// `curl` of `https://NAME:PORT/` trusting `root` only: its exit code and body.
-fn fetch(root: &Path, name: &str, port: u16, http2: bool) -> (i32, String) {
+pub(crate) fn fetch(root: &Path, name: &str, port: u16, http2: bool) -> (i32, String) {
     let out = Command::new("curl")
         .args(["-s", "--max-time", "10", "--cacert"])
         .arg(root)
@@ -152,7 +152,7 @@ fn fetch(root: &Path, name: &str, port: u16, http2: bool) -> (i32, String) {
     )
 }
 
-fn site_dir() -> tempfile::TempDir {
+pub(crate) fn site_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("store")).unwrap();
     std::fs::create_dir(dir.path().join("www")).unwrap();
@@ -436,7 +436,7 @@ fn check_refuses_acme_without_a_store_or_a_directory() {
         "[server]\ncertificates = \".\"\n[server.acme]\ndirectory = \"https://acme.test/dir\"\n{site}"
     ));
     assert!(
-        err.contains("no site has one (a wildcard name cannot be ordered)"),
+        err.contains("no site has one (a wildcard name cannot be ordered, but with on_demand"),
         "{err}"
     );
     // Accepted, with what `serve` will do said: which names it orders and how, and a pair

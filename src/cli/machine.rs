@@ -61,7 +61,14 @@ fn store_problems(c: &Config, file: &Path) -> bool {
     };
     let now = std::time::SystemTime::now();
     let mut refused = false;
+    let on_demand = c.server.acme.as_ref().and_then(|a| a.on_demand.as_ref());
     for site in c.sites.iter().filter(|s| s.tls.is_none()) {
+        // A binding without a host takes any name: on demand, ordered once `ask` approves
+        // (without `ask`, such a binding and a store are refused).
+        let ask = on_demand.and_then(|d| d.ask.as_ref());
+        if let (Some(ask), true) = (ask, site.bindings.iter().any(|b| b.tls && b.host.is_none())) {
+            eprintln!("{}: site `{}`: a name only its https binding without a host takes is ordered at its first handshake when {} approves it", file.display(), site.name, ask.url);
+        }
         for host in site
             .bindings
             .iter()
@@ -95,7 +102,9 @@ fn store_problems(c: &Config, file: &Path) -> bool {
                         eprintln!("{at}: warning: the certificate of {host} ends in {days} day(s); {who}");
                     }
                 }
-                // Ordered by `serve` itself (but a wildcard, which neither challenge proves).
+                // Ordered by `serve` itself (but a wildcard, which neither challenge proves:
+                // on demand, each name under it is ordered for itself).
+                Ok(None) if on_demand.is_some() => eprintln!("{at}: no pair for {host} yet; `serve` orders {} at the first handshake that asks for it (on_demand)", if host.starts_with("*.") { format!("each name under {host}") } else { host.to_string() }),
                 Ok(None) if c.server.acme.is_some() && !host.starts_with("*.") => eprintln!("{at}: no pair for {host} yet; `serve` orders it from {}", c.server.acme.as_ref().map_or("", |a| a.directory.as_str())),
                 Ok(None) => eprintln!("{at}: warning: no pair for {host}; add {host}.pem and {host}.key (or the parent's _. pair), picked up without a reload", host = host.replace('*', "_")),
                 Err(e) => {

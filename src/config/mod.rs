@@ -131,6 +131,7 @@ impl Config {
             pool_origin: gathered.pool_origin,
             site_origin: gathered.site_origin,
             store: false,
+            asks: false,
             pool_index: Default::default(),
             upstreams: Vec::new(),
             errors: Vec::new(),

@@ -59,6 +59,10 @@ pub struct RawAcme {
     pub ca: Option<String>,
     pub eab_kid: Option<String>,
     pub eab_hmac_key: Option<String>,
+    pub on_demand: Option<bool>,
+    pub ask: Option<String>,
+    pub on_demand_in_flight: Option<i64>,
+    pub on_demand_per_hour: Option<i64>,
 }
 
 /// `[upstream.tls]`: how `https://` servers are verified.

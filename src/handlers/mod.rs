@@ -243,6 +243,8 @@ pub struct ThreadService {
     logging: bool,
     /// Per group: its TLS acceptor on an https address (see [`Self::with_tls`]).
     tls: Vec<Option<tokio_rustls::TlsAcceptor>>,
+    /// By group: with `[server.acme] on_demand`, its handshakes held for a certificate.
+    held: Vec<Option<crate::tls::Held>>,
     /// Which HTTPS/1.1 connections go to the kernel's TLS after the handshake.
     ktls: crate::os::ktls::KernelSupport,
 }
@@ -320,6 +322,7 @@ impl ThreadService {
             logging: sites.iter().any(|s: &Site| s.log.is_some()),
             sites,
             tls: Vec::new(),
+            held: Vec::new(),
             ktls: crate::os::ktls::KernelSupport::NONE,
         }
     }
@@ -341,13 +344,23 @@ impl ThreadService {
     /// and shared by its threads.
     pub fn with_tls(
         mut self,
-        configs: &[Option<std::sync::Arc<rustls::ServerConfig>>],
+        configs: &[Option<(
+            std::sync::Arc<rustls::ServerConfig>,
+            Option<crate::tls::Held>,
+        )>],
         ktls: crate::os::ktls::KernelSupport,
     ) -> Self {
         self.ktls = ktls;
         self.tls = configs
             .iter()
-            .map(|c| c.clone().map(tokio_rustls::TlsAcceptor::from))
+            .map(|c| {
+                c.as_ref()
+                    .map(|(c, _)| tokio_rustls::TlsAcceptor::from(c.clone()))
+            })
+            .collect();
+        self.held = configs
+            .iter()
+            .map(|c| c.as_ref().and_then(|(_, held)| held.clone()))
             .collect();
         self
     }
@@ -525,6 +538,10 @@ impl Service for ThreadService {
 
     fn tls(&self, group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
         self.tls.get(group)?.as_ref()
+    }
+
+    fn held(&self, group: usize) -> Option<&crate::tls::Held> {
+        self.held.get(group)?.as_ref()
     }
 
     fn ktls(&self) -> crate::os::ktls::KernelSupport {

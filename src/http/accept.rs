@@ -1,5 +1,7 @@
 //! A new connection's steps before HTTP: the PROXY protocol header, where its address expects
-//! one (it comes first, before any TLS), then the TLS handshake on an https address, then the
+//! one (it comes first, before any TLS), then on an https address the ClientHello's name
+//! (where it picks the pool, or a certificate ordered on demand is waited for: see
+//! `crate::tls::on_demand`) and the TLS handshake, then the
 //! connection loop ([`super::conn::serve`]) over whichever stream results — moved onto the
 //! thread's io_uring when the thread has one (cleartext, or TLS by rustls; a connection the
 //! kernel's TLS may take stays on tokio's socket).
@@ -112,14 +114,15 @@ async fn serve_https<S: Service + 'static>(
 ) {
     // TLS bytes read before (by a pool that handed the connection here) are replayed.
     let mut read = std::mem::take(&mut carried.unread);
-    if env.service.shared(group) {
-        // Another pool's site? Decided by the ClientHello's name, before the handshake.
-        let Ok(name) =
-            super::sni::client_hello_name(&mut stream, &mut read, env.timeouts.header).await
+    let (shared, held) = (env.service.shared(group), env.service.held(group));
+    if shared || held.is_some() {
+        let Ok(hello) = super::sni::client_hello(&mut stream, &mut read, env.timeouts.header).await
         else {
             return;
         };
-        if let Some(mut handoff) = env.service.hand_off_name(group, name.as_deref()) {
+        // Another pool's site? Decided by the ClientHello's name, before the handshake.
+        let handoff = shared.then(|| env.service.hand_off_name(group, hello.name.as_deref()));
+        if let Some(mut handoff) = handoff.flatten() {
             handoff.hops = carried.hops + 1;
             handoff.client = carried.client;
             if handoff.hops <= crate::handoff::MAX_HOPS {
@@ -127,6 +130,11 @@ async fn serve_https<S: Service + 'static>(
             }
             // Handed over, or closed: nothing can be answered before a handshake.
             return;
+        }
+        // A name of this pool's sites with no certificate yet, ordered on demand: the
+        // handshake waits for it (never a directory's validation, answered with its own).
+        if let (Some(held), Some(name), false) = (held, &hello.name, hello.acme) {
+            held.wait(name).await;
         }
     }
     let kernel = env.service.ktls();

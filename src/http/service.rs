@@ -275,6 +275,11 @@ pub trait Service {
         None
     }
 
+    /// On an https address with certificates ordered on demand: its held handshakes.
+    fn held(&self, _group: usize) -> Option<&crate::tls::Held> {
+        None
+    }
+
     /// On a shared https address: `Some` when the name a TLS client asked for (SNI) belongs
     /// to another pool's site, before the handshake.
     fn hand_off_name(&self, _group: usize, _name: Option<&str>) -> Option<crate::handoff::Handoff> {

@@ -20,14 +20,22 @@ use tokio::net::TcpStream;
 /// message is 64 KiB).
 const MAX_HELLO: usize = 64 << 10;
 
+/// What a ClientHello asks for, as far as choosing before the handshake goes.
+pub struct Hello {
+    /// The name (SNI), if any.
+    pub name: Option<String>,
+    /// Whether it offers ALPN `acme-tls/1`: an ACME directory's TLS-ALPN-01 validation.
+    pub acme: bool,
+}
+
 /// Reads from `stream` (after `read`, the bytes already read) until a whole ClientHello is
-/// there; returns the name it asks for, if any. `Err` when the connection must be closed: not
+/// there; returns what it asks for. `Err` when the connection must be closed: not
 /// TLS, a timeout, or the peer gone (an alert rustls wants sent is sent).
-pub async fn client_hello_name(
+pub async fn client_hello(
     stream: &mut TcpStream,
     read: &mut Vec<u8>,
     timeout: Duration,
-) -> Result<Option<String>, ()> {
+) -> Result<Hello, ()> {
     use tokio::io::AsyncWriteExt;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut acceptor = rustls::server::Acceptor::default();
@@ -41,7 +49,12 @@ pub async fn client_hello_name(
         }
         match acceptor.accept() {
             Ok(Some(accepted)) => {
-                return Ok(accepted.client_hello().server_name().map(str::to_owned));
+                let hello = accepted.client_hello();
+                let mut alpn = hello.alpn().into_iter().flatten();
+                return Ok(Hello {
+                    name: hello.server_name().map(str::to_owned),
+                    acme: alpn.any(|p| p == crate::tls::ACME_TLS_ALPN),
+                });
             }
             Ok(None) => {}
             Err((_, alert)) => {

@@ -1,6 +1,7 @@
 //! The master↔worker control protocol: one line of text per message on the socket pair each
-//! worker inherits. The master sends `ping`, `reopen`, `upstreams` and `certificate`; a
-//! worker sends `ready`, `error`, `pong`, `stuck` and `unresponsive`.
+//! worker inherits. The master sends `ping`, `reopen`, `upstreams`, `upstream-health`,
+//! `certificate` and `no-certificate`; a worker sends `ready`, `error`, `pong`, `stuck`,
+//! `unresponsive`, `ejected`, `meters` and `want-certificate`.
 //!
 //! Owns: the messages and their one spelling (written with [`Message::line`], read with
 //! [`Message::parse`]). Must not touch: what either side does about a message.
@@ -55,6 +56,12 @@ pub enum Message {
     /// Worker → master, after a pong: the upstream servers it has ejected now, `GROUP
     /// ADDRESS` pairs (none: no message; each pong clears the last).
     Ejected(String),
+    /// Worker → master (`[server.acme] on_demand`): a handshake is held for this name,
+    /// which has no certificate yet — send its pair, or `no-certificate`.
+    WantCertificate(String),
+    /// Master → worker: this name gets no certificate now (refused, or its order failed);
+    /// the handshakes held for it go on, and fail.
+    NoCertificate(String),
     /// Worker → master, after a pong: its sites' figures (`metrics = true`), JSON of
     /// `[(site, MeterFigures)]`.
     Meters(String),
@@ -92,6 +99,8 @@ impl Message {
                 format!("unresponsive {}\n", endpoint.replace('\n', " "))
             }
             Message::Meters(json) => format!("meters {}\n", json.replace('\n', " ")),
+            Message::WantCertificate(name) => format!("want-certificate {}\n", one_word(name)),
+            Message::NoCertificate(name) => format!("no-certificate {}\n", one_word(name)),
         }
     }
 
@@ -131,9 +140,19 @@ impl Message {
             "certificate" => Message::Certificate(rest.to_string()),
             "unresponsive" => Message::Unresponsive(rest.to_string()),
             "meters" => Message::Meters(rest.to_string()),
+            "want-certificate" => Message::WantCertificate(rest.to_string()),
+            "no-certificate" => Message::NoCertificate(rest.to_string()),
             _ => return None,
         })
     }
+}
+
+/// A host name as one word of a line (a name from a ClientHello is the client's: anything
+/// but a plain name is cut at its first space or control byte).
+fn one_word(name: &str) -> &str {
+    name.split(|c: char| c.is_whitespace() || c.is_control())
+        .next()
+        .unwrap_or("")
 }
 
 #[cfg(test)]
@@ -162,6 +181,8 @@ mod tests {
             },
             Message::Stuck("cpu0,cpu3".into()),
             Message::Unresponsive("http://127.0.0.1:4000".into()),
+            Message::WantCertificate("shop.example".into()),
+            Message::NoCertificate("shop.example".into()),
         ] {
             assert_eq!(Message::parse(&m.line()), Some(m));
         }

@@ -113,6 +113,9 @@ pub(super) fn worker_specs(
                 upstreams: Arc::clone(&upstreams),
                 acme_challenges: (config.server.acme.as_ref())
                     .map(|_| crate::server::acme::challenge_dir(config.server.admin.port())),
+                acme_on_demand: (config.server.acme.as_ref())
+                    .and_then(|a| a.on_demand.as_ref())
+                    .map(|d| d.in_flight),
                 handoff_peers: Arc::clone(my_peers),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,

@@ -96,6 +96,10 @@ pub struct WorkerSpec {
     /// worker's store sites answer (see `server::acme::challenge_dir`).
     #[serde(default)]
     pub acme_challenges: Option<std::path::PathBuf>,
+    /// With `[server.acme] on_demand`: how many names the worker holds handshakes for at
+    /// once (`on_demand_in_flight`; see `tls::on_demand`).
+    #[serde(default)]
+    pub acme_on_demand: Option<u32>,
 }
 
 impl WorkerSpec {

@@ -2,6 +2,8 @@
 //! connection — in HTTP/1.1, or in HTTP/2 for a group spoken to in it (`protocol`), as its
 //! traffic is — its answer's status and (when asked) body judged.
 //!
+//! Also the master's other small GET, [`get_status`] (`[server.acme] ask`).
+//!
 //! Owns: the probe's request and its reading, bounded in time and size. Must not touch: what
 //! a result does (the supervisor counts rises and falls, see `supervisor::upstream_checks`).
 
@@ -82,6 +84,33 @@ async fn exchange(
     judge(&answer, check)
 }
 
+/// A `GET` of `target` from `authority` (`HOST:PORT`, a name resolved) in HTTP/1.1 on a
+/// connection of its own, bounded by `within`: the answer's status.
+pub async fn get_status(
+    authority: &str,
+    target: &str,
+    within: std::time::Duration,
+) -> Result<u16, String> {
+    let exchange = async {
+        let s = tokio::net::TcpStream::connect(authority)
+            .await
+            .map_err(|e| format!("connect failed: {e}"))?;
+        let mut answer = Vec::with_capacity(1024);
+        let asked = Asked {
+            host: authority,
+            path: target,
+            https: false,
+            http2: false,
+        };
+        ask(s, asked, &mut answer).await?;
+        Ok(status_of(&answer)?.0)
+    };
+    match tokio::time::timeout(within, exchange).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {within:?}")),
+    }
+}
+
 /// Sends `request` on `s` and reads the answer into `out`, as an HTTP/1.x answer (one in
 /// HTTP/2 is written so: its status line and its body).
 async fn ask<S: AsyncReadExt + AsyncWriteExt + Unpin>(
@@ -158,14 +187,7 @@ async fn read_answer<R: AsyncReadExt + Unpin>(r: &mut R, out: &mut Vec<u8>) -> R
 
 /// Whether `answer` passes `check`, or why not.
 fn judge(answer: &[u8], check: &ActiveCheck) -> Result<(), String> {
-    let mut fields = [httparse::EMPTY_HEADER; 64];
-    let mut head = httparse::Response::new(&mut fields);
-    let body_at = match head.parse(answer) {
-        Ok(httparse::Status::Complete(n)) => n,
-        _ if answer.is_empty() => return Err("closed without answering".into()),
-        _ => return Err("answered no HTTP/1.x response head".into()),
-    };
-    let status = head.code.unwrap_or(0);
+    let (status, body_at) = status_of(answer)?;
     if status < check.status.0 || status > check.status.1 {
         return Err(format!("answered {status}"));
     }
@@ -176,6 +198,17 @@ fn judge(answer: &[u8], check: &ActiveCheck) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// An HTTP/1.x answer's status, and where its body starts.
+fn status_of(answer: &[u8]) -> Result<(u16, usize), String> {
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut head = httparse::Response::new(&mut fields);
+    match head.parse(answer) {
+        Ok(httparse::Status::Complete(n)) => Ok((head.code.unwrap_or(0), n)),
+        _ if answer.is_empty() => Err("closed without answering".into()),
+        _ => Err("answered no HTTP/1.x response head".into()),
+    }
 }
 
 #[cfg(test)]

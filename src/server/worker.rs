@@ -128,6 +128,12 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             log(&spec.name(), format!("certificate store: {e}"));
         }
     }
+    // Handshakes held for certificates ordered on demand, and the names to ask the master for.
+    // A worker holds up to four times the master's bound: the master, which hears every
+    // pool, is the one that refuses past it (and says so), this only caps the worker's memory.
+    let mut on_demand = spec
+        .acme_on_demand
+        .map(|most| crate::tls::on_demand::OnDemand::new(4 * most as usize));
     let shared = Arc::new(Shared {
         configs: spec
             .groups
@@ -142,7 +148,10 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                             &spec.name(),
                             &store,
                             !ktls.is_empty(),
-                            spec.acme_challenges.as_deref(),
+                            crate::tls::AcmeAnswers {
+                                challenges: spec.acme_challenges.as_deref(),
+                                on_demand: on_demand.as_ref().map(|(d, _)| d),
+                            },
                         )
                     })
                     .transpose()
@@ -253,11 +262,21 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let (read_half, mut write_half) = control.into_split();
         let mut lines = tokio::io::BufReader::new(read_half);
         let mut line = String::new();
+        let (demand, mut asked) = match on_demand.take() {
+            Some((demand, asked)) => (Some(demand), Some(asked)),
+            None => (None, None),
+        };
         loop {
             line.clear();
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                Some(name) = next_asked(&mut asked) => {
+                    let ask = Message::WantCertificate(name).line();
+                    if write_half.write_all(ask.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
                 r = tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line) => match r {
                     // The master closed the control socket (it is gone): stop too.
                     Ok(0) | Err(_) => break,
@@ -288,9 +307,19 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
                         Some(Message::Certificate(json)) => {
                             let cert = serde_json::from_str::<crate::certs::store::StoreCert>(&json)
                                 .map_err(|e| format!("unreadable certificate from the master: {e}"))
-                                .and_then(|c| store.insert(&c));
-                            if let Err(e) = cert {
-                                log(&spec.name(), format!("certificate store: {e}"));
+                                .and_then(|c| store.insert(&c).map(|()| c.host));
+                            match cert {
+                                Ok(host) => {
+                                    if let Some(demand) = &demand {
+                                        demand.answered(&host);
+                                    }
+                                }
+                                Err(e) => log(&spec.name(), format!("certificate store: {e}")),
+                            }
+                        }
+                        Some(Message::NoCertificate(name)) => {
+                            if let Some(demand) = &demand {
+                                demand.answered(&name);
                             }
                         }
                         _ => {}
@@ -306,11 +335,21 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     Ok(())
 }
 
+/// The next name a held handshake asks the master for (never, without on-demand ordering).
+async fn next_asked(
+    asked: &mut Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
+) -> Option<String> {
+    match asked {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What a worker's threads share: the TLS of its listener groups (each https group's rustls
 /// configuration, `None` for cleartext, and the connections the kernel's TLS can take), and
 /// the accounts of its sites' limits.
 struct Shared {
-    configs: Vec<Option<Arc<rustls::ServerConfig>>>,
+    configs: Vec<Option<(Arc<rustls::ServerConfig>, Option<crate::tls::Held>)>>,
     kernel: crate::os::ktls::KernelSupport,
     limits: Vec<Option<Arc<Accounts>>>,
     /// The head parser's bound on a body ([`body_ceiling`]).

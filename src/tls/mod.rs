@@ -4,10 +4,13 @@
 //!
 //! Owns: certificates' expiry warnings, the SNI
 //! resolver (a site's own certificate, or the store's for the name asked, or — for an ACME
-//! directory's TLS-ALPN-01 validation — the challenge certificate of an order under way), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
+//! directory's TLS-ALPN-01 validation — the challenge certificate of an order under way;
+//! with `on_demand`, which handshakes are held for a certificate not yet there, see
+//! [`on_demand`]), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
 //! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker),
 //! with the client-certificate verifier of the address's sites' `client_certs`; and TLS as a
-//! client ([`client`]: upstream servers, the load generator).
+//! client ([`client`]: upstream servers, the load generator); what the kernel's TLS needs of
+//! a connection ([`kernel`]).
 //! Must not touch: the handshake's place among a connection's steps (`http::accept`) or
 //! HTTP.
 //!
@@ -17,6 +20,7 @@
 
 pub mod client;
 pub mod kernel;
+pub mod on_demand;
 
 use crate::certs::store::StoreKeys;
 use crate::certs::{load, provider, TlsFiles};
@@ -97,6 +101,8 @@ struct BySni {
     /// With `[server.acme]`: the folder whose `tls-alpn-01/NAME.pem` and `.key` answer a
     /// directory's TLS-ALPN-01 validation of NAME while its order is under way.
     acme: Option<std::path::PathBuf>,
+    /// With `[server.acme] on_demand`: the names held for their certificates.
+    on_demand: Option<Arc<on_demand::OnDemand>>,
 }
 
 impl BySni {
@@ -107,6 +113,40 @@ impl BySni {
             None => self.store.find(name?),
         }
     }
+}
+
+/// An https address's handshakes that may be held for a certificate ordered on demand: a
+/// name one of the address's sites takes, without a certificate yet.
+#[derive(Debug, Clone)]
+pub struct Held(Arc<BySni>);
+
+impl Held {
+    /// Waits for `name`'s certificate when the address has a site for it and no
+    /// certificate (see [`on_demand`]); at once otherwise.
+    pub async fn wait(&self, name: &str) {
+        let sni = &self.0;
+        let Some(demand) = &sni.on_demand else { return };
+        if !plain_host_name(name) || name.parse::<std::net::IpAddr>().is_ok() {
+            return;
+        }
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if sni.hosts.site(Some(&name)).is_none() || sni.certificate(Some(&name)).is_some() {
+            return;
+        }
+        demand.hold(&name).await
+    }
+}
+
+/// Whether `name` (the client's, from a ClientHello) is spelled as a host name: letters,
+/// digits, `-` and `.`, no empty label, at most 253 bytes.
+pub fn plain_host_name(name: &str) -> bool {
+    let host = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'.';
+    let at_most = 253; // a DNS name's longest
+    !name.is_empty()
+        && name.len() <= at_most
+        && !name.starts_with('.')
+        && !name.contains("..")
+        && name.bytes().all(host)
 }
 
 impl ResolvesServerCert for BySni {
@@ -120,7 +160,8 @@ impl ResolvesServerCert for BySni {
         }
         let key = self.certificate(name);
         if key.is_none() {
-            self.refusals.note(name);
+            let taken = self.hosts.site(name).is_some();
+            self.refusals.note(name, taken);
         }
         key
     }
@@ -131,14 +172,7 @@ impl ResolvesServerCert for BySni {
 /// validation is rare, and the files live only while the order does.
 fn acme_certificate(dir: &std::path::Path, name: &str) -> Option<Arc<CertifiedKey>> {
     // A name from the ClientHello is the client's: only a host name's bytes are looked up.
-    let host = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'.';
-    let at_most = 253; // a DNS name's longest
-    if name.is_empty()
-        || name.len() > at_most
-        || name.starts_with('.')
-        || name.contains("..")
-        || !name.bytes().all(host)
-    {
+    if !plain_host_name(name) {
         return None;
     }
     let (cert, key) = (
@@ -180,7 +214,9 @@ impl Refusals {
         }
     }
 
-    fn note(&self, name: Option<&str>) {
+    /// `taken`: a site takes the name, but no certificate of it is there (the store's pair
+    /// missing, or not ordered yet).
+    fn note(&self, name: Option<&str>, taken: bool) {
         let n = self
             .count
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -196,11 +232,29 @@ impl Refusals {
             ),
             None => "no name (the client sent none, as `curl https://IP/` does)".to_string(),
         };
+        let why = if taken {
+            "its site has no certificate for it (none in the store, or none ordered yet: see the master's `acme` lines)"
+        } else {
+            "no site of this address has it and none takes every name; add it to a site's bindings, or give one site a binding without a host"
+        };
         crate::os::log(
             &self.who,
-            format!("{}: refused a TLS handshake for {asked}: no site of this address has it and none takes every name; add it to a site's bindings, or give one site a binding without a host ({n} refused so far)", self.url),
+            format!(
+                "{}: refused a TLS handshake for {asked}: {why} ({n} refused so far)",
+                self.url
+            ),
         );
     }
+}
+
+/// What a worker's https addresses answer for `[server.acme]`, beyond its sites'
+/// certificates.
+#[derive(Clone, Copy, Default)]
+pub struct AcmeAnswers<'a> {
+    /// The folder whose `tls-alpn-01/` holds the challenge certificates of orders under way.
+    pub challenges: Option<&'a std::path::Path>,
+    /// The names held for certificates ordered on demand.
+    pub on_demand: Option<&'a Arc<on_demand::OnDemand>>,
 }
 
 /// The TLS configuration of an https address for the workers of `pool` (`who` in the log): the certificates of
@@ -214,8 +268,12 @@ pub fn server_config(
     who: &str,
     store: &Arc<StoreKeys>,
     kernel_tls: bool,
-    acme: Option<&std::path::Path>,
-) -> Result<Arc<rustls::ServerConfig>, String> {
+    acme: AcmeAnswers<'_>,
+) -> Result<(Arc<rustls::ServerConfig>, Option<Held>), String> {
+    let AcmeAnswers {
+        challenges: acme,
+        on_demand,
+    } = acme;
     let now = SystemTime::now();
     let mut keys: Vec<Option<Arc<CertifiedKey>>> = vec![None; sites.len()];
     for &(_, site) in &group.hosts {
@@ -237,13 +295,14 @@ pub fn server_config(
             );
         }
     }
-    let resolver = BySni {
+    let resolver = Arc::new(BySni {
         hosts: HostTable::new(&group.hosts),
         keys,
         store: Arc::clone(store),
         refusals: Refusals::new(who, group.url()),
         acme: acme.map(std::path::Path::to_path_buf),
-    };
+        on_demand: on_demand.cloned(),
+    });
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| e.to_string())?;
@@ -256,7 +315,8 @@ pub fn server_config(
         None => builder.with_no_client_auth(),
         Some(c) => builder.with_client_cert_verifier(client_verifier(c)?),
     };
-    let mut config = builder.with_cert_resolver(Arc::new(resolver));
+    let held = on_demand.map(|_| Held(Arc::clone(&resolver)));
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     if acme.is_some() {
         config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
@@ -266,7 +326,7 @@ pub fn server_config(
     config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| e.to_string())?;
     // The keys of a connection handed to the kernel (`http::ktls`) must be extractable.
     config.enable_secret_extraction = kernel_tls;
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), held))
 }
 
 /// What checks a client's certificate: chained to the site's authority (and, `optional`, a

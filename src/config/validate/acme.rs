@@ -6,16 +6,37 @@
 //! (the master's, `server::acme`).
 
 use super::super::locate::Seg;
-use super::super::model::AcmeSettings;
+use super::super::model::{AcmeSettings, AskUrl, OnDemandSettings};
 use super::super::raw::RawAcme;
 use super::Validator;
 use std::path::Path;
+
+/// On-demand orders at once, by default: a burst of new names is taken a score at a time.
+const ON_DEMAND_IN_FLIGHT: u64 = 20;
+
+/// On-demand orders in any hour, by default: Let's Encrypt takes 300 new orders per account
+/// every three hours.
+const ON_DEMAND_PER_HOUR: u64 = 100;
+
+/// The on-demand keys as written.
+struct RawOnDemand {
+    on: Option<bool>,
+    ask: Option<String>,
+    in_flight: Option<i64>,
+    per_hour: Option<i64>,
+}
 
 impl Validator {
     /// `[server.acme]`, or `None` (with its errors said) when it cannot be used; `store`:
     /// whether `[server] certificates` names the store the pairs go into.
     pub(super) fn acme(&mut self, raw: RawAcme, base: &Path, store: bool) -> Option<AcmeSettings> {
         let at = |k: &'static str| [Seg::Key("server"), Seg::Key("acme"), Seg::Key(k)];
+        let raw_on_demand = RawOnDemand {
+            on: raw.on_demand,
+            ask: raw.ask,
+            in_flight: raw.on_demand_in_flight,
+            per_hour: raw.on_demand_per_hour,
+        };
         if !store {
             self.err(
                 &[Seg::Key("server"), Seg::Key("acme")],
@@ -71,11 +92,52 @@ impl Validator {
                 None
             }
         };
+        let on_demand = self.on_demand(&raw_on_demand);
         (store).then_some(AcmeSettings {
             directory,
             email,
             ca,
             eab,
+            on_demand,
+        })
+    }
+
+    /// `on_demand` and the keys that shape it (`None` when it is off); the shaping keys
+    /// without it would do nothing, so they are refused.
+    fn on_demand(&mut self, raw: &RawOnDemand) -> Option<OnDemandSettings> {
+        let at = |k: &'static str| [Seg::Key("server"), Seg::Key("acme"), Seg::Key(k)];
+        if raw.on != Some(true) {
+            let shaping = [
+                ("ask", raw.ask.is_some()),
+                ("on_demand_in_flight", raw.in_flight.is_some()),
+                ("on_demand_per_hour", raw.per_hour.is_some()),
+            ];
+            for (key, _) in shaping.iter().filter(|(_, set)| *set) {
+                self.err(&at(key), "shapes on-demand ordering, which is off; add on_demand = true, or remove the key");
+            }
+            return None;
+        }
+        let ask = raw.ask.as_deref().and_then(|url| match AskUrl::parse(url) {
+            Ok(ask) => Some(ask),
+            Err(why) => {
+                self.err(&at("ask"), format!("`{url}` {why}; write the URL of a service of yours that answers 2xx to GET ?domain=NAME for the names it approves, like \"http://127.0.0.1:5555/check\""));
+                None
+            }
+        });
+        Some(OnDemandSettings {
+            ask,
+            in_flight: self.count_up_to(
+                &at("on_demand_in_flight"),
+                raw.in_flight,
+                ON_DEMAND_IN_FLIGHT,
+                10_000,
+            ),
+            per_hour: self.count_up_to(
+                &at("on_demand_per_hour"),
+                raw.per_hour,
+                ON_DEMAND_PER_HOUR,
+                1_000_000,
+            ),
         })
     }
 
@@ -87,16 +149,27 @@ impl Validator {
         server: &crate::config::ServerSettings,
         sites: &[crate::config::SiteSpec],
     ) {
-        if server.acme.is_none() || sites.is_empty() {
+        let Some(acme) = &server.acme else { return };
+        if sites.is_empty() {
             return;
         }
+        // On demand, a name a wildcard takes is ordered for itself, and one a binding without
+        // a host takes once `ask` approves it.
+        let on_demand = acme.on_demand.as_ref();
+        let asks = on_demand.is_some_and(|d| d.ask.is_some());
         let orderable = (sites.iter().filter(|s| s.tls.is_none()))
             .flat_map(|s| s.bindings.iter())
-            .any(|b| b.tls && b.host.as_deref().is_some_and(|h| !h.starts_with("*.")));
+            .any(|b| {
+                b.tls
+                    && match b.host.as_deref() {
+                        Some(h) => !h.starts_with("*.") || on_demand.is_some(),
+                        None => asks,
+                    }
+            });
         if !orderable {
             self.err(
                 &[Seg::Key("server"), Seg::Key("acme")],
-                "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard name cannot be ordered); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",
+                "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard name cannot be ordered, but with on_demand = true each name under it is); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",
             );
         }
     }

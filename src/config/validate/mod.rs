@@ -39,6 +39,9 @@ pub(super) struct Validator {
     /// Whether `[server] certificates` names a store (a site's https bindings may then go
     /// without `tls`).
     pub(super) store: bool,
+    /// Whether `[server.acme]` orders on demand the names `ask` approves: an https binding
+    /// without a host may then take its certificates from the store, name by name.
+    pub(super) asks: bool,
     /// The pools by name, once they are read (sites look theirs up: thousands of each).
     pub(super) pool_index: std::collections::HashMap<String, usize>,
     /// The upstream groups, read before the sites (whose paths name them, or add one by
@@ -151,6 +154,9 @@ impl Validator {
     pub(super) fn config(&mut self, raw: RawConfig, base: &Path, topo: &Topology) -> Config {
         let server = self.server(raw.server.unwrap_or_default(), base);
         self.store = server.certificates.is_some();
+        self.asks = (server.acme.as_ref())
+            .and_then(|a| a.on_demand.as_ref())
+            .is_some_and(|d| d.ask.is_some());
         let mut pools: Vec<PoolSpec> = Vec::new();
         // IIS 8.5's dynamic site activation: a hoster's many pools start on demand.
         let default_start = if raw.pool.len() >= ON_DEMAND_FROM_POOLS {

@@ -296,12 +296,13 @@ impl Validator {
         let https = bindings.iter().position(|b| b.tls);
         let Some(raw) = raw else {
             // With a store, each named https binding finds its certificate there by name;
-            // a binding without a name has none to look for.
+            // a binding without a name has none to look for — but the names a handshake
+            // asks for, ordered on demand once `ask` approves them.
             let unnamed = bindings.iter().position(|b| b.tls && b.host.is_none());
-            if let (true, Some(k)) = (self.store, unnamed) {
+            if let (true, Some(k), false) = (self.store, unnamed, self.asks) {
                 self.err(
                     &[Seg::Key("site"), Seg::Index(i), Seg::Key("bindings"), Seg::Index(k)],
-                    "is https without a host name, and the certificate store ([server] certificates) finds certificates by name; add the host (\"https://*:443:example.com\") or give the site tls = { cert, key }",
+                    "is https without a host name, and the certificate store ([server] certificates) finds certificates by name; add the host (\"https://*:443:example.com\"), give the site tls = { cert, key }, or have names ordered as they are asked for ([server.acme] on_demand = true with ask)",
                 );
             } else if let (false, Some(k)) = (self.store, https) {
                 self.err(

@@ -229,7 +229,13 @@ impl Validator {
 
     /// A whole number from 1 to `max` (`default` when unset); past `max`, an error rather
     /// than a silent cut.
-    fn count_up_to(&mut self, at: &[Seg], v: Option<i64>, default: u64, max: u64) -> u32 {
+    pub(super) fn count_up_to(
+        &mut self,
+        at: &[Seg],
+        v: Option<i64>,
+        default: u64,
+        max: u64,
+    ) -> u32 {
         let n = self.positive(at, v, default);
         if n > max {
             self.err(

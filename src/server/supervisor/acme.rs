@@ -55,6 +55,14 @@ const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 #[derive(Default)]
 pub(super) struct Acme {
     task: Option<tokio::task::JoinHandle<()>>,
+    /// To the task: a name to order now (`true`: asked for by a handshake, on demand) or to
+    /// keep (`false`: its pair was found in the store).
+    wanted: Option<tokio::sync::mpsc::UnboundedSender<(String, Proof, bool)>>,
+    /// The names found or ordered on demand since the server started, and how each is
+    /// proven: kept (renewed) as a configured name is, across reloads.
+    pub(super) on_demand: std::collections::BTreeMap<String, Proof>,
+    /// Whether names without a pair wait for a handshake (`on_demand`).
+    demand: bool,
     /// By name: the last state said in the log (a failure's text, or "issued").
     said: HashMap<String, String>,
     /// By name, in order: what `status` shows.
@@ -72,6 +80,8 @@ struct Shown {
     not_after: Option<SystemTime>,
     renew_at: Option<SystemTime>,
     error: Option<String>,
+    /// On demand, and not asked for by a handshake yet.
+    unasked: bool,
 }
 
 /// What the task of a configuration and its orders share.
@@ -128,12 +138,21 @@ impl Acme {
             self.shown.clear();
             return;
         };
-        let names = names(config);
+        let on_demand = settings.on_demand.is_some();
+        self.demand = on_demand;
+        if !on_demand {
+            self.on_demand.clear();
+        }
+        let mut names = names(config);
+        names.extend(self.on_demand.iter().map(|(n, p)| (n.clone(), *p)));
+        names.sort_unstable();
+        names.dedup_by(|a, b| a.0 == b.0);
         let wanted: std::collections::HashSet<&str> =
             names.iter().map(|(n, _)| n.as_str()).collect();
         self.shown.retain(|n, _| wanted.contains(n.as_str()));
         for (n, _) in &names {
-            self.shown.entry(n.clone()).or_default();
+            let shown = self.shown.entry(n.clone()).or_default();
+            shown.unasked = on_demand && shown.not_after.is_none();
         }
         self.said.retain(|n, _| wanted.contains(n.as_str()));
         self.unseen = wanted.iter().map(|n| n.to_string()).collect();
@@ -146,7 +165,20 @@ impl Acme {
             account: OnceCell::new(),
             events: events.clone(),
         });
-        self.task = Some(tokio::spawn(keep(shared, names)));
+        let (wanted, asked) = tokio::sync::mpsc::unbounded_channel();
+        self.wanted = Some(wanted);
+        self.task = Some(tokio::spawn(keep(shared, names, on_demand, asked)));
+    }
+
+    /// A name asked for by a handshake (on demand): ordered now (`order`), or — its pair
+    /// found in the store — kept from now on; shown in `status` either way.
+    pub(super) fn want(&mut self, name: &str, proof: Proof, order: bool) {
+        self.on_demand.insert(name.to_string(), proof);
+        let shown = self.shown.entry(name.to_string()).or_default();
+        shown.unasked = false;
+        if let Some(wanted) = &self.wanted {
+            let _ = wanted.send((name.to_string(), proof, order));
+        }
     }
 
     /// The server stops: orders under way are dropped, and the challenges' folder goes (its
@@ -183,6 +215,7 @@ impl Acme {
                 state: match (&s.error, s.renew_at) {
                     (Some(_), _) => "failing",
                     (None, Some(_)) => "valid",
+                    (None, None) if s.unasked => "on demand",
                     (None, None) => "ordering",
                 }
                 .into(),
@@ -216,10 +249,15 @@ impl Acme {
                     humantime::format_rfc3339_seconds(t)
                 )
             });
+            let when = if self.demand {
+                "ordered at its first handshake"
+            } else {
+                "to order now"
+            };
             log(
                 "master",
                 format!(
-                    "acme: {} name(s): {kept} with a certificate in the store{next}, {} to order now",
+                    "acme: {} name(s): {kept} with a certificate in the store{next}, {} {when}",
                     self.shown.len(),
                     self.shown.len() - kept
                 ),
@@ -269,7 +307,17 @@ impl Acme {
 /// [`MAX_ORDERING`] at once. One task and one queue entry per name, not a task per name: a
 /// sleeping task holds its whole future, an order's included (measured, 10 000 names cost
 /// the master 33 MiB that way).
-async fn keep(shared: Arc<Shared>, names: Vec<(String, Proof)>) {
+///
+/// `on_demand`: a name without a pair is ordered only once a handshake asks for it (it comes
+/// through `wanted`, ahead of every renewal); such a name whose order fails leaves the queue
+/// (the next handshake asks again, after the master's refusal wait), while a name that has
+/// had a pair is retried with back-off as any.
+async fn keep(
+    shared: Arc<Shared>,
+    names: Vec<(String, Proof)>,
+    on_demand: bool,
+    mut wanted: tokio::sync::mpsc::UnboundedReceiver<(String, Proof, bool)>,
+) {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
     let store = shared.store.clone();
@@ -285,9 +333,15 @@ async fn keep(shared: Arc<Shared>, names: Vec<(String, Proof)>) {
     // (when to look, name, its proof, failures in a row)
     let mut queue: BinaryHeap<Reverse<(SystemTime, String, Proof, u32)>> = BinaryHeap::new();
     for (name, proof, pair) in first {
-        queue.push(Reverse((next_look(pair), name.clone(), proof, 0)));
+        if pair.is_some() || !on_demand {
+            queue.push(Reverse((next_look(pair), name.clone(), proof, 0)));
+        }
         let _ = shared.events.send(Event::AcmeLooked { name, pair });
     }
+    // Names a handshake asked for that have had no pair yet.
+    let mut fresh = std::collections::HashSet::new();
+    // Names being ordered now: a second entry of one (asked for while queued) waits on it.
+    let mut under_way = std::collections::HashSet::new();
     let mut ordering = tokio::task::JoinSet::new();
     loop {
         let now = SystemTime::now();
@@ -302,6 +356,9 @@ async fn keep(shared: Arc<Shared>, names: Vec<(String, Proof)>) {
             let Some(Reverse((_, name, proof, failures))) = queue.pop() else {
                 break;
             };
+            if under_way.contains(&name) {
+                continue;
+            }
             let pair = {
                 let (store, name) = (shared.store.clone(), name.clone());
                 tokio::task::spawn_blocking(move || pair_due(&store, &name))
@@ -314,10 +371,12 @@ async fn keep(shared: Arc<Shared>, names: Vec<(String, Proof)>) {
                 pair,
             });
             if pair.is_some_and(|(due, _)| due > now) {
+                fresh.remove(&name);
                 queue.push(Reverse((next_look(pair), name, proof, 0)));
                 continue;
             }
             let shared = Arc::clone(&shared);
+            under_way.insert(name.clone());
             ordering.spawn(async move {
                 let outcome = order_once(&shared, &name, proof).await;
                 (name, proof, failures, outcome)
@@ -328,13 +387,32 @@ async fn keep(shared: Arc<Shared>, names: Vec<(String, Proof)>) {
         tokio::select! {
             done = ordering.join_next(), if !ordering.is_empty() => {
                 let Some(Ok((name, proof, failures, outcome))) = done else { continue };
+                under_way.remove(&name);
+                let (fresh_failed, issued) = (fresh.contains(&name) && outcome.is_err(), outcome.is_ok());
                 let at = match &outcome {
                     Ok(_) => SystemTime::now(),
                     Err(cause) => SystemTime::now() + back_off(failures + 1, cause),
                 };
                 let failures = if outcome.is_ok() { 0 } else { failures + 1 };
                 let _ = shared.events.send(Event::AcmeOrdered { name: name.clone(), outcome });
-                queue.push(Reverse((at, name, proof, failures)));
+                if issued {
+                    fresh.remove(&name);
+                }
+                if fresh_failed {
+                    fresh.remove(&name);
+                } else {
+                    queue.push(Reverse((at, name, proof, failures)));
+                }
+            }
+            Some((name, proof, order)) = wanted.recv() => {
+                // Asked for by a handshake: first in the queue (the epoch is before every
+                // renewal's time); a name already queued is queued again, harmlessly (its
+                // look finds the pair).
+                let at = if order { std::time::UNIX_EPOCH } else { SystemTime::now() };
+                if order {
+                    fresh.insert(name.clone());
+                }
+                queue.push(Reverse((at, name, proof, 0)));
             }
             () = tokio::time::sleep(sleep) => {}
         }

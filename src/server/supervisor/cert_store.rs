@@ -31,6 +31,8 @@ pub(super) struct CertStore {
     /// and checks again only what changed, and says a problem once.
     pub(super) seen: HashMap<String, Vec<Stamp>>,
     next_scan: Option<Instant>,
+    /// By pool: names added since the start, ordered on demand (kept across reloads).
+    added: HashMap<String, Vec<String>>,
 }
 
 impl CertStore {
@@ -61,14 +63,39 @@ impl CertStore {
             hosts,
             seen: HashMap::new(),
             next_scan: None,
+            added: HashMap::new(),
         }
     }
 
-    /// A new configuration (reload): its names; what was seen of the files is kept.
+    /// A new configuration (reload): its names; what was seen of the files, and the names
+    /// added on demand, are kept.
     pub(super) fn reconfigure(&mut self, config: &Config) {
         let seen = std::mem::take(&mut self.seen);
+        let added = std::mem::take(&mut self.added);
         *self = CertStore::new(config);
         self.seen = seen;
+        if self.dir.is_some() {
+            for (pool, names) in &added {
+                for name in names {
+                    self.add(pool, name);
+                }
+            }
+        }
+    }
+
+    /// `host` is `pool`'s from now on (a name ordered on demand).
+    pub(super) fn add(&mut self, pool: &str, host: &str) {
+        let list = self.hosts.entry(pool.to_string()).or_default();
+        if !list.iter().any(|h| h == host) {
+            list.push(host.to_string());
+            let added = self.added.entry(pool.to_string()).or_default();
+            added.push(host.to_string());
+        }
+    }
+
+    /// The next scan runs at once (a pair a handshake waits for is in the store).
+    pub(super) fn scan_now(&mut self) {
+        self.next_scan = None;
     }
 
     fn stamps(dir: &std::path::Path, host: &str) -> Vec<Stamp> {

@@ -27,20 +27,25 @@ impl Supervisor {
             let Ok(json) = serde_json::to_string(&cert) else {
                 continue;
             };
-            let line = Message::Certificate(json).line();
-            for s in self
-                .slots
-                .iter()
-                .filter(|s| self.pools[s.pool].spec.name == pool)
-            {
-                for p in s.current.iter().chain(s.replacing.iter()) {
-                    let Some(control) = &p.control else { continue };
-                    if control.try_write(line.as_bytes()).ok() != Some(line.len()) {
-                        // Not sent whole: the next scan sends it again.
-                        self.cert_store.seen.remove(&cert.host);
-                    }
-                }
+            if !self.send_to_pool(&pool, &Message::Certificate(json).line()) {
+                // Not sent whole: the next scan sends it again.
+                self.cert_store.seen.remove(&cert.host);
             }
         }
+    }
+
+    /// Sends `line` to every running worker of `pool` (those being replaced too); `false`
+    /// when some did not take it whole.
+    pub(super) fn send_to_pool(&self, pool: &str, line: &str) -> bool {
+        let mut whole = true;
+        let slots = self
+            .slots
+            .iter()
+            .filter(|s| self.pools[s.pool].spec.name == pool);
+        for p in slots.flat_map(|s| s.current.iter().chain(s.replacing.iter())) {
+            let Some(control) = &p.control else { continue };
+            whole &= control.try_write(line.as_bytes()).ok() == Some(line.len());
+        }
+        whole
     }
 }

@@ -54,6 +54,11 @@ pub(in crate::server) enum Event {
         name: String,
         pair: Option<(std::time::SystemTime, std::time::SystemTime)>,
     },
+    /// A name asked for on demand was judged (see `on_demand`).
+    OnDemandJudged {
+        name: String,
+        judged: super::on_demand::Judged,
+    },
     /// A connection for pool `pool`, handed to the master: none of the pool's hand-off
     /// sockets was there (it sleeps), or it was queued on one as the pool went to sleep.
     Handed {

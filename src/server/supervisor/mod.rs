@@ -17,7 +17,8 @@
 //!   changes);
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
-//!   ACME directory and renewed;
+//!   ACME directory and renewed; `on_demand`: which names a handshake may have ordered, and
+//!   the bounds; `on_demand_answers`: a worker's ask for one, answered;
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
 //!   back to sleep after `idle_timeout`;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
@@ -43,6 +44,8 @@ mod demand;
 pub(super) mod event;
 mod life;
 mod live;
+mod on_demand;
+mod on_demand_answers;
 mod pools;
 mod procs;
 mod reload;
@@ -135,6 +138,8 @@ struct Supervisor {
     upstream_checks: upstream_checks::UpstreamChecks,
     /// The certificates ordered for the store (`[server.acme]`).
     acme: acme::Acme,
+    /// The names asked for by handshakes (`[server.acme] on_demand`).
+    on_demand: on_demand::OnDemandOrders,
 }
 
 pub(super) async fn run(
@@ -229,6 +234,7 @@ pub(super) async fn run(
         last_tick: Instant::now(),
         upstream_checks: Default::default(),
         acme: Default::default(),
+        on_demand: Default::default(),
     };
     sv.upstream_checks.start(&sv.config, &sv.events);
     sv.acme.start(&sv.config, &sv.events);
@@ -342,8 +348,14 @@ pub(super) async fn run(
                 result,
             }) => sv.on_upstream_checked(epoch, group, server, result),
             Some(Event::Resolved { group, servers }) => sv.on_resolved(&group, servers),
-            Some(Event::AcmeOrdered { name, outcome }) => sv.acme.on_ordered(&name, outcome),
+            Some(Event::AcmeOrdered { name, outcome }) => sv.on_acme_ordered(&name, outcome),
             Some(Event::AcmeLooked { name, pair }) => sv.acme.on_looked(&name, pair),
+            Some(Event::OnDemandJudged { name, judged }) => sv.on_demand_judged(&name, judged),
+            // A handshake held on a ready worker while another still starts.
+            Some(Event::Worker {
+                generation,
+                message: Message::WantCertificate(name),
+            }) => sv.want_certificate(generation, &name),
             Some(Event::Worker { .. }) => {}
             None => {
                 let late: Vec<String> = sv
@@ -529,9 +541,17 @@ impl Supervisor {
                 result,
             } => self.on_upstream_checked(epoch, group, server, result),
             Event::Resolved { group, servers } => self.on_resolved(&group, servers),
-            Event::AcmeOrdered { name, outcome } => self.acme.on_ordered(&name, outcome),
+            Event::AcmeOrdered { name, outcome } => self.on_acme_ordered(&name, outcome),
             Event::AcmeLooked { name, pair } => self.acme.on_looked(&name, pair),
+            Event::OnDemandJudged { name, judged } => self.on_demand_judged(&name, judged),
         }
+    }
+
+    /// An ACME order ended: said, and a name asked for on demand served or let go.
+    fn on_acme_ordered(&mut self, name: &str, outcome: Result<std::time::SystemTime, String>) {
+        let issued = outcome.is_ok();
+        self.acme.on_ordered(name, outcome);
+        self.on_demand_ordered(name, issued);
     }
 
     /// A control message from the worker process of `generation`.
@@ -623,6 +643,7 @@ impl Supervisor {
                         .collect();
                 }
             }
+            Message::WantCertificate(name) => self.want_certificate(generation, &name),
             Message::Meters(json) => {
                 if let Some((_, p)) = self.proc_of(generation) {
                     p.meters = crate::server::meters::parse(&json);
@@ -632,7 +653,8 @@ impl Supervisor {
             | Message::Upstreams(_)
             | Message::UpstreamHealth(_)
             | Message::Reopen
-            | Message::Certificate(_) => {}
+            | Message::Certificate(_)
+            | Message::NoCertificate(_) => {}
         }
     }
 
