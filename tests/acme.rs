@@ -472,4 +472,23 @@ fn check_refuses_acme_without_a_store_or_a_directory() {
         ),
         "{said}"
     );
+    // `doctor` warns of it too, with who renews it.
+    let out = espalier(&["doctor", "--json", "-c", path.to_str().unwrap()]);
+    let findings: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = (findings["findings"].as_array().unwrap().iter())
+        .find(|f| {
+            f["found"]
+                .as_str()
+                .unwrap_or("")
+                .contains("b.test.pem expires in 4 days")
+        })
+        .unwrap_or_else(|| panic!("{findings}"));
+    assert_eq!(found["status"], "warn", "{found}");
+    assert!(
+        found["advice"]
+            .as_str()
+            .unwrap()
+            .contains("espalier serve renews it from [server.acme]"),
+        "{found}"
+    );
 }

@@ -117,6 +117,50 @@ fn store_problems(c: &Config, file: &Path) -> bool {
     refused
 }
 
+/// The certificate store's pairs of the config's names, as `espalier doctor` shows them:
+/// (site, file, whole days left, who renews it). A name without a pair is `check`'s to say.
+fn store_days_left(
+    c: &Config,
+    now: std::time::SystemTime,
+) -> Vec<(String, String, i64, Option<String>)> {
+    let Some(dir) = &c.server.certificates else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for site in c.sites.iter().filter(|s| s.tls.is_none()) {
+        for host in (site.bindings.iter().filter(|b| b.tls)).filter_map(|b| b.host.as_deref()) {
+            let Some(files) = (crate::certs::store::files_for(dir, host).into_iter())
+                .find(|f| f.cert.exists() && f.key.exists())
+            else {
+                continue;
+            };
+            let Ok(chain) = std::fs::read(&files.cert) else {
+                continue;
+            };
+            let Ok((_, until)) = crate::certs::renewal::lifetime(&chain) else {
+                continue;
+            };
+            let secs = match until.duration_since(now) {
+                Ok(left) => left.as_secs() as i64,
+                Err(past) => -(past.duration().as_secs() as i64),
+            };
+            let renewer = if c.server.acme.is_some() && !host.starts_with("*.") {
+                "espalier serve renews it from [server.acme]; `espalier status` shows its last error"
+            } else {
+                "put a renewed pair in the store (picked up without a reload)"
+            };
+            let file = files.cert.display().to_string();
+            out.push((
+                site.name.clone(),
+                file,
+                secs.div_euclid(86_400),
+                Some(renewer.into()),
+            ));
+        }
+    }
+    out
+}
+
 /// The binding addresses another socket holds now (tried with a plain bind, without
 /// `SO_REUSEPORT`, and released at once). A warning, not an error: the holder may be the
 /// espalier this config is about to be reloaded into.
@@ -223,7 +267,9 @@ pub(super) fn doctor(
     let (sysfs, procfs) = machine.roots();
     let mut inputs = crate::doctor::read_inputs(&sysfs, &procfs);
     if let Some(c) = &c {
-        inputs.certificates = crate::tls::days_left(&c.sites, std::time::SystemTime::now());
+        let now = std::time::SystemTime::now();
+        inputs.certificates = crate::tls::days_left(&c.sites, now);
+        inputs.certificates.extend(store_days_left(c, now));
     }
     // The running kernel's, so only when looking at the live machine.
     if machine.sysfs.is_none() {

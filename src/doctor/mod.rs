@@ -29,8 +29,9 @@ pub struct Inputs {
     pub deepest_idle: Option<(String, u64)>,
     /// The selected mode of transparent huge pages (`always`, `madvise`, `never`).
     pub thp: Option<String>,
-    /// The config's certificates: (site, file, whole days until it expires).
-    pub certificates: Vec<(String, String, i64)>,
+    /// The config's certificates: (site, file, whole days until it expires, who renews it
+    /// — `None`: whoever gave the file, then `espalier reload`).
+    pub certificates: Vec<(String, String, i64, Option<String>)>,
     /// What the running kernel's TLS (kTLS) takes; `None` when not asked (a fixture).
     pub ktls: Option<crate::os::ktls::KernelSupport>,
     /// Whether io_uring can carry connections (`os::uring::probe`: what it found, or why
@@ -257,13 +258,15 @@ pub fn check(i: &Inputs, t: &Topology, config: Option<&Config>) -> Vec<Finding> 
         }
     }
     let warn_days = (crate::tls::EXPIRY_WARNING.as_secs() / 86_400) as i64;
-    for (site, file, days) in &i.certificates {
+    for (site, file, days, renewer) in &i.certificates {
         if *days < warn_days {
             out.push(finding(
                 "certificate",
                 Status::Warn,
                 format!("site `{site}`: {file} expires in {days} days"),
-                "renew it, then espalier reload",
+                renewer
+                    .as_deref()
+                    .unwrap_or("renew it, then espalier reload"),
             ));
         } else {
             out.push(finding(

@@ -111,16 +111,24 @@ fn nofile_lines_parse() {
 fn certificates_near_their_expiry_are_warned_about() {
     let mut i = inputs("laptop");
     i.certificates = vec![
-        ("shop".into(), "shop.pem".into(), 90),
-        ("blog".into(), "blog.pem".into(), 3),
+        ("shop".into(), "shop.pem".into(), 90, None),
+        ("blog".into(), "blog.pem".into(), 3, None),
+        (
+            "news".into(),
+            "store/news.test.pem".into(),
+            2,
+            Some("espalier renews it".into()),
+        ),
     ];
     let t = crate::testutil::fixture("laptop");
     let f = check(&i, &t, None);
     let certs = status_of(&f, "certificate");
-    assert_eq!(certs.len(), 2);
+    assert_eq!(certs.len(), 3);
     assert_eq!(certs[0].status, Status::Ok);
     assert_eq!(certs[1].status, Status::Warn);
     assert!(certs[1].found.contains("blog.pem expires in 3 days"));
+    assert_eq!(certs[1].advice, "renew it, then espalier reload");
+    assert_eq!(certs[2].advice, "espalier renews it");
 }
 
 #[test]

@@ -58,13 +58,17 @@ fn expiries(
         .collect()
 }
 
-/// Each site certificate's whole days left: (site, file, days), for `espalier doctor`.
-pub fn days_left(sites: &[SiteSpec], now: SystemTime) -> Vec<(String, String, i64)> {
+/// Each site certificate's whole days left: (site, file, days, who renews it), for
+/// `espalier doctor`.
+pub fn days_left(
+    sites: &[SiteSpec],
+    now: SystemTime,
+) -> Vec<(String, String, i64, Option<String>)> {
     expiries(sites, now)
         .into_iter()
         .map(|(s, files, _, left)| {
             let days = (left.as_secs() / 86_400) as i64;
-            (s.name.clone(), files.cert.display().to_string(), days)
+            (s.name.clone(), files.cert.display().to_string(), days, None)
         })
         .collect()
 }
