@@ -233,6 +233,40 @@ async fn finish(order: &mut instant_acme::Order, name: &str) -> Result<(String, 
     Ok((key.serialize_pem(), chain))
 }
 
+/// The directory's renewal information (ARI, RFC 9773) for the certificate whose chain (PEM,
+/// leaf first) is `chain`: a time picked uniformly at random in its suggested window (now,
+/// when the window has begun) and how long until it may be asked again; `Ok(None)` when the
+/// directory offers no renewal information (then espalier's own schedule stands).
+pub async fn renewal_time(
+    account: &Account,
+    chain: &[u8],
+) -> Result<Option<(std::time::SystemTime, Duration)>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(chain)
+        .next()
+        .ok_or("no certificate in the pair")?
+        .map_err(|e| format!("the pair's certificate cannot be read: {e}"))?;
+    let id = instant_acme::CertificateIdentifier::try_from(&leaf)?;
+    match account.renewal_info(&id).await {
+        Ok((info, again)) => {
+            let window = &info.suggested_window;
+            let at = pick_in_window(window.start.unix_timestamp(), window.end.unix_timestamp());
+            Ok(Some((at, again)))
+        }
+        Err(instant_acme::Error::Unsupported(_)) => Ok(None),
+        Err(e) => Err(format!("renewal information: {e}")),
+    }
+}
+
+/// A uniformly random time in the window from `start` to `end` (Unix seconds; RFC 9773 §4.2:
+/// so that a CA's many certificates are not all renewed at once) — never before now.
+fn pick_in_window(start: i64, end: i64) -> std::time::SystemTime {
+    let span = end.saturating_sub(start).max(0) as f64;
+    let secs = start.saturating_add((fastrand::f64() * span) as i64).max(0) as u64;
+    let at = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+    at.max(std::time::SystemTime::now())
+}
+
 /// Writes `bytes` to `path` as the master's own (mode 0600): into a new file beside it,
 /// renamed over it, so a reader sees the old file or the new one, never half of one.
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -256,4 +290,50 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .and_then(|()| f.sync_all())
         .map_err(fail)?;
     std::fs::rename(&tmp, path).map_err(fail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    #[test]
+    fn a_renewal_window_is_picked_in_and_never_before_now() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        for _ in 0..100 {
+            let at = pick_in_window(now + 1000, now + 2000);
+            let secs = at.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+            assert!((now + 1000..=now + 2000).contains(&secs), "{secs}");
+        }
+        // A window already begun (a CA asking for renewal now, after a mass revocation).
+        let past = pick_in_window(now - 2000, now - 1000);
+        assert!(past >= SystemTime::now() - Duration::from_secs(1));
+        // A window whose end is before its start is taken as its start.
+        let odd = pick_in_window(now + 500, now + 100);
+        assert_eq!(
+            odd.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64,
+            now + 500
+        );
+    }
+
+    #[test]
+    fn an_issued_certificate_is_named_as_ari_names_it() {
+        // RFC 9773 §4.1: base64url(AKI keyIdentifier) "." base64url(serial), as a CA's
+        // certificate signed by an authority carries them.
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(vec![1, 2, 3, 4]);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut leaf = rcgen::CertificateParams::new(vec!["a.test".into()]).unwrap();
+        leaf.serial_number = Some(rcgen::SerialNumber::from_slice(&[0x0a, 0xbc]));
+        leaf.use_authority_key_identifier_extension = true;
+        let leaf = leaf.signed_by(&key, &ca, &ca_key).unwrap();
+        let id = instant_acme::CertificateIdentifier::try_from(leaf.der()).unwrap();
+        assert_eq!(id.to_string(), "AQIDBA.Crw");
+    }
 }
