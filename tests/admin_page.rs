@@ -2,7 +2,8 @@
 //! Debian's Chromium (driven by playwright-core from npm, both installed when missing), its
 //! rendered DOM checked against the status, a recycle pressed with the token (the pid
 //! changes) and without it (refused, nothing changes), the JSON feed growing under load, and
-//! the DL980 plan drawn from the fixture. Screenshots go to target/admin-page-test/.
+//! the DL980 plan drawn from the fixture; and a certificate whose order fails drawn in the
+//! certificates table with its state and error. Screenshots go to target/admin-page-test/.
 
 use crate::common;
 
@@ -350,4 +351,53 @@ fn actions_need_the_token_and_a_public_admin_address_needs_one_set() {
         err.contains("public.toml:2: key `server.admin`") && err.contains("admin_token"),
         "{err}"
     );
+}
+
+#[test]
+fn a_certificate_that_needs_a_look_shows_on_the_admin_page() {
+    let node_dir = browser_tools();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = root.join("target/admin-page-test");
+    std::fs::create_dir_all(&out).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("store")).unwrap();
+    std::fs::create_dir_all(dir.path().join("www")).unwrap();
+    // A directory nothing answers at: the order of a.test fails, and says why.
+    let config = format!(
+        "[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"https://127.0.0.1:1/dir\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"https://127.0.0.1:{}:a.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
+        free_port()
+    );
+    let server = Server::with_config(dir.path(), &config);
+    server.wait_for_log("acme: a.test: the order failed", Duration::from_secs(30));
+    let admin = server.admin.clone().unwrap();
+    let driven = Command::new("node")
+        .arg(root.join("tests/admin_page/certificates.js"))
+        .args([
+            &format!("http://{admin}"),
+            "failing",
+            out.join("certificates.png").to_str().unwrap(),
+        ])
+        .env("NODE_PATH", node_dir.join("node_modules"))
+        .output()
+        .expect("node");
+    let text = String::from_utf8_lossy(&driven.stdout);
+    let seen: serde_json::Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&driven.stderr)));
+    assert!(seen["error"].is_null(), "{seen}");
+    assert_eq!(seen["title_shown"], true, "{seen}");
+    let rows = seen["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{seen}");
+    let cells: Vec<&str> = (rows[0]["cells"].as_array().unwrap().iter())
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    // name, state, ends (none yet), renewed from (none), last error — as /status says it.
+    let shown = server.status().certificates;
+    let error = shown[0].last_error.as_deref().unwrap();
+    assert_eq!(cells[0], "a.test", "{seen}");
+    assert_eq!(cells[1], "failing", "{seen}");
+    assert!(
+        error.contains("https://127.0.0.1:1/dir") && error.contains("Connection refused"),
+        "{error}"
+    );
+    assert_eq!(cells[4], error, "{seen}");
 }
