@@ -1,8 +1,8 @@
 //! Certificates ordered on demand (`[server.acme] on_demand = true`) from Debian's pebble: a
 //! handshake for a name a site takes, without a certificate yet, is held while espalier
 //! orders it, and completes with it; an `ask` service (tests/apps/acme_ask.py, a real
-//! Python process) approves or refuses names no binding writes out; the in-flight bound
-//! refuses one more name at once. Every process a test starts, the test stops.
+//! Python process) approves or refuses names no binding writes out; the in-flight and hourly
+//! bounds refuse one more name at once. Every process a test starts, the test stops.
 
 use crate::acme::{need_pebble, site_dir, Pebble};
 use crate::common::*;
@@ -51,7 +51,7 @@ fn a_first_handshake_waits_for_its_certificate_and_made_up_names_are_refused() {
     std::fs::create_dir(d.join("sites.d")).unwrap();
     // Names under *.od.test are approved by the ask service; exact.test is written out.
     let config = format!(
-        "include = [\"sites.d/*.toml\"]\n[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\nask = \"http://127.0.0.1:{ask}/check\"\non_demand_in_flight = 2\n\
+        "include = [\"sites.d/*.toml\"]\n[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\nask = \"http://127.0.0.1:{ask}/check\"\non_demand_in_flight = 2\non_demand_per_hour = 5\n\
          [[pool]]\nname = \"p\"\n\
          [[site]]\nname = \"wild\"\nbindings = [\"http://127.0.0.1:{http}\", \"https://127.0.0.1:{https}:*.od.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n\
          [[site]]\nname = \"exact\"\nbindings = [\"https://127.0.0.1:{https}:exact.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
@@ -139,6 +139,13 @@ fn a_first_handshake_waits_for_its_certificate_and_made_up_names_are_refused() {
     });
     let out = run_ok(&mut curl(&root, "new.test", https));
     assert_eq!(body(&out).1, "ordered by espalier\n");
+    // Five orders this hour (exact, ok1, slow1, slow2, new): a sixth name is refused at once.
+    let sixth = body(&curl(&root, "ok3.od.test", https).output().unwrap());
+    assert_ne!(sixth.0, 0);
+    server.wait_for_log(
+        "no certificate for `ok3.od.test`: the hour's orders are spent (on_demand_per_hour)",
+        Duration::from_secs(10),
+    );
     // The names issued on demand are kept: in status, valid.
     server.wait_until("every issued name valid", Duration::from_secs(20), |s| {
         let shown = s.status().certificates;
