@@ -79,7 +79,9 @@ fn the_package_installs_a_server_that_serves_its_default_site() {
         "./etc/logrotate.d/espalier",
         "./var/www/html/index.espalier.html",
         "./usr/share/doc/espalier/README.md",
-        "./usr/share/doc/espalier/fleet.md",
+        "./usr/share/doc/espalier/docs/fleet.md",
+        "./usr/share/doc/espalier/docs/reference.md",
+        "./usr/share/doc/espalier/docs/guide/pools.md",
     ] {
         assert!(listing.contains(path), "{path} missing:\n{listing}");
     }

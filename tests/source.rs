@@ -92,3 +92,77 @@ fn every_unsafe_is_in_the_os_layer() {
     }
     assert!(outside.is_empty(), "unsafe outside src/os: {outside:#?}");
 }
+
+/// The manual's Markdown files: the README and everything under docs/.
+fn manual() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    walk(&root.join("docs"), &mut files);
+    files.sort();
+    files
+}
+
+/// A heading's anchor as GitHub makes it: lower case, punctuation but `-` and `_` dropped,
+/// spaces made `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (code blocks left out).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            out.push(anchor(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_link_of_the_manual_reaches_its_file_and_heading() {
+    let mut broken = Vec::new();
+    for file in manual() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let dir = file.parent().unwrap();
+        for link in text.split("](").skip(1) {
+            let target = link.split(')').next().unwrap_or_default();
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (path, heading) = target.split_once('#').unwrap_or((target, ""));
+            let linked = if path.is_empty() {
+                file.clone()
+            } else {
+                dir.join(path)
+            };
+            let fine = match std::fs::read_to_string(&linked) {
+                Ok(t) => heading.is_empty() || anchors(&t).iter().any(|a| a == heading),
+                Err(_) => heading.is_empty() && linked.exists(),
+            };
+            if !fine {
+                broken.push(format!("{}: {target}", file.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that reach nothing: {broken:#?}");
+}

@@ -2,8 +2,8 @@
 //! chain, in the order they run, with the keys that turn each on.
 //!
 //! Owns: that order ([`RequestStep::ORDER`], [`ResponseStep::ORDER`]), each step's keys, and
-//! the README's table of them ([`reference_table`], which a test holds equal to
-//! the README's). The order is written here once: each worker thread compiles a site's
+//! the reference's table of them ([`reference_table`], which a test holds equal to
+//! docs/reference.md's). The order is written here once: each worker thread compiles a site's
 //! request chain by walking [`RequestStep::ORDER`] (see `crate::handlers::chain`), and
 //! `check` refuses, on a path whose application accepts its connections itself, every key of
 //! a step ([`acts_on_requests`]) — derived from the steps, not from a list kept beside them.
@@ -33,7 +33,7 @@
 //!    keys (`FieldEdits::of`), and applied to a head;
 //! 2. its keys — `config/raw.rs` (`headers`, `hsts`), `config/validate/site.rs` (checked),
 //!    `config/site.rs` (the typed field, and its line in `keys()`);
-//! 3. its line here — `ResponseStep::Headers`, with its keys and sentence (the README
+//! 3. its line here — `ResponseStep::Headers`, with its keys and sentence (docs/reference.md
 //!    table and `check`'s activation refusals follow from it);
 //! 4. the hooks that run it: where the request chain makes the context
 //!    (`handlers/route.rs`, the site's or path's edits into `RequestCtx::fields`), and its
@@ -48,7 +48,7 @@
 //! what it changes is the body (a static file's coding is chosen among its cached variants,
 //! an app's by `proxy::encode`'s plan), and a static file's cache time (the answer step's
 //! `cache`) is in the head cached with the file, so a request pays a copy for both. The
-//! README table follows from this file (`cargo test` says when it differs).
+//! reference's table follows from this file (`cargo test` says when it differs).
 
 /// A step of the request chain, in the order they run ([`Self::ORDER`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,7 +242,7 @@ pub const CONNECTION_KEYS: &[&str] = &[
     "handler",
 ];
 
-/// The README's table of the processing order (Markdown), made from the steps.
+/// The reference's table of the processing order (Markdown), made from the steps.
 pub fn reference_table() -> String {
     let keys = |keys: &[&str]| {
         if keys.is_empty() {
@@ -274,11 +274,11 @@ mod tests {
 
     #[test]
     fn the_readme_shows_the_chains_order() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/reference.md");
         let table = reference_table();
         assert!(
             readme.contains(&table),
-            "the README's processing order differs from src/config/chain.rs; put this table in it:\n{table}"
+            "the processing order of docs/reference.md differs from src/config/chain.rs; put this table in it:\n{table}"
         );
     }
 

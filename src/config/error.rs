@@ -101,7 +101,7 @@ pub(super) fn syntax_error(
             message = format!("unknown field `{field}` here: it is a key of [server.limits]; move it under a `[server.limits]` header{also}");
         } else {
             message.push_str(
-                "; remove it or correct its spelling (see the README's config reference)",
+                "; remove it or correct its spelling (see docs/reference.md, the configuration reference)",
             );
         }
     }

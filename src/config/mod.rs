@@ -1,7 +1,7 @@
 //! The espalier configuration: typed settings with their defaults, loading from TOML, and
 //! validation against the machine's topology.
 //!
-//! Owns: what every key means and defaults to (documented on each field and in the README),
+//! Owns: what every key means and defaults to (documented on each field and in docs/reference.md),
 //! and the one-line error messages (`FILE:LINE: key: what is wrong; how to fix it`).
 //! Must not touch: placement decisions (that is [`crate::placement`]) or any syscall; the
 //! topology it validates against is passed in. Not pure: it looks at the file system beyond
@@ -17,7 +17,7 @@
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
 //! each pool and site remembering its file), [`chain`] (the site features' processing
 //! order, and which keys each step reads).
-//! The README's configuration reference documents every key.
+//! The configuration reference (docs/reference.md) documents every key.
 
 pub mod chain;
 mod error;

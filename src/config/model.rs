@@ -1,5 +1,5 @@
 //! The typed configuration: every setting of `[server]` and `[[pool]]` (a `[[site]]`'s are in
-//! `site`), with the defaults the README documents (IIS's, where IIS has one).
+//! `site`), with the defaults docs/reference.md documents (IIS's, where IIS has one).
 //!
 //! Owns: the settings' types and defaults. Must not touch: how TOML becomes them (see
 //! [`super::validate`]).
@@ -384,7 +384,7 @@ pub struct ServerSettings {
     pub steering: Steering,
     /// `ktls = "auto"`: where the kernel has kTLS, an HTTPS/1.1 connection about to send a
     /// large file is handed to the kernel's TLS (see `http::ktls`); `"off"` (the default,
-    /// until it is measured to pay — see the README): rustls keeps every connection.
+    /// until it is measured to pay — see docs/guide/https.md): rustls keeps every connection.
     pub ktls: bool,
     /// How worker threads do their connections' I/O. Default `auto` (io_uring where the
     /// kernel allows it).

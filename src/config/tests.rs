@@ -929,12 +929,13 @@ fn accepted<T: serde::de::DeserializeOwned + std::fmt::Debug>() -> Vec<String> {
         .collect()
 }
 
-/// Every key the config accepts has a row in the README's reference — the four tables
-/// headed `| key | default | meaning` (pools, sites and their paths, the server, upstreams) — and every
+/// Every key the config accepts has a row in the reference (docs/reference.md) — the four
+/// tables headed `| key | default | meaning`, in the file's order (the server, pools,
+/// upstreams, sites and their paths) — and every
 /// row there names a key it accepts: a key added, renamed or removed fails here until the
 /// reference says so.
 #[test]
-fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
+fn the_reference_has_a_row_for_every_key_and_no_other() {
     use super::raw::*;
     let prefixed = |prefix: &str, keys: Vec<String>, tables: &[&str]| -> Vec<String> {
         keys.into_iter()
@@ -944,20 +945,15 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
     };
     let mut wanted: Vec<Vec<String>> = vec![
         [
-            prefixed("", accepted::<RawPool>(), &["recycle", "rapid_fail"]),
-            prefixed("recycle.", accepted::<RawRecycle>(), &[]),
-            prefixed("rapid_fail.", accepted::<RawRapidFail>(), &[]),
-        ]
-        .concat(),
-        [
-            prefixed("site.", accepted::<RawSite>(), &["app"]),
-            prefixed("app.", accepted::<RawApp>(), &[]),
-        ]
-        .concat(),
-        [
             prefixed("", accepted::<RawServer>(), &["limits", "acme"]),
             prefixed("limits.", accepted::<RawLimits>(), &[]),
             prefixed("acme.", accepted::<RawAcme>(), &[]),
+        ]
+        .concat(),
+        [
+            prefixed("", accepted::<RawPool>(), &["recycle", "rapid_fail"]),
+            prefixed("recycle.", accepted::<RawRecycle>(), &[]),
+            prefixed("rapid_fail.", accepted::<RawRapidFail>(), &[]),
         ]
         .concat(),
         [
@@ -967,9 +963,14 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
             prefixed("tls.", accepted::<RawUpstreamTls>(), &[]),
         ]
         .concat(),
+        [
+            prefixed("site.", accepted::<RawSite>(), &["app"]),
+            prefixed("app.", accepted::<RawApp>(), &[]),
+        ]
+        .concat(),
     ];
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference.md")).unwrap();
     // Each reference table's rows: the keys named in their first cell.
     let mut tables: Vec<Vec<String>> = Vec::new();
     let mut rows: Option<Vec<String>> = None;
@@ -989,7 +990,7 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
     assert_eq!(
         tables.len(),
         4,
-        "the README's four reference tables (pool, site, server, upstream)"
+        "the reference's four tables, in the file's order (server, pool, upstream, site)"
     );
     for (table, wanted) in tables.iter_mut().zip(&mut wanted) {
         table.sort();
@@ -998,7 +999,7 @@ fn the_readme_reference_has_a_row_for_every_key_and_no_other() {
         let stale: Vec<&String> = table.iter().filter(|k| !wanted.contains(k)).collect();
         assert!(
             missing.is_empty() && stale.is_empty(),
-            "README reference: keys with no row {missing:?}, rows of no key {stale:?}"
+            "docs/reference.md: keys with no row {missing:?}, rows of no key {stale:?}"
         );
     }
 }

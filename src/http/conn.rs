@@ -605,7 +605,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     /// guards against comes only from bytes the client sends after its last request, and this
     /// one said it would send none (RFC 9112 §9.6). It saves the shutdown, the wait for the
     /// client's end and its timer: about a tenth of a connection-per-request's CPU time
-    /// (README, "The connections' I/O paths, measured"). The bytes queued before it still go
+    /// (docs/performance.md, "The connections' I/O paths, measured"). The bytes queued before it still go
     /// out (the kernel's, or the ring's, send queue), then the FIN. A request lent to an app
     /// counts when its body and answer were whole ([`Outcome::Answered`]). TLS ends with its
     /// `close_notify` (a shutdown) all the same; every other close lingers.

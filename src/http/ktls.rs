@@ -14,7 +14,7 @@
 //! hand-over. So a connection stays with rustls until a file of [`OFFLOAD_MIN_FILE`] or more
 //! is to be sent, and then stays with the kernel. It is off unless `[server] ktls = "auto"`:
 //! `bench/ktls.sh`, which could only run in an emulated guest here, did not show it cheaper
-//! than rustls for espalier (the README has the figures).
+//! than rustls for espalier (docs/guide/https.md has the figures).
 //!
 //! What the kernel then does not do: it cannot take a TLS 1.3 `KeyUpdate` from the client
 //! (rare; browsers do not send one), and a record that is not application data — that, or the

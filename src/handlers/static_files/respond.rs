@@ -103,7 +103,7 @@ fn parse_range(header: &str, size: u64) -> RangeRequest {
     let (a, b) = (a.trim(), b.trim());
     // Positions past 64 bits are past any file: as RFC 9110 §14.1.2 reads, a last position
     // beyond the end means "to the end" (206), a first one beyond it is unsatisfiable (416).
-    // nginx answers 416 to both; see the README.
+    // nginx answers 416 to both; see docs/operations.md ("Ranges past 64 bits").
     let num = |s: &str| {
         (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
             .then(|| s.parse::<u64>().unwrap_or(u64::MAX))
