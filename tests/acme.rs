@@ -328,7 +328,7 @@ fn a_site_without_http_is_proven_by_tls_alpn_01() {
 }
 
 /// The folder the server's master wrote its TLS-ALPN-01 certificates into.
-fn espalier_runtime_acme(server: &Server) -> PathBuf {
+pub(crate) fn espalier_runtime_acme(server: &Server) -> PathBuf {
     let port = server.admin.as_deref().unwrap().rsplit(':').next().unwrap();
     let base = if unsafe { libc::geteuid() } == 0 {
         PathBuf::from("/run/espalier")

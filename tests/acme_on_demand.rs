@@ -166,11 +166,12 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
     need_pebble();
     let dir = site_dir();
     let d = dir.path();
-    let (http, https) = (free_port(), free_port());
+    let (http, https, admin) = (free_port(), free_port(), free_port());
     let pebble = Pebble::start(d, http, None);
     // A wildcard without `ask`: its names are the operator's own, ordered without asking.
+    // One admin port for both starts: the challenges' folder is named by it.
     let config = format!(
-        "[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\n\
+        "[server]\nadmin = \"127.0.0.1:{admin}\"\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\n\
          [[pool]]\nname = \"p\"\n\
          [[site]]\nname = \"wild\"\nbindings = [\"http://127.0.0.1:{http}\", \"https://127.0.0.1:{https}:*.od.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
         pebble.directory,
@@ -178,19 +179,30 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
     );
     pebble.root(&d.join("root.pem"));
     let root = d.join("root.pem");
-    let inode = {
-        let server = Server::with_config(d, &config);
+    let (inode, stale) = {
+        let mut server = Server::with_config(d, &config);
         let out = run_ok(&mut curl(&root, "a.od.test", https));
         assert_eq!(body(&out), (0, "ordered by espalier\n".to_string()));
         server.wait_for_log(
             "acme: a.od.test: certificate issued",
             Duration::from_secs(10),
         );
-        std::os::unix::fs::MetadataExt::ino(
+        let inode = std::os::unix::fs::MetadataExt::ino(
             &std::fs::metadata(d.join("store/a.od.test.pem")).unwrap(),
-        )
+        );
+        // A master killed while an order's file was in its challenges' folder leaves it.
+        let folder = crate::acme::espalier_runtime_acme(&server);
+        let stale = folder.parent().unwrap().join("stale-token");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(&stale, "a key authorization of no order").unwrap();
+        server.signal(libc::SIGKILL);
+        server.wait_exit(Duration::from_secs(10));
+        assert!(stale.exists());
+        (inode, stale)
     };
     let server = Server::with_config(d, &config);
+    // The next start clears it: no order of its runs.
+    assert!(!stale.exists(), "{}", stale.display());
     let out = run_ok(&mut curl(&root, "a.od.test", https));
     assert_eq!(body(&out), (0, "ordered by espalier\n".to_string()));
     let now = std::os::unix::fs::MetadataExt::ino(

@@ -162,6 +162,10 @@ impl Acme {
         self.unseen = wanted.iter().map(|n| n.to_string()).collect();
         self.kept = (0, None);
         let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
+        // What is there is an order's no task runs any more: the last configuration's (its
+        // task was stopped above), or a master's that was killed before it could clean up.
+        // Its files answer nothing now; they go.
+        let _ = std::fs::remove_dir_all(&challenges);
         let shared = Arc::new(Shared {
             settings: settings.clone(),
             store: store.clone(),
