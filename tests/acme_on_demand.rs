@@ -102,7 +102,8 @@ fn a_first_handshake_waits_for_its_certificate_and_made_up_names_are_refused() {
         .iter()
         .map(|n| {
             let mut cmd = curl(&root, n, https);
-            cmd.stdout(std::process::Stdio::piped()).spawn().unwrap()
+            cmd.arg("-S").stdout(std::process::Stdio::piped());
+            cmd.stderr(std::process::Stdio::piped()).spawn().unwrap()
         })
         .collect();
     wait_for(
@@ -122,7 +123,14 @@ fn a_first_handshake_waits_for_its_certificate_and_made_up_names_are_refused() {
     get(SocketAddr::from(([127, 0, 0, 1], ask)), "/release", "");
     for child in slow {
         let out = child.wait_with_output().unwrap();
-        assert_eq!(body(&out), (0, "ordered by espalier\n".to_string()));
+        let pebble_log = std::fs::read_to_string(d.join("pebble.log")).unwrap_or_default();
+        assert_eq!(
+            body(&out),
+            (0, "ordered by espalier\n".to_string()),
+            "{}\n{}\npebble:\n{pebble_log}",
+            String::from_utf8_lossy(&out.stderr),
+            server.log_text()
+        );
     }
     // A site file added by reload: its name is ordered at its first handshake too.
     std::fs::write(
