@@ -19,7 +19,6 @@
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
 //!   ACME directory and renewed; `on_demand`: which names a handshake may have ordered, and
 //!   the bounds; `on_demand_answers`: a worker's ask for one, answered;
-//! - `outbox`: a worker's control socket as the master writes to it, whole lines in order;
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
 //!   back to sleep after `idle_timeout`;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
@@ -47,7 +46,6 @@ mod life;
 mod live;
 mod on_demand;
 mod on_demand_answers;
-mod outbox;
 mod pools;
 mod procs;
 mod reload;

@@ -58,7 +58,7 @@ impl Supervisor {
     }
 
     /// A worker just ready hears which servers are down.
-    pub(super) fn tell_upstream_health(&self, control: &super::outbox::Outbox) {
+    pub(super) fn tell_upstream_health(&self, control: &tokio::net::unix::OwnedWriteHalf) {
         for line in self.upstream_checks.down_lines() {
             let _ = control.try_write(line.as_bytes());
         }
