@@ -275,6 +275,16 @@ fn check_refuses_on_demand_keys_that_cannot_act() {
         let out = check_refuses(d, &format!("{base}{keys}{site}"));
         assert!(out.contains(said), "{keys}: {out}");
     }
+    // `ask` where every binding writes its name out: it would never be asked.
+    let exact = site.replace(":*.od.test", ":a.od.test");
+    let out = check_refuses(
+        d,
+        &format!("{base}on_demand = true\nask = \"http://127.0.0.1:5555/check\"\n{exact}"),
+    );
+    assert!(
+        out.contains("key `server.acme.ask`: is asked only about names no binding writes out"),
+        "{out}"
+    );
     // Without on_demand a wildcard's names cannot be ordered: refused as before.
     let out = check_refuses(d, &format!("{base}{site}"));
     assert!(

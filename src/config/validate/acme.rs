@@ -172,5 +172,16 @@ impl Validator {
                 "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard name cannot be ordered, but with on_demand = true each name under it is); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",
             );
         }
+        // `ask` is asked only about names no binding writes out: with every https binding of
+        // the store's sites naming its host, it would never be asked.
+        let unwritten = (sites.iter().filter(|s| s.tls.is_none()))
+            .flat_map(|s| s.bindings.iter())
+            .any(|b| b.tls && b.host.as_deref().is_none_or(|h| h.starts_with("*.")));
+        if asks && orderable && !unwritten {
+            self.err(
+                &[Seg::Key("server"), Seg::Key("acme"), Seg::Key("ask")],
+                "is asked only about names no binding writes out (a wildcard's, or a binding without a host's), and every https binding here names its host; remove ask, or add such a binding (\"https://*:443:*.shop.example\")",
+            );
+        }
     }
 }
