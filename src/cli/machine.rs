@@ -83,7 +83,7 @@ fn store_problems(c: &Config, file: &Path) -> bool {
             );
             let answers_http01 = (site.bindings.iter())
                 .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
-            if c.server.acme.is_some() && !host.starts_with("*.") && !answers_http01 {
+            if acme_orders(c, host) && !answers_http01 {
                 eprintln!("{at}: {host} has no http:// binding: its certificate is proven by TLS-ALPN-01 on its https:// binding, which the directory reaches on port 443");
             }
             match crate::certs::store::StoreCert::read(dir, host, now) {
@@ -94,7 +94,7 @@ fn store_problems(c: &Config, file: &Path) -> bool {
                     let left = until.ok().and_then(|u| u.duration_since(now).ok());
                     if let Some(left) = left.filter(|l| *l < crate::tls::EXPIRY_WARNING) {
                         let days = left.as_secs() / 86_400;
-                        let who = if c.server.acme.is_some() && !host.starts_with("*.") {
+                        let who = if acme_orders(c, host) {
                             "`serve` renews it from [server.acme]"
                         } else {
                             "renew it (the store picks the new pair up without a reload)"
@@ -105,7 +105,7 @@ fn store_problems(c: &Config, file: &Path) -> bool {
                 // Ordered by `serve` itself (but a wildcard, which neither challenge proves:
                 // on demand, each name under it is ordered for itself).
                 Ok(None) if on_demand.is_some() => eprintln!("{at}: no pair for {host} yet; `serve` orders {} at the first handshake that asks for it (on_demand)", if host.starts_with("*.") { format!("each name under {host}") } else { host.to_string() }),
-                Ok(None) if c.server.acme.is_some() && !host.starts_with("*.") => eprintln!("{at}: no pair for {host} yet; `serve` orders it from {}", c.server.acme.as_ref().map_or("", |a| a.directory.as_str())),
+                Ok(None) if acme_orders(c, host) => eprintln!("{at}: no pair for {host} yet; `serve` orders it from {}", c.server.acme.as_ref().map_or("", |a| a.directory.as_str())),
                 Ok(None) => eprintln!("{at}: warning: no pair for {host}; add {host}.pem and {host}.key (or the parent's _. pair), picked up without a reload", host = host.replace('*', "_")),
                 Err(e) => {
                     eprintln!("{at}: {host}: {e}");
@@ -115,6 +115,12 @@ fn store_problems(c: &Config, file: &Path) -> bool {
         }
     }
     refused
+}
+
+/// Whether `serve` orders and renews the store's pair of binding host `host` itself
+/// (`[server.acme]`; a wildcard's pair neither challenge can prove).
+fn acme_orders(c: &Config, host: &str) -> bool {
+    c.server.acme.is_some() && !host.starts_with("*.")
 }
 
 /// The certificate store's pairs of the config's names, as `espalier doctor` shows them:
@@ -144,7 +150,7 @@ fn store_days_left(
                 Ok(left) => left.as_secs() as i64,
                 Err(past) => -(past.duration().as_secs() as i64),
             };
-            let renewer = if c.server.acme.is_some() && !host.starts_with("*.") {
+            let renewer = if acme_orders(c, host) {
                 "espalier serve renews it from [server.acme]; `espalier status` shows its last error"
             } else {
                 "put a renewed pair in the store (picked up without a reload)"

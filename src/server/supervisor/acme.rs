@@ -402,19 +402,16 @@ async fn keep(
             done = ordering.join_next(), if !ordering.is_empty() => {
                 let Some(Ok((name, proof, failures, outcome))) = done else { continue };
                 under_way.remove(&name);
-                let (fresh_failed, issued) = (fresh.contains(&name) && outcome.is_err(), outcome.is_ok());
+                // A name asked for on demand that never had a pair leaves the queue when its
+                // order fails (the next handshake asks again); any other is retried.
+                let dropped = fresh.remove(&name) && outcome.is_err();
                 let at = match &outcome {
                     Ok(_) => SystemTime::now(),
                     Err(cause) => SystemTime::now() + back_off(failures + 1, cause),
                 };
                 let failures = if outcome.is_ok() { 0 } else { failures + 1 };
                 let _ = shared.events.send(Event::AcmeOrdered { name: name.clone(), outcome });
-                if issued {
-                    fresh.remove(&name);
-                }
-                if fresh_failed {
-                    fresh.remove(&name);
-                } else {
+                if !dropped {
                     queue.push(Reverse((at, name, proof, failures)));
                 }
             }
