@@ -429,6 +429,12 @@ pool = "app"
     // non-blocking again for it, so its event loop never blocks on accept.
     let (code, _) = server.post("/pools/app/stop");
     assert_eq!(code, 200);
+    // Until it is gone, the signalled app still shares the listening socket: woken in accept
+    // with a connection queued, a process already killed takes it and dies holding it (the
+    // kernel looks at the queue before the signal) — as with systemd, inherent in activation.
+    server.wait_until("the pool stopped", Duration::from_secs(30), |s| {
+        s.pool_gone("app", espalier::server::status::PoolState::Stopped)
+    });
     let r = get(addr, "/", "");
     assert_eq!(r.status, 503);
     let (code, _) = server.post("/pools/app/start");
