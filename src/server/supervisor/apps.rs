@@ -343,9 +343,9 @@ impl Supervisor {
             };
             let line = Message::Upstreams(json).line();
             for p in s.current.iter().chain(s.replacing.iter()) {
-                // A socket just created may not be known writable yet: the tick retries.
+                // Refused (a worker that does not read): the tick retries.
                 if let Some(control) = &p.control {
-                    unsent |= control.try_write(line.as_bytes()).is_err();
+                    unsent |= !control.send(&line);
                 }
             }
         }

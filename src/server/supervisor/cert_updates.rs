@@ -44,7 +44,7 @@ impl Supervisor {
             .filter(|s| self.pools[s.pool].spec.name == pool);
         for p in slots.flat_map(|s| s.current.iter().chain(s.replacing.iter())) {
             let Some(control) = &p.control else { continue };
-            whole &= control.try_write(line.as_bytes()).ok() == Some(line.len());
+            whole &= control.send(line);
         }
         whole
     }

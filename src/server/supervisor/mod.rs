@@ -40,6 +40,7 @@ mod apps;
 mod cert_store;
 mod cert_updates;
 mod cgroups;
+mod control_out;
 mod demand;
 pub(super) mod event;
 mod life;
@@ -683,7 +684,7 @@ impl Supervisor {
         let mut told = 0;
         for p in self.procs() {
             if let Some(control) = &p.control {
-                told += usize::from(control.try_write(line.as_bytes()).is_ok());
+                told += usize::from(control.send(&line));
             }
         }
         log(
@@ -788,7 +789,7 @@ impl Supervisor {
             if now.duration_since(p.last_pong) >= ping_every {
                 match &p.control {
                     Some(control) => {
-                        let _ = control.try_write(Message::Ping.line().as_bytes());
+                        control.send(&Message::Ping.line());
                     }
                     None => self.app_ping(i, now),
                 }

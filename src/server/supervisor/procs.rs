@@ -10,7 +10,6 @@ use crate::os;
 use crate::server::spec::WorkerSpec;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::task::JoinHandle;
 
 /// How long a replaced proxied app process keeps serving new requests after its successor is
@@ -50,7 +49,7 @@ pub(super) struct Proc {
     pub(super) seen_requests: u64,
     /// An espalier worker's control socket; `None` for an app process (it has no such
     /// channel: sd_notify, probes and its exit tell about it).
-    pub(super) control: Option<OwnedWriteHalf>,
+    pub(super) control: Option<super::control_out::ControlOut>,
     /// Reads the worker's control lines, or an app's `NOTIFY_SOCKET`.
     pub(super) reader: JoinHandle<()>,
     /// What only an app process has.

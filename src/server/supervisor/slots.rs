@@ -155,7 +155,7 @@ impl Supervisor {
                 let (read_half, write_half) = control.into_split();
                 (
                     pid,
-                    Some(write_half),
+                    Some(super::control_out::ControlOut::new(write_half)),
                     read_lines(read_half, generation, self.events.clone()),
                     None,
                 )

@@ -51,16 +51,16 @@ impl Supervisor {
         for slot in &self.slots {
             for p in slot.current.iter().chain(slot.replacing.iter()) {
                 if let Some(control) = &p.control {
-                    let _ = control.try_write(line.as_bytes());
+                    control.send(&line);
                 }
             }
         }
     }
 
     /// A worker just ready hears which servers are down.
-    pub(super) fn tell_upstream_health(&self, control: &tokio::net::unix::OwnedWriteHalf) {
+    pub(super) fn tell_upstream_health(&self, control: &super::control_out::ControlOut) {
         for line in self.upstream_checks.down_lines() {
-            let _ = control.try_write(line.as_bytes());
+            control.send(&line);
         }
     }
 
