@@ -497,6 +497,9 @@ fn duplicate_pool_names_and_sites_over_pools() {
     parse(text).unwrap();
 }
 
+/// Every example is a valid config — but for the programs its pools run being on this
+/// machine's PATH: the unit tests run before the integration tests' setup installs gunicorn
+/// and node (and those tests run the examples' apps for real).
 #[test]
 fn examples_all_validate() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
@@ -504,7 +507,13 @@ fn examples_all_validate() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            Config::load(&path, &fixture("dl980")).unwrap_or_else(|e| panic!("{e}"));
+            if let Err(e) = Config::load(&path, &fixture("dl980")) {
+                let text = e.to_string();
+                let other: Vec<&str> = (text.lines())
+                    .filter(|l| !l.contains("is not an executable program on PATH"))
+                    .collect();
+                assert!(other.is_empty(), "{text}");
+            }
             n += 1;
         }
     }
