@@ -7,6 +7,7 @@
 //! events from workers and the admin endpoint. The rest lives beside it:
 //! - `procs`: what it keeps of each process, slot and pool; `life`: a process's and a slot's
 //!   states, and the one transition function of each; `event`: what the loop reacts to;
+//!   `control_out`: the lines written to a worker's control socket, each reaching it whole;
 //! - `slots`: a slot's processes — start, ready, recycle, reap, crash restart, rapid-fail —
 //!   whether espalier workers or the processes of a pool's application;
 //! - `apps`: an application process's readiness and pings (probes, settle time) and telling
