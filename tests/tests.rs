@@ -38,6 +38,7 @@ mod h2_limits;
 mod handoff_loop;
 mod hardening;
 mod hosting;
+mod http3;
 mod identity;
 mod limits;
 mod metrics;

@@ -175,7 +175,7 @@ impl ResponseStep {
     pub fn keys(self) -> &'static [&'static str] {
         match self {
             ResponseStep::ErrorPages => &["errors", "replace_app_errors"],
-            ResponseStep::Headers => &["headers", "hsts"],
+            ResponseStep::Headers => &["headers", "hsts", "server.http3"],
             ResponseStep::Compress => &["compress"],
             ResponseStep::Log => &["access_log", "metrics"],
         }
@@ -185,7 +185,7 @@ impl ResponseStep {
     pub fn what(self) -> &'static str {
         match self {
             ResponseStep::ErrorPages => "espalier's own error text (and the app's, with `replace_app_errors`) gives way to the site's page for the status",
-            ResponseStep::Headers => "the site's and the path's fields are set or removed, HSTS added over TLS",
+            ResponseStep::Headers => "the site's and the path's fields are set or removed, HSTS (and with `http3`, `Alt-Svc`) added over TLS",
             ResponseStep::Compress => "a compressible answer is compressed in the client's preferred coding, with `Vary: Accept-Encoding`",
             ResponseStep::Log => "the answer is metered and logged in the site's log",
         }

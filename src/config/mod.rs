@@ -68,6 +68,7 @@ impl Config {
                 tls: None,
                 client_certs: None,
                 hsts: None,
+                alt_svc: None,
                 redirect_to_https: false,
                 headers: Vec::new(),
                 cache: Vec::new(),

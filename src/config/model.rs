@@ -386,6 +386,10 @@ pub struct ServerSettings {
     /// large file is handed to the kernel's TLS (see `http::ktls`); `"off"` (the default,
     /// until it is measured to pay — see docs/guide/https.md): rustls keeps every connection.
     pub ktls: bool,
+    /// `http3 = true`: every https address also answers HTTP/3 over QUIC on the same UDP port
+    /// (see `http::h3`), advertised by `Alt-Svc` on its HTTP/1.1 and HTTP/2 answers. Default
+    /// false.
+    pub http3: bool,
     /// How worker threads do their connections' I/O. Default `auto` (io_uring where the
     /// kernel allows it).
     pub io: IoChoice,
@@ -509,6 +513,7 @@ impl Default for ServerSettings {
             dispatcher_user: "nobody".into(),
             steering: Steering::Cpu,
             ktls: false,
+            http3: false,
             io: IoChoice::Auto,
             certificates: None,
             backlog: 1024,

@@ -109,6 +109,7 @@ pub struct RawServer {
     pub dispatcher_user: Option<String>,
     pub steering: Option<String>,
     pub ktls: Option<String>,
+    pub http3: Option<bool>,
     pub io: Option<String>,
     pub certificates: Option<String>,
     pub backlog: Option<i64>,

@@ -235,6 +235,10 @@ pub struct SiteSpec {
     /// `Strict-Transport-Security` sent with its answers over TLS (`max-age=…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hsts: Option<String>,
+    /// `Alt-Svc` sent with its answers over TLS where `[server] http3` is on (`h3=":443";
+    /// ma=86400`, a port per https port of the site): made by check, not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alt_svc: Option<String>,
     /// Its `http://` bindings answer 308 to the same URL on its first https port.
     #[serde(default, skip_serializing_if = "is_false")]
     pub redirect_to_https: bool,
@@ -344,6 +348,7 @@ impl SiteSpec {
             tls: None,
             client_certs: None,
             hsts: None,
+            alt_svc: None,
             redirect_to_https: false,
             headers: Vec::new(),
             cache: Vec::new(),
@@ -381,6 +386,8 @@ impl SiteSpec {
             autoindex,
             access_log,
             hsts,
+            // Made by check from `[server] http3`, not a key of the site.
+            alt_svc: _,
             redirect_to_https,
             headers,
             cache,

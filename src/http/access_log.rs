@@ -346,12 +346,15 @@ fn request_line(buf: &mut Vec<u8>, req: &Facts<'_>) {
 
 /// [`Facts::minor_version`] of a request that came over HTTP/2.
 pub const HTTP2: u8 = 20;
+/// [`Facts::minor_version`] of a request that came over HTTP/3.
+pub const HTTP3: u8 = 30;
 
 /// The protocol as logs write it.
 fn protocol(minor_version: u8) -> &'static [u8] {
     match minor_version {
         0 => b"HTTP/1.0",
         HTTP2 => b"HTTP/2.0",
+        HTTP3 => b"HTTP/3.0",
         _ => b"HTTP/1.1",
     }
 }

@@ -56,6 +56,9 @@ impl FieldEdits {
         if let Some(v) = &s.hsts {
             over_tls.extend_from_slice(format!("Strict-Transport-Security: {v}\r\n").as_bytes());
         }
+        if let Some(v) = &s.alt_svc {
+            over_tls.extend_from_slice(format!("Alt-Svc: {v}\r\n").as_bytes());
+        }
         [edits(added), edits(over_tls)]
     }
 

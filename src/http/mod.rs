@@ -1,12 +1,13 @@
 //! The HTTP engine: HTTP/1.1 request heads parsed in place, bodies framed, responses written
-//! into one buffer per connection; HTTP/2 (over TLS and h2c) by the `h2` crate, each stream a
-//! request for the same service; the contract with that service ([`service`]).
+//! into one buffer per connection; HTTP/2 (over TLS and h2c) by the `h2` crate and HTTP/3
+//! ([`h3`], over quinn's QUIC) by the `h3` crate, each stream a request for the same service
+//! (what the two share: [`streams`]); the contract with that service ([`service`]).
 //!
 //! Owns: the protocols — parsing (with `httparse`, the parser hyper uses), limits and the
 //! status each violation gets, keep-alive and pipelining rules, response heads, HTTP/2's
 //! limits — and access-log lines. Must not touch: where a request goes or what its answer
 //! says (the [`service::Service`]: [`crate::handlers`]; the engine never names the proxy), or
-//! sockets beyond the connection code ([`conn`], [`h2`], [`send`]).
+//! sockets beyond the connection code ([`conn`], [`h2`], [`h3`], [`send`]).
 //!
 //! Why not hyper for HTTP/1.1: hyper is excellent and general, and costs about 18.5k
 //! instructions per request on a keep-alive static page here; a request path made only of a
@@ -25,6 +26,7 @@ pub mod edits;
 pub mod error_pages;
 mod fields;
 pub mod h2;
+pub mod h3;
 pub mod ktls;
 pub mod meters;
 pub mod proxy_header;
@@ -34,6 +36,7 @@ pub mod service;
 mod shutdown;
 pub mod sni;
 pub mod stream;
+pub(crate) mod streams;
 
 pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};
 use fields::spaces_only_around_value;
@@ -88,7 +91,7 @@ pub struct Request<'a> {
     /// The same address, as an address (`None` when unknown): what allow lists and limits
     /// check, without parsing the text per request.
     pub client_ip: Option<std::net::IpAddr>,
-    /// Came on an HTTP/2 stream: its connection, carrying other streams, cannot be handed to
+    /// Came on an HTTP/2 or HTTP/3 stream: its connection, carrying other streams, cannot be handed to
     /// another pool.
     pub http2: bool,
 }

@@ -41,6 +41,23 @@ pub fn reuseport_listener(addr: SocketAddr, backlog: u32) -> io::Result<Socket> 
     Ok(socket)
 }
 
+/// A UDP socket bound to `addr` in its reuseport group (one per worker thread answering
+/// QUIC there), non-blocking.
+pub fn reuseport_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::DGRAM.cloexec(),
+        Some(Protocol::UDP),
+    )?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
 /// Attaches a classic-BPF program to the reuseport group `socket` belongs to; it picks the
 /// socket (by index in the group) for each new connection.
 pub fn attach_reuseport_cbpf(socket: &Socket, prog: &[BpfInsn]) -> io::Result<()> {

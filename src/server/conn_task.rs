@@ -99,6 +99,18 @@ pub async fn serve(
     let fut = Box::pin(crate::http::accept::serve_accepted(
         stream, group, env, carried,
     ));
+    contain(fut, peer, slot, panics, who).await;
+}
+
+/// Runs one connection's future `fut` (a TCP one's, or a QUIC one's) in its slot, a panic
+/// contained and logged with `peer`.
+pub async fn contain<F: Future<Output = ()>>(
+    fut: std::pin::Pin<Box<F>>,
+    peer: Option<std::net::SocketAddr>,
+    slot: Slot,
+    panics: Arc<AtomicU64>,
+    who: Rc<str>,
+) {
     let outcome = catch_panic(fut).await;
     drop(slot);
     if outcome.is_err() {

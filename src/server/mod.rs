@@ -8,8 +8,8 @@
 //! The master's side: [`master`] (start-up order) → [`listeners`] (the sockets it keeps) and
 //! [`spawn`] (worker specs, fork/exec with placement) → [`supervisor`] (the event loop that
 //! keeps pools alive) with [`admin`] (the endpoint and its client) and [`status`] (what it
-//! reports). The worker's side: [`worker`] (threads, pings) and [`conn_task`] (one contained
-//! connection). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
+//! reports). The worker's side: [`worker`] (threads, pings), [`conn_task`] (one contained
+//! connection) and [`quic`] (a thread's QUIC endpoints, with `[server] http3`). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
 //! line protocol after; [`worker_health`]: what a worker's ping answer carries). On disk:
 //! [`runtime`] (the runtime folder, the admin token's folder, the access logs the master
 //! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`]. Applications: [`app`]
@@ -33,6 +33,7 @@ pub mod lifecycle;
 pub mod listeners;
 pub mod master;
 pub mod meters;
+pub mod quic;
 pub mod runtime;
 pub mod soft;
 pub mod spawn;

@@ -120,6 +120,7 @@ pub(super) fn worker_specs(
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
+                http3: config.server.http3,
                 uring,
                 // A frozen process's ring still runs the kernel's side of its operations
                 // (seen with cgroup v2's freezer): a multishot accept would take the

@@ -57,6 +57,10 @@ pub struct WorkerSpec {
     /// `[server] ktls`: whether HTTPS/1.1 connections may be handed to the kernel's TLS.
     #[serde(default)]
     pub ktls: bool,
+    /// `[server] http3`: each thread answers QUIC on its https addresses too (see
+    /// `server::quic`).
+    #[serde(default)]
+    pub http3: bool,
     /// Whether the threads read and write cleartext connections through io_uring (`[server]
     /// io`, resolved by the master: see `config::IoChoice::resolve`).
     #[serde(default)]

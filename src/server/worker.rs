@@ -175,6 +175,8 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             })
             .collect(),
     });
+    // Each thread's UDP sockets for HTTP/3, bound while a port under 1024 may still be had.
+    let mut quic = crate::server::quic::bind(spec, |g| shared.configs[g].is_some())?.into_iter();
     // Placed and in its control groups (which needed root): now the pool's user, before any
     // thread starts or any request is read.
     if let Some(id) = &spec.identity {
@@ -208,9 +210,16 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let cpu = thread.cpu;
         let health = Arc::clone(&health[t]);
         let shared = Arc::clone(&shared);
+        let quic = quic.next().unwrap_or_default();
         let handle = std::thread::Builder::new()
             .name(format!("{}-cpu{cpu}", spec.pool))
-            .spawn(move || engine_thread(&spec, t, stop_rx, started_tx, health, tiers, &shared))
+            .spawn(move || {
+                let channels = ThreadChannels {
+                    stop_rx,
+                    started: started_tx,
+                };
+                engine_thread(&spec, t, channels, health, tiers, &shared, quic)
+            })
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         threads.push(handle);
     }
@@ -399,16 +408,26 @@ fn used_upstreams(
     spec.upstreams.iter().filter(move |u| used(&u.name))
 }
 
+/// How a thread hears that the worker drains, and tells that it started.
+struct ThreadChannels {
+    stop_rx: watch::Receiver<bool>,
+    started: std::sync::mpsc::Sender<Result<(), String>>,
+}
+
 /// One engine thread: its own runtime, its listeners, its connections.
 fn engine_thread(
     spec: &WorkerSpec,
     t: usize,
-    mut stop_rx: watch::Receiver<bool>,
-    started: std::sync::mpsc::Sender<Result<(), String>>,
+    channels: ThreadChannels,
     health: Arc<ThreadHealth>,
     tiers: Arc<SharedTiers>,
     shared: &Shared,
+    quic: Vec<(std::net::UdpSocket, usize)>,
 ) {
+    let ThreadChannels {
+        mut stop_rx,
+        started,
+    } = channels;
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
         CpuSet::from_ids([thread.cpu])
@@ -552,12 +571,35 @@ fn engine_thread(
         if let Some(receiver) = receiver {
             tokio::task::spawn_local(receive_loop(receiver, Rc::clone(&admission)));
         }
-        let accepting: Vec<_> = listeners
+        let mut accepting: Vec<_> = listeners
             .into_iter()
             .map(|(l, group)| {
                 tokio::task::spawn_local(accept_loop(l, group, Rc::clone(&admission)))
             })
             .collect();
+        if !quic.is_empty() {
+            let thread = Rc::new(crate::server::quic::Thread {
+                env: Rc::clone(&env),
+                open: Rc::clone(&open),
+                max_conns,
+                panics: Arc::clone(&health.panics),
+                who: Rc::clone(&admission.who),
+            });
+            for (socket, group) in quic {
+                let Some((tls, _)) = &shared.configs[group] else {
+                    continue;
+                };
+                match crate::server::quic::endpoint(socket, tls, l.keepalive_timeout) {
+                    Ok(endpoint) => accepting.push(tokio::task::spawn_local(
+                        crate::server::quic::accept_loop(endpoint, group, Rc::clone(&thread)),
+                    )),
+                    Err(e) => {
+                        let _ = started.send(Err(e));
+                        return;
+                    }
+                }
+            }
+        }
         {
             let env = Rc::clone(&env);
             let health = Arc::clone(&health);

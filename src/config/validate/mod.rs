@@ -11,6 +11,7 @@ mod acme;
 mod app;
 mod fields;
 mod front;
+mod http3;
 mod pool;
 mod rules;
 mod site;
@@ -215,6 +216,7 @@ impl Validator {
         self.check_warmup_pages(&sites, &pools);
         self.check_on_demand_bounds(&server, &pools);
         self.check_acme_names(&server, &sites);
+        self.check_http3(&server, &mut sites, &pools);
         if sites.is_empty() {
             self.err(
                 &[Seg::Key("site")],
@@ -416,6 +418,7 @@ impl Validator {
             dispatcher_user: raw.dispatcher_user.unwrap_or(d.dispatcher_user),
             steering,
             ktls,
+            http3: raw.http3.unwrap_or(d.http3),
             io,
             backlog,
             shutdown_timeout,

@@ -250,6 +250,7 @@ impl Validator {
             tls,
             client_certs,
             hsts,
+            alt_svc: None,
             redirect_to_https,
             apps,
         };

@@ -8,10 +8,11 @@
 //! service's), or the connection (see the parent module).
 
 use super::body::Body;
-use super::send::{continue_response, send_answer, send_data, translate};
+use super::send::{send_answer, send_data};
 use super::Connection;
 use crate::http::access_log::Report;
 use crate::http::service::{LentStream, RequestCtx, Service, StreamReply};
+use crate::http::streams::{continue_response, translate};
 use bytes::Bytes;
 use h2::server::SendResponse;
 

@@ -42,13 +42,14 @@ mod send;
 pub use crate::http::service::{LentStream, StreamReply};
 pub use send::send_data;
 
-use super::access_log::{Entry, Facts, OwnedFacts, Report, HTTP2};
+use super::access_log::{Entry, OwnedFacts, Report, HTTP2};
 use super::service::{
-    client_text, ConnEnv, FileBody, LentConnection, LentHead, Reply, RequestCtx, Route, Service,
+    client_text, ConnEnv, FileBody, LentConnection, LentHead, RequestCtx, Route, Service,
 };
-use super::{Framing, Method, Request, Responder, MAX_HEADERS};
+use super::{Framing, Method, Request, MAX_HEADERS};
 use crate::handoff::Carried;
-use answer::{relay, send_error, send_file};
+use crate::http::streams::{answer_here, relay, request_of, send_file, Written};
+use answer::{send_error, H2Out};
 use body::Body;
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -210,59 +211,6 @@ enum Work<T> {
     File(SendStream<Bytes>, FileBody),
 }
 
-/// A stream's request as the service sees it, or the status refusing it.
-fn request_of<'a>(
-    parts: &'a http::request::Parts,
-    headers: &'a mut Vec<httparse::Header<'a>>,
-    body: &'a [u8],
-    client: (&'a str, Option<std::net::SocketAddr>),
-    max_headers: usize,
-) -> Result<Request<'a>, u16> {
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    // `:authority` stands for Host (RFC 9113 §8.3.1), checked as HTTP/1.1's Host is; the
-    // one name goes on as `host`.
-    let host = crate::http::h2_host(
-        parts.uri.authority().map(|a| a.as_str().as_bytes()),
-        parts
-            .headers
-            .get_all(http::header::HOST)
-            .iter()
-            .map(|v| v.as_bytes()),
-    )?;
-    if let Some(host) = host {
-        headers.push(httparse::Header {
-            name: "host",
-            value: host,
-        });
-    }
-    for (name, value) in &parts.headers {
-        if name == http::header::HOST {
-            continue;
-        }
-        headers.push(httparse::Header {
-            name: name.as_str(),
-            value: value.as_bytes(),
-        });
-    }
-    if headers.len() > max_headers || !path.starts_with('/') {
-        return Err(400);
-    }
-    let method_text = parts.method.as_str();
-    Ok(Request {
-        method: Method::from_bytes(method_text),
-        method_text,
-        path,
-        query,
-        minor_version: 1,
-        headers,
-        body,
-        client: client.0,
-        client_ip: client.1.map(|a| a.ip()),
-        http2: true,
-    })
-}
-
 /// A stream lent to what the service routed it to: where, its context, its stream, and what
 /// its log line will want.
 struct Lending<T> {
@@ -357,7 +305,7 @@ impl<S: Service + 'static> Connection<S> {
             });
         let mut body = Vec::new();
         if body::expects_continue(&parts) {
-            let _ = respond.send_informational(send::continue_response());
+            let _ = respond.send_informational(crate::http::streams::continue_response());
         }
         while let Some(chunk) = tokio::time::timeout(env.timeouts.body, recv.data())
             .await
@@ -401,8 +349,9 @@ impl<S: Service + 'static> Connection<S> {
 
     async fn run(&self, work: Work<S::Target>, parts: &http::request::Parts, body: Body<'_>) {
         match work {
-            Work::File(mut send, file) => {
-                let _ = send_file(&mut send, file, self.env.timeouts.body).await;
+            Work::File(send, file) => {
+                let mut out = H2Out::sending(send);
+                let _ = send_file(&mut out, file, self.env.timeouts.body).await;
             }
             Work::Forward(lending) => {
                 let mut headers = Vec::with_capacity(parts.headers.len() + 1);
@@ -490,29 +439,13 @@ impl<S: Service + 'static> Connection<S> {
                 return None;
             }
         };
-        let mut out = Vec::with_capacity(1024);
-        let reply = {
-            let common = env.clock.common();
-            let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
-            env.service.call(self.group, &ctx, &request, &mut resp)
-        };
-        let refused = matches!(reply, Reply::Refuse);
-        let file = match reply {
-            Reply::File(f) => Some(f),
-            Reply::Done | Reply::Refuse => None,
-        };
-        if ctx.logged {
-            let mut req = Facts::of(&request);
-            req.minor_version = HTTP2;
-            let file_len = file.as_ref().map_or(0, |f| f.len);
-            let answer: &[u8] = if refused {
-                crate::http::access_log::REFUSED
-            } else {
-                &out
-            };
-            let entry = Entry::answered(req, answer, file_len, Some(arrived), &self.client);
-            env.service.log(&ctx, &entry);
-        }
+        let Written { out, file, refused } = answer_here(
+            env,
+            self.group,
+            &ctx,
+            &request,
+            (arrived, &self.client, HTTP2),
+        );
         if refused {
             // HTTP/2's "no answer": this stream is refused; the connection's others go on.
             respond.send_reset(h2::Reason::REFUSED_STREAM);
@@ -602,7 +535,8 @@ impl<S: Service + 'static> Connection<S> {
             }
             forwarding.await
         };
-        let relaying = relay(&mut answer, &mut respond, head_only, env.timeouts.body);
+        let mut out = H2Out::answering(&mut respond);
+        let relaying = relay(&mut answer, &mut out, head_only, env.timeouts.body);
         let ((), _) = tokio::join!(Box::pin(feeding), relaying);
     }
 }

@@ -1,11 +1,10 @@
-//! Sending onto an HTTP/2 stream: an HTTP/1.1 head translated into the stream's response
-//! (its field values sharing one buffer), data within the client's flow-control windows, an
+//! Sending onto an HTTP/2 stream: data within the client's flow-control windows, an
 //! answer written whole queued at once.
 //!
-//! Owns: that translation and the window waits. Must not touch: which answer a stream gets
+//! Owns: the window waits and the answer queued whole. Must not touch: which answer a stream gets
 //! (the service's) or where it comes from (`answer` relays, `lent` lends the stream).
 
-use crate::http::MAX_HEADERS;
+use crate::http::streams::translate;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
@@ -13,66 +12,6 @@ use std::time::Duration;
 
 /// What one stream may have queued to send beyond the client's window.
 pub(super) const SEND_BUFFER: usize = 256 << 10;
-
-/// Header fields HTTP/2 forbids (RFC 9113 §8.2.2): dropped from HTTP/1.1 answers.
-fn connection_specific(name: &str) -> bool {
-    [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "transfer-encoding",
-        "upgrade",
-    ]
-    .iter()
-    .any(|n| name.eq_ignore_ascii_case(n))
-}
-
-/// An HTTP/1.1 answer's head (`head`, through its empty line) as an HTTP/2 response, its
-/// field values sharing `head`'s bytes (no copy per field): the status, the fields but
-/// those HTTP/2 forbids, and the framing the body had (`Content-Length`, chunked).
-pub(super) struct Translated {
-    pub(super) response: http::Response<()>,
-    pub(super) length: Option<u64>,
-    pub(super) chunked: bool,
-}
-
-pub(super) fn translate(head: &Bytes) -> Option<Translated> {
-    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut hs);
-    let httparse::Status::Complete(_) = r.parse(head).ok()? else {
-        return None;
-    };
-    let mut response = http::Response::new(());
-    *response.status_mut() = http::StatusCode::from_u16(r.code?).ok()?;
-    let fields = response.headers_mut();
-    fields.reserve(r.headers.len());
-    let (mut length, mut chunked) = (None, false);
-    for h in r.headers.iter() {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(h.value).ok()?.trim().parse().ok();
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
-        }
-        if connection_specific(h.name) {
-            continue;
-        }
-        let name = http::HeaderName::from_bytes(h.name.as_bytes()).ok()?;
-        let value = http::HeaderValue::from_maybe_shared(head.slice_ref(h.value)).ok()?;
-        fields.append(name, value);
-    }
-    Some(Translated {
-        response,
-        length,
-        chunked,
-    })
-}
-
-/// `100 Continue`, as an informational response.
-pub(super) fn continue_response() -> http::Response<()> {
-    let mut response = http::Response::new(());
-    *response.status_mut() = http::StatusCode::CONTINUE;
-    response
-}
 
 /// Waits until the client's windows let the stream send at least one byte, up to `want`, and
 /// returns how many. A client that opens no window for `timeout` gets the stream reset

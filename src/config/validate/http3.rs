@@ -1,0 +1,85 @@
+//! `[server] http3`: where HTTP/3 can answer, and each https site's `Alt-Svc`.
+//!
+//! Owns: the refusals of `http3` where it could not act, and [`SiteSpec::alt_svc`]. Must not
+//! touch: the QUIC endpoints (see `server::quic`) or the answers (see `http::h3`).
+//!
+//! A QUIC connection is a flow of datagrams that only the thread holding its state can
+//! read: unlike a TCP connection, it cannot be accepted by one pool's worker and handed to
+//! another's (the shared-address dispatcher's way), and a site whose application accepts its
+//! own connections (`transport = "activation"`) has no espalier worker to answer it. Both
+//! are refused rather than left answering HTTP/1.1 and HTTP/2 only, unsaid.
+
+use super::{Seg, Validator};
+use crate::config::{PoolSpec, ServerSettings, SiteSpec, Transport};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// How long a client may remember the HTTP/3 alternative (a day, as nginx and Caddy say).
+const ALT_SVC_MAX_AGE: u32 = 86_400;
+
+impl Validator {
+    pub(super) fn check_http3(
+        &mut self,
+        server: &ServerSettings,
+        sites: &mut [SiteSpec],
+        pools: &[PoolSpec],
+    ) {
+        if !server.http3 {
+            return;
+        }
+        let at = [Seg::Key("server"), Seg::Key("http3")];
+        let https = |s: &SiteSpec| s.bindings.iter().any(|b| b.tls);
+        if !sites.iter().any(https) {
+            self.err(&at, "answers on https addresses, and no site has an https:// binding; add one, or remove http3");
+            return;
+        }
+        let activated = |s: &SiteSpec| {
+            s.apps.iter().any(|a| {
+                pools.iter().any(|p| {
+                    p.name == a.pool
+                        && p.app
+                            .as_ref()
+                            .is_some_and(|c| c.transport == Transport::Activation)
+                })
+            })
+        };
+        // Per https address, its first site and the pools serving its sites.
+        let mut addresses: HashMap<SocketAddr, (usize, Vec<&str>)> = HashMap::new();
+        for (i, s) in sites.iter().enumerate() {
+            if activated(s) && https(s) {
+                self.err(&at, format!("cannot answer site `{}`: its application accepts its own connections (transport = \"activation\"), so no espalier worker holds its https address; use transport = \"proxy\" there, or remove http3", s.name));
+            }
+            for b in s.bindings.iter().filter(|b| b.tls) {
+                let (_, serving) = addresses.entry(b.addr).or_insert((i, Vec::new()));
+                for pool in s.pools() {
+                    if !serving.contains(&pool) {
+                        serving.push(pool);
+                    }
+                }
+            }
+        }
+        let mut shared: Vec<(SocketAddr, usize, String)> = addresses
+            .iter()
+            .filter(|(_, (_, pools))| pools.len() > 1)
+            .map(|(addr, (site, pools))| (*addr, *site, pools.join(", ")))
+            .collect();
+        shared.sort();
+        for (addr, site, pools) in shared {
+            self.err(&at, format!("cannot answer https://{addr} (site `{}`): pools {pools} share it, and a QUIC connection cannot be handed from one pool to another as a TCP one is; give the address to one pool, or remove http3", sites[site].name));
+        }
+        for s in sites.iter_mut().filter(|s| https(s)) {
+            let mut ports: Vec<u16> = s
+                .bindings
+                .iter()
+                .filter(|b| b.tls)
+                .map(|b| b.addr.port())
+                .collect();
+            ports.dedup();
+            let entries: Vec<String> = ports
+                .iter()
+                .map(|p| format!("h3=\":{p}\"; ma={ALT_SVC_MAX_AGE}"))
+                .collect();
+            s.alt_svc = Some(entries.join(", "));
+        }
+    }
+}

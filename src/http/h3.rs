@@ -1,0 +1,385 @@
+//! HTTP/3 (RFC 9114) over QUIC (RFC 9000), with quinn and h3: each request stream is
+//! answered by the same service and the same request chain as HTTP/1.1 and HTTP/2 —
+//! espalier's own answers written as they always are, an application's through the same
+//! forwarder as an HTTP/1.1 request — and sent back through `streams`' relay.
+//!
+//! Owns: a QUIC connection's HTTP/3 streams, their limits, and each stream's request made
+//! into a [`super::Request`] and answered. Must not touch: the QUIC endpoints and their UDP sockets
+//! (see `server::quic`), routing or content (the [`Service`] decides).
+//!
+//! Why quinn and h3: quinn is the QUIC stack of the Rust ecosystem with the most users (and
+//! rustls, which espalier already uses, is its TLS: the same certificates, the same resolver
+//! by SNI, the same client-certificate checks); h3 is hyper's project, made for quinn through
+//! h3-quinn. h3 0.0.x calls itself experimental: it is held behind this module alone, and
+//! its interoperability is tested against two independent clients (ngtcp2's and aioquic).
+//! quiche (tokio-quiche) was the other choice: it brings BoringSSL, a second TLS library
+//! whose certificates and resolver would be written twice.
+//!
+//! A request's body is read whole (bounded by its path's `max_body_size`) before it is
+//! answered or forwarded; a body streamed to its app as it arrives, as over HTTP/2, is left
+//! for a later step.
+//!
+//! Limits: at most [`super::h2::MAX_STREAMS`] concurrent request streams per connection and
+//! a few unidirectional ones (QUIC's stream credit: a client cannot open more), a field
+//! section bounded by `max_header_size` (QPACK's decoder refuses more), the connection idle
+//! for `keepalive_timeout` closed by QUIC's idle timeout, a head not complete within
+//! `header_timeout` and a body or an answer stalled for `body_timeout` ending their stream.
+
+use super::access_log::{Entry, OwnedFacts, Report, HTTP3};
+use super::service::{client_text, ConnEnv, LentConnection, LentHead, Route, Service};
+use super::streams::{answer_here, relay, request_of, send_file, translate, StreamOut, Written};
+use super::{Framing, Method, Responder, MAX_HEADERS};
+use bytes::{Buf, Bytes};
+use h3::error::Code;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
+/// The pipe between a stream and its forwarder (as HTTP/2's).
+const FORWARD_PIPE: usize = 16 << 10;
+
+/// What a connection's streams share.
+struct Connection<S> {
+    env: Rc<ConnEnv<S>>,
+    group: usize,
+    peer: std::net::SocketAddr,
+    client: Rc<str>,
+    /// The subject of its verified client certificate, if it gave one.
+    client_cert: Option<String>,
+}
+
+/// Serves one QUIC connection's HTTP/3 requests until it closes or the worker drains (then
+/// GOAWAY: the requests it has go on, new ones go elsewhere).
+pub async fn serve<S: Service + 'static>(
+    conn: quinn::Connection,
+    group: usize,
+    env: Rc<ConnEnv<S>>,
+) {
+    let client_cert = conn
+        .peer_identity()
+        .and_then(|id| {
+            id.downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+                .ok()
+        })
+        .and_then(|chain| {
+            chain
+                .first()
+                .and_then(|leaf| crate::certs::subject_of(leaf))
+        });
+    let peer = conn.remote_address();
+    let max_field_section = env.limits.max_header_size as u64;
+    let mut builder = h3::server::builder();
+    builder.max_field_section_size(max_field_section);
+    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn));
+    let Ok(Ok(mut h3)) = tokio::time::timeout(env.timeouts.header, built).await else {
+        return;
+    };
+    let connection = Rc::new(Connection {
+        client: Rc::from(client_text(Some(peer)).as_str()),
+        env: Rc::clone(&env),
+        group,
+        peer,
+        client_cert,
+    });
+    let mut draining = false;
+    loop {
+        if !draining && env.shutdown.started.get() {
+            draining = true;
+            // GOAWAY: the streams accepted so far are answered, no new one is.
+            if h3.shutdown(0).await.is_err() {
+                return;
+            }
+        }
+        let accepted = tokio::select! {
+            biased;
+            _ = env.shutdown.notify.notified(), if !draining => continue,
+            accepted = h3.accept() => accepted,
+        };
+        match accepted {
+            Ok(Some(resolver)) => {
+                let connection = Rc::clone(&connection);
+                tokio::task::spawn_local(async move {
+                    let _open = Streams::take(&connection.env.streams);
+                    let head = connection.env.timeouts.header;
+                    if let Ok(Ok((request, stream))) =
+                        tokio::time::timeout(head, resolver.resolve_request()).await
+                    {
+                        Box::pin(connection.answer(request, stream)).await;
+                    }
+                });
+            }
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+/// A stream task's place among the thread's open streams, given back however it ends.
+struct Streams<'a>(&'a std::cell::Cell<usize>);
+
+impl<'a> Streams<'a> {
+    fn take(open: &'a std::cell::Cell<usize>) -> Self {
+        open.set(open.get() + 1);
+        Streams(open)
+    }
+}
+
+impl Drop for Streams<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+impl<S: Service + 'static> Connection<S> {
+    /// Answers one request stream: routed on its head, its body read (bounded), then
+    /// answered here or forwarded to its application.
+    async fn answer(&self, request: http::Request<()>, mut stream: Stream) {
+        let env = &self.env;
+        let arrived = Instant::now();
+        let (parts, ()) = request.into_parts();
+        let max_headers = MAX_HEADERS.min(env.limits.max_headers);
+        let routed = {
+            let mut headers = Vec::with_capacity(parts.headers.len() + 1);
+            match request_of(&parts, &mut headers, &[], self.client(), max_headers) {
+                Ok(request) => env.service.route(self.group, &request, false),
+                Err(status) => return self.error(&mut stream, status).await,
+            }
+        };
+        let (target, ctx) = match routed {
+            Route::Here(ctx) => (None, ctx),
+            Route::Lend(target, ctx) => (Some(target), ctx),
+            // A QUIC connection stays with the pool that took it (`check` refuses HTTP/3
+            // where pools share an address): a request of another pool's is misdirected.
+            Route::HandOff(_) => return self.error(&mut stream, 421).await,
+        };
+        let bound = ctx.body_bound(env.limits.max_body_size);
+        let Some(body) = self.body(&parts, &mut stream, bound).await else {
+            return;
+        };
+        let mut headers = Vec::with_capacity(parts.headers.len() + 1);
+        let Ok(request) = request_of(&parts, &mut headers, &body, self.client(), usize::MAX) else {
+            return;
+        };
+        let head_only = request.method == Method::Head;
+        let timeout = env.timeouts.body;
+        let Some(target) = target else {
+            let written = answer_here(
+                env,
+                self.group,
+                &ctx,
+                &request,
+                (arrived, &self.client, HTTP3),
+            );
+            return send_written(&mut stream, written, head_only, timeout).await;
+        };
+        let report = Report::default();
+        let facts = ctx.logged.then(|| OwnedFacts::of(&request));
+        let head = LentHead {
+            framing: Framing::Length(body.len() as u64),
+            keep_alive: false,
+            expect_continue: false,
+            client: Some(self.peer),
+            client_text: &self.client,
+            local: None,
+            https: true,
+            remote_user: None,
+            client_cert: self.client_cert.as_deref(),
+        };
+        let lent = env.service.prepare(target, &ctx, &request, &head);
+        let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
+        let (mut answer, _) = tokio::io::split(theirs);
+        let mut rbuf = body;
+        let forwarding = async {
+            let conn = LentConnection {
+                stream: &mut ours,
+                rbuf: &mut rbuf,
+                clock: &env.clock,
+                max_body: bound,
+                max_framing: env.limits.max_header_size,
+                body_timeout: timeout,
+                report: &report,
+                fields: ctx.fields.as_deref(),
+                pages: ctx.pages.as_deref(),
+            };
+            env.service.lend(lent, conn).await;
+            // Closing our end ends an answer framed by the close.
+            drop(ours);
+        };
+        let mut out = H3Out {
+            stream: &mut stream,
+            timeout,
+        };
+        let relaying = relay(&mut answer, &mut out, head_only, timeout);
+        let ((), _) = tokio::join!(Box::pin(forwarding), relaying);
+        if let Some(facts) = facts {
+            let mut req = facts.facts();
+            req.minor_version = HTTP3;
+            let entry = Entry::reported(req, &report, Some(arrived), &self.client);
+            env.service.log(&ctx, &entry);
+        }
+    }
+
+    fn client(&self) -> (&str, Option<std::net::SocketAddr>) {
+        (&self.client, Some(self.peer))
+    }
+
+    /// The request's body, read whole: at most `bound` bytes (a larger one declared or sent
+    /// gets 413 and its stream stopped), each piece within the body timeout.
+    async fn body(
+        &self,
+        parts: &http::request::Parts,
+        stream: &mut Stream,
+        bound: u64,
+    ) -> Option<Vec<u8>> {
+        let declared = (parts.headers.get(http::header::CONTENT_LENGTH))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > bound) {
+            return self.too_large(stream).await;
+        }
+        let expects = (parts.headers.get(http::header::EXPECT))
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if expects {
+            let timeout = self.env.timeouts.body;
+            let mut out = H3Out { stream, timeout };
+            out.informational(super::streams::continue_response()).await;
+        }
+        let mut body = Vec::with_capacity(declared.unwrap_or(0).min(64 << 10) as usize);
+        loop {
+            match tokio::time::timeout(self.env.timeouts.body, stream.recv_data()).await {
+                Ok(Ok(Some(mut piece))) => {
+                    if (body.len() + piece.remaining()) as u64 > bound {
+                        return self.too_large(stream).await;
+                    }
+                    while piece.has_remaining() {
+                        let chunk = piece.chunk();
+                        body.extend_from_slice(chunk);
+                        let n = chunk.len();
+                        piece.advance(n);
+                    }
+                }
+                Ok(Ok(None)) => return Some(body),
+                Ok(Err(_)) => return None,
+                Err(_) => {
+                    stream.stop_stream(Code::H3_REQUEST_CANCELLED);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// 413, and the rest of the body refused.
+    async fn too_large<T>(&self, stream: &mut Stream) -> Option<T> {
+        stream.stop_sending(Code::H3_NO_ERROR);
+        self.error(stream, 413).await;
+        None
+    }
+
+    /// espalier's own error answer on a stream, written as its handlers' are.
+    async fn error(&self, stream: &mut Stream, status: u16) {
+        let mut out = Vec::with_capacity(256);
+        {
+            let common = self.env.clock.common();
+            Responder::new(&mut out, &common, true, 1, false).error(status);
+        }
+        let written = Written {
+            out,
+            file: None,
+            refused: false,
+        };
+        send_written(stream, written, false, self.env.timeouts.body).await;
+    }
+}
+
+/// Sends an answer espalier wrote (head, in-memory body, and a file's pieces after them);
+/// one the service refused stops the stream (HTTP/3's "no answer").
+async fn send_written(stream: &mut Stream, written: Written, head_only: bool, timeout: Duration) {
+    if written.refused {
+        stream.stop_stream(Code::H3_REQUEST_REJECTED);
+        return;
+    }
+    let out = Bytes::from(written.out);
+    let Some(head_len) = memchr::memmem::find(&out, b"\r\n\r\n").map(|i| i + 4) else {
+        return;
+    };
+    let Some(translated) = translate(&out.slice(..head_len)) else {
+        return;
+    };
+    let body = out.slice(head_len..);
+    let file = written.file.filter(|_| !head_only);
+    let mut send = H3Out { stream, timeout };
+    let end = (body.is_empty() || head_only) && file.is_none();
+    if send.head(translated.response, end).await.is_none() || end {
+        return;
+    }
+    if !body.is_empty() && !head_only {
+        let last = file.is_none();
+        if send.data(body, last, timeout).await.is_none() || last {
+            return;
+        }
+    }
+    if let Some(file) = file {
+        let _ = send_file(&mut send, file, timeout).await;
+    }
+}
+
+/// An HTTP/3 stream as `streams` sends on it: QUIC's flow control is waited for inside each
+/// send (bounded by the body timeout, after which the stream is cut).
+struct H3Out<'a> {
+    stream: &'a mut Stream,
+    timeout: Duration,
+}
+
+impl StreamOut for H3Out<'_> {
+    async fn head(&mut self, response: http::Response<()>, end: bool) -> Option<()> {
+        let sent = tokio::time::timeout(self.timeout, self.stream.send_response(response));
+        if !matches!(sent.await, Ok(Ok(()))) {
+            self.cut();
+            return None;
+        }
+        if end {
+            return self.data(Bytes::new(), true, self.timeout).await;
+        }
+        Some(())
+    }
+
+    async fn informational(&mut self, response: http::Response<()>) {
+        let _ = tokio::time::timeout(self.timeout, self.stream.send_response(response)).await;
+    }
+
+    fn has_room(&self) -> bool {
+        true
+    }
+
+    async fn room(&mut self, want: usize, _timeout: Duration) -> Option<usize> {
+        Some(want)
+    }
+
+    async fn data(&mut self, data: Bytes, end: bool, timeout: Duration) -> Option<()> {
+        if !data.is_empty() {
+            match tokio::time::timeout(timeout, self.stream.send_data(data)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return None,
+                Err(_) => {
+                    self.cut();
+                    return None;
+                }
+            }
+        }
+        if end {
+            match tokio::time::timeout(timeout, self.stream.finish()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return None,
+                Err(_) => {
+                    self.cut();
+                    return None;
+                }
+            }
+        }
+        Some(())
+    }
+
+    fn cut(&mut self) {
+        self.stream.stop_stream(Code::H3_INTERNAL_ERROR);
+    }
+}

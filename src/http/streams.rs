@@ -1,0 +1,357 @@
+//! What HTTP/2 and HTTP/3 share: a stream's request as the service sees it, the answer
+//! espalier writes itself, and an application's HTTP/1.1 answer or a file's pieces carried
+//! back onto a stream — written once for both, over [`StreamOut`], each protocol's way of
+//! sending on one of its streams.
+//!
+//! Owns: [`request_of`], [`answer_here`], [`relay`], [`send_file`] and [`translate`] (an
+//! HTTP/1.1 head as the stream's response). Must not touch: the connections, their limits
+//! and their streams' lives (see `h2` and `h3`), or routing and content (the [`Service`]).
+
+use super::access_log::{Entry, Facts};
+use super::service::{ConnEnv, FileBody, Reply, RequestCtx, Service};
+use super::{Method, Request, Responder, MAX_HEADERS};
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Pieces of a file or an application's answer.
+const PIECE: usize = 64 << 10;
+
+/// One stream's way back to its client: HTTP/2's (its flow-control windows waited for here)
+/// or HTTP/3's (QUIC's, waited for inside its sends).
+pub(crate) trait StreamOut {
+    /// Sends the response head; `end` ends the stream with it.
+    async fn head(&mut self, response: http::Response<()>, end: bool) -> Option<()>;
+    /// Sends an informational (1xx) head; a failure shows at the next send.
+    async fn informational(&mut self, response: http::Response<()>);
+    /// Whether the client takes bytes now (a relay then keeps its buffer).
+    fn has_room(&self) -> bool;
+    /// Waits until the client takes at least one byte, and says how many, up to `want`; a
+    /// client that takes none for `timeout` has its stream cut (`None`).
+    async fn room(&mut self, want: usize, timeout: Duration) -> Option<usize>;
+    /// Sends `data` (waiting for the client as needed, bounded by `timeout`); `end` ends
+    /// the stream.
+    async fn data(&mut self, data: Bytes, end: bool, timeout: Duration) -> Option<()>;
+    /// Ends the stream as cut short (an answer shorter than it said, a file that shrank).
+    fn cut(&mut self);
+}
+
+/// A stream's request as the service sees it (`http2` set: a multiplexed connection, never
+/// handed to another pool), or the status refusing it.
+pub(crate) fn request_of<'a>(
+    parts: &'a http::request::Parts,
+    headers: &'a mut Vec<httparse::Header<'a>>,
+    body: &'a [u8],
+    client: (&'a str, Option<std::net::SocketAddr>),
+    max_headers: usize,
+) -> Result<Request<'a>, u16> {
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    // `:authority` stands for Host (RFC 9113 §8.3.1, RFC 9114 §4.3.1), checked as
+    // HTTP/1.1's Host is; the one name goes on as `host`.
+    let host = crate::http::h2_host(
+        parts.uri.authority().map(|a| a.as_str().as_bytes()),
+        parts
+            .headers
+            .get_all(http::header::HOST)
+            .iter()
+            .map(|v| v.as_bytes()),
+    )?;
+    if let Some(host) = host {
+        headers.push(httparse::Header {
+            name: "host",
+            value: host,
+        });
+    }
+    for (name, value) in &parts.headers {
+        if name == http::header::HOST {
+            continue;
+        }
+        headers.push(httparse::Header {
+            name: name.as_str(),
+            value: value.as_bytes(),
+        });
+    }
+    if headers.len() > max_headers || !path.starts_with('/') {
+        return Err(400);
+    }
+    let method_text = parts.method.as_str();
+    Ok(Request {
+        method: Method::from_bytes(method_text),
+        method_text,
+        path,
+        query,
+        minor_version: 1,
+        headers,
+        body,
+        client: client.0,
+        client_ip: client.1.map(|a| a.ip()),
+        http2: true,
+    })
+}
+
+/// An answer espalier writes itself, as HTTP/1.1 (head and in-memory body), with the file
+/// whose pieces follow and whether the service refused to answer at all.
+pub(crate) struct Written {
+    pub(crate) out: Vec<u8>,
+    pub(crate) file: Option<FileBody>,
+    pub(crate) refused: bool,
+}
+
+/// Answers a request routed here (`ctx`): the service writes its answer, and the site's log
+/// gets its line, the protocol written as `protocol` (see `access_log::HTTP2`).
+pub(crate) fn answer_here<S: Service>(
+    env: &ConnEnv<S>,
+    group: usize,
+    ctx: &RequestCtx,
+    request: &Request<'_>,
+    (arrived, client, protocol): (Instant, &str, u8),
+) -> Written {
+    let mut out = Vec::with_capacity(1024);
+    let reply = {
+        let common = env.clock.common();
+        let head_only = request.method == Method::Head;
+        let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
+        env.service.call(group, ctx, request, &mut resp)
+    };
+    let refused = matches!(reply, Reply::Refuse);
+    let file = match reply {
+        Reply::File(f) => Some(f),
+        Reply::Done | Reply::Refuse => None,
+    };
+    if ctx.logged {
+        let mut req = Facts::of(request);
+        req.minor_version = protocol;
+        let file_len = file.as_ref().map_or(0, |f| f.len);
+        let answer: &[u8] = if refused {
+            crate::http::access_log::REFUSED
+        } else {
+            &out
+        };
+        let entry = Entry::answered(req, answer, file_len, Some(arrived), client);
+        env.service.log(ctx, &entry);
+    }
+    Written { out, file, refused }
+}
+
+/// Header fields HTTP/2 and HTTP/3 forbid (RFC 9113 §8.2.2, RFC 9114 §4.2): dropped from
+/// HTTP/1.1 answers.
+fn connection_specific(name: &str) -> bool {
+    [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+    ]
+    .iter()
+    .any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// An HTTP/1.1 answer's head (`head`, through its empty line) as a stream's response, its
+/// field values sharing `head`'s bytes (no copy per field): the status, the fields but
+/// those the protocol forbids, and the framing the body had (`Content-Length`, chunked).
+pub(crate) struct Translated {
+    pub(crate) response: http::Response<()>,
+    pub(crate) length: Option<u64>,
+    pub(crate) chunked: bool,
+}
+
+pub(crate) fn translate(head: &Bytes) -> Option<Translated> {
+    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut hs);
+    let httparse::Status::Complete(_) = r.parse(head).ok()? else {
+        return None;
+    };
+    let mut response = http::Response::new(());
+    *response.status_mut() = http::StatusCode::from_u16(r.code?).ok()?;
+    let fields = response.headers_mut();
+    fields.reserve(r.headers.len());
+    let (mut length, mut chunked) = (None, false);
+    for h in r.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            length = std::str::from_utf8(h.value).ok()?.trim().parse().ok();
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = true;
+        }
+        if connection_specific(h.name) {
+            continue;
+        }
+        let name = http::HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+        let value = http::HeaderValue::from_maybe_shared(head.slice_ref(h.value)).ok()?;
+        fields.append(name, value);
+    }
+    Some(Translated {
+        response,
+        length,
+        chunked,
+    })
+}
+
+/// `100 Continue`, as an informational response.
+pub(crate) fn continue_response() -> http::Response<()> {
+    let mut response = http::Response::new(());
+    *response.status_mut() = http::StatusCode::CONTINUE;
+    response
+}
+
+/// Reads the forwarder's HTTP/1.1 answer from `from` and sends it on the stream: interim
+/// (1xx) heads skipped but 100 Continue, sent on as an informational response, the
+/// framing (length, chunked or close) undone.
+pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
+    from: &mut R,
+    out: &mut O,
+    head_only: bool,
+    timeout: Duration,
+) -> Option<()> {
+    let mut buf: Vec<u8> = Vec::with_capacity(PIECE);
+    let head_len = loop {
+        match head_end(&buf) {
+            Some((len, status)) if (100..200).contains(&status) => {
+                // The forwarder's 100 Continue to a client that waits for it; the others
+                // (an app's interim answers are the forwarder's to drop) are skipped.
+                if status == 100 {
+                    out.informational(continue_response()).await;
+                }
+                buf.drain(..len);
+                continue;
+            }
+            Some((len, _)) => break len,
+            None if buf.len() < (256 << 10) => {}
+            None => return None,
+        }
+        let n = read_some(from, &mut buf, timeout).await?;
+        if n == 0 {
+            return None;
+        }
+    };
+    let head = Bytes::copy_from_slice(&buf[..head_len]);
+    buf.drain(..head_len);
+    let Translated {
+        response,
+        length,
+        chunked,
+    } = translate(&head)?;
+    let status = response.status().as_u16();
+    let no_body = head_only || status == 204 || status == 304 || length == Some(0);
+    out.head(response, no_body).await?;
+    if no_body {
+        return Some(());
+    }
+    let mut decoder = chunked.then(|| crate::http::ChunkedDecoder::with_bounds(u64::MAX, 64 << 10));
+    let mut left = length.filter(|_| !chunked);
+    loop {
+        // Nothing more is read from the app than the client takes: a client that does not
+        // read stops the app's answer in the forwarder's pipe (bounded), and this stream
+        // holds no buffer while it waits.
+        if buf.is_empty() && read_within_room(from, &mut buf, out, timeout).await? == 0 {
+            // The close ends a body framed by it; a shorter one is cut.
+            if left.is_some_and(|l| l > 0) || decoder.is_some() {
+                out.cut();
+                return None;
+            }
+            out.data(Bytes::new(), true, timeout).await?;
+            return Some(());
+        }
+        let (data, done) = match &mut decoder {
+            Some(d) => {
+                let got = d.decode(&mut buf).ok()?;
+                let data = Bytes::copy_from_slice(&buf[..got.produced]);
+                buf.drain(..got.consumed);
+                (data, got.done)
+            }
+            None => {
+                let take = left.map_or(buf.len(), |l| (l as usize).min(buf.len()));
+                let data = Bytes::copy_from_slice(&buf[..take]);
+                buf.drain(..take);
+                if let Some(l) = &mut left {
+                    *l -= take as u64;
+                }
+                (data, left == Some(0))
+            }
+        };
+        out.data(data, done, timeout).await?;
+        if done {
+            return Some(());
+        }
+    }
+}
+
+/// A complete response head at the start of `buf`: its length and status; `None` while
+/// incomplete. (Malformed heads are found by [`translate`].)
+fn head_end(buf: &[u8]) -> Option<(usize, u16)> {
+    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut hs);
+    match r.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => Some((len, r.code.unwrap_or(0))),
+        Ok(httparse::Status::Partial) => None,
+        // Not HTTP: the whole buffer, which `translate` refuses.
+        Err(_) => Some((buf.len(), 0)),
+    }
+}
+
+/// Reads at most what the client takes now from `from` onto the empty `buf`, waiting for
+/// room first (with no buffer held meanwhile); `None` on an error, a timeout or a stream
+/// the client reset.
+async fn read_within_room<R: AsyncRead + Unpin, O: StreamOut>(
+    from: &mut R,
+    buf: &mut Vec<u8>,
+    out: &mut O,
+    timeout: Duration,
+) -> Option<usize> {
+    if !out.has_room() {
+        *buf = Vec::new();
+    }
+    let room = out.room(PIECE, timeout).await?;
+    buf.resize(room, 0);
+    let n = match tokio::time::timeout(timeout, from.read(&mut buf[..])).await {
+        Ok(Ok(n)) => n,
+        _ => return None,
+    };
+    buf.truncate(n);
+    Some(n)
+}
+
+/// Reads what is there (up to a piece) onto `buf`; `None` on an error or a timeout.
+async fn read_some<R: AsyncRead + Unpin>(
+    from: &mut R,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+) -> Option<usize> {
+    buf.reserve(PIECE);
+    match tokio::time::timeout(timeout, from.read_buf(buf)).await {
+        Ok(Ok(n)) => Some(n),
+        _ => None,
+    }
+}
+
+/// Sends a file's range in pieces, as the client takes them (see [`StreamOut::room`] for
+/// `timeout`). A piece is read only once the client takes it: a stream waiting for a client
+/// that does not read holds a file position, not bytes.
+pub(crate) async fn send_file<O: StreamOut>(
+    out: &mut O,
+    f: FileBody,
+    timeout: Duration,
+) -> Option<()> {
+    use std::os::unix::fs::FileExt;
+    let mut offset = f.offset;
+    let stop = f.offset + f.len;
+    while offset < stop {
+        let room = ((stop - offset) as usize).min(PIECE);
+        let want = out.room(room, timeout).await?.min(room);
+        let mut piece = vec![0u8; want];
+        let n = f.file.read_at(&mut piece, offset).ok()?;
+        if n == 0 {
+            out.cut();
+            return None;
+        }
+        piece.truncate(n);
+        offset += n as u64;
+        out.data(Bytes::from(piece), offset >= stop, timeout)
+            .await?;
+    }
+    if f.len == 0 {
+        out.data(Bytes::new(), true, timeout).await?;
+    }
+    Some(())
+}

@@ -1,0 +1,142 @@
+//! The QUIC endpoints of a worker's threads (`[server] http3`): on each https address a
+//! thread listens on, a UDP socket of its own in the address's reuseport group, a quinn
+//! endpoint on it, and its connections served by `http::h3`.
+//!
+//! Owns: binding those sockets (before the worker becomes its pool's user, so a port under
+//! 1024 can be had, as the master has the TCP ones), the endpoints' QUIC settings, and
+//! accepting their connections within the thread's connection limit. Must not touch: HTTP/3
+//! itself (see [`crate::http::h3`]) or the TLS configuration beyond its ALPN and 0-RTT (see
+//! [`crate::tls::server_config`]).
+//!
+//! The kernel's reuseport hash of the 4-tuple keeps a connection's datagrams on one socket,
+//! so on one thread, while the group's sockets stay as they are. A recycle or a reload that
+//! changes them moves some connections' datagrams to a thread that does not know them: those
+//! connections end (their clients connect again, or fall back to TCP, which `Alt-Svc` leaves
+//! them). Steering by connection ID, which would keep them, is not done yet.
+//!
+//! Address validation: a client whose address is not validated yet is sent a Retry (RFC 9000
+//! §8.1.2) once the thread has [`RETRY_PAST`] handshakes under way, so a flood of Initials
+//! from forged addresses costs a stateless packet each, not a connection's state.
+
+use super::conn_task::Slot;
+use crate::handlers::ThreadService;
+use crate::http::service::ConnEnv;
+use std::cell::Cell;
+use std::net::UdpSocket;
+use std::rc::Rc;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Handshakes under way on a thread past which a new client must prove its address first.
+const RETRY_PAST: usize = 64;
+/// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, and
+/// room for a few it may add (RFC 9114 §6.2: unknown types are ignored).
+const UNI_STREAMS: u32 = 8;
+
+/// Binds a UDP socket per (thread, https group) the worker's threads listen on, for the
+/// groups it has a TLS configuration for; `quic[t]` is thread `t`'s.
+pub fn bind(
+    spec: &super::spec::WorkerSpec,
+    has_tls: impl Fn(usize) -> bool,
+) -> Result<Vec<Vec<(UdpSocket, usize)>>, String> {
+    if !spec.http3 {
+        return Ok(spec.threads.iter().map(|_| Vec::new()).collect());
+    }
+    (spec.threads.iter())
+        .map(|thread| {
+            (thread.listeners.iter())
+                .filter(|&&(_, group)| spec.groups[group].tls && has_tls(group))
+                .map(|&(_, group)| {
+                    let addr = spec.groups[group].addr;
+                    crate::os::net::reuseport_udp(addr)
+                        .map(|socket| (socket, group))
+                        .map_err(|e| format!("cannot listen for HTTP/3 on udp {addr}: {e}; free the UDP port, or set [server] http3 = false"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A quinn endpoint on `socket`, answering with `tls` (its certificates, by SNI) for ALPN
+/// `h3` only, 0-RTT off (a replayed early request could repeat what it does).
+pub fn endpoint(
+    socket: UdpSocket,
+    tls: &Arc<rustls::ServerConfig>,
+    idle: Duration,
+) -> Result<quinn::Endpoint, String> {
+    let mut tls = (**tls).clone();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    tls.max_early_data_size = 0;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
+        .map_err(|e| format!("cannot make the QUIC TLS configuration: {e}"))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(crate::http::h2::MAX_STREAMS.into())
+        .max_concurrent_uni_streams(UNI_STREAMS.into())
+        .max_idle_timeout(idle.try_into().ok());
+    server.transport_config(Arc::new(transport));
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))
+}
+
+/// What a thread's endpoints need of it: its requests' environment and its connection count
+/// and limit (shared with its TCP connections), and where a contained panic is told.
+pub struct Thread {
+    pub env: Rc<ConnEnv<ThreadService>>,
+    pub open: Rc<Cell<usize>>,
+    pub max_conns: usize,
+    pub panics: Arc<AtomicU64>,
+    pub who: Rc<str>,
+}
+
+/// Takes `endpoint`'s connections until the worker drains; then new ones are refused (the
+/// successor's endpoints take them) and those open get GOAWAY from `http::h3`.
+pub async fn accept_loop(endpoint: quinn::Endpoint, group: usize, thread: Rc<Thread>) {
+    let env = &thread.env;
+    let handshakes = Rc::new(Cell::new(0usize));
+    loop {
+        if env.shutdown.started.get() {
+            break;
+        }
+        let incoming = tokio::select! {
+            biased;
+            _ = env.shutdown.notify.notified() => break,
+            incoming = endpoint.accept() => incoming,
+        };
+        let Some(incoming) = incoming else { break };
+        if thread.open.get() >= thread.max_conns {
+            incoming.refuse();
+            continue;
+        }
+        if !incoming.remote_address_validated() && handshakes.get() >= RETRY_PAST {
+            // An Initial already answered by a Retry and still unvalidated is dropped.
+            let _ = incoming.retry();
+            continue;
+        }
+        let peer = Some(incoming.remote_address());
+        let (env, handshaking) = (Rc::clone(env), Slot::take(&handshakes));
+        let fut = Box::pin(async move {
+            let timeout = env.timeouts.header;
+            let connected = tokio::time::timeout(timeout, incoming).await;
+            drop(handshaking);
+            if let Ok(Ok(conn)) = connected {
+                crate::http::h3::serve(conn, group, env).await;
+            }
+        });
+        tokio::task::spawn_local(super::conn_task::contain(
+            fut,
+            peer,
+            Slot::take(&thread.open),
+            Arc::clone(&thread.panics),
+            Rc::clone(&thread.who),
+        ));
+    }
+    endpoint.set_server_config(None);
+}

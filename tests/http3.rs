@@ -1,0 +1,300 @@
+//! HTTP/3 (`[server] http3`), spoken to by two independent clients: ngtcp2's `gtlsclient`
+//! (Debian's ngtcp2-client) and Python's aioquic (PyPI) — a static file byte-exact (also at
+//! 5 % packet loss both ways), an app's answer and a POST body through its pool, site
+//! features (a redirect, a header, a deny, a body over its bound), the access log's protocol,
+//! `Alt-Svc` on the HTTP/2 answer; and `check`'s refusals where HTTP/3 could not answer.
+
+use crate::common::tls::{curl, openssl_cert};
+use crate::common::{check_refuses, free_port, need_tools, skip, wait_for, Server};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// A file's SHA-256, by `sha256sum` (the tests take no hashing crate for it).
+fn sha256_hex(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// What one HTTP/3 request got.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    /// The body's SHA-256 (hex) and, when short, its text.
+    sha256: String,
+    text: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        (self.headers.iter())
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request by ngtcp2's client (`loss`: the share of datagrams it drops each way); the
+/// body is downloaded into `dir` under the path's last segment.
+fn ngtcp2(dir: &Path, port: u16, method: &str, path: &str, loss: f32) -> Answer {
+    let download = dir.join("dl");
+    let _ = std::fs::remove_dir_all(&download);
+    std::fs::create_dir_all(&download).unwrap();
+    let out = Command::new("timeout")
+        .args([
+            "60",
+            "gtlsclient",
+            "--no-quic-dump",
+            "--exit-on-all-streams-close",
+        ])
+        .arg(format!("--download={}", download.display()))
+        .args([
+            "-m",
+            method,
+            "-t",
+            &loss.to_string(),
+            "-r",
+            &loss.to_string(),
+        ])
+        .args(["127.0.0.1", &port.to_string()])
+        .arg(format!("https://localhost:{port}{path}"))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "gtlsclient failed:\n{log}");
+    // `http: stream 0x0 [name: value]` for each field of the answer.
+    let fields: Vec<(String, String)> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("http: stream 0x0 ["))
+        .filter_map(|l| l.strip_suffix(']'))
+        .filter_map(|l| l.split_once(": "))
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    let status = (fields.iter())
+        .find(|(n, _)| n == ":status")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no status:\n{log}"));
+    let file = download.join(path.rsplit('/').next().unwrap_or_default());
+    let body = std::fs::read(&file).unwrap_or_default();
+    Answer {
+        status,
+        headers: fields.into_iter().filter(|(n, _)| n != ":status").collect(),
+        sha256: if file.exists() {
+            sha256_hex(&file)
+        } else {
+            String::new()
+        },
+        text: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// Installs aioquic for the tests (under target/, from PyPI) once; `None` when it cannot.
+fn aioquic() -> Option<std::path::PathBuf> {
+    static READY: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    READY
+        .get_or_init(|| {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/h3-py");
+            if dir.join("aioquic").exists() {
+                return Some(dir);
+            }
+            let ok = Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "--target"])
+                .arg(&dir)
+                .arg("aioquic")
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(dir)
+        })
+        .clone()
+}
+
+/// One request by aioquic's client (tests/apps/h3_client.py), with `body` for a POST.
+fn aioquic_request(
+    lib: &Path,
+    dir: &Path,
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> Answer {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/h3_client.py");
+    let mut cmd = Command::new("timeout");
+    cmd.args(["60", "python3"])
+        .arg(&client)
+        .args([&port.to_string(), method, path])
+        .env("PYTHONPATH", lib);
+    if let Some(body) = body {
+        let file = dir.join("body.bin");
+        std::fs::write(&file, body).unwrap();
+        cmd.arg(&file);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "aioquic failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    Answer {
+        status: v["status"].as_u64().unwrap() as u16,
+        headers: (v["headers"].as_array().unwrap().iter())
+            .map(|p| {
+                let s = |i: usize| p[i].as_str().unwrap().to_string();
+                (s(0), s(1))
+            })
+            .collect(),
+        sha256: v["sha256"].as_str().unwrap().to_string(),
+        text: v["text"].as_str().unwrap().to_string(),
+    }
+}
+
+/// A site with static files, a header, a redirect, a denied path and an app in a pool.
+fn site(dir: &Path) -> (Server, u16) {
+    openssl_cert(dir, "site", "localhost");
+    std::fs::create_dir_all(dir.join("www/static")).unwrap();
+    std::fs::create_dir_all(dir.join("marks")).unwrap();
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(dir.join("www/static/big.bin"), &big).unwrap();
+    std::fs::write(dir.join("www/static/hello.txt"), "hello over QUIC\n").unwrap();
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/upload_app.py");
+    let port = free_port();
+    let config = format!(
+        r#"
+[server]
+http3 = true
+[[pool]]
+name = "app"
+command = ["python3", "{app}"]
+environment = {{ MARKS = "{marks}" }}
+health = "/healthz"
+[[site]]
+name = "s"
+bindings = ["https://127.0.0.1:{port}"]
+tls = {{ cert = "site.pem", key = "site.key" }}
+root = "www"
+max_body_size = "256KiB"
+headers = {{ X-Site = "over-h3" }}
+access_log = {{ path = "logs/s.log", format = "common" }}
+[[site.rule]]
+match = "^/old/(.*)$"
+redirect = "/static/$1"
+[[site.app]]
+pool = "app"
+[[site.app]]
+path = "/static/"
+handler = "static"
+[[site.app]]
+path = "/private/"
+pool = "app"
+deny = ["127.0.0.0/8"]
+"#,
+        app = app.display(),
+        marks = dir.join("marks").display(),
+    );
+    (Server::with_config(dir, &config), port)
+}
+
+#[test]
+fn a_site_over_http3_answers_ngtcp2_with_every_site_feature() {
+    need_tools("gtlsclient:ngtcp2-client", "ngtcp2's HTTP/3 client");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, port) = site(d);
+    let expected = sha256_hex(&d.join("www/static/big.bin"));
+    // A static file, byte-exact, also with 5 % of the datagrams lost each way.
+    for loss in [0.0, 0.05] {
+        let r = ngtcp2(d, port, "GET", "/static/big.bin", loss);
+        assert_eq!((r.status, r.sha256.as_str()), (200, expected.as_str()));
+        assert_eq!(r.header("x-site"), Some("over-h3"));
+    }
+    // The app's answer through its pool; a site rule's redirect; a path's deny.
+    let r = ngtcp2(d, port, "GET", "/hello", 0.0);
+    assert_eq!((r.status, r.text.as_str()), (200, "ok\n"));
+    assert_eq!(r.header("x-site"), Some("over-h3"));
+    let r = ngtcp2(d, port, "GET", "/old/hello.txt", 0.0);
+    assert_eq!(r.status, 301, "{:?}", r.headers);
+    assert_eq!(r.header("location"), Some("/static/hello.txt"));
+    let r = ngtcp2(d, port, "GET", "/private/x", 0.0);
+    assert_eq!(r.status, 403);
+    // The log says which protocol each request came over.
+    wait_for("the access log's line", Duration::from_secs(30), || {
+        std::fs::read_to_string(d.join("logs/s.log"))
+            .is_ok_and(|log| log.contains("\"GET /hello HTTP/3.0\" 200"))
+    });
+    // HTTP/2 (and HTTP/1.1) answers advertise HTTP/3 on the same port.
+    let (code, _, verbose) = curl(
+        d,
+        "site.pem",
+        "localhost",
+        port,
+        "/static/hello.txt",
+        &["--http2"],
+    );
+    assert_eq!(code, 0, "{verbose}");
+    assert!(verbose.contains("< HTTP/2 200"), "{verbose}");
+    let alt = format!("< alt-svc: h3=\":{port}\"; ma=86400");
+    assert!(verbose.contains(&alt), "{verbose}");
+    drop(server);
+}
+
+#[test]
+fn a_site_over_http3_answers_aioquic_and_bounds_its_bodies() {
+    let Some(lib) = aioquic() else {
+        return skip("aioquic cannot be installed from PyPI (python3 -m pip install failed)");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, port) = site(d);
+    let r = aioquic_request(&lib, d, port, "GET", "/static/hello.txt", None);
+    assert_eq!((r.status, r.text.as_str()), (200, "hello over QUIC\n"));
+    assert_eq!(r.header("x-site"), Some("over-h3"));
+    let r = aioquic_request(&lib, d, port, "GET", "/static/big.bin", None);
+    assert_eq!(r.sha256, sha256_hex(&d.join("www/static/big.bin")));
+    // A POST body reaches the app whole.
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(d.join("sent.bin"), &body).unwrap();
+    let r = aioquic_request(&lib, d, port, "POST", "/upload", Some(&body));
+    let want = format!(
+        "len=200000 sha256={} framing=length\n",
+        sha256_hex(&d.join("sent.bin"))
+    );
+    assert_eq!((r.status, r.text.as_str()), (200, want.as_str()));
+    // One past the site's max_body_size is refused before the app sees it.
+    let hostile = vec![b'x'; 256 * 1024 + 1];
+    let r = aioquic_request(&lib, d, port, "POST", "/upload", Some(&hostile));
+    assert_eq!(r.status, 413);
+    drop(server);
+}
+
+#[test]
+fn check_refuses_http3_where_it_could_not_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "site", "localhost");
+    let port = free_port();
+    let err = check_refuses(
+        d,
+        &format!("[server]\nhttp3 = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nhandler = \"static\"\n"),
+    );
+    assert!(
+        err.contains("server.http3") && err.contains("no site has an https:// binding"),
+        "{err}"
+    );
+    let err = check_refuses(
+        d,
+        &format!("[server]\nhttp3 = true\n[[pool]]\nname = \"a\"\n[[pool]]\nname = \"b\"\n[[site]]\nname = \"one\"\nbindings = [\"https://127.0.0.1:{port}:one.localhost\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\npool = \"a\"\n[[site]]\nname = \"two\"\nbindings = [\"https://127.0.0.1:{port}:two.localhost\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\npool = \"b\"\n"),
+    );
+    assert!(err.contains("pools a, b share it"), "{err}");
+    let err = check_refuses(
+        d,
+        &format!("[server]\nhttp3 = true\n[[pool]]\nname = \"app\"\ncommand = [\"python3\", \"app.py\"]\ntransport = \"activation\"\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\npool = \"app\"\n"),
+    );
+    assert!(err.contains("accepts its own connections"), "{err}");
+}
