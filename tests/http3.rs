@@ -5,7 +5,7 @@
 //! `Alt-Svc` on the HTTP/2 answer; and `check`'s refusals where HTTP/3 could not answer.
 
 use crate::common::tls::{curl, openssl_cert};
-use crate::common::{check_refuses, free_port, need_tools, skip, wait_for, Server};
+use crate::common::{check_refuses, espalier, free_port, need_tools, skip, wait_for, Server};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -241,6 +241,30 @@ fn a_site_over_http3_answers_ngtcp2_with_every_site_feature() {
     assert!(verbose.contains("< HTTP/2 200"), "{verbose}");
     let alt = format!("< alt-svc: h3=\":{port}\"; ma=86400");
     assert!(verbose.contains(&alt), "{verbose}");
+    // espalier's own load generator speaks HTTP/3 too: every request answered.
+    let url = format!("https://127.0.0.1:{port}/static/hello.txt");
+    let out = espalier(&[
+        "bench",
+        "--h3",
+        "-k",
+        "-n",
+        "400",
+        "-c",
+        "2",
+        "--streams",
+        "4",
+        &url,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("400 requests in") && text.contains("errors: 0 "),
+        "{text}"
+    );
     drop(server);
 }
 

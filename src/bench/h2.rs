@@ -22,12 +22,12 @@ use tokio::time::Instant;
 const STREAM_WINDOW: u32 = 8 << 20;
 const CONNECTION_WINDOW: u32 = 64 << 20;
 
-/// What every stream of a target sends, built once per thread.
+/// What every stream of a target sends, built once per thread (HTTP/3's too).
 pub(super) struct H2Request {
     method: http::Method,
     uri: http::Uri,
     headers: http::HeaderMap,
-    body: Bytes,
+    pub(super) body: Bytes,
 }
 
 /// Headers HTTP/2 forbids (RFC 9113 §8.2.2), dropped from `-H`; `Host` becomes `:authority`.
@@ -73,7 +73,7 @@ impl H2Request {
         })
     }
 
-    fn request(&self) -> http::Request<()> {
+    pub(super) fn request(&self) -> http::Request<()> {
         let mut r = http::Request::new(());
         *r.method_mut() = self.method.clone();
         *r.uri_mut() = self.uri.clone();

@@ -1,4 +1,4 @@
-//! `espalier bench`: an HTTP/1.1 and HTTP/2 load generator, over TCP or TLS — the case study's WCAT and the static
+//! `espalier bench`: an HTTP/1.1, HTTP/2 and HTTP/3 load generator, over TCP, TLS or QUIC — the case study's WCAT and the static
 //! benchmark's weighttp, cheap enough never to be the bottleneck.
 //!
 //! Owns: generating load and measuring it. Each client thread has its own single-threaded
@@ -22,11 +22,13 @@
 //!
 //! The files: [`options`] (what to load), `run` (the threads and the measured window), `state`
 //! (what a thread's connections share), `transport` (TCP and TLS), `connection` (one
-//! HTTP/1.1 connection's loop), `h2` (one HTTP/2 connection's streams), `response` (the
+//! HTTP/1.1 connection's loop), `h2` (one HTTP/2 connection's streams), `h3` (one HTTP/3
+//! connection's streams, over QUIC), `response` (the
 //! response scanner), [`result`] (counts, errors and the histogram, printable and mergeable).
 
 mod connection;
 mod h2;
+mod h3;
 pub mod options;
 mod response;
 pub mod result;

@@ -37,6 +37,8 @@ pub struct BenchOptions {
     /// Speak HTTP/2: over TLS by ALPN, over cleartext with prior knowledge (h2c). Each
     /// connection carries `pipeline` concurrent streams.
     pub h2: bool,
+    /// Speak HTTP/3 over QUIC (https targets only).
+    pub h3: bool,
     /// Which server certificates to believe over `https://`.
     pub trust: Trust,
     /// Send again, uncounted, a request the server did not take (as browsers do); `false`
@@ -136,6 +138,7 @@ impl BenchOptions {
             progress: false,
             start_at: None,
             h2: false,
+            h3: false,
             trust: Trust::System,
             retry_unanswered: true,
             uring: false,

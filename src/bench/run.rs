@@ -6,6 +6,7 @@
 
 use super::connection::connection;
 use super::h2::{h2_connection, H2Request};
+use super::h3::{h3_connection, H3Client};
 use super::options::BenchOptions;
 use super::result::BenchResult;
 use super::state::ThreadState;
@@ -132,7 +133,7 @@ fn client_thread(
 ) -> Result<BenchResult, String> {
     let opts = Rc::new(opts);
     let connector = Connector::new(&opts, tls.as_ref())?;
-    let h2_requests = if opts.h2 {
+    let h2_requests = if opts.h2 || opts.h3 {
         (0..opts.targets.len())
             .map(|t| H2Request::new(&opts, t).map(Rc::new))
             .collect::<Result<Vec<_>, _>>()?
@@ -157,6 +158,15 @@ fn client_thread(
             false => None,
         };
         let connector = Rc::new(connector.with_ring(ring));
+        // HTTP/3: one UDP socket (a client endpoint) for the thread's connections, made on
+        // its runtime.
+        let h3 = match (opts.h3, &tls) {
+            (true, Some(tls)) => {
+                let ipv6 = opts.targets.iter().any(|t| t.addr.is_ipv6());
+                Some(Rc::new(H3Client::new(tls, ipv6)?))
+            }
+            _ => None,
+        };
         let start = Instant::from_std(start);
         tokio::time::sleep_until(start).await;
         let measure_from = start + opts.warmup;
@@ -197,19 +207,24 @@ fn client_thread(
             let opts = Rc::clone(&opts);
             let connector = Rc::clone(&connector);
             let h2_request = h2_requests.get(target).map(Rc::clone);
+            let h3 = h3.clone();
             // Stagger open-loop schedules so connections do not fire in lockstep.
             let offset = per_conn_rate.map_or(Duration::ZERO, |r| {
                 Duration::from_secs_f64((c as f64 / conns as f64) / r)
             });
             let first_send = start + offset;
             tasks.push(tokio::task::spawn_local(async move {
-                match h2_request {
-                    Some(request) => {
+                match (h2_request, h3) {
+                    (Some(request), Some(h3)) => {
+                        let schedule = (per_conn_rate, first_send);
+                        h3_connection(opts, target, state, request, schedule, h3).await
+                    }
+                    (Some(request), None) => {
                         let rate = per_conn_rate;
                         h2_connection(opts, target, state, request, rate, first_send, connector)
                             .await
                     }
-                    None => {
+                    (None, _) => {
                         connection(&opts, target, &state, per_conn_rate, first_send, &connector)
                             .await
                     }

@@ -127,7 +127,9 @@ pub(super) fn client_config(opts: &BenchOptions) -> Result<Option<ClientConfig>,
     if !opts.targets.iter().any(|t| t.tls) {
         return Ok(None);
     }
-    let alpn = if opts.h2 {
+    let alpn = if opts.h3 {
+        b"h3".to_vec()
+    } else if opts.h2 {
         b"h2".to_vec()
     } else {
         b"http/1.1".to_vec()

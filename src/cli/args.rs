@@ -233,6 +233,9 @@ pub struct BenchArgs {
     /// Speak HTTP/2: over https:// by ALPN, over http:// with prior knowledge (h2c).
     #[arg(long)]
     pub h2: bool,
+    /// Speak HTTP/3 over QUIC (https:// targets, the server's UDP port of the same number).
+    #[arg(long, conflicts_with = "h2")]
+    pub h3: bool,
     /// Trust the CA certificates in this PEM file (repeatable) instead of the system's.
     #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
     pub cacert: Vec<PathBuf>,

@@ -65,6 +65,7 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
     o.keepalive = !a.no_keepalive;
     o.pipeline = a.pipeline;
     o.h2 = a.h2;
+    o.h3 = a.h3;
     o.retry_unanswered = !a.no_retry;
     let choice = match a.io.as_str() {
         "uring" => crate::config::IoChoice::Uring,
@@ -79,6 +80,17 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
     )?;
     o.uring = path.uring;
     o.io_path = path.why;
+    if a.h3 && a.no_keepalive {
+        return Err(
+            "--no-keepalive: HTTP/3 connections carry many requests; drop --no-keepalive or --h3"
+                .into(),
+        );
+    }
+    if a.h3 && o.targets.iter().any(|t| !t.tls) {
+        return Err(
+            "--h3: HTTP/3 is spoken over QUIC, which is always TLS; give https:// URLs".into(),
+        );
+    }
     if a.h2 && a.no_keepalive {
         return Err(
             "--no-keepalive: HTTP/2 connections carry many requests; drop --no-keepalive or --h2"

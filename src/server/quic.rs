@@ -75,7 +75,8 @@ pub fn endpoint(
     transport
         .max_concurrent_bidi_streams(crate::http::h2::MAX_STREAMS.into())
         .max_concurrent_uni_streams(UNI_STREAMS.into())
-        .max_idle_timeout(idle.try_into().ok());
+        .max_idle_timeout(idle.try_into().ok())
+        .enable_segmentation_offload(gso());
     server.transport_config(Arc::new(transport));
     quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
@@ -84,6 +85,13 @@ pub fn endpoint(
         Arc::new(quinn::TokioRuntime),
     )
     .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))
+}
+
+/// Whether quinn may send a burst of datagrams in one `sendmsg` (GSO, where the kernel has
+/// it): yes, unless the environment's `ESPALIER_QUIC_GSO=off` says not — bench/h3.sh's way
+/// of measuring what it saves.
+fn gso() -> bool {
+    std::env::var("ESPALIER_QUIC_GSO").map_or(true, |v| v != "off")
 }
 
 /// What a thread's endpoints need of it: its requests' environment and its connection count
