@@ -116,16 +116,17 @@ fn aioquic_request(
     lib: &Path,
     dir: &Path,
     port: u16,
-    method: &str,
-    path: &str,
+    (method, path): (&str, &str),
     body: Option<&[u8]>,
+    env: &[(&str, &str)],
 ) -> Answer {
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/h3_client.py");
     let mut cmd = Command::new("timeout");
     cmd.args(["60", "python3"])
         .arg(&client)
         .args([&port.to_string(), method, path])
-        .env("PYTHONPATH", lib);
+        .env("PYTHONPATH", lib)
+        .envs(env.iter().copied());
     if let Some(body) = body {
         let file = dir.join("body.bin");
         std::fs::write(&file, body).unwrap();
@@ -276,15 +277,15 @@ fn a_site_over_http3_answers_aioquic_and_bounds_its_bodies() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (server, port) = site(d);
-    let r = aioquic_request(&lib, d, port, "GET", "/static/hello.txt", None);
+    let r = aioquic_request(&lib, d, port, ("GET", "/static/hello.txt"), None, &[]);
     assert_eq!((r.status, r.text.as_str()), (200, "hello over QUIC\n"));
     assert_eq!(r.header("x-site"), Some("over-h3"));
-    let r = aioquic_request(&lib, d, port, "GET", "/static/big.bin", None);
+    let r = aioquic_request(&lib, d, port, ("GET", "/static/big.bin"), None, &[]);
     assert_eq!(r.sha256, sha256_hex(&d.join("www/static/big.bin")));
     // A POST body reaches the app whole.
     let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(d.join("sent.bin"), &body).unwrap();
-    let r = aioquic_request(&lib, d, port, "POST", "/upload", Some(&body));
+    let r = aioquic_request(&lib, d, port, ("POST", "/upload"), Some(&body), &[]);
     let want = format!(
         "len=200000 sha256={} framing=length\n",
         sha256_hex(&d.join("sent.bin"))
@@ -292,8 +293,30 @@ fn a_site_over_http3_answers_aioquic_and_bounds_its_bodies() {
     assert_eq!((r.status, r.text.as_str()), (200, want.as_str()));
     // One past the site's max_body_size is refused before the app sees it.
     let hostile = vec![b'x'; 256 * 1024 + 1];
-    let r = aioquic_request(&lib, d, port, "POST", "/upload", Some(&hostile));
+    let r = aioquic_request(&lib, d, port, ("POST", "/upload"), Some(&hostile), &[]);
     assert_eq!(r.status, 413);
+    // …and so is one that does not say its length, once it has sent one byte too many.
+    let no_length = [("H3_NO_LENGTH", "1")];
+    let r = aioquic_request(
+        &lib,
+        d,
+        port,
+        ("POST", "/upload"),
+        Some(&hostile),
+        &no_length,
+    );
+    assert_eq!(r.status, 413);
+    // A field section past max_header_size: 431, before any of the site's steps.
+    let big = format!("x-big: {}", "b".repeat(40 * 1024));
+    let r = aioquic_request(
+        &lib,
+        d,
+        port,
+        ("GET", "/static/hello.txt"),
+        None,
+        &[("H3_FIELD", &big)],
+    );
+    assert_eq!(r.status, 431);
     drop(server);
 }
 

@@ -3,11 +3,13 @@
     h3_client.py PORT METHOD PATH [BODY_FILE]
 
 Trusts nothing but checks nothing either (the test's certificate is self-signed); sends SNI
-and :authority `localhost`. Prints one JSON line: the status, the header fields, the body's
+and :authority `localhost`. The environment's H3_FIELD (`name: value`) adds a header field;
+H3_NO_LENGTH=1 sends a body without `content-length`. Prints one JSON line: the status, the header fields, the body's
 length and SHA-256, and its text when it is short."""
 import asyncio
 import hashlib
 import json
+import os
 import ssl
 import sys
 
@@ -44,8 +46,11 @@ class Client(QuicConnectionProtocol):
             (b":authority", b"localhost"),
             (b":path", path.encode()),
         ]
-        if body:
+        if body and not os.environ.get("H3_NO_LENGTH"):
             fields.append((b"content-length", str(len(body)).encode()))
+        if os.environ.get("H3_FIELD"):
+            name, value = os.environ["H3_FIELD"].split(": ", 1)
+            fields.append((name.encode(), value.encode()))
         self.h3.send_headers(stream, fields, end_stream=not body)
         if body:
             self.h3.send_data(stream, body, end_stream=True)
