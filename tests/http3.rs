@@ -291,6 +291,22 @@ fn a_site_over_http3_answers_aioquic_and_bounds_its_bodies() {
         sha256_hex(&d.join("sent.bin"))
     );
     assert_eq!((r.status, r.text.as_str()), (200, want.as_str()));
+    // A body streams to the app as it arrives: its first half reaches the app (which marks
+    // it) while the client holds back the second — read whole first, it never would.
+    let mark = d.join("marks/streamed");
+    let wait_for = mark.display().to_string();
+    let env = [
+        ("H3_NO_LENGTH", "1"),
+        ("H3_PAUSE_AT", "100000"),
+        ("H3_WAIT_FOR", wait_for.as_str()),
+        ("H3_FIELD", "x-mark-after: 100000"),
+    ];
+    let r = aioquic_request(&lib, d, port, ("POST", "/streamed"), Some(&body), &env);
+    let want = format!(
+        "len=200000 sha256={} framing=chunked\n",
+        sha256_hex(&d.join("sent.bin"))
+    );
+    assert_eq!((r.status, r.text.as_str()), (200, want.as_str()));
     // One past the site's max_body_size is refused before the app sees it.
     let hostile = vec![b'x'; 256 * 1024 + 1];
     let r = aioquic_request(&lib, d, port, ("POST", "/upload"), Some(&hostile), &[]);

@@ -134,6 +134,28 @@ pub(crate) fn answer_here<S: Service>(
     Written { out, file, refused }
 }
 
+/// The forwarder's side of a stream's pipe (`stream`, the body's start in `rbuf`), bounded as
+/// the request's path says: what a stream lends its app through, over HTTP/2 and HTTP/3.
+pub(crate) fn lent_connection<'a, C, S>(
+    stream: &'a mut C,
+    rbuf: &'a mut Vec<u8>,
+    env: &'a ConnEnv<S>,
+    ctx: &'a RequestCtx,
+    report: &'a super::access_log::Report,
+) -> super::service::LentConnection<'a, C> {
+    super::service::LentConnection {
+        stream,
+        rbuf,
+        clock: &env.clock,
+        max_body: ctx.body_bound(env.limits.max_body_size),
+        max_framing: env.limits.max_header_size,
+        body_timeout: env.timeouts.body,
+        report,
+        fields: ctx.fields.as_deref(),
+        pages: ctx.pages.as_deref(),
+    }
+}
+
 /// Header fields HTTP/2 and HTTP/3 forbid (RFC 9113 §8.2.2, RFC 9114 §4.2): dropped from
 /// HTTP/1.1 answers.
 fn connection_specific(name: &str) -> bool {
@@ -186,6 +208,45 @@ pub(crate) fn translate(head: &Bytes) -> Option<Translated> {
         length,
         chunked,
     })
+}
+
+/// Whether the client waits for `100 Continue` before sending its body.
+pub(crate) fn expects_continue(parts: &http::request::Parts) -> bool {
+    parts.headers.get(http::header::EXPECT).is_some_and(|v| {
+        v.as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"100-continue")
+    })
+}
+
+/// The body's length as the client declared it (`content-length`), if it did.
+pub(crate) fn declared_length(parts: &http::request::Parts) -> Option<u64> {
+    parts
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+}
+
+/// Writes one piece of a body into the forwarder's pipe: as it is, or as a chunk.
+pub(crate) async fn write_piece<W: tokio::io::AsyncWrite + Unpin>(
+    to: &mut W,
+    data: &[u8],
+    chunked: bool,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    if !chunked {
+        return to.write_all(data).await;
+    }
+    let mut size = [0u8; 18];
+    let line = {
+        use std::io::Write;
+        let mut cursor = std::io::Cursor::new(&mut size[..]);
+        let _ = write!(cursor, "{:x}\r\n", data.len());
+        cursor.position() as usize
+    };
+    to.write_all(&size[..line]).await?;
+    to.write_all(data).await?;
+    to.write_all(b"\r\n").await
 }
 
 /// `100 Continue`, as an informational response.

@@ -4,7 +4,8 @@
 
 Trusts nothing but checks nothing either (the test's certificate is self-signed); sends SNI
 and :authority `localhost`. The environment's H3_FIELD (`name: value`) adds a header field;
-H3_NO_LENGTH=1 sends a body without `content-length`. Prints one JSON line: the status, the header fields, the body's
+H3_NO_LENGTH=1 sends a body without `content-length`; H3_PAUSE_AT=N with H3_WAIT_FOR=FILE
+sends the body's first N bytes, waits (30 s at most) until FILE exists, then the rest. Prints one JSON line: the status, the header fields, the body's
 length and SHA-256, and its text when it is short."""
 import asyncio
 import hashlib
@@ -52,9 +53,20 @@ class Client(QuicConnectionProtocol):
             name, value = os.environ["H3_FIELD"].split(": ", 1)
             fields.append((name.encode(), value.encode()))
         self.h3.send_headers(stream, fields, end_stream=not body)
+        self.done[stream] = asyncio.get_running_loop().create_future()
+        pause = int(os.environ.get("H3_PAUSE_AT", "0"))
+        if body and pause:
+            self.h3.send_data(stream, body[:pause], end_stream=False)
+            self.transmit()
+            for _ in range(3000):
+                if os.path.exists(os.environ["H3_WAIT_FOR"]):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise SystemExit("the body's first part never reached the app")
+            body = body[pause:]
         if body:
             self.h3.send_data(stream, body, end_stream=True)
-        self.done[stream] = asyncio.get_running_loop().create_future()
         self.transmit()
         return await asyncio.wait_for(self.done[stream], 30)
 

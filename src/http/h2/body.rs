@@ -26,23 +26,12 @@ pub(super) enum Body<'a> {
     Arriving(RecvStream, Framing, bool),
 }
 
-/// Whether the client waits for `100 Continue` before sending its body.
-pub(super) fn expects_continue(parts: &http::request::Parts) -> bool {
-    parts.headers.get(http::header::EXPECT).is_some_and(|v| {
-        v.as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"100-continue")
-    })
-}
+pub(super) use crate::http::streams::expects_continue;
 
 /// How an arriving body is framed for the app: by the length the client declared (the h2
 /// crate holds the stream's data to it), else chunked.
 pub(super) fn framing_of(parts: &http::request::Parts) -> Framing {
-    parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
-        .map_or(Framing::Chunked, Framing::Length)
+    crate::http::streams::declared_length(parts).map_or(Framing::Chunked, Framing::Length)
 }
 
 /// Writes `recv`'s data to `to` as it arrives, chunked if `chunked`, each piece's window
@@ -66,20 +55,7 @@ pub(super) async fn pump<W: AsyncWrite + Unpin>(
         if n == 0 {
             continue;
         }
-        let written = if chunked {
-            let mut size = [0u8; 18];
-            let line = chunk_line(n, &mut size);
-            let mut written = to.write_all(line).await;
-            if written.is_ok() {
-                written = to.write_all(&chunk).await;
-            }
-            if written.is_ok() {
-                written = to.write_all(b"\r\n").await;
-            }
-            written
-        } else {
-            to.write_all(&chunk).await
-        };
+        let written = crate::http::streams::write_piece(to, &chunk, chunked).await;
         if written.is_err() {
             // The forwarder is done with the request (it answered, or failed).
             return;
@@ -132,13 +108,4 @@ pub(super) async fn discard(recv: &mut RecvStream, max: u64, timeout: Duration) 
         }
         let _ = recv.flow_control().release_capacity(chunk.len());
     }
-}
-
-/// A chunk's size line, `{n:x}\r\n`, written into `buf`.
-fn chunk_line(n: usize, buf: &mut [u8; 18]) -> &[u8] {
-    use std::io::Write;
-    let mut cursor = std::io::Cursor::new(&mut buf[..]);
-    let _ = write!(cursor, "{n:x}\r\n");
-    let len = cursor.position() as usize;
-    &buf[..len]
 }

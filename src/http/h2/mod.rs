@@ -43,12 +43,10 @@ pub use crate::http::service::{LentStream, StreamReply};
 pub use send::send_data;
 
 use super::access_log::{Entry, OwnedFacts, Report, HTTP2};
-use super::service::{
-    client_text, ConnEnv, FileBody, LentConnection, LentHead, RequestCtx, Route, Service,
-};
+use super::service::{client_text, ConnEnv, FileBody, LentHead, RequestCtx, Route, Service};
 use super::{Framing, Method, Request, MAX_HEADERS};
 use crate::handoff::Carried;
-use crate::http::streams::{answer_here, relay, request_of, send_file, Written};
+use crate::http::streams::{answer_here, lent_connection, relay, request_of, send_file, Written};
 use answer::{send_error, H2Out};
 use body::Body;
 use bytes::Bytes;
@@ -502,17 +500,7 @@ impl<S: Service + 'static> Connection<S> {
             Body::Arriving(recv, ..) => (Vec::new(), Some(recv)),
         };
         let forwarding = async move {
-            let conn = LentConnection {
-                stream: &mut ours,
-                rbuf: &mut rbuf,
-                clock: &env.clock,
-                max_body: ctx.body_bound(env.limits.max_body_size),
-                max_framing: env.limits.max_header_size,
-                body_timeout: env.timeouts.body,
-                report,
-                fields: ctx.fields.as_deref(),
-                pages: ctx.pages.as_deref(),
-            };
+            let conn = lent_connection(&mut ours, &mut rbuf, env, ctx, report);
             env.service.lend(lent, conn).await;
             // Closing our end ends an answer framed by the close.
             drop(ours);

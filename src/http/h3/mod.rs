@@ -4,7 +4,7 @@
 //! forwarder as an HTTP/1.1 request — and sent back through `streams`' relay.
 //!
 //! Owns: a QUIC connection's HTTP/3 streams, their limits, and each stream's request made
-//! into a [`super::Request`] and answered. Must not touch: the QUIC endpoints and their UDP sockets
+//! into a [`super::Request`] and answered (its body: [`body`]). Must not touch: the QUIC endpoints and their UDP sockets
 //! (see `server::quic`), routing or content (the [`Service`] decides).
 //!
 //! Why quinn and h3: quinn is the QUIC stack of the Rust ecosystem with the most users (and
@@ -15,9 +15,9 @@
 //! quiche (tokio-quiche) was the other choice: it brings BoringSSL, a second TLS library
 //! whose certificates and resolver would be written twice.
 //!
-//! A request's body is read whole (bounded by its path's `max_body_size`) before it is
-//! answered or forwarded; a body streamed to its app as it arrives, as over HTTP/2, is left
-//! for a later step.
+//! A request's body streams to its app as it arrives, as over HTTP/2 ([`body`]); for an
+//! answer made here, or an app that must know its length first (FastCGI) when the client did
+//! not say it, it is read whole, bounded by its path's `max_body_size`.
 //!
 //! Limits: at most [`super::h2::MAX_STREAMS`] concurrent request streams per connection and
 //! a few unidirectional ones (QUIC's stream credit: a client cannot open more), a field
@@ -26,18 +26,30 @@
 //! `header_timeout` and a body or an answer stalled for `body_timeout` ending their stream.
 
 use super::access_log::{Entry, OwnedFacts, Report, HTTP3};
-use super::service::{client_text, ConnEnv, LentConnection, LentHead, Route, Service};
-use super::streams::{answer_here, relay, request_of, send_file, translate, StreamOut, Written};
+use super::service::{client_text, ConnEnv, LentHead, Route, Service};
+use super::streams::{
+    answer_here, lent_connection, relay, request_of, send_file, translate, StreamOut, Written,
+};
 use super::{Framing, Method, Responder, MAX_HEADERS};
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use h3::error::Code;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+mod body;
 
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 
 /// The pipe between a stream and its forwarder (as HTTP/2's).
 const FORWARD_PIPE: usize = 16 << 10;
+
+/// A request routed to an application: where, as routing made it, and when it came.
+struct Lending<'a, T> {
+    target: T,
+    ctx: &'a crate::http::service::RequestCtx,
+    arrived: Instant,
+    parts: &'a http::request::Parts,
+}
 
 /// What a connection's streams share.
 struct Connection<S> {
@@ -131,8 +143,8 @@ impl Drop for Streams<'_> {
 }
 
 impl<S: Service + 'static> Connection<S> {
-    /// Answers one request stream: routed on its head, its body read (bounded), then
-    /// answered here or forwarded to its application.
+    /// Answers one request stream: routed on its head; its body streamed to its app as it
+    /// arrives, or read whole (bounded) for an answer made here; then answered.
     async fn answer(&self, request: http::Request<()>, mut stream: Stream) {
         let env = &self.env;
         let arrived = Instant::now();
@@ -153,29 +165,127 @@ impl<S: Service + 'static> Connection<S> {
             Route::HandOff(_) => return self.error(&mut stream, 421).await,
         };
         let bound = ctx.body_bound(env.limits.max_body_size);
-        let Some(body) = self.body(&parts, &mut stream, bound).await else {
-            return;
+        let declared = body::declared_length(&parts);
+        if declared.is_some_and(|n| n > bound) {
+            return self.too_large(&mut stream).await;
+        }
+        let timeout = env.timeouts.body;
+        if body::expects_continue(&parts) {
+            let mut out = H3Out {
+                stream: &mut stream,
+                timeout,
+            };
+            out.informational(super::streams::continue_response()).await;
+        }
+        // Whether a body follows shows only at its first piece (HTTP/3's head says nothing
+        // of it): a GET's stream ends at once.
+        let first = match declared {
+            Some(0) => None,
+            _ => match body::piece(&mut stream, timeout).await {
+                Ok(first) => first,
+                Err(()) => return,
+            },
         };
+        let Some(target) = target else {
+            let Some(body) = self.whole(first, &mut stream, bound).await else {
+                return;
+            };
+            let mut headers = Vec::with_capacity(parts.headers.len() + 1);
+            let Ok(request) = request_of(&parts, &mut headers, &body, self.client(), usize::MAX)
+            else {
+                return;
+            };
+            let head_only = request.method == Method::Head;
+            let facts = (arrived, &*self.client, HTTP3);
+            let written = answer_here(env, self.group, &ctx, &request, facts);
+            return send_written(&mut stream, written, head_only, timeout).await;
+        };
+        // A body for an app streams to it as it arrives (as over HTTP/2), but to one that
+        // must know its length first (FastCGI) when the client did not say it.
+        let streamed =
+            first.is_some() && (declared.is_some() || !env.service.needs_length(&target));
+        let lending = Lending {
+            target,
+            ctx: &ctx,
+            arrived,
+            parts: &parts,
+        };
+        match first {
+            Some(first) if streamed => {
+                let framing = declared.map_or(Framing::Chunked, Framing::Length);
+                let (mut send, mut recv) = stream.split();
+                let arriving = body::Arriving {
+                    first,
+                    recv: &mut recv,
+                    framing,
+                };
+                self.forward(lending, Vec::new(), Some(arriving), &mut send)
+                    .await;
+            }
+            first => {
+                let Some(body) = self.whole(first, &mut stream, bound).await else {
+                    return;
+                };
+                self.forward(lending, body, None, &mut stream).await;
+            }
+        }
+    }
+
+    fn client(&self) -> (&str, Option<std::net::SocketAddr>) {
+        (&self.client, Some(self.peer))
+    }
+
+    /// The body read whole from its `first` piece on, at most `bound` bytes (413 past it).
+    async fn whole(
+        &self,
+        first: Option<Bytes>,
+        stream: &mut Stream,
+        bound: u64,
+    ) -> Option<Vec<u8>> {
+        let Some(first) = first else {
+            return Some(Vec::new());
+        };
+        match body::rest(first, stream, bound, self.env.timeouts.body).await {
+            Ok(body) => Some(body),
+            Err(body::Cut::TooLarge) => {
+                self.too_large(stream).await;
+                None
+            }
+            Err(body::Cut::Gone) => None,
+        }
+    }
+
+    /// A request lent to its app through the forwarder (HTTP/1.1, as from a client at the
+    /// far end of a pipe): its body `whole`, or `arriving` and pumped in as it comes; the
+    /// answer relayed onto `out`, and the log line written.
+    async fn forward<T: h3::quic::SendStream<Bytes>>(
+        &self,
+        lending: Lending<'_, S::Target>,
+        whole: Vec<u8>,
+        arriving: Option<body::Arriving<'_>>,
+        out: &mut h3::server::RequestStream<T, Bytes>,
+    ) {
+        let env = &self.env;
+        let Lending {
+            target,
+            ctx,
+            arrived,
+            parts,
+        } = lending;
         let mut headers = Vec::with_capacity(parts.headers.len() + 1);
-        let Ok(request) = request_of(&parts, &mut headers, &body, self.client(), usize::MAX) else {
+        let Ok(request) = request_of(parts, &mut headers, &whole, self.client(), usize::MAX) else {
             return;
         };
         let head_only = request.method == Method::Head;
         let timeout = env.timeouts.body;
-        let Some(target) = target else {
-            let written = answer_here(
-                env,
-                self.group,
-                &ctx,
-                &request,
-                (arrived, &self.client, HTTP3),
-            );
-            return send_written(&mut stream, written, head_only, timeout).await;
-        };
         let report = Report::default();
         let facts = ctx.logged.then(|| OwnedFacts::of(&request));
+        let framing = match &arriving {
+            Some(a) => a.framing,
+            None => Framing::Length(whole.len() as u64),
+        };
         let head = LentHead {
-            framing: Framing::Length(body.len() as u64),
+            framing,
             keep_alive: false,
             expect_continue: false,
             client: Some(self.peer),
@@ -185,94 +295,57 @@ impl<S: Service + 'static> Connection<S> {
             remote_user: None,
             client_cert: self.client_cert.as_deref(),
         };
-        let lent = env.service.prepare(target, &ctx, &request, &head);
+        let lent = env.service.prepare(target, ctx, &request, &head);
         let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
-        let (mut answer, _) = tokio::io::split(theirs);
-        let mut rbuf = body;
+        let (mut answer, mut body_in) = tokio::io::split(theirs);
+        let mut rbuf = whole;
         let forwarding = async {
-            let conn = LentConnection {
-                stream: &mut ours,
-                rbuf: &mut rbuf,
-                clock: &env.clock,
-                max_body: bound,
-                max_framing: env.limits.max_header_size,
-                body_timeout: timeout,
-                report: &report,
-                fields: ctx.fields.as_deref(),
-                pages: ctx.pages.as_deref(),
-            };
+            let conn = lent_connection(&mut ours, &mut rbuf, env, ctx, &report);
             env.service.lend(lent, conn).await;
             // Closing our end ends an answer framed by the close.
             drop(ours);
         };
+        // The body goes in while the forwarder sends it on; once the forwarder is done (an
+        // app may answer before the whole body came), the client is told to stop sending.
+        let feeding = async {
+            let mut forwarding = std::pin::pin!(forwarding);
+            if let Some(arriving) = arriving {
+                let recv = &mut *arriving.recv;
+                let pumping = body::pump(
+                    arriving.first,
+                    recv,
+                    arriving.framing,
+                    &mut body_in,
+                    timeout,
+                );
+                tokio::select! {
+                    () = &mut forwarding => {
+                        recv.stop_sending(Code::H3_NO_ERROR);
+                        return;
+                    }
+                    () = pumping => {}
+                }
+            }
+            forwarding.await
+        };
         let mut out = H3Out {
-            stream: &mut stream,
+            stream: out,
             timeout,
         };
         let relaying = relay(&mut answer, &mut out, head_only, timeout);
-        let ((), _) = tokio::join!(Box::pin(forwarding), relaying);
+        let ((), _) = tokio::join!(Box::pin(feeding), relaying);
         if let Some(facts) = facts {
             let mut req = facts.facts();
             req.minor_version = HTTP3;
             let entry = Entry::reported(req, &report, Some(arrived), &self.client);
-            env.service.log(&ctx, &entry);
-        }
-    }
-
-    fn client(&self) -> (&str, Option<std::net::SocketAddr>) {
-        (&self.client, Some(self.peer))
-    }
-
-    /// The request's body, read whole: at most `bound` bytes (a larger one declared or sent
-    /// gets 413 and its stream stopped), each piece within the body timeout.
-    async fn body(
-        &self,
-        parts: &http::request::Parts,
-        stream: &mut Stream,
-        bound: u64,
-    ) -> Option<Vec<u8>> {
-        let declared = (parts.headers.get(http::header::CONTENT_LENGTH))
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        if declared.is_some_and(|n| n > bound) {
-            return self.too_large(stream).await;
-        }
-        let expects = (parts.headers.get(http::header::EXPECT))
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if expects {
-            let timeout = self.env.timeouts.body;
-            let mut out = H3Out { stream, timeout };
-            out.informational(super::streams::continue_response()).await;
-        }
-        let mut body = Vec::with_capacity(declared.unwrap_or(0).min(64 << 10) as usize);
-        loop {
-            match tokio::time::timeout(self.env.timeouts.body, stream.recv_data()).await {
-                Ok(Ok(Some(mut piece))) => {
-                    if (body.len() + piece.remaining()) as u64 > bound {
-                        return self.too_large(stream).await;
-                    }
-                    while piece.has_remaining() {
-                        let chunk = piece.chunk();
-                        body.extend_from_slice(chunk);
-                        let n = chunk.len();
-                        piece.advance(n);
-                    }
-                }
-                Ok(Ok(None)) => return Some(body),
-                Ok(Err(_)) => return None,
-                Err(_) => {
-                    stream.stop_stream(Code::H3_REQUEST_CANCELLED);
-                    return None;
-                }
-            }
+            env.service.log(ctx, &entry);
         }
     }
 
     /// 413, and the rest of the body refused.
-    async fn too_large<T>(&self, stream: &mut Stream) -> Option<T> {
+    async fn too_large(&self, stream: &mut Stream) {
         stream.stop_sending(Code::H3_NO_ERROR);
         self.error(stream, 413).await;
-        None
     }
 
     /// espalier's own error answer on a stream, written as its handlers' are.
@@ -325,12 +398,12 @@ async fn send_written(stream: &mut Stream, written: Written, head_only: bool, ti
 
 /// An HTTP/3 stream as `streams` sends on it: QUIC's flow control is waited for inside each
 /// send (bounded by the body timeout, after which the stream is cut).
-struct H3Out<'a> {
-    stream: &'a mut Stream,
+struct H3Out<'a, T: h3::quic::SendStream<Bytes>> {
+    stream: &'a mut h3::server::RequestStream<T, Bytes>,
     timeout: Duration,
 }
 
-impl StreamOut for H3Out<'_> {
+impl<T: h3::quic::SendStream<Bytes>> StreamOut for H3Out<'_, T> {
     async fn head(&mut self, response: http::Response<()>, end: bool) -> Option<()> {
         let sent = tokio::time::timeout(self.timeout, self.stream.send_response(response));
         if !matches!(sent.await, Ok(Ok(()))) {
