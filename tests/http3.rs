@@ -40,6 +40,11 @@ impl Answer {
 /// One request by ngtcp2's client (`loss`: the share of datagrams it drops each way); the
 /// body is downloaded into `dir` under the path's last segment.
 fn ngtcp2(dir: &Path, port: u16, method: &str, path: &str, loss: f32) -> Answer {
+    ngtcp2_to(dir, ("127.0.0.1", port), method, path, loss)
+}
+
+/// As [`ngtcp2`], to the address `ip`.
+fn ngtcp2_to(dir: &Path, (ip, port): (&str, u16), method: &str, path: &str, loss: f32) -> Answer {
     let download = dir.join("dl");
     let _ = std::fs::remove_dir_all(&download);
     std::fs::create_dir_all(&download).unwrap();
@@ -59,7 +64,7 @@ fn ngtcp2(dir: &Path, port: u16, method: &str, path: &str, loss: f32) -> Answer 
             "-r",
             &loss.to_string(),
         ])
-        .args(["127.0.0.1", &port.to_string()])
+        .args([ip, &port.to_string()])
         .arg(format!("https://localhost:{port}{path}"))
         .output()
         .unwrap();
@@ -177,7 +182,7 @@ environment = {{ MARKS = "{marks}" }}
 health = "/healthz"
 [[site]]
 name = "s"
-bindings = ["https://127.0.0.1:{port}"]
+bindings = ["https://127.0.0.1:{port}", "https://[::1]:{port}"]
 tls = {{ cert = "site.pem", key = "site.key" }}
 root = "www"
 max_body_size = "256KiB"
@@ -215,6 +220,9 @@ fn a_site_over_http3_answers_ngtcp2_with_every_site_feature() {
         assert_eq!((r.status, r.sha256.as_str()), (200, expected.as_str()));
         assert_eq!(r.header("x-site"), Some("over-h3"));
     }
+    // Over IPv6 too (each address family its own UDP sockets).
+    let r = ngtcp2_to(d, ("::1", port), "GET", "/static/hello.txt", 0.0);
+    assert_eq!((r.status, r.text.as_str()), (200, "hello over QUIC\n"));
     // The app's answer through its pool; a site rule's redirect; a path's deny.
     let r = ngtcp2(d, port, "GET", "/hello", 0.0);
     assert_eq!((r.status, r.text.as_str()), (200, "ok\n"));
