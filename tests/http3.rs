@@ -369,3 +369,32 @@ fn check_refuses_http3_where_it_could_not_answer() {
     );
     assert!(err.contains("accepts its own connections"), "{err}");
 }
+
+/// A UDP port another program holds is refused at start with one line, as a TCP one is: the
+/// workers' SO_REUSEPORT sockets would otherwise join that program's group and split its
+/// datagrams.
+#[test]
+fn serve_refuses_a_udp_port_another_program_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "site", "localhost");
+    let port = free_port();
+    let _held = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    let (config, _) = crate::common::with_own_admin(&format!(
+        "[server]\nhttp3 = true\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\nhandler = \"static\"\n"
+    ));
+    std::fs::write(d.join("espalier.toml"), config).unwrap();
+    // Bounded: a server that wrongly starts is stopped after 30 s, and the test fails.
+    let out = Command::new("timeout")
+        .args(["30", env!("CARGO_BIN_EXE_espalier"), "serve", "-c"])
+        .arg(d.join("espalier.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot listen for HTTP/3 on udp 127.0.0.1:{port}"))
+            && err.contains("http3 = false"),
+        "{err}"
+    );
+}

@@ -291,6 +291,17 @@ pub(super) fn open_listeners(
                 file,
             ));
         }
+        // Its UDP port too, for HTTP/3: the workers bind theirs with SO_REUSEPORT, which
+        // would join another server's group as silently, and split its datagrams.
+        if config.server.http3 && g.routes.tls {
+            if let Err(e) = std::net::UdpSocket::bind(g.addr) {
+                let site = site_of(config, g.addr);
+                return Err(match e.raw_os_error() {
+                    Some(libc::EADDRINUSE) => format!("{file}: site `{site}`: cannot listen for HTTP/3 on udp {}: {e}; another program holds the UDP port (another server's HTTP/3?): stop it, change the port in `bindings`, or set [server] http3 = false", g.addr),
+                    _ => bind_error(site, &format!("udp {} (HTTP/3)", g.addr), &e, file),
+                });
+            }
+        }
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
             steering_failed = true;
