@@ -397,4 +397,20 @@ fn serve_refuses_a_udp_port_another_program_holds() {
             && err.contains("http3 = false"),
         "{err}"
     );
+    // …and by a reload that adds the address: refused, the server going on as it was.
+    let free = free_port();
+    let server = Server::with_config(
+        d,
+        &format!("[server]\nhttp3 = true\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{free}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\nhandler = \"static\"\n"),
+    );
+    let path = d.join("espalier.toml");
+    let mut config = std::fs::read_to_string(&path).unwrap();
+    config.push_str(&format!("[[site]]\nname = \"t\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\nhandler = \"static\"\n"));
+    std::fs::write(&path, config).unwrap();
+    let (code, body) = server.post("/reload");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains(&format!("udp 127.0.0.1:{port}")), "{body}");
+    assert_eq!(server.workers().len(), 1);
+    drop(server);
 }

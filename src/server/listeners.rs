@@ -281,27 +281,10 @@ pub(super) fn open_listeners(
                 format!("{url}: using the socket the service manager passed"),
             );
             g.sockets.push(socket);
-        } else if let Err(e) = std::net::TcpListener::bind(g.addr) {
-            // Refuse a port someone else holds: a plain bind fails where SO_REUSEPORT would
-            // silently join another server's group.
-            return Err(bind_error(
-                site_of(config, g.addr),
-                &g.routes.url(),
-                &e,
-                file,
-            ));
+        } else {
+            probe_free(config, g.addr, &g.routes, file, Proto::Tcp)?;
         }
-        // Its UDP port too, for HTTP/3: the workers bind theirs with SO_REUSEPORT, which
-        // would join another server's group as silently, and split its datagrams.
-        if config.server.http3 && g.routes.tls {
-            if let Err(e) = std::net::UdpSocket::bind(g.addr) {
-                let site = site_of(config, g.addr);
-                return Err(match e.raw_os_error() {
-                    Some(libc::EADDRINUSE) => format!("{file}: site `{site}`: cannot listen for HTTP/3 on udp {}: {e}; another program holds the UDP port (another server's HTTP/3?): stop it, change the port in `bindings`, or set [server] http3 = false", g.addr),
-                    _ => bind_error(site, &format!("udp {} (HTTP/3)", g.addr), &e, file),
-                });
-            }
-        }
+        probe_free(config, g.addr, &g.routes, file, Proto::Udp)?;
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
             steering_failed = true;
@@ -316,6 +299,39 @@ pub(super) fn open_listeners(
         );
     }
     Ok(groups)
+}
+
+/// Which of an address's ports [`probe_free`] looks at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Proto {
+    Tcp,
+    /// Only where HTTP/3 answers on the address (`[server] http3`, an https one).
+    Udp,
+}
+
+/// Refuses an address whose port another program holds, before its group is opened: a plain
+/// bind fails where the workers' SO_REUSEPORT sockets would silently join another server's
+/// group (and, over UDP, split its datagrams).
+pub(super) fn probe_free(
+    config: &Config,
+    addr: SocketAddr,
+    routes: &GroupRoutes,
+    file: &str,
+    proto: Proto,
+) -> Result<(), String> {
+    let site = site_of(config, addr);
+    match proto {
+        Proto::Tcp => std::net::TcpListener::bind(addr)
+            .map(drop)
+            .map_err(|e| bind_error(site, &routes.url(), &e, file)),
+        Proto::Udp if !(config.server.http3 && routes.tls) => Ok(()),
+        Proto::Udp => std::net::UdpSocket::bind(addr).map(drop).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::EADDRINUSE) => format!("{file}: site `{site}`: cannot listen for HTTP/3 on udp {addr}: {e}; another program holds the UDP port (another server's HTTP/3?): stop it, change the port in `bindings`, or set [server] http3 = false"),
+                _ => bind_error(site, &format!("udp {addr} (HTTP/3)"), &e, file),
+            }
+        }),
+    }
 }
 
 /// The line for an address (`url`: `https://127.0.0.1:8443`) that cannot be listened on.

@@ -139,15 +139,9 @@ impl Supervisor {
                     grown.push((i, sockets, owners));
                 }
                 None => {
-                    if let Err(e) = std::net::TcpListener::bind(w.addr) {
-                        let site = crate::server::listeners::site_of(&new, w.addr);
-                        return Err(crate::server::listeners::bind_error(
-                            site,
-                            &w.routes.url(),
-                            &e,
-                            file,
-                        ));
-                    }
+                    use crate::server::listeners::{probe_free, Proto};
+                    probe_free(&new, w.addr, &w.routes, file, Proto::Tcp)?;
+                    probe_free(&new, w.addr, &w.routes, file, Proto::Udp)?;
                     let mut g = ListenerGroup {
                         pools: w.pools.clone(),
                         addr: w.addr,
