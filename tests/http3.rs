@@ -330,6 +330,14 @@ fn a_site_over_http3_answers_aioquic_and_bounds_its_bodies() {
         &no_length,
     );
     assert_eq!(r.status, 413);
+    // A Content-Length HTTP/1.1 would refuse is refused here too, not read another way: a
+    // signed one, and two of them.
+    let signed = [("H3_NO_LENGTH", "1"), ("H3_FIELD", "content-length: +5")];
+    let r = aioquic_request(&lib, d, port, ("POST", "/upload"), Some(b"hello"), &signed);
+    assert_eq!(r.status, 400);
+    let twice = [("H3_FIELD", "content-length: 3")];
+    let r = aioquic_request(&lib, d, port, ("POST", "/upload"), Some(b"hello"), &twice);
+    assert_eq!(r.status, 400);
     // A field section past max_header_size: 431, before any of the site's steps.
     let big = format!("x-big: {}", "b".repeat(40 * 1024));
     let r = aioquic_request(

@@ -5,6 +5,27 @@
 //! Owns: these rules, pure and cheap (they run on every request: one pass each, no searcher
 //! to build). Must not touch: what a request means once its fields are valid.
 
+/// Why a `Content-Length` value is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BadLength {
+    /// Not digits alone (400).
+    Malformed,
+    /// More digits than a u64 holds: a body no bound lets in (413).
+    TooLarge,
+}
+
+/// A `Content-Length` value (spaces around it trimmed): digits only (RFC 9110 §8.6).
+pub(super) fn content_length(value: &[u8]) -> Result<u64, BadLength> {
+    let v = value.trim_ascii();
+    if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return Err(BadLength::Malformed);
+    }
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or(BadLength::TooLarge)
+}
+
 /// Whether the whitespace around a header's value, in the raw bytes, is plain spaces. The
 /// parser strips tabs and other whitespace too; for the headers that decide framing and
 /// routing that is a known smuggling gadget (`Transfer-Encoding:\tchunked` is chunked here,

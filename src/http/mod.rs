@@ -256,20 +256,13 @@ pub fn parse_head<'a>(
         if name.eq_ignore_ascii_case("content-length") {
             // One Content-Length, digits only (RFC 9110 §8.6). A repeated one is refused even
             // when the values agree, as nginx does: two framings are one too many.
-            let v = h.value.trim_ascii();
-            if content_length.is_some()
-                || v.is_empty()
-                || !v.iter().all(u8::is_ascii_digit)
-                || !plain()
-            {
+            if content_length.is_some() || !plain() {
                 return Err(ProtocolError::BadRequest);
             }
-            let v = std::str::from_utf8(v)
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                // More digits than a u64 holds: no body can be that large.
-                .ok_or(ProtocolError::BodyTooLarge)?;
-            content_length = Some(v);
+            content_length = Some(fields::content_length(h.value).map_err(|e| match e {
+                fields::BadLength::Malformed => ProtocolError::BadRequest,
+                fields::BadLength::TooLarge => ProtocolError::BodyTooLarge,
+            })?);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             // HTTP/1.0 has no transfer codings (RFC 9112 §6.1: a 1.0 request with one is
             // faulty framing); a second Transfer-Encoding line is refused rather than merged;

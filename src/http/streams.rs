@@ -219,12 +219,22 @@ pub(crate) fn expects_continue(parts: &http::request::Parts) -> bool {
     })
 }
 
-/// The body's length as the client declared it (`content-length`), if it did.
-pub(crate) fn declared_length(parts: &http::request::Parts) -> Option<u64> {
-    parts
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.trim().parse().ok())
+/// The body's length as the client declared it (`content-length`), if it did; the status
+/// refusing it, by HTTP/1.1's rule (one field, digits only): the h3 crate passes the field as
+/// sent, and a `+5` or two values would frame the body otherwise than another server would.
+pub(crate) fn declared_length(parts: &http::request::Parts) -> Result<Option<u64>, u16> {
+    let mut values = parts.headers.get_all(http::header::CONTENT_LENGTH).iter();
+    let Some(first) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(400);
+    }
+    match super::fields::content_length(first.as_bytes()) {
+        Ok(n) => Ok(Some(n)),
+        Err(super::fields::BadLength::Malformed) => Err(400),
+        Err(super::fields::BadLength::TooLarge) => Err(413),
+    }
 }
 
 /// Writes one piece of a body into the forwarder's pipe: as it is, or as a chunk.

@@ -29,9 +29,12 @@ pub(super) enum Body<'a> {
 pub(super) use crate::http::streams::expects_continue;
 
 /// How an arriving body is framed for the app: by the length the client declared (the h2
-/// crate holds the stream's data to it), else chunked.
+/// crate checks the field and holds the stream's data to it), else chunked.
 pub(super) fn framing_of(parts: &http::request::Parts) -> Framing {
-    crate::http::streams::declared_length(parts).map_or(Framing::Chunked, Framing::Length)
+    match crate::http::streams::declared_length(parts) {
+        Ok(Some(n)) => Framing::Length(n),
+        _ => Framing::Chunked,
+    }
 }
 
 /// Writes `recv`'s data to `to` as it arrives, chunked if `chunked`, each piece's window

@@ -150,13 +150,18 @@ impl<S: Service + 'static> Connection<S> {
         let arrived = Instant::now();
         let (parts, ()) = request.into_parts();
         let max_headers = MAX_HEADERS.min(env.limits.max_headers);
-        let routed = {
-            let mut headers = Vec::with_capacity(parts.headers.len() + 1);
-            match request_of(&parts, &mut headers, &[], self.client(), max_headers) {
-                Ok(request) => env.service.route(self.group, &request, false),
-                Err(status) => return self.error(&mut stream, status).await,
-            }
+        // Its framing checked before anything else, as HTTP/1.1's is.
+        let declared = match body::declared_length(&parts) {
+            Ok(declared) => declared,
+            Err(status) => return self.error(&mut stream, status).await,
         };
+        // Routed on its head; kept to be answered from when no body follows (a GET).
+        let mut head_fields = Vec::with_capacity(parts.headers.len() + 1);
+        let head = match request_of(&parts, &mut head_fields, &[], self.client(), max_headers) {
+            Ok(request) => request,
+            Err(status) => return self.error(&mut stream, status).await,
+        };
+        let routed = env.service.route(self.group, &head, false);
         let (target, ctx) = match routed {
             Route::Here(ctx) => (None, ctx),
             Route::Lend(target, ctx) => (Some(target), ctx),
@@ -165,7 +170,6 @@ impl<S: Service + 'static> Connection<S> {
             Route::HandOff(_) => return self.error(&mut stream, 421).await,
         };
         let bound = ctx.body_bound(env.limits.max_body_size);
-        let declared = body::declared_length(&parts);
         if declared.is_some_and(|n| n > bound) {
             return self.too_large(&mut stream).await;
         }
@@ -190,10 +194,13 @@ impl<S: Service + 'static> Connection<S> {
             let Some(body) = self.whole(first, &mut stream, bound).await else {
                 return;
             };
-            let mut headers = Vec::with_capacity(parts.headers.len() + 1);
-            let Ok(request) = request_of(&parts, &mut headers, &body, self.client(), usize::MAX)
-            else {
-                return;
+            let mut headers = Vec::new();
+            let request = match body.is_empty() {
+                true => head,
+                false => match request_of(&parts, &mut headers, &body, self.client(), usize::MAX) {
+                    Ok(request) => request,
+                    Err(_) => return,
+                },
             };
             let head_only = request.method == Method::Head;
             let facts = (arrived, &*self.client, HTTP3);
