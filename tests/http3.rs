@@ -105,13 +105,18 @@ fn aioquic() -> Option<std::path::PathBuf> {
             if dir.join("aioquic").exists() {
                 return Some(dir);
             }
+            // Installed beside and renamed into place whole: a pip stopped half-way leaves
+            // no `aioquic` folder a later run would take for a complete install.
+            let fresh = dir.with_extension(std::process::id().to_string());
+            let _ = std::fs::remove_dir_all(&fresh);
             let ok = Command::new("python3")
                 .args(["-m", "pip", "install", "--quiet", "--target"])
-                .arg(&dir)
+                .arg(&fresh)
                 .arg("aioquic")
                 .status()
                 .is_ok_and(|s| s.success());
-            ok.then_some(dir)
+            let _ = std::fs::remove_dir_all(&dir);
+            (ok && std::fs::rename(&fresh, &dir).is_ok()).then_some(dir)
         })
         .clone()
 }

@@ -4,17 +4,26 @@
 use super::need_tools;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 /// Chromium from Debian and playwright-core from npm (cached under target/).
+///
+/// Tests calling this run at once: one installs while the others wait, and the install goes
+/// to a folder of its own renamed into place whole — a `node_modules/playwright-core` that
+/// exists is always complete (a test once ran node against another's half-written install).
 pub fn browser_tools() -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     need_tools(
         "chromium:chromium node:nodejs npm:npm",
         "Chromium and Node.js",
     );
     let dir = root.join("target/admin-page-node");
+    let _one_at_a_time = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     if !dir.join("node_modules/playwright-core").exists() {
-        std::fs::create_dir_all(&dir).unwrap();
+        let fresh = root.join(format!("target/admin-page-node.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&fresh);
+        std::fs::create_dir_all(&fresh).unwrap();
         let npm = Command::new("npm")
             .args([
                 "install",
@@ -23,7 +32,7 @@ pub fn browser_tools() -> PathBuf {
                 "--silent",
                 "playwright-core@1",
             ])
-            .current_dir(&dir)
+            .current_dir(&fresh)
             .output()
             .expect("npm");
         assert!(
@@ -34,6 +43,9 @@ pub fn browser_tools() -> PathBuf {
                 .last()
                 .unwrap_or("")
         );
+        // A folder left by an install that stopped half-way is replaced.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::rename(&fresh, &dir).unwrap();
     }
     dir
 }
