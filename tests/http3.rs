@@ -2,7 +2,8 @@
 //! (Debian's ngtcp2-client) and Python's aioquic (PyPI) — a static file byte-exact (also at
 //! 5 % packet loss both ways), an app's answer and a POST body through its pool, site
 //! features (a redirect, a header, a deny, a body over its bound), the access log's protocol,
-//! `Alt-Svc` on the HTTP/2 answer; and `check`'s refusals where HTTP/3 could not answer.
+//! `Alt-Svc` on the HTTP/2 answer; recycles under `bench --h3` load failing no request; a
+//! reload turning HTTP/3 on; and `check`'s refusals where HTTP/3 could not answer.
 
 use crate::common::tls::{curl, openssl_cert};
 use crate::common::{check_refuses, espalier, free_port, need_tools, skip, wait_for, Server};
@@ -425,5 +426,132 @@ fn serve_refuses_a_udp_port_another_program_holds() {
     assert_eq!(code, 400, "{body}");
     assert!(body.contains(&format!("udp 127.0.0.1:{port}")), "{body}");
     assert_eq!(server.workers().len(), 1);
+    drop(server);
+}
+
+/// The pids of a status's running espalier workers.
+fn worker_pids(status: &espalier::server::status::Status) -> Vec<u32> {
+    use espalier::server::status::{Role, WorkerState};
+    (status.pools.iter().flat_map(|p| &p.workers))
+        .filter(|w| w.role == Role::Worker && w.state == WorkerState::Running)
+        .filter_map(|w| w.pid)
+        .collect()
+}
+
+#[test]
+fn recycles_under_http3_load_fail_no_request() {
+    // Each recycle's successor reads the other UDP socket of each thread's pair while the
+    // old worker finishes its connections on its own: the steering program sends every
+    // datagram to the socket its connection ID names (see server::quic_steering). Without
+    // it, the kernel's hash moved some connections' datagrams to the successor, which did
+    // not know them: whole connections' requests failed.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "site", "localhost");
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::write(d.join("www/hello.txt"), "hello over QUIC\n").unwrap();
+    let port = free_port();
+    let config = format!(
+        r#"
+[server]
+http3 = true
+[[pool]]
+name = "web"
+[[site]]
+name = "s"
+bindings = ["https://127.0.0.1:{port}"]
+tls = {{ cert = "site.pem", key = "site.key" }}
+root = "www"
+[[site.app]]
+pool = "web"
+handler = "static"
+"#
+    );
+    let server = Server::with_config(d, &config);
+    let recycles = 4;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Runs of `bench --h3` back to back (kept-alive connections, 4 streams each) until the
+    // recycles are over: every run's every request answered.
+    let load = {
+        let done = std::sync::Arc::clone(&done);
+        let url = format!("https://127.0.0.1:{port}/hello.txt");
+        std::thread::spawn(move || {
+            let mut runs = Vec::new();
+            while runs.is_empty() || !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let args = [
+                    "bench",
+                    "--h3",
+                    "-k",
+                    "-n",
+                    "600",
+                    "-c",
+                    "8",
+                    "--streams",
+                    "4",
+                ];
+                let out = espalier(&[&args[..], &[url.as_str()]].concat());
+                runs.push(format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+            }
+            runs
+        })
+    };
+    for round in 0..recycles {
+        let before = worker_pids(&server.status());
+        let (code, body) = server.post("/pools/web/recycle");
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        server.wait_until(&format!("recycle {round}"), Duration::from_secs(30), |s| {
+            let now = worker_pids(&s.status());
+            !now.is_empty() && now.iter().all(|p| !before.contains(p))
+        });
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let runs = load.join().unwrap();
+    for run in &runs {
+        assert!(
+            run.contains("600 requests in") && run.contains("errors: 0 "),
+            "a run of {} failed requests:\n{run}\n{}",
+            runs.len(),
+            server.log_text()
+        );
+    }
+    assert!(
+        server.log_text().matches("(recycled)").count() >= recycles,
+        "{}",
+        server.log_text()
+    );
+}
+
+#[test]
+fn a_reload_turns_http3_on_for_an_address_served_already() {
+    need_tools("gtlsclient:ngtcp2-client", "ngtcp2's HTTP/3 client");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "site", "localhost");
+    std::fs::create_dir_all(d.join("www/static")).unwrap();
+    std::fs::write(d.join("www/static/hello.txt"), "hello over QUIC\n").unwrap();
+    let port = free_port();
+    let site = format!("[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\nroot = \"www\"\n[[site.app]]\nhandler = \"static\"\n");
+    let server = Server::with_config(d, &format!("[server]\n{site}"));
+    let path = d.join("espalier.toml");
+    let before = std::fs::read_to_string(&path).unwrap();
+    let with_http3 = before.replacen("[server]\n", "[server]\nhttp3 = true\n", 1);
+    assert_ne!(before, with_http3);
+    // Another program holds the UDP port: the reload is refused, naming it.
+    let held = std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    std::fs::write(&path, &with_http3).unwrap();
+    let (code, body) = server.post("/reload");
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains(&format!("udp 127.0.0.1:{port}")), "{body}");
+    // Freed, the same reload gives the address its UDP sockets and HTTP/3 answers.
+    drop(held);
+    let (code, body) = server.post("/reload");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let r = ngtcp2(d, port, "GET", "/static/hello.txt", 0.0);
+    assert_eq!((r.status, r.text.as_str()), (200, "hello over QUIC\n"));
     drop(server);
 }

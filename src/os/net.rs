@@ -196,6 +196,15 @@ pub fn adopt_listener(fd: std::os::fd::RawFd) -> std::net::TcpListener {
     unsafe { std::net::TcpListener::from_raw_fd(fd) }
 }
 
+/// Takes ownership of a UDP socket this process inherited (a worker thread's QUIC socket).
+///
+/// The fd must be an open UDP socket handed to this thread alone.
+pub fn adopt_udp(fd: std::os::fd::RawFd) -> std::net::UdpSocket {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the master handed this socket to this thread alone.
+    unsafe { std::net::UdpSocket::from_raw_fd(fd) }
+}
+
 /// The listening sockets a service manager passed (systemd socket activation: `LISTEN_FDS`
 /// sockets from fd 3, for this process when `LISTEN_PID` is its pid), each with its address
 /// and whether it has `SO_REUSEPORT`. The variables are removed, so no child sees them. Call

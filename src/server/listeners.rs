@@ -8,8 +8,11 @@
 //! of being refused). An address served by several pools (sites told apart by host, or one
 //! site's apps by path) is one group with a socket per dispatcher thread, O(CPUs) however many
 //! pools share it: a connection goes to the dispatcher's thread on the receiving CPU, which
-//! hands it to the right pool (see [`crate::handoff`]). Must not touch: workers (the supervisor hands them
-//! the sockets) or requests.
+//! hands it to the right pool (see [`crate::handoff`]). With `[server] http3`, an https
+//! address one pool serves has a UDP group beside it: two sockets per thread, so a recycle's
+//! successor reads its own beside the draining worker, and the QUIC steering program (see
+//! [`super::quic_steering`]) that keeps each connection's datagrams on its socket. Must not
+//! touch: workers (the supervisor hands them the sockets) or requests.
 
 use super::log;
 use super::steering;
@@ -33,6 +36,8 @@ pub struct ListenerGroup {
     pub(super) owners: Vec<(usize, usize)>,
     /// `(CPU, pool)` of each socket's owner, for steering around a stopped pool.
     pub(super) owner_pools: Vec<(u32, String)>,
+    /// With HTTP/3 on the address: its UDP sockets (see [`super::quic_sockets`]).
+    pub(super) udp: super::quic_sockets::QuicSockets,
 }
 
 impl ListenerGroup {
@@ -44,6 +49,33 @@ impl ListenerGroup {
     pub(super) fn serves(&self, pool: &str) -> bool {
         self.pools.iter().any(|p| p == pool)
     }
+
+    /// An empty group for `routes` (sockets are opened by [`fill_group`]).
+    pub(super) fn new(addr: SocketAddr, pools: Vec<String>, routes: GroupRoutes) -> Self {
+        ListenerGroup {
+            pools,
+            addr,
+            routes,
+            sockets: Vec::new(),
+            owners: Vec::new(),
+            owner_pools: Vec::new(),
+            udp: Default::default(),
+        }
+    }
+
+    /// Whether HTTP/3 answers on the address: `[server] http3` on an https address one pool
+    /// serves (check refuses it on a shared one).
+    pub(super) fn answers_quic(&self, config: &Config) -> bool {
+        config.server.http3 && self.routes.tls && !self.shared()
+    }
+}
+
+/// The tag in the connection IDs this master's workers issue (see
+/// [`super::quic_steering::cid`]): drawn once per master, the same for every worker and
+/// every recycle, so the program always knows its own IDs.
+pub(super) fn quic_tag() -> u16 {
+    static TAG: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *TAG.get_or_init(|| fastrand::u16(..))
 }
 
 /// The listener groups a config wants: one per address, with the sites it routes to by host
@@ -58,21 +90,15 @@ pub(super) fn wanted_groups(config: &Config) -> Vec<ListenerGroup> {
                 Some(k) => k,
                 None => {
                     pools_of.push(Default::default());
-                    groups.push(ListenerGroup {
-                        pools: Vec::new(),
+                    let routes = GroupRoutes {
                         addr: b.addr,
-                        routes: GroupRoutes {
-                            addr: b.addr,
-                            hosts: Vec::new(),
-                            proxy_protocol: false,
-                            dispatched: false,
-                            proxy_protocol_from: site.proxy_protocol_from.clone(),
-                            tls: b.tls,
-                        },
-                        sockets: Vec::new(),
-                        owners: Vec::new(),
-                        owner_pools: Vec::new(),
-                    });
+                        hosts: Vec::new(),
+                        proxy_protocol: false,
+                        dispatched: false,
+                        proxy_protocol_from: site.proxy_protocol_from.clone(),
+                        tls: b.tls,
+                    };
+                    groups.push(ListenerGroup::new(b.addr, Vec::new(), routes));
                     groups.len() - 1
                 }
             };
@@ -188,17 +214,63 @@ pub(super) fn open_missing(
         .collect()
 }
 
-/// Records which thread owns each socket and attaches the steering program. Nothing here can
-/// fail in a way that changes what is served: returns whether the program could be attached.
+/// Opens the UDP sockets a group lacks for `owners` threads to answer HTTP/3; none where it
+/// does not. As [`open_missing`], the group itself is not changed.
+pub(super) fn open_missing_udp(
+    g: &ListenerGroup,
+    owners: usize,
+    config: &Config,
+    file: &str,
+) -> Result<Vec<Socket>, String> {
+    if !g.answers_quic(config) {
+        return Ok(Vec::new());
+    }
+    g.udp.open_missing(g.addr, owners).map_err(|e| {
+        let url = format!("udp {} (HTTP/3)", g.addr);
+        bind_error(site_of(config, g.addr), &url, &e, file)
+    })
+}
+
+/// Records which thread owns each socket and attaches the steering programs. Nothing here
+/// can fail in a way that changes what is served: returns whether the programs could be
+/// attached. `udp` are the UDP sockets [`open_missing_udp`] opened for it.
 pub(super) fn arm_group(
     g: &mut ListenerGroup,
     owners: &[SocketOwner],
+    udp: Vec<Socket>,
     config: &Config,
     topology: &Topology,
 ) -> bool {
     g.owners = owners.iter().map(|o| (o.worker, o.thread)).collect();
     g.owner_pools = owners.iter().map(|o| (o.cpu, o.pool.clone())).collect();
-    steer(g, config, topology, &[])
+    match g.answers_quic(config) {
+        true => g.udp.add(udp),
+        false => g.udp.clear(),
+    }
+    steer(g, config, topology, &[]) & steer_quic(g, config, topology)
+}
+
+/// Attaches the QUIC steering program for the group's UDP sockets (see
+/// [`super::quic_steering`]); true where there are none.
+pub(super) fn steer_quic(g: &ListenerGroup, config: &Config, topology: &Topology) -> bool {
+    let Some(first) = g.udp.first() else {
+        return true;
+    };
+    let owners: Vec<Option<u32>> = (0..g.udp.current().len())
+        .map(|i| g.owner_pools.get(i).map(|(cpu, _)| *cpu))
+        .collect();
+    let group = super::quic_steering::QuicGroup {
+        owners: &owners,
+        current: g.udp.current(),
+        sockets: g.udp.len() as u32,
+        tag: quic_tag(),
+        by_node: config.server.steering != Steering::Hash,
+    };
+    let online = topology.online_cpus();
+    match super::quic_steering::quic_program(&group, &online, |c| topology.node_of_cpu(c)) {
+        Some(prog) => os::net::attach_reuseport_cbpf(first, &prog).is_ok(),
+        None => true,
+    }
 }
 
 /// Attaches the steering program for the group's owners, leaving out the sockets of the
@@ -233,6 +305,67 @@ pub(super) fn steer(
         .is_none_or(|first| os::net::attach_reuseport_cbpf(first, &prog).is_ok())
 }
 
+/// A thread's UDP socket as a worker about to start takes it: (group, socket).
+pub(super) struct QuicTurn {
+    group: usize,
+    socket: u16,
+}
+
+/// Gives each thread of `spec` a UDP socket on each address where it answers HTTP/3 — one
+/// no live process reads (see [`super::quic_sockets`]); what [`take_quic_turns`] records
+/// once the worker has started. A thread that cannot have one answers over TCP alone there.
+pub(super) fn choose_quic_sockets(
+    groups: &mut [ListenerGroup],
+    spec: &mut super::spec::WorkerSpec,
+) -> Vec<QuicTurn> {
+    let mut turns = Vec::new();
+    for thread in &mut spec.threads {
+        thread.quic.retain_mut(|q| {
+            let Some(group) = groups.iter().position(|g| g.addr == q.addr) else {
+                return false;
+            };
+            let Some((fd, index)) = groups[group].udp.choose(q.owner, q.addr) else {
+                return false;
+            };
+            (q.fd, q.index) = (fd, index);
+            turns.push(QuicTurn {
+                group,
+                socket: index,
+            });
+            true
+        });
+    }
+    turns
+}
+
+/// Records that worker `pid` reads the sockets [`choose_quic_sockets`] gave it, and steers
+/// new connections to them; returns false when a program could not be attached.
+pub(super) fn take_quic_turns(
+    groups: &mut [ListenerGroup],
+    turns: &[QuicTurn],
+    pid: u32,
+    config: &Config,
+    topology: &Topology,
+) -> bool {
+    let mut touched: Vec<usize> = Vec::new();
+    for t in turns {
+        groups[t.group].udp.take(t.socket, pid);
+        if !touched.contains(&t.group) {
+            touched.push(t.group);
+        }
+    }
+    // Every group steered, even past one that failed.
+    let failed = (touched.iter()).filter(|&&g| !steer_quic(&groups[g], config, topology));
+    failed.count() == 0
+}
+
+/// `pid` exited: the UDP sockets it read are free for later workers.
+pub(super) fn release_quic(groups: &mut [ListenerGroup], pid: u32) {
+    for g in groups {
+        g.udp.release(pid);
+    }
+}
+
 /// Gives a new group one socket per thread of its pool's planned workers and arms it.
 /// Returns whether the steering program could be attached.
 pub(super) fn fill_group(
@@ -244,8 +377,9 @@ pub(super) fn fill_group(
 ) -> Result<bool, String> {
     let owners = group_owners(&g.pools, config, topology, plan);
     let sockets = open_missing(g, owners.len(), config, file)?;
+    let udp = open_missing_udp(g, owners.len(), config, file)?;
     g.sockets.extend(sockets);
-    Ok(arm_group(g, &owners, config, topology))
+    Ok(arm_group(g, &owners, udp, config, topology))
 }
 
 /// The name of the (first) site bound to `addr`, for messages about that address.

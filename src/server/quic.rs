@@ -1,22 +1,20 @@
 //! The QUIC endpoints of a worker's threads (`[server] http3`): on each https address a
-//! thread listens on, a UDP socket of its own in the address's reuseport group, a quinn
-//! endpoint on it, and its connections served by `http::h3`.
+//! thread listens on, the UDP socket the master gave it (one of the thread's pair: see
+//! [`super::quic_steering`]), a quinn endpoint on it, and its connections served by
+//! `http::h3`.
 //!
-//! Owns: binding those sockets (before the worker becomes its pool's user, so a port under
-//! 1024 can be had, as the master has the TCP ones), the endpoints' QUIC settings, and
-//! accepting their connections within the thread's connection limit. Must not touch: HTTP/3
-//! itself (see [`crate::http::h3`]) or the TLS configuration beyond its ALPN and 0-RTT (see
+//! Owns: the endpoints' QUIC settings, the connection IDs they issue (naming their socket,
+//! so the master's program brings every datagram of a connection back to it — across a
+//! recycle too), and accepting their connections within the thread's connection limit.
+//! Must not touch: the sockets' life (the master's), HTTP/3 itself (see
+//! [`crate::http::h3`]) or the TLS configuration beyond its ALPN and 0-RTT (see
 //! [`crate::tls::server_config`]).
-//!
-//! The kernel's reuseport hash of the 4-tuple keeps a connection's datagrams on one socket,
-//! so on one thread, while the group's sockets stay as they are. A recycle or a reload that
-//! changes them moves some connections' datagrams to a thread that does not know them: those
-//! connections end (their clients connect again, or fall back to TCP, which `Alt-Svc` leaves
-//! them). Steering by connection ID, which would keep them, is not done yet.
 //!
 //! Address validation: a client whose address is not validated yet is sent a Retry (RFC 9000
 //! §8.1.2) once the thread has [`RETRY_PAST`] handshakes under way, so a flood of Initials
-//! from forged addresses costs a stateless packet each, not a connection's state.
+//! from forged addresses costs a stateless packet each, not a connection's state. The Retry's
+//! ID names this socket too, so the client's answer comes back to the endpoint whose key
+//! can check its token.
 
 use super::conn_task::Slot;
 use crate::handlers::ThreadService;
@@ -34,34 +32,63 @@ const RETRY_PAST: usize = 64;
 /// room for a few it may add (RFC 9114 §6.2: unknown types are ignored).
 const UNI_STREAMS: u32 = 8;
 
-/// Binds a UDP socket per (thread, https group) the worker's threads listen on, for the
-/// groups it has a TLS configuration for; `quic[t]` is thread `t`'s.
-pub fn bind(
+/// One thread's QUIC sockets: (socket, group, its index in the address's reuseport group).
+pub type ThreadSockets = Vec<(UdpSocket, usize, u16)>;
+
+/// Takes the UDP sockets the master handed each thread, for the groups the worker has a TLS
+/// configuration for; `quic[t]` is thread `t`'s. Each descriptor is taken once, here.
+pub fn sockets(
     spec: &super::spec::WorkerSpec,
     has_tls: impl Fn(usize) -> bool,
-) -> Result<Vec<Vec<(UdpSocket, usize)>>, String> {
-    if !spec.http3 {
-        return Ok(spec.threads.iter().map(|_| Vec::new()).collect());
-    }
+) -> Vec<ThreadSockets> {
     (spec.threads.iter())
         .map(|thread| {
-            (thread.listeners.iter())
-                .filter(|&&(_, group)| spec.groups[group].tls && has_tls(group))
-                .map(|&(_, group)| {
-                    let addr = spec.groups[group].addr;
-                    crate::os::net::reuseport_udp(addr)
-                        .map(|socket| (socket, group))
-                        .map_err(|e| format!("cannot listen for HTTP/3 on udp {addr}: {e}; free the UDP port, or set [server] http3 = false"))
+            (thread.quic.iter())
+                .filter(|q| q.fd >= 0 && spec.http3 && spec.groups[q.group].tls)
+                .filter(|q| has_tls(q.group))
+                .map(|q| {
+                    // The master passed this descriptor to this process for this thread
+                    // alone, and nothing else in the worker takes it.
+                    let socket = crate::os::net::adopt_udp(q.fd);
+                    (socket, q.group, q.index)
                 })
                 .collect()
         })
         .collect()
 }
 
+/// Connection IDs that name the socket an endpoint reads (see
+/// [`super::quic_steering::cid`]), with the master's tag and 8 random bytes each.
+struct SteeredIds {
+    tag: u16,
+    index: u16,
+    /// The operating system's generator, as rustls draws its own from (ring's).
+    random: &'static dyn rustls::crypto::SecureRandom,
+}
+
+impl quinn::ConnectionIdGenerator for SteeredIds {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        let mut random = [0u8; 8];
+        if self.random.fill(&mut random).is_err() {
+            random = fastrand::u64(..).to_ne_bytes();
+        }
+        quinn::ConnectionId::new(&super::quic_steering::cid(self.tag, self.index, random))
+    }
+
+    fn cid_len(&self) -> usize {
+        super::quic_steering::CID_LEN
+    }
+
+    fn cid_lifetime(&self) -> Option<Duration> {
+        None
+    }
+}
+
 /// A quinn endpoint on `socket`, answering with `tls` (its certificates, by SNI) for ALPN
 /// `h3` only, 0-RTT off (a replayed early request could repeat what it does).
 pub fn endpoint(
-    socket: UdpSocket,
+    (socket, index): (UdpSocket, u16),
+    tag: u16,
     tls: &Arc<rustls::ServerConfig>,
     idle: Duration,
 ) -> Result<quinn::Endpoint, String> {
@@ -78,13 +105,11 @@ pub fn endpoint(
         .max_idle_timeout(idle.try_into().ok())
         .enable_segmentation_offload(gso());
     server.transport_config(Arc::new(transport));
-    quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(server),
-        socket,
-        Arc::new(quinn::TokioRuntime),
-    )
-    .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))
+    let mut config = quinn::EndpointConfig::default();
+    let random = rustls::crypto::ring::default_provider().secure_random;
+    config.cid_generator(move || Box::new(SteeredIds { tag, index, random }));
+    quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
+        .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))
 }
 
 /// Whether quinn may send a burst of datagrams in one `sendmsg` (GSO, where the kernel has

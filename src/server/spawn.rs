@@ -84,6 +84,7 @@ pub(super) fn worker_specs(
                         .get(&(pool.name.as_str(), worker.index, cpu))
                         .copied(),
                     node: topology.node_of_cpu(cpu),
+                    quic: quic_sockets(groups, &socket_of, my_groups, (w, t)),
                 })
                 .collect::<Vec<ThreadSpec>>();
             // Only a worker on a shared address hands connections on, and ranks targets (an
@@ -121,6 +122,7 @@ pub(super) fn worker_specs(
                 worker_header: config.server.worker_header,
                 ktls: config.server.ktls,
                 http3: config.server.http3,
+                quic_tag: super::listeners::quic_tag(),
                 uring,
                 // A frozen process's ring still runs the kernel's side of its operations
                 // (seen with cgroup v2's freezer): a multishot accept would take the
@@ -224,6 +226,28 @@ pub(super) fn spawn_placed(
     os::process::spawn_placed(cmd, fds, policy, affinity)
 }
 
+/// A thread's UDP sockets, on the groups of `my_groups` that answer HTTP/3 (those with UDP
+/// sockets), to be chosen as the worker starts; `owner` is (worker in the plan, thread).
+fn quic_sockets(
+    groups: &[ListenerGroup],
+    socket_of: &[HashMap<(usize, usize), usize>],
+    my_groups: &[usize],
+    owner: (usize, usize),
+) -> Vec<super::spec::QuicSocket> {
+    (my_groups.iter().enumerate())
+        .filter(|&(_, &g)| !groups[g].udp.is_empty())
+        .filter_map(|(local_g, &g)| {
+            Some(super::spec::QuicSocket {
+                fd: -1,
+                index: 0,
+                owner: *socket_of[g].get(&owner)?,
+                group: local_g,
+                addr: groups[g].addr,
+            })
+        })
+        .collect()
+}
+
 /// Starts a worker process with its sockets and spec; returns its pid and control socket.
 /// `fail_at_start` asks the worker to fail right after starting, and `allocate_mib` to allocate
 /// that much at start (fault injection for tests).
@@ -238,7 +262,11 @@ pub(super) fn spawn_worker(
     let mut fds: Vec<RawFd> = spec
         .threads
         .iter()
-        .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
+        .flat_map(|t| {
+            (t.listeners.iter().map(|&(fd, _)| fd))
+                .chain(t.handoff_fd)
+                .chain(t.quic.iter().map(|q| q.fd))
+        })
         .collect();
     fds.push(worker_end.as_raw_fd());
     // Its own sites whole, the others' outline — behind the dispatcher, its own alone: built

@@ -27,6 +27,26 @@ pub struct ThreadSpec {
     /// Its CPU's node (where it ranks other pools' threads from, for hand-offs).
     #[serde(default)]
     pub node: Option<u32>,
+    /// With `[server] http3`: its UDP socket on each https address (see
+    /// `server::quic_steering`).
+    #[serde(default)]
+    pub quic: Vec<QuicSocket>,
+}
+
+/// A thread's UDP socket on one https address: one of the master's sockets for that thread,
+/// chosen as the worker starts among those no live process reads (see
+/// `server::quic_steering`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QuicSocket {
+    /// The descriptor, and its index in the address's reuseport group (what the connection
+    /// IDs name); -1 and 0 until the worker's start chooses them.
+    pub fd: i32,
+    pub index: u16,
+    /// The thread's place among the address's socket owners.
+    pub owner: usize,
+    /// The group, as `listeners` indexes it (local to the worker), and its address.
+    pub group: usize,
+    pub addr: std::net::SocketAddr,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -61,6 +81,9 @@ pub struct WorkerSpec {
     /// `server::quic`).
     #[serde(default)]
     pub http3: bool,
+    /// The master's tag in QUIC connection IDs (see `server::quic_steering::cid`).
+    #[serde(default)]
+    pub quic_tag: u16,
     /// Whether the threads read and write cleartext connections through io_uring (`[server]
     /// io`, resolved by the master: see `config::IoChoice::resolve`).
     #[serde(default)]

@@ -20,19 +20,29 @@ use crate::cpuset::CpuSet;
 
 pub use crate::os::net::BpfInsn;
 
-// Classic BPF opcodes and ancillary offsets (linux/filter.h, linux/bpf_common.h).
+// Classic BPF opcodes and ancillary offsets (linux/filter.h, linux/bpf_common.h); the
+// packet loads and the jumps past JEQ are for the QUIC program (`super::quic_steering`).
 /// BPF_LD | BPF_W | BPF_ABS (BPF_LD and BPF_W are 0).
-const BPF_LD_W_ABS: u16 = 0x20;
-const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
-const BPF_RET_K: u16 = 0x06;
-const BPF_RET_A: u16 = 0x06 | 0x10;
-const BPF_ALU_MOD_K: u16 = 0x04 | 0x90;
-const BPF_ALU_ADD_K: u16 = 0x04;
-const SKF_AD_OFF: i32 = -0x1000;
-const SKF_AD_CPU: i32 = 36;
+pub(super) const BPF_LD_W_ABS: u16 = 0x20;
+/// BPF_LD | BPF_H | BPF_ABS: 16 bits, big-endian, at an offset of the packet.
+pub(super) const BPF_LD_H_ABS: u16 = 0x28;
+/// BPF_LD | BPF_B | BPF_ABS.
+pub(super) const BPF_LD_B_ABS: u16 = 0x30;
+/// BPF_JMP | BPF_JA: forward by `k`, whatever A holds.
+pub(super) const BPF_JMP_JA: u16 = 0x05;
+pub(super) const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+pub(super) const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+pub(super) const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
+pub(super) const BPF_RET_K: u16 = 0x06;
+pub(super) const BPF_RET_A: u16 = 0x06 | 0x10;
+pub(super) const BPF_ALU_MOD_K: u16 = 0x04 | 0x90;
+pub(super) const BPF_ALU_ADD_K: u16 = 0x04;
+pub(super) const BPF_ALU_MUL_K: u16 = 0x04 | 0x20;
+pub(super) const SKF_AD_OFF: i32 = -0x1000;
+pub(super) const SKF_AD_CPU: i32 = 36;
 const SKF_AD_RANDOM: i32 = 56;
 /// The kernel refuses classic programs longer than this (BPF_MAXINSNS).
-const MAX_INSNS: usize = 4096;
+pub(super) const MAX_INSNS: usize = 4096;
 
 /// A run of socket indices in the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +128,7 @@ pub fn steering_table_of(
     table
 }
 
-fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
+pub(super) fn insn(code: u16, jt: u8, jf: u8, k: u32) -> BpfInsn {
     BpfInsn { code, jt, jf, k }
 }
 
@@ -157,28 +167,55 @@ pub fn steering_program(table: &[(u32, SocketRun)], sockets: u32) -> Vec<BpfInsn
     prog
 }
 
-/// Runs a program the way the kernel would for a packet received on `cpu`, with `random` as
-/// the random number; used by the tests to check programs without a kernel.
+/// Runs a program the way the kernel would for a connection received on `cpu`, with `random`
+/// as the random number; used by the tests to check programs without a kernel.
 pub fn interpret(prog: &[BpfInsn], cpu: u32, random: u32) -> u32 {
+    interpret_packet(prog, cpu, random, &[])
+}
+
+/// As [`interpret`], for a datagram whose payload is `packet` (what a UDP reuseport program
+/// loads from). A load past its end ends the program with 0, as in the kernel.
+pub fn interpret_packet(prog: &[BpfInsn], cpu: u32, random: u32, packet: &[u8]) -> u32 {
+    let load = |k: u32, width: usize| -> Option<u32> {
+        let bytes = packet.get(k as usize..(k as usize).checked_add(width)?)?;
+        Some(bytes.iter().fold(0u32, |a, &b| (a << 8) | u32::from(b)))
+    };
     let mut a: u32 = 0;
     let mut pc = 0;
     while pc < prog.len() {
         let i = prog[pc];
+        let jump = |taken: bool| 1 + if taken { i.jt as usize } else { i.jf as usize };
         match i.code {
             BPF_LD_W_ABS if i.k == (SKF_AD_OFF + SKF_AD_CPU) as u32 => a = cpu,
             BPF_LD_W_ABS if i.k == (SKF_AD_OFF + SKF_AD_RANDOM) as u32 => a = random,
-            BPF_JMP_JEQ_K => {
-                pc += 1 + if a == i.k {
-                    i.jt as usize
-                } else {
-                    i.jf as usize
+            BPF_LD_W_ABS | BPF_LD_H_ABS | BPF_LD_B_ABS => {
+                let width = match i.code {
+                    BPF_LD_W_ABS => 4,
+                    BPF_LD_H_ABS => 2,
+                    _ => 1,
                 };
+                match load(i.k, width) {
+                    Some(v) => a = v,
+                    None => return 0,
+                }
+            }
+            BPF_JMP_JA => {
+                pc += 1 + i.k as usize;
+                continue;
+            }
+            BPF_JMP_JEQ_K | BPF_JMP_JGE_K | BPF_JMP_JSET_K => {
+                pc += jump(match i.code {
+                    BPF_JMP_JEQ_K => a == i.k,
+                    BPF_JMP_JGE_K => a >= i.k,
+                    _ => a & i.k != 0,
+                });
                 continue;
             }
             BPF_RET_K => return i.k,
             BPF_RET_A => return a,
             BPF_ALU_MOD_K => a %= i.k,
             BPF_ALU_ADD_K => a = a.wrapping_add(i.k),
+            BPF_ALU_MUL_K => a = a.wrapping_mul(i.k),
             other => panic!("unexpected opcode {other:#x}"),
         }
         pc += 1;

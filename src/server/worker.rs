@@ -175,8 +175,8 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             })
             .collect(),
     });
-    // Each thread's UDP sockets for HTTP/3, bound while a port under 1024 may still be had.
-    let mut quic = crate::server::quic::bind(spec, |g| shared.configs[g].is_some())?.into_iter();
+    // Each thread's UDP sockets for HTTP/3, as the master handed them.
+    let mut quic = crate::server::quic::sockets(spec, |g| shared.configs[g].is_some()).into_iter();
     // Placed and in its control groups (which needed root): now the pool's user, before any
     // thread starts or any request is read.
     if let Some(id) = &spec.identity {
@@ -422,7 +422,7 @@ fn engine_thread(
     health: Arc<ThreadHealth>,
     tiers: Arc<SharedTiers>,
     shared: &Shared,
-    quic: Vec<(std::net::UdpSocket, usize)>,
+    quic: crate::server::quic::ThreadSockets,
 ) {
     let ThreadChannels {
         mut stop_rx,
@@ -585,11 +585,13 @@ fn engine_thread(
                 panics: Arc::clone(&health.panics),
                 who: Rc::clone(&admission.who),
             });
-            for (socket, group) in quic {
+            for (socket, group, index) in quic {
                 let Some((tls, _)) = &shared.configs[group] else {
                     continue;
                 };
-                match crate::server::quic::endpoint(socket, tls, l.keepalive_timeout) {
+                let tag = spec.quic_tag;
+                match crate::server::quic::endpoint((socket, index), tag, tls, l.keepalive_timeout)
+                {
                     Ok(endpoint) => accepting.push(tokio::task::spawn_local(
                         crate::server::quic::accept_loop(endpoint, group, Rc::clone(&thread)),
                     )),

@@ -80,6 +80,7 @@ pub async fn serve<S: Service + 'static>(
                 .and_then(|leaf| crate::certs::subject_of(leaf))
         });
     let peer = conn.remote_address();
+    let quic = conn.clone();
     let max_field_section = env.limits.max_header_size as u64;
     let mut builder = h3::server::builder();
     builder.max_field_section_size(max_field_section);
@@ -94,10 +95,14 @@ pub async fn serve<S: Service + 'static>(
         peer,
         client_cert,
     });
-    let mut draining = false;
+    // Once draining: when the connection may close (see `goaway_grace`), once its requests
+    // are answered.
+    let mut draining: Option<tokio::time::Instant> = None;
+    let mut grace_over = false;
+    let answering = Rc::new(Answering::default());
     loop {
-        if !draining && env.shutdown.started.get() {
-            draining = true;
+        if draining.is_none() && env.shutdown.started.get() {
+            draining = Some(tokio::time::Instant::now() + goaway_grace(quic.rtt()));
             // GOAWAY: the streams accepted so far are answered, no new one is.
             if h3.shutdown(0).await.is_err() {
                 return;
@@ -105,13 +110,24 @@ pub async fn serve<S: Service + 'static>(
         }
         let accepted = tokio::select! {
             biased;
-            _ = env.shutdown.notify.notified(), if !draining => continue,
+            _ = env.shutdown.notify.notified(), if draining.is_none() => continue,
             accepted = h3.accept() => accepted,
+            _ = sleep_until_some(draining), if !grace_over => {
+                grace_over = true;
+                continue;
+            }
+            _ = answering.none(), if grace_over => return,
         };
         match accepted {
+            // Every accepted request answered, but requests the client sent before it read
+            // the GOAWAY may still be on their way: each is refused with H3_REQUEST_REJECTED
+            // (which a client may send again) until the grace ends, not cut by a close.
+            Ok(None) if draining.is_some() => continue,
             Ok(Some(resolver)) => {
                 let connection = Rc::clone(&connection);
+                let answering = Answering::take(&answering);
                 tokio::task::spawn_local(async move {
+                    let _answering = answering;
                     let _open = Streams::take(&connection.env.streams);
                     let head = connection.env.timeouts.header;
                     if let Ok(Ok((request, stream))) =
@@ -123,6 +139,55 @@ pub async fn serve<S: Service + 'static>(
             }
             Ok(None) | Err(_) => return,
         }
+    }
+}
+
+/// How long a drained connection stays open after its GOAWAY for the requests the client
+/// sent before reading it (about one round trip behind it): four round trips, at least
+/// 100 ms and at most 2 s. Closing at once made such requests fail with the connection
+/// (`H3_NO_ERROR`), where a client cannot tell they were not processed.
+fn goaway_grace(rtt: Duration) -> Duration {
+    (rtt * 4).clamp(Duration::from_millis(100), Duration::from_secs(2))
+}
+
+/// A connection's requests being answered, and a wake-up when the last one is.
+#[derive(Default)]
+struct Answering {
+    count: std::cell::Cell<usize>,
+    done: tokio::sync::Notify,
+}
+
+/// One request's place in its connection's [`Answering`], given back however it ends.
+struct AnsweringOne(Rc<Answering>);
+
+impl Answering {
+    fn take(this: &Rc<Answering>) -> AnsweringOne {
+        this.count.set(this.count.get() + 1);
+        AnsweringOne(Rc::clone(this))
+    }
+
+    /// Returns once no request is being answered.
+    async fn none(&self) {
+        while self.count.get() > 0 {
+            self.done.notified().await;
+        }
+    }
+}
+
+impl Drop for AnsweringOne {
+    fn drop(&mut self) {
+        self.0.count.set(self.0.count.get() - 1);
+        if self.0.count.get() == 0 {
+            self.0.done.notify_waiters();
+        }
+    }
+}
+
+/// Waits until `at`, or forever when there is none.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

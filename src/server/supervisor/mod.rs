@@ -266,9 +266,13 @@ pub(super) async fn run(
         log(
             "master",
             format!(
-                "listening on {} for {whose} ({} sockets, hosts {})",
+                "listening on {} for {whose} ({} sockets{}, hosts {})",
                 g.routes.url(),
                 g.sockets.len(),
+                match g.udp.len() {
+                    0 => String::new(),
+                    n => format!(" and {n} UDP ones for HTTP/3"),
+                },
                 first_of(&hosts)
             ),
         );

@@ -117,8 +117,10 @@ impl Supervisor {
         // a host moved to another pool) keeps its group: its sockets are shared out again
         // among the new workers of every pool there, and the old ones drain.
         let mut fresh: Vec<ListenerGroup> = Vec::new();
+        // Per grown group: its new TCP sockets, its new UDP ones, its owners.
         let mut grown: Vec<(
             usize,
+            Vec<socket2::Socket>,
             Vec<socket2::Socket>,
             crate::server::listeners::SocketOwners,
         )> = Vec::new();
@@ -136,20 +138,25 @@ impl Supervisor {
                         &new,
                         file,
                     )?;
-                    grown.push((i, sockets, owners));
+                    if self.groups[i].udp.is_empty() {
+                        // HTTP/3 new on an address served already: its UDP port checked
+                        // first, as a new address's is.
+                        use crate::server::listeners::{probe_free, Proto};
+                        probe_free(&new, w.addr, &w.routes, file, Proto::Udp)?;
+                    }
+                    let udp = crate::server::listeners::open_missing_udp(
+                        &self.groups[i],
+                        owners.len(),
+                        &new,
+                        file,
+                    )?;
+                    grown.push((i, sockets, udp, owners));
                 }
                 None => {
                     use crate::server::listeners::{probe_free, Proto};
                     probe_free(&new, w.addr, &w.routes, file, Proto::Tcp)?;
                     probe_free(&new, w.addr, &w.routes, file, Proto::Udp)?;
-                    let mut g = ListenerGroup {
-                        pools: w.pools.clone(),
-                        addr: w.addr,
-                        routes: w.routes.clone(),
-                        sockets: Vec::new(),
-                        owners: Vec::new(),
-                        owner_pools: Vec::new(),
-                    };
+                    let mut g = ListenerGroup::new(w.addr, w.pools.clone(), w.routes.clone());
                     crate::server::listeners::fill_group(
                         &mut g,
                         &new,
@@ -177,14 +184,14 @@ impl Supervisor {
             .map_err(|e| format!("{file}: {e}"))?;
         // The switch: grown groups take their new sockets, pools, routes and owners; groups
         // no site wants any more close (the master's copies now; the old workers' with them).
-        for (i, sockets, owners) in grown {
+        for (i, sockets, udp, owners) in grown {
             let g = &mut self.groups[i];
             g.sockets.extend(sockets);
             if let Some(w) = wanted.iter().find(|w| w.addr == g.addr) {
                 g.routes = w.routes.clone();
                 g.pools = w.pools.clone();
             }
-            crate::server::listeners::arm_group(g, &owners, &new, &self.topology);
+            crate::server::listeners::arm_group(g, &owners, udp, &new, &self.topology);
         }
         let before = self.groups.len();
         self.groups

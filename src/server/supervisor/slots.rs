@@ -151,7 +151,14 @@ impl Supervisor {
             None => {
                 let mut spec = self.slots[i].spec.clone();
                 spec.store_certs = self.cert_store.certs_for(&spec.pool);
+                let groups = &mut self.groups;
+                let turns = crate::server::listeners::choose_quic_sockets(groups, &mut spec);
                 let (pid, control) = spawn_worker(spec, fail, allocate)?;
+                let (config, topology) = (&self.config, &self.topology);
+                if !crate::server::listeners::take_quic_turns(groups, &turns, pid, config, topology)
+                {
+                    log("master", "cannot attach the QUIC steering program; HTTP/3 datagrams are spread by the kernel's reuseport hash, and connections moved by it end");
+                }
                 let (read_half, write_half) = control.into_split();
                 (
                     pid,
@@ -299,6 +306,7 @@ impl Supervisor {
         let words_until = Instant::now() + crate::server::app::LAST_WORDS;
         while let Some((pid, status)) = os::process::reap_child() {
             let now = Instant::now();
+            crate::server::listeners::release_quic(&mut self.groups, pid);
             if let Some(k) = self.retiring.iter().position(|(_, p)| p.pid == pid) {
                 let (pool, p) = self.retiring.remove(k);
                 p.reader.abort();

@@ -1,0 +1,175 @@
+//! The UDP sockets of an https address that answers HTTP/3 (`[server] http3`): the master's
+//! for its whole life, like the TCP ones, with each socket's thread and the process reading
+//! it.
+//!
+//! Owns: which socket a starting worker's thread reads — one no live process reads, so a
+//! recycle's successor (or a successor's successor, while two older workers still drain)
+//! never takes datagrams of another process's connections — and which one new connections
+//! go to. Must not touch: the program's encoding ([`super::quic_steering`]) or the workers.
+//!
+//! Each thread starts with two sockets, so the common recycle finds a free one ready; one
+//! more is opened when both are still read (a third overlapping generation) — never closed,
+//! as the group's indices must not move under the connections that name them.
+
+use crate::os;
+use socket2::Socket;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+
+/// A group's UDP sockets. Empty where HTTP/3 does not answer.
+#[derive(Default)]
+pub(super) struct QuicSockets {
+    sockets: Vec<Socket>,
+    /// Per socket: its thread (the owner's place in the group), and the pid reading it.
+    thread: Vec<usize>,
+    reader: Vec<Option<u32>>,
+    /// Per thread: the socket new connections go to.
+    current: Vec<u32>,
+}
+
+/// Sockets each thread starts with.
+const PER_THREAD: usize = 2;
+
+impl QuicSockets {
+    pub(super) fn len(&self) -> usize {
+        self.sockets.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.sockets.is_empty()
+    }
+
+    /// The socket the steering program is attached to (any of the group).
+    pub(super) fn first(&self) -> Option<&Socket> {
+        self.sockets.first()
+    }
+
+    /// Per thread, the socket new connections go to.
+    pub(super) fn current(&self) -> &[u32] {
+        &self.current
+    }
+
+    /// Opens the sockets `threads` threads need beyond those that have theirs. The group is
+    /// not changed ([`Self::add`] takes them), so a failure leaves it as it was.
+    pub(super) fn open_missing(
+        &self,
+        addr: SocketAddr,
+        threads: usize,
+    ) -> std::io::Result<Vec<Socket>> {
+        (self.current.len() * PER_THREAD..threads * PER_THREAD)
+            .map(|_| os::net::reuseport_udp(addr).map(Socket::from))
+            .collect()
+    }
+
+    /// Takes what [`Self::open_missing`] opened ([`PER_THREAD`] per new thread): the first
+    /// of each thread's takes new connections until a worker reads one.
+    pub(super) fn add(&mut self, opened: Vec<Socket>) {
+        let mut opened = opened.into_iter().peekable();
+        while opened.peek().is_some() {
+            let thread = self.current.len();
+            self.current.push(self.sockets.len() as u32);
+            for socket in opened.by_ref().take(PER_THREAD) {
+                self.sockets.push(socket);
+                self.thread.push(thread);
+                self.reader.push(None);
+            }
+        }
+    }
+
+    /// HTTP/3 turned off: the master's copies close (a draining worker keeps its own).
+    pub(super) fn clear(&mut self) {
+        *self = QuicSockets::default();
+    }
+
+    /// The socket `thread`'s new reader takes: one no live process reads, opened on `addr`
+    /// when there is none. `None` when the thread has no sockets or none can be opened.
+    pub(super) fn choose(&mut self, thread: usize, addr: SocketAddr) -> Option<(i32, u16)> {
+        if thread >= self.current.len() {
+            return None;
+        }
+        let free =
+            (0..self.sockets.len()).find(|&s| self.thread[s] == thread && self.reader[s].is_none());
+        let s = match free {
+            Some(s) => s,
+            None => {
+                let opened = os::net::reuseport_udp(addr).ok()?;
+                self.sockets.push(Socket::from(opened));
+                self.thread.push(thread);
+                self.reader.push(None);
+                self.sockets.len() - 1
+            }
+        };
+        Some((self.sockets[s].as_raw_fd(), u16::try_from(s).ok()?))
+    }
+
+    /// A started worker's thread reads `socket`: new connections go there.
+    pub(super) fn take(&mut self, socket: u16, pid: u32) {
+        let s = usize::from(socket);
+        if let Some(reader) = self.reader.get_mut(s) {
+            *reader = Some(pid);
+            self.current[self.thread[s]] = u32::from(socket);
+        }
+    }
+
+    /// `pid` exited: its sockets are free for a later worker.
+    pub(super) fn release(&mut self, pid: u32) {
+        for reader in &mut self.reader {
+            if *reader == Some(pid) {
+                *reader = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loopback() -> SocketAddr {
+        // Port 0: each socket its own port; the bookkeeping is what is tested here.
+        "127.0.0.1:0".parse().unwrap()
+    }
+
+    #[test]
+    fn successors_read_sockets_no_live_process_reads() {
+        let mut q = QuicSockets::default();
+        let opened = q.open_missing(loopback(), 2).unwrap();
+        assert_eq!(opened.len(), 4);
+        q.add(opened);
+        assert_eq!((q.len(), q.current()), (4, &[0u32, 2][..]));
+        // First worker: thread 0 reads socket 0, thread 1 socket 2.
+        let (_, a) = q.choose(0, loopback()).unwrap();
+        q.take(a, 100);
+        let (_, b) = q.choose(1, loopback()).unwrap();
+        q.take(b, 100);
+        assert_eq!((a, b), (0, 2));
+        // Its successor, while it drains: the other socket of each.
+        let (_, a) = q.choose(0, loopback()).unwrap();
+        q.take(a, 101);
+        assert_eq!(a, 1);
+        assert_eq!(q.current(), &[1, 2]);
+        // A third while both still read: a new socket, at the end of the group.
+        let (_, a) = q.choose(0, loopback()).unwrap();
+        q.take(a, 102);
+        assert_eq!((a, q.len()), (4, 5));
+        // The first exits: its socket is the next one taken, and nothing new is opened.
+        q.release(100);
+        let (_, a) = q.choose(0, loopback()).unwrap();
+        assert_eq!((a, q.len()), (0, 5));
+        // A thread the group does not have.
+        assert!(q.choose(7, loopback()).is_none());
+    }
+
+    #[test]
+    fn a_grown_group_gives_only_its_new_threads_sockets() {
+        let mut q = QuicSockets::default();
+        q.add(q.open_missing(loopback(), 1).unwrap());
+        let (_, a) = q.choose(0, loopback()).unwrap();
+        q.take(a, 5);
+        let more = q.open_missing(loopback(), 3).unwrap();
+        assert_eq!(more.len(), 4);
+        q.add(more);
+        assert_eq!(q.current(), &[0, 2, 4]);
+        assert!(q.open_missing(loopback(), 3).unwrap().is_empty());
+    }
+}
