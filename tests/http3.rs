@@ -28,6 +28,11 @@ struct Answer {
     /// The body's SHA-256 (hex) and, when short, its text.
     sha256: String,
     text: String,
+    /// aioquic's: whether the server took the request in 0-RTT; with H3_HOLD_FINISHED,
+    /// the probe's answer and whether the request was answered before it.
+    early_data: bool,
+    probe: Option<String>,
+    answered_first: Option<bool>,
 }
 
 impl Answer {
@@ -94,6 +99,9 @@ fn ngtcp2_to(dir: &Path, (ip, port): (&str, u16), method: &str, path: &str, loss
             String::new()
         },
         text: String::from_utf8_lossy(&body).into_owned(),
+        early_data: false,
+        probe: None,
+        answered_first: None,
     }
 }
 
@@ -161,11 +169,19 @@ fn aioquic_request(
             .collect(),
         sha256: v["sha256"].as_str().unwrap().to_string(),
         text: v["text"].as_str().unwrap().to_string(),
+        early_data: v["early_data"].as_bool().unwrap_or(false),
+        probe: v["probe"].as_str().map(str::to_string),
+        answered_first: v["answered_first"].as_bool(),
     }
 }
 
 /// A site with static files, a header, a redirect, a denied path and an app in a pool.
 fn site(dir: &Path) -> (Server, u16) {
+    site_with(dir, "")
+}
+
+/// [`site`], with `server` added to its `[server]` table.
+fn site_with(dir: &Path, server: &str) -> (Server, u16) {
     openssl_cert(dir, "site", "localhost");
     std::fs::create_dir_all(dir.join("www/static")).unwrap();
     std::fs::create_dir_all(dir.join("marks")).unwrap();
@@ -181,6 +197,7 @@ fn site(dir: &Path) -> (Server, u16) {
         r#"
 [server]
 http3 = true
+{server}
 [[pool]]
 name = "app"
 command = ["python3", "{app}"]
@@ -553,5 +570,58 @@ fn a_reload_turns_http3_on_for_an_address_served_already() {
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
     let r = ngtcp2(d, port, "GET", "/static/hello.txt", 0.0);
     assert_eq!((r.status, r.text.as_str()), (200, "hello over QUIC\n"));
+    drop(server);
+}
+
+#[test]
+fn early_data_answers_safe_requests_at_once_and_holds_others_for_the_handshake() {
+    let Some(lib) = aioquic() else {
+        return skip("aioquic cannot be installed from PyPI (python3 -m pip install failed)");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, port) = site_with(d, "http3_early_data = true");
+    // The client holds back the end of its handshake and sends a GET beside each request.
+    let zero_rtt = [("H3_ZERO_RTT", "1"), ("H3_HOLD_FINISHED", "/early-data")];
+    // A GET in the resumed connection's first flight: answered before the handshake ends,
+    // and the app told it came early (it could answer 425).
+    let r = aioquic_request(&lib, d, port, ("GET", "/hello"), None, &zero_rtt);
+    assert!(r.early_data, "the server did not take 0-RTT");
+    assert_eq!(r.probe.as_deref(), Some("early-data=1\n"));
+    assert_eq!((r.status, r.text.as_str()), (200, "ok\n"));
+    // A POST in 0-RTT waits for the handshake: the GET beside it was answered first, and
+    // it reaches the app unmarked once the client's handshake ended — a replayed flight,
+    // whose handshake never ends, never runs it.
+    let r = aioquic_request(
+        &lib,
+        d,
+        port,
+        ("POST", "/early-data"),
+        Some(b"x=1"),
+        &zero_rtt,
+    );
+    assert!(r.early_data, "the server did not take 0-RTT");
+    assert_eq!(r.probe.as_deref(), Some("early-data=1\n"));
+    assert_eq!(
+        r.answered_first,
+        Some(false),
+        "the POST was answered before the handshake"
+    );
+    assert_eq!((r.status, r.text.as_str()), (200, "early-data=-\n"));
+    drop(server);
+    // Off by default: the same client's early flight is refused, the request answered after.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, port) = site(d);
+    let zero_rtt = [("H3_ZERO_RTT", "1")];
+    let r = aioquic_request(&lib, d, port, ("GET", "/early-data"), None, &zero_rtt);
+    assert_eq!((r.status, r.text.as_str()), (200, "early-data=-\n"));
+    assert!(!r.early_data, "0-RTT taken where it is off");
+    // check refuses it without http3.
+    let err = check_refuses(d, "[server]\nhttp3_early_data = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nhandler = \"static\"\n");
+    assert!(
+        err.contains("http3_early_data") && err.contains("http3 = true"),
+        "{err}"
+    );
     drop(server);
 }

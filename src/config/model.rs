@@ -390,6 +390,10 @@ pub struct ServerSettings {
     /// (see `http::h3`), advertised by `Alt-Svc` on its HTTP/1.1 and HTTP/2 answers. Default
     /// false.
     pub http3: bool,
+    /// `http3_early_data = true`: HTTP/3 takes requests in a resumed connection's first
+    /// flight (0-RTT); one whose method is not safe waits for the handshake (see
+    /// `http::h3::early`). Default false.
+    pub http3_early_data: bool,
     /// How worker threads do their connections' I/O. Default `auto` (io_uring where the
     /// kernel allows it).
     pub io: IoChoice,
@@ -514,6 +518,7 @@ impl Default for ServerSettings {
             steering: Steering::Cpu,
             ktls: false,
             http3: false,
+            http3_early_data: false,
             io: IoChoice::Auto,
             certificates: None,
             backlog: 1024,

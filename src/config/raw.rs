@@ -110,6 +110,7 @@ pub struct RawServer {
     pub steering: Option<String>,
     pub ktls: Option<String>,
     pub http3: Option<bool>,
+    pub http3_early_data: Option<bool>,
     pub io: Option<String>,
     pub certificates: Option<String>,
     pub backlog: Option<i64>,

@@ -85,16 +85,23 @@ impl quinn::ConnectionIdGenerator for SteeredIds {
 }
 
 /// A quinn endpoint on `socket`, answering with `tls` (its certificates, by SNI) for ALPN
-/// `h3` only, 0-RTT off (a replayed early request could repeat what it does).
+/// `h3` only; 0-RTT off unless `early_data` (`http3_early_data`: see `http::h3::early`).
 pub fn endpoint(
     (socket, index): (UdpSocket, u16),
     tag: u16,
     tls: &Arc<rustls::ServerConfig>,
-    idle: Duration,
+    (idle, early_data): (Duration, bool),
 ) -> Result<quinn::Endpoint, String> {
     let mut tls = (**tls).clone();
     tls.alpn_protocols = vec![b"h3".to_vec()];
-    tls.max_early_data_size = 0;
+    // quinn takes 0-RTT with no bound but the connection's flow control, or none.
+    tls.max_early_data_size = if early_data { u32::MAX } else { 0 };
+    if early_data {
+        // rustls takes early data only on a session resumed from its own store (stateful,
+        // single-use: a replayed first flight finds its ticket taken, and another worker
+        // has a store of its own), never from a self-contained ticket.
+        tls.ticketer = Arc::new(StatefulTicketsOnly);
+    }
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
         .map_err(|e| format!("cannot make the QUIC TLS configuration: {e}"))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
@@ -110,6 +117,29 @@ pub fn endpoint(
     config.cid_generator(move || Box::new(SteeredIds { tag, index, random }));
     quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
         .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))
+}
+
+/// The ticketer of an endpoint that takes 0-RTT: none, so that resumption goes through the
+/// session store (see [`endpoint`]).
+#[derive(Debug)]
+struct StatefulTicketsOnly;
+
+impl rustls::server::ProducesTickets for StatefulTicketsOnly {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn lifetime(&self) -> u32 {
+        0
+    }
+
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Whether quinn may send a burst of datagrams in one `sendmsg` (GSO, where the kernel has
@@ -131,7 +161,11 @@ pub struct Thread {
 
 /// Takes `endpoint`'s connections until the worker drains; then new ones are refused (the
 /// successor's endpoints take them) and those open get GOAWAY from `http::h3`.
-pub async fn accept_loop(endpoint: quinn::Endpoint, group: usize, thread: Rc<Thread>) {
+pub async fn accept_loop(
+    endpoint: quinn::Endpoint,
+    (group, early_data): (usize, bool),
+    thread: Rc<Thread>,
+) {
     let env = &thread.env;
     let handshakes = Rc::new(Cell::new(0usize));
     loop {
@@ -157,11 +191,40 @@ pub async fn accept_loop(endpoint: quinn::Endpoint, group: usize, thread: Rc<Thr
         let (env, handshaking) = (Rc::clone(env), Slot::take(&handshakes));
         let fut = Box::pin(async move {
             let timeout = env.timeouts.header;
-            let connected = tokio::time::timeout(timeout, incoming).await;
-            drop(handshaking);
-            if let Ok(Ok(conn)) = connected {
-                crate::http::h3::serve(conn, group, env).await;
-            }
+            let Ok(connecting) = incoming.accept() else {
+                return;
+            };
+            // With 0-RTT, a resumed client's first requests are read before the handshake
+            // completes (0.5-RTT): the handshake still counts as under way until then.
+            let connecting = match early_data {
+                true => connecting.into_0rtt(),
+                false => Err(connecting),
+            };
+            let (conn, handshake_end) = match connecting {
+                Ok((conn, accepted)) => {
+                    let watched = conn.clone();
+                    let end: crate::http::h3::HandshakeEnd = Box::pin(async move {
+                        // A server's `accepted` says nothing but that the handshake ended:
+                        // it completed if the connection lives on.
+                        let ended = tokio::time::timeout(timeout, accepted).await.is_ok();
+                        drop(handshaking);
+                        if !ended {
+                            watched.close(0u32.into(), b"handshake timeout");
+                        }
+                        ended && watched.close_reason().is_none()
+                    });
+                    (conn, Some(end))
+                }
+                Err(connecting) => {
+                    let connected = tokio::time::timeout(timeout, connecting).await;
+                    drop(handshaking);
+                    match connected {
+                        Ok(Ok(conn)) => (conn, None),
+                        _ => return,
+                    }
+                }
+            };
+            crate::http::h3::serve(conn, group, env, handshake_end).await;
         });
         tokio::task::spawn_local(super::conn_task::contain(
             fut,

@@ -123,6 +123,7 @@ pub(super) fn worker_specs(
                 ktls: config.server.ktls,
                 http3: config.server.http3,
                 quic_tag: super::listeners::quic_tag(),
+                quic_early_data: config.server.http3_early_data,
                 uring,
                 // A frozen process's ring still runs the kernel's side of its operations
                 // (seen with cgroup v2's freezer): a multishot accept would take the

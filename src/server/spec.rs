@@ -81,6 +81,9 @@ pub struct WorkerSpec {
     /// `server::quic`).
     #[serde(default)]
     pub http3: bool,
+    /// `[server] http3_early_data`: QUIC endpoints take 0-RTT (see `http::h3::early`).
+    #[serde(default)]
+    pub quic_early_data: bool,
     /// The master's tag in QUIC connection IDs (see `server::quic_steering::cid`).
     #[serde(default)]
     pub quic_tag: u16,

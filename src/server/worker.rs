@@ -590,11 +590,16 @@ fn engine_thread(
                     continue;
                 };
                 let tag = spec.quic_tag;
-                match crate::server::quic::endpoint((socket, index), tag, tls, l.keepalive_timeout)
-                {
-                    Ok(endpoint) => accepting.push(tokio::task::spawn_local(
-                        crate::server::quic::accept_loop(endpoint, group, Rc::clone(&thread)),
-                    )),
+                let early = spec.quic_early_data && !asks_client_certs(spec, group);
+                let settings = (l.keepalive_timeout, early);
+                match crate::server::quic::endpoint((socket, index), tag, tls, settings) {
+                    Ok(endpoint) => {
+                        accepting.push(tokio::task::spawn_local(crate::server::quic::accept_loop(
+                            endpoint,
+                            (group, early),
+                            Rc::clone(&thread),
+                        )))
+                    }
                     Err(e) => {
                         let _ = started.send(Err(e));
                         return;
@@ -757,6 +762,13 @@ impl Listener {
 /// Accepts on one listener until the worker drains: tokio's accept stops at once (the kernel
 /// keeps what is queued for the successor), the ring's once its cancel took effect, serving
 /// what it had already taken.
+/// Whether a site on `group`'s address asks for client certificates: no 0-RTT there (they
+/// come with the handshake, after early requests).
+fn asks_client_certs(spec: &WorkerSpec, group: usize) -> bool {
+    (spec.groups[group].hosts.iter())
+        .any(|&(_, site)| (spec.sites.get(site)).is_some_and(|s| s.client_certs.is_some()))
+}
+
 async fn accept_loop(mut listener: Listener, group: usize, admission: Rc<Admission>) {
     let env = &admission.env;
     let mut stopping = false;

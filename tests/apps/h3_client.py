@@ -5,8 +5,14 @@
 Trusts nothing but checks nothing either (the test's certificate is self-signed); sends SNI
 and :authority `localhost`. The environment's H3_FIELD (`name: value`) adds a header field;
 H3_NO_LENGTH=1 sends a body without `content-length`; H3_PAUSE_AT=N with H3_WAIT_FOR=FILE
-sends the body's first N bytes, waits (30 s at most) until FILE exists, then the rest. Prints one JSON line: the status, the header fields, the body's
-length and SHA-256, and its text when it is short."""
+sends the body's first N bytes, waits (30 s at most) until FILE exists, then the rest.
+H3_ZERO_RTT=1 connects twice: a GET of / for a session ticket, then the request in 0-RTT
+(sent before the handshake completes, on the resumed session). With H3_HOLD_FINISHED=PATH
+too, the client holds back its handshake's end (its Handshake packets) and sends a GET of
+PATH beside the request; once that GET is answered it notes whether the request had been,
+then lets the handshake end. Prints one JSON line: the status, the header fields, the
+body's length and SHA-256, its text when it is short, whether the server took early data,
+and with H3_HOLD_FINISHED the probe's text and whether the request was answered first."""
 import asyncio
 import hashlib
 import json
@@ -71,16 +77,82 @@ class Client(QuicConnectionProtocol):
         return await asyncio.wait_for(self.done[stream], 30)
 
 
+def varint(data, i):
+    """A QUIC variable-length integer at data[i]: (value, index after it)."""
+    n = 1 << (data[i] >> 6)
+    value = data[i] & 0x3F
+    for k in range(1, n):
+        value = (value << 8) | data[i + k]
+    return value, i + n
+
+
+def has_handshake_packet(data):
+    """Whether a datagram's coalesced long-header packets include a Handshake one (type 2)."""
+    i = 0
+    while i < len(data) and data[i] & 0x80:
+        kind = (data[i] >> 4) & 3
+        if kind == 2:
+            return True
+        j = i + 5
+        j += 1 + data[j]  # destination connection ID
+        j += 1 + data[j]  # source connection ID
+        if kind == 0:
+            n, j = varint(data, j)  # an Initial's token
+            j += n
+        n, j = varint(data, j)
+        i = j + n
+    return False
+
+
 async def main():
     port, method, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     body = open(sys.argv[4], "rb").read() if len(sys.argv) > 4 else b""
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     config.server_name = "localhost"
-    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client) as c:
-        r = await c.request(method, path, body)
+    early = bool(os.environ.get("H3_ZERO_RTT"))
+    if early:
+        tickets = []
+        async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
+                           session_ticket_handler=tickets.append) as c:
+            await c.request("GET", "/", b"")
+            for _ in range(300):
+                if tickets:
+                    break
+                await asyncio.sleep(0.01)
+        if not tickets:
+            raise SystemExit("the server sent no session ticket")
+        config.session_ticket = tickets[-1]
+    held = {}
+    async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
+                       wait_connected=not early) as c:
+        probe = os.environ.get("H3_HOLD_FINISHED")
+        if probe:
+            send = c._transport.sendto
+            hold = [True]
+
+            def sendto(data, addr):
+                # A datagram with a Handshake packet carries the client's Finished: dropped
+                # while held (the client sends it again later).
+                if hold[0] and has_handshake_packet(data):
+                    return
+                send(data, addr)
+
+            c._transport.sendto = sendto
+            main = asyncio.ensure_future(c.request(method, path, body))
+            await asyncio.sleep(0)
+            answered = await c.request("GET", probe, b"")
+            held["probe"] = answered["body"].decode()
+            held["answered_first"] = main.done()
+            hold[0] = False
+            r = await main
+        else:
+            r = await c.request(method, path, body)
+        early_accepted = c._quic.tls.early_data_accepted
     fields = [(k, v) for k, v in r["headers"] if not k.startswith(":")]
-    status = next(int(v) for k, v in r["headers"] if k == ":status")
+    status = next((int(v) for k, v in r["headers"] if k == ":status"), None)
+    if status is None:
+        raise SystemExit(f"no status: {r} {held}")
     text = r["body"].decode("utf-8", "replace") if len(r["body"]) < 4096 else ""
     print(json.dumps({
         "status": status,
@@ -88,6 +160,8 @@ async def main():
         "len": len(r["body"]),
         "sha256": hashlib.sha256(r["body"]).hexdigest(),
         "text": text,
+        "early_data": early_accepted,
+        **held,
     }))
 
 

@@ -2,7 +2,7 @@
 chunked are read piece by piece; once X-Mark-After bytes of a body have arrived it creates
 the file $MARKS/<path> (so a test can see the body reach the app before it has all been
 sent), and answers the body's length, SHA-256 and framing. /early answers at once, its
-body unread.
+body unread; /early-data answers its Early-Data field (`-` without one).
 Listens on 127.0.0.1:$PORT; /healthz answers ok."""
 import hashlib
 import http.server
@@ -13,9 +13,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
+        if self.path == "/early-data":
+            return self.answer(f"early-data={self.headers.get('Early-Data', '-')}\n".encode())
         self.answer(b"ok\n")
 
     def do_POST(self):
+        if self.path == "/early-data":
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            return self.answer(f"early-data={self.headers.get('Early-Data', '-')}\n".encode())
         if self.path == "/early":
             # Answers without reading the body, as an app refusing an upload may.
             self.close_connection = True

@@ -1,6 +1,7 @@
 //! `[server] http3`: where HTTP/3 can answer, and each https site's `Alt-Svc`.
 //!
-//! Owns: the refusals of `http3` where it could not act, and [`SiteSpec::alt_svc`]. Must not
+//! Owns: the refusals of `http3` (and `http3_early_data`) where it could not act, and
+//! [`SiteSpec::alt_svc`]. Must not
 //! touch: the QUIC endpoints (see `server::quic`) or the answers (see `http::h3`).
 //!
 //! A QUIC connection is a flow of datagrams that only the thread holding its state can
@@ -25,6 +26,10 @@ impl Validator {
         pools: &[PoolSpec],
     ) {
         if !server.http3 {
+            if server.http3_early_data {
+                let at = [Seg::Key("server"), Seg::Key("http3_early_data")];
+                self.err(&at, "is about HTTP/3's 0-RTT, and http3 is off; set http3 = true, or remove http3_early_data");
+            }
             return;
         }
         let at = [Seg::Key("server"), Seg::Key("http3")];

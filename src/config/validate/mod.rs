@@ -419,6 +419,7 @@ impl Validator {
             steering,
             ktls,
             http3: raw.http3.unwrap_or(d.http3),
+            http3_early_data: raw.http3_early_data.unwrap_or(d.http3_early_data),
             io,
             backlog,
             shutdown_timeout,

@@ -4,7 +4,8 @@
 //! forwarder as an HTTP/1.1 request — and sent back through `streams`' relay.
 //!
 //! Owns: a QUIC connection's HTTP/3 streams, their limits, and each stream's request made
-//! into a [`super::Request`] and answered (its body: [`body`]). Must not touch: the QUIC endpoints and their UDP sockets
+//! into a [`super::Request`] and answered (its body: [`body`]; a request in 0-RTT: [`early`]).
+//! Must not touch: the QUIC endpoints and their UDP sockets
 //! (see `server::quic`), routing or content (the [`Service`] decides).
 //!
 //! Why quinn and h3: quinn is the QUIC stack of the Rust ecosystem with the most users (and
@@ -37,8 +38,11 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 mod body;
+mod early;
 
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
+pub use early::HandshakeEnd;
 
 /// The pipe between a stream and its forwarder (as HTTP/2's).
 const FORWARD_PIPE: usize = 16 << 10;
@@ -59,15 +63,25 @@ struct Connection<S> {
     client: Rc<str>,
     /// The subject of its verified client certificate, if it gave one.
     client_cert: Option<String>,
+    handshake: Rc<early::Handshake>,
 }
 
 /// Serves one QUIC connection's HTTP/3 requests until it closes or the worker drains (then
 /// GOAWAY: the requests it has go on, new ones go elsewhere).
+///
+/// `handshake` is under way when the connection was taken in 0.5-RTT (with
+/// `http3_early_data`; never on an address that asks for client certificates, which come
+/// with the handshake).
 pub async fn serve<S: Service + 'static>(
     conn: quinn::Connection,
     group: usize,
     env: Rc<ConnEnv<S>>,
+    handshake: Option<HandshakeEnd>,
 ) {
+    let handshake = match handshake {
+        Some(accepted) => early::Handshake::pending(accepted),
+        None => early::Handshake::complete(),
+    };
     let client_cert = conn
         .peer_identity()
         .and_then(|id| {
@@ -94,6 +108,7 @@ pub async fn serve<S: Service + 'static>(
         group,
         peer,
         client_cert,
+        handshake,
     });
     // Once draining: when the connection may close (see `goaway_grace`), once its requests
     // are answered.
@@ -126,6 +141,7 @@ pub async fn serve<S: Service + 'static>(
             Ok(Some(resolver)) => {
                 let connection = Rc::clone(&connection);
                 let answering = Answering::take(&answering);
+                let came_early = connection.handshake.under_way();
                 tokio::task::spawn_local(async move {
                     let _answering = answering;
                     let _open = Streams::take(&connection.env.streams);
@@ -133,7 +149,7 @@ pub async fn serve<S: Service + 'static>(
                     if let Ok(Ok((request, stream))) =
                         tokio::time::timeout(head, resolver.resolve_request()).await
                     {
-                        Box::pin(connection.answer(request, stream)).await;
+                        Box::pin(connection.answer(request, stream, came_early)).await;
                     }
                 });
             }
@@ -210,10 +226,13 @@ impl Drop for Streams<'_> {
 impl<S: Service + 'static> Connection<S> {
     /// Answers one request stream: routed on its head; its body streamed to its app as it
     /// arrives, or read whole (bounded) for an answer made here; then answered.
-    async fn answer(&self, request: http::Request<()>, mut stream: Stream) {
+    async fn answer(&self, request: http::Request<()>, mut stream: Stream, came_early: bool) {
         let env = &self.env;
         let arrived = Instant::now();
-        let (parts, ()) = request.into_parts();
+        let (mut parts, ()) = request.into_parts();
+        if !early::admit(&mut parts, came_early, &self.handshake).await {
+            return;
+        }
         let max_headers = MAX_HEADERS.min(env.limits.max_headers);
         // Its framing checked before anything else, as HTTP/1.1's is.
         let declared = match body::declared_length(&parts) {
