@@ -48,6 +48,7 @@ fn placement_on_an_emulated_four_node_machine() {
         "garden-placement-garden/2",
         "garden-placement-garden/3",
         "steering",
+        "quic-steering",
         "hard-under-load",
         "soft-widens",
         "soft-narrows",

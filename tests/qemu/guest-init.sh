@@ -152,6 +152,33 @@ else
 fi
 kill $garden; wait $garden 2>/dev/null
 
+# 6b. HTTP/3: a new QUIC connection from a client on CPU k is answered by a thread on k's node
+#     (the QUIC steering program), and each of its requests by that one thread.
+espalier serve -c h3.toml > /tmp/h3.log 2>&1 &
+h3=$!
+if wait_for /tmp/h3.log "worker(s) serving" 60; then
+  ok=0; detail=""
+  grep -q "cannot attach" /tmp/h3.log && { ok=1; detail="$(grep 'cannot attach' /tmp/h3.log | head -1);"; }
+  for k in 0 1 2 3 4 5 6 7; do
+    before=$(cat /tmp/h3-access.log 2>/dev/null | wc -l)
+    taskset -c $k espalier bench --h3 --insecure -n 20 -c 2 https://127.0.0.1:8445/ > /tmp/h3-bench.txt 2>&1
+    grep -q "errors: 0 " /tmp/h3-bench.txt || { ok=1; detail="$detail cpu$k: $(head -c 200 /tmp/h3-bench.txt);"; }
+    i=0
+    while [ "$(cat /tmp/h3-access.log | wc -l)" -lt $((before + 20)) ] && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
+    node=$((k / 2))
+    threads=$(tail -n +$((before + 1)) /tmp/h3-access.log | awk '{print $(NF-1)}' | sort -u | tr '\n' ' ')
+    for t in $threads; do
+      within "${t##*/cpu}" "$(node_cpus $node)" || ok=1
+    done
+    [ -n "$threads" ] || ok=1
+    detail="$detail cpu$k(node$node)->$threads"
+  done
+  verdict quic-steering $ok "$detail"
+else
+  verdict quic-steering 1 "the server did not start: $(tail -3 /tmp/h3.log)"
+fi
+kill $h3; wait $h3 2>/dev/null
+
 # 7. Soft affinity: a worker whose node is saturated while others idle is widened, and
 #    narrowed back when the load stops.
 espalier serve -c soft.toml > /tmp/soft.log 2>&1 &
