@@ -4,7 +4,7 @@
 
 Trusts nothing but checks nothing either (the test's certificate is self-signed); sends SNI
 and :authority `localhost`. The environment's H3_FIELD (`name: value`) adds a header field;
-H3_NO_LENGTH=1 sends a body without `content-length`; H3_PAUSE_AT=N with H3_WAIT_FOR=FILE
+H3_MANY_FIELDS=N adds N small fields; H3_NO_LENGTH=1 sends a body without `content-length`; H3_PAUSE_AT=N with H3_WAIT_FOR=FILE
 sends the body's first N bytes, waits (30 s at most) until FILE exists, then the rest.
 H3_ZERO_RTT=1 connects twice: a GET of / for a session ticket, then the request in 0-RTT
 (sent before the handshake completes, on the resumed session). With H3_HOLD_FINISHED=PATH
@@ -58,6 +58,8 @@ class Client(QuicConnectionProtocol):
         if os.environ.get("H3_FIELD"):
             name, value = os.environ["H3_FIELD"].split(": ", 1)
             fields.append((name.encode(), value.encode()))
+        for k in range(int(os.environ.get("H3_MANY_FIELDS", "0"))):
+            fields.append((f"x-f{k}".encode(), b"v"))
         self.h3.send_headers(stream, fields, end_stream=not body)
         self.done[stream] = asyncio.get_running_loop().create_future()
         pause = int(os.environ.get("H3_PAUSE_AT", "0"))
