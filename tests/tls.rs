@@ -615,7 +615,7 @@ pool = "app"
         let body = String::from_utf8_lossy(&out.stdout);
         assert_eq!(body, format!("site a\n\n{version}"), "{flag}");
     }
-    // More header fields than max_headers (100): 400, as over HTTP/1.1.
+    // More header fields than max_headers (100): 431, as over HTTP/1.1.
     let many: Vec<String> = (0..150)
         .flat_map(|k| ["-H".to_string(), format!("X-F{k}: v")])
         .collect();
@@ -628,7 +628,7 @@ pool = "app"
         "/",
         &[&["--http2"][..], &many].concat(),
     );
-    assert!(verbose.contains("< HTTP/2 400"), "{verbose}");
+    assert!(verbose.contains("< HTTP/2 431"), "{verbose}");
     // 100 streams at once on one connection, 1 000 requests, every one answered.
     let out = Command::new("h2load")
         .args(["-n", "1000", "-c", "1", "-m", "100"])

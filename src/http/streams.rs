@@ -72,7 +72,11 @@ pub(crate) fn request_of<'a>(
             value: value.as_bytes(),
         });
     }
-    if headers.len() > max_headers || !path.starts_with('/') {
+    // More fields than `max_headers`: 431, as HTTP/1.1's parser answers them.
+    if headers.len() > max_headers {
+        return Err(431);
+    }
+    if !path.starts_with('/') {
         return Err(400);
     }
     let method_text = parts.method.as_str();
