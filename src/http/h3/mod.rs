@@ -115,6 +115,10 @@ pub async fn serve<S: Service + 'static>(
     let mut draining: Option<tokio::time::Instant> = None;
     let mut grace_over = false;
     let answering = Rc::new(Answering::default());
+    // h3's accept also says "no more" at once, every time it is asked, once the client sent a
+    // GOAWAY of its own and no request is open (sending another GOAWAY each time): at most
+    // the client's stream credit of refusals is waited for, never a loop the client holds.
+    let mut refusals_left = super::h2::MAX_STREAMS;
     loop {
         if draining.is_none() && env.shutdown.started.get() {
             draining = Some(tokio::time::Instant::now() + goaway_grace(quic.rtt()));
@@ -137,7 +141,14 @@ pub async fn serve<S: Service + 'static>(
             // Every accepted request answered, but requests the client sent before it read
             // the GOAWAY may still be on their way: each is refused with H3_REQUEST_REJECTED
             // (which a client may send again) until the grace ends, not cut by a close.
-            Ok(None) if draining.is_some() => continue,
+            Ok(None) if draining.is_some() && refusals_left > 0 => {
+                refusals_left -= 1;
+                continue;
+            }
+            Ok(None) => {
+                answering.none().await;
+                return;
+            }
             Ok(Some(resolver)) => {
                 let connection = Rc::clone(&connection);
                 let answering = Answering::take(&answering);
@@ -153,7 +164,7 @@ pub async fn serve<S: Service + 'static>(
                     }
                 });
             }
-            Ok(None) | Err(_) => return,
+            Err(_) => return,
         }
     }
 }
