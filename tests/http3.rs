@@ -624,7 +624,14 @@ fn early_data_answers_safe_requests_at_once_and_holds_others_for_the_handshake()
     let r = aioquic_request(&lib, d, port, ("GET", "/early-data"), None, &zero_rtt);
     assert_eq!((r.status, r.text.as_str()), (200, "early-data=-\n"));
     assert!(!r.early_data, "0-RTT taken where it is off");
-    // check refuses it without http3.
+    // check refuses it without http3, and with a site that asks for client certificates.
+    let err = check_refuses(d, "[server]\nhttp3 = true\nhttp3_early_data = true\n[[site]]\nname = \"m\"\nbindings = [\"https://127.0.0.1:1\"]\ntls = { cert = \"site.pem\", key = \"site.key\" }\nclient_certs = { ca = \"site.pem\", mode = \"required\" }\n[[site.app]]\nhandler = \"static\"\n");
+    assert!(
+        err.contains("http3_early_data")
+            && err.contains("site `m`")
+            && err.contains("client certificates"),
+        "{err}"
+    );
     let err = check_refuses(d, "[server]\nhttp3_early_data = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nhandler = \"static\"\n");
     assert!(
         err.contains("http3_early_data") && err.contains("http3 = true"),

@@ -590,7 +590,8 @@ fn engine_thread(
                     continue;
                 };
                 let tag = spec.quic_tag;
-                let early = spec.quic_early_data && !asks_client_certs(spec, group);
+                // check refuses it where a site asks for client certificates.
+                let early = spec.quic_early_data;
                 let settings = (l.keepalive_timeout, early);
                 match crate::server::quic::endpoint((socket, index), tag, tls, settings) {
                     Ok(endpoint) => {
@@ -762,13 +763,6 @@ impl Listener {
 /// Accepts on one listener until the worker drains: tokio's accept stops at once (the kernel
 /// keeps what is queued for the successor), the ring's once its cancel took effect, serving
 /// what it had already taken.
-/// Whether a site on `group`'s address asks for client certificates: no 0-RTT there (they
-/// come with the handshake, after early requests).
-fn asks_client_certs(spec: &WorkerSpec, group: usize) -> bool {
-    (spec.groups[group].hosts.iter())
-        .any(|&(_, site)| (spec.sites.get(site)).is_some_and(|s| s.client_certs.is_some()))
-}
-
 async fn accept_loop(mut listener: Listener, group: usize, admission: Rc<Admission>) {
     let env = &admission.env;
     let mut stopping = false;

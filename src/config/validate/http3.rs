@@ -63,6 +63,15 @@ impl Validator {
                 }
             }
         }
+        if server.http3_early_data {
+            let at = [Seg::Key("server"), Seg::Key("http3_early_data")];
+            for s in sites
+                .iter()
+                .filter(|s| https(s) && s.client_certs.is_some())
+            {
+                self.err(&at, format!("cannot act on site `{}`: it asks for client certificates, which come with the handshake, after a request in 0-RTT; remove client_certs there, or http3_early_data", s.name));
+            }
+        }
         let mut shared: Vec<(SocketAddr, usize, String)> = addresses
             .iter()
             .filter(|(_, (_, pools))| pools.len() > 1)
