@@ -9,8 +9,8 @@
 //! site's apps by path) is one group with a socket per dispatcher thread, O(CPUs) however many
 //! pools share it: a connection goes to the dispatcher's thread on the receiving CPU, which
 //! hands it to the right pool (see [`crate::handoff`]). With `[server] http3`, an https
-//! address one pool serves has a UDP group beside it: two sockets per thread, so a recycle's
-//! successor reads its own beside the draining worker, and the QUIC steering program (see
+//! address one pool serves has a UDP group beside it: two or more sockets per thread, so a
+//! recycle's successor reads its own beside the draining worker, and the QUIC steering program (see
 //! [`super::quic_steering`]) that keeps each connection's datagrams on its socket. Must not
 //! touch: workers (the supervisor hands them the sockets) or requests.
 

@@ -1,5 +1,5 @@
 //! The QUIC endpoints of a worker's threads (`[server] http3`): on each https address a
-//! thread listens on, the UDP socket the master gave it (one of the thread's pair: see
+//! thread listens on, the UDP socket the master gave it (one of the thread's own: see
 //! [`super::quic_steering`]), a quinn endpoint on it, and its connections served by
 //! `http::h3`.
 //!
@@ -62,7 +62,7 @@ pub fn sockets(
 struct SteeredIds {
     tag: u16,
     index: u16,
-    /// The operating system's generator, as rustls draws its own from (ring's).
+    /// The TLS configuration's generator (ring's, from the operating system).
     random: &'static dyn rustls::crypto::SecureRandom,
 }
 
@@ -93,6 +93,8 @@ pub fn endpoint(
     (idle, early_data): (Duration, bool),
 ) -> Result<quinn::Endpoint, String> {
     let mut tls = (**tls).clone();
+    // The connection IDs' random bytes from the configuration's own generator.
+    let random = tls.crypto_provider().secure_random;
     tls.alpn_protocols = vec![b"h3".to_vec()];
     // quinn takes 0-RTT with no bound but the connection's flow control, or none.
     tls.max_early_data_size = if early_data { u32::MAX } else { 0 };
@@ -113,7 +115,6 @@ pub fn endpoint(
         .enable_segmentation_offload(gso());
     server.transport_config(Arc::new(transport));
     let mut config = quinn::EndpointConfig::default();
-    let random = rustls::crypto::ring::default_provider().secure_random;
     config.cid_generator(move || Box::new(SteeredIds { tag, index, random }));
     quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
         .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))
