@@ -12,8 +12,8 @@ use super::{
         Error as DynamicTableError,
     },
     parse_error::ParseError,
-    prefix_int::Error as IntError,
-    prefix_string::Error as StringError,
+    prefix_int::{self, Error as IntError},
+    prefix_string::{self, Error as StringError},
     static_::StaticTable,
     stream::{
         DecoderInstruction, Duplicate, DynamicTableSizeUpdate, HeaderAck, InsertCountIncrement,
@@ -200,18 +200,41 @@ where
     HeaderPrefix::new(0, 0, 0, 0).encode(block);
     for field in fields {
         let field = field.as_ref();
-
-        if let Some(index) = StaticTable::find(field) {
-            Indexed::Static(index).encode(block);
-        } else if let Some(index) = StaticTable::find_name(&field.name) {
-            LiteralWithNameRef::new_static(index, field.value.clone()).encode(block)?;
-        } else {
-            Literal::new(field.name.clone(), field.value.clone()).encode(block)?;
-        }
-
-        size += field.mem_size() as u64;
+        size += encode_field(block, &field.name, &field.value)?;
     }
     Ok(size)
+}
+
+/// espalier's patch: a response's head encoded from its status and fields as they are — the
+/// same bytes as `encode_stateless(Header::response(..))`, without building a `HeaderField`
+/// (two allocations each) per field.
+pub fn encode_response_stateless<W: BufMut>(
+    block: &mut W,
+    status: http::StatusCode,
+    fields: &http::HeaderMap,
+) -> Result<u64, EncoderError> {
+    HeaderPrefix::new(0, 0, 0, 0).encode(block);
+    let mut size = encode_field(block, b":status", status.as_str().as_bytes())?;
+    for (name, value) in fields {
+        size += encode_field(block, name.as_str().as_bytes(), value.as_bytes())?;
+    }
+    Ok(size)
+}
+
+/// One field, stateless; its size as SETTINGS_MAX_FIELD_SECTION_SIZE counts it. espalier's
+/// patch writes the field as it is, where h3 0.0.8 copied its name and value into a new
+/// literal first (the bytes are those of LiteralWithNameRef::Static and Literal).
+fn encode_field<W: BufMut>(block: &mut W, name: &[u8], value: &[u8]) -> Result<u64, EncoderError> {
+    if let Some(index) = StaticTable::find_pair(name, value) {
+        Indexed::Static(index).encode(block);
+    } else if let Some(index) = StaticTable::find_name(name) {
+        prefix_int::encode(4, 0b0101, index as u64, block);
+        prefix_string::encode(8, 0, value, block)?;
+    } else {
+        prefix_string::encode(4, 0b0010, name, block)?;
+        prefix_string::encode(8, 0, value, block)?;
+    }
+    Ok((name.len() + value.len() + super::field::ESTIMATED_OVERHEAD_BYTES) as u64)
 }
 
 #[cfg(test)]
@@ -298,6 +321,29 @@ mod tests {
     use super::*;
 
     use crate::qpack::tests::helpers::{build_table, TABLE_SIZE};
+
+    /// espalier's patch: the borrowed response encoder writes what the original path wrote.
+    #[test]
+    fn response_encoded_as_it_is_matches_the_header_path() {
+        let mut fields = http::HeaderMap::new();
+        fields.insert("server", "espalier".parse().unwrap());
+        fields.insert("date", "Sat, 28 Nov 2026 11:32:16 GMT".parse().unwrap());
+        fields.insert("content-length", "0".parse().unwrap());
+        fields.append("set-cookie", "a=1".parse().unwrap());
+        fields.append("set-cookie", "b=~{~".parse().unwrap());
+        fields.insert("x-made-up", "".parse().unwrap());
+        for status in [200, 304, 404, 599] {
+            let status = http::StatusCode::from_u16(status).unwrap();
+            let (mut old, mut new) = (Vec::new(), Vec::new());
+            let old_size = encode_stateless(
+                &mut old,
+                crate::proto::headers::Header::response(status, fields.clone()),
+            )
+            .unwrap();
+            let new_size = encode_response_stateless(&mut new, status, &fields).unwrap();
+            assert_eq!((new, new_size), (old, old_size));
+        }
+    }
 
     #[allow(clippy::type_complexity)]
     fn check_encode_field(

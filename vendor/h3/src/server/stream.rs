@@ -121,15 +121,16 @@ where
         let response::Parts {
             status, headers, ..
         } = parts;
-        let headers = Header::response(status, headers);
-
-        let mut block = BytesMut::new();
-        let mem_size = qpack::encode_stateless(&mut block, headers).map_err(|_e| {
-            self.handle_connection_error_on_stream(InternalConnectionError {
-                code: Code::H3_INTERNAL_ERROR,
-                message: "Failed to encode headers".to_string(),
-            })
-        })?;
+        // espalier's patch: encoded from the fields as they are, into a block sized for a
+        // usual head (h3 0.0.8 built a HeaderField per field and grew the block from empty).
+        let mut block = BytesMut::with_capacity(256);
+        let mem_size =
+            qpack::encode_response_stateless(&mut block, status, &headers).map_err(|_e| {
+                self.handle_connection_error_on_stream(InternalConnectionError {
+                    code: Code::H3_INTERNAL_ERROR,
+                    message: "Failed to encode headers".to_string(),
+                })
+            })?;
 
         let max_mem_size = self.inner.settings().max_field_section_size;
 

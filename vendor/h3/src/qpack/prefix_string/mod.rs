@@ -12,10 +12,9 @@ pub use self::bitwin::BitWindow;
 
 pub use self::{
     decode::{Error as HuffmanDecodingError, HpackStringDecode},
-    encode::{Error as HuffmanEncodingError, HpackStringEncode},
+    encode::Error as HuffmanEncodingError,
 };
 
-use crate::proto::coding::BufMutExt;
 use crate::qpack::prefix_int::{self, Error as IntegerError};
 
 #[derive(Debug, PartialEq)]
@@ -48,22 +47,27 @@ pub fn decode<B: Buf>(size: u8, buf: &mut B) -> Result<Vec<u8>, Error> {
 
     let payload = buf.copy_to_bytes(len);
     let value = if flags & 1 == 0 {
-        payload.into_iter().collect()
+        payload.to_vec()
     } else {
-        let mut decoded = Vec::new();
-        for byte in payload.into_iter().collect::<Vec<u8>>().hpack_decode() {
-            decoded.push(byte?);
-        }
+        // espalier's patch: decoded straight from the payload, not through a copy and a
+        // byte-at-a-time iterator (a Huffman string is at most 8/5 as long decoded)
+        let mut decoded = Vec::with_capacity(len + len / 2 + 1);
+        decode::decode_huffman(&payload, &mut decoded)?;
         decoded
     };
     Ok(value)
 }
 
+/// espalier's patch: Huffman only where it is shorter (RFC 9204 §4.1.2 lets an encoder choose;
+/// a value of digits or a base64 token is often longer encoded), written straight into `buf`.
 pub fn encode<B: BufMut>(size: u8, flags: u8, value: &[u8], buf: &mut B) -> Result<(), Error> {
-    let encoded = Vec::from(value).hpack_encode()?;
-    prefix_int::encode(size - 1, flags << 1 | 1, encoded.len().try_into()?, buf);
-    for byte in encoded {
-        buf.write(byte);
+    let huffman = encode::huffman_len(value);
+    if huffman < value.len() {
+        prefix_int::encode(size - 1, flags << 1 | 1, huffman.try_into()?, buf);
+        encode::put_huffman(value, buf);
+    } else {
+        prefix_int::encode(size - 1, flags << 1, value.len().try_into()?, buf);
+        buf.put_slice(value);
     }
     Ok(())
 }
@@ -144,8 +148,28 @@ mod tests {
         let mut buf = Vec::new();
         encode(8, 0b01, b"", &mut buf).unwrap();
         let mut read = Cursor::new(&buf);
-        assert_eq!(&buf, &[0b1000_0000]);
+        // espalier's patch: an empty value is sent as it is (H bit clear), Huffman being no
+        // shorter (h3 0.0.8 sent [0b1000_0000], a Huffman string of length 0).
+        assert_eq!(&buf, &[0b0000_0000]);
         assert_eq!(decode(8, &mut read).unwrap(), b"");
+    }
+
+    #[test]
+    fn codec_8_not_shorter_huffman_is_sent_as_it_is() {
+        // espalier's patch: '~' and '{' take 13 and 15 bits; Huffman would be longer
+        let mut buf = Vec::new();
+        encode(8, 0, b"~{~{", &mut buf).unwrap();
+        assert_eq!(&buf, &[4, b'~', b'{', b'~', b'{']);
+        assert_eq!(decode(8, &mut Cursor::new(&buf)).unwrap(), b"~{~{");
+        // …and a Huffman-shorter one still goes Huffman, round trip exact
+        let value: Vec<u8> = (0u8..=255)
+            .chain(b"text/html; charset=utf-8".iter().copied())
+            .collect();
+        for sample in [&b"text/html; charset=utf-8"[..], &value[..]] {
+            let mut buf = Vec::new();
+            encode(8, 0, sample, &mut buf).unwrap();
+            assert_eq!(decode(8, &mut Cursor::new(&buf)).unwrap(), sample);
+        }
     }
 
     #[test]
