@@ -436,12 +436,17 @@ fn convert_write_error_to_stream_error(error: quinn::WriteError) -> StreamErrorI
     }
 }
 
+/// espalier's patch: pieces shorter than this are copied into quinn, longer ones handed over.
+const COPIED_BELOW: usize = 4096;
+
 /// Quinn-backed send stream
 ///
 /// Implements a [`quic::SendStream`] backed by a [`quinn::SendStream`].
 pub struct SendStream<B: Buf> {
     stream: quinn::SendStream,
     writing: Option<WriteBuf<B>>,
+    /// espalier's patch: the piece of `writing` being handed to quinn (empty when none).
+    piece: Bytes,
 }
 
 impl<B> SendStream<B>
@@ -452,6 +457,7 @@ where
         Self {
             stream: stream,
             writing: None,
+            piece: Bytes::new(),
         }
     }
 }
@@ -462,13 +468,31 @@ where
 {
     #[cfg_attr(feature = "tracing", instrument(skip_all, level = "trace"))]
     fn poll_ready(&mut self, cx: &mut task::Context<'_>) -> Poll<Result<(), StreamErrorIncoming>> {
-        if let Some(ref mut data) = self.writing {
-            while data.has_remaining() {
-                let stream = Pin::new(&mut self.stream);
-                let written = ready!(stream.poll_write(cx, data.chunk()))
-                    .map_err(|err| convert_write_error_to_stream_error(err))?;
-                data.advance(written);
+        // espalier's patch: a large piece of the frame goes to quinn as `Bytes` through
+        // `write_chunks` (cancel-safe: nothing is written when it is pending), so that a
+        // `Bytes` payload is queued as it is; h3-quinn 0.0.10 wrote every `chunk()` through
+        // `poll_write`, which copies it into a new allocation — still the cheaper way for a
+        // small one (a frame header, a short body), whose buffer is then free at once rather
+        // than held until the peer acknowledges it.
+        loop {
+            if self.piece.is_empty() {
+                let Some(data) = self.writing.as_mut().filter(|data| data.has_remaining()) else {
+                    break;
+                };
+                let len = data.chunk().len();
+                if len < COPIED_BELOW {
+                    let stream = Pin::new(&mut self.stream);
+                    let written = ready!(stream.poll_write(cx, data.chunk()))
+                        .map_err(|err| convert_write_error_to_stream_error(err))?;
+                    data.advance(written);
+                    continue;
+                }
+                self.piece = data.copy_to_bytes(len);
             }
+            let mut pieces = [std::mem::take(&mut self.piece)];
+            let written = std::pin::pin!(self.stream.write_chunks(&mut pieces)).poll(cx);
+            self.piece = std::mem::take(&mut pieces[0]);
+            ready!(written).map_err(|err| convert_write_error_to_stream_error(err))?;
         }
         // all data is written
         self.writing = None;
