@@ -3,7 +3,8 @@
 //! 5 % packet loss both ways), an app's answer and a POST body through its pool, site
 //! features (a redirect, a header, a deny, a body over its bound), the access log's protocol,
 //! `Alt-Svc` on the HTTP/2 answer; recycles under `bench --h3` load failing no request; a
-//! reload turning HTTP/3 on; and `check`'s refusals where HTTP/3 could not answer.
+//! reload turning HTTP/3 on; an on-demand pool woken over HTTP/3 alone; and `check`'s refusals
+//! where HTTP/3 could not answer.
 
 use crate::common::tls::{curl, openssl_cert};
 use crate::common::{check_refuses, espalier, free_port, need_tools, skip, wait_for, Server};
@@ -471,26 +472,9 @@ fn recycles_under_http3_load_fail_no_request() {
     // not know them: whole connections' requests failed.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    openssl_cert(d, "site", "localhost");
-    std::fs::create_dir_all(d.join("www")).unwrap();
-    std::fs::write(d.join("www/hello.txt"), "hello over QUIC\n").unwrap();
     let port = free_port();
-    let config = format!(
-        r#"
-[server]
-http3 = true
-[[pool]]
-name = "web"
-[[site]]
-name = "s"
-bindings = ["https://127.0.0.1:{port}"]
-tls = {{ cert = "site.pem", key = "site.key" }}
-root = "www"
-[[site.app]]
-pool = "web"
-handler = "static"
-"#
-    );
+    let site = hello_site(d, port, "web");
+    let config = format!("[server]\nhttp3 = true\n[[pool]]\nname = \"web\"\n{site}");
     let server = Server::with_config(d, &config);
     let recycles = 4;
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -554,12 +538,9 @@ fn a_reload_turns_http3_on_for_an_address_served_already() {
     need_tools("gtlsclient:ngtcp2-client", "ngtcp2's HTTP/3 client");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    openssl_cert(d, "site", "localhost");
-    std::fs::create_dir_all(d.join("www/static")).unwrap();
-    std::fs::write(d.join("www/static/hello.txt"), "hello over QUIC\n").unwrap();
     let port = free_port();
-    let site = format!("[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\nroot = \"www\"\n[[site.app]]\nhandler = \"static\"\n");
-    let server = Server::with_config(d, &format!("[server]\n{site}"));
+    let site = hello_site(d, port, "web");
+    let server = Server::with_config(d, &format!("[server]\n[[pool]]\nname = \"web\"\n{site}"));
     let path = d.join("espalier.toml");
     let before = std::fs::read_to_string(&path).unwrap();
     let with_http3 = before.replacen("[server]\n", "[server]\nhttp3 = true\n", 1);
@@ -575,7 +556,7 @@ fn a_reload_turns_http3_on_for_an_address_served_already() {
     drop(held);
     let (code, body) = server.post("/reload");
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
-    let r = ngtcp2(d, port, "GET", "/static/hello.txt", 0.0);
+    let r = ngtcp2(d, port, "GET", "/hello.txt", 0.0);
     assert_eq!((r.status, r.text.as_str()), (200, "hello over QUIC\n"));
     drop(server);
 }
@@ -637,5 +618,71 @@ fn early_data_answers_safe_requests_at_once_and_holds_others_for_the_handshake()
         err.contains("http3_early_data") && err.contains("http3 = true"),
         "{err}"
     );
+    drop(server);
+}
+
+/// A static site on `https://127.0.0.1:{port}`, served by `pool`, whose root holds
+/// `hello.txt` ("hello over QUIC\n"): its `[[site]]` table, its certificate and file written
+/// into `dir`.
+fn hello_site(dir: &Path, port: u16, pool: &str) -> String {
+    openssl_cert(dir, "site", "localhost");
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/hello.txt"), "hello over QUIC\n").unwrap();
+    format!(
+        r#"[[site]]
+name = "s"
+bindings = ["https://127.0.0.1:{port}"]
+tls = {{ cert = "site.pem", key = "site.key" }}
+root = "www"
+[[site.app]]
+pool = "{pool}"
+handler = "static"
+"#
+    )
+}
+
+/// The pid of `pool`'s first worker, when it has a process.
+fn pid_of(server: &Server, pool: &str) -> Option<u32> {
+    let status = server.status();
+    let p = status.pools.iter().find(|p| p.name == pool)?;
+    p.workers.first()?.pid
+}
+
+/// An on-demand pool asleep wakes for an HTTP/3 client as for a TCP one: the client's first
+/// datagram waits in the UDP socket the steering sends it to, which the master watches and
+/// the woken worker reads — from the start, and again once the pool slept when idle (its
+/// drained worker's sockets join the watch as it exits).
+#[test]
+fn an_on_demand_pool_asleep_wakes_for_an_http3_client() {
+    use espalier::server::status::PoolState;
+    need_tools("gtlsclient:ngtcp2-client", "ngtcp2's HTTP/3 client");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = free_port();
+    let site = hello_site(d, port, "lazy");
+    let pool = "[[pool]]\nname = \"lazy\"\nstart = \"on-demand\"\nidle_timeout = \"2s\"\n";
+    let server = Server::with_config(d, &format!("[server]\nhttp3 = true\n{pool}{site}"));
+    assert_eq!(pid_of(&server, "lazy"), None, "no process before a visitor");
+    let first = ngtcp2(d, port, "GET", "/hello.txt", 0.0);
+    assert_eq!(
+        (first.status, first.text.as_str()),
+        (200, "hello over QUIC\n")
+    );
+    server.wait_until("the woken worker's pid", Duration::from_secs(30), |s| {
+        pid_of(s, "lazy").is_some()
+    });
+    let pid = pid_of(&server, "lazy").unwrap();
+    server.wait_until("the idle pool asleep again", Duration::from_secs(60), |s| {
+        s.pool_gone("lazy", PoolState::Idle)
+    });
+    // Over HTTP/3 alone (no TCP connection to wake it), a new process answers.
+    let again = ngtcp2(d, port, "GET", "/hello.txt", 0.0);
+    assert_eq!(
+        (again.status, again.text.as_str()),
+        (200, "hello over QUIC\n")
+    );
+    server.wait_until("woken again", Duration::from_secs(30), |s| {
+        pid_of(s, "lazy").is_some_and(|p| p != pid)
+    });
     drop(server);
 }

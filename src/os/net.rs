@@ -259,6 +259,19 @@ impl std::os::fd::AsRawFd for Polled {
     }
 }
 
+/// Reads and drops what waits in UDP socket `fd`, at most `limit` datagrams, without
+/// blocking; how many. For the master, before it watches a sleeping pool's socket: datagrams
+/// of connections whose process is gone would wake the pool at once.
+pub fn discard_datagrams(fd: std::os::fd::RawFd, limit: usize) -> usize {
+    // SAFETY: borrowed for this call only; the caller keeps `fd` open.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let socket = socket2::SockRef::from(&borrowed);
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+    (0..limit)
+        .take_while(|_| socket.recv_with_flags(&mut buf, libc::MSG_DONTWAIT).is_ok())
+        .count()
+}
+
 /// Returns once one of `fds` is readable (a connection in a listener's queue, a datagram in
 /// a unix socket); reads nothing. `Err` when none can be polled.
 pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {

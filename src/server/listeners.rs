@@ -359,6 +359,20 @@ pub(super) fn take_quic_turns(
     failed.count() == 0
 }
 
+/// The UDP sockets new QUIC connections for `spec`'s threads go to while no process reads
+/// them: what a sleeping pool's watch waits on, besides its listeners.
+pub(super) fn unread_quic_sockets(
+    groups: &[ListenerGroup],
+    spec: &super::spec::WorkerSpec,
+) -> Vec<std::os::fd::RawFd> {
+    let quic = spec.threads.iter().flat_map(|t| &t.quic);
+    quic.filter_map(|q| {
+        let group = groups.iter().find(|g| g.addr == q.addr)?;
+        group.udp.unread_current(q.owner)
+    })
+    .collect()
+}
+
 /// `pid` exited: the UDP sockets it read are free for later workers.
 pub(super) fn release_quic(groups: &mut [ListenerGroup], pid: u32) {
     for g in groups {

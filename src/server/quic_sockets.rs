@@ -81,14 +81,21 @@ impl QuicSockets {
         *self = QuicSockets::default();
     }
 
-    /// The socket `thread`'s new reader takes: one no live process reads, opened on `addr`
-    /// when there is none. `None` when the thread has no sockets or none can be opened.
+    /// The socket `thread`'s new reader takes: its current one when no process reads it —
+    /// new connections went there meanwhile (a pool asleep, a worker that died), so what
+    /// waits in it is read — else one no live process reads, opened on `addr` when there is
+    /// none. `None` when the thread has no sockets or none can be opened.
     pub(super) fn choose(&mut self, thread: usize, addr: SocketAddr) -> Option<(i32, u16)> {
         if thread >= self.current.len() {
             return None;
         }
-        let free =
-            (0..self.sockets.len()).find(|&s| self.thread[s] == thread && self.reader[s].is_none());
+        let current = self.current[thread] as usize;
+        let free = (self.reader.get(current) == Some(&None))
+            .then_some(current)
+            .or_else(|| {
+                (0..self.sockets.len())
+                    .find(|&s| self.thread[s] == thread && self.reader[s].is_none())
+            });
         let s = match free {
             Some(s) => s,
             None => {
@@ -100,6 +107,13 @@ impl QuicSockets {
             }
         };
         Some((self.sockets[s].as_raw_fd(), u16::try_from(s).ok()?))
+    }
+
+    /// The socket new connections of `thread` go to, when no process reads it: what the
+    /// master watches while the thread's pool sleeps.
+    pub(super) fn unread_current(&self, thread: usize) -> Option<i32> {
+        let s = *self.current.get(thread)? as usize;
+        (self.reader.get(s) == Some(&None)).then(|| self.sockets[s].as_raw_fd())
     }
 
     /// A started worker's thread reads `socket`: new connections go there.
@@ -154,8 +168,18 @@ mod tests {
         assert_eq!((a, q.len()), (4, 5));
         // The first exits: its socket is the next one taken, and nothing new is opened.
         q.release(100);
+        assert_eq!(q.unread_current(0), None); // 102 reads the current one
         let (_, a) = q.choose(0, loopback()).unwrap();
         assert_eq!((a, q.len()), (0, 5));
+        q.take(a, 103);
+        // All exit (the pool sleeps): the current socket, where new connections still go, is
+        // the one watched, and the one the next worker reads.
+        for pid in [101, 102, 103] {
+            q.release(pid);
+        }
+        assert_eq!(q.current(), &[0, 2]);
+        assert!(q.unread_current(0).is_some());
+        assert_eq!(q.choose(0, loopback()).unwrap().1, 0);
         // A thread the group does not have.
         assert!(q.choose(7, loopback()).is_none());
     }

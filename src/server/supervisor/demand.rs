@@ -1,5 +1,6 @@
 //! Pools on demand (IIS `startMode = OnDemand` and `idleTimeout`): a sleeping worker has no
-//! process, only the listening sockets of an address it has alone, which the master keeps;
+//! process, only the listening sockets of an address it has alone, which the master keeps
+//! (and with HTTP/3 the UDP socket each thread's new QUIC connections are steered to);
 //! the first connection on one of them wakes it, and the connection waits in the socket's
 //! queue until the new process takes it. On a shared address it has nothing at all: a
 //! connection for it reaches the master's hand-off socket, and the master opens the worker's
@@ -16,7 +17,9 @@
 //! Why the sockets and not a proxy in the master: the kernel already queues what arrives —
 //! a listening socket's backlog, a hand-off socket's datagrams with their descriptors — so the
 //! master only needs to see that something waits, then start whoever reads it. Nothing is
-//! accepted, read or copied on the way, and the connection is never refused.
+//! accepted, read or copied on the way, and the connection is never refused. (The one read:
+//! datagrams left in a UDP socket when its process stopped, dropped as the pool falls
+//! asleep — they belong to connections that ended with it.)
 
 use super::event::Event;
 use super::Supervisor;
@@ -84,12 +87,22 @@ impl Supervisor {
             }
         }
         let slot = &mut self.slots[i];
-        let fds: Vec<RawFd> = slot
+        let mut fds: Vec<RawFd> = slot
             .spec
             .threads
             .iter()
             .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
             .collect();
+        // Over HTTP/3 a new connection's first datagram waits in the UDP socket the steering
+        // sends it to, which the woken worker reads; what waits there when no process is left
+        // belongs to the stopped one's connections, and goes (a frozen process keeps its own).
+        let quic = crate::server::listeners::unread_quic_sockets(&self.groups, &slot.spec);
+        if slot.current.is_none() {
+            for &fd in &quic {
+                os::net::discard_datagrams(fd, 4096);
+            }
+        }
+        fds.extend(quic);
         slot.watcher = watch(&fds, slot.spec.name(), self.events.clone());
     }
 

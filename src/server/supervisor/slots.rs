@@ -330,6 +330,13 @@ impl Supervisor {
             let slot = &mut self.slots[i];
             let proc_ = slot.take_pid(pid).expect("found above");
             proc_.reader.abort();
+            // A sleeping slot's last process gone (one that drained): its UDP sockets are
+            // read by nobody now, so they join the watch (see `demand`).
+            let quic = slot.spec.threads.iter().any(|t| !t.quic.is_empty());
+            if slot.asleep && quic && slot.procs().next().is_none() {
+                self.sleep_slot(i);
+            }
+            let slot = &mut self.slots[i];
             let name = slot.spec.name();
             let what = if proc_.app.is_some() { "app" } else { "worker" };
             if let Some(app) = &proc_.app {
