@@ -118,12 +118,24 @@ fn dry_run_on_dl980_prints_one_worker_per_node() {
         "--sysfs",
         "tests/fixtures/dl980/sys",
     ]));
+    let (placement, steering) = table.split_once("\nSTEERING").expect("a steering table");
     assert_eq!(
-        table.lines().count(),
+        placement.lines().count(),
         9,
         "a header and one row per worker:\n{table}"
     );
     assert!(table.contains("30-39,110-119"));
+    // Then where each node's connections go: the worker on that node, its CPUs the node's.
+    let rows: Vec<&str> = steering
+        .lines()
+        .filter(|l| l.contains("default/"))
+        .collect();
+    assert_eq!(rows.len(), 8, "{steering}");
+    for row in rows {
+        let words: Vec<&str> = row.split_whitespace().collect();
+        let n = words.len();
+        assert_eq!(words[n - 1], format!("({})", words[n - 3]), "{row}");
+    }
 }
 
 #[test]

@@ -62,6 +62,10 @@ pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
             );
         } else {
             print!("{}", placement::render(&plan));
+            print!(
+                "{}",
+                crate::server::steering_plan::render(&config, &t, &plan)
+            );
         }
         if let Some(path) = &args.html {
             let page = crate::server::admin_page::plan_html(&t, &config, &plan);

@@ -12,7 +12,7 @@
 //! connection) and [`quic`] (a thread's QUIC endpoints, with `[server] http3`). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
 //! line protocol after; [`worker_health`]: what a worker's ping answer carries). On disk:
 //! [`runtime`] (the runtime folder, the admin token's folder, the access logs the master
-//! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`] (TCP) and [`quic_steering`] (QUIC's datagrams; [`quic_sockets`]: which UDP socket a starting worker reads). Applications: [`app`]
+//! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`] (TCP) and [`quic_steering`] (QUIC's datagrams; [`quic_sockets`]: which UDP socket a starting worker reads); [`steering_plan`] (what `serve --dry-run` prints of both). Applications: [`app`]
 //! (starting a pool's app processes) and [`app_exec`] (the step that places and lowers one
 //! before its `exec`). Shared addresses: [`dispatcher`] (the pool in front of them) and [`handoffs`]
 //! (the master's hand-off sockets). Upstream groups: [`upstream_probe`] (one active check)
@@ -42,6 +42,7 @@ pub mod spawn;
 pub mod spec;
 pub mod status;
 pub mod steering;
+pub mod steering_plan;
 pub mod supervisor;
 pub mod upstream_nodes;
 mod upstream_probe;
