@@ -107,7 +107,8 @@ first=$(espalier serve --dry-run -c garden.toml | awk 'NR == 2 {print $3}')
 [ "$first" = "$most" ]; verdict most-free-memory $? "most free memory on node $most, first worker on node $first"
 
 # 3. Hosting: four single-worker pools, one per node.
-nodes=$(espalier serve --dry-run -c hosting.toml | awk 'NR > 1 {print $3}' | sort -u | wc -l)
+# (the placement table: the rows up to the blank line before the steering table)
+nodes=$(espalier serve --dry-run -c hosting.toml | awk 'NR > 1 && NF == 0 {exit} NR > 1 {print $3}' | sort -u | wc -l)
 [ "$nodes" = 4 ]; verdict hosting-spreads $? "4 pools on $nodes distinct nodes"
 
 # 4. A hard-affinity web garden: one worker per node, every thread on its node's CPUs, memory
