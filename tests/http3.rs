@@ -654,13 +654,24 @@ fn pid_of(server: &Server, pool: &str) -> Option<u32> {
 /// drained worker's sockets join the watch as it exits).
 #[test]
 fn an_on_demand_pool_asleep_wakes_for_an_http3_client() {
+    wakes_over_http3("stop");
+}
+
+/// A suspended pool's frozen worker is thawed by an HTTP/3 client alone: the master watches
+/// the UDP socket the frozen process reads, and the thawed process answers.
+#[test]
+fn a_suspended_pool_thaws_for_an_http3_client() {
+    wakes_over_http3("suspend");
+}
+
+fn wakes_over_http3(idle_action: &str) {
     use espalier::server::status::PoolState;
     need_tools("gtlsclient:ngtcp2-client", "ngtcp2's HTTP/3 client");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let port = free_port();
     let site = hello_site(d, port, "lazy");
-    let pool = "[[pool]]\nname = \"lazy\"\nstart = \"on-demand\"\nidle_timeout = \"2s\"\n";
+    let pool = format!("[[pool]]\nname = \"lazy\"\nstart = \"on-demand\"\nidle_timeout = \"2s\"\nidle_action = \"{idle_action}\"\n");
     let server = Server::with_config(d, &format!("[server]\nhttp3 = true\n{pool}{site}"));
     assert_eq!(pid_of(&server, "lazy"), None, "no process before a visitor");
     let first = ngtcp2(d, port, "GET", "/hello.txt", 0.0);
@@ -672,17 +683,37 @@ fn an_on_demand_pool_asleep_wakes_for_an_http3_client() {
         pid_of(s, "lazy").is_some()
     });
     let pid = pid_of(&server, "lazy").unwrap();
-    server.wait_until("the idle pool asleep again", Duration::from_secs(60), |s| {
-        s.pool_gone("lazy", PoolState::Idle)
-    });
-    // Over HTTP/3 alone (no TCP connection to wake it), a new process answers.
+    let state = |s: &Server| {
+        let status = s.status();
+        status
+            .pools
+            .iter()
+            .find(|p| p.name == "lazy")
+            .map(|p| p.state)
+    };
+    if idle_action == "suspend" {
+        server.wait_until("the idle pool suspended", Duration::from_secs(60), |s| {
+            state(s) == Some(PoolState::Suspended)
+        });
+    } else {
+        server.wait_until("the idle pool asleep again", Duration::from_secs(60), |s| {
+            s.pool_gone("lazy", PoolState::Idle)
+        });
+    }
+    // Over HTTP/3 alone (no TCP connection to wake it), its process answers: a new one, or
+    // the same one thawed.
     let again = ngtcp2(d, port, "GET", "/hello.txt", 0.0);
     assert_eq!(
         (again.status, again.text.as_str()),
         (200, "hello over QUIC\n")
     );
-    server.wait_until("woken again", Duration::from_secs(30), |s| {
-        pid_of(s, "lazy").is_some_and(|p| p != pid)
-    });
+    if idle_action == "suspend" {
+        server.wait_for_log("worker lazy/0 thawed on demand", Duration::from_secs(30));
+        assert_eq!(pid_of(&server, "lazy"), Some(pid));
+    } else {
+        server.wait_until("woken again", Duration::from_secs(30), |s| {
+            pid_of(s, "lazy").is_some_and(|p| p != pid)
+        });
+    }
     drop(server);
 }

@@ -360,15 +360,17 @@ pub(super) fn take_quic_turns(
 }
 
 /// The UDP sockets new QUIC connections for `spec`'s threads go to while no process reads
-/// them: what a sleeping pool's watch waits on, besides its listeners.
+/// them, or only `frozen` (its suspended worker): what a sleeping pool's watch waits on,
+/// besides its listeners.
 pub(super) fn unread_quic_sockets(
     groups: &[ListenerGroup],
     spec: &super::spec::WorkerSpec,
+    frozen: Option<u32>,
 ) -> Vec<std::os::fd::RawFd> {
     let quic = spec.threads.iter().flat_map(|t| &t.quic);
     quic.filter_map(|q| {
         let group = groups.iter().find(|g| g.addr == q.addr)?;
-        group.udp.unread_current(q.owner)
+        group.udp.unread_current(q.owner, frozen)
     })
     .collect()
 }

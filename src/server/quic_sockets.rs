@@ -109,11 +109,13 @@ impl QuicSockets {
         Some((self.sockets[s].as_raw_fd(), u16::try_from(s).ok()?))
     }
 
-    /// The socket new connections of `thread` go to, when no process reads it: what the
-    /// master watches while the thread's pool sleeps.
-    pub(super) fn unread_current(&self, thread: usize) -> Option<i32> {
+    /// The socket new connections of `thread` go to, when no process reads it or only
+    /// `frozen` does (a suspended worker, which reads nothing until thawed): what the master
+    /// watches while the thread's pool sleeps.
+    pub(super) fn unread_current(&self, thread: usize, frozen: Option<u32>) -> Option<i32> {
         let s = *self.current.get(thread)? as usize;
-        (self.reader.get(s) == Some(&None)).then(|| self.sockets[s].as_raw_fd())
+        let reader = *self.reader.get(s)?;
+        (reader.is_none() || reader == frozen).then(|| self.sockets[s].as_raw_fd())
     }
 
     /// A started worker's thread reads `socket`: new connections go there.
@@ -168,7 +170,8 @@ mod tests {
         assert_eq!((a, q.len()), (4, 5));
         // The first exits: its socket is the next one taken, and nothing new is opened.
         q.release(100);
-        assert_eq!(q.unread_current(0), None); // 102 reads the current one
+        assert_eq!(q.unread_current(0, None), None); // 102 reads the current one
+        assert!(q.unread_current(0, Some(102)).is_some()); // …unless it is frozen
         let (_, a) = q.choose(0, loopback()).unwrap();
         assert_eq!((a, q.len()), (0, 5));
         q.take(a, 103);
@@ -178,7 +181,7 @@ mod tests {
             q.release(pid);
         }
         assert_eq!(q.current(), &[0, 2]);
-        assert!(q.unread_current(0).is_some());
+        assert!(q.unread_current(0, None).is_some());
         assert_eq!(q.choose(0, loopback()).unwrap().1, 0);
         // A thread the group does not have.
         assert!(q.choose(7, loopback()).is_none());

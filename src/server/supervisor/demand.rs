@@ -94,9 +94,11 @@ impl Supervisor {
             .flat_map(|t| t.listeners.iter().map(|&(fd, _)| fd).chain(t.handoff_fd))
             .collect();
         // Over HTTP/3 a new connection's first datagram waits in the UDP socket the steering
-        // sends it to, which the woken worker reads; what waits there when no process is left
-        // belongs to the stopped one's connections, and goes (a frozen process keeps its own).
-        let quic = crate::server::listeners::unread_quic_sockets(&self.groups, &slot.spec);
+        // sends it to, which the woken (or thawed) worker reads; what waits there when no
+        // process is left belongs to the stopped one's connections, and goes (a frozen
+        // process keeps its own).
+        let frozen = slot.current.as_ref().map(|p| p.pid);
+        let quic = crate::server::listeners::unread_quic_sockets(&self.groups, &slot.spec, frozen);
         if slot.current.is_none() {
             for &fd in &quic {
                 os::net::discard_datagrams(fd, 4096);
