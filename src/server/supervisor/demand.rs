@@ -62,9 +62,6 @@ impl Supervisor {
         let slot = &mut self.slots[i];
         slot.asleep = true;
         slot.after_app = false;
-        if let Some(w) = slot.watcher.take() {
-            w.abort();
-        }
         for a in slot.page_answerers.drain(..) {
             a.abort();
         }
@@ -86,7 +83,16 @@ impl Supervisor {
                 });
             }
         }
+        self.watch_slot(i);
+    }
+
+    /// Watches sleeping slot `i`'s sockets (again: a drained worker's UDP sockets join the
+    /// watch as it exits, see `slots`), the watch it had replaced.
+    pub(super) fn watch_slot(&mut self, i: usize) {
         let slot = &mut self.slots[i];
+        if let Some(w) = slot.watcher.take() {
+            w.abort();
+        }
         let mut fds: Vec<RawFd> = slot
             .spec
             .threads
@@ -99,7 +105,7 @@ impl Supervisor {
         // process keeps its own).
         let frozen = slot.current.as_ref().map(|p| p.pid);
         let quic = crate::server::listeners::unread_quic_sockets(&self.groups, &slot.spec, frozen);
-        if slot.current.is_none() {
+        if frozen.is_none() {
             for &fd in &quic {
                 os::net::discard_datagrams(fd, 4096);
             }

@@ -334,7 +334,7 @@ impl Supervisor {
             // read by nobody now, so they join the watch (see `demand`).
             let quic = slot.spec.threads.iter().any(|t| !t.quic.is_empty());
             if slot.asleep && quic && slot.procs().next().is_none() {
-                self.sleep_slot(i);
+                self.watch_slot(i);
             }
             let slot = &mut self.slots[i];
             let name = slot.spec.name();
