@@ -641,6 +641,19 @@ handler = "static"
     )
 }
 
+/// Bytes queued unread in the UDP sockets bound to `port` on 127.0.0.1, from /proc/net/udp
+/// (`local_address` `0100007F:PORT`, `tx_queue:rx_queue` in hex).
+fn udp_queued(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/udp").unwrap();
+    let local = format!("0100007F:{port:04X}");
+    (table.lines().skip(1))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.get(1) == Some(&local.as_str()))
+        .filter_map(|f| f.get(4)?.split(':').nth(1).map(String::from))
+        .map(|rx| usize::from_str_radix(&rx, 16).unwrap_or(0))
+        .sum()
+}
+
 /// The pid of `pool`'s first worker, when it has a process.
 fn pid_of(server: &Server, pool: &str) -> Option<u32> {
     let status = server.status();
@@ -674,6 +687,23 @@ fn wakes_over_http3(idle_action: &str) {
     let pool = format!("[[pool]]\nname = \"lazy\"\nstart = \"on-demand\"\nidle_timeout = \"2s\"\nidle_action = \"{idle_action}\"\n");
     let server = Server::with_config(d, &format!("[server]\nhttp3 = true\n{pool}{site}"));
     assert_eq!(pid_of(&server, "lazy"), None, "no process before a visitor");
+    // Datagrams that cannot open a connection — a short one, and 1 300 bytes under a short
+    // header — are dropped by the master's watch and wake nothing.
+    let stray = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    stray.send_to(b"not quic", ("127.0.0.1", port)).unwrap();
+    let mut short_header = vec![0x40u8; 1300];
+    short_header[1..13].copy_from_slice(b"made-up id!!");
+    stray.send_to(&short_header, ("127.0.0.1", port)).unwrap();
+    server.wait_until(
+        "the stray datagrams dropped",
+        Duration::from_secs(20),
+        |_| udp_queued(port) == 0,
+    );
+    assert_eq!(
+        pid_of(&server, "lazy"),
+        None,
+        "a stray datagram woke the pool"
+    );
     let first = ngtcp2(d, port, "GET", "/hello.txt", 0.0);
     assert_eq!(
         (first.status, first.text.as_str()),

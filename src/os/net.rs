@@ -272,10 +272,12 @@ pub fn discard_datagrams(fd: std::os::fd::RawFd, limit: usize) -> usize {
         .count()
 }
 
-/// Returns once one of `fds` is readable (a connection in a listener's queue, a datagram in
-/// a unix socket); reads nothing. `Err` when none can be polled.
-pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {
+/// `fds` registered with the reactor for readability; `Err` when there is none.
+fn polled(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<Vec<tokio::io::unix::AsyncFd<Polled>>> {
     use tokio::io::unix::AsyncFd;
+    if fds.is_empty() {
+        return Err(io::ErrorKind::InvalidInput.into());
+    }
     let mut polled = Vec::with_capacity(fds.len());
     for fd in fds {
         // SAFETY: `Polled` owns the descriptor and keeps the same number until the `AsyncFd`
@@ -284,9 +286,61 @@ pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {
             AsyncFd::register_with_interest(Polled(fd), tokio::io::Interest::READABLE)?
         });
     }
-    if polled.is_empty() {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
+    Ok(polled)
+}
+
+/// Returns once a datagram `wanted` takes (its first bytes, its whole length) waits in one of
+/// the UDP sockets `fds`, left there for its reader; those it refuses are read and dropped.
+/// `Err` when none can be polled.
+pub async fn datagram_arrives(
+    fds: Vec<std::os::fd::OwnedFd>,
+    wanted: impl Fn(&[u8], usize) -> bool,
+) -> io::Result<()> {
+    let polled = polled(fds)?;
+    let mut head = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+    std::future::poll_fn(|cx| {
+        // A flood of unwanted datagrams is dropped a bounded batch per turn, the task then
+        // yielding to the master's others.
+        let mut dropped = 0;
+        for p in &polled {
+            // SAFETY: borrowed while `p` holds the descriptor.
+            let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(p.as_raw_fd()) };
+            let socket = socket2::SockRef::from(&borrowed);
+            // Until the socket is polled pending (which registers the wake-up): drained of
+            // what `wanted` refuses, its readiness cleared once empty.
+            while let std::task::Poll::Ready(ready) = p.poll_read_ready(cx) {
+                let mut ready = match ready {
+                    Ok(ready) => ready,
+                    Err(e) => return std::task::Poll::Ready(Err(e)),
+                };
+                let flags = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
+                let Ok(len) = socket.recv_with_flags(&mut head, flags) else {
+                    ready.clear_ready();
+                    continue;
+                };
+                // SAFETY: recv wrote the first min(len, 64) bytes.
+                let seen = &head[..len.min(head.len())];
+                let seen = unsafe { &*(seen as *const [std::mem::MaybeUninit<u8>] as *const [u8]) };
+                if wanted(seen, len) {
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                let _ = socket.recv_with_flags(&mut head, libc::MSG_DONTWAIT);
+                dropped += 1;
+                if dropped == 1024 {
+                    cx.waker().wake_by_ref();
+                    return std::task::Poll::Pending;
+                }
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Returns once one of `fds` is readable (a connection in a listener's queue, a datagram in
+/// a unix socket); reads nothing. `Err` when none can be polled.
+pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {
+    let polled = polled(fds)?;
     std::future::poll_fn(|cx| {
         if polled.iter().any(|p| p.poll_read_ready(cx).is_ready()) {
             std::task::Poll::Ready(Ok(()))
@@ -300,6 +354,50 @@ pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A datagram `wanted` refuses is dropped, and one it takes is left for the reader.
+    #[tokio::test]
+    async fn datagram_arrives_drops_the_unwanted_and_leaves_the_wanted() {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = socket.local_addr().unwrap();
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.send_to(&[1u8; 10], to).unwrap();
+        peer.send_to(&[0xc3u8; 1250], to).unwrap();
+        let copy = crate::os::process::duplicate(socket.as_raw_fd()).unwrap();
+        let wanted = |first: &[u8], len: usize| first[0] == 0xc3 && len == 1250;
+        let arrived = datagram_arrives(vec![copy], wanted);
+        tokio::time::timeout(std::time::Duration::from_secs(20), arrived)
+            .await
+            .expect("the wanted datagram seen")
+            .unwrap();
+        let mut buf = [0u8; 2000];
+        assert_eq!(
+            socket.recv(&mut buf).unwrap(),
+            1250,
+            "the unwanted one dropped"
+        );
+        // Waiting already (the socket drained, polled pending) when they come: 3 000 unwanted
+        // ones, then the wanted one.
+        let copy = crate::os::process::duplicate(socket.as_raw_fd()).unwrap();
+        let arrives = tokio::spawn(datagram_arrives(vec![copy], wanted));
+        tokio::task::yield_now().await;
+        for i in 0..3000 {
+            peer.send_to(&[1u8; 10], to).unwrap();
+            if i % 50 == 0 {
+                // The watch runs between bursts (this runtime has one thread): the socket's
+                // buffer never fills, so the kernel drops none.
+                tokio::task::yield_now().await;
+            }
+        }
+        peer.send_to(&[0xc3u8; 1250], to).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(20), arrives)
+            .await
+            .expect("the wanted datagram seen after the flood")
+            .unwrap()
+            .unwrap();
+        socket.set_nonblocking(true).unwrap();
+        assert_eq!(socket.recv(&mut buf).unwrap(), 1250);
+    }
 
     #[test]
     fn app_ports_come_from_below_the_ephemeral_range() {

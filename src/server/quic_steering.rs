@@ -131,6 +131,14 @@ fn node_runs(
     runs
 }
 
+/// Whether a datagram (its first bytes, its whole length) can open a QUIC connection: a long
+/// header with the fixed bit, in a datagram of at least 1 200 bytes (RFC 9000 §14.1: a
+/// client's Initial is padded so). What wakes a sleeping pool over HTTP/3 — a stray or made-up
+/// short datagram does not.
+pub fn opens_a_connection(first: &[u8], len: usize) -> bool {
+    len >= 1200 && first.first().is_some_and(|b| b & 0xc0 == 0xc0)
+}
+
 /// Offsets of a datagram's destination connection ID: after a short header's first byte, and
 /// after a long header's first byte, version and ID length.
 const SHORT_DCID: u32 = 1;
@@ -209,6 +217,15 @@ fn assemble(group: &QuicGroup, live: &[(usize, u32)], runs: Vec<(u32, u32, u32)>
 mod tests {
     use super::super::steering::interpret_packet;
     use super::*;
+
+    #[test]
+    fn only_a_padded_long_header_datagram_opens_a_connection() {
+        assert!(opens_a_connection(&[0xc1, 0, 0, 0, 1], 1200));
+        assert!(!opens_a_connection(&[0xc1, 0, 0, 0, 1], 1199)); // not padded to 1 200
+        assert!(!opens_a_connection(&[0x41], 1300)); // short header
+        assert!(!opens_a_connection(&[0x81], 1300)); // no fixed bit
+        assert!(!opens_a_connection(&[], 0));
+    }
 
     const TAG: u16 = 0xbeef;
 

@@ -18,8 +18,9 @@
 //! a listening socket's backlog, a hand-off socket's datagrams with their descriptors — so the
 //! master only needs to see that something waits, then start whoever reads it. Nothing is
 //! accepted, read or copied on the way, and the connection is never refused. (The one read:
-//! datagrams left in a UDP socket when its process stopped, dropped as the pool falls
-//! asleep — they belong to connections that ended with it.)
+//! UDP datagrams that cannot open a QUIC connection, dropped — those left when the process
+//! stopped, as the pool falls asleep, and any that arrive while it sleeps, so that a stray or
+//! made-up datagram wakes nothing; a frozen process's wake for any, its connections live.)
 
 use super::event::Event;
 use super::Supervisor;
@@ -32,19 +33,44 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 
 /// Waits until one of `fds` is readable (a connection in a listener's queue, a datagram in a
-/// hand-off socket), then reports demand for `slot`. Nothing is read. The master watches
-/// copies of its descriptors, so that a group a reload closes meanwhile never leaves the
-/// watch on a reused number.
-fn watch(fds: &[RawFd], slot: String, events: UnboundedSender<Event>) -> Option<JoinHandle<()>> {
-    let copies: Vec<std::os::fd::OwnedFd> = fds
-        .iter()
-        .filter_map(|&fd| crate::os::process::duplicate(fd).ok())
-        .collect();
-    if copies.is_empty() {
+/// hand-off socket), or a datagram that can open a QUIC connection waits in one of the UDP
+/// sockets `initials` (others there are dropped: a stray datagram wakes nothing), then
+/// reports demand for `slot`. The master watches copies of its descriptors, so that a group a
+/// reload closes meanwhile never leaves the watch on a reused number.
+fn watch(
+    (fds, initials): (&[RawFd], &[RawFd]),
+    slot: String,
+    events: UnboundedSender<Event>,
+) -> Option<JoinHandle<()>> {
+    let copies = |fds: &[RawFd]| -> Vec<std::os::fd::OwnedFd> {
+        (fds.iter())
+            .filter_map(|&fd| crate::os::process::duplicate(fd).ok())
+            .collect()
+    };
+    let (plain, initials) = (copies(fds), copies(initials));
+    if plain.is_empty() && initials.is_empty() {
         return None;
     }
     Some(tokio::spawn(async move {
-        if let Err(e) = crate::os::net::any_readable(copies).await {
+        use crate::os::net::{any_readable, datagram_arrives};
+        use crate::server::quic_steering::opens_a_connection;
+        let plain = async {
+            match plain.is_empty() {
+                true => std::future::pending().await,
+                false => any_readable(plain).await,
+            }
+        };
+        let initials = async {
+            match initials.is_empty() {
+                true => std::future::pending().await,
+                false => datagram_arrives(initials, opens_a_connection).await,
+            }
+        };
+        let watched = tokio::select! {
+            r = plain => r,
+            r = initials => r,
+        };
+        if let Err(e) = watched {
             // Never left asleep unwatched: started now, as a pool that always runs.
             log(
                 "master",
@@ -103,15 +129,23 @@ impl Supervisor {
         // sends it to, which the woken (or thawed) worker reads; what waits there when no
         // process is left belongs to the stopped one's connections, and goes (a frozen
         // process keeps its own).
+        // A frozen process's sockets wake it for any datagram (its connections live on);
+        // an empty slot's only for one that can open a connection.
         let frozen = slot.current.as_ref().map(|p| p.pid);
         let quic = crate::server::listeners::unread_quic_sockets(&self.groups, &slot.spec, frozen);
-        if frozen.is_none() {
-            for &fd in &quic {
-                os::net::discard_datagrams(fd, 4096);
+        let initials = match frozen {
+            Some(_) => {
+                fds.extend(quic);
+                Vec::new()
             }
-        }
-        fds.extend(quic);
-        slot.watcher = watch(&fds, slot.spec.name(), self.events.clone());
+            None => {
+                for &fd in &quic {
+                    os::net::discard_datagrams(fd, 4096);
+                }
+                quic
+            }
+        };
+        slot.watcher = watch((&fds, &initials), slot.spec.name(), self.events.clone());
     }
 
     /// Takes what reaches the master's hand-off socket (a connection for a pool with no
