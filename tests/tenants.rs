@@ -8,6 +8,7 @@ use crate::common;
 
 use common::apps::{php_fpm, serve};
 use common::*;
+use espalier::server::status::{Role, WorkerState};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -336,11 +337,26 @@ pool = "php"
     let (code, _) = app.server.post("/pools/php/recycle");
     assert_eq!(code, 200);
     app.server.wait_for_log("recycled", Duration::from_secs(60));
+    // The old php-fpm (four children) drains and exits; only then are three children all
+    // there is, and the front workers know of the new process alone.
+    app.server
+        .wait_until("the old php-fpm gone", Duration::from_secs(60), |s| {
+            let status = s.status();
+            let apps = (status.pools.iter().flat_map(|p| &p.workers))
+                .filter(|w| w.role == Role::App)
+                .collect::<Vec<_>>();
+            apps.len() == 1 && apps[0].draining.is_empty() && apps[0].state == WorkerState::Running
+        });
     let mut conns: Vec<Conn> = (0..8).map(|_| Conn::open(app.addr)).collect();
     for round in 0..4 {
         for (k, c) in conns.iter_mut().enumerate() {
             c.send(b"GET /index.php HTTP/1.1\r\nHost: shop.example\r\n\r\n");
-            let r = c.read_response(false).expect("an answer");
+            let r = (c.read_response(false)).unwrap_or_else(|| {
+                panic!(
+                    "client {k}, round {round}: no answer; log:\n{}",
+                    app.server.log_text()
+                )
+            });
             assert_eq!(r.status, 200, "client {k}, round {round}: {}", r.text());
         }
     }
