@@ -8,6 +8,10 @@
 #     thread, from /proc/<pid>/stat, over the measured runs;
 #   - HTTP/3 again with GSO off (ESPALIER_QUIC_GSO=off): what the kernel's segmentation
 #     offload saves (quinn sends a burst of datagrams in one sendmsg where the kernel has it);
+#   - HTTP/3 again with Ethernet-sized datagrams (ESPALIER_QUIC_PATH_MTU=off: path-MTU
+#     discovery searches up to 1 452 bytes, quinn's default, instead of up to what the link
+#     carries — on loopback 6 550 bytes with GSO): what an Ethernet path costs, where TCP's
+#     segments would be 1 500 bytes too (TSO makes them on the NIC, where there is one);
 #   - then the server under valgrind's callgrind: user-space instructions per request over
 #     HTTP/2 and HTTP/3 (exact, where CPU time on a shared VM is not).
 #
@@ -69,20 +73,20 @@ load() {
 }
 
 declare -A N TICKS
-KINDS=(h2 h3 h3-nogso)
+KINDS=(h2 h3 h3-nogso h3-eth)
 PAGES=(100.html 20k.html)
 for k in "${KINDS[@]}"; do for p in "${PAGES[@]}"; do N[$k.$p]=0; TICKS[$k.$p]=0; done; done
-measure_with() { # measure_with GSO KIND… — the runs of KINDS against a server started with GSO on/off
-  local gso=$1
-  shift
-  ESPALIER_QUIC_GSO=$gso start_espalier ""
+measure_with() { # measure_with GSO PATH_MTU KIND… — the runs of KINDS against a server started with GSO and path MTU on/off
+  local gso=$1 path_mtu=$2
+  shift 2
+  ESPALIER_QUIC_GSO=$gso ESPALIER_QUIC_PATH_MTU=$path_mtu start_espalier ""
   for p in "${PAGES[@]}"; do load h2 "$p" -d 1s >/dev/null; load h3 "$p" -d 1s >/dev/null; done
   for run in $(seq "$RUNS"); do
-    echo "run $run of $RUNS (GSO $gso, ${DURATION}s per measure)…" >&2
+    echo "run $run of $RUNS (GSO $gso, path MTU $path_mtu, ${DURATION}s per measure)…" >&2
     for p in "${PAGES[@]}"; do
       for k in "$@"; do
         before=$(server_ticks)
-        n=$(load "${k%-nogso}" "$p" -d "${DURATION}s")
+        n=$(load "${k%-*}" "$p" -d "${DURATION}s")
         TICKS[$k.$p]=$((TICKS[$k.$p] + $(server_ticks) - before))
         N[$k.$p]=$((N[$k.$p] + n))
       done
@@ -90,8 +94,12 @@ measure_with() { # measure_with GSO KIND… — the runs of KINDS against a serv
   done
   stop_all
 }
-measure_with on h2 h3
-measure_with off h3-nogso
+udp_drops() { awk '/^Udp:/ { getline; print $6 }' /proc/net/snmp; } # RcvbufErrors, machine-wide
+DROPS_BEFORE=$(udp_drops)
+measure_with on on h2 h3
+measure_with off on h3-nogso
+measure_with on off h3-eth
+DROPS=$(($(udp_drops) - DROPS_BEFORE))
 
 # Phase 2: user-space instructions per request (callgrind), the 100-byte page.
 need_tools valgrind:valgrind
@@ -119,15 +127,22 @@ def us(k): return ticks[k] / hz * 1e6 / max(n[k], 1)
 def rate(k): return n[k] / (duration * runs)
 print()
 print("espalier $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'): HTTP/3 vs HTTP/2 — $(date -u +%Y-%m-%d), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), server on CPU $SERVER_CPU, client (espalier bench, 10 connections x 10 streams) on CPU $CLIENT_CPU, ECDSA P-256")
-print(f"{'measure':<36} {'HTTP/2':>10} {'HTTP/3':>10} {'h3/h2':>7} {'h3 no GSO':>10} {'ratio':>7}")
+print(f"{'measure':<36} {'HTTP/2':>10} {'HTTP/3':>10} {'h3/h2':>7} {'h3 no GSO':>10} {'ratio':>7} {'h3 1452 B':>10} {'ratio':>7}")
 for page in ("100.html", "20k.html"):
     for name, f, fmt in (("requests/s", rate, "{:.0f}"), ("server CPU µs per request", us, "{:.2f}")):
-        a, b, c = f("h2." + page), f("h3." + page), f("h3-nogso." + page)
-        label = f"{name} ({page})"
-        print(f"{label:<36} {fmt.format(a):>10} {fmt.format(b):>10} {b / a if a else 0:>7.2f} {fmt.format(c):>10} {c / a if a else 0:>7.2f}")
+        a = f("h2." + page)
+        row = f"{name} ({page})"
+        row = f"{row:<36} {fmt.format(a):>10}"
+        for k in ("h3", "h3-nogso", "h3-eth"):
+            b = f(k + "." + page)
+            row += f" {fmt.format(b):>10} {b / a if a else 0:>7.2f}"
+        print(row)
 a, b = ${INSNS[h2]}, ${INSNS[h3]}
 print(f"{'user insns per request (100.html)':<36} {a:>10} {b:>10} {b / a if a else 0:>7.2f}")
+print("UDP datagrams dropped for a full receive buffer during the measures: $DROPS (each one a retransmission counted in the server's CPU)")
 print("target: HTTP/3's CPU per request ≤ 1.5 × HTTP/2's (ratio h3/h2 of the CPU rows)")
+print("(h3 1452 B: datagrams no larger than an Ethernet frame's, as on a path through one; TCP's")
+print(" segments stay loopback's 64 KiB in every column)")
 print("(CPU time: user + system of every server process and thread, from /proc; instructions: callgrind's")
 print(" user-space count over $CG_REQUESTS requests, since there are no hardware counters here)")
 PY

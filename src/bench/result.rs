@@ -61,6 +61,10 @@ pub struct BenchResult {
     pub started_unix_s: f64,
     pub start_spread_s: f64,
     pub runs: u32,
+    /// Over HTTP/3, the UDP datagrams received over the connections' lives and their bytes:
+    /// how large the server's path-MTU discovery let them grow (0 over TCP).
+    pub datagrams: u64,
+    pub datagram_bytes: u64,
 }
 
 /// The JSON form: the documented fields plus the serialized histogram.
@@ -84,6 +88,10 @@ pub struct BenchJson {
     pub start_spread_s: f64,
     #[serde(default = "one")]
     pub runs: u32,
+    #[serde(default)]
+    pub datagrams: u64,
+    #[serde(default)]
+    pub datagram_bytes: u64,
 }
 
 fn one() -> u32 {
@@ -110,6 +118,8 @@ impl BenchResult {
             started_unix_s: 0.0,
             start_spread_s: 0.0,
             runs: 1,
+            datagrams: 0,
+            datagram_bytes: 0,
         }
     }
 
@@ -148,6 +158,8 @@ impl BenchResult {
     pub fn merge(&mut self, other: &BenchResult) {
         self.requests += other.requests;
         self.bytes += other.bytes;
+        self.datagrams += other.datagrams;
+        self.datagram_bytes += other.datagram_bytes;
         self.errors.add(&other.errors);
         self.duration = self.duration.max(other.duration);
         if other.started_unix_s > 0.0 {
@@ -194,6 +206,8 @@ impl BenchResult {
             started_unix_s: self.started_unix_s,
             start_spread_s: self.start_spread_s,
             runs: self.runs,
+            datagrams: self.datagrams,
+            datagram_bytes: self.datagram_bytes,
         }
     }
 
@@ -217,6 +231,8 @@ impl BenchResult {
             started_unix_s: j.started_unix_s,
             start_spread_s: j.start_spread_s,
             runs: j.runs.max(1),
+            datagrams: j.datagrams,
+            datagram_bytes: j.datagram_bytes,
         })
     }
 
@@ -245,7 +261,20 @@ impl BenchResult {
             e.timeout,
             e.status_4xx,
             e.status_5xx
-        ) + &self.render_runs()
+        ) + &self.render_datagrams()
+            + &self.render_runs()
+    }
+
+    /// Over HTTP/3: how many datagrams came, and their mean size.
+    fn render_datagrams(&self) -> String {
+        if self.datagrams == 0 {
+            return String::new();
+        }
+        format!(
+            "datagrams received: {}, mean {} bytes\n",
+            self.datagrams,
+            self.datagram_bytes / self.datagrams
+        )
     }
 
     /// For merged results: how many runs, and how close together they began.

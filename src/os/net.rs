@@ -1,6 +1,7 @@
 //! Listener sockets: SO_REUSEPORT groups and the CPU-steering BPF program.
 //!
-//! Owns: the socket syscalls (socket options, attaching programs, sendfile, shutdown). Must not
+//! Owns: the socket syscalls (socket options, attaching programs, sendfile, shutdown) and
+//! reading the interfaces' addresses and MTUs. Must not
 //! touch: which sockets exist or what the program says (the master and `server::steering` decide).
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -351,6 +352,50 @@ pub async fn any_readable(fds: Vec<std::os::fd::OwnedFd>) -> io::Result<()> {
     .await
 }
 
+/// Each address of the machine's interfaces with its interface's MTU (IP packet bytes): from
+/// `getifaddrs` and `/sys/class/net/NAME/mtu`. Empty where either cannot be read; an
+/// interface whose MTU cannot be read is left out.
+pub fn link_mtus() -> Vec<(std::net::IpAddr, u32)> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a list it allocated, freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Vec::new();
+    }
+    let mut found = Vec::new();
+    let mut at = list;
+    while !at.is_null() {
+        // SAFETY: `at` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let node = unsafe { &*at };
+        at = node.ifa_next;
+        if node.ifa_addr.is_null() || node.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null ifa_addr points to a sockaddr whose family says its size.
+        let ip = match i32::from(unsafe { (*node.ifa_addr).sa_family }) {
+            libc::AF_INET => {
+                // SAFETY: AF_INET: a sockaddr_in.
+                let a = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in) };
+                std::net::IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes())
+            }
+            libc::AF_INET6 => {
+                // SAFETY: AF_INET6: a sockaddr_in6.
+                let a = unsafe { &*(node.ifa_addr as *const libc::sockaddr_in6) };
+                std::net::IpAddr::from(a.sin6_addr.s6_addr)
+            }
+            _ => continue,
+        };
+        // SAFETY: ifa_name is a NUL-terminated string in the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(node.ifa_name) };
+        let mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", name.to_string_lossy()));
+        if let Some(mtu) = mtu.ok().and_then(|m| m.trim().parse().ok()) {
+            found.push((ip, mtu));
+        }
+    }
+    // SAFETY: the list getifaddrs allocated, no longer referenced.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -421,6 +466,18 @@ mod tests {
         {
             assert!((low..high).contains(&port), "{port} outside {low}..{high}");
         }
+    }
+
+    #[test]
+    fn the_loopback_address_comes_with_the_loopback_interfaces_mtu() {
+        let lo: u32 = (std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .unwrap()
+            .trim())
+        .parse()
+        .unwrap();
+        let links = link_mtus();
+        let localhost = std::net::IpAddr::from([127, 0, 0, 1]);
+        assert!(links.contains(&(localhost, lo)), "{links:?}");
     }
 
     #[test]

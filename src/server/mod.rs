@@ -12,7 +12,7 @@
 //! connection) and [`quic`] (a thread's QUIC endpoints, with `[server] http3`). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
 //! line protocol after; [`worker_health`]: what a worker's ping answer carries). On disk:
 //! [`runtime`] (the runtime folder, the admin token's folder, the access logs the master
-//! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`] (TCP) and [`quic_steering`] (QUIC's datagrams; [`quic_sockets`]: which UDP socket a starting worker reads); [`steering_plan`] (what `serve --dry-run` prints of both). Applications: [`app`]
+//! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`] (TCP) and [`quic_steering`] (QUIC's datagrams; [`quic_sockets`]: which UDP socket a starting worker reads; [`quic_path`]: how large they may grow); [`steering_plan`] (what `serve --dry-run` prints of both). Applications: [`app`]
 //! (starting a pool's app processes) and [`app_exec`] (the step that places and lowers one
 //! before its `exec`). Shared addresses: [`dispatcher`] (the pool in front of them) and [`handoffs`]
 //! (the master's hand-off sockets). Upstream groups: [`upstream_probe`] (one active check)
@@ -34,6 +34,7 @@ pub mod listeners;
 pub mod master;
 pub mod meters;
 pub mod quic;
+pub mod quic_path;
 mod quic_sockets;
 pub mod quic_steering;
 pub mod runtime;

@@ -3,7 +3,8 @@
 //! [`super::quic_steering`]), a quinn endpoint on it, and its connections served by
 //! `http::h3`.
 //!
-//! Owns: the endpoints' QUIC settings, the connection IDs they issue (naming their socket,
+//! Owns: the endpoints' QUIC settings (a connection's by the link it arrives on: see
+//! [`super::quic_path`]), the connection IDs they issue (naming their socket,
 //! so the master's program brings every datagram of a connection back to it — across a
 //! recycle too), and accepting their connections within the thread's connection limit.
 //! Must not touch: the sockets' life (the master's), HTTP/3 itself (see
@@ -19,8 +20,8 @@
 use super::conn_task::Slot;
 use crate::handlers::ThreadService;
 use crate::http::service::ConnEnv;
-use std::cell::Cell;
-use std::net::UdpSocket;
+use std::cell::{Cell, RefCell};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -85,13 +86,15 @@ impl quinn::ConnectionIdGenerator for SteeredIds {
 }
 
 /// A quinn endpoint on `socket`, answering with `tls` (its certificates, by SNI) for ALPN
-/// `h3` only; 0-RTT off unless `early_data` (`http3_early_data`: see `http::h3::early`).
+/// `h3` only; 0-RTT off unless `early_data` (`http3_early_data`: see `http::h3::early`); with
+/// its connections' configurations by the link they arrive on (`links`: see [`links`]).
 pub fn endpoint(
     (socket, index): (UdpSocket, u16),
     tag: u16,
     tls: &Arc<rustls::ServerConfig>,
     (idle, early_data): (Duration, bool),
-) -> Result<quinn::Endpoint, String> {
+    links: &Rc<[(IpAddr, u32)]>,
+) -> Result<(quinn::Endpoint, PathConfigs), String> {
     let mut tls = (**tls).clone();
     // The connection IDs' random bytes from the configuration's own generator.
     let random = tls.crypto_provider().secure_random;
@@ -107,17 +110,81 @@ pub fn endpoint(
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
         .map_err(|e| format!("cannot make the QUIC TLS configuration: {e}"))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    server.transport_config(Arc::new(transport(idle, None)));
+    let mut config = quinn::EndpointConfig::default();
+    config.cid_generator(move || Box::new(SteeredIds { tag, index, random }));
+    let paths = PathConfigs {
+        base: server.clone(),
+        idle,
+        links: Rc::clone(links),
+        made: RefCell::new(Vec::new()),
+    };
+    let endpoint =
+        quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
+            .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))?;
+    Ok((endpoint, paths))
+}
+
+/// A connection's transport settings: streams as for HTTP/2, the idle timeout, GSO, and the
+/// largest datagram its path-MTU discovery may search up to (`None`: quinn's, Ethernet-sized).
+fn transport(idle: Duration, datagram_bound: Option<u16>) -> quinn::TransportConfig {
     let mut transport = quinn::TransportConfig::default();
     transport
         .max_concurrent_bidi_streams(crate::http::h2::MAX_STREAMS.into())
         .max_concurrent_uni_streams(UNI_STREAMS.into())
         .max_idle_timeout(idle.try_into().ok())
         .enable_segmentation_offload(gso());
-    server.transport_config(Arc::new(transport));
-    let mut config = quinn::EndpointConfig::default();
-    config.cid_generator(move || Box::new(SteeredIds { tag, index, random }));
-    quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime))
-        .map_err(|e| format!("cannot start a QUIC endpoint: {e}"))
+    if let Some(bound) = datagram_bound {
+        let mut discovery = quinn::MtuDiscoveryConfig::default();
+        discovery.upper_bound(bound);
+        transport.mtu_discovery_config(Some(discovery));
+    }
+    transport
+}
+
+/// An endpoint's server configurations, one per datagram bound its connections' links allow
+/// (see [`super::quic_path`]), made when a connection first needs one: an endpoint on a
+/// wildcard address takes connections over every interface.
+pub struct PathConfigs {
+    base: quinn::ServerConfig,
+    idle: Duration,
+    /// The machine's addresses and their links' MTUs, read when the worker started.
+    links: Rc<[(IpAddr, u32)]>,
+    made: RefCell<Vec<(u16, Arc<quinn::ServerConfig>)>>,
+}
+
+impl PathConfigs {
+    /// The configuration for a connection from `remote` to `local` (the address its Initial
+    /// was sent to); `None` where the link is unknown (the endpoint's own: quinn's bound).
+    fn for_path(
+        &self,
+        local: Option<IpAddr>,
+        remote: SocketAddr,
+    ) -> Option<Arc<quinn::ServerConfig>> {
+        let mtu = super::quic_path::link_mtu(local?, &self.links)?;
+        let ipv6 = remote.ip().to_canonical().is_ipv6();
+        let bound = super::quic_path::datagram_bound(mtu, ipv6, gso());
+        let mut made = self.made.borrow_mut();
+        if let Some((_, config)) = made.iter().find(|(b, _)| *b == bound) {
+            return Some(Arc::clone(config));
+        }
+        let mut config = self.base.clone();
+        config.transport_config(Arc::new(transport(self.idle, Some(bound))));
+        let config = Arc::new(config);
+        made.push((bound, Arc::clone(&config)));
+        Some(config)
+    }
+}
+
+/// The machine's addresses with their links' MTUs, for [`endpoint`]'s connections' datagram
+/// bounds; none (quinn's Ethernet-sized bound everywhere) where the environment's
+/// `ESPALIER_QUIC_PATH_MTU=off` says so — bench/h3.sh's way of measuring what larger
+/// datagrams save.
+pub fn links() -> Rc<[(IpAddr, u32)]> {
+    match std::env::var("ESPALIER_QUIC_PATH_MTU").is_ok_and(|v| v == "off") {
+        true => Rc::from([]),
+        false => crate::os::net::link_mtus().into(),
+    }
 }
 
 /// The ticketer of an endpoint that takes 0-RTT: none, so that resumption goes through the
@@ -163,7 +230,7 @@ pub struct Thread {
 /// Takes `endpoint`'s connections until the worker drains; then new ones are refused (the
 /// successor's endpoints take them) and those open get GOAWAY from `http::h3`.
 pub async fn accept_loop(
-    endpoint: quinn::Endpoint,
+    (endpoint, paths): (quinn::Endpoint, PathConfigs),
     (group, early_data): (usize, bool),
     thread: Rc<Thread>,
 ) {
@@ -189,10 +256,16 @@ pub async fn accept_loop(
             continue;
         }
         let peer = Some(incoming.remote_address());
+        let local = (incoming.local_ip()).or_else(|| Some(endpoint.local_addr().ok()?.ip()));
+        let config = paths.for_path(local, incoming.remote_address());
         let (env, handshaking) = (Rc::clone(env), Slot::take(&handshakes));
         let fut = Box::pin(async move {
             let timeout = env.timeouts.header;
-            let Ok(connecting) = incoming.accept() else {
+            let accepted = match config {
+                Some(config) => incoming.accept_with(config),
+                None => incoming.accept(),
+            };
+            let Ok(connecting) = accepted else {
                 return;
             };
             // With 0-RTT, a resumed client's first requests are read before the handshake

@@ -585,6 +585,7 @@ fn engine_thread(
                 panics: Arc::clone(&health.panics),
                 who: Rc::clone(&admission.who),
             });
+            let links = crate::server::quic::links();
             for (socket, group, index) in quic {
                 let Some((tls, _)) = &shared.configs[group] else {
                     continue;
@@ -593,7 +594,7 @@ fn engine_thread(
                 // check refuses it where a site asks for client certificates.
                 let early = spec.quic_early_data;
                 let settings = (l.keepalive_timeout, early);
-                match crate::server::quic::endpoint((socket, index), tag, tls, settings) {
+                match crate::server::quic::endpoint((socket, index), tag, tls, settings, &links) {
                     Ok(endpoint) => {
                         accepting.push(tokio::task::spawn_local(crate::server::quic::accept_loop(
                             endpoint,
