@@ -438,6 +438,8 @@ fn convert_write_error_to_stream_error(error: quinn::WriteError) -> StreamErrorI
 
 /// espalier's patch: pieces shorter than this are copied into quinn, longer ones handed over.
 const COPIED_BELOW: usize = 4096;
+/// espalier's patch: the most a write gathers of a frame's small pieces.
+const GATHERED: usize = 1024;
 
 /// Quinn-backed send stream
 ///
@@ -481,8 +483,27 @@ where
                 };
                 let len = data.chunk().len();
                 if len < COPIED_BELOW {
+                    // espalier's patch: a small frame's pieces (its header, a short payload)
+                    // gathered into one write — one copy into quinn and one buffer there,
+                    // not one per piece; a piece that does not fit is written on its own.
+                    let mut gathered = [0u8; GATHERED];
+                    let mut filled = 0;
+                    let mut pieces = [std::io::IoSlice::new(&[]); 4];
+                    let count = data.chunks_vectored(&mut pieces);
+                    for piece in &pieces[..count] {
+                        if filled + piece.len() > GATHERED {
+                            break;
+                        }
+                        gathered[filled..filled + piece.len()].copy_from_slice(piece);
+                        filled += piece.len();
+                    }
+                    let out = if filled > len {
+                        &gathered[..filled]
+                    } else {
+                        data.chunk()
+                    };
                     let stream = Pin::new(&mut self.stream);
-                    let written = ready!(stream.poll_write(cx, data.chunk()))
+                    let written = ready!(stream.poll_write(cx, out))
                         .map_err(|err| convert_write_error_to_stream_error(err))?;
                     data.advance(written);
                     continue;

@@ -248,6 +248,24 @@ where
         }
     }
 
+    /// espalier's patch: the frame header's bytes, then the payload's own pieces, so that a
+    /// writer can gather a small frame whole (h3-quinn writes it to quinn in one piece);
+    /// `Buf`'s default gives only the first, the header.
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        if dst.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        if self.len > self.pos {
+            dst[0] = std::io::IoSlice::new(&self.buf[self.pos..self.len]);
+            n = 1;
+        }
+        if let Some(payload) = self.frame.as_ref().and_then(|f| f.payload()) {
+            n += payload.chunks_vectored(&mut dst[n..]);
+        }
+        n
+    }
+
     /// espalier's patch: within the frame's payload, the payload's own `copy_to_bytes` — a
     /// `Bytes` payload is handed over without a copy (h3-quinn writes it to quinn so); the
     /// frame header, a few bytes, is copied as `Buf`'s default does.
@@ -752,6 +770,23 @@ mod tests {
         assert_eq!(body.as_ptr(), payload.as_ptr());
         assert_eq!([&header[..], &body[..]].concat(), &expected[..]);
         assert!(!w.has_remaining());
+    }
+
+    #[test]
+    fn chunks_vectored_gives_the_header_then_the_payload() {
+        let payload = Bytes::from_static(b"a short body");
+        let w = WriteBuf::from(Frame::Data(payload.clone()));
+        let mut whole = WriteBuf::from(Frame::Data(payload));
+        let whole = whole.copy_to_bytes(whole.remaining());
+        let mut slices = [std::io::IoSlice::new(&[]); 4];
+        let n = w.chunks_vectored(&mut slices);
+        assert_eq!(n, 2);
+        let gathered: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(gathered, &whole[..]);
+        // Room for one slice: the header alone; none: nothing.
+        assert_eq!(w.chunks_vectored(&mut slices[..1]), 1);
+        assert_eq!(&*slices[0], w.chunk());
+        assert_eq!(w.chunks_vectored(&mut []), 0);
     }
 
     #[test]

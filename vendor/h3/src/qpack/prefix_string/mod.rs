@@ -1,6 +1,7 @@
 mod bitwin;
 mod decode;
 mod encode;
+mod recent;
 
 use std::convert::TryInto;
 use std::fmt;
@@ -59,8 +60,15 @@ pub fn decode<B: Buf>(size: u8, buf: &mut B) -> Result<Vec<u8>, Error> {
 }
 
 /// espalier's patch: Huffman only where it is shorter (RFC 9204 §4.1.2 lets an encoder choose;
-/// a value of digits or a base64 token is often longer encoded), written straight into `buf`.
+/// a value of digits or a base64 token is often longer encoded), written straight into `buf`;
+/// a value of middling length coded once per thread while it repeats (see [`recent`]).
 pub fn encode<B: BufMut>(size: u8, flags: u8, value: &[u8], buf: &mut B) -> Result<(), Error> {
+    if (recent::SHORTEST..=recent::LONGEST).contains(&value.len()) {
+        let written = recent::with_code(value, |huffman| put(size, flags, value, huffman, buf));
+        if let Some(written) = written {
+            return written;
+        }
+    }
     let huffman = encode::huffman_len(value);
     if huffman < value.len() {
         prefix_int::encode(size - 1, flags << 1 | 1, huffman.try_into()?, buf);
@@ -68,6 +76,27 @@ pub fn encode<B: BufMut>(size: u8, flags: u8, value: &[u8], buf: &mut B) -> Resu
     } else {
         prefix_int::encode(size - 1, flags << 1, value.len().try_into()?, buf);
         buf.put_slice(value);
+    }
+    Ok(())
+}
+
+/// espalier's patch: `value` written with its Huffman code, or as it is where that is `None`.
+fn put<B: BufMut>(
+    size: u8,
+    flags: u8,
+    value: &[u8],
+    huffman: Option<&[u8]>,
+    buf: &mut B,
+) -> Result<(), Error> {
+    match huffman {
+        Some(code) => {
+            prefix_int::encode(size - 1, flags << 1 | 1, code.len().try_into()?, buf);
+            buf.put_slice(code);
+        }
+        None => {
+            prefix_int::encode(size - 1, flags << 1, value.len().try_into()?, buf);
+            buf.put_slice(value);
+        }
     }
     Ok(())
 }
