@@ -112,6 +112,18 @@ fn dry_run_on_dl980_prints_one_worker_per_node() {
         assert_eq!(w["affinity"], "soft");
         assert_eq!(w["pool"], "default");
     }
+    // The steering beside the plan: per node, the worker placed there, on the node's CPUs.
+    let rows = v["steering"]["rows"]
+        .as_array()
+        .expect("the steering's rows");
+    assert_eq!(rows.len(), 8, "{v}");
+    for row in rows {
+        let served = row["served_by"].as_array().unwrap();
+        assert_eq!(served.len(), 1, "{row}");
+        assert_eq!(served[0]["cpus"], row["received_on"], "{row}");
+        let worker = &workers[served[0]["index"].as_u64().unwrap() as usize];
+        assert_eq!(worker["node"], row["node"], "{row}");
+    }
     let table = stdout(&espalier(&[
         "serve",
         "--dry-run",

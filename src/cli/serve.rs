@@ -56,9 +56,16 @@ pub(super) fn serve(args: ServeArgs) -> Result<i32, String> {
     let plan = placement::plan(&t, &config.pools, &[]).map_err(|e| e.to_string())?;
     if args.dry_run {
         if args.json {
+            // The plan's own fields, and the steering beside them.
+            let mut json = serde_json::to_value(&plan).map_err(|e| e.to_string())?;
+            let steering = crate::server::steering_plan::steering(&config, &t, &plan);
+            if let Some(fields) = json.as_object_mut() {
+                let steering = serde_json::to_value(steering).map_err(|e| e.to_string())?;
+                fields.insert("steering".into(), steering);
+            }
             println!(
                 "{}",
-                serde_json::to_string_pretty(&plan).map_err(|e| e.to_string())?
+                serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?
             );
         } else {
             print!("{}", placement::render(&plan));
