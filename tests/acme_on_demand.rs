@@ -292,3 +292,69 @@ fn check_refuses_on_demand_keys_that_cannot_act() {
         "{out}"
     );
 }
+
+/// aioquic's client (tests/apps/h3_client.py) to `https://NAME:PORT/` over QUIC: the page,
+/// or what it said when the handshake (or the request) failed.
+fn over_quic(lib: &Path, name: &str, port: u16) -> Result<String, String> {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/h3_client.py");
+    let out = Command::new("timeout")
+        .args(["60", "python3"])
+        .arg(&client)
+        .args([&port.to_string(), "GET", "/"])
+        .env("PYTHONPATH", lib)
+        .env("H3_NAME", name)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(said + &String::from_utf8_lossy(&out.stderr));
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(said.trim()).map_err(|e| format!("{e}: {said}"))?;
+    match v["status"].as_u64() {
+        Some(200) => Ok(v["text"].as_str().unwrap_or_default().to_string()),
+        _ => Err(said),
+    }
+}
+
+/// A QUIC handshake cannot be held for its certificate (quinn asks rustls for it inside the
+/// handshake, where nothing can wait): the first one for a name without a certificate fails,
+/// but orders it, and the client's next one gets it — for a client that speaks only QUIC.
+#[test]
+fn a_first_quic_handshake_orders_its_certificate_for_the_next() {
+    need_pebble();
+    let Some(lib) = crate::http3::aioquic() else {
+        skip("aioquic could not be installed from PyPI");
+        return;
+    };
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https) = (free_port(), free_port());
+    let pebble = Pebble::start(d, http, None);
+    let config = format!(
+        "[server]\nhttp3 = true\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\n\
+         [[pool]]\nname = \"p\"\n\
+         [[site]]\nname = \"wild\"\nbindings = [\"http://127.0.0.1:{http}\", \"https://127.0.0.1:{https}:*.od.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
+        pebble.directory,
+        pebble.api_cert.display()
+    );
+    let server = Server::with_config(d, &config);
+    let first = over_quic(&lib, "q.od.test", https);
+    assert!(
+        first.is_err(),
+        "no certificate yet to answer with: {first:?}"
+    );
+    server.wait_for_log(
+        "acme: q.od.test: certificate issued",
+        Duration::from_secs(60),
+    );
+    // The worker learns of the stored pair as of any (a `certificate` message): the next
+    // handshake is answered once it has.
+    wait_for(
+        "an HTTP/3 answer for q.od.test",
+        Duration::from_secs(30),
+        || over_quic(&lib, "q.od.test", https).is_ok(),
+    );
+    let page = over_quic(&lib, "q.od.test", https);
+    assert_eq!(page.as_deref(), Ok("ordered by espalier\n"));
+}

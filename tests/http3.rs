@@ -107,7 +107,7 @@ fn ngtcp2_to(dir: &Path, (ip, port): (&str, u16), method: &str, path: &str, loss
 }
 
 /// Installs aioquic for the tests (under target/, from PyPI) once; `None` when it cannot.
-fn aioquic() -> Option<std::path::PathBuf> {
+pub(crate) fn aioquic() -> Option<std::path::PathBuf> {
     static READY: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     READY
         .get_or_init(|| {

@@ -128,16 +128,25 @@ impl Held {
     /// Waits for `name`'s certificate when the address has a site for it and no
     /// certificate (see [`on_demand`]); at once otherwise.
     pub async fn wait(&self, name: &str) {
-        let sni = &self.0;
-        let Some(demand) = &sni.on_demand else { return };
+        if let Some((demand, name)) = self.0.to_order(name) {
+            demand.hold(&name).await
+        }
+    }
+}
+
+impl BySni {
+    /// The way to order `name` (and the name as ordered) when certificates are ordered on
+    /// demand and one of the address's sites takes it, without a certificate yet.
+    fn to_order(&self, name: &str) -> Option<(&Arc<on_demand::OnDemand>, String)> {
+        let demand = self.on_demand.as_ref()?;
         if !plain_host_name(name) || name.parse::<std::net::IpAddr>().is_ok() {
-            return;
+            return None;
         }
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        if sni.hosts.site(Some(&name)).is_none() || sni.certificate(Some(&name)).is_some() {
-            return;
+        if self.hosts.site(Some(&name)).is_none() || self.certificate(Some(&name)).is_some() {
+            return None;
         }
-        demand.hold(&name).await
+        Some((demand, name))
     }
 }
 
@@ -166,6 +175,11 @@ impl ResolvesServerCert for BySni {
         if key.is_none() {
             let taken = self.hosts.site(name).is_some();
             self.refusals.note(name, taken);
+            // A handshake that was not held (QUIC's cannot be: see `on_demand`) still orders
+            // its name, for the client's next one.
+            if let Some((demand, name)) = name.and_then(|n| self.to_order(n)) {
+                let _ = demand.ask(&name);
+            }
         }
         key
     }

@@ -13,12 +13,16 @@
 //!
 //! Why in the worker and not the resolver rustls calls: that call cannot wait, and a
 //! handshake thread must not block; the ClientHello is read first (as on a shared address,
-//! `http::sni`), the wait is a future, and the handshake then runs as any other.
+//! `http::sni`), the wait is a future, and the handshake then runs as any other. A QUIC
+//! handshake gives no such point (quinn hands the ClientHello to rustls itself): there the
+//! resolver only asks ([`OnDemand::ask`]), the handshake fails, and the client's next finds
+//! the certificate.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 /// The longest a handshake is held for its certificate: a CA validates and issues within
 /// seconds (Let's Encrypt: 2–10 s; pebble: a fifth of one); past it the handshake goes on
@@ -28,8 +32,9 @@ pub const HOLD: Duration = Duration::from_secs(30);
 /// The names held now, and the way to the master.
 #[derive(Debug)]
 pub struct OnDemand {
-    /// By name: what its held handshakes wait on (`true` once the master answered).
-    held: Mutex<HashMap<String, watch::Sender<bool>>>,
+    /// By name: what its held handshakes wait on (`true` once the master answered), and when
+    /// it was asked for.
+    held: Mutex<HashMap<String, (watch::Sender<bool>, Instant)>>,
     asks: mpsc::UnboundedSender<String>,
     most: usize,
 }
@@ -46,20 +51,8 @@ impl OnDemand {
     /// Waits until the master answered for `name` (lowercase), at most [`HOLD`]; at once
     /// when `most` names are held already.
     pub async fn hold(&self, name: &str) {
-        let mut answered = {
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            match held.get(name) {
-                Some(waiting) => waiting.subscribe(),
-                None if held.len() >= self.most => return,
-                None => {
-                    let (waiting, answered) = watch::channel(false);
-                    if self.asks.send(name.to_string()).is_err() {
-                        return;
-                    }
-                    held.insert(name.to_string(), waiting);
-                    answered
-                }
-            }
+        let Some(mut answered) = self.ask(name) else {
+            return;
         };
         let waited = tokio::time::timeout(HOLD, answered.wait_for(|done| *done)).await;
         if waited.is_err() {
@@ -70,11 +63,33 @@ impl OnDemand {
         }
     }
 
+    /// Asks the master for `name` (lowercase) unless it was asked for within [`HOLD`]; what
+    /// tells when it answered, `None` when `most` names are held already. For a handshake
+    /// that cannot wait (QUIC's: quinn asks rustls for the certificate inside its handshake)
+    /// asking alone orders the name, and the client's next handshake finds it.
+    pub fn ask(&self, name: &str) -> Option<watch::Receiver<bool>> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((waiting, asked)) = held.get(name) {
+            if asked.elapsed() < HOLD {
+                return Some(waiting.subscribe());
+            }
+            // Unanswered in time (an answer lost with a replaced master's socket): again.
+            held.remove(name);
+        }
+        if held.len() >= self.most {
+            return None;
+        }
+        let (waiting, answered) = watch::channel(false);
+        self.asks.send(name.to_string()).ok()?;
+        held.insert(name.to_string(), (waiting, Instant::now()));
+        Some(answered)
+    }
+
     /// The master answered for `name`: its pair was stored (or there is none); the
     /// handshakes held for it go on.
     pub fn answered(&self, name: &str) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(waiting) = held.remove(name) {
+        if let Some((waiting, _)) = held.remove(name) {
             let _ = waiting.send(true);
         }
     }
@@ -108,6 +123,24 @@ mod tests {
         first.await.unwrap();
         second.await.unwrap();
         assert_eq!(demand.held(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handshake_that_cannot_wait_asks_once_and_again_when_unanswered() {
+        let (demand, mut asked) = OnDemand::new(2);
+        assert!(demand.ask("q.test").is_some());
+        assert!(demand.ask("q.test").is_some());
+        assert_eq!(asked.recv().await.as_deref(), Some("q.test"));
+        assert!(asked.try_recv().is_err(), "asked once");
+        // Unanswered past HOLD: the next handshake asks again.
+        tokio::time::advance(HOLD).await;
+        assert!(demand.ask("q.test").is_some());
+        assert_eq!(asked.recv().await.as_deref(), Some("q.test"));
+        // Answered: forgotten, and a second name takes its place within the bound.
+        demand.answered("q.test");
+        assert_eq!(demand.held(), 0);
+        assert!(demand.ask("r.test").is_some() && demand.ask("s.test").is_some());
+        assert!(demand.ask("t.test").is_none(), "two names held: the bound");
     }
 
     #[tokio::test(start_paused = true)]

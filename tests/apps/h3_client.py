@@ -3,7 +3,7 @@
     h3_client.py PORT METHOD PATH [BODY_FILE]
 
 Trusts nothing but checks nothing either (the test's certificate is self-signed); sends SNI
-and :authority `localhost`. The environment's H3_FIELD (`name: value`) adds a header field;
+and :authority `localhost`, or the environment's H3_NAME. The environment's H3_FIELD (`name: value`) adds a header field;
 H3_MANY_FIELDS=N adds N small fields; H3_NO_LENGTH=1 sends a body without `content-length`; H3_PAUSE_AT=N with H3_WAIT_FOR=FILE
 sends the body's first N bytes, waits (30 s at most) until FILE exists, then the rest.
 H3_ZERO_RTT=1 connects twice: a GET of / for a session ticket, then the request in 0-RTT
@@ -50,7 +50,7 @@ class Client(QuicConnectionProtocol):
         fields = [
             (b":method", method.encode()),
             (b":scheme", b"https"),
-            (b":authority", b"localhost"),
+            (b":authority", os.environ.get("H3_NAME", "localhost").encode()),
             (b":path", path.encode()),
         ]
         if body and not os.environ.get("H3_NO_LENGTH"):
@@ -111,7 +111,7 @@ async def main():
     body = open(sys.argv[4], "rb").read() if len(sys.argv) > 4 else b""
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
-    config.server_name = "localhost"
+    config.server_name = os.environ.get("H3_NAME", "localhost")
     early = bool(os.environ.get("H3_ZERO_RTT"))
     if early:
         tickets = []
