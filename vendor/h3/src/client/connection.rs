@@ -364,6 +364,18 @@ where
     pub(super) recv_closing: Option<StreamId>,
 }
 
+impl<C, B> Connection<C, B>
+where
+    C: quic::Connection<B>,
+    B: Buf,
+{
+    /// espalier's patch, for the tests: the stream ID of the GOAWAY received, if one was.
+    #[cfg(test)]
+    pub(crate) fn goaway_received(&self) -> Option<StreamId> {
+        self.recv_closing
+    }
+}
+
 impl<C, B> ConnectionState for Connection<C, B>
 where
     C: quic::Connection<B>,

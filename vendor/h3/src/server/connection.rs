@@ -158,12 +158,19 @@ where
     /// See [connection shutdown](https://www.rfc-editor.org/rfc/rfc9114.html#connection-shutdown) for more information.
     #[cfg_attr(feature = "tracing", instrument(skip_all, level = "trace"))]
     pub async fn shutdown(&mut self, max_requests: usize) -> Result<(), ConnectionError> {
-        let max_id = self
+        // espalier's patch: the GOAWAY carries the first stream *not* processed, as RFC 9114
+        // §5.2 says ("requests on streams with IDs greater than or equal to this identifier
+        // were not processed", which a client may send again); h3 0.0.8 sent the last one it
+        // would still take, so a client retrying what the GOAWAY allows sent that request a
+        // second time. `sent_closing` holds that first stream not taken.
+        let first_refused = self
             .last_accepted_stream
-            .map(|id| id + max_requests)
-            .unwrap_or(StreamId::FIRST_REQUEST);
+            .map(|id| id + max_requests + 1)
+            .unwrap_or(StreamId::FIRST_REQUEST + max_requests);
 
-        self.inner.shutdown(&mut self.sent_closing, max_id).await
+        self.inner
+            .shutdown(&mut self.sent_closing, first_refused)
+            .await
     }
 
     /// Accepts an incoming bidirectional stream.
@@ -199,8 +206,8 @@ where
                     // When the connection is in a graceful shutdown procedure, reject all
                     // incoming requests not belonging to the grace interval. It's possible that
                     // some acceptable request streams arrive after rejected requests.
-                    if let Some(max_id) = self.sent_closing {
-                        if s.send_id() > max_id {
+                    if let Some(first_refused) = self.sent_closing {
+                        if s.send_id() >= first_refused {
                             s.stop_sending(Code::H3_REQUEST_REJECTED.value());
                             s.reset(Code::H3_REQUEST_REJECTED.value());
                             if self.poll_requests_completion(cx).is_ready() {

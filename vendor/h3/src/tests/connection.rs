@@ -726,6 +726,45 @@ async fn graceful_shutdown_server_rejects() {
     tokio::join!(server_fut, client_fut);
 }
 
+/// espalier's patch: the server's GOAWAY names the first stream it did not take (RFC 9114
+/// §5.2), not the last one it took, which a client would send again.
+#[tokio::test]
+async fn graceful_shutdown_goaway_names_the_first_stream_not_taken() {
+    init_tracing();
+    let mut pair = Pair::default();
+    let mut server = pair.server();
+
+    let client_fut = async {
+        let (mut driver, mut send_request) = client::new(pair.client().await).await.unwrap();
+        let mut first = send_request
+            .send_request(Request::get("http://no.way").body(()).unwrap())
+            .await
+            .unwrap();
+        assert_matches!(first.recv_response().await, Ok(_));
+        // A GOAWAY of the client's own: the server's accept then says "no more" and it closes.
+        driver.shutdown(0).await.unwrap();
+        let _ = future::poll_fn(|cx| driver.poll_close(cx)).await;
+        // The first request went on stream 0: the GOAWAY says 4, the next one.
+        assert_eq!(
+            driver.goaway_received(),
+            Some(crate::proto::stream::StreamId::FIRST_REQUEST + 1)
+        );
+    };
+
+    let server_fut = async {
+        let conn = server.next().await;
+        let mut incoming = server::Connection::new(conn).await.unwrap();
+        let (_, stream) = get_stream_blocking(&mut incoming).await.unwrap();
+        incoming.shutdown(0).await.unwrap();
+        response(stream).await;
+        assert_matches!(incoming.accept().await.map(|x| x.map(|_| ())), Ok(None));
+        drop(incoming);
+        server.endpoint.wait_idle().await;
+    };
+
+    tokio::join!(server_fut, client_fut);
+}
+
 #[tokio::test]
 async fn graceful_shutdown_grace_interval() {
     init_tracing();
