@@ -803,3 +803,50 @@ fn datagrams_grow_to_what_the_link_carries() {
     let ethernet = mean_datagram(&[("ESPALIER_QUIC_PATH_MTU", "off")]);
     assert!(ethernet <= 1_472, "{ethernet}");
 }
+
+/// A client that sent a GOAWAY of its own and holds its connection open does not hold a
+/// draining worker: the worker closes the connection and exits (held, it would stay until
+/// `shutdown_timeout`, 120 s here, and the wait below ends at 60 s). The client's request was
+/// answered, and it sees the close.
+#[test]
+fn a_client_goaway_does_not_hold_a_draining_worker() {
+    let Some(lib) = aioquic() else {
+        skip("aioquic could not be installed from PyPI");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = free_port();
+    let site = hello_site(d, port, "web");
+    let config = format!(
+        "[server]\nhttp3 = true\nshutdown_timeout = \"120s\"\n[[pool]]\nname = \"web\"\n{site}"
+    );
+    let server = Server::with_config(d, &config);
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/h3_client.py");
+    let mut holder = Command::new("timeout")
+        .args(["100", "python3"])
+        .arg(&client)
+        .args([&port.to_string(), "GET", "/hello.txt"])
+        .env("PYTHONPATH", &lib)
+        .env("H3_GOAWAY_AND_HOLD", "90")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "answered");
+    let before = worker_pids(&server.status());
+    let (code, body) = server.post("/pools/web/recycle");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    server.wait_until("the old worker gone", Duration::from_secs(60), |_| {
+        (before.iter()).all(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    });
+    // The close reached the client, which then printed its answer and ended.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = holder.wait().unwrap();
+    assert!(status.success(), "{rest}");
+    let v: serde_json::Value = serde_json::from_str(rest.trim()).unwrap();
+    assert_eq!(v["status"], 200, "{rest}");
+}

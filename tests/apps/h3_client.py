@@ -10,7 +10,9 @@ H3_ZERO_RTT=1 connects twice: a GET of / for a session ticket, then the request 
 (sent before the handshake completes, on the resumed session). With H3_HOLD_FINISHED=PATH
 too, the client holds back its handshake's end (its Handshake packets) and sends a GET of
 PATH beside the request; once that GET is answered it notes whether the request had been,
-then lets the handshake end. Prints one JSON line: the status, the header fields, the
+then lets the handshake end. With H3_GOAWAY_AND_HOLD=SECONDS, once answered it prints
+`answered`, sends a GOAWAY of its own and holds the connection open that long, or until the
+server closes it. Prints one JSON line: the status, the header fields, the
 body's length and SHA-256, its text when it is short, whether the server took early data,
 and with H3_HOLD_FINISHED the probe's text and whether the request was answered first."""
 import asyncio
@@ -22,7 +24,8 @@ import sys
 
 from aioquic.asyncio.client import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
-from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.buffer import encode_uint_var
+from aioquic.h3.connection import H3_ALPN, FrameType, H3Connection, encode_frame
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 
@@ -150,6 +153,16 @@ async def main():
             r = await main
         else:
             r = await c.request(method, path, body)
+        hold_open = os.environ.get("H3_GOAWAY_AND_HOLD")
+        if hold_open:
+            print("answered", flush=True)
+            goaway = encode_frame(FrameType.GOAWAY, encode_uint_var(0))
+            c._quic.send_stream_data(c.h3._local_control_stream_id, goaway)
+            c.transmit()
+            try:
+                await asyncio.wait_for(c.wait_closed(), float(hold_open))
+            except asyncio.TimeoutError:
+                pass
         early_accepted = c._quic.tls.early_data_accepted
     fields = [(k, v) for k, v in r["headers"] if not k.startswith(":")]
     status = next((int(v) for k, v in r["headers"] if k == ":status"), None)
