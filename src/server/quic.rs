@@ -8,8 +8,8 @@
 //! so the master's program brings every datagram of a connection back to it — across a
 //! recycle too), and accepting their connections within the thread's connection limit.
 //! Must not touch: the sockets' life (the master's), HTTP/3 itself (see
-//! [`crate::http::h3`]) or the TLS configuration beyond its ALPN and 0-RTT (see
-//! [`crate::tls::server_config`]).
+//! [`crate::http::h3`]) or the TLS configuration beyond its ALPN, 0-RTT and the on-demand
+//! resolver QUIC needs (see [`crate::tls::server_config`], [`crate::tls::Held::asking`]).
 //!
 //! Address validation: a client whose address is not validated yet is sent a Retry (RFC 9000
 //! §8.1.2) once the thread has [`RETRY_PAST`] handshakes under way, so a flood of Initials
@@ -32,6 +32,9 @@ const RETRY_PAST: usize = 64;
 /// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, and
 /// room for a few it may add (RFC 9114 §6.2: unknown types are ignored).
 const UNI_STREAMS: u32 = 8;
+
+/// The machine's addresses with their links' MTUs (see [`links`]).
+pub type Links = Arc<[(IpAddr, u32)]>;
 
 /// One thread's QUIC sockets: (socket, group, its index in the address's reuseport group).
 pub type ThreadSockets = Vec<(UdpSocket, usize, u16)>;
@@ -88,14 +91,19 @@ impl quinn::ConnectionIdGenerator for SteeredIds {
 /// A quinn endpoint on `socket`, answering with `tls` (its certificates, by SNI) for ALPN
 /// `h3` only; 0-RTT off unless `early_data` (`http3_early_data`: see `http::h3::early`); with
 /// its connections' configurations by the link they arrive on (`links`: see [`links`]).
+/// With certificates ordered on demand (`held`), a name without one is asked for by the
+/// resolver, since a QUIC handshake cannot be held for it ([`crate::tls::Held::asking`]).
 pub fn endpoint(
     (socket, index): (UdpSocket, u16),
     tag: u16,
     tls: &Arc<rustls::ServerConfig>,
     (idle, early_data): (Duration, bool),
-    links: &Rc<[(IpAddr, u32)]>,
+    (links, held): (&Links, Option<&crate::tls::Held>),
 ) -> Result<(quinn::Endpoint, PathConfigs), String> {
     let mut tls = (**tls).clone();
+    if let Some(held) = held {
+        tls.cert_resolver = held.asking();
+    }
     // The connection IDs' random bytes from the configuration's own generator.
     let random = tls.crypto_provider().secure_random;
     tls.alpn_protocols = vec![b"h3".to_vec()];
@@ -116,7 +124,8 @@ pub fn endpoint(
     let paths = PathConfigs {
         base: server.clone(),
         idle,
-        links: Rc::clone(links),
+        gso: gso(),
+        links: Arc::clone(links),
         made: RefCell::new(Vec::new()),
     };
     let endpoint =
@@ -148,8 +157,10 @@ fn transport(idle: Duration, datagram_bound: Option<u16>) -> quinn::TransportCon
 pub struct PathConfigs {
     base: quinn::ServerConfig,
     idle: Duration,
+    /// Whether quinn bursts datagrams (GSO): their bound depends on it.
+    gso: bool,
     /// The machine's addresses and their links' MTUs, read when the worker started.
-    links: Rc<[(IpAddr, u32)]>,
+    links: Links,
     made: RefCell<Vec<(u16, Arc<quinn::ServerConfig>)>>,
 }
 
@@ -163,7 +174,7 @@ impl PathConfigs {
     ) -> Option<Arc<quinn::ServerConfig>> {
         let mtu = super::quic_path::link_mtu(local?, &self.links)?;
         let ipv6 = remote.ip().to_canonical().is_ipv6();
-        let bound = super::quic_path::datagram_bound(mtu, ipv6, gso());
+        let bound = super::quic_path::datagram_bound(mtu, ipv6, self.gso);
         let mut made = self.made.borrow_mut();
         if let Some((_, config)) = made.iter().find(|(b, _)| *b == bound) {
             return Some(Arc::clone(config));
@@ -177,14 +188,16 @@ impl PathConfigs {
 }
 
 /// The machine's addresses with their links' MTUs, for [`endpoint`]'s connections' datagram
-/// bounds; none (quinn's Ethernet-sized bound everywhere) where the environment's
-/// `ESPALIER_QUIC_PATH_MTU=off` says so — bench/h3.sh's way of measuring what larger
-/// datagrams save.
-pub fn links() -> Rc<[(IpAddr, u32)]> {
-    match std::env::var("ESPALIER_QUIC_PATH_MTU").is_ok_and(|v| v == "off") {
-        true => Rc::from([]),
+/// bounds, read once per worker process (its threads share them); none (quinn's
+/// Ethernet-sized bound everywhere) where the environment's `ESPALIER_QUIC_PATH_MTU=off` says
+/// so — bench/h3.sh's way of measuring what larger datagrams save.
+pub fn links() -> Links {
+    static LINKS: std::sync::OnceLock<Links> = std::sync::OnceLock::new();
+    let read = || match std::env::var("ESPALIER_QUIC_PATH_MTU").is_ok_and(|v| v == "off") {
+        true => Arc::from([]),
         false => crate::os::net::link_mtus().into(),
-    }
+    };
+    Arc::clone(LINKS.get_or_init(read))
 }
 
 /// The ticketer of an endpoint that takes 0-RTT: none, so that resumption goes through the

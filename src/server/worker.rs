@@ -587,14 +587,15 @@ fn engine_thread(
             });
             let links = crate::server::quic::links();
             for (socket, group, index) in quic {
-                let Some((tls, _)) = &shared.configs[group] else {
+                let Some((tls, held)) = &shared.configs[group] else {
                     continue;
                 };
                 let tag = spec.quic_tag;
                 // check refuses it where a site asks for client certificates.
                 let early = spec.quic_early_data;
                 let settings = (l.keepalive_timeout, early);
-                match crate::server::quic::endpoint((socket, index), tag, tls, settings, &links) {
+                let certs = (&links, held.as_ref());
+                match crate::server::quic::endpoint((socket, index), tag, tls, settings, certs) {
                     Ok(endpoint) => {
                         accepting.push(tokio::task::spawn_local(crate::server::quic::accept_loop(
                             endpoint,

@@ -132,6 +132,31 @@ impl Held {
             demand.hold(&name).await
         }
     }
+
+    /// The address's resolver for handshakes that cannot be held (QUIC's: quinn hands the
+    /// ClientHello to rustls inside its handshake): as the address's own, and where it has no
+    /// certificate for a name it would hold, it asks for it (see [`on_demand`]) — the
+    /// handshake fails, and the client's next one finds the certificate.
+    pub fn asking(&self) -> Arc<dyn ResolvesServerCert> {
+        Arc::new(Asking(Arc::clone(&self.0)))
+    }
+}
+
+/// See [`Held::asking`].
+#[derive(Debug)]
+struct Asking(Arc<BySni>);
+
+impl ResolvesServerCert for Asking {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = hello.server_name().map(str::to_owned);
+        let key = self.0.resolve(hello);
+        if key.is_none() {
+            if let Some((demand, name)) = name.as_deref().and_then(|n| self.0.to_order(n)) {
+                let _ = demand.ask(&name);
+            }
+        }
+        key
+    }
 }
 
 impl BySni {
@@ -175,11 +200,6 @@ impl ResolvesServerCert for BySni {
         if key.is_none() {
             let taken = self.hosts.site(name).is_some();
             self.refusals.note(name, taken);
-            // A handshake that was not held (QUIC's cannot be: see `on_demand`) still orders
-            // its name, for the client's next one.
-            if let Some((demand, name)) = name.and_then(|n| self.to_order(n)) {
-                let _ = demand.ask(&name);
-            }
         }
         key
     }
