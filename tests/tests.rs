@@ -56,6 +56,7 @@ mod static_beside_app;
 mod systemd;
 mod tenants;
 mod tls;
+mod upstream_faults;
 mod upstreams;
 mod upstreams_h2;
 mod upstreams_more;

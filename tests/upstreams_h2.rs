@@ -123,6 +123,60 @@ fn grpc_calls_pass_through_a_group_in_http2_over_h2c_and_tls() {
 }
 
 #[test]
+fn a_grpc_group_is_checked_by_the_grpc_health_protocol() {
+    need_grpc();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = SocketAddr::from(([127, 0, 0, 2], free_port()));
+    let b = SocketAddr::from(([127, 0, 0, 3], free_port()));
+    let (_a, _b) = (grpc_server(a, "a", None), grpc_server(b, "b", None));
+    let h2c = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let config = |service: &str| {
+        format!(
+            "[[upstream]]\nname = \"grpc\"\nservers = [\"{a}\", \"{b}\"]\nprotocol = \"http2\"\n\
+             [upstream.health]\ngrpc_service = \"{service}\"\ninterval = \"200ms\"\nfall = 2\n\
+             [[site]]\nname = \"rpc\"\nbindings = [\"http://{h2c}\"]\n[[site.app]]\npath = \"/\"\nupstream = \"grpc\"\n"
+        )
+    };
+    let server = Server::with_config(d, &config("test.Echo"));
+    let states = |s: &Server| -> Vec<String> {
+        (s.status().upstreams[0].servers.iter())
+            .map(|x| x.state.clone())
+            .collect()
+    };
+    server.wait_until("both checked up", Duration::from_secs(20), |s| {
+        states(s) == ["up", "up"]
+    });
+    assert_conversation(&grpc_call(h2c, None), &["a", "b"], || server.log_text());
+    // A service the servers say is NOT_SERVING takes them down, with the cause; every
+    // server out, calls still go to them rather than to none.
+    reload(&server, d, &config("sick"));
+    server.wait_until("both checked down", Duration::from_secs(20), |s| {
+        states(s) == ["down", "down"]
+    });
+    server.wait_for_log(
+        "the gRPC health check of service \"sick\" failed (answered NOT_SERVING)",
+        Duration::from_secs(10),
+    );
+    assert_conversation(&grpc_call(h2c, None), &["a", "b"], || server.log_text());
+    server.wait_for_log(
+        "every server of upstream `grpc` is out",
+        Duration::from_secs(10),
+    );
+    // A service they do not know is a failed call: its grpc-status is said.
+    reload(&server, d, &config("nobody"));
+    server.wait_until("the call's status shown", Duration::from_secs(20), |s| {
+        let last = &s.status().upstreams[0].servers[0].last_failure;
+        last.as_deref() == Some("answered grpc-status 5")
+    });
+    // Back to the service they serve: up again.
+    reload(&server, d, &config("test.Echo"));
+    server.wait_until("both up again", Duration::from_secs(20), |s| {
+        states(s) == ["up", "up"]
+    });
+}
+
+#[test]
 fn grpc_reaches_tls_servers_by_alpn_and_a_grpc_app_in_a_pool() {
     need_grpc();
     let dir = tempfile::tempdir().unwrap();
@@ -291,6 +345,20 @@ fn check_refuses_http2_where_it_cannot_act() {
     let err = check(&format!("[[pool]]\nname = \"p\"\ncommand = [\"/bin/true\"]\ntransport = \"fastcgi\"\nprotocol = \"http2\"\n{site}"));
     assert!(
         err.contains("applies only to transport = \"proxy\""),
+        "{err}"
+    );
+    // A gRPC check needs HTTP/2, and none of an HTTP check's keys.
+    let grpc = |protocol: &str, more: &str| {
+        format!("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9\"]\n{protocol}[upstream.health]\ngrpc_service = \"\"\n{more}[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\n")
+    };
+    let err = check(&grpc("", ""));
+    assert!(
+        err.contains("grpc_service") && err.contains("add protocol = \"http2\""),
+        "{err}"
+    );
+    let err = check(&grpc("protocol = \"http2\"\n", "path = \"/\"\n"));
+    assert!(
+        err.contains("health.path") && err.contains("remove path"),
         "{err}"
     );
     let err = check("[[upstream]]\nname = \"api\"\nservers = [\"127.0.0.1:9\"]\nprotocol = \"h3\"\n[[site]]\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\nupstream = \"api\"\n");

@@ -89,6 +89,8 @@ pub struct RawHealthCheck {
     pub body: Option<String>,
     pub rise: Option<i64>,
     pub fall: Option<i64>,
+    /// The service a gRPC check asks about (`""`: the server as a whole).
+    pub grpc_service: Option<String>,
 }
 
 /// `[upstream.passive]`: failures seen in traffic.

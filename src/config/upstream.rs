@@ -255,6 +255,11 @@ pub struct ActiveCheck {
     pub rise: u32,
     /// Checks failed in a row before an up server is down.
     pub fall: u32,
+    /// Set: the check speaks gRPC's health protocol (`grpc.health.v1.Health/Check`) about
+    /// this service (`""`: the server as a whole) instead of a `GET`; up when it answers
+    /// `SERVING`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_service: Option<String>,
 }
 
 /// How failures seen in traffic take a server out for a while (Envoy's outlier detection):

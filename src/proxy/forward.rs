@@ -174,6 +174,9 @@ fn answer_of<'h>(
     req: &ForwardRequest,
 ) -> Result<Answer<'h>, &'static str> {
     let status = resp.code.unwrap_or(502);
+    if !(100..=599).contains(&status) {
+        return Err("answered a status outside 100–599");
+    }
     let listed = connection_tokens(resp.headers.iter().map(|h| (h.name, h.value)));
     let upstream_closes =
         listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || resp.version == Some(0);
@@ -412,7 +415,17 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         .await?;
         let mut ubuf = Vec::with_capacity(8 << 10);
         let asked = std::time::Instant::now();
-        let cause = match read_head(&mut conn, &mut ubuf, clock, response_timeout).await {
+        let waited = tokio::select! {
+            r = read_head(&mut conn, &mut ubuf, clock, response_timeout) => r,
+            () = client_gone(stream, rbuf) => {
+                // Its exchange ends with the client: the connection to the app is closed,
+                // not kept busy until the answer or response_timeout.
+                route.abandoned(&endpoint, asked.elapsed());
+                report.status.set(499);
+                return Err(Fail::Close);
+            }
+        };
+        let cause = match waited {
             Ok(head_len) => {
                 route.answered(&endpoint, report, asked, &ubuf[..head_len]);
                 return Ok(Asked {
@@ -430,6 +443,19 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
             Err(HeadError::Timeout) => {
                 let cause =
                     format!("did not answer within response_timeout ({response_timeout:?})");
+                // An idempotent request without a body goes to another server of a group
+                // once (nginx's `proxy_next_upstream timeout`): a frozen server, whose
+                // kernel still takes connections, costs its client one wait, not an error.
+                if req.retryable && tries < 2 && route.is_group() {
+                    route.failed(&endpoint, 504, &cause);
+                    route.log_failure(
+                        Some(&endpoint),
+                        504,
+                        &format!("{cause}; sent to another server"),
+                    );
+                    avoid = Some(endpoint);
+                    continue;
+                }
                 return Err(Fail::app(504, &endpoint, cause));
             }
             Err(HeadError::ClosedEarly) => "closed the connection without answering",
@@ -439,6 +465,27 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         };
         return Err(Fail::app(502, &endpoint, cause));
     }
+}
+
+/// The most a client may send past its request while the app is asked (its next pipelined
+/// requests): kept for after the answer; past it the client is no longer watched.
+const MAX_PIPELINED_WHILE_ASKED: usize = 64 << 10;
+
+/// Ends when the client closes its connection (or it fails) while its answer is awaited —
+/// as nginx notices a client's close during a proxied wait. What the client sends meanwhile
+/// (a pipelined request) is kept in `rbuf`; past [`MAX_PIPELINED_WHILE_ASKED`] it is no
+/// longer read, and this never ends.
+async fn client_gone<C: AsyncRead + Unpin>(stream: &mut C, rbuf: &mut Vec<u8>) {
+    while rbuf.len() < MAX_PIPELINED_WHILE_ASKED {
+        if rbuf.capacity() - rbuf.len() < 1024 {
+            rbuf.reserve(4096);
+        }
+        match stream.read_buf(rbuf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+    std::future::pending().await
 }
 
 /// Sends the request body to the app as it arrives from the client: first what the client

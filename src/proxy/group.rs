@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The longest ejection, in multiples of `eject_for`.
-const MAX_EJECTION_FACTOR: u32 = 10;
+/// The longest ejection, in multiples of `eject_for` (30 s by default): a server that failed
+/// for a long time is back in use at most this long after it recovered, even with no active
+/// check to say so (Envoy's 10× kept a recovered server idle for minutes).
+const MAX_EJECTION_FACTOR: u32 = 3;
 
 /// A server's state, shared by a worker process's threads.
 #[derive(Default)]
@@ -88,6 +90,25 @@ impl GroupHealth {
         let s = &self.servers[i];
         !s.checked_down.load(Ordering::Relaxed)
             && s.ejected_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+
+    /// The active check says server `i` is down (`true`) or up: a server coming up is
+    /// back from any ejection at once, its count of ejections reset.
+    pub fn set_checked(&self, i: usize, down: bool) {
+        let s = &self.servers[i];
+        let was_down = s.checked_down.swap(down, Ordering::Relaxed);
+        if was_down && !down {
+            s.ejected_until_ms.store(0, Ordering::Relaxed);
+            s.ejections.store(0, Ordering::Relaxed);
+            s.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether no server may take requests now (every one down or ejected): then the group
+    /// sends to all of them rather than to none (Envoy's panic routing) — a check that fails
+    /// against servers that answer traffic must not take the whole group down.
+    pub fn all_out(&self, now_ms: u64) -> bool {
+        !(0..self.servers.len()).any(|i| self.up(i, now_ms))
     }
 
     /// How the group stands, for a log line: `2 down by the health check, 1 ejected`.
@@ -187,6 +208,8 @@ pub struct GroupSource {
     balancer: Rc<RefCell<Balancer>>,
     /// Each server's value in the sticky cookie (empty for a group without one), made once.
     sticky_ids: Vec<String>,
+    /// Every server was out at this thread's last pick (said once per spell, in the log).
+    all_out: std::cell::Cell<bool>,
 }
 
 impl GroupSource {
@@ -219,6 +242,7 @@ impl GroupSource {
             sticky_ids,
             balancer: Rc::new(RefCell::new(Balancer::new(policy, servers, seed))),
             health,
+            all_out: std::cell::Cell::new(false),
         }
     }
 
@@ -268,13 +292,30 @@ impl GroupSource {
     }
 
     /// A server for a request, none of `tried`, counted in flight until the [`InFlight`]
-    /// is dropped; `None` when no server may be used.
+    /// is dropped; `None` when no server may be used. When every server is out (down by
+    /// the check or ejected), any of them may be.
     pub fn pick(&self, tried: &[usize], key: Option<u64>) -> Option<(usize, Endpoint, InFlight)> {
-        let now = self.health.now_ms();
-        let i = self
-            .balancer
-            .borrow_mut()
-            .pick(|i| self.health.up(i, now), tried, key)?;
+        let now_us = self.health.epoch.elapsed().as_micros() as u64;
+        let now = now_us / 1000;
+        let mut balancer = self.balancer.borrow_mut();
+        let picked = balancer.pick(|i| self.health.up(i, now), tried, key, now_us);
+        let all_out = picked.is_none() && self.health.all_out(now);
+        if all_out != self.all_out.replace(all_out) && all_out {
+            crate::os::log(
+                "proxy",
+                format_args!(
+                    "every server of upstream `{}` is out ({}): sending to all of them rather than to none",
+                    self.health.spec.name,
+                    self.health.summary()
+                ),
+            );
+        }
+        let i = match picked {
+            Some(i) => i,
+            None if all_out => balancer.pick(|_| true, tried, key, now_us)?,
+            None => return None,
+        };
+        drop(balancer);
         Some(self.hold(i))
     }
 
@@ -301,12 +342,19 @@ impl GroupSource {
         }
     }
 
+    /// A client gave up on its request to server `i` after `waited`: the server's answer
+    /// takes at least that long, for the balancer (not a failure: the server may be sound
+    /// and the client impatient).
+    pub fn abandoned(&self, i: usize, waited: Duration) {
+        let now_us = self.health.epoch.elapsed().as_micros() as u64;
+        (self.balancer.borrow_mut()).abandoned(i, waited.as_micros() as u64, now_us);
+    }
+
     /// Server `i` failed a request for `cause`: counted toward its ejection, and, for the
     /// least-time balancer, as a slow answer.
     pub fn failed(&self, i: usize, cause: &str) {
         let now_us = self.health.epoch.elapsed().as_micros() as u64;
-        let penalty = self.health.spec.connect_timeout.as_micros() as u64;
-        self.balancer.borrow_mut().penalize(i, penalty, now_us);
+        self.balancer.borrow_mut().penalize(i, now_us);
         if let Some(span) = self.health.failed(i) {
             let spec = &self.health.spec;
             crate::os::log(

@@ -256,6 +256,21 @@ impl ProxyRoute {
         }
     }
 
+    /// A client gave up on its request to `endpoint` after `waited`: for a group's
+    /// server, a sample of its answer time (at least that long) for the balancer.
+    pub(super) fn abandoned(&self, endpoint: &Endpoint, waited: std::time::Duration) {
+        if let Source::Group(g) = &self.source {
+            if let Some(i) = g.index_of(endpoint) {
+                g.abandoned(i, waited);
+            }
+        }
+    }
+
+    /// Whether requests go to an upstream group (not a pool's processes).
+    pub(super) fn is_group(&self) -> bool {
+        matches!(self.source, Source::Group(_))
+    }
+
     /// Whether the app speaks FastCGI.
     pub fn fastcgi(&self) -> bool {
         self.settings.fastcgi

@@ -13,6 +13,15 @@
 //! drawn at random costs O(1) and never herds every thread onto the one server that looks
 //! best at an instant, while the score moves away at once from a server whose answers slow
 //! down (the peak is taken as it comes, then decays) or pile up (in flight).
+//!
+//! Why a server's cost decays with time, not only when it is picked (Finagle's and tower's
+//! peak EWMA read the cost as "observe nothing now"): with two servers, P2C compares both on
+//! every pick, so a server whose cost only moved when it was picked and that once looked slow
+//! was never picked again — a recovered server stayed unused for good. A failure is not a
+//! latency: it makes the server [`Balancer::penalize`]d — avoided while another candidate is
+//! not — for a window that doubles with each failure in a row (1 s … 8 s) and ends at its
+//! first answer, so a server back from the dead takes requests again within 8 s whatever its
+//! check says.
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -21,6 +30,11 @@ pub const HASH_POINTS: u32 = 160;
 
 /// The latency average's time constant: a sample this old weighs 1/e of a new one.
 const DECAY_US: f64 = 10_000_000.0;
+
+/// The first failure's penalty window; each failure in a row doubles it, up to
+/// [`PENALTY_MAX_US`].
+const PENALTY_FIRST_US: u64 = 1_000_000;
+const PENALTY_MAX_US: u64 = 8_000_000;
 
 /// A server as the balancer sees it, fixed for the life of its configuration.
 #[derive(Debug, Clone)]
@@ -51,6 +65,10 @@ struct Seen {
     stamp_us: u64,
     /// Smooth weighted round robin's running weight.
     current: i64,
+    /// Avoided while another candidate is not, until this time (0: never penalized).
+    penalized_until_us: u64,
+    /// Failures since its last answer: each doubles the next penalty's window.
+    failures: u32,
 }
 
 /// One thread's balancer for one group.
@@ -95,12 +113,14 @@ impl Balancer {
     /// The server for a request (`key`: its hash key's hash under [`Policy::Hash`]), among
     /// those `usable` says may be used, never one of `tried`: from the most preferred set
     /// that has one (local primaries, primaries, local backups, backups). `None` when none
-    /// may be used. The caller counts the request in flight with [`Self::start`].
+    /// may be used. The caller counts the request in flight with [`Self::start`]. `now_us`
+    /// ages the costs and ends penalties.
     pub fn pick(
         &mut self,
         usable: impl Fn(usize) -> bool,
         tried: &[usize],
         key: Option<u64>,
+        now_us: u64,
     ) -> Option<usize> {
         let ok = |i: usize| usable(i) && !tried.contains(&i);
         let level = (0..4).find(|&l| (0..self.servers.len()).any(|i| ok(i) && self.at(l, i)))?;
@@ -110,7 +130,7 @@ impl Balancer {
         }
         let candidate = |i: usize| mask.has(i);
         match self.policy {
-            Policy::LeastTime => self.two_choices(candidate),
+            Policy::LeastTime => self.two_choices(candidate, now_us),
             Policy::RoundRobin => self.smooth_round_robin(candidate),
             Policy::LeastRequests => self.least_requests(candidate),
             Policy::Hash => self.on_ring(candidate, key.unwrap_or(xxh3_64(b""))),
@@ -135,9 +155,22 @@ impl Balancer {
         s.in_flight = s.in_flight.saturating_sub(1);
     }
 
-    /// `i` answered a request's head in `answer_us`, at `now_us`.
+    /// `i` answered a request's head in `answer_us`, at `now_us`: its penalty, if any, ends.
     pub fn observe(&mut self, i: usize, answer_us: u64, now_us: u64) {
         let s = &mut self.seen[i];
+        s.failures = 0;
+        s.penalized_until_us = 0;
+        Self::sample(s, answer_us, now_us);
+    }
+
+    /// A request `i` kept waiting `waited_us` before its client gave up: its answer takes at
+    /// least that long, a sample as good as an answer's (a frozen server, whose kernel still
+    /// accepts connections, is avoided at once), though the server has not answered.
+    pub fn abandoned(&mut self, i: usize, waited_us: u64, now_us: u64) {
+        Self::sample(&mut self.seen[i], waited_us, now_us);
+    }
+
+    fn sample(s: &mut Seen, answer_us: u64, now_us: u64) {
         let sample = answer_us as f64;
         if s.ewma_us == 0.0 || sample > s.ewma_us {
             // The peak is taken at once: a server that slows down is avoided now.
@@ -150,22 +183,32 @@ impl Balancer {
         s.stamp_us = now_us;
     }
 
-    /// A failure (refused, timed out) counts as a slow answer: the server is less likely to
-    /// be drawn until it answers again.
-    pub fn penalize(&mut self, i: usize, penalty_us: u64, now_us: u64) {
+    /// A failure (refused, timed out): the server is avoided while another candidate is not,
+    /// for a window that doubles with each failure since its last answer (at most
+    /// [`PENALTY_MAX_US`]); then it is drawn as before, and its answer ends the penalty.
+    pub fn penalize(&mut self, i: usize, now_us: u64) {
         let s = &mut self.seen[i];
-        s.ewma_us = s.ewma_us.max(penalty_us as f64);
-        s.stamp_us = now_us;
+        let window = (PENALTY_FIRST_US << s.failures.min(8)).min(PENALTY_MAX_US);
+        s.failures = s.failures.saturating_add(1);
+        s.penalized_until_us = now_us + window;
     }
 
-    fn score(&self, i: usize) -> f64 {
+    /// What sending `i` a request is expected to cost now: its answer time, aged toward 0
+    /// as time passes without a sample (a server not drawn for a while is drawn again and
+    /// measured), times the requests it holds, per its weight; infinite while penalized.
+    fn score(&self, i: usize, now_us: u64) -> f64 {
         let s = &self.seen[i];
+        if s.penalized_until_us > now_us {
+            return f64::INFINITY;
+        }
+        let age = now_us.saturating_sub(s.stamp_us) as f64;
+        let ewma = s.ewma_us * (-age / DECAY_US).exp();
         // An unmeasured server costs what a fast one does: it gets requests, and its first
         // answer measures it.
-        (s.ewma_us + 1.0) * f64::from(s.in_flight + 1) / f64::from(self.servers[i].weight)
+        (ewma + 1.0) * f64::from(s.in_flight + 1) / f64::from(self.servers[i].weight)
     }
 
-    fn two_choices(&mut self, candidate: impl Fn(usize) -> bool) -> Option<usize> {
+    fn two_choices(&mut self, candidate: impl Fn(usize) -> bool, now_us: u64) -> Option<usize> {
         let n = (0..self.servers.len()).filter(|&i| candidate(i)).count();
         let nth = |k: usize| (0..self.servers.len()).filter(|&i| candidate(i)).nth(k);
         match n {
@@ -175,7 +218,11 @@ impl Balancer {
                 let a = self.rng.usize(..n);
                 let b = (a + 1 + self.rng.usize(..n - 1)) % n;
                 let (a, b) = (nth(a)?, nth(b)?);
-                Some(if self.score(b) < self.score(a) { b } else { a })
+                Some(if self.score(b, now_us) < self.score(a, now_us) {
+                    b
+                } else {
+                    a
+                })
             }
         }
     }
@@ -271,7 +318,7 @@ mod tests {
     fn counts(b: &mut Balancer, n: usize, usable: impl Fn(usize) -> bool) -> Vec<usize> {
         let mut c = vec![0; b.servers().len()];
         for _ in 0..n {
-            let i = b.pick(&usable, &[], None).unwrap();
+            let i = b.pick(&usable, &[], None, 1).unwrap();
             c[i] += 1;
         }
         c
@@ -281,7 +328,7 @@ mod tests {
     fn round_robin_follows_the_weights_without_bunching() {
         let mut b = Balancer::new(Policy::RoundRobin, servers(&[2, 1]), 1);
         let order: Vec<usize> = (0..6)
-            .map(|_| b.pick(|_| true, &[], None).unwrap())
+            .map(|_| b.pick(|_| true, &[], None, 1).unwrap())
             .collect();
         assert_eq!(order, [0, 1, 0, 0, 1, 0]);
         let mut b = Balancer::new(Policy::RoundRobin, servers(&[3, 1, 1]), 1);
@@ -299,10 +346,10 @@ mod tests {
             let mut b = Balancer::new(policy, servers(&[1, 1, 1]), 7);
             for k in 0..200u32 {
                 let key = xxh3_64(&k.to_be_bytes());
-                let i = b.pick(|i| i != 1, &[0], Some(key)).unwrap();
+                let i = b.pick(|i| i != 1, &[0], Some(key), 1).unwrap();
                 assert_eq!(i, 2, "{policy:?}");
             }
-            assert_eq!(b.pick(|_| false, &[], None), None);
+            assert_eq!(b.pick(|_| false, &[], None, 1), None);
         }
     }
 
@@ -332,7 +379,7 @@ mod tests {
         for _ in 0..100 {
             b.start(0);
         }
-        assert_eq!(b.pick(|_| true, &[], None), Some(1));
+        assert_eq!(b.pick(|_| true, &[], None, 1), Some(1));
         // Among many, the slow one is drawn rarely.
         let mut b = Balancer::new(Policy::LeastTime, servers(&[1; 5]), 5);
         for i in 0..5 {
@@ -356,10 +403,58 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_server_is_avoided_for_a_window_then_drawn_again() {
+        let mut b = Balancer::new(Policy::LeastTime, servers(&[1, 1]), 3);
+        b.observe(0, 1_000, 1);
+        b.observe(1, 1_000, 1);
+        // Server 0 refuses a connection: only 1 is drawn for the first window (1 s)...
+        b.penalize(0, 10);
+        let at = |b: &mut Balancer, now: u64| {
+            let mut c = [0; 2];
+            (0..200).for_each(|_| c[b.pick(|_| true, &[], None, now).unwrap()] += 1);
+            c
+        };
+        assert_eq!(at(&mut b, 500_000), [0, 200]);
+        // ...then it is drawn again; another failure doubles the window.
+        assert!(at(&mut b, 1_100_000)[0] > 0);
+        b.penalize(0, 1_100_000);
+        assert_eq!(at(&mut b, 3_000_000), [0, 200]);
+        assert!(at(&mut b, 3_200_000)[0] > 0);
+        // Windows stop growing at 8 s; an answer ends the penalty and the run.
+        (0..20).for_each(|k| b.penalize(0, 4_000_000 + k));
+        assert_eq!(at(&mut b, 11_000_000), [0, 200]);
+        assert!(at(&mut b, 12_100_000)[0] > 0);
+        b.penalize(0, 13_000_000);
+        b.observe(0, 1_000, 13_000_001);
+        b.observe(1, 1_000, 13_000_001);
+        assert!(at(&mut b, 13_000_002)[0] > 0);
+        // The only candidate is still drawn while penalized.
+        b.penalize(1, 13_000_003);
+        assert_eq!(b.pick(|i| i == 1, &[], None, 13_000_004), Some(1));
+    }
+
+    #[test]
+    fn a_cost_ages_without_samples_so_a_once_slow_server_is_measured_again() {
+        let mut b = Balancer::new(Policy::LeastTime, servers(&[1, 1]), 5);
+        b.observe(0, 900_000, 0);
+        b.observe(1, 1_000, 0);
+        assert_eq!(b.pick(|_| true, &[], None, 1), Some(1));
+        // Server 1 keeps answering in 1 ms; 70 s on, server 0's 900 ms has aged below
+        // that: it is drawn and measured again.
+        b.observe(1, 1_000, 60_000_000);
+        assert_eq!(b.pick(|_| true, &[], None, 60_000_000), Some(1));
+        b.observe(1, 1_000, 70_000_000);
+        assert_eq!(b.pick(|_| true, &[], None, 70_000_000), Some(0));
+        // A client that gave up after 40 s on server 0 makes it the costlier at once.
+        b.abandoned(0, 40_000_000, 70_000_000);
+        assert_eq!(b.pick(|_| true, &[], None, 70_000_001), Some(1));
+    }
+
+    #[test]
     fn least_requests_fills_the_emptiest_for_its_weight() {
         let mut b = Balancer::new(Policy::LeastRequests, servers(&[1, 2]), 1);
         for _ in 0..30 {
-            let i = b.pick(|_| true, &[], None).unwrap();
+            let i = b.pick(|_| true, &[], None, 1).unwrap();
             b.start(i);
         }
         assert_eq!((b.in_flight(0), b.in_flight(1)), (10, 20));
@@ -371,11 +466,17 @@ mod tests {
         let keys: Vec<String> = (0..2000).map(|k| format!("user-{k}")).collect();
         let before: Vec<usize> = keys
             .iter()
-            .map(|k| b.pick(|_| true, &[], Some(xxh3_64(k.as_bytes()))).unwrap())
+            .map(|k| {
+                b.pick(|_| true, &[], Some(xxh3_64(k.as_bytes())), 1)
+                    .unwrap()
+            })
             .collect();
         let again: Vec<usize> = keys
             .iter()
-            .map(|k| b.pick(|_| true, &[], Some(xxh3_64(k.as_bytes()))).unwrap())
+            .map(|k| {
+                b.pick(|_| true, &[], Some(xxh3_64(k.as_bytes())), 1)
+                    .unwrap()
+            })
             .collect();
         assert_eq!(before, again);
         let mut share = [0; 4];
@@ -387,7 +488,10 @@ mod tests {
         let mut c = Balancer::new(Policy::Hash, rest, 9);
         let keys_of = |i: usize| if i >= 2 { i + 1 } else { i };
         for (k, &was) in keys.iter().zip(&before) {
-            let now = keys_of(c.pick(|_| true, &[], Some(xxh3_64(k.as_bytes()))).unwrap());
+            let now = keys_of(
+                c.pick(|_| true, &[], Some(xxh3_64(k.as_bytes())), 1)
+                    .unwrap(),
+            );
             if was != 2 {
                 assert_eq!(now, was, "{k}");
             }

@@ -1,6 +1,8 @@
 //! One active health check of an upstream server: a `GET` of the check's path on a new
 //! connection — in HTTP/1.1, or in HTTP/2 for a group spoken to in it (`protocol`), as its
-//! traffic is — its answer's status and (when asked) body judged.
+//! traffic is — its answer's status and (when asked) body judged; or, with `grpc_service`,
+//! gRPC's health protocol (`grpc.health.v1.Health/Check`, up when `SERVING`), which a gRPC
+//! server answers where it resets a plain `GET`.
 //!
 //! Also the master's other small GET, [`get_status`] (`[server.acme] ask`).
 //!
@@ -33,6 +35,7 @@ pub async fn probe(
         path: &check.path,
         https: tls.is_some(),
         http2,
+        grpc: check.grpc_service.as_deref(),
     };
     match tokio::time::timeout(check.timeout, exchange(server, check, tls, asked)).await {
         Ok(r) => r,
@@ -47,6 +50,8 @@ struct Asked<'a> {
     path: &'a str,
     https: bool,
     http2: bool,
+    /// Asks gRPC's health service about this service instead.
+    grpc: Option<&'a str>,
 }
 
 async fn exchange(
@@ -101,6 +106,7 @@ pub async fn get_status(
             path: target,
             https: false,
             http2: false,
+            grpc: None,
         };
         ask(s, asked, &mut answer).await?;
         Ok(status_of(&answer)?.0)
@@ -118,6 +124,9 @@ async fn ask<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     request: Asked<'_>,
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
+    if let Some(service) = request.grpc {
+        return ask_grpc(s, request, service, out).await;
+    }
     if request.http2 {
         return ask_h2(s, request, out).await;
     }
@@ -170,6 +179,152 @@ async fn ask_h2<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     }
 }
 
+/// gRPC's `grpc.health.v1.Health/Check` about `service`, on a connection of the probe's
+/// own, its verdict written into `out` as an answer [`judge`] reads: `200` when the server
+/// answered `SERVING` with `grpc-status: 0`, else `503` and why in the body's place.
+async fn ask_grpc<S: AsyncReadExt + AsyncWriteExt + Unpin>(
+    s: S,
+    request: Asked<'_>,
+    service: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let failed = |what: &str, e: h2::Error| format!("{what} failed: {e}");
+    let (mut sender, connection) =
+        (h2::client::handshake(s).await).map_err(|e| failed("HTTP/2 handshake", e))?;
+    let driving = async move {
+        let _ = connection.await;
+    };
+    let asking = async {
+        let scheme = if request.https { "https" } else { "http" };
+        let uri = format!("{scheme}://{}/grpc.health.v1.Health/Check", request.host);
+        let post = http::Request::post(uri)
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("user-agent", "espalier-health-check")
+            .body(())
+            .map_err(|e| format!("the check cannot be asked: {e}"))?;
+        let (response, mut body_out) =
+            (sender.send_request(post, false)).map_err(|e| failed("send", e))?;
+        body_out
+            .send_data(grpc_health_request(service).into(), true)
+            .map_err(|e| failed("send", e))?;
+        let response = response.await.map_err(|e| failed("read", e))?;
+        if response.status() != http::StatusCode::OK {
+            return Err(format!("answered HTTP {}", response.status().as_u16()));
+        }
+        let mut status_in_head = grpc_status(response.headers());
+        let mut body = response.into_body();
+        let mut message = Vec::new();
+        while let Some(data) = body.data().await {
+            let data = data.map_err(|e| failed("read", e))?;
+            let _ = body.flow_control().release_capacity(data.len());
+            message.extend_from_slice(&data);
+            if message.len() >= MAX_ANSWER {
+                return Err("answered more than a health check's answer".into());
+            }
+        }
+        if status_in_head.is_none() {
+            let trailers = body.trailers().await.map_err(|e| failed("read", e))?;
+            status_in_head = trailers.as_ref().and_then(grpc_status);
+        }
+        match status_in_head {
+            Some(0) => {}
+            Some(code) => return Err(format!("answered grpc-status {code}")),
+            None => return Err("answered no grpc-status".into()),
+        }
+        let serving = grpc_health_status(&message)?;
+        out.extend_from_slice(if serving == 1 {
+            b"HTTP/1.1 200 -\r\n\r\n"
+        } else {
+            b"HTTP/1.1 503 -\r\n\r\n"
+        });
+        if serving != 1 {
+            return Err(format!("answered {}", serving_name(serving)));
+        }
+        Ok(())
+    };
+    tokio::select! {
+        r = asking => r,
+        () = driving => Err("closed the connection without answering".into()),
+    }
+}
+
+/// A `HealthCheckRequest { service }` in a gRPC frame: uncompressed, its length, then the
+/// message — field 1, a string. Written by hand: two bytes of protobuf do not need a
+/// code generator.
+fn grpc_health_request(service: &str) -> Vec<u8> {
+    let mut message = Vec::new();
+    if !service.is_empty() {
+        message.push(0x0a);
+        let mut n = service.len();
+        while n >= 0x80 {
+            message.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        message.push(n as u8);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&message);
+    frame
+}
+
+/// The `status` of a `HealthCheckResponse` in a gRPC frame (field 1, an enum: 1 SERVING);
+/// 0 (UNKNOWN) when absent, as protobuf reads a missing field.
+fn grpc_health_status(frame: &[u8]) -> Result<u64, String> {
+    let bad = || "answered no gRPC health message".to_string();
+    let (&compressed, rest) = frame.split_first().ok_or_else(bad)?;
+    if compressed != 0 || rest.len() < 4 {
+        return Err(bad());
+    }
+    let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+    let mut m = rest.get(4..4 + len).ok_or_else(bad)?;
+    let mut status = 0;
+    while let Some((&tag, rest)) = m.split_first() {
+        m = rest;
+        match tag & 7 {
+            0 => {
+                let (value, used) = varint(m).ok_or_else(bad)?;
+                m = &m[used..];
+                if tag >> 3 == 1 {
+                    status = value;
+                }
+            }
+            2 => {
+                let (len, used) = varint(m).ok_or_else(bad)?;
+                m = m.get(used + len as usize..).ok_or_else(bad)?;
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok(status)
+}
+
+fn varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (k, &byte) in b.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * k);
+        if byte & 0x80 == 0 {
+            return Some((value, k + 1));
+        }
+    }
+    None
+}
+
+fn serving_name(status: u64) -> &'static str {
+    match status {
+        0 => "UNKNOWN",
+        2 => "NOT_SERVING",
+        3 => "SERVICE_UNKNOWN",
+        _ => "a status other than SERVING",
+    }
+}
+
+fn grpc_status(fields: &http::HeaderMap) -> Option<u32> {
+    fields.get("grpc-status")?.to_str().ok()?.parse().ok()
+}
+
 /// Reads until the server closes (the request said `Connection: close`) or the bound.
 async fn read_answer<R: AsyncReadExt + Unpin>(r: &mut R, out: &mut Vec<u8>) -> Result<(), String> {
     let mut buf = [0u8; 8192];
@@ -200,14 +355,22 @@ fn judge(answer: &[u8], check: &ActiveCheck) -> Result<(), String> {
     Ok(())
 }
 
-/// An HTTP/1.x answer's status, and where its body starts.
+/// An HTTP/1.x answer's final status, and where its body starts: interim answers (1xx,
+/// such as a `100 Continue` or `103 Early Hints` a server sends first) are skipped.
 fn status_of(answer: &[u8]) -> Result<(u16, usize), String> {
-    let mut fields = [httparse::EMPTY_HEADER; 64];
-    let mut head = httparse::Response::new(&mut fields);
-    match head.parse(answer) {
-        Ok(httparse::Status::Complete(n)) => Ok((head.code.unwrap_or(0), n)),
-        _ if answer.is_empty() => Err("closed without answering".into()),
-        _ => Err("answered no HTTP/1.x response head".into()),
+    let mut at = 0;
+    loop {
+        let mut fields = [httparse::EMPTY_HEADER; 64];
+        let mut head = httparse::Response::new(&mut fields);
+        match head.parse(&answer[at..]) {
+            Ok(httparse::Status::Complete(n)) => match head.code.unwrap_or(0) {
+                100..=199 => at += n,
+                code => return Ok((code, at + n)),
+            },
+            _ if answer.is_empty() => return Err("closed without answering".into()),
+            _ if at > 0 => return Err("answered only an interim (1xx) response".into()),
+            _ => return Err("answered no HTTP/1.x response head".into()),
+        }
     }
 }
 
@@ -215,6 +378,27 @@ fn status_of(answer: &[u8]) -> Result<(u16, usize), String> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn grpc_health_messages_are_written_and_read_as_protobuf() {
+        assert_eq!(grpc_health_request(""), [0, 0, 0, 0, 0]);
+        assert_eq!(
+            grpc_health_request("db"),
+            [0, 0, 0, 0, 4, 0x0a, 2, b'd', b'b']
+        );
+        let long = "s".repeat(200);
+        assert_eq!(&grpc_health_request(&long)[5..8], &[0x0a, 0xc8, 0x01]);
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08, 1]), Ok(1));
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 2, 0x08, 2]), Ok(2));
+        // An empty message is UNKNOWN; an unknown string field is skipped.
+        assert_eq!(grpc_health_status(&[0, 0, 0, 0, 0]), Ok(0));
+        assert_eq!(
+            grpc_health_status(&[0, 0, 0, 0, 5, 0x12, 1, b'x', 0x08, 1]),
+            Ok(1)
+        );
+        assert!(grpc_health_status(&[0, 0, 0, 0, 9, 0x08]).is_err());
+        assert!(grpc_health_status(&[1, 0, 0, 0, 2, 0x08, 1]).is_err());
+    }
 
     fn check(body: Option<&str>) -> ActiveCheck {
         ActiveCheck {
@@ -226,6 +410,7 @@ mod tests {
             body: body.map(String::from),
             rise: 2,
             fall: 3,
+            grpc_service: None,
         }
     }
 
@@ -241,6 +426,9 @@ mod tests {
         let bad = b"HTTP/1.1 503 Service Unavailable\r\n\r\n";
         assert_eq!(judge(bad, &check(None)), Err("answered 503".into()));
         assert!(judge(b"", &check(None)).is_err());
+        let early = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nok";
+        assert_eq!(judge(early, &check(Some("ok"))), Ok(()));
+        assert!(judge(b"HTTP/1.1 100 Continue\r\n\r\n", &check(None)).is_err());
         assert!(judge(b"SSH-2.0-OpenSSH\r\n", &check(None)).is_err());
     }
 }

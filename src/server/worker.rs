@@ -389,7 +389,7 @@ fn set_checked(groups: &[Arc<GroupHealth>], what: &str) {
     for g in groups.iter().filter(|g| g.spec.name == group) {
         for (k, s) in g.spec.servers.iter().enumerate() {
             if s.address.to_string() == address {
-                (g.servers[k].checked_down).store(state == "down", Ordering::Relaxed);
+                g.set_checked(k, state == "down");
             }
         }
     }

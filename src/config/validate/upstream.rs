@@ -84,7 +84,6 @@ impl Validator {
         );
         let tries = self.count_up_to(&at("tries"), ru.tries, 3, 16);
         let try_for = self.nonzero_duration(&at("try_for"), ru.try_for, Duration::from_secs(10));
-        let health = ru.health.map(|h| self.active_check(i, h));
         let passive = self.passive_check(i, ru.passive.unwrap_or_default());
         let tls = self.upstream_tls(i, &name, &servers, ru.tls, base);
         let protocol = self.choice(
@@ -93,6 +92,7 @@ impl Validator {
             Protocol::Http1,
             &Protocol::CHOICES,
         );
+        let health = ru.health.map(|h| self.active_check(i, h, protocol));
         let resolve = ru.resolve.map(|r| {
             let every = self.nonzero_duration(&at("resolve"), Some(r), Duration::from_secs(30));
             if !servers.is_empty() && !servers.iter().any(ServerSpec::is_host_name) {
@@ -268,7 +268,7 @@ impl Validator {
         }
     }
 
-    fn active_check(&mut self, i: usize, h: RawHealthCheck) -> ActiveCheck {
+    fn active_check(&mut self, i: usize, h: RawHealthCheck, protocol: Protocol) -> ActiveCheck {
         let at = |key: &'static str| {
             [
                 Seg::Key("upstream"),
@@ -277,6 +277,20 @@ impl Validator {
                 Seg::Key(key),
             ]
         };
+        if let Some(service) = &h.grpc_service {
+            if protocol != Protocol::Http2 {
+                self.err(&at("grpc_service"), "a gRPC health check speaks HTTP/2, and this group is spoken to in HTTP/1.1; add protocol = \"http2\" to the upstream, or remove grpc_service");
+            }
+            for (key, set) in [
+                ("path", h.path.is_some()),
+                ("status", h.status.is_some()),
+                ("body", h.body.is_some()),
+            ] {
+                if set {
+                    self.err(&at(key), format!("a gRPC health check asks grpc.health.v1 about service `{service}` and is up when it answers SERVING; remove {key}, or grpc_service for an HTTP check"));
+                }
+            }
+        }
         let path = h.path.unwrap_or_else(|| "/".into());
         if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
             self.err(
@@ -310,6 +324,7 @@ impl Validator {
             body: h.body.filter(|b| !b.is_empty()),
             rise,
             fall,
+            grpc_service: h.grpc_service,
         }
     }
 

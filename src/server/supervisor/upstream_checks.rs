@@ -8,7 +8,9 @@
 //!
 //! Owns: the probes' tasks, each server's run of passes and failures and its state (`rise`
 //! passes in a row bring a down server up, `fall` failures take an up one down; a server not
-//! yet checked is up, and its first failure takes it down at once), and telling the workers
+//! yet checked is up, and needs `fall` failures like any other — a front started with its
+//! servers, whose first checks fail while they start, does not answer 503 for `rise` ×
+//! `interval`, as HAProxy's initial state and Envoy's panic routing keep from), and telling the workers
 //! (`upstream-health` messages). Must not touch: the probe itself (`server::upstream_probe`)
 //! or the workers' passive checks (theirs alone, `proxy::group`).
 
@@ -59,7 +61,6 @@ impl ServerState {
 
     /// A probe's result; whether the server's state changed.
     pub(super) fn record(&mut self, result: &Result<(), String>, check: &ActiveCheck) -> bool {
-        let first = !self.checked;
         self.checked = true;
         match result {
             Ok(()) => {
@@ -72,7 +73,7 @@ impl ServerState {
             Err(cause) => {
                 self.run = self.run.min(0) - 1;
                 self.last = Some(cause.clone());
-                if self.up && (first || -self.run >= check.fall as i32) {
+                if self.up && -self.run >= check.fall as i32 {
                     self.up = false;
                     return true;
                 }
@@ -218,6 +219,7 @@ mod tests {
             body: None,
             rise: 2,
             fall: 3,
+            grpc_service: None,
         };
         let fail = Err("answered 500".to_string());
         let mut s = ServerState::new();
@@ -227,11 +229,13 @@ mod tests {
         assert!(s.record(&fail, &check), "down at the third failure");
         assert!(!s.record(&Ok(()), &check));
         assert!(s.record(&Ok(()), &check), "up at the second pass");
+        // A server not yet checked needs `fall` failures too (a front started with its
+        // servers must not answer 503 while they start).
         let mut fresh = ServerState::new();
-        assert!(
-            fresh.record(&fail, &check),
-            "an unchecked server is down at its first failure"
-        );
+        assert!(!fresh.record(&fail, &check), "up after its first failure");
+        assert!(!fresh.record(&fail, &check));
+        assert!(fresh.up);
+        assert!(fresh.record(&fail, &check), "down at the third");
         assert!(!fresh.up);
     }
 }

@@ -41,7 +41,13 @@ impl Supervisor {
         let s = &spec.servers[server];
         let what = match &result {
             Ok(()) => format!("is up: {} checks passed in a row", check.rise),
-            Err(cause) => format!("is down: the health check of {} failed ({cause}); it gets no requests until {} checks pass in a row", check.path, check.rise),
+            Err(cause) => {
+                let of = match &check.grpc_service {
+                    Some(service) => format!("gRPC health check of service \"{service}\""),
+                    None => format!("health check of {}", check.path),
+                };
+                format!("is down: the {of} failed ({cause}); it gets no requests until {} checks pass in a row", check.rise)
+            }
         };
         log(
             "master",

@@ -1,0 +1,139 @@
+//! Upstream servers that fail as real ones do, behind the default balancer (`least_time`):
+//! one killed and started again is used again; one frozen (SIGSTOP: its kernel still takes
+//! connections) costs an idempotent request a wait, not an error; a request its client
+//! abandons frees its connection to the server at once; answers no HTTP/1.1 client may get
+//! (a status outside 100–599) are a 502.
+
+use crate::common::backends::*;
+use crate::common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+#[test]
+fn a_killed_server_started_again_takes_requests_again() {
+    let (dir, a, mut b) = two_backends();
+    let (config, addr) = front(&format!(
+        "[[upstream]]\nname = \"api\"\nservers = [\"{}\", \"{}\"]\n",
+        a.addr, b.addr
+    ));
+    let _server = Server::with_config(dir.path(), &config);
+    let names: Vec<String> = (0..40).map(|_| served_by(addr, "/x", "")).collect();
+    assert!(count(&names, "b") > 0, "{names:?}");
+    // b dies: every GET is answered by a (a refused connection is tried elsewhere).
+    let b_addr = b.addr;
+    b.kill();
+    let during: Vec<String> = (0..40).map(|_| served_by(addr, "/y", "")).collect();
+    assert_eq!(count(&during, "a"), 40, "{during:?}");
+    // b comes back at the same address: it takes requests again (its penalty ends; the
+    // old balancer kept its failure as its answer time and never drew it again).
+    let _b = Backend::start_at(dir.path(), b_addr, "b", &[]);
+    let mut back = false;
+    wait_for("b to serve again", Duration::from_secs(30), || {
+        back |= served_by(addr, "/z", "") == "b";
+        back
+    });
+}
+
+#[test]
+fn a_frozen_servers_gets_are_answered_by_another_server() {
+    let (dir, a, b) = two_backends();
+    let (config, addr) = front(&format!(
+        "[[upstream]]\nname = \"api\"\nservers = [\"{}\", \"{}\"]\nresponse_timeout = \"1s\"\n",
+        a.addr, b.addr
+    ));
+    let server = Server::with_config(dir.path(), &config);
+    assert_eq!(get(addr, "/warm", "").status, 200);
+    // b freezes: its kernel completes connections, nothing answers.
+    b.signal(libc::SIGSTOP);
+    let names: Vec<String> = (0..20).map(|_| served_by(addr, "/f", "")).collect();
+    assert_eq!(count(&names, "a"), 20, "{names:?}\n{}", server.log_text());
+    server.wait_for_log(
+        "did not answer within response_timeout (1s); sent to another server",
+        Duration::from_secs(5),
+    );
+}
+
+/// A server that takes connections, reads a request head and never answers; `eof` says
+/// when each connection's far end closed.
+fn silent_server() -> (SocketAddr, std::sync::mpsc::Receiver<()>) {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let at = listener.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(4) {
+            let Ok(mut conn) = conn else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                conn.set_read_timeout(Some(Duration::from_secs(90)))
+                    .unwrap();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        let _ = tx.send(());
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (at, rx)
+}
+
+#[test]
+fn a_request_its_client_abandons_closes_its_connection_to_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (silent, eof) = silent_server();
+    let (config, addr) = front(&format!(
+        "[[upstream]]\nname = \"api\"\nservers = [\"{silent}\"]\n"
+    ));
+    let _server = Server::with_config(dir.path(), &config);
+    let mut c = Conn::open(addr);
+    c.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    // The request reached the server (it is waiting on it), then the client goes.
+    wait_for("the request to be sent on", Duration::from_secs(10), || {
+        std::process::Command::new("ss")
+            .args(["-Htn", "state", "established", "dst", &silent.to_string()])
+            .output()
+            .map(|o| !o.stdout.is_empty())
+            .unwrap_or(true)
+    });
+    drop(c);
+    // Long before response_timeout (60 s): the server's connection is closed.
+    eof.recv_timeout(Duration::from_secs(20))
+        .expect("the connection to the server closed when its client went");
+}
+
+/// A server that answers every request with this raw head.
+fn raw_server(head: &'static str) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let at = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(8) {
+            let Ok(mut conn) = conn else { return };
+            conn.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(head.as_bytes());
+        }
+    });
+    at
+}
+
+#[test]
+fn a_status_outside_100_to_599_is_a_502() {
+    let dir = tempfile::tempdir().unwrap();
+    for head in [
+        "HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\n",
+        "HTTP/1.1 600 Odd\r\nContent-Length: 0\r\n\r\n",
+    ] {
+        let upstream = raw_server(head);
+        let (config, addr) = front(&format!(
+            "[[upstream]]\nname = \"api\"\nservers = [\"{upstream}\"]\n"
+        ));
+        let server = Server::with_config(dir.path(), &config);
+        assert_eq!(get(addr, "/", "").status, 502, "{head}");
+        server.wait_for_log("answered a status outside 100–599", Duration::from_secs(5));
+    }
+}
