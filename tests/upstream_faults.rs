@@ -137,3 +137,73 @@ fn a_status_outside_100_to_599_is_a_502() {
         server.wait_for_log("answered a status outside 100–599", Duration::from_secs(5));
     }
 }
+
+/// A server that answers every request with its request head as the body.
+fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
+    let at = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(8) {
+            let Ok(mut conn) = conn else { return };
+            conn.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                head.len()
+            );
+            let _ = conn.write_all(answer.as_bytes());
+            let _ = conn.write_all(&head);
+        }
+    });
+    at
+}
+
+#[test]
+fn an_app_never_sees_underscored_fields_nor_cookie_crumbs_and_forwarded_ends_with_ours() {
+    need_tools("curl:curl", "curl");
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = echo_server();
+    let (config, addr) = front(&format!(
+        "[[upstream]]\nname = \"api\"\nservers = [\"{upstream}\"]\n"
+    ));
+    let _server = Server::with_config(dir.path(), &config);
+    let r = get(
+        addr,
+        "/",
+        "X_Remote_User: admin\r\nX_Client_Subject: CN=root\r\nForwarded: for=10.9.9.9\r\n",
+    );
+    let seen = String::from_utf8_lossy(&r.body).to_string();
+    assert!(
+        !seen.contains("X_Remote_User") && !seen.contains("X_Client"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("Forwarded: for=10.9.9.9, for=127.0.0.1;proto=http;host=\"localhost\"\r\n"),
+        "{seen}"
+    );
+    // An HTTP/2 client's cookies, sent as separate fields, reach the app as one line.
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--http2-prior-knowledge"])
+        .args(["-H", "Cookie: session=abc", "-H", "Cookie: csrftoken=xyz"])
+        .arg(format!("http://{addr}/"))
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        seen.contains("Cookie: session=abc; csrftoken=xyz\r\n"),
+        "{seen}"
+    );
+    assert_eq!(
+        seen.to_ascii_lowercase().matches("cookie:").count(),
+        1,
+        "{seen}"
+    );
+}

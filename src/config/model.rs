@@ -238,6 +238,10 @@ pub struct AppCommand {
     /// `"http2"`: h2c, for gRPC apps).
     #[serde(default)]
     pub protocol: crate::config::upstream::Protocol,
+    /// Proxy: client fields whose names hold `_` go on to the app (`pass_underscored_fields`);
+    /// by default they are dropped (see `proxy::request::dropped_on_the_way`).
+    #[serde(default)]
+    pub pass_underscored_fields: bool,
     /// Requests in flight at one app process, and the queue beyond (`None`: unbounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backpressure: Option<Backpressure>,

@@ -48,6 +48,7 @@ pub struct RawUpstream {
     pub sticky: Option<String>,
     pub tls: Option<RawUpstreamTls>,
     pub protocol: Option<String>,
+    pub pass_underscored_fields: Option<bool>,
 }
 
 /// `[server.acme]`: certificates ordered from an ACME directory into the store.
@@ -183,6 +184,7 @@ pub struct RawPool {
     pub response_timeout: Option<Scalar>,
     pub script_extensions: Option<Vec<String>>,
     pub protocol: Option<String>,
+    pub pass_underscored_fields: Option<bool>,
     pub max_requests_per_process: Option<i64>,
     pub queue_length: Option<i64>,
     pub queue_timeout: Option<Scalar>,

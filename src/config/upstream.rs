@@ -49,6 +49,10 @@ pub struct UpstreamSpec {
     /// The HTTP its servers are spoken to in (`protocol`).
     #[serde(default)]
     pub protocol: Protocol,
+    /// Client fields whose names hold `_` go on to its servers (`pass_underscored_fields`);
+    /// by default they are dropped.
+    #[serde(default)]
+    pub pass_underscored_fields: bool,
 }
 
 /// The HTTP an app or a server is spoken to in (`protocol`): HTTP/1.1, one request per
@@ -103,6 +107,7 @@ impl UpstreamSpec {
             sticky: None,
             tls: None,
             protocol: Protocol::Http1,
+            pass_underscored_fields: false,
         }
     }
 }

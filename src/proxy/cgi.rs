@@ -198,7 +198,17 @@ fn connection_params(params: &mut Vec<u8>, lent: &LentHead<'_>) {
 /// The request's header fields as CGI variables (`HTTP_*`, and `CONTENT_TYPE`).
 fn header_params(params: &mut Vec<u8>, req: &Request<'_>) {
     let mut name = Vec::with_capacity(64);
+    let mut cookies = false;
     for h in req.headers {
+        if h.name.eq_ignore_ascii_case("cookie") {
+            // One HTTP_COOKIE of every crumb an HTTP/2 or HTTP/3 client sent apart.
+            if !std::mem::replace(&mut cookies, true) {
+                let mut joined = Vec::with_capacity(h.value.len());
+                super::request::join_cookies(&mut joined, req);
+                pair(params, b"HTTP_COOKIE", &joined);
+            }
+            continue;
+        }
         if h.name.eq_ignore_ascii_case("content-type") {
             pair(params, b"CONTENT_TYPE", h.value);
             continue;

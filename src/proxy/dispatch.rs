@@ -48,7 +48,8 @@ impl Dispatch {
             .then(|| crate::http::coding::choose(req.header("accept-encoding"), codings));
         match target {
             ProxyTarget::Http(route) => {
-                let mut forwarded = ForwardRequest::new(req, lent);
+                let pass_underscored = route.settings().pass_underscored_fields;
+                let mut forwarded = ForwardRequest::new(req, lent, pass_underscored);
                 forwarded.compress = compress;
                 forwarded.choose = route.choose(req);
                 // Only a server spoken to in HTTP/2 has a use for it (see `Self::streams`).

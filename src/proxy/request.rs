@@ -1,6 +1,15 @@
 //! The request as it goes to an HTTP application: the head rewritten for the hop (hop-by-hop
-//! fields dropped, `X-Forwarded-For/-Proto/-Host`, `X-Remote-User` and `X-Client-Subject` set by espalier, the body re-framed by
-//! length or chunks), and what forwarding it needs to know (retry, upgrade, keep-alive).
+//! fields dropped, `X-Forwarded-For/-Proto/-Host`, `X-Remote-User` and `X-Client-Subject` set
+//! by espalier, a client's `Forwarded` extended with espalier's element, fields whose names
+//! hold `_` dropped, HTTP/2's and HTTP/3's cookie crumbs joined into one `Cookie`, the body
+//! re-framed by length or chunks), and what forwarding it needs to know (retry, upgrade,
+//! keep-alive).
+//!
+//! Why underscored names are dropped (nginx's `underscores_in_headers off`): CGI, WSGI, Rack
+//! and PHP map both `X-Remote-User` and `X_Remote_User` onto `HTTP_X_REMOTE_USER`, so a
+//! client's `X_Remote_User: admin` would reach the app as if espalier had set the field it
+//! promises apps can trust. `pass_underscored_fields = true` keeps them for an app that
+//! needs one.
 //!
 //! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`](mod@super::forward)).
 
@@ -99,7 +108,7 @@ pub(super) fn takes_trailers(req: &Request<'_>) -> bool {
 
 impl ForwardRequest {
     /// The request `req`, as its connection (`lent`) framed and sent it, as it goes to the app.
-    pub fn new(req: &Request<'_>, lent: &LentHead<'_>) -> Self {
+    pub fn new(req: &Request<'_>, lent: &LentHead<'_>, pass_underscored: bool) -> Self {
         let (framing, keep_alive, expect_continue) =
             (lent.framing, lent.keep_alive, lent.expect_continue);
         let peer = Some(lent.client_text).filter(|p| !p.is_empty());
@@ -127,8 +136,24 @@ impl ForwardRequest {
         if req.header("host").is_none() {
             head.extend_from_slice(b"Host: \r\n");
         }
+        let mut cookies = 0;
         for h in req.headers {
-            if dropped_on_the_way(h.name, &listed) {
+            if dropped_on_the_way(h.name, &listed)
+                || (!pass_underscored && h.name.contains('_'))
+                || h.name.eq_ignore_ascii_case("forwarded")
+            {
+                continue;
+            }
+            // HTTP/2 and HTTP/3 send each cookie as a field of its own (RFC 9113 §8.2.3);
+            // an HTTP/1.1 app takes one `Cookie` line, its crumbs joined with `; `.
+            if h.name.eq_ignore_ascii_case("cookie") {
+                cookies += 1;
+                if cookies > 1 {
+                    continue;
+                }
+                head.extend_from_slice(b"Cookie: ");
+                join_cookies(&mut head, req);
+                head.extend_from_slice(b"\r\n");
                 continue;
             }
             head.extend_from_slice(h.name.as_bytes());
@@ -137,6 +162,7 @@ impl ForwardRequest {
             head.extend_from_slice(b"\r\n");
         }
         forwarded_for(&mut head, req, peer);
+        forwarded(&mut head, req, peer, proto);
         push_field(&mut head, "X-Forwarded-Proto", proto);
         if let Some(host) = req.host() {
             push_field(&mut head, "X-Forwarded-Host", host);
@@ -200,6 +226,50 @@ fn forwarded_for(head: &mut Vec<u8>, req: &Request<'_>, peer: Option<&str>) {
     }
 }
 
+/// Every `Cookie` field's value of `req`, joined with `; ` (HTTP/2's and HTTP/3's crumbs
+/// made the one value an HTTP/1.1 or CGI app reads).
+pub(super) fn join_cookies(head: &mut Vec<u8>, req: &Request<'_>) {
+    let crumbs = (req.headers.iter()).filter(|h| h.name.eq_ignore_ascii_case("cookie"));
+    for (k, h) in crumbs.enumerate() {
+        if k > 0 {
+            head.extend_from_slice(b"; ");
+        }
+        head.extend_from_slice(h.value);
+    }
+}
+
+/// `Forwarded` (RFC 7239), when the client sent one: its elements, then espalier's own
+/// (`for`, `proto`, `host`) — the last element is always espalier's, as the last
+/// `X-Forwarded-For` address is. None is added when the client sent none (nothing to
+/// correct, and nothing spent per request).
+fn forwarded(head: &mut Vec<u8>, req: &Request<'_>, peer: Option<&str>, proto: &str) {
+    let mut sent = (req.headers.iter()).filter(|h| h.name.eq_ignore_ascii_case("forwarded"));
+    let Some(first) = sent.next() else {
+        return;
+    };
+    head.extend_from_slice(b"Forwarded: ");
+    head.extend_from_slice(first.value);
+    for h in sent {
+        head.extend_from_slice(b", ");
+        head.extend_from_slice(h.value);
+    }
+    head.extend_from_slice(b", ");
+    if let Some(peer) = peer {
+        // An IPv6 address is quoted and bracketed (RFC 7239 §6).
+        if peer.contains(':') {
+            head.extend_from_slice(format!("for=\"[{peer}]\";").as_bytes());
+        } else {
+            head.extend_from_slice(format!("for={peer};").as_bytes());
+        }
+    }
+    head.extend_from_slice(b"proto=");
+    head.extend_from_slice(proto.as_bytes());
+    if let Some(host) = req.host().filter(|h| !h.contains('"') && !h.contains('\\')) {
+        head.extend_from_slice(format!(";host=\"{host}\"").as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+}
+
 pub(super) fn push_field(out: &mut Vec<u8>, name: &str, value: &str) {
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b": ");
@@ -243,8 +313,30 @@ mod tests {
             remote_user: None,
             client_cert: None,
         };
-        let f = ForwardRequest::new(&request, &lent);
+        let f = ForwardRequest::new(&request, &lent, false);
         String::from_utf8(f.head).expect("text")
+    }
+
+    #[test]
+    fn underscored_names_are_dropped_cookies_joined_and_forwarded_extended() {
+        let head = forwarded(
+            b"GET / HTTP/1.1\r\nHost: shop.example\r\nX_Remote_User: admin\r\nX_Forwarded_Proto: https\r\ncookie: a=1\r\nX-Ok: 1\r\ncookie: b=2\r\nForwarded: for=10.0.0.9\r\nForwarded: for=10.0.0.8;proto=https\r\n\r\n",
+            Some("192.0.2.7"),
+        );
+        assert!(
+            !head.contains("X_Remote_User") && !head.contains("X_Forwarded"),
+            "{head}"
+        );
+        assert!(head.contains("Cookie: a=1; b=2\r\nX-Ok: 1\r\n"), "{head}");
+        assert_eq!(head.matches("ookie").count(), 1, "{head}");
+        assert!(
+            head.contains("Forwarded: for=10.0.0.9, for=10.0.0.8;proto=https, for=192.0.2.7;proto=http;host=\"shop.example\"\r\n"),
+            "{head}"
+        );
+        assert_eq!(head.matches("Forwarded:").count(), 1, "{head}");
+        // None added when the client sent none.
+        let head = forwarded(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Some("::1"));
+        assert!(!head.contains("Forwarded:"), "{head}");
     }
 
     #[test]

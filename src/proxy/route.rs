@@ -47,6 +47,9 @@ pub struct ProxySettings {
     /// Requests in flight per app process and the queue beyond (`None`: unbounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backpressure: Option<Backpressure>,
+    /// Client fields whose names hold `_` go on (`pass_underscored_fields`).
+    #[serde(default)]
+    pub pass_underscored_fields: bool,
 }
 
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
@@ -162,6 +165,7 @@ impl ProxyRoute {
             http2: spec.protocol == crate::config::upstream::Protocol::Http2,
             wait_for_ready: Duration::ZERO,
             backpressure: None,
+            pass_underscored_fields: spec.pass_underscored_fields,
         };
         ProxyRoute {
             settings,

@@ -149,6 +149,7 @@ pub(super) fn worker_specs(
                         script_extensions: a.script_extensions.clone(),
                         http2: a.protocol == crate::config::upstream::Protocol::Http2,
                         backpressure: a.backpressure,
+                        pass_underscored_fields: a.pass_underscored_fields,
                         wait_for_ready: match pool.start {
                             crate::config::StartMode::OnDemand => pool.startup_time_limit,
                             crate::config::StartMode::Always => {

@@ -133,6 +133,10 @@ impl Validator {
             ),
             ("queue_length", raw.queue_length.is_some()),
             ("queue_timeout", raw.queue_timeout.is_some()),
+            (
+                "pass_underscored_fields",
+                raw.pass_underscored_fields.is_some(),
+            ),
         ];
         if transport == Transport::Activation {
             for (key, set) in proxy_keys {
@@ -183,6 +187,7 @@ impl Validator {
         let backpressure = self.backpressure(i, raw);
         Some(AppCommand {
             protocol,
+            pass_underscored_fields: raw.pass_underscored_fields.take().unwrap_or(false),
             backpressure,
             command,
             directory,

@@ -129,6 +129,7 @@ impl Validator {
             sticky,
             tls,
             protocol,
+            pass_underscored_fields: ru.pass_underscored_fields.unwrap_or(false),
         }
     }
 
