@@ -18,6 +18,15 @@
 //! with `Retry-After`). Hashing stays on the thread, as nginx's does: moving it off would make
 //! every request's routing wait on another thread, and the budget gives the same guarantee.
 //!
+//! Nobody's failures lock a signed-in user out: successes and failures are remembered apart,
+//! so a flood of distinct wrong guesses cannot push a signed-in user's entry out (they once
+//! shared one table, cleared when full); and a client that signed in on this thread within
+//! [`REMEMBERED`] and has given no wrong answer since is hashed even when the budget is spent
+//! (its new password, or its entry run out) — a trickle of guesses from rotating addresses
+//! costs them the budget, not the user. What it cannot do: tell a first-time user's right
+//! password from a guess without hashing it, so a client never seen sign in may get the 503
+//! while a flood spends the budget.
+//!
 //! Owns: reading and checking htpasswd text, the header's parse and the verdict. Must not
 //! touch: files or requests (the config reads the file, the handlers ask and answer).
 
@@ -134,15 +143,19 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// Clients whose failures a thread counts; full of recent ones, unknown clients wait.
 const FAILURE_CLIENTS: usize = 4096;
 
-/// A checked header's verdict (`Some(user)`, or `None` for a failure) and until when.
-type Remembered = (Option<std::rc::Rc<str>>, Instant);
+/// A checked header's user, until when.
+type Remembered = (std::rc::Rc<str>, Instant);
 
 /// A path's users as one thread checks them.
 pub struct ThreadAuth {
     spec: AuthSpec,
     users: HashMap<String, String>,
-    /// `Some(user)` for a success, `None` for a failure, until the instant.
+    /// Headers that verified: their user, until the instant (each use extends it).
     seen: RefCell<HashMap<u128, Remembered>>,
+    /// Headers that failed, until the instant: their 401 costs one hash, not two.
+    refused: RefCell<HashMap<u128, Instant>>,
+    /// Clients that signed in, until the instant: hashed past a spent budget.
+    trusted: RefCell<HashMap<std::net::IpAddr, Instant>>,
     keys: (
         std::collections::hash_map::RandomState,
         std::collections::hash_map::RandomState,
@@ -171,6 +184,8 @@ impl ThreadAuth {
             users: spec.users.iter().cloned().collect(),
             spec,
             seen: RefCell::default(),
+            refused: RefCell::default(),
+            trusted: RefCell::default(),
             keys: Default::default(),
             spent: std::cell::Cell::new((Instant::now(), Duration::ZERO)),
             failures: RefCell::default(),
@@ -196,35 +211,49 @@ impl ThreadAuth {
             return Verdict::Challenge;
         };
         let key = self.key(value);
-        if let Some((user, until)) = self.seen.borrow().get(&key) {
+        if let Some((user, until)) = self.seen.borrow_mut().get_mut(&key) {
             if now < *until {
-                return user.clone().map_or(Verdict::Challenge, Verdict::User);
+                *until = now + REMEMBERED;
+                return Verdict::User(user.clone());
             }
+        }
+        if self.refused.borrow().get(&key).is_some_and(|u| now < *u) {
+            return Verdict::Challenge;
         }
         if let Some(refused) = self.refusal(client, now) {
             return refused;
         }
         let hashing = Instant::now();
-        let user = self.verified(value).map(std::rc::Rc::from);
+        let user: Option<std::rc::Rc<str>> = self.verified(value).map(std::rc::Rc::from);
         let (second, spent) = self.spent.get();
         self.spent.set((second, spent + hashing.elapsed()));
-        if user.is_none() {
-            self.failed(client, now);
-        }
-        let mut seen = self.seen.borrow_mut();
-        if seen.len() >= CACHE_SIZE {
-            seen.retain(|_, (_, until)| now < *until);
-            if seen.len() >= CACHE_SIZE {
-                seen.clear();
+        match user {
+            Some(user) => {
+                remember(
+                    &mut self.seen.borrow_mut(),
+                    key,
+                    (user.clone(), now + REMEMBERED),
+                    now,
+                    |e| e.1,
+                );
+                if let Some(ip) = client {
+                    remember(
+                        &mut self.trusted.borrow_mut(),
+                        ip,
+                        now + REMEMBERED,
+                        now,
+                        |u| *u,
+                    );
+                }
+                Verdict::User(user)
+            }
+            None => {
+                self.failed(client, now);
+                let until = now + FAILURE_REMEMBERED;
+                remember(&mut self.refused.borrow_mut(), key, until, now, |u| *u);
+                Verdict::Challenge
             }
         }
-        let ttl = if user.is_some() {
-            REMEMBERED
-        } else {
-            FAILURE_REMEMBERED
-        };
-        seen.insert(key, (user.clone(), now + ttl));
-        user.map_or(Verdict::Challenge, Verdict::User)
     }
 
     /// Why a hash may not run now for `client`, if it may not (see the module doc).
@@ -232,7 +261,7 @@ impl ThreadAuth {
         let (second, spent) = self.spent.get();
         if now.saturating_duration_since(second) >= Duration::from_secs(1) {
             self.spent.set((now, Duration::ZERO));
-        } else if spent >= HASH_BUDGET {
+        } else if spent >= HASH_BUDGET && !self.trusted(client, now) {
             return Some(Verdict::Refused {
                 status: 503,
                 retry_after: 1,
@@ -263,9 +292,17 @@ impl ThreadAuth {
         }
     }
 
-    /// A wrong answer from `client` at `now`, counted in its window.
+    /// Whether `client` signed in on this thread within [`REMEMBERED`] and gave no wrong
+    /// answer since.
+    fn trusted(&self, client: Option<std::net::IpAddr>, now: Instant) -> bool {
+        client.is_some_and(|ip| self.trusted.borrow().get(&ip).is_some_and(|u| now < *u))
+    }
+
+    /// A wrong answer from `client` at `now`, counted in its window; it is no longer
+    /// trusted past a spent budget.
     fn failed(&self, client: Option<std::net::IpAddr>, now: Instant) {
         let Some(ip) = client else { return };
+        self.trusted.borrow_mut().remove(&ip);
         let mut failures = self.failures.borrow_mut();
         let entry = failures.entry(ip).or_insert((0, now));
         if now.saturating_duration_since(entry.1) >= FAILURE_WINDOW {
@@ -298,6 +335,11 @@ impl ThreadAuth {
         }
     }
 
+    #[cfg(test)]
+    fn remembered(&self) -> (usize, usize) {
+        (self.seen.borrow().len(), self.refused.borrow().len())
+    }
+
     fn key(&self, value: &str) -> u128 {
         let half = |k: &std::collections::hash_map::RandomState| {
             let mut h = k.build_hasher();
@@ -306,6 +348,25 @@ impl ThreadAuth {
         };
         (u128::from(half(&self.keys.0)) << 64) | u128::from(half(&self.keys.1))
     }
+}
+
+/// Puts `key` in `table`, bounded by [`CACHE_SIZE`]: when full, the entries whose time
+/// (`until` of the value) is past go; when still full, the new entry is not kept (it is
+/// checked again next time) — a table is never emptied to make room.
+fn remember<K: std::hash::Hash + Eq, V>(
+    table: &mut HashMap<K, V>,
+    key: K,
+    value: V,
+    now: Instant,
+    until: impl Fn(&V) -> Instant,
+) {
+    if table.len() >= CACHE_SIZE && !table.contains_key(&key) {
+        table.retain(|_, v| now < until(v));
+        if table.len() >= CACHE_SIZE {
+            return;
+        }
+    }
+    table.insert(key, value);
 }
 
 #[cfg(test)]

@@ -77,7 +77,7 @@ fn a_success_is_remembered_and_a_failure_only_briefly() {
     let now = Instant::now();
     let good = basic("alice", "wonderland");
     assert!(matches!(a.check(Some(&good), None, now), Verdict::User(_)));
-    assert_eq!(a.seen.borrow().len(), 1);
+    assert_eq!(a.remembered(), (1, 0));
     // Remembered: the same answer without the hash (the entry is the same one).
     assert!(matches!(
         a.check(Some(&good), None, now + Duration::from_secs(60)),
@@ -85,10 +85,67 @@ fn a_success_is_remembered_and_a_failure_only_briefly() {
     ));
     let bad = basic("alice", "guess");
     assert_eq!(a.check(Some(&bad), None, now), Verdict::Challenge);
-    let until = a.seen.borrow().values().map(|(_, u)| *u).min().unwrap();
+    let until = *a.refused.borrow().values().next().unwrap();
     assert!(until <= now + Duration::from_secs(1));
     // No password is kept: the keys are numbers.
-    assert_eq!(a.seen.borrow().len(), 2);
+    assert_eq!(a.remembered(), (1, 1));
+}
+
+#[test]
+fn nobody_elses_wrong_guesses_lock_a_signed_in_user_out() {
+    let a = auth();
+    let now = Instant::now();
+    let alice: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+    let good = basic("alice", "wonderland");
+    assert!(matches!(
+        a.check(Some(&good), Some(alice), now),
+        Verdict::User(_)
+    ));
+    // Distinct guesses from rotating addresses, past the table's size and the budget.
+    let mut spent = false;
+    for k in 0..(CACHE_SIZE as u32 * 3) {
+        let client = std::net::IpAddr::from([10, 0, (k >> 8) as u8, k as u8]);
+        let guess = basic("alice", &format!("g{k}"));
+        spent |= matches!(
+            a.check(Some(&guess), Some(client), now),
+            Verdict::Refused { status: 503, .. }
+        );
+    }
+    assert!(spent, "the guesses spent the budget");
+    // Alice's header is still known, and a new password of hers is hashed all the same.
+    assert!(matches!(
+        a.check(Some(&good), Some(alice), now),
+        Verdict::User(_)
+    ));
+    let b = auth();
+    assert!(matches!(
+        b.check(Some(&good), Some(alice), now),
+        Verdict::User(_)
+    ));
+    b.spent.set((now, HASH_BUDGET));
+    b.seen.borrow_mut().clear();
+    assert!(matches!(
+        b.check(Some(&good), Some(alice), now),
+        Verdict::User(_)
+    ));
+    // A stranger with the right password, never signed in here, waits out the budget; and
+    // a trusted client that guesses wrong is trusted no more.
+    let stranger: std::net::IpAddr = "192.0.2.9".parse().unwrap();
+    b.seen.borrow_mut().clear();
+    assert!(matches!(
+        b.check(Some(&good), Some(stranger), now),
+        Verdict::Refused { status: 503, .. }
+    ));
+    b.spent.set((now, Duration::ZERO));
+    assert_eq!(
+        b.check(Some(&basic("alice", "x")), Some(alice), now),
+        Verdict::Challenge
+    );
+    b.spent.set((now, HASH_BUDGET));
+    assert!(matches!(
+        b.check(Some(&good), Some(alice), now),
+        Verdict::Refused { status: 503, .. }
+    ));
 }
 
 #[test]
