@@ -113,12 +113,20 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(24 * 3600);
 /// could let a burst through twice).
 pub const LEASE_LIFE: Duration = Duration::from_secs(1);
 
-/// Clients a site's accounts track per worker process; past it, the idle are swept, and a
-/// new client is refused (the site's action, `Retry-After: 1`) until there is room, as
-/// nginx's `limit_req` refuses when its zone is full: letting it in uncounted would make a
-/// flood from many addresses (IPv6 gives anyone millions) a way around every limit.
+/// Clients a site's accounts track per worker process; past it, room is made — first the
+/// idle (a full bucket, nothing in flight), then, as nginx's `limit_req` lets its oldest
+/// entries go, the accounts no thread has used for a few seconds, the oldest activity first
+/// ([`EVICTED_WHEN_FULL`] of the shard at once): a table full of clients that each asked
+/// once at `2/h` no longer turns every new client away for half an hour. Only when it is full
+/// of clients in use this very moment (held by a thread: seen in the last seconds, or with
+/// requests in flight) is a new client refused (the site's action, `Retry-After: 1`) until
+/// there is room: letting it in uncounted would make a flood from many addresses (IPv6 gives
+/// anyone millions) a way around every limit.
 pub const MAX_CLIENTS: usize = 65_536;
 const SHARDS: usize = 16;
+/// The share of a full shard let go at once when no account in it is idle: room for the
+/// next clients without a scan per new one.
+const EVICTED_WHEN_FULL: usize = 8;
 /// How often a thread drops the clients it has not seen for a while.
 const LOCAL_SWEEP: Duration = Duration::from_secs(2);
 
@@ -257,16 +265,30 @@ impl Accounts {
         let last = self.swept.load(Ordering::Relaxed);
         if map.len() >= MAX_CLIENTS / SHARDS && now >= last + 100_000_000 {
             self.swept.store(now, Ordering::Relaxed);
+            let in_use =
+                |a: &Arc<Account>| Arc::strong_count(a) > 1 || a.slots.load(Ordering::Relaxed) > 0;
             // Those no thread holds, with a full bucket and nothing in flight.
             map.retain(|ip, a| {
-                let active = Arc::strong_count(a) > 1
-                    || a.tat.load(Ordering::Relaxed) > now
-                    || a.slots.load(Ordering::Relaxed) > 0;
+                let active = in_use(a) || a.tat.load(Ordering::Relaxed) > now;
                 if !active && a.limited.load(Ordering::Relaxed) {
                     self.report_stopped(*ip, a, 0);
                 }
                 active
             });
+            if map.len() >= MAX_CLIENTS / SHARDS {
+                // None idle: the least recently charged of those no thread uses now go.
+                let mut unused: Vec<(u64, IpAddr)> = (map.iter())
+                    .filter(|(_, a)| !in_use(a))
+                    .map(|(ip, a)| (a.tat.load(Ordering::Relaxed), *ip))
+                    .collect();
+                let n = (MAX_CLIENTS / SHARDS / EVICTED_WHEN_FULL).min(unused.len());
+                if n > 0 && n < unused.len() {
+                    unused.select_nth_unstable(n);
+                }
+                for (_, ip) in unused.iter().take(n) {
+                    map.remove(ip);
+                }
+            }
         }
         if map.len() >= MAX_CLIENTS / SHARDS {
             return None;

@@ -252,6 +252,57 @@ fn a_flood_of_distinct_clients_is_bounded_per_thread() {
 }
 
 #[test]
+fn a_full_table_lets_its_least_recent_unused_clients_go_for_new_ones() {
+    // At 2/h one request keeps a client's account charged for half an hour.
+    let accounts = Accounts::new("s", spec(Some("2/h"), 1, None), 4, quiet());
+    let t0 = 1_000_000_000;
+    let client = |k: u128| IpAddr::V6(std::net::Ipv6Addr::from(0x2001_0db8_u128 << 96 | k));
+    let mut held = Vec::new();
+    let mut k = 0u128;
+    // Clients come until a shard is full: the one refused then is the new client.
+    let refused = loop {
+        // Charged as a request would, each later than the last: k is the oldest activity.
+        let Some(a) = accounts.account(client(k), t0 + k as u64) else {
+            break client(k);
+        };
+        a.tat
+            .store(t0 + k as u64 + 1_800_000_000_000, Ordering::Relaxed);
+        // A thread still uses every sixteenth: those are never let go.
+        if k % 16 == 0 {
+            held.push(a);
+        }
+        k += 1;
+    };
+    // A second later the oldest unused of its shard go, and it gets in (it stayed refused
+    // for half an hour).
+    let later = t0 + k as u64 + 1_000_000_000;
+    assert!(accounts.account(refused, later).is_some());
+    let kept = |ip: IpAddr| {
+        accounts.shards[shard_of(ip)]
+            .lock()
+            .unwrap()
+            .contains_key(&ip)
+    };
+    assert!(held.len() > 1 && (0..k).step_by(16).all(|j| kept(client(j))));
+    let shard = shard_of(refused);
+    let in_shard: Vec<u128> = (0..k)
+        .filter(|&j| j % 16 != 0 && shard_of(client(j)) == shard)
+        .collect();
+    let gone: Vec<u128> = in_shard
+        .iter()
+        .copied()
+        .filter(|&j| !kept(client(j)))
+        .collect();
+    let stayed: Vec<u128> = in_shard
+        .iter()
+        .copied()
+        .filter(|&j| kept(client(j)))
+        .collect();
+    assert!(!gone.is_empty() && !stayed.is_empty());
+    assert!(gone.iter().max() < stayed.iter().min(), "oldest first");
+}
+
+#[test]
 fn the_processs_table_stops_at_its_bound() {
     let accounts = Accounts::new("s", spec(Some("1/m"), 1, None), 4, quiet());
     let now = 1_000_000_000;
