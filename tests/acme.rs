@@ -492,3 +492,63 @@ fn check_refuses_acme_without_a_store_or_a_directory() {
         "{found}"
     );
 }
+
+/// A directory that forgot the account (a CA reset; here a made-up account URL in the kept
+/// file, which pebble answers `accountDoesNotExist`): the file goes aside, a new account is
+/// registered, the order goes through.
+#[test]
+fn an_account_the_directory_forgot_is_replaced_and_the_order_goes_through() {
+    need_pebble();
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https) = (free_port(), free_port());
+    let pebble = Pebble::start(d, http, None);
+    let server = Server::with_config(d, &config(&pebble, &["a.test"], http, https));
+    server.wait_for_log("acme: a.test: certificate issued", Duration::from_secs(60));
+    drop(server);
+    let file = std::fs::read_dir(d.join("store/.acme"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let id = kept["id"].as_str().expect("an account URL").to_string();
+    let forgotten = format!("{}0000ffff", id.trim_end_matches(|c: char| c != '/'));
+    kept["id"] = forgotten.into();
+    std::fs::write(&file, kept.to_string()).unwrap();
+    let server = Server::with_config(d, &config(&pebble, &["a.test", "b.test"], http, https));
+    server.wait_for_log("no longer knows our account", Duration::from_secs(60));
+    server.wait_for_log("acme: b.test: certificate issued", Duration::from_secs(60));
+    let files: Vec<String> = std::fs::read_dir(d.join("store/.acme"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files.iter().any(|f| f.contains(".json.gone-")), "{files:?}");
+}
+
+/// A directory that takes connections and never answers: every request to it has a time
+/// limit, so the order fails (and says why) instead of waiting for ever.
+#[test]
+fn a_directory_that_never_answers_fails_the_order_in_bounded_time() {
+    let dir = site_dir();
+    let d = dir.path();
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hung.local_addr().unwrap().port();
+    // Connections complete in the kernel's backlog; nothing reads or answers them.
+    crate::common::tls::signed_cert(d, "hung", "localhost");
+    let (http, https) = (free_port(), free_port());
+    let config = format!(
+        "[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"https://localhost:{port}/dir\"\nca = \"{}\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{http}:a.test\", \"https://127.0.0.1:{https}:a.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
+        d.join("ca.pem").display()
+    );
+    let server = Server::with_config(d, &config);
+    let line = server.wait_for_log(
+        "the directory did not answer within",
+        Duration::from_secs(90),
+    );
+    assert!(line.contains("a.test"), "{line}");
+    drop(hung);
+}

@@ -25,6 +25,46 @@ use std::time::Duration;
 /// How long an order may wait for the directory to validate and to issue.
 const ORDER_WAIT: Duration = Duration::from_secs(60);
 
+/// How long one request to the directory may take: a directory that takes the connection
+/// and never answers must not hold an order (and the on-demand slot it fills) for ever.
+pub const REQUEST_WAIT: Duration = Duration::from_secs(20);
+
+/// `step` bounded by [`REQUEST_WAIT`] (`patience` more where it polls): its error, or that
+/// the directory did not answer `what` in time.
+async fn within<T, E: std::fmt::Display>(
+    what: &str,
+    patience: Duration,
+    step: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(REQUEST_WAIT + patience, step).await {
+        Ok(r) => r.map_err(|e| format!("{what}: {e}")),
+        Err(_) => Err(format!(
+            "{what}: the directory did not answer within {:?}",
+            REQUEST_WAIT + patience
+        )),
+    }
+}
+
+/// Whether an order's error says the directory no longer knows the account (RFC 8555
+/// §7.3.1: a CA reset, or an account deactivated elsewhere).
+pub fn account_gone(cause: &str) -> bool {
+    cause.contains("accountDoesNotExist")
+}
+
+/// Moves `settings`' account file in `store` aside (`….json.gone-<unix time>`), so the next
+/// [`account`] registers a new one; the file kept aside, in case the directory was wrong.
+pub fn set_account_aside(settings: &AcmeSettings, store: &Path) -> Result<PathBuf, String> {
+    let file = account_file(settings, store);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let aside = file.with_extension(format!("json.gone-{stamp}"));
+    std::fs::rename(&file, &aside)
+        .map_err(|e| format!("cannot move {} aside: {e}", file.display()))?;
+    Ok(aside)
+}
+
 /// Where the master writes HTTP-01 key authorizations and every worker reads them from: a
 /// folder of the server's own beside its other runtime files, named by its admin port (two
 /// servers on a machine have two), readable by every pool's user (a key authorization is
@@ -45,8 +85,11 @@ pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, S
     if let Ok(text) = std::fs::read_to_string(&file) {
         let credentials: AccountCredentials = serde_json::from_str(&text)
             .map_err(|e| format!("{} is not an account's credentials: {e}", file.display()))?;
-        return (builder.from_credentials(credentials).await)
-            .map_err(|e| format!("cannot reach {}: {}", settings.directory, causes(&e)));
+        let from = async {
+            (builder.from_credentials(credentials).await)
+                .map_err(|e| format!("cannot reach {}: {}", settings.directory, causes(&e)))
+        };
+        return within("the account", Duration::ZERO, from).await;
     }
     let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
@@ -57,14 +100,17 @@ pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, S
     };
     let binding = (settings.eab.as_ref())
         .map(|(kid, key)| instant_acme::ExternalAccountKey::new(kid.clone(), key));
-    let created = builder.create(&new, settings.directory.clone(), binding.as_ref());
-    let (account, credentials) = (created.await).map_err(|e| {
-        let why = causes(&e);
-        format!(
-            "cannot register an account at {}: {why}",
-            settings.directory
-        )
-    })?;
+    let created = async {
+        let created = builder.create(&new, settings.directory.clone(), binding.as_ref());
+        (created.await).map_err(|e| {
+            let why = causes(&e);
+            format!(
+                "cannot register an account at {}: {why}",
+                settings.directory
+            )
+        })
+    };
+    let (account, credentials) = within("a new account", Duration::ZERO, created).await?;
     let text = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
     write_private(&file, &text)?;
     Ok(account)
@@ -115,8 +161,12 @@ pub async fn order(
     store: &Path,
 ) -> Result<(), String> {
     let identifiers = [Identifier::Dns(name.to_string())];
-    let mut order = (account.new_order(&NewOrder::new(&identifiers)).await)
-        .map_err(|e| format!("the order was refused: {e}"))?;
+    let mut order = within(
+        "the order was refused",
+        Duration::ZERO,
+        account.new_order(&NewOrder::new(&identifiers)),
+    )
+    .await?;
     let mut written = Vec::new();
     let answered = answer_challenges(&mut order, how, challenges, &mut written).await;
     let issued = match answered {
@@ -155,7 +205,11 @@ async fn answer_challenges(
         Proof::TlsAlpn01 => ChallengeType::TlsAlpn01,
     };
     let mut authorizations = order.authorizations();
-    while let Some(authorization) = authorizations.next().await {
+    loop {
+        let next = async { Ok::<_, String>(authorizations.next().await) };
+        let Some(authorization) = within("authorization", Duration::ZERO, next).await? else {
+            break;
+        };
         let mut authorization = authorization.map_err(|e| format!("authorization: {e}"))?;
         match authorization.status {
             AuthorizationStatus::Pending => {}
@@ -193,7 +247,12 @@ async fn answer_challenges(
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
             written.push(file);
         }
-        (challenge.set_ready().await).map_err(|e| format!("the challenge was refused: {e}"))?;
+        within(
+            "the challenge was refused",
+            Duration::ZERO,
+            challenge.set_ready(),
+        )
+        .await?;
     }
     Ok(())
 }
@@ -216,8 +275,12 @@ fn alpn_certificate(name: &str, digest: &[u8]) -> Result<(String, String), Strin
 /// the key and the chain, PEM.
 async fn finish(order: &mut instant_acme::Order, name: &str) -> Result<(String, String), String> {
     let patience = RetryPolicy::new().timeout(ORDER_WAIT);
-    let status = (order.poll_ready(&patience).await)
-        .map_err(|e| format!("the directory did not validate the challenge: {e}"))?;
+    let status = within(
+        "the directory did not validate the challenge",
+        ORDER_WAIT,
+        order.poll_ready(&patience),
+    )
+    .await?;
     if status != OrderStatus::Ready {
         return Err(format!("the order is {status:?}, not ready"));
     }
@@ -227,9 +290,18 @@ async fn finish(order: &mut instant_acme::Order, name: &str) -> Result<(String, 
     let csr = params
         .serialize_request(&key)
         .map_err(|e| format!("cannot make the CSR: {e}"))?;
-    (order.finalize_csr(csr.der()).await).map_err(|e| format!("the CSR was refused: {e}"))?;
-    let chain = (order.poll_certificate(&patience).await)
-        .map_err(|e| format!("no certificate came: {e}"))?;
+    within(
+        "the CSR was refused",
+        Duration::ZERO,
+        order.finalize_csr(csr.der()),
+    )
+    .await?;
+    let chain = within(
+        "no certificate came",
+        ORDER_WAIT,
+        order.poll_certificate(&patience),
+    )
+    .await?;
     Ok((key.serialize_pem(), chain))
 }
 

@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::sync::OnceCell;
 
 /// Orders in flight at once: a hoster's thousand new names are ordered a few at a time,
 /// within what a CA's rate limits take.
@@ -93,7 +92,9 @@ struct Shared {
     settings: crate::config::AcmeSettings,
     store: PathBuf,
     challenges: PathBuf,
-    account: OnceCell<instant_acme::Account>,
+    /// The directory's account, once made (registered or read); `None` again when the
+    /// directory forgot it.
+    account: tokio::sync::Mutex<Option<instant_acme::Account>>,
     events: tokio::sync::mpsc::UnboundedSender<Event>,
 }
 
@@ -170,7 +171,7 @@ impl Acme {
             settings: settings.clone(),
             store: store.clone(),
             challenges,
-            account: OnceCell::new(),
+            account: tokio::sync::Mutex::new(None),
             events: events.clone(),
         });
         let (wanted, asked) = tokio::sync::mpsc::unbounded_channel();
@@ -464,9 +465,7 @@ impl Ari {
                 return Some(*at);
             }
         }
-        let account = (shared.account)
-            .get_or_try_init(|| crate::server::acme::account(&shared.settings, &shared.store));
-        let account = match tokio::time::timeout(ARI_WAIT, account).await {
+        let account = match tokio::time::timeout(ARI_WAIT, shared.account()).await {
             Ok(Ok(account)) => account,
             _ => {
                 self.quiet_until = Some(now + ARI_AT_LEAST);
@@ -478,7 +477,7 @@ impl Ari {
             .await
             .ok()
             .flatten()?;
-        let asked = crate::server::acme::renewal_time(account, &chain);
+        let asked = crate::server::acme::renewal_time(&account, &chain);
         match tokio::time::timeout(ARI_WAIT, asked).await {
             Ok(Ok(Some((at, again)))) => {
                 self.offered = Some(true);
@@ -504,13 +503,58 @@ fn next_look(pair: Option<(SystemTime, SystemTime)>) -> SystemTime {
     pair.map_or(now, |(due, _)| due.min(now + LOOK_AGAIN))
 }
 
-/// One order for `name`: the new certificate's end.
+impl Shared {
+    /// The directory's account: the one made before, else the kept one read, else a new one
+    /// registered (one at a time: orders wait for the first).
+    async fn account(&self) -> Result<instant_acme::Account, String> {
+        let mut held = self.account.lock().await;
+        if let Some(account) = &*held {
+            return Ok(account.clone());
+        }
+        let account = crate::server::acme::account(&self.settings, &self.store).await?;
+        *held = Some(account.clone());
+        Ok(account)
+    }
+
+    /// The directory said it does not know the account: its file goes aside and the next
+    /// order registers a new one (logged). Once per account: orders that fail together find
+    /// it already gone.
+    async fn forget_account(&self, gone: &instant_acme::Account) {
+        let mut held = self.account.lock().await;
+        if held.as_ref().is_none_or(|a| a.id() != gone.id()) {
+            return;
+        }
+        *held = None;
+        let kept = crate::server::acme::set_account_aside(&self.settings, &self.store);
+        let said = match kept {
+            Ok(aside) => format!("kept aside as {}", aside.display()),
+            Err(e) => e,
+        };
+        log(
+            "master",
+            format!(
+                "ACME: {} no longer knows our account ({said}); registering a new one",
+                self.settings.directory
+            ),
+        );
+    }
+}
+
+/// One order for `name`: the new certificate's end. An account the directory forgot is
+/// replaced by a new one, and the order made again with it, once.
 async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemTime, String> {
-    let account = (shared.account)
-        .get_or_try_init(|| crate::server::acme::account(&shared.settings, &shared.store))
-        .await?;
     let (challenges, store) = (&shared.challenges, &shared.store);
-    crate::server::acme::order(account, name, proof, challenges, store).await?;
+    let mut again = true;
+    loop {
+        let account = shared.account().await?;
+        match crate::server::acme::order(&account, name, proof, challenges, store).await {
+            Err(cause) if again && crate::server::acme::account_gone(&cause) => {
+                shared.forget_account(&account).await;
+                again = false;
+            }
+            r => break r?,
+        }
+    }
     let (store, owned) = (shared.store.clone(), name.to_string());
     let chain = tokio::task::spawn_blocking(move || read_pair(&store, &owned))
         .await
