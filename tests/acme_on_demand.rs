@@ -34,6 +34,17 @@ fn asked(port: u16) -> String {
     get(SocketAddr::from(([127, 0, 0, 1], port)), "/asked", "").text()
 }
 
+/// The `ask` service (tests/apps/acme_ask.py) on `port`: approves names starting with `ok`.
+fn ask_service(port: u16) -> Stopped {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/acme_ask.py");
+    Stopped::listening(
+        Command::new("/usr/bin/python3")
+            .arg(script)
+            .arg(port.to_string()),
+        SocketAddr::from(([127, 0, 0, 1], port)),
+    )
+}
+
 #[test]
 fn a_first_handshake_waits_for_its_certificate_and_made_up_names_are_refused() {
     need_pebble();
@@ -174,12 +185,14 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
     need_pebble();
     let dir = site_dir();
     let d = dir.path();
-    let (http, https, admin) = (free_port(), free_port(), free_port());
+    let (http, https, admin, ask) = (free_port(), free_port(), free_port(), free_port());
     let pebble = Pebble::start(d, http, None);
-    // A wildcard without `ask`: its names are the operator's own, ordered without asking.
-    // One admin port for both starts: the challenges' folder is named by it.
+    let _ask = ask_service(ask);
+    // A wildcard's names, each approved by `ask` (which a wildcard needs: anyone may point a
+    // name under it at the machine). One admin port for both starts: the challenges'
+    // folder is named by it.
     let config = format!(
-        "[server]\nadmin = \"127.0.0.1:{admin}\"\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\n\
+        "[server]\nadmin = \"127.0.0.1:{admin}\"\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\nask = \"http://127.0.0.1:{ask}/check\"\n\
          [[pool]]\nname = \"p\"\n\
          [[site]]\nname = \"wild\"\nbindings = [\"http://127.0.0.1:{http}\", \"https://127.0.0.1:{https}:*.od.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
         pebble.directory,
@@ -189,14 +202,14 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
     let root = d.join("root.pem");
     let (inode, stale) = {
         let mut server = Server::with_config(d, &config);
-        let out = run_ok(&mut curl(&root, "a.od.test", https));
+        let out = run_ok(&mut curl(&root, "ok-a.od.test", https));
         assert_eq!(body(&out), (0, "ordered by espalier\n".to_string()));
         server.wait_for_log(
-            "acme: a.od.test: certificate issued",
+            "acme: ok-a.od.test: certificate issued",
             Duration::from_secs(10),
         );
         let inode = std::os::unix::fs::MetadataExt::ino(
-            &std::fs::metadata(d.join("store/a.od.test.pem")).unwrap(),
+            &std::fs::metadata(d.join("store/ok-a.od.test.pem")).unwrap(),
         );
         // A master killed while an order's file was in its challenges' folder leaves it.
         let folder = crate::acme::espalier_runtime_acme(&server);
@@ -211,18 +224,20 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
     let server = Server::with_config(d, &config);
     // The next start clears it: no order of its runs.
     assert!(!stale.exists(), "{}", stale.display());
-    let out = run_ok(&mut curl(&root, "a.od.test", https));
+    let out = run_ok(&mut curl(&root, "ok-a.od.test", https));
     assert_eq!(body(&out), (0, "ordered by espalier\n".to_string()));
     let now = std::os::unix::fs::MetadataExt::ino(
-        &std::fs::metadata(d.join("store/a.od.test.pem")).unwrap(),
+        &std::fs::metadata(d.join("store/ok-a.od.test.pem")).unwrap(),
     );
     assert_eq!(inode, now, "served from the store, not ordered again");
     assert!(!server
         .log_text()
-        .contains("a.od.test: asked for by a handshake; ordering it"));
+        .contains("ok-a.od.test: asked for by a handshake; ordering it"));
     // A binding without a host takes names on demand only through `ask`: refused without,
     // and check says what it does with.
-    let any = config.replace(":*.od.test\"]", "\"]");
+    let any = config
+        .replace(":*.od.test\"]", "\"]")
+        .replace(&format!("ask = \"http://127.0.0.1:{ask}/check\"\n"), "");
     let out = check_refuses(d, &any);
     assert!(
         out.contains(
@@ -285,6 +300,14 @@ fn check_refuses_on_demand_keys_that_cannot_act() {
         out.contains("key `server.acme.ask`: is asked only about names no binding writes out"),
         "{out}"
     );
+    // A wildcard on demand without `ask`: anyone could have names under it ordered.
+    let out = check_refuses(d, &format!("{base}on_demand = true\n{site}"));
+    assert!(
+        out.contains(
+            "key `server.acme.on_demand`: would order a certificate for any name under `*.od.test`"
+        ) && out.contains("add ask = \"URL\""),
+        "{out}"
+    );
     // Without on_demand a wildcard's names cannot be ordered: refused as before.
     let out = check_refuses(d, &format!("{base}{site}"));
     assert!(
@@ -329,32 +352,33 @@ fn a_first_quic_handshake_orders_its_certificate_for_the_next() {
     };
     let dir = site_dir();
     let d = dir.path();
-    let (http, https) = (free_port(), free_port());
+    let (http, https, ask) = (free_port(), free_port(), free_port());
     let pebble = Pebble::start(d, http, None);
+    let _ask = ask_service(ask);
     let config = format!(
-        "[server]\nhttp3 = true\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\n\
+        "[server]\nhttp3 = true\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\nask = \"http://127.0.0.1:{ask}/check\"\n\
          [[pool]]\nname = \"p\"\n\
          [[site]]\nname = \"wild\"\nbindings = [\"http://127.0.0.1:{http}\", \"https://127.0.0.1:{https}:*.od.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
         pebble.directory,
         pebble.api_cert.display()
     );
     let server = Server::with_config(d, &config);
-    let first = over_quic(&lib, "q.od.test", https);
+    let first = over_quic(&lib, "ok-q.od.test", https);
     assert!(
         first.is_err(),
         "no certificate yet to answer with: {first:?}"
     );
     server.wait_for_log(
-        "acme: q.od.test: certificate issued",
+        "acme: ok-q.od.test: certificate issued",
         Duration::from_secs(60),
     );
     // The worker learns of the stored pair as of any (a `certificate` message): the next
     // handshake is answered once it has.
     wait_for(
-        "an HTTP/3 answer for q.od.test",
+        "an HTTP/3 answer for ok-q.od.test",
         Duration::from_secs(30),
-        || over_quic(&lib, "q.od.test", https).is_ok(),
+        || over_quic(&lib, "ok-q.od.test", https).is_ok(),
     );
-    let page = over_quic(&lib, "q.od.test", https);
+    let page = over_quic(&lib, "ok-q.od.test", https);
     assert_eq!(page.as_deref(), Ok("ordered by espalier\n"));
 }

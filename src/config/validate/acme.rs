@@ -172,6 +172,17 @@ impl Validator {
                 "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard name cannot be ordered, but with on_demand = true each name under it is); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",
             );
         }
+        // Without `ask`, every name under a wildcard would be ordered for whoever points one at
+        // the machine (the wildcard's DNS says yes to all), spending the CA's quota.
+        let wildcard = (sites.iter().filter(|s| s.tls.is_none()))
+            .flat_map(|s| s.bindings.iter())
+            .find_map(|b| b.host.as_deref().filter(|h| b.tls && h.starts_with("*.")));
+        if let (Some(host), Some(_), false) = (wildcard, on_demand, asks) {
+            self.err(
+                &[Seg::Key("server"), Seg::Key("acme"), Seg::Key("on_demand")],
+                format!("would order a certificate for any name under `{host}` that anyone points at this machine, spending the directory's quota; add ask = \"URL\" (a service of yours that approves each name), or name the hosts in the bindings"),
+            );
+        }
         // `ask` is asked only about names no binding writes out: with every https binding of
         // the store's sites naming its host, it would never be asked.
         let unwritten = (sites.iter().filter(|s| s.tls.is_none()))
