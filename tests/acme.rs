@@ -541,7 +541,7 @@ fn a_directory_that_never_answers_fails_the_order_in_bounded_time() {
     crate::common::tls::signed_cert(d, "hung", "localhost");
     let (http, https) = (free_port(), free_port());
     let config = format!(
-        "[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"https://localhost:{port}/dir\"\nca = \"{}\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{http}:a.test\", \"https://127.0.0.1:{https}:a.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
+        "[server]\ncertificates = \"new-store\"\n[server.acme]\ndirectory = \"https://localhost:{port}/dir\"\nca = \"{}\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{http}:a.test\", \"https://127.0.0.1:{https}:a.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
         d.join("ca.pem").display()
     );
     let server = Server::with_config(d, &config);

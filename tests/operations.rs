@@ -252,5 +252,11 @@ fn commands_given_another_servers_file_are_refused_not_acted_on() {
     let b = Server::start(&["-c", "b.toml", "--admin", &own], dir.path());
     let status = espalier_ok(&["status", "--admin", &own, "--json"]);
     assert!(status.contains(&format!("127.0.0.1:{port_b}")), "{status}");
+    // `reload -c b.toml` reaches a's address (b.toml's own): the refusal says how to reach
+    // b; `-c` with `--admin` does (the file names the server meant, the address where).
+    let out = espalier(&["reload", "-c", b_path]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--admin ADDR beside -c"), "{err}");
+    assert!(espalier_ok(&["reload", "-c", b_path, "--admin", &own]).contains("reloaded"));
     drop(b);
 }

@@ -806,3 +806,29 @@ fn a_bad_io_override_is_one_clear_line() {
         "{err}"
     );
 }
+
+/// A site with a `root` and no `[[site.app]]` serves its files from `/` (as `serve --root`
+/// does); one with neither is refused by `check`, its hint naming a pool that exists.
+#[test]
+fn a_site_with_only_a_root_serves_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "just files\n").unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n"
+    );
+    let server = Server::with_config(d, &config);
+    let r = get(addr(port), "/", "");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"just files\n"[..]));
+    drop(server);
+    let err = check_refuses(
+        d,
+        "[[pool]]\nname = \"py\"\ncommand = [\"/bin/true\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n",
+    );
+    assert!(
+        err.contains("site `s` serves nothing") && err.contains("pool = \"py\""),
+        "{err}"
+    );
+}

@@ -288,8 +288,10 @@ pub struct AdminArgs {
     /// Read the admin address from this config's `[server] admin`.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The admin address (default 127.0.0.1:9180).
-    #[arg(long, value_name = "ADDR", conflicts_with = "config")]
+    /// The admin address (default: the config's `[server] admin`, else 127.0.0.1:9180); with
+    /// `-c`, the server there must be that file's (one started with `serve -c FILE --admin
+    /// ADDR`).
+    #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
     /// The admin token for actions (default: $ESPALIER_ADMIN_TOKEN, the config's
     /// admin_token, or the token file the server made on this machine).

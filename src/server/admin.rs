@@ -491,7 +491,7 @@ fn wrong_server(request: &crate::http::Request<'_>, identity: &str) -> Option<St
     } else {
         format!("the server of {identity}")
     };
-    Some(format!("this admin endpoint is {this}, not of {meant}: that file's server is not running, or shares this admin address; give it its own [server] admin (or serve --admin ADDR)"))
+    Some(format!("this admin endpoint is {this}, not of {meant}: that file's server is not running, or was started with serve --admin ADDR (then reach it with --admin ADDR beside -c), or shares this admin address; give it its own [server] admin"))
 }
 
 /// Without indentation: the page polls it every second.

@@ -390,10 +390,13 @@ impl Validator {
                 ("epoll", IoChoice::Epoll),
             ],
         );
+        let orders = raw.acme.is_some();
         let certificates = raw.certificates.and_then(|dir| {
             let dir = base.join(dir);
             match std::fs::metadata(&dir) {
                 Ok(m) if m.is_dir() => Some(dir),
+                // ACME writes there: the master makes the folder (0700) as it starts.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && orders => Some(dir),
                 Ok(_) => {
                     self.err(&[Seg::Key("server"), Seg::Key("certificates")], format!("{} is a file; name the folder that holds HOST.pem and HOST.key", dir.display()));
                     None

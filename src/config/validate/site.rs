@@ -72,10 +72,23 @@ impl Validator {
             }
         }
         let mut apps = Vec::new();
-        if raw.app.is_empty() {
-            self.err(&[Seg::Key("site"), Seg::Index(i)], format!("site `{name}` has no [[site.app]]; add one with path = \"/\" and pool = \"...\""));
+        // A site with a root and no path says what it serves: its files, from `/` — as
+        // `serve --root` does — by the pool that holds its connections.
+        let mut raw_apps = raw.app;
+        if raw_apps.is_empty() && root.is_some() {
+            raw_apps.push(raw::RawApp {
+                path: Some("/".into()),
+                ..raw::RawApp::default()
+            });
         }
-        for (k, ra) in raw.app.into_iter().enumerate() {
+        if raw_apps.is_empty() {
+            let what = match pools.first() {
+                Some(p) => format!("pool = \"{}\" (an app of yours)", p.name),
+                None => "upstream = \"127.0.0.1:8000\" (a server you run)".to_string(),
+            };
+            self.err(&[Seg::Key("site"), Seg::Index(i)], format!("site `{name}` serves nothing: it has no root and no [[site.app]]; add root = \"www\" (a folder of files), or a [[site.app]] with path = \"/\" and {what}"));
+        }
+        for (k, ra) in raw_apps.into_iter().enumerate() {
             let site = SiteSoFar {
                 i,
                 name: &name,

@@ -41,6 +41,25 @@ impl CertStore {
         let Some(dir) = config.server.certificates.clone() else {
             return CertStore::default();
         };
+        // A store that ACME fills may not exist yet (`check` let it be): made now, the
+        // master's own, as the keys it will hold are.
+        if config.server.acme.is_some() && !dir.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            match std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+            {
+                Ok(()) => crate::server::log(
+                    "master",
+                    format!("made the certificate store {} for ACME", dir.display()),
+                ),
+                Err(e) => crate::server::log(
+                    "master",
+                    format!("cannot make the certificate store {}: {e}", dir.display()),
+                ),
+            }
+        }
         let mut hosts: HashMap<String, Vec<String>> = HashMap::new();
         for site in config.sites.iter().filter(|s| s.tls.is_none()) {
             let names: Vec<String> = site
