@@ -80,6 +80,58 @@ fn silent_server() -> (SocketAddr, std::sync::mpsc::Receiver<()>) {
     (at, rx)
 }
 
+/// An HTTP/2 client cancels (RST_STREAM) a stream waiting on a silent server, and keeps
+/// its connection: the stream's exchange with the server ends (its connection closed) —
+/// 400 cancelled streams once kept 400 connections for response_timeout.
+#[test]
+fn an_http2_stream_its_client_cancels_closes_its_connection_to_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (silent, eof) = silent_server();
+    let (config, addr) = front(&format!(
+        "[[upstream]]\nname = \"api\"\nservers = [\"{silent}\"]\n"
+    ));
+    let _server = Server::with_config(dir.path(), &config);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut client, connection) = h2::client::handshake(tcp).await.unwrap();
+        let driving = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let get = http::Request::get(format!("http://{addr}/slow"))
+            .body(())
+            .unwrap();
+        let (answer, mut stream) = client.send_request(get, false).unwrap();
+        stream.send_data(bytes::Bytes::new(), true).unwrap();
+        // Once the request waits on the server, the client gives up on it.
+        let waiting = tokio::task::spawn_blocking(move || {
+            wait_for(
+                "the request to reach the server",
+                Duration::from_secs(10),
+                || {
+                    std::process::Command::new("ss")
+                        .args(["-Htn", "state", "established", "dst", &silent.to_string()])
+                        .output()
+                        .map(|o| !o.stdout.is_empty())
+                        .unwrap_or(true)
+                },
+            )
+        });
+        waiting.await.unwrap();
+        drop(answer);
+        stream.send_reset(h2::Reason::CANCEL);
+        let eof = tokio::task::spawn_blocking(move || eof.recv_timeout(Duration::from_secs(20)));
+        eof.await
+            .unwrap()
+            .expect("the connection to the server closed when its stream was cancelled");
+        drop(client);
+        driving.abort();
+    });
+}
+
 #[test]
 fn a_request_its_client_abandons_closes_its_connection_to_the_server() {
     let dir = tempfile::tempdir().unwrap();

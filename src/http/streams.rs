@@ -34,6 +34,8 @@ pub(crate) trait StreamOut {
     async fn data(&mut self, data: Bytes, end: bool, timeout: Duration) -> Option<()>;
     /// Ends the stream as cut short (an answer shorter than it said, a file that shrank).
     fn cut(&mut self);
+    /// Ends when the client resets (cancels) the stream: what was asked for it can stop.
+    async fn reset(&mut self);
 }
 
 /// A stream's request as the service sees it (`http2` set: a multiplexed connection, never
@@ -295,7 +297,12 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
             None if buf.len() < (256 << 10) => {}
             None => return None,
         }
-        let n = read_some(from, &mut buf, timeout).await?;
+        // A client that cancels its stream while the app thinks ends the wait (and, in the
+        // caller, the app's exchange), as an HTTP/1.1 client's close does.
+        let n = tokio::select! {
+            n = read_some(from, &mut buf, timeout) => n?,
+            () = out.reset() => return None,
+        };
         if n == 0 {
             return None;
         }

@@ -68,6 +68,15 @@ impl StreamOut for H2Out<'_> {
             send.send_reset(h2::Reason::INTERNAL_ERROR);
         }
     }
+
+    async fn reset(&mut self) {
+        let _ = std::future::poll_fn(|cx| match (&mut self.send, &mut self.respond) {
+            (Some(send), _) => send.poll_reset(cx),
+            (None, Some(respond)) => respond.poll_reset(cx),
+            (None, None) => std::task::Poll::Pending,
+        })
+        .await;
+    }
 }
 
 /// espalier's own error answer on a stream, written and queued as its handlers' are.

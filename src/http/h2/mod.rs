@@ -525,6 +525,20 @@ impl<S: Service + 'static> Connection<S> {
         };
         let mut out = H2Out::answering(&mut respond);
         let relaying = relay(&mut answer, &mut out, head_only, env.timeouts.body);
-        let ((), _) = tokio::join!(Box::pin(feeding), relaying);
+        let mut relaying = std::pin::pin!(relaying);
+        let mut feeding = Box::pin(feeding);
+        tokio::select! {
+            relayed = &mut relaying => {
+                // Relayed whole: the forwarder ends its exchange (its connection kept for
+                // the next). Cut short (the client reset the stream, or stopped reading):
+                // the forwarder is dropped, and its connection to the app closed with it.
+                if relayed.is_some() {
+                    feeding.await;
+                }
+            }
+            () = &mut feeding => {
+                let _ = relaying.await;
+            }
+        }
     }
 }

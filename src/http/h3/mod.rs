@@ -576,4 +576,10 @@ impl<T: h3::quic::SendStream<Bytes>> StreamOut for H3Out<'_, T> {
     fn cut(&mut self) {
         self.stream.stop_stream(Code::H3_INTERNAL_ERROR);
     }
+
+    /// h3 does not tell a stream's sender that its client stopped it (quinn's `stopped` is
+    /// behind h3's stream types): a cancelled HTTP/3 request is seen at the next send.
+    async fn reset(&mut self) {
+        std::future::pending().await
+    }
 }
