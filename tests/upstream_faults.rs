@@ -54,6 +54,15 @@ fn a_frozen_servers_gets_are_answered_by_another_server() {
     );
 }
 
+/// The connections established to `addr` now (from `ss`).
+fn connections_to(addr: SocketAddr) -> usize {
+    let out = std::process::Command::new("ss")
+        .args(["-Htn", "state", "established", "dst", &addr.to_string()])
+        .output()
+        .expect("run ss");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
 /// A server that takes connections, reads a request head and never answers; `eof` says
 /// when each connection's far end closed.
 fn silent_server() -> (SocketAddr, std::sync::mpsc::Receiver<()>) {
@@ -111,13 +120,7 @@ fn an_http2_stream_its_client_cancels_closes_its_connection_to_the_server() {
             wait_for(
                 "the request to reach the server",
                 Duration::from_secs(10),
-                || {
-                    std::process::Command::new("ss")
-                        .args(["-Htn", "state", "established", "dst", &silent.to_string()])
-                        .output()
-                        .map(|o| !o.stdout.is_empty())
-                        .unwrap_or(true)
-                },
+                || connections_to(silent) > 0,
             )
         });
         waiting.await.unwrap();
@@ -144,11 +147,7 @@ fn a_request_its_client_abandons_closes_its_connection_to_the_server() {
     c.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
     // The request reached the server (it is waiting on it), then the client goes.
     wait_for("the request to be sent on", Duration::from_secs(10), || {
-        std::process::Command::new("ss")
-            .args(["-Htn", "state", "established", "dst", &silent.to_string()])
-            .output()
-            .map(|o| !o.stdout.is_empty())
-            .unwrap_or(true)
+        connections_to(silent) > 0
     });
     drop(c);
     // Long before response_timeout (60 s): the server's connection is closed.
@@ -258,4 +257,47 @@ fn an_app_never_sees_underscored_fields_nor_cookie_crumbs_and_forwarded_ends_wit
         1,
         "{seen}"
     );
+}
+
+/// A silent upstream holding every request sent to it takes at most half a thread's
+/// connections: past it its site answers 503 at once, and another site on the same worker
+/// still answers (once, every site of the worker answered 503 for the lack of descriptors).
+#[test]
+fn a_silent_upstream_takes_at_most_its_share_of_a_threads_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "still here\n").unwrap();
+    let (silent, _eof) = silent_server();
+    let (slow, other) = (free_port(), free_port());
+    let config = format!(
+        "[server.limits]\nmax_connections = 8\n[[pool]]\nname = \"p\"\nprocesses = 1\ncpus = \"0\"\n\
+         [[upstream]]\nname = \"api\"\nservers = [\"{silent}\"]\n\
+         [[site]]\nname = \"slow\"\nbindings = [\"http://127.0.0.1:{slow}\"]\n[[site.app]]\npath = \"/\"\npool = \"p\"\nupstream = \"api\"\n\
+         [[site]]\nname = \"other\"\nbindings = [\"http://127.0.0.1:{other}\"]\nroot = \"www\"\n[[site.app]]\npath = \"/\"\npool = \"p\"\n"
+    );
+    let server = Server::with_config(d, &config);
+    // One thread, eight connections: the upstream's share is four.
+    let held: Vec<Conn> = (0..4)
+        .map(|_| {
+            let mut c = Conn::open(SocketAddr::from(([127, 0, 0, 1], slow)));
+            c.send(b"GET /wait HTTP/1.1\r\nHost: x\r\n\r\n");
+            c
+        })
+        .collect();
+    wait_for(
+        "four requests at the server",
+        Duration::from_secs(10),
+        || connections_to(silent) == 4,
+    );
+    let r = get(SocketAddr::from(([127, 0, 0, 1], slow)), "/more", "");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    server.wait_for_log(
+        "holds 4 requests at its servers on this thread, its share of the thread's connections",
+        Duration::from_secs(5),
+    );
+    let r = get(SocketAddr::from(([127, 0, 0, 1], other)), "/", "");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"still here\n"[..]));
+    drop(held);
 }

@@ -469,6 +469,11 @@ fn engine_thread(
         } else {
             None
         };
+        // The worker's connection limit, divided among its threads (no shared counter).
+        let max_conns = spec
+            .limits
+            .max_connections
+            .div_ceil(spec.threads.len().max(1));
         // The worker line goes into every answer with the clock's common lines, an app's
         // too (see `proxy::head`).
         let routes = ProxyRoutes {
@@ -485,6 +490,10 @@ fn engine_thread(
                 })
                 .collect(),
         };
+        // No one app or group may hold more than its share of the thread's connections.
+        for route in routes.app.iter().chain(routes.upstreams.values()) {
+            route.share_of(max_conns);
+        }
         let clock = Rc::new(Clock::new(extra));
         tokio::task::spawn_local(Rc::clone(&clock).run());
         let l = &spec.limits;
@@ -527,8 +536,6 @@ fn engine_thread(
             streams: std::cell::Cell::new(0),
             ring,
         });
-        // The worker's connection limit, divided among its threads (no shared counter).
-        let max_conns = l.max_connections.div_ceil(spec.threads.len().max(1));
         let open = Rc::new(Cell::new(0usize));
         let mut listeners = Vec::new();
         for &(fd, group) in &thread.listeners {
