@@ -16,6 +16,14 @@
 //! from forged addresses costs a stateless packet each, not a connection's state. The Retry's
 //! ID names this socket too, so the client's answer comes back to the endpoint whose key
 //! can check its token.
+//!
+//! Connection migration is off: quinn answered packets from a new address before that path
+//! was validated beyond RFC 9000's three times what it received (PINGs from 20 spoofed ports
+//! of another address made it send that address 42× the bytes), so a client's datagrams from
+//! an address its connection did not start on are dropped; a client whose NAT rebinds opens a
+//! new connection (with 0-RTT where it may). What a connection may hold is bounded: 1 MiB per
+//! stream and 8 MiB in all of what its client sent and the server has not read (quinn's
+//! connection window is unbounded by default; h3 skips frames it does not use as they come).
 
 use super::conn_task::Slot;
 use crate::handlers::ThreadService;
@@ -29,6 +37,10 @@ use std::time::Duration;
 
 /// Handshakes under way on a thread past which a new client must prove its address first.
 const RETRY_PAST: usize = 64;
+/// What a client may send on one stream, and on all of a connection's, before the server
+/// reads it.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 8 << 20;
 /// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, and
 /// room for a few it may add (RFC 9114 §6.2: unknown types are ignored).
 const UNI_STREAMS: u32 = 8;
@@ -119,6 +131,7 @@ pub fn endpoint(
         .map_err(|e| format!("cannot make the QUIC TLS configuration: {e}"))?;
     let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     server.transport_config(Arc::new(transport(idle, None)));
+    server.migration(false);
     let mut config = quinn::EndpointConfig::default();
     config.cid_generator(move || Box::new(SteeredIds { tag, index, random }));
     let paths = PathConfigs {
@@ -142,6 +155,8 @@ fn transport(idle: Duration, datagram_bound: Option<u16>) -> quinn::TransportCon
         .max_concurrent_bidi_streams(crate::http::h2::MAX_STREAMS.into())
         .max_concurrent_uni_streams(UNI_STREAMS.into())
         .max_idle_timeout(idle.try_into().ok())
+        .stream_receive_window(STREAM_WINDOW.into())
+        .receive_window(CONNECTION_WINDOW.into())
         .enable_segmentation_offload(gso());
     if let Some(bound) = datagram_bound {
         let mut discovery = quinn::MtuDiscoveryConfig::default();

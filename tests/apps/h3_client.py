@@ -12,7 +12,11 @@ too, the client holds back its handshake's end (its Handshake packets) and sends
 PATH beside the request; once that GET is answered it notes whether the request had been,
 then lets the handshake end. With H3_GOAWAY_AND_HOLD=SECONDS, once answered it prints
 `answered`, sends a GOAWAY of its own and holds the connection open that long, or until the
-server closes it. Prints one JSON line: the status, the header fields, the
+server closes it. H3_RESERVED_FRAME=N sends, after the request's head, a frame of a reserved
+type (RFC 9114 §7.2.8) with N bytes of payload, then ends the request. H3_MIGRATE=N, once
+answered, sends a PING from each of N new UDP sockets (other ports: a spoofed or rebound
+client) and adds to the JSON the bytes sent from them and the bytes the server sent to
+them within 2 s. Prints one JSON line: the status, the header fields, the
 body's length and SHA-256, its text when it is short, whether the server took early data,
 and with H3_HOLD_FINISHED the probe's text and whether the request was answered first."""
 import asyncio
@@ -63,8 +67,23 @@ class Client(QuicConnectionProtocol):
             fields.append((name.encode(), value.encode()))
         for k in range(int(os.environ.get("H3_MANY_FIELDS", "0"))):
             fields.append((f"x-f{k}".encode(), b"v"))
-        self.h3.send_headers(stream, fields, end_stream=not body)
+        reserved = int(os.environ.get("H3_RESERVED_FRAME", "0"))
+        self.h3.send_headers(stream, fields, end_stream=not body and not reserved)
         self.done[stream] = asyncio.get_running_loop().create_future()
+        if reserved:
+            # Type 0x1f * 7 + 0x21, its payload sent as flow control lets it go.
+            head = encode_uint_var(0x1F * 7 + 0x21) + encode_uint_var(reserved)
+            self._quic.send_stream_data(stream, head)
+            piece = bytes(64 << 10)
+            sent = 0
+            while sent < reserved:
+                n = min(len(piece), reserved - sent)
+                self._quic.send_stream_data(stream, piece[:n])
+                sent += n
+                self.transmit()
+                await asyncio.sleep(0)
+            if not body:
+                self._quic.send_stream_data(stream, b"", end_stream=True)
         pause = int(os.environ.get("H3_PAUSE_AT", "0"))
         if body and pause:
             self.h3.send_data(stream, body[:pause], end_stream=False)
@@ -107,6 +126,38 @@ def has_handshake_packet(data):
         n, j = varint(data, j)
         i = j + n
     return False
+
+
+async def migrate_from(c, port, n):
+    """PINGs of the connection `c` sent from `n` new UDP sockets: the bytes sent from them,
+    and those the server sent back to them within 2 s."""
+    import socket
+    import time
+
+    socks = []
+    sent = 0
+    for k in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        s.setblocking(False)
+        socks.append(s)
+        c._quic.send_ping(k)
+        for data, _addr in c._quic.datagrams_to_send(now=time.time()):
+            s.sendto(data, ("127.0.0.1", port))
+            sent += len(data)
+    received = 0
+    until = time.time() + 2
+    while time.time() < until:
+        for s in socks:
+            try:
+                while True:
+                    received += len(s.recv(65536))
+            except BlockingIOError:
+                pass
+        await asyncio.sleep(0.02)
+    for s in socks:
+        s.close()
+    return {"migrated_sent": sent, "migrated_received": received}
 
 
 async def main():
@@ -153,6 +204,9 @@ async def main():
             r = await main
         else:
             r = await c.request(method, path, body)
+        migrate = int(os.environ.get("H3_MIGRATE", "0"))
+        if migrate:
+            held.update(await migrate_from(c, port, migrate))
         hold_open = os.environ.get("H3_GOAWAY_AND_HOLD")
         if hold_open:
             print("answered", flush=True)

@@ -205,6 +205,9 @@ where
 #[derive(Default)]
 pub struct FrameDecoder {
     expected: Option<usize>,
+    /// espalier's patch: bytes of an unknown frame's payload still to be dropped as they
+    /// arrive.
+    skipping: usize,
 }
 
 impl FrameDecoder {
@@ -217,6 +220,13 @@ impl FrameDecoder {
         loop {
             if !src.has_remaining() {
                 return Ok(None);
+            }
+
+            if self.skipping > 0 {
+                let n = self.skipping.min(src.remaining());
+                src.advance(n);
+                self.skipping -= n;
+                continue;
             }
 
             if let Some(min) = self.expected {
@@ -241,6 +251,13 @@ impl FrameDecoder {
 
                     src.advance(pos);
                     self.expected = None;
+                    continue;
+                }
+                Err(frame::FrameError::SkipUnknown(len)) => {
+                    // The header read; its payload dropped as it comes.
+                    src.advance(pos);
+                    self.expected = None;
+                    self.skipping = len;
                     continue;
                 }
                 Err(frame::FrameError::Incomplete(min)) => {
@@ -315,6 +332,50 @@ mod tests {
     use crate::proto::{coding::Encode, frame::FrameType, varint::VarInt};
 
     // Decoder
+
+    // espalier's patch: an unknown frame is dropped as its payload arrives, never held.
+    #[test]
+    fn an_unknown_frame_is_skipped_as_it_arrives() {
+        use crate::proto::varint::BufMutExt;
+        let len = 8 << 20;
+        let mut head = BytesMut::new();
+        head.write_var(0x1f * 1337 + 0x21);
+        head.write_var(len as u64);
+        let mut decoder = FrameDecoder::default();
+        let mut buf = BufList::new();
+        buf.push(head.freeze());
+        assert_matches!(decoder.decode(&mut buf), Ok(None));
+        let piece = vec![0u8; 64 << 10];
+        let mut sent = 0;
+        while sent < len {
+            let n = piece.len().min(len - sent);
+            buf.push(bytes::Bytes::copy_from_slice(&piece[..n]));
+            sent += n;
+            assert_matches!(decoder.decode(&mut buf), Ok(None));
+            assert_eq!(buf.remaining(), 0, "nothing of it is kept");
+        }
+        // The frame after it is read as usual.
+        let mut next = BytesMut::new();
+        Frame::headers(&b"salut"[..]).encode_with_payload(&mut next);
+        buf.push(next.freeze());
+        assert_matches!(decoder.decode(&mut buf), Ok(Some(Frame::Headers(_))));
+    }
+
+    // espalier's patch: a frame h3 reads whole is refused past MAX_FRAME_PAYLOAD, before
+    // its payload is held.
+    #[test]
+    fn a_headers_frame_past_the_bound_is_malformed() {
+        use crate::proto::varint::BufMutExt;
+        let mut head = BytesMut::new();
+        head.write_var(0x1);
+        head.write_var(frame::MAX_FRAME_PAYLOAD as u64 + 1);
+        let mut buf = BufList::from(head);
+        let mut decoder = FrameDecoder::default();
+        assert_matches!(
+            decoder.decode(&mut buf),
+            Err(FrameStreamError::Proto(FrameProtocolError::Malformed))
+        );
+    }
 
     #[test]
     fn one_frame() {

@@ -15,6 +15,11 @@ use super::{
     varint::{BufExt, BufMutExt, UnexpectedEnd, VarInt},
 };
 
+/// espalier's patch: the largest payload of a frame h3 reads whole (HEADERS, SETTINGS, …);
+/// a longer one is a malformed frame (`H3_FRAME_ERROR`). A field section is bounded by
+/// `max_field_section_size` once decoded; this bounds what is held before that.
+pub const MAX_FRAME_PAYLOAD: usize = 1 << 20;
+
 #[derive(Debug, PartialEq)]
 pub enum FrameError {
     Malformed,
@@ -22,6 +27,9 @@ pub enum FrameError {
     UnknownFrame(u64),     // Unknown frames that should be ignored
     InvalidFrameValue,
     Incomplete(usize),
+    // espalier's patch: a frame of a type with no meaning, whose payload (this long) is not
+    // all here yet: skipped as it arrives rather than read whole into memory.
+    SkipUnknown(usize),
     Settings(SettingsError),
     InvalidStreamId(InvalidStreamId),
     InvalidPushId(InvalidPushId),
@@ -37,6 +45,7 @@ impl fmt::Display for FrameError {
             FrameError::UnknownFrame(c) => write!(f, "frame 0x{:x} ignored", c),
             FrameError::InvalidFrameValue => write!(f, "frame value is invalid"),
             FrameError::Incomplete(x) => write!(f, "internal error: frame incomplete {}", x),
+            FrameError::SkipUnknown(x) => write!(f, "unknown frame of {} bytes skipped", x),
             FrameError::Settings(x) => write!(f, "invalid settings: {}", x),
             FrameError::InvalidStreamId(x) => write!(f, "{}", x),
             FrameError::InvalidPushId(x) => write!(f, "{}", x),
@@ -99,6 +108,30 @@ impl Frame<PayloadLen> {
 
         if ty == FrameType::DATA {
             return Ok(Frame::Data((len as usize).into()));
+        }
+
+        // espalier's patch: only the frames h3 reads are read whole, and only up to
+        // MAX_FRAME_PAYLOAD; any other is skipped as it arrives. h3 0.0.8 read every frame
+        // whole into memory before looking at its type: a client's reserved frames of
+        // 8–32 MiB on request streams took a worker +155 MiB.
+        let known = matches!(
+            ty,
+            FrameType::HEADERS
+                | FrameType::SETTINGS
+                | FrameType::CANCEL_PUSH
+                | FrameType::PUSH_PROMISE
+                | FrameType::GOAWAY
+                | FrameType::MAX_PUSH_ID
+                | FrameType::H2_PRIORITY
+                | FrameType::H2_PING
+                | FrameType::H2_WINDOW_UPDATE
+                | FrameType::H2_CONTINUATION
+        );
+        if !known && buf.remaining() < len as usize {
+            return Err(FrameError::SkipUnknown(len as usize));
+        }
+        if known && len > MAX_FRAME_PAYLOAD as u64 {
+            return Err(FrameError::Malformed);
         }
 
         if buf.remaining() < len as usize {
