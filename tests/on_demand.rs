@@ -614,10 +614,11 @@ fn waking_every_pool_is_bounded_and_the_least_recently_busy_makes_room() {
             .filter(|w| w.state == WorkerState::Running && w.pid.is_some())
             .count()
     };
-    // Asked until served: a 503 says when to come back (bounded: a minute in all).
-    let served = |host: &str| {
+    // Asked until served: a 503 says when to come back (bounded: a minute in all). Each
+    // host by a client of its own: one client may wake only 8 pools a minute.
+    let served = |host: &str, from: &str| {
         for _ in 0..300 {
-            let r = get_host(addr, host, "/");
+            let r = get_host_from(from, addr, host, "/").expect("an answer");
             match r.status {
                 200 => return r,
                 503 => {
@@ -633,7 +634,7 @@ fn waking_every_pool_is_bounded_and_the_least_recently_busy_makes_room() {
         panic!("{host} never served: {}", server.log_text());
     };
     for i in 0..10 {
-        let r = served(&format!("s{i}.example"));
+        let r = served(&format!("s{i}.example"), &format!("127.0.0.{}", 20 + i));
         assert!(
             worker_of(&r).starts_with(&format!("p{i}/")),
             "{}",
@@ -653,7 +654,12 @@ fn waking_every_pool_is_bounded_and_the_least_recently_busy_makes_room() {
     );
     // All at once: each is served or turned away with Retry-After, never more than four run.
     let asked: Vec<_> = (0..10)
-        .map(|i| std::thread::spawn(move || get_host(addr, &format!("s{i}.example"), "/")))
+        .map(|i| {
+            std::thread::spawn(move || {
+                let from = format!("127.0.0.{}", 40 + i);
+                get_host_from(&from, addr, &format!("s{i}.example"), "/").expect("an answer")
+            })
+        })
         .collect();
     for a in asked {
         let r = a.join().unwrap();
@@ -681,6 +687,44 @@ fn waking_every_pool_is_bounded_and_the_least_recently_busy_makes_room() {
         let worker = server.workers()[0].1;
         assert_eq!(adj(worker).trim(), "300");
     }
+}
+
+/// One client address wakes at most 8 sleeping pools a minute on a shared address: its
+/// connection for a ninth is closed (one client's ClientHellos for 1,000 cold names once
+/// started 756 pools' apps); another client wakes that pool.
+#[test]
+fn one_client_wakes_at_most_eight_pools_a_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut config = String::from("[server]\nworker_header = true\non_demand_starting = 16\n");
+    for i in 0..9 {
+        config.push_str(&format!(
+            "[[pool]]\nname = \"p{i}\"\nstart = \"on-demand\"\nprocesses = 1\n"
+        ));
+        config.push_str(&dynamic_site(port, &format!("s{i}"), &format!("p{i}")));
+    }
+    let server = Server::with_config(dir.path(), &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for i in 0..8 {
+        let r = get_host_from("127.0.0.9", addr, &format!("s{i}.example"), "/");
+        assert_eq!(
+            r.map(|r| r.status),
+            Some(200),
+            "s{i}: {}",
+            server.log_text()
+        );
+    }
+    let ninth = get_host_from("127.0.0.9", addr, "s8.example", "/");
+    assert!(ninth.is_none(), "{:?}", ninth.map(|r| r.status));
+    server.wait_for_log(
+        "client 127.0.0.9 has woken 8 sleeping pools this minute: its connection for another is closed",
+        Duration::from_secs(10),
+    );
+    // Pools awake take it as before; another client wakes the ninth.
+    let r = get_host_from("127.0.0.9", addr, "s0.example", "/");
+    assert_eq!(r.map(|r| r.status), Some(200));
+    let r = get_host_from("127.0.0.10", addr, "s8.example", "/");
+    assert_eq!(r.map(|r| r.status), Some(200));
 }
 
 /// Past `on_demand_starting`, a wake is turned away: while one slow app starts, a visitor of

@@ -218,6 +218,18 @@ impl Supervisor {
             return;
         };
         let slot = &self.slots[i];
+        // A wake (not a thaw: that process exists) is counted against the client's budget.
+        if slot.asleep && slot.current.is_none() {
+            let client = (received.carried.client)
+                .or_else(|| received.stream.peer_addr().ok())
+                .map(|a| a.ip());
+            if let Some(ip) = client {
+                if !self.wakes_by_client.take(ip, Instant::now()) {
+                    return; // closed: the connection is dropped here
+                }
+            }
+        }
+        let slot = &self.slots[i];
         let (index, name) = (slot.spec.index, slot.spec.name());
         let first_cpu = slot.spec.threads.first().map(|t| t.cpu);
         if let Err(e) = self.open_handoffs(i) {

@@ -134,6 +134,8 @@ struct Supervisor {
     memory: Option<u64>,
     /// Wakes turned away by those bounds, for the log's bound.
     turned_away: u64,
+    /// Sleeping pools woken per client address (see `wake`).
+    wakes_by_client: wake::WakesByClient,
     /// The task that takes what reaches the master's hand-off socket (see `demand`).
     handed_to_master: Option<tokio::task::JoinHandle<()>>,
     /// Upstream groups' active checks.
@@ -235,6 +237,7 @@ pub(super) async fn run(
         last_second_of_day: os::process::local_second_of_day(),
         last_tick: Instant::now(),
         upstream_checks: Default::default(),
+        wakes_by_client: Default::default(),
         acme: Default::default(),
         on_demand: Default::default(),
     };

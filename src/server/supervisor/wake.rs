@@ -8,11 +8,19 @@
 //!   master answers its sockets `503` with `Retry-After` (its `warmup_page` when it has one;
 //!   a reset over https), then watches them again, so the visitor's retry wakes it once there
 //!   is room. Nothing is queued that a flood could grow.
-//! - **running** (`on_demand_running`, default one per [`MEMORY_PER_AWAKE`] of the memory
+//! - **running** (`on_demand_running`, default one per [`MEMORY_PER_AWAKE`] (128 MiB) of the memory
 //!   the server may use — the machine's, or its control group's cap — at least 16): workers
 //!   with a process, frozen ones included, count. A wake past it first stops the least
 //!   recently busy idle on-demand worker (frozen or not) to make room; only when every one is
 //!   busy is the wake turned away.
+//!
+//! - **per client** ([`WAKES_PER_CLIENT`] a minute): on a shared address the master sees who
+//!   a connection for a sleeping pool comes from, and one client address may wake that many
+//!   pools a minute; past it, its connections for sleeping pools are closed (logged at powers
+//!   of two) — 1,000 ClientHellos for cold names from one client once started 756 pools'
+//!   apps. The dispatcher holds no tenant's keys, so it cannot wait for a finished handshake
+//!   before the wake; it waits for a whole ClientHello (or request head), and this bound
+//!   keeps one client from waking more than a few tenants' apps.
 //!
 //! The master itself is the OOM killer's last choice (`oom_score_adj` -900, set at start when
 //! root), its workers and apps first (+300, set by each before it runs anything).
@@ -26,8 +34,58 @@ use crate::config::{ServerSettings, StartMode};
 use crate::server::log;
 use std::time::{Duration, Instant};
 
-/// The memory an awake on-demand worker is counted for, for `on_demand_running`'s default.
-pub const MEMORY_PER_AWAKE: u64 = 32 << 20;
+/// The memory an awake on-demand worker is counted for, for `on_demand_running`'s default:
+/// what the smallest apps take when woken, measured here (Debian's packages, one process
+/// each, resident): gunicorn with one worker 55 MiB (its master and worker), Node's http
+/// server 44 MiB, and espalier's own worker 10–15 MiB beside — a real app (Django, Laravel)
+/// more. At 32 MiB, a 24 GiB machine let one client's ClientHellos wake 756 pools.
+pub const MEMORY_PER_AWAKE: u64 = 128 << 20;
+
+/// Sleeping pools one client address may wake a minute (see the module doc).
+pub const WAKES_PER_CLIENT: u32 = 8;
+const WAKE_WINDOW: Duration = Duration::from_secs(60);
+/// Client addresses the wake budget remembers; past it (every one woke a pool in the last
+/// minute), a new client's wake is refused as over budget.
+const WAKE_CLIENTS: usize = 16_384;
+
+/// The wakes each client address made in its current minute.
+#[derive(Default)]
+pub(super) struct WakesByClient {
+    seen: std::collections::HashMap<std::net::IpAddr, (u32, Instant)>,
+    /// Wakes refused, for the log's bound.
+    refused: u64,
+}
+
+impl WakesByClient {
+    /// Whether `client` may wake a sleeping pool at `now` (then counted); `false` past its
+    /// [`WAKES_PER_CLIENT`] a minute, or when the table is full of this minute's clients.
+    pub(super) fn take(&mut self, client: std::net::IpAddr, now: Instant) -> bool {
+        if !self.seen.contains_key(&client) && self.seen.len() >= WAKE_CLIENTS {
+            self.seen
+                .retain(|_, (_, since)| now.saturating_duration_since(*since) < WAKE_WINDOW);
+            if self.seen.len() >= WAKE_CLIENTS {
+                return self.refuse(client);
+            }
+        }
+        let entry = self.seen.entry(client).or_insert((0, now));
+        if now.saturating_duration_since(entry.1) >= WAKE_WINDOW {
+            *entry = (0, now);
+        }
+        if entry.0 >= WAKES_PER_CLIENT {
+            return self.refuse(client);
+        }
+        entry.0 += 1;
+        true
+    }
+
+    fn refuse(&mut self, client: std::net::IpAddr) -> bool {
+        self.refused += 1;
+        if crate::os::nth_worth_logging(self.refused) {
+            log("master", format!("client {client} has woken {WAKES_PER_CLIENT} sleeping pools this minute: its connection for another is closed (refusal {}; later ones are logged at powers of two)", self.refused));
+        }
+        false
+    }
+}
 
 /// How long a turned-away pool's sockets are answered 503 before they are watched again.
 pub const TURNED_AWAY_FOR: Duration = Duration::from_secs(2);
@@ -194,10 +252,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_client_wakes_a_few_pools_a_minute() {
+        let mut wakes = WakesByClient::default();
+        let now = Instant::now();
+        let a: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+        let b: std::net::IpAddr = "192.0.2.2".parse().unwrap();
+        for _ in 0..WAKES_PER_CLIENT {
+            assert!(wakes.take(a, now));
+        }
+        assert!(!wakes.take(a, now), "past its budget");
+        assert!(wakes.take(b, now), "another client has its own");
+        assert!(wakes.take(a, now + WAKE_WINDOW), "a minute on");
+        // A table full of this minute's clients refuses a new one; full of old ones, not.
+        let mut full = WakesByClient::default();
+        for k in 0..WAKE_CLIENTS as u32 {
+            assert!(full.take(std::net::IpAddr::from(k.to_be_bytes()), now));
+        }
+        assert!(!full.take(b, now));
+        assert!(full.take(b, now + WAKE_WINDOW));
+    }
+
+    #[test]
     fn bounds_come_from_the_config_or_the_machine() {
         let mut server = ServerSettings::default();
-        // 2 CPUs, 2 GiB (the finding's memory cap): 2 starting, 64 running.
-        assert_eq!(bounds(&server, 2, Some(2 << 30)), (2, 64));
+        // 2 CPUs, 2 GiB (the finding's memory cap): 2 starting, 16 running (the floor);
+        // 24 GiB (this machine): 192.
+        assert_eq!(bounds(&server, 2, Some(2 << 30)), (2, 16));
+        assert_eq!(bounds(&server, 2, Some(24 << 30)), (2, 192));
         // One CPU still starts two; a small machine still runs sixteen.
         assert_eq!(bounds(&server, 1, Some(256 << 20)), (2, 16));
         server.on_demand_starting = Some(5);
