@@ -21,9 +21,17 @@
 # (tests/apps/grpc_client.py: each message waits for the answer to the one before — the
 # added latency of a hop).
 #
+# Part 4, faults: two more Node servers behind each of espalier (least_time, no health
+# check) and nginx (round robin, its defaults). One server of each pair is killed under a
+# sequential client, then started again on its port: the seconds until a request reaches it
+# again (bounded at 60). Then one is frozen (SIGSTOP: its kernel still takes connections)
+# — the one that took most of the 10 GETs before, the balancer's choice then — while a client
+# sends FROZEN_GETS sequential GETs, each given up after CLIENT_WAIT seconds:
+# how many went unanswered, and the frozen server's share of the requests after the first.
+#
 # Installs nginx, wrk, nodejs, valgrind, nghttp2-client and python3-grpcio from Debian when
 # missing.
-#   bench/upstream.sh                 # DURATION=5 RUNS=3 PARTS=123
+#   bench/upstream.sh                 # DURATION=5 RUNS=3 PARTS=1234
 #   ESPALIER_BIN=/path/to/espalier PARTS=1 bench/upstream.sh
 set -euo pipefail
 
@@ -33,7 +41,9 @@ RUNS=${RUNS:-3}
 CONNS=${CONNS:-32}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
-PARTS=${PARTS:-123}
+PARTS=${PARTS:-1234}
+FROZEN_GETS=${FROZEN_GETS:-20}
+CLIENT_WAIT=${CLIENT_WAIT:-3}
 SLOW_MS=${SLOW_MS:-20}
 
 . "$ROOT/bench/common.sh"
@@ -264,6 +274,74 @@ CONF
   echo "(proxy CPU: user+system of every proxy process and thread, /proc/<pid>/stat; the server and clients on CPU $CLIENT_CPU)"
 }
 
+part4() {
+  local E1 E2 N1 N2 EP NP ea
+  E1=$(free_port); E2=$(free_port); N1=$(free_port); N2=$(free_port)
+  EP=$(free_port); NP=$(free_port); ea=$(free_port)
+  serve_count() { # port — a counting server on the client's CPU; prints its pid
+    (cd "$WORK" && exec taskset -c "$CLIENT_CPU" env PORT="$1" node server.js) >>"$WORK/faults.out" 2>&1 &
+    PIDS+=($!); echo $!
+  }
+  local pe1 pe2 pn1 pn2
+  pe1=$(serve_count "$E1"); pe2=$(serve_count "$E2"); pn1=$(serve_count "$N1"); pn2=$(serve_count "$N2")
+  espalier_conf faults.toml "$EP" "$ea" least_time "$E1" "$E2"
+  cat >"$WORK/nginx/faults.conf" <<CONF
+worker_processes 1;
+daemon off;
+error_log $WORK/nginx/faults-error.log;
+pid $WORK/nginx/faults.pid;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  upstream pair { server 127.0.0.1:$N1; server 127.0.0.1:$N2; keepalive 16; }
+  server { listen 127.0.0.1:$NP; location / { proxy_pass http://pair; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+}
+CONF
+  start faultse "$ESPALIER" serve -c faults.toml
+  start faultsn "$NGINX" -c "$WORK/nginx/faults.conf" -p "$WORK/nginx"
+  for p in "$E1" "$E2" "$N1" "$N2" "$EP" "$NP"; do wait_port "$p"; done
+  echo "part 4: a server killed and started again, then one frozen…" >&2
+  # Killed under a sequential client (20 requests each), then started again.
+  kill "$pe1" "$pn1"; wait "$pe1" "$pn1" 2>/dev/null || true
+  for _ in $(seq 20); do curl -s -m 5 "http://127.0.0.1:$EP/" >/dev/null; curl -s -m 5 "http://127.0.0.1:$NP/" >/dev/null; done
+  pe1=$(serve_count "$E1"); pn1=$(serve_count "$N1"); wait_port "$E1"; wait_port "$N1"
+  local t0 back_e=">60" back_n=">60" now
+  t0=$(date +%s.%N)
+  while :; do
+    now=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
+    python3 -c "import sys; sys.exit(0 if $now < 60 else 1)" || break
+    curl -s -m 5 "http://127.0.0.1:$EP/" >/dev/null; curl -s -m 5 "http://127.0.0.1:$NP/" >/dev/null
+    [ "$back_e" = ">60" ] && [ "$(count "$E1")" -gt 0 ] && back_e=$now
+    [ "$back_n" = ">60" ] && [ "$(count "$N1")" -gt 0 ] && back_n=$now
+    [ "$back_e" != ">60" ] && [ "$back_n" != ">60" ] && break
+    sleep 0.05
+  done
+  # Frozen: sequential GETs, each given up after CLIENT_WAIT seconds.
+  frozen_run() { # proxy_port port1 pid1 port2 pid2 — freezes the server that took the most of
+    # 10 GETs just before (the balancer's choice now); prints "unanswered share_after_first"
+    local c1 c2 pid missed=0 k
+    c1=$(count "$2"); c2=$(count "$4")
+    for k in $(seq 10); do curl -s -m 5 -o /dev/null "http://127.0.0.1:$1/"; done
+    if [ $(($(count "$2") - c1)) -ge $(($(count "$4") - c2)) ]; then pid=$3; else pid=$5; fi
+    kill -STOP "$pid"
+    for k in $(seq "$FROZEN_GETS"); do
+      curl -s -m "$CLIENT_WAIT" -o /dev/null "http://127.0.0.1:$1/" || missed=$((missed + 1))
+    done
+    kill -CONT "$pid"
+    # Each request the frozen server took is one the client gave up on.
+    echo "$missed $(python3 -c "print(f'{max($missed - 1, 0) / max($FROZEN_GETS - 1, 1):.2f}')")"
+  }
+  local fe fn
+  fe=$(frozen_run "$EP" "$E1" "$pe1" "$E2" "$pe2"); fn=$(frozen_run "$NP" "$N1" "$pn1" "$N2" "$pn2")
+  echo
+  echo "part 4 — faults (sequential client; a frozen server's GETs given up after ${CLIENT_WAIT}s)"
+  printf '%-24s %22s %22s %26s\n' proxy recovered_server_s "unanswered_of_$FROZEN_GETS" frozen_share_after_first
+  printf '%-24s %22s %22s %26s\n' "espalier least_time" "$back_e" "${fe% *}" "${fe#* }"
+  printf '%-24s %22s %22s %26s\n' "nginx round robin" "$back_n" "${fn% *}" "${fn#* }"
+  echo "(recovered: seconds from the restart to the first request the server answers; frozen share: requests after the first left unanswered, of the rest)"
+}
+
 case $PARTS in *1*) part1 ;; esac
 case $PARTS in *2*) part2 ;; esac
 case $PARTS in *3*) part3 ;; esac
+case $PARTS in *4*) part4 ;; esac
