@@ -59,6 +59,7 @@ mod suspend;
 mod upstream_checks;
 mod upstream_told;
 mod wake;
+mod wake_budget;
 
 use super::admin::AdminReply;
 use super::control::Message;
@@ -135,7 +136,7 @@ struct Supervisor {
     /// Wakes turned away by those bounds, for the log's bound.
     turned_away: u64,
     /// Sleeping pools woken per client address (see `wake`).
-    wakes_by_client: wake::WakesByClient,
+    wakes_by_client: wake_budget::WakesByClient,
     /// The task that takes what reaches the master's hand-off socket (see `demand`).
     handed_to_master: Option<tokio::task::JoinHandle<()>>,
     /// Upstream groups' active checks.
