@@ -23,7 +23,8 @@
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
 //!   back to sleep after `idle_timeout`;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
-//! - `wake`: how many on-demand workers may wake and be awake at once;
+//! - `wake`: how many on-demand workers may wake and be awake at once; `wake_budget`: how many
+//!   sleeping pools one client may wake a minute;
 //! - `cgroups`: CPU caps and cpusets;
 //! - `affinity`: soft affinity, applied;
 //! - `live`: the admin page's live figures (each CPU's load, requests per pool), read once a
