@@ -530,7 +530,8 @@ fn an_account_the_directory_forgot_is_replaced_and_the_order_goes_through() {
 }
 
 /// A directory that takes connections and never answers: every request to it has a time
-/// limit, so the order fails (and says why) instead of waiting for ever.
+/// limit (`timeout`, 2 s here), so the order fails (and says why) instead of waiting for
+/// ever.
 #[test]
 fn a_directory_that_never_answers_fails_the_order_in_bounded_time() {
     let dir = site_dir();
@@ -541,7 +542,7 @@ fn a_directory_that_never_answers_fails_the_order_in_bounded_time() {
     crate::common::tls::signed_cert(d, "hung", "localhost");
     let (http, https) = (free_port(), free_port());
     let config = format!(
-        "[server]\ncertificates = \"new-store\"\n[server.acme]\ndirectory = \"https://localhost:{port}/dir\"\nca = \"{}\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{http}:a.test\", \"https://127.0.0.1:{https}:a.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
+        "[server]\ncertificates = \"new-store\"\n[server.acme]\ndirectory = \"https://localhost:{port}/dir\"\ntimeout = \"2s\"\nca = \"{}\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{http}:a.test\", \"https://127.0.0.1:{https}:a.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
         d.join("ca.pem").display()
     );
     let server = Server::with_config(d, &config);

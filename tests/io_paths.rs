@@ -5,16 +5,47 @@
 //! one runs, and this one runs that binary again — the same tests, not a copy — with
 //! `ESPALIER_IO` set to the other path.
 //!
-//! Not run again: `deb::` (packaging), and the QEMU guest (`tests/numa_qemu.rs`, a binary
-//! of its own: its guest runs its own kernel and chooses there). A harness of its own (`harness = false`): it runs a program, it has no
+//! Not run again: the modules of [`NOT_AGAIN`], whose behaviour the workers' I/O path does
+//! not touch (each listed with its reason: packaging, the master's ACME client and admin
+//! endpoint, QUIC on quinn's own sockets, …), and the QEMU guest (`tests/numa_qemu.rs`, a
+//! binary of its own: its guest runs its own kernel and chooses there). A harness of its own (`harness = false`): it runs a program, it has no
 //! tests of its own to list. Run it with the others (`cargo test`): alone, the suite's binary
 //! may not be built or may be stale.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Modules of the suite whose behaviour does not depend on the connections' I/O path.
-const NOT_AGAIN: &[&str] = &["deb::"];
+/// Modules of the suite whose behaviour does not depend on the connections' I/O path (the
+/// engine's accept, read and write on io_uring or epoll), each for its reason. They run once,
+/// in the first pass; the rest — every test of serving, proxying, TLS, HTTP/2, limits,
+/// hand-offs, pools' and on-demand connections — runs on both paths.
+const NOT_AGAIN: &[&str] = &[
+    // Packaging.
+    "deb::",
+    // The master's ACME client and its directory; the challenge answers are plain requests
+    // the first pass serves on the same path as every other.
+    "acme::",
+    // QUIC is quinn's own UDP socket I/O, not the engine's.
+    "http3::",
+    // The admin endpoint (the master's own tokio, not a worker's engine), read by Chromium,
+    // the CLI and its status: the same whatever the workers' path.
+    "admin_page::",
+    "cli::",
+    "metrics::",
+    "operations::",
+    // The master's pings and health requests to apps, and its cgroups, identities, units.
+    "app_liveness::",
+    "tenants::",
+    "identity::",
+    "systemd::",
+    // Reading the store's files, the source tree, the NIC's settings, scaling plans.
+    "cert_store::",
+    "source::",
+    "nic_doctor::",
+    "scale::",
+    // Debian's WordPress and MariaDB: an app's own I/O, served by paths the rest covers.
+    "wordpress::",
+];
 
 /// The newest build of test binary `name` beside this one (`deps/NAME-HASH`).
 fn binary(deps: &Path, name: &str) -> Option<PathBuf> {

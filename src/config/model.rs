@@ -442,6 +442,14 @@ pub struct AcmeSettings {
     /// `on_demand = true`: a name's certificate is ordered at its first handshake, not at
     /// start.
     pub on_demand: Option<OnDemandSettings>,
+    /// How long one request to the directory may take (`timeout`, default 20 s): a
+    /// directory that takes connections and never answers fails the order.
+    #[serde(default = "default_acme_timeout")]
+    pub timeout: std::time::Duration,
+}
+
+fn default_acme_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(20)
 }
 
 /// How certificates are ordered on demand (`[server.acme] on_demand = true`).

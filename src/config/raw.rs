@@ -64,6 +64,7 @@ pub struct RawAcme {
     pub ask: Option<String>,
     pub on_demand_in_flight: Option<i64>,
     pub on_demand_per_hour: Option<i64>,
+    pub timeout: Option<Scalar>,
 }
 
 /// `[upstream.tls]`: how `https://` servers are verified.

@@ -25,22 +25,20 @@ use std::time::Duration;
 /// How long an order may wait for the directory to validate and to issue.
 const ORDER_WAIT: Duration = Duration::from_secs(60);
 
-/// How long one request to the directory may take: a directory that takes the connection
-/// and never answers must not hold an order (and the on-demand slot it fills) for ever.
-pub const REQUEST_WAIT: Duration = Duration::from_secs(20);
-
-/// `step` bounded by [`REQUEST_WAIT`] (`patience` more where it polls): its error, or that
-/// the directory did not answer `what` in time.
+/// `step` bounded by `wait` — `[server.acme] timeout`, one request's time (`patience` more
+/// where it polls) — so that a directory that takes the connection and never answers does
+/// not hold an order (and the on-demand slot it fills) for ever: its error, or that the
+/// directory did not answer `what` in time.
 async fn within<T, E: std::fmt::Display>(
     what: &str,
-    patience: Duration,
+    (wait, patience): (Duration, Duration),
     step: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
-    match tokio::time::timeout(REQUEST_WAIT + patience, step).await {
+    match tokio::time::timeout(wait + patience, step).await {
         Ok(r) => r.map_err(|e| format!("{what}: {e}")),
         Err(_) => Err(format!(
             "{what}: the directory did not answer within {:?}",
-            REQUEST_WAIT + patience
+            wait + patience
         )),
     }
 }
@@ -89,7 +87,7 @@ pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, S
             (builder.from_credentials(credentials).await)
                 .map_err(|e| format!("cannot reach {}: {}", settings.directory, causes(&e)))
         };
-        return within("the account", Duration::ZERO, from).await;
+        return within("the account", (settings.timeout, Duration::ZERO), from).await;
     }
     let contact = settings.email.as_ref().map(|e| format!("mailto:{e}"));
     let contacts: Vec<&str> = contact.iter().map(String::as_str).collect();
@@ -110,7 +108,8 @@ pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, S
             )
         })
     };
-    let (account, credentials) = within("a new account", Duration::ZERO, created).await?;
+    let (account, credentials) =
+        within("a new account", (settings.timeout, Duration::ZERO), created).await?;
     let text = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
     write_private(&file, &text)?;
     Ok(account)
@@ -155,22 +154,22 @@ pub enum Proof {
 /// validates (`TOKEN`, or `tls-alpn-01/NAME.pem` and `.key`).
 pub async fn order(
     account: &Account,
-    name: &str,
-    how: Proof,
+    (name, how): (&str, Proof),
     challenges: &Path,
     store: &Path,
+    wait: Duration,
 ) -> Result<(), String> {
     let identifiers = [Identifier::Dns(name.to_string())];
     let mut order = within(
         "the order was refused",
-        Duration::ZERO,
+        (wait, Duration::ZERO),
         account.new_order(&NewOrder::new(&identifiers)),
     )
     .await?;
     let mut written = Vec::new();
-    let answered = answer_challenges(&mut order, how, challenges, &mut written).await;
+    let answered = answer_challenges(&mut order, how, (challenges, wait), &mut written).await;
     let issued = match answered {
-        Ok(()) => finish(&mut order, name).await,
+        Ok(()) => finish(&mut order, name, wait).await,
         Err(e) => Err(e),
     };
     for file in written {
@@ -186,7 +185,7 @@ pub async fn order(
 async fn answer_challenges(
     order: &mut instant_acme::Order,
     how: Proof,
-    challenges: &Path,
+    (challenges, wait): (&Path, Duration),
     written: &mut Vec<PathBuf>,
 ) -> Result<(), String> {
     let folder = match how {
@@ -207,7 +206,8 @@ async fn answer_challenges(
     let mut authorizations = order.authorizations();
     loop {
         let next = async { Ok::<_, String>(authorizations.next().await) };
-        let Some(authorization) = within("authorization", Duration::ZERO, next).await? else {
+        let Some(authorization) = within("authorization", (wait, Duration::ZERO), next).await?
+        else {
             break;
         };
         let mut authorization = authorization.map_err(|e| format!("authorization: {e}"))?;
@@ -249,7 +249,7 @@ async fn answer_challenges(
         }
         within(
             "the challenge was refused",
-            Duration::ZERO,
+            (wait, Duration::ZERO),
             challenge.set_ready(),
         )
         .await?;
@@ -273,11 +273,15 @@ fn alpn_certificate(name: &str, digest: &[u8]) -> Result<(String, String), Strin
 
 /// Waits for the order to be ready, sends the CSR of a new key, and waits for the chain:
 /// the key and the chain, PEM.
-async fn finish(order: &mut instant_acme::Order, name: &str) -> Result<(String, String), String> {
+async fn finish(
+    order: &mut instant_acme::Order,
+    name: &str,
+    wait: Duration,
+) -> Result<(String, String), String> {
     let patience = RetryPolicy::new().timeout(ORDER_WAIT);
     let status = within(
         "the directory did not validate the challenge",
-        ORDER_WAIT,
+        (wait, ORDER_WAIT),
         order.poll_ready(&patience),
     )
     .await?;
@@ -292,13 +296,13 @@ async fn finish(order: &mut instant_acme::Order, name: &str) -> Result<(String, 
         .map_err(|e| format!("cannot make the CSR: {e}"))?;
     within(
         "the CSR was refused",
-        Duration::ZERO,
+        (wait, Duration::ZERO),
         order.finalize_csr(csr.der()),
     )
     .await?;
     let chain = within(
         "no certificate came",
-        ORDER_WAIT,
+        (wait, ORDER_WAIT),
         order.poll_certificate(&patience),
     )
     .await?;

@@ -93,7 +93,13 @@ impl Validator {
             }
         };
         let on_demand = self.on_demand(&raw_on_demand);
+        let timeout = self.nonzero_duration(
+            &at("timeout"),
+            raw.timeout,
+            std::time::Duration::from_secs(20),
+        );
         (store).then_some(AcmeSettings {
+            timeout,
             directory,
             email,
             ca,

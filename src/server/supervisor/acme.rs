@@ -547,7 +547,15 @@ async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemT
     let mut again = true;
     loop {
         let account = shared.account().await?;
-        match crate::server::acme::order(&account, name, proof, challenges, store).await {
+        match crate::server::acme::order(
+            &account,
+            (name, proof),
+            challenges,
+            store,
+            shared.settings.timeout,
+        )
+        .await
+        {
             Err(cause) if again && crate::server::acme::account_gone(&cause) => {
                 shared.forget_account(&account).await;
                 again = false;
