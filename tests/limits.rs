@@ -298,3 +298,31 @@ pool = "uploads"
         "{err}"
     );
 }
+
+/// A request answered here whose chunked body arrives after its head runs its site's chain
+/// once: one token of a `1/m` rate spent, not two (its head was routed again as the body
+/// came, and the second run refused the request itself).
+#[test]
+fn a_chunked_body_arriving_late_spends_one_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "<p>home\n").unwrap();
+    let port = free_port();
+    let config = format!(
+        "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\nlimit = {{ rate = \"1/m\", burst = 1 }}\n[[site.app]]\npath = \"/\"\n"
+    );
+    let _server = Server::with_config(d, &config);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut c = Conn::open(addr);
+    c.send(b"POST /index.html HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n");
+    c.wait_read();
+    c.send(b"5\r\nhello\r\n");
+    c.wait_read();
+    c.send(b"0\r\n\r\n");
+    let first = c.read_response(false).expect("an answer").status;
+    assert_ne!(first, 429, "the request's own chain refused it");
+    // The one token is spent: the next request is limited.
+    let next = ask("127.0.0.1", addr, "/", "");
+    assert_eq!(next.status, 429);
+}

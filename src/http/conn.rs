@@ -136,6 +136,10 @@ struct Reading {
     started: Instant,
     /// The same, for the access log (timed only when a site of the thread logs).
     arrived: Option<std::time::Instant>,
+    /// The pending request's context, routed when its head first came: its head is parsed
+    /// again as its body arrives (the buffer may move), but its chain runs once — a second
+    /// run spent a second rate-limit token and hashed its password again.
+    routed: Option<RequestCtx>,
 }
 
 /// One HTTP/1.1 connection's state.
@@ -252,6 +256,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                 continue_sent: false,
                 started: now,
                 arrived: (logging && !rbuf.is_empty()).then(std::time::Instant::now),
+                routed: None,
             },
             armed: now + env.timeouts.keepalive,
             client_ended: false,
@@ -353,10 +358,10 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         request.client = &self.peer.text;
         request.client_ip = self.peer.addr.map(|a| a.ip());
         let keep = keep_alive && !self.env.shutdown.started.get() && self.stream.may_keep_alive();
-        let ctx = match self
-            .env
-            .service
-            .route(self.group, &request, self.may_hand_off)
+        let routed = self.reading.routed.take();
+        let ctx = match routed
+            .map(Route::Here)
+            .unwrap_or_else(|| (self.env.service).route(self.group, &request, self.may_hand_off))
         {
             Route::Here(ctx) => ctx,
             Route::HandOff(handoff) => return (at, Some(Step::HandOff(handoff))),
@@ -400,8 +405,14 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             ),
         ) {
             Ok(end) => end,
-            Err(Unframed::Arriving) => return (at, Some(Step::Read(Wait::Body))),
-            Err(Unframed::Chunked) => return (at, Some(Step::Again)),
+            Err(Unframed::Arriving) => {
+                self.reading.routed = Some(ctx);
+                return (at, Some(Step::Read(Wait::Body)));
+            }
+            Err(Unframed::Chunked) => {
+                self.reading.routed = Some(ctx);
+                return (at, Some(Step::Again));
+            }
             Err(Unframed::TooLarge) => {
                 self.error(ProtocolError::BodyTooLarge.status(), false);
                 return (at, Some(Step::Close));

@@ -115,11 +115,12 @@ pub const LEASE_LIFE: Duration = Duration::from_secs(1);
 
 /// Clients a site's accounts track per worker process; past it, room is made — first the
 /// idle (a full bucket, nothing in flight), then, as nginx's `limit_req` lets its oldest
-/// entries go, the accounts no thread has used for a few seconds, the oldest activity first
-/// ([`EVICTED_WHEN_FULL`] of the shard at once): a table full of clients that each asked
-/// once at `2/h` no longer turns every new client away for half an hour. Only when it is full
-/// of clients in use this very moment (held by a thread: seen in the last seconds, or with
-/// requests in flight) is a new client refused (the site's action, `Retry-After: 1`) until
+/// entries go, the accounts no thread has used for a few seconds and made more than
+/// [`EVICTABLE_AFTER`] ago, the oldest activity first ([`EVICTED_WHEN_FULL`] of the shard at
+/// once): a table full of clients that each asked once at `2/h` no longer turns every new
+/// client away for half an hour, while a flood of new addresses within seconds still finds
+/// it full. Only when it is full of clients in use or that came in the last seconds is a new
+/// client refused (the site's action, `Retry-After: 1`) until
 /// there is room: letting it in uncounted would make a flood from many addresses (IPv6 gives
 /// anyone millions) a way around every limit.
 pub const MAX_CLIENTS: usize = 65_536;
@@ -127,6 +128,8 @@ const SHARDS: usize = 16;
 /// The share of a full shard let go at once when no account in it is idle: room for the
 /// next clients without a scan per new one.
 const EVICTED_WHEN_FULL: usize = 8;
+/// How old an account must be before a full table may let it go while it is still charged.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(60);
 /// How often a thread drops the clients it has not seen for a while.
 const LOCAL_SWEEP: Duration = Duration::from_secs(2);
 
@@ -141,6 +144,8 @@ struct Account {
     limited: AtomicBool,
     /// Requests refused since it started being limited (added by threads in batches).
     refused: AtomicU64,
+    /// When it was made, in ns since [`Accounts::epoch`] (never written again).
+    made: u64,
 }
 
 /// A share of a site's accounts, by address, behind its own lock (taken when a thread first
@@ -267,6 +272,7 @@ impl Accounts {
             self.swept.store(now, Ordering::Relaxed);
             let in_use =
                 |a: &Arc<Account>| Arc::strong_count(a) > 1 || a.slots.load(Ordering::Relaxed) > 0;
+            let young = EVICTABLE_AFTER.as_nanos() as u64;
             // Those no thread holds, with a full bucket and nothing in flight.
             map.retain(|ip, a| {
                 let active = in_use(a) || a.tat.load(Ordering::Relaxed) > now;
@@ -278,7 +284,7 @@ impl Accounts {
             if map.len() >= MAX_CLIENTS / SHARDS {
                 // None idle: the least recently charged of those no thread uses now go.
                 let mut unused: Vec<(u64, IpAddr)> = (map.iter())
-                    .filter(|(_, a)| !in_use(a))
+                    .filter(|(_, a)| !in_use(a) && a.made + young <= now)
                     .map(|(ip, a)| (a.tat.load(Ordering::Relaxed), *ip))
                     .collect();
                 let n = (MAX_CLIENTS / SHARDS / EVICTED_WHEN_FULL).min(unused.len());
@@ -293,7 +299,12 @@ impl Accounts {
         if map.len() >= MAX_CLIENTS / SHARDS {
             return None;
         }
-        Some(Arc::clone(map.entry(ip).or_default()))
+        Some(Arc::clone(map.entry(ip).or_insert_with(|| {
+            Arc::new(Account {
+                made: now,
+                ..Account::default()
+            })
+        })))
     }
 
     fn report_started(&self, ip: IpAddr, why: &str) {

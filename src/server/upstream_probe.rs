@@ -140,6 +140,24 @@ async fn ask<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     read_answer(&mut s, out).await
 }
 
+/// An HTTP/2 connection of the probe's own over `s`: its sender, and the future that drives
+/// it (ending when the connection does).
+async fn h2_connection<S: AsyncReadExt + AsyncWriteExt + Unpin>(
+    s: S,
+) -> Result<
+    (
+        h2::client::SendRequest<bytes::Bytes>,
+        impl std::future::Future<Output = ()>,
+    ),
+    String,
+> {
+    let (sender, connection) =
+        (h2::client::handshake(s).await).map_err(|e| format!("HTTP/2 handshake failed: {e}"))?;
+    Ok((sender, async move {
+        let _ = connection.await;
+    }))
+}
+
 /// [`ask`] in HTTP/2, on a connection of the probe's own.
 async fn ask_h2<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     s: S,
@@ -147,11 +165,7 @@ async fn ask_h2<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
     let failed = |what: &str, e: h2::Error| format!("{what} failed: {e}");
-    let (mut sender, connection) =
-        (h2::client::handshake(s).await).map_err(|e| failed("HTTP/2 handshake", e))?;
-    let driving = async move {
-        let _ = connection.await;
-    };
+    let (mut sender, driving) = h2_connection(s).await?;
     let asking = async {
         let scheme = if request.https { "https" } else { "http" };
         let get = http::Request::get(format!("{scheme}://{}{}", request.host, request.path))
@@ -189,11 +203,7 @@ async fn ask_grpc<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     out: &mut Vec<u8>,
 ) -> Result<(), String> {
     let failed = |what: &str, e: h2::Error| format!("{what} failed: {e}");
-    let (mut sender, connection) =
-        (h2::client::handshake(s).await).map_err(|e| failed("HTTP/2 handshake", e))?;
-    let driving = async move {
-        let _ = connection.await;
-    };
+    let (mut sender, driving) = h2_connection(s).await?;
     let asking = async {
         let scheme = if request.https { "https" } else { "http" };
         let uri = format!("{scheme}://{}/grpc.health.v1.Health/Check", request.host);

@@ -273,9 +273,13 @@ fn a_full_table_lets_its_least_recent_unused_clients_go_for_new_ones() {
         }
         k += 1;
     };
-    // A second later the oldest unused of its shard go, and it gets in (it stayed refused
-    // for half an hour).
-    let later = t0 + k as u64 + 1_000_000_000;
+    // Thirty seconds on, they are too young to let go: a flood of new addresses still finds
+    // the table full. A minute on, the oldest unused of its shard go, and it gets in (it
+    // stayed refused for half an hour).
+    assert!(accounts
+        .account(refused, t0 + k as u64 + 30_000_000_000)
+        .is_none());
+    let later = t0 + k as u64 + 61_000_000_000;
     assert!(accounts.account(refused, later).is_some());
     let kept = |ip: IpAddr| {
         accounts.shards[shard_of(ip)]
