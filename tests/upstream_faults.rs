@@ -164,8 +164,9 @@ fn a_request_its_client_abandons_closes_its_connection_to_the_server() {
         .expect("the connection to the server closed when its client went");
 }
 
-/// A server that answers every request with this raw head.
-fn raw_server(head: &'static str) -> SocketAddr {
+/// A server on 127.0.0.2 that reads each request's head and writes `answer(head)`, for up to
+/// eight connections.
+fn canned_server(answer: impl Fn(&[u8]) -> Vec<u8> + Send + 'static) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.2:0").unwrap();
     let at = listener.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -173,12 +174,23 @@ fn raw_server(head: &'static str) -> SocketAddr {
             let Ok(mut conn) = conn else { return };
             conn.set_read_timeout(Some(Duration::from_secs(10)))
                 .unwrap();
+            let mut head = Vec::new();
             let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(head.as_bytes());
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = conn.write_all(&answer(&head));
         }
     });
     at
+}
+
+/// A server that answers every request with this raw head.
+fn raw_server(head: &'static str) -> SocketAddr {
+    canned_server(move |_| head.as_bytes().to_vec())
 }
 
 #[test]
@@ -200,30 +212,15 @@ fn a_status_outside_100_to_599_is_a_502() {
 
 /// A server that answers every request with its request head as the body.
 fn echo_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.2:0").unwrap();
-    let at = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().take(8) {
-            let Ok(mut conn) = conn else { return };
-            conn.set_read_timeout(Some(Duration::from_secs(10)))
-                .unwrap();
-            let mut head = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                head.len()
-            );
-            let _ = conn.write_all(answer.as_bytes());
-            let _ = conn.write_all(&head);
-        }
-    });
-    at
+    canned_server(|head| {
+        let mut answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            head.len()
+        )
+        .into_bytes();
+        answer.extend_from_slice(head);
+        answer
+    })
 }
 
 #[test]

@@ -12,7 +12,8 @@
 //!
 //! A request's context ([`RequestCtx`]: its site, log, added fields) is made by routing and
 //! carried with the request through every step — never kept in the thread (see
-//! [`super::service`]).
+//! [`super::service`]); for a request whose body arrives after its head, in the connection's
+//! `Reading` until the body is whole, so that its chain runs once.
 //!
 //! Syscalls per keep-alive request on tokio's epoll: one `read` (tokio skips the extra read
 //! that would return EAGAIN after a short read) and one `write` per batch of pipelined
