@@ -446,7 +446,8 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
                 // An idempotent request without a body goes to another server of a group
                 // once (nginx's `proxy_next_upstream timeout`): a frozen server, whose
                 // kernel still takes connections, costs its client one wait, not an error.
-                if req.retryable && tries < 2 && route.is_group() {
+                // A group of one would be asked the same again: a second wait for nothing.
+                if req.retryable && tries < 2 && route.has_other_server() {
                     route.failed(&endpoint, 504, &cause);
                     route.log_failure(
                         Some(&endpoint),

@@ -300,7 +300,8 @@ impl GroupSource {
         let mut balancer = self.balancer.borrow_mut();
         let picked = balancer.pick(|i| self.health.up(i, now), tried, key, now_us);
         let all_out = picked.is_none() && self.health.all_out(now);
-        if all_out != self.all_out.replace(all_out) && all_out {
+        let was_out = self.all_out.replace(all_out);
+        if all_out && !was_out {
             crate::os::log(
                 "proxy",
                 format_args!(

@@ -305,9 +305,10 @@ impl ProxyRoute {
         }
     }
 
-    /// Whether requests go to an upstream group (not a pool's processes).
-    pub(super) fn is_group(&self) -> bool {
-        matches!(self.source, Source::Group(_))
+    /// Whether requests go to an upstream group of more than one server (not a pool's
+    /// processes).
+    pub(super) fn has_other_server(&self) -> bool {
+        matches!(&self.source, Source::Group(g) if g.health.servers.len() > 1)
     }
 
     /// Whether the app speaks FastCGI.

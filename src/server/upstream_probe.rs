@@ -194,8 +194,8 @@ async fn ask_h2<S: AsyncReadExt + AsyncWriteExt + Unpin>(
 }
 
 /// gRPC's `grpc.health.v1.Health/Check` about `service`, on a connection of the probe's
-/// own, its verdict written into `out` as an answer [`judge`] reads: `200` when the server
-/// answered `SERVING` with `grpc-status: 0`, else `503` and why in the body's place.
+/// own: `200` written into `out` (as an answer [`judge`] reads) when the server answered
+/// `SERVING` with `grpc-status: 0`, else why not.
 async fn ask_grpc<S: AsyncReadExt + AsyncWriteExt + Unpin>(
     s: S,
     request: Asked<'_>,
@@ -242,16 +242,13 @@ async fn ask_grpc<S: AsyncReadExt + AsyncWriteExt + Unpin>(
             Some(code) => return Err(format!("answered grpc-status {code}")),
             None => return Err("answered no grpc-status".into()),
         }
-        let serving = grpc_health_status(&message)?;
-        out.extend_from_slice(if serving == 1 {
-            b"HTTP/1.1 200 -\r\n\r\n"
-        } else {
-            b"HTTP/1.1 503 -\r\n\r\n"
-        });
-        if serving != 1 {
-            return Err(format!("answered {}", serving_name(serving)));
+        match grpc_health_status(&message)? {
+            1 => {
+                out.extend_from_slice(b"HTTP/1.1 200 -\r\n\r\n");
+                Ok(())
+            }
+            serving => Err(format!("answered {}", serving_name(serving))),
         }
-        Ok(())
     };
     tokio::select! {
         r = asking => r,

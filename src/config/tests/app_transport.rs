@@ -74,3 +74,25 @@ fn http2_is_for_proxied_apps_without_http_1_1_probes() {
         "{e}"
     );
 }
+
+#[test]
+fn pass_underscored_fields_is_refused_where_it_cannot_act() {
+    let keep = "pass_underscored_fields = true";
+    let proxied = app(&format!("command = [\"/bin/sh\"]\n{keep}"));
+    assert!(proxied.pass_underscored_fields);
+    let e = parse(&format!(
+        "command = [\"/bin/sh\"]\ntransport = \"fastcgi\"\n{keep}"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("pool[0].pass_underscored_fields") && e.contains("never passed"),
+        "{e}"
+    );
+    let e = parse(&format!(
+        "command = [\"/bin/sh\"]\ntransport = \"activation\"\n{keep}"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("pool[0].pass_underscored_fields"), "{e}");
+}

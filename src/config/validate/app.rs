@@ -123,6 +123,9 @@ impl Validator {
         if transport == Transport::FastCgi && !warmup.is_empty() {
             self.err(&at("warmup"), "a FastCGI app answers FastCGI, not HTTP, so warm-up requests cannot reach it; remove `warmup`");
         }
+        if transport == Transport::FastCgi && raw.pass_underscored_fields == Some(true) {
+            self.err(&at("pass_underscored_fields"), "a FastCGI app gets the request's fields as CGI variables, where `X_A` and `X-A` are the same HTTP_X_A, so fields with `_` are never passed; remove it (or speak HTTP: transport = \"proxy\")");
+        }
         let proxy_keys = [
             ("upstream", raw.upstream.is_some()),
             ("connect_timeout", raw.connect_timeout.is_some()),

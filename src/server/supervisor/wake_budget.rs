@@ -1,6 +1,7 @@
 //! How many sleeping pools one client address may wake a minute on a shared address (see
 //! `super::wake`'s module doc for why): a table of client addresses and their wakes in their
-//! current minute, bounded.
+//! current minute, bounded. An IPv6 client is counted by its /64: one host is given a /64
+//! and can send from any address in it, so counting addresses would count nothing.
 //!
 //! Owns: that count. Must not touch: the wake itself (`super::demand` asks, and closes the
 //! connection when refused).
@@ -27,6 +28,7 @@ impl WakesByClient {
     /// Whether `client` may wake a sleeping pool at `now` (then counted); `false` past its
     /// [`WAKES_PER_CLIENT`] a minute, or when the table is full of this minute's clients.
     pub(super) fn take(&mut self, client: std::net::IpAddr, now: Instant) -> bool {
+        let client = counted_as(client);
         if !self.seen.contains_key(&client) && self.seen.len() >= WAKE_CLIENTS {
             self.seen
                 .retain(|_, (_, since)| now.saturating_duration_since(*since) < WAKE_WINDOW);
@@ -46,11 +48,26 @@ impl WakesByClient {
     }
 
     fn refuse(&mut self, client: std::net::IpAddr) -> bool {
+        let client = match client {
+            std::net::IpAddr::V6(_) => format!("{client}/64"),
+            v4 => v4.to_string(),
+        };
         self.refused += 1;
         if crate::os::nth_worth_logging(self.refused) {
             log("master", format!("client {client} has woken {WAKES_PER_CLIENT} sleeping pools this minute: its connection for another is closed (refusal {}; later ones are logged at powers of two)", self.refused));
         }
         false
+    }
+}
+
+/// What a client address is counted as: itself (IPv4), or its /64 (IPv6).
+fn counted_as(client: std::net::IpAddr) -> std::net::IpAddr {
+    match client {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => std::net::Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX)).into(),
+        },
+        v4 => v4,
     }
 }
 
@@ -68,6 +85,20 @@ mod tests {
             assert!(wakes.take(a, now));
         }
         assert!(!wakes.take(a, now), "past its budget");
+        // An IPv6 client rotating through its /64 is one client.
+        let v6 = |k: u64| {
+            std::net::IpAddr::from(std::net::Ipv6Addr::from(
+                (0x2001_0db8_u128 << 96) | u128::from(k),
+            ))
+        };
+        for k in 0..u64::from(WAKES_PER_CLIENT) {
+            assert!(wakes.take(v6(k), now));
+        }
+        assert!(!wakes.take(v6(999_999), now), "the same /64");
+        let next_64 = std::net::IpAddr::from(std::net::Ipv6Addr::from(
+            (0x2001_0db8_u128 << 96) | (1u128 << 64),
+        ));
+        assert!(wakes.take(next_64, now));
         assert!(wakes.take(b, now), "another client has its own");
         assert!(wakes.take(a, now + WAKE_WINDOW), "a minute on");
         // A table full of this minute's clients refuses a new one; full of old ones, not.
