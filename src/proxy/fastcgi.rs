@@ -167,8 +167,9 @@ struct Asked {
     endpoint: Endpoint,
     conn: Conn,
     first: Record,
-    /// The process's slot (under `max_requests_per_process`), held until the answer is done.
-    _slot: Option<super::route::Held>,
+    /// What the request holds at its server (its share, its slot or its count in flight),
+    /// until the answer is done.
+    _slot: super::route::Held,
 }
 
 /// Forwards a request to a FastCGI app process and relays its answer, in named steps as

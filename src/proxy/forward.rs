@@ -53,8 +53,9 @@ struct Asked {
     /// The answer as read so far: its head (`head_len` bytes), perhaps the body's start.
     ubuf: Vec<u8>,
     head_len: usize,
-    /// The process's slot (under `max_requests_per_process`), held until the answer is done.
-    _slot: Option<super::route::Held>,
+    /// What the request holds at its server (its share, its slot or its count in flight),
+    /// until the answer is done.
+    _slot: super::route::Held,
 }
 
 /// Forwards the request to an app process and relays its answer to the client, in named

@@ -327,7 +327,7 @@ impl ProxyRoute {
         &self,
         avoid: Option<Endpoint>,
         choose: &super::group::Choose,
-    ) -> Result<(Endpoint, Conn, Option<Held>), (u16, Option<String>)> {
+    ) -> Result<(Endpoint, Conn, Held), (u16, Option<String>)> {
         let n = self.in_flight.get();
         if n >= self.share.get() {
             let refused = self.refused.get() + 1;
@@ -347,7 +347,7 @@ impl ProxyRoute {
             _share: share,
             _at: at,
         };
-        Ok((endpoint, conn, Some(held)))
+        Ok((endpoint, conn, held))
     }
 
     /// Caps this thread's requests at the route's servers to its share of the thread's
