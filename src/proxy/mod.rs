@@ -32,6 +32,7 @@ mod relay;
 mod request;
 mod route;
 mod script;
+mod share;
 mod upstream;
 mod wire;
 

@@ -13,7 +13,6 @@ use super::Endpoint;
 type Tiers = crate::topology::nearest::Tiers<Endpoint>;
 use std::cell::{Cell, RefCell};
 use std::io;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -113,20 +112,9 @@ pub struct ProxyRoute {
     /// Requests this thread answered 502 or 504 for the app, for the log's bound.
     failures: Cell<u64>,
     source: Source,
-    /// Requests of this thread at its servers now, and the most there may be (see
-    /// [`ProxyRoute::share_of`]).
-    in_flight: Rc<Cell<usize>>,
-    share: Cell<usize>,
-    /// Requests refused for a full share, for the log's bound.
-    refused: Cell<u64>,
+    /// Requests of this thread at its servers now, within their share.
+    share: super::share::Share,
 }
-
-/// The share of a thread's connections one app or group may hold in requests at its
-/// servers: half. Each such request holds two descriptors (the client's and the server's);
-/// a slow or silent upstream that kept every request waiting once took a worker to its
-/// descriptor limit, and every other site it served answered 503. At half, the rest of the
-/// thread's connections, and the descriptors to serve them, stay for the others.
-pub const SHARE_OF_CONNECTIONS: usize = 2;
 
 /// Where a route's servers come from.
 enum Source {
@@ -149,22 +137,13 @@ pub(super) struct Processes {
 /// and its place under `max_requests_per_process` or its count in flight in the group's
 /// balancer.
 pub(super) struct Held {
-    _share: Shared,
+    _share: super::share::Counted,
     _at: Option<At>,
 }
 
 pub(super) enum At {
     Slot(#[allow(dead_code)] Slot),
     InFlight(#[allow(dead_code)] super::group::InFlight),
-}
-
-/// A request counted in its route's share until dropped.
-struct Shared(Rc<Cell<usize>>);
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        self.0.set(self.0.get().saturating_sub(1));
-    }
 }
 
 impl ProxyRoute {
@@ -174,9 +153,7 @@ impl ProxyRoute {
             pool: Pool::default(),
             remote: Cell::new(0),
             failures: Cell::new(0),
-            in_flight: Rc::default(),
-            share: Cell::new(usize::MAX),
-            refused: Cell::new(0),
+            share: Default::default(),
             source: Source::Pool(Processes {
                 shared,
                 seen: RefCell::new((u64::MAX, Arc::default(), Arc::default())),
@@ -204,9 +181,7 @@ impl ProxyRoute {
             pool: Pool::default(),
             remote: Cell::new(0),
             failures: Cell::new(0),
-            in_flight: Rc::default(),
-            share: Cell::new(usize::MAX),
-            refused: Cell::new(0),
+            share: Default::default(),
             source: Source::Group(group),
         }
     }
@@ -328,17 +303,7 @@ impl ProxyRoute {
         avoid: Option<Endpoint>,
         choose: &super::group::Choose,
     ) -> Result<(Endpoint, Conn, Held), (u16, Option<String>)> {
-        let n = self.in_flight.get();
-        if n >= self.share.get() {
-            let refused = self.refused.get() + 1;
-            self.refused.set(refused);
-            let cause = crate::os::nth_worth_logging(refused).then(|| {
-                format!("holds {n} requests at its servers on this thread, its share of the thread's connections (refusal {refused}; later ones are logged at powers of two)")
-            });
-            return Err((503, cause));
-        }
-        self.in_flight.set(n + 1);
-        let share = Shared(Rc::clone(&self.in_flight));
+        let share = self.share.take()?;
         let (endpoint, conn, at) = match &self.source {
             Source::Pool(p) => self.process_connection(p, avoid).await,
             Source::Group(g) => self.group_connection(g, avoid, choose).await,
@@ -351,9 +316,9 @@ impl ProxyRoute {
     }
 
     /// Caps this thread's requests at the route's servers to its share of the thread's
-    /// `connections` ([`SHARE_OF_CONNECTIONS`]).
+    /// `connections` (see [`super::share`]).
     pub fn share_of(&self, connections: usize) {
-        self.share.set((connections / SHARE_OF_CONNECTIONS).max(1));
+        self.share.of(connections);
     }
 
     /// A connection to `endpoint` the thread holds already: an idle HTTP/1.1 one, or a
