@@ -883,3 +883,57 @@ fn a_connection_accepted_as_the_worker_is_frozen_is_served() {
         server.log_text()
     );
 }
+
+/// The processes of `pool` with their role: (front running, app pid).
+fn front_and_app(server: &Server, pool: &str) -> (bool, Option<u32>) {
+    use espalier::server::status::Role;
+    let status = server.status();
+    let p = status
+        .pools
+        .iter()
+        .find(|p| p.name == pool)
+        .expect("the pool");
+    let front = p
+        .workers
+        .iter()
+        .any(|w| w.role == Role::Front && w.state == WorkerState::Running);
+    let app = p
+        .workers
+        .iter()
+        .find(|w| w.role == Role::App)
+        .and_then(|w| w.pid);
+    (front, app)
+}
+
+/// A wake proves no visitor — a bare connection on an address the pool has alone, or a
+/// ClientHello the dispatcher read (it holds no tenant's key, so it cannot finish the
+/// handshake) — so it starts the pool's espalier worker alone, and the app starts at that
+/// worker's first request for it (issue #55: 1,000 unfinished ClientHellos for cold names
+/// once started 756 pools' apps). The request waits for the app it started, and is answered.
+#[test]
+fn a_connection_without_a_request_wakes_the_front_alone_and_a_request_its_app() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = write_nap_config(dir.path(), "60s", false);
+    let mut server = Server::start(&["-c", "espalier.toml"], dir.path());
+    server.admin = Some(admin);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut idle = Conn::open(addr);
+    server.wait_until("the front woken", Duration::from_secs(30), |s| {
+        front_and_app(s, "nap").0
+    });
+    // Both would have been started at once by the wake: the app is not.
+    assert_eq!(
+        front_and_app(&server, "nap"),
+        (true, None),
+        "{}",
+        server.log_text()
+    );
+    idle.send(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let r = idle.read_response(false).expect("an answer");
+    assert_eq!(r.status, 200, "{}", server.log_text());
+    assert!(front_and_app(&server, "nap").1.is_some());
+    server.wait_for_log(
+        "starting on demand (its front worker has a request",
+        Duration::from_secs(10),
+    );
+}

@@ -689,6 +689,54 @@ fn a_port_in_use_is_one_clear_line() {
     );
 }
 
+/// A port held by a process that is ending (the server a restart replaces, still closing) is
+/// waited for a moment, as nginx does, and taken once free: the server says it waits, and
+/// serves as soon as the holder lets go.
+#[test]
+fn a_port_freed_while_the_server_starts_is_taken() {
+    use std::io::BufRead;
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin",
+            &admin,
+        ])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Stopped however the test ends.
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = child.stderr.take().unwrap();
+    let _stop = Stop(child);
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let mut seen = Vec::new();
+    let mut wait_for = |needle: &str| loop {
+        // Ends: the server either logs the line or exits (closing its stderr).
+        match lines.next() {
+            Some(Ok(l)) if l.contains(needle) => return,
+            Some(Ok(l)) => seen.push(l),
+            _ => panic!("no line with {needle:?}; log:\n{}", seen.join("\n")),
+        }
+    };
+    wait_for("trying again for a moment");
+    drop(holder);
+    wait_for("serving");
+    assert_eq!(get(addr(port), "/", "").status, 200);
+}
+
 /// Reads a whole response to a `Connection: close` request slowly (the server meets a full
 /// socket buffer, and must wait for room on either path), returning its body.
 fn slow_read_body(port: u16, path: &str) -> Vec<u8> {

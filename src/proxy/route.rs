@@ -66,6 +66,10 @@ pub struct SharedTiers {
     unresponsive: Mutex<Vec<Endpoint>>,
     /// Requests waiting for an app process under `max_requests_per_process`.
     pub queue: Arc<Queue>,
+    /// Poked by a request that finds no ready app process: the worker's main thread tells
+    /// the master, which starts the app if it sleeps (an on-demand pool's app starts at its
+    /// front's first request).
+    pub app_wanted: tokio::sync::Notify,
 }
 
 /// Each app process's gate (its requests in flight from this worker), kept across the
@@ -622,9 +626,14 @@ impl ProxyRoute {
 
     async fn pick_waiting(&self, p: &Processes, avoid: Option<&Endpoint>) -> Option<Endpoint> {
         let until = tokio::time::Instant::now() + self.settings.wait_for_ready;
+        let mut asked = false;
         loop {
             if let Some(e) = self.pick(p, avoid) {
                 return Some(e);
+            }
+            if !asked {
+                p.shared.app_wanted.notify_one();
+                asked = true;
             }
             if tokio::time::Instant::now() >= until {
                 return None;

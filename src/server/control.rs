@@ -56,6 +56,9 @@ pub enum Message {
     /// Worker → master, after a pong: the upstream servers it has ejected now, `GROUP
     /// ADDRESS` pairs (none: no message; each pong clears the last).
     Ejected(String),
+    /// Front worker → master: a request waits for the pool's app, which has no ready
+    /// process — start it if it sleeps (see `supervisor::app_on_request`).
+    WantApp,
     /// Worker → master (`[server.acme] on_demand`): a handshake is held for this name,
     /// which has no certificate yet — send its pair, or `no-certificate`.
     WantCertificate(String),
@@ -100,6 +103,7 @@ impl Message {
             }
             Message::Meters(json) => format!("meters {}\n", json.replace('\n', " ")),
             Message::WantCertificate(name) => format!("want-certificate {}\n", one_word(name)),
+            Message::WantApp => "want-app\n".to_string(),
             Message::NoCertificate(name) => format!("no-certificate {}\n", one_word(name)),
         }
     }
@@ -141,6 +145,7 @@ impl Message {
             "unresponsive" => Message::Unresponsive(rest.to_string()),
             "meters" => Message::Meters(rest.to_string()),
             "want-certificate" => Message::WantCertificate(rest.to_string()),
+            "want-app" => Message::WantApp,
             "no-certificate" => Message::NoCertificate(rest.to_string()),
             _ => return None,
         })

@@ -432,9 +432,9 @@ pub(super) fn open_listeners(
             );
             g.sockets.push(socket);
         } else {
-            probe_free(config, g.addr, &g.routes, file, Proto::Tcp)?;
+            probe_free_at_start(config, g.addr, &g.routes, file, Proto::Tcp)?;
         }
-        probe_free(config, g.addr, &g.routes, file, Proto::Udp)?;
+        probe_free_at_start(config, g.addr, &g.routes, file, Proto::Udp)?;
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
             steering_failed = true;
@@ -457,6 +457,37 @@ pub(super) enum Proto {
     Tcp,
     /// Only where HTTP/3 answers on the address (`[server] http3`, an https one).
     Udp,
+}
+
+/// How often, and how far apart, a starting server tries again a port another process holds.
+const START_TRIES: u32 = 5;
+const START_TRY_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// [`probe_free`] for a starting server, which waits a little for a port held by a process
+/// that is ending — the server a restart replaces still closing, or what a killed server left
+/// frozen, just ended and not yet gone (the kernel frees its sockets as it exits) — as nginx
+/// tries `bind()` five times, half a second apart. Said once in the log; a reload never
+/// waits (it would hold every other change back).
+fn probe_free_at_start(
+    config: &Config,
+    addr: SocketAddr,
+    routes: &GroupRoutes,
+    file: &str,
+    proto: Proto,
+) -> Result<(), String> {
+    let mut tries = 1;
+    loop {
+        match probe_free(config, addr, routes, file, proto) {
+            Err(e) if tries < START_TRIES && e.contains("another program holds") => {
+                if tries == 1 {
+                    log("master", format!("{e}; trying again for a moment"));
+                }
+                tries += 1;
+                std::thread::sleep(START_TRY_EVERY);
+            }
+            done => return done,
+        }
+    }
 }
 
 /// Refuses an address whose port another program holds, before its group is opened: a plain

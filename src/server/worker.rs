@@ -280,6 +280,11 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
             tokio::select! {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
+                () = tiers.app_wanted.notified() => {
+                    if write_half.write_all(Message::WantApp.line().as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
                 Some(name) = next_asked(&mut asked) => {
                     let ask = Message::WantCertificate(name).line();
                     if write_half.write_all(ask.as_bytes()).await.is_err() {

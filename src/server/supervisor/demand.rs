@@ -304,6 +304,11 @@ impl Supervisor {
                 thawed = true;
                 continue;
             }
+            if self.starts_on_request(i) {
+                // Started at its front's first request (see `super::app_on_request`).
+                self.slots[i].asleep = true;
+                continue;
+            }
             let slot = &mut self.slots[i];
             if page && with_app && slot.app.is_none() {
                 slot.after_app = true;

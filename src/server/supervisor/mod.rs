@@ -21,7 +21,8 @@
 //!   ACME directory and renewed; `on_demand`: which names a handshake may have ordered, and
 //!   the bounds; `on_demand_answers`: a worker's ask for one, answered;
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
-//!   back to sleep after `idle_timeout`;
+//!   back to sleep after `idle_timeout`; `app_on_request`: a woken pool's app started at its
+//!   front's first request for it;
 //! - `suspend`: freezing idle on-demand workers and thawing them;
 //! - `wake`: how many on-demand workers may wake and be awake at once; `wake_budget`: how many
 //!   sleeping pools one client may wake a minute;
@@ -38,6 +39,7 @@
 
 mod acme;
 mod affinity;
+mod app_on_request;
 mod apps;
 mod cert_store;
 mod cert_updates;
@@ -655,6 +657,7 @@ impl Supervisor {
                 }
             }
             Message::WantCertificate(name) => self.want_certificate(generation, &name),
+            Message::WantApp => self.want_app(generation),
             Message::Meters(json) => {
                 if let Some((_, p)) = self.proc_of(generation) {
                     p.meters = crate::server::meters::parse(&json);

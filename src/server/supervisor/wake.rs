@@ -20,7 +20,8 @@
 //!   of two) — 1,000 ClientHellos for cold names from one client once started 756 pools'
 //!   apps. The dispatcher holds no tenant's keys, so it cannot wait for a finished handshake
 //!   before the wake; it waits for a whole ClientHello (or request head), and this bound
-//!   keeps one client from waking more than a few tenants' apps.
+//!   keeps one client from waking more than a few tenants' workers — their apps start only
+//!   at a worker's first request for one (see `super::app_on_request`).
 //!
 //! The master itself is the OOM killer's last choice (`oom_score_adj` -900, set at start when
 //! root), its workers and apps first (+300, set by each before it runs anything).
