@@ -1,10 +1,11 @@
 //! The pool supervisor: the master's event loop after start-up — IIS's WAS keeping application
 //! pools alive without an operator.
 //!
-//! Owns: the loop itself — start-up (every worker started and ready, or `serve` fails with
-//! the reason), signals (SIGCHLD reaps, SIGHUP reloads, SIGTERM/SIGINT stop gracefully), the
+//! Owns: the loop itself — signals (SIGCHLD reaps, SIGHUP reloads, SIGTERM/SIGINT stop gracefully), the
 //! tick (respawns, readiness and ping deadlines, recycling by limits, soft affinity), and
 //! events from workers and the admin endpoint. The rest lives beside it:
+//! - `start_up`: the state made from the configuration, every worker started and waited for;
+//!   `stop`: the graceful stop and the blunt one;
 //! - `procs`: what it keeps of each process, slot and pool; `life`: a process's and a slot's
 //!   states, and the one transition function of each; `event`: what the loop reacts to;
 //!   `control_out`: the lines written to a worker's control socket, each reaching it whole;
@@ -58,6 +59,8 @@ mod reload_diff;
 mod report;
 mod samples;
 mod slots;
+mod start_up;
+mod stop;
 mod suspend;
 mod upstream_checks;
 mod upstream_told;
@@ -150,6 +153,31 @@ struct Supervisor {
     on_demand: on_demand::OnDemandOrders,
 }
 
+/// The signals the master acts on.
+pub(super) struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    chld: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Signals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let on = |kind| signal(kind).map_err(|e| e.to_string());
+        Ok(Signals {
+            term: on(SignalKind::terminate())?,
+            int: on(SignalKind::interrupt())?,
+            chld: on(SignalKind::child())?,
+            hup: on(SignalKind::hangup())?,
+            usr1: on(SignalKind::user_defined1())?,
+        })
+    }
+}
+
+/// Runs the master from its listeners opened to its last process stopped: the start (see
+/// `start_up`), the loop of events, ticks and signals, and the stop (see `stop`).
 pub(super) async fn run(
     config: Config,
     topology: &crate::topology::Topology,
@@ -158,234 +186,13 @@ pub(super) async fn run(
     specs: Vec<WorkerSpec>,
     admin: std::net::TcpListener,
 ) -> Result<i32, String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
-    let mut sigchld = signal(SignalKind::child()).map_err(|e| e.to_string())?;
-    let mut sighup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-    let mut sigusr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+    let mut signals = Signals::new()?;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let pools: Vec<PoolRt> = config
-        .pools
-        .iter()
-        .map(|p| {
-            // Fault injection for tests, from the master's environment (`POOL:N`).
-            let injected = |var: &str| -> Option<u64> {
-                std::env::var(var)
-                    .ok()?
-                    .split_once(':')
-                    .filter(|(pool, _)| *pool == p.name)?
-                    .1
-                    .parse()
-                    .ok()
-            };
-            PoolRt {
-                allocate_mib: injected("ESPALIER_ALLOCATE_AT_START"),
-                fail_starts: injected("ESPALIER_FAIL_AT_START").unwrap_or(0) as u32,
-                ..PoolRt::new(p.clone())
-            }
-        })
-        .collect();
-    let pool_index: std::collections::HashMap<&str, usize> = config
-        .pools
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.name.as_str(), i))
-        .collect();
-    let slots: Vec<Slot> = specs
-        .into_iter()
-        .flat_map(|spec| {
-            let pool = pool_index[spec.pool.as_str()];
-            Slot::for_spec(spec, pool, &config)
-        })
-        .collect();
-    let cert_store = cert_store::CertStore::new(&config);
-    let mut sv = Supervisor {
-        // The one copy the master keeps (a hoster's config is thousands of sites).
-        config,
-        topology: topology.clone(),
-        retiring: Vec::new(),
-        groups,
-        handoffs,
-        nodes: topology
-            .nodes
-            .iter()
-            .filter(|n| !n.cpus.is_empty())
-            .map(|n| (n.id, n.cpus.clone()))
-            .collect(),
-        online: topology.online_cpus(),
-        load_sample: (
-            Instant::now(),
-            super::soft::parse_proc_stat(&os::process::proc_stat()),
-        ),
-        cgroups: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
-        cpusets: Vec::new(),
-        slots,
-        pools,
-        events: tx.clone(),
-        next_generation: 1,
-        upstreams_unsent: Vec::new(),
-        live: samples::LiveSamples::new(),
-        cert_store,
-        // ESPALIER_FREEZER=v1 picks v1's freezer where both are mounted (for its tests).
-        freezer: os::freezer::detect(
-            std::path::Path::new("/sys/fs/cgroup"),
-            std::env::var("ESPALIER_FREEZER").is_ok_and(|v| v == "v1"),
-        ),
-        freeze_groups: Vec::new(),
-        warned_no_freezer: false,
-        port_retries: 0,
-        memory: os::cgroup::memory_limit(),
-        turned_away: 0,
-        handed_to_master: None,
-        last_second_of_day: os::process::local_second_of_day(),
-        last_tick: Instant::now(),
-        upstream_checks: Default::default(),
-        wakes_by_client: Default::default(),
-        acme: Default::default(),
-        on_demand: Default::default(),
-    };
-    sv.upstream_checks.start(&sv.config, &sv.events);
-    sv.acme.start(&sv.config, &sv.events);
-
-    for g in &sv.groups {
-        let hosts: Vec<String> = g
-            .routes
-            .hosts
-            .iter()
-            .map(|(h, _)| h.clone().unwrap_or_else(|| "*".into()))
-            .collect();
-        let dispatcher = crate::server::dispatcher::POOL;
-        let whose = if g.shared() {
-            let pools: Vec<String> = g
-                .pools
-                .iter()
-                .filter(|p| *p != dispatcher)
-                .cloned()
-                .collect();
-            format!(
-                "pools {} (shared by host and path; {dispatcher} routes)",
-                first_of(&pools)
-            )
-        } else {
-            format!("pool {}", first_of(&g.pools))
-        };
-        log(
-            "master",
-            format!(
-                "listening on {} for {whose} ({} sockets{}, hosts {})",
-                g.routes.url(),
-                g.sockets.len(),
-                match g.udp.len() {
-                    0 => String::new(),
-                    n => format!(" and {n} UDP ones for HTTP/3"),
-                },
-                first_of(&hosts)
-            ),
-        );
-    }
+    let mut sv = Supervisor::new(config, topology, groups, handoffs, specs, tx.clone());
+    sv.log_listening();
     sv.make_cgroups();
     sv.take_handed_to_master();
-    // Start every worker (an on-demand one sleeps until its first connection), then wait
-    // until each is ready or has failed.
-    for i in 0..sv.slots.len() {
-        if sv.pools[sv.slots[i].pool].spec.start == StartMode::OnDemand {
-            sv.sleep_slot(i);
-            continue;
-        }
-        if let Err(e) = sv.start(i, false) {
-            sv.stop_everything(Duration::from_secs(1)).await;
-            return Err(e);
-        }
-    }
-    if sv.slots.iter().any(|s| s.asleep) {
-        sv.steer_around_away();
-    }
-    let startup = sv
-        .config
-        .pools
-        .iter()
-        .map(|p| p.startup_time_limit)
-        .max()
-        .unwrap_or(Duration::from_secs(90));
-    let deadline = tokio::time::Instant::now() + startup;
-    while sv
-        .slots
-        .iter()
-        .any(|s| s.current.as_ref().is_some_and(|p| !p.life.has_been_ready()))
-    {
-        let ev = tokio::select! {
-            ev = rx.recv() => ev,
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                // Apps become ready by probes and settle time, and may die before that.
-                if let Err(e) = sv.startup_tick() {
-                    sv.stop_everything(Duration::from_secs(2)).await;
-                    return Err(e);
-                }
-                continue;
-            }
-            _ = tokio::time::sleep_until(deadline) => None,
-        };
-        match ev {
-            Some(Event::Worker {
-                generation,
-                message: Message::Ready { .. },
-            }) => sv.on_ready(generation),
-            Some(Event::Worker {
-                generation,
-                message: Message::Error(why),
-            }) => {
-                let name = sv
-                    .slot_of(generation)
-                    .map_or("?".to_string(), |i| sv.slots[i].spec.name());
-                sv.stop_everything(Duration::from_secs(2)).await;
-                return Err(format!("worker {name} could not start: {why}"));
-            }
-            Some(Event::Admin(_, reply)) => {
-                let _ = reply.send(AdminReply::Done {
-                    status: 503,
-                    message: "starting".into(),
-                });
-            }
-            Some(Event::Probed {
-                generation,
-                healthy,
-                unready,
-            }) => sv.on_probed(generation, healthy, unready),
-            Some(Event::Demand { slot }) => sv.on_demand(&slot),
-            Some(Event::Handed { pool, received }) => sv.on_handed(&pool, *received),
-            Some(Event::UpstreamChecked {
-                epoch,
-                group,
-                server,
-                result,
-            }) => sv.on_upstream_checked(epoch, group, server, result),
-            Some(Event::Resolved { group, servers }) => sv.on_resolved(&group, servers),
-            Some(Event::AcmeOrdered { name, outcome }) => sv.on_acme_ordered(&name, outcome),
-            Some(Event::AcmeLooked { name, pair }) => sv.acme.on_looked(&name, pair),
-            Some(Event::OnDemandJudged { name, judged }) => sv.on_demand_judged(&name, judged),
-            // A handshake held on a ready worker while another still starts.
-            Some(Event::Worker {
-                generation,
-                message: Message::WantCertificate(name),
-            }) => sv.want_certificate(generation, &name),
-            Some(Event::Worker { .. }) => {}
-            None => {
-                let late: Vec<String> = sv
-                    .slots
-                    .iter()
-                    .filter(|s| s.current.as_ref().is_some_and(|p| !p.life.has_been_ready()))
-                    .map(|s| s.spec.name())
-                    .collect();
-                sv.stop_everything(Duration::from_secs(2)).await;
-                return Err(format!(
-                    "worker(s) {} did not report ready within {}s (startup_time_limit)",
-                    late.join(", "),
-                    startup.as_secs()
-                ));
-            }
-        }
-    }
+    sv.start_all(&mut rx).await?;
     super::admin::start(admin, &sv.config, topology, tx.clone());
     // Reading and checking thousands of sites' files left freed memory in the heap's arenas.
     os::process::release_free_memory();
@@ -407,9 +214,9 @@ pub(super) async fn run(
     loop {
         tokio::select! {
             Some(ev) = rx.recv() => sv.on_event(ev),
-            _ = sigchld.recv() => sv.reap(),
+            _ = signals.chld.recv() => sv.reap(),
             _ = tick.tick() => sv.on_tick(),
-            _ = sighup.recv() => {
+            _ = signals.hup.recv() => {
                 // systemd's reload protocol: RELOADING=1 with the time, READY=1 when done.
                 let _ = os::notify::notify(&format!(
                     "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading",
@@ -418,118 +225,16 @@ pub(super) async fn run(
                 let _ = sv.reload_logged();
                 sv.notify_ready();
             }
-            _ = sigusr1.recv() => sv.reopen_logs(),
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
+            _ = signals.usr1.recv() => sv.reopen_logs(),
+            _ = signals.term.recv() => break,
+            _ = signals.int.recv() => break,
         }
     }
-    super::admin::set_draining();
-    let _ = os::notify::notify("STOPPING=1\nSTATUS=stopping: in-flight requests finish");
-    // The configuration now serving (a reload may have changed these).
-    let drain_delay = sv.config.server.drain_delay;
-    if !drain_delay.is_zero() {
-        // Load balancers see /ready fail and move away while everything still serves.
-        log(
-            "master",
-            format!(
-                "draining: GET /ready answers 503; serving on for {} before stopping (a second signal stops now)",
-                crate::units::format_duration(drain_delay)
-            ),
-        );
-        let until = tokio::time::Instant::now() + drain_delay;
-        loop {
-            tokio::select! {
-                _ = sigchld.recv() => sv.reap(),
-                _ = sigterm.recv() => break,
-                _ = sigint.recv() => break,
-                _ = tokio::time::sleep_until(until) => break,
-            }
-        }
-    }
-    log(
-        "master",
-        format!(
-            "stopping: in-flight requests have {}s to finish (a second signal stops at once)",
-            sv.config.server.shutdown_timeout.as_secs()
-        ),
-    );
-    for s in &mut sv.slots {
-        s.restart = Restart::No;
-    }
-    let _answering = sv.answer_while_stopping();
-    // The fronts first (espalier's workers, and activated apps, which are their own front):
-    // they finish what they have in flight, forwarding to apps that still run. The apps
-    // behind them only once they are gone, or at the limit.
-    sv.signal_matching(libc::SIGTERM, |p| !p.behind_a_front());
-    let deadline =
-        tokio::time::Instant::now() + sv.config.server.shutdown_timeout + Duration::from_secs(1);
-    let mut now_please = false;
-    for behind in [false, true] {
-        if behind {
-            sv.signal_matching(libc::SIGTERM, Proc::behind_a_front);
-        }
-        // Apps get a moment of their own even when the fronts took the whole limit.
-        let until = if behind {
-            deadline.max(tokio::time::Instant::now() + Duration::from_secs(2))
-        } else {
-            deadline
-        };
-        while !now_please && sv.procs().any(|p| p.behind_a_front() == behind) {
-            tokio::select! {
-                _ = sigchld.recv() => sv.reap(),
-                _ = tokio::time::sleep(Duration::from_millis(50)) => sv.reap(),
-                _ = sigterm.recv() => now_please = true,
-                _ = sigint.recv() => now_please = true,
-                _ = tokio::time::sleep_until(until) => break,
-            }
-        }
-    }
-    sv.stop_everything(Duration::from_millis(300)).await;
-    sv.remove_freeze_groups();
-    sv.remove_cgroups();
-    crate::server::runtime::remove_runtime_dir();
-    log("master", "stopped");
+    sv.stop_gracefully(&mut signals).await;
     Ok(0)
 }
 
 impl Supervisor {
-    /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them. The app
-    /// processes' runtime folder goes with them, and the ACME challenges' folder.
-    async fn stop_everything(&mut self, grace: Duration) {
-        self.stop_all(grace).await;
-        crate::server::runtime::remove_runtime_dir();
-        self.acme.stop(&self.config);
-    }
-
-    async fn stop_all(&mut self, grace: Duration) {
-        for s in &mut self.slots {
-            s.restart = Restart::No;
-        }
-        self.signal_all(libc::SIGTERM);
-        let deadline = Instant::now() + grace;
-        while self.any_alive() && Instant::now() < deadline {
-            self.reap();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if self.any_alive() {
-            for p in self.procs() {
-                let what = if p.app.is_some() { "app" } else { "worker" };
-                log(
-                    "master",
-                    format!("{what} pid {} did not stop in time: killed", p.pid),
-                );
-            }
-            self.signal_all(libc::SIGKILL);
-            for _ in 0..50 {
-                self.reap();
-                if !self.any_alive() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-
     fn on_event(&mut self, ev: Event) {
         match ev {
             Event::Worker {

@@ -1,0 +1,11 @@
+use super::*;
+
+#[test]
+fn failures_back_off_doubling_and_a_rate_limit_waits_an_hour() {
+    assert_eq!(back_off(1, "refused"), Duration::from_secs(60));
+    assert_eq!(back_off(2, "refused"), Duration::from_secs(120));
+    assert_eq!(back_off(30, "refused"), LONGEST_BACK_OFF);
+    let limited = "the order was refused: API error: too many certificates (urn:ietf:params:acme:error:rateLimited)";
+    assert_eq!(back_off(1, limited), RATE_LIMITED_BACK_OFF);
+    assert_eq!(back_off(30, limited), LONGEST_BACK_OFF);
+}
