@@ -1,4 +1,4 @@
-use super::TrimAfterBurst;
+use super::engine::TrimAfterBurst;
 
 #[test]
 fn memory_is_trimmed_once_a_burst_has_halved() {
