@@ -21,17 +21,16 @@
 
 use super::encode;
 use super::head::{Head, Then, ToClient};
-use super::relay::{relay_body, tunnel, BUF};
+use super::relay::{relay_body, tunnel};
 use super::request::{connection_tokens, ForwardRequest};
+use super::request_body::{client_gone, send_body};
 use super::route::ProxyRoute;
 use super::upstream::Conn;
 use super::wire::{
-    kept_fields, read_timeout, send_continue, to_client, write_timeout, BodyKind, Fail, Instead,
-    OwnAnswers,
+    kept_fields, send_continue, to_client, write_timeout, BodyKind, Fail, Instead, OwnAnswers,
 };
 use super::Endpoint;
 pub(super) use crate::http::service::{LentConnection, Outcome};
-use crate::http::{ChunkedDecoder, Framing, ProtocolError};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
@@ -466,115 +465,6 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
             }
         };
         return Err(Fail::app(502, &endpoint, cause));
-    }
-}
-
-/// The most a client may send past its request while the app is asked (its next pipelined
-/// requests): kept for after the answer; past it the client is no longer watched.
-const MAX_PIPELINED_WHILE_ASKED: usize = 64 << 10;
-
-/// Ends when the client closes its connection (or it fails) while its answer is awaited —
-/// as nginx notices a client's close during a proxied wait. What the client sends meanwhile
-/// (a pipelined request) is kept in `rbuf`; past [`MAX_PIPELINED_WHILE_ASKED`] it is no
-/// longer read, and this never ends.
-async fn client_gone<C: AsyncRead + Unpin>(stream: &mut C, rbuf: &mut Vec<u8>) {
-    while rbuf.len() < MAX_PIPELINED_WHILE_ASKED {
-        if rbuf.capacity() - rbuf.len() < 1024 {
-            rbuf.reserve(4096);
-        }
-        match stream.read_buf(rbuf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-    }
-    std::future::pending().await
-}
-
-/// Sends the request body to the app as it arrives from the client: first what the client
-/// buffer holds, then through one fixed buffer. Leaves in `rbuf` only what follows the body.
-async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut C,
-    rbuf: &mut Vec<u8>,
-    conn: &mut Conn,
-    framing: Framing,
-    (max_body, max_framing): (u64, usize),
-    (client_timeout, upstream_timeout): (Duration, Duration),
-    endpoint: &Endpoint,
-) -> Result<(), Fail> {
-    let upstream_failed = |_| Fail::app(502, endpoint, "did not take the request's body");
-    match framing {
-        Framing::None => Ok(()),
-        Framing::Length(total) => {
-            let have = (rbuf.len() as u64).min(total) as usize;
-            write_timeout(conn, &rbuf[..have], upstream_timeout)
-                .await
-                .map_err(upstream_failed)?;
-            rbuf.drain(..have);
-            let mut left = total - have as u64;
-            let mut buf = vec![0u8; BUF.min(left as usize)];
-            while left > 0 {
-                let want = (left as usize).min(buf.len());
-                let n = match read_timeout(client, &mut buf[..want], client_timeout).await {
-                    Ok(0) | Err(_) => return Err(Fail::Close),
-                    Ok(n) => n,
-                };
-                write_timeout(conn, &buf[..n], upstream_timeout)
-                    .await
-                    .map_err(upstream_failed)?;
-                left -= n as u64;
-            }
-            Ok(())
-        }
-        // Decoded and framed again, as nginx does: the client's chunk extensions and
-        // trailer fields stay behind (a trailer `Host`, `Content-Length` or
-        // `X-Forwarded-For` would otherwise reach the app beside the head's).
-        Framing::Chunked => {
-            let mut decoder = ChunkedDecoder::with_bounds(max_body, max_framing);
-            let mut out = Vec::new();
-            let d = decoder
-                .decode(rbuf)
-                .map_err(|e: ProtocolError| Fail::Client(e.status()))?;
-            chunk_again(&mut out, &rbuf[..d.produced], d.done);
-            write_timeout(conn, &out, upstream_timeout)
-                .await
-                .map_err(upstream_failed)?;
-            rbuf.drain(..d.consumed);
-            if d.done {
-                return Ok(());
-            }
-            let mut buf = vec![0u8; BUF];
-            loop {
-                let n = match read_timeout(client, &mut buf, client_timeout).await {
-                    Ok(0) | Err(_) => return Err(Fail::Close),
-                    Ok(n) => n,
-                };
-                let d = decoder
-                    .decode(&mut buf[..n])
-                    .map_err(|e: ProtocolError| Fail::Client(e.status()))?;
-                out.clear();
-                chunk_again(&mut out, &buf[..d.produced], d.done);
-                write_timeout(conn, &out, upstream_timeout)
-                    .await
-                    .map_err(upstream_failed)?;
-                if d.done {
-                    // A pipelined request after the body stays for the connection's loop.
-                    rbuf.extend_from_slice(&buf[d.consumed..n]);
-                    return Ok(());
-                }
-            }
-        }
-    }
-}
-
-/// `data` as one chunk (none when empty), and the last chunk with no trailers when `done`.
-fn chunk_again(out: &mut Vec<u8>, data: &[u8], done: bool) {
-    if !data.is_empty() {
-        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-    }
-    if done {
-        out.extend_from_slice(b"0\r\n\r\n");
     }
 }
 

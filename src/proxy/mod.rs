@@ -8,7 +8,7 @@
 //! reaches them and their health in a process ([`group`]), the one dispatch of a routed request
 //! ([`Dispatch`]), and the forwarding itself
 //! ([`forward`](mod@forward): the upstream connection pools, request and response bodies streamed both
-//! ways, `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry), in HTTP/1.1 or, for
+//! ways (`request_body`: the client's side while the app is asked), `X-Forwarded-*`, Upgrade tunnels, timeouts, 502/504, one retry), in HTTP/1.1 or, for
 //! `transport = "fastcgi"`, in FastCGI records ([`fastcgi`]); to an app or server spoken to
 //! in HTTP/2 (`protocol = "http2"`), the same exchange on a stream of the thread's one
 //! connection to it (`h2_exchange`), or the client's HTTP/2 stream as a stream of its own,
@@ -30,6 +30,7 @@ mod head;
 pub mod queue;
 mod relay;
 mod request;
+mod request_body;
 mod route;
 mod script;
 mod share;
