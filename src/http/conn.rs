@@ -6,7 +6,8 @@
 //! buffer holds, and says in one [`Step`] what comes next — read more ([`Connection::wait`]),
 //! send a file, lend the connection to what the service routed a request to
 //! ([`Connection::lend`]: an application, its body streaming there), hand it to another pool
-//! ([`Connection::hand_off`]), turn to HTTP/2 (h2c), or close. Must not touch: routing and
+//! ([`Connection::hand_off`]), turn to HTTP/2 (h2c), or close (those three in `leave`; a
+//! body's framing in `framing`). Must not touch: routing and
 //! content (the [`Service`] decides; the engine never names the proxy), or other connections
 //! (nothing here is shared across threads).
 //!
@@ -22,18 +23,18 @@
 
 use super::access_log::{Entry, Facts, OwnedFacts, Report};
 use super::body::{advance_body, Pending};
-use super::send::{linger_close, send_file, write_all};
+use super::send::{send_file, write_all};
 use super::service::{
     client_text, ConnEnv, FileBody, LentConnection, LentHead, Outcome, Reply, RequestCtx, Route,
     Service,
 };
 pub use super::shutdown::Shutdown;
 use super::shutdown::{DrainBegun, IdleWait, Registered};
-use super::stream::{ClientStream, IntoTcp};
+use super::stream::ClientStream;
 use super::{
-    head_may_be_complete, parse_head, ChunkedDecoder, Framing, Head, ProtocolError, Request,
-    Responder, MAX_HEADERS,
+    head_may_be_complete, parse_head, Framing, Head, ProtocolError, Request, Responder, MAX_HEADERS,
 };
+use framing::{frame, Unframed};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -555,86 +556,6 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         }
         self
     }
-
-    /// Hands the connection to another pool with the unanswered bytes (the buffer starts with
-    /// the head of the request that belongs there). Our descriptor closes on return, without
-    /// a shutdown: the connection lives on in the receiver. Past `MAX_HOPS` in a row (two
-    /// workers disagreeing about a host), or when no thread takes it: 503.
-    async fn hand_off(mut self, mut handoff: crate::handoff::Handoff) {
-        handoff.hops = self.hops + 1;
-        handoff.client = self.peer.addr;
-        let common = self.env.clock.common().clone();
-        let head_only = is_head(&self.rbuf);
-        Responder::new(&mut self.wbuf, &common, false, 1, head_only).unavailable();
-        // Always cleartext here (see `may_hand_off`); off the ring first, if on it.
-        let taken = tokio::time::timeout(self.env.timeouts.body, self.stream.into_tcp()).await;
-        match taken {
-            Ok(IntoTcp::Tcp(mut tcp, unread)) => {
-                self.rbuf.extend_from_slice(&unread);
-                if handoff.hops <= crate::handoff::MAX_HOPS && handoff.send(&tcp, &self.rbuf).await
-                {
-                    return;
-                }
-                let _ = write_all(&mut tcp, &self.wbuf, &self.env).await;
-                linger_close(tcp, &self.env).await;
-            }
-            Ok(IntoTcp::Tls(mut tls)) => {
-                let _ = write_all(&mut tls, &self.wbuf, &self.env).await;
-                linger_close(tls, &self.env).await;
-            }
-            Ok(IntoTcp::Lost) | Err(_) => {}
-        }
-    }
-
-    /// The connection speaks HTTP/2 (h2c with prior knowledge): served by `super::h2` from
-    /// the preface on. HTTP/2 has its own graceful stop (GOAWAY on `shutdown.notify`).
-    async fn h2c(mut self) {
-        if let Some(handoff) = self.env.service.hand_off_h2c(self.group) {
-            return self.hand_off(handoff).await;
-        }
-        let taken = tokio::time::timeout(self.env.timeouts.body, self.stream.into_tcp()).await;
-        match taken {
-            Ok(IntoTcp::Tcp(tcp, unread)) => {
-                self.rbuf.extend_from_slice(&unread);
-                let replay = super::sni::Rewind::new(self.rbuf, tcp);
-                let carried = crate::handoff::Carried {
-                    client: self.peer.addr,
-                    header_read: true,
-                    ..Default::default()
-                };
-                Box::pin(super::h2::serve(
-                    replay, self.group, self.env, carried, false,
-                ))
-                .await;
-            }
-            Ok(IntoTcp::Tls(tls)) => linger_close(tls, &self.env).await,
-            Ok(IntoTcp::Lost) | Err(_) => {}
-        }
-    }
-
-    /// Closes after the last answer. A client whose request said it was its last, with
-    /// nothing after it, gets a plain close, as from nginx: the reset a lingering close
-    /// guards against comes only from bytes the client sends after its last request, and this
-    /// one said it would send none (RFC 9112 §9.6). It saves the shutdown, the wait for the
-    /// client's end and its timer: about a tenth of a connection-per-request's CPU time
-    /// (docs/performance.md, "The connections' I/O paths, measured"). The bytes queued before it still go
-    /// out (the kernel's, or the ring's, send queue), then the FIN. A request lent to an app
-    /// counts when its body and answer were whole ([`Outcome::Answered`]). TLS ends with its
-    /// `close_notify` (a shutdown) all the same; every other close lingers.
-    async fn close(self) {
-        if self.client_ended && !self.stream.is_tls() {
-            return;
-        }
-        linger_close(self.stream, &self.env).await;
-    }
-
-    /// Closes at once with a reset (`SO_LINGER` 0): a refused client is told nothing.
-    fn reset(self) {
-        let _ = self
-            .stream
-            .sock()
-            .set_linger(Some(std::time::Duration::ZERO));
-    }
 }
 
 /// Answers a whole request routed here into `out`, and logs it when its site logs
@@ -673,67 +594,5 @@ fn answer_here<S: Service>(
     reply
 }
 
-/// Why a request's body is not in the buffer whole.
-enum Unframed {
-    /// More of it is to be read.
-    Arriving,
-    /// It is chunked: decoded (in the next batch) before anything more is read.
-    Chunked,
-    /// Its declared length cannot be held (413).
-    TooLarge,
-}
-
-/// Frames the body of the request whose `len`-byte head is at `at`: where the body ends when
-/// the buffer holds it all, or why it cannot be answered yet.
-fn frame(
-    reading: &mut Reading,
-    rbuf: &[u8],
-    (at, len): (usize, usize),
-    framing: Framing,
-    expect_continue: bool,
-    (max_body, max_framing): (u64, usize),
-) -> Result<usize, Unframed> {
-    let body_start = at + len;
-    let end = match framing {
-        Framing::None => body_start,
-        // Within the connection's bound (the parser checked); its path's may be smaller.
-        Framing::Length(n) if n > max_body => return Err(Unframed::TooLarge),
-        Framing::Length(n) => {
-            // The sum is checked all the same.
-            let Some(end) = usize::try_from(n)
-                .ok()
-                .and_then(|n| body_start.checked_add(n))
-            else {
-                return Err(Unframed::TooLarge);
-            };
-            if rbuf.len() < end {
-                reading.pending = Some(Pending::Length {
-                    end: end - at,
-                    expect_continue,
-                });
-                return Err(Unframed::Arriving);
-            }
-            end
-        }
-        Framing::Chunked => match &reading.pending {
-            Some(Pending::Chunked {
-                done: true,
-                body_len,
-                ..
-            }) => body_start + body_len,
-            _ => {
-                reading.pending = Some(Pending::Chunked {
-                    head_len: len,
-                    body_len: 0,
-                    decoder: ChunkedDecoder::with_bounds(max_body, max_framing),
-                    done: false,
-                    expect_continue,
-                });
-                // Decoded before anything more is read.
-                return Err(Unframed::Chunked);
-            }
-        },
-    };
-    reading.pending = None;
-    Ok(end)
-}
+mod framing;
+mod leave;
