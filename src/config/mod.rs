@@ -11,7 +11,8 @@
 //! exist — checked here so that `check` refuses what `serve` could not use, with the key's
 //! line.
 //!
-//! The files: `model` (the typed settings and their defaults), `site` (a site's and a path's
+//! The files: `model` (the typed settings and their defaults; `[server.acme]`'s in
+//! `acme_settings`), `site` (a site's and a path's
 //! typed settings), [`upstream`] (an upstream group's), `raw` (the TOML as written, untyped), `validate` (raw → typed,
 //! collecting every error), `error` (the one-line errors), `parse` (small grammars: bindings,
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
@@ -19,6 +20,7 @@
 //! order, and which keys each step reads).
 //! The configuration reference (docs/reference.md) documents every key.
 
+mod acme_settings;
 pub mod chain;
 mod error;
 mod include;
@@ -30,6 +32,7 @@ mod site;
 pub mod upstream;
 mod validate;
 
+pub use acme_settings::*;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::*;
 pub use parse::parse_binding;

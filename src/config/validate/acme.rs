@@ -5,8 +5,8 @@
 //! Owns: those rules, and that some site has a name to order. Must not touch: ordering
 //! (the master's, `server::acme`).
 
+use super::super::acme_settings::{AcmeSettings, AskUrl, OnDemandSettings};
 use super::super::locate::Seg;
-use super::super::model::{AcmeSettings, AskUrl, OnDemandSettings};
 use super::super::raw::RawAcme;
 use super::Validator;
 use std::path::Path;
