@@ -2,8 +2,8 @@
 //! line and key (the user fixes a file in one pass, not one error per run).
 //!
 //! Owns: what is valid and the fix each error suggests. The validator's core, `[server]`
-//! and cross-checks are here; pools in [`pool`], sites in [`site`], `[server.acme]` in
-//! [`acme`].
+//! and cross-checks are here; pools in [`pool`], sites in [`site`] (their TLS in
+//! [`site_tls`]), `[server.acme]` in [`acme`].
 //! Must not touch: defaults (see [`super::model`]) or placement.
 
 mod access;
@@ -16,6 +16,7 @@ mod pool;
 mod rules;
 mod site;
 mod site_app;
+mod site_tls;
 mod upstream;
 
 use super::error::ConfigError;
