@@ -1,6 +1,6 @@
 //! What the source's own documentation claims, checked against the source: a module doc that
-//! lists its children lists every one, and every `unsafe` lives in `src/os` (as `os/mod.rs`
-//! and `lib.rs` say).
+//! lists its children lists every one, every `unsafe` lives in `src/os` (as `os/mod.rs`
+//! and `lib.rs` say), and no production file is over 600 lines (the house's rule).
 
 use std::path::{Path, PathBuf};
 
@@ -74,6 +74,23 @@ fn a_module_doc_that_lists_its_children_lists_every_one() {
 }
 
 /// Every `unsafe` block or function is in `src/os`, the layer that owns every syscall.
+/// A file of production code is read whole by the next engineer: at most 600 lines, its unit
+/// tests (a `tests.rs` beside it, or a `mod tests` block at its end) not counted.
+#[test]
+fn no_production_file_is_over_600_lines() {
+    let long: Vec<String> = src()
+        .into_iter()
+        .filter(|p| !p.ends_with("tests.rs"))
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let code = text.split("\n#[cfg(test)]\nmod tests {").next().unwrap_or("");
+            let lines = code.lines().count();
+            (lines > 600).then(|| format!("{} ({lines} lines)", p.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these by what they own: {long:?}");
+}
+
 #[test]
 fn every_unsafe_is_in_the_os_layer() {
     let os = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/os");
