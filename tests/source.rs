@@ -83,7 +83,10 @@ fn no_production_file_is_over_600_lines() {
         .filter(|p| !p.ends_with("tests.rs"))
         .filter_map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let code = text.split("\n#[cfg(test)]\nmod tests {").next().unwrap_or("");
+            let code = text
+                .split("\n#[cfg(test)]\nmod tests {")
+                .next()
+                .unwrap_or("");
             let lines = code.lines().count();
             (lines > 600).then(|| format!("{} ({lines} lines)", p.display()))
         })

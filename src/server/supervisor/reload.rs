@@ -20,6 +20,14 @@ use crate::server::log;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+/// A grown listener group's change: its index, its new TCP and UDP sockets, its owners.
+type Grown = (
+    usize,
+    Vec<socket2::Socket>,
+    Vec<socket2::Socket>,
+    crate::server::listeners::SocketOwners,
+);
+
 impl Supervisor {
     /// `slot` with its pool's index among the new pools. A slot whose pool is not there (the
     /// plan rules it out) has its processes retire, with a line, rather than the master
@@ -65,7 +73,8 @@ impl Supervisor {
     }
 
     /// Applies `new` (read from `file`, or the running configuration with an upstream
-    /// group's servers resolved again), as [`Self::reload`] says.
+    /// group's servers resolved again), as [`Self::reload`] says: everything that can fail
+    /// first, then the switch, which cannot.
     pub(super) fn apply(&mut self, mut new: Config, file: &str) -> Result<String, String> {
         crate::server::upstream_nodes::find_local_nodes(&mut new, &self.topology);
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
@@ -108,66 +117,7 @@ impl Supervisor {
             .collect();
         let changed_set: HashSet<String> = changed.iter().cloned().collect();
         let removed_set: HashSet<String> = removed.iter().cloned().collect();
-
-        // Listener groups, in two phases, like nginx's reload building its new cycle beside
-        // the old one: first everything that can fail — binding new addresses, opening the
-        // sockets a grown group needs, hand-off sockets — into new sockets only; then, when
-        // all of it succeeded, the switch, which cannot fail. A refused reload changes
-        // nothing that serves. An address whose pools change (a site added on a shared port,
-        // a host moved to another pool) keeps its group: its sockets are shared out again
-        // among the new workers of every pool there, and the old ones drain.
-        let mut fresh: Vec<ListenerGroup> = Vec::new();
-        // Per grown group: its new TCP sockets, its new UDP ones, its owners.
-        let mut grown: Vec<(
-            usize,
-            Vec<socket2::Socket>,
-            Vec<socket2::Socket>,
-            crate::server::listeners::SocketOwners,
-        )> = Vec::new();
-        for w in wanted.iter_mut() {
-            if !w.pools.iter().any(|p| changed_set.contains(p)) {
-                continue;
-            }
-            let owners =
-                crate::server::listeners::group_owners(&w.pools, &new, &self.topology, &plan);
-            match self.groups.iter().position(|g| g.addr == w.addr) {
-                Some(i) => {
-                    let sockets = crate::server::listeners::open_missing(
-                        &self.groups[i],
-                        owners.len(),
-                        &new,
-                        file,
-                    )?;
-                    if self.groups[i].udp.is_empty() {
-                        // HTTP/3 new on an address served already: its UDP port checked
-                        // first, as a new address's is.
-                        use crate::server::listeners::{probe_free, Proto};
-                        probe_free(&new, w.addr, &w.routes, file, Proto::Udp)?;
-                    }
-                    let udp = crate::server::listeners::open_missing_udp(
-                        &self.groups[i],
-                        owners.len(),
-                        &new,
-                        file,
-                    )?;
-                    grown.push((i, sockets, udp, owners));
-                }
-                None => {
-                    use crate::server::listeners::{probe_free, Proto};
-                    probe_free(&new, w.addr, &w.routes, file, Proto::Tcp)?;
-                    probe_free(&new, w.addr, &w.routes, file, Proto::Udp)?;
-                    let mut g = ListenerGroup::new(w.addr, w.pools.clone(), w.routes.clone());
-                    crate::server::listeners::fill_group(
-                        &mut g,
-                        &new,
-                        &self.topology,
-                        &plan,
-                        file,
-                    )?;
-                    fresh.push(g);
-                }
-            }
-        }
+        let (fresh, grown) = self.open_listeners(&new, &mut wanted, &changed_set, &plan, file)?;
         // A changed on-demand pool's new workers sleep (their sockets are opened at the wake);
         // an unchanged awake one keeps its sockets.
         let on_demand = crate::server::handoffs::on_demand_pools(&new.pools);
@@ -182,24 +132,7 @@ impl Supervisor {
                 on_demand.contains(p) && !awake.contains(p)
             })
             .map_err(|e| format!("{file}: {e}"))?;
-        // The switch: grown groups take their new sockets, pools, routes and owners; groups
-        // no site wants any more close (the master's copies now; the old workers' with them).
-        for (i, sockets, udp, owners) in grown {
-            let g = &mut self.groups[i];
-            g.sockets.extend(sockets);
-            if let Some(w) = wanted.iter().find(|w| w.addr == g.addr) {
-                g.routes = w.routes.clone();
-                g.pools = w.pools.clone();
-            }
-            crate::server::listeners::arm_group(g, &owners, udp, &new, &self.topology);
-        }
-        let before = self.groups.len();
-        self.groups
-            .retain(|g| wanted.iter().any(|w| w.addr == g.addr));
-        let closed = before - self.groups.len();
-        self.groups.extend(fresh);
-        self.handoffs
-            .retain_planned(&self.groups, &new.pools, &plan);
+        let closed = self.switch_listeners(fresh, grown, &wanted, &new, &plan);
 
         // Workers: changed and removed pools' processes retire; changed and new pools get slots.
         let specs = crate::server::spawn::worker_specs(
@@ -210,6 +143,137 @@ impl Supervisor {
             &self.topology,
             |pool| changed_set.contains(pool),
         );
+        let slots = self.retire_changed(&changed_set, &removed_set);
+        let index = self.match_pools(&new);
+        let mut placed: Vec<Slot> = slots
+            .into_iter()
+            .filter_map(|s| self.placed(s, &index))
+            .collect();
+        let first_new = placed.len();
+        for spec in specs {
+            for slot in Slot::for_spec(spec, 0, &new) {
+                placed.extend(self.placed(slot, &index));
+            }
+        }
+        self.slots = placed;
+        self.cert_store.reconfigure(&new);
+        self.config = new;
+        self.upstream_checks.start(&self.config, &self.events);
+        self.acme.start(&self.config, &self.events);
+        // A stopped pool stays stopped, and a sleeping one asleep: shared addresses keep
+        // steering around them.
+        // Pool indices moved: every proxied pool's fronts hear again where its apps are.
+        // (Only pools with an app behind fronts have any: a pass over the slots each.)
+        self.upstreams_unsent = self.proxied_pools();
+        self.start_new_slots(first_new);
+        Ok(self.summary(file, (&changed, &removed, closed), notes))
+    }
+
+    /// The fallible half of the listeners' change, like nginx's reload building its new cycle
+    /// beside the old one: binding new addresses, opening the sockets a grown group needs —
+    /// into new sockets only. A refused reload changes nothing that serves. An address whose
+    /// pools change (a site added on a shared port, a host moved to another pool) keeps its
+    /// group: its sockets are shared out again among the new workers of every pool there,
+    /// and the old ones drain. The new groups, and per grown group its new sockets.
+    fn open_listeners(
+        &self,
+        new: &Config,
+        wanted: &mut [ListenerGroup],
+        changed_set: &HashSet<String>,
+        plan: &crate::placement::Plan,
+        file: &str,
+    ) -> Result<(Vec<ListenerGroup>, Vec<Grown>), String> {
+        let mut fresh: Vec<ListenerGroup> = Vec::new();
+        let mut grown: Vec<Grown> = Vec::new();
+        for w in wanted.iter_mut() {
+            if !w.pools.iter().any(|p| changed_set.contains(p)) {
+                continue;
+            }
+            let owners =
+                crate::server::listeners::group_owners(&w.pools, new, &self.topology, plan);
+            match self.groups.iter().position(|g| g.addr == w.addr) {
+                Some(i) => {
+                    let sockets = crate::server::listeners::open_missing(
+                        &self.groups[i],
+                        owners.len(),
+                        new,
+                        file,
+                    )?;
+                    if self.groups[i].udp.is_empty() {
+                        // HTTP/3 new on an address served already: its UDP port checked
+                        // first, as a new address's is.
+                        use crate::server::listeners::{probe_free, Proto};
+                        probe_free(new, w.addr, &w.routes, file, Proto::Udp)?;
+                    }
+                    let udp = crate::server::listeners::open_missing_udp(
+                        &self.groups[i],
+                        owners.len(),
+                        new,
+                        file,
+                    )?;
+                    grown.push((i, sockets, udp, owners));
+                }
+                None => {
+                    use crate::server::listeners::{probe_free, Proto};
+                    probe_free(new, w.addr, &w.routes, file, Proto::Tcp)?;
+                    probe_free(new, w.addr, &w.routes, file, Proto::Udp)?;
+                    let mut g = ListenerGroup::new(w.addr, w.pools.clone(), w.routes.clone());
+                    crate::server::listeners::fill_group(&mut g, new, &self.topology, plan, file)?;
+                    fresh.push(g);
+                }
+            }
+        }
+        Ok((fresh, grown))
+    }
+
+    /// The switch, which cannot fail: grown groups take their new sockets, pools, routes and
+    /// owners; groups no site wants any more close (the master's copies now; the old
+    /// workers' with them). How many closed.
+    fn switch_listeners(
+        &mut self,
+        fresh: Vec<ListenerGroup>,
+        grown: Vec<Grown>,
+        wanted: &[ListenerGroup],
+        new: &Config,
+        plan: &crate::placement::Plan,
+    ) -> usize {
+        for (i, sockets, udp, owners) in grown {
+            let g = &mut self.groups[i];
+            g.sockets.extend(sockets);
+            if let Some(w) = wanted.iter().find(|w| w.addr == g.addr) {
+                g.routes = w.routes.clone();
+                g.pools = w.pools.clone();
+            }
+            crate::server::listeners::arm_group(g, &owners, udp, new, &self.topology);
+        }
+        let before = self.groups.len();
+        self.groups
+            .retain(|g| wanted.iter().any(|w| w.addr == g.addr));
+        let closed = before - self.groups.len();
+        self.groups.extend(fresh);
+        self.handoffs.retain_planned(&self.groups, &new.pools, plan);
+        closed
+    }
+
+    /// The pools with an app behind fronts.
+    fn proxied_pools(&self) -> Vec<usize> {
+        (0..self.pools.len())
+            .filter(|&p| {
+                self.pools[p]
+                    .spec
+                    .app
+                    .as_ref()
+                    .is_some_and(|a| a.transport != crate::config::Transport::Activation)
+            })
+            .collect()
+    }
+
+    /// The slots of pools neither changed nor removed; the others' processes retire.
+    fn retire_changed(
+        &mut self,
+        changed_set: &HashSet<String>,
+        removed_set: &HashSet<String>,
+    ) -> Vec<Slot> {
         let mut slots = Vec::new();
         for mut slot in std::mem::take(&mut self.slots) {
             let pool = slot.spec.pool.clone();
@@ -233,6 +297,12 @@ impl Supervisor {
                 slots.push(slot);
             }
         }
+        slots
+    }
+
+    /// The pools of `new`, each keeping its running state (by name, matched once each);
+    /// removed ones let go. Each pool's index by name.
+    fn match_pools(&mut self, new: &Config) -> HashMap<String, usize> {
         // Pools by name, matched once each (thousands of them: no search per pool or slot).
         let mut old_pools: HashMap<String, PoolRt> = self
             .pools
@@ -257,40 +327,17 @@ impl Supervisor {
             }
         }
         self.pools = pools;
-        let index: HashMap<String, usize> = self
-            .pools
+        self.pools
             .iter()
             .enumerate()
             .map(|(i, p)| (p.spec.name.clone(), i))
-            .collect();
-        let mut placed: Vec<Slot> = slots
-            .into_iter()
-            .filter_map(|s| self.placed(s, &index))
-            .collect();
-        let first_new = placed.len();
-        for spec in specs {
-            for slot in Slot::for_spec(spec, 0, &new) {
-                placed.extend(self.placed(slot, &index));
-            }
-        }
-        self.slots = placed;
-        self.cert_store.reconfigure(&new);
-        self.config = new;
-        self.upstream_checks.start(&self.config, &self.events);
-        self.acme.start(&self.config, &self.events);
-        // A stopped pool stays stopped, and a sleeping one asleep: shared addresses keep
-        // steering around them.
-        // Pool indices moved: every proxied pool's fronts hear again where its apps are.
-        // (Only pools with an app behind fronts have any: a pass over the slots each.)
-        self.upstreams_unsent = (0..self.pools.len())
-            .filter(|&p| {
-                self.pools[p]
-                    .spec
-                    .app
-                    .as_ref()
-                    .is_some_and(|a| a.transport != crate::config::Transport::Activation)
-            })
-            .collect();
+            .collect()
+    }
+
+    /// Starts the new slots from `first_new` (an on-demand one sleeps; a stopped pool's
+    /// stays stopped).
+    fn start_new_slots(&mut self, first_new: usize) {
+        self.make_cgroups_for(first_new);
         self.make_cgroups_for(first_new);
         for i in first_new..self.slots.len() {
             if self.pools[self.slots[i].pool].stopped.is_some() {
@@ -308,6 +355,15 @@ impl Supervisor {
         if !self.pools_away().is_empty() {
             self.steer_around_away();
         }
+    }
+
+    /// The reload's line: pools kept, changed, removed, listener groups closed, and notes.
+    fn summary(
+        &self,
+        file: &str,
+        (changed, removed, closed): (&[String], &[String], usize),
+        notes: Vec<String>,
+    ) -> String {
         // The configured pools are counted; the dispatcher is named when it was replaced.
         let dispatcher = crate::server::dispatcher::POOL;
         let configured = |names: &[String]| names.iter().filter(|n| *n != dispatcher).count();
@@ -316,11 +372,11 @@ impl Supervisor {
             .iter()
             .filter(|p| p.spec.name != dispatcher)
             .count();
-        let kept = total - configured(&changed);
+        let kept = total - configured(changed);
         let mut summary = format!(
             "reloaded {file}: {kept} pool(s) unchanged, {} changed or new (their workers replaced, overlapped), {} removed, {closed} listener group(s) closed",
-            configured(&changed),
-            configured(&removed)
+            configured(changed),
+            configured(removed)
         );
         if changed.iter().any(|n| n == dispatcher) {
             summary.push_str("; the dispatcher replaced (an address's hosts or pools changed)");
@@ -329,7 +385,7 @@ impl Supervisor {
             summary.push_str("; ");
             summary.push_str(&n);
         }
-        Ok(summary)
+        summary
     }
 
     /// Reloads (SIGHUP or `espalier reload`) and logs the outcome; the message is the log line.
