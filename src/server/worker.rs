@@ -102,7 +102,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         on_demand.as_ref().map(|(d, _)| d),
     )?);
     // Each thread's UDP sockets for HTTP/3, as the master handed them.
-    let mut quic = crate::server::quic::sockets(spec, |g| shared.configs[g].is_some()).into_iter();
+    let quic = crate::server::quic::sockets(spec, |g| shared.configs[g].is_some());
     // Placed and in its control groups (which needed root): now the pool's user, before any
     // thread starts or any request is read.
     if let Some(id) = &spec.identity {
@@ -115,9 +115,6 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     // run as the same user (see `handoff`).
     os::process::not_dumpable().map_err(|e| format!("cannot make the worker non-dumpable: {e}"))?;
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
-    let mut threads = Vec::new();
     // Each thread publishes its figures and a heartbeat here, for the master's pings.
     let epoch = std::time::Instant::now();
     let health: Vec<Arc<ThreadHealth>> = spec
@@ -128,35 +125,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     // The app processes a front worker forwards to, replaced at each `upstreams` message.
     let tiers = Arc::new(SharedTiers::default());
     let upstreams = shared.upstreams.clone();
-    for (t, thread) in spec.threads.iter().enumerate() {
-        let spec = spec.clone();
-        let tiers = Arc::clone(&tiers);
-        let stop_rx = stop_rx.clone();
-        let started_tx = started_tx.clone();
-        let cpu = thread.cpu;
-        let health = Arc::clone(&health[t]);
-        let shared = Arc::clone(&shared);
-        let quic = quic.next().unwrap_or_default();
-        let handle = std::thread::Builder::new()
-            .name(format!("{}-cpu{cpu}", spec.pool))
-            .spawn(move || {
-                let channels = engine::ThreadChannels {
-                    stop_rx,
-                    started: started_tx,
-                };
-                engine::engine_thread(&spec, t, channels, health, tiers, &shared, quic)
-            })
-            .map_err(|e| format!("cannot start a thread: {e}"))?;
-        threads.push(handle);
-    }
-    drop(started_tx);
-    for _ in 0..spec.threads.len() {
-        match started_rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err("a worker thread died while starting".into()),
-        }
-    }
+    let (stop_tx, threads) = start_threads(spec, &shared, &health, &tiers, quic)?;
     if let Some(mib) = std::env::var(ALLOCATE_VAR)
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -193,6 +162,51 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let _ = t.join();
     }
     served
+}
+
+/// Starts one engine thread per CPU of `spec` and waits until each has started (`Err` with
+/// the first one's reason); the sender that tells them to drain, and their handles.
+fn start_threads(
+    spec: &WorkerSpec,
+    shared: &Arc<Shared>,
+    health: &[Arc<ThreadHealth>],
+    tiers: &Arc<SharedTiers>,
+    quic: Vec<crate::server::quic::ThreadSockets>,
+) -> Result<(watch::Sender<bool>, Vec<std::thread::JoinHandle<()>>), String> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let mut threads = Vec::new();
+    let mut quic = quic.into_iter();
+    for (t, thread) in spec.threads.iter().enumerate() {
+        let spec = spec.clone();
+        let tiers = Arc::clone(tiers);
+        let stop_rx = stop_rx.clone();
+        let started_tx = started_tx.clone();
+        let cpu = thread.cpu;
+        let health = Arc::clone(&health[t]);
+        let shared = Arc::clone(shared);
+        let quic = quic.next().unwrap_or_default();
+        let handle = std::thread::Builder::new()
+            .name(format!("{}-cpu{cpu}", spec.pool))
+            .spawn(move || {
+                let channels = engine::ThreadChannels {
+                    stop_rx,
+                    started: started_tx,
+                };
+                engine::engine_thread(&spec, t, channels, health, tiers, &shared, quic)
+            })
+            .map_err(|e| format!("cannot start a thread: {e}"))?;
+        threads.push(handle);
+    }
+    drop(started_tx);
+    for _ in 0..spec.threads.len() {
+        match started_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err("a worker thread died while starting".into()),
+        }
+    }
+    Ok((stop_tx, threads))
 }
 
 /// What a worker's threads share: the TLS of its listener groups (each https group's rustls

@@ -293,46 +293,7 @@ impl Supervisor {
                     s.last_exit = Some(why);
                 }
             }
-            Message::Pong { .. }
-                if self
-                    .proc_of(generation)
-                    .is_some_and(|(_, p)| p.app.is_some()) =>
-            {
-                // sd_notify `WATCHDOG=1`: the app pings by itself from now on.
-                if let Some((_, p)) = self.proc_of(generation) {
-                    p.last_pong = Instant::now();
-                    if let Some(app) = p.app.as_mut() {
-                        app.watchdog = true;
-                    }
-                }
-            }
-            Message::Pong {
-                requests,
-                panics,
-                remote,
-                connections,
-                accepted,
-                steered,
-                queue,
-            } => {
-                if let Some((name, p)) = self.proc_of(generation) {
-                    p.remote = remote;
-                    (p.connections, p.accepted, p.steered) = (connections, accepted, steered);
-                    p.queue = queue;
-                    if p.stuck {
-                        log(
-                            "master",
-                            format!("worker {name} (pid {}) is turning again", p.pid),
-                        );
-                    }
-                    p.requests = requests;
-                    p.panics = panics;
-                    // An `ejected` line follows the pong when it has any.
-                    p.ejected.clear();
-                    p.last_pong = Instant::now();
-                    p.stuck = false;
-                }
-            }
+            pong @ Message::Pong { .. } => self.on_pong(generation, pong),
             Message::Stuck(threads) => {
                 // Not a pong: `ping_response_time` replaces the worker if this goes on.
                 if let Some((name, p)) = self.proc_of(generation) {
@@ -375,6 +336,44 @@ impl Supervisor {
             | Message::Certificate(_)
             | Message::NoCertificate(_) => {}
         }
+    }
+
+    /// A pong: a worker's figures (an `ejected` line follows when it has any), or an app's
+    /// sd_notify `WATCHDOG=1` (it pings by itself from then on).
+    fn on_pong(&mut self, generation: u64, pong: Message) {
+        let Message::Pong {
+            requests,
+            panics,
+            remote,
+            connections,
+            accepted,
+            steered,
+            queue,
+        } = pong
+        else {
+            return;
+        };
+        let Some((name, p)) = self.proc_of(generation) else {
+            return;
+        };
+        p.last_pong = Instant::now();
+        if let Some(app) = p.app.as_mut() {
+            app.watchdog = true;
+            return;
+        }
+        p.remote = remote;
+        (p.connections, p.accepted, p.steered) = (connections, accepted, steered);
+        p.queue = queue;
+        if p.stuck {
+            log(
+                "master",
+                format!("worker {name} (pid {}) is turning again", p.pid),
+            );
+        }
+        p.requests = requests;
+        p.panics = panics;
+        p.ejected.clear();
+        p.stuck = false;
     }
 
     /// READY=1 for systemd (`Type=notify`), with a status line of what serves.
