@@ -443,100 +443,104 @@ impl Supervisor {
         let crossed_window = (self.last_second_of_day, second);
         self.last_second_of_day = second;
         for i in 0..self.slots.len() {
-            let pool = &self.pools[self.slots[i].pool];
-            // A sleeping slot has no process, or a frozen one that can answer nothing.
-            if pool.stopped.is_some() || self.slots[i].asleep {
-                continue;
+            self.tick_slot(i, now, crossed_window);
+        }
+    }
+
+    /// Slot `i`'s turn of the tick: a due restart, the process's deadlines (start, pings),
+    /// an app's readiness, its ping, and a recycle its limits call for.
+    fn tick_slot(&mut self, i: usize, now: Instant, crossed_window: (u32, u32)) {
+        let pool = &self.pools[self.slots[i].pool];
+        // A sleeping slot has no process, or a frozen one that can answer nothing.
+        if pool.stopped.is_some() || self.slots[i].asleep {
+            return;
+        }
+        let (recycle, ping_response) = (pool.spec.recycle.clone(), pool.spec.ping_response_time);
+        // A worker is pinged every second for its figures; an app process only every
+        // `ping_interval`, since its ping is a request to its `health` URL.
+        let ping_every = if self.slots[i].app.is_some() {
+            pool.spec.ping_interval
+        } else {
+            pool.spec.ping_interval.min(STATS_PING)
+        };
+        let limits = Deadlines {
+            startup: pool.spec.startup_time_limit,
+            ping: pool.spec.ping_response_time.max(ping_every * 3),
+            shutdown: pool.spec.shutdown_time_limit,
+        };
+        if self.slots[i].app.is_some()
+            && self.slots[i]
+                .replacing
+                .as_ref()
+                .is_some_and(|p| p.life == Life::Starting)
+        {
+            // An overlapped recycle's new app process becomes ready as a first one does.
+            self.app_readiness(i, now);
+        }
+        let slot = &mut self.slots[i];
+        if matches!(slot.restart, Restart::At(t) if t <= now) && slot.current.is_none() {
+            slot.restart = Restart::No;
+            if let Err(e) = self.start(i, false) {
+                log("master", format!("{e}; trying again"));
+                self.slots[i].restart = Restart::At(now + lifecycle::MAX_BACKOFF);
             }
-            let (recycle, ping_response) =
-                (pool.spec.recycle.clone(), pool.spec.ping_response_time);
-            // A worker is pinged every second for its figures; an app process only every
-            // `ping_interval`, since its ping is a request to its `health` URL.
-            let ping_every = if self.slots[i].app.is_some() {
-                pool.spec.ping_interval
-            } else {
-                pool.spec.ping_interval.min(STATS_PING)
-            };
-            let limits = Deadlines {
-                startup: pool.spec.startup_time_limit,
-                ping: pool.spec.ping_response_time.max(ping_every * 3),
-                shutdown: pool.spec.shutdown_time_limit,
-            };
-            if self.slots[i].app.is_some()
-                && self.slots[i]
-                    .replacing
-                    .as_ref()
-                    .is_some_and(|p| p.life == Life::Starting)
-            {
-                // An overlapped recycle's new app process becomes ready as a first one does.
+            return;
+        }
+        let Some(p) = slot.current.as_mut() else {
+            return;
+        };
+        let starting = p.life == Life::Starting;
+        let name = slot.spec.name();
+        match p.happen(Happening::Tick(limits), now) {
+            Some(Act::Kill(Why::StartupLimit)) => {
+                log("master", format!("worker {name} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", p.pid, limits.startup.as_secs()));
+                return;
+            }
+            Some(Act::Kill(_)) => {
+                log("master", format!("worker {name} (pid {}) missed its pings for {}s (ping_response_time): replacing it", p.pid, ping_response.as_secs()));
+                return;
+            }
+            _ => {}
+        }
+        // Dying (its exit is reaped like any other), or not ready yet.
+        if !p.life.is_ready() {
+            if starting && slot.app.is_some() {
                 self.app_readiness(i, now);
             }
-            let slot = &mut self.slots[i];
-            if matches!(slot.restart, Restart::At(t) if t <= now) && slot.current.is_none() {
-                slot.restart = Restart::No;
-                if let Err(e) = self.start(i, false) {
-                    log("master", format!("{e}; trying again"));
-                    self.slots[i].restart = Restart::At(now + lifecycle::MAX_BACKOFF);
+            return;
+        }
+        if now.duration_since(p.last_pong) >= ping_every {
+            match &p.control {
+                Some(control) => {
+                    control.send(&Message::Ping.line());
                 }
-                continue;
+                None => self.app_ping(i, now),
             }
-            let Some(p) = slot.current.as_mut() else {
-                continue;
+        }
+        let slot = &mut self.slots[i];
+        let Some(p) = slot.current.as_mut() else {
+            return;
+        };
+        if slot.replacing.is_none() && slot.restart != Restart::AfterExit {
+            let uptime = now.duration_since(p.started);
+            let crossed = lifecycle::crossed(&recycle.schedule, crossed_window.0, crossed_window.1);
+            let resident = if recycle.memory.is_some() {
+                p.resident_bytes()
+            } else {
+                None
             };
-            let starting = p.life == Life::Starting;
-            let name = slot.spec.name();
-            match p.happen(Happening::Tick(limits), now) {
-                Some(Act::Kill(Why::StartupLimit)) => {
-                    log("master", format!("worker {name} (pid {}) did not report ready within {}s (startup_time_limit): replacing it", p.pid, limits.startup.as_secs()));
-                    continue;
-                }
-                Some(Act::Kill(_)) => {
-                    log("master", format!("worker {name} (pid {}) missed its pings for {}s (ping_response_time): replacing it", p.pid, ping_response.as_secs()));
-                    continue;
-                }
-                _ => {}
-            }
-            // Dying (its exit is reaped like any other), or not ready yet.
-            if !p.life.is_ready() {
-                if starting && slot.app.is_some() {
-                    self.app_readiness(i, now);
-                }
-                continue;
-            }
-            if now.duration_since(p.last_pong) >= ping_every {
-                match &p.control {
-                    Some(control) => {
-                        control.send(&Message::Ping.line());
-                    }
-                    None => self.app_ping(i, now),
-                }
-            }
-            let slot = &mut self.slots[i];
-            let Some(p) = slot.current.as_mut() else {
-                continue;
-            };
-            if slot.replacing.is_none() && slot.restart != Restart::AfterExit {
-                let uptime = now.duration_since(p.started);
-                let crossed =
-                    lifecycle::crossed(&recycle.schedule, crossed_window.0, crossed_window.1);
-                let resident = if recycle.memory.is_some() {
-                    p.resident_bytes()
-                } else {
-                    None
-                };
-                if let Some(why) =
-                    lifecycle::recycle_due(&recycle, uptime, p.requests, resident, crossed)
-                {
-                    log(
-                        "master",
-                        format!(
-                            "recycling worker {} (pid {}): {why}",
-                            slot.spec.name(),
-                            p.pid
-                        ),
-                    );
-                    self.recycle_slot(i);
-                }
+            if let Some(why) =
+                lifecycle::recycle_due(&recycle, uptime, p.requests, resident, crossed)
+            {
+                log(
+                    "master",
+                    format!(
+                        "recycling worker {} (pid {}): {why}",
+                        slot.spec.name(),
+                        p.pid
+                    ),
+                );
+                self.recycle_slot(i);
             }
         }
     }
