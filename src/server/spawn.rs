@@ -42,17 +42,7 @@ pub(super) fn worker_specs(
     let handoff_fds = handoffs.fds();
     let pools: HashMap<&str, &PoolSpec> =
         config.pools.iter().map(|p| (p.name.as_str(), p)).collect();
-    // Per pool: the groups it serves. Per group: each (worker, thread)'s socket.
-    let mut groups_of: HashMap<&str, Vec<usize>> = HashMap::new();
-    for (g, group) in groups.iter().enumerate() {
-        for pool in &group.pools {
-            groups_of.entry(pool.as_str()).or_default().push(g);
-        }
-    }
-    let socket_of: Vec<HashMap<(usize, usize), usize>> = groups
-        .iter()
-        .map(|g| g.owners.iter().enumerate().map(|(i, &o)| (o, i)).collect())
-        .collect();
+    let (groups_of, socket_of) = socket_index(groups);
     let senders = super::handoffs::senders(&config.pools);
     // Once, not per worker (the probe is cached; the environment and the text are not).
     let uring = super::io_path(&config.server).is_ok_and(|p| p.uring);
@@ -66,27 +56,12 @@ pub(super) fn worker_specs(
                 .get(worker.pool.as_str())
                 .filter(|_| wanted(&worker.pool))?;
             let my_groups: &[usize] = groups_of.get(pool.name.as_str()).map_or(&[], Vec::as_slice);
-            let activated = pool.activated();
-            let threads = super::listeners::listening_cpus(worker, activated)
-                .into_iter()
-                .enumerate()
-                .map(|(t, cpu)| ThreadSpec {
-                    cpu,
-                    listeners: my_groups
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(local_g, &g)| {
-                            let i = *socket_of[g].get(&(w, t))?;
-                            Some((groups[g].sockets[i].as_raw_fd(), local_g))
-                        })
-                        .collect(),
-                    handoff_fd: handoff_fds
-                        .get(&(pool.name.as_str(), worker.index, cpu))
-                        .copied(),
-                    node: topology.node_of_cpu(cpu),
-                    quic: quic_sockets(groups, &socket_of, my_groups, (w, t)),
-                })
-                .collect::<Vec<ThreadSpec>>();
+            let sockets = Sockets {
+                groups,
+                socket_of: &socket_of,
+                handoff_fds: &handoff_fds,
+            };
+            let threads = thread_specs(worker, (w, pool), my_groups, &sockets, topology);
             // Only a worker on a shared address hands connections on, and ranks targets (an
             // on-demand one is given its hand-off sockets as it wakes).
             let shares = my_groups.iter().any(|&g| groups[g].shared());
@@ -138,28 +113,94 @@ pub(super) fn worker_specs(
                 identity: pool.identity.clone(),
                 // Filled in as the process starts, from the files as they are then.
                 store_certs: Vec::new(),
-                proxy: pool
-                    .app
-                    .as_ref()
-                    .filter(|a| a.transport != crate::config::Transport::Activation)
-                    .map(|a| crate::proxy::ProxySettings {
-                        connect_timeout: a.connect_timeout,
-                        response_timeout: a.response_timeout,
-                        fastcgi: a.transport == crate::config::Transport::FastCgi,
-                        script_extensions: a.script_extensions.clone(),
-                        http2: a.protocol == crate::config::upstream::Protocol::Http2,
-                        backpressure: a.backpressure,
-                        pass_underscored_fields: a.pass_underscored_fields,
-                        wait_for_ready: match pool.start {
-                            crate::config::StartMode::OnDemand => pool.startup_time_limit,
-                            crate::config::StartMode::Always => {
-                                crate::proxy::WAIT_FOR_READY.min(a.connect_timeout)
-                            }
-                        },
-                    }),
+                proxy: proxy_settings(pool),
             })
         })
         .collect()
+}
+
+/// Per pool, the groups it serves; per group, each (worker, thread)'s socket.
+type SocketIndex<'a> = (
+    HashMap<&'a str, Vec<usize>>,
+    Vec<HashMap<(usize, usize), usize>>,
+);
+
+fn socket_index(groups: &[ListenerGroup]) -> SocketIndex<'_> {
+    let mut groups_of: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (g, group) in groups.iter().enumerate() {
+        for pool in &group.pools {
+            groups_of.entry(pool.as_str()).or_default().push(g);
+        }
+    }
+    let socket_of = groups
+        .iter()
+        .map(|g| g.owners.iter().enumerate().map(|(i, &o)| (o, i)).collect())
+        .collect();
+    (groups_of, socket_of)
+}
+
+/// Where the plan's workers find their sockets: the listener groups, each group's socket
+/// by (worker, thread), and each thread's hand-off socket.
+struct Sockets<'a> {
+    groups: &'a [ListenerGroup],
+    socket_of: &'a [HashMap<(usize, usize), usize>],
+    handoff_fds: &'a HashMap<(&'a str, u32, u32), RawFd>,
+}
+
+/// The threads of the plan's `w`th worker (of `pool`): one per CPU that listens, each with
+/// its sockets of `my_groups` (the pool's groups), its hand-off socket, its node and its
+/// QUIC sockets.
+fn thread_specs(
+    worker: &crate::placement::WorkerPlan,
+    (w, pool): (usize, &PoolSpec),
+    my_groups: &[usize],
+    at: &Sockets<'_>,
+    topology: &Topology,
+) -> Vec<ThreadSpec> {
+    super::listeners::listening_cpus(worker, pool.activated())
+        .into_iter()
+        .enumerate()
+        .map(|(t, cpu)| ThreadSpec {
+            cpu,
+            listeners: my_groups
+                .iter()
+                .enumerate()
+                .filter_map(|(local_g, &g)| {
+                    let i = *at.socket_of[g].get(&(w, t))?;
+                    Some((at.groups[g].sockets[i].as_raw_fd(), local_g))
+                })
+                .collect(),
+            handoff_fd: at
+                .handoff_fds
+                .get(&(pool.name.as_str(), worker.index, cpu))
+                .copied(),
+            node: topology.node_of_cpu(cpu),
+            quic: quic_sockets(at.groups, at.socket_of, my_groups, (w, t)),
+        })
+        .collect()
+}
+
+/// How a front worker of `pool` speaks to its app: `None` without one, or where the app
+/// accepts the connections itself (activation).
+fn proxy_settings(pool: &PoolSpec) -> Option<crate::proxy::ProxySettings> {
+    pool.app
+        .as_ref()
+        .filter(|a| a.transport != crate::config::Transport::Activation)
+        .map(|a| crate::proxy::ProxySettings {
+            connect_timeout: a.connect_timeout,
+            response_timeout: a.response_timeout,
+            fastcgi: a.transport == crate::config::Transport::FastCgi,
+            script_extensions: a.script_extensions.clone(),
+            http2: a.protocol == crate::config::upstream::Protocol::Http2,
+            backpressure: a.backpressure,
+            pass_underscored_fields: a.pass_underscored_fields,
+            wait_for_ready: match pool.start {
+                crate::config::StartMode::OnDemand => pool.startup_time_limit,
+                crate::config::StartMode::Always => {
+                    crate::proxy::WAIT_FOR_READY.min(a.connect_timeout)
+                }
+            },
+        })
 }
 
 /// In a pool's routes, the site of a host another pool serves (behind the dispatcher, its
