@@ -132,22 +132,7 @@ pub(super) fn spawn_app(
             .collect(),
         Transport::Proxy | Transport::FastCgi => Vec::new(),
     };
-    let (port, socket, endpoint) = match app.transport {
-        Transport::Activation => (None, None, None),
-        Transport::Proxy | Transport::FastCgi => match app.upstream {
-            UpstreamKind::Tcp => {
-                let port = free_loopback_port()?;
-                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-                (Some(port), None, Some(Endpoint::Tcp(addr)))
-            }
-            UpstreamKind::Unix => {
-                let pool_dir = super::runtime::ensure_pool_dir(&spec.pool, spec.identity.as_ref())?;
-                let path = pool_dir.join(format!("{}-{generation}.sock", spec.index));
-                let _ = std::fs::remove_file(&path);
-                (None, Some(path.clone()), Some(Endpoint::Unix(path)))
-            }
-        },
-    };
+    let (port, socket, endpoint) = app_address(spec, app, generation)?;
     let notify_path = dir.join(format!("notify-{generation}"));
     let _ = std::fs::remove_file(&notify_path);
     let notify_sock = std::os::unix::net::UnixDatagram::bind(&notify_path)
@@ -217,8 +202,50 @@ pub(super) fn spawn_app(
     }
     // The child is reaped by the supervisor's waitpid loop, not through `child`.
     drop(child);
+    let notify = relay_notify(notify_sock, notify_path, generation, events)?;
+    Ok(StartedApp {
+        pid,
+        endpoint,
+        notify,
+        output,
+    })
+}
+
+/// An app process's port, socket path and endpoint (see [`app_address`]).
+type AppAddress = (Option<u16>, Option<std::path::PathBuf>, Option<Endpoint>);
+
+/// Where an app process of `spec` listens: a free loopback port (`PORT`), or a socket in
+/// its pool's runtime folder (`ESPALIER_SOCKET`); nothing of its own when it is activated
+/// (it takes the listeners). The port, the socket's path, and the endpoint fronts reach.
+fn app_address(spec: &WorkerSpec, app: &AppCommand, generation: u64) -> Result<AppAddress, String> {
+    Ok(match app.transport {
+        Transport::Activation => (None, None, None),
+        Transport::Proxy | Transport::FastCgi => match app.upstream {
+            UpstreamKind::Tcp => {
+                let port = free_loopback_port()?;
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                (Some(port), None, Some(Endpoint::Tcp(addr)))
+            }
+            UpstreamKind::Unix => {
+                let pool_dir = super::runtime::ensure_pool_dir(&spec.pool, spec.identity.as_ref())?;
+                let path = pool_dir.join(format!("{}-{generation}.sock", spec.index));
+                let _ = std::fs::remove_file(&path);
+                (None, Some(path.clone()), Some(Endpoint::Unix(path)))
+            }
+        },
+    })
+}
+
+/// Relays what an app process sends its `NOTIFY_SOCKET` (sd_notify: READY=1, WATCHDOG=1,
+/// STOPPING=1) to the supervisor as its messages; the socket's file goes when it ends.
+fn relay_notify(
+    notify_sock: std::os::unix::net::UnixDatagram,
+    notify_path: std::path::PathBuf,
+    generation: u64,
+    events: UnboundedSender<Event>,
+) -> Result<tokio::task::JoinHandle<()>, String> {
     let notify_sock = tokio::net::UnixDatagram::from_std(notify_sock).map_err(|e| e.to_string())?;
-    let notify = tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         while let Ok(n) = notify_sock.recv(&mut buf).await {
             for message in notify_messages(&String::from_utf8_lossy(&buf[..n])) {
@@ -234,13 +261,7 @@ pub(super) fn spawn_app(
             }
         }
         let _ = std::fs::remove_file(&notify_path);
-    });
-    Ok(StartedApp {
-        pid,
-        endpoint,
-        notify,
-        output,
-    })
+    }))
 }
 
 /// Copies an app's output into the master's log, line by line with its name, keeping the
