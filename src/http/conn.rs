@@ -396,7 +396,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             }
         };
         let body_end = match frame(
-            &mut self.reading,
+            &mut self.reading.pending,
             &self.rbuf,
             (at, len),
             framing,

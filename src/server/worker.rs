@@ -4,9 +4,10 @@
 //! Owns: the worker's start — placed, what its threads share made, the pool's user assumed,
 //! its threads started — and its graceful stop. Beside it: `engine`, one engine thread (its
 //! runtime, connections' environment, heartbeat and drain); `admission`, a thread's
-//! connections taken in; `from_master`, the control channel once ready (what it answers the
-//! master's pings is `worker_health`'s). Must not touch: other workers or the listeners' life
-//! (the master owns the sockets; a worker only uses its inherited copies).
+//! connections taken in; `shared`, what the threads share; `from_master`, the control
+//! channel once ready (what it answers the master's pings is `worker_health`'s). Must not
+//! touch: other workers or the listeners' life (the master owns the sockets; a worker only
+//! uses its inherited copies).
 //!
 //! Affinity: the main thread and, for soft affinity, every engine thread may run on all of
 //! the worker's CPUs (its home node); with hard affinity each engine thread is pinned to its
@@ -19,8 +20,8 @@ use super::spec::{WorkerSpec, ENV_VAR};
 use super::worker_health::ThreadHealth;
 use crate::cpuset::CpuSet;
 use crate::os::{self, numa::MemPolicyMode};
-use crate::proxy::{GroupHealth, SharedTiers};
-use crate::routing::limits::Accounts;
+use crate::proxy::SharedTiers;
+use shared::Shared;
 use std::io::Write;
 
 use std::os::unix::net::UnixStream;
@@ -209,20 +210,6 @@ fn start_threads(
     Ok((stop_tx, threads))
 }
 
-/// What a worker's threads share: the TLS of its listener groups (each https group's rustls
-/// configuration, `None` for cleartext, and the connections the kernel's TLS can take), and
-/// the accounts of its sites' limits.
-struct Shared {
-    configs: Vec<Option<(Arc<rustls::ServerConfig>, Option<crate::tls::Held>)>>,
-    kernel: crate::os::ktls::KernelSupport,
-    limits: Vec<Option<Arc<Accounts>>>,
-    /// The head parser's bound on a body ([`body_ceiling`]).
-    max_body: u64,
-    /// Each upstream group a path of the worker's sites names: its servers' health, shared
-    /// by the threads (see `proxy::group`).
-    upstreams: Vec<Arc<GroupHealth>>,
-}
-
 /// Places the worker as its spec says: in the pool's control groups, under its memory policy,
 /// on its CPUs (the engine threads inherit both). Errors name what could not be had.
 fn place(spec: &WorkerSpec) -> Result<(), String> {
@@ -257,91 +244,10 @@ fn place(spec: &WorkerSpec) -> Result<(), String> {
     Ok(())
 }
 
-impl Shared {
-    /// What `spec`'s threads share: each https group's TLS (certificates read now, while
-    /// the worker may still read its keys; the store's from `store`), the body ceiling, the
-    /// upstream groups' health and the limited sites' accounts.
-    fn of(
-        spec: &WorkerSpec,
-        store: &Arc<crate::certs::store::StoreKeys>,
-        ktls: crate::os::ktls::KernelSupport,
-        on_demand: Option<&Arc<crate::tls::on_demand::OnDemand>>,
-    ) -> Result<Shared, String> {
-        Ok(Shared {
-            configs: spec
-                .groups
-                .iter()
-                .map(|g| {
-                    g.tls
-                        .then(|| {
-                            crate::tls::server_config(
-                                g,
-                                &spec.sites,
-                                &spec.pool,
-                                &spec.name(),
-                                store,
-                                !ktls.is_empty(),
-                                crate::tls::AcmeAnswers {
-                                    challenges: spec.acme_challenges.as_deref(),
-                                    on_demand,
-                                },
-                            )
-                        })
-                        .transpose()
-                })
-                .collect::<Result<_, _>>()?,
-            kernel: ktls,
-            max_body: body_ceiling(spec.limits.max_body_size, &spec.sites),
-            upstreams: used_upstreams(spec)
-                .map(|u| Arc::new(GroupHealth::new(Arc::new(u.clone()))))
-                .collect(),
-            // Each limited site's clients, counted per worker (per node; see routing::limits).
-            limits: spec
-                .sites
-                .iter()
-                .map(|s| {
-                    s.limit.clone().map(|limit| {
-                        let who = spec.name();
-                        let report = Box::new(move |line: String| log(&who, line));
-                        Arc::new(Accounts::new(&s.name, limit, spec.threads.len(), report))
-                    })
-                })
-                .collect(),
-        })
-    }
-}
-
-/// The upstream groups the paths of `spec`'s own sites name (a group no path of the
-/// worker's uses costs it nothing).
-fn used_upstreams(
-    spec: &WorkerSpec,
-) -> impl Iterator<Item = &crate::config::upstream::UpstreamSpec> {
-    let used = |name: &str| {
-        (spec.sites.iter())
-            .flat_map(|s| &s.apps)
-            .any(|a| a.answered_by(&spec.pool) && a.upstream.as_deref() == Some(name))
-    };
-    spec.upstreams.iter().filter(move |u| used(&u.name))
-}
-
-/// The largest body any request here may carry — the server's `max_body_size` or a larger
-/// site's or path's, other pools' included (their requests' heads are read here before the
-/// hand-off) — which bounds the head parser; each request is then held to its own.
-fn body_ceiling(server: u64, sites: &[crate::config::SiteSpec]) -> u64 {
-    sites
-        .iter()
-        .flat_map(|s| {
-            s.apps
-                .iter()
-                .filter_map(|a| a.max_body_size)
-                .chain(s.max_body_size)
-        })
-        .fold(server, u64::max)
-}
-
 mod admission;
 mod engine;
 mod from_master;
+mod shared;
 
 #[cfg(test)]
 mod tests;

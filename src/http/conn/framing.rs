@@ -6,7 +6,6 @@
 
 use super::super::body::Pending;
 use super::super::{ChunkedDecoder, Framing};
-use super::Reading;
 
 /// Why a request's body is not in the buffer whole.
 pub(super) enum Unframed {
@@ -18,10 +17,11 @@ pub(super) enum Unframed {
     TooLarge,
 }
 
-/// Frames the body of the request whose `len`-byte head is at `at`: where the body ends when
+/// Frames the body of the request whose `len`-byte head is at `at` (its state between reads in
+/// `pending`): where the body ends when
 /// the buffer holds it all, or why it cannot be answered yet.
 pub(super) fn frame(
-    reading: &mut Reading,
+    pending: &mut Option<Pending>,
     rbuf: &[u8],
     (at, len): (usize, usize),
     framing: Framing,
@@ -42,7 +42,7 @@ pub(super) fn frame(
                 return Err(Unframed::TooLarge);
             };
             if rbuf.len() < end {
-                reading.pending = Some(Pending::Length {
+                *pending = Some(Pending::Length {
                     end: end - at,
                     expect_continue,
                 });
@@ -50,14 +50,14 @@ pub(super) fn frame(
             }
             end
         }
-        Framing::Chunked => match &reading.pending {
+        Framing::Chunked => match &*pending {
             Some(Pending::Chunked {
                 done: true,
                 body_len,
                 ..
             }) => body_start + body_len,
             _ => {
-                reading.pending = Some(Pending::Chunked {
+                *pending = Some(Pending::Chunked {
                     head_len: len,
                     body_len: 0,
                     decoder: ChunkedDecoder::with_bounds(max_body, max_framing),
@@ -69,6 +69,6 @@ pub(super) fn frame(
             }
         },
     };
-    reading.pending = None;
+    *pending = None;
     Ok(end)
 }

@@ -8,7 +8,7 @@
 //! version) or the connections' protocol (`crate::http`).
 
 use super::admission::{accept_loop, receive_loop, Admission, Listener};
-use super::Shared;
+use super::shared::Shared;
 use crate::cpuset::CpuSet;
 use crate::handlers::{ProxyRoutes, ThreadService};
 use crate::handoff::PoolTargets;

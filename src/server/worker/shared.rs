@@ -1,0 +1,107 @@
+//! What a worker's engine threads share, made once as the worker starts (while it may still
+//! read its keys): each https group's TLS, the body ceiling of the head parser, the upstream
+//! groups' health, and the limited sites' accounts.
+//!
+//! Owns: [`Shared`]. Must not touch: the threads (`super::engine` reads it).
+
+use crate::proxy::GroupHealth;
+use crate::routing::limits::Accounts;
+use crate::server::log;
+use crate::server::spec::WorkerSpec;
+use std::sync::Arc;
+
+/// What a worker's threads share: the TLS of its listener groups (each https group's rustls
+/// configuration, `None` for cleartext, and the connections the kernel's TLS can take), and
+/// the accounts of its sites' limits.
+pub(super) struct Shared {
+    pub(super) configs: Vec<Option<(Arc<rustls::ServerConfig>, Option<crate::tls::Held>)>>,
+    pub(super) kernel: crate::os::ktls::KernelSupport,
+    pub(super) limits: Vec<Option<Arc<Accounts>>>,
+    /// The head parser's bound on a body ([`body_ceiling`]).
+    pub(super) max_body: u64,
+    /// Each upstream group a path of the worker's sites names: its servers' health, shared
+    /// by the threads (see `proxy::group`).
+    pub(super) upstreams: Vec<Arc<GroupHealth>>,
+}
+
+impl Shared {
+    /// What `spec`'s threads share: each https group's TLS (certificates read now, while
+    /// the worker may still read its keys; the store's from `store`), the body ceiling, the
+    /// upstream groups' health and the limited sites' accounts.
+    pub(super) fn of(
+        spec: &WorkerSpec,
+        store: &Arc<crate::certs::store::StoreKeys>,
+        ktls: crate::os::ktls::KernelSupport,
+        on_demand: Option<&Arc<crate::tls::on_demand::OnDemand>>,
+    ) -> Result<Shared, String> {
+        Ok(Shared {
+            configs: spec
+                .groups
+                .iter()
+                .map(|g| {
+                    g.tls
+                        .then(|| {
+                            crate::tls::server_config(
+                                g,
+                                &spec.sites,
+                                &spec.pool,
+                                &spec.name(),
+                                store,
+                                !ktls.is_empty(),
+                                crate::tls::AcmeAnswers {
+                                    challenges: spec.acme_challenges.as_deref(),
+                                    on_demand,
+                                },
+                            )
+                        })
+                        .transpose()
+                })
+                .collect::<Result<_, _>>()?,
+            kernel: ktls,
+            max_body: body_ceiling(spec.limits.max_body_size, &spec.sites),
+            upstreams: used_upstreams(spec)
+                .map(|u| Arc::new(GroupHealth::new(Arc::new(u.clone()))))
+                .collect(),
+            // Each limited site's clients, counted per worker (per node; see routing::limits).
+            limits: spec
+                .sites
+                .iter()
+                .map(|s| {
+                    s.limit.clone().map(|limit| {
+                        let who = spec.name();
+                        let report = Box::new(move |line: String| log(&who, line));
+                        Arc::new(Accounts::new(&s.name, limit, spec.threads.len(), report))
+                    })
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The upstream groups the paths of `spec`'s own sites name (a group no path of the
+/// worker's uses costs it nothing).
+fn used_upstreams(
+    spec: &WorkerSpec,
+) -> impl Iterator<Item = &crate::config::upstream::UpstreamSpec> {
+    let used = |name: &str| {
+        (spec.sites.iter())
+            .flat_map(|s| &s.apps)
+            .any(|a| a.answered_by(&spec.pool) && a.upstream.as_deref() == Some(name))
+    };
+    spec.upstreams.iter().filter(move |u| used(&u.name))
+}
+
+/// The largest body any request here may carry — the server's `max_body_size` or a larger
+/// site's or path's, other pools' included (their requests' heads are read here before the
+/// hand-off) — which bounds the head parser; each request is then held to its own.
+fn body_ceiling(server: u64, sites: &[crate::config::SiteSpec]) -> u64 {
+    sites
+        .iter()
+        .flat_map(|s| {
+            s.apps
+                .iter()
+                .filter_map(|a| a.max_body_size)
+                .chain(s.max_body_size)
+        })
+        .fold(server, u64::max)
+}
