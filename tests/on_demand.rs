@@ -748,7 +748,11 @@ fn a_wake_past_the_starting_bound_is_answered_503_and_its_retry_wakes_it() {
     let at = |k: usize| SocketAddr::from(([127, 0, 0, 1], ports[k].1));
     let (slow_addr, addr) = (at(0), at(1));
     let slow = std::thread::spawn(move || get_host(slow_addr, "slow.example", "/"));
-    server.wait_for_log("worker slow/0 starting on demand", Duration::from_secs(20));
+    // Its front wakes first; its app (the slow start) at the front's first request.
+    server.wait_for_log(
+        "app slow/0 starting on demand (its front worker has a request",
+        Duration::from_secs(20),
+    );
     let turned = get_host(addr, "next.example", "/");
     assert_eq!(turned.status, 503, "{}", server.log_text());
     assert_eq!(turned.header("retry-after"), Some("2"));
@@ -936,4 +940,39 @@ fn a_connection_without_a_request_wakes_the_front_alone_and_a_request_its_app() 
         "starting on demand (its front worker has a request",
         Duration::from_secs(10),
     );
+}
+
+/// An app started at its front's request counts under `on_demand_starting` as a wake does:
+/// while another app starts, it waits for room — its request held, not refused — and starts
+/// once the other is up.
+#[test]
+fn an_app_asked_for_past_the_starting_bound_starts_when_another_is_up() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [("slow", free_port(), "2"), ("next", free_port(), "0")];
+    let mut config = String::from("[server]\non_demand_starting = 1\n");
+    for (name, port, delay) in ports {
+        config.push_str(&format!(
+            "[[pool]]\nname = \"{name}\"\nstart = \"on-demand\"\nprocesses = 1\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ START_DELAY = \"{delay}\" }}\n[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"{name}\"\n",
+            test_app().display()
+        ));
+    }
+    let server = Server::with_config(dir.path(), &config);
+    let at = |k: usize| SocketAddr::from(([127, 0, 0, 1], ports[k].1));
+    // next's front woken by a connection that has not asked yet.
+    let mut next = Conn::open(at(1));
+    server.wait_until("next's front running", Duration::from_secs(30), |s| {
+        front_and_app(s, "next").0
+    });
+    let slow_addr = at(0);
+    let slow = std::thread::spawn(move || get(slow_addr, "/", ""));
+    server.wait_for_log(
+        "app slow/0 starting on demand (its front worker has a request",
+        Duration::from_secs(20),
+    );
+    next.send(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    server.wait_for_log("app of pool next waits to start", Duration::from_secs(20));
+    assert_eq!(slow.join().unwrap().status, 200);
+    let r = next.read_response(false).expect("next's answer");
+    assert_eq!(r.status, 200, "{}", server.log_text());
 }

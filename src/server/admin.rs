@@ -356,6 +356,73 @@ fn host_allowed(host: &str, admin: SocketAddr) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
+/// What `request` asks of the supervisor (and whether it asks for metrics); `None` when it
+/// was answered here: a page, `/ready`, or a refusal (another host, another server's file,
+/// an unknown path's query, an action without the token).
+fn command_of(
+    request: &crate::http::Request<'_>,
+    resp: &mut Responder<'_>,
+    addr: SocketAddr,
+    (token, identity): (&str, &str),
+    machine: &[u8],
+) -> Option<Option<(AdminCommand, bool)>> {
+    if !request.host().is_none_or(|h| host_allowed(h, addr)) {
+        resp.simple(
+            421,
+            "text/plain; charset=utf-8",
+            b"this endpoint answers to its address or localhost only\n",
+        );
+        return None;
+    }
+    match route_page(request.method, request.path) {
+        Some(Page::Html) => {
+            resp.simple(200, "text/html; charset=utf-8", super::admin_page::PAGE);
+            return None;
+        }
+        Some(Page::Machine) => {
+            resp.simple(200, "application/json", machine);
+            return None;
+        }
+        Some(Page::Ready) => {
+            if DRAINING.load(std::sync::atomic::Ordering::Relaxed) {
+                resp.simple(503, "text/plain; charset=utf-8", b"draining\n");
+            } else {
+                resp.simple(200, "text/plain; charset=utf-8", b"ready\n");
+            }
+            return None;
+        }
+        None => {}
+    }
+    if let Some(refusal) = wrong_server(request, identity) {
+        let body = serde_json::json!({ "ok": false, "message": refusal });
+        resp.simple(409, "application/json", &json(&body));
+        return None;
+    }
+    let command = match route(request.method, request.path, request.query) {
+        Ok(c) => c,
+        Err(why) => {
+            resp.simple(
+                400,
+                "text/plain; charset=utf-8",
+                format!("{why}\n").as_bytes(),
+            );
+            return None;
+        }
+    };
+    // Actions change the server: they need the token (reads do not).
+    let authorized = token_of(request)
+        .is_some_and(|t| !token.is_empty() && crate::os::private_dir::same_secret(t, token));
+    if request.method == Method::Post && command.is_some() && !authorized {
+        let body = serde_json::json!({
+            "ok": false,
+            "message": "this action needs the admin token (header `Authorization: Bearer TOKEN`); espalier's commands on this machine read it from the token file or [server] admin_token"
+        });
+        resp.simple(401, "application/json", &json(&body));
+        return None;
+    }
+    Some(command)
+}
+
 /// One request per connection, answered and closed.
 async fn handle<E: From<Request>>(
     mut stream: tokio::net::TcpStream,
@@ -388,62 +455,10 @@ async fn handle<E: From<Request>>(
                 asked.store(true, std::sync::atomic::Ordering::Relaxed);
                 let head_only = request.method == Method::Head;
                 let mut resp = Responder::new(&mut out, &common, false, 1, head_only);
-                if !request.host().is_none_or(|h| host_allowed(h, addr)) {
-                    resp.simple(
-                        421,
-                        "text/plain; charset=utf-8",
-                        b"this endpoint answers to its address or localhost only\n",
-                    );
-                    break;
+                match command_of(&request, &mut resp, addr, (token, identity), machine) {
+                    Some(command) => (command, head_only),
+                    None => break,
                 }
-                match route_page(request.method, request.path) {
-                    Some(Page::Html) => {
-                        resp.simple(200, "text/html; charset=utf-8", super::admin_page::PAGE);
-                        break;
-                    }
-                    Some(Page::Machine) => {
-                        resp.simple(200, "application/json", machine);
-                        break;
-                    }
-                    Some(Page::Ready) => {
-                        if DRAINING.load(std::sync::atomic::Ordering::Relaxed) {
-                            resp.simple(503, "text/plain; charset=utf-8", b"draining\n");
-                        } else {
-                            resp.simple(200, "text/plain; charset=utf-8", b"ready\n");
-                        }
-                        break;
-                    }
-                    None => {}
-                }
-                if let Some(refusal) = wrong_server(&request, identity) {
-                    let body = serde_json::json!({ "ok": false, "message": refusal });
-                    resp.simple(409, "application/json", &json(&body));
-                    break;
-                }
-                let command = match route(request.method, request.path, request.query) {
-                    Ok(c) => c,
-                    Err(why) => {
-                        resp.simple(
-                            400,
-                            "text/plain; charset=utf-8",
-                            format!("{why}\n").as_bytes(),
-                        );
-                        break;
-                    }
-                };
-                // Actions change the server: they need the token (reads do not).
-                let authorized = token_of(&request).is_some_and(|t| {
-                    !token.is_empty() && crate::os::private_dir::same_secret(t, token)
-                });
-                if request.method == Method::Post && command.is_some() && !authorized {
-                    let body = serde_json::json!({
-                        "ok": false,
-                        "message": "this action needs the admin token (header `Authorization: Bearer TOKEN`); espalier's commands on this machine read it from the token file or [server] admin_token"
-                    });
-                    resp.simple(401, "application/json", &json(&body));
-                    break;
-                }
-                (command, head_only)
             }
         };
         let mut resp = Responder::new(&mut out, &common, false, 1, head_only);

@@ -19,7 +19,8 @@ use super::event::Event;
 use crate::config::Config;
 use crate::server::acme::Proof;
 use crate::server::log;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -327,26 +328,9 @@ async fn keep(
     on_demand: bool,
     mut wanted: tokio::sync::mpsc::UnboundedReceiver<(String, Proof, bool)>,
 ) {
-    use std::cmp::Reverse;
-    use std::collections::BinaryHeap;
-    let store = shared.store.clone();
-    let first = tokio::task::spawn_blocking(move || {
-        (names.into_iter())
-            .map(|(name, proof)| {
-                let pair = pair_due(&store, &name);
-                (name, proof, pair)
-            })
-            .collect::<Vec<_>>()
-    });
-    let Ok(first) = first.await else { return };
-    // (when to look, name, its proof, failures in a row)
-    let mut queue: BinaryHeap<Reverse<(SystemTime, String, Proof, u32)>> = BinaryHeap::new();
-    for (name, proof, pair) in first {
-        if pair.is_some() || !on_demand {
-            queue.push(Reverse((next_look(pair), name.clone(), proof, 0)));
-        }
-        let _ = shared.events.send(Event::AcmeLooked { name, pair });
-    }
+    let Some(mut queue) = first_queue(&shared, names, on_demand).await else {
+        return;
+    };
     // Names a handshake asked for that have had no pair yet.
     let mut fresh = std::collections::HashSet::new();
     let mut ari = Ari::default();
@@ -429,6 +413,36 @@ async fn keep(
             () = tokio::time::sleep(sleep) => {}
         }
     }
+}
+
+/// The renewal queue: (when to look, name, its proof, failures in a row), soonest first.
+type Queue = BinaryHeap<Reverse<(SystemTime, String, Proof, u32)>>;
+
+/// The queue of `names` as the store holds them now (each name's pair looked at, and told
+/// to the supervisor); on demand, a name without a pair waits for a handshake to ask.
+async fn first_queue(
+    shared: &Arc<Shared>,
+    names: Vec<(String, Proof)>,
+    on_demand: bool,
+) -> Option<Queue> {
+    let store = shared.store.clone();
+    let first = tokio::task::spawn_blocking(move || {
+        (names.into_iter())
+            .map(|(name, proof)| {
+                let pair = pair_due(&store, &name);
+                (name, proof, pair)
+            })
+            .collect::<Vec<_>>()
+    });
+    let first = first.await.ok()?;
+    let mut queue = Queue::new();
+    for (name, proof, pair) in first {
+        if pair.is_some() || !on_demand {
+            queue.push(Reverse((next_look(pair), name.clone(), proof, 0)));
+        }
+        let _ = shared.events.send(Event::AcmeLooked { name, pair });
+    }
+    Some(queue)
 }
 
 /// How long the directory's renewal information is trusted at least, and at most, whatever

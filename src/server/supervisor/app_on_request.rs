@@ -6,7 +6,9 @@
 //! (10–15 MiB, see `super::wake::MEMORY_PER_AWAKE`), which finishes the handshake with the
 //! pool's own keys and reads a whole request; the first request routed to the app, waiting
 //! for a ready process (the pool's `startup_time_limit`, as it waited for one started with
-//! the worker), makes the front tell the master (`want-app`), which starts the app then.
+//! the worker), makes the front tell the master (`want-app`), which starts the app then — or,
+//! past `on_demand_starting` (an app start counts as a wake's), once a start ends, the
+//! request waiting meanwhile.
 //!
 //! Not so for a pool whose app takes the connections itself (socket activation: the app is
 //! the worker), nor with a `warmup_page` (the master answers the page while the app starts,
@@ -34,20 +36,50 @@ impl Supervisor {
     }
 
     /// A front worker (by generation) has a request for its pool's app and no ready process:
-    /// the pool's sleeping app slots start. Said again by each waiting request: a slot that
-    /// started already is left alone.
+    /// the pool's sleeping app slots start — now, or, past `on_demand_starting`, as soon as
+    /// a start ends (the request waits meanwhile, up to the pool's `startup_time_limit`).
+    /// Said again by each waiting request: a pool waiting already, or whose app started, is
+    /// left alone.
     pub(super) fn want_app(&mut self, generation: u64) {
         let Some(front) = self.slot_of(generation) else {
             return;
         };
-        let pool = self.slots[front].pool;
-        let asleep: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].pool == pool && self.slots[i].asleep)
-            .filter(|&i| self.starts_on_request(i))
-            .collect();
-        if asleep.is_empty() || self.slots[front].asleep {
+        if self.slots[front].asleep {
             return;
         }
+        let pool = self.pools[self.slots[front].pool].spec.name.clone();
+        if self.apps_wanted.contains(&pool) {
+            return;
+        }
+        if !self.room_to_start() {
+            log("master", format!("app of pool {pool} waits to start: as many on-demand workers as on_demand_starting are starting"));
+            self.apps_wanted.push(pool);
+            return;
+        }
+        self.start_app_of(&pool);
+    }
+
+    /// Once a tick: apps asked for while the starting bound stood in the way start, in the
+    /// order asked, while there is room.
+    pub(super) fn start_wanted_apps(&mut self) {
+        while !self.apps_wanted.is_empty() && self.room_to_start() {
+            let pool = self.apps_wanted.remove(0);
+            self.start_app_of(&pool);
+        }
+    }
+
+    /// Starts pool `pool`'s sleeping app slots (none: it went to sleep, or away with a
+    /// reload, meanwhile).
+    fn start_app_of(&mut self, pool: &str) {
+        let front_awake =
+            (self.slots.iter()).any(|s| s.spec.pool == pool && s.app.is_none() && !s.asleep);
+        if !front_awake {
+            return;
+        }
+        let asleep: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].spec.pool == pool && self.slots[i].asleep)
+            .filter(|&i| self.starts_on_request(i))
+            .collect();
         let now = Instant::now();
         for i in asleep {
             let slot = &mut self.slots[i];

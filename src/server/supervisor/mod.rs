@@ -151,6 +151,9 @@ struct Supervisor {
     acme: acme::Acme,
     /// The names asked for by handshakes (`[server.acme] on_demand`).
     on_demand: on_demand::OnDemandOrders,
+    /// Pools whose front has a request for their sleeping app, waiting for room under
+    /// `on_demand_starting` (see `app_on_request`).
+    apps_wanted: Vec<String>,
 }
 
 /// The signals the master acts on.
@@ -435,6 +438,7 @@ impl Supervisor {
         self.scan_certificate_store();
         self.resolve_upstreams_due(now);
         self.sleep_idle(now);
+        self.start_wanted_apps();
         self.watch_turned_away_again(now);
         self.term_apps_whose_fronts_left(now);
         self.enforce_shutdown_limits(now);

@@ -27,28 +27,14 @@ fn done(status: u16, message: impl Into<String>) -> AdminReply {
 }
 
 impl Supervisor {
+    /// Stops pool `name` (`why`: who asked): its processes drain, and the master answers its
+    /// sockets and what is handed to it — 503, or a reset — until it starts again.
     pub(super) fn stop_pool(&mut self, name: &str, why: &str) {
         let Some(p) = self.pools.iter().position(|p| p.spec.name == name) else {
             return;
         };
         self.pools[p].stopped = Some(why.to_string());
-        for s in self.slots.iter_mut().filter(|s| s.pool == p) {
-            s.restart = Restart::No;
-            // Asleep no more: stopped, its sockets answered by the master (below).
-            s.asleep = false;
-            s.after_app = false;
-            if let Some(w) = s.watcher.take() {
-                w.abort();
-            }
-            for a in s.page_answerers.drain(..) {
-                a.abort();
-            }
-            for proc_ in s.current.take().into_iter().chain(s.replacing.take()) {
-                let mut proc_ = proc_;
-                proc_.happen(Happening::Stop { handover: None }, Instant::now());
-                s.draining.push(proc_);
-            }
-        }
+        self.halt_slots(p);
         // A pool asleep on a shared address has no hand-off socket: it gets them now, for the
         // master to answer what the dispatcher hands it.
         if self.groups.iter().any(|g| g.shared() && g.serves(name)) {
@@ -111,7 +97,39 @@ impl Supervisor {
                 });
             }
         }
-        // Connections other pools hand to the stopped one are answered here.
+        responders.extend(self.answer_handed_to(name, lb));
+        self.pools[p].responders = responders;
+        let answer = match lb {
+            LoadBalancer::Http => "answer 503 Service Unavailable",
+            LoadBalancer::Tcp => "reset connections (load_balancer = \"tcp\")",
+        };
+        log("master", format!("POOL {name} STOPPED by {why}: its sites {answer}; `espalier pool start {name}` brings it back"));
+    }
+
+    /// Pool `p`'s slots stop: no restart, no sleep or watch, their processes drain.
+    fn halt_slots(&mut self, p: usize) {
+        for s in self.slots.iter_mut().filter(|s| s.pool == p) {
+            s.restart = Restart::No;
+            // Asleep no more: stopped, its sockets answered by the master (below).
+            s.asleep = false;
+            s.after_app = false;
+            if let Some(w) = s.watcher.take() {
+                w.abort();
+            }
+            for a in s.page_answerers.drain(..) {
+                a.abort();
+            }
+            for proc_ in s.current.take().into_iter().chain(s.replacing.take()) {
+                let mut proc_ = proc_;
+                proc_.happen(Happening::Stop { handover: None }, Instant::now());
+                s.draining.push(proc_);
+            }
+        }
+    }
+
+    /// Answers, for stopped pool `name`, the connections other pools hand to it.
+    fn answer_handed_to(&self, name: &str, lb: LoadBalancer) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut answerers = Vec::new();
         let tls_addrs: Vec<std::net::SocketAddr> = self
             .groups
             .iter()
@@ -121,7 +139,7 @@ impl Supervisor {
         let senders = crate::server::handoffs::senders(&self.config.pools);
         for h in self.handoffs.sockets.iter().filter(|h| h.pool == name) {
             match handoff_copy(h.socket.as_raw_fd(), senders.clone(), self.handoffs.key) {
-                Ok(receiver) => responders.push(tokio::spawn(answer_handed(
+                Ok(receiver) => answerers.push(tokio::spawn(answer_handed(
                     receiver,
                     Answer::stopped(lb, name, &self.config.sites),
                     tls_addrs.clone(),
@@ -135,12 +153,7 @@ impl Supervisor {
                 ),
             }
         }
-        self.pools[p].responders = responders;
-        let answer = match lb {
-            LoadBalancer::Http => "answer 503 Service Unavailable",
-            LoadBalancer::Tcp => "reset connections (load_balancer = \"tcp\")",
-        };
-        log("master", format!("POOL {name} STOPPED by {why}: its sites {answer}; `espalier pool start {name}` brings it back"));
+        answerers
     }
 
     /// From the moment the server stops, what still reaches its listening sockets is answered

@@ -307,17 +307,7 @@ impl Supervisor {
         while let Some((pid, status)) = os::process::reap_child() {
             let now = Instant::now();
             crate::server::listeners::release_quic(&mut self.groups, pid);
-            if let Some(k) = self.retiring.iter().position(|(_, p)| p.pid == pid) {
-                let (pool, p) = self.retiring.remove(k);
-                p.reader.abort();
-                let what = match &p.app {
-                    Some(app) => {
-                        crate::server::app::forget(p.generation, app.endpoint.as_ref());
-                        "app"
-                    }
-                    None => "worker",
-                };
-                log("master", format!("{what} of the previous configuration of pool {pool} (pid {pid}) exited: {status}"));
+            if self.reaped_retiring(pid, &status) {
                 continue;
             }
             let Some(i) = self
@@ -340,22 +330,10 @@ impl Supervisor {
             let name = slot.spec.name();
             let what = if proc_.app.is_some() { "app" } else { "worker" };
             if let Some(app) = &proc_.app {
-                crate::server::app::forget(proc_.generation, app.endpoint.as_ref());
                 if app.endpoint.is_some() {
                     republish.push(slot.pool);
                 }
-                if !proc_.life.is_stopping() {
-                    // Its last words may still be in its pipe: a short, bounded wait for
-                    // them, on a crash only.
-                    let tail = app.output.last_words(words_until);
-                    if !tail.is_empty() {
-                        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
-                        log(
-                            "master",
-                            format!("app {name} (pid {pid}) said last: {}", lines.join(" | ")),
-                        );
-                    }
-                }
+                app_exited(&proc_, app, &name, words_until);
             }
             let pool = &mut self.pools[slot.pool];
             if !proc_.life.is_stopping() {
@@ -412,6 +390,30 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// A reaped process of a previous configuration's pool: said, and forgotten. Whether
+    /// `pid` was one.
+    fn reaped_retiring(&mut self, pid: u32, status: &crate::os::process::ExitStatus) -> bool {
+        let Some(k) = self.retiring.iter().position(|(_, p)| p.pid == pid) else {
+            return false;
+        };
+        let (pool, p) = self.retiring.remove(k);
+        p.reader.abort();
+        let what = match &p.app {
+            Some(app) => {
+                crate::server::app::forget(p.generation, app.endpoint.as_ref());
+                "app"
+            }
+            None => "worker",
+        };
+        log(
+            "master",
+            format!(
+                "{what} of the previous configuration of pool {pool} (pid {pid}) exited: {status}"
+            ),
+        );
+        true
     }
 
     /// Recycles one worker: overlapped (new one first) unless the pool says otherwise.
@@ -503,5 +505,26 @@ impl Supervisor {
                 );
             }
         }
+    }
+}
+
+/// An app process gone: its place forgotten, and — when it crashed — its last words said
+/// (a short, bounded wait for what may still be in its pipe, `until` for all of a pass).
+fn app_exited(proc_: &Proc, app: &AppProc, name: &str, until: Instant) {
+    crate::server::app::forget(proc_.generation, app.endpoint.as_ref());
+    if proc_.life.is_stopping() {
+        return;
+    }
+    let tail = app.output.last_words(until);
+    if !tail.is_empty() {
+        let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+        log(
+            "master",
+            format!(
+                "app {name} (pid {}) said last: {}",
+                proc_.pid,
+                lines.join(" | ")
+            ),
+        );
     }
 }

@@ -104,6 +104,7 @@ impl Supervisor {
             wakes_by_client: Default::default(),
             acme: Default::default(),
             on_demand: Default::default(),
+            apps_wanted: Vec::new(),
         };
         sv.upstream_checks.start(&sv.config, &sv.events);
         sv.acme.start(&sv.config, &sv.events);

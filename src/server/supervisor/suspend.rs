@@ -48,20 +48,7 @@ impl Supervisor {
             };
             let pids = crate::os::process::process_tree(p.pid);
             before += resident(&pids);
-            // One group per process tree: the worker's, and its app's beside it.
-            // The master's pid in the name: a later master finds what a dead one left.
-            let group_name = format!(
-                "{}{}-{}-{}{}",
-                crate::os::freezer::GROUP_PREFIX,
-                std::process::id(),
-                self.slots[i].spec.pool,
-                self.slots[i].spec.index,
-                if self.slots[i].app.is_some() {
-                    "-app"
-                } else {
-                    ""
-                }
-            );
+            let group_name = self.freeze_group_name(i);
             match freezer.freeze(&group_name, &pids) {
                 Ok(g) => frozen.push((i, g, pids)),
                 Err(e) => {
@@ -79,20 +66,7 @@ impl Supervisor {
         // The decision used the last pong's counts: a client that connected since (its
         // connection accepted, its request perhaps unread) would wait, frozen with the worker,
         // for another visitor's wake. Frozen, the worker's descriptors are what they are now.
-        let held = slots
-            .iter()
-            .filter(|&&i| self.slots[i].app.is_none())
-            .filter_map(|&i| {
-                let ports: Vec<u16> = self.slots[i]
-                    .spec
-                    .groups
-                    .iter()
-                    .map(|g| g.addr.port())
-                    .collect();
-                let pid = self.slots[i].current.as_ref()?.pid;
-                Some(crate::os::sockets_of::client_connections(pid, &ports))
-            })
-            .sum::<usize>();
+        let held = self.client_connections_of(slots);
         if held > 0 {
             for (i, g, _) in &frozen {
                 let _ = g.thaw();
@@ -132,6 +106,38 @@ impl Supervisor {
             ),
         );
         Suspended::Frozen
+    }
+
+    /// The client connections the espalier workers of `slots` hold now (on their ports).
+    fn client_connections_of(&self, slots: &[usize]) -> usize {
+        slots
+            .iter()
+            .filter(|&&i| self.slots[i].app.is_none())
+            .filter_map(|&i| {
+                let ports: Vec<u16> = self.slots[i]
+                    .spec
+                    .groups
+                    .iter()
+                    .map(|g| g.addr.port())
+                    .collect();
+                let pid = self.slots[i].current.as_ref()?.pid;
+                Some(crate::os::sockets_of::client_connections(pid, &ports))
+            })
+            .sum::<usize>()
+    }
+
+    /// Slot `i`'s freeze group: one per process tree (the worker's, and its app's beside it),
+    /// named with the master's pid so that a later master finds what a dead one left.
+    fn freeze_group_name(&self, i: usize) -> String {
+        let slot = &self.slots[i];
+        format!(
+            "{}{}-{}-{}{}",
+            crate::os::freezer::GROUP_PREFIX,
+            std::process::id(),
+            slot.spec.pool,
+            slot.spec.index,
+            if slot.app.is_some() { "-app" } else { "" }
+        )
     }
 
     /// Thaws slot `i`'s frozen process, if it has one; whether it had. Its ping clock starts

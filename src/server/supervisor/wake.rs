@@ -89,6 +89,12 @@ impl Supervisor {
         }
     }
 
+    /// Whether one more on-demand process may start now (`on_demand_starting`).
+    pub(super) fn room_to_start(&self) -> bool {
+        let (max_starting, _) = bounds(&self.config.server, self.online.len(), self.memory);
+        self.on_demand_counts().0 < max_starting
+    }
+
     /// (starting, with a process) among the workers of on-demand pools, each worker once: a
     /// proxied pool's worker is its app and its front, starting until both are ready.
     fn on_demand_counts(&self) -> (usize, usize) {
