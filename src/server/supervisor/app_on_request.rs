@@ -48,12 +48,12 @@ impl Supervisor {
             return;
         }
         let pool = self.pools[self.slots[front].pool].spec.name.clone();
-        if self.apps_wanted.contains(&pool) {
+        if self.waking.apps_wanted.contains(&pool) {
             return;
         }
         if !self.room_to_start() {
             log("master", format!("app of pool {pool} waits to start: as many on-demand workers as on_demand_starting are starting"));
-            self.apps_wanted.push(pool);
+            self.waking.apps_wanted.push(pool);
             return;
         }
         self.start_app_of(&pool);
@@ -62,8 +62,8 @@ impl Supervisor {
     /// Once a tick: apps asked for while the starting bound stood in the way start, in the
     /// order asked, while there is room.
     pub(super) fn start_wanted_apps(&mut self) {
-        while !self.apps_wanted.is_empty() && self.room_to_start() {
-            let pool = self.apps_wanted.remove(0);
+        while !self.waking.apps_wanted.is_empty() && self.room_to_start() {
+            let pool = self.waking.apps_wanted.remove(0);
             self.start_app_of(&pool);
         }
     }

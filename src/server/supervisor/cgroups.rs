@@ -19,7 +19,7 @@ impl Supervisor {
 
     /// Control groups for the slots from `first` on (all at start; a reload's new ones).
     pub(super) fn make_cgroups_for(&mut self, first: usize) {
-        let Some(h) = self.cgroups.clone() else {
+        let Some(h) = self.cgroups.hierarchy.clone() else {
             if self.pools.iter().any(|p| p.spec.cpu_limit.is_some()) {
                 log("master", "warning: no cgroup cpu controller is available (neither v2 cpu.max in espalier's own cgroup nor v1 cpu.cfs_quota_us): cpu_limit is not applied");
             }
@@ -74,7 +74,7 @@ impl Supervisor {
                         s.spec.cgroups.clear();
                     }
                     s.spec.cgroups.extend(g.dirs.iter().cloned());
-                    self.cpusets.push(g);
+                    self.cgroups.cpusets.push(g);
                 }
                 Err(e) if !warned => {
                     warned = true;
@@ -86,7 +86,7 @@ impl Supervisor {
     }
 
     pub(super) fn remove_cgroups(&mut self) {
-        for g in self.cpusets.drain(..) {
+        for g in self.cgroups.cpusets.drain(..) {
             g.remove();
         }
         for p in &self.pools {
@@ -94,7 +94,7 @@ impl Supervisor {
                 g.remove();
             }
         }
-        if let Some(h) = &self.cgroups {
+        if let Some(h) = &self.cgroups.hierarchy {
             os::cgroup::remove_parents(h);
         }
     }

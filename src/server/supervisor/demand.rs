@@ -224,7 +224,7 @@ impl Supervisor {
                 .or_else(|| received.stream.peer_addr().ok())
                 .map(|a| a.ip());
             if let Some(ip) = client {
-                if !self.wakes_by_client.take(ip, Instant::now()) {
+                if !self.waking.by_client.take(ip, Instant::now()) {
                     return; // closed: the connection is dropped here
                 }
             }

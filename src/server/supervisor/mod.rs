@@ -112,9 +112,8 @@ struct Supervisor {
     online: crate::cpuset::CpuSet,
     /// The last `/proc/stat` sample and when it was taken.
     load_sample: (Instant, Vec<(u32, u64, u64)>),
-    cgroups: Option<os::cgroup::Hierarchy>,
-    /// Per-worker cpusets of hard-affinity pools, removed at exit.
-    cpusets: Vec<os::cgroup::Group>,
+    /// The control groups made for CPU caps and hard affinity (see `cgroups`).
+    cgroups: procs::Cgroups,
     slots: Vec<Slot>,
     pools: Vec<PoolRt>,
     events: mpsc::UnboundedSender<Event>,
@@ -129,20 +128,16 @@ struct Supervisor {
     live: samples::LiveSamples,
     /// The certificate store's names by pool and what was last seen of its files.
     cert_store: cert_store::CertStore,
-    /// The cgroup freezer, for `idle_action = "suspend"`; the groups made, removed at exit.
-    freezer: Option<os::freezer::Freezer>,
-    freeze_groups: Vec<os::freezer::FreezeGroup>,
-    warned_no_freezer: bool,
+    /// The cgroup freezer and its groups (see `suspend`).
+    freezing: procs::Freezing,
     /// App processes started again at start-up after losing their port (see
     /// `apps::PORT_RETRIES`).
     port_retries: u32,
     /// The memory the server may use (the machine's, or its control group's cap), for the
     /// on-demand bounds' defaults (see `wake`).
     memory: Option<u64>,
-    /// Wakes turned away by those bounds, for the log's bound.
-    turned_away: u64,
-    /// Sleeping pools woken per client address (see `wake`).
-    wakes_by_client: wake_budget::WakesByClient,
+    /// What the on-demand bounds keep between wakes (see `wake`, `app_on_request`).
+    waking: procs::Waking,
     /// The task that takes what reaches the master's hand-off socket (see `demand`).
     handed_to_master: Option<tokio::task::JoinHandle<()>>,
     /// Upstream groups' active checks.
@@ -151,9 +146,6 @@ struct Supervisor {
     acme: acme::Acme,
     /// The names asked for by handshakes (`[server.acme] on_demand`).
     on_demand: on_demand::OnDemandOrders,
-    /// Pools whose front has a request for their sleeping app, waiting for room under
-    /// `on_demand_starting` (see `app_on_request`).
-    apps_wanted: Vec<String>,
 }
 
 /// The signals the master acts on.

@@ -150,6 +150,30 @@ impl Proc {
     }
 }
 
+/// The control groups' part: the hierarchy found at start (none: no caps, no cpusets), and
+/// the per-worker cpusets of hard-affinity pools, removed at exit.
+pub(super) struct Cgroups {
+    pub(super) hierarchy: Option<os::cgroup::Hierarchy>,
+    pub(super) cpusets: Vec<os::cgroup::Group>,
+}
+
+/// The freezer's part (`idle_action = "suspend"`): the cgroup freezer found at start, the
+/// groups made (removed at exit), and whether its absence was said.
+pub(super) struct Freezing {
+    pub(super) freezer: Option<os::freezer::Freezer>,
+    pub(super) groups: Vec<os::freezer::FreezeGroup>,
+    pub(super) warned: bool,
+}
+
+/// The on-demand bounds' part: wakes turned away (for the log's bound), sleeping pools woken
+/// per client address, and the pools whose front waits for room to start its app.
+#[derive(Default)]
+pub(super) struct Waking {
+    pub(super) turned_away: u64,
+    pub(super) by_client: super::wake_budget::WakesByClient,
+    pub(super) apps_wanted: Vec<String>,
+}
+
 /// One planned worker position: a pool's index-th worker.
 pub(super) struct Slot {
     pub(super) spec: WorkerSpec,

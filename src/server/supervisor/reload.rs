@@ -323,7 +323,7 @@ impl Supervisor {
             }
             // Its control group is removed at exit, once its workers are gone.
             if let Some(g) = gone.cpu_group {
-                self.cpusets.push(g);
+                self.cgroups.cpusets.push(g);
             }
         }
         self.pools = pools;

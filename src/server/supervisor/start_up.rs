@@ -78,8 +78,10 @@ impl Supervisor {
                 Instant::now(),
                 crate::server::soft::parse_proc_stat(&os::process::proc_stat()),
             ),
-            cgroups: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
-            cpusets: Vec::new(),
+            cgroups: super::procs::Cgroups {
+                hierarchy: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
+                cpusets: Vec::new(),
+            },
             slots,
             pools,
             events,
@@ -87,24 +89,24 @@ impl Supervisor {
             upstreams_unsent: Vec::new(),
             live: samples::LiveSamples::new(),
             cert_store,
-            // ESPALIER_FREEZER=v1 picks v1's freezer where both are mounted (for its tests).
-            freezer: os::freezer::detect(
-                std::path::Path::new("/sys/fs/cgroup"),
-                std::env::var("ESPALIER_FREEZER").is_ok_and(|v| v == "v1"),
-            ),
-            freeze_groups: Vec::new(),
-            warned_no_freezer: false,
+            freezing: super::procs::Freezing {
+                // ESPALIER_FREEZER=v1 picks v1's freezer where both are mounted (for its tests).
+                freezer: os::freezer::detect(
+                    std::path::Path::new("/sys/fs/cgroup"),
+                    std::env::var("ESPALIER_FREEZER").is_ok_and(|v| v == "v1"),
+                ),
+                groups: Vec::new(),
+                warned: false,
+            },
             port_retries: 0,
             memory: os::cgroup::memory_limit(),
-            turned_away: 0,
+            waking: Default::default(),
             handed_to_master: None,
             last_second_of_day: os::process::local_second_of_day(),
             last_tick: Instant::now(),
             upstream_checks: Default::default(),
-            wakes_by_client: Default::default(),
             acme: Default::default(),
             on_demand: Default::default(),
-            apps_wanted: Vec::new(),
         };
         sv.upstream_checks.start(&sv.config, &sv.events);
         sv.acme.start(&sv.config, &sv.events);

@@ -33,9 +33,9 @@ impl Supervisor {
     /// a proxied pool, its app's tree) and reclaims their memory. `false` when it could not
     /// (no freezer, or the kernel refused): the caller stops them instead.
     pub(super) fn suspend(&mut self, name: &str, slots: &[usize]) -> Suspended {
-        let Some(freezer) = self.freezer.clone() else {
-            if !self.warned_no_freezer {
-                self.warned_no_freezer = true;
+        let Some(freezer) = self.freezing.freezer.clone() else {
+            if !self.freezing.warned {
+                self.freezing.warned = true;
                 log("master", "warning: idle_action = \"suspend\" needs a cgroup freezer (cgroup v2's cgroup.freeze, or v1's freezer controller), and this machine has neither: idle workers are stopped instead");
             }
             return Suspended::Refused;
@@ -70,8 +70,8 @@ impl Supervisor {
         if held > 0 {
             for (i, g, _) in &frozen {
                 let _ = g.thaw();
-                if !self.freeze_groups.contains(g) {
-                    self.freeze_groups.push(g.clone());
+                if !self.freezing.groups.contains(g) {
+                    self.freezing.groups.push(g.clone());
                 }
                 if let Some(p) = self.slots[*i].current.as_mut() {
                     p.busy_at = Instant::now();
@@ -87,8 +87,8 @@ impl Supervisor {
                 reclaim_note = format!(" (reclaim: {e})");
             }
             after += resident(&pids);
-            if !self.freeze_groups.contains(&g) {
-                self.freeze_groups.push(g.clone());
+            if !self.freezing.groups.contains(&g) {
+                self.freezing.groups.push(g.clone());
             }
             if let Some(p) = self.slots[i].current.as_mut() {
                 p.frozen = Some(g);
@@ -161,7 +161,7 @@ impl Supervisor {
 
     /// Removes the freezer groups made (at the master's exit, once the workers are gone).
     pub(super) fn remove_freeze_groups(&mut self) {
-        for g in self.freeze_groups.drain(..) {
+        for g in self.freezing.groups.drain(..) {
             g.remove();
         }
     }

@@ -186,8 +186,8 @@ impl Supervisor {
             self.answer_on_sockets(i, &answer, &senders, key);
             self.slots[i].turned_away_until = Some(now + TURNED_AWAY_FOR);
         }
-        self.turned_away += 1;
-        let n = self.turned_away;
+        self.waking.turned_away += 1;
+        let n = self.waking.turned_away;
         if crate::os::nth_worth_logging(n) {
             log("master", format!("worker {name} not woken: {why}; its visitors get 503 with Retry-After for {}s ({n} wakes turned away so far)", TURNED_AWAY_FOR.as_secs()));
         }
