@@ -4,8 +4,9 @@
 //! the bytes, so an upload goes at the app's pace. (Read whole, 128 streams of a connection
 //! could each hold `max_body_size`.)
 //!
-//! Owns: [`Body`], [`pump`], which frames the data for the forwarder (as it came when the
-//! client declared a length, else chunked), [`discard`] for a body answered early, and
+//! Owns: [`Body`], the stream's side of the shared pump (`streams::pump` frames the data for
+//! the forwarder: as it came when the client declared a length, else chunked), [`discard`]
+//! for a body answered early, and
 //! [`refuse_too_large`] for one over `max_body_size`. Must not touch: the forwarder's checks
 //! of the body (its chunked decoder's bound) or the answer's way back (see `answer`).
 
@@ -15,7 +16,6 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::RecvStream;
 use std::time::Duration;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// A request's body as the forwarder gets it.
 pub(super) enum Body<'a> {
@@ -37,40 +37,19 @@ pub(super) fn framing_of(parts: &http::request::Parts) -> Framing {
     }
 }
 
-/// Writes `recv`'s data to `to` as it arrives, chunked if `chunked`, each piece's window
-/// given back to the client once the forwarder has taken it. A body cut short — the client
-/// resets the stream or sends nothing for `timeout` — shuts `to`, so the forwarder sees the
-/// body end early, as when an HTTP/1.1 client goes away mid-upload. A body that ends well
-/// leaves `to` open: the forwarder may still be reading its client for a close.
-pub(super) async fn pump<W: AsyncWrite + Unpin>(
-    recv: &mut RecvStream,
-    chunked: bool,
-    to: &mut W,
-    timeout: Duration,
-) {
-    let whole = loop {
-        let chunk = match tokio::time::timeout(timeout, recv.data()).await {
-            Ok(Some(Ok(chunk))) => chunk,
-            Ok(None) => break true,
-            Ok(Some(Err(_))) | Err(_) => break false,
-        };
-        let n = chunk.len();
-        if n == 0 {
-            continue;
+/// HTTP/2's side of [`crate::http::streams::pump`]: the h2 crate holds a stream's data to
+/// its declared length; each piece's window is given back once the forwarder has taken it.
+impl crate::http::streams::StreamIn for RecvStream {
+    async fn piece(&mut self, timeout: Duration) -> Result<Option<Bytes>, ()> {
+        match tokio::time::timeout(timeout, self.data()).await {
+            Ok(Some(Ok(chunk))) => Ok(Some(chunk)),
+            Ok(None) => Ok(None),
+            Ok(Some(Err(_))) | Err(_) => Err(()),
         }
-        let written = crate::http::streams::write_piece(to, &chunk, chunked).await;
-        if written.is_err() {
-            // The forwarder is done with the request (it answered, or failed).
-            return;
-        }
-        let _ = recv.flow_control().release_capacity(n);
-    };
-    if whole {
-        if chunked {
-            let _ = to.write_all(b"0\r\n\r\n").await;
-        }
-    } else {
-        let _ = to.shutdown().await;
+    }
+
+    fn taken(&mut self, n: usize) {
+        let _ = self.flow_control().release_capacity(n);
     }
 }
 

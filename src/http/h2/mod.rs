@@ -510,8 +510,13 @@ impl<S: Service + 'static> Connection<S> {
         let feeding = async {
             let mut forwarding = std::pin::pin!(forwarding);
             if let Some(recv) = &mut arriving {
-                let chunked = framing == Framing::Chunked;
-                let pumping = body::pump(recv, chunked, &mut body_in, env.timeouts.body);
+                let pumping = crate::http::streams::pump(
+                    None,
+                    recv,
+                    framing,
+                    &mut body_in,
+                    env.timeouts.body,
+                );
                 let answered_first = tokio::select! {
                     () = &mut forwarding => true,
                     () = pumping => false,

@@ -2,14 +2,13 @@
 //! pumped into the forwarder as it arrives for an application — a worker then holds at most
 //! the pipe's buffer of an upload, and QUIC's flow control opens only as the app takes it.
 //!
-//! Owns: [`piece`], [`rest`], [`Arriving`] and [`pump`]. Must not touch: the stream's answer
+//! Owns: [`piece`], [`rest`], [`Arriving`] and the stream's side of the shared pump
+//! (`streams::pump`). Must not touch: the stream's answer
 //! (see the parent module) or the forwarder's checks of the body (its chunked bound).
 
-use crate::http::streams::write_piece;
 use crate::http::Framing;
 use bytes::{Buf, Bytes};
 use std::time::Duration;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 pub(super) use crate::http::streams::{declared_length, expects_continue};
 
@@ -68,50 +67,11 @@ pub(super) struct Arriving<'a> {
     pub(super) framing: Framing,
 }
 
-/// Writes the body to `to` as it arrives, from `first` on: as it came when the client
-/// declared its length (more than that is cut, not passed on), else chunked. A body cut short
-/// — the client resets the stream, stalls for `timeout`, or sends other than it declared —
-/// shuts `to`, so the forwarder sees it end early, as when an HTTP/1.1 client goes away
-/// mid-upload. One that ends well leaves `to` open (the forwarder may still read it).
-pub(super) async fn pump<W: AsyncWrite + Unpin>(
-    first: Bytes,
-    recv: &mut Recv,
-    framing: Framing,
-    to: &mut W,
-    timeout: Duration,
-) {
-    let chunked = framing == Framing::Chunked;
-    let mut left = match framing {
-        Framing::Length(n) => Some(n),
-        _ => None,
-    };
-    let mut next = Some(first);
-    let whole = loop {
-        let data = match next.take() {
-            Some(data) => data,
-            None => match piece(recv, timeout).await {
-                Ok(Some(data)) => data,
-                Ok(None) => break left.is_none_or(|l| l == 0),
-                Err(()) => break false,
-            },
-        };
-        if let Some(l) = &mut left {
-            match l.checked_sub(data.len() as u64) {
-                Some(rest) => *l = rest,
-                None => break false,
-            }
-        }
-        if data.is_empty() {
-            continue;
-        }
-        if write_piece(to, &data, chunked).await.is_err() {
-            // The forwarder is done with the request (it answered, or failed).
-            return;
-        }
-    };
-    if !whole {
-        let _ = to.shutdown().await;
-    } else if chunked {
-        let _ = to.write_all(b"0\r\n\r\n").await;
+/// HTTP/3's side of [`crate::http::streams::pump`]: QUIC's window opens as pieces are read.
+impl crate::http::streams::StreamIn for Recv {
+    async fn piece(&mut self, timeout: Duration) -> Result<Option<Bytes>, ()> {
+        piece(self, timeout).await
     }
+
+    fn taken(&mut self, _n: usize) {}
 }

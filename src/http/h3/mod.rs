@@ -432,8 +432,8 @@ impl<S: Service + 'static> Connection<S> {
             let mut forwarding = std::pin::pin!(forwarding);
             if let Some(arriving) = arriving {
                 let recv = &mut *arriving.recv;
-                let pumping = body::pump(
-                    arriving.first,
+                let pumping = crate::http::streams::pump(
+                    Some(arriving.first),
                     recv,
                     arriving.framing,
                     &mut body_in,
