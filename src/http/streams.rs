@@ -3,8 +3,9 @@
 //! back onto a stream — written once for both, over [`StreamOut`], each protocol's way of
 //! sending on one of its streams.
 //!
-//! Owns: [`request_of`], [`answer_here`], [`pump`] (a request body into the forwarder),
-//! [`relay`], [`send_file`] and [`translate`] (an HTTP/1.1 head as the stream's response). Must not touch: the connections, their limits
+//! Owns: [`request_of`], [`answer_here`], [`relay`], [`send_file`] and [`translate`] (an
+//! HTTP/1.1 head as the stream's response). Must not touch: a request lent to a forwarder
+//! (see [`super::stream_forward`]). Must not touch: the connections, their limits
 //! and their streams' lives (see `h2` and `h3`), or routing and content (the [`Service`]).
 
 use super::access_log::{Entry, Facts};
@@ -36,67 +37,6 @@ pub(crate) trait StreamOut {
     fn cut(&mut self);
     /// Ends when the client resets (cancels) the stream: what was asked for it can stop.
     async fn reset(&mut self);
-}
-
-/// One stream's request body as it arrives from its client: HTTP/2's (its window given
-/// back as the forwarder takes each piece) or HTTP/3's (QUIC's, given back as it is read).
-pub(crate) trait StreamIn {
-    /// The next piece (`None` at the body's end), within `timeout`; `Err` when the client
-    /// reset the stream or sent nothing for `timeout`.
-    async fn piece(&mut self, timeout: Duration) -> Result<Option<Bytes>, ()>;
-    /// `n` bytes of it were taken by the forwarder: the client may send that much more.
-    fn taken(&mut self, n: usize);
-}
-
-/// Writes a stream's request body to the forwarder's pipe `to` as it arrives, from `first`
-/// on: as it came when the client declared its length (more than that is cut, not passed
-/// on), else chunked. A body cut short — the client resets the stream, stalls for `timeout`,
-/// or sends other than it declared — shuts `to`, so the forwarder sees it end early, as when
-/// an HTTP/1.1 client goes away mid-upload. One that ends well leaves `to` open (the
-/// forwarder may still read it). The forwarder done with the request (it answered, or
-/// failed) ends the pump.
-pub(crate) async fn pump<I: StreamIn, W: tokio::io::AsyncWrite + Unpin>(
-    first: Option<Bytes>,
-    from: &mut I,
-    framing: super::Framing,
-    to: &mut W,
-    timeout: Duration,
-) {
-    use tokio::io::AsyncWriteExt;
-    let chunked = framing == super::Framing::Chunked;
-    let mut left = match framing {
-        super::Framing::Length(n) => Some(n),
-        _ => None,
-    };
-    let mut next = first;
-    let whole = loop {
-        let data = match next.take() {
-            Some(data) => data,
-            None => match from.piece(timeout).await {
-                Ok(Some(data)) => data,
-                Ok(None) => break left.is_none_or(|l| l == 0),
-                Err(()) => break false,
-            },
-        };
-        if let Some(l) = &mut left {
-            match l.checked_sub(data.len() as u64) {
-                Some(rest) => *l = rest,
-                None => break false,
-            }
-        }
-        if data.is_empty() {
-            continue;
-        }
-        if write_piece(to, &data, chunked).await.is_err() {
-            return;
-        }
-        from.taken(data.len());
-    };
-    if !whole {
-        let _ = to.shutdown().await;
-    } else if chunked {
-        let _ = to.write_all(b"0\r\n\r\n").await;
-    }
 }
 
 /// A stream's request as the service sees it (`http2` set: a multiplexed connection, never

@@ -4,7 +4,7 @@
 //! the bytes, so an upload goes at the app's pace. (Read whole, 128 streams of a connection
 //! could each hold `max_body_size`.)
 //!
-//! Owns: [`Body`], the stream's side of the shared pump (`streams::pump` frames the data for
+//! Owns: [`Body`], the stream's side of the shared pump (`stream_forward::pump` frames the data for
 //! the forwarder: as it came when the client declared a length, else chunked), [`discard`]
 //! for a body answered early, and
 //! [`refuse_too_large`] for one over `max_body_size`. Must not touch: the forwarder's checks
@@ -37,9 +37,9 @@ pub(super) fn framing_of(parts: &http::request::Parts) -> Framing {
     }
 }
 
-/// HTTP/2's side of [`crate::http::streams::pump`]: the h2 crate holds a stream's data to
+/// HTTP/2's side of [`crate::http::stream_forward::pump`]: the h2 crate holds a stream's data to
 /// its declared length; each piece's window is given back once the forwarder has taken it.
-impl crate::http::streams::StreamIn for RecvStream {
+impl crate::http::stream_forward::StreamIn for RecvStream {
     async fn piece(&mut self, timeout: Duration) -> Result<Option<Bytes>, ()> {
         match tokio::time::timeout(timeout, self.data()).await {
             Ok(Some(Ok(chunk))) => Ok(Some(chunk)),
@@ -50,6 +50,10 @@ impl crate::http::streams::StreamIn for RecvStream {
 
     fn taken(&mut self, n: usize) {
         let _ = self.flow_control().release_capacity(n);
+    }
+
+    async fn answered_early(&mut self, max: u64, timeout: Duration) {
+        discard(self, max, timeout).await;
     }
 }
 

@@ -46,7 +46,8 @@ use super::access_log::{Entry, OwnedFacts, Report, HTTP2};
 use super::service::{client_text, ConnEnv, FileBody, LentHead, RequestCtx, Route, Service};
 use super::{Framing, Method, Request, MAX_HEADERS};
 use crate::handoff::Carried;
-use crate::http::streams::{answer_here, lent_connection, relay, request_of, send_file, Written};
+use crate::http::stream_forward::{exchange, Arriving};
+use crate::http::streams::{answer_here, request_of, send_file, Written};
 use answer::{send_error, H2Out};
 use body::Body;
 use bytes::Bytes;
@@ -66,8 +67,6 @@ const MAX_LOCAL_RESETS: usize = 1024;
 /// Flow-control windows: per stream and per connection.
 const STREAM_WINDOW: u32 = 256 << 10;
 const CONNECTION_WINDOW: u32 = 1 << 20;
-/// The pipe between a stream and its forwarder (see `Connection::forward`).
-const FORWARD_PIPE: usize = 16 << 10;
 
 /// Serves an HTTP/2 connection (TLS with ALPN `h2`) until it closes or the worker drains.
 pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'static>(
@@ -456,9 +455,8 @@ impl<S: Service + 'static> Connection<S> {
         }
     }
 
-    /// A request of a proxied application: forwarded as HTTP/1.1 by the forwarder, as if
-    /// from a client at the far end of a pipe — its body written in at this end as it
-    /// arrives, its answer read back out and sent on the stream.
+    /// A request of a proxied application: its gRPC stream lent as it is, or exchanged with
+    /// the forwarder through a pipe as HTTP/3's are (see `stream_forward`).
     async fn forward(
         &self,
         request: &Request<'_>,
@@ -470,8 +468,6 @@ impl<S: Service + 'static> Connection<S> {
     ) {
         let env = &self.env;
         let head_only = request.method == Method::Head;
-        // The pipe bounds what a stream holds of its app's answer while its client's window
-        // is shut: the forwarder stops reading from the app when it is full.
         let (framing, expect_continue) = match &body {
             Body::Whole(whole) => (Framing::Length(whole.len() as u64), false),
             Body::Arriving(_, framing, expects) => (*framing, *expects),
@@ -491,59 +487,26 @@ impl<S: Service + 'static> Connection<S> {
         if env.service.streams(&lent) {
             return self.lend_stream(lent, body, ctx, report, respond).await;
         }
-        let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
-        let (mut answer, mut body_in) = tokio::io::split(theirs);
         // A client that waits for 100 Continue before its body gets it from the forwarder
         // (as an HTTP/1.1 one does), turned into an informational response by `relay`.
-        let (mut rbuf, mut arriving) = match body {
+        let (whole, mut arriving) = match body {
             Body::Whole(whole) => (whole.to_vec(), None),
             Body::Arriving(recv, ..) => (Vec::new(), Some(recv)),
         };
-        let forwarding = async move {
-            let conn = lent_connection(&mut ours, &mut rbuf, env, ctx, report);
-            env.service.lend(lent, conn).await;
-            // Closing our end ends an answer framed by the close.
-            drop(ours);
-        };
-        // The body goes in while the forwarder sends it on; once the forwarder is done (an
-        // app may answer before the whole body came), what is left of it is dropped.
-        let feeding = async {
-            let mut forwarding = std::pin::pin!(forwarding);
-            if let Some(recv) = &mut arriving {
-                let pumping = crate::http::streams::pump(
-                    None,
-                    recv,
-                    framing,
-                    &mut body_in,
-                    env.timeouts.body,
-                );
-                let answered_first = tokio::select! {
-                    () = &mut forwarding => true,
-                    () = pumping => false,
-                };
-                if answered_first {
-                    let (max, timeout) = (env.limits.max_body_size, env.timeouts.body);
-                    return body::discard(recv, max, timeout).await;
-                }
-            }
-            forwarding.await
-        };
+        let arriving = arriving.as_mut().map(|rest| Arriving {
+            first: None,
+            rest,
+            framing,
+        });
         let mut out = H2Out::answering(&mut respond);
-        let relaying = relay(&mut answer, &mut out, head_only, env.timeouts.body);
-        let mut relaying = std::pin::pin!(relaying);
-        let mut feeding = Box::pin(feeding);
-        tokio::select! {
-            relayed = &mut relaying => {
-                // Relayed whole: the forwarder ends its exchange (its connection kept for
-                // the next). Cut short (the client reset the stream, or stopped reading):
-                // the forwarder is dropped, and its connection to the app closed with it.
-                if relayed.is_some() {
-                    feeding.await;
-                }
-            }
-            () = &mut feeding => {
-                let _ = relaying.await;
-            }
-        }
+        exchange(
+            env,
+            (lent, ctx, report),
+            whole,
+            arriving,
+            &mut out,
+            head_only,
+        )
+        .await;
     }
 }

@@ -3,7 +3,7 @@
 //! the pipe's buffer of an upload, and QUIC's flow control opens only as the app takes it.
 //!
 //! Owns: [`piece`], [`rest`], [`Arriving`] and the stream's side of the shared pump
-//! (`streams::pump`). Must not touch: the stream's answer
+//! (`stream_forward::pump`). Must not touch: the stream's answer
 //! (see the parent module) or the forwarder's checks of the body (its chunked bound).
 
 use crate::http::Framing;
@@ -67,11 +67,15 @@ pub(super) struct Arriving<'a> {
     pub(super) framing: Framing,
 }
 
-/// HTTP/3's side of [`crate::http::streams::pump`]: QUIC's window opens as pieces are read.
-impl crate::http::streams::StreamIn for Recv {
+/// HTTP/3's side of [`crate::http::stream_forward::pump`]: QUIC's window opens as pieces are read.
+impl crate::http::stream_forward::StreamIn for Recv {
     async fn piece(&mut self, timeout: Duration) -> Result<Option<Bytes>, ()> {
         piece(self, timeout).await
     }
 
     fn taken(&mut self, _n: usize) {}
+
+    async fn answered_early(&mut self, _max: u64, _timeout: Duration) {
+        self.stop_sending(h3::error::Code::H3_NO_ERROR);
+    }
 }

@@ -30,9 +30,8 @@
 
 use super::access_log::{Entry, OwnedFacts, Report, HTTP3};
 use super::service::{client_text, ConnEnv, LentHead, Route, Service};
-use super::streams::{
-    answer_here, lent_connection, relay, request_of, send_file, translate, StreamOut, Written,
-};
+use super::stream_forward::{exchange, Arriving};
+use super::streams::{answer_here, request_of, send_file, translate, StreamOut, Written};
 use super::{Framing, Method, Responder, MAX_HEADERS};
 use bytes::Bytes;
 use h3::error::Code;
@@ -45,9 +44,6 @@ mod early;
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 
 pub use early::HandshakeEnd;
-
-/// The pipe between a stream and its forwarder (as HTTP/2's).
-const FORWARD_PIPE: usize = 16 << 10;
 
 /// A request routed to an application: where, as routing made it, and when it came.
 struct Lending<'a, T> {
@@ -417,44 +413,24 @@ impl<S: Service + 'static> Connection<S> {
             client_cert: self.client_cert.as_deref(),
         };
         let lent = env.service.prepare(target, ctx, &request, &head);
-        let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
-        let (mut answer, mut body_in) = tokio::io::split(theirs);
-        let mut rbuf = whole;
-        let forwarding = async {
-            let conn = lent_connection(&mut ours, &mut rbuf, env, ctx, &report);
-            env.service.lend(lent, conn).await;
-            // Closing our end ends an answer framed by the close.
-            drop(ours);
-        };
-        // The body goes in while the forwarder sends it on; once the forwarder is done (an
-        // app may answer before the whole body came), the client is told to stop sending.
-        let feeding = async {
-            let mut forwarding = std::pin::pin!(forwarding);
-            if let Some(arriving) = arriving {
-                let recv = &mut *arriving.recv;
-                let pumping = crate::http::streams::pump(
-                    Some(arriving.first),
-                    recv,
-                    arriving.framing,
-                    &mut body_in,
-                    timeout,
-                );
-                tokio::select! {
-                    () = &mut forwarding => {
-                        recv.stop_sending(Code::H3_NO_ERROR);
-                        return;
-                    }
-                    () = pumping => {}
-                }
-            }
-            forwarding.await
-        };
+        let arriving = arriving.map(|a| Arriving {
+            first: Some(a.first),
+            rest: a.recv,
+            framing: a.framing,
+        });
         let mut out = H3Out {
             stream: out,
             timeout,
         };
-        let relaying = relay(&mut answer, &mut out, head_only, timeout);
-        let ((), _) = tokio::join!(Box::pin(feeding), relaying);
+        exchange(
+            env,
+            (lent, ctx, &report),
+            whole,
+            arriving,
+            &mut out,
+            head_only,
+        )
+        .await;
         if let Some(facts) = facts {
             let mut req = facts.facts();
             req.minor_version = HTTP3;
