@@ -23,16 +23,21 @@ fn asleep_and_gone(server: &Server, pool: &str) -> bool {
 }
 
 fn state_of(server: &Server, pool: &str) -> (PoolState, Vec<(WorkerState, Option<u32>)>) {
-    let status = server.status();
-    let p = status
-        .pools
-        .iter()
-        .find(|p| p.name == pool)
-        .expect("the pool");
+    let p = pool_status(server, pool);
     (
         p.state,
         p.workers.iter().map(|w| (w.state, w.pid)).collect(),
     )
+}
+
+/// `pool`'s part of the server's status.
+fn pool_status(server: &Server, pool: &str) -> espalier::server::status::PoolStatus {
+    let status = server.status();
+    status
+        .pools
+        .into_iter()
+        .find(|p| p.name == pool)
+        .expect("the pool")
 }
 
 #[test]
@@ -891,12 +896,7 @@ fn a_connection_accepted_as_the_worker_is_frozen_is_served() {
 /// The processes of `pool` with their role: (front running, app pid).
 fn front_and_app(server: &Server, pool: &str) -> (bool, Option<u32>) {
     use espalier::server::status::Role;
-    let status = server.status();
-    let p = status
-        .pools
-        .iter()
-        .find(|p| p.name == pool)
-        .expect("the pool");
+    let p = pool_status(server, pool);
     let front = p
         .workers
         .iter()
