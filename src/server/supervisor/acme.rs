@@ -15,45 +15,20 @@
 //! limit), and what the log says (once per change of a name's state). Must not touch: the
 //! ACME protocol (`server::acme`) or the store's reading for the workers.
 
+use super::acme_schedule::{back_off, next_look, pair_due, read_pair, LOOK_AGAIN};
 use super::event::Event;
 use crate::config::Config;
 use crate::server::acme::Proof;
 use crate::server::log;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Orders in flight at once: a hoster's thousand new names are ordered a few at a time,
 /// within what a CA's rate limits take.
 pub(super) const MAX_ORDERING: usize = 4;
-
-/// The first retry after a failed order, doubled after each failure in a row up to
-/// [`LONGEST_BACK_OFF`].
-const FIRST_BACK_OFF: Duration = Duration::from_secs(60);
-const LONGEST_BACK_OFF: Duration = Duration::from_secs(6 * 3600);
-
-/// The least wait after a directory said its rate limit was reached
-/// (`urn:ietf:params:acme:error:rateLimited`): public CAs count orders per hour and per
-/// week, so a minute's back-off would only spend more of the allowance.
-const RATE_LIMITED_BACK_OFF: Duration = Duration::from_secs(3600);
-
-/// How long a name waits after `failures` failed orders in a row, the last one's cause
-/// `cause`.
-fn back_off(failures: u32, cause: &str) -> Duration {
-    let doubled = FIRST_BACK_OFF * 2u32.saturating_pow(failures.saturating_sub(1)).min(1 << 10);
-    let wait = doubled.min(LONGEST_BACK_OFF);
-    if cause.contains("rateLimited") {
-        wait.max(RATE_LIMITED_BACK_OFF)
-    } else {
-        wait
-    }
-}
-
-/// A task looks at its pair again at least this often while it sleeps (a pair replaced by
-/// hand is then seen, and a clock that jumped is caught up).
-const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 
 /// The ordering task of the running configuration, and what it told.
 #[derive(Default)]
@@ -509,14 +484,6 @@ impl Ari {
     }
 }
 
-/// When a name whose pair is `pair` is looked at next: when it is due, but within
-/// [`LOOK_AGAIN`] (a pair replaced by hand is then seen, and a clock that jumped caught up);
-/// at once when it has none.
-fn next_look(pair: Option<(SystemTime, SystemTime)>) -> SystemTime {
-    let now = SystemTime::now();
-    pair.map_or(now, |(due, _)| due.min(now + LOOK_AGAIN))
-}
-
 impl Shared {
     /// The directory's account: the one made before, else the kept one read, else a new one
     /// registered (one at a time: orders wait for the first).
@@ -584,26 +551,6 @@ async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemT
         .flatten()
         .ok_or("the new pair cannot be read")?;
     Ok(crate::certs::renewal::lifetime(&chain)?.1)
-}
-
-/// `name`'s chain in `store`, when both its files are there.
-fn read_pair(store: &Path, name: &str) -> Option<Vec<u8>> {
-    std::fs::metadata(store.join(format!("{name}.key"))).ok()?;
-    std::fs::read(store.join(format!("{name}.pem"))).ok()
-}
-
-/// When `name`'s pair in `store` is due for renewal, jittered by up to a fiftieth of its
-/// lifetime (names issued together are not all renewed in the same second), and its end;
-/// `None` when it has none, or one that cannot be read.
-fn pair_due(store: &Path, name: &str) -> Option<(SystemTime, SystemTime)> {
-    let chain = read_pair(store, name)?;
-    let (from, until) = crate::certs::renewal::lifetime(&chain).ok()?;
-    let life = until.duration_since(from).unwrap_or_default();
-    let jitter = life.mul_f64(fastrand::f64() / 50.0);
-    Some((
-        crate::certs::renewal::renew_at(from, until).checked_sub(jitter)?,
-        until,
-    ))
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
+use super::super::acme_schedule::{LONGEST_BACK_OFF, RATE_LIMITED_BACK_OFF};
 use super::*;
 
 #[test]
