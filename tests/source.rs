@@ -1,6 +1,8 @@
 //! What the source's own documentation claims, checked against the source: a module doc that
 //! lists its children lists every one, every `unsafe` lives in `src/os` (as `os/mod.rs`
-//! and `lib.rs` say), and no production file is over 600 lines (the house's rule).
+//! and `lib.rs` say), no production file is over 600 lines (the house's rule), and HTTP/1.1
+//! text is parsed by the HTTP/1.1 codecs alone (with the two places the message core has
+//! still to take over).
 
 use std::path::{Path, PathBuf};
 
@@ -92,6 +94,57 @@ fn no_production_file_is_over_600_lines() {
         })
         .collect();
     assert!(long.is_empty(), "split these by what they own: {long:?}");
+}
+
+/// HTTP/1.1 text is parsed by the HTTP/1.1 codecs alone (issue #56): a client's head
+/// (`http/mod.rs`), an app's or upstream server's answer (`proxy/forward.rs`), a FastCGI
+/// app's CGI head (`proxy/fastcgi.rs`), and the clients espalier is itself (the admin
+/// client, the health checks). Two places still parse text inside the server and are the
+/// message core's to remove: an HTTP/2 or HTTP/3 answer read back from the forwarder's pipe
+/// (`http/streams.rs`) and a request made HTTP/2 from the forwarder's text
+/// (`proxy/h2_exchange.rs`). A parser anywhere else fails this test, and so does one of
+/// those two once its parse is gone — the list only shrinks.
+#[test]
+fn http1_text_is_parsed_by_the_http1_codecs_alone() {
+    const CODECS: [&str; 5] = [
+        "src/http/mod.rs",
+        "src/proxy/forward.rs",
+        "src/proxy/fastcgi.rs",
+        "src/server/admin.rs",
+        "src/server/upstream_probe.rs",
+    ];
+    const STILL_TO_GO: [&str; 2] = ["src/http/streams.rs", "src/proxy/h2_exchange.rs"];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let parsers = [
+        "httparse::Request::new",
+        "httparse::Response::new",
+        "httparse::ParserConfig",
+        "httparse::parse_headers",
+    ];
+    let parsing: Vec<String> = src()
+        .into_iter()
+        .filter(|p| !p.ends_with("tests.rs"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            let code = text
+                .split("\n#[cfg(test)]\nmod tests {")
+                .next()
+                .unwrap_or("");
+            parsers.iter().any(|call| code.contains(call))
+        })
+        .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    let stray: Vec<&String> = (parsing.iter())
+        .filter(|p| !CODECS.contains(&p.as_str()) && !STILL_TO_GO.contains(&p.as_str()))
+        .collect();
+    assert!(stray.is_empty(), "HTTP/1.1 text parsed outside the HTTP/1.1 codecs: {stray:?}; carry the structured message instead");
+    let gone: Vec<&&str> = (STILL_TO_GO.iter())
+        .filter(|p| !parsing.iter().any(|q| q == *p))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "{gone:?} parse no HTTP/1.1 text any more: take them off STILL_TO_GO"
+    );
 }
 
 #[test]
