@@ -432,9 +432,21 @@ pub(super) fn open_listeners(
             );
             g.sockets.push(socket);
         } else {
-            probe_free_at_start(config, g.addr, &g.routes, file, Proto::Tcp)?;
+            probe_free(
+                config,
+                g.addr,
+                &g.routes,
+                (file, Patience::AtStart),
+                Proto::Tcp,
+            )?;
         }
-        probe_free_at_start(config, g.addr, &g.routes, file, Proto::Udp)?;
+        probe_free(
+            config,
+            g.addr,
+            &g.routes,
+            (file, Patience::AtStart),
+            Proto::Udp,
+        )?;
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
             steering_failed = true;
@@ -463,31 +475,16 @@ pub(super) enum Proto {
 const START_TRIES: u32 = 5;
 const START_TRY_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// [`probe_free`] for a starting server, which waits a little for a port held by a process
-/// that is ending — the server a restart replaces still closing, or what a killed server left
-/// frozen, just ended and not yet gone (the kernel frees its sockets as it exits) — as nginx
-/// tries `bind()` five times, half a second apart. Said once in the log; a reload never
-/// waits (it would hold every other change back).
-fn probe_free_at_start(
-    config: &Config,
-    addr: SocketAddr,
-    routes: &GroupRoutes,
-    file: &str,
-    proto: Proto,
-) -> Result<(), String> {
-    let mut tries = 1;
-    loop {
-        match probe_free(config, addr, routes, file, proto) {
-            Err(e) if tries < START_TRIES && e.contains("another program holds") => {
-                if tries == 1 {
-                    log("master", format!("{e}; trying again for a moment"));
-                }
-                tries += 1;
-                std::thread::sleep(START_TRY_EVERY);
-            }
-            done => return done,
-        }
-    }
+/// Whether a held port is waited for a moment ([`probe_free`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Patience {
+    /// A starting server: a port held by a process that is ending — the server a restart
+    /// replaces still closing, or what a killed server left frozen, just ended and not yet
+    /// gone (the kernel frees its sockets as it exits) — is tried again, as nginx tries
+    /// `bind()` five times, half a second apart. Said once in the log.
+    AtStart,
+    /// A reload: refused at once (waiting would hold every other change back).
+    None,
 }
 
 /// Refuses an address whose port another program holds, before its group is opened: a plain
@@ -497,22 +494,45 @@ pub(super) fn probe_free(
     config: &Config,
     addr: SocketAddr,
     routes: &GroupRoutes,
-    file: &str,
+    (file, patience): (&str, Patience),
     proto: Proto,
 ) -> Result<(), String> {
-    let site = site_of(config, addr);
-    match proto {
-        Proto::Tcp => std::net::TcpListener::bind(addr)
-            .map(drop)
-            .map_err(|e| bind_error(site, &routes.url(), &e, file)),
-        Proto::Udp if !(config.server.http3 && routes.tls) => Ok(()),
-        Proto::Udp => std::net::UdpSocket::bind(addr).map(drop).map_err(|e| {
-            match e.raw_os_error() {
-                Some(libc::EADDRINUSE) => format!("{file}: site `{site}`: cannot listen for HTTP/3 on udp {addr}: {e}; another program holds the UDP port (another server's HTTP/3?): stop it, change the port in `bindings`, or set [server] http3 = false"),
-                _ => bind_error(site, &format!("udp {addr} (HTTP/3)"), &e, file),
-            }
-        }),
+    if proto == Proto::Udp && !(config.server.http3 && routes.tls) {
+        return Ok(());
     }
+    let bind = || match proto {
+        Proto::Tcp => std::net::TcpListener::bind(addr).map(drop),
+        Proto::Udp => std::net::UdpSocket::bind(addr).map(drop),
+    };
+    let mut tries = 1;
+    let e = loop {
+        match bind() {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if patience == Patience::AtStart
+                    && tries < START_TRIES
+                    && e.raw_os_error() == Some(libc::EADDRINUSE) =>
+            {
+                if tries == 1 {
+                    log(
+                        "master",
+                        format!(
+                            "{addr} is held by another process ({e}); trying again for a moment"
+                        ),
+                    );
+                }
+                tries += 1;
+                std::thread::sleep(START_TRY_EVERY);
+            }
+            Err(e) => break e,
+        }
+    };
+    let site = site_of(config, addr);
+    Err(match (proto, e.raw_os_error()) {
+        (Proto::Tcp, _) => bind_error(site, &routes.url(), &e, file),
+        (Proto::Udp, Some(libc::EADDRINUSE)) => format!("{file}: site `{site}`: cannot listen for HTTP/3 on udp {addr}: {e}; another program holds the UDP port (another server's HTTP/3?): stop it, change the port in `bindings`, or set [server] http3 = false"),
+        (Proto::Udp, _) => bind_error(site, &format!("udp {addr} (HTTP/3)"), &e, file),
+    })
 }
 
 /// The line for an address (`url`: `https://127.0.0.1:8443`) that cannot be listened on.

@@ -202,8 +202,8 @@ impl Supervisor {
                     if self.groups[i].udp.is_empty() {
                         // HTTP/3 new on an address served already: its UDP port checked
                         // first, as a new address's is.
-                        use crate::server::listeners::{probe_free, Proto};
-                        probe_free(new, w.addr, &w.routes, file, Proto::Udp)?;
+                        use crate::server::listeners::{probe_free, Patience, Proto};
+                        probe_free(new, w.addr, &w.routes, (file, Patience::None), Proto::Udp)?;
                     }
                     let udp = crate::server::listeners::open_missing_udp(
                         &self.groups[i],
@@ -214,9 +214,9 @@ impl Supervisor {
                     grown.push((i, sockets, udp, owners));
                 }
                 None => {
-                    use crate::server::listeners::{probe_free, Proto};
-                    probe_free(new, w.addr, &w.routes, file, Proto::Tcp)?;
-                    probe_free(new, w.addr, &w.routes, file, Proto::Udp)?;
+                    use crate::server::listeners::{probe_free, Patience, Proto};
+                    probe_free(new, w.addr, &w.routes, (file, Patience::None), Proto::Tcp)?;
+                    probe_free(new, w.addr, &w.routes, (file, Patience::None), Proto::Udp)?;
                     let mut g = ListenerGroup::new(w.addr, w.pools.clone(), w.routes.clone());
                     crate::server::listeners::fill_group(&mut g, new, &self.topology, plan, file)?;
                     fresh.push(g);
