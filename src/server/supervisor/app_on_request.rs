@@ -38,22 +38,19 @@ impl Supervisor {
     /// A front worker (by generation) has a request for its pool's app and no ready process:
     /// the pool's sleeping app slots start — now, or, past `on_demand_starting`, as soon as
     /// a start ends (the request waits meanwhile, up to the pool's `startup_time_limit`).
-    /// Said again by each waiting request: a pool waiting already, or whose app started, is
-    /// left alone.
+    /// Said again by each waiting request (and by any pool's front whose app restarts): a
+    /// pool with no app asleep, or waiting already, is left alone.
     pub(super) fn want_app(&mut self, generation: u64) {
         let Some(front) = self.slot_of(generation) else {
             return;
         };
-        if self.slots[front].asleep {
-            return;
-        }
         let pool = self.pools[self.slots[front].pool].spec.name.clone();
-        if self.waking.apps_wanted.contains(&pool) {
+        if self.asleep_apps(&pool).is_empty() || self.waking.apps_wanted.contains(&pool) {
             return;
         }
         if !self.room_to_start() {
             log("master", format!("app of pool {pool} waits to start: as many on-demand workers as on_demand_starting are starting"));
-            self.waking.apps_wanted.push(pool);
+            self.waking.apps_wanted.push_back(pool);
             return;
         }
         self.start_app_of(&pool);
@@ -63,23 +60,29 @@ impl Supervisor {
     /// order asked, while there is room.
     pub(super) fn start_wanted_apps(&mut self) {
         while !self.waking.apps_wanted.is_empty() && self.room_to_start() {
-            let pool = self.waking.apps_wanted.remove(0);
-            self.start_app_of(&pool);
+            if let Some(pool) = self.waking.apps_wanted.pop_front() {
+                self.start_app_of(&pool);
+            }
         }
     }
 
-    /// Starts pool `pool`'s sleeping app slots (none: it went to sleep, or away with a
-    /// reload, meanwhile).
-    fn start_app_of(&mut self, pool: &str) {
+    /// Pool `pool`'s app slots that sleep while its front is awake: what its front's request
+    /// starts (none when the front sleeps too — gone back to sleep, or away with a reload).
+    fn asleep_apps(&self, pool: &str) -> Vec<usize> {
         let front_awake =
             (self.slots.iter()).any(|s| s.spec.pool == pool && s.app.is_none() && !s.asleep);
         if !front_awake {
-            return;
+            return Vec::new();
         }
-        let asleep: Vec<usize> = (0..self.slots.len())
+        (0..self.slots.len())
             .filter(|&i| self.slots[i].spec.pool == pool && self.slots[i].asleep)
             .filter(|&i| self.starts_on_request(i))
-            .collect();
+            .collect()
+    }
+
+    /// Starts pool `pool`'s app slots that sleep while its front is awake.
+    fn start_app_of(&mut self, pool: &str) {
+        let asleep = self.asleep_apps(pool);
         let now = Instant::now();
         for i in asleep {
             let slot = &mut self.slots[i];

@@ -171,7 +171,7 @@ pub(super) struct Freezing {
 pub(super) struct Waking {
     pub(super) turned_away: u64,
     pub(super) by_client: super::wake_budget::WakesByClient,
-    pub(super) apps_wanted: Vec<String>,
+    pub(super) apps_wanted: VecDeque<String>,
 }
 
 /// One planned worker position: a pool's index-th worker.
