@@ -16,10 +16,17 @@ const WAKE_WINDOW: Duration = Duration::from_secs(60);
 /// minute), a new client's wake is refused as over budget.
 const WAKE_CLIENTS: usize = 16_384;
 
+/// How often, at most, a full table is swept of clients whose minute is over: a flood of new
+/// addresses against a table full of this minute's clients costs a look each, not a pass
+/// over 16,384 entries each.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 /// The wakes each client address made in its current minute.
 #[derive(Default)]
 pub(super) struct WakesByClient {
     seen: std::collections::HashMap<std::net::IpAddr, (u32, Instant)>,
+    /// When the full table was last swept.
+    swept: Option<Instant>,
     /// Wakes refused, for the log's bound.
     refused: u64,
 }
@@ -30,10 +37,19 @@ impl WakesByClient {
     pub(super) fn take(&mut self, client: std::net::IpAddr, now: Instant) -> bool {
         let client = counted_as(client);
         if !self.seen.contains_key(&client) && self.seen.len() >= WAKE_CLIENTS {
-            self.seen
-                .retain(|_, (_, since)| now.saturating_duration_since(*since) < WAKE_WINDOW);
+            if self
+                .swept
+                .is_none_or(|t| now.saturating_duration_since(t) >= SWEEP_EVERY)
+            {
+                self.swept = Some(now);
+                self.seen
+                    .retain(|_, (_, since)| now.saturating_duration_since(*since) < WAKE_WINDOW);
+            }
             if self.seen.len() >= WAKE_CLIENTS {
-                return self.refuse(client);
+                return self.refuse(
+                    client,
+                    "may not wake a sleeping pool: the table of this minute's waking clients is full",
+                );
             }
         }
         let entry = self.seen.entry(client).or_insert((0, now));
@@ -41,20 +57,23 @@ impl WakesByClient {
             *entry = (0, now);
         }
         if entry.0 >= WAKES_PER_CLIENT {
-            return self.refuse(client);
+            return self.refuse(
+                client,
+                &format!("has woken {WAKES_PER_CLIENT} sleeping pools this minute"),
+            );
         }
         entry.0 += 1;
         true
     }
 
-    fn refuse(&mut self, client: std::net::IpAddr) -> bool {
+    fn refuse(&mut self, client: std::net::IpAddr, why: &str) -> bool {
         let client = match client {
             std::net::IpAddr::V6(_) => format!("{client}/64"),
             v4 => v4.to_string(),
         };
         self.refused += 1;
         if crate::os::nth_worth_logging(self.refused) {
-            log("master", format!("client {client} has woken {WAKES_PER_CLIENT} sleeping pools this minute: its connection for another is closed (refusal {}; later ones are logged at powers of two)", self.refused));
+            log("master", format!("client {client} {why}: its connection for another is closed (refusal {}; later ones are logged at powers of two)", self.refused));
         }
         false
     }
@@ -107,6 +126,21 @@ mod tests {
             assert!(full.take(std::net::IpAddr::from(k.to_be_bytes()), now));
         }
         assert!(!full.take(b, now));
+        // Swept at most once a second: a minute on, the old clients go at the next sweep.
         assert!(full.take(b, now + WAKE_WINDOW));
+        let mut flooded = WakesByClient::default();
+        for k in 0..WAKE_CLIENTS as u32 {
+            assert!(flooded.take(std::net::IpAddr::from(k.to_be_bytes()), now));
+        }
+        let late = now + WAKE_WINDOW - Duration::from_millis(10);
+        assert!(!flooded.take(b, late), "full of this minute's clients");
+        assert!(
+            !flooded.take(a, late + Duration::from_millis(20)),
+            "not swept again yet"
+        );
+        assert!(
+            flooded.take(a, late + SWEEP_EVERY),
+            "swept: the minute is over"
+        );
     }
 }
