@@ -313,15 +313,7 @@ pub fn notify_messages(datagram: &str) -> Vec<Message> {
         .lines()
         .filter_map(|l| match l.trim() {
             "READY=1" => Some(Message::Ready { pid: 0 }),
-            "WATCHDOG=1" => Some(Message::Pong {
-                requests: 0,
-                panics: 0,
-                remote: 0,
-                connections: 0,
-                accepted: 0,
-                steered: 0,
-                queue: Default::default(),
-            }),
+            "WATCHDOG=1" => Some(Message::Pong(Default::default())),
             "WATCHDOG=trigger" => Some(Message::Stuck("watchdog=trigger".into())),
             "STOPPING=1" => Some(Message::Stopping),
             _ => None,

@@ -18,22 +18,9 @@ pub enum Message {
     Ready { pid: u32 },
     /// Worker → master: it cannot start, and why (its last words).
     Error(String),
-    /// Worker → master: every engine thread is turning; requests served and connection tasks
-    /// that panicked, over the worker's life.
-    Pong {
-        requests: u64,
-        panics: u64,
-        /// Requests a front worker forwarded to an app process off its own node.
-        remote: u64,
-        /// Connections open now.
-        connections: u64,
-        /// Connections accepted, and of those, received by the kernel on the accepting
-        /// thread's own CPU (`SO_INCOMING_CPU`): steering's hit rate.
-        accepted: u64,
-        steered: u64,
-        /// A front worker's queue for its app processes (`max_requests_per_process`).
-        queue: crate::proxy::queue::QueueFigures,
-    },
+    /// Worker → master: every engine thread is turning, and its figures (an app's sd_notify
+    /// `WATCHDOG=1`: none).
+    Pong(Figures),
     /// Worker → master: these engine threads (`cpuN,…`) have not turned lately; not a pong.
     Stuck(String),
     /// App → master (sd_notify `STOPPING=1`): it is stopping by itself.
@@ -70,6 +57,21 @@ pub enum Message {
     Meters(String),
 }
 
+/// What a worker's pong tells of it, over its life: requests served, connection tasks that
+/// panicked (and were contained), requests a front forwarded off its node, connections open
+/// now, accepted, and accepted on the CPU that received them (`SO_INCOMING_CPU`: steering's
+/// hit rate), and a front's queue for its app processes (`max_requests_per_process`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Figures {
+    pub requests: u64,
+    pub panics: u64,
+    pub remote: u64,
+    pub connections: u64,
+    pub accepted: u64,
+    pub steered: u64,
+    pub queue: crate::proxy::queue::QueueFigures,
+}
+
 impl Message {
     /// The message as one line, newline included.
     pub fn line(&self) -> String {
@@ -78,23 +80,29 @@ impl Message {
             Message::Ready { pid } => format!("ready {pid}\n"),
             // A newline inside would end the message early.
             Message::Error(why) => format!("error {}\n", why.replace('\n', " ")),
-            Message::Pong {
-                requests,
-                panics,
-                remote,
-                connections,
-                accepted,
-                steered,
-                queue: q,
-            } => format!(
-                "pong {requests} {panics} {remote} {connections} {accepted} {steered} {} {} {} {}\n",
-                q.waiting, q.queued_total, q.rejected_total, q.wait_micros_total
-            ),
+            Message::Pong(f) => {
+                let q = &f.queue;
+                format!(
+                    "pong {} {} {} {} {} {} {} {} {} {}\n",
+                    f.requests,
+                    f.panics,
+                    f.remote,
+                    f.connections,
+                    f.accepted,
+                    f.steered,
+                    q.waiting,
+                    q.queued_total,
+                    q.rejected_total,
+                    q.wait_micros_total
+                )
+            }
             Message::Stuck(threads) => format!("stuck {threads}\n"),
             Message::Stopping => "stopping\n".into(),
             Message::Reopen => "reopen\n".into(),
             Message::Upstreams(json) => format!("upstreams {}\n", json.replace('\n', " ")),
-            Message::UpstreamHealth(what) => format!("upstream-health {}\n", what.replace('\n', " ")),
+            Message::UpstreamHealth(what) => {
+                format!("upstream-health {}\n", what.replace('\n', " "))
+            }
             Message::Ejected(what) => format!("ejected {}\n", what.replace('\n', " ")),
             // JSON escapes the PEM's newlines.
             Message::Certificate(json) => format!("certificate {}\n", json.replace('\n', " ")),
@@ -120,7 +128,7 @@ impl Message {
             "error" => Message::Error(rest.to_string()),
             "pong" => {
                 let mut n = rest.split(' ').map(|n| n.parse().unwrap_or(0));
-                Message::Pong {
+                Message::Pong(Figures {
                     requests: n.next().unwrap_or(0),
                     panics: n.next().unwrap_or(0),
                     remote: n.next().unwrap_or(0),
@@ -133,7 +141,7 @@ impl Message {
                         rejected_total: n.next().unwrap_or(0),
                         wait_micros_total: n.next().unwrap_or(0),
                     },
-                }
+                })
             }
             "stuck" => Message::Stuck(rest.to_string()),
             "stopping" => Message::Stopping,
@@ -170,7 +178,7 @@ mod tests {
             Message::Ping,
             Message::Ready { pid: 42 },
             Message::Error("cannot pin thread to CPUs 3: EINVAL".into()),
-            Message::Pong {
+            Message::Pong(super::Figures {
                 requests: 123456,
                 panics: 2,
                 remote: 7,
@@ -183,7 +191,7 @@ mod tests {
                     rejected_total: 2,
                     wait_micros_total: 123_456,
                 },
-            },
+            }),
             Message::Stuck("cpu0,cpu3".into()),
             Message::Unresponsive("http://127.0.0.1:4000".into()),
             Message::WantCertificate("shop.example".into()),

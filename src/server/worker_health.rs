@@ -111,7 +111,7 @@ pub(super) fn pong(
             .map(|h| field(h).load(Ordering::Relaxed))
             .sum()
     };
-    Message::Pong {
+    Message::Pong(super::control::Figures {
         requests: served,
         panics,
         remote: sum(|h| &h.remote),
@@ -119,7 +119,7 @@ pub(super) fn pong(
         accepted: sum(|h| &h.accepted),
         steered: sum(|h| &h.steered),
         queue,
-    }
+    })
     .line()
 }
 

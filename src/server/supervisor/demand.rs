@@ -472,8 +472,8 @@ impl Supervisor {
             let Some(p) = slot.current.as_mut().filter(|p| p.life.is_ready()) else {
                 continue;
             };
-            if p.connections > 0 || p.requests != p.seen_requests {
-                p.seen_requests = p.requests;
+            if p.figures.connections > 0 || p.figures.requests != p.seen_requests {
+                p.seen_requests = p.figures.requests;
                 p.busy_at = now;
                 continue;
             }

@@ -35,7 +35,7 @@ impl Supervisor {
             // which the page reads as no requests that second, never as negative.
             for p in s.current.iter().chain(s.replacing.iter()) {
                 if let Some(n) = served.get_mut(s.pool) {
-                    *n = Some(n.unwrap_or(0) + p.requests);
+                    *n = Some(n.unwrap_or(0) + p.figures.requests);
                 }
             }
         }

@@ -289,7 +289,7 @@ impl Supervisor {
                     s.last_exit = Some(why);
                 }
             }
-            pong @ Message::Pong { .. } => self.on_pong(generation, pong),
+            Message::Pong(figures) => self.on_pong(generation, figures),
             Message::Stuck(threads) => {
                 // Not a pong: `ping_response_time` replaces the worker if this goes on.
                 if let Some((name, p)) = self.proc_of(generation) {
@@ -336,19 +336,7 @@ impl Supervisor {
 
     /// A pong: a worker's figures (an `ejected` line follows when it has any), or an app's
     /// sd_notify `WATCHDOG=1` (it pings by itself from then on).
-    fn on_pong(&mut self, generation: u64, pong: Message) {
-        let Message::Pong {
-            requests,
-            panics,
-            remote,
-            connections,
-            accepted,
-            steered,
-            queue,
-        } = pong
-        else {
-            return;
-        };
+    fn on_pong(&mut self, generation: u64, figures: crate::server::control::Figures) {
         let Some((name, p)) = self.proc_of(generation) else {
             return;
         };
@@ -357,17 +345,13 @@ impl Supervisor {
             app.watchdog = true;
             return;
         }
-        p.remote = remote;
-        (p.connections, p.accepted, p.steered) = (connections, accepted, steered);
-        p.queue = queue;
         if p.stuck {
             log(
                 "master",
                 format!("worker {name} (pid {}) is turning again", p.pid),
             );
         }
-        p.requests = requests;
-        p.panics = panics;
+        p.figures = figures;
         p.ejected.clear();
         p.stuck = false;
     }
@@ -527,7 +511,7 @@ impl Supervisor {
                 None
             };
             if let Some(why) =
-                lifecycle::recycle_due(&recycle, uptime, p.requests, resident, crossed)
+                lifecycle::recycle_due(&recycle, uptime, p.figures.requests, resident, crossed)
             {
                 log(
                     "master",

@@ -25,17 +25,8 @@ pub(super) struct Proc {
     pub(super) started_unix: u64,
     /// Where it is in its life (changed only through [`Proc::happen`]).
     pub(super) life: Life,
-    pub(super) requests: u64,
-    /// Connection tasks that panicked and were contained (see `server::conn_task`).
-    pub(super) panics: u64,
-    /// A front worker's requests forwarded off its node.
-    pub(super) remote: u64,
-    /// Its connections open now, accepted so far, and accepted on the CPU that received them.
-    pub(super) connections: u64,
-    pub(super) accepted: u64,
-    pub(super) steered: u64,
-    /// A front worker's queue for its app processes, as its last pong told.
-    pub(super) queue: crate::proxy::queue::QueueFigures,
+    /// Its figures, as its last pong told (see `server::control::Figures`).
+    pub(super) figures: crate::server::control::Figures,
     /// Its sites' figures (`metrics = true`), as its last pong told.
     pub(super) meters: Vec<crate::server::meters::SiteMeters>,
     /// The upstream servers it has ejected, (group, address), as its last pong told.

@@ -195,9 +195,9 @@ impl Supervisor {
                         },
                         started_unix: cur.map(|c| c.started_unix),
                         uptime_s: cur.map(|c| now.duration_since(c.started).as_secs_f64()),
-                        requests: cur.map_or(0, |c| c.requests),
-                        connection_panics: cur.map_or(0, |c| c.panics),
-                        remote_forwards: cur.map_or(0, |c| c.remote),
+                        requests: cur.map_or(0, |c| c.figures.requests),
+                        connection_panics: cur.map_or(0, |c| c.figures.panics),
+                        remote_forwards: cur.map_or(0, |c| c.figures.remote),
                         resident_bytes: cur.and_then(|c| c.resident_bytes()),
                         recycles: s.recycles,
                         restarts: s.restarts,
@@ -215,10 +215,10 @@ impl Supervisor {
                                 .collect::<Vec<_>>()
                                 .join(",")
                         ),
-                        connections: cur.map_or(0, |c| c.connections),
-                        accepted: cur.map_or(0, |c| c.accepted),
-                        steered: cur.map_or(0, |c| c.steered),
-                        queue: cur.map_or_else(Default::default, |c| c.queue),
+                        connections: cur.map_or(0, |c| c.figures.connections),
+                        accepted: cur.map_or(0, |c| c.figures.accepted),
+                        steered: cur.map_or(0, |c| c.figures.steered),
+                        queue: cur.map_or_else(Default::default, |c| c.figures.queue),
                         meters: cur.map_or_else(Vec::new, |c| c.meters.clone()),
                     }
                 })

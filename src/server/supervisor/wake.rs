@@ -127,7 +127,7 @@ impl Supervisor {
             })
             .filter_map(|s| {
                 let p = s.current.as_ref()?;
-                let idle = p.frozen.is_some() || (p.life.is_ready() && p.connections == 0);
+                let idle = p.frozen.is_some() || (p.life.is_ready() && p.figures.connections == 0);
                 idle.then(|| (p.busy_at, s.spec.name()))
             })
             .min()
