@@ -14,10 +14,12 @@
 //! (strict framing, bounded extensions and trailers) and passed on as it was sent, so the app
 //! sees exactly the framing espalier validated — no request smuggling between the two.
 //!
-//! Retry: a request that is idempotent and has no body is sent again, once, on a new
-//! connection to another process when its connection was closed before any byte of a
-//! response — a keep-alive connection the app closed as it was reused, or a process that
-//! died. Anything else that fails after being sent is answered 502, never repeated.
+//! Retry: a request whose head could not be written is sent again, once, on a new connection
+//! (to another process where there is one) whatever its method — it never reached an app
+//! whole. A request that is idempotent and has no body is also sent again once when its
+//! connection was closed before any byte of a response — a keep-alive connection the app
+//! closed as it was reused, or a process that died. Anything else that fails after being
+//! sent is answered 502, never repeated.
 
 use super::encode;
 use super::head::{Head, Then, ToClient};
@@ -402,7 +404,11 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
             if e.kind() == std::io::ErrorKind::InvalidInput {
                 return Err(Fail::app(502, &endpoint, e.to_string()));
             }
-            if req.retryable && tries < 2 {
+            // A head that could not be written never reached the app whole — a kept
+            // connection the app closed as it was reused, most often — so no app acted on
+            // it: sent once more on a new connection whatever its method (its body is not
+            // sent yet), as nginx passes a request not yet sent to the next server.
+            if tries < 2 {
                 avoid = Some(endpoint);
                 continue;
             }
