@@ -109,28 +109,11 @@ fn ngtcp2_to(dir: &Path, (ip, port): (&str, u16), method: &str, path: &str, loss
     }
 }
 
-/// Installs aioquic for the tests (under target/, from PyPI) once; `None` when it cannot.
+/// aioquic, installed for the tests from PyPI (see [`crate::common::python_package`]).
 pub(crate) fn aioquic() -> Option<std::path::PathBuf> {
     static READY: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     READY
-        .get_or_init(|| {
-            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/h3-py");
-            if dir.join("aioquic").exists() {
-                return Some(dir);
-            }
-            // Installed beside and renamed into place whole: a pip stopped half-way leaves
-            // no `aioquic` folder a later run would take for a complete install.
-            let fresh = dir.with_extension(std::process::id().to_string());
-            let _ = std::fs::remove_dir_all(&fresh);
-            let ok = Command::new("python3")
-                .args(["-m", "pip", "install", "--quiet", "--target"])
-                .arg(&fresh)
-                .arg("aioquic")
-                .status()
-                .is_ok_and(|s| s.success());
-            let _ = std::fs::remove_dir_all(&dir);
-            (ok && std::fs::rename(&fresh, &dir).is_ok()).then_some(dir)
-        })
+        .get_or_init(|| crate::common::python_package("aioquic", "h3-py"))
         .clone()
 }
 

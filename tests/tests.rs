@@ -60,4 +60,5 @@ mod upstream_faults;
 mod upstreams;
 mod upstreams_h2;
 mod upstreams_more;
+mod websocket_streams;
 mod wordpress;

@@ -1,7 +1,8 @@
 //! The HTTP engine: HTTP/1.1 request heads parsed in place, bodies framed, responses written
 //! into one buffer per connection; HTTP/2 (over TLS and h2c) by the `h2` crate and HTTP/3
 //! ([`h3`], over quinn's QUIC) by the `h3` crate, each stream a request for the same service
-//! (what the two share: [`streams`], and [`stream_forward`] for a request lent to an app); the contract with that service ([`service`]).
+//! (what the two share: [`streams`], [`stream_forward`] for a request lent to an app, and
+//! [`websocket`], a WebSocket opened on a stream); the contract with that service ([`service`]).
 //!
 //! Owns: the protocols — parsing (with `httparse`, the parser hyper uses), limits and the
 //! status each violation gets, keep-alive and pipelining rules, response heads, HTTP/2's
@@ -38,6 +39,7 @@ pub mod sni;
 pub mod stream;
 pub(crate) mod stream_forward;
 pub(crate) mod streams;
+pub(crate) mod websocket;
 
 pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};
 use fields::spaces_only_around_value;

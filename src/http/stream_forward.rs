@@ -42,6 +42,11 @@ pub(crate) trait StreamIn {
 /// an HTTP/1.1 client goes away mid-upload. One that ends well leaves `to` open (the
 /// forwarder may still read it). The forwarder done with the request (it answered, or
 /// failed) ends the pump.
+///
+/// [`Framing::None`] is a WebSocket's stream (a request without a body, whose stream then
+/// carries the tunnel, see [`super::websocket`]): its bytes pass as they come, for as long
+/// as the client sends — its silence is no stall (the app's, in the relay, bounds the
+/// tunnel) — and its end shuts `to`, the end of the tunnel's one direction.
 pub(crate) async fn pump<I: StreamIn, W: tokio::io::AsyncWrite + Unpin>(
     first: Option<Bytes>,
     from: &mut I,
@@ -51,6 +56,8 @@ pub(crate) async fn pump<I: StreamIn, W: tokio::io::AsyncWrite + Unpin>(
 ) {
     use tokio::io::AsyncWriteExt;
     let chunked = framing == Framing::Chunked;
+    let tunnel = framing == Framing::None;
+    let timeout = if tunnel { Duration::MAX } else { timeout };
     let mut left = match framing {
         Framing::Length(n) => Some(n),
         _ => None,
@@ -61,7 +68,7 @@ pub(crate) async fn pump<I: StreamIn, W: tokio::io::AsyncWrite + Unpin>(
             Some(data) => data,
             None => match from.piece(timeout).await {
                 Ok(Some(data)) => data,
-                Ok(None) => break left.is_none_or(|l| l == 0),
+                Ok(None) => break !tunnel && left.is_none_or(|l| l == 0),
                 Err(()) => break false,
             },
         };
@@ -98,7 +105,8 @@ pub(crate) struct Arriving<'a, I> {
 }
 
 /// Lends the request `lent` to its forwarder through a pipe: its body `whole` (already read)
-/// or `arriving`, its answer relayed onto `out`. Relayed whole, the forwarder ends its
+/// or `arriving` (a WebSocket's tunnel when framed [`Framing::None`]), its answer relayed
+/// onto `out`. Relayed whole, the forwarder ends its
 /// exchange (its connection kept for the next); cut short (the client reset the stream, or
 /// stopped reading), the forwarder is dropped, and its connection to the app closed with it.
 pub(crate) async fn exchange<S: Service, I: StreamIn, O: StreamOut>(
@@ -109,6 +117,9 @@ pub(crate) async fn exchange<S: Service, I: StreamIn, O: StreamOut>(
     out: &mut O,
     head_only: bool,
 ) {
+    let tunnel = arriving
+        .as_ref()
+        .is_some_and(|a| a.framing == Framing::None);
     let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
     let (mut answer, mut body_in) = tokio::io::split(theirs);
     let mut rbuf = whole;
@@ -135,20 +146,29 @@ pub(crate) async fn exchange<S: Service, I: StreamIn, O: StreamOut>(
                 () = pumping => false,
             };
             if answered_first {
-                return rest.answered_early(env.limits.max_body_size, timeout).await;
+                // What is left of a body is refused; of a tunnel, there is nothing left.
+                if !tunnel {
+                    rest.answered_early(env.limits.max_body_size, timeout).await;
+                }
+                return;
             }
         }
         forwarding.await
     };
-    let relaying = relay(&mut answer, out, head_only, timeout);
+    let relaying = relay(&mut answer, out, (head_only, tunnel), timeout);
     let mut relaying = std::pin::pin!(relaying);
     let mut feeding = Box::pin(feeding);
     tokio::select! {
-        relayed = &mut relaying => {
-            if relayed.is_some() {
-                feeding.await;
+        relayed = &mut relaying => match relayed {
+            Some(()) if tunnel => {
+                // The app ended the tunnel and the stream's answer ended with it: the client
+                // ends its side in turn (RFC 8441 §4: END_STREAM is the orderly close), given
+                // `timeout` to, rather than reset at once.
+                let _ = tokio::time::timeout(timeout, feeding).await;
             }
-        }
+            Some(()) => feeding.await,
+            None => {}
+        },
         () = &mut feeding => {
             let _ = relaying.await;
         }

@@ -275,17 +275,19 @@ pub(crate) fn continue_response() -> http::Response<()> {
 
 /// Reads the forwarder's HTTP/1.1 answer from `from` and sends it on the stream: interim
 /// (1xx) heads skipped but 100 Continue, sent on as an informational response, the
-/// framing (length, chunked or close) undone.
+/// framing (length, chunked or close) undone. For a WebSocket's request (`tunnel`), the
+/// app's `101` is the stream's `200` and what follows it the tunnel's bytes, relayed until
+/// the app ends them (see [`super::websocket`]).
 pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
     from: &mut R,
     out: &mut O,
-    head_only: bool,
+    (head_only, tunnel): (bool, bool),
     timeout: Duration,
 ) -> Option<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(PIECE);
     let head_len = loop {
         match head_end(&buf) {
-            Some((len, status)) if (100..200).contains(&status) => {
+            Some((len, status)) if (100..200).contains(&status) && !(tunnel && status == 101) => {
                 // The forwarder's 100 Continue to a client that waits for it; the others
                 // (an app's interim answers are the forwarder's to drop) are skipped.
                 if status == 100 {
@@ -311,10 +313,18 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
     let head = Bytes::copy_from_slice(&buf[..head_len]);
     buf.drain(..head_len);
     let Translated {
-        response,
-        length,
-        chunked,
+        mut response,
+        mut length,
+        mut chunked,
     } = translate(&head)?;
+    if tunnel {
+        match super::websocket::answer(&mut response) {
+            // The tunnel's bytes, until the app's close.
+            super::websocket::Answered::Opened => (length, chunked) = (None, false),
+            super::websocket::Answered::Refused => {}
+            super::websocket::Answered::NotSwitched => return out.head(response, true).await,
+        }
+    }
     let status = response.status().as_u16();
     let no_body = head_only || status == 204 || status == 304 || length == Some(0);
     out.head(response, no_body).await?;

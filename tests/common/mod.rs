@@ -8,7 +8,7 @@ pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -94,6 +94,29 @@ pub fn need_tools(tools: &str, what: &str) {
             .last()
             .unwrap_or("")
     );
+}
+
+/// Installs the Python package `package` from PyPI under target/`folder` (once: a folder
+/// holding it is taken as it is), for a test's script to put on its `PYTHONPATH`; `None`
+/// when pip cannot. Installed beside and renamed into place whole: a pip stopped half-way
+/// leaves no folder a later run would take for a complete install.
+pub fn python_package(package: &str, folder: &str) -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join(folder);
+    if dir.join(package).exists() {
+        return Some(dir);
+    }
+    let fresh = dir.with_extension(std::process::id().to_string());
+    let _ = std::fs::remove_dir_all(&fresh);
+    let ok = Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "--target"])
+        .arg(&fresh)
+        .arg(package)
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_dir_all(&dir);
+    (ok && std::fs::rename(&fresh, &dir).is_ok()).then_some(dir)
 }
 
 /// What `espalier check` says refusing `config`, written as `dir`'s espalier.toml; fails

@@ -6,7 +6,7 @@
 //!
 //! Owns: [`Body`], the stream's side of the shared pump (`stream_forward::pump` frames the data for
 //! the forwarder: as it came when the client declared a length, else chunked), [`discard`]
-//! for a body answered early, and
+//! for a body answered early, [`whole`] for one read whole first, and
 //! [`refuse_too_large`] for one over `max_body_size`. Must not touch: the forwarder's checks
 //! of the body (its chunked decoder's bound) or the answer's way back (see `answer`).
 
@@ -29,8 +29,12 @@ pub(super) enum Body<'a> {
 pub(super) use crate::http::streams::expects_continue;
 
 /// How an arriving body is framed for the app: by the length the client declared (the h2
-/// crate checks the field and holds the stream's data to it), else chunked.
+/// crate checks the field and holds the stream's data to it), else chunked; a WebSocket's
+/// stream has no body but the tunnel ([`Framing::None`], see `stream_forward::pump`).
 pub(super) fn framing_of(parts: &http::request::Parts) -> Framing {
+    if crate::http::websocket::is_tunnel(parts) {
+        return Framing::None;
+    }
     match crate::http::streams::declared_length(parts) {
         Ok(Some(n)) => Framing::Length(n),
         _ => Framing::Chunked,
@@ -55,6 +59,32 @@ impl crate::http::stream_forward::StreamIn for RecvStream {
     async fn answered_early(&mut self, max: u64, timeout: Duration) {
         discard(self, max, timeout).await;
     }
+}
+
+/// A body read whole, at most `bound` bytes (past it: 413, see [`refuse_too_large`]);
+/// `None` when it was refused, or the client reset its stream or stalled for
+/// `body_timeout`.
+pub(super) async fn whole<S>(
+    recv: &mut RecvStream,
+    respond: &mut SendResponse<Bytes>,
+    env: &ConnEnv<S>,
+    bound: u64,
+) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(env.timeouts.body, recv.data())
+        .await
+        .ok()
+        .flatten()
+    {
+        let chunk = chunk.ok()?;
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        if (body.len() + chunk.len()) as u64 > bound {
+            refuse_too_large(respond, recv, env).await;
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Some(body)
 }
 
 /// What an upload refused as too large (413) may still send, read and dropped so the client

@@ -48,6 +48,7 @@ use super::{Framing, Method, Request, MAX_HEADERS};
 use crate::handoff::Carried;
 use crate::http::stream_forward::{exchange, Arriving};
 use crate::http::streams::{answer_here, request_of, send_file, Written};
+use crate::http::websocket;
 use answer::{send_error, H2Out};
 use body::Body;
 use bytes::Bytes;
@@ -85,7 +86,9 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_send_buffer_size(SEND_BUFFER)
         .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
-        .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS));
+        .max_local_error_reset_streams(Some(MAX_LOCAL_RESETS))
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSocket over HTTP/2 (RFC 8441, `websocket`).
+        .enable_connect_protocol();
     let (io, holding) = held::HeldWrites::new(io);
     let Ok(Ok(mut conn)) =
         tokio::time::timeout(env.timeouts.header, builder.handshake::<_, Bytes>(io)).await
@@ -147,18 +150,7 @@ pub async fn serve<S: Service + 'static, T: AsyncRead + AsyncWrite + Unpin + 'st
                     draining = true;
                     conn.graceful_shutdown();
                 }
-                let (parts, recv) = req.into_parts();
-                if recv.is_end_stream() {
-                    // No body: answered here, without a task, unless an app or a file's
-                    // pieces must be waited for.
-                    if let Some(work) = connection.answer(&parts, &[], respond, last_active, None) {
-                        let connection = Rc::clone(&connection);
-                        tokio::task::spawn_local(connection.finish(work, parts, Vec::new()));
-                    }
-                } else {
-                    let connection = Rc::clone(&connection);
-                    tokio::task::spawn_local(connection.with_body(parts, recv, respond));
-                }
+                connection.take(req, respond, last_active);
             }
             Some(Err(_)) | None => return,
         }
@@ -219,6 +211,34 @@ struct Lending<T> {
 }
 
 impl<S: Service + 'static> Connection<S> {
+    /// Takes a stream the client opened: one without a body is answered here, without a
+    /// task, unless an app or a file's pieces must be waited for; one with a body gets a
+    /// task. An extended CONNECT becomes the WebSocket's upgrade request here, at the edge;
+    /// one that ends its stream at once has no tunnel to carry (400).
+    fn take(
+        self: &Rc<Self>,
+        req: http::Request<RecvStream>,
+        mut respond: SendResponse<Bytes>,
+        arrived: Instant,
+    ) {
+        let (mut parts, recv) = req.into_parts();
+        let protocol = parts.extensions.remove::<h2::ext::Protocol>();
+        let refused = match websocket::take(&mut parts, protocol.as_ref().map(|p| p.as_str())) {
+            Err(status) => Some(status),
+            Ok(()) if recv.is_end_stream() && websocket::is_tunnel(&parts) => Some(400),
+            Ok(()) => None,
+        };
+        if let Some(status) = refused {
+            return send_error(&mut respond, &self.env, status);
+        }
+        let connection = Rc::clone(self);
+        if !recv.is_end_stream() {
+            tokio::task::spawn_local(connection.with_body(parts, recv, respond));
+        } else if let Some(work) = self.answer(&parts, &[], respond, arrived, None) {
+            tokio::task::spawn_local(connection.finish(work, parts, Vec::new()));
+        }
+    }
+
     /// A stream with a body: streamed to its application as it arrives when the request is
     /// proxied; read whole (bounded) first for espalier's own handlers, which take a whole
     /// request, and for a FastCGI app when the client declared no length.
@@ -259,6 +279,9 @@ impl<S: Service + 'static> Connection<S> {
             }
         };
         let framing = body::framing_of(&parts);
+        if framing == Framing::None {
+            return self.tunnel(routed, parts, recv, respond, arrived).await;
+        }
         // FastCGI tells its app the body's length before the body (CONTENT_LENGTH): one the
         // client did not declare is read whole first, as nginx does — lent where it was
         // routed, once (routing again would count it twice against its client's limit).
@@ -300,22 +323,12 @@ impl<S: Service + 'static> Connection<S> {
             .map_or(env.limits.max_body_size, |ctx| {
                 ctx.body_bound(env.limits.max_body_size)
             });
-        let mut body = Vec::new();
         if body::expects_continue(&parts) {
             let _ = respond.send_informational(crate::http::streams::continue_response());
         }
-        while let Some(chunk) = tokio::time::timeout(env.timeouts.body, recv.data())
-            .await
-            .ok()
-            .flatten()
-        {
-            let Ok(chunk) = chunk else { return };
-            let _ = recv.flow_control().release_capacity(chunk.len());
-            if (body.len() + chunk.len()) as u64 > bound {
-                return body::refuse_too_large(&mut respond, &mut recv, env).await;
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let Some(body) = body::whole(&mut recv, &mut respond, env, bound).await else {
+            return;
+        };
         let work = match lent_whole {
             Some((target, ctx, facts)) => Some(Work::Forward(Box::new(Lending {
                 target,
@@ -328,6 +341,51 @@ impl<S: Service + 'static> Connection<S> {
         };
         if let Some(work) = work {
             Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
+        }
+    }
+
+    /// A WebSocket's stream (see [`websocket`]): lent to its app or upstream server, the
+    /// stream then its tunnel; one its site answers here gets that answer — a redirect, a
+    /// refusal — or, for a path of espalier's own content or a FastCGI app, `501`: neither
+    /// speaks WebSocket.
+    async fn tunnel(
+        &self,
+        routed: Result<(S::Target, RequestCtx, Option<OwnedFacts>), Option<RequestCtx>>,
+        parts: http::request::Parts,
+        recv: RecvStream,
+        mut respond: SendResponse<Bytes>,
+        arrived: Instant,
+    ) {
+        let nowhere = match &routed {
+            Ok((target, ctx, _)) => {
+                websocket::nowhere(Some(self.env.service.needs_length(target)), &ctx.decided)
+            }
+            Err(Some(ctx)) => websocket::nowhere(None, &ctx.decided),
+            Err(None) => false,
+        };
+        if nowhere {
+            return send_error(&mut respond, &self.env, 501);
+        }
+        let work = match routed {
+            Ok((target, ctx, facts)) => {
+                let lending = Lending {
+                    target,
+                    ctx,
+                    respond,
+                    facts,
+                    arrived,
+                };
+                Some(Work::Forward(Box::new(lending)))
+            }
+            Err(Some(ctx)) => self.answer(&parts, &[], respond, arrived, Some(ctx)),
+            Err(None) => {
+                send_error(&mut respond, &self.env, 421);
+                None
+            }
+        };
+        if let Some(work) = work {
+            let body = Body::Arriving(recv, Framing::None, false);
+            Box::pin(self.run(work, &parts, body)).await;
         }
     }
 

@@ -4,7 +4,8 @@
 //! forwarder as an HTTP/1.1 request — and sent back through `streams`' relay.
 //!
 //! Owns: a QUIC connection's HTTP/3 streams, their limits, and each stream's request made
-//! into a [`super::Request`] and answered (its body: [`body`]; a request in 0-RTT: [`early`]).
+//! into a [`super::Request`] and answered (its body: [`body`]; a request in 0-RTT: [`early`];
+//! the answer sent on its stream: [`answer`]).
 //! Must not touch: the QUIC endpoints and their UDP sockets
 //! (see `server::quic`), routing or content (the [`Service`] decides).
 //!
@@ -29,19 +30,21 @@
 //! `header_timeout` and a body or an answer stalled for `body_timeout` ending their stream.
 
 use super::access_log::{Entry, OwnedFacts, Report, HTTP3};
-use super::service::{client_text, ConnEnv, LentHead, Route, Service};
+use super::service::{client_text, ConnEnv, LentHead, RequestCtx, Route, Service};
 use super::stream_forward::{exchange, Arriving};
-use super::streams::{answer_here, request_of, send_file, translate, StreamOut, Written};
+use super::streams::{answer_here, request_of, Written};
+use super::websocket;
 use super::{Framing, Method, Responder, MAX_HEADERS};
 use bytes::Bytes;
 use h3::error::Code;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+mod answer;
 mod body;
 mod early;
 
-type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+use answer::{send_written, H3Out, Stream};
 
 pub use early::HandshakeEnd;
 
@@ -95,7 +98,10 @@ pub async fn serve<S: Service + 'static>(
     let quic = conn.clone();
     let max_field_section = env.limits.max_header_size as u64;
     let mut builder = h3::server::builder();
-    builder.max_field_section_size(max_field_section);
+    builder
+        .max_field_section_size(max_field_section)
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSocket over HTTP/3 (RFC 9220, `websocket`).
+        .enable_extended_connect(true);
     let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn));
     let Ok(Ok(mut h3)) = tokio::time::timeout(env.timeouts.header, built).await else {
         return;
@@ -259,6 +265,12 @@ impl<S: Service + 'static> Connection<S> {
         if !early::admit(&mut parts, came_early, &self.handshake).await {
             return;
         }
+        // An extended CONNECT becomes the WebSocket's upgrade request here, at the edge.
+        let protocol = parts.extensions.remove::<h3::ext::Protocol>();
+        if let Err(status) = websocket::take(&mut parts, protocol.as_ref().map(|p| p.as_str())) {
+            return self.error(&mut stream, status).await;
+        }
+        let tunnel = websocket::is_tunnel(&parts);
         let max_headers = MAX_HEADERS.min(env.limits.max_headers);
         // Its framing checked before anything else, as HTTP/1.1's is.
         let declared = match body::declared_length(&parts) {
@@ -283,17 +295,19 @@ impl<S: Service + 'static> Connection<S> {
         if declared.is_some_and(|n| n > bound) {
             return self.too_large(&mut stream).await;
         }
+        let to_fastcgi = target.as_ref().map(|t| env.service.needs_length(t));
+        if tunnel && websocket::nowhere(to_fastcgi, &ctx.decided) {
+            return self.error(&mut stream, 501).await;
+        }
         let timeout = env.timeouts.body;
-        if body::expects_continue(&parts) {
-            let mut out = H3Out {
-                stream: &mut stream,
-                timeout,
-            };
-            out.informational(super::streams::continue_response()).await;
+        if body::expects_continue(&parts) && !tunnel {
+            H3Out::continuing(&mut stream, timeout).await;
         }
         // Whether a body follows shows only at its first piece (HTTP/3's head says nothing
         // of it): a GET's stream ends at once.
         let first = match declared {
+            // A WebSocket's client sends nothing before its answer: its stream is the tunnel.
+            _ if tunnel => None,
             Some(0) => None,
             _ => match body::piece(&mut stream, timeout).await {
                 Ok(first) => first,
@@ -304,23 +318,15 @@ impl<S: Service + 'static> Connection<S> {
             let Some(body) = self.whole(first, &mut stream, bound).await else {
                 return;
             };
-            let mut headers = Vec::new();
-            let request = match body.is_empty() {
-                true => head,
-                false => match request_of(&parts, &mut headers, &body, self.client(), usize::MAX) {
-                    Ok(request) => request,
-                    Err(_) => return,
-                },
-            };
-            let head_only = request.method == Method::Head;
-            let facts = (arrived, &*self.client, HTTP3);
-            let written = answer_here(env, self.group, &ctx, &request, facts);
-            return send_written(&mut stream, written, head_only, timeout).await;
+            return self
+                .answer_here(head, &parts, &body, &ctx, arrived, stream)
+                .await;
         };
         // A body for an app streams to it as it arrives (as over HTTP/2), but to one that
-        // must know its length first (FastCGI) when the client did not say it.
+        // must know its length first (FastCGI) when the client did not say it; a
+        // WebSocket's stream is its tunnel.
         let streamed =
-            first.is_some() && (declared.is_some() || !env.service.needs_length(&target));
+            (first.is_some() && (declared.is_some() || to_fastcgi == Some(false))) || tunnel;
         let lending = Lending {
             target,
             ctx: &ctx,
@@ -328,8 +334,14 @@ impl<S: Service + 'static> Connection<S> {
             parts: &parts,
         };
         match first {
-            Some(first) if streamed => {
-                let framing = declared.map_or(Framing::Chunked, Framing::Length);
+            first if streamed => {
+                let (first, framing) = match first {
+                    _ if tunnel => (Bytes::new(), Framing::None),
+                    first => (
+                        first.unwrap_or_default(),
+                        declared.map_or(Framing::Chunked, Framing::Length),
+                    ),
+                };
                 let (mut send, mut recv) = stream.split();
                 let arriving = body::Arriving {
                     first,
@@ -346,6 +358,31 @@ impl<S: Service + 'static> Connection<S> {
                 self.forward(lending, body, None, &mut stream).await;
             }
         }
+    }
+
+    /// Answers here a request whose body (`body`, read whole) is in, `head` being the
+    /// request as routed from its head alone.
+    async fn answer_here(
+        &self,
+        head: super::Request<'_>,
+        parts: &http::request::Parts,
+        body: &[u8],
+        ctx: &RequestCtx,
+        arrived: Instant,
+        mut stream: Stream,
+    ) {
+        let mut headers = Vec::new();
+        let request = match body.is_empty() {
+            true => head,
+            false => match request_of(parts, &mut headers, body, self.client(), usize::MAX) {
+                Ok(request) => request,
+                Err(_) => return,
+            },
+        };
+        let head_only = request.method == Method::Head;
+        let facts = (arrived, &*self.client, HTTP3);
+        let written = answer_here(&self.env, self.group, ctx, &request, facts);
+        send_written(&mut stream, written, head_only, self.env.timeouts.body).await
     }
 
     fn client(&self) -> (&str, Option<std::net::SocketAddr>) {
@@ -458,104 +495,5 @@ impl<S: Service + 'static> Connection<S> {
             refused: false,
         };
         send_written(stream, written, false, self.env.timeouts.body).await;
-    }
-}
-
-/// Sends an answer espalier wrote (head, in-memory body, and a file's pieces after them);
-/// one the service refused stops the stream (HTTP/3's "no answer").
-async fn send_written(stream: &mut Stream, written: Written, head_only: bool, timeout: Duration) {
-    if written.refused {
-        stream.stop_stream(Code::H3_REQUEST_REJECTED);
-        return;
-    }
-    let out = Bytes::from(written.out);
-    let Some(head_len) = memchr::memmem::find(&out, b"\r\n\r\n").map(|i| i + 4) else {
-        return;
-    };
-    let Some(translated) = translate(&out.slice(..head_len)) else {
-        return;
-    };
-    let body = out.slice(head_len..);
-    let file = written.file.filter(|_| !head_only);
-    let mut send = H3Out { stream, timeout };
-    let end = (body.is_empty() || head_only) && file.is_none();
-    if send.head(translated.response, end).await.is_none() || end {
-        return;
-    }
-    if !body.is_empty() && !head_only {
-        let last = file.is_none();
-        if send.data(body, last, timeout).await.is_none() || last {
-            return;
-        }
-    }
-    if let Some(file) = file {
-        let _ = send_file(&mut send, file, timeout).await;
-    }
-}
-
-/// An HTTP/3 stream as `streams` sends on it: QUIC's flow control is waited for inside each
-/// send (bounded by the body timeout, after which the stream is cut).
-struct H3Out<'a, T: h3::quic::SendStream<Bytes>> {
-    stream: &'a mut h3::server::RequestStream<T, Bytes>,
-    timeout: Duration,
-}
-
-impl<T: h3::quic::SendStream<Bytes>> StreamOut for H3Out<'_, T> {
-    async fn head(&mut self, response: http::Response<()>, end: bool) -> Option<()> {
-        let sent = tokio::time::timeout(self.timeout, self.stream.send_response(response));
-        if !matches!(sent.await, Ok(Ok(()))) {
-            self.cut();
-            return None;
-        }
-        if end {
-            return self.data(Bytes::new(), true, self.timeout).await;
-        }
-        Some(())
-    }
-
-    async fn informational(&mut self, response: http::Response<()>) {
-        let _ = tokio::time::timeout(self.timeout, self.stream.send_response(response)).await;
-    }
-
-    fn has_room(&self) -> bool {
-        true
-    }
-
-    async fn room(&mut self, want: usize, _timeout: Duration) -> Option<usize> {
-        Some(want)
-    }
-
-    async fn data(&mut self, data: Bytes, end: bool, timeout: Duration) -> Option<()> {
-        if !data.is_empty() {
-            match tokio::time::timeout(timeout, self.stream.send_data(data)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return None,
-                Err(_) => {
-                    self.cut();
-                    return None;
-                }
-            }
-        }
-        if end {
-            match tokio::time::timeout(timeout, self.stream.finish()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return None,
-                Err(_) => {
-                    self.cut();
-                    return None;
-                }
-            }
-        }
-        Some(())
-    }
-
-    fn cut(&mut self) {
-        self.stream.stop_stream(Code::H3_INTERNAL_ERROR);
-    }
-
-    /// h3 does not tell a stream's sender that its client stopped it (quinn's `stopped` is
-    /// behind h3's stream types): a cancelled HTTP/3 request is seen at the next send.
-    async fn reset(&mut self) {
-        std::future::pending().await
     }
 }

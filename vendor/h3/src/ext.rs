@@ -13,6 +13,9 @@ impl Protocol {
     pub const WEB_TRANSPORT: Protocol = Protocol(ProtocolInner::WebTransport);
     /// RFC 9298 protocol
     pub const CONNECT_UDP: Protocol = Protocol(ProtocolInner::ConnectUdp);
+    /// WebSocket over HTTP/3 (RFC 9220) — espalier's patch: h3 0.0.8 refused the request
+    /// as malformed.
+    pub const WEBSOCKET: Protocol = Protocol(ProtocolInner::WebSocket);
 
     /// Return a &str representation of the `:protocol` pseudo-header value
     #[inline]
@@ -20,6 +23,7 @@ impl Protocol {
         match self.0 {
             ProtocolInner::WebTransport => "webtransport",
             ProtocolInner::ConnectUdp => "connect-udp",
+            ProtocolInner::WebSocket => "websocket",
         }
     }
 }
@@ -28,6 +32,7 @@ impl Protocol {
 enum ProtocolInner {
     WebTransport,
     ConnectUdp,
+    WebSocket,
 }
 
 /// Error when parsing the protocol
@@ -40,7 +45,23 @@ impl FromStr for Protocol {
         match s {
             "webtransport" => Ok(Self(ProtocolInner::WebTransport)),
             "connect-udp" => Ok(Self(ProtocolInner::ConnectUdp)),
+            "websocket" => Ok(Self(ProtocolInner::WebSocket)),
             _ => Err(InvalidProtocol),
         }
+    }
+}
+
+// espalier's patch: tests of the protocols' names.
+#[cfg(test)]
+mod tests {
+    use super::Protocol;
+
+    #[test]
+    fn websocket_is_a_protocol_of_extended_connect() {
+        for p in [Protocol::WEB_TRANSPORT, Protocol::CONNECT_UDP, Protocol::WEBSOCKET] {
+            assert_eq!(p.as_str().parse::<Protocol>().ok(), Some(p));
+        }
+        assert_eq!(Protocol::WEBSOCKET.as_str(), "websocket");
+        assert!("web-socket".parse::<Protocol>().is_err());
     }
 }

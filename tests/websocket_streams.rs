@@ -1,0 +1,148 @@
+//! WebSocket over HTTP/2 and HTTP/3 (RFC 8441, RFC 9220): a client's extended CONNECT —
+//! tests/apps/ws_client.py, on Python's `h2` package and aioquic, both from PyPI — reaches a
+//! pool's Node app and an upstream Node server, both speaking HTTP/1.1 Upgrade (RFC 6455):
+//! the server offers extended CONNECT in its SETTINGS, messages go both ways, and the close
+//! ends the stream in order (END_STREAM, not a reset). The site's steps run on it as on any
+//! request (an access list's 403, a limit's 429 on the second), and a path that speaks no
+//! WebSocket (espalier's own files) answers 501.
+
+use crate::common::apps::prepare;
+use crate::common::tls::openssl_cert;
+use crate::common::*;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// What one WebSocket got (see tests/apps/ws_client.py).
+#[derive(Debug)]
+struct Opened {
+    settings: u64,
+    status: u16,
+    echoes: Vec<String>,
+    ended: String,
+}
+
+/// One WebSocket by tests/apps/ws_client.py over `kind` (h2, h2c, h3) to `port`, sending
+/// `messages`; `name` is its `:authority`.
+fn websocket(libs: &str, kind: &str, port: u16, (name, path): (&str, &str)) -> Opened {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/ws_client.py");
+    let out = Command::new("timeout")
+        .args(["60", "python3"])
+        .arg(script)
+        .args([kind, &port.to_string(), path, "hello", "second frame"])
+        .env("PYTHONPATH", libs)
+        .env("WS_NAME", name)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| {
+        panic!(
+            "ws_client.py {kind} {path}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    Opened {
+        settings: line["settings"].as_u64().unwrap_or(0),
+        status: line["status"].as_u64().unwrap_or(0) as u16,
+        echoes: (line["echoes"].as_array().into_iter().flatten())
+            .filter_map(|e| e.as_str().map(str::to_string))
+            .collect(),
+        ended: line["ended"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+/// The clients' libraries on one `PYTHONPATH`, installed from PyPI; `None` (the test skips)
+/// when pip cannot.
+fn client_libraries() -> Option<String> {
+    let h2 = python_package("h2", "h2-py")?;
+    let h3: PathBuf = crate::http3::aioquic()?;
+    Some(format!("{}:{}", h2.display(), h3.display()))
+}
+
+#[test]
+fn a_websocket_over_http2_and_http3_reaches_a_pool_app_and_an_upstream() {
+    need_tools("node:nodejs openssl:openssl", "node and openssl");
+    let Some(libs) = client_libraries() else {
+        return skip(
+            "h2 and aioquic cannot be installed from PyPI (python3 -m pip install failed)",
+        );
+    };
+    // An upstream server: the same Node app, started here, on its own port.
+    let upstream_port = free_port();
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps/node/server.js");
+    let _upstream = Stopped::listening(
+        Command::new("node")
+            .arg(app)
+            .env("PORT", upstream_port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        SocketAddr::from(([127, 0, 0, 1], upstream_port)),
+    );
+    let https = free_port();
+    let config = format!(
+        r#"
+[server]
+http3 = true
+
+[[pool]]
+name = "node"
+processes = 1
+command = ["node", "server.js"]
+directory = "node"
+health = "/healthz"
+
+[[site]]
+name = "node"
+bindings = ["http://{{listen}}", "https://127.0.0.1:{https}"]
+tls = {{ cert = "site.pem", key = "site.key" }}
+root = "."
+[[site.app]]
+pool = "node"
+[[site.app]]
+path = "/up/"
+upstream = "127.0.0.1:{upstream_port}"
+[[site.app]]
+path = "/private/"
+pool = "node"
+allow = ["127.0.0.2"]
+[[site.app]]
+path = "/files/"
+handler = "static"
+
+[[site]]
+name = "limited"
+bindings = ["http://{{listen}}:limited.localhost"]
+limit = {{ rate = "1/m" }}
+[[site.app]]
+pool = "node"
+"#
+    );
+    let (dir, port, config) = prepare(&config);
+    openssl_cert(dir.path(), "site", "localhost");
+    let server = Server::with_config(dir.path(), &config);
+    for (kind, port) in [("h2c", port), ("h2", https), ("h3", https)] {
+        for path in ["/ws", "/up/ws"] {
+            let ws = websocket(&libs, kind, port, ("localhost", path));
+            assert_eq!(ws.settings, 1, "{kind} {path}: {ws:?}");
+            assert_eq!(
+                ws.status,
+                200,
+                "{kind} {path}: {ws:?}\n{}",
+                server.log_text()
+            );
+            assert_eq!(ws.echoes, ["hello", "second frame"], "{kind} {path}");
+            assert_eq!(ws.ended, "end", "{kind} {path}: {ws:?}");
+        }
+        // The site's steps run on it: the path's allow list keeps 127.0.0.1 out.
+        let denied = websocket(&libs, kind, port, ("localhost", "/private/ws"));
+        assert_eq!((denied.status, denied.echoes.len()), (403, 0), "{kind}");
+        // Files speak no WebSocket.
+        let files = websocket(&libs, kind, port, ("localhost", "/files/ws"));
+        assert_eq!((files.status, files.echoes.len()), (501, 0), "{kind}");
+    }
+    // One rate-limit token a WebSocket: the first is opened, the second limited.
+    let first = websocket(&libs, "h2c", port, ("limited.localhost", "/ws"));
+    assert_eq!(first.status, 200, "{first:?}");
+    let second = websocket(&libs, "h2c", port, ("limited.localhost", "/ws"));
+    assert_eq!(second.status, 429, "{second:?}");
+}
