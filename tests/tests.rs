@@ -40,6 +40,7 @@ mod hardening;
 mod hosting;
 mod http3;
 mod identity;
+mod key_exchange;
 mod limits;
 mod metrics;
 mod nic_doctor;

@@ -407,7 +407,7 @@ async fn h2_over_tls(
     tokio::task::JoinHandle<Result<(), h2::Error>>,
 ) {
     use std::sync::Arc;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = espalier::certs::provider();
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .unwrap()

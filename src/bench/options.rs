@@ -41,6 +41,12 @@ pub struct BenchOptions {
     pub h3: bool,
     /// Which server certificates to believe over `https://`.
     pub trust: Trust,
+    /// The TLS key exchange groups offered, in order (`--tls-groups`); `None`: espalier's
+    /// own (X25519MLKEM768, X25519, P-256, P-384).
+    pub tls_groups: Option<Vec<String>>,
+    /// A new TLS connection resumes the session of an earlier one where the server lets it
+    /// (as browsers do); `false` (`--no-resumption`): every handshake is a full one.
+    pub resume: bool,
     /// Send again, uncounted, a request the server did not take (as browsers do); `false`
     /// (`--no-retry`) counts it as an error, as wrk and h2load do.
     pub retry_unanswered: bool,
@@ -140,6 +146,8 @@ impl BenchOptions {
             h2: false,
             h3: false,
             trust: Trust::System,
+            tls_groups: None,
+            resume: true,
             retry_unanswered: true,
             uring: false,
             io_path: "epoll".into(),

@@ -66,9 +66,12 @@ impl Connector {
                     .transpose()
             })
             .collect::<Result<_, _>>()?;
+        // A thread's own session store (the run's configuration says whether to resume).
         let tls = tls.map(|base| {
             let mut config = base.clone();
-            config.resumption = rustls::client::Resumption::default();
+            if opts.resume {
+                config.resumption = rustls::client::Resumption::default();
+            }
             TlsConnector::from(Arc::new(config))
         });
         Ok(Connector {
@@ -134,7 +137,43 @@ pub(super) fn client_config(opts: &BenchOptions) -> Result<Option<ClientConfig>,
     } else {
         b"http/1.1".to_vec()
     };
-    crate::tls::client::client_config(&opts.trust, None, vec![alpn]).map(Some)
+    let provider = match &opts.tls_groups {
+        None => crate::certs::provider(),
+        Some(names) => Arc::new(offering(names)?),
+    };
+    let mut config =
+        crate::tls::client::client_config_with(provider, &opts.trust, None, vec![alpn])?;
+    if !opts.resume {
+        config.resumption = rustls::client::Resumption::disabled();
+    }
+    Ok(Some(config))
+}
+
+/// espalier's crypto provider offering the key exchange groups `names` alone, in that order
+/// (rustls's names, any case: `X25519MLKEM768`, `X25519`, `secp256r1`, `secp384r1`).
+fn offering(names: &[String]) -> Result<rustls::crypto::CryptoProvider, String> {
+    let ours = crate::certs::provider();
+    let known = || {
+        (ours.kx_groups.iter())
+            .map(|g| format!("{:?}", g.name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut provider = (*ours).clone();
+    provider.kx_groups = (names.iter())
+        .map(|name| {
+            (ours.kx_groups.iter())
+                .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(name))
+                .copied()
+                .ok_or_else(|| {
+                    format!(
+                        "--tls-groups: `{name}` is no group espalier offers ({})",
+                        known()
+                    )
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(provider)
 }
 
 crate::async_io::delegate_async_io!(Stream { Plain, Ring, Tls });

@@ -44,9 +44,13 @@ pub struct Loaded {
     pub not_after: SystemTime,
 }
 
-/// The crypto provider of every TLS configuration (ring).
+/// The crypto provider of every TLS configuration, server and client, over TCP and QUIC:
+/// AWS-LC (aws-lc-rs), its key exchange groups X25519MLKEM768 first (a hybrid of X25519 and
+/// the post-quantum ML-KEM-768, which current browsers send first), then X25519, P-256 and
+/// P-384 for a client that offers only classical ones. ring, used before, has no ML-KEM:
+/// traffic recorded today could be decrypted by a future quantum computer.
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// Loads `files` and checks them: PEM that holds a chain and a key, the key belonging to the

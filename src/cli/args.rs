@@ -242,6 +242,13 @@ pub struct BenchArgs {
     /// Believe any server certificate (as `curl -k`), for self-signed test servers.
     #[arg(short = 'k', long)]
     pub insecure: bool,
+    /// Offer only these TLS key exchange groups, in this order (`X25519MLKEM768`, `X25519`,
+    /// `secp256r1`, `secp384r1`): whether a server takes the post-quantum one, and its cost.
+    #[arg(long, value_name = "G,G,…", value_delimiter = ',')]
+    pub tls_groups: Option<Vec<String>>,
+    /// Make every TLS handshake a full one (no session resumption), to measure them.
+    #[arg(long)]
+    pub no_resumption: bool,
     /// Count every request the server left unanswered as an error, even one a browser
     /// would send again (a keep-alive connection closed while idle, an HTTP/2 GOAWAY).
     #[arg(long)]

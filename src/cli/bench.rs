@@ -98,6 +98,8 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
         );
     }
     o.trust = trust(a.insecure, &a.cacert);
+    o.tls_groups = a.tls_groups.clone();
+    o.resume = !a.no_resumption;
     if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
             return Err("--rate must be a number of requests per second above 0".into());

@@ -36,7 +36,17 @@ pub fn client_config(
     client_cert: Option<(&Path, &Path)>,
     alpn: Vec<Vec<u8>>,
 ) -> Result<ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    client_config_with(crate::certs::provider(), trust, client_cert, alpn)
+}
+
+/// [`client_config`] on `provider` (the load generator's may offer fewer key exchange
+/// groups: `espalier bench --tls-groups`).
+pub fn client_config_with(
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    trust: &Trust,
+    client_cert: Option<(&Path, &Path)>,
+    alpn: Vec<Vec<u8>>,
+) -> Result<ClientConfig, String> {
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(|e| format!("TLS: {e}"))?;

@@ -361,7 +361,7 @@ pub fn server_config(
     }
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
     // Ticket keys are random per worker and rotated every 6 hours (tickets live 12).
-    config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| e.to_string())?;
+    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;
     // The keys of a connection handed to the kernel (`http::ktls`) must be extractable.
     config.enable_secret_extraction = kernel_tls;
     Ok((Arc::new(config), held))
