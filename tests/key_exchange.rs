@@ -8,62 +8,21 @@ use crate::common::tls::openssl_cert;
 use crate::common::*;
 use std::sync::Arc;
 
-/// A verifier that takes any certificate (the test's own self-signed one).
-#[derive(Debug)]
-struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let algorithms = &self.0.signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// A TLS 1.3 client configuration offering the key exchange group `group` alone, and `alpn`.
 fn offering_only(group: rustls::NamedGroup, alpn: &[u8]) -> rustls::ClientConfig {
     // The client's own provider (not the server's): what it offers is the test's choice.
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     provider.kx_groups.retain(|g| g.name() == group);
     assert_eq!(provider.kx_groups.len(), 1, "{group:?} is not offered");
-    let provider = Arc::new(provider);
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    config
+    // Any certificate (the test's own self-signed one), as `espalier bench -k` believes one.
+    let insecure = espalier::tls::client::Trust::Insecure;
+    espalier::tls::client::client_config_with(
+        Arc::new(provider),
+        &insecure,
+        None,
+        vec![alpn.to_vec()],
+    )
+    .unwrap()
 }
 
 /// An HTTPS/1.1 GET of `/` over TCP offering `group` alone: the status and the group the
@@ -129,14 +88,14 @@ async fn over_quic(port: u16, group: rustls::NamedGroup) -> u16 {
     status
 }
 
-#[test]
-fn a_client_offering_one_group_alone_gets_it_post_quantum_or_classical_over_tcp_and_quic() {
+/// A server of one static https site, HTTP/3 too, in `dir`; its port, and a runtime for the
+/// clients.
+fn https_server(dir: &std::path::Path) -> (Server, u16, tokio::runtime::Runtime) {
     need_tools("openssl:openssl", "openssl");
-    let dir = tempfile::tempdir().unwrap();
-    openssl_cert(dir.path(), "site", "localhost");
+    openssl_cert(dir, "site", "localhost");
     let port = free_port();
-    let _server = Server::with_config(
-        dir.path(),
+    let server = Server::with_config(
+        dir,
         &format!(
             "[server]\nhttp3 = true\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\nhandler = \"static\"\n"
         ),
@@ -145,6 +104,13 @@ fn a_client_offering_one_group_alone_gets_it_post_quantum_or_classical_over_tcp_
         .enable_all()
         .build()
         .unwrap();
+    (server, port, runtime)
+}
+
+#[test]
+fn a_client_offering_one_group_alone_gets_it_post_quantum_or_classical_over_tcp_and_quic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, port, runtime) = https_server(dir.path());
     use rustls::NamedGroup::{secp256r1, X25519, X25519MLKEM768};
     for group in [X25519MLKEM768, X25519, secp256r1] {
         let (status, negotiated) = runtime.block_on(over_tcp(port, group));
@@ -161,32 +127,18 @@ fn a_client_offering_one_group_alone_gets_it_post_quantum_or_classical_over_tcp_
 /// the post-quantum hybrid.
 #[test]
 fn the_post_quantum_group_is_chosen_first() {
-    need_tools("openssl:openssl", "openssl");
     let dir = tempfile::tempdir().unwrap();
-    openssl_cert(dir.path(), "site", "localhost");
-    let port = free_port();
-    let _server = Server::with_config(
-        dir.path(),
-        &format!(
-            "[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\nhandler = \"static\"\n"
-        ),
-    );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (_server, port, runtime) = https_server(dir.path());
     let ours: Vec<_> = (espalier::certs::provider().kx_groups.iter())
         .map(|g| g.name())
         .collect();
     assert_eq!(ours[0], rustls::NamedGroup::X25519MLKEM768, "{ours:?}");
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let negotiated = runtime.block_on(async {
-        let config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-            .with_no_client_auth();
+        let insecure = espalier::tls::client::Trust::Insecure;
+        let config =
+            espalier::tls::client::client_config_with(provider, &insecure, None, Vec::new())
+                .unwrap();
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .unwrap();

@@ -56,6 +56,7 @@ mod source;
 mod static_beside_app;
 mod systemd;
 mod tenants;
+mod ticket_keys;
 mod tls;
 mod upstream_faults;
 mod upstreams;

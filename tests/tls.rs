@@ -357,46 +357,6 @@ fn bad_certificates_are_one_line_at_check() {
     );
 }
 
-/// A verifier that takes any certificate: the flood below tests the server's HTTP/2 limits,
-/// not its certificate (a self-signed CA certificate, which rustls will not take as a leaf).
-#[derive(Debug)]
-struct AnyCertificate(std::sync::Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// An HTTP/2 connection over TLS to 127.0.0.1:`port`, asking for `host` (SNI), whatever its
 /// certificate; with the task that drives it.
 async fn h2_over_tls(
@@ -407,14 +367,11 @@ async fn h2_over_tls(
     tokio::task::JoinHandle<Result<(), h2::Error>>,
 ) {
     use std::sync::Arc;
-    let provider = espalier::certs::provider();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    // Any certificate (the flood below tests the server's HTTP/2 limits, not its
+    // certificate), as `espalier bench -k` believes one.
+    let insecure = espalier::tls::client::Trust::Insecure;
+    let config =
+        espalier::tls::client::client_config(&insecure, None, vec![b"h2".to_vec()]).unwrap();
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();

@@ -1,8 +1,9 @@
 //! The admin endpoint on `[server] admin` (default 127.0.0.1:9180): the admin page at `/`
 //! (see [`super::admin_page`]) with its feeds `GET /machine` and `GET /live`, `GET /ready`
 //! (200, or 503 once a drain has started: a load balancer's health check), `GET /status`
-//! (JSON), `GET /metrics` (Prometheus text), and the actions `POST /reload` and `POST
-//! /pools/NAME/stop|start|recycle`, which need the admin token; and the client the CLI's
+//! (JSON), `GET /metrics` (Prometheus text), and the actions `POST /reload`, `POST
+//! /pools/NAME/stop|start|recycle` and `POST /tls/rotate-ticket-keys`, which need the admin
+//! token; and the client the CLI's
 //! `espalier status`, `pool`, `recycle` and `reload` use.
 //!
 //! Owns: the endpoint's routes, the command and reply types, and the client side. Both sides
@@ -31,6 +32,8 @@ pub enum AdminCommand {
     StartPool(String),
     Recycle(String),
     Reload,
+    /// A new session ticket key now (see `supervisor::ticket_keys`).
+    RotateTicketKeys,
 }
 
 /// The supervisor's answer.
@@ -110,6 +113,7 @@ fn route(method: Method, path: &str, query: &str) -> Result<Option<(AdminCommand
             (AdminCommand::Recycle(name.to_string()), false)
         }
         (Method::Post, ["reload"]) => (AdminCommand::Reload, false),
+        (Method::Post, ["tls", "rotate-ticket-keys"]) => (AdminCommand::RotateTicketKeys, false),
         _ => return Ok(None),
     }))
 }

@@ -79,6 +79,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
                     accepted: 0,
                     steered: 0,
                     queue: Default::default(),
+                    ticket_keys: 0,
                     meters: Vec::new(),
                 })
                 .collect(),

@@ -55,6 +55,8 @@ pub enum Message {
     /// Worker → master, after a pong: its sites' figures (`metrics = true`), JSON of
     /// `[(site, MeterFigures)]`.
     Meters(String),
+    /// Master → worker: the pool's session ticket keys, rotated (`tls::tickets::encode`).
+    TicketKeys(String),
 }
 
 /// What a worker's pong tells of it, over its life: requests served, connection tasks that
@@ -70,6 +72,8 @@ pub struct Figures {
     pub accepted: u64,
     pub steered: u64,
     pub queue: crate::proxy::queue::QueueFigures,
+    /// How many sets of session ticket keys it took (the one it started with counts).
+    pub ticket_keys: u64,
 }
 
 impl Message {
@@ -83,7 +87,7 @@ impl Message {
             Message::Pong(f) => {
                 let q = &f.queue;
                 format!(
-                    "pong {} {} {} {} {} {} {} {} {} {}\n",
+                    "pong {} {} {} {} {} {} {} {} {} {} {}\n",
                     f.requests,
                     f.panics,
                     f.remote,
@@ -93,7 +97,8 @@ impl Message {
                     q.waiting,
                     q.queued_total,
                     q.rejected_total,
-                    q.wait_micros_total
+                    q.wait_micros_total,
+                    f.ticket_keys
                 )
             }
             Message::Stuck(threads) => format!("stuck {threads}\n"),
@@ -113,6 +118,8 @@ impl Message {
             Message::WantCertificate(name) => format!("want-certificate {}\n", one_word(name)),
             Message::WantApp => "want-app\n".to_string(),
             Message::NoCertificate(name) => format!("no-certificate {}\n", one_word(name)),
+            // Hex and commas: one word.
+            Message::TicketKeys(keys) => format!("ticket-keys {}\n", one_word(keys)),
         }
     }
 
@@ -141,6 +148,7 @@ impl Message {
                         rejected_total: n.next().unwrap_or(0),
                         wait_micros_total: n.next().unwrap_or(0),
                     },
+                    ticket_keys: n.next().unwrap_or(0),
                 })
             }
             "stuck" => Message::Stuck(rest.to_string()),
@@ -155,6 +163,7 @@ impl Message {
             "want-certificate" => Message::WantCertificate(rest.to_string()),
             "want-app" => Message::WantApp,
             "no-certificate" => Message::NoCertificate(rest.to_string()),
+            "ticket-keys" => Message::TicketKeys(rest.to_string()),
             _ => return None,
         })
     }
@@ -191,6 +200,7 @@ mod tests {
                     rejected_total: 2,
                     wait_micros_total: 123_456,
                 },
+                ticket_keys: 3,
             }),
             Message::Stuck("cpu0,cpu3".into()),
             Message::Unresponsive("http://127.0.0.1:4000".into()),

@@ -113,6 +113,7 @@ pub(super) fn worker_specs(
                 identity: pool.identity.clone(),
                 // Filled in as the process starts, from the files as they are then.
                 store_certs: Vec::new(),
+                ticket_keys: String::new(),
                 proxy: proxy_settings(pool),
             })
         })

@@ -114,6 +114,10 @@ pub struct WorkerSpec {
     /// the master when the worker starts (later changes arrive as `certificate` messages).
     #[serde(default)]
     pub store_certs: Vec<crate::certs::store::StoreCert>,
+    /// The pool's session ticket keys now, newest first (`tls::tickets::encode`; later
+    /// rotations arrive as `ticket-keys` messages).
+    #[serde(default)]
+    pub ticket_keys: String,
     /// A front worker of a `transport = "proxy"` pool: its timeouts. Its app processes'
     /// endpoints arrive later, on the control socket (`upstreams`).
     #[serde(default)]

@@ -285,6 +285,10 @@ pub struct WorkerStatus {
     /// A front worker's queue for its app processes (`max_requests_per_process`).
     #[serde(default)]
     pub queue: crate::proxy::queue::QueueFigures,
+    /// How many sets of session ticket keys the worker took, at its last pong (its start's
+    /// and each rotation's since; 0 for an app process).
+    #[serde(default)]
+    pub ticket_keys: u64,
     /// Its sites' figures (`metrics = true`; see [`super::meters`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub meters: Vec<super::meters::SiteMeters>,

@@ -156,6 +156,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         tiers: &tiers,
         upstreams: &upstreams,
         store: &store,
+        tickets: &shared.tickets,
     };
     let served = from_master::serve_master(spec, control, to_master, on_demand);
     let _ = stop_tx.send(true);

@@ -86,6 +86,7 @@ pub(super) fn pong(
     spec: &WorkerSpec,
     health: &[Arc<ThreadHealth>],
     queue: crate::proxy::queue::QueueFigures,
+    ticket_keys: u64,
 ) -> String {
     let stuck: Vec<String> = spec
         .threads
@@ -119,6 +120,7 @@ pub(super) fn pong(
         accepted: sum(|h| &h.accepted),
         steered: sum(|h| &h.steered),
         queue,
+        ticket_keys,
     })
     .line()
 }

@@ -1,4 +1,5 @@
-//! TLS for `https://` bindings, with rustls (ring provider): each site's certificate loaded
+//! TLS for `https://` bindings, with rustls (AWS-LC provider, post-quantum key exchange
+//! first: see [`crate::certs::provider`]): each site's certificate loaded
 //! and checked, chosen per connection by SNI, and the server configuration of an https
 //! address.
 //!
@@ -7,7 +8,8 @@
 //! directory's TLS-ALPN-01 validation — the challenge certificate of an order under way;
 //! with `on_demand`, which handshakes are held for a certificate not yet there, see
 //! [`on_demand`]), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
-//! ALPN `http/1.1`, session tickets and a session cache shared by the threads of a worker),
+//! ALPN `http/1.1`, session tickets whose keys the pool's workers share ([`tickets`]) and a
+//! session cache shared by the threads of a worker),
 //! with the client-certificate verifier of the address's sites' `client_certs`; and TLS as a
 //! client ([`client`]: upstream servers, the load generator); what the kernel's TLS needs of
 //! a connection ([`kernel`]).
@@ -16,11 +18,13 @@
 //!
 //! A worker builds its configurations once, before it drops to its pool's user (key files
 //! are usually readable by root alone), and its threads share them: a session resumed on
-//! any thread of the worker — of its NUMA node — finds its ticket key and cache entry.
+//! any thread of the worker — of its NUMA node — finds its cache entry, and one resumed by
+//! ticket on any worker of the pool finds its key.
 
 pub mod client;
 pub mod kernel;
 pub mod on_demand;
+pub mod tickets;
 
 use crate::certs::store::StoreKeys;
 use crate::certs::{load, provider, TlsFiles};
@@ -305,7 +309,7 @@ pub fn server_config(
     pool: &str,
     who: &str,
     store: &Arc<StoreKeys>,
-    kernel_tls: bool,
+    (kernel_tls, tickets): (bool, &Arc<tickets::SharedTicketer>),
     acme: AcmeAnswers<'_>,
 ) -> Result<(Arc<rustls::ServerConfig>, Option<Held>), String> {
     let AcmeAnswers {
@@ -360,8 +364,9 @@ pub fn server_config(
         config.alpn_protocols.push(ACME_TLS_ALPN.to_vec());
     }
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
-    // Ticket keys are random per worker and rotated every 6 hours (tickets live 12).
-    config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| e.to_string())?;
+    // Ticket keys are the pool's, shared by its workers and rotated by the master (see
+    // `tickets`): a client resumes whichever worker takes its next connection.
+    config.ticketer = Arc::clone(tickets) as Arc<dyn rustls::server::ProducesTickets>;
     // The keys of a connection handed to the kernel (`http::ktls`) must be extractable.
     config.enable_secret_extraction = kernel_tls;
     Ok((Arc::new(config), held))

@@ -20,7 +20,8 @@
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
 //!   ACME directory and renewed (`acme_schedule`: when); `on_demand`: which names a handshake may have ordered, and
-//!   the bounds; `on_demand_answers`: a worker's ask for one, answered;
+//!   the bounds; `on_demand_answers`: a worker's ask for one, answered; `ticket_keys`: the
+//!   session ticket keys rotated and sent to the workers;
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
 //!   back to sleep after `idle_timeout`; `app_on_request`: a woken pool's app started at its
 //!   front's first request for it;
@@ -63,6 +64,7 @@ mod slots;
 mod start_up;
 mod stop;
 mod suspend;
+mod ticket_keys;
 mod upstream_checks;
 mod upstream_told;
 mod wake;
@@ -129,6 +131,8 @@ struct Supervisor {
     live: samples::LiveSamples,
     /// The certificate store's names by pool and what was last seen of its files.
     cert_store: cert_store::CertStore,
+    /// The secrets of every pool's session ticket keys (see `ticket_keys`).
+    ticket_keys: crate::tls::tickets::KeyRing,
     /// The cgroup freezer and its groups (see `suspend`).
     freezing: procs::Freezing,
     /// App processes started again at start-up after losing their port (see
@@ -330,6 +334,7 @@ impl Supervisor {
             | Message::UpstreamHealth(_)
             | Message::Reopen
             | Message::Certificate(_)
+            | Message::TicketKeys(_)
             | Message::NoCertificate(_) => {}
         }
     }
@@ -413,6 +418,7 @@ impl Supervisor {
         }
         self.retire_when_replaced();
         self.scan_certificate_store();
+        self.rotate_ticket_keys_when_due();
         self.resolve_upstreams_due(now);
         self.sleep_idle(now);
         self.start_wanted_apps();

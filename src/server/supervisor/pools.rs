@@ -227,6 +227,12 @@ impl Supervisor {
                 Ok(summary) => done(200, summary),
                 Err(message) => done(400, message),
             },
+            AdminCommand::RotateTicketKeys => {
+                let pools = self.rotate_ticket_keys();
+                let said = format!("session ticket keys rotated; the workers of {pools} pool(s) told (tickets of the two keys before still resume)");
+                log("master", &said);
+                done(200, said)
+            }
             // Stopping it would stop every pool of every shared address at once.
             AdminCommand::StopPool(name) if name == crate::server::dispatcher::POOL => done(
                 409,

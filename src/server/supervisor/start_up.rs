@@ -89,6 +89,7 @@ impl Supervisor {
             upstreams_unsent: Vec::new(),
             live: samples::LiveSamples::new(),
             cert_store,
+            ticket_keys: Default::default(),
             freezing: super::procs::Freezing {
                 // ESPALIER_FREEZER=v1 picks v1's freezer where both are mounted (for its tests).
                 freezer: os::freezer::detect(

@@ -1,7 +1,7 @@
 //! A worker's side of its control channel, once it is ready: it answers the master's pings
 //! (its threads' figures, the upstream servers it ejected, the app processes that let its
 //! requests time out), takes what the master sends (app processes' places, upstream checks,
-//! certificates, reopening the logs), and asks for what its requests wait on (a certificate
+//! certificates, session ticket keys, reopening the logs), and asks for what its requests wait on (a certificate
 //! a handshake holds, a sleeping app) — until SIGTERM, SIGINT or the master's going away,
 //! when the worker drains.
 //!
@@ -25,6 +25,7 @@ pub(super) struct Shared<'a> {
     pub(super) tiers: &'a SharedTiers,
     pub(super) upstreams: &'a [Arc<GroupHealth>],
     pub(super) store: &'a StoreKeys,
+    pub(super) tickets: &'a crate::tls::tickets::SharedTicketer,
 }
 
 /// Runs the control loop (see the module doc) until the worker is to drain.
@@ -99,7 +100,8 @@ pub(super) fn serve_master(
 /// The answer to a ping: the pong, the sites' meters, the upstream servers ejected now and
 /// the app processes that let requests time out.
 fn pong_lines(spec: &WorkerSpec, shared: &Shared<'_>) -> String {
-    let mut answer = pong(spec, shared.health, shared.tiers.queue.figures());
+    let queue = shared.tiers.queue.figures();
+    let mut answer = pong(spec, shared.health, queue, shared.tickets.generation());
     if let Some(meters) = site_meters(spec, shared.health) {
         answer.push_str(&meters.line());
     }
@@ -145,6 +147,10 @@ fn take(
                 Err(e) => log(&spec.name(), format!("certificate store: {e}")),
             }
         }
+        Message::TicketKeys(keys) => match crate::tls::tickets::decode(&keys) {
+            Ok(keys) => shared.tickets.set(&keys),
+            Err(e) => log(&spec.name(), e),
+        },
         Message::NoCertificate(name) => {
             if let Some(demand) = demand {
                 demand.answered(&name);

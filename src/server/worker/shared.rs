@@ -1,6 +1,6 @@
 //! What a worker's engine threads share, made once as the worker starts (while it may still
 //! read its keys): each https group's TLS, the body ceiling of the head parser, the upstream
-//! groups' health, and the limited sites' accounts.
+//! groups' health, the limited sites' accounts, and the pool's session ticket keys.
 //!
 //! Owns: [`Shared`]. Must not touch: the threads (`super::engine` reads it).
 
@@ -8,6 +8,7 @@ use crate::proxy::GroupHealth;
 use crate::routing::limits::Accounts;
 use crate::server::log;
 use crate::server::spec::WorkerSpec;
+use crate::tls::tickets::{self, SharedTicketer, TicketKey};
 use std::sync::Arc;
 
 /// What a worker's threads share: the TLS of its listener groups (each https group's rustls
@@ -22,6 +23,8 @@ pub(super) struct Shared {
     /// Each upstream group a path of the worker's sites names: its servers' health, shared
     /// by the threads (see `proxy::group`).
     pub(super) upstreams: Vec<Arc<GroupHealth>>,
+    /// The pool's session ticket keys, which the master rotates (see `tls::tickets`).
+    pub(super) tickets: Arc<SharedTicketer>,
 }
 
 impl Shared {
@@ -34,6 +37,7 @@ impl Shared {
         ktls: crate::os::ktls::KernelSupport,
         on_demand: Option<&Arc<crate::tls::on_demand::OnDemand>>,
     ) -> Result<Shared, String> {
+        let tickets = Arc::new(SharedTicketer::new(&ticket_keys(spec)));
         Ok(Shared {
             configs: spec
                 .groups
@@ -47,7 +51,7 @@ impl Shared {
                                 &spec.pool,
                                 &spec.name(),
                                 store,
-                                !ktls.is_empty(),
+                                (!ktls.is_empty(), &tickets),
                                 crate::tls::AcmeAnswers {
                                     challenges: spec.acme_challenges.as_deref(),
                                     on_demand,
@@ -74,8 +78,20 @@ impl Shared {
                     })
                 })
                 .collect(),
+            tickets,
         })
     }
+}
+
+/// The pool's ticket keys as the master gave them at start; keys of the worker's own where it
+/// gave none it could read (said once): resumption then stays within this worker.
+fn ticket_keys(spec: &WorkerSpec) -> Vec<TicketKey> {
+    tickets::decode(&spec.ticket_keys).unwrap_or_else(|e| {
+        if !spec.ticket_keys.is_empty() {
+            log(&spec.name(), format!("{e}; this worker makes its own"));
+        }
+        tickets::pool_keys(&[tickets::new_secret()], &spec.pool)
+    })
 }
 
 /// The upstream groups the paths of `spec`'s own sites name (a group no path of the

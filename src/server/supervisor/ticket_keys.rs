@@ -1,0 +1,39 @@
+//! The session ticket keys' rotation: every `tls::tickets::ROTATE_EVERY` from the tick, or
+//! when the admin endpoint asks (`POST /tls/rotate-ticket-keys`), a new secret seals, and every
+//! running worker is sent its pool's keys. A worker that starts later gets them in its spec.
+//!
+//! Owns: when the keys rotate and who is told. Must not touch: the keys themselves
+//! (`crate::tls::tickets`).
+
+use super::Supervisor;
+use crate::server::control::Message;
+use crate::server::log;
+use std::time::Instant;
+
+impl Supervisor {
+    /// Rotates the ticket keys when they are due (from the tick).
+    pub(super) fn rotate_ticket_keys_when_due(&mut self) {
+        if self.ticket_keys.due(Instant::now()) {
+            self.rotate_ticket_keys();
+        }
+    }
+
+    /// A new ticket key for every pool, sent to its running workers; tickets sealed with the
+    /// two keys before still open. How many pools were told.
+    pub(super) fn rotate_ticket_keys(&mut self) -> usize {
+        self.ticket_keys.rotate(Instant::now());
+        let mut pools: Vec<String> = (self.slots.iter())
+            .filter(|s| s.app.is_none() && s.current.is_some())
+            .map(|s| self.pools[s.pool].spec.name.clone())
+            .collect();
+        pools.sort_unstable();
+        pools.dedup();
+        for pool in &pools {
+            let keys = Message::TicketKeys(self.ticket_keys.for_pool(pool)).line();
+            if !self.send_to_pool(pool, &keys) {
+                log("master", format!("pool `{pool}`: a worker did not take the new session ticket keys; it goes on with the old until it is replaced"));
+            }
+        }
+        pools.len()
+    }
+}
