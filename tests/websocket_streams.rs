@@ -3,8 +3,9 @@
 //! pool's Node app and an upstream Node server, both speaking HTTP/1.1 Upgrade (RFC 6455):
 //! the server offers extended CONNECT in its SETTINGS, messages go both ways, and the close
 //! ends the stream in order (END_STREAM, not a reset). The site's steps run on it as on any
-//! request (an access list's 403, a limit's 429 on the second), and a path that speaks no
-//! WebSocket (espalier's own files) answers 501.
+//! request (an access list's 403, a limit's 429 on the second), a path that speaks no
+//! WebSocket (espalier's own files) answers 501, and an idle tunnel is closed after
+//! `body_timeout`.
 
 use crate::common::apps::prepare;
 use crate::common::tls::openssl_cert;
@@ -25,15 +26,27 @@ struct Opened {
 /// One WebSocket by tests/apps/ws_client.py over `kind` (h2, h2c, h3) to `port`, sending
 /// `messages`; `name` is its `:authority`.
 fn websocket(libs: &str, kind: &str, port: u16, (name, path): (&str, &str)) -> Opened {
+    run_client(libs, kind, port, (name, path), false)
+}
+
+/// One WebSocket to `/ws` that sends nothing once open, waiting for the server to end it.
+fn idle_websocket(libs: &str, kind: &str, port: u16) -> Opened {
+    run_client(libs, kind, port, ("localhost", "/ws"), true)
+}
+
+fn run_client(libs: &str, kind: &str, port: u16, (name, path): (&str, &str), idle: bool) -> Opened {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/ws_client.py");
-    let out = Command::new("timeout")
-        .args(["60", "python3"])
+    let mut command = Command::new("timeout");
+    command
+        .args(["90", "python3"])
         .arg(script)
         .args([kind, &port.to_string(), path, "hello", "second frame"])
         .env("PYTHONPATH", libs)
-        .env("WS_NAME", name)
-        .output()
-        .unwrap();
+        .env("WS_NAME", name);
+    if idle {
+        command.env("WS_IDLE", "1");
+    }
+    let out = command.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| {
         panic!(
@@ -145,4 +158,46 @@ pool = "node"
     assert_eq!(first.status, 200, "{first:?}");
     let second = websocket(&libs, "h2c", port, ("limited.localhost", "/ws"));
     assert_eq!(second.status, 429, "{second:?}");
+}
+
+/// A tunnel that carries nothing is closed once neither side has sent for `body_timeout`
+/// (the app's silence bounds it, as nginx's `proxy_read_timeout` does): an idle client
+/// holds no stream and no app connection for ever.
+#[test]
+fn an_idle_websocket_is_closed_after_body_timeout() {
+    need_tools("node:nodejs openssl:openssl", "node and openssl");
+    let Some(libs) = client_libraries() else {
+        return skip(
+            "h2 and aioquic cannot be installed from PyPI (python3 -m pip install failed)",
+        );
+    };
+    let https = free_port();
+    let config = format!(
+        r#"
+[server]
+http3 = true
+[server.limits]
+body_timeout = "2s"
+[[pool]]
+name = "node"
+processes = 1
+command = ["node", "server.js"]
+directory = "node"
+health = "/healthz"
+[[site]]
+name = "node"
+bindings = ["http://{{listen}}", "https://127.0.0.1:{https}"]
+tls = {{ cert = "site.pem", key = "site.key" }}
+[[site.app]]
+pool = "node"
+"#
+    );
+    let (dir, port, config) = prepare(&config);
+    openssl_cert(dir.path(), "site", "localhost");
+    let _server = Server::with_config(dir.path(), &config);
+    for (kind, port) in [("h2c", port), ("h3", https)] {
+        let ws = idle_websocket(&libs, kind, port);
+        assert_eq!(ws.status, 200, "{kind}: {ws:?}");
+        assert_ne!(ws.ended, "open", "{kind}: the idle tunnel was never closed");
+    }
 }

@@ -12,7 +12,8 @@ and ends its own. Prints one JSON line: `settings` (the server's
 SETTINGS_ENABLE_CONNECT_PROTOCOL, 0 when it sent none), `status`, `headers`, `echoes` (the
 texts of the frames received back), `body` (the answer's text when it is no tunnel) and
 `ended`: how the server's side of the stream ended — "end", "reset", or "open" when it had
-not within 10 s."""
+not within 10 s. With WS_IDLE=1 the client sends nothing once answered (no message, no
+close) and waits up to 60 s for the server to end the stream: an idle tunnel's bound."""
 import asyncio
 import json
 import os
@@ -22,6 +23,7 @@ import sys
 import time
 
 NAME = os.environ.get("WS_NAME", "localhost")
+IDLE = bool(os.environ.get("WS_IDLE"))
 CONNECT_PROTOCOL = 0x8
 
 
@@ -107,7 +109,7 @@ def over_h2(tls, port, path, messages):
     sock.sendall(conn.data_to_send())
     read_until(lambda: got["status"] is not None or got["ended"] != "open")
     echoes = []
-    if got["status"] == 200:
+    if got["status"] == 200 and not IDLE:
         for text in messages:
             conn.send_data(stream, masked(0x1, text))
             sock.sendall(conn.data_to_send())
@@ -116,7 +118,7 @@ def over_h2(tls, port, path, messages):
             echoes += [t for _, t in received]
         conn.send_data(stream, masked(0x8, ""))
         sock.sendall(conn.data_to_send())
-    read_until(lambda: got["ended"] != "open")
+    read_until(lambda: got["ended"] != "open", 60 if IDLE else 10)
     if got["ended"] == "end":
         # Ours ends in turn; a refusal's stream the server closed whole takes nothing more.
         try:
@@ -179,7 +181,7 @@ async def over_h3(port, path, messages):
         settings = c.h3.received_settings or {}
         got["settings"] = settings.get(CONNECT_PROTOCOL, 0)
         echoes = []
-        if got["status"] == 200:
+        if got["status"] == 200 and not IDLE:
             for text in messages:
                 c.h3.send_data(stream, masked(0x1, text), end_stream=False)
                 c.transmit()
@@ -188,7 +190,7 @@ async def over_h3(port, path, messages):
                 echoes += [t for _, t in received]
             c.h3.send_data(stream, masked(0x8, ""), end_stream=False)
             c.transmit()
-        await c.until(lambda: got["ended"] != "open")
+        await c.until(lambda: got["ended"] != "open", 60 if IDLE else 10)
         if got["ended"] == "end":
             # Ours ends in turn; a refusal's stream the server stopped takes nothing more.
             try:
