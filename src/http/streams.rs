@@ -371,16 +371,22 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
 }
 
 /// A complete response head at the start of `buf`: its length and status; `None` while
-/// incomplete. (Malformed heads are found by [`translate`].)
+/// incomplete. The head is the forwarder's own, written by espalier's one head writer
+/// (CRLF line ends, `HTTP/1.1 NNN` first), so its end and status are found without parsing
+/// it: [`translate`] parses it once, and finds it malformed if it is (a status of 0 here
+/// sends it there).
 fn head_end(buf: &[u8]) -> Option<(usize, u16)> {
-    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut hs);
-    match r.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => Some((len, r.code.unwrap_or(0))),
-        Ok(httparse::Status::Partial) => None,
-        // Not HTTP: the whole buffer, which `translate` refuses.
-        Err(_) => Some((buf.len(), 0)),
-    }
+    let len = memchr::memmem::find(buf, b"\r\n\r\n")? + 4;
+    let status =
+        match buf.get(..13) {
+            Some(
+                [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', digits @ .., b' ' | b'\r'],
+            ) if digits.iter().all(u8::is_ascii_digit) => digits
+                .iter()
+                .fold(0u16, |n, d| n * 10 + u16::from(d - b'0')),
+            _ => 0,
+        };
+    Some((len, status))
 }
 
 /// Reads at most what the client takes now from `from` onto the empty `buf`, waiting for
@@ -447,4 +453,21 @@ pub(crate) async fn send_file<O: StreamOut>(
         out.data(Bytes::new(), true, timeout).await?;
     }
     Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::head_end;
+
+    #[test]
+    fn a_heads_end_and_status_are_found_without_parsing_it() {
+        let two = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
+        assert_eq!(head_end(two), Some((25, 100)));
+        assert_eq!(head_end(&two[25..]), Some((38, 200)));
+        assert_eq!(head_end(b"HTTP/1.1 204\r\n\r\n"), Some((16, 204)));
+        assert_eq!(head_end(b"HTTP/1.1 200 OK\r\nServer: e"), None);
+        // Not a head espalier writes: status 0, for `translate` to refuse.
+        assert_eq!(head_end(b"SSH-2.0\r\n\r\n"), Some((11, 0)));
+        assert_eq!(head_end(b"HTTP/1.1 2x0 OK\r\n\r\n"), Some((19, 0)));
+    }
 }
