@@ -28,6 +28,10 @@ pub struct AcmeSettings {
     /// directory that takes connections and never answers fails the order.
     #[serde(default = "default_acme_timeout")]
     pub timeout: std::time::Duration,
+    /// The certificate profile asked for in each order (the ACME profiles extension: Let's
+    /// Encrypt's `shortlived`, `tlsserver`, `classic`); `None`: the directory's default.
+    #[serde(default)]
+    pub profile: Option<String>,
 }
 
 fn default_acme_timeout() -> std::time::Duration {

@@ -65,6 +65,7 @@ pub struct RawAcme {
     pub on_demand_in_flight: Option<i64>,
     pub on_demand_per_hour: Option<i64>,
     pub timeout: Option<Scalar>,
+    pub profile: Option<String>,
 }
 
 /// `[upstream.tls]`: how `https://` servers are verified.

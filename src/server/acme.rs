@@ -149,21 +149,27 @@ pub enum Proof {
     TlsAlpn01,
 }
 
-/// Orders a certificate for `name`, proven `how`, and writes it into `store` (`NAME.key`,
-/// then `NAME.pem`); what answers the challenge goes into `challenges` while the directory
-/// validates (`TOKEN`, or `tls-alpn-01/NAME.pem` and `.key`).
+/// Orders a certificate for `name`, proven `how`, with the certificate profile `profile`
+/// when one is set, and writes it into `store` (`NAME.key`, then `NAME.pem`); what answers
+/// the challenge goes into `challenges` while the directory validates (`TOKEN`, or
+/// `tls-alpn-01/NAME.pem` and `.key`).
 pub async fn order(
     account: &Account,
-    (name, how): (&str, Proof),
+    (name, how, profile): (&str, Proof, Option<&str>),
     challenges: &Path,
     store: &Path,
     wait: Duration,
 ) -> Result<(), String> {
     let identifiers = [Identifier::Dns(name.to_string())];
+    let mut new_order = NewOrder::new(&identifiers);
+    if let Some(profile) = profile {
+        offered_profile(account, profile)?;
+        new_order = new_order.profile(profile);
+    }
     let mut order = within(
         "the order was refused",
         (wait, Duration::ZERO),
-        account.new_order(&NewOrder::new(&identifiers)),
+        account.new_order(&new_order),
     )
     .await?;
     let mut written = Vec::new();
@@ -178,6 +184,21 @@ pub async fn order(
     let (key, chain) = issued?;
     write_private(&store.join(format!("{name}.key")), key.as_bytes())?;
     write_private(&store.join(format!("{name}.pem")), chain.as_bytes())
+}
+
+/// Whether the directory lists the certificate profile `profile` (its `meta.profiles`): one
+/// it does not would be refused by it, or — by a directory without the profiles extension —
+/// silently ignored, giving a certificate of another lifetime than the one asked for.
+fn offered_profile(account: &Account, profile: &str) -> Result<(), String> {
+    let offered: Vec<&str> = account.profiles().map(|p| p.name).collect();
+    if offered.contains(&profile) {
+        return Ok(());
+    }
+    let listed = match offered.is_empty() {
+        true => "none: it does not speak the ACME profiles extension".to_string(),
+        false => offered.join(", "),
+    };
+    Err(format!("the directory offers no certificate profile `{profile}` (it offers {listed}); set [server.acme] profile to one it offers, or remove it"))
 }
 
 /// Puts every pending authorization's proof where the workers answer it from, and tells the

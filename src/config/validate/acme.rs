@@ -98,7 +98,17 @@ impl Validator {
             raw.timeout,
             std::time::Duration::from_secs(20),
         );
+        // A profile's name is a word the directory lists in its `meta.profiles`: whether it
+        // does is known only once the directory is asked (an order says so, once).
+        let profile = raw.profile.filter(|p| {
+            let word = !p.is_empty() && p.len() <= 64 && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+            if !word {
+                self.err(&at("profile"), format!("`{p}` is not a profile's name; write one the directory lists, like \"shortlived\" (Let's Encrypt: \"classic\", \"tlsserver\", \"shortlived\")"));
+            }
+            word
+        });
         (store).then_some(AcmeSettings {
+            profile,
             timeout,
             directory,
             email,

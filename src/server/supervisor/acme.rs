@@ -528,9 +528,10 @@ async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemT
     let mut again = true;
     loop {
         let account = shared.account().await?;
+        let profile = shared.settings.profile.as_deref();
         match crate::server::acme::order(
             &account,
-            (name, proof),
+            (name, proof, profile),
             challenges,
             store,
             shared.settings.timeout,
