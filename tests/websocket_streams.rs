@@ -72,6 +72,35 @@ fn client_libraries() -> Option<String> {
     Some(format!("{}:{}", h2.display(), h3.display()))
 }
 
+/// A folder with the example apps and a certificate for `localhost`, and a config of one
+/// pool running the Node app and its site `node` on an http:// and an https:// port (HTTP/3
+/// on), with `server` added to `[server]` and `site` to the site: the folder, the http and
+/// https ports, and the config.
+fn node_site(server: &str, site: &str) -> (tempfile::TempDir, u16, u16, String) {
+    let https = free_port();
+    let config = format!(
+        r#"
+[server]
+http3 = true
+{server}
+[[pool]]
+name = "node"
+processes = 1
+command = ["node", "server.js"]
+directory = "node"
+health = "/healthz"
+
+[[site]]
+name = "node"
+bindings = ["http://{{listen}}", "https://127.0.0.1:{https}"]
+tls = {{ cert = "site.pem", key = "site.key" }}
+{site}"#
+    );
+    let (dir, port, config) = prepare(&config);
+    openssl_cert(dir.path(), "site", "localhost");
+    (dir, port, https, config)
+}
+
 #[test]
 fn a_websocket_over_http2_and_http3_reaches_a_pool_app_and_an_upstream() {
     need_tools("node:nodejs openssl:openssl", "node and openssl");
@@ -91,24 +120,8 @@ fn a_websocket_over_http2_and_http3_reaches_a_pool_app_and_an_upstream() {
             .stderr(Stdio::null()),
         SocketAddr::from(([127, 0, 0, 1], upstream_port)),
     );
-    let https = free_port();
-    let config = format!(
-        r#"
-[server]
-http3 = true
-
-[[pool]]
-name = "node"
-processes = 1
-command = ["node", "server.js"]
-directory = "node"
-health = "/healthz"
-
-[[site]]
-name = "node"
-bindings = ["http://{{listen}}", "https://127.0.0.1:{https}"]
-tls = {{ cert = "site.pem", key = "site.key" }}
-root = "."
+    let extra = format!(
+        r#"root = "."
 [[site.app]]
 pool = "node"
 [[site.app]]
@@ -130,8 +143,7 @@ limit = {{ rate = "1/m" }}
 pool = "node"
 "#
     );
-    let (dir, port, config) = prepare(&config);
-    openssl_cert(dir.path(), "site", "localhost");
+    let (dir, port, https, config) = node_site("", &extra);
     let server = Server::with_config(dir.path(), &config);
     for (kind, port) in [("h2c", port), ("h2", https), ("h3", https)] {
         for path in ["/ws", "/up/ws"] {
@@ -171,29 +183,8 @@ fn an_idle_websocket_is_closed_after_body_timeout() {
             "h2 and aioquic cannot be installed from PyPI (python3 -m pip install failed)",
         );
     };
-    let https = free_port();
-    let config = format!(
-        r#"
-[server]
-http3 = true
-[server.limits]
-body_timeout = "2s"
-[[pool]]
-name = "node"
-processes = 1
-command = ["node", "server.js"]
-directory = "node"
-health = "/healthz"
-[[site]]
-name = "node"
-bindings = ["http://{{listen}}", "https://127.0.0.1:{https}"]
-tls = {{ cert = "site.pem", key = "site.key" }}
-[[site.app]]
-pool = "node"
-"#
-    );
-    let (dir, port, config) = prepare(&config);
-    openssl_cert(dir.path(), "site", "localhost");
+    let site = "[[site.app]]\npool = \"node\"\n";
+    let (dir, port, https, config) = node_site("[server.limits]\nbody_timeout = \"2s\"\n", site);
     let _server = Server::with_config(dir.path(), &config);
     for (kind, port) in [("h2c", port), ("h3", https)] {
         let ws = idle_websocket(&libs, kind, port);
