@@ -98,9 +98,23 @@ pub fn need_tools(tools: &str, what: &str) {
 
 /// Installs the Python package `package` from PyPI under target/`folder` (once: a folder
 /// holding it is taken as it is), for a test's script to put on its `PYTHONPATH`; `None`
-/// when pip cannot. Installed beside and renamed into place whole: a pip stopped half-way
-/// leaves no folder a later run would take for a complete install.
+/// when pip cannot. One install per package at a time in this process (tests asking at once
+/// wait for the first), each into a folder of its own renamed into place whole: a pip
+/// stopped half-way leaves no folder a later run would take for a complete install, and
+/// another process's finished install is kept rather than replaced under its tests.
 pub fn python_package(package: &str, folder: &str) -> Option<PathBuf> {
+    static INSTALLED: std::sync::Mutex<std::collections::BTreeMap<String, Option<PathBuf>>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(done) = installed.get(package) {
+        return done.clone();
+    }
+    let done = pip_install(package, folder);
+    installed.insert(package.to_string(), done.clone());
+    done
+}
+
+fn pip_install(package: &str, folder: &str) -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join(folder);
@@ -115,8 +129,14 @@ pub fn python_package(package: &str, folder: &str) -> Option<PathBuf> {
         .arg(package)
         .status()
         .is_ok_and(|s| s.success());
+    if !ok || dir.join(package).exists() {
+        let _ = std::fs::remove_dir_all(&fresh);
+        return dir.join(package).exists().then_some(dir);
+    }
+    // An incomplete folder (a pip stopped half-way) gives way.
     let _ = std::fs::remove_dir_all(&dir);
-    (ok && std::fs::rename(&fresh, &dir).is_ok()).then_some(dir)
+    let _ = std::fs::rename(&fresh, &dir);
+    dir.join(package).exists().then_some(dir)
 }
 
 /// What `espalier check` says refusing `config`, written as `dir`'s espalier.toml; fails

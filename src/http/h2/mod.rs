@@ -191,6 +191,9 @@ impl Drop for Open<'_> {
     }
 }
 
+/// How a stream with a body was routed on its head (see `Connection::route_head`).
+type Routed<T> = Result<(T, RequestCtx, Option<OwnedFacts>), Option<RequestCtx>>;
+
 /// What answering a stream at once left for a task.
 enum Work<T> {
     /// The request is lent to what the service routed it to (an application), through the
@@ -251,32 +254,9 @@ impl<S: Service + 'static> Connection<S> {
         let _open = Open::take(&self.open, &self.env.streams);
         let env = &self.env;
         let arrived = Instant::now();
-        let routed = {
-            let mut headers = Vec::with_capacity(parts.headers.len() + 1);
-            let max_headers = MAX_HEADERS.min(env.limits.max_headers);
-            match request_of(
-                &parts,
-                &mut headers,
-                &[],
-                (&self.client, self.peer),
-                max_headers,
-            ) {
-                // No hand-off: an HTTP/2 connection stays with the pool that took it.
-                Ok(request) => match env.service.route(self.group, &request, false) {
-                    Route::Lend(target, ctx) => {
-                        let facts = ctx.logged.then(|| OwnedFacts::of(&request));
-                        Ok((target, ctx, facts))
-                    }
-                    // Answered here once the body is in, as routed now: routing again
-                    // would run the site's chain twice (a limit counted twice).
-                    Route::Here(ctx) => Err(Some(ctx)),
-                    Route::HandOff(_) => Err(None),
-                },
-                Err(status) => {
-                    send_error(&mut respond, env, status);
-                    return;
-                }
-            }
+        let routed = match self.route_head(&parts) {
+            Ok(routed) => routed,
+            Err(status) => return send_error(&mut respond, env, status),
         };
         let framing = body::framing_of(&parts);
         if framing == Framing::None {
@@ -344,13 +324,39 @@ impl<S: Service + 'static> Connection<S> {
         }
     }
 
+    /// A stream with a body routed on its head: lent (its target, context and what its log
+    /// line wants), or to be answered here once the body is in (`Err(Some)`: routing again
+    /// then would run the site's chain twice, a limit counted twice); the status refusing
+    /// its head.
+    fn route_head(&self, parts: &http::request::Parts) -> Result<Routed<S::Target>, u16> {
+        let env = &self.env;
+        let mut headers = Vec::with_capacity(parts.headers.len() + 1);
+        let max_headers = MAX_HEADERS.min(env.limits.max_headers);
+        let request = request_of(
+            parts,
+            &mut headers,
+            &[],
+            (&self.client, self.peer),
+            max_headers,
+        )?;
+        // No hand-off: an HTTP/2 connection stays with the pool that took it.
+        Ok(match env.service.route(self.group, &request, false) {
+            Route::Lend(target, ctx) => {
+                let facts = ctx.logged.then(|| OwnedFacts::of(&request));
+                Ok((target, ctx, facts))
+            }
+            Route::Here(ctx) => Err(Some(ctx)),
+            Route::HandOff(_) => Err(None),
+        })
+    }
+
     /// A WebSocket's stream (see [`websocket`]): lent to its app or upstream server, the
     /// stream then its tunnel; one its site answers here gets that answer — a redirect, a
     /// refusal — or, for a path of espalier's own content or a FastCGI app, `501`: neither
     /// speaks WebSocket.
     async fn tunnel(
         &self,
-        routed: Result<(S::Target, RequestCtx, Option<OwnedFacts>), Option<RequestCtx>>,
+        routed: Routed<S::Target>,
         parts: http::request::Parts,
         recv: RecvStream,
         mut respond: SendResponse<Bytes>,

@@ -96,13 +96,8 @@ pub async fn serve<S: Service + 'static>(
         });
     let peer = conn.remote_address();
     let quic = conn.clone();
-    let max_field_section = env.limits.max_header_size as u64;
-    let mut builder = h3::server::builder();
-    builder
-        .max_field_section_size(max_field_section)
-        // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSocket over HTTP/3 (RFC 9220, `websocket`).
-        .enable_extended_connect(true);
-    let built = builder.build::<_, Bytes>(h3_quinn::Connection::new(conn));
+    let settings = settings(&env);
+    let built = settings.build::<_, Bytes>(h3_quinn::Connection::new(conn));
     let Ok(Ok(mut h3)) = tokio::time::timeout(env.timeouts.header, built).await else {
         return;
     };
@@ -174,6 +169,16 @@ pub async fn serve<S: Service + 'static>(
             Err(_) => return,
         }
     }
+}
+
+/// The HTTP/3 settings a connection offers: a field section bounded by `max_header_size`,
+/// and extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL) for WebSocket (RFC 9220).
+fn settings<S>(env: &ConnEnv<S>) -> h3::server::Builder {
+    let mut builder = h3::server::builder();
+    builder
+        .max_field_section_size(env.limits.max_header_size as u64)
+        .enable_extended_connect(true);
+    builder
 }
 
 /// How long a drained connection stays open after its GOAWAY for the requests the client
@@ -271,7 +276,6 @@ impl<S: Service + 'static> Connection<S> {
             return self.error(&mut stream, status).await;
         }
         let tunnel = websocket::is_tunnel(&parts);
-        let max_headers = MAX_HEADERS.min(env.limits.max_headers);
         // Its framing checked before anything else, as HTTP/1.1's is.
         let declared = match body::declared_length(&parts) {
             Ok(declared) => declared,
@@ -279,12 +283,12 @@ impl<S: Service + 'static> Connection<S> {
         };
         // Routed on its head; kept to be answered from when no body follows (a GET).
         let mut head_fields = Vec::with_capacity(parts.headers.len() + 1);
+        let max_headers = MAX_HEADERS.min(env.limits.max_headers);
         let head = match request_of(&parts, &mut head_fields, &[], self.client(), max_headers) {
             Ok(request) => request,
             Err(status) => return self.error(&mut stream, status).await,
         };
-        let routed = env.service.route(self.group, &head, false);
-        let (target, ctx) = match routed {
+        let (target, ctx) = match env.service.route(self.group, &head, false) {
             Route::Here(ctx) => (None, ctx),
             Route::Lend(target, ctx) => (Some(target), ctx),
             // A QUIC connection stays with the pool that took it (`check` refuses HTTP/3
