@@ -5,7 +5,7 @@
 //! ends the stream in order (END_STREAM, not a reset). The site's steps run on it as on any
 //! request (an access list's 403, a limit's 429 on the second), a path that speaks no
 //! WebSocket (espalier's own files) answers 501, and an idle tunnel is closed after
-//! `body_timeout`.
+//! `body_timeout` — over HTTP/2, HTTP/3 and HTTP/1.1 alike.
 
 use crate::common::apps::prepare;
 use crate::common::tls::openssl_cert;
@@ -191,4 +191,18 @@ fn an_idle_websocket_is_closed_after_body_timeout() {
         assert_eq!(ws.status, 200, "{kind}: {ws:?}");
         assert_ne!(ws.ended, "open", "{kind}: the idle tunnel was never closed");
     }
+    // Over HTTP/1.1 too: after the 101, the connection is closed (60 s at most).
+    let mut c = crate::common::Conn::open(SocketAddr::from(([127, 0, 0, 1], port)));
+    c.send(b"GET /ws HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+    let switched = c.read_response(true).expect("an answer");
+    assert_eq!(switched.status, 101);
+    c.stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut rest = [0u8; 64];
+    let read = std::io::Read::read(&mut c.stream, &mut rest);
+    assert!(
+        matches!(read, Ok(0)),
+        "the idle HTTP/1.1 tunnel was not closed: {read:?}"
+    );
 }

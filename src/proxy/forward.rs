@@ -303,7 +303,7 @@ impl Answered {
             return Outcome::Close;
         }
         if relay.then == Then::Upgrade {
-            tunnel(stream, report, rbuf, conn, ubuf).await;
+            tunnel(stream, report, rbuf, (conn, ubuf), body_timeout).await;
             return Outcome::Close;
         }
         let timeouts = (route.settings().response_timeout, body_timeout);

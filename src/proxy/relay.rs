@@ -167,13 +167,16 @@ impl<C: AsyncRead + AsyncWrite + Unpin> Ends<'_, C> {
     }
 }
 
-/// After `101 Switching Protocols`: bytes both ways until either side closes.
+/// After `101 Switching Protocols`: bytes both ways until either side closes, or until the
+/// app has sent nothing for `idle` (`body_timeout`: as nginx's `proxy_read_timeout` closes
+/// a WebSocket whose server is silent; an app that pings keeps it open, and a client that
+/// only listens is not cut while the app speaks).
 pub(super) async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
     report: &Report,
     rbuf: &mut Vec<u8>,
-    mut conn: Conn,
-    ubuf: Vec<u8>,
+    (mut conn, ubuf): (Conn, Vec<u8>),
+    idle: Duration,
 ) {
     if !rbuf.is_empty() && conn.write_all(rbuf).await.is_err() {
         return;
@@ -184,7 +187,77 @@ pub(super) async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(
         return;
     }
     report.bytes.set(report.bytes.get() + ubuf.len() as u64);
-    if let Ok((_, to_client)) = tokio::io::copy_bidirectional(client, &mut conn).await {
-        report.bytes.set(report.bytes.get() + to_client);
+    let heard = std::cell::Cell::new(tokio::time::Instant::now());
+    let mut app = AppSide {
+        conn: &mut conn,
+        heard: &heard,
+        report,
+    };
+    let copying = tokio::io::copy_bidirectional(client, &mut app);
+    tokio::pin!(copying);
+    // A bound past what an Instant holds (a `body_timeout` of centuries) is none.
+    let quiet_until = |heard: tokio::time::Instant| heard.checked_add(idle);
+    loop {
+        let Some(until) = quiet_until(heard.get()) else {
+            let _ = copying.await;
+            return;
+        };
+        tokio::select! {
+            _ = &mut copying => return,
+            () = tokio::time::sleep_until(until) => {
+                if quiet_until(heard.get()).is_some_and(|u| u <= tokio::time::Instant::now()) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The app's side of a tunnel: what it sends is counted to the client's bytes and marks when
+/// it was last heard from.
+struct AppSide<'a> {
+    conn: &'a mut Conn,
+    heard: &'a std::cell::Cell<tokio::time::Instant>,
+    report: &'a Report,
+}
+
+impl AsyncRead for AppSide<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut *self.conn).poll_read(cx, buf);
+        let got = (buf.filled().len() - before) as u64;
+        if got > 0 {
+            self.heard.set(tokio::time::Instant::now());
+            self.report.bytes.set(self.report.bytes.get() + got);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for AppSide<'_> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut *self.conn).poll_write(cx, data)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.conn).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.conn).poll_shutdown(cx)
     }
 }
