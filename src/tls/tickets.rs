@@ -20,6 +20,7 @@
 //! Written here rather than taken from rustls: rustls's `Ticketer` makes its own random keys
 //! inside each process and cannot be given any.
 
+use crate::os::private_dir::hex;
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
@@ -115,10 +116,6 @@ pub fn pool_keys(secrets: &[Secret], pool: &str) -> Vec<TicketKey> {
             k
         })
         .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `keys` as one word of a control line: each key's name and key in hex, newest first,
