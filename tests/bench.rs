@@ -332,6 +332,10 @@ fn bad_arguments_are_one_line() {
         vec!["--weights", "1,2", "http://127.0.0.1:1/"],
         vec!["--sweep", "5:1:1", "http://127.0.0.1:1/"],
         vec!["-d", "soon", "http://127.0.0.1:1/"],
+        // TLS's options with no https:// URL to act on, and a group espalier does not offer.
+        vec!["--tls-groups", "X25519", "http://127.0.0.1:1/"],
+        vec!["--no-resumption", "http://127.0.0.1:1/"],
+        vec!["-k", "--tls-groups", "X448", "https://127.0.0.1:1/"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_espalier"))
             .arg("bench")

@@ -36,7 +36,7 @@ mod run;
 mod state;
 mod transport;
 
-pub use options::{parse_sweep, BenchOptions, Target, Trust};
+pub use options::{parse_sweep, parse_tls_groups, BenchOptions, Target, Trust};
 pub use run::run;
 
 #[cfg(test)]

@@ -41,9 +41,9 @@ pub struct BenchOptions {
     pub h3: bool,
     /// Which server certificates to believe over `https://`.
     pub trust: Trust,
-    /// The TLS key exchange groups offered, in order (`--tls-groups`); `None`: espalier's
-    /// own (X25519MLKEM768, X25519, P-256, P-384).
-    pub tls_groups: Option<Vec<String>>,
+    /// The TLS key exchange groups offered, in order (`--tls-groups`, see
+    /// [`parse_tls_groups`]); `None`: espalier's own (X25519MLKEM768, X25519, P-256, P-384).
+    pub tls_groups: Option<Vec<rustls::NamedGroup>>,
     /// A new TLS connection resumes the session of an earlier one where the server lets it
     /// (as browsers do); `false` (`--no-resumption`): every handshake is a full one.
     pub resume: bool,
@@ -196,6 +196,33 @@ impl BenchOptions {
         bytes.extend_from_slice(&self.body);
         bytes
     }
+}
+
+/// The key exchange groups `names` (rustls's names, any case: `X25519MLKEM768`, `X25519`,
+/// `secp256r1`, `secp384r1`), each one espalier's TLS offers; `Err` names one it does not.
+pub fn parse_tls_groups(names: &[String]) -> Result<Vec<rustls::NamedGroup>, String> {
+    let ours: Vec<rustls::NamedGroup> = (crate::certs::provider().kx_groups.iter())
+        .map(|g| g.name())
+        .collect();
+    let known = || {
+        (ours.iter())
+            .map(|g| format!("{g:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    (names.iter())
+        .map(|name| {
+            (ours.iter())
+                .find(|g| format!("{g:?}").eq_ignore_ascii_case(name))
+                .copied()
+                .ok_or_else(|| {
+                    format!(
+                        "--tls-groups: `{name}` is no group espalier offers ({})",
+                        known()
+                    )
+                })
+        })
+        .collect()
 }
 
 /// Parses a sweep `FROM:TO:STEP` into the concurrency levels.

@@ -139,7 +139,7 @@ pub(super) fn client_config(opts: &BenchOptions) -> Result<Option<ClientConfig>,
     };
     let provider = match &opts.tls_groups {
         None => crate::certs::provider(),
-        Some(names) => Arc::new(offering(names)?),
+        Some(groups) => Arc::new(offering(groups)),
     };
     let mut config =
         crate::tls::client::client_config_with(provider, &opts.trust, None, vec![alpn])?;
@@ -149,31 +149,15 @@ pub(super) fn client_config(opts: &BenchOptions) -> Result<Option<ClientConfig>,
     Ok(Some(config))
 }
 
-/// espalier's crypto provider offering the key exchange groups `names` alone, in that order
-/// (rustls's names, any case: `X25519MLKEM768`, `X25519`, `secp256r1`, `secp384r1`).
-fn offering(names: &[String]) -> Result<rustls::crypto::CryptoProvider, String> {
-    let ours = crate::certs::provider();
-    let known = || {
-        (ours.kx_groups.iter())
-            .map(|g| format!("{:?}", g.name()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut provider = (*ours).clone();
-    provider.kx_groups = (names.iter())
-        .map(|name| {
-            (ours.kx_groups.iter())
-                .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(name))
-                .copied()
-                .ok_or_else(|| {
-                    format!(
-                        "--tls-groups: `{name}` is no group espalier offers ({})",
-                        known()
-                    )
-                })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(provider)
+/// espalier's crypto provider offering the key exchange groups `groups` alone, in that order
+/// (each one it offers: see `options::parse_tls_groups`).
+fn offering(groups: &[rustls::NamedGroup]) -> rustls::crypto::CryptoProvider {
+    let mut provider = (*crate::certs::provider()).clone();
+    let ours = std::mem::take(&mut provider.kx_groups);
+    provider.kx_groups = (groups.iter())
+        .filter_map(|&name| ours.iter().find(|g| g.name() == name).copied())
+        .collect();
+    provider
 }
 
 crate::async_io::delegate_async_io!(Stream { Plain, Ring, Tls });

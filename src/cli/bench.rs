@@ -97,8 +97,20 @@ pub fn bench_options(a: &BenchArgs) -> Result<crate::bench::BenchOptions, String
                 .into(),
         );
     }
+    // TLS's own options act on https:// URLs alone.
+    let tls_only = [
+        ("--tls-groups", a.tls_groups.is_some()),
+        ("--no-resumption", a.no_resumption),
+    ];
+    if let Some((flag, _)) = (tls_only.iter()).find(|(_, set)| *set) {
+        if !o.targets.iter().any(|t| t.tls) {
+            return Err(format!("{flag}: shapes TLS handshakes, and no URL is https://; give an https:// URL or drop {flag}"));
+        }
+    }
     o.trust = trust(a.insecure, &a.cacert);
-    o.tls_groups = a.tls_groups.clone();
+    o.tls_groups = (a.tls_groups.as_deref())
+        .map(crate::bench::parse_tls_groups)
+        .transpose()?;
     o.resume = !a.no_resumption;
     if let Some(r) = a.rate {
         if !(r.is_finite() && r > 0.0) {
