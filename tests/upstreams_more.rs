@@ -5,8 +5,6 @@
 use crate::common::backends::*;
 use crate::common::*;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 #[test]
@@ -178,19 +176,8 @@ fn a_sticky_cookie_keeps_a_client_to_its_server_while_it_is_up() {
 
 #[test]
 fn a_websocket_is_tunnelled_to_an_upstream_server() {
-    need_tools("node:nodejs", "node");
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps/node/server.js");
-    let _node = Stopped::listening(
-        Command::new("node")
-            .arg(app)
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        SocketAddr::from(([127, 0, 0, 1], port)),
-    );
-    let target = format!("127.0.0.1:{port}");
+    let (_node, target) = node_server();
     let site_port = free_port();
     let config = format!(
         "[[site]]\nname = \"ws\"\nbindings = [\"http://127.0.0.1:{site_port}\"]\n[[site.app]]\npath = \"/\"\nupstream = \"{target}\"\n"

@@ -4,7 +4,8 @@
 //! the server offers extended CONNECT in its SETTINGS, messages go both ways, and the close
 //! ends the stream in order (END_STREAM, not a reset). The site's steps run on it as on any
 //! request (an access list's 403, a limit's 429 on the second), a path that speaks no
-//! WebSocket (espalier's own files) answers 501, and an idle tunnel is closed after
+//! WebSocket (espalier's own files) answers 501, a server that answers with a page instead of
+//! switching gets the client 502, and an idle tunnel is closed after
 //! `body_timeout` — over HTTP/2, HTTP/3 and HTTP/1.1 alike.
 
 use crate::common::apps::prepare;
@@ -12,7 +13,7 @@ use crate::common::tls::openssl_cert;
 use crate::common::*;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// What one WebSocket got (see tests/apps/ws_client.py).
 #[derive(Debug)]
@@ -110,23 +111,19 @@ fn a_websocket_over_http2_and_http3_reaches_a_pool_app_and_an_upstream() {
         );
     };
     // An upstream server: the same Node app, started here, on its own port.
-    let upstream_port = free_port();
-    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps/node/server.js");
-    let _upstream = Stopped::listening(
-        Command::new("node")
-            .arg(app)
-            .env("PORT", upstream_port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        SocketAddr::from(([127, 0, 0, 1], upstream_port)),
-    );
+    let (_upstream, upstream) = crate::common::backends::node_server();
+    // And one that knows no WebSocket: it answers the upgrade with a page (200).
+    let records = tempfile::tempdir().unwrap();
+    let plain_server =
+        crate::common::backends::Backend::start(records.path(), "127.0.0.1", "plain");
+    let plain = plain_server.addr;
     let extra = format!(
         r#"root = "."
 [[site.app]]
 pool = "node"
 [[site.app]]
 path = "/up/"
-upstream = "127.0.0.1:{upstream_port}"
+upstream = "{upstream}"
 [[site.app]]
 path = "/private/"
 pool = "node"
@@ -134,6 +131,9 @@ allow = ["127.0.0.2"]
 [[site.app]]
 path = "/files/"
 handler = "static"
+[[site.app]]
+path = "/plain/"
+upstream = "{plain}"
 
 [[site]]
 name = "limited"
@@ -164,6 +164,14 @@ pool = "node"
         // Files speak no WebSocket.
         let files = websocket(&libs, kind, port, ("localhost", "/files/ws"));
         assert_eq!((files.status, files.echoes.len()), (501, 0), "{kind}");
+        // A server that answers with a page instead of switching: 502, not a 200 the client
+        // would take for an open tunnel.
+        let page = websocket(&libs, kind, port, ("localhost", "/plain/ws"));
+        assert_eq!(
+            (page.status, page.echoes.len()),
+            (502, 0),
+            "{kind}: {page:?}"
+        );
     }
     // One rate-limit token a WebSocket: the first is opened, the second limited.
     let first = websocket(&libs, "h2c", port, ("limited.localhost", "/ws"));

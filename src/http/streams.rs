@@ -5,8 +5,8 @@
 //!
 //! Owns: [`request_of`], [`answer_here`], [`relay`], [`send_file`] and [`translate`] (an
 //! HTTP/1.1 head as the stream's response). Must not touch: a request lent to a forwarder
-//! (see [`super::stream_forward`]). Must not touch: the connections, their limits
-//! and their streams' lives (see `h2` and `h3`), or routing and content (the [`Service`]).
+//! (see [`super::stream_forward`]), the connections, their limits and their streams' lives
+//! (see `h2` and `h3`), or routing and content (the [`Service`]).
 
 use super::access_log::{Entry, Facts};
 use super::service::{ConnEnv, FileBody, Reply, RequestCtx, Service};
@@ -322,7 +322,12 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
             // The tunnel's bytes, until the app's close.
             super::websocket::Answered::Opened => (length, chunked) = (None, false),
             super::websocket::Answered::Refused => {}
-            super::websocket::Answered::NotSwitched => return out.head(response, true).await,
+            // Its 502 ends the stream, and the app's page is nobody's: the exchange ends now
+            // (its connection to the app closed) rather than wait on it.
+            super::websocket::Answered::NotSwitched => {
+                out.head(response, true).await;
+                return None;
+            }
         }
     }
     let status = response.status().as_u16();

@@ -123,3 +123,21 @@ pub fn group(servers: &[&Backend], balance: &str) -> String {
 pub fn count(names: &[String], name: &str) -> usize {
     names.iter().filter(|n| *n == name).count()
 }
+
+/// The example Node app (examples/apps/node/server.js: pages, uploads, a WebSocket echo at
+/// `/ws`) as a server espalier did not start, on a free port of 127.0.0.1: stopped when
+/// dropped, with its address.
+pub fn node_server() -> (Stopped, SocketAddr) {
+    need_tools("node:nodejs", "node");
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/apps/node/server.js");
+    let node = Stopped::listening(
+        Command::new("node")
+            .arg(app)
+            .env("PORT", addr.port().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        addr,
+    );
+    (node, addr)
+}
