@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// Pebble and its DNS, stopped when dropped.
 pub(crate) struct Pebble {
-    _dns: Stopped,
+    _dns: Option<Stopped>,
     _pebble: Stopped,
     /// The directory's URL, and its management port (the issuing root is there).
     pub(crate) directory: String,
@@ -33,9 +33,24 @@ impl Pebble {
     /// given.
     pub(crate) fn start_with(
         dir: &Path,
-        (http_port, tls_port): (u16, u16),
+        ports: (u16, u16),
         validity: Option<u64>,
         eab: Option<(&str, &str)>,
+    ) -> Pebble {
+        Pebble::launch(dir, ports, (validity, eab), None)
+    }
+
+    /// A pebble whose validation asks the DNS server `dns` (a real resolver: DNS-01's
+    /// records, and their CNAMEs, as a CA would see them) instead of its own test server.
+    pub(crate) fn start_resolving(dir: &Path, dns: SocketAddr) -> Pebble {
+        Pebble::launch(dir, (free_port(), free_port()), (None, None), Some(dns))
+    }
+
+    fn launch(
+        dir: &Path,
+        (http_port, tls_port): (u16, u16),
+        (validity, eab): (Option<u64>, Option<(&str, &str)>),
+        resolver: Option<SocketAddr>,
     ) -> Pebble {
         // Signed by an authority: the ACME client's verifier (webpki) takes no self-signed
         // leaf, and `[server.acme] ca` names the authority, as for a private directory.
@@ -43,16 +58,19 @@ impl Pebble {
         let (dns, api, management, dns_management) =
             (free_port(), free_port(), free_port(), free_port());
         // Its management port opens with its DNS, in the same start.
-        let dns_server = Stopped::listening(
-            Command::new("pebble-challtestsrv")
-                .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
-                .args(["-dns01", &format!("127.0.0.1:{dns}")])
-                .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
-                .args(["-management", &format!("127.0.0.1:{dns_management}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null()),
-            SocketAddr::from(([127, 0, 0, 1], dns_management)),
-        );
+        let dns_server = resolver.is_none().then(|| {
+            Stopped::listening(
+                Command::new("pebble-challtestsrv")
+                    .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+                    .args(["-dns01", &format!("127.0.0.1:{dns}")])
+                    .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+                    .args(["-management", &format!("127.0.0.1:{dns_management}")])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null()),
+                SocketAddr::from(([127, 0, 0, 1], dns_management)),
+            )
+        });
+        let dns = resolver.unwrap_or(SocketAddr::from(([127, 0, 0, 1], dns)));
         let mut config = serde_json::json!({"pebble": {
             "listenAddress": format!("127.0.0.1:{api}"),
             "managementListenAddress": format!("127.0.0.1:{management}"),
@@ -78,7 +96,7 @@ impl Pebble {
             Command::new("pebble")
                 .arg("-config")
                 .arg(&file)
-                .args(["-dnsserver", &format!("127.0.0.1:{dns}"), "-strict=false"])
+                .args(["-dnsserver", &dns.to_string(), "-strict=false"])
                 .env("PEBBLE_VA_NOSLEEP", "1")
                 .stdout(log.try_clone().unwrap())
                 .stderr(log),
@@ -436,7 +454,7 @@ fn check_refuses_acme_without_a_store_or_a_directory() {
         "[server]\ncertificates = \".\"\n[server.acme]\ndirectory = \"https://acme.test/dir\"\n{site}"
     ));
     assert!(
-        err.contains("no site has one (a wildcard name cannot be ordered, but with on_demand"),
+        err.contains("no site has one (a wildcard is ordered with [server.acme.dns]; without it, with on_demand"),
         "{err}"
     );
     // Accepted, with what `serve` will do said: which names it orders and how, and a pair

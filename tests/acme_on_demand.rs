@@ -311,7 +311,7 @@ fn check_refuses_on_demand_keys_that_cannot_act() {
     // Without on_demand a wildcard's names cannot be ordered: refused as before.
     let out = check_refuses(d, &format!("{base}{site}"));
     assert!(
-        out.contains("no site has one (a wildcard name cannot be ordered"),
+        out.contains("no site has one (a wildcard is ordered with [server.acme.dns]"),
         "{out}"
     );
 }

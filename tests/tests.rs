@@ -15,6 +15,7 @@ mod common;
 mod access;
 mod access_log;
 mod acme;
+mod acme_dns;
 mod acme_on_demand;
 mod admin_page;
 mod app_liveness;

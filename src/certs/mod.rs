@@ -3,9 +3,11 @@
 //! which checks them where they are named, and the TLS layer, which serves them.
 //!
 //! Owns: [`TlsFiles`], [`load`], [`fingerprint`], the certificate store's naming rule
-//! and key cache ([`store`]), and when a certificate is renewed ([`renewal`]). Must not touch: SNI, handshakes or the server configuration
+//! and key cache ([`store`]), when a certificate is renewed ([`renewal`]), and DNS-01's
+//! names ([`dns01`]). Must not touch: SNI, handshakes or the server configuration
 //! (see `crate::tls`).
 
+pub mod dns01;
 pub mod renewal;
 pub mod store;
 

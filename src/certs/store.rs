@@ -24,6 +24,15 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+/// The stem of the store's pair for the certificate of `name`: the name, a wildcard's `*`
+/// written `_` (`_.example.com.pem` holds `*.example.com`).
+pub fn stem(name: &str) -> String {
+    match name.strip_prefix("*.") {
+        Some(parent) => format!("_.{parent}"),
+        None => name.to_string(),
+    }
+}
+
 /// The file pairs that may hold the certificate of a binding's host `pattern` (lowercase;
 /// `*.example.com` for a wildcard), in the order they are tried: the name's own pair, then
 /// the wildcard pair of its parent (a store may hold one `_.example.com` for many names).
@@ -36,7 +45,7 @@ pub fn files_for(dir: &Path, pattern: &str) -> Vec<TlsFiles> {
         fingerprint: 0,
     };
     match pattern.strip_prefix("*.") {
-        Some(parent) => vec![pair(&format!("_.{parent}"))],
+        Some(_) => vec![pair(&stem(pattern))],
         None => {
             let mut pairs = vec![pair(pattern)];
             if let Some((_, parent)) = pattern.split_once('.') {

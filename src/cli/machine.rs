@@ -5,6 +5,7 @@
 use super::{MachineArgs, NicAction};
 use crate::config::Config;
 use crate::placement;
+use crate::server::acme_dns::lookup::Delegation;
 use crate::topology::render;
 use std::path::{Path, PathBuf};
 
@@ -31,7 +32,7 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
     for w in crate::tls::expiry_warnings(&c.sites, std::time::SystemTime::now()) {
         eprintln!("{}: {w}", config.display());
     }
-    if store_problems(&c, config) {
+    if store_problems(&c, config) | delegation_problems(&c, config) {
         return Ok(1);
     }
     for addr in addresses_in_use(&c) {
@@ -50,6 +51,59 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
         plan.workers.len()
     );
     Ok(0)
+}
+
+/// The names `[server.acme.dns]` proves in espalier's own zone, each with the CNAME line its
+/// zone needs and what a lookup found of it (a name and its wildcard share one challenge
+/// name: looked up once). Empty without an own zone.
+fn acme_delegations(c: &Config) -> Result<Vec<(String, String, Delegation)>, String> {
+    let Some(dns) = c.server.acme.as_ref().and_then(|a| a.dns.as_ref()) else {
+        return Ok(Vec::new());
+    };
+    let crate::config::TxtPublishing::Own { zone, .. } = &dns.publish else {
+        return Ok(Vec::new());
+    };
+    let mut names: Vec<String> = (crate::server::acme::names(c).into_iter())
+        .filter(|(_, proof)| *proof == crate::server::acme::Proof::Dns01)
+        .map(|(name, _)| name)
+        .collect();
+    names.sort_by_key(|n| crate::certs::dns01::challenge_name(n));
+    names.dedup_by_key(|n| crate::certs::dns01::challenge_name(n));
+    let found = crate::server::acme_dns::lookup::check(&names, zone, dns.resolver)?;
+    Ok((names.into_iter().zip(found))
+        .map(|(name, found)| {
+            let line = crate::certs::dns01::cname_line(&name, zone);
+            (name, line, found)
+        })
+        .collect())
+}
+
+/// `check`'s lines on DNS-01's delegations: each name's, in place or the line to add to its
+/// zone. Whether any is missing or points elsewhere (a lookup that failed is a warning).
+fn delegation_problems(c: &Config, file: &Path) -> bool {
+    let at = format!("{}: key `server.acme.dns`", file.display());
+    let found = match acme_delegations(c) {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("{at}: warning: {e}");
+            return false;
+        }
+    };
+    let mut refused = false;
+    for (name, line, found) in found {
+        let challenge = crate::certs::dns01::challenge_name(&name);
+        match (found.problem(&challenge), &found) {
+            (None, _) => eprintln!("{at}: {name}: {challenge} is delegated (CNAME in place)"),
+            (Some(problem), Delegation::Unknown(_)) => {
+                eprintln!("{at}: warning: {name}: {problem}; its zone needs: {line}")
+            }
+            (Some(problem), _) => {
+                eprintln!("{at}: {name} cannot be proven by DNS-01: {problem}; add this line to its zone: {line}");
+                refused = true;
+            }
+        }
+    }
+    refused
 }
 
 /// The certificate store's pairs for the config's names, read and checked as `serve` reads
@@ -83,7 +137,11 @@ fn store_problems(c: &Config, file: &Path) -> bool {
             );
             let answers_http01 = (site.bindings.iter())
                 .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
-            if acme_orders(c, host) && !answers_http01 {
+            let dns01 = c.server.acme.as_ref().and_then(|a| a.dns.as_ref());
+            let by_dns = dns01.is_some_and(|d| d.all_names || host.starts_with("*."));
+            if acme_orders(c, host) && by_dns {
+                eprintln!("{at}: {host} is proven by DNS-01 ([server.acme.dns])");
+            } else if acme_orders(c, host) && !answers_http01 {
                 eprintln!("{at}: {host} has no http:// binding: its certificate is proven by TLS-ALPN-01 on its https:// binding, which the directory reaches on port 443");
             }
             match crate::certs::store::StoreCert::read(dir, host, now) {
@@ -104,7 +162,7 @@ fn store_problems(c: &Config, file: &Path) -> bool {
                 }
                 // Ordered by `serve` itself (but a wildcard, which neither challenge proves:
                 // on demand, each name under it is ordered for itself).
-                Ok(None) if on_demand.is_some() => eprintln!("{at}: no pair for {host} yet; `serve` orders {} at the first handshake that asks for it (on_demand)", if host.starts_with("*.") { format!("each name under {host}") } else { host.to_string() }),
+                Ok(None) if on_demand.is_some() && !(by_dns && host.starts_with("*.")) => eprintln!("{at}: no pair for {host} yet; `serve` orders {} at the first handshake that asks for it (on_demand)", if host.starts_with("*.") { format!("each name under {host}") } else { host.to_string() }),
                 Ok(None) if acme_orders(c, host) => eprintln!("{at}: no pair for {host} yet; `serve` orders it from {}", c.server.acme.as_ref().map_or("", |a| a.directory.as_str())),
                 Ok(None) => eprintln!("{at}: warning: no pair for {host}; add {host}.pem and {host}.key (or the parent's _. pair), picked up without a reload", host = host.replace('*', "_")),
                 Err(e) => {
@@ -120,7 +178,8 @@ fn store_problems(c: &Config, file: &Path) -> bool {
 /// Whether `serve` orders and renews the store's pair of binding host `host` itself
 /// (`[server.acme]`; a wildcard's pair neither challenge can prove).
 fn acme_orders(c: &Config, host: &str) -> bool {
-    c.server.acme.is_some() && !host.starts_with("*.")
+    let acme = c.server.acme.as_ref();
+    acme.is_some_and(|a| a.dns.is_some() || !host.starts_with("*."))
 }
 
 /// The certificate store's pairs of the config's names, as `espalier doctor` shows them:
@@ -276,6 +335,15 @@ pub(super) fn doctor(
         let now = std::time::SystemTime::now();
         inputs.certificates = crate::tls::days_left(&c.sites, now);
         inputs.certificates.extend(store_days_left(c, now));
+        inputs.acme_delegations = match acme_delegations(c) {
+            Ok(found) => (found.into_iter())
+                .map(|(name, line, found)| {
+                    let problem = found.problem(&crate::certs::dns01::challenge_name(&name));
+                    (name, line, problem)
+                })
+                .collect(),
+            Err(e) => vec![(String::new(), String::new(), Some(e))],
+        };
     }
     // The running kernel's, so only when looking at the live machine.
     if machine.sysfs.is_none() {

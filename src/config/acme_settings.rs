@@ -1,5 +1,5 @@
-//! `[server.acme]`'s typed settings: the directory, the account, the on-demand bounds and
-//! the `ask` URL, with their defaults.
+//! `[server.acme]`'s typed settings: the directory, the account, the on-demand bounds, the
+//! `ask` URL and DNS-01's (`[server.acme.dns]`), with their defaults.
 //!
 //! Owns: those types. Must not touch: how TOML becomes them (`super::validate`'s `acme`), or
 //! ordering (`crate::server::acme`).
@@ -32,6 +32,51 @@ pub struct AcmeSettings {
     /// Encrypt's `shortlived`, `tlsserver`, `classic`); `None`: the directory's default.
     #[serde(default)]
     pub profile: Option<String>,
+    /// `[server.acme.dns]`: DNS-01, for wildcards (and every name, with `names = "all"`).
+    #[serde(default)]
+    pub dns: Option<DnsChallenge>,
+}
+
+/// `[server.acme.dns]`: how DNS-01's TXT records are published, and for which names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsChallenge {
+    pub publish: TxtPublishing,
+    /// `names = "all"`: every name is proven by DNS-01; else wildcards alone (a name with an
+    /// http:// or https:// route is proven there, with nothing to add to its DNS).
+    pub all_names: bool,
+    /// Where `check` and `doctor` look the delegations up (`resolver`); `None`: the
+    /// system's resolvers (`/etc/resolv.conf`).
+    pub resolver: Option<std::net::SocketAddr>,
+}
+
+/// Where DNS-01's TXT records go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxtPublishing {
+    /// `listen` and `zone`: espalier's own authoritative DNS server for `zone`, a zone
+    /// delegated to it; each name's `_acme-challenge` is a CNAME into it (once, by its owner).
+    Own {
+        listen: std::net::SocketAddr,
+        /// Lowercase, without the final dot.
+        zone: String,
+    },
+    /// `update` and `tsig_key`: RFC 2136 dynamic updates, signed with TSIG, sent to the
+    /// name's own DNS server.
+    Update {
+        server: std::net::SocketAddr,
+        key: TsigKey,
+    },
+}
+
+/// A TSIG key, as `tsig-keygen` writes it (`key "NAME" { algorithm …; secret "…"; };`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TsigKey {
+    /// The key's name, without the final dot.
+    pub name: String,
+    /// `hmac-sha256`, `hmac-sha384` or `hmac-sha512`.
+    pub algorithm: String,
+    /// The shared secret, decoded. Never serialized: the master alone holds it.
+    #[serde(skip)]
+    pub secret: Vec<u8>,
 }
 
 fn default_acme_timeout() -> std::time::Duration {

@@ -66,6 +66,19 @@ pub struct RawAcme {
     pub on_demand_per_hour: Option<i64>,
     pub timeout: Option<Scalar>,
     pub profile: Option<String>,
+    pub dns: Option<RawAcmeDns>,
+}
+
+/// `[server.acme.dns]`: DNS-01, answered by espalier's own DNS server or by RFC 2136 updates.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcmeDns {
+    pub listen: Option<String>,
+    pub zone: Option<String>,
+    pub update: Option<String>,
+    pub tsig_key: Option<String>,
+    pub names: Option<String>,
+    pub resolver: Option<String>,
 }
 
 /// `[upstream.tls]`: how `https://` servers are verified.

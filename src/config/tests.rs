@@ -956,7 +956,8 @@ fn the_reference_has_a_row_for_every_key_and_no_other() {
         [
             prefixed("", accepted::<RawServer>(), &["limits", "acme"]),
             prefixed("limits.", accepted::<RawLimits>(), &[]),
-            prefixed("acme.", accepted::<RawAcme>(), &[]),
+            prefixed("acme.", accepted::<RawAcme>(), &["dns"]),
+            prefixed("acme.dns.", accepted::<RawAcmeDns>(), &[]),
         ]
         .concat(),
         [

@@ -32,6 +32,10 @@ pub struct Inputs {
     /// The config's certificates: (site, file, whole days until it expires, who renews it
     /// — `None`: whoever gave the file, then `espalier reload`).
     pub certificates: Vec<(String, String, i64, Option<String>)>,
+    /// DNS-01's delegations into espalier's own zone (`[server.acme.dns]`): (name, the CNAME
+    /// line its zone needs, what is wrong — `None` when in place). A name left empty: the
+    /// lookups could not be made (the problem says why).
+    pub acme_delegations: Vec<(String, String, Option<String>)>,
     /// What the running kernel's TLS (kTLS) takes; `None` when not asked (a fixture).
     pub ktls: Option<crate::os::ktls::KernelSupport>,
     /// Whether io_uring can carry connections (`os::uring::probe`: what it found, or why
@@ -141,6 +145,7 @@ pub fn read_inputs(sysfs: &Path, procfs: &Path) -> Inputs {
         deepest_idle,
         thp,
         certificates: Vec::new(),
+        acme_delegations: Vec::new(),
         ktls: None,
         io_uring: None,
     }
@@ -276,6 +281,28 @@ pub fn check(i: &Inputs, t: &Topology, config: Option<&Config>) -> Vec<Finding> 
                 "",
             ));
         }
+    }
+    for (name, line, problem) in &i.acme_delegations {
+        out.push(match (problem, name.is_empty()) {
+            (None, _) => finding(
+                "acme dns-01",
+                Status::Ok,
+                format!("{name}: delegated ({line})"),
+                "",
+            ),
+            (Some(p), true) => finding(
+                "acme dns-01",
+                Status::Warn,
+                p.clone(),
+                "check the system's resolvers, or set [server.acme.dns] resolver",
+            ),
+            (Some(p), false) => finding(
+                "acme dns-01",
+                Status::Warn,
+                format!("{name}: {p}"),
+                format!("add to its zone: {line}"),
+            ),
+        });
     }
     let https = config.is_none_or(|c| c.sites.iter().any(|s| s.tls.is_some()));
     match i.ktls {

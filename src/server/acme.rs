@@ -7,12 +7,13 @@
 //! directory asks, EAB — its credentials kept in the store's `.acme/` folder, mode 0600,
 //! read by the master alone, never by a pool), one order for one
 //! host name by HTTP-01 (the key authorization written where the workers answer
-//! `/.well-known/acme-challenge/` from, see [`challenge_dir`]), the new key and its CSR
+//! `/.well-known/acme-challenge/` from, see [`challenge_dir`]), TLS-ALPN-01 or DNS-01 (its
+//! record published by `super::acme_dns`), the new key and its CSR
 //! (rcgen), and the issued pair written into the store atomically (the key, then the chain,
 //! each renamed into place, mode 0600). Must not touch: when to order (the supervisor's
 //! `acme`), or serving the pair (the store's pickup hands it to the workers).
 
-use crate::config::AcmeSettings;
+use crate::config::{AcmeSettings, Config};
 use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
     NewOrder, OrderStatus, RetryPolicy,
@@ -147,16 +148,67 @@ pub enum Proof {
     /// TLS-ALPN-01 (RFC 8737): a certificate of the key authorization's digest, shown in a
     /// handshake with ALPN `acme-tls/1` on port 443 — for a name with no http:// binding.
     TlsAlpn01,
+    /// DNS-01: a TXT record at `_acme-challenge.NAME` — a wildcard's only proof
+    /// (`[server.acme.dns]`).
+    Dns01,
 }
 
-/// Orders a certificate for `name`, proven `how`, with the certificate profile `profile`
-/// when one is set, and writes it into `store` (`NAME.key`, then `NAME.pem`); what answers
-/// the challenge goes into `challenges` while the directory validates (`TOKEN`, or
-/// `tls-alpn-01/NAME.pem` and `.key`).
+/// The host names `config` orders certificates for — those of https bindings of sites that
+/// take theirs from the store — and how each is proven: by DNS-01 where
+/// `[server.acme.dns]` says (every wildcard, which nothing else proves, and every name with
+/// `names = "all"`), else by HTTP-01 where a site has an http:// binding that answers the
+/// name, else by TLS-ALPN-01 on its https address. Without DNS-01, wildcards are left out.
+pub fn names(config: &Config) -> Vec<(String, Proof)> {
+    let dns = config.server.acme.as_ref().and_then(|a| a.dns.as_ref());
+    let mut names: std::collections::BTreeMap<String, Proof> = Default::default();
+    for site in config.sites.iter().filter(|s| s.tls.is_none()) {
+        let hosts = (site.bindings.iter())
+            .filter(|b| b.tls)
+            .filter_map(|b| b.host.as_deref())
+            .filter(|h| dns.is_some() || !h.starts_with("*."));
+        for host in hosts {
+            let http = (site.bindings.iter())
+                .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
+            let proof = match (dns, http) {
+                (Some(d), _) if d.all_names || host.starts_with("*.") => Proof::Dns01,
+                (_, true) => Proof::Http01,
+                (_, false) => Proof::TlsAlpn01,
+            };
+            let known = names.entry(host.to_string()).or_insert(proof);
+            // A name any site answers over http:// is proven there.
+            if proof == Proof::Http01 {
+                *known = proof;
+            }
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// Where an order's proofs go: the folder the workers answer HTTP-01 and TLS-ALPN-01 from
+/// (`TOKEN`, or `tls-alpn-01/NAME.pem` and `.key`), and DNS-01's publisher, when there is
+/// one (`[server.acme.dns]`).
+#[derive(Clone, Copy)]
+pub struct Answering<'a> {
+    pub files: &'a Path,
+    pub dns: Option<&'a crate::server::acme_dns::TxtPublisher>,
+}
+
+/// What an order put out for the directory to see, taken away when it ends.
+#[derive(Default)]
+struct Proofs {
+    files: Vec<PathBuf>,
+    records: Vec<crate::server::acme_dns::Published>,
+}
+
+/// Orders a certificate for `name` (a wildcard's is `*.shop.example`, by DNS-01), proven
+/// `how`, with the certificate profile `profile` when one is set, and writes it into `store`
+/// (`NAME.key`, then `NAME.pem`; a wildcard's `_.shop.example.*`, the store's naming); what
+/// answers the challenge is put where `answering` says while the directory validates, and
+/// taken away after, whatever the outcome.
 pub async fn order(
     account: &Account,
     (name, how, profile): (&str, Proof, Option<&str>),
-    challenges: &Path,
+    answering: Answering<'_>,
     store: &Path,
     wait: Duration,
 ) -> Result<(), String> {
@@ -172,18 +224,34 @@ pub async fn order(
         account.new_order(&new_order),
     )
     .await?;
-    let mut written = Vec::new();
-    let answered = answer_challenges(&mut order, how, (challenges, wait), &mut written).await;
+    let mut proofs = Proofs::default();
+    let answered = answer_challenges(&mut order, how, (answering, wait), &mut proofs).await;
     let issued = match answered {
         Ok(()) => finish(&mut order, name, wait).await,
         Err(e) => Err(e),
     };
-    for file in written {
+    for file in proofs.files {
         let _ = std::fs::remove_file(file);
     }
+    for record in proofs.records {
+        if let Some(dns) = answering.dns {
+            if let Err(e) = dns.withdraw(record, wait).await {
+                super::log(
+                    "master",
+                    format!("acme: {name}: the DNS-01 record stays: {e}"),
+                );
+            }
+        }
+    }
+    let hint = answering.dns.and_then(|dns| dns.hint(name));
+    let issued = match (issued, hint) {
+        (Err(e), Some(hint)) if how == Proof::Dns01 => Err(format!("{e} ({hint})")),
+        (issued, _) => issued,
+    };
     let (key, chain) = issued?;
-    write_private(&store.join(format!("{name}.key")), key.as_bytes())?;
-    write_private(&store.join(format!("{name}.pem")), chain.as_bytes())
+    let stem = crate::certs::store::stem(name);
+    write_private(&store.join(format!("{stem}.key")), key.as_bytes())?;
+    write_private(&store.join(format!("{stem}.pem")), chain.as_bytes())
 }
 
 /// Whether the directory lists the certificate profile `profile` (its `meta.profiles`): one
@@ -201,28 +269,34 @@ fn offered_profile(account: &Account, profile: &str) -> Result<(), String> {
     Err(format!("the directory offers no certificate profile `{profile}` (it offers {listed}); set [server.acme] profile to one it offers, or remove it"))
 }
 
-/// Puts every pending authorization's proof where the workers answer it from, and tells the
-/// directory it may look (the files written go into `written`).
+/// Puts every pending authorization's proof where the directory will look (the files the
+/// workers answer from, or DNS-01's record), noted in `proofs`, and tells the directory it
+/// may look.
 async fn answer_challenges(
     order: &mut instant_acme::Order,
     how: Proof,
-    (challenges, wait): (&Path, Duration),
-    written: &mut Vec<PathBuf>,
+    (answering, wait): (Answering<'_>, Duration),
+    proofs: &mut Proofs,
 ) -> Result<(), String> {
     let folder = match how {
-        Proof::Http01 => challenges.to_path_buf(),
-        Proof::TlsAlpn01 => challenges.join("tls-alpn-01"),
+        Proof::Http01 => Some(answering.files.to_path_buf()),
+        Proof::TlsAlpn01 => Some(answering.files.join("tls-alpn-01")),
+        Proof::Dns01 => None,
     };
-    // The base is checked as the admin token's is: root's own, or refused (a folder planted
-    // by another user would let it answer for our names).
-    super::runtime::ensure_base_dir()?;
-    std::fs::create_dir_all(&folder)
-        .and_then(|()| std::fs::set_permissions(challenges, std::fs::Permissions::from_mode(0o755)))
-        .and_then(|()| std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)))
-        .map_err(|e| format!("cannot use {}: {e}", folder.display()))?;
+    if let Some(folder) = &folder {
+        // The base is checked as the admin token's is: root's own, or refused (a folder
+        // planted by another user would let it answer for our names).
+        super::runtime::ensure_base_dir()?;
+        let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+        std::fs::create_dir_all(folder)
+            .and_then(|()| open(answering.files))
+            .and_then(|()| open(folder))
+            .map_err(|e| format!("cannot use {}: {e}", folder.display()))?;
+    }
     let kind = match how {
         Proof::Http01 => ChallengeType::Http01,
         Proof::TlsAlpn01 => ChallengeType::TlsAlpn01,
+        Proof::Dns01 => ChallengeType::Dns01,
     };
     let mut authorizations = order.authorizations();
     loop {
@@ -240,8 +314,8 @@ async fn answer_challenges(
         let mut challenge = (authorization.challenge(kind.clone()))
             .ok_or(format!("the directory offers no {kind:?} challenge"))?;
         let proof = challenge.key_authorization();
-        let files: Vec<(PathBuf, Vec<u8>)> = match how {
-            Proof::Http01 => {
+        let files: Vec<(PathBuf, Vec<u8>)> = match (how, &folder) {
+            (Proof::Http01, Some(folder)) => {
                 let token = challenge.token.clone();
                 let word = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
                 if token.is_empty() || !token.bytes().all(word) {
@@ -251,13 +325,24 @@ async fn answer_challenges(
                 }
                 vec![(folder.join(token), proof.as_str().as_bytes().to_vec())]
             }
-            Proof::TlsAlpn01 => {
+            (Proof::TlsAlpn01, Some(folder)) => {
                 let name = challenge.identifier().to_string();
                 let (cert, key) = alpn_certificate(&name, proof.digest().as_ref())?;
                 vec![
                     (folder.join(format!("{name}.key")), key.into_bytes()),
                     (folder.join(format!("{name}.pem")), cert.into_bytes()),
                 ]
+            }
+            _ => {
+                let dns = answering
+                    .dns
+                    .ok_or("DNS-01 has no publisher ([server.acme.dns])")?;
+                // `*.shop.example` for a wildcard's authorization.
+                let name = challenge.identifier().to_string();
+                proofs
+                    .records
+                    .push(dns.publish(&name, &proof.dns_value(), wait).await?);
+                vec![]
             }
         };
         for (file, bytes) in files {
@@ -266,7 +351,7 @@ async fn answer_challenges(
                     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
                 })
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-            written.push(file);
+            proofs.files.push(file);
         }
         within(
             "the challenge was refused",

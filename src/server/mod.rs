@@ -17,10 +17,11 @@
 //! before its `exec`). Shared addresses: [`dispatcher`] (the pool in front of them) and [`handoffs`]
 //! (the master's hand-off sockets). Upstream groups: [`upstream_probe`] (one active check)
 //! and [`upstream_nodes`] (a local server's NUMA node). Certificates: [`acme`] (one
-//! ordered from an ACME directory into the store).
+//! ordered from an ACME directory into the store) and [`acme_dns`] (DNS-01's records).
 //! What it shows: [`admin_page`] (the page), [`meters`] (sites' figures, Prometheus's text).
 
 pub mod acme;
+pub mod acme_dns;
 pub mod admin;
 pub mod admin_page;
 pub mod app;

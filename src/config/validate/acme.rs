@@ -107,7 +107,9 @@ impl Validator {
             }
             word
         });
+        let dns = raw.dns.and_then(|d| self.acme_dns(d, base));
         (store).then_some(AcmeSettings {
+            dns,
             profile,
             timeout,
             directory,
@@ -158,8 +160,8 @@ impl Validator {
     }
 
     /// `[server.acme]` must have a name to order: a host name of an https binding of a site
-    /// that takes its certificates from the store (a wildcard can be proven by neither
-    /// HTTP-01 nor TLS-ALPN-01). Without one it would do nothing, said nowhere.
+    /// that takes its certificates from the store (a wildcard can be proven by DNS-01 alone,
+    /// `[server.acme.dns]`). Without one it would do nothing, said nowhere.
     pub(super) fn check_acme_names(
         &mut self,
         server: &crate::config::ServerSettings,
@@ -171,21 +173,23 @@ impl Validator {
         }
         // On demand, a name a wildcard takes is ordered for itself, and one a binding without
         // a host takes once `ask` approves it.
+        // With DNS-01, a wildcard is ordered as such.
         let on_demand = acme.on_demand.as_ref();
         let asks = on_demand.is_some_and(|d| d.ask.is_some());
+        let wildcards = on_demand.is_some() || acme.dns.is_some();
         let orderable = (sites.iter().filter(|s| s.tls.is_none()))
             .flat_map(|s| s.bindings.iter())
             .any(|b| {
                 b.tls
                     && match b.host.as_deref() {
-                        Some(h) => !h.starts_with("*.") || on_demand.is_some(),
+                        Some(h) => !h.starts_with("*.") || wildcards,
                         None => asks,
                     }
             });
         if !orderable {
             self.err(
                 &[Seg::Key("server"), Seg::Key("acme")],
-                "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard name cannot be ordered, but with on_demand = true each name under it is); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",
+                "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard is ordered with [server.acme.dns]; without it, with on_demand = true, each name under it is); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",
             );
         }
         // Without `ask`, every name under a wildcard would be ordered for whoever points one at
@@ -193,7 +197,8 @@ impl Validator {
         let wildcard = (sites.iter().filter(|s| s.tls.is_none()))
             .flat_map(|s| s.bindings.iter())
             .find_map(|b| b.host.as_deref().filter(|h| b.tls && h.starts_with("*.")));
-        if let (Some(host), Some(_), false) = (wildcard, on_demand, asks) {
+        // With DNS-01 the wildcard itself is ordered, and no name under it.
+        if let (Some(host), Some(_), false, None) = (wildcard, on_demand, asks, &acme.dns) {
             self.err(
                 &[Seg::Key("server"), Seg::Key("acme"), Seg::Key("on_demand")],
                 format!("would order a certificate for any name under `{host}` that anyone points at this machine, spending the directory's quota; add ask = \"URL\" (a service of yours that approves each name), or name the hosts in the bindings"),

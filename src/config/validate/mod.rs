@@ -3,11 +3,13 @@
 //!
 //! Owns: what is valid and the fix each error suggests. The validator's core, `[server]`
 //! and cross-checks are here; pools in [`pool`], sites in [`site`] (their TLS in
-//! [`site_tls`]), `[server.acme]` in [`acme`].
+//! [`site_tls`]), `[server.acme]` in [`acme`] (its DNS-01 in
+//! [`acme_dns`]).
 //! Must not touch: defaults (see [`super::model`]) or placement.
 
 mod access;
 mod acme;
+mod acme_dns;
 mod app;
 mod fields;
 mod front;

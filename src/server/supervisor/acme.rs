@@ -15,6 +15,7 @@
 //! limit), and what the log says (once per change of a name's state). Must not touch: the
 //! ACME protocol (`server::acme`) or the store's reading for the workers.
 
+use super::acme_dns::{start_dns, DnsCell, DnsPart};
 use super::acme_schedule::{back_off, next_look, pair_due, read_pair, LOOK_AGAIN};
 use super::event::Event;
 use crate::config::Config;
@@ -51,6 +52,9 @@ pub(super) struct Acme {
     unseen: std::collections::HashSet<String>,
     /// Of the names looked at since: how many have a pair, and the first renewal among them.
     kept: (usize, Option<SystemTime>),
+    /// DNS-01's publisher and the settings it was made from (kept across a reload that
+    /// leaves them as they were: its server keeps its sockets), or why it could not start.
+    dns: DnsPart,
 }
 
 /// A name's certificate as `status` shows it.
@@ -72,35 +76,8 @@ struct Shared {
     /// directory forgot it.
     account: tokio::sync::Mutex<Option<instant_acme::Account>>,
     events: tokio::sync::mpsc::UnboundedSender<Event>,
-}
-
-/// The host names `config` orders certificates for — those of https bindings of sites that
-/// take theirs from the store, but wildcards (neither HTTP-01 nor TLS-ALPN-01 can prove
-/// `*.example.com`) — and how each is proven: by HTTP-01 where a site has an http:// binding
-/// that answers the name, else by TLS-ALPN-01 on its https address.
-pub(super) fn names(config: &Config) -> Vec<(String, Proof)> {
-    let mut names: std::collections::BTreeMap<String, Proof> = Default::default();
-    for site in config.sites.iter().filter(|s| s.tls.is_none()) {
-        let hosts = (site.bindings.iter())
-            .filter(|b| b.tls)
-            .filter_map(|b| b.host.as_deref())
-            .filter(|h| !h.starts_with("*."));
-        for host in hosts {
-            let http = (site.bindings.iter())
-                .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
-            let proof = if http {
-                Proof::Http01
-            } else {
-                Proof::TlsAlpn01
-            };
-            let known = names.entry(host.to_string()).or_insert(proof);
-            // A name any site answers over http:// is proven there.
-            if proof == Proof::Http01 {
-                *known = proof;
-            }
-        }
-    }
-    names.into_iter().collect()
+    /// DNS-01's publisher (`settings.dns`'s).
+    dns: Option<DnsCell>,
 }
 
 impl Acme {
@@ -124,16 +101,16 @@ impl Acme {
         if !on_demand {
             self.on_demand.clear();
         }
-        let mut names = names(config);
+        let mut names = crate::server::acme::names(config);
         names.extend(self.on_demand.iter().map(|(n, p)| (n.clone(), *p)));
         names.sort_unstable();
         names.dedup_by(|a, b| a.0 == b.0);
         let wanted: std::collections::HashSet<&str> =
             names.iter().map(|(n, _)| n.as_str()).collect();
         self.shown.retain(|n, _| wanted.contains(n.as_str()));
-        for (n, _) in &names {
+        for (n, proof) in &names {
             let shown = self.shown.entry(n.clone()).or_default();
-            shown.unasked = on_demand && shown.not_after.is_none();
+            shown.unasked = on_demand && shown.not_after.is_none() && !at_start(n, *proof);
         }
         self.said.retain(|n, _| wanted.contains(n.as_str()));
         self.unseen = wanted.iter().map(|n| n.to_string()).collect();
@@ -143,7 +120,9 @@ impl Acme {
         // task was stopped above), or a master's that was killed before it could clean up.
         // Its files answer nothing now; they go.
         let _ = std::fs::remove_dir_all(&challenges);
+        let dns = self.dns.publisher(settings.dns.as_ref());
         let shared = Arc::new(Shared {
+            dns,
             settings: settings.clone(),
             store: store.clone(),
             challenges,
@@ -172,6 +151,7 @@ impl Acme {
         if let Some(t) = self.task.take() {
             t.abort();
         }
+        self.dns = DnsPart::default();
         if config.server.acme.is_some() {
             let dir = crate::server::acme::challenge_dir(config.server.admin.port());
             let _ = std::fs::remove_dir_all(dir);
@@ -390,6 +370,11 @@ async fn keep(
     }
 }
 
+/// Whether `name` is ordered at start even on demand: a wildcard, which no handshake names.
+fn at_start(name: &str, proof: Proof) -> bool {
+    proof == Proof::Dns01 && name.starts_with("*.")
+}
+
 /// The renewal queue: (when to look, name, its proof, failures in a row), soonest first.
 type Queue = BinaryHeap<Reverse<(SystemTime, String, Proof, u32)>>;
 
@@ -412,7 +397,7 @@ async fn first_queue(
     let first = first.await.ok()?;
     let mut queue = Queue::new();
     for (name, proof, pair) in first {
-        if pair.is_some() || !on_demand {
+        if pair.is_some() || !on_demand || at_start(&name, proof) {
             queue.push(Reverse((next_look(pair), name.clone(), proof, 0)));
         }
         let _ = shared.events.send(Event::AcmeLooked { name, pair });
@@ -524,7 +509,20 @@ impl Shared {
 /// One order for `name`: the new certificate's end. An account the directory forgot is
 /// replaced by a new one, and the order made again with it, once.
 async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemTime, String> {
-    let (challenges, store) = (&shared.challenges, &shared.store);
+    let store = &shared.store;
+    let dns = match (&shared.dns, &shared.settings.dns) {
+        (Some(cell), Some(settings)) => Some(cell.get_or_init(|| start_dns(settings)).await),
+        _ => None,
+    };
+    let dns = match (dns, proof) {
+        (Some(Ok(publisher)), _) => Some(&**publisher),
+        (Some(Err(e)), Proof::Dns01) => return Err(format!("DNS-01 cannot be answered: {e}")),
+        _ => None,
+    };
+    let answering = crate::server::acme::Answering {
+        files: &shared.challenges,
+        dns,
+    };
     let mut again = true;
     loop {
         let account = shared.account().await?;
@@ -532,7 +530,7 @@ async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemT
         match crate::server::acme::order(
             &account,
             (name, proof, profile),
-            challenges,
+            answering,
             store,
             shared.settings.timeout,
         )

@@ -44,8 +44,9 @@ pub(super) fn next_look(pair: Option<(SystemTime, SystemTime)>) -> SystemTime {
 
 /// `name`'s chain in `store`, when both its files are there.
 pub(super) fn read_pair(store: &Path, name: &str) -> Option<Vec<u8>> {
-    std::fs::metadata(store.join(format!("{name}.key"))).ok()?;
-    std::fs::read(store.join(format!("{name}.pem"))).ok()
+    let stem = crate::certs::store::stem(name);
+    std::fs::metadata(store.join(format!("{stem}.key"))).ok()?;
+    std::fs::read(store.join(format!("{stem}.pem"))).ok()
 }
 
 /// When `name`'s pair in `store` is due for renewal, jittered by up to a fiftieth of its

@@ -19,7 +19,7 @@
 //!   changes);
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
-//!   ACME directory and renewed (`acme_schedule`: when); `on_demand`: which names a handshake may have ordered, and
+//!   ACME directory and renewed (`acme_schedule`: when; `acme_dns`: DNS-01's publisher kept); `on_demand`: which names a handshake may have ordered, and
 //!   the bounds; `on_demand_answers`: a worker's ask for one, answered; `ticket_keys`: the
 //!   session ticket keys rotated and sent to the workers;
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
@@ -40,6 +40,7 @@
 //! sockets beyond accepting on copies of them while a pool is stopped.
 
 mod acme;
+mod acme_dns;
 mod acme_schedule;
 mod affinity;
 mod app_on_request;
