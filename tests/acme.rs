@@ -607,3 +607,45 @@ fn a_profile_is_asked_for_and_one_the_directory_lacks_is_refused_in_one_line() {
         skip("the order of a listed profile (this pebble lists none; the refusal was checked)");
     }
 }
+
+#[test]
+fn ip_addresses_get_their_certificates_by_http_01_and_tls_alpn_01() {
+    need_pebble();
+    let dir = site_dir();
+    let d = dir.path();
+    let (http, https, tls) = (free_port(), free_port(), free_port());
+    let pebble = Pebble::start_with(d, (http, tls), None, None);
+    // 127.0.0.1 has an http:// binding (HTTP-01); 127.0.0.2 is https alone, on the port
+    // pebble validates TLS-ALPN-01 on (its handshake names the address by its reverse name).
+    let config = format!(
+        "[server]\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\n[[site]]\nname = \"v4\"\nbindings = [\"http://127.0.0.1:{http}:127.0.0.1\", \"https://127.0.0.1:{https}:127.0.0.1\"]\nroot = \"www\"\n[[site]]\nname = \"alpn\"\nbindings = [\"https://127.0.0.2:{tls}:127.0.0.2\"]\nroot = \"www\"\n",
+        pebble.directory,
+        pebble.api_cert.display()
+    );
+    let server = Server::with_config(d, &config);
+    for name in ["127.0.0.1", "127.0.0.2"] {
+        server.wait_for_log(
+            &format!("acme: {name}: certificate issued"),
+            Duration::from_secs(60),
+        );
+    }
+    pebble.root(&d.join("root.pem"));
+    // A client of https://ADDRESS/ sends no SNI: the address's certificate answers, and the
+    // client checks the address against it.
+    for (address, port) in [("127.0.0.1", https), ("127.0.0.2", tls)] {
+        let fetch = || {
+            Command::new("curl")
+                .args(["-s", "--max-time", "10", "--cacert"])
+                .arg(d.join("root.pem"))
+                .arg(format!("https://{address}:{port}/"))
+                .output()
+                .expect("run curl")
+        };
+        wait_for(
+            "the address's certificate served",
+            Duration::from_secs(20),
+            || fetch().status.success(),
+        );
+        assert_eq!(fetch().stdout, b"ordered by espalier\n", "{address}");
+    }
+}

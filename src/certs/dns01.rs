@@ -46,6 +46,36 @@ fn base(identifier: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// The IP address a reverse-lookup name stands for (`1.0.0.127.in-addr.arpa`, or an
+/// `ip6.arpa` name of 32 nibbles): the SNI an ACME directory sends in TLS-ALPN-01's handshake
+/// for an IP address (RFC 8738 §6), since SNI cannot carry an address.
+pub fn reverse_name_address(name: &str) -> Option<std::net::IpAddr> {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if let Some(v4) = name.strip_suffix(".in-addr.arpa") {
+        let mut octets: Vec<u8> = (v4.split('.').map(|o| o.parse().ok())).collect::<Option<_>>()?;
+        if octets.len() != 4 {
+            return None;
+        }
+        octets.reverse();
+        let octets: [u8; 4] = octets.try_into().ok()?;
+        return Some(std::net::IpAddr::from(octets));
+    }
+    let v6 = name.strip_suffix(".ip6.arpa")?;
+    let nibbles: Vec<u8> = (v6.split('.').rev())
+        .map(|n| {
+            (n.len() == 1)
+                .then(|| u8::from_str_radix(n, 16).ok())
+                .flatten()
+        })
+        .collect::<Option<_>>()?;
+    let bytes: Vec<u8> = nibbles
+        .chunks(2)
+        .map(|p| p[0] << 4 | p.get(1).copied().unwrap_or(0))
+        .collect();
+    let bytes: [u8; 16] = (nibbles.len() == 32).then_some(bytes)?.try_into().ok()?;
+    Some(std::net::IpAddr::from(bytes))
+}
+
 /// Whether `name` (without the final dot) is a DNS name a zone can have: labels of 1 to 63
 /// letters, digits, `-` and `_`, at least two of them, 253 bytes at most.
 pub fn is_zone_name(name: &str) -> bool {
@@ -125,6 +155,22 @@ mod tests {
             cname_line("shop.example", "acme.example.net"),
             format!("_acme-challenge.shop.example. CNAME {a}.")
         );
+    }
+
+    #[test]
+    fn reverse_names_give_their_addresses() {
+        assert_eq!(
+            reverse_name_address("1.0.0.127.in-addr.arpa")
+                .unwrap()
+                .to_string(),
+            "127.0.0.1"
+        );
+        let v6 = "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa.";
+        assert_eq!(reverse_name_address(v6).unwrap().to_string(), "2001:db8::1");
+        assert!(reverse_name_address("0.0.127.in-addr.arpa").is_none());
+        assert!(reverse_name_address("300.0.0.127.in-addr.arpa").is_none());
+        assert!(reverse_name_address("1.0.ip6.arpa").is_none());
+        assert!(reverse_name_address("shop.example").is_none());
     }
 
     #[test]

@@ -48,7 +48,9 @@ pub fn files_for(dir: &Path, pattern: &str) -> Vec<TlsFiles> {
         Some(_) => vec![pair(&stem(pattern))],
         None => {
             let mut pairs = vec![pair(pattern)];
-            if let Some((_, parent)) = pattern.split_once('.') {
+            // An IP address has no parent a wildcard could cover.
+            let address = pattern.trim_matches(['[', ']']).parse::<std::net::IpAddr>();
+            if let (Some((_, parent)), Err(_)) = (pattern.split_once('.'), address) {
                 if parent.contains('.') {
                     pairs.push(pair(&format!("_.{parent}")));
                 }

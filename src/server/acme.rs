@@ -156,8 +156,9 @@ pub enum Proof {
 /// The host names `config` orders certificates for — those of https bindings of sites that
 /// take theirs from the store — and how each is proven: by DNS-01 where
 /// `[server.acme.dns]` says (every wildcard, which nothing else proves, and every name with
-/// `names = "all"`), else by HTTP-01 where a site has an http:// binding that answers the
-/// name, else by TLS-ALPN-01 on its https address. Without DNS-01, wildcards are left out.
+/// `names = "all"`, but an IP address), else by HTTP-01 where a site has an http:// binding
+/// that answers the name, else by TLS-ALPN-01 on its https address. Without DNS-01,
+/// wildcards are left out. A host that is an IP address gets an IP certificate (RFC 8738).
 pub fn names(config: &Config) -> Vec<(String, Proof)> {
     let dns = config.server.acme.as_ref().and_then(|a| a.dns.as_ref());
     let mut names: std::collections::BTreeMap<String, Proof> = Default::default();
@@ -169,8 +170,13 @@ pub fn names(config: &Config) -> Vec<(String, Proof)> {
         for host in hosts {
             let http = (site.bindings.iter())
                 .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
+            // An address cannot be proven in DNS (RFC 8738 §7).
+            let address = host
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok();
             let proof = match (dns, http) {
-                (Some(d), _) if d.all_names || host.starts_with("*.") => Proof::Dns01,
+                (Some(d), _) if (d.all_names && !address) || host.starts_with("*.") => Proof::Dns01,
                 (_, true) => Proof::Http01,
                 (_, false) => Proof::TlsAlpn01,
             };
@@ -212,22 +218,51 @@ pub async fn order(
     store: &Path,
     wait: Duration,
 ) -> Result<(), String> {
-    let identifiers = [Identifier::Dns(name.to_string())];
-    let mut new_order = NewOrder::new(&identifiers);
+    // An IP address's certificate (RFC 8738: `[::1]` as a binding writes it, `::1` to the CA).
+    let subject = name.trim_matches(['[', ']']);
+    let identifiers = [match subject.parse::<std::net::IpAddr>() {
+        Ok(ip) => Identifier::Ip(ip),
+        Err(_) => Identifier::Dns(name.to_string()),
+    }];
     if let Some(profile) = profile {
         offered_profile(account, profile)?;
-        new_order = new_order.profile(profile);
     }
-    let mut order = within(
-        "the order was refused",
-        (wait, Duration::ZERO),
-        account.new_order(&new_order),
-    )
-    .await?;
+    // A renewal names the certificate it replaces (ARI, RFC 9773 §5): a CA may give it its
+    // own rate limits, and knows which certificate may be revoked. A directory without ARI,
+    // or one that refuses the field (a certificate of another account or CA), gets the order
+    // without it, as §5 asks.
+    let stem = crate::certs::store::stem(name);
+    let replaced = (std::fs::read(store.join(format!("{stem}.pem"))).ok())
+        .and_then(|chain| identifier_of(&chain).ok());
+    let refused = "the order was refused";
+    let asked = match replaced {
+        Some(replaced) => {
+            let new_order = new_order(&identifiers, profile, Some(replaced));
+            let asked = within(
+                refused,
+                (wait, Duration::ZERO),
+                account.new_order(&new_order),
+            );
+            asked.await.ok()
+        }
+        None => None,
+    };
+    let mut order = match asked {
+        Some(order) => order,
+        None => {
+            let new_order = new_order(&identifiers, profile, None);
+            within(
+                refused,
+                (wait, Duration::ZERO),
+                account.new_order(&new_order),
+            )
+            .await?
+        }
+    };
     let mut proofs = Proofs::default();
     let answered = answer_challenges(&mut order, how, (answering, wait), &mut proofs).await;
     let issued = match answered {
-        Ok(()) => finish(&mut order, name, wait).await,
+        Ok(()) => finish(&mut order, subject, wait).await,
         Err(e) => Err(e),
     };
     for file in proofs.files {
@@ -423,12 +458,7 @@ pub async fn renewal_time(
     account: &Account,
     chain: &[u8],
 ) -> Result<Option<(std::time::SystemTime, Duration)>, String> {
-    use rustls::pki_types::pem::PemObject;
-    let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(chain)
-        .next()
-        .ok_or("no certificate in the pair")?
-        .map_err(|e| format!("the pair's certificate cannot be read: {e}"))?;
-    let id = instant_acme::CertificateIdentifier::try_from(&leaf)?;
+    let id = identifier_of(chain)?;
     match account.renewal_info(&id).await {
         Ok((info, again)) => {
             let window = &info.suggested_window;
@@ -438,6 +468,34 @@ pub async fn renewal_time(
         Err(instant_acme::Error::Unsupported(_)) => Ok(None),
         Err(e) => Err(format!("renewal information: {e}")),
     }
+}
+
+/// What ARI calls the certificate whose chain (PEM, leaf first) is `chain`: its authority
+/// key identifier and serial number (RFC 9773 §4.1).
+fn identifier_of(chain: &[u8]) -> Result<instant_acme::CertificateIdentifier<'static>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(chain)
+        .next()
+        .ok_or("no certificate in the pair")?
+        .map_err(|e| format!("the pair's certificate cannot be read: {e}"))?;
+    Ok(instant_acme::CertificateIdentifier::try_from(&leaf)?.into_owned())
+}
+
+/// The new-order request for `identifiers`, with the certificate profile `profile` and the
+/// certificate it `replaces`, where given.
+fn new_order<'a>(
+    identifiers: &'a [Identifier],
+    profile: Option<&'a str>,
+    replaces: Option<instant_acme::CertificateIdentifier<'a>>,
+) -> NewOrder<'a> {
+    let mut order = NewOrder::new(identifiers);
+    if let Some(profile) = profile {
+        order = order.profile(profile);
+    }
+    if let Some(replaces) = replaces {
+        order = order.replaces(replaces);
+    }
+    order
 }
 
 /// A uniformly random time in the window from `start` to `end` (Unix seconds; RFC 9773 §4.2:
@@ -499,6 +557,19 @@ mod tests {
             odd.duration_since(UNIX_EPOCH).unwrap().as_secs() as i64,
             now + 500
         );
+    }
+
+    #[test]
+    fn a_renewal_names_the_certificate_it_replaces() {
+        let identifiers = [Identifier::Dns("a.test".into())];
+        let (aki, serial) = ([1u8, 2, 3, 4], [0x0au8, 0xbc]);
+        let id = instant_acme::CertificateIdentifier::new(aki[..].into(), serial[..].into());
+        let order = new_order(&identifiers, Some("shortlived"), Some(id));
+        let sent = serde_json::to_value(&order).unwrap();
+        assert_eq!(sent["replaces"], "AQIDBA.Crw");
+        assert_eq!(sent["profile"], "shortlived");
+        let first = serde_json::to_value(new_order(&identifiers, None, None)).unwrap();
+        assert!(first.get("replaces").is_none() && first.get("profile").is_none());
     }
 
     #[test]

@@ -111,10 +111,15 @@ struct BySni {
     acme: Option<std::path::PathBuf>,
     /// With `[server.acme] on_demand`: the names held for their certificates.
     on_demand: Option<Arc<on_demand::OnDemand>>,
+    /// The name a handshake without SNI is taken for: the address's one binding host that is
+    /// an IP address — a client of `https://192.0.2.1/` sends none (SNI cannot carry an
+    /// address, RFC 6066 §3) — so that its certificate for the address is found.
+    without_sni: Option<String>,
 }
 
 impl BySni {
     fn certificate(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        let name = name.or(self.without_sni.as_deref());
         let site = self.hosts.site(name)?;
         match self.keys.get(site)? {
             Some(key) => Some(Arc::clone(key)),
@@ -217,6 +222,9 @@ fn acme_certificate(dir: &std::path::Path, name: &str) -> Option<Arc<CertifiedKe
     if !plain_host_name(name) {
         return None;
     }
+    // An IP address's validation names it by its reverse name (RFC 8738 §6).
+    let address = crate::certs::dns01::reverse_name_address(name).map(|ip| ip.to_string());
+    let name = address.as_deref().unwrap_or(name);
     let (cert, key) = (
         dir.join(format!("tls-alpn-01/{name}.pem")),
         dir.join(format!("tls-alpn-01/{name}.key")),
@@ -337,7 +345,19 @@ pub fn server_config(
             );
         }
     }
+    let mut addresses = (group.hosts.iter())
+        .filter_map(|(host, _)| host.as_deref())
+        .filter(|h| {
+            h.trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok()
+        });
+    let without_sni = match (addresses.next(), addresses.next()) {
+        (Some(only), None) => Some(only.to_string()),
+        _ => None,
+    };
     let resolver = Arc::new(BySni {
+        without_sni,
         hosts: HostTable::new(&group.hosts),
         keys,
         store: Arc::clone(store),
