@@ -142,3 +142,75 @@ fn tickets_resume_after_two_rotations_and_not_after_three() {
         );
     }
 }
+
+/// One HTTP/3 GET of `/` by aioquic's client (tests/apps/h3_client.py) pinned to CPU `cpu`
+/// (the worker that CPU steers to takes it), with `env`: whether the server took it in
+/// 0-RTT, and which worker answered.
+fn h3_get(lib: &std::path::Path, port: u16, cpu: usize, env: &[(&str, &str)]) -> (bool, String) {
+    let client = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/h3_client.py");
+    let out = std::process::Command::new("timeout")
+        .args(["60", "taskset", "-c", &cpu.to_string(), "python3"])
+        .arg(&client)
+        .args([&port.to_string(), "GET", "/"])
+        .env("PYTHONPATH", lib)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "aioquic failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["status"], 200, "{v}");
+    let worker = (v["headers"].as_array().unwrap().iter())
+        .find(|f| f[0] == "x-espalier-worker")
+        .map_or(String::new(), |f| {
+            f[1].as_str().unwrap_or_default().to_string()
+        });
+    (v["early_data"].as_bool().unwrap_or(false), worker)
+}
+
+#[test]
+fn http3_early_data_is_taken_on_whichever_worker_a_client_comes_back_to() {
+    need_tools("openssl:openssl taskset:util-linux", "openssl and taskset");
+    let Some(lib) = crate::http3::aioquic() else {
+        return skip("aioquic cannot be installed from PyPI (python3 -m pip install failed)");
+    };
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return skip("two CPUs are needed for two workers");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    openssl_cert(d, "site", "localhost");
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[server]\nworker_header = true\nhttp3 = true\nhttp3_early_data = true\n[[pool]]\nname = \"p\"\nprocesses = 2\n[[site]]\nname = \"s\"\nbindings = [\"https://127.0.0.1:{port}\"]\ntls = {{ cert = \"site.pem\", key = \"site.key\" }}\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n"
+        ),
+    );
+    wait_for_keys(&server, 1);
+    let ticket = d.join("ticket.bin");
+    let ticket = ticket.to_str().unwrap();
+    // A ticket from one CPU's worker, resumed in 0-RTT from the other CPU, ten times.
+    let mut crossed = Vec::new();
+    for k in 0..10 {
+        let (_, issuer) = h3_get(&lib, port, k % 2, &[("H3_TICKET_OUT", ticket)]);
+        let resumed = [("H3_TICKET_IN", ticket), ("H3_ZERO_RTT", "1")];
+        let (early, taker) = h3_get(&lib, port, (k + 1) % 2, &resumed);
+        if issuer != taker {
+            crossed.push((issuer, taker, early));
+        }
+    }
+    assert!(
+        !crossed.is_empty(),
+        "every connection came back to the worker that issued its ticket"
+    );
+    let refused: Vec<_> = crossed.iter().filter(|(_, _, early)| !early).collect();
+    assert!(
+        refused.is_empty(),
+        "0-RTT refused on another worker: {refused:?} of {crossed:?}"
+    );
+}

@@ -15,6 +15,7 @@ pub mod numa;
 pub mod private_dir;
 pub mod process;
 pub mod read_as;
+pub mod shared_memory;
 pub mod sockets_of;
 pub mod uring;
 

@@ -101,7 +101,8 @@ impl quinn::ConnectionIdGenerator for SteeredIds {
 }
 
 /// A quinn endpoint on `socket`, answering with `tls` (its certificates, by SNI) for ALPN
-/// `h3` only; 0-RTT off unless `early_data` (`http3_early_data`: see `http::h3::early`); with
+/// `h3` only; 0-RTT off unless `early_data` (`http3_early_data`: see `http::h3::early`) gives
+/// the sessions' store; with
 /// its connections' configurations by the link they arrive on (`links`: see [`links`]).
 /// With certificates ordered on demand (`held`), a name without one is asked for by the
 /// resolver, since a QUIC handshake cannot be held for it ([`crate::tls::Held::asking`]).
@@ -109,7 +110,10 @@ pub fn endpoint(
     (socket, index): (UdpSocket, u16),
     tag: u16,
     tls: &Arc<rustls::ServerConfig>,
-    (idle, early_data): (Duration, bool),
+    (idle, early_data): (
+        Duration,
+        Option<Arc<dyn rustls::server::StoresServerSessions>>,
+    ),
     (links, held): (&Links, Option<&crate::tls::Held>),
 ) -> Result<(quinn::Endpoint, PathConfigs), String> {
     let mut tls = (**tls).clone();
@@ -120,12 +124,14 @@ pub fn endpoint(
     let random = tls.crypto_provider().secure_random;
     tls.alpn_protocols = vec![b"h3".to_vec()];
     // quinn takes 0-RTT with no bound but the connection's flow control, or none.
-    tls.max_early_data_size = if early_data { u32::MAX } else { 0 };
-    if early_data {
+    tls.max_early_data_size = if early_data.is_some() { u32::MAX } else { 0 };
+    if let Some(sessions) = early_data {
         // rustls takes early data only on a session resumed from its own store (stateful,
-        // single-use: a replayed first flight finds its ticket taken, and another worker
-        // has a store of its own), never from a self-contained ticket.
+        // single-use: a replayed first flight finds its ticket taken), never from a
+        // self-contained ticket; the store is the pool's (`tls::session_table`), so a
+        // client's next connection may land on any of its workers.
         tls.ticketer = Arc::new(StatefulTicketsOnly);
+        tls.session_storage = sessions;
     }
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
         .map_err(|e| format!("cannot make the QUIC TLS configuration: {e}"))?;

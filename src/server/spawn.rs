@@ -114,6 +114,7 @@ pub(super) fn worker_specs(
                 // Filled in as the process starts, from the files as they are then.
                 store_certs: Vec::new(),
                 ticket_keys: String::new(),
+                session_table_fd: None,
                 proxy: proxy_settings(pool),
             })
         })
@@ -313,6 +314,7 @@ pub(super) fn spawn_worker(
         })
         .collect();
     fds.push(worker_end.as_raw_fd());
+    fds.extend(spec.session_table_fd);
     // Its own sites whole, the others' outline — behind the dispatcher, its own alone: built
     // now, for the one process started.
     if spec.pool != super::dispatcher::POOL && spec.groups.iter().any(|g| g.dispatched) {

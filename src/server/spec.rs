@@ -118,6 +118,10 @@ pub struct WorkerSpec {
     /// rotations arrive as `ticket-keys` messages).
     #[serde(default)]
     pub ticket_keys: String,
+    /// With `quic_early_data`: the inherited descriptor of the pool's shared TLS session table
+    /// (`tls::session_table`), so 0-RTT resumes on whichever worker a client comes back to.
+    #[serde(default)]
+    pub session_table_fd: Option<i32>,
     /// A front worker of a `transport = "proxy"` pool: its timeouts. Its app processes'
     /// endpoints arrive later, on the control socket (`upstreams`).
     #[serde(default)]

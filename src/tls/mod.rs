@@ -9,7 +9,8 @@
 //! with `on_demand`, which handshakes are held for a certificate not yet there, see
 //! [`on_demand`]), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
 //! ALPN `http/1.1`, session tickets whose keys the pool's workers share ([`tickets`]) and a
-//! session cache shared by the threads of a worker),
+//! session cache shared by the threads of a worker — for HTTP/3's 0-RTT, by the pool's workers
+//! ([`session_table`])),
 //! with the client-certificate verifier of the address's sites' `client_certs`; and TLS as a
 //! client ([`client`]: upstream servers, the load generator); what the kernel's TLS needs of
 //! a connection ([`kernel`]).
@@ -24,6 +25,7 @@
 pub mod client;
 pub mod kernel;
 pub mod on_demand;
+pub mod session_table;
 pub mod tickets;
 
 use crate::certs::store::StoreKeys;

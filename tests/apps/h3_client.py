@@ -7,7 +7,9 @@ and :authority `localhost`, or the environment's H3_NAME. The environment's H3_F
 H3_MANY_FIELDS=N adds N small fields; H3_NO_LENGTH=1 sends a body without `content-length`; H3_PAUSE_AT=N with H3_WAIT_FOR=FILE
 sends the body's first N bytes, waits (30 s at most) until FILE exists, then the rest.
 H3_ZERO_RTT=1 connects twice: a GET of / for a session ticket, then the request in 0-RTT
-(sent before the handshake completes, on the resumed session). With H3_HOLD_FINISHED=PATH
+(sent before the handshake completes, on the resumed session). H3_TICKET_OUT=FILE keeps the
+connection's last session ticket in FILE; H3_TICKET_IN=FILE resumes that ticket (another
+process's: with H3_ZERO_RTT, in 0-RTT) instead of connecting twice. With H3_HOLD_FINISHED=PATH
 too, the client holds back its handshake's end (its Handshake packets) and sends a GET of
 PATH beside the request; once that GET is answered it notes whether the request had been,
 then lets the handshake end. With H3_GOAWAY_AND_HOLD=SECONDS, once answered it prints
@@ -23,6 +25,7 @@ import asyncio
 import hashlib
 import json
 import os
+import pickle
 import ssl
 import sys
 
@@ -167,7 +170,12 @@ async def main():
     config.verify_mode = ssl.CERT_NONE
     config.server_name = os.environ.get("H3_NAME", "localhost")
     early = bool(os.environ.get("H3_ZERO_RTT"))
-    if early:
+    ticket_in, ticket_out = os.environ.get("H3_TICKET_IN"), os.environ.get("H3_TICKET_OUT")
+    if ticket_in:
+        # Another process's ticket: this connection may land on another worker.
+        with open(ticket_in, "rb") as f:
+            config.session_ticket = pickle.load(f)
+    elif early:
         tickets = []
         async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
                            session_ticket_handler=tickets.append) as c:
@@ -180,8 +188,9 @@ async def main():
             raise SystemExit("the server sent no session ticket")
         config.session_ticket = tickets[-1]
     held = {}
+    kept = []
     async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
-                       wait_connected=not early) as c:
+                       session_ticket_handler=kept.append, wait_connected=not early) as c:
         probe = os.environ.get("H3_HOLD_FINISHED")
         if probe:
             send = c._transport.sendto
@@ -218,6 +227,15 @@ async def main():
             except asyncio.TimeoutError:
                 pass
         early_accepted = c._quic.tls.early_data_accepted
+        if ticket_out:
+            for _ in range(300):
+                if kept:
+                    break
+                await asyncio.sleep(0.01)
+            if not kept:
+                raise SystemExit("the server sent no session ticket")
+            with open(ticket_out, "wb") as f:
+                pickle.dump(kept[-1], f)
     fields = [(k, v) for k, v in r["headers"] if not k.startswith(":")]
     status = next((int(v) for k, v in r["headers"] if k == ":status"), None)
     if status is None:

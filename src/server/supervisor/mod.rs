@@ -21,7 +21,8 @@
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
 //!   ACME directory and renewed (`acme_schedule`: when; `acme_dns`: DNS-01's publisher kept); `on_demand`: which names a handshake may have ordered, and
 //!   the bounds; `on_demand_answers`: a worker's ask for one, answered; `ticket_keys`: the
-//!   session ticket keys rotated and sent to the workers;
+//!   session ticket keys rotated and sent to the workers; `session_tables`: the pools' shared
+//!   TLS session tables (HTTP/3's 0-RTT);
 //! - `demand`: on-demand pools — a sleeping worker woken by its first connection, and put
 //!   back to sleep after `idle_timeout`; `app_on_request`: a woken pool's app started at its
 //!   front's first request for it;
@@ -61,6 +62,7 @@ mod reload;
 mod reload_diff;
 mod report;
 mod samples;
+mod session_tables;
 mod slots;
 mod start_up;
 mod stop;
@@ -134,6 +136,8 @@ struct Supervisor {
     cert_store: cert_store::CertStore,
     /// The secrets of every pool's session ticket keys (see `ticket_keys`).
     ticket_keys: crate::tls::tickets::KeyRing,
+    /// The pools' shared TLS session tables, for HTTP/3's 0-RTT.
+    session_tables: session_tables::SessionTables,
     /// The cgroup freezer and its groups (see `suspend`).
     freezing: procs::Freezing,
     /// App processes started again at start-up after losing their port (see

@@ -152,6 +152,9 @@ impl Supervisor {
                 let mut spec = self.slots[i].spec.clone();
                 spec.store_certs = self.cert_store.certs_for(&spec.pool);
                 spec.ticket_keys = self.ticket_keys.for_pool(&spec.pool);
+                if spec.quic_early_data {
+                    spec.session_table_fd = self.session_tables.for_pool(&spec.pool);
+                }
                 let groups = &mut self.groups;
                 let turns = crate::server::listeners::choose_quic_sockets(groups, &mut spec);
                 let (pid, control) = spawn_worker(spec, fail, allocate)?;

@@ -90,6 +90,7 @@ impl Supervisor {
             live: samples::LiveSamples::new(),
             cert_store,
             ticket_keys: Default::default(),
+            session_tables: Default::default(),
             freezing: super::procs::Freezing {
                 // ESPALIER_FREEZER=v1 picks v1's freezer where both are mounted (for its tests).
                 freezer: os::freezer::detect(

@@ -296,13 +296,19 @@ fn start_quic(
         };
         let tag = spec.quic_tag;
         // check refuses it where a site asks for client certificates.
-        let early = spec.quic_early_data;
+        // 0-RTT resumes from the pool's shared table, else the worker's own cache.
+        let early = (spec.quic_early_data).then(|| {
+            shared
+                .sessions
+                .clone()
+                .unwrap_or_else(|| tls.session_storage.clone())
+        });
         let settings = (spec.limits.keepalive_timeout, early);
         let certs = (&links, held.as_ref());
         let endpoint = crate::server::quic::endpoint((socket, index), tag, tls, settings, certs)?;
         accepting.push(tokio::task::spawn_local(crate::server::quic::accept_loop(
             endpoint,
-            (group, early),
+            (group, spec.quic_early_data),
             Rc::clone(&thread),
         )));
     }

@@ -1,6 +1,7 @@
 //! What a worker's engine threads share, made once as the worker starts (while it may still
 //! read its keys): each https group's TLS, the body ceiling of the head parser, the upstream
-//! groups' health, the limited sites' accounts, and the pool's session ticket keys.
+//! groups' health, the limited sites' accounts, the pool's session ticket keys and its
+//! shared session table (HTTP/3's 0-RTT).
 //!
 //! Owns: [`Shared`]. Must not touch: the threads (`super::engine` reads it).
 
@@ -25,6 +26,9 @@ pub(super) struct Shared {
     pub(super) upstreams: Vec<Arc<GroupHealth>>,
     /// The pool's session ticket keys, which the master rotates (see `tls::tickets`).
     pub(super) tickets: Arc<SharedTicketer>,
+    /// With `http3_early_data`: the pool's shared session table (see `tls::session_table`),
+    /// `None` where the master gave none (QUIC keeps the worker's own cache then).
+    pub(super) sessions: Option<Arc<dyn rustls::server::StoresServerSessions>>,
 }
 
 impl Shared {
@@ -39,6 +43,7 @@ impl Shared {
     ) -> Result<Shared, String> {
         let tickets = Arc::new(SharedTicketer::new(&ticket_keys(spec)));
         Ok(Shared {
+            sessions: session_table(spec),
             configs: spec
                 .groups
                 .iter()
@@ -80,6 +85,25 @@ impl Shared {
                 .collect(),
             tickets,
         })
+    }
+}
+
+/// The pool's shared session table the master handed this worker, mapped (a failure said:
+/// sessions stay this worker's).
+fn session_table(spec: &WorkerSpec) -> Option<Arc<dyn rustls::server::StoresServerSessions>> {
+    let fd = spec.session_table_fd?;
+    let mapped = crate::os::shared_memory::Mapping::map_inherited(fd)
+        .map_err(|e| e.to_string())
+        .and_then(crate::tls::session_table::SessionTable::new);
+    match mapped {
+        Ok(table) => Some(Arc::new(table)),
+        Err(e) => {
+            log(
+                &spec.name(),
+                format!("cannot map the pool's session table ({e}); 0-RTT resumes only here"),
+            );
+            None
+        }
     }
 }
 
