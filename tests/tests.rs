@@ -41,6 +41,7 @@ mod hardening;
 mod hosting;
 mod http3;
 mod identity;
+mod isolation;
 mod key_exchange;
 mod limits;
 mod metrics;

@@ -17,13 +17,14 @@
 //! collecting every error), `error` (the one-line errors), `parse` (small grammars: bindings,
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
 //! each pool and site remembering its file), [`chain`] (the site features' processing
-//! order, and which keys each step reads).
+//! order, and which keys each step reads), [`isolation`] (a pool's view of the filesystem).
 //! The configuration reference (docs/reference.md) documents every key.
 
 mod acme_settings;
 pub mod chain;
 mod error;
 mod include;
+pub mod isolation;
 mod locate;
 mod model;
 mod parse;

@@ -246,6 +246,9 @@ pub struct AppCommand {
     /// Requests in flight at one app process, and the queue beyond (`None`: unbounded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backpressure: Option<Backpressure>,
+    /// `[pool.isolation]`: the filesystem its processes see (see `config::isolation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<super::isolation::Isolation>,
 }
 
 /// Per-connection protocol limits (`[server.limits]`).

@@ -205,6 +205,19 @@ pub struct RawPool {
     pub queue_timeout: Option<Scalar>,
     pub user: Option<String>,
     pub group: Option<String>,
+    pub isolation: Option<RawIsolation>,
+}
+
+/// `[pool.isolation]`: the filesystem an app's processes see.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIsolation {
+    pub tmp: Option<String>,
+    pub tmp_size: Option<Scalar>,
+    pub system: Option<String>,
+    pub home: Option<String>,
+    pub paths: Option<std::collections::BTreeMap<String, String>>,
+    pub landlock: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

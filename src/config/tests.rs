@@ -961,8 +961,13 @@ fn the_reference_has_a_row_for_every_key_and_no_other() {
         ]
         .concat(),
         [
-            prefixed("", accepted::<RawPool>(), &["recycle", "rapid_fail"]),
+            prefixed(
+                "",
+                accepted::<RawPool>(),
+                &["recycle", "rapid_fail", "isolation"],
+            ),
             prefixed("recycle.", accepted::<RawRecycle>(), &[]),
+            prefixed("isolation.", accepted::<RawIsolation>(), &[]),
             prefixed("rapid_fail.", accepted::<RawRapidFail>(), &[]),
         ]
         .concat(),

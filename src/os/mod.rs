@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod fdpass;
 pub mod freezer;
 pub mod identity;
+pub mod isolation;
 pub mod ktls;
 pub mod net;
 pub mod notify;

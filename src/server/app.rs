@@ -153,6 +153,9 @@ pub(super) fn spawn_app(
         memory_nodes: spec.memory_nodes.clone(),
         watchdog: watchdog.is_some(),
         identity: spec.identity.clone(),
+        isolation: app.isolation.clone(),
+        port,
+        socket: socket.clone(),
     };
     let exe = crate::os::process::own_executable()
         .map_err(|e| format!("cannot find the espalier binary: {e}"))?;

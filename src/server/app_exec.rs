@@ -1,8 +1,9 @@
 //! `espalier app-exec`: the last step between the master and a user's application. The
 //! master starts it, placed (CPU affinity and memory policy applied between fork and exec);
 //! it joins the pool's control groups, places itself again (joining a v1 cpuset resets
-//! affinity), moves the pool's listener sockets to fds 3…, becomes the pool's user (with
-//! `PR_SET_NO_NEW_PRIVS`) and execs the application with `LISTEN_FDS`, `LISTEN_PID` and
+//! affinity), moves the pool's listener sockets to fds 3…, enters its own view of the
+//! filesystem (`[pool.isolation]`), becomes the pool's user (with `PR_SET_NO_NEW_PRIVS`),
+//! narrows its rights with Landlock (the same key) and execs the application with `LISTEN_FDS`, `LISTEN_PID` and
 //! `LISTEN_FDNAMES` exactly as systemd passes them.
 //!
 //! Owns: that hand-over. Must not touch: which sockets or placement (the master decided).
@@ -40,6 +41,40 @@ pub struct ExecSpec {
     /// Who the application runs as (its pool's `user` and `group`).
     #[serde(default)]
     pub identity: Option<os::identity::Identity>,
+    /// `[pool.isolation]`: the filesystem it sees, and (Landlock) what it may write.
+    #[serde(default)]
+    pub isolation: Option<crate::config::isolation::Isolation>,
+    /// The TCP port it listens on (`PORT`), and the unix socket it makes, where it makes one:
+    /// under Landlock, what it may bind.
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+}
+
+/// The mount namespace `isolation` plans entered — the folder of the unix socket the app
+/// makes (`socket`) writable in it — and the working directory taken again in it (the one
+/// inherited is the machine's view of it).
+fn isolate(
+    isolation: &crate::config::isolation::Isolation,
+    socket: Option<&std::path::Path>,
+) -> Result<(), String> {
+    let mut plan = isolation.mount_plan();
+    if let Some(folder) = socket.and_then(|s| s.parent()) {
+        plan.push(crate::config::isolation::MountStep::Bind(
+            folder.into(),
+            false,
+        ));
+    }
+    os::isolation::enter(&plan)?;
+    let here =
+        std::env::current_dir().map_err(|e| format!("isolation: the working directory: {e}"))?;
+    std::env::set_current_dir(&here).map_err(|e| {
+        format!(
+            "isolation: the working directory {} cannot be seen: {e}",
+            here.display()
+        )
+    })
 }
 
 /// Entry point of `espalier app-exec -- PROGRAM ARGS…` (started only by the master).
@@ -107,6 +142,13 @@ pub fn main(argv: Vec<OsString>) -> i32 {
             warn(format!("cannot make socket {fd} blocking: {e}"));
         }
     }
+    // Its own view of the filesystem, made while it may still mount (root).
+    if let Some(isolation) = &spec.isolation {
+        if let Err(e) = isolate(isolation, spec.socket.as_deref()) {
+            super::log(&spec.name, e);
+            return 1;
+        }
+    }
     // Last, once everything that needs root is done: the application never runs as root
     // when its pool names a user.
     if let Some(id) = &spec.identity {
@@ -117,6 +159,24 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         }
         // Changing user clears the parent-death signal.
         let _ = os::process::die_with_parent();
+    }
+    // Landlock after the user changed (it needs no privilege, and no_new_privs is set).
+    if let Some(isolation) = spec.isolation.as_ref().filter(|i| i.landlock) {
+        let mut writable = isolation.writable();
+        writable.extend(
+            spec.socket
+                .as_ref()
+                .and_then(|s| s.parent())
+                .map(PathBuf::from),
+        );
+        match os::isolation::restrict(&writable, &Vec::from_iter(spec.port)) {
+            Ok(Some(_)) => {}
+            Ok(None) => warn("this kernel has no Landlock: the app's writes and binds are not narrowed (its mounts are)".into()),
+            Err(e) => {
+                super::log(&spec.name, e);
+                return 1;
+            }
+        }
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(&argv[1..]).env_remove(ENV_VAR);

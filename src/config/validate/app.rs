@@ -41,6 +41,7 @@ impl Validator {
                 ),
                 ("queue_length", raw.queue_length.is_some()),
                 ("queue_timeout", raw.queue_timeout.is_some()),
+                ("isolation", raw.isolation.is_some()),
             ];
             for (key, set) in stray {
                 if set {
@@ -188,7 +189,9 @@ impl Validator {
         };
         let protocol = self.app_protocol(i, raw, transport, &health, &warmup);
         let backpressure = self.backpressure(i, raw);
+        let isolation = raw.isolation.take().and_then(|r| self.isolation(i, r));
         Some(AppCommand {
+            isolation,
             protocol,
             pass_underscored_fields: raw.pass_underscored_fields.take().unwrap_or(false),
             backpressure,

@@ -14,6 +14,7 @@ mod app;
 mod fields;
 mod front;
 mod http3;
+mod isolation;
 mod pool;
 mod rules;
 mod site;
@@ -184,6 +185,7 @@ impl Validator {
         }
         // A config with no pool at all (a reverse proxy's, a static site's) is served by one
         // of espalier's workers per NUMA node, as the built-in default is.
+        self.hide_other_pools(&mut pools);
         if pools.is_empty() && pool_names.is_empty() {
             let mut pool = PoolSpec::with_defaults("default");
             pool.processes = Processes::Auto;

@@ -1,0 +1,138 @@
+//! `[pool.isolation]`: the filesystem an app's processes see — a private `/tmp`, the system
+//! read-only, homes and the other pools' directories hidden, paths of its own writable —
+//! and, where the kernel has Landlock, what they may write and which TCP ports they may
+//! bind. As Unit's `isolation` and systemd's `PrivateTmp=`, `ProtectSystem=strict`,
+//! `ProtectHome=` and `ReadWritePaths=`.
+//!
+//! Owns: the typed settings and the mount plan they make ([`Isolation::mount_plan`]), pure.
+//! Must not touch: the mounts themselves (`crate::os::isolation`, in `app-exec`).
+
+pub use crate::os::isolation::MountStep;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// A pool's isolation, as validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Isolation {
+    /// `tmp = "private"`: `/tmp` and `/var/tmp` of the pool's own, each a tmpfs of this many
+    /// bytes (`tmp_size`).
+    pub private_tmp: Option<u64>,
+    /// `system = "read-only"`: every mount read-only but `/dev`, the private `/tmp` and the
+    /// `read-write` paths.
+    pub read_only_system: bool,
+    /// `home = "hidden"`: `/home`, `/root` and `/run/user` empty.
+    pub hide_home: bool,
+    /// `paths`: absolute paths and what the app may do there.
+    pub paths: Vec<(PathBuf, PathAccess)>,
+    /// The other pools' directories that are not above this pool's: hidden (filled in once
+    /// every pool is read).
+    pub others: Vec<PathBuf>,
+    /// `landlock` (on by default): where the kernel has Landlock, the app may write only
+    /// under its `read-write` paths, its `/tmp` and `/dev`, and bind TCP only to its own port.
+    pub landlock: bool,
+}
+
+/// What an app may do under one of its `paths`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PathAccess {
+    ReadWrite,
+    ReadOnly,
+    Hidden,
+}
+
+impl PathAccess {
+    /// `"read-write"`, `"read-only"` or `"hidden"`.
+    pub fn parse(written: &str) -> Option<PathAccess> {
+        match written {
+            "read-write" => Some(PathAccess::ReadWrite),
+            "read-only" => Some(PathAccess::ReadOnly),
+            "hidden" => Some(PathAccess::Hidden),
+            _ => None,
+        }
+    }
+}
+
+impl Isolation {
+    /// The mounts that make this view, in order: the system read-only, then what it hides,
+    /// then the private `/tmp`, then the paths bound back (last, so that a path of the
+    /// pool's own under a hidden or read-only one is seen as asked).
+    pub fn mount_plan(&self) -> Vec<MountStep> {
+        let mut plan = Vec::new();
+        if self.read_only_system {
+            plan.push(MountStep::ReadOnly("/".into()));
+            plan.push(MountStep::Writable("/dev".into()));
+        }
+        if self.hide_home {
+            for home in ["/home", "/root", "/run/user"] {
+                plan.push(MountStep::Hide(home.into()));
+            }
+        }
+        plan.extend(self.others.iter().cloned().map(MountStep::Hide));
+        let hidden = self.paths.iter().filter(|(_, a)| *a == PathAccess::Hidden);
+        plan.extend(hidden.map(|(p, _)| MountStep::Hide(p.clone())));
+        if let Some(size) = self.private_tmp {
+            plan.push(MountStep::Tmp("/tmp".into(), size));
+            plan.push(MountStep::Tmp("/var/tmp".into(), size));
+        }
+        for (path, access) in &self.paths {
+            match access {
+                PathAccess::ReadWrite => plan.push(MountStep::Bind(path.clone(), false)),
+                PathAccess::ReadOnly => plan.push(MountStep::Bind(path.clone(), true)),
+                PathAccess::Hidden => {}
+            }
+        }
+        plan
+    }
+
+    /// The paths the app may write under, for Landlock: its `read-write` paths, its `/tmp`
+    /// (private or not) and `/dev`.
+    pub fn writable(&self) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = vec!["/tmp".into(), "/var/tmp".into(), "/dev".into()];
+        paths.extend(
+            (self.paths.iter())
+                .filter(|(_, a)| *a == PathAccess::ReadWrite)
+                .map(|(p, _)| p.clone()),
+        );
+        paths
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_makes_the_system_read_only_then_hides_then_binds_the_pools_paths() {
+        let isolation = Isolation {
+            private_tmp: Some(1 << 20),
+            read_only_system: true,
+            hide_home: true,
+            paths: vec![
+                ("/srv/shop/data".into(), PathAccess::ReadWrite),
+                ("/srv/secret".into(), PathAccess::Hidden),
+            ],
+            others: vec!["/srv/other".into()],
+            landlock: true,
+        };
+        let plan = isolation.mount_plan();
+        assert_eq!(plan[0], MountStep::ReadOnly("/".into()));
+        assert_eq!(plan[1], MountStep::Writable("/dev".into()));
+        let at = |step: &MountStep| plan.iter().position(|s| s == step).unwrap();
+        assert!(
+            at(&MountStep::Hide("/srv/other".into())) < at(&MountStep::Tmp("/tmp".into(), 1 << 20))
+        );
+        assert!(
+            at(&MountStep::Hide("/srv/secret".into()))
+                < at(&MountStep::Bind("/srv/shop/data".into(), false))
+        );
+        assert_eq!(
+            plan.last(),
+            Some(&MountStep::Bind("/srv/shop/data".into(), false))
+        );
+        assert!(plan.contains(&MountStep::Hide("/home".into())));
+        assert!(isolation
+            .writable()
+            .contains(&PathBuf::from("/srv/shop/data")));
+        assert!(!isolation.writable().contains(&PathBuf::from("/srv/secret")));
+    }
+}

@@ -1,0 +1,119 @@
+//! Validation of `[pool.isolation]`: each key's words, `tmp_size` a size, `paths` absolute;
+//! and, once every pool is read, the other pools' folders each isolated pool hides.
+//!
+//! Owns: those rules. Must not touch: the mounts (`crate::os::isolation`).
+
+use super::super::isolation::{Isolation, PathAccess};
+use super::super::locate::Seg;
+use super::super::raw::RawIsolation;
+use super::Validator;
+use std::path::{Path, PathBuf};
+
+/// A private `/tmp`'s size, by default: room for uploads in flight, not for a disk's worth.
+const TMP_SIZE: u64 = 256 << 20;
+
+impl Validator {
+    /// Pool `i`'s `[pool.isolation]`, or `None` (its errors said).
+    pub(super) fn isolation(&mut self, i: usize, raw: RawIsolation) -> Option<Isolation> {
+        let at = |k: &'static str| {
+            [
+                Seg::Key("pool"),
+                Seg::Index(i),
+                Seg::Key("isolation"),
+                Seg::Key(k),
+            ]
+        };
+        let word =
+            |v: &mut Self, key: &'static str, written: Option<String>, on: &str, off: &str| {
+                match written.as_deref() {
+                    None => false,
+                    Some(w) if w == on => true,
+                    Some(w) if w == off => false,
+                    Some(w) => {
+                        v.err(
+                            &at(key),
+                            format!("`{w}` is not one of \"{on}\" or \"{off}\""),
+                        );
+                        false
+                    }
+                }
+            };
+        let tmp = word(self, "tmp", raw.tmp, "private", "shared");
+        let read_only_system = word(self, "system", raw.system, "read-only", "writable");
+        let hide_home = word(self, "home", raw.home, "hidden", "visible");
+        let size = raw
+            .tmp_size
+            .map(|s| (self.size(&at("tmp_size"), Some(s), TMP_SIZE), true));
+        if let (Some(_), false) = (&size, tmp) {
+            self.err(&at("tmp_size"), "sizes a private /tmp, and `tmp` is not \"private\"; add tmp = \"private\", or remove it");
+        }
+        let private_tmp = tmp.then(|| size.map_or(TMP_SIZE, |(s, _)| s));
+        let mut paths = Vec::new();
+        for (path, access) in raw.paths.unwrap_or_default() {
+            let at = [
+                Seg::Key("pool"),
+                Seg::Index(i),
+                Seg::Key("isolation"),
+                Seg::Key("paths"),
+            ];
+            let Some(access) = PathAccess::parse(&access) else {
+                self.err(&at, format!("`{path}` = `{access}`: not one of \"read-write\", \"read-only\" or \"hidden\""));
+                continue;
+            };
+            let p = PathBuf::from(&path);
+            if !p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir) {
+                self.err(&at, format!("`{path}` is not an absolute path; write it from /, like \"/srv/shop/uploads\""));
+                continue;
+            }
+            if p == std::path::Path::new("/") {
+                self.err(
+                    &at,
+                    "`/` is the whole system: say it with system = \"read-only\" or \"writable\"",
+                );
+                continue;
+            }
+            paths.push((p, access));
+        }
+        Some(Isolation {
+            private_tmp,
+            read_only_system,
+            hide_home,
+            paths,
+            others: Vec::new(),
+            landlock: raw.landlock.unwrap_or(true),
+        })
+    }
+}
+
+impl Validator {
+    /// Each isolated pool's `others`: every other pool's directory, but one at or above its
+    /// own directory or one of its `read-write` paths (hiding it would hide the pool's own).
+    pub(super) fn hide_other_pools(&self, pools: &mut [crate::config::PoolSpec]) {
+        let directories: Vec<(String, PathBuf)> = (pools.iter())
+            .filter_map(|p| Some((p.name.clone(), p.app.as_ref()?.directory.clone())))
+            .collect();
+        for pool in pools.iter_mut() {
+            let Some(app) = pool.app.as_mut() else {
+                continue;
+            };
+            let own = app.directory.clone();
+            let Some(isolation) = app.isolation.as_mut() else {
+                continue;
+            };
+            let mut keep: Vec<&Path> = vec![&own];
+            let writable = isolation
+                .paths
+                .iter()
+                .filter(|(_, a)| *a != PathAccess::Hidden);
+            keep.extend(writable.map(|(p, _)| p.as_path()));
+            let mut others: Vec<PathBuf> = (directories.iter())
+                .filter(|(name, _)| *name != pool.name)
+                .map(|(_, dir)| dir.clone())
+                .filter(|dir| !keep.iter().any(|k| k.starts_with(dir)))
+                .collect();
+            others.sort();
+            others.dedup();
+            isolation.others = others;
+        }
+    }
+}

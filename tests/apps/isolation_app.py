@@ -1,0 +1,64 @@
+"""A test app that tries what a tenant's code might, and says what happened: GET
+/write?PATH writes a line to PATH, /read?PATH reads it, /list?DIR lists a folder,
+/bind?PORT binds TCP 127.0.0.1:PORT (and lets it go). Each answers `ok …` or the OS's
+error (`PermissionError: …`, `FileNotFoundError: …`), always 200. Listens on the unix
+socket its first argument names (`{socket}`), else on 127.0.0.1:$PORT; /healthz answers ok."""
+import http.server
+import os
+import socket
+import socketserver
+import sys
+import urllib.parse
+
+
+def attempt(path, arg):
+    if path == "/write":
+        with open(arg, "w") as f:
+            f.write(f"written by {os.environ.get('ESPALIER_POOL')}\n")
+        return "ok"
+    if path == "/read":
+        with open(arg) as f:
+            return "ok " + f.read()
+    if path == "/list":
+        return "ok " + " ".join(sorted(os.listdir(arg)))
+    if path == "/bind":
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", int(arg)))
+        finally:
+            s.close()
+        return "ok"
+    return "ok"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        path, _, arg = self.path.partition("?")
+        try:
+            text = attempt(path, urllib.parse.unquote(arg))
+        except OSError as e:
+            text = f"{type(e).__name__}: {e.strerror}"
+        body = (text + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class UnixServer(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_UNIX
+
+    def server_bind(self):
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = "localhost", 0
+
+
+if len(sys.argv) > 1:
+    UnixServer(sys.argv[1], Handler).serve_forever()
+else:
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
