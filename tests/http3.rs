@@ -23,15 +23,15 @@ fn sha256_hex(path: &Path) -> String {
 }
 
 /// What one HTTP/3 request got.
-struct Answer {
-    status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     headers: Vec<(String, String)>,
     /// The body's SHA-256 (hex) and, when short, its text.
     sha256: String,
     text: String,
     /// aioquic's: whether the server took the request in 0-RTT; with H3_HOLD_FINISHED,
     /// the probe's answer and whether the request was answered before it.
-    early_data: bool,
+    pub(crate) early_data: bool,
     probe: Option<String>,
     answered_first: Option<bool>,
     /// aioquic's whole line (H3_MIGRATE's counts are there).
@@ -39,7 +39,7 @@ struct Answer {
 }
 
 impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         (self.headers.iter())
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
@@ -117,8 +117,9 @@ pub(crate) fn aioquic() -> Option<std::path::PathBuf> {
         .clone()
 }
 
-/// One request by aioquic's client (tests/apps/h3_client.py), with `body` for a POST.
-fn aioquic_request(
+/// One request by aioquic's client (tests/apps/h3_client.py), with `body` for a POST; it runs
+/// on the CPUs the calling thread may run on.
+pub(crate) fn aioquic_request(
     lib: &Path,
     dir: &Path,
     port: u16,

@@ -143,38 +143,24 @@ fn tickets_resume_after_two_rotations_and_not_after_three() {
     }
 }
 
-/// One HTTP/3 GET of `/` by aioquic's client (tests/apps/h3_client.py) pinned to CPU `cpu`
-/// (the worker that CPU steers to takes it), with `env`: whether the server took it in
-/// 0-RTT, and which worker answered.
+/// One HTTP/3 GET of `/` by aioquic's client from CPU `cpu` (the worker that CPU steers to
+/// takes it; the client inherits the calling thread's CPUs), with `env`: whether the server
+/// took it in 0-RTT, and which worker answered.
 fn h3_get(lib: &std::path::Path, port: u16, cpu: usize, env: &[(&str, &str)]) -> (bool, String) {
-    let client = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/h3_client.py");
-    let out = std::process::Command::new("timeout")
-        .args(["60", "taskset", "-c", &cpu.to_string(), "python3"])
-        .arg(&client)
-        .args([&port.to_string(), "GET", "/"])
-        .env("PYTHONPATH", lib)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "aioquic failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
-    assert_eq!(v["status"], 200, "{v}");
-    let worker = (v["headers"].as_array().unwrap().iter())
-        .find(|f| f[0] == "x-espalier-worker")
-        .map_or(String::new(), |f| {
-            f[1].as_str().unwrap_or_default().to_string()
-        });
-    (v["early_data"].as_bool().unwrap_or(false), worker)
+    pin_to(cpu);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let r = crate::http3::aioquic_request(lib, dir, port, ("GET", "/"), None, env);
+    assert_eq!(r.status, 200);
+    let worker = r
+        .header("x-espalier-worker")
+        .unwrap_or_default()
+        .to_string();
+    (r.early_data, worker)
 }
 
 #[test]
 fn http3_early_data_is_taken_on_whichever_worker_a_client_comes_back_to() {
-    need_tools("openssl:openssl taskset:util-linux", "openssl and taskset");
+    need_tools("openssl:openssl", "openssl");
     let Some(lib) = crate::http3::aioquic() else {
         return skip("aioquic cannot be installed from PyPI (python3 -m pip install failed)");
     };
@@ -194,16 +180,23 @@ fn http3_early_data_is_taken_on_whichever_worker_a_client_comes_back_to() {
     wait_for_keys(&server, 1);
     let ticket = d.join("ticket.bin");
     let ticket = ticket.to_str().unwrap();
-    // A ticket from one CPU's worker, resumed in 0-RTT from the other CPU, ten times.
-    let mut crossed = Vec::new();
-    for k in 0..10 {
-        let (_, issuer) = h3_get(&lib, port, k % 2, &[("H3_TICKET_OUT", ticket)]);
-        let resumed = [("H3_TICKET_IN", ticket), ("H3_ZERO_RTT", "1")];
-        let (early, taker) = h3_get(&lib, port, (k + 1) % 2, &resumed);
-        if issuer != taker {
-            crossed.push((issuer, taker, early));
+    // A ticket from one CPU's worker, resumed in 0-RTT from the other CPU, ten times (on a
+    // thread of its own, which moves from CPU to CPU).
+    let ticket = ticket.to_string();
+    let crossed = std::thread::spawn(move || {
+        let mut crossed = Vec::new();
+        for k in 0..10 {
+            let (_, issuer) = h3_get(&lib, port, k % 2, &[("H3_TICKET_OUT", &ticket)]);
+            let resumed = [("H3_TICKET_IN", ticket.as_str()), ("H3_ZERO_RTT", "1")];
+            let (early, taker) = h3_get(&lib, port, (k + 1) % 2, &resumed);
+            if issuer != taker {
+                crossed.push((issuer, taker, early));
+            }
         }
-    }
+        crossed
+    })
+    .join()
+    .unwrap();
     assert!(
         !crossed.is_empty(),
         "every connection came back to the worker that issued its ticket"
