@@ -163,6 +163,15 @@ async def migrate_from(c, port, n):
     return {"migrated_sent": sent, "migrated_received": received}
 
 
+async def last_ticket(tickets):
+    """The last session ticket the connection took, waiting up to 3 s for one."""
+    for _ in range(300):
+        if tickets:
+            return tickets[-1]
+        await asyncio.sleep(0.01)
+    raise SystemExit("the server sent no session ticket")
+
+
 async def main():
     port, method, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     body = open(sys.argv[4], "rb").read() if len(sys.argv) > 4 else b""
@@ -180,13 +189,7 @@ async def main():
         async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
                            session_ticket_handler=tickets.append) as c:
             await c.request("GET", "/", b"")
-            for _ in range(300):
-                if tickets:
-                    break
-                await asyncio.sleep(0.01)
-        if not tickets:
-            raise SystemExit("the server sent no session ticket")
-        config.session_ticket = tickets[-1]
+            config.session_ticket = await last_ticket(tickets)
     held = {}
     kept = []
     async with connect("127.0.0.1", port, configuration=config, create_protocol=Client,
@@ -228,14 +231,9 @@ async def main():
                 pass
         early_accepted = c._quic.tls.early_data_accepted
         if ticket_out:
-            for _ in range(300):
-                if kept:
-                    break
-                await asyncio.sleep(0.01)
-            if not kept:
-                raise SystemExit("the server sent no session ticket")
+            ticket = await last_ticket(kept)
             with open(ticket_out, "wb") as f:
-                pickle.dump(kept[-1], f)
+                pickle.dump(ticket, f)
     fields = [(k, v) for k, v in r["headers"] if not k.startswith(":")]
     status = next((int(v) for k, v in r["headers"] if k == ":status"), None)
     if status is None:
