@@ -4,9 +4,9 @@
 //! both publishing a [`Published`] record ([`record`]); and the delegations looked up for
 //! `check` and `doctor` ([`lookup`]).
 //!
-//! Why hickory: its server (`hickory-server`'s catalog, in-memory authority and UDP/TCP
-//! front) answers a zone as an authoritative server must (SOA and NS at the apex, NXDOMAIN
-//! below, case-insensitive names, TCP for large answers), its client signs updates with TSIG
+//! Why hickory: its server (`hickory-server`'s catalog, in-memory authority and UDP front)
+//! answers a zone as an authoritative server must (SOA and NS at the apex, NXDOMAIN below,
+//! case-insensitive names), its client signs updates with TSIG
 //! and checks the answer's signature, and its resolver reads the system's configuration —
 //! none of it written again here.
 //!
@@ -34,9 +34,6 @@ use hickory_server::ServerFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How long a TCP client of the own server may stay silent.
-const TCP_IDLE: Duration = Duration::from_secs(10);
 
 /// Where DNS-01's records go, ready to take them.
 pub enum TxtPublisher {
@@ -102,8 +99,11 @@ impl TxtPublisher {
     }
 }
 
-/// espalier's own authoritative DNS server for the delegated zone, answering on UDP and TCP
-/// until dropped (its tasks go with it).
+/// espalier's own authoritative DNS server for the delegated zone, answering on UDP until
+/// dropped (its tasks go with it). Not on TCP: hickory's TCP front takes every connection it
+/// is offered, each held up to its idle time, so a flood of them would take the master's
+/// descriptors — and every answer of this zone (an SOA, a few TXT records of 43 bytes) fits
+/// a UDP datagram, so a resolver never needs TCP for it.
 pub struct ChallengeZone {
     /// The zone, as written (lowercase, no final dot).
     origin: String,
@@ -112,7 +112,7 @@ pub struct ChallengeZone {
 }
 
 impl ChallengeZone {
-    /// The server for `zone`, bound to `listen` (UDP and TCP) and answering.
+    /// The server for `zone`, bound to `listen` (UDP) and answering.
     pub fn start(listen: SocketAddr, zone: &str) -> Result<ChallengeZone, String> {
         let origin = fqdn(zone)?;
         let mut authority = InMemoryAuthority::empty(origin.clone(), ZoneType::Primary, false);
@@ -135,11 +135,6 @@ impl ChallengeZone {
         server
             .register_socket_std(udp)
             .map_err(|e| fail("UDP", e))?;
-        let tcp = std::net::TcpListener::bind(listen).map_err(|e| fail("TCP", e))?;
-        tcp.set_nonblocking(true).map_err(|e| fail("TCP", e))?;
-        server
-            .register_listener_std(tcp, TCP_IDLE)
-            .map_err(|e| fail("TCP", e))?;
         Ok(ChallengeZone {
             origin: zone.to_string(),
             authority,

@@ -66,7 +66,7 @@ pub(super) async fn start_dns(
     };
     let said = match (&started, &settings.publish) {
         (Ok(_), crate::config::TxtPublishing::Own { listen, zone }) => {
-            format!("acme: answering DNS-01 for {zone} on {listen} (UDP and TCP)")
+            format!("acme: answering DNS-01 for {zone} on {listen} (UDP)")
         }
         (Ok(_), crate::config::TxtPublishing::Update { server, key }) => format!(
             "acme: publishing DNS-01 by RFC 2136 updates to {server}, signed with key `{}`",
