@@ -52,6 +52,61 @@ pub struct ExecSpec {
     pub socket: Option<PathBuf>,
 }
 
+/// Its process group, control groups, memory policy and CPUs, as the master placed it (what
+/// cannot be done is a warning: it runs unplaced rather than not at all).
+fn place(spec: &ExecSpec, warn: &dyn Fn(String)) {
+    if let Err(e) = os::process::own_process_group() {
+        warn(format!("cannot start a process group: {e}"));
+    }
+    for dir in &spec.cgroups {
+        let group = os::cgroup::Group {
+            dirs: vec![dir.clone()],
+            accounting: None,
+        };
+        if let Err(e) = group.attach(std::process::id()) {
+            warn(format!("{e}; running outside that control group"));
+        }
+    }
+    let mode = match spec.memory_policy {
+        MemoryPolicy::Bind => os::numa::MemPolicyMode::Bind,
+        MemoryPolicy::Preferred => os::numa::MemPolicyMode::Preferred,
+        MemoryPolicy::Default => os::numa::MemPolicyMode::Default,
+    };
+    if mode != os::numa::MemPolicyMode::Default {
+        if let Err(e) = os::numa::set_memory_policy(mode, &spec.memory_nodes) {
+            warn(format!(
+                "cannot set memory policy {:?} on node(s) {:?}: {e}",
+                spec.memory_policy, spec.memory_nodes
+            ));
+        }
+    }
+    let cpus = CpuSet::from_ids(spec.cpus.iter().copied());
+    if !cpus.is_empty() {
+        if let Err(e) = os::numa::set_thread_affinity(0, &cpus) {
+            warn(format!("cannot run on CPUs {cpus}: {e}"));
+        }
+    }
+}
+
+/// Landlock's rules of `[pool.isolation]`, where it asks for them: writes only under its
+/// writable paths (and its unix socket's folder), TCP binds only to its port.
+fn narrow(spec: &ExecSpec, warn: &dyn Fn(String)) -> Result<(), String> {
+    let Some(isolation) = spec.isolation.as_ref().filter(|i| i.landlock) else {
+        return Ok(());
+    };
+    let mut writable = isolation.writable();
+    writable.extend(
+        spec.socket
+            .as_ref()
+            .and_then(|s| s.parent())
+            .map(PathBuf::from),
+    );
+    if os::isolation::restrict(&writable, &Vec::from_iter(spec.port))?.is_none() {
+        warn("this kernel has no Landlock: the app's writes and binds are not narrowed (its mounts are)".into());
+    }
+    Ok(())
+}
+
 /// The mount namespace `isolation` plans entered — the folder of the unix socket the app
 /// makes (`socket`) writable in it — and the working directory taken again in it (the one
 /// inherited is the machine's view of it).
@@ -96,37 +151,7 @@ pub fn main(argv: Vec<OsString>) -> i32 {
     // Before the master under memory pressure, for the app and all it forks.
     let _ = crate::os::process::set_oom_score_adj(super::lifecycle::OOM_SCORE_ADJ_POOL);
     let warn = |m: String| super::log(&spec.name, format!("warning: {m}"));
-    if let Err(e) = os::process::own_process_group() {
-        warn(format!("cannot start a process group: {e}"));
-    }
-    for dir in &spec.cgroups {
-        let group = os::cgroup::Group {
-            dirs: vec![dir.clone()],
-            accounting: None,
-        };
-        if let Err(e) = group.attach(std::process::id()) {
-            warn(format!("{e}; running outside that control group"));
-        }
-    }
-    let mode = match spec.memory_policy {
-        MemoryPolicy::Bind => os::numa::MemPolicyMode::Bind,
-        MemoryPolicy::Preferred => os::numa::MemPolicyMode::Preferred,
-        MemoryPolicy::Default => os::numa::MemPolicyMode::Default,
-    };
-    if mode != os::numa::MemPolicyMode::Default {
-        if let Err(e) = os::numa::set_memory_policy(mode, &spec.memory_nodes) {
-            warn(format!(
-                "cannot set memory policy {:?} on node(s) {:?}: {e}",
-                spec.memory_policy, spec.memory_nodes
-            ));
-        }
-    }
-    let cpus = CpuSet::from_ids(spec.cpus.iter().copied());
-    if !cpus.is_empty() {
-        if let Err(e) = os::numa::set_thread_affinity(0, &cpus) {
-            warn(format!("cannot run on CPUs {cpus}: {e}"));
-        }
-    }
+    place(&spec, &warn);
     if let Err(e) = os::process::place_fds(&spec.fds, 3) {
         super::log(
             &spec.name,
@@ -161,22 +186,9 @@ pub fn main(argv: Vec<OsString>) -> i32 {
         let _ = os::process::die_with_parent();
     }
     // Landlock after the user changed (it needs no privilege, and no_new_privs is set).
-    if let Some(isolation) = spec.isolation.as_ref().filter(|i| i.landlock) {
-        let mut writable = isolation.writable();
-        writable.extend(
-            spec.socket
-                .as_ref()
-                .and_then(|s| s.parent())
-                .map(PathBuf::from),
-        );
-        match os::isolation::restrict(&writable, &Vec::from_iter(spec.port)) {
-            Ok(Some(_)) => {}
-            Ok(None) => warn("this kernel has no Landlock: the app's writes and binds are not narrowed (its mounts are)".into()),
-            Err(e) => {
-                super::log(&spec.name, e);
-                return 1;
-            }
-        }
+    if let Err(e) = narrow(&spec, &warn) {
+        super::log(&spec.name, e);
+        return 1;
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(&argv[1..]).env_remove(ENV_VAR);

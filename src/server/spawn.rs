@@ -19,6 +19,17 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
 use std::sync::Arc;
 
+/// What every worker is told of `[server.acme]`: where the challenges' files are, and the
+/// on-demand bound.
+fn acme_specs(config: &Config) -> (Option<std::path::PathBuf>, Option<u32>) {
+    let acme = config.server.acme.as_ref();
+    let challenges = acme.map(|_| crate::server::acme::challenge_dir(config.server.admin.port()));
+    (
+        challenges,
+        acme.and_then(|a| a.on_demand.as_ref()).map(|d| d.in_flight),
+    )
+}
+
 pub(super) fn worker_specs(
     config: &Config,
     plan: &Plan,
@@ -46,6 +57,7 @@ pub(super) fn worker_specs(
     let senders = super::handoffs::senders(&config.pools);
     // Once, not per worker (the probe is cached; the environment and the text are not).
     let uring = super::io_path(&config.server).is_ok_and(|p| p.uring);
+    let (acme_challenges, acme_on_demand) = acme_specs(config);
     plan.workers
         .iter()
         .enumerate()
@@ -87,11 +99,8 @@ pub(super) fn worker_specs(
                 groups: my_groups.iter().map(|&g| Arc::clone(&routes[g])).collect(),
                 sites: Arc::clone(&sites),
                 upstreams: Arc::clone(&upstreams),
-                acme_challenges: (config.server.acme.as_ref())
-                    .map(|_| crate::server::acme::challenge_dir(config.server.admin.port())),
-                acme_on_demand: (config.server.acme.as_ref())
-                    .and_then(|a| a.on_demand.as_ref())
-                    .map(|d| d.in_flight),
+                acme_challenges: acme_challenges.clone(),
+                acme_on_demand,
                 handoff_peers: Arc::clone(my_peers),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
