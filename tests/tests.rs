@@ -48,6 +48,7 @@ mod metrics;
 mod nic_doctor;
 mod on_demand;
 mod operations;
+mod pool_limits;
 mod pools;
 mod proxy_protocol;
 mod robustness;

@@ -121,6 +121,11 @@ pub struct PoolSpec {
     /// Cap on the pool's CPU use, as a fraction of one CPU (`"50%"` = half of one CPU,
     /// `"200%"` = two CPUs), summed over all of its workers.
     pub cpu_limit: Option<f64>,
+    /// Cap on the memory of the pool's processes together, in bytes (`memory_limit`): past
+    /// it the kernel reclaims, then kills one of them — the pool's alone.
+    pub memory_limit: Option<u64>,
+    /// Cap on the pool's processes and threads together (`pids_limit`): a fork past it fails.
+    pub pids_limit: Option<u64>,
     pub load_balancer: LoadBalancer,
     /// IIS `startupTimeLimit`, default 90 s.
     pub startup_time_limit: Duration,
@@ -484,6 +489,8 @@ impl PoolSpec {
             cpus: None,
             memory_policy: MemoryPolicy::Preferred,
             cpu_limit: None,
+            memory_limit: None,
+            pids_limit: None,
             load_balancer: LoadBalancer::Http,
             startup_time_limit: Duration::from_secs(90),
             shutdown_time_limit: Duration::from_secs(90),

@@ -177,6 +177,8 @@ pub struct RawPool {
     pub cpus: Option<Scalar>,
     pub memory_policy: Option<String>,
     pub cpu_limit: Option<Scalar>,
+    pub memory_limit: Option<Scalar>,
+    pub pids_limit: Option<i64>,
     pub load_balancer: Option<String>,
     pub startup_time_limit: Option<Scalar>,
     pub shutdown_time_limit: Option<Scalar>,

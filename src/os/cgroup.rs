@@ -1,4 +1,5 @@
-//! Control groups for pools: a CPU cap (`cpu_limit`) and, for hard-affinity workers, a cpuset
+//! Control groups for pools: a CPU cap (`cpu_limit`), a memory cap (`memory_limit`) and a
+//! cap on processes (`pids_limit`) and, for hard-affinity workers, a cpuset
 //! holding exactly the worker's CPUs and home node (so the kernel itself keeps them there, and
 //! `Mems_allowed_list` shows the node).
 //!
@@ -10,8 +11,8 @@
 //! (`espalier-master-<pid>`) beside its groups. A process is in one v2 group only: a
 //! hard-affinity worker of a CPU-capped pool gets its cpuset as a child of the pool's group.
 //! cgroup v1 where only v1 mounts the controllers — machines without systemd, like this
-//! project's development VMs: `cpu.cfs_quota_us` (with `cpuacct` for accounting) and the
-//! `cpuset` hierarchy. Groups are made under `espalier-<master pid>/` so several servers never
+//! project's development VMs: `cpu.cfs_quota_us` (with `cpuacct` for accounting),
+//! `memory.limit_in_bytes`, `pids.max` and the `cpuset` hierarchy. Groups are made under `espalier-<master pid>/` so several servers never
 //! share one, and removed when the master stops. Owns: those files. Must not touch: policy
 //! (the master decides what to limit).
 
@@ -31,13 +32,27 @@ pub enum Hierarchy {
         base: PathBuf,
         cpu: bool,
         cpuset: bool,
+        /// The memory and pids controllers (`memory_limit`, `pids_limit`).
+        memory: bool,
+        pids: bool,
     },
     /// v1 controllers mounted separately (each `None` when absent).
     V1 {
         cpu: Option<PathBuf>,
         cpuacct: Option<PathBuf>,
         cpuset: Option<PathBuf>,
+        memory: Option<PathBuf>,
+        pids: Option<PathBuf>,
     },
+}
+
+/// What a pool's group caps, its processes together: CPU as a fraction of one CPU, memory in
+/// bytes, processes and threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PoolLimits {
+    pub cpu: Option<f64>,
+    pub memory: Option<u64>,
+    pub pids: Option<u64>,
 }
 
 /// Finds the cgroup interface under `base` (normally `/sys/fs/cgroup`), for this process.
@@ -61,12 +76,14 @@ pub fn detect_for(base: &Path, own: &str) -> Option<Hierarchy> {
             continue;
         };
         let has = |c: &str| list.split_whitespace().any(|x| x == c);
-        if has("cpu") || has("cpuset") {
+        if ["cpu", "cpuset", "memory", "pids"].iter().any(|c| has(c)) {
             return Some(Hierarchy::V2 {
                 root,
                 base: dir,
                 cpu: has("cpu"),
                 cpuset: has("cpuset"),
+                memory: has("memory"),
+                pids: has("pids"),
             });
         }
     }
@@ -75,12 +92,17 @@ pub fn detect_for(base: &Path, own: &str) -> Option<Hierarchy> {
         cpu: v1("cpu", "cpu.cfs_quota_us"),
         cpuacct: v1("cpuacct", "cpuacct.usage"),
         cpuset: v1("cpuset", "cpuset.cpus"),
+        memory: v1("memory", "memory.limit_in_bytes"),
+        // The root of a v1 pids hierarchy has no pids.max (it cannot be capped).
+        pids: v1("pids", "cgroup.procs"),
     };
     match &h {
         Hierarchy::V1 {
             cpu: None,
             cpuacct: None,
             cpuset: None,
+            memory: None,
+            pids: None,
         } => None,
         _ => Some(h),
     }
@@ -101,9 +123,20 @@ pub struct Group {
     pub dirs: Vec<PathBuf>,
     /// Where its CPU use is accounted (`cpuacct.usage` in ns, or v2 `cpu.stat` usage_usec).
     pub accounting: Option<PathBuf>,
+    /// Where the kernel counts its OOM kills (v1 `memory.oom_control`, v2 `memory.events`:
+    /// an `oom_kill N` line), with a memory limit.
+    pub oom_events: Option<PathBuf>,
 }
 
 impl Group {
+    /// Processes of the group the kernel's OOM killer has killed since it was made.
+    pub fn oom_kills(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(self.oom_events.as_ref()?).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
     /// Moves process `pid` (all its threads) into the group.
     pub fn attach(&self, pid: u32) -> Result<(), String> {
         for d in &self.dirs {
@@ -176,46 +209,100 @@ fn v2_parent(root: &Path, base: &Path, controllers: &str) -> Result<PathBuf, Str
     Ok(p)
 }
 
-/// Makes a pool's CPU-capped group: `cpu_limit` as a fraction of one CPU, over all of the
-/// pool's workers together.
-pub fn cpu_limited(h: &Hierarchy, pool: &str, fraction: f64) -> Result<Group, String> {
-    let quota = quota_us(fraction);
+/// Makes a pool's group with its `limits` — `cpu_limit` as a fraction of one CPU, over all of
+/// the pool's processes together; `memory_limit` (`memory.high` at 90 % of it, so the pool is
+/// reclaimed and slowed before one of its processes is killed); `pids_limit`.
+pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group, String> {
     match h {
         Hierarchy::V2 {
             root,
             base,
-            cpu: true,
+            cpu,
             cpuset,
+            memory,
+            pids,
         } => {
-            let controllers = if *cpuset { "+cpu +cpuset" } else { "+cpu" };
-            let dir = v2_parent(root, base, controllers)?.join(pool);
-            mkdir(&dir)?;
-            write(&dir.join("cpu.max"), &format!("{quota} {PERIOD_US}"))?;
-            Ok(Group {
-                accounting: Some(dir.join("cpu.stat")),
-                dirs: vec![dir],
-            })
-        }
-        Hierarchy::V2 { base, .. } => Err(format!(
-            "the cpu controller is not available in {} (not in its cgroup.controllers)",
-            base.display()
-        )),
-        Hierarchy::V1 { cpu, cpuacct, .. } => {
-            let cpu = cpu.as_ref().ok_or("the cpu controller is not mounted")?;
-            let dir = parent(cpu).join(pool);
-            mkdir(&dir)?;
-            write(&dir.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
-            write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
-            let mut g = Group {
-                dirs: vec![dir],
-                accounting: None,
-            };
-            if let Some(acct) = cpuacct {
-                let a = parent(acct).join(pool);
-                if std::fs::create_dir_all(&a).is_ok() {
-                    g.accounting = Some(a.join("cpuacct.usage"));
-                    g.dirs.push(a);
+            let wanted = [
+                ("cpu", limits.cpu.is_some(), *cpu),
+                ("memory", limits.memory.is_some(), *memory),
+                ("pids", limits.pids.is_some(), *pids),
+            ];
+            let mut controllers = Vec::new();
+            for (name, asked, there) in wanted.into_iter().filter(|w| w.1) {
+                if asked && !there {
+                    return Err(format!("the {name} controller is not available in {} (not in its cgroup.controllers)", base.display()));
                 }
+                controllers.push(format!("+{name}"));
+            }
+            if *cpuset {
+                controllers.push("+cpuset".into());
+            }
+            let dir = v2_parent(root, base, &controllers.join(" "))?.join(pool);
+            mkdir(&dir)?;
+            let mut g = Group {
+                dirs: vec![dir.clone()],
+                ..Group::default()
+            };
+            if let Some(fraction) = limits.cpu {
+                write(
+                    &dir.join("cpu.max"),
+                    &format!("{} {PERIOD_US}", quota_us(fraction)),
+                )?;
+                g.accounting = Some(dir.join("cpu.stat"));
+            }
+            if let Some(bytes) = limits.memory {
+                write(&dir.join("memory.high"), &(bytes / 10 * 9).to_string())?;
+                write(&dir.join("memory.max"), &bytes.to_string())?;
+                g.oom_events = Some(dir.join("memory.events"));
+            }
+            if let Some(n) = limits.pids {
+                write(&dir.join("pids.max"), &n.to_string())?;
+            }
+            Ok(g)
+        }
+        Hierarchy::V1 {
+            cpu,
+            cpuacct,
+            memory,
+            pids,
+            ..
+        } => {
+            let mut g = Group::default();
+            let made = |root: &Option<PathBuf>, name: &str| -> Result<PathBuf, String> {
+                let root = root
+                    .as_ref()
+                    .ok_or(format!("the {name} controller is not mounted"))?;
+                let dir = parent(root).join(pool);
+                mkdir(&dir)?;
+                Ok(dir)
+            };
+            if let Some(fraction) = limits.cpu {
+                let dir = made(cpu, "cpu")?;
+                write(&dir.join("cpu.cfs_period_us"), &PERIOD_US.to_string())?;
+                write(
+                    &dir.join("cpu.cfs_quota_us"),
+                    &quota_us(fraction).to_string(),
+                )?;
+                g.dirs.push(dir);
+                if let Ok(acct) = made(cpuacct, "cpuacct") {
+                    g.accounting = Some(acct.join("cpuacct.usage"));
+                    g.dirs.push(acct);
+                }
+            }
+            if let Some(bytes) = limits.memory {
+                let dir = made(memory, "memory")?;
+                write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
+                write(
+                    &dir.join("memory.soft_limit_in_bytes"),
+                    &(bytes / 10 * 9).to_string(),
+                )?;
+                g.oom_events = Some(dir.join("memory.oom_control"));
+                g.dirs.push(dir);
+            }
+            if let Some(n) = limits.pids {
+                let dir = made(pids, "pids")?;
+                write(&dir.join("pids.max"), &n.to_string())?;
+                g.dirs.push(dir);
             }
             Ok(g)
         }
@@ -243,6 +330,7 @@ pub fn cpuset(
             base,
             cpuset: true,
             cpu,
+            ..
         } => match within.and_then(|g| g.dirs.first()) {
             Some(pool_dir) => {
                 write(&pool_dir.join("cgroup.subtree_control"), "+cpuset")?;
@@ -280,7 +368,7 @@ pub fn cpuset(
     write(&dir.join("cpuset.mems"), &nodes_text)?;
     Ok(Group {
         dirs: vec![dir],
-        accounting: None,
+        ..Group::default()
     })
 }
 
@@ -300,7 +388,12 @@ pub fn remove_parents(h: &Hierarchy) {
             cpu,
             cpuacct,
             cpuset,
-        } => [cpu, cpuacct, cpuset].into_iter().flatten().collect(),
+            memory,
+            pids,
+        } => [cpu, cpuacct, cpuset, memory, pids]
+            .into_iter()
+            .flatten()
+            .collect(),
     };
     for r in roots {
         let _ = std::fs::remove_dir(parent(r));
@@ -362,9 +455,15 @@ mod tests {
                 base: dir.path().to_path_buf(),
                 cpu: true,
                 cpuset: true,
+                memory: true,
+                pids: true,
             }
         );
-        let g = cpu_limited(&h, "shop", 0.5).unwrap();
+        let limits = PoolLimits {
+            cpu: Some(0.5),
+            ..Default::default()
+        };
+        let g = pool_group(&h, "shop", limits).unwrap();
         let group = dir
             .path()
             .join(format!("espalier-{}/shop", std::process::id()));
@@ -454,8 +553,43 @@ mod tests {
             Some(Hierarchy::V1 {
                 cpu: Some(_),
                 cpuacct: None,
-                cpuset: None
+                cpuset: None,
+                memory: None,
+                pids: None,
             })
         ));
+    }
+
+    #[test]
+    fn a_pools_memory_and_pids_limits_go_into_its_v2_group_and_its_kills_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        let h = detect_for(dir.path(), "0::/\n").unwrap();
+        let limits = PoolLimits {
+            memory: Some(100 << 20),
+            pids: Some(64),
+            ..Default::default()
+        };
+        let g = pool_group(&h, "shop", limits).unwrap();
+        let group = &g.dirs[0];
+        let read = |f: &str| std::fs::read_to_string(group.join(f)).unwrap();
+        assert_eq!(read("memory.max"), (100u64 << 20).to_string());
+        assert_eq!(read("memory.high"), ((100u64 << 20) / 10 * 9).to_string());
+        assert_eq!(read("pids.max"), "64");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("cgroup.subtree_control")).unwrap(),
+            "+memory +pids"
+        );
+        std::fs::write(
+            group.join("memory.events"),
+            "low 0\nhigh 3\nmax 2\noom 1\noom_kill 1\n",
+        )
+        .unwrap();
+        assert_eq!(g.oom_kills(), Some(1));
+        // A controller the hierarchy lacks is refused in one line.
+        std::fs::write(dir.path().join("cgroup.controllers"), "cpu\n").unwrap();
+        let h = detect_for(dir.path(), "0::/\n").unwrap();
+        let e = pool_group(&h, "shop", limits).unwrap_err();
+        assert!(e.contains("the memory controller is not available"), "{e}");
     }
 }

@@ -37,6 +37,8 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             cpu_limit: p.cpu_limit,
             cgroup: None,
             cpu_used_s: None,
+            memory_limit: None,
+            oom_kills: 0,
             stopped_because: None,
             workers: plan
                 .workers

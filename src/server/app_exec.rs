@@ -61,7 +61,7 @@ fn place(spec: &ExecSpec, warn: &dyn Fn(String)) {
     for dir in &spec.cgroups {
         let group = os::cgroup::Group {
             dirs: vec![dir.clone()],
-            accounting: None,
+            ..Default::default()
         };
         if let Err(e) = group.attach(std::process::id()) {
             warn(format!("{e}; running outside that control group"));

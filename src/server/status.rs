@@ -207,10 +207,16 @@ pub struct PoolStatus {
     pub state: PoolState,
     /// The cap, as a fraction of one CPU.
     pub cpu_limit: Option<f64>,
-    /// The CPU-capped control group, when the cap is applied.
+    /// The pool's control group (its `cpu_limit`, `memory_limit`, `pids_limit`), when made.
     pub cgroup: Option<String>,
     /// CPU time used by the pool's group so far (the cgroup's own accounting).
     pub cpu_used_s: Option<f64>,
+    /// `memory_limit`, in bytes, and the pool's processes the kernel's OOM killer killed at
+    /// it since the server started.
+    #[serde(default)]
+    pub memory_limit: Option<u64>,
+    #[serde(default)]
+    pub oom_kills: u64,
     pub stopped_because: Option<String>,
     pub workers: Vec<WorkerStatus>,
 }

@@ -219,7 +219,7 @@ fn place(spec: &WorkerSpec) -> Result<(), String> {
     for dir in &spec.cgroups {
         let group = os::cgroup::Group {
             dirs: vec![dir.clone()],
-            accounting: None,
+            ..Default::default()
         };
         if let Err(e) = group.attach(std::process::id()) {
             log(

@@ -1,14 +1,21 @@
 """A test app that tries what a tenant's code might, and says what happened: GET
 /write?PATH writes a line to PATH, /read?PATH reads it, /list?DIR lists a folder,
-/bind?PORT binds TCP 127.0.0.1:PORT (and lets it go). Each answers `ok …` or the OS's
+/bind?PORT binds TCP 127.0.0.1:PORT (and lets it go), /alloc?MIB allocates and keeps that
+much memory, /spawn?N starts up to N `sleep` processes and says how many started (then ends
+them). Each answers `ok …` or the OS's
 error (`PermissionError: …`, `FileNotFoundError: …`), always 200. Listens on the unix
 socket its first argument names (`{socket}`), else on 127.0.0.1:$PORT; /healthz answers ok."""
 import http.server
 import os
 import socket
 import socketserver
+import subprocess
 import sys
 import urllib.parse
+
+
+# What /alloc took, kept.
+KEPT = []
 
 
 def attempt(path, arg):
@@ -21,6 +28,22 @@ def attempt(path, arg):
             return "ok " + f.read()
     if path == "/list":
         return "ok " + " ".join(sorted(os.listdir(arg)))
+    if path == "/alloc":
+        KEPT.append(bytearray(int(arg) << 20))
+        return "ok"
+    if path == "/spawn":
+        started = []
+        try:
+            for _ in range(int(arg)):
+                started.append(subprocess.Popen(["sleep", "60"]))
+        except OSError as e:
+            why = f" ({type(e).__name__})"
+        else:
+            why = ""
+        for p in started:
+            p.kill()
+            p.wait()
+        return f"ok spawned {len(started)}{why}"
     if path == "/bind":
         s = socket.socket()
         try:
@@ -45,6 +68,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    # A POST does the same (a proxy sends a failed GET again, not a POST).
+    do_POST = do_GET
 
     def log_message(self, *args):
         pass

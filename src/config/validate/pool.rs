@@ -113,6 +113,25 @@ impl Validator {
                 None
             }
         };
+        // Below these, a pool's own worker (its threads and buffers) could not run.
+        if let Some(limit) = raw.memory_limit {
+            let bytes = self.size(&at("memory_limit"), Some(limit), 0);
+            if bytes < 32 << 20 {
+                self.err(&at("memory_limit"), "is below 32 MiB, where the pool's own worker cannot run; give it room, like \"512MiB\"");
+            }
+            p.memory_limit = Some(bytes);
+        }
+        if raw.pids_limit.is_some() {
+            p.pids_limit = Some(u64::from(self.count_up_to(
+                &at("pids_limit"),
+                raw.pids_limit,
+                1024,
+                4_194_304,
+            )));
+            if p.pids_limit.is_some_and(|n| n < 16) {
+                self.err(&at("pids_limit"), "is below 16, where the pool's own worker and its threads cannot run; give it room, like 256");
+            }
+        }
         p.identity = match (raw.user, raw.group) {
             (None, None) => None,
             (None, Some(_)) => {

@@ -27,6 +27,8 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
             cpu_limit: None,
             cgroup: None,
             cpu_used_s: None,
+            memory_limit: None,
+            oom_kills: 0,
             stopped_because: None,
             workers: vec![WorkerStatus {
                 role: Role::App,

@@ -1,5 +1,5 @@
-//! Control groups of the running pools: a CPU-capped group per pool with `cpu_limit`, and a
-//! cpuset per hard-affinity worker, made at start (and for a reload's new slots) and removed
+//! Control groups of the running pools: a group per pool with `cpu_limit`, `memory_limit` or
+//! `pids_limit`, and a cpuset per hard-affinity worker, made at start (and for a reload's new slots) and removed
 //! when the master stops. Where they cannot be made, one warning says why and the pool runs
 //! without.
 //!
@@ -10,6 +10,21 @@ use super::Supervisor;
 use crate::os;
 use crate::server::log;
 
+/// A pool's limits, said for the log.
+fn said(limits: os::cgroup::PoolLimits) -> String {
+    let mut parts = Vec::new();
+    if let Some(cpu) = limits.cpu {
+        parts.push(format!("CPU capped at {:.0}% of one CPU", cpu * 100.0));
+    }
+    if let Some(bytes) = limits.memory {
+        parts.push(format!("memory at {} MiB", bytes >> 20));
+    }
+    if let Some(n) = limits.pids {
+        parts.push(format!("{n} processes and threads"));
+    }
+    format!("{} over all its processes", parts.join(", "))
+}
+
 impl Supervisor {
     /// Control groups: a CPU cap per pool with `cpu_limit`, a cpuset per hard-affinity worker.
     /// Where they cannot be made, one warning says why and the pool runs without.
@@ -19,29 +34,45 @@ impl Supervisor {
 
     /// Control groups for the slots from `first` on (all at start; a reload's new ones).
     pub(super) fn make_cgroups_for(&mut self, first: usize) {
+        let limits_of = |p: &crate::config::PoolSpec| os::cgroup::PoolLimits {
+            cpu: p.cpu_limit,
+            memory: p.memory_limit,
+            pids: p.pids_limit,
+        };
         let Some(h) = self.cgroups.hierarchy.clone() else {
-            if self.pools.iter().any(|p| p.spec.cpu_limit.is_some()) {
-                log("master", "warning: no cgroup cpu controller is available (neither v2 cpu.max in espalier's own cgroup nor v1 cpu.cfs_quota_us): cpu_limit is not applied");
+            if self
+                .pools
+                .iter()
+                .any(|p| limits_of(&p.spec) != Default::default())
+            {
+                log("master", "warning: no cgroup controller is available (neither v2 in espalier's own cgroup nor v1 cpu, memory or pids): cpu_limit, memory_limit and pids_limit are not applied");
             }
             return;
         };
         for p in 0..self.pools.len() {
-            let Some(limit) = self.pools[p].spec.cpu_limit else {
-                continue;
-            };
-            if !self.slots[first..].iter().any(|s| s.pool == p) {
+            let limits = limits_of(&self.pools[p].spec);
+            if limits == Default::default() || !self.slots[first..].iter().any(|s| s.pool == p) {
                 continue;
             }
             let name = self.pools[p].spec.name.clone();
-            match os::cgroup::cpu_limited(&h, &name, limit) {
+            match os::cgroup::pool_group(&h, &name, limits) {
                 Ok(g) => {
-                    log("master", format!("pool {name}: CPU capped at {:.0}% of one CPU over all its workers ({})", limit * 100.0, g.dirs[0].display()));
+                    log(
+                        "master",
+                        format!("pool {name}: {} ({})", said(limits), g.dirs[0].display()),
+                    );
                     for s in self.slots[first..].iter_mut().filter(|s| s.pool == p) {
                         s.spec.cgroups.extend(g.dirs.iter().cloned());
                     }
-                    self.pools[p].cpu_group = Some(g);
+                    self.pools[p].group = Some(g);
                 }
-                Err(e) => log("master", format!("warning: pool {name}: cpu_limit not applied: {e}; the pool runs without a cap")),
+                Err(e) => log(
+                    "master",
+                    format!(
+                        "warning: pool {name}: {} not applied: {e}; the pool runs without",
+                        said(limits)
+                    ),
+                ),
             }
         }
         let mut warned = false;
@@ -59,7 +90,7 @@ impl Supervisor {
                 .pools
                 .iter()
                 .find(|p| p.spec.name == s.spec.pool)
-                .and_then(|p| p.cpu_group.as_ref());
+                .and_then(|p| p.group.as_ref());
             match os::cgroup::cpuset(
                 &h,
                 &format!("{}-{}", s.spec.pool, s.spec.index),
@@ -90,7 +121,7 @@ impl Supervisor {
             g.remove();
         }
         for p in &self.pools {
-            if let Some(g) = &p.cpu_group {
+            if let Some(g) = &p.group {
                 g.remove();
             }
         }

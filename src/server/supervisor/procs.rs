@@ -208,7 +208,8 @@ impl PoolRt {
             crashes: VecDeque::new(),
             responders: Vec::new(),
             allocate_mib: None,
-            cpu_group: None,
+            group: None,
+            oom_kills: 0,
             fail_starts: 0,
             warmup_page: None,
         }
@@ -262,8 +263,10 @@ pub(super) struct PoolRt {
     /// Fault injection for tests (`ESPALIER_ALLOCATE_AT_START=POOL:MIB`): first starts of the
     /// pool's workers allocate this much, to push them past a memory recycle limit.
     pub(super) allocate_mib: Option<u64>,
-    /// The CPU-capped control group of a pool with `cpu_limit`.
-    pub(super) cpu_group: Option<os::cgroup::Group>,
+    /// The control group of a pool with `cpu_limit`, `memory_limit` or `pids_limit`.
+    pub(super) group: Option<os::cgroup::Group>,
+    /// Its processes the kernel's OOM killer killed (as its group counts them).
+    pub(super) oom_kills: u64,
     /// Fault injection for tests (`ESPALIER_FAIL_AT_START=POOL:N` in the master's
     /// environment): the next N *restarts* of the pool's workers fail. First starts never do:
     /// a worker that cannot start at launch stops `espalier serve` with its error instead.

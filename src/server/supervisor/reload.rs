@@ -322,7 +322,7 @@ impl Supervisor {
                 r.abort();
             }
             // Its control group is removed at exit, once its workers are gone.
-            if let Some(g) = gone.cpu_group {
+            if let Some(g) = gone.group {
                 self.cgroups.cpusets.push(g);
             }
         }

@@ -155,15 +155,14 @@ impl Supervisor {
         PoolStatus {
             name: pool.spec.name.clone(),
             cpu_limit: pool.spec.cpu_limit,
-            cgroup: pool
-                .cpu_group
-                .as_ref()
-                .map(|g| g.dirs[0].display().to_string()),
+            cgroup: pool.group.as_ref().map(|g| g.dirs[0].display().to_string()),
             cpu_used_s: pool
-                .cpu_group
+                .group
                 .as_ref()
                 .and_then(|g| g.usage_ns())
                 .map(|ns| ns as f64 / 1e9),
+            memory_limit: pool.spec.memory_limit,
+            oom_kills: pool.oom_kills,
             state,
             stopped_because: pool.stopped.clone(),
             workers: slots

@@ -334,6 +334,13 @@ impl Supervisor {
                 app_exited(&proc_, app, &name, words_until);
             }
             let pool = &mut self.pools[slot.pool];
+            // Killed at the pool's memory_limit: said as such (the exit alone says SIGKILL).
+            let counted = pool.group.as_ref().and_then(|g| g.oom_kills());
+            if let Some(n) = counted.filter(|&n| n > pool.oom_kills) {
+                pool.oom_kills = n;
+                let limit = pool.spec.memory_limit.unwrap_or_default() >> 20;
+                log("master", format!("{what} {name} (pid {pid}) was killed by the kernel's OOM killer: pool {} reached its memory_limit of {limit} MiB ({n} such kill(s) so far)", pool.spec.name));
+            }
             if !proc_.life.is_stopping() {
                 slot.restarts += 1;
                 slot.last_exit = Some(status.to_string());

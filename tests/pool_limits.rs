@@ -1,0 +1,119 @@
+//! Tenants that cannot take the machine (#60, item 1): a pool's `memory_limit` and
+//! `pids_limit` in its control group — an app allocating past the limit is killed by the
+//! kernel's OOM killer alone, said and counted as such, and started again, while another
+//! pool and the master go on; a fork past `pids_limit` fails in that pool only. A real Python
+//! app (tests/apps/isolation_app.py) does the allocating and the forking. Every process a test
+//! starts, the test stops.
+
+use crate::common::*;
+use espalier::server::status::Role;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// Pool `name`'s app process id, when one runs.
+fn app_pid(server: &Server, name: &str) -> Option<u32> {
+    let status = server.status();
+    let pool = status.pools.into_iter().find(|p| p.name == name)?;
+    (pool.workers.iter())
+        .find(|w| w.role == Role::App)
+        .and_then(|w| w.pid)
+}
+
+#[test]
+fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
+    if espalier::os::identity::effective_uid() != 0 {
+        return skip("control groups need root");
+    }
+    let cgroups = espalier::os::cgroup::detect(Path::new("/sys/fs/cgroup"));
+    let limited = match &cgroups {
+        Some(espalier::os::cgroup::Hierarchy::V1 { memory, pids, .. }) => {
+            memory.is_some() && pids.is_some()
+        }
+        Some(espalier::os::cgroup::Hierarchy::V2 { memory, pids, .. }) => *memory && *pids,
+        None => false,
+    };
+    if !limited {
+        return skip("this machine's cgroups have no memory or pids controller espalier may use");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/isolation_app.py");
+    let port = free_port();
+    let pool = |name: &str, limits: &str| {
+        format!("[[pool]]\nname = \"{name}\"\ncommand = [\"python3\", \"{}\"]\nhealth = \"/healthz\"\n{limits}\n", app.display())
+    };
+    let site = |name: &str| {
+        format!("[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:{port}:{name}.test\"]\n[[site.app]]\npool = \"{name}\"\n")
+    };
+    let config = format!(
+        "{}{}{}{}",
+        pool("hog", "memory_limit = \"128MiB\"\npids_limit = 48"),
+        pool("calm", ""),
+        site("hog"),
+        site("calm")
+    );
+    let server = Server::with_config(d, &config);
+    server.wait_for_log(
+        "pool hog: memory at 128 MiB, 48 processes and threads over all its processes",
+        Duration::from_secs(10),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let first = app_pid(&server, "hog").expect("hog's app runs");
+    let calm = app_pid(&server, "calm").expect("calm's app runs");
+    // Past its limit: the kernel kills it (its request gets no answer, or a 502). A POST: a
+    // GET whose app died under it is sent once more, to the app started again.
+    let mut c = Conn::open(addr);
+    c.send(b"POST /alloc?400 HTTP/1.1\r\nHost: hog.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let _ = c.read_response(false);
+    server.wait_for_log(
+        "was killed by the kernel's OOM killer: pool hog reached its memory_limit of 128 MiB",
+        Duration::from_secs(30),
+    );
+    server.wait_until("hog's app started again", Duration::from_secs(30), |s| {
+        app_pid(s, "hog").is_some_and(|pid| pid != first)
+    });
+    let status = server.status();
+    let hog = status.pools.iter().find(|p| p.name == "hog").unwrap();
+    assert_eq!(
+        (hog.oom_kills, hog.memory_limit),
+        (1, Some(128 << 20)),
+        "{}",
+        server.log_text()
+    );
+    // The other pool and the master went on, untouched.
+    assert_eq!(app_pid(&server, "calm"), Some(calm));
+    assert_eq!(get_host(addr, "calm.test", "/alloc?200").text(), "ok\n");
+    // Forks stop at the pool's bound, and the other pool's do not.
+    let hog_forks = get_host(addr, "hog.test", "/spawn?100").text();
+    let spawned: u32 = (hog_forks
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok()))
+    .unwrap_or_else(|| panic!("{hog_forks}"));
+    assert!(spawned > 0 && spawned < 48, "{hog_forks}");
+    assert_eq!(
+        get_host(addr, "calm.test", "/spawn?100").text(),
+        "ok spawned 100\n"
+    );
+    drop(server);
+}
+
+#[test]
+fn check_refuses_limits_a_pool_cannot_run_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let site = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n";
+    for (limit, said) in [
+        (
+            "memory_limit = \"8MiB\"",
+            "key `pool[0].memory_limit`: is below 32 MiB",
+        ),
+        ("memory_limit = \"lots\"", "key `pool[0].memory_limit`"),
+        ("pids_limit = 4", "key `pool[0].pids_limit`: is below 16"),
+        ("pids_limit = 0", "key `pool[0].pids_limit`"),
+    ] {
+        let err = check_refuses(d, &format!("[[pool]]\nname = \"p\"\n{limit}\n{site}"));
+        assert!(err.contains(said), "{limit}: {err}");
+    }
+}
