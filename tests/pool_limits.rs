@@ -67,7 +67,7 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
     c.send(b"POST /alloc?400 HTTP/1.1\r\nHost: hog.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     let _ = c.read_response(false);
     server.wait_for_log(
-        "was killed by the kernel's OOM killer: pool hog reached its memory_limit of 128 MiB",
+        "was killed by the kernel's OOM killer: pool hog reached its memory_limit of 128 MiB (1 such kill(s) so far); restarting it in 1s (not counted as a crash)",
         Duration::from_secs(30),
     );
     server.wait_until("hog's app started again", Duration::from_secs(30), |s| {
@@ -116,4 +116,36 @@ fn check_refuses_limits_a_pool_cannot_run_under() {
         let err = check_refuses(d, &format!("[[pool]]\nname = \"p\"\n{limit}\n{site}"));
         assert!(err.contains(said), "{limit}: {err}");
     }
+}
+
+#[test]
+fn check_refuses_a_limit_no_control_group_can_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("espalier.toml");
+    let site = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n";
+    std::fs::write(
+        &file,
+        format!("[[pool]]\nname = \"p\"\nmemory_limit = \"64MiB\"\npids_limit = 64\n{site}"),
+    )
+    .unwrap();
+    // A machine described by a fixture with no control groups at all.
+    let sysfs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/laptop/sys");
+    let out = espalier(&[
+        "check",
+        "-c",
+        file.to_str().unwrap(),
+        "--sysfs",
+        sysfs.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    for key in ["memory_limit", "pids_limit"] {
+        assert!(
+            err.contains(&format!(
+                "pool `p`: key `{key}`: this machine's control groups"
+            )),
+            "{err}"
+        );
+    }
+    assert!(err.contains("Delegate=yes"), "{err}");
 }

@@ -32,7 +32,11 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
     for w in crate::tls::expiry_warnings(&c.sites, std::time::SystemTime::now()) {
         eprintln!("{}: {w}", config.display());
     }
-    if store_problems(&c, config) | delegation_problems(&c, config) {
+    let cgroups = machine.roots().0.join("fs/cgroup");
+    if store_problems(&c, config)
+        | delegation_problems(&c, config)
+        | limit_problems(&c, config, &cgroups)
+    {
         return Ok(1);
     }
     for addr in addresses_in_use(&c) {
@@ -51,6 +55,36 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
         plan.workers.len()
     );
     Ok(0)
+}
+
+/// `memory_limit` and `pids_limit` where the machine's control groups (under `cgroups`) offer
+/// no controller to apply them: one line each, with the fix. Whether any was.
+fn limit_problems(c: &Config, file: &Path, cgroups: &Path) -> bool {
+    use crate::os::cgroup::Hierarchy;
+    let (memory, pids) = match crate::os::cgroup::detect(cgroups) {
+        Some(Hierarchy::V2 { memory, pids, .. }) => (memory, pids),
+        Some(Hierarchy::V1 { memory, pids, .. }) => (memory.is_some(), pids.is_some()),
+        None => (false, false),
+    };
+    let fix = "on cgroup v2, run espalier in a cgroup that may hand the controller to its children (systemd: Delegate=yes); on v1, mount its hierarchy; or remove the key";
+    let mut refused = false;
+    for pool in &c.pools {
+        let wanted = [
+            (
+                "memory_limit",
+                "memory",
+                pool.memory_limit.is_some() && !memory,
+            ),
+            ("pids_limit", "pids", pool.pids_limit.is_some() && !pids),
+        ];
+        for (key, controller, missing) in wanted {
+            if missing {
+                eprintln!("{}: pool `{}`: key `{key}`: this machine's control groups ({}) offer no {controller} controller espalier may use; {fix}", file.display(), pool.name, cgroups.display());
+                refused = true;
+            }
+        }
+    }
+    refused
 }
 
 /// The names `[server.acme.dns]` proves in espalier's own zone, each with the CNAME line its

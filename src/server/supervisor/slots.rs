@@ -334,12 +334,10 @@ impl Supervisor {
                 app_exited(&proc_, app, &name, words_until);
             }
             let pool = &mut self.pools[slot.pool];
-            // Killed at the pool's memory_limit: said as such (the exit alone says SIGKILL).
-            let counted = pool.group.as_ref().and_then(|g| g.oom_kills());
-            if let Some(n) = counted.filter(|&n| n > pool.oom_kills) {
-                pool.oom_kills = n;
-                let limit = pool.spec.memory_limit.unwrap_or_default() >> 20;
-                log("master", format!("{what} {name} (pid {pid}) was killed by the kernel's OOM killer: pool {} reached its memory_limit of {limit} MiB ({n} such kill(s) so far)", pool.spec.name));
+            // Killed at the pool's memory_limit: its own kind of exit (see `oom_killed`).
+            let stopping = proc_.life.is_stopping();
+            if oom_killed(pool, slot, (what, &name, pid), stopping, now) {
+                continue;
             }
             if !proc_.life.is_stopping() {
                 slot.restarts += 1;
@@ -532,4 +530,41 @@ fn app_exited(proc_: &Proc, app: &AppProc, name: &str, until: Instant) {
             ),
         );
     }
+}
+
+/// How long after an OOM kill at its pool's `memory_limit` a process is started again: a
+/// pause, so that an app killed at every start does not spin (such kills are not crashes).
+const OOM_RESTART_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the process that just exited was killed by the kernel's OOM killer at its pool's
+/// `memory_limit` (the group's count grew): said as such — its status alone says SIGKILL —
+/// counted, and, unless it or its pool was stopping, started again after a pause without
+/// counting as a crash for rapid-fail (`true`: its exit is dealt with).
+fn oom_killed(
+    pool: &mut PoolRt,
+    slot: &mut Slot,
+    (what, name, pid): (&str, &str, u32),
+    stopping: bool,
+    now: Instant,
+) -> bool {
+    let counted = pool.group.as_ref().and_then(|g| g.oom_kills());
+    let Some(n) = counted.filter(|&n| n > pool.oom_kills) else {
+        return false;
+    };
+    pool.oom_kills = n;
+    let limit = pool.spec.memory_limit.unwrap_or_default() >> 20;
+    let stays = stopping || pool.stopped.is_some();
+    let then = if stays {
+        ""
+    } else {
+        "; restarting it in 1s (not counted as a crash)"
+    };
+    log("master", format!("{what} {name} (pid {pid}) was killed by the kernel's OOM killer: pool {} reached its memory_limit of {limit} MiB ({n} such kill(s) so far){then}", pool.spec.name));
+    if stays {
+        return false;
+    }
+    slot.restarts += 1;
+    slot.last_exit = Some(format!("killed at memory_limit ({limit} MiB)"));
+    slot.restart = Restart::At(now + OOM_RESTART_PAUSE);
+    true
 }
