@@ -81,6 +81,29 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
         "{}",
         server.log_text()
     );
+    // What the group uses now, against its limits, in /status and /metrics.
+    assert!(
+        hog.memory_bytes.is_some_and(|m| m > 0 && m <= 128 << 20),
+        "{:?}",
+        hog.memory_bytes
+    );
+    assert!(hog.pids.is_some_and(|n| n > 0 && n <= 48), "{:?}", hog.pids);
+    assert_eq!(hog.pids_limit, Some(48));
+    let (_, metrics) = espalier::server::admin::request(
+        server.admin.as_deref().unwrap().parse().unwrap(),
+        "GET",
+        "/metrics",
+    )
+    .unwrap();
+    let metrics = String::from_utf8_lossy(&metrics);
+    for line in [
+        "espalier_pool_oom_kills_total{pool=\"hog\"} 1",
+        "espalier_pool_memory_limit_bytes{pool=\"hog\"} 134217728",
+        "espalier_pool_pids_limit{pool=\"hog\"} 48",
+    ] {
+        assert!(metrics.contains(line), "{line} not in:\n{metrics}");
+    }
+    assert!(!metrics.contains("espalier_pool_memory_limit_bytes{pool=\"calm\"}"));
     // The other pool and the master went on, untouched.
     assert_eq!(app_pid(&server, "calm"), Some(calm));
     assert_eq!(get_host(addr, "calm.test", "/alloc?200").text(), "ok\n");

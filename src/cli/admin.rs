@@ -120,6 +120,34 @@ pub(super) fn status(args: &AdminArgs, json: bool, wanted: &Wanted) -> Result<i3
     Ok(0)
 }
 
+/// A pool's limits against what its group uses now, one line (`None` without a limit):
+/// `memory 45 MiB of 128 MiB (1 OOM kill), 12 of 48 processes, pressure memory 0.0% …`.
+fn limits_line(p: &crate::server::status::PoolStatus) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(limit) = p.memory_limit {
+        let now = p
+            .memory_bytes
+            .map_or("-".into(), crate::units::format_bytes);
+        parts.push(format!(
+            "memory {now} of {} ({} OOM kill(s))",
+            crate::units::format_bytes(limit),
+            p.oom_kills
+        ));
+    }
+    if let Some(limit) = p.pids_limit {
+        parts.push(format!(
+            "{} of {limit} processes and threads",
+            p.pids.map_or("-".into(), |n| n.to_string())
+        ));
+    }
+    if let Some([memory, cpu, io]) = p.pressure {
+        parts.push(format!(
+            "pressure (10 s): memory {memory:.1}%, CPU {cpu:.1}%, IO {io:.1}%"
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("LIMITS: {}", parts.join("; ")))
+}
+
 /// The status as the table `espalier status` prints.
 fn render(status: &Status) -> String {
     use std::fmt::Write;
@@ -145,6 +173,9 @@ fn render(status: &Status) -> String {
     for p in status.pools.iter().chain(&status.dispatcher) {
         if let Some(why) = &p.stopped_because {
             let _ = writeln!(out, "{} is STOPPED ({why})", p.name);
+        }
+        if let Some(line) = limits_line(p) {
+            let _ = writeln!(out, "{} {line}", p.name);
         }
         for w in &p.workers {
             let cpus = crate::cpuset::CpuSet::from_ids(w.cpus.iter().copied());

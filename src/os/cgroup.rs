@@ -126,9 +126,56 @@ pub struct Group {
     /// Where the kernel counts its OOM kills (v1 `memory.oom_control`, v2 `memory.events`:
     /// an `oom_kill N` line), with a memory limit.
     pub oom_events: Option<PathBuf>,
+    /// Its memory in use now (v2 `memory.current`, v1 `memory.usage_in_bytes`), with a memory
+    /// limit; its processes and threads (`pids.current`), with a pids limit.
+    pub memory_now: Option<PathBuf>,
+    pub pids_now: Option<PathBuf>,
+    /// v2: the folder of its pressure files (PSI: `memory.pressure`, `cpu.pressure`,
+    /// `io.pressure`); v1 has none per group.
+    pub pressure: Option<PathBuf>,
+}
+
+/// What a pool's group shows now: memory in bytes, processes and threads, and (v2) the share
+/// of the last 10 s some of its tasks stalled on memory, CPU and IO (PSI's `some avg10`, %).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GroupUsage {
+    pub memory: Option<u64>,
+    pub pids: Option<u64>,
+    pub pressure: Option<[f64; 3]>,
+}
+
+/// The number in file `path` (its first word).
+fn read_number(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// `some avg10=X` of a PSI file's text.
+fn some_avg10(text: &str) -> Option<f64> {
+    let some = text.lines().find(|l| l.starts_with("some "))?;
+    some.split_whitespace()
+        .find_map(|w| w.strip_prefix("avg10="))
+        .and_then(|v| v.parse().ok())
 }
 
 impl Group {
+    /// What the group shows now (a figure it does not keep is `None`).
+    pub fn usage(&self) -> GroupUsage {
+        let pressure = self.pressure.as_ref().and_then(|dir| {
+            let avg = |f: &str| some_avg10(&std::fs::read_to_string(dir.join(f)).ok()?);
+            Some([
+                avg("memory.pressure")?,
+                avg("cpu.pressure")?,
+                avg("io.pressure").unwrap_or(0.0),
+            ])
+        });
+        GroupUsage {
+            memory: self.memory_now.as_deref().and_then(read_number),
+            pids: self.pids_now.as_deref().and_then(read_number),
+            pressure,
+        }
+    }
+
     /// Processes of the group the kernel's OOM killer has killed since it was made.
     pub fn oom_kills(&self) -> Option<u64> {
         let text = std::fs::read_to_string(self.oom_events.as_ref()?).ok()?;
@@ -241,6 +288,7 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
             mkdir(&dir)?;
             let mut g = Group {
                 dirs: vec![dir.clone()],
+                pressure: Some(dir.clone()),
                 ..Group::default()
             };
             if let Some(fraction) = limits.cpu {
@@ -254,9 +302,11 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
                 write(&dir.join("memory.high"), &(bytes / 10 * 9).to_string())?;
                 write(&dir.join("memory.max"), &bytes.to_string())?;
                 g.oom_events = Some(dir.join("memory.events"));
+                g.memory_now = Some(dir.join("memory.current"));
             }
             if let Some(n) = limits.pids {
                 write(&dir.join("pids.max"), &n.to_string())?;
+                g.pids_now = Some(dir.join("pids.current"));
             }
             Ok(g)
         }
@@ -297,11 +347,13 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
                     &(bytes / 10 * 9).to_string(),
                 )?;
                 g.oom_events = Some(dir.join("memory.oom_control"));
+                g.memory_now = Some(dir.join("memory.usage_in_bytes"));
                 g.dirs.push(dir);
             }
             if let Some(n) = limits.pids {
                 let dir = made(pids, "pids")?;
                 write(&dir.join("pids.max"), &n.to_string())?;
+                g.pids_now = Some(dir.join("pids.current"));
                 g.dirs.push(dir);
             }
             Ok(g)
@@ -586,6 +638,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(g.oom_kills(), Some(1));
+        std::fs::write(group.join("memory.current"), "52428800\n").unwrap();
+        std::fs::write(group.join("pids.current"), "7\n").unwrap();
+        let psi = "some avg10=1.50 avg60=0.20 avg300=0.00 total=10\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        for f in ["memory.pressure", "cpu.pressure", "io.pressure"] {
+            std::fs::write(group.join(f), psi).unwrap();
+        }
+        let usage = g.usage();
+        assert_eq!((usage.memory, usage.pids), (Some(50 << 20), Some(7)));
+        assert_eq!(usage.pressure, Some([1.5, 1.5, 1.5]));
         // A controller the hierarchy lacks is refused in one line.
         std::fs::write(dir.path().join("cgroup.controllers"), "cpu\n").unwrap();
         let h = detect_for(dir.path(), "0::/\n").unwrap();

@@ -39,6 +39,10 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             cpu_used_s: None,
             memory_limit: None,
             oom_kills: 0,
+            memory_bytes: None,
+            pids: None,
+            pids_limit: None,
+            pressure: None,
             stopped_because: None,
             workers: plan
                 .workers

@@ -217,6 +217,17 @@ pub struct PoolStatus {
     pub memory_limit: Option<u64>,
     #[serde(default)]
     pub oom_kills: u64,
+    /// The pool's group now: memory in use (bytes), processes and threads against
+    /// `pids_limit`, and (cgroup v2) the share of the last 10 s some of its tasks stalled on
+    /// memory, CPU and IO (PSI's `some avg10`, %).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub pids: Option<u64>,
+    #[serde(default)]
+    pub pids_limit: Option<u64>,
+    #[serde(default)]
+    pub pressure: Option<[f64; 3]>,
     pub stopped_because: Option<String>,
     pub workers: Vec<WorkerStatus>,
 }
@@ -379,6 +390,32 @@ const WORKER_METRICS: &[WorkerMetric] = &[
 ];
 
 impl Status {
+    /// The pools' limits and their group's figures, for [`Status::metrics`]: each series
+    /// only for the pools that have it.
+    fn pool_limits_metrics(&self, out: &mut String) {
+        type Figure = fn(&PoolStatus) -> Option<f64>;
+        let series: [(&str, &str, &str, Figure); 6] = [
+            ("espalier_pool_memory_bytes", "gauge", "memory the pool's processes use now (with memory_limit)", |p| p.memory_bytes.map(|v| v as f64)),
+            ("espalier_pool_memory_limit_bytes", "gauge", "the pool's memory_limit", |p| p.memory_limit.map(|v| v as f64)),
+            ("espalier_pool_oom_kills_total", "counter", "the pool's processes killed by the kernel's OOM killer at its memory_limit", |p| p.memory_limit.map(|_| p.oom_kills as f64)),
+            ("espalier_pool_pids", "gauge", "the pool's processes and threads now (with pids_limit)", |p| p.pids.map(|v| v as f64)),
+            ("espalier_pool_pids_limit", "gauge", "the pool's pids_limit", |p| p.pids_limit.map(|v| v as f64)),
+            ("espalier_pool_memory_pressure_avg10", "gauge", "share (%) of the last 10 s some of the pool's tasks stalled on memory (cgroup v2 PSI)", |p| p.pressure.map(|[m, _, _]| m)),
+        ];
+        for (name, kind, help, value) in series {
+            let lines: Vec<String> = (self.pools.iter())
+                .filter_map(|p| Some(format!("{name}{{pool=\"{}\"}} {}", p.name, value(p)?)))
+                .collect();
+            if !lines.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} {kind}\n{}",
+                    lines.join("\n")
+                );
+            }
+        }
+    }
+
     /// The Prometheus text exposition of the status.
     pub fn metrics(&self) -> String {
         let mut out = String::new();
@@ -394,6 +431,7 @@ impl Status {
                 u8::from(p.state == PoolState::Running)
             );
         }
+        self.pool_limits_metrics(&mut out);
         for (name, kind, help, value) in WORKER_METRICS {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for p in &self.pools {

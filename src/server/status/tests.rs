@@ -29,6 +29,10 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
             cpu_used_s: None,
             memory_limit: None,
             oom_kills: 0,
+            memory_bytes: None,
+            pids: None,
+            pids_limit: None,
+            pressure: None,
             stopped_because: None,
             workers: vec![WorkerStatus {
                 role: Role::App,

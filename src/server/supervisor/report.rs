@@ -152,6 +152,7 @@ impl Supervisor {
 
     fn pool_status(&self, pool: &PoolRt, state: PoolState, slots: &[&Slot]) -> PoolStatus {
         let now = Instant::now();
+        let usage = pool.group.as_ref().map(|g| g.usage()).unwrap_or_default();
         PoolStatus {
             name: pool.spec.name.clone(),
             cpu_limit: pool.spec.cpu_limit,
@@ -163,6 +164,10 @@ impl Supervisor {
                 .map(|ns| ns as f64 / 1e9),
             memory_limit: pool.spec.memory_limit,
             oom_kills: pool.oom_kills,
+            memory_bytes: usage.memory,
+            pids: usage.pids,
+            pids_limit: pool.spec.pids_limit,
+            pressure: usage.pressure,
             state,
             stopped_because: pool.stopped.clone(),
             workers: slots
