@@ -59,8 +59,8 @@ fn each_pools_app_sees_its_own_tmp_a_read_only_system_and_not_the_other_pools_fi
         "tmp = \"private\"\ntmp_size = \"8MiB\"\nsystem = \"read-only\"\nhome = \"hidden\"\npaths = {{ \"{}\" = \"read-write\" }}",
         data.display()
     );
-    // b: no Landlock, so that what it stops is seen to be Landlock's.
-    let b = "tmp = \"private\"\nsystem = \"read-only\"\nlandlock = false";
+    // b: no Landlock, so that what it stops is seen to be Landlock's; no network.
+    let b = "tmp = \"private\"\nsystem = \"read-only\"\nlandlock = false\nnetwork = \"none\"";
     let server = Server::with_config(d, &config(d, port, (&a, b)));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let marker = format!("espalier-isolation-{}", std::process::id());
@@ -98,6 +98,11 @@ fn each_pools_app_sees_its_own_tmp_a_read_only_system_and_not_the_other_pools_fi
     let bound = ask(addr, "a.test", &format!("/bind?{other}"));
     assert!(bound.starts_with("PermissionError"), "{bound}");
     assert_eq!(ask(addr, "b.test", &format!("/bind?{other}")), "ok");
+    // Without a network, b reaches no port of the machine's (here, espalier's own), and is
+    // reached through its unix socket alone; a, sharing the machine's, reaches it.
+    assert_eq!(ask(addr, "a.test", &format!("/connect?{port}")), "ok");
+    let reached = ask(addr, "b.test", &format!("/connect?{port}"));
+    assert!(reached.starts_with("ConnectionRefusedError"), "{reached}");
     drop(server);
 }
 
@@ -126,6 +131,10 @@ fn check_refuses_isolation_keys_that_cannot_act() {
         (
             "paths = { \"/\" = \"read-only\" }",
             "`/` is the whole system",
+        ),
+        (
+            "network = \"none\"",
+            "leaves the app a loopback of its own, where espalier cannot reach its port",
         ),
     ] {
         std::fs::create_dir_all(d.join("a")).unwrap();

@@ -30,6 +30,10 @@ pub struct Isolation {
     /// `landlock` (on by default): where the kernel has Landlock, the app may write only
     /// under its `read-write` paths, its `/tmp` and `/dev`, and bind TCP only to its own port.
     pub landlock: bool,
+    /// `network = "none"`: a network namespace of its own with loopback alone — it reaches
+    /// nothing and nothing reaches it but through its unix socket or inherited listeners.
+    #[serde(default)]
+    pub no_network: bool,
 }
 
 /// What an app may do under one of its `paths`.
@@ -113,6 +117,7 @@ mod tests {
             ],
             others: vec!["/srv/other".into()],
             landlock: true,
+            no_network: false,
         };
         let plan = isolation.mount_plan();
         assert_eq!(plan[0], MountStep::ReadOnly("/".into()));

@@ -220,6 +220,7 @@ pub struct RawIsolation {
     pub home: Option<String>,
     pub paths: Option<std::collections::BTreeMap<String, String>>,
     pub landlock: Option<bool>,
+    pub network: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

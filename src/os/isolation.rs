@@ -137,6 +137,40 @@ pub fn enter(plan: &[MountStep]) -> Result<(), String> {
     Ok(())
 }
 
+/// Makes the calling process's network namespace its own, with its loopback up and nothing
+/// else: it reaches no address of the machine's, and none reaches it.
+pub fn leave_network() -> Result<(), String> {
+    // SAFETY: unshare with a flag; it affects this (single-threaded) process alone.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } < 0 {
+        return Err(format!(
+            "cannot make a network namespace: {} (network = \"none\" needs espalier to run as root)",
+            io::Error::last_os_error()
+        ));
+    }
+    // A new namespace's loopback is down: brought up (SIOCSIFFLAGS on `lo`).
+    // SAFETY: a datagram socket to make the request on, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(format!("loopback: {}", io::Error::last_os_error()));
+    }
+    // SAFETY: a zeroed ifreq is valid; the name is copied within its bounds.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (to, from) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *to = *from as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags =
+        (libc::IFF_UP | libc::IFF_LOOPBACK | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS with a valid ifreq for the call's duration; the socket is ours.
+    let r = unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &mut req) };
+    let e = io::Error::last_os_error();
+    // SAFETY: closes the socket made above.
+    unsafe { libc::close(fd) };
+    if r < 0 {
+        return Err(format!("cannot bring the loopback up: {e}"));
+    }
+    Ok(())
+}
+
 /// Where the kernel has Landlock: the calling process and all it starts may write only
 /// under `writable` (read and run everything else), and — on kernels with Landlock's network
 /// rules (ABI 4, Linux 6.7) — bind TCP only to `ports`. What the kernel enforced: `Ok(None)`

@@ -122,6 +122,9 @@ fn isolate(
         ));
     }
     os::isolation::enter(&plan)?;
+    if isolation.no_network {
+        os::isolation::leave_network()?;
+    }
     let here =
         std::env::current_dir().map_err(|e| format!("isolation: the working directory: {e}"))?;
     std::env::set_current_dir(&here).map_err(|e| {

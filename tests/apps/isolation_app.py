@@ -1,6 +1,6 @@
 """A test app that tries what a tenant's code might, and says what happened: GET
 /write?PATH writes a line to PATH, /read?PATH reads it, /list?DIR lists a folder,
-/bind?PORT binds TCP 127.0.0.1:PORT (and lets it go), /alloc?MIB allocates and keeps that
+/bind?PORT binds TCP 127.0.0.1:PORT (and lets it go), /connect?PORT connects to it, /alloc?MIB allocates and keeps that
 much memory, /spawn?N starts up to N `sleep` processes and says how many started (then ends
 them). Each answers `ok …` or the OS's
 error (`PermissionError: …`, `FileNotFoundError: …`), always 200. Listens on the unix
@@ -44,6 +44,9 @@ def attempt(path, arg):
             p.kill()
             p.wait()
         return f"ok spawned {len(started)}{why}"
+    if path == "/connect":
+        with socket.create_connection(("127.0.0.1", int(arg)), timeout=5):
+            return "ok"
     if path == "/bind":
         s = socket.socket()
         try:

@@ -190,6 +190,12 @@ impl Validator {
         let protocol = self.app_protocol(i, raw, transport, &health, &warmup);
         let backpressure = self.backpressure(i, raw);
         let isolation = raw.isolation.take().and_then(|r| self.isolation(i, r));
+        // Without a network, the front reaches the app by its socket or inherited listeners
+        // alone: a loopback port in its own namespace is nobody's to reach.
+        let port = upstream == UpstreamKind::Tcp && transport != Transport::Activation;
+        if isolation.as_ref().is_some_and(|n| n.no_network) && port {
+            self.err(&[Seg::Key("pool"), Seg::Index(i), Seg::Key("isolation"), Seg::Key("network")], "\"none\" leaves the app a loopback of its own, where espalier cannot reach its port; give it a unix socket ({socket} in the command, or upstream = \"unix\"), or remove the key");
+        }
         Some(AppCommand {
             isolation,
             protocol,

@@ -41,6 +41,7 @@ impl Validator {
         let tmp = word(self, "tmp", raw.tmp, "private", "shared");
         let read_only_system = word(self, "system", raw.system, "read-only", "writable");
         let hide_home = word(self, "home", raw.home, "hidden", "visible");
+        let no_network = word(self, "network", raw.network, "none", "shared");
         let size = raw
             .tmp_size
             .map(|s| (self.size(&at("tmp_size"), Some(s), TMP_SIZE), true));
@@ -81,6 +82,7 @@ impl Validator {
             paths,
             others: Vec::new(),
             landlock: raw.landlock.unwrap_or(true),
+            no_network,
         })
     }
 }
