@@ -1,7 +1,8 @@
 """A test app that tries what a tenant's code might, and says what happened: GET
 /write?PATH writes a line to PATH, /read?PATH reads it, /list?DIR lists a folder,
 /bind?PORT binds TCP 127.0.0.1:PORT (and lets it go), /connect?PORT connects to it, /alloc?MIB allocates and keeps that
-much memory, /spawn?N starts up to N `sleep` processes and says how many started (then ends
+much memory, /fill?MIB writes that much to a file in /tmp (as far as it goes), /io?MIB writes
+that much into its working directory, /spawn?N starts up to N `sleep` processes and says how many started (then ends
 them). Each answers `ok …` or the OS's
 error (`PermissionError: …`, `FileNotFoundError: …`), always 200. Listens on the unix
 socket its first argument names (`{socket}`), else on 127.0.0.1:$PORT; /healthz answers ok."""
@@ -44,6 +45,24 @@ def attempt(path, arg):
             p.kill()
             p.wait()
         return f"ok spawned {len(started)}{why}"
+    if path == "/fill":
+        # MIB of one file in /tmp, as far as it goes (its size is the private /tmp's bound).
+        written = 0
+        try:
+            with open("/tmp/espalier-fill", "ab") as f:
+                for _ in range(int(arg)):
+                    f.write(b"\0" * (1 << 20))
+                    written += 1
+        finally:
+            os.unlink("/tmp/espalier-fill")
+        return f"ok {written}"
+    if path == "/io":
+        # MIB written through the page cache into its own folder, then dropped.
+        with open("espalier-io", "wb") as f:
+            for _ in range(int(arg)):
+                f.write(os.urandom(1 << 20))
+        os.unlink("espalier-io")
+        return "ok"
     if path == "/connect":
         with socket.create_connection(("127.0.0.1", int(arg)), timeout=5):
             return "ok"
@@ -59,6 +78,9 @@ def attempt(path, arg):
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Its head and body go in two writes: without this, Nagle's algorithm holds the body for
+    # the peer's delayed ACK (40 ms), which would be all a latency measure sees.
+    disable_nagle_algorithm = True
 
     def do_GET(self):
         path, _, arg = self.path.partition("?")
