@@ -23,20 +23,26 @@ const NOT_AGAIN: &[&str] = &[
     // Packaging.
     "deb::",
     // The master's ACME client and its directory; the challenge answers are plain requests
-    // the first pass serves on the same path as every other.
+    // the first pass serves on the same path as every other. DNS-01: the master's own DNS
+    // server and its RFC 2136 client.
     "acme::",
-    // QUIC is quinn's own UDP socket I/O, not the engine's.
+    "acme_dns::",
+    // QUIC is quinn's own UDP socket I/O, not the engine's (0-RTT across workers included).
     "http3::",
+    "ticket_keys::http3_",
     // The admin endpoint (the master's own tokio, not a worker's engine), read by Chromium,
     // the CLI and its status: the same whatever the workers' path.
     "admin_page::",
     "cli::",
     "metrics::",
     "operations::",
-    // The master's pings and health requests to apps, and its cgroups, identities, units.
+    // The master's pings and health requests to apps, and its cgroups, identities, units;
+    // an app's view of the filesystem and its limits (`app-exec`, the kernel's cgroups).
     "app_liveness::",
     "tenants::",
     "identity::",
+    "isolation::",
+    "pool_limits::",
     "systemd::",
     // Reading the store's files, the source tree, the NIC's settings, scaling plans.
     "cert_store::",
