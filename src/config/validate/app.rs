@@ -193,6 +193,12 @@ impl Validator {
         // Without a network, the front reaches the app by its socket or inherited listeners
         // alone: a loopback port in its own namespace is nobody's to reach.
         let port = upstream == UpstreamKind::Tcp && transport != Transport::Activation;
+        // A private /tmp hides what the machine's held, the app's own folder included.
+        let private_tmp = isolation.as_ref().is_some_and(|n| n.private_tmp.is_some());
+        let under_tmp = |p: &Path| p.starts_with("/tmp") || p.starts_with("/var/tmp");
+        if private_tmp && under_tmp(&directory) {
+            self.err(&[Seg::Key("pool"), Seg::Index(i), Seg::Key("isolation"), Seg::Key("tmp")], format!("\"private\" hides the machine's /tmp and /var/tmp, and the app's directory {} is there; move the app out of them, or share /tmp", directory.display()));
+        }
         if isolation.as_ref().is_some_and(|n| n.no_network) && port {
             self.err(&[Seg::Key("pool"), Seg::Index(i), Seg::Key("isolation"), Seg::Key("network")], "\"none\" leaves the app a loopback of its own, where espalier cannot reach its port; give it a unix socket ({socket} in the command, or upstream = \"unix\"), or remove the key");
         }

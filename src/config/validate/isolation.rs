@@ -73,6 +73,10 @@ impl Validator {
                 );
                 continue;
             }
+            if tmp && (p.starts_with("/tmp") || p.starts_with("/var/tmp")) {
+                self.err(&at, format!("`{path}` is under /tmp or /var/tmp, which tmp = \"private\" replaces; name a path elsewhere, or share /tmp"));
+                continue;
+            }
             paths.push((p, access));
         }
         Some(Isolation {
