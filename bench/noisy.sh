@@ -32,10 +32,12 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 bench_workdir espalier-noisy-bench
-# The tenants' folders are under neither /tmp nor /var/tmp: their private ones would hide them.
-mkdir -p "$ROOT/target"; TENANTS=$(mktemp -d "$ROOT/target/noisy-tenants.XXXXXX")
+# The tenants' folders, and their app, under neither /tmp nor /var/tmp: their private ones
+# would hide them (the repository itself may be under /tmp).
+TENANTS=$(mktemp -d /run/espalier-noisy.XXXXXX)
 trap 'bench_cleanup; rm -rf "$TENANTS"' EXIT
-APP="$ROOT/tests/apps/isolation_app.py"
+APP="$TENANTS/isolation_app.py"
+cp "$ROOT/tests/apps/isolation_app.py" "$APP"
 ADMIN=$(free_port)
 {
   echo "[server]"

@@ -8,6 +8,19 @@ use crate::common::*;
 use std::net::SocketAddr;
 use std::path::Path;
 
+/// The test app, as the repository holds it.
+static APP: std::sync::LazyLock<std::path::PathBuf> = std::sync::LazyLock::new(|| {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/isolation_app.py")
+});
+
+/// A folder for the test's pools under neither /tmp nor /var/tmp, which their private ones
+/// would hide: the build's own, or (a build under /tmp) one in /run.
+fn outside_tmp() -> tempfile::TempDir {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let hidden = target.starts_with("/tmp") || target.starts_with("/var/tmp");
+    tempfile::tempdir_in(if hidden { Path::new("/run") } else { target }).unwrap()
+}
+
 /// What pool `host`'s app answered to `what` (`/write?PATH` and the like).
 fn ask(addr: SocketAddr, host: &str, what: &str) -> String {
     let r = get_host(addr, host, what);
@@ -18,7 +31,7 @@ fn ask(addr: SocketAddr, host: &str, what: &str) -> String {
 /// Two app pools, `a` and `b`, each in its own folder under `d`, isolated as `a_isolation`
 /// and `b_isolation` say (the `[pool.isolation]` tables' lines); their sites by host name.
 fn config(d: &Path, port: u16, (a_isolation, b_isolation): (&str, &str)) -> String {
-    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/isolation_app.py");
+    let app = d.join("isolation_app.py");
     // b listens on a unix socket it makes in espalier's runtime folder (writable to it even
     // under a read-only system); a on a port.
     let pool = |name: &str, isolation: &str| {
@@ -46,9 +59,10 @@ fn each_pools_app_sees_its_own_tmp_a_read_only_system_and_not_the_other_pools_fi
     if espalier::os::identity::effective_uid() != 0 {
         return skip("isolation needs root (a mount namespace per app)");
     }
-    // Not under /tmp: the apps' private /tmp would hide their own folders.
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = outside_tmp();
     let d = dir.path();
+    // The app too: the repository itself may be under /tmp (a CI clone).
+    std::fs::copy(APP.as_path(), d.join("isolation_app.py")).unwrap();
     for sub in ["a/data", "b"] {
         std::fs::create_dir_all(d.join(sub)).unwrap();
     }
@@ -110,6 +124,7 @@ fn each_pools_app_sees_its_own_tmp_a_read_only_system_and_not_the_other_pools_fi
 fn check_refuses_isolation_keys_that_cannot_act() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    std::fs::copy(APP.as_path(), d.join("isolation_app.py")).unwrap();
     let port = free_port();
     for (isolation, said) in [
         (
@@ -131,6 +146,15 @@ fn check_refuses_isolation_keys_that_cannot_act() {
         (
             "paths = { \"/\" = \"read-only\" }",
             "`/` is the whole system",
+        ),
+        // The test's folders are under /tmp (tempfile's).
+        (
+            "tmp = \"private\"",
+            "hides the machine's /tmp and /var/tmp, and the app's directory",
+        ),
+        (
+            "tmp = \"private\"\npaths = { \"/tmp/x\" = \"read-write\" }",
+            "`/tmp/x` is under /tmp or /var/tmp",
         ),
         (
             "network = \"none\"",

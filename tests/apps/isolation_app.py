@@ -101,6 +101,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class UnixHandler(Handler):
+    # A unix socket has no Nagle to turn off.
+    disable_nagle_algorithm = False
+
+
 class UnixServer(http.server.ThreadingHTTPServer):
     address_family = socket.AF_UNIX
 
@@ -110,6 +115,6 @@ class UnixServer(http.server.ThreadingHTTPServer):
 
 
 if len(sys.argv) > 1:
-    UnixServer(sys.argv[1], Handler).serve_forever()
+    UnixServer(sys.argv[1], UnixHandler).serve_forever()
 else:
     http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler).serve_forever()
