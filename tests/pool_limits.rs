@@ -48,14 +48,17 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
     };
     let config = format!(
         "{}{}{}{}",
-        pool("hog", "memory_limit = \"128MiB\"\npids_limit = 48"),
+        pool(
+            "hog",
+            "memory_limit = \"128MiB\"\nswap_limit = \"0MiB\"\npids_limit = 48"
+        ),
         pool("calm", ""),
         site("hog"),
         site("calm")
     );
     let server = Server::with_config(d, &config);
     server.wait_for_log(
-        "pool hog: memory at 128 MiB, 48 processes and threads over all its processes",
+        "pool hog: memory at 128 MiB, swap at 0 MiB, 48 processes and threads over all its processes",
         Duration::from_secs(10),
     );
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -89,6 +92,14 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
     );
     assert!(hog.pids.is_some_and(|n| n > 0 && n <= 48), "{:?}", hog.pids);
     assert_eq!(hog.pids_limit, Some(48));
+    // No swap beyond the memory: v2's memory.swap.max, v1's memory and swap together.
+    let group = Path::new(hog.cgroup.as_deref().unwrap());
+    let (file, want) = match group.join("memory.swap.max").exists() {
+        true => ("memory.swap.max", 0),
+        false => ("memory.memsw.limit_in_bytes", 128u64 << 20),
+    };
+    let set = std::fs::read_to_string(group.join(file)).unwrap_or_default();
+    assert_eq!(set.trim(), want.to_string(), "{}", group.display());
     let (_, metrics) = espalier::server::admin::request(
         server.admin.as_deref().unwrap().parse().unwrap(),
         "GET",
@@ -134,6 +145,10 @@ fn check_refuses_limits_a_pool_cannot_run_under() {
         ),
         ("memory_limit = \"lots\"", "key `pool[0].memory_limit`"),
         ("pids_limit = 4", "key `pool[0].pids_limit`: is below 16"),
+        (
+            "swap_limit = \"1GiB\"",
+            "key `pool[0].swap_limit`: bounds the swap beyond memory_limit",
+        ),
         ("pids_limit = 0", "key `pool[0].pids_limit`"),
     ] {
         let err = check_refuses(d, &format!("[[pool]]\nname = \"p\"\n{limit}\n{site}"));
@@ -148,7 +163,7 @@ fn check_refuses_a_limit_no_control_group_can_apply() {
     let site = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n";
     std::fs::write(
         &file,
-        format!("[[pool]]\nname = \"p\"\nmemory_limit = \"64MiB\"\npids_limit = 64\n{site}"),
+        format!("[[pool]]\nname = \"p\"\nmemory_limit = \"64MiB\"\nswap_limit = \"64MiB\"\npids_limit = 64\n{site}"),
     )
     .unwrap();
     // A machine described by a fixture with no control groups at all.
@@ -162,7 +177,7 @@ fn check_refuses_a_limit_no_control_group_can_apply() {
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    for key in ["memory_limit", "pids_limit"] {
+    for key in ["memory_limit", "swap_limit", "pids_limit"] {
         assert!(
             err.contains(&format!(
                 "pool `p`: key `{key}`: this machine's control groups"

@@ -61,10 +61,16 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
 /// no controller to apply them: one line each, with the fix. Whether any was.
 fn limit_problems(c: &Config, file: &Path, cgroups: &Path) -> bool {
     use crate::os::cgroup::Hierarchy;
-    let (memory, pids) = match crate::os::cgroup::detect(cgroups) {
-        Some(Hierarchy::V2 { memory, pids, .. }) => (memory, pids),
-        Some(Hierarchy::V1 { memory, pids, .. }) => (memory.is_some(), pids.is_some()),
-        None => (false, false),
+    // v1 accounts swap (memory and swap together) only when the kernel was booted so.
+    let (memory, swap, pids) = match crate::os::cgroup::detect(cgroups) {
+        Some(Hierarchy::V2 { memory, pids, .. }) => (memory, memory, pids),
+        Some(Hierarchy::V1 { memory, pids, .. }) => {
+            let swap = memory
+                .as_ref()
+                .is_some_and(|m| m.join("memory.memsw.limit_in_bytes").exists());
+            (memory.is_some(), swap, pids.is_some())
+        }
+        None => (false, false, false),
     };
     let fix = "on cgroup v2, run espalier in a cgroup that may hand the controller to its children (systemd: Delegate=yes); on v1, mount its hierarchy; or remove the key";
     let mut refused = false;
@@ -74,6 +80,11 @@ fn limit_problems(c: &Config, file: &Path, cgroups: &Path) -> bool {
                 "memory_limit",
                 "memory",
                 pool.memory_limit.is_some() && !memory,
+            ),
+            (
+                "swap_limit",
+                "swap-accounting memory",
+                pool.swap_limit.is_some() && !swap,
             ),
             ("pids_limit", "pids", pool.pids_limit.is_some() && !pids),
         ];

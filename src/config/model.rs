@@ -124,6 +124,8 @@ pub struct PoolSpec {
     /// Cap on the memory of the pool's processes together, in bytes (`memory_limit`): past
     /// it the kernel reclaims, then kills one of them — the pool's alone.
     pub memory_limit: Option<u64>,
+    /// Swap the pool's processes may use beyond `memory_limit` (`swap_limit`, with it).
+    pub swap_limit: Option<u64>,
     /// Cap on the pool's processes and threads together (`pids_limit`): a fork past it fails.
     pub pids_limit: Option<u64>,
     pub load_balancer: LoadBalancer,
@@ -490,6 +492,7 @@ impl PoolSpec {
             memory_policy: MemoryPolicy::Preferred,
             cpu_limit: None,
             memory_limit: None,
+            swap_limit: None,
             pids_limit: None,
             load_balancer: LoadBalancer::Http,
             startup_time_limit: Duration::from_secs(90),

@@ -178,6 +178,7 @@ pub struct RawPool {
     pub memory_policy: Option<String>,
     pub cpu_limit: Option<Scalar>,
     pub memory_limit: Option<Scalar>,
+    pub swap_limit: Option<Scalar>,
     pub pids_limit: Option<i64>,
     pub load_balancer: Option<String>,
     pub startup_time_limit: Option<Scalar>,

@@ -52,6 +52,8 @@ pub enum Hierarchy {
 pub struct PoolLimits {
     pub cpu: Option<f64>,
     pub memory: Option<u64>,
+    /// Swap, beyond `memory` (with it).
+    pub swap: Option<u64>,
     pub pids: Option<u64>,
 }
 
@@ -301,6 +303,9 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
             if let Some(bytes) = limits.memory {
                 write(&dir.join("memory.high"), &(bytes / 10 * 9).to_string())?;
                 write(&dir.join("memory.max"), &bytes.to_string())?;
+                if let Some(swap) = limits.swap {
+                    write(&dir.join("memory.swap.max"), &swap.to_string())?;
+                }
                 g.oom_events = Some(dir.join("memory.events"));
                 g.memory_now = Some(dir.join("memory.current"));
             }
@@ -346,6 +351,14 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
                     &dir.join("memory.soft_limit_in_bytes"),
                     &(bytes / 10 * 9).to_string(),
                 )?;
+                if let Some(swap) = limits.swap {
+                    // v1 bounds memory and swap together, after memory alone.
+                    let file = dir.join("memory.memsw.limit_in_bytes");
+                    if !file.exists() {
+                        return Err("swap is not accounted here (v1 needs the kernel booted with swapaccount=1)".into());
+                    }
+                    write(&file, &(bytes + swap).to_string())?;
+                }
                 g.oom_events = Some(dir.join("memory.oom_control"));
                 g.memory_now = Some(dir.join("memory.usage_in_bytes"));
                 g.dirs.push(dir);
@@ -619,6 +632,7 @@ mod tests {
         let h = detect_for(dir.path(), "0::/\n").unwrap();
         let limits = PoolLimits {
             memory: Some(100 << 20),
+            swap: Some(0),
             pids: Some(64),
             ..Default::default()
         };
@@ -628,6 +642,7 @@ mod tests {
         assert_eq!(read("memory.max"), (100u64 << 20).to_string());
         assert_eq!(read("memory.high"), ((100u64 << 20) / 10 * 9).to_string());
         assert_eq!(read("pids.max"), "64");
+        assert_eq!(read("memory.swap.max"), "0");
         assert_eq!(
             std::fs::read_to_string(dir.path().join("cgroup.subtree_control")).unwrap(),
             "+memory +pids"

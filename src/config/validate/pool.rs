@@ -121,6 +121,12 @@ impl Validator {
             }
             p.memory_limit = Some(bytes);
         }
+        if let Some(swap) = raw.swap_limit {
+            p.swap_limit = Some(self.size(&at("swap_limit"), Some(swap), 0));
+            if p.memory_limit.is_none() {
+                self.err(&at("swap_limit"), "bounds the swap beyond memory_limit, and there is none; add memory_limit = \"512MiB\", or remove it");
+            }
+        }
         if raw.pids_limit.is_some() {
             p.pids_limit = Some(u64::from(self.count_up_to(
                 &at("pids_limit"),

@@ -19,6 +19,9 @@ fn said(limits: os::cgroup::PoolLimits) -> String {
     if let Some(bytes) = limits.memory {
         parts.push(format!("memory at {} MiB", bytes >> 20));
     }
+    if let Some(bytes) = limits.swap {
+        parts.push(format!("swap at {} MiB", bytes >> 20));
+    }
     if let Some(n) = limits.pids {
         parts.push(format!("{n} processes and threads"));
     }
@@ -37,6 +40,7 @@ impl Supervisor {
         let limits_of = |p: &crate::config::PoolSpec| os::cgroup::PoolLimits {
             cpu: p.cpu_limit,
             memory: p.memory_limit,
+            swap: p.swap_limit,
             pids: p.pids_limit,
         };
         let Some(h) = self.cgroups.hierarchy.clone() else {
