@@ -163,7 +163,7 @@ fn check_refuses_a_limit_no_control_group_can_apply() {
     let site = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n";
     std::fs::write(
         &file,
-        format!("[[pool]]\nname = \"p\"\nmemory_limit = \"64MiB\"\nswap_limit = \"64MiB\"\npids_limit = 64\n{site}"),
+        format!("[[pool]]\nname = \"p\"\nmemory_limit = \"64MiB\"\nswap_limit = \"64MiB\"\npids_limit = 64\nio_weight = 200\n{site}"),
     )
     .unwrap();
     // A machine described by a fixture with no control groups at all.
@@ -177,7 +177,7 @@ fn check_refuses_a_limit_no_control_group_can_apply() {
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    for key in ["memory_limit", "swap_limit", "pids_limit"] {
+    for key in ["memory_limit", "swap_limit", "pids_limit", "io_weight"] {
         assert!(
             err.contains(&format!(
                 "pool `p`: key `{key}`: this machine's control groups"

@@ -57,20 +57,27 @@ pub(super) fn check(config: &Path, machine: &MachineArgs) -> Result<i32, String>
     Ok(0)
 }
 
-/// `memory_limit` and `pids_limit` where the machine's control groups (under `cgroups`) offer
+/// `memory_limit`, `swap_limit`, `pids_limit` and `io_weight` where the machine's control groups (under `cgroups`) offer
 /// no controller to apply them: one line each, with the fix. Whether any was.
 fn limit_problems(c: &Config, file: &Path, cgroups: &Path) -> bool {
     use crate::os::cgroup::Hierarchy;
     // v1 accounts swap (memory and swap together) only when the kernel was booted so.
-    let (memory, swap, pids) = match crate::os::cgroup::detect(cgroups) {
-        Some(Hierarchy::V2 { memory, pids, .. }) => (memory, memory, pids),
-        Some(Hierarchy::V1 { memory, pids, .. }) => {
+    let (memory, swap, pids, io) = match crate::os::cgroup::detect(cgroups) {
+        Some(Hierarchy::V2 {
+            memory, pids, io, ..
+        }) => (memory, memory, pids, io),
+        Some(Hierarchy::V1 {
+            memory,
+            pids,
+            blkio,
+            ..
+        }) => {
             let swap = memory
                 .as_ref()
                 .is_some_and(|m| m.join("memory.memsw.limit_in_bytes").exists());
-            (memory.is_some(), swap, pids.is_some())
+            (memory.is_some(), swap, pids.is_some(), blkio.is_some())
         }
-        None => (false, false, false),
+        None => (false, false, false, false),
     };
     let fix = "on cgroup v2, run espalier in a cgroup that may hand the controller to its children (systemd: Delegate=yes); on v1, mount its hierarchy; or remove the key";
     let mut refused = false;
@@ -87,6 +94,11 @@ fn limit_problems(c: &Config, file: &Path, cgroups: &Path) -> bool {
                 pool.swap_limit.is_some() && !swap,
             ),
             ("pids_limit", "pids", pool.pids_limit.is_some() && !pids),
+            (
+                "io_weight",
+                "io (v1: blkio with the BFQ scheduler's weights)",
+                pool.io_weight.is_some() && !io,
+            ),
         ];
         for (key, controller, missing) in wanted {
             if missing {

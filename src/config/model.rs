@@ -128,6 +128,9 @@ pub struct PoolSpec {
     pub swap_limit: Option<u64>,
     /// Cap on the pool's processes and threads together (`pids_limit`): a fork past it fails.
     pub pids_limit: Option<u64>,
+    /// The pool's share of disk time against the others' (`io_weight`, 1–10 000; 100 is
+    /// every unweighted group's).
+    pub io_weight: Option<u32>,
     pub load_balancer: LoadBalancer,
     /// IIS `startupTimeLimit`, default 90 s.
     pub startup_time_limit: Duration,
@@ -494,6 +497,7 @@ impl PoolSpec {
             memory_limit: None,
             swap_limit: None,
             pids_limit: None,
+            io_weight: None,
             load_balancer: LoadBalancer::Http,
             startup_time_limit: Duration::from_secs(90),
             shutdown_time_limit: Duration::from_secs(90),

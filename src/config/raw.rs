@@ -180,6 +180,7 @@ pub struct RawPool {
     pub memory_limit: Option<Scalar>,
     pub swap_limit: Option<Scalar>,
     pub pids_limit: Option<i64>,
+    pub io_weight: Option<i64>,
     pub load_balancer: Option<String>,
     pub startup_time_limit: Option<Scalar>,
     pub shutdown_time_limit: Option<Scalar>,

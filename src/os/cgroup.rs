@@ -32,9 +32,10 @@ pub enum Hierarchy {
         base: PathBuf,
         cpu: bool,
         cpuset: bool,
-        /// The memory and pids controllers (`memory_limit`, `pids_limit`).
+        /// The memory, pids and io controllers (`memory_limit`, `pids_limit`, `io_weight`).
         memory: bool,
         pids: bool,
+        io: bool,
     },
     /// v1 controllers mounted separately (each `None` when absent).
     V1 {
@@ -43,6 +44,8 @@ pub enum Hierarchy {
         cpuset: Option<PathBuf>,
         memory: Option<PathBuf>,
         pids: Option<PathBuf>,
+        /// The blkio hierarchy, where BFQ gives it weights (`blkio.bfq.weight`).
+        blkio: Option<PathBuf>,
     },
 }
 
@@ -55,6 +58,8 @@ pub struct PoolLimits {
     /// Swap, beyond `memory` (with it).
     pub swap: Option<u64>,
     pub pids: Option<u64>,
+    /// The pool's share of disk time against others (1–10 000, 100 the default's).
+    pub io_weight: Option<u32>,
 }
 
 /// Finds the cgroup interface under `base` (normally `/sys/fs/cgroup`), for this process.
@@ -78,7 +83,10 @@ pub fn detect_for(base: &Path, own: &str) -> Option<Hierarchy> {
             continue;
         };
         let has = |c: &str| list.split_whitespace().any(|x| x == c);
-        if ["cpu", "cpuset", "memory", "pids"].iter().any(|c| has(c)) {
+        if ["cpu", "cpuset", "memory", "pids", "io"]
+            .iter()
+            .any(|c| has(c))
+        {
             return Some(Hierarchy::V2 {
                 root,
                 base: dir,
@@ -86,6 +94,7 @@ pub fn detect_for(base: &Path, own: &str) -> Option<Hierarchy> {
                 cpuset: has("cpuset"),
                 memory: has("memory"),
                 pids: has("pids"),
+                io: has("io"),
             });
         }
     }
@@ -97,6 +106,7 @@ pub fn detect_for(base: &Path, own: &str) -> Option<Hierarchy> {
         memory: v1("memory", "memory.limit_in_bytes"),
         // The root of a v1 pids hierarchy has no pids.max (it cannot be capped).
         pids: v1("pids", "cgroup.procs"),
+        blkio: v1("blkio", "blkio.bfq.weight"),
     };
     match &h {
         Hierarchy::V1 {
@@ -105,6 +115,7 @@ pub fn detect_for(base: &Path, own: &str) -> Option<Hierarchy> {
             cpuset: None,
             memory: None,
             pids: None,
+            blkio: None,
         } => None,
         _ => Some(h),
     }
@@ -270,11 +281,13 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
             cpuset,
             memory,
             pids,
+            io,
         } => {
             let wanted = [
                 ("cpu", limits.cpu.is_some(), *cpu),
                 ("memory", limits.memory.is_some(), *memory),
                 ("pids", limits.pids.is_some(), *pids),
+                ("io", limits.io_weight.is_some(), *io),
             ];
             let mut controllers = Vec::new();
             for (name, asked, there) in wanted.into_iter().filter(|w| w.1) {
@@ -313,6 +326,9 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
                 write(&dir.join("pids.max"), &n.to_string())?;
                 g.pids_now = Some(dir.join("pids.current"));
             }
+            if let Some(w) = limits.io_weight {
+                write(&dir.join("io.weight"), &format!("default {w}"))?;
+            }
             Ok(g)
         }
         Hierarchy::V1 {
@@ -320,6 +336,7 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
             cpuacct,
             memory,
             pids,
+            blkio,
             ..
         } => {
             let mut g = Group::default();
@@ -367,6 +384,15 @@ pub fn pool_group(h: &Hierarchy, pool: &str, limits: PoolLimits) -> Result<Group
                 let dir = made(pids, "pids")?;
                 write(&dir.join("pids.max"), &n.to_string())?;
                 g.pids_now = Some(dir.join("pids.current"));
+                g.dirs.push(dir);
+            }
+            if let Some(w) = limits.io_weight {
+                // BFQ's weights run 1–1000, v2's 1–10 000.
+                let dir = made(blkio, "blkio (with BFQ's weights)")?;
+                write(
+                    &dir.join("blkio.bfq.weight"),
+                    &(w / 10).clamp(1, 1000).to_string(),
+                )?;
                 g.dirs.push(dir);
             }
             Ok(g)
@@ -455,7 +481,8 @@ pub fn remove_parents(h: &Hierarchy) {
             cpuset,
             memory,
             pids,
-        } => [cpu, cpuacct, cpuset, memory, pids]
+            blkio,
+        } => [cpu, cpuacct, cpuset, memory, pids, blkio]
             .into_iter()
             .flatten()
             .collect(),
@@ -522,6 +549,7 @@ mod tests {
                 cpuset: true,
                 memory: true,
                 pids: true,
+                io: true,
             }
         );
         let limits = PoolLimits {
@@ -621,6 +649,7 @@ mod tests {
                 cpuset: None,
                 memory: None,
                 pids: None,
+                blkio: None,
             })
         ));
     }
@@ -628,12 +657,17 @@ mod tests {
     #[test]
     fn a_pools_memory_and_pids_limits_go_into_its_v2_group_and_its_kills_are_counted() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        std::fs::write(
+            dir.path().join("cgroup.controllers"),
+            "cpu memory pids io\n",
+        )
+        .unwrap();
         let h = detect_for(dir.path(), "0::/\n").unwrap();
         let limits = PoolLimits {
             memory: Some(100 << 20),
             swap: Some(0),
             pids: Some(64),
+            io_weight: Some(50),
             ..Default::default()
         };
         let g = pool_group(&h, "shop", limits).unwrap();
@@ -643,9 +677,10 @@ mod tests {
         assert_eq!(read("memory.high"), ((100u64 << 20) / 10 * 9).to_string());
         assert_eq!(read("pids.max"), "64");
         assert_eq!(read("memory.swap.max"), "0");
+        assert_eq!(read("io.weight"), "default 50");
         assert_eq!(
             std::fs::read_to_string(dir.path().join("cgroup.subtree_control")).unwrap(),
-            "+memory +pids"
+            "+memory +pids +io"
         );
         std::fs::write(
             group.join("memory.events"),

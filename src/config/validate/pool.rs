@@ -138,6 +138,9 @@ impl Validator {
                 self.err(&at("pids_limit"), "is below 16, where the pool's own worker and its threads cannot run; give it room, like 256");
             }
         }
+        if raw.io_weight.is_some() {
+            p.io_weight = Some(self.count_up_to(&at("io_weight"), raw.io_weight, 100, 10_000));
+        }
         p.identity = match (raw.user, raw.group) {
             (None, None) => None,
             (None, Some(_)) => {

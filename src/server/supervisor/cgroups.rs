@@ -25,6 +25,9 @@ fn said(limits: os::cgroup::PoolLimits) -> String {
     if let Some(n) = limits.pids {
         parts.push(format!("{n} processes and threads"));
     }
+    if let Some(w) = limits.io_weight {
+        parts.push(format!("IO weight {w}"));
+    }
     format!("{} over all its processes", parts.join(", "))
 }
 
@@ -42,6 +45,7 @@ impl Supervisor {
             memory: p.memory_limit,
             swap: p.swap_limit,
             pids: p.pids_limit,
+            io_weight: p.io_weight,
         };
         let Some(h) = self.cgroups.hierarchy.clone() else {
             if self
