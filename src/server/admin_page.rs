@@ -35,15 +35,8 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             name: p.name.clone(),
             state: PoolState::Running,
             cpu_limit: p.cpu_limit,
-            cgroup: None,
-            cpu_used_s: None,
-            memory_limit: None,
-            oom_kills: 0,
-            memory_bytes: None,
-            pids: None,
-            pids_limit: None,
-            pressure: None,
-            stopped_because: None,
+            memory_limit: p.memory_limit,
+            pids_limit: p.pids_limit,
             workers: plan
                 .workers
                 .iter()
@@ -89,6 +82,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
                     meters: Vec::new(),
                 })
                 .collect(),
+            ..Default::default()
         })
         .collect();
     let live = Live {

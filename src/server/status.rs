@@ -148,9 +148,10 @@ pub struct AddressSite {
     pub pools: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum PoolState {
+    #[default]
     Running,
     /// By rapid-fail protection or by command: its sites get 503 or a reset.
     Stopped,
@@ -201,7 +202,7 @@ impl WorkerState {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct PoolStatus {
     pub name: String,
     pub state: PoolState,

@@ -25,15 +25,6 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
             name: "web".into(),
             state: PoolState::Running,
             cpu_limit: None,
-            cgroup: None,
-            cpu_used_s: None,
-            memory_limit: None,
-            oom_kills: 0,
-            memory_bytes: None,
-            pids: None,
-            pids_limit: None,
-            pressure: None,
-            stopped_because: None,
             workers: vec![WorkerStatus {
                 role: Role::App,
                 remote_forwards: 0,
@@ -62,6 +53,7 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
                 ticket_keys: 2,
                 meters: Vec::new(),
             }],
+            ..Default::default()
         }],
     };
     let json = serde_json::to_string(&s).unwrap();
