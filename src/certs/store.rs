@@ -24,6 +24,12 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+/// The IP address a binding's host names, when it names one (`192.0.2.1`, or `[2001:db8::1]`
+/// as a binding writes an IPv6 address): its certificate is an IP certificate (RFC 8738).
+pub fn host_address(host: &str) -> Option<std::net::IpAddr> {
+    host.trim_matches(['[', ']']).parse().ok()
+}
+
 /// The stem of the store's pair for the certificate of `name`: the name, a wildcard's `*`
 /// written `_` (`_.example.com.pem` holds `*.example.com`).
 pub fn stem(name: &str) -> String {
@@ -49,8 +55,7 @@ pub fn files_for(dir: &Path, pattern: &str) -> Vec<TlsFiles> {
         None => {
             let mut pairs = vec![pair(pattern)];
             // An IP address has no parent a wildcard could cover.
-            let address = pattern.trim_matches(['[', ']']).parse::<std::net::IpAddr>();
-            if let (Some((_, parent)), Err(_)) = (pattern.split_once('.'), address) {
+            if let (Some((_, parent)), None) = (pattern.split_once('.'), host_address(pattern)) {
                 if parent.contains('.') {
                     pairs.push(pair(&format!("_.{parent}")));
                 }

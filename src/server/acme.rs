@@ -171,10 +171,7 @@ pub fn names(config: &Config) -> Vec<(String, Proof)> {
             let http = (site.bindings.iter())
                 .any(|b| !b.tls && b.host.as_deref().is_none_or(|h| h == host));
             // An address cannot be proven in DNS (RFC 8738 §7).
-            let address = host
-                .trim_matches(['[', ']'])
-                .parse::<std::net::IpAddr>()
-                .is_ok();
+            let address = crate::certs::store::host_address(host).is_some();
             let proof = match (dns, http) {
                 (Some(d), _) if (d.all_names && !address) || host.starts_with("*.") => Proof::Dns01,
                 (_, true) => Proof::Http01,
@@ -219,10 +216,11 @@ pub async fn order(
     wait: Duration,
 ) -> Result<(), String> {
     // An IP address's certificate (RFC 8738: `[::1]` as a binding writes it, `::1` to the CA).
-    let subject = name.trim_matches(['[', ']']);
-    let identifiers = [match subject.parse::<std::net::IpAddr>() {
-        Ok(ip) => Identifier::Ip(ip),
-        Err(_) => Identifier::Dns(name.to_string()),
+    let address = crate::certs::store::host_address(name);
+    let subject = address.map_or(name.to_string(), |ip| ip.to_string());
+    let identifiers = [match address {
+        Some(ip) => Identifier::Ip(ip),
+        None => Identifier::Dns(name.to_string()),
     }];
     if let Some(profile) = profile {
         offered_profile(account, profile)?;
@@ -262,7 +260,7 @@ pub async fn order(
     let mut proofs = Proofs::default();
     let answered = answer_challenges(&mut order, how, (answering, wait), &mut proofs).await;
     let issued = match answered {
-        Ok(()) => finish(&mut order, subject, wait).await,
+        Ok(()) => finish(&mut order, &subject, wait).await,
         Err(e) => Err(e),
     };
     for file in proofs.files {

@@ -349,11 +349,7 @@ pub fn server_config(
     }
     let mut addresses = (group.hosts.iter())
         .filter_map(|(host, _)| host.as_deref())
-        .filter(|h| {
-            h.trim_matches(['[', ']'])
-                .parse::<std::net::IpAddr>()
-                .is_ok()
-        });
+        .filter(|h| crate::certs::store::host_address(h).is_some());
     let without_sni = match (addresses.next(), addresses.next()) {
         (Some(only), None) => Some(only.to_string()),
         _ => None,
