@@ -390,6 +390,27 @@ fn check_refuses_dns_01_settings_that_cannot_act_in_one_line_each() {
         let err = refused(dns);
         assert!(err.contains(said), "{dns}:\n{err}");
     }
+    // Keys that would act on nothing: DNS-01 for wildcards where no binding names one, a
+    // resolver where there is no zone of espalier's to look up.
+    let plain = "[[site]]\nbindings = [\"https://127.0.0.1:1:shop.example\"]\nroot = \".\"\n";
+    let err = check_refuses(
+        d,
+        &format!("{head}listen = \"0.0.0.0:53\"\nzone = \"a.example\"\n{plain}"),
+    );
+    assert!(
+        err.contains(
+            "key `server.acme.dns`: proves wildcards (names = \"wildcards\"), and no https binding"
+        ),
+        "{err}"
+    );
+    let err =
+        refused("update = \"127.0.0.1\"\ntsig_key = \"good.key\"\nresolver = \"127.0.0.1:53\"");
+    assert!(
+        err.contains(
+            "key `server.acme.dns.resolver`: is where check and doctor look up the CNAMEs"
+        ),
+        "{err}"
+    );
     // Without [server.acme.dns] a wildcard alone is still nothing to order.
     let err = check_refuses(
         d,

@@ -197,6 +197,13 @@ impl Validator {
         let wildcard = (sites.iter().filter(|s| s.tls.is_none()))
             .flat_map(|s| s.bindings.iter())
             .find_map(|b| b.host.as_deref().filter(|h| b.tls && h.starts_with("*.")));
+        // DNS-01 for wildcards alone, and none to prove: it would answer nothing.
+        if acme.dns.as_ref().is_some_and(|d| !d.all_names) && wildcard.is_none() {
+            self.err(
+                &[Seg::Key("server"), Seg::Key("acme"), Seg::Key("dns")],
+                "proves wildcards (names = \"wildcards\"), and no https binding of a site without `tls` names one; add a wildcard binding (\"https://*:443:*.shop.example\"), or names = \"all\", or remove it",
+            );
+        }
         // With DNS-01 the wildcard itself is ordered, and no name under it.
         if let (Some(host), Some(_), false, None) = (wildcard, on_demand, asks, &acme.dns) {
             self.err(

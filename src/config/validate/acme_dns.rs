@@ -98,6 +98,10 @@ impl Validator {
                 false
             }
         };
+        // Delegations are looked up for espalier's own zone alone.
+        if raw.resolver.is_some() && matches!(publish, TxtPublishing::Update { .. }) {
+            self.err(&at("resolver"), "is where check and doctor look up the CNAMEs into espalier's own zone, and with `update` there are none; remove it");
+        }
         let resolver = address(self, "resolver", raw.resolver);
         Some(DnsChallenge {
             publish,
