@@ -56,6 +56,14 @@ impl PathAccess {
     }
 }
 
+/// The folders `tmp = "private"` replaces with the pool's own.
+pub const PRIVATE_TMP: [&str; 2] = ["/tmp", "/var/tmp"];
+
+/// Whether `path` is under a folder `tmp = "private"` replaces (and so hidden from the app).
+pub fn under_private_tmp(path: &std::path::Path) -> bool {
+    PRIVATE_TMP.iter().any(|t| path.starts_with(t))
+}
+
 impl Isolation {
     /// The mounts that make this view, in order: the system read-only, then what it hides,
     /// then the private `/tmp`, then the paths bound back (last, so that a path of the
@@ -75,8 +83,7 @@ impl Isolation {
         let hidden = self.paths.iter().filter(|(_, a)| *a == PathAccess::Hidden);
         plan.extend(hidden.map(|(p, _)| MountStep::Hide(p.clone())));
         if let Some(size) = self.private_tmp {
-            plan.push(MountStep::Tmp("/tmp".into(), size));
-            plan.push(MountStep::Tmp("/var/tmp".into(), size));
+            plan.extend(PRIVATE_TMP.map(|t| MountStep::Tmp(t.into(), size)));
         }
         for (path, access) in &self.paths {
             match access {
@@ -91,7 +98,11 @@ impl Isolation {
     /// The paths the app may write under, for Landlock: its `read-write` paths, its `/tmp`
     /// (private or not) and `/dev`.
     pub fn writable(&self) -> Vec<PathBuf> {
-        let mut paths: Vec<PathBuf> = vec!["/tmp".into(), "/var/tmp".into(), "/dev".into()];
+        let mut paths: Vec<PathBuf> = PRIVATE_TMP
+            .iter()
+            .chain(&["/dev"])
+            .map(PathBuf::from)
+            .collect();
         paths.extend(
             (self.paths.iter())
                 .filter(|(_, a)| *a == PathAccess::ReadWrite)

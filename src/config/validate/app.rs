@@ -195,8 +195,7 @@ impl Validator {
         let port = upstream == UpstreamKind::Tcp && transport != Transport::Activation;
         // A private /tmp hides what the machine's held, the app's own folder included.
         let private_tmp = isolation.as_ref().is_some_and(|n| n.private_tmp.is_some());
-        let under_tmp = |p: &Path| p.starts_with("/tmp") || p.starts_with("/var/tmp");
-        if private_tmp && under_tmp(&directory) {
+        if private_tmp && crate::config::isolation::under_private_tmp(&directory) {
             self.err(&[Seg::Key("pool"), Seg::Index(i), Seg::Key("isolation"), Seg::Key("tmp")], format!("\"private\" hides the machine's /tmp and /var/tmp, and the app's directory {} is there; move the app out of them, or share /tmp", directory.display()));
         }
         if isolation.as_ref().is_some_and(|n| n.no_network) && port {

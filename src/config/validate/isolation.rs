@@ -73,7 +73,7 @@ impl Validator {
                 );
                 continue;
             }
-            if tmp && (p.starts_with("/tmp") || p.starts_with("/var/tmp")) {
+            if tmp && crate::config::isolation::under_private_tmp(&p) {
                 self.err(&at, format!("`{path}` is under /tmp or /var/tmp, which tmp = \"private\" replaces; name a path elsewhere, or share /tmp"));
                 continue;
             }
