@@ -168,3 +168,35 @@ fn check_refuses_isolation_keys_that_cannot_act() {
         assert!(err.contains(said), "{isolation}: {err}");
     }
 }
+
+#[test]
+fn an_app_whose_start_spec_passes_an_environment_strings_bound_still_starts() {
+    if espalier::os::identity::effective_uid() != 0 {
+        return skip("isolation needs root (a mount namespace per app)");
+    }
+    let dir = outside_tmp();
+    let d = dir.path();
+    std::fs::copy(APP.as_path(), d.join("isolation_app.py")).unwrap();
+    for sub in ["a", "b"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    // 2,000 hidden paths (none there) make the app's start spec about 180 KiB: past the 128
+    // KiB the kernel allows one environment string, where it used to be handed over.
+    let hidden: Vec<String> = (0..2000)
+        .map(|i| {
+            format!(
+                "\"/srv/espalier-test-hidden/{i:04}/{}\" = \"hidden\"",
+                "x".repeat(48)
+            )
+        })
+        .collect();
+    let a = format!("paths = {{ {} }}", hidden.join(", "));
+    let port = free_port();
+    let server = Server::with_config(d, &config(d, port, (&a, "")));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(
+        ask(addr, "a.test", "/list?/srv/espalier-test-hidden"),
+        "FileNotFoundError: No such file or directory"
+    );
+    drop(server);
+}

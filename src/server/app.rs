@@ -19,6 +19,7 @@ use crate::config::{AppCommand, Transport, UpstreamKind};
 use crate::proxy::Endpoint;
 use std::collections::VecDeque;
 use std::io::BufRead;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -157,6 +158,13 @@ pub(super) fn spawn_app(
         port,
         socket: socket.clone(),
     };
+    // In a sealed file, not the environment: one environment string may not pass 128 KiB,
+    // and an isolated pool's spec names every other pool's folder.
+    let json = serde_json::to_vec(&exec).map_err(|e| e.to_string())?;
+    let exec_file = crate::os::process::sealed_memfd("espalier-app-exec", &json)
+        .map_err(|e| format!("cannot hand {who} its start: {e}"))?;
+    let mut fds = fds;
+    fds.push(exec_file.as_raw_fd());
     let exe = crate::os::process::own_executable()
         .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
     let mut cmd = Command::new(exe);
@@ -165,10 +173,7 @@ pub(super) fn spawn_app(
         .arg("--")
         .args(&argv)
         .current_dir(&app.directory)
-        .env(
-            ENV_VAR,
-            serde_json::to_string(&exec).map_err(|e| e.to_string())?,
-        )
+        .env(ENV_VAR, exec_file.as_raw_fd().to_string())
         .env("NOTIFY_SOCKET", &notify_path)
         .env("ESPALIER_POOL", &spec.pool)
         .env("ESPALIER_WORKER", &who)
@@ -194,6 +199,7 @@ pub(super) fn spawn_app(
     };
     let mut child = super::spawn::spawn_placed(spec, &mut cmd, fds)
         .map_err(|e| format!("cannot start {who} (`{}`): {e}", argv.join(" ")))?;
+    drop(exec_file);
     let pid = child.id();
     let output: OutputTail = Arc::default();
     let prefix = format!("{who} pid {pid}");

@@ -23,7 +23,8 @@ use std::path::PathBuf;
 
 pub const ENV_VAR: &str = "ESPALIER_APP_EXEC";
 
-/// What the master hands `app-exec`, as JSON in [`ENV_VAR`].
+/// What the master hands `app-exec`: JSON in a sealed memory file whose inherited descriptor
+/// [`ENV_VAR`] names (see `os::process::sealed_memfd`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecSpec {
     /// `pool/index`, for messages.
@@ -137,9 +138,12 @@ fn isolate(
 
 /// Entry point of `espalier app-exec -- PROGRAM ARGS…` (started only by the master).
 pub fn main(argv: Vec<OsString>) -> i32 {
+    // Read (and its descriptor closed) before the listeners are put at 3, 4, ….
     let spec: ExecSpec = match std::env::var(ENV_VAR)
         .map_err(|e| e.to_string())
-        .and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string()))
+        .and_then(|fd| fd.parse::<i32>().map_err(|e| e.to_string()))
+        .and_then(|fd| os::process::read_inherited(fd).map_err(|e| e.to_string()))
+        .and_then(|json| serde_json::from_slice(&json).map_err(|e| e.to_string()))
     {
         Ok(s) => s,
         Err(e) => {
