@@ -24,9 +24,10 @@ pub struct Isolation {
     pub hide_home: bool,
     /// `paths`: absolute paths and what the app may do there.
     pub paths: Vec<(PathBuf, PathAccess)>,
-    /// The other pools' directories that are not above this pool's: hidden (filled in once
-    /// every pool is read).
-    pub others: Vec<PathBuf>,
+    /// Every app pool's directory, sorted, one list the isolated pools share (filled in once
+    /// every pool is read: a list per pool would cost thousands of pools the square). Those
+    /// not at or above this pool's own are hidden ([`Isolation::mount_plan`]).
+    pub pool_dirs: std::sync::Arc<[PathBuf]>,
     /// `landlock` (on by default): where the kernel has Landlock, the app may write only
     /// under its `read-write` paths, its `/tmp` and `/dev`, and bind TCP only to its own port.
     pub landlock: bool,
@@ -68,7 +69,9 @@ impl Isolation {
     /// The mounts that make this view, in order: the system read-only, then what it hides,
     /// then the private `/tmp`, then the paths bound back (last, so that a path of the
     /// pool's own under a hidden or read-only one is seen as asked).
-    pub fn mount_plan(&self) -> Vec<MountStep> {
+    /// `directory` is the pool's own: it, and any folder above it or above one of the pool's
+    /// own paths, is not hidden with the other pools' folders.
+    pub fn mount_plan(&self, directory: &std::path::Path) -> Vec<MountStep> {
         let mut plan = Vec::new();
         if self.read_only_system {
             plan.push(MountStep::ReadOnly("/".into()));
@@ -79,7 +82,13 @@ impl Isolation {
                 plan.push(MountStep::Hide(home.into()));
             }
         }
-        plan.extend(self.others.iter().cloned().map(MountStep::Hide));
+        let own = (self.paths.iter())
+            .filter(|(_, a)| *a != PathAccess::Hidden)
+            .map(|(p, _)| p.as_path())
+            .chain([directory]);
+        let own: Vec<&std::path::Path> = own.collect();
+        let others = (self.pool_dirs.iter()).filter(|d| !own.iter().any(|o| o.starts_with(d)));
+        plan.extend(others.cloned().map(MountStep::Hide));
         let hidden = self.paths.iter().filter(|(_, a)| *a == PathAccess::Hidden);
         plan.extend(hidden.map(|(p, _)| MountStep::Hide(p.clone())));
         if let Some(size) = self.private_tmp {
@@ -126,11 +135,16 @@ mod tests {
                 ("/srv/shop/data".into(), PathAccess::ReadWrite),
                 ("/srv/secret".into(), PathAccess::Hidden),
             ],
-            others: vec!["/srv/other".into()],
+            pool_dirs: ["/srv/other", "/srv/shop", "/srv"]
+                .map(PathBuf::from)
+                .into(),
             landlock: true,
             no_network: false,
         };
-        let plan = isolation.mount_plan();
+        let plan = isolation.mount_plan("/srv/shop".as_ref());
+        // Its own folder, and the one above it, are not hidden with the other pool's.
+        assert!(!plan.contains(&MountStep::Hide("/srv/shop".into())));
+        assert!(!plan.contains(&MountStep::Hide("/srv".into())));
         assert_eq!(plan[0], MountStep::ReadOnly("/".into()));
         assert_eq!(plan[1], MountStep::Writable("/dev".into()));
         let at = |step: &MountStep| plan.iter().position(|s| s == step).unwrap();

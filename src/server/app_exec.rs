@@ -115,7 +115,10 @@ fn isolate(
     isolation: &crate::config::isolation::Isolation,
     socket: Option<&std::path::Path>,
 ) -> Result<(), String> {
-    let mut plan = isolation.mount_plan();
+    // Started in the pool's directory (the master's `current_dir`).
+    let directory =
+        std::env::current_dir().map_err(|e| format!("isolation: the working directory: {e}"))?;
+    let mut plan = isolation.mount_plan(&directory);
     if let Some(folder) = socket.and_then(|s| s.parent()) {
         plan.push(crate::config::isolation::MountStep::Bind(
             folder.into(),
@@ -126,12 +129,10 @@ fn isolate(
     if isolation.no_network {
         os::isolation::leave_network()?;
     }
-    let here =
-        std::env::current_dir().map_err(|e| format!("isolation: the working directory: {e}"))?;
-    std::env::set_current_dir(&here).map_err(|e| {
+    std::env::set_current_dir(&directory).map_err(|e| {
         format!(
             "isolation: the working directory {} cannot be seen: {e}",
-            here.display()
+            directory.display()
         )
     })
 }

@@ -7,7 +7,7 @@ use super::super::isolation::{Isolation, PathAccess};
 use super::super::locate::Seg;
 use super::super::raw::RawIsolation;
 use super::Validator;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A private `/tmp`'s size, by default: room for uploads in flight, not for a disk's worth.
 const TMP_SIZE: u64 = 256 << 20;
@@ -84,7 +84,7 @@ impl Validator {
             read_only_system,
             hide_home,
             paths,
-            others: Vec::new(),
+            pool_dirs: Default::default(),
             landlock: raw.landlock.unwrap_or(true),
             no_network,
         })
@@ -92,34 +92,20 @@ impl Validator {
 }
 
 impl Validator {
-    /// Each isolated pool's `others`: every other pool's directory, but one at or above its
-    /// own directory or one of its `read-write` paths (hiding it would hide the pool's own).
+    /// Every app pool's directory, once, in one list each isolated pool shares (see
+    /// `Isolation::pool_dirs`).
     pub(super) fn hide_other_pools(&self, pools: &mut [crate::config::PoolSpec]) {
-        let directories: Vec<(String, PathBuf)> = (pools.iter())
-            .filter_map(|p| Some((p.name.clone(), p.app.as_ref()?.directory.clone())))
+        let mut dirs: Vec<PathBuf> = (pools.iter())
+            .filter_map(|p| Some(p.app.as_ref()?.directory.clone()))
             .collect();
+        dirs.sort();
+        dirs.dedup();
+        let dirs: std::sync::Arc<[PathBuf]> = dirs.into();
         for pool in pools.iter_mut() {
-            let Some(app) = pool.app.as_mut() else {
-                continue;
-            };
-            let own = app.directory.clone();
-            let Some(isolation) = app.isolation.as_mut() else {
-                continue;
-            };
-            let mut keep: Vec<&Path> = vec![&own];
-            let writable = isolation
-                .paths
-                .iter()
-                .filter(|(_, a)| *a != PathAccess::Hidden);
-            keep.extend(writable.map(|(p, _)| p.as_path()));
-            let mut others: Vec<PathBuf> = (directories.iter())
-                .filter(|(name, _)| *name != pool.name)
-                .map(|(_, dir)| dir.clone())
-                .filter(|dir| !keep.iter().any(|k| k.starts_with(dir)))
-                .collect();
-            others.sort();
-            others.dedup();
-            isolation.others = others;
+            let isolation = pool.app.as_mut().and_then(|a| a.isolation.as_mut());
+            if let Some(isolation) = isolation {
+                isolation.pool_dirs = std::sync::Arc::clone(&dirs);
+            }
         }
     }
 }
