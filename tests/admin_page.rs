@@ -68,6 +68,8 @@ worker_header = true
 [[pool]]
 name = "shop"
 processes = 2
+memory_limit = "256MiB"
+pids_limit = 200
 [[pool]]
 name = "blog"
 affinity = "hard"
@@ -230,6 +232,20 @@ interval = "300ms"
             && latency.ends_with(" · 5xx 0.0%"),
         "{latency}"
     );
+
+    // The shop pool's limits, against what its group uses, where the machine applied them.
+    let shop = (b.status.pools.iter()).find(|p| p.name == "shop").unwrap();
+    let limits = seen["shop_limits"].as_str().unwrap();
+    if shop.memory_limit.is_some() {
+        assert!(
+            limits.starts_with("memory ")
+                && limits.contains(" MiB of 256.0 MiB")
+                && limits.contains(" of 200 processes"),
+            "{limits}"
+        );
+    } else {
+        assert_eq!(limits, "", "no group, no limits: {}", server.log_text());
+    }
 
     // With the token, the recycle button replaced blog's worker.
     assert!(

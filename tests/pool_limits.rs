@@ -91,6 +91,15 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
         hog.memory_bytes
     );
     assert!(hog.pids.is_some_and(|n| n > 0 && n <= 48), "{:?}", hog.pids);
+    // Its memory met the limit before the kill: cgroup v2 counts it (`max` events); v1's
+    // count is not kept (its `memory.failcnt` stays 0 here past the kill).
+    let v2 = Path::new(hog.cgroup.as_deref().unwrap())
+        .join("memory.events")
+        .exists();
+    match v2 {
+        true => assert!(hog.memory_max_events.is_some_and(|n| n > 0), "{hog:?}"),
+        false => assert_eq!(hog.memory_max_events, None),
+    }
     assert_eq!(hog.pids_limit, Some(48));
     // No swap beyond the memory: v2's memory.swap.max, v1's memory and swap together.
     let group = Path::new(hog.cgroup.as_deref().unwrap());
@@ -186,4 +195,122 @@ fn check_refuses_a_limit_no_control_group_can_apply() {
         );
     }
     assert!(err.contains("Delegate=yes"), "{err}");
+}
+
+/// On-demand pools — the hosting scale — get limits without asking (#60, item 4): a pool that
+/// sets none takes its share of the machine (two pools: half its memory each) and the
+/// server's `on_demand_pids_limit`, one that sets its own keeps it; and their groups are
+/// made when each first starts, not for every sleeping pool at the server's start.
+#[test]
+fn on_demand_pools_get_default_limits_at_their_first_start() {
+    if espalier::os::identity::effective_uid() != 0 {
+        return skip("control groups need root");
+    }
+    let limited = match espalier::os::cgroup::detect(Path::new("/sys/fs/cgroup")) {
+        Some(espalier::os::cgroup::Hierarchy::V1 { memory, pids, .. }) => {
+            memory.is_some() && pids.is_some()
+        }
+        Some(espalier::os::cgroup::Hierarchy::V2 { memory, pids, .. }) => memory && pids,
+        None => false,
+    };
+    if !limited {
+        return skip("this machine's cgroups have no memory or pids controller espalier may use");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pool = |name: &str, own: &str| {
+        format!("[[pool]]\nname = \"{name}\"\nstart = \"on-demand\"\n{own}\n")
+    };
+    let server = Server::with_config(
+        dir.path(),
+        &format!(
+            "[server]\non_demand_pids_limit = 300\n{}{}{}{}",
+            pool("shared", ""),
+            pool("own", "memory_limit = \"96MiB\""),
+            dynamic_site(port, "shared", "shared"),
+            dynamic_site(port, "own", "own"),
+        ),
+    );
+    let limits = |name: &str| {
+        let status = server.status();
+        let p = status.pools.into_iter().find(|p| p.name == name).unwrap();
+        (p.memory_limit, p.pids_limit, p.cgroup)
+    };
+    // Asleep: no group yet.
+    assert_eq!(limits("shared"), (None, None, None));
+    assert!(
+        !server.log_text().contains("pool shared: memory at"),
+        "{}",
+        server.log_text()
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for name in ["shared", "own"] {
+        let r = get_host(addr, &format!("{name}.example"), "/");
+        assert_eq!(r.status, 200, "{}", server.log_text());
+    }
+    let machine = espalier::os::cgroup::memory_limit().unwrap();
+    let share = (machine / 2).max(256 << 20);
+    server.wait_for_log(
+        &format!(
+            "pool shared: memory at {} MiB, 300 processes and threads over all its processes",
+            share >> 20
+        ),
+        Duration::from_secs(10),
+    );
+    let (memory, pids, group) = limits("shared");
+    assert_eq!((memory, pids), (Some(share), Some(300)));
+    // The kernel holds it: v2's memory.max, v1's memory.limit_in_bytes (rounded to pages).
+    let group = Path::new(group.as_deref().unwrap()).to_path_buf();
+    let file = ["memory.max", "memory.limit_in_bytes"]
+        .into_iter()
+        .map(|f| group.join(f))
+        .find(|f| f.exists())
+        .unwrap_or_else(|| panic!("no memory limit file in {}", group.display()));
+    let set: u64 = std::fs::read_to_string(&file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(set, share / 4096 * 4096, "{}", file.display());
+    assert_eq!(limits("own").0, Some(96 << 20));
+    assert_eq!(limits("own").1, Some(300));
+}
+
+#[test]
+fn check_refuses_on_demand_limits_that_cannot_act() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let site = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n";
+    let on_demand = "[[pool]]\nname = \"p\"\nstart = \"on-demand\"\n";
+    let always = "[[pool]]\nname = \"p\"\n";
+    for (server, pool, said) in [
+        (
+            "on_demand_memory_limit = \"8MiB\"",
+            on_demand,
+            "key `server.on_demand_memory_limit`: is below 32 MiB",
+        ),
+        (
+            "on_demand_memory_limit = \"plenty\"",
+            on_demand,
+            "key `server.on_demand_memory_limit`",
+        ),
+        (
+            "on_demand_pids_limit = 4",
+            on_demand,
+            "key `server.on_demand_pids_limit`: is below 16",
+        ),
+        (
+            "on_demand_pids_limit = \"many\"",
+            on_demand,
+            "write \"auto\" (the default), \"none\" or one like 512",
+        ),
+        (
+            "on_demand_memory_limit = \"1GiB\"",
+            always,
+            "key `server.on_demand_memory_limit`: bounds the pools that start on demand",
+        ),
+    ] {
+        let err = check_refuses(d, &format!("[server]\n{server}\n{pool}{site}"));
+        assert!(err.contains(said), "{server}: {err}");
+    }
 }

@@ -128,8 +128,12 @@ fn limits_line(p: &crate::server::status::PoolStatus) -> Option<String> {
         let now = p
             .memory_bytes
             .map_or("-".into(), crate::units::format_bytes);
+        let throttled = match (p.memory_high_events, p.memory_max_events) {
+            (Some(high), Some(max)) => format!(", throttled {high}× at 90 %, {max}× at the limit"),
+            _ => String::new(),
+        };
         parts.push(format!(
-            "memory {now} of {} ({} OOM kill(s))",
+            "memory {now} of {} ({} OOM kill(s){throttled})",
             crate::units::format_bytes(limit),
             p.oom_kills
         ));

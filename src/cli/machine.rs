@@ -81,6 +81,25 @@ fn limit_problems(c: &Config, file: &Path, cgroups: &Path) -> bool {
     };
     let fix = "on cgroup v2, run espalier in a cgroup that may hand the controller to its children (systemd: Delegate=yes); on v1, mount its hierarchy; or remove the key";
     let mut refused = false;
+    let server = &c.server;
+    let set = |d: crate::config::TenantDefault| matches!(d, crate::config::TenantDefault::Set(_));
+    for (key, controller, missing) in [
+        (
+            "on_demand_memory_limit",
+            "memory",
+            set(server.on_demand_memory_limit) && !memory,
+        ),
+        (
+            "on_demand_pids_limit",
+            "pids",
+            set(server.on_demand_pids_limit) && !pids,
+        ),
+    ] {
+        if missing {
+            eprintln!("{}: [server] key `{key}`: this machine's control groups ({}) offer no {controller} controller espalier may use; {fix}", file.display(), cgroups.display());
+            refused = true;
+        }
+    }
     for pool in &c.pools {
         let wanted = [
             (

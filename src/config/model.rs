@@ -172,6 +172,15 @@ pub enum IdleAction {
     Suspend,
 }
 
+/// A limit on-demand pools get when they set none of their own: derived from the machine
+/// and the number of pools (`"auto"`), none (`"none"`), or the one given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TenantDefault {
+    Auto,
+    Off,
+    Set(u64),
+}
+
 /// When a pool's processes start (IIS `startMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StartMode {
@@ -431,8 +440,13 @@ pub struct ServerSettings {
     pub on_demand_starting: Option<u32>,
     /// On-demand workers that may be awake at once; past it the least recently busy idle one
     /// sleeps to make room (or, all busy, the wake waits its turn). Default (`None`): one per
-    /// 32 MiB of the memory the server may use (see `server::supervisor::demand`).
+    /// 128 MiB of the memory the server may use (see `server::supervisor::wake`).
     pub on_demand_running: Option<u32>,
+    /// The memory limit of an on-demand pool that sets no `memory_limit` of its own
+    /// (`on_demand_memory_limit`; see `server::supervisor::wake::default_limits`).
+    pub on_demand_memory_limit: TenantDefault,
+    /// The same for `pids_limit` (`on_demand_pids_limit`).
+    pub on_demand_pids_limit: TenantDefault,
     pub limits: Limits,
     /// `[server.acme]`: the store's missing and expiring certificates ordered from an ACME
     /// directory (`None`: the store is filled by others).
@@ -457,6 +471,8 @@ impl Default for ServerSettings {
             drain_delay: Duration::ZERO,
             on_demand_starting: None,
             on_demand_running: None,
+            on_demand_memory_limit: TenantDefault::Auto,
+            on_demand_pids_limit: TenantDefault::Auto,
             limits: Limits::default(),
             acme: None,
         }

@@ -136,6 +136,8 @@ pub struct RawServer {
     pub drain_delay: Option<Scalar>,
     pub on_demand_starting: Option<i64>,
     pub on_demand_running: Option<i64>,
+    pub on_demand_memory_limit: Option<Scalar>,
+    pub on_demand_pids_limit: Option<Scalar>,
     pub limits: Option<RawLimits>,
     pub acme: Option<RawAcme>,
 }

@@ -155,6 +155,10 @@ pub struct GroupUsage {
     pub memory: Option<u64>,
     pub pids: Option<u64>,
     pub pressure: Option<[f64; 3]>,
+    /// Times its memory reached `memory.high` and was throttled and reclaimed (v2's `high`
+    /// events), and reached `memory.max` (`max` events), since it was made: cgroup v2 only.
+    pub memory_high_events: Option<u64>,
+    pub memory_max_events: Option<u64>,
 }
 
 /// The number in file `path` (its first word).
@@ -182,11 +186,33 @@ impl Group {
                 avg("io.pressure").unwrap_or(0.0),
             ])
         });
+        let (memory_high_events, memory_max_events) = self.memory_events();
         GroupUsage {
             memory: self.memory_now.as_deref().and_then(read_number),
             pids: self.pids_now.as_deref().and_then(read_number),
             pressure,
+            memory_high_events,
+            memory_max_events,
         }
+    }
+
+    /// (`memory.high` events, `memory.max` events) of [`GroupUsage`], with a memory limit.
+    fn memory_events(&self) -> (Option<u64>, Option<u64>) {
+        let Some(file) = &self.oom_events else {
+            return (None, None);
+        };
+        // v1's `memory.failcnt` would be the limit's hits, but stays 0 past an OOM kill
+        // (Linux 6.18, measured): no count is better than a wrong one.
+        if !file.ends_with("memory.events") {
+            return (None, None);
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let count = |key: &str| {
+            (text.lines())
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|n| n.trim().parse().ok())
+        };
+        (count("high "), count("max "))
     }
 
     /// Processes of the group the kernel's OOM killer has killed since it was made.
@@ -520,6 +546,15 @@ pub fn memory_limit() -> Option<u64> {
     Some(caps.fold(total, u64::min)).filter(|&m| m > 0)
 }
 
+/// The process ids the machine has: the fewer of `kernel.pid_max` and `kernel.threads-max`
+/// (a thread takes one too). `None` when neither can be read.
+pub fn process_ids() -> Option<u64> {
+    ["/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"]
+        .iter()
+        .filter_map(|f| read_number(Path::new(f)))
+        .min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -697,6 +732,10 @@ mod tests {
         let usage = g.usage();
         assert_eq!((usage.memory, usage.pids), (Some(50 << 20), Some(7)));
         assert_eq!(usage.pressure, Some([1.5, 1.5, 1.5]));
+        assert_eq!(
+            (usage.memory_high_events, usage.memory_max_events),
+            (Some(3), Some(2))
+        );
         // A controller the hierarchy lacks is refused in one line.
         std::fs::write(dir.path().join("cgroup.controllers"), "cpu\n").unwrap();
         let h = detect_for(dir.path(), "0::/\n").unwrap();

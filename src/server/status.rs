@@ -229,6 +229,12 @@ pub struct PoolStatus {
     pub pids_limit: Option<u64>,
     #[serde(default)]
     pub pressure: Option<[f64; 3]>,
+    /// Times the pool's memory reached 90 % of `memory_limit` and was throttled, and reached
+    /// the limit itself (cgroup v2's `memory.events`; v1 keeps no count).
+    #[serde(default)]
+    pub memory_high_events: Option<u64>,
+    #[serde(default)]
+    pub memory_max_events: Option<u64>,
     pub stopped_because: Option<String>,
     pub workers: Vec<WorkerStatus>,
 }
@@ -395,12 +401,14 @@ impl Status {
     /// only for the pools that have it.
     fn pool_limits_metrics(&self, out: &mut String) {
         type Figure = fn(&PoolStatus) -> Option<f64>;
-        let series: [(&str, &str, &str, Figure); 6] = [
+        let series: [(&str, &str, &str, Figure); 8] = [
             ("espalier_pool_memory_bytes", "gauge", "memory the pool's processes use now (with memory_limit)", |p| p.memory_bytes.map(|v| v as f64)),
             ("espalier_pool_memory_limit_bytes", "gauge", "the pool's memory_limit", |p| p.memory_limit.map(|v| v as f64)),
             ("espalier_pool_oom_kills_total", "counter", "the pool's processes killed by the kernel's OOM killer at its memory_limit", |p| p.memory_limit.map(|_| p.oom_kills as f64)),
             ("espalier_pool_pids", "gauge", "the pool's processes and threads now (with pids_limit)", |p| p.pids.map(|v| v as f64)),
             ("espalier_pool_pids_limit", "gauge", "the pool's pids_limit", |p| p.pids_limit.map(|v| v as f64)),
+            ("espalier_pool_memory_high_events_total", "counter", "times the pool's memory reached 90 % of memory_limit and was throttled (cgroup v2)", |p| p.memory_high_events.map(|v| v as f64)),
+            ("espalier_pool_memory_max_events_total", "counter", "times the pool's memory reached memory_limit (cgroup v2)", |p| p.memory_max_events.map(|v| v as f64)),
             ("espalier_pool_memory_pressure_avg10", "gauge", "share (%) of the last 10 s some of the pool's tasks stalled on memory (cgroup v2 PSI)", |p| p.pressure.map(|[m, _, _]| m)),
         ];
         for (name, kind, help, value) in series {

@@ -47,6 +47,7 @@ async function waitFor(what, check, ms) {
       const t = await page.textContent('td.latency[data-pool="shop"]');
       return t && t.startsWith("p50") ? t : null;
     }, 20000);
+    seen.shop_limits = await page.textContent('.limits[data-pool="shop"]');
     // The upstream group's server that refuses, shown down by its check.
     seen.upstreams = await waitFor("the upstream server drawn down", async () => {
       const u = await page.$$eval("tr.upstream-server", trs => trs.map(tr => ({ state: tr.dataset.state, text: tr.textContent })));

@@ -237,6 +237,49 @@ impl Validator {
         }
     }
 
+    /// `[server] on_demand_memory_limit` (a size, `memory`) or `on_demand_pids_limit` (a
+    /// count): `"auto"` (the default), `"none"`, or the limit, at least what a pool's own
+    /// `memory_limit` or `pids_limit` may be.
+    fn tenant_default(
+        &mut self,
+        key: &'static str,
+        v: Option<Scalar>,
+        memory: bool,
+    ) -> TenantDefault {
+        let at = [Seg::Key("server"), Seg::Key(key)];
+        let (floor, example) = if memory {
+            (32 << 20, "\"512MiB\"")
+        } else {
+            (16, "512")
+        };
+        let n = match v {
+            None => return TenantDefault::Auto,
+            Some(Scalar::Text(t)) if t == "auto" => return TenantDefault::Auto,
+            Some(Scalar::Text(t)) if t == "none" => return TenantDefault::Off,
+            Some(Scalar::Int(n)) if n > 0 => n as u64,
+            Some(Scalar::Text(t)) if memory => match parse_size(&t) {
+                Ok(n) => n,
+                Err(m) => {
+                    self.err(
+                        &at,
+                        format!("{m}; or write \"auto\" (the default) or \"none\""),
+                    );
+                    return TenantDefault::Auto;
+                }
+            },
+            Some(other) => {
+                self.err(&at, format!("{other:?} is not a limit; write \"auto\" (the default), \"none\" or one like {example}"));
+                return TenantDefault::Auto;
+            }
+        };
+        if n < floor {
+            let what = if memory { "32 MiB" } else { "16" };
+            self.err(&at, format!("is below {what}, where a pool's own worker cannot run; give it room, like {example}"));
+            return TenantDefault::Auto;
+        }
+        TenantDefault::Set(n)
+    }
+
     /// `on_demand_starting` and `on_demand_running` bound pools that start on demand: with
     /// none, they would do nothing.
     fn check_on_demand_bounds(&mut self, server: &ServerSettings, pools: &[PoolSpec]) {
@@ -246,6 +289,14 @@ impl Validator {
         for (key, set) in [
             ("on_demand_starting", server.on_demand_starting.is_some()),
             ("on_demand_running", server.on_demand_running.is_some()),
+            (
+                "on_demand_memory_limit",
+                server.on_demand_memory_limit != TenantDefault::Auto,
+            ),
+            (
+                "on_demand_pids_limit",
+                server.on_demand_pids_limit != TenantDefault::Auto,
+            ),
         ] {
             if set {
                 self.err(&[Seg::Key("server"), Seg::Key(key)], "bounds the pools that start on demand, and every pool here always runs; add start = \"on-demand\" to the pools it should bound, or remove it");
@@ -322,6 +373,10 @@ impl Validator {
         };
         let on_demand_starting = bound("on_demand_starting", raw.on_demand_starting);
         let on_demand_running = bound("on_demand_running", raw.on_demand_running);
+        let on_demand_memory_limit =
+            self.tenant_default("on_demand_memory_limit", raw.on_demand_memory_limit, true);
+        let on_demand_pids_limit =
+            self.tenant_default("on_demand_pids_limit", raw.on_demand_pids_limit, false);
         let l = raw.limits.unwrap_or_default();
         let dl = Limits::default();
         let p = |k: &'static str| [Seg::Key("server"), Seg::Key("limits"), Seg::Key(k)];
@@ -434,6 +489,8 @@ impl Validator {
             drain_delay,
             on_demand_starting,
             on_demand_running,
+            on_demand_memory_limit,
+            on_demand_pids_limit,
             limits,
         }
     }

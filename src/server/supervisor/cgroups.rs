@@ -31,6 +31,15 @@ fn said(limits: os::cgroup::PoolLimits) -> String {
     format!("{} over all its processes", parts.join(", "))
 }
 
+/// Adds `dirs` to a process's groups, once each.
+fn join(groups: &mut Vec<std::path::PathBuf>, dirs: &[std::path::PathBuf]) {
+    for d in dirs {
+        if !groups.contains(d) {
+            groups.push(d.clone());
+        }
+    }
+}
+
 impl Supervisor {
     /// Control groups: a CPU cap per pool with `cpu_limit`, a cpuset per hard-affinity worker.
     /// Where they cannot be made, one warning says why and the pool runs without.
@@ -38,50 +47,57 @@ impl Supervisor {
         self.make_cgroups_for(0);
     }
 
-    /// Control groups for the slots from `first` on (all at start; a reload's new ones).
-    pub(super) fn make_cgroups_for(&mut self, first: usize) {
-        let limits_of = |p: &crate::config::PoolSpec| os::cgroup::PoolLimits {
-            cpu: p.cpu_limit,
-            memory: p.memory_limit,
-            swap: p.swap_limit,
-            pids: p.pids_limit,
-            io_weight: p.io_weight,
+    /// Pool `p`'s limits: its own, and for an on-demand pool that sets none, the defaults
+    /// its share of the machine gives (see [`super::wake::default_limits`]).
+    fn limits_of(&self, p: usize) -> os::cgroup::PoolLimits {
+        let spec = &self.pools[p].spec;
+        let mut limits = os::cgroup::PoolLimits {
+            cpu: spec.cpu_limit,
+            memory: spec.memory_limit,
+            swap: spec.swap_limit,
+            pids: spec.pids_limit,
+            io_weight: spec.io_weight,
         };
+        if spec.start == crate::config::StartMode::OnDemand {
+            let on_demand = (self.pools.iter())
+                .filter(|p| p.spec.start == crate::config::StartMode::OnDemand)
+                .count();
+            let (_, running) =
+                super::wake::bounds(&self.config.server, self.online.len(), self.memory);
+            let machine = (self.memory, os::cgroup::process_ids());
+            let (memory, pids) =
+                super::wake::default_limits(&self.config.server, machine, on_demand, running);
+            limits.memory = limits.memory.or(memory);
+            limits.pids = limits.pids.or(pids);
+        }
+        limits
+    }
+
+    /// Control groups for the slots from `first` on (all at start; a reload's new ones). An
+    /// on-demand pool's is made at its first start ([`Self::pool_group_at_start`]): with
+    /// thousands of sleeping pools, a group each at start would cost the start-up thousands
+    /// of directories in every controller, for pools that may never wake.
+    pub(super) fn make_cgroups_for(&mut self, first: usize) {
         let Some(h) = self.cgroups.hierarchy.clone() else {
-            if self
-                .pools
-                .iter()
-                .any(|p| limits_of(&p.spec) != Default::default())
-            {
+            if self.pools.iter().any(|p| {
+                let s = &p.spec;
+                s.cpu_limit.is_some() || s.memory_limit.is_some() || s.pids_limit.is_some()
+            }) {
                 log("master", "warning: no cgroup controller is available (neither v2 in espalier's own cgroup nor v1 cpu, memory or pids): cpu_limit, memory_limit and pids_limit are not applied");
             }
             return;
         };
         for p in 0..self.pools.len() {
-            let limits = limits_of(&self.pools[p].spec);
-            if limits == Default::default() || !self.slots[first..].iter().any(|s| s.pool == p) {
+            let mut slots = self.slots[first..].iter().filter(|s| s.pool == p);
+            let Some(_) = slots.clone().next() else {
+                continue;
+            };
+            // A hard-affinity worker's cpuset is made below, inside its pool's group.
+            let hard = slots.any(|s| s.spec.hard && s.spec.node.is_some());
+            if self.pools[p].spec.start == crate::config::StartMode::OnDemand && !hard {
                 continue;
             }
-            let name = self.pools[p].spec.name.clone();
-            match os::cgroup::pool_group(&h, &name, limits) {
-                Ok(g) => {
-                    log(
-                        "master",
-                        format!("pool {name}: {} ({})", said(limits), g.dirs[0].display()),
-                    );
-                    for s in self.slots[first..].iter_mut().filter(|s| s.pool == p) {
-                        s.spec.cgroups.extend(g.dirs.iter().cloned());
-                    }
-                    self.pools[p].group = Some(g);
-                }
-                Err(e) => log(
-                    "master",
-                    format!(
-                        "warning: pool {name}: {} not applied: {e}; the pool runs without",
-                        said(limits)
-                    ),
-                ),
-            }
+            self.make_pool_group(&h, p, first);
         }
         let mut warned = false;
         for s in self.slots[first..]
@@ -120,6 +136,68 @@ impl Supervisor {
                     log("master", format!("warning: hard-affinity workers get no cpuset cgroup: {e}; CPU affinity and memory policy still apply"));
                 }
                 Err(_) => {}
+            }
+        }
+    }
+
+    /// An on-demand pool's group, made as its first process starts (see
+    /// [`Self::make_cgroups_for`]), and joined by slot `i`.
+    pub(super) fn pool_group_at_start(&mut self, i: usize) {
+        let p = self.slots[i].pool;
+        if self.pools[p].spec.start != crate::config::StartMode::OnDemand {
+            return;
+        }
+        if !self.pools[p].group_tried {
+            if let Some(h) = self.cgroups.hierarchy.clone() {
+                self.make_pool_group(&h, p, 0);
+            }
+        } else if let Some(g) = &self.pools[p].group {
+            join(&mut self.slots[i].spec.cgroups, &g.dirs);
+        }
+    }
+
+    /// Pool `p`'s group with its limits, joined by its slots from `first` on. Made once: a
+    /// failure is said and the pool runs without.
+    fn make_pool_group(&mut self, h: &os::cgroup::Hierarchy, p: usize, first: usize) {
+        self.pools[p].group_tried = true;
+        let limits = self.limits_of(p);
+        if limits == Default::default() {
+            return;
+        }
+        let spec = &self.pools[p].spec;
+        let defaulted = spec.memory_limit.is_none()
+            && spec.pids_limit.is_none()
+            && spec.cpu_limit.is_none()
+            && spec.io_weight.is_none();
+        let name = spec.name.clone();
+        match os::cgroup::pool_group(h, &name, limits) {
+            Ok(g) => {
+                log(
+                    "master",
+                    format!("pool {name}: {} ({})", said(limits), g.dirs[0].display()),
+                );
+                for s in self.slots[first..].iter_mut().filter(|s| s.pool == p) {
+                    join(&mut s.spec.cgroups, &g.dirs);
+                }
+                self.pools[p].group = Some(g);
+                self.pools[p].limits = limits;
+            }
+            // The defaults are said to fail once, not per pool: there may be thousands.
+            Err(e) if defaulted && self.cgroups.defaults_failed_said => drop(e),
+            Err(e) => {
+                self.cgroups.defaults_failed_said |= defaulted;
+                let which = if defaulted {
+                    "on-demand pools run without their default limits (said once; on_demand_memory_limit = \"none\" and on_demand_pids_limit = \"none\" ask for none)"
+                } else {
+                    "the pool runs without"
+                };
+                log(
+                    "master",
+                    format!(
+                        "warning: pool {name}: {} not applied: {e}; {which}",
+                        said(limits)
+                    ),
+                )
             }
         }
     }

@@ -146,6 +146,9 @@ impl Proc {
 pub(super) struct Cgroups {
     pub(super) hierarchy: Option<os::cgroup::Hierarchy>,
     pub(super) cpusets: Vec<os::cgroup::Group>,
+    /// Whether an on-demand pool's default limits were said not to apply (once, not per
+    /// pool: there may be thousands).
+    pub(super) defaults_failed_said: bool,
 }
 
 /// The freezer's part (`idle_action = "suspend"`): the cgroup freezer found at start, the
@@ -209,6 +212,8 @@ impl PoolRt {
             responders: Vec::new(),
             allocate_mib: None,
             group: None,
+            limits: Default::default(),
+            group_tried: false,
             oom_kills: 0,
             fail_starts: 0,
             warmup_page: None,
@@ -263,8 +268,13 @@ pub(super) struct PoolRt {
     /// Fault injection for tests (`ESPALIER_ALLOCATE_AT_START=POOL:MIB`): first starts of the
     /// pool's workers allocate this much, to push them past a memory recycle limit.
     pub(super) allocate_mib: Option<u64>,
-    /// The control group of a pool with `cpu_limit`, `memory_limit` or `pids_limit`.
+    /// The control group of a pool with `cpu_limit`, `memory_limit` or `pids_limit` (an
+    /// on-demand pool's, at its first start: see `super::cgroups`), and the limits it
+    /// applies (the pool's own, or an on-demand pool's defaults).
     pub(super) group: Option<os::cgroup::Group>,
+    pub(super) limits: os::cgroup::PoolLimits,
+    /// Whether its group was made or tried (an on-demand pool's waits for its first start).
+    pub(super) group_tried: bool,
     /// Its processes the kernel's OOM killer killed (as its group counts them).
     pub(super) oom_kills: u64,
     /// Fault injection for tests (`ESPALIER_FAIL_AT_START=POOL:N` in the master's

@@ -314,6 +314,8 @@ impl Supervisor {
             let mut rt = old_pools
                 .remove(&p.name)
                 .unwrap_or_else(|| PoolRt::new(p.clone()));
+            // A changed on-demand pool's group takes its limits again at its next start.
+            rt.group_tried &= rt.spec == *p;
             rt.spec = p.clone();
             pools.push(rt);
         }
@@ -337,7 +339,6 @@ impl Supervisor {
     /// Starts the new slots from `first_new` (an on-demand one sleeps; a stopped pool's
     /// stays stopped).
     fn start_new_slots(&mut self, first_new: usize) {
-        self.make_cgroups_for(first_new);
         self.make_cgroups_for(first_new);
         for i in first_new..self.slots.len() {
             if self.pools[self.slots[i].pool].stopped.is_some() {

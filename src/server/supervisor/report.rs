@@ -162,12 +162,14 @@ impl Supervisor {
                 .as_ref()
                 .and_then(|g| g.usage_ns())
                 .map(|ns| ns as f64 / 1e9),
-            memory_limit: pool.spec.memory_limit,
+            memory_limit: pool.limits.memory,
             oom_kills: pool.oom_kills,
             memory_bytes: usage.memory,
             pids: usage.pids,
-            pids_limit: pool.spec.pids_limit,
+            pids_limit: pool.limits.pids,
             pressure: usage.pressure,
+            memory_high_events: usage.memory_high_events,
+            memory_max_events: usage.memory_max_events,
             state,
             stopped_because: pool.stopped.clone(),
             workers: slots

@@ -113,6 +113,7 @@ impl Supervisor {
 
     /// Starts a process for slot `i` (as its replacement when `replacing`).
     pub(super) fn start(&mut self, i: usize, replacing: bool) -> Result<(), String> {
+        self.pool_group_at_start(i);
         let first_start = self.slots[i].restarts == 0
             && self.slots[i].recycles == 0
             && !replacing

@@ -79,6 +79,7 @@ impl Supervisor {
                 crate::server::soft::parse_proc_stat(&os::process::proc_stat()),
             ),
             cgroups: super::procs::Cgroups {
+                defaults_failed_said: false,
                 hierarchy: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
                 cpusets: Vec::new(),
             },

@@ -61,6 +61,37 @@ pub fn bounds(server: &ServerSettings, cpus: usize, memory: Option<u64>) -> (usi
     (starting, running)
 }
 
+/// The memory and pids limits of an on-demand pool that sets none of its own
+/// (`[server] on_demand_memory_limit`, `on_demand_pids_limit`; `"auto"` by default): at
+/// hosting scale one tenant's app must not take the machine's memory or process ids from
+/// the others. `"auto"` shares them among the pools that may be awake at once — the fewer of
+/// the on-demand pools and `on_demand_running` (`running`) — two shares of `memory` each
+/// (not every awake tenant uses its share at once), at least 256 MiB and at most half of
+/// it; and a quarter of the machine's process ids (`ids`) each, from 128 to 4,096. A
+/// 24 GiB machine with its default `on_demand_running` (192) gives each 256 MiB.
+pub fn default_limits(
+    server: &ServerSettings,
+    (memory, ids): (Option<u64>, Option<u64>),
+    on_demand_pools: usize,
+    running: usize,
+) -> (Option<u64>, Option<u64>) {
+    use crate::config::TenantDefault;
+    let sharing = on_demand_pools.min(running).max(1) as u64;
+    let memory_limit = match server.on_demand_memory_limit {
+        TenantDefault::Off => None,
+        TenantDefault::Set(n) => Some(n),
+        TenantDefault::Auto => {
+            memory.map(|m| (m / sharing * 2).clamp(256 << 20, (m / 2).max(256 << 20)))
+        }
+    };
+    let pids_limit = match server.on_demand_pids_limit {
+        TenantDefault::Off => None,
+        TenantDefault::Set(n) => Some(n),
+        TenantDefault::Auto => ids.map(|n| (n / sharing / 4).clamp(128, 4096)),
+    };
+    (memory_limit, pids_limit)
+}
+
 impl Supervisor {
     /// Whether the sleeping worker `name` may wake now; else why not. Makes room first when
     /// only the running bound stands in the way, by stopping the least recently busy idle
@@ -211,6 +242,35 @@ impl Supervisor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn on_demand_pools_share_the_machine_unless_told() {
+        use crate::config::TenantDefault;
+        let mut server = ServerSettings::default();
+        let machine = (Some(24u64 << 30), Some(32_768));
+        // Hosting scale: the running bound shares the machine, 256 MiB each.
+        let (memory, ids) = default_limits(&server, machine, 10_000, 192);
+        assert_eq!(memory, Some(256 << 20));
+        assert_eq!(ids, Some(128));
+        // Three pools: two shares each, but never more than half the machine.
+        let (memory, ids) = default_limits(&server, machine, 3, 192);
+        assert_eq!(memory, Some(12 << 30));
+        assert_eq!(ids, Some(2730));
+        let (memory, ids) = default_limits(&server, (Some(24 << 30), Some(4_194_304)), 16, 16);
+        assert_eq!(memory, Some(3 << 30));
+        assert_eq!(ids, Some(4096));
+        // A small machine still leaves an app room to run.
+        assert_eq!(
+            default_limits(&server, (Some(1 << 30), None), 50, 50),
+            (Some(256 << 20), None)
+        );
+        server.on_demand_memory_limit = TenantDefault::Set(1 << 30);
+        server.on_demand_pids_limit = TenantDefault::Off;
+        assert_eq!(
+            default_limits(&server, machine, 10_000, 192),
+            (Some(1 << 30), None)
+        );
+    }
 
     #[test]
     fn bounds_come_from_the_config_or_the_machine() {
