@@ -34,6 +34,7 @@ const NOT_AGAIN: &[&str] = &[
     // the CLI and its status: the same whatever the workers' path.
     "admin_page::",
     "cli::",
+    "config_api::",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;

@@ -28,6 +28,7 @@ mod cert_store;
 mod cli;
 mod client_certs;
 mod compression;
+mod config_api;
 mod deb;
 mod differential;
 mod dispatcher;

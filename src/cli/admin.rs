@@ -12,7 +12,7 @@ use crate::server::status::Status;
 use std::net::SocketAddr;
 
 impl AdminArgs {
-    fn address(&self) -> Result<SocketAddr, String> {
+    pub(super) fn address(&self) -> Result<SocketAddr, String> {
         if let Some(a) = self.admin {
             return Ok(a);
         }
@@ -29,13 +29,13 @@ impl AdminArgs {
     }
 
     /// The config file whose server is meant (`-c FILE`): the server checks it is that one.
-    fn meant(&self) -> Option<&std::path::Path> {
+    pub(super) fn meant(&self) -> Option<&std::path::Path> {
         self.config.as_deref()
     }
 
     /// The token for actions: `--token`, `$ESPALIER_ADMIN_TOKEN`, the config's
     /// `admin_token`, or the token file the server made for its address on this machine.
-    fn token(&self, addr: SocketAddr) -> Option<String> {
+    pub(super) fn token(&self, addr: SocketAddr) -> Option<String> {
         if let Some(t) = self
             .token
             .clone()

@@ -150,6 +150,13 @@ pub enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Read or change the running server's configuration through its configuration API
+    /// (`/config` on the admin endpoint): only what changes is applied, and the files are
+    /// rewritten to say so.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Recycle a pool's workers (overlapped unless the pool says otherwise).
     Recycle {
         /// The pool.
@@ -304,6 +311,53 @@ pub struct AdminArgs {
     /// admin_token, or the token file the server made on this machine).
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum ConfigAction {
+    /// Print a part as JSON: `/` (everything), `server`, `sites`, `sites/NAME`, `pools/NAME`,
+    /// `upstreams/NAME`.
+    Get {
+        path: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Create or replace a part (`/` replaces everything) with the JSON — or TOML — object in
+    /// FILE (`-`: standard input).
+    Set {
+        path: String,
+        file: PathBuf,
+        /// Refuse unless the configuration is still this version (what `get` printed to
+        /// standard error): another writer's change is not overwritten.
+        #[arg(long, value_name = "VERSION")]
+        if_match: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Create a part, refused when it is there already.
+    Add {
+        path: String,
+        file: PathBuf,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Change a part by the JSON merge patch in FILE (RFC 7396: `null` removes a key).
+    Patch {
+        path: String,
+        file: PathBuf,
+        #[arg(long, value_name = "VERSION")]
+        if_match: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Remove a pool, site or upstream group.
+    Rm {
+        path: String,
+        #[arg(long, value_name = "VERSION")]
+        if_match: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 #[derive(Subcommand, Debug, Clone)]

@@ -8,11 +8,13 @@
 //! - `serve`: `serve` (and `--dry-run`);
 //! - `bench`: `bench` and `scale` — measuring;
 //! - `admin`: `status`, `pool`, `recycle`, `reload` — the running server, through its admin
-//!   endpoint.
+//!   endpoint;
+//! - `config`: `config get|set|add|patch|rm` — its configuration API.
 
 mod admin;
 pub mod args;
 mod bench;
+mod config;
 mod machine;
 mod serve;
 
@@ -70,6 +72,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         },
         Command::Recycle { pool, admin } => admin::post(&admin, &format!("/pools/{pool}/recycle")),
         Command::Reload { admin } => admin::post(&admin, "/reload"),
+        Command::Config { action } => config::run(action),
         Command::Doctor {
             config,
             machine,

@@ -16,6 +16,10 @@ use super::locate::{Locator, Seg};
 use super::raw::RawConfig;
 use std::path::{Path, PathBuf};
 
+/// Texts that stand in for files (an edit through the configuration API, validated before it
+/// is written): a path's new text, or `None` for a file the edit removes.
+pub type Overlay = std::collections::HashMap<PathBuf, Option<String>>;
+
 /// A file the config was read from: its name in errors, and its key → line map.
 pub(super) struct Source {
     pub file: String,
@@ -37,6 +41,7 @@ pub(super) fn gather(
     main_source: Source,
     main_path: &Path,
     base: &Path,
+    overlay: &Overlay,
 ) -> Result<Gathered, ConfigErrors> {
     let origins = |file: usize, n: usize| (0..n).map(move |i| (file, i));
     let mut g = Gathered {
@@ -58,7 +63,7 @@ pub(super) fn gather(
             key: format!("include[{k}]"),
             message,
         };
-        let files = match matching_files(pattern, base) {
+        let files = match matching_files(pattern, base, overlay) {
             Ok(f) => f,
             Err(m) => {
                 errors.push(at(m));
@@ -71,7 +76,7 @@ pub(super) fn gather(
             if !seen.insert(canonical) {
                 continue;
             }
-            match read_one(&path) {
+            match read_one(&path, overlay) {
                 Ok((raw, source)) => {
                     let file = g.sources.len();
                     g.pool_origin.extend(origins(file, raw.pool.len()));
@@ -91,12 +96,26 @@ pub(super) fn gather(
     Ok(g)
 }
 
-/// The files `pattern` names, sorted. A pattern without a wildcard must name a file.
-fn matching_files(pattern: &str, base: &Path) -> Result<Vec<PathBuf>, String> {
+/// The files `pattern` names, sorted (as `overlay` would leave them). A pattern without a
+/// wildcard must name a file.
+pub(super) fn matching_files(
+    pattern: &str,
+    base: &Path,
+    overlay: &Overlay,
+) -> Result<Vec<PathBuf>, String> {
     let full = base.join(pattern);
     let text = full
         .to_str()
         .ok_or_else(|| format!("`{pattern}` is not valid UTF-8; rename the folder"))?;
+    if let Some(text) = overlay.get(&full) {
+        return match text {
+            Some(_) => Ok(vec![full]),
+            None => Err(format!(
+                "{} would be removed; keep it, or take it out of `include`",
+                full.display()
+            )),
+        };
+    }
     if !pattern.contains(['*', '?', '[']) {
         return match std::fs::metadata(&full) {
             Ok(m) if m.is_file() => Ok(vec![full]),
@@ -117,23 +136,36 @@ fn matching_files(pattern: &str, base: &Path) -> Result<Vec<PathBuf>, String> {
         let p = p.map_err(|e| format!("cannot read {} ({})", e.path().display(), e.error()))?;
         // Editors' and package managers' leftovers (`a.toml~`, `.a.toml.swp`) are not
         // matched by `*.toml`; folders never are files to read.
-        if p.is_file() {
+        if p.is_file() && !matches!(overlay.get(&p), Some(None)) {
             files.push(p);
         }
+    }
+    if let Ok(matcher) = glob::Pattern::new(text) {
+        let made = overlay
+            .iter()
+            .filter(|(p, t)| t.is_some() && !files.contains(p));
+        let made: Vec<PathBuf> = made
+            .filter(|(p, _)| matcher.matches_path_with(p, options))
+            .map(|(p, _)| p.clone())
+            .collect();
+        files.extend(made);
     }
     files.sort();
     Ok(files)
 }
 
 /// One included file, parsed; `[server]` or `include` there is an error naming it.
-fn read_one(path: &Path) -> Result<(RawConfig, Source), ConfigError> {
+fn read_one(path: &Path, overlay: &Overlay) -> Result<(RawConfig, Source), ConfigError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: file.clone(),
-        line: None,
-        key: String::new(),
-        message: format!("cannot read the included file: {e}"),
-    })?;
+    let stands_in = overlay.get(path).cloned().flatten();
+    let text = stands_in
+        .map_or_else(|| std::fs::read_to_string(path), Ok)
+        .map_err(|e| ConfigError {
+            file: file.clone(),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read the included file: {e}"),
+        })?;
     let locator = Locator::new(&text);
     let raw: RawConfig =
         toml::from_str(&text).map_err(|e| syntax_error(&file, &text, &locator, &e))?;

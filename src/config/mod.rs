@@ -17,11 +17,13 @@
 //! collecting every error), `error` (the one-line errors), `parse` (small grammars: bindings,
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
 //! each pool and site remembering its file), [`chain`] (the site features' processing
-//! order, and which keys each step reads), [`isolation`] (a pool's view of the filesystem).
+//! order, and which keys each step reads), [`isolation`] (a pool's view of the filesystem),
+//! [`document`] (the files as the configuration API reads and edits them).
 //! The configuration reference (docs/reference.md) documents every key.
 
 mod acme_settings;
 pub mod chain;
+pub mod document;
 mod error;
 mod include;
 pub mod isolation;
@@ -35,6 +37,7 @@ mod validate;
 
 pub use acme_settings::*;
 pub use error::{ConfigError, ConfigErrors};
+pub use include::Overlay;
 pub use model::*;
 pub use parse::parse_binding;
 pub use site::*;
@@ -111,6 +114,17 @@ impl Config {
 
     /// Validates config text; `path` names it in errors and anchors relative roots.
     pub fn parse(text: &str, path: &Path, topology: &Topology) -> Result<Config, ConfigErrors> {
+        Config::parse_with(text, path, topology, &Overlay::default())
+    }
+
+    /// [`Config::parse`], the included files' texts taken from `overlay` where it has them
+    /// (an edit validated before it is written: see [`document`]).
+    pub fn parse_with(
+        text: &str,
+        path: &Path,
+        topology: &Topology,
+        overlay: &Overlay,
+    ) -> Result<Config, ConfigErrors> {
         let file = path.display().to_string();
         let locator = Locator::new(text);
         let raw: RawConfig = match toml::from_str(text) {
@@ -130,7 +144,7 @@ impl Config {
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         let base = std::path::absolute(&folder).unwrap_or(folder);
         let main = include::Source { file, locator };
-        let gathered = include::gather(raw, main, path, &base)?;
+        let gathered = include::gather(raw, main, path, &base, overlay)?;
         let mut v = validate::Validator {
             sources: gathered.sources,
             pool_origin: gathered.pool_origin,

@@ -12,6 +12,13 @@
 //! responses with `httparse`, the parser the engine is built on.
 //! Must not touch: pool state (it asks the supervisor over a channel and prints the answer).
 
+mod client;
+mod config_call;
+mod connections;
+
+pub use client::{request, request_as, request_with_body, request_with_token};
+pub use config_call::{ConfigCall, ConfigMethod};
+
 use super::log;
 use super::status::Status;
 use crate::config::Config;
@@ -34,6 +41,8 @@ pub enum AdminCommand {
     Reload,
     /// A new session ticket key now (see `supervisor::ticket_keys`).
     RotateTicketKeys,
+    /// The configuration API (`/config…`).
+    Config(ConfigCall),
 }
 
 /// The supervisor's answer.
@@ -47,6 +56,13 @@ pub enum AdminReply {
         status: u16,
         message: String,
     },
+    /// The configuration API's answer: its status, JSON body and the configuration's
+    /// version (the `ETag`).
+    Config {
+        status: u16,
+        body: Vec<u8>,
+        version: Option<String>,
+    },
 }
 
 /// An admin request: what `espalier status` and friends send.
@@ -56,7 +72,7 @@ const LIMITS: HeadLimits = HeadLimits {
     max_request_line: 1024,
     max_header_size: 8192,
     max_headers: 32,
-    max_body_size: 0,
+    max_body_size: config_call::MAX_BODY as u64,
 };
 
 /// What a request asks for besides a command.
@@ -228,7 +244,7 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
     );
     // A bounded number of connections at once, each for a bounded time: idle connections
     // of any local user must not take the descriptors the master needs to restart workers.
-    let open = std::sync::Arc::new(OpenConnections::default());
+    let open = std::sync::Arc::new(connections::OpenConnections::default());
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -267,70 +283,6 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
     });
 }
 
-/// The admin connections open now, oldest first: an operator's request must get in while
-/// idle connections (any local user can open them) fill the bound, so when it is full the
-/// oldest that has not sent a whole request head is closed for the newcomer. A request takes
-/// milliseconds to arrive, so it is evicted only if a flood of newcomers outpaces it.
-#[derive(Default)]
-struct OpenConnections {
-    list: std::sync::Mutex<std::collections::VecDeque<OpenConnection>>,
-    ids: std::sync::atomic::AtomicU64,
-}
-
-struct OpenConnection {
-    id: u64,
-    /// Its request head has arrived: it is being answered, not idle.
-    asked: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::AbortHandle,
-}
-
-impl OpenConnections {
-    fn next_id(&self) -> u64 {
-        self.ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn add(
-        &self,
-        id: u64,
-        asked: std::sync::Arc<std::sync::atomic::AtomicBool>,
-        task: tokio::task::AbortHandle,
-    ) {
-        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        // A task that already ended removed nothing: do not keep it.
-        if !task.is_finished() {
-            list.push_back(OpenConnection { id, asked, task });
-        }
-    }
-
-    fn remove(&self, id: u64) {
-        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|c| c.id != id);
-    }
-
-    /// Whether one more connection may be served: under the bound, or once the oldest silent
-    /// one is closed (its task aborted, dropping its socket).
-    fn make_room(&self) -> bool {
-        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|c| !c.task.is_finished());
-        if list.len() < MAX_CONNECTIONS {
-            return true;
-        }
-        let silent = list
-            .iter()
-            .position(|c| !c.asked.load(std::sync::atomic::Ordering::Relaxed));
-        match silent.and_then(|k| list.remove(k)) {
-            Some(oldest) => {
-                oldest.task.abort();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-/// Admin connections open at once (the page polls with one; a few tabs and scripts fit).
-const MAX_CONNECTIONS: usize = 32;
-
 /// How long an admin connection may take to send its request head: an idle one is closed
 /// then.
 const HEAD_TIME: Duration = Duration::from_secs(5);
@@ -364,7 +316,7 @@ fn host_allowed(host: &str, admin: SocketAddr) -> bool {
 /// was answered here: a page, `/ready`, or a refusal (another host, another server's file,
 /// an unknown path's query, an action without the token).
 fn command_of(
-    request: &crate::http::Request<'_>,
+    (request, body, peer): (&crate::http::Request<'_>, &[u8], &str),
     resp: &mut Responder<'_>,
     addr: SocketAddr,
     (token, identity): (&str, &str),
@@ -402,7 +354,20 @@ fn command_of(
         resp.simple(409, "application/json", &json(&body));
         return None;
     }
-    let command = match route(request.method, request.path, request.query) {
+    // Authorized below: the configuration API's reads too (the files may hold secrets).
+    let (command, needs_token) = match config_call::config_call(request, body, peer) {
+        Some(Ok(call)) => (Ok(Some((AdminCommand::Config(call), false))), true),
+        Some(Err((status, message))) => {
+            let body = serde_json::json!({ "ok": false, "message": message });
+            resp.simple(status, "application/json", &json(&body));
+            return None;
+        }
+        None => (
+            route(request.method, request.path, request.query),
+            request.method == Method::Post,
+        ),
+    };
+    let command = match command {
         Ok(c) => c,
         Err(why) => {
             resp.simple(
@@ -416,7 +381,7 @@ fn command_of(
     // Actions change the server: they need the token (reads do not).
     let authorized = token_of(request)
         .is_some_and(|t| !token.is_empty() && crate::os::private_dir::same_secret(t, token));
-    if request.method == Method::Post && command.is_some() && !authorized {
+    if needs_token && command.is_some() && !authorized {
         let body = serde_json::json!({
             "ok": false,
             "message": "this action needs the admin token (header `Authorization: Bearer TOKEN`); espalier's commands on this machine read it from the token file or [server] admin_token"
@@ -439,7 +404,10 @@ async fn handle<E: From<Request>>(
     let mut buf = Vec::with_capacity(1024);
     let mut out = Vec::with_capacity(1024);
     let common = crate::http::clock::common_now();
-    let head_by = tokio::time::Instant::now() + HEAD_TIME;
+    let mut head_by = tokio::time::Instant::now() + HEAD_TIME;
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".into(), |a| a.ip().to_string());
     loop {
         let Ok(read) = tokio::time::timeout_at(head_by, stream.read_buf(&mut buf)).await else {
             return Ok(());
@@ -455,11 +423,31 @@ async fn handle<E: From<Request>>(
                 Responder::new(&mut out, &common, false, 1, false).error(e.status());
                 break;
             }
-            Ok(Head::Complete { request, .. }) => {
+            Ok(Head::Complete {
+                request,
+                len,
+                framing,
+                ..
+            }) => {
                 asked.store(true, std::sync::atomic::Ordering::Relaxed);
+                // A body (the configuration API's writes) is read whole, within the
+                // connection's time; a chunked one is refused.
+                let body_len = match framing {
+                    crate::http::Framing::Length(n) => n as usize,
+                    crate::http::Framing::Chunked => {
+                        Responder::new(&mut out, &common, false, 1, false).error(411);
+                        break;
+                    }
+                    _ => 0,
+                };
+                let Some(body) = buf.get(len..len + body_len) else {
+                    head_by = tokio::time::Instant::now() + CONNECTION_TIME;
+                    continue;
+                };
                 let head_only = request.method == Method::Head;
                 let mut resp = Responder::new(&mut out, &common, false, 1, head_only);
-                match command_of(&request, &mut resp, addr, (token, identity), machine) {
+                let asked = (&request, body, peer.as_str());
+                match command_of(asked, &mut resp, addr, (token, identity), machine) {
                     Some(command) => (command, head_only),
                     None => break,
                 }
@@ -470,7 +458,7 @@ async fn handle<E: From<Request>>(
             resp.simple(
                 404,
                 "text/plain; charset=utf-8",
-                b"not found: GET /status, GET /metrics, POST /reload, POST /pools/NAME/stop|start|recycle\n",
+                b"not found: GET /status, GET /metrics, POST /reload, POST /pools/NAME/stop|start|recycle, /config\n",
             );
             break;
         };
@@ -481,21 +469,38 @@ async fn handle<E: From<Request>>(
         let Ok(reply) = rx.await else {
             return Ok(());
         };
-        match reply {
-            AdminReply::Status(s) if metrics => {
-                resp.simple(200, "text/plain; version=0.0.4", s.metrics().as_bytes())
-            }
-            AdminReply::Status(s) => resp.simple(200, "application/json", &json(&*s)),
-            AdminReply::Live(l) => resp.simple(200, "application/json", &compact(&*l)),
-            AdminReply::Done { status, message } => {
-                let body = serde_json::json!({ "ok": status == 200, "message": message });
-                resp.simple(status, "application/json", &json(&body));
-            }
-        }
+        write_reply(&mut resp, reply, metrics);
         break;
     }
     stream.write_all(&out).await?;
     stream.shutdown().await
+}
+
+/// Writes the supervisor's `reply` (`metrics`: a status as Prometheus text).
+fn write_reply(resp: &mut Responder<'_>, reply: AdminReply, metrics: bool) {
+    match reply {
+        AdminReply::Status(s) if metrics => {
+            resp.simple(200, "text/plain; version=0.0.4", s.metrics().as_bytes())
+        }
+        AdminReply::Status(s) => resp.simple(200, "application/json", &json(&*s)),
+        AdminReply::Live(l) => resp.simple(200, "application/json", &compact(&*l)),
+        AdminReply::Config {
+            status,
+            body,
+            version,
+        } => {
+            resp.status(status)
+                .header("Content-Type", "application/json");
+            if let Some(v) = version {
+                resp.header("ETag", &format!("\"{v}\""));
+            }
+            resp.body(&body);
+        }
+        AdminReply::Done { status, message } => {
+            let body = serde_json::json!({ "ok": status == 200, "message": message });
+            resp.simple(status, "application/json", &json(&body));
+        }
+    }
 }
 
 /// Why a request meant for the server of another config file is refused, if it is: the
@@ -522,55 +527,6 @@ fn json(value: &impl serde::Serialize) -> Vec<u8> {
     let mut body = serde_json::to_vec_pretty(value).unwrap_or_default();
     body.push(b'\n');
     body
-}
-
-/// The client side: one request to the admin endpoint at `addr`; (status, body).
-pub fn request(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, Vec<u8>), String> {
-    request_with_token(addr, method, path, None)
-}
-
-/// As [`request`], carrying the admin token (actions need it).
-pub fn request_with_token(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-) -> Result<(u16, Vec<u8>), String> {
-    request_as(addr, method, path, token, None)
-}
-
-/// As [`request_with_token`], for the server of the config file `config` (a server started
-/// from another file answers 409 instead of acting).
-pub fn request_as(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    config: Option<&std::path::Path>,
-) -> Result<(u16, Vec<u8>), String> {
-    let mut auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    if let Some(file) = config {
-        auth.push_str(&format!("X-Espalier-Config: {}\r\n", config_identity(file)));
-    }
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .map_err(|e| format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)"))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let closed = |e: std::io::Error| {
-        format!("the admin endpoint at {addr} closed the connection before answering ({e}); it may be busy: try again")
-    };
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n").map_err(closed)?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).map_err(closed)?;
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&raw) {
-        Ok(httparse::Status::Complete(len)) => {
-            Ok((response.code.unwrap_or(0), raw[len..].to_vec()))
-        }
-        _ => Err(format!("{addr} did not answer HTTP")),
-    }
 }
 
 #[cfg(test)]

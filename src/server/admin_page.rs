@@ -98,6 +98,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             dispatcher: None,
             upstreams: Vec::new(),
             certificates: Vec::new(),
+            config: None,
         },
         active: Vec::new(),
         cpu_load: Vec::new(),

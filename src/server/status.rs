@@ -41,6 +41,22 @@ pub struct Status {
     pub page: usize,
     #[serde(default)]
     pub per_page: usize,
+    /// The configuration files' version (the configuration API's `ETag`), and when and by
+    /// whom they were last changed through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigState>,
+}
+
+/// The configuration's version in `/status` (see `supervisor::config_api`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ConfigState {
+    pub version: String,
+    /// When it was last changed through the API or a reload (Unix seconds), and by whom:
+    /// `reload`, or the API's caller; none since the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_unix: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed_by: Option<String>,
 }
 
 /// A certificate espalier orders, in `/status`.

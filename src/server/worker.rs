@@ -126,7 +126,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     // The app processes a front worker forwards to, replaced at each `upstreams` message.
     let tiers = Arc::new(SharedTiers::default());
     let upstreams = shared.upstreams.clone();
-    let (stop_tx, threads) = start_threads(spec, &shared, &health, &tiers, quic)?;
+    let (stop_tx, threads, accepts_no_more) = start_threads(spec, &shared, &health, &tiers, quic)?;
     if let Some(mib) = std::env::var(ALLOCATE_VAR)
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -160,22 +160,56 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     };
     let served = from_master::serve_master(spec, control, to_master, on_demand);
     let _ = stop_tx.send(true);
+    say_accepting_ended(
+        control,
+        &accepts_no_more,
+        threads.len(),
+        spec.shutdown_timeout,
+    );
     for t in threads {
         let _ = t.join();
     }
     served
 }
 
+/// Tells the master once every one of `threads` accepts no more (within `within`): a
+/// configuration change then knows every new connection meets the new workers.
+fn say_accepting_ended(
+    mut control: &std::os::unix::net::UnixStream,
+    ended: &std::sync::mpsc::Receiver<()>,
+    threads: usize,
+    within: std::time::Duration,
+) {
+    let deadline = std::time::Instant::now() + within;
+    let all = (0..threads).all(|_| {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        ended.recv_timeout(left).is_ok()
+    });
+    if all {
+        let _ = control.write_all(Message::Stopping.line().as_bytes());
+    }
+}
+
+/// [`start_threads`]'s threads: how they are told to drain, their handles, and where each
+/// says it accepts no more.
+type Started = (
+    watch::Sender<bool>,
+    Vec<std::thread::JoinHandle<()>>,
+    std::sync::mpsc::Receiver<()>,
+);
+
 /// Starts one engine thread per CPU of `spec` and waits until each has started (`Err` with
-/// the first one's reason); the sender that tells them to drain, and their handles.
+/// the first one's reason); the sender that tells them to drain, their handles, and where
+/// each says it accepts no more.
 fn start_threads(
     spec: &WorkerSpec,
     shared: &Arc<Shared>,
     health: &[Arc<ThreadHealth>],
     tiers: &Arc<SharedTiers>,
     quic: Vec<crate::server::quic::ThreadSockets>,
-) -> Result<(watch::Sender<bool>, Vec<std::thread::JoinHandle<()>>), String> {
+) -> Result<Started, String> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel::<()>();
     let (started_tx, started_rx) = std::sync::mpsc::channel::<Result<(), String>>();
     let mut threads = Vec::new();
     let mut quic = quic.into_iter();
@@ -184,6 +218,7 @@ fn start_threads(
         let tiers = Arc::clone(tiers);
         let stop_rx = stop_rx.clone();
         let started_tx = started_tx.clone();
+        let stopped_tx = stopped_tx.clone();
         let cpu = thread.cpu;
         let health = Arc::clone(&health[t]);
         let shared = Arc::clone(shared);
@@ -194,6 +229,7 @@ fn start_threads(
                 let channels = engine::ThreadChannels {
                     stop_rx,
                     started: started_tx,
+                    accepts_no_more: stopped_tx,
                 };
                 engine::engine_thread(&spec, t, channels, health, tiers, &shared, quic)
             })
@@ -208,7 +244,7 @@ fn start_threads(
             Err(_) => return Err("a worker thread died while starting".into()),
         }
     }
-    Ok((stop_tx, threads))
+    Ok((stop_tx, threads, stopped_rx))
 }
 
 /// Places the worker as its spec says: in the pool's control groups, under its memory policy,

@@ -21,6 +21,7 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
         },
         page: 0,
         per_page: 0,
+        config: None,
         pools: vec![PoolStatus {
             name: "web".into(),
             state: PoolState::Running,

@@ -16,7 +16,8 @@
 //! - `pools`: stopping and starting pools, admin commands;
 //! - `report`: the status report, filtered and paged;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
-//!   changes);
+//!   changes); `config_api`: the configuration API's reads and writes, a write answered once
+//!   it serves (`config_version`: its version, last change and waiting answers);
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
 //!   ACME directory and renewed (`acme_schedule`: when; `acme_dns`: DNS-01's publisher kept); `on_demand`: which names a handshake may have ordered, and
@@ -29,7 +30,8 @@
 //! - `suspend`: freezing idle on-demand workers and thawing them;
 //! - `wake`: how many on-demand workers may wake and be awake at once; `wake_budget`: how many
 //!   sleeping pools one client may wake a minute;
-//! - `cgroups`: CPU caps and cpusets;
+//! - `cgroups`: CPU caps, memory and pids limits (on-demand pools' made at their first
+//!   start) and cpusets;
 //! - `affinity`: soft affinity, applied;
 //! - `live`: the admin page's live figures (each CPU's load, requests per pool), read once a
 //!   second; `samples`: those figures kept between samples;
@@ -49,6 +51,8 @@ mod apps;
 mod cert_store;
 mod cert_updates;
 mod cgroups;
+mod config_api;
+mod config_version;
 mod control_out;
 mod demand;
 pub(super) mod event;
@@ -120,6 +124,8 @@ struct Supervisor {
     load_sample: (Instant, Vec<(u32, u64, u64)>),
     /// The control groups made for CPU caps and hard affinity (see `cgroups`).
     cgroups: procs::Cgroups,
+    /// The configuration API's version and last change (see `config_api`).
+    config_api: config_version::ConfigApi,
     slots: Vec<Slot>,
     pools: Vec<PoolRt>,
     events: mpsc::UnboundedSender<Event>,
@@ -196,6 +202,7 @@ pub(super) async fn run(
     let mut sv = Supervisor::new(config, topology, groups, handoffs, specs, tx.clone());
     sv.log_listening();
     sv.make_cgroups();
+    sv.config_api.read_version(&sv.config);
     sv.take_handed_to_master();
     sv.start_all(&mut rx).await?;
     super::admin::start(admin, &sv.config, topology, tx.clone());
@@ -241,11 +248,20 @@ pub(super) async fn run(
 
 impl Supervisor {
     fn on_event(&mut self, ev: Event) {
+        self.on_event_only(ev);
+        self.answer_config_calls_served(Instant::now());
+    }
+
+    fn on_event_only(&mut self, ev: Event) {
         match ev {
             Event::Worker {
                 generation,
                 message,
             } => self.on_message(generation, message),
+            // A configuration change is answered once it serves (see `config_api`).
+            Event::Admin(crate::server::admin::AdminCommand::Config(call), reply) => {
+                self.config_call(call, reply)
+            }
             Event::Admin(cmd, reply) => {
                 let answer = self.admin(cmd);
                 let _ = reply.send(answer);
@@ -316,6 +332,11 @@ impl Supervisor {
                             format!("app {name} (pid {}) says it is stopping", p.pid),
                         );
                     }
+                    p.accepts_no_more = true;
+                } else if let Some((_, p)) =
+                    (self.retiring.iter_mut()).find(|(_, p)| p.generation == generation)
+                {
+                    p.accepts_no_more = true;
                 }
             }
             Message::Unresponsive(endpoint) => self.on_unresponsive(generation, &endpoint),
@@ -422,6 +443,7 @@ impl Supervisor {
             self.publish_upstreams(pool);
         }
         self.retire_when_replaced();
+        self.answer_config_calls_served(now);
         self.scan_certificate_store();
         self.rotate_ticket_keys_when_due();
         self.resolve_upstreams_due(now);

@@ -47,6 +47,9 @@ pub(super) struct Proc {
     pub(super) app: Option<AppProc>,
     /// Its freezer group while it is suspended (`idle_action = "suspend"`).
     pub(super) frozen: Option<crate::os::freezer::FreezeGroup>,
+    /// An espalier worker told to stop says when its threads accept no more (`stopping`):
+    /// from then on every new connection goes to its successor (see `super::config_api`).
+    pub(super) accepts_no_more: bool,
 }
 
 /// The state of one application process (a pool with `command`).

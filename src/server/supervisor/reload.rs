@@ -65,8 +65,18 @@ impl Supervisor {
             .source
             .clone()
             .ok_or("espalier serve was started without -c FILE: there is no file to reload")?;
-        let file = path.display().to_string();
         let new = Config::load(&path, &self.topology).map_err(|e| e.to_string())?;
+        self.switch_to(new, &path)
+    }
+
+    /// Applies `new`, validated from `path` (by a reload, or a change through the
+    /// configuration API), as [`Self::reload`] says.
+    pub(super) fn switch_to(
+        &mut self,
+        new: Config,
+        path: &std::path::Path,
+    ) -> Result<String, String> {
+        let file = path.display().to_string();
         let new = crate::server::dispatcher::with_dispatcher(new, crate::os::process::is_root())
             .map_err(|e| format!("{file}: {e}"))?;
         self.apply(new, &file)
@@ -391,8 +401,17 @@ impl Supervisor {
 
     /// Reloads (SIGHUP or `espalier reload`) and logs the outcome; the message is the log line.
     pub(super) fn reload_logged(&mut self) -> Result<String, String> {
-        let outcome = self
-            .reload()
+        let outcome = self.reload();
+        self.after_reload(outcome)
+    }
+
+    /// Says a reload's `outcome` (or a configuration API change's) and, applied, reopens
+    /// the logs and takes the config's new version.
+    pub(super) fn after_reload(
+        &mut self,
+        outcome: Result<String, String>,
+    ) -> Result<String, String> {
+        let outcome = outcome
             .map_err(|e| format!("reload refused, the running configuration keeps serving: {e}"));
         let (Ok(line) | Err(line)) = &outcome;
         log("master", line);
@@ -401,6 +420,7 @@ impl Supervisor {
             self.reopen_logs();
             // The pools' users may have changed (whose connections the master takes).
             self.take_handed_to_master();
+            self.config_api.applied(&self.config, "reload");
         }
         // The old configuration's and the new one's reading left freed memory behind.
         crate::os::process::release_free_memory();

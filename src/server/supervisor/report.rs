@@ -111,6 +111,7 @@ impl Supervisor {
             ),
             // The admin page's feed (asked every second) carries those that need a look.
             certificates: self.acme.status(!active),
+            config: self.config_api.state(),
             pools_matched: matched.len(),
             counts,
             page: if query.per_page.is_some() {

@@ -193,6 +193,7 @@ impl Supervisor {
             reader,
             app,
             frozen: None,
+            accepts_no_more: false,
         };
         let slot = &mut self.slots[i];
         if replacing {

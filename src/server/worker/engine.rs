@@ -32,6 +32,8 @@ use tokio::task::JoinHandle;
 pub(super) struct ThreadChannels {
     pub(super) stop_rx: watch::Receiver<bool>,
     pub(super) started: std::sync::mpsc::Sender<Result<(), String>>,
+    /// Told once the thread's listeners accept no more, draining.
+    pub(super) accepts_no_more: std::sync::mpsc::Sender<()>,
 }
 
 /// One engine thread: its own runtime, its listeners, its connections — until the worker
@@ -48,6 +50,7 @@ pub(super) fn engine_thread(
     let ThreadChannels {
         mut stop_rx,
         started,
+        accepts_no_more,
     } = channels;
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -80,7 +83,7 @@ pub(super) fn engine_thread(
         };
         let _ = started.send(Ok(()));
         let _ = stop_rx.wait_for(|stop| *stop).await;
-        serving.drain(spec.shutdown_timeout).await;
+        serving.drain(spec.shutdown_timeout, accepts_no_more).await;
     });
 }
 
@@ -170,7 +173,7 @@ impl Serving {
     /// Drains within `within`: every connection's next answer says `Connection: close`
     /// (HTTP/2: GOAWAY); one waiting for a request gets `http::shutdown::DRAIN_IDLE` to send
     /// it; in-flight requests finish.
-    async fn drain(self, within: Duration) {
+    async fn drain(self, within: Duration, accepts_no_more: std::sync::mpsc::Sender<()>) {
         self.env.shutdown.begin();
         let deadline = tokio::time::Instant::now() + within;
         // A ring's accept takes connections until its cancel completes, and one still armed
@@ -181,6 +184,7 @@ impl Serving {
         for accept in self.accepting {
             let _ = tokio::time::timeout_at(deadline, accept).await;
         }
+        let _ = accepts_no_more.send(());
         while self.open.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -1,0 +1,533 @@
+//! The configuration as its files hold it, for the configuration API (`/config` on the admin
+//! endpoint, `espalier config`): read as JSON in the TOML file's own schema and names, and
+//! changed one part at a time — `[server]`, one pool, one site, one upstream group, or the
+//! whole document — with the comments and layout of every part not changed kept
+//! (`toml_edit`). A new site or pool goes to a file of its own where the main file has
+//! `include` (`sites.d/NAME.toml`, `sites.d/NAME.pool.toml`: a hoster's one file per site),
+//! else to the main file.
+//!
+//! Owns: [`ConfigFiles`] (the texts, their [`ConfigFiles::version`], the edits, what changed)
+//! and the JSON ⇄ TOML translation. Must not touch: validity (the edited texts are validated
+//! as `check` validates, by [`super::Config::parse_with`]) or writing the files (the
+//! supervisor's, which applies them).
+
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use toml_edit::{ArrayOfTables, DocumentMut, Item, Table};
+
+/// What a pool, site or upstream group is called in the file (`[[site]]`) and in the API's
+/// paths (`/config/sites/NAME`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Pool,
+    Site,
+    Upstream,
+}
+
+impl Kind {
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::Pool => "pool",
+            Kind::Site => "site",
+            Kind::Upstream => "upstream",
+        }
+    }
+
+    fn of_path(word: &str) -> Option<Kind> {
+        match word {
+            "pools" => Some(Kind::Pool),
+            "sites" => Some(Kind::Site),
+            "upstreams" => Some(Kind::Upstream),
+            _ => None,
+        }
+    }
+}
+
+/// The part of the configuration a `/config…` path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Whole,
+    Server,
+    /// Every pool, site or upstream group (read only).
+    All(Kind),
+    One(Kind, String),
+}
+
+impl Part {
+    /// The part `/config` + `rest` names; why not, in one line.
+    pub fn parse(rest: &str) -> Result<Part, String> {
+        let words: Vec<&str> = rest.split('/').filter(|w| !w.is_empty()).collect();
+        let part = match words.as_slice() {
+            [] => Part::Whole,
+            ["server"] => Part::Server,
+            [kind] => Part::All(Kind::of_path(kind).ok_or_else(|| unknown(rest))?),
+            [kind, name] => {
+                let kind = Kind::of_path(kind).ok_or_else(|| unknown(rest))?;
+                if !super::parse::valid_name(name) {
+                    return Err(format!(
+                        "`{name}` is not a {} name: letters, digits, `-` and `_`, at most 64",
+                        kind.key()
+                    ));
+                }
+                Part::One(kind, name.to_string())
+            }
+            _ => return Err(unknown(rest)),
+        };
+        Ok(part)
+    }
+}
+
+fn unknown(rest: &str) -> String {
+    format!("no part of the configuration is at /config{rest}: /config, /config/server, /config/pools|sites|upstreams[/NAME]")
+}
+
+/// Why an edit was refused: the HTTP status it answers and one line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal(pub u16, pub String);
+
+fn bad(message: impl Into<String>) -> Refusal {
+    Refusal(400, message.into())
+}
+
+/// One file: its text as read (`None`: made by this edit), its document now, and whether the
+/// edit removes it (an included file left with nothing).
+struct File {
+    path: PathBuf,
+    read: Option<String>,
+    doc: DocumentMut,
+    removed: bool,
+}
+
+/// The main config file and the files its `include` patterns match.
+pub struct ConfigFiles {
+    files: Vec<File>,
+    /// Where a new site or pool goes when `include` is used: the first pattern's folder and
+    /// its file-name pattern (`*.toml`), and the whole pattern to match against.
+    include: Option<(PathBuf, String, glob::Pattern)>,
+}
+
+impl ConfigFiles {
+    /// Reads `main` and the files its `include` patterns match now.
+    pub fn read(main: &Path) -> Result<ConfigFiles, String> {
+        // Absolute, as the validator names the files an overlay stands in for.
+        let main = &std::path::absolute(main).unwrap_or_else(|_| main.to_path_buf());
+        let mut files = vec![read_file(main)?];
+        let base = main.parent().filter(|p| !p.as_os_str().is_empty());
+        let base = base.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let patterns: Vec<String> = (files[0].doc.get("include"))
+            .and_then(Item::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut include = None;
+        for pattern in &patterns {
+            let matched = super::include::matching_files(pattern, &base, &Default::default())?;
+            for path in matched {
+                if !files.iter().any(|f| f.path == path) {
+                    files.push(read_file(&path)?);
+                }
+            }
+            let full = base.join(pattern);
+            if let (None, Some(folder), Some(name)) = (&include, full.parent(), full.file_name()) {
+                let name = name.to_string_lossy().into_owned();
+                if let Ok(p) = glob::Pattern::new(&full.to_string_lossy()) {
+                    include = Some((folder.to_path_buf(), name, p));
+                }
+            }
+        }
+        Ok(ConfigFiles { files, include })
+    }
+
+    /// The version of what the files hold: the first 16 bytes of SHA-256 over each file's
+    /// path and text, hex (the API's `ETag`). Any change — through the API or by hand —
+    /// gives another.
+    pub fn version(&self) -> String {
+        let mut hash = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+        for f in self.files.iter().filter(|f| !f.removed) {
+            hash.update(f.path.as_os_str().as_encoded_bytes());
+            hash.update(&[0]);
+            hash.update(f.doc.to_string().as_bytes());
+            hash.update(&[0]);
+        }
+        let digest = hash.finish();
+        digest.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// `part` as JSON (`None`: no such pool, site or group).
+    pub fn get(&self, part: &Part) -> Option<Value> {
+        match part {
+            Part::Whole => {
+                let mut whole = table_json(self.files[0].doc.as_table());
+                for kind in [Kind::Pool, Kind::Site] {
+                    let all = self.all(kind);
+                    if let (Value::Object(o), false) = (&mut whole, all.is_empty()) {
+                        o.insert(kind.key().into(), Value::Array(all));
+                    }
+                }
+                Some(whole)
+            }
+            Part::Server => Some(
+                (self.files[0].doc.get("server"))
+                    .and_then(Item::as_table)
+                    .map_or(Value::Object(Map::new()), table_json),
+            ),
+            Part::All(kind) => Some(Value::Array(self.all(*kind))),
+            Part::One(kind, name) => {
+                let (f, i) = self.find(*kind, name)?;
+                let list = self.files[f].doc.get(kind.key())?.as_array_of_tables()?;
+                Some(table_json(list.get(i)?))
+            }
+        }
+    }
+
+    fn all(&self, kind: Kind) -> Vec<Value> {
+        let lists = self.files.iter().filter(|f| !f.removed);
+        let lists = lists.filter_map(|f| f.doc.get(kind.key())?.as_array_of_tables());
+        lists.flat_map(|l| l.iter().map(table_json)).collect()
+    }
+
+    /// Where pool, site or group `name` is: its file and its index in that file's list.
+    fn find(&self, kind: Kind, name: &str) -> Option<(usize, usize)> {
+        self.files.iter().enumerate().find_map(|(f, file)| {
+            let list = file.doc.get(kind.key())?.as_array_of_tables()?;
+            let i = list
+                .iter()
+                .position(|t| t.get("name").and_then(Item::as_str) == Some(name))?;
+            Some((f, i))
+        })
+    }
+
+    /// Creates or replaces `part` with `value`; whether it was created.
+    pub fn put(&mut self, part: &Part, value: &Value) -> Result<bool, Refusal> {
+        match part {
+            Part::Whole => self.load(value).map(|()| false),
+            Part::Server => {
+                let table = json_table(value, "server")?;
+                let created = self.files[0].doc.get("server").is_none();
+                self.files[0].doc.insert("server", Item::Table(table));
+                Ok(created)
+            }
+            Part::All(kind) => Err(Refusal(
+                405,
+                format!(
+                    "the {}s are written one at a time: PUT /config/{}s/NAME",
+                    kind.key(),
+                    kind.key()
+                ),
+            )),
+            Part::One(kind, name) => self.put_one(*kind, name, value),
+        }
+    }
+
+    fn put_one(&mut self, kind: Kind, name: &str, value: &Value) -> Result<bool, Refusal> {
+        let Value::Object(fields) = value else {
+            return Err(bad(format!(
+                "a {} is a JSON object, like {{\"name\": \"{name}\", …}}",
+                kind.key()
+            )));
+        };
+        match fields.get("name") {
+            None => {}
+            Some(Value::String(n)) if n == name => {}
+            Some(other) => return Err(bad(format!("its `name` is {other}, and the path names `{name}`: rename by DELETE and PUT, or leave `name` out"))),
+        }
+        let mut named = fields.clone();
+        named.insert("name".into(), Value::String(name.into()));
+        let table = json_table(&Value::Object(named), kind.key())?;
+        if let Some((f, i)) = self.find(kind, name) {
+            let list = self.files[f]
+                .doc
+                .get_mut(kind.key())
+                .and_then(Item::as_array_of_tables_mut);
+            if let Some(slot) = list.and_then(|l| l.get_mut(i)) {
+                *slot = table;
+            }
+            return Ok(false);
+        }
+        let f = self.file_for(kind, name);
+        let doc = &mut self.files[f].doc;
+        if doc
+            .get(kind.key())
+            .and_then(Item::as_array_of_tables)
+            .is_none()
+        {
+            doc.insert(kind.key(), Item::ArrayOfTables(ArrayOfTables::new()));
+        }
+        if let Some(list) = doc
+            .get_mut(kind.key())
+            .and_then(Item::as_array_of_tables_mut)
+        {
+            list.push(table);
+        }
+        Ok(true)
+    }
+
+    /// The file a new pool, site or group goes to: its own in the include folder (a site's
+    /// `NAME.toml`, a pool's `NAME.pool.toml`, where the pattern takes such a name), else
+    /// the main file. Upstream groups live in the main file (an included file holds pools
+    /// and sites only).
+    fn file_for(&mut self, kind: Kind, name: &str) -> usize {
+        let own = match (kind, &self.include) {
+            (Kind::Upstream, _) | (_, None) => None,
+            (_, Some((folder, pattern, full))) => {
+                let stem = if kind == Kind::Pool {
+                    format!("{name}.pool")
+                } else {
+                    name.to_string()
+                };
+                let path = folder.join(pattern.replacen('*', &stem, 1));
+                (pattern.matches('*').count() == 1 && full.matches_path(&path)).then_some(path)
+            }
+        };
+        let Some(path) = own else { return 0 };
+        if let Some(f) = self.files.iter().position(|f| f.path == path) {
+            self.files[f].removed = false;
+            return f;
+        }
+        self.files.push(File {
+            path,
+            read: None,
+            doc: DocumentMut::new(),
+            removed: false,
+        });
+        self.files.len() - 1
+    }
+
+    /// Changes `part` by the JSON merge patch `patch` (RFC 7396: a key set to `null` is
+    /// removed, an object merged, anything else replaced).
+    pub fn patch(&mut self, part: &Part, patch: &Value) -> Result<(), Refusal> {
+        if matches!(part, Part::Whole | Part::All(_)) {
+            return Err(Refusal(
+                405,
+                "a merge patch changes /config/server or one pool, site or upstream group".into(),
+            ));
+        }
+        let mut value = self.get(part).ok_or_else(|| missing(part))?;
+        merge_patch(&mut value, patch);
+        self.put(part, &value).map(|_| ())
+    }
+
+    /// Removes one pool, site or group; an included file left with nothing goes with it.
+    pub fn delete(&mut self, part: &Part) -> Result<(), Refusal> {
+        let Part::One(kind, name) = part else {
+            return Err(Refusal(
+                405,
+                "DELETE removes one pool, site or upstream group: /config/sites/NAME".into(),
+            ));
+        };
+        let (f, i) = self.find(*kind, name).ok_or_else(|| missing(part))?;
+        let file = &mut self.files[f];
+        if let Some(list) = file
+            .doc
+            .get_mut(kind.key())
+            .and_then(Item::as_array_of_tables_mut)
+        {
+            list.remove(i);
+            if list.is_empty() {
+                file.doc.remove(kind.key());
+            }
+        }
+        file.removed = f > 0 && file.doc.as_table().is_empty();
+        Ok(())
+    }
+
+    /// Replaces everything with the document `value`: `[server]`, `include` and upstream
+    /// groups to the main file; each pool and site as a new one would go.
+    fn load(&mut self, value: &Value) -> Result<(), Refusal> {
+        let Value::Object(whole) = value else {
+            return Err(bad(
+                "the whole configuration is a JSON object, like {\"server\": {…}, \"site\": […]}",
+            ));
+        };
+        let mut main: Map<String, Value> = whole.clone();
+        let pools = main.remove("pool");
+        let sites = main.remove("site");
+        let root = json_table(&Value::Object(main), "the document")?;
+        for f in self.files.iter_mut().skip(1) {
+            f.removed = true;
+            f.doc = DocumentMut::new();
+        }
+        let doc = &mut self.files[0].doc;
+        *doc = DocumentMut::new();
+        for (k, v) in root.iter() {
+            doc.insert(k, v.clone());
+        }
+        for (kind, list) in [(Kind::Pool, pools), (Kind::Site, sites)] {
+            let Some(list) = list else { continue };
+            let Value::Array(list) = list else {
+                return Err(bad(format!("`{}` is a list of objects", kind.key())));
+            };
+            for (k, entry) in list.iter().enumerate() {
+                let name = entry.get("name").and_then(Value::as_str);
+                let name = name
+                    .filter(|n| super::parse::valid_name(n))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "{}[{k}]: give it a `name` (letters, digits, `-` and `_`)",
+                            kind.key()
+                        ))
+                    })?;
+                if !self.put_one(kind, name, entry)? {
+                    return Err(bad(format!("{}[{k}]: `{name}` is named twice", kind.key())));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The files this edit changes: each path with its new text, or `None` to remove it.
+    pub fn changes(&self) -> Vec<(PathBuf, Option<String>)> {
+        let changed = self.files.iter().filter_map(|f| {
+            let now = (!f.removed).then(|| f.doc.to_string());
+            (now != f.read).then(|| (f.path.clone(), now))
+        });
+        changed.collect()
+    }
+
+    /// The main file's text now.
+    pub fn main_text(&self) -> String {
+        self.files[0].doc.to_string()
+    }
+}
+
+fn missing(part: &Part) -> Refusal {
+    match part {
+        Part::One(kind, name) => Refusal(404, format!("there is no {} `{name}`", kind.key())),
+        _ => Refusal(404, "not there".into()),
+    }
+}
+
+fn read_file(path: &Path) -> Result<File, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let doc: DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{} is not TOML: {e}", path.display()))?;
+    Ok(File {
+        path: path.to_path_buf(),
+        read: Some(text),
+        doc,
+        removed: false,
+    })
+}
+
+/// RFC 7396's merge patch of `target` by `patch`.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(changes) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    if let Value::Object(fields) = target {
+        for (key, change) in changes {
+            if change.is_null() {
+                fields.remove(key);
+            } else {
+                merge_patch(fields.entry(key.clone()).or_insert(Value::Null), change);
+            }
+        }
+    }
+}
+
+/// A TOML table as JSON: its values, its tables as objects, its arrays of tables as lists.
+fn table_json(table: &Table) -> Value {
+    let fields = table
+        .iter()
+        .filter_map(|(k, item)| Some((k.to_string(), item_json(item)?)));
+    Value::Object(fields.collect())
+}
+
+fn item_json(item: &Item) -> Option<Value> {
+    Some(match item {
+        Item::None => return None,
+        Item::Value(v) => value_json(v),
+        Item::Table(t) => table_json(t),
+        Item::ArrayOfTables(a) => Value::Array(a.iter().map(table_json).collect()),
+    })
+}
+
+fn value_json(value: &toml_edit::Value) -> Value {
+    use toml_edit::Value as V;
+    match value {
+        V::String(s) => Value::String(s.value().clone()),
+        V::Integer(n) => Value::from(*n.value()),
+        V::Float(x) => Value::from(*x.value()),
+        V::Boolean(b) => Value::Bool(*b.value()),
+        V::Datetime(d) => Value::String(d.value().to_string()),
+        V::Array(a) => Value::Array(a.iter().map(value_json).collect()),
+        V::InlineTable(t) => Value::Object(
+            t.iter()
+                .map(|(k, v)| (k.to_string(), value_json(v)))
+                .collect(),
+        ),
+    }
+}
+
+/// A JSON object as a TOML table (`at` names it in a refusal): objects become tables,
+/// lists of objects arrays of tables (`[[site.app]]`), the rest values.
+fn json_table(value: &Value, at: &str) -> Result<Table, Refusal> {
+    let Value::Object(fields) = value else {
+        return Err(bad(format!("`{at}` is a JSON object")));
+    };
+    let mut table = Table::new();
+    // The name first, as a person writes it (a JSON object's keys come sorted).
+    let named = fields.get_key_value("name").into_iter();
+    for (key, v) in named.chain(fields.iter().filter(|(k, _)| *k != "name")) {
+        let here = format!("{at}.{key}");
+        let item = match v {
+            Value::Object(_) => Item::Table(json_table(v, &here)?),
+            Value::Array(list) if !list.is_empty() && list.iter().all(Value::is_object) => {
+                let mut tables = ArrayOfTables::new();
+                for (k, t) in list.iter().enumerate() {
+                    tables.push(json_table(t, &format!("{here}[{k}]"))?);
+                }
+                Item::ArrayOfTables(tables)
+            }
+            _ => Item::Value(json_value(v, &here)?),
+        };
+        table.insert(key, item);
+    }
+    Ok(table)
+}
+
+fn json_value(value: &Value, at: &str) -> Result<toml_edit::Value, Refusal> {
+    Ok(match value {
+        Value::Null => {
+            return Err(bad(format!(
+                "`{at}` is null, which TOML has no word for: leave the key out"
+            )))
+        }
+        Value::Bool(b) => (*b).into(),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => i.into(),
+            (None, Some(x)) if n.is_f64() => x.into(),
+            _ => return Err(bad(format!("`{at}`: {n} is past the integers TOML holds"))),
+        },
+        Value::String(s) => s.as_str().into(),
+        Value::Array(list) => {
+            let mut array = toml_edit::Array::new();
+            for (k, v) in list.iter().enumerate() {
+                array.push(json_value(v, &format!("{at}[{k}]"))?);
+            }
+            toml_edit::Value::Array(array)
+        }
+        Value::Object(fields) => {
+            let mut inline = toml_edit::InlineTable::new();
+            for (k, v) in fields {
+                inline.insert(k, json_value(v, &format!("{at}.{k}"))?);
+            }
+            toml_edit::Value::InlineTable(inline)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,86 @@
+//! The admin endpoint's client: what `espalier status`, `pool`, `recycle`, `reload` and
+//! `config` send, one request per connection.
+//!
+//! Owns: making the request and reading the answer (`httparse`: the HTTP/1.1 codec of this
+//! client). Must not touch: what the answers mean (the CLI's).
+
+use super::config_identity;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The client side: one request to the admin endpoint at `addr`; (status, body).
+pub fn request(addr: SocketAddr, method: &str, path: &str) -> Result<(u16, Vec<u8>), String> {
+    request_with_token(addr, method, path, None)
+}
+
+/// As [`request`], carrying the admin token (actions need it).
+pub fn request_with_token(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, Vec<u8>), String> {
+    request_as(addr, method, path, token, None)
+}
+
+/// As [`request_with_token`], for the server of the config file `config` (a server started
+/// from another file answers 409 instead of acting).
+pub fn request_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    config: Option<&std::path::Path>,
+) -> Result<(u16, Vec<u8>), String> {
+    let (status, _, body) = request_with_body(addr, (method, path), token, config, &[], b"")?;
+    Ok((status, body))
+}
+
+/// The answer's status, `ETag` (the configuration's version, from `/config`) and body.
+pub type Answer = (u16, Option<String>, Vec<u8>);
+
+/// As [`request_as`], with `fields` added to the head and `body` sent (the configuration
+/// API's writes).
+pub fn request_with_body(
+    addr: SocketAddr,
+    (method, path): (&str, &str),
+    token: Option<&str>,
+    config: Option<&std::path::Path>,
+    fields: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Answer, String> {
+    let mut head = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    if let Some(file) = config {
+        head.push_str(&format!("X-Espalier-Config: {}\r\n", config_identity(file)));
+    }
+    for (name, value) in fields {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)"))?;
+    // A change applied to thousands of sites takes longer than a read.
+    let wait = if method == "GET" { 10 } else { 60 };
+    s.set_read_timeout(Some(Duration::from_secs(wait)))
+        .map_err(|e| e.to_string())?;
+    let closed = |e: std::io::Error| {
+        format!("the admin endpoint at {addr} closed the connection before answering ({e}); it may be busy: try again")
+    };
+    let len = body.len();
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{head}Content-Length: {len}\r\nConnection: close\r\n\r\n").map_err(closed)?;
+    s.write_all(body).map_err(closed)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(closed)?;
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(&raw) {
+        Ok(httparse::Status::Complete(len)) => {
+            let etag = (response.headers.iter())
+                .find(|h| h.name.eq_ignore_ascii_case("etag"))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .map(|v| v.trim().trim_matches('"').to_string());
+            Ok((response.code.unwrap_or(0), etag, raw[len..].to_vec()))
+        }
+        _ => Err(format!("{addr} did not answer HTTP")),
+    }
+}

@@ -1,0 +1,330 @@
+//! The configuration API in the master (`/config…` on the admin endpoint, `espalier
+//! config`): a read gives the files' configuration as JSON with its version (`ETag`); a write
+//! changes one part of the files (`config::document`), is validated as `check` validates —
+//! refused with its one-line messages, nothing written — then written (each file replaced
+//! whole, by a rename) and applied through the reload's diff, so that only the pools whose
+//! sites or settings it changed get new workers. A write the running server cannot take
+//! (an address it cannot bind) puts the files back as they were.
+//!
+//! Writes are one at a time: the supervisor takes one command at a time. A write that names
+//! the version it read (`If-Match`) over a newer one is refused (412): a hosting panel's two
+//! workers never lose one's change to the other's.
+//!
+//! Owns: the calls, their order and when each is answered (its state is
+//! [`super::config_version`]'s). Must not touch: what the files say (`config::document`) or
+//! how a configuration is switched to (`super::reload`).
+
+use super::config_version::SERVING_WITHIN;
+use super::Supervisor;
+use crate::config::document::{ConfigFiles, Part, Refusal};
+use crate::config::{Config, Overlay};
+use crate::server::admin::{AdminReply, ConfigCall, ConfigMethod};
+use crate::server::log;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+fn answer(status: u16, body: &Value, version: Option<String>) -> AdminReply {
+    let mut body = serde_json::to_vec_pretty(body).unwrap_or_default();
+    body.push(b'\n');
+    AdminReply::Config {
+        status,
+        body,
+        version,
+    }
+}
+
+fn refused(status: u16, message: impl Into<String>, version: Option<String>) -> AdminReply {
+    answer(
+        status,
+        &json!({ "ok": false, "message": message.into() }),
+        version,
+    )
+}
+
+/// Writes `text` to `path` whole: beside it first, then renamed over it (a reader sees the
+/// old file or the new one, never half), its mode kept; `None` removes it.
+fn replace_file(path: &Path, text: Option<&str>) -> std::io::Result<()> {
+    use std::io::Write;
+    let Some(text) = text else {
+        return std::fs::remove_file(path);
+    };
+    let folder = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(folder)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let beside = folder.join(format!(".{}.espalier-new", name.unwrap_or_default()));
+    let mut file = std::fs::File::create(&beside)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    if let Ok(old) = std::fs::metadata(path) {
+        std::fs::set_permissions(&beside, old.permissions())?;
+    }
+    std::fs::rename(&beside, path)
+}
+
+/// Writes every change; on a failure, what was written is put back. The files as they were.
+fn write_all(
+    changes: &[(PathBuf, Option<String>)],
+) -> Result<Vec<(PathBuf, Option<String>)>, String> {
+    let mut undo = Vec::new();
+    for (path, text) in changes {
+        let before = std::fs::read_to_string(path).ok();
+        if let Err(e) = replace_file(path, text.as_deref()) {
+            put_back(&undo);
+            return Err(format!(
+                "cannot write {}: {e}; nothing was changed",
+                path.display()
+            ));
+        }
+        undo.push((path.clone(), before));
+    }
+    Ok(undo)
+}
+
+fn put_back(undo: &[(PathBuf, Option<String>)]) {
+    for (path, before) in undo.iter().rev() {
+        if let Err(e) = replace_file(path, before.as_deref()) {
+            log(
+                "master",
+                format!("config: cannot put {} back: {e}", path.display()),
+            );
+        }
+    }
+}
+
+/// One change of `files`: what it did (for the answer and the audit line), and whether it
+/// created its part.
+fn edit(
+    files: &mut ConfigFiles,
+    method: ConfigMethod,
+    part: &Part,
+    value: &Value,
+) -> Result<(String, bool), Refusal> {
+    let created = match method {
+        ConfigMethod::Put => files.put(part, value)?,
+        ConfigMethod::Load => files.put(&Part::Whole, value)?,
+        ConfigMethod::Patch => files.patch(part, value).map(|()| false)?,
+        ConfigMethod::Delete => files.delete(part).map(|()| false)?,
+        ConfigMethod::Get | ConfigMethod::Batch => false,
+    };
+    Ok((summary(method, part, created), created))
+}
+
+/// `POST /config/batch`: the body's changes, in order, validated and applied as one — a
+/// site's path and the upstream group it names, which neither passes `check` alone.
+fn edit_batch(files: &mut ConfigFiles, list: &Value) -> Result<(String, bool), Refusal> {
+    let Value::Array(list) = list else {
+        return Err(Refusal(400, "a batch is a list of changes: [{\"method\": \"PUT\", \"path\": \"/sites/shop\", \"value\": {…}}, …]".into()));
+    };
+    let (mut said, mut created) = (Vec::new(), false);
+    for (k, change) in list.iter().enumerate() {
+        let at = |Refusal(status, m): Refusal| Refusal(status, format!("change {k}: {m}"));
+        let method = match change["method"].as_str() {
+            Some("PUT") => ConfigMethod::Put,
+            Some("PATCH") => ConfigMethod::Patch,
+            Some("DELETE") => ConfigMethod::Delete,
+            _ => {
+                return Err(at(Refusal(
+                    400,
+                    "its `method` is PUT, PATCH or DELETE".into(),
+                )))
+            }
+        };
+        let path = change["path"].as_str().unwrap_or_default();
+        let path = path.strip_prefix("/config").unwrap_or(path);
+        let part = Part::parse(path).map_err(|m| at(Refusal(400, m)))?;
+        let (one, made) = edit(files, method, &part, &change["value"]).map_err(at)?;
+        said.push(one);
+        created |= made;
+    }
+    Ok((said.join(", "), created))
+}
+
+/// What a write did, for its answer and the audit line.
+fn summary(method: ConfigMethod, part: &Part, created: bool) -> String {
+    let what = match part {
+        Part::Whole => "the whole configuration".to_string(),
+        Part::Server => "[server]".to_string(),
+        Part::All(kind) => format!("every {}", kind.key()),
+        Part::One(kind, name) => format!("{} {name}", kind.key()),
+    };
+    let done = match (method, created) {
+        (ConfigMethod::Delete, _) => "removed",
+        (ConfigMethod::Patch, _) => "changed",
+        (ConfigMethod::Load | ConfigMethod::Batch, _) => "replaced",
+        (_, true) => "created",
+        _ => "replaced",
+    };
+    format!("{what} {done}")
+}
+
+impl Supervisor {
+    /// Takes one configuration API call: a read or a refusal is answered at once; an applied
+    /// write once what it changed serves — every worker it started ready (an on-demand one
+    /// asleep, watching its sockets) and none it replaced still taking requests — so that the
+    /// caller's next request meets the change (within [`SERVING_WITHIN`]; past it, the answer
+    /// says so).
+    pub(super) fn config_call(&mut self, call: ConfigCall, reply: oneshot::Sender<AdminReply>) {
+        let applied = call.method != ConfigMethod::Get;
+        let answer = self.config_answer(call);
+        let ok = matches!(
+            answer,
+            AdminReply::Config {
+                status: 200 | 201,
+                ..
+            }
+        );
+        if applied && ok && !self.serving_as_configured() {
+            (self.config_api.waiting).push((answer, reply, Instant::now() + SERVING_WITHIN));
+        } else {
+            let _ = reply.send(answer);
+        }
+    }
+
+    /// Whether every slot serves as the configuration says: started and ready, asleep, or
+    /// its pool stopped; and no replaced worker still takes connections beside its
+    /// replacement.
+    fn serving_as_configured(&self) -> bool {
+        let stopped = |pool: usize| self.pools[pool].stopped.is_some();
+        let slots_ready = self.slots.iter().all(|s| {
+            s.asleep || stopped(s.pool) || s.current.as_ref().is_some_and(|c| c.life.is_ready())
+        });
+        // A replaced worker takes connections until it says its threads stopped accepting
+        // (an app process never took any: its front did).
+        let gone = |p: &super::procs::Proc| p.accepts_no_more || p.app.is_some();
+        let draining = self.slots.iter().flat_map(|s| &s.draining);
+        slots_ready
+            && self
+                .retiring
+                .iter()
+                .map(|(_, p)| p)
+                .chain(draining)
+                .all(gone)
+    }
+
+    /// Sends the answers of writes that now serve (or waited [`SERVING_WITHIN`]).
+    pub(super) fn answer_config_calls_served(&mut self, now: Instant) {
+        if self.config_api.waiting.is_empty() {
+            return;
+        }
+        let served = self.serving_as_configured();
+        let waiting = std::mem::take(&mut self.config_api.waiting);
+        for (answer, reply, until) in waiting {
+            if served {
+                let _ = reply.send(answer);
+            } else if now >= until {
+                let late = refused(202, format!("applied, and not every worker it started is ready after {}s: see espalier status", SERVING_WITHIN.as_secs()), self.config_api.version.clone());
+                let _ = reply.send(late);
+            } else {
+                self.config_api.waiting.push((answer, reply, until));
+            }
+        }
+    }
+
+    /// Answers one configuration API call (a write applied).
+    fn config_answer(&mut self, call: ConfigCall) -> AdminReply {
+        let Some(main) = self.config.source.clone() else {
+            return refused(409, "espalier serve was started without -c FILE: there is no configuration file to read or change; start it with one", None);
+        };
+        let mut files = match ConfigFiles::read(&main) {
+            Ok(f) => f,
+            Err(e) => return refused(500, e, None),
+        };
+        let version = files.version();
+        let whole = matches!(call.method, ConfigMethod::Load | ConfigMethod::Batch);
+        let part = match if whole {
+            Ok(Part::Whole)
+        } else {
+            Part::parse(&call.rest)
+        } {
+            Ok(p) => p,
+            Err(e) => return refused(404, e, Some(version)),
+        };
+        if call.method == ConfigMethod::Get {
+            return match files.get(&part) {
+                Some(value) => answer(200, &value, Some(version)),
+                None => refused(
+                    404,
+                    format!("there is nothing at /config{}", call.rest),
+                    Some(version),
+                ),
+            };
+        }
+        if let Some(wanted) = call.if_match.as_deref().map(|v| v.trim().trim_matches('"')) {
+            if wanted != "*" && wanted != version {
+                return refused(412, format!("the configuration changed since version {wanted} was read (it is {version} now): read it again and make the change on that"), Some(version));
+            }
+        }
+        if call.create_only && files.get(&part).is_some() {
+            return refused(
+                412,
+                format!(
+                    "/config{} is there already: change it with PUT or PATCH",
+                    call.rest
+                ),
+                Some(version),
+            );
+        }
+        let value: Value = match (call.method, serde_json::from_slice(&call.body)) {
+            (ConfigMethod::Delete, _) => Value::Null,
+            (_, Ok(v)) => v,
+            (_, Err(e)) => {
+                return refused(400, format!("the body is not JSON: {e}"), Some(version))
+            }
+        };
+        let edited = match call.method {
+            ConfigMethod::Batch => edit_batch(&mut files, &value),
+            method => edit(&mut files, method, &part, &value),
+        };
+        let (said, created) = match edited {
+            Ok(done) => done,
+            Err(Refusal(status, message)) => return refused(status, message, Some(version)),
+        };
+        let changes = files.changes();
+        if changes.is_empty() {
+            let body = json!({ "ok": true, "message": format!("{said}: nothing changed"), "version": version });
+            return answer(200, &body, Some(version));
+        }
+        self.write_and_apply(&main, &files, &changes, (&call, &said))
+            .map_or_else(
+                |(status, message)| refused(status, message, Some(version.clone())),
+                |new_version| {
+                    let body = json!({ "ok": true, "message": said, "version": new_version });
+                    answer(if created { 201 } else { 200 }, &body, Some(new_version))
+                },
+            )
+    }
+
+    /// Validates the edited files as `check` does, writes them and applies them; the new
+    /// version, or the status and line refusing it (the files then as they were).
+    fn write_and_apply(
+        &mut self,
+        main: &Path,
+        files: &ConfigFiles,
+        changes: &[(PathBuf, Option<String>)],
+        (call, said): (&ConfigCall, &str),
+    ) -> Result<String, (u16, String)> {
+        let overlay: Overlay = changes.iter().cloned().collect();
+        let new = Config::parse_with(&files.main_text(), main, &self.topology, &overlay)
+            .map_err(|e| (400, e.to_string().trim_end().to_string()))?;
+        let undo = write_all(changes).map_err(|e| (500, e))?;
+        let switched = self.switch_to(new, main);
+        if let Err(e) = self.after_reload(switched) {
+            put_back(&undo);
+            return Err((409, e));
+        }
+        let who = format!("the admin token's holder at {}", call.who);
+        self.config_api.applied(&self.config, &who);
+        let version = self.config_api.version.clone().unwrap_or_default();
+        log(
+            "master",
+            format!(
+                "config: {} /config{} by {who}: {said}; version {version}",
+                call.method.word(),
+                call.rest
+            ),
+        );
+        Ok(version)
+    }
+}
