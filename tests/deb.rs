@@ -98,6 +98,17 @@ fn the_package_installs_a_server_that_serves_its_default_site() {
     let postinst = std::fs::read_to_string(control.path().join("postinst")).unwrap();
     assert!(postinst.contains("install -d -m 0755 -o root -g adm /var/log/espalier"));
     assert!(postinst.contains("deb-systemd-helper enable espalier.service"));
+    // An upgrade takes the new binary up in place, and does not restart the service.
+    assert!(postinst.contains("/usr/bin/espalier upgrade -c /etc/espalier/espalier.toml"));
+    assert!(
+        !postinst.contains("deb-systemd-invoke restart"),
+        "{postinst}"
+    );
+    let prerm = std::fs::read_to_string(control.path().join("prerm")).unwrap_or_default();
+    assert!(
+        !prerm.contains("deb-systemd-invoke stop") || prerm.contains("[ \"$1\" = remove ]"),
+        "the service is stopped at removal only: {prerm}"
+    );
     assert!(
         !postinst.contains("espalier-listen.socket"),
         "socket activation is optional: the package must not enable it"

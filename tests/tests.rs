@@ -62,6 +62,7 @@ mod systemd;
 mod tenants;
 mod ticket_keys;
 mod tls;
+mod upgrade;
 mod upstream_faults;
 mod upstreams;
 mod upstreams_h2;

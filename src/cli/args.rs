@@ -150,6 +150,13 @@ pub enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Replace the running server by the espalier binary now on disk, without dropping a
+    /// connection: a new master takes over the listening sockets, and the old one drains
+    /// (also: SIGUSR2 to the master). A new binary that fails leaves the old one serving.
+    Upgrade {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Read or change the running server's configuration through its configuration API
     /// (`/config` on the admin endpoint): only what changes is applied, and the files are
     /// rewritten to say so.

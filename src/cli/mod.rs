@@ -7,8 +7,8 @@
 //! - `machine`: `topology`, `check`, `nic`, `doctor` — the machine and the config, inspected;
 //! - `serve`: `serve` (and `--dry-run`);
 //! - `bench`: `bench` and `scale` — measuring;
-//! - `admin`: `status`, `pool`, `recycle`, `reload` — the running server, through its admin
-//!   endpoint;
+//! - `admin`: `status`, `pool`, `recycle`, `reload`, `upgrade` — the running server,
+//!   through its admin endpoint;
 //! - `config`: `config get|set|add|patch|rm` — its configuration API.
 
 mod admin;
@@ -73,6 +73,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         Command::Recycle { pool, admin } => admin::post(&admin, &format!("/pools/{pool}/recycle")),
         Command::Reload { admin } => admin::post(&admin, "/reload"),
         Command::Config { action } => config::run(action),
+        Command::Upgrade { admin } => admin::post(&admin, "/upgrade"),
         Command::Doctor {
             config,
             machine,

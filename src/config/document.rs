@@ -96,6 +96,9 @@ struct File {
     read: Option<String>,
     doc: DocumentMut,
     removed: bool,
+    /// An edit changed its document: only such files are written out again (at 10,000
+    /// files, rendering each for every edit would cost every edit all of them).
+    touched: bool,
 }
 
 /// The main config file and the files its `include` patterns match.
@@ -141,22 +144,16 @@ impl ConfigFiles {
         Ok(ConfigFiles { files, include })
     }
 
-    /// The version of what the files hold: the first 16 bytes of SHA-256 over each file's
-    /// path and text, hex (the API's `ETag`). Any change — through the API or by hand —
-    /// gives another.
+    /// The version of what the files hold (see [`version_of`]), as this edit would leave them.
     pub fn version(&self) -> String {
-        let mut hash = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-        for f in self.files.iter().filter(|f| !f.removed) {
-            hash.update(f.path.as_os_str().as_encoded_bytes());
-            hash.update(&[0]);
-            hash.update(f.doc.to_string().as_bytes());
-            hash.update(&[0]);
-        }
-        let digest = hash.finish();
-        digest.as_ref()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        let texts = self.files.iter().filter(|f| !f.removed).map(|f| {
+            let text = match &f.read {
+                Some(read) if !f.touched => read.clone(),
+                _ => f.doc.to_string(),
+            };
+            (f.path.clone(), text)
+        });
+        version_of(texts.collect())
     }
 
     /// `part` as JSON (`None`: no such pool, site or group).
@@ -211,6 +208,7 @@ impl ConfigFiles {
                 let table = json_table(value, "server")?;
                 let created = self.files[0].doc.get("server").is_none();
                 self.files[0].doc.insert("server", Item::Table(table));
+                self.files[0].touched = true;
                 Ok(created)
             }
             Part::All(kind) => Err(Refusal(
@@ -248,9 +246,11 @@ impl ConfigFiles {
             if let Some(slot) = list.and_then(|l| l.get_mut(i)) {
                 *slot = table;
             }
+            self.files[f].touched = true;
             return Ok(false);
         }
         let f = self.file_for(kind, name);
+        self.files[f].touched = true;
         let doc = &mut self.files[f].doc;
         if doc
             .get(kind.key())
@@ -295,6 +295,7 @@ impl ConfigFiles {
             read: None,
             doc: DocumentMut::new(),
             removed: false,
+            touched: true,
         });
         self.files.len() - 1
     }
@@ -323,6 +324,7 @@ impl ConfigFiles {
         };
         let (f, i) = self.find(*kind, name).ok_or_else(|| missing(part))?;
         let file = &mut self.files[f];
+        file.touched = true;
         if let Some(list) = file
             .doc
             .get_mut(kind.key())
@@ -349,10 +351,12 @@ impl ConfigFiles {
         let pools = main.remove("pool");
         let sites = main.remove("site");
         let root = json_table(&Value::Object(main), "the document")?;
-        for f in self.files.iter_mut().skip(1) {
+        for f in self.files.iter_mut() {
             f.removed = true;
+            f.touched = true;
             f.doc = DocumentMut::new();
         }
+        self.files[0].removed = false;
         let doc = &mut self.files[0].doc;
         *doc = DocumentMut::new();
         for (k, v) in root.iter() {
@@ -383,7 +387,7 @@ impl ConfigFiles {
 
     /// The files this edit changes: each path with its new text, or `None` to remove it.
     pub fn changes(&self) -> Vec<(PathBuf, Option<String>)> {
-        let changed = self.files.iter().filter_map(|f| {
+        let changed = self.files.iter().filter(|f| f.touched).filter_map(|f| {
             let now = (!f.removed).then(|| f.doc.to_string());
             (now != f.read).then(|| (f.path.clone(), now))
         });
@@ -394,6 +398,54 @@ impl ConfigFiles {
     pub fn main_text(&self) -> String {
         self.files[0].doc.to_string()
     }
+}
+
+/// A configuration's version: the first 16 bytes of SHA-256 over each file's path and text,
+/// in path order, hex (the API's `ETag`). Any change — through the API or by hand — gives
+/// another.
+fn version_of(mut texts: Vec<(PathBuf, String)>) -> String {
+    texts.sort();
+    let mut hash = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for (path, text) in &texts {
+        hash.update(path.as_os_str().as_encoded_bytes());
+        hash.update(&[0]);
+        hash.update(text.as_bytes());
+        hash.update(&[0]);
+    }
+    let digest = hash.finish();
+    digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The version of the files `main` and its `include` name now, read but not parsed beyond
+/// the main file's `include` (cheap at 10,000 files: it is taken at start and at each
+/// reload).
+pub fn version_on_disk(main: &Path) -> Result<String, String> {
+    let main = std::path::absolute(main).unwrap_or_else(|_| main.to_path_buf());
+    let text = std::fs::read_to_string(&main)
+        .map_err(|e| format!("cannot read {}: {e}", main.display()))?;
+    #[derive(serde::Deserialize)]
+    struct Includes {
+        include: Option<Vec<String>>,
+    }
+    let includes: Includes =
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", main.display()))?;
+    let base = main
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let mut texts = vec![(main.clone(), text)];
+    for pattern in includes.include.unwrap_or_default() {
+        for path in super::include::matching_files(&pattern, &base, &Default::default())? {
+            if texts.iter().all(|(p, _)| *p != path) {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                texts.push((path, text));
+            }
+        }
+    }
+    Ok(version_of(texts))
 }
 
 fn missing(part: &Part) -> Refusal {
@@ -414,6 +466,7 @@ fn read_file(path: &Path) -> Result<File, String> {
         read: Some(text),
         doc,
         removed: false,
+        touched: false,
     })
 }
 

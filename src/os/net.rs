@@ -206,27 +206,46 @@ pub fn adopt_udp(fd: std::os::fd::RawFd) -> std::net::UdpSocket {
     unsafe { std::net::UdpSocket::from_raw_fd(fd) }
 }
 
-/// The listening sockets a service manager passed (systemd socket activation: `LISTEN_FDS`
-/// sockets from fd 3, for this process when `LISTEN_PID` is its pid), each with its address
-/// and whether it has `SO_REUSEPORT`. The variables are removed, so no child sees them. Call
-/// it once, before any thread starts.
-pub fn inherited_listeners() -> Vec<(SocketAddr, bool, Socket)> {
-    let ours = std::env::var("LISTEN_PID")
+/// A socket this process was started with: a TCP listener (`udp` false) or a bound UDP
+/// socket, its address, and whether it has `SO_REUSEPORT`.
+pub struct Inherited {
+    pub addr: SocketAddr,
+    pub udp: bool,
+    pub reuse_port: bool,
+    pub socket: Socket,
+}
+
+/// The variable a master upgrading itself sets for the new one: how many sockets it passes
+/// from fd 3 (its listeners, its UDP sockets and its admin endpoint's).
+pub const UPGRADE_FDS: &str = "ESPALIER_UPGRADE_FDS";
+
+/// The sockets this process was started with, each with its address: a service manager's
+/// (systemd socket activation: `LISTEN_FDS` TCP listeners from fd 3, for this process when
+/// `LISTEN_PID` is its pid), or an upgrading master's ([`UPGRADE_FDS`] sockets from fd 3,
+/// TCP listeners and UDP). The variables are removed, so no child sees them. Call it once,
+/// before any thread starts.
+pub fn inherited_sockets() -> Vec<Inherited> {
+    let systemd = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.parse::<u32>().ok())
         .is_some_and(|p| p == std::process::id());
-    let count: i32 = std::env::var("LISTEN_FDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+    let count = |var: &str| -> i32 {
+        std::env::var(var)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let (listen, upgrade) = (count("LISTEN_FDS"), count(UPGRADE_FDS));
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", UPGRADE_FDS] {
         std::env::remove_var(var);
     }
-    if !ours {
-        return Vec::new();
-    }
+    let (count, udp_too) = match (systemd, upgrade) {
+        (_, n) if n > 0 => (n, true),
+        (true, _) => (listen, false),
+        _ => return Vec::new(),
+    };
     let mut found = Vec::new();
-    for fd in 3..3 + count.clamp(0, 1024) {
+    for fd in 3..3 + count.clamp(0, 65536) {
         use std::os::fd::FromRawFd;
         // Only a socket is taken: a manager that passed fewer descriptors than it said must
         // not make espalier close one it opened itself.
@@ -235,17 +254,23 @@ pub fn inherited_listeners() -> Vec<(SocketAddr, bool, Socket)> {
         if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
             continue;
         }
-        // SAFETY: systemd's protocol hands fds 3..3+LISTEN_FDS to this process, once; each is
-        // taken here exactly once.
+        // SAFETY: both protocols hand fds 3..3+N to this process, once; each is taken here
+        // exactly once.
         let socket = unsafe { Socket::from_raw_fd(fd) };
         let _ = crate::os::process::set_cloexec(fd);
+        let udp = socket.r#type().is_ok_and(|t| t == socket2::Type::DGRAM);
         let listening = socket.is_listener().unwrap_or(false);
         let addr = socket.local_addr().ok().and_then(|a| a.as_socket());
-        // Anything but a TCP listener is closed when `socket` goes.
-        if let (true, Some(addr)) = (listening, addr) {
-            let reuse = socket.reuse_port().unwrap_or(false);
+        // Anything else is closed when `socket` goes.
+        if let (true, Some(addr)) = (listening || (udp && udp_too), addr) {
+            let reuse_port = socket.reuse_port().unwrap_or(false);
             let _ = socket.set_nonblocking(true);
-            found.push((addr, reuse, socket));
+            found.push(Inherited {
+                addr,
+                udp,
+                reuse_port,
+                socket,
+            });
         }
     }
     found

@@ -468,6 +468,62 @@ pub fn place_fds(fds: &[RawFd], first: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Spawns `cmd` with the descriptors `fds` at 3, 4, … in order (as socket activation hands
+/// them over), and nothing else of this process's open descriptors: a new master taking
+/// over an upgrading one's sockets. The copies are made before the fork (so the child only
+/// moves descriptors, as it may between fork and exec); the child outlives this process.
+pub fn spawn_passing(
+    cmd: &mut std::process::Command,
+    fds: &[RawFd],
+) -> io::Result<std::process::Child> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let above = 3 + fds.len() as RawFd;
+    let mut high = Vec::with_capacity(fds.len());
+    for &fd in fds {
+        // SAFETY: fcntl duplicates an fd this process owns; no memory is passed.
+        let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above) };
+        if d < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        high.push(adopt_fd(d));
+    }
+    let raw: Vec<RawFd> = high.iter().map(|d| d.as_raw_fd()).collect();
+    // SAFETY: between fork and exec only dup2 runs (async-signal-safe), over a list made
+    // before the fork; each target is below every copy, so none is overwritten.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (k, &d) in raw.iter().enumerate() {
+                if libc::dup2(d, 3 + k as RawFd) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn();
+    drop(high);
+    child
+}
+
+/// The variable an upgrading master names the new master's readiness socket by (see
+/// [`spawn_passing`]).
+pub const UPGRADE_READY_FD: &str = "ESPALIER_UPGRADE_READY_FD";
+
+/// The socket on which this master, started by an upgrading one, says it serves: taken
+/// once at start (close-on-exec, its variable removed, so no child sees either).
+pub fn take_upgrade_ready() -> Option<std::os::unix::net::UnixStream> {
+    let fd: RawFd = std::env::var(UPGRADE_READY_FD).ok()?.parse().ok()?;
+    std::env::remove_var(UPGRADE_READY_FD);
+    // SAFETY: fstat writes only into `st`.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return None;
+    }
+    let _ = set_cloexec(fd);
+    Some(adopt_unix_stream(fd))
+}
+
 /// Makes this process the leader of a new process group, so that the whole tree an
 /// application starts (gunicorn's workers, say) can be killed with one signal.
 pub fn own_process_group() -> io::Result<()> {

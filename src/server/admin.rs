@@ -43,6 +43,9 @@ pub enum AdminCommand {
     RotateTicketKeys,
     /// The configuration API (`/config…`).
     Config(ConfigCall),
+    /// A new master from the binary on disk takes over the sockets (see
+    /// `supervisor::upgrade`).
+    Upgrade,
 }
 
 /// The supervisor's answer.
@@ -129,6 +132,7 @@ fn route(method: Method, path: &str, query: &str) -> Result<Option<(AdminCommand
             (AdminCommand::Recycle(name.to_string()), false)
         }
         (Method::Post, ["reload"]) => (AdminCommand::Reload, false),
+        (Method::Post, ["upgrade"]) => (AdminCommand::Upgrade, false),
         (Method::Post, ["tls", "rotate-ticket-keys"]) => (AdminCommand::RotateTicketKeys, false),
         _ => return Ok(None),
     }))
@@ -197,13 +201,14 @@ pub fn config_identity(path: &std::path::Path) -> String {
         .to_string()
 }
 
-/// Serves the endpoint on `listener` (from [`bind`]).
+/// Serves the endpoint on `listener` (from [`bind`]); the task that accepts on it (ended when
+/// a new master took the endpoint over, see `supervisor::upgrade`).
 pub(super) fn start<E: From<Request> + Send + 'static>(
     listener: std::net::TcpListener,
     config: &Config,
     topology: &crate::topology::Topology,
     events: mpsc::UnboundedSender<E>,
-) {
+) -> Option<tokio::task::JoinHandle<()>> {
     let addr = config.server.admin;
     let identity: std::sync::Arc<str> = config
         .source
@@ -226,7 +231,7 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
         Ok(l) => l,
         Err(e) => {
             log("master", format!("admin endpoint disabled: {addr}: {e}"));
-            return;
+            return None;
         }
     };
     // The token itself only on a terminal: under a service manager this line goes to a
@@ -245,7 +250,7 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
     // A bounded number of connections at once, each for a bounded time: idle connections
     // of any local user must not take the descriptors the master needs to restart workers.
     let open = std::sync::Arc::new(connections::OpenConnections::default());
-    tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -280,7 +285,7 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
             });
             open.add(id, asked, task.abort_handle());
         }
-    });
+    }))
 }
 
 /// How long an admin connection may take to send its request head: an idle one is closed

@@ -408,30 +408,22 @@ pub(super) fn site_of(config: &Config, addr: SocketAddr) -> &str {
 }
 
 /// Opens every listener group, in (node, CPU) order, and attaches the steering programs.
+/// Sockets this master was started with (`inherited`: a service manager's, or the master it
+/// upgrades) are each group's first, in the order passed; the group's other sockets join them.
 pub(super) fn open_listeners(
     config: &Config,
     topology: &Topology,
     plan: &Plan,
     file: &str,
+    mut inherited: Vec<os::net::Inherited>,
 ) -> Result<Vec<ListenerGroup>, String> {
     let mut groups = wanted_groups(config);
     let mut steering_failed = false;
-    // Sockets systemd passed (socket activation of the master): each becomes the first
-    // socket of the group of its address, and the group's other sockets join it.
-    let mut inherited = os::net::inherited_listeners();
     for g in &mut groups {
-        if let Some(k) = inherited.iter().position(|(a, _, _)| *a == g.addr) {
-            let (addr, reuse_port, socket) = inherited.remove(k);
-            let url = g.routes.url();
-            if !reuse_port {
-                return Err(format!("{file}: site `{}`: the socket passed for {url} (LISTEN_FDS) has no SO_REUSEPORT, so espalier cannot give each worker thread its own socket beside it; add ReusePort=yes to the socket unit", site_of(config, addr)));
-            }
-            log(
-                "master",
-                format!("{url}: using the socket the service manager passed"),
-            );
-            g.sockets.push(socket);
-        } else {
+        let (mine, rest): (Vec<_>, Vec<_>) = inherited.into_iter().partition(|s| s.addr == g.addr);
+        inherited = rest;
+        let (udp, tcp): (Vec<_>, Vec<_>) = mine.into_iter().partition(|s| s.udp);
+        if tcp.is_empty() {
             probe_free(
                 config,
                 g.addr,
@@ -440,23 +432,41 @@ pub(super) fn open_listeners(
                 Proto::Tcp,
             )?;
         }
-        probe_free(
-            config,
-            g.addr,
-            &g.routes,
-            (file, Patience::AtStart),
-            Proto::Udp,
-        )?;
+        for s in tcp {
+            let url = g.routes.url();
+            if !s.reuse_port {
+                return Err(format!("{file}: site `{}`: the socket passed for {url} (LISTEN_FDS) has no SO_REUSEPORT, so espalier cannot give each worker thread its own socket beside it; add ReusePort=yes to the socket unit", site_of(config, s.addr)));
+            }
+            if g.sockets.is_empty() {
+                log(
+                    "master",
+                    format!("{url}: using the socket(s) passed to this master"),
+                );
+            }
+            g.sockets.push(s.socket);
+        }
+        if udp.is_empty() {
+            probe_free(
+                config,
+                g.addr,
+                &g.routes,
+                (file, Patience::AtStart),
+                Proto::Udp,
+            )?;
+        } else if g.answers_quic(config) {
+            g.udp.add(udp.into_iter().map(|s| s.socket).collect());
+        }
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");
             steering_failed = true;
         }
     }
-    for (addr, _, _) in inherited {
+    for s in inherited {
         log(
             "master",
             format!(
-                "warning: the socket passed for {addr} matches no binding of {file}; it is closed"
+                "warning: the socket passed for {} matches no binding of {file}; it is closed",
+                s.addr
             ),
         );
     }

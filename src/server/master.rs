@@ -74,8 +74,18 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
     }
     check_identities(config).map_err(|e| format!("{file}: {e}"))?;
     end_what_a_dead_server_left_frozen();
-    let groups = super::listeners::open_listeners(config, topology, plan, &file)?;
-    let admin = super::admin::bind(config).map_err(|e| format!("{file}: {e}"))?;
+    // The sockets a service manager, or the master this one upgrades, passed: the admin
+    // endpoint's among them is its own.
+    let mut inherited = crate::os::net::inherited_sockets();
+    let upgrading = crate::os::process::take_upgrade_ready();
+    let admin_passed = (inherited.iter())
+        .position(|s| !s.udp && s.addr == config.server.admin)
+        .map(|k| std::net::TcpListener::from(inherited.remove(k).socket));
+    let groups = super::listeners::open_listeners(config, topology, plan, &file, inherited)?;
+    let admin = match admin_passed {
+        Some(listener) => listener,
+        None => super::admin::bind(config).map_err(|e| format!("{file}: {e}"))?,
+    };
     let mut handoffs = super::handoffs::Handoffs::new()?;
     // An on-demand pool starts asleep: no hand-off socket until its first connection.
     let on_demand = super::handoffs::on_demand_pools(&config.pools);
@@ -88,7 +98,12 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
         .map_err(|e| e.to_string())?;
     // The supervisor keeps the one copy (a hoster's config is thousands of sites).
     rt.block_on(super::supervisor::run(
-        owned, topology, groups, handoffs, specs, admin,
+        owned,
+        topology,
+        groups,
+        handoffs,
+        specs,
+        (admin, upgrading),
     ))
 }
 

@@ -44,6 +44,11 @@ impl QuicSockets {
         self.sockets.first()
     }
 
+    /// Every socket's descriptor, in group order (what an upgrade passes on).
+    pub(super) fn raw_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.sockets.iter().map(|s| s.as_raw_fd()).collect()
+    }
+
     /// Per thread, the socket new connections go to.
     pub(super) fn current(&self) -> &[u32] {
         &self.current

@@ -4,7 +4,7 @@
 //!
 //! Owns: [`ConfigApi`]. Must not touch: the files (read through `config::document`).
 
-use crate::config::document::ConfigFiles;
+use crate::config::document::version_on_disk;
 use crate::config::Config;
 use crate::server::admin::AdminReply;
 use std::time::{Duration, Instant};
@@ -25,8 +25,8 @@ pub(super) struct ConfigApi {
 impl ConfigApi {
     /// The version of the files `config` was read from (at the start).
     pub(super) fn read_version(&mut self, config: &Config) {
-        let files = config.source.as_deref().map(ConfigFiles::read);
-        self.version = files.and_then(Result::ok).map(|f| f.version());
+        let version = config.source.as_deref().map(version_on_disk);
+        self.version = version.and_then(Result::ok);
     }
 
     /// `config` applied, changed by `who` (`reload`, or the API's caller).

@@ -59,6 +59,11 @@ pub(in crate::server) enum Event {
         name: String,
         judged: super::on_demand::Judged,
     },
+    /// The new master of an upgrade (`pid`) serves, or why not (see `upgrade`).
+    Upgraded {
+        pid: u32,
+        outcome: Result<(), String>,
+    },
     /// A connection for pool `pool`, handed to the master: none of the pool's hand-off
     /// sockets was there (it sleeps), or it was queued on one as the pool went to sleep.
     Handed {

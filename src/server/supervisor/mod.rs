@@ -17,7 +17,8 @@
 //! - `report`: the status report, filtered and paged;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
 //!   changes); `config_api`: the configuration API's reads and writes, a write answered once
-//!   it serves (`config_version`: its version, last change and waiting answers);
+//!   it serves (`config_version`: its version, last change and waiting answers); `upgrade`:
+//!   a new binary started on this master's sockets, which then drains;
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
 //!   ACME directory and renewed (`acme_schedule`: when; `acme_dns`: DNS-01's publisher kept); `on_demand`: which names a handshake may have ordered, and
@@ -72,6 +73,7 @@ mod start_up;
 mod stop;
 mod suspend;
 mod ticket_keys;
+mod upgrade;
 mod upstream_checks;
 mod upstream_told;
 mod wake;
@@ -162,6 +164,8 @@ struct Supervisor {
     acme: acme::Acme,
     /// The names asked for by handshakes (`[server.acme] on_demand`).
     on_demand: on_demand::OnDemandOrders,
+    /// A binary upgrade under way, or done (see `upgrade`).
+    upgrade: procs::Upgrade,
 }
 
 /// The signals the master acts on.
@@ -171,6 +175,7 @@ pub(super) struct Signals {
     chld: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
     usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -183,6 +188,7 @@ impl Signals {
             chld: on(SignalKind::child())?,
             hup: on(SignalKind::hangup())?,
             usr1: on(SignalKind::user_defined1())?,
+            usr2: on(SignalKind::user_defined2())?,
         })
     }
 }
@@ -195,17 +201,20 @@ pub(super) async fn run(
     groups: Vec<ListenerGroup>,
     handoffs: super::handoffs::Handoffs,
     specs: Vec<WorkerSpec>,
-    admin: std::net::TcpListener,
+    (admin, upgrading): (
+        std::net::TcpListener,
+        Option<std::os::unix::net::UnixStream>,
+    ),
 ) -> Result<i32, String> {
     let mut signals = Signals::new()?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut sv = Supervisor::new(config, topology, groups, handoffs, specs, tx.clone());
     sv.log_listening();
     sv.make_cgroups();
-    sv.config_api.read_version(&sv.config);
     sv.take_handed_to_master();
     sv.start_all(&mut rx).await?;
-    super::admin::start(admin, &sv.config, topology, tx.clone());
+    sv.upgrade.admin_socket = admin.try_clone().ok();
+    sv.upgrade.admin_task = super::admin::start(admin, &sv.config, topology, tx.clone());
     // Reading and checking thousands of sites' files left freed memory in the heap's arenas.
     os::process::release_free_memory();
     log(
@@ -220,12 +229,28 @@ pub(super) async fn run(
         ),
     );
     sv.notify_ready();
+    // After the start: at 10,000 files it reads them all again.
+    sv.config_api.read_version(&sv.config);
+    if let Some(mut upgrading) = upgrading {
+        // The master this one upgrades stops taking connections once it reads this.
+        use std::io::Write;
+        let _ = upgrading.write_all(b"ready\n");
+        log(
+            "master",
+            "upgrade: serving on the previous master's sockets",
+        );
+    }
 
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            Some(ev) = rx.recv() => sv.on_event(ev),
+            Some(ev) = rx.recv() => {
+                sv.on_event(ev);
+                if sv.upgrade.handed_over {
+                    break;
+                }
+            }
             _ = signals.chld.recv() => sv.reap(),
             _ = tick.tick() => sv.on_tick(),
             _ = signals.hup.recv() => {
@@ -238,6 +263,7 @@ pub(super) async fn run(
                 sv.notify_ready();
             }
             _ = signals.usr1.recv() => sv.reopen_logs(),
+            _ = signals.usr2.recv() => sv.begin_upgrade(None),
             _ = signals.term.recv() => break,
             _ = signals.int.recv() => break,
         }
@@ -262,6 +288,10 @@ impl Supervisor {
             Event::Admin(crate::server::admin::AdminCommand::Config(call), reply) => {
                 self.config_call(call, reply)
             }
+            Event::Admin(crate::server::admin::AdminCommand::Upgrade, reply) => {
+                self.begin_upgrade(Some(reply))
+            }
+            Event::Upgraded { pid, outcome } => self.on_upgraded(pid, outcome),
             Event::Admin(cmd, reply) => {
                 let answer = self.admin(cmd);
                 let _ = reply.send(answer);

@@ -227,7 +227,9 @@ impl Supervisor {
                 Ok(summary) => done(200, summary),
                 Err(message) => done(400, message),
             },
-            AdminCommand::Config(_) => done(500, "a configuration call is answered by config_api"),
+            AdminCommand::Config(_) | AdminCommand::Upgrade => {
+                done(500, "answered by config_api and upgrade")
+            }
             AdminCommand::RotateTicketKeys => {
                 let pools = self.rotate_ticket_keys();
                 let said = format!("session ticket keys rotated; the workers of {pools} pool(s) told (tickets of the two keys before still resume)");

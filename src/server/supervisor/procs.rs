@@ -154,6 +154,18 @@ pub(super) struct Cgroups {
     pub(super) defaults_failed_said: bool,
 }
 
+/// A binary upgrade's part (see `super::upgrade`): a copy of the admin endpoint's socket to
+/// pass on and the task that accepts on it here, the new master starting and the answers
+/// waiting for it, and whether it took over.
+#[derive(Default)]
+pub(super) struct Upgrade {
+    pub(super) admin_socket: Option<std::net::TcpListener>,
+    pub(super) admin_task: Option<tokio::task::JoinHandle<()>>,
+    pub(super) new_master: Option<u32>,
+    pub(super) waiting: Vec<tokio::sync::oneshot::Sender<crate::server::admin::AdminReply>>,
+    pub(super) handed_over: bool,
+}
+
 /// The freezer's part (`idle_action = "suspend"`): the cgroup freezer found at start, the
 /// groups made (removed at exit), and whether its absence was said.
 pub(super) struct Freezing {

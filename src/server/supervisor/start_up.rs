@@ -79,6 +79,7 @@ impl Supervisor {
                 crate::server::soft::parse_proc_stat(&os::process::proc_stat()),
             ),
             config_api: Default::default(),
+            upgrade: Default::default(),
             cgroups: super::procs::Cgroups {
                 defaults_failed_said: false,
                 hierarchy: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),

@@ -48,7 +48,11 @@ impl Supervisor {
         for s in &mut self.slots {
             s.restart = Restart::No;
         }
-        let _answering = self.answer_while_stopping();
+        // Handed over, the sockets are the new master's: what reaches them is its to serve.
+        let _answering = (!self.upgrade.handed_over).then(|| self.answer_while_stopping());
+        if self.upgrade.handed_over {
+            self.dispatcher_first(signals).await;
+        }
         // The fronts first (espalier's workers, and activated apps, which are their own front):
         // they finish what they have in flight, forwarding to apps that still run. The apps
         // behind them only once they are gone, or at the limit.
@@ -82,6 +86,22 @@ impl Supervisor {
         self.remove_cgroups();
         crate::server::runtime::remove_runtime_dir();
         log("master", "stopped");
+    }
+
+    /// Handed over to a new master: this one's dispatcher stops first, and is waited for
+    /// (within `shutdown_timeout`), so that what it took from the shared sockets reaches this
+    /// master's pool workers while they still take hand-offs; they drain after it.
+    async fn dispatcher_first(&mut self, signals: &mut Signals) {
+        let dispatcher = |p: &Proc| p.pool == crate::server::dispatcher::POOL;
+        self.signal_matching(libc::SIGTERM, dispatcher);
+        let until = tokio::time::Instant::now() + self.config.server.shutdown_timeout;
+        while self.procs().any(dispatcher) {
+            tokio::select! {
+                _ = signals.chld.recv() => self.reap(),
+                _ = tokio::time::sleep(Duration::from_millis(20)) => self.reap(),
+                _ = tokio::time::sleep_until(until) => break,
+            }
+        }
     }
 
     /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them. The app

@@ -1,0 +1,178 @@
+//! A binary upgrade under load (#57, item 3): `espalier upgrade` starts the binary now on disk
+//! as a new master on the running one's sockets; the old one drains and exits once the new
+//! one serves. Paced keep-alive and new-connection requests run throughout, and a slow request
+//! to an app is in flight at the moment of the upgrade: none fails. A broken binary (it exits
+//! at once) is refused and the running master goes on. Every process a test starts, the test
+//! stops (the new master outlives the one the harness started: a guard stops it).
+
+use crate::common::*;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Stops the master of `pid` (the one an upgrade started) when dropped, and waits for it.
+struct Master(Option<u32>);
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            wait_for("the new master to stop", Duration::from_secs(20), || {
+                !pid_alive(pid)
+            });
+        }
+    }
+}
+
+/// Requests every 2 ms until `stop`, on a kept-alive connection (a new one when the server
+/// closes it, as a draining worker does) and, every tenth, on a fresh one. A request on a
+/// reused connection the server closed before answering is sent again on a new connection,
+/// as browsers do; a fresh connection's request that is not answered 200 is a failure. The
+/// requests answered, those sent again, and the failures.
+fn paced(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, u64, Vec<String>) {
+    let (mut answered, mut again, mut failed) = (0, 0, Vec::new());
+    let mut kept: Option<Conn> = None;
+    let ask = |c: &mut Conn| {
+        c.send(b"GET / HTTP/1.1\r\nHost: web.example\r\n\r\n");
+        c.read_response(false)
+    };
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let reused = kept.is_some() && n % 10 != 0;
+        let mut conn = match kept.take().filter(|_| reused) {
+            Some(c) => c,
+            None => Conn::open(addr),
+        };
+        let mut answer = ask(&mut conn);
+        if answer.is_none() && reused {
+            again += 1;
+            conn = Conn::open(addr);
+            answer = ask(&mut conn);
+        }
+        match answer {
+            Some(r) if r.status == 200 => {
+                answered += 1;
+                let closing = r
+                    .header("connection")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+                if !closing {
+                    kept = Some(conn);
+                }
+            }
+            Some(r) => failed.push(format!("request {n}: {}", r.status)),
+            None => failed.push(format!("request {n}: no answer")),
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (answered, again, failed)
+}
+
+#[test]
+fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www")).unwrap();
+    std::fs::write(d.join("www/index.html"), "hello\n").unwrap();
+    std::fs::create_dir_all(d.join("bin")).unwrap();
+    let bin = d.join("bin/espalier");
+    std::fs::copy(env!("CARGO_BIN_EXE_espalier"), &bin).unwrap();
+    let port = free_port();
+    let (config, admin) = with_own_admin(&format!(
+        "[[pool]]\nname = \"web\"\n[[pool]]\nname = \"py\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ SLOW_SECONDS = \"3\", RECORD = \"{}\" }}\n[[site]]\nname = \"web\"\nbindings = [\"http://127.0.0.1:{port}:web.example\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n[[site]]\nname = \"py\"\nbindings = [\"http://127.0.0.1:{port}:py.example\"]\n[[site.app]]\npool = \"py\"\n",
+        test_app().display(),
+        d.join("asked.txt").display()
+    ));
+    let path = d.join("espalier.toml");
+    std::fs::write(&path, config).unwrap();
+    let c = path.to_str().unwrap();
+    let mut server = Server::start_program(&bin, &[], &["-c", c], d, &[]);
+    server.admin = Some(admin.clone());
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let before: Vec<u32> = server.workers().iter().map(|w| w.1).collect();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || paced(addr, stop))
+    };
+    let slow = std::thread::spawn(move || get_host(addr, "py.example", "/slow"));
+    // In flight at the old master's app when the upgrade starts.
+    wait_for(
+        "the app to take the slow request",
+        Duration::from_secs(20),
+        || std::fs::read_to_string(d.join("asked.txt")).is_ok_and(|t| t.contains("/slow")),
+    );
+    // The new binary: a copy put in place as a package would (written beside, renamed over).
+    std::fs::copy(env!("CARGO_BIN_EXE_espalier"), d.join("bin/espalier.new")).unwrap();
+    std::fs::rename(d.join("bin/espalier.new"), &bin).unwrap();
+    let said = espalier_ok(&["upgrade", "-c", c]);
+    let pid: u32 = said
+        .split("(pid ")
+        .nth(1)
+        .and_then(|p| p.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    let _new = Master(Some(pid));
+    assert_eq!(
+        server.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        server.log_text()
+    );
+    let slow = slow.join().unwrap();
+    assert_eq!(
+        (slow.status, slow.text()),
+        (200, "app\n".into()),
+        "in flight across the upgrade"
+    );
+    // The load goes on against the new master for a moment, then stops.
+    let served_now = server.requests_taken();
+    server.wait_until(
+        "the new master's workers serve the load",
+        Duration::from_secs(20),
+        |s| s.requests_taken() > served_now + 50,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (answered, again, failed) = load.join().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{failed:?} of {answered}; log:\n{}",
+        server.log_text()
+    );
+    assert!(answered > 100, "{answered} answered");
+    eprintln!("upgrade under load: {answered} requests answered ({again} sent again on a new connection after a kept one closed unanswered), none failed");
+    let after: Vec<u32> = server.workers().iter().map(|w| w.1).collect();
+    assert!(
+        after.iter().all(|p| !before.contains(p)),
+        "{before:?} → {after:?}"
+    );
+    server.wait_for_log(
+        "upgrade: serving on the previous master's sockets",
+        Duration::from_secs(5),
+    );
+
+    // A broken binary: refused, and the new master goes on serving with the same workers.
+    std::fs::write(
+        d.join("bin/broken"),
+        "#!/bin/sh\necho broken binary >&2\nexit 3\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(d.join("bin/broken"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(d.join("bin/broken"), &bin).unwrap();
+    let refused = espalier(&["upgrade", "-c", c]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains("upgrade refused: the new master exited before it served"),
+        "{err}"
+    );
+    assert_eq!(get_host(addr, "web.example", "/").text(), "hello\n");
+    assert_eq!(
+        server.workers().iter().map(|w| w.1).collect::<Vec<_>>(),
+        after
+    );
+    assert!(pid_alive(pid));
+}
