@@ -1,12 +1,14 @@
 //! A binary upgrade under load (#57, item 3): `espalier upgrade` starts the binary now on disk
 //! as a new master on the running one's sockets; the old one drains and exits once the new
-//! one serves. Paced keep-alive and new-connection requests run throughout, and a slow request
-//! to an app is in flight at the moment of the upgrade: none fails. A broken binary (it exits
+//! one serves. Paced keep-alive and new-connection requests run throughout; a slow request to
+//! an app, a half-sent upload and a WebSocket are in flight at the moment of the upgrade, and
+//! each finishes with the old master: none fails. A broken binary (it exits
 //! at once) is refused and the running master goes on. Every process a test starts, the test
 //! stops (the new master outlives the one the harness started: a guard stops it).
 
 use crate::common::*;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,8 +71,36 @@ fn paced(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, u64, Vec<String>) {
     (answered, again, failed)
 }
 
+/// A WebSocket to the Node example app's echo, open: the 101 read.
+fn websocket(addr: SocketAddr) -> Conn {
+    let mut c = Conn::open(addr);
+    c.send(b"GET /ws HTTP/1.1\r\nHost: ws.example\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n");
+    let switched = c.read_response(true).expect("the 101");
+    assert_eq!(switched.status, 101);
+    c
+}
+
+/// Sends `text` as a masked text frame and reads the echo's payload.
+fn echo(c: &mut Conn, text: &str) -> String {
+    use std::io::Read;
+    let mask = [7u8, 1, 2, 3];
+    let mut frame = vec![0x81, 0x80 | text.len() as u8];
+    frame.extend(mask);
+    frame.extend(text.bytes().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    c.send(&frame);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = [0u8; 2];
+    c.stream.read_exact(&mut head).expect("an echo");
+    let mut payload = vec![0u8; (head[1] & 0x7f) as usize];
+    c.stream.read_exact(&mut payload).expect("its payload");
+    String::from_utf8_lossy(&payload).into_owned()
+}
+
 #[test]
 fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
+    need_tools("node:nodejs", "node");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir_all(d.join("www")).unwrap();
@@ -80,9 +110,16 @@ fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
     std::fs::copy(env!("CARGO_BIN_EXE_espalier"), &bin).unwrap();
     let port = free_port();
     let (config, admin) = with_own_admin(&format!(
-        "[[pool]]\nname = \"web\"\n[[pool]]\nname = \"py\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ SLOW_SECONDS = \"3\", RECORD = \"{}\" }}\n[[site]]\nname = \"web\"\nbindings = [\"http://127.0.0.1:{port}:web.example\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n[[site]]\nname = \"py\"\nbindings = [\"http://127.0.0.1:{port}:py.example\"]\n[[site.app]]\npool = \"py\"\n",
+        "[[pool]]\nname = \"web\"\n[[pool]]\nname = \"py\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ SLOW_SECONDS = \"3\", RECORD = \"{}\" }}\n[[site]]\nname = \"web\"\nbindings = [\"http://127.0.0.1:{port}:web.example\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n[[site]]\nname = \"py\"\nbindings = [\"http://127.0.0.1:{port}:py.example\"]\n[[site.app]]\npool = \"py\"\n[[pool]]\nname = \"ws\"\ncommand = [\"node\", \"server.js\"]\ndirectory = \"{}\"\n[[site]]\nname = \"ws\"\nbindings = [\"http://127.0.0.1:{port}:ws.example\"]\n[[site.app]]\npool = \"ws\"\n[[pool]]\nname = \"up\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ MARKS = \"{}\" }}\n[[site]]\nname = \"up\"\nbindings = [\"http://127.0.0.1:{port}:up.example\"]\n[[site.app]]\npool = \"up\"\n",
         test_app().display(),
-        d.join("asked.txt").display()
+        d.join("asked.txt").display(),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/apps/node")
+            .display(),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/apps/upload_app.py")
+            .display(),
+        d.display()
     ));
     let path = d.join("espalier.toml");
     std::fs::write(&path, config).unwrap();
@@ -97,6 +134,18 @@ fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
         let stop = stop.clone();
         std::thread::spawn(move || paced(addr, stop))
     };
+    // A WebSocket open across the upgrade: its old worker keeps it while it drains.
+    let mut ws = websocket(addr);
+    assert_eq!(echo(&mut ws, "before"), "before");
+    // An upload half sent, its first bytes at the app.
+    let mut upload = Conn::open(addr);
+    upload.send(b"POST /upload HTTP/1.1\r\nHost: up.example\r\nContent-Length: 200000\r\nX-Mark-After: 1000\r\n\r\n");
+    upload.send(&[b'u'; 100_000]);
+    wait_for(
+        "the upload to reach the app",
+        Duration::from_secs(20),
+        || d.join("upload").exists(),
+    );
     let slow = std::thread::spawn(move || get_host(addr, "py.example", "/slow"));
     // In flight at the old master's app when the upgrade starts.
     wait_for(
@@ -115,6 +164,19 @@ fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("{said}"));
     let _new = Master(Some(pid));
+    // The new master serves; the old one drains, the WebSocket still its own, until it ends.
+    assert_eq!(echo(&mut ws, "across"), "across");
+    ws.send(&[0x88, 0x80, 0, 0, 0, 0]);
+    drop(ws);
+    // The upload's second half, to the old worker and app that took the first.
+    upload.send(&[b'u'; 100_000]);
+    let uploaded = upload.read_response(false).expect("the upload's answer");
+    assert_eq!(uploaded.status, 200);
+    assert!(
+        uploaded.text().starts_with("len=200000 "),
+        "{}",
+        uploaded.text()
+    );
     assert_eq!(
         server.wait_exit(Duration::from_secs(30)),
         Some(0),
