@@ -302,6 +302,13 @@ fn a_panel_drives_the_sites_through_the_configuration_api() {
     assert_eq!(ask_kept(&mut kept).status, 200);
     let status = server.status();
     let state = status.config.expect("the config's version in /status");
+    let (_, now, _) = call(
+        admin,
+        ("GET", "/config/server"),
+        &[],
+        serde_json::Value::Null,
+    );
+    assert_eq!(state.version, now, "/status and the ETag name one version");
     assert!(state.changed_by.unwrap().contains("127.0.0.1"));
     drop(kept);
     drop(server);

@@ -223,3 +223,29 @@ fn merge_patch_follows_rfc_7396() {
         assert_eq!(t, result, "{target} + {patch}");
     }
 }
+
+#[test]
+fn the_version_of_an_edit_is_the_version_of_the_files_it_writes() {
+    let (dir, mut files) = files();
+    let main = dir.path().join("espalier.toml");
+    assert_eq!(version_on_disk(&main).unwrap(), files.version());
+    let shop = json!({"bindings": ["http://127.0.0.1:8082"]});
+    files
+        .put(&Part::One(Kind::Site, "shop".into()), &shop)
+        .unwrap();
+    files.delete(&Part::One(Kind::Site, "blog".into())).unwrap();
+    files
+        .patch(
+            &Part::One(Kind::Pool, "main".into()),
+            &json!({"processes": 2}),
+        )
+        .unwrap();
+    for (path, text) in files.changes() {
+        match text {
+            Some(text) => std::fs::write(path, text).unwrap(),
+            None => std::fs::remove_file(path).unwrap(),
+        }
+    }
+    assert_eq!(version_on_disk(&main).unwrap(), files.version());
+    assert_eq!(ConfigFiles::read(&main).unwrap().version(), files.version());
+}

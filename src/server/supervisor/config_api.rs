@@ -315,8 +315,9 @@ impl Supervisor {
             return Err((409, e));
         }
         let who = format!("the admin token's holder at {}", call.who);
-        self.config_api.applied(&self.config, &who);
-        let version = self.config_api.version.clone().unwrap_or_default();
+        // The files as written: their version without reading them all again.
+        let version = files.version();
+        self.config_api.applied(Some(version.clone()), &who);
         log(
             "master",
             format!(

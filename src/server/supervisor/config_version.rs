@@ -29,9 +29,10 @@ impl ConfigApi {
         self.version = version.and_then(Result::ok);
     }
 
-    /// `config` applied, changed by `who` (`reload`, or the API's caller).
-    pub(super) fn applied(&mut self, config: &Config, who: &str) {
-        self.read_version(config);
+    /// A configuration applied, of `version`, changed by `who` (`reload`, or the API's
+    /// caller).
+    pub(super) fn applied(&mut self, version: Option<String>, who: &str) {
+        self.version = version;
         self.changed = Some((super::samples::unix_now() as u64, who.to_string()));
     }
 

@@ -13,6 +13,7 @@ use super::life::{Happening, Restart};
 use super::procs::{PoolRt, Slot};
 use super::reload_diff::{changed_pools, Picture};
 use super::Supervisor;
+use crate::config::document::version_on_disk;
 use crate::config::Config;
 use crate::server::lifecycle;
 use crate::server::listeners::ListenerGroup;
@@ -402,11 +403,17 @@ impl Supervisor {
     /// Reloads (SIGHUP or `espalier reload`) and logs the outcome; the message is the log line.
     pub(super) fn reload_logged(&mut self) -> Result<String, String> {
         let outcome = self.reload();
-        self.after_reload(outcome)
+        let applied = self.after_reload(outcome);
+        if applied.is_ok() {
+            let version = self.config.source.as_deref().map(version_on_disk);
+            self.config_api
+                .applied(version.and_then(Result::ok), "reload");
+        }
+        applied
     }
 
     /// Says a reload's `outcome` (or a configuration API change's) and, applied, reopens
-    /// the logs and takes the config's new version.
+    /// the logs.
     pub(super) fn after_reload(
         &mut self,
         outcome: Result<String, String>,
@@ -420,7 +427,6 @@ impl Supervisor {
             self.reopen_logs();
             // The pools' users may have changed (whose connections the master takes).
             self.take_handed_to_master();
-            self.config_api.applied(&self.config, "reload");
         }
         // The old configuration's and the new one's reading left freed memory behind.
         crate::os::process::release_free_memory();
