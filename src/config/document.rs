@@ -126,10 +126,11 @@ impl ConfigFiles {
             })
             .unwrap_or_default();
         let mut include = None;
+        let mut seen = std::collections::HashSet::from([main.to_path_buf()]);
         for pattern in &patterns {
             let matched = super::include::matching_files(pattern, &base, &Default::default())?;
             for path in matched {
-                if !files.iter().any(|f| f.path == path) {
+                if seen.insert(path.clone()) {
                     files.push(read_file(&path)?);
                 }
             }
@@ -435,10 +436,11 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
     let base = main
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let mut seen = std::collections::HashSet::from([main.clone()]);
     let mut texts = vec![(main.clone(), text)];
     for pattern in includes.include.unwrap_or_default() {
         for path in super::include::matching_files(&pattern, &base, &Default::default())? {
-            if texts.iter().all(|(p, _)| *p != path) {
+            if seen.insert(path.clone()) {
                 let text = std::fs::read_to_string(&path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                 texts.push((path, text));
