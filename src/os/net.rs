@@ -213,6 +213,8 @@ pub struct Inherited {
     pub udp: bool,
     pub reuse_port: bool,
     pub socket: Socket,
+    /// Who passed it: `the service manager`, or `the master it upgrades`.
+    pub by: &'static str,
 }
 
 /// The variable a master upgrading itself sets for the new one: how many sockets it passes
@@ -239,9 +241,9 @@ pub fn inherited_sockets() -> Vec<Inherited> {
     for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", UPGRADE_FDS] {
         std::env::remove_var(var);
     }
-    let (count, udp_too) = match (systemd, upgrade) {
-        (_, n) if n > 0 => (n, true),
-        (true, _) => (listen, false),
+    let (count, udp_too, by) = match (systemd, upgrade) {
+        (_, n) if n > 0 => (n, true, "the master it upgrades"),
+        (true, _) => (listen, false, "the service manager"),
         _ => return Vec::new(),
     };
     let mut found = Vec::new();
@@ -270,6 +272,7 @@ pub fn inherited_sockets() -> Vec<Inherited> {
                 udp,
                 reuse_port,
                 socket,
+                by,
             });
         }
     }

@@ -438,10 +438,7 @@ pub(super) fn open_listeners(
                 return Err(format!("{file}: site `{}`: the socket passed for {url} (LISTEN_FDS) has no SO_REUSEPORT, so espalier cannot give each worker thread its own socket beside it; add ReusePort=yes to the socket unit", site_of(config, s.addr)));
             }
             if g.sockets.is_empty() {
-                log(
-                    "master",
-                    format!("{url}: using the socket(s) passed to this master"),
-                );
+                log("master", format!("{url}: using the socket {} passed", s.by));
             }
             g.sockets.push(s.socket);
         }
