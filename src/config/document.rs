@@ -94,7 +94,9 @@ fn bad(message: impl Into<String>) -> Refusal {
 struct File {
     path: PathBuf,
     read: Option<String>,
-    doc: DocumentMut,
+    /// Its document, parsed when first needed: at 10,000 files, an edit of one site parses
+    /// the few whose text names it, not all.
+    parsed: std::cell::OnceCell<DocumentMut>,
     removed: bool,
     /// An edit changed its document: only such files are written out again (at 10,000
     /// files, rendering each for every edit would cost every edit all of them).
@@ -114,10 +116,10 @@ impl ConfigFiles {
     pub fn read(main: &Path) -> Result<ConfigFiles, String> {
         // Absolute, as the validator names the files an overlay stands in for.
         let main = &std::path::absolute(main).unwrap_or_else(|_| main.to_path_buf());
-        let mut files = vec![read_file(main)?];
+        let mut files = vec![read_file(main, true)?];
         let base = main.parent().filter(|p| !p.as_os_str().is_empty());
         let base = base.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let patterns: Vec<String> = (files[0].doc.get("include"))
+        let patterns: Vec<String> = (files[0].doc().get("include"))
             .and_then(Item::as_array)
             .map(|a| {
                 a.iter()
@@ -131,7 +133,7 @@ impl ConfigFiles {
             let matched = super::include::matching_files(pattern, &base, &Default::default())?;
             for path in matched {
                 if seen.insert(path.clone()) {
-                    files.push(read_file(&path)?);
+                    files.push(read_file(&path, false)?);
                 }
             }
             let full = base.join(pattern);
@@ -150,7 +152,7 @@ impl ConfigFiles {
         let texts = self.files.iter().filter(|f| !f.removed).map(|f| {
             let text = match &f.read {
                 Some(read) if !f.touched => read.clone(),
-                _ => f.doc.to_string(),
+                _ => f.doc().to_string(),
             };
             (f.path.clone(), text)
         });
@@ -161,7 +163,7 @@ impl ConfigFiles {
     pub fn get(&self, part: &Part) -> Option<Value> {
         match part {
             Part::Whole => {
-                let mut whole = table_json(self.files[0].doc.as_table());
+                let mut whole = table_json(self.files[0].doc().as_table());
                 for kind in [Kind::Pool, Kind::Site] {
                     let all = self.all(kind);
                     if let (Value::Object(o), false) = (&mut whole, all.is_empty()) {
@@ -171,14 +173,14 @@ impl ConfigFiles {
                 Some(whole)
             }
             Part::Server => Some(
-                (self.files[0].doc.get("server"))
+                (self.files[0].doc().get("server"))
                     .and_then(Item::as_table)
                     .map_or(Value::Object(Map::new()), table_json),
             ),
             Part::All(kind) => Some(Value::Array(self.all(*kind))),
             Part::One(kind, name) => {
                 let (f, i) = self.find(*kind, name)?;
-                let list = self.files[f].doc.get(kind.key())?.as_array_of_tables()?;
+                let list = self.files[f].doc().get(kind.key())?.as_array_of_tables()?;
                 Some(table_json(list.get(i)?))
             }
         }
@@ -186,14 +188,19 @@ impl ConfigFiles {
 
     fn all(&self, kind: Kind) -> Vec<Value> {
         let lists = self.files.iter().filter(|f| !f.removed);
-        let lists = lists.filter_map(|f| f.doc.get(kind.key())?.as_array_of_tables());
+        let lists = lists.filter_map(|f| f.doc().get(kind.key())?.as_array_of_tables());
         lists.flat_map(|l| l.iter().map(table_json)).collect()
     }
 
     /// Where pool, site or group `name` is: its file and its index in that file's list.
     fn find(&self, kind: Kind, name: &str) -> Option<(usize, usize)> {
-        self.files.iter().enumerate().find_map(|(f, file)| {
-            let list = file.doc.get(kind.key())?.as_array_of_tables()?;
+        let may = self
+            .files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.may_name(name));
+        may.into_iter().find_map(|(f, file)| {
+            let list = file.doc().get(kind.key())?.as_array_of_tables()?;
             let i = list
                 .iter()
                 .position(|t| t.get("name").and_then(Item::as_str) == Some(name))?;
@@ -207,8 +214,8 @@ impl ConfigFiles {
             Part::Whole => self.load(value).map(|()| false),
             Part::Server => {
                 let table = json_table(value, "server")?;
-                let created = self.files[0].doc.get("server").is_none();
-                self.files[0].doc.insert("server", Item::Table(table));
+                let created = self.files[0].doc().get("server").is_none();
+                self.files[0].doc_mut().insert("server", Item::Table(table));
                 self.files[0].touched = true;
                 Ok(created)
             }
@@ -241,7 +248,7 @@ impl ConfigFiles {
         let table = json_table(&Value::Object(named), kind.key())?;
         if let Some((f, i)) = self.find(kind, name) {
             let list = self.files[f]
-                .doc
+                .doc_mut()
                 .get_mut(kind.key())
                 .and_then(Item::as_array_of_tables_mut);
             if let Some(slot) = list.and_then(|l| l.get_mut(i)) {
@@ -252,7 +259,7 @@ impl ConfigFiles {
         }
         let f = self.file_for(kind, name);
         self.files[f].touched = true;
-        let doc = &mut self.files[f].doc;
+        let doc = self.files[f].doc_mut();
         if doc
             .get(kind.key())
             .and_then(Item::as_array_of_tables)
@@ -294,7 +301,7 @@ impl ConfigFiles {
         self.files.push(File {
             path,
             read: None,
-            doc: DocumentMut::new(),
+            parsed: std::cell::OnceCell::from(DocumentMut::new()),
             removed: false,
             touched: true,
         });
@@ -327,16 +334,16 @@ impl ConfigFiles {
         let file = &mut self.files[f];
         file.touched = true;
         if let Some(list) = file
-            .doc
+            .doc_mut()
             .get_mut(kind.key())
             .and_then(Item::as_array_of_tables_mut)
         {
             list.remove(i);
             if list.is_empty() {
-                file.doc.remove(kind.key());
+                file.doc_mut().remove(kind.key());
             }
         }
-        file.removed = f > 0 && file.doc.as_table().is_empty();
+        file.removed = f > 0 && file.doc().as_table().is_empty();
         Ok(())
     }
 
@@ -355,10 +362,10 @@ impl ConfigFiles {
         for f in self.files.iter_mut() {
             f.removed = true;
             f.touched = true;
-            f.doc = DocumentMut::new();
+            f.parsed = std::cell::OnceCell::from(DocumentMut::new());
         }
         self.files[0].removed = false;
-        let doc = &mut self.files[0].doc;
+        let doc = self.files[0].doc_mut();
         *doc = DocumentMut::new();
         for (k, v) in root.iter() {
             doc.insert(k, v.clone());
@@ -389,7 +396,7 @@ impl ConfigFiles {
     /// The files this edit changes: each path with its new text, or `None` to remove it.
     pub fn changes(&self) -> Vec<(PathBuf, Option<String>)> {
         let changed = self.files.iter().filter(|f| f.touched).filter_map(|f| {
-            let now = (!f.removed).then(|| f.doc.to_string());
+            let now = (!f.removed).then(|| f.doc().to_string());
             (now != f.read).then(|| (f.path.clone(), now))
         });
         changed.collect()
@@ -397,7 +404,7 @@ impl ConfigFiles {
 
     /// The main file's text now.
     pub fn main_text(&self) -> String {
-        self.files[0].doc.to_string()
+        self.files[0].doc().to_string()
     }
 }
 
@@ -457,19 +464,42 @@ fn missing(part: &Part) -> Refusal {
     }
 }
 
-fn read_file(path: &Path) -> Result<File, String> {
+/// A file read, not yet parsed (the main file: parsed, its errors said). An included file
+/// that is not TOML reads as empty: it is not this edit's to mend, and `check` names it.
+fn read_file(path: &Path, parse_now: bool) -> Result<File, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let doc: DocumentMut = text
-        .parse()
-        .map_err(|e| format!("{} is not TOML: {e}", path.display()))?;
+    let parsed = std::cell::OnceCell::new();
+    if parse_now {
+        let doc: DocumentMut = text
+            .parse()
+            .map_err(|e| format!("{} is not TOML: {e}", path.display()))?;
+        let _ = parsed.set(doc);
+    }
     Ok(File {
         path: path.to_path_buf(),
         read: Some(text),
-        doc,
+        parsed,
         removed: false,
         touched: false,
     })
+}
+
+impl File {
+    fn doc(&self) -> &DocumentMut {
+        self.parsed
+            .get_or_init(|| (self.read.as_deref().unwrap_or_default().parse()).unwrap_or_default())
+    }
+
+    fn doc_mut(&mut self) -> &mut DocumentMut {
+        self.doc();
+        self.parsed.get_mut().expect("parsed just now")
+    }
+
+    /// Whether it may hold `name` (its text names it): the others are not parsed to look.
+    fn may_name(&self, name: &str) -> bool {
+        self.parsed.get().is_some() || self.read.as_deref().is_some_and(|t| t.contains(name))
+    }
 }
 
 /// RFC 7396's merge patch of `target` by `patch`.

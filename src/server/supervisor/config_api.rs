@@ -175,8 +175,9 @@ impl Supervisor {
                 ..
             }
         );
-        if applied && ok && !self.serving_as_configured() {
+        if applied && ok {
             (self.config_api.waiting).push((answer, reply, Instant::now() + SERVING_WITHIN));
+            self.answer_config_calls_served(Instant::now());
         } else {
             let _ = reply.send(answer);
         }
@@ -208,6 +209,9 @@ impl Supervisor {
         if self.config_api.waiting.is_empty() {
             return;
         }
+        // A replaced worker is told to stop as soon as its successor is ready, not at the
+        // next tick: the answer waits for it.
+        self.retire_when_replaced();
         let served = self.serving_as_configured();
         let waiting = std::mem::take(&mut self.config_api.waiting);
         for (answer, reply, until) in waiting {
