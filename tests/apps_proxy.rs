@@ -539,7 +539,8 @@ fn an_app_whose_port_another_process_took_is_started_again_on_another() {
 s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen()
 open("../holder.pid", "w").write(str(__import__("os").getpid()))
 time.sleep(600)' "$PORT" </dev/null >/dev/null 2>&1 &
-  while [ ! -s ../holder.pid ]; do sleep 0.05; done
+  # Bounded: a holder that could not bind (the port already another's) never writes it.
+  for _ in $(seq 200); do [ -s ../holder.pid ] && break; sleep 0.05; done
   echo "EADDRINUSE: 127.0.0.1:$PORT" >&2
   exit 1
 fi

@@ -215,7 +215,14 @@ pub struct Inherited {
     pub socket: Socket,
     /// Who passed it: `the service manager`, or `the master it upgrades`.
     pub by: &'static str,
+    /// A UDP socket an upgraded master's worker still reads (its QUIC connections' datagrams
+    /// go there until it drains): a new worker must take another.
+    pub read_by_old: bool,
 }
+
+/// The variable an upgrading master lists its UDP sockets' readers in, in the order it passes
+/// them: `1` for one a worker of its still reads, `0` for one free.
+pub const UPGRADE_UDP_READ: &str = "ESPALIER_UPGRADE_UDP_READ";
 
 /// The variable a master upgrading itself sets for the new one: how many sockets it passes
 /// from fd 3 (its listeners, its UDP sockets and its admin endpoint's).
@@ -238,7 +245,17 @@ pub fn inherited_sockets() -> Vec<Inherited> {
             .unwrap_or(0)
     };
     let (listen, upgrade) = (count("LISTEN_FDS"), count(UPGRADE_FDS));
-    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", UPGRADE_FDS] {
+    let mut read = std::env::var(UPGRADE_UDP_READ)
+        .unwrap_or_default()
+        .into_bytes()
+        .into_iter();
+    for var in [
+        "LISTEN_PID",
+        "LISTEN_FDS",
+        "LISTEN_FDNAMES",
+        UPGRADE_FDS,
+        UPGRADE_UDP_READ,
+    ] {
         std::env::remove_var(var);
     }
     let (count, udp_too, by) = match (systemd, upgrade) {
@@ -273,6 +290,7 @@ pub fn inherited_sockets() -> Vec<Inherited> {
                 reuse_port,
                 socket,
                 by,
+                read_by_old: udp && read.next() == Some(b'1'),
             });
         }
     }

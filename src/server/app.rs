@@ -165,38 +165,15 @@ pub(super) fn spawn_app(
         .map_err(|e| format!("cannot hand {who} its start: {e}"))?;
     let mut fds = fds;
     fds.push(exec_file.as_raw_fd());
-    let exe = crate::os::process::own_executable()
-        .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
-    let mut cmd = Command::new(exe);
-    std::os::unix::process::CommandExt::arg0(&mut cmd, crate::os::process::own_executable_name());
-    cmd.arg("app-exec")
-        .arg("--")
-        .args(&argv)
-        .current_dir(&app.directory)
-        .env(ENV_VAR, exec_file.as_raw_fd().to_string())
-        .env("NOTIFY_SOCKET", &notify_path)
-        .env("ESPALIER_POOL", &spec.pool)
-        .env("ESPALIER_WORKER", &who)
-        .env(
-            "ESPALIER_NODE",
-            spec.node.map_or(String::new(), |n| n.to_string()),
-        )
-        .env_remove(super::spec::ENV_VAR)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in &app.environment {
-        cmd.env(k, v);
-    }
-    match (port, &socket) {
-        (Some(p), _) => cmd.env("PORT", p.to_string()),
-        (None, Some(s)) => cmd.env("ESPALIER_SOCKET", s),
-        _ => cmd.env_remove("PORT"),
-    };
-    match watchdog {
-        Some(d) => cmd.env("WATCHDOG_USEC", d.as_micros().to_string()),
-        None => cmd.env_remove("WATCHDOG_USEC"),
-    };
+    let address = (port, socket.as_deref());
+    let mut cmd = app_command(
+        spec,
+        app,
+        &argv,
+        (exec_file.as_raw_fd(), &notify_path),
+        address,
+        watchdog,
+    )?;
     let mut child = super::spawn::spawn_placed(spec, &mut cmd, fds)
         .map_err(|e| format!("cannot start {who} (`{}`): {e}", argv.join(" ")))?;
     drop(exec_file);
@@ -218,6 +195,52 @@ pub(super) fn spawn_app(
         notify,
         output,
     })
+}
+
+/// The command that starts an app process through `app-exec`: its program and arguments,
+/// its folder, and its environment — the start spec's descriptor (`exec_fd`), the notify
+/// socket, the pool's names, its address (`PORT` or `ESPALIER_SOCKET`) and watchdog.
+fn app_command(
+    spec: &WorkerSpec,
+    app: &AppCommand,
+    argv: &[String],
+    (exec_fd, notify_path): (i32, &std::path::Path),
+    (port, socket): (Option<u16>, Option<&std::path::Path>),
+    watchdog: Option<Duration>,
+) -> Result<Command, String> {
+    let exe = crate::os::process::own_executable()
+        .map_err(|e| format!("cannot find the espalier binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    std::os::unix::process::CommandExt::arg0(&mut cmd, crate::os::process::own_executable_name());
+    cmd.arg("app-exec")
+        .arg("--")
+        .args(argv)
+        .current_dir(&app.directory)
+        .env(ENV_VAR, exec_fd.to_string())
+        .env("NOTIFY_SOCKET", notify_path)
+        .env("ESPALIER_POOL", &spec.pool)
+        .env("ESPALIER_WORKER", spec.name())
+        .env(
+            "ESPALIER_NODE",
+            spec.node.map_or(String::new(), |n| n.to_string()),
+        )
+        .env_remove(super::spec::ENV_VAR)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in &app.environment {
+        cmd.env(k, v);
+    }
+    match (port, socket) {
+        (Some(p), _) => cmd.env("PORT", p.to_string()),
+        (None, Some(s)) => cmd.env("ESPALIER_SOCKET", s),
+        _ => cmd.env_remove("PORT"),
+    };
+    match watchdog {
+        Some(d) => cmd.env("WATCHDOG_USEC", d.as_micros().to_string()),
+        None => cmd.env_remove("WATCHDOG_USEC"),
+    };
+    Ok(cmd)
 }
 
 /// An app process's port, socket path and endpoint (see [`app_address`]).

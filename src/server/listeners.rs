@@ -451,7 +451,11 @@ pub(super) fn open_listeners(
                 Proto::Udp,
             )?;
         } else if g.answers_quic(config) {
+            let read: Vec<bool> = udp.iter().map(|s| s.read_by_old).collect();
             g.udp.add(udp.into_iter().map(|s| s.socket).collect());
+            // The upgraded master (this one's parent) drains them: its workers' QUIC
+            // connections stay theirs (see `supervisor::upgrade`).
+            g.udp.read_by(&read, std::os::unix::process::parent_id());
         }
         if !fill_group(g, config, topology, plan, file)? && !steering_failed {
             log("master", "cannot attach the CPU-steering program; connections are spread by the kernel's reuseport hash instead");

@@ -81,6 +81,24 @@ impl QuicSockets {
         }
     }
 
+    /// Marks the sockets of `read` (by index) as read by `pid` — an upgraded master's, whose
+    /// workers still read them while they drain — so new workers take others.
+    pub(super) fn read_by(&mut self, read: &[bool], pid: u32) {
+        for (reader, &r) in self.reader.iter_mut().zip(read) {
+            if r {
+                *reader = Some(pid);
+            }
+        }
+    }
+
+    /// Per socket, whether a process reads it (what an upgrade tells the new master).
+    pub(super) fn read_flags(&self) -> String {
+        self.reader
+            .iter()
+            .map(|r| if r.is_some() { '1' } else { '0' })
+            .collect()
+    }
+
     /// HTTP/3 turned off: the master's copies close (a draining worker keeps its own).
     pub(super) fn clear(&mut self) {
         *self = QuicSockets::default();
@@ -190,6 +208,26 @@ mod tests {
         assert_eq!(q.choose(0, loopback()).unwrap().1, 0);
         // A thread the group does not have.
         assert!(q.choose(7, loopback()).is_none());
+    }
+
+    #[test]
+    fn after_an_upgrade_new_workers_leave_the_old_masters_sockets_to_it() {
+        // The old master: thread 0's worker reads socket 0 (its other, socket 1, is free).
+        let mut old = QuicSockets::default();
+        old.add(old.open_missing(loopback(), 1).unwrap());
+        let (_, a) = old.choose(0, loopback()).unwrap();
+        old.take(a, 100);
+        assert_eq!(old.read_flags(), "10");
+        // The new master takes the same sockets in order, and which are read.
+        let mut new = QuicSockets::default();
+        new.add(old.sockets.iter().map(|s| s.try_clone().unwrap()).collect());
+        new.read_by(&[true, false], 50);
+        let (_, a) = new.choose(0, loopback()).unwrap();
+        new.take(a, 200);
+        assert_eq!((a, new.current()), (1, &[1u32][..]));
+        // Once the old master is gone, its socket is free again.
+        new.release(50);
+        assert_eq!(new.read_flags(), "01");
     }
 
     #[test]

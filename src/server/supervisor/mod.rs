@@ -232,6 +232,7 @@ pub(super) async fn run(
     // After the start: at 10,000 files it reads them all again.
     sv.config_api.read_version(&sv.config);
     if let Some(mut upgrading) = upgrading {
+        sv.upgrade.from = Some(std::os::unix::process::parent_id());
         // The master this one upgrades stops taking connections once it reads this.
         use std::io::Write;
         let _ = upgrading.write_all(b"ready\n");
@@ -474,6 +475,7 @@ impl Supervisor {
         }
         self.retire_when_replaced();
         self.answer_config_calls_served(now);
+        self.forget_upgraded_master();
         self.scan_certificate_store();
         self.rotate_ticket_keys_when_due();
         self.resolve_upstreams_due(now);

@@ -164,6 +164,8 @@ pub(super) struct Upgrade {
     pub(super) new_master: Option<u32>,
     pub(super) waiting: Vec<tokio::sync::oneshot::Sender<crate::server::admin::AdminReply>>,
     pub(super) handed_over: bool,
+    /// The master this one upgraded, while it drains: its workers read some UDP sockets.
+    pub(super) from: Option<u32>,
 }
 
 /// The freezer's part (`idle_action = "suspend"`): the cgroup freezer found at start, the

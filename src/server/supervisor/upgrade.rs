@@ -10,8 +10,11 @@
 //! A new binary that fails or does not serve within [`UPGRADE_WITHIN`] is stopped, said in
 //! the log, and this master goes on serving.
 //!
-//! HTTP/3: the UDP sockets pass on, so new QUIC connections reach the new workers; a QUIC
-//! connection open at the upgrade is the old workers' state and ends with them.
+//! HTTP/3: the UDP sockets pass on, each with whether an old worker reads it. The new workers
+//! take the sockets no old worker reads, and the steering sends new connections to them;
+//! a QUIC connection open at the upgrade keeps reaching its old worker (its connection IDs
+//! name its socket) until that worker drains. The sockets the old workers read are the new
+//! master's again once the old master is gone.
 //!
 //! Owns: the new master's start and its outcome. Must not touch: how this master drains
 //! (`super::stop`).
@@ -55,9 +58,11 @@ impl Supervisor {
     /// The new master, started with this one's sockets; its pid.
     fn start_new_master(&mut self) -> Result<u32, String> {
         let mut fds: Vec<std::os::fd::RawFd> = Vec::new();
+        let mut read = String::new();
         for g in &self.groups {
             fds.extend(g.sockets.iter().map(|s| s.as_raw_fd()));
             fds.extend(g.udp.raw_fds());
+            read.push_str(&g.udp.read_flags());
         }
         let admin = self.upgrade.admin_socket.as_ref();
         fds.extend(admin.map(|a| a.as_raw_fd()));
@@ -69,6 +74,7 @@ impl Supervisor {
         let mut cmd = std::process::Command::new(program);
         cmd.args(std::env::args_os().skip(1))
             .env(os::net::UPGRADE_FDS, sockets.to_string())
+            .env(os::net::UPGRADE_UDP_READ, read)
             .env(os::process::UPGRADE_READY_FD, (3 + sockets).to_string());
         let child = os::process::spawn_passing(&mut cmd, &fds)
             .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
@@ -118,6 +124,20 @@ impl Supervisor {
                 AdminReply::Done { status, message } => reply(*status, message),
                 _ => reply(500, "upgrade"),
             });
+        }
+    }
+}
+
+impl Supervisor {
+    /// The master this one upgraded is gone (its workers with it): the UDP sockets they read
+    /// are free for this master's later workers.
+    pub(super) fn forget_upgraded_master(&mut self) {
+        let Some(pid) = self.upgrade.from else { return };
+        if os::process::kill(pid, 0).is_err() {
+            for g in &mut self.groups {
+                g.udp.release(pid);
+            }
+            self.upgrade.from = None;
         }
     }
 }
