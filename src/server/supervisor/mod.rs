@@ -285,18 +285,8 @@ impl Supervisor {
                 generation,
                 message,
             } => self.on_message(generation, message),
-            // A configuration change is answered once it serves (see `config_api`).
-            Event::Admin(crate::server::admin::AdminCommand::Config(call), reply) => {
-                self.config_call(call, reply)
-            }
-            Event::Admin(crate::server::admin::AdminCommand::Upgrade, reply) => {
-                self.begin_upgrade(Some(reply))
-            }
+            Event::Admin(cmd, reply) => self.admin(cmd, reply),
             Event::Upgraded { pid, outcome } => self.on_upgraded(pid, outcome),
-            Event::Admin(cmd, reply) => {
-                let answer = self.admin(cmd);
-                let _ = reply.send(answer);
-            }
             Event::Probed {
                 generation,
                 healthy,

@@ -18,8 +18,9 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
 
-fn done(status: u16, message: impl Into<String>) -> AdminReply {
+pub(super) fn done(status: u16, message: impl Into<String>) -> AdminReply {
     AdminReply::Done {
         status,
         message: message.into(),
@@ -218,18 +219,19 @@ impl Supervisor {
         true
     }
 
-    pub(super) fn admin(&mut self, cmd: AdminCommand) -> AdminReply {
+    /// Answers an admin command on `reply`: at once, or — a configuration change, an
+    /// upgrade — once its outcome is known (see `config_api`, `upgrade`).
+    pub(super) fn admin(&mut self, cmd: AdminCommand, reply: oneshot::Sender<AdminReply>) {
         let known = |sv: &Self, name: &str| sv.pools.iter().any(|p| p.spec.name == name);
-        match cmd {
+        let answer = match cmd {
+            AdminCommand::Config(call) => return self.config_call(call, reply),
+            AdminCommand::Upgrade => return self.begin_upgrade(Some(reply)),
             AdminCommand::Status(q) => AdminReply::Status(Box::new(self.status(&q))),
             AdminCommand::Live(q) => AdminReply::Live(Box::new(self.live(&q))),
             AdminCommand::Reload => match self.reload_logged() {
                 Ok(summary) => done(200, summary),
                 Err(message) => done(400, message),
             },
-            AdminCommand::Config(_) | AdminCommand::Upgrade => {
-                done(500, "answered by config_api and upgrade")
-            }
             AdminCommand::RotateTicketKeys => {
                 let pools = self.rotate_ticket_keys();
                 let said = format!("session ticket keys rotated; the workers of {pools} pool(s) told (tickets of the two keys before still resume)");
@@ -261,7 +263,8 @@ impl Supervisor {
                     .iter()
                     .any(|p| p.spec.name == name && p.stopped.is_some())
                 {
-                    return done(409, format!("pool {name} is stopped; start it first"));
+                    let _ = reply.send(done(409, format!("pool {name} is stopped; start it first")));
+                    return;
                 }
                 let slots: Vec<usize> = (0..self.slots.len())
                     .filter(|&i| self.pools[self.slots[i].pool].spec.name == name)
@@ -287,7 +290,8 @@ impl Supervisor {
                     format!("no pool is named `{name}` (pools: {})", names.join(", ")),
                 )
             }
-        }
+        };
+        let _ = reply.send(answer);
     }
 }
 

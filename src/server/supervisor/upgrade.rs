@@ -20,6 +20,7 @@
 //! (`super::stop`).
 
 use super::event::Event;
+use super::pools::done;
 use super::Supervisor;
 use crate::os;
 use crate::server::admin::AdminReply;
@@ -30,13 +31,6 @@ use tokio::sync::oneshot;
 
 /// How long a new master may take to serve.
 const UPGRADE_WITHIN: Duration = Duration::from_secs(120);
-
-fn reply(status: u16, message: &str) -> AdminReply {
-    AdminReply::Done {
-        status,
-        message: message.to_string(),
-    }
-}
 
 impl Supervisor {
     /// Starts the upgrade (`reply`, when asked through the admin endpoint, is answered with
@@ -92,7 +86,7 @@ impl Supervisor {
     /// (it is stopped, and this one goes on).
     pub(super) fn on_upgraded(&mut self, pid: u32, outcome: Result<(), String>) {
         self.upgrade.new_master = None;
-        let answer = match outcome {
+        let (status, said) = match outcome {
             Ok(()) => {
                 let said = format!("upgrade: the new master (pid {pid}) serves; this one takes no more connections, lets what it holds finish and exits");
                 log("master", &said);
@@ -108,7 +102,7 @@ impl Supervisor {
                         w.abort();
                     }
                 }
-                reply(200, &format!("the new master (pid {pid}) serves"))
+                (200, format!("the new master (pid {pid}) serves"))
             }
             Err(why) => {
                 if pid != 0 {
@@ -116,14 +110,11 @@ impl Supervisor {
                 }
                 let said = format!("upgrade refused: {why}; this master goes on serving");
                 log("master", &said);
-                reply(500, &said)
+                (500, said)
             }
         };
         for r in self.upgrade.waiting.drain(..) {
-            let _ = r.send(match &answer {
-                AdminReply::Done { status, message } => reply(*status, message),
-                _ => reply(500, "upgrade"),
-            });
+            let _ = r.send(done(status, said.clone()));
         }
     }
 }
