@@ -49,18 +49,17 @@ struct Upstream {
 impl Upstream {
     fn start() -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         std::thread::spawn(move || {
             use std::io::{Read, Write};
-            while !stopping.load(Ordering::Relaxed) {
-                let Ok((mut s, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                };
-                let _ = s.set_nonblocking(false);
+            // Blocking: the drop's own connection wakes the last accept.
+            for s in listener.incoming() {
+                if stopping.load(Ordering::Relaxed) {
+                    break;
+                }
+                let Ok(mut s) = s else { continue };
                 let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
                 let mut head = Vec::new();
                 let mut byte = [0u8; 1];
@@ -79,6 +78,7 @@ impl Upstream {
 impl Drop for Upstream {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        let _ = std::net::TcpStream::connect(self.addr);
     }
 }
 
@@ -329,5 +329,58 @@ fn a_panel_drives_the_sites_through_the_configuration_api() {
         whole["site"].as_array().unwrap().len(),
         51,
         "keep, seed and s0–s48"
+    );
+}
+
+/// What a client controls in a write is bounded: a body past 32 MiB is 413 before it is read,
+/// a chunked one 411, JSON nested past serde_json's depth 400, and a batch of more than 1,000
+/// changes 413 — nothing changed by any.
+#[test]
+fn hostile_writes_are_refused_with_their_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        dir.path(),
+        &format!("[[pool]]\nname = \"p\"\n{}", dynamic_site(port, "s", "p")),
+    );
+    let admin: SocketAddr = server.admin.as_deref().unwrap().parse().unwrap();
+    let token = std::fs::read_to_string(espalier::server::admin::token_file(admin)).unwrap();
+    let config_before = std::fs::read_to_string(dir.path().join("espalier.toml")).unwrap();
+    let head = |extra: &str| {
+        format!("PUT /config/sites/s HTTP/1.1\r\nHost: {admin}\r\nAuthorization: Bearer {}\r\n{extra}\r\n", token.trim())
+    };
+    for (extra, status) in [
+        ("Content-Length: 33554433\r\n", 413),
+        ("Transfer-Encoding: chunked\r\n", 411),
+    ] {
+        let mut c = Conn::open(admin);
+        c.send(head(extra).as_bytes());
+        let r = c.read_response(false).expect("an answer");
+        assert_eq!(r.status, status, "{extra}");
+        assert!(c.closed(), "{extra}: the connection is closed");
+    }
+    let deep = "[".repeat(100_000).into_bytes();
+    let (status, _, answer) = request_with_body(
+        admin,
+        ("PUT", "/config/sites/s"),
+        Some(token.trim()),
+        None,
+        &[],
+        &deep,
+    )
+    .unwrap();
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&answer));
+    assert!(String::from_utf8_lossy(&answer).contains("not JSON"));
+    let change = serde_json::json!({"method": "DELETE", "path": "/sites/s"});
+    let batch = serde_json::Value::Array(vec![change; 1001]);
+    let (status, _, answer) = call(admin, ("POST", "/config/batch"), &[], batch);
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("espalier.toml")).unwrap(),
+        config_before
+    );
+    assert_eq!(
+        get_host(SocketAddr::from(([127, 0, 0, 1], port)), "s.example", "/").status,
+        200
     );
 }

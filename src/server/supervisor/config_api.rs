@@ -111,12 +111,19 @@ fn edit(
     Ok((summary(method, part, created), created))
 }
 
+/// The changes one batch may hold: each is applied to the files in memory before the next,
+/// so a batch is bounded as a body is.
+const MAX_BATCH: usize = 1000;
+
 /// `POST /config/batch`: the body's changes, in order, validated and applied as one — a
 /// site's path and the upstream group it names, which neither passes `check` alone.
 fn edit_batch(files: &mut ConfigFiles, list: &Value) -> Result<(String, bool), Refusal> {
     let Value::Array(list) = list else {
         return Err(Refusal(400, "a batch is a list of changes: [{\"method\": \"PUT\", \"path\": \"/sites/shop\", \"value\": {…}}, …]".into()));
     };
+    if list.len() > MAX_BATCH {
+        return Err(Refusal(413, format!("a batch of {} changes is more than {MAX_BATCH}: send it in parts, or the whole document to /config/load", list.len())));
+    }
     let (mut said, mut created) = (Vec::new(), false);
     for (k, change) in list.iter().enumerate() {
         let at = |Refusal(status, m): Refusal| Refusal(status, format!("change {k}: {m}"));
