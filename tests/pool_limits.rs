@@ -283,6 +283,7 @@ fn check_refuses_on_demand_limits_that_cannot_act() {
     let site = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n";
     let on_demand = "[[pool]]\nname = \"p\"\nstart = \"on-demand\"\n";
     let always = "[[pool]]\nname = \"p\"\n";
+    let own = "[[pool]]\nname = \"p\"\nstart = \"on-demand\"\npids_limit = 64\n";
     for (server, pool, said) in [
         (
             "on_demand_memory_limit = \"8MiB\"",
@@ -308,6 +309,11 @@ fn check_refuses_on_demand_limits_that_cannot_act() {
             "on_demand_memory_limit = \"1GiB\"",
             always,
             "key `server.on_demand_memory_limit`: bounds the pools that start on demand",
+        ),
+        (
+            "on_demand_pids_limit = 100",
+            own,
+            "key `server.on_demand_pids_limit`: is the pids_limit of the on-demand pools that set none, and every one sets its own",
         ),
     ] {
         let err = check_refuses(d, &format!("[server]\n{server}\n{pool}{site}"));

@@ -283,7 +283,26 @@ impl Validator {
     /// `on_demand_starting` and `on_demand_running` bound pools that start on demand: with
     /// none, they would do nothing.
     fn check_on_demand_bounds(&mut self, server: &ServerSettings, pools: &[PoolSpec]) {
-        if pools.iter().any(|p| p.start == StartMode::OnDemand) {
+        let on_demand = || pools.iter().filter(|p| p.start == StartMode::OnDemand);
+        // A default no on-demand pool takes (each sets its own) acts on nothing either.
+        for (key, set, own) in [
+            (
+                "on_demand_memory_limit",
+                server.on_demand_memory_limit,
+                on_demand().all(|p| p.memory_limit.is_some()),
+            ),
+            (
+                "on_demand_pids_limit",
+                server.on_demand_pids_limit,
+                on_demand().all(|p| p.pids_limit.is_some()),
+            ),
+        ] {
+            if set != TenantDefault::Auto && own && on_demand().next().is_some() {
+                let limit = key.trim_start_matches("on_demand_");
+                self.err(&[Seg::Key("server"), Seg::Key(key)], format!("is the {limit} of the on-demand pools that set none, and every one sets its own; remove it, or a pool's {limit}"));
+            }
+        }
+        if on_demand().next().is_some() {
             return;
         }
         for (key, set) in [
