@@ -9,7 +9,7 @@
 use crate::common::*;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,8 +31,13 @@ impl Drop for Master {
 /// closes it, as a draining worker does) and, every tenth, on a fresh one. A request on a
 /// reused connection the server closed before answering is sent again on a new connection,
 /// as browsers do; a fresh connection's request that is not answered 200 is a failure. The
-/// requests answered, those sent again, and the failures.
-fn paced(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, u64, Vec<String>) {
+/// requests answered (also counted in `served`, for the test to wait on), those sent again,
+/// and the failures.
+fn paced(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicU64>,
+) -> (u64, u64, Vec<String>) {
     let (mut answered, mut again, mut failed) = (0, 0, Vec::new());
     let mut kept: Option<Conn> = None;
     let ask = |c: &mut Conn| {
@@ -56,6 +61,7 @@ fn paced(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, u64, Vec<String>) {
         match answer {
             Some(r) if r.status == 200 => {
                 answered += 1;
+                served.fetch_add(1, Ordering::Relaxed);
                 let closing = r
                     .header("connection")
                     .is_some_and(|v| v.eq_ignore_ascii_case("close"));
@@ -66,6 +72,7 @@ fn paced(addr: SocketAddr, stop: Arc<AtomicBool>) -> (u64, u64, Vec<String>) {
             Some(r) => failed.push(format!("request {n}: {}", r.status)),
             None => failed.push(format!("request {n}: no answer")),
         }
+        // The load's pace (a request every 2 ms), not a wait for an event.
         std::thread::sleep(Duration::from_millis(2));
     }
     (answered, again, failed)
@@ -130,10 +137,14 @@ fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
     let before: Vec<u32> = server.workers().iter().map(|w| w.1).collect();
 
     let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
     let load = {
-        let stop = stop.clone();
-        std::thread::spawn(move || paced(addr, stop))
+        let (stop, served) = (stop.clone(), served.clone());
+        std::thread::spawn(move || paced(addr, stop, served))
     };
+    wait_for("the load to be answered", Duration::from_secs(20), || {
+        served.load(Ordering::Relaxed) >= 50
+    });
     // A WebSocket open across the upgrade: its old worker keeps it while it drains.
     let mut ws = websocket(addr);
     assert_eq!(echo(&mut ws, "before"), "before");
@@ -190,11 +201,11 @@ fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
         "in flight across the upgrade"
     );
     // The load goes on against the new master for a moment, then stops.
-    let served_now = server.requests_taken();
-    server.wait_until(
-        "the new master's workers serve the load",
+    let before_stop = served.load(Ordering::Relaxed);
+    wait_for(
+        "the new master to answer the load",
         Duration::from_secs(20),
-        |s| s.requests_taken() > served_now + 50,
+        || served.load(Ordering::Relaxed) >= before_stop + 50,
     );
     stop.store(true, Ordering::Relaxed);
     let (answered, again, failed) = load.join().unwrap();
