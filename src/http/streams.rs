@@ -17,6 +17,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Pieces of a file or an application's answer.
 const PIECE: usize = 64 << 10;
+/// What an application's answer head is read in: most heads and the first of the body.
+const HEAD_PIECE: usize = 4 << 10;
 
 /// One stream's way back to its client: HTTP/2's (its flow-control windows waited for here)
 /// or HTTP/3's (QUIC's, waited for inside its sends).
@@ -25,8 +27,6 @@ pub(crate) trait StreamOut {
     async fn head(&mut self, response: http::Response<()>, end: bool) -> Option<()>;
     /// Sends an informational (1xx) head; a failure shows at the next send.
     async fn informational(&mut self, response: http::Response<()>);
-    /// Whether the client takes bytes now (a relay then keeps its buffer).
-    fn has_room(&self) -> bool;
     /// Waits until the client takes at least one byte, and says how many, up to `want`; a
     /// client that takes none for `timeout` has its stream cut (`None`).
     async fn room(&mut self, want: usize, timeout: Duration) -> Option<usize>;
@@ -284,7 +284,7 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
     (head_only, tunnel): (bool, bool),
     timeout: Duration,
 ) -> Option<()> {
-    let mut buf: Vec<u8> = Vec::with_capacity(PIECE);
+    let mut buf: Vec<u8> = Vec::with_capacity(HEAD_PIECE);
     let head_len = loop {
         match head_end(&buf) {
             Some((len, status)) if (100..200).contains(&status) && !(tunnel && status == 101) => {
@@ -354,18 +354,14 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
         let (data, done) = match &mut decoder {
             Some(d) => {
                 let got = d.decode(&mut buf).ok()?;
-                let data = Bytes::copy_from_slice(&buf[..got.produced]);
-                buf.drain(..got.consumed);
-                (data, got.done)
+                (piece_of(&mut buf, got.produced, got.consumed), got.done)
             }
             None => {
                 let take = left.map_or(buf.len(), |l| (l as usize).min(buf.len()));
-                let data = Bytes::copy_from_slice(&buf[..take]);
-                buf.drain(..take);
                 if let Some(l) = &mut left {
                     *l -= take as u64;
                 }
-                (data, left == Some(0))
+                (piece_of(&mut buf, take, take), left == Some(0))
             }
         };
         out.data(data, done, timeout).await?;
@@ -394,35 +390,44 @@ fn head_end(buf: &[u8]) -> Option<(usize, u16)> {
     Some((len, status))
 }
 
+/// The first `len` bytes of `buf` as a piece to send, `used` bytes of it spent. Where that
+/// is all of it, the buffer itself becomes the piece (no copy) and `buf` is left with none:
+/// a stream waiting for its client holds only the piece it waits to send.
+fn piece_of(buf: &mut Vec<u8>, len: usize, used: usize) -> Bytes {
+    if used == buf.len() {
+        buf.truncate(len);
+        return Bytes::from(std::mem::take(buf));
+    }
+    let piece = Bytes::copy_from_slice(&buf[..len]);
+    buf.drain(..used);
+    piece
+}
+
 /// Reads at most what the client takes now from `from` onto the empty `buf`, waiting for
-/// room first (with no buffer held meanwhile); `None` on an error, a timeout or a stream
-/// the client reset.
+/// room first, with no buffer held meanwhile; `None` on an error, a timeout or a stream the
+/// client reset.
 async fn read_within_room<R: AsyncRead + Unpin, O: StreamOut>(
     from: &mut R,
     buf: &mut Vec<u8>,
     out: &mut O,
     timeout: Duration,
 ) -> Option<usize> {
-    if !out.has_room() {
-        *buf = Vec::new();
-    }
     let room = out.room(PIECE, timeout).await?;
-    buf.resize(room, 0);
-    let n = match tokio::time::timeout(timeout, from.read(&mut buf[..])).await {
-        Ok(Ok(n)) => n,
-        _ => return None,
-    };
-    buf.truncate(n);
-    Some(n)
+    *buf = Vec::with_capacity(room);
+    match tokio::time::timeout(timeout, from.read_buf(buf)).await {
+        Ok(Ok(n)) => Some(n),
+        _ => None,
+    }
 }
 
-/// Reads what is there (up to a piece) onto `buf`; `None` on an error or a timeout.
+/// Reads what is there onto `buf`, growing it by [`HEAD_PIECE`] at a time: the head and
+/// whatever came with it, so a stream whose client takes nothing holds no more than that.
 async fn read_some<R: AsyncRead + Unpin>(
     from: &mut R,
     buf: &mut Vec<u8>,
     timeout: Duration,
 ) -> Option<usize> {
-    buf.reserve(PIECE);
+    buf.reserve(HEAD_PIECE);
     match tokio::time::timeout(timeout, from.read_buf(buf)).await {
         Ok(Ok(n)) => Some(n),
         _ => None,

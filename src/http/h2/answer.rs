@@ -51,10 +51,6 @@ impl StreamOut for H2Out<'_> {
         }
     }
 
-    fn has_room(&self) -> bool {
-        self.send.as_ref().is_some_and(|s| s.capacity() > 0)
-    }
-
     async fn room(&mut self, want: usize, timeout: Duration) -> Option<usize> {
         window(self.send.as_mut()?, want, timeout).await
     }

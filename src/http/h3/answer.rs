@@ -86,10 +86,6 @@ impl<T: h3::quic::SendStream<Bytes>> StreamOut for H3Out<'_, T> {
         let _ = tokio::time::timeout(self.timeout, self.stream.send_response(response)).await;
     }
 
-    fn has_room(&self) -> bool {
-        true
-    }
-
     async fn room(&mut self, want: usize, _timeout: Duration) -> Option<usize> {
         Some(want)
     }
