@@ -24,6 +24,7 @@ mod apps_proxy;
 mod backpressure;
 mod basic_auth;
 mod bench;
+mod buffering;
 mod cert_store;
 mod cli;
 mod client_certs;

@@ -268,6 +268,10 @@ pub struct AppCommand {
     /// `[pool.isolation]`: the filesystem its processes see (see `config::isolation`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<super::isolation::Isolation>,
+    /// Its answers read at its own speed, whatever the client's (`buffer`; see
+    /// `proxy::spool`); `None`: streamed as the client takes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<Buffering>,
 }
 
 /// Per-connection protocol limits (`[server.limits]`).
@@ -545,6 +549,8 @@ impl PoolSpec {
 pub const DEFAULT_QUEUE_LENGTH: u32 = 1000;
 /// How long a request may wait for an app process, by default.
 pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(10);
+pub use super::upstream::{Buffering, DEFAULT_BUFFERING};
+
 /// A pool's `max_requests_per_process`, `queue_length` and `queue_timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backpressure {

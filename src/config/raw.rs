@@ -49,6 +49,7 @@ pub struct RawUpstream {
     pub tls: Option<RawUpstreamTls>,
     pub protocol: Option<String>,
     pub pass_underscored_fields: Option<bool>,
+    pub buffer: Option<toml::Value>,
 }
 
 /// `[server.acme]`: certificates ordered from an ACME directory into the store.
@@ -206,6 +207,7 @@ pub struct RawPool {
     pub script_extensions: Option<Vec<String>>,
     pub protocol: Option<String>,
     pub pass_underscored_fields: Option<bool>,
+    pub buffer: Option<toml::Value>,
     pub max_requests_per_process: Option<i64>,
     pub queue_length: Option<i64>,
     pub queue_timeout: Option<Scalar>,

@@ -18,6 +18,22 @@ pub const MAX_SERVERS: usize = 256;
 /// The largest `weight`.
 pub const MAX_WEIGHT: u32 = 100;
 
+/// `buffer`: how much of one answer is held for a slow client, so its app or server is free
+/// as soon as it has answered — in memory (`response`), then in an unnamed temporary file
+/// (`disk`); past both, the rest goes at the client's speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Buffering {
+    pub response: u64,
+    pub disk: u64,
+}
+
+/// `buffer`'s bounds where it is on without them (a sync pool's default): 1 MiB in memory
+/// and 1 GiB on disk per answer, nginx's `proxy_buffers` and `proxy_max_temp_file_size`.
+pub const DEFAULT_BUFFERING: Buffering = Buffering {
+    response: 1 << 20,
+    disk: 1 << 30,
+};
+
 /// One `[[upstream]]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamSpec {
@@ -53,6 +69,9 @@ pub struct UpstreamSpec {
     /// by default they are dropped.
     #[serde(default)]
     pub pass_underscored_fields: bool,
+    /// Its servers' answers read at their speed (`buffer`); `None`: streamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<Buffering>,
 }
 
 /// The HTTP an app or a server is spoken to in (`protocol`): HTTP/1.1, one request per
@@ -108,6 +127,7 @@ impl UpstreamSpec {
             tls: None,
             protocol: Protocol::Http1,
             pass_underscored_fields: false,
+            buffer: None,
         }
     }
 }

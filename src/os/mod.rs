@@ -18,6 +18,7 @@ pub mod process;
 pub mod read_as;
 pub mod shared_memory;
 pub mod sockets_of;
+pub mod temp_file;
 pub mod uring;
 
 /// Whether the `n`th (from 1) of a run of like events is worth a log line: the first ten, then

@@ -19,7 +19,6 @@
 //! Owns: that decision and relay. Must not touch: the rest of the answer's head (the
 //! forwarders write it) or which coding the client gets ([`crate::http::coding`]).
 
-use super::upstream::Conn;
 use super::wire::{read_timeout, to_client, BodyKind};
 use crate::compress::{Coding, Stream};
 use crate::http::access_log::Report;
@@ -151,8 +150,8 @@ async fn send<C: AsyncWrite + Unpin>(
 /// chunked to the client (or close-delimited when `chunked` is false). `Ok(clean)`: the body
 /// ended where its framing said, nothing after it (the app connection may be reused).
 #[allow(clippy::too_many_arguments)]
-pub async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
-    conn: &mut Conn,
+pub async fn relay<R: AsyncRead + Unpin, C: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut R,
     client: &mut C,
     report: &Report,
     mut pending: Vec<u8>,

@@ -22,11 +22,12 @@
 //! sent is answered 502, never repeated.
 
 use super::encode;
-use super::head::{Head, Then, ToClient};
-use super::relay::{relay_body, tunnel};
+use super::head::{client_framing, Head, Then, ToClient};
+use super::relay::{tunnel, BodyFraming};
 use super::request::{connection_tokens, ForwardRequest};
 use super::request_body::{client_gone, send_body};
 use super::route::ProxyRoute;
+use super::spool::{self, Filling, Spool};
 use super::upstream::Conn;
 use super::wire::{
     kept_fields, send_continue, to_client, write_timeout, BodyKind, Fail, Instead, OwnAnswers,
@@ -55,8 +56,8 @@ struct Asked {
     ubuf: Vec<u8>,
     head_len: usize,
     /// What the request holds at its server (its share, its slot or its count in flight),
-    /// until the answer is done.
-    _slot: super::route::Held,
+    /// until the answer is read.
+    slot: super::route::Held,
 }
 
 /// Forwards the request to an app process and relays its answer to the client, in named
@@ -111,7 +112,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         conn,
         ubuf,
         head_len,
-        _slot,
+        slot,
     } = asked;
     // On the site's page for an app's error, the app's body is left unread: its connection
     // is dropped, not pooled.
@@ -124,6 +125,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         conn,
         ubuf,
         head_len,
+        slot,
     };
     answered
         .relay(out, relay, stream, rbuf, &req, route, &own, body_timeout)
@@ -154,7 +156,12 @@ pub(super) fn answer_head(
         return Err(Instead::Page(answer.status, kept));
     }
     let sticky_line = route.sticky_line(endpoint, &req.choose);
-    client_head(&answer, resp.headers, req, own, sticky_line).map_err(Instead::Status)
+    let (out, mut relay) =
+        client_head(&answer, resp.headers, req, own, sticky_line).map_err(Instead::Status)?;
+    // Looked for only where answers are buffered: a site without costs nothing.
+    relay.streams = route.settings().buffer.is_some()
+        && spool::streams(resp.headers.iter().map(|h| (h.name, h.value)));
+    Ok((out, relay))
 }
 
 /// What an app's response head says, as forwarding needs it.
@@ -206,6 +213,8 @@ pub(super) struct Relay {
     then: Then,
     /// Its encoder, when it is compressed.
     encoder: Option<crate::compress::Stream>,
+    /// It streams by nature and is never buffered (see [`spool::streams`]).
+    streams: bool,
 }
 
 /// The client's head for `answer` (with the app's `fields`), through the response steps
@@ -231,7 +240,12 @@ fn client_head(
         }
         _ => None,
     };
-    let (to_client, then) = client_framing(answer, req, fields, encoder.is_some());
+    let (to_client, then) = client_framing(
+        (answer.kind, answer.switching),
+        req,
+        fields,
+        encoder.is_some(),
+    );
     let head = Head {
         status: answer.status,
         reason: answer.reason,
@@ -253,6 +267,7 @@ fn client_head(
         to_client: head.to_client,
         then,
         encoder,
+        streams: false,
     };
     Ok((out, relay))
 }
@@ -263,6 +278,8 @@ struct Answered {
     conn: Conn,
     ubuf: Vec<u8>,
     head_len: usize,
+    /// What the request holds at its server, until the app's answer is read.
+    slot: super::route::Held,
 }
 
 impl Answered {
@@ -286,6 +303,7 @@ impl Answered {
             mut conn,
             mut ubuf,
             head_len,
+            slot,
         } = self;
         let report = own.report;
         report.head.set(out.len() as u64);
@@ -307,73 +325,56 @@ impl Answered {
             return Outcome::Close;
         }
         let timeouts = (route.settings().response_timeout, body_timeout);
-        let relayed = match relay.encoder {
-            Some(encoder) => {
-                let chunked = req.client_minor == 1;
-                encode::relay(
-                    &mut conn, stream, report, ubuf, kind, encoder, chunked, timeouts,
-                )
-                .await
+        let reusable = !relay.upstream_closes && !matches!(kind, BodyKind::UntilClose);
+        let framing = BodyFraming {
+            kind,
+            rechunk: relay.to_client == ToClient::Chunked,
+            plain_for_old_client: matches!(kind, BodyKind::Chunked) && req.client_minor == 0,
+            chunked: req.client_minor == 1,
+        };
+        let buffer = route.settings().buffer;
+        let relayed = match buffer.filter(|_| !relay.streams && kind != BodyKind::None) {
+            Some(bounds) => {
+                let spool = Spool::new(bounds);
+                let filling = Filling {
+                    route,
+                    endpoint,
+                    conn,
+                    slot,
+                    reusable,
+                };
+                let filling = filling.run(spool.clone(), ubuf, kind, timeouts.0);
+                let mut reader = spool.reader();
+                let relaying = framing.relay(
+                    &mut reader,
+                    stream,
+                    report,
+                    Vec::new(),
+                    relay.encoder,
+                    timeouts,
+                );
+                spool::alongside(relaying, filling).await.map(|_| ())
             }
             None => {
-                let rechunk = relay.to_client == ToClient::Chunked;
-                let plain_for_old_client =
-                    matches!(kind, BodyKind::Chunked) && req.client_minor == 0;
-                let framing = (rechunk, plain_for_old_client);
-                relay_body(&mut conn, stream, report, ubuf, kind, framing, timeouts).await
+                let relayed = framing
+                    .relay(&mut conn, stream, report, ubuf, relay.encoder, timeouts)
+                    .await;
+                if relayed == Ok(true) && reusable {
+                    route.pool.put(&endpoint, conn);
+                }
+                drop(slot);
+                relayed.map(|_| ())
             }
         };
         match relayed {
-            Ok(clean) => {
-                if clean && !relay.upstream_closes && !matches!(kind, BodyKind::UntilClose) {
-                    route.pool.put(&endpoint, conn);
-                }
-                // The body was sent whole before the answer was read (`send_body`).
-                match relay.then {
-                    Then::KeepAlive => Outcome::KeepAlive,
-                    _ => Outcome::Answered,
-                }
-            }
+            // The body was sent whole before the answer was read (`send_body`).
+            Ok(()) => match relay.then {
+                Then::KeepAlive => Outcome::KeepAlive,
+                _ => Outcome::Answered,
+            },
             Err(()) => Outcome::Close,
         }
     }
-}
-
-/// How an answer of `answer.kind` reaches a client that asked `req`, and what its connection
-/// does after: chunked for an HTTP/1.1 client when the length is unknown (or compressed),
-/// else close-delimited for an HTTP/1.0 one.
-fn client_framing(
-    answer: &Answer<'_>,
-    req: &ForwardRequest,
-    fields: &[httparse::Header<'_>],
-    compressing: bool,
-) -> (ToClient, Then) {
-    let http11 = req.client_minor == 1;
-    let to_client = match answer.kind {
-        _ if compressing && http11 => ToClient::Chunked,
-        _ if compressing => ToClient::UntilClose,
-        BodyKind::None => ToClient::NoBody,
-        BodyKind::Length(n) => ToClient::Length(n),
-        // The body passes as the app framed it: its codings too (`gzip, chunked`).
-        BodyKind::Chunked if http11 => {
-            let codings: Vec<&str> = fields
-                .iter()
-                .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
-                .filter_map(|h| std::str::from_utf8(h.value).ok())
-                .collect();
-            ToClient::AsApp(codings.join(", "))
-        }
-        BodyKind::UntilClose if http11 => ToClient::Chunked,
-        BodyKind::Chunked | BodyKind::UntilClose => ToClient::UntilClose,
-    };
-    let then = if answer.switching {
-        Then::Upgrade
-    } else if req.keep_alive && to_client != ToClient::UntilClose {
-        Then::KeepAlive
-    } else {
-        Then::Close
-    };
-    (to_client, then)
 }
 
 /// Connects to an app process (another, once, when a retryable request's connection failed
@@ -439,7 +440,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
                     conn,
                     ubuf,
                     head_len,
-                    _slot: slot,
+                    slot,
                 });
             }
             Err(HeadError::ClosedEarly) if req.retryable && tries < 2 => {

@@ -13,7 +13,9 @@
 //! read it) or the body (relayed after).
 
 use super::encode::{self, Plan};
+use super::request::ForwardRequest;
 use super::request::{connection_tokens, named_hop};
+use super::wire::BodyKind;
 use crate::http::edits::FieldEdits;
 use crate::http::{Responder, Sent};
 use std::borrow::Cow;
@@ -202,6 +204,43 @@ impl Seen {
         }
         seen
     }
+}
+
+/// How an answer of `kind` (`switching`: a `101`) reaches a client that asked `req`, and what its connection
+/// does after: chunked for an HTTP/1.1 client when the length is unknown (or compressed),
+/// else close-delimited for an HTTP/1.0 one.
+pub(super) fn client_framing(
+    (kind, switching): (BodyKind, bool),
+    req: &ForwardRequest,
+    fields: &[httparse::Header<'_>],
+    compressing: bool,
+) -> (ToClient, Then) {
+    let http11 = req.client_minor == 1;
+    let to_client = match kind {
+        _ if compressing && http11 => ToClient::Chunked,
+        _ if compressing => ToClient::UntilClose,
+        BodyKind::None => ToClient::NoBody,
+        BodyKind::Length(n) => ToClient::Length(n),
+        // The body passes as the app framed it: its codings too (`gzip, chunked`).
+        BodyKind::Chunked if http11 => {
+            let codings: Vec<&str> = fields
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("transfer-encoding"))
+                .filter_map(|h| std::str::from_utf8(h.value).ok())
+                .collect();
+            ToClient::AsApp(codings.join(", "))
+        }
+        BodyKind::UntilClose if http11 => ToClient::Chunked,
+        BodyKind::Chunked | BodyKind::UntilClose => ToClient::UntilClose,
+    };
+    let then = if switching {
+        Then::Upgrade
+    } else if req.keep_alive && to_client != ToClient::UntilClose {
+        Then::KeepAlive
+    } else {
+        Then::Close
+    };
+    (to_client, then)
 }
 
 #[cfg(test)]

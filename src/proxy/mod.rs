@@ -34,6 +34,7 @@ mod request_body;
 mod route;
 mod script;
 mod share;
+mod spool;
 mod upstream;
 mod wire;
 

@@ -1,6 +1,8 @@
 //! An app's answer body on its way to the client, as the app framed it (a length, chunked,
 //! or until the close) and as the client needs it (rechunked for HTTP/1.1, unchunked for
-//! HTTP/1.0), through one fixed buffer; and the tunnel after `101 Switching Protocols`.
+//! HTTP/1.0), through one fixed buffer — read from the app's connection or from its spool
+//! ([`super::spool`]), and compressed by [`super::encode`] where it is; and the tunnel after
+//! `101 Switching Protocols`.
 //!
 //! Owns: those relays. Must not touch: the answer's head ([`super::forward`](mod@super::forward)) or a
 //! compressed relay ([`super::encode`]).
@@ -29,8 +31,8 @@ fn grow(buf: &mut Vec<u8>, n: usize) {
 
 /// Relays the response body to the client. `Ok(clean)`: whether the app connection ended
 /// exactly at the body's end (and may be reused).
-pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
-    conn: &mut Conn,
+pub(super) async fn relay_body<R: AsyncRead + Unpin, C: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut R,
     client: &mut C,
     report: &Report,
     ubuf: Vec<u8>,
@@ -52,16 +54,56 @@ pub(super) async fn relay_body<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// How an answer's body is relayed to its client.
+pub(super) struct BodyFraming {
+    pub(super) kind: BodyKind,
+    /// Chunked for an HTTP/1.1 client (the app's length unknown).
+    pub(super) rechunk: bool,
+    /// The app's chunked body unchunked for an HTTP/1.0 client.
+    pub(super) plain_for_old_client: bool,
+    /// A compressed body goes chunked (an HTTP/1.1 client) rather than until the close.
+    pub(super) chunked: bool,
+}
+
+impl BodyFraming {
+    /// Relays the body from `source` (the app's connection, or its spool), `first` its
+    /// start, compressed by `encoder` where there is one. `Ok(clean)` as [`relay_body`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn relay<R: AsyncRead + Unpin, C: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        source: &mut R,
+        stream: &mut C,
+        report: &Report,
+        first: Vec<u8>,
+        encoder: Option<crate::compress::Stream>,
+        timeouts: (Duration, Duration),
+    ) -> Result<bool, ()> {
+        match encoder {
+            Some(encoder) => {
+                let (kind, chunked) = (self.kind, self.chunked);
+                super::encode::relay(
+                    source, stream, report, first, kind, encoder, chunked, timeouts,
+                )
+                .await
+            }
+            None => {
+                let framing = (self.rechunk, self.plain_for_old_client);
+                relay_body(source, stream, report, first, self.kind, framing, timeouts).await
+            }
+        }
+    }
+}
+
 /// Both ends of a body's relay: the app's connection and the client, with their time limits
 /// (the app's, the client's).
-struct Ends<'a, C> {
-    conn: &'a mut Conn,
+struct Ends<'a, R, C> {
+    conn: &'a mut R,
     client: &'a mut C,
     report: &'a Report,
     timeouts: (Duration, Duration),
 }
 
-impl<C: AsyncRead + AsyncWrite + Unpin> Ends<'_, C> {
+impl<R: AsyncRead + Unpin, C: AsyncRead + AsyncWrite + Unpin> Ends<'_, R, C> {
     /// Bytes to the client, counted.
     async fn send(&mut self, data: &[u8]) -> Result<(), ()> {
         to_client(self.client, self.report, data, self.timeouts.1)

@@ -51,6 +51,9 @@ pub struct ProxySettings {
     /// Client fields whose names hold `_` go on (`pass_underscored_fields`).
     #[serde(default)]
     pub pass_underscored_fields: bool,
+    /// Answers read at the app's speed (`buffer`; see [`super::spool`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffer: Option<crate::config::Buffering>,
 }
 
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
@@ -180,6 +183,7 @@ impl ProxyRoute {
             wait_for_ready: Duration::ZERO,
             backpressure: None,
             pass_underscored_fields: spec.pass_underscored_fields,
+            buffer: spec.buffer,
         };
         ProxyRoute {
             settings,

@@ -205,6 +205,7 @@ fn proxy_settings(pool: &PoolSpec) -> Option<crate::proxy::ProxySettings> {
             http2: a.protocol == crate::config::upstream::Protocol::Http2,
             backpressure: a.backpressure,
             pass_underscored_fields: a.pass_underscored_fields,
+            buffer: a.buffer,
             wait_for_ready: match pool.start {
                 crate::config::StartMode::OnDemand => pool.startup_time_limit,
                 crate::config::StartMode::Always => {

@@ -141,6 +141,7 @@ impl Validator {
                 "pass_underscored_fields",
                 raw.pass_underscored_fields.is_some(),
             ),
+            ("buffer", raw.buffer.is_some()),
         ];
         if transport == Transport::Activation {
             for (key, set) in proxy_keys {
@@ -189,6 +190,7 @@ impl Validator {
         };
         let protocol = self.app_protocol(i, raw, transport, &health, &warmup);
         let backpressure = self.backpressure(i, raw);
+        let buffer = self.app_buffering(i, raw, (transport, protocol), backpressure);
         let isolation = raw.isolation.take().and_then(|r| self.isolation(i, r));
         // Without a network, the front reaches the app by its socket or inherited listeners
         // alone: a loopback port in its own namespace is nobody's to reach.
@@ -206,6 +208,7 @@ impl Validator {
             protocol,
             pass_underscored_fields: raw.pass_underscored_fields.take().unwrap_or(false),
             backpressure,
+            buffer,
             command,
             directory,
             environment,

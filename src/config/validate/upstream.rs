@@ -93,6 +93,13 @@ impl Validator {
             &Protocol::CHOICES,
         );
         let health = ru.health.map(|h| self.active_check(i, h, protocol));
+        if ru.buffer.is_some() && protocol == Protocol::Http2 {
+            self.err(&at("buffer"), "a group spoken to in HTTP/2 (protocol = \"http2\") streams its answers, gRPC's among them; remove it");
+        }
+        let buffer = match protocol {
+            Protocol::Http2 => None,
+            Protocol::Http1 => self.buffering(&at("buffer"), ru.buffer, None),
+        };
         let resolve = ru.resolve.map(|r| {
             let every = self.nonzero_duration(&at("resolve"), Some(r), Duration::from_secs(30));
             if !servers.is_empty() && !servers.iter().any(ServerSpec::is_host_name) {
@@ -130,6 +137,7 @@ impl Validator {
             tls,
             protocol,
             pass_underscored_fields: ru.pass_underscored_fields.unwrap_or(false),
+            buffer,
         }
     }
 

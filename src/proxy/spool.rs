@@ -1,0 +1,328 @@
+//! Buffering an app's answer for a slow client (`buffer` on a pool or an `[[upstream]]`,
+//! nginx's `proxy_buffering`): the body is read at the app's speed into memory, up to
+//! `response` bytes, then into an unnamed temporary file of at most `disk` bytes, while the
+//! client is sent what it takes; once the app has sent the last byte its connection goes
+//! back to its pool and its slot is free — a sync app's process takes its next request
+//! while a client on a slow link is still reading. Past both bounds the app is read as the
+//! client takes it, as without buffering.
+//!
+//! The two sides run in the forwarder's own task: [`fill`] reads the app into the
+//! [`Spool`], and the usual relay ([`super::relay`] or [`super::encode`]) reads the spool as
+//! it would read the app's connection — so framing, rechunking and compression are the
+//! relay's, unchanged. Nothing is held back: what the app sent reaches the client as soon as
+//! it takes it (server-sent events would still flow; they are not buffered all the same, see
+//! [`streams`]). The file is read and written with plain `pread`/`pwrite`: its pages are
+//! the page cache's, as nginx's temporary files are without `aio`.
+//!
+//! Owns: the spool, the filling, and which answers are buffered. Must not touch: the answer's
+//! head or its framing to the client.
+
+use super::route::{Held, ProxyRoute};
+use super::upstream::Conn;
+use super::wire::{read_timeout, BodyKind};
+use super::Endpoint;
+use crate::config::Buffering;
+use crate::http::ChunkedDecoder;
+use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tokio::io::{AsyncRead, ReadBuf};
+
+/// One read from the app, at most.
+const READ: usize = 64 << 10;
+
+/// Whether an answer with these fields streams by nature and is never buffered: server-sent
+/// events, gRPC, or an app that asks for it (`X-Accel-Buffering: no`, nginx's field).
+pub(super) fn streams<'h>(mut fields: impl Iterator<Item = (&'h str, &'h [u8])>) -> bool {
+    fields.any(|(name, value)| {
+        let value = String::from_utf8_lossy(value);
+        let value = value.trim();
+        (name.eq_ignore_ascii_case("content-type")
+            && ["text/event-stream", "application/grpc"]
+                .iter()
+                .any(|t| value.len() >= t.len() && value[..t.len()].eq_ignore_ascii_case(t)))
+            || (name.eq_ignore_ascii_case("x-accel-buffering") && value.eq_ignore_ascii_case("no"))
+    })
+}
+
+/// What the app sent and the client has not taken yet: in memory first, then in the file.
+/// Bytes go to memory only while the file holds none unread, so order is kept.
+struct Unsent {
+    bounds: Buffering,
+    memory: VecDeque<Bytes>,
+    in_memory: usize,
+    file: Option<File>,
+    /// The file's bytes: written up to `written`, read up to `read`.
+    written: u64,
+    read: u64,
+    /// The file could not be made: memory only.
+    no_file: bool,
+    /// `Some(true)`: the app sent the whole body; `Some(false)`: its answer failed.
+    ended: Option<bool>,
+    reader: Option<Waker>,
+    filler: Option<Waker>,
+}
+
+/// The spool one answer goes through; [`Spool::reader`] is its relay's source.
+#[derive(Clone)]
+pub(super) struct Spool(Rc<RefCell<Unsent>>);
+
+impl Spool {
+    pub(super) fn new(bounds: Buffering) -> Spool {
+        Spool(Rc::new(RefCell::new(Unsent {
+            bounds,
+            memory: VecDeque::new(),
+            in_memory: 0,
+            file: None,
+            written: 0,
+            read: 0,
+            no_file: false,
+            ended: None,
+            reader: None,
+            filler: None,
+        })))
+    }
+
+    /// How many bytes may be added now: memory's room while the file holds nothing unread,
+    /// else the file's — its size, read or not, until it is read whole and starts over: the
+    /// bound is on the disk the answer takes.
+    fn room(held: &Unsent) -> usize {
+        if held.written == held.read && (held.in_memory as u64) < held.bounds.response {
+            return (held.bounds.response as usize - held.in_memory).min(READ);
+        }
+        if held.no_file {
+            return 0;
+        }
+        held.bounds
+            .disk
+            .saturating_sub(held.written)
+            .min(READ as u64) as usize
+    }
+
+    /// Waits until there is room, and says how much.
+    async fn wait_room(&self) -> usize {
+        std::future::poll_fn(|cx| {
+            let mut held = self.0.borrow_mut();
+            match Self::room(&held) {
+                0 => {
+                    held.filler = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+                n => Poll::Ready(n),
+            }
+        })
+        .await
+    }
+
+    /// Adds `data` (at most [`Spool::room`]'s bytes) after what is held.
+    fn push(&self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let mut held = self.0.borrow_mut();
+        let in_file = held.written - held.read;
+        if in_file == 0 && held.in_memory + data.len() <= held.bounds.response as usize {
+            held.in_memory += data.len();
+            held.memory.push_back(Bytes::copy_from_slice(data));
+        } else if let Err(e) = Self::to_file(&mut held, data) {
+            // The bytes were read from the app and must not be lost: kept in memory past
+            // its bound this once, and no more file is tried.
+            // Said once per process: every buffered answer would say it again.
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                let dir = std::env::temp_dir();
+                eprintln!("espalier: buffering answers: no temporary file in {} ({e}); answers past `buffer.response` go at the client's speed (set TMPDIR to a writable folder)", dir.display());
+            }
+            held.no_file = true;
+            held.in_memory += data.len();
+            held.memory.push_back(Bytes::copy_from_slice(data));
+        }
+        if let Some(w) = held.reader.take() {
+            w.wake();
+        }
+    }
+
+    fn to_file(held: &mut Unsent, data: &[u8]) -> io::Result<()> {
+        if held.file.is_none() {
+            held.file = Some(crate::os::temp_file::unnamed_in(&std::env::temp_dir())?);
+        }
+        let file = held.file.as_ref().expect("made above");
+        file.write_all_at(data, held.written)?;
+        held.written += data.len() as u64;
+        Ok(())
+    }
+
+    /// The app's answer ended: `whole`, or failed (the client's relay then fails too).
+    fn end(&self, whole: bool) {
+        let mut held = self.0.borrow_mut();
+        held.ended = Some(whole);
+        if let Some(w) = held.reader.take() {
+            w.wake();
+        }
+    }
+
+    /// The spool as its relay reads it.
+    pub(super) fn reader(&self) -> Reader {
+        Reader(self.clone())
+    }
+}
+
+/// The relay's side of a [`Spool`]: what is held, then the end (or the app's failure).
+pub(super) struct Reader(Spool);
+
+impl AsyncRead for Reader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let mut held = self.0 .0.borrow_mut();
+        let held = &mut *held;
+        if let Some(front) = held.memory.front_mut() {
+            let n = front.len().min(buf.remaining());
+            buf.put_slice(&front.split_to(n));
+            if front.is_empty() {
+                held.memory.pop_front();
+            }
+            held.in_memory -= n;
+        } else if held.written > held.read {
+            let file = held.file.as_ref().expect("written to");
+            let want = ((held.written - held.read) as usize).min(buf.remaining());
+            let n = file.read_at(buf.initialize_unfilled_to(want), held.read)?;
+            buf.advance(n);
+            held.read += n as u64;
+            if held.read == held.written {
+                // All read: the file starts over (its blocks given back).
+                (held.read, held.written) = (0, 0);
+                file.set_len(0)?;
+            }
+        } else {
+            return match held.ended {
+                Some(true) => Poll::Ready(Ok(())),
+                Some(false) => Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into())),
+                None => {
+                    held.reader = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            };
+        }
+        if let Some(w) = held.filler.take() {
+            w.wake();
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Reads the app's body (`first`: what came with its head) into `spool`, until its framing's
+/// end. `Ok(clean)`: the connection ended exactly at the body's end (it may be reused).
+async fn fill(
+    conn: &mut Conn,
+    first: Vec<u8>,
+    kind: BodyKind,
+    spool: &Spool,
+    timeout: Duration,
+) -> Result<bool, ()> {
+    let mut buf = vec![0; READ];
+    let mut pending = first;
+    let mut left = match kind {
+        BodyKind::Length(n) => n,
+        _ => u64::MAX,
+    };
+    let mut decoder = ChunkedDecoder::with_bounds(u64::MAX, 64 << 10);
+    loop {
+        // The body's bytes among those read, and whether they end it.
+        let (body, done) = match kind {
+            BodyKind::Length(_) => {
+                let body = (pending.len() as u64).min(left) as usize;
+                left -= body as u64;
+                (body, left == 0)
+            }
+            BodyKind::Chunked => {
+                let d = decoder.skip(&pending).map_err(|_| ())?;
+                (d.consumed, d.done)
+            }
+            BodyKind::UntilClose | BodyKind::None => (pending.len(), false),
+        };
+        spool.push(&pending[..body]);
+        if done {
+            return Ok(body == pending.len());
+        }
+        let room = spool.wait_room().await;
+        let want = match kind {
+            BodyKind::Length(_) => room.min(left.min(READ as u64) as usize),
+            _ => room,
+        };
+        let n = read_timeout(conn, &mut buf[..want], timeout)
+            .await
+            .map_err(|_| ())?;
+        if n == 0 {
+            // The close ends a body framed by it; any other is cut short.
+            return match kind {
+                BodyKind::UntilClose => Ok(false),
+                _ => Err(()),
+            };
+        }
+        pending.clear();
+        pending.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// What the filling gives back when the app has sent its answer.
+pub(super) struct Filling<'a> {
+    pub(super) route: &'a ProxyRoute,
+    pub(super) endpoint: Endpoint,
+    pub(super) conn: Conn,
+    /// The request's slot at its app or server, freed with the app's connection.
+    pub(super) slot: Held,
+    /// The app keeps its connection after this answer (no `Connection: close`, framed).
+    pub(super) reusable: bool,
+}
+
+impl Filling<'_> {
+    /// Fills `spool` with the body (`first` and the rest, framed as `kind`), then gives the
+    /// app's connection back (when it ended cleanly) and frees the slot — before the client
+    /// has read it.
+    pub(super) async fn run(
+        mut self,
+        spool: Spool,
+        first: Vec<u8>,
+        kind: BodyKind,
+        timeout: Duration,
+    ) {
+        let filled = fill(&mut self.conn, first, kind, &spool, timeout).await;
+        spool.end(filled.is_ok());
+        if filled == Ok(true) && self.reusable {
+            self.route.pool.put(&self.endpoint, self.conn);
+        }
+        drop(self.slot);
+    }
+}
+
+/// Runs `relaying` (the client's side) with `filling` (the app's) and gives the relay's
+/// outcome; a relay that ends first (its client gone) ends the filling with it, and the
+/// app's connection is closed.
+pub(super) async fn alongside<T>(
+    relaying: impl std::future::Future<Output = T>,
+    filling: impl std::future::Future<Output = ()>,
+) -> T {
+    let mut relaying = std::pin::pin!(relaying);
+    let mut filling = std::pin::pin!(filling);
+    let mut filled = false;
+    loop {
+        tokio::select! {
+            out = &mut relaying => return out,
+            () = &mut filling, if !filled => filled = true,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "spool_tests.rs"]
+mod tests;

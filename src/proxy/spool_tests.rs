@@ -1,0 +1,86 @@
+use super::{streams, Spool};
+use crate::config::Buffering;
+use tokio::io::AsyncReadExt;
+
+fn run<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[test]
+fn held_bytes_come_back_in_order_from_memory_then_the_file() {
+    run(async {
+        let spool = Spool::new(Buffering {
+            response: 8,
+            disk: 1 << 20,
+        });
+        // 6 in memory; the next 6 do not fit, so the file takes them and what follows.
+        spool.push(b"abcdef");
+        assert_eq!(Spool::room(&spool.0.borrow()), 2);
+        spool.push(b"ghijkl");
+        assert!(spool.0.borrow().file.is_some());
+        spool.push(b"mn");
+        spool.end(true);
+        let mut all = String::new();
+        spool.reader().read_to_string(&mut all).await.unwrap();
+        assert_eq!(all, "abcdefghijklmn");
+        // Read whole, the file starts over.
+        assert_eq!(spool.0.borrow().written, 0);
+    });
+}
+
+#[test]
+fn past_both_bounds_there_is_no_room_until_the_client_takes_some() {
+    run(async {
+        let spool = Spool::new(Buffering {
+            response: 4,
+            disk: 4,
+        });
+        spool.push(b"1234");
+        spool.push(b"5678");
+        assert_eq!(Spool::room(&spool.0.borrow()), 0);
+        let mut two = [0u8; 4];
+        let n = spool.reader().read(&mut two).await.unwrap();
+        assert_eq!(&two[..n], b"1234");
+        // Memory is empty, but the file holds bytes unread: new ones go after them.
+        assert_eq!(Spool::room(&spool.0.borrow()), 0);
+        let n = spool.reader().read(&mut two[..2]).await.unwrap();
+        assert_eq!(&two[..n], b"56");
+        // Part read, the file still takes its whole size of the disk.
+        assert_eq!(Spool::room(&spool.0.borrow()), 0);
+        let n = spool.reader().read(&mut two).await.unwrap();
+        assert_eq!(&two[..n], b"78");
+        assert_eq!(Spool::room(&spool.0.borrow()), 4);
+    });
+}
+
+#[test]
+fn a_failed_answer_fails_its_reader_after_what_was_held() {
+    run(async {
+        let spool = Spool::new(Buffering {
+            response: 64,
+            disk: 0,
+        });
+        spool.push(b"part");
+        spool.end(false);
+        let mut r = spool.reader();
+        let mut got = [0u8; 8];
+        assert_eq!(r.read(&mut got).await.unwrap(), 4);
+        assert!(r.read(&mut got).await.is_err());
+    });
+}
+
+#[test]
+fn streaming_answers_are_known_by_their_fields() {
+    let f = |name: &'static str, value: &'static str| [(name, value.as_bytes())].into_iter();
+    assert!(streams(f(
+        "Content-Type",
+        "text/event-stream; charset=utf-8"
+    )));
+    assert!(streams(f("content-type", "application/grpc+proto")));
+    assert!(streams(f("X-Accel-Buffering", "no")));
+    assert!(!streams(f("X-Accel-Buffering", "yes")));
+    assert!(!streams(f("Content-Type", "text/html")));
+}

@@ -1,0 +1,175 @@
+//! Buffering for slow clients (issue #61, item 2), on the real binary with gunicorn's sync
+//! workers: a client that reads nothing of a 32 MiB answer no longer holds the only app
+//! process (it did: the next request waited for it, and got 503 from the queue); an answer
+//! past `buffer.response` goes to an unnamed temporary file no larger than `buffer.disk`,
+//! then at the client's speed, and arrives whole; server-sent events still stream.
+
+use crate::common;
+
+use common::apps::need_runtimes;
+use common::*;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long an event may take to be seen on a loaded machine.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// gunicorn with one sync worker running tests/apps/buffer_app.py, in one pool with `keys`,
+/// behind one site: the server, its address and the pool's front worker's pid.
+fn sync_app(d: &Path, keys: &str) -> (Server, SocketAddr, u32) {
+    need_runtimes();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/buffer_app.py"),
+        d.join("buffer_app.py"),
+    )
+    .unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"sync\"\ncpus = \"0\"\ncommand = [\"gunicorn\", \"--bind\", \"127.0.0.1:{{port}}\", \"--workers\", \"1\", \"--timeout\", \"120\", \"buffer_app:app\"]\nmax_requests_per_process = 1\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"sync\"\n"
+        ),
+    );
+    let front = server
+        .status()
+        .pools
+        .iter()
+        .flat_map(|p| p.workers.clone())
+        .find(|w| w.role == espalier::server::status::Role::Front)
+        .and_then(|w| w.pid)
+        .unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    (server, addr, front)
+}
+
+/// A client that asks for `path` and reads nothing yet.
+fn asked(addr: SocketAddr, path: &str) -> Conn {
+    let mut c = Conn::open(addr);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes());
+    c
+}
+
+fn get(addr: SocketAddr, path: &str) -> Response {
+    asked(addr, path).read_response(false).expect("an answer")
+}
+
+/// The sizes of the unnamed temporary files the process `pid` holds open.
+fn temporary_files(pid: u32) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|to| to.to_string_lossy().ends_with("(deleted)"))
+        })
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .collect()
+}
+
+#[test]
+fn a_client_that_reads_nothing_no_longer_holds_a_sync_apps_only_process() {
+    // Unbuffered (as before): the slow client's answer holds the one process, so the next
+    // request waits in the queue for it and is refused when its wait is over.
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr, _) = sync_app(dir.path(), "buffer = false\nqueue_timeout = \"1s\"");
+    let slow = asked(addr, "/big?mb=32");
+    server.wait_until("the slow answer under way", WAIT, |s| {
+        s.requests_taken() >= 1
+    });
+    assert_eq!(
+        get(addr, "/small").status,
+        503,
+        "the process was free without buffering"
+    );
+    drop(slow);
+    drop(server);
+
+    // Buffered (the default of a sync pool): the app's answer is read at its speed, the
+    // process is free for the next request, and the slow client still gets every byte.
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr, front) = sync_app(dir.path(), "queue_timeout = \"60s\"");
+    let mut slow = asked(addr, "/big?mb=32");
+    let next = get(addr, "/small");
+    assert_eq!((next.status, next.body.as_slice()), (200, &b"ok"[..]));
+    // Past 1 MiB in memory, the rest waits in a temporary file.
+    assert!(
+        temporary_files(front).iter().any(|&len| len > 0),
+        "no temporary file held: {:?}",
+        temporary_files(front)
+    );
+    let whole = slow.read_response(false).expect("the slow client's answer");
+    assert_eq!(whole.status, 200);
+    assert_eq!(whole.body.len(), 32 << 20);
+    assert!(whole.body.iter().all(|&b| b == b'b'));
+    // Read, the file is gone.
+    wait_for("the temporary file closed", WAIT, || {
+        temporary_files(front).is_empty()
+    });
+}
+
+#[test]
+fn an_answer_past_memory_and_disk_bounds_waits_for_its_client_and_arrives_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = "buffer = { response = \"1MiB\", disk = \"8MiB\" }";
+    let (_server, addr, front) = sync_app(dir.path(), keys);
+    let mut slow = asked(addr, "/big?mb=100");
+    // The file fills to its bound and no further while the client reads nothing.
+    wait_for("the temporary file at its bound", WAIT, || {
+        let files = temporary_files(front);
+        assert!(
+            files.iter().all(|&len| len <= 8 << 20),
+            "past the bound: {files:?}"
+        );
+        files.contains(&(8 << 20))
+    });
+    let whole = slow.read_response(false).expect("the answer");
+    assert_eq!(whole.body.len(), 100 << 20);
+    assert!(whole.body.iter().all(|&b| b == b'b'));
+}
+
+#[test]
+fn server_sent_events_still_stream_from_a_buffered_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr, front) = sync_app(dir.path(), "buffer = true");
+    let mut events = asked(addr, "/events");
+    // The first event arrives while the app keeps its stream open.
+    let mut seen = Vec::new();
+    let mut piece = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("data: one") {
+        use std::io::Read;
+        let n = events.stream.read(&mut piece).expect("the first event");
+        assert!(n > 0, "closed before the first event");
+        seen.extend_from_slice(&piece[..n]);
+    }
+    assert!(String::from_utf8_lossy(&seen).contains("text/event-stream"));
+    assert!(temporary_files(front).is_empty());
+}
+
+#[test]
+fn check_refuses_buffer_where_it_cannot_act() {
+    let dir = tempfile::tempdir().unwrap();
+    for (keys, says) in [
+        ("transport = \"fastcgi\"\nbuffer = true", "pool[0].buffer"),
+        ("protocol = \"http2\"\nbuffer = true", "pool[0].buffer"),
+        ("buffer = { response = \"1KiB\" }", "4KiB or more"),
+        (
+            "buffer = { memory = \"1MiB\" }",
+            "`memory` is not a key of buffer",
+        ),
+        ("buffer = \"yes\"", "buffer = false"),
+    ] {
+        let config = format!("[[pool]]\nname = \"p\"\ncommand = [\"python3\", \"-m\", \"http.server\", \"{{port}}\"]\n{keys}\n");
+        let said = check_refuses(dir.path(), &config);
+        assert!(said.contains(says), "{keys}: {said}");
+    }
+    let group = "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:9\"]\nprotocol = \"http2\"\nbuffer = true\n";
+    let said = check_refuses(dir.path(), group);
+    assert!(said.contains("upstream[0].buffer"), "{said}");
+}
