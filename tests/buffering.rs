@@ -31,14 +31,7 @@ fn sync_app(d: &Path, keys: &str) -> (Server, SocketAddr, u32) {
             "[[pool]]\nname = \"sync\"\ncpus = \"0\"\ncommand = [\"gunicorn\", \"--bind\", \"127.0.0.1:{{port}}\", \"--workers\", \"1\", \"--timeout\", \"120\", \"buffer_app:app\"]\nmax_requests_per_process = 1\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"sync\"\n"
         ),
     );
-    let front = server
-        .status()
-        .pools
-        .iter()
-        .flat_map(|p| p.workers.clone())
-        .find(|w| w.role == espalier::server::status::Role::Front)
-        .and_then(|w| w.pid)
-        .unwrap();
+    let front = server.front_pid();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     (server, addr, front)
 }

@@ -217,14 +217,7 @@ fn big_app_server(d: &std::path::Path, app: &str, site_keys: &str) -> (Server, u
             "[[pool]]\nname = \"p\"\ncpus = \"0\"\ncommand = [\"python3\", \"app.py\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n{site_keys}\n[[site.app]]\npool = \"p\"\n"
         ),
     );
-    let front = server
-        .status()
-        .pools
-        .iter()
-        .flat_map(|p| p.workers.clone())
-        .find(|w| w.role == espalier::server::status::Role::Front)
-        .and_then(|w| w.pid)
-        .unwrap();
+    let front = server.front_pid();
     (server, port, front)
 }
 

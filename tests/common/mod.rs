@@ -487,6 +487,17 @@ impl Server {
         Self::running(&self.status().pools)
     }
 
+    /// The pid of the first proxy front worker of the configured pools.
+    pub fn front_pid(&self) -> u32 {
+        self.status()
+            .pools
+            .iter()
+            .flat_map(|p| p.workers.clone())
+            .find(|w| w.role == espalier::server::status::Role::Front)
+            .and_then(|w| w.pid)
+            .expect("a front worker with a pid")
+    }
+
     /// The running workers of the dispatcher (in front of a shared address), as `workers`.
     pub fn dispatcher_workers(&self) -> Vec<(String, u32, String)> {
         Self::running(self.status().dispatcher.as_slice())
