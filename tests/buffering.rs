@@ -2,7 +2,8 @@
 //! workers: a client that reads nothing of a 32 MiB answer no longer holds the only app
 //! process (it did: the next request waited for it, and got 503 from the queue); an answer
 //! past `buffer.response` goes to an unnamed temporary file no larger than `buffer.disk`,
-//! then at the client's speed, and arrives whole; server-sent events still stream.
+//! then at the client's speed, and arrives whole; a slow upload is read whole before the
+//! app is asked (it held the process too); server-sent events still stream.
 
 use crate::common;
 
@@ -28,7 +29,7 @@ fn sync_app(d: &Path, keys: &str) -> (Server, SocketAddr, u32) {
     let server = Server::with_config(
         d,
         &format!(
-            "[[pool]]\nname = \"sync\"\ncpus = \"0\"\ncommand = [\"gunicorn\", \"--bind\", \"127.0.0.1:{{port}}\", \"--workers\", \"1\", \"--timeout\", \"120\", \"buffer_app:app\"]\nmax_requests_per_process = 1\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"sync\"\n"
+            "[[pool]]\nname = \"sync\"\ncpus = \"0\"\ncommand = [\"gunicorn\", \"--bind\", \"127.0.0.1:{{port}}\", \"--workers\", \"1\", \"--timeout\", \"120\", \"buffer_app:app\"]\nmax_requests_per_process = 1\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nmax_body_size = \"8MiB\"\n[[site.app]]\npool = \"sync\"\n"
         ),
     );
     let front = server.front_pid();
@@ -105,6 +106,56 @@ fn a_client_that_reads_nothing_no_longer_holds_a_sync_apps_only_process() {
     wait_for("the temporary file closed", WAIT, || {
         temporary_files(front).is_empty()
     });
+}
+
+/// A client that sends `/upload` the head and half of a 2 MiB body, and waits.
+fn half_an_upload(addr: SocketAddr) -> Conn {
+    let mut c = Conn::open(addr);
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    c.send(
+        format!(
+            "POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+            2 << 20
+        )
+        .as_bytes(),
+    );
+    c.send(&vec![b'u'; 1 << 20]);
+    c
+}
+
+#[test]
+fn a_slow_upload_no_longer_holds_a_sync_apps_only_process() {
+    // Unbuffered: the app's one process reads the body as it comes, held by the client.
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr, _) = sync_app(dir.path(), "buffer = false\nqueue_timeout = \"1s\"");
+    let upload = half_an_upload(addr);
+    server.wait_until("the upload taken", WAIT, |s| s.requests_taken() >= 1);
+    assert_eq!(
+        get(addr, "/small").status,
+        503,
+        "the process was free without buffering"
+    );
+    drop(upload);
+    drop(server);
+
+    // Buffered (the default of a sync pool): the body is read whole first.
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr, front) = sync_app(dir.path(), "buffer = { request = \"64KiB\" }");
+    let mut upload = half_an_upload(addr);
+    // Past 64 KiB in memory, the body waits in a temporary file, and the app is free.
+    wait_for("the body's start in a temporary file", WAIT, || {
+        temporary_files(front).iter().any(|&len| len > 0)
+    });
+    let next = get(addr, "/small");
+    assert_eq!((next.status, next.body.as_slice()), (200, &b"ok"[..]));
+    upload.send(&vec![b'u'; 1 << 20]);
+    let answer = upload.read_response(false).expect("the upload's answer");
+    assert_eq!(
+        String::from_utf8_lossy(&answer.body),
+        format!("got {}", 2 << 20)
+    );
 }
 
 #[test]

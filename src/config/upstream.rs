@@ -18,19 +18,24 @@ pub const MAX_SERVERS: usize = 256;
 /// The largest `weight`.
 pub const MAX_WEIGHT: u32 = 100;
 
-/// `buffer`: how much of one answer is held for a slow client, so its app or server is free
-/// as soon as it has answered — in memory (`response`), then in an unnamed temporary file
-/// (`disk`); past both, the rest goes at the client's speed.
+/// `buffer`: a slow client costs its app or server nothing. An answer is held for the
+/// client — in memory (`response`), then in an unnamed temporary file (`disk`; past both,
+/// the rest goes at the client's speed) — so the app is free as soon as it has answered; a
+/// request's body is read whole before the app is asked — in memory (`request`), then in a
+/// file (bounded by the site's `max_body_size`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Buffering {
     pub response: u64,
+    pub request: u64,
     pub disk: u64,
 }
 
-/// `buffer`'s bounds where it is on without them (a sync pool's default): 1 MiB in memory
-/// and 1 GiB on disk per answer, nginx's `proxy_buffers` and `proxy_max_temp_file_size`.
+/// `buffer`'s bounds where it is on without them (a sync pool's default): 1 MiB of an answer
+/// and of a request body in memory, and 1 GiB of an answer on disk — nginx's
+/// `proxy_buffers`, `client_body_buffer_size` and `proxy_max_temp_file_size` in spirit.
 pub const DEFAULT_BUFFERING: Buffering = Buffering {
     response: 1 << 20,
+    request: 1 << 20,
     disk: 1 << 30,
 };
 

@@ -25,7 +25,7 @@ use super::encode;
 use super::head::{client_framing, Head, Then, ToClient};
 use super::relay::{tunnel, BodyFraming};
 use super::request::{connection_tokens, ForwardRequest};
-use super::request_body::{client_gone, send_body};
+use super::request_body::{client_gone, send_body, send_taken_body, take_body};
 use super::route::ProxyRoute;
 use super::spool::{self, Filling, Spool};
 use super::upstream::Conn;
@@ -92,12 +92,21 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         return Outcome::Close;
     }
     let bounds = (max_body, max_framing);
+    // Where answers are buffered, so is the body: read whole before an app is asked.
+    let buffer = route.settings().buffer;
+    let taken = match buffer.filter(|_| req.body != crate::http::Framing::None) {
+        Some(b) => match take_body(stream, rbuf, req.body, b.request, bounds, body_timeout).await {
+            Ok(spool) => Some(spool),
+            Err(fail) => return own.fail(stream, route, fail).await,
+        },
+        None => None,
+    };
     let asked = match ask(
         stream,
         rbuf,
         &req,
         route,
-        bounds,
+        (bounds, taken.as_ref()),
         body_timeout,
         report,
         clock,
@@ -335,7 +344,7 @@ impl Answered {
         let buffer = route.settings().buffer;
         let relayed = match buffer.filter(|_| !relay.streams && kind != BodyKind::None) {
             Some(bounds) => {
-                let spool = Spool::new(bounds);
+                let spool = Spool::new(bounds.response, bounds.disk);
                 let filling = Filling {
                     route,
                     endpoint,
@@ -385,7 +394,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
     rbuf: &mut Vec<u8>,
     req: &ForwardRequest,
     route: &ProxyRoute,
-    bounds: (u64, usize),
+    (bounds, taken): ((u64, usize), Option<&Spool>),
     body_timeout: Duration,
     report: &crate::http::access_log::Report,
     clock: &crate::http::clock::Clock,
@@ -416,10 +425,17 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
             return Err(Fail::app(502, &endpoint, "did not take the request's head"));
         }
         let timeouts = (body_timeout, response_timeout);
-        send_body(
-            stream, rbuf, &mut conn, req.body, bounds, timeouts, &endpoint,
-        )
-        .await?;
+        match taken {
+            Some(spool) => send_taken_body(spool, &mut conn, req.body, response_timeout)
+                .await
+                .map_err(|_| Fail::app(502, &endpoint, "did not take the request's body"))?,
+            None => {
+                send_body(
+                    stream, rbuf, &mut conn, req.body, bounds, timeouts, &endpoint,
+                )
+                .await?
+            }
+        }
         let mut ubuf = Vec::with_capacity(8 << 10);
         let asked = std::time::Instant::now();
         let waited = tokio::select! {

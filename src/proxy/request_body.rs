@@ -3,10 +3,14 @@
 //! so the app sees exactly what espalier validated), and the client watched while the
 //! answer is awaited, so that an abandoned request ends its exchange.
 //!
-//! Owns: [`send_body`] and [`client_gone`]. Must not touch: the app's answer (see
+//! A body may instead be read whole first ([`take_body`], where answers are buffered) and
+//! sent from there ([`send_taken_body`]).
+//!
+//! Owns: [`send_body`], [`take_body`], [`send_taken_body`] and [`client_gone`]. Must not touch: the app's answer (see
 //! [`super::forward`](mod@super::forward)) or the connection to the app (`super::upstream`).
 
 use super::relay::BUF;
+use super::spool::Spool;
 use super::upstream::Conn;
 use super::wire::{read_timeout, write_timeout, Fail};
 use super::Endpoint;
@@ -111,6 +115,90 @@ pub(super) async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// Reads the client's request body whole before any app is asked (`buffer`): a sync app's
+/// process is not held by a slow upload. In memory up to `memory` bytes, then in the spool's
+/// unnamed file (the body is bounded by `max_body` already). A chunked body is decoded here
+/// by the same strict decoder; what follows the body stays in `rbuf`.
+pub(super) async fn take_body<C: AsyncRead + Unpin>(
+    client: &mut C,
+    rbuf: &mut Vec<u8>,
+    framing: Framing,
+    memory: u64,
+    (max_body, max_framing): (u64, usize),
+    timeout: Duration,
+) -> Result<Spool, Fail> {
+    let spool = Spool::new(memory, max_body);
+    let mut decoder = ChunkedDecoder::with_bounds(max_body, max_framing);
+    let mut left = match framing {
+        Framing::Length(n) => n,
+        _ => 0,
+    };
+    let mut pending = std::mem::take(rbuf);
+    let mut buf = vec![0u8; BUF];
+    loop {
+        let done = match framing {
+            Framing::None => true,
+            Framing::Length(_) => {
+                let have = (pending.len() as u64).min(left) as usize;
+                spool.push(&pending[..have]);
+                pending.drain(..have);
+                left -= have as u64;
+                left == 0
+            }
+            Framing::Chunked => {
+                let d = decoder
+                    .decode(&mut pending)
+                    .map_err(|e: ProtocolError| Fail::Client(e.status()))?;
+                spool.push(&pending[..d.produced]);
+                pending.drain(..d.consumed);
+                d.done
+            }
+        };
+        if spool.without_file() {
+            let cause = "no temporary file for a request body past `buffer.request` (set TMPDIR to a writable folder)";
+            return Err(Fail::Unconnected(503, Some(cause.into())));
+        }
+        if done {
+            // A pipelined request after the body stays for the connection's loop.
+            *rbuf = pending;
+            spool.end(true);
+            return Ok(spool);
+        }
+        let n = match read_timeout(client, &mut buf, timeout).await {
+            Ok(0) | Err(_) => return Err(Fail::Close),
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Sends a body [`take_body`] read to the app, framed as the client framed it (a chunked one
+/// framed again).
+pub(super) async fn send_taken_body(
+    spool: &Spool,
+    conn: &mut Conn,
+    framing: Framing,
+    timeout: Duration,
+) -> std::io::Result<()> {
+    let mut reader = spool.reader();
+    let mut buf = vec![0u8; BUF];
+    let mut out = Vec::new();
+    loop {
+        let n = reader.read(&mut buf).await?;
+        let piece = &buf[..n];
+        if framing == Framing::Chunked {
+            out.clear();
+            chunk_again(&mut out, piece, n == 0);
+            write_timeout(conn, &out, timeout).await?;
+        } else {
+            write_timeout(conn, piece, timeout).await?;
+        }
+        if n == 0 {
+            return Ok(());
+        }
+    }
+}
+
 /// `data` as one chunk (none when empty), and the last chunk with no trailers when `done`.
 fn chunk_again(out: &mut Vec<u8>, data: &[u8], done: bool) {
     if !data.is_empty() {
@@ -138,5 +226,65 @@ mod tests {
         chunk_again(&mut out, &body[..d.produced], d.done);
         assert_eq!(out, b"5\r\nhello\r\n0\r\n\r\n");
         assert_eq!(&body[d.consumed..], b"GET");
+    }
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// `sent` from a client after `rbuf`, taken by [`take_body`] with 8 bytes of memory:
+    /// the body as held, and what stayed in `rbuf`.
+    fn taken(
+        framing: Framing,
+        rbuf: &[u8],
+        sent: &'static [u8],
+    ) -> Result<(Vec<u8>, Vec<u8>), u16> {
+        run(async {
+            let mut rbuf = rbuf.to_vec();
+            let mut client = sent;
+            let bounds = (1 << 20, 4096);
+            let spool = take_body(
+                &mut client,
+                &mut rbuf,
+                framing,
+                8,
+                bounds,
+                Duration::from_secs(5),
+            )
+            .await
+            .map_err(|f| match f {
+                Fail::Client(status) => status,
+                _ => 0,
+            })?;
+            let mut held = Vec::new();
+            spool.reader().read_to_end(&mut held).await.unwrap();
+            Ok((held, rbuf))
+        })
+    }
+
+    #[test]
+    fn a_body_is_taken_whole_before_the_app_and_what_follows_it_stays() {
+        // A length: part in the client's buffer, the rest from the connection, past the
+        // memory's 8 bytes into the file.
+        let (held, rest) = taken(Framing::Length(20), b"0123456789", b"abcdefghijGET /").unwrap();
+        assert_eq!(held, b"0123456789abcdefghij");
+        assert_eq!(rest, b"GET /");
+        // Chunked: decoded (its extensions and trailers left behind), and the pipelined
+        // request after it kept.
+        let (held, rest) = taken(
+            Framing::Chunked,
+            b"5;x=1\r\nhello\r\n",
+            b"6\r\n world\r\n0\r\nA: b\r\n\r\nGET",
+        )
+        .unwrap();
+        assert_eq!(held, b"hello world");
+        assert_eq!(rest, b"GET");
+        // A client that closes before its body's end, or frames it badly.
+        assert!(taken(Framing::Length(20), b"short", b"").is_err());
+        assert_eq!(taken(Framing::Chunked, b"zz\r\n", b""), Err(400));
     }
 }

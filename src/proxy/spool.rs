@@ -21,7 +21,6 @@ use super::route::{Held, ProxyRoute};
 use super::upstream::Conn;
 use super::wire::{read_timeout, BodyKind};
 use super::Endpoint;
-use crate::config::Buffering;
 use crate::http::ChunkedDecoder;
 use bytes::Bytes;
 use std::cell::RefCell;
@@ -55,8 +54,10 @@ pub(super) fn streams<'h>(mut fields: impl Iterator<Item = (&'h str, &'h [u8])>)
 /// What the app sent and the client has not taken yet: in memory first, then in the file.
 /// Bytes go to memory only while the file holds none unread, so order is kept.
 struct Unsent {
-    bounds: Buffering,
-    memory: VecDeque<Bytes>,
+    /// Bytes held in memory at most, and in the file.
+    most_in_memory: u64,
+    most_on_disk: u64,
+    pieces: VecDeque<Bytes>,
     in_memory: usize,
     file: Option<File>,
     /// The file's bytes: written up to `written`, read up to `read`.
@@ -75,10 +76,12 @@ struct Unsent {
 pub(super) struct Spool(Rc<RefCell<Unsent>>);
 
 impl Spool {
-    pub(super) fn new(bounds: Buffering) -> Spool {
+    /// A spool holding at most `memory` bytes in memory and `disk` in its file.
+    pub(super) fn new(memory: u64, disk: u64) -> Spool {
         Spool(Rc::new(RefCell::new(Unsent {
-            bounds,
-            memory: VecDeque::new(),
+            most_in_memory: memory,
+            most_on_disk: disk,
+            pieces: VecDeque::new(),
             in_memory: 0,
             file: None,
             written: 0,
@@ -94,14 +97,13 @@ impl Spool {
     /// else the file's — its size, read or not, until it is read whole and starts over: the
     /// bound is on the disk the answer takes.
     fn room(held: &Unsent) -> usize {
-        if held.written == held.read && (held.in_memory as u64) < held.bounds.response {
-            return (held.bounds.response as usize - held.in_memory).min(READ);
+        if held.written == held.read && (held.in_memory as u64) < held.most_in_memory {
+            return (held.most_in_memory as usize - held.in_memory).min(READ);
         }
         if held.no_file {
             return 0;
         }
-        held.bounds
-            .disk
+        held.most_on_disk
             .saturating_sub(held.written)
             .min(READ as u64) as usize
     }
@@ -122,15 +124,15 @@ impl Spool {
     }
 
     /// Adds `data` (at most [`Spool::room`]'s bytes) after what is held.
-    fn push(&self, data: &[u8]) {
+    pub(super) fn push(&self, data: &[u8]) {
         if data.is_empty() {
             return;
         }
         let mut held = self.0.borrow_mut();
         let in_file = held.written - held.read;
-        if in_file == 0 && held.in_memory + data.len() <= held.bounds.response as usize {
+        if in_file == 0 && held.in_memory + data.len() <= held.most_in_memory as usize {
             held.in_memory += data.len();
-            held.memory.push_back(Bytes::copy_from_slice(data));
+            held.pieces.push_back(Bytes::copy_from_slice(data));
         } else if let Err(e) = Self::to_file(&mut held, data) {
             // The bytes were read from the app and must not be lost: kept in memory past
             // its bound this once, and no more file is tried.
@@ -142,7 +144,7 @@ impl Spool {
             }
             held.no_file = true;
             held.in_memory += data.len();
-            held.memory.push_back(Bytes::copy_from_slice(data));
+            held.pieces.push_back(Bytes::copy_from_slice(data));
         }
         if let Some(w) = held.reader.take() {
             w.wake();
@@ -159,8 +161,13 @@ impl Spool {
         Ok(())
     }
 
+    /// Whether a temporary file failed (what it should have held is in memory).
+    pub(super) fn without_file(&self) -> bool {
+        self.0.borrow().no_file
+    }
+
     /// The app's answer ended: `whole`, or failed (the client's relay then fails too).
-    fn end(&self, whole: bool) {
+    pub(super) fn end(&self, whole: bool) {
         let mut held = self.0.borrow_mut();
         held.ended = Some(whole);
         if let Some(w) = held.reader.take() {
@@ -185,11 +192,11 @@ impl AsyncRead for Reader {
     ) -> Poll<io::Result<()>> {
         let mut held = self.0 .0.borrow_mut();
         let held = &mut *held;
-        if let Some(front) = held.memory.front_mut() {
+        if let Some(front) = held.pieces.front_mut() {
             let n = front.len().min(buf.remaining());
             buf.put_slice(&front.split_to(n));
             if front.is_empty() {
-                held.memory.pop_front();
+                held.pieces.pop_front();
             }
             held.in_memory -= n;
         } else if held.written > held.read {

@@ -1,5 +1,4 @@
 use super::{streams, Spool};
-use crate::config::Buffering;
 use tokio::io::AsyncReadExt;
 
 fn run<F: std::future::Future>(f: F) -> F::Output {
@@ -12,10 +11,7 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 #[test]
 fn held_bytes_come_back_in_order_from_memory_then_the_file() {
     run(async {
-        let spool = Spool::new(Buffering {
-            response: 8,
-            disk: 1 << 20,
-        });
+        let spool = Spool::new(8, 1 << 20);
         // 6 in memory; the next 6 do not fit, so the file takes them and what follows.
         spool.push(b"abcdef");
         assert_eq!(Spool::room(&spool.0.borrow()), 2);
@@ -34,10 +30,7 @@ fn held_bytes_come_back_in_order_from_memory_then_the_file() {
 #[test]
 fn past_both_bounds_there_is_no_room_until_the_client_takes_some() {
     run(async {
-        let spool = Spool::new(Buffering {
-            response: 4,
-            disk: 4,
-        });
+        let spool = Spool::new(4, 4);
         spool.push(b"1234");
         spool.push(b"5678");
         assert_eq!(Spool::room(&spool.0.borrow()), 0);
@@ -59,10 +52,7 @@ fn past_both_bounds_there_is_no_room_until_the_client_takes_some() {
 #[test]
 fn a_failed_answer_fails_its_reader_after_what_was_held() {
     run(async {
-        let spool = Spool::new(Buffering {
-            response: 64,
-            disk: 0,
-        });
+        let spool = Spool::new(64, 0);
         spool.push(b"part");
         spool.end(false);
         let mut r = spool.reader();

@@ -1,5 +1,5 @@
 //! Validation of `buffer` on a pool's app and on an `[[upstream]]` group: `true`, `false` or
-//! `{ response = SIZE, disk = SIZE }`.
+//! `{ response = SIZE, request = SIZE, disk = SIZE }`.
 //!
 //! Owns: that key's forms and bounds. Must not touch: where it may be written (the pool's
 //! and the group's validators refuse it where their forwarder cannot buffer) or its default
@@ -11,8 +11,8 @@ use super::super::raw::{RawPool, Scalar};
 use super::super::upstream::Protocol;
 use super::Validator;
 
-/// The least memory an answer may be held in: one read from the app.
-const MIN_RESPONSE: u64 = 4 << 10;
+/// The least memory an answer or a request body may be held in: one read.
+const MIN_MEMORY: u64 = 4 << 10;
 
 impl Validator {
     /// `buffer` at `at` as written (`None`: unwritten), or `default` where it is not.
@@ -22,7 +22,7 @@ impl Validator {
         written: Option<toml::Value>,
         default: Option<Buffering>,
     ) -> Option<Buffering> {
-        let form = "write buffer = true, buffer = false, or buffer = { response = \"1MiB\", disk = \"1GiB\" }";
+        let form = "write buffer = true, buffer = false, or buffer = { response = \"1MiB\", request = \"1MiB\", disk = \"1GiB\" }";
         let table = match written {
             None => return default,
             Some(toml::Value::Boolean(on)) => return on.then_some(DEFAULT_BUFFERING),
@@ -37,11 +37,13 @@ impl Validator {
             let mut key_at = at.to_vec();
             key_at.push(Seg::Key(match key.as_str() {
                 "response" => "response",
+                "request" => "request",
                 "disk" => "disk",
                 _ => {
+                    let keys = "response, request, disk";
                     self.err(
                         at,
-                        format!("`{key}` is not a key of buffer (response, disk); {form}"),
+                        format!("`{key}` is not a key of buffer ({keys}); {form}"),
                     );
                     continue;
                 }
@@ -53,10 +55,15 @@ impl Validator {
                 toml::Value::Float(f) => Scalar::Float(f),
                 other => Scalar::Text(other.to_string()),
             };
-            if key == "response" {
-                bounds.response = self.size(&key_at, Some(scalar), DEFAULT_BUFFERING.response);
-                if bounds.response < MIN_RESPONSE {
-                    self.err(&key_at, format!("{} bytes cannot hold one read from the app; write 4KiB or more (buffer = false turns it off)", bounds.response));
+            if key == "response" || key == "request" {
+                let bound = self.size(&key_at, Some(scalar), DEFAULT_BUFFERING.response);
+                if bound < MIN_MEMORY {
+                    self.err(&key_at, format!("{bound} bytes cannot hold one read; write 4KiB or more (buffer = false turns it off)"));
+                }
+                if key == "response" {
+                    bounds.response = bound;
+                } else {
+                    bounds.request = bound;
                 }
             } else {
                 // 0: memory only, the rest at the client's speed.
