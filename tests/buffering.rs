@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::apps::need_runtimes;
+use common::apps::{need_runtimes, php_fpm};
 use common::*;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -196,11 +196,69 @@ fn server_sent_events_still_stream_from_a_buffered_pool() {
     assert!(temporary_files(front).is_empty());
 }
 
+/// php-fpm with one child, its scripts answering `/big.php` with 32 MiB and `/small.php`
+/// with "ok", in a FastCGI pool with `keys`: the server, its address, its front's pid.
+fn one_php_child(d: &Path, keys: &str) -> (Server, SocketAddr, u32) {
+    let fpm = php_fpm();
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(
+        d.join("www/big.php"),
+        "<?php header('Content-Type: application/octet-stream'); $p = str_repeat('p', 65536); for ($i = 0; $i < 512; $i++) { echo $p; }",
+    )
+    .unwrap();
+    std::fs::write(d.join("www/small.php"), "<?php echo 'ok';").unwrap();
+    std::fs::write(
+        d.join("php-fpm.conf"),
+        "[global]\nerror_log = /proc/self/fd/2\ndaemonize = no\n[www]\nlisten = 127.0.0.1:${PORT}\npm = static\npm.max_children = 1\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"php\"\ncpus = \"0\"\ncommand = [\"{fpm}\", \"--nodaemonize\", \"--allow-to-run-as-root\", \"--fpm-config\", \"php-fpm.conf\"]\ntransport = \"fastcgi\"\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"php\"\n"
+        ),
+    );
+    let front = server.front_pid();
+    (server, SocketAddr::from(([127, 0, 0, 1], port)), front)
+}
+
+#[test]
+fn a_php_child_is_free_while_a_slow_client_reads_its_answer() {
+    // Unbuffered: the one child writes at the client's speed; the next request waits for
+    // it past response_timeout.
+    let dir = tempfile::tempdir().unwrap();
+    let keys = "buffer = false\nresponse_timeout = \"2s\"";
+    let (server, addr, _) = one_php_child(dir.path(), keys);
+    let slow = asked(addr, "/big.php");
+    server.wait_until("the slow answer under way", WAIT, |s| {
+        s.requests_taken() >= 1
+    });
+    assert_eq!(
+        get(addr, "/small.php").status,
+        504,
+        "the child was free without buffering"
+    );
+    drop(slow);
+    drop(server);
+
+    // Buffered (a FastCGI pool's default): the child is free once it has answered.
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr, front) = one_php_child(dir.path(), "response_timeout = \"60s\"");
+    let mut slow = asked(addr, "/big.php");
+    wait_for("the answer's start in a temporary file", WAIT, || {
+        temporary_files(front).iter().any(|&len| len > 0)
+    });
+    let next = get(addr, "/small.php");
+    assert_eq!((next.status, next.body.as_slice()), (200, &b"ok"[..]));
+    let whole = slow.read_response(false).expect("the slow client's answer");
+    assert_eq!(whole.body.len(), 32 << 20);
+}
+
 #[test]
 fn check_refuses_buffer_where_it_cannot_act() {
     let dir = tempfile::tempdir().unwrap();
     for (keys, says) in [
-        ("transport = \"fastcgi\"\nbuffer = true", "pool[0].buffer"),
         ("protocol = \"http2\"\nbuffer = true", "pool[0].buffer"),
         ("buffer = { response = \"1KiB\" }", "4KiB or more"),
         (

@@ -13,13 +13,18 @@
 //! headers and length-prefixed pairs (FastCGI 1.0 spec, §3–§5).
 //!
 //! A chunked request body is answered `411 Length Required`: FastCGI needs `CONTENT_LENGTH`
-//! before the body, and espalier does not buffer bodies to learn it (nginx before 1.3.9 did
-//! the same).
+//! in the records sent before the body (nginx before 1.3.9 did the same). Where answers are
+//! buffered (`buffer`, a FastCGI pool's default), a body is read whole before a child is
+//! asked, and the answer's records are read by [`super::fastcgi_records::fill`] at the
+//! child's speed.
 use super::cgi::*;
 use super::encode;
+use super::fastcgi_records::{fill, log_stderr, read_record, Record, Stdout};
 use super::forward::{LentConnection, Outcome};
 use super::head::{Head, Then, ToClient};
+use super::request_body::take_body;
 use super::route::ProxyRoute;
+use super::spool::{self, Spool};
 use super::upstream::Conn;
 use super::wire::{
     kept_fields, read_timeout, send_continue, to_client, write_timeout, Fail, Instead, OwnAnswers,
@@ -30,43 +35,9 @@ use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// One record read from the app.
-struct Record {
-    kind: u8,
-    content: Vec<u8>,
-}
-
-async fn read_exact_timeout(conn: &mut Conn, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        let n = read_timeout(conn, &mut buf[got..], timeout).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        got += n;
-    }
-    Ok(())
-}
-
-async fn read_record(conn: &mut Conn, timeout: Duration) -> io::Result<Record> {
-    let mut head = [0u8; 8];
-    read_exact_timeout(conn, &mut head, timeout).await?;
-    if head[0] != VERSION {
-        return Err(io::Error::other("not a FastCGI record"));
-    }
-    let len = u16::from_be_bytes([head[4], head[5]]) as usize;
-    let mut content = vec![0u8; len + head[6] as usize];
-    read_exact_timeout(conn, &mut content, timeout).await?;
-    content.truncate(len);
-    Ok(Record {
-        kind: head[1],
-        content,
-    })
-}
-
 /// Sends the request body as STDIN records, then the empty one that ends it: what the client
 /// buffer holds first, then through one fixed buffer. Leaves in `rbuf` what follows the body.
-async fn send_stdin<C: AsyncRead + AsyncWrite + Unpin>(
+async fn send_stdin<C: AsyncRead + Unpin>(
     client: &mut C,
     rbuf: &mut Vec<u8>,
     conn: &mut Conn,
@@ -152,24 +123,14 @@ fn status_of(e: io::Error) -> u16 {
     }
 }
 
-/// An app's STDERR goes to espalier's log (the worker's stderr), line by line, named.
-fn log_stderr(who: &Endpoint, text: &[u8]) {
-    for line in String::from_utf8_lossy(text)
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-    {
-        eprintln!("espalier[fastcgi {who}]: {line}");
-    }
-}
-
 /// A FastCGI request sent whole, the first record of its answer read.
 struct Asked {
     endpoint: Endpoint,
     conn: Conn,
     first: Record,
     /// What the request holds at its server (its share, its slot or its count in flight),
-    /// until the answer is done.
-    _slot: super::route::Held,
+    /// until the answer is read.
+    slot: super::route::Held,
 }
 
 /// Forwards a request to a FastCGI app process and relays its answer, in named steps as
@@ -185,11 +146,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         stream,
         rbuf,
         clock,
+        max_body,
+        max_framing,
         body_timeout,
         report,
         fields: edits,
         pages,
-        ..
     } = client;
     let own = OwnAnswers {
         report,
@@ -205,7 +167,28 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
-    let asked = match ask(stream, rbuf, &req, route, body_timeout, report).await {
+    // Where answers are buffered, so is the body: read whole before a child is asked.
+    let buffer = route.settings().buffer;
+    let taken = match buffer.filter(|_| req.body_len > 0) {
+        Some(b) => {
+            let framing = crate::http::Framing::Length(req.body_len);
+            let bounds = (max_body, max_framing);
+            match take_body(stream, rbuf, framing, b.request, bounds, body_timeout).await {
+                Ok(spool) => Some(spool),
+                Err(fail) => return own.fail(stream, route, fail).await,
+            }
+        }
+        None => None,
+    };
+    let asked = ask(
+        stream,
+        rbuf,
+        &req,
+        route,
+        (body_timeout, taken.as_ref()),
+        report,
+    );
+    let asked = match asked.await {
         Ok(asked) => asked,
         Err(fail) => return own.fail(stream, route, fail).await,
     };
@@ -213,7 +196,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         endpoint,
         mut conn,
         first,
-        _slot,
+        slot,
     } = asked;
     let timeout = route.settings().response_timeout;
     let head = read_cgi_head(&mut conn, first, timeout, &endpoint).await;
@@ -229,29 +212,34 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     };
     // On the site's page for the script's error, its body is left unread (the FastCGI
     // connection carries this request only: dropping it costs nothing more).
-    let (out, mut relay) = match answer_head(&head, &endpoint, &req, &own) {
+    let (out, mut relay) = match answer_head(&head, &endpoint, &req, &own, buffer.is_some()) {
         Ok(head) => head,
         Err(instead) => return own.instead(stream, route, instead).await,
     };
     report.head.set(out.len() as u64);
     let body = head[head_len..].to_vec();
-    let outcome = relay
-        .records(
-            out,
-            body,
-            &mut conn,
-            stream,
-            &endpoint,
-            &own,
-            (timeout, body_timeout),
-        )
-        .await;
+    let timeouts = (timeout, body_timeout);
     // The app's connection is not kept (nor asked to stay, see `cgi::BEGIN_REQUEST`): a
     // php-fpm child serves one connection at a time, so an idle kept connection holds a
     // child that another client is waiting for (nginx closes it too, without
     // `fastcgi_keep_conn`).
-    drop(conn);
-    outcome
+    match buffer.filter(|_| !relay.streams && relay.to_client != ToClient::NoBody) {
+        Some(bounds) => {
+            let spool = Spool::new(bounds.response, bounds.disk);
+            let filling = fill(conn, endpoint, spool.clone(), slot, timeout);
+            let mut source = Stdout::Spooled(spool.reader());
+            let relaying = relay.records(out, body, &mut source, stream, &own, timeouts);
+            spool::alongside(relaying, filling).await
+        }
+        None => {
+            let mut source = Stdout::App(&mut conn, &endpoint);
+            let outcome = relay
+                .records(out, body, &mut source, stream, &own, timeouts)
+                .await;
+            drop((conn, slot));
+            outcome
+        }
+    }
 }
 
 /// Connects to an app process (another, once, when a retryable request's connection failed
@@ -262,7 +250,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
     rbuf: &mut Vec<u8>,
     req: &FastCgiRequest,
     route: &ProxyRoute,
-    body_timeout: Duration,
+    (body_timeout, taken): (Duration, Option<&Spool>),
     report: &crate::http::access_log::Report,
 ) -> Result<Asked, Fail> {
     let timeout = route.settings().response_timeout;
@@ -289,7 +277,14 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
             ));
         }
         let timeouts = (body_timeout, timeout);
-        send_stdin(stream, rbuf, &mut conn, req.body_len, timeouts, &endpoint).await?;
+        match taken {
+            // The body read whole before (the spool holds exactly its bytes).
+            Some(spool) => {
+                let (reader, none) = (&mut spool.reader(), &mut Vec::new());
+                send_stdin(reader, none, &mut conn, req.body_len, timeouts, &endpoint).await?
+            }
+            None => send_stdin(stream, rbuf, &mut conn, req.body_len, timeouts, &endpoint).await?,
+        }
         let asked = std::time::Instant::now();
         match read_record(&mut conn, timeout).await {
             Ok(first) => {
@@ -298,7 +293,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
                     endpoint,
                     conn,
                     first,
-                    _slot: slot,
+                    slot,
                 });
             }
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && req.retryable && tries < 2 => {
@@ -348,6 +343,7 @@ fn answer_head(
     endpoint: &Endpoint,
     req: &FastCgiRequest,
     own: &OwnAnswers<'_>,
+    buffered: bool,
 ) -> Result<(Vec<u8>, Relay), Instead> {
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let parsed = match httparse::parse_headers(head, &mut fields) {
@@ -361,7 +357,10 @@ fn answer_head(
         return Err(Instead::Page(status, kept));
     }
     own.report.status.set(status);
-    Ok(client_head(status, length, fields, req, own))
+    let (out, mut relay) = client_head(status, length, fields, req, own);
+    // Looked for only where answers are buffered: a site without costs nothing.
+    relay.streams = buffered && spool::streams(fields.iter().map(|f| (f.name, f.value)));
+    Ok((out, relay))
 }
 
 /// How a FastCGI answer's body goes to the client once its head is written.
@@ -369,6 +368,8 @@ struct Relay {
     to_client: ToClient,
     then: Then,
     encoder: Option<Stream>,
+    /// It streams by nature and is never buffered (see [`spool::streams`]).
+    streams: bool,
 }
 
 /// The client's head for a CGI answer of `status` (with `fields`, the body's `length` if
@@ -421,21 +422,20 @@ fn client_head(
         to_client: head.to_client,
         then,
         encoder,
+        streams: false,
     };
     (out, relay)
 }
 
 impl Relay {
     /// Sends the head `out` with the body: `data` (what came after the header block), then
-    /// STDOUT records until END_REQUEST, framed for the client (compressed first, if so).
-    #[allow(clippy::too_many_arguments)]
+    /// STDOUT from `source` to its end, framed for the client (compressed first, if so).
     async fn records<C: AsyncWrite + Unpin>(
         &mut self,
         mut out: Vec<u8>,
         mut data: Vec<u8>,
-        conn: &mut Conn,
+        source: &mut Stdout<'_>,
         stream: &mut C,
-        endpoint: &Endpoint,
         own: &OwnAnswers<'_>,
         (timeout, body_timeout): (Duration, Duration),
     ) -> Outcome {
@@ -461,16 +461,14 @@ impl Relay {
                 }
                 out.clear();
             }
-            let Ok(r) = read_record(conn, timeout).await else {
-                // The head may be out already: the client sees the close.
-                let _ = to_client(stream, report, &out, body_timeout).await;
-                return Outcome::Close;
-            };
-            match r.kind {
-                STDOUT => data = r.content,
-                STDERR => log_stderr(endpoint, &r.content),
-                END_REQUEST => break,
-                _ => {}
+            match source.next(timeout).await {
+                Ok(Some(stdout)) => data = stdout,
+                Ok(None) => break,
+                Err(_) => {
+                    // The head may be out already: the client sees the close.
+                    let _ = to_client(stream, report, &out, body_timeout).await;
+                    return Outcome::Close;
+                }
             }
         }
         if let Some(e) = self.encoder.take() {

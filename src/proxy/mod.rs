@@ -22,6 +22,7 @@ mod dispatch;
 mod encode;
 mod endpoint;
 pub mod fastcgi;
+mod fastcgi_records;
 pub mod forward;
 mod group;
 mod h2_exchange;

@@ -109,7 +109,7 @@ impl Spool {
     }
 
     /// Waits until there is room, and says how much.
-    async fn wait_room(&self) -> usize {
+    pub(super) async fn wait_room(&self) -> usize {
         std::future::poll_fn(|cx| {
             let mut held = self.0.borrow_mut();
             match Self::room(&held) {
@@ -123,7 +123,7 @@ impl Spool {
         .await
     }
 
-    /// Adds `data` (at most [`Spool::room`]'s bytes) after what is held.
+    /// Adds `data` (at most [`Spool::room`]'s bytes, or a FastCGI record) after what is held.
     pub(super) fn push(&self, data: &[u8]) {
         if data.is_empty() {
             return;

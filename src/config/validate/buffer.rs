@@ -75,9 +75,10 @@ impl Validator {
 }
 
 impl Validator {
-    /// A pool's `buffer`: on by default where each process takes one request at a time
-    /// (`max_requests_per_process = 1`, a sync app a slow client would hold), and only where
-    /// its answers come as HTTP/1.1 from an app espalier forwards to.
+    /// A pool's `buffer`: on by default where a process takes one request at a time — a
+    /// FastCGI app (php-fpm's children) or `max_requests_per_process = 1` (a sync app a slow
+    /// client would hold) — and only where answers come as HTTP/1.1 or FastCGI from an app
+    /// espalier forwards to.
     pub(super) fn app_buffering(
         &mut self,
         i: usize,
@@ -87,18 +88,17 @@ impl Validator {
     ) -> Option<Buffering> {
         let at = [Seg::Key("pool"), Seg::Index(i), Seg::Key("buffer")];
         let written = raw.buffer.take();
-        let can = transport == Transport::Proxy && protocol == Protocol::Http1;
+        let fastcgi = transport == Transport::FastCgi;
+        let can = fastcgi || (transport == Transport::Proxy && protocol == Protocol::Http1);
         if written.is_some() && !can {
-            if transport == Transport::FastCgi {
-                self.err(&at, "a FastCGI app's answers go to the client as its records come; buffer applies to transport = \"proxy\"; remove it");
-            } else if protocol == Protocol::Http2 {
+            if protocol == Protocol::Http2 {
                 self.err(&at, "an app spoken to in HTTP/2 (protocol = \"http2\") streams its answers, gRPC's among them; remove it");
             }
             // With activation, the proxy keys' refusal says it.
             return None;
         }
         let sync = backpressure.is_some_and(|b| b.max_requests_per_process == 1);
-        let default = (sync && can).then_some(DEFAULT_BUFFERING);
+        let default = (can && (sync || fastcgi)).then_some(DEFAULT_BUFFERING);
         self.buffering(&at, written, default)
     }
 }

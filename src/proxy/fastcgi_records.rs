@@ -1,0 +1,123 @@
+//! A FastCGI answer's records as they are read (the record layer, see
+//! [`super::fastcgi`] for why it is written here), and its STDOUT as the client's relay
+//! takes it: straight from the app's records, or — where answers are buffered (`buffer`) —
+//! from a spool that [`fill`] fills at the app's speed, so that a php-fpm child is free as
+//! soon as it has answered, however slow the client.
+//!
+//! Owns: reading records, and the two ways to STDOUT ([`Stdout`]). Must not touch: the CGI
+//! head (read before, in [`super::fastcgi`]) or the client's framing.
+
+use super::cgi::{END_REQUEST, STDERR, STDOUT, VERSION};
+use super::route::Held;
+use super::spool::{Reader, Spool};
+use super::upstream::Conn;
+use super::wire::read_timeout;
+use super::Endpoint;
+use std::io;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+/// One record read from the app.
+pub(super) struct Record {
+    pub(super) kind: u8,
+    pub(super) content: Vec<u8>,
+}
+
+async fn read_exact_timeout(conn: &mut Conn, buf: &mut [u8], timeout: Duration) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = read_timeout(conn, &mut buf[got..], timeout).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        got += n;
+    }
+    Ok(())
+}
+
+/// The next record from the app, within `timeout` for each of its reads.
+pub(super) async fn read_record(conn: &mut Conn, timeout: Duration) -> io::Result<Record> {
+    let mut head = [0u8; 8];
+    read_exact_timeout(conn, &mut head, timeout).await?;
+    if head[0] != VERSION {
+        return Err(io::Error::other("not a FastCGI record"));
+    }
+    let len = u16::from_be_bytes([head[4], head[5]]) as usize;
+    let mut content = vec![0u8; len + head[6] as usize];
+    read_exact_timeout(conn, &mut content, timeout).await?;
+    content.truncate(len);
+    Ok(Record {
+        kind: head[1],
+        content,
+    })
+}
+
+/// An app's STDERR goes to espalier's log (the worker's stderr), line by line, named.
+pub(super) fn log_stderr(who: &Endpoint, text: &[u8]) {
+    for line in String::from_utf8_lossy(text)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+    {
+        eprintln!("espalier[fastcgi {who}]: {line}");
+    }
+}
+
+/// Where a relay takes an answer's STDOUT from.
+pub(super) enum Stdout<'a> {
+    /// The app's records, its STDERR logged on the way.
+    App(&'a mut Conn, &'a Endpoint),
+    /// A spool [`fill`] fills.
+    Spooled(Reader),
+}
+
+impl Stdout<'_> {
+    /// The next piece of STDOUT, `None` at the answer's end; `Err` when the app broke it
+    /// off or went silent past `timeout`.
+    pub(super) async fn next(&mut self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            Stdout::App(conn, who) => loop {
+                let r = read_record(conn, timeout).await?;
+                match r.kind {
+                    STDOUT => return Ok(Some(r.content)),
+                    STDERR => log_stderr(who, &r.content),
+                    END_REQUEST => return Ok(None),
+                    _ => {}
+                }
+            },
+            Stdout::Spooled(reader) => {
+                let mut piece = vec![0u8; 16 << 10];
+                let n = reader.read(&mut piece).await?;
+                piece.truncate(n);
+                Ok((n > 0).then_some(piece))
+            }
+        }
+    }
+}
+
+/// Reads the app's records into `spool` until END_REQUEST, then lets the app's connection
+/// and `slot` go: its child takes the next request while the client still reads. A record
+/// is added whole once there is room, so the spool's bounds may be passed by one record
+/// (64 KiB).
+pub(super) async fn fill(
+    mut conn: Conn,
+    who: Endpoint,
+    spool: Spool,
+    slot: Held,
+    timeout: Duration,
+) {
+    let whole = loop {
+        spool.wait_room().await;
+        let Ok(r) = read_record(&mut conn, timeout).await else {
+            break false;
+        };
+        match r.kind {
+            STDOUT => spool.push(&r.content),
+            STDERR => log_stderr(&who, &r.content),
+            END_REQUEST => break true,
+            _ => {}
+        }
+    };
+    spool.end(whole);
+    drop(conn);
+    drop(slot);
+}
