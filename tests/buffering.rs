@@ -158,6 +158,91 @@ fn a_slow_upload_no_longer_holds_a_sync_apps_only_process() {
     );
 }
 
+/// An HTTP/2 upload that says no length reaches the app with one: read whole, its length is
+/// known (the WSGI app reads `CONTENT_LENGTH` alone, and got 0 of a chunked body).
+#[test]
+fn an_http2_upload_reaches_a_buffered_app_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr, _) = sync_app(dir.path(), "");
+    let text = block_on(async move {
+        let mut send = h2c(addr.port()).await.ready().await.unwrap();
+        let req = http::Request::post("http://a/upload").body(()).unwrap();
+        let (response, mut body) = send.send_request(req, false).unwrap();
+        body.send_data(bytes::Bytes::from(vec![b'u'; 2 << 20]), true)
+            .unwrap();
+        let mut answer = response.await.unwrap().into_body();
+        let mut text = Vec::new();
+        while let Some(piece) = answer.data().await {
+            let piece = piece.unwrap();
+            let _ = answer.flow_control().release_capacity(piece.len());
+            text.extend_from_slice(&piece);
+        }
+        String::from_utf8(text).unwrap()
+    });
+    assert_eq!(text, format!("got {}", 2 << 20));
+}
+
+/// A server espalier did not start: Python's http.server on `dir`, stopped when dropped.
+struct FileServer(std::process::Child, u16);
+
+impl FileServer {
+    fn start(dir: &Path) -> FileServer {
+        let port = free_port();
+        let child = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for("the file server listening", WAIT, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        FileServer(child, port)
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_upstream_groups_answer_is_held_for_a_client_that_reads_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("files")).unwrap();
+    std::fs::write(d.join("files/big.bin"), vec![b'f'; 32 << 20]).unwrap();
+    let files = FileServer::start(&d.join("files"));
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{}\"]\nbuffer = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n",
+            files.1
+        ),
+    );
+    let workers: Vec<u32> = server.workers().iter().map(|w| w.1).collect();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut slow = asked(addr, "/big.bin");
+    wait_for("the answer held in a temporary file", WAIT, || {
+        workers
+            .iter()
+            .any(|&pid| temporary_files(pid).iter().any(|&len| len > 0))
+    });
+    let whole = slow.read_response(false).expect("the answer");
+    assert_eq!(whole.body.len(), 32 << 20);
+    assert!(whole.body.iter().all(|&b| b == b'f'));
+}
+
 #[test]
 fn an_answer_past_memory_and_disk_bounds_waits_for_its_client_and_arrives_whole() {
     let dir = tempfile::tempdir().unwrap();

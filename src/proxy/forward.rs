@@ -66,7 +66,7 @@ struct Asked {
 /// place answers ([`OwnAnswers::fail`]).
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     client: LentConnection<'_, C>,
-    req: ForwardRequest,
+    mut req: ForwardRequest,
     route: &ProxyRoute,
 ) -> Outcome {
     let LentConnection {
@@ -96,7 +96,10 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     let buffer = route.settings().buffer;
     let taken = match buffer.filter(|_| req.body != crate::http::Framing::None) {
         Some(b) => match take_body(stream, rbuf, req.body, b.request, bounds, body_timeout).await {
-            Ok(spool) => Some(spool),
+            Ok(spool) => {
+                req.framed_by_length(spool.bytes_held());
+                Some(spool)
+            }
             Err(fail) => return own.fail(stream, route, fail).await,
         },
         None => None,
@@ -426,7 +429,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         }
         let timeouts = (body_timeout, response_timeout);
         match taken {
-            Some(spool) => send_taken_body(spool, &mut conn, req.body, response_timeout)
+            Some(spool) => send_taken_body(spool, &mut conn, response_timeout)
                 .await
                 .map_err(|_| Fail::app(502, &endpoint, "did not take the request's body"))?,
             None => {

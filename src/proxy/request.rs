@@ -107,6 +107,25 @@ pub(super) fn takes_trailers(req: &Request<'_>) -> bool {
 }
 
 impl ForwardRequest {
+    /// A chunked body read whole (`buffer`) goes to the app with its `length` instead, as
+    /// nginx sends it after buffering: many WSGI and CGI apps read `Content-Length` alone,
+    /// and an HTTP/2 or HTTP/3 upload need not say one. The framing line is espalier's own
+    /// (the client's `Transfer-Encoding` never passes), so it is found by its bytes; a body
+    /// the client framed by length keeps its line.
+    pub(super) fn framed_by_length(&mut self, length: u64) {
+        let chunked = b"Transfer-Encoding: chunked\r\n";
+        if let Some(at) = memchr::memmem::find(&self.head, chunked) {
+            let mut line = Vec::with_capacity(40);
+            push_field(
+                &mut line,
+                "Content-Length",
+                itoa::Buffer::new().format(length),
+            );
+            self.head.splice(at..at + chunked.len(), line);
+            self.body = Framing::Length(length);
+        }
+    }
+
     /// The request `req`, as its connection (`lent`) framed and sent it, as it goes to the app.
     pub fn new(req: &Request<'_>, lent: &LentHead<'_>, pass_underscored: bool) -> Self {
         let (framing, keep_alive, expect_continue) =
@@ -283,6 +302,10 @@ mod tests {
     use std::mem::MaybeUninit;
 
     fn forwarded(raw: &[u8], peer: Option<&str>) -> String {
+        String::from_utf8(forward_request(raw, peer).head).expect("text")
+    }
+
+    fn forward_request(raw: &[u8], peer: Option<&str>) -> ForwardRequest {
         let limits = crate::http::HeadLimits {
             max_request_line: 8192,
             max_header_size: 16384,
@@ -313,8 +336,7 @@ mod tests {
             remote_user: None,
             client_cert: None,
         };
-        let f = ForwardRequest::new(&request, &lent, false);
-        String::from_utf8(f.head).expect("text")
+        ForwardRequest::new(&request, &lent, false)
     }
 
     #[test]
@@ -370,6 +392,14 @@ mod tests {
         );
         assert!(head.contains("Transfer-Encoding: chunked\r\n"));
         assert!(!head.contains("Expect"));
+        // Read whole (buffered), it goes with its length.
+        let raw = b"POST /u HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let mut req = forward_request(raw, None);
+        req.framed_by_length(11);
+        let head = String::from_utf8(req.head).unwrap();
+        assert!(head.contains("Host: a\r\n"), "{head}");
+        assert!(head.contains("Content-Length: 11\r\n") && !head.contains("Transfer-Encoding"));
+        assert_eq!(req.body, Framing::Length(11));
         let head = forwarded(
             b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: x\r\n\r\n",
             None,

@@ -172,29 +172,19 @@ pub(super) async fn take_body<C: AsyncRead + Unpin>(
     }
 }
 
-/// Sends a body [`take_body`] read to the app, framed as the client framed it (a chunked one
-/// framed again).
+/// Sends a body [`take_body`] read to the app, as it is: its head says its length (see
+/// `ForwardRequest::framed_by_length`).
 pub(super) async fn send_taken_body(
     spool: &Spool,
     conn: &mut Conn,
-    framing: Framing,
     timeout: Duration,
 ) -> std::io::Result<()> {
     let mut reader = spool.reader();
     let mut buf = vec![0u8; BUF];
-    let mut out = Vec::new();
     loop {
-        let n = reader.read(&mut buf).await?;
-        let piece = &buf[..n];
-        if framing == Framing::Chunked {
-            out.clear();
-            chunk_again(&mut out, piece, n == 0);
-            write_timeout(conn, &out, timeout).await?;
-        } else {
-            write_timeout(conn, piece, timeout).await?;
-        }
-        if n == 0 {
-            return Ok(());
+        match reader.read(&mut buf).await? {
+            0 => return Ok(()),
+            n => write_timeout(conn, &buf[..n], timeout).await?,
         }
     }
 }

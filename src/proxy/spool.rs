@@ -161,6 +161,12 @@ impl Spool {
         Ok(())
     }
 
+    /// The bytes held and not yet read.
+    pub(super) fn bytes_held(&self) -> u64 {
+        let held = self.0.borrow();
+        held.in_memory as u64 + (held.written - held.read)
+    }
+
     /// Whether a temporary file failed (what it should have held is in memory).
     pub(super) fn without_file(&self) -> bool {
         self.0.borrow().no_file
