@@ -243,6 +243,9 @@ fn an_upstream_groups_answer_is_held_for_a_client_that_reads_nothing() {
     assert!(whole.body.iter().all(|&b| b == b'f'));
 }
 
+/// An answer past memory stops at `disk` in its file (the worker's files together hold at
+/// most that; that spools share it is the spool's unit test), then goes at its client's
+/// speed, and arrives whole.
 #[test]
 fn an_answer_past_memory_and_disk_bounds_waits_for_its_client_and_arrives_whole() {
     let dir = tempfile::tempdir().unwrap();

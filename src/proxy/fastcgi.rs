@@ -173,7 +173,16 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         Some(b) => {
             let framing = crate::http::Framing::Length(req.body_len);
             let bounds = (max_body, max_framing);
-            match take_body(stream, rbuf, framing, b.request, bounds, body_timeout).await {
+            match take_body(
+                stream,
+                rbuf,
+                framing,
+                (b.request, b.disk),
+                bounds,
+                body_timeout,
+            )
+            .await
+            {
                 Ok(spool) => Some(spool),
                 Err(fail) => return own.fail(stream, route, fail).await,
             }

@@ -25,7 +25,7 @@ use super::encode;
 use super::head::{client_framing, Head, Then, ToClient};
 use super::relay::{tunnel, BodyFraming};
 use super::request::{connection_tokens, ForwardRequest};
-use super::request_body::{client_gone, send_body, send_taken_body, take_body};
+use super::request_body::{client_gone, send_body, send_taken_body, take_buffered};
 use super::route::ProxyRoute;
 use super::spool::{self, Filling, Spool};
 use super::upstream::Conn;
@@ -93,16 +93,9 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
     let bounds = (max_body, max_framing);
     // Where answers are buffered, so is the body: read whole before an app is asked.
-    let buffer = route.settings().buffer;
-    let taken = match buffer.filter(|_| req.body != crate::http::Framing::None) {
-        Some(b) => match take_body(stream, rbuf, req.body, b.request, bounds, body_timeout).await {
-            Ok(spool) => {
-                req.framed_by_length(spool.bytes_held());
-                Some(spool)
-            }
-            Err(fail) => return own.fail(stream, route, fail).await,
-        },
-        None => None,
+    let taken = match take_buffered(stream, rbuf, &mut req, route, bounds, body_timeout).await {
+        Ok(taken) => taken,
+        Err(fail) => return own.fail(stream, route, fail).await,
     };
     let asked = match ask(
         stream,

@@ -117,17 +117,18 @@ pub(super) async fn send_body<C: AsyncRead + AsyncWrite + Unpin>(
 
 /// Reads the client's request body whole before any app is asked (`buffer`): a sync app's
 /// process is not held by a slow upload. In memory up to `memory` bytes, then in the spool's
-/// unnamed file (the body is bounded by `max_body` already). A chunked body is decoded here
-/// by the same strict decoder; what follows the body stays in `rbuf`.
+/// unnamed file while the worker's files hold less than `disk` (past it, `503`: the disk is
+/// not filled by uploads). A chunked body is decoded here by the same strict decoder; what
+/// follows the body stays in `rbuf`.
 pub(super) async fn take_body<C: AsyncRead + Unpin>(
     client: &mut C,
     rbuf: &mut Vec<u8>,
     framing: Framing,
-    memory: u64,
+    (memory, disk): (u64, u64),
     (max_body, max_framing): (u64, usize),
     timeout: Duration,
 ) -> Result<Spool, Fail> {
-    let spool = Spool::new(memory, max_body);
+    let spool = Spool::new(memory, disk);
     let mut decoder = ChunkedDecoder::with_bounds(max_body, max_framing);
     let mut left = match framing {
         Framing::Length(n) => n,
@@ -158,6 +159,10 @@ pub(super) async fn take_body<C: AsyncRead + Unpin>(
             let cause = "no temporary file for a request body past `buffer.request` (set TMPDIR to a writable folder)";
             return Err(Fail::Unconnected(503, Some(cause.into())));
         }
+        if !done && !spool.has_room() {
+            let cause = "a request body past `buffer.request`, and the worker's temporary files hold `buffer.disk` already";
+            return Err(Fail::Unconnected(503, Some(cause.into())));
+        }
         if done {
             // A pipelined request after the body stays for the connection's loop.
             *rbuf = pending;
@@ -170,6 +175,28 @@ pub(super) async fn take_body<C: AsyncRead + Unpin>(
         };
         pending.extend_from_slice(&buf[..n]);
     }
+}
+
+/// [`take_body`] where `route` buffers (`buffer`) and `req` has a body, `req`'s head then
+/// saying its length; `None` where the body is to stream.
+pub(super) async fn take_buffered<C: AsyncRead + Unpin>(
+    client: &mut C,
+    rbuf: &mut Vec<u8>,
+    req: &mut super::request::ForwardRequest,
+    route: &super::route::ProxyRoute,
+    bounds: (u64, usize),
+    timeout: Duration,
+) -> Result<Option<Spool>, Fail> {
+    let Some(b) = route
+        .settings()
+        .buffer
+        .filter(|_| req.body != Framing::None)
+    else {
+        return Ok(None);
+    };
+    let spool = take_body(client, rbuf, req.body, (b.request, b.disk), bounds, timeout).await?;
+    req.framed_by_length(spool.bytes_held());
+    Ok(Some(spool))
 }
 
 /// Sends a body [`take_body`] read to the app, as it is: its head says its length (see
@@ -241,7 +268,7 @@ mod tests {
                 &mut client,
                 &mut rbuf,
                 framing,
-                8,
+                (8, 1 << 20),
                 bounds,
                 Duration::from_secs(5),
             )

@@ -1,6 +1,7 @@
 //! Buffering an app's answer for a slow client (`buffer` on a pool or an `[[upstream]]`,
 //! nginx's `proxy_buffering`): the body is read at the app's speed into memory, up to
-//! `response` bytes, then into an unnamed temporary file of at most `disk` bytes, while the
+//! `response` bytes, then into an unnamed temporary file (a worker's files hold `disk` bytes
+//! together at most), while the
 //! client is sent what it takes; once the app has sent the last byte its connection goes
 //! back to its pool and its slot is free — a sync app's process takes its next request
 //! while a client on a slow link is still reading. Past both bounds the app is read as the
@@ -30,6 +31,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, ReadBuf};
@@ -57,6 +59,8 @@ struct Unsent {
     /// Bytes held in memory at most, and in the file.
     most_in_memory: u64,
     most_on_disk: u64,
+    /// What the process's spool files hold together ([`ON_DISK`]; a test's own).
+    on_disk: &'static AtomicU64,
     pieces: VecDeque<Bytes>,
     in_memory: usize,
     file: Option<File>,
@@ -71,6 +75,16 @@ struct Unsent {
     filler: Option<Waker>,
 }
 
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        self.on_disk.fetch_sub(self.written, Ordering::Relaxed);
+    }
+}
+
+/// The bytes the process's spool files hold together, against `buffer.disk`: one count for
+/// all of a worker's threads (a total bound is what keeps the disk from filling).
+static ON_DISK: AtomicU64 = AtomicU64::new(0);
+
 /// The spool one answer goes through; [`Spool::reader`] is its relay's source.
 #[derive(Clone)]
 pub(super) struct Spool(Rc<RefCell<Unsent>>);
@@ -78,9 +92,15 @@ pub(super) struct Spool(Rc<RefCell<Unsent>>);
 impl Spool {
     /// A spool holding at most `memory` bytes in memory and `disk` in its file.
     pub(super) fn new(memory: u64, disk: u64) -> Spool {
+        Self::counted_in(memory, disk, &ON_DISK)
+    }
+
+    /// [`Spool::new`], its file counted in `on_disk`.
+    fn counted_in(memory: u64, disk: u64, on_disk: &'static AtomicU64) -> Spool {
         Spool(Rc::new(RefCell::new(Unsent {
             most_in_memory: memory,
             most_on_disk: disk,
+            on_disk,
             pieces: VecDeque::new(),
             in_memory: 0,
             file: None,
@@ -94,8 +114,9 @@ impl Spool {
     }
 
     /// How many bytes may be added now: memory's room while the file holds nothing unread,
-    /// else the file's — its size, read or not, until it is read whole and starts over: the
-    /// bound is on the disk the answer takes.
+    /// else the files': the bound is on the disk the process's spools take together (a
+    /// file's size counts, read or not, until it is read whole and starts over). Two spools
+    /// at the bound may pass it by a read each.
     fn room(held: &Unsent) -> usize {
         if held.written == held.read && (held.in_memory as u64) < held.most_in_memory {
             return (held.most_in_memory as usize - held.in_memory).min(READ);
@@ -103,9 +124,13 @@ impl Spool {
         if held.no_file {
             return 0;
         }
-        held.most_on_disk
-            .saturating_sub(held.written)
-            .min(READ as u64) as usize
+        let on_disk = held.on_disk.load(Ordering::Relaxed);
+        held.most_on_disk.saturating_sub(on_disk).min(READ as u64) as usize
+    }
+
+    /// Whether bytes may be added now (see [`Spool::room`]).
+    pub(super) fn has_room(&self) -> bool {
+        Self::room(&self.0.borrow()) > 0
     }
 
     /// Waits until there is room, and says how much.
@@ -158,6 +183,7 @@ impl Spool {
         let file = held.file.as_ref().expect("made above");
         file.write_all_at(data, held.written)?;
         held.written += data.len() as u64;
+        held.on_disk.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -213,6 +239,7 @@ impl AsyncRead for Reader {
             held.read += n as u64;
             if held.read == held.written {
                 // All read: the file starts over (its blocks given back).
+                held.on_disk.fetch_sub(held.written, Ordering::Relaxed);
                 (held.read, held.written) = (0, 0);
                 file.set_len(0)?;
             }

@@ -1,5 +1,11 @@
 use super::{streams, Spool};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::AsyncReadExt;
+
+/// A spool counted apart from the process's (tests run side by side).
+fn own(memory: u64, disk: u64) -> Spool {
+    Spool::counted_in(memory, disk, Box::leak(Box::new(AtomicU64::new(0))))
+}
 
 fn run<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
@@ -11,7 +17,7 @@ fn run<F: std::future::Future>(f: F) -> F::Output {
 #[test]
 fn held_bytes_come_back_in_order_from_memory_then_the_file() {
     run(async {
-        let spool = Spool::new(8, 1 << 20);
+        let spool = own(8, 1 << 20);
         // 6 in memory; the next 6 do not fit, so the file takes them and what follows.
         spool.push(b"abcdef");
         assert_eq!(Spool::room(&spool.0.borrow()), 2);
@@ -22,15 +28,16 @@ fn held_bytes_come_back_in_order_from_memory_then_the_file() {
         let mut all = String::new();
         spool.reader().read_to_string(&mut all).await.unwrap();
         assert_eq!(all, "abcdefghijklmn");
-        // Read whole, the file starts over.
+        // Read whole, the file starts over, and is counted as nothing.
         assert_eq!(spool.0.borrow().written, 0);
+        assert_eq!(spool.0.borrow().on_disk.load(Ordering::Relaxed), 0);
     });
 }
 
 #[test]
 fn past_both_bounds_there_is_no_room_until_the_client_takes_some() {
     run(async {
-        let spool = Spool::new(4, 4);
+        let spool = own(4, 4);
         spool.push(b"1234");
         spool.push(b"5678");
         assert_eq!(Spool::room(&spool.0.borrow()), 0);
@@ -50,9 +57,33 @@ fn past_both_bounds_there_is_no_room_until_the_client_takes_some() {
 }
 
 #[test]
+fn spools_share_one_bound_on_disk() {
+    run(async {
+        let on_disk: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        let (a, b) = (
+            Spool::counted_in(4, 8, on_disk),
+            Spool::counted_in(4, 8, on_disk),
+        );
+        a.push(b"mem.");
+        a.push(b"file");
+        b.push(b"mem.");
+        assert_eq!(
+            Spool::room(&b.0.borrow()),
+            4,
+            "a's file takes half the bound"
+        );
+        b.push(b"file");
+        assert!(!a.has_room() && !b.has_room());
+        drop(a);
+        assert_eq!(on_disk.load(Ordering::Relaxed), 4);
+        assert!(b.has_room());
+    });
+}
+
+#[test]
 fn a_failed_answer_fails_its_reader_after_what_was_held() {
     run(async {
-        let spool = Spool::new(64, 0);
+        let spool = own(64, 0);
         spool.push(b"part");
         spool.end(false);
         let mut r = spool.reader();
