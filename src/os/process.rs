@@ -446,24 +446,44 @@ pub fn proc_stat() -> String {
 /// is handled: all are first duplicated above every target, then put in place. The
 /// duplicates and originals outside the targets keep close-on-exec.
 pub fn place_fds(fds: &[RawFd], first: RawFd) -> io::Result<()> {
-    let above = first + fds.len() as RawFd;
+    let high = dup_above(fds, first + fds.len() as RawFd)?;
+    let placed = put_at(&high, first);
+    for d in high {
+        // SAFETY: closes our own duplicate.
+        unsafe { libc::close(d) };
+    }
+    placed
+}
+
+/// Close-on-exec duplicates of `fds`, each numbered `above` or higher: none is at a number
+/// [`put_at`] then writes over.
+fn dup_above(fds: &[RawFd], above: RawFd) -> io::Result<Vec<RawFd>> {
     let mut high = Vec::with_capacity(fds.len());
     for &fd in fds {
         // SAFETY: fcntl duplicates an fd this process owns; no memory is passed.
         let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above) };
         if d < 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            for d in high {
+                // SAFETY: closes a duplicate made above.
+                unsafe { libc::close(d) };
+            }
+            return Err(e);
         }
         high.push(d);
     }
+    Ok(high)
+}
+
+/// Puts `high` (from [`dup_above`]) at `first`, `first + 1`, …, close-on-exec cleared. Only
+/// `dup2`: async-signal-safe, so it may run between fork and exec.
+fn put_at(high: &[RawFd], first: RawFd) -> io::Result<()> {
     for (k, &d) in high.iter().enumerate() {
         // SAFETY: dup2 onto a number this process reserves for the handed-over sockets;
         // the new descriptor has close-on-exec cleared, as the exec'd program needs.
         if unsafe { libc::dup2(d, first + k as RawFd) } < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: closes our own duplicate.
-        unsafe { libc::close(d) };
     }
     Ok(())
 }
@@ -476,30 +496,13 @@ pub fn spawn_passing(
     cmd: &mut std::process::Command,
     fds: &[RawFd],
 ) -> io::Result<std::process::Child> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
-    let above = 3 + fds.len() as RawFd;
-    let mut high = Vec::with_capacity(fds.len());
-    for &fd in fds {
-        // SAFETY: fcntl duplicates an fd this process owns; no memory is passed.
-        let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above) };
-        if d < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        high.push(adopt_fd(d));
-    }
-    let raw: Vec<RawFd> = high.iter().map(|d| d.as_raw_fd()).collect();
-    // SAFETY: between fork and exec only dup2 runs (async-signal-safe), over a list made
-    // before the fork; each target is below every copy, so none is overwritten.
+    let raw = dup_above(fds, 3 + fds.len() as RawFd)?;
+    let high: Vec<_> = raw.iter().map(|&d| adopt_fd(d)).collect();
+    // SAFETY: between fork and exec only `put_at` runs (dup2 alone, async-signal-safe),
+    // over a list made before the fork.
     unsafe {
-        cmd.pre_exec(move || {
-            for (k, &d) in raw.iter().enumerate() {
-                if libc::dup2(d, 3 + k as RawFd) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || put_at(&raw, 3));
     }
     let child = cmd.spawn();
     drop(high);
