@@ -119,23 +119,19 @@ impl ConfigFiles {
                     .collect()
             })
             .unwrap_or_default();
-        let mut include = None;
-        let mut seen = std::collections::HashSet::from([main.to_path_buf()]);
-        for pattern in &patterns {
-            let matched = super::include::matching_files(pattern, &base, &Default::default())?;
-            for path in matched {
-                if seen.insert(path.clone()) {
-                    files.push(read_file(&path, false)?);
-                }
-            }
-            let full = base.join(pattern);
-            if let (None, Some(folder), Some(name)) = (&include, full.parent(), full.file_name()) {
-                let name = name.to_string_lossy().into_owned();
-                if let Ok(p) = glob::Pattern::new(&full.to_string_lossy()) {
-                    include = Some((folder.to_path_buf(), name, p));
-                }
-            }
+        for path in included(main, &base, &patterns)? {
+            files.push(read_file(&path, false)?);
         }
+        let include = patterns.iter().find_map(|pattern| {
+            let full = base.join(pattern);
+            let (folder, name) = (full.parent()?, full.file_name()?);
+            let whole = glob::Pattern::new(&full.to_string_lossy()).ok()?;
+            Some((
+                folder.to_path_buf(),
+                name.to_string_lossy().into_owned(),
+                whole,
+            ))
+        });
         Ok(ConfigFiles { files, include })
     }
 
@@ -435,18 +431,28 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
     let base = main
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let mut seen = std::collections::HashSet::from([main.clone()]);
     let mut texts = vec![(main.clone(), text)];
-    for pattern in includes.include.unwrap_or_default() {
-        for path in super::include::matching_files(&pattern, &base, &Default::default())? {
+    for path in included(&main, &base, &includes.include.unwrap_or_default())? {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        texts.push((path, text));
+    }
+    Ok(version_of(texts))
+}
+
+/// The files `patterns` (the main file's `include`, relative to `base`, its folder) match
+/// now, each once, in the patterns' order, and never `main` itself.
+fn included(main: &Path, base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, String> {
+    let mut seen = std::collections::HashSet::from([main.to_path_buf()]);
+    let mut found = Vec::new();
+    for pattern in patterns {
+        for path in super::include::matching_files(pattern, base, &Default::default())? {
             if seen.insert(path.clone()) {
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                texts.push((path, text));
+                found.push(path);
             }
         }
     }
-    Ok(version_of(texts))
+    Ok(found)
 }
 
 fn missing(part: &Part) -> Refusal {
