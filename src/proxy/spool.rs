@@ -43,13 +43,16 @@ const READ: usize = 64 << 10;
 /// events, gRPC, or an app that asks for it (`X-Accel-Buffering: no`, nginx's field).
 pub(super) fn streams<'h>(mut fields: impl Iterator<Item = (&'h str, &'h [u8])>) -> bool {
     fields.any(|(name, value)| {
-        let value = String::from_utf8_lossy(value);
-        let value = value.trim();
+        // Bytes, not text: an app's value need not be UTF-8, nor cut at a character.
+        let value = value.trim_ascii();
+        let starts = |t: &[u8]| {
+            value
+                .get(..t.len())
+                .is_some_and(|v| v.eq_ignore_ascii_case(t))
+        };
         (name.eq_ignore_ascii_case("content-type")
-            && ["text/event-stream", "application/grpc"]
-                .iter()
-                .any(|t| value.len() >= t.len() && value[..t.len()].eq_ignore_ascii_case(t)))
-            || (name.eq_ignore_ascii_case("x-accel-buffering") && value.eq_ignore_ascii_case("no"))
+            && (starts(b"text/event-stream") || starts(b"application/grpc")))
+            || (name.eq_ignore_ascii_case("x-accel-buffering") && value.eq_ignore_ascii_case(b"no"))
     })
 }
 
@@ -67,8 +70,10 @@ struct Unsent {
     /// The file's bytes: written up to `written`, read up to `read`.
     written: u64,
     read: u64,
-    /// The file could not be made: memory only.
+    /// The file could not be made or written: memory only.
     no_file: bool,
+    /// A write to the file failed behind bytes it held: the answer cannot go on in order.
+    broken: bool,
     /// `Some(true)`: the app sent the whole body; `Some(false)`: its answer failed.
     ended: Option<bool>,
     reader: Option<Waker>,
@@ -107,6 +112,7 @@ impl Spool {
             written: 0,
             read: 0,
             no_file: false,
+            broken: false,
             ended: None,
             reader: None,
             filler: None,
@@ -154,13 +160,16 @@ impl Spool {
             return;
         }
         let mut held = self.0.borrow_mut();
+        if held.broken {
+            return;
+        }
         let in_file = held.written - held.read;
-        if in_file == 0 && held.in_memory + data.len() <= held.most_in_memory as usize {
+        // Without a file, memory takes it past its bound (`room` then stops the filler).
+        let fits = held.in_memory + data.len() <= held.most_in_memory as usize;
+        if in_file == 0 && (fits || held.no_file) {
             held.in_memory += data.len();
             held.pieces.push_back(Bytes::copy_from_slice(data));
         } else if let Err(e) = Self::to_file(&mut held, data) {
-            // The bytes were read from the app and must not be lost: kept in memory past
-            // its bound this once, and no more file is tried.
             // Said once per process: every buffered answer would say it again.
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
             if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
@@ -168,8 +177,15 @@ impl Spool {
                 eprintln!("espalier: buffering answers: no temporary file in {} ({e}); answers past `buffer.response` go at the client's speed (set TMPDIR to a writable folder)", dir.display());
             }
             held.no_file = true;
-            held.in_memory += data.len();
-            held.pieces.push_back(Bytes::copy_from_slice(data));
+            if in_file == 0 {
+                // Read from the app, the bytes must not be lost: memory keeps them, this once.
+                held.in_memory += data.len();
+                held.pieces.push_back(Bytes::copy_from_slice(data));
+            } else {
+                // Behind bytes the file holds, memory would send them first: the answer is
+                // cut, as an app's failure cuts it.
+                held.broken = true;
+            }
         }
         if let Some(w) = held.reader.take() {
             w.wake();
@@ -224,6 +240,9 @@ impl AsyncRead for Reader {
     ) -> Poll<io::Result<()>> {
         let mut held = self.0 .0.borrow_mut();
         let held = &mut *held;
+        if held.broken {
+            return Poll::Ready(Err(io::Error::other("the spool's file failed")));
+        }
         if let Some(front) = held.pieces.front_mut() {
             let n = front.len().min(buf.remaining());
             buf.put_slice(&front.split_to(n));
@@ -269,48 +288,52 @@ async fn fill(
     spool: &Spool,
     timeout: Duration,
 ) -> Result<bool, ()> {
-    let mut buf = vec![0; READ];
-    let mut pending = first;
     let mut left = match kind {
         BodyKind::Length(n) => n,
         _ => u64::MAX,
     };
     let mut decoder = ChunkedDecoder::with_bounds(u64::MAX, 64 << 10);
+    // One buffer: what came with the head, then each read (grown to a read's size once, and
+    // no longer than what is left of a short answer).
+    let mut got = first.len();
+    let mut buf = first;
     loop {
+        let piece = &buf[..got];
         // The body's bytes among those read, and whether they end it.
         let (body, done) = match kind {
             BodyKind::Length(_) => {
-                let body = (pending.len() as u64).min(left) as usize;
+                let body = (got as u64).min(left) as usize;
                 left -= body as u64;
                 (body, left == 0)
             }
             BodyKind::Chunked => {
-                let d = decoder.skip(&pending).map_err(|_| ())?;
+                let d = decoder.skip(piece).map_err(|_| ())?;
                 (d.consumed, d.done)
             }
-            BodyKind::UntilClose | BodyKind::None => (pending.len(), false),
+            BodyKind::UntilClose | BodyKind::None => (got, false),
         };
-        spool.push(&pending[..body]);
+        spool.push(&piece[..body]);
         if done {
-            return Ok(body == pending.len());
+            return Ok(body == got);
         }
         let room = spool.wait_room().await;
         let want = match kind {
             BodyKind::Length(_) => room.min(left.min(READ as u64) as usize),
             _ => room,
         };
-        let n = read_timeout(conn, &mut buf[..want], timeout)
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        got = read_timeout(conn, &mut buf[..want], timeout)
             .await
             .map_err(|_| ())?;
-        if n == 0 {
+        if got == 0 {
             // The close ends a body framed by it; any other is cut short.
             return match kind {
                 BodyKind::UntilClose => Ok(false),
                 _ => Err(()),
             };
         }
-        pending.clear();
-        pending.extend_from_slice(&buf[..n]);
     }
 }
 

@@ -94,6 +94,22 @@ fn a_failed_answer_fails_its_reader_after_what_was_held() {
 }
 
 #[test]
+fn a_file_that_fails_behind_held_bytes_cuts_the_answer_rather_than_reorder_it() {
+    run(async {
+        let spool = own(4, 1 << 20);
+        spool.push(b"abcd");
+        spool.push(b"efgh");
+        // The file now fails its writes (read-only), with "efgh" in it unread.
+        spool.0.borrow_mut().file = Some(std::fs::File::open("/dev/null").unwrap());
+        spool.push(b"ijkl");
+        spool.end(true);
+        let mut r = spool.reader();
+        let mut got = [0u8; 16];
+        assert!(r.read(&mut got).await.is_err(), "no byte out of order");
+    });
+}
+
+#[test]
 fn streaming_answers_are_known_by_their_fields() {
     let f = |name: &'static str, value: &'static str| [(name, value.as_bytes())].into_iter();
     assert!(streams(f(
@@ -104,4 +120,7 @@ fn streaming_answers_are_known_by_their_fields() {
     assert!(streams(f("X-Accel-Buffering", "no")));
     assert!(!streams(f("X-Accel-Buffering", "yes")));
     assert!(!streams(f("Content-Type", "text/html")));
+    // A value that is not UTF-8, or whose character straddles the compared length.
+    assert!(!streams([("content-type", &b"text/event-strea\xc3\xa9m"[..])].into_iter()));
+    assert!(!streams([("content-type", &b"\xff\xfe"[..])].into_iter()));
 }
