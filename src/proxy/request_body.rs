@@ -135,7 +135,6 @@ pub(super) async fn take_body<C: AsyncRead + Unpin>(
         _ => 0,
     };
     let mut pending = std::mem::take(rbuf);
-    let mut buf = vec![0u8; BUF];
     loop {
         let done = match framing {
             Framing::None => true,
@@ -169,11 +168,13 @@ pub(super) async fn take_body<C: AsyncRead + Unpin>(
             spool.end(true);
             return Ok(spool);
         }
-        let n = match read_timeout(client, &mut buf, timeout).await {
-            Ok(0) | Err(_) => return Err(Fail::Close),
-            Ok(n) => n,
-        };
-        pending.extend_from_slice(&buf[..n]);
+        // Read onto `pending` (empty here but for a part of a chunk's framing): its room is
+        // made once, and only for a body not whole yet.
+        pending.reserve(BUF);
+        match tokio::time::timeout(timeout, client.read_buf(&mut pending)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err(Fail::Close),
+        }
     }
 }
 
@@ -207,7 +208,7 @@ pub(super) async fn send_taken_body(
     timeout: Duration,
 ) -> std::io::Result<()> {
     let mut reader = spool.reader();
-    let mut buf = vec![0u8; BUF];
+    let mut buf = vec![0u8; BUF.min(spool.bytes_held() as usize).max(1)];
     loop {
         match reader.read(&mut buf).await? {
             0 => return Ok(()),
