@@ -182,52 +182,28 @@ fn an_http2_upload_reaches_a_buffered_app_whole() {
     assert_eq!(text, format!("got {}", 2 << 20));
 }
 
-/// A server espalier did not start: Python's http.server on `dir`, stopped when dropped.
-struct FileServer(std::process::Child, u16);
-
-impl FileServer {
-    fn start(dir: &Path) -> FileServer {
-        let port = free_port();
-        let child = std::process::Command::new("python3")
-            .args([
-                "-m",
-                "http.server",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-            ])
-            .current_dir(dir)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_for("the file server listening", WAIT, || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        FileServer(child, port)
-    }
-}
-
-impl Drop for FileServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn an_upstream_groups_answer_is_held_for_a_client_that_reads_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir(d.join("files")).unwrap();
     std::fs::write(d.join("files/big.bin"), vec![b'f'; 32 << 20]).unwrap();
-    let files = FileServer::start(&d.join("files"));
+    // A server espalier did not start: Python's http.server on the folder.
+    let served = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let _files = Stopped::listening(
+        std::process::Command::new("python3")
+            .args(["-m", "http.server", &served.port().to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .current_dir(d.join("files"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+        served,
+    );
     let port = free_port();
     let server = Server::with_config(
         d,
         &format!(
-            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{}\"]\nbuffer = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n",
-            files.1
+            "[[upstream]]\nname = \"g\"\nservers = [\"{served}\"]\nbuffer = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
         ),
     );
     let workers: Vec<u32> = server.workers().iter().map(|w| w.1).collect();
