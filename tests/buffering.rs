@@ -335,6 +335,13 @@ fn check_refuses_buffer_where_it_cannot_act() {
         let said = check_refuses(dir.path(), &config);
         assert!(said.contains(says), "{keys}: {said}");
     }
+    // A pool without an application has no answers to hold.
+    let static_pool = "[[pool]]\nname = \"web\"\nbuffer = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:9\"]\nroot = \".\"\n[[site.app]]\npool = \"web\"\n";
+    let said = check_refuses(dir.path(), static_pool);
+    assert!(
+        said.contains("pool[0].buffer") && said.contains("runs an application"),
+        "{said}"
+    );
     let group = "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:9\"]\nprotocol = \"http2\"\nbuffer = true\n";
     let said = check_refuses(dir.path(), group);
     assert!(said.contains("upstream[0].buffer"), "{said}");

@@ -121,6 +121,8 @@ fn streaming_answers_are_known_by_their_fields() {
     assert!(!streams(f("X-Accel-Buffering", "yes")));
     assert!(!streams(f("Content-Type", "text/html")));
     // A value that is not UTF-8, or whose character straddles the compared length.
-    assert!(!streams([("content-type", &b"text/event-strea\xc3\xa9m"[..])].into_iter()));
+    assert!(!streams(
+        [("content-type", &b"text/event-strea\xc3\xa9m"[..])].into_iter()
+    ));
     assert!(!streams([("content-type", &b"\xff\xfe"[..])].into_iter()));
 }

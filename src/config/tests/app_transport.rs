@@ -95,4 +95,10 @@ fn pass_underscored_fields_is_refused_where_it_cannot_act() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("pool[0].pass_underscored_fields"), "{e}");
+    // A pool without an application forwards nothing.
+    let e = parse(keep).unwrap_err().to_string();
+    assert!(
+        e.contains("pool[0].pass_underscored_fields") && e.contains("runs an application"),
+        "{e}"
+    );
 }

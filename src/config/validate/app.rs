@@ -42,6 +42,11 @@ impl Validator {
                 ("queue_length", raw.queue_length.is_some()),
                 ("queue_timeout", raw.queue_timeout.is_some()),
                 ("isolation", raw.isolation.is_some()),
+                (
+                    "pass_underscored_fields",
+                    raw.pass_underscored_fields.is_some(),
+                ),
+                ("buffer", raw.buffer.is_some()),
             ];
             for (key, set) in stray {
                 if set {
