@@ -28,7 +28,7 @@ pub(crate) struct Answer {
     headers: Vec<(String, String)>,
     /// The body's SHA-256 (hex) and, when short, its text.
     sha256: String,
-    text: String,
+    pub(crate) text: String,
     /// aioquic's: whether the server took the request in 0-RTT; with H3_HOLD_FINISHED,
     /// the probe's answer and whether the request was answered before it.
     pub(crate) early_data: bool,

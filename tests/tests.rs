@@ -21,6 +21,7 @@ mod admin_page;
 mod app_liveness;
 mod apps;
 mod apps_proxy;
+mod auth_request;
 mod backpressure;
 mod basic_auth;
 mod bench;

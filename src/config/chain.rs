@@ -133,7 +133,7 @@ impl RequestStep {
             RequestStep::Route => "the path in normal form chooses the app (longest prefix): a request of another pool's path is handed to it here, a FastCGI path's script, file or status is decided",
             RequestStep::Access => "a client the site's or the path's lists refuse gets `deny_action`",
             RequestStep::Limit => "a client over the site's rate or in-flight bound gets 429 (or the limit's `action`); a body over the path's or site's `max_body_size` gets 413 before the app sees a byte of it",
-            RequestStep::Auth => "a path with a password answers 401 until the client signs in",
+            RequestStep::Auth => "a path with a password answers 401 until the client signs in; one with a verifier (`auth = { request }`) asks it before the request is answered or lent",
             RequestStep::Answer => "static files and the built-in pages are answered here; an app's path is lent to its process, an upstream's to one of its servers",
         }
     }

@@ -283,6 +283,8 @@ pub struct RawSite {
     pub limit: Option<RawLimit>,
     /// The largest request body its requests may carry (`"100MiB"`), over the server's.
     pub max_body_size: Option<Scalar>,
+    /// Who lets its paths' requests in, where a path says none of its own.
+    pub auth: Option<RawAuth>,
     #[serde(default)]
     pub app: Vec<RawApp>,
     #[serde(default)]
@@ -327,13 +329,21 @@ pub struct RawApp {
     pub max_body_size: Option<Scalar>,
 }
 
-/// A path's `auth = { htpasswd = "admin.htpasswd", realm = "Admin", cleartext = false }`.
-#[derive(Debug, Default, Deserialize)]
+/// A path's `auth = { htpasswd = "admin.htpasswd", realm = "Admin", cleartext = false }`, or
+/// its sign-in by another service: `auth = { request = "http://127.0.0.1:9091/verify",
+/// send = ["Cookie"], copy = ["X-User"], timeout = "5s", remember = "30s" }`.
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
     pub htpasswd: Option<String>,
     pub realm: Option<String>,
     pub cleartext: Option<bool>,
+    pub request: Option<String>,
+    pub upstream: Option<String>,
+    pub send: Option<Vec<String>>,
+    pub copy: Option<Vec<String>>,
+    pub timeout: Option<Scalar>,
+    pub remember: Option<Scalar>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -88,6 +88,10 @@ pub struct AppSpec {
     /// Who must sign in to it (`auth`: basic authentication from an htpasswd file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<AuthSpec>,
+    /// Who lets its requests in: another service asked first (`auth = { request }`), its
+    /// own or its site's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_request: Option<crate::routing::auth_request::AuthRequestSpec>,
     /// The largest request body it takes (`max_body_size`), over its site's and the
     /// server's; `None`: its site's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -110,8 +114,15 @@ impl AppSpec {
             alias: None,
             access: AccessList::default(),
             auth: None,
+            auth_request: None,
             max_body_size: None,
         }
+    }
+
+    /// The upstream groups it asks: the one it is forwarded to, and its sign-in's verifier.
+    pub fn groups(&self) -> impl Iterator<Item = &str> {
+        let verifier = self.auth_request.as_ref().map(|a| a.group.as_str());
+        self.upstream.as_deref().into_iter().chain(verifier)
     }
 
     /// The path's keys, by their names in the config, each with whether it is set. The
@@ -132,6 +143,7 @@ impl AppSpec {
             alias,
             access,
             auth,
+            auth_request,
             max_body_size,
         } = self;
         vec![
@@ -147,7 +159,7 @@ impl AppSpec {
             ("alias", alias.is_some()),
             ("allow", !access.allow.is_empty()),
             ("deny", !access.deny.is_empty()),
-            ("auth", auth.is_some()),
+            ("auth", auth.is_some() || auth_request.is_some()),
             ("max_body_size", max_body_size.is_some()),
         ]
     }

@@ -125,6 +125,19 @@ fn answer_outcome(outcome: &RuleOutcome, resp: &mut Responder<'_>) -> Reply {
                 .header("Content-Type", "text/plain; charset=utf-8")
                 .body(b"401 Unauthorized\n");
         }
+        RuleOutcome::Passed {
+            status,
+            fields,
+            body,
+        } => {
+            let r = resp.status(*status);
+            for (name, value) in fields {
+                if let Ok(value) = std::str::from_utf8(value) {
+                    r.header(name, value);
+                }
+            }
+            r.body(body);
+        }
         // Not an answer: the chain routed the rewritten target (none reaches here).
         RuleOutcome::Refuse | RuleOutcome::Rewrite(_) => return Reply::Refuse,
     }

@@ -40,6 +40,9 @@ pub(super) enum AppHandler {
 pub struct ProxyRoutes {
     pub app: Option<Rc<ProxyRoute>>,
     pub upstreams: HashMap<String, Rc<ProxyRoute>>,
+    /// The thread's sign-in verifiers, one per setting (a site's `auth` serves all its
+    /// paths, and sites that ask alike share one): made as the paths need them.
+    pub verifiers: std::cell::RefCell<super::verified::Verifiers>,
 }
 
 impl From<Option<Rc<ProxyRoute>>> for ProxyRoutes {
@@ -47,6 +50,7 @@ impl From<Option<Rc<ProxyRoute>>> for ProxyRoutes {
         ProxyRoutes {
             app,
             upstreams: HashMap::new(),
+            verifiers: Default::default(),
         }
     }
 }
@@ -61,6 +65,8 @@ pub(super) struct App {
     pub access: Option<crate::routing::access::AccessList>,
     /// Who must sign in to it, when it has `auth`.
     pub auth: Option<crate::routing::auth::ThreadAuth>,
+    /// Its sign-in by another service, when it has `auth = { request }`.
+    pub asks: Option<super::verified::Asks>,
     /// Its own `max_body_size`, when it has one (else its site's).
     pub max_body: Option<u64>,
 }

@@ -4,7 +4,7 @@
 //!
 //! Owns: routing a request to a site (by listener group and `Host`, with
 //! [`crate::routing::hosts`]) and through the site's request chain once (`chain`, run by `route`: rules, the
-//! app by path prefix, access, limit, sign-in, in the order of [`crate::config::chain`]),
+//! app by path prefix, access, limit, sign-in — by another service `verified`'s — in the order of [`crate::config::chain`]),
 //! and the context the request carries from there (what the chain decided, its log, its
 //! field edits, error pages and codings); the answer (`answer`): here by a handler
 //! ([`static_files`], [`dynamic`], [`cpu`], a front controller's files), by an application
@@ -30,6 +30,7 @@ mod front;
 pub mod mime;
 mod route;
 pub mod static_files;
+mod verified;
 
 use crate::config::SiteSpec;
 use crate::handoff::{Handoff, PoolTargets};
@@ -112,6 +113,8 @@ impl Site {
                 fields: (!a.headers.is_empty()).then(|| FieldEdits::of(s, Some(a))),
                 access: (!a.access.is_empty()).then(|| a.access.clone()),
                 auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
+                asks: (a.auth_request.as_ref())
+                    .map(|spec| verified::Asks::of(spec, &routes.upstreams, &routes.verifiers)),
                 max_body: a.max_body_size,
             })
             .collect();
@@ -165,7 +168,7 @@ impl Site {
             limits: None,
             meter: None,
             max_body: s.max_body_size,
-            app_auth: apps.iter().any(|a| a.auth.is_some()),
+            app_auth: apps.iter().any(|a| a.auth.is_some() || a.asks.is_some()),
             apps,
             log,
             whole,
@@ -438,6 +441,23 @@ impl Service for ThreadService {
         self.decide(group, req, may_hand_off)
     }
 
+    async fn ask(
+        &self,
+        question: crate::http::ask::Question,
+        route: Route<ProxyTarget>,
+    ) -> Route<ProxyTarget> {
+        // The path the route chose: its verifier.
+        let ctx = match &route {
+            Route::Here(ctx) | Route::Lend(_, ctx) => Some(ctx),
+            Route::HandOff(_) => None,
+        };
+        let app = match ctx.map(|c| (c.site.and_then(|id| self.site(id)), &c.decided)) {
+            Some((Some(s), crate::http::service::Decided::App { app, .. })) => s.apps.get(*app),
+            _ => None,
+        };
+        verified::asked(app.and_then(|a| a.asks.as_ref()), question, route).await
+    }
+
     fn call(
         &self,
         _group: usize,
@@ -463,11 +483,12 @@ impl Service for ThreadService {
         // A rewritten request goes to the app as its new target (the log keeps the original).
         let codings = ctx.codings.as_deref().unwrap_or_default();
         let signed_in;
-        let head = match &ctx.user {
-            None => head,
-            Some(user) => {
+        let head = match (&ctx.user, &ctx.granted) {
+            (None, None) => head,
+            (user, granted) => {
                 signed_in = LentHead {
-                    remote_user: Some(user),
+                    remote_user: user.as_deref().or(head.remote_user),
+                    granted: granted.as_deref(),
                     ..*head
                 };
                 &signed_in

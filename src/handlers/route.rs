@@ -115,7 +115,10 @@ impl ThreadService {
                 RequestStep::Limit => self
                     .limited(s, req, matches!(way, Way::Lend(_)))
                     .map(|held| ctx.held = held.map(Rc::new)),
-                RequestStep::Auth => self.signed_in(tls, app, req).map(|user| ctx.user = user),
+                RequestStep::Auth => self
+                    .signed_in(tls, app, req)
+                    .map(|user| ctx.user = user)
+                    .and_then(|()| super::verified::mark(app.asks.as_ref(), &mut ctx)),
                 _ => Ok(()),
             };
             if let Err(outcome) = admitted {
@@ -256,6 +259,8 @@ impl ThreadService {
             codings: s.codings.clone(),
             held: None,
             user: None,
+            ask: None,
+            granted: None,
             max_body: app.and_then(|a| a.max_body).or(s.max_body),
         }
     }

@@ -7,7 +7,8 @@
 //! send a file, lend the connection to what the service routed a request to
 //! ([`Connection::lend`]: an application, its body streaming there), hand it to another pool
 //! ([`Connection::hand_off`]), turn to HTTP/2 (h2c), or close (those three in `leave`; a
-//! body's framing in `framing`). Must not touch: routing and
+//! body's framing in `framing`; a request answered here, `here`), or first ask a path's
+//! verifier (see [`super::ask`]). Must not touch: routing and
 //! content (the [`Service`] decides; the engine never names the proxy), or other connections
 //! (nothing here is shared across threads).
 //!
@@ -21,7 +22,7 @@
 //! responses. On the thread's io_uring (`crate::os::uring::RingSocket`) none of its own: the
 //! read is a multishot receive's buffer, the write joins the loop turn's one submission.
 
-use super::access_log::{Entry, Facts, OwnedFacts, Report};
+use super::access_log::{Entry, OwnedFacts, Report};
 use super::body::{advance_body, Pending};
 use super::send::{send_file, write_all};
 use super::service::{
@@ -32,9 +33,10 @@ pub use super::shutdown::Shutdown;
 use super::shutdown::{DrainBegun, IdleWait, Registered};
 use super::stream::ClientStream;
 use super::{
-    head_may_be_complete, parse_head, Framing, Head, ProtocolError, Request, Responder, MAX_HEADERS,
+    head_may_be_complete, parse_head, Framing, Head, ProtocolError, Responder, MAX_HEADERS,
 };
 use framing::{frame, Unframed};
+use here::answer_here;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -82,6 +84,9 @@ enum Step<L> {
     Lend(Box<Lending<L>>),
     /// The request at the buffer's start belongs to another pool: the connection goes there.
     HandOff(crate::handoff::Handoff),
+    /// Ask the verifier of the request at the buffer's start, then answer it again (its route,
+    /// kept in the connection, runs its chain once).
+    Ask(Box<super::ask::Question>),
     /// The connection opened with HTTP/2's preface (h2c with prior knowledge).
     H2c,
     /// Close (after what was answered, an error perhaps).
@@ -145,7 +150,7 @@ struct Reading {
 }
 
 /// One HTTP/1.1 connection's state.
-struct Connection<S, C> {
+struct Connection<S: Service, C> {
     stream: C,
     env: Rc<ConnEnv<S>>,
     group: usize,
@@ -166,6 +171,8 @@ struct Connection<S, C> {
     /// The last request said it was the last (`Connection: close`, or HTTP/1.0 without
     /// keep-alive) and nothing followed it: see [`Connection::close`].
     client_ended: bool,
+    /// The route of the request at the buffer's start, kept across its verifier's asking.
+    asked: Option<Route<S::Target>>,
 }
 
 /// Whether a request that failed to parse was a HEAD request (its error has no body).
@@ -223,6 +230,13 @@ pub async fn serve<S: Service + 'static, C: ClientStream>(
                 }
             }
             Step::HandOff(handoff) => return conn.hand_off(handoff).await,
+            Step::Ask(question) => {
+                // Boxed: a connection's future would otherwise carry the asking's whole,
+                // on every connection, of every site.
+                if let Some(route) = conn.asked.take() {
+                    conn.asked = Some(Box::pin(env.service.ask(*question, route)).await);
+                }
+            }
             Step::H2c => return conn.h2c().await,
             Step::Close => return conn.close().await,
             Step::Reset => return conn.reset(),
@@ -262,6 +276,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             },
             armed: now + env.timeouts.keepalive,
             client_ended: false,
+            asked: None,
             wbuf: Vec::with_capacity(READ_RESERVE),
             hops: carried.hops,
             logging,
@@ -360,11 +375,19 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
         request.client = &self.peer.text;
         request.client_ip = self.peer.addr.map(|a| a.ip());
         let keep = keep_alive && !self.env.shutdown.started.get() && self.stream.may_keep_alive();
-        let routed = self.reading.routed.take();
-        let ctx = match routed
-            .map(Route::Here)
-            .unwrap_or_else(|| (self.env.service).route(self.group, &request, self.may_hand_off))
-        {
+        let route = match (self.reading.routed.take(), self.asked.take()) {
+            (Some(ctx), _) => Route::Here(ctx),
+            (None, Some(asked)) => asked,
+            (None, None) => {
+                let route = (self.env.service).route(self.group, &request, self.may_hand_off);
+                if let Some(q) = super::ask::Question::of(route.asks(), &request, self.peer.https) {
+                    self.asked = Some(route);
+                    return (at, Some(Step::Ask(Box::new(q))));
+                }
+                route
+            }
+        };
+        let ctx = match route {
             Route::Here(ctx) => ctx,
             Route::HandOff(handoff) => return (at, Some(Step::HandOff(handoff))),
             Route::Lend(target, ctx) => {
@@ -384,6 +407,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     client_text: &self.peer.text,
                     https: self.peer.https,
                     remote_user: None,
+                    granted: None,
                     client_cert: self.peer.client_cert.as_deref(),
                 };
                 let lending = Lending {
@@ -558,41 +582,6 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
     }
 }
 
-/// Answers a whole request routed here into `out`, and logs it when its site logs
-/// (`timed`: the thread times requests, this one from then).
-fn answer_here<S: Service>(
-    env: &ConnEnv<S>,
-    group: usize,
-    out: &mut Vec<u8>,
-    ctx: &RequestCtx,
-    request: &Request<'_>,
-    keep: bool,
-    timed: Option<Option<std::time::Instant>>,
-) -> Reply {
-    let answer_start = out.len();
-    let reply = {
-        let common = env.clock.common();
-        let head_only = request.method == super::Method::Head;
-        let mut resp = Responder::new(out, &common, keep, request.minor_version, head_only);
-        env.service.call(group, ctx, request, &mut resp)
-    };
-    if let (Some(arrived), true) = (timed, ctx.logged) {
-        let (file_len, answer) = match &reply {
-            Reply::File(f) => (f.len, &out[answer_start..]),
-            Reply::Done => (0, &out[answer_start..]),
-            Reply::Refuse => (0, super::access_log::REFUSED),
-        };
-        let entry = Entry::answered(
-            Facts::of(request),
-            answer,
-            file_len,
-            arrived,
-            request.client,
-        );
-        env.service.log(ctx, &entry);
-    }
-    reply
-}
-
 mod framing;
+mod here;
 mod leave;

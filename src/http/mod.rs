@@ -18,6 +18,7 @@
 
 pub mod accept;
 pub mod access_log;
+pub mod ask;
 mod body;
 pub mod chunked;
 pub mod clock;

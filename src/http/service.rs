@@ -71,6 +71,11 @@ pub struct RequestCtx {
     pub held: Option<Rc<crate::routing::limits::Held>>,
     /// The user its path's basic authentication let in, told to the app.
     pub user: Option<Rc<str>>,
+    /// Its path's verifier, still to be asked before it is answered or lent (see
+    /// [`super::ask`]); `None` once asked, or for a path without one.
+    pub ask: Option<Rc<crate::routing::auth_request::AuthRequestSpec>>,
+    /// What the verifier's let-in passes to the app (its identity fields).
+    pub granted: Option<Rc<crate::routing::auth_request::Granted>>,
     /// The largest body it may carry: its path's or site's `max_body_size`, or the server's
     /// (`None` for a request no site takes: the connection's bound, [`HeadLimits`]').
     pub max_body: Option<u64>,
@@ -113,6 +118,16 @@ pub enum Route<T> {
     HandOff(crate::handoff::Handoff),
 }
 
+impl<T> Route<T> {
+    /// The verifier its path asks before it goes on (see [`super::ask`]), still to be asked.
+    pub fn asks(&self) -> Option<&Rc<crate::routing::auth_request::AuthRequestSpec>> {
+        match self {
+            Route::Here(ctx) | Route::Lend(_, ctx) => ctx.ask.as_ref(),
+            Route::HandOff(_) => None,
+        }
+    }
+}
+
 /// What a lent request's head needs of its connection: the client, and how it framed and
 /// asked for this request (and, set by the service, the user it signed in as).
 #[derive(Clone, Copy)]
@@ -132,6 +147,9 @@ pub struct LentHead<'a> {
     pub remote_user: Option<&'a str>,
     /// The subject of the client certificate the connection's handshake verified.
     pub client_cert: Option<&'a str>,
+    /// The fields a verifier's let-in passes (`None` from the connection; the service sets
+    /// it from the request's context).
+    pub granted: Option<&'a crate::routing::auth_request::Granted>,
 }
 
 /// A connection lent by the engine for one request, given back when the answer is done.
@@ -204,6 +222,17 @@ pub trait Service {
     /// complete. `may_hand_off`: the connection can move to another pool (a cleartext
     /// HTTP/1.1 one), when the address is shared.
     fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<Self::Target>;
+
+    /// Asks the verifier of a request's path (`question`, made by [`super::ask::Question::of`]
+    /// where its context says so) before it is answered or lent: `route` as it goes on once
+    /// let in, or routed here with the verifier's refusal (or a 503 when it cannot say).
+    fn ask(
+        &self,
+        _question: super::ask::Question,
+        route: Route<Self::Target>,
+    ) -> impl Future<Output = Route<Self::Target>> {
+        async { route }
+    }
 
     /// Answers a request routed [`Route::Here`], with its whole body, into `resp`.
     fn call(

@@ -132,7 +132,7 @@ impl FastCgiRequest {
                 body_len.to_string().as_bytes(),
             );
         }
-        header_params(&mut params, req);
+        header_params(&mut params, req, lent.granted);
         let mut records = Vec::with_capacity(params.len() + 64);
         record(
             &mut records,
@@ -196,37 +196,48 @@ fn connection_params(params: &mut Vec<u8>, lent: &LentHead<'_>) {
 }
 
 /// The request's header fields as CGI variables (`HTTP_*`, and `CONTENT_TYPE`).
-fn header_params(params: &mut Vec<u8>, req: &Request<'_>) {
+/// The fields a path's verifier let the request in with replace the client's own.
+fn header_params(
+    params: &mut Vec<u8>,
+    req: &Request<'_>,
+    granted: Option<&crate::routing::auth_request::Granted>,
+) {
     let mut name = Vec::with_capacity(64);
     let mut cookies = false;
-    for h in req.headers {
-        if h.name.eq_ignore_ascii_case("cookie") {
+    let own = req
+        .headers
+        .iter()
+        .filter(|h| !granted.is_some_and(|g| g.replaces(h.name)))
+        .map(|h| (h.name, h.value));
+    let given = (granted.iter().flat_map(|g| &g.fields)).map(|(n, v)| (n.as_str(), v.as_slice()));
+    for (field, value) in own.chain(given) {
+        if field.eq_ignore_ascii_case("cookie") {
             // One HTTP_COOKIE of every crumb an HTTP/2 or HTTP/3 client sent apart.
             if !std::mem::replace(&mut cookies, true) {
-                let mut joined = Vec::with_capacity(h.value.len());
+                let mut joined = Vec::with_capacity(value.len());
                 super::request::join_cookies(&mut joined, req);
                 pair(params, b"HTTP_COOKIE", &joined);
             }
             continue;
         }
-        if h.name.eq_ignore_ascii_case("content-type") {
-            pair(params, b"CONTENT_TYPE", h.value);
+        if field.eq_ignore_ascii_case("content-type") {
+            pair(params, b"CONTENT_TYPE", value);
             continue;
         }
         // httpoxy: a client's `Proxy:` must never become HTTP_PROXY in the app.
-        if h.name.eq_ignore_ascii_case("content-length")
-            || h.name.eq_ignore_ascii_case("proxy")
-            || h.name.contains('_')
+        if field.eq_ignore_ascii_case("content-length")
+            || field.eq_ignore_ascii_case("proxy")
+            || field.contains('_')
         {
             continue;
         }
         name.clear();
         name.extend_from_slice(b"HTTP_");
-        name.extend(h.name.bytes().map(|b| match b {
+        name.extend(field.bytes().map(|b| match b {
             b'-' => b'_',
             b => b.to_ascii_uppercase(),
         }));
-        pair(params, &name, h.value);
+        pair(params, &name, value);
     }
 }
 

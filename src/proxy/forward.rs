@@ -41,7 +41,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 const MAX_RESPONSE_HEAD: usize = 64 << 10;
 
 /// What went wrong getting the response head.
-enum HeadError {
+pub(super) enum HeadError {
     /// Closed before any byte: a retry may go elsewhere.
     ClosedEarly,
     Timeout,
@@ -503,7 +503,10 @@ async fn read_head(
     }
 }
 
-async fn read_whole_head(conn: &mut Conn, ubuf: &mut Vec<u8>) -> Result<usize, HeadError> {
+pub(super) async fn read_whole_head(
+    conn: &mut Conn,
+    ubuf: &mut Vec<u8>,
+) -> Result<usize, HeadError> {
     let mut received_any = false;
     loop {
         // Only the end of the head is looked for here; the caller parses it once.

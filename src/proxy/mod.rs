@@ -37,6 +37,7 @@ mod script;
 mod share;
 mod spool;
 mod upstream;
+pub mod verify;
 mod wire;
 
 pub use cgi::FastCgiRequest;

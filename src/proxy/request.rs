@@ -160,6 +160,7 @@ impl ForwardRequest {
             if dropped_on_the_way(h.name, &listed)
                 || (!pass_underscored && h.name.contains('_'))
                 || h.name.eq_ignore_ascii_case("forwarded")
+                || lent.granted.is_some_and(|g| g.replaces(h.name))
             {
                 continue;
             }
@@ -191,6 +192,13 @@ impl ForwardRequest {
         }
         if let Some(subject) = lent.client_cert {
             push_field(&mut head, "X-Client-Subject", subject);
+        }
+        // Who the path's verifier let in, in the fields it names (the client's own dropped).
+        for (name, value) in lent.granted.iter().flat_map(|g| &g.fields) {
+            head.extend_from_slice(name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value);
+            head.extend_from_slice(b"\r\n");
         }
         match framing {
             Framing::None => {}
@@ -334,6 +342,7 @@ mod tests {
             local: None,
             https: false,
             remote_user: None,
+            granted: None,
             client_cert: None,
         };
         ForwardRequest::new(&request, &lent, false)

@@ -295,6 +295,15 @@ impl ProxyRoute {
         matches!(&self.source, Source::Group(g) if g.health.servers.len() > 1)
     }
 
+    /// The name `endpoint` is written by in its group (what a request to it names in `Host`);
+    /// `None` for a pool's process.
+    pub(super) fn server_name(&self, endpoint: &Endpoint) -> Option<&str> {
+        let Source::Group(g) = &self.source else {
+            return None;
+        };
+        Some(g.spec().servers.get(g.index_of(endpoint)?)?.name.as_str())
+    }
+
     /// Whether the app speaks FastCGI.
     pub fn fastcgi(&self) -> bool {
         self.settings.fastcgi

@@ -4,7 +4,8 @@
 //!
 //! Owns: [`GroupRoutes`], host matching ([`hosts`]), path-prefix matching ([`under_prefix`]),
 //! a site's redirect and rewrite rules ([`rules`]), who may come in: allow and deny
-//! lists ([`access`]), per-client limits ([`limits`]) and sign-in ([`auth`]), and which
+//! lists ([`access`]), per-client limits ([`limits`]) and sign-in ([`auth`], and by another service:
+//! [`auth_request`]), and which
 //! server of an upstream group a request goes to ([`balance`]). Must not touch: requests
 //! (the handlers route them) or sockets.
 
@@ -14,6 +15,7 @@ pub const DISPATCHER: &str = "espalier.dispatcher";
 
 pub mod access;
 pub mod auth;
+pub mod auth_request;
 pub mod balance;
 pub mod hosts;
 pub mod limits;

@@ -68,6 +68,13 @@ pub enum RuleOutcome {
     Unauthorized {
         realm: String,
     },
+    /// Another service's refusal of a path's request (`auth = { request }`): its status,
+    /// the fields passed back (lowercase names) and its body, as it gave them.
+    Passed {
+        status: u16,
+        fields: Vec<(String, Vec<u8>)>,
+        body: Vec<u8>,
+    },
 }
 
 /// The request as rules see it.

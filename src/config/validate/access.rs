@@ -9,7 +9,15 @@ use super::super::locate::Seg;
 use super::super::raw::{RawAuth, RawLimit};
 use super::super::site::{AccessList, AuthSpec, Cidr, DenyAction, LimitSpec, Rate};
 use super::Validator;
+use crate::routing::auth_request::AuthRequestSpec;
 use std::path::Path;
+
+/// A site's or path's `auth`, as validated: a password, or another service's sign-in.
+#[derive(Clone, Default)]
+pub(super) struct PathAuth {
+    pub password: Option<AuthSpec>,
+    pub request: Option<AuthRequestSpec>,
+}
 
 impl Validator {
     /// Addresses and networks at `at`, each checked.
@@ -119,9 +127,36 @@ impl Validator {
         })
     }
 
-    /// A path's `auth`: its htpasswd file read (relative to the config's folder) and each
-    /// entry checked.
-    pub(super) fn auth(&mut self, at: &[Seg], raw: RawAuth, base: &Path) -> Option<AuthSpec> {
+    /// A site's or path's `auth`: a password from an htpasswd file, or the sign-in of another
+    /// service (`request`, see `super::auth_request`).
+    pub(super) fn auth(&mut self, at: &[Seg], raw: RawAuth, base: &Path) -> PathAuth {
+        if raw.request.is_some() || raw.upstream.is_some() {
+            return PathAuth {
+                password: None,
+                request: self.auth_request(at, raw, base),
+            };
+        }
+        PathAuth {
+            password: self.htpasswd_auth(at, raw, base),
+            request: None,
+        }
+    }
+
+    /// `auth = { htpasswd }`: its file read (relative to the config's folder) and each entry
+    /// checked.
+    fn htpasswd_auth(&mut self, at: &[Seg], raw: RawAuth, base: &Path) -> Option<AuthSpec> {
+        for (key, set) in [
+            ("send", raw.send.is_some()),
+            ("copy", raw.copy.is_some()),
+            ("timeout", raw.timeout.is_some()),
+            ("remember", raw.remember.is_some()),
+        ] {
+            if set {
+                let mut k = at.to_vec();
+                k.push(Seg::Key(key));
+                self.err(&k, "belongs to a sign-in by another service (auth = { request = \"http://…/verify\" }); remove it, or name the verifier in `request`");
+            }
+        }
         let mut key = at.to_vec();
         key.push(Seg::Key("htpasswd"));
         let Some(file) = raw.htpasswd else {

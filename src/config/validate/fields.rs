@@ -17,7 +17,7 @@ pub(crate) const MAX_ERROR_PAGE: u64 = 64 << 10;
 
 /// Fields espalier frames and routes by itself: set by a config, they would make the answer
 /// ambiguous (RFC 9112 §6) or lie about the connection.
-const NOT_SETTABLE: [&str; 9] = [
+pub(super) const NOT_SETTABLE: [&str; 9] = [
     "connection",
     "content-length",
     "transfer-encoding",
@@ -30,7 +30,7 @@ const NOT_SETTABLE: [&str; 9] = [
 ];
 
 /// A field name is an RFC 9110 token.
-fn is_token(name: &str) -> bool {
+pub(super) fn is_token(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

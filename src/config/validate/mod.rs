@@ -11,6 +11,7 @@ mod access;
 mod acme;
 mod acme_dns;
 mod app;
+mod auth_request;
 mod buffer;
 mod fields;
 mod front;

@@ -88,6 +88,15 @@ impl Validator {
             };
             self.err(&[Seg::Key("site"), Seg::Index(i)], format!("site `{name}` serves nothing: it has no root and no [[site.app]]; add root = \"www\" (a folder of files), or a [[site.app]] with path = \"/\" and {what}"));
         }
+        // The site's `auth`, checked once, is its paths' unless they say their own.
+        let site_auth = match raw.auth {
+            Some(a) => self.auth(
+                &[Seg::Key("site"), Seg::Index(i), Seg::Key("auth")],
+                a,
+                base,
+            ),
+            None => Default::default(),
+        };
         for (k, ra) in raw_apps.into_iter().enumerate() {
             let site = SiteSoFar {
                 i,
@@ -95,6 +104,7 @@ impl Validator {
                 root: root.as_deref(),
                 apps: &apps,
                 base,
+                auth: &site_auth,
             };
             let app = self.site_app(site, k, ra, pools);
             apps.push(app);

@@ -20,6 +20,8 @@ pub(super) struct SiteSoFar<'a> {
     pub root: Option<&'a Path>,
     pub apps: &'a [AppSpec],
     pub base: &'a Path,
+    /// The site's own `auth`, for its paths without one.
+    pub auth: &'a super::access::PathAuth,
 }
 
 impl Validator {
@@ -37,6 +39,7 @@ impl Validator {
             root,
             apps,
             base,
+            auth: site_auth,
         } = site;
         let ap = |key: &'static str| {
             [
@@ -197,12 +200,17 @@ impl Validator {
             other => other,
         };
         let access = self.access_list(&app_at, ra.allow, ra.deny);
-        let auth = ra.auth.and_then(|a| self.auth(&at_key("auth"), a, base));
+        // A path's own `auth`, or its site's.
+        let auth = match ra.auth {
+            Some(a) => self.auth(&at_key("auth"), a, base),
+            None => site_auth.clone(),
+        };
         let max_body_size = ra
             .max_body_size
             .map(|v| self.size(&at_key("max_body_size"), Some(v), 0));
         AppSpec {
-            auth,
+            auth: auth.password,
+            auth_request: auth.request,
             max_body_size,
             access,
             alias,

@@ -264,7 +264,7 @@ impl Validator {
         sites: &[super::super::site::SiteSpec],
     ) {
         let used = |name: &str| {
-            (sites.iter().flat_map(|s| &s.apps)).any(|a| a.upstream.as_deref() == Some(name))
+            (sites.iter().flat_map(|s| &s.apps)).any(|a| a.groups().any(|g| g == name))
         };
         let unused: Vec<(usize, String)> = (self.upstreams.iter().take(named).enumerate())
             .filter(|(_, g)| !used(&g.name))

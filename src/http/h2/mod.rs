@@ -9,7 +9,7 @@
 //! a [`Request`], answered at once or by a task; the answer's way back onto the stream is
 //! `answer`'s (through `send`'s translation and window waits), a proxied request's body
 //! streams to its app by `body`, and a stream its app takes as a stream of its own (an
-//! HTTP/2 upstream, for gRPC) is lent whole by `lent`. Must not touch:
+//! HTTP/2 upstream, for gRPC) is lent whole by `lent`; a WebSocket's stream is `tunnel`'s. Must not touch:
 //! routing or content (the [`Service`] decides), or HTTP/1.1 framing (the connection loop
 //! in [`super::conn`]).
 //!
@@ -38,6 +38,7 @@ mod body;
 mod held;
 mod lent;
 mod send;
+mod tunnel;
 
 pub use crate::http::service::{LentStream, StreamReply};
 pub use send::send_data;
@@ -201,6 +202,16 @@ enum Work<T> {
     Forward(Box<Lending<T>>),
     /// The head is sent; the file's pieces follow as the client's window allows.
     File(SendStream<Bytes>, FileBody),
+    /// Its path's verifier is asked first (see [`crate::http::ask`]); then it is answered.
+    Ask(Box<Asking<T>>),
+}
+
+/// A stream without a body waiting for its verifier's verdict.
+struct Asking<T> {
+    question: crate::http::ask::Question,
+    route: Route<T>,
+    respond: SendResponse<Bytes>,
+    arrived: Instant,
 }
 
 /// A stream lent to what the service routed it to: where, its context, its stream, and what
@@ -254,7 +265,7 @@ impl<S: Service + 'static> Connection<S> {
         let _open = Open::take(&self.open, &self.env.streams);
         let env = &self.env;
         let arrived = Instant::now();
-        let routed = match self.route_head(&parts) {
+        let routed = match self.route_head(&parts).await {
             Ok(routed) => routed,
             Err(status) => return send_error(&mut respond, env, status),
         };
@@ -317,7 +328,13 @@ impl<S: Service + 'static> Connection<S> {
                 facts,
                 arrived,
             }))),
-            None => self.answer(&parts, &body, respond, arrived, routed_here),
+            None => self.answer(
+                &parts,
+                &body,
+                respond,
+                arrived,
+                routed_here.map(Route::Here),
+            ),
         };
         if let Some(work) = work {
             Box::pin(self.run(work, &parts, Body::Whole(&body))).await;
@@ -328,7 +345,7 @@ impl<S: Service + 'static> Connection<S> {
     /// line wants), or to be answered here once the body is in (`Err(Some)`: routing again
     /// then would run the site's chain twice, a limit counted twice); the status refusing
     /// its head.
-    fn route_head(&self, parts: &http::request::Parts) -> Result<Routed<S::Target>, u16> {
+    async fn route_head(&self, parts: &http::request::Parts) -> Result<Routed<S::Target>, u16> {
         let env = &self.env;
         let mut headers = Vec::with_capacity(parts.headers.len() + 1);
         let max_headers = MAX_HEADERS.min(env.limits.max_headers);
@@ -340,7 +357,11 @@ impl<S: Service + 'static> Connection<S> {
             max_headers,
         )?;
         // No hand-off: an HTTP/2 connection stays with the pool that took it.
-        Ok(match env.service.route(self.group, &request, false) {
+        let mut route = env.service.route(self.group, &request, false);
+        if let Some(question) = crate::http::ask::Question::of(route.asks(), &request, self.https) {
+            route = Box::pin(env.service.ask(question, route)).await;
+        }
+        Ok(match route {
             Route::Lend(target, ctx) => {
                 let facts = ctx.logged.then(|| OwnedFacts::of(&request));
                 Ok((target, ctx, facts))
@@ -348,51 +369,6 @@ impl<S: Service + 'static> Connection<S> {
             Route::Here(ctx) => Err(Some(ctx)),
             Route::HandOff(_) => Err(None),
         })
-    }
-
-    /// A WebSocket's stream (see [`websocket`]): lent to its app or upstream server, the
-    /// stream then its tunnel; one its site answers here gets that answer — a redirect, a
-    /// refusal — or, for a path of espalier's own content or a FastCGI app, `501`: neither
-    /// speaks WebSocket.
-    async fn tunnel(
-        &self,
-        routed: Routed<S::Target>,
-        parts: http::request::Parts,
-        recv: RecvStream,
-        mut respond: SendResponse<Bytes>,
-        arrived: Instant,
-    ) {
-        let nowhere = match &routed {
-            Ok((target, ctx, _)) => {
-                websocket::nowhere(Some(self.env.service.needs_length(target)), &ctx.decided)
-            }
-            Err(Some(ctx)) => websocket::nowhere(None, &ctx.decided),
-            Err(None) => false,
-        };
-        if nowhere {
-            return send_error(&mut respond, &self.env, 501);
-        }
-        let work = match routed {
-            Ok((target, ctx, facts)) => {
-                let lending = Lending {
-                    target,
-                    ctx,
-                    respond,
-                    facts,
-                    arrived,
-                };
-                Some(Work::Forward(Box::new(lending)))
-            }
-            Err(Some(ctx)) => self.answer(&parts, &[], respond, arrived, Some(ctx)),
-            Err(None) => {
-                send_error(&mut respond, &self.env, 421);
-                None
-            }
-        };
-        if let Some(work) = work {
-            let body = Body::Arriving(recv, Framing::None, false);
-            Box::pin(self.run(work, &parts, body)).await;
-        }
     }
 
     /// The work [`Self::answer`] left, in a task of its own.
@@ -410,6 +386,22 @@ impl<S: Service + 'static> Connection<S> {
 
     async fn run(&self, work: Work<S::Target>, parts: &http::request::Parts, body: Body<'_>) {
         match work {
+            Work::Ask(asking) => {
+                let Asking {
+                    question,
+                    route,
+                    respond,
+                    arrived,
+                } = *asking;
+                let route = Box::pin(self.env.service.ask(question, route)).await;
+                let whole = match body {
+                    Body::Whole(whole) => whole,
+                    Body::Arriving(..) => &[],
+                };
+                if let Some(work) = self.answer(parts, whole, respond, arrived, Some(route)) {
+                    Box::pin(self.run(work, parts, Body::Whole(whole))).await;
+                }
+            }
             Work::File(send, file) => {
                 let mut out = H2Out::sending(send);
                 let _ = send_file(&mut out, file, self.env.timeouts.body).await;
@@ -458,7 +450,7 @@ impl<S: Service + 'static> Connection<S> {
         body: &[u8],
         mut respond: SendResponse<Bytes>,
         arrived: Instant,
-        routed_here: Option<RequestCtx>,
+        routed: Option<Route<S::Target>>,
     ) -> Option<Work<S::Target>> {
         let env = &self.env;
         let mut headers: Vec<httparse::Header<'_>> = Vec::with_capacity(parts.headers.len() + 1);
@@ -477,10 +469,24 @@ impl<S: Service + 'static> Connection<S> {
             }
         };
         let head_only = request.method == Method::Head;
-        // Routed already when its body was read (see `with_body`).
-        let routed = match routed_here {
-            Some(ctx) => Route::Here(ctx),
-            None => env.service.route(self.group, &request, false),
+        // Routed already when its body was read (see `with_body`), or its verifier asked.
+        let routed = match routed {
+            Some(route) => route,
+            None => {
+                let route = env.service.route(self.group, &request, false);
+                if let Some(question) =
+                    crate::http::ask::Question::of(route.asks(), &request, self.https)
+                {
+                    let asking = Asking {
+                        question,
+                        route,
+                        respond,
+                        arrived,
+                    };
+                    return Some(Work::Ask(Box::new(asking)));
+                }
+                route
+            }
         };
         let ctx = match routed {
             Route::Here(ctx) => ctx,
@@ -545,6 +551,7 @@ impl<S: Service + 'static> Connection<S> {
             local: None,
             https: self.https,
             remote_user: None,
+            granted: None,
             client_cert: self.client_cert.as_deref(),
         };
         let lent = env.service.prepare(target, ctx, request, &head);

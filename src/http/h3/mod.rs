@@ -288,7 +288,11 @@ impl<S: Service + 'static> Connection<S> {
             Ok(request) => request,
             Err(status) => return self.error(&mut stream, status).await,
         };
-        let (target, ctx) = match env.service.route(self.group, &head, false) {
+        let mut route = env.service.route(self.group, &head, false);
+        if let Some(question) = crate::http::ask::Question::of(route.asks(), &head, true) {
+            route = Box::pin(env.service.ask(question, route)).await;
+        }
+        let (target, ctx) = match route {
             Route::Here(ctx) => (None, ctx),
             Route::Lend(target, ctx) => (Some(target), ctx),
             // A QUIC connection stays with the pool that took it (`check` refuses HTTP/3
@@ -451,6 +455,7 @@ impl<S: Service + 'static> Connection<S> {
             local: None,
             https: true,
             remote_user: None,
+            granted: None,
             client_cert: self.client_cert.as_deref(),
         };
         let lent = env.service.prepare(target, ctx, &request, &head);

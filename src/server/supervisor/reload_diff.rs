@@ -136,7 +136,7 @@ fn upstreams_changed(name: &str, after: &Indexed, old: &Config, new: &Config) ->
     }
     (after.own_sites.get(name).into_iter().flatten())
         .flat_map(|s| &s.apps)
-        .filter_map(|a| a.upstream.as_deref())
+        .flat_map(|a| a.groups())
         .any(|u| group(old, u) != group(new, u))
 }
 

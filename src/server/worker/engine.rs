@@ -223,6 +223,7 @@ fn thread_env(
                 (h.spec.name.clone(), Rc::new(ProxyRoute::to_group(group)))
             })
             .collect(),
+        verifiers: Default::default(),
     };
     // No one app or group may hold more than its share of the thread's connections.
     for route in routes.app.iter().chain(routes.upstreams.values()) {

@@ -126,7 +126,7 @@ fn used_upstreams(
     let used = |name: &str| {
         (spec.sites.iter())
             .flat_map(|s| &s.apps)
-            .any(|a| a.answered_by(&spec.pool) && a.upstream.as_deref() == Some(name))
+            .any(|a| a.answered_by(&spec.pool) && a.groups().any(|g| g == name))
     };
     spec.upstreams.iter().filter(move |u| used(&u.name))
 }
