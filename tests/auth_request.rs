@@ -70,6 +70,11 @@ struct Shop {
 }
 
 fn shop(auth: &str) -> Shop {
+    shop_with(auth, "")
+}
+
+/// [`shop`] with `more` at the end of its config (an `[[upstream]]` group).
+fn shop_with(auth: &str, more: &str) -> Shop {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir_all(d.join("www/files")).unwrap();
@@ -139,6 +144,7 @@ auth = {auth}
 [[site.app]]
 path = "/php/"
 pool = "php"
+{more}
 "#,
         app = app.display()
     );
@@ -369,7 +375,7 @@ fn a_verifier_down_slow_or_failing_fails_closed() {
 }
 
 #[test]
-fn a_let_in_is_remembered_for_its_session_alone() {
+fn a_let_in_is_remembered_for_its_session_alone_and_a_group_verifies() {
     need_tools("python3:python3 openssl:openssl", "python3 and openssl");
     let records = tempfile::tempdir().unwrap();
     let (_verifier, v) = verifier(records.path());
