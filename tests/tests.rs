@@ -64,6 +64,7 @@ mod systemd;
 mod tenants;
 mod ticket_keys;
 mod tls;
+mod tracing;
 mod upgrade;
 mod upstream_faults;
 mod upstreams;

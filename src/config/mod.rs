@@ -18,7 +18,8 @@
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
 //! each pool and site remembering its file), [`chain`] (the site features' processing
 //! order, and which keys each step reads), [`isolation`] (a pool's view of the filesystem),
-//! [`document`] (the files as the configuration API reads and edits them).
+//! [`document`] (the files as the configuration API reads and edits them), [`tracing`]
+//! (`[server.tracing]`).
 //! The configuration reference (docs/reference.md) documents every key.
 
 mod acme_settings;
@@ -32,6 +33,7 @@ mod model;
 mod parse;
 mod raw;
 mod site;
+pub mod tracing;
 pub mod upstream;
 mod validate;
 

@@ -455,6 +455,9 @@ pub struct ServerSettings {
     /// `[server.acme]`: the store's missing and expiring certificates ordered from an ACME
     /// directory (`None`: the store is filled by others).
     pub acme: Option<AcmeSettings>,
+    /// `[server.tracing]`: a span per request exported over OTLP (`None`: no tracing, and
+    /// a client's `traceparent` passes to the app untouched).
+    pub tracing: Option<super::tracing::TracingSpec>,
 }
 
 impl Default for ServerSettings {
@@ -479,6 +482,7 @@ impl Default for ServerSettings {
             on_demand_pids_limit: TenantDefault::Auto,
             limits: Limits::default(),
             acme: None,
+            tracing: None,
         }
     }
 }

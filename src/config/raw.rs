@@ -141,6 +141,18 @@ pub struct RawServer {
     pub on_demand_pids_limit: Option<Scalar>,
     pub limits: Option<RawLimits>,
     pub acme: Option<RawAcme>,
+    pub tracing: Option<RawTracing>,
+}
+
+/// `[server.tracing]`: `otlp = "http://127.0.0.1:4318"`, `sample = 0.01`,
+/// `trust_incoming = true`, `service_name = "espalier"`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTracing {
+    pub otlp: Option<String>,
+    pub sample: Option<Scalar>,
+    pub trust_incoming: Option<bool>,
+    pub service_name: Option<String>,
 }
 
 /// The keys of [`RawLimits`], for the hint when one is written outside `[server.limits]`

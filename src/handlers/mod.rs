@@ -10,9 +10,9 @@
 //! ([`static_files`], [`dynamic`], [`cpu`], a front controller's files), by an application
 //! process (the connection lent to [`crate::proxy`]'s dispatch), or by another pool on a
 //! shared address (the connection handed there, see [`crate::handoff`]). This file holds the
-//! service's data and the engine's contract ([`Service`]); `app` builds each path's handler,
-//! `front` decides which of a forwarded path's requests are files, [`mime`] names content
-//! types.
+//! service's data; `serve` keeps the engine's contract ([`Service`]) with it, `app` builds
+//! each path's handler, `front` decides which of a forwarded path's requests are files,
+//! [`mime`] names content types, and `traced` gives requests their traces and spans.
 //! One [`ThreadService`] per worker thread; nothing in it is shared with another thread.
 //! Must not touch: sockets or the protocols' framing (that is [`crate::http`]; what it knows
 //! of a protocol is that an HTTP/2 or TLS connection cannot change pools, so a request of
@@ -29,7 +29,9 @@ pub mod dynamic;
 mod front;
 pub mod mime;
 mod route;
+mod serve;
 pub mod static_files;
+mod traced;
 mod verified;
 
 use crate::config::SiteSpec;
@@ -53,6 +55,8 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 struct Site {
+    /// Its name, for its spans (`[server.tracing]`).
+    name: Rc<str>,
     apps: Vec<App>,
     /// Whether its https bindings take their certificates from the store (espalier orders
     /// them when `[server.acme]` is set).
@@ -160,6 +164,7 @@ impl Site {
             })
         });
         let mut site = Site {
+            name: s.name.as_str().into(),
             from_store: s.tls.is_none() && s.bindings.iter().any(|b| b.tls),
             acme: None,
             chain: Chain::default(),
@@ -250,6 +255,8 @@ pub struct ThreadService {
     held: Vec<Option<crate::tls::Held>>,
     /// Which HTTPS/1.1 connections go to the kernel's TLS after the handshake.
     ktls: crate::os::ktls::KernelSupport,
+    /// `[server.tracing]`: each request's trace, its spans (see `traced`).
+    traced: Option<traced::Traced>,
 }
 
 impl ThreadService {
@@ -327,6 +334,7 @@ impl ThreadService {
             tls: Vec::new(),
             held: Vec::new(),
             ktls: crate::os::ktls::KernelSupport::NONE,
+            traced: None,
         }
     }
 
@@ -402,6 +410,16 @@ impl ThreadService {
         self
     }
 
+    /// With `[server.tracing]`: traces and spans, the exporter's task on this thread.
+    pub fn with_tracing(
+        mut self,
+        spec: Option<&crate::config::tracing::TracingSpec>,
+        pool: &str,
+    ) -> Self {
+        self.traced = spec.map(|spec| traced::Traced::start(spec, pool, &self.identity));
+        self
+    }
+
     /// Writes every log's buffer (the thread's heartbeat, and its last act).
     pub fn flush_logs(&self) {
         for log in self.sites.iter().filter_map(|s| s.log.as_ref()) {
@@ -430,158 +448,5 @@ impl ThreadService {
     /// The site `site` names, if any.
     fn site(&self, site: SiteRef) -> Option<&Site> {
         self.sites.get(site.0 as usize)
-    }
-}
-
-impl Service for ThreadService {
-    type Target = ProxyTarget;
-    type Lent = Dispatch;
-
-    fn route(&self, group: usize, req: &Request<'_>, may_hand_off: bool) -> Route<ProxyTarget> {
-        self.decide(group, req, may_hand_off)
-    }
-
-    async fn ask(
-        &self,
-        question: crate::http::ask::Question,
-        route: Route<ProxyTarget>,
-    ) -> Route<ProxyTarget> {
-        // The path the route chose: its verifier.
-        let ctx = match &route {
-            Route::Here(ctx) | Route::Lend(_, ctx) => Some(ctx),
-            Route::HandOff(_) => None,
-        };
-        let app = match ctx.map(|c| (c.site.and_then(|id| self.site(id)), &c.decided)) {
-            Some((Some(s), crate::http::service::Decided::App { app, .. })) => s.apps.get(*app),
-            _ => None,
-        };
-        verified::asked(app.and_then(|a| a.asks.as_ref()), question, route).await
-    }
-
-    fn call(
-        &self,
-        _group: usize,
-        ctx: &RequestCtx,
-        req: &Request<'_>,
-        resp: &mut Responder<'_>,
-    ) -> Reply {
-        self.served.set(self.served.get() + 1);
-        self.respond(ctx, req, resp)
-    }
-
-    fn needs_length(&self, target: &ProxyTarget) -> bool {
-        target.needs_length()
-    }
-
-    fn prepare(
-        &self,
-        target: ProxyTarget,
-        ctx: &RequestCtx,
-        req: &Request<'_>,
-        head: &LentHead<'_>,
-    ) -> Dispatch {
-        // A rewritten request goes to the app as its new target (the log keeps the original).
-        let codings = ctx.codings.as_deref().unwrap_or_default();
-        let signed_in;
-        let head = match (&ctx.user, &ctx.granted) {
-            (None, None) => head,
-            (user, granted) => {
-                signed_in = LentHead {
-                    remote_user: user.as_deref().or(head.remote_user),
-                    granted: granted.as_deref(),
-                    ..*head
-                };
-                &signed_in
-            }
-        };
-        match ctx.rewrite.as_deref() {
-            Some(t) => Dispatch::new(target, &req.retargeted(t), head, codings),
-            None => Dispatch::new(target, req, head, codings),
-        }
-    }
-
-    async fn lend<C: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-        &self,
-        lent: Dispatch,
-        conn: LentConnection<'_, C>,
-    ) -> Outcome {
-        lent.run(conn).await
-    }
-
-    fn streams(&self, lent: &Dispatch) -> bool {
-        lent.streams()
-    }
-
-    async fn lend_stream(&self, lent: Dispatch, stream: crate::http::h2::LentStream<'_>) {
-        lent.run_stream(stream).await
-    }
-
-    fn shared(&self, group: usize) -> bool {
-        self.groups.get(group).is_some_and(|g| g.shared)
-    }
-
-    fn hand_off_name(&self, group: usize, name: Option<&str>) -> Option<Handoff> {
-        let g = self.groups.get(group)?;
-        // No site of this pool's (behind the dispatcher: another pool's name, or none).
-        let Some(site) = g
-            .only
-            .or_else(|| g.hosts.site(name))
-            .filter(|&s| s < self.sites.len())
-        else {
-            return self.hand_off_elsewhere(group);
-        };
-        // The sites of an https address are each served by one pool (checked with the config).
-        let Whole::Other(Some(k)) = self.sites.get(site)?.whole else {
-            return None;
-        };
-        self.handoff_to(group, k)
-    }
-
-    fn hand_off_h2c(&self, group: usize) -> Option<Handoff> {
-        let site = self.groups.get(group)?.h2c_site?;
-        let Whole::Other(Some(k)) = self.sites.get(site)?.whole else {
-            return None;
-        };
-        self.handoff_to(group, k)
-    }
-
-    fn group_of(&self, addr: std::net::SocketAddr) -> Option<usize> {
-        self.groups.iter().position(|g| g.addr == addr)
-    }
-
-    fn proxy_protocol(&self, group: usize, peer: Option<std::net::IpAddr>) -> bool {
-        self.groups.get(group).is_some_and(|g| {
-            g.proxy_protocol
-                && (g.proxy_protocol_from.is_empty()
-                    || peer.is_some_and(|ip| g.proxy_protocol_from.iter().any(|c| c.contains(ip))))
-        })
-    }
-
-    fn tls(&self, group: usize) -> Option<&tokio_rustls::TlsAcceptor> {
-        self.tls.get(group)?.as_ref()
-    }
-
-    fn held(&self, group: usize) -> Option<&crate::tls::Held> {
-        self.held.get(group)?.as_ref()
-    }
-
-    fn ktls(&self) -> crate::os::ktls::KernelSupport {
-        self.ktls
-    }
-
-    fn logging(&self) -> bool {
-        self.logging
-    }
-
-    fn log(&self, ctx: &RequestCtx, entry: &access_log::Entry<'_>) {
-        let Some(site) = ctx.site.and_then(|s| self.site(s)) else {
-            return;
-        };
-        if let Some(meter) = &site.meter {
-            meter.record(entry);
-        }
-        if let Some(log) = &site.log {
-            log.record(entry, &self.clock, &self.identity);
-        }
     }
 }

@@ -261,6 +261,7 @@ impl ThreadService {
             user: None,
             ask: None,
             granted: None,
+            trace: None,
             max_body: app.and_then(|a| a.max_body).or(s.max_body),
         }
     }

@@ -115,6 +115,7 @@ impl OwnedFacts {
 }
 
 /// What a request was answered, as the log line needs it.
+#[derive(Clone, Copy)]
 pub struct Entry<'a> {
     pub req: Facts<'a>,
     pub status: u16,
@@ -125,6 +126,10 @@ pub struct Entry<'a> {
     pub micros: u64,
     /// A proxied app's time to its answer's head.
     pub upstream_micros: Option<u64>,
+    /// The hop that answered a lent request (see [`Report::hop`]).
+    pub hop: Option<Hop>,
+    /// Its trace (`[server.tracing]`), whose id the JSON line carries.
+    pub trace: Option<&'a super::trace::TraceCtx>,
     /// The client's address, formatted.
     pub peer: &'a str,
 }
@@ -145,6 +150,8 @@ impl<'a> Entry<'a> {
             bytes: (answer.len() - head_len(answer)) as u64 + file_len,
             micros: micros_since(arrived),
             upstream_micros: None,
+            hop: None,
+            trace: None,
             peer,
         }
     }
@@ -162,6 +169,8 @@ impl<'a> Entry<'a> {
             bytes: report.bytes.get().saturating_sub(report.head.get()),
             micros: micros_since(arrived),
             upstream_micros: report.upstream_micros.get(),
+            hop: report.hop.get(),
+            trace: None,
             peer,
         }
     }
@@ -182,6 +191,17 @@ pub struct Report {
     pub head: Cell<u64>,
     /// From the request sent to the app's answer head received.
     pub upstream_micros: Cell<Option<u64>>,
+    /// The hop that answered, for its span (`[server.tracing]`): when the request was sent
+    /// to it, its address (none for a unix socket) and how many times it was sent again.
+    pub hop: Cell<Option<Hop>>,
+}
+
+/// A lent request's hop to the app or server that answered it.
+#[derive(Debug, Clone, Copy)]
+pub struct Hop {
+    pub asked: std::time::Instant,
+    pub addr: Option<std::net::SocketAddr>,
+    pub resends: u8,
 }
 
 /// The status code of a response written at the start of `answer` (`HTTP/1.1 200 …`); 0
@@ -440,6 +460,9 @@ fn json_line(buf: &mut Vec<u8>, e: &Entry<'_>, time: &str, worker: &str) {
     json_number(buf, "request_us", Some(e.micros));
     json_number(buf, "upstream_us", e.upstream_micros);
     json_field(buf, "worker", Some(worker.as_bytes()));
+    if let Some(trace) = e.trace {
+        json_field(buf, "trace_id", Some(trace.trace_id.to_string().as_bytes()));
+    }
     buf.push(b'}');
 }
 

@@ -408,6 +408,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
                     https: self.peer.https,
                     remote_user: None,
                     granted: None,
+                    trace: None,
                     client_cert: self.peer.client_cert.as_deref(),
                 };
                 let lending = Lending {

@@ -197,6 +197,8 @@ mod tests {
                 body_in,
             },
             status,
+            hop: None,
+            trace: None,
             bytes: 100,
             micros,
             upstream_micros: upstream,

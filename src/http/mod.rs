@@ -40,6 +40,7 @@ pub mod sni;
 pub mod stream;
 pub(crate) mod stream_forward;
 pub(crate) mod streams;
+pub mod trace;
 pub(crate) mod websocket;
 
 pub use chunked::{chunked_len, decode_chunked, ChunkedDecoder};

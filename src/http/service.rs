@@ -76,6 +76,8 @@ pub struct RequestCtx {
     pub ask: Option<Rc<crate::routing::auth_request::AuthRequestSpec>>,
     /// What the verifier's let-in passes to the app (its identity fields).
     pub granted: Option<Rc<crate::routing::auth_request::Granted>>,
+    /// Its trace (`[server.tracing]`): its hop's `traceparent` and its spans.
+    pub trace: Option<Rc<super::trace::TraceCtx>>,
     /// The largest body it may carry: its path's or site's `max_body_size`, or the server's
     /// (`None` for a request no site takes: the connection's bound, [`HeadLimits`]').
     pub max_body: Option<u64>,
@@ -119,6 +121,14 @@ pub enum Route<T> {
 }
 
 impl<T> Route<T> {
+    /// Its context, where it has one (not a connection handed off).
+    pub fn ctx_mut(&mut self) -> Option<&mut RequestCtx> {
+        match self {
+            Route::Here(ctx) | Route::Lend(_, ctx) => Some(ctx),
+            Route::HandOff(_) => None,
+        }
+    }
+
     /// The verifier its path asks before it goes on (see [`super::ask`]), still to be asked.
     pub fn asks(&self) -> Option<&Rc<crate::routing::auth_request::AuthRequestSpec>> {
         match self {
@@ -150,6 +160,8 @@ pub struct LentHead<'a> {
     /// The fields a verifier's let-in passes (`None` from the connection; the service sets
     /// it from the request's context).
     pub granted: Option<&'a crate::routing::auth_request::Granted>,
+    /// Its trace, whose hop span the app's `traceparent` names (set by the service).
+    pub trace: Option<&'a super::trace::TraceCtx>,
 }
 
 /// A connection lent by the engine for one request, given back when the answer is done.

@@ -132,7 +132,8 @@ impl FastCgiRequest {
                 body_len.to_string().as_bytes(),
             );
         }
-        header_params(&mut params, req, lent.granted);
+        header_params(&mut params, req, lent.granted, lent.trace.is_some());
+        trace_params(&mut params, lent.trace);
         let mut records = Vec::with_capacity(params.len() + 64);
         record(
             &mut records,
@@ -196,11 +197,22 @@ fn connection_params(params: &mut Vec<u8>, lent: &LentHead<'_>) {
 }
 
 /// The request's header fields as CGI variables (`HTTP_*`, and `CONTENT_TYPE`).
+/// A traced request's hop, as the fields an app's OpenTelemetry SDK reads (`HTTP_*`).
+fn trace_params(params: &mut Vec<u8>, trace: Option<&crate::http::trace::TraceCtx>) {
+    if let Some(trace) = trace {
+        pair(params, b"HTTP_TRACEPARENT", trace.traceparent().as_bytes());
+        if !trace.state.is_empty() {
+            pair(params, b"HTTP_TRACESTATE", trace.state.as_bytes());
+        }
+    }
+}
+
 /// The fields a path's verifier let the request in with replace the client's own.
 fn header_params(
     params: &mut Vec<u8>,
     req: &Request<'_>,
     granted: Option<&crate::routing::auth_request::Granted>,
+    traced: bool,
 ) {
     let mut name = Vec::with_capacity(64);
     let mut cookies = false;
@@ -208,6 +220,7 @@ fn header_params(
         .headers
         .iter()
         .filter(|h| !granted.is_some_and(|g| g.replaces(h.name)))
+        .filter(|h| !(traced && super::request::is_trace_field(h.name)))
         .map(|h| (h.name, h.value));
     let given = (granted.iter().flat_map(|g| &g.fields)).map(|(n, v)| (n.as_str(), v.as_slice()));
     for (field, value) in own.chain(given) {

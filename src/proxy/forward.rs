@@ -446,6 +446,11 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
         };
         let cause = match waited {
             Ok(head_len) => {
+                report.hop.set(Some(crate::http::access_log::Hop {
+                    asked,
+                    addr: None,
+                    resends: tries - 1,
+                }));
                 route.answered(&endpoint, report, asked, &ubuf[..head_len]);
                 return Ok(Asked {
                     endpoint,

@@ -36,6 +36,7 @@ mod route;
 mod script;
 mod share;
 mod spool;
+pub mod trace_export;
 mod upstream;
 pub mod verify;
 mod wire;

@@ -78,6 +78,11 @@ pub(super) fn dropped_on_the_way(name: &str, listed: &[&str]) -> bool {
         || named_hop(name, listed)
 }
 
+/// W3C trace context's fields, which a traced request's hop writes itself.
+pub(super) fn is_trace_field(name: &str) -> bool {
+    name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate")
+}
+
 /// Whether a message's `Connection` (its tokens `listed`) makes field `name` hop-by-hop: but
 /// for the [`END_TO_END`] fields, which it cannot.
 pub(super) fn named_hop(name: &str, listed: &[&str]) -> bool {
@@ -161,6 +166,7 @@ impl ForwardRequest {
                 || (!pass_underscored && h.name.contains('_'))
                 || h.name.eq_ignore_ascii_case("forwarded")
                 || lent.granted.is_some_and(|g| g.replaces(h.name))
+                || (lent.trace.is_some() && is_trace_field(h.name))
             {
                 continue;
             }
@@ -192,6 +198,13 @@ impl ForwardRequest {
         }
         if let Some(subject) = lent.client_cert {
             push_field(&mut head, "X-Client-Subject", subject);
+        }
+        // The hop's trace: its span the app's spans hang under (the client's fields dropped).
+        if let Some(trace) = lent.trace {
+            push_field(&mut head, "traceparent", &trace.traceparent());
+            if !trace.state.is_empty() {
+                push_field(&mut head, "tracestate", &trace.state);
+            }
         }
         // Who the path's verifier let in, in the fields it names (the client's own dropped).
         for (name, value) in lent.granted.iter().flat_map(|g| &g.fields) {
@@ -343,6 +356,7 @@ mod tests {
             https: false,
             remote_user: None,
             granted: None,
+            trace: None,
             client_cert: None,
         };
         ForwardRequest::new(&request, &lent, false)

@@ -248,6 +248,16 @@ impl ProxyRoute {
     ) {
         let waited = asked.elapsed();
         report.upstream_micros.set(Some(waited.as_micros() as u64));
+        let addr = match endpoint {
+            Endpoint::Tcp(a) => Some(*a),
+            Endpoint::Unix(_) => None,
+        };
+        let resends = report.hop.get().map_or(0, |h| h.resends);
+        report.hop.set(Some(crate::http::access_log::Hop {
+            asked,
+            addr,
+            resends,
+        }));
         match &self.source {
             Source::Pool(p) => {
                 let mut silent = p.silent.borrow_mut();

@@ -104,6 +104,7 @@ pub(super) fn worker_specs(
                 handoff_peers: Arc::clone(my_peers),
                 limits: config.server.limits.clone(),
                 worker_header: config.server.worker_header,
+                tracing: config.server.tracing.clone(),
                 ktls: config.server.ktls,
                 http3: config.server.http3,
                 quic_tag: super::listeners::quic_tag(),

@@ -74,6 +74,9 @@ pub struct WorkerSpec {
     pub handoff_peers: Arc<crate::handoff::Peers>,
     pub limits: Limits,
     pub worker_header: bool,
+    /// `[server.tracing]`: its requests traced, their spans exported from each thread.
+    #[serde(default)]
+    pub tracing: Option<crate::config::tracing::TracingSpec>,
     /// `[server] ktls`: whether HTTPS/1.1 connections may be handed to the kernel's TLS.
     #[serde(default)]
     pub ktls: bool,

@@ -103,22 +103,28 @@ pub fn need_tools(tools: &str, what: &str) {
 /// stopped half-way leaves no folder a later run would take for a complete install, and
 /// another process's finished install is kept rather than replaced under its tests.
 pub fn python_package(package: &str, folder: &str) -> Option<PathBuf> {
+    python_package_at(package, package, folder)
+}
+
+/// [`python_package`] for a package whose import path is not its name on PyPI
+/// (`opentelemetry-proto` installs `opentelemetry/proto`): `module` is that path.
+pub fn python_package_at(package: &str, module: &str, folder: &str) -> Option<PathBuf> {
     static INSTALLED: std::sync::Mutex<std::collections::BTreeMap<String, Option<PathBuf>>> =
         std::sync::Mutex::new(std::collections::BTreeMap::new());
     let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(done) = installed.get(package) {
         return done.clone();
     }
-    let done = pip_install(package, folder);
+    let done = pip_install(package, module, folder);
     installed.insert(package.to_string(), done.clone());
     done
 }
 
-fn pip_install(package: &str, folder: &str) -> Option<PathBuf> {
+fn pip_install(package: &str, module: &str, folder: &str) -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("target")
         .join(folder);
-    if dir.join(package).exists() {
+    if dir.join(module).exists() {
         return Some(dir);
     }
     let fresh = dir.with_extension(std::process::id().to_string());
@@ -129,14 +135,14 @@ fn pip_install(package: &str, folder: &str) -> Option<PathBuf> {
         .arg(package)
         .status()
         .is_ok_and(|s| s.success());
-    if !ok || dir.join(package).exists() {
+    if !ok || dir.join(module).exists() {
         let _ = std::fs::remove_dir_all(&fresh);
-        return dir.join(package).exists().then_some(dir);
+        return dir.join(module).exists().then_some(dir);
     }
     // An incomplete folder (a pip stopped half-way) gives way.
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::rename(&fresh, &dir);
-    dir.join(package).exists().then_some(dir)
+    dir.join(module).exists().then_some(dir)
 }
 
 /// What `espalier check` says refusing `config`, written as `dir`'s espalier.toml; fails

@@ -22,6 +22,7 @@ mod rules;
 mod site;
 mod site_app;
 mod site_tls;
+mod tracing;
 mod upstream;
 
 use super::error::ConfigError;
@@ -491,7 +492,9 @@ impl Validator {
         let acme = raw
             .acme
             .and_then(|a| self.acme(a, base, certificates.is_some()));
+        let tracing = raw.tracing.and_then(|t| self.tracing(t));
         ServerSettings {
+            tracing,
             acme,
             admin,
             admin_token,

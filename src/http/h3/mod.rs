@@ -456,6 +456,7 @@ impl<S: Service + 'static> Connection<S> {
             https: true,
             remote_user: None,
             granted: None,
+            trace: None,
             client_cert: self.client_cert.as_deref(),
         };
         let lent = env.service.prepare(target, ctx, &request, &head);

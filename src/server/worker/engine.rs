@@ -257,6 +257,7 @@ fn thread_env(
         .with_tls(&shared.configs, shared.kernel)
         .with_limits(&shared.limits)
         .with_meters(&health.meters)
+        .with_tracing(spec.tracing.as_ref(), &spec.pool)
         .with_acme(spec.acme_challenges.as_deref()),
         clock,
         limits: HeadLimits {
