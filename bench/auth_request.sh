@@ -92,18 +92,11 @@ http {
 }
 CONF
 
-start() { # name command… — in the background, on the server CPU
-  (cd "$WORK" && exec taskset -c "$SERVER_CPU" "${@:2}") >"$WORK/$1.out" 2>&1 &
-  PIDS+=($!)
-  eval "PID_$1=$!"
-}
 start nginx "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
 start esp "$ESPALIER" serve -c plain.toml
 start espauth "$ESPALIER" serve -c auth.toml
 for p in "$V" "$ESP" "$ESPAUTH" "$NG" "$NGAUTH"; do wait_port "$p"; done
 
-descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
-tier_pids() { local root; root=$(eval echo "\$PID_$1"); echo "$root"; descendants "$root"; }
 port_of() { case $1 in esp) echo "$ESP" ;; espauth) echo "$ESPAUTH" ;; ng) echo "$NG" ;; ngauth) echo "$NGAUTH" ;; esac; }
 pid_of() { case $1 in ng | ngauth) echo nginx ;; *) echo "$1" ;; esac; }
 

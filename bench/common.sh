@@ -101,6 +101,17 @@ bench_cleanup() {
 start_nginx() { local wrap=$1; shift; taskset -c "$SERVER_CPU" $wrap "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx" "$@" >"$WORK/nginx.out" 2>&1 & PIDS+=($!); wait_port "$NGINX_PORT"; }
 start_espalier() { (cd "$WORK" && exec taskset -c "$SERVER_CPU" $1 "$ESPALIER" serve -c espalier.toml) >"$WORK/espalier.out" 2>&1 & PIDS+=($!); wait_port "$ESP_PORT"; }
 
+# start NAME COMMAND… — COMMAND run in $WORK, in the background on $SERVER_CPU, its output in
+# $WORK/NAME.out; its pid joins PIDS and is PID_NAME. descendants PID — every process under
+# PID. tier_pids NAME — PID_NAME and every process under it (a server's whole tier).
+start() {
+  (cd "$WORK" && exec taskset -c "$SERVER_CPU" "${@:2}") >"$WORK/$1.out" 2>&1 &
+  PIDS+=($!)
+  eval "PID_$1=$!"
+}
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
+tier_pids() { local root; root=$(eval echo "\$PID_$1"); echo "$root"; descendants "$root"; }
+
 # stop_all — stops the processes in PIDS and waits for them.
 stop_all() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

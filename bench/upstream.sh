@@ -125,11 +125,6 @@ CONF
 }
 nginx_conf "$WORK/nginx/nginx.conf" "$NG" "$SNG" "$WORK/nginx/nginx.pid"
 
-start() { # name command… — in the background, on the server CPU
-  (cd "$WORK" && exec taskset -c "$SERVER_CPU" "${@:2}") >"$WORK/$1.out" 2>&1 &
-  PIDS+=($!)
-  eval "PID_$1=$!"
-}
 # The servers on the client's CPU: the proxies alone share theirs.
 (cd "$WORK" && exec taskset -c "$CLIENT_CPU" env PORT="$A" node server.js) >"$WORK/a.out" 2>&1 & PIDS+=($!)
 (cd "$WORK" && exec taskset -c "$CLIENT_CPU" env PORT="$B" node server.js) >"$WORK/b.out" 2>&1 & PIDS+=($!)
@@ -138,8 +133,6 @@ start nginx "$NGINX" -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
 for t in lt rr slt srr; do start "$t" "$ESPALIER" serve -c "$t.toml"; done
 for p in "$A" "$B" "$SLOW" "$NG" "$SNG" "$LT" "$RR" "$SLT" "$SRR"; do wait_port "$p"; done
 
-descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
-tier_pids() { local root; root=$(eval echo "\$PID_$1"); echo "$root"; descendants "$root"; }
 port_of() { case $1 in lt) echo "$LT" ;; rr) echo "$RR" ;; nginx) echo "$NG" ;; slt) echo "$SLT" ;; srr) echo "$SRR" ;; snginx) echo "$SNG" ;; esac; }
 pid_name() { case $1 in snginx) echo nginx ;; *) echo "$1" ;; esac; }
 

@@ -104,10 +104,23 @@ fn new_span_id() -> SpanId {
 }
 
 impl TraceCtx {
-    /// The `traceparent` its hop sends the app: this trace, the hop's span, its decision.
-    pub fn traceparent(&self) -> String {
-        let flags = if self.sampled { "01" } else { "00" };
-        format!("00-{}-{}-{flags}", self.trace_id, self.hop_span)
+    /// The `traceparent` its hop sends the app: this trace, the hop's span, its decision —
+    /// written into a fixed array (every lent request of a traced server carries one).
+    pub fn traceparent(&self) -> [u8; 55] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        let hex = |out: &mut [u8], bytes: &[u8]| {
+            for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+                pair[0] = HEX[usize::from(b >> 4)];
+                pair[1] = HEX[usize::from(b & 15)];
+            }
+        };
+        hex(&mut out[3..35], &self.trace_id.to_bytes());
+        hex(&mut out[36..52], &self.hop_span.to_bytes());
+        if self.sampled {
+            out[54] = b'1';
+        }
+        out
     }
 }
 
@@ -164,7 +177,8 @@ mod tests {
         assert_eq!(t.parent.unwrap().to_string(), "b7ad6b7169203331");
         assert!(t.sampled, "the parent's decision, over a share of 0");
         assert_eq!(t.state, "vendor=a");
-        let sent = t.traceparent();
+        let sent = String::from_utf8(t.traceparent().to_vec()).unwrap();
+        assert_eq!(sent, format!("00-{}-{}-01", t.trace_id, t.hop_span));
         assert!(
             sent.starts_with("00-0af7651916cd43dd8448eb211c80319c-"),
             "{sent}"
@@ -177,6 +191,7 @@ mod tests {
         let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
         let t = with_parent(unsampled, |r| Tracing::new(&spec(1.0, true)).begin(r));
         assert!(!t.sampled);
+        assert!(t.traceparent().ends_with(b"-00"));
     }
 
     #[test]

@@ -200,7 +200,7 @@ fn connection_params(params: &mut Vec<u8>, lent: &LentHead<'_>) {
 /// A traced request's hop, as the fields an app's OpenTelemetry SDK reads (`HTTP_*`).
 fn trace_params(params: &mut Vec<u8>, trace: Option<&crate::http::trace::TraceCtx>) {
     if let Some(trace) = trace {
-        pair(params, b"HTTP_TRACEPARENT", trace.traceparent().as_bytes());
+        pair(params, b"HTTP_TRACEPARENT", &trace.traceparent());
         if !trace.state.is_empty() {
             pair(params, b"HTTP_TRACESTATE", trace.state.as_bytes());
         }

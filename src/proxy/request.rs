@@ -201,7 +201,9 @@ impl ForwardRequest {
         }
         // The hop's trace: its span the app's spans hang under (the client's fields dropped).
         if let Some(trace) = lent.trace {
-            push_field(&mut head, "traceparent", &trace.traceparent());
+            head.extend_from_slice(b"traceparent: ");
+            head.extend_from_slice(&trace.traceparent());
+            head.extend_from_slice(b"\r\n");
             if !trace.state.is_empty() {
                 push_field(&mut head, "tracestate", &trace.state);
             }
