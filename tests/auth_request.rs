@@ -358,8 +358,8 @@ fn a_verifier_down_slow_or_failing_fails_closed() {
     assert_eq!(ask(addr, "GET /back", alice, "").status, 200);
     shop.server
         .wait_for_log("app pool took GET /back", Duration::from_secs(30));
-    shop.server
-        .wait_for_log("answers again", Duration::from_secs(30));
+    // ("answers again" is said by a thread that saw it fail: the one this request met may
+    // not have, with two threads.)
     let log = shop.server.log_text();
     for path in ["/broken/x", "/slow/x", "/submit", "/files/a.txt"] {
         assert!(
