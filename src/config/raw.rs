@@ -344,7 +344,7 @@ pub struct RawApp {
 /// A path's `auth = { htpasswd = "admin.htpasswd", realm = "Admin", cleartext = false }`, or
 /// its sign-in by another service: `auth = { request = "http://127.0.0.1:9091/verify",
 /// send = ["Cookie"], copy = ["X-User"], timeout = "5s", remember = "30s" }`.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
     pub htpasswd: Option<String>,

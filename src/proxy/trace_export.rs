@@ -12,6 +12,9 @@
 //! posts its own, as its access log writes its own buffer — nothing is shared between cores,
 //! and a request never waits for the collector: a full queue drops the span and counts it.
 
+use super::forward::{read_whole_head, HeadError};
+use super::upstream::Conn;
+use super::verify::read_answer;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -21,7 +24,7 @@ use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 /// Spans a thread holds at most while the collector is slow or away: past it, new ones are
@@ -36,9 +39,6 @@ const EVERY: Duration = Duration::from_secs(1);
 
 /// One batch's exchange with the collector, connection included.
 const POST_WITHIN: Duration = Duration::from_secs(5);
-
-/// The largest answer head taken from the collector.
-const MAX_ANSWER: usize = 16 << 10;
 
 /// A text attribute.
 pub fn text(key: &str, value: impl Into<String>) -> KeyValue {
@@ -128,7 +128,7 @@ impl Exporter {
     /// The thread's task: sends what is queued every second, or when a batch is full, until
     /// the thread ends.
     pub async fn run(self: Rc<Self>) {
-        let mut conn: Option<TcpStream> = None;
+        let mut conn: Option<Conn> = None;
         loop {
             let _ = tokio::time::timeout(EVERY, self.full.notified()).await;
             loop {
@@ -165,7 +165,7 @@ impl Exporter {
         }
     }
 
-    fn failed(&self, conn: &mut Option<TcpStream>, n: u64, cause: String) {
+    fn failed(&self, conn: &mut Option<Conn>, n: u64, cause: String) {
         *conn = None;
         let mut failing = self.failing.borrow_mut();
         if failing.as_deref() != Some(cause.as_str()) {
@@ -202,7 +202,7 @@ impl Exporter {
 
     /// Posts one batch on the kept connection (a new one when there is none, or when the
     /// kept one fails before any answer).
-    async fn post(&self, conn: &mut Option<TcpStream>, body: &[u8]) -> Result<(), String> {
+    async fn post(&self, conn: &mut Option<Conn>, body: &[u8]) -> Result<(), String> {
         let mut head = format!(
             "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n\r\n",
             self.path,
@@ -218,7 +218,7 @@ impl Exporter {
                     .await
                     .map_err(|e| format!("cannot be reached ({e})"))?;
                 let _ = c.set_nodelay(true);
-                *conn = Some(c);
+                *conn = Some(Conn::Tcp(c));
             }
             let Some(c) = conn.as_mut() else { continue };
             match exchange(c, &head).await {
@@ -240,51 +240,19 @@ impl Exporter {
     }
 }
 
-/// Writes a request and reads its answer whole: the status, and whether the connection
-/// may carry the next one.
-async fn exchange(conn: &mut TcpStream, request: &[u8]) -> Result<(u16, bool), String> {
+/// Writes a request and reads its answer whole (the forwarder's head reading, the
+/// verifier's answer reading): the status, and whether the connection may carry the next.
+async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<(u16, bool), String> {
     conn.write_all(request)
         .await
         .map_err(|e| format!("closed the connection ({e})"))?;
     let mut buf = Vec::with_capacity(1024);
-    let (head_len, status, length, closes) = loop {
-        let read = conn
-            .read_buf(&mut buf)
-            .await
-            .map_err(|e| format!("cut its answer short ({e})"))?;
-        if read == 0 {
-            return Err("closed the connection without answering".into());
+    let len = read_whole_head(conn, &mut buf).await.map_err(|e| match e {
+        HeadError::ClosedEarly => "closed the connection without answering".to_string(),
+        HeadError::Timeout | HeadError::Garbage => {
+            "answered a malformed or over-64-KiB head".to_string()
         }
-        let mut fields = [httparse::EMPTY_HEADER; 32];
-        let mut resp = httparse::Response::new(&mut fields);
-        match resp.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
-                let field = |name: &str| {
-                    (resp.headers.iter())
-                        .find(|h| h.name.eq_ignore_ascii_case(name))
-                        .map(|h| h.value)
-                };
-                let length = field("content-length")
-                    .and_then(|v| std::str::from_utf8(v).ok())
-                    .and_then(|v| v.trim().parse::<usize>().ok());
-                let chunked = field("transfer-encoding").is_some();
-                let closes = chunked
-                    || length.is_none()
-                    || field("connection").is_some_and(|v| v.eq_ignore_ascii_case(b"close"));
-                break (len, resp.code.unwrap_or(0), length.unwrap_or(0), closes);
-            }
-            Ok(httparse::Status::Partial) if buf.len() < MAX_ANSWER => {}
-            _ => return Err("answered a malformed or over-16-KiB head".into()),
-        }
-    };
-    // The answer's body (an OTLP partial-success message, small) is read and left.
-    if !closes {
-        while buf.len() < head_len + length {
-            if length > MAX_ANSWER || conn.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0
-            {
-                return Ok((status, false));
-            }
-        }
-    }
-    Ok((status, !closes && buf.len() == head_len + length))
+    })?;
+    let (answer, reusable) = read_answer(conn, buf, len).await?;
+    Ok((answer.status, reusable))
 }

@@ -56,11 +56,11 @@ pub struct Verifier {
     failing: RefCell<Option<String>>,
 }
 
-/// A verifier's answer, read whole.
-struct Answer {
-    status: u16,
-    fields: Vec<(String, Vec<u8>)>,
-    body: Vec<u8>,
+/// A small answer read whole: a verifier's, or the tracing collector's.
+pub(super) struct Answer {
+    pub status: u16,
+    pub fields: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
 }
 
 impl Verifier {
@@ -257,9 +257,11 @@ impl Verifier {
     }
 }
 
-/// The rest of an answer whose head is `buf[..len]`: its fields and body (bounded), and
-/// whether its connection may carry the next question.
-async fn read_answer(
+/// The rest of an answer whose head is `buf[..len]` (read by the forwarder's
+/// `read_whole_head`): its fields and body (at most 64 KiB), and whether its connection may
+/// carry the next request. espalier's own small exchanges share it: the verifier's and the
+/// tracing collector's.
+pub(super) async fn read_answer(
     conn: &mut super::upstream::Conn,
     mut buf: Vec<u8>,
     len: usize,
