@@ -24,11 +24,10 @@ impl Service for ThreadService {
         route: Route<ProxyTarget>,
     ) -> Route<ProxyTarget> {
         // The path the route chose: its verifier.
-        let ctx = match &route {
-            Route::Here(ctx) | Route::Lend(_, ctx) => Some(ctx),
-            Route::HandOff(_) => None,
-        };
-        let app = match ctx.map(|c| (c.site.and_then(|id| self.site(id)), &c.decided)) {
+        let app = match route
+            .ctx()
+            .map(|c| (c.site.and_then(|id| self.site(id)), &c.decided))
+        {
             Some((Some(s), crate::http::service::Decided::App { app, .. })) => s.apps.get(*app),
             _ => None,
         };

@@ -129,12 +129,17 @@ impl<T> Route<T> {
         }
     }
 
-    /// The verifier its path asks before it goes on (see [`super::ask`]), still to be asked.
-    pub fn asks(&self) -> Option<&Rc<crate::routing::auth_request::AuthRequestSpec>> {
+    /// Its context, where it has one (not a connection handed off).
+    pub fn ctx(&self) -> Option<&RequestCtx> {
         match self {
-            Route::Here(ctx) | Route::Lend(_, ctx) => ctx.ask.as_ref(),
+            Route::Here(ctx) | Route::Lend(_, ctx) => Some(ctx),
             Route::HandOff(_) => None,
         }
+    }
+
+    /// The verifier its path asks before it goes on (see [`super::ask`]), still to be asked.
+    pub fn asks(&self) -> Option<&Rc<crate::routing::auth_request::AuthRequestSpec>> {
+        self.ctx()?.ask.as_ref()
     }
 }
 
