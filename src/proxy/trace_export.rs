@@ -256,3 +256,28 @@ async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<(u16, bool), String
     let (answer, reusable) = read_answer(conn, buf, len).await?;
     Ok((answer.status, reusable))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_of_spans_is_held_to_the_bound_and_the_rest_counted() {
+        // A client may ask for sampling (a trusted `traceparent` with its flag set) on every
+        // request: what a thread holds stays bounded however fast they come.
+        let spec = crate::config::tracing::TracingSpec {
+            collector: "127.0.0.1:9".parse().unwrap(),
+            host: "127.0.0.1:9".into(),
+            path: "/v1/traces".into(),
+            sample: 1.0,
+            trust_incoming: true,
+            service_name: "espalier".into(),
+        };
+        let exporter = Exporter::new(&spec, Vec::new(), "test".into());
+        for _ in 0..MAX_QUEUED + 904 {
+            exporter.record(Span::default());
+        }
+        assert_eq!(exporter.queued.borrow().len(), MAX_QUEUED);
+        assert_eq!(exporter.dropped.get(), 904);
+    }
+}
