@@ -451,4 +451,11 @@ fn check_refuses_what_cannot_ask() {
         let err = check_refuses(dir.path(), &site(auth));
         assert!(err.contains(says), "{auth}: {err}");
     }
+    // A site's `auth` that every path overrides acts on nothing.
+    let overridden = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\nroot = \".\"\nauth = { request = \"http://127.0.0.1:9/site\" }\n[[site.app]]\npath = \"/\"\nauth = { request = \"http://127.0.0.1:9/path\" }\n";
+    let err = check_refuses(dir.path(), &overridden);
+    assert!(
+        err.contains("key `site[0].auth`") && err.contains("says its own"),
+        "{err}"
+    );
 }

@@ -88,13 +88,14 @@ impl Validator {
             };
             self.err(&[Seg::Key("site"), Seg::Index(i)], format!("site `{name}` serves nothing: it has no root and no [[site.app]]; add root = \"www\" (a folder of files), or a [[site.app]] with path = \"/\" and {what}"));
         }
-        // The site's `auth`, checked once, is its paths' unless they say their own.
+        // The site's `auth`, checked once, is its paths' unless they say their own; where
+        // every path says its own, it would act on nothing.
+        let site_auth_at = [Seg::Key("site"), Seg::Index(i), Seg::Key("auth")];
+        if raw.auth.is_some() && raw_apps.iter().all(|a| a.auth.is_some()) {
+            self.err(&site_auth_at, "is every path's that says no `auth` of its own, and each of this site's paths says its own; remove it, or the paths' own");
+        }
         let site_auth = match raw.auth {
-            Some(a) => self.auth(
-                &[Seg::Key("site"), Seg::Index(i), Seg::Key("auth")],
-                a,
-                base,
-            ),
+            Some(a) => self.auth(&site_auth_at, a, base),
             None => Default::default(),
         };
         for (k, ra) in raw_apps.into_iter().enumerate() {
