@@ -447,13 +447,17 @@ fn check_refuses_what_cannot_ask() {
             r#"{ upstream = "127.0.0.1:9", request = "http://x/v" }"#,
             "write the verifier's path alone",
         ),
+        (
+            r#"{ request = "http://127.0.0.1:9/v", copy = ["X-User"] }"#,
+            "espalier answers this path itself",
+        ),
     ] {
         let err = check_refuses(dir.path(), &site(auth));
         assert!(err.contains(says), "{auth}: {err}");
     }
     // A site's `auth` that every path overrides acts on nothing.
     let overridden = "[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:1\"]\nroot = \".\"\nauth = { request = \"http://127.0.0.1:9/site\" }\n[[site.app]]\npath = \"/\"\nauth = { request = \"http://127.0.0.1:9/path\" }\n";
-    let err = check_refuses(dir.path(), &overridden);
+    let err = check_refuses(dir.path(), overridden);
     assert!(
         err.contains("key `site[0].auth`") && err.contains("says its own"),
         "{err}"

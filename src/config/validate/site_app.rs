@@ -202,7 +202,17 @@ impl Validator {
         let access = self.access_list(&app_at, ra.allow, ra.deny);
         // A path's own `auth`, or its site's.
         let auth = match ra.auth {
-            Some(a) => self.auth(&at_key("auth"), a, base),
+            Some(a) => {
+                let auth = self.auth(&at_key("auth"), a, base);
+                // Fields copied for an app where espalier answers: nobody to pass them to.
+                let copies = auth.request.as_ref().is_some_and(|r| !r.copy.is_empty());
+                if copies && handler != HandlerKind::Proxy {
+                    let mut key = at_key("auth").to_vec();
+                    key.push(Seg::Key("copy"));
+                    self.err(&key, "names fields for the app, and espalier answers this path itself; remove `copy` (the verifier still decides)");
+                }
+                auth
+            }
             None => site_auth.clone(),
         };
         let max_body_size = ra
