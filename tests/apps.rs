@@ -262,7 +262,7 @@ fn reload_with_a_changed_environment_replaces_the_app_processes() {
         r#"
 [[pool]]
 name = "wsgi"
-command = ["gunicorn", "--workers", "1", "app:app"]
+command = ["gunicorn", "--workers", "1", "--graceful-timeout", "2", "app:app"]
 directory = "wsgi"
 transport = "activation"
 health = "/healthz"
@@ -291,9 +291,10 @@ pool = "wsgi"
         },
     );
     assert_eq!(get(app.addr, "/", "").status, 200);
-    // gunicorn stops gracefully on SIGTERM, within its graceful_timeout (30 s): its worker may
-    // sit in accept() on the (blocking, as systemd passes them) socket after the new process
-    // won a connection it was woken for, until the next one comes or that timeout.
+    // gunicorn stops gracefully on SIGTERM, within its graceful_timeout (2 s here, 30 s by
+    // default): its worker may sit in accept() on the (blocking, as systemd passes them)
+    // socket after the new process won a connection it was woken for, until the next one
+    // comes or that timeout.
     app.server
         .wait_until("the old app is gone", Duration::from_secs(90), |_| {
             !pid_alive(before)

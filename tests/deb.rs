@@ -2,10 +2,14 @@
 //! default config served by the packaged binary — one worker per node, as www-data, the
 //! welcome page, the access log. Installs cargo-deb from crates.io when it is missing.
 //!
-//! Packaged from the dev profile (`--profile dev`, the build the suite has already made), not
-//! the release one users get: what this checks is the packaging — its files, unit, config
-//! and user — which the profile does not change, and a release build from cold (fat LTO,
-//! one codegen unit) took a third of the CI's fifteen minutes on two cores.
+//! Packaged from the dev profile (`--profile dev`), not the release one users get: what this
+//! checks is the packaging — its files, unit, config and user — which the profile does not
+//! change, and a release build from cold (fat LTO, one codegen unit) took a third of the CI's
+//! fifteen minutes on two cores. It packages the binary `cargo test` has already built
+//! (`--no-build`): a `cargo build` from here compiles the whole crate again (a test build
+//! resolves its dependencies' features with the dev-dependencies', a plain build without),
+//! which made this the suite's longest test (199 s, 75 of them compiling). `--fast`: the
+//! package is read once, by this test.
 
 use crate::common;
 
@@ -54,7 +58,15 @@ fn the_package_installs_a_server_that_serves_its_default_site() {
     let out = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let printed = run(Command::new("cargo")
-        .args(["deb", "--profile", "dev", "--quiet", "-o"])
+        .args([
+            "deb",
+            "--profile",
+            "dev",
+            "--no-build",
+            "--fast",
+            "--quiet",
+            "-o",
+        ])
         .arg(out.path())
         .current_dir(root));
     let deb = out.path().join(

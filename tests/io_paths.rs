@@ -52,6 +52,15 @@ const NOT_AGAIN: &[&str] = &[
     "scale::",
     // Debian's WordPress and MariaDB: an app's own I/O, served by paths the rest covers.
     "wordpress::",
+    // Pure logic under random input (the config loader, the sysfs reader, the planner): no
+    // server is started.
+    "robustness::",
+    // What the TLS configuration offers (protocols, suites, renegotiation, …), probed by
+    // testssl.sh with hundreds of handshakes: rustls's settings, not how the bytes travel.
+    "tls::testssl_",
+    // How the HTTP/1.1 codec frames ambiguous requests against nginx: each case is one
+    // write of a whole request and its probe; the codec reads the same bytes on either path.
+    "differential::",
     // Spans made from the log entry both paths give alike, posted on the thread's own tokio
     // socket to the collector; a traced request's way is every request's.
     "tracing::",

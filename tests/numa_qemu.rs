@@ -8,8 +8,11 @@ use std::process::Command;
 #[test]
 fn placement_on_an_emulated_four_node_machine() {
     let root = env!("CARGO_MANIFEST_DIR");
+    // The guest runs the espalier this `cargo test` built (run.sh copies it in with its
+    // libraries) rather than a static build of its own: a second build of the crate.
     let out = Command::new("bash")
         .arg("tests/qemu/run.sh")
+        .env("ESPALIER_GUEST_BIN", env!("CARGO_BIN_EXE_espalier"))
         .current_dir(root)
         .output()
         .expect("bash runs the harness");
