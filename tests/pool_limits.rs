@@ -139,6 +139,18 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
         get_host(addr, "calm.test", "/spawn?100").text(),
         "ok spawned 100\n"
     );
+    // Killed again soon after its start: the pause before the next start doubles.
+    let second = app_pid(&server, "hog").expect("hog's app runs");
+    let mut c = Conn::open(addr);
+    c.send(b"POST /alloc?400 HTTP/1.1\r\nHost: hog.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let _ = c.read_response(false);
+    server.wait_for_log(
+        "(2 such kill(s) so far); restarting it in 2s (not counted as a crash; 2 kills in a row)",
+        Duration::from_secs(30),
+    );
+    server.wait_until("hog's app started again", Duration::from_secs(30), |s| {
+        app_pid(s, "hog").is_some_and(|pid| pid != second)
+    });
     drop(server);
 }
 

@@ -34,6 +34,31 @@ pub fn restart_delay(uptime: Option<Duration>, young_deaths: u32) -> (Duration, 
     }
 }
 
+/// The pause before starting again a process the kernel's OOM killer killed at its pool's
+/// `memory_limit`, the first time in a row…
+pub const OOM_FIRST_PAUSE: Duration = Duration::from_secs(1);
+/// … doubled at each kill in a row, up to this: an app that outgrows its limit at every
+/// start would otherwise spend a CPU on starting, filling its memory and being reclaimed, at
+/// its neighbours' cost (bench/noisy.sh), as systemd's `RestartSteps` spaces a failing unit.
+pub const OOM_MAX_PAUSE: Duration = Duration::from_secs(30);
+/// A process that ran this long before its OOM kill was not killed at its start: the streak
+/// of kills in a row begins again.
+pub const OOM_STEADY_UPTIME: Duration = Duration::from_secs(60);
+
+/// The pause before restarting a process OOM-killed after `uptime`, given the kills in a row
+/// before it. Returns (pause, new count of kills in a row).
+pub fn oom_restart_pause(uptime: Duration, kills_in_a_row: u32) -> (Duration, u32) {
+    let n = if uptime >= OOM_STEADY_UPTIME {
+        1
+    } else {
+        kills_in_a_row + 1
+    };
+    let pause = OOM_FIRST_PAUSE
+        .saturating_mul(1 << (n - 1).min(16))
+        .min(OOM_MAX_PAUSE);
+    (pause, n)
+}
+
 /// Records a crash at `now` and says whether rapid-fail protection stops the pool (IIS: more
 /// than `max_crashes - 1` crashes within `interval`; the `max_crashes`-th stops it).
 pub fn record_crash(history: &mut VecDeque<Instant>, now: Instant, rf: &RapidFail) -> bool {
@@ -99,6 +124,20 @@ pub fn crossed(schedule: &[u32], before: u32, now: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oom_pauses_double_for_kills_in_a_row_and_begin_again_after_a_steady_run() {
+        let short = Duration::from_secs(2);
+        assert_eq!(oom_restart_pause(short, 0), (Duration::from_secs(1), 1));
+        assert_eq!(oom_restart_pause(short, 1), (Duration::from_secs(2), 2));
+        assert_eq!(oom_restart_pause(short, 3), (Duration::from_secs(8), 4));
+        assert_eq!(oom_restart_pause(short, 5), (OOM_MAX_PAUSE, 6));
+        assert_eq!(oom_restart_pause(short, u32::MAX - 1).0, OOM_MAX_PAUSE);
+        assert_eq!(
+            oom_restart_pause(OOM_STEADY_UPTIME, 9),
+            (OOM_FIRST_PAUSE, 1)
+        );
+    }
 
     #[test]
     fn backoff_grows_for_young_deaths_and_resets_for_healthy_ones() {

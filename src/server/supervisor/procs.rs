@@ -199,6 +199,8 @@ pub(super) struct Slot {
     /// When it starts its next process.
     pub(super) restart: Restart,
     pub(super) young_deaths: u32,
+    /// Its processes OOM-killed in a row, each soon after its start (see `oom_killed`).
+    pub(super) oom_kills_in_a_row: u32,
     pub(super) restarts: u32,
     pub(super) recycles: u32,
     pub(super) last_exit: Option<String>,
@@ -262,6 +264,7 @@ impl Slot {
             draining: Vec::new(),
             restart: Restart::No,
             young_deaths: 0,
+            oom_kills_in_a_row: 0,
             restarts: 0,
             recycles: 0,
             last_exit: None,

@@ -338,7 +338,7 @@ impl Supervisor {
             let pool = &mut self.pools[slot.pool];
             // Killed at the pool's memory_limit: its own kind of exit (see `oom_killed`).
             let stopping = proc_.life.is_stopping();
-            if oom_killed(pool, slot, (what, &name, pid), stopping, now) {
+            if oom_killed(pool, slot, (what, &name, pid, proc_.started), stopping, now) {
                 continue;
             }
             if !proc_.life.is_stopping() {
@@ -534,18 +534,16 @@ fn app_exited(proc_: &Proc, app: &AppProc, name: &str, until: Instant) {
     }
 }
 
-/// How long after an OOM kill at its pool's `memory_limit` a process is started again: a
-/// pause, so that an app killed at every start does not spin (such kills are not crashes).
-const OOM_RESTART_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Whether the process that just exited was killed by the kernel's OOM killer at its pool's
 /// `memory_limit` (the group's count grew): said as such — its status alone says SIGKILL —
 /// counted, and, unless it or its pool was stopping, started again after a pause without
-/// counting as a crash for rapid-fail (`true`: its exit is dealt with).
+/// counting as a crash for rapid-fail (`true`: its exit is dealt with). The pause doubles
+/// for each kill in a row (`lifecycle::oom_restart_pause`), so that an app killed at every
+/// start does not spin.
 fn oom_killed(
     pool: &mut PoolRt,
     slot: &mut Slot,
-    (what, name, pid): (&str, &str, u32),
+    (what, name, pid, started): (&str, &str, u32, Instant),
     stopping: bool,
     now: Instant,
 ) -> bool {
@@ -556,10 +554,22 @@ fn oom_killed(
     pool.oom_kills = n;
     let limit = pool.spec.memory_limit.unwrap_or_default() >> 20;
     let stays = stopping || pool.stopped.is_some();
+    let (pause, in_a_row) = crate::server::lifecycle::oom_restart_pause(
+        now.duration_since(started),
+        slot.oom_kills_in_a_row,
+    );
     let then = if stays {
-        ""
+        String::new()
     } else {
-        "; restarting it in 1s (not counted as a crash)"
+        format!(
+            "; restarting it in {}s (not counted as a crash{})",
+            pause.as_secs(),
+            if in_a_row > 1 {
+                format!("; {in_a_row} kills in a row")
+            } else {
+                String::new()
+            }
+        )
     };
     log("master", format!("{what} {name} (pid {pid}) was killed by the kernel's OOM killer: pool {} reached its memory_limit of {limit} MiB ({n} such kill(s) so far){then}", pool.spec.name));
     if stays {
@@ -567,6 +577,7 @@ fn oom_killed(
     }
     slot.restarts += 1;
     slot.last_exit = Some(format!("killed at memory_limit ({limit} MiB)"));
-    slot.restart = Restart::At(now + OOM_RESTART_PAUSE);
+    slot.oom_kills_in_a_row = in_a_row;
+    slot.restart = Restart::At(now + pause);
     true
 }
