@@ -12,13 +12,13 @@
 # /tmp and its page cache are charged to its memory too), and p99 against the
 # quiet run (the issue's goal: within 1.5×, 0 errors), and whether the master and the other
 # pools' apps kept their pids.
-#   bench/noisy.sh                 # DURATION=10 RATE=200 (requests/s over tenants 2–4)
+#   bench/noisy.sh                 # DURATION=20 RATE=200 (requests/s over tenants 2–4)
 #   CPU_LIMIT=50% bench/noisy.sh   # each tenant's CPU capped as well
 #   ESPALIER_BIN=/path/to/espalier bench/noisy.sh
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-DURATION=${DURATION:-10}
+DURATION=${DURATION:-20}
 RATE=${RATE:-200}
 # CPU_LIMIT=50% caps each tenant's CPU too (the one resource the other limits leave shared).
 CPU_LIMIT=${CPU_LIMIT:-}
