@@ -433,9 +433,9 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let mut texts = vec![(main.clone(), text)];
     for path in included(&main, &base, &includes.include.unwrap_or_default())? {
-        let text = std::fs::read_to_string(&path)
+        let (text, _) = super::file_memo::read(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        texts.push((path, text));
+        texts.push((path, text.to_string()));
     }
     Ok(version_of(texts))
 }
@@ -465,7 +465,8 @@ fn missing(part: &Part) -> Refusal {
 /// A file read, not yet parsed (the main file: parsed, its errors said). An included file
 /// that is not TOML reads as empty: it is not this edit's to mend, and `check` names it.
 fn read_file(path: &Path, parse_now: bool) -> Result<File, String> {
-    let text = std::fs::read_to_string(path)
+    let text = super::file_memo::read(path)
+        .map(|(text, _)| text.to_string())
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let parsed = std::cell::OnceCell::new();
     if parse_now {

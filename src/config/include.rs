@@ -2,8 +2,9 @@
 //! patterns (relative to its folder); each file they match adds its `[[pool]]`s and
 //! `[[site]]`s, in the order of the patterns, then of the file names.
 //!
-//! Owns: finding and reading the included files, and remembering where each pool and site
-//! was written, so that an error names the included file, its line and its key there.
+//! Owns: finding and reading the included files (through `file_memo`, which keeps the ones
+//! unchanged since), and remembering where each pool and site was written, so that an error
+//! names the included file, its line and its key there.
 //! Must not touch: what the pools and sites mean (that is `validate`).
 //!
 //! An included file holds pools and sites only: `[server]` and `include` belong to the main
@@ -52,8 +53,10 @@ pub(super) fn gather(
     };
     let patterns = main.include.take().unwrap_or_default();
     let mut errors = Vec::new();
-    let mut seen: std::collections::HashSet<PathBuf> =
-        std::fs::canonicalize(main_path).into_iter().collect();
+    // Each file once, by its inode (or its path, for a file an overlay makes).
+    let main_node = std::fs::metadata(main_path).map(|m| super::file_memo::Stamp::of(&m).node);
+    let mut seen = std::collections::HashSet::new();
+    let mut read = std::collections::HashSet::new();
     for (k, pattern) in patterns.iter().enumerate() {
         let at = |message: String| ConfigError {
             file: g.sources[0].file.clone(),
@@ -72,12 +75,13 @@ pub(super) fn gather(
         };
         for path in files {
             // A file two patterns match is read once; the main file never again.
-            let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-            if !seen.insert(canonical) {
+            if !read.insert(path.clone()) {
                 continue;
             }
             match read_one(&path, overlay) {
-                Ok((raw, source)) => {
+                Ok((_, _, Some(node))) if main_node.as_ref().ok() == Some(&node) => {}
+                Ok((_, _, Some(node))) if !seen.insert(node) => {}
+                Ok((raw, source, _)) => {
                     let file = g.sources.len();
                     g.pool_origin.extend(origins(file, raw.pool.len()));
                     g.site_origin.extend(origins(file, raw.site.len()));
@@ -89,6 +93,7 @@ pub(super) fn gather(
             }
         }
     }
+    super::file_memo::keep_only(base, &read);
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
@@ -128,18 +133,29 @@ pub(super) fn matching_files(
         require_literal_leading_dot: true,
         ..glob::MatchOptions::new()
     };
-    let paths = glob::glob_with(text, options).map_err(|e| {
+    let bad = |e: glob::PatternError| {
         format!("`{pattern}` is not a file pattern ({e}); write it like \"sites.d/*.toml\"")
-    })?;
-    let mut files = Vec::new();
-    for p in paths {
-        let p = p.map_err(|e| format!("cannot read {} ({})", e.path().display(), e.error()))?;
-        // Editors' and package managers' leftovers (`a.toml~`, `.a.toml.swp`) are not
-        // matched by `*.toml`; folders never are files to read.
-        if p.is_file() && !matches!(overlay.get(&p), Some(None)) {
-            files.push(p);
+    };
+    // Editors' and package managers' leftovers (`a.toml~`, `.a.toml.swp`) are not matched
+    // by `*.toml`; folders never are files to read.
+    let mut files = match in_one_folder(&full) {
+        Some((folder, name)) => {
+            let name = glob::Pattern::new(name).map_err(bad)?;
+            files_in(folder, &name, options)?
         }
-    }
+        None => {
+            let mut files = Vec::new();
+            for p in glob::glob_with(text, options).map_err(bad)? {
+                let p =
+                    p.map_err(|e| format!("cannot read {} ({})", e.path().display(), e.error()))?;
+                if p.is_file() {
+                    files.push(p);
+                }
+            }
+            files
+        }
+    };
+    files.retain(|p| !matches!(overlay.get(p), Some(None)));
     if let Ok(matcher) = glob::Pattern::new(text) {
         let made = overlay
             .iter()
@@ -154,19 +170,79 @@ pub(super) fn matching_files(
     Ok(files)
 }
 
+/// The folder and file-name pattern of `full` when only its last part has wildcards
+/// (`sites.d/*.toml`, a hoster's usual pattern).
+fn in_one_folder(full: &Path) -> Option<(&Path, &str)> {
+    let folder = full.parent()?;
+    let name = full.file_name()?.to_str()?;
+    let wild = |t: &str| t.contains(['*', '?', '[']);
+    // `**` (any depth) is glob's to follow.
+    (!wild(&folder.to_string_lossy()) && !name.contains("**")).then_some((folder, name))
+}
+
+/// The files of `folder` whose names `name` matches: the folder's listing says which are
+/// files (its entries' types), so that 10,000 sites' files are not each looked up again as
+/// `glob` does (a symbolic link is followed, to what it names). A folder that is not there
+/// matches nothing, as `glob` says.
+fn files_in(
+    folder: &Path,
+    name: &glob::Pattern,
+    options: glob::MatchOptions,
+) -> Result<Vec<PathBuf>, String> {
+    let entries = match std::fs::read_dir(folder) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot read {} ({e})", folder.display())),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {} ({e})", folder.display()))?;
+        let file_name = entry.file_name();
+        let Some(text) = file_name.to_str() else {
+            continue;
+        };
+        if !name.matches_with(text, options) {
+            continue;
+        }
+        let path = entry.path();
+        let is_file = match entry.file_type() {
+            Ok(t) if t.is_symlink() => path.is_file(),
+            Ok(t) => t.is_file(),
+            Err(_) => path.is_file(),
+        };
+        if is_file {
+            files.push(path);
+        }
+    }
+    Ok(files)
+}
+
 /// One included file, parsed; `[server]` or `include` there is an error naming it.
-fn read_one(path: &Path, overlay: &Overlay) -> Result<(RawConfig, Source), ConfigError> {
+/// Also the file itself (device and inode), when it is on disk: two paths to one file are
+/// read once.
+fn read_one(
+    path: &Path,
+    overlay: &Overlay,
+) -> Result<(RawConfig, Source, Option<super::file_memo::Node>), ConfigError> {
     let file = path.display().to_string();
-    let stands_in = overlay.get(path).cloned().flatten();
-    let text = stands_in
-        .map_or_else(|| std::fs::read_to_string(path), Ok)
-        .map_err(|e| ConfigError {
-            file: file.clone(),
-            line: None,
-            key: String::new(),
-            message: format!("cannot read the included file: {e}"),
-        })?;
+    let (text, node): (std::sync::Arc<str>, _) = match overlay.get(path) {
+        Some(Some(text)) => (text.as_str().into(), None),
+        _ => super::file_memo::read(path)
+            .map(|(text, stamp)| (text, Some(stamp.node)))
+            .map_err(|e| ConfigError {
+                file: file.clone(),
+                line: None,
+                key: String::new(),
+                message: format!("cannot read the included file: {e}"),
+            })?,
+    };
     let locator = Locator::new(&text);
+    // The tables of a text read before (and found valid) are the same tables: cloned, not
+    // parsed again.
+    if let Some(raw) = super::file_memo::parsed(path, &text) {
+        return Ok((raw, Source { file, locator }, node));
+    }
     let raw: RawConfig =
         toml::from_str(&text).map_err(|e| syntax_error(&file, &text, &locator, &e))?;
     for (key, present) in [
@@ -183,5 +259,6 @@ fn read_one(path: &Path, overlay: &Overlay) -> Result<(RawConfig, Source), Confi
             });
         }
     }
-    Ok((raw, Source { file, locator }))
+    super::file_memo::keep_parsed(path, &text, &raw);
+    Ok((raw, Source { file, locator }, node))
 }

@@ -16,7 +16,8 @@
 //! typed settings), [`upstream`] (an upstream group's), `raw` (the TOML as written, untyped), `validate` (raw → typed,
 //! collecting every error), `error` (the one-line errors), `parse` (small grammars: bindings,
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
-//! each pool and site remembering its file), [`chain`] (the site features' processing
+//! each pool and site remembering its file), `file_memo` (the files read before, kept while
+//! unchanged), [`chain`] (the site features' processing
 //! order, and which keys each step reads), [`isolation`] (a pool's view of the filesystem),
 //! [`document`] (the files as the configuration API reads and edits them), [`tracing`]
 //! (`[server.tracing]`).
@@ -26,6 +27,7 @@ mod acme_settings;
 pub mod chain;
 pub mod document;
 mod error;
+mod file_memo;
 mod include;
 pub mod isolation;
 mod locate;

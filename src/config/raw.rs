@@ -17,7 +17,7 @@ pub enum Scalar {
     Bool(bool),
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub server: Option<RawServer>,
@@ -32,7 +32,7 @@ pub struct RawConfig {
 }
 
 /// `[[upstream]]`: servers espalier did not start.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawUpstream {
     pub name: Option<String>,
@@ -53,7 +53,7 @@ pub struct RawUpstream {
 }
 
 /// `[server.acme]`: certificates ordered from an ACME directory into the store.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAcme {
     pub directory: Option<String>,
@@ -71,7 +71,7 @@ pub struct RawAcme {
 }
 
 /// `[server.acme.dns]`: DNS-01, answered by espalier's own DNS server or by RFC 2136 updates.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAcmeDns {
     pub listen: Option<String>,
@@ -83,7 +83,7 @@ pub struct RawAcmeDns {
 }
 
 /// `[upstream.tls]`: how `https://` servers are verified.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawUpstreamTls {
     pub ca: Option<String>,
@@ -94,7 +94,7 @@ pub struct RawUpstreamTls {
 }
 
 /// `[upstream.health]`: the active check.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawHealthCheck {
     pub path: Option<String>,
@@ -111,7 +111,7 @@ pub struct RawHealthCheck {
 }
 
 /// `[upstream.passive]`: failures seen in traffic.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPassiveCheck {
     pub failures: Option<i64>,
@@ -119,7 +119,7 @@ pub struct RawPassiveCheck {
     pub on_5xx: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawServer {
     pub admin: Option<String>,
@@ -146,7 +146,7 @@ pub struct RawServer {
 
 /// `[server.tracing]`: `otlp = "http://127.0.0.1:4318"`, `sample = 0.01`,
 /// `trust_incoming = true`, `service_name = "espalier"`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTracing {
     pub otlp: Option<String>,
@@ -168,7 +168,7 @@ pub const LIMIT_KEYS: [&str; 8] = [
     "max_connections",
 ];
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimits {
     pub max_request_line: Option<Scalar>,
@@ -181,7 +181,7 @@ pub struct RawLimits {
     pub max_connections: Option<i64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawPool {
     pub name: Option<String>,
@@ -229,7 +229,7 @@ pub struct RawPool {
 }
 
 /// `[pool.isolation]`: the filesystem an app's processes see.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIsolation {
     pub tmp: Option<String>,
@@ -241,7 +241,7 @@ pub struct RawIsolation {
     pub network: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRecycle {
     pub requests: Option<i64>,
@@ -251,7 +251,7 @@ pub struct RawRecycle {
     pub overlap: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRapidFail {
     pub enabled: Option<bool>,
@@ -259,7 +259,7 @@ pub struct RawRapidFail {
     pub interval: Option<Scalar>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSite {
     pub name: Option<String>,
@@ -304,7 +304,7 @@ pub struct RawSite {
 }
 
 /// `[[site.rule]]`: a match and one action.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRule {
     #[serde(rename = "match")]
@@ -320,7 +320,7 @@ pub struct RawRule {
     pub query: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawApp {
     pub path: Option<String>,
@@ -344,7 +344,7 @@ pub struct RawApp {
 /// A path's `auth = { htpasswd = "admin.htpasswd", realm = "Admin", cleartext = false }`, or
 /// its sign-in by another service: `auth = { request = "http://127.0.0.1:9091/verify",
 /// send = ["Cookie"], copy = ["X-User"], timeout = "5s", remember = "30s" }`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAuth {
     pub htpasswd: Option<String>,
@@ -358,7 +358,7 @@ pub struct RawAuth {
     pub remember: Option<Scalar>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTls {
     pub cert: Option<String>,
@@ -366,7 +366,7 @@ pub struct RawTls {
     pub ocsp: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAccessLog {
     pub path: Option<String>,
@@ -374,7 +374,7 @@ pub struct RawAccessLog {
 }
 
 /// A site's `limit = { rate = "50/s", burst = 100, concurrent = 20, action = 429 }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawLimit {
     pub rate: Option<String>,
@@ -384,7 +384,7 @@ pub struct RawLimit {
 }
 
 /// A site's `client_certs = { ca = "clients-ca.pem", mode = "required" }`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawClientCerts {
     pub ca: Option<String>,

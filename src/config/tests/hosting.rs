@@ -38,6 +38,50 @@ fn warmup_paths_are_url_paths_of_an_http_app() {
     assert_eq!(c.pools[0].app.as_ref().unwrap().warmup, ["/", "/catalog"]);
 }
 
+/// An included file kept from the last load (`file_memo`) gives the same pools and sites
+/// without being read or parsed again, until it changes; one refused is refused again.
+#[test]
+fn kept_included_files_are_used_until_they_change_and_refusals_are_never_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("espalier.toml");
+    std::fs::create_dir(dir.path().join("sites.d")).unwrap();
+    let file = dir.path().join("sites.d/a.toml");
+    let site = |root: &str| {
+        format!("[[pool]]\nname = \"a\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:8080:a.test\"]\nroot = \"{root}\"\n[[site.app]]\npool = \"a\"\n")
+    };
+    for root in ["one", "two"] {
+        std::fs::create_dir(dir.path().join(root)).unwrap();
+    }
+    std::fs::write(&file, site("one")).unwrap();
+    std::fs::write(&main, "include = [\"sites.d/*.toml\"]\n").unwrap();
+    let topo = fixture("dl980");
+    let root = |c: &Config| c.sites[0].root.clone();
+    super::file_memo::keep_now(&file);
+    let first = Config::load(&main, &topo).unwrap();
+    assert_eq!(root(&first), Some(dir.path().join("one")));
+    // Kept: loaded again from what was kept, the same.
+    let again = Config::load(&main, &topo).unwrap();
+    assert_eq!(root(&again), root(&first));
+    assert_eq!(again.sites.len(), 1);
+    // Changed on disk: read again.
+    std::fs::write(&file, site("two")).unwrap();
+    super::file_memo::keep_now(&file);
+    assert_eq!(
+        root(&Config::load(&main, &topo).unwrap()),
+        Some(dir.path().join("two"))
+    );
+    // A file refused is refused at every load, kept text or not.
+    std::fs::write(&file, "[server]\nbacklog = 5\n").unwrap();
+    super::file_memo::keep_now(&file);
+    for _ in 0..2 {
+        let e = Config::load(&main, &topo).unwrap_err().to_string();
+        assert!(
+            e.contains("a.toml:1: key `server`: an included file holds"),
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn included_files_add_pools_and_sites_and_their_errors_name_them() {
     let dir = tempfile::tempdir().unwrap();

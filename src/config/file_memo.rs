@@ -1,0 +1,172 @@
+//! The config files read before, kept in the process: a hoster's 10,000 included files are
+//! read and parsed again at every change through the configuration API and every reload,
+//! though one of them changed. A file whose metadata is as it was when it was read (device,
+//! inode, size, modification and change times) is not read again, and its parsed tables are
+//! cloned rather than parsed again (#57: one site changed at 10,000 sites).
+//!
+//! A file changed twice within the file system's clock tick keeps its times and may keep its
+//! size, so a text read within [`SETTLED`] of its last change is used but not kept: it is read
+//! again next time, until its change is older than that (git's "racy" index entries, the
+//! same rule).
+//!
+//! Owns: the kept texts and tables, and when they may be used. Must not touch: what the
+//! tables mean (`validate`), or which files are read (`include`, `document`).
+
+use super::raw::{RawConfig, RawPool, RawSite};
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+/// How long after its last change a file's text is kept: longer than any file system's
+/// timestamp granularity (ext4 and XFS: a clock tick; FAT: 2 s).
+const SETTLED: Duration = Duration::from_secs(3);
+
+/// A file itself, whatever path names it: its device and inode.
+pub(super) type Node = (u64, u64);
+
+/// What a file's metadata says of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Stamp {
+    /// The file itself (device and inode): two paths to it are one file.
+    pub node: Node,
+    len: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+impl Stamp {
+    pub(super) fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            node: (meta.dev(), meta.ino()),
+            len: meta.len(),
+            modified: (meta.mtime(), meta.mtime_nsec()),
+            changed: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether its last change is older than [`SETTLED`] at `now`.
+    fn settled(&self, now: SystemTime) -> bool {
+        let (secs, nanos) = self.changed;
+        let changed = u64::try_from(secs)
+            .ok()
+            .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s, u32::try_from(nanos).unwrap_or(0)));
+        changed.is_some_and(|c| now.duration_since(c).is_ok_and(|age| age >= SETTLED))
+    }
+}
+
+struct Kept {
+    stamp: Stamp,
+    text: Arc<str>,
+    /// Its pools and sites, once parsed as an included file (which holds nothing else):
+    /// about 3 KiB a file, 30 MiB for 10,000 sites' files.
+    raw: Option<(Vec<RawPool>, Vec<RawSite>)>,
+}
+
+fn kept() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Kept>> {
+    static KEPT: std::sync::LazyLock<Mutex<HashMap<PathBuf, Kept>>> =
+        std::sync::LazyLock::new(Default::default);
+    KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A file's text and stamp: the kept one when its metadata is unchanged, else read now (and
+/// kept once settled).
+pub(super) fn read(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
+    let stamp = Stamp::of(&std::fs::metadata(path)?);
+    if let Some(k) = kept().get(path).filter(|k| k.stamp == stamp) {
+        return Ok((k.text.clone(), stamp));
+    }
+    let text: Arc<str> = std::fs::read_to_string(path)?.into();
+    // Its metadata again: a write between the first look and the read would pair the new
+    // text with the old stamp.
+    let after = Stamp::of(&std::fs::metadata(path)?);
+    if after == stamp && stamp.settled(SystemTime::now()) {
+        let raw = None;
+        let text = text.clone();
+        kept().insert(path.to_path_buf(), Kept { stamp, text, raw });
+    }
+    Ok((text, stamp))
+}
+
+/// `text`'s pools and sites as kept for included file `path`, when it is the text kept for
+/// it.
+pub(super) fn parsed(path: &Path, text: &str) -> Option<RawConfig> {
+    let kept = kept();
+    let k = kept.get(path).filter(|k| &*k.text == text)?;
+    let (pool, site) = k.raw.clone()?;
+    Some(RawConfig {
+        pool,
+        site,
+        ..RawConfig::default()
+    })
+}
+
+/// Keeps the pools and sites of `raw`, an included file's valid tables (nothing else), as
+/// those of `path`'s kept text, when `text` is that text.
+pub(super) fn keep_parsed(path: &Path, text: &str, raw: &RawConfig) {
+    if let Some(k) = kept().get_mut(path).filter(|k| &*k.text == text) {
+        k.raw = Some((raw.pool.clone(), raw.site.clone()));
+    }
+}
+
+/// Forgets the files under `folder` not in `read` (removed from the configuration whose
+/// files are there): what is kept stays the size of the configurations read.
+pub(super) fn keep_only(folder: &Path, read: &std::collections::HashSet<PathBuf>) {
+    kept().retain(|path, _| !path.starts_with(folder) || read.contains(path));
+}
+
+/// Keeps `path`'s text now, settled or not (tests: a file's change time cannot be set back).
+#[cfg(test)]
+pub(super) fn keep_now(path: &Path) {
+    let stamp = Stamp::of(&std::fs::metadata(path).unwrap());
+    let text = std::fs::read_to_string(path).unwrap().into();
+    let raw = None;
+    kept().insert(path.to_path_buf(), Kept { stamp, text, raw });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_settled_file_is_read_once_and_a_changed_one_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "[[site]]\nname = \"a\"\n").unwrap();
+        // Just written: used, not kept.
+        assert_eq!(&*read(&path).unwrap().0, "[[site]]\nname = \"a\"\n");
+        assert!(!kept().contains_key(&path));
+        // Its change time cannot be set back: the settled rule is tested on the stamp, and
+        // the keeping by putting one in as `read` would once it settled.
+        let now = SystemTime::now();
+        let stamp = Stamp::of(&std::fs::metadata(&path).unwrap());
+        assert!(!stamp.settled(now));
+        assert!(stamp.settled(now + SETTLED + Duration::from_secs(1)));
+        let text: Arc<str> = "kept text".into();
+        kept().insert(
+            path.clone(),
+            Kept {
+                stamp,
+                text: text.clone(),
+                raw: None,
+            },
+        );
+        assert_eq!(&*read(&path).unwrap().0, "kept text");
+        // Tables kept for that text only.
+        let raw = RawConfig::default();
+        keep_parsed(&path, "another text", &raw);
+        assert!(parsed(&path, "kept text").is_none());
+        keep_parsed(&path, "kept text", &raw);
+        assert!(parsed(&path, "kept text").is_some());
+        assert!(parsed(&path, "another text").is_none());
+        // Any write changes the stamp: read again.
+        let mut f = std::fs::File::options().append(true).open(&path).unwrap();
+        f.write_all(b"# more\n").unwrap();
+        drop(f);
+        assert_eq!(&*read(&path).unwrap().0, "[[site]]\nname = \"a\"\n# more\n");
+        keep_only(dir.path(), &Default::default());
+        assert!(!kept().contains_key(&path));
+    }
+}
