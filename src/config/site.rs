@@ -379,6 +379,20 @@ impl SiteSpec {
         }
     }
 
+    /// Whether `self` and `other` have equal outlines ([`Self::outline`]), without making
+    /// them: a reload compares every host of a shared address before and after, 10,000
+    /// outlines a side at hosting scale. Compares what `outline` keeps, and nothing else.
+    pub fn same_outline(&self, other: &SiteSpec) -> bool {
+        let app = |a: &AppSpec, b: &AppSpec| {
+            (&a.path, &a.pool, a.handler, a.max_body_size)
+                == (&b.path, &b.pool, b.handler, b.max_body_size)
+        };
+        self.name == other.name
+            && self.max_body_size == other.max_body_size
+            && self.apps.len() == other.apps.len()
+            && self.apps.iter().zip(&other.apps).all(|(a, b)| app(a, b))
+    }
+
     /// The site's keys, by their names in the config, each with whether it is set (its
     /// paths' are [`AppSpec::keys`]). The destructuring names every field: a field added to
     /// the site does not compile until it has a key here, and `config::chain`'s tests fail

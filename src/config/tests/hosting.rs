@@ -298,3 +298,36 @@ fn a_static_path_beside_an_app_goes_with_the_connection_on_https_too() {
     let e = load(statics, true).unwrap_err().to_string();
     assert!(e.contains("site `s`'s apps name no `pool`"), "{e}");
 }
+
+/// A reload compares outlines without making them: `same_outline` says what comparing the
+/// made outlines says, for a change of each kind.
+#[test]
+fn same_outline_agrees_with_the_outlines_compared() {
+    let site = |extra: &str, path_pool: &str| {
+        let text = format!("[[pool]]\nname = \"p\"\n[[pool]]\nname = \"q\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080:s.test\"]\n{extra}\n[[site.app]]\npool = \"p\"\n[[site.app]]\npath = \"/api\"\n{path_pool}\n");
+        parse(&text).unwrap().sites.remove(0)
+    };
+    let base = site("", "pool = \"q\"");
+    for (what, other, same) in [
+        (
+            "a header",
+            site("headers = { X-A = \"1\" }", "pool = \"q\""),
+            true,
+        ),
+        (
+            "a body bound",
+            site("max_body_size = \"1MiB\"", "pool = \"q\""),
+            false,
+        ),
+        ("a path's pool", site("", "pool = \"p\""), false),
+        (
+            "a path's body bound",
+            site("", "pool = \"q\"\nmax_body_size = \"2MiB\""),
+            false,
+        ),
+        ("nothing", site("", "pool = \"q\""), true),
+    ] {
+        assert_eq!(base.outline() == other.outline(), same, "{what}");
+        assert_eq!(base.same_outline(&other), same, "{what}");
+    }
+}

@@ -325,9 +325,12 @@ impl Supervisor {
             let mut rt = old_pools
                 .remove(&p.name)
                 .unwrap_or_else(|| PoolRt::new(p.clone()));
-            // A changed on-demand pool's group takes its limits again at its next start.
-            rt.group_tried &= rt.spec == *p;
-            rt.spec = p.clone();
+            // A changed on-demand pool's group takes its limits again at its next start. An
+            // unchanged spec is kept, not cloned again (10,000 pools at a change of one).
+            if rt.spec != *p {
+                rt.group_tried = false;
+                rt.spec = p.clone();
+            }
             pools.push(rt);
         }
         for gone in old_pools.into_values() {

@@ -36,8 +36,21 @@ struct Outline<'a> {
     proxy_protocol: bool,
     proxy_protocol_from: &'a [crate::routing::access::Cidr],
     tls: bool,
-    hosts: Vec<(&'a Option<String>, Option<SiteSpec>)>,
+    hosts: Vec<(&'a Option<String>, SiteOutline<'a>)>,
     workers: Vec<Option<&'a Vec<&'a WorkerPlan>>>,
+}
+
+/// A host's site as another pool sees it: equal when their outlines are
+/// (`SiteSpec::same_outline`), compared without making them.
+struct SiteOutline<'a>(Option<&'a SiteSpec>);
+
+impl PartialEq for SiteOutline<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self.0, other.0) {
+            (Some(a), Some(b)) => a.same_outline(b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
+    }
 }
 
 /// What a picture says of each pool, indexed once.
@@ -107,7 +120,7 @@ impl<'a> Indexed<'a> {
         }
     }
 
-    fn outline(&'a self, config: &Config, g: &'a ListenerGroup) -> Outline<'a> {
+    fn outline(&'a self, config: &'a Config, g: &'a ListenerGroup) -> Outline<'a> {
         Outline {
             pools: &g.pools,
             proxy_protocol: g.routes.proxy_protocol,
@@ -117,7 +130,7 @@ impl<'a> Indexed<'a> {
                 .routes
                 .hosts
                 .iter()
-                .map(|(h, i)| (h, config.sites.get(*i).map(SiteSpec::outline)))
+                .map(|(h, i)| (h, SiteOutline(config.sites.get(*i))))
                 .collect(),
             workers: g
                 .pools
