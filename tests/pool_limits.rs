@@ -62,20 +62,21 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
         Duration::from_secs(10),
     );
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let first = app_pid(&server, "hog").expect("hog's app runs");
     let calm = app_pid(&server, "calm").expect("calm's app runs");
-    // Past its limit: the kernel kills it (its request gets no answer, or a 502). A POST: a
-    // GET whose app died under it is sent once more, to the app started again.
-    let mut c = Conn::open(addr);
-    c.send(b"POST /alloc?400 HTTP/1.1\r\nHost: hog.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    let _ = c.read_response(false);
-    server.wait_for_log(
-        "was killed by the kernel's OOM killer: pool hog reached its memory_limit of 128 MiB (1 such kill(s) so far); restarting it in 1s (not counted as a crash)",
-        Duration::from_secs(30),
-    );
-    server.wait_until("hog's app started again", Duration::from_secs(30), |s| {
-        app_pid(s, "hog").is_some_and(|pid| pid != first)
-    });
+    // Past its limit: the kernel kills it (its request gets no answer, or a 502), the line
+    // says so, and it is started again. A POST: a GET whose app died under it is sent once
+    // more, to the app started again.
+    let killed_past_its_limit = |said: &str| {
+        let before = app_pid(&server, "hog").expect("hog's app runs");
+        let mut c = Conn::open(addr);
+        c.send(b"POST /alloc?400 HTTP/1.1\r\nHost: hog.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let _ = c.read_response(false);
+        server.wait_for_log(said, Duration::from_secs(30));
+        server.wait_until("hog's app started again", Duration::from_secs(30), |s| {
+            app_pid(s, "hog").is_some_and(|pid| pid != before)
+        });
+    };
+    killed_past_its_limit("was killed by the kernel's OOM killer: pool hog reached its memory_limit of 128 MiB (1 such kill(s) so far); restarting it in 1s (not counted as a crash)");
     let status = server.status();
     let hog = status.pools.iter().find(|p| p.name == "hog").unwrap();
     assert_eq!(
@@ -140,17 +141,9 @@ fn an_app_past_its_memory_limit_is_killed_alone_and_forks_stop_at_pids_limit() {
         "ok spawned 100\n"
     );
     // Killed again soon after its start: the pause before the next start doubles.
-    let second = app_pid(&server, "hog").expect("hog's app runs");
-    let mut c = Conn::open(addr);
-    c.send(b"POST /alloc?400 HTTP/1.1\r\nHost: hog.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    let _ = c.read_response(false);
-    server.wait_for_log(
+    killed_past_its_limit(
         "(2 such kill(s) so far); restarting it in 2s (not counted as a crash; 2 kills in a row)",
-        Duration::from_secs(30),
     );
-    server.wait_until("hog's app started again", Duration::from_secs(30), |s| {
-        app_pid(s, "hog").is_some_and(|pid| pid != second)
-    });
     drop(server);
 }
 
