@@ -137,13 +137,16 @@ impl ConfigFiles {
 
     /// The version of what the files hold (see [`version_of`]), as this edit would leave them.
     pub fn version(&self) -> String {
-        let texts = self.files.iter().filter(|f| !f.removed).map(|f| {
-            let text = match &f.read {
-                Some(read) if !f.touched => read.clone(),
-                _ => f.doc().to_string(),
-            };
-            (f.path.clone(), text)
-        });
+        // The texts as read are borrowed (10,000 files' texts are not copied to be hashed);
+        // an edited file's is written out.
+        let edited: Vec<(&Path, String)> = (self.files.iter())
+            .filter(|f| !f.removed && (f.touched || f.read.is_none()))
+            .map(|f| (f.path.as_path(), f.doc().to_string()))
+            .collect();
+        let as_read = (self.files.iter())
+            .filter(|f| !f.removed && !f.touched)
+            .filter_map(|f| Some((f.path.as_path(), f.read.as_deref()?)));
+        let texts = as_read.chain(edited.iter().map(|(p, t)| (*p, t.as_str())));
         version_of(texts.collect())
     }
 
@@ -399,8 +402,8 @@ impl ConfigFiles {
 /// A configuration's version: the first 16 bytes of SHA-256 over each file's path and text,
 /// in path order, hex (the API's `ETag`). Any change — through the API or by hand — gives
 /// another.
-fn version_of(mut texts: Vec<(PathBuf, String)>) -> String {
-    texts.sort();
+fn version_of(mut texts: Vec<(&Path, &str)>) -> String {
+    texts.sort_unstable();
     let mut hash = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     for (path, text) in &texts {
         hash.update(path.as_os_str().as_encoded_bytes());
@@ -431,13 +434,15 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
     let base = main
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let mut texts = vec![(main.clone(), text)];
+    let mut texts = vec![(main.clone(), std::sync::Arc::<str>::from(text))];
     for path in included(&main, &base, &includes.include.unwrap_or_default())? {
         let (text, _) = super::file_memo::read(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        texts.push((path, text.to_string()));
+        texts.push((path, text));
     }
-    Ok(version_of(texts))
+    Ok(version_of(
+        texts.iter().map(|(p, t)| (p.as_path(), &**t)).collect(),
+    ))
 }
 
 /// The files `patterns` (the main file's `include`, relative to `base`, its folder) match
