@@ -9,7 +9,8 @@
 #
 # Fetches from Debian's packages when missing: qemu-system-x86, curl and openssl (installed), a
 # kernel image and busybox-static (downloaded and unpacked into a cache folder; no kernel is
-# installed on the host). Builds espalier statically. The guest gets the kernel's tls and
+# installed on the host). Runs the espalier ESPALIER_GUEST_BIN names (the test's build, with
+# the libraries it links), else builds one statically. The guest gets the kernel's tls and
 # crypto modules and this machine's curl (with its libraries), for the kTLS checks this
 # machine's own kernel may not allow. The guest is always powered off within TIMEOUT seconds.
 set -euo pipefail
