@@ -304,6 +304,10 @@ fn a_php_child_is_free_while_a_slow_client_reads_its_answer() {
         "the child was free without buffering"
     );
     drop(slow);
+    // Nor is a chunked body read whole: FastCGI's CONTENT_LENGTH is unknown, so 411.
+    let mut c = Conn::open(addr);
+    c.send(b"POST /small.php HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
+    assert_eq!(c.read_response(false).expect("411").status, 411);
     drop(server);
 
     // Buffered (a FastCGI pool's default): the child is free once it has answered.

@@ -23,6 +23,8 @@ pub(super) const ONE_REQUEST: u8 = 0;
 /// Every request on a connection is request 1, one at a time (as nginx does).
 pub(super) const REQUEST_ID: u16 = 1;
 pub(super) const MAX_RECORD: usize = 65535;
+/// A record's header: version, type, request id, content length, padding, reserved.
+const HEADER_LEN: usize = 8;
 /// Largest CGI header block accepted from an app.
 pub(super) const MAX_CGI_HEAD: usize = 64 << 10;
 
@@ -125,12 +127,10 @@ impl FastCgiRequest {
         pair(&mut params, b"PATH_INFO", &script.path_info);
         pair(&mut params, b"SERVER_NAME", server_name.as_bytes());
         connection_params(&mut params, lent);
-        if !matches!(framing, Framing::None) {
-            pair(
-                &mut params,
-                b"CONTENT_LENGTH",
-                body_len.to_string().as_bytes(),
-            );
+        // A chunked body's length is known once it is read whole: the forwarder adds it then
+        // (`with_length`).
+        if let Framing::Length(n) = framing {
+            pair(&mut params, b"CONTENT_LENGTH", n.to_string().as_bytes());
         }
         header_params(&mut params, req, lent.granted, lent.trace.is_some());
         trace_params(&mut params, lent.trace);
@@ -165,6 +165,24 @@ impl FastCgiRequest {
             chunked: matches!(framing, Framing::Chunked),
             compress: None,
         }
+    }
+}
+
+impl FastCgiRequest {
+    /// The request with its chunked body's length, `len`, now that the body has been read
+    /// whole: `CONTENT_LENGTH` in one more PARAMS record before the empty one that ends them
+    /// (FastCGI's parameters are a stream; records may split it anywhere).
+    pub(super) fn with_length(mut self, len: u64) -> Self {
+        let end = self.records.len() - HEADER_LEN;
+        debug_assert_eq!(&self.records[end + 1..end + 2], &[PARAMS]);
+        self.records.truncate(end);
+        let mut param = Vec::with_capacity(40);
+        pair(&mut param, b"CONTENT_LENGTH", len.to_string().as_bytes());
+        record(&mut self.records, PARAMS, &param);
+        record(&mut self.records, PARAMS, &[]);
+        self.body_len = len;
+        self.chunked = false;
+        self
     }
 }
 

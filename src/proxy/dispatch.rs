@@ -21,7 +21,8 @@ pub enum ProxyTarget {
 
 impl ProxyTarget {
     /// FastCGI sends `CONTENT_LENGTH` before the body: a body of unknown length must be read
-    /// whole first (over HTTP/2; over HTTP/1.1 a chunked one is refused with 411).
+    /// whole first (over HTTP/2 by the stream; over HTTP/1.1 by the forwarder where the
+    /// pool buffers, else refused with 411).
     pub fn needs_length(&self) -> bool {
         matches!(self, ProxyTarget::FastCgi(..))
     }

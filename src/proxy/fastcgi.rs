@@ -12,11 +12,11 @@
 //! the last STDOUT record of an answer (read in its source, 0.11). The protocol is eight-byte
 //! headers and length-prefixed pairs (FastCGI 1.0 spec, §3–§5).
 //!
-//! A chunked request body is answered `411 Length Required`: FastCGI needs `CONTENT_LENGTH`
-//! in the records sent before the body (nginx before 1.3.9 did the same). Where answers are
+//! FastCGI needs `CONTENT_LENGTH` in the records sent before the body. Where answers are
 //! buffered (`buffer`, a FastCGI pool's default), a body is read whole before a child is
-//! asked, and the answer's records are read by [`super::fastcgi_records::fill`] at the
-//! child's speed.
+//! asked — a chunked one too, which then gets its length (as nginx does since 1.3.9) — and
+//! the answer's records are read by [`super::fastcgi_records::fill`] at the child's speed.
+//! With `buffer = false`, a chunked body is answered `411 Length Required`.
 use super::cgi::*;
 use super::encode;
 use super::fastcgi_records::{fill, log_stderr, read_record, Record, Stdout};
@@ -161,17 +161,21 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         fields: edits,
         pages,
     };
-    if req.chunked {
+    let buffer = route.settings().buffer;
+    // A chunked body's length is known only once it is read whole, which buffering does.
+    if req.chunked && buffer.is_none() {
         return own.fail(stream, route, Fail::Client(411)).await;
     }
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
     // Where answers are buffered, so is the body: read whole before a child is asked.
-    let buffer = route.settings().buffer;
-    let taken = match buffer.filter(|_| req.body_len > 0) {
+    let taken = match buffer.filter(|_| req.body_len > 0 || req.chunked) {
         Some(b) => {
-            let framing = crate::http::Framing::Length(req.body_len);
+            let framing = match req.chunked {
+                true => crate::http::Framing::Chunked,
+                false => crate::http::Framing::Length(req.body_len),
+            };
             let bounds = (max_body, max_framing);
             match take_body(
                 stream,
@@ -188,6 +192,10 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             }
         }
         None => None,
+    };
+    let req = match (&taken, req.chunked) {
+        (Some(body), true) => req.with_length(body.bytes_held()),
+        _ => req,
     };
     let asked = ask(
         stream,
