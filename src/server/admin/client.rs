@@ -40,7 +40,10 @@ pub fn request_as(
 pub type Answer = (u16, Option<String>, Vec<u8>);
 
 /// As [`request_as`], with `fields` added to the head and `body` sent (the configuration
-/// API's writes).
+/// API's writes). A read (`GET`, `HEAD`) whose connection the endpoint reset or closed
+/// before any answer is asked again, twice at most, after 100 and 300 ms: a master busy with
+/// ten thousand pools has been seen to reset one right after its start (the cause not
+/// found), and a read changes nothing when asked twice. A write is never asked again.
 pub fn request_with_body(
     addr: SocketAddr,
     (method, path): (&str, &str),
@@ -49,6 +52,44 @@ pub fn request_with_body(
     fields: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Answer, String> {
+    let read = matches!(method, "GET" | "HEAD");
+    let mut pauses = [100, 300].into_iter();
+    loop {
+        match ask_once(addr, (method, path), token, config, fields, body) {
+            Err(Unanswered::Closed(_)) if read => match pauses.next() {
+                Some(ms) => std::thread::sleep(Duration::from_millis(ms)),
+                None => return Err(Unanswered::Closed(addr).to_string()),
+            },
+            answered => return answered.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Why a request got no answer: the endpoint closed or reset the connection first, or
+/// another reason, said.
+enum Unanswered {
+    Closed(SocketAddr),
+    Other(String),
+}
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unanswered::Closed(addr) => write!(f, "the admin endpoint at {addr} closed the connection before answering, three times; it may be busy: try again"),
+            Unanswered::Other(why) => f.write_str(why),
+        }
+    }
+}
+
+/// One request on one connection.
+fn ask_once(
+    addr: SocketAddr,
+    (method, path): (&str, &str),
+    token: Option<&str>,
+    config: Option<&std::path::Path>,
+    fields: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Answer, Unanswered> {
     let mut head = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     if let Some(file) = config {
         head.push_str(&format!("X-Espalier-Config: {}\r\n", config_identity(file)));
@@ -56,21 +97,29 @@ pub fn request_with_body(
     for (name, value) in fields {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
-    use std::io::{Read, Write};
+    use std::io::{ErrorKind, Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .map_err(|e| format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)"))?;
+        .map_err(|e| Unanswered::Other(format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)")))?;
     // A change applied to thousands of sites takes longer than a read.
     let wait = if method == "GET" { 10 } else { 60 };
     s.set_read_timeout(Some(Duration::from_secs(wait)))
-        .map_err(|e| e.to_string())?;
-    let closed = |e: std::io::Error| {
-        format!("the admin endpoint at {addr} closed the connection before answering ({e}); it may be busy: try again")
+        .map_err(|e| Unanswered::Other(e.to_string()))?;
+    let closed = |e: std::io::Error| match e.kind() {
+        ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::UnexpectedEof => {
+            Unanswered::Closed(addr)
+        }
+        _ => Unanswered::Other(format!(
+            "the admin endpoint at {addr} did not answer ({e}); it may be busy: try again"
+        )),
     };
     let len = body.len();
     write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{head}Content-Length: {len}\r\nConnection: close\r\n\r\n").map_err(closed)?;
     s.write_all(body).map_err(closed)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(closed)?;
+    if raw.is_empty() {
+        return Err(Unanswered::Closed(addr));
+    }
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut response = httparse::Response::new(&mut headers);
     match response.parse(&raw) {
@@ -81,6 +130,6 @@ pub fn request_with_body(
                 .map(|v| v.trim().trim_matches('"').to_string());
             Ok((response.code.unwrap_or(0), etag, raw[len..].to_vec()))
         }
-        _ => Err(format!("{addr} did not answer HTTP")),
+        _ => Err(Unanswered::Other(format!("{addr} did not answer HTTP"))),
     }
 }

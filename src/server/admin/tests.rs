@@ -104,3 +104,47 @@ fn a_status_query_matches_names_and_states_and_pages() {
     assert_eq!(q.window(90), 90..90);
     assert_eq!(StatusQuery::default().window(7), 0..7);
 }
+
+/// An endpoint that closes its first `closes` connections without answering, then answers
+/// each with `200 ok`; how many connections it took, once the client is done.
+fn closing_then_answering(closes: usize) -> (SocketAddr, std::thread::JoinHandle<usize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = std::thread::spawn(move || {
+        let mut taken = 0;
+        // Bounded: the client makes three connections at most.
+        for stream in listener.incoming().take(3) {
+            let Ok(mut stream) = stream else { break };
+            taken += 1;
+            if taken <= closes {
+                // Closed unanswered, its request unread (a reset, or an end before any
+                // byte, whichever the client meets first: both are "closed").
+                drop(stream);
+                continue;
+            }
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+            break;
+        }
+        taken
+    });
+    (addr, served)
+}
+
+#[test]
+fn a_read_whose_connection_was_reset_is_asked_again_and_a_write_never() {
+    let (addr, served) = closing_then_answering(1);
+    let (status, body) = request(addr, "GET", "/status").unwrap();
+    assert_eq!((status, body.as_slice()), (200, &b"ok"[..]));
+    assert_eq!(served.join().unwrap(), 2);
+    // A write whose connection was closed is not sent again: it may have been applied.
+    let (addr, served) = closing_then_answering(1);
+    let e = request(addr, "POST", "/reload").unwrap_err();
+    assert!(e.contains("closed the connection before answering"), "{e}");
+    // Its listener is still waiting for a second connection: end it with one.
+    drop(std::net::TcpStream::connect(addr));
+    assert_eq!(served.join().unwrap(), 2);
+}
