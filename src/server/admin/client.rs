@@ -52,44 +52,6 @@ pub fn request_with_body(
     fields: &[(&str, &str)],
     body: &[u8],
 ) -> Result<Answer, String> {
-    let read = matches!(method, "GET" | "HEAD");
-    let mut pauses = [100, 300].into_iter();
-    loop {
-        match ask_once(addr, (method, path), token, config, fields, body) {
-            Err(Unanswered::Closed(_)) if read => match pauses.next() {
-                Some(ms) => std::thread::sleep(Duration::from_millis(ms)),
-                None => return Err(Unanswered::Closed(addr).to_string()),
-            },
-            answered => return answered.map_err(|e| e.to_string()),
-        }
-    }
-}
-
-/// Why a request got no answer: the endpoint closed or reset the connection first, or
-/// another reason, said.
-enum Unanswered {
-    Closed(SocketAddr),
-    Other(String),
-}
-
-impl std::fmt::Display for Unanswered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unanswered::Closed(addr) => write!(f, "the admin endpoint at {addr} closed the connection before answering, three times; it may be busy: try again"),
-            Unanswered::Other(why) => f.write_str(why),
-        }
-    }
-}
-
-/// One request on one connection.
-fn ask_once(
-    addr: SocketAddr,
-    (method, path): (&str, &str),
-    token: Option<&str>,
-    config: Option<&std::path::Path>,
-    fields: &[(&str, &str)],
-    body: &[u8],
-) -> Result<Answer, Unanswered> {
     let mut head = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     if let Some(file) = config {
         head.push_str(&format!("X-Espalier-Config: {}\r\n", config_identity(file)));
@@ -97,28 +59,62 @@ fn ask_once(
     for (name, value) in fields {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
+    let len = body.len();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{head}Content-Length: {len}\r\nConnection: close\r\n\r\n").into_bytes();
+    request.extend_from_slice(body);
+    // A change applied to thousands of sites takes longer than a read.
+    let wait = Duration::from_secs(if method == "GET" { 10 } else { 60 });
+    // A read asked again after these pauses; a write never.
+    let pauses: &[u64] = match method {
+        "GET" | "HEAD" => &[100, 300],
+        _ => &[],
+    };
+    let mut answer = ask_once(addr, &request, wait);
+    let mut asked = 1;
+    for &ms in pauses {
+        if !matches!(answer, Err(Unanswered::Closed)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(ms));
+        answer = ask_once(addr, &request, wait);
+        asked += 1;
+    }
+    answer.map_err(|e| match e {
+        Unanswered::Closed => {
+            let times = if asked > 1 { format!(", {asked} times") } else { String::new() };
+            format!("the admin endpoint at {addr} closed the connection before answering{times}; it may be busy: try again")
+        }
+        Unanswered::Other(why) => why,
+    })
+}
+
+/// Why a request got no answer: the endpoint closed or reset the connection first, or
+/// another reason, said.
+enum Unanswered {
+    Closed,
+    Other(String),
+}
+
+/// `request` on one connection, its answer read within `wait`.
+fn ask_once(addr: SocketAddr, request: &[u8], wait: Duration) -> Result<Answer, Unanswered> {
     use std::io::{ErrorKind, Read, Write};
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
         .map_err(|e| Unanswered::Other(format!("cannot reach espalier's admin endpoint at {addr}: {e} (is espalier serve running? give -c FILE or --admin ADDR)")))?;
-    // A change applied to thousands of sites takes longer than a read.
-    let wait = if method == "GET" { 10 } else { 60 };
-    s.set_read_timeout(Some(Duration::from_secs(wait)))
+    s.set_read_timeout(Some(wait))
         .map_err(|e| Unanswered::Other(e.to_string()))?;
     let closed = |e: std::io::Error| match e.kind() {
         ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::UnexpectedEof => {
-            Unanswered::Closed(addr)
+            Unanswered::Closed
         }
         _ => Unanswered::Other(format!(
             "the admin endpoint at {addr} did not answer ({e}); it may be busy: try again"
         )),
     };
-    let len = body.len();
-    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{head}Content-Length: {len}\r\nConnection: close\r\n\r\n").map_err(closed)?;
-    s.write_all(body).map_err(closed)?;
+    s.write_all(request).map_err(closed)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(closed)?;
     if raw.is_empty() {
-        return Err(Unanswered::Closed(addr));
+        return Err(Unanswered::Closed);
     }
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut response = httparse::Response::new(&mut headers);

@@ -143,7 +143,7 @@ fn a_read_whose_connection_was_reset_is_asked_again_and_a_write_never() {
     // A write whose connection was closed is not sent again: it may have been applied.
     let (addr, served) = closing_then_answering(1);
     let e = request(addr, "POST", "/reload").unwrap_err();
-    assert!(e.contains("closed the connection before answering"), "{e}");
+    assert!(e.contains("closed the connection before answering;"), "{e}");
     // Its listener is still waiting for a second connection: end it with one.
     drop(std::net::TcpStream::connect(addr));
     assert_eq!(served.join().unwrap(), 2);
