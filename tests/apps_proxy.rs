@@ -355,6 +355,10 @@ pool = "php"
         .read_response(false)
         .expect("answer to the request behind it");
     assert!(r.text().contains("path info /after"), "{}", r.text());
+    // A chunk past max_body_size (8 MiB here) is refused at its size line, before its bytes.
+    let mut c = Conn::open(app.addr);
+    c.send(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n900000\r\n");
+    assert_eq!(c.read_response(false).expect("413").status, 413);
     // A client's last request, answered by PHP, is closed at once as one answered in the
     // worker is (see `tests/serve.rs::a_clients_last_request_is_closed_at_once`).
     last_requests_are_closed_at_once(
