@@ -139,15 +139,17 @@ impl ConfigFiles {
     pub fn version(&self) -> String {
         // The texts as read are borrowed (10,000 files' texts are not copied to be hashed);
         // an edited file's is written out.
-        let edited: Vec<(&Path, String)> = (self.files.iter())
-            .filter(|f| !f.removed && (f.touched || f.read.is_none()))
-            .map(|f| (f.path.as_path(), f.doc().to_string()))
+        use std::borrow::Cow;
+        let texts: Vec<(&Path, Cow<str>)> = (self.files.iter().filter(|f| !f.removed))
+            .map(|f| {
+                let text = match &f.read {
+                    Some(read) if !f.touched => Cow::Borrowed(read.as_str()),
+                    _ => Cow::Owned(f.doc().to_string()),
+                };
+                (f.path.as_path(), text)
+            })
             .collect();
-        let as_read = (self.files.iter())
-            .filter(|f| !f.removed && !f.touched)
-            .filter_map(|f| Some((f.path.as_path(), f.read.as_deref()?)));
-        let texts = as_read.chain(edited.iter().map(|(p, t)| (*p, t.as_str())));
-        version_of(texts.collect())
+        version_of(texts.iter().map(|(p, t)| (*p, &**t)).collect())
     }
 
     /// `part` as JSON (`None`: no such pool, site or group).
