@@ -55,7 +55,7 @@ pub(super) fn gather(
     let mut errors = Vec::new();
     // Each file once, by its inode (or its path, for a file an overlay makes).
     let main_node = std::fs::metadata(main_path).map(|m| super::file_memo::Stamp::of(&m).node);
-    let mut seen = std::collections::HashSet::new();
+    let mut seen: std::collections::HashSet<_> = main_node.into_iter().collect();
     let mut read = std::collections::HashSet::new();
     for (k, pattern) in patterns.iter().enumerate() {
         let at = |message: String| ConfigError {
@@ -78,10 +78,15 @@ pub(super) fn gather(
             if !read.insert(path.clone()) {
                 continue;
             }
-            match read_one(&path, overlay) {
-                Ok((_, _, Some(node))) if main_node.as_ref().ok() == Some(&node) => {}
-                Ok((_, _, Some(node))) if !seen.insert(node) => {}
-                Ok((raw, source, _)) => {
+            // Read, then told apart by inode (a second path to a file read, or the main
+            // file itself) before it is parsed.
+            let parsed = text_of(&path, overlay).and_then(|(text, node)| match node {
+                Some(node) if !seen.insert(node) => Ok(None),
+                _ => parse_one(&path, &text).map(Some),
+            });
+            match parsed {
+                Ok(None) => {}
+                Ok(Some((raw, source))) => {
                     let file = g.sources.len();
                     g.pool_origin.extend(origins(file, raw.pool.len()));
                     g.site_origin.extend(origins(file, raw.site.len()));
@@ -218,33 +223,36 @@ fn files_in(
     Ok(files)
 }
 
-/// One included file, parsed; `[server]` or `include` there is an error naming it.
-/// Also the file itself (device and inode), when it is on disk: two paths to one file are
-/// read once.
-fn read_one(
+/// An included file's text (an overlay's, or the file's through `file_memo`), and the file
+/// itself (device and inode) when it is on disk: two paths to one file are read once.
+fn text_of(
     path: &Path,
     overlay: &Overlay,
-) -> Result<(RawConfig, Source, Option<super::file_memo::Node>), ConfigError> {
-    let file = path.display().to_string();
-    let (text, node): (std::sync::Arc<str>, _) = match overlay.get(path) {
-        Some(Some(text)) => (text.as_str().into(), None),
+) -> Result<(std::sync::Arc<str>, Option<super::file_memo::Node>), ConfigError> {
+    match overlay.get(path) {
+        Some(Some(text)) => Ok((text.as_str().into(), None)),
         _ => super::file_memo::read(path)
             .map(|(text, stamp)| (text, Some(stamp.node)))
             .map_err(|e| ConfigError {
-                file: file.clone(),
+                file: path.display().to_string(),
                 line: None,
                 key: String::new(),
                 message: format!("cannot read the included file: {e}"),
-            })?,
-    };
-    let locator = Locator::new(&text);
+            }),
+    }
+}
+
+/// One included file's text, parsed; `[server]` or `include` there is an error naming it.
+fn parse_one(path: &Path, text: &str) -> Result<(RawConfig, Source), ConfigError> {
+    let file = path.display().to_string();
+    let locator = Locator::new(text);
     // The tables of a text read before (and found valid) are the same tables: cloned, not
     // parsed again.
-    if let Some(raw) = super::file_memo::parsed(path, &text) {
-        return Ok((raw, Source { file, locator }, node));
+    if let Some(raw) = super::file_memo::parsed(path, text) {
+        return Ok((raw, Source { file, locator }));
     }
     let raw: RawConfig =
-        toml::from_str(&text).map_err(|e| syntax_error(&file, &text, &locator, &e))?;
+        toml::from_str(text).map_err(|e| syntax_error(&file, text, &locator, &e))?;
     for (key, present) in [
         ("server", raw.server.is_some()),
         ("include", raw.include.is_some()),
@@ -259,6 +267,6 @@ fn read_one(
             });
         }
     }
-    super::file_memo::keep_parsed(path, &text, &raw);
-    Ok((raw, Source { file, locator }, node))
+    super::file_memo::keep_parsed(path, text, &raw);
+    Ok((raw, Source { file, locator }))
 }

@@ -331,3 +331,20 @@ fn same_outline_agrees_with_the_outlines_compared() {
         assert_eq!(base.same_outline(&other), same, "{what}");
     }
 }
+
+/// A pattern that matches the main file too (`*.toml` beside it) includes the others alone:
+/// the main file, told apart by its inode, is never read again as an included one (it would
+/// be refused there, holding `include`).
+#[test]
+fn a_pattern_matching_the_main_file_leaves_it_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("espalier.toml");
+    std::fs::write(&main, "include = [\"*.toml\"]\n").unwrap();
+    std::fs::write(
+        dir.path().join("a.toml"),
+        "[[pool]]\nname = \"a\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"a\"\n",
+    )
+    .unwrap();
+    let c = Config::load(&main, &fixture("dl980")).unwrap();
+    assert_eq!(c.sites.len(), 1);
+}
