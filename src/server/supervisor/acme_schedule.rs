@@ -18,9 +18,19 @@ pub(super) const LONGEST_BACK_OFF: Duration = Duration::from_secs(6 * 3600);
 /// week, so a minute's back-off would only spend more of the allowance.
 pub(super) const RATE_LIMITED_BACK_OFF: Duration = Duration::from_secs(3600);
 
+/// The wait after a first failure whose cause is the directory refusing a request's nonce
+/// (`urn:ietf:params:acme:error:badNonce`) once the client's own retries with fresh nonces
+/// ran out: a hiccup of the exchange, not of the name or the account (RFC 8555 §6.5 has
+/// clients try again; pebble refuses 5 % of nonces on purpose), so the order is made again
+/// in seconds rather than a minute.
+pub(super) const BAD_NONCE_BACK_OFF: Duration = Duration::from_secs(5);
+
 /// How long a name waits after `failures` failed orders in a row, the last one's cause
 /// `cause`.
 pub(super) fn back_off(failures: u32, cause: &str) -> Duration {
+    if failures <= 1 && cause.contains("badNonce") {
+        return BAD_NONCE_BACK_OFF;
+    }
     let doubled = FIRST_BACK_OFF * 2u32.saturating_pow(failures.saturating_sub(1)).min(1 << 10);
     let wait = doubled.min(LONGEST_BACK_OFF);
     if cause.contains("rateLimited") {
