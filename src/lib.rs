@@ -24,7 +24,9 @@
 //!    site's request chain once (rules, the route by path, access, limit, sign-in — the
 //!    order is [`config::chain`]'s), making the request's context
 //!    ([`http::service::RequestCtx`]: what the chain decided, its site, its log, the fields
-//!    added to its answer), which travels with the request to its answer and its log line.
+//!    added to its answer), which travels with the request to its answer and its log line;
+//!    every answer's head then runs the site's response chain
+//!    ([`http::response_chain`]: error page, `headers`, [`features`]' steps).
 //!    Then one of three: it answers here into a [`http::Responder`]
 //!    ([`handlers::static_files`], [`handlers::dynamic`], [`handlers::cpu`]); it has the
 //!    connection lent to an application ([`proxy::Dispatch`]: the request built once, in
@@ -51,6 +53,7 @@
 //! | [`compress`] | the content codings (gzip, brotli, zstd): a whole body, or a stream | yes |
 //! | [`topology`] | nodes, CPUs, caches, NICs as read from sysfs; ranking by distance ([`topology::nearest`]) | parsing and ranking yes; reading in `topology::sysfs` |
 //! | [`routing`] | the routing tables a worker is given: sites by address and host name, path prefixes, a site's redirect and rewrite rules, choosing an upstream server | yes |
+//! | [`features`] | site features that are a module each (`status_headers`): their typed keys, checks and compiled response steps | yes |
 //! | [`os`] | every syscall: affinity, memory policy, sockets, kTLS, io_uring, processes, cgroups, private folders | no — every `unsafe` of the crate |
 //! | [`certs`] | certificate files: loaded, checked, fingerprinted | reads files |
 //! | [`config`] | the TOML config, defaults, validation | yes, but it checks that roots, programs and certificates exist and are usable |
@@ -78,6 +81,7 @@ pub mod compress;
 pub mod config;
 pub mod cpuset;
 pub mod doctor;
+pub mod features;
 pub mod handlers;
 pub mod handoff;
 pub mod http;

@@ -706,3 +706,135 @@ fn a_reload_changes_answers_and_traffic_control_without_a_failed_request() {
     assert!(answered > 10, "the clients were served ({answered})");
     drop(server);
 }
+
+/// `status_headers` (issue #56, the small feature added through the response chain): fields
+/// by the answer's status on espalier's own answers, files and an app's — a status's table
+/// over its class's, a path's tables in place of the site's — over HTTP/1.1 and HTTP/2; and
+/// `check` refuses what is not a status or a field.
+#[test]
+fn status_headers_edit_every_answer_with_that_status() {
+    need_tools("python3:python3", "python3");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("www/quiet")).unwrap();
+    std::fs::write(d.join("www/index.html"), "<p>home\n").unwrap();
+    let (files, app) = (free_port(), free_port());
+    let raw_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/raw_app.py");
+    let tables = r#"status_headers = { "4xx" = { Cache-Control = "no-store", X-Frame-Options = "" }, 404 = { Cache-Control = "max-age=60" }, "5xx" = { Cache-Control = "no-store", Retry-After = "30" } }"#;
+    let config = format!(
+        r#"
+[[pool]]
+name = "files"
+[[pool]]
+name = "app"
+command = ["python3", "{raw_app}"]
+
+[[site]]
+name = "www"
+bindings = ["http://127.0.0.1:{files}"]
+root = "www"
+headers = {{ X-Frame-Options = "DENY" }}
+{tables}
+[[site.app]]
+path = "/"
+pool = "files"
+[[site.app]]
+path = "/quiet/"
+pool = "files"
+status_headers = {{ 404 = {{ X-Quiet = "yes" }} }}
+
+[[site]]
+name = "app"
+bindings = ["http://127.0.0.1:{app}"]
+{tables}
+[[site.app]]
+pool = "app"
+"#,
+        raw_app = raw_app.display()
+    );
+    let server = Server::with_config(d, &config);
+    let (files, app) = (
+        SocketAddr::from(([127, 0, 0, 1], files)),
+        SocketAddr::from(([127, 0, 0, 1], app)),
+    );
+    // A 200 has no table: as it was.
+    let r = get(files, "/", "");
+    assert_eq!(r.status, 200, "{}", server.log_text());
+    assert_eq!(
+        (r.header("cache-control"), r.header("x-frame-options")),
+        (None, Some("DENY"))
+    );
+    // espalier's own 404: its own table, not its class's (which would remove the frame line).
+    let r = get(files, "/nothing-here", "");
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        (r.header("cache-control"), r.header("x-frame-options")),
+        (Some("max-age=60"), Some("DENY"))
+    );
+    // Another 4xx of espalier's own (a static path takes no POST): the class's table.
+    let mut c = Conn::open(files);
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    let r = c.read_response(false).expect("an answer to POST");
+    assert_eq!(r.status, 405);
+    assert_eq!(
+        (r.header("cache-control"), r.header("x-frame-options")),
+        (Some("no-store"), None)
+    );
+    // A path's tables replace the site's whole.
+    let r = get(files, "/quiet/nothing", "");
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        (r.header("x-quiet"), r.header("cache-control")),
+        (Some("yes"), None)
+    );
+    // An app's answers: its 500 gets the class's fields, its body kept; its 404 its own.
+    let r = get(app, "/crash", "");
+    assert_eq!(r.status, 500, "{}", server.log_text());
+    assert_eq!(
+        (r.header("cache-control"), r.header("retry-after")),
+        (Some("no-store"), Some("30"))
+    );
+    assert!(r.text().contains("Traceback"), "the app's own page stays");
+    let r = get(app, "/missing", "");
+    assert_eq!(
+        (r.status, r.header("cache-control")),
+        (404, Some("max-age=60"))
+    );
+    assert_eq!(r.text(), "app says 404\n");
+    let r = get(app, "/branded", "");
+    assert_eq!((r.status, r.header("cache-control")), (200, None));
+    // The same over HTTP/2.
+    let port = app.port();
+    let (status, fields) = block_on(async move {
+        let mut h2 = h2c(port).await;
+        let resp = h2_get(&mut h2, &format!("http://127.0.0.1:{port}/crash")).await;
+        let resp = resp.await.unwrap();
+        (resp.status().as_u16(), resp.headers().clone())
+    });
+    assert_eq!(status, 500);
+    assert_eq!(fields.get("cache-control").unwrap(), "no-store");
+    assert_eq!(fields.get("retry-after").unwrap(), "30");
+    drop(server);
+    // What is not a status, or not a field espalier lets a config set, is refused.
+    let refused = check_refuses(
+        d,
+        &format!(
+            r#"
+[[site]]
+name = "www"
+bindings = ["http://127.0.0.1:{}"]
+root = "www"
+status_headers = {{ "6xx" = {{ X-A = "1" }}, 404 = {{ Content-Length = "3" }} }}
+"#,
+            free_port()
+        ),
+    );
+    assert!(
+        refused.contains("key `site[0].status_headers`: `6xx` is not a status or a class of them"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("`Content-Length` is framing or connection information"),
+        "{refused}"
+    );
+}

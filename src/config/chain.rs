@@ -28,27 +28,37 @@
 //!   it arrives, so whether the client may send it must be decided first — and a request
 //!   answered here is decided the same way, so both kinds of request see one chain.
 //!
-//! Adding a step, counted on `headers` (a response step) as it stands now:
-//! 1. its file — `http/edits.rs`: its data (`FieldEdits`), made once per thread from the
-//!    keys (`FieldEdits::of`), and applied to a head;
-//! 2. its keys — `config/raw.rs` (`headers`, `hsts`), `config/validate/site.rs` (checked),
-//!    `config/site.rs` (the typed field, and its line in `keys()`);
-//! 3. its line here — `ResponseStep::Headers`, with its keys and sentence (docs/reference.md
-//!    table and `check`'s activation refusals follow from it);
-//! 4. the hooks that run it: where the request chain makes the context
-//!    (`handlers/route.rs`, the site's or path's edits into `RequestCtx::fields`), and its
-//!    line in the one response writer's `http::Responder::site_steps`, which every answer
-//!    goes through — espalier's own (`handlers/answer.rs`, `proxy/wire.rs`'s `OwnAnswers`)
-//!    and apps' heads (`proxy/head.rs`).
+//! The response chain runs: each worker thread compiles a site's (and a path's) chain for
+//! each scheme by walking [`ResponseStep::ORDER`] (`crate::http::response_chain`), and the
+//! one response writer runs it on every answer's head — espalier's own, files, FastCGI, pool
+//! apps and upstreams, whichever protocol carries it.
 //!
-//! Five files of its own and two one-line hooks, where each feature added before the chain
-//! (limit, allow/deny, errors, metrics, compress) took changes in 13 to 22 files. A request
-//! step is the same with an arm in `handlers/route.rs` in place of the writer's line (its
-//! verdict goes into the context). Compression is decided before the head is written, since
-//! what it changes is the body (a static file's coding is chosen among its cached variants,
-//! an app's by `proxy::encode`'s plan), and a static file's cache time (the answer step's
-//! `cache`) is in the head cached with the file, so a request pays a copy for both. The
-//! reference's table follows from this file (`cargo test` says when it differs).
+//! Adding a response step, counted on `status_headers` (`crate::features::status_headers`),
+//! touches four files:
+//! 1. its module under `src/features/`: its typed value, its check (`of`), and its compiled
+//!    step (a `HeadStep`, run on the answer's head with its status);
+//! 2. its lines here — its `ResponseStep` (name, keys, sentence: docs/reference.md's table
+//!    and `check`'s activation refusals follow from them), and its field and a line in each
+//!    of [`ResponseKeys`]' methods (checked, listed, a path's over its site's, compiled);
+//! 3. its key in `config/raw.rs` (on a site and a path, and in `RawResponseKeys`);
+//! 4. its section in docs/reference.md.
+//!
+//! The steps that came before the list (error pages, `headers`) are compiled by the runner
+//! from their own data, which the handlers read at a thread's start (error pages are files).
+//! Compression is decided before the head is written, since what it changes is the body (a
+//! static file's coding is chosen among its cached variants, an app's by `proxy::encode`'s
+//! plan), and a static file's cache time (the answer step's `cache`) is in the head cached
+//! with the file, so a request pays a copy for both. A request step is a variant of
+//! [`RequestStep`] with an arm in `handlers/route.rs` (its verdict goes into the context).
+//! The reference's table follows from this file (`cargo test` says when it differs).
+
+use super::locate::Seg;
+use super::raw::RawResponseKeys;
+use crate::features::status_headers::StatusHeaders;
+use crate::features::HeadStep;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// A step of the request chain, in the order they run ([`Self::ORDER`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +156,8 @@ pub enum ResponseStep {
     ErrorPages,
     /// `headers` (and `hsts` over TLS): field edits.
     Headers,
+    /// `status_headers`: field edits by the answer's status (`crate::features::status_headers`).
+    StatusHeaders,
     /// `compress`: the answer compressed in a coding the client accepts.
     Compress,
     /// `access_log` and `metrics`: the answer counted and written down.
@@ -154,9 +166,10 @@ pub enum ResponseStep {
 
 impl ResponseStep {
     /// The response chain, in the order its steps run.
-    pub const ORDER: [ResponseStep; 4] = [
+    pub const ORDER: [ResponseStep; 5] = [
         ResponseStep::ErrorPages,
         ResponseStep::Headers,
+        ResponseStep::StatusHeaders,
         ResponseStep::Compress,
         ResponseStep::Log,
     ];
@@ -166,6 +179,7 @@ impl ResponseStep {
         match self {
             ResponseStep::ErrorPages => "error page",
             ResponseStep::Headers => "headers",
+            ResponseStep::StatusHeaders => "status headers",
             ResponseStep::Compress => "compress",
             ResponseStep::Log => "log",
         }
@@ -176,6 +190,7 @@ impl ResponseStep {
         match self {
             ResponseStep::ErrorPages => &["errors", "replace_app_errors"],
             ResponseStep::Headers => &["headers", "hsts", "server.http3"],
+            ResponseStep::StatusHeaders => &["status_headers"],
             ResponseStep::Compress => &["compress"],
             ResponseStep::Log => &["access_log", "metrics"],
         }
@@ -186,8 +201,75 @@ impl ResponseStep {
         match self {
             ResponseStep::ErrorPages => "espalier's own error text (and the app's, with `replace_app_errors`) gives way to the site's page for the status",
             ResponseStep::Headers => "the site's and the path's fields are set or removed, HSTS (and with `http3`, `Alt-Svc`) added over TLS",
+            ResponseStep::StatusHeaders => "fields are set or removed by the answer's status or class (`\"5xx\"`), over those of `headers`: the path's table, else the site's",
             ResponseStep::Compress => "a compressible answer is compressed in the client's preferred coding, with `Vary: Accept-Encoding`",
             ResponseStep::Log => "the answer is metered and logged in the site's log",
+        }
+    }
+}
+
+/// The typed values of a site's or path's response features that are modules of
+/// [`crate::features`] — one field each: checked here by its module's `of` ([`Self::check`]),
+/// carried to the workers in their spec, and compiled there into its step ([`Self::step`]).
+/// A feature added is a field and a line in each of these, and nothing outside this file,
+/// its module, its raw key and the reference.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseKeys {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_headers: Option<StatusHeaders>,
+}
+
+/// What a feature's check asks of the config's validator: the rules shared by several keys,
+/// and where to say what is wrong (it names the file, line and key).
+pub(super) trait KeyCheck {
+    /// `headers`' rules for a table of fields at `at` (names, values): those that pass.
+    fn header_fields(&mut self, at: &[Seg], raw: BTreeMap<String, String>)
+        -> Vec<(String, String)>;
+    /// Refuses the key at `at`, saying why and the fix.
+    fn refuse(&mut self, at: &[Seg], why: String);
+}
+
+impl ResponseKeys {
+    /// The keys as a site or path at `at` wrote them, checked: a refused one is said by `v`
+    /// and left unset.
+    pub(super) fn check(v: &mut impl KeyCheck, at: &[Seg], raw: RawResponseKeys) -> ResponseKeys {
+        let key = |k: &'static str| at.iter().cloned().chain([Seg::Key(k)]).collect::<Vec<_>>();
+        let status_headers = raw.status_headers.and_then(|tables| {
+            let at = key("status_headers");
+            let tables = (tables.into_iter())
+                .map(|(status, fields)| (status, v.header_fields(&at, fields)))
+                .collect();
+            (StatusHeaders::of(tables))
+                .map_err(|(status, why)| v.refuse(&at, format!("`{status}` {why}")))
+                .ok()
+        });
+        ResponseKeys { status_headers }
+    }
+
+    /// Each key by its name, with whether it is set (see `SiteSpec::keys`).
+    pub fn keys(&self) -> [(&'static str, bool); 1] {
+        let ResponseKeys { status_headers } = self;
+        [("status_headers", status_headers.is_some())]
+    }
+
+    /// A path's keys (`self`) over its site's: a key the path sets replaces the site's.
+    pub fn over(&self, site: &ResponseKeys) -> ResponseKeys {
+        ResponseKeys {
+            status_headers: (self.status_headers.as_ref())
+                .or(site.status_headers.as_ref())
+                .cloned(),
+        }
+    }
+
+    /// `step` compiled from these keys, when they set it (`None` for the steps that are not
+    /// modules of [`crate::features`]).
+    pub fn step(&self, step: ResponseStep) -> Option<Rc<dyn HeadStep>> {
+        match step {
+            ResponseStep::StatusHeaders => self.status_headers.clone().map(|s| Rc::new(s) as _),
+            ResponseStep::ErrorPages
+            | ResponseStep::Headers
+            | ResponseStep::Compress
+            | ResponseStep::Log => None,
         }
     }
 }

@@ -93,6 +93,7 @@ impl Config {
                 limit: None,
                 metrics: false,
                 max_body_size: None,
+                response: Default::default(),
                 apps: vec![AppSpec::new(
                     "/".into(),
                     "default".into(),

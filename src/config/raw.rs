@@ -285,6 +285,7 @@ pub struct RawSite {
     /// `{ 404 = "errors/404.html" }`: a page per status.
     pub errors: Option<std::collections::BTreeMap<String, String>>,
     pub replace_app_errors: Option<bool>,
+    pub status_headers: Option<StatusTables>,
     /// `["zstd", "br", "gzip"]`: the codings offered, in order of preference.
     pub compress: Option<Vec<String>>,
     pub allow: Option<Vec<String>>,
@@ -339,6 +340,36 @@ pub struct RawApp {
     pub auth: Option<RawAuth>,
     /// The largest request body the path takes, over its site's.
     pub max_body_size: Option<Scalar>,
+    pub status_headers: Option<StatusTables>,
+}
+
+/// `status_headers = { "5xx" = { Cache-Control = "no-store" } }`: fields by status or class.
+pub type StatusTables =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+
+/// The keys of the response steps that are modules of `crate::features`, as a site or a path
+/// wrote them: taken out of [`RawSite`] or [`RawApp`] whole for the list to check
+/// (`super::chain::ResponseKeys`). A feature's key is a field here and in both (serde cannot
+/// flatten a struct that refuses unknown keys).
+#[derive(Debug, Default)]
+pub struct RawResponseKeys {
+    pub status_headers: Option<StatusTables>,
+}
+
+impl RawSite {
+    pub fn response_keys(&mut self) -> RawResponseKeys {
+        RawResponseKeys {
+            status_headers: self.status_headers.take(),
+        }
+    }
+}
+
+impl RawApp {
+    pub fn response_keys(&mut self) -> RawResponseKeys {
+        RawResponseKeys {
+            status_headers: self.status_headers.take(),
+        }
+    }
 }
 
 /// A path's `auth = { htpasswd = "admin.htpasswd", realm = "Admin", cleartext = false }`, or

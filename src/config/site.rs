@@ -96,6 +96,9 @@ pub struct AppSpec {
     /// server's; `None`: its site's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body_size: Option<u64>,
+    /// Its response features' keys (see [`super::chain::ResponseKeys`]), over its site's.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub response: super::chain::ResponseKeys,
 }
 
 impl AppSpec {
@@ -116,6 +119,7 @@ impl AppSpec {
             auth: None,
             auth_request: None,
             max_body_size: None,
+            response: Default::default(),
         }
     }
 
@@ -145,8 +149,9 @@ impl AppSpec {
             auth,
             auth_request,
             max_body_size,
+            response,
         } = self;
-        vec![
+        let mut keys = vec![
             ("path", true),
             ("pool", true),
             ("handler", true),
@@ -161,7 +166,9 @@ impl AppSpec {
             ("deny", !access.deny.is_empty()),
             ("auth", auth.is_some() || auth_request.is_some()),
             ("max_body_size", max_body_size.is_some()),
-        ]
+        ];
+        keys.extend(response.keys());
+        keys
     }
 
     /// The path's keys that are set and configure a step acting on requests (see
@@ -293,6 +300,9 @@ pub struct SiteSpec {
     /// (`[server.limits]`); `None`: the server's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_body_size: Option<u64>,
+    /// Its response features' keys (see [`super::chain::ResponseKeys`]).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub response: super::chain::ResponseKeys,
 }
 
 /// How a folder is listed (`autoindex = true`, or `{ dotfiles = true }`).
@@ -368,6 +378,7 @@ impl SiteSpec {
             errors: Vec::new(),
             replace_app_errors: false,
             compress: Vec::new(),
+            response: Default::default(),
             access: AccessList::default(),
             trusted_proxies: Vec::new(),
             deny_action: DenyAction::default(),
@@ -427,8 +438,9 @@ impl SiteSpec {
             metrics,
             limit,
             max_body_size,
+            response,
         } = self;
-        vec![
+        let mut keys = vec![
             ("name", true),
             ("bindings", !bindings.is_empty()),
             ("proxy_protocol", *proxy_protocol),
@@ -455,7 +467,9 @@ impl SiteSpec {
             ("max_body_size", max_body_size.is_some()),
             ("allow", !access.allow.is_empty()),
             ("deny", !access.deny.is_empty()),
-        ]
+        ];
+        keys.extend(response.keys());
+        keys
     }
 
     /// The site's keys that are set and configure a step acting on requests (every site

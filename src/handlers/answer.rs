@@ -10,6 +10,7 @@
 
 use super::app::{App, AppHandler};
 use super::{cpu, dynamic, ThreadService};
+use crate::http::response_chain::Whose;
 use crate::http::service::{Decided, Reply, RequestCtx};
 use crate::http::{Request, Responder};
 use crate::routing::rules::RuleOutcome;
@@ -27,7 +28,7 @@ impl ThreadService {
         let reply = self.answer_decided(ctx, req, resp);
         // espalier's own error text gives way to the site's page for the status; the site's
         // and path's fields (HSTS over TLS) go into whatever it answered.
-        resp.site_steps(mark, ctx.pages.as_deref(), ctx.fields.as_deref());
+        resp.response_steps(mark, ctx.response.as_deref(), Whose::Own);
         reply
     }
 

@@ -8,8 +8,9 @@
 
 use super::static_files::StaticFiles;
 use crate::config::{AppSpec, HandlerKind, SiteSpec};
-use crate::http::edits::SchemeEdits;
+use crate::http::edits::FieldEdits;
 use crate::http::error_pages::{ErrorPage, ErrorPages};
+use crate::http::response_chain::ResponseChain;
 use crate::proxy::{ProxyRoute, Scripts};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,8 +60,9 @@ pub(super) struct App {
     /// Its prefix, without a trailing `/`.
     pub path: String,
     pub handler: AppHandler,
-    /// Its own field edits (its `headers` over the site's), when it has `headers`.
-    pub fields: Option<Edits>,
+    /// Its own response chains (its `headers` and response keys over the site's), when it
+    /// has any.
+    pub response: Option<Chains>,
     /// Its own `allow`/`deny`, when it has them (the site's apply too).
     pub access: Option<crate::routing::access::AccessList>,
     /// Who must sign in to it, when it has `auth`.
@@ -71,8 +73,21 @@ pub(super) struct App {
     pub max_body: Option<u64>,
 }
 
-/// A site's or path's field edits: over cleartext, over TLS (see [`SchemeEdits`]).
-pub(super) type Edits = SchemeEdits;
+/// A site's or path's response chains: over cleartext, over TLS (which adds HSTS and
+/// `Alt-Svc`; see [`FieldEdits::of`]).
+pub(super) type Chains = [Option<Rc<ResponseChain>>; 2];
+
+/// The response chains of site `s`, or of its path `a` (whose `headers` and response keys
+/// go over the site's), with the site's `pages`.
+pub(super) fn response_chains(
+    s: &SiteSpec,
+    a: Option<&AppSpec>,
+    pages: &Option<Rc<ErrorPages>>,
+) -> Chains {
+    let edits = FieldEdits::of(s, a);
+    let keys = a.map_or_else(|| s.response.clone(), |a| a.response.over(&s.response));
+    [0, 1].map(|tls| ResponseChain::of(pages.clone(), edits[tls].clone(), &keys))
+}
 
 impl AppHandler {
     /// How `pool`'s thread answers app `a` of site `s`: `routes` are its ways to the pool's

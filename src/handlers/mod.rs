@@ -38,8 +38,6 @@ use crate::config::SiteSpec;
 use crate::handoff::{Handoff, PoolTargets};
 use crate::http::access_log;
 use crate::http::clock::Clock;
-use crate::http::edits::FieldEdits;
-use crate::http::error_pages::ErrorPages;
 use crate::http::service::{
     LentConnection, LentHead, Outcome, Reply, RequestCtx, Route, Service, SiteRef,
 };
@@ -71,8 +69,9 @@ struct Site {
     /// Which pool serves the site, when one serves all of it: a hand-off is then decided by
     /// host alone, without choosing the app.
     whole: Whole,
-    /// Its field edits (`headers`, and HSTS over TLS), by scheme.
-    fields: app::Edits,
+    /// Its response chains (error pages, `headers`, HSTS over TLS, its response keys), by
+    /// scheme.
+    response: app::Chains,
     /// Whether an app path asks who the client is (`auth`): only then is a lent request's
     /// path looked at for it.
     app_auth: bool,
@@ -80,8 +79,6 @@ struct Site {
     to_https: Option<u16>,
     /// Its redirect and rewrite rules, compiled for this thread.
     rules: Rules,
-    /// Its own error pages, read at the thread's start.
-    pages: Option<Rc<ErrorPages>>,
     /// The codings it offers (`None`: it compresses nothing).
     codings: Option<Rc<[crate::compress::Coding]>>,
     /// Its `allow`/`deny` lists and those of its paths (`None`: everyone may come in).
@@ -108,13 +105,16 @@ impl Site {
         target_of: &std::collections::HashMap<&str, usize>,
         identity: &str,
     ) -> Site {
+        // Checked by the config; a failure here would be a bug, said once.
+        let pages = app::error_pages(s, identity);
         let mut apps: Vec<App> = s
             .apps
             .iter()
             .map(|a| App {
                 path: a.path.trim_end_matches('/').to_string(),
                 handler: AppHandler::new(pool, s, a, routes, target_of),
-                fields: (!a.headers.is_empty()).then(|| FieldEdits::of(s, Some(a))),
+                response: (!a.headers.is_empty() || a.response != Default::default())
+                    .then(|| app::response_chains(s, Some(a), &pages)),
                 access: (!a.access.is_empty()).then(|| a.access.clone()),
                 auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
                 asks: (a.auth_request.as_ref())
@@ -177,10 +177,8 @@ impl Site {
             apps,
             log,
             whole,
-            fields: FieldEdits::of(s, None),
+            response: app::response_chains(s, None, &pages),
             to_https,
-            // Checked by the config; a failure here would be a bug, said once.
-            pages: app::error_pages(s, identity),
             codings: (!s.compress.is_empty()).then(|| s.compress.as_slice().into()),
             rules: Rules::new(&s.rules).unwrap_or_else(|(k, why)| {
                 crate::os::log(

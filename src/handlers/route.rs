@@ -248,14 +248,13 @@ impl ThreadService {
         decided: Decided,
         rewrite: Option<Rc<str>>,
     ) -> RequestCtx {
-        let fields = app.and_then(|a| a.fields.as_ref()).unwrap_or(&s.fields);
+        let chains = app.and_then(|a| a.response.as_ref()).unwrap_or(&s.response);
         RequestCtx {
             site,
             logged: s.log.is_some() || s.meter.is_some(),
-            fields: fields[usize::from(tls)].clone(),
+            response: chains[usize::from(tls)].clone(),
             decided,
             rewrite,
-            pages: s.pages.clone(),
             codings: s.codings.clone(),
             held: None,
             user: None,

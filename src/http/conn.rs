@@ -549,8 +549,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             max_framing: env.limits.max_header_size,
             body_timeout: env.timeouts.body,
             report: &report,
-            fields: lending.ctx.fields.as_deref(),
-            pages: lending.ctx.pages.as_deref(),
+            response: lending.ctx.response.as_deref(),
         };
         // Boxed: the forwarding state lives on the heap only while a request is lent, so a
         // connection that serves files keeps a small future.

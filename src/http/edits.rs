@@ -1,6 +1,6 @@
 //! The `headers` response step (and `hsts`): fields removed from the answer, then whole
 //! lines added where the answer has no field of that name — on every answer, by the one
-//! response writer ([`super::Responder::site_steps`]): espalier's own and applications'.
+//! response writer ([`super::Responder::response_steps`]): espalier's own and applications'.
 //!
 //! Owns: [`FieldEdits`]: made once per thread from a site's (or path's) keys
 //! ([`FieldEdits::of`]), and applied to a formatted HTTP/1.1 head. The feature is this file,
@@ -9,6 +9,7 @@
 //! request chain chooses by site and path, and carries them in its context).
 
 use crate::config::{AppSpec, SiteSpec};
+use crate::features::head;
 use std::rc::Rc;
 
 /// A site's or path's edits by scheme: over cleartext, and over TLS (with its HSTS line);
@@ -103,30 +104,17 @@ impl FieldEdits {
     /// taken out in place, then the added lines put in before the blank line with one move
     /// of what follows — no allocation when the answer had none of the kept names.
     pub fn apply(&self, out: &mut Vec<u8>, mark: usize) {
-        let Some(first) = memchr::memmem::find(&out[mark..], b"\r\n") else {
+        let mut present = false;
+        let removes = |name: &[u8]| {
+            if self.removes(name) {
+                return true;
+            }
+            present |= (self.kept_names.iter()).any(|k| k.as_bytes().eq_ignore_ascii_case(name));
+            false
+        };
+        let Some(at) = head::take_fields(out, mark, removes) else {
             return;
         };
-        let mut at = mark + first + 2;
-        let mut present = false;
-        loop {
-            let Some(len) = memchr::memchr(b'\n', &out[at..]).map(|i| i + 1) else {
-                return; // no blank line: not a head
-            };
-            if len <= 2 {
-                break;
-            }
-            let line = &out[at..at + len];
-            let name = &line[..memchr::memchr(b':', line).unwrap_or(0)];
-            if self.removes(name) {
-                out.drain(at..at + len);
-                continue;
-            }
-            present |= self
-                .kept_names
-                .iter()
-                .any(|k| k.as_bytes().eq_ignore_ascii_case(name));
-            at += len;
-        }
         if present {
             // Rare: an app sent its own HSTS. Only the lines it lacks go in.
             let mut lines = Vec::with_capacity(self.added.len());
@@ -138,19 +126,11 @@ impl FieldEdits {
                         && l[name.len()] == b':'
                 })
             });
-            insert(out, at, &lines);
+            head::insert(out, at, &lines);
         } else {
-            insert(out, at, &self.added);
+            head::insert(out, at, &self.added);
         }
     }
-}
-
-/// Puts `bytes` into `out` at `at`, moving what follows once.
-fn insert(out: &mut Vec<u8>, at: usize, bytes: &[u8]) {
-    let (n, old) = (bytes.len(), out.len());
-    out.resize(old + n, 0);
-    out.copy_within(at..old, at + n);
-    out[at..at + n].copy_from_slice(bytes);
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! asks (`replace_app_errors`).
 //!
 //! Owns: [`ErrorPages`] and writing a page ([`super::Responder::error_page`],
-//! [`super::Responder::site_steps`]). Must not touch: reading the files (the handlers load
+//! [`super::Responder::response_steps`]). Must not touch: reading the files (the handlers load
 //! them once per thread) or which site a request is of.
 
 /// One page: its bytes and their type.

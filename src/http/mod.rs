@@ -33,6 +33,7 @@ pub mod ktls;
 pub mod meters;
 pub mod proxy_header;
 mod respond;
+pub mod response_chain;
 mod send;
 pub mod service;
 mod shutdown;

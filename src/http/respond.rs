@@ -1,7 +1,7 @@
 //! The one response writer: every answer's head — espalier's own (handlers, static files,
 //! a step's refusal, a 502 for an app that failed), an HTTP app's and a FastCGI app's — is
 //! written by [`Responder`], and gets its site's response steps in one place
-//! ([`Responder::site_steps`]).
+//! ([`Responder::response_steps`]).
 //!
 //! Owns: the status line (always `HTTP/1.1`, as RFC 9110 §2.5 asks of a server: an HTTP/1.0
 //! client reads it as 1.0), espalier's common lines (`Server`, `Date`, the worker line) but
@@ -10,7 +10,8 @@
 //! which fields an app's answer keeps (the proxy filters them before they come here), the
 //! body beyond a small one written in place, or the socket.
 
-use super::{clock, edits, error_pages};
+use super::response_chain::{ResponseChain, Step, Whose};
+use super::{clock, error_pages};
 
 /// What the connection does after the answer, as its `Connection` line says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,36 +118,32 @@ impl<'a> Responder<'a> {
         self.then == Then::KeepAlive
     }
 
-    /// Where the next response starts in the output buffer (see [`Self::site_steps`]).
+    /// Where the next response starts in the output buffer (see [`Self::response_steps`]).
     pub fn mark(&self) -> usize {
         self.out.len()
     }
 
-    /// Applies a site's field edits to the head of the response written since `mark`,
-    /// whoever wrote it (a cached file's head included).
-    fn edit_fields(&mut self, mark: usize, edits: &edits::FieldEdits) {
-        edits.apply(self.out, mark);
-    }
-
-    /// The response steps on the answer written since `mark`, in the chain's order
-    /// (`config::chain::ResponseStep`): the site's page for an error status (`pages`: for
-    /// espalier's own answers, and an app's error the site replaces), then its field edits.
-    /// The one place they are applied, to every answer: espalier's own (handlers, static
+    /// The response steps of the answer's site (and path) on the answer written since
+    /// `mark` — the one place they run, on every answer: espalier's own (handlers, static
     /// files, a step's refusal, `OwnAnswers` on a lent connection) and apps' heads
-    /// (`proxy::head`). Compression and cache times are decided before the head is written
-    /// (a static file's are in its cached head; an app's by the proxy's plan), so a site
-    /// without them pays nothing here.
-    pub fn site_steps(
-        &mut self,
-        mark: usize,
-        pages: Option<&error_pages::ErrorPages>,
-        edits: Option<&edits::FieldEdits>,
-    ) {
-        if let Some(pages) = pages {
-            self.brand_error(mark, pages);
-        }
-        if let Some(edits) = edits {
-            self.edit_fields(mark, edits);
+    /// (`proxy::head`). `None`: the site configures none, and this costs nothing.
+    pub fn response_steps(&mut self, mark: usize, chain: Option<&ResponseChain>, whose: Whose) {
+        let Some(chain) = chain else {
+            return;
+        };
+        let mut status = None;
+        for step in chain.steps() {
+            match step {
+                Step::ErrorPage(pages) if whose == Whose::Own => self.brand_error(mark, pages),
+                Step::ErrorPage(_) => {}
+                Step::Headers(edits) => edits.apply(self.out, mark),
+                Step::Feature(feature) => {
+                    let status = *status.get_or_insert_with(|| {
+                        error_pages::status_of(&self.out[mark..]).unwrap_or(0)
+                    });
+                    feature.run(self.out, mark, status);
+                }
+            }
         }
     }
 

@@ -53,17 +53,15 @@ pub struct RequestCtx {
     pub site: Option<SiteRef>,
     /// Whether its site logs or meters its requests (only then is an entry made).
     pub logged: bool,
-    /// The field edits of its site and path, on its answer and the lent ones' too (the
-    /// site's `headers`, its `Strict-Transport-Security` over TLS); `None` for none.
-    pub fields: Option<Rc<super::edits::FieldEdits>>,
+    /// The response chain of its site and path for its scheme, run on its answer, whoever
+    /// gives it (error pages, `headers`, HSTS over TLS, `status_headers`); `None` for none.
+    pub response: Option<Rc<super::response_chain::ResponseChain>>,
     /// What its site's request chain decided (run once, by [`Service::route`]): the answer
     /// reads it, never deciding again.
     pub decided: Decided,
     /// The target a rule rewrote it to (which its answer and a lent request's head use; its
     /// log line keeps the original); `None` for none.
     pub rewrite: Option<Rc<str>>,
-    /// Its site's error pages, for espalier's own error answers (and the app's, if asked).
-    pub pages: Option<Rc<super::error_pages::ErrorPages>>,
     /// The codings its site offers, its preference first (`None`: it compresses nothing).
     pub codings: Option<Rc<[crate::compress::Coding]>>,
     /// Its slot of its client's in-flight limit, given back when the last copy of the
@@ -183,10 +181,8 @@ pub struct LentConnection<'a, C> {
     pub body_timeout: Duration,
     /// What was answered, for the access log.
     pub report: &'a Report,
-    /// The field edits of the request's site and path (see [`RequestCtx::fields`]).
-    pub fields: Option<&'a super::edits::FieldEdits>,
-    /// The error pages of the request's site (see [`RequestCtx::pages`]).
-    pub pages: Option<&'a super::error_pages::ErrorPages>,
+    /// The response chain of the request's site and path (see [`RequestCtx::response`]).
+    pub response: Option<&'a super::response_chain::ResponseChain>,
 }
 
 /// An HTTP/2 stream lent for its request's forwarding as a stream of its own (see
@@ -200,9 +196,8 @@ pub struct LentStream<'a> {
     pub reply: StreamReply<'a>,
     /// The thread's clock, for espalier's own answers.
     pub clock: &'a Clock,
-    /// The field edits and error pages of the request's site.
-    pub fields: Option<&'a crate::http::edits::FieldEdits>,
-    pub pages: Option<&'a crate::http::error_pages::ErrorPages>,
+    /// The response chain of the request's site and path.
+    pub response: Option<&'a crate::http::response_chain::ResponseChain>,
 }
 
 /// The answer's way back on a lent stream.

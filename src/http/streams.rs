@@ -158,8 +158,7 @@ pub(crate) fn lent_connection<'a, C, S>(
         max_framing: env.limits.max_header_size,
         body_timeout: env.timeouts.body,
         report,
-        fields: ctx.fields.as_deref(),
-        pages: ctx.pages.as_deref(),
+        response: ctx.response.as_deref(),
     }
 }
 

@@ -150,16 +150,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         max_framing,
         body_timeout,
         report,
-        fields: edits,
-        pages,
+        response,
     } = client;
     let own = OwnAnswers {
         report,
         clock,
         client_minor: req.client_minor,
         head_only: req.head_only,
-        fields: edits,
-        pages,
+        response,
     };
     let buffer = route.settings().buffer;
     // A chunked body's length is known only once it is read whole, which buffering does.

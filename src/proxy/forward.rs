@@ -77,16 +77,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         max_framing,
         body_timeout,
         report,
-        fields: edits,
-        pages,
+        response,
     } = client;
     let own = OwnAnswers {
         report,
         clock,
         client_minor: req.client_minor,
         head_only: req.head_only,
-        fields: edits,
-        pages,
+        response,
     };
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;

@@ -37,8 +37,7 @@ pub async fn forward_stream(stream: LentStream<'_>, mut req: ForwardRequest, rou
         max_body,
         mut reply,
         clock,
-        fields,
-        pages,
+        response,
     } = stream;
     req.compress = None;
     let own = OwnAnswers {
@@ -46,8 +45,7 @@ pub async fn forward_stream(stream: LentStream<'_>, mut req: ForwardRequest, rou
         clock,
         client_minor: 1,
         head_only: req.head_only,
-        fields,
-        pages,
+        response,
     };
     let sent = Sent {
         body,

@@ -7,7 +7,7 @@
 //! out (hop-by-hop fields, those its `Connection` names, CGI's `Status`, its framing), what
 //! compression changes (`Vary`, `Content-Encoding`, a weak `ETag`), and the framing the
 //! relay gives the body ([`ToClient`]). The status line, espalier's `Server`/`Date`/worker
-//! lines where the app sent none, `Connection`, and the site's response steps (field edits)
+//! lines where the app sent none, `Connection`, and the site's response steps (its chain)
 //! are the writer's. The site's page for an app's error is decided before this
 //! ([`super::wire::OwnAnswers::replaces`]). Must not touch: the app's wire (the forwarders
 //! read it) or the body (relayed after).
@@ -16,7 +16,7 @@ use super::encode::{self, Plan};
 use super::request::ForwardRequest;
 use super::request::{connection_tokens, named_hop};
 use super::wire::BodyKind;
-use crate::http::edits::FieldEdits;
+use crate::http::response_chain::{ResponseChain, Whose};
 use crate::http::{Responder, Sent};
 use std::borrow::Cow;
 
@@ -56,7 +56,7 @@ pub(super) struct Head<'a> {
 
 impl Head<'_> {
     /// The client's head, with the app's `fields`, for a lent connection's request: its
-    /// thread's common lines and its site's field edits from `own`.
+    /// thread's common lines and its site's response chain from `own`.
     pub fn for_client(
         &self,
         fields: &[httparse::Header<'_>],
@@ -64,18 +64,18 @@ impl Head<'_> {
     ) -> Vec<u8> {
         let mut out = Vec::with_capacity(512);
         // The clock's lines borrowed for this statement only: its task refreshes them.
-        self.write(fields, &own.clock.common(), own.fields, &mut out);
+        self.write(fields, &own.clock.common(), own.response, &mut out);
         out
     }
 
     /// Writes the head, with the app's `fields`, to `out`: `common` are the thread's common
-    /// lines (`Server`, `Date`, and the worker line with `worker_header`), `edits` the site's
-    /// and path's field edits.
+    /// lines (`Server`, `Date`, and the worker line with `worker_header`), `chain` the site's
+    /// and path's response steps.
     pub fn write(
         &self,
         fields: &[httparse::Header<'_>],
         common: &[u8],
-        edits: Option<&FieldEdits>,
+        chain: Option<&ResponseChain>,
         out: &mut Vec<u8>,
     ) {
         let seen = Seen::of(fields);
@@ -118,7 +118,7 @@ impl Head<'_> {
         }
         resp.end_head();
         // The error page is the forwarders' to choose before the head (`OwnAnswers`).
-        resp.site_steps(mark, None, edits);
+        resp.response_steps(mark, chain, Whose::App);
     }
 
     /// The value field `f` of the app's answer goes out with, `None` when it stays behind:
@@ -271,14 +271,14 @@ mod tests {
         h: &Head<'_>,
         fields: &[(&'static str, &'static [u8])],
         common: &[u8],
-        edits: Option<&FieldEdits>,
+        chain: Option<&ResponseChain>,
     ) -> String {
         let fields: Vec<httparse::Header<'static>> = fields
             .iter()
             .map(|(name, value)| httparse::Header { name, value })
             .collect();
         let mut out = Vec::new();
-        h.write(&fields, common, edits, &mut out);
+        h.write(&fields, common, chain, &mut out);
         String::from_utf8(out).unwrap()
     }
 
@@ -327,17 +327,19 @@ mod tests {
 
     #[test]
     fn the_sites_removals_reach_espaliers_own_lines_and_the_worker_line_stays() {
-        let edits = FieldEdits::new(
+        let edits = crate::http::edits::FieldEdits::new(
             b"X-Frame-Options: DENY\r\n".to_vec(),
             ["server".into(), "x-frame-options".into()].into(),
         );
+        let chain =
+            ResponseChain::of(None, Some(std::rc::Rc::new(edits)), &Default::default()).unwrap();
         let common = b"Server: espalier\r\nDate: Fri, 27 Nov 2026 10:00:00 GMT\r\nX-Espalier-Worker: p/0/cpu0\r\n";
         let h = head(ToClient::Length(0), Then::KeepAlive, 1);
         let text = written_with(
             &h,
             &[("Date", b"Fri, 27 Nov 2026 09:59:59 GMT")],
             common,
-            Some(&edits),
+            Some(&chain),
         );
         assert_eq!(
             text,

@@ -7,8 +7,8 @@
 //! Owns: those helpers. Must not touch: a request's forwarding (the forwarders own it).
 
 use crate::http::access_log::Report;
-use crate::http::edits::FieldEdits;
-use crate::http::error_pages::{ErrorPages, KEPT_FIELDS};
+use crate::http::error_pages::KEPT_FIELDS;
+use crate::http::response_chain::{ResponseChain, Whose};
 use crate::http::service::Outcome;
 use crate::http::Responder;
 use std::borrow::Cow;
@@ -138,8 +138,8 @@ pub(super) struct OwnAnswers<'a> {
     pub clock: &'a crate::http::clock::Clock,
     pub client_minor: u8,
     pub head_only: bool,
-    pub fields: Option<&'a FieldEdits>,
-    pub pages: Option<&'a ErrorPages>,
+    /// The response chain of the request's site and path.
+    pub response: Option<&'a ResponseChain>,
 }
 
 impl OwnAnswers<'_> {
@@ -174,7 +174,7 @@ impl OwnAnswers<'_> {
             let mut resp =
                 Responder::new(&mut out, &common, false, self.client_minor, self.head_only);
             resp.error_keeping(status, kept);
-            resp.site_steps(0, self.pages, self.fields);
+            resp.response_steps(0, self.response, Whose::Own);
         }
         self.report
             .head
@@ -224,8 +224,7 @@ impl OwnAnswers<'_> {
     /// Whether an app's own answer with `status` is to be replaced by the site's page.
     pub fn replaces(&self, status: u16) -> bool {
         status >= 400
-            && self
-                .pages
+            && (self.response.and_then(ResponseChain::pages))
                 .is_some_and(|p| p.replace_app_errors && p.get(status).is_some())
     }
 }

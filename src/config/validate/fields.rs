@@ -219,6 +219,20 @@ impl Validator {
     }
 }
 
+impl super::super::chain::KeyCheck for Validator {
+    fn header_fields(
+        &mut self,
+        at: &[Seg],
+        raw: BTreeMap<String, String>,
+    ) -> Vec<(String, String)> {
+        Validator::header_fields(self, at, Some(raw))
+    }
+
+    fn refuse(&mut self, at: &[Seg], why: String) {
+        self.err(at, why);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //!
 //! Owns: the site keys' rules. Must not touch: pools beyond looking their names up.
 
+use super::super::chain::ResponseKeys;
 use super::super::locate::Seg;
 use super::super::model::*;
 use super::super::parse::parse_binding;
@@ -19,11 +20,16 @@ impl Validator {
     pub(super) fn site(
         &mut self,
         i: usize,
-        raw: raw::RawSite,
+        mut raw: raw::RawSite,
         base: &Path,
         pools: &[PoolSpec],
     ) -> SiteSpec {
         let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
+        let response = ResponseKeys::check(
+            self,
+            &[Seg::Key("site"), Seg::Index(i)],
+            raw.response_keys(),
+        );
         let name = raw.name.unwrap_or_else(|| format!("site{i}"));
         let mut bindings = Vec::new();
         if raw.bindings.is_empty() {
@@ -250,6 +256,7 @@ impl Validator {
             self.err(&at("deny_action"), "says what a client refused by allow or deny gets, and the site and its paths have none; add allow or deny, or remove it");
         }
         let spec = SiteSpec {
+            response,
             metrics: raw.metrics.unwrap_or(false),
             limit,
             max_body_size,

@@ -4,6 +4,7 @@
 //! Owns: an app path's rules, each alone; what concerns the site's apps together (one pool
 //! over TLS, activation alone on its site) is [`super::site`]'s.
 
+use super::super::chain::ResponseKeys;
 use super::super::locate::Seg;
 use super::super::model::*;
 use super::super::raw;
@@ -30,7 +31,7 @@ impl Validator {
         &mut self,
         site: SiteSoFar<'_>,
         k: usize,
-        ra: raw::RawApp,
+        mut ra: raw::RawApp,
         pools: &[PoolSpec],
     ) -> AppSpec {
         let SiteSoFar {
@@ -50,6 +51,7 @@ impl Validator {
                 Seg::Key(key),
             ]
         };
+        let raw_response = ra.response_keys();
         let path = ra.path.unwrap_or_else(|| "/".into());
         if !path.starts_with('/') {
             self.err(&ap("path"), format!("`{path}` must start with `/`"));
@@ -218,7 +220,9 @@ impl Validator {
         let max_body_size = ra
             .max_body_size
             .map(|v| self.size(&at_key("max_body_size"), Some(v), 0));
+        let response = ResponseKeys::check(self, &app_at, raw_response);
         AppSpec {
+            response,
             auth: auth.password,
             auth_request: auth.request,
             max_body_size,

@@ -90,8 +90,7 @@ impl<S: Service + 'static> Connection<S> {
                 report,
             },
             clock: &env.clock,
-            fields: ctx.fields.as_deref(),
-            pages: ctx.pages.as_deref(),
+            response: ctx.response.as_deref(),
         };
         env.service.lend_stream(lent, stream).await;
     }
