@@ -1,0 +1,5 @@
+mod kv;
+mod lease;
+
+pub use kv::KvClientPrefix;
+pub use lease::LeaseClientPrefix;
