@@ -6,21 +6,26 @@
 #![allow(dead_code)]
 
 pub mod authpb {
-    tonic::include_proto!("authpb");
+    // espalier's patch: the code prost made from proto/ at build time, kept (see PATCH.md).
+    include!("generated/authpb.rs");
 }
 
 pub mod etcdserverpb {
-    tonic::include_proto!("etcdserverpb");
+    // espalier's patch: the code prost made from proto/ at build time, kept (see PATCH.md).
+    include!("generated/etcdserverpb.rs");
 }
 
 pub mod mvccpb {
-    tonic::include_proto!("mvccpb");
+    // espalier's patch: the code prost made from proto/ at build time, kept (see PATCH.md).
+    include!("generated/mvccpb.rs");
 }
 
 pub mod v3electionpb {
-    tonic::include_proto!("v3electionpb");
+    // espalier's patch: the code prost made from proto/ at build time, kept (see PATCH.md).
+    include!("generated/v3electionpb.rs");
 }
 
 pub mod v3lockpb {
-    tonic::include_proto!("v3lockpb");
+    // espalier's patch: the code prost made from proto/ at build time, kept (see PATCH.md).
+    include!("generated/v3lockpb.rs");
 }
