@@ -266,3 +266,285 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
         assert_eq!(who, "10.77.3.2", "a log line names {who}");
     }
 }
+
+/// One member's config: its admin endpoint and etcd's address as its namespace reaches it.
+fn member_config(node: &str, etcd: &str) -> String {
+    format!(
+        r#"
+[server]
+admin = "127.0.0.1:9180"
+admin_token = "{TOKEN}"
+shutdown_timeout = "3s"
+[server.cluster]
+etcd = ["http://{etcd}:2379"]
+prefix = "/espalier/test"
+node = "{node}"
+"#
+    )
+}
+
+/// The sites and pools the fleet shares, imported once.
+const SHARED: &str = r#"
+[[pool]]
+name = "web"
+processes = 1
+
+[[site]]
+name = "shop"
+bindings = ["http://127.0.0.1:8080"]
+root = "www"
+[[site.app]]
+path = "/"
+pool = "web"
+"#;
+
+/// A command run in network namespace `ns`: its output, whatever its status.
+fn in_ns(ns: &str, program: &str, args: &[&str]) -> std::process::Output {
+    Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("nsenter")
+}
+
+/// The page at `url` inside `ns` (empty when none).
+fn page_in(ns: &str, url: &str) -> String {
+    let out = in_ns(ns, "curl", &["-s", "--max-time", "2", url]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A member's `/status` (inside its namespace), as JSON.
+fn status_in(ns: &str) -> serde_json::Value {
+    let body = page_in(ns, "http://127.0.0.1:9180/status");
+    serde_json::from_str(&body).unwrap_or(serde_json::Value::Null)
+}
+
+/// A configuration API call to a member: its status code and body.
+fn config_call(ns: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let url = format!("http://127.0.0.1:9180/config/{path}");
+    let out = in_ns(
+        ns,
+        "curl",
+        &[
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            method,
+            "-H",
+            &auth,
+            "-d",
+            body,
+            &url,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// issue #59, items 1, 2, 5 and 6: two members in network namespaces of their own share one
+/// configuration through a real etcd (Debian's) in a third — imported once, changed through
+/// either member's `/config` (a transaction in etcd, watched by the other), each member
+/// serving its copy while etcd is down, even from a restart, and the fleet in `/status`.
+#[test]
+fn a_fleet_shares_its_configuration_through_etcd() {
+    need_tools(
+        "etcd:etcd-server etcdctl:etcd-client curl:curl nsenter:util-linux",
+        "etcd",
+    );
+    let tag = std::process::id() % 100_000;
+    let names: Vec<String> = ["e", "m1", "m2"]
+        .iter()
+        .map(|n| format!("esp{tag}-{n}"))
+        .collect();
+    let (e, m1, m2) = (&names[0], &names[1], &names[2]);
+    let ns = Namespaces::create(&names);
+    ns.link(e, "10.78.1.1", m1, "10.78.1.2");
+    ns.link(e, "10.78.2.1", m2, "10.78.2.2");
+    let dir = tempfile::tempdir().unwrap();
+    let etcd_data = dir.path().join("etcd");
+    let start_etcd = || {
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{e}"))
+            .args(["etcd", "--data-dir"])
+            .arg(&etcd_data)
+            .args([
+                "--listen-client-urls",
+                "http://10.78.1.1:2379,http://10.78.2.1:2379,http://127.0.0.1:2379",
+                "--advertise-client-urls",
+                "http://127.0.0.1:2379",
+                "--listen-peer-urls",
+                "http://127.0.0.1:2380",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd");
+        let etcd = Stopped(child);
+        wait_for("etcd answering", Duration::from_secs(30), || {
+            in_ns(
+                e,
+                "etcdctl",
+                &["--endpoints", "http://127.0.0.1:2379", "endpoint", "health"],
+            )
+            .status
+            .success()
+        });
+        etcd
+    };
+    let mut etcd = Some(start_etcd());
+    let member_dir = |node: &str, etcd_ip: &str| {
+        let d = dir.path().join(node);
+        for (page, text) in [
+            ("www/index.html", "one\n"),
+            ("www2/index.html", "two\n"),
+            ("blog/index.html", "blog\n"),
+        ] {
+            std::fs::create_dir_all(d.join(page).parent().unwrap()).unwrap();
+            std::fs::write(d.join(page), text).unwrap();
+        }
+        std::fs::write(d.join("espalier.toml"), member_config(node, etcd_ip)).unwrap();
+        d
+    };
+    let (d1, d2) = (member_dir("m1", "10.78.1.1"), member_dir("m2", "10.78.2.1"));
+    // One machine's file into the fleet, checked first; a second import overwrites nothing.
+    std::fs::write(d1.join("shared.toml"), SHARED).unwrap();
+    let bin = env!("CARGO_BIN_EXE_espalier");
+    let import = |extra: &[&str]| {
+        let mut args = vec!["cluster", "import", "shared.toml", "-c", "espalier.toml"];
+        args.extend_from_slice(extra);
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{m1}"))
+            .arg(bin)
+            .args(&args)
+            .current_dir(&d1)
+            .output()
+            .unwrap()
+    };
+    let first = import(&[]);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let again = import(&[]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("add --replace"));
+
+    let start = |ns: &str, d: &Path| {
+        let prefix = inside(ns);
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        Server::start_with(&prefix, &["-c", "espalier.toml"], d, &[])
+    };
+    let server1 = start(m1, &d1);
+    let mut server2 = start(m2, &d2);
+    for m in [m1, m2] {
+        wait_for(
+            "each member serving the shared site",
+            Duration::from_secs(30),
+            || page_in(m, "http://127.0.0.1:8080/") == "one\n",
+        );
+    }
+    wait_for("each member listing both", Duration::from_secs(30), || {
+        [m1, m2].iter().all(|m| {
+            let members = status_in(m)["cluster"]["members"].clone();
+            members.as_array().is_some_and(|l| l.len() == 2)
+        })
+    });
+
+    let cli_status = |m: &str| {
+        let out = in_ns(
+            m,
+            env!("CARGO_BIN_EXE_espalier"),
+            &["status", "--admin", "127.0.0.1:9180"],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = cli_status(m2);
+    assert!(
+        said.contains("CLUSTER /espalier/test: node m2, revision "),
+        "{said}"
+    );
+    assert!(
+        said.contains(", reachable; members m1 (") && said.contains("m2 ("),
+        "{said}"
+    );
+
+    // A change through one member is the other's too; a site added through the other, the
+    // first's.
+    let (code, body) = config_call(m1, "PATCH", "sites/shop", r#"{"root": "www2"}"#);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(page_in(m1, "http://127.0.0.1:8080/"), "two\n");
+    let changed = Instant::now();
+    wait_for(
+        "the other member applying the change",
+        Duration::from_secs(20),
+        || page_in(m2, "http://127.0.0.1:8080/") == "two\n",
+    );
+    eprintln!(
+        "a change through m1 served by m2 after {:?}",
+        changed.elapsed()
+    );
+    let blog = r#"{"name": "blog", "bindings": ["http://127.0.0.1:8081"], "root": "blog", "app": [{"path": "/", "pool": "web"}]}"#;
+    let (code, body) = config_call(m2, "PUT", "sites/blog", blog);
+    assert_eq!(code, 201, "{body}");
+    wait_for(
+        "the first member serving the new site",
+        Duration::from_secs(20),
+        || page_in(m1, "http://127.0.0.1:8081/") == "blog\n",
+    );
+    // What `check` refuses is refused by either member and reaches no one.
+    let (code, body) = config_call(m1, "PATCH", "sites/blog", r#"{"bogus": 1}"#);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("unknown field `bogus`"), "{body}");
+    let s2 = status_in(m2);
+    assert_eq!(s2["cluster"]["reachable"], true, "{s2}");
+    let revision = s2["cluster"]["revision"].as_i64().unwrap();
+    assert!(revision > 0, "{s2}");
+
+    // etcd gone: each member serves its copy, says since when, and refuses a fleet write.
+    drop(etcd.take());
+    for m in [m1, m2] {
+        wait_for(
+            "the member saying etcd cannot be reached",
+            Duration::from_secs(30),
+            || {
+                let c = status_in(m)["cluster"].clone();
+                c["reachable"] == false && c["unreachable_since"].as_u64().is_some()
+            },
+        );
+        assert_eq!(page_in(m, "http://127.0.0.1:8080/"), "two\n");
+    }
+    assert!(cli_status(m1).contains("etcd UNREACHABLE for "));
+    let (code, body) = config_call(m1, "PATCH", "sites/shop", r#"{"root": "www"}"#);
+    assert_eq!(code, 503, "{body}");
+    // A member restarted without etcd serves its copy.
+    server2.signal(libc::SIGTERM);
+    assert_eq!(server2.wait_exit(Duration::from_secs(20)), Some(0));
+    let server2 = start(m2, &d2);
+    wait_for(
+        "the restarted member serving its copy",
+        Duration::from_secs(30),
+        || {
+            page_in(m2, "http://127.0.0.1:8080/") == "two\n"
+                && page_in(m2, "http://127.0.0.1:8081/") == "blog\n"
+        },
+    );
+    // etcd back: both follow it again, at the revision they had or later.
+    etcd = Some(start_etcd());
+    for m in [m1, m2] {
+        wait_for(
+            "the member reaching etcd again",
+            Duration::from_secs(30),
+            || {
+                let c = status_in(m)["cluster"].clone();
+                c["reachable"] == true && c["revision"].as_i64().is_some_and(|r| r >= revision)
+            },
+        );
+    }
+    server1.wait_for_log("cluster: etcd is reachable again", Duration::from_secs(5));
+    drop((server1, server2, etcd));
+}

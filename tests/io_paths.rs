@@ -35,6 +35,8 @@ const NOT_AGAIN: &[&str] = &[
     "admin_page::",
     "cli::",
     "config_api::",
+    // The fleet's etcd: the master's client, its copy and its reloads.
+    "fleet::a_fleet_shares_",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;

@@ -152,10 +152,50 @@ fn limits_line(p: &crate::server::status::PoolStatus) -> Option<String> {
     (!parts.is_empty()).then(|| format!("LIMITS: {}", parts.join("; ")))
 }
 
+/// The fleet's line of `espalier status` (`None` without one): `CLUSTER /espalier/prod: node
+/// web-1, revision 42, reachable; members web-1 (42), web-2 (42)`.
+fn cluster_line(c: &crate::server::status::FleetState) -> String {
+    let reach = match (c.reachable, c.unreachable_since, &c.cause) {
+        (true, ..) => "reachable".to_string(),
+        (false, Some(since), cause) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            let ago = now.map_or(0, |n| n.as_secs().saturating_sub(since));
+            format!(
+                "etcd UNREACHABLE for {ago} s ({})",
+                cause.as_deref().unwrap_or("?")
+            )
+        }
+        (false, None, _) => "connecting".to_string(),
+    };
+    let members: Vec<String> = (c.members.iter())
+        .map(|m| {
+            let node = m["node"].as_str().unwrap_or("?");
+            match m["said"]["revision"].as_i64() {
+                Some(r) => format!("{node} ({r})"),
+                None => node.to_string(),
+            }
+        })
+        .collect();
+    format!(
+        "CLUSTER {}: node {}, revision {}, {reach}; members {}",
+        c.prefix,
+        c.node,
+        c.revision,
+        if members.is_empty() {
+            "-".to_string()
+        } else {
+            members.join(", ")
+        }
+    )
+}
+
 /// The status as the table `espalier status` prints.
 fn render(status: &Status) -> String {
     use std::fmt::Write;
     let mut out = String::new();
+    if let Some(c) = &status.cluster {
+        let _ = writeln!(out, "{}", cluster_line(c));
+    }
     let _ = writeln!(
         out,
         "{:<14} {:>5} {:<6} {:>8} {:>5} {:<14} {:<10} {:>10} {:>10} {:>9} {:>8}  LAST EXIT",

@@ -164,6 +164,11 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// The fleet this server's config names (`[server.cluster]`, etcd).
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
     /// Recycle a pool's workers (overlapped unless the pool says otherwise).
     Recycle {
         /// The pool.
@@ -318,6 +323,24 @@ pub struct AdminArgs {
     /// admin_token, or the token file the server made on this machine).
     #[arg(long, value_name = "TOKEN")]
     pub token: Option<String>,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum ClusterAction {
+    /// Put FILE's pools, upstream groups and sites into the fleet's etcd (each a key of its
+    /// own), checked as `check` checks FILE first; one that is there already is refused
+    /// unless `--replace`.
+    Import {
+        file: PathBuf,
+        /// The config whose `[server.cluster]` names the fleet.
+        #[arg(short, long, value_name = "FILE")]
+        config: PathBuf,
+        #[command(flatten)]
+        machine: MachineArgs,
+        /// Replace parts the fleet has already.
+        #[arg(long)]
+        replace: bool,
+    },
 }
 
 #[derive(Subcommand, Debug, Clone)]

@@ -9,11 +9,13 @@
 //! - `bench`: `bench` and `scale` — measuring;
 //! - `admin`: `status`, `pool`, `recycle`, `reload`, `upgrade` — the running server,
 //!   through its admin endpoint;
-//! - `config`: `config get|set|add|patch|rm` — its configuration API.
+//! - `config`: `config get|set|add|patch|rm` — its configuration API;
+//! - `cluster`: `cluster import` — a fleet's shared configuration, in etcd.
 
 mod admin;
 pub mod args;
 mod bench;
+mod cluster;
 mod config;
 mod machine;
 mod serve;
@@ -73,6 +75,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         Command::Recycle { pool, admin } => admin::post(&admin, &format!("/pools/{pool}/recycle")),
         Command::Reload { admin } => admin::post(&admin, "/reload"),
         Command::Config { action } => config::run(action),
+        Command::Cluster { action } => cluster::run(action),
         Command::Upgrade { admin } => admin::post(&admin, "/upgrade"),
         Command::Doctor {
             config,

@@ -33,6 +33,15 @@ impl Kind {
         }
     }
 
+    /// Its place in `config::cluster::KINDS` (a fleet's key folder and copy's folder).
+    fn fleet_index(self) -> usize {
+        match self {
+            Kind::Pool => 0,
+            Kind::Upstream => 1,
+            Kind::Site => 2,
+        }
+    }
+
     fn of_path(word: &str) -> Option<Kind> {
         match word {
             "pools" => Some(Kind::Pool),
@@ -101,6 +110,16 @@ pub struct ConfigFiles {
     /// Where a new site or pool goes when `include` is used: the first pattern's folder and
     /// its file-name pattern (`*.toml`), and the whole pattern to match against.
     include: Option<(PathBuf, String, glob::Pattern)>,
+    /// With `[server.cluster]`, the fleet's copy: every new pool, group and site goes there
+    /// (`pools/NAME.toml`, `upstreams/NAME.toml`, `sites/NAME.toml`).
+    fleet: Option<PathBuf>,
+}
+
+/// The folder of the fleet's copy the main file's `[server.cluster]` names, if it has one.
+fn fleet_of(doc: &DocumentMut, base: &Path) -> Option<PathBuf> {
+    let cluster = doc.get("server")?.get("cluster")?;
+    let folder = cluster.get("folder").and_then(Item::as_str);
+    Some(super::include::fleet_folder(base, folder))
 }
 
 impl ConfigFiles {
@@ -119,7 +138,13 @@ impl ConfigFiles {
                     .collect()
             })
             .unwrap_or_default();
-        for path in included(main, &base, &patterns)? {
+        let fleet = fleet_of(files[0].doc(), &base);
+        let shared = fleet.iter().flat_map(|f| super::include::fleet_patterns(f));
+        for path in included(
+            main,
+            &base,
+            &patterns.iter().cloned().chain(shared).collect::<Vec<_>>(),
+        )? {
             files.push(read_file(&path, false)?);
         }
         let include = patterns.iter().find_map(|pattern| {
@@ -132,7 +157,16 @@ impl ConfigFiles {
                 whole,
             ))
         });
-        Ok(ConfigFiles { files, include })
+        Ok(ConfigFiles {
+            files,
+            include,
+            fleet,
+        })
+    }
+
+    /// The fleet's copy's folder (`[server.cluster]`), if the main file has one.
+    pub fn fleet(&self) -> Option<&Path> {
+        self.fleet.as_deref()
     }
 
     /// The version of what the files hold (see [`version_of`]), as this edit would leave them.
@@ -157,7 +191,8 @@ impl ConfigFiles {
         match part {
             Part::Whole => {
                 let mut whole = table_json(self.files[0].doc().as_table());
-                for kind in [Kind::Pool, Kind::Site] {
+                // Upstream groups too: a fleet's are files of their own.
+                for kind in [Kind::Pool, Kind::Site, Kind::Upstream] {
                     let all = self.all(kind);
                     if let (Value::Object(o), false) = (&mut whole, all.is_empty()) {
                         o.insert(kind.key().into(), Value::Array(all));
@@ -275,6 +310,12 @@ impl ConfigFiles {
     /// and sites only).
     fn file_for(&mut self, kind: Kind, name: &str) -> usize {
         let own = match (kind, &self.include) {
+            // A fleet's parts are shared, each a file (a key in etcd) of its own.
+            _ if self.fleet.is_some() => {
+                let folder = self.fleet.as_deref().unwrap_or(Path::new("."));
+                let (kinds, _) = super::cluster::KINDS[kind.fleet_index()];
+                Some(folder.join(kinds).join(format!("{name}.toml")))
+            }
             (Kind::Upstream, _) | (_, None) => None,
             (_, Some((folder, pattern, full))) => {
                 let stem = if kind == Kind::Pool {
@@ -436,8 +477,17 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
     let base = main
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let doc: DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{}: {e}", main.display()))?;
+    let mut patterns = includes.include.unwrap_or_default();
+    patterns.extend(
+        fleet_of(&doc, &base)
+            .iter()
+            .flat_map(|f| super::include::fleet_patterns(f)),
+    );
     let mut texts = vec![(main.clone(), std::sync::Arc::<str>::from(text))];
-    for path in included(&main, &base, &includes.include.unwrap_or_default())? {
+    for path in included(&main, &base, &patterns)? {
         let (text, _) = super::file_memo::read(&path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         texts.push((path, text));

@@ -7,6 +7,9 @@
 //! names the included file, its line and its key there.
 //! Must not touch: what the pools and sites mean (that is `validate`).
 //!
+//! With `[server.cluster]`, the copy of the fleet's shared parts (`pools/`, `upstreams/`,
+//! `sites/` in its folder) is included after the file's own patterns.
+//!
 //! An included file holds pools and sites only: `[server]` and `include` belong to the main
 //! file (one place for server-wide settings, no include chains to follow). A pattern that
 //! matches nothing is fine (an empty `sites.d/` is a hoster's first day); a name without a
@@ -34,6 +37,7 @@ pub(super) struct Gathered {
     pub sources: Vec<Source>,
     pub pool_origin: Vec<(usize, usize)>,
     pub site_origin: Vec<(usize, usize)>,
+    pub upstream_origin: Vec<(usize, usize)>,
 }
 
 /// Reads the files `main`'s `include` patterns name (relative to `base`) and merges them.
@@ -48,10 +52,16 @@ pub(super) fn gather(
     let mut g = Gathered {
         pool_origin: origins(0, main.pool.len()).collect(),
         site_origin: origins(0, main.site.len()).collect(),
+        upstream_origin: origins(0, main.upstream.len()).collect(),
         sources: vec![main_source],
         raw: RawConfig::default(),
     };
-    let patterns = main.include.take().unwrap_or_default();
+    let mut patterns = main.include.take().unwrap_or_default();
+    // A fleet's shared parts, as the cluster's copy holds them (`[server.cluster]`): their
+    // files may hold `[[upstream]]`s too.
+    let fleet = (main.server.as_ref().and_then(|s| s.cluster.as_ref()))
+        .map(|c| fleet_folder(base, c.folder.as_deref()));
+    patterns.extend(fleet.iter().flat_map(|f| fleet_patterns(f)));
     let mut errors = Vec::new();
     // Each file once, by its inode (or its path, for a file an overlay makes).
     let main_node = std::fs::metadata(main_path).map(|m| super::file_memo::Stamp::of(&m).node);
@@ -82,7 +92,10 @@ pub(super) fn gather(
             // file itself) before it is parsed.
             let parsed = text_of(&path, overlay).and_then(|(text, node)| match node {
                 Some(node) if !seen.insert(node) => Ok(None),
-                _ => parse_one(&path, &text).map(Some),
+                _ => {
+                    let shared = fleet.as_deref().is_some_and(|f| path.starts_with(f));
+                    parse_one(&path, &text, shared).map(Some)
+                }
             });
             match parsed {
                 Ok(None) => {}
@@ -90,8 +103,10 @@ pub(super) fn gather(
                     let file = g.sources.len();
                     g.pool_origin.extend(origins(file, raw.pool.len()));
                     g.site_origin.extend(origins(file, raw.site.len()));
+                    g.upstream_origin.extend(origins(file, raw.upstream.len()));
                     main.pool.extend(raw.pool);
                     main.site.extend(raw.site);
+                    main.upstream.extend(raw.upstream);
                     g.sources.push(source);
                 }
                 Err(e) => errors.push(e),
@@ -104,6 +119,19 @@ pub(super) fn gather(
     }
     g.raw = main;
     Ok(g)
+}
+
+/// The folder of a fleet's copy (`[server.cluster] folder`, relative to `base`).
+pub(super) fn fleet_folder(base: &Path, folder: Option<&str>) -> PathBuf {
+    base.join(folder.unwrap_or(super::cluster::DEFAULT_FOLDER))
+}
+
+/// The patterns of a fleet's copy's files, in the order they are read: pools, upstream
+/// groups, sites.
+pub(super) fn fleet_patterns(folder: &Path) -> Vec<String> {
+    (super::cluster::KINDS.iter())
+        .map(|(kind, _)| format!("{}/{kind}/*.toml", folder.display()))
+        .collect()
 }
 
 /// The files `pattern` names, sorted (as `overlay` would leave them). A pattern without a
@@ -242,8 +270,9 @@ fn text_of(
     }
 }
 
-/// One included file's text, parsed; `[server]` or `include` there is an error naming it.
-fn parse_one(path: &Path, text: &str) -> Result<(RawConfig, Source), ConfigError> {
+/// One included file's text, parsed; `[server]` or `include` there is an error naming it,
+/// and `[[upstream]]` but in a fleet's `shared` part.
+fn parse_one(path: &Path, text: &str, shared: bool) -> Result<(RawConfig, Source), ConfigError> {
     let file = path.display().to_string();
     let locator = Locator::new(text);
     // The tables of a text read before (and found valid) are the same tables: cloned, not
@@ -256,7 +285,7 @@ fn parse_one(path: &Path, text: &str) -> Result<(RawConfig, Source), ConfigError
     for (key, present) in [
         ("server", raw.server.is_some()),
         ("include", raw.include.is_some()),
-        ("upstream", !raw.upstream.is_empty()),
+        ("upstream", !raw.upstream.is_empty() && !shared),
     ] {
         if present {
             return Err(ConfigError {

@@ -20,11 +20,12 @@
 //! unchanged), [`chain`] (the site features' processing
 //! order, and which keys each step reads), [`isolation`] (a pool's view of the filesystem),
 //! [`document`] (the files as the configuration API reads and edits them), [`tracing`]
-//! (`[server.tracing]`).
+//! (`[server.tracing]`), [`cluster`] (`[server.cluster]`: the fleet's etcd and its copy).
 //! The configuration reference (docs/reference.md) documents every key.
 
 mod acme_settings;
 pub mod chain;
+pub mod cluster;
 pub mod document;
 mod error;
 mod file_memo;
@@ -154,6 +155,7 @@ impl Config {
             sources: gathered.sources,
             pool_origin: gathered.pool_origin,
             site_origin: gathered.site_origin,
+            upstream_origin: gathered.upstream_origin,
             store: false,
             asks: false,
             pool_index: Default::default(),

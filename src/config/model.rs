@@ -458,6 +458,9 @@ pub struct ServerSettings {
     /// `[server.tracing]`: a span per request exported over OTLP (`None`: no tracing, and
     /// a client's `traceparent` passes to the app untouched).
     pub tracing: Option<super::tracing::TracingSpec>,
+    /// `[server.cluster]`: the sites, pools and upstream groups shared with a fleet through
+    /// etcd (`None`: this file's and its includes' alone).
+    pub cluster: Option<super::cluster::ClusterSpec>,
 }
 
 impl Default for ServerSettings {
@@ -483,6 +486,7 @@ impl Default for ServerSettings {
             limits: Limits::default(),
             acme: None,
             tracing: None,
+            cluster: None,
         }
     }
 }

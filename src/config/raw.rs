@@ -142,6 +142,21 @@ pub struct RawServer {
     pub limits: Option<RawLimits>,
     pub acme: Option<RawAcme>,
     pub tracing: Option<RawTracing>,
+    pub cluster: Option<RawCluster>,
+}
+
+/// `[server.cluster]`: `etcd = ["http://10.0.0.1:2379"]`, `prefix = "/espalier/prod"`,
+/// `node`, `folder`, `user`, `password_file`, `ca`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub etcd: Option<Vec<String>>,
+    pub prefix: Option<String>,
+    pub node: Option<String>,
+    pub folder: Option<String>,
+    pub user: Option<String>,
+    pub password_file: Option<String>,
+    pub ca: Option<String>,
 }
 
 /// `[server.tracing]`: `otlp = "http://127.0.0.1:4318"`, `sample = 0.01`,

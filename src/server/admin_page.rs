@@ -99,6 +99,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
             upstreams: Vec::new(),
             certificates: Vec::new(),
             config: None,
+            cluster: None,
         },
         active: Vec::new(),
         cpu_load: Vec::new(),

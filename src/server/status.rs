@@ -45,6 +45,27 @@ pub struct Status {
     /// whom they were last changed through it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigState>,
+    /// The fleet this server is a member of (`[server.cluster]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<FleetState>,
+}
+
+/// The fleet in `/status` (see `supervisor::fleet`): etcd reachable or since when not, the
+/// revision of the shared configuration applied here, and the members as their keys say.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FleetState {
+    pub prefix: String,
+    pub node: String,
+    pub reachable: bool,
+    /// Since when etcd cannot be reached (Unix seconds), and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable_since: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
+    /// The revision of the shared configuration applied here.
+    pub revision: i64,
+    #[serde(default)]
+    pub members: Vec<serde_json::Value>,
 }
 
 /// The configuration's version in `/status` (see `supervisor::config_api`).

@@ -35,8 +35,13 @@ fn the_reference_has_a_row_for_every_key_and_no_other() {
     };
     let mut wanted: Vec<Vec<String>> = vec![
         [
-            prefixed("", accepted::<RawServer>(), &["limits", "acme", "tracing"]),
+            prefixed(
+                "",
+                accepted::<RawServer>(),
+                &["limits", "acme", "tracing", "cluster"],
+            ),
             prefixed("tracing.", accepted::<RawTracing>(), &[]),
+            prefixed("cluster.", accepted::<RawCluster>(), &[]),
             prefixed("limits.", accepted::<RawLimits>(), &[]),
             prefixed("acme.", accepted::<RawAcme>(), &["dns"]),
             prefixed("acme.dns.", accepted::<RawAcmeDns>(), &[]),

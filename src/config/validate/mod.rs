@@ -13,6 +13,7 @@ mod acme_dns;
 mod app;
 mod auth_request;
 mod buffer;
+mod cluster;
 mod fields;
 mod front;
 mod http3;
@@ -23,6 +24,7 @@ mod site;
 mod site_app;
 mod site_tls;
 mod tracing;
+
 mod upstream;
 
 use super::error::ConfigError;
@@ -44,6 +46,7 @@ pub(super) struct Validator {
     /// By pool, by site: (index into `sources`, index within that file).
     pub(super) pool_origin: Vec<(usize, usize)>,
     pub(super) site_origin: Vec<(usize, usize)>,
+    pub(super) upstream_origin: Vec<(usize, usize)>,
     /// Whether `[server] certificates` names a store (a site's https bindings may then go
     /// without `tls`).
     pub(super) store: bool,
@@ -64,6 +67,7 @@ impl Validator {
         let origin = match path.as_slice() {
             [Seg::Key("pool"), Seg::Index(i), ..] => self.pool_origin.get(*i),
             [Seg::Key("site"), Seg::Index(i), ..] => self.site_origin.get(*i),
+            [Seg::Key("upstream"), Seg::Index(i), ..] => self.upstream_origin.get(*i),
             _ => None,
         };
         let source = match origin {
@@ -225,7 +229,8 @@ impl Validator {
         self.check_on_demand_bounds(&server, &pools);
         self.check_acme_names(&server, &sites);
         self.check_http3(&server, &mut sites, &pools);
-        if sites.is_empty() {
+        // A fleet's member may start before its first site is shared (it serves none yet).
+        if sites.is_empty() && server.cluster.is_none() {
             self.err(
                 &[Seg::Key("site")],
                 "the config defines no [[site]]; add one with `bindings` and a `[[site.app]]`",
@@ -493,7 +498,9 @@ impl Validator {
             .acme
             .and_then(|a| self.acme(a, base, certificates.is_some()));
         let tracing = raw.tracing.and_then(|t| self.tracing(t));
+        let cluster = raw.cluster.and_then(|c| self.cluster(c, base));
         ServerSettings {
+            cluster,
             tracing,
             acme,
             admin,

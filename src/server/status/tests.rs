@@ -22,6 +22,7 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
         page: 0,
         per_page: 0,
         config: None,
+        cluster: None,
         pools: vec![PoolStatus {
             name: "web".into(),
             state: PoolState::Running,

@@ -15,6 +15,7 @@
 //! how a configuration is switched to (`super::reload`).
 
 use super::config_version::SERVING_WITHIN;
+use super::fleet::Deferred;
 use super::Supervisor;
 use crate::config::document::{ConfigFiles, Part, Refusal};
 use crate::config::{Config, Overlay};
@@ -35,7 +36,11 @@ fn answer(status: u16, body: &Value, version: Option<String>) -> AdminReply {
     }
 }
 
-fn refused(status: u16, message: impl Into<String>, version: Option<String>) -> AdminReply {
+pub(super) fn refused(
+    status: u16,
+    message: impl Into<String>,
+    version: Option<String>,
+) -> AdminReply {
     answer(
         status,
         &json!({ "ok": false, "message": message.into() }),
@@ -63,8 +68,15 @@ fn replace_file(path: &Path, text: Option<&str>) -> std::io::Result<()> {
     std::fs::rename(&beside, path)
 }
 
+/// A write's answer: what it did, and the new version.
+pub(super) fn written(said: &str, version: &str, created: bool) -> AdminReply {
+    let body = json!({ "ok": true, "message": said, "version": version });
+    let status = if created { 201 } else { 200 };
+    answer(status, &body, Some(version.to_string()))
+}
+
 /// Writes every change; on a failure, what was written is put back. The files as they were.
-fn write_all(
+pub(super) fn write_all(
     changes: &[(PathBuf, Option<String>)],
 ) -> Result<Vec<(PathBuf, Option<String>)>, String> {
     let mut undo = Vec::new();
@@ -82,7 +94,7 @@ fn write_all(
     Ok(undo)
 }
 
-fn put_back(undo: &[(PathBuf, Option<String>)]) {
+pub(super) fn put_back(undo: &[(PathBuf, Option<String>)]) {
     for (path, before) in undo.iter().rev() {
         if let Err(e) = replace_file(path, before.as_deref()) {
             log(
@@ -166,6 +178,12 @@ fn summary(method: ConfigMethod, part: &Part, created: bool) -> String {
     format!("{what} {done}")
 }
 
+/// A configuration API call's outcome: its answer, or a fleet's write for etcd first.
+enum Answered {
+    Now(AdminReply),
+    AfterEtcd(Vec<crate::server::cluster::Change>, Deferred),
+}
+
 impl Supervisor {
     /// Takes one configuration API call: a read or a refusal is answered at once; an applied
     /// write once what it changed serves — every worker it started ready (an on-demand one
@@ -174,7 +192,21 @@ impl Supervisor {
     /// says so).
     pub(super) fn config_call(&mut self, call: ConfigCall, reply: oneshot::Sender<AdminReply>) {
         let applied = call.method != ConfigMethod::Get;
-        let answer = self.config_answer(call);
+        match self.config_answer(call) {
+            Answered::Now(answer) if applied => self.answer_when_served(answer, reply),
+            Answered::Now(answer) => {
+                let _ = reply.send(answer);
+            }
+            Answered::AfterEtcd(shared, deferred) => self.fleet_write(shared, deferred, reply),
+        }
+    }
+
+    /// Sends a write's `answer` once what it changed serves (a refusal at once).
+    pub(super) fn answer_when_served(
+        &mut self,
+        answer: AdminReply,
+        reply: oneshot::Sender<AdminReply>,
+    ) {
         let ok = matches!(
             answer,
             AdminReply::Config {
@@ -182,7 +214,7 @@ impl Supervisor {
                 ..
             }
         );
-        if applied && ok {
+        if ok {
             (self.config_api.waiting).push((answer, reply, Instant::now() + SERVING_WITHIN));
             self.answer_config_calls_served(Instant::now());
         } else {
@@ -233,14 +265,22 @@ impl Supervisor {
         }
     }
 
-    /// Answers one configuration API call (a write applied).
-    fn config_answer(&mut self, call: ConfigCall) -> AdminReply {
+    /// Answers one configuration API call (a write applied), or — a write of a fleet's
+    /// shared parts — says what etcd is to take first.
+    fn config_answer(&mut self, call: ConfigCall) -> Answered {
+        match self.config_answer_or_refusal(call) {
+            Ok(answered) => answered,
+            Err(refusal) => Answered::Now(refusal),
+        }
+    }
+
+    fn config_answer_or_refusal(&mut self, call: ConfigCall) -> Result<Answered, AdminReply> {
         let Some(main) = self.config.source.clone() else {
-            return refused(409, "espalier serve was started without -c FILE: there is no configuration file to read or change; start it with one", None);
+            return Err(refused(409, "espalier serve was started without -c FILE: there is no configuration file to read or change; start it with one", None));
         };
         let mut files = match ConfigFiles::read(&main) {
             Ok(f) => f,
-            Err(e) => return refused(500, e, None),
+            Err(e) => return Err(refused(500, e, None)),
         };
         let version = files.version();
         let whole = matches!(call.method, ConfigMethod::Load | ConfigMethod::Batch);
@@ -250,38 +290,42 @@ impl Supervisor {
             Part::parse(&call.rest)
         } {
             Ok(p) => p,
-            Err(e) => return refused(404, e, Some(version)),
+            Err(e) => return Err(refused(404, e, Some(version))),
         };
         if call.method == ConfigMethod::Get {
-            return match files.get(&part) {
+            return Ok(Answered::Now(match files.get(&part) {
                 Some(value) => answer(200, &value, Some(version)),
                 None => refused(
                     404,
                     format!("there is nothing at /config{}", call.rest),
                     Some(version),
                 ),
-            };
+            }));
         }
         if let Some(wanted) = call.if_match.as_deref().map(|v| v.trim().trim_matches('"')) {
             if wanted != "*" && wanted != version {
-                return refused(412, format!("the configuration changed since version {wanted} was read (it is {version} now): read it again and make the change on that"), Some(version));
+                return Err(refused(412, format!("the configuration changed since version {wanted} was read (it is {version} now): read it again and make the change on that"), Some(version)));
             }
         }
         if call.create_only && files.get(&part).is_some() {
-            return refused(
+            return Err(refused(
                 412,
                 format!(
                     "/config{} is there already: change it with PUT or PATCH",
                     call.rest
                 ),
                 Some(version),
-            );
+            ));
         }
         let value: Value = match (call.method, serde_json::from_slice(&call.body)) {
             (ConfigMethod::Delete, _) => Value::Null,
             (_, Ok(v)) => v,
             (_, Err(e)) => {
-                return refused(400, format!("the body is not JSON: {e}"), Some(version))
+                return Err(refused(
+                    400,
+                    format!("the body is not JSON: {e}"),
+                    Some(version),
+                ))
             }
         };
         let edited = match call.method {
@@ -290,34 +334,52 @@ impl Supervisor {
         };
         let (said, created) = match edited {
             Ok(done) => done,
-            Err(Refusal(status, message)) => return refused(status, message, Some(version)),
+            Err(Refusal(status, message)) => return Err(refused(status, message, Some(version))),
         };
         let changes = files.changes();
         if changes.is_empty() {
             let body = json!({ "ok": true, "message": format!("{said}: nothing changed"), "version": version });
-            return answer(200, &body, Some(version));
+            return Ok(Answered::Now(answer(200, &body, Some(version))));
         }
-        self.write_and_apply(&main, &files, &changes, (&call, &said))
-            .map_or_else(
-                |(status, message)| refused(status, message, Some(version.clone())),
-                |new_version| {
-                    let body = json!({ "ok": true, "message": said, "version": new_version });
-                    answer(if created { 201 } else { 200 }, &body, Some(new_version))
-                },
-            )
+        let main_text = files.main_text();
+        // The files as this write leaves them: their version without reading them again.
+        let new_version = files.version();
+        if let Some(shared) = self.fleet.shared(&changes) {
+            // A fleet's parts go to etcd first; what `check` refuses never gets there.
+            let overlay: Overlay = changes.iter().cloned().collect();
+            if let Err(e) = Config::parse_with(&main_text, &main, &self.topology, &overlay) {
+                return Err(refused(400, e.to_string().trim_end(), Some(version)));
+            }
+            let deferred = Deferred {
+                main,
+                main_text,
+                changes,
+                version: new_version,
+                call,
+                said,
+                created,
+            };
+            return Ok(Answered::AfterEtcd(shared, deferred));
+        }
+        let applied =
+            self.write_and_apply((&main, &main_text), &new_version, &changes, (&call, &said));
+        Ok(Answered::Now(applied.map_or_else(
+            |(status, message)| refused(status, message, Some(version.clone())),
+            |new_version| written(&said, &new_version, created),
+        )))
     }
 
     /// Validates the edited files as `check` does, writes them and applies them; the new
     /// version, or the status and line refusing it (the files then as they were).
-    fn write_and_apply(
+    pub(super) fn write_and_apply(
         &mut self,
-        main: &Path,
-        files: &ConfigFiles,
+        (main, main_text): (&Path, &str),
+        version: &str,
         changes: &[(PathBuf, Option<String>)],
         (call, said): (&ConfigCall, &str),
     ) -> Result<String, (u16, String)> {
         let overlay: Overlay = changes.iter().cloned().collect();
-        let new = Config::parse_with(&files.main_text(), main, &self.topology, &overlay)
+        let new = Config::parse_with(main_text, main, &self.topology, &overlay)
             .map_err(|e| (400, e.to_string().trim_end().to_string()))?;
         let undo = write_all(changes).map_err(|e| (500, e))?;
         let switched = self.switch_to(new, main);
@@ -326,9 +388,7 @@ impl Supervisor {
             return Err((409, e));
         }
         let who = format!("the admin token's holder at {}", call.who);
-        // The files as written: their version without reading them all again.
-        let version = files.version();
-        self.config_api.applied(Some(version.clone()), &who);
+        self.config_api.applied(Some(version.to_string()), &who);
         log(
             "master",
             format!(
@@ -337,6 +397,6 @@ impl Supervisor {
                 call.rest
             ),
         );
-        Ok(version)
+        Ok(version.to_string())
     }
 }

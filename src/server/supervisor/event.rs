@@ -70,6 +70,8 @@ pub(in crate::server) enum Event {
         pool: String,
         received: Box<crate::handoff::Received>,
     },
+    /// What the fleet's etcd said (see `crate::server::cluster`).
+    Cluster(crate::server::cluster::News),
 }
 
 impl From<(AdminCommand, oneshot::Sender<AdminReply>)> for Event {

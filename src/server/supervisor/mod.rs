@@ -18,7 +18,9 @@
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
 //!   changes); `config_api`: the configuration API's reads and writes, a write answered once
 //!   it serves (`config_version`: its version, last change and waiting answers); `upgrade`:
-//!   a new binary started on this master's sockets, which then drains;
+//!   a new binary started on this master's sockets, which then drains; `fleet`: a fleet's
+//!   state (`[server.cluster]`), `fleet_copy`: etcd's copy applied, the API's shared
+//!   writes sent to etcd first;
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
 //!   ACME directory and renewed (`acme_schedule`: when; `acme_dns`: DNS-01's publisher kept); `on_demand`: which names a handshake may have ordered, and
@@ -57,6 +59,8 @@ mod config_version;
 mod control_out;
 mod demand;
 pub(super) mod event;
+mod fleet;
+mod fleet_copy;
 mod life;
 mod live;
 mod on_demand;
@@ -166,6 +170,8 @@ struct Supervisor {
     on_demand: on_demand::OnDemandOrders,
     /// A binary upgrade under way, or done (see `upgrade`).
     upgrade: procs::Upgrade,
+    /// The fleet this server is a member of (`[server.cluster]`; see `fleet`).
+    fleet: fleet::Fleet,
 }
 
 /// The signals the master acts on.
@@ -304,6 +310,7 @@ impl Supervisor {
             Event::AcmeOrdered { name, outcome } => self.on_acme_ordered(&name, outcome),
             Event::AcmeLooked { name, pair } => self.acme.on_looked(&name, pair),
             Event::OnDemandJudged { name, judged } => self.on_demand_judged(&name, judged),
+            Event::Cluster(news) => self.on_cluster(news),
         }
     }
 

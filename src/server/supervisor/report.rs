@@ -112,6 +112,7 @@ impl Supervisor {
             // The admin page's feed (asked every second) carries those that need a look.
             certificates: self.acme.status(!active),
             config: self.config_api.state(),
+            cluster: self.fleet.state(),
             pools_matched: matched.len(),
             counts,
             page: if query.per_page.is_some() {

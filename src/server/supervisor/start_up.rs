@@ -80,6 +80,7 @@ impl Supervisor {
             ),
             config_api: Default::default(),
             upgrade: Default::default(),
+            fleet: Default::default(),
             cgroups: super::procs::Cgroups {
                 defaults_failed_said: false,
                 hierarchy: os::cgroup::detect(std::path::Path::new("/sys/fs/cgroup")),
@@ -115,6 +116,7 @@ impl Supervisor {
         };
         sv.upstream_checks.start(&sv.config, &sv.events);
         sv.acme.start(&sv.config, &sv.events);
+        sv.fleet.start(&sv.config, &sv.events);
         sv
     }
 

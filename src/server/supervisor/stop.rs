@@ -16,6 +16,8 @@ impl Supervisor {
     /// Stops everything gracefully (see the module doc), the signals still heard.
     pub(super) async fn stop_gracefully(&mut self, signals: &mut Signals) {
         crate::server::admin::set_draining();
+        // Out of the fleet's list at once (its key's lease revoked), not a lease's time later.
+        self.fleet.stop().await;
         let _ = os::notify::notify("STOPPING=1\nSTATUS=stopping: in-flight requests finish");
         // The configuration now serving (a reload may have changed these).
         let drain_delay = self.config.server.drain_delay;
