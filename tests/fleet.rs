@@ -548,3 +548,271 @@ fn a_fleet_shares_its_configuration_through_etcd() {
     server1.wait_for_log("cluster: etcd is reachable again", Duration::from_secs(5));
     drop((server1, server2, etcd));
 }
+
+/// `openssl s_client` run in namespace `ns` to `addr`, a request sent and its answer read
+/// (so that TLS 1.3's tickets arrive): what it printed.
+fn s_client_in(ns: &str, addr: &str, args: &[&str]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .args([
+            "openssl",
+            "s_client",
+            "-ign_eof",
+            "-connect",
+            addr,
+            "-servername",
+            "shop.test",
+        ])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"GET / HTTP/1.0\r\nHost: shop.test\r\n\r\n");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// issue #59, item 4: with the fleet's key (`secret_file`, the same file on every member)
+/// the members share their session ticket secrets through etcd, sealed: a session made on
+/// one member resumes on the other, and still does after a rotation asked of the other —
+/// where, without it, each member's tickets were its own.
+#[test]
+fn a_fleet_resumes_tls_sessions_on_any_member() {
+    need_tools(
+        "etcd:etcd-server etcdctl:etcd-client openssl:openssl curl:curl nsenter:util-linux",
+        "etcd",
+    );
+    let tag = std::process::id() % 100_000;
+    let names: Vec<String> = ["te", "t1", "t2"]
+        .iter()
+        .map(|n| format!("esp{tag}-{n}"))
+        .collect();
+    let (e, m1, m2) = (&names[0], &names[1], &names[2]);
+    let ns = Namespaces::create(&names);
+    ns.link(e, "10.79.1.1", m1, "10.79.1.2");
+    ns.link(e, "10.79.2.1", m2, "10.79.2.2");
+    let dir = tempfile::tempdir().unwrap();
+    let _etcd = Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{e}"))
+            .args(["etcd", "--data-dir"])
+            .arg(dir.path().join("etcd"))
+            .args([
+                "--listen-client-urls",
+                "http://10.79.1.1:2379,http://10.79.2.1:2379,http://127.0.0.1:2379",
+                "--advertise-client-urls",
+                "http://127.0.0.1:2379",
+                "--listen-peer-urls",
+                "http://127.0.0.1:2380",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd"),
+    );
+    wait_for("etcd answering", Duration::from_secs(30), || {
+        in_ns(
+            e,
+            "etcdctl",
+            &["--endpoints", "http://127.0.0.1:2379", "endpoint", "health"],
+        )
+        .status
+        .success()
+    });
+    common::tls::openssl_cert(dir.path(), "shop", "shop.test");
+    let fleet_key = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\n";
+    let member = |node: &str, etcd_ip: &str, shared_key: bool| {
+        let d = dir.path().join(node);
+        std::fs::create_dir_all(d.join("www")).unwrap();
+        std::fs::write(d.join("www/index.html"), format!("{node}\n")).unwrap();
+        for f in ["shop.pem", "shop.key"] {
+            std::fs::copy(dir.path().join(f), d.join(f)).unwrap();
+        }
+        std::fs::write(d.join("fleet.key"), fleet_key).unwrap();
+        let mut config = member_config(node, etcd_ip);
+        if shared_key {
+            config.push_str("secret_file = \"fleet.key\"\n");
+        }
+        std::fs::write(d.join("espalier.toml"), config).unwrap();
+        d
+    };
+    let shared = r#"
+[[site]]
+name = "shop"
+bindings = ["https://*:8443"]
+root = "www"
+tls = { cert = "shop.pem", key = "shop.key" }
+"#;
+    let d1 = member("m1", "10.79.1.1", false);
+    std::fs::write(d1.join("shared.toml"), shared).unwrap();
+    let import = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{m1}"))
+        .arg(env!("CARGO_BIN_EXE_espalier"))
+        .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
+        .current_dir(&d1)
+        .output()
+        .unwrap();
+    assert!(
+        import.status.success(),
+        "{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    let start = |ns: &str, d: &Path| {
+        let prefix = inside(ns);
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        let s = Server::start_with(&prefix, &["-c", "espalier.toml"], d, &[]);
+        s.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
+        s
+    };
+    let (a, b) = ("10.79.1.2:8443", "10.79.2.2:8443");
+    let serving = |addr: &str| {
+        wait_for(
+            "the member serving the shared site",
+            Duration::from_secs(30),
+            || {
+                let url = format!("https://{addr}/");
+                let out = in_ns(
+                    e,
+                    "curl",
+                    &[
+                        "-sk",
+                        "--max-time",
+                        "2",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code}",
+                        &url,
+                    ],
+                );
+                out.stdout == b"200"
+            },
+        );
+    };
+    let session = dir.path().join("session.pem");
+    let session = session.to_str().unwrap();
+    // Made on `from`, offered to `to`: whether `to` resumed it.
+    let resumes = |from: &str, to: &str| {
+        let first = s_client_in(e, from, &["-sess_out", session]);
+        assert!(first.contains("New, "), "{first}");
+        let second = s_client_in(e, to, &["-sess_in", session]);
+        assert!(second.contains("HTTP/1.1 200"), "{second}");
+        second.contains("Reused, ")
+    };
+
+    // Each member its own tickets: a session resumes on its member only.
+    let s1 = start(m1, &d1);
+    let s2 = start(m2, &member("m2", "10.79.2.1", false));
+    serving(a);
+    serving(b);
+    assert!(resumes(a, a), "resumption on one member");
+    assert!(
+        !resumes(a, b),
+        "without the fleet's key, m2 opened m1's ticket"
+    );
+    drop((s1, s2));
+
+    // With the fleet's key: the first member's secrets become the fleet's, the second's
+    // are taken from etcd.
+    let d1 = member("m1", "10.79.1.1", true);
+    let s1 = start(m1, &d1);
+    wait_for(
+        "the fleet's ticket secrets in etcd",
+        Duration::from_secs(30),
+        || {
+            let out = in_ns(
+                e,
+                "etcdctl",
+                &[
+                    "--endpoints",
+                    "http://127.0.0.1:2379",
+                    "get",
+                    "/espalier/test/tls/ticket-secrets",
+                    "--print-value-only",
+                ],
+            );
+            !out.stdout.is_empty()
+        },
+    );
+    let sealed = in_ns(
+        e,
+        "etcdctl",
+        &[
+            "--endpoints",
+            "http://127.0.0.1:2379",
+            "get",
+            "/espalier/test/tls/ticket-secrets",
+            "--print-value-only",
+        ],
+    );
+    let sealed = String::from_utf8_lossy(&sealed.stdout).trim().to_string();
+    assert!(!sealed.is_empty() && !sealed.contains(' '), "{sealed}");
+    let s2 = start(m2, &member("m2", "10.79.2.1", true));
+    s2.wait_for_log(
+        "session ticket keys taken from the fleet",
+        Duration::from_secs(30),
+    );
+    for version in ["-tls1_3", "-tls1_2"] {
+        let first = s_client_in(e, a, &[version, "-sess_out", session]);
+        assert!(first.contains("New, "), "{first}");
+        let second = s_client_in(e, b, &[version, "-sess_in", session]);
+        assert!(
+            second.contains("Reused, "),
+            "{version}: m2 did not resume m1's session: {second}"
+        );
+    }
+    // A rotation asked of m2 goes through etcd: m1 takes it, and each resumes the other's
+    // new sessions — and the old one still (the two secrets before the newest open).
+    let old = dir.path().join("old-session.pem");
+    let old = old.to_str().unwrap();
+    s_client_in(e, a, &["-sess_out", old]);
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    let out = in_ns(
+        m2,
+        "curl",
+        &[
+            "-s",
+            "-X",
+            "POST",
+            "-H",
+            &auth,
+            "http://127.0.0.1:9180/tls/rotate-ticket-keys",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let taken = |s: &Server| {
+        s.log_text()
+            .lines()
+            .filter(|l| l.contains("session ticket keys taken from the fleet"))
+            .count()
+    };
+    wait_for(
+        "m1 taking the rotated secrets",
+        Duration::from_secs(30),
+        || taken(&s1) >= 1,
+    );
+    wait_for(
+        "m2 taking the rotated secrets",
+        Duration::from_secs(30),
+        || taken(&s2) >= 2,
+    );
+    assert!(
+        resumes(b, a),
+        "m1 did not resume a session of m2's after the rotation"
+    );
+    let again = s_client_in(e, b, &["-sess_in", old]);
+    assert!(
+        again.contains("Reused, "),
+        "a ticket from before the rotation: {again}"
+    );
+    drop((s1, s2));
+}

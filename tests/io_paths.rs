@@ -35,8 +35,10 @@ const NOT_AGAIN: &[&str] = &[
     "admin_page::",
     "cli::",
     "config_api::",
-    // The fleet's etcd: the master's client, its copy and its reloads.
+    // The fleet's etcd: the master's client, its copy and its reloads, and the ticket
+    // secrets it shares (resumption itself is `tls::`'s, run on both paths).
     "fleet::a_fleet_shares_",
+    "fleet::a_fleet_resumes_",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;

@@ -36,9 +36,18 @@ pub struct ClusterSpec {
     pub password_file: Option<PathBuf>,
     /// The CA that signed etcd's certificate (`https://` endpoints), when not the system's.
     pub ca: Option<PathBuf>,
+    /// The fleet's own key file (`secret_file`): what seals the secrets the members share
+    /// through etcd (session ticket keys), which are never written there in the clear.
+    /// `None`: each member keeps its own.
+    pub secret_file: Option<PathBuf>,
 }
 
 impl ClusterSpec {
+    /// The key of the fleet's session ticket secrets (sealed with `secret_file`'s key).
+    pub fn tickets_key(&self) -> String {
+        format!("{}/tls/ticket-secrets", self.prefix)
+    }
+
     /// The key of part `name` of `kind` (`sites`).
     pub fn key(&self, kind: &str, name: &str) -> String {
         format!("{}/{kind}/{name}", self.prefix)
@@ -54,4 +63,34 @@ pub fn is_part_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// The keys of a fleet key file's `text`: one per line, 64 hex digits each (`openssl rand
+/// -hex 32`), the first sealing; `#` starts a comment. `Err` says what is wrong and the fix.
+pub fn key_lines(text: &str) -> Result<Vec<[u8; 32]>, String> {
+    let mut keys = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bytes: Option<Vec<u8>> = (0..line.len())
+            .step_by(2)
+            .map(|i| {
+                line.get(i..i + 2)
+                    .and_then(|b| u8::from_str_radix(b, 16).ok())
+            })
+            .collect();
+        let key: [u8; 32] = bytes.and_then(|b| b.try_into().ok()).ok_or_else(|| {
+            format!(
+                "line {}: not a key of 64 hex digits; make one with `openssl rand -hex 32`",
+                n + 1
+            )
+        })?;
+        keys.push(key);
+    }
+    if keys.is_empty() {
+        return Err("holds no key; make one with `openssl rand -hex 32`".into());
+    }
+    Ok(keys)
 }

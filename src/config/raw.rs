@@ -157,6 +157,7 @@ pub struct RawCluster {
     pub user: Option<String>,
     pub password_file: Option<String>,
     pub ca: Option<String>,
+    pub secret_file: Option<String>,
 }
 
 /// `[server.tracing]`: `otlp = "http://127.0.0.1:4318"`, `sample = 0.01`,

@@ -66,6 +66,11 @@ pub enum News {
         id: u64,
         outcome: Written,
     },
+    /// The fleet's session ticket secrets as etcd holds them (sealed; `None`: none yet),
+    /// and the revision that last changed them.
+    Tickets(Option<String>, i64),
+    /// This member's new ticket secrets went to etcd, or not.
+    TicketsPublished(Written),
 }
 
 /// How a write to the fleet's parts went.
@@ -86,6 +91,19 @@ pub struct Change {
     pub name: String,
     pub text: Option<String>,
     pub seen: i64,
+}
+
+/// Puts `value` at `key` if its revision is still `seen` (0: it has none).
+pub async fn put_if(client: &mut Client, key: String, value: String, seen: i64) -> Written {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let txn = Txn::new()
+        .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, seen)])
+        .and_then([TxnOp::put(key.as_str(), value, None)]);
+    match client.txn(txn).await {
+        Ok(r) if r.succeeded() => Written::Done(r.header().map_or(0, |h| h.revision())),
+        Ok(_) => Written::Changed,
+        Err(e) => Written::Failed(format!("etcd: {}", short(&e))),
+    }
 }
 
 /// Writes `changes` in one transaction that holds only if no part changed since it was
@@ -228,6 +246,9 @@ async fn watch(
             })
         })
         .collect();
+    let tickets = spec.tickets_key();
+    let sealed = (all.kvs().iter()).find(|kv| kv.key() == tickets.as_bytes());
+    let sealed = sealed.and_then(|kv| Some((kv.value_str().ok()?.to_string(), kv.mod_revision())));
     if !send(News::Connected(Box::new(client.clone()), lease)) {
         return Ok(());
     }
@@ -235,6 +256,10 @@ async fn watch(
         revision,
         parts,
         whole: true,
+    });
+    send(match sealed {
+        Some((sealed, revision)) => News::Tickets(Some(sealed), revision),
+        None => News::Tickets(None, 0),
     });
     let options = WatchOptions::new()
         .with_prefix()
@@ -267,6 +292,16 @@ async fn watch(
                     .collect();
                 if !parts.is_empty() && !send(News::Copy { revision, parts, whole: false }) {
                     return Ok(());
+                }
+                for ev in message.events() {
+                    let Some(kv) = ev.kv().filter(|kv| kv.key() == tickets.as_bytes()) else {
+                        continue;
+                    };
+                    let sealed = match ev.event_type() {
+                        EventType::Put => kv.value_str().ok().map(String::from),
+                        EventType::Delete => None,
+                    };
+                    send(News::Tickets(sealed, kv.mod_revision()));
                 }
             }
             _ = ticks.tick() => {

@@ -8,7 +8,8 @@
 //! directory's TLS-ALPN-01 validation — the challenge certificate of an order under way;
 //! with `on_demand`, which handshakes are held for a certificate not yet there, see
 //! [`on_demand`]), and the rustls `ServerConfig` (TLS 1.2 and 1.3 only, rustls's modern suites,
-//! ALPN `http/1.1`, session tickets whose keys the pool's workers share ([`tickets`]) and a
+//! ALPN `http/1.1`, session tickets whose keys the pool's workers share ([`tickets`]; a
+//! fleet's members too, their secrets sealed for its etcd: [`fleet_keys`]) and a
 //! session cache shared by the threads of a worker — for HTTP/3's 0-RTT, by the pool's workers
 //! ([`session_table`])),
 //! with the client-certificate verifier of the address's sites' `client_certs`; and TLS as a
@@ -23,6 +24,7 @@
 //! ticket on any worker of the pool finds its key.
 
 pub mod client;
+pub mod fleet_keys;
 pub mod kernel;
 pub mod on_demand;
 pub mod session_table;

@@ -76,6 +76,36 @@ impl KeyRing {
         self.rotated = now;
     }
 
+    /// Counts the next rotation from `now` without making one (a fleet's is on its way).
+    pub fn postpone(&mut self, now: std::time::Instant) {
+        self.rotated = now;
+    }
+
+    /// The secrets, newest first.
+    pub fn secrets(&self) -> Vec<Secret> {
+        self.secrets.iter().copied().collect()
+    }
+
+    /// The secrets a rotation would make (a new one, then those kept), without making it
+    /// here: a fleet's rotation goes through its etcd first (see `fleet_keys`).
+    pub fn rotated_secrets(&self) -> Vec<Secret> {
+        let kept = self.secrets.iter().take(KEPT - 1).copied();
+        std::iter::once(new_secret()).chain(kept).collect()
+    }
+
+    /// Takes `secrets` (newest first) made `age` ago — a fleet's, from its etcd — in place of
+    /// its own; whether they differ from those it had.
+    pub fn take(&mut self, secrets: Vec<Secret>, age: Duration) -> bool {
+        let now = std::time::Instant::now();
+        self.rotated = now.checked_sub(age).unwrap_or(now);
+        let new: std::collections::VecDeque<Secret> = secrets.into_iter().take(KEPT).collect();
+        if new.is_empty() || new == self.secrets {
+            return false;
+        }
+        self.secrets = new;
+        true
+    }
+
     /// Pool `pool`'s keys now, as a control line's word ([`encode`]).
     pub fn for_pool(&self, pool: &str) -> String {
         let secrets: Vec<Secret> = self.secrets.iter().copied().collect();

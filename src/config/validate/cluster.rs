@@ -4,7 +4,7 @@
 //! Owns: those keys' rules and defaults. Must not touch: what the cluster does (see
 //! [`crate::config::cluster`]).
 
-use super::super::cluster::{is_part_name, ClusterSpec, DEFAULT_FOLDER};
+use super::super::cluster::{is_part_name, key_lines, ClusterSpec, DEFAULT_FOLDER};
 use super::super::locate::Seg;
 use super::super::raw::RawCluster;
 use super::Validator;
@@ -80,7 +80,17 @@ impl Validator {
                 );
             }
         }
+        let secret_file = raw.secret_file.map(|p| base.join(p));
+        if let Some(p) = &secret_file {
+            let read = std::fs::read_to_string(p).map_err(|e| format!("{} cannot be read ({e}); fix the path, or make it: openssl rand -hex 32 > {} (the same on every member, mode 600)", p.display(), p.display()));
+            if let Err(why) =
+                read.and_then(|t| key_lines(&t).map_err(|e| format!("{}: {e}", p.display())))
+            {
+                self.err(&key("secret_file"), why);
+            }
+        }
         Some(ClusterSpec {
+            secret_file,
             endpoints,
             prefix,
             node,

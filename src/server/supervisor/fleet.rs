@@ -56,6 +56,13 @@ pub(super) struct Fleet {
     pub(super) task: Option<tokio::task::JoinHandle<()>>,
     pub(super) next_write: u64,
     pub(super) pending: HashMap<u64, Pending>,
+    /// The fleet's own keys (`secret_file`): with them, the session ticket secrets are the
+    /// fleet's, through etcd (see `fleet_tickets`).
+    pub(super) keys: Option<crate::tls::fleet_keys::FleetKeys>,
+    /// The revision that last changed the fleet's ticket secrets (0: none yet), and whether
+    /// this member's new ones are on their way to etcd.
+    pub(super) tickets_seen: i64,
+    pub(super) publishing: bool,
 }
 
 /// Where part `name` of kind `kind` is copied, in `folder`.
@@ -85,6 +92,16 @@ impl Fleet {
         let Some(spec) = config.server.cluster.clone() else {
             return;
         };
+        self.keys = (spec.secret_file.as_deref()).and_then(|f| {
+            crate::tls::fleet_keys::FleetKeys::read(f)
+                .map_err(|e| {
+                    crate::server::log(
+                        "master",
+                        format!("cluster: {e}; session ticket keys stay this member's own"),
+                    )
+                })
+                .ok()
+        });
         self.applied = std::fs::read_to_string(spec.folder.join(REVISION_FILE))
             .ok()
             .and_then(|t| t.trim().parse().ok())

@@ -55,6 +55,8 @@ impl Supervisor {
                 }
             }
             News::Written { id, outcome } => self.on_fleet_written(id, outcome),
+            News::Tickets(sealed, revision) => self.on_fleet_tickets(sealed, revision),
+            News::TicketsPublished(outcome) => self.on_tickets_published(outcome),
         }
     }
 

@@ -19,15 +19,34 @@ impl Supervisor {
     }
 
     /// A new ticket key for every pool, sent to its running workers; tickets sealed with the
-    /// two keys before still open. How many pools were told.
+    /// two keys before still open. In a fleet that shares them, the new secrets go through
+    /// its etcd first and every member's pools are told from its watch (`fleet_tickets`).
+    /// How many pools were (or are to be) told.
     pub(super) fn rotate_ticket_keys(&mut self) -> usize {
+        if self.fleet_makes_ticket_keys() {
+            // Not due again before the fleet's come back (or another member's).
+            self.ticket_keys.postpone(Instant::now());
+            self.publish_ticket_secrets(self.ticket_keys.rotated_secrets());
+            return self.pools_with_workers().len();
+        }
         self.ticket_keys.rotate(Instant::now());
+        self.send_ticket_keys()
+    }
+
+    /// The pools with espalier workers running, each once.
+    fn pools_with_workers(&self) -> Vec<String> {
         let mut pools: Vec<String> = (self.slots.iter())
             .filter(|s| s.app.is_none() && s.current.is_some())
             .map(|s| self.pools[s.pool].spec.name.clone())
             .collect();
         pools.sort_unstable();
         pools.dedup();
+        pools
+    }
+
+    /// Sends every pool's keys now to its running workers; how many pools were told.
+    pub(super) fn send_ticket_keys(&mut self) -> usize {
+        let pools = self.pools_with_workers();
         for pool in &pools {
             let keys = Message::TicketKeys(self.ticket_keys.for_pool(pool)).line();
             if !self.send_to_pool(pool, &keys) {
