@@ -416,7 +416,10 @@ impl Server {
     pub fn status(&self) -> espalier::server::status::Status {
         let addr = self.admin.as_ref().expect("a server started from a config");
         let (code, body) =
-            espalier::server::admin::request(addr.parse().unwrap(), "GET", "/status").unwrap();
+            espalier::server::admin::request(addr.parse().unwrap(), "GET", "/status")
+                .unwrap_or_else(|e| {
+                    panic!("GET /status: {e}; the server's log:\n{}", self.log_text())
+                });
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).unwrap()
     }
