@@ -505,6 +505,26 @@ fn a_fleet_shares_its_configuration_through_etcd() {
     let revision = s2["cluster"]["revision"].as_i64().unwrap();
     assert!(revision > 0, "{s2}");
 
+    // A part `check` refuses, put into etcd by hand, is refused alone: the others go on.
+    let bad = in_ns(
+        e,
+        "etcdctl",
+        &[
+            "--endpoints",
+            "http://127.0.0.1:2379",
+            "put",
+            "/espalier/test/sites/bad",
+            "[[site]]\nname = \"bad\"\nbogus = 1\n",
+        ],
+    );
+    assert!(bad.status.success());
+    server1.wait_for_log(
+        "cluster: a part is refused, the others go on",
+        Duration::from_secs(20),
+    );
+    assert!(server1.log_text().contains("unknown field `bogus`"));
+    assert_eq!(page_in(m1, "http://127.0.0.1:8081/"), "blog\n");
+
     // etcd gone: each member serves its copy, says since when, and refuses a fleet write.
     drop(etcd.take());
     for m in [m1, m2] {
@@ -546,6 +566,13 @@ fn a_fleet_shares_its_configuration_through_etcd() {
         );
     }
     server1.wait_for_log("cluster: etcd is reachable again", Duration::from_secs(5));
+    // The whole copy read again held the refused part: refused again, the rest served.
+    let refusals = server1
+        .log_text()
+        .matches("cluster: a part is refused")
+        .count();
+    assert!(refusals >= 2, "{}", server1.log_text());
+    assert_eq!(page_in(m1, "http://127.0.0.1:8080/"), "two\n");
     drop((server1, server2, etcd));
 }
 

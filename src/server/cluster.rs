@@ -99,11 +99,28 @@ pub async fn put_if(client: &mut Client, key: String, value: String, seen: i64) 
     let txn = Txn::new()
         .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, seen)])
         .and_then([TxnOp::put(key.as_str(), value, None)]);
-    match client.txn(txn).await {
-        Ok(r) if r.succeeded() => Written::Done(r.header().map_or(0, |h| h.revision())),
-        Ok(_) => Written::Changed,
-        Err(e) => Written::Failed(format!("etcd: {}", short(&e))),
+    commit(client, txn).await
+}
+
+/// How many times a transaction is sent when etcd does not answer it: with one of its
+/// members down, the client's balancer still picks that member's channel now and then.
+const ATTEMPTS: usize = 3;
+
+/// Sends `txn`, again on a transport error (a dead endpoint; the compare makes a second
+/// send safe: a first that did land fails it, and that is said as `Changed`).
+async fn commit(client: &mut Client, txn: etcd_client::Txn) -> Written {
+    let mut last = String::new();
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        match client.txn(txn.clone()).await {
+            Ok(r) if r.succeeded() => return Written::Done(r.header().map_or(0, |h| h.revision())),
+            Ok(_) => return Written::Changed,
+            Err(e) => last = format!("etcd: {}", short(&e)),
+        }
     }
+    Written::Failed(last)
 }
 
 /// Writes `changes` in one transaction that holds only if no part changed since it was
@@ -120,12 +137,7 @@ pub async fn write(client: &mut Client, spec: &ClusterSpec, changes: Vec<Change>
             None => TxnOp::delete(key(c), None),
         })
         .collect();
-    let txn = Txn::new().when(compares).and_then(ops);
-    match client.txn(txn).await {
-        Ok(r) if r.succeeded() => Written::Done(r.header().map_or(0, |h| h.revision())),
-        Ok(_) => Written::Changed,
-        Err(e) => Written::Failed(format!("etcd: {}", short(&e))),
-    }
+    commit(client, Txn::new().when(compares).and_then(ops)).await
 }
 
 /// The part `key` (under `prefix`) names, if it is one: `PREFIX/sites/NAME`.
@@ -137,7 +149,37 @@ pub fn part_of(prefix: &str, key: &str) -> Option<(usize, String)> {
 }
 
 /// Connects with the spec's endpoints, credentials and CA.
+/// One client per endpoint, not etcd-client's balance over all of them: the balancer kept
+/// sending some requests to a member that was down (half the writes failed with one of three
+/// etcd members killed), where a client on one live member, and the next one when it
+/// fails, never does.
 pub async fn connect(spec: &ClusterSpec) -> Result<Client, String> {
+    connect_from(spec, 0).await.map(|(client, _)| client)
+}
+
+/// A client on the first endpoint from the `start`-th on (round the list) that answers, and
+/// that endpoint's place.
+pub async fn connect_from(spec: &ClusterSpec, start: usize) -> Result<(Client, usize), String> {
+    let options = options(spec)?;
+    let n = spec.endpoints.len();
+    let mut last = String::new();
+    for k in (0..n).map(|i| (start + i) % n) {
+        let endpoint = &spec.endpoints[k];
+        let answered = match Client::connect([endpoint], Some(options.clone())).await {
+            // A client is made without a round trip: a status asked proves the member lives.
+            Ok(mut client) => client.status().await.map(|_| client),
+            Err(e) => Err(e),
+        };
+        match answered {
+            Ok(client) => return Ok((client, k)),
+            Err(e) => last = format!("{endpoint}: {}", short(&e)),
+        }
+    }
+    Err(format!("cannot reach etcd ({last})"))
+}
+
+/// The connection's options: timeouts, credentials, the CA.
+fn options(spec: &ClusterSpec) -> Result<ConnectOptions, String> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(3))
         .with_timeout(Duration::from_secs(5))
@@ -153,15 +195,7 @@ pub async fn connect(spec: &ClusterSpec) -> Result<Client, String> {
             etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem));
         options = options.with_tls(tls);
     }
-    Client::connect(&spec.endpoints, Some(options))
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot connect to etcd at {}: {}",
-                spec.endpoints.join(", "),
-                short(&e)
-            )
-        })
+    Ok(options)
 }
 
 /// An etcd error in one line: gRPC's message and its root cause (`Connection refused`), not
@@ -188,11 +222,14 @@ pub fn short(e: &etcd_client::Error) -> String {
 /// supervisor (`false`: it is gone, and so is the task).
 pub async fn follow(spec: ClusterSpec, tell: impl Fn(News) -> bool) {
     let send = tell;
-    let mut failures = 0usize;
+    let (mut failures, mut next) = (0usize, 0usize);
     loop {
-        let outcome = match connect(&spec).await {
-            Ok(client) => {
+        let outcome = match connect_from(&spec, next).await {
+            Ok((client, k)) => {
                 failures = 0;
+                // The next connection tries the next member first: this one may be why
+                // this one ends.
+                next = k + 1;
                 watch(&spec, client, &send).await
             }
             Err(e) => Err(e),

@@ -16,6 +16,9 @@ use crate::server::admin::AdminReply;
 use crate::server::cluster::{self, Change, News, Part, Written};
 use crate::server::log;
 use std::path::PathBuf;
+
+/// Files of the copy written with their new texts (`None`: removed).
+type FileChanges = Vec<(PathBuf, Option<String>)>;
 use std::time::SystemTime;
 use tokio::sync::oneshot;
 
@@ -100,11 +103,15 @@ impl Supervisor {
         }
         if !changes.is_empty() {
             match self.apply_copy(&changes) {
-                Ok(line) => log(
+                Ok((line, refused)) => log(
                     "master",
                     format!(
-                        "cluster: revision {revision} applied ({} part(s) changed): {line}",
-                        changes.len()
+                        "cluster: revision {revision} applied ({} part(s) changed{}): {line}",
+                        changes.len() - refused,
+                        match refused {
+                            0 => String::new(),
+                            n => format!(", {n} refused"),
+                        }
                     ),
                 ),
                 Err(e) => {
@@ -120,29 +127,91 @@ impl Supervisor {
         self.say_revision(revision);
     }
 
-    /// Validates the configuration the copy's `changes` make, writes them and switches to it.
-    fn apply_copy(&mut self, changes: &[(PathBuf, Option<String>)]) -> Result<String, String> {
+    /// Validates the configuration the copy's `changes` make — leaving out each changed part
+    /// `check` refuses, said in the log, so that one bad part (written into etcd by hand)
+    /// holds up no other — writes the rest and switches to it. How many parts were refused.
+    fn apply_copy(
+        &mut self,
+        changes: &[(PathBuf, Option<String>)],
+    ) -> Result<(String, usize), String> {
         let main = self.config.source.clone().ok_or("no configuration file")?;
         let text = std::fs::read_to_string(&main)
             .map_err(|e| format!("cannot read {}: {e}", main.display()))?;
-        let overlay: Overlay = changes.iter().cloned().collect();
-        let new = Config::parse_with(&text, &main, &self.topology, &overlay)
-            .map_err(|e| e.to_string().trim_end().to_string())?;
+        let (new, changes, refused) = self.checked_copy(&main, &text, changes.to_vec())?;
+        if changes.is_empty() {
+            return Ok(("nothing else changed".into(), refused));
+        }
         for (kind, _) in KINDS {
             let folder = self.fleet.spec.as_ref().map(|s| s.folder.join(kind));
             let _ = folder.map(std::fs::create_dir_all);
         }
-        let undo = write_all(changes)?;
+        let undo = write_all(&changes)?;
         let switched = self.switch_to(new, &main);
         match self.after_reload(switched) {
             Ok(line) => {
                 let version = crate::config::document::version_on_disk(&main).ok();
                 self.config_api.applied(version, "the fleet (etcd)");
-                Ok(line)
+                Ok((line, refused))
             }
             Err(e) => {
                 put_back(&undo);
                 Err(e)
+            }
+        }
+    }
+
+    /// The configuration `changes` make, checked as `check` checks: a changed part an error
+    /// names is left out (said once, with the error) and the rest checked again, until what
+    /// is left passes; an error that names no changed part refuses them all. The
+    /// configuration, the changes kept, and how many were left out.
+    fn checked_copy(
+        &self,
+        main: &std::path::Path,
+        text: &str,
+        mut changes: Vec<(PathBuf, Option<String>)>,
+    ) -> Result<(Config, FileChanges, usize), String> {
+        let absolute =
+            |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut refused = 0;
+        loop {
+            let overlay: Overlay = changes.iter().cloned().collect();
+            let errors = match Config::parse_with(text, main, &self.topology, &overlay) {
+                Ok(new) => return Ok((new, changes, refused)),
+                Err(errors) => errors,
+            };
+            let named = |path: &PathBuf| {
+                let path = absolute(path);
+                errors
+                    .0
+                    .iter()
+                    .any(|e| absolute(std::path::Path::new(&e.file)) == path)
+            };
+            let (bad, good): (Vec<_>, Vec<_>) = changes
+                .into_iter()
+                .partition(|(path, text)| text.is_some() && named(path));
+            if bad.is_empty() {
+                return Err(errors.to_string().trim_end().to_string());
+            }
+            for (path, _) in &bad {
+                let path = absolute(path);
+                let why = (errors.0.iter())
+                    .filter(|e| absolute(std::path::Path::new(&e.file)) == path)
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                log(
+                    "master",
+                    format!("cluster: a part is refused, the others go on: {why}"),
+                );
+            }
+            refused += bad.len();
+            changes = good;
+            if changes.is_empty() {
+                let overlay = Overlay::new();
+                let same = Config::parse_with(text, main, &self.topology, &overlay);
+                return same
+                    .map(|c| (c, Vec::new(), refused))
+                    .map_err(|e| e.to_string());
             }
         }
     }
