@@ -267,6 +267,31 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
     }
 }
 
+/// A one-member etcd in namespace `ns`, its client port on `ips` (the addresses the members'
+/// namespaces reach) and 127.0.0.1, its data in `data`: started, and answering.
+fn etcd_in(ns: &str, ips: &[&str], data: &Path) -> Stopped {
+    let clients: Vec<String> = (ips.iter().chain(&["127.0.0.1"]))
+        .map(|ip| format!("http://{ip}:2379"))
+        .collect();
+    let child = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .args(["etcd", "--data-dir"])
+        .arg(data)
+        .args(["--listen-client-urls", &clients.join(",")])
+        .args(["--advertise-client-urls", "http://127.0.0.1:2379"])
+        .args(["--listen-peer-urls", "http://127.0.0.1:2380"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd");
+    let etcd = Stopped(child);
+    wait_for("etcd answering", Duration::from_secs(30), || {
+        let health = ["--endpoints", "http://127.0.0.1:2379", "endpoint", "health"];
+        in_ns(ns, "etcdctl", &health).status.success()
+    });
+    etcd
+}
+
 /// One member's config: its admin endpoint and etcd's address as its namespace reaches it.
 fn member_config(node: &str, etcd: &str) -> String {
     format!(
@@ -366,35 +391,7 @@ fn a_fleet_shares_its_configuration_through_etcd() {
     ns.link(e, "10.78.2.1", m2, "10.78.2.2");
     let dir = tempfile::tempdir().unwrap();
     let etcd_data = dir.path().join("etcd");
-    let start_etcd = || {
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{e}"))
-            .args(["etcd", "--data-dir"])
-            .arg(&etcd_data)
-            .args([
-                "--listen-client-urls",
-                "http://10.78.1.1:2379,http://10.78.2.1:2379,http://127.0.0.1:2379",
-                "--advertise-client-urls",
-                "http://127.0.0.1:2379",
-                "--listen-peer-urls",
-                "http://127.0.0.1:2380",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd");
-        let etcd = Stopped(child);
-        wait_for("etcd answering", Duration::from_secs(30), || {
-            in_ns(
-                e,
-                "etcdctl",
-                &["--endpoints", "http://127.0.0.1:2379", "endpoint", "health"],
-            )
-            .status
-            .success()
-        });
-        etcd
-    };
+    let start_etcd = || etcd_in(e, &["10.78.1.1", "10.78.2.1"], &etcd_data);
     let mut etcd = Some(start_etcd());
     let member_dir = |node: &str, etcd_ip: &str| {
         let d = dir.path().join(node);
@@ -576,32 +573,13 @@ fn a_fleet_shares_its_configuration_through_etcd() {
     drop((server1, server2, etcd));
 }
 
-/// `openssl s_client` run in namespace `ns` to `addr`, a request sent and its answer read
-/// (so that TLS 1.3's tickets arrive): what it printed.
+/// `openssl s_client` run in namespace `ns` to `addr` for `shop.test`, a request sent and
+/// its answer read (so that TLS 1.3's tickets arrive): what it printed.
 fn s_client_in(ns: &str, addr: &str, args: &[&str]) -> String {
-    use std::io::Write;
-    let mut child = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{ns}"))
-        .args([
-            "openssl",
-            "s_client",
-            "-ign_eof",
-            "-connect",
-            addr,
-            "-servername",
-            "shop.test",
-        ])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let _ = stdin.write_all(b"GET / HTTP/1.0\r\nHost: shop.test\r\n\r\n");
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    let net = format!("--net=/run/netns/{ns}");
+    let mut all = vec!["-servername", "shop.test"];
+    all.extend_from_slice(args);
+    common::tls::s_client_via(&["nsenter", &net], addr, &all)
 }
 
 /// issue #59, item 4: with the fleet's key (`secret_file`, the same file on every member)
@@ -624,33 +602,7 @@ fn a_fleet_resumes_tls_sessions_on_any_member() {
     ns.link(e, "10.79.1.1", m1, "10.79.1.2");
     ns.link(e, "10.79.2.1", m2, "10.79.2.2");
     let dir = tempfile::tempdir().unwrap();
-    let _etcd = Stopped(
-        Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{e}"))
-            .args(["etcd", "--data-dir"])
-            .arg(dir.path().join("etcd"))
-            .args([
-                "--listen-client-urls",
-                "http://10.79.1.1:2379,http://10.79.2.1:2379,http://127.0.0.1:2379",
-                "--advertise-client-urls",
-                "http://127.0.0.1:2379",
-                "--listen-peer-urls",
-                "http://127.0.0.1:2380",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcd"),
-    );
-    wait_for("etcd answering", Duration::from_secs(30), || {
-        in_ns(
-            e,
-            "etcdctl",
-            &["--endpoints", "http://127.0.0.1:2379", "endpoint", "health"],
-        )
-        .status
-        .success()
-    });
+    let _etcd = etcd_in(e, &["10.79.1.1", "10.79.2.1"], &dir.path().join("etcd"));
     common::tls::openssl_cert(dir.path(), "shop", "shop.test");
     let fleet_key = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0\n";
     let member = |node: &str, etcd_ip: &str, shared_key: bool| {

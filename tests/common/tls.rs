@@ -106,14 +106,23 @@ pub fn curl(
 /// `openssl s_client` to 127.0.0.1:`port` with `args`, sending an HTTP/1.0 request (so it
 /// reads until the answer's close, session tickets included); its whole output.
 pub fn s_client(port: u16, args: &[&str]) -> String {
+    s_client_via(&[], &format!("127.0.0.1:{port}"), args)
+}
+
+/// [`s_client`] to `addr`, run through `prefix` (`nsenter --net=…`: from another network
+/// namespace).
+pub fn s_client_via(prefix: &[&str], addr: &str, args: &[&str]) -> String {
     use std::io::Write;
-    let mut child = Command::new("openssl")
-        .args([
-            "s_client",
-            "-ign_eof",
-            "-connect",
-            &format!("127.0.0.1:{port}"),
-        ])
+    let mut command = match prefix.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg("openssl");
+            c
+        }
+        None => Command::new("openssl"),
+    };
+    let mut child = command
+        .args(["s_client", "-ign_eof", "-connect", addr])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
