@@ -267,6 +267,19 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
     }
 }
 
+/// Namespaces for etcd and two members (`esp{pid}-{stem}e`, `…1`, `…2`), each member linked
+/// to etcd's on `10.{net}.{k}.0/24` (etcd `.1`, the member `.2`): they, and their names.
+fn etcd_and_two_members(stem: &str, net: u8) -> (Namespaces, [String; 3]) {
+    let tag = std::process::id() % 100_000;
+    let names = ["e", "1", "2"].map(|n| format!("esp{tag}-{stem}{n}"));
+    let ns = Namespaces::create(&names);
+    for k in [1, 2] {
+        let (etcd_ip, member_ip) = (format!("10.{net}.{k}.1"), format!("10.{net}.{k}.2"));
+        ns.link(&names[0], &etcd_ip, &names[k], &member_ip);
+    }
+    (ns, names)
+}
+
 /// A one-member etcd in namespace `ns`, its client port on `ips` (the addresses the members'
 /// namespaces reach) and 127.0.0.1, its data in `data`: started, and answering.
 fn etcd_in(ns: &str, ips: &[&str], data: &Path) -> Stopped {
@@ -380,15 +393,8 @@ fn a_fleet_shares_its_configuration_through_etcd() {
         "etcd:etcd-server etcdctl:etcd-client curl:curl nsenter:util-linux",
         "etcd",
     );
-    let tag = std::process::id() % 100_000;
-    let names: Vec<String> = ["e", "m1", "m2"]
-        .iter()
-        .map(|n| format!("esp{tag}-{n}"))
-        .collect();
+    let (_ns, names) = etcd_and_two_members("m", 78);
     let (e, m1, m2) = (&names[0], &names[1], &names[2]);
-    let ns = Namespaces::create(&names);
-    ns.link(e, "10.78.1.1", m1, "10.78.1.2");
-    ns.link(e, "10.78.2.1", m2, "10.78.2.2");
     let dir = tempfile::tempdir().unwrap();
     let etcd_data = dir.path().join("etcd");
     let start_etcd = || etcd_in(e, &["10.78.1.1", "10.78.2.1"], &etcd_data);
@@ -592,15 +598,8 @@ fn a_fleet_resumes_tls_sessions_on_any_member() {
         "etcd:etcd-server etcdctl:etcd-client openssl:openssl curl:curl nsenter:util-linux",
         "etcd",
     );
-    let tag = std::process::id() % 100_000;
-    let names: Vec<String> = ["te", "t1", "t2"]
-        .iter()
-        .map(|n| format!("esp{tag}-{n}"))
-        .collect();
+    let (_ns, names) = etcd_and_two_members("t", 79);
     let (e, m1, m2) = (&names[0], &names[1], &names[2]);
-    let ns = Namespaces::create(&names);
-    ns.link(e, "10.79.1.1", m1, "10.79.1.2");
-    ns.link(e, "10.79.2.1", m2, "10.79.2.2");
     let dir = tempfile::tempdir().unwrap();
     let _etcd = etcd_in(e, &["10.79.1.1", "10.79.2.1"], &dir.path().join("etcd"));
     common::tls::openssl_cert(dir.path(), "shop", "shop.test");
