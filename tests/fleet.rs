@@ -466,6 +466,30 @@ fn a_fleet_shares_its_configuration_through_etcd() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    let metrics = page_in(m1, "http://127.0.0.1:9180/metrics");
+    assert!(
+        metrics.contains("\nespalier_cluster_reachable 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nespalier_cluster_members 2\n"),
+        "{metrics}"
+    );
+    let doctor = |m: &str, d: &Path| {
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{m}"))
+            .arg(env!("CARGO_BIN_EXE_espalier"))
+            .args(["doctor", "-c", "espalier.toml"])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let said = doctor(m1, &d1);
+    assert!(
+        said.contains("the fleet's etcd answers at http://10.78.1.1:2379"),
+        "{said}"
+    );
     let said = cli_status(m2);
     assert!(
         said.contains("CLUSTER /espalier/test: node m2, revision "),
@@ -542,6 +566,16 @@ fn a_fleet_shares_its_configuration_through_etcd() {
         assert_eq!(page_in(m, "http://127.0.0.1:8080/"), "two\n");
     }
     assert!(cli_status(m1).contains("etcd UNREACHABLE for "));
+    let metrics = page_in(m1, "http://127.0.0.1:9180/metrics");
+    assert!(
+        metrics.contains("\nespalier_cluster_reachable 0\n"),
+        "{metrics}"
+    );
+    let said = doctor(m1, &d1);
+    assert!(
+        said.contains("the fleet's etcd cannot be reached"),
+        "{said}"
+    );
     let (code, body) = config_call(m1, "PATCH", "sites/shop", r#"{"root": "www"}"#);
     assert_eq!(code, 503, "{body}");
     // A member restarted without etcd serves its copy.

@@ -395,6 +395,25 @@ pub(super) fn nic(action: NicAction) -> Result<i32, String> {
     Ok(0)
 }
 
+/// Which member of the fleet's etcd answers, and its revision; why none does.
+fn cluster_answers(spec: &crate::config::cluster::ClusterSpec) -> Result<(String, i64), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let (mut client, k) = crate::server::cluster::connect_from(spec, 0).await?;
+        let status = client
+            .status()
+            .await
+            .map_err(|e| crate::server::cluster::short(&e))?;
+        Ok((
+            spec.endpoints[k].clone(),
+            status.header().map_or(0, |h| h.revision()),
+        ))
+    })
+}
+
 pub(super) fn doctor(
     config: Option<PathBuf>,
     machine: MachineArgs,
@@ -411,6 +430,7 @@ pub(super) fn doctor(
         let now = std::time::SystemTime::now();
         inputs.certificates = crate::tls::days_left(&c.sites, now);
         inputs.certificates.extend(store_days_left(c, now));
+        inputs.cluster = c.server.cluster.as_ref().map(cluster_answers);
         inputs.acme_delegations = match acme_delegations(c) {
             Ok(found) => (found.into_iter())
                 .map(|(name, line, found)| {

@@ -41,6 +41,9 @@ pub struct Inputs {
     /// Whether io_uring can carry connections (`os::uring::probe`: what it found, or why
     /// not), and the environment's `ESPALIER_IO`; `None` when not asked (a fixture).
     pub io_uring: Option<(Result<String, String>, Option<String>)>,
+    /// With `[server.cluster]`: the etcd member that answered and the fleet's revision, or
+    /// why none did; `None` without a fleet.
+    pub cluster: Option<Result<(String, i64), String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -148,6 +151,7 @@ pub fn read_inputs(sysfs: &Path, procfs: &Path) -> Inputs {
         acme_delegations: Vec::new(),
         ktls: None,
         io_uring: None,
+        cluster: None,
     }
 }
 
@@ -355,6 +359,21 @@ pub fn check(i: &Inputs, t: &Topology, config: Option<&Config>) -> Vec<Finding> 
             format!("connections' I/O: {found}"),
             advice,
         ));
+    }
+    match &i.cluster {
+        Some(Ok((endpoint, revision))) => out.push(finding(
+            "cluster",
+            Status::Ok,
+            format!("the fleet's etcd answers at {endpoint} (revision {revision})"),
+            "",
+        )),
+        Some(Err(why)) => out.push(finding(
+            "cluster",
+            Status::Warn,
+            format!("the fleet's etcd cannot be reached: {why}"),
+            "members serve their copy (the folder of [server.cluster]) until it answers: check etcd's members and the addresses in `etcd`; `espalier status` says since when",
+        )),
+        None => {}
     }
     if i.irqbalance_running {
         out.push(finding("irqbalance", Status::Warn, "irqbalance is running: it moves NIC interrupts and would undo `espalier nic apply`".into(), "systemctl disable --now irqbalance (or ban the NIC's IRQs in its config), then espalier nic apply"));

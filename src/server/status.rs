@@ -507,64 +507,12 @@ impl Status {
         super::meters::render(&mut out, &sites);
         self.upstream_metrics(&mut out);
         self.certificate_metrics(&mut out);
+        self.cluster_metrics(&mut out);
         out
-    }
-
-    /// Each ordered certificate's time left, for an alert before it ends.
-    fn certificate_metrics(&self, out: &mut String) {
-        if self.certificates.is_empty() {
-            return;
-        }
-        let name = "espalier_certificate_expiry_seconds";
-        let _ = writeln!(out, "# HELP {name} seconds until the certificate espalier ordered for the host name ends (negative: ended; absent: none yet)\n# TYPE {name} gauge");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        for c in &self.certificates {
-            if let Some(end) = c.not_after {
-                let _ = writeln!(out, "{name}{{name=\"{}\"}} {}", c.name, end as i64 - now);
-            }
-        }
-        let name = "espalier_certificate_order_failing";
-        let _ = writeln!(out, "# HELP {name} 1 when the last order of the host name's certificate failed\n# TYPE {name} gauge");
-        for c in &self.certificates {
-            let failing = u8::from(c.state == "failing");
-            let _ = writeln!(out, "{name}{{name=\"{}\"}} {failing}", c.name);
-        }
-    }
-
-    /// Each upstream server's state by the active check: 1 up (or not checked), 0 down.
-    fn upstream_metrics(&self, out: &mut String) {
-        if self.upstreams.is_empty() {
-            return;
-        }
-        let name = "espalier_upstream_server_up";
-        let _ = writeln!(out, "# HELP {name} 1 when the upstream server is up by its active check (or has none), 0 when it is down\n# TYPE {name} gauge");
-        for g in &self.upstreams {
-            for s in &g.servers {
-                let _ = writeln!(
-                    out,
-                    "{name}{{upstream=\"{}\",server=\"{}\"}} {}",
-                    g.name,
-                    s.address,
-                    u8::from(s.state != "down")
-                );
-            }
-        }
-        let name = "espalier_upstream_server_ejected_by";
-        let _ = writeln!(out, "# HELP {name} worker processes that have the upstream server ejected now, after failures in their traffic\n# TYPE {name} gauge");
-        for g in &self.upstreams {
-            for s in &g.servers {
-                let _ = writeln!(
-                    out,
-                    "{name}{{upstream=\"{}\",server=\"{}\"}} {}",
-                    g.name, s.address, s.ejected_by
-                );
-            }
-        }
     }
 }
 
+mod parts_metrics;
 mod query;
 pub use query::{StatusQuery, MAX_PER_PAGE};
 
