@@ -102,12 +102,13 @@ pub async fn put_if(client: &mut Client, key: String, value: String, seen: i64) 
     commit(client, txn).await
 }
 
-/// How many times a transaction is sent when etcd does not answer it: with one of its
-/// members down, the client's balancer still picks that member's channel now and then.
+/// How many times a transaction is sent when etcd does not answer it (a connection reset,
+/// a leader changing hands): the member's watch moves to the next etcd member if this one
+/// is gone, and the write after it goes there.
 const ATTEMPTS: usize = 3;
 
-/// Sends `txn`, again on a transport error (a dead endpoint; the compare makes a second
-/// send safe: a first that did land fails it, and that is said as `Changed`).
+/// Sends `txn`, again on a transport error (the compare makes a second send safe: a first
+/// that did land fails it, and that is said as `Changed`).
 async fn commit(client: &mut Client, txn: etcd_client::Txn) -> Written {
     let mut last = String::new();
     for attempt in 0..ATTEMPTS {
@@ -218,10 +219,9 @@ pub fn short(e: &etcd_client::Error) -> String {
 }
 
 /// Follows the fleet for the master's life: connected, the copy and its changes; cut off,
-/// tried again (said once per cause by the supervisor). `tell` says each [`News`] to the
+/// tried again (said once per cause by the supervisor). `send` says each [`News`] to the
 /// supervisor (`false`: it is gone, and so is the task).
-pub async fn follow(spec: ClusterSpec, tell: impl Fn(News) -> bool) {
-    let send = tell;
+pub async fn follow(spec: ClusterSpec, send: impl Fn(News) -> bool) {
     let (mut failures, mut next) = (0usize, 0usize);
     loop {
         let outcome = match connect_from(&spec, next).await {
