@@ -420,7 +420,8 @@ impl ProxyRoute {
                 break;
             };
             tried.push(i);
-            if let Some(c) = self.idle(&endpoint) {
+            // A request sent again goes on a new connection (as `process_connection` says).
+            if let Some(c) = avoid.is_none().then(|| self.idle(&endpoint)).flatten() {
                 return Ok((endpoint, c, Some(At::InFlight(held))));
             }
             let timeout = self.settings.connect_timeout.min(left);

@@ -67,6 +67,9 @@ impl ProxyRoute {
         p: &Processes,
         avoid: Option<Endpoint>,
     ) -> Result<(Endpoint, Conn, Option<At>), (u16, Option<String>)> {
+        // A request sent again (its first connection closed on it) goes on a new connection:
+        // the app's other kept ones are as likely closed as the one that failed.
+        let retry = avoid.is_some();
         let mut avoid = avoid;
         let mut tries = 0;
         loop {
@@ -84,7 +87,7 @@ impl ProxyRoute {
                     (e, Some(At::Slot(slot)))
                 }
             };
-            if let Some(c) = self.idle(&endpoint) {
+            if let Some(c) = (!retry).then(|| self.idle(&endpoint)).flatten() {
                 return Ok((endpoint, c, slot));
             }
             let unreached = || Some("could not be connected to".to_string());
