@@ -402,15 +402,8 @@ fn cluster_answers(spec: &crate::config::cluster::ClusterSpec) -> Result<(String
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let (mut client, k) = crate::server::cluster::connect_from(spec, 0).await?;
-        let status = client
-            .status()
-            .await
-            .map_err(|e| crate::server::cluster::short(&e))?;
-        Ok((
-            spec.endpoints[k].clone(),
-            status.header().map_or(0, |h| h.revision()),
-        ))
+        let (_, k, revision) = crate::server::cluster::connect_from(spec, 0).await?;
+        Ok((spec.endpoints[k].clone(), revision))
     })
 }
 

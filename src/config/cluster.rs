@@ -74,13 +74,7 @@ pub fn key_lines(text: &str) -> Result<Vec<[u8; 32]>, String> {
         if line.is_empty() {
             continue;
         }
-        let bytes: Option<Vec<u8>> = (0..line.len())
-            .step_by(2)
-            .map(|i| {
-                line.get(i..i + 2)
-                    .and_then(|b| u8::from_str_radix(b, 16).ok())
-            })
-            .collect();
+        let bytes = crate::os::private_dir::unhex(line);
         let key: [u8; 32] = bytes.and_then(|b| b.try_into().ok()).ok_or_else(|| {
             format!(
                 "line {}: not a key of 64 hex digits; make one with `openssl rand -hex 32`",

@@ -27,6 +27,17 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The bytes [`hex`] wrote (either case); `None` for an odd length or a non-hex digit.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            text.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect()
+}
+
 /// Compares two secrets without stopping at the first difference (no timing hint of a
 /// secret's prefix).
 pub fn same_secret(given: &str, wanted: &str) -> bool {

@@ -155,12 +155,15 @@ pub fn part_of(prefix: &str, key: &str) -> Option<(usize, String)> {
 /// etcd members killed), where a client on one live member, and the next one when it
 /// fails, never does.
 pub async fn connect(spec: &ClusterSpec) -> Result<Client, String> {
-    connect_from(spec, 0).await.map(|(client, _)| client)
+    connect_from(spec, 0).await.map(|(client, ..)| client)
 }
 
-/// A client on the first endpoint from the `start`-th on (round the list) that answers, and
-/// that endpoint's place.
-pub async fn connect_from(spec: &ClusterSpec, start: usize) -> Result<(Client, usize), String> {
+/// A client on the first endpoint from the `start`-th on (round the list) that answers,
+/// that endpoint's place, and the revision its answer carried.
+pub async fn connect_from(
+    spec: &ClusterSpec,
+    start: usize,
+) -> Result<(Client, usize, i64), String> {
     let options = options(spec)?;
     let n = spec.endpoints.len();
     let mut last = String::new();
@@ -168,11 +171,12 @@ pub async fn connect_from(spec: &ClusterSpec, start: usize) -> Result<(Client, u
         let endpoint = &spec.endpoints[k];
         let answered = match Client::connect([endpoint], Some(options.clone())).await {
             // A client is made without a round trip: a status asked proves the member lives.
-            Ok(mut client) => client.status().await.map(|_| client),
+            Ok(mut client) => (client.status().await)
+                .map(|status| (status.header().map_or(0, |h| h.revision()), client)),
             Err(e) => Err(e),
         };
         match answered {
-            Ok(client) => return Ok((client, k)),
+            Ok((revision, client)) => return Ok((client, k, revision)),
             Err(e) => last = format!("{endpoint}: {}", short(&e)),
         }
     }
@@ -225,7 +229,7 @@ pub async fn follow(spec: ClusterSpec, send: impl Fn(News) -> bool) {
     let (mut failures, mut next) = (0usize, 0usize);
     loop {
         let outcome = match connect_from(&spec, next).await {
-            Ok((client, k)) => {
+            Ok((client, k, _)) => {
                 failures = 0;
                 // The next connection tries the next member first: this one may be why
                 // this one ends.

@@ -160,14 +160,7 @@ pub fn encode(keys: &[TicketKey]) -> String {
 /// The keys [`encode`] wrote; `Err` says what is wrong (a line from elsewhere).
 pub fn decode(text: &str) -> Result<Vec<TicketKey>, String> {
     let keys = text.trim().split(',').map(|word| {
-        let bytes: Vec<u8> = (0..word.len())
-            .step_by(2)
-            .map(|i| {
-                word.get(i..i + 2)
-                    .and_then(|b| u8::from_str_radix(b, 16).ok())
-            })
-            .collect::<Option<_>>()
-            .ok_or("ticket keys: not hex")?;
+        let bytes = crate::os::private_dir::unhex(word).ok_or("ticket keys: not hex")?;
         if bytes.len() != NAME_LEN + KEY_LEN {
             return Err("ticket keys: a key of the wrong length".to_string());
         }
