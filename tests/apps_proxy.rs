@@ -464,6 +464,54 @@ fn a_unix_socket_upstream_carries_the_requests() {
 }
 
 #[test]
+fn a_get_whose_kept_connection_the_app_closed_unanswered_is_sent_again_on_every_protocol() {
+    need_tools("python3:python3", "python3");
+    // Each of the app's connections answers one request and closes on the next unanswered:
+    // every request after the first meets a kept connection closed as it went out.
+    let raw_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/raw_app.py");
+    let app = serve(&format!(
+        r#"
+[[pool]]
+name = "raw"
+command = ["python3", "{}"]
+health = "/healthz"
+environment = {{ CLOSE_UNANSWERED = "1" }}
+
+[[site]]
+name = "raw"
+bindings = ["http://{{listen}}"]
+[[site.app]]
+pool = "raw"
+"#,
+        raw_app.display()
+    ));
+    // One client connection: one worker thread, whose kept connection each request meets.
+    let mut conn = Conn::open(app.addr);
+    for _ in 0..3 {
+        conn.send(b"GET /branded HTTP/1.1\r\nHost: a\r\n\r\n");
+        let r = conn.read_response(false).expect("an answer");
+        assert_eq!(r.status, 200, "HTTP/1.1: {}", app.server.log_text());
+    }
+    // HTTP/2's GET ends its stream with its head: sent again as HTTP/1.1's is (it was framed
+    // as a chunked body, never resent, and answered 502).
+    let port = app.addr.port();
+    let statuses = block_on(async move {
+        let mut h2 = h2c(port).await;
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let resp = h2_get(&mut h2, &format!("http://127.0.0.1:{port}/branded")).await;
+            statuses.push(resp.await.unwrap().status().as_u16());
+        }
+        statuses
+    });
+    assert_eq!(statuses, [200, 200, 200], "{}", app.server.log_text());
+    // A POST's body may have been acted on: never sent twice, the closed connection is a 502.
+    conn.send(b"POST /branded HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\nhi");
+    let r = conn.read_response(false).expect("an answer");
+    assert_eq!(r.status, 502);
+}
+
+#[test]
 fn what_an_app_sends_is_framed_for_the_client_and_garbage_is_a_502() {
     let raw_app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/raw_app.py");
     let app = serve(&format!(

@@ -237,7 +237,10 @@ impl ForwardRequest {
         ForwardRequest {
             head,
             body: framing,
-            retryable: idempotent && matches!(framing, Framing::None) && !upgrade,
+            // An empty body (HTTP/2's and HTTP/3's GET) is resent as safely as none.
+            retryable: idempotent
+                && matches!(framing, Framing::None | Framing::Length(0))
+                && !upgrade,
             head_only: req.method == Method::Head,
             upgrade,
             client_minor: req.minor_version,

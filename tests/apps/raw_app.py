@@ -1,6 +1,8 @@
 """A test app that answers each path with a canned raw HTTP response, framing mistakes
 included, so the proxy's handling of what apps send can be checked byte for byte.
-Listens on 127.0.0.1:$PORT; one request per connection is enough for every case."""
+Listens on 127.0.0.1:$PORT; one request per connection is enough for every case. With
+CLOSE_UNANSWERED set, a connection's second request is read and the connection closed without
+an answer: what an app does that closes a kept connection just as a request goes out."""
 import os
 import socketserver
 
@@ -39,6 +41,8 @@ class Handler(socketserver.BaseRequestHandler):
             data += chunk
         path = data.split(b" ", 2)[1]
         self.request.sendall(CASES.get(path, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"))
+        if os.environ.get("CLOSE_UNANSWERED"):
+            self.request.recv(4096)
 
 
 socketserver.ThreadingTCPServer.allow_reuse_address = True

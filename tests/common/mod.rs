@@ -418,7 +418,12 @@ impl Server {
         let (code, body) =
             espalier::server::admin::request(addr.parse().unwrap(), "GET", "/status")
                 .unwrap_or_else(|e| {
-                    panic!("GET /status: {e}; the server's log:\n{}", self.log_text())
+                    // The log's end only: a hoster's whole log would push the cause out of
+                    // what CI shows.
+                    panic!(
+                        "GET /status: {e}; the server's log ends:\n{}",
+                        self.log_tail(40)
+                    )
                 });
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).unwrap()
@@ -448,6 +453,12 @@ impl Server {
 
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
+    }
+
+    /// The log's last `n` lines.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log.lock().unwrap();
+        log[log.len().saturating_sub(n)..].join("\n")
     }
 
     /// Waits for a log line containing `needle`; panics with the log on timeout.

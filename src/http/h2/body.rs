@@ -29,11 +29,16 @@ pub(super) enum Body<'a> {
 pub(super) use crate::http::streams::expects_continue;
 
 /// How an arriving body is framed for the app: by the length the client declared (the h2
-/// crate checks the field and holds the stream's data to it), else chunked; a WebSocket's
-/// stream has no body but the tunnel ([`Framing::None`], see `stream_forward::pump`).
-pub(super) fn framing_of(parts: &http::request::Parts) -> Framing {
+/// crate checks the field and holds the stream's data to it), empty when the stream `ended`
+/// with its head (a GET: as HTTP/3's is, and resendable on another connection), else
+/// chunked; a WebSocket's stream has no body but the tunnel ([`Framing::None`], see
+/// `stream_forward::pump`).
+pub(super) fn framing_of(parts: &http::request::Parts, ended: bool) -> Framing {
     if crate::http::websocket::is_tunnel(parts) {
         return Framing::None;
+    }
+    if ended {
+        return Framing::Length(0);
     }
     match crate::http::streams::declared_length(parts) {
         Ok(Some(n)) => Framing::Length(n),

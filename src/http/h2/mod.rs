@@ -269,7 +269,7 @@ impl<S: Service + 'static> Connection<S> {
             Ok(routed) => routed,
             Err(status) => return send_error(&mut respond, env, status),
         };
-        let framing = body::framing_of(&parts);
+        let framing = body::framing_of(&parts, recv.is_end_stream());
         if framing == Framing::None {
             return self.tunnel(routed, parts, recv, respond, arrived).await;
         }

@@ -249,6 +249,8 @@ pub(super) async fn run(
         );
     }
 
+    // The start is not a pause: the ticks are counted from here.
+    sv.last_tick = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
