@@ -270,10 +270,20 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
 /// Namespaces for etcd and two members (`esp{pid}-{stem}e`, `…1`, `…2`), each member linked
 /// to etcd's on `10.{net}.{k}.0/24` (etcd `.1`, the member `.2`): they, and their names.
 fn etcd_and_two_members(stem: &str, net: u8) -> (Namespaces, [String; 3]) {
+    let (ns, names) = etcd_and_members(stem, net, 2);
+    let names = [names[0].clone(), names[1].clone(), names[2].clone()];
+    (ns, names)
+}
+
+/// As [`etcd_and_two_members`], with `count` members.
+fn etcd_and_members(stem: &str, net: u8, count: usize) -> (Namespaces, Vec<String>) {
     let tag = std::process::id() % 100_000;
-    let names = ["e", "1", "2"].map(|n| format!("esp{tag}-{stem}{n}"));
+    let names: Vec<String> = std::iter::once("e".to_string())
+        .chain((1..=count).map(|k| k.to_string()))
+        .map(|n| format!("esp{tag}-{stem}{n}"))
+        .collect();
     let ns = Namespaces::create(&names);
-    for k in [1, 2] {
+    for k in 1..=count {
         let (etcd_ip, member_ip) = (format!("10.{net}.{k}.1"), format!("10.{net}.{k}.2"));
         ns.link(&names[0], &etcd_ip, &names[k], &member_ip);
     }
@@ -827,4 +837,343 @@ tls = { cert = "shop.pem", key = "shop.key" }
         "a ticket from before the rotation: {again}"
     );
     drop((s1, s2));
+}
+
+/// Debian's pebble in namespace `ns` for a fleet: its directory on `api_ips` (port 14000,
+/// its certificate for those addresses, signed by `dir/ca.pem`), validating HTTP-01 on port
+/// 8080 and TLS-ALPN-01 on 8443 of `validate_at` — every name resolved there by
+/// pebble-challtestsrv — with no pause before it validates. Both stopped with the test.
+fn pebble_in(ns: &str, dir: &Path, api_ips: &[&str], validate_at: &str) -> [Stopped; 2] {
+    let names: Vec<String> = api_ips.iter().map(|ip| format!("IP:{ip}")).collect();
+    common::tls::signed_cert_for(dir, "pebble-api", "pebble", &names.join(","));
+    let dns = Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{ns}"))
+            .args([
+                "pebble-challtestsrv",
+                "-defaultIPv4",
+                validate_at,
+                "-defaultIPv6",
+                "",
+            ])
+            .args(["-dns01", "127.0.0.1:8053", "-management", "127.0.0.1:8055"])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pebble-challtestsrv"),
+    );
+    let config = serde_json::json!({"pebble": {
+        "listenAddress": "0.0.0.0:14000",
+        "managementListenAddress": "127.0.0.1:15000",
+        "certificate": dir.join("pebble-api.pem"),
+        "privateKey": dir.join("pebble-api.key"),
+        "httpPort": 8080,
+        "tlsPort": 8443,
+        "ocspResponderURL": "",
+        "externalAccountBindingRequired": false,
+    }});
+    std::fs::write(dir.join("pebble.json"), config.to_string()).unwrap();
+    let log = std::fs::File::create(dir.join("pebble.log")).unwrap();
+    let pebble = Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{ns}"))
+            .arg("pebble")
+            .arg("-config")
+            .arg(dir.join("pebble.json"))
+            .args(["-dnsserver", "127.0.0.1:8053", "-strict=false"])
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("pebble"),
+    );
+    wait_for("pebble's directory", Duration::from_secs(30), || {
+        let url = format!("https://{}:14000/dir", api_ips[0]);
+        let ca = dir.join("ca.pem");
+        let out = in_ns(ns, "curl", &["-sf", "--cacert", ca.to_str().unwrap(), &url]);
+        out.status.success()
+    });
+    [dns, pebble]
+}
+
+/// Three members (network namespaces of their own) of one fleet on a real etcd, with
+/// Debian's pebble beside etcd: member k's admin port is 918k (no two share a challenges'
+/// folder on this one machine), members 1 and 2 order certificates (`[server.acme]`), member
+/// 3 orders none — and the CA reaches member 3 alone for every name's validation. The sites
+/// of `HOSTS` are imported into the fleet.
+struct AcmeFleet {
+    names: Vec<String>,
+    dirs: Vec<std::path::PathBuf>,
+    root: std::path::PathBuf,
+    dir: tempfile::TempDir,
+    _pebble: [Stopped; 2],
+    etcd: Option<Stopped>,
+    _ns: Namespaces,
+}
+
+const HOSTS: [&str; 4] = ["a.test", "b.test", "c.test", "d.test"];
+
+impl AcmeFleet {
+    fn new(stem: &str, net: u8) -> AcmeFleet {
+        need_tools(
+            "etcd:etcd-server etcdctl:etcd-client pebble:pebble curl:curl openssl:openssl nsenter:util-linux",
+            "etcd and pebble",
+        );
+        let (ns, names) = etcd_and_members(stem, net, 3);
+        let e = &names[0];
+        let dir = tempfile::tempdir().unwrap();
+        let ips: Vec<String> = (1..=3).map(|k| format!("10.{net}.{k}.1")).collect();
+        let ip_refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+        let etcd = etcd_in(e, &ip_refs, &dir.path().join("etcd"));
+        let validate_at = format!("10.{net}.3.2");
+        let pebble = pebble_in(e, dir.path(), &ip_refs, &validate_at);
+        let fleet_key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+        let member = |k: usize| {
+            let d = dir.path().join(format!("m{k}"));
+            std::fs::create_dir_all(d.join("www")).unwrap();
+            std::fs::create_dir_all(d.join("store")).unwrap();
+            std::fs::write(d.join("www/index.html"), format!("m{k}\n")).unwrap();
+            std::fs::write(d.join("fleet.key"), fleet_key).unwrap();
+            std::fs::copy(dir.path().join("ca.pem"), d.join("ca.pem")).unwrap();
+            let etcd = &ips[k - 1];
+            let mut config = format!(
+                "[server]\nadmin = \"127.0.0.1:{}\"\nadmin_token = \"{TOKEN}\"\nshutdown_timeout = \"3s\"\ncertificates = \"store\"\n",
+                9180 + k
+            );
+            if k <= 2 {
+                config.push_str(&format!("[server.acme]\ndirectory = \"https://{etcd}:14000/dir\"\nemail = \"ops@example.test\"\nca = \"ca.pem\"\n"));
+            }
+            config.push_str(&format!("[server.cluster]\netcd = [\"http://{etcd}:2379\"]\nprefix = \"/espalier/test\"\nnode = \"m{k}\"\nsecret_file = \"fleet.key\"\n"));
+            std::fs::write(d.join("espalier.toml"), config).unwrap();
+            d
+        };
+        let dirs: Vec<_> = (1..=3).map(member).collect();
+        // Checked as a configuration of its own, with the store its https sites take from.
+        let mut shared = String::from(
+            "[server]\ncertificates = \"store\"\n[[pool]]\nname = \"web\"\nprocesses = 1\n",
+        );
+        for h in HOSTS {
+            shared.push_str(&format!("[[site]]\nname = \"{}\"\nbindings = [\"http://*:8080:{h}\", \"https://*:8443:{h}\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n", &h[..1]));
+        }
+        std::fs::write(dirs[2].join("shared.toml"), shared).unwrap();
+        let import = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", names[3]))
+            .arg(env!("CARGO_BIN_EXE_espalier"))
+            .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
+            .current_dir(&dirs[2])
+            .output()
+            .unwrap();
+        assert!(
+            import.status.success(),
+            "{}",
+            String::from_utf8_lossy(&import.stderr)
+        );
+        // pebble's management port shows its certificate for the members' addresses only.
+        let out = run_ok(
+            Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{e}"))
+                .args(["curl", "-sfk", "https://127.0.0.1:15000/roots/0"]),
+        );
+        let root = dir.path().join("root.pem");
+        std::fs::write(&root, out.stdout).unwrap();
+        AcmeFleet {
+            names,
+            dirs,
+            root,
+            dir,
+            _pebble: pebble,
+            etcd: Some(etcd),
+            _ns: ns,
+        }
+    }
+
+    /// Member `k`, started and connected to etcd (or, `etcd` false, serving without it).
+    fn start(&self, k: usize, etcd: bool) -> Server {
+        let prefix = inside(&self.names[k]);
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        let s = Server::start_with(&prefix, &["-c", "espalier.toml"], &self.dirs[k - 1], &[]);
+        if etcd {
+            s.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
+        }
+        s
+    }
+
+    /// `etcdctl` in etcd's namespace: its output.
+    fn etcdctl(&self, args: &[&str]) -> String {
+        let mut all = vec!["--endpoints", "http://127.0.0.1:2379"];
+        all.extend_from_slice(args);
+        let out = in_ns(&self.names[0], "etcdctl", &all);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Whether the member at `ip` serves `host` with a chain pebble's root vouches for.
+    fn serves(&self, ip: &str, host: &str) -> bool {
+        let at = format!("{host}:8443:{ip}");
+        let url = format!("https://{host}:8443/");
+        let root = self.root.to_str().unwrap();
+        let args = [
+            "-s",
+            "--max-time",
+            "3",
+            "--cacert",
+            root,
+            "--resolve",
+            &at,
+            &url,
+        ];
+        in_ns(&self.names[0], "curl", &args).status.success()
+    }
+
+    /// Waits until each of `members` (their addresses) serves every name, within 120 s.
+    fn wait_served(&self, members: &[&str], logs: impl Fn() -> String) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        for host in HOSTS {
+            for ip in members {
+                while !self.serves(ip, host) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{ip} does not serve {host}'s certificate:\n{}",
+                        logs()
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
+    fn pebble_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pebble.log")).unwrap_or_default()
+    }
+}
+
+/// How many times `s` said it was issued `host`'s certificate.
+fn issued(s: &Server, host: &str) -> usize {
+    let said = format!("acme: {host}: certificate issued");
+    s.log_text().lines().filter(|l| l.contains(&said)).count()
+}
+
+/// issue #59, item 3: three members share one certificate set. Each name is ordered once in
+/// the fleet (by the member holding its lock in etcd), its challenge answered by the member
+/// that did not order it and never orders (the proof published through etcd), and its pair
+/// — the key sealed with the fleet's key — served by all three; with etcd gone, a member
+/// restarted serves the pairs from its store.
+#[test]
+fn a_fleet_orders_each_name_once_and_any_member_answers_its_challenge() {
+    let fleet = AcmeFleet::new("a", 81);
+    let e = &fleet.names[0];
+    // The member the CA reaches, serving the shared sites first; then the two that order.
+    let m3 = fleet.start(3, true);
+    wait_for(
+        "m3 serving the shared sites",
+        Duration::from_secs(30),
+        || {
+            let args = [
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-H",
+                "Host: a.test",
+                "--max-time",
+                "2",
+                "http://10.81.3.2:8080/",
+            ];
+            in_ns(e, "curl", &args).stdout == b"200"
+        },
+    );
+    let (m1, m2) = (fleet.start(1, true), fleet.start(2, true));
+    let logs = || {
+        format!(
+            "m1:\n{}\nm2:\n{}\nm3:\n{}\npebble:\n{}",
+            m1.log_tail(30),
+            m2.log_tail(30),
+            m3.log_tail(30),
+            fleet.pebble_log()
+        )
+    };
+    fleet.wait_served(&["10.81.1.2", "10.81.2.2", "10.81.3.2"], logs);
+    // Each name ordered once in the fleet, by m1 or m2; m3 ordered nothing.
+    for host in HOSTS {
+        assert_eq!(
+            issued(&m1, host) + issued(&m2, host),
+            1,
+            "{host}:\n{}",
+            logs()
+        );
+    }
+    assert!(
+        !m3.log_text().contains("acme: "),
+        "m3 ordered:\n{}",
+        m3.log_text()
+    );
+    // The key in etcd is sealed; the chain is not secret.
+    let stored = fleet.etcdctl(&["get", "/espalier/test/certs/a.test", "--print-value-only"]);
+    assert!(stored.contains("BEGIN CERTIFICATE"), "{stored}");
+    assert!(
+        !stored.contains("PRIVATE KEY"),
+        "a key in etcd's clear text"
+    );
+    // Nothing left behind: no lock held, no proof published once the orders ended.
+    let left = fleet.etcdctl(&["get", "--prefix", "--keys-only", "/espalier/test/acme/"]);
+    assert!(
+        !left.contains("/acme/locks/") && !left.contains("/acme/proofs/"),
+        "{left}"
+    );
+    // etcd gone: m3 restarted serves every name from its store.
+    drop((m1, m2, m3));
+    let mut fleet = fleet;
+    drop(fleet.etcd.take());
+    let m3 = fleet.start(3, false);
+    m3.wait_for_log("cluster: ", Duration::from_secs(30));
+    fleet.wait_served(&["10.81.3.2"], || m3.log_text());
+}
+
+/// issue #59, items 3 and 5: a member that dies while it orders a name keeps its lock only
+/// as long as its lease — the other member waits while it lives, then orders the name
+/// itself, once; nothing is ordered twice.
+#[test]
+fn a_name_whose_orderer_dies_is_ordered_by_another_member() {
+    let fleet = AcmeFleet::new("k", 82);
+    let m3 = fleet.start(3, true);
+    // A member that never says it has a proof: m1's orders wait for it (5 s) before the CA
+    // is told to look — the moment m1 is killed in.
+    fleet.etcdctl(&["put", "/espalier/test/members/ghost", "{}"]);
+    let m1 = fleet.start(1, true);
+    wait_for(
+        "m1 holding a name's lock with its proof out",
+        Duration::from_secs(60),
+        || {
+            let held = fleet.etcdctl(&[
+                "get",
+                "/espalier/test/acme/locks/a.test",
+                "--print-value-only",
+            ]);
+            let proofs = fleet.etcdctl(&[
+                "get",
+                "--prefix",
+                "--keys-only",
+                "/espalier/test/acme/proofs/",
+            ]);
+            held.trim() == "m1" && !proofs.trim().is_empty()
+        },
+    );
+    m1.signal(libc::SIGKILL);
+    let m1_log = m1.log_text();
+    drop(m1);
+    fleet.etcdctl(&["del", "/espalier/test/members/ghost"]);
+    let m2 = fleet.start(2, true);
+    fleet.wait_served(&["10.82.2.2", "10.82.3.2"], || {
+        format!(
+            "m2:\n{}\nm3:\n{}\npebble:\n{}",
+            m2.log_tail(40),
+            m3.log_tail(20),
+            fleet.pebble_log()
+        )
+    });
+    for host in HOSTS {
+        assert_eq!(issued(&m2, host), 1, "{host}: {}", m2.log_text());
+    }
+    assert!(!m1_log.contains("certificate issued"), "{m1_log}");
 }

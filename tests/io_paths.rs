@@ -39,6 +39,8 @@ const NOT_AGAIN: &[&str] = &[
     // secrets it shares (resumption itself is `tls::`'s, run on both paths).
     "fleet::a_fleet_shares_",
     "fleet::a_fleet_resumes_",
+    "fleet::a_fleet_orders_",
+    "fleet::a_name_whose_orderer_",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;

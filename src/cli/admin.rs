@@ -153,7 +153,8 @@ fn limits_line(p: &crate::server::status::PoolStatus) -> Option<String> {
 }
 
 /// The fleet's line of `espalier status` (`None` without one): `CLUSTER /espalier/prod: node
-/// web-1, revision 42, reachable; members web-1 (42), web-2 (42)`.
+/// web-1, revision 42, reachable; members web-1 (42), web-2 (42); ordering a.example by
+/// web-2` (the names whose order lock a member holds).
 fn cluster_line(c: &crate::server::status::FleetState) -> String {
     let reach = match (c.reachable, c.unreachable_since, &c.cause) {
         (true, ..) => "reachable".to_string(),
@@ -176,8 +177,18 @@ fn cluster_line(c: &crate::server::status::FleetState) -> String {
             }
         })
         .collect();
+    let locks: Vec<String> = (c.locks.iter())
+        .map(|l| {
+            let (name, node) = (l["name"].as_str(), l["node"].as_str());
+            format!("{} by {}", name.unwrap_or("?"), node.unwrap_or("?"))
+        })
+        .collect();
+    let ordering = match locks.is_empty() {
+        true => String::new(),
+        false => format!("; ordering {}", locks.join(", ")),
+    };
     format!(
-        "CLUSTER {}: node {}, revision {}, {reach}; members {}",
+        "CLUSTER {}: node {}, revision {}, {reach}; members {}{ordering}",
         c.prefix,
         c.node,
         c.revision,
@@ -327,4 +338,25 @@ fn render(status: &Status) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cluster_line_says_who_orders_which_name() {
+        let fleet = crate::server::status::FleetState {
+            prefix: "/espalier/prod".into(),
+            node: "web-1".into(),
+            reachable: true,
+            unreachable_since: None,
+            cause: None,
+            revision: 42,
+            members: vec![serde_json::json!({ "node": "web-1", "said": { "revision": 42 } })],
+            locks: vec![serde_json::json!({ "name": "shop.example", "node": "web-2" })],
+        };
+        assert_eq!(
+            super::cluster_line(&fleet),
+            "CLUSTER /espalier/prod: node web-1, revision 42, reachable; members web-1 (42); ordering shop.example by web-2"
+        );
+    }
 }

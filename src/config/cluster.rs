@@ -48,6 +48,18 @@ impl ClusterSpec {
         format!("{}/tls/ticket-secrets", self.prefix)
     }
 
+    /// The key of the fleet's certificate pair of store stem `stem` (a name's files,
+    /// `certs::store::stem`): its chain and its sealed key.
+    pub fn cert_key(&self, stem: &str) -> String {
+        format!("{}/certs/{stem}", self.prefix)
+    }
+
+    /// The key of ACME's `what` (`locks`, `proofs`, `seen`, `accounts`) at `rest`: a name's
+    /// order lock, a challenge's proof file (and who has it), an account's credentials.
+    pub fn acme_key(&self, what: &str, rest: &str) -> String {
+        format!("{}/acme/{what}/{rest}", self.prefix)
+    }
+
     /// The key of part `name` of `kind` (`sites`).
     pub fn key(&self, kind: &str, name: &str) -> String {
         format!("{}/{kind}/{name}", self.prefix)

@@ -8,8 +8,10 @@
 //! first; `mkdir` fails when the name exists, so a race is refused, not followed.
 //!
 //! Owns: `mkdir`, `lstat`/`fstat` owner and mode checks, `O_NOFOLLOW` opens, random names and
-//! secrets from `/dev/urandom`, and comparing secrets in constant time. Must not touch: where these folders go or what lives in them (the
-//! caller decides: `server::app` for the runtime folder, `server::admin` for the token).
+//! secrets from `/dev/urandom`, comparing secrets in constant time, and a private file's
+//! atomic replacement ([`write_private`]: keys, account credentials). Must not touch: where
+//! these folders go or what lives in them (the caller decides: `server::app` for the runtime
+//! folder, `server::admin` for the token, `server::acme` for keys).
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -162,6 +164,31 @@ pub fn write_new_secret(path: &Path, text: &str) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
     f.write_all(text.as_bytes())
+}
+
+/// Writes `bytes` to `path` as the master's own (mode 0600): into a new file beside it,
+/// renamed over it, so a reader sees the old file or the new one, never half of one.
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(fail)?;
+    }
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file}.new"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(fail)?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(fail)
 }
 
 #[cfg(test)]

@@ -18,8 +18,7 @@ use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
     NewOrder, OrderStatus, RetryPolicy,
 };
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -112,7 +111,7 @@ pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, S
     let (account, credentials) =
         within("a new account", (settings.timeout, Duration::ZERO), created).await?;
     let text = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
-    write_private(&file, &text)?;
+    crate::os::private_dir::write_private(&file, &text)?;
     Ok(account)
 }
 
@@ -133,7 +132,7 @@ fn causes(e: &dyn std::error::Error) -> String {
 }
 
 /// `store/.acme/account-<hash of the directory's URL>.json`: one account per directory.
-fn account_file(settings: &AcmeSettings, store: &Path) -> PathBuf {
+pub fn account_file(settings: &AcmeSettings, store: &Path) -> PathBuf {
     let hash = xxhash_rust::xxh3::xxh3_64(settings.directory.as_bytes());
     store
         .join(".acme")
@@ -194,13 +193,21 @@ pub fn names(config: &Config) -> Vec<(String, Proof)> {
 pub struct Answering<'a> {
     pub files: &'a Path,
     pub dns: Option<&'a crate::server::acme_dns::TxtPublisher>,
+    /// A fleet's etcd, where the files are published too: every member answers them.
+    pub fleet: Option<&'a super::acme_fleet::FleetLink>,
 }
+
+/// How long an order waits for every member of its fleet to have a challenge's proof before
+/// the directory is told to look: a member slow to copy it fails one validation, no more.
+const FLEET_PROOFS_WAIT: Duration = Duration::from_secs(5);
 
 /// What an order put out for the directory to see, taken away when it ends.
 #[derive(Default)]
 struct Proofs {
     files: Vec<PathBuf>,
     records: Vec<crate::server::acme_dns::Published>,
+    /// The files' names as the fleet's etcd holds them.
+    shared: Vec<String>,
 }
 
 /// Orders a certificate for `name` (a wildcard's is `*.shop.example`, by DNS-01), proven
@@ -266,6 +273,9 @@ pub async fn order(
     for file in proofs.files {
         let _ = std::fs::remove_file(file);
     }
+    if let Some(fleet) = answering.fleet {
+        fleet.withdraw_proofs(&proofs.shared).await;
+    }
     for record in proofs.records {
         if let Some(dns) = answering.dns {
             if let Err(e) = dns.withdraw(record, wait).await {
@@ -283,8 +293,8 @@ pub async fn order(
     };
     let (key, chain) = issued?;
     let stem = crate::certs::store::stem(name);
-    write_private(&store.join(format!("{stem}.key")), key.as_bytes())?;
-    write_private(&store.join(format!("{stem}.pem")), chain.as_bytes())
+    crate::os::private_dir::write_private(&store.join(format!("{stem}.key")), key.as_bytes())?;
+    crate::os::private_dir::write_private(&store.join(format!("{stem}.pem")), chain.as_bytes())
 }
 
 /// Whether the directory lists the certificate profile `profile` (its `meta.profiles`): one
@@ -378,13 +388,23 @@ async fn answer_challenges(
                 vec![]
             }
         };
+        let mut shared = Vec::new();
         for (file, bytes) in files {
-            std::fs::write(&file, bytes)
+            std::fs::write(&file, &bytes)
                 .and_then(|()| {
                     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
                 })
                 .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            if let (Some(fleet), Ok(name)) = (answering.fleet, file.strip_prefix(answering.files)) {
+                let name = name.to_string_lossy().into_owned();
+                fleet.publish_proof(&name, &bytes).await?;
+                proofs.shared.push(name.clone());
+                shared.push(name);
+            }
             proofs.files.push(file);
+        }
+        if let Some(fleet) = answering.fleet.filter(|_| !shared.is_empty()) {
+            fleet.wait_for_proofs(&shared, FLEET_PROOFS_WAIT).await;
         }
         within(
             "the challenge was refused",
@@ -503,31 +523,6 @@ fn pick_in_window(start: i64, end: i64) -> std::time::SystemTime {
     let secs = start.saturating_add((fastrand::f64() * span) as i64).max(0) as u64;
     let at = std::time::UNIX_EPOCH + Duration::from_secs(secs);
     at.max(std::time::SystemTime::now())
-}
-
-/// Writes `bytes` to `path` as the master's own (mode 0600): into a new file beside it,
-/// renamed over it, so a reader sees the old file or the new one, never half of one.
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(fail)?;
-    }
-    let file = path
-        .file_name()
-        .map(|f| f.to_string_lossy())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file}.new"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(fail)?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(fail)
 }
 
 #[cfg(test)]

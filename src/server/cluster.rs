@@ -71,6 +71,32 @@ pub enum News {
     Tickets(Option<String>, i64),
     /// This member's new ticket secrets went to etcd, or not.
     TicketsPublished(Written),
+    /// The fleet's certificates, challenge proofs and ACME accounts (see
+    /// `super::acme_fleet`) as etcd holds them: all of them after a connection, else those a
+    /// watch saw change.
+    Files(Vec<SharedFile>),
+    /// The names' order locks held now, and by whom (name, node).
+    Locks(Vec<(String, String)>),
+}
+
+/// A file of the fleet's ACME share: its key under the prefix (`certs/STEM`,
+/// `acme/proofs/FILE`, `acme/accounts/FILE`) and its value (`None`: deleted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedFile {
+    pub path: String,
+    pub value: Option<Vec<u8>>,
+}
+
+/// The folders under the prefix whose keys are [`SharedFile`]s.
+const FILE_FOLDERS: [&str; 3] = ["certs/", "acme/proofs/", "acme/accounts/"];
+
+/// The [`SharedFile`] path of `key`, if it is one.
+fn shared_file(prefix: &str, key: &str) -> Option<String> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix('/')?;
+    FILE_FOLDERS
+        .iter()
+        .any(|f| rest.starts_with(f))
+        .then(|| rest.to_string())
 }
 
 /// How a write to the fleet's parts went.
@@ -302,6 +328,18 @@ async fn watch(
         Some((sealed, revision)) => News::Tickets(Some(sealed), revision),
         None => News::Tickets(None, 0),
     });
+    let files: Vec<SharedFile> = (all.kvs().iter())
+        .filter_map(|kv| {
+            let path = shared_file(&spec.prefix, kv.key_str().ok()?)?;
+            Some(SharedFile {
+                path,
+                value: Some(kv.value().to_vec()),
+            })
+        })
+        .collect();
+    if !files.is_empty() {
+        send(News::Files(files));
+    }
     let options = WatchOptions::new()
         .with_prefix()
         .with_start_revision(revision + 1);
@@ -334,6 +372,20 @@ async fn watch(
                 if !parts.is_empty() && !send(News::Copy { revision, parts, whole: false }) {
                     return Ok(());
                 }
+                let files: Vec<SharedFile> = (message.events().iter())
+                    .filter_map(|ev| {
+                        let kv = ev.kv()?;
+                        let path = shared_file(&spec.prefix, kv.key_str().ok()?)?;
+                        let value = match ev.event_type() {
+                            EventType::Put => Some(kv.value().to_vec()),
+                            EventType::Delete => None,
+                        };
+                        Some(SharedFile { path, value })
+                    })
+                    .collect();
+                if !files.is_empty() && !send(News::Files(files)) {
+                    return Ok(());
+                }
                 for ev in message.events() {
                     let Some(kv) = ev.kv().filter(|kv| kv.key() == tickets.as_bytes()) else {
                         continue;
@@ -356,6 +408,7 @@ async fn watch(
                 if !send(News::Members(members)) {
                     return Ok(());
                 }
+                send(News::Locks(locks(&mut client, spec).await?));
             }
         }
     }
@@ -396,9 +449,44 @@ async fn members(client: &mut Client, spec: &ClusterSpec) -> Result<Vec<Member>,
         .collect())
 }
 
+/// The names' order locks held now (name, node), for `status`.
+async fn locks(client: &mut Client, spec: &ClusterSpec) -> Result<Vec<(String, String)>, String> {
+    let prefix = spec.acme_key("locks", "");
+    let got = client
+        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|e| format!("etcd: listing the locks: {}", short(&e)))?;
+    Ok((got.kvs().iter())
+        .filter_map(|kv| {
+            let name = kv.key_str().ok()?.strip_prefix(&prefix)?.to_string();
+            Some((name, kv.value_str().ok()?.to_string()))
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::part_of;
+    use super::{part_of, shared_file};
+
+    #[test]
+    fn a_shared_file_is_a_certificate_a_proof_or_an_account() {
+        assert_eq!(
+            shared_file("/e/p", "/e/p/certs/a.example").as_deref(),
+            Some("certs/a.example")
+        );
+        assert_eq!(
+            shared_file("/e/p", "/e/p/acme/proofs/tok").as_deref(),
+            Some("acme/proofs/tok")
+        );
+        for not in [
+            "/e/p/acme/locks/a",
+            "/e/p/acme/seen/tok/b",
+            "/e/p/sites/a",
+            "/e/px/certs/a",
+        ] {
+            assert_eq!(shared_file("/e/p", not), None, "{not}");
+        }
+    }
 
     #[test]
     fn a_key_names_a_part_only_under_the_prefix_and_a_kind() {

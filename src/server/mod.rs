@@ -18,11 +18,13 @@
 //! (the master's hand-off sockets). Upstream groups: [`upstream_probe`] (one active check)
 //! and [`upstream_nodes`] (a local server's NUMA node). Certificates: [`acme`] (one
 //! ordered from an ACME directory into the store) and [`acme_dns`] (DNS-01's records). A
-//! fleet: [`cluster`] (the line to its etcd: the shared parts' copy, watched).
+//! fleet: [`cluster`] (the line to its etcd: the shared parts' copy, watched) and
+//! [`acme_fleet`] (its share of ACME: a name's lock, the proofs, the pairs, the account).
 //! What it shows: [`admin_page`] (the page), [`meters`] (sites' figures, Prometheus's text).
 
 pub mod acme;
 pub mod acme_dns;
+pub mod acme_fleet;
 pub mod admin;
 pub mod admin_page;
 pub mod app;

@@ -19,11 +19,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
 use std::sync::Arc;
 
-/// What every worker is told of `[server.acme]`: where the challenges' files are, and the
-/// on-demand bound.
+/// What every worker is told of `[server.acme]` (or a fleet's orders): where the challenges'
+/// files are, and the on-demand bound.
 fn acme_specs(config: &Config) -> (Option<std::path::PathBuf>, Option<u32>) {
     let acme = config.server.acme.as_ref();
-    let challenges = acme.map(|_| crate::server::acme::challenge_dir(config.server.admin.port()));
+    // A fleet's member answers the proofs of its fleet's orders, its own or another's.
+    let fleet = config.server.cluster.is_some() && config.server.certificates.is_some();
+    let challenges = (acme.is_some() || fleet)
+        .then(|| crate::server::acme::challenge_dir(config.server.admin.port()));
     (
         challenges,
         acme.and_then(|a| a.on_demand.as_ref()).map(|d| d.in_flight),

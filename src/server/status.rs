@@ -66,6 +66,9 @@ pub struct FleetState {
     pub revision: i64,
     #[serde(default)]
     pub members: Vec<serde_json::Value>,
+    /// The names being ordered, and which member orders each (`{name, node}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locks: Vec<serde_json::Value>,
 }
 
 /// The configuration's version in `/status` (see `supervisor::config_api`).

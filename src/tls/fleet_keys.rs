@@ -4,19 +4,25 @@
 //! file, never written into etcd — so that one member makes them and every member's workers
 //! open every member's tickets.
 //!
+//! The same sealing keeps the fleet's certificate private keys and ACME account credentials
+//! out of etcd's clear text ([`seal_private_key`], [`seal_account`]), each bound to its use
+//! and name by the associated data.
+//!
 //! Owns: the fleet's keys as read ([`FleetKeys::read`]: 64 hex digits a line, the first
 //! sealing, every line opening — a new key is rolled in by putting it first everywhere, then
 //! the old one out; the form is `config::cluster::key_lines`', which `check` applies), and
-//! the sealed value's layout ([`seal`], [`open`]). Must not touch:
+//! the sealed values' layout. Must not touch:
 //! when the secrets rotate or who is told (the master's `supervisor`), or etcd.
 
 use super::tickets::{Secret, KEPT};
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
 use base64::Engine as _;
 
-/// What the sealed value's associated data names: the same bytes sealed for another use
-/// never open as this.
-const AAD: &[u8] = b"espalier fleet ticket secrets v1";
+/// What a sealed value's associated data names, by use: the same bytes sealed for another
+/// use (or, for a private key, another name) never open as this.
+const TICKETS: &[u8] = b"espalier fleet ticket secrets v1";
+const PRIVATE_KEY: &[u8] = b"espalier fleet private key v1:";
+const ACCOUNT: &[u8] = b"espalier fleet acme account v1:";
 
 /// The fleet's keys, the sealing one first.
 pub struct FleetKeys(Vec<[u8; 32]>);
@@ -46,20 +52,15 @@ fn key(k: &[u8; 32]) -> LessSafeKey {
     LessSafeKey::new(UnboundKey::new(&AES_256_GCM, k).expect("a 32-byte key"))
 }
 
-/// `secrets` (newest first, at most [`KEPT`]) made at `rotated_unix`, sealed with the fleet's
-/// first key, as text for etcd: base64 of `nonce ‖ ciphertext ‖ tag`, the plaintext being
-/// `rotated_unix (8, big-endian) ‖ secrets`.
-pub fn seal(keys: &FleetKeys, secrets: &[Secret], rotated_unix: u64) -> String {
-    let mut data = rotated_unix.to_be_bytes().to_vec();
-    for s in secrets.iter().take(KEPT) {
-        data.extend_from_slice(s);
-    }
+/// `data` sealed for `purpose` with the fleet's first key, as text for etcd: base64 of
+/// `nonce ‖ ciphertext ‖ tag`.
+fn seal_bytes(keys: &FleetKeys, purpose: &[u8], mut data: Vec<u8>) -> String {
     let mut nonce = [0u8; NONCE_LEN];
     aws_lc_rs::rand::fill(&mut nonce).expect("the system's random source");
     key(&keys.0[0])
         .seal_in_place_append_tag(
             Nonce::assume_unique_for_key(nonce),
-            Aad::from(AAD),
+            Aad::from(purpose),
             &mut data,
         )
         .expect("sealing");
@@ -68,35 +69,86 @@ pub fn seal(keys: &FleetKeys, secrets: &[Secret], rotated_unix: u64) -> String {
     base64::engine::general_purpose::STANDARD.encode(out)
 }
 
-/// The secrets and their rotation time in a value [`seal`] made, opened with whichever of
-/// the fleet's keys sealed it; `Err` when none does (another fleet's key, or a key not rolled
-/// in everywhere yet).
-pub fn open(keys: &FleetKeys, text: &str) -> Result<(Vec<Secret>, u64), String> {
+/// What [`seal_bytes`] sealed for `purpose` (`what` names it in an error), opened with
+/// whichever of the fleet's keys sealed it; `Err` when none does (another fleet's key, or a
+/// key not rolled in everywhere yet).
+fn open_bytes(keys: &FleetKeys, purpose: &[u8], what: &str, text: &str) -> Result<Vec<u8>, String> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
-        .map_err(|_| "the fleet's ticket secrets are not base64".to_string())?;
-    if raw.len() < NONCE_LEN + 16 + 8 + 32 {
-        return Err("the fleet's ticket secrets are too short".into());
+        .map_err(|_| format!("the fleet's {what} is not base64"))?;
+    if raw.len() < NONCE_LEN + 16 {
+        return Err(format!("the fleet's {what} is too short"));
     }
     let (nonce, sealed) = raw.split_at(NONCE_LEN);
     for k in &keys.0 {
         let mut data = sealed.to_vec();
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| "a bad nonce")?;
-        let Ok(plain) = key(k).open_in_place(nonce, Aad::from(AAD), &mut data) else {
-            continue;
-        };
-        let (when, rest) = plain.split_at(8);
-        if rest.is_empty() || rest.len() % 32 != 0 || rest.len() / 32 > KEPT {
-            return Err("the fleet's ticket secrets have the wrong length".into());
+        if let Ok(plain) = key(k).open_in_place(nonce, Aad::from(purpose), &mut data) {
+            let len = plain.len();
+            data.truncate(len);
+            return Ok(data);
         }
-        let rotated = u64::from_be_bytes(when.try_into().unwrap_or_default());
-        let secrets = rest
-            .chunks(32)
-            .map(|c| c.try_into().unwrap_or_default())
-            .collect();
-        return Ok((secrets, rotated));
     }
-    Err("none of this member's fleet keys (secret_file) opens the fleet's ticket secrets: every member needs the key that sealed them".into())
+    Err(format!("none of this member's fleet keys (secret_file) opens the fleet's {what}: every member needs the key that sealed it"))
+}
+
+/// `secrets` (newest first, at most [`KEPT`]) made at `rotated_unix`, sealed with the fleet's
+/// first key: the plaintext is `rotated_unix (8, big-endian) ‖ secrets`.
+pub fn seal(keys: &FleetKeys, secrets: &[Secret], rotated_unix: u64) -> String {
+    let mut data = rotated_unix.to_be_bytes().to_vec();
+    for s in secrets.iter().take(KEPT) {
+        data.extend_from_slice(s);
+    }
+    seal_bytes(keys, TICKETS, data)
+}
+
+/// The secrets and their rotation time in a value [`seal`] made.
+pub fn open(keys: &FleetKeys, text: &str) -> Result<(Vec<Secret>, u64), String> {
+    let plain = open_bytes(keys, TICKETS, "ticket secrets", text)?;
+    if plain.len() < 8 + 32 {
+        return Err("the fleet's ticket secrets are too short".into());
+    }
+    let (when, rest) = plain.split_at(8);
+    if rest.len() % 32 != 0 || rest.len() / 32 > KEPT {
+        return Err("the fleet's ticket secrets have the wrong length".into());
+    }
+    let rotated = u64::from_be_bytes(when.try_into().unwrap_or_default());
+    let secrets = rest
+        .chunks(32)
+        .map(|c| c.try_into().unwrap_or_default())
+        .collect();
+    Ok((secrets, rotated))
+}
+
+/// A certificate's private key (PEM) for `name`'s pair, sealed: bound to the name, so that a
+/// key cannot be passed off as another name's in etcd.
+pub fn seal_private_key(keys: &FleetKeys, name: &str, pem: &[u8]) -> String {
+    seal_bytes(keys, &[PRIVATE_KEY, name.as_bytes()].concat(), pem.to_vec())
+}
+
+/// The private key [`seal_private_key`] sealed for `name`.
+pub fn open_private_key(keys: &FleetKeys, name: &str, text: &str) -> Result<Vec<u8>, String> {
+    open_bytes(
+        keys,
+        &[PRIVATE_KEY, name.as_bytes()].concat(),
+        "private key",
+        text,
+    )
+}
+
+/// An ACME account's credentials (its file `file`'s text), sealed: they hold its key.
+pub fn seal_account(keys: &FleetKeys, file: &str, json: &[u8]) -> String {
+    seal_bytes(keys, &[ACCOUNT, file.as_bytes()].concat(), json.to_vec())
+}
+
+/// The credentials [`seal_account`] sealed as `file`.
+pub fn open_account(keys: &FleetKeys, file: &str, text: &str) -> Result<Vec<u8>, String> {
+    open_bytes(
+        keys,
+        &[ACCOUNT, file.as_bytes()].concat(),
+        "ACME account",
+        text,
+    )
 }
 
 #[cfg(test)]
@@ -121,6 +173,13 @@ mod tests {
         assert!(open(&other, &sealed)
             .unwrap_err()
             .contains("none of this member's fleet keys"));
+        // A private key opens only as the name's it was sealed for.
+        let pem = b"-----BEGIN PRIVATE KEY-----\nsecret\n";
+        let sealed = seal_private_key(&other, "a.example", pem);
+        assert!(!sealed.contains("secret"));
+        assert_eq!(open_private_key(&both, "a.example", &sealed).unwrap(), pem);
+        assert!(open_private_key(&both, "b.example", &sealed).is_err());
+        assert!(open(&both, &sealed).is_err());
         // Tampered: refused, not misread.
         let mut raw = base64::engine::general_purpose::STANDARD
             .decode(&sealed)

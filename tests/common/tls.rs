@@ -66,13 +66,18 @@ open("{name}.key", "wb").write(key.private_bytes(serialization.Encoding.PEM,
 /// `host` signed by it, in `dir`: what a verifier that takes no self-signed leaf (webpki's)
 /// accepts.
 pub fn signed_cert(dir: &Path, name: &str, host: &str) {
+    signed_cert_for(dir, name, host, &format!("DNS:{host}"));
+}
+
+/// As [`signed_cert`], the certificate's names `alt_names` (`DNS:localhost,IP:10.0.0.1`).
+pub fn signed_cert_for(dir: &Path, name: &str, host: &str, alt_names: &str) {
     let script = format!(
         "set -e
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
   -keyout ca.key -out ca.pem -subj '/CN=test authority' 2>/dev/null
 openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
   -keyout {name}.key -out {name}.csr -subj '/CN={host}' 2>/dev/null
-printf 'subjectAltName=DNS:{host}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > {name}.ext
+printf 'subjectAltName={alt_names}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' > {name}.ext
 openssl x509 -req -in {name}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
   -extfile {name}.ext -out {name}.pem 2>/dev/null"
     );

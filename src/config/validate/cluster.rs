@@ -100,4 +100,17 @@ impl Validator {
             ca,
         })
     }
+
+    /// A fleet whose members order certificates shares them, and their keys travel sealed
+    /// with the fleet's key: without `secret_file` each member would order every name.
+    pub(super) fn fleet_orders(&mut self, cluster: &ClusterSpec) {
+        if cluster.secret_file.is_none() {
+            let key = [
+                Seg::Key("server"),
+                Seg::Key("cluster"),
+                Seg::Key("secret_file"),
+            ];
+            self.err(&key, "is missing, and [server.acme] orders certificates: a fleet orders each name once and shares its private key sealed with the fleet's key; make one with `openssl rand -hex 32 > fleet.key` (the same file on every member, mode 600) and set secret_file = \"fleet.key\"");
+        }
+    }
 }

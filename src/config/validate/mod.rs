@@ -499,6 +499,9 @@ impl Validator {
             .and_then(|a| self.acme(a, base, certificates.is_some()));
         let tracing = raw.tracing.and_then(|t| self.tracing(t));
         let cluster = raw.cluster.and_then(|c| self.cluster(c, base));
+        if let (Some(c), true) = (&cluster, acme.is_some()) {
+            self.fleet_orders(c);
+        }
         ServerSettings {
             cluster,
             tracing,

@@ -10,6 +10,9 @@
 //! (at most as often as its `Retry-After` says, within an hour and a day) and its suggested
 //! time wins over our own.
 //!
+//! In a fleet (`[server.cluster]`) an order goes through [`fleet`]: one member orders each
+//! name, the others take its pair from etcd.
+//!
 //! Owns: that task and its queue, how many orders run at once ([`MAX_ORDERING`]), the
 //! back-off after a failure (one minute doubling to six hours; an hour at least after a rate
 //! limit), and what the log says (once per change of a name's state). Must not touch: the
@@ -17,9 +20,10 @@
 
 use super::acme_dns::{start_dns, DnsCell, DnsPart};
 use super::acme_schedule::{back_off, next_look, pair_due, read_pair, LOOK_AGAIN};
-use super::event::Event;
+use super::event::{Event, Issued};
 use crate::config::Config;
 use crate::server::acme::Proof;
+use crate::server::acme_fleet::FleetLink;
 use crate::server::log;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -78,6 +82,8 @@ struct Shared {
     events: tokio::sync::mpsc::UnboundedSender<Event>,
     /// DNS-01's publisher (`settings.dns`'s).
     dns: Option<DnsCell>,
+    /// The fleet's etcd, while reached (`None`: no fleet; see [`fleet`]).
+    fleet: Option<tokio::sync::watch::Receiver<Option<FleetLink>>>,
 }
 
 impl Acme {
@@ -87,6 +93,7 @@ impl Acme {
         &mut self,
         config: &Config,
         events: &tokio::sync::mpsc::UnboundedSender<Event>,
+        fleet: Option<tokio::sync::watch::Receiver<Option<FleetLink>>>,
     ) {
         if let Some(t) = self.task.take() {
             t.abort();
@@ -128,6 +135,7 @@ impl Acme {
             challenges,
             account: tokio::sync::Mutex::new(None),
             events: events.clone(),
+            fleet,
         });
         let (wanted, asked) = tokio::sync::mpsc::unbounded_channel();
         self.wanted = Some(wanted);
@@ -231,7 +239,7 @@ impl Acme {
     }
 
     /// A name's order ended: said in the log when its state changed.
-    pub(super) fn on_ordered(&mut self, name: &str, outcome: Result<SystemTime, String>) {
+    pub(super) fn on_ordered(&mut self, name: &str, outcome: Result<Issued, String>) {
         let state = match &outcome {
             Ok(_) => "issued".to_string(),
             Err(e) => e.clone(),
@@ -239,7 +247,7 @@ impl Acme {
         let changed = self.said.get(name) != Some(&state);
         if let Some(shown) = self.shown.get_mut(name) {
             match &outcome {
-                Ok(until) => {
+                Ok(Issued { until, .. }) => {
                     shown.not_after = Some(*until);
                     shown.error = None;
                 }
@@ -247,7 +255,17 @@ impl Acme {
             }
         }
         match outcome {
-            Ok(until) => log(
+            Ok(Issued {
+                until,
+                by: Some(by),
+            }) => log(
+                "master",
+                format!(
+                    "acme: {name}: certificate ordered by fleet member {by}, taken from etcd, valid until {} (in the store, served from the next handshake)",
+                    humantime::format_rfc3339_seconds(until)
+                ),
+            ),
+            Ok(Issued { until, by: None }) => log(
                 "master",
                 format!(
                     "acme: {name}: certificate issued, valid until {} (in the store, served from the next handshake)",
@@ -332,7 +350,18 @@ async fn keep(
             let shared = Arc::clone(&shared);
             under_way.insert(name.clone());
             ordering.spawn(async move {
-                let outcome = order_once(&shared, &name, proof).await;
+                let outcome = match &shared.fleet {
+                    Some(link) => {
+                        let order = |link: FleetLink| {
+                            let (shared, name) = (Arc::clone(&shared), name.clone());
+                            async move { order_once(&shared, &name, proof, Some(&link)).await }
+                        };
+                        fleet::order(link, &shared.store, &name, order).await
+                    }
+                    None => order_once(&shared, &name, proof, None)
+                        .await
+                        .map(|until| Issued { until, by: None }),
+                };
                 (name, proof, failures, outcome)
             });
         }
@@ -477,7 +506,10 @@ impl Shared {
         if let Some(account) = &*held {
             return Ok(account.clone());
         }
-        let account = crate::server::acme::account(&self.settings, &self.store).await?;
+        let account = match &self.fleet {
+            Some(link) => fleet::account(link, &self.settings, &self.store).await?,
+            None => crate::server::acme::account(&self.settings, &self.store).await?,
+        };
         *held = Some(account.clone());
         Ok(account)
     }
@@ -508,7 +540,12 @@ impl Shared {
 
 /// One order for `name`: the new certificate's end. An account the directory forgot is
 /// replaced by a new one, and the order made again with it, once.
-async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemTime, String> {
+async fn order_once(
+    shared: &Shared,
+    name: &str,
+    proof: Proof,
+    fleet: Option<&FleetLink>,
+) -> Result<SystemTime, String> {
     let store = &shared.store;
     let dns = match (&shared.dns, &shared.settings.dns) {
         (Some(cell), Some(settings)) => Some(cell.get_or_init(|| start_dns(settings)).await),
@@ -522,6 +559,7 @@ async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemT
     let answering = crate::server::acme::Answering {
         files: &shared.challenges,
         dns,
+        fleet,
     };
     let mut again = true;
     loop {
@@ -552,5 +590,6 @@ async fn order_once(shared: &Shared, name: &str, proof: Proof) -> Result<SystemT
     Ok(crate::certs::renewal::lifetime(&chain)?.1)
 }
 
+mod fleet;
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,13 @@ use crate::server::admin::{AdminCommand, AdminReply};
 use crate::server::control::Message;
 use tokio::sync::oneshot;
 
+/// A name's new pair (`[server.acme]`): its end, and the fleet member that ordered it when
+/// another did (it came through etcd; see `acme::fleet`).
+pub(crate) struct Issued {
+    pub until: std::time::SystemTime,
+    pub by: Option<String>,
+}
+
 /// What the supervisor's loop reacts to besides signals and its tick. Worker processes are
 /// named by generation (unique for the master's life), not by slot: a reload adds and removes
 /// slots.
@@ -46,7 +53,7 @@ pub(in crate::server) enum Event {
     /// (see `acme`).
     AcmeOrdered {
         name: String,
-        outcome: Result<std::time::SystemTime, String>,
+        outcome: Result<Issued, String>,
     },
     /// A host name's pair in the store was looked at: its renewal time and end, when it has
     /// one (see `acme`).

@@ -12,6 +12,7 @@
 use super::event::Event;
 use crate::config::cluster::{ClusterSpec, KINDS};
 use crate::config::Config;
+use crate::server::acme_fleet::FleetLink;
 use crate::server::admin::{AdminReply, ConfigCall};
 use crate::server::cluster::{self, Change, Member};
 use crate::server::status::FleetState;
@@ -58,11 +59,16 @@ pub(super) struct Fleet {
     pub(super) pending: HashMap<u64, Pending>,
     /// The fleet's own keys (`secret_file`): with them, the session ticket secrets are the
     /// fleet's, through etcd (see `fleet_tickets`).
-    pub(super) keys: Option<crate::tls::fleet_keys::FleetKeys>,
+    pub(super) keys: Option<std::sync::Arc<crate::tls::fleet_keys::FleetKeys>>,
     /// The revision that last changed the fleet's ticket secrets (0: none yet), and whether
     /// this member's new ones are on their way to etcd.
     pub(super) tickets_seen: i64,
     pub(super) publishing: bool,
+    /// What the certificates' orders use of the fleet while etcd is reached (see
+    /// `acme::fleet`); `None` while it is not.
+    pub(super) link: tokio::sync::watch::Sender<Option<FleetLink>>,
+    /// The names' order locks held, and by whom, as last listed.
+    pub(super) locks: Vec<(String, String)>,
 }
 
 /// Where part `name` of kind `kind` is copied, in `folder`.
@@ -94,10 +100,11 @@ impl Fleet {
         };
         self.keys = (spec.secret_file.as_deref()).and_then(|f| {
             crate::tls::fleet_keys::FleetKeys::read(f)
+                .map(std::sync::Arc::new)
                 .map_err(|e| {
                     crate::server::log(
                         "master",
-                        format!("cluster: {e}; session ticket keys stay this member's own"),
+                        format!("cluster: {e}; session ticket keys stay this member's own, and certificates are not shared"),
                     )
                 })
                 .ok()
@@ -110,6 +117,25 @@ impl Fleet {
         let tell = move |news| events.send(Event::Cluster(news)).is_ok();
         self.task = Some(tokio::spawn(cluster::follow(spec.clone(), tell)));
         self.spec = Some(spec);
+    }
+
+    /// What the certificates' orders follow of the fleet: `None` without one.
+    pub(super) fn link(&self) -> Option<tokio::sync::watch::Receiver<Option<FleetLink>>> {
+        self.spec.as_ref().map(|_| self.link.subscribe())
+    }
+
+    /// Connected to etcd with `client` under `lease`, or (`None`) cut off: what orders use.
+    pub(super) fn set_link(&mut self, connected: Option<(etcd_client::Client, i64)>) {
+        let link = match (connected, &self.spec) {
+            (Some((client, lease)), Some(spec)) => Some(FleetLink {
+                client,
+                lease,
+                spec: std::sync::Arc::new(spec.clone()),
+                keys: self.keys.clone(),
+            }),
+            _ => None,
+        };
+        self.link.send_replace(link);
     }
 
     /// Stops following the fleet and leaves its members' list.
@@ -139,6 +165,9 @@ impl Fleet {
             revision: self.applied,
             members: (self.members.iter())
                 .map(|m| serde_json::json!({ "node": m.node, "said": m.said }))
+                .collect(),
+            locks: (self.locks.iter())
+                .map(|(name, node)| serde_json::json!({ "name": name, "node": node }))
                 .collect(),
         })
     }

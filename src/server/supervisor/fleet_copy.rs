@@ -36,6 +36,7 @@ impl Supervisor {
                 } else {
                     log("master", "cluster: connected to etcd");
                 }
+                self.fleet.set_link(Some(((*client).clone(), lease)));
                 self.fleet.client = Some((*client, lease));
             }
             News::Copy {
@@ -46,6 +47,7 @@ impl Supervisor {
             News::Members(members) => self.fleet.members = members,
             News::Unreachable(cause) => {
                 self.fleet.client = None;
+                self.fleet.set_link(None);
                 let said = self.fleet.unreachable.as_ref().map(|u| u.1.as_str());
                 if said != Some(cause.as_str()) {
                     log("master", format!("cluster: {cause}; serving the configuration of revision {} until etcd answers again", self.fleet.applied));
@@ -60,6 +62,8 @@ impl Supervisor {
             News::Written { id, outcome } => self.on_fleet_written(id, outcome),
             News::Tickets(sealed, revision) => self.on_fleet_tickets(sealed, revision),
             News::TicketsPublished(outcome) => self.on_tickets_published(outcome),
+            News::Files(files) => self.on_fleet_files(files),
+            News::Locks(locks) => self.fleet.locks = locks,
         }
     }
 

@@ -61,6 +61,7 @@ mod demand;
 pub(super) mod event;
 mod fleet;
 mod fleet_copy;
+mod fleet_files;
 mod fleet_tickets;
 mod life;
 mod live;
@@ -318,7 +319,7 @@ impl Supervisor {
     }
 
     /// An ACME order ended: said, and a name asked for on demand served or let go.
-    fn on_acme_ordered(&mut self, name: &str, outcome: Result<std::time::SystemTime, String>) {
+    fn on_acme_ordered(&mut self, name: &str, outcome: Result<event::Issued, String>) {
         let issued = outcome.is_ok();
         self.acme.on_ordered(name, outcome);
         self.on_demand_ordered(name, issued);

@@ -170,7 +170,8 @@ impl Supervisor {
         self.cert_store.reconfigure(&new);
         self.config = new;
         self.upstream_checks.start(&self.config, &self.events);
-        self.acme.start(&self.config, &self.events);
+        self.acme
+            .start(&self.config, &self.events, self.fleet.link());
         // A stopped pool stays stopped, and a sleeping one asleep: shared addresses keep
         // steering around them.
         // Pool indices moved: every proxied pool's fronts hear again where its apps are.

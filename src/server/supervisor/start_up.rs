@@ -115,8 +115,8 @@ impl Supervisor {
             on_demand: Default::default(),
         };
         sv.upstream_checks.start(&sv.config, &sv.events);
-        sv.acme.start(&sv.config, &sv.events);
         sv.fleet.start(&sv.config, &sv.events);
+        sv.acme.start(&sv.config, &sv.events, sv.fleet.link());
         sv
     }
 
