@@ -1177,3 +1177,40 @@ fn a_name_whose_orderer_dies_is_ordered_by_another_member() {
     }
     assert!(!m1_log.contains("certificate issued"), "{m1_log}");
 }
+
+/// issue #59, item 3: a name whose order fails is not ordered again by every member at once
+/// — the failure is the fleet's for its back-off. The CA's validations reach the third
+/// member, which is not started here: every order fails.
+#[test]
+fn a_failed_order_is_not_made_again_by_every_member() {
+    let fleet = AcmeFleet::new("f", 83);
+    let (m1, m2) = (fleet.start(1, true), fleet.start(2, true));
+    let own = |s: &Server, host: &str| {
+        let said = format!("acme: {host}: the order failed: ");
+        (s.log_text().lines())
+            .filter(|l| l.contains(&said) && !l.contains("the fleet's order failed"))
+            .count()
+    };
+    let told = |s: &Server, host: &str| {
+        let said = format!("acme: {host}: the order failed: the fleet's order failed");
+        s.log_text().lines().filter(|l| l.contains(&said)).count()
+    };
+    wait_for(
+        "every name's order failed on both members",
+        Duration::from_secs(90),
+        || {
+            HOSTS
+                .iter()
+                .all(|h| own(&m1, h) + told(&m1, h) > 0 && own(&m2, h) + told(&m2, h) > 0)
+        },
+    );
+    for host in HOSTS {
+        assert_eq!(
+            own(&m1, host) + own(&m2, host),
+            1,
+            "{host} ordered by both:\nm1:\n{}\nm2:\n{}",
+            m1.log_text(),
+            m2.log_text()
+        );
+    }
+}

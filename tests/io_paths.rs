@@ -41,6 +41,7 @@ const NOT_AGAIN: &[&str] = &[
     "fleet::a_fleet_resumes_",
     "fleet::a_fleet_orders_",
     "fleet::a_name_whose_orderer_",
+    "fleet::a_failed_order_",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;

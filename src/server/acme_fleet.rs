@@ -7,6 +7,9 @@
 //! ordering lets go of both within the lease's time (`cluster::MEMBER_TTL`), and another
 //! orders the name then — never while it lives.
 //!
+//! A failed order is said under `PREFIX/acme/failed/NAME` for the first back-off's time, so
+//! that the fleet asks the directory again as one member would, not once per member.
+//!
 //! Owns: the key layout under `PREFIX/acme/` and `PREFIX/certs/`, and each operation's
 //! transaction. Must not touch: when a name is ordered (the master's `acme`), the ACME
 //! protocol (`super::acme`), or the files on disk (the master's `fleet_files`).
@@ -42,7 +45,7 @@ struct SharedPair {
     key: String,
 }
 
-fn failed(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
+fn etcd_error(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
     move |e| format!("etcd: {what}: {}", short(&e))
 }
 
@@ -64,7 +67,7 @@ impl FleetLink {
                 Some(PutOptions::new().with_lease(self.lease)),
             )])
             .or_else([TxnOp::get(key.as_str(), None)]);
-        let answer = (self.client.clone().txn(txn).await).map_err(failed("a name's lock"))?;
+        let answer = (self.client.clone().txn(txn).await).map_err(etcd_error("a name's lock"))?;
         if answer.succeeded() {
             return Ok(Lock::Taken);
         }
@@ -99,8 +102,30 @@ impl FleetLink {
     /// Whether `name`'s lock is still held (by anyone).
     pub async fn locked(&self, name: &str) -> Result<bool, String> {
         let key = self.spec.acme_key("locks", name);
-        let got = (self.client.clone().get(key, None).await).map_err(failed("a name's lock"))?;
+        let got =
+            (self.client.clone().get(key, None).await).map_err(etcd_error("a name's lock"))?;
         Ok(!got.kvs().is_empty())
+    }
+
+    /// Says that `name`'s order failed (`cause`), for `wait` (a lease of its own): the other
+    /// members wait as this one does, rather than each asking the directory again at once.
+    pub async fn failed(&self, name: &str, cause: &str, wait: std::time::Duration) {
+        let mut client = self.client.clone();
+        let ttl = wait.as_secs().clamp(5, 6 * 3600) as i64;
+        if let Ok(lease) = client.lease_grant(ttl, None).await {
+            let lease = Some(PutOptions::new().with_lease(lease.id()));
+            let _ = client
+                .put(self.spec.acme_key("failed", name), cause, lease)
+                .await;
+        }
+    }
+
+    /// Why `name`'s last order in the fleet failed, while its wait lasts.
+    pub async fn failure(&self, name: &str) -> Result<Option<String>, String> {
+        let key = self.spec.acme_key("failed", name);
+        let got =
+            (self.client.clone().get(key, None).await).map_err(etcd_error("a failed order"))?;
+        Ok((got.kvs().first()).and_then(|kv| kv.value_str().ok().map(String::from)))
     }
 
     /// The fleet's pair for store stem `stem` (key, chain; PEM), if it has one.
@@ -110,7 +135,7 @@ impl FleetLink {
             .clone()
             .get(self.spec.cert_key(stem), None)
             .await)
-            .map_err(failed("a certificate"))?;
+            .map_err(etcd_error("a certificate"))?;
         let Some(kv) = got.kvs().first() else {
             return Ok(None);
         };
@@ -126,7 +151,7 @@ impl FleetLink {
             .put(self.spec.cert_key(stem), value, None)
             .await)
             .map(|_| ())
-            .map_err(failed("publishing a certificate"))
+            .map_err(etcd_error("publishing a certificate"))
     }
 
     /// Publishes a challenge's proof `file` (its name in the challenges' folder) under this
@@ -136,7 +161,7 @@ impl FleetLink {
         let lease = Some(PutOptions::new().with_lease(self.lease));
         (self.client.clone().put(key, bytes, lease).await)
             .map(|_| ())
-            .map_err(failed("publishing a challenge's proof"))
+            .map_err(etcd_error("publishing a challenge's proof"))
     }
 
     /// Says that this member has proof `file` in its folder (under its lease).
@@ -147,7 +172,7 @@ impl FleetLink {
         let lease = Some(PutOptions::new().with_lease(self.lease));
         (self.client.clone().put(key, "", lease).await)
             .map(|_| ())
-            .map_err(failed("saying a proof arrived"))
+            .map_err(etcd_error("saying a proof arrived"))
     }
 
     /// Waits until every member of the fleet has said it has each of `files`, within
@@ -171,14 +196,14 @@ impl FleetLink {
         let prefix = format!("{}/members/", self.spec.prefix);
         let all = Some(GetOptions::new().with_prefix().with_keys_only());
         let members = (client.get(prefix.as_str(), all.clone()).await)
-            .map_err(failed("listing the members"))?;
+            .map_err(etcd_error("listing the members"))?;
         let nodes: Vec<&str> = (members.kvs().iter())
             .filter_map(|kv| kv.key_str().ok()?.strip_prefix(prefix.as_str()))
             .collect();
         for file in files {
             let seen = format!("{}/", self.spec.acme_key("seen", file));
             let got = (client.get(seen.as_str(), all.clone()).await)
-                .map_err(failed("reading who has a proof"))?;
+                .map_err(etcd_error("reading who has a proof"))?;
             let has: Vec<&str> = (got.kvs().iter())
                 .filter_map(|kv| kv.key_str().ok()?.strip_prefix(seen.as_str()))
                 .collect();
@@ -206,7 +231,7 @@ impl FleetLink {
     /// `.acme/`), if another member registered it.
     pub async fn account(&self, file: &str) -> Result<Option<Vec<u8>>, String> {
         let key = self.spec.acme_key("accounts", file);
-        let got = (self.client.clone().get(key, None).await).map_err(failed("an account"))?;
+        let got = (self.client.clone().get(key, None).await).map_err(etcd_error("an account"))?;
         match got.kvs().first().map(|kv| kv.value_str()) {
             None => Ok(None),
             Some(Ok(text)) => fleet_keys::open_account(self.keys()?, file, text).map(Some),
@@ -223,7 +248,7 @@ impl FleetLink {
             .and_then([TxnOp::put(key.as_str(), value, None)]);
         (self.client.clone().txn(txn).await)
             .map(|_| ())
-            .map_err(failed("publishing the account"))
+            .map_err(etcd_error("publishing the account"))
     }
 }
 

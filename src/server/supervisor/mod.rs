@@ -21,6 +21,7 @@
 //!   a new binary started on this master's sockets, which then drains; `fleet`: a fleet's
 //!   state (`[server.cluster]`), `fleet_copy`: etcd's copy applied, the API's shared
 //!   writes sent to etcd first; `fleet_tickets`: the fleet's session ticket secrets;
+//!   `fleet_files`: the fleet's certificates, challenge proofs and account copied to disk;
 //! - `cert_store`: the certificate store's pairs for starting workers; `cert_updates`: the
 //!   changed ones sent to running workers; `acme`: the store's certificates ordered from an
 //!   ACME directory and renewed (`acme_schedule`: when; `acme_dns`: DNS-01's publisher kept); `on_demand`: which names a handshake may have ordered, and

@@ -3,7 +3,8 @@
 //! wait while it is held and then take the pair it published; a member that dies holding
 //! the lock lets go of it with its lease, and the next one orders. Before ordering, the
 //! holder looks in etcd: a pair another member published (while this one was away) that is
-//! not due is taken, not ordered again. The account is the fleet's too: the first member to
+//! not due is taken, not ordered again; a failed order is said in etcd for its back-off, and
+//! the members waiting on it back off too. The account is the fleet's too: the first member to
 //! register one publishes it (sealed), the others use it.
 //!
 //! Owns: that protocol, on the orders' side. Must not touch: etcd's keys and transactions
@@ -71,7 +72,17 @@ where
             let by = Some("another member (before this one held the lock)".to_string());
             return Ok(Issued { until, by });
         }
-        let until = order_once(link.clone()).await?;
+        if let Some(cause) = link.failure(name).await? {
+            return Err(format!("the fleet's order failed: {cause}"));
+        }
+        let until = match order_once(link.clone()).await {
+            Ok(until) => until,
+            Err(cause) => {
+                let wait = super::super::acme_schedule::back_off(1, &cause);
+                link.failed(name, &cause, wait).await;
+                return Err(cause);
+            }
+        };
         publish(store, &link, name).await?;
         Ok(Issued { until, by: None })
     };
@@ -91,7 +102,13 @@ async fn wait_for_other(
     while link.locked(name).await? && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(LOCK_LOOK).await;
     }
-    fleet_pair(store, link, name).await
+    match fleet_pair(store, link, name).await? {
+        Some(until) => Ok(Some(until)),
+        None => match link.failure(name).await? {
+            Some(cause) => Err(format!("the fleet's order failed: {cause}")),
+            None => Ok(None),
+        },
+    }
 }
 
 /// `name`'s new pair, from `store`, put into etcd for every member.
