@@ -916,6 +916,16 @@ const HOSTS: [&str; 4] = ["a.test", "b.test", "c.test", "d.test"];
 
 impl AcmeFleet {
     fn new(stem: &str, net: u8) -> AcmeFleet {
+        let mut sites = String::from("[[pool]]\nname = \"web\"\nprocesses = 1\n");
+        for h in HOSTS {
+            sites.push_str(&format!("[[site]]\nname = \"{}\"\nbindings = [\"http://*:8080:{h}\", \"https://*:8443:{h}\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n", &h[..1]));
+        }
+        AcmeFleet::with(stem, net, "", &sites)
+    }
+
+    /// As [`AcmeFleet::new`], with `acme` more keys in the ordering members' `[server.acme]`
+    /// and `sites` (TOML) imported into the fleet.
+    fn with(stem: &str, net: u8, acme: &str, sites: &str) -> AcmeFleet {
         need_tools(
             "etcd:etcd-server etcdctl:etcd-client pebble:pebble curl:curl openssl:openssl nsenter:util-linux",
             "etcd and pebble",
@@ -942,7 +952,7 @@ impl AcmeFleet {
                 9180 + k
             );
             if k <= 2 {
-                config.push_str(&format!("[server.acme]\ndirectory = \"https://{etcd}:14000/dir\"\nemail = \"ops@example.test\"\nca = \"ca.pem\"\n"));
+                config.push_str(&format!("[server.acme]\ndirectory = \"https://{etcd}:14000/dir\"\nemail = \"ops@example.test\"\nca = \"ca.pem\"\n{}", acme.replace("ETCD", etcd)));
             }
             config.push_str(&format!("[server.cluster]\netcd = [\"http://{etcd}:2379\"]\nprefix = \"/espalier/test\"\nnode = \"m{k}\"\nsecret_file = \"fleet.key\"\n"));
             std::fs::write(d.join("espalier.toml"), config).unwrap();
@@ -950,12 +960,7 @@ impl AcmeFleet {
         };
         let dirs: Vec<_> = (1..=3).map(member).collect();
         // Checked as a configuration of its own, with the store its https sites take from.
-        let mut shared = String::from(
-            "[server]\ncertificates = \"store\"\n[[pool]]\nname = \"web\"\nprocesses = 1\n",
-        );
-        for h in HOSTS {
-            shared.push_str(&format!("[[site]]\nname = \"{}\"\nbindings = [\"http://*:8080:{h}\", \"https://*:8443:{h}\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n", &h[..1]));
-        }
+        let shared = format!("[server]\ncertificates = \"store\"\n{sites}");
         std::fs::write(dirs[2].join("shared.toml"), shared).unwrap();
         let import = Command::new("nsenter")
             .arg(format!("--net=/run/netns/{}", names[3]))
@@ -1213,4 +1218,81 @@ fn a_failed_order_is_not_made_again_by_every_member() {
             m2.log_text()
         );
     }
+}
+
+/// issue #59, item 3: on demand, the hour's orders are the fleet's — two members that order
+/// names at their first handshake share `on_demand_per_hour`: with two an hour, a name asked
+/// of each member is ordered, and a third, asked of either, is refused.
+#[test]
+fn on_demand_orders_count_against_the_fleets_hour() {
+    let sites = "[[pool]]\nname = \"web\"\nprocesses = 1\n[[site]]\nname = \"od\"\nbindings = [\"http://*:8080:*.od.test\", \"https://*:8443:*.od.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n";
+    // The names' approver, beside etcd: every name approved (a file at /check).
+    let approver = tempfile::tempdir().unwrap();
+    std::fs::write(approver.path().join("check"), "yes\n").unwrap();
+    let acme = "on_demand = true\non_demand_per_hour = 2\nask = \"http://ETCD:8099/check\"\n";
+    let fleet = AcmeFleet::with("o", 84, acme, sites);
+    let _approver = Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", fleet.names[0]))
+            .args([
+                "python3",
+                "-m",
+                "http.server",
+                "8099",
+                "--bind",
+                "0.0.0.0",
+                "--directory",
+            ])
+            .arg(approver.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    wait_for("the approver answering", Duration::from_secs(30), || {
+        let url = "http://127.0.0.1:8099/check";
+        in_ns(&fleet.names[0], "curl", &["-sf", "--max-time", "2", url])
+            .status
+            .success()
+    });
+    let m3 = fleet.start(3, true);
+    let (m1, m2) = (fleet.start(1, true), fleet.start(2, true));
+    // Each handshake waits for its name's order; a name past the hour's is refused at once.
+    let logs = || {
+        format!(
+            "m1:\n{}\nm2:\n{}\nm3:\n{}\npebble:\n{}",
+            m1.log_tail(30),
+            m2.log_tail(30),
+            m3.log_tail(20),
+            fleet.pebble_log()
+        )
+    };
+    for (host, ip) in [("x1.od.test", "10.84.1.2"), ("x2.od.test", "10.84.2.2")] {
+        wait_for(
+            &format!("{host} served with its new certificate"),
+            Duration::from_secs(60),
+            || fleet.serves(ip, host),
+        );
+    }
+    for (host, ip) in [("x3.od.test", "10.84.1.2"), ("x4.od.test", "10.84.2.2")] {
+        assert!(
+            !fleet.serves(ip, host),
+            "{host} ordered past the fleet's hour:\n{}",
+            logs()
+        );
+    }
+    let spent = "the fleet's orders of the hour are spent (on_demand_per_hour)";
+    for (s, host) in [(&m1, "x3.od.test"), (&m2, "x4.od.test")] {
+        s.wait_for_log(
+            &format!("no certificate for `{host}`: {spent}"),
+            Duration::from_secs(10),
+        );
+    }
+    let slots = fleet.etcdctl(&[
+        "get",
+        "--prefix",
+        "--keys-only",
+        "/espalier/test/acme/started/",
+    ]);
+    assert_eq!(slots.split_whitespace().count(), 2, "{slots}");
 }

@@ -42,6 +42,7 @@ const NOT_AGAIN: &[&str] = &[
     "fleet::a_fleet_orders_",
     "fleet::a_name_whose_orderer_",
     "fleet::a_failed_order_",
+    "fleet::on_demand_orders_",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;

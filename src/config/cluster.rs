@@ -54,9 +54,9 @@ impl ClusterSpec {
         format!("{}/certs/{stem}", self.prefix)
     }
 
-    /// The key of ACME's `what` (`locks`, `proofs`, `seen`, `accounts`, `failed`) at `rest`: a
-    /// name's order lock, a challenge's proof file (and who has it), an account's
-    /// credentials, a name's failed order.
+    /// The key of ACME's `what` (`locks`, `proofs`, `seen`, `accounts`, `failed`, `started`)
+    /// at `rest`: a name's order lock, a challenge's proof file (and who has it), an
+    /// account's credentials, a name's failed order, an on-demand order of the hour.
     pub fn acme_key(&self, what: &str, rest: &str) -> String {
         format!("{}/acme/{what}/{rest}", self.prefix)
     }

@@ -8,7 +8,8 @@
 //! orders the name then — never while it lives.
 //!
 //! A failed order is said under `PREFIX/acme/failed/NAME` for the first back-off's time, so
-//! that the fleet asks the directory again as one member would, not once per member.
+//! that the fleet asks the directory again as one member would, not once per member; and the
+//! orders started on demand are counted for the fleet's hour (`on_demand` `per_hour`).
 //!
 //! Owns: the key layout under `PREFIX/acme/` and `PREFIX/certs/`, and each operation's
 //! transaction. Must not touch: when a name is ordered (the master's `acme`), the ACME
@@ -126,6 +127,50 @@ impl FleetLink {
         let got =
             (self.client.clone().get(key, None).await).map_err(etcd_error("a failed order"))?;
         Ok((got.kvs().first()).and_then(|kv| kv.value_str().ok().map(String::from)))
+    }
+
+    /// Counts one order started on demand in the fleet's hour, if `per_hour` allows it:
+    /// whether it did. The hour's orders are `per_hour` slots (`PREFIX/acme/started/K`), each
+    /// taken by a put that holds only if nobody took it first, under a lease of an hour — so
+    /// that two members never both take the last one.
+    pub async fn start_on_demand(&self, per_hour: u32) -> Result<bool, String> {
+        let prefix = self.spec.acme_key("started", "");
+        let mut client = self.client.clone();
+        let keys_only = Some(GetOptions::new().with_prefix().with_keys_only());
+        for _ in 0..3 {
+            let got = (client.get(prefix.as_str(), keys_only.clone()).await)
+                .map_err(etcd_error("counting the hour's orders"))?;
+            let taken: std::collections::HashSet<u32> = (got.kvs().iter())
+                .filter_map(|kv| {
+                    kv.key_str()
+                        .ok()?
+                        .strip_prefix(prefix.as_str())?
+                        .parse()
+                        .ok()
+                })
+                .collect();
+            let Some(free) = (0..per_hour).find(|k| !taken.contains(k)) else {
+                return Ok(false);
+            };
+            let lease = (client.lease_grant(3600, None).await)
+                .map_err(etcd_error("counting the hour's orders"))?
+                .id();
+            let key = format!("{prefix}{free}");
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    self.spec.node.as_str(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            let answer =
+                (client.txn(txn).await).map_err(etcd_error("counting the hour's orders"))?;
+            if answer.succeeded() {
+                return Ok(true);
+            }
+            let _ = client.lease_revoke(lease).await;
+        }
+        Ok(false)
     }
 
     /// The fleet's pair for store stem `stem` (key, chain; PEM), if it has one.

@@ -186,7 +186,8 @@ impl Validator {
                         None => asks,
                     }
             });
-        if !orderable {
+        // A fleet's member orders what the fleet's sites will name, which may be none yet.
+        if !orderable && server.cluster.is_none() {
             self.err(
                 &[Seg::Key("server"), Seg::Key("acme")],
                 "orders the certificates of https:// bindings' host names of sites without `tls`, and no site has one (a wildcard is ordered with [server.acme.dns]; without it, with on_demand = true, each name under it is); add such a binding (\"https://*:443:shop.example.com\") or remove [server.acme]",

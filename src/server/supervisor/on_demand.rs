@@ -55,6 +55,8 @@ pub enum Judged {
     Approved,
     /// Not to be ordered, and why.
     Refused(String),
+    /// Approved, and counted in the fleet's hour (`[server.cluster]`): whether it fits.
+    Counted(bool),
 }
 
 /// How a site's https binding takes a name: written out, by a wildcard, or as the binding
@@ -156,6 +158,24 @@ impl OnDemandOrders {
 /// Judges `name` off the master's loop: its pair in `store`, else `ask`'s word when it must
 /// be asked.
 pub(super) async fn judge(
+    name: String,
+    store: std::path::PathBuf,
+    ask: Option<crate::config::AskUrl>,
+    fleet: Option<(crate::server::acme_fleet::FleetLink, u32)>,
+) -> Judged {
+    let judged = judge_here(name, store, ask).await;
+    // In a fleet the hour's orders are the fleet's; etcd unreachable, this member counts.
+    match (judged, fleet) {
+        (Judged::Approved, Some((link, per_hour))) => match link.start_on_demand(per_hour).await {
+            Ok(fits) => Judged::Counted(fits),
+            Err(_) => Judged::Approved,
+        },
+        (judged, _) => judged,
+    }
+}
+
+/// [`judge`]'s look at the store and `ask`.
+async fn judge_here(
     name: String,
     store: std::path::PathBuf,
     ask: Option<crate::config::AskUrl>,

@@ -58,8 +58,9 @@ impl Supervisor {
             .in_flight
             .insert(name.clone(), (proof, vec![pool]));
         let events = self.events.clone();
+        let fleet = (self.fleet.link.borrow().clone()).map(|link| (link, settings.per_hour));
         tokio::spawn(async move {
-            let judged = judge(name.clone(), store, ask).await;
+            let judged = judge(name.clone(), store, ask, fleet).await;
             let _ = events.send(Event::OnDemandJudged { name, judged });
         });
     }
@@ -86,7 +87,12 @@ impl Supervisor {
                 let why = "the hour's orders are spent (on_demand_per_hour)";
                 self.no_certificate(name, &pools, Some(why));
             }
-            Judged::Approved => {
+            Judged::Counted(false) => {
+                self.on_demand.in_flight.remove(name);
+                let why = "the fleet's orders of the hour are spent (on_demand_per_hour)";
+                self.no_certificate(name, &pools, Some(why));
+            }
+            Judged::Approved | Judged::Counted(true) => {
                 log(
                     "master",
                     format!("acme: {name}: asked for by a handshake; ordering it"),
