@@ -387,10 +387,12 @@ fn a_certificate_that_needs_a_look_shows_on_the_admin_page() {
     server.wait_for_log("acme: a.test: the order failed", Duration::from_secs(30));
     let admin = server.admin.clone().unwrap();
     let driven = Command::new("node")
-        .arg(root.join("tests/admin_page/certificates.js"))
+        .arg(root.join("tests/admin_page/table.js"))
         .args([
             &format!("http://{admin}"),
+            "tr.certificate",
             "failing",
+            "#certificates-title",
             out.join("certificates.png").to_str().unwrap(),
         ])
         .env("NODE_PATH", node_dir.join("node_modules"))

@@ -1099,6 +1099,31 @@ fn a_fleet_orders_each_name_once_and_any_member_answers_its_challenge() {
         )
     };
     fleet.wait_served(&["10.81.1.2", "10.81.2.2", "10.81.3.2"], logs);
+    // The admin page (Debian's Chromium, in m1's namespace) shows the fleet's three members.
+    let node_dir = common::browser::browser_tools();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shot = root.join("target/admin-page-test/fleet.png");
+    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
+    let driven = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", fleet.names[1]))
+        .arg("node")
+        .arg(root.join("tests/admin_page/table.js"))
+        .args(["http://127.0.0.1:9181", "tr.member", "m3", "#fleet-title"])
+        .arg(&shot)
+        .env("NODE_PATH", node_dir.join("node_modules"))
+        .output()
+        .expect("node");
+    let text = String::from_utf8_lossy(&driven.stdout);
+    let seen: serde_json::Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&driven.stderr)));
+    assert!(
+        seen["error"].is_null() && seen["title_shown"] == true,
+        "{seen}"
+    );
+    let members: Vec<&str> = (seen["rows"].as_array().unwrap().iter())
+        .map(|r| r["cells"][0].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["m1 (this one)", "m2", "m3"], "{seen}");
     // Each name ordered once in the fleet, by m1 or m2; m3 ordered nothing.
     for host in HOSTS {
         assert_eq!(

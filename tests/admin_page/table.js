@@ -1,10 +1,11 @@
-// Reads the admin page's certificates table in Debian's Chromium for tests/admin_page.rs:
-// waits until a row with the state STATE is drawn, then prints one JSON object with the
-// rows (name, state, the cells' text) and whether the table's title shows, and writes a
-// screenshot. Arguments: ADMIN_URL STATE SCREENSHOT.
+// Reads one table of the admin page in Debian's Chromium for the tests: waits until a row
+// ROWS (a selector: `tr.certificate`, `tr.member`) whose data-state is STATE is drawn, then
+// prints one JSON object with the rows (state, the cells' text) and whether the heading TITLE
+// (a selector) shows, and writes a screenshot. Arguments: ADMIN_URL ROWS STATE TITLE
+// SCREENSHOT.
 const { chromium } = require("playwright-core");
 
-const [admin, state, shot] = process.argv.slice(2);
+const [admin, rows, state, title, shot] = process.argv.slice(2);
 
 (async () => {
   const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"] });
@@ -14,14 +15,14 @@ const [admin, state, shot] = process.argv.slice(2);
     await page.goto(admin);
     const end = Date.now() + 30000;
     for (;;) {
-      seen.rows = await page.$$eval("tr.certificate", trs => trs.map(tr => ({
+      seen.rows = await page.$$eval(rows, trs => trs.map(tr => ({
         state: tr.dataset.state, cells: [...tr.cells].map(td => td.textContent),
       })));
       if (seen.rows.some(r => r.state === state)) break;
-      if (Date.now() > end) throw new Error("no certificate row in the state " + state);
+      if (Date.now() > end) throw new Error("no row " + rows + " in the state " + state);
       await new Promise(r => setTimeout(r, 100));
     }
-    seen.title_shown = await page.$eval("#certificates-title", h => !h.hidden);
+    seen.title_shown = await page.$eval(title, h => !h.hidden);
     await page.screenshot({ path: shot, fullPage: true });
   } catch (e) {
     seen.error = String(e);
