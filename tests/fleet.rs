@@ -1321,3 +1321,285 @@ fn on_demand_orders_count_against_the_fleets_hour() {
     ]);
     assert_eq!(slots.split_whitespace().count(), 2, "{slots}");
 }
+
+/// An etcd cluster of three members in namespace `ns` (`e1`, `e2`, `e3`: client ports 2379,
+/// 2479, 2579 on `ips` and 127.0.0.1), their data under `data`: started, and answering.
+fn etcd_cluster_in(ns: &str, ips: &[&str], data: &Path) -> Vec<Stopped> {
+    let peers = "e1=http://127.0.0.1:2380,e2=http://127.0.0.1:2480,e3=http://127.0.0.1:2580";
+    let members: Vec<Stopped> = (1..=3)
+        .map(|k| {
+            let (client, peer) = (2279 + 100 * k, 2280 + 100 * k);
+            let clients: Vec<String> = (ips.iter().chain(&["127.0.0.1"]))
+                .map(|ip| format!("http://{ip}:{client}"))
+                .collect();
+            Stopped(
+                Command::new("nsenter")
+                    .arg(format!("--net=/run/netns/{ns}"))
+                    .args(["etcd", "--name", &format!("e{k}"), "--data-dir"])
+                    .arg(data.join(format!("etcd{k}")))
+                    .args(["--listen-client-urls", &clients.join(",")])
+                    .args([
+                        "--advertise-client-urls",
+                        &format!("http://127.0.0.1:{client}"),
+                    ])
+                    .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+                    .args([
+                        "--initial-advertise-peer-urls",
+                        &format!("http://127.0.0.1:{peer}"),
+                    ])
+                    .args(["--initial-cluster", peers, "--initial-cluster-state", "new"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("etcd"),
+            )
+        })
+        .collect();
+    wait_for(
+        "etcd's three members answering",
+        Duration::from_secs(60),
+        || {
+            let all = "http://127.0.0.1:2379,http://127.0.0.1:2479,http://127.0.0.1:2579";
+            in_ns(ns, "etcdctl", &["--endpoints", all, "endpoint", "health"])
+                .status
+                .success()
+        },
+    );
+    members
+}
+
+/// The requests a member's pools have served, from its `/status` (admin port `port`).
+fn served_by(ns: &str, port: u16) -> u64 {
+    let status: serde_json::Value =
+        serde_json::from_str(&page_in(ns, &format!("http://127.0.0.1:{port}/status")))
+            .unwrap_or(serde_json::Value::Null);
+    (status["pools"].as_array().into_iter().flatten())
+        .flat_map(|p| p["workers"].as_array().into_iter().flatten())
+        .filter_map(|w| w["requests"].as_u64())
+        .sum()
+}
+
+/// issue #59, item 5: three members on an etcd cluster of three, behind HAProxy: one etcd
+/// member — the one every member reads first — killed under `espalier bench --no-retry` load,
+/// and no request fails; a change made through a member's API afterwards is served by all
+/// three (the fleet goes on with two etcd members of three).
+#[test]
+fn a_fleet_loses_no_request_when_an_etcd_member_dies() {
+    need_tools(
+        "etcd:etcd-server etcdctl:etcd-client haproxy:haproxy curl:curl nsenter:util-linux",
+        "etcd and HAProxy",
+    );
+    let (_ns, names) = etcd_and_members("h", 85, 3);
+    let e = &names[0];
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = etcd_cluster_in(e, &["10.85.1.1", "10.85.2.1", "10.85.3.1"], dir.path());
+    let member = |k: usize| {
+        let d = dir.path().join(format!("m{k}"));
+        for (folder, page) in [("www1", "one\n"), ("www2", "two\n")] {
+            std::fs::create_dir_all(d.join(folder)).unwrap();
+            std::fs::write(d.join(folder).join("index.html"), page).unwrap();
+        }
+        let endpoints: Vec<String> = [2379, 2479, 2579]
+            .iter()
+            .map(|p| format!("\"http://10.85.{k}.1:{p}\""))
+            .collect();
+        let config = format!(
+            "[server]\nadmin = \"127.0.0.1:{}\"\nadmin_token = \"{TOKEN}\"\nshutdown_timeout = \"3s\"\n[server.cluster]\netcd = [{}]\nprefix = \"/espalier/test\"\nnode = \"m{k}\"\n",
+            9180 + k,
+            endpoints.join(", ")
+        );
+        std::fs::write(d.join("espalier.toml"), config).unwrap();
+        d
+    };
+    let dirs: Vec<_> = (1..=3).map(member).collect();
+    let shared = "[[pool]]\nname = \"web\"\nprocesses = 1\n[[site]]\nname = \"shop\"\nbindings = [\"http://*:8080\"]\nroot = \"www1\"\n[[site.app]]\npool = \"web\"\n";
+    std::fs::write(dirs[0].join("shared.toml"), shared).unwrap();
+    let import = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", names[1]))
+        .arg(env!("CARGO_BIN_EXE_espalier"))
+        .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
+        .current_dir(&dirs[0])
+        .output()
+        .unwrap();
+    assert!(
+        import.status.success(),
+        "{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    let members: Vec<Server> = (1..=3)
+        .map(|k| {
+            let prefix = inside(&names[k]);
+            let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+            let s = Server::start_with(&prefix, &["-c", "espalier.toml"], &dirs[k - 1], &[]);
+            s.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
+            s
+        })
+        .collect();
+    let serving = |page: &str| {
+        for k in 1..=3 {
+            let url = format!("http://10.85.{k}.2:8080/");
+            wait_for(
+                &format!("m{k} serving {page:?}"),
+                Duration::from_secs(30),
+                || page_in(e, &url) == page,
+            );
+        }
+    };
+    serving("one\n");
+    let haproxy = "global\n    maxconn 2000\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 20s\n    timeout server 20s\n    retries 0\nfrontend web\n    bind 127.0.0.1:8000\n    default_backend fleet\nbackend fleet\n    balance roundrobin\n    server m1 10.85.1.2:8080\n    server m2 10.85.2.2:8080\n    server m3 10.85.3.2:8080\n";
+    std::fs::write(dir.path().join("haproxy.cfg"), haproxy).unwrap();
+    let _haproxy = Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{e}"))
+            .args(["haproxy", "-db", "-f"])
+            .arg(dir.path().join("haproxy.cfg"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("haproxy"),
+    );
+    wait_for("HAProxy answering", Duration::from_secs(20), || {
+        page_in(e, "http://127.0.0.1:8000/") == "one\n"
+    });
+    let before: u64 = (1..=3).map(|k| served_by(&names[k], 9180 + k as u16)).sum();
+    let load = std::thread::spawn({
+        let e = e.clone();
+        move || {
+            Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{e}"))
+                .arg(env!("CARGO_BIN_EXE_espalier"))
+                .args(["bench", "--json", "--no-retry", "-c", "8", "-d", "6s"])
+                .arg("http://127.0.0.1:8000/")
+                .output()
+                .unwrap()
+        }
+    });
+    // Under load, the etcd member every member reads first is killed.
+    wait_for("the load running", Duration::from_secs(30), || {
+        (1..=3)
+            .map(|k| served_by(&names[k], 9180 + k as u16))
+            .sum::<u64>()
+            >= before + 300
+    });
+    let _ = etcd[0].0.kill();
+    let _ = etcd[0].0.wait();
+    let out = load.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["requests"].as_u64().unwrap() > 300, "{r}");
+    assert_eq!(r["errors"], 0, "{}", r["errors_by_kind"]);
+    // Each member lost its etcd member and went on with another.
+    for m in &members {
+        m.wait_for_log("cluster: etcd is reachable again", Duration::from_secs(30));
+    }
+    // The fleet goes on with two etcd members: a change through m2 served by all three.
+    let (code, body) = {
+        let auth = format!("Authorization: Bearer {TOKEN}");
+        let args = [
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "PATCH",
+            "-H",
+            &auth,
+            "-d",
+            "{\"root\": \"www2\"}",
+            "http://127.0.0.1:9182/config/sites/shop",
+        ];
+        let out = in_ns(&names[2], "curl", &args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().to_string(), body.to_string())
+    };
+    assert_eq!(code, "200", "{body}\n{}", members[1].log_tail(20));
+    serving("two\n");
+    drop(members);
+    drop(etcd);
+}
+
+/// issue #59, item 5: a member never goes back to an older configuration — an etcd restored
+/// from an older state (as a partition's stale side would be) holds a lower revision than the
+/// one the member applied: refused, the newer one served, and still after a restart.
+#[test]
+fn a_member_never_applies_a_revision_older_than_one_it_applied() {
+    need_tools(
+        "etcd:etcd-server etcdctl:etcd-client curl:curl nsenter:util-linux",
+        "etcd",
+    );
+    let (_ns, names) = etcd_and_two_members("r", 86);
+    let (e, m1) = (&names[0], &names[1]);
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = etcd_in(e, &["10.86.1.1", "10.86.2.1"], &dir.path().join("etcd"));
+    let d = dir.path().join("m1");
+    for (folder, page) in [("www1", "one\n"), ("www2", "two\n")] {
+        std::fs::create_dir_all(d.join(folder)).unwrap();
+        std::fs::write(d.join(folder).join("index.html"), page).unwrap();
+    }
+    std::fs::write(d.join("espalier.toml"), member_config("m1", "10.86.1.1")).unwrap();
+    let shared = "[[pool]]\nname = \"web\"\nprocesses = 1\n[[site]]\nname = \"shop\"\nbindings = [\"http://127.0.0.1:8080\"]\nroot = \"www1\"\n[[site.app]]\npool = \"web\"\n";
+    std::fs::write(d.join("shared.toml"), shared).unwrap();
+    let import = || {
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{m1}"))
+            .arg(env!("CARGO_BIN_EXE_espalier"))
+            .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    import();
+    let start = || {
+        let prefix = inside(m1);
+        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+        Server::start_with(&prefix, &["-c", "espalier.toml"], &d, &[])
+    };
+    let server = start();
+    server.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
+    let serves = |page: &str| {
+        wait_for(
+            &format!("m1 serving {page:?}"),
+            Duration::from_secs(30),
+            || page_in(m1, "http://127.0.0.1:8080/") == page,
+        );
+    };
+    serves("one\n");
+    // A few changes: the revision applied climbs past what a fresh etcd starts at.
+    for root in ["www2", "www1", "www2"] {
+        let (code, body) = config_call(
+            m1,
+            "PATCH",
+            "sites/shop",
+            &format!("{{\"root\": \"{root}\"}}"),
+        );
+        assert_eq!(code, 200, "{body}");
+    }
+    serves("two\n");
+    let applied = status_in(m1)["cluster"]["revision"].as_i64().unwrap();
+    assert!(applied >= 5, "{applied}");
+    // etcd restored from an older state: a fresh one holding the first configuration again.
+    drop(etcd);
+    let _etcd = etcd_in(
+        e,
+        &["10.86.1.1", "10.86.2.1"],
+        &dir.path().join("etcd-restored"),
+    );
+    import();
+    let refused = format!("older than the {applied} applied here");
+    server.wait_for_log(&refused, Duration::from_secs(60));
+    assert_eq!(page_in(m1, "http://127.0.0.1:8080/"), "two\n");
+    // And after a restart: its copy, the newer, is what it serves.
+    drop(server);
+    let server = start();
+    server.wait_for_log(&refused, Duration::from_secs(60));
+    serves("two\n");
+}

@@ -43,6 +43,8 @@ const NOT_AGAIN: &[&str] = &[
     "fleet::a_name_whose_orderer_",
     "fleet::a_failed_order_",
     "fleet::on_demand_orders_",
+    "fleet::a_fleet_loses_no_request_when_an_etcd_",
+    "fleet::a_member_never_applies_",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;
