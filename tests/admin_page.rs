@@ -371,7 +371,6 @@ fn actions_need_the_token_and_a_public_admin_address_needs_one_set() {
 
 #[test]
 fn a_certificate_that_needs_a_look_shows_on_the_admin_page() {
-    let node_dir = browser_tools();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = root.join("target/admin-page-test");
     std::fs::create_dir_all(&out).unwrap();
@@ -386,22 +385,12 @@ fn a_certificate_that_needs_a_look_shows_on_the_admin_page() {
     let server = Server::with_config(dir.path(), &config);
     server.wait_for_log("acme: a.test: the order failed", Duration::from_secs(30));
     let admin = server.admin.clone().unwrap();
-    let driven = Command::new("node")
-        .arg(root.join("tests/admin_page/table.js"))
-        .args([
-            &format!("http://{admin}"),
-            "tr.certificate",
-            "failing",
-            "#certificates-title",
-            out.join("certificates.png").to_str().unwrap(),
-        ])
-        .env("NODE_PATH", node_dir.join("node_modules"))
-        .output()
-        .expect("node");
-    let text = String::from_utf8_lossy(&driven.stdout);
-    let seen: serde_json::Value = serde_json::from_str(text.trim())
-        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&driven.stderr)));
-    assert!(seen["error"].is_null(), "{seen}");
+    let seen = common::browser::admin_table(
+        &[],
+        &format!("http://{admin}"),
+        ("tr.certificate", "failing", "#certificates-title"),
+        &out.join("certificates.png"),
+    );
     assert_eq!(seen["title_shown"], true, "{seen}");
     let rows = seen["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{seen}");

@@ -114,6 +114,34 @@ backend fleet
     server b 10.77.2.2:8080
 "#;
 
+/// HAProxy (Debian's) in namespace `ns`, its configuration `config` written to `file`.
+fn haproxy_in(ns: &str, file: &Path, config: &str) -> Stopped {
+    std::fs::write(file, config).unwrap();
+    Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{ns}"))
+            .args(["haproxy", "-db", "-f"])
+            .arg(file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("haproxy"),
+    )
+}
+
+/// What `espalier bench --json` printed, asserted: it ran, more than `least` requests, and
+/// none failed.
+fn no_failed_request(out: std::process::Output, least: u64) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r["requests"].as_u64().unwrap() > least, "{r}");
+    assert_eq!(r["errors"], 0, "failed: {}", r["errors_by_kind"]);
+}
+
 fn log_clients(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -150,17 +178,7 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
     let mut server_a = start("a", a, "10.77.1.2");
     let _server_b = start("b", b, "10.77.2.2");
 
-    std::fs::write(dir.path().join("haproxy.cfg"), HAPROXY).unwrap();
-    let _haproxy = Stopped(
-        Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{lb}"))
-            .args(["haproxy", "-db", "-f"])
-            .arg(dir.path().join("haproxy.cfg"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("haproxy"),
-    );
+    let _haproxy = haproxy_in(lb, &dir.path().join("haproxy.cfg"), HAPROXY);
 
     // Both instances in rotation: pages from each, through HAProxy, from the client's side.
     let client = |args: &[&str]| {
@@ -241,19 +259,8 @@ fn a_drained_instance_loses_no_request_behind_haproxy() {
     server_a.signal(libc::SIGTERM);
     server_a.wait_for_log("draining: GET /ready answers 503", Duration::from_secs(5));
     assert_eq!(server_a.wait_exit(Duration::from_secs(15)), Some(0));
-    let out = load.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(r["requests"].as_u64().unwrap() > 100, "{r}");
-    let kinds = &r["errors_by_kind"];
-    assert_eq!(
-        r["errors"], 0,
-        "no request may fail while a drains: {kinds}"
-    );
+    // No request may fail while a drains.
+    no_failed_request(load.join().unwrap(), 100);
 
     // Instance a served until the drain; b took everything after. Every line names the
     // client (10.77.3.2), none HAProxy (10.77.1.1, 10.77.2.1).
@@ -346,6 +353,42 @@ path = "/"
 pool = "web"
 "#;
 
+/// `espalier cluster import shared.toml` (and `extra`) run by the member of folder `d` in
+/// namespace `ns`: its output, whatever its status.
+fn import_in(ns: &str, d: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["cluster", "import", "shared.toml", "-c", "espalier.toml"];
+    args.extend_from_slice(extra);
+    Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .arg(env!("CARGO_BIN_EXE_espalier"))
+        .args(&args)
+        .current_dir(d)
+        .output()
+        .unwrap()
+}
+
+/// As [`import_in`], which must succeed.
+fn imported(ns: &str, d: &Path) {
+    let out = import_in(ns, d, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The member of folder `d` started in namespace `ns` (`espalier.toml`), and — `etcd` —
+/// connected to etcd.
+fn member_in(ns: &str, d: &Path, etcd: bool) -> Server {
+    let prefix = inside(ns);
+    let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
+    let s = Server::start_with(&prefix, &["-c", "espalier.toml"], d, &[]);
+    if etcd {
+        s.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
+    }
+    s
+}
+
 /// A command run in network namespace `ns`: its output, whatever its status.
 fn in_ns(ns: &str, program: &str, args: &[&str]) -> std::process::Output {
     Command::new("nsenter")
@@ -425,18 +468,7 @@ fn a_fleet_shares_its_configuration_through_etcd() {
     let (d1, d2) = (member_dir("m1", "10.78.1.1"), member_dir("m2", "10.78.2.1"));
     // One machine's file into the fleet, checked first; a second import overwrites nothing.
     std::fs::write(d1.join("shared.toml"), SHARED).unwrap();
-    let bin = env!("CARGO_BIN_EXE_espalier");
-    let import = |extra: &[&str]| {
-        let mut args = vec!["cluster", "import", "shared.toml", "-c", "espalier.toml"];
-        args.extend_from_slice(extra);
-        Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{m1}"))
-            .arg(bin)
-            .args(&args)
-            .current_dir(&d1)
-            .output()
-            .unwrap()
-    };
+    let import = |extra: &[&str]| import_in(m1, &d1, extra);
     let first = import(&[]);
     assert!(
         first.status.success(),
@@ -447,11 +479,7 @@ fn a_fleet_shares_its_configuration_through_etcd() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("add --replace"));
 
-    let start = |ns: &str, d: &Path| {
-        let prefix = inside(ns);
-        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-        Server::start_with(&prefix, &["-c", "espalier.toml"], d, &[])
-    };
+    let start = |ns: &str, d: &Path| member_in(ns, d, false);
     let server1 = start(m1, &d1);
     let mut server2 = start(m2, &d2);
     for m in [m1, m2] {
@@ -672,25 +700,8 @@ tls = { cert = "shop.pem", key = "shop.key" }
 "#;
     let d1 = member("m1", "10.79.1.1", false);
     std::fs::write(d1.join("shared.toml"), shared).unwrap();
-    let import = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{m1}"))
-        .arg(env!("CARGO_BIN_EXE_espalier"))
-        .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
-        .current_dir(&d1)
-        .output()
-        .unwrap();
-    assert!(
-        import.status.success(),
-        "{}",
-        String::from_utf8_lossy(&import.stderr)
-    );
-    let start = |ns: &str, d: &Path| {
-        let prefix = inside(ns);
-        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-        let s = Server::start_with(&prefix, &["-c", "espalier.toml"], d, &[]);
-        s.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
-        s
-    };
+    imported(m1, &d1);
+    let start = |ns: &str, d: &Path| member_in(ns, d, true);
     let (a, b) = ("10.79.1.2:8443", "10.79.2.2:8443");
     let serving = |addr: &str| {
         wait_for(
@@ -962,18 +973,7 @@ impl AcmeFleet {
         // Checked as a configuration of its own, with the store its https sites take from.
         let shared = format!("[server]\ncertificates = \"store\"\n{sites}");
         std::fs::write(dirs[2].join("shared.toml"), shared).unwrap();
-        let import = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", names[3]))
-            .arg(env!("CARGO_BIN_EXE_espalier"))
-            .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
-            .current_dir(&dirs[2])
-            .output()
-            .unwrap();
-        assert!(
-            import.status.success(),
-            "{}",
-            String::from_utf8_lossy(&import.stderr)
-        );
+        imported(&names[3], &dirs[2]);
         // pebble's management port shows its certificate for the members' addresses only.
         let out = run_ok(
             Command::new("nsenter")
@@ -995,13 +995,7 @@ impl AcmeFleet {
 
     /// Member `k`, started and connected to etcd (or, `etcd` false, serving without it).
     fn start(&self, k: usize, etcd: bool) -> Server {
-        let prefix = inside(&self.names[k]);
-        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-        let s = Server::start_with(&prefix, &["-c", "espalier.toml"], &self.dirs[k - 1], &[]);
-        if etcd {
-            s.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
-        }
-        s
+        member_in(&self.names[k], &self.dirs[k - 1], etcd)
     }
 
     /// `etcdctl` in etcd's namespace: its output.
@@ -1047,6 +1041,15 @@ impl AcmeFleet {
         }
     }
 
+    /// The ends of the members' logs and pebble's, for a failure's reader.
+    fn logs(&self, members: [&Server; 3]) -> String {
+        let [m1, m2, m3] = members.map(|m| m.log_tail(30));
+        format!(
+            "m1:\n{m1}\nm2:\n{m2}\nm3:\n{m3}\npebble:\n{}",
+            self.pebble_log()
+        )
+    }
+
     fn pebble_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("pebble.log")).unwrap_or_default()
     }
@@ -1089,37 +1092,18 @@ fn a_fleet_orders_each_name_once_and_any_member_answers_its_challenge() {
         },
     );
     let (m1, m2) = (fleet.start(1, true), fleet.start(2, true));
-    let logs = || {
-        format!(
-            "m1:\n{}\nm2:\n{}\nm3:\n{}\npebble:\n{}",
-            m1.log_tail(30),
-            m2.log_tail(30),
-            m3.log_tail(30),
-            fleet.pebble_log()
-        )
-    };
+    let logs = || fleet.logs([&m1, &m2, &m3]);
     fleet.wait_served(&["10.81.1.2", "10.81.2.2", "10.81.3.2"], logs);
     // The admin page (Debian's Chromium, in m1's namespace) shows the fleet's three members.
-    let node_dir = common::browser::browser_tools();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let shot = root.join("target/admin-page-test/fleet.png");
-    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
-    let driven = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", fleet.names[1]))
-        .arg("node")
-        .arg(root.join("tests/admin_page/table.js"))
-        .args(["http://127.0.0.1:9181", "tr.member", "m3", "#fleet-title"])
-        .arg(&shot)
-        .env("NODE_PATH", node_dir.join("node_modules"))
-        .output()
-        .expect("node");
-    let text = String::from_utf8_lossy(&driven.stdout);
-    let seen: serde_json::Value = serde_json::from_str(text.trim())
-        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&driven.stderr)));
-    assert!(
-        seen["error"].is_null() && seen["title_shown"] == true,
-        "{seen}"
+    let net = format!("--net=/run/netns/{}", fleet.names[1]);
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/admin-page-test/fleet.png");
+    let seen = common::browser::admin_table(
+        &["nsenter", &net],
+        "http://127.0.0.1:9181",
+        ("tr.member", "m3", "#fleet-title"),
+        &shot,
     );
+    assert_eq!(seen["title_shown"], true, "{seen}");
     let members: Vec<&str> = (seen["rows"].as_array().unwrap().iter())
         .map(|r| r["cells"][0].as_str().unwrap())
         .collect();
@@ -1283,15 +1267,7 @@ fn on_demand_orders_count_against_the_fleets_hour() {
     let m3 = fleet.start(3, true);
     let (m1, m2) = (fleet.start(1, true), fleet.start(2, true));
     // Each handshake waits for its name's order; a name past the hour's is refused at once.
-    let logs = || {
-        format!(
-            "m1:\n{}\nm2:\n{}\nm3:\n{}\npebble:\n{}",
-            m1.log_tail(30),
-            m2.log_tail(30),
-            m3.log_tail(20),
-            fleet.pebble_log()
-        )
-    };
+    let logs = || fleet.logs([&m1, &m2, &m3]);
     for (host, ip) in [("x1.od.test", "10.84.1.2"), ("x2.od.test", "10.84.2.2")] {
         wait_for(
             &format!("{host} served with its new certificate"),
@@ -1414,26 +1390,9 @@ fn a_fleet_loses_no_request_when_an_etcd_member_dies() {
     let dirs: Vec<_> = (1..=3).map(member).collect();
     let shared = "[[pool]]\nname = \"web\"\nprocesses = 1\n[[site]]\nname = \"shop\"\nbindings = [\"http://*:8080\"]\nroot = \"www1\"\n[[site.app]]\npool = \"web\"\n";
     std::fs::write(dirs[0].join("shared.toml"), shared).unwrap();
-    let import = Command::new("nsenter")
-        .arg(format!("--net=/run/netns/{}", names[1]))
-        .arg(env!("CARGO_BIN_EXE_espalier"))
-        .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
-        .current_dir(&dirs[0])
-        .output()
-        .unwrap();
-    assert!(
-        import.status.success(),
-        "{}",
-        String::from_utf8_lossy(&import.stderr)
-    );
+    imported(&names[1], &dirs[0]);
     let members: Vec<Server> = (1..=3)
-        .map(|k| {
-            let prefix = inside(&names[k]);
-            let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-            let s = Server::start_with(&prefix, &["-c", "espalier.toml"], &dirs[k - 1], &[]);
-            s.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
-            s
-        })
+        .map(|k| member_in(&names[k], &dirs[k - 1], true))
         .collect();
     let serving = |page: &str| {
         for k in 1..=3 {
@@ -1447,17 +1406,7 @@ fn a_fleet_loses_no_request_when_an_etcd_member_dies() {
     };
     serving("one\n");
     let haproxy = "global\n    maxconn 2000\ndefaults\n    mode http\n    timeout connect 2s\n    timeout client 20s\n    timeout server 20s\n    retries 0\nfrontend web\n    bind 127.0.0.1:8000\n    default_backend fleet\nbackend fleet\n    balance roundrobin\n    server m1 10.85.1.2:8080\n    server m2 10.85.2.2:8080\n    server m3 10.85.3.2:8080\n";
-    std::fs::write(dir.path().join("haproxy.cfg"), haproxy).unwrap();
-    let _haproxy = Stopped(
-        Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{e}"))
-            .args(["haproxy", "-db", "-f"])
-            .arg(dir.path().join("haproxy.cfg"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("haproxy"),
-    );
+    let _haproxy = haproxy_in(e, &dir.path().join("haproxy.cfg"), haproxy);
     wait_for("HAProxy answering", Duration::from_secs(20), || {
         page_in(e, "http://127.0.0.1:8000/") == "one\n"
     });
@@ -1483,15 +1432,7 @@ fn a_fleet_loses_no_request_when_an_etcd_member_dies() {
     });
     let _ = etcd[0].0.kill();
     let _ = etcd[0].0.wait();
-    let out = load.join().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(r["requests"].as_u64().unwrap() > 300, "{r}");
-    assert_eq!(r["errors"], 0, "{}", r["errors_by_kind"]);
+    no_failed_request(load.join().unwrap(), 300);
     // Each member lost its etcd member and went on with another.
     for m in &members {
         m.wait_for_log("cluster: etcd is reachable again", Duration::from_secs(30));
@@ -1543,26 +1484,8 @@ fn a_member_never_applies_a_revision_older_than_one_it_applied() {
     std::fs::write(d.join("espalier.toml"), member_config("m1", "10.86.1.1")).unwrap();
     let shared = "[[pool]]\nname = \"web\"\nprocesses = 1\n[[site]]\nname = \"shop\"\nbindings = [\"http://127.0.0.1:8080\"]\nroot = \"www1\"\n[[site.app]]\npool = \"web\"\n";
     std::fs::write(d.join("shared.toml"), shared).unwrap();
-    let import = || {
-        let out = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{m1}"))
-            .arg(env!("CARGO_BIN_EXE_espalier"))
-            .args(["cluster", "import", "shared.toml", "-c", "espalier.toml"])
-            .current_dir(&d)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    import();
-    let start = || {
-        let prefix = inside(m1);
-        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-        Server::start_with(&prefix, &["-c", "espalier.toml"], &d, &[])
-    };
+    imported(m1, &d);
+    let start = || member_in(m1, &d, false);
     let server = start();
     server.wait_for_log("cluster: connected to etcd", Duration::from_secs(30));
     let serves = |page: &str| {
@@ -1593,7 +1516,7 @@ fn a_member_never_applies_a_revision_older_than_one_it_applied() {
         &["10.86.1.1", "10.86.2.1"],
         &dir.path().join("etcd-restored"),
     );
-    import();
+    imported(m1, &d);
     let refused = format!("older than the {applied} applied here");
     server.wait_for_log(&refused, Duration::from_secs(60));
     assert_eq!(page_in(m1, "http://127.0.0.1:8080/"), "two\n");

@@ -49,3 +49,33 @@ pub fn browser_tools() -> PathBuf {
     }
     dir
 }
+
+/// One table of the admin page at `admin` read in Chromium (`tests/admin_page/table.js`,
+/// run with `prefix` before it — `nsenter` into a namespace — or nothing): once a row `rows`
+/// whose data-state is `state` is drawn, the rows and whether the heading `title` shows, as
+/// JSON, checked to have no error; a screenshot written to `shot`.
+pub fn admin_table(
+    prefix: &[&str],
+    admin: &str,
+    (rows, state, title): (&str, &str, &str),
+    shot: &Path,
+) -> serde_json::Value {
+    let node_dir = browser_tools();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
+    let mut argv: Vec<&str> = prefix.to_vec();
+    argv.push("node");
+    let driven = Command::new(argv[0])
+        .args(&argv[1..])
+        .arg(root.join("tests/admin_page/table.js"))
+        .args([admin, rows, state, title])
+        .arg(shot)
+        .env("NODE_PATH", node_dir.join("node_modules"))
+        .output()
+        .expect("node");
+    let text = String::from_utf8_lossy(&driven.stdout);
+    let seen: serde_json::Value = serde_json::from_str(text.trim())
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&driven.stderr)));
+    assert!(seen["error"].is_null(), "{seen}");
+    seen
+}
