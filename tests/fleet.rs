@@ -1526,3 +1526,103 @@ fn a_member_never_applies_a_revision_older_than_one_it_applied() {
     server.wait_for_log(&refused, Duration::from_secs(60));
     serves("two\n");
 }
+
+/// issue #59, item 1: etcd over TLS with a user of its own — the members' `ca`, `user` and
+/// `password_file` — as a production etcd is run: a member with them joins the fleet and
+/// serves its sites; one with a wrong password is refused by etcd and says so.
+#[test]
+fn a_member_reaches_etcd_over_tls_as_its_own_user() {
+    need_tools(
+        "etcd:etcd-server etcdctl:etcd-client curl:curl openssl:openssl nsenter:util-linux",
+        "etcd",
+    );
+    let (_ns, names) = etcd_and_two_members("s", 87);
+    let (e, m1, m2) = (&names[0], &names[1], &names[2]);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    common::tls::signed_cert_for(d, "etcd", "etcd", "IP:10.87.1.1,IP:10.87.2.1,IP:127.0.0.1");
+    let _etcd = Stopped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{e}"))
+            .args(["etcd", "--data-dir"])
+            .arg(d.join("etcd-data"))
+            .args(["--cert-file", "etcd.pem", "--key-file", "etcd.key"])
+            .args([
+                "--listen-client-urls",
+                "https://10.87.1.1:2379,https://10.87.2.1:2379,https://127.0.0.1:2379",
+            ])
+            .args(["--advertise-client-urls", "https://127.0.0.1:2379"])
+            .args(["--listen-peer-urls", "http://127.0.0.1:2380"])
+            .current_dir(d)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd"),
+    );
+    let ca = d.join("ca.pem");
+    let ctl = |args: &[&str]| {
+        let mut all = vec![
+            "--endpoints",
+            "https://127.0.0.1:2379",
+            "--cacert",
+            ca.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        in_ns(e, "etcdctl", &all)
+    };
+    wait_for("etcd answering over TLS", Duration::from_secs(30), || {
+        ctl(&["endpoint", "health"]).status.success()
+    });
+    // A user for the fleet's prefix alone; then etcd asks everyone for a password.
+    for args in [
+        &["user", "add", "root:root-pass"][..],
+        &["role", "add", "fleet"],
+        &[
+            "role",
+            "grant-permission",
+            "fleet",
+            "--prefix=true",
+            "readwrite",
+            "/espalier/test/",
+        ],
+        &["user", "add", "espalier:fleet-pass"],
+        &["user", "grant-role", "espalier", "fleet"],
+        &["auth", "enable"],
+    ] {
+        let out = ctl(args);
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let member = |node: &str, k: usize, password: &str| {
+        let m = d.join(node);
+        std::fs::create_dir_all(m.join("www")).unwrap();
+        std::fs::write(m.join("www/index.html"), format!("{node}\n")).unwrap();
+        std::fs::copy(&ca, m.join("ca.pem")).unwrap();
+        std::fs::write(m.join("etcd.pass"), format!("{password}\n")).unwrap();
+        let config = member_config(node, &format!("10.87.{k}.1"))
+            .replace("http://", "https://")
+            .replace(
+                "node = ",
+                "ca = \"ca.pem\"\nuser = \"espalier\"\npassword_file = \"etcd.pass\"\nnode = ",
+            );
+        std::fs::write(m.join("espalier.toml"), config).unwrap();
+        m
+    };
+    let d1 = member("m1", 1, "fleet-pass");
+    std::fs::write(d1.join("shared.toml"), SHARED).unwrap();
+    imported(m1, &d1);
+    let s1 = member_in(m1, &d1, true);
+    wait_for(
+        "m1 serving the fleet's site",
+        Duration::from_secs(30),
+        || page_in(m1, "http://127.0.0.1:8080/") == "m1\n",
+    );
+    // The wrong password: etcd refuses, the member says why and serves nothing of the fleet's.
+    let s2 = member_in(m2, &member("m2", 2, "wrong"), false);
+    s2.wait_for_log("authentication failed", Duration::from_secs(30));
+    assert_eq!(status_in(m2)["cluster"]["reachable"], false);
+    drop((s1, s2));
+}
