@@ -466,9 +466,19 @@ fn a_fleet_shares_its_configuration_through_etcd() {
         d
     };
     let (d1, d2) = (member_dir("m1", "10.78.1.1"), member_dir("m2", "10.78.2.1"));
+    // A part this member's configuration would refuse never reaches the fleet: check's line.
+    let missing = SHARED.replace("root = \"www\"", "root = \"nowhere\"");
+    std::fs::write(d1.join("shared.toml"), missing).unwrap();
+    let import = |extra: &[&str]| import_in(m1, &d1, extra);
+    let refused = import(&[]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("sites/shop.toml") && said.contains("root"),
+        "{said}"
+    );
     // One machine's file into the fleet, checked first; a second import overwrites nothing.
     std::fs::write(d1.join("shared.toml"), SHARED).unwrap();
-    let import = |extra: &[&str]| import_in(m1, &d1, extra);
     let first = import(&[]);
     assert!(
         first.status.success(),
@@ -970,9 +980,8 @@ impl AcmeFleet {
             d
         };
         let dirs: Vec<_> = (1..=3).map(member).collect();
-        // Checked as a configuration of its own, with the store its https sites take from.
-        let shared = format!("[server]\ncertificates = \"store\"\n{sites}");
-        std::fs::write(dirs[2].join("shared.toml"), shared).unwrap();
+        // Checked with the importing member's [server]: its store takes the https sites.
+        std::fs::write(dirs[2].join("shared.toml"), sites).unwrap();
         imported(&names[3], &dirs[2]);
         // pebble's management port shows its certificate for the members' addresses only.
         let out = run_ok(

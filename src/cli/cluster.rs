@@ -4,10 +4,11 @@
 //!
 //! Owns: splitting FILE into its parts (each one's text as written, comments kept) and the
 //! one transaction that puts them. Must not touch: etcd's client (`crate::server::cluster`)
-//! or what a part means (FILE is checked as `check` checks it first).
+//! or what a part means (FILE's parts are checked first as `check` would check this member's
+//! configuration with them in it).
 
 use super::args::{ClusterAction, MachineArgs};
-use crate::config::cluster::{is_part_name, KINDS};
+use crate::config::cluster::{file_of, is_part_name, KINDS};
 use crate::config::Config;
 use crate::server::cluster::{self, Change, Written};
 use std::path::Path;
@@ -49,12 +50,12 @@ pub fn parts_of(text: &str) -> Result<Vec<(usize, String, String)>, String> {
 
 fn import(file: &Path, config: &Path, machine: &MachineArgs, replace: bool) -> Result<i32, String> {
     let topology = machine.read_placeable()?;
+    // Absolute, as the validator names the files an overlay stands in for.
+    let config = &std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
     let c = Config::load(config, &topology).map_err(|e| e.to_string())?;
     let Some(spec) = c.server.cluster else {
         return Err(format!("{}: has no [server.cluster]: say which etcd the fleet shares, like [server.cluster] etcd = [\"http://10.0.0.1:2379\"]", config.display()));
     };
-    // FILE as a configuration of its own: what `check` refuses never reaches the fleet.
-    Config::load(file, &topology).map_err(|e| e.to_string())?;
     let text = std::fs::read_to_string(file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     let parts = parts_of(&text).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -64,6 +65,16 @@ fn import(file: &Path, config: &Path, machine: &MachineArgs, replace: bool) -> R
             file.display()
         ));
     }
+    // The parts checked as this member will read them — its own [server] (its certificate
+    // store, its addresses), its files and the fleet's copy, each part in the copy's folder —
+    // so that what `check` refuses never reaches the fleet. FILE's own [server], if any, is
+    // not the fleet's.
+    let overlay: crate::config::Overlay = (parts.iter())
+        .map(|(kind, name, text)| (file_of(&spec.folder, *kind, name), Some(text.clone())))
+        .collect();
+    let main_text = std::fs::read_to_string(config)
+        .map_err(|e| format!("cannot read {}: {e}", config.display()))?;
+    Config::parse_with(&main_text, config, &topology, &overlay).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -67,6 +67,12 @@ impl ClusterSpec {
     }
 }
 
+/// Where part `name` of kind `kind` (an index into [`KINDS`]) is copied, in the copy's
+/// `folder`: `folder/sites/NAME.toml`.
+pub fn file_of(folder: &std::path::Path, kind: usize, name: &str) -> PathBuf {
+    folder.join(KINDS[kind].0).join(format!("{name}.toml"))
+}
+
 /// Whether `name` can be a part's key and file name: letters, digits, `.`, `-`, `_`, not
 /// starting with a dot.
 pub fn is_part_name(name: &str) -> bool {

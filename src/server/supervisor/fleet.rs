@@ -71,10 +71,7 @@ pub(super) struct Fleet {
     pub(super) locks: Vec<(String, String)>,
 }
 
-/// Where part `name` of kind `kind` is copied, in `folder`.
-pub(super) fn file_of(folder: &Path, kind: usize, name: &str) -> PathBuf {
-    folder.join(KINDS[kind].0).join(format!("{name}.toml"))
-}
+pub(super) use crate::config::cluster::file_of;
 
 /// The part a path in `folder` is the copy of.
 pub(super) fn part_at(folder: &Path, path: &Path) -> Option<(usize, String)> {
