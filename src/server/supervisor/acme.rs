@@ -59,6 +59,8 @@ pub(super) struct Acme {
     /// DNS-01's publisher and the settings it was made from (kept across a reload that
     /// leaves them as they were: its server keeps its sockets), or why it could not start.
     dns: DnsPart,
+    /// A task was started before (the challenges' folder was emptied then).
+    started: bool,
 }
 
 /// A name's certificate as `status` shows it.
@@ -125,8 +127,13 @@ impl Acme {
         let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
         // What is there is an order's no task runs any more: the last configuration's (its
         // task was stopped above), or a master's that was killed before it could clean up.
-        // Its files answer nothing now; they go.
-        let _ = std::fs::remove_dir_all(&challenges);
+        // Its files answer nothing now; they go. In a fleet the folder also holds the proofs
+        // of other members' orders under way (copied from etcd), which a reload must not
+        // take: it is emptied at the master's start only.
+        if fleet.is_none() || !self.started {
+            let _ = std::fs::remove_dir_all(&challenges);
+        }
+        self.started = true;
         let dns = self.dns.publisher(settings.dns.as_ref());
         let shared = Arc::new(Shared {
             dns,
