@@ -1640,3 +1640,25 @@ fn a_member_reaches_etcd_over_tls_as_its_own_user() {
     assert_eq!(status_in(m2)["cluster"]["reachable"], false);
     drop((s1, s2));
 }
+
+/// issue #59, item 3: a member that cannot reach the CA takes no name's lock — the names are
+/// ordered by the member that can, and the fleet never waits out a failure of the other's.
+#[test]
+fn a_member_that_cannot_reach_the_ca_leaves_the_orders_to_the_others() {
+    let fleet = AcmeFleet::new("u", 88);
+    let m2_config = fleet.dirs[1].join("espalier.toml");
+    let text = std::fs::read_to_string(&m2_config).unwrap();
+    let unreachable = text.replace("https://10.88.2.1:14000/dir", "https://127.0.0.1:1/dir");
+    assert_ne!(text, unreachable);
+    std::fs::write(&m2_config, unreachable).unwrap();
+    let m3 = fleet.start(3, true);
+    let (m2, m1) = (fleet.start(2, true), fleet.start(1, true));
+    let logs = || fleet.logs([&m1, &m2, &m3]);
+    fleet.wait_served(&["10.88.1.2", "10.88.2.2", "10.88.3.2"], logs);
+    for host in HOSTS {
+        assert_eq!(issued(&m1, host), 1, "{host}:\n{}", logs());
+    }
+    let m1_log = m1.log_text();
+    assert!(!m1_log.contains("the fleet's order failed"), "{m1_log}");
+    assert!(!m2.log_text().contains("certificate issued"));
+}

@@ -358,13 +358,18 @@ async fn keep(
             under_way.insert(name.clone());
             ordering.spawn(async move {
                 let outcome = match &shared.fleet {
-                    Some(link) => {
-                        let order = |link: FleetLink| {
-                            let (shared, name) = (Arc::clone(&shared), name.clone());
-                            async move { order_once(&shared, &name, proof, Some(&link)).await }
-                        };
-                        fleet::order(link, &shared.store, &name, order).await
-                    }
+                    // A member that cannot have its account (the directory unreachable from
+                    // here) takes no lock: the name is left to the members that can.
+                    Some(link) => match shared.account().await {
+                        Err(e) => Err(e),
+                        Ok(_) => {
+                            let order = |link: FleetLink| {
+                                let (shared, name) = (Arc::clone(&shared), name.clone());
+                                async move { order_once(&shared, &name, proof, Some(&link)).await }
+                            };
+                            fleet::order(link, &shared.store, &name, order).await
+                        }
+                    },
                     None => order_once(&shared, &name, proof, None)
                         .await
                         .map(|until| Issued { until, by: None }),
