@@ -8,7 +8,7 @@
 //!
 //! Where the directory offers renewal information (ARI, RFC 9773), a name's look asks it
 //! (at most as often as its `Retry-After` says, within an hour and a day) and its suggested
-//! time wins over our own.
+//! time wins over our own (see [`ari`]).
 //!
 //! In a fleet (`[server.cluster]`) an order goes through [`fleet`]: one member orders each
 //! name, the others take its pair from etcd.
@@ -29,7 +29,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// Orders in flight at once: a hoster's thousand new names are ordered a few at a time,
 /// within what a CA's rate limits take.
@@ -313,7 +313,7 @@ async fn keep(
     };
     // Names a handshake asked for that have had no pair yet.
     let mut fresh = std::collections::HashSet::new();
-    let mut ari = Ari::default();
+    let mut ari = ari::Ari::default();
     // Names being ordered now: a second entry of one (asked for while queued) waits on it.
     let mut under_way = std::collections::HashSet::new();
     let mut ordering = tokio::task::JoinSet::new();
@@ -342,7 +342,10 @@ async fn keep(
             };
             // The directory's word on when to renew, where it gives one, over our own.
             let pair = match pair {
-                Some((due, until)) => Some((ari.due(&shared, &name).await.unwrap_or(due), until)),
+                Some((due, until)) => {
+                    let asked = ari.due(shared.account(), &shared.store, &name).await;
+                    Some((asked.unwrap_or(due), until))
+                }
                 None => None,
             };
             let _ = shared.events.send(Event::AcmeLooked {
@@ -446,70 +449,6 @@ async fn first_queue(
     Some(queue)
 }
 
-/// How long the directory's renewal information is trusted at least, and at most, whatever
-/// its `Retry-After` says (RFC 9773 §4.3.2 asks clients to bound it so).
-const ARI_AT_LEAST: Duration = Duration::from_secs(3600);
-const ARI_AT_MOST: Duration = Duration::from_secs(24 * 3600);
-
-/// The longest a look waits for the directory (its account, then its renewal information):
-/// an unreachable directory must not stall the queue.
-const ARI_WAIT: Duration = Duration::from_secs(10);
-
-/// What the task knows of the directory's renewal information (ARI, RFC 9773).
-#[derive(Default)]
-struct Ari {
-    /// `Some(false)`: the directory has none (asked once per configuration).
-    offered: Option<bool>,
-    /// By name: when to ask again, and the time picked in its window.
-    known: HashMap<String, (SystemTime, SystemTime)>,
-    /// The directory could not be reached: not asked again before this.
-    quiet_until: Option<SystemTime>,
-}
-
-impl Ari {
-    /// When the directory suggests renewing `name`'s pair, if it offers renewal information
-    /// and answered (else `None`: our own schedule stands). Asked at a name's look, at most
-    /// as often as its last answer's `Retry-After` allows.
-    async fn due(&mut self, shared: &Shared, name: &str) -> Option<SystemTime> {
-        let now = SystemTime::now();
-        if self.offered == Some(false) || self.quiet_until.is_some_and(|t| t > now) {
-            return None;
-        }
-        if let Some((again, at)) = self.known.get(name) {
-            if *again > now {
-                return Some(*at);
-            }
-        }
-        let account = match tokio::time::timeout(ARI_WAIT, shared.account()).await {
-            Ok(Ok(account)) => account,
-            _ => {
-                self.quiet_until = Some(now + ARI_AT_LEAST);
-                return None;
-            }
-        };
-        let (store, owned) = (shared.store.clone(), name.to_string());
-        let chain = tokio::task::spawn_blocking(move || read_pair(&store, &owned))
-            .await
-            .ok()
-            .flatten()?;
-        let asked = crate::server::acme::renewal_time(&account, &chain);
-        match tokio::time::timeout(ARI_WAIT, asked).await {
-            Ok(Ok(Some((at, again)))) => {
-                self.offered = Some(true);
-                let again = now + again.clamp(ARI_AT_LEAST, ARI_AT_MOST);
-                self.known.insert(name.to_string(), (again, at));
-                Some(at)
-            }
-            Ok(Ok(None)) => {
-                self.offered = Some(false);
-                None
-            }
-            // Unanswered: our own schedule now, asked again at the next look.
-            _ => None,
-        }
-    }
-}
-
 impl Shared {
     /// The directory's account: the one made before, else the kept one read, else a new one
     /// registered (one at a time: orders wait for the first).
@@ -602,6 +541,7 @@ async fn order_once(
     Ok(crate::certs::renewal::lifetime(&chain)?.1)
 }
 
+mod ari;
 mod fleet;
 #[cfg(test)]
 mod tests;

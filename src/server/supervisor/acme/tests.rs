@@ -1,5 +1,6 @@
 use super::super::acme_schedule::{BAD_NONCE_BACK_OFF, LONGEST_BACK_OFF, RATE_LIMITED_BACK_OFF};
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn failures_back_off_doubling_and_a_rate_limit_waits_an_hour() {
