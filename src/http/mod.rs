@@ -151,6 +151,14 @@ pub enum Framing {
     Chunked,
 }
 
+impl Framing {
+    /// No body to send: none, or one of length 0 (HTTP/2's and HTTP/3's GET) — a request
+    /// that can be sent again on another connection as it is.
+    pub fn carries_nothing(self) -> bool {
+        matches!(self, Framing::None | Framing::Length(0))
+    }
+}
+
 /// What went wrong with a request; each maps to one status and a closed connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProtocolError {

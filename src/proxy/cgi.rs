@@ -160,7 +160,7 @@ impl FastCgiRequest {
             head_only: req.method == Method::Head,
             client_minor: req.minor_version,
             keep_alive,
-            retryable: idempotent && matches!(framing, Framing::None | Framing::Length(0)),
+            retryable: idempotent && framing.carries_nothing(),
             expect_continue,
             chunked: matches!(framing, Framing::Chunked),
             compress: None,

@@ -238,9 +238,7 @@ impl ForwardRequest {
             head,
             body: framing,
             // An empty body (HTTP/2's and HTTP/3's GET) is resent as safely as none.
-            retryable: idempotent
-                && matches!(framing, Framing::None | Framing::Length(0))
-                && !upgrade,
+            retryable: idempotent && framing.carries_nothing() && !upgrade,
             head_only: req.method == Method::Head,
             upgrade,
             client_minor: req.minor_version,

@@ -4,7 +4,10 @@
 //! Owns: those metric names and their help. Must not touch: the pools' and sites' metrics
 //! (the parent's and `super::super::meters`').
 
-use super::Status;
+use super::{Status, UpstreamServerStatus};
+
+/// A metric of each upstream server: its name, its help, and its value.
+type ServerSeries = (&'static str, &'static str, fn(&UpstreamServerStatus) -> u64);
 use std::fmt::Write;
 
 impl Status {
@@ -72,28 +75,21 @@ impl Status {
         if self.upstreams.is_empty() {
             return;
         }
-        let name = "espalier_upstream_server_up";
-        let _ = writeln!(out, "# HELP {name} 1 when the upstream server is up by its active check (or has none), 0 when it is down\n# TYPE {name} gauge");
-        for g in &self.upstreams {
-            for s in &g.servers {
-                let _ = writeln!(
-                    out,
-                    "{name}{{upstream=\"{}\",server=\"{}\"}} {}",
-                    g.name,
-                    s.address,
-                    u8::from(s.state != "down")
-                );
-            }
-        }
-        let name = "espalier_upstream_server_ejected_by";
-        let _ = writeln!(out, "# HELP {name} worker processes that have the upstream server ejected now, after failures in their traffic\n# TYPE {name} gauge");
-        for g in &self.upstreams {
-            for s in &g.servers {
-                let _ = writeln!(
-                    out,
-                    "{name}{{upstream=\"{}\",server=\"{}\"}} {}",
-                    g.name, s.address, s.ejected_by
-                );
+        let series: [ServerSeries; 2] = [
+            ("espalier_upstream_server_up", "1 when the upstream server is up by its active check (or has none), 0 when it is down", |s| u64::from(s.state != "down")),
+            ("espalier_upstream_server_ejected_by", "worker processes that have the upstream server ejected now, after failures in their traffic", |s| s.ejected_by as u64),
+        ];
+        for (name, help, value) in series {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for g in &self.upstreams {
+                for s in &g.servers {
+                    let (upstream, server) = (&g.name, &s.address);
+                    let _ = writeln!(
+                        out,
+                        "{name}{{upstream=\"{upstream}\",server=\"{server}\"}} {}",
+                        value(s)
+                    );
+                }
             }
         }
     }
