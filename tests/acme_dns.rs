@@ -15,26 +15,41 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The zone espalier's own server answers in these tests.
-const ZONE: &str = "acme.example.net";
+pub(crate) const ZONE: &str = "acme.example.net";
 
 /// BIND, authoritative for the test's zones and resolving for pebble; stopped when dropped.
-struct Bind {
+pub(crate) struct Bind {
     _named: Stopped,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
+    /// The network namespace it runs in (`None`: the test's own).
+    ns: Option<String>,
 }
 
 /// One zone BIND holds: its name, its extra lines, and (with a key) the names the key may
 /// update TXT records of.
-struct BindZone<'a> {
-    name: &'a str,
-    lines: Vec<String>,
-    updatable: Option<(&'a str, &'a str)>,
+pub(crate) struct BindZone<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) lines: Vec<String>,
+    pub(crate) updatable: Option<(&'a str, &'a str)>,
 }
 
 impl Bind {
-    /// BIND on a free port of 127.0.0.1 with `zones`, forwarding `forward` (a zone and the
-    /// port of the server that answers it) and taking the key file `key`, if given.
+    /// BIND on a free port of 127.0.0.1 with `zones`, forwarding [`ZONE`] to the server on
+    /// `forward`'s port of 127.0.0.1 and taking the key file `key`, if given.
     fn start(d: &Path, zones: &[BindZone], forward: Option<u16>, key: Option<&Path>) -> Bind {
+        let forward = forward.map(|port| SocketAddr::from(([127, 0, 0, 1], port)));
+        Bind::start_in(None, d, zones, forward, key)
+    }
+
+    /// As [`Bind::start`], in network namespace `ns` when given, forwarding [`ZONE`] to the
+    /// server at `forward`.
+    pub(crate) fn start_in(
+        ns: Option<&str>,
+        d: &Path,
+        zones: &[BindZone],
+        forward: Option<SocketAddr>,
+        key: Option<&Path>,
+    ) -> Bind {
         let port = free_port();
         let dir = d.join("bind");
         std::fs::create_dir_all(&dir).unwrap();
@@ -69,23 +84,19 @@ impl Bind {
             ));
         }
         if let Some(at) = forward {
-            conf.push_str(&format!("zone \"{ZONE}\" {{ type forward; forward only; forwarders {{ 127.0.0.1 port {at}; }}; }};\n"));
+            conf.push_str(&format!("zone \"{ZONE}\" {{ type forward; forward only; forwarders {{ {} port {}; }}; }};\n", at.ip(), at.port()));
         }
         let file = dir.join("named.conf");
         std::fs::write(&file, conf).unwrap();
         let log = std::fs::File::create(dir.join("named.log")).unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let named = Stopped::listening(
-            Command::new("named")
-                .args(["-g", "-4", "-c"])
-                .arg(&file)
-                .stdout(Stdio::null())
-                .stderr(log),
-            addr,
-        );
+        let mut named = in_namespace(ns.map(String::from).as_deref(), "named");
+        named.args(["-g", "-4", "-c"]).arg(&file);
+        let named = named.stdout(Stdio::null()).stderr(log).spawn();
         let bind = Bind {
-            _named: named,
+            _named: Stopped(named.expect("start named")),
             addr,
+            ns: ns.map(String::from),
         };
         // Its zones loaded: the first one's SOA answered.
         let first = zones.first().map_or("example", |z| z.name);
@@ -96,14 +107,31 @@ impl Bind {
     }
 
     /// `dig`'s answer (with its header) for `name`'s `kind` records, asked of this BIND.
-    fn dig(&self, name: &str, kind: &str) -> String {
-        dig(self.addr, name, kind)
+    pub(crate) fn dig(&self, name: &str, kind: &str) -> String {
+        dig_in(self.ns.as_deref(), self.addr, name, kind)
+    }
+}
+
+/// `program`, to be run in network namespace `ns` when given.
+fn in_namespace(ns: Option<&str>, program: &str) -> Command {
+    match ns {
+        Some(ns) => {
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net=/run/netns/{ns}")).arg(program);
+            cmd
+        }
+        None => Command::new(program),
     }
 }
 
 /// `dig`'s answer (with its header) for `name`'s `kind` records, asked of `server`.
 fn dig(server: SocketAddr, name: &str, kind: &str) -> String {
-    let out = Command::new("dig")
+    dig_in(None, server, name, kind)
+}
+
+/// As [`dig`], from network namespace `ns` when given.
+pub(crate) fn dig_in(ns: Option<&str>, server: SocketAddr, name: &str, kind: &str) -> String {
+    let out = in_namespace(ns, "dig")
         .arg(format!("@{}", server.ip()))
         .args(["-p", &server.port().to_string()])
         .args([
@@ -120,7 +148,7 @@ fn dig(server: SocketAddr, name: &str, kind: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn need_bind() {
+pub(crate) fn need_bind() {
     need_tools(
         "named:bind9 tsig-keygen:bind9 dig:bind9-dnsutils",
         "Debian's BIND (bind9) and dig",

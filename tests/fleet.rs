@@ -868,8 +868,14 @@ tls = { cert = "shop.pem", key = "shop.key" }
 /// Debian's pebble in namespace `ns` for a fleet: its directory on `api_ips` (port 14000,
 /// its certificate for those addresses, signed by `dir/ca.pem`), validating HTTP-01 on port
 /// 8080 and TLS-ALPN-01 on 8443 of `validate_at` — every name resolved there by
-/// pebble-challtestsrv — with no pause before it validates. Both stopped with the test.
-fn pebble_in(ns: &str, dir: &Path, api_ips: &[&str], validate_at: &str) -> [Stopped; 2] {
+/// pebble-challtestsrv (127.0.0.1:8053), or by the DNS server `resolver` names — with no
+/// pause before it validates. Both stopped with the test.
+fn pebble_in(
+    ns: &str,
+    dir: &Path,
+    api_ips: &[&str],
+    (validate_at, resolver): (&str, &str),
+) -> [Stopped; 2] {
     let names: Vec<String> = api_ips.iter().map(|ip| format!("IP:{ip}")).collect();
     common::tls::signed_cert_for(dir, "pebble-api", "pebble", &names.join(","));
     let dns = Stopped(
@@ -907,7 +913,7 @@ fn pebble_in(ns: &str, dir: &Path, api_ips: &[&str], validate_at: &str) -> [Stop
             .arg("pebble")
             .arg("-config")
             .arg(dir.join("pebble.json"))
-            .args(["-dnsserver", "127.0.0.1:8053", "-strict=false"])
+            .args(["-dnsserver", resolver, "-strict=false"])
             .env("PEBBLE_VA_NOSLEEP", "1")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -935,6 +941,8 @@ struct AcmeFleet {
     dir: tempfile::TempDir,
     _pebble: [Stopped; 2],
     etcd: Option<Stopped>,
+    /// BIND, pebble's resolver, when the names are proven by DNS-01.
+    _bind: Option<crate::acme_dns::Bind>,
     _ns: Namespaces,
 }
 
@@ -952,6 +960,18 @@ impl AcmeFleet {
     /// As [`AcmeFleet::new`], with `acme` more keys in the ordering members' `[server.acme]`
     /// and `sites` (TOML) imported into the fleet.
     fn with(stem: &str, net: u8, acme: &str, sites: &str) -> AcmeFleet {
+        AcmeFleet::build(stem, net, acme, sites, false)
+    }
+
+    /// As [`AcmeFleet::with`], the CA resolving names with Debian's BIND (beside etcd):
+    /// every `HOSTS` name's `_acme-challenge` a CNAME into the zone `crate::acme_dns::ZONE`,
+    /// which BIND asks of member 3's port 53 alone.
+    fn with_dns(stem: &str, net: u8, acme: &str, sites: &str) -> AcmeFleet {
+        crate::acme_dns::need_bind();
+        AcmeFleet::build(stem, net, acme, sites, true)
+    }
+
+    fn build(stem: &str, net: u8, acme: &str, sites: &str, dns: bool) -> AcmeFleet {
         need_tools(
             "etcd:etcd-server etcdctl:etcd-client pebble:pebble curl:curl openssl:openssl nsenter:util-linux",
             "etcd and pebble",
@@ -963,7 +983,31 @@ impl AcmeFleet {
         let ip_refs: Vec<&str> = ips.iter().map(String::as_str).collect();
         let etcd = etcd_in(e, &ip_refs, &dir.path().join("etcd"));
         let validate_at = format!("10.{net}.3.2");
-        let pebble = pebble_in(e, dir.path(), &ip_refs, &validate_at);
+        let bind = dns.then(|| {
+            use espalier::certs::dns01::delegated_name;
+            let zone = crate::acme_dns::ZONE;
+            let lines = (HOSTS.iter())
+                .map(|h| {
+                    let label = h.trim_end_matches(".test");
+                    format!(
+                        "_acme-challenge.{label} IN CNAME {}.",
+                        delegated_name(h, zone)
+                    )
+                })
+                .collect();
+            let test = crate::acme_dns::BindZone {
+                name: "test",
+                lines,
+                updatable: None,
+            };
+            let m3 = std::net::SocketAddr::from(([10, net, 3, 2], 53));
+            crate::acme_dns::Bind::start_in(Some(e), dir.path(), &[test], Some(m3), None)
+        });
+        let resolver = match &bind {
+            Some(bind) => bind.addr.to_string(),
+            None => "127.0.0.1:8053".to_string(),
+        };
+        let pebble = pebble_in(e, dir.path(), &ip_refs, (&validate_at, &resolver));
         let fleet_key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
         let member = |k: usize| {
             let d = dir.path().join(format!("m{k}"));
@@ -1003,6 +1047,7 @@ impl AcmeFleet {
             dir,
             _pebble: pebble,
             etcd: Some(etcd),
+            _bind: bind,
             _ns: ns,
         }
     }
@@ -1661,4 +1706,57 @@ fn a_member_that_cannot_reach_the_ca_leaves_the_orders_to_the_others() {
     let m1_log = m1.log_text();
     assert!(!m1_log.contains("the fleet's order failed"), "{m1_log}");
     assert!(!m2.log_text().contains("certificate issued"));
+}
+
+/// issue #59, item 3: DNS-01 in a fleet, through espalier's own zone. The CA's resolver
+/// (BIND) asks the zone of member 3 alone, which orders nothing (its CA is out of reach);
+/// members 1 and 2 order every name by DNS-01, and each order's TXT record, published in
+/// etcd, is answered by member 3's zone too — and taken from it when the order ends.
+#[test]
+fn a_fleet_answers_dns_01_from_every_members_own_zone() {
+    let zone = crate::acme_dns::ZONE;
+    let dns =
+        format!("[server.acme.dns]\nlisten = \"0.0.0.0:53\"\nzone = \"{zone}\"\nnames = \"all\"\n");
+    let mut sites = String::new();
+    for h in HOSTS {
+        sites.push_str(&format!(
+            "[[site]]\nname = \"{}\"\nbindings = [\"https://*:8443:{h}\"]\nroot = \"www\"\n",
+            &h[..1]
+        ));
+    }
+    let fleet = AcmeFleet::with_dns("n", 89, &dns, &sites);
+    // Member 3 answers the zone, and cannot reach the CA.
+    let m3_config = fleet.dirs[2].join("espalier.toml");
+    let text = std::fs::read_to_string(&m3_config).unwrap();
+    let acme = format!("[server.acme]\ndirectory = \"https://127.0.0.1:1/dir\"\nemail = \"ops@example.test\"\n{dns}[server.cluster]");
+    std::fs::write(&m3_config, text.replace("[server.cluster]", &acme)).unwrap();
+    let m3 = fleet.start(3, true);
+    m3.wait_for_log(
+        &format!("acme: answering DNS-01 for {zone} on 0.0.0.0:53"),
+        Duration::from_secs(20),
+    );
+    let (m1, m2) = (fleet.start(1, true), fleet.start(2, true));
+    let logs = || fleet.logs([&m1, &m2, &m3]);
+    fleet.wait_served(&["10.89.1.2", "10.89.2.2", "10.89.3.2"], logs);
+    for host in HOSTS {
+        assert_eq!(
+            issued(&m1, host) + issued(&m2, host),
+            1,
+            "{host}:\n{}",
+            logs()
+        );
+    }
+    assert!(!m3.log_text().contains("certificate issued"), "{}", logs());
+    // The records lived as long as their orders, on member 3's zone as on the orderers'.
+    let e = fleet.names[0].as_str();
+    for host in HOSTS {
+        let delegated = espalier::certs::dns01::delegated_name(host, zone);
+        for k in 1..=3 {
+            let server = std::net::SocketAddr::from(([10, 89, k, 2], 53));
+            let asked = crate::acme_dns::dig_in(Some(e), server, &delegated, "TXT");
+            assert!(asked.contains("status: NXDOMAIN"), "m{k}: {asked}");
+        }
+    }
+    let left = fleet.etcdctl(&["get", "--prefix", "--keys-only", "/espalier/test/acme/"]);
+    assert!(!left.contains("/acme/proofs/"), "{left}");
 }

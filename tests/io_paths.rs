@@ -47,6 +47,7 @@ const NOT_AGAIN: &[&str] = &[
     "fleet::a_member_never_applies_",
     "fleet::a_member_reaches_etcd_",
     "fleet::a_member_that_cannot_reach_",
+    "fleet::a_fleet_answers_dns_01_",
     "metrics::",
     "operations::",
     // The master's pings and health requests to apps, and its cgroups, identities, units;

@@ -8,7 +8,8 @@
 //! read by the master alone, never by a pool), one order for one
 //! host name by HTTP-01 (the key authorization written where the workers answer
 //! `/.well-known/acme-challenge/` from, see [`challenge_dir`]), TLS-ALPN-01 or DNS-01 (its
-//! record published by `super::acme_dns`), the new key and its CSR
+//! record published by `super::acme_dns` — and in a fleet, where the own zone answers it,
+//! through etcd for every member's zone), the new key and its CSR
 //! (rcgen), and the issued pair written into the store atomically (the key, then the chain,
 //! each renamed into place, mode 0600). Must not touch: when to order (the supervisor's
 //! `acme`), or serving the pair (the store's pickup hands it to the workers).
@@ -382,14 +383,28 @@ async fn answer_challenges(
                     .ok_or("DNS-01 has no publisher ([server.acme.dns])")?;
                 // `*.shop.example` for a wildcard's authorization.
                 let name = challenge.identifier().to_string();
-                proofs
-                    .records
-                    .push(dns.publish(&name, &proof.dns_value(), wait).await?);
-                vec![]
+                let value = proof.dns_value();
+                proofs.records.push(dns.publish(&name, &value, wait).await?);
+                // Every member's server of the zone answers it: the CA's resolver may ask any.
+                vec![(
+                    super::acme_fleet::dns_proof_file(&name).into(),
+                    value.into(),
+                )]
             }
         };
         let mut shared = Vec::new();
         for (file, bytes) in files {
+            // DNS-01's record, shared when the own zone answers it (an update is the name's).
+            if how == Proof::Dns01 {
+                let own = answering.dns.is_some_and(|dns| dns.is_own());
+                if let Some(fleet) = answering.fleet.filter(|_| own) {
+                    let file = file.to_string_lossy().into_owned();
+                    fleet.publish_proof(&file, &bytes).await?;
+                    proofs.shared.push(file.clone());
+                    shared.push(file);
+                }
+                continue;
+            }
             std::fs::write(&file, &bytes)
                 .and_then(|()| {
                     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))

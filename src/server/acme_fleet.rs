@@ -335,6 +335,26 @@ pub fn is_proof_file(file: &str) -> bool {
     }
 }
 
+/// Where a DNS-01 record of an order goes among the proofs: `dns-01/IDENTIFIER` (a
+/// wildcard's `*.shop.example`), its value the TXT record's.
+const DNS_PROOFS: &str = "dns-01/";
+
+/// The proof name of the DNS-01 record proving `identifier`.
+pub fn dns_proof_file(identifier: &str) -> String {
+    format!("{DNS_PROOFS}{identifier}")
+}
+
+/// The identifier whose DNS-01 record the proof `file` is, if it is one: a host name (its
+/// wildcard's `*.` allowed), nothing else.
+pub fn dns_proof_identifier(file: &str) -> Option<&str> {
+    let identifier = file.strip_prefix(DNS_PROOFS)?;
+    let host = identifier.strip_prefix("*.").unwrap_or(identifier);
+    let label = |l: &str| {
+        !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    (identifier.len() <= 253 && host.split('.').all(label)).then_some(identifier)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +379,26 @@ mod tests {
             "tok.en",
         ] {
             assert!(!is_proof_file(not), "{not}");
+        }
+    }
+
+    #[test]
+    fn a_dns_proof_names_a_host_alone() {
+        for ok in ["shop.example", "*.shop.example", "a-b.c"] {
+            let file = dns_proof_file(ok);
+            assert_eq!(dns_proof_identifier(&file), Some(ok), "{file}");
+        }
+        for not in [
+            "dns-01/",
+            "dns-01/../x",
+            "dns-01/a..b",
+            "dns-01/a/b",
+            "dns-01/a.*.b",
+            "dns-01/*",
+            "tok-EN_1",
+            &format!("dns-01/{}", "a".repeat(64)),
+        ] {
+            assert_eq!(dns_proof_identifier(not), None, "{not}");
         }
     }
 

@@ -22,8 +22,8 @@ pub mod lookup;
 mod record;
 pub mod update;
 
+use record::fqdn;
 pub use record::Published;
-use record::{fqdn, txt};
 
 use crate::config::{DnsChallenge, TxtPublishing};
 use hickory_proto::rr::rdata::{NS, SOA};
@@ -85,6 +85,33 @@ impl TxtPublisher {
         }
     }
 
+    /// Another fleet member's order's record at `identifier`: `value` answered from here
+    /// too, or (`None`) that order ended and it goes — the CA's resolver may ask any
+    /// member's server of the zone. Whether this publisher answers the fleet's records: an
+    /// update server is the name's own, which the ordering member updates itself.
+    pub async fn mirror(&self, identifier: &str, value: Option<&str>) -> Result<bool, String> {
+        let TxtPublisher::Own(zone) = self else {
+            return Ok(false);
+        };
+        let mut mirrored = zone.mirrored.lock().await;
+        if let Some(old) = mirrored.remove(identifier) {
+            zone.remove(&old).await;
+        }
+        if let Some(value) = value {
+            let record = zone.record(identifier, value)?;
+            // Not added when it is there already: this member's own order's record.
+            zone.authority.upsert(record.as_record(0), 1).await;
+            mirrored.insert(identifier.to_string(), record);
+        }
+        Ok(true)
+    }
+
+    /// Whether the records of this member's orders are answered by its own zone — and so
+    /// must be by every member's, in a fleet.
+    pub fn is_own(&self) -> bool {
+        matches!(self, TxtPublisher::Own(_))
+    }
+
     /// What an order that failed is told to look at, where the directory's error cannot say
     /// it: the delegation its challenge needs in the own zone (an update's refusal is said
     /// by the update itself).
@@ -108,6 +135,8 @@ pub struct ChallengeZone {
     /// The zone, as written (lowercase, no final dot).
     origin: String,
     authority: Arc<InMemoryAuthority>,
+    /// The records of other fleet members' orders answered here, by identifier.
+    mirrored: tokio::sync::Mutex<std::collections::HashMap<String, Published>>,
     _server: ServerFuture<Catalog>,
 }
 
@@ -138,6 +167,7 @@ impl ChallengeZone {
         Ok(ChallengeZone {
             origin: zone.to_string(),
             authority,
+            mirrored: Default::default(),
             _server: server,
         })
     }
@@ -145,15 +175,18 @@ impl ChallengeZone {
     /// Adds the TXT record `value` at `identifier`'s name in the zone (beside any other
     /// order's: a name and its wildcard share it).
     async fn add(&self, identifier: &str, value: &str) -> Result<Published, String> {
-        let name = fqdn(&crate::certs::dns01::delegated_name(
-            identifier,
-            &self.origin,
-        ))?;
-        let record = txt(&name, value, 0);
-        if !self.authority.upsert(record, 1).await {
+        let published = self.record(identifier, value)?;
+        if !self.authority.upsert(published.as_record(0), 1).await {
+            let name = published.name();
             return Err(format!("{name} could not be added to the zone"));
         }
-        Ok(Published::new(name, value, fqdn(&self.origin)?))
+        Ok(published)
+    }
+
+    /// The TXT record `value` at `identifier`'s name in the zone.
+    fn record(&self, identifier: &str, value: &str) -> Result<Published, String> {
+        let name = crate::certs::dns01::delegated_name(identifier, &self.origin);
+        Ok(Published::new(fqdn(&name)?, value, fqdn(&self.origin)?))
     }
 
     /// Takes `record` out of the zone (and its name, with its last record).

@@ -18,7 +18,7 @@
 //! limit), and what the log says (once per change of a name's state). Must not touch: the
 //! ACME protocol (`server::acme`) or the store's reading for the workers.
 
-use super::acme_dns::{start_dns, DnsCell, DnsPart};
+use super::acme_dns::{start_dns, DnsCell, DnsPart, DnsStarted};
 use super::acme_schedule::{back_off, next_look, pair_due, read_pair, LOOK_AGAIN};
 use super::event::{Event, Issued};
 use crate::config::Config;
@@ -103,6 +103,8 @@ impl Acme {
         let (Some(settings), Some(store)) = (&config.server.acme, &config.server.certificates)
         else {
             self.shown.clear();
+            // Its DNS-01 server, if it had one, lets its address go.
+            self.dns = DnsPart::default();
             return;
         };
         let on_demand = settings.on_demand.is_some();
@@ -158,6 +160,13 @@ impl Acme {
         if let Some(wanted) = &self.wanted {
             let _ = wanted.send((name.to_string(), proof, order));
         }
+    }
+
+    /// DNS-01's publisher of the running configuration (once started), if it has one.
+    pub(super) fn dns_publisher(
+        &self,
+    ) -> Option<impl std::future::Future<Output = DnsStarted> + 'static> {
+        self.dns.running()
     }
 
     /// The server stops: orders under way are dropped, and the challenges' folder goes (its

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 /// DNS-01's publisher, once started (by the first of the starting task and an order to ask),
 /// or why it could not start.
-pub(super) type DnsCell = Arc<tokio::sync::OnceCell<Result<Arc<TxtPublisher>, String>>>;
+pub(super) type DnsCell = Arc<tokio::sync::OnceCell<DnsStarted>>;
+
+/// DNS-01's publisher, started, or why it could not be.
+pub(super) type DnsStarted = Result<Arc<TxtPublisher>, String>;
 
 /// The publisher of the running configuration, and the settings it was made from.
 #[derive(Default)]
@@ -44,6 +47,16 @@ impl DnsPart {
             starting.get_or_init(|| start_dns(&settings)).await;
         });
         Some(cell)
+    }
+}
+
+impl DnsPart {
+    /// The running configuration's publisher (once started), if it has one.
+    pub(super) fn running(
+        &self,
+    ) -> Option<impl std::future::Future<Output = DnsStarted> + 'static> {
+        let (settings, cell) = self.kept.clone()?;
+        Some(async move { cell.get_or_init(|| start_dns(&settings)).await.clone() })
     }
 }
 

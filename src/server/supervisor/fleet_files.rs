@@ -3,7 +3,8 @@
 //! 0600) — the store's scan hands them to the workers, and a restart without etcd serves
 //! them — the challenges' proofs into the folder the workers answer them from (and said
 //! back to etcd, so that the ordering member tells the directory to look only once every
-//! member can answer), and the ACME account into the store's `.acme/`.
+//! member can answer), DNS-01's records into the own zone's server (`[server.acme.dns]`
+//! `listen`, said back alike), and the ACME account into the store's `.acme/`.
 //!
 //! A pair deleted from etcd stays in the store: a certificate is never taken from a member
 //! because etcd lost it. Owns: that copy, off the master's loop. Must not touch: etcd's keys
@@ -41,11 +42,19 @@ impl Supervisor {
             keys: self.fleet.keys.clone(),
         };
         let link: Option<FleetLink> = self.fleet.link.borrow().clone();
+        let (records, files): (Vec<_>, Vec<_>) = files.into_iter().partition(|f| {
+            (f.path.strip_prefix("acme/proofs/")).is_some_and(|p| p.starts_with("dns-01/"))
+        });
+        let dns = self.acme.dns_publisher();
         tokio::spawn(async move {
+            let answered = match records.is_empty() {
+                true => Vec::new(),
+                false => answer_records(dns, records).await,
+            };
             let copied = tokio::task::spawn_blocking(move || copy(&places, files)).await;
             let Ok(copied) = copied else { return };
             if let Some(link) = link {
-                for proof in &copied.proofs {
+                for proof in copied.proofs.iter().chain(&answered) {
                     if let Err(e) = link.has_proof(proof).await {
                         log("master", format!("cluster: {e}"));
                     }
@@ -62,6 +71,48 @@ impl Supervisor {
             }
         });
     }
+}
+
+/// Other members' DNS-01 records (`acme/proofs/dns-01/IDENTIFIER`) answered by this member's
+/// own zone too, or taken from it once deleted: the proofs this member can say it has — all
+/// of them when it answers no zone (the CA's resolver never asks it), none when its server
+/// could not start.
+async fn answer_records(
+    dns: Option<impl std::future::Future<Output = super::acme_dns::DnsStarted>>,
+    records: Vec<SharedFile>,
+) -> Vec<String> {
+    let publisher = match dns {
+        Some(started) => match started.await {
+            Ok(publisher) => Some(publisher),
+            Err(_) => return Vec::new(),
+        },
+        None => None,
+    };
+    let mut answered = Vec::new();
+    for record in records {
+        let proof = record.path.trim_start_matches("acme/proofs/");
+        let Some(identifier) = acme_fleet::dns_proof_identifier(proof) else {
+            log(
+                "master",
+                format!("cluster: the fleet's DNS-01 record {proof:?} names no host; left out"),
+            );
+            continue;
+        };
+        let value = record.value.as_deref().map(String::from_utf8_lossy);
+        let mirrored = match &publisher {
+            Some(publisher) => publisher.mirror(identifier, value.as_deref()).await,
+            None => Ok(false),
+        };
+        match mirrored {
+            Ok(_) if value.is_some() => answered.push(proof.to_string()),
+            Ok(_) => {}
+            Err(e) => log(
+                "master",
+                format!("acme: {identifier}: the fleet's DNS-01 record is not answered here: {e}"),
+            ),
+        }
+    }
+    answered
 }
 
 /// Whether `name` from etcd can be a file's name in the store: nothing that leaves it, no
