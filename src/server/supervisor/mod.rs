@@ -143,6 +143,8 @@ struct Supervisor {
     /// When the last tick ran: a gap far longer than the tick's period means the master
     /// itself was paused (SIGSTOP, a VM freeze), not its workers.
     last_tick: Instant,
+    /// When the heap's free memory goes back to the kernel: a while after the last change.
+    trim_at: Option<Instant>,
     /// Proxied pools whose front workers have not all been told their app processes yet.
     upstreams_unsent: Vec<usize>,
     /// The admin page's CPU loads and request history.
@@ -476,6 +478,7 @@ impl Supervisor {
             self.publish_upstreams(pool);
         }
         self.retire_when_replaced();
+        self.trim_when_settled(now);
         self.answer_config_calls_served(now);
         self.forget_upgraded_master();
         self.scan_certificate_store();

@@ -110,6 +110,7 @@ impl Supervisor {
             handed_to_master: None,
             last_second_of_day: os::process::local_second_of_day(),
             last_tick: Instant::now(),
+            trim_at: None,
             upstream_checks: Default::default(),
             acme: Default::default(),
             on_demand: Default::default(),
