@@ -108,7 +108,7 @@ fn no_production_file_is_over_600_lines() {
 fn http1_text_is_parsed_by_the_http1_codecs_alone() {
     const CODECS: [&str; 6] = [
         "src/http/mod.rs",
-        "src/proxy/forward.rs",
+        "src/proxy/answer.rs",
         "src/proxy/fastcgi.rs",
         "src/server/admin/client.rs",
         "src/server/upstream_probe.rs",

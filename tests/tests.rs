@@ -54,6 +54,7 @@ mod operations;
 mod pool_limits;
 mod pools;
 mod proxy_protocol;
+mod response_cache;
 mod robustness;
 mod scale;
 mod serve;

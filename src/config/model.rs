@@ -272,6 +272,9 @@ pub struct AppCommand {
     /// `proxy::spool`); `None`: streamed as the client takes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer: Option<Buffering>,
+    /// Its cacheable answers kept (`cache_responses`; see `proxy::cache`); `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_responses: Option<super::upstream::ResponseCache>,
 }
 
 /// Per-connection protocol limits (`[server.limits]`).

@@ -50,6 +50,7 @@ pub struct RawUpstream {
     pub protocol: Option<String>,
     pub pass_underscored_fields: Option<bool>,
     pub buffer: Option<toml::Value>,
+    pub cache_responses: Option<toml::Value>,
 }
 
 /// `[server.acme]`: certificates ordered from an ACME directory into the store.
@@ -236,6 +237,7 @@ pub struct RawPool {
     pub protocol: Option<String>,
     pub pass_underscored_fields: Option<bool>,
     pub buffer: Option<toml::Value>,
+    pub cache_responses: Option<toml::Value>,
     pub max_requests_per_process: Option<i64>,
     pub queue_length: Option<i64>,
     pub queue_timeout: Option<Scalar>,

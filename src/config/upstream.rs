@@ -39,6 +39,21 @@ pub const DEFAULT_BUFFERING: Buffering = Buffering {
     disk: 1 << 30,
 };
 
+/// `cache_responses`: an app's or a server's answers kept in memory and given again while
+/// HTTP caching says they are fresh (see `proxy::cache`): at most `size` bytes in all, per
+/// worker process, and no answer over `entry` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResponseCache {
+    pub size: u64,
+    pub entry: u64,
+}
+
+/// `cache_responses = true`: 64 MiB per worker process, answers of up to 1 MiB.
+pub const DEFAULT_RESPONSE_CACHE: ResponseCache = ResponseCache {
+    size: 64 << 20,
+    entry: 1 << 20,
+};
+
 /// One `[[upstream]]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UpstreamSpec {
@@ -77,6 +92,9 @@ pub struct UpstreamSpec {
     /// Its servers' answers read at their speed (`buffer`); `None`: streamed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer: Option<Buffering>,
+    /// Its servers' cacheable answers kept (`cache_responses`); `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_responses: Option<ResponseCache>,
 }
 
 /// The HTTP an app or a server is spoken to in (`protocol`): HTTP/1.1, one request per
@@ -133,6 +151,7 @@ impl UpstreamSpec {
             protocol: Protocol::Http1,
             pass_underscored_fields: false,
             buffer: None,
+            cache_responses: None,
         }
     }
 }

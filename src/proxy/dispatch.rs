@@ -55,6 +55,7 @@ impl Dispatch {
                 forwarded.choose = route.choose(req);
                 // Only a server spoken to in HTTP/2 has a use for it (see `Self::streams`).
                 forwarded.trailers = route.settings().http2 && super::request::takes_trailers(req);
+                forwarded.cache = super::cached::request_of(&route, req, lent);
                 Dispatch::Http(route, forwarded)
             }
             ProxyTarget::FastCgi(route, script) => {

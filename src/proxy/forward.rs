@@ -21,17 +21,16 @@
 //! closed as it was reused, or a process that died. Anything else that fails after being
 //! sent is answered 502, never repeated.
 
-use super::encode;
-use super::head::{client_framing, Head, Then, ToClient};
+use super::answer::{answer_head, Relay};
+use super::cached;
+use super::head::{Then, ToClient};
 use super::relay::{tunnel, BodyFraming};
-use super::request::{connection_tokens, ForwardRequest};
+use super::request::ForwardRequest;
 use super::request_body::{client_gone, send_body, send_taken_body, take_buffered};
 use super::route::ProxyRoute;
 use super::spool::{self, Filling, Spool};
 use super::upstream::Conn;
-use super::wire::{
-    kept_fields, send_continue, to_client, write_timeout, BodyKind, Fail, Instead, OwnAnswers,
-};
+use super::wire::{send_continue, to_client, write_timeout, BodyKind, Fail, OwnAnswers};
 use super::Endpoint;
 pub(super) use crate::http::service::{LentConnection, Outcome};
 use std::time::Duration;
@@ -89,6 +88,12 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
+    // A fresh answer kept by the route's response cache: no app is asked.
+    if req.cache.is_some() {
+        if let Some(outcome) = cached::answer(stream, &req, route, &own, body_timeout).await {
+            return outcome;
+        }
+    }
     let bounds = (max_body, max_framing);
     // Where answers are buffered, so is the body: read whole before an app is asked.
     let taken = match take_buffered(stream, rbuf, &mut req, route, bounds, body_timeout).await {
@@ -119,160 +124,33 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     } = asked;
     // On the site's page for an app's error, the app's body is left unread: its connection
     // is dropped, not pooled.
-    let (out, relay) = match answer_head(&ubuf[..head_len], &endpoint, &req, route, &own) {
+    let head = (&ubuf[..head_len], true);
+    let (mut out, mut relay) = match answer_head(head, &endpoint, &req, route, &own) {
         Ok(head) => head,
         Err(instead) => return own.instead(stream, route, instead).await,
     };
-    let answered = Answered {
+    let mut answered = Answered {
         endpoint,
         conn,
         ubuf,
         head_len,
         slot,
     };
+    // An answer the route's cache may keep is read whole first (within its entry bound):
+    // kept, then sent from memory; a longer one goes on as any.
+    if let Some(keeping) = relay.keep.take() {
+        let (conn, ubuf) = (&mut answered.conn, &mut answered.ubuf);
+        let timeout = route.settings().response_timeout;
+        if cached::read_whole(conn, ubuf, (head_len, relay.kind), route, timeout).await {
+            let to = (stream, body_timeout);
+            let outcome = answered.keep_and_send(keeping, (out, relay), to, &req, route, &own);
+            return outcome.await;
+        }
+    }
+    cached::mark(&mut out, &req, false);
     answered
         .relay(out, relay, stream, rbuf, &req, route, &own, body_timeout)
         .await
-}
-
-/// The app's response head `head` parsed, and the client's head made from it with how the
-/// body is to be relayed. A function of its own, not a part of [`forward`]: the parser's
-/// field array (3 KiB) lives on this stack frame, not in the forwarding future that is
-/// moved into its box on every lent request.
-pub(super) fn answer_head(
-    head: &[u8],
-    endpoint: &Endpoint,
-    req: &ForwardRequest,
-    route: &ProxyRoute,
-    own: &OwnAnswers<'_>,
-) -> Result<(Vec<u8>, Relay), Instead> {
-    let mut fields = [httparse::EMPTY_HEADER; 100];
-    let mut resp = httparse::Response::new(&mut fields);
-    let answer = match resp.parse(head) {
-        Ok(httparse::Status::Complete(_)) => answer_of(&resp, req),
-        _ => Err("answered a response head that does not parse"),
-    }
-    .map_err(|cause| Instead::Fail(Fail::app(502, endpoint, cause)))?;
-    own.report.status.set(answer.status);
-    if own.replaces(answer.status) {
-        let kept = kept_fields(resp.headers.iter().map(|h| (h.name, h.value)));
-        return Err(Instead::Page(answer.status, kept));
-    }
-    let sticky_line = route.sticky_line(endpoint, &req.choose);
-    let (out, mut relay) =
-        client_head(&answer, resp.headers, req, own, sticky_line).map_err(Instead::Status)?;
-    // Looked for only where answers are buffered: a site without costs nothing.
-    relay.streams = route.settings().buffer.is_some()
-        && spool::streams(resp.headers.iter().map(|h| (h.name, h.value)));
-    Ok((out, relay))
-}
-
-/// What an app's response head says, as forwarding needs it.
-struct Answer<'h> {
-    status: u16,
-    reason: &'h str,
-    /// The tokens of its `Connection` fields.
-    listed: Vec<&'h str>,
-    kind: BodyKind,
-    /// The app closes its connection after this answer.
-    upstream_closes: bool,
-    /// A `101` to a request that asked for an upgrade: the connection becomes a tunnel.
-    switching: bool,
-}
-
-/// What the parsed head `resp` says for `req`, or why it cannot be relayed.
-fn answer_of<'h>(
-    resp: &httparse::Response<'_, 'h>,
-    req: &ForwardRequest,
-) -> Result<Answer<'h>, &'static str> {
-    let status = resp.code.unwrap_or(502);
-    if !(100..=599).contains(&status) {
-        return Err("answered a status outside 100–599");
-    }
-    let listed = connection_tokens(resp.headers.iter().map(|h| (h.name, h.value)));
-    let upstream_closes =
-        listed.iter().any(|t| t.eq_ignore_ascii_case("close")) || resp.version == Some(0);
-    let Some(kind) = body_kind(status, req.head_only, resp.headers) else {
-        return Err("answered with a framing that cannot be relayed (Content-Length and Transfer-Encoding disagree or are malformed)");
-    };
-    if status == 101 && !req.upgrade {
-        return Err("switched protocols (101) on a request that asked for no upgrade");
-    }
-    Ok(Answer {
-        status,
-        listed,
-        reason: resp.reason.unwrap_or(""),
-        kind,
-        upstream_closes,
-        switching: status == 101,
-    })
-}
-
-/// How the body is relayed once the client's head is written.
-pub(super) struct Relay {
-    kind: BodyKind,
-    upstream_closes: bool,
-    to_client: ToClient,
-    then: Then,
-    /// Its encoder, when it is compressed.
-    encoder: Option<crate::compress::Stream>,
-    /// It streams by nature and is never buffered (see [`spool::streams`]).
-    streams: bool,
-}
-
-/// The client's head for `answer` (with the app's `fields`), through the response steps
-/// ([`Head`]), and how its body is to be relayed; `Err` with the status to answer instead.
-fn client_head(
-    answer: &Answer<'_>,
-    fields: &[httparse::Header<'_>],
-    req: &ForwardRequest,
-    own: &OwnAnswers<'_>,
-    sticky_line: Option<String>,
-) -> Result<(Vec<u8>, Relay), u16> {
-    let plan = encode::plan(
-        req.compress,
-        answer.status,
-        req.head_only,
-        fields.iter().map(|h| (h.name, h.value)),
-    );
-    // The encoder is made with the plan, not after the head is sent: it is what counts
-    // toward the thread's bound on answers being compressed (see `encode::MAX_COMPRESSING`).
-    let encoder = match plan {
-        encode::Plan::Compress(c) if answer.kind != BodyKind::None => {
-            Some(crate::compress::Stream::new(c).map_err(|_| 500u16)?)
-        }
-        _ => None,
-    };
-    let (to_client, then) = client_framing(
-        (answer.kind, answer.switching),
-        req,
-        fields,
-        encoder.is_some(),
-    );
-    let head = Head {
-        status: answer.status,
-        reason: answer.reason,
-        client_minor: req.client_minor,
-        plan,
-        compressing: encoder.is_some(),
-        to_client,
-        then,
-        listed: Some(&answer.listed),
-    };
-    let mut out = head.for_client(fields, own);
-    if let Some(line) = sticky_line {
-        // Before the blank line that ends the head.
-        out.splice(out.len() - 2..out.len() - 2, line.into_bytes());
-    }
-    let relay = Relay {
-        kind: answer.kind,
-        upstream_closes: answer.upstream_closes,
-        to_client: head.to_client,
-        then,
-        encoder,
-        streams: false,
-    };
-    Ok((out, relay))
 }
 
 /// An app's answer whose head was read, its client's head written.
@@ -286,6 +164,38 @@ struct Answered {
 }
 
 impl Answered {
+    /// Keeps the whole answer read (`ubuf`) in the route's response cache, its connection
+    /// pooled, and sends it from memory.
+    async fn keep_and_send<C: AsyncRead + AsyncWrite + Unpin>(
+        self,
+        keeping: (super::cache::Keep, super::cache::Validators),
+        (mut out, relay): (Vec<u8>, Relay),
+        (stream, body_timeout): (&mut C, Duration),
+        req: &ForwardRequest,
+        route: &ProxyRoute,
+        own: &OwnAnswers<'_>,
+    ) -> Outcome {
+        let Answered {
+            endpoint,
+            conn,
+            ubuf,
+            head_len,
+            slot,
+        } = self;
+        if !relay.upstream_closes {
+            route.pool.put(&endpoint, conn);
+        }
+        drop(slot);
+        // Kept as long as it is, not as the reads' buffer grew (a 2 KiB answer in 64 KiB).
+        let mut ubuf = ubuf;
+        ubuf.shrink_to_fit();
+        let raw = bytes::Bytes::from(ubuf);
+        let body = raw.slice(head_len..);
+        cached::keep(route, req, (raw, head_len, endpoint), keeping);
+        cached::mark(&mut out, req, true);
+        cached::send(stream, (out, body), relay, req, own, body_timeout).await
+    }
+
     /// Sends the client's head `out` and relays the body (or the tunnel): the outcome of the
     /// client's connection. The app's connection goes back to its pool when the answer ended
     /// cleanly and the app keeps it.
@@ -551,44 +461,3 @@ fn head_end(buf: &[u8]) -> Option<usize> {
     }
     None
 }
-
-/// How the app's response is framed (RFC 9112 §6.3); `None` when it cannot be told.
-fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> Option<BodyKind> {
-    if head_only || (100..200).contains(&status) || status == 204 || status == 304 {
-        return Some(BodyKind::None);
-    }
-    let mut length: Option<u64> = None;
-    let mut chunked = false;
-    let mut encodings = 0;
-    for f in fields {
-        if f.name.eq_ignore_ascii_case("transfer-encoding") {
-            // Two lines are refused (502), as the request parser refuses them: read one way
-            // here and another by the next hop, they would frame the body differently.
-            encodings += 1;
-            if encodings > 1 {
-                return None;
-            }
-            let v = std::str::from_utf8(f.value).ok()?;
-            chunked = v
-                .rsplit(',')
-                .next()
-                .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
-        } else if f.name.eq_ignore_ascii_case("content-length") {
-            let n: u64 = std::str::from_utf8(f.value).ok()?.trim().parse().ok()?;
-            if length.is_some_and(|l| l != n) {
-                return None;
-            }
-            length = Some(n);
-        }
-    }
-    Some(match (chunked, length) {
-        // An encoding that does not end in chunked: the body runs to the close.
-        _ if encodings == 1 && !chunked => BodyKind::UntilClose,
-        (true, _) => BodyKind::Chunked,
-        (false, Some(n)) => BodyKind::Length(n),
-        (false, None) => BodyKind::UntilClose,
-    })
-}
-
-#[cfg(test)]
-mod tests;

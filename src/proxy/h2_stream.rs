@@ -7,7 +7,7 @@
 //! (`TE: trailers`, which every gRPC client sends); other requests go by the HTTP/1.1
 //! forwarder over [`super::h2_exchange`]. The request's head is the forwarder's own
 //! ([`super::request`]), its answer's head goes through the same response steps
-//! ([`super::forward::answer_head`]: the site's field edits, error pages, sticky cookie), and
+//! ([`super::answer::answer_head`]: the site's field edits, error pages, sticky cookie), and
 //! a failure is answered and logged by the one place ([`OwnAnswers`]). Not compressed here:
 //! a gRPC message is framed, and compressed if at all, by gRPC itself.
 //!
@@ -15,7 +15,7 @@
 //! engine lent the stream, see `crate::http::h2::LentStream`) or choosing the server
 //! ([`super::route`]).
 
-use super::forward::answer_head;
+use super::answer::answer_head;
 use super::h2_exchange::{head_of_response, request_of_head};
 use super::request::ForwardRequest;
 use super::route::ProxyRoute;
@@ -145,7 +145,7 @@ async fn answer(
     let ended = recv.is_end_stream() || req.head_only;
     let (head, _) = head_of_response(&parts, ended, req.head_only);
     route.answered(endpoint, own.report, asked, &head);
-    let (out, _) = answer_head(&head, endpoint, req, route, own)?;
+    let (out, _) = answer_head((&head, true), endpoint, req, route, own)?;
     if reply.head(out, ended).is_none() || ended {
         return Ok(());
     }

@@ -34,6 +34,8 @@ pub struct ForwardRequest {
     /// The client takes trailer fields (`TE: trailers`, as every gRPC client says); looked at
     /// only for a server spoken to in HTTP/2 (see [`takes_trailers`]).
     pub(super) trailers: bool,
+    /// What the route's response cache makes of it (`None`: nothing, or no cache).
+    pub(super) cache: Option<super::cache::CacheRequest>,
 }
 
 /// The most fields [`ForwardRequest::new`] adds to a client's own (`Host`, the three
@@ -247,6 +249,7 @@ impl ForwardRequest {
             compress: None,
             choose: Default::default(),
             trailers: false,
+            cache: None,
         }
     }
 }

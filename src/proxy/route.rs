@@ -54,6 +54,9 @@ pub struct ProxySettings {
     /// Answers read at the app's speed (`buffer`; see [`super::spool`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buffer: Option<crate::config::Buffering>,
+    /// Cacheable answers kept (`cache_responses`; see [`super::cache`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::config::upstream::ResponseCache>,
 }
 
 /// The tiers of a front worker, replaced by its main thread when the master sends new ones
@@ -122,6 +125,8 @@ pub struct ProxyRoute {
     source: Source,
     /// Requests of this thread at its servers now, within their share.
     share: super::share::Share,
+    /// Its kept answers (`cache_responses`), shared by the process's threads.
+    pub(super) cache: Option<std::sync::Arc<super::cache::Store>>,
 }
 
 /// Where a route's servers come from.
@@ -162,6 +167,7 @@ impl ProxyRoute {
             remote: Cell::new(0),
             failures: Cell::new(0),
             share: Default::default(),
+            cache: None,
             source: Source::Pool(Processes {
                 shared,
                 seen: RefCell::new((u64::MAX, Arc::default(), Arc::default())),
@@ -169,6 +175,13 @@ impl ProxyRoute {
                 silent: RefCell::new(Vec::new()),
             }),
         }
+    }
+
+    /// This route keeping its cacheable answers (`cache_responses`) in the process's store
+    /// named `name` (`pool:NAME`, `upstream:NAME`), when its settings say so.
+    pub fn keeping_answers(mut self, name: &str) -> Self {
+        self.cache = (self.settings.cache).map(|bounds| super::cache::store(name, bounds));
+        self
     }
 
     /// A thread's way to an upstream group.
@@ -184,6 +197,7 @@ impl ProxyRoute {
             backpressure: None,
             pass_underscored_fields: spec.pass_underscored_fields,
             buffer: spec.buffer,
+            cache: spec.cache_responses,
         };
         ProxyRoute {
             settings,
@@ -191,6 +205,7 @@ impl ProxyRoute {
             remote: Cell::new(0),
             failures: Cell::new(0),
             share: Default::default(),
+            cache: None,
             source: Source::Group(group),
         }
     }

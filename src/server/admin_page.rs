@@ -79,6 +79,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
                     steered: 0,
                     queue: Default::default(),
                     ticket_keys: 0,
+                    cache: Default::default(),
                     meters: Vec::new(),
                 })
                 .collect(),

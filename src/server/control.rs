@@ -74,6 +74,8 @@ pub struct Figures {
     pub queue: crate::proxy::queue::QueueFigures,
     /// How many sets of session ticket keys it took (the one it started with counts).
     pub ticket_keys: u64,
+    /// Its response caches' figures (`cache_responses`).
+    pub cache: crate::proxy::cache::Counts,
 }
 
 impl Message {
@@ -85,9 +87,9 @@ impl Message {
             // A newline inside would end the message early.
             Message::Error(why) => format!("error {}\n", why.replace('\n', " ")),
             Message::Pong(f) => {
-                let q = &f.queue;
+                let (q, c) = (&f.queue, &f.cache);
                 format!(
-                    "pong {} {} {} {} {} {} {} {} {} {} {}\n",
+                    "pong {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
                     f.requests,
                     f.panics,
                     f.remote,
@@ -98,7 +100,13 @@ impl Message {
                     q.queued_total,
                     q.rejected_total,
                     q.wait_micros_total,
-                    f.ticket_keys
+                    f.ticket_keys,
+                    c.hits,
+                    c.misses,
+                    c.stored,
+                    c.evicted,
+                    c.bytes,
+                    c.entries
                 )
             }
             Message::Stuck(threads) => format!("stuck {threads}\n"),
@@ -149,6 +157,14 @@ impl Message {
                         wait_micros_total: n.next().unwrap_or(0),
                     },
                     ticket_keys: n.next().unwrap_or(0),
+                    cache: crate::proxy::cache::Counts {
+                        hits: n.next().unwrap_or(0),
+                        misses: n.next().unwrap_or(0),
+                        stored: n.next().unwrap_or(0),
+                        evicted: n.next().unwrap_or(0),
+                        bytes: n.next().unwrap_or(0),
+                        entries: n.next().unwrap_or(0),
+                    },
                 })
             }
             "stuck" => Message::Stuck(rest.to_string()),
@@ -201,6 +217,14 @@ mod tests {
                     wait_micros_total: 123_456,
                 },
                 ticket_keys: 3,
+                cache: crate::proxy::cache::Counts {
+                    hits: 9,
+                    misses: 8,
+                    stored: 7,
+                    evicted: 6,
+                    bytes: 5,
+                    entries: 4,
+                },
             }),
             Message::Stuck("cpu0,cpu3".into()),
             Message::Unresponsive("http://127.0.0.1:4000".into()),

@@ -353,6 +353,9 @@ pub struct WorkerStatus {
     /// and each rotation's since; 0 for an app process).
     #[serde(default)]
     pub ticket_keys: u64,
+    /// Its response caches' figures (`cache_responses`; none without).
+    #[serde(default, skip_serializing_if = "crate::proxy::cache::Counts::is_zero")]
+    pub cache: crate::proxy::cache::Counts,
     /// Its sites' figures (`metrics = true`; see [`super::meters`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub meters: Vec<super::meters::SiteMeters>,
@@ -415,6 +418,36 @@ const WORKER_METRICS: &[WorkerMetric] = &[
         "counter",
         "time requests spent waiting in the queue, together (divide by queued_total for the mean)",
         |w| w.queue.wait_micros_total,
+    ),
+    (
+        "espalier_worker_cache_hits_total",
+        "counter",
+        "answers given from the worker's response caches (cache_responses)",
+        |w| w.cache.hits,
+    ),
+    (
+        "espalier_worker_cache_misses_total",
+        "counter",
+        "requests its response caches held no fresh answer for (the app was asked)",
+        |w| w.cache.misses,
+    ),
+    (
+        "espalier_worker_cache_stored_total",
+        "counter",
+        "answers its response caches kept",
+        |w| w.cache.stored,
+    ),
+    (
+        "espalier_worker_cache_evicted_total",
+        "counter",
+        "answers its response caches put out for room, least recently used first",
+        |w| w.cache.evicted,
+    ),
+    (
+        "espalier_worker_cache_bytes",
+        "gauge",
+        "bytes its response caches hold now",
+        |w| w.cache.bytes,
     ),
     (
         "espalier_worker_resident_bytes",

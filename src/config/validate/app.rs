@@ -47,6 +47,7 @@ impl Validator {
                     raw.pass_underscored_fields.is_some(),
                 ),
                 ("buffer", raw.buffer.is_some()),
+                ("cache_responses", raw.cache_responses.is_some()),
             ];
             for (key, set) in stray {
                 if set {
@@ -147,6 +148,7 @@ impl Validator {
                 raw.pass_underscored_fields.is_some(),
             ),
             ("buffer", raw.buffer.is_some()),
+            ("cache_responses", raw.cache_responses.is_some()),
         ];
         if transport == Transport::Activation {
             for (key, set) in proxy_keys {
@@ -196,6 +198,7 @@ impl Validator {
         let protocol = self.app_protocol(i, raw, transport, &health, &warmup);
         let backpressure = self.backpressure(i, raw);
         let buffer = self.app_buffering(i, raw, (transport, protocol), backpressure);
+        let cache_responses = self.app_response_cache(i, raw, (transport, protocol));
         let isolation = raw.isolation.take().and_then(|r| self.isolation(i, r));
         // Without a network, the front reaches the app by its socket or inherited listeners
         // alone: a loopback port in its own namespace is nobody's to reach.
@@ -214,6 +217,7 @@ impl Validator {
             pass_underscored_fields: raw.pass_underscored_fields.take().unwrap_or(false),
             backpressure,
             buffer,
+            cache_responses,
             command,
             directory,
             environment,

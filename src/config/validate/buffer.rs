@@ -1,7 +1,8 @@
 //! Validation of `buffer` on a pool's app and on an `[[upstream]]` group: `true`, `false` or
-//! `{ response = SIZE, request = SIZE, disk = SIZE }`.
+//! `{ response = SIZE, request = SIZE, disk = SIZE }`; and of `cache_responses` there:
+//! `true`, `false` or `{ size = SIZE, entry = SIZE }`.
 //!
-//! Owns: that key's forms and bounds. Must not touch: where it may be written (the pool's
+//! Owns: those keys' forms and bounds. Must not touch: where it may be written (the pool's
 //! and the group's validators refuse it where their forwarder cannot buffer) or its default
 //! (a sync pool's, decided in [`super::app`]).
 
@@ -9,6 +10,7 @@ use super::super::locate::Seg;
 use super::super::model::{Backpressure, Buffering, Transport, DEFAULT_BUFFERING};
 use super::super::raw::{RawPool, Scalar};
 use super::super::upstream::Protocol;
+use super::super::upstream::{ResponseCache, DEFAULT_RESPONSE_CACHE};
 use super::Validator;
 
 /// The least memory an answer or a request body may be held in: one read.
@@ -100,5 +102,82 @@ impl Validator {
         let sync = backpressure.is_some_and(|b| b.max_requests_per_process == 1);
         let default = (can && (sync || fastcgi)).then_some(DEFAULT_BUFFERING);
         self.buffering(&at, written, default)
+    }
+}
+
+impl Validator {
+    /// `cache_responses` at `at` as written, for answers spoken in `protocol` (`None`:
+    /// unwritten, off, or refused). Answers over HTTP/2 are streams (gRPC's), never kept.
+    pub(super) fn response_cache(
+        &mut self,
+        at: &[Seg],
+        written: Option<toml::Value>,
+        protocol: Protocol,
+    ) -> Option<ResponseCache> {
+        let form = "write cache_responses = true, or cache_responses = { size = \"64MiB\", entry = \"1MiB\" }";
+        let table = match written? {
+            _ if protocol == Protocol::Http2 => {
+                self.err(at, "answers spoken in HTTP/2 (protocol = \"http2\") are streams, gRPC's among them, and are not kept; remove it");
+                return None;
+            }
+            toml::Value::Boolean(on) => return on.then_some(DEFAULT_RESPONSE_CACHE),
+            toml::Value::Table(t) => t,
+            other => {
+                self.err(at, format!("{other} is not a response cache; {form}"));
+                return None;
+            }
+        };
+        let mut cache = DEFAULT_RESPONSE_CACHE;
+        for (key, value) in table {
+            let mut key_at = at.to_vec();
+            key_at.push(Seg::Key(match key.as_str() {
+                "size" => "size",
+                "entry" => "entry",
+                _ => {
+                    self.err(
+                        at,
+                        format!("`{key}` is not a key of cache_responses (size, entry); {form}"),
+                    );
+                    continue;
+                }
+            }));
+            let scalar = match value {
+                toml::Value::Integer(n) => Scalar::Int(n),
+                toml::Value::String(s) => Scalar::Text(s),
+                other => Scalar::Text(other.to_string()),
+            };
+            let bound = self.size(&key_at, Some(scalar), 0);
+            if bound < MIN_MEMORY {
+                self.err(&key_at, format!("{bound} bytes cannot hold an answer; write 4KiB or more (cache_responses = false turns it off)"));
+            }
+            match key.as_str() {
+                "size" => cache.size = bound,
+                _ => cache.entry = bound,
+            }
+        }
+        if cache.entry > cache.size {
+            self.err(at, format!("its entry ({} bytes) is larger than its size ({} bytes), so such an answer could never be kept; make size the larger", cache.entry, cache.size));
+        }
+        Some(cache)
+    }
+
+    /// A pool's `cache_responses`: only where espalier forwards the app's HTTP/1.1 answers
+    /// (not FastCGI's yet, nor an activated app's, whose refusal says it).
+    pub(super) fn app_response_cache(
+        &mut self,
+        i: usize,
+        raw: &mut RawPool,
+        (transport, protocol): (Transport, Protocol),
+    ) -> Option<ResponseCache> {
+        let at = [Seg::Key("pool"), Seg::Index(i), Seg::Key("cache_responses")];
+        let written = raw.cache_responses.take();
+        if written.is_some() && transport == Transport::FastCgi {
+            self.err(&at, "keeps the answers of apps spoken to over HTTP (transport = \"proxy\"), not yet FastCGI's; remove it");
+            return None;
+        }
+        if transport != Transport::Proxy {
+            return None;
+        }
+        self.response_cache(&at, written, protocol)
     }
 }

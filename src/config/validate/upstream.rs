@@ -100,6 +100,8 @@ impl Validator {
             Protocol::Http2 => None,
             Protocol::Http1 => self.buffering(&at("buffer"), ru.buffer, None),
         };
+        let cache_responses =
+            self.response_cache(&at("cache_responses"), ru.cache_responses, protocol);
         let resolve = ru.resolve.map(|r| {
             let every = self.nonzero_duration(&at("resolve"), Some(r), Duration::from_secs(30));
             if !servers.is_empty() && !servers.iter().any(ServerSpec::is_host_name) {
@@ -138,6 +140,7 @@ impl Validator {
             protocol,
             pass_underscored_fields: ru.pass_underscored_fields.unwrap_or(false),
             buffer,
+            cache_responses,
         }
     }
 

@@ -53,6 +53,7 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
                 steered: 0,
                 queue: Default::default(),
                 ticket_keys: 2,
+                cache: Default::default(),
                 meters: Vec::new(),
             }],
             ..Default::default()

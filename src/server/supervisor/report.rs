@@ -227,6 +227,7 @@ impl Supervisor {
                         accepted: cur.map_or(0, |c| c.figures.accepted),
                         steered: cur.map_or(0, |c| c.figures.steered),
                         queue: cur.map_or_else(Default::default, |c| c.figures.queue),
+                        cache: cur.map_or_else(Default::default, |c| c.figures.cache),
                         ticket_keys: cur.map_or(0, |c| c.figures.ticket_keys),
                         meters: cur.map_or_else(Vec::new, |c| c.meters.clone()),
                     }

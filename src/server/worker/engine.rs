@@ -214,13 +214,16 @@ fn thread_env(
         app: spec
             .proxy
             .clone()
-            .map(|settings| Rc::new(ProxyRoute::new(settings, tiers))),
+            .map(|settings| ProxyRoute::new(settings, tiers))
+            .map(|route| Rc::new(route.keeping_answers(&format!("pool:{}", spec.pool)))),
         // Each thread draws its own servers: seeded apart by CPU and process.
         upstreams: (shared.upstreams.iter())
             .map(|h| {
                 let seed = (u64::from(std::process::id()) << 32) | u64::from(thread.cpu);
                 let group = GroupSource::new(Arc::clone(h), thread.node, seed);
-                (h.spec.name.clone(), Rc::new(ProxyRoute::to_group(group)))
+                let route = ProxyRoute::to_group(group);
+                let cache = format!("upstream:{}", h.spec.name);
+                (h.spec.name.clone(), Rc::new(route.keeping_answers(&cache)))
             })
             .collect(),
         verifiers: Default::default(),

@@ -1,0 +1,137 @@
+use super::*;
+
+fn asked(key: &str, fields: &[(&str, &str)]) -> CacheRequest {
+    CacheRequest {
+        key: key.to_string(),
+        use_: Use::Read,
+        fields: (fields.iter())
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .collect(),
+    }
+}
+
+fn kept(fields: &[(&'static str, &'static str)]) -> Option<Keep> {
+    let now = httpdate::parse_http_date("Sun, 29 Nov 2026 10:00:00 GMT").unwrap();
+    keep(200, fields.iter().map(|(n, v)| (*n, v.as_bytes())), now)
+}
+
+fn answer(body: &str, keep: Keep) -> Stored {
+    let raw = Bytes::from(format!("HTTP/1.1 200 OK\r\n\r\n{body}"));
+    let endpoint = crate::proxy::Endpoint::Tcp("127.0.0.1:1".parse().unwrap());
+    Stored::new(raw, 19, endpoint, keep, (Some(b"\"v1\"".to_vec()), None))
+}
+
+#[test]
+fn an_answer_is_kept_as_long_as_it_says_and_never_when_it_forbids_it() {
+    let secs = |s| Some(Duration::from_secs(s));
+    let life = |k: Option<Keep>| k.map(|k| k.lifetime);
+    assert_eq!(
+        life(kept(&[("Cache-Control", "public, max-age=60")])),
+        secs(60)
+    );
+    assert_eq!(
+        life(kept(&[("Cache-Control", "max-age=60, s-maxage=5")])),
+        secs(5)
+    );
+    assert_eq!(life(kept(&[("Cache-Control", "max-age=\"30\"")])), secs(30));
+    let expires = [
+        ("Date", "Sun, 29 Nov 2026 10:00:00 GMT"),
+        ("Expires", "Sun, 29 Nov 2026 10:02:00 GMT"),
+    ];
+    assert_eq!(life(kept(&expires)), secs(120));
+    // Not kept: no lifetime, a zero one, one spent by its age, and what forbids it.
+    for fields in [
+        &[][..],
+        &[("Cache-Control", "max-age=0")],
+        &[("Cache-Control", "max-age=10"), ("Age", "10")],
+        &[("Cache-Control", "max-age=60, private")],
+        &[("Cache-Control", "no-store, max-age=60")],
+        &[("Cache-Control", "no-cache, max-age=60")],
+        &[("Cache-Control", "max-age=60"), ("Set-Cookie", "a=1")],
+        &[("Cache-Control", "max-age=60"), ("Vary", "*")],
+        &[("Expires", "0")],
+    ] {
+        assert_eq!(kept(fields), None, "{fields:?}");
+    }
+    // A status that may not be kept.
+    let fields = [("Cache-Control", "max-age=60")];
+    let now = SystemTime::now();
+    assert!(keep(500, fields.iter().map(|(n, v)| (*n, v.as_bytes())), now).is_none());
+    assert!(keep(404, fields.iter().map(|(n, v)| (*n, v.as_bytes())), now).is_some());
+    let vary = kept(&[
+        ("Cache-Control", "max-age=1"),
+        ("Vary", "Accept-Encoding, accept-encoding"),
+    ]);
+    assert_eq!(vary.unwrap().vary, ["accept-encoding"]);
+}
+
+#[test]
+fn a_variant_answers_the_values_it_was_stored_for() {
+    let store = Store::new(ResponseCache {
+        size: 1 << 20,
+        entry: 1 << 16,
+    });
+    let keep = kept(&[("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding")]).unwrap();
+    let gzip = asked("http://a/x", &[("accept-encoding", "gzip")]);
+    let plain = asked("http://a/x", &[]);
+    assert!(store.get(&gzip).is_none());
+    store.put(&gzip, answer("zipped", keep.clone()));
+    store.put(&plain, answer("plain", keep));
+    let body = |s: Option<Arc<Stored>>| s.map(|s| s.raw.slice(s.head_len..));
+    assert_eq!(body(store.get(&gzip)).as_deref(), Some(&b"zipped"[..]));
+    assert_eq!(body(store.get(&plain)).as_deref(), Some(&b"plain"[..]));
+    let other = asked("http://a/x", &[("accept-encoding", "br")]);
+    assert!(store.get(&other).is_none());
+    let c = store.counts();
+    assert_eq!((c.hits, c.misses, c.stored, c.entries), (2, 2, 2, 2));
+    // An unsafe method's answer takes the URL's every variant out.
+    store.invalidate(&asked("http://a/x", &[]));
+    assert!(store.get(&gzip).is_none());
+    assert_eq!((store.counts().entries, store.counts().bytes), (0, 0));
+}
+
+#[test]
+fn the_least_recently_used_go_first_and_the_bound_holds_at_a_hundred_thousand_keys() {
+    let keep = kept(&[("Cache-Control", "max-age=60")]).unwrap();
+    let size = 1 << 20;
+    let store = Store::new(ResponseCache { size, entry: 4096 });
+    let key = |k: u32| asked(&format!("http://a/{k}"), &[]);
+    store.put(&key(0), answer("zero", keep.clone()));
+    for k in 1..100_000 {
+        // Key 0 used between every insert: never the least recently used.
+        assert!(store.get(&key(0)).is_some(), "at {k}");
+        store.put(&key(k), answer(&"x".repeat(100), keep.clone()));
+        assert!(store.counts().bytes <= size);
+    }
+    let c = store.counts();
+    assert!(c.evicted > 90_000, "{c:?}");
+    assert!(store.get(&key(99_999)).is_some());
+    assert!(store.get(&key(1)).is_none());
+    // Over the entry bound: not kept.
+    store.put(&key(1), answer(&"y".repeat(5000), keep));
+    assert!(store.get(&key(1)).is_none());
+}
+
+#[test]
+fn a_stale_answer_is_not_given_and_a_conditional_request_is_answered_by_its_validators() {
+    let store = Store::new(ResponseCache {
+        size: 1 << 20,
+        entry: 1 << 16,
+    });
+    let spent = Keep {
+        lifetime: Duration::from_secs(5),
+        age: Duration::from_secs(4),
+        vary: vec![],
+    };
+    let plain = asked("http://a/s", &[]);
+    let mut old = answer("old", spent);
+    old.stored -= Duration::from_secs(2);
+    store.put(&plain, old);
+    assert!(store.get(&plain).is_none());
+    assert_eq!(store.counts().entries, 0);
+    let fresh = answer("new", kept(&[("Cache-Control", "max-age=60")]).unwrap());
+    assert!(fresh.not_modified_for(&asked("http://a/s", &[("if-none-match", "W/\"v1\"")])));
+    assert!(fresh.not_modified_for(&asked("http://a/s", &[("if-none-match", "\"v0\", *")])));
+    assert!(!fresh.not_modified_for(&asked("http://a/s", &[("if-none-match", "\"v0\"")])));
+    assert!(!fresh.not_modified_for(&plain));
+}

@@ -1,0 +1,218 @@
+//! The forwarder's side of `cache_responses` (the rules and the stores are
+//! [`super::cache`]'s): a request answered from a kept answer before any app is asked, and an
+//! answer the app gave that may be kept read to its end first — within the entry bound, at
+//! the app's speed, so that its process is free as with `buffer` — then kept and sent from
+//! memory. Either way the answer goes through the same head and response steps as any of
+//! the app's ([`super::answer::answer_head`]: the site's fields, error pages, compression),
+//! with `Age` and `Cache-Status` (RFC 9211) said.
+//!
+//! Owns: [`answer`] (a hit), [`read_whole`], [`keep`] and [`send`] (an answer from memory),
+//! and the `Cache-Status` line of an answer the app gave ([`mark`]). Must not touch: the
+//! app's connections (the forwarder pools them) or the rules of caching.
+
+use super::answer::{answer_head, Relay};
+use super::cache::{CacheRequest, Keep, Stored, Use, Validators};
+use super::head::{Then, ToClient};
+use super::relay::BodyFraming;
+use super::request::ForwardRequest;
+use super::route::ProxyRoute;
+use super::wire::{to_client, BodyKind, OwnAnswers};
+use super::Endpoint;
+use crate::http::service::Outcome;
+use bytes::Bytes;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+
+/// Answers `req` from its route's store when it holds a fresh answer: `None` when it does
+/// not (the app is asked).
+pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut C,
+    req: &ForwardRequest,
+    route: &ProxyRoute,
+    own: &OwnAnswers<'_>,
+    body_timeout: Duration,
+) -> Option<Outcome> {
+    let (store, asked) = (route.cache.as_ref()?, req.cache.as_ref()?);
+    if asked.use_ != Use::Read {
+        return None;
+    }
+    let stored = store.get(asked)?;
+    let age = stored.age(Instant::now()).as_secs();
+    let lines = format!("Age: {age}\r\nCache-Status: espalier; hit\r\n");
+    let head = &stored.raw[..stored.head_len];
+    // A client's own conditional request: `304`, with the kept answer's validators.
+    let (mut head, body) = if stored.not_modified_for(asked) {
+        (not_modified(head), Bytes::new())
+    } else {
+        (head.to_vec(), stored.raw.slice(stored.head_len..))
+    };
+    let said = |n: &[u8]| n.eq_ignore_ascii_case(b"age") || n.eq_ignore_ascii_case(b"cache-status");
+    crate::features::head::replace_fields(&mut head, 0, said, lines.as_bytes());
+    let (out, relay) = match answer_head((&head, false), &stored.endpoint, req, route, own) {
+        Ok(made) => made,
+        Err(instead) => return Some(own.instead(stream, route, instead).await),
+    };
+    Some(send(stream, (out, body), relay, req, own, body_timeout).await)
+}
+
+/// The fields a `304` carries of the answer it stands for (RFC 9110 §15.4.5).
+const NOT_MODIFIED_FIELDS: [&str; 6] = [
+    "cache-control",
+    "content-location",
+    "date",
+    "etag",
+    "expires",
+    "vary",
+];
+
+/// A `304` head made from the kept answer's `head`: its validators and caching fields.
+fn not_modified(head: &[u8]) -> Vec<u8> {
+    let mut out = b"HTTP/1.1 304 Not Modified\r\n".to_vec();
+    let lines = head.split(|b| *b == b'\n').skip(1);
+    for line in lines {
+        let name = line.split(|b| *b == b':').next().unwrap_or_default();
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        if NOT_MODIFIED_FIELDS.contains(&name.trim()) || name.trim() == "last-modified" {
+            out.extend_from_slice(line);
+            out.push(b'\n');
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Reads the rest of the answer whose head is `ubuf[..head_len]` from `conn` into `ubuf`, up
+/// to the end its framing `kind` says, within the store's entry bound and `timeout` per
+/// read: whether all of it is there now (and nothing after it). `false` leaves what was read
+/// in `ubuf`, for the relay to send on.
+pub(super) async fn read_whole<R: AsyncRead + Unpin>(
+    conn: &mut R,
+    ubuf: &mut Vec<u8>,
+    (head_len, kind): (usize, BodyKind),
+    route: &ProxyRoute,
+    timeout: Duration,
+) -> bool {
+    let Some(store) = route.cache.as_ref() else {
+        return false;
+    };
+    let bound = store.entry_bound() as usize;
+    let mut decoder = crate::http::ChunkedDecoder::with_bounds(bound as u64, 64 << 10);
+    let mut scanned = head_len;
+    loop {
+        let whole = match kind {
+            BodyKind::None => return ubuf.len() == head_len,
+            BodyKind::Length(n) => match (ubuf.len() - head_len) as u64 {
+                got if got == n => return true,
+                got if got > n => return false,
+                _ => false,
+            },
+            BodyKind::Chunked => match decoder.skip(&ubuf[scanned..]) {
+                Ok(d) => {
+                    scanned += d.consumed;
+                    if d.done {
+                        return scanned == ubuf.len();
+                    }
+                    false
+                }
+                Err(_) => return false,
+            },
+            BodyKind::UntilClose => return false,
+        };
+        if whole || ubuf.len() >= bound {
+            return false;
+        }
+        ubuf.reserve((bound - ubuf.len()).min(64 << 10));
+        match tokio::time::timeout(timeout, conn.read_buf(ubuf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Keeps the app's whole answer `raw` (head `head_len` bytes, from `endpoint`) for `req`.
+pub(super) fn keep(
+    route: &ProxyRoute,
+    req: &ForwardRequest,
+    (raw, head_len, endpoint): (Bytes, usize, Endpoint),
+    (keep, validators): (Keep, Validators),
+) {
+    if let (Some(store), Some(asked)) = (&route.cache, &req.cache) {
+        store.put(
+            asked,
+            Stored::new(raw, head_len, endpoint, keep, validators),
+        );
+    }
+}
+
+/// Puts the `Cache-Status` of an answer the app gave (`stored`: kept) into the client's
+/// head `out`, for a request the cache looked at.
+pub(super) fn mark(out: &mut Vec<u8>, req: &ForwardRequest, stored: bool) {
+    let Some(asked) = req.cache.as_ref().filter(|a| a.use_ != Use::Invalidate) else {
+        return;
+    };
+    let at = out.len() - 2;
+    crate::features::head::insert(out, at, asked.status_line(stored).as_bytes());
+}
+
+/// Sends the client's head `out` and the answer's whole `body` from memory, framed and
+/// compressed as `relay` says: the outcome of the client's connection.
+pub(super) async fn send<C: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut C,
+    (out, body): (Vec<u8>, Bytes),
+    relay: Relay,
+    req: &ForwardRequest,
+    own: &OwnAnswers<'_>,
+    body_timeout: Duration,
+) -> Outcome {
+    let report = own.report;
+    report.head.set(out.len() as u64);
+    let done = match relay.then {
+        Then::KeepAlive => Outcome::KeepAlive,
+        _ => Outcome::Answered,
+    };
+    // Sent as it is (by its length, not compressed): with its head, in one write.
+    let (mut out, mut body) = (out, body);
+    if relay.encoder.is_none() && matches!(relay.kind, BodyKind::Length(_) | BodyKind::None) {
+        out.extend_from_slice(&body);
+        body = Bytes::new();
+    }
+    if to_client(stream, report, &out, body_timeout).await.is_err() {
+        return Outcome::Close;
+    }
+    if body.is_empty() && relay.encoder.is_none() {
+        return done;
+    }
+    let framing = BodyFraming {
+        kind: relay.kind,
+        rechunk: relay.to_client == ToClient::Chunked,
+        plain_for_old_client: relay.kind == BodyKind::Chunked && req.client_minor == 0,
+        chunked: req.client_minor == 1,
+    };
+    let timeouts = (body_timeout, body_timeout);
+    let mut nothing_more = tokio::io::empty();
+    let first = body.to_vec();
+    match framing
+        .relay(
+            &mut nothing_more,
+            stream,
+            report,
+            first,
+            relay.encoder,
+            timeouts,
+        )
+        .await
+    {
+        Ok(_) => done,
+        Err(()) => Outcome::Close,
+    }
+}
+
+/// The cache's view of `req` for `route` (`None` where it keeps nothing).
+pub(super) fn request_of(
+    route: &ProxyRoute,
+    req: &crate::http::Request<'_>,
+    lent: &crate::http::service::LentHead<'_>,
+) -> Option<CacheRequest> {
+    route.cache.as_ref()?;
+    CacheRequest::of(req, lent.https, lent.framing.carries_nothing())
+}

@@ -1,0 +1,281 @@
+//! The response cache (`cache_responses`, issue #61 item 1) on the real binary: gunicorn
+//! running tests/apps/cache_app.py in a pool (sync workers, so its answers are buffered too)
+//! and as an upstream server espalier did not start. The app writes down every request it
+//! gets and numbers its answers, so an answer given again by the cache is seen both ways:
+//! the same number, and no new line in the app's record.
+
+use crate::common;
+
+use common::apps::need_runtimes;
+use common::*;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long an event may take to be seen on a loaded machine.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn copy_app(d: &Path) {
+    need_runtimes();
+    let app = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps/cache_app.py");
+    std::fs::copy(app, d.join("cache_app.py")).unwrap();
+}
+
+/// How many requests for `path` the app saw (its record `record`).
+fn asked_of_app(record: &Path, path: &str) -> usize {
+    let text = std::fs::read_to_string(record).unwrap_or_default();
+    let path_of = |l: &str| {
+        l.split(' ')
+            .nth(1)
+            .and_then(|t| t.split('?').next())
+            .map(String::from)
+    };
+    text.lines()
+        .filter(|l| path_of(l).as_deref() == Some(path))
+        .count()
+}
+
+/// `GET target` (or `HEAD`) with `extra` fields, on a fresh connection.
+fn ask(addr: SocketAddr, method: &str, target: &str, extra: &str) -> Response {
+    let mut c = Conn::open(addr);
+    c.stream.set_read_timeout(Some(WAIT)).unwrap();
+    c.send(
+        format!(
+            "{method} {target} HTTP/1.1\r\nHost: cached.test\r\n{extra}Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    c.read_response(method == "HEAD").expect("an answer")
+}
+
+fn body(r: &Response) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+fn cache_status(r: &Response) -> &str {
+    r.header("cache-status").unwrap_or("(none)")
+}
+
+#[test]
+fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    copy_app(d);
+    let record = d.join("seen.log");
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"sync\"\ncommand = [\"gunicorn\", \"--bind\", \"127.0.0.1:{{port}}\", \"--workers\", \"2\", \"cache_app:app\"]\nenvironment = {{ CACHE_APP_RECORD = \"{}\" }}\nmax_requests_per_process = 1\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"sync\"\n",
+            record.display()
+        ),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let a = "/a?cc=public%2C%20max-age%3D600";
+    let first = ask(addr, "GET", a, "");
+    assert_eq!((first.status, body(&first).as_str()), (200, "1 /a ae=\n"));
+    assert_eq!(cache_status(&first), "espalier; fwd=miss; stored");
+    let again = ask(addr, "GET", a, "");
+    assert_eq!(body(&again), "1 /a ae=\n");
+    assert_eq!(cache_status(&again), "espalier; hit");
+    assert!(
+        again
+            .header("age")
+            .is_some_and(|a| a.parse::<u64>().is_ok()),
+        "{:?}",
+        again.headers
+    );
+    let head = ask(addr, "HEAD", a, "");
+    assert_eq!((head.status, cache_status(&head)), (200, "espalier; hit"));
+    assert!(head.body.is_empty());
+    assert_eq!(asked_of_app(&record, "/a"), 1);
+    // Over HTTP/2 too: the same kept answer.
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "20", "--http2-prior-knowledge"])
+        .args(["-H", "Host: cached.test"])
+        .arg(format!("http://127.0.0.1:{port}{a}"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.starts_with("HTTP/2 200"), "{said}");
+    assert!(said.contains("cache-status: espalier; hit"), "{said}");
+    assert!(said.ends_with("1 /a ae=\n"), "{said}");
+    assert_eq!(asked_of_app(&record, "/a"), 1);
+    // The client's `no-cache` goes to the app, and its answer is kept in place of the old.
+    let refreshed = ask(addr, "GET", a, "Cache-Control: no-cache\r\n");
+    assert_eq!(body(&refreshed), "2 /a ae=\n");
+    assert_eq!(cache_status(&refreshed), "espalier; fwd=request; stored");
+    assert_eq!(body(&ask(addr, "GET", a, "")), "2 /a ae=\n");
+    // `no-store` neither reads nor keeps.
+    let passed = ask(addr, "GET", a, "Cache-Control: no-store\r\n");
+    assert_eq!(
+        (body(&passed).as_str(), cache_status(&passed)),
+        ("3 /a ae=\n", "espalier; fwd=request")
+    );
+    assert_eq!(body(&ask(addr, "GET", a, "")), "2 /a ae=\n");
+    // A POST the app accepts takes the URL's kept answer out.
+    let mut c = Conn::open(addr);
+    c.send(format!("POST {a} HTTP/1.1\r\nHost: cached.test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi").as_bytes());
+    assert_eq!(c.read_response(false).unwrap().status, 200);
+    let after = ask(addr, "GET", a, "");
+    assert_eq!(
+        (body(&after).as_str(), cache_status(&after)),
+        ("5 /a ae=\n", "espalier; fwd=miss; stored")
+    );
+    // A short lifetime ends: the answer is asked of the app again once it is stale.
+    let b = "/b?cc=max-age%3D1";
+    assert_eq!(body(&ask(addr, "GET", b, "")), "1 /b ae=\n");
+    wait_for("the kept answer stale", WAIT, || {
+        body(&ask(addr, "GET", b, "")) != "1 /b ae=\n"
+    });
+    // `Expires` gives a lifetime as `max-age` does.
+    let e = "/e?expires=600";
+    ask(addr, "GET", e, "");
+    assert_eq!(cache_status(&ask(addr, "GET", e, "")), "espalier; hit");
+    assert_eq!(asked_of_app(&record, "/e"), 1);
+    // `status` and the metrics count them, per worker.
+    let cached = |s: &Server| {
+        let status = s.status();
+        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
+        workers.fold((0, 0, 0), |(h, st, b), w| {
+            (h + w.cache.hits, st + w.cache.stored, b + w.cache.bytes)
+        })
+    };
+    server.wait_until("the hits counted in status", WAIT, |s| cached(s).0 >= 6);
+    let (_, stored, bytes) = cached(&server);
+    assert!(stored >= 4 && bytes > 0, "{stored} {bytes}");
+    let admin = server.admin.as_ref().unwrap().parse().unwrap();
+    let (_, metrics) = espalier::server::admin::request(admin, "GET", "/metrics").unwrap();
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains("espalier_worker_cache_hits_total{"),
+        "{metrics}"
+    );
+}
+
+/// gunicorn serving the cache app on a port of its own, as an upstream server.
+fn upstream_app(d: &Path, record: &Path) -> (Stopped, u16) {
+    copy_app(d);
+    let port = free_port();
+    let app = Stopped::listening(
+        std::process::Command::new("gunicorn")
+            .args([
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--workers",
+                "2",
+                "cache_app:app",
+            ])
+            .env("CACHE_APP_RECORD", record)
+            .current_dir(d)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null()),
+        SocketAddr::from(([127, 0, 0, 1], port)),
+    );
+    (app, port)
+}
+
+#[test]
+fn an_upstreams_answers_are_kept_by_their_rules_and_a_conditional_request_is_answered_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let record = d.join("seen.log");
+    let (_app, served) = upstream_app(d, &record);
+    let port = free_port();
+    let _server = Server::with_config(
+        d,
+        &format!(
+            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = {{ size = \"1MiB\", entry = \"64KiB\" }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
+        ),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // Private answers and answers setting a cookie are never kept.
+    for (path, target) in [
+        ("/p", "/p?cc=private%2C%20max-age%3D600"),
+        ("/c", "/c?cc=max-age%3D600&cookie=1"),
+    ] {
+        for n in 1..=2 {
+            let r = ask(addr, "GET", target, "");
+            assert_eq!(body(&r), format!("{n} {path} ae=\n"));
+            assert_eq!(cache_status(&r), "espalier; fwd=miss");
+        }
+    }
+    // `Vary: Accept-Encoding`: a variant per coding asked for.
+    let v = "/v?cc=max-age%3D600&vary=Accept-Encoding";
+    for (coding, n) in [("gzip", 1), ("", 2), ("gzip", 1), ("", 2)] {
+        let extra = if coding.is_empty() {
+            String::new()
+        } else {
+            format!("Accept-Encoding: {coding}\r\n")
+        };
+        assert_eq!(
+            body(&ask(addr, "GET", v, &extra)),
+            format!("{n} /v ae={coding}\n")
+        );
+    }
+    assert_eq!(asked_of_app(&record, "/v"), 2);
+    // A chunked answer is kept whole.
+    let k = "/k?cc=max-age%3D600&chunked=1";
+    let first = ask(addr, "GET", k, "");
+    assert_eq!(first.header("transfer-encoding"), Some("chunked"));
+    let again = ask(addr, "GET", k, "");
+    assert_eq!(
+        (body(&again).as_str(), cache_status(&again)),
+        ("1 /k ae=\n", "espalier; hit")
+    );
+    // A client's conditional request is answered 304 by the kept answer's validator.
+    let t = "/t?cc=max-age%3D600&etag=v1";
+    assert_eq!(ask(addr, "GET", t, "").status, 200);
+    let unchanged = ask(addr, "GET", t, "If-None-Match: \"v1\"\r\n");
+    assert_eq!(
+        (unchanged.status, cache_status(&unchanged)),
+        (304, "espalier; hit")
+    );
+    assert_eq!(unchanged.header("etag"), Some("\"v1\""));
+    assert!(unchanged.body.is_empty());
+    let changed = ask(addr, "GET", t, "If-None-Match: \"v0\"\r\n");
+    assert_eq!(
+        (changed.status, body(&changed).as_str()),
+        (200, "1 /t ae=\n")
+    );
+    assert_eq!(asked_of_app(&record, "/t"), 1);
+}
+
+#[test]
+fn check_refuses_cache_responses_where_it_cannot_act() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (keys, said) in [
+        (
+            "transport = \"fastcgi\"\ncache_responses = true",
+            "not yet FastCGI's",
+        ),
+        (
+            "protocol = \"http2\"\ncache_responses = true",
+            "are streams",
+        ),
+        (
+            "cache_responses = { size = \"1MiB\", entry = \"2MiB\" }",
+            "larger than its size",
+        ),
+        (
+            "cache_responses = { sise = \"1MiB\" }",
+            "`sise` is not a key of cache_responses",
+        ),
+    ] {
+        let config = format!("[[pool]]\nname = \"p\"\ncommand = [\"app\", \"{{port}}\"]\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n");
+        std::fs::write(d.join("espalier.toml"), config).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_espalier"))
+            .args(["check", "--config"])
+            .arg(d.join("espalier.toml"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{keys}: {text}");
+        assert!(
+            text.contains("cache_responses") && text.contains(said),
+            "{keys}: {text}"
+        );
+    }
+}
