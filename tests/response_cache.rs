@@ -241,6 +241,33 @@ fn an_upstreams_answers_are_kept_by_their_rules_and_a_conditional_request_is_ans
     assert_eq!(asked_of_app(&record, "/t"), 1);
 }
 
+/// Request collapsing: fifty clients missing one URL at once reach the app once; the
+/// others wait for its answer and get it from the cache.
+#[test]
+fn fifty_concurrent_misses_for_one_url_reach_the_app_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let record = d.join("seen.log");
+    let (_app, served) = upstream_app(d, &record);
+    let port = free_port();
+    let _server = Server::with_config(
+        d,
+        &format!(
+            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
+        ),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // The app thinks a second: the others arrive while it does.
+    let slow = "/slow?cc=max-age%3D600&sleep=1";
+    let clients: Vec<_> = (0..50)
+        .map(|_| std::thread::spawn(move || body(&ask(addr, "GET", slow, ""))))
+        .collect();
+    for client in clients {
+        assert_eq!(client.join().unwrap(), "1 /slow ae=\n");
+    }
+    assert_eq!(asked_of_app(&record, "/slow"), 1);
+}
+
 #[test]
 fn check_refuses_cache_responses_where_it_cannot_act() {
     let dir = tempfile::tempdir().unwrap();

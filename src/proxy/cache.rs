@@ -21,6 +21,8 @@
 //!   memory is first touched there, so a hit never reads another node's memory. A process a
 //!   node is enough: the node's threads share its one store under a lock held for a lookup
 //!   or an insert, never across I/O.
+//! - **One request asks** ([`Store::fill`]): requests that miss a URL while another asks
+//!   the app for it wait for that answer and look again (request collapsing).
 //! - **Bounded** by `size` (the stored answers' bytes and their keys), least recently used
 //!   first out: an answer looked up again moves to the back. LRU rather than LFU: a site's
 //!   popular pages change (a new article), and LRU forgets the old ones without a decay to
@@ -340,12 +342,81 @@ struct Entries {
 pub struct Store {
     bounds: ResponseCache,
     entries: Mutex<Entries>,
+    /// The URLs whose answer one request is asking of the app now (see [`Store::fill`]):
+    /// its hold's number, and what the others asking for them wait on (dropped when that
+    /// answer is kept, or the hold let go).
+    filling: Mutex<Filled>,
+}
+
+#[derive(Default)]
+struct Filled {
+    by_key: HashMap<String, (u64, tokio::sync::watch::Sender<()>)>,
+    next: u64,
+}
+
+/// A request's part in asking the app for a URL the store lacks.
+pub enum Filling {
+    /// It asks; the others wait until this is dropped (its answer kept, or not keepable).
+    Asks(FillGuard),
+    /// Another request asks: this one waits for it to end, then looks again.
+    Waits(tokio::sync::watch::Receiver<()>),
+}
+
+/// The asking request's hold on its URL: let go when its answer is kept, or when dropped,
+/// whatever the outcome.
+pub struct FillGuard {
+    store: Arc<Store>,
+    key: String,
+    /// Its number: a later hold on the URL (after this one's answer was kept) is not this.
+    id: u64,
+}
+
+impl Drop for FillGuard {
+    fn drop(&mut self) {
+        let mut filling = self.store.filling();
+        if filling
+            .by_key
+            .get(&self.key)
+            .is_some_and(|(id, _)| *id == self.id)
+        {
+            filling.by_key.remove(&self.key);
+        }
+    }
 }
 
 impl Store {
     pub fn new(bounds: ResponseCache) -> Store {
         let entries = Mutex::new(Entries::default());
-        Store { bounds, entries }
+        let filling = Mutex::default();
+        Store {
+            bounds,
+            entries,
+            filling,
+        }
+    }
+
+    /// Request collapsing: the first request to miss a URL asks the app
+    /// ([`Filling::Asks`]); one that misses it while that one is under way waits for it
+    /// ([`Filling::Waits`]) and looks again — so that a popular page expiring under load
+    /// reaches the app once, not once per client.
+    pub fn fill(self: &Arc<Self>, req: &CacheRequest) -> Filling {
+        let mut filling = self.filling();
+        if let Some((_, under_way)) = filling.by_key.get(&req.key) {
+            return Filling::Waits(under_way.subscribe());
+        }
+        filling.next += 1;
+        let id = filling.next;
+        let (done, _) = tokio::sync::watch::channel(());
+        filling.by_key.insert(req.key.clone(), (id, done));
+        Filling::Asks(FillGuard {
+            store: self.clone(),
+            key: req.key.clone(),
+            id,
+        })
+    }
+
+    fn filling(&self) -> std::sync::MutexGuard<'_, Filled> {
+        self.filling.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The largest answer kept, head and body.
@@ -429,6 +500,9 @@ impl Store {
             used,
         };
         e.by_key.entry(req.key.clone()).or_default().push(variant);
+        drop(e);
+        // Those waiting for this URL's answer look again now, not when its client is served.
+        self.filling().by_key.remove(&req.key);
     }
 
     /// Takes out every variant kept for `req`'s URL.

@@ -11,7 +11,7 @@
 //! app's connections (the forwarder pools them) or the rules of caching.
 
 use super::answer::{answer_head, Relay};
-use super::cache::{CacheRequest, Keep, Stored, Use, Validators};
+use super::cache::{CacheRequest, FillGuard, Filling, Keep, Stored, Use, Validators};
 use super::head::{Then, ToClient};
 use super::relay::BodyFraming;
 use super::request::ForwardRequest;
@@ -23,20 +23,49 @@ use bytes::Bytes;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-/// Answers `req` from its route's store when it holds a fresh answer: `None` when it does
-/// not (the app is asked).
+/// Answers `req` from its route's store when it holds a fresh answer (`Ok`). Else the app
+/// is to be asked (`Err`), with this request's hold on the URL when it is the one asking for
+/// it: a request that finds another asking already waits for that one's answer (within the
+/// route's `response_timeout`) and looks again.
 pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut C,
     req: &ForwardRequest,
     route: &ProxyRoute,
     own: &OwnAnswers<'_>,
     body_timeout: Duration,
-) -> Option<Outcome> {
-    let (store, asked) = (route.cache.as_ref()?, req.cache.as_ref()?);
+) -> Result<Outcome, Option<FillGuard>> {
+    let (Some(store), Some(asked)) = (route.cache.as_ref(), req.cache.as_ref()) else {
+        return Err(None);
+    };
     if asked.use_ != Use::Read {
-        return None;
+        return Err(None);
     }
-    let stored = store.get(asked)?;
+    let stored = match store.get(asked) {
+        Some(stored) => stored,
+        None => match store.fill(asked) {
+            Filling::Asks(guard) => return Err(Some(guard)),
+            Filling::Waits(mut under_way) => {
+                let wait = route.settings().response_timeout;
+                let _ = tokio::time::timeout(wait, under_way.changed()).await;
+                store.get(asked).ok_or(None)?
+            }
+        },
+    };
+    Ok(replay(stream, &stored, req, route, own, body_timeout).await)
+}
+
+/// Sends the kept answer `stored` to `req`'s client, its `Age` and `Cache-Status` said.
+async fn replay<C: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut C,
+    stored: &Stored,
+    req: &ForwardRequest,
+    route: &ProxyRoute,
+    own: &OwnAnswers<'_>,
+    body_timeout: Duration,
+) -> Outcome {
+    let Some(asked) = req.cache.as_ref() else {
+        return Outcome::Close;
+    };
     let age = stored.age(Instant::now()).as_secs();
     let lines = format!("Age: {age}\r\nCache-Status: espalier; hit\r\n");
     let head = &stored.raw[..stored.head_len];
@@ -50,9 +79,9 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     crate::features::head::replace_fields(&mut head, 0, said, lines.as_bytes());
     let (out, relay) = match answer_head((&head, false), &stored.endpoint, req, route, own) {
         Ok(made) => made,
-        Err(instead) => return Some(own.instead(stream, route, instead).await),
+        Err(instead) => return own.instead(stream, route, instead).await,
     };
-    Some(send(stream, (out, body), relay, req, own, body_timeout).await)
+    send(stream, (out, body), relay, req, own, body_timeout).await
 }
 
 /// The fields a `304` carries of the answer it stands for (RFC 9110 §15.4.5).

@@ -88,10 +88,13 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
-    // A fresh answer kept by the route's response cache: no app is asked.
+    // A fresh answer kept by the route's response cache: no app is asked. Else, where this
+    // request asks for its URL, the others wait for it until this ends (`_asking`).
+    let mut _asking = None;
     if req.cache.is_some() {
-        if let Some(outcome) = cached::answer(stream, &req, route, &own, body_timeout).await {
-            return outcome;
+        match cached::answer(stream, &req, route, &own, body_timeout).await {
+            Ok(outcome) => return outcome,
+            Err(asking) => _asking = asking,
         }
     }
     let bounds = (max_body, max_framing);

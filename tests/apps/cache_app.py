@@ -3,7 +3,8 @@
 "N PATH ae=ACCEPT-ENCODING", N its path's requests so far — so that an answer given again
 by the cache shows the N of the request the app saw. The query says the answer's fields:
 cc (Cache-Control), vary, etag, cookie=1 (a Set-Cookie), expires=N (an Expires N seconds
-after its Date), chunked=1 (no Content-Length: gunicorn sends it chunked). The app answers
+after its Date), chunked=1 (no Content-Length: gunicorn sends it chunked), sleep=S (it
+thinks S seconds first, after writing the request down). The app answers
 200 whatever the request's conditional fields: a 304 comes from the cache alone."""
 import os
 import urllib.parse
@@ -21,6 +22,8 @@ def app(environ, start_response):
     with open(RECORD) as f:
         seen = sum(1 for line in f if line.split(" ")[1].split("?")[0] == path)
     ask = dict(urllib.parse.parse_qsl(query))
+    if "sleep" in ask:
+        time.sleep(float(ask["sleep"]))
     ae = environ.get("HTTP_ACCEPT_ENCODING", "")
     body = f"{seen} {path} ae={ae}\n".encode()
     now = time.time()
