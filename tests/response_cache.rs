@@ -241,6 +241,124 @@ fn an_upstreams_answers_are_kept_by_their_rules_and_a_conditional_request_is_ans
     assert_eq!(asked_of_app(&record, "/t"), 1);
 }
 
+/// A stale answer with a validator is the app's to confirm: asked with `If-None-Match`, its
+/// `304` makes the kept answer fresh again (its body never sent twice). One whose app has
+/// gone stands in for it within `stale-if-error`, and says so.
+#[test]
+fn a_stale_answer_is_confirmed_by_the_app_or_stands_in_for_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let record = d.join("seen.log");
+    let (app, served) = upstream_app(d, &record);
+    let port = free_port();
+    let _server = Server::with_config(
+        d,
+        &format!(
+            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
+        ),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let r = "/r?cc=max-age%3D1&etag=r1&revalidate=1";
+    assert_eq!(body(&ask(addr, "GET", r, "")), "1 /r ae=\n");
+    // Fresh for a second; then the next request asks the app, which confirms it.
+    let not_a_hit = |target: &str| {
+        let mut seen = None;
+        wait_for("an answer not a fresh hit", WAIT, || {
+            let got = ask(addr, "GET", target, "");
+            let said = cache_status(&got).to_string();
+            if said != "espalier; hit" {
+                seen = Some((got.status, said, body(&got)));
+            }
+            seen.is_some()
+        });
+        seen.unwrap()
+    };
+    let (status, said, text) = not_a_hit(r);
+    assert_eq!(
+        (status, said.as_str(), text.as_str()),
+        (
+            200,
+            "espalier; fwd=stale; fwd-status=304; stored",
+            "1 /r ae=\n"
+        )
+    );
+    assert_eq!(asked_of_app(&record, "/r"), 2);
+    // stale-if-error: the app failing, the stale answer stands in for it.
+    let f = "/f?cc=max-age%3D1%2C%20stale-if-error%3D600";
+    assert_eq!(body(&ask(addr, "GET", f, "")), "1 /f ae=\n");
+    std::fs::write(d.join("seen.log.fail"), "").unwrap();
+    let (status, said, text) = not_a_hit(f);
+    assert_eq!((status, text.as_str()), (200, "1 /f ae=\n"));
+    assert!(
+        said.starts_with("espalier; hit; ttl=-") && said.ends_with("; detail=stale-if-error"),
+        "{said}"
+    );
+    // Without it, the app's failure is the client's.
+    assert_eq!(ask(addr, "GET", "/n?cc=max-age%3D600", "").status, 500);
+    drop(app);
+}
+
+/// A purge through the admin endpoint takes kept answers out of every worker: one URL, every
+/// URL under a prefix, or every answer the app tagged.
+#[test]
+fn a_purge_takes_answers_out_by_url_prefix_and_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let record = d.join("seen.log");
+    let (_app, served) = upstream_app(d, &record);
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
+        ),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let pages = [
+        "/news/1?cc=max-age%3D600&tag=news",
+        "/news/2?cc=max-age%3D600",
+        "/shop/1?cc=max-age%3D600",
+        "/shop/2?cc=max-age%3D600",
+    ];
+    for page in pages {
+        ask(addr, "GET", page, "");
+        assert_eq!(cache_status(&ask(addr, "GET", page, "")), "espalier; hit");
+    }
+    let purge = |query: &str| {
+        let (code, said) = server.post(&format!("/cache/purge?{query}"));
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&said));
+    };
+    // Asked of the app again once the worker took the purge; the others still kept.
+    let purged = |page: &str| {
+        wait_for("the purge taken", WAIT, || {
+            cache_status(&ask(addr, "GET", page, "")) != "espalier; hit"
+        });
+    };
+    purge("tag=news");
+    purged(pages[0]);
+    assert_eq!(
+        cache_status(&ask(addr, "GET", pages[1], "")),
+        "espalier; hit"
+    );
+    purge("url=http%3A%2F%2Fcached.test%2Fnews%2F2%3Fcc%3Dmax-age%253D600");
+    purged(pages[1]);
+    purge("prefix=http%3A%2F%2Fcached.test%2Fshop%2F");
+    purged(pages[2]);
+    purged(pages[3]);
+    for (path, asked) in [
+        ("/news/1", 2),
+        ("/news/2", 2),
+        ("/shop/1", 2),
+        ("/shop/2", 2),
+    ] {
+        assert_eq!(asked_of_app(&record, path), asked, "{path}");
+    }
+    // A purge that names nothing it knows is refused, with the way to ask.
+    let (code, said) = server.post("/cache/purge?what=1");
+    assert_eq!(code, 400);
+    assert!(String::from_utf8_lossy(&said).contains("url, prefix or tag"));
+}
+
 /// Request collapsing: fifty clients missing one URL at once reach the app once; the
 /// others wait for its answer and get it from the cache.
 #[test]

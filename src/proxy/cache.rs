@@ -15,14 +15,21 @@
 //!   `no-cache`, `Set-Cookie` or `Vary: *`; `Vary` keeps a variant per value of the fields
 //!   it names. An answer read to its end within the entry bound, and framed by its length or
 //!   in chunks, is kept as the app sent it (head and body).
-//! - **Where** ([`Store`]): one store per pool or upstream group in each worker process —
+//! - **Where** (`super::cache_store`): one store per pool or upstream group in each worker process —
 //!   shared by the process's engine threads (a hit on any thread reads what one stored), and
 //!   so on the process's own NUMA node: every worker process is placed on one node and its
 //!   memory is first touched there, so a hit never reads another node's memory. A process a
 //!   node is enough: the node's threads share its one store under a lock held for a lookup
 //!   or an insert, never across I/O.
-//! - **One request asks** ([`Store::fill`]): requests that miss a URL while another asks
+//! - **One request asks** (`Store::fill`): requests that miss a URL while another asks
 //!   the app for it wait for that answer and look again (request collapsing).
+//! - **Stale answers** (`Store::look`): an expired answer with a validator is kept for
+//!   the app to confirm (`super::cached` asks with `If-None-Match` or `If-Modified-Since`;
+//!   a `304` renews its lifetime as it was), and one with `stale-if-error` (RFC 5861) stands
+//!   in for the app's 5xx or silence that long past its lifetime; any other is taken out.
+//! - **Purged** (`super::cache_purge`) by URL, prefix or the app's tags (`Cache-Tag`,
+//!   `Surrogate-Key`), in every store of every worker (the admin endpoint's
+//!   `POST /cache/purge`, told to each worker by the master).
 //! - **Bounded** by `size` (the stored answers' bytes and their keys), least recently used
 //!   first out: an answer looked up again moves to the back. LRU rather than LFU: a site's
 //!   popular pages change (a new article), and LRU forgets the old ones without a decay to
@@ -31,21 +38,16 @@
 //!   `espalier; hit`, `espalier; fwd=miss; stored`, `espalier; fwd=request` when the request
 //!   itself asked for the app).
 //!
-//! Owns: those rules, pure, and the stores. Must not touch: the connections (the forwarder
-//! reads the app and writes the client, `super::cached`).
+//! Owns: those rules, pure, and what a kept answer is ([`Stored`]). Must not touch: the
+//! stores (`super::cache_store`) or the connections (the forwarder reads the app and writes
+//! the client, `super::cached`).
 
-use crate::config::upstream::ResponseCache;
 use crate::http::Request;
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Statuses an answer may be kept with, when it says how long (RFC 9110 §15.1).
 const KEPT_STATUSES: [u16; 11] = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501];
-
-/// What an entry costs besides its bytes (its key, its variant's fields, the maps' slots).
-const ENTRY_OVERHEAD: u64 = 256;
 
 /// What the cache does with a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +67,7 @@ pub enum Use {
 #[derive(Debug)]
 pub struct CacheRequest {
     /// `scheme://host/path?query`.
-    key: String,
+    pub(super) key: String,
     pub use_: Use,
     /// Its fields (names lowercase), for `Vary` and the conditional fields.
     fields: Vec<(String, Vec<u8>)>,
@@ -120,7 +122,7 @@ impl CacheRequest {
     }
 
     /// The values of its field `name` (lowercase), joined as one: how `Vary` compares them.
-    fn values(&self, name: &str) -> Option<Vec<u8>> {
+    pub(super) fn values(&self, name: &str) -> Option<Vec<u8>> {
         let mut all = self
             .fields
             .iter()
@@ -132,6 +134,12 @@ impl CacheRequest {
             joined.extend_from_slice(v);
         }
         Some(joined)
+    }
+
+    /// Whether the client asked on a condition of its own (`If-None-Match`,
+    /// `If-Modified-Since`).
+    pub fn conditional(&self) -> bool {
+        (self.fields.iter()).any(|(n, _)| n == "if-none-match" || n == "if-modified-since")
     }
 
     /// The `Cache-Status` of an answer the app gave it (`stored`: it was kept).
@@ -152,6 +160,11 @@ pub struct Keep {
     pub lifetime: Duration,
     pub age: Duration,
     pub vary: Vec<String>,
+    /// How long past its lifetime it may stand in for the app's error (`stale-if-error`,
+    /// RFC 5861).
+    pub stale_if_error: Duration,
+    /// Its tags (`Cache-Tag`, `Surrogate-Key`: comma- or space-separated), for a purge.
+    pub tags: Vec<String>,
 }
 
 /// Whether an answer with `status` and `fields` may be kept, and how, at `now`.
@@ -211,10 +224,23 @@ pub fn keep<'a>(
         .next()
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
         .map_or(Duration::ZERO, Duration::from_secs);
+    let stale_if_error = number("stale-if-error").map_or(Duration::ZERO, Duration::from_secs);
+    let tags = (named("cache-tag").chain(named("surrogate-key")))
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .split([',', ' '])
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
     (lifetime > age).then_some(Keep {
         lifetime,
         age,
         vary,
+        stale_if_error,
+        tags,
     })
 }
 
@@ -249,10 +275,12 @@ pub struct Stored {
     /// Who answered it (said in a failure's line, as for any answer of the app's).
     pub endpoint: super::Endpoint,
     stored: Instant,
-    keep: Keep,
+    pub(super) keep: Keep,
     /// Its validators, for a client's conditional request.
     etag: Option<Vec<u8>>,
     last_modified: Option<SystemTime>,
+    /// The tags the app gave it (`Cache-Tag`, `Surrogate-Key`), for a purge by tag.
+    tags: Vec<String>,
 }
 
 impl Stored {
@@ -266,6 +294,7 @@ impl Stored {
     ) -> Stored {
         let (etag, last_modified) = validators;
         let stored = Instant::now();
+        let tags = keep.tags.clone();
         Stored {
             raw,
             head_len,
@@ -274,6 +303,7 @@ impl Stored {
             keep,
             etag,
             last_modified,
+            tags,
         }
     }
 
@@ -282,8 +312,45 @@ impl Stored {
         self.keep.age + now.duration_since(self.stored)
     }
 
-    fn fresh(&self, now: Instant) -> bool {
+    pub(super) fn fresh(&self, now: Instant) -> bool {
         self.age(now) < self.keep.lifetime
+    }
+
+    /// How long past its lifetime it is at `now` (zero while fresh).
+    pub fn past_lifetime(&self, now: Instant) -> Duration {
+        self.age(now).saturating_sub(self.keep.lifetime)
+    }
+
+    /// Whether, stale, it may stand in for the app's error at `now` (`stale-if-error`).
+    pub fn stands_in_for_errors(&self, now: Instant) -> bool {
+        let allowed = self.keep.stale_if_error;
+        !allowed.is_zero() && self.past_lifetime(now) <= allowed
+    }
+
+    /// Whether a stale answer is worth keeping: the app may confirm it (it has a
+    /// validator), or it may stand in for the app's error.
+    pub(super) fn worth_keeping_stale(&self, now: Instant) -> bool {
+        self.etag.is_some() || self.last_modified.is_some() || self.stands_in_for_errors(now)
+    }
+
+    /// The tags the app gave it, for a purge by tag.
+    pub fn tags(&self) -> &[String] {
+        &self.tags
+    }
+
+    /// Its validators, for asking the app whether it changed (RFC 9111 §4.3.1).
+    pub fn validators(&self) -> (Option<&[u8]>, Option<SystemTime>) {
+        (self.etag.as_deref(), self.last_modified)
+    }
+
+    /// The same answer, confirmed by the app now with a `304` that says `keep` (its
+    /// freshness; the old one's when it says none), as new.
+    pub fn confirmed(&self, keep: Option<Keep>) -> Stored {
+        let mut keep = keep.unwrap_or_else(|| self.keep.clone());
+        keep.vary = self.keep.vary.clone();
+        let validators = (self.etag.clone(), self.last_modified);
+        let (raw, head_len, endpoint) = (self.raw.clone(), self.head_len, self.endpoint.clone());
+        Stored::new(raw, head_len, endpoint, keep, validators)
     }
 
     /// Whether `req` is conditional and this answer's validators match it: it is answered
@@ -303,290 +370,6 @@ impl Stored {
             .and_then(|v| httpdate::parse_http_date(std::str::from_utf8(&v).ok()?.trim()).ok());
         matches!((since, self.last_modified), (Some(s), Some(m)) if m <= s)
     }
-}
-
-/// What a process's stores did since it started (a worker's `cache` in `status`): answers
-/// given from them, asked of the app instead, kept, and put out for room; and what they hold.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Counts {
-    pub hits: u64,
-    pub misses: u64,
-    pub stored: u64,
-    pub evicted: u64,
-    pub bytes: u64,
-    pub entries: u64,
-}
-
-/// One variant of a URL's answer.
-struct Variant {
-    id: u64,
-    /// The fields it varies by, with the request's values then.
-    vary: Vec<(String, Option<Vec<u8>>)>,
-    answer: Arc<Stored>,
-    cost: u64,
-    /// Its place in the use order.
-    used: u64,
-}
-
-#[derive(Default)]
-struct Entries {
-    by_key: HashMap<String, Vec<Variant>>,
-    /// Use order: (tick) → (key, variant id); the first goes first.
-    order: BTreeMap<u64, (String, u64)>,
-    tick: u64,
-    next_id: u64,
-    counts: Counts,
-}
-
-/// A pool's or group's kept answers in one worker process.
-pub struct Store {
-    bounds: ResponseCache,
-    entries: Mutex<Entries>,
-    /// The URLs whose answer one request is asking of the app now (see [`Store::fill`]):
-    /// its hold's number, and what the others asking for them wait on (dropped when that
-    /// answer is kept, or the hold let go).
-    filling: Mutex<Filled>,
-}
-
-#[derive(Default)]
-struct Filled {
-    by_key: HashMap<String, (u64, tokio::sync::watch::Sender<()>)>,
-    next: u64,
-}
-
-/// A request's part in asking the app for a URL the store lacks.
-pub enum Filling {
-    /// It asks; the others wait until this is dropped (its answer kept, or not keepable).
-    Asks(FillGuard),
-    /// Another request asks: this one waits for it to end, then looks again.
-    Waits(tokio::sync::watch::Receiver<()>),
-}
-
-/// The asking request's hold on its URL: let go when its answer is kept, or when dropped,
-/// whatever the outcome.
-pub struct FillGuard {
-    store: Arc<Store>,
-    key: String,
-    /// Its number: a later hold on the URL (after this one's answer was kept) is not this.
-    id: u64,
-}
-
-impl Drop for FillGuard {
-    fn drop(&mut self) {
-        let mut filling = self.store.filling();
-        if filling
-            .by_key
-            .get(&self.key)
-            .is_some_and(|(id, _)| *id == self.id)
-        {
-            filling.by_key.remove(&self.key);
-        }
-    }
-}
-
-impl Store {
-    pub fn new(bounds: ResponseCache) -> Store {
-        let entries = Mutex::new(Entries::default());
-        let filling = Mutex::default();
-        Store {
-            bounds,
-            entries,
-            filling,
-        }
-    }
-
-    /// Request collapsing: the first request to miss a URL asks the app
-    /// ([`Filling::Asks`]); one that misses it while that one is under way waits for it
-    /// ([`Filling::Waits`]) and looks again — so that a popular page expiring under load
-    /// reaches the app once, not once per client.
-    pub fn fill(self: &Arc<Self>, req: &CacheRequest) -> Filling {
-        let mut filling = self.filling();
-        if let Some((_, under_way)) = filling.by_key.get(&req.key) {
-            return Filling::Waits(under_way.subscribe());
-        }
-        filling.next += 1;
-        let id = filling.next;
-        let (done, _) = tokio::sync::watch::channel(());
-        filling.by_key.insert(req.key.clone(), (id, done));
-        Filling::Asks(FillGuard {
-            store: self.clone(),
-            key: req.key.clone(),
-            id,
-        })
-    }
-
-    fn filling(&self) -> std::sync::MutexGuard<'_, Filled> {
-        self.filling.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The largest answer kept, head and body.
-    pub fn entry_bound(&self) -> u64 {
-        self.bounds.entry
-    }
-
-    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A fresh answer to `req`, if one is kept (counted a hit, or a miss); a stale one is
-    /// taken out.
-    pub fn get(&self, req: &CacheRequest) -> Option<Arc<Stored>> {
-        let now = Instant::now();
-        let mut e = self.entries();
-        let found = (e.by_key.get(&req.key)).and_then(|variants| {
-            let v = variants.iter().find(|v| matches(v, req))?;
-            Some((v.id, v.used, v.answer.fresh(now)))
-        });
-        match found {
-            Some((id, used, true)) => {
-                e.counts.hits += 1;
-                e.tick += 1;
-                let tick = e.tick;
-                e.order.remove(&used);
-                e.order.insert(tick, (req.key.clone(), id));
-                let variants = e.by_key.get_mut(&req.key)?;
-                let v = variants.iter_mut().find(|v| v.id == id)?;
-                v.used = tick;
-                Some(v.answer.clone())
-            }
-            Some((id, _, false)) => {
-                e.counts.misses += 1;
-                e.remove(&req.key, id);
-                None
-            }
-            None => {
-                e.counts.misses += 1;
-                None
-            }
-        }
-    }
-
-    /// Keeps `answer` for `req` (its variant replacing the one kept for the same values),
-    /// making room by the least recently used; nothing when it is over the entry bound.
-    pub fn put(&self, req: &CacheRequest, answer: Stored) {
-        let cost = answer.raw.len() as u64 + req.key.len() as u64 + ENTRY_OVERHEAD;
-        if answer.raw.len() as u64 > self.bounds.entry || cost > self.bounds.size {
-            return;
-        }
-        let vary: Vec<_> = (answer.keep.vary.iter())
-            .map(|name| (name.clone(), req.values(name)))
-            .collect();
-        let mut e = self.entries();
-        let same = (e.by_key.get(&req.key))
-            .and_then(|variants| variants.iter().find(|v| v.vary == vary).map(|v| v.id));
-        if let Some(id) = same {
-            e.remove(&req.key, id);
-        }
-        while e.counts.bytes + cost > self.bounds.size {
-            let Some((_, (key, id))) = e.order.pop_first() else {
-                break;
-            };
-            e.remove(&key, id);
-            e.counts.evicted += 1;
-        }
-        e.tick += 1;
-        e.next_id += 1;
-        let (used, id) = (e.tick, e.next_id);
-        e.order.insert(used, (req.key.clone(), id));
-        e.counts.bytes += cost;
-        e.counts.entries += 1;
-        e.counts.stored += 1;
-        let answer = Arc::new(answer);
-        let variant = Variant {
-            id,
-            vary,
-            answer,
-            cost,
-            used,
-        };
-        e.by_key.entry(req.key.clone()).or_default().push(variant);
-        drop(e);
-        // Those waiting for this URL's answer look again now, not when its client is served.
-        self.filling().by_key.remove(&req.key);
-    }
-
-    /// Takes out every variant kept for `req`'s URL.
-    pub fn invalidate(&self, req: &CacheRequest) {
-        let mut e = self.entries();
-        let ids: Vec<u64> = (e.by_key.get(&req.key).into_iter().flatten())
-            .map(|v| v.id)
-            .collect();
-        for id in ids {
-            e.remove(&req.key, id);
-        }
-    }
-
-    pub fn counts(&self) -> Counts {
-        self.entries().counts
-    }
-}
-
-impl Entries {
-    fn remove(&mut self, key: &str, id: u64) {
-        let Some(variants) = self.by_key.get_mut(key) else {
-            return;
-        };
-        let Some(at) = variants.iter().position(|v| v.id == id) else {
-            return;
-        };
-        let gone = variants.swap_remove(at);
-        if variants.is_empty() {
-            self.by_key.remove(key);
-        }
-        self.order.remove(&gone.used);
-        self.counts.bytes -= gone.cost;
-        self.counts.entries -= 1;
-    }
-}
-
-/// Whether variant `v` answers `req`: the request's values of every field it varies by are
-/// those it was stored for.
-fn matches(v: &Variant, req: &CacheRequest) -> bool {
-    v.vary
-        .iter()
-        .all(|(name, value)| req.values(name) == *value)
-}
-
-impl Counts {
-    /// Nothing counted: a worker without a cache.
-    pub fn is_zero(&self) -> bool {
-        *self == Counts::default()
-    }
-}
-
-/// The registry of this process's stores, by pool or group.
-fn stores() -> std::sync::MutexGuard<'static, HashMap<String, Arc<Store>>> {
-    static STORES: std::sync::LazyLock<Mutex<HashMap<String, Arc<Store>>>> =
-        std::sync::LazyLock::new(Default::default);
-    STORES.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The figures of every store of this process, added up.
-pub fn process_counts() -> Counts {
-    let mut all = Counts::default();
-    for store in stores().values() {
-        let c = store.counts();
-        all.hits += c.hits;
-        all.misses += c.misses;
-        all.stored += c.stored;
-        all.evicted += c.evicted;
-        all.bytes += c.bytes;
-        all.entries += c.entries;
-    }
-    all
-}
-
-/// The store of pool or group `name` (`pool:NAME`, `upstream:NAME`) in this process, made
-/// with `bounds` (again, empty, when its bounds changed): a reload that leaves them keeps
-/// what it holds.
-pub fn store(name: &str, bounds: ResponseCache) -> Arc<Store> {
-    let mut stores = stores();
-    let kept = stores.get(name).filter(|s| s.bounds == bounds).cloned();
-    kept.unwrap_or_else(|| {
-        let made = Arc::new(Store::new(bounds));
-        stores.insert(name.to_string(), made.clone());
-        made
-    })
 }
 
 #[cfg(test)]

@@ -6,12 +6,15 @@
 //! the app's ([`super::answer::answer_head`]: the site's fields, error pages, compression),
 //! with `Age` and `Cache-Status` (RFC 9211) said.
 //!
-//! Owns: [`answer`] (a hit), [`read_whole`], [`keep`] and [`send`] (an answer from memory),
-//! and the `Cache-Status` line of an answer the app gave ([`mark`]). Must not touch: the
+//! Owns: [`answer`] (a hit, or how the app is asked: [`Asking`]), a stale answer's
+//! validators sent ([`ask_if_changed`]) and its use in the app's place ([`instead_of_app`]),
+//! [`read_whole`], [`keep`] and [`send`] (an answer from memory), and the `Cache-Status`
+//! line of an answer the app gave ([`mark`]). Must not touch: the
 //! app's connections (the forwarder pools them) or the rules of caching.
 
 use super::answer::{answer_head, Relay};
-use super::cache::{CacheRequest, FillGuard, Filling, Keep, Stored, Use, Validators};
+use super::cache::{CacheRequest, Keep, Stored, Use, Validators};
+use super::cache_store::{FillGuard, Filling, Lookup};
 use super::head::{Then, ToClient};
 use super::relay::BodyFraming;
 use super::request::ForwardRequest;
@@ -20,54 +23,130 @@ use super::wire::{to_client, BodyKind, OwnAnswers};
 use super::Endpoint;
 use crate::http::service::Outcome;
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
+/// How the app is asked when the cache did not answer: this request's hold on its URL (when
+/// it is the one asking for it), and a stale answer kept for it — which the app is asked to
+/// confirm (`confirming`: its validators sent), or which stands in for the app's error.
+#[derive(Default)]
+pub(super) struct Asking {
+    _hold: Option<FillGuard>,
+    stale: Option<Arc<Stored>>,
+    confirming: bool,
+}
+
 /// Answers `req` from its route's store when it holds a fresh answer (`Ok`). Else the app
-/// is to be asked (`Err`), with this request's hold on the URL when it is the one asking for
-/// it: a request that finds another asking already waits for that one's answer (within the
-/// route's `response_timeout`) and looks again.
+/// is to be asked (`Err`, how): a request that finds another asking for its URL already
+/// waits for that one's answer (within the route's `response_timeout`) and looks again.
 pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut C,
     req: &ForwardRequest,
     route: &ProxyRoute,
     own: &OwnAnswers<'_>,
     body_timeout: Duration,
-) -> Result<Outcome, Option<FillGuard>> {
+) -> Result<Outcome, Asking> {
     let (Some(store), Some(asked)) = (route.cache.as_ref(), req.cache.as_ref()) else {
-        return Err(None);
+        return Err(Asking::default());
     };
     if asked.use_ != Use::Read {
-        return Err(None);
+        return Err(Asking::default());
     }
-    let stored = match store.get(asked) {
-        Some(stored) => stored,
-        None => match store.fill(asked) {
-            Filling::Asks(guard) => return Err(Some(guard)),
-            Filling::Waits(mut under_way) => {
-                let wait = route.settings().response_timeout;
-                let _ = tokio::time::timeout(wait, under_way.changed()).await;
-                store.get(asked).ok_or(None)?
-            }
-        },
+    let to = (stream, body_timeout);
+    let stale = match store.look(asked) {
+        Lookup::Fresh(stored) => return Ok(replay(to, &stored, req, route, own, HIT).await),
+        Lookup::Stale(stale) => Some(stale),
+        Lookup::Missing => None,
     };
-    Ok(replay(stream, &stored, req, route, own, body_timeout).await)
+    let hold = match store.fill(asked) {
+        Filling::Asks(guard) => Some(guard),
+        Filling::Waits(mut under_way) => {
+            let wait = route.settings().response_timeout;
+            let _ = tokio::time::timeout(wait, under_way.changed()).await;
+            if let Some(stored) = store.get(asked) {
+                return Ok(replay(to, &stored, req, route, own, HIT).await);
+            }
+            None
+        }
+    };
+    let confirming = false;
+    Err(Asking {
+        _hold: hold,
+        stale,
+        confirming,
+    })
 }
 
-/// Sends the kept answer `stored` to `req`'s client, its `Age` and `Cache-Status` said.
+/// The `Cache-Status` of an answer given from the cache while fresh.
+const HIT: &str = "espalier; hit";
+
+/// Asks the app whether the stale answer kept for `req` changed (RFC 9111 §4.3.1): its
+/// validators go with the request — unless the client sent its own, whose answer is its.
+pub(super) fn ask_if_changed(req: &mut ForwardRequest, asking: &mut Asking) {
+    let (Some(stale), Some(asked)) = (&asking.stale, &req.cache) else {
+        return;
+    };
+    if asked.conditional() {
+        return;
+    }
+    let fields = match stale.validators() {
+        (Some(etag), _) => format!("If-None-Match: {}\r\n", String::from_utf8_lossy(etag)),
+        (None, Some(modified)) => {
+            let since = httpdate::fmt_http_date(modified);
+            format!("If-Modified-Since: {since}\r\n")
+        }
+        (None, None) => return,
+    };
+    if req.head.ends_with(b"\r\n\r\n") {
+        let at = req.head.len() - 2;
+        crate::features::head::insert(&mut req.head, at, fields.as_bytes());
+        asking.confirming = true;
+    }
+}
+
+/// Answers from the stale answer kept for the request instead of the app's answer with
+/// `status` (`None`: its failure, unanswered) where that is its place: the app confirmed it
+/// (`304` to the validators sent) — kept again as new — or failed within its
+/// `stale-if-error`. `None`: the app's answer goes on.
+pub(super) async fn instead_of_app<C: AsyncRead + AsyncWrite + Unpin>(
+    (stream, body_timeout): (&mut C, Duration),
+    status: Option<u16>,
+    asking: &Asking,
+    (req, route, own): (&ForwardRequest, &ProxyRoute, &OwnAnswers<'_>),
+) -> Option<Outcome> {
+    let stale = asking.stale.as_ref()?;
+    let to = (stream, body_timeout);
+    if status == Some(304) && asking.confirming {
+        let (store, asked) = (route.cache.as_ref()?, req.cache.as_ref()?);
+        store.put(asked, stale.confirmed(None));
+        let confirmed = stale.confirmed(None);
+        let said = "espalier; fwd=stale; fwd-status=304; stored";
+        return Some(replay(to, &confirmed, req, route, own, said).await);
+    }
+    let now = Instant::now();
+    if status.is_none_or(|s| s >= 500) && stale.stands_in_for_errors(now) {
+        let past = stale.past_lifetime(now).as_secs();
+        let said = format!("espalier; hit; ttl=-{past}; detail=stale-if-error");
+        return Some(replay(to, stale, req, route, own, &said).await);
+    }
+    None
+}
+
+/// Sends the kept answer `stored` to `req`'s client, its `Age` and `Cache-Status` (`said`).
 async fn replay<C: AsyncRead + AsyncWrite + Unpin>(
-    stream: &mut C,
+    (stream, body_timeout): (&mut C, Duration),
     stored: &Stored,
     req: &ForwardRequest,
     route: &ProxyRoute,
     own: &OwnAnswers<'_>,
-    body_timeout: Duration,
+    said: &str,
 ) -> Outcome {
     let Some(asked) = req.cache.as_ref() else {
         return Outcome::Close;
     };
     let age = stored.age(Instant::now()).as_secs();
-    let lines = format!("Age: {age}\r\nCache-Status: espalier; hit\r\n");
+    let lines = format!("Age: {age}\r\nCache-Status: {said}\r\n");
     let head = &stored.raw[..stored.head_len];
     // A client's own conditional request: `304`, with the kept answer's validators.
     let (mut head, body) = if stored.not_modified_for(asked) {

@@ -89,13 +89,15 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         return Outcome::Close;
     }
     // A fresh answer kept by the route's response cache: no app is asked. Else, where this
-    // request asks for its URL, the others wait for it until this ends (`_asking`).
-    let mut _asking = None;
+    // request asks for its URL, the others wait for it until this ends (`asking`), and a
+    // stale answer kept is the app's to confirm.
+    let mut asking = cached::Asking::default();
     if req.cache.is_some() {
         match cached::answer(stream, &req, route, &own, body_timeout).await {
             Ok(outcome) => return outcome,
-            Err(asking) => _asking = asking,
+            Err(how) => asking = how,
         }
+        cached::ask_if_changed(&mut req, &mut asking);
     }
     let bounds = (max_body, max_framing);
     // Where answers are buffered, so is the body: read whole before an app is asked.
@@ -116,8 +118,23 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     .await
     {
         Ok(asked) => asked,
-        Err(fail) => return own.fail(stream, route, fail).await,
+        Err(fail) => {
+            let kept = (&req, route, &own);
+            let to = (&mut *stream, body_timeout);
+            if let Some(outcome) = cached::instead_of_app(to, None, &asking, kept).await {
+                return outcome;
+            }
+            return own.fail(stream, route, fail).await;
+        }
     };
+    // The stale answer kept, confirmed by the app or standing in for its error.
+    if req.cache.is_some() {
+        let status = super::answer::status_of(&asked.ubuf[..asked.head_len]);
+        let (kept, to) = ((&req, route, &own), (&mut *stream, body_timeout));
+        if let Some(outcome) = cached::instead_of_app(to, status, &asking, kept).await {
+            return outcome;
+        }
+    }
     let Asked {
         endpoint,
         conn,

@@ -14,14 +14,17 @@
 //! connection to it (`h2_exchange`), or the client's HTTP/2 stream as a stream of its own,
 //! trailers and both directions streaming, for gRPC (`h2_stream`). An app's answer head is
 //! read once for all of them (`answer`); answers HTTP caching lets a shared cache keep are
-//! kept per process and given again while fresh (`cache_responses`: the rules and stores in
-//! [`cache`], the forwarder's side in `cached`).
+//! kept per process and given again while fresh (`cache_responses`: the rules in [`cache`],
+//! the stores in [`cache_store`], a purge in [`cache_purge`], the forwarder's side in
+//! `cached`).
 //! Must not touch: the client connection's own protocol loop (that is [`crate::http::conn`],
 //! which lends a connection here through the service and takes it back) or app processes'
 //! lives.
 
 mod answer;
 pub mod cache;
+pub mod cache_purge;
+pub mod cache_store;
 mod cached;
 mod cgi;
 mod dispatch;

@@ -126,7 +126,7 @@ pub struct ProxyRoute {
     /// Requests of this thread at its servers now, within their share.
     share: super::share::Share,
     /// Its kept answers (`cache_responses`), shared by the process's threads.
-    pub(super) cache: Option<std::sync::Arc<super::cache::Store>>,
+    pub(super) cache: Option<std::sync::Arc<super::cache_store::Store>>,
 }
 
 /// Where a route's servers come from.
@@ -180,7 +180,7 @@ impl ProxyRoute {
     /// This route keeping its cacheable answers (`cache_responses`) in the process's store
     /// named `name` (`pool:NAME`, `upstream:NAME`), when its settings say so.
     pub fn keeping_answers(mut self, name: &str) -> Self {
-        self.cache = (self.settings.cache).map(|bounds| super::cache::store(name, bounds));
+        self.cache = (self.settings.cache).map(|bounds| super::cache_store::store(name, bounds));
         self
     }
 

@@ -2,8 +2,8 @@
 //! (see [`super::admin_page`]) with its feeds `GET /machine` and `GET /live`, `GET /ready`
 //! (200, or 503 once a drain has started: a load balancer's health check), `GET /status`
 //! (JSON), `GET /metrics` (Prometheus text), and the actions `POST /reload`, `POST
-//! /pools/NAME/stop|start|recycle` and `POST /tls/rotate-ticket-keys`, which need the admin
-//! token; and the client the CLI's
+//! /pools/NAME/stop|start|recycle`, `POST /tls/rotate-ticket-keys` and `POST
+//! /cache/purge?url=…|prefix=…|tag=…` (the response caches'), which need the admin token; and the client the CLI's
 //! `espalier status`, `pool`, `recycle` and `reload` use.
 //!
 //! Owns: the endpoint's routes, the command and reply types, and the client side. Both sides
@@ -41,6 +41,8 @@ pub enum AdminCommand {
     Reload,
     /// A new session ticket key now (see `supervisor::ticket_keys`).
     RotateTicketKeys,
+    /// Answers taken out of every worker's response cache (`cache_responses`).
+    PurgeCache(crate::proxy::cache_purge::Purge),
     /// The configuration API (`/config…`).
     Config(ConfigCall),
     /// A new master from the binary on disk takes over the sockets (see
@@ -134,6 +136,10 @@ fn route(method: Method, path: &str, query: &str) -> Result<Option<(AdminCommand
         (Method::Post, ["reload"]) => (AdminCommand::Reload, false),
         (Method::Post, ["upgrade"]) => (AdminCommand::Upgrade, false),
         (Method::Post, ["tls", "rotate-ticket-keys"]) => (AdminCommand::RotateTicketKeys, false),
+        (Method::Post, ["cache", "purge"]) => {
+            let purge = crate::proxy::cache_purge::Purge::of_query(query)?;
+            (AdminCommand::PurgeCache(purge), false)
+        }
         _ => return Ok(None),
     }))
 }

@@ -57,6 +57,9 @@ pub enum Message {
     Meters(String),
     /// Master → worker: the pool's session ticket keys, rotated (`tls::tickets::encode`).
     TicketKeys(String),
+    /// Master → worker: take what this names out of the response caches
+    /// (`proxy::cache_purge::Purge::line`).
+    Purge(String),
 }
 
 /// What a worker's pong tells of it, over its life: requests served, connection tasks that
@@ -75,7 +78,7 @@ pub struct Figures {
     /// How many sets of session ticket keys it took (the one it started with counts).
     pub ticket_keys: u64,
     /// Its response caches' figures (`cache_responses`).
-    pub cache: crate::proxy::cache::Counts,
+    pub cache: crate::proxy::cache_store::Counts,
 }
 
 impl Message {
@@ -128,6 +131,8 @@ impl Message {
             Message::NoCertificate(name) => format!("no-certificate {}\n", one_word(name)),
             // Hex and commas: one word.
             Message::TicketKeys(keys) => format!("ticket-keys {}\n", one_word(keys)),
+            // A purge's value is one line (checked where it is asked for).
+            Message::Purge(what) => format!("purge {}\n", what.replace('\n', " ")),
         }
     }
 
@@ -157,7 +162,7 @@ impl Message {
                         wait_micros_total: n.next().unwrap_or(0),
                     },
                     ticket_keys: n.next().unwrap_or(0),
-                    cache: crate::proxy::cache::Counts {
+                    cache: crate::proxy::cache_store::Counts {
                         hits: n.next().unwrap_or(0),
                         misses: n.next().unwrap_or(0),
                         stored: n.next().unwrap_or(0),
@@ -180,6 +185,7 @@ impl Message {
             "want-app" => Message::WantApp,
             "no-certificate" => Message::NoCertificate(rest.to_string()),
             "ticket-keys" => Message::TicketKeys(rest.to_string()),
+            "purge" => Message::Purge(rest.to_string()),
             _ => return None,
         })
     }
@@ -217,7 +223,7 @@ mod tests {
                     wait_micros_total: 123_456,
                 },
                 ticket_keys: 3,
-                cache: crate::proxy::cache::Counts {
+                cache: crate::proxy::cache_store::Counts {
                     hits: 9,
                     misses: 8,
                     stored: 7,
@@ -230,6 +236,7 @@ mod tests {
             Message::Unresponsive("http://127.0.0.1:4000".into()),
             Message::WantCertificate("shop.example".into()),
             Message::NoCertificate("shop.example".into()),
+            Message::Purge("prefix https://shop.example/a b".into()),
         ] {
             assert_eq!(Message::parse(&m.line()), Some(m));
         }

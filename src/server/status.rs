@@ -354,8 +354,11 @@ pub struct WorkerStatus {
     #[serde(default)]
     pub ticket_keys: u64,
     /// Its response caches' figures (`cache_responses`; none without).
-    #[serde(default, skip_serializing_if = "crate::proxy::cache::Counts::is_zero")]
-    pub cache: crate::proxy::cache::Counts,
+    #[serde(
+        default,
+        skip_serializing_if = "crate::proxy::cache_store::Counts::is_zero"
+    )]
+    pub cache: crate::proxy::cache_store::Counts,
     /// Its sites' figures (`metrics = true`; see [`super::meters`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub meters: Vec<super::meters::SiteMeters>,

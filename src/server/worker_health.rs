@@ -121,7 +121,7 @@ pub(super) fn pong(
         steered: sum(|h| &h.steered),
         queue,
         ticket_keys,
-        cache: crate::proxy::cache::process_counts(),
+        cache: crate::proxy::cache_store::process_counts(),
     })
     .line()
 }

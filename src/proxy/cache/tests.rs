@@ -1,4 +1,8 @@
 use super::*;
+use crate::config::upstream::ResponseCache;
+use crate::proxy::cache_purge::Purge;
+use crate::proxy::cache_store::{Lookup, Store};
+use std::sync::Arc;
 
 fn asked(key: &str, fields: &[(&str, &str)]) -> CacheRequest {
     CacheRequest {
@@ -122,16 +126,74 @@ fn a_stale_answer_is_not_given_and_a_conditional_request_is_answered_by_its_vali
         lifetime: Duration::from_secs(5),
         age: Duration::from_secs(4),
         vary: vec![],
+        stale_if_error: Duration::ZERO,
+        tags: vec![],
     };
     let plain = asked("http://a/s", &[]);
-    let mut old = answer("old", spent);
+    // Stale with a validator: kept, for the app to confirm.
+    let mut old = answer("old", spent.clone());
     old.stored -= Duration::from_secs(2);
     store.put(&plain, old);
     assert!(store.get(&plain).is_none());
+    assert!(matches!(store.look(&plain), Lookup::Stale(_)));
+    assert_eq!(store.counts().entries, 1);
+    // Stale without one: kept while stale-if-error allows, else taken out.
+    let endpoint = crate::proxy::Endpoint::Tcp("127.0.0.1:1".parse().unwrap());
+    let raw = Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n");
+    let errors = Keep {
+        stale_if_error: Duration::from_secs(60),
+        ..spent.clone()
+    };
+    let mut bare = Stored::new(raw.clone(), 19, endpoint.clone(), errors, (None, None));
+    bare.stored -= Duration::from_secs(2);
+    assert!(bare.stands_in_for_errors(Instant::now()));
+    let mut spent_bare = Stored::new(raw, 19, endpoint, spent, (None, None));
+    spent_bare.stored -= Duration::from_secs(2);
+    assert!(!spent_bare.stands_in_for_errors(Instant::now()));
+    store.put(&plain, spent_bare);
+    assert!(matches!(store.look(&plain), Lookup::Missing));
     assert_eq!(store.counts().entries, 0);
     let fresh = answer("new", kept(&[("Cache-Control", "max-age=60")]).unwrap());
     assert!(fresh.not_modified_for(&asked("http://a/s", &[("if-none-match", "W/\"v1\"")])));
     assert!(fresh.not_modified_for(&asked("http://a/s", &[("if-none-match", "\"v0\", *")])));
     assert!(!fresh.not_modified_for(&asked("http://a/s", &[("if-none-match", "\"v0\"")])));
     assert!(!fresh.not_modified_for(&plain));
+}
+
+#[test]
+fn a_purge_takes_out_a_url_a_prefix_or_a_tag() {
+    let purge = Purge::of_query("url=https%3A%2F%2Fshop.example%2Fa%3Fx%3D1").unwrap();
+    assert_eq!(purge, Purge::Url("https://shop.example/a?x=1".into()));
+    assert_eq!(Purge::of_line(&purge.line()), Some(purge));
+    assert_eq!(
+        Purge::of_query("tag=news+front").unwrap(),
+        Purge::Tag("news front".into())
+    );
+    for bad in ["", "url=", "what=1", "url=a&tag=b", "url=a%0Ab"] {
+        assert!(Purge::of_query(bad).is_err(), "{bad}");
+    }
+    let store = Store::new(ResponseCache {
+        size: 1 << 20,
+        entry: 1 << 16,
+    });
+    let tagged = kept(&[
+        ("Cache-Control", "max-age=60"),
+        ("Cache-Tag", "news, front"),
+        ("Surrogate-Key", "a1 a2"),
+    ])
+    .unwrap();
+    assert_eq!(tagged.tags, ["news", "front", "a1", "a2"]);
+    let plain = kept(&[("Cache-Control", "max-age=60")]).unwrap();
+    for (url, keep) in [
+        ("https://s/p/1", &tagged),
+        ("https://s/p/2", &plain),
+        ("https://s/q", &plain),
+    ] {
+        store.put(&asked(url, &[]), answer(url, keep.clone()));
+    }
+    assert_eq!(store.purge(&Purge::Tag("a2".into())), 1);
+    assert!(store.get(&asked("https://s/p/1", &[])).is_none());
+    assert_eq!(store.purge(&Purge::Prefix("https://s/p/".into())), 1);
+    assert_eq!(store.purge(&Purge::Url("https://s/q".into())), 1);
+    assert_eq!(store.counts().entries, 0);
 }

@@ -396,6 +396,7 @@ impl Supervisor {
             | Message::Reopen
             | Message::Certificate(_)
             | Message::TicketKeys(_)
+            | Message::Purge(_)
             | Message::NoCertificate(_) => {}
         }
     }

@@ -232,6 +232,16 @@ impl Supervisor {
                 Ok(summary) => done(200, summary),
                 Err(message) => done(400, message),
             },
+            AdminCommand::PurgeCache(purge) => {
+                let line = crate::server::control::Message::Purge(purge.line()).line();
+                let pools = self.pools_with_workers();
+                for pool in &pools {
+                    self.send_to_pool(pool, &line);
+                }
+                let said = format!("cache purge ({}) sent to the workers of {} pool(s)", purge.line(), pools.len());
+                log("master", &said);
+                done(200, said)
+            }
             AdminCommand::RotateTicketKeys => {
                 let pools = self.rotate_ticket_keys();
                 let said = format!("session ticket keys rotated; the workers of {pools} pool(s) told (tickets of the two keys before still resume)");

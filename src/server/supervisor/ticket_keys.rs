@@ -34,7 +34,7 @@ impl Supervisor {
     }
 
     /// The pools with espalier workers running, each once.
-    fn pools_with_workers(&self) -> Vec<String> {
+    pub(super) fn pools_with_workers(&self) -> Vec<String> {
         let mut pools: Vec<String> = (self.slots.iter())
             .filter(|s| s.app.is_none() && s.current.is_some())
             .map(|s| self.pools[s.pool].spec.name.clone())

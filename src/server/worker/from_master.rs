@@ -156,6 +156,11 @@ fn take(
                 demand.answered(&name);
             }
         }
+        Message::Purge(what) => {
+            if let Some(purge) = crate::proxy::cache_purge::Purge::of_line(&what) {
+                crate::proxy::cache_store::purge_all(&purge);
+            }
+        }
         _ => {}
     }
 }
