@@ -185,7 +185,7 @@ fn an_upstreams_answers_are_kept_by_their_rules_and_a_conditional_request_is_ans
     let _server = Server::with_config(
         d,
         &format!(
-            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = {{ size = \"1MiB\", entry = \"64KiB\" }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
+            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = {{ size = \"1MiB\", entry = \"64KiB\", key = [\"X-Tenant\", \"cookie:currency\"] }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
         ),
     );
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -239,6 +239,22 @@ fn an_upstreams_answers_are_kept_by_their_rules_and_a_conditional_request_is_ans
         (200, "1 /t ae=\n")
     );
     assert_eq!(asked_of_app(&record, "/t"), 1);
+    // The key the config extends: a field and a cookie tell answers apart.
+    let m = "/m?cc=max-age%3D600";
+    for (extra, n) in [
+        ("X-Tenant: a\r\n", 1),
+        ("X-Tenant: b\r\n", 2),
+        ("X-Tenant: a\r\n", 1),
+        ("X-Tenant: a\r\nCookie: theme=dark; currency=EUR\r\n", 3),
+        ("X-Tenant: a\r\nCookie: currency=EUR\r\n", 3),
+        ("X-Tenant: a\r\nCookie: currency=USD\r\n", 4),
+    ] {
+        assert_eq!(
+            body(&ask(addr, "GET", m, extra)),
+            format!("{n} /m ae=\n"),
+            "{extra}"
+        );
+    }
 }
 
 /// A stale answer with a validator is the app's to confirm: asked with `If-None-Match`, its
@@ -406,6 +422,10 @@ fn check_refuses_cache_responses_where_it_cannot_act() {
         (
             "cache_responses = { sise = \"1MiB\" }",
             "`sise` is not a key of cache_responses",
+        ),
+        (
+            "cache_responses = { key = [\"cookie:\"] }",
+            "is not a field name or cookie:NAME",
         ),
     ] {
         let config = format!("[[pool]]\nname = \"p\"\ncommand = [\"app\", \"{{port}}\"]\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n");

@@ -41,17 +41,30 @@ pub const DEFAULT_BUFFERING: Buffering = Buffering {
 
 /// `cache_responses`: an app's or a server's answers kept in memory and given again while
 /// HTTP caching says they are fresh (see `proxy::cache`): at most `size` bytes in all, per
-/// worker process, and no answer over `entry` bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// worker process, and no answer over `entry` bytes; answers told apart by their URL and the
+/// request's parts `key` names besides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResponseCache {
     pub size: u64,
     pub entry: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<CacheKeyPart>,
+}
+
+/// A part of the request an answer is kept by besides its URL (`cache_responses.key`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CacheKeyPart {
+    /// A request field's values (its name lowercase): `"X-Tenant"`.
+    Field(String),
+    /// A cookie's value: `"cookie:currency"`.
+    Cookie(String),
 }
 
 /// `cache_responses = true`: 64 MiB per worker process, answers of up to 1 MiB.
 pub const DEFAULT_RESPONSE_CACHE: ResponseCache = ResponseCache {
     size: 64 << 20,
     entry: 1 << 20,
+    key: Vec::new(),
 };
 
 /// One `[[upstream]]`.

@@ -42,6 +42,7 @@
 //! stores (`super::cache_store`) or the connections (the forwarder reads the app and writes
 //! the client, `super::cached`).
 
+use crate::config::upstream::CacheKeyPart;
 use crate::http::Request;
 use bytes::Bytes;
 use std::time::{Duration, Instant, SystemTime};
@@ -76,7 +77,11 @@ pub struct CacheRequest {
 impl CacheRequest {
     /// The cache's view of `req` (over TLS when `https`, its body framed `carries_nothing`),
     /// or `None` where the cache has nothing to do with it.
-    pub fn of(req: &Request<'_>, https: bool, carries_nothing: bool) -> Option<CacheRequest> {
+    pub fn of(
+        req: &Request<'_>,
+        (https, carries_nothing): (bool, bool),
+        parts: &[CacheKeyPart],
+    ) -> Option<CacheRequest> {
         let unsafe_method = matches!(req.method_text, "POST" | "PUT" | "DELETE" | "PATCH");
         let readable = matches!(req.method_text, "GET" | "HEAD") && carries_nothing;
         if !readable && !unsafe_method {
@@ -85,7 +90,16 @@ impl CacheRequest {
         let scheme = if https { "https" } else { "http" };
         let host = req.host().unwrap_or("").to_ascii_lowercase();
         let query = if req.query.is_empty() { "" } else { "?" };
-        let key = format!("{scheme}://{host}{}{query}{}", req.path, req.query);
+        let mut key = format!("{scheme}://{host}{}{query}{}", req.path, req.query);
+        // The parts the config adds (`key`), after a byte no URL holds.
+        for part in parts {
+            let value = match part {
+                CacheKeyPart::Field(name) => req.header(name).unwrap_or(""),
+                CacheKeyPart::Cookie(name) => cookie(req, name).unwrap_or(""),
+            };
+            key.push('\n');
+            key.push_str(value);
+        }
         if unsafe_method {
             let fields = Vec::new();
             let use_ = Use::Invalidate;
@@ -151,6 +165,21 @@ impl CacheRequest {
             (_, false) => "Cache-Status: espalier; fwd=request\r\n",
         }
     }
+}
+
+/// The value of the cookie `name` in `req`'s `Cookie` fields (HTTP/2 sends a field a crumb).
+fn cookie<'r>(req: &Request<'r>, name: &str) -> Option<&'r str> {
+    let fields = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("cookie"));
+    let crumbs = fields
+        .filter_map(|h| std::str::from_utf8(h.value).ok())
+        .flat_map(|v| v.split(';'));
+    crumbs
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
 }
 
 /// What an answer's head says for keeping it: for how long it is fresh, how old it was when

@@ -322,5 +322,6 @@ pub(super) fn request_of(
     lent: &crate::http::service::LentHead<'_>,
 ) -> Option<CacheRequest> {
     route.cache.as_ref()?;
-    CacheRequest::of(req, lent.https, lent.framing.carries_nothing())
+    let parts = (route.settings().cache.as_ref()).map_or(&[][..], |c| &c.key[..]);
+    CacheRequest::of(req, (lent.https, lent.framing.carries_nothing()), parts)
 }

@@ -180,7 +180,8 @@ impl ProxyRoute {
     /// This route keeping its cacheable answers (`cache_responses`) in the process's store
     /// named `name` (`pool:NAME`, `upstream:NAME`), when its settings say so.
     pub fn keeping_answers(mut self, name: &str) -> Self {
-        self.cache = (self.settings.cache).map(|bounds| super::cache_store::store(name, bounds));
+        let bounds = self.settings.cache.clone();
+        self.cache = bounds.map(|bounds| super::cache_store::store(name, bounds));
         self
     }
 
@@ -197,7 +198,7 @@ impl ProxyRoute {
             backpressure: None,
             pass_underscored_fields: spec.pass_underscored_fields,
             buffer: spec.buffer,
-            cache: spec.cache_responses,
+            cache: spec.cache_responses.clone(),
         };
         ProxyRoute {
             settings,

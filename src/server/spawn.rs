@@ -210,7 +210,7 @@ fn proxy_settings(pool: &PoolSpec) -> Option<crate::proxy::ProxySettings> {
             backpressure: a.backpressure,
             pass_underscored_fields: a.pass_underscored_fields,
             buffer: a.buffer,
-            cache: a.cache_responses,
+            cache: a.cache_responses.clone(),
             wait_for_ready: match pool.start {
                 crate::config::StartMode::OnDemand => pool.startup_time_limit,
                 crate::config::StartMode::Always => {

@@ -10,7 +10,7 @@ use super::super::locate::Seg;
 use super::super::model::{Backpressure, Buffering, Transport, DEFAULT_BUFFERING};
 use super::super::raw::{RawPool, Scalar};
 use super::super::upstream::Protocol;
-use super::super::upstream::{ResponseCache, DEFAULT_RESPONSE_CACHE};
+use super::super::upstream::{CacheKeyPart, ResponseCache, DEFAULT_RESPONSE_CACHE};
 use super::Validator;
 
 /// The least memory an answer or a request body may be held in: one read.
@@ -114,7 +114,7 @@ impl Validator {
         written: Option<toml::Value>,
         protocol: Protocol,
     ) -> Option<ResponseCache> {
-        let form = "write cache_responses = true, or cache_responses = { size = \"64MiB\", entry = \"1MiB\" }";
+        let form = "write cache_responses = true, or cache_responses = { size = \"64MiB\", entry = \"1MiB\", key = [\"X-Tenant\", \"cookie:currency\"] }";
         let table = match written? {
             _ if protocol == Protocol::Http2 => {
                 self.err(at, "answers spoken in HTTP/2 (protocol = \"http2\") are streams, gRPC's among them, and are not kept; remove it");
@@ -133,10 +133,17 @@ impl Validator {
             key_at.push(Seg::Key(match key.as_str() {
                 "size" => "size",
                 "entry" => "entry",
+                "key" => {
+                    key_at.push(Seg::Key("key"));
+                    cache.key = self.cache_key(&key_at, value);
+                    continue;
+                }
                 _ => {
                     self.err(
                         at,
-                        format!("`{key}` is not a key of cache_responses (size, entry); {form}"),
+                        format!(
+                            "`{key}` is not a key of cache_responses (size, entry, key); {form}"
+                        ),
                     );
                     continue;
                 }
@@ -159,6 +166,40 @@ impl Validator {
             self.err(at, format!("its entry ({} bytes) is larger than its size ({} bytes), so such an answer could never be kept; make size the larger", cache.entry, cache.size));
         }
         Some(cache)
+    }
+
+    /// `cache_responses.key`: request field names and `cookie:NAME`s.
+    fn cache_key(&mut self, at: &[Seg], value: toml::Value) -> Vec<CacheKeyPart> {
+        let fix = "write it like key = [\"X-Tenant\", \"cookie:currency\"]: request field names, and cookies as cookie:NAME";
+        let toml::Value::Array(list) = value else {
+            self.err(at, format!("is not a list; {fix}"));
+            return Vec::new();
+        };
+        let token = |t: &str| {
+            !t.is_empty()
+                && t.len() <= 256
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        };
+        let mut parts = Vec::new();
+        for item in list {
+            let part = match item.as_str() {
+                Some(t) => match t.strip_prefix("cookie:") {
+                    Some(name) if token(name) => Some(CacheKeyPart::Cookie(name.to_string())),
+                    None if token(t) => Some(CacheKeyPart::Field(t.to_ascii_lowercase())),
+                    _ => None,
+                },
+                None => None,
+            };
+            match part {
+                Some(part) => parts.push(part),
+                None => self.err(
+                    at,
+                    format!("{item} is not a field name or cookie:NAME; {fix}"),
+                ),
+            }
+        }
+        parts
     }
 
     /// A pool's `cache_responses`: only where espalier forwards the app's HTTP/1.1 answers

@@ -74,6 +74,7 @@ fn a_variant_answers_the_values_it_was_stored_for() {
     let store = Store::new(ResponseCache {
         size: 1 << 20,
         entry: 1 << 16,
+        key: vec![],
     });
     let keep = kept(&[("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding")]).unwrap();
     let gzip = asked("http://a/x", &[("accept-encoding", "gzip")]);
@@ -98,7 +99,11 @@ fn a_variant_answers_the_values_it_was_stored_for() {
 fn the_least_recently_used_go_first_and_the_bound_holds_at_a_hundred_thousand_keys() {
     let keep = kept(&[("Cache-Control", "max-age=60")]).unwrap();
     let size = 1 << 20;
-    let store = Store::new(ResponseCache { size, entry: 4096 });
+    let store = Store::new(ResponseCache {
+        size,
+        entry: 4096,
+        key: vec![],
+    });
     let key = |k: u32| asked(&format!("http://a/{k}"), &[]);
     store.put(&key(0), answer("zero", keep.clone()));
     for k in 1..100_000 {
@@ -121,6 +126,7 @@ fn a_stale_answer_is_not_given_and_a_conditional_request_is_answered_by_its_vali
     let store = Store::new(ResponseCache {
         size: 1 << 20,
         entry: 1 << 16,
+        key: vec![],
     });
     let spent = Keep {
         lifetime: Duration::from_secs(5),
@@ -175,6 +181,7 @@ fn a_purge_takes_out_a_url_a_prefix_or_a_tag() {
     let store = Store::new(ResponseCache {
         size: 1 << 20,
         entry: 1 << 16,
+        key: vec![],
     });
     let tagged = kept(&[
         ("Cache-Control", "max-age=60"),
