@@ -12,11 +12,14 @@
 # tier's CPU time per request (user + system of every process and thread, /proc/<pid>/stat,
 # summed over the runs), with the ratios cached ÷ static and cached ÷ nginx.
 #
+# Part 1b: the user-space instructions per hit of espalier's worker and of nginx (callgrind:
+# user space only, not the whole cost).
+#
 # Part 2, a Zipf load: 10,000 URLs of the same app asked by wrk with a Zipf distribution
 # (s = 1, a Lua script), through espalier's cache (64 MiB) and nginx's: the requests the
 # app got, and the hit ratio each implies.
 #
-# Installs nginx, wrk and nodejs from Debian when missing.
+# Installs nginx, wrk, nodejs and valgrind from Debian when missing.
 #   bench/cache.sh                      # DURATION=5 RUNS=3
 #   ESPALIER_BIN=/path/to/espalier DURATION=3 RUNS=2 bench/cache.sh
 set -euo pipefail
@@ -30,7 +33,7 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 KEYS=${KEYS:-10000}
 
 . "$ROOT/bench/common.sh"
-need_tools nginx:nginx-light wrk:wrk node:nodejs python3:python3 curl:curl
+need_tools nginx:nginx-light wrk:wrk node:nodejs python3:python3 curl:curl valgrind:valgrind
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 ESPALIER=$(espalier_binary "$ROOT")
 bench_workdir espalier-cache-bench
@@ -142,6 +145,32 @@ cached_us=$(us_per "${TICKS[cached]}" "${REQS[cached]}")
 echo "cached ÷ static: $(ratio "$cached_us" "$(us_per "${TICKS[static]}" "${REQS[static]}")") (goal ≤ 1.2); cached ÷ nginx proxy_cache: $(ratio "$cached_us" "$(us_per "${TICKS[nginx]}" "${REQS[nginx]}")") (goal ≤ 0.8)"
 echo "the app answered $app_during of those requests; espalier's cache counted $hits hits"
 echo "(CPU: user+system of every server process and thread, /proc/<pid>/stat)"
+
+# User-space instructions per hit (callgrind; user space only, not the whole cost): the
+# cached espalier's worker and nginx's one process, each under the same load again.
+echo "part 1b: user-space instructions per request under callgrind…" >&2
+CG=$(free_port); NGCG=$(free_port)
+sed -e "s/127.0.0.1:$CACHED\"/127.0.0.1:$CG\"/" -e "s/^admin = .*/admin = \"127.0.0.1:$(free_port)\"/" "$WORK/cached.toml" >"$WORK/cg.toml"
+(cd "$WORK" && exec taskset -c "$SERVER_CPU" valgrind --tool=callgrind --trace-children=yes "--callgrind-out-file=$WORK/cg.%p" "$ESPALIER" serve -c cg.toml) >"$WORK/cg.out" 2>&1 &
+cgpid=$!; PIDS+=($cgpid)
+for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$CG") 2>/dev/null && break; sleep 0.1; done
+wrk_load "http://127.0.0.1:$CG/page.txt" 2 >/dev/null
+cgw=$(pgrep -f "callgrind.*$ESPALIER worker" | head -1)
+cg_zero "$cgw"
+read -r reqs _ _ _ < <(wrk_load "http://127.0.0.1:$CG/page.txt" "$DURATION")
+esp_insns=$(per_request "$(cg_dump_sum "$WORK" "$cgw")" "$reqs")
+kill "$cgpid" 2>/dev/null || true
+sed -e "s/listen 127.0.0.1:$NG;/listen 127.0.0.1:$NGCG;/" -e "s|keys_zone=answers|keys_zone=cganswers|" -e "s|proxy_cache answers;|proxy_cache cganswers;|" -e "s|nginx/cache |nginx/cgcache |" -e "s|nginx/nginx.pid|nginx/cg.pid|" "$WORK/nginx/nginx.conf" >"$WORK/nginx/cg.conf"
+mkdir -p "$WORK/nginx/cgcache"
+(exec taskset -c "$SERVER_CPU" valgrind --tool=callgrind "--callgrind-out-file=$WORK/cg.%p" "$NGINX" -c "$WORK/nginx/cg.conf" -p "$WORK/nginx" -g "master_process off;") >"$WORK/ngcg.out" 2>&1 &
+ngpid=$!; PIDS+=($ngpid)
+for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$NGCG") 2>/dev/null && break; sleep 0.1; done
+wrk_load "http://127.0.0.1:$NGCG/page.txt" 2 >/dev/null
+cg_zero "$ngpid"
+read -r reqs _ _ _ < <(wrk_load "http://127.0.0.1:$NGCG/page.txt" "$DURATION")
+ng_insns=$(per_request "$(cg_dump_sum "$WORK" "$ngpid")" "$reqs")
+kill "$ngpid" 2>/dev/null || true
+echo "user-space instructions per hit: espalier $esp_insns, nginx proxy_cache $ng_insns (ratio $(ratio "$esp_insns" "$ng_insns"); callgrind, user space only)"
 
 # Part 2: a Zipf load over KEYS URLs; each server starts from an empty cache.
 cat >"$WORK/zipf.lua" <<LUA
