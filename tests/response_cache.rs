@@ -175,20 +175,34 @@ fn upstream_app(d: &Path, record: &Path) -> (Stopped, u16) {
     (app, port)
 }
 
+/// The cache app as an upstream server behind one site, its group's `cache_responses` set to
+/// `cache`: the app, the server, the site's address, and the app's record.
+fn behind_upstream(d: &Path, cache: &str) -> (Stopped, Server, SocketAddr, std::path::PathBuf) {
+    let record = d.join("seen.log");
+    let (app, served) = upstream_app(d, &record);
+    let port = free_port();
+    let server = Server::with_config(
+        d,
+        &format!(
+            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = {cache}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
+        ),
+    );
+    (
+        app,
+        server,
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        record,
+    )
+}
+
 #[test]
 fn an_upstreams_answers_are_kept_by_their_rules_and_a_conditional_request_is_answered_here() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let record = d.join("seen.log");
-    let (_app, served) = upstream_app(d, &record);
-    let port = free_port();
-    let _server = Server::with_config(
+    let (_app, _server, addr, record) = behind_upstream(
         d,
-        &format!(
-            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = {{ size = \"1MiB\", entry = \"64KiB\", key = [\"X-Tenant\", \"cookie:currency\"] }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
-        ),
+        r#"{ size = "1MiB", entry = "64KiB", key = ["X-Tenant", "cookie:currency"] }"#,
     );
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     // Private answers and answers setting a cookie are never kept.
     for (path, target) in [
         ("/p", "/p?cc=private%2C%20max-age%3D600"),
@@ -264,16 +278,7 @@ fn an_upstreams_answers_are_kept_by_their_rules_and_a_conditional_request_is_ans
 fn a_stale_answer_is_confirmed_by_the_app_or_stands_in_for_its_error() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let record = d.join("seen.log");
-    let (app, served) = upstream_app(d, &record);
-    let port = free_port();
-    let _server = Server::with_config(
-        d,
-        &format!(
-            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
-        ),
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (app, _server, addr, record) = behind_upstream(d, "true");
     let r = "/r?cc=max-age%3D1&etag=r1&revalidate=1";
     assert_eq!(body(&ask(addr, "GET", r, "")), "1 /r ae=\n");
     // Fresh for a second; then the next request asks the app, which confirms it.
@@ -320,16 +325,7 @@ fn a_stale_answer_is_confirmed_by_the_app_or_stands_in_for_its_error() {
 fn a_purge_takes_answers_out_by_url_prefix_and_tag() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let record = d.join("seen.log");
-    let (_app, served) = upstream_app(d, &record);
-    let port = free_port();
-    let server = Server::with_config(
-        d,
-        &format!(
-            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
-        ),
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (_app, server, addr, record) = behind_upstream(d, "true");
     let pages = [
         "/news/1?cc=max-age%3D600&tag=news",
         "/news/2?cc=max-age%3D600",
@@ -381,16 +377,7 @@ fn a_purge_takes_answers_out_by_url_prefix_and_tag() {
 fn fifty_concurrent_misses_for_one_url_reach_the_app_once() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let record = d.join("seen.log");
-    let (_app, served) = upstream_app(d, &record);
-    let port = free_port();
-    let _server = Server::with_config(
-        d,
-        &format!(
-            "[[upstream]]\nname = \"g\"\nservers = [\"127.0.0.1:{served}\"]\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\nupstream = \"g\"\n"
-        ),
-    );
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (_app, _server, addr, record) = behind_upstream(d, "true");
     // The app thinks a second: the others arrive while it does.
     let slow = "/slow?cc=max-age%3D600&sleep=1";
     let clients: Vec<_> = (0..50)
