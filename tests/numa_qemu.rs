@@ -57,6 +57,7 @@ fn placement_on_an_emulated_four_node_machine() {
         "soft-narrows",
         "proxy-apps",
         "proxy-same-node",
+        "cache-per-node",
         "proxy-fallback",
         "shared-port-locality",
         "cgroup-v2",

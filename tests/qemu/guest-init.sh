@@ -232,6 +232,27 @@ if wait_for /tmp/app.log "worker(s) serving" 60; then
   done
   verdict proxy-same-node $ok "$detail"
 
+  # 8b. Its answers kept per node (cache_responses): each node's worker keeps its own, so a
+  #     request on each node misses once, then is a hit there — with that node's app's
+  #     answer, served by the thread on the client's CPU.
+  ok=0; detail=""
+  for n in 0 1 2 3; do
+    k=$(node_cpus $n | cut -d, -f1 | cut -d- -f1)
+    taskset -c $k wget -S -O /tmp/kept1 http://127.0.0.1:8082/cgi-bin/kept 2> /tmp/kept1.h
+    taskset -c $k wget -S -O /tmp/kept2 http://127.0.0.1:8082/cgi-bin/kept 2> /tmp/kept2.h
+    s1=$(awk -F': ' 'tolower($1) ~ /cache-status/ {print $2}' /tmp/kept1.h | tr -d '\r')
+    s2=$(awk -F': ' 'tolower($1) ~ /cache-status/ {print $2}' /tmp/kept2.h | tr -d '\r')
+    who=$(awk -F': ' 'tolower($1) ~ /x-espalier-worker/ {print $2}' /tmp/kept2.h | tr -d '\r')
+    where=$(cat /tmp/kept2)
+    [ "$s1" = "espalier; fwd=miss; stored" ] || ok=1
+    [ "$s2" = "espalier; hit" ] || ok=1
+    case "$who" in *"/cpu$k") ;; *) ok=1 ;; esac
+    within "$where" "$(node_cpus $n)" || ok=1
+    cmp -s /tmp/kept1 /tmp/kept2 || ok=1
+    detail="$detail node$n: [$s1] then [$s2] by $who, the app on $where;"
+  done
+  verdict cache-per-node $ok "$detail"
+
   # 9. While node 3's app restarts, CPU 6's thread forwards to the nearest node and counts it.
   app3=$(awk '/app app\/[0-9]* started: pid/ && $8 == 3 {print $6; exit}' /tmp/app.log)
   kill -9 "$app3"

@@ -80,6 +80,9 @@ echo "hello from a 4-node guest" > "$GUEST/guest/www/index.html"
 mkdir -p "$GUEST/guest/app-www/cgi-bin"
 printf '#!/bin/sh\necho "Content-Type: text/plain"\necho\nawk '"'"'/^Cpus_allowed_list/ {print $2}'"'"' /proc/self/status\n' > "$GUEST/guest/app-www/cgi-bin/where"
 chmod +x "$GUEST/guest/app-www/cgi-bin/where"
+# And one whose answer may be kept ten minutes (cache_responses), with its length.
+printf '#!/bin/sh\nbody=$(awk '"'"'/^Cpus_allowed_list/ {print $2}'"'"' /proc/self/status)\necho "Content-Type: text/plain"\necho "Cache-Control: max-age=600"\necho "Content-Length: $((${#body} + 1))"\necho\necho "$body"\n' > "$GUEST/guest/app-www/cgi-bin/kept"
+chmod +x "$GUEST/guest/app-www/cgi-bin/kept"
 # kTLS: the kernel's tls module and the crypto modules it asks for (loaded by busybox's
 # modprobe in the guest), a certificate, and a file large enough to go by sendfile.
 kver=$(ls "$KERNEL_PKG/lib/modules")
