@@ -93,7 +93,11 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     // stale answer kept is the app's to confirm.
     let mut asking = cached::Asking::default();
     if req.cache.is_some() {
-        match cached::answer(stream, &req, route, &own, body_timeout).await {
+        // Boxed, as every cache step here, and in a statement of its own (a temporary of
+        // the awaiting statement is kept across its await): their states would grow this
+        // future, moved into its box on every lent request, for routes without a cache too.
+        let answering = Box::pin(cached::answer(stream, &req, route, &own, body_timeout));
+        match answering.await {
             Ok(outcome) => return outcome,
             Err(how) => asking = how,
         }
@@ -121,7 +125,8 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         Err(fail) => {
             let kept = (&req, route, &own);
             let to = (&mut *stream, body_timeout);
-            if let Some(outcome) = cached::instead_of_app(to, None, &asking, kept).await {
+            let instead = Box::pin(cached::instead_of_app(to, None, &asking, kept));
+            if let Some(outcome) = instead.await {
                 return outcome;
             }
             return own.fail(stream, route, fail).await;
@@ -131,7 +136,8 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if req.cache.is_some() {
         let status = super::answer::status_of(&asked.ubuf[..asked.head_len]);
         let (kept, to) = ((&req, route, &own), (&mut *stream, body_timeout));
-        if let Some(outcome) = cached::instead_of_app(to, status, &asking, kept).await {
+        let instead = Box::pin(cached::instead_of_app(to, status, &asking, kept));
+        if let Some(outcome) = instead.await {
             return outcome;
         }
     }
@@ -161,10 +167,18 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if let Some(keeping) = relay.keep.take() {
         let (conn, ubuf) = (&mut answered.conn, &mut answered.ubuf);
         let timeout = route.settings().response_timeout;
-        if cached::read_whole(conn, ubuf, (head_len, relay.kind), route, timeout).await {
+        let whole = Box::pin(cached::read_whole(
+            conn,
+            ubuf,
+            (head_len, relay.kind),
+            route,
+            timeout,
+        ));
+        if whole.await {
             let to = (stream, body_timeout);
-            let outcome = answered.keep_and_send(keeping, (out, relay), to, &req, route, &own);
-            return outcome.await;
+            let kept =
+                Box::pin(answered.keep_and_send(keeping, (out, relay), to, &req, route, &own));
+            return kept.await;
         }
     }
     cached::mark(&mut out, &req, false);
