@@ -103,6 +103,20 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// Cookie `name`'s value in the request's `Cookie` fields (HTTP/2 and HTTP/3 send a
+    /// field a crumb).
+    pub fn cookie(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
+            .flat_map(|h| h.value.split(|&b| b == b';'))
+            .find_map(|pair| {
+                let pair = pair.trim_ascii();
+                let (n, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
+                (n == name.as_bytes()).then_some(&v[1..])
+            })
+    }
+
     /// The first header named `name` (case-insensitive), as text.
     pub fn header(&self, name: &str) -> Option<&'a str> {
         self.headers

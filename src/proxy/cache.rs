@@ -95,7 +95,9 @@ impl CacheRequest {
         for part in parts {
             let value = match part {
                 CacheKeyPart::Field(name) => req.header(name).unwrap_or(""),
-                CacheKeyPart::Cookie(name) => cookie(req, name).unwrap_or(""),
+                CacheKeyPart::Cookie(name) => (req.cookie(name))
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .unwrap_or(""),
             };
             key.push('\n');
             key.push_str(value);
@@ -165,21 +167,6 @@ impl CacheRequest {
             (_, false) => "Cache-Status: espalier; fwd=request\r\n",
         }
     }
-}
-
-/// The value of the cookie `name` in `req`'s `Cookie` fields (HTTP/2 sends a field a crumb).
-fn cookie<'r>(req: &Request<'r>, name: &str) -> Option<&'r str> {
-    let fields = req
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("cookie"));
-    let crumbs = fields
-        .filter_map(|h| std::str::from_utf8(h.value).ok())
-        .flat_map(|v| v.split(';'));
-    crumbs
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v)
 }
 
 /// What an answer's head says for keeping it: for how long it is fresh, how old it was when

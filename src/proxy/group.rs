@@ -268,7 +268,7 @@ impl GroupSource {
         Choose {
             hash: self.hash_key().map(|k| key_hash(k, req)),
             sticky: self.health.spec.sticky.as_deref().map(|name| {
-                let value = cookie(req, name)?;
+                let value = req.cookie(name)?;
                 self.sticky_ids.iter().position(|id| id.as_bytes() == value)
             }),
         }
@@ -413,7 +413,7 @@ pub fn key_hash(key: &HashKey, req: &crate::http::Request<'_>) -> u64 {
         // The query hashed with the path's hash as its seed: `/a?b` and `/a` differ.
         HashKey::Uri => xxh3_64_with_seed(req.query.as_bytes(), xxh3_64(req.path.as_bytes())),
         HashKey::Header(name) => xxh3_64(req.header(name).unwrap_or_default().as_bytes()),
-        HashKey::Cookie(name) => xxh3_64(cookie(req, name).unwrap_or_default()),
+        HashKey::Cookie(name) => xxh3_64(req.cookie(name).unwrap_or_default()),
     }
 }
 
@@ -424,17 +424,4 @@ fn sticky_id(endpoint: &Endpoint) -> String {
         "{:016x}",
         xxhash_rust::xxh3::xxh3_64(endpoint.to_string().as_bytes())
     )
-}
-
-/// Cookie `name`'s value in the request's `Cookie` fields.
-fn cookie<'r>(req: &'r crate::http::Request<'_>, name: &str) -> Option<&'r [u8]> {
-    req.headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("cookie"))
-        .flat_map(|h| h.value.split(|&b| b == b';'))
-        .find_map(|pair| {
-            let pair = pair.trim_ascii();
-            let (n, v) = pair.split_at(pair.iter().position(|&b| b == b'=')?);
-            (n == name.as_bytes()).then_some(&v[1..])
-        })
 }
