@@ -102,6 +102,24 @@ pub struct Request<'a> {
     pub http2: bool,
 }
 
+/// `s` with its `%XX` escapes decoded; `None` for an escape that is not two hex digits.
+pub fn percent_decode(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+            out.push(v);
+            i += 3;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
 impl<'a> Request<'a> {
     /// Cookie `name`'s value in the request's `Cookie` fields (HTTP/2 and HTTP/3 send a
     /// field a crumb).

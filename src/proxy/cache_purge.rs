@@ -23,8 +23,11 @@ impl Purge {
     pub fn of_query(query: &str) -> Result<Purge, String> {
         let fix = "ask POST /cache/purge?url=https%3A%2F%2Fshop.example%2Fa (one URL), ?prefix=… (every URL starting so) or ?tag=… (what the app tagged with Cache-Tag or Surrogate-Key)";
         let mut pairs = url_form(query);
-        let (Some((key, value)), None) = (pairs.next(), pairs.next()) else {
+        let (Some(first), None) = (pairs.next(), pairs.next()) else {
             return Err(format!("a purge names one of url, prefix or tag; {fix}"));
+        };
+        let Some((key, value)) = first else {
+            return Err(format!("its query has an escape that is not %XX; {fix}"));
         };
         if value.is_empty() || value.len() > 8192 || value.contains(['\n', '\r']) {
             return Err(format!("`{key}` is empty, too long or not one line; {fix}"));
@@ -66,32 +69,15 @@ impl Purge {
     }
 }
 
-/// The name–value pairs of a query, percent-decoded (`+` a space).
-fn url_form(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+/// The name–value pairs of a query, percent-decoded (`+` a space); `None` for a pair with
+/// an escape that is not one.
+fn url_form(query: &str) -> impl Iterator<Item = Option<(String, String)>> + '_ {
     let decode = |s: &str| {
-        let s = s.replace('+', " ");
-        let bytes = s.as_bytes();
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut i = 0;
-        while i < bytes.len() {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok());
-            match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-                (b'%', Some(b)) => {
-                    out.push(b);
-                    i += 3;
-                }
-                (b, _) => {
-                    out.push(b);
-                    i += 1;
-                }
-            }
-        }
-        String::from_utf8_lossy(&out).into_owned()
+        let bytes = crate::http::percent_decode(s.replace('+', " ").as_bytes())?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
     };
     (query.split('&').filter(|p| !p.is_empty())).map(move |pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (decode(k), decode(v))
+        Some((decode(k)?, decode(v)?))
     })
 }

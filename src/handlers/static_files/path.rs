@@ -53,7 +53,7 @@ pub fn normalize(raw: &str) -> Result<Vec<Vec<u8>>, u16> {
     }
     let mut out: Vec<Vec<u8>> = Vec::new();
     for seg in raw.split('/') {
-        let decoded = percent_decode(seg.as_bytes()).ok_or(400u16)?;
+        let decoded = crate::http::percent_decode(seg.as_bytes()).ok_or(400u16)?;
         if decoded.contains(&0) || decoded.contains(&b'/') || decoded.contains(&b'\\') {
             return Err(400);
         }
@@ -68,23 +68,6 @@ pub fn normalize(raw: &str) -> Result<Vec<Vec<u8>>, u16> {
         }
     }
     Ok(out)
-}
-
-fn percent_decode(s: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(s[i]);
-            i += 1;
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -175,7 +175,15 @@ fn a_purge_takes_out_a_url_a_prefix_or_a_tag() {
         Purge::of_query("tag=news+front").unwrap(),
         Purge::Tag("news front".into())
     );
-    for bad in ["", "url=", "what=1", "url=a&tag=b", "url=a%0Ab"] {
+    for bad in [
+        "",
+        "url=",
+        "what=1",
+        "url=a&tag=b",
+        "url=a%0Ab",
+        "url=a%zz",
+        "url=%4",
+    ] {
         assert!(Purge::of_query(bad).is_err(), "{bad}");
     }
     let store = Store::new(ResponseCache {
