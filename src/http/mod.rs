@@ -102,6 +102,20 @@ pub struct Request<'a> {
     pub http2: bool,
 }
 
+/// The status of an answer head (`HTTP/1.x NNN …`), read from its first 13 bytes without
+/// parsing it: espalier's own heads, and an app's where a guess is safe (`None` when it does
+/// not start so: the parser then reads it).
+pub fn status_of(head: &[u8]) -> Option<u16> {
+    match head.get(..13)? {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', digits @ .., b' ' | b'\r']
+            if digits.iter().all(u8::is_ascii_digit) =>
+        {
+            Some(digits.iter().fold(0, |n, d| n * 10 + u16::from(d - b'0')))
+        }
+        _ => None,
+    }
+}
+
 /// `s` with its `%XX` escapes decoded; `None` for an escape that is not two hex digits.
 pub fn percent_decode(s: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len());

@@ -377,16 +377,7 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
 /// sends it there).
 fn head_end(buf: &[u8]) -> Option<(usize, u16)> {
     let len = memchr::memmem::find(buf, b"\r\n\r\n")? + 4;
-    let status =
-        match buf.get(..13) {
-            Some(
-                [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', digits @ .., b' ' | b'\r'],
-            ) if digits.iter().all(u8::is_ascii_digit) => digits
-                .iter()
-                .fold(0u16, |n, d| n * 10 + u16::from(d - b'0')),
-            _ => 0,
-        };
-    Some((len, status))
+    Some((len, super::status_of(buf).unwrap_or(0)))
 }
 
 /// The first `len` bytes of `buf` as a piece to send, `used` bytes of it spent. Where that

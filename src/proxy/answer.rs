@@ -195,18 +195,6 @@ fn keeping<'a>(
     Some((keep, (etag, modified)))
 }
 
-/// The status of the answer head `head` (`HTTP/1.x NNN …`), when it has one.
-pub(super) fn status_of(head: &[u8]) -> Option<u16> {
-    match head.get(..12)? {
-        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', digits @ ..]
-            if digits.iter().all(u8::is_ascii_digit) =>
-        {
-            Some(digits.iter().fold(0, |n, d| n * 10 + u16::from(d - b'0')))
-        }
-        _ => None,
-    }
-}
-
 /// How the app's response is framed (RFC 9112 §6.3); `None` when it cannot be told.
 fn body_kind(status: u16, head_only: bool, fields: &[httparse::Header<'_>]) -> Option<BodyKind> {
     if head_only || (100..200).contains(&status) || status == 204 || status == 304 {

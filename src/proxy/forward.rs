@@ -134,7 +134,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     };
     // The stale answer kept, confirmed by the app or standing in for its error.
     if req.cache.is_some() {
-        let status = super::answer::status_of(&asked.ubuf[..asked.head_len]);
+        let status = crate::http::status_of(&asked.ubuf[..asked.head_len]);
         let (kept, to) = ((&req, route, &own), (&mut *stream, body_timeout));
         let instead = Box::pin(cached::instead_of_app(to, status, &asking, kept));
         if let Some(outcome) = instead.await {
