@@ -319,6 +319,55 @@ fn a_stale_answer_is_confirmed_by_the_app_or_stands_in_for_its_error() {
     drop(app);
 }
 
+/// Within `stale-while-revalidate` (RFC 5861), a stale answer is given at once — the one the
+/// app gave first, said so in `Cache-Status` — while the app is asked for a new one in the
+/// background: a new answer replaces it, and a `304` to its validators renews it.
+#[test]
+fn a_stale_answer_is_given_at_once_while_the_app_is_asked_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (app, _server, addr, record) = behind_upstream(d, "true");
+    let stale_hit = |target: &str| {
+        let mut seen = None;
+        wait_for("an answer past its lifetime", WAIT, || {
+            let got = ask(addr, "GET", target, "");
+            if cache_status(&got) != "espalier; hit" {
+                seen = Some((cache_status(&got).to_string(), body(&got)));
+            }
+            seen.is_some()
+        });
+        seen.unwrap()
+    };
+    let window = "cc=max-age%3D1%2C%20stale-while-revalidate%3D600";
+    for (path, query, then) in [
+        // A new answer from the app replaces it.
+        ("/w", window.to_string(), "2 /w ae=\n"),
+        // The app confirms it (304 to its ETag): the first answer, fresh again.
+        ("/v", format!("{window}&etag=v1&revalidate=1"), "1 /v ae=\n"),
+    ] {
+        let target = format!("{path}?{query}");
+        assert_eq!(
+            body(&ask(addr, "GET", &target, "")),
+            format!("1 {path} ae=\n")
+        );
+        let (said, text) = stale_hit(&target);
+        assert_eq!(text, format!("1 {path} ae=\n"), "{said}");
+        assert!(
+            said.starts_with("espalier; hit; ttl=-")
+                && said.ends_with("; detail=stale-while-revalidate"),
+            "{said}"
+        );
+        wait_for("the app asked behind the stale answer", WAIT, || {
+            asked_of_app(&record, path) >= 2
+        });
+        wait_for("the refreshed answer given fresh", WAIT, || {
+            let got = ask(addr, "GET", &target, "");
+            cache_status(&got) == "espalier; hit" && body(&got) == then
+        });
+    }
+    drop(app);
+}
+
 /// A purge through the admin endpoint takes kept answers out of every worker: one URL, every
 /// URL under a prefix, or every answer the app tagged.
 #[test]

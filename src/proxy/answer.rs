@@ -95,6 +95,9 @@ fn answer_of<'h>(
     })
 }
 
+/// How an answer is kept by the response cache, and its validators.
+pub(super) type Keeping = (Keep, Validators);
+
 /// How the body is relayed once the client's head is written.
 pub(super) struct Relay {
     pub(super) kind: BodyKind,
@@ -106,7 +109,7 @@ pub(super) struct Relay {
     /// It streams by nature and is never buffered (see [`spool::streams`]).
     pub(super) streams: bool,
     /// It may be kept by the route's response cache, so (see [`super::cached`]).
-    pub(super) keep: Option<(Keep, Validators)>,
+    pub(super) keep: Option<Keeping>,
 }
 
 /// The client's head for `answer` (with the app's `fields`), through the response steps
@@ -183,6 +186,14 @@ fn keeping<'a>(
         Use::Read | Use::Refresh if !req.head_only && kind != BodyKind::UntilClose => {}
         _ => return None,
     }
+    kept_as(status, fields)
+}
+
+/// How an answer with `status` and `fields` is kept, if it may be, and its validators.
+fn kept_as<'a>(
+    status: u16,
+    fields: impl Iterator<Item = (&'a str, &'a [u8])> + Clone,
+) -> Option<(Keep, Validators)> {
     let keep = super::cache::keep(status, fields.clone(), SystemTime::now())?;
     let field = |name: &str| {
         let mut all = fields.clone();
@@ -193,6 +204,23 @@ fn keeping<'a>(
     let modified = field("last-modified")
         .and_then(|v| httpdate::parse_http_date(std::str::from_utf8(v).ok()?.trim()).ok());
     Some((keep, (etag, modified)))
+}
+
+/// An answer the response cache asked for itself (to refresh a stale entry in the
+/// background, `super::cache_refresh`), its head `head`: its status, framing, and how it is
+/// kept if it may be.
+pub(super) fn refreshed(head: &[u8]) -> Option<(u16, BodyKind, Option<Keeping>)> {
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut resp = httparse::Response::new(&mut fields);
+    let Ok(httparse::Status::Complete(_)) = resp.parse(head) else {
+        return None;
+    };
+    let status = resp.code?;
+    let kind = body_kind(status, false, resp.headers)?;
+    let keep = (kind != BodyKind::UntilClose)
+        .then(|| kept_as(status, resp.headers.iter().map(|h| (h.name, h.value))))
+        .flatten();
+    Some((status, kind, keep))
 }
 
 /// How the app's response is framed (RFC 9112 §6.3); `None` when it cannot be told.

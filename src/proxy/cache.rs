@@ -25,8 +25,10 @@
 //!   the app for it wait for that answer and look again (request collapsing).
 //! - **Stale answers** (`Store::look`): an expired answer with a validator is kept for
 //!   the app to confirm (`super::cached` asks with `If-None-Match` or `If-Modified-Since`;
-//!   a `304` renews its lifetime as it was), and one with `stale-if-error` (RFC 5861) stands
-//!   in for the app's 5xx or silence that long past its lifetime; any other is taken out.
+//!   a `304` renews its lifetime as it was), one with `stale-while-revalidate` (RFC 5861) is
+//!   given that long past its lifetime while one request asks the app in the background,
+//!   and one with `stale-if-error` stands in for the app's 5xx or silence that long past
+//!   its lifetime; any other is taken out.
 //! - **Purged** (`super::cache_purge`) by URL, prefix or the app's tags (`Cache-Tag`,
 //!   `Surrogate-Key`), in every store of every worker (the admin endpoint's
 //!   `POST /cache/purge`, told to each worker by the master).
@@ -65,7 +67,7 @@ pub enum Use {
 
 /// What of a request the cache looks at, taken when it is dispatched on a route that keeps
 /// answers (a route without costs nothing).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CacheRequest {
     /// `scheme://host/path?query`.
     pub(super) key: String,
@@ -179,6 +181,9 @@ pub struct Keep {
     /// How long past its lifetime it may stand in for the app's error (`stale-if-error`,
     /// RFC 5861).
     pub stale_if_error: Duration,
+    /// How long past its lifetime it may still be given while the app is asked for a new
+    /// one in the background (`stale-while-revalidate`, RFC 5861).
+    pub stale_while_revalidate: Duration,
     /// Its tags (`Cache-Tag`, `Surrogate-Key`: comma- or space-separated), for a purge.
     pub tags: Vec<String>,
 }
@@ -241,6 +246,8 @@ pub fn keep<'a>(
         .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
         .map_or(Duration::ZERO, Duration::from_secs);
     let stale_if_error = number("stale-if-error").map_or(Duration::ZERO, Duration::from_secs);
+    let stale_while_revalidate =
+        number("stale-while-revalidate").map_or(Duration::ZERO, Duration::from_secs);
     let tags = (named("cache-tag").chain(named("surrogate-key")))
         .flat_map(|v| {
             String::from_utf8_lossy(v)
@@ -256,6 +263,7 @@ pub fn keep<'a>(
         age,
         vary,
         stale_if_error,
+        stale_while_revalidate,
         tags,
     })
 }
@@ -343,10 +351,21 @@ impl Stored {
         !allowed.is_zero() && self.past_lifetime(now) <= allowed
     }
 
+    /// Whether, stale, it may still be given at `now` while the app is asked for a new one
+    /// in the background (`stale-while-revalidate`).
+    pub fn serves_while_revalidating(&self, now: Instant) -> bool {
+        let allowed = self.keep.stale_while_revalidate;
+        !allowed.is_zero() && self.past_lifetime(now) <= allowed
+    }
+
     /// Whether a stale answer is worth keeping: the app may confirm it (it has a
-    /// validator), or it may stand in for the app's error.
+    /// validator), or it may stand in for the app's error or be given while the app is
+    /// asked.
     pub(super) fn worth_keeping_stale(&self, now: Instant) -> bool {
-        self.etag.is_some() || self.last_modified.is_some() || self.stands_in_for_errors(now)
+        self.etag.is_some()
+            || self.last_modified.is_some()
+            || self.stands_in_for_errors(now)
+            || self.serves_while_revalidating(now)
     }
 
     /// The tags the app gave it, for a purge by tag.

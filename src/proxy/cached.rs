@@ -6,7 +6,8 @@
 //! the app's ([`super::answer::answer_head`]: the site's fields, error pages, compression),
 //! with `Age` and `Cache-Status` (RFC 9211) said.
 //!
-//! Owns: [`answer`] (a hit, or how the app is asked: [`Asking`]), a stale answer's
+//! Owns: [`answer`] (a hit — a stale one within `stale-while-revalidate` too, its refresh
+//! started, see [`super::cache_refresh`] — or how the app is asked: [`Asking`]), a stale answer's
 //! validators sent ([`ask_if_changed`]) and its use in the app's place ([`instead_of_app`]),
 //! [`read_whole`], [`keep`] and [`send`] (an answer from memory), and the `Cache-Status`
 //! line of an answer the app gave ([`mark`]). Must not touch: the
@@ -23,6 +24,7 @@ use super::wire::{to_client, BodyKind, OwnAnswers};
 use super::Endpoint;
 use crate::http::service::Outcome;
 use bytes::Bytes;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
@@ -43,7 +45,7 @@ pub(super) struct Asking {
 pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut C,
     req: &ForwardRequest,
-    route: &ProxyRoute,
+    route: &Rc<ProxyRoute>,
     own: &OwnAnswers<'_>,
     body_timeout: Duration,
 ) -> Result<Outcome, Asking> {
@@ -56,6 +58,17 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     let to = (stream, body_timeout);
     let stale = match store.look(asked) {
         Lookup::Fresh(stored) => return Ok(replay(to, &stored, req, route, own, HIT).await),
+        // Given at once; the app is asked in the background, by the first to find it so.
+        Lookup::Stale(stale)
+            if !req.head_only && stale.serves_while_revalidating(Instant::now()) =>
+        {
+            if let Filling::Asks(hold) = store.fill(asked) {
+                super::cache_refresh::behind(route, req, stale.clone(), hold);
+            }
+            let past = stale.past_lifetime(Instant::now()).as_secs();
+            let said = format!("espalier; hit; ttl=-{past}; detail=stale-while-revalidate");
+            return Ok(replay(to, &stale, req, route, own, &said).await);
+        }
         Lookup::Stale(stale) => Some(stale),
         Lookup::Missing => None,
     };
@@ -90,19 +103,27 @@ pub(super) fn ask_if_changed(req: &mut ForwardRequest, asking: &mut Asking) {
     if asked.conditional() {
         return;
     }
-    let fields = match stale.validators() {
-        (Some(etag), _) => format!("If-None-Match: {}\r\n", String::from_utf8_lossy(etag)),
-        (None, Some(modified)) => {
-            let since = httpdate::fmt_http_date(modified);
-            format!("If-Modified-Since: {since}\r\n")
-        }
-        (None, None) => return,
+    let Some(fields) = validator_fields(stale) else {
+        return;
     };
     if req.head.ends_with(b"\r\n\r\n") {
         let at = req.head.len() - 2;
         crate::features::head::insert(&mut req.head, at, fields.as_bytes());
         asking.confirming = true;
     }
+}
+
+/// The request fields that ask the app whether `stale` changed: `If-None-Match` with its
+/// `ETag`, else `If-Modified-Since` with its `Last-Modified` (none: it has no validator).
+pub(super) fn validator_fields(stale: &Stored) -> Option<String> {
+    Some(match stale.validators() {
+        (Some(etag), _) => format!("If-None-Match: {}\r\n", String::from_utf8_lossy(etag)),
+        (None, Some(modified)) => {
+            let since = httpdate::fmt_http_date(modified);
+            format!("If-Modified-Since: {since}\r\n")
+        }
+        (None, None) => return None,
+    })
 }
 
 /// Answers from the stale answer kept for the request instead of the app's answer with

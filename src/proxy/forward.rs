@@ -66,7 +66,7 @@ struct Asked {
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     client: LentConnection<'_, C>,
     mut req: ForwardRequest,
-    route: &ProxyRoute,
+    route: &std::rc::Rc<ProxyRoute>,
 ) -> Outcome {
     let LentConnection {
         stream,
@@ -123,7 +123,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     {
         Ok(asked) => asked,
         Err(fail) => {
-            let kept = (&req, route, &own);
+            let kept = (&req, &**route, &own);
             let to = (&mut *stream, body_timeout);
             let instead = Box::pin(cached::instead_of_app(to, None, &asking, kept));
             if let Some(outcome) = instead.await {
@@ -135,7 +135,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     // The stale answer kept, confirmed by the app or standing in for its error.
     if req.cache.is_some() {
         let status = crate::http::status_of(&asked.ubuf[..asked.head_len]);
-        let (kept, to) = ((&req, route, &own), (&mut *stream, body_timeout));
+        let (kept, to) = ((&req, &**route, &own), (&mut *stream, body_timeout));
         let instead = Box::pin(cached::instead_of_app(to, status, &asking, kept));
         if let Some(outcome) = instead.await {
             return outcome;

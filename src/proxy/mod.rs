@@ -24,6 +24,7 @@
 mod answer;
 pub mod cache;
 pub mod cache_purge;
+mod cache_refresh;
 pub mod cache_store;
 mod cached;
 mod cgi;

@@ -133,6 +133,7 @@ fn a_stale_answer_is_not_given_and_a_conditional_request_is_answered_by_its_vali
         age: Duration::from_secs(4),
         vary: vec![],
         stale_if_error: Duration::ZERO,
+        stale_while_revalidate: Duration::ZERO,
         tags: vec![],
     };
     let plain = asked("http://a/s", &[]);
@@ -153,6 +154,20 @@ fn a_stale_answer_is_not_given_and_a_conditional_request_is_answered_by_its_vali
     let mut bare = Stored::new(raw.clone(), 19, endpoint.clone(), errors, (None, None));
     bare.stored -= Duration::from_secs(2);
     assert!(bare.stands_in_for_errors(Instant::now()));
+    // Or while stale-while-revalidate allows: given as the app is asked behind it.
+    let said = kept(&[("Cache-Control", "max-age=5, stale-while-revalidate=30")]).unwrap();
+    assert_eq!(said.stale_while_revalidate, Duration::from_secs(30));
+    let window = Keep {
+        stale_while_revalidate: Duration::from_secs(1),
+        ..spent.clone()
+    };
+    let mut revalidating = Stored::new(raw.clone(), 19, endpoint.clone(), window, (None, None));
+    revalidating.stored -= Duration::from_secs(1);
+    assert!(revalidating.serves_while_revalidating(Instant::now()));
+    assert!(revalidating.worth_keeping_stale(Instant::now()));
+    revalidating.stored -= Duration::from_secs(2);
+    assert!(!revalidating.serves_while_revalidating(Instant::now()));
+    assert!(!revalidating.worth_keeping_stale(Instant::now()));
     let mut spent_bare = Stored::new(raw, 19, endpoint, spent, (None, None));
     spent_bare.stored -= Duration::from_secs(2);
     assert!(!spent_bare.stands_in_for_errors(Instant::now()));
