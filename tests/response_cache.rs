@@ -368,6 +368,101 @@ fn a_stale_answer_is_given_at_once_while_the_app_is_asked_behind_it() {
     drop(app);
 }
 
+/// A FastCGI pool's answers are kept by the same rules: php-fpm's script sends the fields
+/// its query asks for and numbers its answers by the requests it saw for the same URI.
+#[test]
+fn a_php_scripts_answers_are_kept_as_an_http_apps() {
+    let fpm = common::apps::php_fpm();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("www")).unwrap();
+    std::fs::write(
+        d.join("www/page.php"),
+        r#"<?php
+$f = dirname(__DIR__) . '/seen.log';
+$line = $_SERVER['REQUEST_METHOD'] . ' ' . $_SERVER['REQUEST_URI'];
+file_put_contents($f, "$line\n", FILE_APPEND | LOCK_EX);
+$n = count(array_filter(file($f), fn($l) => trim($l) === $line));
+if (file_exists("$f.fail")) { http_response_code(500); echo "failed\n"; exit; }
+if (isset($_GET['cc'])) { header('Cache-Control: ' . $_GET['cc']); }
+if (isset($_GET['cookie'])) { setcookie('session', '1'); }
+header('X-Script: page');
+echo "$n " . $_GET['n'] . "\n";
+if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("php-fpm.conf"),
+        "[global]\nerror_log = /proc/self/fd/2\ndaemonize = no\n[www]\nlisten = 127.0.0.1:${PORT}\npm = static\npm.max_children = 2\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let _server = Server::with_config(
+        d,
+        &format!(
+            "[[pool]]\nname = \"php\"\ncommand = [\"{fpm}\", \"--nodaemonize\", \"--allow-to-run-as-root\", \"--fpm-config\", \"php-fpm.conf\"]\ntransport = \"fastcgi\"\ncache_responses = {{ size = \"1MiB\", entry = \"16KiB\" }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"php\"\n"
+        ),
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let a = "/page.php?n=a&cc=public%2C%20max-age%3D600";
+    let first = ask(addr, "GET", a, "");
+    assert_eq!((first.status, body(&first).as_str()), (200, "1 a\n"));
+    assert_eq!(cache_status(&first), "espalier; fwd=miss; stored");
+    let again = ask(addr, "GET", a, "");
+    assert_eq!(
+        (body(&again).as_str(), cache_status(&again)),
+        ("1 a\n", "espalier; hit")
+    );
+    assert_eq!(again.header("x-script"), Some("page"));
+    assert_eq!(again.header("content-length"), Some("4"));
+    let head = ask(addr, "HEAD", a, "");
+    assert_eq!((head.status, cache_status(&head)), (200, "espalier; hit"));
+    // A POST the script accepts takes the URL's kept answer out.
+    let mut c = Conn::open(addr);
+    c.send(format!("POST {a} HTTP/1.1\r\nHost: cached.test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi").as_bytes());
+    assert_eq!(c.read_response(false).unwrap().status, 200);
+    assert_eq!(body(&ask(addr, "GET", a, "")), "2 a\n");
+    // Never kept: private, or a cookie set.
+    for (q, n) in [
+        ("cc=private%2C%20max-age%3D600", "p"),
+        ("cc=max-age%3D600&cookie=1", "c"),
+    ] {
+        let target = format!("/page.php?n={n}&{q}");
+        assert_eq!(body(&ask(addr, "GET", &target, "")), format!("1 {n}\n"));
+        let second = ask(addr, "GET", &target, "");
+        assert_eq!(body(&second), format!("2 {n}\n"));
+        assert_eq!(cache_status(&second), "espalier; fwd=miss");
+    }
+    // Over the entry bound: read in part, then relayed whole as it comes, and not kept.
+    let big = "/page.php?n=big&cc=max-age%3D600&pad=100000";
+    for n in 1..=2 {
+        let got = ask(addr, "GET", big, "");
+        assert_eq!(got.body.len(), format!("{n} big\n").len() + 100_000);
+        assert!(body(&got).starts_with(&format!("{n} big\n")));
+        assert_eq!(cache_status(&got), "espalier; fwd=miss");
+    }
+    // stale-if-error: the script failing, the stale answer stands in for it.
+    let f = "/page.php?n=f&cc=max-age%3D1%2C%20stale-if-error%3D600";
+    assert_eq!(body(&ask(addr, "GET", f, "")), "1 f\n");
+    std::fs::write(d.join("seen.log.fail"), "").unwrap();
+    let mut seen = None;
+    wait_for("an answer not a fresh hit", WAIT, || {
+        let got = ask(addr, "GET", f, "");
+        if cache_status(&got) != "espalier; hit" {
+            seen = Some((got.status, cache_status(&got).to_string(), body(&got)));
+        }
+        seen.is_some()
+    });
+    let (status, said, text) = seen.unwrap();
+    assert_eq!((status, text.as_str()), (200, "1 f\n"));
+    assert!(said.ends_with("; detail=stale-if-error"), "{said}");
+    assert_eq!(
+        ask(addr, "GET", "/page.php?n=g&cc=max-age%3D600", "").status,
+        500
+    );
+}
+
 /// A purge through the admin endpoint takes kept answers out of every worker: one URL, every
 /// URL under a prefix, or every answer the app tagged.
 #[test]
@@ -443,10 +538,6 @@ fn check_refuses_cache_responses_where_it_cannot_act() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     for (keys, said) in [
-        (
-            "transport = \"fastcgi\"\ncache_responses = true",
-            "not yet FastCGI's",
-        ),
         (
             "protocol = \"http2\"\ncache_responses = true",
             "are streams",

@@ -49,7 +49,8 @@ pub(super) fn answer_head(
         && spool::streams(resp.headers.iter().map(|h| (h.name, h.value)));
     if from_app && req.cache.is_some() {
         let fields = resp.headers.iter().map(|h| (h.name, h.value));
-        relay.keep = keeping(req, route, (answer.status, answer.kind), fields);
+        let framed = !req.head_only && answer.kind != BodyKind::UntilClose;
+        relay.keep = keeping(route, req.cache.as_ref(), (answer.status, framed), fields);
     }
     Ok((out, relay))
 }
@@ -168,22 +169,23 @@ fn client_head(
     Ok((out, relay))
 }
 
-/// What may be kept of the app's answer with `status` and `fields` to `req` (its framing
-/// `kind`): how, and its validators. An unsafe method's answer below 400 takes its URL's
-/// kept answers out here.
-fn keeping<'a>(
-    req: &ForwardRequest,
+/// What may be kept of the app's answer with `status` and `fields` to the request the cache
+/// sees as `asked` (`framed`: a body whose end can be told, to a request not `HEAD`): how,
+/// and its validators. An unsafe method's answer below 400 takes its URL's kept answers out
+/// here.
+pub(super) fn keeping<'a>(
     route: &ProxyRoute,
-    (status, kind): (u16, BodyKind),
+    asked: Option<&super::cache::CacheRequest>,
+    (status, framed): (u16, bool),
     fields: impl Iterator<Item = (&'a str, &'a [u8])> + Clone,
-) -> Option<(Keep, Validators)> {
-    let (store, asked) = (route.cache.as_ref()?, req.cache.as_ref()?);
+) -> Option<Keeping> {
+    let (store, asked) = (route.cache.as_ref()?, asked?);
     match asked.use_ {
         Use::Invalidate if status < 400 => {
             store.invalidate(asked);
             return None;
         }
-        Use::Read | Use::Refresh if !req.head_only && kind != BodyKind::UntilClose => {}
+        Use::Read | Use::Refresh if framed => {}
         _ => return None,
     }
     kept_as(status, fields)

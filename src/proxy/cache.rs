@@ -161,12 +161,12 @@ impl CacheRequest {
     }
 
     /// The `Cache-Status` of an answer the app gave it (`stored`: it was kept).
-    pub fn status_line(&self, stored: bool) -> &'static str {
+    pub fn status(&self, stored: bool) -> &'static str {
         match (self.use_, stored) {
-            (Use::Read, true) => "Cache-Status: espalier; fwd=miss; stored\r\n",
-            (Use::Read, false) => "Cache-Status: espalier; fwd=miss\r\n",
-            (_, true) => "Cache-Status: espalier; fwd=request; stored\r\n",
-            (_, false) => "Cache-Status: espalier; fwd=request\r\n",
+            (Use::Read, true) => "espalier; fwd=miss; stored",
+            (Use::Read, false) => "espalier; fwd=miss",
+            (_, true) => "espalier; fwd=request; stored",
+            (_, false) => "espalier; fwd=request",
         }
     }
 }
@@ -371,6 +371,19 @@ impl Stored {
     /// The tags the app gave it, for a purge by tag.
     pub fn tags(&self) -> &[String] {
         &self.tags
+    }
+
+    /// The request fields that ask the app whether it changed: `If-None-Match` with its
+    /// `ETag`, else `If-Modified-Since` with its `Last-Modified` (none: it has no validator).
+    pub fn validator_fields(&self) -> Option<String> {
+        Some(match self.validators() {
+            (Some(etag), _) => format!("If-None-Match: {}\r\n", String::from_utf8_lossy(etag)),
+            (None, Some(modified)) => {
+                let since = httpdate::fmt_http_date(modified);
+                format!("If-Modified-Since: {since}\r\n")
+            }
+            (None, None) => return None,
+        })
     }
 
     /// Its validators, for asking the app whether it changed (RFC 9111 §4.3.1).

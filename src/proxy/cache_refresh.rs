@@ -39,7 +39,7 @@ pub(super) fn behind(
     let conditional = |n: &[u8]| {
         n.eq_ignore_ascii_case(b"if-none-match") || n.eq_ignore_ascii_case(b"if-modified-since")
     };
-    let validators = super::cached::validator_fields(&stale).unwrap_or_default();
+    let validators = stale.validator_fields().unwrap_or_default();
     crate::features::head::replace_fields(&mut head, 0, conditional, validators.as_bytes());
     let (route, choose) = (Rc::clone(route), req.choose);
     tokio::task::spawn_local(async move {
@@ -78,7 +78,7 @@ async fn refresh(
         .map_err(|_| failed(502, "did not take the request's head"))?;
     let mut ubuf = Vec::with_capacity(8 << 10);
     let sent = std::time::Instant::now();
-    let reading = super::forward::read_whole_head(&mut conn, &mut ubuf);
+    let reading = super::answer_read::read_whole_head(&mut conn, &mut ubuf);
     let head_len = match tokio::time::timeout(timeout, reading).await {
         Ok(Ok(len)) => len,
         Ok(Err(_)) => return Err(failed(502, "answered no readable response head")),
@@ -96,7 +96,7 @@ async fn refresh(
         (304, _) => store.put(asked, stale.confirmed(None)),
         (_, Some((keep, validators))) => {
             let whole = (head_len, kind);
-            if super::cached::read_whole(&mut conn, &mut ubuf, whole, route, timeout).await {
+            if super::answer_read::read_whole(&mut conn, &mut ubuf, whole, route, timeout).await {
                 ubuf.shrink_to_fit();
                 let raw = bytes::Bytes::from(ubuf);
                 store.put(

@@ -200,7 +200,8 @@ impl Store {
 
     /// Keeps `answer` for `req` (its variant replacing the one kept for the same values),
     /// making room by the least recently used; nothing when it is over the entry bound.
-    pub fn put(&self, req: &CacheRequest, answer: Stored) {
+    pub fn put(&self, req: &CacheRequest, answer: impl Into<Arc<Stored>>) {
+        let answer: Arc<Stored> = answer.into();
         let cost = answer.raw.len() as u64 + req.key.len() as u64 + ENTRY_OVERHEAD;
         if answer.raw.len() as u64 > self.bounds.entry || cost > self.bounds.size {
             return;
@@ -228,7 +229,6 @@ impl Store {
         e.counts.bytes += cost;
         e.counts.entries += 1;
         e.counts.stored += 1;
-        let answer = Arc::new(answer);
         let variant = Variant {
             id,
             vary,

@@ -7,11 +7,12 @@
 //! with `Age` and `Cache-Status` (RFC 9211) said.
 //!
 //! Owns: [`answer`] (a hit — a stale one within `stale-while-revalidate` too, its refresh
-//! started, see [`super::cache_refresh`] — or how the app is asked: [`Asking`]), a stale answer's
-//! validators sent ([`ask_if_changed`]) and its use in the app's place ([`instead_of_app`]),
-//! [`read_whole`], [`keep`] and [`send`] (an answer from memory), and the `Cache-Status`
-//! line of an answer the app gave ([`mark`]). Must not touch: the
-//! app's connections (the forwarder pools them) or the rules of caching.
+//! started, see [`super::cache_refresh`] — or how the app is asked: [`Asking`]), a stale
+//! answer's validators sent ([`ask_if_changed`]) and its use in the app's place
+//! ([`instead_of_app`]), [`keep`], [`replay`] and [`send`] (an answer from memory), and the
+//! `Cache-Status` line of an answer the app gave ([`mark`]). Must not touch: the app's
+//! connections (the forwarder pools them; `super::answer_read` reads the whole answer) or
+//! the rules of caching.
 
 use super::answer::{answer_head, Relay};
 use super::cache::{CacheRequest, Keep, Stored, Use, Validators};
@@ -27,7 +28,7 @@ use bytes::Bytes;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// How the app is asked when the cache did not answer: this request's hold on its URL (when
 /// it is the one asking for it), and a stale answer kept for it — which the app is asked to
@@ -58,9 +59,12 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     let to = (stream, body_timeout);
     let stale = match store.look(asked) {
         Lookup::Fresh(stored) => return Ok(replay(to, &stored, req, route, own, HIT).await),
-        // Given at once; the app is asked in the background, by the first to find it so.
+        // Given at once; the app is asked in the background, by the first to find it so (an
+        // HTTP app: a FastCGI child's request is built before the cache is looked at).
         Lookup::Stale(stale)
-            if !req.head_only && stale.serves_while_revalidating(Instant::now()) =>
+            if !req.head_only
+                && !route.fastcgi()
+                && stale.serves_while_revalidating(Instant::now()) =>
         {
             if let Filling::Asks(hold) = store.fill(asked) {
                 super::cache_refresh::behind(route, req, stale.clone(), hold);
@@ -91,6 +95,13 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     })
 }
 
+impl Asking {
+    /// Whether a stale answer is kept for the request (to confirm, or to stand in).
+    pub(super) fn has_stale(&self) -> bool {
+        self.stale.is_some()
+    }
+}
+
 /// The `Cache-Status` of an answer given from the cache while fresh.
 const HIT: &str = "espalier; hit";
 
@@ -103,7 +114,7 @@ pub(super) fn ask_if_changed(req: &mut ForwardRequest, asking: &mut Asking) {
     if asked.conditional() {
         return;
     }
-    let Some(fields) = validator_fields(stale) else {
+    let Some(fields) = stale.validator_fields() else {
         return;
     };
     if req.head.ends_with(b"\r\n\r\n") {
@@ -111,19 +122,6 @@ pub(super) fn ask_if_changed(req: &mut ForwardRequest, asking: &mut Asking) {
         crate::features::head::insert(&mut req.head, at, fields.as_bytes());
         asking.confirming = true;
     }
-}
-
-/// The request fields that ask the app whether `stale` changed: `If-None-Match` with its
-/// `ETag`, else `If-Modified-Since` with its `Last-Modified` (none: it has no validator).
-pub(super) fn validator_fields(stale: &Stored) -> Option<String> {
-    Some(match stale.validators() {
-        (Some(etag), _) => format!("If-None-Match: {}\r\n", String::from_utf8_lossy(etag)),
-        (None, Some(modified)) => {
-            let since = httpdate::fmt_http_date(modified);
-            format!("If-Modified-Since: {since}\r\n")
-        }
-        (None, None) => return None,
-    })
 }
 
 /// Answers from the stale answer kept for the request instead of the app's answer with
@@ -140,8 +138,8 @@ pub(super) async fn instead_of_app<C: AsyncRead + AsyncWrite + Unpin>(
     let to = (stream, body_timeout);
     if status == Some(304) && asking.confirming {
         let (store, asked) = (route.cache.as_ref()?, req.cache.as_ref()?);
-        store.put(asked, stale.confirmed(None));
-        let confirmed = stale.confirmed(None);
+        let confirmed = Arc::new(stale.confirmed(None));
+        store.put(asked, confirmed.clone());
         let said = "espalier; fwd=stale; fwd-status=304; stored";
         return Some(replay(to, &confirmed, req, route, own, said).await);
     }
@@ -155,7 +153,7 @@ pub(super) async fn instead_of_app<C: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Sends the kept answer `stored` to `req`'s client, its `Age` and `Cache-Status` (`said`).
-async fn replay<C: AsyncRead + AsyncWrite + Unpin>(
+pub(super) async fn replay<C: AsyncRead + AsyncWrite + Unpin>(
     (stream, body_timeout): (&mut C, Duration),
     stored: &Stored,
     req: &ForwardRequest,
@@ -210,54 +208,6 @@ fn not_modified(head: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Reads the rest of the answer whose head is `ubuf[..head_len]` from `conn` into `ubuf`, up
-/// to the end its framing `kind` says, within the store's entry bound and `timeout` per
-/// read: whether all of it is there now (and nothing after it). `false` leaves what was read
-/// in `ubuf`, for the relay to send on.
-pub(super) async fn read_whole<R: AsyncRead + Unpin>(
-    conn: &mut R,
-    ubuf: &mut Vec<u8>,
-    (head_len, kind): (usize, BodyKind),
-    route: &ProxyRoute,
-    timeout: Duration,
-) -> bool {
-    let Some(store) = route.cache.as_ref() else {
-        return false;
-    };
-    let bound = store.entry_bound() as usize;
-    let mut decoder = crate::http::ChunkedDecoder::with_bounds(bound as u64, 64 << 10);
-    let mut scanned = head_len;
-    loop {
-        let whole = match kind {
-            BodyKind::None => return ubuf.len() == head_len,
-            BodyKind::Length(n) => match (ubuf.len() - head_len) as u64 {
-                got if got == n => return true,
-                got if got > n => return false,
-                _ => false,
-            },
-            BodyKind::Chunked => match decoder.skip(&ubuf[scanned..]) {
-                Ok(d) => {
-                    scanned += d.consumed;
-                    if d.done {
-                        return scanned == ubuf.len();
-                    }
-                    false
-                }
-                Err(_) => return false,
-            },
-            BodyKind::UntilClose => return false,
-        };
-        if whole || ubuf.len() >= bound {
-            return false;
-        }
-        ubuf.reserve((bound - ubuf.len()).min(64 << 10));
-        match tokio::time::timeout(timeout, conn.read_buf(ubuf)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return false,
-        }
-    }
-}
-
 /// Keeps the app's whole answer `raw` (head `head_len` bytes, from `endpoint`) for `req`.
 pub(super) fn keep(
     route: &ProxyRoute,
@@ -280,7 +230,8 @@ pub(super) fn mark(out: &mut Vec<u8>, req: &ForwardRequest, stored: bool) {
         return;
     };
     let at = out.len() - 2;
-    crate::features::head::insert(out, at, asked.status_line(stored).as_bytes());
+    let line = format!("Cache-Status: {}\r\n", asked.status(stored));
+    crate::features::head::insert(out, at, line.as_bytes());
 }
 
 /// Sends the client's head `out` and the answer's whole `body` from memory, framed and

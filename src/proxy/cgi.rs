@@ -41,6 +41,8 @@ pub struct FastCgiRequest {
     pub(super) chunked: bool,
     /// As [`super::ForwardRequest`]'s.
     pub(super) compress: Option<Option<crate::compress::Coding>>,
+    /// What the route's response cache makes of it (see [`super::fastcgi_cached`]).
+    pub(super) cache: Option<super::cache::CacheRequest>,
 }
 
 pub(super) fn record(out: &mut Vec<u8>, kind: u8, content: &[u8]) {
@@ -164,6 +166,7 @@ impl FastCgiRequest {
             expect_continue,
             chunked: matches!(framing, Framing::Chunked),
             compress: None,
+            cache: None,
         }
     }
 }

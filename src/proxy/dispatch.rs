@@ -61,6 +61,7 @@ impl Dispatch {
             ProxyTarget::FastCgi(route, script) => {
                 let mut forwarded = FastCgiRequest::new(req, &script, lent);
                 forwarded.compress = compress;
+                forwarded.cache = super::cached::request_of(&route, req, lent);
                 Dispatch::FastCgi(route, forwarded)
             }
         }

@@ -17,9 +17,11 @@
 //! asked — a chunked one too, which then gets its length (as nginx does since 1.3.9) — and
 //! the answer's records are read by [`super::fastcgi_records::fill`] at the child's speed.
 //! With `buffer = false`, a chunked body is answered `411 Length Required`.
+use super::cached;
 use super::cgi::*;
 use super::encode;
-use super::fastcgi_records::{fill, log_stderr, read_record, Record, Stdout};
+use super::fastcgi_cached;
+use super::fastcgi_records::{fill, log_stderr, read_record, send_stdin, Record, Stdout};
 use super::forward::{LentConnection, Outcome};
 use super::head::{Head, Then, ToClient};
 use super::request_body::take_body;
@@ -27,60 +29,13 @@ use super::route::ProxyRoute;
 use super::spool::{self, Spool};
 use super::upstream::Conn;
 use super::wire::{
-    kept_fields, read_timeout, send_continue, to_client, write_timeout, Fail, Instead, OwnAnswers,
+    kept_fields, send_continue, to_client, write_timeout, Fail, Instead, OwnAnswers,
 };
 use super::Endpoint;
 use crate::compress::Stream;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-
-/// Sends the request body as STDIN records, then the empty one that ends it: what the client
-/// buffer holds first, then through one fixed buffer. Leaves in `rbuf` what follows the body.
-async fn send_stdin<C: AsyncRead + Unpin>(
-    client: &mut C,
-    rbuf: &mut Vec<u8>,
-    conn: &mut Conn,
-    total: u64,
-    (client_timeout, upstream_timeout): (Duration, Duration),
-    endpoint: &Endpoint,
-) -> Result<(), Fail> {
-    let mut out = Vec::with_capacity(
-        MAX_RECORD.min(
-            usize::try_from(total)
-                .unwrap_or(usize::MAX)
-                .saturating_add(64),
-        ) + 16,
-    );
-    let have = (rbuf.len() as u64).min(total) as usize;
-    for part in rbuf[..have].chunks(MAX_RECORD) {
-        record(&mut out, STDIN, part);
-    }
-    rbuf.drain(..have);
-    let mut left = total - have as u64;
-    let mut buf = vec![0u8; if left > 0 { 32 << 10 } else { 0 }];
-    loop {
-        if left == 0 {
-            record(&mut out, STDIN, &[]);
-        }
-        if !out.is_empty() {
-            write_timeout(conn, &out, upstream_timeout)
-                .await
-                .map_err(|_| Fail::app(502, endpoint, "did not take the request's body"))?;
-            out.clear();
-        }
-        if left == 0 {
-            return Ok(());
-        }
-        let want = (left as usize).min(buf.len());
-        let n = match read_timeout(client, &mut buf[..want], client_timeout).await {
-            Ok(0) | Err(_) => return Err(Fail::Close),
-            Ok(n) => n,
-        };
-        record(&mut out, STDIN, &buf[..n]);
-        left -= n as u64;
-    }
-}
 
 /// Reads records until the CGI header block is complete; returns it whole (with the start
 /// of the body after it) and its length.
@@ -139,8 +94,8 @@ struct Asked {
 /// app's); relay the STDOUT records. Every failure is a [`Fail`] that one place answers.
 pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     client: LentConnection<'_, C>,
-    req: FastCgiRequest,
-    route: &ProxyRoute,
+    mut req: FastCgiRequest,
+    route: &std::rc::Rc<ProxyRoute>,
 ) -> Outcome {
     let LentConnection {
         stream,
@@ -166,6 +121,16 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     }
     if !send_continue(stream, req.expect_continue, body_timeout).await {
         return Outcome::Close;
+    }
+    // The route's response cache, as for an HTTP app (boxed: see `super::forward`'s).
+    let view = fastcgi_cached::client_side(&mut req);
+    let mut asking = cached::Asking::default();
+    if let Some(view) = &view {
+        let answering = Box::pin(cached::answer(stream, view, route, &own, body_timeout));
+        match answering.await {
+            Ok(outcome) => return outcome,
+            Err(how) => asking = how,
+        }
     }
     // Where answers are buffered, so is the body: read whole before a child is asked.
     let taken = match buffer.filter(|_| req.body_len > 0 || req.chunked) {
@@ -205,7 +170,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     );
     let asked = match asked.await {
         Ok(asked) => asked,
-        Err(fail) => return own.fail(stream, route, fail).await,
+        Err(fail) => {
+            let kept = (&asking, view.as_ref(), &**route, &own);
+            let stale = fastcgi_cached::stale_instead((stream, body_timeout), None, kept);
+            if let Some(outcome) = Box::pin(stale).await {
+                return outcome;
+            }
+            return own.fail(stream, route, fail).await;
+        }
     };
     let Asked {
         endpoint,
@@ -227,12 +199,46 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     };
     // On the site's page for the script's error, its body is left unread (the FastCGI
     // connection carries this request only: dropping it costs nothing more).
-    let (out, mut relay) = match answer_head(&head, &endpoint, &req, &own, buffer.is_some()) {
+    let asked_cache = view.as_ref().and_then(|v| v.cache.as_ref());
+    let answered = answer_head(&head, &endpoint, &req, &own, (route, asked_cache));
+    // The stale answer kept standing in for the child's error (`stale-if-error`).
+    if asking.has_stale() {
+        let status = match &answered {
+            Ok((_, relay)) => Some(relay.status),
+            Err(Instead::Page(status, _)) => Some(*status),
+            Err(_) => None,
+        };
+        let kept = (&asking, view.as_ref(), &**route, &own);
+        let stale = fastcgi_cached::stale_instead((stream, body_timeout), status, kept);
+        if let Some(outcome) = Box::pin(stale).await {
+            return outcome;
+        }
+    }
+    let (mut out, mut relay) = match answered {
         Ok(head) => head,
         Err(instead) => return own.instead(stream, route, instead).await,
     };
+    let mut body = head[head_len..].to_vec();
+    // An answer the route's cache may keep is read whole first (within its entry bound):
+    // kept, then sent from memory; a longer one goes on as any.
+    if let (Some((keeping, kept_head)), Some(view)) = (relay.keep.take(), &view) {
+        let reading = (timeout, &endpoint);
+        if Box::pin(fastcgi_cached::read_whole(
+            &mut conn, &mut body, route, reading,
+        ))
+        .await
+        {
+            drop((conn, slot));
+            let answer = (kept_head, body, endpoint);
+            let kept = (view, &**route, &own);
+            let to = (&mut *stream, body_timeout);
+            return Box::pin(fastcgi_cached::keep_and_send(to, answer, keeping, kept)).await;
+        }
+    }
+    if let Some(view) = &view {
+        cached::mark(&mut out, view, false);
+    }
     report.head.set(out.len() as u64);
-    let body = head[head_len..].to_vec();
     let timeouts = (timeout, body_timeout);
     // The app's connection is not kept (nor asked to stay, see `cgi::BEGIN_REQUEST`): a
     // php-fpm child serves one connection at a time, so an idle kept connection holds a
@@ -358,8 +364,9 @@ fn answer_head(
     endpoint: &Endpoint,
     req: &FastCgiRequest,
     own: &OwnAnswers<'_>,
-    buffered: bool,
+    (route, asked): (&ProxyRoute, Option<&super::cache::CacheRequest>),
 ) -> Result<(Vec<u8>, Relay), Instead> {
+    let buffered = route.settings().buffer.is_some();
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let parsed = match httparse::parse_headers(head, &mut fields) {
         Ok(httparse::Status::Complete((_, fields))) => cgi_status(fields).map(|s| (s, fields)),
@@ -375,11 +382,19 @@ fn answer_head(
     let (out, mut relay) = client_head(status, length, fields, req, own);
     // Looked for only where answers are buffered: a site without costs nothing.
     relay.streams = buffered && spool::streams(fields.iter().map(|f| (f.name, f.value)));
+    if asked.is_some() {
+        let named = fields.iter().map(|f| (f.name, f.value));
+        relay.keep = super::answer::keeping(route, asked, (status, !req.head_only), named.clone())
+            .map(|keeping| (keeping, fastcgi_cached::http_head(status, named)));
+    }
     Ok((out, relay))
 }
 
 /// How a FastCGI answer's body goes to the client once its head is written.
 struct Relay {
+    status: u16,
+    /// How the route's response cache may keep it, and the HTTP head it is kept with.
+    keep: Option<(super::answer::Keeping, Vec<u8>)>,
     to_client: ToClient,
     then: Then,
     encoder: Option<Stream>,
@@ -434,6 +449,8 @@ fn client_head(
     };
     let out = head.for_client(fields, own);
     let relay = Relay {
+        status,
+        keep: None,
         to_client: head.to_client,
         then,
         encoder,

@@ -1,21 +1,69 @@
-//! A FastCGI answer's records as they are read (the record layer, see
+//! A FastCGI request's body sent as STDIN records ([`send_stdin`]), and its answer's
+//! records as they are read (the record layer, see
 //! [`super::fastcgi`] for why it is written here), and its STDOUT as the client's relay
 //! takes it: straight from the app's records, or — where answers are buffered (`buffer`) —
 //! from a spool that [`fill`] fills at the app's speed, so that a php-fpm child is free as
 //! soon as it has answered, however slow the client.
 //!
-//! Owns: reading records, and the two ways to STDOUT ([`Stdout`]). Must not touch: the CGI
+//! Owns: sending STDIN, reading records, and the two ways to STDOUT ([`Stdout`]). Must not touch: the CGI
 //! head (read before, in [`super::fastcgi`]) or the client's framing.
 
-use super::cgi::{END_REQUEST, STDERR, STDOUT, VERSION};
+use super::cgi::{record, END_REQUEST, MAX_RECORD, STDERR, STDIN, STDOUT, VERSION};
 use super::route::Held;
 use super::spool::{Reader, Spool};
 use super::upstream::Conn;
-use super::wire::read_timeout;
+use super::wire::{read_timeout, write_timeout, Fail};
 use super::Endpoint;
 use std::io;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Sends the request body as STDIN records, then the empty one that ends it: what the client
+/// buffer holds first, then through one fixed buffer. Leaves in `rbuf` what follows the body.
+pub(super) async fn send_stdin<C: AsyncRead + Unpin>(
+    client: &mut C,
+    rbuf: &mut Vec<u8>,
+    conn: &mut Conn,
+    total: u64,
+    (client_timeout, upstream_timeout): (Duration, Duration),
+    endpoint: &Endpoint,
+) -> Result<(), Fail> {
+    let mut out = Vec::with_capacity(
+        MAX_RECORD.min(
+            usize::try_from(total)
+                .unwrap_or(usize::MAX)
+                .saturating_add(64),
+        ) + 16,
+    );
+    let have = (rbuf.len() as u64).min(total) as usize;
+    for part in rbuf[..have].chunks(MAX_RECORD) {
+        record(&mut out, STDIN, part);
+    }
+    rbuf.drain(..have);
+    let mut left = total - have as u64;
+    let mut buf = vec![0u8; if left > 0 { 32 << 10 } else { 0 }];
+    loop {
+        if left == 0 {
+            record(&mut out, STDIN, &[]);
+        }
+        if !out.is_empty() {
+            write_timeout(conn, &out, upstream_timeout)
+                .await
+                .map_err(|_| Fail::app(502, endpoint, "did not take the request's body"))?;
+            out.clear();
+        }
+        if left == 0 {
+            return Ok(());
+        }
+        let want = (left as usize).min(buf.len());
+        let n = match read_timeout(client, &mut buf[..want], client_timeout).await {
+            Ok(0) | Err(_) => return Err(Fail::Close),
+            Ok(n) => n,
+        };
+        record(&mut out, STDIN, &buf[..n]);
+        left -= n as u64;
+    }
+}
 
 /// One record read from the app.
 pub(super) struct Record {

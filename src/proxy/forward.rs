@@ -22,6 +22,7 @@
 //! sent is answered 502, never repeated.
 
 use super::answer::{answer_head, Relay};
+use super::answer_read::{read_whole, read_whole_head, HeadError};
 use super::cached;
 use super::head::{Then, ToClient};
 use super::relay::{tunnel, BodyFraming};
@@ -34,18 +35,7 @@ use super::wire::{send_continue, to_client, write_timeout, BodyKind, Fail, OwnAn
 use super::Endpoint;
 pub(super) use crate::http::service::{LentConnection, Outcome};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-
-/// Largest response head accepted from an app.
-const MAX_RESPONSE_HEAD: usize = 64 << 10;
-
-/// What went wrong getting the response head.
-pub(super) enum HeadError {
-    /// Closed before any byte: a retry may go elsewhere.
-    ClosedEarly,
-    Timeout,
-    Garbage,
-}
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A request sent whole to an app, its answer's head read.
 struct Asked {
@@ -167,7 +157,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if let Some(keeping) = relay.keep.take() {
         let (conn, ubuf) = (&mut answered.conn, &mut answered.ubuf);
         let timeout = route.settings().response_timeout;
-        let whole = Box::pin(cached::read_whole(
+        let whole = Box::pin(read_whole(
             conn,
             ubuf,
             (head_len, relay.kind),
@@ -448,50 +438,4 @@ async fn read_head(
         Ok(r) => r,
         Err(()) => Err(HeadError::Timeout),
     }
-}
-
-pub(super) async fn read_whole_head(
-    conn: &mut Conn,
-    ubuf: &mut Vec<u8>,
-) -> Result<usize, HeadError> {
-    let mut received_any = false;
-    loop {
-        // Only the end of the head is looked for here; the caller parses it once.
-        if let Some(len) = head_end(ubuf) {
-            let interim = ubuf.starts_with(b"HTTP/1.")
-                && ubuf.get(9) == Some(&b'1')
-                && ubuf.get(9..12) != Some(b"101");
-            if interim {
-                ubuf.drain(..len);
-                continue;
-            }
-            return Ok(len);
-        }
-        if ubuf.len() >= MAX_RESPONSE_HEAD {
-            return Err(HeadError::Garbage);
-        }
-        if ubuf.capacity() - ubuf.len() < 4096 {
-            ubuf.reserve(8 << 10);
-        }
-        match conn.read_buf(ubuf).await {
-            Ok(0) | Err(_) if !received_any => return Err(HeadError::ClosedEarly),
-            Ok(0) | Err(_) => return Err(HeadError::Garbage),
-            Ok(_) => received_any = true,
-        }
-    }
-}
-
-/// The length of a response head at the start of `buf` (through its empty line, CRLF or a
-/// bare LF), when the whole head is there.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
-        let at = from + i;
-        match buf.get(at + 1) {
-            Some(b'\n') => return Some(at + 2),
-            Some(b'\r') if buf.get(at + 2) == Some(&b'\n') => return Some(at + 3),
-            _ => from = at + 1,
-        }
-    }
-    None
 }

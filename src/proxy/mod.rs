@@ -22,6 +22,7 @@
 //! lives.
 
 mod answer;
+mod answer_read;
 pub mod cache;
 pub mod cache_purge;
 mod cache_refresh;
@@ -32,6 +33,7 @@ mod dispatch;
 mod encode;
 mod endpoint;
 pub mod fastcgi;
+mod fastcgi_cached;
 mod fastcgi_records;
 pub mod forward;
 mod group;

@@ -12,7 +12,7 @@
 //! posts its own, as its access log writes its own buffer — nothing is shared between cores,
 //! and a request never waits for the collector: a full queue drops the span and counts it.
 
-use super::forward::{read_whole_head, HeadError};
+use super::answer_read::{read_whole_head, HeadError};
 use super::upstream::Conn;
 use super::verify::read_answer;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;

@@ -13,7 +13,7 @@
 //! health are the forwarder's ([`super::route`]), which a client crate would bypass; the
 //! exchange is one head out and one small answer in.
 
-use super::forward::{read_whole_head, HeadError};
+use super::answer_read::{read_whole_head, HeadError};
 use super::route::ProxyRoute;
 use super::Endpoint;
 use crate::http::ask::Question;

@@ -202,8 +202,8 @@ impl Validator {
         parts
     }
 
-    /// A pool's `cache_responses`: only where espalier forwards the app's HTTP/1.1 answers
-    /// (not FastCGI's yet, nor an activated app's, whose refusal says it).
+    /// A pool's `cache_responses`: only where espalier forwards the app's HTTP/1.1 or
+    /// FastCGI answers (not an activated app's, whose refusal says it).
     pub(super) fn app_response_cache(
         &mut self,
         i: usize,
@@ -212,11 +212,7 @@ impl Validator {
     ) -> Option<ResponseCache> {
         let at = [Seg::Key("pool"), Seg::Index(i), Seg::Key("cache_responses")];
         let written = raw.cache_responses.take();
-        if written.is_some() && transport == Transport::FastCgi {
-            self.err(&at, "keeps the answers of apps spoken to over HTTP (transport = \"proxy\"), not yet FastCGI's; remove it");
-            return None;
-        }
-        if transport != Transport::Proxy {
+        if !matches!(transport, Transport::Proxy | Transport::FastCgi) {
             return None;
         }
         self.response_cache(&at, written, protocol)
