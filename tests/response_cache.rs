@@ -144,6 +144,14 @@ fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
     server.wait_until("the hits counted in status", WAIT, |s| cached(s).0 >= 6);
     let (_, stored, bytes) = cached(&server);
     assert!(stored >= 4 && bytes > 0, "{stored} {bytes}");
+    // And each store's (the pool's one here): the worker's figures are its.
+    for w in server.status().pools.iter().flat_map(|p| p.workers.clone()) {
+        if w.cache.hits > 0 {
+            assert_eq!(w.caches.len(), 1, "{:?}", w.caches);
+            assert_eq!(w.caches[0].store, "pool:sync");
+            assert_eq!(w.caches[0].counts.hits, w.cache.hits);
+        }
+    }
     let admin = server.admin.as_ref().unwrap().parse().unwrap();
     let (_, metrics) = espalier::server::admin::request(admin, "GET", "/metrics").unwrap();
     let metrics = String::from_utf8_lossy(&metrics);
@@ -326,7 +334,7 @@ fn a_stale_answer_is_confirmed_by_the_app_or_stands_in_for_its_error() {
 fn a_stale_answer_is_given_at_once_while_the_app_is_asked_behind_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (app, _server, addr, record) = behind_upstream(d, "true");
+    let (app, server, addr, record) = behind_upstream(d, "true");
     let stale_hit = |target: &str| {
         let mut seen = None;
         wait_for("an answer past its lifetime", WAIT, || {
@@ -365,6 +373,17 @@ fn a_stale_answer_is_given_at_once_while_the_app_is_asked_behind_it() {
             cache_status(&got) == "espalier; hit" && body(&got) == then
         });
     }
+    // Counted as stale in `status`, the upstream group's store's and the worker's.
+    let stale = |s: &Server| {
+        let status = s.status();
+        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
+        workers
+            .flat_map(|w| w.caches)
+            .filter(|c| c.store == "upstream:g")
+            .map(|c| c.counts.stale)
+            .sum::<u64>()
+    };
+    server.wait_until("the stale answers counted", WAIT, |s| stale(s) >= 2);
     drop(app);
 }
 

@@ -28,11 +28,15 @@ pub enum Lookup {
 }
 
 /// What a process's stores did since it started (a worker's `cache` in `status`): answers
-/// given from them, asked of the app instead, kept, and put out for room; and what they hold.
+/// given from them, asked of the app instead, given stale (of the misses: within
+/// `stale-while-revalidate`, or standing in for the app's error), kept, and put out for
+/// room; and what they hold.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     pub hits: u64,
     pub misses: u64,
+    #[serde(default)]
+    pub stale: u64,
     pub stored: u64,
     pub evicted: u64,
     pub bytes: u64,
@@ -257,6 +261,11 @@ impl Store {
         self.entries().counts
     }
 
+    /// Counts a stale answer given (see [`Counts::stale`]).
+    pub fn given_stale(&self) {
+        self.entries().counts.stale += 1;
+    }
+
     /// Takes out what `purge` names: how many answers.
     pub fn purge(&self, purge: &Purge) -> usize {
         let mut e = self.entries();
@@ -315,16 +324,46 @@ fn stores() -> std::sync::MutexGuard<'static, HashMap<String, Arc<Store>>> {
 /// The figures of every store of this process, added up.
 pub fn process_counts() -> Counts {
     let mut all = Counts::default();
-    for store in stores().values() {
-        let c = store.counts();
+    for (_, c) in store_counts() {
         all.hits += c.hits;
         all.misses += c.misses;
+        all.stale += c.stale;
         all.stored += c.stored;
         all.evicted += c.evicted;
         all.bytes += c.bytes;
         all.entries += c.entries;
     }
     all
+}
+
+/// One store's figures in one worker process, by its name (`pool:NAME`, `upstream:NAME`):
+/// how `status` shows each pool's and group's cache on each node.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoreCounts {
+    pub store: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// The figures of each store of this process, by name.
+pub fn store_counts() -> Vec<(String, Counts)> {
+    let mut all: Vec<_> = (stores().iter())
+        .map(|(name, store)| (name.clone(), store.counts()))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// Reads a worker's `caches` message (JSON of [`store_counts`]); nothing when it does not
+/// parse.
+pub fn parse_store_counts(json: &str) -> Vec<StoreCounts> {
+    serde_json::from_str::<Vec<(String, Counts)>>(json)
+        .map(|all| {
+            (all.into_iter())
+                .map(|(store, counts)| StoreCounts { store, counts })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Takes what `purge` names out of every store of this process: how many answers.

@@ -69,6 +69,7 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
             if let Filling::Asks(hold) = store.fill(asked) {
                 super::cache_refresh::behind(route, req, stale.clone(), hold);
             }
+            store.given_stale();
             let past = stale.past_lifetime(Instant::now()).as_secs();
             let said = format!("espalier; hit; ttl=-{past}; detail=stale-while-revalidate");
             return Ok(replay(to, &stale, req, route, own, &said).await);
@@ -145,6 +146,9 @@ pub(super) async fn instead_of_app<C: AsyncRead + AsyncWrite + Unpin>(
     }
     let now = Instant::now();
     if status.is_none_or(|s| s >= 500) && stale.stands_in_for_errors(now) {
+        if let Some(store) = &route.cache {
+            store.given_stale();
+        }
         let past = stale.past_lifetime(now).as_secs();
         let said = format!("espalier; hit; ttl=-{past}; detail=stale-if-error");
         return Some(replay(to, stale, req, route, own, &said).await);

@@ -81,6 +81,7 @@ pub fn plan_html(topology: &Topology, config: &Config, plan: &Plan) -> String {
                     ticket_keys: 0,
                     cache: Default::default(),
                     meters: Vec::new(),
+                    caches: Vec::new(),
                 })
                 .collect(),
             ..Default::default()

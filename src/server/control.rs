@@ -55,6 +55,9 @@ pub enum Message {
     /// Worker → master, after a pong: its sites' figures (`metrics = true`), JSON of
     /// `[(site, MeterFigures)]`.
     Meters(String),
+    /// Worker → master, after a pong: each response cache's figures, JSON of
+    /// `[(store, Counts)]` (`proxy::cache_store::store_counts`).
+    Caches(String),
     /// Master → worker: the pool's session ticket keys, rotated (`tls::tickets::encode`).
     TicketKeys(String),
     /// Master → worker: take what this names out of the response caches
@@ -92,7 +95,7 @@ impl Message {
             Message::Pong(f) => {
                 let (q, c) = (&f.queue, &f.cache);
                 format!(
-                    "pong {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+                    "pong {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
                     f.requests,
                     f.panics,
                     f.remote,
@@ -109,7 +112,8 @@ impl Message {
                     c.stored,
                     c.evicted,
                     c.bytes,
-                    c.entries
+                    c.entries,
+                    c.stale
                 )
             }
             Message::Stuck(threads) => format!("stuck {threads}\n"),
@@ -126,6 +130,7 @@ impl Message {
                 format!("unresponsive {}\n", endpoint.replace('\n', " "))
             }
             Message::Meters(json) => format!("meters {}\n", json.replace('\n', " ")),
+            Message::Caches(json) => format!("caches {}\n", json.replace('\n', " ")),
             Message::WantCertificate(name) => format!("want-certificate {}\n", one_word(name)),
             Message::WantApp => "want-app\n".to_string(),
             Message::NoCertificate(name) => format!("no-certificate {}\n", one_word(name)),
@@ -169,6 +174,7 @@ impl Message {
                         evicted: n.next().unwrap_or(0),
                         bytes: n.next().unwrap_or(0),
                         entries: n.next().unwrap_or(0),
+                        stale: n.next().unwrap_or(0),
                     },
                 })
             }
@@ -181,6 +187,7 @@ impl Message {
             "certificate" => Message::Certificate(rest.to_string()),
             "unresponsive" => Message::Unresponsive(rest.to_string()),
             "meters" => Message::Meters(rest.to_string()),
+            "caches" => Message::Caches(rest.to_string()),
             "want-certificate" => Message::WantCertificate(rest.to_string()),
             "want-app" => Message::WantApp,
             "no-certificate" => Message::NoCertificate(rest.to_string()),
@@ -230,6 +237,7 @@ mod tests {
                     evicted: 6,
                     bytes: 5,
                     entries: 4,
+                    stale: 3,
                 },
             }),
             Message::Stuck("cpu0,cpu3".into()),
@@ -237,6 +245,7 @@ mod tests {
             Message::WantCertificate("shop.example".into()),
             Message::NoCertificate("shop.example".into()),
             Message::Purge("prefix https://shop.example/a b".into()),
+            Message::Caches("[[\"pool:shop\",{\"hits\":1}]]".into()),
         ] {
             assert_eq!(Message::parse(&m.line()), Some(m));
         }

@@ -359,6 +359,9 @@ pub struct WorkerStatus {
         skip_serializing_if = "crate::proxy::cache_store::Counts::is_zero"
     )]
     pub cache: crate::proxy::cache_store::Counts,
+    /// Each of its response caches' figures (one per pool or group with `cache_responses`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<crate::proxy::cache_store::StoreCounts>,
     /// Its sites' figures (`metrics = true`; see [`super::meters`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub meters: Vec<super::meters::SiteMeters>,
@@ -433,6 +436,12 @@ const WORKER_METRICS: &[WorkerMetric] = &[
         "counter",
         "requests its response caches held no fresh answer for (the app was asked)",
         |w| w.cache.misses,
+    ),
+    (
+        "espalier_worker_cache_stale_total",
+        "counter",
+        "stale answers its response caches gave (stale-while-revalidate, stale-if-error)",
+        |w| w.cache.stale,
     ),
     (
         "espalier_worker_cache_stored_total",

@@ -126,6 +126,15 @@ pub(super) fn pong(
     .line()
 }
 
+/// Each response cache's figures (`None` when the worker keeps none).
+pub(super) fn cache_figures() -> Option<Message> {
+    let stores = crate::proxy::cache_store::store_counts();
+    if stores.is_empty() {
+        return None;
+    }
+    serde_json::to_string(&stores).ok().map(Message::Caches)
+}
+
 /// The figures of the sites with `metrics` this worker serves, its threads' added up
 /// (`None` when it serves none).
 pub(super) fn site_meters(spec: &WorkerSpec, health: &[Arc<ThreadHealth>]) -> Option<Message> {

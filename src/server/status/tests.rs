@@ -55,6 +55,7 @@ fn status_reads_back_what_it_writes_and_renders_metrics() {
                 ticket_keys: 2,
                 cache: Default::default(),
                 meters: Vec::new(),
+                caches: Vec::new(),
             }],
             ..Default::default()
         }],

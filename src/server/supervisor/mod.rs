@@ -385,10 +385,8 @@ impl Supervisor {
             }
             Message::WantCertificate(name) => self.want_certificate(generation, &name),
             Message::WantApp => self.want_app(generation),
-            Message::Meters(json) => {
-                if let Some((_, p)) = self.proc_of(generation) {
-                    p.meters = crate::server::meters::parse(&json);
-                }
+            figures @ (Message::Meters(_) | Message::Caches(_)) => {
+                self.on_figures(generation, figures)
             }
             Message::Ping
             | Message::Upstreams(_)

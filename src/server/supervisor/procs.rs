@@ -29,6 +29,8 @@ pub(super) struct Proc {
     pub(super) figures: crate::server::control::Figures,
     /// Its sites' figures (`metrics = true`), as its last pong told.
     pub(super) meters: Vec<crate::server::meters::SiteMeters>,
+    /// Its response caches' figures, each store's, as its last pong told.
+    pub(super) caches: Vec<crate::proxy::cache_store::StoreCounts>,
     /// The upstream servers it has ejected, (group, address), as its last pong told.
     pub(super) ejected: Vec<(String, String)>,
     pub(super) last_pong: Instant,

@@ -15,6 +15,22 @@ use crate::server::status::{
 use std::time::Instant;
 
 impl Supervisor {
+    /// A worker's figures told after its pong: its sites' meters (`metrics = true`), or
+    /// its response caches' (each store's).
+    pub(super) fn on_figures(&mut self, generation: u64, figures: crate::server::control::Message) {
+        use crate::server::control::Message;
+        let Some((_, p)) = self.proc_of(generation) else {
+            return;
+        };
+        match figures {
+            Message::Meters(json) => p.meters = crate::server::meters::parse(&json),
+            Message::Caches(json) => {
+                p.caches = crate::proxy::cache_store::parse_store_counts(&json)
+            }
+            _ => {}
+        }
+    }
+
     /// Each pool's state, and its slots: one pass over the slots.
     fn pool_states(&self) -> (Vec<PoolState>, Vec<Vec<&Slot>>) {
         let asleep = self.pools_asleep();
@@ -230,6 +246,7 @@ impl Supervisor {
                         cache: cur.map_or_else(Default::default, |c| c.figures.cache),
                         ticket_keys: cur.map_or(0, |c| c.figures.ticket_keys),
                         meters: cur.map_or_else(Vec::new, |c| c.meters.clone()),
+                        caches: cur.map_or_else(Vec::new, |c| c.caches.clone()),
                     }
                 })
                 .collect(),

@@ -183,6 +183,7 @@ impl Supervisor {
                 .map_or(0, |d| d.as_secs()),
             life: Life::Starting,
             meters: Vec::new(),
+            caches: Vec::new(),
             ejected: Vec::new(),
             last_pong: Instant::now(),
             stuck: false,

@@ -13,7 +13,7 @@ use crate::proxy::{GroupHealth, SharedTiers};
 use crate::server::control::Message;
 use crate::server::log;
 use crate::server::spec::WorkerSpec;
-use crate::server::worker_health::{pong, site_meters, ThreadHealth};
+use crate::server::worker_health::{cache_figures, pong, site_meters, ThreadHealth};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -97,13 +97,16 @@ pub(super) fn serve_master(
     Ok(())
 }
 
-/// The answer to a ping: the pong, the sites' meters, the upstream servers ejected now and
+/// The answer to a ping: the pong, the sites' meters, the response caches' figures, the upstream servers ejected now and
 /// the app processes that let requests time out.
 fn pong_lines(spec: &WorkerSpec, shared: &Shared<'_>) -> String {
     let queue = shared.tiers.queue.figures();
     let mut answer = pong(spec, shared.health, queue, shared.tickets.generation());
     if let Some(meters) = site_meters(spec, shared.health) {
         answer.push_str(&meters.line());
+    }
+    if let Some(caches) = cache_figures() {
+        answer.push_str(&caches.line());
     }
     if let Some(line) = ejected_line(shared.upstreams) {
         answer.push_str(&line);
