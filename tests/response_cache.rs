@@ -482,6 +482,54 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
     );
 }
 
+/// With a disk tier, answers put out of memory for room are written to a file in its folder
+/// (one with no name) and given from there again, without asking the app.
+#[test]
+fn answers_put_out_of_memory_are_given_from_the_disk_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let folder = d.join("cache");
+    std::fs::create_dir(&folder).unwrap();
+    let cache = format!(
+        "{{ size = \"4KiB\", entry = \"4KiB\", disk = \"1MiB\", folder = \"{}\" }}",
+        folder.display()
+    );
+    let (app, server, addr, record) = behind_upstream(d, &cache);
+    let pages: Vec<String> = (0..40).map(|i| format!("/d{i}?cc=max-age%3D600")).collect();
+    for (i, page) in pages.iter().enumerate() {
+        let first = ask(addr, "GET", page, "");
+        assert_eq!(body(&first), format!("1 /d{i} ae=\n"));
+    }
+    // 4 KiB of memory holds a few of the 40; every one is a hit, from memory or disk.
+    for (i, page) in pages.iter().enumerate() {
+        let again = ask(addr, "GET", page, "");
+        assert_eq!(
+            (body(&again).as_str(), cache_status(&again)),
+            (format!("1 /d{i} ae=\n").as_str(), "espalier; hit")
+        );
+        assert_eq!(asked_of_app(&record, &format!("/d{i}")), 1);
+    }
+    assert_eq!(
+        std::fs::read_dir(&folder).unwrap().count(),
+        0,
+        "a file with a name"
+    );
+    let on_disk = |s: &Server| {
+        let status = s.status();
+        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
+        workers.fold((0, 0), |(n, b), w| {
+            (n + w.cache.disk_entries, b + w.cache.disk_bytes)
+        })
+    };
+    server.wait_until("the disk tier counted", WAIT, |s| on_disk(s).0 > 0);
+    let (entries, bytes) = on_disk(&server);
+    assert!(
+        entries < 40 && bytes > 0 && bytes <= 1 << 20,
+        "{entries} {bytes}"
+    );
+    drop(app);
+}
+
 /// A purge through the admin endpoint takes kept answers out of every worker: one URL, every
 /// URL under a prefix, or every answer the app tagged.
 #[test]
@@ -572,6 +620,18 @@ fn check_refuses_cache_responses_where_it_cannot_act() {
         (
             "cache_responses = { key = [\"cookie:\"] }",
             "is not a field name or cookie:NAME",
+        ),
+        (
+            "cache_responses = { disk = \"1MiB\", folder = \"cache\" }",
+            "is not an absolute path",
+        ),
+        (
+            "cache_responses = { folder = \"/tmp\" }",
+            "has a folder but no disk bound",
+        ),
+        (
+            "cache_responses = { disk = \"1MiB\", folder = \"/nonexistent-espalier-cache\" }",
+            "is not a folder here",
         ),
     ] {
         let config = format!("[[pool]]\nname = \"p\"\ncommand = [\"app\", \"{{port}}\"]\n{keys}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\n[[site.app]]\npool = \"p\"\n");

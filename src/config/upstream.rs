@@ -42,13 +42,18 @@ pub const DEFAULT_BUFFERING: Buffering = Buffering {
 /// `cache_responses`: an app's or a server's answers kept in memory and given again while
 /// HTTP caching says they are fresh (see `proxy::cache`): at most `size` bytes in all, per
 /// worker process, and no answer over `entry` bytes; answers told apart by their URL and the
-/// request's parts `key` names besides.
+/// request's parts `key` names besides. Answers put out of memory for room go to a file of
+/// at most `disk` bytes (0: none) in `folder` (the temporary folder when `None`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResponseCache {
     pub size: u64,
     pub entry: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub key: Vec<CacheKeyPart>,
+    #[serde(default)]
+    pub disk: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<std::path::PathBuf>,
 }
 
 /// A part of the request an answer is kept by besides its URL (`cache_responses.key`).
@@ -65,6 +70,8 @@ pub const DEFAULT_RESPONSE_CACHE: ResponseCache = ResponseCache {
     size: 64 << 20,
     entry: 1 << 20,
     key: Vec::new(),
+    disk: 0,
+    folder: None,
 };
 
 /// One `[[upstream]]`.

@@ -391,6 +391,21 @@ impl Stored {
         (self.etag.as_deref(), self.last_modified)
     }
 
+    /// The same answer held as `raw`: its bytes read back from the disk tier, or none — what
+    /// the disk tier keeps of it in memory (`super::cache_disk`).
+    pub fn with_raw(&self, raw: Bytes) -> Stored {
+        Stored {
+            raw,
+            head_len: self.head_len,
+            endpoint: self.endpoint.clone(),
+            stored: self.stored,
+            keep: self.keep.clone(),
+            etag: self.etag.clone(),
+            last_modified: self.last_modified,
+            tags: self.tags.clone(),
+        }
+    }
+
     /// The same answer, confirmed by the app now with a `304` that says `keep` (its
     /// freshness; the old one's when it says none), as new.
     pub fn confirmed(&self, keep: Option<Keep>) -> Stored {

@@ -1,8 +1,9 @@
 //! The response caches' stores (`cache_responses`): one per pool or upstream group in each
 //! worker process, shared by its engine threads — every worker process runs on one NUMA
 //! node, so a hit reads its own node's memory — bounded by bytes, least recently used out
-//! first; with the requests asking the app for a URL now (request collapsing), the
-//! process's registry of stores, and their counts for `status`.
+//! first — to the store's disk tier where it has one (`super::cache_disk`), whence a lookup
+//! that misses memory brings it back; with the requests asking the app for a URL now
+//! (request collapsing), the process's registry of stores, and their counts for `status`.
 //!
 //! Why LRU rather than LFU: a site's popular pages change (a new article), and LRU forgets
 //! the old ones without a decay to tune.
@@ -11,6 +12,7 @@
 //! not touch: what may be kept and for how long (`super::cache`'s rules) or the connections.
 
 use super::cache::{CacheRequest, Stored};
+use super::cache_disk::{Disk, VaryValues};
 use super::cache_purge::Purge;
 use crate::config::upstream::ResponseCache;
 use std::collections::{BTreeMap, HashMap};
@@ -41,13 +43,18 @@ pub struct Counts {
     pub evicted: u64,
     pub bytes: u64,
     pub entries: u64,
+    /// What its disk tier holds (`cache_responses.disk`).
+    #[serde(default)]
+    pub disk_bytes: u64,
+    #[serde(default)]
+    pub disk_entries: u64,
 }
 
 /// One variant of a URL's answer.
 struct Variant {
     id: u64,
     /// The fields it varies by, with the request's values then.
-    vary: Vec<(String, Option<Vec<u8>>)>,
+    vary: VaryValues,
     answer: Arc<Stored>,
     cost: u64,
     /// Its place in the use order.
@@ -72,6 +79,8 @@ pub struct Store {
     /// its hold's number, and what the others asking for them wait on (dropped when that
     /// answer is kept, or the hold let go).
     filling: Mutex<Filled>,
+    /// Where answers put out for room go (`disk`), if anywhere.
+    disk: Option<Mutex<Disk>>,
 }
 
 #[derive(Default)]
@@ -114,11 +123,18 @@ impl Store {
     pub fn new(bounds: ResponseCache) -> Store {
         let entries = Mutex::new(Entries::default());
         let filling = Mutex::default();
+        let disk = (bounds.disk > 0).then(|| disk_tier(&bounds)).flatten();
         Store {
             bounds,
             entries,
             filling,
+            disk: disk.map(Mutex::new),
         }
+    }
+
+    fn disk(&self) -> Option<std::sync::MutexGuard<'_, Disk>> {
+        let disk = self.disk.as_ref()?;
+        Some(disk.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Request collapsing: the first request to miss a URL asks the app
@@ -167,16 +183,33 @@ impl Store {
     /// confirm or that may stand in for its error (a miss, kept), or nothing (a miss). A
     /// stale answer good for neither is taken out.
     pub fn look(&self, req: &CacheRequest) -> Lookup {
+        if let Some(found) = self.look_in_memory(req) {
+            return found;
+        }
+        // Put out of memory for room: back from the disk tier, to memory again.
+        let back = self.disk().and_then(|mut disk| {
+            let values = |vary: &VaryValues| vary.iter().all(|(n, v)| req.values(n) == *v);
+            disk.take(&req.key, values)
+        });
+        if let Some((vary, answer)) = back {
+            self.insert(&req.key, vary, answer);
+            if let Some(found) = self.look_in_memory(req) {
+                return found;
+            }
+        }
+        self.entries().counts.misses += 1;
+        Lookup::Missing
+    }
+
+    /// [`Self::look`] in memory alone: `None` when memory holds no answer for `req`.
+    fn look_in_memory(&self, req: &CacheRequest) -> Option<Lookup> {
         let now = Instant::now();
         let mut e = self.entries();
         let found = (e.by_key.get(&req.key)).and_then(|variants| {
             let v = variants.iter().find(|v| matches(v, req))?;
             Some((v.id, v.used, v.answer.clone()))
         });
-        let Some((id, used, answer)) = found else {
-            e.counts.misses += 1;
-            return Lookup::Missing;
-        };
+        let (id, used, answer) = found?;
         let fresh = answer.fresh(now);
         if fresh {
             e.counts.hits += 1;
@@ -184,7 +217,7 @@ impl Store {
             e.counts.misses += 1;
             if !answer.worth_keeping_stale(now) {
                 e.remove(&req.key, id);
-                return Lookup::Missing;
+                return Some(Lookup::Missing);
             }
         }
         e.tick += 1;
@@ -196,40 +229,53 @@ impl Store {
         {
             v.used = tick;
         }
-        match fresh {
+        Some(match fresh {
             true => Lookup::Fresh(answer),
             false => Lookup::Stale(answer),
-        }
+        })
     }
 
     /// Keeps `answer` for `req` (its variant replacing the one kept for the same values),
     /// making room by the least recently used; nothing when it is over the entry bound.
     pub fn put(&self, req: &CacheRequest, answer: impl Into<Arc<Stored>>) {
         let answer: Arc<Stored> = answer.into();
-        let cost = answer.raw.len() as u64 + req.key.len() as u64 + ENTRY_OVERHEAD;
-        if answer.raw.len() as u64 > self.bounds.entry || cost > self.bounds.size {
-            return;
-        }
         let vary: Vec<_> = (answer.keep.vary.iter())
             .map(|name| (name.clone(), req.values(name)))
             .collect();
+        // An older variant for the same values on disk is this one's no more.
+        if let Some(mut disk) = self.disk() {
+            disk.forget_variant(&req.key, &vary);
+        }
+        self.insert(&req.key, vary, answer);
+    }
+
+    /// Keeps `answer` for `key`, its variant `vary`, in memory: the least recently used go
+    /// out for room (to the disk tier, where the store has one and they are worth keeping).
+    fn insert(&self, key: &str, vary: VaryValues, answer: Arc<Stored>) {
+        let cost = answer.raw.len() as u64 + key.len() as u64 + ENTRY_OVERHEAD;
+        if answer.raw.len() as u64 > self.bounds.entry || cost > self.bounds.size {
+            return;
+        }
         let mut e = self.entries();
-        let same = (e.by_key.get(&req.key))
+        let same = (e.by_key.get(key))
             .and_then(|variants| variants.iter().find(|v| v.vary == vary).map(|v| v.id));
         if let Some(id) = same {
-            e.remove(&req.key, id);
+            e.remove(key, id);
         }
+        let mut out = Vec::new();
         while e.counts.bytes + cost > self.bounds.size {
-            let Some((_, (key, id))) = e.order.pop_first() else {
+            let Some((_, (gone_key, id))) = e.order.pop_first() else {
                 break;
             };
-            e.remove(&key, id);
+            if let Some(gone) = e.remove(&gone_key, id) {
+                out.push((gone_key, gone));
+            }
             e.counts.evicted += 1;
         }
         e.tick += 1;
         e.next_id += 1;
         let (used, id) = (e.tick, e.next_id);
-        e.order.insert(used, (req.key.clone(), id));
+        e.order.insert(used, (key.to_string(), id));
         e.counts.bytes += cost;
         e.counts.entries += 1;
         e.counts.stored += 1;
@@ -240,10 +286,25 @@ impl Store {
             cost,
             used,
         };
-        e.by_key.entry(req.key.clone()).or_default().push(variant);
+        e.by_key.entry(key.to_string()).or_default().push(variant);
         drop(e);
         // Those waiting for this URL's answer look again now, not when its client is served.
-        self.filling().by_key.remove(&req.key);
+        self.filling().by_key.remove(key);
+        self.spill(out);
+    }
+
+    /// Writes the answers put out of memory `out` to the disk tier, those still worth
+    /// keeping (fresh, or good stale).
+    fn spill(&self, out: Vec<(String, Variant)>) {
+        let Some(mut disk) = self.disk().filter(|_| !out.is_empty()) else {
+            return;
+        };
+        let now = Instant::now();
+        for (key, gone) in out {
+            if gone.answer.fresh(now) || gone.answer.worth_keeping_stale(now) {
+                disk.spill(&key, gone.vary, &gone.answer);
+            }
+        }
     }
 
     /// Takes out every variant kept for `req`'s URL.
@@ -255,10 +316,18 @@ impl Store {
         for id in ids {
             e.remove(&req.key, id);
         }
+        drop(e);
+        if let Some(mut disk) = self.disk() {
+            disk.forget(&req.key);
+        }
     }
 
     pub fn counts(&self) -> Counts {
-        self.entries().counts
+        let mut counts = self.entries().counts;
+        if let Some(disk) = self.disk() {
+            (counts.disk_bytes, counts.disk_entries) = disk.held();
+        }
+        counts
     }
 
     /// Counts a stale answer given (see [`Counts::stale`]).
@@ -277,18 +346,31 @@ impl Store {
         for (key, id) in &gone {
             e.remove(key, *id);
         }
-        gone.len()
+        drop(e);
+        let on_disk = self.disk().map_or(0, |mut disk| disk.purge(purge));
+        gone.len() + on_disk
+    }
+}
+
+/// The disk tier `bounds` asks for (`None`, said once, where its file cannot be made).
+fn disk_tier(bounds: &ResponseCache) -> Option<Disk> {
+    let folder = (bounds.folder.clone()).unwrap_or_else(std::env::temp_dir);
+    match Disk::open(&folder, bounds.disk) {
+        Ok(disk) => Some(disk),
+        Err(e) => {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                eprintln!("espalier: cache_responses: no file for its disk tier in {} ({e}); answers put out of memory are let go", folder.display());
+            }
+            None
+        }
     }
 }
 
 impl Entries {
-    fn remove(&mut self, key: &str, id: u64) {
-        let Some(variants) = self.by_key.get_mut(key) else {
-            return;
-        };
-        let Some(at) = variants.iter().position(|v| v.id == id) else {
-            return;
-        };
+    fn remove(&mut self, key: &str, id: u64) -> Option<Variant> {
+        let variants = self.by_key.get_mut(key)?;
+        let at = variants.iter().position(|v| v.id == id)?;
         let gone = variants.swap_remove(at);
         if variants.is_empty() {
             self.by_key.remove(key);
@@ -296,6 +378,7 @@ impl Entries {
         self.order.remove(&gone.used);
         self.counts.bytes -= gone.cost;
         self.counts.entries -= 1;
+        Some(gone)
     }
 }
 
@@ -332,6 +415,8 @@ pub fn process_counts() -> Counts {
         all.evicted += c.evicted;
         all.bytes += c.bytes;
         all.entries += c.entries;
+        all.disk_bytes += c.disk_bytes;
+        all.disk_entries += c.disk_entries;
     }
     all
 }

@@ -24,6 +24,7 @@
 mod answer;
 mod answer_read;
 pub mod cache;
+mod cache_disk;
 pub mod cache_purge;
 mod cache_refresh;
 pub mod cache_store;

@@ -95,7 +95,7 @@ impl Message {
             Message::Pong(f) => {
                 let (q, c) = (&f.queue, &f.cache);
                 format!(
-                    "pong {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+                    "pong {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
                     f.requests,
                     f.panics,
                     f.remote,
@@ -113,7 +113,9 @@ impl Message {
                     c.evicted,
                     c.bytes,
                     c.entries,
-                    c.stale
+                    c.stale,
+                    c.disk_bytes,
+                    c.disk_entries
                 )
             }
             Message::Stuck(threads) => format!("stuck {threads}\n"),
@@ -175,6 +177,8 @@ impl Message {
                         bytes: n.next().unwrap_or(0),
                         entries: n.next().unwrap_or(0),
                         stale: n.next().unwrap_or(0),
+                        disk_bytes: n.next().unwrap_or(0),
+                        disk_entries: n.next().unwrap_or(0),
                     },
                 })
             }
@@ -238,6 +242,8 @@ mod tests {
                     bytes: 5,
                     entries: 4,
                     stale: 3,
+                    disk_bytes: 2,
+                    disk_entries: 1,
                 },
             }),
             Message::Stuck("cpu0,cpu3".into()),

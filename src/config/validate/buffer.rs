@@ -114,7 +114,7 @@ impl Validator {
         written: Option<toml::Value>,
         protocol: Protocol,
     ) -> Option<ResponseCache> {
-        let form = "write cache_responses = true, or cache_responses = { size = \"64MiB\", entry = \"1MiB\", key = [\"X-Tenant\", \"cookie:currency\"] }";
+        let form = "write cache_responses = true, or cache_responses = { size = \"64MiB\", entry = \"1MiB\", key = [\"X-Tenant\", \"cookie:currency\"], disk = \"1GiB\", folder = \"/var/cache/espalier\" }";
         let table = match written? {
             _ if protocol == Protocol::Http2 => {
                 self.err(at, "answers spoken in HTTP/2 (protocol = \"http2\") are streams, gRPC's among them, and are not kept; remove it");
@@ -133,6 +133,12 @@ impl Validator {
             key_at.push(Seg::Key(match key.as_str() {
                 "size" => "size",
                 "entry" => "entry",
+                "disk" => "disk",
+                "folder" => {
+                    key_at.push(Seg::Key("folder"));
+                    cache.folder = self.cache_folder(&key_at, value);
+                    continue;
+                }
                 "key" => {
                     key_at.push(Seg::Key("key"));
                     cache.key = self.cache_key(&key_at, value);
@@ -142,7 +148,7 @@ impl Validator {
                     self.err(
                         at,
                         format!(
-                            "`{key}` is not a key of cache_responses (size, entry, key); {form}"
+                            "`{key}` is not a key of cache_responses (size, entry, key, disk, folder); {form}"
                         ),
                     );
                     continue;
@@ -159,13 +165,40 @@ impl Validator {
             }
             match key.as_str() {
                 "size" => cache.size = bound,
+                "disk" => cache.disk = bound,
                 _ => cache.entry = bound,
             }
         }
         if cache.entry > cache.size {
             self.err(at, format!("its entry ({} bytes) is larger than its size ({} bytes), so such an answer could never be kept; make size the larger", cache.entry, cache.size));
         }
+        if cache.folder.is_some() && cache.disk == 0 {
+            self.err(at, "has a folder but no disk bound, so nothing would go there; add disk = \"1GiB\" (or remove folder)");
+        }
         Some(cache)
+    }
+
+    /// `cache_responses.folder`: an absolute path to a folder that exists.
+    fn cache_folder(&mut self, at: &[Seg], value: toml::Value) -> Option<std::path::PathBuf> {
+        let path = value.as_str().map(std::path::PathBuf::from);
+        match path {
+            Some(p) if p.is_absolute() && p.is_dir() => Some(p),
+            Some(p) if p.is_absolute() => {
+                let said = format!(
+                    "{} is not a folder here; make it (mkdir -p), or name another",
+                    p.display()
+                );
+                self.err(at, said);
+                None
+            }
+            _ => {
+                self.err(
+                    at,
+                    "is not an absolute path; write folder = \"/var/cache/espalier\"",
+                );
+                None
+            }
+        }
     }
 
     /// `cache_responses.key`: request field names and `cookie:NAME`s.

@@ -75,6 +75,8 @@ fn a_variant_answers_the_values_it_was_stored_for() {
         size: 1 << 20,
         entry: 1 << 16,
         key: vec![],
+        disk: 0,
+        folder: None,
     });
     let keep = kept(&[("Cache-Control", "max-age=60"), ("Vary", "Accept-Encoding")]).unwrap();
     let gzip = asked("http://a/x", &[("accept-encoding", "gzip")]);
@@ -103,6 +105,8 @@ fn the_least_recently_used_go_first_and_the_bound_holds_at_a_hundred_thousand_ke
         size,
         entry: 4096,
         key: vec![],
+        disk: 0,
+        folder: None,
     });
     let key = |k: u32| asked(&format!("http://a/{k}"), &[]);
     store.put(&key(0), answer("zero", keep.clone()));
@@ -127,6 +131,8 @@ fn a_stale_answer_is_not_given_and_a_conditional_request_is_answered_by_its_vali
         size: 1 << 20,
         entry: 1 << 16,
         key: vec![],
+        disk: 0,
+        folder: None,
     });
     let spent = Keep {
         lifetime: Duration::from_secs(5),
@@ -205,6 +211,8 @@ fn a_purge_takes_out_a_url_a_prefix_or_a_tag() {
         size: 1 << 20,
         entry: 1 << 16,
         key: vec![],
+        disk: 0,
+        folder: None,
     });
     let tagged = kept(&[
         ("Cache-Control", "max-age=60"),
@@ -226,4 +234,83 @@ fn a_purge_takes_out_a_url_a_prefix_or_a_tag() {
     assert_eq!(store.purge(&Purge::Prefix("https://s/p/".into())), 1);
     assert_eq!(store.purge(&Purge::Url("https://s/q".into())), 1);
     assert_eq!(store.counts().entries, 0);
+}
+
+#[test]
+fn answers_put_out_of_memory_go_to_the_disk_tier_and_come_back_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(ResponseCache {
+        size: 20_000,
+        entry: 8192,
+        key: vec![],
+        disk: 80_000,
+        folder: Some(dir.path().to_path_buf()),
+    });
+    let keep = kept(&[("Cache-Control", "max-age=600")]).unwrap();
+    let body = |i: usize| format!("{i:04}").repeat(1000);
+    for i in 0..12 {
+        store.put(
+            &asked(&format!("http://a/{i}"), &[]),
+            answer(&body(i), keep.clone()),
+        );
+        let c = store.counts();
+        assert!(c.bytes <= 20_000 && c.disk_bytes <= 80_000, "{c:?}");
+    }
+    // Memory holds the last four (4,019 bytes and a key each); the disk the eight before.
+    let c = store.counts();
+    assert_eq!((c.entries, c.evicted), (4, 8), "{c:?}");
+    assert_eq!(c.disk_entries, 8, "{c:?}");
+    // The file has no name in the folder.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // Each comes back whole, from memory or disk: what is read from disk goes to memory
+    // again, pushing others out to disk (its ring has room for all of them twice; the
+    // ring writing over its oldest is the next test's).
+    for i in (0..12).rev() {
+        let got = store
+            .get(&asked(&format!("http://a/{i}"), &[]))
+            .expect("kept");
+        assert_eq!(&got.raw[19..], body(i).as_bytes(), "answer {i}");
+    }
+    let c = store.counts();
+    assert_eq!(c.hits, 12, "{c:?}");
+    assert!(c.bytes <= 20_000 && c.disk_bytes <= 80_000, "{c:?}");
+    // A purge and an unsafe method reach the disk tier too.
+    store.invalidate(&asked("http://a/11", &[]));
+    assert!(store.get(&asked("http://a/11", &[])).is_none());
+    let before = store.counts();
+    let gone = store.purge(&crate::proxy::cache_purge::Purge::Prefix(
+        "http://a/".into(),
+    ));
+    assert_eq!(gone as u64, before.entries + before.disk_entries);
+    let after = store.counts();
+    assert_eq!(
+        (after.entries, after.disk_entries, after.disk_bytes),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn the_disk_ring_writes_over_its_oldest_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut disk = crate::proxy::cache_disk::Disk::open(dir.path(), 10_000).unwrap();
+    let keep = kept(&[("Cache-Control", "max-age=600")]).unwrap();
+    for i in 0..5 {
+        disk.spill(
+            &format!("k{i}"),
+            vec![],
+            &answer(&"x".repeat(3000), keep.clone()),
+        );
+    }
+    // Three fit in 10,000 bytes; the fourth and fifth went over the first two.
+    assert_eq!(disk.held(), (3 * 3019, 3));
+    assert!(disk.take("k0", |_| true).is_none());
+    assert!(disk.take("k1", |_| true).is_none());
+    for k in ["k2", "k3", "k4"] {
+        let (_, got) = disk.take(k, |_| true).expect("on disk");
+        assert_eq!(got.raw.len(), 3019);
+    }
+    assert_eq!(disk.held(), (0, 0));
+    // An answer larger than the ring is let go.
+    disk.spill("big", vec![], &answer(&"y".repeat(20_000), keep));
+    assert_eq!(disk.held(), (0, 0));
 }
