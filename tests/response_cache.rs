@@ -394,11 +394,9 @@ fn a_php_scripts_answers_are_kept_as_an_http_apps() {
     let fpm = common::apps::php_fpm();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::create_dir(d.join("www")).unwrap();
-    std::fs::write(
-        d.join("www/page.php"),
-        r#"<?php
-$f = dirname(__DIR__) . '/seen.log';
+    std::fs::create_dir_all(d.join("www/own")).unwrap();
+    let script = r#"<?php
+$f = 'RECORD';
 $line = $_SERVER['REQUEST_METHOD'] . ' ' . $_SERVER['REQUEST_URI'];
 file_put_contents($f, "$line\n", FILE_APPEND | LOCK_EX);
 $n = count(array_filter(file($f), fn($l) => trim($l) === $line));
@@ -408,9 +406,11 @@ if (isset($_GET['cookie'])) { setcookie('session', '1'); }
 header('X-Script: page');
 echo "$n " . $_GET['n'] . "\n";
 if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
-"#,
-    )
-    .unwrap();
+"#
+    .replace("RECORD", &d.join("seen.log").display().to_string());
+    std::fs::write(d.join("www/page.php"), &script).unwrap();
+    // A path of its own that takes neither the pool's cache nor its buffering.
+    std::fs::write(d.join("www/own/page.php"), &script).unwrap();
     std::fs::write(
         d.join("php-fpm.conf"),
         "[global]\nerror_log = /proc/self/fd/2\ndaemonize = no\n[www]\nlisten = 127.0.0.1:${PORT}\npm = static\npm.max_children = 2\n",
@@ -420,7 +420,7 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
     let _server = Server::with_config(
         d,
         &format!(
-            "[[pool]]\nname = \"php\"\ncommand = [\"{fpm}\", \"--nodaemonize\", \"--allow-to-run-as-root\", \"--fpm-config\", \"php-fpm.conf\"]\ntransport = \"fastcgi\"\ncache_responses = {{ size = \"1MiB\", entry = \"16KiB\" }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"php\"\n"
+            "[[pool]]\nname = \"php\"\ncommand = [\"{fpm}\", \"--nodaemonize\", \"--allow-to-run-as-root\", \"--fpm-config\", \"php-fpm.conf\"]\ntransport = \"fastcgi\"\ncache_responses = {{ size = \"1MiB\", entry = \"16KiB\" }}\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"php\"\n[[site.app]]\npath = \"/own/\"\npool = \"php\"\ncache_responses = false\nbuffer = false\n"
         ),
     );
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -480,6 +480,24 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
         ask(addr, "GET", "/page.php?n=g&cc=max-age%3D600", "").status,
         500
     );
+    std::fs::remove_file(d.join("seen.log.fail")).unwrap();
+    // The path that turned both off: asked each time, and a chunked body (whose length only
+    // buffering tells FastCGI) is refused there, taken on the pool's other paths.
+    let own = "/own/page.php?n=o&cc=max-age%3D600";
+    for n in 1..=2 {
+        let got = ask(addr, "GET", own, "");
+        assert_eq!(
+            (body(&got), cache_status(&got)),
+            (format!("{n} o\n"), "(none)")
+        );
+    }
+    let chunked = |path: &str| {
+        let mut c = Conn::open(addr);
+        c.send(format!("POST {path} HTTP/1.1\r\nHost: cached.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\nhi\r\n0\r\n\r\n").as_bytes());
+        c.read_response(false).unwrap().status
+    };
+    assert_eq!(chunked("/own/page.php?n=c"), 411);
+    assert_eq!(chunked("/page.php?n=c"), 200);
 }
 
 /// With a disk tier, answers put out of memory for room are written to a file in its folder

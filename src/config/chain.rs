@@ -130,6 +130,8 @@ impl RequestStep {
                 "try_files",
                 "fallback",
                 "no_scripts",
+                "cache_responses",
+                "buffer",
             ],
         }
     }

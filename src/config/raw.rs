@@ -359,6 +359,10 @@ pub struct RawApp {
     /// The largest request body the path takes, over its site's.
     pub max_body_size: Option<Scalar>,
     pub status_headers: Option<StatusTables>,
+    /// `false`: the path's answers are not kept by its pool's or group's response cache.
+    pub cache_responses: Option<bool>,
+    /// `false`: the path's answers and bodies are not buffered by its pool or group.
+    pub buffer: Option<bool>,
 }
 
 /// `status_headers = { "5xx" = { Cache-Control = "no-store" } }`: fields by status or class.

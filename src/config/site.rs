@@ -99,6 +99,28 @@ pub struct AppSpec {
     /// Its response features' keys (see [`super::chain::ResponseKeys`]), over its site's.
     #[serde(default, skip_serializing_if = "is_default")]
     pub response: super::chain::ResponseKeys,
+    /// What of its pool's or group's `cache_responses` and `buffer` it uses (both, unless
+    /// the path turns one off).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub uses: PathUses,
+}
+
+/// What a proxied path takes of its pool's or upstream group's handling of answers: its
+/// response cache (`cache_responses`) and its buffering (`buffer`) — each on unless the path
+/// says `false` (an account page beside a cached shop; a path whose answers stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathUses {
+    pub cache_responses: bool,
+    pub buffer: bool,
+}
+
+impl Default for PathUses {
+    fn default() -> Self {
+        PathUses {
+            cache_responses: true,
+            buffer: true,
+        }
+    }
 }
 
 impl AppSpec {
@@ -120,6 +142,7 @@ impl AppSpec {
             auth_request: None,
             max_body_size: None,
             response: Default::default(),
+            uses: PathUses::default(),
         }
     }
 
@@ -150,6 +173,7 @@ impl AppSpec {
             auth_request,
             max_body_size,
             response,
+            uses,
         } = self;
         let mut keys = vec![
             ("path", true),
@@ -166,6 +190,8 @@ impl AppSpec {
             ("deny", !access.deny.is_empty()),
             ("auth", auth.is_some() || auth_request.is_some()),
             ("max_body_size", max_body_size.is_some()),
+            ("cache_responses", !uses.cache_responses),
+            ("buffer", !uses.buffer),
         ];
         keys.extend(response.keys());
         keys

@@ -13,6 +13,7 @@ mod app_transport;
 mod backpressure;
 mod front;
 mod hosting;
+mod path_uses;
 mod pools;
 mod reference;
 

@@ -86,12 +86,12 @@ impl ThreadService {
             }
             // A file under the root, the front controller's (the route lent every script and
             // answered every status it decided).
-            AppHandler::FastCgi(_, _, Some(files)) | AppHandler::Proxy(_, Some(files)) => {
+            AppHandler::FastCgi(_, _, _, Some(files)) | AppHandler::Proxy(_, _, Some(files)) => {
                 files.serve(req, path, resp, &self.clock)
             }
             // Reached only when the route was not taken whole (see `chain`).
-            AppHandler::FastCgi(_, _, None)
-            | AppHandler::Proxy(_, None)
+            AppHandler::FastCgi(_, _, _, None)
+            | AppHandler::Proxy(_, _, None)
             | AppHandler::Unreachable => {
                 resp.error(502);
                 Reply::Done

@@ -7,6 +7,7 @@
 //! them, [`super::front`] decides a front controller's).
 
 use super::static_files::StaticFiles;
+use crate::config::PathUses;
 use crate::config::{AppSpec, HandlerKind, SiteSpec};
 use crate::http::edits::FieldEdits;
 use crate::http::error_pages::{ErrorPage, ErrorPages};
@@ -23,10 +24,10 @@ pub(super) enum AppHandler {
     /// Forwarded to the pool's application (handed back to the connection as a whole, see
     /// [`crate::http::service::Service::route`]); with `try_files`, the files under the root
     /// are served here first.
-    Proxy(Rc<ProxyRoute>, Option<StaticFiles>),
+    Proxy(Rc<ProxyRoute>, PathUses, Option<StaticFiles>),
     /// Forwarded in FastCGI: the scripts under the site's document root that may run, and the
     /// files served as files (see [`super::front`]).
-    FastCgi(Rc<ProxyRoute>, Scripts, Option<StaticFiles>),
+    FastCgi(Rc<ProxyRoute>, PathUses, Scripts, Option<StaticFiles>),
     /// An application pool's app in a worker that was given no route to it: 502.
     Unreachable,
     /// An app of another pool on a shared address: the connection is handed there (the
@@ -133,7 +134,9 @@ impl AppHandler {
             HandlerKind::Cpu => AppHandler::Cpu,
             HandlerKind::Proxy if a.upstream.is_some() => {
                 match a.upstream.as_ref().and_then(|u| routes.upstreams.get(u)) {
-                    Some(route) => AppHandler::Proxy(Rc::clone(route), a.try_files.then(files)),
+                    Some(route) => {
+                        AppHandler::Proxy(Rc::clone(route), a.uses, a.try_files.then(files))
+                    }
                     None => AppHandler::Unreachable,
                 }
             }
@@ -145,9 +148,11 @@ impl AppHandler {
                     let scripts = Scripts::new(root, extensions.clone(), s.follow_symlinks)
                         .with_front(a.fallback.as_deref(), &a.no_scripts);
                     let files = a.try_files.then(|| files().refusing(extensions));
-                    AppHandler::FastCgi(Rc::clone(route), scripts, files)
+                    AppHandler::FastCgi(Rc::clone(route), a.uses, scripts, files)
                 }
-                (Some(route), _) => AppHandler::Proxy(Rc::clone(route), a.try_files.then(files)),
+                (Some(route), _) => {
+                    AppHandler::Proxy(Rc::clone(route), a.uses, a.try_files.then(files))
+                }
                 // The master gives every front worker its route; without one the app has no
                 // process to reach.
                 (None, _) => AppHandler::Unreachable,

@@ -199,19 +199,21 @@ impl ThreadService {
                 }
                 Way::Here
             }
-            AppHandler::Proxy(route, files) => {
+            AppHandler::Proxy(route, uses, files) => {
                 if files
                     .as_ref()
                     .is_some_and(|f| front::is_file(f, req.path, path))
                 {
                     Way::Here
                 } else {
-                    Way::Lend(ProxyTarget::Http(Rc::clone(route)))
+                    Way::Lend(ProxyTarget::Http(Rc::clone(route), *uses))
                 }
             }
-            AppHandler::FastCgi(route, scripts, files) => {
+            AppHandler::FastCgi(route, uses, scripts, files) => {
                 match front::fastcgi(scripts, files.as_ref(), req.path, path) {
-                    Front::Run(script) => Way::Lend(ProxyTarget::FastCgi(Rc::clone(route), script)),
+                    Front::Run(script) => {
+                        Way::Lend(ProxyTarget::FastCgi(Rc::clone(route), *uses, script))
+                    }
                     Front::Files => Way::Here,
                     Front::Answer(status) => return Err(Err(status)),
                 }

@@ -45,7 +45,7 @@ pub(super) fn answer_head(
     let (out, mut relay) =
         client_head(&answer, resp.headers, req, own, sticky_line).map_err(Instead::Status)?;
     // Looked for only where answers are buffered: a site without costs nothing.
-    relay.streams = route.settings().buffer.is_some()
+    relay.streams = route.buffer(req.buffered).is_some()
         && spool::streams(resp.headers.iter().map(|h| (h.name, h.value)));
     if from_app && req.cache.is_some() {
         let fields = resp.headers.iter().map(|h| (h.name, h.value));

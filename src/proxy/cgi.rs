@@ -43,6 +43,8 @@ pub struct FastCgiRequest {
     pub(super) compress: Option<Option<crate::compress::Coding>>,
     /// What the route's response cache makes of it (see [`super::fastcgi_cached`]).
     pub(super) cache: Option<super::cache::CacheRequest>,
+    /// Its path takes its route's buffering (`buffer`), if the route has any.
+    pub(super) buffered: bool,
 }
 
 pub(super) fn record(out: &mut Vec<u8>, kind: u8, content: &[u8]) {
@@ -167,6 +169,7 @@ impl FastCgiRequest {
             chunked: matches!(framing, Framing::Chunked),
             compress: None,
             cache: None,
+            buffered: true,
         }
     }
 }

@@ -9,14 +9,15 @@ use super::cgi::FastCgiRequest;
 use super::request::ForwardRequest;
 use super::route::ProxyRoute;
 use super::script::Script;
+use crate::config::PathUses;
 use crate::http::service::{LentConnection, LentHead, Outcome};
 use crate::http::Request;
 
 /// What a request is handed to: an HTTP app, or a FastCGI app with the script the request
 /// names (checked: one the app may run).
 pub enum ProxyTarget {
-    Http(std::rc::Rc<ProxyRoute>),
-    FastCgi(std::rc::Rc<ProxyRoute>, Box<Script>),
+    Http(std::rc::Rc<ProxyRoute>, PathUses),
+    FastCgi(std::rc::Rc<ProxyRoute>, PathUses, Box<Script>),
 }
 
 impl ProxyTarget {
@@ -48,20 +49,26 @@ impl Dispatch {
         let compress = (!codings.is_empty())
             .then(|| crate::http::coding::choose(req.header("accept-encoding"), codings));
         match target {
-            ProxyTarget::Http(route) => {
+            ProxyTarget::Http(route, uses) => {
                 let pass_underscored = route.settings().pass_underscored_fields;
                 let mut forwarded = ForwardRequest::new(req, lent, pass_underscored);
                 forwarded.compress = compress;
                 forwarded.choose = route.choose(req);
                 // Only a server spoken to in HTTP/2 has a use for it (see `Self::streams`).
                 forwarded.trailers = route.settings().http2 && super::request::takes_trailers(req);
-                forwarded.cache = super::cached::request_of(&route, req, lent);
+                if uses.cache_responses {
+                    forwarded.cache = super::cached::request_of(&route, req, lent);
+                }
+                forwarded.buffered = uses.buffer;
                 Dispatch::Http(route, forwarded)
             }
-            ProxyTarget::FastCgi(route, script) => {
+            ProxyTarget::FastCgi(route, uses, script) => {
                 let mut forwarded = FastCgiRequest::new(req, &script, lent);
                 forwarded.compress = compress;
-                forwarded.cache = super::cached::request_of(&route, req, lent);
+                if uses.cache_responses {
+                    forwarded.cache = super::cached::request_of(&route, req, lent);
+                }
+                forwarded.buffered = uses.buffer;
                 Dispatch::FastCgi(route, forwarded)
             }
         }

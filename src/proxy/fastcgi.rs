@@ -114,7 +114,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         head_only: req.head_only,
         response,
     };
-    let buffer = route.settings().buffer;
+    let buffer = route.buffer(req.buffered);
     // A chunked body's length is known only once it is read whole, which buffering does.
     if req.chunked && buffer.is_none() {
         return own.fail(stream, route, Fail::Client(411)).await;
@@ -366,7 +366,7 @@ fn answer_head(
     own: &OwnAnswers<'_>,
     (route, asked): (&ProxyRoute, Option<&super::cache::CacheRequest>),
 ) -> Result<(Vec<u8>, Relay), Instead> {
-    let buffered = route.settings().buffer.is_some();
+    let buffered = route.buffer(req.buffered).is_some();
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let parsed = match httparse::parse_headers(head, &mut fields) {
         Ok(httparse::Status::Complete((_, fields))) => cgi_status(fields).map(|s| (s, fields)),

@@ -47,6 +47,7 @@ pub(super) fn client_side(req: &mut FastCgiRequest) -> Option<ForwardRequest> {
         choose: Default::default(),
         trailers: false,
         cache: Some(cache),
+        buffered: req.buffered,
     })
 }
 

@@ -269,7 +269,7 @@ impl Answered {
             plain_for_old_client: matches!(kind, BodyKind::Chunked) && req.client_minor == 0,
             chunked: req.client_minor == 1,
         };
-        let buffer = route.settings().buffer;
+        let buffer = route.buffer(req.buffered);
         let relayed = match buffer.filter(|_| !relay.streams && kind != BodyKind::None) {
             Some(bounds) => {
                 let spool = Spool::new(bounds.response, bounds.disk);

@@ -36,6 +36,8 @@ pub struct ForwardRequest {
     pub(super) trailers: bool,
     /// What the route's response cache makes of it (`None`: nothing, or no cache).
     pub(super) cache: Option<super::cache::CacheRequest>,
+    /// Its path takes its route's buffering (`buffer`), if the route has any.
+    pub(super) buffered: bool,
 }
 
 /// The most fields [`ForwardRequest::new`] adds to a client's own (`Host`, the three
@@ -250,6 +252,7 @@ impl ForwardRequest {
             choose: Default::default(),
             trailers: false,
             cache: None,
+            buffered: true,
         }
     }
 }

@@ -189,8 +189,7 @@ pub(super) async fn take_buffered<C: AsyncRead + Unpin>(
     timeout: Duration,
 ) -> Result<Option<Spool>, Fail> {
     let Some(b) = route
-        .settings()
-        .buffer
+        .buffer(req.buffered)
         .filter(|_| req.body != Framing::None)
     else {
         return Ok(None);

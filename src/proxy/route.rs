@@ -339,6 +339,12 @@ impl ProxyRoute {
         &self.settings
     }
 
+    /// Its buffering (`buffer`) for a request whose path takes it (`path_takes`: a path's
+    /// `buffer = false` turns it off there).
+    pub(super) fn buffer(&self, path_takes: bool) -> Option<crate::config::Buffering> {
+        self.settings.buffer.filter(|_| path_takes)
+    }
+
     /// A connection to a server other than `avoid` when there is one, and what the request
     /// holds there until done. Fails with the status to answer and, when it is worth a log
     /// line, why.

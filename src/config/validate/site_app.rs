@@ -221,7 +221,30 @@ impl Validator {
             .max_body_size
             .map(|v| self.size(&at_key("max_body_size"), Some(v), 0));
         let response = ResponseKeys::check(self, &app_at, raw_response);
+        // What the path's pool or group does with answers, which the path may turn off.
+        let handles = match (&upstream, app_pool) {
+            (Some(group), _) => (self.upstreams.iter().find(|u| &u.name == group))
+                .map(|u| (u.cache_responses.is_some(), u.buffer.is_some())),
+            (None, Some(app)) if handler == HandlerKind::Proxy => {
+                Some((app.cache_responses.is_some(), app.buffer.is_some()))
+            }
+            _ => None,
+        };
+        let (keeps, buffers) = handles.unwrap_or_default();
+        let uses = PathUses {
+            cache_responses: self.path_opt_out(
+                &at_key("cache_responses"),
+                ra.cache_responses,
+                (keeps, "keeps no answers (cache_responses)"),
+            ),
+            buffer: self.path_opt_out(
+                &at_key("buffer"),
+                ra.buffer,
+                (buffers, "buffers nothing (buffer)"),
+            ),
+        };
         AppSpec {
+            uses,
             response,
             auth: auth.password,
             auth_request: auth.request,
@@ -235,6 +258,28 @@ impl Validator {
             no_scripts: front.no_scripts,
             upstream,
             ..AppSpec::new(path, pool, handler)
+        }
+    }
+
+    /// A path's `cache_responses` or `buffer` at `at`: only `false`, turning off for it what
+    /// its pool or group does (`on`; `what` it does not do otherwise).
+    fn path_opt_out(
+        &mut self,
+        at: &[Seg],
+        written: Option<bool>,
+        (on, what): (bool, &str),
+    ) -> bool {
+        match written {
+            None => true,
+            Some(true) => {
+                self.err(at, "is set on the pool or [[upstream]] group, and a path takes it from there; only false is written here (turning it off for this path)");
+                true
+            }
+            Some(false) if !on => {
+                self.err(at, format!("turns off for this path what its pool or group does, and it {what}; remove it"));
+                true
+            }
+            Some(false) => false,
         }
     }
 }
