@@ -66,7 +66,7 @@ fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
     let server = Server::with_config(
         d,
         &format!(
-            "[[pool]]\nname = \"sync\"\ncommand = [\"gunicorn\", \"--bind\", \"127.0.0.1:{{port}}\", \"--workers\", \"2\", \"cache_app:app\"]\nenvironment = {{ CACHE_APP_RECORD = \"{}\" }}\nmax_requests_per_process = 1\ncache_responses = true\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"sync\"\n",
+            "[[pool]]\nname = \"sync\"\ncommand = [\"gunicorn\", \"--bind\", \"127.0.0.1:{{port}}\", \"--workers\", \"2\", \"cache_app:app\"]\nenvironment = {{ CACHE_APP_RECORD = \"{}\" }}\nmax_requests_per_process = 1\ncache_responses = true\n[[site]]\nname = \"s\"\nmetrics = true\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"sync\"\n",
             record.display()
         ),
     );
@@ -157,6 +157,29 @@ fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
     let metrics = String::from_utf8_lossy(&metrics);
     assert!(
         metrics.contains("espalier_worker_cache_hits_total{"),
+        "{metrics}"
+    );
+    // And per site (`metrics = true`): what the cache did for the site's requests.
+    let of_site = |s: &Server| {
+        let status = s.status();
+        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
+        let meters = workers.flat_map(|w| w.meters).filter(|m| m.site == "s");
+        meters.fold([0; 3], |sum, m| {
+            std::array::from_fn(|k| sum[k] + m.figures.cache[k])
+        })
+    };
+    server.wait_until("the site's cache answers counted", WAIT, |s| {
+        of_site(s)[0] >= 6
+    });
+    let [hits, misses, _] = of_site(&server);
+    assert!(hits >= 6 && misses >= 4, "{hits} {misses}");
+    let (_, metrics) = espalier::server::admin::request(admin, "GET", "/metrics").unwrap();
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        (metrics.lines()).any(
+            |l| l.starts_with("espalier_site_cache_answers_total{site=\"s\"")
+                && l.contains("result=\"hit\"")
+        ),
         "{metrics}"
     );
 }
@@ -401,6 +424,10 @@ $line = $_SERVER['REQUEST_METHOD'] . ' ' . $_SERVER['REQUEST_URI'];
 file_put_contents($f, "$line\n", FILE_APPEND | LOCK_EX);
 $n = count(array_filter(file($f), fn($l) => trim($l) === $line));
 if (file_exists("$f.fail")) { http_response_code(500); echo "failed\n"; exit; }
+if (isset($_GET['etag'])) {
+    header('ETag: "' . $_GET['etag'] . '"');
+    if (($_SERVER['HTTP_IF_NONE_MATCH'] ?? '') === '"' . $_GET['etag'] . '"') { http_response_code(304); exit; }
+}
 if (isset($_GET['cc'])) { header('Cache-Control: ' . $_GET['cc']); }
 if (isset($_GET['cookie'])) { setcookie('session', '1'); }
 header('X-Script: page');
@@ -461,6 +488,22 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
         assert!(body(&got).starts_with(&format!("{n} big\n")));
         assert_eq!(cache_status(&got), "espalier; fwd=miss");
     }
+    // A stale answer with an ETag: the script is asked with it, and its 304 renews the entry.
+    let r = "/page.php?n=r&cc=max-age%3D1&etag=r1";
+    assert_eq!(body(&ask(addr, "GET", r, "")), "1 r\n");
+    let mut seen = None;
+    wait_for("an answer not a fresh hit", WAIT, || {
+        let got = ask(addr, "GET", r, "");
+        if cache_status(&got) != "espalier; hit" {
+            seen = Some((cache_status(&got).to_string(), body(&got)));
+        }
+        seen.is_some()
+    });
+    let (said, text) = seen.unwrap();
+    assert_eq!(
+        (said.as_str(), text.as_str()),
+        ("espalier; fwd=stale; fwd-status=304; stored", "1 r\n")
+    );
     // stale-if-error: the script failing, the stale answer stands in for it.
     let f = "/page.php?n=f&cc=max-age%3D1%2C%20stale-if-error%3D600";
     assert_eq!(body(&ask(addr, "GET", f, "")), "1 f\n");

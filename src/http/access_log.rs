@@ -130,6 +130,8 @@ pub struct Entry<'a> {
     pub hop: Option<Hop>,
     /// Its trace (`[server.tracing]`), whose id the JSON line carries.
     pub trace: Option<&'a super::trace::TraceCtx>,
+    /// What the route's response cache did for it, if one looked.
+    pub cache: Option<CacheSeen>,
     /// The client's address, formatted.
     pub peer: &'a str,
 }
@@ -152,6 +154,7 @@ impl<'a> Entry<'a> {
             upstream_micros: None,
             hop: None,
             trace: None,
+            cache: None,
             peer,
         }
     }
@@ -171,6 +174,7 @@ impl<'a> Entry<'a> {
             upstream_micros: report.upstream_micros.get(),
             hop: report.hop.get(),
             trace: None,
+            cache: report.cache.get(),
             peer,
         }
     }
@@ -194,6 +198,17 @@ pub struct Report {
     /// The hop that answered, for its span (`[server.tracing]`): when the request was sent
     /// to it, its address (none for a unix socket) and how many times it was sent again.
     pub hop: Cell<Option<Hop>>,
+    /// What the route's response cache did for it, where one looked (`cache_responses`).
+    pub cache: Cell<Option<CacheSeen>>,
+}
+
+/// What a response cache did for a request: answered it while fresh, had the app asked, or
+/// answered it stale (within `stale-while-revalidate`, or standing in for the app's error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheSeen {
+    Hit,
+    Miss,
+    Stale,
 }
 
 /// A lent request's hop to the app or server that answered it.

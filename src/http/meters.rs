@@ -69,6 +69,8 @@ pub struct SiteMeter {
     latency: Histogram,
     upstream: Histogram,
     limit_table_full: Owned,
+    /// Answers of the response cache: hits, misses, stale.
+    cache: [Owned; 3],
 }
 
 impl SiteMeter {
@@ -88,6 +90,9 @@ impl SiteMeter {
         if let Some(up) = entry.upstream_micros {
             self.upstream.record(up);
         }
+        if let Some(seen) = entry.cache {
+            self.cache[seen as usize].add(1);
+        }
     }
 
     pub fn figures(&self) -> MeterFigures {
@@ -98,6 +103,7 @@ impl SiteMeter {
             latency: self.latency.figures(),
             upstream: self.upstream.figures(),
             limit_table_full: self.limit_table_full.get(),
+            cache: std::array::from_fn(|k| self.cache[k].get()),
         }
     }
 }
@@ -164,6 +170,10 @@ pub struct MeterFigures {
     /// New clients refused because the `limit`'s table of clients was full.
     #[serde(default)]
     pub limit_table_full: u64,
+    /// Its requests the response cache answered fresh, had the app answer, and answered
+    /// stale (`cache_responses`).
+    #[serde(default)]
+    pub cache: [u64; 3],
 }
 
 impl MeterFigures {
@@ -176,6 +186,9 @@ impl MeterFigures {
         self.latency.add(&other.latency);
         self.upstream.add(&other.upstream);
         self.limit_table_full += other.limit_table_full;
+        for (a, b) in self.cache.iter_mut().zip(other.cache) {
+            *a += b;
+        }
     }
 }
 
@@ -202,6 +215,7 @@ mod tests {
             bytes: 100,
             micros,
             upstream_micros: upstream,
+            cache: None,
             peer: "127.0.0.1",
         }
     }

@@ -30,6 +30,22 @@ use std::sync::Arc;
 /// The fields a variant varies by, with the request's values it was kept for.
 pub(super) type VaryValues = Vec<(String, Option<Vec<u8>>)>;
 
+/// Takes the variant kept for `key` that `is` picks out of `by_key` (a URL left without
+/// variants leaves the map): how either tier, this and memory's, lets one go.
+pub(super) fn take_variant<T>(
+    by_key: &mut HashMap<String, Vec<T>>,
+    key: &str,
+    is: impl Fn(&T) -> bool,
+) -> Option<T> {
+    let variants = by_key.get_mut(key)?;
+    let at = variants.iter().position(is)?;
+    let gone = variants.swap_remove(at);
+    if variants.is_empty() {
+        by_key.remove(key);
+    }
+    Some(gone)
+}
+
 /// One answer in the file.
 struct Spilled {
     id: u64,
@@ -167,12 +183,7 @@ impl Disk {
     }
 
     fn remove(&mut self, key: &str, id: u64) -> Option<Spilled> {
-        let variants = self.by_key.get_mut(key)?;
-        let at = variants.iter().position(|v| v.id == id)?;
-        let gone = variants.swap_remove(at);
-        if variants.is_empty() {
-            self.by_key.remove(key);
-        }
+        let gone = take_variant(&mut self.by_key, key, |v| v.id == id)?;
         self.by_start.remove(&gone.at);
         self.bytes -= gone.len;
         self.entries -= 1;

@@ -12,7 +12,7 @@
 //! not touch: what may be kept and for how long (`super::cache`'s rules) or the connections.
 
 use super::cache::{CacheRequest, Stored};
-use super::cache_disk::{Disk, VaryValues};
+use super::cache_disk::{take_variant, Disk, VaryValues};
 use super::cache_purge::Purge;
 use crate::config::upstream::ResponseCache;
 use std::collections::{BTreeMap, HashMap};
@@ -369,12 +369,7 @@ fn disk_tier(bounds: &ResponseCache) -> Option<Disk> {
 
 impl Entries {
     fn remove(&mut self, key: &str, id: u64) -> Option<Variant> {
-        let variants = self.by_key.get_mut(key)?;
-        let at = variants.iter().position(|v| v.id == id)?;
-        let gone = variants.swap_remove(at);
-        if variants.is_empty() {
-            self.by_key.remove(key);
-        }
+        let gone = take_variant(&mut self.by_key, key, |v| v.id == id)?;
         self.order.remove(&gone.used);
         self.counts.bytes -= gone.cost;
         self.counts.entries -= 1;

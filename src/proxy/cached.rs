@@ -23,6 +23,7 @@ use super::request::ForwardRequest;
 use super::route::ProxyRoute;
 use super::wire::{to_client, BodyKind, OwnAnswers};
 use super::Endpoint;
+use crate::http::access_log::CacheSeen as Seen;
 use crate::http::service::Outcome;
 use bytes::Bytes;
 use std::rc::Rc;
@@ -72,7 +73,7 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
             store.given_stale();
             let past = stale.past_lifetime(Instant::now()).as_secs();
             let said = format!("espalier; hit; ttl=-{past}; detail=stale-while-revalidate");
-            return Ok(replay(to, &stale, req, route, own, &said).await);
+            return Ok(replay(to, &stale, req, route, own, (Seen::Stale, &said)).await);
         }
         Lookup::Stale(stale) => Some(stale),
         Lookup::Missing => None,
@@ -101,28 +102,35 @@ impl Asking {
     pub(super) fn has_stale(&self) -> bool {
         self.stale.is_some()
     }
+
+    /// The stale answer kept for the request whose cache view is `asked`, for the app to be
+    /// asked whether it changed (RFC 9111 §4.3.1) — counted as asked — when it has a
+    /// validator and the client sent none of its own (whose answer is the client's).
+    pub(super) fn confirmable(&mut self, asked: &CacheRequest) -> Option<&Stored> {
+        let stale = self.stale.as_ref()?;
+        if asked.conditional() || stale.validators() == (None, None) {
+            return None;
+        }
+        self.confirming = true;
+        Some(stale)
+    }
 }
 
-/// The `Cache-Status` of an answer given from the cache while fresh.
-const HIT: &str = "espalier; hit";
+/// An answer given from the cache while fresh, and its `Cache-Status`.
+const HIT: (Seen, &str) = (Seen::Hit, "espalier; hit");
 
 /// Asks the app whether the stale answer kept for `req` changed (RFC 9111 §4.3.1): its
 /// validators go with the request — unless the client sent its own, whose answer is its.
 pub(super) fn ask_if_changed(req: &mut ForwardRequest, asking: &mut Asking) {
-    let (Some(stale), Some(asked)) = (&asking.stale, &req.cache) else {
+    let Some(asked) = &req.cache else {
         return;
     };
-    if asked.conditional() {
-        return;
-    }
-    let Some(fields) = stale.validator_fields() else {
+    let Some(fields) = asking.confirmable(asked).and_then(Stored::validator_fields) else {
         return;
     };
-    if req.head.ends_with(b"\r\n\r\n") {
-        let at = req.head.len() - 2;
-        crate::features::head::insert(&mut req.head, at, fields.as_bytes());
-        asking.confirming = true;
-    }
+    // The head ends with its blank line (`ForwardRequest::new` wrote it).
+    let at = req.head.len() - 2;
+    crate::features::head::insert(&mut req.head, at, fields.as_bytes());
 }
 
 /// Answers from the stale answer kept for the request instead of the app's answer with
@@ -142,7 +150,7 @@ pub(super) async fn instead_of_app<C: AsyncRead + AsyncWrite + Unpin>(
         let confirmed = Arc::new(stale.confirmed(None));
         store.put(asked, confirmed.clone());
         let said = "espalier; fwd=stale; fwd-status=304; stored";
-        return Some(replay(to, &confirmed, req, route, own, said).await);
+        return Some(replay(to, &confirmed, req, route, own, (Seen::Miss, said)).await);
     }
     let now = Instant::now();
     if status.is_none_or(|s| s >= 500) && stale.stands_in_for_errors(now) {
@@ -151,23 +159,25 @@ pub(super) async fn instead_of_app<C: AsyncRead + AsyncWrite + Unpin>(
         }
         let past = stale.past_lifetime(now).as_secs();
         let said = format!("espalier; hit; ttl=-{past}; detail=stale-if-error");
-        return Some(replay(to, stale, req, route, own, &said).await);
+        return Some(replay(to, stale, req, route, own, (Seen::Stale, &said)).await);
     }
     None
 }
 
-/// Sends the kept answer `stored` to `req`'s client, its `Age` and `Cache-Status` (`said`).
+/// Sends the kept answer `stored` to `req`'s client, its `Age` and `Cache-Status` (`said`,
+/// and what the cache did, for the site's figures).
 pub(super) async fn replay<C: AsyncRead + AsyncWrite + Unpin>(
     (stream, body_timeout): (&mut C, Duration),
     stored: &Stored,
     req: &ForwardRequest,
     route: &ProxyRoute,
     own: &OwnAnswers<'_>,
-    said: &str,
+    (seen, said): (Seen, &str),
 ) -> Outcome {
     let Some(asked) = req.cache.as_ref() else {
         return Outcome::Close;
     };
+    own.report.cache.set(Some(seen));
     let age = stored.age(Instant::now()).as_secs();
     let lines = format!("Age: {age}\r\nCache-Status: {said}\r\n");
     let head = &stored.raw[..stored.head_len];
@@ -229,10 +239,11 @@ pub(super) fn keep(
 
 /// Puts the `Cache-Status` of an answer the app gave (`stored`: kept) into the client's
 /// head `out`, for a request the cache looked at.
-pub(super) fn mark(out: &mut Vec<u8>, req: &ForwardRequest, stored: bool) {
+pub(super) fn mark(out: &mut Vec<u8>, req: &ForwardRequest, own: &OwnAnswers<'_>, stored: bool) {
     let Some(asked) = req.cache.as_ref().filter(|a| a.use_ != Use::Invalidate) else {
         return;
     };
+    own.report.cache.set(Some(Seen::Miss));
     let at = out.len() - 2;
     let line = format!("Cache-Status: {}\r\n", asked.status(stored));
     crate::features::head::insert(out, at, line.as_bytes());

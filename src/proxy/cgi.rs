@@ -178,16 +178,23 @@ impl FastCgiRequest {
     /// The request with its chunked body's length, `len`, now that the body has been read
     /// whole: `CONTENT_LENGTH` in one more PARAMS record before the empty one that ends them
     /// (FastCGI's parameters are a stream; records may split it anywhere).
-    pub(super) fn with_length(mut self, len: u64) -> Self {
+    pub(super) fn with_length(self, len: u64) -> Self {
+        let mut req = self.with_param(b"CONTENT_LENGTH", len.to_string().as_bytes());
+        req.body_len = len;
+        req.chunked = false;
+        req
+    }
+
+    /// The request with one more CGI variable, `name` = `value` (one the request has not):
+    /// in one more PARAMS record before the empty one that ends them.
+    pub(super) fn with_param(mut self, name: &[u8], value: &[u8]) -> Self {
         let end = self.records.len() - HEADER_LEN;
         debug_assert_eq!(&self.records[end + 1..end + 2], &[PARAMS]);
         self.records.truncate(end);
-        let mut param = Vec::with_capacity(40);
-        pair(&mut param, b"CONTENT_LENGTH", len.to_string().as_bytes());
+        let mut param = Vec::with_capacity(name.len() + value.len() + 8);
+        pair(&mut param, name, value);
         record(&mut self.records, PARAMS, &param);
         record(&mut self.records, PARAMS, &[]);
-        self.body_len = len;
-        self.chunked = false;
         self
     }
 }

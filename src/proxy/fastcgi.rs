@@ -132,6 +132,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             Err(how) => asking = how,
         }
     }
+    let req = fastcgi_cached::ask_if_changed(req, view.as_ref(), &mut asking);
     // Where answers are buffered, so is the body: read whole before a child is asked.
     let taken = match buffer.filter(|_| req.body_len > 0 || req.chunked) {
         Some(b) => {
@@ -236,7 +237,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         }
     }
     if let Some(view) = &view {
-        cached::mark(&mut out, view, false);
+        cached::mark(&mut out, view, &own, false);
     }
     report.head.set(out.len() as u64);
     let timeouts = (timeout, body_timeout);

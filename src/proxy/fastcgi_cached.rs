@@ -8,10 +8,12 @@
 //!   bound, at the child's speed: the child is free at once) and kept as the HTTP answer it
 //!   stands for ([`http_head`]: its status line, its fields but `Status`, and its length), then
 //!   given from memory as a hit is. One longer than the bound goes on to the client as any.
-//! - What a FastCGI child cannot do: confirm a stale answer (its validators would go in
-//!   PARAMS records built before the cache is looked at), so a stale answer is asked for
-//!   again whole; and `stale-while-revalidate` is not refreshed in the background (the
-//!   child is asked in the client's time). `stale-if-error` stands in as for any app.
+//! - A stale answer's validators go to the child as the CGI variables of the conditional
+//!   fields ([`ask_if_changed`]), in one more PARAMS record; its `Status: 304` renews the
+//!   entry as an HTTP app's `304` does. `stale-if-error` stands in as for any app.
+//! - Not done here: `stale-while-revalidate`'s refresh in the background — that request has
+//!   no client, and FastCGI's exchange is this module's caller's; the child is asked (with
+//!   the validators) in the client's time instead.
 //!
 //! Owns: that view and that keeping. Must not touch: the records' framing
 //! (`super::fastcgi_records`) or the client head's steps (`super::head`).
@@ -102,6 +104,27 @@ pub(super) async fn read_whole(
     false
 }
 
+/// Asks the child whether the stale answer kept for `view`'s request changed, where it is
+/// to ([`cached::Asking::confirmable`]): its validator goes as the CGI variable of the field
+/// a conditional request would carry (`HTTP_IF_NONE_MATCH`, else `HTTP_IF_MODIFIED_SINCE`).
+pub(super) fn ask_if_changed(
+    req: FastCgiRequest,
+    view: Option<&ForwardRequest>,
+    asking: &mut cached::Asking,
+) -> FastCgiRequest {
+    let Some(asked) = view.and_then(|v| v.cache.as_ref()) else {
+        return req;
+    };
+    match asking.confirmable(asked).map(Stored::validators) {
+        Some((Some(etag), _)) => req.with_param(b"HTTP_IF_NONE_MATCH", etag),
+        Some((None, Some(modified))) => {
+            let since = httpdate::fmt_http_date(modified);
+            req.with_param(b"HTTP_IF_MODIFIED_SINCE", since.as_bytes())
+        }
+        _ => req,
+    }
+}
+
 /// Answers from the stale answer kept for `view`'s request instead of the child's answer
 /// with `status` (`None`: its failure) where `stale-if-error` allows (see
 /// [`cached::instead_of_app`]).
@@ -139,5 +162,6 @@ pub(super) async fn keep_and_send<C: AsyncRead + AsyncWrite + Unpin>(
     let stored = Arc::new(Stored::new(raw, head_len, endpoint, keep, validators));
     store.put(asked, stored.clone());
     let said = CacheRequest::status(asked, true);
+    let said = (crate::http::access_log::CacheSeen::Miss, said);
     cached::replay((stream, body_timeout), &stored, view, route, own, said).await
 }

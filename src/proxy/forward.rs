@@ -171,7 +171,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
             return kept.await;
         }
     }
-    cached::mark(&mut out, &req, false);
+    cached::mark(&mut out, &req, &own, false);
     answered
         .relay(out, relay, stream, rbuf, &req, route, &own, body_timeout)
         .await
@@ -216,7 +216,7 @@ impl Answered {
         let raw = bytes::Bytes::from(ubuf);
         let body = raw.slice(head_len..);
         cached::keep(route, req, (raw, head_len, endpoint), keeping);
-        cached::mark(&mut out, req, true);
+        cached::mark(&mut out, req, own, true);
         cached::send(stream, (out, body), relay, req, own, body_timeout).await
     }
 

@@ -93,6 +93,21 @@ pub fn render(out: &mut String, series: &[Series<'_>]) {
             let _ = writeln!(out, "{name}{{{}}} {}", labels(s), value(&s.2.figures));
         }
     }
+    // Only for sites whose paths a response cache looked at.
+    let cached: Vec<_> = series
+        .iter()
+        .filter(|s| s.2.figures.cache != [0; 3])
+        .collect();
+    if cached.is_empty() {
+        return;
+    }
+    let name = "espalier_site_cache_answers_total";
+    let _ = writeln!(out, "# HELP {name} requests a response cache looked at (cache_responses), by what it did: hit (fresh), miss (the app answered), stale\n# TYPE {name} counter");
+    for s in cached {
+        for (what, n) in ["hit", "miss", "stale"].iter().zip(s.2.figures.cache) {
+            let _ = writeln!(out, "{name}{{{},result=\"{what}\"}} {n}", labels(s));
+        }
+    }
 }
 
 fn histogram(
@@ -161,5 +176,15 @@ mod tests {
             assert!(out.lines().any(|x| x == line), "{line} in\n{out}");
         }
         assert_eq!(out.matches("# TYPE").count(), 6);
+        // A site a response cache looked at has its answers by what the cache did.
+        let mut cached = m.clone();
+        cached.figures.cache = [7, 2, 1];
+        let mut out = String::new();
+        render(&mut out, &[("web", 0, &cached)]);
+        assert_eq!(out.matches("# TYPE").count(), 7);
+        for (what, n) in [("hit", 7), ("miss", 2), ("stale", 1)] {
+            let line = format!("espalier_site_cache_answers_total{{{l},result=\"{what}\"}} {n}");
+            assert!(out.lines().any(|x| x == line), "{line} in\n{out}");
+        }
     }
 }
