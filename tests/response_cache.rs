@@ -504,6 +504,33 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
         (said.as_str(), text.as_str()),
         ("espalier; fwd=stale; fwd-status=304; stored", "1 r\n")
     );
+    // stale-while-revalidate: the stale answer at once, the script asked behind it (with the
+    // ETag: its 304 renews the entry), then a fresh hit.
+    let w = "/page.php?n=w&cc=max-age%3D1%2C%20stale-while-revalidate%3D600&etag=w1";
+    assert_eq!(body(&ask(addr, "GET", w, "")), "1 w\n");
+    let mut seen = None;
+    wait_for("an answer past its lifetime", WAIT, || {
+        let got = ask(addr, "GET", w, "");
+        if cache_status(&got) != "espalier; hit" {
+            seen = Some((cache_status(&got).to_string(), body(&got)));
+        }
+        seen.is_some()
+    });
+    let (said, text) = seen.unwrap();
+    assert_eq!(text, "1 w\n");
+    assert!(said.ends_with("; detail=stale-while-revalidate"), "{said}");
+    let seen_by_script = || {
+        let record = std::fs::read_to_string(d.join("seen.log")).unwrap_or_default();
+        record
+            .lines()
+            .filter(|l| l.ends_with("n=w&cc=max-age%3D1%2C%20stale-while-revalidate%3D600&etag=w1"))
+            .count()
+    };
+    wait_for("the script asked behind it", WAIT, || seen_by_script() >= 2);
+    wait_for("the renewed answer given fresh", WAIT, || {
+        let got = ask(addr, "GET", w, "");
+        cache_status(&got) == "espalier; hit" && body(&got) == "1 w\n"
+    });
     // stale-if-error: the script failing, the stale answer stands in for it.
     let f = "/page.php?n=f&cc=max-age%3D1%2C%20stale-if-error%3D600";
     assert_eq!(body(&ask(addr, "GET", f, "")), "1 f\n");

@@ -16,6 +16,7 @@
 
 use super::answer::{answer_head, Relay};
 use super::cache::{CacheRequest, Keep, Stored, Use, Validators};
+use super::cache_refresh::Again;
 use super::cache_store::{FillGuard, Filling, Lookup};
 use super::head::{Then, ToClient};
 use super::relay::BodyFraming;
@@ -41,12 +42,14 @@ pub(super) struct Asking {
     confirming: bool,
 }
 
-/// Answers `req` from its route's store when it holds a fresh answer (`Ok`). Else the app
-/// is to be asked (`Err`, how): a request that finds another asking for its URL already
-/// waits for that one's answer (within the route's `response_timeout`) and looks again.
+/// Answers `req` from its route's store when it holds a fresh answer (`Ok`) — or a stale
+/// one within `stale-while-revalidate`, the request `again` makes sent in the background
+/// (none: not refreshed now). Else the app is to be asked (`Err`, how): a request that
+/// finds another asking for its URL already waits for that one's answer (within the
+/// route's `response_timeout`) and looks again.
 pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut C,
-    req: &ForwardRequest,
+    (req, again): (&ForwardRequest, impl FnOnce() -> Option<Again>),
     route: &Rc<ProxyRoute>,
     own: &OwnAnswers<'_>,
     body_timeout: Duration,
@@ -60,15 +63,12 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
     let to = (stream, body_timeout);
     let stale = match store.look(asked) {
         Lookup::Fresh(stored) => return Ok(replay(to, &stored, req, route, own, HIT).await),
-        // Given at once; the app is asked in the background, by the first to find it so (an
-        // HTTP app: a FastCGI child's request is built before the cache is looked at).
+        // Given at once; the app is asked in the background, by the first to find it so.
         Lookup::Stale(stale)
-            if !req.head_only
-                && !route.fastcgi()
-                && stale.serves_while_revalidating(Instant::now()) =>
+            if !req.head_only && stale.serves_while_revalidating(Instant::now()) =>
         {
-            if let Filling::Asks(hold) = store.fill(asked) {
-                super::cache_refresh::behind(route, req, stale.clone(), hold);
+            if let (Filling::Asks(hold), Some(again)) = (store.fill(asked), again()) {
+                super::cache_refresh::behind(route, asked, again, stale.clone(), hold);
             }
             store.given_stale();
             let past = stale.past_lifetime(Instant::now()).as_secs();

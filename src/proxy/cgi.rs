@@ -188,16 +188,25 @@ impl FastCgiRequest {
     /// The request with one more CGI variable, `name` = `value` (one the request has not):
     /// in one more PARAMS record before the empty one that ends them.
     pub(super) fn with_param(mut self, name: &[u8], value: &[u8]) -> Self {
-        let end = self.records.len() - HEADER_LEN;
-        debug_assert_eq!(&self.records[end + 1..end + 2], &[PARAMS]);
-        self.records.truncate(end);
-        let mut param = Vec::with_capacity(name.len() + value.len() + 8);
-        pair(&mut param, name, value);
-        record(&mut self.records, PARAMS, &param);
-        record(&mut self.records, PARAMS, &[]);
+        add_param(&mut self.records, name, value);
         self
     }
 }
+
+/// Adds the CGI variable `name` = `value` to `records` (BEGIN_REQUEST and the PARAMS records,
+/// the empty one that ends them last): in one more PARAMS record before that one (FastCGI's
+/// parameters are a stream; records may split it anywhere).
+pub(super) fn add_param(records: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    let end = records.len() - HEADER_LEN;
+    debug_assert_eq!(&records[end + 1..end + 2], &[PARAMS]);
+    records.truncate(end);
+    let mut param = Vec::with_capacity(name.len() + value.len() + 8);
+    pair(&mut param, name, value);
+    record(records, PARAMS, &param);
+    record(records, PARAMS, &[]);
+}
+
+impl FastCgiRequest {}
 
 /// The CGI variables of the connection: its scheme, both ends, the client certificate's
 /// subject and the user basic authentication let in.

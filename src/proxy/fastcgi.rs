@@ -19,9 +19,10 @@
 //! With `buffer = false`, a chunked body is answered `411 Length Required`.
 use super::cached;
 use super::cgi::*;
+use super::cgi_answer::{cgi_status, read_cgi_head, status_of};
 use super::encode;
 use super::fastcgi_cached;
-use super::fastcgi_records::{fill, log_stderr, read_record, send_stdin, Record, Stdout};
+use super::fastcgi_records::{fill, read_record, send_stdin, Record, Stdout};
 use super::forward::{LentConnection, Outcome};
 use super::head::{Head, Then, ToClient};
 use super::request_body::take_body;
@@ -36,47 +37,6 @@ use crate::compress::Stream;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-
-/// Reads records until the CGI header block is complete; returns it whole (with the start
-/// of the body after it) and its length.
-async fn read_cgi_head(
-    conn: &mut Conn,
-    first: Record,
-    timeout: Duration,
-    who: &Endpoint,
-) -> Result<(Vec<u8>, usize), u16> {
-    let mut head = Vec::new();
-    let mut next = Some(first);
-    loop {
-        let r = match next.take() {
-            Some(r) => r,
-            None => read_record(conn, timeout).await.map_err(status_of)?,
-        };
-        match r.kind {
-            STDOUT => {
-                head.extend_from_slice(&r.content);
-                let mut fields = [httparse::EMPTY_HEADER; 100];
-                match httparse::parse_headers(&head, &mut fields) {
-                    Ok(httparse::Status::Complete((len, _))) => return Ok((head, len)),
-                    Ok(httparse::Status::Partial) if head.len() <= MAX_CGI_HEAD => {}
-                    _ => return Err(502),
-                }
-            }
-            STDERR => log_stderr(who, &r.content),
-            // Ended without a complete header block: nothing usable was said.
-            END_REQUEST => return Err(502),
-            _ => {}
-        }
-    }
-}
-
-fn status_of(e: io::Error) -> u16 {
-    if e.kind() == io::ErrorKind::TimedOut {
-        504
-    } else {
-        502
-    }
-}
 
 /// A FastCGI request sent whole, the first record of its answer read.
 struct Asked {
@@ -126,7 +86,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     let view = fastcgi_cached::client_side(&mut req);
     let mut asking = cached::Asking::default();
     if let Some(view) = &view {
-        let answering = Box::pin(cached::answer(stream, view, route, &own, body_timeout));
+        let again = || fastcgi_cached::again(&req, view);
+        let answering = Box::pin(cached::answer(
+            stream,
+            (view, again),
+            route,
+            &own,
+            body_timeout,
+        ));
         match answering.await {
             Ok(outcome) => return outcome,
             Err(how) => asking = how,
@@ -224,7 +191,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     // kept, then sent from memory; a longer one goes on as any.
     if let (Some((keeping, kept_head)), Some(view)) = (relay.keep.take(), &view) {
         let reading = (timeout, &endpoint);
-        if Box::pin(fastcgi_cached::read_whole(
+        if Box::pin(super::cgi_answer::read_stdout_whole(
             &mut conn, &mut body, route, reading,
         ))
         .await
@@ -329,34 +296,6 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// The status of a CGI header block (`Status: 404 Not Found`; a `Location` alone is a
-/// redirect, RFC 3875 §6.2) and the body's `Content-Length`, if it says one.
-fn cgi_status(fields: &[httparse::Header<'_>]) -> Result<(u16, Option<u64>), &'static str> {
-    let mut status = None;
-    let mut length: Option<u64> = None;
-    let mut located = false;
-    for f in fields {
-        if f.name.eq_ignore_ascii_case("status") {
-            let code = std::str::from_utf8(f.value)
-                .ok()
-                .and_then(|v| v.get(..3))
-                .and_then(|c| c.parse().ok());
-            match code {
-                Some(c) if (200..600).contains(&c) => status = Some(c),
-                _ => return Err("answered a `Status` that is not a status code"),
-            }
-        } else if f.name.eq_ignore_ascii_case("location") {
-            located = true;
-        } else if f.name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(f.value)
-                .ok()
-                .and_then(|v| v.trim().parse().ok());
-        }
-    }
-    let status = status.unwrap_or(if located { 302 } else { 200 });
-    Ok((status, length))
-}
-
 /// The script's CGI header block in `head` parsed, and the client's head made from it with
 /// how the body is to be relayed. A function of its own, not a part of [`forward`]: the
 /// parser's field array (3 KiB) lives on this stack frame, not in the forwarding future.
@@ -386,7 +325,7 @@ fn answer_head(
     if asked.is_some() {
         let named = fields.iter().map(|f| (f.name, f.value));
         relay.keep = super::answer::keeping(route, asked, (status, !req.head_only), named.clone())
-            .map(|keeping| (keeping, fastcgi_cached::http_head(status, named)));
+            .map(|keeping| (keeping, super::cgi_answer::http_head(status, named)));
     }
     Ok((out, relay))
 }
@@ -395,7 +334,7 @@ fn answer_head(
 struct Relay {
     status: u16,
     /// How the route's response cache may keep it, and the HTTP head it is kept with.
-    keep: Option<(super::answer::Keeping, Vec<u8>)>,
+    keep: Option<super::cgi_answer::KeptCgi>,
     to_client: ToClient,
     then: Then,
     encoder: Option<Stream>,

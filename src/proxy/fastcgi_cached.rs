@@ -6,14 +6,15 @@
 //!   the very code that gives an HTTP app's kept answers.
 //! - A CGI answer that may be kept is read to its last STDOUT record (within the entry
 //!   bound, at the child's speed: the child is free at once) and kept as the HTTP answer it
-//!   stands for ([`http_head`]: its status line, its fields but `Status`, and its length), then
+//!   stands for ([`super::cgi_answer::http_head`]: its status line, its fields but `Status`, and its length), then
 //!   given from memory as a hit is. One longer than the bound goes on to the client as any.
 //! - A stale answer's validators go to the child as the CGI variables of the conditional
 //!   fields ([`ask_if_changed`]), in one more PARAMS record; its `Status: 304` renews the
 //!   entry as an HTTP app's `304` does. `stale-if-error` stands in as for any app.
-//! - Not done here: `stale-while-revalidate`'s refresh in the background — that request has
-//!   no client, and FastCGI's exchange is this module's caller's; the child is asked (with
-//!   the validators) in the client's time instead.
+//! - `stale-while-revalidate`'s background refresh sends the child the request's records
+//!   again ([`again`], `super::cache_refresh`), with the validators — where the client sent
+//!   none of its own (a CGI variable cannot be taken out of the records); such a client is
+//!   given the stale answer, and the next one starts the refresh.
 //!
 //! Owns: that view and that keeping. Must not touch: the records' framing
 //! (`super::fastcgi_records`) or the client head's steps (`super::head`).
@@ -21,10 +22,8 @@
 use super::cache::{CacheRequest, Stored};
 use super::cached;
 use super::cgi::FastCgiRequest;
-use super::fastcgi_records::read_record;
 use super::request::ForwardRequest;
 use super::route::ProxyRoute;
-use super::upstream::Conn;
 use super::wire::OwnAnswers;
 use super::Endpoint;
 use crate::http::service::Outcome;
@@ -53,55 +52,16 @@ pub(super) fn client_side(req: &mut FastCgiRequest) -> Option<ForwardRequest> {
     })
 }
 
-/// The HTTP/1.1 head a CGI answer of `status` with `fields` stands for, its body `length`
-/// long: how it is kept (the fields that framed it in CGI are the length's now).
-pub(super) fn http_head<'a>(
-    status: u16,
-    fields: impl Iterator<Item = (&'a str, &'a [u8])>,
-) -> Vec<u8> {
-    let mut head = Vec::with_capacity(512);
-    head.extend_from_slice(b"HTTP/1.1 ");
-    head.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
-    head.extend_from_slice(b" \r\n");
-    let framing = ["status", "content-length", "transfer-encoding"];
-    for (name, value) in fields {
-        if framing.iter().any(|f| name.eq_ignore_ascii_case(f)) {
-            continue;
-        }
-        head.extend_from_slice(name.as_bytes());
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(value);
-        head.extend_from_slice(b"\r\n");
-    }
-    head
-}
-
-/// Reads the rest of the answer's STDOUT from `conn` onto `body` (what came with the CGI
-/// head), record by record, to its end (`END_REQUEST`) within the store's entry bound and
-/// `timeout` a record: whether all of it is there. `false` leaves what was read in `body`,
-/// and `conn` at a record's start, for the relay to go on from.
-pub(super) async fn read_whole(
-    conn: &mut Conn,
-    body: &mut Vec<u8>,
-    route: &ProxyRoute,
-    (timeout, who): (Duration, &Endpoint),
-) -> bool {
-    let Some(store) = route.cache.as_ref() else {
-        return false;
-    };
-    let bound = store.entry_bound() as usize;
-    while body.len() <= bound {
-        let Ok(r) = read_record(conn, timeout).await else {
-            return false;
-        };
-        match r.kind {
-            super::cgi::STDOUT => body.extend_from_slice(&r.content),
-            super::cgi::STDERR => super::fastcgi_records::log_stderr(who, &r.content),
-            super::cgi::END_REQUEST => return true,
-            _ => {}
-        }
-    }
-    false
+/// The request a background refresh of `view`'s kept answer sends the child (see
+/// `super::cache_refresh`): `req`'s records, where the client sent no conditional fields of
+/// its own — a CGI variable cannot be taken out of them, and the cache's would meet them.
+pub(super) fn again(
+    req: &FastCgiRequest,
+    view: &ForwardRequest,
+) -> Option<super::cache_refresh::Again> {
+    let asked = view.cache.as_ref()?;
+    let records = req.records.clone();
+    (!asked.conditional()).then_some(super::cache_refresh::Again::FastCgi { records })
 }
 
 /// Asks the child whether the stale answer kept for `view`'s request changed, where it is
@@ -141,25 +101,18 @@ pub(super) async fn stale_instead<C: AsyncRead + AsyncWrite + Unpin>(
     cached::instead_of_app(to, status, asking, (view?, route, own)).await
 }
 
-/// Keeps the whole answer (`head` from [`http_head`], `body`) for `view`'s request as
+/// Keeps the whole answer (`head` from [`super::cgi_answer::http_head`], `body`) for `view`'s request as
 /// `keeping` says, and gives it to the client from memory as a hit is given.
 pub(super) async fn keep_and_send<C: AsyncRead + AsyncWrite + Unpin>(
     (stream, body_timeout): (&mut C, Duration),
-    (mut head, body, endpoint): (Vec<u8>, Vec<u8>, Endpoint),
+    (head, body, endpoint): (Vec<u8>, Vec<u8>, Endpoint),
     keeping: super::answer::Keeping,
     (view, route, own): (&ForwardRequest, &ProxyRoute, &OwnAnswers<'_>),
 ) -> Outcome {
     let (Some(store), Some(asked)) = (route.cache.as_ref(), view.cache.as_ref()) else {
         return Outcome::Close;
     };
-    head.extend_from_slice(b"Content-Length: ");
-    head.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-    head.extend_from_slice(b"\r\n\r\n");
-    let head_len = head.len();
-    head.extend_from_slice(&body);
-    let (keep, validators) = keeping;
-    let raw = bytes::Bytes::from(head);
-    let stored = Arc::new(Stored::new(raw, head_len, endpoint, keep, validators));
+    let stored = Arc::new(super::cgi_answer::stored((head, body, endpoint), keeping));
     store.put(asked, stored.clone());
     let said = CacheRequest::status(asked, true);
     let said = (crate::http::access_log::CacheSeen::Miss, said);

@@ -86,7 +86,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         // Boxed, as every cache step here, and in a statement of its own (a temporary of
         // the awaiting statement is kept across its await): their states would grow this
         // future, moved into its box on every lent request, for routes without a cache too.
-        let answering = Box::pin(cached::answer(stream, &req, route, &own, body_timeout));
+        let again = || Some(super::cache_refresh::Again::http(&req));
+        let answering = Box::pin(cached::answer(
+            stream,
+            (&req, again),
+            route,
+            &own,
+            body_timeout,
+        ));
         match answering.await {
             Ok(outcome) => return outcome,
             Err(how) => asking = how,

@@ -30,6 +30,7 @@ mod cache_refresh;
 pub mod cache_store;
 mod cached;
 mod cgi;
+mod cgi_answer;
 mod dispatch;
 mod encode;
 mod endpoint;
