@@ -52,6 +52,11 @@ use std::time::{Duration, Instant, SystemTime};
 /// Statuses an answer may be kept with, when it says how long (RFC 9110 §15.1).
 const KEPT_STATUSES: [u16; 11] = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501];
 
+/// The most variants kept of one URL (`Vary`), in memory and on disk each: a lookup looks
+/// through a URL's variants, and a client sending a new value each time (`Accept-Language`
+/// made up) must not make that walk long. Past it, the least recently used variant goes.
+pub const MAX_VARIANTS: usize = 32;
+
 /// What the cache does with a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Use {

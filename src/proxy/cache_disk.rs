@@ -95,6 +95,14 @@ impl Disk {
             return;
         }
         self.forget_variant(key, &vary);
+        // Bounded as in memory: past it, the URL's oldest variant here goes.
+        let many = self
+            .by_key
+            .get(key)
+            .filter(|vs| vs.len() >= super::cache::MAX_VARIANTS);
+        if let Some(oldest) = many.and_then(|vs| vs.iter().map(|v| v.id).min()) {
+            self.remove(key, oldest);
+        }
         if self.next_at + len > self.bound {
             self.next_at = 0;
         }

@@ -11,7 +11,7 @@
 //! Owns: [`Store`], [`Lookup`], [`Filling`], [`Counts`] and the registry ([`store`]). Must
 //! not touch: what may be kept and for how long (`super::cache`'s rules) or the connections.
 
-use super::cache::{CacheRequest, Stored};
+use super::cache::{CacheRequest, Stored, MAX_VARIANTS};
 use super::cache_disk::{take_variant, Disk, VaryValues};
 use super::cache_purge::Purge;
 use crate::config::upstream::ResponseCache;
@@ -263,6 +263,18 @@ impl Store {
             e.remove(key, id);
         }
         let mut out = Vec::new();
+        // A URL's variants are bounded: each lookup looks through them. Past the bound, its
+        // least recently used goes (counted as put out for room).
+        let many = e.by_key.get(key).filter(|vs| vs.len() >= MAX_VARIANTS);
+        if let Some(oldest) = many
+            .and_then(|vs| vs.iter().min_by_key(|v| v.used))
+            .map(|v| v.id)
+        {
+            if let Some(gone) = e.remove(key, oldest) {
+                out.push((key.to_string(), gone));
+            }
+            e.counts.evicted += 1;
+        }
         while e.counts.bytes + cost > self.bounds.size {
             let Some((_, (gone_key, id))) = e.order.pop_first() else {
                 break;

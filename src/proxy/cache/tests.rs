@@ -314,3 +314,30 @@ fn the_disk_ring_writes_over_its_oldest_answers() {
     disk.spill("big", vec![], &answer(&"y".repeat(20_000), keep));
     assert_eq!(disk.held(), (0, 0));
 }
+
+#[test]
+fn a_url_keeps_a_bounded_number_of_variants_whatever_its_clients_send() {
+    let store = Store::new(ResponseCache {
+        size: 64 << 20,
+        entry: 1 << 16,
+        key: vec![],
+        disk: 0,
+        folder: None,
+    });
+    let keep = kept(&[("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")]).unwrap();
+    // A client making up a language each time: 10,000 variants asked to be kept.
+    for i in 0..10_000 {
+        let language = format!("x-{i}");
+        let asked = asked("http://a/v", &[("accept-language", &language)]);
+        store.put(&asked, answer(&format!("{i}"), keep.clone()));
+    }
+    let c = store.counts();
+    assert_eq!(c.entries, MAX_VARIANTS as u64, "{c:?}");
+    assert_eq!(c.evicted, 10_000 - MAX_VARIANTS as u64, "{c:?}");
+    // The newest are the ones kept; the first long gone.
+    let newest = asked("http://a/v", &[("accept-language", "x-9999")]);
+    assert_eq!(&store.get(&newest).unwrap().raw[19..], b"9999");
+    assert!(store
+        .get(&asked("http://a/v", &[("accept-language", "x-0")]))
+        .is_none());
+}
