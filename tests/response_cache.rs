@@ -56,6 +56,21 @@ fn cache_status(r: &Response) -> &str {
     r.header("cache-status").unwrap_or("(none)")
 }
 
+/// The first answer to `GET target` that is not a fresh hit (its kept answer went stale):
+/// its status, `Cache-Status` and body.
+fn not_a_hit(addr: SocketAddr, target: &str) -> (u16, String, String) {
+    let mut seen = None;
+    wait_for("an answer not a fresh hit", WAIT, || {
+        let got = ask(addr, "GET", target, "");
+        let said = cache_status(&got).to_string();
+        if said != "espalier; hit" {
+            seen = Some((got.status, said, body(&got)));
+        }
+        seen.is_some()
+    });
+    seen.unwrap()
+}
+
 #[test]
 fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
     let dir = tempfile::tempdir().unwrap();
@@ -313,19 +328,7 @@ fn a_stale_answer_is_confirmed_by_the_app_or_stands_in_for_its_error() {
     let r = "/r?cc=max-age%3D1&etag=r1&revalidate=1";
     assert_eq!(body(&ask(addr, "GET", r, "")), "1 /r ae=\n");
     // Fresh for a second; then the next request asks the app, which confirms it.
-    let not_a_hit = |target: &str| {
-        let mut seen = None;
-        wait_for("an answer not a fresh hit", WAIT, || {
-            let got = ask(addr, "GET", target, "");
-            let said = cache_status(&got).to_string();
-            if said != "espalier; hit" {
-                seen = Some((got.status, said, body(&got)));
-            }
-            seen.is_some()
-        });
-        seen.unwrap()
-    };
-    let (status, said, text) = not_a_hit(r);
+    let (status, said, text) = not_a_hit(addr, r);
     assert_eq!(
         (status, said.as_str(), text.as_str()),
         (
@@ -339,7 +342,7 @@ fn a_stale_answer_is_confirmed_by_the_app_or_stands_in_for_its_error() {
     let f = "/f?cc=max-age%3D1%2C%20stale-if-error%3D600";
     assert_eq!(body(&ask(addr, "GET", f, "")), "1 /f ae=\n");
     std::fs::write(d.join("seen.log.fail"), "").unwrap();
-    let (status, said, text) = not_a_hit(f);
+    let (status, said, text) = not_a_hit(addr, f);
     assert_eq!((status, text.as_str()), (200, "1 /f ae=\n"));
     assert!(
         said.starts_with("espalier; hit; ttl=-") && said.ends_with("; detail=stale-if-error"),
@@ -358,17 +361,6 @@ fn a_stale_answer_is_given_at_once_while_the_app_is_asked_behind_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (app, server, addr, record) = behind_upstream(d, "true");
-    let stale_hit = |target: &str| {
-        let mut seen = None;
-        wait_for("an answer past its lifetime", WAIT, || {
-            let got = ask(addr, "GET", target, "");
-            if cache_status(&got) != "espalier; hit" {
-                seen = Some((cache_status(&got).to_string(), body(&got)));
-            }
-            seen.is_some()
-        });
-        seen.unwrap()
-    };
     let window = "cc=max-age%3D1%2C%20stale-while-revalidate%3D600";
     for (path, query, then) in [
         // A new answer from the app replaces it.
@@ -381,7 +373,7 @@ fn a_stale_answer_is_given_at_once_while_the_app_is_asked_behind_it() {
             body(&ask(addr, "GET", &target, "")),
             format!("1 {path} ae=\n")
         );
-        let (said, text) = stale_hit(&target);
+        let (_, said, text) = not_a_hit(addr, &target);
         assert_eq!(text, format!("1 {path} ae=\n"), "{said}");
         assert!(
             said.starts_with("espalier; hit; ttl=-")
@@ -491,15 +483,7 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
     // A stale answer with an ETag: the script is asked with it, and its 304 renews the entry.
     let r = "/page.php?n=r&cc=max-age%3D1&etag=r1";
     assert_eq!(body(&ask(addr, "GET", r, "")), "1 r\n");
-    let mut seen = None;
-    wait_for("an answer not a fresh hit", WAIT, || {
-        let got = ask(addr, "GET", r, "");
-        if cache_status(&got) != "espalier; hit" {
-            seen = Some((cache_status(&got).to_string(), body(&got)));
-        }
-        seen.is_some()
-    });
-    let (said, text) = seen.unwrap();
+    let (_, said, text) = not_a_hit(addr, r);
     assert_eq!(
         (said.as_str(), text.as_str()),
         ("espalier; fwd=stale; fwd-status=304; stored", "1 r\n")
@@ -508,15 +492,7 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
     // ETag: its 304 renews the entry), then a fresh hit.
     let w = "/page.php?n=w&cc=max-age%3D1%2C%20stale-while-revalidate%3D600&etag=w1";
     assert_eq!(body(&ask(addr, "GET", w, "")), "1 w\n");
-    let mut seen = None;
-    wait_for("an answer past its lifetime", WAIT, || {
-        let got = ask(addr, "GET", w, "");
-        if cache_status(&got) != "espalier; hit" {
-            seen = Some((cache_status(&got).to_string(), body(&got)));
-        }
-        seen.is_some()
-    });
-    let (said, text) = seen.unwrap();
+    let (_, said, text) = not_a_hit(addr, w);
     assert_eq!(text, "1 w\n");
     assert!(said.ends_with("; detail=stale-while-revalidate"), "{said}");
     let seen_by_script = || {
@@ -535,15 +511,7 @@ if (isset($_GET['pad'])) { echo str_repeat('p', (int)$_GET['pad']); }
     let f = "/page.php?n=f&cc=max-age%3D1%2C%20stale-if-error%3D600";
     assert_eq!(body(&ask(addr, "GET", f, "")), "1 f\n");
     std::fs::write(d.join("seen.log.fail"), "").unwrap();
-    let mut seen = None;
-    wait_for("an answer not a fresh hit", WAIT, || {
-        let got = ask(addr, "GET", f, "");
-        if cache_status(&got) != "espalier; hit" {
-            seen = Some((got.status, cache_status(&got).to_string(), body(&got)));
-        }
-        seen.is_some()
-    });
-    let (status, said, text) = seen.unwrap();
+    let (status, said, text) = not_a_hit(addr, f);
     assert_eq!((status, text.as_str()), (200, "1 f\n"));
     assert!(said.ends_with("; detail=stale-if-error"), "{said}");
     assert_eq!(
