@@ -265,7 +265,9 @@ impl Answered {
             return Outcome::Close;
         }
         if relay.then == Then::Upgrade {
-            tunnel(stream, report, rbuf, (conn, ubuf), body_timeout).await;
+            // Boxed, as every rarer branch here: its state would grow the future every
+            // request's is moved in with (see `Box::pin` of the lent request).
+            Box::pin(tunnel(stream, report, rbuf, (conn, ubuf), body_timeout)).await;
             return Outcome::Close;
         }
         let timeouts = (route.settings().response_timeout, body_timeout);
@@ -297,7 +299,9 @@ impl Answered {
                     relay.encoder,
                     timeouts,
                 );
-                spool::alongside(relaying, filling).await.map(|_| ())
+                Box::pin(spool::alongside(relaying, filling))
+                    .await
+                    .map(|_| ())
             }
             None => {
                 let relayed = framing

@@ -79,11 +79,13 @@ impl BodyFraming {
         timeouts: (Duration, Duration),
     ) -> Result<bool, ()> {
         match encoder {
+            // Boxed: the compressing relay's state (its encoder, its buffers) would grow every
+            // relay's future, and so every lent request's, for answers never compressed.
             Some(encoder) => {
                 let (kind, chunked) = (self.kind, self.chunked);
-                super::encode::relay(
+                Box::pin(super::encode::relay(
                     source, stream, report, first, kind, encoder, chunked, timeouts,
-                )
+                ))
                 .await
             }
             None => {

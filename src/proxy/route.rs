@@ -396,7 +396,9 @@ impl ProxyRoute {
             return Ok(conn);
         }
         let https = matches!(conn, Conn::Tls(_));
-        let sender = conn.into_h2(timeout).await?;
+        // Boxed, as the TLS handshake below: an HTTP/2 handshake's state is kilobytes, and
+        // inline it would grow every lent request's future, which is moved into its box.
+        let sender = Box::pin(conn.into_h2(timeout)).await?;
         self.pool.share_h2(endpoint, sender.clone());
         Ok(Conn::H2(Box::new(H2Exchange::new(sender, https))))
     }
@@ -450,10 +452,12 @@ impl ProxyRoute {
             let connected = match Conn::connect(&endpoint, timeout).await {
                 Ok(c) => match g.health.tls_for(i) {
                     None => self.opened(&endpoint, c, timeout).await,
-                    Some(Ok((config, name))) => match c.into_tls(config, &name, timeout).await {
-                        Ok(c) => self.opened(&endpoint, c, timeout).await,
-                        Err(e) => Err(e),
-                    },
+                    Some(Ok((config, name))) => {
+                        match Box::pin(c.into_tls(config, &name, timeout)).await {
+                            Ok(c) => self.opened(&endpoint, c, timeout).await,
+                            Err(e) => Err(e),
+                        }
+                    }
                     Some(Err(e)) => Err(e),
                 },
                 Err(e) if e.kind() == io::ErrorKind::TimedOut => {
