@@ -30,6 +30,20 @@ use std::sync::Arc;
 /// The fields a variant varies by, with the request's values it was kept for.
 pub(super) type VaryValues = Vec<(String, Option<Vec<u8>>)>;
 
+/// The variants in `by_key` that `purge` names, each as (key, id) — `of` telling a
+/// variant's answer and id: what either tier takes out for a purge.
+pub(super) fn purged<T>(
+    by_key: &HashMap<String, Vec<T>>,
+    purge: &Purge,
+    of: impl Fn(&T) -> (&Stored, u64),
+) -> Vec<(String, u64)> {
+    (by_key.iter())
+        .flat_map(|(key, variants)| variants.iter().map(move |v| (key, v)))
+        .filter(|(key, v)| purge.takes(key, of(v).0))
+        .map(|(key, v)| (key.clone(), of(v).1))
+        .collect()
+}
+
 /// Takes the variant kept for `key` that `is` picks out of `by_key` (a URL left without
 /// variants leaves the map): how either tier, this and memory's, lets one go.
 pub(super) fn take_variant<T>(
@@ -174,11 +188,7 @@ impl Disk {
 
     /// Takes out what `purge` names: how many answers.
     pub fn purge(&mut self, purge: &Purge) -> usize {
-        let gone: Vec<(String, u64)> = (self.by_key.iter())
-            .flat_map(|(key, vs)| vs.iter().map(move |v| (key, v)))
-            .filter(|(key, v)| purge.takes(key, &v.answer))
-            .map(|(key, v)| (key.clone(), v.id))
-            .collect();
+        let gone = purged(&self.by_key, purge, |v| (&v.answer, v.id));
         for (key, id) in &gone {
             self.remove(key, *id);
         }

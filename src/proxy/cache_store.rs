@@ -12,7 +12,7 @@
 //! not touch: what may be kept and for how long (`super::cache`'s rules) or the connections.
 
 use super::cache::{CacheRequest, Stored, MAX_VARIANTS};
-use super::cache_disk::{take_variant, Disk, VaryValues};
+use super::cache_disk::{purged, take_variant, Disk, VaryValues};
 use super::cache_purge::Purge;
 use crate::config::upstream::ResponseCache;
 use std::collections::{BTreeMap, HashMap};
@@ -350,11 +350,7 @@ impl Store {
     /// Takes out what `purge` names: how many answers.
     pub fn purge(&self, purge: &Purge) -> usize {
         let mut e = self.entries();
-        let gone: Vec<(String, u64)> = (e.by_key.iter())
-            .flat_map(|(key, variants)| variants.iter().map(move |v| (key, v)))
-            .filter(|(key, v)| purge.takes(key, &v.answer))
-            .map(|(key, v)| (key.clone(), v.id))
-            .collect();
+        let gone = purged(&e.by_key, purge, |v| (v.answer.as_ref(), v.id));
         for (key, id) in &gone {
             e.remove(key, *id);
         }
