@@ -12,6 +12,10 @@
 //!   answer read from here goes back to memory (its place here is free to be written over),
 //!   so what stays here is what nobody asked for since it left memory — the order it left in
 //!   is the order of its last use. No free-space map, and no file that grows past its bound.
+//! - **Its index stays in memory, bounded**: what the cache knows of each answer on disk
+//!   (its key, its variant's values, its validators and tags) is kept in memory, at most
+//!   `index_bound` bytes of it — else answers of a few bytes each would fill memory through
+//!   a disk bound of gigabytes. Past it, the oldest answers go, as when the ring comes round.
 //! - **Reads and writes** are `pread`/`pwrite` on the engine thread, as `super::spool`'s: an
 //!   answer is at most `entry` bytes, and a recent one is in the page cache.
 //!
@@ -69,12 +73,28 @@ struct Spilled {
     len: u64,
     /// What the cache knows of it, without its bytes.
     answer: Stored,
+    /// What it costs the index in memory (see [`index_cost`]).
+    cost: u64,
+}
+
+/// What an answer on disk costs the index in memory: its key, its variant's values, its
+/// validator and tags, and the maps' slots and the entry itself (a generous 256 bytes).
+fn index_cost(key: &str, vary: &VaryValues, answer: &Stored) -> u64 {
+    let vary: usize = (vary.iter())
+        .map(|(n, v)| n.len() + v.as_ref().map_or(0, Vec::len))
+        .sum();
+    let tags: usize = answer.tags().iter().map(String::len).sum();
+    let etag = answer.validators().0.map_or(0, <[u8]>::len);
+    (2 * key.len() + vary + tags + etag + 256) as u64
 }
 
 /// A store's answers on disk, in one worker process.
 pub struct Disk {
     file: File,
     bound: u64,
+    /// The most its index may cost in memory, and what it costs now.
+    index_bound: u64,
+    index_bytes: u64,
     /// Where the next answer is written.
     next_at: u64,
     by_key: HashMap<String, Vec<Spilled>>,
@@ -86,11 +106,14 @@ pub struct Disk {
 }
 
 impl Disk {
-    /// A new, empty tier of at most `bound` bytes in a file in `folder`.
-    pub fn open(folder: &Path, bound: u64) -> std::io::Result<Disk> {
+    /// A new, empty tier of at most `bound` bytes in a file in `folder`, its index at most
+    /// `index_bound` bytes of memory.
+    pub fn open(folder: &Path, bound: u64, index_bound: u64) -> std::io::Result<Disk> {
         Ok(Disk {
             file: crate::os::temp_file::unnamed_in(folder)?,
             bound,
+            index_bound,
+            index_bytes: 0,
             next_at: 0,
             by_key: HashMap::new(),
             by_start: BTreeMap::new(),
@@ -117,6 +140,20 @@ impl Disk {
         if let Some(oldest) = many.and_then(|vs| vs.iter().map(|v| v.id).min()) {
             self.remove(key, oldest);
         }
+        let cost = index_cost(key, &vary, answer);
+        if cost > self.index_bound {
+            return;
+        }
+        while self.index_bytes + cost > self.index_bound {
+            // The oldest: the first the ring will write over (the last lap's, then this one's).
+            let oldest = (self.by_start.range(self.next_at..).next())
+                .or_else(|| self.by_start.iter().next())
+                .map(|(_, k)| k.clone());
+            let Some((gone_key, id)) = oldest else {
+                break;
+            };
+            self.remove(&gone_key, id);
+        }
         if self.next_at + len > self.bound {
             self.next_at = 0;
         }
@@ -136,6 +173,7 @@ impl Disk {
         self.by_start.insert(at, (key.to_string(), id));
         self.bytes += len;
         self.entries += 1;
+        self.index_bytes += cost;
         let answer = answer.with_raw(Bytes::new());
         let spilled = Spilled {
             id,
@@ -143,6 +181,7 @@ impl Disk {
             at,
             len,
             answer,
+            cost,
         };
         self.by_key
             .entry(key.to_string())
@@ -200,11 +239,18 @@ impl Disk {
         (self.bytes, self.entries)
     }
 
+    /// What its index costs in memory now.
+    #[cfg(test)]
+    pub fn index_bytes(&self) -> u64 {
+        self.index_bytes
+    }
+
     fn remove(&mut self, key: &str, id: u64) -> Option<Spilled> {
         let gone = take_variant(&mut self.by_key, key, |v| v.id == id)?;
         self.by_start.remove(&gone.at);
         self.bytes -= gone.len;
         self.entries -= 1;
+        self.index_bytes -= gone.cost;
         Some(gone)
     }
 }

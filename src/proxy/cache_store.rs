@@ -363,7 +363,9 @@ impl Store {
 /// The disk tier `bounds` asks for (`None`, said once, where its file cannot be made).
 fn disk_tier(bounds: &ResponseCache) -> Option<Disk> {
     let folder = (bounds.folder.clone()).unwrap_or_else(std::env::temp_dir);
-    match Disk::open(&folder, bounds.disk) {
+    // The disk tier's index in memory: a quarter of the memory tier's bound beside it.
+    let index_bound = (bounds.size / 4).max(64 << 10);
+    match Disk::open(&folder, bounds.disk, index_bound) {
         Ok(disk) => Some(disk),
         Err(e) => {
             static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

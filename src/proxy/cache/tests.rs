@@ -292,7 +292,7 @@ fn answers_put_out_of_memory_go_to_the_disk_tier_and_come_back_within_its_bound(
 #[test]
 fn the_disk_ring_writes_over_its_oldest_answers() {
     let dir = tempfile::tempdir().unwrap();
-    let mut disk = crate::proxy::cache_disk::Disk::open(dir.path(), 10_000).unwrap();
+    let mut disk = crate::proxy::cache_disk::Disk::open(dir.path(), 10_000, 1 << 20).unwrap();
     let keep = kept(&[("Cache-Control", "max-age=600")]).unwrap();
     for i in 0..5 {
         disk.spill(
@@ -340,4 +340,28 @@ fn a_url_keeps_a_bounded_number_of_variants_whatever_its_clients_send() {
     assert!(store
         .get(&asked("http://a/v", &[("accept-language", "x-0")]))
         .is_none());
+}
+
+#[test]
+fn the_disk_tiers_index_in_memory_is_bounded_however_small_its_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let bound = 64 << 10;
+    let mut disk = crate::proxy::cache_disk::Disk::open(dir.path(), 1 << 30, bound).unwrap();
+    let keep = kept(&[("Cache-Control", "max-age=600")]).unwrap();
+    // 100,000 answers of a few bytes, each under a long key: a gigabyte of disk would index
+    // them all.
+    for i in 0..100_000 {
+        let key = format!("http://a/{}{i}", "k".repeat(200));
+        disk.spill(&key, vec![], &answer("x", keep.clone()));
+        assert!(disk.index_bytes() <= bound, "{}", disk.index_bytes());
+    }
+    let (bytes, entries) = disk.held();
+    assert!(entries > 0 && entries < 200, "{entries}");
+    // The newest stay, the oldest went.
+    let newest = format!("http://a/{}{}", "k".repeat(200), 99_999);
+    assert!(disk.take(&newest, |_| true).is_some());
+    assert!(disk
+        .take(&format!("http://a/{}0", "k".repeat(200)), |_| true)
+        .is_none());
+    assert!(bytes > 0);
 }
