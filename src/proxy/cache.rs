@@ -165,14 +165,20 @@ impl CacheRequest {
         (self.fields.iter()).any(|(n, _)| n == "if-none-match" || n == "if-modified-since")
     }
 
-    /// The `Cache-Status` of an answer the app gave it (`stored`: it was kept).
-    pub fn status(&self, stored: bool) -> &'static str {
+    /// The `Cache-Status` field line of an answer the app gave it (`stored`: it was kept).
+    pub fn status_line(&self, stored: bool) -> &'static str {
         match (self.use_, stored) {
-            (Use::Read, true) => "espalier; fwd=miss; stored",
-            (Use::Read, false) => "espalier; fwd=miss",
-            (_, true) => "espalier; fwd=request; stored",
-            (_, false) => "espalier; fwd=request",
+            (Use::Read, true) => "Cache-Status: espalier; fwd=miss; stored\r\n",
+            (Use::Read, false) => "Cache-Status: espalier; fwd=miss\r\n",
+            (_, true) => "Cache-Status: espalier; fwd=request; stored\r\n",
+            (_, false) => "Cache-Status: espalier; fwd=request\r\n",
         }
+    }
+
+    /// That line's value alone.
+    pub fn status(&self, stored: bool) -> &'static str {
+        let line = self.status_line(stored);
+        &line["Cache-Status: ".len()..line.len() - 2]
     }
 }
 

@@ -130,6 +130,9 @@ struct Asking<'a> {
 impl Asking<'_> {
     /// Sends `again` to the app and keeps what its answer says of the stale answer.
     async fn send(&self, again: Again) -> Result<(), Failed> {
+        let Some(store) = self.route.cache.as_ref() else {
+            return Ok(());
+        };
         let choose = match &again {
             Again::Http { choose, .. } => *choose,
             Again::FastCgi { .. } => Default::default(),
@@ -150,11 +153,6 @@ impl Asking<'_> {
             Again::FastCgi { .. } => self.cgi_answer(&mut conn, &endpoint, timeout).await,
         };
         let (status, fresh) = answered.map_err(failed)?;
-        let store = self
-            .route
-            .cache
-            .as_ref()
-            .ok_or_else(|| failed((502, "no cache")))?;
         match (status, fresh) {
             (304, _) => store.put(self.asked, self.stale.confirmed(None)),
             (_, Some(fresh)) => store.put(self.asked, fresh),

@@ -246,15 +246,18 @@ impl Store {
         if let Some(mut disk) = self.disk() {
             disk.forget_variant(&req.key, &vary);
         }
-        self.insert(&req.key, vary, answer);
+        if self.insert(&req.key, vary, answer) {
+            self.entries().counts.stored += 1;
+        }
     }
 
     /// Keeps `answer` for `key`, its variant `vary`, in memory: the least recently used go
     /// out for room (to the disk tier, where the store has one and they are worth keeping).
-    fn insert(&self, key: &str, vary: VaryValues, answer: Arc<Stored>) {
+    /// Whether it was kept (not when over the entry bound).
+    fn insert(&self, key: &str, vary: VaryValues, answer: Arc<Stored>) -> bool {
         let cost = answer.raw.len() as u64 + key.len() as u64 + ENTRY_OVERHEAD;
         if answer.raw.len() as u64 > self.bounds.entry || cost > self.bounds.size {
-            return;
+            return false;
         }
         let mut e = self.entries();
         let same = (e.by_key.get(key))
@@ -290,7 +293,6 @@ impl Store {
         e.order.insert(used, (key.to_string(), id));
         e.counts.bytes += cost;
         e.counts.entries += 1;
-        e.counts.stored += 1;
         let variant = Variant {
             id,
             vary,
@@ -303,6 +305,7 @@ impl Store {
         // Those waiting for this URL's answer look again now, not when its client is served.
         self.filling().by_key.remove(key);
         self.spill(out);
+        true
     }
 
     /// Writes the answers put out of memory `out` to the disk tier, those still worth

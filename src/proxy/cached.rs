@@ -67,8 +67,11 @@ pub(super) async fn answer<C: AsyncRead + AsyncWrite + Unpin>(
         Lookup::Stale(stale)
             if !req.head_only && stale.serves_while_revalidating(Instant::now()) =>
         {
-            if let (Filling::Asks(hold), Some(again)) = (store.fill(asked), again()) {
-                super::cache_refresh::behind(route, asked, again, stale.clone(), hold);
+            // The request is copied only by the one that starts the refresh.
+            if let Filling::Asks(hold) = store.fill(asked) {
+                if let Some(again) = again() {
+                    super::cache_refresh::behind(route, asked, again, stale.clone(), hold);
+                }
             }
             store.given_stale();
             let past = stale.past_lifetime(Instant::now()).as_secs();
@@ -245,8 +248,7 @@ pub(super) fn mark(out: &mut Vec<u8>, req: &ForwardRequest, own: &OwnAnswers<'_>
     };
     own.report.cache.set(Some(Seen::Miss));
     let at = out.len() - 2;
-    let line = format!("Cache-Status: {}\r\n", asked.status(stored));
-    crate::features::head::insert(out, at, line.as_bytes());
+    crate::features::head::insert(out, at, asked.status_line(stored).as_bytes());
 }
 
 /// Sends the client's head `out` and the answer's whole `body` from memory, framed and

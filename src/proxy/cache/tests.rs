@@ -273,6 +273,8 @@ fn answers_put_out_of_memory_go_to_the_disk_tier_and_come_back_within_its_bound(
     }
     let c = store.counts();
     assert_eq!(c.hits, 12, "{c:?}");
+    // Brought back from disk is not kept anew.
+    assert_eq!(c.stored, 12, "{c:?}");
     assert!(c.bytes <= 20_000 && c.disk_bytes <= 80_000, "{c:?}");
     // A purge and an unsafe method reach the disk tier too.
     store.invalidate(&asked("http://a/11", &[]));
