@@ -56,6 +56,12 @@ fn cache_status(r: &Response) -> &str {
     r.header("cache-status").unwrap_or("(none)")
 }
 
+/// Every worker of every pool, as `server`'s status shows them now.
+fn workers_of(server: &Server) -> Vec<espalier::server::status::WorkerStatus> {
+    let status = server.status();
+    status.pools.into_iter().flat_map(|p| p.workers).collect()
+}
+
 /// The first answer to `GET target` that is not a fresh hit (its kept answer went stale):
 /// its status, `Cache-Status` and body.
 fn not_a_hit(addr: SocketAddr, target: &str) -> (u16, String, String) {
@@ -150,9 +156,8 @@ fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
     assert_eq!(asked_of_app(&record, "/e"), 1);
     // `status` and the metrics count them, per worker.
     let cached = |s: &Server| {
-        let status = s.status();
-        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
-        workers.fold((0, 0, 0), |(h, st, b), w| {
+        let workers = workers_of(s);
+        workers.into_iter().fold((0, 0, 0), |(h, st, b), w| {
             (h + w.cache.hits, st + w.cache.stored, b + w.cache.bytes)
         })
     };
@@ -160,7 +165,7 @@ fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
     let (_, stored, bytes) = cached(&server);
     assert!(stored >= 4 && bytes > 0, "{stored} {bytes}");
     // And each store's (the pool's one here): the worker's figures are its.
-    for w in server.status().pools.iter().flat_map(|p| p.workers.clone()) {
+    for w in workers_of(&server) {
         if w.cache.hits > 0 {
             assert_eq!(w.caches.len(), 1, "{:?}", w.caches);
             assert_eq!(w.caches[0].store, "pool:sync");
@@ -176,9 +181,11 @@ fn a_pools_fresh_answer_is_given_again_without_asking_the_app() {
     );
     // And per site (`metrics = true`): what the cache did for the site's requests.
     let of_site = |s: &Server| {
-        let status = s.status();
-        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
-        let meters = workers.flat_map(|w| w.meters).filter(|m| m.site == "s");
+        let workers = workers_of(s);
+        let meters = workers
+            .into_iter()
+            .flat_map(|w| w.meters)
+            .filter(|m| m.site == "s");
         meters.fold([0; 3], |sum, m| {
             std::array::from_fn(|k| sum[k] + m.figures.cache[k])
         })
@@ -390,9 +397,8 @@ fn a_stale_answer_is_given_at_once_while_the_app_is_asked_behind_it() {
     }
     // Counted as stale in `status`, the upstream group's store's and the worker's.
     let stale = |s: &Server| {
-        let status = s.status();
-        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
-        workers
+        let workers = workers_of(s);
+        (workers.into_iter())
             .flat_map(|w| w.caches)
             .filter(|c| c.store == "upstream:g")
             .map(|c| c.counts.stale)
@@ -571,9 +577,8 @@ fn answers_put_out_of_memory_are_given_from_the_disk_tier() {
         "a file with a name"
     );
     let on_disk = |s: &Server| {
-        let status = s.status();
-        let workers = status.pools.iter().flat_map(|p| p.workers.clone());
-        workers.fold((0, 0), |(n, b), w| {
+        let workers = workers_of(s);
+        workers.into_iter().fold((0, 0), |(n, b), w| {
             (n + w.cache.disk_entries, b + w.cache.disk_bytes)
         })
     };
