@@ -1,5 +1,5 @@
-//! A path's `cache_responses = false` and `buffer = false`: what they become, and one line
-//! per refusal naming the key.
+//! A path's `cache_responses = false` and `buffer = false`, and a group's where no path
+//! forwards to it: what they become, and one line per refusal naming the key.
 
 use super::super::*;
 use crate::testutil::fixture;
@@ -45,4 +45,24 @@ fn a_path_turns_off_its_pools_cache_or_buffering_and_nothing_else() {
         assert!(errs.contains(said), "{errs}");
         assert_eq!(errs.lines().count(), 1, "{errs}");
     }
+}
+
+/// A group only sign-in verifiers ask has no forwarded answers to keep or buffer: its
+/// `cache_responses` and `buffer` are refused, each naming its key.
+#[test]
+fn a_verifiers_group_refuses_cache_and_buffer() {
+    let text = |forwarded: &str| {
+        format!("[[upstream]]\nname = \"v\"\nservers = [\"127.0.0.1:9091\"]\ncache_responses = true\nbuffer = true\n[[pool]]\nname = \"p\"\ncommand = [\"/bin/sh\"]\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:8080\"]\nauth = {{ upstream = \"v\", request = \"/verify\" }}\n[[site.app]]\npool = \"p\"\n{forwarded}")
+    };
+    let parse = |t: &str| Config::parse(t, Path::new("/etc/espalier/t.toml"), &fixture("dl980"));
+    let errs = parse(&text("")).expect_err("refused").to_string();
+    assert_eq!(errs.lines().count(), 2, "{errs}");
+    for key in ["upstream[0].cache_responses", "upstream[0].buffer"] {
+        assert!(
+            errs.contains(key) && errs.contains("only by sign-in verifiers"),
+            "{errs}"
+        );
+    }
+    // A path forwarded to it too: both act there.
+    parse(&text("[[site.app]]\npath = \"/api/\"\nupstream = \"v\"\n")).unwrap();
 }

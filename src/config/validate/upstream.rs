@@ -260,7 +260,8 @@ impl Validator {
     }
 
     /// An `[[upstream]]` no site's path names would do nothing (its checks would probe for
-    /// no one): refused, as every key that cannot act is.
+    /// no one): refused, as every key that cannot act is — and so are `cache_responses` and
+    /// `buffer` on a group only sign-in verifiers ask.
     pub(super) fn check_upstreams_used(
         &mut self,
         named: usize,
@@ -277,6 +278,28 @@ impl Validator {
             {
                 self.err(&[Seg::Key("upstream"), Seg::Index(i), Seg::Key("name")], format!("upstream `{name}` is named by no site's path, so it would do nothing; name it on a path (upstream = \"{name}\"), or remove it"));
             }
+        }
+        // A group asked only by sign-in verifiers (`auth = { upstream }`): the verifier reads
+        // its answers itself, so nothing would keep or buffer them.
+        let forwarded_to = |name: &str| {
+            (sites.iter().flat_map(|s| &s.apps)).any(|a| a.upstream.as_deref() == Some(name))
+        };
+        let verifiers_only: Vec<(usize, &'static str, String)> =
+            (self.upstreams.iter().take(named).enumerate())
+                .filter(|(_, g)| used(&g.name) && !forwarded_to(&g.name))
+                .flat_map(|(i, g)| {
+                    let keys = [
+                        ("cache_responses", g.cache_responses.is_some()),
+                        ("buffer", g.buffer.is_some()),
+                    ];
+                    let name = g.name.clone();
+                    keys.into_iter()
+                        .filter(|(_, set)| *set)
+                        .map(move |(key, _)| (i, key, name.clone()))
+                })
+                .collect();
+        for (i, key, name) in verifiers_only {
+            self.err(&[Seg::Key("upstream"), Seg::Index(i), Seg::Key(key)], format!("upstream `{name}` is asked only by sign-in verifiers (auth = {{ upstream = \"{name}\" }}), which read its answers themselves, so `{key}` would do nothing; remove it (or forward a path to the group)"));
         }
     }
 
