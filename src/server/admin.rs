@@ -257,14 +257,36 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
     // of any local user must not take the descriptors the master needs to restart workers.
     let open = std::sync::Arc::new(connections::OpenConnections::default());
     Some(tokio::spawn(async move {
+        let mut said_at = None;
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Said, at most once a second: out of descriptors, the connection
+                    // waits in the queue and is taken once one is free.
+                    if said_at
+                        .is_none_or(|t: tokio::time::Instant| t.elapsed() >= Duration::from_secs(1))
+                    {
+                        log(
+                            "master",
+                            format!("admin endpoint: cannot accept a connection: {e}"),
+                        );
+                        said_at = Some(tokio::time::Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
             };
             // Past the bound, the oldest connection still silent gives way; with none (all
             // being answered) the new one is closed at once, its descriptor given back.
             if !open.make_room() {
+                log(
+                    "master",
+                    format!(
+                        "admin endpoint: {} connections are being answered; one more was closed",
+                        connections::MAX_CONNECTIONS
+                    ),
+                );
                 drop(stream);
                 continue;
             }
@@ -478,6 +500,11 @@ async fn handle<E: From<Request>>(
             return Ok(());
         }
         let Ok(reply) = rx.await else {
+            // Only a master on its way out drops a command unanswered.
+            log(
+                "master",
+                "admin endpoint: a request was left unanswered (the master is stopping)",
+            );
             return Ok(());
         };
         write_reply(&mut resp, reply, metrics);

@@ -65,4 +65,4 @@ impl OpenConnections {
 }
 
 /// Admin connections open at once (the page polls with one; a few tabs and scripts fit).
-const MAX_CONNECTIONS: usize = 32;
+pub(super) const MAX_CONNECTIONS: usize = 32;
