@@ -94,7 +94,8 @@ fn unknown(rest: &str) -> String {
 /// edit removes it (an included file left with nothing).
 struct File {
     path: PathBuf,
-    read: Option<String>,
+    /// Its text as read (shared with `file_memo`'s: 10,000 files are not copied).
+    read: Option<std::sync::Arc<str>>,
     /// Its document, parsed when first needed: at 10,000 files, an edit of one site parses
     /// the few whose text names it, not all.
     parsed: std::cell::OnceCell<DocumentMut>,
@@ -177,7 +178,7 @@ impl ConfigFiles {
         let texts: Vec<(&Path, Cow<str>)> = (self.files.iter().filter(|f| !f.removed))
             .map(|f| {
                 let text = match &f.read {
-                    Some(read) if !f.touched => Cow::Borrowed(read.as_str()),
+                    Some(read) if !f.touched => Cow::Borrowed(&**read),
                     _ => Cow::Owned(f.doc().to_string()),
                 };
                 (f.path.as_path(), text)
@@ -431,7 +432,7 @@ impl ConfigFiles {
     pub fn changes(&self) -> Vec<(PathBuf, Option<String>)> {
         let changed = self.files.iter().filter(|f| f.touched).filter_map(|f| {
             let now = (!f.removed).then(|| f.doc().to_string());
-            (now != f.read).then(|| (f.path.clone(), now))
+            (now.as_deref() != f.read.as_deref()).then(|| (f.path.clone(), now))
         });
         changed.collect()
     }
@@ -523,7 +524,7 @@ fn missing(part: &Part) -> Refusal {
 /// that is not TOML reads as empty: it is not this edit's to mend, and `check` names it.
 fn read_file(path: &Path, parse_now: bool) -> Result<File, String> {
     let text = super::file_memo::read(path)
-        .map(|(text, _)| text.to_string())
+        .map(|(text, _)| text)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let parsed = std::cell::OnceCell::new();
     if parse_now {

@@ -116,6 +116,56 @@ pub(super) fn keep_only(folder: &Path, read: &std::collections::HashSet<PathBuf>
     kept().retain(|path, _| !path.starts_with(folder) || read.contains(path));
 }
 
+/// Folder listings kept for the span of one [`listing_once`]: a change through the
+/// configuration API lists a hoster's `sites.d` to edit it, then again to validate the
+/// result; 10,000 entries read, matched and sorted twice. A listing is not kept past that
+/// span (a folder's times do not tell two changes within a clock tick apart), and is
+/// forgotten at once when the span writes a file ([`listings_changed`]).
+type Listings = HashMap<(PathBuf, String), Arc<[PathBuf]>>;
+
+thread_local! {
+    static LISTINGS: std::cell::RefCell<Option<Listings>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with each folder listed once within it (see [`Listings`]).
+pub fn listing_once<R>(f: impl FnOnce() -> R) -> R {
+    let outermost = LISTINGS.with_borrow_mut(|l| l.get_or_insert_with(HashMap::new).is_empty());
+    let result = f();
+    if outermost {
+        LISTINGS.with_borrow_mut(|l| *l = None);
+    }
+    result
+}
+
+/// Forgets the listings kept: a file was written or removed.
+pub fn listings_changed() {
+    LISTINGS.with_borrow_mut(|l| {
+        if let Some(l) = l {
+            l.clear();
+        }
+    });
+}
+
+/// The files of `folder` named by `pattern`, as `list` finds them: listed once within a
+/// [`listing_once`], else each time.
+pub(super) fn listed(
+    folder: &Path,
+    pattern: &str,
+    list: impl FnOnce() -> Result<Vec<PathBuf>, String>,
+) -> Result<Arc<[PathBuf]>, String> {
+    let key = (folder.to_path_buf(), pattern.to_string());
+    if let Some(kept) = LISTINGS.with_borrow(|l| l.as_ref().and_then(|l| l.get(&key).cloned())) {
+        return Ok(kept);
+    }
+    let found: Arc<[PathBuf]> = list()?.into();
+    LISTINGS.with_borrow_mut(|l| {
+        if let Some(l) = l {
+            l.insert(key, found.clone());
+        }
+    });
+    Ok(found)
+}
+
 /// Keeps `path`'s text now, settled or not (tests: a file's change time cannot be set back).
 #[cfg(test)]
 pub(super) fn keep_now(path: &Path) {
@@ -168,5 +218,33 @@ mod tests {
         assert_eq!(&*read(&path).unwrap().0, "[[site]]\nname = \"a\"\n# more\n");
         keep_only(dir.path(), &Default::default());
         assert!(!kept().contains_key(&path));
+    }
+
+    #[test]
+    fn a_folder_is_listed_once_within_a_span_and_again_after_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("*.toml");
+        let pattern = pattern.to_str().unwrap();
+        let list = || {
+            super::super::include::matching_files(pattern, Path::new("/"), &Default::default())
+                .unwrap()
+        };
+        std::fs::write(dir.path().join("a.toml"), "").unwrap();
+        listing_once(|| {
+            assert_eq!(list().len(), 1);
+            // Made within the span, by someone else: this span's listing stands.
+            std::fs::write(dir.path().join("b.toml"), "").unwrap();
+            assert_eq!(list().len(), 1);
+            // The span's own write: listed again.
+            listings_changed();
+            assert_eq!(list().len(), 2);
+        });
+        // Outside a span, every call lists.
+        std::fs::write(dir.path().join("c.toml"), "").unwrap();
+        let names: Vec<String> = list()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["a.toml", "b.toml", "c.toml"]);
     }
 }

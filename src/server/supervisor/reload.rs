@@ -154,12 +154,9 @@ impl Supervisor {
             &self.topology,
             |pool| changed_set.contains(pool),
         );
-        let slots = self.retire_changed(&changed_set, &removed_set);
+        self.retire_changed(&changed_set, &removed_set);
         let index = self.match_pools(&new);
-        let mut placed: Vec<Slot> = slots
-            .into_iter()
-            .filter_map(|s| self.placed(s, &index))
-            .collect();
+        let mut placed = self.place_kept(&index);
         let first_new = placed.len();
         for spec in specs {
             for slot in Slot::for_spec(spec, 0, &new) {
@@ -281,35 +278,50 @@ impl Supervisor {
     }
 
     /// The slots of pools neither changed nor removed; the others' processes retire.
-    fn retire_changed(
-        &mut self,
-        changed_set: &HashSet<String>,
-        removed_set: &HashSet<String>,
-    ) -> Vec<Slot> {
-        let mut slots = Vec::new();
-        for mut slot in std::mem::take(&mut self.slots) {
-            let pool = slot.spec.pool.clone();
-            let gone = removed_set.contains(pool.as_str());
-            if gone || changed_set.contains(pool.as_str()) {
-                for mut p in slot
-                    .current
-                    .take()
-                    .into_iter()
-                    .chain(slot.replacing.take())
-                    .chain(slot.draining.drain(..))
-                {
-                    if gone || p.life.is_stopping() {
-                        // Cut short, even a hand-over under way: its pool is going or changing.
-                        p.happen(Happening::Signalled, Instant::now());
-                        p.signal(libc::SIGTERM);
-                    }
-                    self.retiring.push((pool.clone(), p));
-                }
-            } else {
-                slots.push(slot);
+    /// Takes the slots of changed and removed pools out (in place: 10,000 slots are not
+    /// moved for a change of one), their processes retiring.
+    fn retire_changed(&mut self, changed_set: &HashSet<String>, removed_set: &HashSet<String>) {
+        let retiring = &mut self.retiring;
+        self.slots.retain_mut(|slot| {
+            let pool = slot.spec.pool.as_str();
+            let gone = removed_set.contains(pool);
+            if !gone && !changed_set.contains(pool) {
+                return true;
             }
+            for mut p in slot
+                .current
+                .take()
+                .into_iter()
+                .chain(slot.replacing.take())
+                .chain(slot.draining.drain(..))
+            {
+                if gone || p.life.is_stopping() {
+                    // Cut short, even a hand-over under way: its pool is going or changing.
+                    p.happen(Happening::Signalled, Instant::now());
+                    p.signal(libc::SIGTERM);
+                }
+                retiring.push((slot.spec.pool.clone(), p));
+            }
+            false
+        });
+    }
+
+    /// The kept slots, each with its pool's index among the new pools (see [`Self::placed`]):
+    /// renumbered in place when every pool is there, as it is but for a plan ruling one out.
+    fn place_kept(&mut self, index: &HashMap<String, usize>) -> Vec<Slot> {
+        let all_there = self.slots.iter_mut().all(|slot| {
+            index
+                .get(slot.spec.pool.as_str())
+                .map(|&k| slot.pool = k)
+                .is_some()
+        });
+        let slots = std::mem::take(&mut self.slots);
+        if all_there {
+            return slots;
         }
-        slots
+        (slots.into_iter())
+            .filter_map(|s| self.placed(s, index))
+            .collect()
     }
 
     /// The pools of `new`, each keeping its running state (by name, matched once each);
