@@ -322,21 +322,7 @@ async fn answer_challenges(
     (answering, wait): (Answering<'_>, Duration),
     proofs: &mut Proofs,
 ) -> Result<(), String> {
-    let folder = match how {
-        Proof::Http01 => Some(answering.files.to_path_buf()),
-        Proof::TlsAlpn01 => Some(answering.files.join("tls-alpn-01")),
-        Proof::Dns01 => None,
-    };
-    if let Some(folder) = &folder {
-        // The base is checked as the admin token's is: root's own, or refused (a folder
-        // planted by another user would let it answer for our names).
-        super::runtime::ensure_base_dir()?;
-        let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
-        std::fs::create_dir_all(folder)
-            .and_then(|()| open(answering.files))
-            .and_then(|()| open(folder))
-            .map_err(|e| format!("cannot use {}: {e}", folder.display()))?;
-    }
+    let folder = proof_folder(how, &answering)?;
     let kind = match how {
         Proof::Http01 => ChallengeType::Http01,
         Proof::TlsAlpn01 => ChallengeType::TlsAlpn01,
@@ -392,32 +378,7 @@ async fn answer_challenges(
                 )]
             }
         };
-        let mut shared = Vec::new();
-        for (file, bytes) in files {
-            // DNS-01's record, shared when the own zone answers it (an update is the name's).
-            if how == Proof::Dns01 {
-                let own = answering.dns.is_some_and(|dns| dns.is_own());
-                if let Some(fleet) = answering.fleet.filter(|_| own) {
-                    let file = file.to_string_lossy().into_owned();
-                    fleet.publish_proof(&file, &bytes).await?;
-                    proofs.shared.push(file.clone());
-                    shared.push(file);
-                }
-                continue;
-            }
-            std::fs::write(&file, &bytes)
-                .and_then(|()| {
-                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
-                })
-                .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-            if let (Some(fleet), Ok(name)) = (answering.fleet, file.strip_prefix(answering.files)) {
-                let name = name.to_string_lossy().into_owned();
-                fleet.publish_proof(&name, &bytes).await?;
-                proofs.shared.push(name.clone());
-                shared.push(name);
-            }
-            proofs.files.push(file);
-        }
+        let shared = place_proofs(how, &answering, files, proofs).await?;
         if let Some(fleet) = answering.fleet.filter(|_| !shared.is_empty()) {
             fleet.wait_for_proofs(&shared, FLEET_PROOFS_WAIT).await;
         }
@@ -429,6 +390,60 @@ async fn answer_challenges(
         .await?;
     }
     Ok(())
+}
+
+/// The folder the workers answer `how`'s proofs from (none for DNS-01), made and opened to
+/// them.
+fn proof_folder(how: Proof, answering: &Answering<'_>) -> Result<Option<PathBuf>, String> {
+    let folder = match how {
+        Proof::Http01 => answering.files.to_path_buf(),
+        Proof::TlsAlpn01 => answering.files.join("tls-alpn-01"),
+        Proof::Dns01 => return Ok(None),
+    };
+    // The base is checked as the admin token's is: root's own, or refused (a folder
+    // planted by another user would let it answer for our names).
+    super::runtime::ensure_base_dir()?;
+    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+    std::fs::create_dir_all(&folder)
+        .and_then(|()| open(answering.files))
+        .and_then(|()| open(&folder))
+        .map_err(|e| format!("cannot use {}: {e}", folder.display()))?;
+    Ok(Some(folder))
+}
+
+/// Writes one authorization's proof `files` where the workers answer them (a DNS-01
+/// record's only to a fleet), each noted in `proofs`; the names shared with the fleet.
+async fn place_proofs(
+    how: Proof,
+    answering: &Answering<'_>,
+    files: Vec<(PathBuf, Vec<u8>)>,
+    proofs: &mut Proofs,
+) -> Result<Vec<String>, String> {
+    let mut shared = Vec::new();
+    for (file, bytes) in files {
+        // DNS-01's record, shared when the own zone answers it (an update is the name's).
+        if how == Proof::Dns01 {
+            let own = answering.dns.is_some_and(|dns| dns.is_own());
+            if let Some(fleet) = answering.fleet.filter(|_| own) {
+                let file = file.to_string_lossy().into_owned();
+                fleet.publish_proof(&file, &bytes).await?;
+                proofs.shared.push(file.clone());
+                shared.push(file);
+            }
+            continue;
+        }
+        std::fs::write(&file, &bytes)
+            .and_then(|()| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)))
+            .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+        if let (Some(fleet), Ok(name)) = (answering.fleet, file.strip_prefix(answering.files)) {
+            let name = name.to_string_lossy().into_owned();
+            fleet.publish_proof(&name, &bytes).await?;
+            proofs.shared.push(name.clone());
+            shared.push(name);
+        }
+        proofs.files.push(file);
+    }
+    Ok(shared)
 }
 
 /// The TLS-ALPN-01 certificate of `name` (RFC 8737 §3): self-signed, its critical

@@ -253,10 +253,34 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
         "master",
         format!("admin endpoint on http://{addr} (the page at /; /status, /metrics, /live); actions need the token in {where_token}"),
     );
-    // A bounded number of connections at once, each for a bounded time: idle connections
-    // of any local user must not take the descriptors the master needs to restart workers.
-    let open = std::sync::Arc::new(connections::OpenConnections::default());
-    Some(tokio::spawn(async move {
+    let endpoint = Endpoint {
+        addr,
+        events,
+        token,
+        identity,
+        machine,
+        open: Default::default(),
+    };
+    Some(tokio::spawn(endpoint.accept(listener)))
+}
+
+/// What every admin connection is answered with: the endpoint's address, the supervisor's
+/// events, the token and config identity it checks, the machine's picture for the page,
+/// and the connections open now.
+struct Endpoint<E> {
+    addr: SocketAddr,
+    events: mpsc::UnboundedSender<E>,
+    token: std::sync::Arc<str>,
+    identity: std::sync::Arc<str>,
+    machine: std::sync::Arc<[u8]>,
+    /// A bounded number of connections at once, each for a bounded time: idle connections
+    /// of any local user must not take the descriptors the master needs to restart workers.
+    open: std::sync::Arc<connections::OpenConnections>,
+}
+
+impl<E: From<Request> + Send + 'static> Endpoint<E> {
+    /// Takes connections until the master ends the task.
+    async fn accept(self, listener: tokio::net::TcpListener) {
         let mut said_at = None;
         loop {
             let stream = match listener.accept().await {
@@ -277,43 +301,47 @@ pub(super) fn start<E: From<Request> + Send + 'static>(
                     continue;
                 }
             };
-            // Past the bound, the oldest connection still silent gives way; with none (all
-            // being answered) the new one is closed at once, its descriptor given back.
-            if !open.make_room() {
-                log(
-                    "master",
-                    format!(
-                        "admin endpoint: {} connections are being answered; one more was closed",
-                        connections::MAX_CONNECTIONS
-                    ),
-                );
-                drop(stream);
-                continue;
-            }
-            let events = events.clone();
-            let (token, machine) = (token.clone(), machine.clone());
-            let identity = identity.clone();
-            let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let (open_now, asked_now) = (open.clone(), asked.clone());
-            let id = open.next_id();
-            let task = tokio::spawn(async move {
-                let _ = tokio::time::timeout(
-                    CONNECTION_TIME,
-                    handle(
-                        stream,
-                        addr,
-                        events,
-                        (&token, &identity),
-                        &machine,
-                        &asked_now,
-                    ),
-                )
-                .await;
-                open_now.remove(id);
-            });
-            open.add(id, asked, task.abort_handle());
+            self.answer(stream);
         }
-    }))
+    }
+
+    /// Answers one connection on a task of its own, within [`CONNECTION_TIME`]. Past the
+    /// bound, the oldest connection still silent gives way; with none (all being answered)
+    /// the new one is closed at once, its descriptor given back.
+    fn answer(&self, stream: tokio::net::TcpStream) {
+        if !self.open.make_room() {
+            log(
+                "master",
+                format!(
+                    "admin endpoint: {} connections are being answered; one more was closed",
+                    connections::MAX_CONNECTIONS
+                ),
+            );
+            return;
+        }
+        let (addr, events) = (self.addr, self.events.clone());
+        let (token, machine) = (self.token.clone(), self.machine.clone());
+        let identity = self.identity.clone();
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (open_now, asked_now) = (self.open.clone(), asked.clone());
+        let id = self.open.next_id();
+        let task = tokio::spawn(async move {
+            let _ = tokio::time::timeout(
+                CONNECTION_TIME,
+                handle(
+                    stream,
+                    addr,
+                    events,
+                    (&token, &identity),
+                    &machine,
+                    &asked_now,
+                ),
+            )
+            .await;
+            open_now.remove(id);
+        });
+        self.open.add(id, asked, task.abort_handle());
+    }
 }
 
 /// How long an admin connection may take to send its request head: an idle one is closed

@@ -13,7 +13,10 @@
 //! before it writes — and no consensus is written here.
 
 use crate::config::cluster::{is_part_name, ClusterSpec, KINDS};
-use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
+use etcd_client::{
+    Client, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, WatchOptions,
+    WatchResponse,
+};
 use std::time::{Duration, SystemTime};
 
 /// How long a member's key outlives its last keep-alive: a member that stops is gone from
@@ -301,45 +304,10 @@ async fn watch(
         .await
         .map_err(e("reading the fleet's parts"))?;
     let revision = all.header().map_or(0, |h| h.revision());
-    let parts = (all.kvs().iter())
-        .filter_map(|kv| {
-            let (kind, name) = part_of(&spec.prefix, kv.key_str().ok()?)?;
-            let text = kv.value_str().ok()?.to_string();
-            Some(Part {
-                kind,
-                name,
-                text: Some(text),
-                revision: kv.mod_revision(),
-            })
-        })
-        .collect();
-    let tickets = spec.tickets_key();
-    let sealed = (all.kvs().iter()).find(|kv| kv.key() == tickets.as_bytes());
-    let sealed = sealed.and_then(|kv| Some((kv.value_str().ok()?.to_string(), kv.mod_revision())));
     if !send(News::Connected(Box::new(client.clone()), lease)) {
         return Ok(());
     }
-    send(News::Copy {
-        revision,
-        parts,
-        whole: true,
-    });
-    send(match sealed {
-        Some((sealed, revision)) => News::Tickets(Some(sealed), revision),
-        None => News::Tickets(None, 0),
-    });
-    let files: Vec<SharedFile> = (all.kvs().iter())
-        .filter_map(|kv| {
-            let path = shared_file(&spec.prefix, kv.key_str().ok()?)?;
-            Some(SharedFile {
-                path,
-                value: Some(kv.value().to_vec()),
-            })
-        })
-        .collect();
-    if !files.is_empty() {
-        send(News::Files(files));
-    }
+    send_copy(spec, all.kvs(), revision, send);
     let options = WatchOptions::new()
         .with_prefix()
         .with_start_revision(revision + 1);
@@ -357,44 +325,8 @@ async fn watch(
                 if message.canceled() {
                     return Err(format!("etcd cancelled the watch ({})", message.cancel_reason()));
                 }
-                let revision = message.header().map_or(0, |h| h.revision());
-                let parts: Vec<Part> = (message.events().iter())
-                    .filter_map(|ev| {
-                        let kv = ev.kv()?;
-                        let (kind, name) = part_of(&spec.prefix, kv.key_str().ok()?)?;
-                        let text = match ev.event_type() {
-                            EventType::Put => Some(kv.value_str().ok()?.to_string()),
-                            EventType::Delete => None,
-                        };
-                        Some(Part { kind, name, text, revision: kv.mod_revision() })
-                    })
-                    .collect();
-                if !parts.is_empty() && !send(News::Copy { revision, parts, whole: false }) {
+                if !send_changes(spec, &message, send) {
                     return Ok(());
-                }
-                let files: Vec<SharedFile> = (message.events().iter())
-                    .filter_map(|ev| {
-                        let kv = ev.kv()?;
-                        let path = shared_file(&spec.prefix, kv.key_str().ok()?)?;
-                        let value = match ev.event_type() {
-                            EventType::Put => Some(kv.value().to_vec()),
-                            EventType::Delete => None,
-                        };
-                        Some(SharedFile { path, value })
-                    })
-                    .collect();
-                if !files.is_empty() && !send(News::Files(files)) {
-                    return Ok(());
-                }
-                for ev in message.events() {
-                    let Some(kv) = ev.kv().filter(|kv| kv.key() == tickets.as_bytes()) else {
-                        continue;
-                    };
-                    let sealed = match ev.event_type() {
-                        EventType::Put => kv.value_str().ok().map(String::from),
-                        EventType::Delete => None,
-                    };
-                    send(News::Tickets(sealed, kv.mod_revision()));
                 }
             }
             _ = ticks.tick() => {
@@ -412,6 +344,104 @@ async fn watch(
             }
         }
     }
+}
+
+/// Sends the whole copy read at `revision` (`kvs`, every key under the prefix): the parts,
+/// the sealed ticket secrets, the shared files.
+fn send_copy(spec: &ClusterSpec, kvs: &[KeyValue], revision: i64, send: &impl Fn(News) -> bool) {
+    let parts = (kvs.iter())
+        .filter_map(|kv| {
+            let (kind, name) = part_of(&spec.prefix, kv.key_str().ok()?)?;
+            let text = kv.value_str().ok()?.to_string();
+            Some(Part {
+                kind,
+                name,
+                text: Some(text),
+                revision: kv.mod_revision(),
+            })
+        })
+        .collect();
+    let tickets = spec.tickets_key();
+    let sealed = (kvs.iter()).find(|kv| kv.key() == tickets.as_bytes());
+    let sealed = sealed.and_then(|kv| Some((kv.value_str().ok()?.to_string(), kv.mod_revision())));
+    send(News::Copy {
+        revision,
+        parts,
+        whole: true,
+    });
+    send(match sealed {
+        Some((sealed, revision)) => News::Tickets(Some(sealed), revision),
+        None => News::Tickets(None, 0),
+    });
+    let files: Vec<SharedFile> = (kvs.iter())
+        .filter_map(|kv| {
+            let path = shared_file(&spec.prefix, kv.key_str().ok()?)?;
+            Some(SharedFile {
+                path,
+                value: Some(kv.value().to_vec()),
+            })
+        })
+        .collect();
+    if !files.is_empty() {
+        send(News::Files(files));
+    }
+}
+
+/// Sends what one watch message changed: parts, shared files, ticket secrets. False once the
+/// master is gone.
+fn send_changes(spec: &ClusterSpec, message: &WatchResponse, send: &impl Fn(News) -> bool) -> bool {
+    let revision = message.header().map_or(0, |h| h.revision());
+    let parts: Vec<Part> = (message.events().iter())
+        .filter_map(|ev| {
+            let kv = ev.kv()?;
+            let (kind, name) = part_of(&spec.prefix, kv.key_str().ok()?)?;
+            let text = match ev.event_type() {
+                EventType::Put => Some(kv.value_str().ok()?.to_string()),
+                EventType::Delete => None,
+            };
+            Some(Part {
+                kind,
+                name,
+                text,
+                revision: kv.mod_revision(),
+            })
+        })
+        .collect();
+    if !parts.is_empty()
+        && !send(News::Copy {
+            revision,
+            parts,
+            whole: false,
+        })
+    {
+        return false;
+    }
+    let files: Vec<SharedFile> = (message.events().iter())
+        .filter_map(|ev| {
+            let kv = ev.kv()?;
+            let path = shared_file(&spec.prefix, kv.key_str().ok()?)?;
+            let value = match ev.event_type() {
+                EventType::Put => Some(kv.value().to_vec()),
+                EventType::Delete => None,
+            };
+            Some(SharedFile { path, value })
+        })
+        .collect();
+    if !files.is_empty() && !send(News::Files(files)) {
+        return false;
+    }
+    let tickets = spec.tickets_key();
+    for ev in message.events() {
+        let Some(kv) = ev.kv().filter(|kv| kv.key() == tickets.as_bytes()) else {
+            continue;
+        };
+        let sealed = match ev.event_type() {
+            EventType::Put => kv.value_str().ok().map(String::from),
+            EventType::Delete => None,
+        };
+        send(News::Tickets(sealed, kv.mod_revision()));
+    }
+    true
 }
 
 /// Writes this member's key (under its lease) with what it says of itself.

@@ -342,21 +342,7 @@ async fn keep(
             if under_way.contains(&name) {
                 continue;
             }
-            let pair = {
-                let (store, name) = (shared.store.clone(), name.clone());
-                tokio::task::spawn_blocking(move || pair_due(&store, &name))
-                    .await
-                    .ok()
-                    .flatten()
-            };
-            // The directory's word on when to renew, where it gives one, over our own.
-            let pair = match pair {
-                Some((due, until)) => {
-                    let asked = ari.due(shared.account(), &shared.store, &name).await;
-                    Some((asked.unwrap_or(due), until))
-                }
-                None => None,
-            };
+            let pair = look(&shared, &mut ari, &name).await;
             let _ = shared.events.send(Event::AcmeLooked {
                 name: name.clone(),
                 pair,
@@ -369,23 +355,7 @@ async fn keep(
             let shared = Arc::clone(&shared);
             under_way.insert(name.clone());
             ordering.spawn(async move {
-                let outcome = match &shared.fleet {
-                    // A member that cannot have its account (the directory unreachable from
-                    // here) takes no lock: the name is left to the members that can.
-                    Some(link) => match shared.account().await {
-                        Err(e) => Err(e),
-                        Ok(_) => {
-                            let order = |link: FleetLink| {
-                                let (shared, name) = (Arc::clone(&shared), name.clone());
-                                async move { order_once(&shared, &name, proof, Some(&link)).await }
-                            };
-                            fleet::order(link, &shared.store, &name, order).await
-                        }
-                    },
-                    None => order_once(&shared, &name, proof, None)
-                        .await
-                        .map(|until| Issued { until, by: None }),
-                };
+                let outcome = order(&shared, &name, proof).await;
                 (name, proof, failures, outcome)
             });
         }
@@ -421,6 +391,42 @@ async fn keep(
             () = tokio::time::sleep(sleep) => {}
         }
     }
+}
+
+/// When `name`'s pair in the store is due for renewal, and until when it is valid (none: no
+/// pair): the directory's word on when to renew (ARI), where it gives one, over our own.
+async fn look(
+    shared: &Arc<Shared>,
+    ari: &mut ari::Ari,
+    name: &str,
+) -> Option<(SystemTime, SystemTime)> {
+    let pair = {
+        let (store, name) = (shared.store.clone(), name.to_string());
+        tokio::task::spawn_blocking(move || pair_due(&store, &name))
+            .await
+            .ok()
+            .flatten()
+    };
+    let (due, until) = pair?;
+    let asked = ari.due(shared.account(), &shared.store, name).await;
+    Some((asked.unwrap_or(due), until))
+}
+
+/// Orders `name`'s certificate: here, or — in a fleet — under the fleet's lock for it.
+async fn order(shared: &Arc<Shared>, name: &str, proof: Proof) -> Result<Issued, String> {
+    let Some(link) = &shared.fleet else {
+        return order_once(shared, name, proof, None)
+            .await
+            .map(|until| Issued { until, by: None });
+    };
+    // A member that cannot have its account (the directory unreachable from here) takes no
+    // lock: the name is left to the members that can.
+    shared.account().await?;
+    let order = |link: FleetLink| {
+        let (shared, name) = (Arc::clone(shared), name.to_string());
+        async move { order_once(&shared, &name, proof, Some(&link)).await }
+    };
+    fleet::order(link, &shared.store, name, order).await
 }
 
 /// Whether `name` is ordered at start even on demand: a wildcard, which no handshake names.

@@ -265,12 +265,7 @@ pub(super) async fn run(
                     break;
                 }
             }
-            _ = signals.chld.recv() => {
-                sv.reap();
-                // A replaced worker's exit may be what a configuration change waits for:
-                // answered now, not at the next tick.
-                sv.answer_config_calls_served(Instant::now());
-            }
+            _ = signals.chld.recv() => sv.reap(),
             _ = tick.tick() => sv.on_tick(),
             _ = signals.hup.recv() => {
                 // systemd's reload protocol: RELOADING=1 with the time, READY=1 when done.

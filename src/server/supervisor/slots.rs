@@ -300,6 +300,9 @@ impl Supervisor {
         for pool in republish {
             self.publish_upstreams(pool);
         }
+        // A replaced worker's exit may be what a configuration change waits for: answered
+        // now, not at the next tick.
+        self.answer_config_calls_served(Instant::now());
     }
 
     fn reap_each(&mut self, republish: &mut Vec<usize>) {

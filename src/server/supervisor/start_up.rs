@@ -15,6 +15,25 @@ use crate::server::log;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// A pool's state at the master's start, with the faults its tests inject from the
+/// master's environment (`ESPALIER_ALLOCATE_AT_START=POOL:MIB`, `ESPALIER_FAIL_AT_START=POOL:N`).
+fn pool_at_start(p: &crate::config::PoolSpec) -> PoolRt {
+    let injected = |var: &str| -> Option<u64> {
+        std::env::var(var)
+            .ok()?
+            .split_once(':')
+            .filter(|(pool, _)| *pool == p.name)?
+            .1
+            .parse()
+            .ok()
+    };
+    PoolRt {
+        allocate_mib: injected("ESPALIER_ALLOCATE_AT_START"),
+        fail_starts: injected("ESPALIER_FAIL_AT_START").unwrap_or(0) as u32,
+        ..PoolRt::new(p.clone())
+    }
+}
+
 impl Supervisor {
     /// The master's state for `config`, its upstream checks and ACME orders under way.
     pub(super) fn new(
@@ -25,27 +44,7 @@ impl Supervisor {
         specs: Vec<WorkerSpec>,
         events: mpsc::UnboundedSender<Event>,
     ) -> Supervisor {
-        let pools: Vec<PoolRt> = config
-            .pools
-            .iter()
-            .map(|p| {
-                // Fault injection for tests, from the master's environment (`POOL:N`).
-                let injected = |var: &str| -> Option<u64> {
-                    std::env::var(var)
-                        .ok()?
-                        .split_once(':')
-                        .filter(|(pool, _)| *pool == p.name)?
-                        .1
-                        .parse()
-                        .ok()
-                };
-                PoolRt {
-                    allocate_mib: injected("ESPALIER_ALLOCATE_AT_START"),
-                    fail_starts: injected("ESPALIER_FAIL_AT_START").unwrap_or(0) as u32,
-                    ..PoolRt::new(p.clone())
-                }
-            })
-            .collect();
+        let pools: Vec<PoolRt> = config.pools.iter().map(pool_at_start).collect();
         let pool_index: std::collections::HashMap<&str, usize> = config
             .pools
             .iter()
