@@ -348,3 +348,25 @@ fn a_pattern_matching_the_main_file_leaves_it_out() {
     let c = Config::load(&main, &fixture("dl980")).unwrap();
     assert_eq!(c.sites.len(), 1);
 }
+
+#[test]
+fn a_log_two_users_write_is_found_among_thousands_of_sites_each_with_its_own() {
+    // Every site its own pool and its own log: indexed, this is checked in linear time.
+    let sites = |n: usize| {
+        (0..n)
+            .map(|i| format!("[[pool]]\nname = \"p{i}\"\nuser = \"nobody\"\n[[site]]\nname = \"s{i}\"\nbindings = [\"http://0.0.0.0:8080:s{i}.example\"]\naccess_log = {{ path = \"/var/log/s{i}.log\" }}\n[[site.app]]\npool = \"p{i}\"\n"))
+            .collect::<String>()
+    };
+    let mut text = sites(3000);
+    assert!(parse(&text).is_ok());
+    // Another user's pool writing one of those logs: refused, both named.
+    text.push_str("[[pool]]\nname = \"other\"\nuser = \"daemon\"\n[[site]]\nname = \"late\"\nbindings = [\"http://0.0.0.0:8080:late.example\"]\naccess_log = { path = \"/var/log/s17.log\" }\n[[site.app]]\npool = \"other\"\n");
+    let e = error(&text);
+    assert!(
+        e.contains("/var/log/s17.log is written by pool `p17` (site `s17`, user `nobody`) and pool `other` (user `daemon`)"),
+        "{e}"
+    );
+    // The same user's pool sharing it: taken.
+    let same = text.replace("user = \"daemon\"", "user = \"nobody\"");
+    assert!(parse(&same).is_ok());
+}

@@ -334,14 +334,23 @@ impl Validator {
     /// A `warmup_page` is answered by the master, which holds no TLS keys: its pool's sites
     /// must be plain http.
     fn check_warmup_pages(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
+        if pools.iter().all(|p| p.warmup_page.is_none()) {
+            return;
+        }
+        // Each pool's first site with https bindings, indexed once (not a search of every
+        // site per pool: thousands of on-demand pools may each have a warm-up page).
+        let mut https: std::collections::HashMap<&str, &SiteSpec> =
+            std::collections::HashMap::new();
+        for s in sites.iter().filter(|s| s.bindings.iter().any(|b| b.tls)) {
+            for a in &s.apps {
+                https.entry(a.pool.as_str()).or_insert(s);
+            }
+        }
         for (i, pool) in pools.iter().enumerate() {
             if pool.warmup_page.is_none() {
                 continue;
             }
-            let https = sites
-                .iter()
-                .find(|s| s.served_by(&pool.name) && s.bindings.iter().any(|b| b.tls));
-            if let Some(site) = https {
+            if let Some(site) = https.get(pool.name.as_str()) {
                 self.err(
                     &[Seg::Key("pool"), Seg::Index(i), Seg::Key("warmup_page")],
                     format!("is answered by the master, which holds no TLS keys, and site `{}` of this pool has https bindings; remove warmup_page (its clients then wait for the pool, as without it)", site.name),

@@ -373,42 +373,46 @@ impl Validator {
     /// An access log is written by the workers of the pools serving its site(s), each opening
     /// the file itself: they must run as one user, whom the master gives the file.
     pub(super) fn check_log_owners(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
-        let user_of = |pool: &str| {
-            pools
-                .iter()
-                .find(|p| p.name == pool)
-                .map(|p| p.identity.as_ref().map(|id| id.user.clone()))
-        };
-        // (log path, the first writer: its user, pool and site)
-        let mut writers: Vec<(&std::path::Path, Option<String>, &str, &str)> = Vec::new();
+        // Indexed, not searched per site: a hoster's 10,000 sites each with its own log
+        // against 10,000 pools made this quadratic.
+        let users: std::collections::HashMap<&str, Option<&str>> = pools
+            .iter()
+            .map(|p| {
+                (
+                    p.name.as_str(),
+                    p.identity.as_ref().map(|id| id.user.as_str()),
+                )
+            })
+            .collect();
+        // By log path, its first writer: its user, pool and site.
+        type Writer<'a> = (Option<&'a str>, &'a str, &'a str);
+        let mut writers: std::collections::HashMap<&std::path::Path, Writer> =
+            std::collections::HashMap::new();
         for (i, s) in sites.iter().enumerate() {
             let Some(log) = &s.access_log else { continue };
             for a in &s.apps {
-                let Some(user) = user_of(&a.pool) else {
+                let Some(&user) = users.get(a.pool.as_str()) else {
                     continue;
                 };
-                match writers.iter().find(|w| w.0 == log.path.as_path()) {
-                    None => writers.push((&log.path, user, &a.pool, &s.name)),
-                    Some((_, first, pool, site)) if *first != user => {
-                        let who = |u: &Option<String>| {
-                            u.as_ref().map_or("espalier's own user".to_string(), |u| {
-                                format!("user `{u}`")
-                            })
-                        };
-                        let msg = format!(
-                            "{} is written by pool `{pool}` (site `{site}`, {}) and pool `{}` ({}); the workers of both open it, so they must run as one user: give each pool its own log",
-                            log.path.display(),
-                            who(first),
-                            a.pool,
-                            who(&user)
-                        );
-                        self.err(
-                            &[Seg::Key("site"), Seg::Index(i), Seg::Key("access_log")],
-                            msg,
-                        );
-                        break;
-                    }
-                    Some(_) => {}
+                let (first, pool, site) = *writers
+                    .entry(log.path.as_path())
+                    .or_insert((user, &a.pool, &s.name));
+                if first != user {
+                    let who = |u: Option<&str>| {
+                        u.map_or("espalier's own user".to_string(), |u| format!("user `{u}`"))
+                    };
+                    let msg = format!(
+                        "{} is written by pool `{pool}` (site `{site}`, {}) and pool `{}` ({}); the workers of both open it, so they must run as one user: give each pool its own log",
+                        log.path.display(),
+                        who(first),
+                        a.pool,
+                        who(user)
+                    );
+                    self.err(
+                        &[Seg::Key("site"), Seg::Index(i), Seg::Key("access_log")],
+                        msg,
+                    );
+                    break;
                 }
             }
         }
