@@ -5,7 +5,7 @@
 //! processes (see `super::slots`) or the decisions (see `super::life`).
 
 use super::life::{Act, Happening, Life, Restart, Times};
-use crate::config::{AppCommand, Config, PoolSpec, Transport};
+use crate::config::{AppCommand, PoolSpec, Transport};
 use crate::os;
 use crate::server::spec::WorkerSpec;
 use std::collections::VecDeque;
@@ -312,8 +312,13 @@ impl Slot {
     /// The slots of one planned process of `config`: an espalier worker; an activated
     /// application; or, for a proxied application, the app process and the front worker
     /// that forwards to it (the app first, so it is starting when the front is ready).
-    pub(super) fn for_spec(spec: WorkerSpec, pool: usize, config: &Config) -> Vec<Slot> {
-        let app = config.pool(&spec.pool).and_then(|p| p.app.clone());
+    /// `pool_spec`: its pool's (given, not looked up by name: 10,000 pools start at once).
+    pub(super) fn for_spec(
+        spec: WorkerSpec,
+        pool: usize,
+        pool_spec: Option<&PoolSpec>,
+    ) -> Vec<Slot> {
+        let app = pool_spec.and_then(|p| p.app.clone());
         match app {
             None => vec![Slot::new(spec, pool)],
             Some(app) if app.transport == Transport::Activation => {

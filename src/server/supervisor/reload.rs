@@ -159,7 +159,8 @@ impl Supervisor {
         let mut placed = self.place_kept(&index);
         let first_new = placed.len();
         for spec in specs {
-            for slot in Slot::for_spec(spec, 0, &new) {
+            let pool_spec = new.pool(&spec.pool);
+            for slot in Slot::for_spec(spec, 0, pool_spec) {
                 placed.extend(self.placed(slot, &index));
             }
         }

@@ -55,7 +55,7 @@ impl Supervisor {
             .into_iter()
             .flat_map(|spec| {
                 let pool = pool_index[spec.pool.as_str()];
-                Slot::for_spec(spec, pool, &config)
+                Slot::for_spec(spec, pool, config.pools.get(pool))
             })
             .collect();
         let cert_store = cert_store::CertStore::new(&config);
