@@ -161,6 +161,7 @@ impl Config {
             asks: false,
             pool_index: Default::default(),
             upstreams: Vec::new(),
+            identities: Default::default(),
             errors: Vec::new(),
         };
         let config = v.config(gathered.raw, &base, topology);

@@ -58,8 +58,17 @@ pub(super) struct Validator {
     /// The upstream groups, read before the sites (whose paths name them, or add one by
     /// writing a server's address).
     pub(super) upstreams: Vec<super::upstream::UpstreamSpec>,
+    /// The pools' users (and groups) looked up, each once: thousands of pools may run as
+    /// one user, and each look-up reads the user and group databases.
+    pub(super) identities: IdentitiesSeen,
     pub(super) errors: Vec<ConfigError>,
 }
+
+/// A validation's user look-ups, by (user, group).
+pub(super) type IdentitiesSeen = std::collections::HashMap<
+    (String, Option<String>),
+    Result<crate::os::identity::Identity, String>,
+>;
 
 impl Validator {
     fn err(&mut self, path: &[Seg], message: impl Into<String>) {

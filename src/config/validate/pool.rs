@@ -147,7 +147,11 @@ impl Validator {
                 self.err(&at("group"), "applies with `user`; add user = \"…\" (the group then replaces the user's primary group)");
                 None
             }
-            (Some(user), group) => crate::os::identity::lookup(&user, group.as_deref())
+            (Some(user), group) => (self.identities.entry((user, group)))
+                .or_insert_with_key(|(user, group)| {
+                    crate::os::identity::lookup(user, group.as_deref())
+                })
+                .clone()
                 .map_err(|m| {
                     let key = if m.starts_with("group") {
                         "group"
