@@ -302,6 +302,10 @@ impl<E: From<Request> + Send + 'static> Endpoint<E> {
                 }
             };
             self.answer(stream);
+            // A connection closed to make room is closed as its task is dropped: that runs
+            // before the next accept, so a flood of connections never holds more
+            // descriptors than the bound (each accept ahead of the drops took one more).
+            tokio::task::yield_now().await;
         }
     }
 
@@ -539,8 +543,22 @@ async fn handle<E: From<Request>>(
         break;
     }
     stream.write_all(&out).await?;
-    stream.shutdown().await
+    stream.shutdown().await?;
+    // Open until the client has read the answer and closed (within LINGER): a socket
+    // closed with its answer still unsent is orphaned, and a kernel short of TCP memory
+    // resets orphans — a 10,000-site status (megabytes) was cut so on a loaded machine,
+    // whose log said "TCP: out of memory". nginx's lingering close, for this reason.
+    let mut sink = [0u8; 256];
+    let drained = async {
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<(), std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(LINGER, drained).await;
+    Ok(())
 }
+
+/// How long a connection is held after its answer for the client to read it and close.
+const LINGER: Duration = Duration::from_secs(10);
 
 /// Writes the supervisor's `reply` (`metrics`: a status as Prometheus text).
 fn write_reply(resp: &mut Responder<'_>, reply: AdminReply, metrics: bool) {

@@ -416,9 +416,11 @@ impl Server {
     /// The running server's status, from its admin endpoint.
     pub fn status(&self) -> espalier::server::status::Status {
         let addr = self.admin.as_ref().expect("a server started from a config");
-        // A connection the endpoint closed unanswered is asked again, within a bound: a
-        // 10,000-site master has reset its first ones after its start on a loaded CI machine
-        // (cause not found; the master logs each connection it drops). Each is said here.
+        // A connection cut before its answer is asked again, within a bound: a 10,000-site
+        // status (megabytes) was reset on a loaded machine whose kernel ran short of TCP
+        // memory (its log: "TCP: out of memory"), which resets closed sockets still
+        // sending. The endpoint now holds its socket until the client closes; each retry
+        // is said here, and the master logs each connection it drops.
         let until = Instant::now() + Duration::from_secs(30);
         let (code, body) = loop {
             match espalier::server::admin::request(addr.parse().unwrap(), "GET", "/status") {

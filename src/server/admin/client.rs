@@ -41,9 +41,9 @@ pub type Answer = (u16, Option<String>, Vec<u8>);
 
 /// As [`request_as`], with `fields` added to the head and `body` sent (the configuration
 /// API's writes). A read (`GET`, `HEAD`) whose connection the endpoint reset or closed
-/// before any answer is asked again, twice at most, after 100 and 300 ms: a master busy with
-/// ten thousand pools has been seen to reset one right after its start (the cause not
-/// found), and a read changes nothing when asked twice. A write is never asked again.
+/// before any answer is asked again, twice at most, after 100 and 300 ms: a kernel short of
+/// TCP memory resets a closed socket still sending (a ten-thousand-pool status, megabytes,
+/// was cut so), and a read changes nothing when asked twice. A write is never asked again.
 pub fn request_with_body(
     addr: SocketAddr,
     (method, path): (&str, &str),
