@@ -11,7 +11,7 @@
 //! are refused rather than left answering HTTP/1.1 and HTTP/2 only, unsaid.
 
 use super::{Seg, Validator};
-use crate::config::{PoolSpec, ServerSettings, SiteSpec, Transport};
+use crate::config::{PoolSpec, ServerSettings, SiteSpec};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -39,13 +39,8 @@ impl Validator {
             return;
         }
         // Indexed once, not searched per site (10,000 of each on a hoster's machine).
-        let activations: std::collections::HashSet<&str> = pools
-            .iter()
-            .filter(|p| {
-                p.app
-                    .as_ref()
-                    .is_some_and(|c| c.transport == Transport::Activation)
-            })
+        let activations: std::collections::HashSet<&str> = (pools.iter())
+            .filter(|p| p.activated())
             .map(|p| p.name.as_str())
             .collect();
         let activated = |s: &SiteSpec| s.apps.iter().any(|a| activations.contains(a.pool.as_str()));

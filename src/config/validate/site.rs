@@ -128,14 +128,7 @@ impl Validator {
         // can be given a path of the same site.
         let activated: Option<AppSpec> = apps
             .iter()
-            .find(|a| {
-                self.pool_index.get(&a.pool).is_some_and(|&k| {
-                    pools[k]
-                        .app
-                        .as_ref()
-                        .is_some_and(|app| app.transport == Transport::Activation)
-                })
-            })
+            .find(|a| (self.pool_index.get(&a.pool)).is_some_and(|&k| pools[k].activated()))
             .cloned();
         if let Some(a) = &activated {
             if let Some(other) = apps.iter().find(|o| o.pool != a.pool) {
@@ -434,11 +427,7 @@ impl Validator {
                 site.apps.iter().find_map(|a| {
                     by_name
                         .get(a.pool.as_str())
-                        .filter(|p| {
-                            p.app
-                                .as_ref()
-                                .is_some_and(|c| c.transport == Transport::Activation)
-                        })
+                        .filter(|p| p.activated())
                         .map(|p| p.name.as_str())
                 })
             })
