@@ -504,12 +504,24 @@ async fn handle<E: From<Request>>(
         write_reply(&mut resp, reply, metrics);
         break;
     }
-    stream.write_all(&out).await?;
+    send_and_linger(stream, &out, asked).await
+}
+
+/// Sends the answer `out`, then holds the connection until the client has read it and
+/// closed (within [`LINGER`]): a socket closed with its answer still unsent is orphaned,
+/// and a kernel short of TCP memory resets orphans — a 10,000-site status (megabytes) was
+/// cut so on a loaded machine, whose log said "TCP: out of memory". nginx's lingering
+/// close, for this reason. Answered, the connection is idle again (`asked` false): a client
+/// that never closes gives way to a newcomer as a silent one does, and cannot hold the
+/// bound against the operator.
+async fn send_and_linger(
+    mut stream: tokio::net::TcpStream,
+    out: &[u8],
+    asked: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<()> {
+    stream.write_all(out).await?;
     stream.shutdown().await?;
-    // Open until the client has read the answer and closed (within LINGER): a socket
-    // closed with its answer still unsent is orphaned, and a kernel short of TCP memory
-    // resets orphans — a 10,000-site status (megabytes) was cut so on a loaded machine,
-    // whose log said "TCP: out of memory". nginx's lingering close, for this reason.
+    asked.store(false, std::sync::atomic::Ordering::Relaxed);
     let mut sink = [0u8; 256];
     let drained = async {
         while stream.read(&mut sink).await? > 0 {}

@@ -5,8 +5,9 @@
 
 /// The admin connections open now, oldest first: an operator's request must get in while
 /// idle connections (any local user can open them) fill the bound, so when it is full the
-/// oldest that has not sent a whole request head is closed for the newcomer. A request takes
-/// milliseconds to arrive, so it is evicted only if a flood of newcomers outpaces it.
+/// oldest that has not sent a whole request head, or whose answer is sent, is closed for the
+/// newcomer. A request takes milliseconds to arrive, so it is evicted only if a flood of
+/// newcomers outpaces it.
 #[derive(Default)]
 pub(super) struct OpenConnections {
     list: std::sync::Mutex<std::collections::VecDeque<OpenConnection>>,
@@ -15,7 +16,8 @@ pub(super) struct OpenConnections {
 
 struct OpenConnection {
     id: u64,
-    /// Its request head has arrived: it is being answered, not idle.
+    /// Its request head has arrived and its answer is not yet sent: it is being answered,
+    /// not idle.
     asked: std::sync::Arc<std::sync::atomic::AtomicBool>,
     task: tokio::task::AbortHandle,
 }
