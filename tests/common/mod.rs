@@ -416,27 +416,16 @@ impl Server {
     /// The running server's status, from its admin endpoint.
     pub fn status(&self) -> espalier::server::status::Status {
         let addr = self.admin.as_ref().expect("a server started from a config");
-        // A connection cut before its answer is asked again, within a bound: a 10,000-site
-        // status (megabytes) was reset on a loaded machine whose kernel ran short of TCP
-        // memory (its log: "TCP: out of memory"), which resets closed sockets still
-        // sending. The endpoint now holds its socket until the client closes; each retry
-        // is said here, and the master logs each connection it drops.
-        let until = Instant::now() + Duration::from_secs(30);
-        let (code, body) = loop {
-            match espalier::server::admin::request(addr.parse().unwrap(), "GET", "/status") {
-                Ok(answer) => break answer,
-                Err(e) if e.contains("before answering") && Instant::now() < until => {
-                    eprintln!("GET /status: {e}; asked again");
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                // The log's end only: a hoster's whole log would push the cause out of
-                // what CI shows.
-                Err(e) => panic!(
-                    "GET /status: {e}; the server's log ends:\n{}",
-                    self.log_tail(40)
-                ),
-            }
-        };
+        let (code, body) =
+            espalier::server::admin::request(addr.parse().unwrap(), "GET", "/status")
+                .unwrap_or_else(|e| {
+                    // The log's end only: a hoster's whole log would push the cause out of
+                    // what CI shows.
+                    panic!(
+                        "GET /status: {e}; the server's log ends:\n{}",
+                        self.log_tail(40)
+                    )
+                });
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).unwrap()
     }
