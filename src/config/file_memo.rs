@@ -129,7 +129,12 @@ thread_local! {
 
 /// Runs `f` with each folder listed once within it (see [`Listings`]).
 pub fn listing_once<R>(f: impl FnOnce() -> R) -> R {
-    let outermost = LISTINGS.with_borrow_mut(|l| l.get_or_insert_with(HashMap::new).is_empty());
+    // Only the outermost span ends the keeping (an inner one may meet no listing yet).
+    let outermost = LISTINGS.with_borrow_mut(|l| {
+        let none = l.is_none();
+        l.get_or_insert_with(HashMap::new);
+        none
+    });
     let result = f();
     if outermost {
         LISTINGS.with_borrow_mut(|l| *l = None);
@@ -238,13 +243,17 @@ mod tests {
             // The span's own write: listed again.
             listings_changed();
             assert_eq!(list().len(), 2);
+            // A span within it, ended, leaves the outer one's listing kept.
+            listing_once(|| ());
+            std::fs::write(dir.path().join("c.toml"), "").unwrap();
+            assert_eq!(list().len(), 2);
         });
         // Outside a span, every call lists.
-        std::fs::write(dir.path().join("c.toml"), "").unwrap();
+        std::fs::write(dir.path().join("d.toml"), "").unwrap();
         let names: Vec<String> = list()
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(names, ["a.toml", "b.toml", "c.toml"]);
+        assert_eq!(names, ["a.toml", "b.toml", "c.toml", "d.toml"]);
     }
 }

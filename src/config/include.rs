@@ -192,21 +192,26 @@ pub(super) fn matching_files(
                     files.push(p);
                 }
             }
+            files.sort();
             files
         }
     };
     files.retain(|p| !matches!(overlay.get(p), Some(None)));
-    if let Ok(matcher) = glob::Pattern::new(text) {
+    if let (Ok(matcher), false) = (glob::Pattern::new(text), overlay.is_empty()) {
+        // A set, not a search per file: a whole document loaded makes thousands.
+        let listed: std::collections::HashSet<&PathBuf> = files.iter().collect();
         let made = overlay
             .iter()
-            .filter(|(p, t)| t.is_some() && !files.contains(p));
+            .filter(|(p, t)| t.is_some() && !listed.contains(p));
         let made: Vec<PathBuf> = made
             .filter(|(p, _)| matcher.matches_path_with(p, options))
             .map(|(p, _)| p.clone())
             .collect();
-        files.extend(made);
+        if !made.is_empty() {
+            files.extend(made);
+            files.sort();
+        }
     }
-    files.sort();
     Ok(files)
 }
 
