@@ -384,15 +384,12 @@ impl Stored {
         &self.tags
     }
 
-    /// The request fields that ask the app whether it changed: `If-None-Match` with its
+    /// The request field that asks the app whether it changed: `If-None-Match` with its
     /// `ETag`, else `If-Modified-Since` with its `Last-Modified` (none: it has no validator).
-    pub fn validator_fields(&self) -> Option<String> {
+    pub fn validator_field(&self) -> Option<(&'static str, String)> {
         Some(match self.validators() {
-            (Some(etag), _) => format!("If-None-Match: {}\r\n", String::from_utf8_lossy(etag)),
-            (None, Some(modified)) => {
-                let since = httpdate::fmt_http_date(modified);
-                format!("If-Modified-Since: {since}\r\n")
-            }
+            (Some(etag), _) => ("If-None-Match", String::from_utf8_lossy(etag).into_owned()),
+            (None, Some(modified)) => ("If-Modified-Since", httpdate::fmt_http_date(modified)),
             (None, None) => return None,
         })
     }

@@ -34,7 +34,7 @@ use std::time::Duration;
 pub(super) enum Again {
     /// An HTTP app's: its head, and what its group chose a server by.
     Http {
-        head: Vec<u8>,
+        head: super::forward_head::ForwardHead,
         choose: super::group::Choose,
     },
     /// A FastCGI child's: BEGIN_REQUEST and the PARAMS records (of a request that carried
@@ -55,17 +55,13 @@ impl Again {
     fn asking_if_changed(self, stale: &Stored) -> Again {
         match self {
             Again::Http { mut head, choose } => {
-                let conditional = |n: &[u8]| {
-                    n.eq_ignore_ascii_case(b"if-none-match")
-                        || n.eq_ignore_ascii_case(b"if-modified-since")
-                };
-                let validators = stale.validator_fields().unwrap_or_default();
-                crate::features::head::replace_fields(
-                    &mut head,
-                    0,
-                    conditional,
-                    validators.as_bytes(),
-                );
+                head.remove_fields(|n| {
+                    n.eq_ignore_ascii_case("if-none-match")
+                        || n.eq_ignore_ascii_case("if-modified-since")
+                });
+                if let Some((name, value)) = stale.validator_field() {
+                    head.field(name, value.as_bytes());
+                }
                 Again::Http { head, choose }
             }
             Again::FastCgi { mut records } => {
@@ -143,11 +139,10 @@ impl Asking<'_> {
         let failed =
             |(status, cause): (u16, &str)| (Some(endpoint.clone()), status, cause.to_string());
         let sent = match &again {
-            Again::Http { head, .. } | Again::FastCgi { records: head } => head,
+            Again::Http { head, .. } => conn.send_head(head, timeout).await,
+            Again::FastCgi { records } => write_timeout(&mut conn, records, timeout).await,
         };
-        write_timeout(&mut conn, sent, timeout)
-            .await
-            .map_err(|_| failed((502, "did not take the request")))?;
+        sent.map_err(|_| failed((502, "did not take the request")))?;
         let answered = match again {
             Again::Http { .. } => self.http_answer(&mut conn, &endpoint, timeout).await,
             Again::FastCgi { .. } => self.cgi_answer(&mut conn, &endpoint, timeout).await,

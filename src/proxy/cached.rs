@@ -128,12 +128,10 @@ pub(super) fn ask_if_changed(req: &mut ForwardRequest, asking: &mut Asking) {
     let Some(asked) = &req.cache else {
         return;
     };
-    let Some(fields) = asking.confirmable(asked).and_then(Stored::validator_fields) else {
+    let Some((name, value)) = asking.confirmable(asked).and_then(Stored::validator_field) else {
         return;
     };
-    // The head ends with its blank line (`ForwardRequest::new` wrote it).
-    let at = req.head.len() - 2;
-    crate::features::head::insert(&mut req.head, at, fields.as_bytes());
+    req.head.field(name, value.as_bytes());
 }
 
 /// Answers from the stale answer kept for the request instead of the app's answer with

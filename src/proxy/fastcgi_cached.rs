@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub(super) fn client_side(req: &mut FastCgiRequest) -> Option<ForwardRequest> {
     let cache = req.cache.take()?;
     Some(ForwardRequest {
-        head: Vec::new(),
+        head: super::forward_head::ForwardHead::none(),
         body: crate::http::Framing::None,
         retryable: false,
         head_only: req.head_only,

@@ -31,7 +31,7 @@ use super::request_body::{client_gone, send_body, send_taken_body, take_buffered
 use super::route::ProxyRoute;
 use super::spool::{self, Filling, Spool};
 use super::upstream::Conn;
-use super::wire::{send_continue, to_client, write_timeout, BodyKind, Fail, OwnAnswers};
+use super::wire::{send_continue, to_client, BodyKind, Fail, OwnAnswers};
 use super::Endpoint;
 pub(super) use crate::http::service::{LentConnection, Outcome};
 use std::time::Duration;
@@ -347,7 +347,7 @@ async fn ask<C: AsyncRead + AsyncWrite + Unpin>(
             .connection(avoid.take(), &req.choose)
             .await
             .map_err(|(status, cause)| Fail::Unconnected(status, cause))?;
-        if let Err(e) = write_timeout(&mut conn, &req.head, response_timeout).await {
+        if let Err(e) = conn.send_head(&req.head, response_timeout).await {
             // A request the connection cannot carry (an upgrade to an HTTP/2 server) says
             // why; it would fail the same way anywhere.
             if e.kind() == std::io::ErrorKind::InvalidInput {

@@ -1,7 +1,8 @@
-//! An HTTP/1.1 exchange carried on a stream of an upstream's HTTP/2 connection: what the
-//! HTTP/1.1 forwarder writes (its rewritten head, its re-chunked body) goes out as the
-//! stream's request and DATA frames, and the stream's response comes back as an HTTP/1.1
-//! answer (its head, its body by length or in chunks, its trailers as the chunked body's).
+//! An HTTP/1.1 exchange carried on a stream of an upstream's HTTP/2 connection: the
+//! forwarder's request head goes out as the stream's request, made from the head's parts
+//! ([`super::forward_head`]: no text read back), its re-chunked body as DATA frames, and the
+//! stream's response comes back as an HTTP/1.1 answer (its head, its body by length or in
+//! chunks, its trailers as the chunked body's).
 //!
 //! Why a translation rather than a second forwarder: every site feature already applies to
 //! the HTTP/1.1 forwarder's exchange — the request's rewriting, retries, the answer's field
@@ -11,11 +12,12 @@
 //! trailers to an HTTP/2 client (gRPC) — goes by `super::h2_stream` instead, which shares
 //! this module's request and response heads.
 //!
-//! Owns: [`H2Exchange`] and the two heads' translation ([`request_of_head`],
+//! Owns: [`H2Exchange`] and the two heads' translation ([`request_of`],
 //! [`head_of_response`]). Must not touch: choosing or connecting (see [`super::route`]), or
 //! the HTTP/2 protocol itself (the `h2` crate's: framing, flow control, HPACK).
 
-use crate::http::ChunkedDecoder;
+use super::forward_head::ForwardHead;
+use crate::http::{ChunkedDecoder, Framing};
 use bytes::{Bytes, BytesMut};
 use h2::client::{ResponseFuture, SendRequest};
 use h2::{RecvStream, SendStream};
@@ -24,8 +26,8 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The largest request head taken (the forwarder's own, bounded by the client's limits).
-const MAX_HEAD: usize = 128 << 10;
+/// The most a chunk's size line and extensions may take in the forwarder's re-chunked body.
+const MAX_CHUNK_LINE: usize = 128 << 10;
 
 /// Fields that describe an HTTP/1.1 connection, which HTTP/2 forbids (RFC 9113 §8.2.2).
 const CONNECTION_FIELDS: [&str; 6] = [
@@ -37,55 +39,44 @@ const CONNECTION_FIELDS: [&str; 6] = [
     "te",
 ];
 
-/// How the request's body comes from the forwarder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum BodyFraming {
-    None,
-    Length(u64),
-    Chunked,
+/// How the request's body comes from the forwarder, as its head's fields say.
+fn framing_of(head: &ForwardHead) -> Result<Framing, String> {
+    if let Some(length) = head.get("content-length") {
+        let n = std::str::from_utf8(length)
+            .ok()
+            .and_then(|v| v.parse().ok());
+        return Ok(Framing::Length(
+            n.ok_or("the request's Content-Length is not a number")?,
+        ));
+    }
+    Ok(match head.get("transfer-encoding") {
+        Some(_) => Framing::Chunked,
+        None => Framing::None,
+    })
 }
 
-/// The HTTP/2 request for an HTTP/1.1 head the forwarder wrote (`head`, through its empty
-/// line), to a server over TLS when `https`; with `te: trailers` when `trailers`. `Err`
+/// The HTTP/2 request for the head the forwarder made (`head`'s parts: no text is read
+/// again), to a server over TLS when `https`; with `te: trailers` when `trailers`. `Err`
 /// names what HTTP/2 cannot carry.
-pub(super) fn request_of_head(
-    head: &[u8],
+pub(super) fn request_of(
+    head: &ForwardHead,
     https: bool,
     trailers: bool,
-) -> Result<(http::Request<()>, BodyFraming), String> {
-    // A client's fields (at most MAX_HEADERS) and those the forwarder added.
-    let mut fields =
-        [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS + super::request::MAX_ADDED_FIELDS];
-    let mut parsed = httparse::Request::new(&mut fields);
-    let Ok(httparse::Status::Complete(_)) = parsed.parse(head) else {
-        return Err("the request head could not be read again for HTTP/2".into());
-    };
-    let (Some(method), Some(target)) = (parsed.method, parsed.path) else {
-        return Err("the request head has no method or target".into());
-    };
-    let mut framing = BodyFraming::None;
+) -> Result<(http::Request<()>, Framing), String> {
+    let framing = framing_of(head)?;
     let mut authority = "localhost";
-    let mut request = http::Request::builder().method(method);
-    for h in parsed.headers.iter() {
-        let name = h.name;
+    let mut request = http::Request::builder().method(head.method());
+    for (name, value) in head.fields() {
         if name.eq_ignore_ascii_case("upgrade") {
             return Err("the request asks to upgrade its connection (a WebSocket), which an HTTP/2 server is not asked for here: give that path a group with protocol = \"http1\"".into());
         }
         if name.eq_ignore_ascii_case("host") {
-            if let Ok(host) = std::str::from_utf8(h.value) {
+            if let Ok(host) = std::str::from_utf8(value) {
                 if !host.is_empty() {
                     authority = host;
                 }
             }
             continue;
-        }
-        if name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.parse().ok());
-            framing = BodyFraming::Length(n.ok_or("the request's Content-Length is not a number")?);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            framing = BodyFraming::Chunked;
         }
         if CONNECTION_FIELDS
             .iter()
@@ -93,13 +84,13 @@ pub(super) fn request_of_head(
         {
             continue;
         }
-        request = request.header(name, h.value);
+        request = request.header(name, value);
     }
     if trailers {
         request = request.header("te", "trailers");
     }
     let scheme = if https { "https" } else { "http" };
-    let uri = format!("{scheme}://{authority}{target}");
+    let uri = format!("{scheme}://{authority}{}", head.target());
     let request = request
         .uri(uri)
         .body(())
@@ -160,7 +151,6 @@ pub(super) fn last_chunk(trailers: Option<&http::HeaderMap>, out: &mut BytesMut)
 pub struct H2Exchange {
     sender: Option<SendRequest<Bytes>>,
     https: bool,
-    head: Vec<u8>,
     head_only: bool,
     outgoing: Option<Outgoing>,
     response: Option<ResponseFuture>,
@@ -172,7 +162,7 @@ pub struct H2Exchange {
 /// The request's body on its way out.
 struct Outgoing {
     send: SendStream<Bytes>,
-    framing: BodyFraming,
+    framing: Framing,
     decoder: ChunkedDecoder,
     /// Decoded, waiting for the server's window.
     pending: Bytes,
@@ -198,7 +188,6 @@ impl H2Exchange {
         H2Exchange {
             sender: Some(sender),
             https,
-            head: Vec::new(),
             head_only: false,
             outgoing: None,
             response: None,
@@ -213,22 +202,26 @@ impl H2Exchange {
         Some((self.sender?, self.https))
     }
 
-    /// The head is whole: the request goes out.
-    fn start(&mut self) -> io::Result<()> {
-        let (request, framing) = request_of_head(&self.head, self.https, false)
+    /// Sends the request `head` on a new stream (once the connection takes one); its body
+    /// follows by writes, framed as the head says.
+    pub(super) async fn send_head(&mut self, head: &ForwardHead) -> io::Result<()> {
+        let (request, framing) = request_of(head, self.https, false)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         self.head_only = request.method() == http::Method::HEAD;
         let sender = self
             .sender
             .as_mut()
             .ok_or_else(|| broken("no connection"))?;
-        let bodiless = matches!(framing, BodyFraming::None | BodyFraming::Length(0));
+        std::future::poll_fn(|cx| sender.poll_ready(cx))
+            .await
+            .map_err(broken)?;
+        let bodiless = framing.carries_nothing();
         let (response, send) = sender.send_request(request, bodiless).map_err(broken)?;
         self.response = Some(response);
         self.outgoing = Some(Outgoing {
             send,
             framing,
-            decoder: ChunkedDecoder::with_bounds(u64::MAX, MAX_HEAD),
+            decoder: ChunkedDecoder::with_bounds(u64::MAX, MAX_CHUNK_LINE),
             pending: Bytes::new(),
             whole: bodiless,
             ended: bodiless,
@@ -266,15 +259,15 @@ impl Outgoing {
     fn take(&mut self, buf: &[u8]) -> io::Result<usize> {
         let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
         match self.framing {
-            BodyFraming::None => Err(bad("no body was announced")),
-            BodyFraming::Length(left) => {
+            Framing::None => Err(bad("no body was announced")),
+            Framing::Length(left) => {
                 let n = (left.min(buf.len() as u64)) as usize;
-                self.framing = BodyFraming::Length(left - n as u64);
+                self.framing = Framing::Length(left - n as u64);
                 self.whole = left == n as u64;
                 self.pending = Bytes::copy_from_slice(&buf[..n]);
                 Ok(n)
             }
-            BodyFraming::Chunked => {
+            Framing::Chunked => {
                 let mut data = buf.to_vec();
                 let d = (self.decoder.decode(&mut data)).map_err(|_| bad("bad chunked body"))?;
                 data.truncate(d.produced);
@@ -305,24 +298,11 @@ impl AsyncWrite for H2Exchange {
             }
             return Poll::Ready(Ok(n));
         }
-        // The head: the connection must take a new stream before any of it is taken, so the
-        // request can go out as soon as the head is whole.
-        let sender = this
-            .sender
-            .as_mut()
-            .ok_or_else(|| broken("no connection"))?;
-        ready!(sender.poll_ready(cx)).map_err(broken)?;
-        let before = this.head.len();
-        this.head.extend_from_slice(buf);
-        let Some(end) = memchr::memmem::find(&this.head, b"\r\n\r\n") else {
-            if this.head.len() > MAX_HEAD {
-                return Poll::Ready(Err(broken("request head too large")));
-            }
-            return Poll::Ready(Ok(buf.len()));
-        };
-        this.head.truncate(end + 4);
-        this.start()?;
-        Poll::Ready(Ok(end + 4 - before))
+        // A head is sent by `send_head`, as its parts: nothing written goes before it.
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a request's head goes to an HTTP/2 server by Conn::send_head",
+        )))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -429,23 +409,53 @@ mod tests {
 
     #[test]
     fn a_forwarded_head_becomes_an_http2_request() {
-        let head = b"POST /api/v1?x=1 HTTP/1.1\r\nHost: example.test\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n";
-        let (req, framing) = request_of_head(head, true, true).unwrap();
-        assert_eq!(framing, BodyFraming::Chunked);
+        let head = |method, target: &str, fields: &[(&str, &str)]| {
+            let (path, query) = target.split_once('?').unwrap_or((target, ""));
+            let mut head = ForwardHead::new(method, path, query);
+            for (name, value) in fields {
+                head.field(name, value.as_bytes());
+            }
+            head
+        };
+        let post = head(
+            "POST",
+            "/api/v1?x=1",
+            &[
+                ("Host", "example.test"),
+                ("Content-Type", "application/json"),
+                ("Transfer-Encoding", "chunked"),
+                ("X-Forwarded-For", "10.0.0.1"),
+                ("Connection", "keep-alive"),
+            ],
+        );
+        let (req, framing) = request_of(&post, true, true).unwrap();
+        assert_eq!(framing, Framing::Chunked);
         assert_eq!(req.uri().to_string(), "https://example.test/api/v1?x=1");
         assert_eq!(req.method(), http::Method::POST);
         assert!(req.headers().get("transfer-encoding").is_none());
+        assert!(req.headers().get("connection").is_none());
         assert!(req.headers().get("host").is_none());
         assert_eq!(req.headers()["te"], "trailers");
         assert_eq!(req.headers()["x-forwarded-for"], "10.0.0.1");
-        let get = b"GET / HTTP/1.1\r\nHost: \r\nContent-Length: 3\r\n\r\n";
-        let (req, framing) = request_of_head(get, false, false).unwrap();
-        assert_eq!(framing, BodyFraming::Length(3));
+        let get = head("GET", "/", &[("Host", ""), ("Content-Length", "3")]);
+        let (req, framing) = request_of(&get, false, false).unwrap();
+        assert_eq!(framing, Framing::Length(3));
         assert_eq!(req.uri().to_string(), "http://localhost/");
         assert!(req.headers().get("te").is_none());
-        let ws =
-            b"GET /ws HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n";
-        assert!(request_of_head(ws, false, false)
+        let bad = head("GET", "/", &[("Content-Length", "x")]);
+        assert!(request_of(&bad, false, false)
+            .unwrap_err()
+            .contains("not a number"));
+        let ws = head(
+            "GET",
+            "/ws",
+            &[
+                ("Host", "a"),
+                ("Connection", "upgrade"),
+                ("Upgrade", "websocket"),
+            ],
+        );
+        assert!(request_of(&ws, false, false)
             .unwrap_err()
             .contains("WebSocket"));
     }

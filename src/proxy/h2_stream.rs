@@ -16,7 +16,7 @@
 //! ([`super::route`]).
 
 use super::answer::answer_head;
-use super::h2_exchange::{head_of_response, request_of_head};
+use super::h2_exchange::{head_of_response, request_of};
 use super::request::ForwardRequest;
 use super::route::ProxyRoute;
 use super::upstream::Conn;
@@ -84,7 +84,7 @@ async fn exchange(
     }) else {
         return Err(failed(502, "is not spoken to in HTTP/2".into()));
     };
-    let (request, _) = request_of_head(&req.head, https, true).map_err(|c| failed(502, c))?;
+    let (request, _) = request_of(&req.head, https, true).map_err(|c| failed(502, c))?;
     let mut sender = (sender.ready().await)
         .map_err(|e| failed(502, format!("closed its HTTP/2 connection: {e}")))?;
     let bodiless = sent.body.is_none() && sent.whole.is_empty();

@@ -38,6 +38,7 @@ pub mod fastcgi;
 mod fastcgi_cached;
 mod fastcgi_records;
 pub mod forward;
+mod forward_head;
 mod group;
 mod h2_exchange;
 mod h2_stream;

@@ -13,12 +13,13 @@
 //!
 //! Owns: those rules, pure. Must not touch: sockets (see [`super::forward`](mod@super::forward)).
 
+use super::forward_head::ForwardHead;
 use crate::http::service::LentHead;
 use crate::http::{Framing, Method, Request};
 
 /// A request as it goes to the app: its head rewritten, and what the forwarding needs to know.
 pub struct ForwardRequest {
-    pub(super) head: Vec<u8>,
+    pub(super) head: ForwardHead,
     pub(super) body: Framing,
     pub(super) retryable: bool,
     pub(super) head_only: bool,
@@ -39,12 +40,6 @@ pub struct ForwardRequest {
     /// Its path takes its route's buffering (`buffer`), if the route has any.
     pub(super) buffered: bool,
 }
-
-/// The most fields [`ForwardRequest::new`] adds to a client's own (`Host`, the three
-/// `X-Forwarded-*`, `X-Remote-User`, `X-Client-Subject`, the framing field, `Upgrade` and
-/// `Connection`), with room to spare: what reads the head again (`super::h2_exchange`) takes
-/// a client's `max_headers` fields plus these.
-pub(super) const MAX_ADDED_FIELDS: usize = 16;
 
 /// Fields that describe one connection, not the message (RFC 9110 §7.6.1).
 pub(super) const HOP_BY_HOP: [&str; 7] = [
@@ -119,18 +114,13 @@ impl ForwardRequest {
     /// A chunked body read whole (`buffer`) goes to the app with its `length` instead, as
     /// nginx sends it after buffering: many WSGI and CGI apps read `Content-Length` alone,
     /// and an HTTP/2 or HTTP/3 upload need not say one. The framing line is espalier's own
-    /// (the client's `Transfer-Encoding` never passes), so it is found by its bytes; a body
-    /// the client framed by length keeps its line.
+    /// (the client's `Transfer-Encoding` never passes), replaced in its place; a body the
+    /// client framed by length keeps its field.
     pub(super) fn framed_by_length(&mut self, length: u64) {
-        let chunked = b"Transfer-Encoding: chunked\r\n";
-        if let Some(at) = memchr::memmem::find(&self.head, chunked) {
-            let mut line = Vec::with_capacity(40);
-            push_field(
-                &mut line,
-                "Content-Length",
-                itoa::Buffer::new().format(length),
-            );
-            self.head.splice(at..at + chunked.len(), line);
+        if self.body == Framing::Chunked {
+            let mut digits = itoa::Buffer::new();
+            let value = digits.format(length).as_bytes();
+            (self.head).replace_field("Transfer-Encoding", "Content-Length", value);
             self.body = Framing::Length(length);
         }
     }
@@ -150,19 +140,11 @@ impl ForwardRequest {
                 .header("upgrade")
                 .is_some_and(|u| !u.split(',').any(|t| t.trim().eq_ignore_ascii_case("h2c")))
             && req.minor_version == 1;
-        let mut head = Vec::with_capacity(512);
-        head.extend_from_slice(req.method_text.as_bytes());
-        head.push(b' ');
-        head.extend_from_slice(req.path.as_bytes());
-        if !req.query.is_empty() {
-            head.push(b'?');
-            head.extend_from_slice(req.query.as_bytes());
-        }
-        head.extend_from_slice(b" HTTP/1.1\r\n");
+        let mut head = ForwardHead::new(req.method_text, req.path, req.query);
         // An HTTP/1.0 request may come without Host; one in HTTP/1.1 must have it, empty
         // when there is no authority to name (RFC 9112 §3.2).
         if req.header("host").is_none() {
-            head.extend_from_slice(b"Host: \r\n");
+            head.field("Host", b"");
         }
         let mut cookies = 0;
         for h in req.headers {
@@ -178,62 +160,50 @@ impl ForwardRequest {
             // an HTTP/1.1 app takes one `Cookie` line, its crumbs joined with `; `.
             if h.name.eq_ignore_ascii_case("cookie") {
                 cookies += 1;
-                if cookies > 1 {
-                    continue;
+                if cookies == 1 {
+                    head.field_with("Cookie", |value| join_cookies(value, req));
                 }
-                head.extend_from_slice(b"Cookie: ");
-                join_cookies(&mut head, req);
-                head.extend_from_slice(b"\r\n");
                 continue;
             }
-            head.extend_from_slice(h.name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(h.value);
-            head.extend_from_slice(b"\r\n");
+            head.field(h.name, h.value);
         }
         forwarded_for(&mut head, req, peer);
         forwarded(&mut head, req, peer, proto);
-        push_field(&mut head, "X-Forwarded-Proto", proto);
+        head.field("X-Forwarded-Proto", proto.as_bytes());
         if let Some(host) = req.host() {
-            push_field(&mut head, "X-Forwarded-Host", host);
+            head.field("X-Forwarded-Host", host.as_bytes());
         }
         if let Some(user) = lent.remote_user {
-            push_field(&mut head, "X-Remote-User", user);
+            head.field("X-Remote-User", user.as_bytes());
         }
         if let Some(subject) = lent.client_cert {
-            push_field(&mut head, "X-Client-Subject", subject);
+            head.field("X-Client-Subject", subject.as_bytes());
         }
         // The hop's trace: its span the app's spans hang under (the client's fields dropped).
         if let Some(trace) = lent.trace {
-            head.extend_from_slice(b"traceparent: ");
-            head.extend_from_slice(&trace.traceparent());
-            head.extend_from_slice(b"\r\n");
+            head.field("traceparent", &trace.traceparent());
             if !trace.state.is_empty() {
-                push_field(&mut head, "tracestate", &trace.state);
+                head.field("tracestate", trace.state.as_bytes());
             }
         }
         // Who the path's verifier let in, in the fields it names (the client's own dropped).
         for (name, value) in lent.granted.iter().flat_map(|g| &g.fields) {
-            head.extend_from_slice(name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value);
-            head.extend_from_slice(b"\r\n");
+            head.field(name, value);
         }
         match framing {
             Framing::None => {}
             Framing::Length(n) => {
-                push_field(&mut head, "Content-Length", itoa::Buffer::new().format(n))
+                head.field("Content-Length", itoa::Buffer::new().format(n).as_bytes())
             }
-            Framing::Chunked => push_field(&mut head, "Transfer-Encoding", "chunked"),
+            Framing::Chunked => head.field("Transfer-Encoding", b"chunked"),
         }
         if upgrade {
             let protocol = req.header("upgrade").unwrap_or_default();
-            push_field(&mut head, "Upgrade", protocol);
-            push_field(&mut head, "Connection", "upgrade");
+            head.field("Upgrade", protocol.as_bytes());
+            head.field("Connection", b"upgrade");
         } else {
-            push_field(&mut head, "Connection", "keep-alive");
+            head.field("Connection", b"keep-alive");
         }
-        head.extend_from_slice(b"\r\n");
         let idempotent = matches!(
             req.method_text,
             "GET" | "HEAD" | "OPTIONS" | "PUT" | "DELETE" | "TRACE"
@@ -258,32 +228,35 @@ impl ForwardRequest {
 }
 
 /// `X-Forwarded-For`: the client's own list (every line of it), then the client `peer`.
-fn forwarded_for(head: &mut Vec<u8>, req: &Request<'_>, peer: Option<&str>) {
-    let mut any = false;
-    let listed = req
-        .headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
-        .map(|h| h.value);
-    for value in listed.chain(peer.map(str::as_bytes)) {
-        head.extend_from_slice(if any { b", " } else { b"X-Forwarded-For: " });
-        head.extend_from_slice(value);
-        any = true;
+fn forwarded_for(head: &mut ForwardHead, req: &Request<'_>, peer: Option<&str>) {
+    let listed = || {
+        (req.headers.iter())
+            .filter(|h| h.name.eq_ignore_ascii_case("x-forwarded-for"))
+            .map(|h| h.value)
+            .chain(peer.map(str::as_bytes))
+    };
+    if listed().next().is_none() {
+        return;
     }
-    if any {
-        head.extend_from_slice(b"\r\n");
-    }
+    head.field_with("X-Forwarded-For", |value| {
+        for (k, one) in listed().enumerate() {
+            if k > 0 {
+                value.extend_from_slice(b", ");
+            }
+            value.extend_from_slice(one);
+        }
+    });
 }
 
 /// Every `Cookie` field's value of `req`, joined with `; ` (HTTP/2's and HTTP/3's crumbs
 /// made the one value an HTTP/1.1 or CGI app reads).
-pub(super) fn join_cookies(head: &mut Vec<u8>, req: &Request<'_>) {
+pub(super) fn join_cookies(value: &mut Vec<u8>, req: &Request<'_>) {
     let crumbs = (req.headers.iter()).filter(|h| h.name.eq_ignore_ascii_case("cookie"));
     for (k, h) in crumbs.enumerate() {
         if k > 0 {
-            head.extend_from_slice(b"; ");
+            value.extend_from_slice(b"; ");
         }
-        head.extend_from_slice(h.value);
+        value.extend_from_slice(h.value);
     }
 }
 
@@ -291,39 +264,30 @@ pub(super) fn join_cookies(head: &mut Vec<u8>, req: &Request<'_>) {
 /// (`for`, `proto`, `host`) — the last element is always espalier's, as the last
 /// `X-Forwarded-For` address is. None is added when the client sent none (nothing to
 /// correct, and nothing spent per request).
-fn forwarded(head: &mut Vec<u8>, req: &Request<'_>, peer: Option<&str>, proto: &str) {
-    let mut sent = (req.headers.iter()).filter(|h| h.name.eq_ignore_ascii_case("forwarded"));
-    let Some(first) = sent.next() else {
+fn forwarded(head: &mut ForwardHead, req: &Request<'_>, peer: Option<&str>, proto: &str) {
+    let sent = || (req.headers.iter()).filter(|h| h.name.eq_ignore_ascii_case("forwarded"));
+    if sent().next().is_none() {
         return;
-    };
-    head.extend_from_slice(b"Forwarded: ");
-    head.extend_from_slice(first.value);
-    for h in sent {
-        head.extend_from_slice(b", ");
-        head.extend_from_slice(h.value);
     }
-    head.extend_from_slice(b", ");
-    if let Some(peer) = peer {
-        // An IPv6 address is quoted and bracketed (RFC 7239 §6).
-        if peer.contains(':') {
-            head.extend_from_slice(format!("for=\"[{peer}]\";").as_bytes());
-        } else {
-            head.extend_from_slice(format!("for={peer};").as_bytes());
+    head.field_with("Forwarded", |value| {
+        for h in sent() {
+            value.extend_from_slice(h.value);
+            value.extend_from_slice(b", ");
         }
-    }
-    head.extend_from_slice(b"proto=");
-    head.extend_from_slice(proto.as_bytes());
-    if let Some(host) = req.host().filter(|h| !h.contains('"') && !h.contains('\\')) {
-        head.extend_from_slice(format!(";host=\"{host}\"").as_bytes());
-    }
-    head.extend_from_slice(b"\r\n");
-}
-
-pub(super) fn push_field(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value.as_bytes());
-    out.extend_from_slice(b"\r\n");
+        if let Some(peer) = peer {
+            // An IPv6 address is quoted and bracketed (RFC 7239 §6).
+            if peer.contains(':') {
+                value.extend_from_slice(format!("for=\"[{peer}]\";").as_bytes());
+            } else {
+                value.extend_from_slice(format!("for={peer};").as_bytes());
+            }
+        }
+        value.extend_from_slice(b"proto=");
+        value.extend_from_slice(proto.as_bytes());
+        if let Some(host) = req.host().filter(|h| !h.contains('"') && !h.contains('\\')) {
+            value.extend_from_slice(format!(";host=\"{host}\"").as_bytes());
+        }
+    });
 }
 
 #[cfg(test)]
@@ -332,7 +296,7 @@ mod tests {
     use std::mem::MaybeUninit;
 
     fn forwarded(raw: &[u8], peer: Option<&str>) -> String {
-        String::from_utf8(forward_request(raw, peer).head).expect("text")
+        String::from_utf8(forward_request(raw, peer).head.text().to_vec()).expect("text")
     }
 
     fn forward_request(raw: &[u8], peer: Option<&str>) -> ForwardRequest {
@@ -428,7 +392,7 @@ mod tests {
         let raw = b"POST /u HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
         let mut req = forward_request(raw, None);
         req.framed_by_length(11);
-        let head = String::from_utf8(req.head).unwrap();
+        let head = String::from_utf8(req.head.text().to_vec()).unwrap();
         assert!(head.contains("Host: a\r\n"), "{head}");
         assert!(head.contains("Content-Length: 11\r\n") && !head.contains("Transfer-Encoding"));
         assert_eq!(req.body, Framing::Length(11));

@@ -9,7 +9,8 @@
 //!
 //! Owns: connecting (bounded by `connect_timeout`), keeping idle connections and handing out
 //! only live ones, and each thread's one HTTP/2 connection per server spoken to in HTTP/2
-//! (its requests multiplexed on it, as Envoy does per worker). Must not touch: what is sent on them (see [`super::forward`](mod@super::forward)).
+//! (its requests multiplexed on it, as Envoy does per worker). Must not touch: what is sent on them (see [`super::forward`](mod@super::forward)), but for
+//! a head's way onto each kind ([`Conn::send_head`]).
 
 use super::Endpoint;
 use std::cell::RefCell;
@@ -58,6 +59,29 @@ pub enum Conn {
 }
 
 impl Conn {
+    /// Sends a request's head within `timeout`: its text on an HTTP/1.1 connection, its
+    /// parts as a new stream's request on an HTTP/2 one (its body, if any, follows by
+    /// writes either way). `InvalidInput`: a request HTTP/2 cannot carry.
+    pub async fn send_head(
+        &mut self,
+        head: &super::forward_head::ForwardHead,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let send = async {
+            if let Conn::H2(exchange) = self {
+                return exchange.send_head(head).await;
+            }
+            // Flushed: over TLS, bytes may wait in the record layer.
+            self.write_all(head.text()).await?;
+            self.flush().await
+        };
+        match tokio::time::timeout(timeout, send).await {
+            Ok(r) => r,
+            Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        }
+    }
+
     pub async fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Conn> {
         let connect = async {
             match endpoint {

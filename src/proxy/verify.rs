@@ -14,6 +14,7 @@
 //! exchange is one head out and one small answer in.
 
 use super::answer_read::{read_whole_head, HeadError};
+use super::forward_head::ForwardHead;
 use super::route::ProxyRoute;
 use super::Endpoint;
 use crate::http::ask::Question;
@@ -21,7 +22,7 @@ use crate::routing::auth_request::{AuthRequestSpec, Granted, Remembered};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
 /// The largest answer body taken from a verifier (a sign-in page, a redirect's text): a
 /// larger one fails the step rather than hold a thread's memory.
@@ -186,7 +187,8 @@ impl Verifier {
                 })?;
             let head = self.head(q, &endpoint);
             let asked = Instant::now();
-            let sent = conn.write_all(&head).await;
+            let timeout = self.route.settings().response_timeout;
+            let sent = conn.send_head(&head, timeout).await;
             let mut buf = Vec::with_capacity(4096);
             let read = match sent {
                 Ok(()) => read_whole_head(&mut conn, &mut buf).await,
@@ -222,12 +224,10 @@ impl Verifier {
     }
 
     /// The question's head: `GET` of the verifier's path, the request told in fields.
-    fn head(&self, q: &Question, endpoint: &Endpoint) -> Vec<u8> {
+    fn head(&self, q: &Question, endpoint: &Endpoint) -> ForwardHead {
         let proto = if q.https { "https" } else { "http" };
-        let mut head = Vec::with_capacity(512);
-        head.extend_from_slice(b"GET ");
-        head.extend_from_slice(self.spec.uri.as_bytes());
-        head.extend_from_slice(b" HTTP/1.1\r\n");
+        let (path, query) = (self.spec.uri.split_once('?')).unwrap_or((&self.spec.uri, ""));
+        let mut head = ForwardHead::new("GET", path, query);
         let host = self.route.server_name(endpoint).unwrap_or_default();
         let host = host.strip_prefix("http://").unwrap_or(host);
         let host = host.strip_prefix("https://").unwrap_or(host);
@@ -247,12 +247,9 @@ impl Verifier {
             if value.is_empty() && name == "X-Forwarded-For" {
                 continue;
             }
-            head.extend_from_slice(name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value);
-            head.extend_from_slice(b"\r\n");
+            head.field(name, value);
         }
-        head.extend_from_slice(b"Connection: keep-alive\r\n\r\n");
+        head.field("Connection", b"keep-alive");
         head
     }
 }
