@@ -4,6 +4,7 @@
 //! Owns: all `unsafe` in the crate. Must not touch: policy — callers decide what to apply;
 //! these functions only apply it and report the kernel's answer as an `io::Error`.
 
+pub mod alloc;
 pub mod cgroup;
 pub mod fdpass;
 pub mod freezer;

@@ -231,14 +231,6 @@ pub fn raise_descriptor_limit(needed: u64) -> io::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
-/// Gives the allocator's free memory back to the kernel (glibc's `malloc_trim`): after many
-/// connections close, their freed buffers otherwise stay in the heap's arenas, and a worker
-/// that once served a burst keeps its peak for good.
-pub fn release_free_memory() {
-    // SAFETY: malloc_trim takes an integer and touches only the allocator's own state.
-    unsafe { libc::malloc_trim(0) };
-}
-
 /// Gives this process's stdout and stderr, when they are pipes (the master's, capturing an
 /// app's output), to `uid`/`gid` before it becomes that user: a program that reopens them by
 /// path (php-fpm's `error_log = /proc/self/fd/2`) is then allowed to, as with a terminal

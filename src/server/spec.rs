@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Names the descriptor of the worker's spec.
-pub const ENV_VAR: &str = "ESPALIER_WORKER_SPEC_FD";
+pub const ENV_VAR: &str = crate::os::alloc::WORKER_VAR;
 
 /// One worker thread: the CPU it serves and its listener socket in each group.
 #[derive(Debug, Clone, Serialize, Deserialize)]

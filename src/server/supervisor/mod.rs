@@ -227,7 +227,7 @@ pub(super) async fn run(
     sv.upgrade.admin_socket = admin.try_clone().ok();
     sv.upgrade.admin_task = super::admin::start(admin, &sv.config, topology, tx.clone());
     // Reading and checking thousands of sites' files left freed memory in the heap's arenas.
-    os::process::release_free_memory();
+    os::alloc::release_free_memory();
     log(
         "master",
         format!(

@@ -458,7 +458,7 @@ impl Supervisor {
     pub(super) fn trim_when_settled(&mut self, now: std::time::Instant) {
         if self.trim_at.is_some_and(|at| at <= now) {
             self.trim_at = None;
-            crate::os::process::release_free_memory();
+            crate::os::alloc::release_free_memory();
         }
     }
 }

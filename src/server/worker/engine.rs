@@ -341,7 +341,7 @@ fn beat(env: Rc<ConnEnv<ThreadService>>, health: Arc<ThreadHealth>, admission: R
             // Access log lines are written at least this often.
             env.service.flush_logs();
             if trim.due(admission.open.get() + env.streams.get()) {
-                os::process::release_free_memory();
+                os::alloc::release_free_memory();
             }
         }
     });
