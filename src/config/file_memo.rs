@@ -71,8 +71,23 @@ fn kept() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Kept>> {
 }
 
 /// A file's text and stamp: the kept one when its metadata is unchanged, else read now (and
-/// kept once settled).
+/// kept once settled). Within a [`listing_once`] span a file is looked at once: a change
+/// through the configuration API reads every included file to edit one, then again to
+/// validate the result (10,000 `statx` calls each time).
 pub(super) fn read(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
+    if let Some(seen) = SPAN.with_borrow(|s| s.as_ref().and_then(|s| s.read.get(path).cloned())) {
+        return Ok(seen);
+    }
+    let (text, stamp) = look(path)?;
+    SPAN.with_borrow_mut(|s| {
+        if let Some(s) = s {
+            s.read.insert(path.to_path_buf(), (text.clone(), stamp));
+        }
+    });
+    Ok((text, stamp))
+}
+
+fn look(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
     let stamp = Stamp::of(&std::fs::metadata(path)?);
     if let Some(k) = kept().get(path).filter(|k| k.stamp == stamp) {
         return Ok((k.text.clone(), stamp));
@@ -116,37 +131,42 @@ pub(super) fn keep_only(folder: &Path, read: &std::collections::HashSet<PathBuf>
     kept().retain(|path, _| !path.starts_with(folder) || read.contains(path));
 }
 
-/// Folder listings kept for the span of one [`listing_once`]: a change through the
-/// configuration API lists a hoster's `sites.d` to edit it, then again to validate the
-/// result; 10,000 entries read, matched and sorted twice. A listing is not kept past that
-/// span (a folder's times do not tell two changes within a clock tick apart), and is
-/// forgotten at once when the span writes a file ([`listings_changed`]).
-type Listings = HashMap<(PathBuf, String), Arc<[PathBuf]>>;
-
-thread_local! {
-    static LISTINGS: std::cell::RefCell<Option<Listings>> = const { std::cell::RefCell::new(None) };
+/// Folder listings and files' texts kept for the span of one [`listing_once`]: a change
+/// through the configuration API lists a hoster's `sites.d` and reads its files to edit
+/// it, then again to validate the result; 10,000 entries read, matched and sorted, and
+/// 10,000 files looked at, twice. Nothing is kept past that span (a folder's or a file's
+/// times do not tell two changes within a clock tick apart), and it is forgotten at once
+/// when the span writes a file ([`listings_changed`]).
+#[derive(Default)]
+struct Span {
+    listings: HashMap<(PathBuf, String), Arc<[PathBuf]>>,
+    read: HashMap<PathBuf, (Arc<str>, Stamp)>,
 }
 
-/// Runs `f` with each folder listed once within it (see [`Listings`]).
+thread_local! {
+    static SPAN: std::cell::RefCell<Option<Span>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with each folder listed, and each file looked at, once within it (see [`Span`]).
 pub fn listing_once<R>(f: impl FnOnce() -> R) -> R {
     // Only the outermost span ends the keeping (an inner one may meet no listing yet).
-    let outermost = LISTINGS.with_borrow_mut(|l| {
-        let none = l.is_none();
-        l.get_or_insert_with(HashMap::new);
+    let outermost = SPAN.with_borrow_mut(|s| {
+        let none = s.is_none();
+        s.get_or_insert_with(Span::default);
         none
     });
     let result = f();
     if outermost {
-        LISTINGS.with_borrow_mut(|l| *l = None);
+        SPAN.with_borrow_mut(|s| *s = None);
     }
     result
 }
 
-/// Forgets the listings kept: a file was written or removed.
+/// Forgets the listings and texts kept: a file was written or removed.
 pub fn listings_changed() {
-    LISTINGS.with_borrow_mut(|l| {
-        if let Some(l) = l {
-            l.clear();
+    SPAN.with_borrow_mut(|s| {
+        if let Some(s) = s {
+            *s = Span::default();
         }
     });
 }
@@ -159,13 +179,14 @@ pub(super) fn listed(
     list: impl FnOnce() -> Result<Vec<PathBuf>, String>,
 ) -> Result<Arc<[PathBuf]>, String> {
     let key = (folder.to_path_buf(), pattern.to_string());
-    if let Some(kept) = LISTINGS.with_borrow(|l| l.as_ref().and_then(|l| l.get(&key).cloned())) {
+    let kept = SPAN.with_borrow(|s| s.as_ref().and_then(|s| s.listings.get(&key).cloned()));
+    if let Some(kept) = kept {
         return Ok(kept);
     }
     let found: Arc<[PathBuf]> = list()?.into();
-    LISTINGS.with_borrow_mut(|l| {
-        if let Some(l) = l {
-            l.insert(key, found.clone());
+    SPAN.with_borrow_mut(|s| {
+        if let Some(s) = s {
+            s.listings.insert(key, found.clone());
         }
     });
     Ok(found)
@@ -255,5 +276,23 @@ mod tests {
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["a.toml", "b.toml", "c.toml", "d.toml"]);
+    }
+
+    #[test]
+    fn a_file_is_looked_at_once_within_a_span_and_again_after_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(&path, "one").unwrap();
+        listing_once(|| {
+            assert_eq!(&*read(&path).unwrap().0, "one");
+            // Changed by someone else within the span: the span's text stands.
+            std::fs::write(&path, "two").unwrap();
+            assert_eq!(&*read(&path).unwrap().0, "one");
+            // The span's own write: read again.
+            listings_changed();
+            assert_eq!(&*read(&path).unwrap().0, "two");
+        });
+        std::fs::write(&path, "three").unwrap();
+        assert_eq!(&*read(&path).unwrap().0, "three");
     }
 }
