@@ -263,6 +263,8 @@ fn an_http2_server_answers_http_1_1_clients_and_is_checked_in_http2() {
          [[site]]\nname = \"front\"\nbindings = [\"http://127.0.0.1:{front}\"]\n\
          headers = {{ X-Front = \"espalier\" }}\n\
          [[site.app]]\npath = \"/old/\"\nupstream = \"old\"\n\
+         [[site.app]]\npath = \"/guarded/\"\nupstream = \"h2\"\n\
+         auth = {{ request = \"/verify\", upstream = \"h2\" }}\n\
          [[site.app]]\npath = \"/\"\nupstream = \"h2\"\n",
         http1_only.addr
     );
@@ -309,6 +311,14 @@ fn an_http2_server_answers_http_1_1_clients_and_is_checked_in_http2() {
     );
     assert!(got.contains("Content-Length: 5\r\n"), "{got}");
     assert!(got.ends_with("\r\n\r\nfixed"), "{got}");
+    // A verifier spoken to in HTTP/2 (the same server, which lets everyone in): its
+    // question goes by its head's parts as the forwarder's does; a failed one is a 503.
+    let got = exchange(
+        addr,
+        "GET /guarded/x HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n",
+    );
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.contains("h2 GET site.test /guarded/x body="), "{got}");
     // A WebSocket cannot go to a server spoken to in HTTP/2: 502, and the log says why.
     let got = exchange(
         addr,
