@@ -325,7 +325,10 @@ pool = "capped"
     let pool = &status.pools[0];
     let Some(group) = pool.cgroup.clone() else {
         // No writable cpu controller here: the one-line warning says so; nothing to check.
-        assert!(app.server.log_text().contains("cpu_limit is not applied"));
+        app.server.wait_for_log(
+            "cpu_limit is not applied",
+            std::time::Duration::from_secs(10),
+        );
         return;
     };
     let (_, arbiter, _, cpus) = procs(&status, Role::App)[0].clone();

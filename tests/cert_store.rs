@@ -96,11 +96,7 @@ fn certificates_come_from_the_store_by_name_and_changes_are_served_without_a_rel
         "certificate store: x.w.test: certificate",
         Duration::from_secs(30),
     );
-    assert!(
-        server.log_text().contains("expired on"),
-        "{}",
-        server.log_text()
-    );
+    server.wait_for_log("expired on", std::time::Duration::from_secs(10));
     assert_eq!(fetch(d, "certs/_.w.test.pem", "x.w.test", port).0, 0);
     // `check` refuses what `serve` refuses, in one line.
     let checked = espalier(&["check", "-c", d.join("espalier.toml").to_str().unwrap()]);

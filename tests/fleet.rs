@@ -602,7 +602,7 @@ fn a_fleet_shares_its_configuration_through_etcd() {
         "cluster: a part is refused, the others go on",
         Duration::from_secs(20),
     );
-    assert!(server1.log_text().contains("unknown field `bogus`"));
+    server1.wait_for_log("unknown field `bogus`", std::time::Duration::from_secs(10));
     assert_eq!(page_in(m1, "http://127.0.0.1:8081/"), "blog\n");
 
     // etcd gone: each member serves its copy, says since when, and refuses a fleet write.

@@ -404,9 +404,10 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
             all.all(|pid| !pid_alive(pid))
         },
     );
-    assert!(server
-        .log_text()
-        .contains("1 pool(s) unchanged, 2 changed or new"));
+    server.wait_for_log(
+        "1 pool(s) unchanged, 2 changed or new",
+        std::time::Duration::from_secs(10),
+    );
     assert_eq!(
         server
             .workers()

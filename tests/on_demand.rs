@@ -269,9 +269,10 @@ fn warm_up_requests_reach_a_new_app_process_before_its_first_client_request() {
     };
     // Ready means warmed: both paths arrived before `serve` said it serves.
     assert_eq!(record("always"), ["/warm-a", "/warm-b?x=1"]);
-    assert!(server
-        .log_text()
-        .contains("app always/0 warmed up: /warm-a 200"));
+    server.wait_for_log(
+        "app always/0 warmed up: /warm-a 200",
+        std::time::Duration::from_secs(10),
+    );
     let r = get(SocketAddr::from(([127, 0, 0, 1], always)), "/first", "");
     assert_eq!(r.status, 200);
     assert_eq!(record("always"), ["/warm-a", "/warm-b?x=1", "/first"]);
@@ -586,11 +587,7 @@ fn a_warmup_page_is_read_as_the_pools_user_and_never_through_a_symlink() {
         // The master still answers (a FIFO would have hung it).
         assert_eq!(state_of(&server, "slow").0, PoolState::Running, "{what}");
     }
-    assert!(
-        server.log_text().contains("as user nobody"),
-        "{}",
-        server.log_text()
-    );
+    server.wait_for_log("as user nobody", std::time::Duration::from_secs(10));
 }
 
 /// A client that asks for every cold host name cannot wake every pool (issue #39, item 2):
@@ -885,11 +882,7 @@ fn a_connection_accepted_as_the_worker_is_frozen_is_served() {
         "requests {hung:?} hung: {}",
         server.log_text()
     );
-    assert!(
-        server.log_text().contains("suspended"),
-        "{}",
-        server.log_text()
-    );
+    server.wait_for_log("suspended", std::time::Duration::from_secs(10));
 }
 
 /// The processes of `pool` with their role: (front running, app pid).

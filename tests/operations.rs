@@ -188,11 +188,7 @@ fn a_burst_of_reloads_fails_no_request() {
         server.log_text()
     );
     assert!(!text.contains("Non-2xx"), "{text}\n{}", server.log_text());
-    assert!(
-        server.log_text().contains("reloaded"),
-        "{}",
-        server.log_text()
-    );
+    server.wait_for_log("reloaded", std::time::Duration::from_secs(10));
 }
 
 /// Two servers, one admin address (issue #39, item 7): the second refuses to start in one

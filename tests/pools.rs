@@ -148,9 +148,10 @@ fn killed_workers_are_replaced_under_load() {
     // Only requests in flight on a killed worker may fail: at most its connections, each time.
     assert!(r["errors"].as_u64().unwrap() <= 10 * 16, "{r}");
     assert_eq!(s.workers()[0]["restarts"], 10);
-    assert!(server
-        .log_text()
-        .contains("exited: signal 9 (SIGKILL); restarting it in"));
+    server.wait_for_log(
+        "exited: signal 9 (SIGKILL); restarting it in",
+        std::time::Duration::from_secs(10),
+    );
 }
 
 #[test]
@@ -170,7 +171,10 @@ fn rapid_fail_stops_the_pool_which_answers_503_until_started() {
         "POOL web STOPPED by rapid-fail protection: 3 crashes within 1m",
         Duration::from_secs(2),
     );
-    assert!(server.log_text().contains("failing at start on purpose"));
+    server.wait_for_log(
+        "failing at start on purpose",
+        std::time::Duration::from_secs(10),
+    );
     let r = get(s.addr(), "/", "");
     assert_eq!((r.status, r.header("retry-after")), (503, Some("5")));
     // `espalier pool start` brings it back (after the one injected failure left).
@@ -238,7 +242,7 @@ fn twenty_overlapped_recycles_under_keep_alive_load_lose_no_request() {
     let r = load_result(load);
     assert!(r["requests"].as_u64().unwrap() > 1000, "{r}");
     assert_eq!(r["errors"], 0, "no failed request across 20 recycles: {r}");
-    assert!(server.log_text().contains("(recycled)"));
+    server.wait_for_log("(recycled)", std::time::Duration::from_secs(10));
 }
 
 /// A new connection per request while the pool is stopped, started and recycled: every
@@ -341,7 +345,7 @@ fn a_worker_that_stops_answering_pings_is_replaced() {
     s.wait_until("the hung worker replaced", Duration::from_secs(5), |s| {
         s.workers()[1]["pid"].as_u64() != Some(victim as u64) && s.running() == 2
     });
-    assert!(server.log_text().contains("missed its pings"));
+    server.wait_for_log("missed its pings", std::time::Duration::from_secs(10));
 }
 
 #[test]
@@ -506,7 +510,7 @@ fn a_worker_past_its_memory_limit_is_recycled() {
             .iter()
             .all(|w| w["recycles"].as_u64() == Some(1) && w["state"] == "running")
     });
-    assert!(server.log_text().contains("resident memory"));
+    server.wait_for_log("resident memory", std::time::Duration::from_secs(10));
     for w in s.workers() {
         assert!(
             w["resident_bytes"].as_u64().unwrap() < 64 << 20,
@@ -733,7 +737,7 @@ fn scheduled_recycle_at_a_time_of_day() {
             .iter()
             .all(|w| w["recycles"].as_u64() == Some(1))
     });
-    assert!(server.log_text().contains("scheduled recycle time"));
+    server.wait_for_log("scheduled recycle time", std::time::Duration::from_secs(10));
 }
 
 #[test]

@@ -629,7 +629,10 @@ fn graceful_stop_finishes_in_flight_requests_and_leaves_no_process() {
     for pid in pids {
         assert!(!pid_alive(pid), "worker {pid} outlived the master");
     }
-    assert!(server.log_text().contains("espalier[master]: stopped"));
+    server.wait_for_log(
+        "espalier[master]: stopped",
+        std::time::Duration::from_secs(10),
+    );
     // The port is free again.
     std::net::TcpListener::bind(addr(port)).expect("port released");
 }

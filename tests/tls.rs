@@ -113,9 +113,10 @@ pool = "app"
         app_pool = app_pool()
     );
     let server = Server::with_config(d, &config);
-    assert!(server
-        .log_text()
-        .contains(&format!("listening on https://127.0.0.1:{port}")));
+    server.wait_for_log(
+        &format!("listening on https://127.0.0.1:{port}"),
+        std::time::Duration::from_secs(10),
+    );
 
     // SNI: each name gets its own certificate (curl trusts only that one) and its site.
     for h in ["a", "b", "c"] {
