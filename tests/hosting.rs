@@ -495,12 +495,9 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
     server.wait_until("pool a's old worker gone", Duration::from_secs(20), |_| {
         !pid_alive(a_before)
     });
-    assert!(
-        server
-            .log_text()
-            .contains("1 pool(s) unchanged, 1 changed or new"),
-        "{}",
-        server.log_text()
+    server.wait_for_log(
+        "1 pool(s) unchanged, 1 changed or new",
+        std::time::Duration::from_secs(10),
     );
     assert_eq!(pid_of("b"), Some(b_before), "pool b's worker was restarted");
 
