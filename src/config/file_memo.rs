@@ -71,7 +71,7 @@ fn kept() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Kept>> {
 }
 
 /// A file's text and stamp: the kept one when its metadata is unchanged, else read now (and
-/// kept once settled). Within a [`listing_once`] span a file is looked at once: a change
+/// kept once settled). Within a [`files_read_once`] span a file is looked at once: a change
 /// through the configuration API reads every included file to edit one, then again to
 /// validate the result (10,000 `statx` calls each time).
 pub(super) fn read(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
@@ -131,12 +131,12 @@ pub(super) fn keep_only(folder: &Path, read: &std::collections::HashSet<PathBuf>
     kept().retain(|path, _| !path.starts_with(folder) || read.contains(path));
 }
 
-/// Folder listings and files' texts kept for the span of one [`listing_once`]: a change
+/// Folder listings and files' texts kept for the span of one [`files_read_once`]: a change
 /// through the configuration API lists a hoster's `sites.d` and reads its files to edit
 /// it, then again to validate the result; 10,000 entries read, matched and sorted, and
 /// 10,000 files looked at, twice. Nothing is kept past that span (a folder's or a file's
 /// times do not tell two changes within a clock tick apart), and it is forgotten at once
-/// when the span writes a file ([`listings_changed`]).
+/// when the span writes a file ([`files_written`]).
 #[derive(Default)]
 struct Span {
     listings: HashMap<(PathBuf, String), Arc<[PathBuf]>>,
@@ -148,7 +148,7 @@ thread_local! {
 }
 
 /// Runs `f` with each folder listed, and each file looked at, once within it (see [`Span`]).
-pub fn listing_once<R>(f: impl FnOnce() -> R) -> R {
+pub fn files_read_once<R>(f: impl FnOnce() -> R) -> R {
     // Only the outermost span ends the keeping (an inner one may meet no listing yet).
     let outermost = SPAN.with_borrow_mut(|s| {
         let none = s.is_none();
@@ -163,7 +163,7 @@ pub fn listing_once<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Forgets the listings and texts kept: a file was written or removed.
-pub fn listings_changed() {
+pub fn files_written() {
     SPAN.with_borrow_mut(|s| {
         if let Some(s) = s {
             *s = Span::default();
@@ -172,7 +172,7 @@ pub fn listings_changed() {
 }
 
 /// The files of `folder` named by `pattern`, as `list` finds them: listed once within a
-/// [`listing_once`], else each time.
+/// [`files_read_once`], else each time.
 pub(super) fn listed(
     folder: &Path,
     pattern: &str,
@@ -256,16 +256,16 @@ mod tests {
                 .unwrap()
         };
         std::fs::write(dir.path().join("a.toml"), "").unwrap();
-        listing_once(|| {
+        files_read_once(|| {
             assert_eq!(list().len(), 1);
             // Made within the span, by someone else: this span's listing stands.
             std::fs::write(dir.path().join("b.toml"), "").unwrap();
             assert_eq!(list().len(), 1);
             // The span's own write: listed again.
-            listings_changed();
+            files_written();
             assert_eq!(list().len(), 2);
             // A span within it, ended, leaves the outer one's listing kept.
-            listing_once(|| ());
+            files_read_once(|| ());
             std::fs::write(dir.path().join("c.toml"), "").unwrap();
             assert_eq!(list().len(), 2);
         });
@@ -283,13 +283,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.toml");
         std::fs::write(&path, "one").unwrap();
-        listing_once(|| {
+        files_read_once(|| {
             assert_eq!(&*read(&path).unwrap().0, "one");
             // Changed by someone else within the span: the span's text stands.
             std::fs::write(&path, "two").unwrap();
             assert_eq!(&*read(&path).unwrap().0, "one");
             // The span's own write: read again.
-            listings_changed();
+            files_written();
             assert_eq!(&*read(&path).unwrap().0, "two");
         });
         std::fs::write(&path, "three").unwrap();

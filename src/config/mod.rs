@@ -42,7 +42,7 @@ mod validate;
 
 pub use acme_settings::*;
 pub use error::{ConfigError, ConfigErrors};
-pub use file_memo::{listing_once, listings_changed};
+pub use file_memo::{files_read_once, files_written};
 pub use include::Overlay;
 pub use model::*;
 pub use parse::parse_binding;

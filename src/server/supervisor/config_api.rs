@@ -79,8 +79,8 @@ pub(super) fn written(said: &str, version: &str, created: bool) -> AdminReply {
 pub(super) fn write_all(
     changes: &[(PathBuf, Option<String>)],
 ) -> Result<Vec<(PathBuf, Option<String>)>, String> {
-    // A file made or removed: the folders are listed again.
-    crate::config::listings_changed();
+    // Files written, made or removed: folders are listed and files read again.
+    crate::config::files_written();
     let mut undo = Vec::new();
     for (path, text) in changes {
         let before = std::fs::read_to_string(path).ok();
@@ -97,7 +97,7 @@ pub(super) fn write_all(
 }
 
 pub(super) fn put_back(undo: &[(PathBuf, Option<String>)]) {
-    crate::config::listings_changed();
+    crate::config::files_written();
     for (path, before) in undo.iter().rev() {
         if let Err(e) = replace_file(path, before.as_deref()) {
             log(
@@ -195,8 +195,8 @@ impl Supervisor {
     /// says so).
     pub(super) fn config_call(&mut self, call: ConfigCall, reply: oneshot::Sender<AdminReply>) {
         let applied = call.method != ConfigMethod::Get;
-        // Its edit and its validation list the same folders: once.
-        match crate::config::listing_once(|| self.config_answer(call)) {
+        // Its edit and its validation list the same folders and read the same files: once.
+        match crate::config::files_read_once(|| self.config_answer(call)) {
             Answered::Now(answer) if applied => self.answer_when_served(answer, reply),
             Answered::Now(answer) => {
                 let _ = reply.send(answer);
