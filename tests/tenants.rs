@@ -333,19 +333,31 @@ pool = "php"
         text.replace("pm.max_children = 4", "pm.max_children = 3"),
     )
     .unwrap();
-    // Restart php-fpm with three children (a recycle reads its config again).
+    // Restart php-fpm with three children (a recycle reads its config again). The recycle
+    // replaces the front worker as well as the app; both are waited for, by their pids, so
+    // that no client below connects to a process about to drain.
+    let pids = |s: &Server| -> Vec<Option<u32>> {
+        let status = s.status();
+        let workers = status.pools.iter().flat_map(|p| &p.workers);
+        workers.map(|w| w.pid).collect()
+    };
+    let before = pids(&app.server);
     let (code, _) = app.server.post("/pools/php/recycle");
     assert_eq!(code, 200);
-    app.server.wait_for_log("recycled", Duration::from_secs(60));
-    // The old php-fpm (four children) drains and exits; only then are three children all
-    // there is, and the front workers know of the new process alone.
+    // The old php-fpm (four children) and the old front worker drain and exit; only then are
+    // three children all there is, and the front worker knows of the new process alone.
     app.server
-        .wait_until("the old php-fpm gone", Duration::from_secs(60), |s| {
+        .wait_until("both processes replaced", Duration::from_secs(60), |s| {
             let status = s.status();
-            let apps = (status.pools.iter().flat_map(|p| &p.workers))
-                .filter(|w| w.role == Role::App)
-                .collect::<Vec<_>>();
-            apps.len() == 1 && apps[0].draining.is_empty() && apps[0].state == WorkerState::Running
+            let workers = status.pools.iter().flat_map(|p| &p.workers);
+            let now = workers.clone().map(|w| w.pid).collect::<Vec<_>>();
+            let apps = workers.clone().filter(|w| w.role == Role::App).count();
+            apps == 1
+                && now.len() == before.len()
+                && now.iter().zip(&before).all(|(n, b)| n.is_some() && n != b)
+                && workers
+                    .clone()
+                    .all(|w| w.draining.is_empty() && w.state == WorkerState::Running)
         });
     let mut conns: Vec<Conn> = (0..8).map(|_| Conn::open(app.addr)).collect();
     for round in 0..4 {
