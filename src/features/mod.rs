@@ -4,8 +4,8 @@
 //! (`config::chain`: its step, its keys, where it runs), its keys in the config's schema
 //! (`config::raw`), and the reference.
 //!
-//! Owns: [`HeadStep`], what a response feature's compiled step is, and [`head`], the edits of
-//! a formatted answer head they share. Must not touch: which sites carry a step (the list
+//! Owns: [`HeadStep`], what a response feature's compiled step is, and [`head`], an answer's
+//! head with its index and the edits they share. Must not touch: which sites carry a step (the list
 //! and the worker's compile do), the answer's body, or the socket.
 //!
 //! Why a trait object here when the request chain's steps are an enum: a response step runs
@@ -19,7 +19,7 @@ pub mod status_headers;
 /// A response feature's compiled step, run on every answer of a site (or path) that sets its
 /// keys, by the one response writer, in the chain's order (`config::chain::ResponseStep`).
 pub trait HeadStep: std::fmt::Debug {
-    /// Acts on the answer head written at `out[mark..]` (its status line, its fields, the
-    /// blank line, perhaps a body after it), whose status is `status`.
-    fn run(&self, out: &mut Vec<u8>, mark: usize, status: u16);
+    /// Acts on the answer's whole head (its status, its fields; a body may follow it in the
+    /// buffer, and is moved, not touched).
+    fn run(&self, head: &mut head::HeadEdit<'_>);
 }

@@ -9,7 +9,7 @@
 //! `headers`' are (by the config's validator, before this). Must not touch: the answer's
 //! body, or which site or path carries it (a path's table replaces its site's whole).
 
-use super::head::replace_fields;
+use super::head::HeadEdit;
 use super::HeadStep;
 use serde::{Deserialize, Serialize};
 
@@ -92,8 +92,8 @@ fn statuses(key: &str) -> Option<Statuses> {
 }
 
 impl HeadStep for StatusHeaders {
-    fn run(&self, out: &mut Vec<u8>, mark: usize, status: u16) {
-        let Some(t) = self.table(status) else {
+    fn run(&self, head: &mut HeadEdit<'_>) {
+        let Some(t) = self.table(head.status()) else {
             return;
         };
         let removes = |name: &[u8]| {
@@ -101,13 +101,24 @@ impl HeadStep for StatusHeaders {
                 .iter()
                 .any(|r| r.as_bytes().eq_ignore_ascii_case(name))
         };
-        replace_fields(out, mark, removes, t.lines.as_bytes());
+        head.replace(removes, t.lines.as_bytes());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `s`'s step on the head `text`.
+    fn run(s: &StatusHeaders, text: &[u8]) -> String {
+        let mut out = text.to_vec();
+        let mut index = super::super::head::AnswerIndex::of_written(&out, 0);
+        s.run(&mut HeadEdit {
+            out: &mut out,
+            index: &mut index,
+        });
+        String::from_utf8(out).unwrap()
+    }
 
     fn table(key: &str, fields: &[(&str, &str)]) -> (String, Vec<(String, String)>) {
         let fields = fields.iter().map(|(n, v)| (n.to_string(), v.to_string()));
@@ -122,22 +133,20 @@ mod tests {
         ])
         .unwrap();
         let head = "HTTP/1.1 503 Service Unavailable\r\nServer: espalier\r\nRetry-After: 1\r\n\r\n";
-        let mut out = head.as_bytes().to_vec();
-        s.run(&mut out, 0, 503);
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            run(&s, head.as_bytes()),
             "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 30\r\n\r\n"
         );
-        let mut out = b"HTTP/1.1 502 Bad Gateway\r\nCache-Control: max-age=60\r\n\r\n".to_vec();
-        s.run(&mut out, 0, 502);
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            run(
+                &s,
+                b"HTTP/1.1 502 Bad Gateway\r\nCache-Control: max-age=60\r\n\r\n"
+            ),
             "HTTP/1.1 502 Bad Gateway\r\nCache-Control: no-store\r\n\r\n"
         );
         // No table for it: untouched.
-        let mut out = b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n".to_vec();
-        s.run(&mut out, 0, 200);
-        assert_eq!(out, b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n");
+        let kept = "HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\n\r\n";
+        assert_eq!(run(&s, kept.as_bytes()), kept);
     }
 
     #[test]

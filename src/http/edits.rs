@@ -3,13 +3,13 @@
 //! response writer ([`super::Responder::response_steps`]): espalier's own and applications'.
 //!
 //! Owns: [`FieldEdits`]: made once per thread from a site's (or path's) keys
-//! ([`FieldEdits::of`]), and applied to a formatted HTTP/1.1 head. The feature is this file,
+//! ([`FieldEdits::of`]), and applied to an answer's head through its index. The feature is this file,
 //! its keys (`headers`, `hsts` in `config::raw`, checked in `config::validate::site`), and its
 //! line in `config::chain::ResponseStep`. Must not touch: which edits a request gets (the
 //! request chain chooses by site and path, and carries them in its context).
 
 use crate::config::{AppSpec, SiteSpec};
-use crate::features::head;
+use crate::features::head::HeadEdit;
 use std::rc::Rc;
 
 /// A site's or path's edits by scheme: over cleartext, and over TLS (with its HSTS line);
@@ -99,36 +99,25 @@ impl FieldEdits {
         }
     }
 
-    /// Applies the edits to the head of the answer written at `out[mark..]` (status line,
-    /// fields, blank line, perhaps a body after it): one pass over its lines, removed ones
+    /// Applies the edits to the answer's head: one pass over its fields, removed ones
     /// taken out in place, then the added lines put in before the blank line with one move
     /// of what follows — no allocation when the answer had none of the kept names.
-    pub fn apply(&self, out: &mut Vec<u8>, mark: usize) {
+    pub fn apply(&self, head: &mut HeadEdit<'_>) {
         let mut present = false;
-        let removes = |name: &[u8]| {
+        head.remove_where(|name: &[u8]| {
             if self.removes(name) {
                 return true;
             }
             present |= (self.kept_names.iter()).any(|k| k.as_bytes().eq_ignore_ascii_case(name));
             false
-        };
-        let Some(at) = head::take_fields(out, mark, removes) else {
-            return;
-        };
+        });
         if present {
             // Rare: an app sent its own HSTS. Only the lines it lacks go in.
             let mut lines = Vec::with_capacity(self.added.len());
-            let head = out[mark..at].to_vec();
-            self.add_missing(&mut lines, |name| {
-                head.split(|&b| b == b'\n').skip(1).any(|l| {
-                    l.len() > name.len()
-                        && l[..name.len()].eq_ignore_ascii_case(name)
-                        && l[name.len()] == b':'
-                })
-            });
-            head::insert(out, at, &lines);
+            self.add_missing(&mut lines, |name| head.has(name));
+            head.add_lines(&lines);
         } else {
-            head::insert(out, at, &self.added);
+            head.add_lines(&self.added);
         }
     }
 }
@@ -136,6 +125,17 @@ impl FieldEdits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::features::head::AnswerIndex;
+
+    /// `edits` on the head written at `out[start..]`.
+    fn apply(edits: &FieldEdits, mut out: Vec<u8>, start: usize) -> String {
+        let mut index = AnswerIndex::of_written(&out, start);
+        edits.apply(&mut HeadEdit {
+            out: &mut out,
+            index: &mut index,
+        });
+        String::from_utf8(out).unwrap()
+    }
 
     #[test]
     fn removed_fields_go_and_added_ones_come_unless_the_answer_has_them() {
@@ -145,17 +145,15 @@ mod tests {
         );
         let mut out = b"before".to_vec();
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: espalier\r\nX-Frame-Options: SAMEORIGIN\r\nStrict-Transport-Security: max-age=9\r\nContent-Length: 2\r\n\r\nok");
-        edits.apply(&mut out, 6);
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            apply(&edits, out, 6),
             "beforeHTTP/1.1 200 OK\r\nStrict-Transport-Security: max-age=9\r\nContent-Length: 2\r\nX-Frame-Options: DENY\r\n\r\nok"
         );
         assert!(edits.removes(b"SERVER") && !edits.removes(b"date"));
         // Without an HSTS of the answer's own, every added line goes in.
-        let mut out = b"HTTP/1.1 404 Not Found\r\nServer: espalier\r\n\r\nbody".to_vec();
-        edits.apply(&mut out, 0);
+        let out = b"HTTP/1.1 404 Not Found\r\nServer: espalier\r\n\r\nbody".to_vec();
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            apply(&edits, out, 0),
             "HTTP/1.1 404 Not Found\r\nX-Frame-Options: DENY\r\nStrict-Transport-Security: max-age=1\r\n\r\nbody"
         );
     }

@@ -12,6 +12,7 @@
 
 use super::response_chain::{ResponseChain, Step, Whose};
 use super::{clock, error_pages};
+use crate::features::head::{AnswerIndex, HeadEdit};
 
 /// What the connection does after the answer, as its `Connection` line says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +85,9 @@ pub struct Responder<'a> {
     then: Then,
     minor_version: u8,
     head_only: bool,
+    /// Where the head being written lies in `out`: its status and fields, kept as they are
+    /// written and through the response steps' edits (see `features::head`).
+    index: AnswerIndex,
 }
 
 impl<'a> Responder<'a> {
@@ -105,7 +109,14 @@ impl<'a> Responder<'a> {
             },
             minor_version,
             head_only,
+            index: AnswerIndex::default(),
         }
+    }
+
+    /// The index of the head written last (its status and fields, where they lie in the
+    /// buffer): what an HTTP/2 or HTTP/3 stream's response is made from.
+    pub fn into_index(self) -> AnswerIndex {
+        self.index
     }
 
     /// The same writer for an answer after which the connection does `then` (an upgrade).
@@ -131,20 +142,34 @@ impl<'a> Responder<'a> {
         let Some(chain) = chain else {
             return;
         };
-        let mut status = None;
+        // Nothing written since `mark` (an answer refused): nothing to edit.
+        if self.index.head().map(|h| h.start) != Some(mark) {
+            return;
+        }
         for step in chain.steps() {
+            let mut head = HeadEdit {
+                out: self.out,
+                index: &mut self.index,
+            };
             match step {
                 Step::ErrorPage(pages) if whose == Whose::Own => self.brand_error(mark, pages),
                 Step::ErrorPage(_) => {}
-                Step::Headers(edits) => edits.apply(self.out, mark),
-                Step::Feature(feature) => {
-                    let status = *status.get_or_insert_with(|| {
-                        error_pages::status_of(&self.out[mark..]).unwrap_or(0)
-                    });
-                    feature.run(self.out, mark, status);
-                }
+                Step::Headers(edits) => edits.apply(&mut head),
+                Step::Feature(feature) => feature.run(&mut head),
             }
         }
+    }
+
+    /// Writes `lines` (whole `Name: value\r\n` lines espalier formatted), indexed.
+    fn lines(&mut self, lines: &[u8]) {
+        self.index.lines(self.out.len(), lines);
+        self.out.extend_from_slice(lines);
+    }
+
+    /// Ends the head with its blank line.
+    fn blank_line(&mut self) {
+        self.out.extend_from_slice(b"\r\n");
+        self.index.end(self.out.len());
     }
 
     pub fn head_only(&self) -> bool {
@@ -161,6 +186,7 @@ impl<'a> Responder<'a> {
     /// `Connection` line: `close` when the connection ends after it (said to HTTP/1.0 clients
     /// too, as nginx does), `keep-alive` to an HTTP/1.0 client it stays open for, `upgrade`.
     pub fn status_line(&mut self, status: u16, reason: &str, sent: Sent) -> &mut Self {
+        self.index.begin(self.out.len(), status);
         self.out.extend_from_slice(b"HTTP/1.1 ");
         self.out
             .extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
@@ -171,22 +197,23 @@ impl<'a> Responder<'a> {
         };
         self.out.extend_from_slice(reason.as_bytes());
         self.out.extend_from_slice(b"\r\n");
+        let common = self.common;
         if !sent.server && !sent.date {
-            self.out.extend_from_slice(self.common);
+            self.lines(common);
         } else {
-            let (server, date, rest) = clock::split_common(self.common);
+            let (server, date, rest) = clock::split_common(common);
             if !sent.server {
-                self.out.extend_from_slice(server);
+                self.lines(server);
             }
             if !sent.date {
-                self.out.extend_from_slice(date);
+                self.lines(date);
             }
-            self.out.extend_from_slice(rest);
+            self.lines(rest);
         }
         match (self.then, self.minor_version) {
-            (Then::Close, _) => self.out.extend_from_slice(b"Connection: close\r\n"),
-            (Then::Upgrade, _) => self.out.extend_from_slice(b"Connection: upgrade\r\n"),
-            (Then::KeepAlive, 0) => self.out.extend_from_slice(b"Connection: keep-alive\r\n"),
+            (Then::Close, _) => self.lines(b"Connection: close\r\n"),
+            (Then::Upgrade, _) => self.lines(b"Connection: upgrade\r\n"),
+            (Then::KeepAlive, 0) => self.lines(b"Connection: keep-alive\r\n"),
             (Then::KeepAlive, _) => {}
         }
         self
@@ -198,6 +225,8 @@ impl<'a> Responder<'a> {
 
     /// A field whose name or value need not be text (an app's, passed on as it sent it).
     pub fn field(&mut self, name: &[u8], value: &[u8]) -> &mut Self {
+        let len = name.len() + 2 + value.len() + 2;
+        self.index.line(self.out.len(), name.len(), len);
         self.out.extend_from_slice(name);
         self.out.extend_from_slice(b": ");
         self.out.extend_from_slice(value);
@@ -207,7 +236,7 @@ impl<'a> Responder<'a> {
 
     /// Header lines already formatted (`Name: value\r\n`…), such as a cached file's.
     pub fn raw_headers(&mut self, lines: &[u8]) -> &mut Self {
-        self.out.extend_from_slice(lines);
+        self.lines(lines);
         self
     }
 
@@ -225,10 +254,7 @@ impl<'a> Responder<'a> {
 
     pub fn content_length(&mut self, len: u64) -> &mut Self {
         let mut b = itoa::Buffer::new();
-        self.out.extend_from_slice(b"Content-Length: ");
-        self.out.extend_from_slice(b.format(len).as_bytes());
-        self.out.extend_from_slice(b"\r\n");
-        self
+        self.field(b"Content-Length", b.format(len).as_bytes())
     }
 
     /// `Transfer-Encoding` with `codings` (`chunked`, or an app's `gzip, chunked`).
@@ -238,13 +264,13 @@ impl<'a> Responder<'a> {
 
     /// Ends the head; the body (if any) follows separately.
     pub fn end_head(&mut self) {
-        self.out.extend_from_slice(b"\r\n");
+        self.blank_line();
     }
 
     /// Ends the head and appends `body` (not for HEAD requests).
     pub fn body(&mut self, body: &[u8]) {
         self.content_length(body.len() as u64);
-        self.out.extend_from_slice(b"\r\n");
+        self.blank_line();
         if !self.head_only {
             self.out.extend_from_slice(body);
         }
@@ -272,6 +298,10 @@ impl<'a> Responder<'a> {
         self.out[value_at + digits.len()..end_of_head].copy_from_slice(b"\r\n\r\n");
         self.out
             .truncate(end_of_head + if self.head_only { 0 } else { len });
+        const NAME: usize = "Content-Length".len();
+        let line_at = value_at - NAME - 2;
+        self.index.line(line_at, NAME, end_of_head - 2 - line_at);
+        self.index.end(end_of_head);
     }
 
     /// A complete small response: status, content type and body.
@@ -301,27 +331,13 @@ impl<'a> Responder<'a> {
     /// Replaces the error answer written since `mark` by the site's page for its status, if
     /// it has one, keeping the fields the page does not say ([`error_pages::KEPT_FIELDS`]).
     fn brand_error(&mut self, mark: usize, pages: &error_pages::ErrorPages) {
-        let Some(status) = error_pages::status_of(&self.out[mark..]).filter(|s| *s >= 400) else {
+        let status = self.index.status();
+        let Some(page) = pages.get(status).filter(|_| status >= 400) else {
             return;
         };
-        let Some(page) = pages.get(status) else {
-            return;
-        };
-        let head_end = memchr::memmem::find(&self.out[mark..], b"\r\n\r\n")
-            .map_or(self.out.len(), |e| mark + e + 2);
-        let mut kept = Vec::new();
-        for line in self.out[mark..head_end]
-            .split_inclusive(|&b| b == b'\n')
-            .skip(1)
-        {
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            if error_pages::KEPT_FIELDS
-                .iter()
-                .any(|k| k.as_bytes().eq_ignore_ascii_case(name))
-            {
-                kept.extend_from_slice(line);
-            }
-        }
+        let kept = self.index.lines_of(self.out, |name| {
+            (error_pages::KEPT_FIELDS.iter()).any(|k| k.as_bytes().eq_ignore_ascii_case(name))
+        });
         self.out.truncate(mark);
         self.error_page(status, page, &kept);
     }

@@ -11,6 +11,7 @@
 use super::access_log::{Entry, Facts};
 use super::service::{ConnEnv, FileBody, Reply, RequestCtx, Service};
 use super::{Method, Request, Responder, MAX_HEADERS};
+use crate::features::head::AnswerIndex;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -97,10 +98,11 @@ pub(crate) fn request_of<'a>(
     })
 }
 
-/// An answer espalier writes itself, as HTTP/1.1 (head and in-memory body), with the file
-/// whose pieces follow and whether the service refused to answer at all.
+/// An answer espalier writes itself, as HTTP/1.1 (head and in-memory body) with its head's
+/// index, the file whose pieces follow and whether the service refused to answer at all.
 pub(crate) struct Written {
     pub(crate) out: Vec<u8>,
+    pub(crate) index: AnswerIndex,
     pub(crate) file: Option<FileBody>,
     pub(crate) refused: bool,
 }
@@ -115,11 +117,12 @@ pub(crate) fn answer_here<S: Service>(
     (arrived, client, protocol): (Instant, &str, u8),
 ) -> Written {
     let mut out = Vec::with_capacity(1024);
-    let reply = {
+    let (reply, index) = {
         let common = env.clock.common();
         let head_only = request.method == Method::Head;
         let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
-        env.service.call(group, ctx, request, &mut resp)
+        let reply = env.service.call(group, ctx, request, &mut resp);
+        (reply, resp.into_index())
     };
     let refused = matches!(reply, Reply::Refuse);
     let file = match reply {
@@ -138,7 +141,48 @@ pub(crate) fn answer_here<S: Service>(
         let entry = Entry::answered(req, answer, file_len, Some(arrived), client);
         env.service.log(ctx, &entry);
     }
-    Written { out, file, refused }
+    Written {
+        out,
+        index,
+        file,
+        refused,
+    }
+}
+
+/// espalier's own error answer for `status`, written as its handlers' are (`common`: the
+/// thread's common lines).
+pub(crate) fn own_error(common: &[u8], status: u16) -> Written {
+    let mut out = Vec::with_capacity(256);
+    let mut resp = Responder::new(&mut out, common, true, 1, false);
+    resp.error(status);
+    let index = resp.into_index();
+    Written {
+        out,
+        index,
+        file: None,
+        refused: false,
+    }
+}
+
+/// An answer espalier wrote (`out`, its head indexed by `index`) as a stream's response —
+/// its status, and its fields but those the protocol forbids, their values sharing `out`'s
+/// bytes (no copy per field, and no text read back) — with where its body starts. `None`
+/// when no whole head was written, or a field is not one HTTP/2 can carry.
+pub(crate) fn response_of(out: &Bytes, index: &AnswerIndex) -> Option<(http::Response<()>, usize)> {
+    let head = index.head()?;
+    let mut response = http::Response::new(());
+    *response.status_mut() = http::StatusCode::from_u16(index.status()).ok()?;
+    let fields = response.headers_mut();
+    for (name, value) in index.fields() {
+        let name = &out[name];
+        if connection_specific(name) {
+            continue;
+        }
+        let name = http::HeaderName::from_bytes(name).ok()?;
+        let value = http::HeaderValue::from_maybe_shared(out.slice(value)).ok()?;
+        fields.append(name, value);
+    }
+    Some((response, head.end))
 }
 
 /// The forwarder's side of a stream's pipe (`stream`, the body's start in `rbuf`), bounded as
@@ -164,7 +208,7 @@ pub(crate) fn lent_connection<'a, C, S>(
 
 /// Header fields HTTP/2 and HTTP/3 forbid (RFC 9113 §8.2.2, RFC 9114 §4.2): dropped from
 /// HTTP/1.1 answers.
-fn connection_specific(name: &str) -> bool {
+fn connection_specific(name: &[u8]) -> bool {
     [
         "connection",
         "keep-alive",
@@ -173,7 +217,7 @@ fn connection_specific(name: &str) -> bool {
         "upgrade",
     ]
     .iter()
-    .any(|n| name.eq_ignore_ascii_case(n))
+    .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
 }
 
 /// An HTTP/1.1 answer's head (`head`, through its empty line) as a stream's response, its
@@ -202,7 +246,7 @@ pub(crate) fn translate(head: &Bytes) -> Option<Translated> {
         } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
             chunked = true;
         }
-        if connection_specific(h.name) {
+        if connection_specific(h.name.as_bytes()) {
             continue;
         }
         let name = http::HeaderName::from_bytes(h.name.as_bytes()).ok()?;

@@ -6,8 +6,8 @@
 
 use super::send::{send_answer, send_data, window};
 use crate::http::service::ConnEnv;
+use crate::http::streams::own_error;
 use crate::http::streams::StreamOut;
-use crate::http::Responder;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
@@ -77,10 +77,6 @@ impl StreamOut for H2Out<'_> {
 
 /// espalier's own error answer on a stream, written and queued as its handlers' are.
 pub(super) fn send_error<S>(respond: &mut SendResponse<Bytes>, env: &ConnEnv<S>, status: u16) {
-    let mut out = Vec::with_capacity(256);
-    {
-        let common = env.clock.common();
-        Responder::new(&mut out, &common, true, 1, false).error(status);
-    }
-    let _ = send_answer(respond, Bytes::from(out), false, false);
+    let written = own_error(&env.clock.common(), status);
+    let _ = send_answer(respond, (written.out, &written.index), false, false);
 }

@@ -8,7 +8,7 @@
 //! service's), or the connection (see the parent module).
 
 use super::body::Body;
-use super::send::{send_answer, send_data};
+use super::send::send_data;
 use super::Connection;
 use crate::http::access_log::Report;
 use crate::http::service::{LentStream, RequestCtx, Service, StreamReply};
@@ -17,10 +17,28 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 
 impl StreamReply<'_> {
-    /// Sends an answer espalier wrote whole (head and body, as HTTP/1.1).
+    /// Sends an answer espalier wrote whole (head and body, as HTTP/1.1, through the
+    /// forwarder's writer: its head is translated, see `streams::translate`).
     pub fn answer(&mut self, out: Vec<u8>, head_only: bool) {
         self.report.bytes.set(out.len() as u64);
-        let _ = send_answer(self.respond, Bytes::from(out), false, head_only);
+        let out = Bytes::from(out);
+        let Some(head_len) = memchr::memmem::find(&out, b"\r\n\r\n").map(|e| e + 4) else {
+            return;
+        };
+        let Some(translated) = translate(&out.slice(..head_len)) else {
+            return;
+        };
+        let body = if head_only {
+            Bytes::new()
+        } else {
+            out.slice(head_len..)
+        };
+        let end = body.is_empty();
+        if let Ok(mut send) = self.respond.send_response(translated.response, end) {
+            if !end {
+                let _ = send.send_data(body, true);
+            }
+        }
     }
 
     /// Sends the answer's head (written as HTTP/1.1, through its empty line); `end`: it has

@@ -506,7 +506,12 @@ impl<S: Service + 'static> Connection<S> {
                 return None;
             }
         };
-        let Written { out, file, refused } = answer_here(
+        let Written {
+            out,
+            index,
+            file,
+            refused,
+        } = answer_here(
             env,
             self.group,
             &ctx,
@@ -518,7 +523,7 @@ impl<S: Service + 'static> Connection<S> {
             respond.send_reset(h2::Reason::REFUSED_STREAM);
             return None;
         }
-        let send = send_answer(&mut respond, Bytes::from(out), file.is_some(), head_only)?;
+        let send = send_answer(&mut respond, (out, &index), file.is_some(), head_only)?;
         match (send, file) {
             (Some(send), Some(file)) if !head_only => Some(Work::File(send, file)),
             _ => None,

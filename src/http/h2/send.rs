@@ -4,7 +4,8 @@
 //! Owns: the window waits and the answer queued whole. Must not touch: which answer a stream gets
 //! (the service's) or where it comes from (`answer` relays, `lent` lends the stream).
 
-use crate::http::streams::translate;
+use crate::features::head::AnswerIndex;
+use crate::http::streams::response_of;
 use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::SendStream;
@@ -64,20 +65,19 @@ pub async fn send_data(
     Some(())
 }
 
-/// Queues an answer espalier's handlers wrote as HTTP/1.1 (`out`, head and in-memory body)
-/// on the stream, without waiting: the h2 crate holds what the client's windows do not yet
-/// take (at most the in-memory body, which is small). With `more` (a file follows), the
-/// stream is left open and returned. `None` when the stream is gone or the head is not
-/// HTTP.
+/// Queues an answer espalier wrote (`out`, its head indexed by `index`, and an in-memory
+/// body after it) on the stream, without waiting: the h2 crate holds what the client's
+/// windows do not yet take (at most the in-memory body, which is small). With `more` (a file
+/// follows), the stream is left open and returned. `None` when the stream is gone or no
+/// head was written.
 pub(super) fn send_answer(
     respond: &mut SendResponse<Bytes>,
-    out: Bytes,
+    (out, index): (Vec<u8>, &AnswerIndex),
     more: bool,
     head_only: bool,
 ) -> Option<Option<SendStream<Bytes>>> {
-    let head_len = memchr::memmem::find(&out, b"\r\n\r\n")? + 4;
-    let head = out.slice(..head_len);
-    let response = translate(&head)?.response;
+    let out = Bytes::from(out);
+    let (response, head_len) = response_of(&out, index)?;
     let body = if head_only {
         Bytes::new()
     } else {

@@ -5,7 +5,7 @@
 //! Owns: sending those answers on an HTTP/3 stream. Must not touch: which answer a request
 //! gets (the service decides) or the connection's streams (see the parent module).
 
-use crate::http::streams::{send_file, translate, StreamOut, Written};
+use crate::http::streams::{response_of, send_file, StreamOut, Written};
 use bytes::Bytes;
 use h3::error::Code;
 use std::time::Duration;
@@ -26,17 +26,14 @@ pub(super) async fn send_written(
         return;
     }
     let out = Bytes::from(written.out);
-    let Some(head_len) = memchr::memmem::find(&out, b"\r\n\r\n").map(|i| i + 4) else {
-        return;
-    };
-    let Some(translated) = translate(&out.slice(..head_len)) else {
+    let Some((response, head_len)) = response_of(&out, &written.index) else {
         return;
     };
     let body = out.slice(head_len..);
     let file = written.file.filter(|_| !head_only);
     let mut send = H3Out { stream, timeout };
     let end = (body.is_empty() || head_only) && file.is_none();
-    if send.head(translated.response, end).await.is_none() || end {
+    if send.head(response, end).await.is_none() || end {
         return;
     }
     if !body.is_empty() && !head_only {

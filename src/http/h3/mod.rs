@@ -32,9 +32,9 @@
 use super::access_log::{Entry, OwnedFacts, Report, HTTP3};
 use super::service::{client_text, ConnEnv, LentHead, RequestCtx, Route, Service};
 use super::stream_forward::{exchange, Arriving};
-use super::streams::{answer_here, request_of, Written};
+use super::streams::{answer_here, own_error, request_of};
 use super::websocket;
-use super::{Framing, Method, Responder, MAX_HEADERS};
+use super::{Framing, Method, MAX_HEADERS};
 use bytes::Bytes;
 use h3::error::Code;
 use std::rc::Rc;
@@ -494,16 +494,7 @@ impl<S: Service + 'static> Connection<S> {
 
     /// espalier's own error answer on a stream, written as its handlers' are.
     async fn error(&self, stream: &mut Stream, status: u16) {
-        let mut out = Vec::with_capacity(256);
-        {
-            let common = self.env.clock.common();
-            Responder::new(&mut out, &common, true, 1, false).error(status);
-        }
-        let written = Written {
-            out,
-            file: None,
-            refused: false,
-        };
+        let written = own_error(&self.env.clock.common(), status);
         send_written(stream, written, false, self.env.timeouts.body).await;
     }
 }
