@@ -7,10 +7,19 @@ use crate::common::*;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// Over HTTP/2 too, the answer's head is the servers' as the site's steps left it: its
+/// fields (the stream's response is made from the head's index, not its text), the site's
+/// `headers` and `status_headers` edits, and the sticky cookie put in after them.
 #[test]
 fn http2_clients_reach_an_upstream_as_http_1_1_ones_do() {
     let (dir, a, b) = two_backends();
-    let (config, addr) = front(&group(&[&a, &b], "round_robin"));
+    let (config, addr) = front(&format!(
+        "{}sticky = \"srv\"\n",
+        group(&[&a, &b], "round_robin")
+    ));
+    let edits = "headers = { X-Frame-Options = \"DENY\", Server = \"\" }\n\
+                 status_headers = { \"2xx\" = { Cache-Control = \"no-store\" } }\n[[site.app]]";
+    let config = config.replacen("[[site.app]]", edits, 1);
     let _server = Server::with_config(dir.path(), &config);
     let names = block_on(async move {
         let mut h2 = h2c(addr.port()).await;
@@ -19,7 +28,14 @@ fn http2_clients_reach_an_upstream_as_http_1_1_ones_do() {
             let url = format!("http://{addr}/h2/{k}");
             let response = h2_get(&mut h2, &url).await.await.unwrap();
             assert_eq!(response.status(), 200);
-            let name = response.headers()["x-server"].to_str().unwrap().to_string();
+            let fields = response.headers();
+            assert_eq!(fields["x-frame-options"], "DENY", "{fields:?}");
+            assert_eq!(fields["cache-control"], "no-store", "{fields:?}");
+            assert!(fields.get("server").is_none(), "{fields:?}");
+            assert!(fields.get("date").is_some(), "{fields:?}");
+            let cookie = fields["set-cookie"].to_str().unwrap();
+            assert!(cookie.starts_with("srv="), "{cookie}");
+            let name = fields["x-server"].to_str().unwrap().to_string();
             let mut body = response.into_body();
             let mut text = Vec::new();
             while let Some(chunk) = body.data().await {

@@ -113,6 +113,12 @@ impl AnswerIndex {
         self.fields.iter().map(|f| (f.name(), f.value()))
     }
 
+    /// The value of the head's first field named `name` (any case), in `out`.
+    pub fn value<'o>(&self, out: &'o [u8], name: &[u8]) -> Option<&'o [u8]> {
+        let f = (self.fields.iter()).find(|f| out[f.name()].eq_ignore_ascii_case(name))?;
+        Some(&out[f.value()])
+    }
+
     /// Whether the head has a field named `name` (any case), in `out`.
     pub fn has(&self, out: &[u8], name: &[u8]) -> bool {
         (self.fields.iter()).any(|f| out[f.name()].eq_ignore_ascii_case(name))
@@ -147,6 +153,38 @@ impl AnswerIndex {
             f.at = f.at.wrapping_add_signed(by);
         }
         self.end = self.end.wrapping_add_signed(by);
+    }
+}
+
+/// An answer's head as its client is to get it: the text (the head, perhaps with the start
+/// of its body after it) and the head's index.
+#[derive(Debug, Default)]
+pub struct ClientHead {
+    pub text: Vec<u8>,
+    pub index: AnswerIndex,
+}
+
+impl ClientHead {
+    /// A head of `status` alone, with no fields (`100 Continue`).
+    pub fn bare(status: u16, reason: &str) -> ClientHead {
+        let mut head = ClientHead::default();
+        head.index.begin(0, status);
+        head.text = format!("HTTP/1.1 {status} {reason}\r\n\r\n").into_bytes();
+        head.index.end(head.text.len());
+        head
+    }
+
+    /// Its head, for an edit that keeps text and index true together.
+    pub fn edit(&mut self) -> HeadEdit<'_> {
+        HeadEdit {
+            out: &mut self.text,
+            index: &mut self.index,
+        }
+    }
+
+    /// Where its head ends in its text (its whole text when no head was written).
+    pub fn head_len(&self) -> usize {
+        self.index.head().map_or(self.text.len(), |h| h.end)
     }
 }
 

@@ -550,6 +550,7 @@ impl<S: Service + 'static, C: ClientStream> Connection<S, C> {
             body_timeout: env.timeouts.body,
             report: &report,
             response: lending.ctx.response.as_deref(),
+            heads: None,
         };
         // Boxed: the forwarding state lives on the heap only while a request is lent, so a
         // connection that serves files keeps a small future.

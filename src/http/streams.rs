@@ -3,14 +3,15 @@
 //! back onto a stream — written once for both, over [`StreamOut`], each protocol's way of
 //! sending on one of its streams.
 //!
-//! Owns: [`request_of`], [`answer_here`], [`relay`], [`send_file`] and [`translate`] (an
-//! HTTP/1.1 head as the stream's response). Must not touch: a request lent to a forwarder
-//! (see [`super::stream_forward`]), the connections, their limits and their streams' lives
-//! (see `h2` and `h3`), or routing and content (the [`Service`]).
+//! Owns: [`request_of`], [`answer_here`], [`relay`], [`send_file`] and [`response_of`] (an
+//! answer's indexed head as the stream's response: no text is parsed back). Must not
+//! touch: a request lent to a forwarder (see [`super::stream_forward`]), the connections,
+//! their limits and their streams' lives (see `h2` and `h3`), or routing and content (the
+//! [`Service`]).
 
 use super::access_log::{Entry, Facts};
 use super::service::{ConnEnv, FileBody, Reply, RequestCtx, Service};
-use super::{Method, Request, Responder, MAX_HEADERS};
+use super::{Method, Request, Responder};
 use crate::features::head::AnswerIndex;
 use bytes::Bytes;
 use std::time::{Duration, Instant};
@@ -18,8 +19,6 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Pieces of a file or an application's answer.
 const PIECE: usize = 64 << 10;
-/// What an application's answer head is read in: most heads and the first of the body.
-const HEAD_PIECE: usize = 4 << 10;
 
 /// One stream's way back to its client: HTTP/2's (its flow-control windows waited for here)
 /// or HTTP/3's (QUIC's, waited for inside its sends).
@@ -185,10 +184,11 @@ pub(crate) fn response_of(out: &Bytes, index: &AnswerIndex) -> Option<(http::Res
     Some((response, head.end))
 }
 
-/// The forwarder's side of a stream's pipe (`stream`, the body's start in `rbuf`), bounded as
-/// the request's path says: what a stream lends its app through, over HTTP/2 and HTTP/3.
+/// The forwarder's side of a stream's pipe (`stream`, the body's start in `rbuf`; the
+/// answer's heads sent to `heads`), bounded as the request's path says: what a stream lends
+/// its app through, over HTTP/2 and HTTP/3.
 pub(crate) fn lent_connection<'a, C, S>(
-    stream: &'a mut C,
+    (stream, heads): (&'a mut C, super::service::HeadsOut),
     rbuf: &'a mut Vec<u8>,
     env: &'a ConnEnv<S>,
     ctx: &'a RequestCtx,
@@ -203,6 +203,7 @@ pub(crate) fn lent_connection<'a, C, S>(
         body_timeout: env.timeouts.body,
         report,
         response: ctx.response.as_deref(),
+        heads: Some(heads),
     }
 }
 
@@ -218,46 +219,6 @@ fn connection_specific(name: &[u8]) -> bool {
     ]
     .iter()
     .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
-}
-
-/// An HTTP/1.1 answer's head (`head`, through its empty line) as a stream's response, its
-/// field values sharing `head`'s bytes (no copy per field): the status, the fields but
-/// those the protocol forbids, and the framing the body had (`Content-Length`, chunked).
-pub(crate) struct Translated {
-    pub(crate) response: http::Response<()>,
-    pub(crate) length: Option<u64>,
-    pub(crate) chunked: bool,
-}
-
-pub(crate) fn translate(head: &Bytes) -> Option<Translated> {
-    let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut hs);
-    let httparse::Status::Complete(_) = r.parse(head).ok()? else {
-        return None;
-    };
-    let mut response = http::Response::new(());
-    *response.status_mut() = http::StatusCode::from_u16(r.code?).ok()?;
-    let fields = response.headers_mut();
-    fields.reserve(r.headers.len());
-    let (mut length, mut chunked) = (None, false);
-    for h in r.headers.iter() {
-        if h.name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(h.value).ok()?.trim().parse().ok();
-        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
-        }
-        if connection_specific(h.name.as_bytes()) {
-            continue;
-        }
-        let name = http::HeaderName::from_bytes(h.name.as_bytes()).ok()?;
-        let value = http::HeaderValue::from_maybe_shared(head.slice_ref(h.value)).ok()?;
-        fields.append(name, value);
-    }
-    Some(Translated {
-        response,
-        length,
-        chunked,
-    })
 }
 
 /// Whether the client waits for `100 Continue` before sending its body.
@@ -316,50 +277,42 @@ pub(crate) fn continue_response() -> http::Response<()> {
     response
 }
 
-/// Reads the forwarder's HTTP/1.1 answer from `from` and sends it on the stream: interim
-/// (1xx) heads skipped but 100 Continue, sent on as an informational response, the
-/// framing (length, chunked or close) undone. For a WebSocket's request (`tunnel`), the
-/// app's `101` is the stream's `200` and what follows it the tunnel's bytes, relayed until
-/// the app ends them (see [`super::websocket`]).
+/// Sends the forwarder's answer on the stream: its heads as they come from `heads` —
+/// interim ones skipped but 100 Continue, sent on as an informational response — made a
+/// response from their index, then its body read from the pipe `from`, the framing
+/// (length, chunked or close) undone. For a WebSocket's request (`tunnel`), the app's `101`
+/// is the stream's `200` and what follows it the tunnel's bytes, relayed until the app ends
+/// them (see [`super::websocket`]).
 pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
-    from: &mut R,
+    (heads, from): (&mut HeadsIn, &mut R),
     out: &mut O,
     (head_only, tunnel): (bool, bool),
     timeout: Duration,
 ) -> Option<()> {
-    let mut buf: Vec<u8> = Vec::with_capacity(HEAD_PIECE);
-    let head_len = loop {
-        match head_end(&buf) {
-            Some((len, status)) if (100..200).contains(&status) && !(tunnel && status == 101) => {
+    let head = loop {
+        // A client that cancels its stream while the app thinks ends the wait (and, in the
+        // caller, the app's exchange), as an HTTP/1.1 client's close does.
+        let head = tokio::select! {
+            head = tokio::time::timeout(timeout, heads.recv()) => head.ok()??,
+            () = out.reset() => return None,
+        };
+        match head.index.status() {
+            status if (100..200).contains(&status) && !(tunnel && status == 101) => {
                 // The forwarder's 100 Continue to a client that waits for it; the others
                 // (an app's interim answers are the forwarder's to drop) are skipped.
                 if status == 100 {
                     out.informational(continue_response()).await;
                 }
-                buf.drain(..len);
-                continue;
             }
-            Some((len, _)) => break len,
-            None if buf.len() < (256 << 10) => {}
-            None => return None,
-        }
-        // A client that cancels its stream while the app thinks ends the wait (and, in the
-        // caller, the app's exchange), as an HTTP/1.1 client's close does.
-        let n = tokio::select! {
-            n = read_some(from, &mut buf, timeout) => n?,
-            () = out.reset() => return None,
-        };
-        if n == 0 {
-            return None;
+            _ => break head,
         }
     };
-    let head = Bytes::copy_from_slice(&buf[..head_len]);
-    buf.drain(..head_len);
-    let Translated {
-        mut response,
-        mut length,
-        mut chunked,
-    } = translate(&head)?;
+    let text = Bytes::from(head.text);
+    let (mut response, _) = response_of(&text, &head.index)?;
+    let field = |name: &[u8]| head.index.value(&text, name);
+    let mut chunked = field(b"transfer-encoding").is_some();
+    let mut length = field(b"content-length")
+        .and_then(|value| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
     if tunnel {
         match super::websocket::answer(&mut response) {
             // The tunnel's bytes, until the app's close.
@@ -379,6 +332,7 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
     if no_body {
         return Some(());
     }
+    let mut buf = Vec::new();
     let mut decoder = chunked.then(|| crate::http::ChunkedDecoder::with_bounds(u64::MAX, 64 << 10));
     let mut left = length.filter(|_| !chunked);
     loop {
@@ -414,15 +368,8 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
     }
 }
 
-/// A complete response head at the start of `buf`: its length and status; `None` while
-/// incomplete. The head is the forwarder's own, written by espalier's one head writer
-/// (CRLF line ends, `HTTP/1.1 NNN` first), so its end and status are found without parsing
-/// it: [`translate`] parses it once, and finds it malformed if it is (a status of 0 here
-/// sends it there).
-fn head_end(buf: &[u8]) -> Option<(usize, u16)> {
-    let len = memchr::memmem::find(buf, b"\r\n\r\n")? + 4;
-    Some((len, super::status_of(buf).unwrap_or(0)))
-}
+/// The stream's end of [`super::service::HeadsOut`].
+pub(crate) type HeadsIn = tokio::sync::mpsc::UnboundedReceiver<crate::features::head::ClientHead>;
 
 /// The first `len` bytes of `buf` as a piece to send, `used` bytes of it spent. Where that
 /// is all of it, the buffer itself becomes the piece (no copy) and `buf` is left with none:
@@ -448,20 +395,6 @@ async fn read_within_room<R: AsyncRead + Unpin, O: StreamOut>(
 ) -> Option<usize> {
     let room = out.room(PIECE, timeout).await?;
     *buf = Vec::with_capacity(room);
-    match tokio::time::timeout(timeout, from.read_buf(buf)).await {
-        Ok(Ok(n)) => Some(n),
-        _ => None,
-    }
-}
-
-/// Reads what is there onto `buf`, growing it by [`HEAD_PIECE`] at a time: the head and
-/// whatever came with it, so a stream whose client takes nothing holds no more than that.
-async fn read_some<R: AsyncRead + Unpin>(
-    from: &mut R,
-    buf: &mut Vec<u8>,
-    timeout: Duration,
-) -> Option<usize> {
-    buf.reserve(HEAD_PIECE);
     match tokio::time::timeout(timeout, from.read_buf(buf)).await {
         Ok(Ok(n)) => Some(n),
         _ => None,
@@ -497,21 +430,4 @@ pub(crate) async fn send_file<O: StreamOut>(
         out.data(Bytes::new(), true, timeout).await?;
     }
     Some(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::head_end;
-
-    #[test]
-    fn a_heads_end_and_status_are_found_without_parsing_it() {
-        let two = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
-        assert_eq!(head_end(two), Some((25, 100)));
-        assert_eq!(head_end(&two[25..]), Some((38, 200)));
-        assert_eq!(head_end(b"HTTP/1.1 204\r\n\r\n"), Some((16, 204)));
-        assert_eq!(head_end(b"HTTP/1.1 200 OK\r\nServer: e"), None);
-        // Not a head espalier writes: status 0, for `translate` to refuse.
-        assert_eq!(head_end(b"SSH-2.0\r\n\r\n"), Some((11, 0)));
-        assert_eq!(head_end(b"HTTP/1.1 2x0 OK\r\n\r\n"), Some((19, 0)));
-    }
 }

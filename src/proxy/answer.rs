@@ -15,6 +15,7 @@ use super::route::ProxyRoute;
 use super::spool;
 use super::wire::{kept_fields, BodyKind, Fail, Instead, OwnAnswers};
 use super::Endpoint;
+use crate::features::head::ClientHead;
 use std::time::SystemTime;
 
 /// The app's response head `head` parsed, and the client's head made from it with how the
@@ -28,7 +29,7 @@ pub(super) fn answer_head(
     req: &ForwardRequest,
     route: &ProxyRoute,
     own: &OwnAnswers<'_>,
-) -> Result<(Vec<u8>, Relay), Instead> {
+) -> Result<(ClientHead, Relay), Instead> {
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let mut resp = httparse::Response::new(&mut fields);
     let answer = match resp.parse(head) {
@@ -121,7 +122,7 @@ fn client_head(
     req: &ForwardRequest,
     own: &OwnAnswers<'_>,
     sticky_line: Option<String>,
-) -> Result<(Vec<u8>, Relay), u16> {
+) -> Result<(ClientHead, Relay), u16> {
     let plan = encode::plan(
         req.compress,
         answer.status,
@@ -155,7 +156,7 @@ fn client_head(
     let mut out = head.for_client(fields, own);
     if let Some(line) = sticky_line {
         // Before the blank line that ends the head.
-        out.splice(out.len() - 2..out.len() - 2, line.into_bytes());
+        out.edit().add_lines(line.as_bytes());
     }
     let relay = Relay {
         kind: answer.kind,

@@ -22,8 +22,9 @@ use super::head::{Then, ToClient};
 use super::relay::BodyFraming;
 use super::request::ForwardRequest;
 use super::route::ProxyRoute;
-use super::wire::{to_client, BodyKind, OwnAnswers};
+use super::wire::{head_to_client, BodyKind, OwnAnswers};
 use super::Endpoint;
+use crate::features::head::ClientHead;
 use crate::http::access_log::CacheSeen as Seen;
 use crate::http::service::Outcome;
 use bytes::Bytes;
@@ -240,27 +241,26 @@ pub(super) fn keep(
 
 /// Puts the `Cache-Status` of an answer the app gave (`stored`: kept) into the client's
 /// head `out`, for a request the cache looked at.
-pub(super) fn mark(out: &mut Vec<u8>, req: &ForwardRequest, own: &OwnAnswers<'_>, stored: bool) {
+pub(super) fn mark(out: &mut ClientHead, req: &ForwardRequest, own: &OwnAnswers<'_>, stored: bool) {
     let Some(asked) = req.cache.as_ref().filter(|a| a.use_ != Use::Invalidate) else {
         return;
     };
     own.report.cache.set(Some(Seen::Miss));
-    let at = out.len() - 2;
-    crate::features::head::insert(out, at, asked.status_line(stored).as_bytes());
+    out.edit().add_lines(asked.status_line(stored).as_bytes());
 }
 
 /// Sends the client's head `out` and the answer's whole `body` from memory, framed and
 /// compressed as `relay` says: the outcome of the client's connection.
 pub(super) async fn send<C: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut C,
-    (out, body): (Vec<u8>, Bytes),
+    (out, body): (ClientHead, Bytes),
     relay: Relay,
     req: &ForwardRequest,
     own: &OwnAnswers<'_>,
     body_timeout: Duration,
 ) -> Outcome {
     let report = own.report;
-    report.head.set(out.len() as u64);
+    report.head.set(out.head_len() as u64);
     let done = match relay.then {
         Then::KeepAlive => Outcome::KeepAlive,
         _ => Outcome::Answered,
@@ -268,10 +268,13 @@ pub(super) async fn send<C: AsyncRead + AsyncWrite + Unpin>(
     // Sent as it is (by its length, not compressed): with its head, in one write.
     let (mut out, mut body) = (out, body);
     if relay.encoder.is_none() && matches!(relay.kind, BodyKind::Length(_) | BodyKind::None) {
-        out.extend_from_slice(&body);
+        out.text.extend_from_slice(&body);
         body = Bytes::new();
     }
-    if to_client(stream, report, &out, body_timeout).await.is_err() {
+    if head_to_client(stream, own, out, body_timeout)
+        .await
+        .is_err()
+    {
         return Outcome::Close;
     }
     if body.is_empty() && relay.encoder.is_none() {

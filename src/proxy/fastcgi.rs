@@ -30,10 +30,11 @@ use super::route::ProxyRoute;
 use super::spool::{self, Spool};
 use super::upstream::Conn;
 use super::wire::{
-    kept_fields, send_continue, to_client, write_timeout, Fail, Instead, OwnAnswers,
+    head_to_client, kept_fields, send_continue, to_client, write_timeout, Fail, Instead, OwnAnswers,
 };
 use super::Endpoint;
 use crate::compress::Stream;
+use crate::features::head::ClientHead;
 use std::io;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -66,6 +67,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         body_timeout,
         report,
         response,
+        heads,
     } = client;
     let own = OwnAnswers {
         report,
@@ -73,13 +75,14 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         client_minor: req.client_minor,
         head_only: req.head_only,
         response,
+        heads: heads.as_ref(),
     };
     let buffer = route.buffer(req.buffered);
     // A chunked body's length is known only once it is read whole, which buffering does.
     if req.chunked && buffer.is_none() {
         return own.fail(stream, route, Fail::Client(411)).await;
     }
-    if !send_continue(stream, req.expect_continue, body_timeout).await {
+    if !send_continue(stream, &own, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
     // The route's response cache, as for an HTTP app (boxed: see `super::forward`'s).
@@ -206,7 +209,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
     if let Some(view) = &view {
         cached::mark(&mut out, view, &own, false);
     }
-    report.head.set(out.len() as u64);
+    report.head.set(out.head_len() as u64);
     let timeouts = (timeout, body_timeout);
     // The app's connection is not kept (nor asked to stay, see `cgi::BEGIN_REQUEST`): a
     // php-fpm child serves one connection at a time, so an idle kept connection holds a
@@ -305,7 +308,7 @@ fn answer_head(
     req: &FastCgiRequest,
     own: &OwnAnswers<'_>,
     (route, asked): (&ProxyRoute, Option<&super::cache::CacheRequest>),
-) -> Result<(Vec<u8>, Relay), Instead> {
+) -> Result<(ClientHead, Relay), Instead> {
     let buffered = route.buffer(req.buffered).is_some();
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let parsed = match httparse::parse_headers(head, &mut fields) {
@@ -350,7 +353,7 @@ fn client_head(
     fields: &[httparse::Header<'_>],
     req: &FastCgiRequest,
     own: &OwnAnswers<'_>,
-) -> (Vec<u8>, Relay) {
+) -> (ClientHead, Relay) {
     let bodiless = req.head_only || status == 204 || status == 304;
     let plan = encode::plan(
         req.compress,
@@ -400,11 +403,11 @@ fn client_head(
 }
 
 impl Relay {
-    /// Sends the head `out` with the body: `data` (what came after the header block), then
+    /// Sends the head with the body: `data` (what came after the header block), then
     /// STDOUT from `source` to its end, framed for the client (compressed first, if so).
     async fn records<C: AsyncWrite + Unpin>(
         &mut self,
-        mut out: Vec<u8>,
+        head: ClientHead,
         mut data: Vec<u8>,
         source: &mut Stdout<'_>,
         stream: &mut C,
@@ -412,6 +415,15 @@ impl Relay {
         (timeout, body_timeout): (Duration, Duration),
     ) -> Outcome {
         let report = own.report;
+        // An HTTP/1.1 client's head goes out with the body's start; a stream's relay takes
+        // it structured, now.
+        let mut out = match own.heads {
+            Some(_) => match head_to_client(stream, own, head, body_timeout).await {
+                Ok(()) => Vec::new(),
+                Err(_) => return Outcome::Close,
+            },
+            None => head.text,
+        };
         let mut sent: u64 = 0;
         let mut clean = true;
         loop {

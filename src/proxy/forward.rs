@@ -31,8 +31,9 @@ use super::request_body::{client_gone, send_body, send_taken_body, take_buffered
 use super::route::ProxyRoute;
 use super::spool::{self, Filling, Spool};
 use super::upstream::Conn;
-use super::wire::{send_continue, to_client, BodyKind, Fail, OwnAnswers};
+use super::wire::{head_to_client, send_continue, BodyKind, Fail, OwnAnswers};
 use super::Endpoint;
+use crate::features::head::ClientHead;
 pub(super) use crate::http::service::{LentConnection, Outcome};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -67,6 +68,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         body_timeout,
         report,
         response,
+        heads,
     } = client;
     let own = OwnAnswers {
         report,
@@ -74,8 +76,9 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         client_minor: req.client_minor,
         head_only: req.head_only,
         response,
+        heads: heads.as_ref(),
     };
-    if !send_continue(stream, req.expect_continue, body_timeout).await {
+    if !send_continue(stream, &own, req.expect_continue, body_timeout).await {
         return Outcome::Close;
     }
     // A fresh answer kept by the route's response cache: no app is asked. Else, where this
@@ -200,7 +203,7 @@ impl Answered {
     async fn keep_and_send<C: AsyncRead + AsyncWrite + Unpin>(
         self,
         keeping: (super::cache::Keep, super::cache::Validators),
-        (mut out, relay): (Vec<u8>, Relay),
+        (mut out, relay): (ClientHead, Relay),
         (stream, body_timeout): (&mut C, Duration),
         req: &ForwardRequest,
         route: &ProxyRoute,
@@ -233,7 +236,7 @@ impl Answered {
     #[allow(clippy::too_many_arguments)]
     async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
         self,
-        mut out: Vec<u8>,
+        mut out: ClientHead,
         relay: Relay,
         stream: &mut C,
         rbuf: &mut Vec<u8>,
@@ -250,18 +253,21 @@ impl Answered {
             slot,
         } = self;
         let report = own.report;
-        report.head.set(out.len() as u64);
+        report.head.set(out.head_len() as u64);
         ubuf.drain(..head_len);
         // A small answer read whole goes out with its head in one write; nothing is left.
         let mut kind = relay.kind;
         if let (BodyKind::Length(n), None) = (kind, &relay.encoder) {
             if ubuf.len() as u64 == n {
-                out.extend_from_slice(&ubuf);
+                out.text.extend_from_slice(&ubuf);
                 ubuf.clear();
                 kind = BodyKind::None;
             }
         }
-        if to_client(stream, report, &out, body_timeout).await.is_err() {
+        if head_to_client(stream, own, out, body_timeout)
+            .await
+            .is_err()
+        {
             return Outcome::Close;
         }
         if relay.then == Then::Upgrade {

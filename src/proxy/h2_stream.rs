@@ -40,12 +40,14 @@ pub async fn forward_stream(stream: LentStream<'_>, mut req: ForwardRequest, rou
         response,
     } = stream;
     req.compress = None;
+    let (heads_out, mut heads) = tokio::sync::mpsc::unbounded_channel();
     let own = OwnAnswers {
         report: reply.report,
         clock,
         client_minor: 1,
         head_only: req.head_only,
         response,
+        heads: Some(&heads_out),
     };
     let sent = Sent {
         body,
@@ -53,9 +55,12 @@ pub async fn forward_stream(stream: LentStream<'_>, mut req: ForwardRequest, rou
         max_body,
     };
     if let Err(instead) = exchange(sent, &req, route, &own, &mut reply).await {
-        let mut out = Vec::with_capacity(512);
-        own.instead(&mut out, route, instead).await;
-        reply.answer(out, req.head_only);
+        // espalier's own answer: its head comes structured (`heads`), its body written here.
+        let mut body = Vec::with_capacity(256);
+        own.instead(&mut body, route, instead).await;
+        if let Ok(head) = heads.try_recv() {
+            reply.answer(head, body, req.head_only);
+        }
     }
 }
 

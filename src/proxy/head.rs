@@ -16,6 +16,7 @@ use super::encode::{self, Plan};
 use super::request::ForwardRequest;
 use super::request::{connection_tokens, named_hop};
 use super::wire::BodyKind;
+use crate::features::head::{AnswerIndex, ClientHead};
 use crate::http::response_chain::{ResponseChain, Whose};
 use crate::http::{Responder, Sent};
 use std::borrow::Cow;
@@ -61,23 +62,23 @@ impl Head<'_> {
         &self,
         fields: &[httparse::Header<'_>],
         own: &super::wire::OwnAnswers<'_>,
-    ) -> Vec<u8> {
-        let mut out = Vec::with_capacity(512);
+    ) -> ClientHead {
+        let mut text = Vec::with_capacity(512);
         // The clock's lines borrowed for this statement only: its task refreshes them.
-        self.write(fields, &own.clock.common(), own.response, &mut out);
-        out
+        let index = self.write(fields, &own.clock.common(), own.response, &mut text);
+        ClientHead { text, index }
     }
 
     /// Writes the head, with the app's `fields`, to `out`: `common` are the thread's common
     /// lines (`Server`, `Date`, and the worker line with `worker_header`), `chain` the site's
-    /// and path's response steps.
+    /// and path's response steps. Returns the head's index.
     pub fn write(
         &self,
         fields: &[httparse::Header<'_>],
         common: &[u8],
         chain: Option<&ResponseChain>,
         out: &mut Vec<u8>,
-    ) {
+    ) -> AnswerIndex {
         let seen = Seen::of(fields);
         let mark = out.len();
         // `head_only` is the relay's to honour: this writes the head alone.
@@ -119,6 +120,7 @@ impl Head<'_> {
         resp.end_head();
         // The error page is the forwarders' to choose before the head (`OwnAnswers`).
         resp.response_steps(mark, chain, Whose::App);
+        resp.into_index()
     }
 
     /// The value field `f` of the app's answer goes out with, `None` when it stays behind:

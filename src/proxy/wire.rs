@@ -6,9 +6,11 @@
 //!
 //! Owns: those helpers. Must not touch: a request's forwarding (the forwarders own it).
 
+use crate::features::head::ClientHead;
 use crate::http::access_log::Report;
 use crate::http::error_pages::KEPT_FIELDS;
 use crate::http::response_chain::{ResponseChain, Whose};
+use crate::http::service::HeadsOut;
 use crate::http::service::Outcome;
 use crate::http::Responder;
 use std::borrow::Cow;
@@ -37,17 +39,40 @@ pub(super) enum BodyKind {
     UntilClose,
 }
 
+/// The client's head (`head.text`, perhaps with the start of the body after it), counted
+/// for the access log: an HTTP/1.1 client's connection gets the text as it is, in one
+/// write; a stream's relay (`own.heads`) gets the head structured, and what follows it
+/// through the pipe.
+pub(super) async fn head_to_client<C: AsyncWrite + Unpin>(
+    stream: &mut C,
+    own: &OwnAnswers<'_>,
+    mut head: ClientHead,
+    timeout: Duration,
+) -> io::Result<()> {
+    let Some(heads) = own.heads else {
+        return to_client(stream, own.report, &head.text, timeout).await;
+    };
+    let body = head.text.split_off(head.head_len());
+    own.report
+        .bytes
+        .set(own.report.bytes.get() + head.text.len() as u64);
+    heads.send(head).map_err(|_| io::ErrorKind::BrokenPipe)?;
+    if body.is_empty() {
+        return Ok(());
+    }
+    to_client(stream, own.report, &body, timeout).await
+}
+
 /// `100 Continue` to a client that expects it, before its body is forwarded: the app never
 /// sees `Expect` (a hop's business). False when the client is gone.
 pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
     stream: &mut C,
+    own: &OwnAnswers<'_>,
     expected: bool,
     timeout: Duration,
 ) -> bool {
-    !expected
-        || write_timeout(stream, b"HTTP/1.1 100 Continue\r\n\r\n", timeout)
-            .await
-            .is_ok()
+    let head = || ClientHead::bare(100, "Continue");
+    !expected || head_to_client(stream, own, head(), timeout).await.is_ok()
 }
 
 /// A write with a time limit, flushed.
@@ -140,6 +165,8 @@ pub(super) struct OwnAnswers<'a> {
     pub head_only: bool,
     /// The response chain of the request's site and path.
     pub response: Option<&'a ResponseChain>,
+    /// A stream's: where the answer's heads go (see [`head_to_client`]).
+    pub heads: Option<&'a HeadsOut>,
 }
 
 impl OwnAnswers<'_> {
@@ -167,19 +194,19 @@ impl OwnAnswers<'_> {
         kept: &[u8],
     ) -> Outcome {
         self.report.status.set(status);
-        let mut out = Vec::with_capacity(256);
-        {
+        let mut text = Vec::with_capacity(256);
+        let index = {
             // Borrowed and let go before the write: the clock's own task refreshes the lines.
             let common = self.clock.common();
             let mut resp =
-                Responder::new(&mut out, &common, false, self.client_minor, self.head_only);
+                Responder::new(&mut text, &common, false, self.client_minor, self.head_only);
             resp.error_keeping(status, kept);
             resp.response_steps(0, self.response, Whose::Own);
-        }
-        self.report
-            .head
-            .set(crate::http::access_log::head_len(&out) as u64);
-        let _ = to_client(stream, self.report, &out, Duration::from_secs(5)).await;
+            resp.into_index()
+        };
+        let head = ClientHead { text, index };
+        self.report.head.set(head.head_len() as u64);
+        let _ = head_to_client(stream, self, head, Duration::from_secs(5)).await;
         Outcome::Close
     }
 

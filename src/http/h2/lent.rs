@@ -8,46 +8,36 @@
 //! service's), or the connection (see the parent module).
 
 use super::body::Body;
-use super::send::send_data;
+use super::send::{send_answer, send_data};
 use super::Connection;
+use crate::features::head::ClientHead;
 use crate::http::access_log::Report;
 use crate::http::service::{LentStream, RequestCtx, Service, StreamReply};
-use crate::http::streams::{continue_response, translate};
+use crate::http::streams::{continue_response, response_of};
 use bytes::Bytes;
 use h2::server::SendResponse;
 
 impl StreamReply<'_> {
-    /// Sends an answer espalier wrote whole (head and body, as HTTP/1.1, through the
-    /// forwarder's writer: its head is translated, see `streams::translate`).
-    pub fn answer(&mut self, out: Vec<u8>, head_only: bool) {
-        self.report.bytes.set(out.len() as u64);
-        let out = Bytes::from(out);
-        let Some(head_len) = memchr::memmem::find(&out, b"\r\n\r\n").map(|e| e + 4) else {
-            return;
-        };
-        let Some(translated) = translate(&out.slice(..head_len)) else {
-            return;
-        };
-        let body = if head_only {
-            Bytes::new()
-        } else {
-            out.slice(head_len..)
-        };
-        let end = body.is_empty();
-        if let Ok(mut send) = self.respond.send_response(translated.response, end) {
-            if !end {
-                let _ = send.send_data(body, true);
-            }
+    /// Sends an answer espalier wrote whole: its head (made a response from its index) and
+    /// `body`.
+    pub fn answer(&mut self, head: ClientHead, body: Vec<u8>, head_only: bool) {
+        let head_len = head.head_len();
+        self.report.bytes.set((head_len + body.len()) as u64);
+        // The body was written apart from the head (see `proxy::wire::head_to_client`).
+        let more = !body.is_empty() && !head_only;
+        let head = (head.text, &head.index);
+        if let Some(Some(mut send)) = send_answer(self.respond, head, more, head_only) {
+            let _ = send.send_data(Bytes::from(body), true);
         }
     }
 
-    /// Sends the answer's head (written as HTTP/1.1, through its empty line); `end`: it has
-    /// no body or trailers. `None` when the client is gone or the head is not HTTP.
-    pub fn head(&mut self, head: Vec<u8>, end: bool) -> Option<()> {
-        self.report.head.set(head.len() as u64);
-        self.report.bytes.set(head.len() as u64);
-        let head = Bytes::from(head);
-        let response = translate(&head)?.response;
+    /// Sends the answer's head (made a response from its index); `end`: it has no body or
+    /// trailers. `None` when the client is gone or no whole head was written.
+    pub fn head(&mut self, head: ClientHead, end: bool) -> Option<()> {
+        let head_len = head.head_len() as u64;
+        self.report.head.set(head_len);
+        self.report.bytes.set(head_len);
+        let (response, _) = response_of(&Bytes::from(head.text), &head.index)?;
         let send = self.respond.send_response(response, end).ok()?;
         self.send = (!end).then_some(send);
         Some(())
