@@ -113,10 +113,22 @@ impl AnswerIndex {
         self.fields.iter().map(|f| (f.name(), f.value()))
     }
 
-    /// The value of the head's first field named `name` (any case), in `out`.
-    pub fn value<'o>(&self, out: &'o [u8], name: &[u8]) -> Option<&'o [u8]> {
-        let f = (self.fields.iter()).find(|f| out[f.name()].eq_ignore_ascii_case(name))?;
-        Some(&out[f.value()])
+    /// The body's framing as the head says it, in one pass: its `Content-Length` value and
+    /// whether it has a `Transfer-Encoding`.
+    pub fn framing<'o>(&self, out: &'o [u8]) -> (Option<&'o [u8]>, bool) {
+        let (mut length, mut coded) = (None, false);
+        for f in &self.fields {
+            // By length first: most names are neither.
+            let name = &out[f.name()];
+            match name.len() {
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    length = length.or(Some(&out[f.value()]))
+                }
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => coded = true,
+                _ => {}
+            }
+        }
+        (length, coded)
     }
 
     /// Whether the head has a field named `name` (any case), in `out`.
@@ -157,21 +169,30 @@ impl AnswerIndex {
 }
 
 /// An answer's head as its client is to get it: the text (the head, perhaps with the start
-/// of its body after it) and the head's index.
+/// of its body after it) and the head's index — boxed: a forwarder holds its head across
+/// awaits in several nested futures, and each is moved (into its box, into its task) whole,
+/// so an inline index would be copied a few times over per request for nothing.
 #[derive(Debug, Default)]
 pub struct ClientHead {
     pub text: Vec<u8>,
-    pub index: AnswerIndex,
+    pub index: Box<AnswerIndex>,
 }
 
 impl ClientHead {
+    pub fn new(text: Vec<u8>, index: AnswerIndex) -> ClientHead {
+        ClientHead {
+            text,
+            index: Box::new(index),
+        }
+    }
+
     /// A head of `status` alone, with no fields (`100 Continue`).
     pub fn bare(status: u16, reason: &str) -> ClientHead {
-        let mut head = ClientHead::default();
-        head.index.begin(0, status);
-        head.text = format!("HTTP/1.1 {status} {reason}\r\n\r\n").into_bytes();
-        head.index.end(head.text.len());
-        head
+        let text = format!("HTTP/1.1 {status} {reason}\r\n\r\n").into_bytes();
+        let mut index = AnswerIndex::default();
+        index.begin(0, status);
+        index.end(text.len());
+        ClientHead::new(text, index)
     }
 
     /// Its head, for an edit that keeps text and index true together.
@@ -350,6 +371,15 @@ mod tests {
         assert_eq!(index.head(), Some(4..out.len() - 4));
         assert_eq!(index.status(), 500);
         assert_eq!(index.lines_of(&out, |n| n == b"X-C"), b"X-C: 3\r\n");
+    }
+
+    #[test]
+    fn the_framing_is_read_off_the_index() {
+        let lines = b"Content-Type: text/plain\r\nContent-Length: 42\r\nX-Content-Length: 9\r\n";
+        let (out, index) = written(b"", lines, b"");
+        assert_eq!(index.framing(&out), (Some(&b"42"[..]), false));
+        let (out, index) = written(b"", b"Transfer-Encoding: gzip, chunked\r\n", b"");
+        assert_eq!(index.framing(&out), (None, true));
     }
 
     #[test]

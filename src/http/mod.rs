@@ -29,6 +29,7 @@ pub mod error_pages;
 mod fields;
 pub mod h2;
 pub mod h3;
+pub mod heads;
 pub mod ktls;
 pub mod meters;
 pub mod proxy_header;

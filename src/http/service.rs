@@ -167,12 +167,6 @@ pub struct LentHead<'a> {
     pub trace: Option<&'a super::trace::TraceCtx>,
 }
 
-/// Where a stream's forwarder sends its answer's heads (an interim `100 Continue`, then the
-/// answer's), structured, while the body goes through the pipe: HTTP/2 and HTTP/3 make their
-/// response from the index, and no head is written as text to be parsed back (see
-/// `stream_forward`).
-pub type HeadsOut = tokio::sync::mpsc::UnboundedSender<crate::features::head::ClientHead>;
-
 /// A connection lent by the engine for one request, given back when the answer is done.
 pub struct LentConnection<'a, C> {
     pub stream: &'a mut C,
@@ -189,9 +183,9 @@ pub struct LentConnection<'a, C> {
     pub report: &'a Report,
     /// The response chain of the request's site and path (see [`RequestCtx::response`]).
     pub response: Option<&'a super::response_chain::ResponseChain>,
-    /// A stream's: where the answer's heads go (`None`: an HTTP/1.1 client's connection,
-    /// which gets them as text).
-    pub heads: Option<HeadsOut>,
+    /// A stream's: where the answer's heads go, structured (`None`: an HTTP/1.1 client's
+    /// connection, which gets them as text).
+    pub heads: Option<&'a super::heads::AnswerHeads>,
 }
 
 /// An HTTP/2 stream lent for its request's forwarding as a stream of its own (see

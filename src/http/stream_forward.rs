@@ -1,7 +1,7 @@
 //! A stream's request lent to a forwarder — HTTP/2's and HTTP/3's alike — as if from an
 //! HTTP/1.1 client at the far end of a pipe: its body written in at this end as it arrives
 //! ([`pump`], over each protocol's [`StreamIn`]); the forwarder's answer comes back as its
-//! heads, structured (`service::HeadsOut`: no text to parse back), and its body read out of
+//! heads, structured (`heads::AnswerHeads`: no text to parse back), and its body read out of
 //! the pipe, sent on the stream ([`super::streams::relay`], over its `StreamOut`). One
 //! [`exchange`] for both protocols, where each had its own copy.
 //!
@@ -11,6 +11,7 @@
 //! lives (`h2`, `h3`).
 
 use super::access_log::Report;
+use super::heads::AnswerHeads;
 use super::service::{ConnEnv, RequestCtx, Service};
 use super::streams::{lent_connection, relay, StreamOut};
 use super::Framing;
@@ -123,12 +124,13 @@ pub(crate) async fn exchange<S: Service, I: StreamIn, O: StreamOut>(
         .is_some_and(|a| a.framing == Framing::None);
     let (mut ours, theirs) = tokio::io::duplex(FORWARD_PIPE);
     let (mut answer, mut body_in) = tokio::io::split(theirs);
-    let (heads_out, mut heads) = tokio::sync::mpsc::unbounded_channel();
+    let heads = AnswerHeads::default();
     let mut rbuf = whole;
     let forwarding = async {
-        let conn = lent_connection((&mut ours, heads_out), &mut rbuf, env, ctx, report);
+        let conn = lent_connection((&mut ours, &heads), &mut rbuf, env, ctx, report);
         env.service.lend(lent, conn).await;
-        // Closing our end ends an answer framed by the close.
+        // No head comes after this; closing our end ends an answer framed by the close.
+        heads.close();
         drop(ours);
     };
     // The body goes in while the forwarder sends it on; once the forwarder is done (an app
@@ -157,7 +159,7 @@ pub(crate) async fn exchange<S: Service, I: StreamIn, O: StreamOut>(
         }
         forwarding.await
     };
-    let relaying = relay((&mut heads, &mut answer), out, (head_only, tunnel), timeout);
+    let relaying = relay((&heads, &mut answer), out, (head_only, tunnel), timeout);
     let mut relaying = std::pin::pin!(relaying);
     let mut feeding = Box::pin(feeding);
     tokio::select! {

@@ -10,6 +10,7 @@
 //! [`Service`]).
 
 use super::access_log::{Entry, Facts};
+use super::heads::AnswerHeads;
 use super::service::{ConnEnv, FileBody, Reply, RequestCtx, Service};
 use super::{Method, Request, Responder};
 use crate::features::head::AnswerIndex;
@@ -101,7 +102,8 @@ pub(crate) fn request_of<'a>(
 /// index, the file whose pieces follow and whether the service refused to answer at all.
 pub(crate) struct Written {
     pub(crate) out: Vec<u8>,
-    pub(crate) index: AnswerIndex,
+    /// Boxed, as `ClientHead`'s: a `Written` is held across the sends' awaits.
+    pub(crate) index: Box<AnswerIndex>,
     pub(crate) file: Option<FileBody>,
     pub(crate) refused: bool,
 }
@@ -121,7 +123,7 @@ pub(crate) fn answer_here<S: Service>(
         let head_only = request.method == Method::Head;
         let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
         let reply = env.service.call(group, ctx, request, &mut resp);
-        (reply, resp.into_index())
+        (reply, Box::new(resp.into_index()))
     };
     let refused = matches!(reply, Reply::Refuse);
     let file = match reply {
@@ -154,7 +156,7 @@ pub(crate) fn own_error(common: &[u8], status: u16) -> Written {
     let mut out = Vec::with_capacity(256);
     let mut resp = Responder::new(&mut out, common, true, 1, false);
     resp.error(status);
-    let index = resp.into_index();
+    let index = Box::new(resp.into_index());
     Written {
         out,
         index,
@@ -188,7 +190,7 @@ pub(crate) fn response_of(out: &Bytes, index: &AnswerIndex) -> Option<(http::Res
 /// answer's heads sent to `heads`), bounded as the request's path says: what a stream lends
 /// its app through, over HTTP/2 and HTTP/3.
 pub(crate) fn lent_connection<'a, C, S>(
-    (stream, heads): (&'a mut C, super::service::HeadsOut),
+    (stream, heads): (&'a mut C, &'a super::heads::AnswerHeads),
     rbuf: &'a mut Vec<u8>,
     env: &'a ConnEnv<S>,
     ctx: &'a RequestCtx,
@@ -284,7 +286,7 @@ pub(crate) fn continue_response() -> http::Response<()> {
 /// is the stream's `200` and what follows it the tunnel's bytes, relayed until the app ends
 /// them (see [`super::websocket`]).
 pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
-    (heads, from): (&mut HeadsIn, &mut R),
+    (heads, from): (&AnswerHeads, &mut R),
     out: &mut O,
     (head_only, tunnel): (bool, bool),
     timeout: Duration,
@@ -309,10 +311,9 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
     };
     let text = Bytes::from(head.text);
     let (mut response, _) = response_of(&text, &head.index)?;
-    let field = |name: &[u8]| head.index.value(&text, name);
-    let mut chunked = field(b"transfer-encoding").is_some();
-    let mut length = field(b"content-length")
-        .and_then(|value| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
+    let (length, mut chunked) = head.index.framing(&text);
+    let mut length =
+        length.and_then(|value| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
     if tunnel {
         match super::websocket::answer(&mut response) {
             // The tunnel's bytes, until the app's close.
@@ -367,9 +368,6 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
         }
     }
 }
-
-/// The stream's end of [`super::service::HeadsOut`].
-pub(crate) type HeadsIn = tokio::sync::mpsc::UnboundedReceiver<crate::features::head::ClientHead>;
 
 /// The first `len` bytes of `buf` as a piece to send, `used` bytes of it spent. Where that
 /// is all of it, the buffer itself becomes the piece (no copy) and `buf` is left with none:

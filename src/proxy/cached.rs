@@ -266,16 +266,18 @@ pub(super) async fn send<C: AsyncRead + AsyncWrite + Unpin>(
         _ => Outcome::Answered,
     };
     // Sent as it is (by its length, not compressed): with its head, in one write.
-    let (mut out, mut body) = (out, body);
-    if relay.encoder.is_none() && matches!(relay.kind, BodyKind::Length(_) | BodyKind::None) {
-        out.text.extend_from_slice(&body);
-        body = Bytes::new();
-    }
-    if head_to_client(stream, own, out, body_timeout)
+    let mut body = body;
+    let as_is =
+        relay.encoder.is_none() && matches!(relay.kind, BodyKind::Length(_) | BodyKind::None);
+    let more: &[u8] = if as_is { &body } else { &[] };
+    if head_to_client(stream, own, (out, more), body_timeout)
         .await
         .is_err()
     {
         return Outcome::Close;
+    }
+    if as_is {
+        body = Bytes::new();
     }
     if body.is_empty() && relay.encoder.is_none() {
         return done;

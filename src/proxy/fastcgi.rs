@@ -75,7 +75,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         client_minor: req.client_minor,
         head_only: req.head_only,
         response,
-        heads: heads.as_ref(),
+        heads,
     };
     let buffer = route.buffer(req.buffered);
     // A chunked body's length is known only once it is read whole, which buffering does.
@@ -418,7 +418,7 @@ impl Relay {
         // An HTTP/1.1 client's head goes out with the body's start; a stream's relay takes
         // it structured, now.
         let mut out = match own.heads {
-            Some(_) => match head_to_client(stream, own, head, body_timeout).await {
+            Some(_) => match head_to_client(stream, own, (head, &[]), body_timeout).await {
                 Ok(()) => Vec::new(),
                 Err(_) => return Outcome::Close,
             },

@@ -76,7 +76,7 @@ pub async fn forward<C: AsyncRead + AsyncWrite + Unpin>(
         client_minor: req.client_minor,
         head_only: req.head_only,
         response,
-        heads: heads.as_ref(),
+        heads,
     };
     if !send_continue(stream, &own, req.expect_continue, body_timeout).await {
         return Outcome::Close;
@@ -236,7 +236,7 @@ impl Answered {
     #[allow(clippy::too_many_arguments)]
     async fn relay<C: AsyncRead + AsyncWrite + Unpin>(
         self,
-        mut out: ClientHead,
+        out: ClientHead,
         relay: Relay,
         stream: &mut C,
         rbuf: &mut Vec<u8>,
@@ -257,18 +257,18 @@ impl Answered {
         ubuf.drain(..head_len);
         // A small answer read whole goes out with its head in one write; nothing is left.
         let mut kind = relay.kind;
-        if let (BodyKind::Length(n), None) = (kind, &relay.encoder) {
-            if ubuf.len() as u64 == n {
-                out.text.extend_from_slice(&ubuf);
-                ubuf.clear();
-                kind = BodyKind::None;
-            }
-        }
-        if head_to_client(stream, own, out, body_timeout)
+        let whole =
+            matches!((kind, &relay.encoder), (BodyKind::Length(n), None) if ubuf.len() as u64 == n);
+        let more: &[u8] = if whole { &ubuf } else { &[] };
+        if head_to_client(stream, own, (out, more), body_timeout)
             .await
             .is_err()
         {
             return Outcome::Close;
+        }
+        if whole {
+            ubuf.clear();
+            kind = BodyKind::None;
         }
         if relay.then == Then::Upgrade {
             // Boxed, as every rarer branch here: its state would grow the future every

@@ -23,6 +23,7 @@ use super::upstream::Conn;
 use super::wire::{Fail, Instead, OwnAnswers};
 use super::Endpoint;
 use crate::http::h2::{send_data, LentStream, StreamReply};
+use crate::http::heads::AnswerHeads;
 use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::{RecvStream, SendStream};
@@ -40,14 +41,14 @@ pub async fn forward_stream(stream: LentStream<'_>, mut req: ForwardRequest, rou
         response,
     } = stream;
     req.compress = None;
-    let (heads_out, mut heads) = tokio::sync::mpsc::unbounded_channel();
+    let heads = AnswerHeads::default();
     let own = OwnAnswers {
         report: reply.report,
         clock,
         client_minor: 1,
         head_only: req.head_only,
         response,
-        heads: Some(&heads_out),
+        heads: Some(&heads),
     };
     let sent = Sent {
         body,
@@ -58,7 +59,7 @@ pub async fn forward_stream(stream: LentStream<'_>, mut req: ForwardRequest, rou
         // espalier's own answer: its head comes structured (`heads`), its body written here.
         let mut body = Vec::with_capacity(256);
         own.instead(&mut body, route, instead).await;
-        if let Ok(head) = heads.try_recv() {
+        if let Some(head) = heads.take() {
             reply.answer(head, body, req.head_only);
         }
     }

@@ -9,8 +9,8 @@
 use crate::features::head::ClientHead;
 use crate::http::access_log::Report;
 use crate::http::error_pages::KEPT_FIELDS;
+use crate::http::heads::AnswerHeads;
 use crate::http::response_chain::{ResponseChain, Whose};
-use crate::http::service::HeadsOut;
 use crate::http::service::Outcome;
 use crate::http::Responder;
 use std::borrow::Cow;
@@ -39,28 +39,34 @@ pub(super) enum BodyKind {
     UntilClose,
 }
 
-/// The client's head (`head.text`, perhaps with the start of the body after it), counted
-/// for the access log: an HTTP/1.1 client's connection gets the text as it is, in one
-/// write; a stream's relay (`own.heads`) gets the head structured, and what follows it
+/// The client's head (`head.text`, perhaps with the start of the body after it) and `more`
+/// of the body, counted for the access log: an HTTP/1.1 client's connection gets them as
+/// text, in one write; a stream's relay (`own.heads`) gets the head structured, and the body
 /// through the pipe.
 pub(super) async fn head_to_client<C: AsyncWrite + Unpin>(
     stream: &mut C,
     own: &OwnAnswers<'_>,
-    mut head: ClientHead,
+    (mut head, more): (ClientHead, &[u8]),
     timeout: Duration,
 ) -> io::Result<()> {
     let Some(heads) = own.heads else {
+        head.text.extend_from_slice(more);
         return to_client(stream, own.report, &head.text, timeout).await;
     };
-    let body = head.text.split_off(head.head_len());
-    own.report
+    // An answer of espalier's own is written whole: its body is taken off its head.
+    let body = match head.head_len() {
+        len if len < head.text.len() => head.text.split_off(len),
+        _ => Vec::new(),
+    };
+    let report = own.report;
+    report
         .bytes
-        .set(own.report.bytes.get() + head.text.len() as u64);
-    heads.send(head).map_err(|_| io::ErrorKind::BrokenPipe)?;
-    if body.is_empty() {
-        return Ok(());
+        .set(report.bytes.get() + head.text.len() as u64);
+    heads.send(head);
+    for part in [&body[..], more].into_iter().filter(|p| !p.is_empty()) {
+        to_client(stream, report, part, timeout).await?;
     }
-    to_client(stream, own.report, &body, timeout).await
+    Ok(())
 }
 
 /// `100 Continue` to a client that expects it, before its body is forwarded: the app never
@@ -72,7 +78,10 @@ pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
     timeout: Duration,
 ) -> bool {
     let head = || ClientHead::bare(100, "Continue");
-    !expected || head_to_client(stream, own, head(), timeout).await.is_ok()
+    !expected
+        || head_to_client(stream, own, (head(), &[]), timeout)
+            .await
+            .is_ok()
 }
 
 /// A write with a time limit, flushed.
@@ -166,7 +175,7 @@ pub(super) struct OwnAnswers<'a> {
     /// The response chain of the request's site and path.
     pub response: Option<&'a ResponseChain>,
     /// A stream's: where the answer's heads go (see [`head_to_client`]).
-    pub heads: Option<&'a HeadsOut>,
+    pub heads: Option<&'a AnswerHeads>,
 }
 
 impl OwnAnswers<'_> {
@@ -204,9 +213,9 @@ impl OwnAnswers<'_> {
             resp.response_steps(0, self.response, Whose::Own);
             resp.into_index()
         };
-        let head = ClientHead { text, index };
+        let head = ClientHead::new(text, index);
         self.report.head.set(head.head_len() as u64);
-        let _ = head_to_client(stream, self, head, Duration::from_secs(5)).await;
+        let _ = head_to_client(stream, self, (head, &[]), Duration::from_secs(5)).await;
         Outcome::Close
     }
 

@@ -25,7 +25,7 @@ impl StreamReply<'_> {
         self.report.bytes.set((head_len + body.len()) as u64);
         // The body was written apart from the head (see `proxy::wire::head_to_client`).
         let more = !body.is_empty() && !head_only;
-        let head = (head.text, &head.index);
+        let head = (head.text, &*head.index);
         if let Some(Some(mut send)) = send_answer(self.respond, head, more, head_only) {
             let _ = send.send_data(Bytes::from(body), true);
         }
