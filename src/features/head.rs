@@ -169,43 +169,58 @@ impl AnswerIndex {
 }
 
 /// An answer's head as its client is to get it: the text (the head, perhaps with the start
-/// of its body after it) and the head's index — boxed: a forwarder holds its head across
-/// awaits in several nested futures, and each is moved (into its box, into its task) whole,
-/// so an inline index would be copied a few times over per request for nothing.
+/// of its body after it), where the head ends, and — for a stream, which makes its response
+/// from it — the head's index. Boxed, and only for a stream: a forwarder holds its head across
+/// awaits in nested futures, each moved whole (into its box, into its task), and an HTTP/1.1
+/// client, which gets the text, has no use for it once the response steps have run.
 #[derive(Debug, Default)]
 pub struct ClientHead {
     pub text: Vec<u8>,
-    pub index: Box<AnswerIndex>,
+    head_len: usize,
+    pub index: Option<Box<AnswerIndex>>,
 }
 
 impl ClientHead {
-    pub fn new(text: Vec<u8>, index: AnswerIndex) -> ClientHead {
+    /// The head written in `text` and indexed by `index`, which is kept when `structured`.
+    pub fn new(text: Vec<u8>, index: AnswerIndex, structured: bool) -> ClientHead {
         ClientHead {
+            head_len: index.head().map_or(text.len(), |h| h.end),
             text,
-            index: Box::new(index),
+            index: structured.then(|| Box::new(index)),
         }
     }
 
     /// A head of `status` alone, with no fields (`100 Continue`).
-    pub fn bare(status: u16, reason: &str) -> ClientHead {
+    pub fn bare(status: u16, reason: &str, structured: bool) -> ClientHead {
         let text = format!("HTTP/1.1 {status} {reason}\r\n\r\n").into_bytes();
         let mut index = AnswerIndex::default();
         index.begin(0, status);
         index.end(text.len());
-        ClientHead::new(text, index)
+        ClientHead::new(text, index, structured)
     }
 
-    /// Its head, for an edit that keeps text and index true together.
-    pub fn edit(&mut self) -> HeadEdit<'_> {
-        HeadEdit {
-            out: &mut self.text,
-            index: &mut self.index,
+    /// Puts `lines` (whole `Name: value\r\n` lines espalier formatted) in before the blank
+    /// line, into the index too when it has one.
+    pub fn add_lines(&mut self, lines: &[u8]) {
+        if self.head_len < 4 {
+            return;
         }
+        match &mut self.index {
+            Some(index) => {
+                let mut edit = HeadEdit {
+                    out: &mut self.text,
+                    index,
+                };
+                edit.add_lines(lines);
+            }
+            None => insert(&mut self.text, self.head_len - 2, lines),
+        }
+        self.head_len += lines.len();
     }
 
-    /// Where its head ends in its text (its whole text when no head was written).
+    /// Where its head ends in its text.
     pub fn head_len(&self) -> usize {
-        self.index.head().map_or(self.text.len(), |h| h.end)
+        self.head_len
     }
 }
 
@@ -380,6 +395,23 @@ mod tests {
         assert_eq!(index.framing(&out), (Some(&b"42"[..]), false));
         let (out, index) = written(b"", b"Transfer-Encoding: gzip, chunked\r\n", b"");
         assert_eq!(index.framing(&out), (None, true));
+    }
+
+    #[test]
+    fn a_client_head_takes_lines_with_its_index_or_without() {
+        for structured in [true, false] {
+            let (mut text, index) = written(b"", b"X-A: 1\r\n", b"");
+            text.extend_from_slice(b"body");
+            let mut head = ClientHead::new(text, index, structured);
+            head.add_lines(b"Set-Cookie: s=1\r\n");
+            let want = "HTTP/1.1 500 Oops\r\nX-A: 1\r\nSet-Cookie: s=1\r\n\r\nbody";
+            assert_eq!(String::from_utf8(head.text.clone()).unwrap(), want);
+            assert_eq!(head.head_len(), want.len() - 4);
+            if let Some(index) = &head.index {
+                assert_eq!(fields_of(&head.text, index), parsed(&head.text, 0));
+            }
+            assert_eq!(head.index.is_some(), structured);
+        }
     }
 
     #[test]

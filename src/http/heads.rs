@@ -70,14 +70,15 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let waiting = async {
-                let first = heads.recv().await.map(|h| h.index.status());
-                let second = heads.recv().await.map(|h| h.index.status());
+                let status = |h: ClientHead| h.index.map_or(0, |i| i.status());
+                let first = heads.recv().await.map(status);
+                let second = heads.recv().await.map(status);
                 (first, second, heads.recv().await.is_none())
             };
             let sending = async {
                 tokio::task::yield_now().await;
-                heads.send(ClientHead::bare(100, "Continue"));
-                heads.send(ClientHead::bare(200, "OK"));
+                heads.send(ClientHead::bare(100, "Continue", true));
+                heads.send(ClientHead::bare(200, "OK", true));
                 tokio::task::yield_now().await;
                 heads.close();
             };

@@ -128,7 +128,10 @@ pub(crate) async fn exchange<S: Service, I: StreamIn, O: StreamOut>(
     let mut rbuf = whole;
     let forwarding = async {
         let conn = lent_connection((&mut ours, &heads), &mut rbuf, env, ctx, report);
-        env.service.lend(lent, conn).await;
+        // Boxed where it is made: a future is moved whole (its every state's room), and this
+        // one, the forwarder's, is most of the exchange's — unboxed, it was copied into each
+        // future that holds it, and each of those moved in turn.
+        Box::pin(env.service.lend(lent, conn)).await;
         // No head comes after this; closing our end ends an answer framed by the close.
         heads.close();
         drop(ours);
@@ -161,7 +164,7 @@ pub(crate) async fn exchange<S: Service, I: StreamIn, O: StreamOut>(
     };
     let relaying = relay((&heads, &mut answer), out, (head_only, tunnel), timeout);
     let mut relaying = std::pin::pin!(relaying);
-    let mut feeding = Box::pin(feeding);
+    let mut feeding = std::pin::pin!(feeding);
     tokio::select! {
         relayed = &mut relaying => match relayed {
             Some(()) if tunnel => {

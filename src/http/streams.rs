@@ -298,7 +298,7 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
             head = tokio::time::timeout(timeout, heads.recv()) => head.ok()??,
             () = out.reset() => return None,
         };
-        match head.index.status() {
+        match head.index.as_ref().map_or(0, |i| i.status()) {
             status if (100..200).contains(&status) && !(tunnel && status == 101) => {
                 // The forwarder's 100 Continue to a client that waits for it; the others
                 // (an app's interim answers are the forwarder's to drop) are skipped.
@@ -310,8 +310,9 @@ pub(crate) async fn relay<R: AsyncRead + Unpin, O: StreamOut>(
         }
     };
     let text = Bytes::from(head.text);
-    let (mut response, _) = response_of(&text, &head.index)?;
-    let (length, mut chunked) = head.index.framing(&text);
+    let index = head.index?;
+    let (mut response, _) = response_of(&text, &index)?;
+    let (length, mut chunked) = index.framing(&text);
     let mut length =
         length.and_then(|value| std::str::from_utf8(value).ok()?.trim().parse::<u64>().ok());
     if tunnel {

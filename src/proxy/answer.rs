@@ -156,7 +156,7 @@ fn client_head(
     let mut out = head.for_client(fields, own);
     if let Some(line) = sticky_line {
         // Before the blank line that ends the head.
-        out.edit().add_lines(line.as_bytes());
+        out.add_lines(line.as_bytes());
     }
     let relay = Relay {
         kind: answer.kind,

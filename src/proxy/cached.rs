@@ -246,7 +246,7 @@ pub(super) fn mark(out: &mut ClientHead, req: &ForwardRequest, own: &OwnAnswers<
         return;
     };
     own.report.cache.set(Some(Seen::Miss));
-    out.edit().add_lines(asked.status_line(stored).as_bytes());
+    out.add_lines(asked.status_line(stored).as_bytes());
 }
 
 /// Sends the client's head `out` and the answer's whole `body` from memory, framed and

@@ -66,7 +66,7 @@ impl Head<'_> {
         let mut text = Vec::with_capacity(512);
         // The clock's lines borrowed for this statement only: its task refreshes them.
         let index = self.write(fields, &own.clock.common(), own.response, &mut text);
-        ClientHead::new(text, index)
+        ClientHead::new(text, index, own.heads.is_some())
     }
 
     /// Writes the head, with the app's `fields`, to `out`: `common` are the thread's common

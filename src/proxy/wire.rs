@@ -77,7 +77,7 @@ pub(super) async fn send_continue<C: AsyncWrite + Unpin>(
     expected: bool,
     timeout: Duration,
 ) -> bool {
-    let head = || ClientHead::bare(100, "Continue");
+    let head = || ClientHead::bare(100, "Continue", own.heads.is_some());
     !expected
         || head_to_client(stream, own, (head(), &[]), timeout)
             .await
@@ -213,7 +213,7 @@ impl OwnAnswers<'_> {
             resp.response_steps(0, self.response, Whose::Own);
             resp.into_index()
         };
-        let head = ClientHead::new(text, index);
+        let head = ClientHead::new(text, index, self.heads.is_some());
         self.report.head.set(head.head_len() as u64);
         let _ = head_to_client(stream, self, (head, &[]), Duration::from_secs(5)).await;
         Outcome::Close

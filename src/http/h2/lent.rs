@@ -25,7 +25,10 @@ impl StreamReply<'_> {
         self.report.bytes.set((head_len + body.len()) as u64);
         // The body was written apart from the head (see `proxy::wire::head_to_client`).
         let more = !body.is_empty() && !head_only;
-        let head = (head.text, &*head.index);
+        let Some(index) = head.index else {
+            return;
+        };
+        let head = (head.text, &*index);
         if let Some(Some(mut send)) = send_answer(self.respond, head, more, head_only) {
             let _ = send.send_data(Bytes::from(body), true);
         }
@@ -37,7 +40,7 @@ impl StreamReply<'_> {
         let head_len = head.head_len() as u64;
         self.report.head.set(head_len);
         self.report.bytes.set(head_len);
-        let (response, _) = response_of(&Bytes::from(head.text), &head.index)?;
+        let (response, _) = response_of(&Bytes::from(head.text), head.index.as_deref()?)?;
         let send = self.respond.send_response(response, end).ok()?;
         self.send = (!end).then_some(send);
         Some(())
