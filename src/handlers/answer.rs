@@ -25,6 +25,7 @@ impl ThreadService {
         resp: &mut Responder<'_>,
     ) -> Reply {
         let mark = resp.mark();
+        resp.index_fields(ctx.response.is_some());
         let reply = self.answer_decided(ctx, req, resp);
         // espalier's own error text gives way to the site's page for the status; the site's
         // and path's fields (HSTS over TLS) go into whatever it answered.

@@ -85,9 +85,14 @@ pub struct Responder<'a> {
     then: Then,
     minor_version: u8,
     head_only: bool,
-    /// Where the head being written lies in `out`: its status and fields, kept as they are
-    /// written and through the response steps' edits (see `features::head`).
+    /// Where the head being written lies in `out`: its status, and its fields when
+    /// `indexing` — kept as they are written and through the response steps' edits (see
+    /// `features::head`).
     index: AnswerIndex,
+    /// Whether each field is indexed as it is written: for an answer with response steps to
+    /// run or a stream to make its response from. An HTTP/1.1 client's answer without steps
+    /// (a static page's) gets its text alone and pays for no index.
+    indexing: bool,
 }
 
 impl<'a> Responder<'a> {
@@ -110,7 +115,14 @@ impl<'a> Responder<'a> {
             minor_version,
             head_only,
             index: AnswerIndex::default(),
+            indexing: false,
         }
+    }
+
+    /// Indexes every field from now on (see [`Self::indexing`]): for a stream's response, or
+    /// when `steps` (a response chain) will run over the answer.
+    pub fn index_fields(&mut self, steps: bool) {
+        self.indexing |= steps;
     }
 
     /// The index of the head written last (its status and fields, where they lie in the
@@ -146,6 +158,14 @@ impl<'a> Responder<'a> {
         if self.index.head().map(|h| h.start) != Some(mark) {
             return;
         }
+        // Its writer asks for the index before it writes, where it knows the chain.
+        debug_assert!(
+            self.indexing,
+            "response steps over an answer written unindexed"
+        );
+        if !self.indexing {
+            return;
+        }
         for step in chain.steps() {
             let mut head = HeadEdit {
                 out: self.out,
@@ -162,7 +182,9 @@ impl<'a> Responder<'a> {
 
     /// Writes `lines` (whole `Name: value\r\n` lines espalier formatted), indexed.
     fn lines(&mut self, lines: &[u8]) {
-        self.index.lines(self.out.len(), lines);
+        if self.indexing {
+            self.index.lines(self.out.len(), lines);
+        }
         self.out.extend_from_slice(lines);
     }
 
@@ -226,7 +248,9 @@ impl<'a> Responder<'a> {
     /// A field whose name or value need not be text (an app's, passed on as it sent it).
     pub fn field(&mut self, name: &[u8], value: &[u8]) -> &mut Self {
         let len = name.len() + 2 + value.len() + 2;
-        self.index.line(self.out.len(), name.len(), len);
+        if self.indexing {
+            self.index.line(self.out.len(), name.len(), len);
+        }
         self.out.extend_from_slice(name);
         self.out.extend_from_slice(b": ");
         self.out.extend_from_slice(value);
@@ -300,7 +324,9 @@ impl<'a> Responder<'a> {
             .truncate(end_of_head + if self.head_only { 0 } else { len });
         const NAME: usize = "Content-Length".len();
         let line_at = value_at - NAME - 2;
-        self.index.line(line_at, NAME, end_of_head - 2 - line_at);
+        if self.indexing {
+            self.index.line(line_at, NAME, end_of_head - 2 - line_at);
+        }
         self.index.end(end_of_head);
     }
 

@@ -122,6 +122,7 @@ pub(crate) fn answer_here<S: Service>(
         let common = env.clock.common();
         let head_only = request.method == Method::Head;
         let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
+        resp.index_fields(true);
         let reply = env.service.call(group, ctx, request, &mut resp);
         (reply, Box::new(resp.into_index()))
     };
@@ -155,6 +156,7 @@ pub(crate) fn answer_here<S: Service>(
 pub(crate) fn own_error(common: &[u8], status: u16) -> Written {
     let mut out = Vec::with_capacity(256);
     let mut resp = Responder::new(&mut out, common, true, 1, false);
+    resp.index_fields(true);
     resp.error(status);
     let index = Box::new(resp.into_index());
     Written {

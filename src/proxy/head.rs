@@ -65,24 +65,28 @@ impl Head<'_> {
     ) -> ClientHead {
         let mut text = Vec::with_capacity(512);
         // The clock's lines borrowed for this statement only: its task refreshes them.
-        let index = self.write(fields, &own.clock.common(), own.response, &mut text);
-        ClientHead::new(text, index, own.heads.is_some())
+        let structured = own.heads.is_some();
+        let steps = (own.response, structured);
+        let index = self.write(fields, &own.clock.common(), steps, &mut text);
+        ClientHead::new(text, index, structured)
     }
 
     /// Writes the head, with the app's `fields`, to `out`: `common` are the thread's common
     /// lines (`Server`, `Date`, and the worker line with `worker_header`), `chain` the site's
-    /// and path's response steps. Returns the head's index.
+    /// and path's response steps. Returns the head's index, whose fields are indexed for the
+    /// steps or when `structured` (a stream's).
     pub fn write(
         &self,
         fields: &[httparse::Header<'_>],
         common: &[u8],
-        chain: Option<&ResponseChain>,
+        (chain, structured): (Option<&ResponseChain>, bool),
         out: &mut Vec<u8>,
     ) -> AnswerIndex {
         let seen = Seen::of(fields);
         let mark = out.len();
         // `head_only` is the relay's to honour: this writes the head alone.
         let mut resp = Responder::new(out, common, true, self.client_minor, false).then(self.then);
+        resp.index_fields(chain.is_some() || structured);
         resp.status_line(self.status, self.reason, seen.sent);
         // The app's `Connection` tokens, read only when it sent one (and the forwarder has not).
         let read;
@@ -280,7 +284,7 @@ mod tests {
             .map(|(name, value)| httparse::Header { name, value })
             .collect();
         let mut out = Vec::new();
-        h.write(&fields, common, chain, &mut out);
+        h.write(&fields, common, (chain, false), &mut out);
         String::from_utf8(out).unwrap()
     }
 

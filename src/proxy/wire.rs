@@ -209,6 +209,7 @@ impl OwnAnswers<'_> {
             let common = self.clock.common();
             let mut resp =
                 Responder::new(&mut text, &common, false, self.client_minor, self.head_only);
+            resp.index_fields(self.response.is_some() || self.heads.is_some());
             resp.error_keeping(status, kept);
             resp.response_steps(0, self.response, Whose::Own);
             resp.into_index()
