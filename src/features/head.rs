@@ -181,12 +181,12 @@ pub struct ClientHead {
 }
 
 impl ClientHead {
-    /// The head written in `text` and indexed by `index`, which is kept when `structured`.
-    pub fn new(text: Vec<u8>, index: AnswerIndex, structured: bool) -> ClientHead {
+    /// The head written in `text`, `head_len` bytes, with its index for a stream.
+    pub fn new(text: Vec<u8>, head_len: usize, index: Option<Box<AnswerIndex>>) -> ClientHead {
         ClientHead {
-            head_len: index.head().map_or(text.len(), |h| h.end),
             text,
-            index: structured.then(|| Box::new(index)),
+            head_len,
+            index,
         }
     }
 
@@ -196,7 +196,8 @@ impl ClientHead {
         let mut index = AnswerIndex::default();
         index.begin(0, status);
         index.end(text.len());
-        ClientHead::new(text, index, structured)
+        let len = text.len();
+        ClientHead::new(text, len, structured.then(|| Box::new(index)))
     }
 
     /// Puts `lines` (whole `Name: value\r\n` lines espalier formatted) in before the blank
@@ -402,7 +403,8 @@ mod tests {
         for structured in [true, false] {
             let (mut text, index) = written(b"", b"X-A: 1\r\n", b"");
             text.extend_from_slice(b"body");
-            let mut head = ClientHead::new(text, index, structured);
+            let len = index.head().unwrap().end;
+            let mut head = ClientHead::new(text, len, structured.then(|| Box::new(index)));
             head.add_lines(b"Set-Cookie: s=1\r\n");
             let want = "HTTP/1.1 500 Oops\r\nX-A: 1\r\nSet-Cookie: s=1\r\n\r\nbody";
             assert_eq!(String::from_utf8(head.text.clone()).unwrap(), want);

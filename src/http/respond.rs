@@ -126,15 +126,20 @@ impl<'a> Responder<'a> {
     }
 
     /// The index of the head written last (its status and fields, where they lie in the
-    /// buffer): what an HTTP/2 or HTTP/3 stream's response is made from.
-    pub fn into_index(self) -> AnswerIndex {
-        self.index
+    /// buffer): what an HTTP/2 or HTTP/3 stream's response is made from. Boxed where it is
+    /// taken: it is held across awaits, in futures that are moved whole.
+    pub fn into_index(self) -> Box<AnswerIndex> {
+        Box::new(self.index)
     }
 
-    /// The same writer for an answer after which the connection does `then` (an upgrade).
-    pub fn then(mut self, then: Then) -> Self {
+    /// Where the head written last ends in the buffer (its end when none was ended).
+    pub fn head_end(&self) -> usize {
+        self.index.head().map_or(self.out.len(), |h| h.end)
+    }
+
+    /// The answer is one after which the connection does `then` (an upgrade).
+    pub fn then(&mut self, then: Then) {
         self.then = then;
-        self
     }
 
     pub fn keep_alive(&self) -> bool {

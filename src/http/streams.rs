@@ -124,7 +124,7 @@ pub(crate) fn answer_here<S: Service>(
         let mut resp = Responder::new(&mut out, &common, true, 1, head_only);
         resp.index_fields(true);
         let reply = env.service.call(group, ctx, request, &mut resp);
-        (reply, Box::new(resp.into_index()))
+        (reply, resp.into_index())
     };
     let refused = matches!(reply, Reply::Refuse);
     let file = match reply {
@@ -158,7 +158,7 @@ pub(crate) fn own_error(common: &[u8], status: u16) -> Written {
     let mut resp = Responder::new(&mut out, common, true, 1, false);
     resp.index_fields(true);
     resp.error(status);
-    let index = Box::new(resp.into_index());
+    let index = resp.into_index();
     Written {
         out,
         index,

@@ -67,25 +67,26 @@ impl Head<'_> {
         // The clock's lines borrowed for this statement only: its task refreshes them.
         let structured = own.heads.is_some();
         let steps = (own.response, structured);
-        let index = self.write(fields, &own.clock.common(), steps, &mut text);
-        ClientHead::new(text, index, structured)
+        let (head_len, index) = self.write(fields, &own.clock.common(), steps, &mut text);
+        ClientHead::new(text, head_len, index)
     }
 
     /// Writes the head, with the app's `fields`, to `out`: `common` are the thread's common
     /// lines (`Server`, `Date`, and the worker line with `worker_header`), `chain` the site's
-    /// and path's response steps. Returns the head's index, whose fields are indexed for the
-    /// steps or when `structured` (a stream's).
+    /// and path's response steps. Returns where the head ends, and its index when
+    /// `structured` (a stream's).
     pub fn write(
         &self,
         fields: &[httparse::Header<'_>],
         common: &[u8],
         (chain, structured): (Option<&ResponseChain>, bool),
         out: &mut Vec<u8>,
-    ) -> AnswerIndex {
+    ) -> (usize, Option<Box<AnswerIndex>>) {
         let seen = Seen::of(fields);
         let mark = out.len();
         // `head_only` is the relay's to honour: this writes the head alone.
-        let mut resp = Responder::new(out, common, true, self.client_minor, false).then(self.then);
+        let mut resp = Responder::new(out, common, true, self.client_minor, false);
+        resp.then(self.then);
         resp.index_fields(chain.is_some() || structured);
         resp.status_line(self.status, self.reason, seen.sent);
         // The app's `Connection` tokens, read only when it sent one (and the forwarder has not).
@@ -124,7 +125,7 @@ impl Head<'_> {
         resp.end_head();
         // The error page is the forwarders' to choose before the head (`OwnAnswers`).
         resp.response_steps(mark, chain, Whose::App);
-        resp.into_index()
+        (resp.head_end(), structured.then(|| resp.into_index()))
     }
 
     /// The value field `f` of the app's answer goes out with, `None` when it stays behind:

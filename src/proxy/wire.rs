@@ -204,7 +204,7 @@ impl OwnAnswers<'_> {
     ) -> Outcome {
         self.report.status.set(status);
         let mut text = Vec::with_capacity(256);
-        let index = {
+        let (head_len, index) = {
             // Borrowed and let go before the write: the clock's own task refreshes the lines.
             let common = self.clock.common();
             let mut resp =
@@ -212,9 +212,9 @@ impl OwnAnswers<'_> {
             resp.index_fields(self.response.is_some() || self.heads.is_some());
             resp.error_keeping(status, kept);
             resp.response_steps(0, self.response, Whose::Own);
-            resp.into_index()
+            (resp.head_end(), self.heads.map(|_| resp.into_index()))
         };
-        let head = ClientHead::new(text, index, self.heads.is_some());
+        let head = ClientHead::new(text, head_len, index);
         self.report.head.set(head.head_len() as u64);
         let _ = head_to_client(stream, self, (head, &[]), Duration::from_secs(5)).await;
         Outcome::Close
