@@ -1563,7 +1563,8 @@ fn a_member_never_applies_a_revision_older_than_one_it_applied() {
             "sites/shop",
             &format!("{{\"root\": \"{root}\"}}"),
         );
-        assert_eq!(code, 200, "{body}");
+        // A 202 (a worker not ready in time) says why in the member's log.
+        assert_eq!(code, 200, "{body}; log:\n{}", server.log_text());
     }
     serves("two\n");
     let applied = status_in(m1)["cluster"]["revision"].as_i64().unwrap();
