@@ -29,11 +29,12 @@ use std::ops::Range;
 pub const INLINE_FIELDS: usize = 20;
 
 /// One field's line in the buffer: `at..at + len` is `Name: value\r\n`, its name `name`
-/// bytes.
+/// bytes. The name is a `u32` as the line is: an app's head may reach 64 KiB and more in one
+/// field, which a `u16` would cut (and the struct is no larger for it).
 #[derive(Debug, Clone, Copy)]
 struct Field {
     at: usize,
-    name: u16,
+    name: u32,
     len: u32,
 }
 
@@ -76,7 +77,7 @@ impl AnswerIndex {
     pub fn line(&mut self, at: usize, name: usize, len: usize) {
         self.fields.push(Field {
             at,
-            name: name as u16,
+            name: name as u32,
             len: len as u32,
         });
     }
@@ -387,6 +388,15 @@ mod tests {
         assert_eq!(index.head(), Some(4..out.len() - 4));
         assert_eq!(index.status(), 500);
         assert_eq!(index.lines_of(&out, |n| n == b"X-C"), b"X-C: 3\r\n");
+    }
+
+    #[test]
+    fn a_field_name_longer_than_64_kib_keeps_its_place() {
+        let name = "X".repeat(70_000);
+        let line = format!("{name}: v\r\nContent-Length: 1\r\n");
+        let (out, index) = written(b"", line.as_bytes(), b"");
+        assert_eq!(fields_of(&out, &index)[0], (name, "v".to_string()));
+        assert_eq!(index.framing(&out), (Some(&b"1"[..]), false));
     }
 
     #[test]

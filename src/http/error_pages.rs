@@ -42,12 +42,3 @@ impl ErrorPages {
             .map(|(_, p)| p)
     }
 }
-
-/// The status of the HTTP/1.x answer at the start of `head`.
-pub fn status_of(head: &[u8]) -> Option<u16> {
-    let code = head.get(9..12)?;
-    if !head.starts_with(b"HTTP/1.") || !code.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(code).ok()?.parse().ok()
-}

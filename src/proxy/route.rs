@@ -283,7 +283,7 @@ impl ProxyRoute {
             }
             Source::Group(g) => {
                 if let Some(i) = g.index_of(endpoint) {
-                    g.answered(i, waited, status_of(head));
+                    g.answered(i, waited, crate::http::status_of(head));
                 }
             }
         }
@@ -486,11 +486,6 @@ impl ProxyRoute {
             Some(format!("could not be reached ({})", causes.join("; "))),
         ))
     }
-}
-
-/// The status of an HTTP/1.x answer's head (`HTTP/1.1 503 …`), when it has one.
-fn status_of(head: &[u8]) -> Option<u16> {
-    std::str::from_utf8(head.get(9..12)?).ok()?.parse().ok()
 }
 
 mod processes;
