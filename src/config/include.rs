@@ -38,6 +38,68 @@ pub(super) struct Gathered {
     pub pool_origin: Vec<(usize, usize)>,
     pub site_origin: Vec<(usize, usize)>,
     pub upstream_origin: Vec<(usize, usize)>,
+    /// The included files merged, in the order of `sources` after the main file's.
+    pub files: Vec<Included>,
+}
+
+/// An included file as read: its path, its text (shared with `file_memo`'s), and whether it
+/// is a fleet's shared part (which may hold `[[upstream]]`s).
+pub(super) struct Included {
+    pub path: PathBuf,
+    pub text: std::sync::Arc<str>,
+    pub shared: bool,
+}
+
+/// The files `main`'s `include` patterns (and a fleet's copy) name, relative to `base`, in
+/// the order they are merged, each once — by path, and by inode (a second path to a file
+/// read, or the main file itself) — with their texts; and the errors of patterns and reads.
+pub(super) fn included(
+    main: &RawConfig,
+    main_source: &Source,
+    main_path: &Path,
+    base: &Path,
+    overlay: &Overlay,
+) -> (Vec<Included>, Vec<ConfigError>) {
+    let mut patterns = main.include.clone().unwrap_or_default();
+    // A fleet's shared parts, as the cluster's copy holds them (`[server.cluster]`): their
+    // files may hold `[[upstream]]`s too.
+    let fleet = (main.server.as_ref().and_then(|s| s.cluster.as_ref()))
+        .map(|c| fleet_folder(base, c.folder.as_deref()));
+    patterns.extend(fleet.iter().flat_map(|f| fleet_patterns(f)));
+    let (mut files, mut errors) = (Vec::new(), Vec::new());
+    let main_node = std::fs::metadata(main_path).map(|m| super::file_memo::Stamp::of(&m).node);
+    let mut seen: std::collections::HashSet<_> = main_node.into_iter().collect();
+    let mut read = std::collections::HashSet::new();
+    for (k, pattern) in patterns.iter().enumerate() {
+        let paths = match matching_files(pattern, base, overlay) {
+            Ok(f) => f,
+            Err(message) => {
+                errors.push(ConfigError {
+                    file: main_source.file.clone(),
+                    line: (main_source.locator).line(&[Seg::Key("include"), Seg::Index(k)]),
+                    key: format!("include[{k}]"),
+                    message,
+                });
+                continue;
+            }
+        };
+        for path in paths {
+            // A file two patterns match is read once; the main file never again.
+            if !read.insert(path.clone()) {
+                continue;
+            }
+            match text_of(&path, overlay) {
+                Ok((_, Some(node))) if !seen.insert(node) => {}
+                Ok((text, _)) => {
+                    let shared = fleet.as_deref().is_some_and(|f| path.starts_with(f));
+                    files.push(Included { path, text, shared });
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    super::file_memo::keep_only(base, &read);
+    (files, errors)
 }
 
 /// Reads the files `main`'s `include` patterns name (relative to `base`) and merges them.
@@ -49,71 +111,32 @@ pub(super) fn gather(
     overlay: &Overlay,
 ) -> Result<Gathered, ConfigErrors> {
     let origins = |file: usize, n: usize| (0..n).map(move |i| (file, i));
+    let (files, mut errors) = included(&main, &main_source, main_path, base, overlay);
+    main.include = None;
     let mut g = Gathered {
         pool_origin: origins(0, main.pool.len()).collect(),
         site_origin: origins(0, main.site.len()).collect(),
         upstream_origin: origins(0, main.upstream.len()).collect(),
         sources: vec![main_source],
         raw: RawConfig::default(),
+        files: Vec::new(),
     };
-    let mut patterns = main.include.take().unwrap_or_default();
-    // A fleet's shared parts, as the cluster's copy holds them (`[server.cluster]`): their
-    // files may hold `[[upstream]]`s too.
-    let fleet = (main.server.as_ref().and_then(|s| s.cluster.as_ref()))
-        .map(|c| fleet_folder(base, c.folder.as_deref()));
-    patterns.extend(fleet.iter().flat_map(|f| fleet_patterns(f)));
-    let mut errors = Vec::new();
-    // Each file once, by its inode (or its path, for a file an overlay makes).
-    let main_node = std::fs::metadata(main_path).map(|m| super::file_memo::Stamp::of(&m).node);
-    let mut seen: std::collections::HashSet<_> = main_node.into_iter().collect();
-    let mut read = std::collections::HashSet::new();
-    for (k, pattern) in patterns.iter().enumerate() {
-        let at = |message: String| ConfigError {
-            file: g.sources[0].file.clone(),
-            line: g.sources[0]
-                .locator
-                .line(&[Seg::Key("include"), Seg::Index(k)]),
-            key: format!("include[{k}]"),
-            message,
-        };
-        let files = match matching_files(pattern, base, overlay) {
-            Ok(f) => f,
-            Err(m) => {
-                errors.push(at(m));
-                continue;
+    for f in files {
+        match parse_one(&f.path, &f.text, f.shared) {
+            Ok((raw, source)) => {
+                let file = g.sources.len();
+                g.pool_origin.extend(origins(file, raw.pool.len()));
+                g.site_origin.extend(origins(file, raw.site.len()));
+                g.upstream_origin.extend(origins(file, raw.upstream.len()));
+                main.pool.extend(raw.pool);
+                main.site.extend(raw.site);
+                main.upstream.extend(raw.upstream);
+                g.sources.push(source);
+                g.files.push(f);
             }
-        };
-        for path in files {
-            // A file two patterns match is read once; the main file never again.
-            if !read.insert(path.clone()) {
-                continue;
-            }
-            // Read, then told apart by inode (a second path to a file read, or the main
-            // file itself) before it is parsed.
-            let parsed = text_of(&path, overlay).and_then(|(text, node)| match node {
-                Some(node) if !seen.insert(node) => Ok(None),
-                _ => {
-                    let shared = fleet.as_deref().is_some_and(|f| path.starts_with(f));
-                    parse_one(&path, &text, shared).map(Some)
-                }
-            });
-            match parsed {
-                Ok(None) => {}
-                Ok(Some((raw, source))) => {
-                    let file = g.sources.len();
-                    g.pool_origin.extend(origins(file, raw.pool.len()));
-                    g.site_origin.extend(origins(file, raw.site.len()));
-                    g.upstream_origin.extend(origins(file, raw.upstream.len()));
-                    main.pool.extend(raw.pool);
-                    main.site.extend(raw.site);
-                    main.upstream.extend(raw.upstream);
-                    g.sources.push(source);
-                }
-                Err(e) => errors.push(e),
-            }
+            Err(e) => errors.push(e),
         }
     }
-    super::file_memo::keep_only(base, &read);
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
@@ -284,7 +307,11 @@ fn text_of(
 
 /// One included file's text, parsed; `[server]` or `include` there is an error naming it,
 /// and `[[upstream]]` but in a fleet's `shared` part.
-fn parse_one(path: &Path, text: &str, shared: bool) -> Result<(RawConfig, Source), ConfigError> {
+pub(super) fn parse_one(
+    path: &Path,
+    text: &str,
+    shared: bool,
+) -> Result<(RawConfig, Source), ConfigError> {
     let file = path.display().to_string();
     let locator = Locator::new(text);
     // The tables of a text read before (and found valid) are the same tables: cloned, not

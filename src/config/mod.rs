@@ -35,6 +35,7 @@ mod locate;
 mod model;
 mod parse;
 mod raw;
+mod revise;
 mod site;
 pub mod tracing;
 pub mod upstream;
@@ -132,51 +133,109 @@ impl Config {
         topology: &Topology,
         overlay: &Overlay,
     ) -> Result<Config, ConfigErrors> {
-        let file = path.display().to_string();
-        let locator = Locator::new(text);
-        let raw: RawConfig = match toml::from_str(text) {
-            Ok(r) => r,
-            Err(e) => {
-                return Err(ConfigErrors(vec![error::syntax_error(
-                    &file, text, &locator, &e,
-                )]))
+        let (raw, base) = main_file(text, path)?;
+        validate_whole((text, raw), path, &base, topology, overlay, false).map(|(c, _)| c)
+    }
+
+    /// [`Config::parse_with`] for a change of a few included files (the configuration API's):
+    /// validated against the last validation this made of `path`'s files where it can be,
+    /// in the time of the files changed rather than of all ([`revise`]'s doc says when it
+    /// cannot, and what it does not look at again); whole otherwise. The same result, or
+    /// the same errors, as [`Config::parse_with`].
+    pub fn revise_with(
+        text: &str,
+        path: &Path,
+        topology: &Topology,
+        overlay: &Overlay,
+    ) -> Result<Config, ConfigErrors> {
+        let (raw, base) = main_file(text, path)?;
+        if let Some((config, validated)) =
+            revise::revise(path, (text, &raw), &base, topology, overlay)
+        {
+            if cfg!(debug_assertions) {
+                if let Ok(whole) = Config::parse_with(text, path, topology, overlay) {
+                    assert_eq!(
+                        config, whole,
+                        "a revised configuration differs from its whole validation"
+                    );
+                }
             }
-        };
-        // Paths in the file are relative to its folder, and made absolute here: an app runs
-        // in its own working directory (a FastCGI script's path, an access log, a root must
-        // mean the same there), and a bare file name's folder is the current one.
-        let folder = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let base = std::path::absolute(&folder).unwrap_or(folder);
-        let main = include::Source { file, locator };
-        let gathered = include::gather(raw, main, path, &base, overlay)?;
-        let mut v = validate::Validator {
-            sources: gathered.sources,
-            pool_origin: gathered.pool_origin,
-            site_origin: gathered.site_origin,
-            upstream_origin: gathered.upstream_origin,
-            store: false,
-            asks: false,
-            pool_index: Default::default(),
-            upstreams: Vec::new(),
-            identities: Default::default(),
-            errors: Vec::new(),
-        };
-        let config = v.config(gathered.raw, &base, topology);
-        if v.errors.is_empty() {
-            let mut config = config;
-            config.source = Some(path.to_path_buf());
-            Ok(config)
-        } else {
-            Err(ConfigErrors(v.errors))
+            revise::keep(path, validated);
+            return Ok(config);
         }
+        let (config, validated) =
+            validate_whole((text, raw), path, &base, topology, overlay, true)?;
+        if let Some(validated) = validated {
+            revise::keep(path, validated);
+        }
+        Ok(config)
     }
 
     pub fn pool(&self, name: &str) -> Option<&PoolSpec> {
         self.pools.iter().find(|p| p.name == name)
     }
+}
+
+/// The main file's tables, and the folder its relative paths start from.
+fn main_file(text: &str, path: &Path) -> Result<(RawConfig, PathBuf), ConfigErrors> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let file = path.display().to_string();
+        ConfigErrors(vec![error::syntax_error(
+            &file,
+            text,
+            &Locator::new(text),
+            &e,
+        )])
+    })?;
+    // Paths in the file are relative to its folder, and made absolute here: an app runs
+    // in its own working directory (a FastCGI script's path, an access log, a root must
+    // mean the same there), and a bare file name's folder is the current one.
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let base = std::path::absolute(&folder).unwrap_or(folder);
+    Ok((raw, base))
+}
+
+/// Every pool and site of `path` (its text and tables given) and of the files it includes,
+/// validated; with it, when `keep`, what [`revise`] keeps of it.
+fn validate_whole(
+    (text, raw): (&str, RawConfig),
+    path: &Path,
+    base: &Path,
+    topology: &Topology,
+    overlay: &Overlay,
+    keep: bool,
+) -> Result<(Config, Option<revise::Validated>), ConfigErrors> {
+    let file = path.display().to_string();
+    let main = include::Source {
+        file,
+        locator: Locator::new(text),
+    };
+    let mut gathered = include::gather(raw, main, path, base, overlay)?;
+    let counts = (gathered.raw.upstream.len(), gathered.raw.pool.len());
+    let origins = (
+        std::mem::take(&mut gathered.pool_origin),
+        std::mem::take(&mut gathered.site_origin),
+        gathered.upstream_origin,
+    );
+    let mut v = validate::Validator::new(gathered.sources, origins);
+    let mut config = v.config(gathered.raw, base, topology);
+    if !v.errors.is_empty() {
+        return Err(ConfigErrors(v.errors));
+    }
+    config.source = Some(path.to_path_buf());
+    let validated = keep.then(|| {
+        revise::Validated::new(
+            (text, base),
+            gathered.files,
+            (&v.pool_origin, &v.site_origin),
+            &config,
+            counts,
+        )
+    });
+    Ok((config, validated))
 }
 
 #[cfg(test)]

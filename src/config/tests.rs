@@ -16,6 +16,7 @@ mod hosting;
 mod path_uses;
 mod pools;
 mod reference;
+mod revised;
 
 fn parse(text: &str) -> Result<Config, ConfigErrors> {
     Config::parse(

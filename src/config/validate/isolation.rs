@@ -94,7 +94,7 @@ impl Validator {
 impl Validator {
     /// Every app pool's directory, once, in one list each isolated pool shares (see
     /// `Isolation::pool_dirs`).
-    pub(super) fn hide_other_pools(&self, pools: &mut [crate::config::PoolSpec]) {
+    pub(in crate::config) fn hide_other_pools(&self, pools: &mut [crate::config::PoolSpec]) {
         let mut dirs: Vec<PathBuf> = (pools.iter())
             .filter_map(|p| Some(p.app.as_ref()?.directory.clone()))
             .collect();

@@ -38,15 +38,18 @@ use crate::units::{parse_duration, parse_size};
 use std::path::Path;
 use std::time::Duration;
 
+/// By pool, site or upstream group: (index into the sources, index within that file).
+pub(super) type Origins = Vec<(usize, usize)>;
+
 /// Collects every error while turning raw values into typed ones.
 /// Pools and sites are numbered across every file read (`include`); an error about one names
 /// the file it was written in, and its index and line there.
 pub(super) struct Validator {
     pub(super) sources: Vec<Source>,
     /// By pool, by site: (index into `sources`, index within that file).
-    pub(super) pool_origin: Vec<(usize, usize)>,
-    pub(super) site_origin: Vec<(usize, usize)>,
-    pub(super) upstream_origin: Vec<(usize, usize)>,
+    pub(super) pool_origin: Origins,
+    pub(super) site_origin: Origins,
+    pub(super) upstream_origin: Origins,
     /// Whether `[server] certificates` names a store (a site's https bindings may then go
     /// without `tls`).
     pub(super) store: bool,
@@ -64,6 +67,16 @@ pub(super) struct Validator {
     pub(super) errors: Vec<ConfigError>,
 }
 
+/// How a pool that does not say `start` starts, when `pools` are written: IIS 8.5's dynamic
+/// site activation — a hoster's many pools start on demand.
+pub(super) fn default_start(pools: usize) -> StartMode {
+    if pools >= ON_DEMAND_FROM_POOLS {
+        StartMode::OnDemand
+    } else {
+        StartMode::Always
+    }
+}
+
 /// A validation's user look-ups, by (user, group).
 pub(super) type IdentitiesSeen = std::collections::HashMap<
     (String, Option<String>),
@@ -71,6 +84,35 @@ pub(super) type IdentitiesSeen = std::collections::HashMap<
 >;
 
 impl Validator {
+    /// A validator of the pools and sites read from `sources` (the main file first), each
+    /// pool's, site's and upstream group's file and place there given by its origins.
+    pub(super) fn new(
+        sources: Vec<Source>,
+        (pool_origin, site_origin, upstream_origin): (Origins, Origins, Origins),
+    ) -> Self {
+        Validator {
+            sources,
+            pool_origin,
+            site_origin,
+            upstream_origin,
+            store: false,
+            asks: false,
+            pool_index: Default::default(),
+            upstreams: Vec::new(),
+            identities: Default::default(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Says what the server's settings tell every site: whether a store holds certificates,
+    /// and whether ACME orders on demand the names `ask` approves.
+    pub(super) fn know_server(&mut self, server: &ServerSettings) {
+        self.store = server.certificates.is_some();
+        self.asks = (server.acme.as_ref())
+            .and_then(|a| a.on_demand.as_ref())
+            .is_some_and(|d| d.ask.is_some());
+    }
+
     fn err(&mut self, path: &[Seg], message: impl Into<String>) {
         let mut path = path.to_vec();
         let origin = match path.as_slice() {
@@ -174,17 +216,9 @@ impl Validator {
 
     pub(super) fn config(&mut self, raw: RawConfig, base: &Path, topo: &Topology) -> Config {
         let server = self.server(raw.server.unwrap_or_default(), base);
-        self.store = server.certificates.is_some();
-        self.asks = (server.acme.as_ref())
-            .and_then(|a| a.on_demand.as_ref())
-            .is_some_and(|d| d.ask.is_some());
+        self.know_server(&server);
         let mut pools: Vec<PoolSpec> = Vec::new();
-        // IIS 8.5's dynamic site activation: a hoster's many pools start on demand.
-        let default_start = if raw.pool.len() >= ON_DEMAND_FROM_POOLS {
-            StartMode::OnDemand
-        } else {
-            StartMode::Always
-        };
+        let default_start = default_start(raw.pool.len());
         let mut pool_names = std::collections::HashSet::new();
         for (i, rp) in raw.pool.into_iter().enumerate() {
             let pool = self.pool(i, rp, topo, base, default_start);
@@ -231,26 +265,40 @@ impl Validator {
             }
             sites.push(site);
         }
-        self.check_bindings(&sites, &pools);
-        self.check_upstreams_used(written_groups, &sites);
-        self.check_log_owners(&sites, &pools);
-        self.check_warmup_pages(&sites, &pools);
-        self.check_on_demand_bounds(&server, &pools);
-        self.check_acme_names(&server, &sites);
-        self.check_http3(&server, &mut sites, &pools);
-        // A fleet's member may start before its first site is shared (it serves none yet).
-        if sites.is_empty() && server.cluster.is_none() {
-            self.err(
-                &[Seg::Key("site")],
-                "the config defines no [[site]]; add one with `bindings` and a `[[site.app]]`",
-            );
-        }
+        self.check_across(&server, written_groups, &mut sites, &pools);
         Config {
             source: None,
             server,
             pools,
             sites,
             upstreams: std::mem::take(&mut self.upstreams),
+        }
+    }
+
+    /// What no one pool or site tells alone: their names and bindings against each other's,
+    /// the upstream groups written (the first `written_groups`) used, logs' owners, warm-up
+    /// pages, on-demand bounds, ACME's names, HTTP/3 (which also writes each https site's
+    /// `alt_svc`). Each is an index or a pass, never pools × sites.
+    pub(super) fn check_across(
+        &mut self,
+        server: &ServerSettings,
+        written_groups: usize,
+        sites: &mut [SiteSpec],
+        pools: &[PoolSpec],
+    ) {
+        self.check_bindings(sites, pools);
+        self.check_upstreams_used(written_groups, sites);
+        self.check_log_owners(sites, pools);
+        self.check_warmup_pages(sites, pools);
+        self.check_on_demand_bounds(server, pools);
+        self.check_acme_names(server, sites);
+        self.check_http3(server, sites, pools);
+        // A fleet's member may start before its first site is shared (it serves none yet).
+        if sites.is_empty() && server.cluster.is_none() {
+            self.err(
+                &[Seg::Key("site")],
+                "the config defines no [[site]]; add one with `bindings` and a `[[site.app]]`",
+            );
         }
     }
 

@@ -14,7 +14,7 @@ use crate::units::parse_percent;
 use std::time::Duration;
 
 impl Validator {
-    pub(super) fn pool(
+    pub(in crate::config) fn pool(
         &mut self,
         i: usize,
         mut raw: raw::RawPool,

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::path::PathBuf;
 
 impl Validator {
-    pub(super) fn site(
+    pub(in crate::config) fn site(
         &mut self,
         i: usize,
         mut raw: raw::RawSite,

@@ -383,7 +383,7 @@ impl Supervisor {
         (call, said): (&ConfigCall, &str),
     ) -> Result<String, (u16, String)> {
         let overlay: Overlay = changes.iter().cloned().collect();
-        let new = Config::parse_with(main_text, main, &self.topology, &overlay)
+        let new = Config::revise_with(main_text, main, &self.topology, &overlay)
             .map_err(|e| (400, e.to_string().trim_end().to_string()))?;
         let undo = write_all(changes).map_err(|e| (500, e))?;
         let switched = self.switch_to(new, main);
