@@ -328,40 +328,49 @@ impl Supervisor {
     /// The pools of `new`, each keeping its running state (by name, matched once each);
     /// removed ones let go. Each pool's index by name.
     fn match_pools(&mut self, new: &Config) -> HashMap<String, usize> {
-        // Pools by name, matched once each (thousands of them: no search per pool or slot).
-        let mut old_pools: HashMap<String, PoolRt> = self
-            .pools
-            .drain(..)
-            .map(|p| (p.spec.name.clone(), p))
-            .collect();
-        let mut pools: Vec<PoolRt> = Vec::new();
-        for p in &new.pools {
-            let mut rt = old_pools
-                .remove(&p.name)
-                .unwrap_or_else(|| PoolRt::new(p.clone()));
+        // A pool's running state is large (its spec, its group, its responders): at a
+        // change of one site of 10,000 the pools stay where they are, and otherwise each
+        // moves once — not through a map of them, which moved each several times as it grew.
+        let same_places = self.pools.len() == new.pools.len()
+            && (self.pools.iter().zip(&new.pools)).all(|(rt, p)| rt.spec.name == p.name);
+        if !same_places {
+            let at: HashMap<&str, usize> = (self.pools.iter().enumerate())
+                .map(|(k, rt)| (rt.spec.name.as_str(), k))
+                .collect();
+            let places: Vec<Option<usize>> = new
+                .pools
+                .iter()
+                .map(|p| at.get(p.name.as_str()).copied())
+                .collect();
+            let mut old: Vec<Option<PoolRt>> = self.pools.drain(..).map(Some).collect();
+            self.pools = (new.pools.iter().zip(places))
+                .map(|(p, k)| {
+                    (k.and_then(|k| old[k].take())).unwrap_or_else(|| PoolRt::new(p.clone()))
+                })
+                .collect();
+            for gone in old.into_iter().flatten() {
+                for r in gone.responders {
+                    r.abort();
+                }
+                // Its control group is removed at exit, once its workers are gone.
+                if let Some(g) = gone.group {
+                    self.cgroups.cpusets.push(g);
+                }
+            }
+        }
+        for (rt, p) in self.pools.iter_mut().zip(&new.pools) {
             // A changed on-demand pool's group takes its limits again at its next start. An
             // unchanged spec is kept, not cloned again (10,000 pools at a change of one).
             if rt.spec != *p {
                 rt.group_tried = false;
                 rt.spec = p.clone();
             }
-            pools.push(rt);
         }
-        for gone in old_pools.into_values() {
-            for r in gone.responders {
-                r.abort();
-            }
-            // Its control group is removed at exit, once its workers are gone.
-            if let Some(g) = gone.group {
-                self.cgroups.cpusets.push(g);
-            }
+        let mut index = HashMap::with_capacity(self.pools.len());
+        for (i, p) in self.pools.iter().enumerate() {
+            index.entry(p.spec.name.clone()).or_insert(i);
         }
-        self.pools = pools;
-        self.pools
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.spec.name.clone(), i))
-            .collect()
+        index
     }
 
     /// Starts the new slots from `first_new` (an on-demand one sleeps; a stopped pool's
