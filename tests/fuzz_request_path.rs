@@ -18,7 +18,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-fn sites(dir: &Path) -> Vec<SiteSpec> {
+fn sites(dir: &Path) -> Vec<std::sync::Arc<SiteSpec>> {
     std::fs::create_dir_all(dir.join("www/sub")).unwrap();
     std::fs::write(dir.join("www/index.html"), "hello\n").unwrap();
     std::fs::write(dir.join("www/sub/a.txt"), "a".repeat(3000)).unwrap();

@@ -65,7 +65,7 @@ impl Config {
             source: None,
             server: ServerSettings::default(),
             pools: vec![pool],
-            sites: vec![SiteSpec {
+            sites: vec![std::sync::Arc::new(SiteSpec {
                 name: "default".into(),
                 bindings: vec![Binding {
                     addr: listen,
@@ -102,7 +102,7 @@ impl Config {
                     "default".into(),
                     HandlerKind::Static,
                 )],
-            }],
+            })],
             upstreams: Vec::new(),
         }
     }

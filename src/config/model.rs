@@ -501,7 +501,9 @@ pub struct Config {
     pub source: Option<PathBuf>,
     pub server: ServerSettings,
     pub pools: Vec<PoolSpec>,
-    pub sites: Vec<SiteSpec>,
+    /// Shared: a change of one site of 10,000 keeps the others' (cloning a configuration, a
+    /// worker's spec, or comparing two, is then a count and a pointer each).
+    pub sites: Vec<std::sync::Arc<SiteSpec>>,
     /// `[[upstream]]` groups, and a group for each server address a path names itself.
     pub upstreams: Vec<super::upstream::UpstreamSpec>,
 }

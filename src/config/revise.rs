@@ -318,7 +318,7 @@ impl Changes {
         pools: &[PoolSpec],
         mut read: SitesToRead,
         base: &Path,
-    ) -> Option<Vec<super::SiteSpec>> {
+    ) -> Option<Vec<Arc<super::SiteSpec>>> {
         let mut sites = last.config.sites[last.main.1.clone()].to_vec();
         for (f, same) in &self.files {
             match same {
@@ -328,7 +328,7 @@ impl Changes {
                 None => {
                     for rs in read.remove(&f.path)? {
                         let site = v.site(sites.len(), rs, base, pools);
-                        sites.push(site);
+                        sites.push(Arc::new(site));
                     }
                 }
             }

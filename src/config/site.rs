@@ -508,11 +508,15 @@ impl SiteSpec {
 
     /// The site as `pool`'s workers are told it: whole if it serves the site, else its
     /// [`outline`](Self::outline).
-    pub fn as_seen_by(&self, pool: &str) -> SiteSpec {
+    pub fn as_seen_by(
+        &self,
+        whole: &std::sync::Arc<SiteSpec>,
+        pool: &str,
+    ) -> std::sync::Arc<SiteSpec> {
         if self.served_by(pool) {
-            self.clone()
+            std::sync::Arc::clone(whole)
         } else {
-            self.outline()
+            std::sync::Arc::new(self.outline())
         }
     }
 }

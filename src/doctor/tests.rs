@@ -168,7 +168,7 @@ fn kernel_tls_is_reported_as_the_kernel_and_the_config_have_it() {
         said(&i, Some(&auto)).is_empty(),
         "nothing said without an https site"
     );
-    auto.sites[0].tls = Some(crate::config::TlsFiles {
+    std::sync::Arc::make_mut(&mut auto.sites[0]).tls = Some(crate::config::TlsFiles {
         cert: "shop.pem".into(),
         key: "shop.key".into(),
         ocsp: None,

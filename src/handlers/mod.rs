@@ -263,7 +263,7 @@ impl ThreadService {
     /// name.
     pub fn new(
         pool: &str,
-        sites: &[SiteSpec],
+        sites: &[std::sync::Arc<SiteSpec>],
         groups: Vec<GroupRoutes>,
         clock: Rc<Clock>,
         identity: String,

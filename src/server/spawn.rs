@@ -231,9 +231,9 @@ pub const ANOTHER_POOLS: usize = usize::MAX;
 /// address's sites, once per process start.
 fn own_view(
     pool: &str,
-    sites: &[crate::config::SiteSpec],
+    sites: &[std::sync::Arc<crate::config::SiteSpec>],
     groups: &[Arc<GroupRoutes>],
-) -> (Vec<crate::config::SiteSpec>, Vec<Arc<GroupRoutes>>) {
+) -> (Vec<Arc<crate::config::SiteSpec>>, Vec<Arc<GroupRoutes>>) {
     let own: Vec<usize> = (0..sites.len())
         .filter(|&i| sites[i].served_by(pool))
         .collect();
@@ -339,7 +339,7 @@ pub(super) fn spawn_worker(
         spec.sites = Arc::new(
             spec.sites
                 .iter()
-                .map(|s| s.as_seen_by(&spec.pool))
+                .map(|s| s.as_seen_by(s, &spec.pool))
                 .collect(),
         );
     }

@@ -67,7 +67,7 @@ pub struct WorkerSpec {
     pub groups: Vec<Arc<GroupRoutes>>,
     /// Every site of the config (the groups name them by index), shared by every spec; a
     /// process is sent its own sites whole and the others' outline (see `spawn`).
-    pub sites: Arc<Vec<SiteSpec>>,
+    pub sites: Arc<Vec<Arc<SiteSpec>>>,
     /// On shared addresses: every hand-off socket, shared by every spec; each thread ranks
     /// its targets from it.
     #[serde(default)]

@@ -38,7 +38,10 @@ pub struct ThreadHealth {
 }
 
 impl ThreadHealth {
-    pub(super) fn new(epoch: std::time::Instant, sites: &[crate::config::SiteSpec]) -> Self {
+    pub(super) fn new(
+        epoch: std::time::Instant,
+        sites: &[std::sync::Arc<crate::config::SiteSpec>],
+    ) -> Self {
         ThreadHealth {
             epoch,
             served: AtomicU64::new(0),

@@ -53,7 +53,7 @@ const SESSION_CACHE: usize = 16 * 1024;
 /// Each site certificate: the site, its files, its `notAfter` (read when the config was
 /// loaded, so no file is read again) and the time left.
 fn expiries(
-    sites: &[SiteSpec],
+    sites: &[std::sync::Arc<SiteSpec>],
     now: SystemTime,
 ) -> Vec<(&SiteSpec, &TlsFiles, SystemTime, Duration)> {
     sites
@@ -61,7 +61,7 @@ fn expiries(
         .filter_map(|s| {
             let files = s.tls.as_ref()?;
             let not_after = UNIX_EPOCH + Duration::from_secs(files.not_after);
-            Some((s, files, not_after, not_after.duration_since(now).ok()?))
+            Some((&**s, files, not_after, not_after.duration_since(now).ok()?))
         })
         .collect()
 }
@@ -69,7 +69,7 @@ fn expiries(
 /// Each site certificate's whole days left: (site, file, days, who renews it), for
 /// `espalier doctor`.
 pub fn days_left(
-    sites: &[SiteSpec],
+    sites: &[std::sync::Arc<SiteSpec>],
     now: SystemTime,
 ) -> Vec<(String, String, i64, Option<String>)> {
     expiries(sites, now)
@@ -82,7 +82,7 @@ pub fn days_left(
 }
 
 /// The sites' certificates that expire within [`EXPIRY_WARNING`] of `now`, as warning lines.
-pub fn expiry_warnings(sites: &[SiteSpec], now: SystemTime) -> Vec<String> {
+pub fn expiry_warnings(sites: &[std::sync::Arc<SiteSpec>], now: SystemTime) -> Vec<String> {
     expiries(sites, now)
         .into_iter()
         .filter(|(_, _, _, left)| *left < EXPIRY_WARNING)
@@ -317,7 +317,7 @@ pub struct AcmeAnswers<'a> {
 /// worker has no use for — and must not hold — pool B's private key.
 pub fn server_config(
     group: &GroupRoutes,
-    sites: &[SiteSpec],
+    sites: &[std::sync::Arc<SiteSpec>],
     pool: &str,
     who: &str,
     store: &Arc<StoreKeys>,

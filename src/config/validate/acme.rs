@@ -165,7 +165,7 @@ impl Validator {
     pub(super) fn check_acme_names(
         &mut self,
         server: &crate::config::ServerSettings,
-        sites: &[crate::config::SiteSpec],
+        sites: &[std::sync::Arc<crate::config::SiteSpec>],
     ) {
         let Some(acme) = &server.acme else { return };
         if sites.is_empty() {

@@ -22,7 +22,7 @@ impl Validator {
     pub(super) fn check_http3(
         &mut self,
         server: &ServerSettings,
-        sites: &mut [SiteSpec],
+        sites: &mut [std::sync::Arc<SiteSpec>],
         pools: &[PoolSpec],
     ) {
         if !server.http3 {
@@ -33,7 +33,7 @@ impl Validator {
             return;
         }
         let at = [Seg::Key("server"), Seg::Key("http3")];
-        let https = |s: &SiteSpec| s.bindings.iter().any(|b| b.tls);
+        let https = |s: &std::sync::Arc<SiteSpec>| s.bindings.iter().any(|b| b.tls);
         if !sites.iter().any(https) {
             self.err(&at, "answers on https addresses, and no site has an https:// binding; add one, or remove http3");
             return;
@@ -89,7 +89,12 @@ impl Validator {
                 .iter()
                 .map(|p| format!("h3=\":{p}\"; ma={ALT_SVC_MAX_AGE}"))
                 .collect();
-            s.alt_svc = Some(entries.join(", "));
+            let alt_svc = entries.join(", ");
+            // Written only where it changes: a site kept from the last validation is
+            // shared with it, and stays so.
+            if s.alt_svc.as_deref() != Some(alt_svc.as_str()) {
+                std::sync::Arc::make_mut(s).alt_svc = Some(alt_svc);
+            }
         }
     }
 }

@@ -250,7 +250,7 @@ impl Validator {
         self.upstreams = self.read_upstreams(raw.upstream, base);
         // The groups written as [[upstream]]; a path's own address adds one after them.
         let written_groups = self.upstreams.len();
-        let mut sites: Vec<SiteSpec> = Vec::new();
+        let mut sites: Vec<std::sync::Arc<SiteSpec>> = Vec::new();
         let mut site_names = std::collections::HashSet::new();
         for (i, rs) in raw.site.into_iter().enumerate() {
             let site = self.site(i, rs, base, &pools);
@@ -263,7 +263,7 @@ impl Validator {
                     ),
                 );
             }
-            sites.push(site);
+            sites.push(std::sync::Arc::new(site));
         }
         self.check_across(&server, written_groups, &mut sites, &pools);
         Config {
@@ -283,7 +283,7 @@ impl Validator {
         &mut self,
         server: &ServerSettings,
         written_groups: usize,
-        sites: &mut [SiteSpec],
+        sites: &mut [std::sync::Arc<SiteSpec>],
         pools: &[PoolSpec],
     ) {
         self.check_bindings(sites, pools);
@@ -390,7 +390,7 @@ impl Validator {
 
     /// A `warmup_page` is answered by the master, which holds no TLS keys: its pool's sites
     /// must be plain http.
-    fn check_warmup_pages(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
+    fn check_warmup_pages(&mut self, sites: &[std::sync::Arc<SiteSpec>], pools: &[PoolSpec]) {
         if pools.iter().all(|p| p.warmup_page.is_none()) {
             return;
         }

@@ -365,7 +365,11 @@ impl Validator {
 
     /// An access log is written by the workers of the pools serving its site(s), each opening
     /// the file itself: they must run as one user, whom the master gives the file.
-    pub(super) fn check_log_owners(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
+    pub(super) fn check_log_owners(
+        &mut self,
+        sites: &[std::sync::Arc<SiteSpec>],
+        pools: &[PoolSpec],
+    ) {
         // Indexed, not searched per site: a hoster's 10,000 sites each with its own log
         // against 10,000 pools made this quadratic.
         let users: std::collections::HashMap<&str, Option<&str>> = pools
@@ -415,7 +419,11 @@ impl Validator {
     /// served by different pools (the workers hand a connection to the right pool, see
     /// [`crate::handoff`]) unless one of them is an activated application, which accepts every
     /// connection of its address itself.
-    pub(super) fn check_bindings(&mut self, sites: &[SiteSpec], pools: &[PoolSpec]) {
+    pub(super) fn check_bindings(
+        &mut self,
+        sites: &[std::sync::Arc<SiteSpec>],
+        pools: &[PoolSpec],
+    ) {
         // Linear in bindings: each is compared with the bindings of its own address and host
         // (by hash), and with the first of its address — a hoster's port has thousands of
         // sites, and a comparison of every pair (each looking its pools up) made `check` cubic.
@@ -498,7 +506,7 @@ impl Validator {
     /// (bound earlier), if it cannot.
     fn binding_conflict(
         &self,
-        sites: &[SiteSpec],
+        sites: &[std::sync::Arc<SiteSpec>],
         activated: &[Option<&str>],
         (i, b): (usize, &Binding),
         (t, c): (usize, &Binding),

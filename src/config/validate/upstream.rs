@@ -265,7 +265,7 @@ impl Validator {
     pub(super) fn check_upstreams_used(
         &mut self,
         named: usize,
-        sites: &[super::super::site::SiteSpec],
+        sites: &[std::sync::Arc<super::super::site::SiteSpec>],
     ) {
         let used = |name: &str| {
             (sites.iter().flat_map(|s| &s.apps)).any(|a| a.groups().any(|g| g == name))

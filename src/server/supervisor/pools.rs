@@ -344,7 +344,11 @@ impl Answer {
     /// A stopped pool's answer over HTTP: the `503` page of the first of its sites that has
     /// one (the master answers before any request is routed; a pool per site, as hosters
     /// run them, gets its site's own), else espalier's text.
-    fn stopped(lb: LoadBalancer, name: &str, sites: &[crate::config::SiteSpec]) -> Answer {
+    fn stopped(
+        lb: LoadBalancer,
+        name: &str,
+        sites: &[std::sync::Arc<crate::config::SiteSpec>],
+    ) -> Answer {
         let page = sites
             .iter()
             .filter(|s| s.served_by(name))

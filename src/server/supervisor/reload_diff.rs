@@ -21,6 +21,7 @@ use crate::routing::DISPATCHER;
 use crate::server::listeners::ListenerGroup;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// One side of a reload: the configuration, its listener groups and its plan.
 pub(super) struct Picture<'a> {
@@ -42,21 +43,33 @@ struct Outline<'a> {
 
 /// A host's site as another pool sees it: equal when their outlines are
 /// (`SiteSpec::same_outline`), compared without making them.
-struct SiteOutline<'a>(Option<&'a SiteSpec>);
+struct SiteOutline<'a>(Option<&'a Arc<SiteSpec>>);
 
 impl PartialEq for SiteOutline<'_> {
     fn eq(&self, other: &Self) -> bool {
         match (self.0, other.0) {
-            (Some(a), Some(b)) => a.same_outline(b),
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a.same_outline(b),
             (a, b) => a.is_none() && b.is_none(),
         }
+    }
+}
+
+/// A pool's own sites, compared: a site kept from the last configuration is the same one
+/// (shared), told so without looking inside.
+#[derive(Debug)]
+struct OwnSites<'a>(Vec<&'a Arc<SiteSpec>>);
+
+impl PartialEq for OwnSites<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && (self.0.iter().zip(&other.0)).all(|(a, b)| Arc::ptr_eq(a, b) || a == b)
     }
 }
 
 /// What a picture says of each pool, indexed once.
 struct Indexed<'a> {
     workers: HashMap<&'a str, Vec<&'a WorkerPlan>>,
-    own_sites: HashMap<&'a str, Vec<&'a SiteSpec>>,
+    own_sites: HashMap<&'a str, OwnSites<'a>>,
     addrs: HashMap<&'a str, Vec<SocketAddr>>,
     /// The addresses several pools share (with the dispatcher in front).
     shared: HashSet<SocketAddr>,
@@ -72,15 +85,18 @@ impl<'a> Indexed<'a> {
         for w in &p.plan.workers {
             workers.entry(w.pool.as_str()).or_default().push(w);
         }
-        let mut own_sites: HashMap<&str, Vec<&SiteSpec>> = HashMap::new();
+        let mut own_sites: HashMap<&str, OwnSites> = HashMap::new();
         for site in &p.config.sites {
             for pool in site.pools() {
-                own_sites.entry(pool).or_default().push(site);
+                (own_sites.entry(pool))
+                    .or_insert_with(|| OwnSites(Vec::new()))
+                    .0
+                    .push(site);
             }
         }
         // Included files may be read in another order after a rename: compare by name.
         for sites in own_sites.values_mut() {
-            sites.sort_by(|a, b| a.name.cmp(&b.name));
+            sites.0.sort_by(|a, b| a.name.cmp(&b.name));
         }
         let mut addrs: HashMap<&str, Vec<SocketAddr>> = HashMap::new();
         for g in p.groups {
@@ -147,7 +163,8 @@ fn upstreams_changed(name: &str, after: &Indexed, old: &Config, new: &Config) ->
     fn group<'c>(c: &'c Config, u: &str) -> Option<&'c crate::config::upstream::UpstreamSpec> {
         c.upstreams.iter().find(|g| g.name == u)
     }
-    (after.own_sites.get(name).into_iter().flatten())
+    (after.own_sites.get(name).into_iter())
+        .flat_map(|s| &s.0)
         .flat_map(|s| &s.apps)
         .flat_map(|a| a.groups())
         .any(|u| group(old, u) != group(new, u))

@@ -134,7 +134,7 @@ fn used_upstreams(
 /// The largest body any request here may carry — the server's `max_body_size` or a larger
 /// site's or path's, other pools' included (their requests' heads are read here before the
 /// hand-off) — which bounds the head parser; each request is then held to its own.
-fn body_ceiling(server: u64, sites: &[crate::config::SiteSpec]) -> u64 {
+fn body_ceiling(server: u64, sites: &[std::sync::Arc<crate::config::SiteSpec>]) -> u64 {
     sites
         .iter()
         .flat_map(|s| {
