@@ -87,6 +87,7 @@ type PlannedThread = (u32, Option<u32>, u32);
 fn planned_threads_by_pool<'a>(
     plan: &'a Plan,
     pools: &'a [PoolSpec],
+    wanted: impl Fn(&str) -> bool,
 ) -> HashMap<&'a str, Vec<PlannedThread>> {
     let activated: HashSet<&str> = pools
         .iter()
@@ -94,7 +95,7 @@ fn planned_threads_by_pool<'a>(
         .map(|p| p.name.as_str())
         .collect();
     let mut by_pool: HashMap<&str, Vec<PlannedThread>> = HashMap::new();
-    for w in &plan.workers {
+    for w in plan.workers.iter().filter(|w| wanted(&w.pool)) {
         let cpus = super::listeners::listening_cpus(w, activated.contains(w.pool.as_str()));
         let threads = by_pool.entry(w.pool.as_str()).or_default();
         threads.extend(cpus.into_iter().map(|cpu| (w.index, w.node, cpu)));
@@ -134,7 +135,7 @@ impl Handoffs {
             })?;
             self.wake = Some((path, socket));
         }
-        let threads = planned_threads_by_pool(plan, pools);
+        let threads = planned_threads_by_pool(plan, pools, |_| true);
         for pool in sharing.into_iter().filter(|p| !asleep(p)) {
             for &(index, _, cpu) in threads.get(pool).into_iter().flatten() {
                 self.open(pool, index, cpu)?;
@@ -219,7 +220,7 @@ impl Handoffs {
     /// Closes the sockets no planned thread uses any more (their files too).
     pub fn retain_planned(&mut self, groups: &[ListenerGroup], pools: &[PoolSpec], plan: &Plan) {
         let sharing: HashSet<&str> = sharing_pools(groups).into_iter().collect();
-        let threads = planned_threads_by_pool(plan, pools);
+        let threads = planned_threads_by_pool(plan, pools, |_| true);
         self.sockets.retain(|s| {
             let keep = sharing.contains(s.pool.as_str())
                 && threads.get(s.pool.as_str()).is_some_and(|t| {
@@ -236,20 +237,24 @@ impl Handoffs {
     /// The table every worker is given of the hand-off sockets (see `handoff::Peers`): every
     /// planned thread slot of the pools on shared addresses — whether its socket is open now
     /// or not (its pool asleep) — with its thread's node (the planned worker's home node, else
-    /// its CPU's), and the master's socket.
+    /// its CPU's), and the master's socket. `only`: the one pool whose slots are wanted (a
+    /// pool behind the dispatcher is given the dispatcher's alone: at a change of one pool
+    /// of 10,000, the others' are not listed for nothing).
     pub fn peers(
         &self,
-        groups: &[ListenerGroup],
-        pools: &[PoolSpec],
+        (groups, pools): (&[ListenerGroup], &[PoolSpec]),
         plan: &Plan,
         topology: &Topology,
+        only: Option<&str>,
     ) -> crate::handoff::Peers {
         let dir = super::runtime::runtime_dir()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let threads = planned_threads_by_pool(plan, pools);
+        let wanted = |pool: &str| only.is_none_or(|o| o == pool);
+        let threads = planned_threads_by_pool(plan, pools, wanted);
         let sockets = sharing_pools(groups)
             .into_iter()
+            .filter(|pool| wanted(pool))
             .flat_map(|pool| {
                 let dir = &dir;
                 threads

@@ -46,7 +46,12 @@ pub(super) fn worker_specs(
     let sites = Arc::new(config.sites.clone());
     let upstreams = Arc::new(config.upstreams.clone());
     let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
-    let peers = handoffs.peers(groups, &config.pools, plan, topology);
+    // The whole table is the dispatcher's alone: without it among the wanted, the
+    // dispatcher's own slots are all any spec is given.
+    let dispatcher = super::dispatcher::POOL;
+    let whole = plan.workers.iter().any(|w| w.pool == dispatcher) && wanted(dispatcher);
+    let only = (!whole).then_some(dispatcher);
+    let peers = handoffs.peers((groups, &config.pools), plan, topology, only);
     // A pool behind the dispatcher knows its own sites alone (see `own_view`), and reaches
     // every other pool through the dispatcher: its start and its reloads do not grow with
     // the address's other sites.
