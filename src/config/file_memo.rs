@@ -9,10 +9,22 @@
 //! again next time, until its change is older than that (git's "racy" index entries, the
 //! same rule).
 //!
+//! Within a change through the configuration API ([`files_read_once`]) even that look is
+//! spared where it can be: the folders listed are watched (inotify, `os::folder_watch`), and
+//! a file kept from a watched folder, with no event naming it since, is used without a
+//! `statx` — nor is the folder listed again while no entry came or went. At 10,000 sites
+//! those looks were a fifth of a change's time. A file of a folder the kernel would not
+//! watch, a symbolic link (its target may change elsewhere), or any after the watch's queue
+//! overflowed is looked at as before. Not seen: a file with a second name (a hard link)
+//! outside the folder, written through that name — its next look (a reload, `check`, or a
+//! change after the file's own folder moved) reads it. `reload`, `check` and the start
+//! always look.
+//!
 //! Owns: the kept texts and tables, and when they may be used. Must not touch: what the
 //! tables mean (`validate`), or which files are read (`include`, `document`).
 
 use super::raw::{RawConfig, RawPool, RawSite};
+use crate::os::folder_watch::{FolderWatch, Seen};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -62,6 +74,10 @@ struct Kept {
     /// Its pools and sites, once parsed as an included file (which holds nothing else):
     /// about 3 KiB a file, 30 MiB for 10,000 sites' files.
     raw: Option<(Vec<RawPool>, Vec<RawSite>)>,
+    /// Whether a change to it would be seen (its folder watched since before it was last
+    /// looked at, and it no symbolic link): within a change through the API it is then
+    /// used without a look.
+    trusted: bool,
 }
 
 fn kept() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Kept>> {
@@ -75,8 +91,17 @@ fn kept() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Kept>> {
 /// through the configuration API reads every included file to edit one, then again to
 /// validate the result (10,000 `statx` calls each time).
 pub(super) fn read(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
-    if let Some(seen) = SPAN.with_borrow(|s| s.as_ref().and_then(|s| s.read.get(path).cloned())) {
+    let (seen, trusting) = SPAN.with_borrow(|s| match s {
+        Some(s) => (s.read.get(path).cloned(), s.trusting),
+        None => (None, false),
+    });
+    if let Some(seen) = seen {
         return Ok(seen);
+    }
+    if trusting {
+        if let Some(k) = kept().get(path).filter(|k| k.trusted) {
+            return Ok((k.text.clone(), k.stamp));
+        }
     }
     let (text, stamp) = look(path)?;
     SPAN.with_borrow_mut(|s| {
@@ -88,8 +113,15 @@ pub(super) fn read(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
 }
 
 fn look(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
+    #[cfg(test)]
+    LOOKS.with(|n| n.set(n.get() + 1));
+    // Watched before the look: a change after it is an event.
+    let watched = watched_folder(path);
     let stamp = Stamp::of(&std::fs::metadata(path)?);
-    if let Some(k) = kept().get(path).filter(|k| k.stamp == stamp) {
+    if let Some(k) = kept().get_mut(path).filter(|k| k.stamp == stamp) {
+        if watched && !k.trusted {
+            k.trusted = not_a_link(path);
+        }
         return Ok((k.text.clone(), stamp));
     }
     let text: Arc<str> = std::fs::read_to_string(path)?.into();
@@ -99,9 +131,85 @@ fn look(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
     if after == stamp && stamp.settled(SystemTime::now()) {
         let raw = None;
         let text = text.clone();
-        kept().insert(path.to_path_buf(), Kept { stamp, text, raw });
+        let trusted = watched && not_a_link(path);
+        let k = Kept {
+            stamp,
+            text,
+            raw,
+            trusted,
+        };
+        kept().insert(path.to_path_buf(), k);
     }
     Ok((text, stamp))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The files looked at on disk by this thread (tests: what a watch spares).
+    static LOOKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether `path` is a file itself, not a symbolic link (whose target may change where no
+/// watch sees it).
+fn not_a_link(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// The folders watched; `None` when the kernel gives no inotify (every file is then looked
+/// at, as without it).
+fn watch() -> std::sync::MutexGuard<'static, Option<FolderWatch>> {
+    static WATCH: std::sync::LazyLock<Mutex<Option<FolderWatch>>> =
+        std::sync::LazyLock::new(|| Mutex::new(FolderWatch::new().ok()));
+    WATCH
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether `path`'s folder is watched.
+fn watched_folder(path: &Path) -> bool {
+    let folder = path.parent().unwrap_or(Path::new("/"));
+    watch().as_ref().is_some_and(|w| w.watches(folder))
+}
+
+/// Forgets what the watched folders say changed: those files' kept texts, those folders'
+/// kept listings; after a lost folder or an overflow, every trust in them.
+fn take_changes() {
+    let seen = match watch().as_mut() {
+        Some(w) => w.changes(),
+        None => return,
+    };
+    if seen.is_empty() {
+        return;
+    }
+    let (mut kept, mut listings) = (kept(), kept_listings());
+    for s in seen {
+        match s {
+            Seen::File(path) => {
+                kept.remove(&path);
+            }
+            Seen::Entries(folder) => listings.retain(|(f, _), _| *f != folder),
+            Seen::Lost(folder) => {
+                let inside = |p: &Path| p.parent() == Some(folder.as_path());
+                (kept.iter_mut())
+                    .filter(|(p, _)| inside(p))
+                    .for_each(|(_, k)| k.trusted = false);
+                listings.retain(|(f, _), _| *f != folder);
+            }
+            Seen::Overflow => {
+                kept.values_mut().for_each(|k| k.trusted = false);
+                listings.clear();
+            }
+        }
+    }
+}
+
+/// Folder listings kept across changes through the API while their folder is watched and
+/// no entry came or went.
+type Listings = HashMap<(PathBuf, String), Arc<[PathBuf]>>;
+
+fn kept_listings() -> std::sync::MutexGuard<'static, Listings> {
+    static KEPT: std::sync::LazyLock<Mutex<Listings>> = std::sync::LazyLock::new(Default::default);
+    KEPT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// `text`'s pools and sites as kept for included file `path`, when it is the text kept for
@@ -141,6 +249,9 @@ pub(super) fn keep_only(folder: &Path, read: &std::collections::HashSet<PathBuf>
 struct Span {
     listings: HashMap<(PathBuf, String), Arc<[PathBuf]>>,
     read: HashMap<PathBuf, (Arc<str>, Stamp)>,
+    /// Whether watched files and listings are used without a look: from the span's start
+    /// (once the watch's events are taken) until it writes a file (whose events come after).
+    trusting: bool,
 }
 
 thread_local! {
@@ -150,11 +261,16 @@ thread_local! {
 /// Runs `f` with each folder listed, and each file looked at, once within it (see [`Span`]).
 pub fn files_read_once<R>(f: impl FnOnce() -> R) -> R {
     // Only the outermost span ends the keeping (an inner one may meet no listing yet).
-    let outermost = SPAN.with_borrow_mut(|s| {
-        let none = s.is_none();
-        s.get_or_insert_with(Span::default);
-        none
-    });
+    let outermost = SPAN.with_borrow(|s| s.is_none());
+    if outermost {
+        take_changes();
+        SPAN.with_borrow_mut(|s| {
+            *s = Some(Span {
+                trusting: true,
+                ..Span::default()
+            })
+        });
+    }
     let result = f();
     if outermost {
         SPAN.with_borrow_mut(|s| *s = None);
@@ -179,11 +295,25 @@ pub(super) fn listed(
     list: impl FnOnce() -> Result<Vec<PathBuf>, String>,
 ) -> Result<Arc<[PathBuf]>, String> {
     let key = (folder.to_path_buf(), pattern.to_string());
-    let kept = SPAN.with_borrow(|s| s.as_ref().and_then(|s| s.listings.get(&key).cloned()));
+    let (kept, trusting) = SPAN.with_borrow(|s| match s {
+        Some(s) => (s.listings.get(&key).cloned(), s.trusting),
+        None => (None, false),
+    });
     if let Some(kept) = kept {
         return Ok(kept);
     }
+    let mut watched = false;
+    if trusting {
+        if let Some(kept) = kept_listings().get(&key).cloned() {
+            return Ok(kept);
+        }
+        // Watched before it is listed: an entry made after is an event.
+        watched = watch().as_mut().is_some_and(|w| w.watch(folder).is_ok());
+    }
     let found: Arc<[PathBuf]> = list()?.into();
+    if watched {
+        kept_listings().insert(key.clone(), found.clone());
+    }
     SPAN.with_borrow_mut(|s| {
         if let Some(s) = s {
             s.listings.insert(key, found.clone());
@@ -198,7 +328,15 @@ pub(super) fn keep_now(path: &Path) {
     let stamp = Stamp::of(&std::fs::metadata(path).unwrap());
     let text = std::fs::read_to_string(path).unwrap().into();
     let raw = None;
-    kept().insert(path.to_path_buf(), Kept { stamp, text, raw });
+    kept().insert(
+        path.to_path_buf(),
+        Kept {
+            stamp,
+            text,
+            raw,
+            trusted: false,
+        },
+    );
 }
 
 #[cfg(test)]
@@ -227,6 +365,7 @@ mod tests {
                 stamp,
                 text: text.clone(),
                 raw: None,
+                trusted: false,
             },
         );
         assert_eq!(&*read(&path).unwrap().0, "kept text");
@@ -276,6 +415,62 @@ mod tests {
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["a.toml", "b.toml", "c.toml", "d.toml"]);
+    }
+
+    #[test]
+    fn a_watched_file_is_not_looked_at_again_until_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("sites.d");
+        std::fs::create_dir(&folder).unwrap();
+        let (a, b) = (folder.join("a.toml"), folder.join("b.toml"));
+        std::fs::write(&a, "one").unwrap();
+        keep_now(&a);
+        let pattern = folder.join("*.toml");
+        let pattern = pattern.to_str().unwrap();
+        let list = || {
+            super::super::include::matching_files(pattern, Path::new("/"), &Default::default())
+                .unwrap()
+        };
+        let looks = || LOOKS.with(std::cell::Cell::get);
+        // The first span watches the folder as it lists it; its look trusts the kept text.
+        files_read_once(|| {
+            assert_eq!(list(), std::slice::from_ref(&a));
+            assert_eq!(&*read(&a).unwrap().0, "one");
+        });
+        // The next one looks at nothing.
+        let before = looks();
+        files_read_once(|| {
+            assert_eq!(list(), std::slice::from_ref(&a));
+            assert_eq!(&*read(&a).unwrap().0, "one");
+        });
+        assert_eq!(looks(), before);
+        // Outside a span (a reload, `check`), every read looks.
+        assert_eq!(&*read(&a).unwrap().0, "one");
+        assert_eq!(looks(), before + 1);
+        // Written, and a file made: both seen at the next span.
+        std::fs::write(&a, "two").unwrap();
+        std::fs::write(&b, "").unwrap();
+        files_read_once(|| {
+            assert_eq!(list(), [a.clone(), b.clone()]);
+            assert_eq!(&*read(&a).unwrap().0, "two");
+        });
+        // A symbolic link is always looked at: its target may change where no watch sees.
+        let elsewhere = dir.path().join("c.toml");
+        std::fs::write(&elsewhere, "three").unwrap();
+        let c = folder.join("c.toml");
+        std::os::unix::fs::symlink(&elsewhere, &c).unwrap();
+        keep_now(&c);
+        files_read_once(|| assert_eq!(&*read(&c).unwrap().0, "three"));
+        let before = looks();
+        files_read_once(|| assert_eq!(&*read(&c).unwrap().0, "three"));
+        assert_eq!(looks(), before + 1);
+        // The span's own write: looked at again within it.
+        files_read_once(|| {
+            files_written();
+            let before = looks();
+            assert_eq!(&*read(&b).unwrap().0, "");
+            assert_eq!(looks(), before + 1);
+        });
     }
 
     #[test]

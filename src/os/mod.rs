@@ -7,6 +7,7 @@
 pub mod alloc;
 pub mod cgroup;
 pub mod fdpass;
+pub mod folder_watch;
 pub mod freezer;
 pub mod identity;
 pub mod isolation;
