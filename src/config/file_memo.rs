@@ -147,6 +147,8 @@ fn look(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
 thread_local! {
     /// The files looked at on disk by this thread (tests: what a watch spares).
     static LOOKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The folders listed on disk by this thread.
+    static LISTS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether `path` is a file itself, not a symbolic link (whose target may change where no
@@ -187,7 +189,10 @@ fn take_changes() {
             Seen::File(path) => {
                 kept.remove(&path);
             }
-            Seen::Entries(folder) => listings.retain(|(f, _), _| *f != folder),
+            // A listing stands while what its pattern matches is the same: a file replaced
+            // by a rename (the configuration API's every write) leaves it as it was.
+            Seen::Came(path) => listings.retain(|key, files| !gains(key, files, &path)),
+            Seen::Went(path) => listings.retain(|key, files| !loses(key, files, &path)),
             Seen::Lost(folder) => {
                 let inside = |p: &Path| p.parent() == Some(folder.as_path());
                 (kept.iter_mut())
@@ -201,6 +206,24 @@ fn take_changes() {
             }
         }
     }
+}
+
+/// The place of `path` among a listing's `files` (sorted by name), or where it would go.
+fn place(files: &[PathBuf], path: &Path) -> Result<usize, usize> {
+    files.binary_search_by(|p| p.file_name().cmp(&path.file_name()))
+}
+
+/// Whether `path`, come into `folder`, is a file more that the listing of `pattern` there
+/// would name.
+fn gains((folder, pattern): &(PathBuf, String), files: &[PathBuf], path: &Path) -> bool {
+    path.parent() == Some(folder.as_path())
+        && super::include::name_matches(pattern, path)
+        && place(files, path).is_err()
+}
+
+/// Whether `path`, gone from its folder, is one that the listing `files` named.
+fn loses((folder, _): &(PathBuf, String), files: &[PathBuf], path: &Path) -> bool {
+    path.parent() == Some(folder.as_path()) && place(files, path).is_ok()
 }
 
 /// Folder listings kept across changes through the API while their folder is watched and
@@ -310,6 +333,8 @@ pub(super) fn listed(
         // Watched before it is listed: an entry made after is an event.
         watched = watch().as_mut().is_some_and(|w| w.watch(folder).is_ok());
     }
+    #[cfg(test)]
+    LISTS.with(|n| n.set(n.get() + 1));
     let found: Arc<[PathBuf]> = list()?.into();
     if watched {
         kept_listings().insert(key.clone(), found.clone());
@@ -454,6 +479,20 @@ mod tests {
             assert_eq!(list(), [a.clone(), b.clone()]);
             assert_eq!(&*read(&a).unwrap().0, "two");
         });
+        // Replaced by a rename, as the configuration API writes: read again, its folder not
+        // listed again.
+        std::fs::write(folder.join(".a.toml.new"), "four").unwrap();
+        std::fs::rename(folder.join(".a.toml.new"), &a).unwrap();
+        let lists = LISTS.with(std::cell::Cell::get);
+        files_read_once(|| {
+            assert_eq!(list(), [a.clone(), b.clone()]);
+            assert_eq!(&*read(&a).unwrap().0, "four");
+        });
+        assert_eq!(LISTS.with(std::cell::Cell::get), lists);
+        // Removed: listed again.
+        std::fs::remove_file(&b).unwrap();
+        files_read_once(|| assert_eq!(list(), std::slice::from_ref(&a)));
+        assert_eq!(LISTS.with(std::cell::Cell::get), lists + 1);
         // A symbolic link is always looked at: its target may change where no watch sees.
         let elsewhere = dir.path().join("c.toml");
         std::fs::write(&elsewhere, "three").unwrap();
@@ -464,11 +503,16 @@ mod tests {
         let before = looks();
         files_read_once(|| assert_eq!(&*read(&c).unwrap().0, "three"));
         assert_eq!(looks(), before + 1);
-        // The span's own write: looked at again within it.
+        // The span's own write: looked at again within it (its events come after).
+        keep_now(&a);
+        files_read_once(|| assert_eq!(&*read(&a).unwrap().0, "four"));
+        let before = looks();
+        files_read_once(|| assert_eq!(&*read(&a).unwrap().0, "four"));
+        assert_eq!(looks(), before);
         files_read_once(|| {
             files_written();
             let before = looks();
-            assert_eq!(&*read(&b).unwrap().0, "");
+            assert_eq!(&*read(&a).unwrap().0, "four");
             assert_eq!(looks(), before + 1);
         });
     }

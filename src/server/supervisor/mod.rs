@@ -119,6 +119,9 @@ const MASTER_PAUSED: Duration = Duration::from_secs(3);
 struct Supervisor {
     /// The configuration running now (replaced by a reload).
     config: Config,
+    /// Its pools' plan, as the last reload made it (`None` until then: made at the first):
+    /// the next reload's "before", not planned again for every change.
+    plan: Option<crate::placement::Plan>,
     topology: crate::topology::Topology,
     groups: Vec<ListenerGroup>,
     /// The hand-off sockets of pools on shared addresses (one per thread slot).

@@ -103,8 +103,11 @@ impl Supervisor {
         old_server.admin = new.server.admin;
         let server_changed = old_server != new.server;
         let mut wanted = crate::server::listeners::wanted_groups(&new);
-        let old_plan = crate::placement::plan(&self.topology, &self.config.pools, &[])
-            .map_err(|e| e.to_string())?;
+        let old_plan = match self.plan.take() {
+            Some(plan) => plan,
+            None => crate::placement::plan(&self.topology, &self.config.pools, &[])
+                .map_err(|e| e.to_string())?,
+        };
         let changed = changed_pools(
             &Picture {
                 config: &self.config,
@@ -167,6 +170,7 @@ impl Supervisor {
         self.slots = placed;
         self.cert_store.reconfigure(&new);
         self.config = new;
+        self.plan = Some(plan);
         self.upstream_checks.start(&self.config, &self.events);
         self.acme
             .start(&self.config, &self.events, self.fleet.link());

@@ -62,6 +62,7 @@ impl Supervisor {
         let mut sv = Supervisor {
             // The one copy the master keeps (a hoster's config is thousands of sites).
             config,
+            plan: None,
             topology: topology.clone(),
             retiring: Vec::new(),
             groups,
