@@ -64,7 +64,7 @@ impl Config {
         Config {
             source: None,
             server: ServerSettings::default(),
-            pools: vec![pool],
+            pools: vec![std::sync::Arc::new(pool)],
             sites: vec![std::sync::Arc::new(SiteSpec {
                 name: "default".into(),
                 bindings: vec![Binding {
@@ -172,7 +172,7 @@ impl Config {
     }
 
     pub fn pool(&self, name: &str) -> Option<&PoolSpec> {
-        self.pools.iter().find(|p| p.name == name)
+        self.pools.iter().find(|p| p.name == name).map(|p| &**p)
     }
 }
 

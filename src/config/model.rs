@@ -500,7 +500,8 @@ pub struct Config {
     /// The file it came from; `None` for the built-in default.
     pub source: Option<PathBuf>,
     pub server: ServerSettings,
-    pub pools: Vec<PoolSpec>,
+    /// Shared, as the sites are.
+    pub pools: Vec<std::sync::Arc<PoolSpec>>,
     /// Shared: a change of one site of 10,000 keeps the others' (cloning a configuration, a
     /// worker's spec, or comparing two, is then a count and a pointer each).
     pub sites: Vec<std::sync::Arc<SiteSpec>>,

@@ -256,12 +256,12 @@ impl Changes {
         v: &mut Validator,
         topology: &crate::topology::Topology,
         base: &Path,
-    ) -> Option<(Vec<PoolSpec>, SitesToRead)> {
+    ) -> Option<(Vec<Arc<PoolSpec>>, SitesToRead)> {
         let start = default_start(self.raw_pools);
         if start != default_start(last.raw_pools) {
             return None;
         }
-        let mut pools: Vec<PoolSpec> = last.config.pools[last.main.0.clone()].to_vec();
+        let mut pools: Vec<Arc<PoolSpec>> = last.config.pools[last.main.0.clone()].to_vec();
         let mut read = Vec::new();
         let mut sites = HashMap::new();
         for (f, same) in &self.files {
@@ -273,7 +273,7 @@ impl Changes {
                     let raw = self.raw.get(&f.path)?.clone();
                     for rp in raw.pool {
                         read.push(pools.len());
-                        pools.push(v.pool(pools.len(), rp, topology, base, start));
+                        pools.push(Arc::new(v.pool(pools.len(), rp, topology, base, start)));
                     }
                     sites.insert(f.path.clone(), raw.site);
                 }
@@ -292,7 +292,7 @@ impl Changes {
         for &k in &read {
             let pool = &pools[k];
             match kept_pool(&pool.name) {
-                Some(old) if old == pool && before.contains(&pool.name) => {}
+                Some(old) if **old == **pool && before.contains(&pool.name) => {}
                 Some(_) => return None,
                 None => {}
             }
@@ -315,7 +315,7 @@ impl Changes {
         &self,
         last: &Validated,
         v: &mut Validator,
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
         mut read: SitesToRead,
         base: &Path,
     ) -> Option<Vec<Arc<super::SiteSpec>>> {

@@ -188,9 +188,9 @@ fn most_free_memory_first(unit: &PlacementUnit, cursor: Option<usize>) -> u64 {
 }
 
 /// Plans every pool in order. Pure: the same inputs always give the same plan.
-pub fn plan(
+pub fn plan<P: std::borrow::Borrow<PoolSpec>>(
     topology: &Topology,
-    pools: &[PoolSpec],
+    pools: &[P],
     already: &[PlacedWorker],
 ) -> Result<Plan, PlacementError> {
     let online = topology.online_cpus();
@@ -198,7 +198,7 @@ pub fn plan(
     // The round-robin cursor shared by all pools: the position of the last unit handed out.
     let mut shared_cursor: Option<usize> = None;
     let mut workers = Vec::new();
-    for pool in pools {
+    for pool in pools.iter().map(P::borrow) {
         let allowed = allowed_cpus(pool, &online)?;
         let candidates = candidates(pool, units.list(pool.unit), &allowed)?;
         let count = match pool.processes {

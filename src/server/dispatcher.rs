@@ -107,7 +107,7 @@ pub fn with_dispatcher(mut config: Config, root: bool) -> Result<Config, String>
         }
         pool.identity = Some(identity);
     }
-    config.pools.push(pool);
+    config.pools.push(std::sync::Arc::new(pool));
     Ok(config)
 }
 

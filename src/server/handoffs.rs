@@ -47,7 +47,7 @@ pub struct Handoffs {
 
 /// The users whose processes may hand connections over: the master's (it passes stragglers
 /// of a stopped pool on) and every pool's.
-pub fn senders(pools: &[PoolSpec]) -> Vec<u32> {
+pub fn senders(pools: &[std::sync::Arc<PoolSpec>]) -> Vec<u32> {
     let mut uids = vec![crate::os::identity::effective_uid()];
     for p in pools {
         if let Some(id) = &p.identity {
@@ -71,7 +71,7 @@ fn sharing_pools(groups: &[ListenerGroup]) -> Vec<&str> {
 }
 
 /// The pools that start asleep, by name (looked up once per pool: thousands of them).
-pub fn on_demand_pools(pools: &[PoolSpec]) -> HashSet<&str> {
+pub fn on_demand_pools(pools: &[std::sync::Arc<PoolSpec>]) -> HashSet<&str> {
     pools
         .iter()
         .filter(|p| p.start == crate::config::StartMode::OnDemand)
@@ -86,7 +86,7 @@ type PlannedThread = (u32, Option<u32>, u32);
 /// over the plan, not one per pool.
 fn planned_threads_by_pool<'a>(
     plan: &'a Plan,
-    pools: &'a [PoolSpec],
+    pools: &'a [std::sync::Arc<PoolSpec>],
     wanted: impl Fn(&str) -> bool,
 ) -> HashMap<&'a str, Vec<PlannedThread>> {
     let activated: HashSet<&str> = pools
@@ -120,7 +120,7 @@ impl Handoffs {
     pub fn ensure(
         &mut self,
         groups: &[ListenerGroup],
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
         plan: &Plan,
         asleep: impl Fn(&str) -> bool,
     ) -> Result<(), String> {
@@ -218,7 +218,12 @@ impl Handoffs {
     }
 
     /// Closes the sockets no planned thread uses any more (their files too).
-    pub fn retain_planned(&mut self, groups: &[ListenerGroup], pools: &[PoolSpec], plan: &Plan) {
+    pub fn retain_planned(
+        &mut self,
+        groups: &[ListenerGroup],
+        pools: &[std::sync::Arc<PoolSpec>],
+        plan: &Plan,
+    ) {
         let sharing: HashSet<&str> = sharing_pools(groups).into_iter().collect();
         let threads = planned_threads_by_pool(plan, pools, |_| true);
         self.sockets.retain(|s| {
@@ -242,7 +247,7 @@ impl Handoffs {
     /// of 10,000, the others' are not listed for nothing).
     pub fn peers(
         &self,
-        (groups, pools): (&[ListenerGroup], &[PoolSpec]),
+        (groups, pools): (&[ListenerGroup], &[std::sync::Arc<PoolSpec>]),
         plan: &Plan,
         topology: &Topology,
         only: Option<&str>,

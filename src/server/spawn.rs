@@ -59,8 +59,11 @@ pub(super) fn worker_specs(
     let peers = Arc::new(peers);
     let no_peers = Arc::new(crate::handoff::Peers::default());
     let handoff_fds = handoffs.fds();
-    let pools: HashMap<&str, &PoolSpec> =
-        config.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    let pools: HashMap<&str, &PoolSpec> = config
+        .pools
+        .iter()
+        .map(|p| (p.name.as_str(), &**p))
+        .collect();
     let (groups_of, socket_of) = socket_index(groups);
     let senders = super::handoffs::senders(&config.pools);
     // Once, not per worker (the probe is cached; the environment and the text are not).

@@ -23,7 +23,7 @@ impl Validator {
         &mut self,
         server: &ServerSettings,
         sites: &mut [std::sync::Arc<SiteSpec>],
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
     ) {
         if !server.http3 {
             if server.http3_early_data {

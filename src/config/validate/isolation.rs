@@ -94,7 +94,12 @@ impl Validator {
 impl Validator {
     /// Every app pool's directory, once, in one list each isolated pool shares (see
     /// `Isolation::pool_dirs`).
-    pub(in crate::config) fn hide_other_pools(&self, pools: &mut [crate::config::PoolSpec]) {
+    /// A pool kept from the last validation is written only where its list changes (it
+    /// stays shared with it).
+    pub(in crate::config) fn hide_other_pools(
+        &self,
+        pools: &mut [std::sync::Arc<crate::config::PoolSpec>],
+    ) {
         let mut dirs: Vec<PathBuf> = (pools.iter())
             .filter_map(|p| Some(p.app.as_ref()?.directory.clone()))
             .collect();
@@ -102,9 +107,13 @@ impl Validator {
         dirs.dedup();
         let dirs: std::sync::Arc<[PathBuf]> = dirs.into();
         for pool in pools.iter_mut() {
-            let isolation = pool.app.as_mut().and_then(|a| a.isolation.as_mut());
-            if let Some(isolation) = isolation {
-                isolation.pool_dirs = std::sync::Arc::clone(&dirs);
+            let isolation = pool.app.as_ref().and_then(|a| a.isolation.as_ref());
+            if isolation.is_some_and(|i| i.pool_dirs != dirs) {
+                let pool = std::sync::Arc::make_mut(pool);
+                let isolation = pool.app.as_mut().and_then(|a| a.isolation.as_mut());
+                if let Some(isolation) = isolation {
+                    isolation.pool_dirs = std::sync::Arc::clone(&dirs);
+                }
             }
         }
     }

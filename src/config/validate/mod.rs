@@ -217,7 +217,7 @@ impl Validator {
     pub(super) fn config(&mut self, raw: RawConfig, base: &Path, topo: &Topology) -> Config {
         let server = self.server(raw.server.unwrap_or_default(), base);
         self.know_server(&server);
-        let mut pools: Vec<PoolSpec> = Vec::new();
+        let mut pools: Vec<std::sync::Arc<PoolSpec>> = Vec::new();
         let default_start = default_start(raw.pool.len());
         let mut pool_names = std::collections::HashSet::new();
         for (i, rp) in raw.pool.into_iter().enumerate() {
@@ -231,7 +231,7 @@ impl Validator {
                     ),
                 );
             }
-            pools.push(pool);
+            pools.push(std::sync::Arc::new(pool));
         }
         // A config with no pool at all (a reverse proxy's, a static site's) is served by one
         // of espalier's workers per NUMA node, as the built-in default is.
@@ -239,7 +239,7 @@ impl Validator {
         if pools.is_empty() && pool_names.is_empty() {
             let mut pool = PoolSpec::with_defaults("default");
             pool.processes = Processes::Auto;
-            pools.push(pool);
+            pools.push(std::sync::Arc::new(pool));
         }
         self.pool_index = pools
             .iter()
@@ -284,7 +284,7 @@ impl Validator {
         server: &ServerSettings,
         written_groups: usize,
         sites: &mut [std::sync::Arc<SiteSpec>],
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
     ) {
         self.check_bindings(sites, pools);
         self.check_upstreams_used(written_groups, sites);
@@ -347,7 +347,11 @@ impl Validator {
 
     /// `on_demand_starting` and `on_demand_running` bound pools that start on demand: with
     /// none, they would do nothing.
-    fn check_on_demand_bounds(&mut self, server: &ServerSettings, pools: &[PoolSpec]) {
+    fn check_on_demand_bounds(
+        &mut self,
+        server: &ServerSettings,
+        pools: &[std::sync::Arc<PoolSpec>],
+    ) {
         let on_demand = || pools.iter().filter(|p| p.start == StartMode::OnDemand);
         // A default no on-demand pool takes (each sets its own) acts on nothing either.
         for (key, set, own) in [
@@ -390,7 +394,11 @@ impl Validator {
 
     /// A `warmup_page` is answered by the master, which holds no TLS keys: its pool's sites
     /// must be plain http.
-    fn check_warmup_pages(&mut self, sites: &[std::sync::Arc<SiteSpec>], pools: &[PoolSpec]) {
+    fn check_warmup_pages(
+        &mut self,
+        sites: &[std::sync::Arc<SiteSpec>],
+        pools: &[std::sync::Arc<PoolSpec>],
+    ) {
         if pools.iter().all(|p| p.warmup_page.is_none()) {
             return;
         }

@@ -22,7 +22,7 @@ impl Validator {
         i: usize,
         mut raw: raw::RawSite,
         base: &Path,
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
     ) -> SiteSpec {
         let at = |k: &'static str| [Seg::Key("site"), Seg::Index(i), Seg::Key(k)];
         let response = ResponseKeys::check(
@@ -368,7 +368,7 @@ impl Validator {
     pub(super) fn check_log_owners(
         &mut self,
         sites: &[std::sync::Arc<SiteSpec>],
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
     ) {
         // Indexed, not searched per site: a hoster's 10,000 sites each with its own log
         // against 10,000 pools made this quadratic.
@@ -422,13 +422,13 @@ impl Validator {
     pub(super) fn check_bindings(
         &mut self,
         sites: &[std::sync::Arc<SiteSpec>],
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
     ) {
         // Linear in bindings: each is compared with the bindings of its own address and host
         // (by hash), and with the first of its address — a hoster's port has thousands of
         // sites, and a comparison of every pair (each looking its pools up) made `check` cubic.
         let by_name: HashMap<&str, &PoolSpec> =
-            pools.iter().map(|p| (p.name.as_str(), p)).collect();
+            pools.iter().map(|p| (p.name.as_str(), &**p)).collect();
         let activated: Vec<Option<&str>> = sites
             .iter()
             .map(|site| {

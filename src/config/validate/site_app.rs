@@ -32,7 +32,7 @@ impl Validator {
         site: SiteSoFar<'_>,
         k: usize,
         mut ra: raw::RawApp,
-        pools: &[PoolSpec],
+        pools: &[std::sync::Arc<PoolSpec>],
     ) -> AppSpec {
         let SiteSoFar {
             i,

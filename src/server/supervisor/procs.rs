@@ -225,7 +225,7 @@ pub(super) struct Slot {
 }
 
 impl PoolRt {
-    pub(super) fn new(spec: PoolSpec) -> Self {
+    pub(super) fn new(spec: std::sync::Arc<PoolSpec>) -> Self {
         PoolRt {
             spec,
             stopped: None,
@@ -282,7 +282,8 @@ impl Slot {
 }
 
 pub(super) struct PoolRt {
-    pub(super) spec: PoolSpec,
+    /// Shared with the configuration's.
+    pub(super) spec: std::sync::Arc<PoolSpec>,
     /// Why it is stopped (rapid-fail, or by command).
     pub(super) stopped: Option<String>,
     pub(super) crashes: VecDeque<Instant>,

@@ -365,7 +365,7 @@ impl Supervisor {
         for (rt, p) in self.pools.iter_mut().zip(&new.pools) {
             // A changed on-demand pool's group takes its limits again at its next start. An
             // unchanged spec is kept, not cloned again (10,000 pools at a change of one).
-            if rt.spec != *p {
+            if !std::sync::Arc::ptr_eq(&rt.spec, p) && *rt.spec != **p {
                 rt.group_tried = false;
                 rt.spec = p.clone();
             }

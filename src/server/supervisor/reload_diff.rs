@@ -214,7 +214,9 @@ pub(super) fn changed_pools(old: &Picture, new: &Picture, server_changed: bool) 
             };
             server_changed
                 || upstreams_changed(name, &after, old.config, new.config)
-                || old_pools.get(name) != Some(p)
+                || !old_pools
+                    .get(name)
+                    .is_some_and(|old| Arc::ptr_eq(old, p) || **old == **p)
                 || before.workers.get(name) != after.workers.get(name)
                 || before.own_sites.get(name) != after.own_sites.get(name)
                 || before.addrs.get(name).unwrap_or(&none) != addrs

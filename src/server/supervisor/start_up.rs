@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 /// A pool's state at the master's start, with the faults its tests inject from the
 /// master's environment (`ESPALIER_ALLOCATE_AT_START=POOL:MIB`, `ESPALIER_FAIL_AT_START=POOL:N`).
-fn pool_at_start(p: &crate::config::PoolSpec) -> PoolRt {
+fn pool_at_start(p: &std::sync::Arc<crate::config::PoolSpec>) -> PoolRt {
     let injected = |var: &str| -> Option<u64> {
         std::env::var(var)
             .ok()?
@@ -55,7 +55,7 @@ impl Supervisor {
             .into_iter()
             .flat_map(|spec| {
                 let pool = pool_index[spec.pool.as_str()];
-                Slot::for_spec(spec, pool, config.pools.get(pool))
+                Slot::for_spec(spec, pool, config.pools.get(pool).map(|p| &**p))
             })
             .collect();
         let cert_store = cert_store::CertStore::new(&config);
