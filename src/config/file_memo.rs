@@ -257,8 +257,13 @@ pub(super) fn keep_parsed(path: &Path, text: &str, raw: &RawConfig) {
 }
 
 /// Forgets the files under `folder` not in `read` (removed from the configuration whose
-/// files are there): what is kept stays the size of the configurations read.
+/// files are there): what is kept stays the size of the configurations read. Within a
+/// change through the API, a file removed from a watched folder was forgotten as the watch
+/// told it, and a pass over every kept file is spared (the next reload makes it).
 pub(super) fn keep_only(folder: &Path, read: &std::collections::HashSet<PathBuf>) {
+    if SPAN.with_borrow(|s| s.as_ref().is_some_and(|s| s.trusting)) {
+        return;
+    }
     kept().retain(|path, _| !path.starts_with(folder) || read.contains(path));
 }
 
