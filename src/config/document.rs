@@ -501,7 +501,8 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
 /// The files `patterns` (the main file's `include`, relative to `base`, its folder) match
 /// now, each once, in the patterns' order, and never `main` itself.
 fn included(main: &Path, base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, String> {
-    let mut seen = std::collections::HashSet::from([main.to_path_buf()]);
+    let mut seen = rustc_hash::FxHashSet::default();
+    seen.insert(main.to_path_buf());
     let mut found = Vec::new();
     for pattern in patterns {
         for path in super::include::matching_files(pattern, base, &Default::default())? {

@@ -25,7 +25,9 @@
 
 use super::raw::{RawConfig, RawPool, RawSite};
 use crate::os::folder_watch::{FolderWatch, Seen};
-use std::collections::HashMap;
+// A fast hasher: 10,000 paths are looked up in these at each change; they are the
+// configuration's own files, not a client's input.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -260,7 +262,7 @@ pub(super) fn keep_parsed(path: &Path, text: &str, raw: &RawConfig) {
 /// files are there): what is kept stays the size of the configurations read. Within a
 /// change through the API, a file removed from a watched folder was forgotten as the watch
 /// told it, and a pass over every kept file is spared (the next reload makes it).
-pub(super) fn keep_only(folder: &Path, read: &std::collections::HashSet<PathBuf>) {
+pub(super) fn keep_only(folder: &Path, read: &HashSet<PathBuf>) {
     if SPAN.with_borrow(|s| s.as_ref().is_some_and(|s| s.trusting)) {
         return;
     }

@@ -68,8 +68,8 @@ pub(super) fn included(
     patterns.extend(fleet.iter().flat_map(|f| fleet_patterns(f)));
     let (mut files, mut errors) = (Vec::new(), Vec::new());
     let main_node = std::fs::metadata(main_path).map(|m| super::file_memo::Stamp::of(&m).node);
-    let mut seen: std::collections::HashSet<_> = main_node.into_iter().collect();
-    let mut read = std::collections::HashSet::new();
+    let mut seen: rustc_hash::FxHashSet<_> = main_node.into_iter().collect();
+    let mut read = rustc_hash::FxHashSet::default();
     for (k, pattern) in patterns.iter().enumerate() {
         let paths = match matching_files(pattern, base, overlay) {
             Ok(f) => f,

@@ -59,7 +59,7 @@ pub(super) struct Validated {
     /// Its pools and sites written in the main file.
     main: (Range<usize>, Range<usize>),
     files: Vec<(PathBuf, FileParts)>,
-    by_path: HashMap<PathBuf, usize>,
+    by_path: rustc_hash::FxHashMap<PathBuf, usize>,
     config: Config,
     /// The `[[upstream]]` groups written (the configuration's others are made by a path
     /// naming a server address itself).
@@ -333,7 +333,8 @@ impl Changes {
                 }
             }
         }
-        let mut names = HashSet::with_capacity(sites.len());
+        let mut names = rustc_hash::FxHashSet::default();
+        names.reserve(sites.len());
         sites
             .iter()
             .all(|s| names.insert(s.name.as_str()))

@@ -19,7 +19,8 @@ use crate::config::{Config, SiteSpec};
 use crate::placement::{Plan, WorkerPlan};
 use crate::routing::DISPATCHER;
 use crate::server::listeners::ListenerGroup;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -46,7 +47,7 @@ impl PartialEq for SiteOutline<'_> {
 /// A pool's own sites, compared: a site kept from the last configuration is the same one
 /// (shared), told so without looking inside.
 #[derive(Debug)]
-struct OwnSites<'a>(Vec<&'a Arc<SiteSpec>>);
+struct OwnSites<'a>(SmallVec<[&'a Arc<SiteSpec>; 2]>);
 
 impl PartialEq for OwnSites<'_> {
     fn eq(&self, other: &Self) -> bool {
@@ -55,11 +56,14 @@ impl PartialEq for OwnSites<'_> {
     }
 }
 
+/// A pool's planned workers (a hoster's pool has one: kept inline, 10,000 of them).
+type Workers<'a> = SmallVec<[&'a WorkerPlan; 2]>;
+
 /// What a picture says of each pool, indexed once.
 struct Indexed<'a> {
-    workers: HashMap<&'a str, Vec<&'a WorkerPlan>>,
+    workers: HashMap<&'a str, Workers<'a>>,
     own_sites: HashMap<&'a str, OwnSites<'a>>,
-    addrs: HashMap<&'a str, Vec<SocketAddr>>,
+    addrs: HashMap<&'a str, SmallVec<[SocketAddr; 2]>>,
     /// The addresses several pools share (with the dispatcher in front).
     shared: HashSet<SocketAddr>,
     /// Per shared address, the pools of its default site (their workers list every host of
@@ -72,15 +76,17 @@ impl<'a> Indexed<'a> {
     fn new(p: &Picture<'a>) -> Self {
         // Sized once: grown entry by entry, 10,000 pools' tables were rehashed a dozen times.
         let pools = p.config.pools.len();
-        let mut workers: HashMap<&str, Vec<&WorkerPlan>> = HashMap::with_capacity(pools);
+        let mut workers: HashMap<&str, Workers> =
+            HashMap::with_capacity_and_hasher(pools, Default::default());
         for w in &p.plan.workers {
             workers.entry(w.pool.as_str()).or_default().push(w);
         }
-        let mut own_sites: HashMap<&str, OwnSites> = HashMap::with_capacity(pools);
+        let mut own_sites: HashMap<&str, OwnSites> =
+            HashMap::with_capacity_and_hasher(pools, Default::default());
         for site in &p.config.sites {
             for pool in site.pools() {
                 (own_sites.entry(pool))
-                    .or_insert_with(|| OwnSites(Vec::new()))
+                    .or_insert_with(|| OwnSites(SmallVec::new()))
                     .0
                     .push(site);
             }
@@ -89,7 +95,8 @@ impl<'a> Indexed<'a> {
         for sites in own_sites.values_mut() {
             sites.0.sort_by(|a, b| a.name.cmp(&b.name));
         }
-        let mut addrs: HashMap<&str, Vec<SocketAddr>> = HashMap::with_capacity(pools);
+        let mut addrs: HashMap<&str, SmallVec<[SocketAddr; 2]>> =
+            HashMap::with_capacity_and_hasher(pools, Default::default());
         for g in p.groups {
             for pool in &g.pools {
                 addrs.entry(pool.as_str()).or_default().push(g.addr);
@@ -132,9 +139,9 @@ impl<'a> Indexed<'a> {
 /// `new`) look the same to every pool on it: its pools, flags, each host's site as another
 /// pool sees it, and where its pools' workers are. Compared in place, nothing collected: a
 /// hoster's shared address has 10,000 hosts and pools, compared at every change.
-fn same_outline(
-    (before, old, a): (&Indexed, &Config, &ListenerGroup),
-    (after, new, b): (&Indexed, &Config, &ListenerGroup),
+fn same_outline<'a>(
+    (before, old, a): (&Indexed<'a>, &Config, &ListenerGroup),
+    (after, new, b): (&Indexed<'a>, &Config, &ListenerGroup),
 ) -> bool {
     let (ra, rb) = (&a.routes, &b.routes);
     fn site(c: &Config, i: usize) -> SiteOutline<'_> {
@@ -166,7 +173,11 @@ fn upstreams_changed(name: &str, after: &Indexed, old: &Config, new: &Config) ->
 /// The names of the new configuration's pools whose workers must be replaced (new pools
 /// included); `server_changed` (a `[server]` setting other than the admin address) changes
 /// them all.
-pub(super) fn changed_pools(old: &Picture, new: &Picture, server_changed: bool) -> Vec<String> {
+pub(super) fn changed_pools<'a>(
+    old: &Picture<'a>,
+    new: &Picture<'a>,
+    server_changed: bool,
+) -> Vec<String> {
     let before = Indexed::new(old);
     let after = Indexed::new(new);
     let old_groups: HashMap<SocketAddr, &ListenerGroup> =
@@ -187,7 +198,7 @@ pub(super) fn changed_pools(old: &Picture, new: &Picture, server_changed: bool) 
         .iter()
         .map(|p| (p.name.as_str(), p))
         .collect();
-    let none = Vec::new();
+    let none = SmallVec::new();
     // Behind the dispatcher before and after, a pool's view of a shared address is its own
     // sites and the dispatcher's threads; of the others it knows nothing.
     let dispatcher_moved = before.workers.get(DISPATCHER) != after.workers.get(DISPATCHER);
