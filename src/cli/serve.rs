@@ -21,7 +21,7 @@ pub fn serve_config(args: &ServeArgs, t: &Topology) -> Result<Config, String> {
 
 fn file_or_default(args: &ServeArgs, t: &Topology) -> Result<Config, String> {
     match &args.config {
-        Some(path) => Config::load(path, t).map_err(|e| e.to_string()),
+        Some(path) => Config::load_kept(path, t).map_err(|e| e.to_string()),
         None => {
             let listen = args
                 .listen

@@ -109,15 +109,22 @@ impl Config {
 
     /// Reads and validates `path` against `topology`.
     pub fn load(path: &Path, topology: &Topology) -> Result<Config, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigErrors(vec![ConfigError {
-                file: path.display().to_string(),
-                line: None,
-                key: String::new(),
-                message: format!("cannot read the config file: {e}"),
-            }])
-        })?;
-        Config::parse(&text, path, topology)
+        Config::parse(&read_main(path)?, path, topology)
+    }
+
+    /// [`Config::load`], kept as the last validation of `path`'s files (the server's start,
+    /// its reloads): the next change through the configuration API is validated against it
+    /// ([`Config::revise_with`]), the first one too.
+    pub fn load_kept(path: &Path, topology: &Topology) -> Result<Config, ConfigErrors> {
+        let text = read_main(path)?;
+        let (raw, base) = main_file(&text, path)?;
+        let overlay = Overlay::default();
+        let (config, validated) =
+            validate_whole((&text, raw), path, &base, topology, &overlay, true)?;
+        if let Some(validated) = validated {
+            revise::keep(path, validated);
+        }
+        Ok(config)
     }
 
     /// Validates config text; `path` names it in errors and anchors relative roots.
@@ -174,6 +181,18 @@ impl Config {
     pub fn pool(&self, name: &str) -> Option<&PoolSpec> {
         self.pools.iter().find(|p| p.name == name).map(|p| &**p)
     }
+}
+
+/// The main file's text, or the one line saying why it cannot be read.
+fn read_main(path: &Path) -> Result<String, ConfigErrors> {
+    std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: path.display().to_string(),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read the config file: {e}"),
+        }])
+    })
 }
 
 /// The main file's tables, and the folder its relative paths start from.

@@ -66,7 +66,7 @@ impl Supervisor {
             .source
             .clone()
             .ok_or("espalier serve was started without -c FILE: there is no file to reload")?;
-        let new = Config::load(&path, &self.topology).map_err(|e| e.to_string())?;
+        let new = Config::load_kept(&path, &self.topology).map_err(|e| e.to_string())?;
         self.switch_to(new, &path)
     }
 
