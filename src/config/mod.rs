@@ -118,13 +118,7 @@ impl Config {
     pub fn load_kept(path: &Path, topology: &Topology) -> Result<Config, ConfigErrors> {
         let text = read_main(path)?;
         let (raw, base) = main_file(&text, path)?;
-        let overlay = Overlay::default();
-        let (config, validated) =
-            validate_whole((&text, raw), path, &base, topology, &overlay, true)?;
-        if let Some(validated) = validated {
-            revise::keep(path, validated);
-        }
-        Ok(config)
+        validate_and_keep((&text, raw), path, &base, topology, &Overlay::default())
     }
 
     /// Validates config text; `path` names it in errors and anchors relative roots.
@@ -170,12 +164,7 @@ impl Config {
             revise::keep(path, validated);
             return Ok(config);
         }
-        let (config, validated) =
-            validate_whole((text, raw), path, &base, topology, overlay, true)?;
-        if let Some(validated) = validated {
-            revise::keep(path, validated);
-        }
-        Ok(config)
+        validate_and_keep((text, raw), path, &base, topology, overlay)
     }
 
     pub fn pool(&self, name: &str) -> Option<&PoolSpec> {
@@ -215,6 +204,21 @@ fn main_file(text: &str, path: &Path) -> Result<(RawConfig, PathBuf), ConfigErro
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let base = std::path::absolute(&folder).unwrap_or(folder);
     Ok((raw, base))
+}
+
+/// [`validate_whole`], kept as the last validation of `path` for [`Config::revise_with`].
+fn validate_and_keep(
+    main: (&str, RawConfig),
+    path: &Path,
+    base: &Path,
+    topology: &Topology,
+    overlay: &Overlay,
+) -> Result<Config, ConfigErrors> {
+    let (config, validated) = validate_whole(main, path, base, topology, overlay, true)?;
+    if let Some(validated) = validated {
+        revise::keep(path, validated);
+    }
+    Ok(config)
 }
 
 /// Every pool and site of `path` (its text and tables given) and of the files it includes,
