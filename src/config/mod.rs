@@ -17,8 +17,9 @@
 //! collecting every error), `error` (the one-line errors), `parse` (small grammars: bindings,
 //! names, times of day), `locate` (key → line), `include` (the files `include` names, merged,
 //! each pool and site remembering its file), `file_memo` (the files read before, kept while
-//! unchanged), [`chain`] (the site features' processing
-//! order, and which keys each step reads), [`isolation`] (a pool's view of the filesystem),
+//! unchanged), `revise` (a change validated against the last validation), [`chain`] (the
+//! site features' processing order, and which keys each step reads), [`isolation`] (a
+//! pool's view of the filesystem),
 //! [`document`] (the files as the configuration API reads and edits them), [`tracing`]
 //! (`[server.tracing]`), [`cluster`] (`[server.cluster]`: the fleet's etcd and its copy).
 //! The configuration reference (docs/reference.md) documents every key.

@@ -46,17 +46,8 @@ pub(super) fn worker_specs(
     let sites = Arc::new(config.sites.clone());
     let upstreams = Arc::new(config.upstreams.clone());
     let routes: Vec<Arc<GroupRoutes>> = groups.iter().map(|g| Arc::new(g.routes.clone())).collect();
-    // The whole table is the dispatcher's alone: without it among the wanted, the
-    // dispatcher's own slots are all any spec is given.
-    let dispatcher = super::dispatcher::POOL;
-    let whole = plan.workers.iter().any(|w| w.pool == dispatcher) && wanted(dispatcher);
-    let only = (!whole).then_some(dispatcher);
-    let peers = handoffs.peers((groups, &config.pools), plan, topology, only);
-    // A pool behind the dispatcher knows its own sites alone (see `own_view`), and reaches
-    // every other pool through the dispatcher: its start and its reloads do not grow with
-    // the address's other sites.
-    let to_dispatcher = Arc::new(peers.of_pool(super::dispatcher::POOL));
-    let peers = Arc::new(peers);
+    let (peers, to_dispatcher) =
+        hand_off_tables(config, plan, (groups, handoffs), topology, &wanted);
     let no_peers = Arc::new(crate::handoff::Peers::default());
     let handoff_fds = handoffs.fds();
     let pools: HashMap<&str, &PoolSpec> = config
@@ -140,6 +131,26 @@ pub(super) fn worker_specs(
             })
         })
         .collect()
+}
+
+/// The hand-off tables the specs are given: the whole one (the dispatcher's), and the
+/// dispatcher's slots alone (a pool behind it knows its own sites alone — see `own_view` —
+/// and reaches every other pool through it: its start and its reloads do not grow with the
+/// address's other sites). Without the dispatcher among the `wanted`, the whole table is
+/// its slots alone too: at a change of one pool of 10,000, the others' are not listed.
+fn hand_off_tables(
+    config: &Config,
+    plan: &Plan,
+    (groups, handoffs): (&[ListenerGroup], &Handoffs),
+    topology: &Topology,
+    wanted: &impl Fn(&str) -> bool,
+) -> (Arc<crate::handoff::Peers>, Arc<crate::handoff::Peers>) {
+    let dispatcher = super::dispatcher::POOL;
+    let whole = plan.workers.iter().any(|w| w.pool == dispatcher) && wanted(dispatcher);
+    let only = (!whole).then_some(dispatcher);
+    let peers = handoffs.peers((groups, &config.pools), plan, topology, only);
+    let to_dispatcher = Arc::new(peers.of_pool(dispatcher));
+    (Arc::new(peers), to_dispatcher)
 }
 
 /// Per pool, the groups it serves; per group, each (worker, thread)'s socket.
