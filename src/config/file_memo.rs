@@ -210,6 +210,25 @@ fn take_changes() {
     }
 }
 
+/// How a file name is matched (as `include` lists): `*` matches no leading dot — an
+/// editor's `.shop.toml` is not a site.
+pub(super) fn name_options() -> glob::MatchOptions {
+    glob::MatchOptions {
+        require_literal_leading_dot: true,
+        ..glob::MatchOptions::new()
+    }
+}
+
+/// Whether `path`'s file name is one the file-name pattern `name` matches; a pattern that
+/// does not parse matches everything (whoever asks then lists again).
+fn name_matches(name: &str, path: &Path) -> bool {
+    let file = path.file_name().and_then(|n| n.to_str());
+    match (glob::Pattern::new(name), file) {
+        (Ok(pattern), Some(file)) => pattern.matches_with(file, name_options()),
+        _ => true,
+    }
+}
+
 /// The place of `path` among a listing's `files` (sorted by name), or where it would go.
 fn place(files: &[PathBuf], path: &Path) -> Result<usize, usize> {
     files.binary_search_by(|p| p.file_name().cmp(&path.file_name()))
@@ -219,7 +238,7 @@ fn place(files: &[PathBuf], path: &Path) -> Result<usize, usize> {
 /// would name.
 fn gains((folder, pattern): &(PathBuf, String), files: &[PathBuf], path: &Path) -> bool {
     path.parent() == Some(folder.as_path())
-        && super::include::name_matches(pattern, path)
+        && name_matches(pattern, path)
         && place(files, path).is_err()
 }
 

@@ -185,7 +185,7 @@ pub(super) fn matching_files(
         };
     }
     // Hidden files (an editor's `.shop.toml`) are not sites: `*` does not match a leading dot.
-    let options = name_options();
+    let options = super::file_memo::name_options();
     let bad = |e: glob::PatternError| {
         format!("`{pattern}` is not a file pattern ({e}); write it like \"sites.d/*.toml\"")
     };
@@ -233,25 +233,6 @@ pub(super) fn matching_files(
         }
     }
     Ok(files)
-}
-
-/// How a file name is matched (as `files_in` lists): `*` matches no leading dot — an
-/// editor's `.shop.toml` is not a site.
-fn name_options() -> glob::MatchOptions {
-    glob::MatchOptions {
-        require_literal_leading_dot: true,
-        ..glob::MatchOptions::new()
-    }
-}
-
-/// Whether `path`'s file name is one the file-name pattern `name` matches; a pattern that
-/// does not parse matches everything (whoever asks then lists again).
-pub(super) fn name_matches(name: &str, path: &Path) -> bool {
-    let file = path.file_name().and_then(|n| n.to_str());
-    match (glob::Pattern::new(name), file) {
-        (Ok(pattern), Some(file)) => pattern.matches_with(file, name_options()),
-        _ => true,
-    }
 }
 
 /// The folder and file-name pattern of `full` when only its last part has wildcards
