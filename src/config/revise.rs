@@ -283,11 +283,7 @@ impl Changes {
         // A pool the change gives is new, or the same as before (from a changed file):
         // a changed or removed one may be named by sites the change does not read.
         let before = self.pools_before(last);
-        let kept_pool = |name: &str| {
-            (last.config.pools.iter())
-                .position(|p| p.name == name)
-                .map(|k| &last.config.pools[k])
-        };
+        let kept_pool = |name: &str| last.config.pools.iter().find(|p| p.name == name);
         let mut given = HashSet::new();
         for &k in &read {
             let pool = &pools[k];

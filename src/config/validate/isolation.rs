@@ -105,10 +105,18 @@ impl Validator {
             .collect();
         dirs.sort();
         dirs.dedup();
-        let dirs: std::sync::Arc<[PathBuf]> = dirs.into();
+        // The list the kept pools share already, when it is the same: compared once, then
+        // each pool by pointer (comparing each pool's list whole was pools × folders).
+        let isolated = |p: &crate::config::PoolSpec| {
+            let isolation = p.app.as_ref().and_then(|a| a.isolation.as_ref());
+            isolation.map(|i| std::sync::Arc::clone(&i.pool_dirs))
+        };
+        let dirs: std::sync::Arc<[PathBuf]> = match pools.iter().find_map(|p| isolated(p)) {
+            Some(kept) if *kept == *dirs => kept,
+            _ => dirs.into(),
+        };
         for pool in pools.iter_mut() {
-            let isolation = pool.app.as_ref().and_then(|a| a.isolation.as_ref());
-            if isolation.is_some_and(|i| i.pool_dirs != dirs) {
+            if isolated(pool).is_some_and(|d| !std::sync::Arc::ptr_eq(&d, &dirs)) {
                 let pool = std::sync::Arc::make_mut(pool);
                 let isolation = pool.app.as_mut().and_then(|a| a.isolation.as_mut());
                 if let Some(isolation) = isolation {
