@@ -347,13 +347,7 @@ fn a_site_without_http_is_proven_by_tls_alpn_01() {
 
 /// The folder the server's master wrote its TLS-ALPN-01 certificates into.
 pub(crate) fn espalier_runtime_acme(server: &Server) -> PathBuf {
-    let port = server.admin.as_deref().unwrap().rsplit(':').next().unwrap();
-    let base = if unsafe { libc::geteuid() } == 0 {
-        PathBuf::from("/run/espalier")
-    } else {
-        PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap_or_default()).join("espalier")
-    };
-    base.join(format!("acme-{port}/tls-alpn-01"))
+    server.runtime_dir().join("acme/tls-alpn-01")
 }
 
 #[test]

@@ -189,8 +189,7 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
     let pebble = Pebble::start(d, http, None);
     let _ask = ask_service(ask);
     // A wildcard's names, each approved by `ask` (which a wildcard needs: anyone may point a
-    // name under it at the machine). One admin port for both starts: the challenges'
-    // folder is named by it.
+    // name under it at the machine).
     let config = format!(
         "[server]\nadmin = \"127.0.0.1:{admin}\"\ncertificates = \"store\"\n[server.acme]\ndirectory = \"{}\"\nca = \"{}\"\non_demand = true\nask = \"http://127.0.0.1:{ask}/check\"\n\
          [[pool]]\nname = \"p\"\n\
@@ -200,7 +199,9 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
     );
     pebble.root(&d.join("root.pem"));
     let root = d.join("root.pem");
-    let (inode, stale) = {
+    let http_at = SocketAddr::from(([127, 0, 0, 1], http));
+    const STALE: &str = "/.well-known/acme-challenge/stale-token";
+    let (inode, dead_runtime) = {
         let mut server = Server::with_config(d, &config);
         let out = run_ok(&mut curl(&root, "ok-a.od.test", https));
         assert_eq!(body(&out), (0, "ordered by espalier\n".to_string()));
@@ -211,19 +212,29 @@ fn a_restart_serves_names_ordered_on_demand_from_the_store() {
         let inode = std::os::unix::fs::MetadataExt::ino(
             &std::fs::metadata(d.join("store/ok-a.od.test.pem")).unwrap(),
         );
-        // A master killed while an order's file was in its challenges' folder leaves it.
-        let folder = crate::acme::espalier_runtime_acme(&server);
-        let stale = folder.parent().unwrap().join("stale-token");
+        // A file in the challenges' folder is answered while its master runs; a master
+        // killed leaves it in its own runtime folder, which the next master does not use.
+        let runtime = server.runtime_dir();
+        let folder = runtime.join("acme");
         std::fs::create_dir_all(&folder).unwrap();
-        std::fs::write(&stale, "a key authorization of no order").unwrap();
+        std::fs::write(
+            folder.join("stale-token"),
+            "a key authorization of no order",
+        )
+        .unwrap();
+        let asked = get_host(http_at, "ok-a.od.test", STALE);
+        assert_eq!(asked.status, 200, "{}", asked.text());
+        assert_eq!(asked.text(), "a key authorization of no order");
         server.signal(libc::SIGKILL);
         server.wait_exit(Duration::from_secs(10));
-        assert!(stale.exists());
-        (inode, stale)
+        (inode, runtime)
     };
     let server = Server::with_config(d, &config);
-    // The next start clears it: no order of its runs.
-    assert!(!stale.exists(), "{}", stale.display());
+    // The next start answers it not: no order of its runs.
+    assert_ne!(server.runtime_dir(), dead_runtime);
+    let asked = get_host(http_at, "ok-a.od.test", STALE);
+    assert_eq!(asked.status, 404, "{}", asked.text());
+    std::fs::remove_dir_all(&dead_runtime).unwrap();
     let out = run_ok(&mut curl(&root, "ok-a.od.test", https));
     assert_eq!(body(&out), (0, "ordered by espalier\n".to_string()));
     let now = std::os::unix::fs::MetadataExt::ino(

@@ -931,8 +931,8 @@ fn pebble_in(
 }
 
 /// Three members (network namespaces of their own) of one fleet on a real etcd, with
-/// Debian's pebble beside etcd: member k's admin port is 918k (no two share a challenges'
-/// folder on this one machine), members 1 and 2 order certificates (`[server.acme]`), member
+/// Debian's pebble beside etcd: member k's admin port is 918k (as every parallel test's
+/// member k's: each master's challenges' folder is its own), members 1 and 2 order certificates (`[server.acme]`), member
 /// 3 orders none — and the CA reaches member 3 alone for every name's validation. The sites
 /// of `HOSTS` are imported into the fleet.
 struct AcmeFleet {
@@ -1086,8 +1086,14 @@ impl AcmeFleet {
 
     /// Waits until each of `members` (their addresses) serves every name, within 120 s.
     fn wait_served(&self, members: &[&str], logs: impl Fn() -> String) {
+        self.wait_serving(&HOSTS, members, logs);
+    }
+
+    /// Waits until each of `members` (their addresses) serves each of `hosts`, within 120 s;
+    /// else fails with `logs`.
+    fn wait_serving(&self, hosts: &[&str], members: &[&str], logs: impl Fn() -> String) {
         let deadline = Instant::now() + Duration::from_secs(120);
-        for host in HOSTS {
+        for host in hosts {
             for ip in members {
                 while !self.serves(ip, host) {
                     assert!(
@@ -1329,11 +1335,7 @@ fn on_demand_orders_count_against_the_fleets_hour() {
     // Each handshake waits for its name's order; a name past the hour's is refused at once.
     let logs = || fleet.logs([&m1, &m2, &m3]);
     for (host, ip) in [("x1.od.test", "10.84.1.2"), ("x2.od.test", "10.84.2.2")] {
-        wait_for(
-            &format!("{host} served with its new certificate"),
-            Duration::from_secs(60),
-            || fleet.serves(ip, host),
-        );
+        fleet.wait_serving(&[host], &[ip], logs);
     }
     for (host, ip) in [("x3.od.test", "10.84.1.2"), ("x4.od.test", "10.84.2.2")] {
         assert!(

@@ -119,6 +119,16 @@ pub fn fresh_dir(base: &Path, prefix: &str, mode: u32) -> Result<PathBuf, String
     ))
 }
 
+/// A descriptor of folder `dir` (`O_PATH`: it reads nothing), not through a symlink, closed
+/// on exec.
+pub fn hold_dir(dir: &Path) -> Result<std::fs::File, String> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))
+}
+
 /// Reads a secret file of ours: not a symlink, owned by this process's user, readable by no
 /// one else. `Ok(None)` when there is none.
 pub fn read_secret(path: &Path) -> Result<Option<String>, String> {

@@ -65,11 +65,13 @@ pub fn set_account_aside(settings: &AcmeSettings, store: &Path) -> Result<PathBu
 }
 
 /// Where the master writes HTTP-01 key authorizations and every worker reads them from: a
-/// folder of the server's own beside its other runtime files, named by its admin port (two
-/// servers on a machine have two), readable by every pool's user (a key authorization is
-/// public: the token and the account key's thumbprint).
-pub fn challenge_dir(admin_port: u16) -> PathBuf {
-    super::runtime::base_dir().join(format!("acme-{admin_port}"))
+/// folder in this master's own runtime folder (random name, removed when it stops), readable
+/// by every pool's user (a key authorization is public: the token and the account key's
+/// thumbprint). Not named by the admin port, as it was: two servers in two network
+/// namespaces may share a port and `/run`, and an upgrade's new master shares its old one's
+/// — the old master's stop took the folder of the new one's orders under way.
+pub fn challenge_dir() -> Result<PathBuf, String> {
+    Ok(super::runtime::ensure_runtime_dir()?.join("acme"))
 }
 
 /// The account for `settings`' directory: the one kept in `store/.acme/` if there is one,
@@ -400,9 +402,8 @@ fn proof_folder(how: Proof, answering: &Answering<'_>) -> Result<Option<PathBuf>
         Proof::TlsAlpn01 => answering.files.join("tls-alpn-01"),
         Proof::Dns01 => return Ok(None),
     };
-    // The base is checked as the admin token's is: root's own, or refused (a folder
-    // planted by another user would let it answer for our names).
-    super::runtime::ensure_base_dir()?;
+    // `answering.files` is in the master's own runtime folder, made fresh by it (a folder
+    // planted by another user would let it answer for our names): no one else's.
     let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
     std::fs::create_dir_all(&folder)
         .and_then(|()| open(answering.files))

@@ -44,23 +44,26 @@ pub fn ensure_base_dir() -> Result<PathBuf, String> {
     Ok(base)
 }
 
-static MASTER_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// This master's runtime folder, and a descriptor of it held while the master runs: with
+/// several masters on a machine, `ls -l /proc/PID/fd` says which folder is whose.
+static MASTER_DIR: OnceLock<(PathBuf, std::fs::File)> = OnceLock::new();
 
 /// This master's runtime folder, if it has made one yet.
 pub fn runtime_dir() -> Option<&'static Path> {
-    MASTER_DIR.get().map(PathBuf::as_path)
+    MASTER_DIR.get().map(|(dir, _)| dir.as_path())
 }
 
 /// This master's runtime folder (mode 0711, random name), made at the first call.
 pub fn ensure_runtime_dir() -> Result<PathBuf, String> {
-    if let Some(dir) = MASTER_DIR.get() {
-        return Ok(dir.clone());
+    if let Some(dir) = runtime_dir() {
+        return Ok(dir.to_path_buf());
     }
     let base = ensure_base_dir()?;
     let dir = private_dir::fresh_dir(&base, "master-", 0o711)?;
+    let held = private_dir::hold_dir(&dir)?;
     // One thread (the master's supervisor) makes it; keep whichever came first.
-    let _ = MASTER_DIR.set(dir);
-    Ok(MASTER_DIR.get().cloned().unwrap_or_default())
+    let _ = MASTER_DIR.set((dir, held));
+    Ok(runtime_dir().map(Path::to_path_buf).unwrap_or_default())
 }
 
 /// Removes the runtime folder when the master stops.

@@ -25,8 +25,11 @@ fn acme_specs(config: &Config) -> (Option<std::path::PathBuf>, Option<u32>) {
     let acme = config.server.acme.as_ref();
     // A fleet's member answers the proofs of its fleet's orders, its own or another's.
     let fleet = config.server.cluster.is_some() && config.server.certificates.is_some();
+    // The runtime folder is made before any worker is (its hand-off sockets are in it); were
+    // it not, no worker could start, and none answers a challenge.
     let challenges = (acme.is_some() || fleet)
-        .then(|| crate::server::acme::challenge_dir(config.server.admin.port()));
+        .then(crate::server::acme::challenge_dir)
+        .and_then(Result::ok);
     (
         challenges,
         acme.and_then(|a| a.on_demand.as_ref()).map(|d| d.in_flight),

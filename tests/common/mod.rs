@@ -452,6 +452,21 @@ impl Server {
         self.child.id()
     }
 
+    /// The master's own runtime folder (`master-…` in the runtime base, a random name),
+    /// which it holds a descriptor of.
+    pub fn runtime_dir(&self) -> PathBuf {
+        let base = espalier::server::runtime::base_dir();
+        let held = std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .expect("the master's descriptors")
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .find(|l| {
+                l.parent() == Some(base.as_path())
+                    && l.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("master-"))
+            });
+        held.expect("the master holds its runtime folder")
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

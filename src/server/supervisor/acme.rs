@@ -59,8 +59,6 @@ pub(super) struct Acme {
     /// DNS-01's publisher and the settings it was made from (kept across a reload that
     /// leaves them as they were: its server keeps its sockets), or why it could not start.
     dns: DnsPart,
-    /// A task was started before (the challenges' folder was emptied then).
-    started: bool,
 }
 
 /// A name's certificate as `status` shows it.
@@ -126,16 +124,20 @@ impl Acme {
         self.said.retain(|n, _| wanted.contains(n.as_str()));
         self.unseen = wanted.iter().map(|n| n.to_string()).collect();
         self.kept = (0, None);
-        let challenges = crate::server::acme::challenge_dir(config.server.admin.port());
+        let challenges = match crate::server::acme::challenge_dir() {
+            Ok(dir) => dir,
+            Err(e) => {
+                crate::server::log("acme", format!("no certificate is ordered: {e}"));
+                return;
+            }
+        };
         // What is there is an order's no task runs any more: the last configuration's (its
-        // task was stopped above), or a master's that was killed before it could clean up.
-        // Its files answer nothing now; they go. In a fleet the folder also holds the proofs
-        // of other members' orders under way (copied from etcd), which a reload must not
-        // take: it is emptied at the master's start only.
-        if fleet.is_none() || !self.started {
+        // task was stopped above). Its files answer nothing now; they go. In a fleet the
+        // folder also holds the proofs of other members' orders under way (copied from
+        // etcd), which a reload must not take.
+        if fleet.is_none() {
             let _ = std::fs::remove_dir_all(&challenges);
         }
-        self.started = true;
         let dns = self.dns.publisher(settings.dns.as_ref());
         let shared = Arc::new(Shared {
             dns,
@@ -169,17 +171,13 @@ impl Acme {
         self.dns.running()
     }
 
-    /// The server stops: orders under way are dropped, and the challenges' folder goes (its
-    /// files are an order's, and no order outlives the master).
-    pub(super) fn stop(&mut self, config: &Config) {
+    /// The server stops: orders under way are dropped. Their folder goes with the master's
+    /// runtime folder, after this (no order outlives the master).
+    pub(super) fn stop(&mut self) {
         if let Some(t) = self.task.take() {
             t.abort();
         }
         self.dns = DnsPart::default();
-        if config.server.acme.is_some() {
-            let dir = crate::server::acme::challenge_dir(config.server.admin.port());
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 
     /// What `status` shows of the names' certificates: every one, or (`all` false: the

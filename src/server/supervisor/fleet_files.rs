@@ -21,7 +21,8 @@ use std::sync::Arc;
 /// Where the copies go.
 struct Places {
     store: Option<PathBuf>,
-    challenges: PathBuf,
+    /// The challenges' folder (or why there is none).
+    challenges: Result<PathBuf, String>,
     keys: Option<Arc<FleetKeys>>,
 }
 
@@ -38,7 +39,7 @@ impl Supervisor {
     pub(super) fn on_fleet_files(&mut self, files: Vec<SharedFile>) {
         let places = Places {
             store: self.config.server.certificates.clone(),
-            challenges: crate::server::acme::challenge_dir(self.config.server.admin.port()),
+            challenges: crate::server::acme::challenge_dir(),
             keys: self.fleet.keys.clone(),
         };
         let link: Option<FleetLink> = self.fleet.link.borrow().clone();
@@ -137,7 +138,9 @@ fn copy(places: &Places, files: Vec<SharedFile>) -> Copied {
                 }
             })
         } else if let Some(proof) = file.path.strip_prefix("acme/proofs/") {
-            copy_proof(&places.challenges, proof, file.value.as_deref()).map(|here| {
+            let folder = places.challenges.as_ref().map_err(String::clone);
+            let copied_here = folder.and_then(|f| copy_proof(f, proof, file.value.as_deref()));
+            copied_here.map(|here| {
                 if here {
                     copied.proofs.push(proof.to_string());
                 }
@@ -195,8 +198,6 @@ fn copy_proof(folder: &Path, file: &str, value: Option<&[u8]>) -> Result<bool, S
     };
     use std::os::unix::fs::PermissionsExt;
     let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
-    // The base is checked as the orders' is: root's own, or refused.
-    crate::server::runtime::ensure_base_dir()?;
     let parent = path.parent().unwrap_or(folder);
     std::fs::create_dir_all(parent)
         .and_then(|()| open(folder))

@@ -109,9 +109,10 @@ impl Supervisor {
     /// SIGTERM to all, then SIGKILL to whoever is left after `grace`; reaps them. The app
     /// processes' runtime folder goes with them, and the ACME challenges' folder.
     pub(super) async fn stop_everything(&mut self, grace: Duration) {
+        // The orders first: a task still running would make their folder again.
+        self.acme.stop();
         self.stop_all(grace).await;
         crate::server::runtime::remove_runtime_dir();
-        self.acme.stop(&self.config);
     }
 
     async fn stop_all(&mut self, grace: Duration) {
