@@ -11,7 +11,7 @@
 
 use super::life::{Happening, Restart};
 use super::procs::{PoolRt, Slot};
-use super::reload_diff::{changed_pools, Picture};
+use super::reload_diff::{changed_pools, pools_of_sites, sites_changed_alone, Picture};
 use super::Supervisor;
 use crate::config::document::version_on_disk;
 use crate::config::Config;
@@ -88,6 +88,12 @@ impl Supervisor {
     /// first, then the switch, which cannot.
     pub(super) fn apply(&mut self, mut new: Config, file: &str) -> Result<String, String> {
         crate::server::upstream_nodes::find_local_nodes(&mut new, &self.topology);
+        if let Some(plan) = self.plan.take() {
+            match sites_changed_alone(&self.config, &new) {
+                Some(sites) => return self.apply_to_sites(new, plan, &sites, file),
+                None => self.plan = Some(plan),
+            }
+        }
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
             .map_err(|e| format!("{file}: {e}"))?;
         crate::server::master::check_identities(&new).map_err(|e| format!("{file}: {e}"))?;
@@ -158,6 +164,86 @@ impl Supervisor {
             |pool| changed_set.contains(pool),
         );
         self.retire_changed(&changed_set, &removed_set);
+        self.switch_workers(new, plan, specs);
+        Ok(self.summary(file, (&changed, &removed, closed), notes))
+    }
+
+    /// [`Self::apply`] for a change of some sites' insides alone (see
+    /// [`sites_changed_alone`]): the plan, the listener groups and the hand-off sockets stay
+    /// as they are, and so do the pools' identities; the changed sites' pools get new workers.
+    fn apply_to_sites(
+        &mut self,
+        new: Config,
+        plan: crate::placement::Plan,
+        sites: &[usize],
+        file: &str,
+    ) -> Result<String, String> {
+        if let Err(e) = crate::server::runtime::prepare_access_logs_of(&new, sites) {
+            self.plan = Some(plan);
+            return Err(format!("{file}: {e}"));
+        }
+        let changed = pools_of_sites(&new, sites);
+        #[cfg(debug_assertions)]
+        self.assert_sites_alone(&new, &plan, &changed);
+        let changed_set: HashSet<String> = changed.iter().cloned().collect();
+        let specs = crate::server::spawn::worker_specs(
+            &new,
+            &plan,
+            &self.groups,
+            &self.handoffs,
+            &self.topology,
+            |pool| changed_set.contains(pool),
+        );
+        self.retire_changed(&changed_set, &HashSet::new());
+        self.switch_workers(new, plan, specs);
+        Ok(self.summary(file, (&changed, &[], 0), Vec::new()))
+    }
+
+    /// What the whole comparison says of a change [`Self::apply_to_sites`] applies: the same
+    /// pools changed, the same plan, the same listener groups.
+    #[cfg(debug_assertions)]
+    fn assert_sites_alone(&self, new: &Config, plan: &crate::placement::Plan, changed: &[String]) {
+        let wanted = crate::server::listeners::wanted_groups(new);
+        let old = Picture {
+            config: &self.config,
+            groups: &self.groups,
+            plan,
+        };
+        let now = Picture {
+            config: new,
+            groups: &wanted,
+            plan,
+        };
+        assert_eq!(
+            changed,
+            changed_pools(&old, &now, false),
+            "the pools a site change changes"
+        );
+        let fresh = crate::placement::plan(&self.topology, &new.pools, &[]);
+        assert!(fresh.as_ref() == Ok(plan), "a site change's plan");
+        // In any order: a reload puts new groups after the kept ones.
+        let routes = |g: &[ListenerGroup]| -> Vec<_> {
+            let mut all: Vec<_> = (g.iter())
+                .map(|g| (g.addr, g.pools.clone(), g.routes.clone()))
+                .collect();
+            all.sort_by_key(|(addr, _, _)| *addr);
+            all
+        };
+        assert_eq!(
+            routes(&self.groups),
+            routes(&wanted),
+            "a site change's listener groups"
+        );
+    }
+
+    /// The switch to `new`'s workers: the kept slots renumbered, `specs`' slots made and
+    /// started, and the parts that follow the configuration told.
+    fn switch_workers(
+        &mut self,
+        new: Config,
+        plan: crate::placement::Plan,
+        specs: Vec<crate::server::spec::WorkerSpec>,
+    ) {
         let index = self.match_pools(&new);
         let mut placed = self.place_kept(&index);
         let first_new = placed.len();
@@ -180,7 +266,6 @@ impl Supervisor {
         // (Only pools with an app behind fronts have any: a pass over the slots each.)
         self.upstreams_unsent = self.proxied_pools();
         self.start_new_slots(first_new);
-        Ok(self.summary(file, (&changed, &removed, closed), notes))
     }
 
     /// The fallible half of the listeners' change, like nginx's reload building its new cycle
