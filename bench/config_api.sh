@@ -50,10 +50,13 @@ for i in range(n):
         f'[[site]]\nname = "s{i}"\nbindings = ["http://127.0.0.1:{port}:s{i}.example"]\n'
         f'root = "www1"\n[[site.app]]\npool = "p{i}"\n')
 PY
-  # The server keeps a file's text only once its last change is 3 s old (a change within
-  # the file system's clock tick could go unseen: git's "racy" rule, config/file_memo.rs);
-  # until then it reads the file again at every change. A hoster's files are older than
-  # that; these were written just now, so the server starts once they are as old.
+  # A hoster's files were not all written a moment ago, and these were. On the disk first:
+  # else the kernel's writeback of 10,000 new files lands in the measured changes, whose
+  # every write is fsync'd (one took 0.6 s behind such a journal commit). And 3 s old: the
+  # server keeps a file's text only once its last change is that old (a change within the
+  # file system's clock tick could go unseen: git's "racy" rule, config/file_memo.rs), and
+  # reads the younger ones again at every change.
+  sync
   sleep 3.1
   (cd "$D" && exec "$ESPALIER" serve -c espalier.toml) >"$D/espalier.out" 2>&1 &
   MASTER=$!
