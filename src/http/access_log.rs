@@ -219,19 +219,14 @@ pub struct Hop {
     pub resends: u8,
 }
 
-/// The status code of a response written at the start of `answer` (`HTTP/1.1 200 …`); 0
-/// when there is none.
 /// What a request refused without an answer (an access list's `deny_action = "close"`) is
 /// logged as: nginx's 444, "closed without a response".
 pub const REFUSED: &[u8] = b"HTTP/1.1 444 ";
 
+/// The status code of a response written at the start of `answer` (`HTTP/1.1 200 …`); 0
+/// when there is none.
 pub fn status_of(answer: &[u8]) -> u16 {
-    match answer.get(9..12) {
-        Some(&[a, b, c]) if a.is_ascii_digit() && b.is_ascii_digit() && c.is_ascii_digit() => {
-            u16::from(a - b'0') * 100 + u16::from(b - b'0') * 10 + u16::from(c - b'0')
-        }
-        _ => 0,
-    }
+    super::status_of(answer).unwrap_or(0)
 }
 
 /// One site's log in one thread.
