@@ -155,16 +155,7 @@ impl Supervisor {
         let closed = self.switch_listeners(fresh, grown, &wanted, &new, &plan);
 
         // Workers: changed and removed pools' processes retire; changed and new pools get slots.
-        let specs = crate::server::spawn::worker_specs(
-            &new,
-            &plan,
-            &self.groups,
-            &self.handoffs,
-            &self.topology,
-            |pool| changed_set.contains(pool),
-        );
-        self.retire_changed(&changed_set, &removed_set);
-        self.switch_workers(new, plan, specs);
+        self.switch_workers(new, plan, (&changed_set, &removed_set));
         Ok(self.summary(file, (&changed, &removed, closed), notes))
     }
 
@@ -186,16 +177,7 @@ impl Supervisor {
         #[cfg(debug_assertions)]
         self.assert_sites_alone(&new, &plan, &changed);
         let changed_set: HashSet<String> = changed.iter().cloned().collect();
-        let specs = crate::server::spawn::worker_specs(
-            &new,
-            &plan,
-            &self.groups,
-            &self.handoffs,
-            &self.topology,
-            |pool| changed_set.contains(pool),
-        );
-        self.retire_changed(&changed_set, &HashSet::new());
-        self.switch_workers(new, plan, specs);
+        self.switch_workers(new, plan, (&changed_set, &HashSet::new()));
         Ok(self.summary(file, (&changed, &[], 0), Vec::new()))
     }
 
@@ -236,14 +218,24 @@ impl Supervisor {
         );
     }
 
-    /// The switch to `new`'s workers: the kept slots renumbered, `specs`' slots made and
-    /// started, and the parts that follow the configuration told.
+    /// The switch to `new`'s workers: the `changed` and `removed` pools' processes retire,
+    /// the kept slots are renumbered, the changed and new pools' slots made and started, and
+    /// the parts that follow the configuration told.
     fn switch_workers(
         &mut self,
         new: Config,
         plan: crate::placement::Plan,
-        specs: Vec<crate::server::spec::WorkerSpec>,
+        (changed, removed): (&HashSet<String>, &HashSet<String>),
     ) {
+        let specs = crate::server::spawn::worker_specs(
+            &new,
+            &plan,
+            &self.groups,
+            &self.handoffs,
+            &self.topology,
+            |pool| changed.contains(pool),
+        );
+        self.retire_changed(changed, removed);
         let index = self.match_pools(&new);
         let mut placed = self.place_kept(&index);
         let first_new = placed.len();
