@@ -70,6 +70,10 @@ pub(super) fn included(
     let main_node = std::fs::metadata(main_path).map(|m| super::file_memo::Stamp::of(&m).node);
     let mut seen: rustc_hash::FxHashSet<_> = main_node.into_iter().collect();
     let mut read = rustc_hash::FxHashSet::default();
+    // Each path in a set: for a file two patterns match (read once), and for the kept texts'
+    // pruning (`keep_only`, a reload's). One pattern within an API change needs neither, and
+    // 10,000 paths copied and hashed cost every change.
+    let track = patterns.len() > 1 || !super::file_memo::trusting();
     for (k, pattern) in patterns.iter().enumerate() {
         let paths = match matching_files(pattern, base, overlay) {
             Ok(f) => f,
@@ -85,7 +89,7 @@ pub(super) fn included(
         };
         for path in paths {
             // A file two patterns match is read once; the main file never again.
-            if !read.insert(path.clone()) {
+            if track && !read.insert(path.clone()) {
                 continue;
             }
             match text_of(&path, overlay) {
@@ -98,7 +102,9 @@ pub(super) fn included(
             }
         }
     }
-    super::file_memo::keep_only(base, &read);
+    if track {
+        super::file_memo::keep_only(base, &read);
+    }
     (files, errors)
 }
 

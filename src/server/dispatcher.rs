@@ -41,7 +41,8 @@
 
 use crate::config::{Affinity, Config, PoolSpec, Processes, StartMode};
 use crate::cpuset::CpuSet;
-use std::collections::{HashMap, HashSet};
+// A fast hasher: the configuration's own addresses and pool names, 10,000 at a change.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::net::SocketAddr;
 
 /// The dispatcher's pool name: with a dot, which no configured pool's name may have.
@@ -49,15 +50,20 @@ pub const POOL: &str = crate::routing::DISPATCHER;
 
 /// The addresses several pools share.
 pub fn shared_addresses(config: &Config) -> Vec<SocketAddr> {
-    let mut pools_at: HashMap<SocketAddr, HashSet<&str>> = HashMap::new();
+    // Per address its first pool, and whether another came: not every pool in a set (a
+    // hoster's port has 10,000, and this runs at every change).
+    let mut pools_at: HashMap<SocketAddr, (&str, bool)> = HashMap::default();
     for site in &config.sites {
         for b in &site.bindings {
-            pools_at.entry(b.addr).or_default().extend(site.pools());
+            for pool in site.pools() {
+                let (first, shared) = pools_at.entry(b.addr).or_insert((pool, false));
+                *shared |= *first != pool;
+            }
         }
     }
     let mut shared: Vec<SocketAddr> = pools_at
         .into_iter()
-        .filter(|(_, pools)| pools.len() > 1)
+        .filter(|(_, (_, shared))| *shared)
         .map(|(addr, _)| addr)
         .collect();
     shared.sort_unstable();
