@@ -98,7 +98,7 @@ pub fn run(owned: Config, topology: &Topology, plan: &Plan) -> Result<i32, Strin
         .map_err(|e| e.to_string())?;
     // The supervisor keeps the one copy (a hoster's config is thousands of sites).
     rt.block_on(super::supervisor::run(
-        owned,
+        (owned, plan.clone()),
         topology,
         groups,
         handoffs,

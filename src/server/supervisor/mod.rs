@@ -119,9 +119,9 @@ const MASTER_PAUSED: Duration = Duration::from_secs(3);
 struct Supervisor {
     /// The configuration running now (replaced by a reload).
     config: Config,
-    /// Its pools' plan, as the last reload made it (`None` until then: made at the first):
-    /// the next reload's "before", not planned again for every change.
-    plan: Option<crate::placement::Plan>,
+    /// Its pools' plan (the start's, then each reload's): the next reload's "before", not
+    /// planned again for every change.
+    plan: crate::placement::Plan,
     topology: crate::topology::Topology,
     groups: Vec<ListenerGroup>,
     /// The hand-off sockets of pools on shared addresses (one per thread slot).
@@ -207,10 +207,10 @@ impl Signals {
     }
 }
 
-/// Runs the master from its listeners opened to its last process stopped: the start (see
-/// `start_up`), the loop of events, ticks and signals, and the stop (see `stop`).
+/// Runs the master (`running`: its configuration and plan) from its listeners opened to its
+/// last process stopped: the start (`start_up`), the loop of events, and the stop (`stop`).
 pub(super) async fn run(
-    config: Config,
+    running: (Config, crate::placement::Plan),
     topology: &crate::topology::Topology,
     groups: Vec<ListenerGroup>,
     handoffs: super::handoffs::Handoffs,
@@ -222,7 +222,7 @@ pub(super) async fn run(
 ) -> Result<i32, String> {
     let mut signals = Signals::new()?;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut sv = Supervisor::new(config, topology, groups, handoffs, specs, tx.clone());
+    let mut sv = Supervisor::new(running, topology, groups, handoffs, specs, tx.clone());
     sv.log_listening();
     sv.make_cgroups();
     sv.take_handed_to_master();

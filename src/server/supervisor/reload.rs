@@ -88,11 +88,8 @@ impl Supervisor {
     /// first, then the switch, which cannot.
     pub(super) fn apply(&mut self, mut new: Config, file: &str) -> Result<String, String> {
         crate::server::upstream_nodes::find_local_nodes(&mut new, &self.topology);
-        if let Some(plan) = self.plan.take() {
-            match sites_changed_alone(&self.config, &new) {
-                Some(sites) => return self.apply_to_sites(new, plan, &sites, file),
-                None => self.plan = Some(plan),
-            }
+        if let Some(sites) = sites_changed_alone(&self.config, &new) {
+            return self.apply_to_sites(new, &sites, file);
         }
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
             .map_err(|e| format!("{file}: {e}"))?;
@@ -109,16 +106,11 @@ impl Supervisor {
         old_server.admin = new.server.admin;
         let server_changed = old_server != new.server;
         let mut wanted = crate::server::listeners::wanted_groups(&new);
-        let old_plan = match self.plan.take() {
-            Some(plan) => plan,
-            None => crate::placement::plan(&self.topology, &self.config.pools, &[])
-                .map_err(|e| e.to_string())?,
-        };
         let changed = changed_pools(
             &Picture {
                 config: &self.config,
                 groups: &self.groups,
-                plan: &old_plan,
+                plan: &self.plan,
             },
             &Picture {
                 config: &new,
@@ -155,7 +147,8 @@ impl Supervisor {
         let closed = self.switch_listeners(fresh, grown, &wanted, &new, &plan);
 
         // Workers: changed and removed pools' processes retire; changed and new pools get slots.
-        self.switch_workers(new, plan, (&changed_set, &removed_set));
+        self.plan = plan;
+        self.switch_workers(new, (&changed_set, &removed_set));
         Ok(self.summary(file, (&changed, &removed, closed), notes))
     }
 
@@ -165,26 +158,24 @@ impl Supervisor {
     fn apply_to_sites(
         &mut self,
         new: Config,
-        plan: crate::placement::Plan,
         sites: &[usize],
         file: &str,
     ) -> Result<String, String> {
-        if let Err(e) = crate::server::runtime::prepare_access_logs_of(&new, sites) {
-            self.plan = Some(plan);
-            return Err(format!("{file}: {e}"));
-        }
+        crate::server::runtime::prepare_access_logs_of(&new, sites)
+            .map_err(|e| format!("{file}: {e}"))?;
         let changed = pools_of_sites(&new, sites);
         #[cfg(debug_assertions)]
-        self.assert_sites_alone(&new, &plan, &changed);
+        self.assert_sites_alone(&new, &changed);
         let changed_set: HashSet<String> = changed.iter().cloned().collect();
-        self.switch_workers(new, plan, (&changed_set, &HashSet::new()));
+        self.switch_workers(new, (&changed_set, &HashSet::new()));
         Ok(self.summary(file, (&changed, &[], 0), Vec::new()))
     }
 
     /// What the whole comparison says of a change [`Self::apply_to_sites`] applies: the same
     /// pools changed, the same plan, the same listener groups.
     #[cfg(debug_assertions)]
-    fn assert_sites_alone(&self, new: &Config, plan: &crate::placement::Plan, changed: &[String]) {
+    fn assert_sites_alone(&self, new: &Config, changed: &[String]) {
+        let plan = &self.plan;
         let wanted = crate::server::listeners::wanted_groups(new);
         let old = Picture {
             config: &self.config,
@@ -218,18 +209,17 @@ impl Supervisor {
         );
     }
 
-    /// The switch to `new`'s workers: the `changed` and `removed` pools' processes retire,
-    /// the kept slots are renumbered, the changed and new pools' slots made and started, and
-    /// the parts that follow the configuration told.
+    /// The switch to `new`'s workers (on the plan now in `self.plan`): the `changed` and
+    /// `removed` pools' processes retire, the kept slots are renumbered, the changed and new
+    /// pools' slots made and started, and the parts that follow the configuration told.
     fn switch_workers(
         &mut self,
         new: Config,
-        plan: crate::placement::Plan,
         (changed, removed): (&HashSet<String>, &HashSet<String>),
     ) {
         let specs = crate::server::spawn::worker_specs(
             &new,
-            &plan,
+            &self.plan,
             &self.groups,
             &self.handoffs,
             &self.topology,
@@ -248,7 +238,6 @@ impl Supervisor {
         self.slots = placed;
         self.cert_store.reconfigure(&new);
         self.config = new;
-        self.plan = Some(plan);
         self.upstream_checks.start(&self.config, &self.events);
         self.acme
             .start(&self.config, &self.events, self.fleet.link());

@@ -37,7 +37,7 @@ fn pool_at_start(p: &std::sync::Arc<crate::config::PoolSpec>) -> PoolRt {
 impl Supervisor {
     /// The master's state for `config`, its upstream checks and ACME orders under way.
     pub(super) fn new(
-        config: Config,
+        (config, plan): (Config, crate::placement::Plan),
         topology: &crate::topology::Topology,
         groups: Vec<ListenerGroup>,
         handoffs: crate::server::handoffs::Handoffs,
@@ -62,7 +62,7 @@ impl Supervisor {
         let mut sv = Supervisor {
             // The one copy the master keeps (a hoster's config is thousands of sites).
             config,
-            plan: None,
+            plan,
             topology: topology.clone(),
             retiring: Vec::new(),
             groups,
