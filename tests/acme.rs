@@ -566,6 +566,46 @@ fn a_directory_that_never_answers_fails_the_order_in_bounded_time() {
     drop(hung);
 }
 
+/// A reload that leaves `[server.acme]` and the names to order as they were keeps the
+/// ordering task: an order under way is not dropped and made again (a hosting panel changing
+/// one site's root every second would otherwise never finish one). Seen at a directory that
+/// never answers: one connection to it, then the order's failure at its time limit — with no
+/// second connection from an order made again after the reload.
+#[test]
+fn a_reload_that_changes_no_name_keeps_the_order_under_way() {
+    let dir = site_dir();
+    let d = dir.path();
+    std::fs::create_dir(d.join("www2")).unwrap();
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hung.local_addr().unwrap().port();
+    crate::common::tls::signed_cert(d, "hung", "localhost");
+    let (http, https) = (free_port(), free_port());
+    let config = format!(
+        "[server]\ncertificates = \"new-store\"\n[server.acme]\ndirectory = \"https://localhost:{port}/dir\"\ntimeout = \"8s\"\nca = \"{}\"\n[[pool]]\nname = \"p\"\n[[site]]\nname = \"a\"\nbindings = [\"http://127.0.0.1:{http}:a.test\", \"https://127.0.0.1:{https}:a.test\"]\nroot = \"www\"\n[[site.app]]\npool = \"p\"\n",
+        d.join("ca.pem").display()
+    );
+    let server = Server::with_config(d, &config);
+    // The order's first connection, held open unanswered.
+    let (_first, _) = hung.accept().unwrap();
+    let file = d.join("espalier.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("root = \"www\"", "root = \"www2\"")).unwrap();
+    let (code, body) = server.post("/reload");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    server.wait_for_log(
+        "the directory did not answer within",
+        Duration::from_secs(60),
+    );
+    // The next try is a minute later (its back-off): any connection now is a second order.
+    hung.set_nonblocking(true).unwrap();
+    let again = hung.accept();
+    assert!(
+        again.is_err(),
+        "the reload made the order again:\n{}",
+        server.log_tail(20)
+    );
+}
+
 /// `profile`: the order asks for the directory's certificate profile — or, where the
 /// directory lists no such profile (Debian's pebble 2.4 speaks no profiles extension),
 /// nothing is ordered and the reason is one line naming the key and what the directory

@@ -59,7 +59,18 @@ pub(super) struct Acme {
     /// DNS-01's publisher and the settings it was made from (kept across a reload that
     /// leaves them as they were: its server keeps its sockets), or why it could not start.
     dns: DnsPart,
+    /// What the running task was started for: its settings, store, fleet and configured
+    /// names. A reload that leaves them as they were keeps it, and its orders under way.
+    started_for: Option<StartedFor>,
 }
+
+/// What an ordering task is started for (see [`Acme::start`]).
+type StartedFor = (
+    crate::config::AcmeSettings,
+    PathBuf,
+    Option<crate::config::cluster::ClusterSpec>,
+    Vec<(String, Proof)>,
+);
 
 /// A name's certificate as `status` shows it.
 #[derive(Default)]
@@ -89,15 +100,30 @@ struct Shared {
 impl Acme {
     /// Starts the task of `config` (none without `[server.acme]`), stopping the last
     /// configuration's: an order under way is dropped and starts again with the new task.
+    /// A configuration with the same settings, store, fleet and names keeps the running task
+    /// (a hosting panel changing one site's root every second would otherwise drop every
+    /// order under way, and never finish one).
     pub(super) fn start(
         &mut self,
         config: &Config,
         events: &tokio::sync::mpsc::UnboundedSender<Event>,
         fleet: Option<tokio::sync::watch::Receiver<Option<FleetLink>>>,
     ) {
+        let configured = (config.server.acme.as_ref())
+            .zip(config.server.certificates.as_ref())
+            .map(|(settings, store)| {
+                let names = crate::server::acme::names(config);
+                let cluster = config.server.cluster.clone();
+                (settings.clone(), store.clone(), cluster, names)
+            });
+        let running = self.task.as_ref().is_some_and(|t| !t.is_finished());
+        if running && configured.is_some() && configured == self.started_for {
+            return;
+        }
         if let Some(t) = self.task.take() {
             t.abort();
         }
+        self.started_for = configured;
         let (Some(settings), Some(store)) = (&config.server.acme, &config.server.certificates)
         else {
             self.shown.clear();
@@ -110,7 +136,7 @@ impl Acme {
         if !on_demand {
             self.on_demand.clear();
         }
-        let mut names = crate::server::acme::names(config);
+        let mut names = (self.started_for.as_ref()).map_or_else(Vec::new, |s| s.3.clone());
         names.extend(self.on_demand.iter().map(|(n, p)| (n.clone(), *p)));
         names.sort_unstable();
         names.dedup_by(|a, b| a.0 == b.0);
@@ -177,6 +203,7 @@ impl Acme {
         if let Some(t) = self.task.take() {
             t.abort();
         }
+        self.started_for = None;
         self.dns = DnsPart::default();
     }
 
