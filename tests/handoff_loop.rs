@@ -5,14 +5,13 @@
 //! worker" is this test, which takes each handed-over connection from a unix socket and serves
 //! it again with the hops it carried.
 
-use espalier::handoff::{Carried, Handoff, PoolTargets, Receiver, MAX_HOPS};
+use espalier::handoff::{Carried, Handoff, Peers, PoolSlots, PoolTargets, Receiver, MAX_HOPS};
 use espalier::http::clock::Clock;
 use espalier::http::conn::{self, Shutdown};
 use espalier::http::service::{
     ConnEnv, LentConnection, LentHead, Outcome, Reply, RequestCtx, Route, Service, Timeouts,
 };
 use espalier::http::{HeadLimits, Request, Responder};
-use espalier::topology::nearest::Tiers;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -83,7 +82,7 @@ fn bounce(
     client: impl FnOnce(SocketAddr) -> Vec<u8> + Send + 'static,
 ) -> (Vec<u8>, u32) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("handoff");
+    let path = espalier::handoff::slot_path(dir.path(), "other", 0, 0);
     let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -98,15 +97,13 @@ fn bounce(
     let handed = local.block_on(&rt, async move {
         let clock = Rc::new(Clock::new(String::new()));
         tokio::task::spawn_local(Rc::clone(&clock).run());
-        let targets = Rc::new(PoolTargets::new(
-            Tiers {
-                tiers: vec![vec![path.clone()]],
-                local: true,
-            },
-            KEY,
-            "other".into(),
-            None,
-        ));
+        let table = std::sync::Arc::new(Peers {
+            dir: dir.path().to_path_buf(),
+            pools: vec![PoolSlots("other".into(), vec![(0, 0, None)])],
+            distances: Vec::new(),
+            wake: None,
+        });
+        let targets = Peers::targets(&table, "me", (0, None), KEY).remove(0);
         let envs: Vec<Rc<ConnEnv<Bouncer>>> = mine
             .into_iter()
             .map(|mine| {

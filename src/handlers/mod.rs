@@ -268,11 +268,11 @@ impl ThreadService {
         clock: Rc<Clock>,
         identity: String,
         routes: ProxyRoutes,
-        handoff: Vec<(String, Rc<PoolTargets>)>,
+        handoff: Vec<Rc<PoolTargets>>,
     ) -> Self {
         let dispatcher = handoff
             .iter()
-            .position(|(p, _)| p == crate::routing::DISPATCHER);
+            .position(|t| t.pool() == crate::routing::DISPATCHER);
         let groups: Vec<Group> = groups
             .into_iter()
             .map(|g| {
@@ -309,7 +309,7 @@ impl ThreadService {
         let mut target_of: std::collections::HashMap<&str, usize> = handoff
             .iter()
             .enumerate()
-            .map(|(k, (p, _))| (p.as_str(), k))
+            .map(|(k, t)| (t.pool(), k))
             .collect();
         if let Some(k) = dispatcher {
             for a in sites.iter().flat_map(|s| &s.apps) {
@@ -322,7 +322,7 @@ impl ThreadService {
             .collect();
         ThreadService {
             groups,
-            handoff: handoff.into_iter().map(|(_, t)| t).collect(),
+            handoff,
             clock,
             identity,
             served: Cell::new(0),

@@ -187,10 +187,19 @@ pub struct Carried {
 /// Every hand-off socket of the configuration, as the master tells the workers once (one
 /// table shared by every worker's spec, not a list of targets per thread: with thousands of
 /// pools on one port, per-thread lists made the master's start quadratic in pools).
+///
+/// Compact, because the dispatcher's table lists every pool of a hoster's port (20,000
+/// slots for 10,000 pools of one worker on two CPUs), and the master writes it and the
+/// dispatcher reads it at every change of that port's hosts: a socket's path is not
+/// written out but made from its slot ([`slot_path`]), 2.1 MB of JSON fewer at 10,000
+/// pools. A thread ranks a pool's slots only when it first hands it a connection
+/// ([`PoolTargets`]): most of those pools it never meets.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Peers {
-    /// Each socket: its pool, the CPU of its thread, that thread's node, its path.
-    pub sockets: Vec<Peer>,
+    /// The folder every socket is in (the master's runtime folder).
+    pub dir: PathBuf,
+    /// Each pool's thread slots, pool by pool.
+    pub pools: Vec<PoolSlots>,
     /// The kernel's node distances, `(from, to, distance)`.
     pub distances: Vec<(u32, u32, u32)>,
     /// The master's socket, for a pool none of whose sockets exists: an on-demand pool asleep
@@ -200,12 +209,16 @@ pub struct Peers {
     pub wake: Option<PathBuf>,
 }
 
+/// One pool's thread slots: its name, then each slot's `(worker index, CPU, node)` (a
+/// tuple: written as a JSON array, without field names).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Peer {
-    pub pool: String,
-    pub cpu: u32,
-    pub node: Option<u32>,
-    pub path: PathBuf,
+pub struct PoolSlots(pub String, pub Vec<(u32, u32, Option<u32>)>);
+
+/// Where thread slot `(pool, index, cpu)`'s socket is, in `dir`: named after the slot, so
+/// that a worker's table names it before it exists (pool names are letters, digits, `-`,
+/// `_`, and the dispatcher's dot). The master binds it there (`server::handoffs`).
+pub fn slot_path(dir: &Path, pool: &str, index: u32, cpu: u32) -> PathBuf {
+    dir.join(format!("handoff-{pool}-{index}-{cpu}"))
 }
 
 impl Peers {
@@ -213,93 +226,88 @@ impl Peers {
     /// pool behind the dispatcher is given, the dispatcher being its one target.
     pub fn of_pool(&self, pool: &str) -> Peers {
         Peers {
-            sockets: self
-                .sockets
-                .iter()
-                .filter(|p| p.pool == pool)
-                .cloned()
-                .collect(),
+            dir: self.dir.clone(),
+            pools: self.pools.iter().filter(|p| p.0 == pool).cloned().collect(),
             distances: self.distances.clone(),
             wake: self.wake.clone(),
         }
     }
 
     /// Where a thread of `pool` on `cpu` (of node `node`) hands each other pool's
-    /// connections: that pool's thread on the same CPU first, then its node's, then by
-    /// distance. Computed by the worker, in one pass over the table.
+    /// connections, in the table's order: one target per pool, which ranks that pool's
+    /// threads (same CPU first, then its node's, then by distance) at its first hand-off.
     pub fn targets(
-        &self,
+        table: &std::sync::Arc<Peers>,
         pool: &str,
-        cpu: u32,
-        node: Option<u32>,
-    ) -> Vec<(String, Tiers<PathBuf>)> {
-        use std::collections::HashMap;
-        let distance: HashMap<(u32, u32), u32> = self
-            .distances
-            .iter()
-            .map(|&(a, b, d)| ((a, b), d))
-            .collect();
-        // Per pool: its threads' (node, (CPU, socket)).
-        type Threads = Vec<(Option<u32>, (u32, PathBuf))>;
-        let mut by_pool: HashMap<&str, Threads> = HashMap::new();
-        let mut order: Vec<&str> = Vec::new();
-        for p in self.sockets.iter().filter(|p| p.pool != pool) {
-            let threads = by_pool.entry(&p.pool).or_insert_with(|| {
-                order.push(&p.pool);
-                Vec::new()
-            });
-            threads.push((p.node, (p.cpu, p.path.clone())));
-        }
-        let far = |a: u32, b: u32| {
-            distance
-                .get(&(a, b))
-                .copied()
-                .unwrap_or(if a == b { 10 } else { 20 })
-        };
-        order
-            .into_iter()
-            .map(|other| {
-                let tiers = crate::topology::nearest::tiers_for(node, &by_pool[other], far);
-                (
-                    other.to_string(),
-                    crate::topology::nearest::same_cpu_first(tiers, cpu),
-                )
+        (cpu, node): (u32, Option<u32>),
+        key: Key,
+    ) -> Vec<Rc<PoolTargets>> {
+        (0..table.pools.len())
+            .filter(|&k| table.pools[k].0 != pool)
+            .map(|k| {
+                Rc::new(PoolTargets {
+                    table: std::sync::Arc::clone(table),
+                    index: k,
+                    from: (cpu, node),
+                    key,
+                    tiers: std::cell::OnceCell::new(),
+                    next: Cell::new(0),
+                    connected: RefCell::new(Vec::new()),
+                })
             })
             .collect()
     }
+
+    /// Pool `k`'s threads ranked for a thread on `cpu` of `node`.
+    fn ranked(&self, k: usize, (cpu, node): (u32, Option<u32>)) -> Tiers<PathBuf> {
+        let PoolSlots(pool, slots) = &self.pools[k];
+        let threads: Vec<(Option<u32>, (u32, PathBuf))> = slots
+            .iter()
+            .map(|&(index, c, n)| (n, (c, slot_path(&self.dir, pool, index, c))))
+            .collect();
+        let far = |a: u32, b: u32| {
+            (self.distances.iter())
+                .find(|&&(x, y, _)| (x, y) == (a, b))
+                .map_or(if a == b { 10 } else { 20 }, |&(_, _, d)| d)
+        };
+        let tiers = crate::topology::nearest::tiers_for(node, &threads, far);
+        crate::topology::nearest::same_cpu_first(tiers, cpu)
+    }
 }
 
-/// One thread's way to the threads of one other pool: their hand-off sockets, nearest first,
-/// and its connections to them (made on first use, kept while they work); the master's
-/// socket when none of them is there (the pool is asleep).
+/// One thread's way to the threads of one other pool: their hand-off sockets, nearest first
+/// (ranked at first use), and its connections to them (made on first use, kept while they
+/// work); the master's socket when none of them is there (the pool is asleep).
 pub struct PoolTargets {
-    tiers: Tiers<PathBuf>,
+    table: std::sync::Arc<Peers>,
+    /// The pool's place in the table.
+    index: usize,
+    /// The CPU and node of the thread that sends.
+    from: (u32, Option<u32>),
     key: Key,
-    /// The pool's name and the master's socket (see [`Peers::wake`]).
-    pool: String,
-    wake: Option<PathBuf>,
+    tiers: std::cell::OnceCell<Tiers<PathBuf>>,
     /// Turns within a tier, so one thread's connections spread over the tier's threads.
     next: Cell<usize>,
     connected: RefCell<Vec<(PathBuf, Rc<UnixDatagram>)>>,
 }
 
 impl PoolTargets {
-    pub fn new(tiers: Tiers<PathBuf>, key: Key, pool: String, wake: Option<PathBuf>) -> Self {
-        PoolTargets {
-            tiers,
-            key,
-            pool,
-            wake,
-            next: Cell::new(0),
-            connected: RefCell::new(Vec::new()),
-        }
+    /// The pool's name.
+    pub fn pool(&self) -> &str {
+        &self.table.pools[self.index].0
+    }
+
+    /// The master's socket (see [`Peers::wake`]).
+    fn wake(&self) -> Option<&Path> {
+        self.table.wake.as_deref()
     }
 
     /// The sockets to try, in order: the nearest tier first, starting at this thread's turn.
     fn order(&self) -> Vec<&Path> {
         let turn = self.next.get();
         self.next.set(turn.wrapping_add(1));
-        self.tiers
+        let tiers = (self.tiers).get_or_init(|| self.table.ranked(self.index, self.from));
+        tiers
             .tiers
             .iter()
             .flat_map(|tier| {
@@ -348,7 +356,7 @@ impl Handoff {
         let t = &self.targets;
         let header = header(&t.key, self.addr, self.hops, self.client, None);
         // The longer of the two headers (to the master, the pool's name is added) must fit.
-        if header.len() + t.pool.len() + unread.len() > MAX_MESSAGE {
+        if header.len() + t.pool().len() + unread.len() > MAX_MESSAGE {
             return false;
         }
         let parts = [header.as_slice(), unread];
@@ -372,13 +380,13 @@ impl Handoff {
         let to_master;
         let mut parts = parts;
         if full.is_empty() {
-            let Some(wake) = t.wake.as_deref() else {
+            let Some(wake) = t.wake() else {
                 return false;
             };
             let Some(conn) = t.connection(wake) else {
                 return false;
             };
-            to_master = self::header(&t.key, self.addr, self.hops, self.client, Some(&t.pool));
+            to_master = self::header(&t.key, self.addr, self.hops, self.client, Some(t.pool()));
             parts = [to_master.as_slice(), unread];
             match fdpass::send_with_fd(conn.as_raw_fd(), stream.as_raw_fd(), &parts) {
                 Ok(_) => return true,

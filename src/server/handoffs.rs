@@ -166,7 +166,8 @@ impl Handoffs {
         {
             return Ok(h.socket.as_raw_fd());
         }
-        let path = slot_path(&super::runtime::ensure_runtime_dir()?, pool, index, cpu);
+        let path =
+            crate::handoff::slot_path(&super::runtime::ensure_runtime_dir()?, pool, index, cpu);
         let socket = bind(&path).map_err(|e| {
             format!(
                 "cannot create the hand-off socket {} for pool {pool}: {e}",
@@ -257,21 +258,16 @@ impl Handoffs {
             .unwrap_or_default();
         let wanted = |pool: &str| only.is_none_or(|o| o == pool);
         let threads = planned_threads_by_pool(plan, pools, wanted);
-        let sockets = sharing_pools(groups)
+        let pools = sharing_pools(groups)
             .into_iter()
             .filter(|pool| wanted(pool))
-            .flat_map(|pool| {
-                let dir = &dir;
-                threads
-                    .get(pool)
-                    .into_iter()
-                    .flatten()
-                    .map(move |&(index, home, cpu)| crate::handoff::Peer {
-                        pool: pool.to_string(),
-                        cpu,
-                        node: home.or_else(|| topology.node_of_cpu(cpu)),
-                        path: slot_path(dir, pool, index, cpu),
+            .filter_map(|pool| {
+                let slots: Vec<_> = (threads.get(pool)?.iter())
+                    .map(|&(index, home, cpu)| {
+                        (index, cpu, home.or_else(|| topology.node_of_cpu(cpu)))
                     })
+                    .collect();
+                (!slots.is_empty()).then(|| crate::handoff::PoolSlots(pool.to_string(), slots))
             })
             .collect();
         let ids: Vec<u32> = topology.nodes.iter().map(|n| n.id).collect();
@@ -281,18 +277,12 @@ impl Handoffs {
             .map(|(a, b)| (a, b, topology.distance(a, b)))
             .collect();
         crate::handoff::Peers {
-            sockets,
+            dir,
+            pools,
             distances,
             wake: self.wake.as_ref().map(|(path, _)| path.clone()),
         }
     }
-}
-
-/// Where thread slot `(pool, index, cpu)`'s socket is bound: named after the slot, so that a
-/// worker's table names it before it exists (pool names are letters, digits, `-`, `_`, and
-/// the dispatcher's dot).
-fn slot_path(dir: &Path, pool: &str, index: u32, cpu: u32) -> PathBuf {
-    dir.join(format!("handoff-{pool}-{index}-{cpu}"))
 }
 
 /// A hand-off socket bound at `path`, non-blocking. Writable by all, so the workers of every

@@ -11,7 +11,6 @@ use super::admission::{accept_loop, receive_loop, Admission, Listener};
 use super::shared::Shared;
 use crate::cpuset::CpuSet;
 use crate::handlers::{ProxyRoutes, ThreadService};
-use crate::handoff::PoolTargets;
 use crate::http::clock::Clock;
 use crate::http::conn::Shutdown;
 use crate::http::service::{ConnEnv, Timeouts};
@@ -234,16 +233,12 @@ fn thread_env(
     }
     let clock = Rc::new(Clock::new(extra));
     tokio::task::spawn_local(Rc::clone(&clock).run());
-    let peers = spec
-        .handoff_peers
-        .targets(&spec.pool, thread.cpu, thread.node)
-        .into_iter()
-        .map(|(pool, tiers)| {
-            let wake = spec.handoff_peers.wake.clone();
-            let targets = PoolTargets::new(tiers, spec.handoff_key, pool.clone(), wake);
-            (pool, Rc::new(targets))
-        })
-        .collect();
+    let peers = crate::handoff::Peers::targets(
+        &spec.handoff_peers,
+        &spec.pool,
+        (thread.cpu, thread.node),
+        spec.handoff_key,
+    );
     let l = &spec.limits;
     let groups = spec.groups.iter().map(|g| GroupRoutes::clone(g)).collect();
     Rc::new(ConnEnv {
