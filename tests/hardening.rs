@@ -154,6 +154,8 @@ fn ambiguous_framing_gets_400_and_a_close() {
 fn chunk_extension_floods_are_refused_without_buffering() {
     let (site, _server) = one_thread_site("", "");
     let pid = site.worker_pid().unwrap();
+    // The site is made at its first request (`handlers::site`): measured from there.
+    assert_eq!(get(site.addr(), "/", "").status, 200);
     let before = resident_kib(pid);
     let mut s = TcpStream::connect(site.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -99,13 +99,13 @@ impl AppHandler {
         s: &SiteSpec,
         a: &AppSpec,
         routes: &ProxyRoutes,
-        target_of: &HashMap<&str, usize>,
+        target_of: &dyn Fn(&str) -> Option<usize>,
     ) -> Self {
         let proxy = routes.app.as_ref();
         // A static path without a pool is answered by whoever holds the connection; another
         // pool's path is handed to it.
         if !a.answered_by(pool) {
-            return AppHandler::Elsewhere(target_of.get(a.pool.as_str()).copied());
+            return AppHandler::Elsewhere(target_of(a.pool.as_str()));
         }
         // The path's cache policy before the site's: the first type that matches wins.
         let cache: Vec<(String, String)> = a.cache.iter().chain(&s.cache).cloned().collect();

@@ -10,8 +10,8 @@
 //! ([`static_files`], [`dynamic`], [`cpu`], a front controller's files), by an application
 //! process (the connection lent to [`crate::proxy`]'s dispatch), or by another pool on a
 //! shared address (the connection handed there, see [`crate::handoff`]). This file holds the
-//! service's data; `serve` keeps the engine's contract ([`Service`]) with it, `app` builds
-//! each path's handler, `front` decides which of a forwarded path's requests are files,
+//! service's data; `serve` keeps the engine's contract ([`Service`]) with it, `site` makes
+//! each site for the thread at its first request, `app` builds each path's handler, `front` decides which of a forwarded path's requests are files,
 //! [`mime`] names content types, and `traced` gives requests their traces and spans.
 //! One [`ThreadService`] per worker thread; nothing in it is shared with another thread.
 //! Must not touch: sockets or the protocols' framing (that is [`crate::http`]; what it knows
@@ -30,6 +30,7 @@ mod front;
 pub mod mime;
 mod route;
 mod serve;
+mod site;
 pub mod static_files;
 mod traced;
 mod verified;
@@ -44,173 +45,11 @@ use crate::http::service::{
 use crate::http::{Request, Responder};
 use crate::proxy::{Dispatch, ProxyRoute, ProxyTarget};
 use crate::routing::hosts::HostTable;
-use crate::routing::limits::{Accounts, ThreadLimits};
-use crate::routing::rules::Rules;
+use crate::routing::limits::Accounts;
 use crate::routing::GroupRoutes;
-use app::{App, AppHandler};
-use chain::Chain;
+use site::{Site, Sites, Whole};
 use std::cell::Cell;
 use std::rc::Rc;
-
-struct Site {
-    /// Its name, for its spans (`[server.tracing]`).
-    name: Rc<str>,
-    apps: Vec<App>,
-    /// Whether its https bindings take their certificates from the store (espalier orders
-    /// them when `[server.acme]` is set).
-    from_store: bool,
-    /// With `[server.acme]`, on such a site: the folder the master writes HTTP-01 key
-    /// authorizations into (see [`ThreadService::with_acme`]).
-    acme: Option<Rc<std::path::Path>>,
-    /// Its request chain: the steps it configures, in the one order (see [`chain`]).
-    chain: Chain,
-    /// This thread's writer of the site's access log.
-    log: Option<access_log::AccessLog>,
-    /// Which pool serves the site, when one serves all of it: a hand-off is then decided by
-    /// host alone, without choosing the app.
-    whole: Whole,
-    /// Its response chains (error pages, `headers`, HSTS over TLS, its response keys), by
-    /// scheme.
-    response: app::Chains,
-    /// Whether an app path asks who the client is (`auth`): only then is a lent request's
-    /// path looked at for it.
-    app_auth: bool,
-    /// With `redirect_to_https`: the https port its cleartext requests are sent to.
-    to_https: Option<u16>,
-    /// Its redirect and rewrite rules, compiled for this thread.
-    rules: Rules,
-    /// The codings it offers (`None`: it compresses nothing).
-    codings: Option<Rc<[crate::compress::Coding]>>,
-    /// Its `allow`/`deny` lists and those of its paths (`None`: everyone may come in).
-    access: Option<Box<SiteAccess>>,
-    /// Proxies whose `X-Forwarded-For` names the client, for its lists and limits.
-    trusted: Box<[crate::routing::access::Cidr]>,
-    /// Its `limit`, as this thread counts it (`None`: unlimited; see [`ThreadService::with_limits`]).
-    limits: Option<ThreadLimits>,
-    /// This thread's figures of it, with `metrics` (see [`ThreadService::with_meters`]).
-    meter: Option<std::sync::Arc<crate::http::meters::SiteMeter>>,
-    /// The largest body its requests may carry: its `max_body_size`, else the server's (see
-    /// [`ThreadService::with_body_default`]).
-    max_body: Option<u64>,
-}
-
-impl Site {
-    /// Site `s` as a thread of `pool` serves it: `routes` its ways to forwarded paths' servers,
-    /// `target_of` the hand-off target of each other pool by name, `identity` the thread's
-    /// name in the log.
-    fn new(
-        pool: &str,
-        s: &SiteSpec,
-        routes: &ProxyRoutes,
-        target_of: &std::collections::HashMap<&str, usize>,
-        identity: &str,
-    ) -> Site {
-        // Checked by the config; a failure here would be a bug, said once.
-        let pages = app::error_pages(s, identity);
-        let mut apps: Vec<App> = s
-            .apps
-            .iter()
-            .map(|a| App {
-                path: a.path.trim_end_matches('/').to_string(),
-                handler: AppHandler::new(pool, s, a, routes, target_of),
-                response: (!a.headers.is_empty() || a.response != Default::default())
-                    .then(|| app::response_chains(s, Some(a), &pages)),
-                access: (!a.access.is_empty()).then(|| a.access.clone()),
-                auth: a.auth.clone().map(crate::routing::auth::ThreadAuth::new),
-                asks: (a.auth_request.as_ref())
-                    .map(|spec| verified::Asks::of(spec, &routes.upstreams, &routes.verifiers)),
-                max_body: a.max_body_size,
-            })
-            .collect();
-        // Longest prefix first.
-        apps.sort_by_key(|a| std::cmp::Reverse(a.path.len()));
-        // The master opened every log once at start (a log it cannot open stops
-        // `serve` with the reason); a later failure costs the lines, not the site.
-        // A site is logged by the pools that serve it, each its own requests.
-        let serves = s.served_by(pool);
-        let log = s.access_log.as_ref().filter(|_| serves).and_then(|spec| {
-            access_log::AccessLog::open(spec)
-                .map_err(|e| {
-                    crate::os::log(
-                        identity,
-                        format!("cannot open access log {}: {e}", spec.path.display()),
-                    )
-                })
-                .ok()
-        });
-        // Static paths without a pool go with the connection: they never split a site,
-        // and a site whose other paths are another pool's goes to it whole.
-        let mut named = s.apps.iter().filter(|a| !a.any_pool());
-        let first = named.next().map(|a| a.pool.as_str());
-        let one_pool = named.all(|a| Some(a.pool.as_str()) == first);
-        let whole = match first {
-            None => Whole::Mine,
-            Some(p) if one_pool && p == pool => Whole::Mine,
-            Some(p) if one_pool => Whole::Other(target_of.get(p).copied()),
-            Some(_) => Whole::Split,
-        };
-        let to_https = s
-            .bindings
-            .iter()
-            .find(|b| b.tls)
-            .filter(|_| s.redirect_to_https)
-            .map(|b| b.addr.port());
-        let per_path = apps.iter().any(|a| a.access.is_some());
-        let access = (per_path || !s.access.is_empty()).then(|| {
-            Box::new(SiteAccess {
-                list: s.access.clone(),
-                action: s.deny_action,
-                per_path,
-            })
-        });
-        let mut site = Site {
-            name: s.name.as_str().into(),
-            from_store: s.tls.is_none() && s.bindings.iter().any(|b| b.tls),
-            acme: None,
-            chain: Chain::default(),
-            access,
-            trusted: s.trusted_proxies.as_slice().into(),
-            limits: None,
-            meter: None,
-            max_body: s.max_body_size,
-            app_auth: apps.iter().any(|a| a.auth.is_some() || a.asks.is_some()),
-            apps,
-            log,
-            whole,
-            response: app::response_chains(s, None, &pages),
-            to_https,
-            codings: (!s.compress.is_empty()).then(|| s.compress.as_slice().into()),
-            rules: Rules::new(&s.rules).unwrap_or_else(|(k, why)| {
-                crate::os::log(
-                    identity,
-                    format!("site {}: rule {k} ignored: {why}", s.name),
-                );
-                Rules::default()
-            }),
-        };
-        site.chain = Chain::of(|step| site.configures(step));
-        site
-    }
-}
-
-/// Who may reach a site, as a thread checks it.
-struct SiteAccess {
-    list: crate::routing::access::AccessList,
-    action: crate::routing::access::DenyAction,
-    /// Some path has lists of its own: the path is looked at.
-    per_path: bool,
-}
-
-/// Whether one pool serves every app of a site.
-#[derive(Clone, Copy)]
-enum Whole {
-    /// This thread's pool.
-    Mine,
-    /// Another pool (its index in the hand-off targets, if any).
-    Other(Option<usize>),
-    /// Its apps are in several pools: the path decides.
-    Split,
-}
 
 /// A listener group as a thread routes on it.
 struct Group {
@@ -235,7 +74,7 @@ struct Group {
 
 /// Everything one worker thread needs to answer requests.
 pub struct ThreadService {
-    sites: Vec<Site>,
+    sites: Sites,
     groups: Vec<Group>,
     /// Per other pool this thread may hand connections to: its threads, nearest first.
     handoff: Vec<std::rc::Rc<PoolTargets>>,
@@ -304,30 +143,17 @@ impl ThreadService {
                 }
             })
             .collect();
-        // Other pools by name, looked up once per site (thousands on a hoster's port); behind
-        // the dispatcher, a pool this thread has no target of is reached through it.
-        let mut target_of: std::collections::HashMap<&str, usize> = handoff
-            .iter()
-            .enumerate()
-            .map(|(k, t)| (t.pool(), k))
-            .collect();
-        if let Some(k) = dispatcher {
-            for a in sites.iter().flat_map(|s| &s.apps) {
-                target_of.entry(a.pool.as_str()).or_insert(k);
-            }
-        }
-        let sites: Vec<Site> = sites
-            .iter()
-            .map(|s| Site::new(pool, s, &routes, &target_of, &identity))
-            .collect();
+        let targets = (handoff.iter().enumerate()).map(|(k, t)| (t.pool().to_string(), k));
+        let route = routes.app.clone();
+        let sites = Sites::new(pool, sites, (routes, &identity), targets, dispatcher);
         ThreadService {
             groups,
             handoff,
             clock,
             identity,
             served: Cell::new(0),
-            route: routes.app,
-            logging: sites.iter().any(|s: &Site| s.log.is_some()),
+            route,
+            logging: sites.logging(),
             sites,
             tls: Vec::new(),
             held: Vec::new(),
@@ -340,12 +166,7 @@ impl ThreadService {
     /// HTTP-01 requests of the orders under way from `challenges` (their chains compiled again
     /// with the step).
     pub fn with_acme(mut self, challenges: Option<&std::path::Path>) -> Self {
-        let Some(dir) = challenges else { return self };
-        let dir: Rc<std::path::Path> = Rc::from(dir);
-        for site in self.sites.iter_mut().filter(|s| s.from_store) {
-            site.acme = Some(Rc::clone(&dir));
-            site.chain = Chain::of(|step| site.configures(step));
-        }
+        self.sites.acme = challenges.map(Rc::from);
         self
     }
 
@@ -377,18 +198,13 @@ impl ThreadService {
     /// The accounts of the sites' `limit`s (by site index; `None` for an unlimited site),
     /// made by the worker and shared by its threads.
     pub fn with_limits(mut self, accounts: &[Option<std::sync::Arc<Accounts>>]) -> Self {
-        for (site, accounts) in self.sites.iter_mut().zip(accounts) {
-            site.limits = accounts.clone().map(ThreadLimits::new);
-            site.chain = Chain::of(|step| site.configures(step));
-        }
+        self.sites.limits = accounts.to_vec();
         self
     }
 
     /// The server's `max_body_size`, for the sites without one of their own.
     pub fn with_body_default(mut self, max: u64) -> Self {
-        for site in &mut self.sites {
-            site.max_body.get_or_insert(max);
-        }
+        self.sites.body_default = Some(max);
         self
     }
 
@@ -398,13 +214,8 @@ impl ThreadService {
         mut self,
         meters: &[Option<std::sync::Arc<crate::http::meters::SiteMeter>>],
     ) -> Self {
-        for (site, meter) in self.sites.iter_mut().zip(meters) {
-            site.meter = meter.clone();
-        }
-        self.logging = self
-            .sites
-            .iter()
-            .any(|s| s.log.is_some() || s.meter.is_some());
+        self.sites.meters = meters.to_vec();
+        self.logging = self.sites.logging();
         self
     }
 
@@ -420,7 +231,7 @@ impl ThreadService {
 
     /// Writes every log's buffer (the thread's heartbeat, and its last act).
     pub fn flush_logs(&self) {
-        for log in self.sites.iter().filter_map(|s| s.log.as_ref()) {
+        for log in self.sites.made().filter_map(|s| s.log.as_ref()) {
             log.flush();
         }
     }
