@@ -394,20 +394,18 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     // hosts, and keeps its worker; q and r (their sites changed) get new ones.
     let (kept, replaced): (Vec<_>, Vec<_>) =
         old.iter().partition(|(name, _, _)| name.starts_with("p/"));
-    // The old dispatcher, which does not know `new`, serves until the new one is ready.
     server.wait_until(
-        "the old workers of q, r and the dispatcher gone",
+        "the old workers of q and r gone",
         Duration::from_secs(10),
-        |_| {
-            let old_pids = replaced.iter().map(|w| w.1);
-            let mut all = old_pids.chain(old_dispatcher.iter().map(|w| w.1));
-            all.all(|pid| !pid_alive(pid))
-        },
+        |_| replaced.iter().all(|w| !pid_alive(w.1)),
     );
+    // The dispatcher takes the port's new hosts once q's and r's new workers serve (before,
+    // `move` would have gone to r's old worker, which would hand it back): not replaced.
     server.wait_for_log(
-        "1 pool(s) unchanged, 2 changed or new",
+        "1 pool(s) unchanged, 2 changed or new (their workers replaced, overlapped), 0 removed, 0 listener group(s) closed; the dispatcher told its port's new hosts, not replaced",
         std::time::Duration::from_secs(10),
     );
+    assert_eq!(server.dispatcher_workers(), old_dispatcher);
     assert_eq!(
         server
             .workers()

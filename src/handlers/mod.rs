@@ -241,6 +241,12 @@ impl ThreadService {
         self.served.get()
     }
 
+    /// Goes on counting from `before`, the service this one replaces on the thread (a
+    /// dispatcher's new hosts): its figures stay the thread's.
+    pub fn count_from(&self, before: &ThreadService) {
+        self.served.set(before.served.get());
+    }
+
     /// Requests this thread forwarded to an app process on another node (none of its own
     /// node's was ready).
     pub fn remote_forwards(&self) -> u64 {

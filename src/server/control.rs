@@ -1,7 +1,7 @@
 //! The master↔worker control protocol: one line of text per message on the socket pair each
 //! worker inherits. The master sends `ping`, `reopen`, `upstreams`, `upstream-health`,
-//! `certificate` and `no-certificate`; a worker sends `ready`, `error`, `pong`, `stuck`,
-//! `unresponsive`, `ejected`, `meters` and `want-certificate`.
+//! `certificate`, `no-certificate` and `hosts`; a worker sends `ready`, `error`, `pong`,
+//! `stuck`, `unresponsive`, `ejected`, `meters`, `want-certificate` and `hosts-taken`.
 //!
 //! Owns: the messages and their one spelling (written with [`Message::line`], read with
 //! [`Message::parse`]). Must not touch: what either side does about a message.
@@ -63,6 +63,11 @@ pub enum Message {
     /// Master → worker: take what this names out of the response caches
     /// (`proxy::cache_purge::Purge::line`).
     Purge(String),
+    /// Master → dispatcher: its port's hosts changed (JSON of
+    /// [`crate::server::spec::HostsUpdate`]); its threads take them without a restart.
+    Hosts(String),
+    /// Dispatcher → master: every thread took the hosts of this update's generation.
+    HostsTaken(u64),
 }
 
 /// What a worker's pong tells of it, over its life: requests served, connection tasks that
@@ -140,6 +145,9 @@ impl Message {
             Message::TicketKeys(keys) => format!("ticket-keys {}\n", one_word(keys)),
             // A purge's value is one line (checked where it is asked for).
             Message::Purge(what) => format!("purge {}\n", what.replace('\n', " ")),
+            // JSON written by serde_json has no raw newline.
+            Message::Hosts(json) => format!("hosts {}\n", json.replace('\n', " ")),
+            Message::HostsTaken(generation) => format!("hosts-taken {generation}\n"),
         }
     }
 
@@ -197,6 +205,8 @@ impl Message {
             "no-certificate" => Message::NoCertificate(rest.to_string()),
             "ticket-keys" => Message::TicketKeys(rest.to_string()),
             "purge" => Message::Purge(rest.to_string()),
+            "hosts" => Message::Hosts(rest.to_string()),
+            "hosts-taken" => Message::HostsTaken(rest.parse().ok()?),
             _ => return None,
         })
     }
@@ -252,6 +262,8 @@ mod tests {
             Message::NoCertificate("shop.example".into()),
             Message::Purge("prefix https://shop.example/a b".into()),
             Message::Caches("[[\"pool:shop\",{\"hits\":1}]]".into()),
+            Message::Hosts("{\"generation\":3,\"groups\":[]}".into()),
+            Message::HostsTaken(3),
         ] {
             assert_eq!(Message::parse(&m.line()), Some(m));
         }

@@ -29,8 +29,9 @@
 //!
 //! - the pools behind it know their own sites alone (`spawn::own_view`), and hand a request
 //!   for any other host back to it: a pool's start, memory and spec do not grow with the
-//!   address's sites, and adding a site restarts the dispatcher and the new site's pool,
-//!   nothing else (`supervisor::reload_diff`).
+//!   address's sites, and adding a site starts the new site's pool and tells the running
+//!   dispatcher the port's new hosts, nothing else (`supervisor::reload_diff`,
+//!   `supervisor::hosts_live`).
 //!
 //! It is made by espalier's own worker code rather than a new program because routing a
 //! request is exactly what a worker's request chain does (`handlers::route`): the chain

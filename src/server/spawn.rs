@@ -9,7 +9,7 @@
 use super::handoffs::Handoffs;
 use super::listeners::ListenerGroup;
 use super::spec::{ThreadSpec, WorkerSpec, ENV_VAR};
-use crate::config::{Affinity, Config, IdleAction, PoolSpec};
+use crate::config::{Affinity, Config, IdleAction, PoolSpec, SiteSpec};
 use crate::os;
 use crate::placement::Plan;
 use crate::routing::GroupRoutes;
@@ -333,6 +333,18 @@ fn quic_sockets(
 /// Starts a worker process with its sockets and spec; returns its pid and control socket.
 /// `fail_at_start` asks the worker to fail right after starting, and `allocate_mib` to allocate
 /// that much at start (fault injection for tests).
+/// The sites and host tables a process of `spec`'s pool is sent: its own sites whole, the
+/// others' outline — behind the dispatcher, its own alone. Made for each process started (or
+/// each dispatcher told new hosts), not kept in every spec.
+pub(super) fn as_seen(spec: &WorkerSpec) -> (Arc<Vec<Arc<SiteSpec>>>, Vec<Arc<GroupRoutes>>) {
+    if spec.pool != super::dispatcher::POOL && spec.groups.iter().any(|g| g.dispatched) {
+        let (sites, groups) = own_view(&spec.pool, &spec.sites, &spec.groups);
+        return (Arc::new(sites), groups);
+    }
+    let sites = (spec.sites.iter()).map(|s| s.as_seen_by(s, &spec.pool));
+    (Arc::new(sites.collect()), spec.groups.clone())
+}
+
 pub(super) fn spawn_worker(
     mut spec: WorkerSpec,
     fail_at_start: bool,
@@ -352,19 +364,7 @@ pub(super) fn spawn_worker(
         .collect();
     fds.push(worker_end.as_raw_fd());
     fds.extend(spec.session_table_fd);
-    // Its own sites whole, the others' outline — behind the dispatcher, its own alone: built
-    // now, for the one process started.
-    if spec.pool != super::dispatcher::POOL && spec.groups.iter().any(|g| g.dispatched) {
-        let (sites, groups) = own_view(&spec.pool, &spec.sites, &spec.groups);
-        (spec.sites, spec.groups) = (Arc::new(sites), groups);
-    } else {
-        spec.sites = Arc::new(
-            spec.sites
-                .iter()
-                .map(|s| s.as_seen_by(s, &spec.pool))
-                .collect(),
-        );
-    }
+    (spec.sites, spec.groups) = as_seen(&spec);
     let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
     let spec_file = crate::os::process::sealed_memfd("espalier-worker-spec", &json)
         .map_err(|e| format!("cannot hand worker {} its spec: {e}", spec.name()))?;

@@ -154,8 +154,44 @@ impl WorkerSpec {
         }
     }
 
+    /// The largest body any request here may carry — the server's `max_body_size` or a
+    /// larger site's or path's, other pools' included (their requests' heads are read here
+    /// before the hand-off) — which bounds the head parser; each request is then held to its
+    /// own.
+    pub fn body_ceiling(&self) -> u64 {
+        (self.sites.iter())
+            .flat_map(|s| (s.apps.iter().filter_map(|a| a.max_body_size)).chain(s.max_body_size))
+            .fold(self.limits.max_body_size, u64::max)
+    }
+
     /// `<pool>/<index>`, as logs and headers name a worker.
     pub fn name(&self) -> String {
         format!("{}/{}", self.pool, self.index)
+    }
+}
+
+/// What the master tells a running dispatcher when its port's hosts change (`hosts`
+/// control message): the sites in outline, the listener groups' host tables and the hand-off
+/// table — all of its spec that such a change touches (see `supervisor::hosts_live`). Its
+/// threads take it in place of a restart.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostsUpdate {
+    /// Counts the updates the master sent this process; the worker says which one all its
+    /// threads took (`hosts-taken`).
+    pub generation: u64,
+    pub groups: Vec<Arc<GroupRoutes>>,
+    pub sites: Arc<Vec<Arc<SiteSpec>>>,
+    pub handoff_peers: Arc<crate::handoff::Peers>,
+}
+
+impl HostsUpdate {
+    /// `spec` with the update's sites, groups and hand-off table.
+    pub fn applied_to(&self, spec: &WorkerSpec) -> WorkerSpec {
+        WorkerSpec {
+            groups: self.groups.clone(),
+            sites: Arc::clone(&self.sites),
+            handoff_peers: Arc::clone(&self.handoff_peers),
+            ..spec.clone()
+        }
     }
 }

@@ -126,22 +126,12 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
     // The app processes a front worker forwards to, replaced at each `upstreams` message.
     let tiers = Arc::new(SharedTiers::default());
     let upstreams = shared.upstreams.clone();
-    let (stop_tx, threads, accepts_no_more) = start_threads(spec, &shared, &health, &tiers, quic)?;
-    if let Some(mib) = std::env::var(ALLOCATE_VAR)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        // Resident on purpose: every page written, and kept for the worker's life.
-        let ballast = vec![1u8; mib << 20];
-        std::mem::forget(std::hint::black_box(ballast));
-    }
-    if let Some(pool) = fail_at_start() {
-        if pool == spec.pool {
-            return Err(format!(
-                "failing at start on purpose ({FAIL_AT_START_VAR}={pool})"
-            ));
-        }
-    }
+    let (hosts_tx, hosts_rx) = watch::channel(None);
+    let (taken_tx, taken_rx) = tokio::sync::mpsc::unbounded_channel();
+    let hosts = (hosts_rx, taken_tx);
+    let (stop_tx, threads, accepts_no_more) =
+        start_threads(spec, (&shared, &health, &tiers), quic, hosts)?;
+    on_purpose(spec)?;
     let ready = Message::Ready {
         pid: std::process::id(),
     };
@@ -158,7 +148,8 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         store: &store,
         tickets: &shared.tickets,
     };
-    let served = from_master::serve_master(spec, control, to_master, on_demand);
+    let hosts = from_master::HostsTold::new(hosts_tx, taken_rx, spec.threads.len());
+    let served = from_master::serve_master(spec, control, to_master, (on_demand, hosts));
     let _ = stop_tx.send(true);
     say_accepting_ended(
         control,
@@ -170,6 +161,25 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         let _ = t.join();
     }
     served
+}
+
+/// What the tests ask of a worker through its environment: memory held
+/// ([`ALLOCATE_VAR`]), or a failure at start ([`FAIL_AT_START_VAR`]).
+fn on_purpose(spec: &WorkerSpec) -> Result<(), String> {
+    if let Some(mib) = std::env::var(ALLOCATE_VAR)
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        // Resident on purpose: every page written, and kept for the worker's life.
+        let ballast = vec![1u8; mib << 20];
+        std::mem::forget(std::hint::black_box(ballast));
+    }
+    match fail_at_start() {
+        Some(pool) if pool == spec.pool => Err(format!(
+            "failing at start on purpose ({FAIL_AT_START_VAR}={pool})"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Tells the master once every one of `threads` accepts no more (within `within`): a
@@ -203,10 +213,9 @@ type Started = (
 /// each says it accepts no more.
 fn start_threads(
     spec: &WorkerSpec,
-    shared: &Arc<Shared>,
-    health: &[Arc<ThreadHealth>],
-    tiers: &Arc<SharedTiers>,
+    (shared, health, tiers): (&Arc<Shared>, &[Arc<ThreadHealth>], &Arc<SharedTiers>),
     quic: Vec<crate::server::quic::ThreadSockets>,
+    (hosts, hosts_taken): engine::HostsChannels,
 ) -> Result<Started, String> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let (stopped_tx, stopped_rx) = std::sync::mpsc::channel::<()>();
@@ -223,6 +232,7 @@ fn start_threads(
         let health = Arc::clone(&health[t]);
         let shared = Arc::clone(shared);
         let quic = quic.next().unwrap_or_default();
+        let (hosts, hosts_taken) = (hosts.clone(), hosts_taken.clone());
         let handle = std::thread::Builder::new()
             .name(format!("{}-cpu{cpu}", spec.pool))
             .spawn(move || {
@@ -230,6 +240,8 @@ fn start_threads(
                     stop_rx,
                     started: started_tx,
                     accepts_no_more: stopped_tx,
+                    hosts,
+                    hosts_taken,
                 };
                 engine::engine_thread(&spec, t, channels, health, tiers, &shared, quic)
             })

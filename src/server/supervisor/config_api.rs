@@ -231,9 +231,12 @@ impl Supervisor {
     /// replacement.
     fn serving_as_configured(&self) -> bool {
         let stopped = |pool: usize| self.pools[pool].stopped.is_some();
-        let slots_ready = self.slots.iter().all(|s| {
-            s.asleep || stopped(s.pool) || s.current.as_ref().is_some_and(|c| c.life.is_ready())
-        });
+        // Ready, and a dispatcher told new hosts has them in every thread (`hosts_live`).
+        let serves = |c: &super::procs::Proc| c.life.is_ready() && c.hosts_taken >= c.hosts_sent;
+        let slots_ready = self
+            .slots
+            .iter()
+            .all(|s| s.asleep || stopped(s.pool) || s.current.as_ref().is_some_and(serves));
         // A replaced worker takes connections until it says its threads stopped accepting
         // (an app process never took any: its front did).
         let gone = |p: &super::procs::Proc| p.accepts_no_more || p.app.is_some();
@@ -245,6 +248,23 @@ impl Supervisor {
                 .map(|(_, p)| p)
                 .chain(draining)
                 .all(gone)
+    }
+
+    /// A worker says its threads accept no more (an app: that it is stopping by itself).
+    pub(super) fn on_stopping(&mut self, generation: u64) {
+        if let Some((name, p)) = self.proc_of(generation) {
+            if !p.life.is_stopping() {
+                log(
+                    "master",
+                    format!("app {name} (pid {}) says it is stopping", p.pid),
+                );
+            }
+            p.accepts_no_more = true;
+        } else if let Some((_, p)) =
+            (self.retiring.iter_mut()).find(|(_, p)| p.generation == generation)
+        {
+            p.accepts_no_more = true;
+        }
     }
 
     /// Sends the answers of writes that now serve (or waited [`SERVING_WITHIN`]).

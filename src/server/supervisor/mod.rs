@@ -16,7 +16,7 @@
 //! - `pools`: stopping and starting pools, admin commands;
 //! - `report`: the status report, filtered and paged;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
-//!   changes); `config_api`: the configuration API's reads and writes, a write answered once
+//!   changes; `hosts_live`: a dispatcher told its new hosts, not restarted); `config_api`: the configuration API's reads and writes, a write answered once
 //!   it serves (`config_version`: its version, last change and waiting answers); `upgrade`:
 //!   a new binary started on this master's sockets, which then drains; `fleet`: a fleet's
 //!   state (`[server.cluster]`), `fleet_copy`: etcd's copy applied, the API's shared
@@ -64,6 +64,7 @@ mod fleet;
 mod fleet_copy;
 mod fleet_files;
 mod fleet_tickets;
+mod hosts_live;
 mod life;
 mod live;
 mod on_demand;
@@ -362,21 +363,8 @@ impl Supervisor {
                     p.stuck = true;
                 }
             }
-            Message::Stopping => {
-                if let Some((name, p)) = self.proc_of(generation) {
-                    if !p.life.is_stopping() {
-                        log(
-                            "master",
-                            format!("app {name} (pid {}) says it is stopping", p.pid),
-                        );
-                    }
-                    p.accepts_no_more = true;
-                } else if let Some((_, p)) =
-                    (self.retiring.iter_mut()).find(|(_, p)| p.generation == generation)
-                {
-                    p.accepts_no_more = true;
-                }
-            }
+            Message::Stopping => self.on_stopping(generation),
+            Message::HostsTaken(taken) => self.hosts_taken(generation, taken),
             Message::Unresponsive(endpoint) => self.on_unresponsive(generation, &endpoint),
             Message::Ejected(pairs) => {
                 if let Some((_, p)) = self.proc_of(generation) {
@@ -398,6 +386,7 @@ impl Supervisor {
             | Message::Certificate(_)
             | Message::TicketKeys(_)
             | Message::Purge(_)
+            | Message::Hosts(_)
             | Message::NoCertificate(_) => {}
         }
     }
@@ -480,6 +469,7 @@ impl Supervisor {
             self.publish_upstreams(pool);
         }
         self.retire_when_replaced();
+        self.send_due_hosts();
         self.trim_when_settled(now);
         self.answer_config_calls_served(now);
         self.forget_upgraded_master();

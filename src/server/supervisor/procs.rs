@@ -52,6 +52,12 @@ pub(super) struct Proc {
     /// An espalier worker told to stop says when its threads accept no more (`stopping`):
     /// from then on every new connection goes to its successor (see `super::config_api`).
     pub(super) accepts_no_more: bool,
+    /// A dispatcher's `hosts` updates sent, and the last one all its threads took (see
+    /// `super::hosts_live`).
+    pub(super) hosts_sent: u64,
+    pub(super) hosts_taken: u64,
+    /// A dispatcher's `hosts` line not sent yet, and since when.
+    pub(super) hosts_due: Option<(String, std::time::Instant)>,
 }
 
 /// The state of one application process (a pool with `command`).

@@ -148,7 +148,16 @@ impl Supervisor {
 
         // Workers: changed and removed pools' processes retire; changed and new pools get slots.
         self.plan = plan;
-        self.switch_workers(new, (&changed_set, &removed_set));
+        let told = self.switch_workers(new, (&changed_set, &removed_set));
+        if told {
+            notes.push("the dispatcher told its port's new hosts, not replaced".into());
+        }
+        let changed: Vec<String> = if told {
+            let dispatcher = crate::server::dispatcher::POOL;
+            changed.into_iter().filter(|p| p != dispatcher).collect()
+        } else {
+            changed
+        };
         Ok(self.summary(file, (&changed, &removed, closed), notes))
     }
 
@@ -167,6 +176,7 @@ impl Supervisor {
         #[cfg(debug_assertions)]
         self.assert_sites_alone(&new, &changed);
         let changed_set: HashSet<String> = changed.iter().cloned().collect();
+        // The dispatcher is not among a change of some sites' insides (their outlines stay).
         self.switch_workers(new, (&changed_set, &HashSet::new()));
         Ok(self.summary(file, (&changed, &[], 0), Vec::new()))
     }
@@ -212,12 +222,13 @@ impl Supervisor {
     /// The switch to `new`'s workers (on the plan now in `self.plan`): the `changed` and
     /// `removed` pools' processes retire, the kept slots are renumbered, the changed and new
     /// pools' slots made and started, and the parts that follow the configuration told.
+    /// `true` when the dispatcher took its port's new hosts live (see `hosts_live`).
     fn switch_workers(
         &mut self,
         new: Config,
         (changed, removed): (&HashSet<String>, &HashSet<String>),
-    ) {
-        let specs = crate::server::spawn::worker_specs(
+    ) -> bool {
+        let mut specs = crate::server::spawn::worker_specs(
             &new,
             &self.plan,
             &self.groups,
@@ -225,6 +236,20 @@ impl Supervisor {
             &self.topology,
             |pool| changed.contains(pool),
         );
+        // A dispatcher that takes its port's new hosts live is not replaced (`hosts_live`).
+        let dispatcher = crate::server::dispatcher::POOL;
+        let told = self.tell_dispatcher_hosts(&mut specs, changed, new.pool(dispatcher));
+        let replaced: HashSet<String>;
+        let changed = if told {
+            replaced = changed
+                .iter()
+                .filter(|p| *p != dispatcher)
+                .cloned()
+                .collect();
+            &replaced
+        } else {
+            changed
+        };
         self.retire_changed(changed, removed);
         let index = self.match_pools(&new);
         let mut placed = self.place_kept(&index);
@@ -247,6 +272,9 @@ impl Supervisor {
         // (Only pools with an app behind fronts have any: a pass over the slots each.)
         self.upstreams_unsent = self.proxied_pools();
         self.start_new_slots(first_new);
+        // Now, when nothing was started; else once what was started is ready.
+        self.send_due_hosts();
+        told
     }
 
     /// The fallible half of the listeners' change, like nginx's reload building its new cycle

@@ -14,8 +14,9 @@
 //! So editing one site's root, log, headers or certificate changes only the pools serving
 //! it; adding a host or a pool on a shared address changes that address's outline, and with
 //! it the dispatcher there — not the pools behind it, whose workers know their own sites
-//! alone and the dispatcher's threads (`spawn::own_view`): adding a hoster's site restarts
-//! the dispatcher and the new site's pool, nothing else.
+//! alone and the dispatcher's threads (`spawn::own_view`): adding a hoster's site starts the
+//! new site's pool, and tells the dispatcher its port's new hosts (`hosts_live`), nothing
+//! else.
 
 use crate::config::{Config, SiteSpec};
 use crate::placement::{Plan, WorkerPlan};

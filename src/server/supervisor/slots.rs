@@ -195,6 +195,9 @@ impl Supervisor {
             app,
             frozen: None,
             accepts_no_more: false,
+            hosts_sent: 0,
+            hosts_taken: 0,
+            hosts_due: None,
         };
         let slot = &mut self.slots[i];
         if replacing {
@@ -252,6 +255,7 @@ impl Supervisor {
             );
             let name = slot.spec.name();
             self.started_answering(&name);
+            self.send_due_hosts();
         } else if slot
             .replacing
             .as_ref()

@@ -11,7 +11,7 @@ use crate::http::accept::Accepted;
 use crate::http::service::ConnEnv;
 use crate::http::Responder;
 use crate::server::conn_task::{self, Slot};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -20,7 +20,9 @@ use tokio::io::AsyncWriteExt;
 
 /// What a thread needs to take a connection in, accepted or handed over.
 pub(super) struct Admission {
-    pub(super) env: Rc<ConnEnv<ThreadService>>,
+    /// The environment new connections get: replaced when a dispatcher takes new hosts
+    /// (connections already open keep theirs).
+    pub(super) env: RefCell<Rc<ConnEnv<ThreadService>>>,
     pub(super) open: Rc<Cell<usize>>,
     pub(super) max_conns: usize,
     pub(super) panics: Arc<AtomicU64>,
@@ -32,6 +34,11 @@ pub(super) struct Admission {
 }
 
 impl Admission {
+    /// The environment a connection admitted now gets.
+    pub(super) fn env(&self) -> Rc<ConnEnv<ThreadService>> {
+        Rc::clone(&self.env.borrow())
+    }
+
     /// Its connections open, accepted, and accepted on the thread's own CPU.
     pub(super) fn figures(&self) -> (u64, u64, u64) {
         (
@@ -48,7 +55,8 @@ impl Admission {
         let _ = stream.socket().set_nodelay(true);
         let Some(group) = group.filter(|_| self.open.get() < self.max_conns) else {
             let mut answer = Vec::with_capacity(256);
-            Responder::new(&mut answer, &self.env.clock.common(), false, 1, false).unavailable();
+            let env = self.env();
+            Responder::new(&mut answer, &env.clock.common(), false, 1, false).unavailable();
             tokio::task::spawn_local(reject_busy(stream, answer));
             return;
         };
@@ -56,7 +64,7 @@ impl Admission {
             stream,
             group,
             carried,
-            Rc::clone(&self.env),
+            self.env(),
             Slot::take(&self.open),
             Arc::clone(&self.panics),
             Rc::clone(&self.who),
@@ -107,10 +115,11 @@ impl Listener {
 /// keeps what is queued for the successor), the ring's once its cancel took effect, serving
 /// what it had already taken.
 pub(super) async fn accept_loop(mut listener: Listener, group: usize, admission: Rc<Admission>) {
-    let env = &admission.env;
+    // One for the thread's life, whichever environment new connections get.
+    let shutdown = Rc::clone(&admission.env().shutdown);
     let mut stopping = false;
     loop {
-        if !stopping && env.shutdown.started.get() {
+        if !stopping && shutdown.started.get() {
             match &mut listener {
                 Listener::Epoll(_) => return,
                 Listener::Ring(l) => l.stop(),
@@ -119,7 +128,7 @@ pub(super) async fn accept_loop(mut listener: Listener, group: usize, admission:
         }
         let accepted = tokio::select! {
             biased;
-            _ = env.shutdown.notify.notified(), if !stopping => continue,
+            _ = shutdown.notify.notified(), if !stopping => continue,
             r = listener.accept() => r,
         };
         match accepted {
@@ -148,19 +157,19 @@ pub(super) async fn accept_loop(mut listener: Listener, group: usize, admission:
 /// taking them when the worker drains (its successor in the slot takes the rest).
 pub(super) async fn receive_loop(mut receiver: crate::handoff::Receiver, admission: Rc<Admission>) {
     use crate::http::service::Service;
-    let env = &admission.env;
+    let shutdown = Rc::clone(&admission.env().shutdown);
     loop {
-        if env.shutdown.started.get() {
+        if shutdown.started.get() {
             return;
         }
         let received = tokio::select! {
             biased;
-            _ = env.shutdown.notify.notified() => return,
+            _ = shutdown.notify.notified() => return,
             r = receiver.next() => r,
         };
         match received {
             Ok(got) => {
-                let group = env.service.group_of(got.addr);
+                let group = admission.env().service.group_of(got.addr);
                 admission.admit(Accepted::Unregistered(got.stream), group, got.carried);
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,

@@ -18,7 +18,7 @@ use crate::http::HeadLimits;
 use crate::os;
 use crate::proxy::{GroupSource, ProxyRoute, SharedTiers};
 use crate::routing::GroupRoutes;
-use crate::server::spec::{ThreadSpec, WorkerSpec};
+use crate::server::spec::{HostsUpdate, ThreadSpec, WorkerSpec};
 use crate::server::worker_health::{ThreadHealth, HEARTBEAT};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -27,12 +27,23 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// How the threads hear of a dispatcher's new hosts, and say which update they took:
+/// `(thread, generation)`.
+pub(super) type HostsChannels = (
+    watch::Receiver<Option<Arc<HostsUpdate>>>,
+    tokio::sync::mpsc::UnboundedSender<(usize, u64)>,
+);
+
 /// How a thread hears that the worker drains, and tells that it started.
 pub(super) struct ThreadChannels {
     pub(super) stop_rx: watch::Receiver<bool>,
     pub(super) started: std::sync::mpsc::Sender<Result<(), String>>,
     /// Told once the thread's listeners accept no more, draining.
     pub(super) accepts_no_more: std::sync::mpsc::Sender<()>,
+    /// A dispatcher's new hosts (see `supervisor::hosts_live`), and where the thread says
+    /// which update it took: `(thread, generation)`.
+    pub(super) hosts: watch::Receiver<Option<Arc<HostsUpdate>>>,
+    pub(super) hosts_taken: tokio::sync::mpsc::UnboundedSender<(usize, u64)>,
 }
 
 /// One engine thread: its own runtime, its listeners, its connections — until the worker
@@ -50,6 +61,8 @@ pub(super) fn engine_thread(
         mut stop_rx,
         started,
         accepts_no_more,
+        hosts,
+        hosts_taken,
     } = channels;
     let thread = &spec.threads[t];
     let affinity = if spec.hard {
@@ -73,7 +86,8 @@ pub(super) fn engine_thread(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let serving = match Serving::start(spec, thread, &health, tiers, shared, quic) {
+        let serving = match Serving::start(spec, thread, &health, Arc::clone(&tiers), shared, quic)
+        {
             Ok(serving) => serving,
             Err(e) => {
                 let _ = started.send(Err(e));
@@ -81,14 +95,19 @@ pub(super) fn engine_thread(
             }
         };
         let _ = started.send(Ok(()));
-        let _ = stop_rx.wait_for(|stop| *stop).await;
+        let taking = serving.take_hosts((spec, t), (&health, tiers, shared), hosts, hosts_taken);
+        tokio::select! {
+            _ = stop_rx.wait_for(|stop| *stop) => {}
+            () = taking => {}
+        }
         serving.drain(spec.shutdown_timeout, accepts_no_more).await;
     });
 }
 
-/// A thread serving: its connections' environment, how many are open, and its accept tasks.
+/// A thread serving: how it admits connections (their environment), how many are open, and
+/// its accept tasks.
 struct Serving {
-    env: Rc<ConnEnv<ThreadService>>,
+    admission: Rc<Admission>,
     open: Rc<Cell<usize>>,
     accepting: Vec<JoinHandle<()>>,
 }
@@ -118,7 +137,10 @@ impl Serving {
             .limits
             .max_connections
             .div_ceil(spec.threads.len().max(1));
-        let env = thread_env(spec, thread, health, (tiers, shared, max_conns), ring);
+        let clock = Rc::new(Clock::new(worker_line(spec, thread)));
+        tokio::task::spawn_local(Rc::clone(&clock).run());
+        let kept = (ring, clock, Rc::new(Shutdown::default()));
+        let env = thread_env(spec, thread, health, (tiers, shared, max_conns), kept);
         let open = Rc::new(Cell::new(0usize));
         let mut listeners = Vec::new();
         for &(fd, group) in &thread.listeners {
@@ -142,7 +164,7 @@ impl Serving {
             .transpose()
             .map_err(|e| format!("cannot use hand-off socket: {e}"))?;
         let admission = Rc::new(Admission {
-            env: Rc::clone(&env),
+            env: std::cell::RefCell::new(env),
             open: Rc::clone(&open),
             max_conns,
             panics: Arc::clone(&health.panics),
@@ -161,19 +183,49 @@ impl Serving {
             })
             .collect();
         accepting.extend(start_quic(spec, &admission, shared, quic)?);
-        beat(Rc::clone(&env), Arc::clone(health), admission);
+        beat(Arc::clone(health), Rc::clone(&admission));
         Ok(Serving {
-            env,
+            admission,
             open,
             accepting,
         })
+    }
+
+    /// Takes each update of a dispatcher's hosts (see `supervisor::hosts_live`): the
+    /// thread's new connections get an environment routed by them (connections open keep
+    /// theirs), and the thread says which update it took. Ends never.
+    async fn take_hosts(
+        &self,
+        (spec, t): (&WorkerSpec, usize),
+        (health, tiers, shared): (&ThreadHealth, Arc<SharedTiers>, &Shared),
+        mut hosts: watch::Receiver<Option<Arc<HostsUpdate>>>,
+        taken: tokio::sync::mpsc::UnboundedSender<(usize, u64)>,
+    ) {
+        while hosts.changed().await.is_ok() {
+            let Some(update) = hosts.borrow_and_update().clone() else {
+                continue;
+            };
+            let spec = update.applied_to(spec);
+            let old = self.admission.env();
+            let kept = (
+                old.ring.clone(),
+                Rc::clone(&old.clock),
+                Rc::clone(&old.shutdown),
+            );
+            let limits = (Arc::clone(&tiers), shared, self.admission.max_conns);
+            let env = thread_env(&spec, &spec.threads[t], health, limits, kept);
+            env.service.count_from(&old.service);
+            *self.admission.env.borrow_mut() = env;
+            let _ = taken.send((t, update.generation));
+        }
+        std::future::pending().await
     }
 
     /// Drains within `within`: every connection's next answer says `Connection: close`
     /// (HTTP/2: GOAWAY); one waiting for a request gets `http::shutdown::DRAIN_IDLE` to send
     /// it; in-flight requests finish.
     async fn drain(self, within: Duration, accepts_no_more: std::sync::mpsc::Sender<()>) {
-        self.env.shutdown.begin();
+        self.admission.env().shutdown.begin();
         let deadline = tokio::time::Instant::now() + within;
         // A ring's accept takes connections until its cancel completes, and one still armed
         // when the process exits goes on taking them while the kernel tears the ring down —
@@ -187,28 +239,36 @@ impl Serving {
         while self.open.get() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.env.service.flush_logs();
+        self.admission.env().service.flush_logs();
     }
 }
 
+/// The thread's worker line (`worker_header`), which goes into every answer with the clock's
+/// common lines, an app's too (see `proxy::head`).
+fn worker_line(spec: &WorkerSpec, thread: &ThreadSpec) -> String {
+    if !spec.worker_header {
+        return String::new();
+    }
+    format!(
+        "X-Espalier-Worker: {}/{}/cpu{}\r\n",
+        spec.pool, spec.index, thread.cpu
+    )
+}
+
+/// What a thread's environments share over its life: its ring, its clock and its drain.
+type ThreadKept = (Option<Rc<crate::os::uring::Ring>>, Rc<Clock>, Rc<Shutdown>);
+
 /// A thread's connections' environment: its site service with its routes to the pool's app
-/// and to upstream groups (each held to its share of the thread's `max_conns`), its clock,
-/// limits, timeouts and ring.
+/// and to upstream groups (each held to its share of the thread's `max_conns`), its limits
+/// and timeouts, with what the thread keeps over its life (`kept`).
 fn thread_env(
     spec: &WorkerSpec,
     thread: &ThreadSpec,
     health: &ThreadHealth,
     (tiers, shared, max_conns): (Arc<SharedTiers>, &Shared, usize),
-    ring: Option<Rc<crate::os::uring::Ring>>,
+    (ring, clock, shutdown): ThreadKept,
 ) -> Rc<ConnEnv<ThreadService>> {
     let identity = format!("{}/{}/cpu{}", spec.pool, spec.index, thread.cpu);
-    let extra = if spec.worker_header {
-        format!("X-Espalier-Worker: {identity}\r\n")
-    } else {
-        String::new()
-    };
-    // The worker line goes into every answer with the clock's common lines, an app's
-    // too (see `proxy::head`).
     let routes = ProxyRoutes {
         app: spec
             .proxy
@@ -231,8 +291,6 @@ fn thread_env(
     for route in routes.app.iter().chain(routes.upstreams.values()) {
         route.share_of(max_conns);
     }
-    let clock = Rc::new(Clock::new(extra));
-    tokio::task::spawn_local(Rc::clone(&clock).run());
     let peers = crate::handoff::Peers::targets(
         &spec.handoff_peers,
         &spec.pool,
@@ -269,7 +327,7 @@ fn thread_env(
             body: l.body_timeout,
             keepalive: l.keepalive_timeout,
         },
-        shutdown: Rc::new(Shutdown::default()),
+        shutdown,
         streams: std::cell::Cell::new(0),
         ring,
     })
@@ -287,7 +345,7 @@ fn start_quic(
         return Ok(accepting);
     }
     let thread = Rc::new(crate::server::quic::Thread {
-        env: Rc::clone(&admission.env),
+        env: admission.env(),
         open: Rc::clone(&admission.open),
         max_conns: admission.max_conns,
         panics: Arc::clone(&admission.panics),
@@ -321,13 +379,14 @@ fn start_quic(
 
 /// The thread's heartbeat: its figures published for the master's pings, its access log
 /// lines written, and freed memory given back after a burst.
-fn beat(env: Rc<ConnEnv<ThreadService>>, health: Arc<ThreadHealth>, admission: Rc<Admission>) {
+fn beat(health: Arc<ThreadHealth>, admission: Rc<Admission>) {
     health.beat(0, 0, admission.figures());
     tokio::task::spawn_local(async move {
         let mut tick = tokio::time::interval(HEARTBEAT);
         let mut trim = TrimAfterBurst::default();
         loop {
             tick.tick().await;
+            let env = admission.env();
             health.beat(
                 env.service.served(),
                 env.service.remote_forwards(),

@@ -1,7 +1,7 @@
 //! A worker's side of its control channel, once it is ready: it answers the master's pings
 //! (its threads' figures, the upstream servers it ejected, the app processes that let its
 //! requests time out), takes what the master sends (app processes' places, upstream checks,
-//! certificates, session ticket keys, reopening the logs), and asks for what its requests wait on (a certificate
+//! certificates, session ticket keys, reopening the logs, a dispatcher's new hosts), and asks for what its requests wait on (a certificate
 //! a handshake holds, a sleeping app) — until SIGTERM, SIGINT or the master's going away,
 //! when the worker drains.
 //!
@@ -12,7 +12,7 @@ use crate::certs::store::StoreKeys;
 use crate::proxy::{GroupHealth, SharedTiers};
 use crate::server::control::Message;
 use crate::server::log;
-use crate::server::spec::WorkerSpec;
+use crate::server::spec::{HostsUpdate, WorkerSpec};
 use crate::server::worker_health::{cache_figures, pong, site_meters, ThreadHealth};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -28,15 +28,65 @@ pub(super) struct Shared<'a> {
     pub(super) tickets: &'a crate::tls::tickets::SharedTicketer,
 }
 
+/// A dispatcher's new hosts, passed on to its threads, and which update each took (see
+/// `supervisor::hosts_live`).
+pub(super) struct HostsTold {
+    to_threads: tokio::sync::watch::Sender<Option<Arc<HostsUpdate>>>,
+    taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
+    /// Per thread, the last update it took.
+    took: Vec<u64>,
+}
+
+impl HostsTold {
+    pub(super) fn new(
+        to_threads: tokio::sync::watch::Sender<Option<Arc<HostsUpdate>>>,
+        taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
+        threads: usize,
+    ) -> Self {
+        HostsTold {
+            to_threads,
+            taken,
+            took: vec![0; threads],
+        }
+    }
+
+    /// Passes the master's `hosts` line on to the threads.
+    fn tell(&self, spec: &WorkerSpec, json: &str) {
+        match serde_json::from_str::<HostsUpdate>(json) {
+            Ok(update) => {
+                self.to_threads.send_replace(Some(Arc::new(update)));
+            }
+            Err(e) => log(
+                &spec.name(),
+                format!("unreadable hosts from the master: {e}"),
+            ),
+        }
+    }
+
+    /// Thread `t` took update `generation`: the `hosts-taken` line when every thread has
+    /// taken it (or a later one).
+    fn took(&mut self, (t, generation): (usize, u64)) -> Option<String> {
+        let before = self.took.iter().copied().min()?;
+        if let Some(took) = self.took.get_mut(t) {
+            *took = (*took).max(generation);
+        }
+        let all = self.took.iter().copied().min()?;
+        (all > before).then(|| Message::HostsTaken(all).line())
+    }
+}
+
+/// With `[server.acme] on_demand`: the handshakes held, and the names they ask for.
+pub(super) type OnDemandAsks = (
+    Arc<crate::tls::on_demand::OnDemand>,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+);
+
 /// Runs the control loop (see the module doc) until the worker is to drain.
 pub(super) fn serve_master(
     spec: &WorkerSpec,
     control: &UnixStream,
     shared: Shared<'_>,
-    on_demand: Option<(
-        Arc<crate::tls::on_demand::OnDemand>,
-        tokio::sync::mpsc::UnboundedReceiver<String>,
-    )>,
+    (on_demand, mut hosts): (Option<OnDemandAsks>, HostsTold),
 ) -> Result<(), String> {
     let tiers = shared.tiers;
     // Answer the master's pings with the requests served; on SIGTERM/SIGINT (or the master
@@ -71,6 +121,13 @@ pub(super) fn serve_master(
                         break;
                     }
                 }
+                Some(took) = hosts.taken.recv() => {
+                    if let Some(line) = hosts.took(took) {
+                        if write_half.write_all(line.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                }
                 Some(name) = next_asked(&mut asked) => {
                     let ask = Message::WantCertificate(name).line();
                     if write_half.write_all(ask.as_bytes()).await.is_err() {
@@ -87,6 +144,7 @@ pub(super) fn serve_master(
                                 break;
                             }
                         }
+                        Some(Message::Hosts(json)) => hosts.tell(spec, &json),
                         Some(told) => take(spec, &shared, demand.as_deref(), told),
                         None => {}
                     },

@@ -19,7 +19,7 @@ pub(super) struct Shared {
     pub(super) configs: Vec<Option<(Arc<rustls::ServerConfig>, Option<crate::tls::Held>)>>,
     pub(super) kernel: crate::os::ktls::KernelSupport,
     pub(super) limits: Vec<Option<Arc<Accounts>>>,
-    /// The head parser's bound on a body ([`body_ceiling`]).
+    /// The head parser's bound on a body ([`WorkerSpec::body_ceiling`]).
     pub(super) max_body: u64,
     /// Each upstream group a path of the worker's sites names: its servers' health, shared
     /// by the threads (see `proxy::group`).
@@ -67,7 +67,7 @@ impl Shared {
                 })
                 .collect::<Result<_, _>>()?,
             kernel: ktls,
-            max_body: body_ceiling(spec.limits.max_body_size, &spec.sites),
+            max_body: spec.body_ceiling(),
             upstreams: used_upstreams(spec)
                 .map(|u| Arc::new(GroupHealth::new(Arc::new(u.clone()))))
                 .collect(),
@@ -129,19 +129,4 @@ fn used_upstreams(
             .any(|a| a.answered_by(&spec.pool) && a.groups().any(|g| g == name))
     };
     spec.upstreams.iter().filter(move |u| used(&u.name))
-}
-
-/// The largest body any request here may carry — the server's `max_body_size` or a larger
-/// site's or path's, other pools' included (their requests' heads are read here before the
-/// hand-off) — which bounds the head parser; each request is then held to its own.
-fn body_ceiling(server: u64, sites: &[std::sync::Arc<crate::config::SiteSpec>]) -> u64 {
-    sites
-        .iter()
-        .flat_map(|s| {
-            s.apps
-                .iter()
-                .filter_map(|a| a.max_body_size)
-                .chain(s.max_body_size)
-        })
-        .fold(server, u64::max)
 }

@@ -1,0 +1,166 @@
+//! A dispatcher told its port's new hosts, not restarted: a site added, removed or moved on
+//! a shared port changes what the dispatcher routes by (the sites in outline, the host
+//! tables, the hand-off table) and nothing else of it, so its running process takes them as
+//! a `hosts` message and each of its threads routes its next connections by them.
+//!
+//! Owns: deciding whether a changed dispatcher takes its change live, telling it, and hearing
+//! that every thread took it. Must not touch: how a thread takes it (`server::worker`) or
+//! which pools a change changes (`reload_diff`).
+//!
+//! Why: a restart of the dispatcher made a hoster's add wait for a new process to read the
+//! whole port's outline and start its threads (60 ms at 10,000 sites), and threw away its
+//! threads' connections to every other pool's hand-off sockets. Anything else that changed
+//! in its spec — its CPUs, its sockets, a body bound, its pool's settings — restarts it as
+//! before: the comparison is of everything but the three parts a message carries.
+
+use super::procs::Slot;
+use super::Supervisor;
+use crate::server::control::Message;
+use crate::server::dispatcher::POOL as DISPATCHER;
+use crate::server::log;
+use crate::server::spec::{HostsUpdate, WorkerSpec};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a dispatcher's new hosts wait for the change's new workers to serve.
+const HOSTS_WAIT: Duration = Duration::from_secs(10);
+
+impl Supervisor {
+    /// With the dispatcher among the `changed` pools, tells its running processes their new
+    /// hosts when each can take them live (see the module doc): its specs are then taken out
+    /// of `specs` and `true` is returned — the dispatcher is not to be replaced. `new_pool`:
+    /// the dispatcher's pool as the new configuration has it.
+    pub(super) fn tell_dispatcher_hosts(
+        &mut self,
+        specs: &mut Vec<WorkerSpec>,
+        changed: &HashSet<String>,
+        new_pool: Option<&crate::config::PoolSpec>,
+    ) -> bool {
+        if !changed.contains(DISPATCHER) {
+            return false;
+        }
+        let running = self.pools.iter().find(|p| p.spec.name == DISPATCHER);
+        if running.is_none_or(|p| Some(&*p.spec) != new_pool) {
+            return false;
+        }
+        let new: Vec<usize> = (0..specs.len())
+            .filter(|&k| specs[k].pool == DISPATCHER)
+            .collect();
+        let slots: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].spec.pool == DISPATCHER)
+            .collect();
+        let live = new.len() == slots.len()
+            && (new.iter().zip(&slots)).all(|(&k, &i)| {
+                self.slots[i].spec.index == specs[k].index && takes_live(&self.slots[i], &specs[k])
+            });
+        if !live {
+            return false;
+        }
+        for (&k, &i) in new.iter().zip(&slots).rev() {
+            let spec = specs.remove(k);
+            self.tell_hosts(i, spec);
+        }
+        true
+    }
+
+    /// Readies slot `i`'s process's hosts as `spec` has them, to be sent once the change's
+    /// new workers serve ([`Self::send_due_hosts`], after they are started); the slot keeps
+    /// `spec` for its next start.
+    fn tell_hosts(&mut self, i: usize, mut spec: WorkerSpec) {
+        let slot = &mut self.slots[i];
+        // Its control groups are made for a slot's start (`make_cgroups_for`): kept.
+        spec.cgroups = std::mem::take(&mut slot.spec.cgroups);
+        let (sites, groups) = crate::server::spawn::as_seen(&spec);
+        let Some(p) = slot.current.as_mut() else {
+            return;
+        };
+        p.hosts_sent += 1;
+        let update = HostsUpdate {
+            generation: p.hosts_sent,
+            groups,
+            sites,
+            handoff_peers: Arc::clone(&spec.handoff_peers),
+        };
+        match serde_json::to_string(&update) {
+            Ok(json) => p.hosts_due = Some((Message::Hosts(json).line(), Instant::now())),
+            Err(e) => log("master", format!("worker {}: hosts: {e}", spec.name())),
+        }
+        slot.spec = spec;
+    }
+
+    /// Sends the dispatchers the hosts due to them once every slot serves (ready, asleep or
+    /// stopped) — a host moved to another pool is then routed to the pool's new worker, not
+    /// to its old one, which would hand it back — or once they waited [`HOSTS_WAIT`] (a pool
+    /// that never gets ready holds no other site's change).
+    pub(super) fn send_due_hosts(&mut self) {
+        let mut dispatchers = (self.slots.iter())
+            .filter(|s| s.spec.pool == DISPATCHER)
+            .filter_map(|s| s.current.as_ref());
+        if !dispatchers.any(|p| p.hosts_due.is_some()) {
+            return;
+        }
+        let stopped = |pool: usize| self.pools[pool].stopped.is_some();
+        let serving = self.slots.iter().all(|s| {
+            s.asleep || stopped(s.pool) || s.current.as_ref().is_some_and(|c| c.life.is_ready())
+        });
+        let now = Instant::now();
+        for p in (self.slots.iter_mut())
+            .filter(|s| s.spec.pool == DISPATCHER)
+            .filter_map(|s| s.current.as_mut())
+        {
+            let Some((line, since)) = p.hosts_due.take() else {
+                continue;
+            };
+            if !serving && now.duration_since(since) < HOSTS_WAIT {
+                p.hosts_due = Some((line, since));
+            } else if !p.control.as_ref().is_some_and(|c| c.send(&line)) {
+                // Its control socket is gone or full: its exit, or the pings' deadline,
+                // replaces it, and its successor starts with the new hosts.
+                log(
+                    "master",
+                    format!("dispatcher pid {} could not be told its new hosts", p.pid),
+                );
+            }
+        }
+    }
+
+    /// A dispatcher's process says all its threads took update `taken`.
+    pub(super) fn hosts_taken(&mut self, generation: u64, taken: u64) {
+        if let Some((_, p)) = self.proc_of(generation) {
+            p.hosts_taken = p.hosts_taken.max(taken);
+        }
+    }
+}
+
+/// Whether `slot`'s running process can take `new` as a message: it serves (ready, not
+/// being replaced), and `new` differs from the spec it runs by only its sites, host tables
+/// and hand-off table — with the same listener groups in the same order, and the same bound
+/// on a body's size.
+fn takes_live(slot: &Slot, new: &WorkerSpec) -> bool {
+    let serving = slot.replacing.is_none()
+        && !slot.asleep
+        && slot.current.as_ref().is_some_and(|p| p.life.is_ready());
+    let old = &slot.spec;
+    let same_groups = old.groups.len() == new.groups.len()
+        && (old.groups.iter().zip(&new.groups)).all(|(a, b)| a.addr == b.addr && a.tls == b.tls);
+    serving
+        && same_groups
+        && old.body_ceiling() == new.body_ceiling()
+        && the_rest(old).is_some_and(|a| the_rest(new).is_some_and(|b| a == b))
+}
+
+/// Everything of `spec` but what a `hosts` message carries, as JSON (`WorkerSpec` has no
+/// equality of its own: compared as the worker would read it) — nor its control socket and
+/// control groups, which a slot's start fills in.
+fn the_rest(spec: &WorkerSpec) -> Option<Vec<u8>> {
+    let rest = WorkerSpec {
+        groups: Vec::new(),
+        sites: Arc::default(),
+        handoff_peers: Arc::default(),
+        control_fd: 0,
+        cgroups: Vec::new(),
+        ..spec.clone()
+    };
+    serde_json::to_vec(&rest).ok()
+}
