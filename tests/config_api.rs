@@ -127,7 +127,10 @@ fn a_panel_drives_the_sites_through_the_configuration_api() {
         "{keep_before:?}"
     );
 
-    // 50 sites, each on a pool of its own, answered as each write returns.
+    // 50 sites, each on a pool of its own, answered as each write returns; the dispatcher
+    // is told each one's host, not replaced.
+    let dispatcher = server.dispatcher_workers();
+    assert_eq!(dispatcher.len(), 1, "{dispatcher:?}");
     let site = |n: usize, root: &str| {
         serde_json::json!({
             "bindings": [format!("http://127.0.0.1:{port}:s{n}.example")],
@@ -157,6 +160,11 @@ fn a_panel_drives_the_sites_through_the_configuration_api() {
         let r = r.unwrap_or_else(|| panic!("s{n}: no answer; log:\n{}", server.log_text()));
         assert_eq!((r.status, r.text()), (200, "one\n".to_string()), "s{n}");
     }
+    assert_eq!(
+        server.dispatcher_workers(),
+        dispatcher,
+        "the dispatcher was replaced"
+    );
     // One site per file, as a hoster keeps them.
     let s7 = std::fs::read_to_string(d.join("sites.d/s7.toml")).unwrap();
     assert!(s7.starts_with("[[site]]\nname = \"s7\"\n"), "{s7}");

@@ -329,4 +329,30 @@ fn a_site_added_on_a_shared_port_starts_only_its_pool_and_the_dispatcher_takes_i
             .to_string();
         assert!(worker.starts_with(&format!("{host}/")), "{host}: {worker}");
     }
+
+    // A site that takes larger bodies than the server raises the bound the dispatcher reads
+    // request heads with: more than its hosts changed, so it gets new workers.
+    let bigger = format!(
+        "{first}{}{}",
+        pool_site("c"),
+        pool_site("d").replace(
+            "[[site]]\nname = \"d\"\n",
+            "[[site]]\nname = \"d\"\nmax_body_size = \"64MiB\"\n"
+        )
+    );
+    std::fs::write(dir.path().join("espalier.toml"), bigger).unwrap();
+    espalier_ok(&["reload", "--admin", &admin]);
+    server.wait_for_log(
+        "3 pool(s) unchanged, 1 changed or new (their workers replaced, overlapped), 0 removed, 0 listener group(s) closed; the dispatcher replaced",
+        Duration::from_secs(10),
+    );
+    server.wait_until("the old dispatcher gone", Duration::from_secs(20), |_| {
+        dispatcher_before.iter().all(|&(_, pid, _)| !pid_alive(pid))
+    });
+    assert_eq!(
+        get_host(addr, "d.example", "/")
+            .header("x-espalier-worker")
+            .map(|w| w.starts_with("d/")),
+        Some(true)
+    );
 }
