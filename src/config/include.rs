@@ -202,9 +202,10 @@ pub(super) fn matching_files(
             let matcher = glob::Pattern::new(name).map_err(bad)?;
             let sorted = super::file_memo::listed(folder, name, || {
                 let mut files = files_in(folder, &matcher, options)?;
-                // One folder: its names' order is the paths' (compared as bytes, not
-                // component by component: 10,000 of them).
-                files.sort_unstable_by(|a, b| a.file_name().cmp(&b.file_name()));
+                // One folder: its names' order is the paths' — compared as the paths'
+                // bytes (the folder a prefix of each), not component by component, nor by
+                // each name found again: 10,000 of them.
+                files.sort_unstable_by(|a, b| a.as_os_str().cmp(b.as_os_str()));
                 Ok(files)
             })?;
             sorted.to_vec()

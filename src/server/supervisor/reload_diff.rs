@@ -202,6 +202,8 @@ pub(super) fn changed_pools<'a>(
         .map(|p| (p.name.as_str(), p))
         .collect();
     let none = SmallVec::new();
+    // The same upstream groups (the usual case): no pool's paths need looking at for them.
+    let upstreams_same = old.config.upstreams == new.config.upstreams;
     // Behind the dispatcher before and after, a pool's view of a shared address is its own
     // sites and the dispatcher's threads; of the others it knows nothing.
     let dispatcher_moved = before.workers.get(DISPATCHER) != after.workers.get(DISPATCHER);
@@ -227,7 +229,7 @@ pub(super) fn changed_pools<'a>(
                 addrs.iter().any(|a| moved.contains(a))
             };
             server_changed
-                || upstreams_changed(name, &after, old.config, new.config)
+                || (!upstreams_same && upstreams_changed(name, &after, old.config, new.config))
                 || !old_pools
                     .get(name)
                     .is_some_and(|old| Arc::ptr_eq(old, p) || **old == **p)
