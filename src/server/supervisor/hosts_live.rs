@@ -26,6 +26,15 @@ use std::time::{Duration, Instant};
 /// How long a dispatcher's new hosts wait for the change's new workers to serve.
 const HOSTS_WAIT: Duration = Duration::from_secs(10);
 
+/// A dispatcher's `hosts` line not sent yet: since when, and the pools whose new workers it
+/// waits for (those of the changes it carries; a pool the change did not touch, however it
+/// fares, holds nothing back).
+pub(super) struct HostsDue {
+    line: String,
+    since: Instant,
+    pools: HashSet<String>,
+}
+
 impl Supervisor {
     /// With the dispatcher among the `changed` pools, tells its running processes their new
     /// hosts when each can take them live (see the module doc): its specs are then taken out
@@ -57,9 +66,13 @@ impl Supervisor {
         if !live {
             return false;
         }
+        let replaced: HashSet<String> = (changed.iter())
+            .filter(|p| *p != DISPATCHER)
+            .cloned()
+            .collect();
         for (&k, &i) in new.iter().zip(&slots).rev() {
             let spec = specs.remove(k);
-            self.tell_hosts(i, spec);
+            self.tell_hosts(i, spec, replaced.clone());
         }
         true
     }
@@ -67,7 +80,7 @@ impl Supervisor {
     /// Readies slot `i`'s process's hosts as `spec` has them, to be sent once the change's
     /// new workers serve ([`Self::send_due_hosts`], after they are started); the slot keeps
     /// `spec` for its next start.
-    fn tell_hosts(&mut self, i: usize, mut spec: WorkerSpec) {
+    fn tell_hosts(&mut self, i: usize, mut spec: WorkerSpec, mut pools: HashSet<String>) {
         let slot = &mut self.slots[i];
         // Its control groups are made for a slot's start (`make_cgroups_for`): kept.
         spec.cgroups = std::mem::take(&mut slot.spec.cgroups);
@@ -83,16 +96,26 @@ impl Supervisor {
             handoff_peers: Arc::clone(&spec.handoff_peers),
         };
         match serde_json::to_string(&update) {
-            Ok(json) => p.hosts_due = Some((Message::Hosts(json).line(), Instant::now())),
+            Ok(json) => {
+                // An earlier change's hosts not sent yet: this one carries them, and waits
+                // for its pools too.
+                if let Some(earlier) = p.hosts_due.take() {
+                    pools.extend(earlier.pools);
+                }
+                let line = Message::Hosts(json).line();
+                let since = Instant::now();
+                p.hosts_due = Some(HostsDue { line, since, pools });
+            }
             Err(e) => log("master", format!("worker {}: hosts: {e}", spec.name())),
         }
         slot.spec = spec;
     }
 
-    /// Sends the dispatchers the hosts due to them once every slot serves (ready, asleep or
-    /// stopped) — a host moved to another pool is then routed to the pool's new worker, not
-    /// to its old one, which would hand it back — or once they waited [`HOSTS_WAIT`] (a pool
-    /// that never gets ready holds no other site's change).
+    /// Sends the dispatchers the hosts due to them once the pools of the changes they carry
+    /// serve (each slot ready, asleep or stopped) — a host moved to another pool is then
+    /// routed to the pool's new worker, not to its old one, which would hand it back — or
+    /// once they waited [`HOSTS_WAIT`] (a pool that never gets ready holds no other site's
+    /// change for long).
     pub(super) fn send_due_hosts(&mut self) {
         let mut dispatchers = (self.slots.iter())
             .filter(|s| s.spec.pool == DISPATCHER)
@@ -100,21 +123,29 @@ impl Supervisor {
         if !dispatchers.any(|p| p.hosts_due.is_some()) {
             return;
         }
-        let stopped = |pool: usize| self.pools[pool].stopped.is_some();
-        let serving = self.slots.iter().all(|s| {
-            s.asleep || stopped(s.pool) || s.current.as_ref().is_some_and(|c| c.life.is_ready())
-        });
         let now = Instant::now();
-        for p in (self.slots.iter_mut())
-            .filter(|s| s.spec.pool == DISPATCHER)
-            .filter_map(|s| s.current.as_mut())
-        {
-            let Some((line, since)) = p.hosts_due.take() else {
+        let mut due: Vec<(usize, HostsDue)> = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.spec.pool == DISPATCHER {
+                if let Some(hosts) = slot.current.as_mut().and_then(|p| p.hosts_due.take()) {
+                    due.push((i, hosts));
+                }
+            }
+        }
+        for (i, hosts) in due {
+            let ready = now.duration_since(hosts.since) >= HOSTS_WAIT
+                || self.slots.iter().all(|s| {
+                    !hosts.pools.contains(&s.spec.pool)
+                        || s.asleep
+                        || self.pools[s.pool].stopped.is_some()
+                        || s.current.as_ref().is_some_and(|c| c.life.is_ready())
+                });
+            let Some(p) = self.slots[i].current.as_mut() else {
                 continue;
             };
-            if !serving && now.duration_since(since) < HOSTS_WAIT {
-                p.hosts_due = Some((line, since));
-            } else if !p.control.as_ref().is_some_and(|c| c.send(&line)) {
+            if !ready {
+                p.hosts_due = Some(hosts);
+            } else if !p.control.as_ref().is_some_and(|c| c.send(&hosts.line)) {
                 // Its control socket is gone or full: its exit, or the pings' deadline,
                 // replaces it, and its successor starts with the new hosts.
                 log(

@@ -56,8 +56,8 @@ pub(super) struct Proc {
     /// `super::hosts_live`).
     pub(super) hosts_sent: u64,
     pub(super) hosts_taken: u64,
-    /// A dispatcher's `hosts` line not sent yet, and since when.
-    pub(super) hosts_due: Option<(String, std::time::Instant)>,
+    /// A dispatcher's `hosts` line not sent yet.
+    pub(super) hosts_due: Option<super::hosts_live::HostsDue>,
 }
 
 /// The state of one application process (a pool with `command`).
