@@ -193,7 +193,9 @@ impl Serving {
 
     /// Takes each update of a dispatcher's hosts (see `supervisor::hosts_live`): the
     /// thread's new connections get an environment routed by them (connections open keep
-    /// theirs), and the thread says which update it took. Ends never.
+    /// theirs), and the thread says which update it took. Ends never. (A dispatcher has no
+    /// QUIC endpoint, whose environment is its own: `check` refuses HTTP/3 where pools share
+    /// an address.)
     async fn take_hosts(
         &self,
         (spec, t): (&WorkerSpec, usize),
