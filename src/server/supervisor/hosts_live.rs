@@ -13,7 +13,7 @@
 //! in its spec — its CPUs, its sockets, a body bound, its pool's settings — restarts it as
 //! before: the comparison is of everything but the three parts a message carries.
 
-use super::procs::Slot;
+use super::procs::{HostsDue, Slot};
 use super::Supervisor;
 use crate::server::control::Message;
 use crate::server::dispatcher::POOL as DISPATCHER;
@@ -25,15 +25,6 @@ use std::time::{Duration, Instant};
 
 /// How long a dispatcher's new hosts wait for the change's new workers to serve.
 const HOSTS_WAIT: Duration = Duration::from_secs(10);
-
-/// A dispatcher's `hosts` line not sent yet: since when, and the pools whose new workers it
-/// waits for (those of the changes it carries; a pool the change did not touch, however it
-/// fares, holds nothing back).
-pub(super) struct HostsDue {
-    line: String,
-    since: Instant,
-    pools: HashSet<String>,
-}
 
 impl Supervisor {
     /// With the dispatcher among the `changed` pools, tells its running processes their new

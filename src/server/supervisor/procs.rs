@@ -57,7 +57,16 @@ pub(super) struct Proc {
     pub(super) hosts_sent: u64,
     pub(super) hosts_taken: u64,
     /// A dispatcher's `hosts` line not sent yet.
-    pub(super) hosts_due: Option<super::hosts_live::HostsDue>,
+    pub(super) hosts_due: Option<HostsDue>,
+}
+
+/// A dispatcher's `hosts` line not sent yet (see `super::hosts_live`): since when, and the
+/// pools whose new workers it waits for (those of the changes it carries; a pool the change
+/// did not touch, however it fares, holds nothing back).
+pub(super) struct HostsDue {
+    pub(super) line: String,
+    pub(super) since: std::time::Instant,
+    pub(super) pools: std::collections::HashSet<String>,
 }
 
 /// The state of one application process (a pool with `command`).
