@@ -163,7 +163,8 @@ fn a_panel_drives_the_sites_through_the_configuration_api() {
     assert_eq!(
         server.dispatcher_workers(),
         dispatcher,
-        "the dispatcher was replaced"
+        "the dispatcher was replaced; log:\n{}",
+        server.log_text()
     );
     // One site per file, as a hoster keeps them.
     let s7 = std::fs::read_to_string(d.join("sites.d/s7.toml")).unwrap();

@@ -16,7 +16,8 @@
 //! - `pools`: stopping and starting pools, admin commands;
 //! - `report`: the status report, filtered and paged;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
-//!   changes; `hosts_live`: a dispatcher told its new hosts, not restarted); `config_api`: the configuration API's reads and writes, a write answered once
+//!   changes; `hosts_live`: a dispatcher told its new hosts, not restarted, and an add
+//!   that keeps the sockets); `config_api`: the configuration API's reads and writes, a write answered once
 //!   it serves (`config_version`: its version, last change and waiting answers); `upgrade`:
 //!   a new binary started on this master's sockets, which then drains; `fleet`: a fleet's
 //!   state (`[server.cluster]`), `fleet_copy`: etcd's copy applied, the API's shared

@@ -11,7 +11,9 @@
 
 use super::life::{Happening, Restart};
 use super::procs::{PoolRt, Slot};
-use super::reload_diff::{changed_pools, pools_of_sites, sites_changed_alone, Picture};
+use super::reload_diff::{
+    changed_pools, pools_of_sites, sites_added_alone, sites_changed_alone, Picture,
+};
 use super::Supervisor;
 use crate::config::document::version_on_disk;
 use crate::config::Config;
@@ -90,6 +92,11 @@ impl Supervisor {
         crate::server::upstream_nodes::find_local_nodes(&mut new, &self.topology);
         if let Some(sites) = sites_changed_alone(&self.config, &new) {
             return self.apply_to_sites(new, &sites, file);
+        }
+        if let Some(sites) = sites_added_alone(&self.config, &new) {
+            if let Some(added) = self.added_keeping_sockets(&new, &sites) {
+                return self.apply_to_added_sites(new, (&sites, added), file);
+            }
         }
         let plan = crate::placement::plan(&self.topology, &new.pools, &[])
             .map_err(|e| format!("{file}: {e}"))?;
@@ -223,7 +230,7 @@ impl Supervisor {
     /// `removed` pools' processes retire, the kept slots are renumbered, the changed and new
     /// pools' slots made and started, and the parts that follow the configuration told.
     /// `true` when the dispatcher took its port's new hosts live (see `hosts_live`).
-    fn switch_workers(
+    pub(super) fn switch_workers(
         &mut self,
         new: Config,
         (changed, removed): (&HashSet<String>, &HashSet<String>),
@@ -494,7 +501,7 @@ impl Supervisor {
     }
 
     /// The reload's line: pools kept, changed, removed, listener groups closed, and notes.
-    fn summary(
+    pub(super) fn summary(
         &self,
         file: &str,
         (changed, removed, closed): (&[String], &[String], usize),

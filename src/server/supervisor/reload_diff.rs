@@ -270,17 +270,64 @@ pub(super) fn sites_changed_alone(old: &Config, new: &Config) -> Option<SmallVec
         if Arc::ptr_eq(a, b) || a == b {
             continue;
         }
-        let seen_alike = a.same_outline(b)
-            && a.bindings == b.bindings
-            && a.pools() == b.pools()
-            && a.proxy_protocol == b.proxy_protocol
-            && a.proxy_protocol_from == b.proxy_protocol_from;
-        if !seen_alike || changed.len() == SITES_TOLD_APART {
+        if !seen_alike(a, b) || changed.len() == SITES_TOLD_APART {
             return None;
         }
         changed.push(i);
     }
     Some(changed)
+}
+
+/// Whether a site changed inside only: its name, bindings, pools, PROXY protocol settings
+/// and outline (what other pools see of it) the same.
+fn seen_alike(a: &SiteSpec, b: &SiteSpec) -> bool {
+    a.same_outline(b)
+        && a.bindings == b.bindings
+        && a.pools() == b.pools()
+        && a.proxy_protocol == b.proxy_protocol
+        && a.proxy_protocol_from == b.proxy_protocol_from
+}
+
+/// A change that adds sites — a hosting panel's new site — and may change others' insides
+/// as [`sites_changed_alone`] says, nothing else: the pools, upstream groups and `[server]`
+/// the same, every site of before still there in the same order, at most
+/// [`SITES_TOLD_APART`] added or changed. Their indices in `new`, or `None`. Whether its
+/// listener groups keep their sockets is the caller's to see (`hosts_live`).
+pub(super) fn sites_added_alone(old: &Config, new: &Config) -> Option<SmallVec<[usize; 4]>> {
+    let added = new.sites.len().checked_sub(old.sites.len())?;
+    let same_pools = old.pools.len() == new.pools.len()
+        && (old.pools.iter().zip(&new.pools)).all(|(a, b)| Arc::ptr_eq(a, b) || a == b);
+    if added == 0
+        || added > SITES_TOLD_APART
+        || !same_pools
+        || old.server != new.server
+        || old.upstreams != new.upstreams
+    {
+        return None;
+    }
+    let mut touched = SmallVec::new();
+    let mut before = old.sites.iter().peekable();
+    for (i, b) in new.sites.iter().enumerate() {
+        match before.peek() {
+            // Names are unique: a site of before, matched in order.
+            Some(a) if a.name == b.name => {
+                let a = before.next()?;
+                if Arc::ptr_eq(a, b) || a == b {
+                    continue;
+                }
+                if !seen_alike(a, b) {
+                    return None;
+                }
+                touched.push(i);
+            }
+            _ => touched.push(i),
+        }
+        if touched.len() > SITES_TOLD_APART {
+            return None;
+        }
+    }
+    // Every site of before met: the others are added (a site moved in the order is not).
+    before.next().is_none().then_some(touched)
 }
 
 /// The pools of `config`'s sites at `sites`, in the configuration's order of pools (as
@@ -320,6 +367,29 @@ mod tests {
     }
 
     use std::path::Path;
+
+    #[test]
+    fn sites_added_are_told_apart_in_order() {
+        let old = hosting(6, |_| "src", "");
+        // Two sites more (at the end: the same six first), one of the six changed inside.
+        let new = hosting(8, |k| if k == 2 { "docs" } else { "src" }, "");
+        let touched = sites_added_alone(&old, &new).unwrap();
+        assert_eq!(touched.as_slice(), &[2, 6, 7]);
+        // None added: not this shortcut's (the changed-inside one takes it).
+        assert!(sites_added_alone(&old, &hosting(6, |_| "src", "")).is_none());
+        // A site of before gone, or moved in the order: the whole comparison.
+        assert!(sites_added_alone(&hosting(7, |_| "src", ""), &new).is_some());
+        let mut moved = new.clone();
+        moved.sites.swap(0, 7);
+        assert!(sites_added_alone(&old, &moved).is_none());
+        let mut gone = new.clone();
+        gone.sites.remove(3);
+        gone.sites.push(new.sites[3].clone());
+        assert!(sites_added_alone(&old, &gone).is_none());
+        // A pool more: the whole comparison.
+        let more = hosting(8, |_| "src", "[[pool]]\nname = \"p9\"\n");
+        assert!(sites_added_alone(&old, &more).is_none());
+    }
 
     #[test]
     fn a_sites_root_changed_is_that_sites_alone_and_its_pools() {
