@@ -244,7 +244,7 @@ impl Supervisor {
             owners,
         } = added;
         #[cfg(debug_assertions)]
-        self.assert_added_alone(&new, &wanted, &changed);
+        self.assert_as_whole(&new, &wanted, &changed, "an add");
         let mut rearm = Vec::new();
         for (k, w) in wanted.into_iter().enumerate() {
             if let Some(i) = self.groups.iter().position(|g| g.addr == w.addr) {
@@ -266,31 +266,6 @@ impl Supervisor {
             changed.retain(|p| p != DISPATCHER);
         }
         Ok(self.summary(file, (&changed, &[], 0), notes))
-    }
-
-    /// What the whole comparison says of a change [`Self::apply_to_added_sites`] applies: the
-    /// same pools changed, the same plan.
-    #[cfg(debug_assertions)]
-    fn assert_added_alone(&self, new: &Config, wanted: &[ListenerGroup], changed: &[String]) {
-        use super::reload_diff::{changed_pools, Picture};
-        let plan = &self.plan;
-        let old = Picture {
-            config: &self.config,
-            groups: &self.groups,
-            plan,
-        };
-        let now = Picture {
-            config: new,
-            groups: wanted,
-            plan,
-        };
-        assert_eq!(
-            changed,
-            changed_pools(&old, &now, false),
-            "the pools an add changes"
-        );
-        let fresh = crate::placement::plan(&self.topology, &new.pools, &[]);
-        assert!(fresh.as_ref() == Ok(plan), "an add's plan");
     }
 
     /// A dispatcher's process says all its threads took update `taken`.

@@ -192,25 +192,8 @@ impl Supervisor {
     /// pools changed, the same plan, the same listener groups.
     #[cfg(debug_assertions)]
     fn assert_sites_alone(&self, new: &Config, changed: &[String]) {
-        let plan = &self.plan;
         let wanted = crate::server::listeners::wanted_groups(new);
-        let old = Picture {
-            config: &self.config,
-            groups: &self.groups,
-            plan,
-        };
-        let now = Picture {
-            config: new,
-            groups: &wanted,
-            plan,
-        };
-        assert_eq!(
-            changed,
-            changed_pools(&old, &now, false),
-            "the pools a site change changes"
-        );
-        let fresh = crate::placement::plan(&self.topology, &new.pools, &[]);
-        assert!(fresh.as_ref() == Ok(plan), "a site change's plan");
+        self.assert_as_whole(new, &wanted, changed, "a site change");
         // In any order: a reload puts new groups after the kept ones.
         let routes = |g: &[ListenerGroup]| -> Vec<_> {
             let mut all: Vec<_> = (g.iter())
@@ -224,6 +207,34 @@ impl Supervisor {
             routes(&wanted),
             "a site change's listener groups"
         );
+    }
+
+    /// That the whole comparison of the running configuration with `new` (its groups
+    /// `wanted`) changes the pools a shortcut said (`changed`), on the running plan — what
+    /// debug builds check each shortcut against.
+    #[cfg(debug_assertions)]
+    pub(super) fn assert_as_whole(
+        &self,
+        new: &Config,
+        wanted: &[ListenerGroup],
+        changed: &[String],
+        what: &str,
+    ) {
+        let plan = &self.plan;
+        let old = Picture {
+            config: &self.config,
+            groups: &self.groups,
+            plan,
+        };
+        let now = Picture {
+            config: new,
+            groups: wanted,
+            plan,
+        };
+        let whole = changed_pools(&old, &now, false);
+        assert_eq!(changed, whole, "the pools {what} changes");
+        let fresh = crate::placement::plan(&self.topology, &new.pools, &[]);
+        assert!(fresh.as_ref() == Ok(plan), "{what}'s plan");
     }
 
     /// The switch to `new`'s workers (on the plan now in `self.plan`): the `changed` and
