@@ -518,6 +518,78 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
     assert!(answered >= 40, "{answered} answered");
 }
 
+/// The sites `/status` shows on the address at `port`, as (host, site) pairs.
+fn sites_at(server: &Server, port: u16) -> Vec<(Option<String>, String)> {
+    let status = server.status();
+    let address = (status.addresses.iter())
+        .find(|a| a.address.ends_with(&format!(":{port}")))
+        .unwrap_or_else(|| panic!("no address at port {port} in /status"));
+    (address.sites.iter())
+        .map(|s| (s.host.clone(), s.site.clone()))
+        .collect()
+}
+
+#[test]
+fn a_site_added_before_another_addresss_sites_leaves_that_address_as_it_was() {
+    // Sites are numbered in the configuration's order, and an address's routes name its
+    // sites by number. A site added on a new address before site b's file shifts b's
+    // number: b's address, whose pools are unchanged, must still name b.
+    let dir = tempfile::tempdir().unwrap();
+    let (port_b, port_a, port_c) = (free_port(), free_port(), free_port());
+    let admin = format!("127.0.0.1:{}", free_port());
+    std::fs::create_dir(dir.path().join("sites.d")).unwrap();
+    site_file(dir.path(), "b", port_b, "b1");
+    let main = format!(
+        "include = [\"sites.d/*.toml\"]\n[server]\nadmin = \"{admin}\"\nworker_header = true\n"
+    );
+    let server = Server::with_config(dir.path(), &main);
+    let b = SocketAddr::from(([127, 0, 0, 1], port_b));
+    assert_eq!(get_host(b, "b.example", "/").text(), "b1");
+    let b_worker = |server: &Server| {
+        (server.workers().into_iter())
+            .find(|(name, _, _)| name.starts_with("b/"))
+            .map(|(_, pid, _)| pid)
+    };
+    let b_before = b_worker(&server).unwrap();
+    let b_there = vec![(Some("b.example".to_string()), "b".to_string())];
+
+    // Site a, on its own address, sorts before b: b is now the second site.
+    site_file(dir.path(), "a", port_a, "a1");
+    espalier_ok(&["reload", "--admin", &admin]);
+    let a = SocketAddr::from(([127, 0, 0, 1], port_a));
+    server.wait_until("site a served", Duration::from_secs(20), |_| {
+        get_host(a, "a.example", "/").text() == "a1"
+    });
+    assert_eq!(
+        sites_at(&server, port_b),
+        b_there,
+        "b's address after a's add"
+    );
+
+    // Another address's site: b's address is compared with what it was, and is unchanged.
+    site_file(dir.path(), "c", port_c, "c1");
+    espalier_ok(&["reload", "--admin", &admin]);
+    let c = SocketAddr::from(([127, 0, 0, 1], port_c));
+    server.wait_until("site c served", Duration::from_secs(20), |_| {
+        get_host(c, "c.example", "/").text() == "c1"
+    });
+    server.wait_for_log(
+        "2 pool(s) unchanged, 1 changed or new",
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        sites_at(&server, port_b),
+        b_there,
+        "b's address after c's add"
+    );
+    assert_eq!(
+        b_worker(&server),
+        Some(b_before),
+        "pool b's worker was replaced"
+    );
+    assert_eq!(get_host(b, "b.example", "/").text(), "b1");
+}
+
 #[test]
 fn a_request_too_large_to_hand_over_is_answered_503_and_nothing_breaks() {
     // A head larger than a hand-off message may carry (handoff::MAX_MESSAGE, 192 KiB), on a

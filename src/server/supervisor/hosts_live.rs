@@ -245,18 +245,12 @@ impl Supervisor {
         } = added;
         #[cfg(debug_assertions)]
         self.assert_as_whole(&new, &wanted, &changed, "an add");
-        let mut rearm = Vec::new();
-        for (k, w) in wanted.into_iter().enumerate() {
-            if let Some(i) = self.groups.iter().position(|g| g.addr == w.addr) {
-                (self.groups[i].pools, self.groups[i].routes) = (w.pools, w.routes);
-                if let Some((_, now)) = owners.iter().find(|(o, _)| *o == k) {
-                    rearm.push((i, now));
-                }
+        let took = self.take_routes(wanted);
+        for (i, k) in took.into_iter().enumerate() {
+            if let Some((_, now)) = owners.iter().find(|(o, _)| Some(*o) == k) {
+                let g = &mut self.groups[i];
+                crate::server::listeners::arm_group(g, now, Vec::new(), &new, &self.topology);
             }
-        }
-        for (i, now) in rearm {
-            let g = &mut self.groups[i];
-            crate::server::listeners::arm_group(g, now, Vec::new(), &new, &self.topology);
         }
         let changed_set: HashSet<String> = changed.iter().cloned().collect();
         let told = self.switch_workers(new, (&changed_set, &HashSet::new()));

@@ -151,7 +151,7 @@ impl Supervisor {
                 on_demand.contains(p) && !awake.contains(p)
             })
             .map_err(|e| format!("{file}: {e}"))?;
-        let closed = self.switch_listeners(fresh, grown, &wanted, &new, &plan);
+        let closed = self.switch_listeners(fresh, grown, wanted, &new, &plan);
 
         // Workers: changed and removed pools' processes retire; changed and new pools get slots.
         self.plan = plan;
@@ -352,33 +352,50 @@ impl Supervisor {
         Ok((fresh, grown))
     }
 
-    /// The switch, which cannot fail: grown groups take their new sockets, pools, routes and
-    /// owners; groups no site wants any more close (the master's copies now; the old
-    /// workers' with them). How many closed.
+    /// The switch, which cannot fail: every kept group takes its wanted pools and routes,
+    /// grown groups their new sockets and owners; groups no site wants any more close (the
+    /// master's copies now; the old workers' with them). How many closed.
     fn switch_listeners(
         &mut self,
         fresh: Vec<ListenerGroup>,
         grown: Vec<Grown>,
-        wanted: &[ListenerGroup],
+        wanted: Vec<ListenerGroup>,
         new: &Config,
         plan: &crate::placement::Plan,
     ) -> usize {
+        let took = self.take_routes(wanted);
         for (i, sockets, udp, owners) in grown {
             let g = &mut self.groups[i];
             g.sockets.extend(sockets);
-            if let Some(w) = wanted.iter().find(|w| w.addr == g.addr) {
-                g.routes = w.routes.clone();
-                g.pools = w.pools.clone();
-            }
             crate::server::listeners::arm_group(g, &owners, udp, new, &self.topology);
         }
         let before = self.groups.len();
-        self.groups
-            .retain(|g| wanted.iter().any(|w| w.addr == g.addr));
+        let mut took = took.into_iter();
+        self.groups.retain(|_| took.next().flatten().is_some());
         let closed = before - self.groups.len();
         self.groups.extend(fresh);
         self.handoffs.retain_planned(&self.groups, &new.pools, plan);
         closed
+    }
+
+    /// Every running group takes the pools and routes `wanted` has for its address — an
+    /// unchanged one too: a site inserted before its sites shifts the site indices its
+    /// routes name, and a worker started later (a recycle, a wake, a crash's restart) is
+    /// given those routes with the new sites. Per running group, its index in `wanted`
+    /// (none: no site wants the address any more).
+    pub(super) fn take_routes(&mut self, wanted: Vec<ListenerGroup>) -> Vec<Option<usize>> {
+        let mut wanted: HashMap<std::net::SocketAddr, (usize, ListenerGroup)> = (wanted
+            .into_iter())
+        .enumerate()
+        .map(|(k, w)| (w.addr, (k, w)))
+        .collect();
+        (self.groups.iter_mut())
+            .map(|g| {
+                let (k, w) = wanted.remove(&g.addr)?;
+                (g.pools, g.routes) = (w.pools, w.routes);
+                Some(k)
+            })
+            .collect()
     }
 
     /// The pools with an app behind fronts.
