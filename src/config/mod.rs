@@ -44,7 +44,7 @@ mod validate;
 
 pub use acme_settings::*;
 pub use error::{ConfigError, ConfigErrors};
-pub use file_memo::{files_read_once, files_written};
+pub use file_memo::{files_read_once, files_written, files_written_here};
 pub use include::Overlay;
 pub use model::*;
 pub use parse::parse_binding;

@@ -79,8 +79,6 @@ pub(super) fn written(said: &str, version: &str, created: bool) -> AdminReply {
 pub(super) fn write_all(
     changes: &[(PathBuf, Option<String>)],
 ) -> Result<Vec<(PathBuf, Option<String>)>, String> {
-    // Files written, made or removed: folders are listed and files read again.
-    crate::config::files_written();
     let mut undo = Vec::new();
     for (path, text) in changes {
         let before = std::fs::read_to_string(path).ok();
@@ -93,6 +91,11 @@ pub(super) fn write_all(
         }
         undo.push((path.clone(), before));
     }
+    // What was read of them, and the listings of their folders, are as written now.
+    let written: Vec<(&Path, bool)> = (changes.iter())
+        .map(|(path, text)| (path.as_path(), text.is_some()))
+        .collect();
+    crate::config::files_written_here(&written);
     Ok(undo)
 }
 
