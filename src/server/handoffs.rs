@@ -61,7 +61,9 @@ pub fn senders(pools: &[std::sync::Arc<PoolSpec>]) -> Vec<u32> {
 
 /// The pools that serve some shared address, in order.
 fn sharing_pools(groups: &[ListenerGroup]) -> Vec<&str> {
-    let mut seen = std::collections::HashSet::new();
+    // A fast hasher here and below: the names are the configuration's, and a hoster's port
+    // has 10,000 of them at every change that tells the dispatcher its new hosts.
+    let mut seen = rustc_hash::FxHashSet::default();
     groups
         .iter()
         .filter(|g| g.shared())
@@ -88,13 +90,13 @@ fn planned_threads_by_pool<'a>(
     plan: &'a Plan,
     pools: &'a [std::sync::Arc<PoolSpec>],
     wanted: impl Fn(&str) -> bool,
-) -> HashMap<&'a str, Vec<PlannedThread>> {
-    let activated: HashSet<&str> = pools
+) -> rustc_hash::FxHashMap<&'a str, Vec<PlannedThread>> {
+    let activated: rustc_hash::FxHashSet<&str> = pools
         .iter()
         .filter(|p| p.activated())
         .map(|p| p.name.as_str())
         .collect();
-    let mut by_pool: HashMap<&str, Vec<PlannedThread>> = HashMap::new();
+    let mut by_pool: rustc_hash::FxHashMap<&str, Vec<PlannedThread>> = Default::default();
     for w in plan.workers.iter().filter(|w| wanted(&w.pool)) {
         let cpus = super::listeners::listening_cpus(w, activated.contains(w.pool.as_str()));
         let threads = by_pool.entry(w.pool.as_str()).or_default();

@@ -141,6 +141,8 @@ struct Supervisor {
     /// The configuration API's version and last change (see `config_api`).
     config_api: config_version::ConfigApi,
     slots: Vec<Slot>,
+    /// Where a process was last found among the slots (see `procs::SlotHints`).
+    slot_hints: procs::SlotHints,
     pools: Vec<PoolRt>,
     events: mpsc::UnboundedSender<Event>,
     next_generation: u64,

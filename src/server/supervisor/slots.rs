@@ -214,9 +214,7 @@ impl Supervisor {
 
     /// The slot a worker process (by generation) belongs to now.
     pub(super) fn slot_of(&self, generation: u64) -> Option<usize> {
-        self.slots
-            .iter()
-            .position(|s| s.procs().any(|p| p.generation == generation))
+        self.slot_hints.find(&self.slots, generation)
     }
 
     /// The process of `generation`, wherever it is in its slot, with the slot's name.

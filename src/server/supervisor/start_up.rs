@@ -91,6 +91,7 @@ impl Supervisor {
             events,
             next_generation: 1,
             upstreams_unsent: Vec::new(),
+            slot_hints: Default::default(),
             live: samples::LiveSamples::new(),
             cert_store,
             ticket_keys: Default::default(),
