@@ -16,7 +16,7 @@
 //! - `pools`: stopping and starting pools, admin commands;
 //! - `report`: the status report, filtered and paged;
 //! - `reload`: applying a changed config, transactionally (`reload_diff`: which pools it
-//!   changes; `hosts_live`: a dispatcher told its new hosts, not restarted, and an add
+//!   changes; `reload_groups`: its listener groups; `hosts_live`: a dispatcher told its new hosts, not restarted, and an add
 //!   that keeps the sockets); `config_api`: the configuration API's reads and writes, a write answered once
 //!   it serves (`config_version`: its version, last change and waiting answers); `upgrade`:
 //!   a new binary started on this master's sockets, which then drains; `fleet`: a fleet's
@@ -74,6 +74,7 @@ mod pools;
 mod procs;
 mod reload;
 mod reload_diff;
+mod reload_groups;
 mod report;
 mod samples;
 mod session_tables;
