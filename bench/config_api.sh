@@ -5,7 +5,9 @@
 # /config/sites/NAME`, answered once the change serves), and the same change made RELOADS
 # times the old way — the site's file edited, then `espalier reload` — side by side in one
 # run. Prints p50 and p99 of each, per size, and their ratio; and the master's CPU time per
-# change. Every change is checked: the site answers its new root's page after it.
+# change. Then ADDS sites are added through the API as a panel adds one — its pool (`PUT
+# /config/pools/NAME`), then the site (`PUT /config/sites/NAME`) — with the p50 and p99 of
+# each. Every change and add is checked: the site answers its page after it.
 #
 #   bench/config_api.sh                     # SIZES="100 2000 10000"
 #   SIZES=2000 CHANGES=50 bench/config_api.sh
@@ -15,6 +17,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SIZES=${SIZES:-100 2000 10000}
 CHANGES=${CHANGES:-200}
 RELOADS=${RELOADS:-20}
+ADDS=${ADDS:-50}
 
 . "$ROOT/bench/common.sh"
 need_tools python3:python3 curl:curl
@@ -87,10 +90,27 @@ PY
     python3 -c "print($(date +%s.%N) - $start)" >>"$D/reload.times"
   done
   reload_cpu=$(python3 -c "print(round(($(proc_ticks "$MASTER") - $before) * 1000 / $(getconf CLK_TCK) / $RELOADS, 1))")
+  : >"$D/pool.times"
+  : >"$D/site.times"
+  before=$(proc_ticks "$MASTER")
+  for k in $(seq "$ADDS"); do
+    curl -sf -o /dev/null -w '%{time_total}\n' -X PUT -H "Authorization: Bearer $TOKEN" \
+      --data '{"start": "on-demand"}' "http://127.0.0.1:$ADMIN/config/pools/n$k" >>"$D/pool.times"
+    curl -sf -o /dev/null -w '%{time_total}\n' -X PUT -H "Authorization: Bearer $TOKEN" \
+      --data "{\"bindings\": [\"http://127.0.0.1:$PORT:n$k.example\"], \"root\": \"www2\", \"app\": [{\"pool\": \"n$k\"}]}" \
+      "http://127.0.0.1:$ADMIN/config/sites/n$k" >>"$D/site.times"
+    got=$(curl -s --interface "127.0.0.$((k % 200 + 2))" -H "Host: n$k.example" "http://127.0.0.1:$PORT/")
+    [ "$got" = two ] || { echo "added site n$k answered '$got', not 'two'" >&2; exit 1; }
+  done
+  add_cpu=$(python3 -c "print(round(($(proc_ticks "$MASTER") - $before) * 1000 / $(getconf CLK_TCK) / $ADDS, 1))")
+  read -r p50 p99 < <(quantiles "$D/pool.times")
+  read -r s50 s99 < <(quantiles "$D/site.times")
   read -r a50 a99 < <(quantiles "$D/api.times")
   read -r r50 r99 < <(quantiles "$D/reload.times")
   printf '%-7s %-22s %9s %9s %12s\n' "$SITES" "API (PATCH)" "$a50" "$a99" "$api_cpu"
   printf '%-7s %-22s %9s %9s %12s\n' "$SITES" "file + espalier reload" "$r50" "$r99" "$reload_cpu"
+  printf '%-7s %-22s %9s %9s %12s\n' "$SITES" "API add: PUT pool" "$p50" "$p99" "-"
+  printf '%-7s %-22s %9s %9s %12s\n' "$SITES" "API add: PUT site" "$s50" "$s99" "$add_cpu (both)"
   echo "$SITES sites: API/reload p50 $(ratio "$a50" "$r50"), p99 $(ratio "$a99" "$r99")"
   stop_all
 done
