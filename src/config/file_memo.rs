@@ -15,8 +15,8 @@
 //! `statx` — nor is the folder listed again: an entry that came or went is put in or taken
 //! out of the listing kept, as are the files the change writes itself
 //! ([`files_written_here`]). At 10,000 sites those looks were a fifth of a change's time,
-//! and listing the folder again a tenth of an added site's. A file of a folder the kernel would not
-//! watch, a symbolic link (its target may change elsewhere), or any after the watch's queue
+//! and listing the folder again a tenth of an added site's. A file of a folder the kernel
+//! would not watch, a symbolic link (its target may change elsewhere), or any after the watch's queue
 //! overflowed is looked at as before. Not seen: a file with a second name (a hard link)
 //! outside the folder, written through that name — its next look (a reload, `check`, or a
 //! change after the file's own folder moved) reads it. `reload`, `check` and the start
@@ -303,7 +303,7 @@ pub(super) fn keep_only(folder: &Path, read: &HashSet<PathBuf>) {
 }
 
 /// Whether this thread is in a [`files_read_once`] span that uses watched files without a
-/// look (an API change, until it writes).
+/// look (an API change, unless it had to put files back).
 pub(super) fn trusting() -> bool {
     SPAN.with_borrow(|s| s.as_ref().is_some_and(|s| s.trusting))
 }
@@ -312,14 +312,16 @@ pub(super) fn trusting() -> bool {
 /// through the configuration API lists a hoster's `sites.d` and reads its files to edit
 /// it, then again to validate the result; 10,000 entries read, matched and sorted, and
 /// 10,000 files looked at, twice. Nothing is kept past that span (a folder's or a file's
-/// times do not tell two changes within a clock tick apart), and it is forgotten at once
-/// when the span writes a file ([`files_written`]).
+/// times do not tell two changes within a clock tick apart). What the span writes itself
+/// is mended in it ([`files_written_here`]); a write it cannot account for file by file (a
+/// failed one put back) forgets it all ([`files_written`]).
 #[derive(Default)]
 struct Span {
     listings: Listings,
     read: HashMap<PathBuf, (Arc<str>, Stamp)>,
     /// Whether watched files and listings are used without a look: from the span's start
-    /// (once the watch's events are taken) until it writes a file (whose events come after).
+    /// (once the watch's events are taken) until [`files_written`] (whose writes' events
+    /// come after).
     trusting: bool,
 }
 

@@ -202,7 +202,6 @@ pub(super) struct Waking {
     pub(super) apps_wanted: VecDeque<String>,
 }
 
-/// One planned worker position: a pool's index-th worker.
 /// Which slot each process (by generation) was last found in: every message from a worker
 /// names its process, and scanning 10,000 slots (each a whole worker spec long) for it cost
 /// an added site 5 ms of the master's time at 10,000 sites. A hint, checked before it is
@@ -240,6 +239,7 @@ impl SlotHints {
     }
 }
 
+/// One planned worker position: a pool's index-th worker.
 pub(super) struct Slot {
     pub(super) spec: WorkerSpec,
     pub(super) pool: usize,

@@ -103,10 +103,10 @@ impl Supervisor {
     }
 
     /// Every running group takes the pools and routes `wanted` has for its address — an
-    /// unchanged one too: a site inserted before its sites shifts the site indices its
-    /// routes name, and a worker started later (a recycle, a wake, a crash's restart) is
-    /// given those routes with the new sites. Per running group, its index in `wanted`
-    /// (none: no site wants the address any more).
+    /// unchanged one too: a site inserted before its sites shifts the site numbers its
+    /// routes name, and `/status` and the next reload's comparison read them against the
+    /// new sites. Per running group, its index in `wanted` (none: no site wants the address
+    /// any more).
     pub(super) fn take_routes(&mut self, wanted: Vec<ListenerGroup>) -> Vec<Option<usize>> {
         let mut wanted: HashMap<std::net::SocketAddr, (usize, ListenerGroup)> = (wanted
             .into_iter())
