@@ -13,8 +13,9 @@ cd /guest
 export PATH=/bin
 ulimit -n 65536
 
-verdict() { # name ok detail
-  if [ "$2" = 0 ]; then echo "ESPALIER-CHECK $1 PASS $3"; else echo "ESPALIER-CHECK $1 FAIL $3"; fi
+verdict() { # name ok detail — each line ends with the guest's uptime, so a slow check shows
+  at="[at $(cut -d' ' -f1 /proc/uptime) s]"
+  if [ "$2" = 0 ]; then echo "ESPALIER-CHECK $1 PASS $3 $at"; else echo "ESPALIER-CHECK $1 FAIL $3 $at"; fi
 }
 node_cpus() { cat /sys/devices/system/node/node$1/cpulist; }
 # Whether cpu-list $1 (like 2-3, 2 or 3) lies within the two-CPU node list $2 (like 2-3).
@@ -154,18 +155,21 @@ fi
 kill $garden; wait $garden 2>/dev/null
 
 # 6b. HTTP/3: a new QUIC connection from a client on CPU k is answered by a thread on k's node
-#     (the QUIC steering program), and each of its requests by that one thread.
+#     (the QUIC steering program), and each of its requests by that one thread. One CPU of
+#     each node, first and second in turn, and few requests: under TCG one client run takes
+#     5-14 s whatever its count (its QUIC handshakes, in the debug build's crypto), so all
+#     eight CPUs took 84 s of the guest's time.
 espalier serve -c h3.toml > /tmp/h3.log 2>&1 &
 h3=$!
 if wait_for /tmp/h3.log "worker(s) serving" 60; then
   ok=0; detail=""
   grep -q "cannot attach" /tmp/h3.log && { ok=1; detail="$(grep 'cannot attach' /tmp/h3.log | head -1);"; }
-  for k in 0 1 2 3 4 5 6 7; do
+  for k in 0 3 4 7; do
     before=$(cat /tmp/h3-access.log 2>/dev/null | wc -l)
-    taskset -c $k espalier bench --h3 --insecure -n 20 -c 2 https://127.0.0.1:8445/ > /tmp/h3-bench.txt 2>&1
+    taskset -c $k espalier bench --h3 --insecure -n 4 -c 2 https://127.0.0.1:8445/ > /tmp/h3-bench.txt 2>&1
     grep -q "errors: 0 " /tmp/h3-bench.txt || { ok=1; detail="$detail cpu$k: $(head -c 200 /tmp/h3-bench.txt);"; }
     i=0
-    while [ "$(cat /tmp/h3-access.log | wc -l)" -lt $((before + 20)) ] && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
+    while [ "$(cat /tmp/h3-access.log | wc -l)" -lt $((before + 4)) ] && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
     node=$((k / 2))
     threads=$(tail -n +$((before + 1)) /tmp/h3-access.log | awk '{print $(NF-1)}' | sort -u | tr '\n' ' ')
     for t in $threads; do
@@ -334,7 +338,7 @@ if modprobe tls 2>/tmp/modprobe.err; then
     [ "$(sha256sum < /tmp/k2 | cut -d' ' -f1)" = "$want" ] || ok=1
     [ "$(cat /tmp/p1 /tmp/p2)" = "$(printf 'hello over TLS\nhello over TLS')" ] || ok=1
     [ "$(taken)" = $((before + 1)) ] || ok=1
-    verdict ktls-tls13 $ok "page, 3 MB file, page, file on one connection: files $(sum /tmp/k1) $(sum /tmp/k2) of $(echo "$want" | cut -c1-12), pages $(cat /tmp/p1 /tmp/p2 | tr '\n' '|'); connections the kernel took: $before -> $(taken); $(head -c 200 /tmp/k.err)"
+    verdict ktls-tls13 $ok "page, 1 MB file, page, file on one connection: files $(sum /tmp/k1) $(sum /tmp/k2) of $(echo "$want" | cut -c1-12), pages $(cat /tmp/p1 /tmp/p2 | tr '\n' '|'); connections the kernel took: $before -> $(taken); $(head -c 200 /tmp/k.err)"
     # Every suite: TLS 1.3's three and TLS 1.2 ChaCha20 are taken, TLS 1.2 AES-GCM is not; all
     # answer whole.
     ok=0; detail=""
@@ -358,7 +362,7 @@ if modprobe tls 2>/tmp/modprobe.err; then
     mid=$(taken)
     closing=$(fetch -v --tlsv1.3 -H 'Connection: close' -o /tmp/k3 "$url" 2>&1)
     ok=0
-    [ "$h2" = "2 3000000" ] || ok=1
+    [ "$h2" = "2 1000000" ] || ok=1
     [ "$page" = "hello over TLS" ] || ok=1
     [ "$mid" = "$before" ] || ok=1
     [ "$(sha256sum < /tmp/k3 | cut -d' ' -f1)" = "$want" ] || ok=1
