@@ -23,6 +23,17 @@ pub(crate) struct Bind {
     pub(crate) addr: SocketAddr,
     /// The network namespace it runs in (`None`: the test's own).
     ns: Option<String>,
+    /// Its log (`named -g` writes it to stderr): shown when the test fails.
+    log: std::path::PathBuf,
+}
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let said = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("BIND's log ({}):\n{said}", self.log.display());
+        }
+    }
 }
 
 /// One zone BIND holds: its name, its extra lines, and (with a key) the names the key may
@@ -88,7 +99,8 @@ impl Bind {
         }
         let file = dir.join("named.conf");
         std::fs::write(&file, conf).unwrap();
-        let log = std::fs::File::create(dir.join("named.log")).unwrap();
+        let log_file = dir.join("named.log");
+        let log = std::fs::File::create(&log_file).unwrap();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut named = in_namespace(ns.map(String::from).as_deref(), "named");
         named.args(["-g", "-4", "-c"]).arg(&file);
@@ -97,6 +109,7 @@ impl Bind {
             _named: Stopped(named.expect("start named")),
             addr,
             ns: ns.map(String::from),
+            log: log_file,
         };
         // Its zones loaded: the first one's SOA answered.
         let first = zones.first().map_or("example", |z| z.name);

@@ -14,6 +14,7 @@
 //! each renamed into place, mode 0600). Must not touch: when to order (the supervisor's
 //! `acme`), or serving the pair (the store's pickup hands it to the workers).
 
+use super::causes::causes;
 use crate::config::{AcmeSettings, Config};
 use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
@@ -116,22 +117,6 @@ pub async fn account(settings: &AcmeSettings, store: &Path) -> Result<Account, S
     let text = serde_json::to_vec(&credentials).map_err(|e| e.to_string())?;
     crate::os::private_dir::write_private(&file, &text)?;
     Ok(account)
-}
-
-/// `e` with the causes under it (an HTTP client's "client error (Connect)" says nothing of
-/// the refused connection or the certificate beneath it).
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        next = cause.source();
-    }
-    text
 }
 
 /// `store/.acme/account-<hash of the directory's URL>.json`: one account per directory.

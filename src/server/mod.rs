@@ -17,7 +17,8 @@
 //! before its `exec`). Shared addresses: [`dispatcher`] (the pool in front of them) and [`handoffs`]
 //! (the master's hand-off sockets). Upstream groups: [`upstream_probe`] (one active check)
 //! and [`upstream_nodes`] (a local server's NUMA node). Certificates: [`acme`] (one
-//! ordered from an ACME directory into the store) and [`acme_dns`] (DNS-01's records). A
+//! ordered from an ACME directory into the store) and [`acme_dns`] (DNS-01's records);
+//! [`causes`]: a client library's error said with the cause under it. A
 //! fleet: [`cluster`] (the line to its etcd: the shared parts' copy, watched) and
 //! [`acme_fleet`] (its share of ACME: a name's lock, the proofs, the pairs, the account).
 //! What it shows: [`admin_page`] (the page), [`meters`] (sites' figures, Prometheus's text).
@@ -29,6 +30,7 @@ pub mod admin;
 pub mod admin_page;
 pub mod app;
 pub mod app_exec;
+pub mod causes;
 pub mod cluster;
 pub mod conn_task;
 pub mod control;

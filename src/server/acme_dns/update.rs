@@ -11,6 +11,7 @@
 
 use super::record::{fqdn, txt, Published};
 use crate::config::TsigKey;
+use crate::server::causes::causes;
 use hickory_client::client::{Client, ClientHandle};
 use hickory_proto::dnssec::rdata::tsig::TsigAlgorithm;
 use hickory_proto::dnssec::tsig::TSigner;
@@ -60,7 +61,7 @@ impl DnsUpdate {
         let made = Client::with_timeout(stream, sender, wait, Some(signer));
         let (client, background) = (tokio::time::timeout(wait, made).await)
             .map_err(|_| format!("{} did not answer within {wait:?}", self.server))?
-            .map_err(|e| format!("cannot reach {}: {e}", self.server))?;
+            .map_err(|e| format!("cannot reach {}: {}", self.server, causes(&e)))?;
         tokio::spawn(background);
         Ok(client)
     }
@@ -70,7 +71,7 @@ impl DnsUpdate {
         let asked = client.query(name.clone(), DNSClass::IN, RecordType::SOA);
         let answer = asked
             .await
-            .map_err(|e| format!("{}: SOA of {name}: {e}", self.server))?;
+            .map_err(|e| format!("{}: SOA of {name}: {}", self.server, causes(&e)))?;
         let soa = (answer.answers().iter())
             .chain(answer.name_servers())
             .find(|r| r.record_type() == RecordType::SOA);
@@ -95,7 +96,7 @@ impl DnsUpdate {
         let zone = self.zone_of(&mut client, &name).await?;
         let record = txt(&name, value, CHALLENGE_TTL);
         let answer = (client.append(record, zone.clone(), false).await)
-            .map_err(|e| format!("{}: the update of {name}: {e}", self.server))?;
+            .map_err(|e| format!("{}: the update of {name}: {}", self.server, causes(&e)))?;
         self.accepted(answer.response_code(), &name, &zone)?;
         Ok(Published::new(name, value, zone))
     }
@@ -104,8 +105,10 @@ impl DnsUpdate {
     pub(super) async fn remove(&self, record: &Published, wait: Duration) -> Result<(), String> {
         let mut client = self.client(wait).await?;
         let set = record.as_record(CHALLENGE_TTL);
-        let answer = (client.delete_by_rdata(set, record.zone().clone()).await)
-            .map_err(|e| format!("{}: the deletion of {}: {e}", self.server, record.name()))?;
+        let answer = (client.delete_by_rdata(set, record.zone().clone()).await).map_err(|e| {
+            let why = causes(&e);
+            format!("{}: the deletion of {}: {why}", self.server, record.name())
+        })?;
         self.accepted(answer.response_code(), record.name(), record.zone())
     }
 
