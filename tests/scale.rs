@@ -7,14 +7,7 @@ use std::process::Command;
 /// `espalier scale --quick` with tiny runs and `extra` flags, into `out`: its results.json.
 fn quick_scale(out: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let run = Command::new(env!("CARGO_BIN_EXE_espalier"))
-        .args([
-            "scale",
-            "--quick",
-            "--duration",
-            "300ms",
-            "--warmup",
-            "100ms",
-        ])
+        .args(["scale", "--quick", "--requests", "200", "--warmup", "100ms"])
         .args(extra)
         .arg("--out")
         .arg(out)
@@ -111,8 +104,8 @@ fn target_mode_merges_steps_measured_against_servers_started_by_hand() {
             .args([
                 "scale",
                 "--quick",
-                "--duration",
-                "200ms",
+                "--requests",
+                "200",
                 "--warmup",
                 "0s",
                 "--configuration",
@@ -175,4 +168,6 @@ fn quick_scale_runs_over_tls_in_http2() {
     }
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(report.contains("HTTP/2 over TLS"), "{report}");
+    // Each cell measured the responses asked for, not a time.
+    assert!(report.contains("over 200 responses"), "{report}");
 }

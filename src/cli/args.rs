@@ -458,6 +458,10 @@ pub struct ScaleArgs {
     /// Measured time per run.
     #[arg(short, long, value_name = "DURATION")]
     pub duration: Option<String>,
+    /// Exactly this many measured responses per run, instead of --duration (the isolation
+    /// experiment keeps --duration).
+    #[arg(short = 'n', long, value_name = "N", conflicts_with = "duration")]
+    pub requests: Option<u64>,
     /// Warm-up per run.
     #[arg(long, value_name = "DURATION")]
     pub warmup: Option<String>,

@@ -298,6 +298,12 @@ pub(super) fn scale(a: ScaleArgs) -> Result<i32, String> {
     if let Some(d) = &a.warmup {
         o.warmup = duration_arg("--warmup", d)?;
     }
+    o.requests = match a.requests {
+        Some(0) => {
+            return Err("--requests: give the responses each run measures, 1 or more".into())
+        }
+        n => n,
+    };
     if let Some(c) = a.connections {
         o.connections = c.max(1);
     }

@@ -42,6 +42,10 @@ pub struct ScaleOptions {
     pub max_units: Option<usize>,
     pub duration: Duration,
     pub warmup: Duration,
+    /// Each run measures exactly this many responses after its warm-up, in place of
+    /// `duration` (the isolation experiment keeps `duration`: its question is a load held
+    /// for a time).
+    pub requests: Option<u64>,
     pub connections: usize,
     pub isolation: bool,
     /// Over TLS and/or in HTTP/2.
@@ -62,6 +66,7 @@ impl ScaleOptions {
             max_units: None,
             duration: Duration::from_secs(2),
             warmup: Duration::from_millis(500),
+            requests: None,
             connections: 32,
             isolation: false,
             transport: Transport::default(),
@@ -168,6 +173,7 @@ fn load_options(
     b.cpus = Some(plan.load_cpus.clone());
     b.duration = opts.duration;
     b.warmup = opts.warmup;
+    b.requests = opts.requests;
     b.timeout = Duration::from_secs(10);
     b.h2 = opts.transport.h2;
     b.trust = trust.clone();
@@ -267,6 +273,7 @@ pub fn run(opts: &ScaleOptions, topology: &Topology) -> Result<ScaleResults, Str
         plan,
         duration_s: opts.duration.as_secs_f64(),
         warmup_s: opts.warmup.as_secs_f64(),
+        requests: opts.requests,
         connections: opts.connections,
         rows,
         isolation,
@@ -330,6 +337,7 @@ pub fn run_target(
             },
             duration_s: opts.duration.as_secs_f64(),
             warmup_s: opts.warmup.as_secs_f64(),
+            requests: opts.requests,
             connections: opts.connections,
             rows: Vec::new(),
             isolation: None,
@@ -454,6 +462,7 @@ fn isolation(
             trust,
         )?;
         heavy.connections = 4 * all.len();
+        heavy.requests = None;
         let mut light = load_options(
             opts,
             plan,
@@ -463,6 +472,7 @@ fn isolation(
         light.connections = 2;
         light.threads = 1;
         light.rate = Some(rate);
+        light.requests = None;
         let heavy_run = std::thread::spawn(move || bench::run(&heavy));
         let light_result = bench::run(&light)?;
         let heavy_result = heavy_run

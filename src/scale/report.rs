@@ -125,19 +125,18 @@ fn setup_text(r: &ScaleResults) -> String {
     if p.units.is_empty() {
         return format!(
             "Server: {}, started by hand at each step (`--target` mode); steps: {}. Load generator (`espalier bench`, {} keep-alive connections, {}) on this machine's CPUs {}. \
-             Each cell is requests/s over {} s after {} s of warm-up.",
+             Each cell is requests/s {}.",
             r.machine,
             p.steps.iter().map(|&s| format!("{} = {} CPUs", p.unit_kind.noun(s), step_cpu_count(r, s))).collect::<Vec<_>>().join("; "),
             r.connections,
             r.transport.describe(),
             p.load_cpus,
-            r.duration_s,
-            r.warmup_s
+            measured(r)
         );
     }
     format!(
         "Machine: {}. The server grows over {}s ({}); the load generator (`espalier bench`, {} keep-alive connections, {}) runs on CPUs {}{}. \
-         Each cell is requests/s over {} s after {} s of warm-up.",
+         Each cell is requests/s {}.",
         r.machine,
         p.unit_kind.noun(1).trim_start_matches("1 "),
         p.steps.iter().map(|&s| format!("{} = CPUs {}", p.unit_kind.noun(s), p.step_cpus(s))).collect::<Vec<_>>().join("; "),
@@ -150,9 +149,16 @@ fn setup_text(r: &ScaleResults) -> String {
         } else {
             ", which the server never uses"
         },
-        r.duration_s,
-        r.warmup_s
+        measured(r)
     )
+}
+
+/// What each cell measured: a time, or (`--requests`) a count of responses.
+fn measured(r: &ScaleResults) -> String {
+    match r.requests {
+        Some(n) => format!("over {n} responses after {} s of warm-up", r.warmup_s),
+        None => format!("over {} s after {} s of warm-up", r.duration_s, r.warmup_s),
+    }
 }
 
 pub fn markdown(r: &ScaleResults) -> String {

@@ -42,6 +42,9 @@ pub struct ScaleResults {
     pub plan: ScalePlan,
     pub duration_s: f64,
     pub warmup_s: f64,
+    /// `--requests`: each cell measured this many responses, not `duration_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
     pub connections: usize,
     pub rows: Vec<Row>,
     pub isolation: Option<Isolation>,
