@@ -171,3 +171,27 @@ fn quick_scale_runs_over_tls_in_http2() {
     // Each cell measured the responses asked for, not a time.
     assert!(report.contains("over 200 responses"), "{report}");
 }
+
+#[test]
+fn a_count_of_no_responses_is_refused_in_one_line() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["scale", "--quick", "--requests", "0", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--requests: give the responses each run measures, 1 or more"),
+        "{stderr}"
+    );
+    assert!(!out.path().join("results.json").exists());
+    // A count and a duration cannot both say when a cell ends.
+    let both = Command::new(env!("CARGO_BIN_EXE_espalier"))
+        .args(["scale", "--quick", "-n", "5", "--duration", "1s", "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+}
