@@ -167,7 +167,7 @@ if wait_for /tmp/h3.log "worker(s) serving" 60; then
   for k in 0 3 4 7; do
     before=$(cat /tmp/h3-access.log 2>/dev/null | wc -l)
     taskset -c $k espalier bench --h3 --insecure -n 4 -c 2 https://127.0.0.1:8445/ > /tmp/h3-bench.txt 2>&1
-    grep -q "errors: 0 " /tmp/h3-bench.txt || { ok=1; detail="$detail cpu$k: $(head -c 200 /tmp/h3-bench.txt);"; }
+    grep -q "errors: 0 " /tmp/h3-bench.txt || { ok=1; detail="$detail cpu$k: $(tail -3 /tmp/h3-bench.txt | tr '\n' ' ' | tail -c 300);"; }
     i=0
     while [ "$(cat /tmp/h3-access.log | wc -l)" -lt $((before + 4)) ] && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
     node=$((k / 2))

@@ -13,12 +13,12 @@
 # the libraries it links), else builds one statically. The guest gets the kernel's tls and
 # crypto modules and this machine's curl (with its libraries), for the kTLS checks this
 # machine's own kernel may not allow. The guest is always powered off within TIMEOUT seconds
-# (default 600: a bound for a hang, not a figure — the checks take 240-300 s under TCG on a
-# two-core VM, and more on a busy one).
+# (default 900: a bound for a hang, not a figure — the checks take 200-300 s under TCG on a
+# two-core VM, and up to 600 s when the VM's host steals its time).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=${ESPALIER_QEMU_CACHE:-$ROOT/target/qemu}
-TIMEOUT=${TIMEOUT:-600}
+TIMEOUT=${TIMEOUT:-900}
 mkdir -p "$CACHE"
 cannot() { echo "QEMU-HARNESS: CANNOT RUN: $*" >&2; exit 3; }
 
