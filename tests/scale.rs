@@ -1,4 +1,4 @@
-//! `espalier scale --quick` end to end with tiny durations: every output file, sane contents.
+//! `espalier scale --quick` end to end with tiny runs (a count of responses per cell): every output file, sane contents.
 
 use crate::common;
 
@@ -175,11 +175,8 @@ fn quick_scale_runs_over_tls_in_http2() {
 #[test]
 fn a_count_of_no_responses_is_refused_in_one_line() {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_espalier"))
-        .args(["scale", "--quick", "--requests", "0", "--out"])
-        .arg(out.path())
-        .output()
-        .unwrap();
+    let dir = out.path().to_str().unwrap();
+    let run = common::espalier(&["scale", "--quick", "--requests", "0", "--out", dir]);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success(), "{stderr}");
     assert!(
@@ -188,10 +185,18 @@ fn a_count_of_no_responses_is_refused_in_one_line() {
     );
     assert!(!out.path().join("results.json").exists());
     // A count and a duration cannot both say when a cell ends.
-    let both = Command::new(env!("CARGO_BIN_EXE_espalier"))
-        .args(["scale", "--quick", "-n", "5", "--duration", "1s", "--out"])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    assert!(!both.status.success());
+    let both = common::espalier(&[
+        "scale",
+        "--quick",
+        "-n",
+        "5",
+        "--duration",
+        "1s",
+        "--out",
+        dir,
+    ]);
+    let stderr = String::from_utf8_lossy(&both.stderr);
+    assert!(!both.status.success(), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    assert!(!out.path().join("results.json").exists());
 }
