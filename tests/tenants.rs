@@ -379,7 +379,7 @@ fn workers_start_after_the_binary_is_replaced_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let bin = d.join("espalier");
-    std::fs::copy(env!("CARGO_BIN_EXE_espalier"), &bin).unwrap();
+    copy_espalier(&bin);
     let port = free_port();
     let (config, admin) = with_own_admin(&format!(
         "[[pool]]\nname = \"p\"\n[[site]]\nname = \"s\"\nbindings = [\"http://127.0.0.1:{port}\"]\n[[site.app]]\npool = \"p\"\nhandler = \"dynamic\"\n"

@@ -114,7 +114,7 @@ fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
     std::fs::write(d.join("www/index.html"), "hello\n").unwrap();
     std::fs::create_dir_all(d.join("bin")).unwrap();
     let bin = d.join("bin/espalier");
-    std::fs::copy(env!("CARGO_BIN_EXE_espalier"), &bin).unwrap();
+    copy_espalier(&bin);
     let port = free_port();
     let (config, admin) = with_own_admin(&format!(
         "[[pool]]\nname = \"web\"\n[[pool]]\nname = \"py\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ SLOW_SECONDS = \"3\", RECORD = \"{}\" }}\n[[site]]\nname = \"web\"\nbindings = [\"http://127.0.0.1:{port}:web.example\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n[[site]]\nname = \"py\"\nbindings = [\"http://127.0.0.1:{port}:py.example\"]\n[[site.app]]\npool = \"py\"\n[[pool]]\nname = \"ws\"\ncommand = [\"node\", \"server.js\"]\ndirectory = \"{}\"\n[[site]]\nname = \"ws\"\nbindings = [\"http://127.0.0.1:{port}:ws.example\"]\n[[site.app]]\npool = \"ws\"\n[[pool]]\nname = \"up\"\ncommand = [\"python3\", \"{}\"]\nenvironment = {{ MARKS = \"{}\" }}\n[[site]]\nname = \"up\"\nbindings = [\"http://127.0.0.1:{port}:up.example\"]\n[[site.app]]\npool = \"up\"\n",
@@ -165,7 +165,7 @@ fn a_new_binary_takes_over_under_load_and_a_broken_one_is_refused() {
         || std::fs::read_to_string(d.join("asked.txt")).is_ok_and(|t| t.contains("/slow")),
     );
     // The new binary: a copy put in place as a package would (written beside, renamed over).
-    std::fs::copy(env!("CARGO_BIN_EXE_espalier"), d.join("bin/espalier.new")).unwrap();
+    copy_espalier(&d.join("bin/espalier.new"));
     std::fs::rename(d.join("bin/espalier.new"), &bin).unwrap();
     let said = espalier_ok(&["upgrade", "-c", c]);
     let pid: u32 = said

@@ -830,6 +830,18 @@ pub fn status_field(path: &Path, key: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Copies espalier's binary to `to`, for a test that replaces or upgrades it, by `cp` in a
+/// process of its own. Copied here, the file's open write descriptor would be inherited by a
+/// child another test thread forks at that moment, until the child's exec closes it; running
+/// the copy in that window fails with ETXTBSY ("Text file busy").
+pub fn copy_espalier(to: &Path) {
+    run_ok(
+        Command::new("cp")
+            .arg(env!("CARGO_BIN_EXE_espalier"))
+            .arg(to),
+    );
+}
+
 /// Copies a directory tree, symlinks as symlinks (fixture trees hold `cpuN/nodeK` links).
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
