@@ -299,6 +299,7 @@ interval = "1m"
     server.admin = Some(admin);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_unwind = common::apps::StopOnDrop(Arc::clone(&stop));
     let progress = Counter::default();
     let good = load(addr, "good.example", Arc::clone(&stop), &progress);
     progress.wait_more(20, "the good site's load answered");
@@ -371,6 +372,7 @@ fn reloads_move_add_and_remove_hosts_without_failing_the_others() {
     assert_eq!(pool_of(&get_host(addr, "move.example", "/")), "q");
     assert_eq!(pool_of(&get_host(addr, "gone.example", "/")), "r");
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_unwind = common::apps::StopOnDrop(Arc::clone(&stop));
     let progress = Counter::default();
     let clients: Vec<_> = (0..4)
         .map(|_| load(addr, "stay.example", Arc::clone(&stop), &progress))
@@ -470,6 +472,7 @@ fn one_sites_file_changed_and_reloaded_restarts_only_its_pool_and_fails_no_reque
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     assert_eq!(get_host(addr, "a.example", "/").text(), "a1");
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_unwind = common::apps::StopOnDrop(Arc::clone(&stop));
     let progress = Counter::default();
     let clients: Vec<_> = (0..4)
         .map(|_| load(addr, "b.example", Arc::clone(&stop), &progress))

@@ -661,6 +661,7 @@ fn a_reload_changes_answers_and_traffic_control_without_a_failed_request() {
         server.log_text()
     );
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_unwind = common::apps::StopOnDrop(Arc::clone(&stop));
     let progress = Counter::default();
     let clients: Vec<_> = (0..4)
         .map(|_| {

@@ -152,7 +152,19 @@ pub fn keep_alive_load_host(
     let mut conn: Option<Conn> = None;
     while !stop.load(Ordering::Relaxed) {
         let reused = conn.is_some();
-        let c = conn.get_or_insert_with(|| Conn::open(addr));
+        if conn.is_none() {
+            // A refused connection is a failure to report with the rest, not a panic: a
+            // panic here, in a thread, would outlive a test that failed for another reason
+            // and bury its message under this one's.
+            match std::net::TcpStream::connect(addr) {
+                Ok(stream) => conn = Some(Conn::over(stream)),
+                Err(e) => {
+                    failed.push(format!("connect: {e}"));
+                    return (answered, failed);
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
         let sent = c.stream.write_all(request.as_bytes()).is_ok();
         match sent.then(|| c.read_response(false)).flatten() {
             Some(r) if r.status == 200 => {
@@ -202,10 +214,21 @@ pub fn php_fpm() -> String {
     found.pop().expect("php-fpm installed in /usr/sbin")
 }
 
+/// Sets its flag when dropped: a test that fails stops its load threads, which would
+/// otherwise go on against a server already stopped.
+pub struct StopOnDrop(pub Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Ten overlapped recycles of `pool` while two keep-alive clients load it: no request fails.
 pub fn recycles_under_load(config: &str, pool: &str) {
     let app = serve(config);
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_unwind = StopOnDrop(Arc::clone(&stop));
     let clients: Vec<_> = (0..2)
         .map(|_| {
             let (addr, stop) = (app.addr, Arc::clone(&stop));
@@ -217,7 +240,7 @@ pub fn recycles_under_load(config: &str, pool: &str) {
         let (code, body) = app.server.post(&format!("/pools/{pool}/recycle"));
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         app.server
-            .wait_until(&format!("recycle {round}"), Duration::from_secs(20), |s| {
+            .wait_until(&format!("recycle {round}"), Duration::from_secs(60), |s| {
                 let now = procs(&s.status(), Role::App);
                 now.len() == before.len() && now.iter().all(|n| before.iter().all(|b| b.1 != n.1))
             });

@@ -565,7 +565,8 @@ impl Server {
         while !ok(self) {
             assert!(
                 Instant::now() < deadline,
-                "{what}: not within {within:?}; log:\n{}",
+                // Said again after the log: CI shows a long output's two ends alone.
+                "{what}: not within {within:?}; log:\n{}\n({what}: not within {within:?})",
                 self.log_text()
             );
             std::thread::sleep(Duration::from_millis(20));
