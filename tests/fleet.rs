@@ -571,7 +571,13 @@ fn a_fleet_shares_its_configuration_through_etcd() {
     );
     let blog = r#"{"name": "blog", "bindings": ["http://127.0.0.1:8081"], "root": "blog", "app": [{"path": "/", "pool": "web"}]}"#;
     let (code, body) = config_call(m2, "PUT", "sites/blog", blog);
-    assert_eq!(code, 201, "{body}; log:\n{}", server2.log_text());
+    assert_eq!(
+        code,
+        201,
+        "{body}; status:\n{}\nlog:\n{}",
+        status_in(m2),
+        server2.log_text()
+    );
     wait_for(
         "the first member serving the new site",
         Duration::from_secs(20),

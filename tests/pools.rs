@@ -252,7 +252,7 @@ fn twenty_overlapped_recycles_under_keep_alive_load_lose_no_request() {
 #[test]
 fn a_stop_and_recycles_under_a_new_connection_per_request_leave_none_unanswered() {
     let s = setup("", "");
-    let _server = s.start();
+    let server = s.start();
     let mut load = s.load_with("12s", &["--no-keepalive", "--no-retry"]);
     s.wait_for_load();
     // The stop first, early in the load, so that the load outlasts it on a slow machine too.
@@ -292,7 +292,14 @@ fn a_stop_and_recycles_under_a_new_connection_per_request_leave_none_unanswered(
     assert!(recycled > 0, "no recycle began within the load: {r}");
     assert!(r["requests"].as_u64().unwrap() > 100, "{r}");
     for kind in ["connect", "read", "timeout", "4xx"] {
-        assert_eq!(errors[kind], 0, "no connection left unanswered: {r}");
+        // The master's log says when each worker stopped accepting and exited: what a
+        // connection left unanswered waited on (one CI run saw 16, a whole load's worth).
+        assert_eq!(
+            errors[kind],
+            0,
+            "no connection left unanswered: {r}\n{}",
+            server.log_tail(60)
+        );
     }
     assert!(
         errors["5xx"].as_u64().unwrap() > 0,

@@ -229,28 +229,46 @@ impl Supervisor {
         }
     }
 
-    /// Whether every slot serves as the configuration says: started and ready, asleep, or
-    /// its pool stopped; and no replaced worker still takes connections beside its
-    /// replacement.
-    fn serving_as_configured(&self) -> bool {
+    /// What does not serve yet as the configuration says — a slot not started, or not
+    /// ready, or a dispatcher not yet holding its new hosts in every thread; a replaced worker
+    /// still taking connections beside its replacement — named for the late answer and the
+    /// log; `None` when every slot serves (started and ready, asleep, or its pool stopped).
+    fn not_serving_yet(&self) -> Option<String> {
         let stopped = |pool: usize| self.pools[pool].stopped.is_some();
-        // Ready, and a dispatcher told new hosts has them in every thread (`hosts_live`).
-        let serves = |c: &super::procs::Proc| c.life.is_ready() && c.hosts_taken >= c.hosts_sent;
-        let slots_ready = self
-            .slots
-            .iter()
-            .all(|s| s.asleep || stopped(s.pool) || s.current.as_ref().is_some_and(serves));
+        for s in &self.slots {
+            if s.asleep || stopped(s.pool) {
+                continue;
+            }
+            match &s.current {
+                None => return Some(format!("{} is not started", s.spec.name())),
+                Some(c) if !c.life.is_ready() => {
+                    return Some(format!("{} (pid {}) is not ready", s.spec.name(), c.pid))
+                }
+                // A dispatcher told new hosts has them in every thread (`hosts_live`).
+                Some(c) if c.hosts_taken < c.hosts_sent => {
+                    return Some(format!(
+                        "{} (pid {}) has not taken its new hosts",
+                        s.spec.name(),
+                        c.pid
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
         // A replaced worker takes connections until it says its threads stopped accepting
         // (an app process never took any: its front did).
         let gone = |p: &super::procs::Proc| p.accepts_no_more || p.app.is_some();
         let draining = self.slots.iter().flat_map(|s| &s.draining);
-        slots_ready
-            && self
-                .retiring
-                .iter()
-                .map(|(_, p)| p)
-                .chain(draining)
-                .all(gone)
+        let replaced = self.retiring.iter().map(|(_, p)| p).chain(draining);
+        replaced
+            .filter(|p| !gone(p))
+            .map(|p| {
+                format!(
+                    "the replaced worker of pool {} (pid {}) still accepts",
+                    p.pool, p.pid
+                )
+            })
+            .next()
     }
 
     /// A worker says its threads accept no more (an app: that it is stopping by itself).
@@ -278,14 +296,15 @@ impl Supervisor {
         // A replaced worker is told to stop as soon as its successor is ready, not at the
         // next tick: the answer waits for it.
         self.retire_when_replaced();
-        let served = self.serving_as_configured();
+        let unserved = self.not_serving_yet();
         let waiting = std::mem::take(&mut self.config_api.waiting);
         for (answer, reply, until) in waiting {
-            if served {
+            if let Some(what) = unserved.as_ref().filter(|_| now >= until) {
+                let late = format!("applied, and not every worker it started is ready after {}s ({what}): see espalier status", SERVING_WITHIN.as_secs());
+                log("master", format!("config: {late}"));
+                let _ = reply.send(refused(202, late, self.config_api.version.clone()));
+            } else if unserved.is_none() {
                 let _ = reply.send(answer);
-            } else if now >= until {
-                let late = refused(202, format!("applied, and not every worker it started is ready after {}s: see espalier status", SERVING_WITHIN.as_secs()), self.config_api.version.clone());
-                let _ = reply.send(late);
             } else {
                 self.config_api.waiting.push((answer, reply, until));
             }
