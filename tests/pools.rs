@@ -20,9 +20,14 @@ fn setup(pool_extra: &str, server_extra: &str) -> Setup {
     std::fs::create_dir_all(dir.path().join("www")).unwrap();
     std::fs::write(dir.path().join("www/index.html"), "hello\n").unwrap();
     let (port, admin_port) = (free_port(), free_port());
+    // Two workers unless `pool_extra` says how many.
+    let processes = match pool_extra.contains("processes") {
+        true => "",
+        false => "processes = 2\n",
+    };
     let config = format!(
         "[server]\nadmin = \"127.0.0.1:{admin_port}\"\n{server_extra}\n\
-         [[pool]]\nname = \"web\"\nprocesses = 2\n{pool_extra}\n\
+         [[pool]]\nname = \"web\"\n{processes}{pool_extra}\n\
          [[site]]\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n"
     );
     std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
@@ -188,6 +193,59 @@ fn rapid_fail_stops_the_pool_which_answers_503_until_started() {
         s.running() == 2
     });
     assert_eq!(get(s.addr(), "/", "").status, 200);
+}
+
+/// A pool started again keeps its sockets answered by the master (503) until its worker is
+/// ready: a connection that comes while it starts is answered, not left in the queue for as
+/// long as the start takes (seconds on a loaded machine; here, while its restarts fail on
+/// purpose).
+#[test]
+fn a_started_pools_sockets_are_answered_until_its_workers_are_ready() {
+    let s = setup("processes = 1\n[pool.rapid_fail]\nenabled = false\n", "");
+    // The pool's next nine restarts fail (fault injection; a first start never does, nor
+    // one after a stop): the worker killed, its restarts fail, and the pool is stopped
+    // meanwhile, so the start after it is a restart that fails the rest — seconds of
+    // backoff in which no worker of the pool is ready.
+    let server = s.start_with_env("ESPALIER_FAIL_AT_START", "web:9");
+    let failures = |server: &Server| {
+        server
+            .log_text()
+            .matches("failing at start on purpose")
+            .count()
+    };
+    unsafe {
+        libc::kill(
+            s.workers()[0]["pid"].as_u64().unwrap() as i32,
+            libc::SIGKILL,
+        )
+    };
+    server.wait_until("a restart failing", Duration::from_secs(10), |sv| {
+        failures(sv) > 0
+    });
+    assert!(espalier(&["pool", "stop", "web", "--admin", &s.admin])
+        .status
+        .success());
+    s.wait_until("the workers gone", Duration::from_secs(30), |s| {
+        s.workers().iter().all(|w| w["pid"].is_null())
+    });
+    let before = failures(&server);
+    assert!(espalier(&["pool", "start", "web", "--admin", &s.admin])
+        .status
+        .success());
+    server.wait_until("the start failing", Duration::from_secs(10), |sv| {
+        failures(sv) > before
+    });
+    let r = get(s.addr(), "/", "");
+    assert_eq!(r.status, 503, "{}", server.log_tail(30));
+    s.wait_until("the pool serving again", Duration::from_secs(60), |s| {
+        s.running() == 1
+    });
+    assert_eq!(
+        get(s.addr(), "/", "").status,
+        200,
+        "{}",
+        server.log_tail(30)
+    );
 }
 
 #[test]

@@ -99,7 +99,10 @@ impl Supervisor {
             }
         }
         responders.extend(self.answer_handed_to(name, lb));
-        self.pools[p].responders = responders;
+        // Those of a start whose workers were not ready yet end here: these take over.
+        for r in std::mem::replace(&mut self.pools[p].responders, responders) {
+            r.abort();
+        }
         let answer = match lb {
             LoadBalancer::Http => "answer 503 Service Unavailable",
             LoadBalancer::Tcp => "reset connections (load_balancer = \"tcp\")",
@@ -182,6 +185,31 @@ impl Supervisor {
         answering
     }
 
+    /// Ends the master's answers for each started pool whose workers are all ready (or
+    /// asleep): until then it answered its sockets as while it was stopped, so a connection
+    /// that came during the workers' start was answered, not left in the queue — one CI run
+    /// on a loaded machine saw 16 wait there past their client's 10 s.
+    pub(super) fn end_answers_of_started_pools(&mut self) {
+        for p in 0..self.pools.len() {
+            self.end_answers_once_started(p);
+        }
+    }
+
+    /// As [`Self::end_answers_of_started_pools`], for pool `p` alone (its worker just got
+    /// ready: the answers end before a status can say it runs).
+    pub(super) fn end_answers_once_started(&mut self, p: usize) {
+        if self.pools[p].stopped.is_some() || self.pools[p].responders.is_empty() {
+            return;
+        }
+        let ready = (self.slots.iter().filter(|s| s.pool == p))
+            .all(|s| s.asleep || s.current.as_ref().is_some_and(|c| c.life.is_ready()));
+        if ready {
+            for r in self.pools[p].responders.drain(..) {
+                r.abort();
+            }
+        }
+    }
+
     pub(super) fn start_pool(&mut self, name: &str) -> bool {
         let Some(p) = self.pools.iter().position(|p| p.spec.name == name) else {
             return false;
@@ -190,12 +218,21 @@ impl Supervisor {
         if pool.stopped.take().is_none() {
             return true;
         }
-        for r in pool.responders.drain(..) {
-            r.abort();
-        }
         pool.crashes.clear();
         let now = Instant::now();
         let on_demand = self.pools[p].spec.start == crate::config::StartMode::OnDemand;
+        // An on-demand pool's sockets are the wake's to watch from now; an activated app's
+        // are its own, made blocking for it (the master's accept on them would block its
+        // thread). Another's stay answered here until its workers are ready
+        // (`end_answers_of_started_pools`): else what comes meanwhile waits in the queue
+        // for as long as they take to start.
+        let activated = (self.pools[p].spec.app.as_ref())
+            .is_some_and(|a| a.transport == crate::config::Transport::Activation);
+        if on_demand || activated {
+            for r in self.pools[p].responders.drain(..) {
+                r.abort();
+            }
+        }
         if !on_demand {
             // Its sockets on shared addresses take connections again (an on-demand pool's
             // once it wakes).

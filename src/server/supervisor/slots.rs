@@ -251,8 +251,9 @@ impl Supervisor {
                     p.pid
                 ),
             );
-            let name = slot.spec.name();
+            let (name, pool) = (slot.spec.name(), slot.pool);
             self.started_answering(&name);
+            self.end_answers_once_started(pool);
             self.send_due_hosts();
         } else if slot
             .replacing
