@@ -187,8 +187,9 @@ impl Supervisor {
 
     /// Ends the master's answers for each started pool whose workers are all ready (or
     /// asleep): until then it answered its sockets as while it was stopped, so a connection
-    /// that came during the workers' start was answered, not left in the queue — one CI run
-    /// on a loaded machine saw 16 wait there past their client's 10 s.
+    /// that came during the workers' start was answered, not left in the queue for as long
+    /// as the start took, nor closed unanswered when it failed (see the test
+    /// `pools::a_started_pools_sockets_are_answered_until_its_workers_are_ready`).
     pub(super) fn end_answers_of_started_pools(&mut self) {
         for p in 0..self.pools.len() {
             self.end_answers_once_started(p);
