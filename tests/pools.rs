@@ -202,10 +202,10 @@ fn rapid_fail_stops_the_pool_which_answers_503_until_started() {
 #[test]
 fn a_started_pools_sockets_are_answered_until_its_workers_are_ready() {
     let s = setup("processes = 1\n[pool.rapid_fail]\nenabled = false\n", "");
-    // The pool's next nine restarts fail (fault injection; a first start never does, nor
-    // one after a stop): the worker killed, its restarts fail, and the pool is stopped
-    // meanwhile, so the start after it is a restart that fails the rest — seconds of
-    // backoff in which no worker of the pool is ready.
+    // The pool's next nine restarts fail (fault injection). A first start never does, nor
+    // the start after a stop of a worker that never died: so the worker is killed first,
+    // and the pool stopped while its restarts fail; the start after the stop is then a
+    // restart that fails the rest — seconds of backoff in which no worker of it is ready.
     let server = s.start_with_env("ESPALIER_FAIL_AT_START", "web:9");
     let failures = |server: &Server| {
         server
