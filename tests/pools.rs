@@ -16,18 +16,18 @@ struct Setup {
 }
 
 fn setup(pool_extra: &str, server_extra: &str) -> Setup {
+    setup_of(2, pool_extra, server_extra)
+}
+
+/// As [`setup`], with `processes` workers.
+fn setup_of(processes: u32, pool_extra: &str, server_extra: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("www")).unwrap();
     std::fs::write(dir.path().join("www/index.html"), "hello\n").unwrap();
     let (port, admin_port) = (free_port(), free_port());
-    // Two workers unless `pool_extra` says how many.
-    let processes = match pool_extra.contains("processes") {
-        true => "",
-        false => "processes = 2\n",
-    };
     let config = format!(
         "[server]\nadmin = \"127.0.0.1:{admin_port}\"\n{server_extra}\n\
-         [[pool]]\nname = \"web\"\n{processes}{pool_extra}\n\
+         [[pool]]\nname = \"web\"\nprocesses = {processes}\n{pool_extra}\n\
          [[site]]\nbindings = [\"http://127.0.0.1:{port}\"]\nroot = \"www\"\n[[site.app]]\npool = \"web\"\n"
     );
     std::fs::write(dir.path().join("espalier.toml"), config).unwrap();
@@ -201,7 +201,7 @@ fn rapid_fail_stops_the_pool_which_answers_503_until_started() {
 /// purpose).
 #[test]
 fn a_started_pools_sockets_are_answered_until_its_workers_are_ready() {
-    let s = setup("processes = 1\n[pool.rapid_fail]\nenabled = false\n", "");
+    let s = setup_of(1, "[pool.rapid_fail]\nenabled = false\n", "");
     // The pool's next nine restarts fail (fault injection). A first start never does, nor
     // the start after a stop of a worker that never died: so the worker is killed first,
     // and the pool stopped while its restarts fail; the start after the stop is then a

@@ -202,9 +202,7 @@ impl Supervisor {
         if self.pools[p].stopped.is_some() || self.pools[p].responders.is_empty() {
             return;
         }
-        let ready = (self.slots.iter().filter(|s| s.pool == p))
-            .all(|s| s.asleep || s.current.as_ref().is_some_and(|c| c.life.is_ready()));
-        if ready {
+        if (self.slots.iter().filter(|s| s.pool == p)).all(super::procs::Slot::ready_or_asleep) {
             for r in self.pools[p].responders.drain(..) {
                 r.abort();
             }

@@ -390,6 +390,12 @@ impl Slot {
         }
     }
 
+    /// Whether it serves as planned: its process ready, or asleep (an on-demand one, its
+    /// sockets watched) — what a replaced or stopped pool's connections wait for.
+    pub(super) fn ready_or_asleep(&self) -> bool {
+        self.asleep || self.current.as_ref().is_some_and(|c| c.life.is_ready())
+    }
+
     /// Every process of the slot: the current one, its replacement, and the ones draining.
     pub(super) fn procs(&self) -> impl Iterator<Item = &Proc> {
         self.current

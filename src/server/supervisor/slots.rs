@@ -465,10 +465,9 @@ impl Supervisor {
             if p.life.is_stopping() {
                 continue;
             }
-            let slots: Vec<&Slot> = self.slots.iter().filter(|s| &s.spec.pool == pool).collect();
-            let replaced = slots
-                .iter()
-                .all(|s| s.asleep || s.current.as_ref().is_some_and(|c| c.life.is_ready()));
+            let replaced = (self.slots.iter())
+                .filter(|s| &s.spec.pool == pool)
+                .all(Slot::ready_or_asleep);
             let pool_stopped = self
                 .pools
                 .iter()
