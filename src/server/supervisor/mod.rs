@@ -473,7 +473,6 @@ impl Supervisor {
             self.publish_upstreams(pool);
         }
         self.retire_when_replaced();
-        self.end_answers_of_started_pools();
         self.send_due_hosts();
         self.trim_when_settled(now);
         self.answer_config_calls_served(now);

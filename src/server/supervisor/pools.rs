@@ -185,19 +185,11 @@ impl Supervisor {
         answering
     }
 
-    /// Ends the master's answers for each started pool whose workers are all ready (or
-    /// asleep): until then it answered its sockets as while it was stopped, so a connection
-    /// that came during the workers' start was answered, not left in the queue for as long
-    /// as the start took, nor closed unanswered when it failed (see the test
-    /// `pools::a_started_pools_sockets_are_answered_until_its_workers_are_ready`).
-    pub(super) fn end_answers_of_started_pools(&mut self) {
-        for p in 0..self.pools.len() {
-            self.end_answers_once_started(p);
-        }
-    }
-
-    /// As [`Self::end_answers_of_started_pools`], for pool `p` alone (its worker just got
-    /// ready: the answers end before a status can say it runs).
+    /// Ends the master's answers for started pool `p` once its workers are all ready (or
+    /// asleep); called as each gets ready. Until then it answered its sockets as while it
+    /// was stopped, so a connection that came during the workers' start was answered, not
+    /// left in the queue for as long as the start took, nor closed unanswered when it failed
+    /// (see the test `pools::a_started_pools_sockets_are_answered_until_its_workers_are_ready`).
     pub(super) fn end_answers_once_started(&mut self, p: usize) {
         if self.pools[p].stopped.is_some() || self.pools[p].responders.is_empty() {
             return;
@@ -223,7 +215,7 @@ impl Supervisor {
         // An on-demand pool's sockets are the wake's to watch from now; an activated app's
         // are its own, made blocking for it (the master's accept on them would block its
         // thread). Another's stay answered here until its workers are ready
-        // (`end_answers_of_started_pools`): else what comes meanwhile waits in the queue
+        // (`end_answers_once_started`): else what comes meanwhile waits in the queue
         // for as long as they take to start.
         let activated = (self.pools[p].spec.app.as_ref())
             .is_some_and(|a| a.transport == crate::config::Transport::Activation);

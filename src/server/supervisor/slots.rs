@@ -251,9 +251,8 @@ impl Supervisor {
                     p.pid
                 ),
             );
-            let (name, pool) = (slot.spec.name(), slot.pool);
+            let name = slot.spec.name();
             self.started_answering(&name);
-            self.end_answers_once_started(pool);
             self.send_due_hosts();
         } else if slot
             .replacing
@@ -284,6 +283,10 @@ impl Supervisor {
         if self.slots[i].app.is_some() {
             self.publish_upstreams(self.slots[i].pool);
         }
+        // A started pool's last worker ready (started, or its replacement after a recycle
+        // during the start): the master's answers for it end now, before a status can say
+        // it runs.
+        self.end_answers_once_started(self.slots[i].pool);
         let slot = &self.slots[i];
         let ready = slot.current.iter().chain(slot.replacing.iter());
         if let Some(control) = ready
