@@ -173,18 +173,73 @@ impl WorkerSpec {
 /// What the master tells a running dispatcher when its port's hosts change (`hosts`
 /// control message): the sites in outline, the listener groups' host tables and the hand-off
 /// table — all of its spec that such a change touches (see `supervisor::hosts_live`). Its
-/// threads take it in place of a restart.
+/// threads take it, made whole ([`Hosts`]), in place of a restart.
+///
+/// The sites come as a change of the list the process holds ([`SitesPiece`]): a hoster's add
+/// of one site to 10,000 sends one outline, not 10,000 — made, written, read and freed
+/// again, they took a third of the master's and the dispatcher's time for it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostsUpdate {
     /// Counts the updates the master sent this process; the worker says which one all its
     /// threads took (`hosts-taken`).
+    pub generation: u64,
+    /// The update whose sites `sites` changes — `None`: the sites the process started with,
+    /// and then `sites` keeps none of them.
+    pub after: Option<u64>,
+    pub groups: Vec<Arc<GroupRoutes>>,
+    pub sites: Vec<SitesPiece>,
+    pub handoff_peers: Arc<crate::handoff::Peers>,
+}
+
+/// A run of a dispatcher's new sites: `Kept(from, count)` of the list it holds, in order, or
+/// one site that is not among them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum SitesPiece {
+    Kept(usize, usize),
+    New(Arc<SiteSpec>),
+}
+
+impl HostsUpdate {
+    /// The update whole, its sites made from `before` (the list the process holds); `Err`
+    /// naming a kept run that `before` does not have.
+    pub fn into_hosts(self, before: &[Arc<SiteSpec>]) -> Result<Hosts, String> {
+        let mut sites = Vec::with_capacity(before.len() + 1);
+        for piece in self.sites {
+            match piece {
+                SitesPiece::Kept(from, count) => {
+                    let run = (from.checked_add(count))
+                        .and_then(|end| before.get(from..end))
+                        .ok_or_else(|| {
+                            format!(
+                                "sites {from}..{} kept of {} held",
+                                from.saturating_add(count),
+                                before.len()
+                            )
+                        })?;
+                    sites.extend_from_slice(run);
+                }
+                SitesPiece::New(site) => sites.push(site),
+            }
+        }
+        Ok(Hosts {
+            generation: self.generation,
+            groups: self.groups,
+            sites: Arc::new(sites),
+            handoff_peers: self.handoff_peers,
+        })
+    }
+}
+
+/// A dispatcher's new hosts as its threads take them: a [`HostsUpdate`] with its sites whole.
+#[derive(Debug)]
+pub struct Hosts {
     pub generation: u64,
     pub groups: Vec<Arc<GroupRoutes>>,
     pub sites: Arc<Vec<Arc<SiteSpec>>>,
     pub handoff_peers: Arc<crate::handoff::Peers>,
 }
 
-impl HostsUpdate {
+impl Hosts {
     /// `spec` with the update's sites, groups and hand-off table.
     pub fn applied_to(&self, spec: &WorkerSpec) -> WorkerSpec {
         WorkerSpec {

@@ -1,7 +1,8 @@
 //! A shared port's hosts changed live: a site added, removed or moved on a shared port
 //! changes what the dispatcher routes by (the sites in outline, the host tables, the hand-off
-//! table) and nothing else of it, so its running process takes them as a `hosts` message and
-//! each of its threads routes its next connections by them; and a change that only adds
+//! table) and nothing else of it, so its running process takes them as a `hosts` message —
+//! its sites as a change of those it was last sent — and each of its threads routes its next
+//! connections by them; and a change that only adds
 //! sites (a hosting panel's new site, its pool added before) keeps the plan, the listener
 //! groups' sockets and the hand-off sockets, as a change of a site's insides does.
 //!
@@ -18,15 +19,15 @@
 //! whole comparison of an add — every pool's workers, sites and addresses before and after,
 //! the plan and the groups made again — was a third of the master's time for it.
 
-use super::procs::{HostsDue, Slot};
+use super::procs::{HostsDue, SeenSites, Slot};
 use super::reload_diff::pools_of_sites;
 use super::Supervisor;
-use crate::config::{Config, StartMode};
+use crate::config::{Config, SiteSpec, StartMode};
 use crate::server::control::Message;
 use crate::server::dispatcher::POOL as DISPATCHER;
 use crate::server::listeners::ListenerGroup;
 use crate::server::log;
-use crate::server::spec::{HostsUpdate, WorkerSpec};
+use crate::server::spec::{HostsUpdate, SitesPiece, WorkerSpec};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,20 +79,23 @@ impl Supervisor {
 
     /// Readies slot `i`'s process's hosts as `spec` has them, to be sent once the change's
     /// new workers serve ([`Self::send_due_hosts`], after they are started); the slot keeps
-    /// `spec` for its next start.
+    /// `spec` for its next start. Its sites go as a change of those it was last sent.
     fn tell_hosts(&mut self, i: usize, mut spec: WorkerSpec, mut pools: HashSet<String>) {
         let slot = &mut self.slots[i];
         // Its control groups are made for a slot's start (`make_cgroups_for`): kept.
         spec.cgroups = std::mem::take(&mut slot.spec.cgroups);
-        let (sites, groups) = crate::server::spawn::as_seen(&spec);
         let Some(p) = slot.current.as_mut() else {
             return;
         };
+        // Not the update due, if one is: it is not sent, and this one replaces it.
+        let (pieces, seen) = sites_change(p.hosts_seen.as_ref(), &spec.sites, &spec.pool);
         p.hosts_sent += 1;
         let update = HostsUpdate {
             generation: p.hosts_sent,
-            groups,
-            sites,
+            after: p.hosts_seen.as_ref().map(|s| s.generation),
+            // The dispatcher's groups are its spec's whole (`spawn::as_seen`).
+            groups: spec.groups.clone(),
+            sites: pieces,
             handoff_peers: Arc::clone(&spec.handoff_peers),
         };
         match serde_json::to_string(&update) {
@@ -103,7 +107,17 @@ impl Supervisor {
                 }
                 let line = Message::Hosts(json).line();
                 let since = Instant::now();
-                p.hosts_due = Some(HostsDue { line, since, pools });
+                let seen = SeenSites {
+                    generation: p.hosts_sent,
+                    sources: Arc::clone(&spec.sites),
+                    seen: Arc::new(seen),
+                };
+                p.hosts_due = Some(HostsDue {
+                    line,
+                    since,
+                    pools,
+                    seen,
+                });
             }
             Err(e) => log("master", format!("worker {}: hosts: {e}", spec.name())),
         }
@@ -144,7 +158,9 @@ impl Supervisor {
             };
             if !ready {
                 p.hosts_due = Some(hosts);
-            } else if !p.control.as_ref().is_some_and(|c| c.send(&hosts.line)) {
+            } else if p.control.as_ref().is_some_and(|c| c.send(&hosts.line)) {
+                p.hosts_seen = Some(hosts.seen);
+            } else {
                 // Its control socket is gone or full: its exit, or the pings' deadline,
                 // replaces it, and its successor starts with the new hosts.
                 log(
@@ -279,6 +295,49 @@ pub(super) struct Added {
     owners: Vec<(usize, crate::server::listeners::SocketOwners)>,
 }
 
+/// `sources` (a configuration's sites) as dispatcher `pool` holds them — in outline — and
+/// as a change of those it was last sent (`before`): a site whose configuration is the very
+/// one `before` was made from (the same `Arc`: a change keeps every site it did not touch)
+/// is kept, in runs; another is made in outline and sent.
+fn sites_change(
+    before: Option<&SeenSites>,
+    sources: &[Arc<SiteSpec>],
+    pool: &str,
+) -> (Vec<SitesPiece>, Vec<Arc<SiteSpec>>) {
+    // `before` holds its sources: none of their addresses is another site's meanwhile.
+    let index: rustc_hash::FxHashMap<usize, usize> = (before.iter())
+        .flat_map(|b| b.sources.iter().enumerate())
+        .map(|(k, s)| (Arc::as_ptr(s) as usize, k))
+        .collect();
+    let mut pieces = Vec::new();
+    let mut seen = Vec::with_capacity(sources.len());
+    for site in sources {
+        match (before, index.get(&(Arc::as_ptr(site) as usize))) {
+            (Some(before), Some(&k)) => {
+                seen.push(Arc::clone(&before.seen[k]));
+                match pieces.last_mut() {
+                    Some(SitesPiece::Kept(from, count)) if *from + *count == k => *count += 1,
+                    _ => pieces.push(SitesPiece::Kept(k, 1)),
+                }
+            }
+            _ => {
+                let outline = site.as_seen_by(site, pool);
+                seen.push(Arc::clone(&outline));
+                pieces.push(SitesPiece::New(outline));
+            }
+        }
+    }
+    #[cfg(debug_assertions)]
+    for (site, outline) in sources.iter().zip(&seen) {
+        assert_eq!(
+            **outline,
+            *site.as_seen_by(site, pool),
+            "a kept site's outline"
+        );
+    }
+    (pieces, seen)
+}
+
 /// Whether address group `a` of `old` and `b` of `new` look the same to the pools there:
 /// the same pools, and each host's site the same in outline (its index may have moved).
 fn same_outline(a: &ListenerGroup, old: &Config, b: &ListenerGroup, new: &Config) -> bool {
@@ -323,4 +382,87 @@ fn the_rest(spec: &WorkerSpec) -> Option<Vec<u8>> {
         ..spec.clone()
     };
     serde_json::to_vec(&rest).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::fixture;
+
+    /// Sites `names`, each with its own pool, on one shared port.
+    fn sites(names: &[&str]) -> Vec<Arc<SiteSpec>> {
+        let mut text = String::new();
+        for name in names {
+            text += &format!("[[pool]]\nname = \"p{name}\"\ncpus = \"0\"\n[[site]]\nname = \"{name}\"\nbindings = [\"http://127.0.0.1:8080:{name}.test\"]\n[[site.app]]\npool = \"p{name}\"\n");
+        }
+        let path = std::path::Path::new("h.toml");
+        Config::parse(&text, path, &fixture("dl980")).unwrap().sites
+    }
+
+    /// What the dispatcher makes of `pieces` (sent through JSON, as the `hosts` line) over
+    /// the list it holds.
+    fn taken(
+        pieces: &[SitesPiece],
+        after: Option<u64>,
+        held: &[Arc<SiteSpec>],
+    ) -> Result<Vec<Arc<SiteSpec>>, String> {
+        let update = HostsUpdate {
+            generation: after.unwrap_or(0) + 1,
+            after,
+            groups: Vec::new(),
+            sites: pieces.to_vec(),
+            handoff_peers: Default::default(),
+        };
+        let json = serde_json::to_string(&update).unwrap();
+        let update: HostsUpdate = serde_json::from_str(&json).unwrap();
+        let held = if after.is_some() { held } else { &[] };
+        Ok(update.into_hosts(held)?.sites.to_vec())
+    }
+
+    #[test]
+    fn an_added_site_is_sent_alone_and_the_dispatcher_keeps_the_others() {
+        let first = sites(&["a", "b", "c", "d"]);
+        // The first update after its start sends every site, in outline.
+        let (pieces, seen) = sites_change(None, &first, DISPATCHER);
+        assert_eq!(pieces.len(), 4);
+        assert!(pieces.iter().all(|p| matches!(p, SitesPiece::New(_))));
+        let held = taken(&pieces, None, &[]).unwrap();
+        assert_eq!(held, seen);
+        let before = SeenSites {
+            generation: 1,
+            sources: Arc::new(first.clone()),
+            seen: Arc::new(seen),
+        };
+        // A site added between b and c, and d changed (a new configuration of it).
+        let added = sites(&["x"]).remove(0);
+        let changed_d = Arc::new((*first[3]).clone());
+        let next = vec![
+            Arc::clone(&first[0]),
+            Arc::clone(&first[1]),
+            Arc::clone(&added),
+            Arc::clone(&first[2]),
+            changed_d,
+        ];
+        let (pieces, seen) = sites_change(Some(&before), &next, DISPATCHER);
+        let outline = added.as_seen_by(&added, DISPATCHER);
+        assert_eq!(
+            pieces,
+            vec![
+                SitesPiece::Kept(0, 2),
+                SitesPiece::New(outline),
+                SitesPiece::Kept(2, 1),
+                SitesPiece::New(first[3].as_seen_by(&first[3], DISPATCHER)),
+            ]
+        );
+        let now = taken(&pieces, Some(1), &held).unwrap();
+        assert_eq!(now, seen);
+        let names: Vec<&str> = now.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "x", "c", "d"]);
+        // What it kept is what it held, not a copy.
+        assert!(Arc::ptr_eq(&now[3], &held[2]));
+        // A run it does not hold is refused, not cut short.
+        let wrong = taken(&[SitesPiece::Kept(3, 2)], Some(1), &held).unwrap_err();
+        assert_eq!(wrong, "sites 3..5 kept of 4 held");
+        assert!(taken(&[SitesPiece::Kept(usize::MAX, 2)], Some(1), &held).is_err());
+    }
 }

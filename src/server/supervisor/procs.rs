@@ -9,6 +9,7 @@ use crate::config::{AppCommand, PoolSpec, Transport};
 use crate::os;
 use crate::server::spec::WorkerSpec;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
@@ -58,6 +59,9 @@ pub(super) struct Proc {
     pub(super) hosts_taken: u64,
     /// A dispatcher's `hosts` line not sent yet.
     pub(super) hosts_due: Option<HostsDue>,
+    /// The sites a dispatcher was last sent, which the next update changes (`None`: those
+    /// it started with, and the next update sends all).
+    pub(super) hosts_seen: Option<SeenSites>,
 }
 
 /// A dispatcher's `hosts` line not sent yet (see `super::hosts_live`): since when, and the
@@ -67,6 +71,17 @@ pub(super) struct HostsDue {
     pub(super) line: String,
     pub(super) since: std::time::Instant,
     pub(super) pools: std::collections::HashSet<String>,
+    /// The sites it sends, for the update after it.
+    pub(super) seen: SeenSites,
+}
+
+/// The sites a `hosts` update gave a dispatcher (see `super::hosts_live`): the update, the
+/// configuration's sites it was made from, and each as the dispatcher holds it (in outline),
+/// in the same order.
+pub(super) struct SeenSites {
+    pub(super) generation: u64,
+    pub(super) sources: Arc<Vec<Arc<crate::config::SiteSpec>>>,
+    pub(super) seen: Arc<Vec<Arc<crate::config::SiteSpec>>>,
 }
 
 /// The state of one application process (a pool with `command`).

@@ -18,6 +18,7 @@ use super::Supervisor;
 use crate::config::document::version_on_disk;
 use crate::config::Config;
 use crate::server::lifecycle;
+#[cfg(debug_assertions)]
 use crate::server::listeners::ListenerGroup;
 use crate::server::log;
 use std::collections::{HashMap, HashSet};

@@ -198,6 +198,7 @@ impl Supervisor {
             hosts_sent: 0,
             hosts_taken: 0,
             hosts_due: None,
+            hosts_seen: None,
         };
         let slot = &mut self.slots[i];
         if replacing {

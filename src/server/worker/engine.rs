@@ -18,7 +18,7 @@ use crate::http::HeadLimits;
 use crate::os;
 use crate::proxy::{GroupSource, ProxyRoute, SharedTiers};
 use crate::routing::GroupRoutes;
-use crate::server::spec::{HostsUpdate, ThreadSpec, WorkerSpec};
+use crate::server::spec::{Hosts, ThreadSpec, WorkerSpec};
 use crate::server::worker_health::{ThreadHealth, HEARTBEAT};
 use std::cell::Cell;
 use std::rc::Rc;
@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 /// How the threads hear of a dispatcher's new hosts, and say which update they took:
 /// `(thread, generation)`.
 pub(super) type HostsChannels = (
-    watch::Receiver<Option<Arc<HostsUpdate>>>,
+    watch::Receiver<Option<Arc<Hosts>>>,
     tokio::sync::mpsc::UnboundedSender<(usize, u64)>,
 );
 
@@ -42,7 +42,7 @@ pub(super) struct ThreadChannels {
     pub(super) accepts_no_more: std::sync::mpsc::Sender<()>,
     /// A dispatcher's new hosts (see `supervisor::hosts_live`), and where the thread says
     /// which update it took: `(thread, generation)`.
-    pub(super) hosts: watch::Receiver<Option<Arc<HostsUpdate>>>,
+    pub(super) hosts: watch::Receiver<Option<Arc<Hosts>>>,
     pub(super) hosts_taken: tokio::sync::mpsc::UnboundedSender<(usize, u64)>,
 }
 
@@ -200,7 +200,7 @@ impl Serving {
         &self,
         (spec, t): (&WorkerSpec, usize),
         (health, tiers, shared): (&ThreadHealth, Arc<SharedTiers>, &Shared),
-        mut hosts: watch::Receiver<Option<Arc<HostsUpdate>>>,
+        mut hosts: watch::Receiver<Option<Arc<Hosts>>>,
         taken: tokio::sync::mpsc::UnboundedSender<(usize, u64)>,
     ) {
         while hosts.changed().await.is_ok() {

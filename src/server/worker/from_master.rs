@@ -9,10 +9,11 @@
 //! share only what is passed here: health, tiers, upstream groups, the certificate store).
 
 use crate::certs::store::StoreKeys;
+use crate::config::SiteSpec;
 use crate::proxy::{GroupHealth, SharedTiers};
 use crate::server::control::Message;
 use crate::server::log;
-use crate::server::spec::{HostsUpdate, WorkerSpec};
+use crate::server::spec::{Hosts, HostsUpdate, WorkerSpec};
 use crate::server::worker_health::{cache_figures, pong, site_meters, ThreadHealth};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -28,38 +29,51 @@ pub(super) struct Shared<'a> {
     pub(super) tickets: &'a crate::tls::tickets::SharedTicketer,
 }
 
-/// A dispatcher's new hosts, passed on to its threads, and which update each took (see
-/// `supervisor::hosts_live`).
+/// A dispatcher's new hosts, made whole from the sites it holds and passed on to its
+/// threads, and which update each took (see `supervisor::hosts_live`).
 pub(super) struct HostsTold {
-    to_threads: tokio::sync::watch::Sender<Option<Arc<HostsUpdate>>>,
+    to_threads: tokio::sync::watch::Sender<Option<Arc<Hosts>>>,
     taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
     /// Per thread, the last update it took.
     took: Vec<u64>,
+    /// The sites the process holds, and the update that gave them (0: its start).
+    sites: (Arc<Vec<Arc<SiteSpec>>>, u64),
 }
 
 impl HostsTold {
     pub(super) fn new(
-        to_threads: tokio::sync::watch::Sender<Option<Arc<HostsUpdate>>>,
+        to_threads: tokio::sync::watch::Sender<Option<Arc<Hosts>>>,
         taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
-        threads: usize,
+        spec: &WorkerSpec,
     ) -> Self {
         HostsTold {
             to_threads,
             taken,
-            took: vec![0; threads],
+            took: vec![0; spec.threads.len()],
+            sites: (Arc::clone(&spec.sites), 0),
         }
     }
 
-    /// Passes the master's `hosts` line on to the threads.
-    fn tell(&self, spec: &WorkerSpec, json: &str) {
-        match serde_json::from_str::<HostsUpdate>(json) {
-            Ok(update) => {
-                self.to_threads.send_replace(Some(Arc::new(update)));
+    /// Passes the master's `hosts` line on to the threads, its sites made whole. One that
+    /// changes sites this process does not hold is refused with a line: its threads keep
+    /// their hosts, and the master, never told they took it, answers the change late.
+    fn tell(&mut self, spec: &WorkerSpec, json: &str) {
+        let made = serde_json::from_str::<HostsUpdate>(json)
+            .map_err(|e| format!("unreadable hosts from the master: {e}"))
+            .and_then(|update| match update.after {
+                Some(after) if after != self.sites.1 => Err(format!(
+                    "hosts from the master change update {after}'s sites, and this process holds update {}'s",
+                    self.sites.1
+                )),
+                None => update.into_hosts(&[]),
+                Some(_) => update.into_hosts(&self.sites.0),
+            });
+        match made {
+            Ok(hosts) => {
+                self.sites = (Arc::clone(&hosts.sites), hosts.generation);
+                self.to_threads.send_replace(Some(Arc::new(hosts)));
             }
-            Err(e) => log(
-                &spec.name(),
-                format!("unreadable hosts from the master: {e}"),
-            ),
+            Err(e) => log(&spec.name(), format!("{e}: not taken")),
         }
     }
 
