@@ -58,17 +58,7 @@ impl HostsTold {
     /// changes sites this process does not hold is refused with a line: its threads keep
     /// their hosts, and the master, never told they took it, answers the change late.
     fn tell(&mut self, spec: &WorkerSpec, json: &str) {
-        let made = serde_json::from_str::<HostsUpdate>(json)
-            .map_err(|e| format!("unreadable hosts from the master: {e}"))
-            .and_then(|update| match update.after {
-                Some(after) if after != self.sites.1 => Err(format!(
-                    "hosts from the master change update {after}'s sites, and this process holds update {}'s",
-                    self.sites.1
-                )),
-                None => update.into_hosts(&[]),
-                Some(_) => update.into_hosts(&self.sites.0),
-            });
-        match made {
+        match hosts_from(json, (&self.sites.0, self.sites.1)) {
             Ok(hosts) => {
                 self.sites = (Arc::clone(&hosts.sites), hosts.generation);
                 self.to_threads.send_replace(Some(Arc::new(hosts)));
@@ -86,6 +76,21 @@ impl HostsTold {
         }
         let all = self.took.iter().copied().min()?;
         (all > before).then(|| Message::HostsTaken(all).line())
+    }
+}
+
+/// The master's `hosts` line made whole over the sites this process holds (`held`, and the
+/// update that gave them: 0 for its start), or why not.
+pub(super) fn hosts_from(json: &str, held: (&[Arc<SiteSpec>], u64)) -> Result<Hosts, String> {
+    let update = serde_json::from_str::<HostsUpdate>(json)
+        .map_err(|e| format!("unreadable hosts from the master: {e}"))?;
+    match update.after {
+        None => update.into_hosts(&[]),
+        Some(after) if after == held.1 => update.into_hosts(held.0),
+        Some(after) => Err(format!(
+            "hosts from the master change update {after}'s sites, and this process holds update {}'s",
+            held.1
+        )),
     }
 }
 
