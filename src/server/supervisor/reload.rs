@@ -12,7 +12,8 @@
 use super::life::{Happening, Restart};
 use super::procs::{PoolRt, Slot};
 use super::reload_diff::{
-    changed_pools, pools_of_sites, sites_added_alone, sites_changed_alone, Picture,
+    changed_pools, plan_keeps_others, pools_added_alone, pools_of_sites, sites_added_alone,
+    sites_changed_alone, Picture,
 };
 use super::Supervisor;
 use crate::config::document::version_on_disk;
@@ -106,19 +107,28 @@ impl Supervisor {
         old_server.admin = new.server.admin;
         let server_changed = old_server != new.server;
         let mut wanted = crate::server::listeners::wanted_groups(&new);
-        let changed = changed_pools(
-            &Picture {
-                config: &self.config,
-                groups: &self.groups,
-                plan: &self.plan,
-            },
-            &Picture {
-                config: &new,
-                groups: &wanted,
-                plan: &plan,
-            },
-            server_changed,
-        );
+        let old_picture = Picture {
+            config: &self.config,
+            groups: &self.groups,
+            plan: &self.plan,
+        };
+        let new_picture = Picture {
+            config: &new,
+            groups: &wanted,
+            plan: &plan,
+        };
+        let changed = match pools_added_alone(&self.config, &new) {
+            Some(added) if plan_keeps_others(&self.plan, &plan, &added) => {
+                #[cfg(debug_assertions)]
+                assert_eq!(
+                    added,
+                    changed_pools(&old_picture, &new_picture, server_changed),
+                    "the pools an add of pools alone changes"
+                );
+                added
+            }
+            _ => changed_pools(&old_picture, &new_picture, server_changed),
+        };
         let new_names: HashSet<&str> = new.pools.iter().map(|p| p.name.as_str()).collect();
         let removed: Vec<String> = self
             .config
