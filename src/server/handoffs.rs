@@ -137,9 +137,11 @@ impl Handoffs {
             })?;
             self.wake = Some((path, socket));
         }
-        let threads = planned_threads_by_pool(plan, pools, |_| true);
-        for pool in sharing.into_iter().filter(|p| !asleep(p)) {
-            for &(index, _, cpu) in threads.get(pool).into_iter().flatten() {
+        // The awake sharing pools' threads alone: a hoster's 10,000 pools sleep but a few.
+        let awake: HashSet<&str> = sharing.into_iter().filter(|p| !asleep(p)).collect();
+        let threads = planned_threads_by_pool(plan, pools, |p| awake.contains(p));
+        for (pool, threads) in threads {
+            for (index, _, cpu) in threads {
                 self.open(pool, index, cpu)?;
             }
         }
@@ -228,7 +230,9 @@ impl Handoffs {
         plan: &Plan,
     ) {
         let sharing: HashSet<&str> = sharing_pools(groups).into_iter().collect();
-        let threads = planned_threads_by_pool(plan, pools, |_| true);
+        // The threads of the pools with a socket alone (not a hoster's 10,000 asleep).
+        let open: HashSet<String> = self.sockets.iter().map(|s| s.pool.clone()).collect();
+        let threads = planned_threads_by_pool(plan, pools, |p| open.contains(p));
         self.sockets.retain(|s| {
             let keep = sharing.contains(s.pool.as_str())
                 && threads.get(s.pool.as_str()).is_some_and(|t| {

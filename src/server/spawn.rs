@@ -53,12 +53,13 @@ pub(super) fn worker_specs(
         hand_off_tables(config, plan, (groups, handoffs), topology, &wanted);
     let no_peers = Arc::new(crate::handoff::Peers::default());
     let handoff_fds = handoffs.fds();
-    let pools: HashMap<&str, &PoolSpec> = config
-        .pools
-        .iter()
+    // The wanted pools alone: a reload of one pool of 10,000 looks each up once, and
+    // indexes it alone.
+    let pools: rustc_hash::FxHashMap<&str, &PoolSpec> = (config.pools.iter())
+        .filter(|p| wanted(&p.name))
         .map(|p| (p.name.as_str(), &**p))
         .collect();
-    let (groups_of, socket_of) = socket_index(groups);
+    let (groups_of, socket_of) = socket_index(groups, |pool| pools.contains_key(pool));
     let senders = super::handoffs::senders(&config.pools);
     // Once, not per worker (the probe is cached; the environment and the text are not).
     let uring = super::io_path(&config.server).is_ok_and(|p| p.uring);
@@ -69,9 +70,7 @@ pub(super) fn worker_specs(
         .filter_map(|(w, worker)| {
             // The plan names configured pools (it was made from them); a reload asks only for
             // the pools it changes.
-            let pool = *pools
-                .get(worker.pool.as_str())
-                .filter(|_| wanted(&worker.pool))?;
+            let pool = *pools.get(worker.pool.as_str())?;
             let my_groups: &[usize] = groups_of.get(pool.name.as_str()).map_or(&[], Vec::as_slice);
             let sockets = Sockets {
                 groups,
@@ -156,16 +155,17 @@ fn hand_off_tables(
     (Arc::new(peers), to_dispatcher)
 }
 
-/// Per pool, the groups it serves; per group, each (worker, thread)'s socket.
+/// Per pool (of those `wanted`), the groups it serves; per group, each (worker, thread)'s
+/// socket.
 type SocketIndex<'a> = (
     HashMap<&'a str, Vec<usize>>,
     Vec<HashMap<(usize, usize), usize>>,
 );
 
-fn socket_index(groups: &[ListenerGroup]) -> SocketIndex<'_> {
+fn socket_index(groups: &[ListenerGroup], wanted: impl Fn(&str) -> bool) -> SocketIndex<'_> {
     let mut groups_of: HashMap<&str, Vec<usize>> = HashMap::new();
     for (g, group) in groups.iter().enumerate() {
-        for pool in &group.pools {
+        for pool in group.pools.iter().filter(|p| wanted(p)) {
             groups_of.entry(pool.as_str()).or_default().push(g);
         }
     }

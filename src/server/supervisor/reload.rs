@@ -22,7 +22,9 @@ use crate::server::lifecycle;
 #[cfg(debug_assertions)]
 use crate::server::listeners::ListenerGroup;
 use crate::server::log;
-use std::collections::{HashMap, HashSet};
+// Keyed by the pools' names, 10,000 of them at each change: not SipHash.
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::HashSet;
 use std::time::Instant;
 
 impl Supervisor {
@@ -399,7 +401,7 @@ impl Supervisor {
                 rt.spec = p.clone();
             }
         }
-        let mut index = HashMap::with_capacity(self.pools.len());
+        let mut index = HashMap::with_capacity_and_hasher(self.pools.len(), Default::default());
         for (i, p) in self.pools.iter().enumerate() {
             index.entry(p.spec.name.clone()).or_insert(i);
         }
