@@ -88,11 +88,12 @@ impl Supervisor {
             return;
         };
         // Not the update due, if one is: it is not sent, and this one replaces it.
-        let (pieces, seen) = sites_change(p.hosts_seen.as_ref(), &spec.sites, &spec.pool);
+        let base = change_base(p.hosts_seen.as_ref(), p.hosts_taken);
+        let (pieces, seen) = sites_change(base, &spec.sites, &spec.pool);
         p.hosts_sent += 1;
         let update = HostsUpdate {
             generation: p.hosts_sent,
-            after: p.hosts_seen.as_ref().map(|s| s.generation),
+            after: base.map(|s| s.generation),
             // The dispatcher's groups are its spec's whole (`spawn::as_seen`).
             groups: spec.groups.clone(),
             sites: pieces,
@@ -295,6 +296,13 @@ pub(super) struct Added {
     owners: Vec<(usize, crate::server::listeners::SocketOwners)>,
 }
 
+/// The sites a dispatcher's next update changes: those it was last sent once its threads
+/// all took them (`taken`, which it says only of an update it read) — else none, and the
+/// update sends all: one it has not taken yet, or refused, is not what it holds.
+fn change_base(seen: Option<&SeenSites>, taken: u64) -> Option<&SeenSites> {
+    seen.filter(|s| taken >= s.generation)
+}
+
 /// `sources` (a configuration's sites) as dispatcher `pool` holds them — in outline — and
 /// as a change of those it was last sent (`before`): a site whose configuration is the very
 /// one `before` was made from (the same `Arc`: a change keeps every site it did not touch)
@@ -464,5 +472,9 @@ mod tests {
         let wrong = taken(&[SitesPiece::Kept(3, 2)], Some(1), &held).unwrap_err();
         assert_eq!(wrong, "sites 3..5 kept of 4 held");
         assert!(taken(&[SitesPiece::Kept(usize::MAX, 2)], Some(1), &held).is_err());
+        // Changed from update 1 once the dispatcher said it took it; before, all again.
+        assert!(change_base(Some(&before), 0).is_none());
+        assert!(change_base(Some(&before), 1).is_some());
+        assert!(change_base(None, 1).is_none());
     }
 }

@@ -56,7 +56,8 @@ impl HostsTold {
 
     /// Passes the master's `hosts` line on to the threads, its sites made whole. One that
     /// changes sites this process does not hold is refused with a line: its threads keep
-    /// their hosts, and the master, never told they took it, answers the change late.
+    /// their hosts, and the master, never told they took it, answers the change late and
+    /// sends every site with the next.
     fn tell(&mut self, spec: &WorkerSpec, json: &str) {
         match hosts_from(json, (&self.sites.0, self.sites.1)) {
             Ok(hosts) => {
