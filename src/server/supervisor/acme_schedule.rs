@@ -25,10 +25,17 @@ pub(super) const RATE_LIMITED_BACK_OFF: Duration = Duration::from_secs(3600);
 /// in seconds rather than a minute.
 pub(super) const BAD_NONCE_BACK_OFF: Duration = Duration::from_secs(5);
 
+/// How a member says that another member's order of the name failed (its cause after it):
+/// the fleet's failure, which lives under a lease for the first back-off's time.
+pub(super) const FLEET_FAILED: &str = "the fleet's order failed: ";
+
 /// How long a name waits after `failures` failed orders in a row, the last one's cause
 /// `cause`.
 pub(super) fn back_off(failures: u32, cause: &str) -> Duration {
-    if failures <= 1 && cause.contains("badNonce") {
+    // A fleet's nonce failure seen by a member (the one that ordered, too, when its retry
+    // comes before etcd lets the failure's lease go — its lessor looks every 500 ms) is
+    // not a failure of its own: counted as one, it doubled the wait to two minutes.
+    if (failures <= 1 || cause.starts_with(FLEET_FAILED)) && cause.contains("badNonce") {
         return BAD_NONCE_BACK_OFF;
     }
     let doubled = FIRST_BACK_OFF * 2u32.saturating_pow(failures.saturating_sub(1)).min(1 << 10);

@@ -11,6 +11,7 @@
 //! (`server::acme_fleet`), the ACME exchange (`server::acme`), or mirroring what etcd holds
 //! into the store (the master's `fleet_files`).
 
+use super::super::acme_schedule::FLEET_FAILED;
 use crate::config::AcmeSettings;
 use crate::server::acme_fleet::{FleetLink, Lock};
 use crate::server::supervisor::event::Issued;
@@ -73,7 +74,7 @@ where
             return Ok(Issued { until, by });
         }
         if let Some(cause) = link.failure(name).await? {
-            return Err(format!("the fleet's order failed: {cause}"));
+            return Err(format!("{FLEET_FAILED}{cause}"));
         }
         let until = match order_once(link.clone()).await {
             Ok(until) => until,
@@ -105,7 +106,7 @@ async fn wait_for_other(
     match fleet_pair(store, link, name).await? {
         Some(until) => Ok(Some(until)),
         None => match link.failure(name).await? {
-            Some(cause) => Err(format!("the fleet's order failed: {cause}")),
+            Some(cause) => Err(format!("{FLEET_FAILED}{cause}")),
             None => Ok(None),
         },
     }

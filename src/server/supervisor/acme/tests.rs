@@ -1,4 +1,6 @@
-use super::super::acme_schedule::{BAD_NONCE_BACK_OFF, LONGEST_BACK_OFF, RATE_LIMITED_BACK_OFF};
+use super::super::acme_schedule::{
+    BAD_NONCE_BACK_OFF, FLEET_FAILED, LONGEST_BACK_OFF, RATE_LIMITED_BACK_OFF,
+};
 use super::*;
 use std::time::Duration;
 
@@ -14,4 +16,11 @@ fn failures_back_off_doubling_and_a_rate_limit_waits_an_hour() {
     let nonce = "the CSR was refused: API error: JWS has an invalid anti-replay nonce (urn:ietf:params:acme:error:badNonce)";
     assert_eq!(back_off(1, nonce), BAD_NONCE_BACK_OFF);
     assert_eq!(back_off(2, nonce), Duration::from_secs(120));
+    // The fleet's nonce failure, seen by a member however many it saw: seconds again.
+    let fleets = format!("{FLEET_FAILED}{nonce}");
+    assert_eq!(back_off(2, &fleets), BAD_NONCE_BACK_OFF);
+    assert_eq!(
+        back_off(2, &format!("{FLEET_FAILED}refused")),
+        Duration::from_secs(120)
+    );
 }
