@@ -55,9 +55,19 @@ struct OwnSites<'a>(SmallVec<[&'a Arc<SiteSpec>; 2]>);
 
 impl PartialEq for OwnSites<'_> {
     fn eq(&self, other: &Self) -> bool {
-        self.0.len() == other.0.len()
-            && (self.0.iter().zip(&other.0)).all(|(a, b)| Arc::ptr_eq(a, b) || a == b)
+        self.0.len() == other.0.len() && (self.0.iter().zip(&other.0)).all(|(a, b)| same(a, b))
     }
+}
+
+/// Whether a pool or site is the same before and after: the one kept from the last
+/// configuration (shared, told without looking inside), or equal.
+fn same<T: PartialEq>(a: &Arc<T>, b: &Arc<T>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+/// Whether two lists of pools or sites are the same, each in its place.
+fn same_list<T: PartialEq>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same(a, b))
 }
 
 /// A pool's planned workers (a hoster's pool has one: kept inline, 10,000 of them).
@@ -231,9 +241,7 @@ pub(super) fn changed_pools<'a>(
             };
             server_changed
                 || (!upstreams_same && upstreams_changed(name, &after, old.config, new.config))
-                || !old_pools
-                    .get(name)
-                    .is_some_and(|old| Arc::ptr_eq(old, p) || **old == **p)
+                || !old_pools.get(name).is_some_and(|old| same(old, p))
                 || before.workers.get(name) != after.workers.get(name)
                 || before.own_sites.get(name) != after.own_sites.get(name)
                 || before.addrs.get(name).unwrap_or(&none) != addrs
@@ -257,9 +265,7 @@ const SITES_TOLD_APART: usize = 64;
 /// [`changed_pools`] would say, without its passes over every pool and site (at 10,000 sites
 /// they were a fifth of an API change's time). Debug builds check that it says the same.
 pub(super) fn sites_changed_alone(old: &Config, new: &Config) -> Option<SmallVec<[usize; 4]>> {
-    let same_pools = old.pools.len() == new.pools.len()
-        && (old.pools.iter().zip(&new.pools)).all(|(a, b)| Arc::ptr_eq(a, b) || a == b);
-    if !same_pools
+    if !same_list(&old.pools, &new.pools)
         || old.sites.len() != new.sites.len()
         || old.server != new.server
         || old.upstreams != new.upstreams
@@ -268,7 +274,7 @@ pub(super) fn sites_changed_alone(old: &Config, new: &Config) -> Option<SmallVec
     }
     let mut changed = SmallVec::new();
     for (i, (a, b)) in old.sites.iter().zip(&new.sites).enumerate() {
-        if Arc::ptr_eq(a, b) || a == b {
+        if same(a, b) {
             continue;
         }
         if !seen_alike(a, b) || changed.len() == SITES_TOLD_APART {
@@ -296,11 +302,9 @@ fn seen_alike(a: &SiteSpec, b: &SiteSpec) -> bool {
 /// listener groups keep their sockets is the caller's to see (`hosts_live`).
 pub(super) fn sites_added_alone(old: &Config, new: &Config) -> Option<SmallVec<[usize; 4]>> {
     let added = new.sites.len().checked_sub(old.sites.len())?;
-    let same_pools = old.pools.len() == new.pools.len()
-        && (old.pools.iter().zip(&new.pools)).all(|(a, b)| Arc::ptr_eq(a, b) || a == b);
     if added == 0
         || added > SITES_TOLD_APART
-        || !same_pools
+        || !same_list(&old.pools, &new.pools)
         || old.server != new.server
         || old.upstreams != new.upstreams
     {
@@ -313,7 +317,7 @@ pub(super) fn sites_added_alone(old: &Config, new: &Config) -> Option<SmallVec<[
             // Names are unique: a site of before, matched in order.
             Some(a) if a.name == b.name => {
                 let a = before.next()?;
-                if Arc::ptr_eq(a, b) || a == b {
+                if same(a, b) {
                     continue;
                 }
                 if !seen_alike(a, b) {
@@ -343,10 +347,9 @@ pub(super) fn pools_added_alone(old: &Config, new: &Config) -> Option<Vec<String
     let added = new.pools.len().checked_sub(old.pools.len())?;
     if added == 0
         || added > SITES_TOLD_APART
-        || old.sites.len() != new.sites.len()
         || old.server != new.server
         || old.upstreams != new.upstreams
-        || !(old.sites.iter().zip(&new.sites)).all(|(a, b)| Arc::ptr_eq(a, b) || a == b)
+        || !same_list(&old.sites, &new.sites)
     {
         return None;
     }
@@ -357,7 +360,7 @@ pub(super) fn pools_added_alone(old: &Config, new: &Config) -> Option<Vec<String
             // Names are unique: a pool of before, matched in order.
             Some(a) if a.name == pool.name => {
                 let a = before.next()?;
-                if !(Arc::ptr_eq(a, pool) || a == pool) {
+                if !same(a, pool) {
                     return None;
                 }
             }
