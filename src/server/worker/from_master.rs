@@ -36,7 +36,9 @@ pub(super) struct HostsTold {
     taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
     /// Per thread, the last update it took.
     took: Vec<u64>,
-    /// The sites the process holds, and the update that gave them (0: its start).
+    /// The sites the last update gave the process, and that update: none until the first,
+    /// which the master sends whole (`after: None`), as it does after any it was not told
+    /// was taken.
     sites: (Arc<Vec<Arc<SiteSpec>>>, u64),
 }
 
@@ -44,13 +46,13 @@ impl HostsTold {
     pub(super) fn new(
         to_threads: tokio::sync::watch::Sender<Option<Arc<Hosts>>>,
         taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
-        spec: &WorkerSpec,
+        threads: usize,
     ) -> Self {
         HostsTold {
             to_threads,
             taken,
-            took: vec![0; spec.threads.len()],
-            sites: (Arc::clone(&spec.sites), 0),
+            took: vec![0; threads],
+            sites: (Arc::default(), 0),
         }
     }
 
