@@ -128,7 +128,7 @@ impl ConfigFiles {
     pub fn read(main: &Path) -> Result<ConfigFiles, String> {
         // Absolute, as the validator names the files an overlay stands in for.
         let main = &std::path::absolute(main).unwrap_or_else(|_| main.to_path_buf());
-        let first = read_file(main, true)?;
+        let first = read_file(main.clone(), true)?;
         let base = main.parent().filter(|p| !p.as_os_str().is_empty());
         let base = base.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         let patterns: Vec<String> = (first.doc().get("include"))
@@ -151,7 +151,7 @@ impl ConfigFiles {
         let mut files = Vec::with_capacity(1 + paths.len());
         files.push(first);
         for path in paths {
-            files.push(read_file(&path, false)?);
+            files.push(read_file(path, false)?);
         }
         let include = patterns.iter().find_map(|pattern| {
             let full = base.join(pattern);
@@ -190,6 +190,17 @@ impl ConfigFiles {
             })
             .collect();
         version_of(texts.iter().map(|(p, t)| (*p, &**t)).collect())
+    }
+
+    /// The version of the files as they were read, whatever this edit did since: what a
+    /// refusal names. Asked only then — at 10,000 files, hashing them is a cost a write that
+    /// is applied does not need twice.
+    pub fn version_as_read(&self) -> String {
+        let texts = self.files.iter().filter_map(|f| {
+            let read = f.read.as_deref()?;
+            Some((f.path.as_path(), read))
+        });
+        version_of(texts.collect())
     }
 
     /// `part` as JSON (`None`: no such pool, site or group).
@@ -515,12 +526,18 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
 /// The files `patterns` (the main file's `include`, relative to `base`, its folder) match
 /// now, each once, in the patterns' order, and never `main` itself.
 fn included(main: &Path, base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, String> {
+    // One pattern lists a file once: only across patterns is a path looked up (10,000
+    // paths copied and hashed were a twentieth of a hoster's every change).
     let mut seen = rustc_hash::FxHashSet::default();
-    seen.insert(main.to_path_buf());
     let mut found = Vec::new();
     for pattern in patterns {
-        for path in super::include::matching_files(pattern, base, &Default::default())? {
-            if seen.insert(path.clone()) {
+        let paths = super::include::matching_files(pattern, base, &Default::default())?;
+        if patterns.len() == 1 {
+            found.extend(paths.into_iter().filter(|p| p != main));
+            continue;
+        }
+        for path in paths {
+            if path != main && seen.insert(path.clone()) {
                 found.push(path);
             }
         }
@@ -537,8 +554,8 @@ fn missing(part: &Part) -> Refusal {
 
 /// A file read, not yet parsed (the main file: parsed, its errors said). An included file
 /// that is not TOML reads as empty: it is not this edit's to mend, and `check` names it.
-fn read_file(path: &Path, parse_now: bool) -> Result<File, String> {
-    let text = super::file_memo::read(path)
+fn read_file(path: PathBuf, parse_now: bool) -> Result<File, String> {
+    let text = super::file_memo::read(&path)
         .map(|(text, _)| text)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let parsed = std::cell::OnceCell::new();
@@ -549,7 +566,7 @@ fn read_file(path: &Path, parse_now: bool) -> Result<File, String> {
         let _ = parsed.set(doc);
     }
     Ok(File {
-        path: path.to_path_buf(),
+        path,
         read: Some(text),
         parsed,
         removed: false,

@@ -95,17 +95,17 @@ fn kept() -> std::sync::MutexGuard<'static, HashMap<PathBuf, Kept>> {
 /// through the configuration API reads every included file to edit one, then again to
 /// validate the result (10,000 `statx` calls each time).
 pub(super) fn read(path: &Path) -> std::io::Result<(Arc<str>, Stamp)> {
-    let (seen, trusting) = SPAN.with_borrow(|s| match s {
-        Some(s) => (s.read.get(path).cloned(), s.trusting),
-        None => (None, false),
-    });
-    if let Some(seen) = seen {
-        return Ok(seen);
-    }
-    if trusting {
+    // A trusted file first: nearly all of a hoster's are, and were each looked up in the
+    // span's reads in vain. A file the span looked at has the same text kept, or none
+    // trusted (`look` trusts only a text that stands).
+    if trusting() {
         if let Some(k) = kept().get(path).filter(|k| k.trusted) {
             return Ok((k.text.clone(), k.stamp));
         }
+    }
+    let seen = SPAN.with_borrow(|s| s.as_ref().and_then(|s| s.read.get(path).cloned()));
+    if let Some(seen) = seen {
+        return Ok(seen);
     }
     let (text, stamp) = look(path)?;
     SPAN.with_borrow_mut(|s| {

@@ -130,8 +130,8 @@ pub(super) fn revise(
     topology: &crate::topology::Topology,
     overlay: &include::Overlay,
 ) -> Option<(Config, Validated)> {
-    let kept = kept();
-    let last = kept.get(path)?;
+    let mut kept = kept();
+    let last = kept.get_mut(path)?;
     if last.main_text != main_text || last.base != base || last.raw_pools == 0 {
         return None;
     }
@@ -185,6 +185,8 @@ type SitesToRead = HashMap<PathBuf, Vec<super::raw::RawSite>>;
 /// kept files not among them.
 struct Changes {
     files: Vec<(Included, Option<usize>)>,
+    /// Each file's place among the kept files, whether the same or changed (`None`: new).
+    was: Vec<Option<usize>>,
     removed: Vec<usize>,
     /// The files changed, as their pools and sites' tables.
     raw: HashMap<PathBuf, RawConfig>,
@@ -199,9 +201,11 @@ impl Changes {
         let mut changed = 0;
         let mut raw = HashMap::new();
         let mut raw_pools = last.main.0.len();
+        let mut was = Vec::with_capacity(files.len());
         let files: Vec<(Included, Option<usize>)> = (files.into_iter())
             .map(|f| {
                 let k = last.by_path.get(&f.path).copied();
+                was.push(k);
                 let same = k.filter(|&k| {
                     let text = &last.files[k].1.text;
                     Arc::ptr_eq(text, &f.text) || **text == *f.text
@@ -230,6 +234,7 @@ impl Changes {
         }
         Some(Changes {
             files,
+            was,
             removed,
             raw,
             raw_pools,
@@ -337,8 +342,18 @@ impl Changes {
             .then_some(sites)
     }
 
-    /// The validation to keep: `config`, from these files.
-    fn kept(self, last: &Validated, config: &Config) -> Validated {
+    /// The validation to keep: `config`, from these files. `last`'s index of its files by
+    /// path is taken and renumbered, not made again (10,000 paths copied and hashed at every
+    /// change).
+    fn kept(self, last: &mut Validated, config: &Config) -> Validated {
+        let mut now_at = vec![None; last.files.len()];
+        for (k, was) in self.was.iter().enumerate() {
+            if let Some(j) = was {
+                now_at[*j] = Some(k);
+            }
+        }
+        let mut by_path = std::mem::take(&mut last.by_path);
+        by_path.retain(|_, k| now_at[*k].map(|now| *k = now).is_some());
         let mut files = Vec::with_capacity(self.files.len());
         let (mut pools, mut sites) = (last.main.0.end, last.main.1.end);
         for (f, same) in self.files {
@@ -360,13 +375,19 @@ impl Changes {
             (pools, sites) = (pools + np, sites + ns);
             files.push((f.path, parts));
         }
+        for (k, _) in (self.was.iter().enumerate()).filter(|(_, was)| was.is_none()) {
+            by_path.insert(files[k].0.clone(), k);
+        }
+        debug_assert!(
+            by_path.len() == files.len()
+                && (files.iter().enumerate()).all(|(k, (p, _))| by_path.get(p) == Some(&k)),
+            "the kept files' index, renumbered"
+        );
         Validated {
             main_text: last.main_text.clone(),
             base: last.base.clone(),
             main: last.main.clone(),
-            by_path: (files.iter().enumerate())
-                .map(|(k, (p, _))| (p.clone(), k))
-                .collect(),
+            by_path,
             files,
             config: config.clone(),
             written_groups: last.written_groups,

@@ -94,7 +94,12 @@ pub fn with_dispatcher(mut config: Config, root: bool) -> Result<Config, String>
     {
         cpus = match (cpus, &p.cpus) {
             (Some(all), Some(c)) => Some(all.union(c)),
-            _ => None,
+            // One that may use any CPU makes it all: the others need not be looked up (a
+            // hoster's 10,000 pools, at every change).
+            _ => {
+                cpus = None;
+                break;
+            }
         };
     }
     let mut pool = PoolSpec::with_defaults(POOL);

@@ -228,7 +228,9 @@ fn merge_patch_follows_rfc_7396() {
 fn the_version_of_an_edit_is_the_version_of_the_files_it_writes() {
     let (dir, mut files) = files();
     let main = dir.path().join("espalier.toml");
-    assert_eq!(version_on_disk(&main).unwrap(), files.version());
+    let before = version_on_disk(&main).unwrap();
+    assert_eq!(before, files.version());
+    assert_eq!(before, files.version_as_read());
     let shop = json!({"bindings": ["http://127.0.0.1:8082"]});
     files
         .put(&Part::One(Kind::Site, "shop".into()), &shop)
@@ -240,6 +242,9 @@ fn the_version_of_an_edit_is_the_version_of_the_files_it_writes() {
             &json!({"processes": 2}),
         )
         .unwrap();
+    // A refusal names the files as they were read: a site put, one removed, a pool changed.
+    assert_eq!(files.version_as_read(), before);
+    assert_ne!(files.version(), before);
     for (path, text) in files.changes() {
         match text {
             Some(text) => std::fs::write(path, text).unwrap(),

@@ -328,7 +328,9 @@ impl Supervisor {
             Ok(f) => f,
             Err(e) => return Err(refused(500, e, None)),
         };
-        let version = files.version();
+        // The version as read is named by a read and a refusal; an applied write names its
+        // new one alone.
+        let version = |files: &ConfigFiles| Some(files.version_as_read());
         let whole = matches!(call.method, ConfigMethod::Load | ConfigMethod::Batch);
         let part = match if whole {
             Ok(Part::Whole)
@@ -336,21 +338,22 @@ impl Supervisor {
             Part::parse(&call.rest)
         } {
             Ok(p) => p,
-            Err(e) => return Err(refused(404, e, Some(version))),
+            Err(e) => return Err(refused(404, e, version(&files))),
         };
         if call.method == ConfigMethod::Get {
             return Ok(Answered::Now(match files.get(&part) {
-                Some(value) => answer(200, &value, Some(version)),
+                Some(value) => answer(200, &value, version(&files)),
                 None => refused(
                     404,
                     format!("there is nothing at /config{}", call.rest),
-                    Some(version),
+                    version(&files),
                 ),
             }));
         }
         if let Some(wanted) = call.if_match.as_deref().map(|v| v.trim().trim_matches('"')) {
-            if wanted != "*" && wanted != version {
-                return Err(refused(412, format!("the configuration changed since version {wanted} was read (it is {version} now): read it again and make the change on that"), Some(version)));
+            let now = files.version_as_read();
+            if wanted != "*" && wanted != now {
+                return Err(refused(412, format!("the configuration changed since version {wanted} was read (it is {now} now): read it again and make the change on that"), Some(now)));
             }
         }
         if call.create_only && files.get(&part).is_some() {
@@ -360,7 +363,7 @@ impl Supervisor {
                     "/config{} is there already: change it with PUT or PATCH",
                     call.rest
                 ),
-                Some(version),
+                version(&files),
             ));
         }
         let value: Value = match (call.method, serde_json::from_slice(&call.body)) {
@@ -370,7 +373,7 @@ impl Supervisor {
                 return Err(refused(
                     400,
                     format!("the body is not JSON: {e}"),
-                    Some(version),
+                    version(&files),
                 ))
             }
         };
@@ -380,10 +383,11 @@ impl Supervisor {
         };
         let (said, created) = match edited {
             Ok(done) => done,
-            Err(Refusal(status, message)) => return Err(refused(status, message, Some(version))),
+            Err(Refusal(status, message)) => return Err(refused(status, message, version(&files))),
         };
         let changes = files.changes();
         if changes.is_empty() {
+            let version = files.version_as_read();
             let body = json!({ "ok": true, "message": format!("{said}: nothing changed"), "version": version });
             return Ok(Answered::Now(answer(200, &body, Some(version))));
         }
@@ -394,7 +398,7 @@ impl Supervisor {
             // A fleet's parts go to etcd first; what `check` refuses never gets there.
             let overlay: Overlay = changes.iter().cloned().collect();
             if let Err(e) = Config::parse_with(&main_text, &main, &self.topology, &overlay) {
-                return Err(refused(400, e.to_string().trim_end(), Some(version)));
+                return Err(refused(400, e.to_string().trim_end(), version(&files)));
             }
             let deferred = Deferred {
                 main,
@@ -410,7 +414,7 @@ impl Supervisor {
         let applied =
             self.write_and_apply((&main, &main_text), &new_version, &changes, (&call, &said));
         Ok(Answered::Now(applied.map_or_else(
-            |(status, message)| refused(status, message, Some(version.clone())),
+            |(status, message)| refused(status, message, version(&files)),
             |new_version| written(&said, &new_version, created),
         )))
     }
