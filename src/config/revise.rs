@@ -302,7 +302,8 @@ impl Changes {
         if before.iter().any(|name| !given.contains(name.as_str())) {
             return None;
         }
-        v.pool_index = HashMap::with_capacity(pools.len());
+        v.pool_index = rustc_hash::FxHashMap::default();
+        v.pool_index.reserve(pools.len());
         for (k, p) in pools.iter().enumerate() {
             if v.pool_index.insert(p.name.clone(), k).is_some() {
                 return None;

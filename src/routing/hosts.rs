@@ -28,7 +28,18 @@ pub struct HostTable {
 
 /// A host name as bindings are compared: lower case, without a trailing dot.
 pub fn normal_host(host: &str) -> String {
-    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
+    normal_host_borrowed(host).into_owned()
+}
+
+/// [`normal_host`], borrowed when `host` is so already (a configuration's 10,000 names are
+/// compared at every change, and each copied was an allocation).
+pub fn normal_host_borrowed(host: &str) -> std::borrow::Cow<'_, str> {
+    let bare = host.strip_suffix('.').unwrap_or(host);
+    if bare.bytes().any(|b| b.is_ascii_uppercase()) {
+        bare.to_ascii_lowercase().into()
+    } else {
+        bare.into()
+    }
 }
 
 /// The longest host name (RFC 1035), for the lookup's stack buffer.

@@ -59,7 +59,9 @@ pub(super) struct Validator {
     /// without a host may then take its certificates from the store, name by name.
     pub(super) asks: bool,
     /// The pools by name, once they are read (sites look theirs up: thousands of each).
-    pub(super) pool_index: std::collections::HashMap<String, usize>,
+    /// Each pool's index by name (a fast hasher: the configuration's own names, 10,000 at
+    /// a hoster's every change).
+    pub(super) pool_index: rustc_hash::FxHashMap<String, usize>,
     /// The upstream groups, read before the sites (whose paths name them, or add one by
     /// writing a server's address).
     pub(super) upstreams: Vec<super::upstream::UpstreamSpec>,

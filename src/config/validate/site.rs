@@ -444,8 +444,8 @@ impl Validator {
         // Per port: the bindings by host, and per IP the first binding and the first of an
         // activated site (the unspecified IP stands for every IP of the port).
         #[derive(Default)]
-        struct Port {
-            by_host: HashMap<Option<String>, Vec<(usize, std::net::IpAddr)>>,
+        struct Port<'a> {
+            by_host: HashMap<Option<std::borrow::Cow<'a, str>>, Vec<(usize, std::net::IpAddr)>>,
             first: HashMap<std::net::IpAddr, usize>,
             first_activated: HashMap<std::net::IpAddr, usize>,
         }
@@ -466,7 +466,7 @@ impl Validator {
                 let overlapping = |other: &std::net::IpAddr| {
                     *other == ip || other.is_unspecified() || ip.is_unspecified()
                 };
-                let host = b.host.as_deref().map(crate::routing::hosts::normal_host);
+                let host = (b.host.as_deref()).map(crate::routing::hosts::normal_host_borrowed);
                 // The same host on an overlapping address: a duplicate.
                 let same_host = port.by_host.get(&host).and_then(|earlier| {
                     earlier
@@ -474,8 +474,9 @@ impl Validator {
                         .find(|(_, other)| overlapping(other))
                         .map(|&(j, _)| j)
                 });
-                // The first binding of each overlapping address, and of an activated site.
-                let mut firsts: Vec<usize> = Vec::new();
+                // The first binding of each overlapping address, and of an activated site:
+                // at most six, on the stack (10,000 bindings at a hoster's every change).
+                let mut firsts: smallvec::SmallVec<[usize; 6]> = smallvec::SmallVec::new();
                 for map in [&port.first, &port.first_activated] {
                     if ip.is_unspecified() {
                         firsts.extend(map.values().copied());
