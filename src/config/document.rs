@@ -473,13 +473,27 @@ fn version_of(mut texts: Vec<(&Path, &str)>) -> String {
     if !texts.is_sorted_by(|a, b| bytes(a) <= bytes(b)) {
         texts.sort_by(|a, b| bytes(a).cmp(bytes(b)));
     }
+    // Fed in chunks: four calls per file, 40,000 at 10,000 sites, each copying its few
+    // bytes into the hash's block, cost a third as much again as the hashing.
+    const CHUNK: usize = 64 * 1024;
     let mut hash = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    let mut chunk = Vec::with_capacity(CHUNK);
     for (path, text) in &texts {
-        hash.update(path.as_os_str().as_encoded_bytes());
-        hash.update(&[0]);
-        hash.update(text.as_bytes());
-        hash.update(&[0]);
+        for part in [path.as_os_str().as_encoded_bytes(), text.as_bytes()] {
+            if chunk.len() + part.len() + 1 > CHUNK {
+                hash.update(&chunk);
+                chunk.clear();
+            }
+            if part.len() >= CHUNK {
+                hash.update(part);
+                hash.update(&[0]);
+            } else {
+                chunk.extend_from_slice(part);
+                chunk.push(0);
+            }
+        }
     }
+    hash.update(&chunk);
     let digest = hash.finish();
     digest.as_ref()[..16]
         .iter()

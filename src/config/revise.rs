@@ -202,9 +202,18 @@ impl Changes {
         let mut raw = HashMap::new();
         let mut raw_pools = last.main.0.len();
         let mut was = Vec::with_capacity(files.len());
+        // The files come in the kept order but for the few the change added or removed: the
+        // next kept one is compared first, and only a file that is not it is looked up.
+        let mut next = 0;
         let files: Vec<(Included, Option<usize>)> = (files.into_iter())
             .map(|f| {
-                let k = last.by_path.get(&f.path).copied();
+                let k = match last.files.get(next) {
+                    Some((path, _)) if *path == f.path => Some(next),
+                    _ => last.by_path.get(&f.path).copied(),
+                };
+                if let Some(k) = k {
+                    next = k + 1;
+                }
                 was.push(k);
                 let same = k.filter(|&k| {
                     let text = &last.files[k].1.text;

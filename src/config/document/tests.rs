@@ -254,3 +254,32 @@ fn the_version_of_an_edit_is_the_version_of_the_files_it_writes() {
     assert_eq!(version_on_disk(&main).unwrap(), files.version());
     assert_eq!(ConfigFiles::read(&main).unwrap().version(), files.version());
 }
+
+#[test]
+fn a_version_hashes_each_path_and_text_in_order_whatever_their_sizes() {
+    // What the chunks fed to the hash must add up to: path, 0, text, 0 for each file.
+    let big = "x".repeat(200 * 1024);
+    let files: Vec<(PathBuf, String)> = vec![
+        ("/c/a.toml".into(), "[[site]]\n".into()),
+        ("/c/b.toml".into(), big),
+        ("/c/d.toml".into(), String::new()),
+        ("/c/e.toml".into(), "y".repeat(64 * 1024 - 5)),
+        ("/c/f.toml".into(), "z".into()),
+    ];
+    let mut whole = Vec::new();
+    for (path, text) in &files {
+        whole.extend_from_slice(path.as_os_str().as_encoded_bytes());
+        whole.push(0);
+        whole.extend_from_slice(text.as_bytes());
+        whole.push(0);
+    }
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &whole);
+    let want: String = digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let texts = files.iter().map(|(p, t)| (p.as_path(), t.as_str()));
+    assert_eq!(version_of(texts.clone().collect()), want);
+    // In any order given: the paths' order is the version's.
+    assert_eq!(version_of(texts.rev().collect()), want);
+}
