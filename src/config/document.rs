@@ -7,7 +7,8 @@
 //! else to the main file.
 //!
 //! Owns: [`ConfigFiles`] (the texts, their [`ConfigFiles::version`], the edits, what changed);
-//! the JSON ⇄ TOML translation and RFC 7396's merge patch are its child `json`'s. Must not touch: validity (the edited texts are validated
+//! the JSON ⇄ TOML translation and RFC 7396's merge patch are its child `json`'s, the
+//! version's hash its child `version`'s. Must not touch: validity (the edited texts are validated
 //! as `check` validates, by [`super::Config::parse_with`]) or writing the files (the
 //! supervisor's, which applies them).
 
@@ -459,48 +460,6 @@ impl ConfigFiles {
     }
 }
 
-/// A configuration's version: the first 16 bytes of SHA-256 over each file's path and text,
-/// in the order of the paths' bytes, hex (the API's `ETag`). Any change — through the API
-/// or by hand — gives another.
-fn version_of(mut texts: Vec<(&Path, &str)>) -> String {
-    // By bytes, not `Path`'s order: a path's compare reads its components, and 10,000 of
-    // them sorted again were a tenth of a change's time at 10,000 sites. They come in order
-    // but for a file the change made (put last): the stable sort merges that one in, where
-    // the unstable sort took them all apart.
-    fn bytes<'a>((path, _): &(&'a Path, &str)) -> &'a [u8] {
-        path.as_os_str().as_encoded_bytes()
-    }
-    if !texts.is_sorted_by(|a, b| bytes(a) <= bytes(b)) {
-        texts.sort_by(|a, b| bytes(a).cmp(bytes(b)));
-    }
-    // Fed in chunks: four calls per file, 40,000 at 10,000 sites, each copying its few
-    // bytes into the hash's block, cost a third as much again as the hashing.
-    const CHUNK: usize = 64 * 1024;
-    let mut hash = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
-    let mut chunk = Vec::with_capacity(CHUNK);
-    for (path, text) in &texts {
-        for part in [path.as_os_str().as_encoded_bytes(), text.as_bytes()] {
-            if chunk.len() + part.len() + 1 > CHUNK {
-                hash.update(&chunk);
-                chunk.clear();
-            }
-            if part.len() >= CHUNK {
-                hash.update(part);
-                hash.update(&[0]);
-            } else {
-                chunk.extend_from_slice(part);
-                chunk.push(0);
-            }
-        }
-    }
-    hash.update(&chunk);
-    let digest = hash.finish();
-    digest.as_ref()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The version of the files `main` and its `include` name now, read but not parsed beyond
 /// the main file's `include` (cheap at 10,000 files: it is taken at start and at each
 /// reload).
@@ -606,9 +565,11 @@ impl File {
 }
 
 mod json;
+mod version;
 
 use json::{bad, json_table, table_json};
 pub use json::{merge_patch, Refusal};
+use version::version_of;
 
 #[cfg(test)]
 mod tests;
