@@ -168,6 +168,23 @@ impl WorkerSpec {
     pub fn name(&self) -> String {
         format!("{}/{}", self.pool, self.index)
     }
+
+    /// Whether `name` is [`Self::name`], without making it: a wake looks through a hoster's
+    /// 10,000 workers for its one, and each name made was an allocation.
+    pub fn is_named(&self, name: &str) -> bool {
+        names_worker(name, &self.pool, self.index)
+    }
+}
+
+/// Whether `name` is `<pool>/<index>` as [`WorkerSpec::name`] writes it: the index in
+/// digits, without a sign or a leading zero.
+fn names_worker(name: &str, pool: &str, index: u32) -> bool {
+    let written = name.strip_prefix(pool).and_then(|r| r.strip_prefix('/'));
+    written.is_some_and(|i| {
+        i.bytes().all(|b| b.is_ascii_digit())
+            && (i == "0" || !i.starts_with('0'))
+            && i.parse::<u32>() == Ok(index)
+    })
 }
 
 /// What the master tells a running dispatcher when its port's hosts change (`hosts`
@@ -248,5 +265,24 @@ impl Hosts {
             handoff_peers: Arc::clone(&self.handoff_peers),
             ..spec.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_worker_is_named_as_its_name_is_written_and_no_other_way() {
+        let named = |name: &str| super::names_worker(name, "shop", 12);
+        assert!(named("shop/12"));
+        for other in [
+            "shop/1", "shop/120", "shop/012", "shop/+12", "shop12", "shop/", "sho/12", "shop/12/",
+            "shopx/12", "/12", "",
+        ] {
+            assert!(!named(other), "{other}");
+        }
+        assert!(super::names_worker("a/0", "a", 0));
+        assert!(!super::names_worker("a/00", "a", 0));
+        // A pool whose name runs on: `a/b` is not the worker of pool `a`.
+        assert!(!super::names_worker("a/b/1", "a", 1));
     }
 }

@@ -267,7 +267,7 @@ impl Supervisor {
     /// a proxied pool (the app first, as at `serve`).
     pub(super) fn on_demand(&mut self, name: &str) {
         let woken: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].asleep && self.slots[i].spec.name() == name)
+            .filter(|&i| self.slots[i].asleep && self.slots[i].spec.is_named(name))
             .collect();
         let Some(&first) = woken.first() else {
             return; // woken already, or gone with a reload
@@ -430,7 +430,7 @@ impl Supervisor {
     /// all are ready, the master stops answering its page.
     pub(super) fn started_answering(&mut self, name: &str) {
         let waiting: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].after_app && self.slots[i].spec.name() == name)
+            .filter(|&i| self.slots[i].after_app && self.slots[i].spec.is_named(name))
             .collect();
         for i in waiting {
             self.slots[i].after_app = false;
@@ -444,10 +444,10 @@ impl Supervisor {
         let ready = self
             .slots
             .iter()
-            .filter(|s| s.spec.name() == name)
+            .filter(|s| s.spec.is_named(name))
             .all(|s| s.current.as_ref().is_some_and(|p| p.life.is_ready()));
         if ready {
-            for s in self.slots.iter_mut().filter(|s| s.spec.name() == name) {
+            for s in self.slots.iter_mut().filter(|s| s.spec.is_named(name)) {
                 for a in s.page_answerers.drain(..) {
                     a.abort();
                 }
@@ -493,7 +493,7 @@ impl Supervisor {
     /// process for idleness; it sleeps from then on.
     fn put_to_sleep(&mut self, name: &str, now: Instant) {
         let slots: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].spec.name() == name)
+            .filter(|&i| self.slots[i].spec.is_named(name))
             .collect();
         let Some(&first) = slots.first() else { return };
         let pool = self.slots[first].pool;

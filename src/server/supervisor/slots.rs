@@ -84,7 +84,7 @@ impl Supervisor {
             let fronts_left = self
                 .slots
                 .iter()
-                .any(|s| s.app.is_none() && s.spec.name() == name && s.procs().next().is_some());
+                .any(|s| s.app.is_none() && s.spec.is_named(&name) && s.procs().next().is_some());
             if fronts_left {
                 continue;
             }

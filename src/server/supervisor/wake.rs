@@ -129,14 +129,18 @@ impl Supervisor {
     /// (starting, with a process) among the workers of on-demand pools, each worker once: a
     /// proxied pool's worker is its app and its front, starting until both are ready.
     fn on_demand_counts(&self) -> (usize, usize) {
-        let mut by_name: std::collections::HashMap<String, (bool, bool)> = Default::default();
+        // A worker by its pool's place and its index (its name, not made for each of a
+        // hoster's 10,000 at every wake).
+        let mut by_name: rustc_hash::FxHashMap<(usize, u32), (bool, bool)> = Default::default();
         for s in &self.slots {
             if self.pools[s.pool].spec.start != StartMode::OnDemand {
                 continue;
             }
             let alive = s.current.is_some() || s.after_app;
             let ready = !s.after_app && s.current.as_ref().is_none_or(|p| p.life.is_ready());
-            let e = by_name.entry(s.spec.name()).or_insert((false, false));
+            let e = by_name
+                .entry((s.pool, s.spec.index))
+                .or_insert((false, false));
             e.0 |= alive;
             e.1 |= alive && !ready;
         }
@@ -154,7 +158,7 @@ impl Supervisor {
                 self.pools[s.pool].spec.start == StartMode::OnDemand
                     && (s.app.is_none() || self.pools[s.pool].spec.activated())
                     && s.replacing.is_none()
-                    && s.spec.name() != except
+                    && !s.spec.is_named(except)
             })
             .filter_map(|s| {
                 let p = s.current.as_ref()?;
@@ -168,7 +172,7 @@ impl Supervisor {
     /// Stops worker `name` (thawed first if frozen) and its app; it sleeps, watched.
     fn stop_to_make_room(&mut self, name: &str, now: Instant) {
         let slots: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].spec.name() == name)
+            .filter(|&i| self.slots[i].spec.is_named(name))
             .collect();
         let Some(&first) = slots.first() else { return };
         let limit = self.pools[self.slots[first].pool].spec.shutdown_time_limit;
@@ -193,7 +197,7 @@ impl Supervisor {
     /// `Retry-After` for [`TURNED_AWAY_FOR`], then watched again (see the module doc).
     pub(super) fn turn_away(&mut self, name: &str, why: &str, now: Instant) {
         let slots: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].asleep && self.slots[i].spec.name() == name)
+            .filter(|&i| self.slots[i].asleep && self.slots[i].spec.is_named(name))
             .collect();
         let Some(&first) = slots.first() else { return };
         let pool = &self.pools[self.slots[first].pool];
