@@ -501,16 +501,12 @@ pub fn version_on_disk(main: &Path) -> Result<String, String> {
 fn included(main: &Path, base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, String> {
     // One pattern lists a file once: only across patterns is a path looked up (10,000
     // paths copied and hashed were a twentieth of a hoster's every change).
+    let across = patterns.len() > 1;
     let mut seen = rustc_hash::FxHashSet::default();
     let mut found = Vec::new();
     for pattern in patterns {
-        let paths = super::include::matching_files(pattern, base, &Default::default())?;
-        if patterns.len() == 1 {
-            found.extend(paths.into_iter().filter(|p| p != main));
-            continue;
-        }
-        for path in paths {
-            if path != main && seen.insert(path.clone()) {
+        for path in super::include::matching_files(pattern, base, &Default::default())? {
+            if path != *main && (!across || seen.insert(path.clone())) {
                 found.push(path);
             }
         }

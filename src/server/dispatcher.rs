@@ -92,15 +92,13 @@ pub fn with_dispatcher(mut config: Config, root: bool) -> Result<Config, String>
         .iter()
         .filter(|p| sharing.contains(p.name.as_str()))
     {
-        cpus = match (cpus, &p.cpus) {
-            (Some(all), Some(c)) => Some(all.union(c)),
-            // One that may use any CPU makes it all: the others need not be looked up (a
-            // hoster's 10,000 pools, at every change).
-            _ => {
-                cpus = None;
-                break;
-            }
+        // One that may use any CPU makes it all: the others need not be looked up (a
+        // hoster's 10,000 pools, at every change).
+        let (Some(all), Some(c)) = (&cpus, &p.cpus) else {
+            cpus = None;
+            break;
         };
+        cpus = Some(all.union(c));
     }
     let mut pool = PoolSpec::with_defaults(POOL);
     pool.processes = Processes::Auto;

@@ -25,16 +25,11 @@ pub(super) fn version_of(mut texts: Vec<(&Path, &str)>) -> String {
     let mut chunk = Vec::with_capacity(CHUNK);
     for (path, text) in &texts {
         for part in [path.as_os_str().as_encoded_bytes(), text.as_bytes()] {
-            if chunk.len() + part.len() + 1 > CHUNK {
+            chunk.extend_from_slice(part);
+            chunk.push(0);
+            if chunk.len() >= CHUNK {
                 hash.update(&chunk);
                 chunk.clear();
-            }
-            if part.len() >= CHUNK {
-                hash.update(part);
-                hash.update(&[0]);
-            } else {
-                chunk.extend_from_slice(part);
-                chunk.push(0);
             }
         }
     }
