@@ -345,11 +345,15 @@ pub(super) fn as_seen(spec: &WorkerSpec) -> (Arc<Vec<Arc<SiteSpec>>>, Vec<Arc<Gr
     (Arc::new(sites.collect()), spec.groups.clone())
 }
 
+/// A started worker: its pid, its control socket, and the sites it was sent (`as_seen`),
+/// which a dispatcher holds until its first `hosts` update changes them.
+pub(super) type Spawned = (u32, tokio::net::UnixStream, Arc<Vec<Arc<SiteSpec>>>);
+
 pub(super) fn spawn_worker(
     mut spec: WorkerSpec,
     fail_at_start: bool,
     allocate_mib: Option<u64>,
-) -> Result<(u32, tokio::net::UnixStream), String> {
+) -> Result<Spawned, String> {
     let (master_end, worker_end) =
         std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     spec.control_fd = worker_end.as_raw_fd();
@@ -394,5 +398,5 @@ pub(super) fn spawn_worker(
         .set_nonblocking(true)
         .map_err(|e| e.to_string())?;
     let control = tokio::net::UnixStream::from_std(master_end).map_err(|e| e.to_string())?;
-    Ok((child.id(), control))
+    Ok((child.id(), control, spec.sites))
 }

@@ -148,7 +148,7 @@ fn run(spec: &WorkerSpec, control: &mut UnixStream) -> Result<(), String> {
         store: &store,
         tickets: &shared.tickets,
     };
-    let hosts = from_master::HostsTold::new(hosts_tx, taken_rx, spec.threads.len());
+    let hosts = from_master::HostsTold::new(hosts_tx, taken_rx, spec);
     let served = from_master::serve_master(spec, control, to_master, (on_demand, hosts));
     let _ = stop_tx.send(true);
     say_accepting_ended(

@@ -4,7 +4,8 @@
 //! Owns: the app side of readiness (probes, settle time; `READY=1` arrives as an ordinary
 //! ready message), what an exit during start-up means (the server's start fails with the
 //! app's last words, unless the app lost its port to another process and is started again),
-//! pings by probe or liveness, and the `upstreams` messages. Must not touch: how a process is
+//! pings by probe or liveness, the `upstreams` messages, and an app's SIGTERM once its
+//! worker's fronts are gone. Must not touch: how a process is
 //! started or reaped once running (see [`super::slots`]) — an app process is a slot's process
 //! like any.
 
@@ -73,6 +74,34 @@ impl ProbeSetup {
 }
 
 impl Supervisor {
+    /// Once a tick: an app waiting for its worker's fronts to finish (see
+    /// [`super::procs::Proc::stop_after_fronts`]) gets its SIGTERM once none of them is left — a request they
+    /// still forwarded is answered, never cut by the app's exit.
+    pub(super) fn term_apps_whose_fronts_left(&mut self, now: Instant) {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
+            if slot.app.is_none() || !slot.draining.iter().any(super::procs::Proc::awaiting_term) {
+                continue;
+            }
+            let name = slot.spec.name();
+            let fronts_left = self
+                .slots
+                .iter()
+                .any(|s| s.app.is_none() && s.spec.is_named(&name) && s.procs().next().is_some());
+            if fronts_left {
+                continue;
+            }
+            for p in self.slots[i]
+                .draining
+                .iter_mut()
+                .filter(|p| p.awaiting_term())
+            {
+                p.happen(Happening::Signalled, now);
+                p.signal(libc::SIGTERM);
+            }
+        }
+    }
+
     /// Start-up: readiness of the apps, and an app or worker that died before being ready
     /// stops `serve` with the reason (as a worker that reports an error does).
     pub(super) fn startup_tick(&mut self) -> Result<(), String> {

@@ -299,6 +299,21 @@ pub(super) struct Added {
 /// The sites a dispatcher's next update changes: those it was last sent once its threads
 /// all took them (`taken`, which it says only of an update it read) — else none, and the
 /// update sends all: one it has not taken yet, or refused, is not what it holds.
+/// What a process of `pool` started holding, as update 0, from the sites it was `sent` (the
+/// configuration's, and as sent): a dispatcher's first new hosts are a change of those (at
+/// 10,000 sites, the first site a panel added sent all 10,000 again).
+pub(super) fn seen_at_start(pool: &str, sent: Option<SentSites>) -> Option<SeenSites> {
+    let (sources, seen) = sent.filter(|_| pool == DISPATCHER)?;
+    Some(SeenSites {
+        generation: 0,
+        sources,
+        seen,
+    })
+}
+
+/// The sites a process was sent at its start: the configuration's, and as sent.
+pub(super) type SentSites = (Arc<Vec<Arc<SiteSpec>>>, Arc<Vec<Arc<SiteSpec>>>);
+
 fn change_base(seen: Option<&SeenSites>, taken: u64) -> Option<&SeenSites> {
     seen.filter(|s| taken >= s.generation)
 }
@@ -476,5 +491,27 @@ mod tests {
         assert!(change_base(Some(&before), 0).is_none());
         assert!(change_base(Some(&before), 1).is_some());
         assert!(change_base(None, 1).is_none());
+    }
+
+    #[test]
+    fn a_dispatchers_first_hosts_change_the_sites_it_started_with() {
+        let first = sites(&["a", "b", "c"]);
+        let sent: Vec<_> = (first.iter())
+            .map(|s| s.as_seen_by(s, DISPATCHER))
+            .collect();
+        let at_start = || Some((Arc::new(first.clone()), Arc::new(sent.clone())));
+        // Another pool's process is never sent hosts: it keeps no sites for them.
+        assert!(seen_at_start("pa", at_start()).is_none());
+        let start = seen_at_start(DISPATCHER, at_start()).unwrap();
+        // Update 0 is the start's, taken by every thread before the process said ready.
+        let base = change_base(Some(&start), 0).unwrap();
+        let mut next = first.clone();
+        next.insert(1, sites(&["x"]).remove(0));
+        let (pieces, seen) = sites_change(Some(base), &next, DISPATCHER);
+        assert_eq!(pieces.len(), 3, "{pieces:?}");
+        assert_eq!(pieces[0], SitesPiece::Kept(0, 1));
+        assert_eq!(pieces[2], SitesPiece::Kept(1, 2));
+        // The dispatcher holds its spec's sites as update 0, and makes the same list.
+        assert_eq!(taken(&pieces, Some(0), &sent).unwrap(), seen);
     }
 }

@@ -144,7 +144,10 @@ struct Supervisor {
     slots: Vec<Slot>,
     /// Where a process was last found among the slots (see `procs::SlotHints`).
     slot_hints: procs::SlotHints,
-    pools: Vec<PoolRt>,
+    /// Boxed: a pool added among 10,000 moves each pool's place, not its large state
+    /// (`reload::match_pools`).
+    #[allow(clippy::vec_box)]
+    pools: Vec<Box<PoolRt>>,
     events: mpsc::UnboundedSender<Event>,
     next_generation: u64,
     last_second_of_day: u32,
@@ -248,8 +251,10 @@ pub(super) async fn run(
         ),
     );
     sv.notify_ready();
-    // After the start: at 10,000 files it reads them all again.
-    sv.config_api.read_version(&sv.config);
+    // After the start: at 10,000 files it reads them all again — as a change through the
+    // API reads them, so that the folders are watched from now on and the first change
+    // finds its files trusted (it listed and looked at each of 10,000 otherwise).
+    crate::config::files_read_once(|| sv.config_api.read_version(&sv.config));
     if let Some(mut upgrading) = upgrading {
         sv.upgrade.from = Some(std::os::unix::process::parent_id());
         // The master this one upgrades stops taking connections once it reads this.

@@ -378,10 +378,11 @@ impl Supervisor {
                 .iter()
                 .map(|p| at.get(p.name.as_str()).copied())
                 .collect();
-            let mut old: Vec<Option<PoolRt>> = self.pools.drain(..).map(Some).collect();
+            let mut old: Vec<Option<Box<PoolRt>>> = self.pools.drain(..).map(Some).collect();
             self.pools = (new.pools.iter().zip(places))
                 .map(|(p, k)| {
-                    (k.and_then(|k| old[k].take())).unwrap_or_else(|| PoolRt::new(p.clone()))
+                    (k.and_then(|k| old[k].take()))
+                        .unwrap_or_else(|| Box::new(PoolRt::new(p.clone())))
                 })
                 .collect();
             for gone in old.into_iter().flatten() {

