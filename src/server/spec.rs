@@ -200,8 +200,9 @@ pub struct HostsUpdate {
     /// Counts the updates the master sent this process; the worker says which one all its
     /// threads took (`hosts-taken`).
     pub generation: u64,
-    /// The update whose sites `sites` changes — `None`: none, `sites` lists them all (the
-    /// first update after the process started, or after one not known to be taken).
+    /// The update whose sites `sites` changes (0: the sites of the process's spec, before
+    /// any update) — `None`: none, `sites` lists them all (after an update not known to be
+    /// taken).
     pub after: Option<u64>,
     pub groups: Vec<Arc<GroupRoutes>>,
     pub sites: Vec<SitesPiece>,

@@ -296,9 +296,6 @@ pub(super) struct Added {
     owners: Vec<(usize, crate::server::listeners::SocketOwners)>,
 }
 
-/// The sites a dispatcher's next update changes: those it was last sent once its threads
-/// all took them (`taken`, which it says only of an update it read) — else none, and the
-/// update sends all: one it has not taken yet, or refused, is not what it holds.
 /// What a process of `pool` started holding, as update 0, from the sites it was `sent` (the
 /// configuration's, and as sent): a dispatcher's first new hosts are a change of those (at
 /// 10,000 sites, the first site a panel added sent all 10,000 again).
@@ -314,6 +311,9 @@ pub(super) fn seen_at_start(pool: &str, sent: Option<SentSites>) -> Option<SeenS
 /// The sites a process was sent at its start: the configuration's, and as sent.
 pub(super) type SentSites = (Arc<Vec<Arc<SiteSpec>>>, Arc<Vec<Arc<SiteSpec>>>);
 
+/// The sites a dispatcher's next update changes: those it was last sent once its threads
+/// all took them (`taken`, which it says only of an update it read) — else none, and the
+/// update sends all: one it has not taken yet, or refused, is not what it holds.
 fn change_base(seen: Option<&SeenSites>, taken: u64) -> Option<&SeenSites> {
     seen.filter(|s| taken >= s.generation)
 }
@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn an_added_site_is_sent_alone_and_the_dispatcher_keeps_the_others() {
         let first = sites(&["a", "b", "c", "d"]);
-        // The first update after its start sends every site, in outline.
+        // An update not made on one taken sends every site, in outline.
         let (pieces, seen) = sites_change(None, &first, DISPATCHER);
         assert_eq!(pieces.len(), 4);
         assert!(pieces.iter().all(|p| matches!(p, SitesPiece::New(_))));

@@ -59,8 +59,8 @@ pub(super) struct Proc {
     pub(super) hosts_taken: u64,
     /// A dispatcher's `hosts` line not sent yet.
     pub(super) hosts_due: Option<HostsDue>,
-    /// The sites a dispatcher was last sent, which the next update changes (`None`: those
-    /// it started with, and the next update sends all).
+    /// The sites a dispatcher was last sent, which the next update changes (update 0: those
+    /// it started with; `None`: another pool's process, which is sent no hosts).
     pub(super) hosts_seen: Option<SeenSites>,
 }
 

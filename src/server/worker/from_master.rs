@@ -84,7 +84,7 @@ impl HostsTold {
 }
 
 /// The master's `hosts` line made whole over the sites this process holds (`held`, and the
-/// update that gave them: 0, none, before the first), or why not.
+/// update that gave them: 0, its spec's, before the first), or why not.
 pub(super) fn hosts_from(json: &str, held: (&[Arc<SiteSpec>], u64)) -> Result<Hosts, String> {
     let update = serde_json::from_str::<HostsUpdate>(json)
         .map_err(|e| format!("unreadable hosts from the master: {e}"))?;
