@@ -13,6 +13,7 @@
 //! supervisor's, which applies them).
 
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use toml_edit::{ArrayOfTables, DocumentMut, Item};
 
@@ -180,28 +181,26 @@ impl ConfigFiles {
     pub fn version(&self) -> String {
         // The texts as read are borrowed (10,000 files' texts are not copied to be hashed);
         // an edited file's is written out.
-        use std::borrow::Cow;
-        let texts: Vec<(&Path, Cow<str>)> = (self.files.iter().filter(|f| !f.removed))
-            .map(|f| {
-                let text = match &f.read {
-                    Some(read) if !f.touched => Cow::Borrowed(&**read),
-                    _ => Cow::Owned(f.doc().to_string()),
-                };
-                (f.path.as_path(), text)
-            })
-            .collect();
-        version_of(texts.iter().map(|(p, t)| (*p, &**t)).collect())
+        self.version_of_texts(|f| match &f.read {
+            _ if f.removed => None,
+            Some(read) if !f.touched => Some(Cow::Borrowed(&**read)),
+            _ => Some(Cow::Owned(f.doc().to_string())),
+        })
     }
 
     /// The version of the files as they were read, whatever this edit did since: what a
     /// refusal names. Asked only then — at 10,000 files, hashing them is a cost a write that
     /// is applied does not need twice.
     pub fn version_as_read(&self) -> String {
-        let texts = self.files.iter().filter_map(|f| {
-            let read = f.read.as_deref()?;
-            Some((f.path.as_path(), read))
-        });
-        version_of(texts.collect())
+        self.version_of_texts(|f| f.read.as_deref().map(Cow::Borrowed))
+    }
+
+    /// The version of each file's `text` (`None`: not among them).
+    fn version_of_texts<'a>(&'a self, text: impl Fn(&'a File) -> Option<Cow<'a, str>>) -> String {
+        let texts: Vec<(&Path, Cow<str>)> = (self.files.iter())
+            .filter_map(|f| Some((f.path.as_path(), text(f)?)))
+            .collect();
+        version_of(texts.iter().map(|(p, t)| (*p, &**t)).collect())
     }
 
     /// `part` as JSON (`None`: no such pool, site or group).

@@ -488,7 +488,8 @@ impl Validator {
                         .map(|&(j, _)| j)
                 });
                 // The first binding of each overlapping address, and of an activated site:
-                // at most six, on the stack (10,000 bindings at a hoster's every change).
+                // six at most for an IP (on the stack: 10,000 bindings at a hoster's every
+                // change); an unspecified one meets every IP's of its port.
                 let mut firsts: smallvec::SmallVec<[usize; 6]> = smallvec::SmallVec::new();
                 for map in [&port.first, &port.first_activated] {
                     if ip.is_unspecified() {

@@ -83,11 +83,14 @@ impl Supervisor {
             if slot.app.is_none() || !slot.draining.iter().any(super::procs::Proc::awaiting_term) {
                 continue;
             }
-            let name = slot.spec.name();
-            let fronts_left = self
-                .slots
-                .iter()
-                .any(|s| s.app.is_none() && s.spec.is_named(&name) && s.procs().next().is_some());
+            // Its fronts: the same pool's worker of the same index.
+            let (pool, index) = (slot.pool, slot.spec.index);
+            let fronts_left = (self.slots.iter()).any(|s| {
+                s.app.is_none()
+                    && s.pool == pool
+                    && s.spec.index == index
+                    && s.procs().next().is_some()
+            });
             if fronts_left {
                 continue;
             }

@@ -131,21 +131,21 @@ impl Supervisor {
     fn on_demand_counts(&self) -> (usize, usize) {
         // A worker by its pool's place and its index (its name, not made for each of a
         // hoster's 10,000 at every wake).
-        let mut by_name: rustc_hash::FxHashMap<(usize, u32), (bool, bool)> = Default::default();
+        let mut by_worker: rustc_hash::FxHashMap<(usize, u32), (bool, bool)> = Default::default();
         for s in &self.slots {
             if self.pools[s.pool].spec.start != StartMode::OnDemand {
                 continue;
             }
             let alive = s.current.is_some() || s.after_app;
             let ready = !s.after_app && s.current.as_ref().is_none_or(|p| p.life.is_ready());
-            let e = by_name
+            let e = by_worker
                 .entry((s.pool, s.spec.index))
                 .or_insert((false, false));
             e.0 |= alive;
             e.1 |= alive && !ready;
         }
-        let running = by_name.values().filter(|(alive, _)| *alive).count();
-        let starting = by_name.values().filter(|(_, starting)| *starting).count();
+        let running = by_worker.values().filter(|(alive, _)| *alive).count();
+        let starting = by_worker.values().filter(|(_, starting)| *starting).count();
         (starting, running)
     }
 
