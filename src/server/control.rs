@@ -64,7 +64,7 @@ pub enum Message {
     /// (`proxy::cache_purge::Purge::line`).
     Purge(String),
     /// Master → dispatcher: its port's hosts changed (JSON of
-    /// [`crate::server::spec::HostsUpdate`]); its threads take them without a restart.
+    /// [`crate::server::hosts_update::HostsUpdate`]); its threads take them without a restart.
     Hosts(String),
     /// Dispatcher → master: every thread took the hosts of this update's generation.
     HostsTaken(u64),

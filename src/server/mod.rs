@@ -10,7 +10,8 @@
 //! keeps pools alive) with [`admin`] (the endpoint and its client) and [`status`] (what it
 //! reports). The worker's side: [`worker`] (threads, pings), [`conn_task`] (one contained
 //! connection) and [`quic`] (a thread's QUIC endpoints, with `[server] http3`). Between them: [`spec`] (what a worker is told at start) and [`control`] (the
-//! line protocol after; [`worker_health`]: what a worker's ping answer carries). On disk:
+//! line protocol after; [`worker_health`]: what a worker's ping answer carries;
+//! [`hosts_update`]: a dispatcher's new hosts, as a change of those it holds). On disk:
 //! [`runtime`] (the runtime folder, the admin token's folder, the access logs the master
 //! creates). Pure decisions: [`lifecycle`], [`soft`], [`steering`] (TCP) and [`quic_steering`] (QUIC's datagrams; [`quic_sockets`]: which UDP socket a starting worker reads; [`quic_path`]: how large they may grow); [`steering_plan`] (what `serve --dry-run` prints of both). Applications: [`app`]
 //! (starting a pool's app processes) and [`app_exec`] (the step that places and lowers one
@@ -36,6 +37,7 @@ pub mod conn_task;
 pub mod control;
 pub mod dispatcher;
 pub mod handoffs;
+pub mod hosts_update;
 pub mod lifecycle;
 pub mod listeners;
 pub mod master;

@@ -345,9 +345,10 @@ pub(super) fn as_seen(spec: &WorkerSpec) -> (Arc<Vec<Arc<SiteSpec>>>, Vec<Arc<Gr
     (Arc::new(sites.collect()), spec.groups.clone())
 }
 
-/// A started worker: its pid, its control socket, and the sites it was sent (`as_seen`),
-/// which a dispatcher holds until its first `hosts` update changes them.
-pub(super) type Spawned = (u32, tokio::net::UnixStream, Arc<Vec<Arc<SiteSpec>>>);
+/// A started worker: its pid, its control socket, and the hosts it was sent (its sites and
+/// groups `as_seen`, its hand-off table), which a dispatcher holds until its first `hosts`
+/// update changes them.
+pub(super) type Spawned = (u32, tokio::net::UnixStream, super::hosts_update::Hosts);
 
 pub(super) fn spawn_worker(
     mut spec: WorkerSpec,
@@ -398,5 +399,9 @@ pub(super) fn spawn_worker(
         .set_nonblocking(true)
         .map_err(|e| e.to_string())?;
     let control = tokio::net::UnixStream::from_std(master_end).map_err(|e| e.to_string())?;
-    Ok((child.id(), control, spec.sites))
+    Ok((
+        child.id(),
+        control,
+        super::hosts_update::Hosts::of_spec(&spec),
+    ))
 }

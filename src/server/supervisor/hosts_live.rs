@@ -19,15 +19,16 @@
 //! whole comparison of an add — every pool's workers, sites and addresses before and after,
 //! the plan and the groups made again — was a third of the master's time for it.
 
-use super::procs::{HostsDue, SeenSites, Slot};
+use super::procs::{HostsDue, SentHosts, Slot};
 use super::reload_diff::pools_of_sites;
 use super::Supervisor;
 use crate::config::{Config, SiteSpec, StartMode};
 use crate::server::control::Message;
 use crate::server::dispatcher::POOL as DISPATCHER;
+use crate::server::hosts_update::{Hosts, HostsUpdate, Piece};
 use crate::server::listeners::ListenerGroup;
 use crate::server::log;
-use crate::server::spec::{HostsUpdate, SitesPiece, WorkerSpec};
+use crate::server::spec::WorkerSpec;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -79,7 +80,7 @@ impl Supervisor {
 
     /// Readies slot `i`'s process's hosts as `spec` has them, to be sent once the change's
     /// new workers serve ([`Self::send_due_hosts`], after they are started); the slot keeps
-    /// `spec` for its next start. Its sites go as a change of those it was last sent.
+    /// `spec` for its next start. They go as a change of those it was last sent.
     fn tell_hosts(&mut self, i: usize, mut spec: WorkerSpec, mut pools: HashSet<String>) {
         let slot = &mut self.slots[i];
         // Its control groups are made for a slot's start (`make_cgroups_for`): kept.
@@ -88,17 +89,17 @@ impl Supervisor {
             return;
         };
         // Not the update due, if one is: it is not sent, and this one replaces it.
-        let base = change_base(p.hosts_seen.as_ref(), p.hosts_taken);
+        let base = change_base(p.last_hosts.as_ref(), p.hosts_taken);
         let (pieces, seen) = sites_change(base, &spec.sites, &spec.pool);
         p.hosts_sent += 1;
-        let update = HostsUpdate {
+        let now = Hosts {
             generation: p.hosts_sent,
-            after: base.map(|s| s.generation),
             // The dispatcher's groups are its spec's whole (`spawn::as_seen`).
             groups: spec.groups.clone(),
-            sites: pieces,
+            sites: Arc::new(seen),
             handoff_peers: Arc::clone(&spec.handoff_peers),
         };
+        let update = HostsUpdate::between(base.map(|b| &b.hosts), &now, pieces);
         match serde_json::to_string(&update) {
             Ok(json) => {
                 // An earlier change's hosts not sent yet: this one carries them, and waits
@@ -108,16 +109,15 @@ impl Supervisor {
                 }
                 let line = Message::Hosts(json).line();
                 let since = Instant::now();
-                let seen = SeenSites {
-                    generation: p.hosts_sent,
+                let sent = SentHosts {
                     sources: Arc::clone(&spec.sites),
-                    seen: Arc::new(seen),
+                    hosts: now,
                 };
                 p.hosts_due = Some(HostsDue {
                     line,
                     since,
                     pools,
-                    seen,
+                    sent,
                 });
             }
             Err(e) => log("master", format!("worker {}: hosts: {e}", spec.name())),
@@ -160,7 +160,7 @@ impl Supervisor {
             if !ready {
                 p.hosts_due = Some(hosts);
             } else if p.control.as_ref().is_some_and(|c| c.send(&hosts.line)) {
-                p.hosts_seen = Some(hosts.seen);
+                p.last_hosts = Some(hosts.sent);
             } else {
                 // Its control socket is gone or full: its exit, or the pings' deadline,
                 // replaces it, and its successor starts with the new hosts.
@@ -296,26 +296,23 @@ pub(super) struct Added {
     owners: Vec<(usize, crate::server::listeners::SocketOwners)>,
 }
 
-/// What a process of `pool` started holding, as update 0, from the sites it was `sent` (the
-/// configuration's, and as sent): a dispatcher's first new hosts are a change of those (at
-/// 10,000 sites, the first site a panel added sent all 10,000 again).
-pub(super) fn seen_at_start(pool: &str, sent: Option<SentSites>) -> Option<SeenSites> {
-    let (sources, seen) = sent.filter(|_| pool == DISPATCHER)?;
-    Some(SeenSites {
-        generation: 0,
-        sources,
-        seen,
-    })
+/// What a process of `pool` started holding, as update 0, from the hosts it was `sent` (the
+/// configuration's sites, and the hosts as sent): a dispatcher's first new hosts are a
+/// change of those (at 10,000 sites, the first site a panel added sent all 10,000 again).
+pub(super) fn sent_at_start(pool: &str, sent: Option<SentAtStart>) -> Option<SentHosts> {
+    let (sources, hosts) = sent.filter(|_| pool == DISPATCHER)?;
+    Some(SentHosts { sources, hosts })
 }
 
-/// The sites a process was sent at its start: the configuration's, and as sent.
-pub(super) type SentSites = (Arc<Vec<Arc<SiteSpec>>>, Arc<Vec<Arc<SiteSpec>>>);
+/// The hosts a process was sent at its start: the configuration's sites, and the hosts as
+/// sent (update 0).
+pub(super) type SentAtStart = (Arc<Vec<Arc<SiteSpec>>>, Hosts);
 
-/// The sites a dispatcher's next update changes: those it was last sent once its threads
+/// The hosts a dispatcher's next update changes: those it was last sent once its threads
 /// all took them (`taken`, which it says only of an update it read) — else none, and the
 /// update sends all: one it has not taken yet, or refused, is not what it holds.
-fn change_base(seen: Option<&SeenSites>, taken: u64) -> Option<&SeenSites> {
-    seen.filter(|s| taken >= s.generation)
+fn change_base(sent: Option<&SentHosts>, taken: u64) -> Option<&SentHosts> {
+    sent.filter(|s| taken >= s.hosts.generation)
 }
 
 /// `sources` (a configuration's sites) as dispatcher `pool` holds them — in outline — and
@@ -323,10 +320,10 @@ fn change_base(seen: Option<&SeenSites>, taken: u64) -> Option<&SeenSites> {
 /// one `before` was made from (the same `Arc`: a change keeps every site it did not touch)
 /// is kept, in runs; another is made in outline and sent.
 fn sites_change(
-    before: Option<&SeenSites>,
+    before: Option<&SentHosts>,
     sources: &[Arc<SiteSpec>],
     pool: &str,
-) -> (Vec<SitesPiece>, Vec<Arc<SiteSpec>>) {
+) -> (Vec<Piece<Arc<SiteSpec>>>, Vec<Arc<SiteSpec>>) {
     // `before` holds its sources: none of their addresses is another site's meanwhile.
     let index: rustc_hash::FxHashMap<usize, usize> = (before.iter())
         .flat_map(|b| b.sources.iter().enumerate())
@@ -337,16 +334,13 @@ fn sites_change(
     for site in sources {
         match (before, index.get(&(Arc::as_ptr(site) as usize))) {
             (Some(before), Some(&k)) => {
-                seen.push(Arc::clone(&before.seen[k]));
-                match pieces.last_mut() {
-                    Some(SitesPiece::Kept(from, count)) if *from + *count == k => *count += 1,
-                    _ => pieces.push(SitesPiece::Kept(k, 1)),
-                }
+                seen.push(Arc::clone(&before.hosts.sites[k]));
+                Piece::keep(&mut pieces, k);
             }
             _ => {
                 let outline = site.as_seen_by(site, pool);
                 seen.push(Arc::clone(&outline));
-                pieces.push(SitesPiece::New(outline));
+                pieces.push(Piece::New(outline));
             }
         }
     }
@@ -425,7 +419,7 @@ mod tests {
     /// What the dispatcher makes of `pieces` (sent through JSON, as the `hosts` line) over
     /// the list it holds.
     fn taken(
-        pieces: &[SitesPiece],
+        pieces: &[Piece<Arc<SiteSpec>>],
         after: Option<u64>,
         held: &[Arc<SiteSpec>],
     ) -> Result<Vec<Arc<SiteSpec>>, String> {
@@ -438,8 +432,16 @@ mod tests {
         };
         let json = serde_json::to_string(&update).unwrap();
         let update: HostsUpdate = serde_json::from_str(&json).unwrap();
-        let held = if after.is_some() { held } else { &[] };
-        Ok(update.into_hosts(held)?.sites.to_vec())
+        let held = Hosts {
+            generation: after.unwrap_or(0),
+            sites: Arc::new(if after.is_some() {
+                held.to_vec()
+            } else {
+                Vec::new()
+            }),
+            ..Hosts::default()
+        };
+        Ok(update.into_hosts(&held)?.sites.to_vec())
     }
 
     #[test]
@@ -448,13 +450,16 @@ mod tests {
         // An update not made on one taken sends every site, in outline.
         let (pieces, seen) = sites_change(None, &first, DISPATCHER);
         assert_eq!(pieces.len(), 4);
-        assert!(pieces.iter().all(|p| matches!(p, SitesPiece::New(_))));
+        assert!(pieces.iter().all(|p| matches!(p, Piece::New(_))));
         let held = taken(&pieces, None, &[]).unwrap();
         assert_eq!(held, seen);
-        let before = SeenSites {
-            generation: 1,
+        let before = SentHosts {
             sources: Arc::new(first.clone()),
-            seen: Arc::new(seen),
+            hosts: Hosts {
+                generation: 1,
+                sites: Arc::new(seen),
+                ..Hosts::default()
+            },
         };
         // A site added between b and c, and d changed (a new configuration of it).
         let added = sites(&["x"]).remove(0);
@@ -471,10 +476,10 @@ mod tests {
         assert_eq!(
             pieces,
             vec![
-                SitesPiece::Kept(0, 2),
-                SitesPiece::New(outline),
-                SitesPiece::Kept(2, 1),
-                SitesPiece::New(first[3].as_seen_by(&first[3], DISPATCHER)),
+                Piece::Kept(0, 2),
+                Piece::New(outline),
+                Piece::Kept(2, 1),
+                Piece::New(first[3].as_seen_by(&first[3], DISPATCHER)),
             ]
         );
         let now = taken(&pieces, Some(1), &held).unwrap();
@@ -484,9 +489,9 @@ mod tests {
         // What it kept is what it held, not a copy.
         assert!(Arc::ptr_eq(&now[3], &held[2]));
         // A run it does not hold is refused, not cut short.
-        let wrong = taken(&[SitesPiece::Kept(3, 2)], Some(1), &held).unwrap_err();
+        let wrong = taken(&[Piece::Kept(3, 2)], Some(1), &held).unwrap_err();
         assert_eq!(wrong, "sites 3..5 kept of 4 held");
-        assert!(taken(&[SitesPiece::Kept(usize::MAX, 2)], Some(1), &held).is_err());
+        assert!(taken(&[Piece::Kept(usize::MAX, 2)], Some(1), &held).is_err());
         // Changed from update 1 once the dispatcher said it took it; before, all again.
         assert!(change_base(Some(&before), 0).is_none());
         assert!(change_base(Some(&before), 1).is_some());
@@ -499,18 +504,24 @@ mod tests {
         let sent: Vec<_> = (first.iter())
             .map(|s| s.as_seen_by(s, DISPATCHER))
             .collect();
-        let at_start = || Some((Arc::new(first.clone()), Arc::new(sent.clone())));
+        let at_start = || {
+            let hosts = Hosts {
+                sites: Arc::new(sent.clone()),
+                ..Hosts::default()
+            };
+            Some((Arc::new(first.clone()), hosts))
+        };
         // Another pool's process is never sent hosts: it keeps no sites for them.
-        assert!(seen_at_start("pa", at_start()).is_none());
-        let start = seen_at_start(DISPATCHER, at_start()).unwrap();
+        assert!(sent_at_start("pa", at_start()).is_none());
+        let start = sent_at_start(DISPATCHER, at_start()).unwrap();
         // Update 0 is the start's, taken by every thread before the process said ready.
         let base = change_base(Some(&start), 0).unwrap();
         let mut next = first.clone();
         next.insert(1, sites(&["x"]).remove(0));
         let (pieces, seen) = sites_change(Some(base), &next, DISPATCHER);
         assert_eq!(pieces.len(), 3, "{pieces:?}");
-        assert_eq!(pieces[0], SitesPiece::Kept(0, 1));
-        assert_eq!(pieces[2], SitesPiece::Kept(1, 2));
+        assert_eq!(pieces[0], Piece::Kept(0, 1));
+        assert_eq!(pieces[2], Piece::Kept(1, 2));
         // The dispatcher holds its spec's sites as update 0, and makes the same list.
         assert_eq!(taken(&pieces, Some(0), &sent).unwrap(), seen);
     }

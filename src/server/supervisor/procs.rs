@@ -59,9 +59,9 @@ pub(super) struct Proc {
     pub(super) hosts_taken: u64,
     /// A dispatcher's `hosts` line not sent yet.
     pub(super) hosts_due: Option<HostsDue>,
-    /// The sites a dispatcher was last sent, which the next update changes (update 0: those
+    /// The hosts a dispatcher was last sent, which the next update changes (update 0: those
     /// it started with; `None`: another pool's process, which is sent no hosts).
-    pub(super) hosts_seen: Option<SeenSites>,
+    pub(super) last_hosts: Option<SentHosts>,
 }
 
 /// A dispatcher's `hosts` line not sent yet (see `super::hosts_live`): since when, and the
@@ -71,17 +71,16 @@ pub(super) struct HostsDue {
     pub(super) line: String,
     pub(super) since: std::time::Instant,
     pub(super) pools: std::collections::HashSet<String>,
-    /// The sites it sends, for the update after it.
-    pub(super) seen: SeenSites,
+    /// The hosts it sends, for the update after it.
+    pub(super) sent: SentHosts,
 }
 
-/// The sites a `hosts` update gave a dispatcher (see `super::hosts_live`): the update, the
-/// configuration's sites it was made from, and each as the dispatcher holds it (in outline),
-/// in the same order.
-pub(super) struct SeenSites {
-    pub(super) generation: u64,
+/// What a `hosts` update gave a dispatcher (see `super::hosts_live`): the configuration's
+/// sites it was made from, and the hosts as the dispatcher holds them — the update, its
+/// groups, its hand-off table, and each site in outline, in the sources' order.
+pub(super) struct SentHosts {
     pub(super) sources: Arc<Vec<Arc<crate::config::SiteSpec>>>,
-    pub(super) seen: Arc<Vec<Arc<crate::config::SiteSpec>>>,
+    pub(super) hosts: crate::server::hosts_update::Hosts,
 }
 
 /// The state of one application process (a pool with `command`).

@@ -84,13 +84,13 @@ impl Supervisor {
     }
 
     /// Starts slot `i`'s espalier worker (not an app process): its certificates, ticket keys
-    /// and QUIC sockets given; its pid, control socket, and the sites it was sent.
+    /// and QUIC sockets given; its pid, control socket, and the hosts it was sent.
     fn spawn_espalier_worker(
         &mut self,
         i: usize,
         fail: bool,
         allocate: Option<u64>,
-    ) -> Result<(u32, tokio::net::UnixStream, super::hosts_live::SentSites), String> {
+    ) -> Result<(u32, tokio::net::UnixStream, super::hosts_live::SentAtStart), String> {
         let mut spec = self.slots[i].spec.clone();
         spec.store_certs = self.cert_store.certs_for(&spec.pool);
         spec.ticket_keys = self.ticket_keys.for_pool(&spec.pool);
@@ -100,12 +100,12 @@ impl Supervisor {
         let groups = &mut self.groups;
         let turns = crate::server::listeners::choose_quic_sockets(groups, &mut spec);
         let sources = std::sync::Arc::clone(&spec.sites);
-        let (pid, control, seen) = spawn_worker(spec, fail, allocate)?;
+        let (pid, control, sent) = spawn_worker(spec, fail, allocate)?;
         let (config, topology) = (&self.config, &self.topology);
         if !crate::server::listeners::take_quic_turns(groups, &turns, pid, config, topology) {
             log("master", "cannot attach the QUIC steering program; HTTP/3 datagrams are spread by the kernel's reuseport hash, and connections moved by it end");
         }
-        Ok((pid, control, (sources, seen)))
+        Ok((pid, control, (sources, sent)))
     }
 
     /// Starts a process for slot `i` (as its replacement when `replacing`).
@@ -124,7 +124,7 @@ impl Supervisor {
         let watchdog = pool.spec.ping_response_time;
         let generation = self.next_generation;
         self.next_generation += 1;
-        let mut sent_sites = None;
+        let mut sent_at_start = None;
         let (pid, control, reader, app) = match &self.slots[i].app {
             Some(app) => {
                 let spec = &self.slots[i].spec;
@@ -149,7 +149,7 @@ impl Supervisor {
             }
             None => {
                 let (pid, control, sent) = self.spawn_espalier_worker(i, fail, allocate)?;
-                sent_sites = Some(sent);
+                sent_at_start = Some(sent);
                 let (read_half, write_half) = control.into_split();
                 (
                     pid,
@@ -184,7 +184,7 @@ impl Supervisor {
             hosts_sent: 0,
             hosts_taken: 0,
             hosts_due: None,
-            hosts_seen: super::hosts_live::seen_at_start(&self.slots[i].spec.pool, sent_sites),
+            last_hosts: super::hosts_live::sent_at_start(&self.slots[i].spec.pool, sent_at_start),
         };
         let slot = &mut self.slots[i];
         if replacing {

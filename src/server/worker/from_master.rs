@@ -9,11 +9,11 @@
 //! share only what is passed here: health, tiers, upstream groups, the certificate store).
 
 use crate::certs::store::StoreKeys;
-use crate::config::SiteSpec;
 use crate::proxy::{GroupHealth, SharedTiers};
 use crate::server::control::Message;
+use crate::server::hosts_update::{Hosts, HostsUpdate};
 use crate::server::log;
-use crate::server::spec::{Hosts, HostsUpdate, WorkerSpec};
+use crate::server::spec::WorkerSpec;
 use crate::server::worker_health::{cache_figures, pong, site_meters, ThreadHealth};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
@@ -29,18 +29,18 @@ pub(super) struct Shared<'a> {
     pub(super) tickets: &'a crate::tls::tickets::SharedTicketer,
 }
 
-/// A dispatcher's new hosts, made whole from the sites it holds and passed on to its
+/// A dispatcher's new hosts, made whole from what it holds and passed on to its
 /// threads, and which update each took (see `supervisor::hosts_live`).
 pub(super) struct HostsTold {
     to_threads: tokio::sync::watch::Sender<Option<Arc<Hosts>>>,
     taken: tokio::sync::mpsc::UnboundedReceiver<(usize, u64)>,
     /// Per thread, the last update it took.
     took: Vec<u64>,
-    /// The sites the last update gave the process, and that update: its spec's, update 0,
-    /// until the first — which the master sends as a change of those (`after: 0`: at 10,000
-    /// sites, the first site a panel added sent all 10,000 again), and whole (`after:
-    /// None`) after one it was not told was taken.
-    sites: (Arc<Vec<Arc<SiteSpec>>>, u64),
+    /// What the last update gave the process: its spec's, update 0, until the first — which
+    /// the master sends as a change of those (`after: 0`: at 10,000 sites, the first site a
+    /// panel added sent all 10,000 again), and whole (`after: None`) after one it was not
+    /// told was taken.
+    held: Arc<Hosts>,
 }
 
 impl HostsTold {
@@ -53,19 +53,19 @@ impl HostsTold {
             to_threads,
             taken,
             took: vec![0; spec.threads.len()],
-            sites: (Arc::clone(&spec.sites), 0),
+            held: Arc::new(Hosts::of_spec(spec)),
         }
     }
 
-    /// Passes the master's `hosts` line on to the threads, its sites made whole. One that
-    /// changes sites this process does not hold is refused with a line: its threads keep
+    /// Passes the master's `hosts` line on to the threads, made whole. One that changes
+    /// what this process does not hold is refused with a line: its threads keep
     /// their hosts, and the master, never told they took it, answers the change late and
     /// sends every site with the next.
     fn tell(&mut self, spec: &WorkerSpec, json: &str) {
-        match hosts_from(json, (&self.sites.0, self.sites.1)) {
+        match hosts_from(json, &self.held) {
             Ok(hosts) => {
-                self.sites = (Arc::clone(&hosts.sites), hosts.generation);
-                self.to_threads.send_replace(Some(Arc::new(hosts)));
+                self.held = Arc::new(hosts);
+                self.to_threads.send_replace(Some(Arc::clone(&self.held)));
             }
             Err(e) => log(&spec.name(), format!("{e}: not taken")),
         }
@@ -83,17 +83,17 @@ impl HostsTold {
     }
 }
 
-/// The master's `hosts` line made whole over the sites this process holds (`held`, and the
-/// update that gave them: 0, its spec's, before the first), or why not.
-pub(super) fn hosts_from(json: &str, held: (&[Arc<SiteSpec>], u64)) -> Result<Hosts, String> {
+/// The master's `hosts` line made whole over what this process holds (`held`: update 0,
+/// its spec's, before the first), or why not.
+pub(super) fn hosts_from(json: &str, held: &Hosts) -> Result<Hosts, String> {
     let update = serde_json::from_str::<HostsUpdate>(json)
         .map_err(|e| format!("unreadable hosts from the master: {e}"))?;
     match update.after {
-        None => update.into_hosts(&[]),
-        Some(after) if after == held.1 => update.into_hosts(held.0),
+        None => update.into_hosts(&Hosts::default()),
+        Some(after) if after == held.generation => update.into_hosts(held),
         Some(after) => Err(format!(
-            "hosts from the master change update {after}'s sites, and this process holds update {}'s",
-            held.1
+            "hosts from the master change update {after}'s, and this process holds update {}'s",
+            held.generation
         )),
     }
 }

@@ -1,6 +1,7 @@
 use super::engine::TrimAfterBurst;
 use super::from_master::hosts_from;
 use crate::config::{Config, SiteSpec};
+use crate::server::hosts_update::Hosts;
 use std::sync::Arc;
 
 #[test]
@@ -31,10 +32,20 @@ fn held() -> Vec<Arc<SiteSpec>> {
 /// A `hosts` line: update `generation`, changing update `after`'s sites by `sites` (JSON).
 fn line(generation: u64, after: Option<u64>, sites: &str) -> String {
     let after = after.map_or("null".to_string(), |a| a.to_string());
-    let peers = serde_json::to_string(&crate::handoff::Peers::default()).unwrap();
+    let peers =
+        serde_json::to_string(&crate::server::hosts_update::PeersChange::default()).unwrap();
     format!(
         r#"{{"generation":{generation},"after":{after},"groups":[],"sites":{sites},"handoff_peers":{peers}}}"#
     )
+}
+
+/// What a dispatcher holds after update `generation` gave it `sites`.
+fn holding(sites: &[Arc<SiteSpec>], generation: u64) -> Hosts {
+    Hosts {
+        generation,
+        sites: Arc::new(sites.to_vec()),
+        ..Hosts::default()
+    }
 }
 
 #[test]
@@ -43,25 +54,28 @@ fn a_dispatcher_takes_a_change_of_the_sites_it_holds_and_refuses_another() {
     // The sites it holds, reversed: kept, not copied.
     let hosts = hosts_from(
         &line(4, Some(3), r#"[{"Kept":[1,1]},{"Kept":[0,1]}]"#),
-        (&held, 3),
+        &holding(&held, 3),
     )
     .unwrap();
     assert_eq!(hosts.generation, 4);
     assert!(Arc::ptr_eq(&hosts.sites[0], &held[1]) && Arc::ptr_eq(&hosts.sites[1], &held[0]));
     // A change of update 2's sites, while it holds update 3's: refused, however it fits.
-    let stale = hosts_from(&line(4, Some(2), r#"[{"Kept":[0,2]}]"#), (&held, 3)).unwrap_err();
+    let stale =
+        hosts_from(&line(4, Some(2), r#"[{"Kept":[0,2]}]"#), &holding(&held, 3)).unwrap_err();
     assert!(
-        stale.contains("change update 2's sites, and this process holds update 3's"),
+        stale.contains("change update 2's, and this process holds update 3's"),
         "{stale}"
     );
     // The whole list (after its start, or a refusal) keeps nothing.
-    let whole = hosts_from(&line(1, None, r#"[{"Kept":[0,1]}]"#), (&held, 0)).unwrap_err();
+    let whole = hosts_from(&line(1, None, r#"[{"Kept":[0,1]}]"#), &holding(&held, 0)).unwrap_err();
     assert_eq!(whole, "sites 0..1 kept of 0 held");
-    let new = serde_json::to_string(&[crate::server::spec::SitesPiece::New(Arc::clone(&held[0]))])
-        .unwrap();
-    let hosts = hosts_from(&line(1, None, &new), (&held, 0)).unwrap();
+    let new = serde_json::to_string(&[crate::server::hosts_update::Piece::New(Arc::clone(
+        &held[0],
+    ))])
+    .unwrap();
+    let hosts = hosts_from(&line(1, None, &new), &holding(&held, 0)).unwrap();
     assert_eq!(*hosts.sites, vec![Arc::clone(&held[0])]);
-    assert!(hosts_from("{", (&held, 0))
+    assert!(hosts_from("{", &holding(&held, 0))
         .unwrap_err()
         .starts_with("unreadable hosts"));
 }
